@@ -1,0 +1,151 @@
+// BlockPool: the fixed set of physical blocks, who holds them, which are free, and which hold
+// cached prefix content (vLLM's BlockPool). Everything is sized at construction; allocate,
+// free and touch never allocate memory.
+//
+// Lifecycle of a block: free (in the free set, ref 0, maybe still cached) -> allocated or
+// touched (ref >= 1, out of the free set) -> cached once full (hash set, still in use) ->
+// freed (ref 0, back of the free set, content kept) -> evicted when handed out again.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "pagedkv/block/cached_block_map.h"
+#include "pagedkv/block/eviction_policy.h"
+#include "pagedkv/block/free_block_queue.h"
+#include "pagedkv/block/kv_cache_block.h"
+#include "pagedkv/block/kv_events.h"
+#include "pagedkv/core/block_hash.h"
+#include "pagedkv/core/ids.h"
+
+namespace pagedkv {
+
+// What a request claims a full block holds. A cached block matches only if all of it agrees,
+// so a hash collision can never hand one request another request's KV.
+struct BlockContentKey {
+  BlockHash hash;
+  BlockHash parent;             // hash of the previous block (the root hash for block 0)
+  std::span<const TokenId> tokens;
+  uint64_t extra_digest = 0;    // digest of the block's extra keys (LoRA, multimodal, salt)
+  uint16_t group = 0;
+};
+
+struct BlockPoolOptions {
+  int num_blocks = 0;           // including the reserved null block 0
+  int block_size = 16;
+  bool enable_caching = true;
+  bool enable_events = false;
+  // Null: LRU through the built-in free queue (vLLM's order).
+  std::unique_ptr<EvictionPolicy> policy;
+};
+
+struct BlockPoolStats {
+  uint64_t allocated_blocks = 0;  // blocks handed out by allocate()
+  uint64_t evictions = 0;         // cached blocks whose content was dropped to reuse them
+  uint64_t cached_blocks_stored = 0;
+  uint64_t reset_removals = 0;
+};
+
+struct ResetResult {
+  int removed = 0;     // cached entries dropped
+  int kept_in_use = 0; // cached blocks kept because requests still hold them
+  bool complete() const { return kept_in_use == 0; }
+};
+
+class BlockPool {
+ public:
+  explicit BlockPool(BlockPoolOptions options);
+  BlockPool(const BlockPool&) = delete;
+  BlockPool& operator=(const BlockPool&) = delete;
+
+  int num_blocks() const { return static_cast<int>(blocks_.size()); }
+  int num_usable_blocks() const { return num_blocks() - 1; }
+  int block_size() const { return block_size_; }
+  bool caching_enabled() const { return enable_caching_; }
+  int num_free_blocks() const { return policy_ ? policy_->size() : free_queue_.size(); }
+  // Fraction of usable blocks not free (vLLM's usage).
+  double usage() const { return 1.0 - static_cast<double>(num_free_blocks()) / num_usable_blocks(); }
+  int num_cached_blocks() const { return num_cached_; }
+  BlockId null_block() const { return BlockId{0}; }
+  const KVCacheBlock& block(BlockId id) const { return blocks_[static_cast<size_t>(id.value)]; }
+  std::span<const KVCacheBlock> blocks() const { return blocks_; }
+  std::string_view policy_name() const { return policy_ ? policy_->name() : "lru"; }
+
+  // Hands out `n` free blocks (ref 1 each), appending their ids to `out`. All or nothing:
+  // returns false and changes nothing when fewer than `n` are free. A handed-out block that
+  // still holds cached content is evicted from the cache first (one eviction each).
+  bool allocate(int n, std::vector<BlockId>& out);
+
+  // Adds one reference to each block (a prefix hit or a fork). A block that was free leaves
+  // the free set.
+  void touch(std::span<const BlockId> ids);
+
+  // Drops one reference from each block, in the given order; blocks reaching 0 join the back of
+  // the free set in that order (callers pass a request's blocks tail first). Throws UsageError
+  // and changes nothing if any block is already free or is the null block ("double free").
+  void free_blocks(std::span<const BlockId> ordered);
+
+  // Prefix cache. The first cached block that matches `key` exactly, or nullopt.
+  std::optional<BlockId> find_cached(const BlockContentKey& key) const;
+  // Registers full block `id` (in use) as holding `key`'s content.
+  void cache_block(BlockId id, const BlockContentKey& key);
+  // Called on a hit that the caller is about to take (hit statistics, LFU-style policies).
+  void record_hit(BlockId id);
+  // Drops every cached entry not in use. Blocks in use keep theirs; the result says how many.
+  ResetResult reset_prefix_cache();
+
+  // Cached content of a block (valid while block(id).has_hash).
+  std::span<const TokenId> cached_tokens(BlockId id) const;
+  const BlockHash& cached_parent(BlockId id) const { return parent_[static_cast<size_t>(id.value)]; }
+  uint64_t cached_extra_digest(BlockId id) const { return extra_digest_[static_cast<size_t>(id.value)]; }
+
+  // Called just before a cached block's content is dropped to reuse the block; its bytes are
+  // still intact, so a lower tier can copy them out (offload of evicted prefixes).
+  void set_eviction_listener(std::function<void(const KVCacheBlock&)> f) { on_evict_ = std::move(f); }
+
+  const BlockPoolStats& stats() const { return stats_; }
+  // Events since the last call (empty unless enabled).
+  std::vector<KVEvent> take_events();
+  bool events_enabled() const { return enable_events_; }
+
+  // Validates the pool: the free set holds exactly the ref-0 non-null blocks, links are
+  // consistent, the map and the blocks' hashes agree, the null block is never free.
+  // Throws InvariantError describing the first violation.
+  void check_invariants() const;
+
+ private:
+  KVCacheBlock& mut(BlockId id) { return blocks_[static_cast<size_t>(id.value)]; }
+  void push_free(KVCacheBlock& b) {
+    if (policy_) policy_->push(b); else free_queue_.push_back(b);
+  }
+  void remove_free(KVCacheBlock& b) {
+    if (policy_) policy_->remove(b); else free_queue_.remove(b);
+  }
+  KVCacheBlock& pop_free() { return policy_ ? policy_->pop() : free_queue_.pop_front(); }
+  BlockHash map_key(const BlockHash& h, uint16_t group) const {
+    return BlockHash{h.lo ^ (static_cast<uint64_t>(group) * 0x9E3779B97F4A7C15ull), h.hi};
+  }
+  bool matches(const KVCacheBlock& b, const BlockContentKey& key) const;
+  void uncache(KVCacheBlock& b, RemovalReason reason);
+
+  int block_size_;
+  bool enable_caching_;
+  bool enable_events_;
+  std::vector<KVCacheBlock> blocks_;
+  FreeBlockQueue free_queue_;
+  std::unique_ptr<EvictionPolicy> policy_;
+  CachedBlockMap cache_map_;
+  std::vector<TokenId> tokens_;      // [num_blocks][block_size] content of cached blocks
+  std::vector<BlockHash> parent_;    // parent hash of cached blocks
+  std::vector<uint64_t> extra_digest_;
+  int num_cached_ = 0;
+  BlockPoolStats stats_;
+  std::vector<KVEvent> events_;
+  std::function<void(const KVCacheBlock&)> on_evict_;
+};
+
+}  // namespace pagedkv

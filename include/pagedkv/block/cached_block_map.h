@@ -1,0 +1,55 @@
+// The prefix cache's index: block hash -> the first cached block with that hash. Further blocks
+// with an equal hash (same content cached twice, or a collision) chain through
+// KVCacheBlock::next_same_hash, oldest first, so a lookup takes the earliest cached one.
+// Open addressing with linear probing and backward-shift deletion over a table sized once for
+// the pool: no allocation after construction, no tombstones.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "pagedkv/core/block_hash.h"
+
+namespace pagedkv {
+
+class CachedBlockMap {
+ public:
+  // Sized for at most `max_entries` keys (at most one per physical block).
+  explicit CachedBlockMap(size_t max_entries);
+
+  // The head block id for `key`, or -1.
+  int32_t find(const BlockHash& key) const {
+    for (size_t i = bucket(key);; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (s.value < 0) return -1;
+      if (s.key == key) return s.value;
+    }
+  }
+  // Sets the head for `key` (inserting it if absent).
+  void assign(const BlockHash& key, int32_t head);
+  // Removes `key` (no-op when absent).
+  void erase(const BlockHash& key);
+  size_t size() const { return size_; }
+  void clear();
+
+  template <typename F>
+  void for_each(F&& f) const {
+    for (const Slot& s : slots_)
+      if (s.value >= 0) f(s.key, s.value);
+  }
+
+ private:
+  struct Slot {
+    BlockHash key;
+    int32_t value = -1;  // -1: empty
+  };
+  size_t bucket(const BlockHash& key) const {
+    // The hash is already uniformly mixed; fold both halves for short tables.
+    return static_cast<size_t>(key.lo ^ (key.hi >> 7)) & mask_;
+  }
+  std::vector<Slot> slots_;
+  size_t mask_ = 0;
+  size_t size_ = 0;
+};
+
+}  // namespace pagedkv

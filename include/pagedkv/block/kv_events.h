@@ -1,0 +1,34 @@
+// KV-cache events for routers and external indexes (vLLM's BlockStored / BlockRemoved /
+// AllBlocksCleared). The pool records them only when enabled; callers drain them.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "pagedkv/core/block_hash.h"
+#include "pagedkv/core/ids.h"
+
+namespace pagedkv {
+
+enum class KVEventKind : uint8_t { kBlockStored, kBlockRemoved, kAllBlocksCleared };
+enum class RemovalReason : uint8_t { kNone, kEvicted, kReset };
+// Where the block lives; lower tiers emit the same events with their own medium.
+enum class Medium : uint8_t { kDevice, kHost, kDisk };
+
+struct KVEvent {
+  KVEventKind kind = KVEventKind::kBlockStored;
+  BlockHash hash;            // stored/removed block
+  BlockHash parent_hash;     // stored: the previous block's hash (or the root hash)
+  bool has_parent = false;   // false for a request's first block
+  int32_t token_count = 0;   // stored: tokens in the block
+  BlockId block;             // physical block id in its medium
+  uint16_t group = 0;
+  RemovalReason reason = RemovalReason::kNone;
+  Medium medium = Medium::kDevice;
+};
+
+std::string_view kv_event_kind_name(KVEventKind k);
+std::string_view removal_reason_name(RemovalReason r);
+std::string_view medium_name(Medium m);
+
+}  // namespace pagedkv

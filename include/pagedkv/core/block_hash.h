@@ -1,0 +1,24 @@
+// The 128-bit identity of a full block's content and everything before it (a chained hash).
+// Its bytes are stable across processes and machines: it can key caches on disk and in routers.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
+
+namespace pagedkv {
+
+struct BlockHash {
+  uint64_t lo = 0;
+  uint64_t hi = 0;
+  constexpr auto operator<=>(const BlockHash&) const = default;
+  std::string hex() const;  // 32 lowercase hex digits, hi then lo
+};
+
+}  // namespace pagedkv
+
+template <>
+struct std::hash<pagedkv::BlockHash> {
+  size_t operator()(const pagedkv::BlockHash& h) const noexcept { return h.lo; }
+};

@@ -1,0 +1,61 @@
+// What one KV-cache group stores per token, declared once and read by every layer above:
+// the manager (how blocks are allocated and cached), the memory math (how many blocks fit),
+// the storage arena (how bytes are laid out) and the kernels (how they are read).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "pagedkv/core/dtype.h"
+
+namespace pagedkv {
+
+enum class AttentionKind {
+  kFull,            // every token attends to all earlier tokens; blocks prefix-cacheable
+  kSlidingWindow,   // tokens attend to the last `sliding_window` tokens; older blocks released
+  kCrossAttention,  // decoder attends to a fixed encoder output; allocated once, never cached
+};
+
+std::string_view attention_kind_name(AttentionKind k);
+
+struct KVCacheSpec {
+  AttentionKind kind = AttentionKind::kFull;
+  int block_size = 16;        // tokens per block
+  int num_kv_heads = 1;
+  int head_dim = 1;
+  DType dtype = DType::kF16;
+  int sliding_window = 0;     // kSlidingWindow: window length in tokens (> 0)
+
+  // Bytes of K plus V for one token in one layer.
+  size_t bytes_per_token_per_layer() const {
+    return 2 * dtype_bytes(dtype, static_cast<size_t>(num_kv_heads) * static_cast<size_t>(head_dim));
+  }
+  // Bytes of K plus V for one block in one layer (vLLM's page_size_bytes).
+  size_t bytes_per_block_per_layer() const {
+    return bytes_per_token_per_layer() * static_cast<size_t>(block_size);
+  }
+  // Throws ConfigError naming the bad field.
+  void validate() const;
+};
+
+// A set of layers that share one block table per request (vLLM's KVCacheGroupSpec).
+struct KVCacheGroupSpec {
+  KVCacheSpec spec;
+  int num_layers = 1;
+};
+
+// The whole cache: a pool of `num_blocks` physical blocks shared by every group. A physical
+// block holds one block_size-token page for every layer of the group that owns it.
+struct KVCacheConfig {
+  int num_blocks = 0;              // including the reserved null block 0
+  std::vector<KVCacheGroupSpec> groups;
+
+  int block_size() const { return groups.empty() ? 0 : groups.front().spec.block_size; }
+  // Bytes one physical block occupies (the largest group's per-block footprint).
+  size_t bytes_per_block() const;
+  // Throws ConfigError: no groups, mixed block sizes, fewer than 2 blocks, bad spec.
+  void validate() const;
+};
+
+}  // namespace pagedkv

@@ -1,0 +1,169 @@
+// KVCacheManager: the scheduler's whole view of KV memory (vLLM v1's KVCacheManager, plus the
+// v0 BlockSpaceManager features users still need: can_allocate with a watermark, fork and
+// copy-on-write). It owns the BlockPool, one block table per request per KV-cache group, the
+// block hasher and the prefix-cache statistics. It never touches KV bytes: copy-on-write
+// produces (src, dst) pairs that whoever owns the bytes drains with take_pending_copies().
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "pagedkv/block/block_pool.h"
+#include "pagedkv/core/kv_cache_spec.h"
+#include "pagedkv/manager/request.h"
+#include "pagedkv/prefix/block_hasher.h"
+
+namespace pagedkv {
+
+inline constexpr int kMaxKVCacheGroups = 4;
+
+struct KVCacheManagerConfig {
+  KVCacheConfig cache;                 // pool size and KV-cache groups
+  int max_model_len = 0;               // longest sequence; 0 = what the pool can hold
+  bool enable_caching = true;          // prefix caching
+  HashAlgorithm hash_algorithm = HashAlgorithm::kXxh3_128;
+  uint64_t hash_seed = 0;              // part of the configuration: same seed, same hashes
+  double watermark = 0.01;             // can_allocate keeps this fraction of blocks free
+  bool enable_events = false;
+  std::unique_ptr<EvictionPolicy> eviction_policy;  // null: LRU (vLLM's free queue)
+  HashFunction hash_function = nullptr;             // tests: override the hash (collisions)
+};
+
+// vLLM v0's AllocStatus: OK now, LATER once others finish, NEVER (larger than the cache).
+enum class AllocStatus { kOk, kLater, kNever };
+std::string_view alloc_status_name(AllocStatus s);
+
+// Cached prefix blocks found for a request, per group (vLLM's KVCacheBlocks).
+struct ComputedBlocks {
+  int num_groups = 0;
+  std::array<std::vector<BlockId>, kMaxKVCacheGroups> blocks;
+  int num_computed_tokens = 0;
+  void clear() {
+    for (auto& b : blocks) b.clear();
+    num_computed_tokens = 0;
+  }
+};
+
+// The blocks an allocate_slots call added, per group: views into the request's block tables,
+// valid until the next call that changes that request.
+struct NewBlocks {
+  int num_groups = 0;
+  std::array<std::span<const BlockId>, kMaxKVCacheGroups> blocks;
+  // Entries before the new blocks changed (copy-on-write, sliding-window release): a worker-side
+  // table must re-read the whole row, not just append.
+  bool table_rewritten = false;
+};
+
+struct PrefixCacheStats {
+  uint64_t requests = 0;   // lookups
+  uint64_t queries = 0;    // tokens looked up
+  uint64_t hits = 0;       // tokens found
+  double hit_rate() const { return queries ? static_cast<double>(hits) / static_cast<double>(queries) : 0.0; }
+};
+
+class KVCacheManager {
+ public:
+  explicit KVCacheManager(KVCacheManagerConfig config);
+
+  // Prefix lookup: the longest run of cached full blocks from the start of the request
+  // (at most num_tokens - 1 tokens, so at least one token is computed), and the number of
+  // tokens they cover. Touches nothing; counts the lookup in the prefix-cache stats.
+  void get_computed_blocks(Request& request, ComputedBlocks& out);
+  ComputedBlocks get_computed_blocks(Request& request);
+
+  // Reserves slots for `num_new_tokens` more tokens (plus `num_lookahead_tokens`), taking
+  // `new_computed_blocks` (from get_computed_blocks, covering `num_new_computed_tokens`) as the
+  // request's prefix. Returns the new blocks, or nullopt with nothing changed when the pool
+  // cannot supply them. Cached free blocks the request is about to reuse count as unavailable,
+  // so admission never over-commits. Full blocks up to the scheduled tokens are cached.
+  std::optional<NewBlocks> allocate_slots(Request& request, int num_new_tokens, int num_new_computed_tokens = 0,
+                                          const ComputedBlocks* new_computed_blocks = nullptr,
+                                          int num_lookahead_tokens = 0, bool delay_cache_blocks = false);
+
+  // Blocks allocate_slots would take from the free set for a request that will hold `num_tokens`
+  // slots after taking `new_computed_blocks` (copy-on-write copies included).
+  int get_num_blocks_to_allocate(const Request& request, int num_tokens,
+                                 const ComputedBlocks* new_computed_blocks = nullptr) const;
+
+  // Releases every block of the request (tail first, so its private tail is evicted before its
+  // shared head). Returns false if the manager holds nothing for it.
+  bool free(const Request& request);
+
+  // v0 admission check with the watermark.
+  AllocStatus can_allocate(Request& request);
+
+  // Parallel sampling / beam search: `child` shares all of `parent`'s blocks. The first write
+  // into a shared, partially filled block copies it (copy-on-write).
+  void fork(const Request& parent, const Request& child);
+  // Copy-on-write pairs (src, dst) queued since the last call, for the owner of the KV bytes.
+  std::vector<std::pair<BlockId, BlockId>> take_pending_copies();
+  bool has_pending_copies() const { return !pending_copies_.empty(); }
+
+  // The request's block table for a group (empty span if unknown).
+  std::span<const BlockId> get_block_ids(const Request& request, int group = 0) const;
+  std::span<const BlockId> get_block_ids(RequestId id, int group = 0) const;
+  bool has_request(RequestId id) const { return requests_.contains(id); }
+  int num_requests() const { return static_cast<int>(requests_.size()); }
+
+  // Rewrites one entry of a request's table (swap-in to a new block, tier promotion).
+  // The manager takes over the reference the caller holds on `block`; the old one is released.
+  void replace_block(RequestId id, int group, int index, BlockId block);
+
+  ResetResult reset_prefix_cache() { return pool_.reset_prefix_cache(); }
+  double usage() const { return pool_.usage(); }
+  int num_free_blocks() const { return pool_.num_free_blocks(); }
+  const PrefixCacheStats& prefix_cache_stats() const { return stats_; }
+  std::vector<KVEvent> take_events() { return pool_.take_events(); }
+
+  // Computes any missing full-block hashes of the request (also done lazily by lookups).
+  void hash_request(Request& request) const;
+
+  const BlockPool& pool() const { return pool_; }
+  BlockPool& pool() { return pool_; }
+  const BlockHasher& hasher() const { return hasher_; }
+  const KVCacheConfig& cache_config() const { return config_.cache; }
+  int block_size() const { return block_size_; }
+  int max_model_len() const { return max_model_len_; }
+  int num_groups() const { return static_cast<int>(config_.cache.groups.size()); }
+  int watermark_blocks() const { return watermark_blocks_; }
+
+  // Validates the pool and that every block's ref count equals the number of table entries
+  // pointing at it. Throws InvariantError.
+  void check_invariants() const;
+
+ private:
+  struct RequestBlocks {
+    std::array<std::vector<BlockId>, kMaxKVCacheGroups> blocks;
+    std::array<int, kMaxKVCacheGroups> num_cached{};  // leading blocks registered in the cache
+  };
+
+  const KVCacheSpec& spec(int g) const { return config_.cache.groups[static_cast<size_t>(g)].spec; }
+  bool cacheable(int g) const { return spec(g).kind != AttentionKind::kCrossAttention; }
+  int find_longest_cache_hit(int g, const Request& request, int max_length, std::vector<BlockId>& out) const;
+  int blocks_needed(int g, const Request& request, const RequestBlocks* state, int num_tokens,
+                    std::span<const BlockId> new_computed, int num_computed_tokens) const;
+  void remove_skipped_blocks(int g, RequestBlocks& state, int num_computed_tokens);
+  void copy_on_write(int g, RequestBlocks& state, int num_computed_tokens);
+  void cache_full_blocks(int g, const Request& request, RequestBlocks& state, int num_tokens);
+  BlockContentKey content_key(const Request& request, int g, int block_index) const;
+
+  KVCacheManagerConfig config_;
+  int block_size_;
+  int max_model_len_;
+  int watermark_blocks_;
+  BlockPool pool_;
+  BlockHasher hasher_;
+  std::unordered_map<RequestId, RequestBlocks> requests_;
+  std::vector<std::pair<BlockId, BlockId>> pending_copies_;
+  PrefixCacheStats stats_;
+  std::vector<BlockId> scratch_blocks_;
+  bool table_rewritten_ = false;
+};
+
+}  // namespace pagedkv

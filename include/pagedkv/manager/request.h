@@ -1,0 +1,42 @@
+// What the KV-cache manager needs to know about a request: its tokens so far, how many of them
+// already have KV (maintained by the caller, as vLLM's scheduler does), and the keys that decide
+// which cached blocks it may share. The manager fills in the block hashes lazily.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pagedkv/core/block_hash.h"
+#include "pagedkv/core/ids.h"
+#include "pagedkv/prefix/extra_keys.h"
+
+namespace pagedkv {
+
+struct Request {
+  RequestId id;
+  std::vector<TokenId> tokens;     // prompt, then outputs as they are generated
+  int num_prompt_tokens = 0;
+  int num_computed_tokens = 0;     // tokens whose KV is (or is being) written; caller-maintained
+  // Prefix-cache keys (see extra_keys.h).
+  uint64_t lora_id = 0;
+  std::string cache_salt;
+  std::vector<MultiModalInput> mm_inputs;  // sorted by offset
+  int num_encoder_tokens = 0;      // cross-attention groups: encoder output length
+  bool skip_prefix_cache = false;  // e.g. requests that need prompt logprobs
+
+  // Full-block hashes over `tokens`, and the digests of their extra keys (parallel arrays).
+  // Computed by the manager (or BlockHasher::extend) as tokens arrive.
+  std::vector<BlockHash> block_hashes;
+  std::vector<uint64_t> block_extra_digests;
+
+  Request() = default;
+  Request(RequestId rid, std::vector<TokenId> prompt)
+      : id(rid), tokens(std::move(prompt)), num_prompt_tokens(static_cast<int>(tokens.size())) {}
+
+  int num_tokens() const { return static_cast<int>(tokens.size()); }
+  void append_token(TokenId t) { tokens.push_back(t); }
+  PrefixKeys prefix_keys() const { return PrefixKeys{lora_id, mm_inputs, cache_salt}; }
+};
+
+}  // namespace pagedkv

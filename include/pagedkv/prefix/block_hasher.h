@@ -1,0 +1,66 @@
+// Chained block hashing for prefix caching.
+//
+//   hash(block i) = H(parent || tokens || extra keys),  parent = hash(block i-1) or the root
+//
+// Byte format (explicit, so hashes agree across processes, runs and machines):
+//   parent:  lo then hi, each uint64 little-endian (16 bytes)
+//   tokens:  each token id as int32 little-endian
+//   extra:   tagged fields, see extra_keys.h
+//   root:    H("pagedkv/root/v1" || seed as uint64 LE); the seed is configuration.
+// H is XXH3-128 (default, seeded with the configured seed) or SHA-256 truncated to its first
+// 16 bytes (lo = bytes 0..7 LE, hi = bytes 8..15 LE).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "pagedkv/core/block_hash.h"
+#include "pagedkv/core/ids.h"
+#include "pagedkv/prefix/extra_keys.h"
+
+namespace pagedkv {
+
+enum class HashAlgorithm { kXxh3_128, kSha256 };
+std::string_view hash_algorithm_name(HashAlgorithm a);
+std::optional<HashAlgorithm> parse_hash_algorithm(std::string_view s);
+
+// A raw hash function over bytes; injectable so tests can force collisions.
+using HashFunction = BlockHash (*)(std::span<const std::byte> bytes, uint64_t seed);
+BlockHash xxh3_128_hash(std::span<const std::byte> bytes, uint64_t seed);
+BlockHash sha256_hash(std::span<const std::byte> bytes, uint64_t seed);
+// 64-bit digest of extra-key bytes (0 for none), stored beside cached blocks for confirmation.
+uint64_t extra_keys_digest(std::span<const std::byte> bytes);
+
+class BlockHasher {
+ public:
+  BlockHasher(int block_size, HashAlgorithm algorithm = HashAlgorithm::kXxh3_128, uint64_t seed = 0);
+  BlockHasher(int block_size, HashFunction fn, uint64_t seed);
+
+  int block_size() const { return block_size_; }
+  HashAlgorithm algorithm() const { return algorithm_; }
+  uint64_t seed() const { return seed_; }
+  const BlockHash& root() const { return root_; }
+
+  // Hash of one full block. Not thread-safe (uses a scratch buffer); use one hasher per thread.
+  BlockHash hash_block(const BlockHash& parent, std::span<const TokenId> tokens,
+                       std::span<const std::byte> extra) const;
+
+  // Extends `hashes`/`digests` (parallel arrays) with the hashes of every full block of
+  // `tokens` beyond those already present. Cheap when nothing is new.
+  void extend(std::span<const TokenId> tokens, const PrefixKeys& keys, std::vector<BlockHash>& hashes,
+              std::vector<uint64_t>& digests) const;
+
+ private:
+  int block_size_;
+  HashAlgorithm algorithm_;
+  HashFunction fn_;
+  uint64_t seed_;
+  BlockHash root_;
+  mutable std::vector<std::byte> scratch_;
+};
+
+}  // namespace pagedkv

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Sets everything up, then runs every test: the unit and integration tests (ctest), the core
+# tests again under ASan+UBSan, and the Python tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+JOBS=${JOBS:-$(nproc)}
+
+echo "== tests (release build) =="
+ctest --test-dir build --output-on-failure -j "$JOBS"
+
+echo "== core tests under ASan+UBSan =="
+core_tests=$(cd tests/unit && ls test_core_*.cpp | sed 's/\.cpp$//' | tr '\n' ' ')
+BUILD_DIR=build-asan SANITIZE=address,undefined TARGETS="$core_tests" \
+  CMAKE_ARGS="-DPAGEDKV_BUILD_BENCHMARKS=OFF -DPAGEDKV_BUILD_PYTHON=OFF" scripts/setup.sh
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-asan --output-on-failure -L core -j "$JOBS"
+
+if [ -d bindings/python ] && ls tests/python/test_*.py >/dev/null 2>&1; then
+  echo "== Python tests =="
+  PYTHONPATH=build/python /usr/bin/python3 -m pytest -q tests/python
+fi
+echo "all test stages passed"

@@ -1,0 +1,276 @@
+#include "pagedkv/block/block_pool.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "pagedkv/core/error.h"
+
+namespace pagedkv {
+
+BlockPool::BlockPool(BlockPoolOptions options)
+    : block_size_(options.block_size),
+      enable_caching_(options.enable_caching),
+      enable_events_(options.enable_events),
+      blocks_(static_cast<size_t>(std::max(options.num_blocks, 0))),
+      free_queue_(blocks_),
+      policy_(std::move(options.policy)),
+      cache_map_(static_cast<size_t>(std::max(options.num_blocks, 0))) {
+  if (options.num_blocks < 2)
+    throw ConfigError(fmt::format("a block pool needs at least 2 blocks (block 0 is the reserved null block), got {}",
+                                  options.num_blocks));
+  if (block_size_ <= 0) throw ConfigError(fmt::format("block_size must be positive, got {}", block_size_));
+  if (policy_) policy_->attach(blocks_);
+  for (size_t i = 0; i < blocks_.size(); ++i) blocks_[i].id = BlockId{static_cast<int32_t>(i)};
+  blocks_[0].is_null = true;  // block tables point here for skipped (out-of-window) positions
+  for (size_t i = 1; i < blocks_.size(); ++i) push_free(blocks_[i]);
+  if (enable_caching_) {
+    tokens_.resize(blocks_.size() * static_cast<size_t>(block_size_));
+    parent_.resize(blocks_.size());
+    extra_digest_.resize(blocks_.size());
+  }
+  events_.reserve(1024);
+}
+
+bool BlockPool::allocate(int n, std::vector<BlockId>& out) {
+  if (n < 0) throw UsageError(fmt::format("cannot allocate a negative number of blocks ({})", n));
+  if (n > num_free_blocks()) return false;
+  for (int i = 0; i < n; ++i) {
+    KVCacheBlock& b = pop_free();
+    if (b.has_hash) {
+      if (on_evict_) on_evict_(b);
+      uncache(b, RemovalReason::kEvicted);
+      ++stats_.evictions;
+    }
+    b.ref_cnt = 1;
+    out.push_back(b.id);
+  }
+  stats_.allocated_blocks += static_cast<uint64_t>(n);
+  return true;
+}
+
+void BlockPool::touch(std::span<const BlockId> ids) {
+  for (BlockId id : ids) {
+    KVCacheBlock& b = mut(id);
+    if (b.is_null) continue;  // the null block is shared freely and never counted
+    if (b.ref_cnt == 0) remove_free(b);
+    ++b.ref_cnt;
+  }
+}
+
+void BlockPool::free_blocks(std::span<const BlockId> ordered) {
+  // Validate first so that a bad call changes nothing. A block listed twice must have at
+  // least two references; count duplicates only in that rare case.
+  for (size_t i = 0; i < ordered.size(); ++i) {
+    BlockId id = ordered[i];
+    if (id.value <= 0 || id.value >= num_blocks()) {
+      if (id.value == 0) continue;  // releasing the null block is a no-op (sliding-window tables)
+      throw UsageError(fmt::format("free: block id {} out of range [1, {})", id.value, num_blocks()));
+    }
+    const KVCacheBlock& b = block(id);
+    if (b.ref_cnt <= 0)
+      throw UsageError(fmt::format("double free: block {} is already free", id.value));
+    if (b.ref_cnt < static_cast<int32_t>(ordered.size())) {
+      auto times = std::count(ordered.begin(), ordered.end(), id);
+      if (times > b.ref_cnt)
+        throw UsageError(fmt::format("double free: block {} released {} times but has {} references",
+                                     id.value, times, b.ref_cnt));
+    }
+  }
+  for (BlockId id : ordered) {
+    if (id.value == 0) continue;
+    KVCacheBlock& b = mut(id);
+    if (--b.ref_cnt == 0) push_free(b);
+  }
+}
+
+bool BlockPool::matches(const KVCacheBlock& b, const BlockContentKey& key) const {
+  if (b.group != key.group || b.hash != key.hash) return false;
+  size_t i = static_cast<size_t>(b.id.value);
+  if (parent_[i] != key.parent || extra_digest_[i] != key.extra_digest) return false;
+  if (key.tokens.size() != static_cast<size_t>(block_size_)) return false;
+  return std::equal(key.tokens.begin(), key.tokens.end(),
+                    tokens_.begin() + static_cast<ptrdiff_t>(i * static_cast<size_t>(block_size_)));
+}
+
+std::optional<BlockId> BlockPool::find_cached(const BlockContentKey& key) const {
+  if (!enable_caching_) return std::nullopt;
+  for (int32_t i = cache_map_.find(map_key(key.hash, key.group)); i != kNoLink; i = blocks_[static_cast<size_t>(i)].next_same_hash) {
+    if (matches(blocks_[static_cast<size_t>(i)], key)) return BlockId{i};
+  }
+  return std::nullopt;
+}
+
+void BlockPool::cache_block(BlockId id, const BlockContentKey& key) {
+  if (!enable_caching_) return;
+  KVCacheBlock& b = mut(id);
+  if (b.is_null || b.ref_cnt <= 0)
+    throw UsageError(fmt::format("cache_block: block {} is not held by any request", id.value));
+  if (b.has_hash) return;  // already registered (e.g. shared after a fork)
+  if (key.tokens.size() != static_cast<size_t>(block_size_))
+    throw UsageError(fmt::format("cache_block: only full blocks are cached ({} tokens given, block size {})",
+                                 key.tokens.size(), block_size_));
+  size_t i = static_cast<size_t>(id.value);
+  std::copy(key.tokens.begin(), key.tokens.end(),
+            tokens_.begin() + static_cast<ptrdiff_t>(i * static_cast<size_t>(block_size_)));
+  parent_[i] = key.parent;
+  extra_digest_[i] = key.extra_digest;
+  b.hash = key.hash;
+  b.has_hash = true;
+  b.group = key.group;
+  b.num_tokens = block_size_;
+  b.hit_count = 0;
+  b.next_same_hash = kNoLink;
+  BlockHash mk = map_key(key.hash, key.group);
+  int32_t head = cache_map_.find(mk);
+  if (head == kNoLink) {
+    cache_map_.assign(mk, id.value);
+  } else {  // append: the earliest cached block stays first
+    int32_t t = head;
+    while (blocks_[static_cast<size_t>(t)].next_same_hash != kNoLink) t = blocks_[static_cast<size_t>(t)].next_same_hash;
+    blocks_[static_cast<size_t>(t)].next_same_hash = id.value;
+  }
+  ++num_cached_;
+  ++stats_.cached_blocks_stored;
+  if (enable_events_) {
+    KVEvent e;
+    e.kind = KVEventKind::kBlockStored;
+    e.hash = key.hash;
+    e.parent_hash = key.parent;
+    e.has_parent = true;
+    e.token_count = block_size_;
+    e.block = id;
+    e.group = key.group;
+    events_.push_back(e);
+  }
+}
+
+void BlockPool::record_hit(BlockId id) {
+  KVCacheBlock& b = mut(id);
+  ++b.hit_count;
+  if (policy_) policy_->on_hit(b);
+}
+
+void BlockPool::uncache(KVCacheBlock& b, RemovalReason reason) {
+  BlockHash mk = map_key(b.hash, b.group);
+  int32_t head = cache_map_.find(mk);
+  if (head == b.id.value) {
+    if (b.next_same_hash == kNoLink) cache_map_.erase(mk); else cache_map_.assign(mk, b.next_same_hash);
+  } else {
+    int32_t t = head;
+    while (t != kNoLink && blocks_[static_cast<size_t>(t)].next_same_hash != b.id.value)
+      t = blocks_[static_cast<size_t>(t)].next_same_hash;
+    if (t == kNoLink) throw InvariantError(fmt::format("cached block {} missing from its hash chain", b.id.value));
+    blocks_[static_cast<size_t>(t)].next_same_hash = b.next_same_hash;
+  }
+  if (enable_events_) {
+    KVEvent e;
+    e.kind = KVEventKind::kBlockRemoved;
+    e.hash = b.hash;
+    e.block = b.id;
+    e.group = b.group;
+    e.reason = reason;
+    events_.push_back(e);
+  }
+  b.next_same_hash = kNoLink;
+  b.has_hash = false;
+  b.hash = BlockHash{};
+  b.num_tokens = 0;
+  b.hit_count = 0;
+  --num_cached_;
+}
+
+ResetResult BlockPool::reset_prefix_cache() {
+  ResetResult r;
+  for (KVCacheBlock& b : blocks_) {
+    if (!b.has_hash) continue;
+    if (b.ref_cnt > 0) {
+      ++r.kept_in_use;
+      continue;
+    }
+    uncache(b, RemovalReason::kReset);
+    ++r.removed;
+  }
+  stats_.reset_removals += static_cast<uint64_t>(r.removed);
+  if (enable_events_ && r.complete()) {
+    // One "all cleared" replaces the per-block removals for consumers that rebuild indexes.
+    std::erase_if(events_, [](const KVEvent& e) {
+      return e.kind == KVEventKind::kBlockRemoved && e.reason == RemovalReason::kReset;
+    });
+    KVEvent e;
+    e.kind = KVEventKind::kAllBlocksCleared;
+    events_.push_back(e);
+  }
+  return r;
+}
+
+std::span<const TokenId> BlockPool::cached_tokens(BlockId id) const {
+  return std::span<const TokenId>(tokens_).subspan(static_cast<size_t>(id.value) * static_cast<size_t>(block_size_),
+                                                   static_cast<size_t>(block_size_));
+}
+
+std::vector<KVEvent> BlockPool::take_events() {
+  std::vector<KVEvent> out;
+  out.swap(events_);
+  events_.reserve(1024);
+  return out;
+}
+
+void BlockPool::check_invariants() const {
+  auto fail = [](std::string msg) { throw InvariantError("BlockPool: " + msg); };
+  const KVCacheBlock& null_block = blocks_[0];
+  if (!null_block.is_null || null_block.in_free_queue || null_block.has_hash)
+    fail("the null block is free, cached or unmarked");
+  // Free set membership: exactly the ref-0 non-null blocks, each once.
+  std::vector<uint8_t> seen(blocks_.size(), 0);
+  int count = 0;
+  auto visit = [&](const KVCacheBlock& b) {
+    size_t i = static_cast<size_t>(b.id.value);
+    if (seen[i]) fail(fmt::format("block {} appears twice in the free set", i));
+    seen[i] = 1;
+    ++count;
+    if (b.ref_cnt != 0) fail(fmt::format("block {} is in the free set with ref_cnt {}", i, b.ref_cnt));
+    if (b.is_null) fail("the null block is in the free set");
+    if (!b.in_free_queue) fail(fmt::format("block {} is in the free set but not flagged", i));
+  };
+  if (policy_) {
+    policy_->for_each(visit);
+  } else {
+    int32_t prev = kNoLink;
+    for (int32_t i = free_queue_.front(); i != kNoLink; i = blocks_[static_cast<size_t>(i)].next_free) {
+      if (blocks_[static_cast<size_t>(i)].prev_free != prev) fail(fmt::format("free queue back-link of block {} is broken", i));
+      visit(blocks_[static_cast<size_t>(i)]);
+      prev = i;
+      if (count > num_blocks()) fail("free queue has a cycle");
+    }
+    if (prev != free_queue_.back()) fail("free queue tail is wrong");
+  }
+  if (count != num_free_blocks()) fail(fmt::format("free set size {} but {} blocks linked", num_free_blocks(), count));
+  int cached = 0;
+  for (const KVCacheBlock& b : blocks_) {
+    size_t i = static_cast<size_t>(b.id.value);
+    if (b.ref_cnt < 0) fail(fmt::format("block {} has negative ref_cnt {}", i, b.ref_cnt));
+    if (!b.is_null && b.ref_cnt == 0 && !seen[i]) fail(fmt::format("block {} has ref_cnt 0 but is not free", i));
+    if (b.in_free_queue && !seen[i]) fail(fmt::format("block {} is flagged free but not in the free set", i));
+    if (!b.has_hash) continue;
+    ++cached;
+    if (!enable_caching_) fail(fmt::format("block {} is cached with caching disabled", i));
+    // The block must be reachable from its hash's chain.
+    bool found = false;
+    for (int32_t j = cache_map_.find(map_key(b.hash, b.group)); j != kNoLink; j = blocks_[static_cast<size_t>(j)].next_same_hash)
+      if (j == b.id.value) { found = true; break; }
+    if (!found) fail(fmt::format("cached block {} (hash {}) is not in the cache map", i, b.hash.hex()));
+  }
+  if (cached != num_cached_) fail(fmt::format("{} blocks carry hashes but the count says {}", cached, num_cached_));
+  size_t chain_total = 0;
+  cache_map_.for_each([&](const BlockHash& key, int32_t head) {
+    for (int32_t j = head; j != kNoLink; j = blocks_[static_cast<size_t>(j)].next_same_hash) {
+      const KVCacheBlock& b = blocks_[static_cast<size_t>(j)];
+      if (!b.has_hash || map_key(b.hash, b.group) != key) fail(fmt::format("cache map entry points at block {} with another hash", j));
+      if (++chain_total > blocks_.size()) fail("cache map chains have a cycle");
+    }
+  });
+  if (chain_total != static_cast<size_t>(num_cached_)) fail("cache map chains do not cover exactly the cached blocks");
+}
+
+}  // namespace pagedkv

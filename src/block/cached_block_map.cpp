@@ -1,0 +1,56 @@
+#include "pagedkv/block/cached_block_map.h"
+
+#include <bit>
+
+namespace pagedkv {
+
+CachedBlockMap::CachedBlockMap(size_t max_entries) {
+  // Load factor <= 0.5 keeps probe chains short even when every block is cached.
+  size_t capacity = std::bit_ceil(std::max<size_t>(16, 2 * max_entries));
+  slots_.resize(capacity);
+  mask_ = capacity - 1;
+}
+
+void CachedBlockMap::assign(const BlockHash& key, int32_t head) {
+  for (size_t i = bucket(key);; i = (i + 1) & mask_) {
+    Slot& s = slots_[i];
+    if (s.value < 0) {
+      s.key = key;
+      s.value = head;
+      ++size_;
+      return;
+    }
+    if (s.key == key) {
+      s.value = head;
+      return;
+    }
+  }
+}
+
+void CachedBlockMap::erase(const BlockHash& key) {
+  size_t i = bucket(key);
+  for (;; i = (i + 1) & mask_) {
+    if (slots_[i].value < 0) return;
+    if (slots_[i].key == key) break;
+  }
+  // Backward-shift: pull later entries of the probe run into the hole when their home bucket
+  // does not lie strictly between the hole and their current slot.
+  size_t hole = i;
+  for (size_t j = (hole + 1) & mask_; slots_[j].value >= 0; j = (j + 1) & mask_) {
+    size_t home = bucket(slots_[j].key);
+    bool movable = (j > hole) ? (home <= hole || home > j) : (home <= hole && home > j);
+    if (movable) {
+      slots_[hole] = slots_[j];
+      hole = j;
+    }
+  }
+  slots_[hole].value = -1;
+  --size_;
+}
+
+void CachedBlockMap::clear() {
+  for (Slot& s : slots_) s.value = -1;
+  size_ = 0;
+}
+
+}  // namespace pagedkv

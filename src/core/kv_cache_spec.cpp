@@ -1,0 +1,49 @@
+#include "pagedkv/core/kv_cache_spec.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "pagedkv/core/error.h"
+
+namespace pagedkv {
+
+std::string_view attention_kind_name(AttentionKind k) {
+  switch (k) {
+    case AttentionKind::kFull: return "full";
+    case AttentionKind::kSlidingWindow: return "sliding_window";
+    case AttentionKind::kCrossAttention: return "cross_attention";
+  }
+  return "?";
+}
+
+void KVCacheSpec::validate() const {
+  if (block_size <= 0) throw ConfigError(fmt::format("block_size must be positive, got {}", block_size));
+  if (num_kv_heads <= 0) throw ConfigError(fmt::format("num_kv_heads must be positive, got {}", num_kv_heads));
+  if (head_dim <= 0) throw ConfigError(fmt::format("head_dim must be positive, got {}", head_dim));
+  if (kind == AttentionKind::kSlidingWindow && sliding_window <= 0)
+    throw ConfigError(fmt::format("sliding_window must be positive for a sliding-window spec, got {}",
+                                  sliding_window));
+}
+
+size_t KVCacheConfig::bytes_per_block() const {
+  size_t bytes = 0;
+  for (const auto& g : groups)
+    bytes = std::max(bytes, g.spec.bytes_per_block_per_layer() * static_cast<size_t>(g.num_layers));
+  return bytes;
+}
+
+void KVCacheConfig::validate() const {
+  if (groups.empty()) throw ConfigError("KV cache config has no groups");
+  if (num_blocks < 2)
+    throw ConfigError(fmt::format("num_blocks must be at least 2 (block 0 is reserved), got {}", num_blocks));
+  for (const auto& g : groups) {
+    g.spec.validate();
+    if (g.num_layers <= 0) throw ConfigError(fmt::format("num_layers must be positive, got {}", g.num_layers));
+    if (g.spec.block_size != block_size())
+      throw ConfigError(fmt::format("all KV cache groups must share one block size ({} vs {})",
+                                    g.spec.block_size, block_size()));
+  }
+}
+
+}  // namespace pagedkv

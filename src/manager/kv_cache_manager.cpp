@@ -1,0 +1,403 @@
+#include "pagedkv/manager/kv_cache_manager.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "pagedkv/core/error.h"
+
+namespace pagedkv {
+namespace {
+
+int cdiv(int a, int b) { return (a + b - 1) / b; }
+
+BlockPoolOptions pool_options(KVCacheManagerConfig& c) {
+  c.cache.validate();
+  if (static_cast<int>(c.cache.groups.size()) > kMaxKVCacheGroups)
+    throw ConfigError(fmt::format("at most {} KV cache groups are supported, got {}", kMaxKVCacheGroups,
+                                  c.cache.groups.size()));
+  if (c.watermark < 0.0 || c.watermark >= 1.0)
+    throw ConfigError(fmt::format("watermark must be in [0, 1), got {}", c.watermark));
+  BlockPoolOptions o;
+  o.num_blocks = c.cache.num_blocks;
+  o.block_size = c.cache.block_size();
+  o.enable_caching = c.enable_caching;
+  o.enable_events = c.enable_events;
+  o.policy = std::move(c.eviction_policy);
+  return o;
+}
+
+BlockHasher make_hasher(const KVCacheManagerConfig& c) {
+  return c.hash_function ? BlockHasher(c.cache.block_size(), c.hash_function, c.hash_seed)
+                         : BlockHasher(c.cache.block_size(), c.hash_algorithm, c.hash_seed);
+}
+
+}  // namespace
+
+std::string_view alloc_status_name(AllocStatus s) {
+  switch (s) {
+    case AllocStatus::kOk: return "OK";
+    case AllocStatus::kLater: return "LATER";
+    case AllocStatus::kNever: return "NEVER";
+  }
+  return "?";
+}
+
+KVCacheManager::KVCacheManager(KVCacheManagerConfig config)
+    : config_(std::move(config)),
+      block_size_(0),
+      max_model_len_(0),
+      watermark_blocks_(0),
+      pool_(pool_options(config_)),
+      hasher_(make_hasher(config_)) {
+  block_size_ = config_.cache.block_size();
+  const int usable_tokens = (config_.cache.num_blocks - 1) * block_size_;
+  max_model_len_ = config_.max_model_len > 0 ? config_.max_model_len : usable_tokens;
+  if (config_.max_model_len < 0)
+    throw ConfigError(fmt::format("max_model_len must not be negative, got {}", config_.max_model_len));
+  watermark_blocks_ = static_cast<int>(config_.watermark * config_.cache.num_blocks);
+  requests_.reserve(1024);
+  scratch_blocks_.reserve(256);
+}
+
+void KVCacheManager::hash_request(Request& request) const {
+  if (!pool_.caching_enabled()) return;
+  if (request.block_hashes.size() >= static_cast<size_t>(request.num_tokens() / block_size_)) return;
+  hasher_.extend(request.tokens, request.prefix_keys(), request.block_hashes, request.block_extra_digests);
+}
+
+BlockContentKey KVCacheManager::content_key(const Request& request, int g, int i) const {
+  const size_t idx = static_cast<size_t>(i);
+  BlockContentKey key;
+  key.hash = request.block_hashes[idx];
+  key.parent = i == 0 ? hasher_.root() : request.block_hashes[idx - 1];
+  key.tokens = std::span<const TokenId>(request.tokens).subspan(idx * static_cast<size_t>(block_size_),
+                                                                static_cast<size_t>(block_size_));
+  key.extra_digest = request.block_extra_digests[idx];
+  key.group = static_cast<uint16_t>(g);
+  return key;
+}
+
+int KVCacheManager::find_longest_cache_hit(int g, const Request& request, int max_length,
+                                           std::vector<BlockId>& out) const {
+  out.clear();
+  const int max_blocks = std::min(max_length / block_size_, static_cast<int>(request.block_hashes.size()));
+  if (spec(g).kind == AttentionKind::kFull) {
+    for (int i = 0; i < max_blocks; ++i) {
+      auto hit = pool_.find_cached(content_key(request, g, i));
+      if (!hit) break;
+      out.push_back(*hit);
+    }
+    return static_cast<int>(out.size());
+  }
+  // Sliding window: only the last ceil((window - 1) / block_size) blocks before the hit point
+  // must be cached; earlier positions become the null block. Search right to left for the
+  // longest prefix length whose window is cached (vLLM's SlidingWindowManager).
+  const int needed = cdiv(spec(g).sliding_window - 1, block_size_);
+  out.assign(static_cast<size_t>(max_blocks), pool_.null_block());
+  int contiguous = 0;
+  for (int i = max_blocks - 1; i >= 0; --i) {
+    auto hit = pool_.find_cached(content_key(request, g, i));
+    if (!hit) {
+      contiguous = 0;
+      continue;
+    }
+    out[static_cast<size_t>(i)] = *hit;
+    if (++contiguous >= needed) {
+      out.resize(static_cast<size_t>(i + contiguous));
+      return static_cast<int>(out.size());
+    }
+  }
+  out.resize(static_cast<size_t>(contiguous));  // only a run starting at block 0 is usable
+  return contiguous;
+}
+
+void KVCacheManager::get_computed_blocks(Request& request, ComputedBlocks& out) {
+  out.clear();
+  out.num_groups = num_groups();
+  if (!pool_.caching_enabled() || request.skip_prefix_cache || request.num_tokens() == 0) return;
+  hash_request(request);
+  // Each group may only confirm a shorter prefix than the others; iterate to the common length.
+  int hit = request.num_tokens() - 1;
+  bool any_cacheable = false;
+  for (bool reduced = true; reduced;) {
+    reduced = false;
+    for (int g = 0; g < num_groups(); ++g) {
+      if (!cacheable(g)) continue;
+      any_cacheable = true;
+      const int len = find_longest_cache_hit(g, request, hit, out.blocks[static_cast<size_t>(g)]) * block_size_;
+      if (len < hit) {
+        hit = len;
+        reduced = num_groups() > 1;
+      }
+    }
+  }
+  if (!any_cacheable) hit = 0;
+  out.num_computed_tokens = hit;
+  ++stats_.requests;
+  stats_.queries += static_cast<uint64_t>(request.num_tokens());
+  stats_.hits += static_cast<uint64_t>(hit);
+}
+
+ComputedBlocks KVCacheManager::get_computed_blocks(Request& request) {
+  ComputedBlocks out;
+  get_computed_blocks(request, out);
+  return out;
+}
+
+int KVCacheManager::blocks_needed(int g, const Request& request, const RequestBlocks* state, int num_tokens,
+                                  std::span<const BlockId> new_computed, int num_computed_tokens) const {
+  const auto gi = static_cast<size_t>(g);
+  const int held = state ? static_cast<int>(state->blocks[gi].size()) : 0;
+  if (spec(g).kind == AttentionKind::kCrossAttention)
+    return held > 0 ? 0 : cdiv(request.num_encoder_tokens, block_size_);
+  const int required = cdiv(num_tokens, block_size_);
+  int n = std::max(0, required - static_cast<int>(new_computed.size()) - held);
+  for (BlockId b : new_computed) {
+    const KVCacheBlock& blk = pool_.block(b);
+    if (!blk.is_null && blk.ref_cnt == 0) ++n;  // touching it takes it out of the free set
+  }
+  if (state) {  // copy-on-write: every shared block that will be written needs a private copy
+    for (int i = num_computed_tokens / block_size_; i < held; ++i) {
+      const KVCacheBlock& blk = pool_.block(state->blocks[gi][static_cast<size_t>(i)]);
+      if (!blk.is_null && blk.ref_cnt > 1) ++n;
+    }
+  }
+  return n;
+}
+
+int KVCacheManager::get_num_blocks_to_allocate(const Request& request, int num_tokens,
+                                               const ComputedBlocks* new_computed_blocks) const {
+  auto it = requests_.find(request.id);
+  const RequestBlocks* state = it == requests_.end() ? nullptr : &it->second;
+  const int num_computed = request.num_computed_tokens + (new_computed_blocks ? new_computed_blocks->num_computed_tokens : 0);
+  int total = 0;
+  for (int g = 0; g < num_groups(); ++g) {
+    std::span<const BlockId> nc;
+    if (new_computed_blocks) nc = new_computed_blocks->blocks[static_cast<size_t>(g)];
+    total += blocks_needed(g, request, state, num_tokens, nc, num_computed);
+  }
+  return total;
+}
+
+void KVCacheManager::remove_skipped_blocks(int g, RequestBlocks& state, int num_computed_tokens) {
+  if (spec(g).kind != AttentionKind::kSlidingWindow) return;
+  // Tokens before (num_computed - window + 1) are never attended to again.
+  const int last_useful_token = num_computed_tokens - spec(g).sliding_window + 1;
+  const int last_useful_block = last_useful_token / block_size_;
+  auto& blocks = state.blocks[static_cast<size_t>(g)];
+  scratch_blocks_.clear();
+  for (int i = std::min(last_useful_block, static_cast<int>(blocks.size())) - 1; i >= 0; --i) {
+    BlockId& b = blocks[static_cast<size_t>(i)];
+    if (b == pool_.null_block()) break;
+    scratch_blocks_.push_back(b);
+    b = pool_.null_block();
+  }
+  if (!scratch_blocks_.empty()) {
+    pool_.free_blocks(scratch_blocks_);
+    table_rewritten_ = true;
+  }
+}
+
+void KVCacheManager::copy_on_write(int g, RequestBlocks& state, int num_computed_tokens) {
+  auto& blocks = state.blocks[static_cast<size_t>(g)];
+  for (int i = num_computed_tokens / block_size_; i < static_cast<int>(blocks.size()); ++i) {
+    BlockId& b = blocks[static_cast<size_t>(i)];
+    const KVCacheBlock& blk = pool_.block(b);
+    if (blk.is_null || blk.ref_cnt <= 1) continue;
+    scratch_blocks_.clear();
+    pool_.allocate(1, scratch_blocks_);  // counted by blocks_needed: cannot fail
+    const BlockId fresh = scratch_blocks_.front();
+    // Only a block that already holds computed tokens has bytes worth copying.
+    if (i * block_size_ < num_computed_tokens) pending_copies_.emplace_back(b, fresh);
+    const BlockId old = b;
+    b = fresh;
+    pool_.free_blocks(std::span<const BlockId>(&old, 1));  // others still hold it
+    table_rewritten_ = true;
+  }
+}
+
+void KVCacheManager::cache_full_blocks(int g, const Request& request, RequestBlocks& state, int num_tokens) {
+  const auto gi = static_cast<size_t>(g);
+  const int num_full = std::min(num_tokens / block_size_, static_cast<int>(request.block_hashes.size()));
+  int& num_cached = state.num_cached[gi];
+  if (num_cached >= num_full) return;
+  const auto& blocks = state.blocks[gi];
+  for (int i = num_cached; i < num_full; ++i) {
+    const BlockId b = blocks[static_cast<size_t>(i)];
+    if (b == pool_.null_block()) continue;
+    pool_.cache_block(b, content_key(request, g, i));
+  }
+  num_cached = num_full;
+}
+
+std::optional<NewBlocks> KVCacheManager::allocate_slots(Request& request, int num_new_tokens,
+                                                        int num_new_computed_tokens,
+                                                        const ComputedBlocks* new_computed_blocks,
+                                                        int num_lookahead_tokens, bool delay_cache_blocks) {
+  if (num_new_tokens <= 0)
+    throw UsageError(fmt::format("allocate_slots: num_new_tokens must be positive, got {}", num_new_tokens));
+  if (num_new_computed_tokens < 0 || num_lookahead_tokens < 0)
+    throw UsageError("allocate_slots: token counts must not be negative");
+  table_rewritten_ = false;
+  auto it = requests_.find(request.id);
+  RequestBlocks* state = it == requests_.end() ? nullptr : &it->second;
+  if (state && new_computed_blocks && new_computed_blocks->num_computed_tokens > 0)
+    throw UsageError(fmt::format("allocate_slots: request {} already holds blocks; prefix hits apply only at admission",
+                                 request.id.value));
+  if (state)
+    for (int g = 0; g < num_groups(); ++g) remove_skipped_blocks(g, *state, request.num_computed_tokens);
+
+  const int num_computed = request.num_computed_tokens + num_new_computed_tokens;
+  const int num_tokens_need_slot = std::min(num_computed + num_new_tokens + num_lookahead_tokens, max_model_len_);
+  const int needed = get_num_blocks_to_allocate(request, num_tokens_need_slot, new_computed_blocks);
+  if (needed > pool_.num_free_blocks()) return std::nullopt;
+
+  if (!state) {
+    state = &requests_[request.id];
+    for (int g = 0; g < num_groups(); ++g)
+      state->blocks[static_cast<size_t>(g)].reserve(static_cast<size_t>(cdiv(max_model_len_, block_size_)));
+  }
+  NewBlocks result;
+  result.num_groups = num_groups();
+  std::array<size_t, kMaxKVCacheGroups> first_new{};
+  for (int g = 0; g < num_groups(); ++g) {
+    const auto gi = static_cast<size_t>(g);
+    auto& blocks = state->blocks[gi];
+    if (new_computed_blocks && !new_computed_blocks->blocks[gi].empty()) {
+      const auto& hits = new_computed_blocks->blocks[gi];
+      pool_.touch(hits);
+      for (BlockId b : hits)
+        if (b != pool_.null_block()) pool_.record_hit(b);
+      blocks.insert(blocks.end(), hits.begin(), hits.end());
+      state->num_cached[gi] = static_cast<int>(hits.size());
+    }
+    if (cacheable(g)) copy_on_write(g, *state, num_computed);
+    first_new[gi] = blocks.size();
+    const int want = spec(g).kind == AttentionKind::kCrossAttention
+                         ? (blocks.empty() ? cdiv(request.num_encoder_tokens, block_size_) : 0)
+                         : cdiv(num_tokens_need_slot, block_size_) - static_cast<int>(blocks.size());
+    if (want > 0 && !pool_.allocate(want, blocks))
+      throw InvariantError("allocate_slots: the pool refused blocks it reported free");
+  }
+  if (pool_.caching_enabled() && !delay_cache_blocks) {
+    const int num_tokens_to_cache = std::min(num_computed + num_new_tokens, request.num_tokens());
+    if (num_tokens_to_cache / block_size_ > static_cast<int>(request.block_hashes.size())) hash_request(request);
+    for (int g = 0; g < num_groups(); ++g)
+      if (cacheable(g) && !request.skip_prefix_cache) cache_full_blocks(g, request, *state, num_tokens_to_cache);
+  }
+  for (int g = 0; g < num_groups(); ++g) {
+    const auto gi = static_cast<size_t>(g);
+    result.blocks[gi] = std::span<const BlockId>(state->blocks[gi]).subspan(first_new[gi]);
+  }
+  result.table_rewritten = table_rewritten_;
+  return result;
+}
+
+bool KVCacheManager::free(const Request& request) {
+  auto it = requests_.find(request.id);
+  if (it == requests_.end()) return false;
+  for (int g = 0; g < num_groups(); ++g) {
+    const auto& blocks = it->second.blocks[static_cast<size_t>(g)];
+    scratch_blocks_.assign(blocks.rbegin(), blocks.rend());  // tail first
+    pool_.free_blocks(scratch_blocks_);
+  }
+  requests_.erase(it);
+  return true;
+}
+
+AllocStatus KVCacheManager::can_allocate(Request& request) {
+  if (request.num_tokens() > max_model_len_) return AllocStatus::kNever;
+  int required = 0;
+  for (int g = 0; g < num_groups(); ++g) {
+    const KVCacheSpec& s = spec(g);
+    if (s.kind == AttentionKind::kCrossAttention) required += cdiv(request.num_encoder_tokens, block_size_);
+    else if (s.kind == AttentionKind::kSlidingWindow)
+      required += std::min(cdiv(request.num_tokens(), block_size_), cdiv(s.sliding_window, block_size_) + 1);
+    else required += cdiv(request.num_tokens(), block_size_);
+  }
+  if (pool_.num_usable_blocks() - required < watermark_blocks_) return AllocStatus::kNever;
+  // Cached prefix blocks already in use cost nothing; cached free ones are taken from the free set.
+  ComputedBlocks hits;
+  hits.num_groups = num_groups();
+  if (pool_.caching_enabled() && !request.skip_prefix_cache && request.num_tokens() > 0) {
+    hash_request(request);
+    int hit = request.num_tokens() - 1;
+    for (int g = 0; g < num_groups(); ++g)
+      if (cacheable(g)) hit = std::min(hit, find_longest_cache_hit(g, request, hit, hits.blocks[static_cast<size_t>(g)]) * block_size_);
+    for (auto& b : hits.blocks) b.resize(std::min(b.size(), static_cast<size_t>(hit / block_size_)));
+    hits.num_computed_tokens = hit;
+  }
+  const int need = get_num_blocks_to_allocate(request, request.num_tokens(), &hits);
+  return pool_.num_free_blocks() - need >= watermark_blocks_ ? AllocStatus::kOk : AllocStatus::kLater;
+}
+
+void KVCacheManager::fork(const Request& parent, const Request& child) {
+  auto it = requests_.find(parent.id);
+  if (it == requests_.end()) throw UsageError(fmt::format("fork: parent request {} holds no blocks", parent.id.value));
+  if (requests_.contains(child.id)) throw UsageError(fmt::format("fork: child request {} already holds blocks", child.id.value));
+  RequestBlocks copy = it->second;
+  for (int g = 0; g < num_groups(); ++g) pool_.touch(copy.blocks[static_cast<size_t>(g)]);
+  requests_.emplace(child.id, std::move(copy));
+}
+
+std::vector<std::pair<BlockId, BlockId>> KVCacheManager::take_pending_copies() {
+  std::vector<std::pair<BlockId, BlockId>> out;
+  out.swap(pending_copies_);
+  return out;
+}
+
+std::span<const BlockId> KVCacheManager::get_block_ids(RequestId id, int group) const {
+  auto it = requests_.find(id);
+  if (it == requests_.end() || group < 0 || group >= num_groups()) return {};
+  return it->second.blocks[static_cast<size_t>(group)];
+}
+
+std::span<const BlockId> KVCacheManager::get_block_ids(const Request& request, int group) const {
+  return get_block_ids(request.id, group);
+}
+
+void KVCacheManager::replace_block(RequestId id, int group, int index, BlockId block) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) throw UsageError(fmt::format("replace_block: unknown request {}", id.value));
+  auto& blocks = it->second.blocks[static_cast<size_t>(group)];
+  if (index < 0 || index >= static_cast<int>(blocks.size()))
+    throw UsageError(fmt::format("replace_block: index {} out of range [0, {})", index, blocks.size()));
+  const BlockId old = blocks[static_cast<size_t>(index)];
+  blocks[static_cast<size_t>(index)] = block;
+  int& num_cached = it->second.num_cached[static_cast<size_t>(group)];
+  num_cached = std::min(num_cached, index);
+  if (old != pool_.null_block()) pool_.free_blocks(std::span<const BlockId>(&old, 1));
+}
+
+void KVCacheManager::check_invariants() const {
+  pool_.check_invariants();
+  std::vector<int32_t> refs(static_cast<size_t>(pool_.num_blocks()), 0);
+  for (const auto& [id, state] : requests_) {
+    for (int g = 0; g < num_groups(); ++g) {
+      const auto gi = static_cast<size_t>(g);
+      const auto& blocks = state.blocks[gi];
+      if (state.num_cached[gi] > static_cast<int>(blocks.size()))
+        throw InvariantError(fmt::format("request {} claims {} cached blocks but holds {}", id.value,
+                                         state.num_cached[gi], blocks.size()));
+      for (size_t i = 0; i < blocks.size(); ++i) {
+        const BlockId b = blocks[i];
+        if (b.value < 0 || b.value >= pool_.num_blocks())
+          throw InvariantError(fmt::format("request {} holds out-of-range block {}", id.value, b.value));
+        if (b == pool_.null_block()) continue;
+        ++refs[static_cast<size_t>(b.value)];
+        if (pool_.caching_enabled() && static_cast<int>(i) < state.num_cached[gi] && !pool_.block(b).has_hash)
+          throw InvariantError(fmt::format("request {} block {} (#{}) should be cached but has no hash", id.value,
+                                           b.value, i));
+      }
+    }
+  }
+  for (const KVCacheBlock& b : pool_.blocks()) {
+    if (b.is_null) continue;
+    if (refs[static_cast<size_t>(b.id.value)] != b.ref_cnt)
+      throw InvariantError(fmt::format("block {} has ref_cnt {} but {} table entries point at it", b.id.value,
+                                       b.ref_cnt, refs[static_cast<size_t>(b.id.value)]));
+  }
+}
+
+}  // namespace pagedkv
