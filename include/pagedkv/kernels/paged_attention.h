@@ -1,0 +1,48 @@
+// Paged attention on the CPU: queries of a flattened batch attend to keys and values that live
+// in the KV arena's pages, found through each request's block table.
+//
+// One entry point serves every step (vLLM v1 style, no prefill/decode split). Inside, work is
+// split over (request, KV head, query tile, context partition) and run on a fixed thread pool:
+//  - a query row group is the G = num_q_heads / num_kv_heads query heads that share a KV head,
+//    times up to a tile of query tokens, so each KV page is read once for all of them;
+//  - decode rows (q_len = 1) of a long context are split into partitions handled by different
+//    threads (flash-decoding) and merged by a final log-sum-exp reduction;
+//  - softmax is computed online (running max and sum), one tile of tokens at a time.
+#pragma once
+
+#include <cstdint>
+
+#include "pagedkv/storage/cpu_isa.h"
+#include "pagedkv/storage/kv_arena.h"
+
+namespace pagedkv {
+
+struct AttentionShape {
+  int num_q_heads = 0, num_kv_heads = 0, head_dim = 0;
+  float scale = 0;          // softmax scale, usually 1/sqrt(head_dim)
+  int sliding_window = 0;   // 0 = none; else attend to the last `sliding_window` tokens only
+  float logit_softcap = 0;  // 0 = none; else scores = softcap * tanh(scores / softcap)
+};
+
+// A flattened batch (vLLM v1 style): request i owns query rows [query_start[i], query_start[i+1])
+// at positions [context_lens[i] - q_len_i, context_lens[i]) and attends causally to its first
+// context_lens[i] tokens, read through block_tables[i * block_table_stride + ...].
+struct PagedAttentionBatch {
+  int num_requests = 0;
+  const int32_t* query_start = nullptr;   // [num_requests + 1]
+  const int32_t* context_lens = nullptr;  // [num_requests]
+  const int32_t* block_tables = nullptr;  // [num_requests][block_table_stride]
+  int block_table_stride = 0;
+};
+
+// KernelIsa and best_available_isa() (run-time CPU check, AVX2+FMA+F16C) come from
+// storage/cpu_isa.h.
+
+// query: [num_query_tokens][num_q_heads][head_dim] f32; out: same shape, f32.
+// Sliding window W: the query at position p attends to positions [p - W + 1, p].
+// Throws UsageError naming the bad value for inconsistent shapes or batch metadata.
+void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& batch,
+                     const KVLayerView& kv, const float* query, float* out,
+                     KernelIsa isa = KernelIsa::kAuto);
+
+}  // namespace pagedkv

@@ -1,0 +1,367 @@
+// The AVX2+FMA+F16C kernel. Per tile of kTileTokens context tokens:
+//   1. scores: blocks of up to 4 query rows x 2..8 tokens are computed together, so a K row is
+//      loaded (and converted from f16/bf16) once per 4 rows and the 8 dot products of a block
+//      are reduced with one hadd tree;
+//   2. online softmax on the tile's scores (vector exp; optional soft-cap via a vector tanh);
+//   3. values: each accumulator strip of up to 4 rows x 16..64 dims lives in registers while
+//      the tile's V rows stream past it.
+// For a GQA group of G <= 4 query heads (decode) every K and V element is loaded from memory
+// once and converted once. With more rows (prefill tiles, G > 4) a 16-bit tile is converted to
+// f32 once into a small buffer and the f32 path reads that. The next tile's rows are prefetched
+// while the current one is computed: one KV head's rows are strided in the arena (all heads of
+// a token are adjacent), which the hardware prefetcher does not follow well.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "attention_tile.h"
+
+namespace pagedkv::attention_detail {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr int kRowBlock = 4;  // query rows whose accumulators share registers
+
+struct LoadF32 {
+  using Storage = float;
+  static __m256 load(const float* p) { return _mm256_loadu_ps(p); }
+};
+struct LoadF16 {
+  using Storage = uint16_t;
+  static __m256 load(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+};
+struct LoadBF16 {
+  using Storage = uint16_t;
+  static __m256 load(const uint16_t* p) {
+    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+  }
+};
+
+// Horizontal sums of eight vectors, as the eight lanes of one vector.
+inline __m256 reduce8(const __m256 (&v)[8]) {
+  const __m256 t0 = _mm256_hadd_ps(v[0], v[1]);
+  const __m256 t1 = _mm256_hadd_ps(v[2], v[3]);
+  const __m256 t2 = _mm256_hadd_ps(v[4], v[5]);
+  const __m256 t3 = _mm256_hadd_ps(v[6], v[7]);
+  const __m256 u0 = _mm256_hadd_ps(t0, t1);  // lanes: v0..v3 low halves, then v0..v3 high halves
+  const __m256 u1 = _mm256_hadd_ps(t2, t3);
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+inline float hmax(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+  return _mm_cvtss_f32(m);
+}
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+  return _mm_cvtss_f32(s);
+}
+
+// e^x for every lane; lanes below -87.3 (including -inf) give exactly 0. Cody-Waite reduction
+// x = n ln2 + r, |r| <= ln2/2, and Cephes' degree-5 polynomial for e^r: about 1 ulp.
+inline __m256 exp256(__m256 x) {
+  const __m256 underflow = _mm256_cmp_ps(x, _mm256_set1_ps(-87.33654f), _CMP_LT_OQ);
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.33654f));
+  x = _mm256_min_ps(x, _mm256_set1_ps(88.3762626647949f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  const __m256 r2 = _mm256_mul_ps(r, r);
+  const __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, r2, r), _mm256_set1_ps(1.0f));
+  // 2^n: n is in [-126, 127], so the biased exponent is a normal one.
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256 result = _mm256_mul_ps(y, _mm256_castsi256_ps(bits));
+  return _mm256_andnot_ps(underflow, result);
+}
+
+// cap * tanh(x / cap). tanh|y| = (1 - e) / (1 + e) with e = exp(-2|y|); below |y| = 1/16, where
+// 1 - e would cancel, the odd Taylor series to y^5 (relative error under 4e-9).
+inline __m256 softcap256(__m256 x, float cap) {
+  const __m256 sign_mask = _mm256_set1_ps(-0.0f);
+  const __m256 y = _mm256_mul_ps(x, _mm256_set1_ps(1.0f / cap));
+  const __m256 ay = _mm256_andnot_ps(sign_mask, y);
+  const __m256 e = exp256(_mm256_mul_ps(ay, _mm256_set1_ps(-2.0f)));
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 t_large = _mm256_div_ps(_mm256_sub_ps(one, e), _mm256_add_ps(one, e));
+  const __m256 y2 = _mm256_mul_ps(ay, ay);
+  __m256 poly = _mm256_fmadd_ps(y2, _mm256_set1_ps(2.0f / 15.0f), _mm256_set1_ps(-1.0f / 3.0f));
+  poly = _mm256_fmadd_ps(poly, y2, one);
+  const __m256 t_small = _mm256_mul_ps(poly, ay);
+  const __m256 small = _mm256_cmp_ps(ay, _mm256_set1_ps(0.0625f), _CMP_LT_OQ);
+  const __m256 t = _mm256_blendv_ps(t_large, t_small, small);
+  return _mm256_mul_ps(_mm256_or_ps(t, _mm256_and_ps(y, sign_mask)), _mm256_set1_ps(cap));
+}
+
+// Scores of NR query rows against NT tokens: s[r * kTileTokens + t] = q_r . k_t.
+template <class L, int NR, int NT>
+inline void qk_block(const float* q, size_t dim, const typename L::Storage* const* keys, float* s) {
+  static_assert(NR * NT <= 8);
+  __m256 acc[8];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
+  for (size_t d = 0; d < dim; d += 8) {
+    __m256 k[NT];
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) k[t] = L::load(keys[t] + d);
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) {
+      const __m256 qr = _mm256_loadu_ps(q + static_cast<size_t>(r) * dim + d);
+#pragma GCC unroll 8
+      for (int t = 0; t < NT; ++t) acc[r * NT + t] = _mm256_fmadd_ps(qr, k[t], acc[r * NT + t]);
+    }
+  }
+  alignas(32) float sums[8];
+  _mm256_store_ps(sums, reduce8(acc));
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; ++r)
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) s[r * kTileTokens + t] = sums[r * NT + t];
+}
+
+template <class L, int NR>
+void qk_rows(const float* q, size_t dim, const typename L::Storage* const* keys, int n, float* s) {
+  constexpr int kTokens = NR >= 3 ? 2 : 8 / NR;  // NR * kTokens independent FMA chains
+  int j = 0;
+  for (; j + kTokens <= n; j += kTokens) qk_block<L, NR, kTokens>(q, dim, keys + j, s + j);
+  for (; j < n; ++j) qk_block<L, NR, 1>(q, dim, keys + j, s + j);
+}
+
+template <class L>
+void qk_tile(const float* q, int rows, size_t dim, const typename L::Storage* const* keys, int n, float* scores) {
+  for (int r0 = 0; r0 < rows; r0 += kRowBlock) {
+    const float* qr = q + static_cast<size_t>(r0) * dim;
+    float* s = scores + static_cast<size_t>(r0) * kTileTokens;
+    switch (std::min(kRowBlock, rows - r0)) {
+      case 4: qk_rows<L, 4>(qr, dim, keys, n, s); break;
+      case 3: qk_rows<L, 3>(qr, dim, keys, n, s); break;
+      case 2: qk_rows<L, 2>(qr, dim, keys, n, s); break;
+      default: qk_rows<L, 1>(qr, dim, keys, n, s); break;
+    }
+  }
+}
+
+// acc[r][d0 .. d0 + 8 NC) += sum_j p[r][j] * v_j[d0 ..] for NR rows.
+template <class L, int NR, int NC>
+inline void pv_block(const float* p, const typename L::Storage* const* values, int n, size_t d0, float* acc,
+                     size_t dim) {
+  __m256 a[NR][NC];
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; ++r)
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; ++c) a[r][c] = _mm256_loadu_ps(acc + static_cast<size_t>(r) * dim + d0 + 8 * c);
+  for (int j = 0; j < n; ++j) {
+    __m256 v[NC];
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; ++c) v[c] = L::load(values[j] + d0 + 8 * c);
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) {
+      const __m256 pr = _mm256_broadcast_ss(p + r * kTileTokens + j);
+#pragma GCC unroll 8
+      for (int c = 0; c < NC; ++c) a[r][c] = _mm256_fmadd_ps(pr, v[c], a[r][c]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; ++r)
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; ++c) _mm256_storeu_ps(acc + static_cast<size_t>(r) * dim + d0 + 8 * c, a[r][c]);
+}
+
+template <class L, int NR>
+void pv_rows(const float* p, const typename L::Storage* const* values, int n, float* acc, size_t dim) {
+  constexpr int kChunks = NR >= 3 ? 2 : 8 / NR;  // registers: NR * kChunks accumulators
+  size_t d0 = 0;
+  for (; d0 + 8 * kChunks <= dim; d0 += 8 * kChunks) pv_block<L, NR, kChunks>(p, values, n, d0, acc, dim);
+  for (; d0 < dim; d0 += 8) pv_block<L, NR, 1>(p, values, n, d0, acc, dim);
+}
+
+template <class L>
+void pv_tile(const float* probs, int rows, const typename L::Storage* const* values, int n, float* acc, size_t dim) {
+  for (int r0 = 0; r0 < rows; r0 += kRowBlock) {
+    const float* p = probs + static_cast<size_t>(r0) * kTileTokens;
+    float* a = acc + static_cast<size_t>(r0) * dim;
+    switch (std::min(kRowBlock, rows - r0)) {
+      case 4: pv_rows<L, 4>(p, values, n, a, dim); break;
+      case 3: pv_rows<L, 3>(p, values, n, a, dim); break;
+      case 2: pv_rows<L, 2>(p, values, n, a, dim); break;
+      default: pv_rows<L, 1>(p, values, n, a, dim); break;
+    }
+  }
+}
+
+// Turns one row's tile scores into probabilities (in place) and updates its running max, sum
+// and accumulator. Entries outside [lo, hi) are masked out.
+inline void softmax_row(float* s, int lo, int hi, float softcap, float& row_max, float& row_sum, float* acc,
+                        size_t dim) {
+  static_assert(kTileTokens % 8 == 0);
+  __m256 v[kTileTokens / 8];
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i lo_v = _mm256_set1_epi32(lo), hi_v = _mm256_set1_epi32(hi);
+  __m256 tile_max = _mm256_set1_ps(kNegInf);
+#pragma GCC unroll 4
+  for (int c = 0; c < kTileTokens / 8; ++c) {
+    __m256 x = _mm256_loadu_ps(s + 8 * c);
+    if (softcap > 0) x = softcap256(x, softcap);
+    const __m256i index = _mm256_add_epi32(lane, _mm256_set1_epi32(8 * c));
+    const __m256i outside =
+        _mm256_or_si256(_mm256_cmpgt_epi32(lo_v, index), _mm256_cmpgt_epi32(_mm256_add_epi32(index, _mm256_set1_epi32(1)), hi_v));
+    x = _mm256_blendv_ps(x, _mm256_set1_ps(kNegInf), _mm256_castsi256_ps(outside));
+    v[c] = x;
+    tile_max = _mm256_max_ps(tile_max, x);
+  }
+  const float new_max = std::max(row_max, hmax(tile_max));
+  if (new_max == kNegInf) {  // nothing attended so far: probabilities are all zero
+    for (int j = 0; j < kTileTokens; ++j) s[j] = 0.0f;
+    return;
+  }
+  const __m256 m = _mm256_set1_ps(new_max);
+  __m256 sum = _mm256_setzero_ps();
+#pragma GCC unroll 4
+  for (int c = 0; c < kTileTokens / 8; ++c) {
+    const __m256 p = exp256(_mm256_sub_ps(v[c], m));
+    _mm256_storeu_ps(s + 8 * c, p);
+    sum = _mm256_add_ps(sum, p);
+  }
+  const float correction = std::exp(row_max - new_max);  // 0 on the first tile (row_max = -inf)
+  if (correction != 1.0f) {
+    const __m256 cv = _mm256_set1_ps(correction);
+    for (size_t d = 0; d < dim; d += 8) _mm256_storeu_ps(acc + d, _mm256_mul_ps(_mm256_loadu_ps(acc + d), cv));
+  }
+  row_max = new_max;
+  row_sum = row_sum * correction + hsum(sum);
+}
+
+// Pointers to the K and V rows of one KV head for tokens [first, first + n).
+template <class T>
+void locate_rows(const RowGroupTask& task, int first, int n, const T** keys, const T** values) {
+  const KVLayerView& kv = *task.kv;
+  const auto* key_base = static_cast<const T*>(kv.key) + static_cast<size_t>(task.kv_head) * static_cast<size_t>(kv.head_dim);
+  const auto* value_base =
+      static_cast<const T*>(kv.value) + static_cast<size_t>(task.kv_head) * static_cast<size_t>(kv.head_dim);
+  const size_t token_stride = kv.token_stride_elems();
+  int block_index = first / kv.block_size;
+  int offset = first % kv.block_size;
+  size_t slot = static_cast<size_t>(task.block_table[block_index]) * static_cast<size_t>(kv.block_size) +
+                static_cast<size_t>(offset);
+  for (int j = 0; j < n; ++j) {
+    keys[j] = key_base + slot * token_stride;
+    values[j] = value_base + slot * token_stride;
+    if (++offset == kv.block_size && j + 1 < n) {
+      offset = 0;
+      ++block_index;
+      slot = static_cast<size_t>(task.block_table[block_index]) * static_cast<size_t>(kv.block_size);
+    } else {
+      ++slot;
+    }
+  }
+}
+
+template <class T>
+void prefetch_rows(const T* const* rows, int n, size_t row_bytes) {
+  for (int j = 0; j < n; ++j) {
+    const char* p = reinterpret_cast<const char*>(rows[j]);
+    for (size_t off = 0; off < row_bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+  }
+}
+
+template <class L>
+void attend(const RowGroupTask& task) {
+  using T = typename L::Storage;
+  const size_t dim = static_cast<size_t>(task.kv->head_dim);
+  const int rows = task.num_rows;
+  // 16-bit K/V read by more than one block of rows: convert each tile once.
+  constexpr bool kSixteenBit = !std::is_same_v<T, float>;
+  const bool convert_tiles = kSixteenBit && rows > kRowBlock;
+
+  thread_local std::vector<float> scores, key_tile, value_tile;
+  scores.resize(static_cast<size_t>(rows) * kTileTokens);
+  if (convert_tiles) {
+    key_tile.resize(kTileTokens * dim);
+    value_tile.resize(kTileTokens * dim);
+  }
+  std::fill(task.acc, task.acc + static_cast<size_t>(rows) * dim, 0.0f);
+  std::fill(task.row_max, task.row_max + rows, kNegInf);
+  std::fill(task.row_sum, task.row_sum + rows, 0.0f);
+
+  const T* keys[2][kTileTokens];
+  const T* values[2][kTileTokens];
+  const float* converted_keys[kTileTokens];
+  const float* converted_values[kTileTokens];
+  for (int j = 0; j < kTileTokens && convert_tiles; ++j) {
+    converted_keys[j] = key_tile.data() + static_cast<size_t>(j) * dim;
+    converted_values[j] = value_tile.data() + static_cast<size_t>(j) * dim;
+  }
+  const size_t row_bytes = dim * sizeof(T);
+
+  int buffer = 0;
+  locate_rows(task, task.token_begin, std::min(kTileTokens, task.token_end - task.token_begin), keys[0], values[0]);
+  for (int tile = task.token_begin; tile < task.token_end; tile += kTileTokens) {
+    const int n = std::min(kTileTokens, task.token_end - tile);
+    const int next = tile + kTileTokens;
+    if (next < task.token_end) {
+      const int next_n = std::min(kTileTokens, task.token_end - next);
+      locate_rows(task, next, next_n, keys[buffer ^ 1], values[buffer ^ 1]);
+      prefetch_rows(keys[buffer ^ 1], next_n, row_bytes);
+      prefetch_rows(values[buffer ^ 1], next_n, row_bytes);
+    }
+    const T* const* k = keys[buffer];
+    const T* const* v = values[buffer];
+
+    if (convert_tiles) {
+      for (int j = 0; j < n; ++j)
+        for (size_t d = 0; d < dim; d += 8) {
+          _mm256_storeu_ps(key_tile.data() + static_cast<size_t>(j) * dim + d, L::load(k[j] + d));
+          _mm256_storeu_ps(value_tile.data() + static_cast<size_t>(j) * dim + d, L::load(v[j] + d));
+        }
+      qk_tile<LoadF32>(task.query, rows, dim, converted_keys, n, scores.data());
+    } else {
+      qk_tile<L>(task.query, rows, dim, k, n, scores.data());
+    }
+
+    for (int r = 0; r < rows; ++r) {
+      const int lo = task.rows_share_range ? 0 : std::clamp(task.row_begin[r] - tile, 0, n);
+      const int hi = task.rows_share_range ? n : std::clamp(task.row_end[r] - tile, 0, n);
+      softmax_row(scores.data() + static_cast<size_t>(r) * kTileTokens, lo, hi, task.logit_softcap, task.row_max[r],
+                  task.row_sum[r], task.acc + static_cast<size_t>(r) * dim, dim);
+    }
+
+    if (convert_tiles)
+      pv_tile<LoadF32>(scores.data(), rows, converted_values, n, task.acc, dim);
+    else
+      pv_tile<L>(scores.data(), rows, v, n, task.acc, dim);
+    buffer ^= 1;
+  }
+}
+
+}  // namespace
+
+void attend_rows_avx2(const RowGroupTask& task) {
+  switch (task.kv->dtype) {
+    case DType::kF32: return attend<LoadF32>(task);
+    case DType::kF16: return attend<LoadF16>(task);
+    case DType::kBF16: return attend<LoadBF16>(task);
+    default: return;  // the driver accepts only the three storage types
+  }
+}
+
+}  // namespace pagedkv::attention_detail

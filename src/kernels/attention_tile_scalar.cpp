@@ -1,0 +1,117 @@
+// The portable kernel: the same tiled online-softmax algorithm as the AVX2 kernel, in plain C++.
+// It is the path the tests compare the SIMD path against and the one that runs on CPUs without
+// AVX2. Each tile of K and V is first converted to f32 (exact), then all arithmetic is f32.
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <vector>
+
+#include "attention_tile.h"
+#include "pagedkv/storage/float_convert.h"
+
+namespace pagedkv::attention_detail {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+float dot(const float* a, const float* b, int n) {
+  // Eight independent partial sums: the compiler may vectorise this without reassociating.
+  float partial[8] = {};
+  int d = 0;
+  for (; d + 8 <= n; d += 8)
+    for (int l = 0; l < 8; ++l) partial[l] += a[d + l] * b[d + l];
+  float sum = 0;
+  for (; d < n; ++d) sum += a[d] * b[d];
+  for (float p : partial) sum += p;
+  return sum;
+}
+
+// Converts one token's row of one KV head to f32.
+void load_row(const KVLayerView& kv, const void* plane, size_t element_offset, float* out) {
+  const size_t n = static_cast<size_t>(kv.head_dim);
+  switch (kv.dtype) {
+    case DType::kF32: {
+      const float* src = static_cast<const float*>(plane) + element_offset;
+      std::copy(src, src + n, out);
+      return;
+    }
+    case DType::kF16: {
+      const uint16_t* src = static_cast<const uint16_t*>(plane) + element_offset;
+      for (size_t i = 0; i < n; ++i) out[i] = f16_to_f32(src[i]);
+      return;
+    }
+    case DType::kBF16: {
+      const uint16_t* src = static_cast<const uint16_t*>(plane) + element_offset;
+      for (size_t i = 0; i < n; ++i) out[i] = bf16_to_f32(src[i]);
+      return;
+    }
+    default: return;  // the driver accepts only the three storage types
+  }
+}
+
+}  // namespace
+
+void attend_rows_scalar(const RowGroupTask& task) {
+  const KVLayerView& kv = *task.kv;
+  const int dim = kv.head_dim;
+  const int rows = task.num_rows;
+  const auto udim = static_cast<size_t>(dim);
+
+  thread_local std::vector<float> key_tile, value_tile, scores;
+  key_tile.resize(static_cast<size_t>(kTileTokens) * udim);
+  value_tile.resize(static_cast<size_t>(kTileTokens) * udim);
+  scores.resize(static_cast<size_t>(rows) * kTileTokens);
+
+  std::fill(task.acc, task.acc + static_cast<size_t>(rows) * udim, 0.0f);
+  std::fill(task.row_max, task.row_max + rows, kNegInf);
+  std::fill(task.row_sum, task.row_sum + rows, 0.0f);
+
+  const size_t head_offset = static_cast<size_t>(task.kv_head) * udim;
+  for (int tile = task.token_begin; tile < task.token_end; tile += kTileTokens) {
+    const int n = std::min(kTileTokens, task.token_end - tile);
+    for (int j = 0; j < n; ++j) {
+      const int pos = tile + j;
+      const auto slot = static_cast<size_t>(task.block_table[pos / kv.block_size]) * static_cast<size_t>(kv.block_size) +
+                        static_cast<size_t>(pos % kv.block_size);
+      const size_t offset = slot * kv.token_stride_elems() + head_offset;
+      load_row(kv, kv.key, offset, key_tile.data() + static_cast<size_t>(j) * udim);
+      load_row(kv, kv.value, offset, value_tile.data() + static_cast<size_t>(j) * udim);
+    }
+    for (int r = 0; r < rows; ++r) {
+      float* s = scores.data() + static_cast<size_t>(r) * kTileTokens;
+      const float* q = task.query + static_cast<size_t>(r) * udim;
+      // Tokens of this tile the row may attend to: [lo, hi).
+      const int lo = task.rows_share_range ? 0 : std::clamp(task.row_begin[r] - tile, 0, n);
+      const int hi = task.rows_share_range ? n : std::clamp(task.row_end[r] - tile, 0, n);
+      if (lo >= hi) continue;
+      float tile_max = kNegInf;
+      for (int j = lo; j < hi; ++j) {
+        float x = dot(q, key_tile.data() + static_cast<size_t>(j) * udim, dim);
+        if (task.logit_softcap > 0) x = task.logit_softcap * std::tanh(x / task.logit_softcap);
+        s[j] = x;
+        tile_max = std::max(tile_max, x);
+      }
+      const float old_max = task.row_max[r];
+      const float new_max = std::max(old_max, tile_max);
+      const float correction = std::exp(old_max - new_max);  // exp(-inf) = 0 on the first tile
+      float tile_sum = 0;
+      for (int j = lo; j < hi; ++j) {
+        s[j] = std::exp(s[j] - new_max);
+        tile_sum += s[j];
+      }
+      float* acc = task.acc + static_cast<size_t>(r) * udim;
+      if (correction != 1.0f)
+        for (int d = 0; d < dim; ++d) acc[d] *= correction;
+      for (int j = lo; j < hi; ++j) {
+        const float p = s[j];
+        const float* v = value_tile.data() + static_cast<size_t>(j) * udim;
+        for (int d = 0; d < dim; ++d) acc[d] += p * v[d];
+      }
+      task.row_max[r] = new_max;
+      task.row_sum[r] = task.row_sum[r] * correction + tile_sum;
+    }
+  }
+}
+
+}  // namespace pagedkv::attention_detail

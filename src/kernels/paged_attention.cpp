@@ -1,0 +1,292 @@
+// The paged-attention driver: checks the batch, cuts it into tasks, runs them on the thread
+// pool and merges split tasks. The arithmetic lives in attention_tile_{scalar,avx2}.cpp.
+//
+// Work decomposition. Each request's query tokens are cut into query tiles of up to
+// kRowsPerTask / G tokens (G = query heads per KV head), so a task's rows are the G heads of one
+// KV head times the tile's tokens: a decode request is one tile of G rows. A (tile, KV head)
+// pair reads the context tokens its rows may attend to; when the batch alone does not give every
+// thread several tasks, long ranges are split into partitions (flash-decoding) whose partial
+// softmax states are merged afterwards. Tasks are handed out largest first.
+#include "pagedkv/kernels/paged_attention.h"
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "attention_tile.h"
+#include "pagedkv/core/error.h"
+#include "pagedkv/kernels/thread_pool.h"
+
+namespace pagedkv {
+namespace {
+
+using attention_detail::RowGroupTask;
+
+constexpr int kRowsPerTask = 64;      // query rows (heads x tokens) sharing one pass over K/V
+constexpr int kMinPartition = 512;    // shortest context range worth a separate task
+constexpr int kTasksPerThread = 8;    // aim for this many tasks per thread before splitting
+
+// A query tile of one request: its tokens attend to context positions [token_begin, token_end).
+struct QueryTile {
+  int request = 0;
+  int first_query = 0;  // row of the flattened query tensor
+  int num_queries = 0;
+  int first_position = 0;
+  int token_begin = 0, token_end = 0;
+  int partitions = 1;
+  int partition_tokens = 0;
+  size_t partial_offset = 0;  // into the partial-results buffer, when partitions > 1
+};
+
+struct TaskRef {
+  int tile = 0, kv_head = 0, partition = 0;
+  int cost = 0;  // tokens read; larger tasks are scheduled first
+};
+
+void validate(const AttentionShape& shape, const PagedAttentionBatch& batch, const KVLayerView& kv) {
+  if (shape.num_q_heads <= 0 || shape.num_kv_heads <= 0 || shape.head_dim <= 0)
+    throw UsageError(fmt::format("paged_attention: head counts and head_dim must be positive (q heads {}, kv heads {}, "
+                                 "head_dim {})", shape.num_q_heads, shape.num_kv_heads, shape.head_dim));
+  if (shape.num_q_heads % shape.num_kv_heads != 0)
+    throw UsageError(fmt::format("paged_attention: {} query heads is not a multiple of {} KV heads",
+                                 shape.num_q_heads, shape.num_kv_heads));
+  if (shape.num_kv_heads != kv.num_kv_heads || shape.head_dim != kv.head_dim)
+    throw UsageError(fmt::format("paged_attention: shape has {} KV heads of dim {}, the KV layer {} of dim {}",
+                                 shape.num_kv_heads, shape.head_dim, kv.num_kv_heads, kv.head_dim));
+  if (!is_storage_dtype(kv.dtype))
+    throw UsageError(fmt::format("paged_attention: KV dtype {} is not fp32, fp16 or bf16", dtype_name(kv.dtype)));
+  if (kv.key == nullptr || kv.value == nullptr || kv.block_size <= 0 || kv.num_blocks <= 0)
+    throw UsageError("paged_attention: the KV layer view is empty");
+  if (!std::isfinite(shape.scale) || shape.scale <= 0)
+    throw UsageError(fmt::format("paged_attention: scale must be positive and finite, got {}", shape.scale));
+  if (shape.sliding_window < 0)
+    throw UsageError(fmt::format("paged_attention: sliding_window must be >= 0, got {}", shape.sliding_window));
+  if (!(shape.logit_softcap >= 0) || !std::isfinite(shape.logit_softcap))
+    throw UsageError(fmt::format("paged_attention: logit_softcap must be >= 0 and finite, got {}", shape.logit_softcap));
+  if (batch.num_requests < 0)
+    throw UsageError(fmt::format("paged_attention: num_requests must be >= 0, got {}", batch.num_requests));
+  if (batch.num_requests == 0) return;
+  if (batch.query_start == nullptr || batch.context_lens == nullptr || batch.block_tables == nullptr)
+    throw UsageError("paged_attention: query_start, context_lens and block_tables must be set");
+  if (batch.query_start[0] < 0)
+    throw UsageError(fmt::format("paged_attention: query_start[0] must be >= 0, got {}", batch.query_start[0]));
+  for (int i = 0; i < batch.num_requests; ++i) {
+    const int q_len = batch.query_start[i + 1] - batch.query_start[i];
+    const int context = batch.context_lens[i];
+    if (q_len < 0)
+      throw UsageError(fmt::format("paged_attention: query_start decreases at request {} ({} -> {})", i,
+                                   batch.query_start[i], batch.query_start[i + 1]));
+    if (q_len > context)
+      throw UsageError(fmt::format("paged_attention: request {} has {} query tokens but a context of only {}", i, q_len,
+                                   context));
+    if (q_len == 0) continue;
+    const int blocks_needed = (context + kv.block_size - 1) / kv.block_size;
+    if (blocks_needed > batch.block_table_stride)
+      throw UsageError(fmt::format("paged_attention: request {} needs {} blocks for {} tokens, the block table row "
+                                   "holds {}", i, blocks_needed, context, batch.block_table_stride));
+    // Blocks wholly before the first query's window are never read (and may be the null block).
+    const int first_read = shape.sliding_window > 0 ? std::max(0, context - q_len + 1 - shape.sliding_window) : 0;
+    const int32_t* row = batch.block_tables + static_cast<size_t>(i) * static_cast<size_t>(batch.block_table_stride);
+    for (int b = first_read / kv.block_size; b < blocks_needed; ++b)
+      if (row[b] < 0 || row[b] >= kv.num_blocks)
+        throw UsageError(fmt::format("paged_attention: request {} block table entry {} is block {}, outside [0, {})",
+                                     i, b, row[b], kv.num_blocks));
+  }
+}
+
+// Per-thread buffers for one task: its scaled queries, row ranges and unsplit results.
+struct TaskScratch {
+  std::vector<float> query, acc, row_max, row_sum;
+  std::vector<int32_t> row_begin, row_end;
+  void reserve(size_t rows, size_t dim) {
+    query.resize(rows * dim);
+    acc.resize(rows * dim);
+    row_max.resize(rows);
+    row_sum.resize(rows);
+    row_begin.resize(rows);
+    row_end.resize(rows);
+  }
+};
+
+}  // namespace
+
+void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& batch, const KVLayerView& kv,
+                     const float* query, float* out, KernelIsa isa) {
+  validate(shape, batch, kv);
+  if (batch.num_requests == 0) return;
+  KernelIsa chosen = resolve_isa(isa);
+  if (chosen == KernelIsa::kAvx2 && shape.head_dim % 8 != 0) chosen = KernelIsa::kScalar;  // no masked tails
+  const auto kernel = chosen == KernelIsa::kAvx2 ? attention_detail::attend_rows_avx2
+                                                 : attention_detail::attend_rows_scalar;
+
+  const int group = shape.num_q_heads / shape.num_kv_heads;  // query heads per KV head
+  const int queries_per_tile = std::max(1, kRowsPerTask / group);
+  const auto dim = static_cast<size_t>(shape.head_dim);
+  const int window = shape.sliding_window;
+
+  // 1. Query tiles.
+  thread_local std::vector<QueryTile> tiles;
+  tiles.clear();
+  long long total_tokens = 0;
+  for (int r = 0; r < batch.num_requests; ++r) {
+    const int q_len = batch.query_start[r + 1] - batch.query_start[r];
+    const int context = batch.context_lens[r];
+    for (int first = 0; first < q_len; first += queries_per_tile) {
+      QueryTile t;
+      t.request = r;
+      t.first_query = batch.query_start[r] + first;
+      t.num_queries = std::min(queries_per_tile, q_len - first);
+      t.first_position = context - q_len + first;
+      t.token_end = t.first_position + t.num_queries;
+      t.token_begin = window > 0 ? std::max(0, t.first_position + 1 - window) : 0;
+      total_tokens += t.token_end - t.token_begin;
+      tiles.push_back(t);
+    }
+  }
+  if (tiles.empty()) return;
+
+  // 2. Partitions: split long ranges only as far as needed to give every thread enough tasks.
+  const int threads = kernel_threads();
+  const long long target_tasks = static_cast<long long>(threads) * kTasksPerThread;
+  const long long even_share = (total_tokens * shape.num_kv_heads + target_tasks - 1) / target_tasks;
+  const int partition_tokens = static_cast<int>(std::min<long long>(
+      std::numeric_limits<int>::max(), std::max<long long>(kMinPartition, even_share)));
+  size_t partial_floats = 0;
+  thread_local std::vector<TaskRef> tasks;
+  tasks.clear();
+  for (int i = 0; i < static_cast<int>(tiles.size()); ++i) {
+    QueryTile& t = tiles[static_cast<size_t>(i)];
+    const int span = t.token_end - t.token_begin;
+    t.partitions = threads > 1 ? std::max(1, (span + partition_tokens - 1) / partition_tokens) : 1;
+    t.partition_tokens = (span + t.partitions - 1) / t.partitions;
+    if (t.partitions > 1) {
+      t.partial_offset = partial_floats;
+      const size_t rows = static_cast<size_t>(t.num_queries) * static_cast<size_t>(group);
+      partial_floats += static_cast<size_t>(shape.num_kv_heads) * static_cast<size_t>(t.partitions) * rows * (dim + 2);
+    }
+    for (int h = 0; h < shape.num_kv_heads; ++h)
+      for (int p = 0; p < t.partitions; ++p) {
+        const int begin = t.token_begin + p * t.partition_tokens;
+        const int end = std::min(t.token_end, begin + t.partition_tokens);
+        tasks.push_back(TaskRef{i, h, p, (end - begin) * t.num_queries});
+      }
+  }
+  std::stable_sort(tasks.begin(), tasks.end(), [](const TaskRef& a, const TaskRef& b) { return a.cost > b.cost; });
+  thread_local std::vector<float> partials;
+  if (partials.size() < partial_floats) partials.resize(partial_floats);
+  float* const partial_base = partials.data();
+
+  const size_t q_token_stride = static_cast<size_t>(shape.num_q_heads) * dim;
+  const int num_tasks = static_cast<int>(tasks.size());
+  const QueryTile* const tile_list = tiles.data();
+  const TaskRef* const task_list = tasks.data();
+
+  auto run_task = [&](const TaskRef& ref, TaskScratch& scratch) {
+    const QueryTile& t = tile_list[ref.tile];
+    const size_t rows = static_cast<size_t>(t.num_queries) * static_cast<size_t>(group);
+    scratch.reserve(rows, dim);
+    for (int qi = 0; qi < t.num_queries; ++qi) {
+      const int position = t.first_position + qi;
+      for (int g = 0; g < group; ++g) {
+        const size_t row = static_cast<size_t>(qi) * static_cast<size_t>(group) + static_cast<size_t>(g);
+        const float* src = query + static_cast<size_t>(t.first_query + qi) * q_token_stride +
+                           static_cast<size_t>(ref.kv_head * group + g) * dim;
+        float* dst = scratch.query.data() + row * dim;
+        for (size_t d = 0; d < dim; ++d) dst[d] = src[d] * shape.scale;
+        scratch.row_end[row] = position + 1;
+        scratch.row_begin[row] = window > 0 ? std::max(0, position + 1 - window) : 0;
+      }
+    }
+    RowGroupTask task;
+    task.kv = &kv;
+    task.block_table = batch.block_tables + static_cast<size_t>(t.request) * static_cast<size_t>(batch.block_table_stride);
+    task.kv_head = ref.kv_head;
+    task.token_begin = t.token_begin + ref.partition * t.partition_tokens;
+    task.token_end = std::min(t.token_end, task.token_begin + t.partition_tokens);
+    task.num_rows = static_cast<int>(rows);
+    task.query = scratch.query.data();
+    task.row_begin = scratch.row_begin.data();
+    task.row_end = scratch.row_end.data();
+    task.rows_share_range = t.num_queries == 1;
+    task.logit_softcap = shape.logit_softcap;
+    if (t.partitions > 1) {
+      float* base = partial_base + t.partial_offset +
+                    static_cast<size_t>(ref.kv_head * t.partitions + ref.partition) * rows * (dim + 2);
+      task.acc = base;
+      task.row_max = base + rows * dim;
+      task.row_sum = base + rows * dim + rows;
+      kernel(task);
+      return;
+    }
+    task.acc = scratch.acc.data();
+    task.row_max = scratch.row_max.data();
+    task.row_sum = scratch.row_sum.data();
+    kernel(task);
+    for (size_t row = 0; row < rows; ++row) {
+      const size_t qi = row / static_cast<size_t>(group), g = row % static_cast<size_t>(group);
+      float* dst = out + static_cast<size_t>(t.first_query) * q_token_stride + qi * q_token_stride +
+                   (static_cast<size_t>(ref.kv_head * group) + g) * dim;
+      const float inv = 1.0f / scratch.row_sum[row];
+      const float* acc = scratch.acc.data() + row * dim;
+      for (size_t d = 0; d < dim; ++d) dst[d] = acc[d] * inv;
+    }
+  };
+
+  // Merges the partitions of one (split tile, KV head): the log-sum-exp combination.
+  auto merge = [&](const QueryTile& t, int kv_head) {
+    const size_t rows = static_cast<size_t>(t.num_queries) * static_cast<size_t>(group);
+    const size_t part_floats = rows * (dim + 2);
+    const float* first = partial_base + t.partial_offset + static_cast<size_t>(kv_head * t.partitions) * part_floats;
+    for (size_t row = 0; row < rows; ++row) {
+      float global_max = -std::numeric_limits<float>::infinity();
+      for (int p = 0; p < t.partitions; ++p)
+        global_max = std::max(global_max, first[static_cast<size_t>(p) * part_floats + rows * dim + row]);
+      const size_t qi = row / static_cast<size_t>(group), g = row % static_cast<size_t>(group);
+      float* dst = out + static_cast<size_t>(t.first_query) * q_token_stride + qi * q_token_stride +
+                   (static_cast<size_t>(kv_head * group) + g) * dim;
+      std::fill(dst, dst + dim, 0.0f);
+      float total = 0;
+      for (int p = 0; p < t.partitions; ++p) {
+        const float* part = first + static_cast<size_t>(p) * part_floats;
+        const float part_max = part[rows * dim + row];
+        if (part_max == -std::numeric_limits<float>::infinity()) continue;  // row saw no token here
+        const float weight = std::exp(part_max - global_max);
+        total += weight * part[rows * dim + rows + row];
+        const float* acc = part + row * dim;
+        for (size_t d = 0; d < dim; ++d) dst[d] += weight * acc[d];
+      }
+      const float inv = 1.0f / total;
+      for (size_t d = 0; d < dim; ++d) dst[d] *= inv;
+    }
+  };
+
+  thread_local std::vector<std::pair<int, int>> merges;  // (tile, kv head) with partitions > 1
+  merges.clear();
+  for (int i = 0; i < static_cast<int>(tiles.size()); ++i)
+    if (tiles[static_cast<size_t>(i)].partitions > 1)
+      for (int h = 0; h < shape.num_kv_heads; ++h) merges.emplace_back(i, h);
+  const int num_merges = static_cast<int>(merges.size());
+  const std::pair<int, int>* const merge_list = merges.data();
+
+  const int team = std::max(1, std::min(threads, num_tasks));
+  if (team == 1) {
+    thread_local TaskScratch scratch;
+    for (int i = 0; i < num_tasks; ++i) run_task(task_list[i], scratch);
+    for (int i = 0; i < num_merges; ++i) merge(tile_list[merge_list[i].first], merge_list[i].second);
+    return;
+  }
+#pragma omp parallel num_threads(team)
+  {
+    thread_local TaskScratch scratch;
+#pragma omp for schedule(dynamic, 1)
+    for (int i = 0; i < num_tasks; ++i) run_task(task_list[i], scratch);
+#pragma omp for schedule(dynamic, 1)
+    for (int i = 0; i < num_merges; ++i) merge(tile_list[merge_list[i].first], merge_list[i].second);
+  }
+}
+
+}  // namespace pagedkv

@@ -1,0 +1,111 @@
+#include "pagedkv/storage/kv_ops.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "pagedkv/core/error.h"
+#include "pagedkv/storage/float_convert.h"
+
+namespace pagedkv {
+namespace {
+
+std::byte* slot_address(void* plane, const KVLayerView& layer, int64_t slot) {
+  return static_cast<std::byte*>(plane) + static_cast<size_t>(slot) * layer.token_stride_elems() * layer.element_bytes();
+}
+
+void check_block(BlockId b, int num_blocks, const char* what) {
+  if (b.value < 0 || b.value >= num_blocks)
+    throw UsageError(fmt::format("{} block {} out of range: the arena has {} blocks", what, b.value, num_blocks));
+}
+
+void check_view(const KVLayerView& layer) {
+  if (layer.key == nullptr || layer.value == nullptr || !is_storage_dtype(layer.dtype) || layer.block_size <= 0 ||
+      layer.num_kv_heads <= 0 || layer.head_dim <= 0)
+    throw UsageError("invalid KV layer view (null planes, unsupported dtype or a non-positive dimension)");
+}
+
+}  // namespace
+
+void write_kv(const KVLayerView& layer, const float* key, const float* value, const int64_t* slot_mapping,
+              int num_tokens) {
+  check_view(layer);
+  const KernelIsa isa = best_available_isa();
+  const size_t row = layer.token_stride_elems();
+  const auto num_slots = static_cast<int64_t>(layer.num_slots());
+  for (int t = 0; t < num_tokens; ++t) {
+    const int64_t slot = slot_mapping[t];
+    if (slot == -1) continue;  // padding token
+    if (slot < 0 || slot >= num_slots)
+      throw UsageError(fmt::format("write_kv: slot {} of token {} out of range [0, {})", slot, t, num_slots));
+    const size_t src = static_cast<size_t>(t) * row;
+    convert_from_f32(layer.dtype, key + src, slot_address(layer.key, layer, slot), row, isa);
+    convert_from_f32(layer.dtype, value + src, slot_address(layer.value, layer, slot), row, isa);
+  }
+}
+
+void copy_blocks(KVArena& arena, std::span<const std::pair<BlockId, BlockId>> src_dst) {
+  for (const auto& [src, dst] : src_dst) {
+    check_block(src, arena.num_blocks(), "copy_blocks source");
+    check_block(dst, arena.num_blocks(), "copy_blocks destination");
+  }
+  for (int l = 0; l < arena.num_layers(); ++l) {
+    const KVLayerView layer = arena.layer(l);
+    const size_t block_bytes = layer.block_bytes();
+    for (void* plane : {layer.key, layer.value}) {
+      auto* base = static_cast<std::byte*>(plane);
+      for (const auto& [src, dst] : src_dst) {
+        if (src == dst) continue;
+        std::memcpy(base + static_cast<size_t>(dst.value) * block_bytes,
+                    base + static_cast<size_t>(src.value) * block_bytes, block_bytes);
+      }
+    }
+  }
+}
+
+void copy_blocks_between(const KVArena& src, KVArena& dst, std::span<const std::pair<BlockId, BlockId>> src_dst) {
+  const KVCacheSpec& a = src.spec();
+  const KVCacheSpec& b = dst.spec();
+  if (src.num_layers() != dst.num_layers() || a.dtype != b.dtype || a.block_size != b.block_size ||
+      a.num_kv_heads != b.num_kv_heads || a.head_dim != b.head_dim)
+    throw UsageError(fmt::format(
+        "copy_blocks_between: arenas differ (layers {} vs {}, {} vs {}, block_size {} vs {}, kv heads {} vs {}, "
+        "head_dim {} vs {})",
+        src.num_layers(), dst.num_layers(), dtype_name(a.dtype), dtype_name(b.dtype), a.block_size, b.block_size,
+        a.num_kv_heads, b.num_kv_heads, a.head_dim, b.head_dim));
+  for (const auto& [s, d] : src_dst) {
+    check_block(s, src.num_blocks(), "copy_blocks_between source");
+    check_block(d, dst.num_blocks(), "copy_blocks_between destination");
+  }
+  for (int l = 0; l < src.num_layers(); ++l) {
+    const KVLayerView from = src.layer(l);
+    const KVLayerView to = dst.layer(l);
+    const size_t block_bytes = from.block_bytes();
+    for (const auto& [s, d] : src_dst) {
+      const size_t from_off = static_cast<size_t>(s.value) * block_bytes;
+      const size_t to_off = static_cast<size_t>(d.value) * block_bytes;
+      std::memcpy(static_cast<std::byte*>(to.key) + to_off, static_cast<const std::byte*>(from.key) + from_off,
+                  block_bytes);
+      std::memcpy(static_cast<std::byte*>(to.value) + to_off, static_cast<const std::byte*>(from.value) + from_off,
+                  block_bytes);
+    }
+  }
+}
+
+void gather_kv(const KVLayerView& layer, const int32_t* block_table_row, int num_tokens, float* key_out,
+               float* value_out) {
+  check_view(layer);
+  const KernelIsa isa = best_available_isa();
+  const size_t row = layer.token_stride_elems();
+  for (int t = 0; t < num_tokens; ++t) {
+    const int32_t block = block_table_row[t / layer.block_size];
+    if (block < 0 || block >= layer.num_blocks)
+      throw UsageError(fmt::format("gather_kv: block {} of token {} out of range [0, {})", block, t, layer.num_blocks));
+    const int64_t slot = static_cast<int64_t>(block) * layer.block_size + t % layer.block_size;
+    const size_t dst = static_cast<size_t>(t) * row;
+    convert_to_f32(layer.dtype, slot_address(layer.key, layer, slot), key_out + dst, row, isa);
+    convert_to_f32(layer.dtype, slot_address(layer.value, layer, slot), value_out + dst, row, isa);
+  }
+}
+
+}  // namespace pagedkv
