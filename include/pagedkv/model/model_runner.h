@@ -1,0 +1,108 @@
+// The model runner: one forward pass of a LLaMA-architecture model over a flattened batch of
+// tokens from many requests (vLLM v1 style — no prefill/decode distinction), with the KV cache
+// in a paged KVArena.
+//
+// The caller (the engine) decides which tokens run this step and where their K/V live; the runner
+// only computes. For each step it passes, for T scheduled tokens grouped by request:
+//   token_ids[T], positions[T]  each token and its position in its sequence;
+//   slot_mapping[T]             the KV slot each token's K/V is written to
+//                               (block_id * block_size + position % block_size; see
+//                               storage/block_table.h compute_slot_mapping; -1 skips the write);
+//   attention                   query_start / context_lens / block tables of the requests, as
+//                               paged_attention takes them (request i's rows are
+//                               [query_start[i], query_start[i+1]), their positions end at
+//                               context_lens[i] - 1);
+//   logits_rows                 the rows whose next-token logits are wanted — usually the last
+//                               row of each request that samples this step (a prefill chunk that
+//                               does not reach the end of its prompt needs none).
+// Every layer computes q, k, v for all T tokens, writes k and v into the arena through the slot
+// mapping (write_kv), attends through the block tables (paged_attention), and runs the SwiGLU
+// feed-forward block; finally only the requested rows go through the final norm and classifier.
+//
+// Example: two requests, A prefilling 3 prompt tokens at positions 0..2 and B decoding position 9:
+//     token_ids = {a0, a1, a2, b9}; positions = {0, 1, 2, 9}; slot_mapping from each block table;
+//     query_start = {0, 3, 4}; context_lens = {3, 10}; logits_rows = {2, 3};
+//     Logits out = runner.forward(batch, arena);   // out.row(0): A's next token, out.row(1): B's
+//
+// Numerics follow llama2.c's run.c operation by operation (RMSNorm with eps 1e-5, RoPE on adjacent
+// pairs with theta 10000, SwiGLU, matmuls summed left to right in float): with an f32 arena the
+// only difference from run.c is the attention kernel's own summation order.
+//
+// Threads: the matmuls use OpenMP with kernel_threads() threads (kernels/thread_pool.h), as does
+// paged_attention. A runner is not thread-safe (it reuses scratch buffers); use one per thread.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "pagedkv/core/ids.h"
+#include "pagedkv/kernels/paged_attention.h"
+#include "pagedkv/model/model.h"
+#include "pagedkv/model/packed_matrix.h"
+#include "pagedkv/storage/kv_arena.h"
+
+namespace pagedkv {
+
+struct ForwardBatch {
+  std::span<const TokenId> token_ids;     // [T]
+  std::span<const int32_t> positions;     // [T]
+  std::span<const int64_t> slot_mapping;  // [T]
+  PagedAttentionBatch attention;          // covers exactly rows 0..T-1
+  std::span<const int32_t> logits_rows;   // row indices in [0, T), any order, may be empty
+};
+
+// Logits of the requested rows: row(i) belongs to logits_rows[i]. Valid until the next forward.
+struct Logits {
+  const float* data = nullptr;  // [num_rows][vocab_size]
+  int num_rows = 0;
+  int vocab_size = 0;
+  std::span<const float> row(int i) const {
+    return {data + static_cast<size_t>(i) * static_cast<size_t>(vocab_size), static_cast<size_t>(vocab_size)};
+  }
+};
+
+class ModelRunner {
+ public:
+  // `model` must outlive the runner. Repacks the weights for the batched matmuls (a copy of
+  // every matrix: packed_weight_bytes()); the model's own weights are not read after this.
+  explicit ModelRunner(const Model& model, KernelIsa attention_isa = KernelIsa::kAuto);
+
+  const ModelConfig& config() const { return config_; }
+
+  // The arena spec for this model: KVArena arena(runner.kv_cache_spec(16), config().n_layers, blocks).
+  KVCacheSpec kv_cache_spec(int block_size, DType dtype = DType::kF32) const {
+    return config_.kv_cache_spec(block_size, dtype);
+  }
+
+  // Runs one step (see the file comment). Throws UsageError, naming the bad value, if the batch
+  // is inconsistent (sizes differ, a token or position out of range, positions that do not end at
+  // their request's context length, a logits row out of range) or the arena does not fit the
+  // model (layers, KV heads, head_dim). Block tables and slots are checked by the kernels.
+  Logits forward(const ForwardBatch& batch, KVArena& kv);
+
+  size_t packed_weight_bytes() const;
+
+ private:
+  void validate(const ForwardBatch& batch, const KVArena& kv) const;
+  void rmsnorm_rows(const float* x, const float* weight, int rows, float* out) const;
+
+  ModelConfig config_;
+  const float* token_embedding_;
+  const float* rms_att_;
+  const float* rms_ffn_;
+  const float* rms_final_;
+  std::vector<PackedMatrix> wqkv_;     // per layer: [wq; wk; wv]   -> [T][dim + 2 kv_dim]
+  std::vector<PackedMatrix> wo_;       // per layer                 -> [T][dim]
+  std::vector<PackedMatrix> w13_;      // per layer: [w1; w3]       -> [T][2 hidden_dim]
+  std::vector<PackedMatrix> w2_;       // per layer                 -> [T][dim]
+  PackedMatrix wcls_;                  //                           -> [rows][vocab]
+  std::vector<float> rope_inv_freq_;   // [head_dim / 2]: 1 / theta^(2i / head_dim)
+  AttentionShape attention_shape_;
+  KernelIsa attention_isa_;
+
+  // Scratch, grown to the largest batch seen.
+  std::vector<float> x_, xb_, qkv_, q_, k_, v_, att_, proj_, gate_up_, hidden_, rope_, final_, logits_;
+};
+
+}  // namespace pagedkv
