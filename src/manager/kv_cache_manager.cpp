@@ -134,9 +134,15 @@ void KVCacheManager::get_computed_blocks(Request& request, ComputedBlocks& out) 
   }
   if (!any_cacheable) hit = 0;
   out.num_computed_tokens = hit;
-  ++stats_.requests;
-  stats_.queries += static_cast<uint64_t>(request.num_tokens());
-  stats_.hits += static_cast<uint64_t>(hit);
+  if (request.num_preemptions > 0) {
+    ++stats_.preempted_requests;
+    stats_.preempted_queries += static_cast<uint64_t>(request.num_tokens());
+    stats_.preempted_hits += static_cast<uint64_t>(hit);
+  } else {
+    ++stats_.requests;
+    stats_.queries += static_cast<uint64_t>(request.num_tokens());
+    stats_.hits += static_cast<uint64_t>(hit);
+  }
 }
 
 ComputedBlocks KVCacheManager::get_computed_blocks(Request& request) {

@@ -60,10 +60,15 @@ struct NewBlocks {
   bool table_rewritten = false;
 };
 
+// Lookups by requests never preempted, and (apart, as vLLM counts them) lookups by requests
+// re-admitted after a preemption, whose own earlier blocks inflate the hit rate.
 struct PrefixCacheStats {
   uint64_t requests = 0;   // lookups
   uint64_t queries = 0;    // tokens looked up
   uint64_t hits = 0;       // tokens found
+  uint64_t preempted_requests = 0;
+  uint64_t preempted_queries = 0;
+  uint64_t preempted_hits = 0;
   double hit_rate() const { return queries ? static_cast<double>(hits) / static_cast<double>(queries) : 0.0; }
 };
 

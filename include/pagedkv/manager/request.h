@@ -24,6 +24,7 @@ struct Request {
   std::vector<MultiModalInput> mm_inputs;  // sorted by offset
   int num_encoder_tokens = 0;      // cross-attention groups: encoder output length
   bool skip_prefix_cache = false;  // e.g. requests that need prompt logprobs
+  int num_preemptions = 0;         // caller-maintained; lookups after a preemption are counted apart
 
   // Full-block hashes over `tokens`, and the digests of their extra keys (parallel arrays).
   // Computed by the manager (or BlockHasher::extend) as tokens arrive.
