@@ -1,0 +1,228 @@
+// pagedkv plan: how a model's KV cache fits a memory budget or a GPU (docs/plan.md).
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "command.h"
+#include "pagedkv/core/dtype.h"
+#include "pagedkv/core/error.h"
+#include "pagedkv/memory/byte_size.h"
+#include "pagedkv/memory/gpu_spec.h"
+#include "pagedkv/memory/memory_plan.h"
+#include "pagedkv/memory/model_shape.h"
+
+namespace pagedkv::cli {
+namespace {
+
+struct PlanArgs {
+  std::string model;
+  std::string kv_memory;
+  std::string gpu;
+  double gpu_memory_utilization = kDefaultGpuMemoryUtilization;
+  std::string weights_dtype;
+  std::string overhead = "2GiB";
+  int block_size = 16;
+  std::string kv_dtype = "auto";
+  int64_t context_len = 0;
+  std::string swap_space;
+  bool json = false;
+  bool list = false;
+  // Options that only mean something with --gpu; counted to reject them without it.
+  std::vector<CLI::Option*> gpu_only;
+};
+
+// A preset name, else a config.json (or a directory holding one).
+ModelShape resolve_model(const std::string& name_or_path) {
+  for (const ModelShape& preset : model_presets())
+    if (preset.name == name_or_path) return preset;
+  std::filesystem::path path(name_or_path);
+  if (std::filesystem::exists(path) || path.extension() == ".json") return load_hf_config(path);
+  return model_preset(name_or_path);  // case-insensitive match, or the error listing presets
+}
+
+DType parse_dtype_option(std::string_view option, const std::string& text) {
+  if (auto dtype = parse_dtype(text)) return *dtype;
+  throw ConfigError(fmt::format("{}: unknown dtype '{}' (fp32, fp16, bf16, fp8, int8, int4)", option, text));
+}
+
+nlohmann::json plan_to_json(const MemoryPlan& p) {
+  nlohmann::json gpu = nullptr;
+  if (p.gpu) {
+    gpu = {{"name", p.gpu->gpu.name},
+           {"description", p.gpu->gpu.description},
+           {"memory_bytes", p.gpu->gpu.memory_bytes},
+           {"gpu_memory_utilization", p.gpu->gpu_memory_utilization},
+           {"weights_dtype", dtype_name(p.gpu->weights_dtype)},
+           {"weights_bytes", p.gpu->weights_bytes},
+           {"overhead_bytes", p.gpu->overhead_bytes}};
+  }
+  return {{"model", p.model.name},
+          {"num_layers", p.model.num_layers},
+          {"num_q_heads", p.model.num_q_heads},
+          {"num_kv_heads", p.model.num_kv_heads},
+          {"head_dim", p.model.head_dim},
+          {"num_params", p.model.num_params},
+          {"max_position_embeddings", p.model.max_position_embeddings},
+          {"sliding_window", p.model.sliding_window ? nlohmann::json(*p.model.sliding_window) : nullptr},
+          {"block_size", p.spec.block_size},
+          {"kv_dtype", dtype_name(p.spec.dtype)},
+          {"bytes_per_token", p.bytes_per_token},
+          {"bytes_per_block_per_layer", p.bytes_per_block_per_layer},
+          {"bytes_per_block", p.bytes_per_block},
+          {"kv_memory_bytes", p.kv_memory_bytes},
+          {"gpu", gpu},
+          {"num_blocks", p.num_blocks},
+          {"token_capacity", p.token_capacity},
+          {"context_len", p.context_len},
+          {"blocks_per_request", p.blocks_per_request},
+          {"max_concurrency", p.max_concurrency},
+          {"swap_space_bytes", p.swap_space_bytes},
+          {"num_cpu_blocks", p.num_cpu_blocks}};
+}
+
+// "5.24 MB = 5.00 MiB": references quote either, so show both.
+std::string both_units(uint64_t bytes) {
+  return fmt::format("{} = {}", format_byte_size(bytes), format_byte_size_iec(bytes));
+}
+
+void print_row(std::string_view label, std::string_view value, std::string_view note = {}) {
+  fmt::print("  {:<27}{:>18}{}{}\n", label, value, note.empty() ? "" : "  ", note);
+}
+
+void print_plan(const MemoryPlan& p) {
+  const ModelShape& m = p.model;
+  fmt::print("KV-cache plan for {}: block size {}, KV dtype {}\n", m.name, p.spec.block_size, dtype_name(p.spec.dtype));
+  print_row("layers", format_grouped(static_cast<uint64_t>(m.num_layers)),
+            fmt::format("{} KV heads x head dim {} ({} query heads)", m.num_kv_heads, m.head_dim, m.num_q_heads));
+  if (m.sliding_window) print_row("sliding window", format_grouped(static_cast<uint64_t>(*m.sliding_window)), "tokens");
+  print_row("bytes per token", format_grouped(p.bytes_per_token), both_units(p.bytes_per_token));
+  print_row("bytes per block per layer", format_grouped(p.bytes_per_block_per_layer),
+            both_units(p.bytes_per_block_per_layer));
+  print_row("bytes per block", format_grouped(p.bytes_per_block), both_units(p.bytes_per_block));
+  if (p.gpu) {
+    const GpuBudget& g = *p.gpu;
+    print_row("GPU memory", format_grouped(g.gpu.memory_bytes),
+              fmt::format("{} ({}, {})", format_byte_size(g.gpu.memory_bytes), g.gpu.name, g.gpu.description));
+    print_row("  x gpu_memory_utilization", fmt::format("{:.2f}", g.gpu_memory_utilization));
+    print_row("  - weights", format_grouped(g.weights_bytes),
+              fmt::format("{} ({} parameters in {})", format_byte_size(g.weights_bytes), format_grouped(m.num_params),
+                          dtype_name(g.weights_dtype)));
+    print_row("  - overhead reserve", format_grouped(g.overhead_bytes), both_units(g.overhead_bytes));
+  }
+  print_row("KV cache budget", format_grouped(p.kv_memory_bytes), both_units(p.kv_memory_bytes));
+  print_row("number of blocks", format_grouped(static_cast<uint64_t>(p.num_blocks)));
+  print_row("token capacity", format_grouped(static_cast<uint64_t>(p.token_capacity)), "tokens in all requests together");
+  print_row("max concurrency", fmt::format("{:.2f}x", p.max_concurrency),
+            fmt::format("requests of {} tokens ({} blocks each)", format_grouped(static_cast<uint64_t>(p.context_len)),
+                        format_grouped(static_cast<uint64_t>(p.blocks_per_request))));
+  if (p.swap_space_bytes > 0)
+    print_row("CPU swap blocks", format_grouped(static_cast<uint64_t>(p.num_cpu_blocks)),
+              fmt::format("in {} of swap space", both_units(p.swap_space_bytes)));
+  if (p.max_concurrency < 1.0)
+    fmt::print("note: one request of {} tokens needs {} blocks but only {} fit; vLLM would refuse to start "
+               "at this context length (lower --context-len)\n",
+               format_grouped(static_cast<uint64_t>(p.context_len)),
+               format_grouped(static_cast<uint64_t>(p.blocks_per_request)),
+               format_grouped(static_cast<uint64_t>(p.num_blocks)));
+}
+
+int list_presets(bool json) {
+  if (json) {
+    nlohmann::json models = nlohmann::json::array();
+    for (const ModelShape& m : model_presets()) {
+      models.push_back({{"name", m.name},
+                        {"num_layers", m.num_layers},
+                        {"num_q_heads", m.num_q_heads},
+                        {"num_kv_heads", m.num_kv_heads},
+                        {"head_dim", m.head_dim},
+                        {"num_params", m.num_params},
+                        {"max_position_embeddings", m.max_position_embeddings},
+                        {"sliding_window", m.sliding_window ? nlohmann::json(*m.sliding_window) : nullptr},
+                        {"dtype", m.dtype ? nlohmann::json(dtype_name(*m.dtype)) : nullptr}});
+    }
+    nlohmann::json gpus = nlohmann::json::array();
+    for (const GpuSpec& g : gpu_presets())
+      gpus.push_back({{"name", g.name}, {"description", g.description}, {"memory_bytes", g.memory_bytes}});
+    fmt::print("{}\n", nlohmann::json{{"models", models}, {"gpus", gpus}}.dump(2));
+    return 0;
+  }
+  fmt::print("models:\n  {:<16}{:>7}{:>10}{:>9}{:>20}{:>10}{:>7}\n", "name", "layers", "q/kv", "head", "parameters",
+             "context", "dtype");
+  for (const ModelShape& m : model_presets()) {
+    fmt::print("  {:<16}{:>7}{:>10}{:>9}{:>20}{:>10}{:>7}{}\n", m.name, m.num_layers,
+               fmt::format("{}/{}", m.num_q_heads, m.num_kv_heads), m.head_dim, format_grouped(m.num_params),
+               m.max_position_embeddings, m.dtype ? dtype_name(*m.dtype) : "?",
+               m.sliding_window ? fmt::format("  (sliding window {})", *m.sliding_window) : "");
+  }
+  fmt::print("GPUs (memory as nvidia-smi reports it):\n");
+  for (const GpuSpec& g : gpu_presets())
+    fmt::print("  {:<16}{:>20} bytes  {:>9}  {}\n", g.name, format_grouped(g.memory_bytes),
+               fmt::format("{} MiB", g.memory_bytes >> 20), g.description);
+  return 0;
+}
+
+int run_plan(const PlanArgs& a) {
+  if (a.list) return list_presets(a.json);
+  if (a.model.empty()) throw UsageError("--model is required (a preset name or a config.json path; see --list)");
+
+  PlanOptions options;
+  options.block_size = a.block_size;
+  if (a.kv_dtype != "auto") options.kv_dtype = parse_dtype_option("--kv-dtype", a.kv_dtype);
+  if (!a.kv_memory.empty() && !a.gpu.empty()) throw UsageError("give either --kv-memory or --gpu, not both");
+  if (!a.kv_memory.empty()) options.kv_memory_bytes = parse_byte_size(a.kv_memory);
+  if (!a.gpu.empty()) {
+    options.gpu = gpu_preset(a.gpu);
+    options.gpu_memory_utilization = a.gpu_memory_utilization;
+    if (!a.weights_dtype.empty()) options.weights_dtype = parse_dtype_option("--weights-dtype", a.weights_dtype);
+    options.overhead_bytes = parse_byte_size(a.overhead);
+  } else {
+    for (const CLI::Option* opt : a.gpu_only)
+      if (opt->count() > 0) throw UsageError(fmt::format("{} only applies with --gpu", opt->get_name()));
+  }
+  if (!options.kv_memory_bytes && !options.gpu) throw UsageError("give --kv-memory SIZE or --gpu NAME (see --list)");
+  if (!a.swap_space.empty()) options.swap_space_bytes = parse_byte_size(a.swap_space);
+  if (a.context_len != 0) options.context_len = a.context_len;
+
+  MemoryPlan plan = plan_memory(resolve_model(a.model), options);
+  if (a.json) {
+    fmt::print("{}\n", plan_to_json(plan).dump(2));
+  } else {
+    print_plan(plan);
+  }
+  return 0;
+}
+
+const CommandRegistration kPlan{Command{
+    .name = "plan",
+    .description = "how many KV-cache blocks a model gets from a memory budget or a GPU",
+    .setup = [](CLI::App& sub) -> std::function<int()> {
+      auto args = std::make_shared<PlanArgs>();
+      sub.add_option("--model", args->model, "model preset (see --list) or path of a Hugging Face config.json");
+      sub.add_option("--kv-memory", args->kv_memory, "KV-cache budget: 43GB = 43e9 bytes, 40GiB = 40 x 2^30");
+      sub.add_option("--gpu", args->gpu, "GPU preset the budget is derived from (see --list)");
+      args->gpu_only.push_back(sub.add_option("--gpu-memory-utilization", args->gpu_memory_utilization,
+                                              "share of GPU memory the engine may use (with --gpu)")
+                                   ->capture_default_str());
+      args->gpu_only.push_back(sub.add_option("--weights-dtype", args->weights_dtype,
+                                              "dtype of the weights (with --gpu): fp16, bf16, fp8, int8, int4; "
+                                              "default: the model's"));
+      args->gpu_only.push_back(sub.add_option("--overhead", args->overhead,
+                                              "reserve for activations, CUDA context and workspaces (with --gpu)")
+                                   ->capture_default_str());
+      sub.add_option("--block-size", args->block_size, "tokens per block")->capture_default_str();
+      sub.add_option("--kv-dtype", args->kv_dtype, "KV-cache dtype; auto = the model's dtype")->capture_default_str();
+      sub.add_option("--context-len", args->context_len,
+                     "tokens per request for max concurrency (default: max_position_embeddings, at most 131072)");
+      sub.add_option("--swap-space", args->swap_space, "CPU swap space for swapped-out blocks, e.g. 4GiB");
+      sub.add_flag("--json", args->json, "print the plan as JSON");
+      sub.add_flag("--list", args->list, "list the model and GPU presets");
+      return [args] { return run_plan(*args); };
+    }}};
+
+}  // namespace
+}  // namespace pagedkv::cli
