@@ -1,0 +1,201 @@
+// Shared helpers of the model tests: locating ../shared/models, reading goldens, temporary
+// directories, and a minimal greedy generation loop that drives ModelRunner directly (no block
+// manager: a test-local allocator hands each sequence its own blocks, in a scrambled order).
+#pragma once
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "pagedkv/kernels/thread_pool.h"
+#include "pagedkv/model/model_runner.h"
+#include "pagedkv/model/sampler.h"
+#include "pagedkv/storage/kv_arena.h"
+
+namespace pagedkv::testing {
+
+namespace fs = std::filesystem;
+
+// ../shared/models, or empty when PAGEDKV_SHARED_DIR is unset or lacks the model.
+inline fs::path models_dir() {
+  const char* shared = std::getenv("PAGEDKV_SHARED_DIR");
+  if (shared == nullptr) return {};
+  fs::path dir = fs::path(shared) / "models";
+  return fs::exists(dir / "stories260K.bin") && fs::exists(dir / "tok512.bin") ? dir : fs::path{};
+}
+
+#define PAGEDKV_REQUIRE_MODELS(dir)                                                                   \
+  const ::std::filesystem::path dir = ::pagedkv::testing::models_dir();                               \
+  if (dir.empty()) GTEST_SKIP() << "PAGEDKV_SHARED_DIR/models (stories260K.bin, tok512.bin) is absent; " \
+                                   "set PAGEDKV_SHARED_DIR to the shared folder (ctest does)"
+
+inline std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+inline std::vector<TokenId> read_ids(const fs::path& p) {
+  std::istringstream in(read_text(p));
+  std::vector<TokenId> ids;
+  for (TokenId id; in >> id;) ids.push_back(id);
+  return ids;
+}
+
+// The three goldens of ../shared/models/README.md: `run -t 0.0 -n steps -i prompt`.
+struct Golden {
+  std::string name;    // file stem in golden/
+  std::string prompt;  // empty = no -i
+  int steps;           // -n
+};
+inline std::vector<Golden> goldens() {
+  return {{"once_upon_a_time.n200", "Once upon a time", 200},
+          {"no_prompt.n256", "", 256},
+          {"tom_and_lily.n256", "Tom and Lily went to the beach", 256}};
+}
+
+// Sets the kernels' and matmuls' thread count for one scope. The model tests run single-threaded
+// by default: ctest runs many test programs at once on few cores, and OpenMP teams that spin at
+// barriers on an oversubscribed machine turn a 0.3 ms step into tens of milliseconds. One test
+// per suite opts into two threads to cover the parallel paths.
+class ScopedKernelThreads {
+ public:
+  explicit ScopedKernelThreads(int n) : previous_(kernel_threads()) { set_kernel_threads(n); }
+  ~ScopedKernelThreads() { set_kernel_threads(previous_); }
+
+ private:
+  int previous_;
+};
+
+// A temporary directory removed at scope exit.
+class TempDir {
+ public:
+  TempDir() {
+    path_ = fs::temp_directory_path() /
+            ("pagedkv_model_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  static int& counter() {
+    static int c = 0;
+    return c;
+  }
+  fs::path path_;
+};
+
+// One sequence of a greedy generation with run.c semantics: forwards at positions 0..steps-1,
+// prompt tokens forced, then argmax; stops after choosing BOS (kept in ids, like the goldens).
+struct Sequence {
+  std::vector<TokenId> prompt;  // BOS first
+  int steps = 0;
+  std::vector<TokenId> ids;     // prompt, then every chosen token
+  int computed = 0;             // positions whose K/V are in the cache
+  bool done = false;
+  std::vector<int32_t> blocks;  // this sequence's block table row
+};
+
+// Hands out block ids 1..num_blocks-1 in a fixed pseudo-random order, so consecutive blocks of
+// a sequence are scattered over the arena and interleaved with other sequences' blocks.
+class ScrambledBlocks {
+ public:
+  explicit ScrambledBlocks(int num_blocks, uint32_t seed = 12345) : free_(static_cast<size_t>(num_blocks - 1)) {
+    std::iota(free_.begin(), free_.end(), 1);
+    std::shuffle(free_.begin(), free_.end(), std::mt19937(seed));
+  }
+  int32_t take() {
+    if (free_.empty()) throw std::runtime_error("test arena out of blocks");
+    const int32_t b = free_.back();
+    free_.pop_back();
+    return b;
+  }
+
+ private:
+  std::vector<int32_t> free_;
+};
+
+// Runs the sequences to completion, all active ones in one flattened batch per step, each
+// contributing up to `max_chunk` tokens per step (prefill in chunks; decode is 1 token).
+// Returns the number of forward passes.
+inline int generate_greedy(ModelRunner& runner, KVArena& arena, std::vector<Sequence>& seqs, int max_chunk) {
+  const int bs = arena.spec().block_size;
+  ScrambledBlocks allocator(arena.num_blocks());
+  for (auto& s : seqs) {
+    s.ids = s.prompt;
+    s.computed = 0;
+    s.done = s.steps <= 0;
+    s.blocks.clear();
+  }
+  int forwards = 0;
+  for (;;) {
+    std::vector<TokenId> tokens;
+    std::vector<int32_t> positions, query_start{0}, context_lens, logits_rows, tables;
+    std::vector<int64_t> slots;
+    std::vector<Sequence*> active, sampling;
+    for (auto& s : seqs) {
+      if (s.done) continue;
+      const int end = std::min({static_cast<int>(s.ids.size()), s.computed + max_chunk, s.steps});
+      for (int p = s.computed; p < end; ++p) {
+        if (p / bs >= static_cast<int>(s.blocks.size())) s.blocks.push_back(allocator.take());
+        tokens.push_back(s.ids[static_cast<size_t>(p)]);
+        positions.push_back(p);
+        slots.push_back(static_cast<int64_t>(s.blocks[static_cast<size_t>(p / bs)]) * bs + p % bs);
+      }
+      query_start.push_back(static_cast<int32_t>(tokens.size()));
+      context_lens.push_back(end);
+      // The token after position end-1 is chosen, not forced, once the prompt is consumed.
+      if (end - 1 >= static_cast<int>(s.prompt.size()) - 1) {
+        logits_rows.push_back(static_cast<int32_t>(tokens.size()) - 1);
+        sampling.push_back(&s);
+      }
+      active.push_back(&s);
+      s.computed = end;
+    }
+    if (active.empty()) return forwards;
+    size_t stride = 1;
+    for (auto* s : active) stride = std::max(stride, s->blocks.size());
+    tables.assign(active.size() * stride, 0);
+    for (size_t i = 0; i < active.size(); ++i)
+      std::copy(active[i]->blocks.begin(), active[i]->blocks.end(), tables.begin() + static_cast<std::ptrdiff_t>(i * stride));
+
+    ForwardBatch batch;
+    batch.token_ids = tokens;
+    batch.positions = positions;
+    batch.slot_mapping = slots;
+    batch.attention.num_requests = static_cast<int>(active.size());
+    batch.attention.query_start = query_start.data();
+    batch.attention.context_lens = context_lens.data();
+    batch.attention.block_tables = tables.data();
+    batch.attention.block_table_stride = static_cast<int>(stride);
+    batch.logits_rows = logits_rows;
+    const Logits logits = runner.forward(batch, arena);
+    ++forwards;
+
+    for (size_t r = 0; r < sampling.size(); ++r) {
+      Sequence& s = *sampling[r];
+      const TokenId next = Sampler::argmax(logits.row(static_cast<int>(r)));
+      s.ids.push_back(next);
+      if (next == 1) s.done = true;  // run.c stops when it chooses BOS
+    }
+    for (auto* s : active)
+      if (s->computed >= s->steps) s->done = true;
+  }
+}
+
+}  // namespace pagedkv::testing
