@@ -19,7 +19,7 @@ uint64_t read_xcr0() {
   return (static_cast<uint64_t>(edx) << 32) | eax;
 }
 
-bool cpu_has_avx2_fma_f16c() {
+bool query_cpu() {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return false;
   const bool fma = (ecx & (1u << 12)) != 0;
@@ -30,6 +30,12 @@ bool cpu_has_avx2_fma_f16c() {
   if ((read_xcr0() & 0x6u) != 0x6u) return false;
   if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
   return (ebx & (1u << 5)) != 0;  // AVX2
+}
+
+// cpuid is slow under a hypervisor (it traps): ask once.
+bool cpu_has_avx2_fma_f16c() {
+  static const bool has = query_cpu();
+  return has;
 }
 
 KernelIsa detect() {
