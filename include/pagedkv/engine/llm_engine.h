@@ -1,0 +1,136 @@
+// LLMEngine: the serving loop that closes the circle
+//   scheduler -> KV-cache manager -> block pool -> block tables -> paged attention -> sampler
+// on a real model. Each step() schedules a flattened batch, performs the step's block copies
+// (swap out, swap in, copy-on-write), runs one forward pass, samples, and reports progress.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "pagedkv/manager/kv_cache_manager.h"
+#include "pagedkv/model/model.h"
+#include "pagedkv/model/model_runner.h"
+#include "pagedkv/model/sampler.h"
+#include "pagedkv/scheduler/scheduler.h"
+#include "pagedkv/storage/block_table.h"
+#include "pagedkv/storage/kv_arena.h"
+
+namespace pagedkv {
+
+struct EngineConfig {
+  int block_size = 16;
+  int num_blocks = 0;                  // explicit pool size (null block included); 0: from kv_cache_bytes
+  size_t kv_cache_bytes = 16u << 20;   // KV budget when num_blocks == 0
+  DType kv_dtype = DType::kF32;
+  size_t swap_space_bytes = 4u << 20;  // host swap arena (0 disables swap preemption)
+  bool enable_prefix_caching = true;
+  HashAlgorithm hash_algorithm = HashAlgorithm::kXxh3_128;
+  uint64_t hash_seed = 0;
+  int max_model_len = 0;               // 0: the model's seq_len
+  SchedulerConfig scheduler;
+  bool check_invariants = false;       // run the manager's checker after every step (tests)
+};
+
+struct GenerationRequest {
+  std::vector<TokenId> prompt;         // token ids, BOS included if the model wants one
+  SamplingParams sampling;
+  StopConditions stop;
+  int n = 1;                           // parallel samples sharing the prompt's blocks
+  int priority = 0;                    // lower runs first
+  std::string cache_salt;
+  uint64_t lora_id = 0;
+};
+
+struct RequestOutput {
+  RequestId id;
+  RequestId parent{~0ull};             // for parallel samples 1..n-1: the request they forked from
+  int sample_index = 0;
+  std::vector<TokenId> prompt;
+  std::vector<TokenId> output;         // generated tokens (a finishing stop token excluded)
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kNone;
+  int prefix_hit_tokens = 0;           // tokens served from the prefix cache at first admission
+  int num_preemptions = 0;
+  double ttft_ms = -1;                 // arrival to first token
+  double latency_ms = -1;              // arrival to finish
+  double tpot_ms = -1;                 // mean time per output token after the first
+};
+
+struct EngineStats {
+  uint64_t steps = 0;
+  uint64_t prompt_tokens_computed = 0;
+  uint64_t output_tokens = 0;
+  uint64_t cow_copies = 0;
+  double forward_seconds = 0;
+  double schedule_seconds = 0;         // scheduler + manager + batch building
+  double copy_seconds = 0;
+  int peak_blocks_in_use = 0;
+  std::vector<int> blocks_in_use;      // after every step
+};
+
+class LLMEngine {
+ public:
+  // `model` must outlive the engine. Throws ConfigError for impossible configurations.
+  LLMEngine(const Model& model, EngineConfig config);
+
+  // Validates (token ids in the vocabulary, n >= 1, sampling params) and queues a request.
+  RequestId add_request(GenerationRequest request);
+  bool abort_request(RequestId id);
+
+  // One scheduling + forward step. Returns the requests that produced tokens or finished.
+  std::vector<RequestOutput> step();
+  bool has_unfinished() const { return scheduler_.has_unfinished(); }
+  // Runs to completion; returns every request's final output, in the order they finished.
+  std::vector<RequestOutput> run_to_completion();
+
+  const KVCacheManager& manager() const { return manager_; }
+  const Scheduler& scheduler() const { return scheduler_; }
+  const EngineStats& stats() const { return stats_; }
+  const EngineConfig& config() const { return config_; }
+  const ModelConfig& model_config() const { return runner_.config(); }
+  int num_blocks() const { return num_blocks_; }
+  int swap_blocks() const { return swap_blocks_; }
+  int max_model_len() const { return max_model_len_; }
+  // A human-readable start-up summary (block count, token capacity, max concurrency).
+  std::string describe() const;
+  // Owner of each block: -1 free, -2 cached-free, otherwise the number of holders (for the demo).
+  std::vector<int> block_owners() const;
+  void check_invariants() const { manager_.check_invariants(); }
+
+ private:
+  struct Timing {
+    std::chrono::steady_clock::time_point arrival, first_token, last_token;
+    bool has_first = false;
+  };
+  RequestOutput make_output(const SchedulerRequest& r, bool finished) const;
+  void sync_block_table_row(const SchedulerRequest& r, bool rewritten);
+
+  EngineConfig config_;
+  ModelRunner runner_;
+  int num_blocks_ = 0;
+  int swap_blocks_ = 0;
+  int max_model_len_ = 0;
+  KVCacheManager manager_;
+  Scheduler scheduler_;
+  KVArena arena_;
+  std::optional<KVArena> host_arena_;
+  BlockTable block_table_;
+  std::unordered_map<RequestId, int> rows_;
+  std::vector<int> free_rows_;
+  std::map<std::pair<uint64_t, int>, Sampler> samplers_;  // (root request, sample index)
+  std::unordered_map<RequestId, Timing> timing_;
+  uint64_t next_id_ = 1;
+  EngineStats stats_;
+  // Per-step scratch.
+  std::vector<TokenId> tokens_;
+  std::vector<int32_t> positions_, query_start_, context_lens_, batch_tables_, logits_rows_;
+  std::vector<int64_t> slots_;
+};
+
+}  // namespace pagedkv

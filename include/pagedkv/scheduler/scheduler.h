@@ -1,0 +1,117 @@
+// The continuous-batching scheduler (vLLM v1's Scheduler): one queue of work per step under a
+// token budget and a request limit, with no prefill/decode split. Each step:
+//   1. running requests, in admission order: a decode token, or the next chunk of a prefill;
+//      when the pool is full, the lowest-priority, most recently admitted request is preempted
+//      (recompute or swap) until the allocation fits;
+//   2. if nothing was preempted: swapped requests come back first, then waiting requests are
+//      admitted (prefix-cache hits first, whole prompt must fit, admission hysteresis);
+// and after the forward pass, update() appends sampled tokens, forks parallel samples and
+// finishes requests. The scheduler moves no bytes: the step's copies are in its output.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "pagedkv/manager/kv_cache_manager.h"
+#include "pagedkv/scheduler/scheduler_config.h"
+#include "pagedkv/scheduler/scheduler_request.h"
+#include "pagedkv/scheduler/swap_space.h"
+
+namespace pagedkv {
+
+struct ScheduledChunk {
+  SchedulerRequest* request = nullptr;
+  int num_new_tokens = 0;
+  int first_position = 0;  // position of the first new token
+  bool samples = false;    // reaches the end of the sequence: the step produces a token
+};
+
+struct SchedulerOutput {
+  std::vector<ScheduledChunk> chunks;
+  int num_batched_tokens = 0;
+  // Byte movements the engine must perform, in this order, before the forward pass.
+  std::vector<std::pair<BlockId, BlockId>> swap_out;    // device -> host
+  std::vector<std::pair<BlockId, BlockId>> swap_in;     // host -> device
+  std::vector<std::pair<BlockId, BlockId>> cow_copies;  // device -> device
+  int num_preempted_recompute = 0;
+  int num_preempted_swap = 0;
+  // Requests whose block tables changed beyond appends (swap-in, copy-on-write, re-admission).
+  std::vector<RequestId> rewritten_tables;
+};
+
+// Tokens sampled for one chunk that samples: the request's own, plus one per child to fork
+// (parallel sampling: on the parent's first sample, n - 1 more draws from the same logits).
+struct SampledTokens {
+  TokenId token = -1;
+  std::vector<TokenId> fork_tokens;
+};
+
+struct SchedulerStats {
+  uint64_t steps = 0;
+  uint64_t preemptions_recompute = 0;
+  uint64_t preemptions_swap = 0;
+  uint64_t blocks_swapped_out = 0;
+  uint64_t blocks_swapped_in = 0;
+  uint64_t cow_copies = 0;
+  uint64_t admissions = 0;
+  uint64_t admission_pauses = 0;  // times the high watermark stopped admission
+};
+
+class Scheduler {
+ public:
+  // `swap_blocks`: host swap-space blocks (0 disables swapping).
+  Scheduler(SchedulerConfig config, KVCacheManager& manager, int swap_blocks);
+
+  // Queues a new request (status waiting). Its id must be unique among live requests.
+  SchedulerRequest& add_request(std::unique_ptr<SchedulerRequest> request);
+  // Cancels a request wherever it is; its blocks are freed at once. False if unknown/finished.
+  bool abort_request(RequestId id);
+
+  SchedulerOutput schedule();
+  // Applies a step's results: `sampled[i]` belongs to output.chunks[i] (ignored unless it samples).
+  // Returns the requests that finished (including aborted/rejected since the last call).
+  std::vector<SchedulerRequest*> update(const SchedulerOutput& output, const std::vector<SampledTokens>& sampled);
+
+  // Finished requests are kept until released (the engine reads their outputs first).
+  void release_finished(RequestId id);
+
+  bool has_unfinished() const { return !waiting_.empty() || !running_.empty() || !swapped_.empty(); }
+  int num_waiting() const { return static_cast<int>(waiting_.size()); }
+  int num_running() const { return static_cast<int>(running_.size()); }
+  int num_swapped() const { return static_cast<int>(swapped_.size()); }
+  const std::vector<SchedulerRequest*>& running() const { return running_; }
+  SchedulerRequest* find(RequestId id);
+  const SchedulerStats& stats() const { return stats_; }
+  const SwapSpace& swap_space() const { return swap_; }
+  const KVCacheManager& manager() const { return manager_; }
+  const SchedulerConfig& config() const { return config_; }
+
+ private:
+  void enqueue_waiting(SchedulerRequest* r);
+  SchedulerRequest* pick_victim();
+  void preempt(SchedulerRequest* victim, SchedulerOutput& out);
+  bool try_resume_swapped(SchedulerRequest* r, SchedulerOutput& out);
+  void finish(SchedulerRequest* r, FinishReason reason);
+  bool check_stop(SchedulerRequest* r, TokenId token);
+  void remove_running(SchedulerRequest* r);
+
+  SchedulerConfig config_;
+  KVCacheManager& manager_;
+  SwapSpace swap_;
+  std::unordered_map<RequestId, std::unique_ptr<SchedulerRequest>> requests_;
+  std::deque<SchedulerRequest*> waiting_;  // sorted by (priority, arrival_seq)
+  std::vector<SchedulerRequest*> running_;
+  std::deque<SchedulerRequest*> swapped_;  // FIFO
+  std::vector<SchedulerRequest*> newly_finished_;
+  uint64_t next_arrival_seq_ = 0;
+  uint64_t next_admit_seq_ = 0;
+  uint64_t next_child_id_ = 1ull << 62;
+  bool admitting_ = true;
+  ComputedBlocks hits_;
+  SchedulerStats stats_;
+};
+
+}  // namespace pagedkv

@@ -1,0 +1,31 @@
+// Knobs of the continuous-batching scheduler.
+#pragma once
+
+#include <string_view>
+
+namespace pagedkv {
+
+// What happens to a running request's KV when the pool runs out.
+enum class PreemptionMode {
+  kRecompute,  // free its blocks; re-prefill later (full blocks usually return from the prefix cache)
+  kSwap,       // copy its blocks to the host swap space; copy them back before it runs again
+  kAuto,       // swap long sequences while the host has room, recompute short ones
+};
+std::string_view preemption_mode_name(PreemptionMode m);
+
+struct SchedulerConfig {
+  int max_num_seqs = 64;               // requests running at once
+  int max_num_batched_tokens = 2048;   // tokens per step (decode tokens + prefill chunks)
+  PreemptionMode preemption_mode = PreemptionMode::kAuto;
+  // kAuto swaps a victim with at least this many computed tokens. Recompute costs a prefill
+  // (compute grows with length, and quadratically in attention); swap costs two copies of the
+  // bytes; below a few hundred tokens re-prefilling is as cheap as moving the bytes twice.
+  int swap_threshold_tokens = 256;
+  // Admission hysteresis on pool usage: stop admitting above the high mark, resume below the low
+  // mark, so the engine does not oscillate between admitting and preempting.
+  double admit_high_watermark = 0.95;
+  double admit_low_watermark = 0.80;
+  void validate() const;  // throws ConfigError
+};
+
+}  // namespace pagedkv

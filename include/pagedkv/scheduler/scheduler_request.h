@@ -1,0 +1,49 @@
+// A request as the scheduler tracks it: the manager-facing Request plus its place in the
+// queues, its stop conditions and its preemption history.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "pagedkv/manager/request.h"
+
+namespace pagedkv {
+
+enum class RequestStatus { kWaiting, kRunning, kSwapped, kFinished };
+
+enum class FinishReason { kNone, kStop, kLength, kAborted, kRejected };
+std::string_view finish_reason_name(FinishReason r);
+
+struct StopConditions {
+  int max_tokens = 16;                  // output tokens
+  std::vector<TokenId> stop_token_ids;  // finishing tokens, not part of the output
+  TokenId eos_token_id = -1;            // -1: none
+  bool ignore_eos = false;
+};
+
+struct SchedulerRequest {
+  Request kv;                 // tokens, computed count, block hashes, cache keys
+  int priority = 0;           // lower runs first
+  uint64_t arrival_seq = 0;   // FCFS order within a priority
+  uint64_t admit_seq = 0;     // most recently admitted is preempted first
+  RequestStatus status = RequestStatus::kWaiting;
+  FinishReason finish_reason = FinishReason::kNone;
+  StopConditions stop;
+  int n = 1;                  // parallel samples; children fork from this request after its prefill
+  bool forked = false;        // children created
+  RequestId parent{~0ull};    // for children: the request they forked from
+  int sample_index = 0;       // 0 for the parent, 1..n-1 for its children
+  // Swap state: host copies of the first ceil(swapped_tokens / block_size) blocks.
+  std::vector<BlockId> host_blocks;
+  int swapped_tokens = 0;
+  // Accounting.
+  int num_preemptions = 0;
+  int prefix_hit_tokens = -1;  // at first admission; -1 until admitted
+  bool stopped_on_stop_token = false;
+
+  int num_output_tokens() const { return kv.num_tokens() - kv.num_prompt_tokens; }
+  bool finished() const { return status == RequestStatus::kFinished; }
+};
+
+}  // namespace pagedkv

@@ -1,0 +1,312 @@
+#include "pagedkv/engine/llm_engine.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "pagedkv/core/error.h"
+#include "pagedkv/storage/kv_ops.h"
+
+namespace pagedkv {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+size_t bytes_per_block(const ModelConfig& m, const EngineConfig& c) {
+  return m.kv_cache_spec(c.block_size, c.kv_dtype).bytes_per_block_per_layer() * static_cast<size_t>(m.n_layers);
+}
+
+int blocks_for(const ModelConfig& m, const EngineConfig& c) {
+  if (c.block_size <= 0) throw ConfigError(fmt::format("block_size must be positive, got {}", c.block_size));
+  if (c.num_blocks > 0) {
+    if (c.num_blocks < 2) throw ConfigError("num_blocks must be at least 2 (block 0 is reserved)");
+    return c.num_blocks;
+  }
+  const size_t n = c.kv_cache_bytes / bytes_per_block(m, c);
+  if (n < 2)
+    throw ConfigError(fmt::format("a KV budget of {} bytes holds {} blocks of {} bytes; at least 2 are needed",
+                                  c.kv_cache_bytes, n, bytes_per_block(m, c)));
+  return static_cast<int>(std::min<size_t>(n, 1u << 30));
+}
+
+KVCacheManagerConfig manager_config(const ModelConfig& m, const EngineConfig& c, int num_blocks, int max_model_len) {
+  KVCacheManagerConfig mc;
+  mc.cache.num_blocks = num_blocks;
+  mc.cache.groups.push_back(KVCacheGroupSpec{m.kv_cache_spec(c.block_size, c.kv_dtype), m.n_layers});
+  mc.max_model_len = max_model_len;
+  mc.enable_caching = c.enable_prefix_caching;
+  mc.hash_algorithm = c.hash_algorithm;
+  mc.hash_seed = c.hash_seed;
+  return mc;
+}
+
+}  // namespace
+
+LLMEngine::LLMEngine(const Model& model, EngineConfig config)
+    : config_(std::move(config)),
+      runner_(model),
+      num_blocks_(blocks_for(model.config(), config_)),
+      swap_blocks_(static_cast<int>(config_.swap_space_bytes / bytes_per_block(model.config(), config_))),
+      max_model_len_(config_.max_model_len > 0 ? std::min(config_.max_model_len, model.config().seq_len)
+                                               : model.config().seq_len),
+      manager_(manager_config(model.config(), config_, num_blocks_, max_model_len_)),
+      scheduler_(config_.scheduler, manager_, swap_blocks_),
+      arena_(model.config().kv_cache_spec(config_.block_size, config_.kv_dtype), model.config().n_layers, num_blocks_),
+      block_table_(config_.scheduler.max_num_seqs * 4, (max_model_len_ + config_.block_size - 1) / config_.block_size) {
+  if (swap_blocks_ > 0)
+    host_arena_.emplace(model.config().kv_cache_spec(config_.block_size, config_.kv_dtype), model.config().n_layers,
+                        swap_blocks_);
+  for (int r = block_table_.max_requests() - 1; r >= 0; --r) free_rows_.push_back(r);
+}
+
+std::string LLMEngine::describe() const {
+  const ModelConfig& m = runner_.config();
+  const size_t bpb = bytes_per_block(m, config_);
+  const int usable = num_blocks_ - 1;
+  const double tokens = static_cast<double>(usable) * config_.block_size;
+  return fmt::format(
+      "KV cache: {} blocks x {} tokens ({} {} bytes per block, {:.2f} MiB), {} usable tokens\n"
+      "Maximum concurrency for {} tokens per request: {:.2f}x\n"
+      "Swap space: {} host blocks ({:.2f} MiB); prefix caching {}; preemption {}",
+      num_blocks_, config_.block_size, bpb, dtype_name(config_.kv_dtype),
+      static_cast<double>(bpb) * num_blocks_ / (1 << 20), usable * config_.block_size, max_model_len_,
+      tokens / max_model_len_, swap_blocks_, static_cast<double>(bpb) * swap_blocks_ / (1 << 20),
+      config_.enable_prefix_caching ? "on" : "off", preemption_mode_name(config_.scheduler.preemption_mode));
+}
+
+RequestId LLMEngine::add_request(GenerationRequest g) {
+  const int vocab = runner_.config().vocab_size;
+  if (g.prompt.empty()) throw UsageError("a request needs at least one prompt token");
+  for (size_t i = 0; i < g.prompt.size(); ++i)
+    if (g.prompt[i] < 0 || g.prompt[i] >= vocab)
+      throw UsageError(fmt::format("prompt token {} at index {} is outside the vocabulary [0, {})", g.prompt[i], i, vocab));
+  if (g.n < 1) throw UsageError(fmt::format("n must be at least 1, got {}", g.n));
+  g.sampling.validate();
+  auto r = std::make_unique<SchedulerRequest>();
+  r->kv = Request(RequestId{next_id_++}, std::move(g.prompt));
+  r->kv.cache_salt = std::move(g.cache_salt);
+  r->kv.lora_id = g.lora_id;
+  r->kv.tokens.reserve(static_cast<size_t>(max_model_len_) + 1);
+  r->priority = g.priority;
+  r->stop = std::move(g.stop);
+  r->n = g.n;
+  const RequestId id = r->kv.id;
+  samplers_.emplace(std::pair(id.value, 0), Sampler(vocab, g.sampling));
+  // Children draw from their own generators: seed + sample index.
+  for (int k = 1; k < g.n; ++k) {
+    SamplingParams p = g.sampling;
+    p.seed += static_cast<uint64_t>(k);
+    samplers_.emplace(std::pair(id.value, k), Sampler(vocab, p));
+  }
+  timing_[id].arrival = Clock::now();
+  scheduler_.add_request(std::move(r));
+  return id;
+}
+
+bool LLMEngine::abort_request(RequestId id) { return scheduler_.abort_request(id); }
+
+void LLMEngine::sync_block_table_row(const SchedulerRequest& r, bool rewritten) {
+  auto [it, inserted] = rows_.try_emplace(r.kv.id, -1);
+  if (inserted) {
+    if (free_rows_.empty()) throw InvariantError("engine: out of block-table rows");
+    it->second = free_rows_.back();
+    free_rows_.pop_back();
+    rewritten = true;
+  }
+  const auto blocks = manager_.get_block_ids(r.kv);
+  const int row = it->second;
+  const int have = block_table_.num_blocks(row);
+  if (rewritten || have > static_cast<int>(blocks.size())) block_table_.set_row(row, blocks);
+  else if (have < static_cast<int>(blocks.size())) block_table_.append_row(row, blocks.subspan(static_cast<size_t>(have)));
+}
+
+RequestOutput LLMEngine::make_output(const SchedulerRequest& r, bool finished) const {
+  RequestOutput o;
+  o.id = r.kv.id;
+  o.parent = r.parent;
+  o.sample_index = r.sample_index;
+  o.prompt.assign(r.kv.tokens.begin(), r.kv.tokens.begin() + r.kv.num_prompt_tokens);
+  auto end = r.kv.tokens.end();
+  if (finished && r.stopped_on_stop_token) --end;
+  o.output.assign(r.kv.tokens.begin() + r.kv.num_prompt_tokens, end);
+  o.finished = finished;
+  o.finish_reason = r.finish_reason;
+  o.prefix_hit_tokens = std::max(0, r.prefix_hit_tokens);
+  o.num_preemptions = r.num_preemptions;
+  auto t = timing_.find(r.kv.id);
+  if (t != timing_.end() && t->second.has_first) {
+    o.ttft_ms = ms_between(t->second.arrival, t->second.first_token);
+    o.latency_ms = ms_between(t->second.arrival, t->second.last_token);
+    const size_t n = o.output.size();
+    if (n > 1) o.tpot_ms = ms_between(t->second.first_token, t->second.last_token) / static_cast<double>(n - 1);
+  }
+  return o;
+}
+
+std::vector<RequestOutput> LLMEngine::step() {
+  const auto t0 = Clock::now();
+  SchedulerOutput out = scheduler_.schedule();
+  ++stats_.steps;
+
+  // Release block-table rows of requests no longer running (finished, preempted, swapped).
+  for (auto it = rows_.begin(); it != rows_.end();) {
+    SchedulerRequest* r = scheduler_.find(it->first);
+    if (r == nullptr || r->status != RequestStatus::kRunning) {
+      block_table_.clear_row(it->second);
+      free_rows_.push_back(it->second);
+      it = rows_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  // Byte movements, in order: swap-outs read blocks that this step may hand to others.
+  const auto c0 = Clock::now();
+  if (!out.swap_out.empty()) copy_blocks_between(arena_, *host_arena_, out.swap_out);
+  if (!out.swap_in.empty()) copy_blocks_between(*host_arena_, arena_, out.swap_in);
+  if (!out.cow_copies.empty()) copy_blocks(arena_, out.cow_copies);
+  stats_.cow_copies += out.cow_copies.size();
+  const auto c1 = Clock::now();
+  stats_.copy_seconds += std::chrono::duration<double>(c1 - c0).count();
+
+  std::vector<RequestOutput> results;
+  std::vector<SampledTokens> sampled(out.chunks.size());
+  if (!out.chunks.empty()) {
+    // Flatten the batch.
+    const size_t R = out.chunks.size();
+    const int stride = block_table_.stride();
+    tokens_.clear();
+    positions_.clear();
+    slots_.clear();
+    logits_rows_.clear();
+    query_start_.assign(1, 0);
+    context_lens_.clear();
+    batch_tables_.assign(R * static_cast<size_t>(stride), 0);
+    for (size_t i = 0; i < R; ++i) {
+      const ScheduledChunk& c = out.chunks[i];
+      const SchedulerRequest& r = *c.request;
+      const bool rewritten =
+          std::find(out.rewritten_tables.begin(), out.rewritten_tables.end(), r.kv.id) != out.rewritten_tables.end();
+      sync_block_table_row(r, rewritten);
+      const int32_t* row = block_table_.row(rows_.at(r.kv.id));
+      std::copy(row, row + stride, batch_tables_.begin() + static_cast<ptrdiff_t>(i) * stride);
+      const size_t base = tokens_.size();
+      for (int k = 0; k < c.num_new_tokens; ++k) {
+        tokens_.push_back(r.kv.tokens[static_cast<size_t>(c.first_position + k)]);
+        positions_.push_back(c.first_position + k);
+      }
+      slots_.resize(tokens_.size());
+      compute_slot_mapping(row, config_.block_size, c.first_position, c.num_new_tokens, slots_.data() + base);
+      query_start_.push_back(static_cast<int32_t>(tokens_.size()));
+      context_lens_.push_back(c.first_position + c.num_new_tokens);
+      if (c.samples) logits_rows_.push_back(static_cast<int32_t>(tokens_.size() - 1));
+    }
+    ForwardBatch batch;
+    batch.token_ids = tokens_;
+    batch.positions = positions_;
+    batch.slot_mapping = slots_;
+    batch.attention.num_requests = static_cast<int>(R);
+    batch.attention.query_start = query_start_.data();
+    batch.attention.context_lens = context_lens_.data();
+    batch.attention.block_tables = batch_tables_.data();
+    batch.attention.block_table_stride = stride;
+    batch.logits_rows = logits_rows_;
+    const auto f0 = Clock::now();
+    stats_.schedule_seconds += std::chrono::duration<double>(f0 - t0).count() -
+                               std::chrono::duration<double>(c1 - c0).count();
+    Logits logits = runner_.forward(batch, arena_);
+    const auto f1 = Clock::now();
+    stats_.forward_seconds += std::chrono::duration<double>(f1 - f0).count();
+
+    // Sample.
+    int li = 0;
+    for (size_t i = 0; i < R; ++i) {
+      const ScheduledChunk& c = out.chunks[i];
+      if (!c.samples) {
+        stats_.prompt_tokens_computed += static_cast<uint64_t>(c.num_new_tokens);
+        continue;
+      }
+      const SchedulerRequest& r = *c.request;
+      const uint64_t root = r.sample_index == 0 ? r.kv.id.value : r.parent.value;
+      auto row = logits.row(li++);
+      sampled[i].token = samplers_.at({root, r.sample_index}).sample(row);
+      if (r.n > 1 && !r.forked)
+        for (int k = 1; k < r.n; ++k) sampled[i].fork_tokens.push_back(samplers_.at({root, k}).sample(row));
+    }
+  } else {
+    stats_.schedule_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+
+  const auto now = Clock::now();
+  std::vector<SchedulerRequest*> finished = scheduler_.update(out, sampled);
+  for (size_t i = 0; i < out.chunks.size(); ++i) {
+    if (!out.chunks[i].samples) continue;
+    SchedulerRequest* r = out.chunks[i].request;
+    auto stamp = [&](SchedulerRequest* q) {
+      Timing& t = timing_[q->kv.id];
+      if (!t.has_first) {
+        t.first_token = now;
+        t.has_first = true;
+      }
+      t.last_token = now;
+      ++stats_.output_tokens;
+    };
+    stamp(r);
+    if (!sampled[i].fork_tokens.empty()) {
+      // Children inherit the parent's arrival time.
+      for (SchedulerRequest* q : scheduler_.running())
+        if (q->parent == r->kv.id && !timing_.contains(q->kv.id)) {
+          timing_[q->kv.id].arrival = timing_[r->kv.id].arrival;
+          stamp(q);
+        }
+      for (SchedulerRequest* q : finished)
+        if (q->parent == r->kv.id && !timing_.contains(q->kv.id)) {
+          timing_[q->kv.id].arrival = timing_[r->kv.id].arrival;
+          stamp(q);
+        }
+    }
+    if (r->status == RequestStatus::kRunning) results.push_back(make_output(*r, false));
+  }
+  for (SchedulerRequest* r : finished) {
+    results.push_back(make_output(*r, true));
+    auto row = rows_.find(r->kv.id);
+    if (row != rows_.end()) {
+      block_table_.clear_row(row->second);
+      free_rows_.push_back(row->second);
+      rows_.erase(row);
+    }
+    const uint64_t root = r->sample_index == 0 ? r->kv.id.value : r->parent.value;
+    samplers_.erase({root, r->sample_index});
+    timing_.erase(r->kv.id);
+    scheduler_.release_finished(r->kv.id);
+  }
+  const int in_use = manager_.pool().num_usable_blocks() - manager_.num_free_blocks();
+  stats_.blocks_in_use.push_back(in_use);
+  stats_.peak_blocks_in_use = std::max(stats_.peak_blocks_in_use, in_use);
+  if (config_.check_invariants) manager_.check_invariants();
+  return results;
+}
+
+std::vector<RequestOutput> LLMEngine::run_to_completion() {
+  std::vector<RequestOutput> done;
+  while (has_unfinished()) {
+    for (RequestOutput& o : step())
+      if (o.finished) done.push_back(std::move(o));
+  }
+  return done;
+}
+
+std::vector<int> LLMEngine::block_owners() const {
+  std::vector<int> owners(static_cast<size_t>(num_blocks_), -1);
+  for (const KVCacheBlock& b : manager_.pool().blocks()) {
+    if (b.is_null) owners[0] = -3;
+    else if (b.ref_cnt > 0) owners[static_cast<size_t>(b.id.value)] = b.ref_cnt;
+    else if (b.has_hash) owners[static_cast<size_t>(b.id.value)] = -2;
+  }
+  return owners;
+}
+
+}  // namespace pagedkv

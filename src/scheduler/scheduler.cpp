@@ -1,0 +1,324 @@
+#include "pagedkv/scheduler/scheduler.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "pagedkv/core/error.h"
+
+namespace pagedkv {
+
+std::string_view preemption_mode_name(PreemptionMode m) {
+  switch (m) {
+    case PreemptionMode::kRecompute: return "recompute";
+    case PreemptionMode::kSwap: return "swap";
+    case PreemptionMode::kAuto: return "auto";
+  }
+  return "?";
+}
+
+std::string_view finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kNone: return "none";
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kAborted: return "abort";
+    case FinishReason::kRejected: return "rejected";
+  }
+  return "?";
+}
+
+void SchedulerConfig::validate() const {
+  if (max_num_seqs <= 0) throw ConfigError(fmt::format("max_num_seqs must be positive, got {}", max_num_seqs));
+  if (max_num_batched_tokens <= 0)
+    throw ConfigError(fmt::format("max_num_batched_tokens must be positive, got {}", max_num_batched_tokens));
+  if (swap_threshold_tokens < 0) throw ConfigError("swap_threshold_tokens must not be negative");
+  if (!(admit_low_watermark >= 0 && admit_low_watermark <= admit_high_watermark && admit_high_watermark <= 1.0))
+    throw ConfigError(fmt::format("admission watermarks must satisfy 0 <= low ({}) <= high ({}) <= 1",
+                                  admit_low_watermark, admit_high_watermark));
+}
+
+namespace {
+int cdiv(int a, int b) { return (a + b - 1) / b; }
+}  // namespace
+
+Scheduler::Scheduler(SchedulerConfig config, KVCacheManager& manager, int swap_blocks)
+    : config_(config), manager_(manager), swap_(swap_blocks) {
+  config_.validate();
+  running_.reserve(static_cast<size_t>(config_.max_num_seqs) * 2);
+}
+
+SchedulerRequest* Scheduler::find(RequestId id) {
+  auto it = requests_.find(id);
+  return it == requests_.end() ? nullptr : it->second.get();
+}
+
+SchedulerRequest& Scheduler::add_request(std::unique_ptr<SchedulerRequest> request) {
+  if (!request) throw UsageError("add_request: null request");
+  if (requests_.contains(request->kv.id))
+    throw UsageError(fmt::format("add_request: request id {} is already in use", request->kv.id.value));
+  if (request->kv.num_tokens() == 0) throw UsageError("add_request: a request needs at least one prompt token");
+  if (request->n < 1) throw UsageError(fmt::format("add_request: n must be at least 1, got {}", request->n));
+  SchedulerRequest* r = request.get();
+  r->arrival_seq = next_arrival_seq_++;
+  r->status = RequestStatus::kWaiting;
+  requests_.emplace(r->kv.id, std::move(request));
+  enqueue_waiting(r);
+  return *r;
+}
+
+void Scheduler::enqueue_waiting(SchedulerRequest* r) {
+  r->status = RequestStatus::kWaiting;
+  auto pos = std::upper_bound(waiting_.begin(), waiting_.end(), r, [](const SchedulerRequest* a, const SchedulerRequest* b) {
+    return std::pair(a->priority, a->arrival_seq) < std::pair(b->priority, b->arrival_seq);
+  });
+  waiting_.insert(pos, r);
+}
+
+void Scheduler::remove_running(SchedulerRequest* r) {
+  auto it = std::find(running_.begin(), running_.end(), r);
+  if (it != running_.end()) running_.erase(it);
+}
+
+void Scheduler::finish(SchedulerRequest* r, FinishReason reason) {
+  if (r->status == RequestStatus::kRunning) {
+    manager_.free(r->kv);
+    remove_running(r);
+  } else if (r->status == RequestStatus::kWaiting) {
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), r));
+  } else if (r->status == RequestStatus::kSwapped) {
+    swap_.free(r->host_blocks);
+    r->host_blocks.clear();
+    swapped_.erase(std::find(swapped_.begin(), swapped_.end(), r));
+  }
+  r->status = RequestStatus::kFinished;
+  r->finish_reason = reason;
+  newly_finished_.push_back(r);
+}
+
+bool Scheduler::abort_request(RequestId id) {
+  SchedulerRequest* r = find(id);
+  if (r == nullptr || r->finished()) return false;
+  finish(r, FinishReason::kAborted);
+  // Parallel samples belong to the request that spawned them: cancel them too.
+  std::vector<RequestId> children;
+  for (const auto& [cid, c] : requests_)
+    if (c->parent == id && !c->finished()) children.push_back(cid);
+  for (RequestId cid : children) finish(find(cid), FinishReason::kAborted);
+  return true;
+}
+
+void Scheduler::release_finished(RequestId id) {
+  auto it = requests_.find(id);
+  if (it != requests_.end() && it->second->finished()) requests_.erase(it);
+}
+
+SchedulerRequest* Scheduler::pick_victim() {
+  // Lowest priority (largest value) first, then the most recently admitted.
+  return *std::max_element(running_.begin(), running_.end(), [](const SchedulerRequest* a, const SchedulerRequest* b) {
+    return std::pair(a->priority, a->admit_seq) < std::pair(b->priority, b->admit_seq);
+  });
+}
+
+void Scheduler::preempt(SchedulerRequest* victim, SchedulerOutput& out) {
+  const int computed = victim->kv.num_computed_tokens;
+  const auto blocks = manager_.get_block_ids(victim->kv);
+  const int needed = cdiv(computed, manager_.block_size());
+  bool swap = false;
+  if (config_.preemption_mode != PreemptionMode::kRecompute && computed > 0 && needed <= swap_.num_free() &&
+      manager_.num_groups() == 1)
+    swap = config_.preemption_mode == PreemptionMode::kSwap || computed >= config_.swap_threshold_tokens;
+  if (swap) {
+    victim->host_blocks.clear();
+    swap_.allocate(needed, victim->host_blocks);
+    for (int i = 0; i < needed; ++i)
+      out.swap_out.emplace_back(blocks[static_cast<size_t>(i)], victim->host_blocks[static_cast<size_t>(i)]);
+    victim->swapped_tokens = computed;
+    stats_.blocks_swapped_out += static_cast<uint64_t>(needed);
+    ++stats_.preemptions_swap;
+    ++out.num_preempted_swap;
+  } else {
+    ++stats_.preemptions_recompute;
+    ++out.num_preempted_recompute;
+  }
+  manager_.free(victim->kv);
+  remove_running(victim);
+  victim->kv.num_computed_tokens = 0;
+  ++victim->num_preemptions;
+  ++victim->kv.num_preemptions;
+  if (swap) {
+    victim->status = RequestStatus::kSwapped;
+    swapped_.push_back(victim);
+  } else {
+    enqueue_waiting(victim);
+  }
+}
+
+bool Scheduler::try_resume_swapped(SchedulerRequest* r, SchedulerOutput& out) {
+  // Blocks whose content is still in the prefix cache need no copy; the rest come from host.
+  manager_.get_computed_blocks(r->kv, hits_);
+  const int hit = hits_.num_computed_tokens;
+  if (hit >= r->swapped_tokens) {
+    // The cache alone covers what was computed: resume as a re-admission of the hit prefix.
+    if (!manager_.allocate_slots(r->kv, 1, hit, &hits_)) return false;
+    r->kv.num_computed_tokens = hit;
+  } else {
+    if (!manager_.allocate_slots(r->kv, r->swapped_tokens - hit, hit, &hits_)) return false;
+    const auto blocks = manager_.get_block_ids(r->kv);
+    for (int i = hit / manager_.block_size(); i < static_cast<int>(r->host_blocks.size()); ++i)
+      out.swap_in.emplace_back(r->host_blocks[static_cast<size_t>(i)], blocks[static_cast<size_t>(i)]);
+    stats_.blocks_swapped_in += static_cast<uint64_t>(r->host_blocks.size()) - static_cast<uint64_t>(hit / manager_.block_size());
+    r->kv.num_computed_tokens = r->swapped_tokens;
+  }
+  swap_.free(r->host_blocks);  // the copies run before the next schedule() can hand these out
+  r->host_blocks.clear();
+  r->swapped_tokens = 0;
+  r->status = RequestStatus::kRunning;
+  r->admit_seq = next_admit_seq_++;
+  running_.push_back(r);
+  out.rewritten_tables.push_back(r->kv.id);
+  return true;
+}
+
+SchedulerOutput Scheduler::schedule() {
+  SchedulerOutput out;
+  ++stats_.steps;
+  int budget = config_.max_num_batched_tokens;
+  bool preempted = false;
+
+  // 1. Running requests.
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    SchedulerRequest* r = running_[i];
+    const int n = std::min(r->kv.num_tokens() - r->kv.num_computed_tokens, budget);
+    if (n <= 0) {
+      ++i;
+      continue;
+    }
+    bool self_preempted = false;
+    std::optional<NewBlocks> nb;
+    while (!(nb = manager_.allocate_slots(r->kv, n))) {
+      SchedulerRequest* victim = pick_victim();
+      // A victim scheduled earlier in this step gives back its chunk.
+      auto sched = std::find_if(out.chunks.begin(), out.chunks.end(), [&](const ScheduledChunk& c) { return c.request == victim; });
+      if (sched != out.chunks.end()) {
+        budget += sched->num_new_tokens;
+        out.num_batched_tokens -= sched->num_new_tokens;
+        out.chunks.erase(sched);
+      }
+      const size_t victim_index = static_cast<size_t>(std::find(running_.begin(), running_.end(), victim) - running_.begin());
+      preempt(victim, out);
+      preempted = true;
+      if (victim == r) {
+        self_preempted = true;
+        break;
+      }
+      if (victim_index < i) --i;
+    }
+    if (self_preempted) continue;  // running_[i] is now the next request
+    if (nb->table_rewritten) out.rewritten_tables.push_back(r->kv.id);
+    out.chunks.push_back(ScheduledChunk{r, n, r->kv.num_computed_tokens, r->kv.num_computed_tokens + n == r->kv.num_tokens()});
+    out.num_batched_tokens += n;
+    budget -= n;
+    ++i;
+  }
+
+  if (!preempted) {
+    // 2a. Swapped requests come back before anything new is admitted.
+    while (!swapped_.empty() && static_cast<int>(running_.size()) < config_.max_num_seqs) {
+      if (!try_resume_swapped(swapped_.front(), out)) break;
+      swapped_.pop_front();
+    }
+    // 2b. Admission, with hysteresis on pool usage.
+    const double usage = manager_.usage();
+    if (admitting_ && usage >= config_.admit_high_watermark) {
+      admitting_ = false;
+      ++stats_.admission_pauses;
+    } else if (!admitting_ && usage <= config_.admit_low_watermark) {
+      admitting_ = true;
+    }
+    const bool may_admit = (admitting_ || running_.empty()) && swapped_.empty();
+    while (may_admit && !waiting_.empty() && budget > 0 && static_cast<int>(running_.size()) < config_.max_num_seqs) {
+      SchedulerRequest* r = waiting_.front();
+      if (manager_.can_allocate(r->kv) == AllocStatus::kNever) {
+        finish(r, FinishReason::kRejected);  // larger than the whole cache: it can never run
+        continue;
+      }
+      manager_.get_computed_blocks(r->kv, hits_);
+      const int hit = hits_.num_computed_tokens;
+      const int n = std::min(r->kv.num_tokens() - hit, budget);
+      // The whole sequence must fit now, or a long prompt admitted in chunks would force
+      // preemptions later.
+      if (manager_.get_num_blocks_to_allocate(r->kv, r->kv.num_tokens(), &hits_) > manager_.num_free_blocks()) break;
+      if (!manager_.allocate_slots(r->kv, n, hit, &hits_)) break;
+      waiting_.pop_front();
+      r->kv.num_computed_tokens = hit;
+      if (r->prefix_hit_tokens < 0) r->prefix_hit_tokens = hit;
+      r->status = RequestStatus::kRunning;
+      r->admit_seq = next_admit_seq_++;
+      running_.push_back(r);
+      ++stats_.admissions;
+      out.rewritten_tables.push_back(r->kv.id);
+      out.chunks.push_back(ScheduledChunk{r, n, hit, hit + n == r->kv.num_tokens()});
+      out.num_batched_tokens += n;
+      budget -= n;
+    }
+  }
+  out.cow_copies = manager_.take_pending_copies();
+  stats_.cow_copies += out.cow_copies.size();
+  return out;
+}
+
+bool Scheduler::check_stop(SchedulerRequest* r, TokenId token) {
+  const StopConditions& s = r->stop;
+  if ((!s.ignore_eos && token == s.eos_token_id) ||
+      std::find(s.stop_token_ids.begin(), s.stop_token_ids.end(), token) != s.stop_token_ids.end()) {
+    r->stopped_on_stop_token = true;
+    finish(r, FinishReason::kStop);
+    return true;
+  }
+  if (r->num_output_tokens() >= s.max_tokens || r->kv.num_tokens() > manager_.max_model_len()) {
+    finish(r, FinishReason::kLength);
+    return true;
+  }
+  return false;
+}
+
+std::vector<SchedulerRequest*> Scheduler::update(const SchedulerOutput& output, const std::vector<SampledTokens>& sampled) {
+  if (sampled.size() != output.chunks.size())
+    throw UsageError(fmt::format("update: {} sampled entries for {} chunks", sampled.size(), output.chunks.size()));
+  for (size_t i = 0; i < output.chunks.size(); ++i) {
+    const ScheduledChunk& c = output.chunks[i];
+    SchedulerRequest* r = c.request;
+    if (r->status != RequestStatus::kRunning) continue;  // aborted meanwhile
+    r->kv.num_computed_tokens += c.num_new_tokens;
+    if (!c.samples) continue;
+    // Parallel sampling: children share every block computed so far and start from their own token.
+    if (r->n > 1 && !r->forked) {
+      r->forked = true;
+      for (size_t k = 0; k < sampled[i].fork_tokens.size(); ++k) {
+        auto child = std::make_unique<SchedulerRequest>(*r);
+        child->kv.id = RequestId{next_child_id_++};
+        child->parent = r->kv.id;
+        child->sample_index = static_cast<int>(k) + 1;
+        child->n = 1;
+        child->host_blocks.clear();
+        manager_.fork(r->kv, child->kv);
+        child->admit_seq = next_admit_seq_++;
+        child->arrival_seq = next_arrival_seq_++;
+        SchedulerRequest* cp = child.get();
+        requests_.emplace(cp->kv.id, std::move(child));
+        running_.push_back(cp);
+        cp->kv.append_token(sampled[i].fork_tokens[k]);
+        check_stop(cp, sampled[i].fork_tokens[k]);
+      }
+    }
+    const TokenId t = sampled[i].token;
+    r->kv.append_token(t);
+    check_stop(r, t);
+  }
+  std::vector<SchedulerRequest*> done;
+  done.swap(newly_finished_);
+  return done;
+}
+
+}  // namespace pagedkv

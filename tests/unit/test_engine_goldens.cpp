@@ -1,0 +1,227 @@
+// End to end: the serving engine on the real stories260K checkpoint must reproduce llama2.c's
+// golden outputs byte for byte, however the requests are batched, cached, chunked or preempted.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "pagedkv/core/error.h"
+#include "pagedkv/engine/llm_engine.h"
+#include "pagedkv/model/llama2c_checkpoint.h"
+#include "pagedkv/model/tokenizer.h"
+
+namespace pagedkv {
+namespace {
+
+struct Golden {
+  std::string name, prompt;
+  int steps;
+  std::vector<TokenId> ids;  // BOS + prompt + generated
+};
+
+std::string shared_dir() {
+  const char* env = std::getenv("PAGEDKV_SHARED_DIR");
+  return env ? env : "../shared";
+}
+
+class EngineGoldens : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string dir = shared_dir() + "/models";
+    if (!std::filesystem::exists(dir + "/stories260K.bin")) return;
+    model_ = std::make_unique<Llama2cCheckpoint>(dir + "/stories260K.bin");
+    tokenizer_ = std::make_unique<Tokenizer>(dir + "/tok512.bin", 512);
+    for (auto [name, prompt, steps] : {std::tuple<std::string, std::string, int>{"once_upon_a_time.n200", "Once upon a time", 200},
+                                       {"no_prompt.n256", "", 256},
+                                       {"tom_and_lily.n256", "Tom and Lily went to the beach", 256}}) {
+      std::ifstream in(dir + "/golden/" + name + ".ids");
+      Golden g{name, prompt, steps, {}};
+      for (TokenId t; in >> t;) g.ids.push_back(t);
+      goldens_.push_back(g);
+    }
+  }
+  void SetUp() override {
+    if (!model_) GTEST_SKIP() << "../shared/models not found (set PAGEDKV_SHARED_DIR); skipping golden tests";
+  }
+  static GenerationRequest request_for(const Golden& g, int n = 1) {
+    GenerationRequest r;
+    r.prompt = tokenizer_->encode(g.prompt, true, false);
+    r.sampling.temperature = 0.0f;
+    r.stop.eos_token_id = 1;
+    r.stop.max_tokens = g.steps - static_cast<int>(r.prompt.size()) + 1;
+    r.n = n;
+    return r;
+  }
+  static std::vector<TokenId> full_ids(const RequestOutput& o) {
+    std::vector<TokenId> ids = o.prompt;
+    ids.insert(ids.end(), o.output.begin(), o.output.end());
+    if (o.finish_reason == FinishReason::kStop) ids.push_back(1);  // the golden keeps the stopping BOS
+    return ids;
+  }
+  // Runs the goldens (plus `extra` filler requests) through one engine and checks every golden.
+  static std::vector<RequestOutput> run_and_check(EngineConfig cfg, int extra = 0, int golden_priority = 0) {
+    cfg.check_invariants = true;
+    LLMEngine engine(*model_, cfg);
+    std::map<uint64_t, size_t> which;
+    for (int k = 0; k < extra; ++k) {  // fillers: random-ish prompts that compete for blocks
+      GenerationRequest f;
+      for (int t = 0; t < 40 + 30 * k; ++t) f.prompt.push_back(static_cast<TokenId>(3 + (t * 37 + k * 101) % 500));
+      f.prompt.insert(f.prompt.begin(), 1);
+      f.sampling.temperature = 0.0f;
+      f.stop.max_tokens = 120;
+      engine.add_request(f);
+    }
+    for (size_t i = 0; i < goldens_.size(); ++i) {
+      GenerationRequest r = request_for(goldens_[i]);
+      r.priority = golden_priority;
+      which[engine.add_request(r).value] = i;
+    }
+    std::vector<RequestOutput> outs = engine.run_to_completion();
+    std::vector<RequestOutput> golden_outs;
+    for (const RequestOutput& o : outs) {
+      auto it = which.find(o.id.value);
+      if (it == which.end()) continue;
+      EXPECT_EQ(full_ids(o), goldens_[it->second].ids) << goldens_[it->second].name;
+      golden_outs.push_back(o);
+    }
+    EXPECT_EQ(golden_outs.size(), goldens_.size());
+    // Everything is released at the end.
+    EXPECT_EQ(engine.manager().num_free_blocks(), engine.manager().pool().num_usable_blocks());
+    engine.check_invariants();
+    return golden_outs;
+  }
+
+  static inline std::unique_ptr<Llama2cCheckpoint> model_;
+  static inline std::unique_ptr<Tokenizer> tokenizer_;
+  static inline std::vector<Golden> goldens_;
+};
+
+TEST_F(EngineGoldens, TextMatchesGoldenFilesAlone) {
+  for (const Golden& g : goldens_) {
+    LLMEngine engine(*model_, EngineConfig{});
+    engine.add_request(request_for(g));
+    auto outs = engine.run_to_completion();
+    ASSERT_EQ(outs.size(), 1u);
+    std::ifstream in(shared_dir() + "/models/golden/" + g.name + ".txt");
+    std::stringstream text;
+    text << in.rdbuf();
+    std::vector<TokenId> ids = outs[0].prompt;
+    ids.insert(ids.end(), outs[0].output.begin(), outs[0].output.end());
+    EXPECT_EQ(tokenizer_->render(ids) + "\n", text.str()) << g.name;
+  }
+}
+
+TEST_F(EngineGoldens, BatchedWithOthersAtBlockSizes1_16_64) {
+  for (int bs : {1, 16, 64}) {
+    EngineConfig cfg;
+    cfg.block_size = bs;
+    cfg.kv_cache_bytes = 8u << 20;
+    run_and_check(cfg, 3);
+  }
+}
+
+TEST_F(EngineGoldens, PrefixCachingOnAndOff) {
+  for (bool caching : {true, false}) {
+    EngineConfig cfg;
+    cfg.enable_prefix_caching = caching;
+    run_and_check(cfg, 2);
+  }
+  // The golden prompts are shorter than a block, so use the first 100 golden tokens as the
+  // prompt: the continuation must still be the golden, and a second request hits 96 tokens.
+  EngineConfig cfg;
+  cfg.check_invariants = true;
+  LLMEngine engine(*model_, cfg);
+  const Golden& g = goldens_[2];
+  GenerationRequest r = request_for(g);
+  r.prompt.assign(g.ids.begin(), g.ids.begin() + 100);
+  r.stop.max_tokens = g.steps - 100 + 1;
+  for (int expected_hit : {0, 96}) {
+    engine.add_request(r);
+    auto outs = engine.run_to_completion();
+    ASSERT_EQ(outs.size(), 1u);
+    EXPECT_EQ(outs[0].prefix_hit_tokens, expected_hit);
+    EXPECT_EQ(full_ids(outs[0]), g.ids);
+  }
+}
+
+TEST_F(EngineGoldens, SmallPoolPreemptsEachGoldenWithRecomputeAndWithSwap) {
+  for (PreemptionMode mode : {PreemptionMode::kRecompute, PreemptionMode::kSwap}) {
+    EngineConfig cfg;
+    cfg.block_size = 16;
+    cfg.num_blocks = 24;  // 23 usable blocks = 368 tokens for ~3 x 257-token goldens + fillers
+    cfg.swap_space_bytes = 2u << 20;
+    cfg.scheduler.preemption_mode = mode;
+    cfg.scheduler.max_num_batched_tokens = 64;  // chunked prefill too
+    // Goldens at lower priority than the fillers: they are the preemption victims.
+    auto outs = run_and_check(cfg, 3, /*golden_priority=*/1);
+    for (const RequestOutput& o : outs) EXPECT_GE(o.num_preemptions, 1) << preemption_mode_name(mode);
+  }
+}
+
+TEST_F(EngineGoldens, ParallelSamplingGreedyGivesIdenticalCopies) {
+  EngineConfig cfg;
+  cfg.check_invariants = true;
+  LLMEngine engine(*model_, cfg);
+  engine.add_request(request_for(goldens_[0], 4));
+  auto outs = engine.run_to_completion();
+  ASSERT_EQ(outs.size(), 4u);
+  std::set<int> samples;
+  for (const RequestOutput& o : outs) {
+    EXPECT_EQ(full_ids(o), goldens_[0].ids);
+    samples.insert(o.sample_index);
+  }
+  EXPECT_EQ(samples, (std::set<int>{0, 1, 2, 3}));
+  EXPECT_GT(engine.stats().cow_copies, 0u);  // the shared partial block was copied on first write
+}
+
+TEST_F(EngineGoldens, ParallelSamplingWithTemperatureDiverges) {
+  EngineConfig cfg;
+  cfg.check_invariants = true;
+  LLMEngine engine(*model_, cfg);
+  GenerationRequest r = request_for(goldens_[2], 3);
+  r.sampling.temperature = 1.0f;
+  r.sampling.seed = 7;
+  engine.add_request(r);
+  auto outs = engine.run_to_completion();
+  ASSERT_EQ(outs.size(), 3u);
+  std::set<std::vector<TokenId>> distinct;
+  for (const RequestOutput& o : outs) distinct.insert(o.output);
+  EXPECT_GT(distinct.size(), 1u);
+  EXPECT_GT(engine.stats().cow_copies, 0u);
+}
+
+TEST_F(EngineGoldens, CancellingMidFlightLeavesThePoolAsBefore) {
+  EngineConfig cfg;
+  cfg.enable_prefix_caching = false;
+  cfg.check_invariants = true;
+  LLMEngine engine(*model_, cfg);
+  const int free_before = engine.manager().num_free_blocks();
+  std::vector<RequestId> ids;
+  for (const Golden& g : goldens_) ids.push_back(engine.add_request(request_for(g)));
+  GenerationRequest longer = request_for(goldens_[0], 2);
+  ids.push_back(engine.add_request(longer));
+  for (int s = 0; s < 7; ++s) engine.step();  // some mid-prefill, some decoding
+  for (RequestId id : ids) engine.abort_request(id);
+  engine.step();
+  EXPECT_FALSE(engine.has_unfinished());
+  EXPECT_EQ(engine.manager().num_free_blocks(), free_before);
+  EXPECT_EQ(engine.manager().num_requests(), 0);
+  engine.check_invariants();
+}
+
+TEST_F(EngineGoldens, RejectsBadInputButKeepsServing) {
+  LLMEngine engine(*model_, EngineConfig{});
+  GenerationRequest bad = request_for(goldens_[0]);
+  bad.prompt.push_back(9999);
+  EXPECT_THROW(engine.add_request(bad), UsageError);
+  engine.add_request(request_for(goldens_[0]));
+  auto outs = engine.run_to_completion();
+  ASSERT_EQ(outs.size(), 1u);
+  EXPECT_EQ(full_ids(outs[0]), goldens_[0].ids);
+}
+
+}  // namespace
+}  // namespace pagedkv

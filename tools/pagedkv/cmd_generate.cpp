@@ -1,0 +1,152 @@
+// pagedkv generate: llama2.c's `run` on the paged engine. One prompt prints exactly what run
+// prints; --batch FILE serves one prompt per line concurrently through one engine.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <map>
+
+#include "command.h"
+#include "engine_options.h"
+#include "pagedkv/core/error.h"
+#include "pagedkv/model/llama2c_checkpoint.h"
+#include "pagedkv/model/tokenizer.h"
+
+namespace pagedkv::cli {
+namespace {
+
+constexpr TokenId kBos = 1;
+
+struct GenerateOptions {
+  std::string model, tokenizer, prompt, batch_file;
+  float temperature = 1.0f;
+  float top_p = 0.9f;
+  int steps = 256;
+  long long seed = 0;
+  int n = 1;
+  bool json = false;
+  bool verbose = false;
+  EngineOptions engine;
+};
+
+// run.c's request: forwards at positions 0..steps-1, prompt tokens forced, the token chosen
+// after the last forward printed but not fed back, BOS (1) stops without being printed.
+GenerationRequest make_request(const Tokenizer& tok, const std::string& text, const GenerateOptions& o, int steps,
+                               uint64_t seed) {
+  GenerationRequest g;
+  g.prompt = tok.encode(text, true, false);
+  g.sampling.temperature = o.temperature;
+  g.sampling.top_p = o.top_p;
+  g.sampling.seed = seed;
+  g.stop.eos_token_id = kBos;
+  g.stop.max_tokens = steps - static_cast<int>(g.prompt.size()) + 1;
+  g.n = o.n;
+  return g;
+}
+
+int run_generate(GenerateOptions o) {
+  if (o.model.empty()) o.model = default_shared_dir() + "/models/stories260K.bin";
+  if (o.tokenizer.empty()) o.tokenizer = default_shared_dir() + "/models/tok512.bin";
+  Llama2cCheckpoint model(o.model);
+  Tokenizer tok(o.tokenizer, model.config().vocab_size);
+  int steps = o.steps;
+  if (steps <= 0 || steps > model.config().seq_len) steps = model.config().seq_len;
+  const uint64_t seed = o.seed > 0 ? static_cast<uint64_t>(o.seed) : static_cast<uint64_t>(std::time(nullptr));
+  EngineConfig cfg = o.engine.to_config();
+  LLMEngine engine(model, cfg);
+  if (o.verbose) fmt::print(stderr, "{}\n", engine.describe());
+
+  std::vector<std::string> prompts;
+  if (!o.batch_file.empty()) {
+    std::ifstream in(o.batch_file);
+    if (!in) throw ConfigError(fmt::format("cannot open --batch file '{}'", o.batch_file));
+    for (std::string line; std::getline(in, line);) prompts.push_back(line);
+  } else {
+    prompts.push_back(o.prompt);
+  }
+  struct Slot {
+    std::string prompt;
+    std::vector<RequestOutput> outputs;
+    std::vector<TokenId> prompt_ids;
+  };
+  std::vector<Slot> slots(prompts.size());
+  std::map<uint64_t, size_t> slot_of;  // root request id -> prompt index
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenerationRequest g = make_request(tok, prompts[i], o, steps, seed);
+    slots[i].prompt = prompts[i];
+    slots[i].prompt_ids = g.prompt;
+    if (g.stop.max_tokens <= 0) continue;  // the prompt alone fills the steps: nothing to generate
+    slot_of[engine.add_request(std::move(g)).value] = i;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  size_t generated = 0;
+  for (RequestOutput& out : engine.run_to_completion()) {
+    const uint64_t root = out.sample_index == 0 ? out.id.value : out.parent.value;
+    generated += out.output.size();
+    slots[slot_of.at(root)].outputs.push_back(std::move(out));
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  for (size_t i = 0; i < slots.size(); ++i) {
+    Slot& s = slots[i];
+    std::sort(s.outputs.begin(), s.outputs.end(), [](auto& a, auto& b) { return a.sample_index < b.sample_index; });
+    if (s.outputs.empty()) {  // steps <= prompt length: run.c prints the forced prompt tokens
+      std::vector<TokenId> ids(s.prompt_ids.begin(), s.prompt_ids.begin() + std::min<size_t>(s.prompt_ids.size(), static_cast<size_t>(steps) + 1));
+      if (o.json) {
+        nlohmann::json j{{"prompt", s.prompt}, {"text", tok.render(ids)}, {"token_ids", ids}, {"finish_reason", "length"},
+                         {"prefix_hit_tokens", 0}, {"ttft_ms", nullptr}};
+        fmt::print("{}\n", j.dump());
+      } else {
+        fmt::print("{}\n", tok.render(ids));
+      }
+      continue;
+    }
+    for (const RequestOutput& out : s.outputs) {
+      std::vector<TokenId> ids = out.prompt;
+      ids.insert(ids.end(), out.output.begin(), out.output.end());
+      const std::string text = tok.render(ids);
+      if (o.json) {
+        nlohmann::json j{{"prompt", s.prompt},
+                         {"sample_index", out.sample_index},
+                         {"text", text},
+                         {"token_ids", ids},
+                         {"finish_reason", std::string(finish_reason_name(out.finish_reason))},
+                         {"prefix_hit_tokens", out.prefix_hit_tokens},
+                         {"num_preemptions", out.num_preemptions},
+                         {"ttft_ms", out.ttft_ms},
+                         {"tpot_ms", out.tpot_ms}};
+        fmt::print("{}\n", j.dump());
+      } else {
+        fmt::print("{}\n", text);
+      }
+    }
+  }
+  std::fflush(stdout);
+  fmt::print(stderr, "achieved tok/s: {:.1f} ({} tokens, {} requests, {} steps)\n",
+             static_cast<double>(generated) / secs, generated, slot_of.size(), engine.stats().steps);
+  return 0;
+}
+
+const CommandRegistration kRegistration{Command{
+    "generate", "generate text with a llama2.c checkpoint on the paged engine (prints what llama2.c's run prints)",
+    [](CLI::App& sub) -> std::function<int()> {
+      auto o = std::make_shared<GenerateOptions>();
+      sub.add_option("--model,-m", o->model, "llama2.c checkpoint (default: ../shared/models/stories260K.bin)");
+      sub.add_option("--tokenizer,-z", o->tokenizer, "llama2.c tokenizer (default: ../shared/models/tok512.bin)");
+      sub.add_option("-t,--temperature", o->temperature, "0 = greedy")->capture_default_str();
+      sub.add_option("-p,--top-p", o->top_p, "nucleus sampling mass")->capture_default_str();
+      sub.add_option("-n,--steps", o->steps, "forward passes, prompt included (0 = seq_len)")->capture_default_str();
+      sub.add_option("-i,--prompt", o->prompt, "prompt text");
+      sub.add_option("-s,--seed", o->seed, "random seed (0 = time)");
+      sub.add_option("--samples", o->n, "parallel samples per prompt (n), sharing the prompt's blocks")->capture_default_str();
+      sub.add_option("--batch", o->batch_file, "file with one prompt per line, served concurrently");
+      sub.add_flag("--json", o->json, "one JSON object per line per output");
+      sub.add_flag("-v,--verbose", o->verbose, "print the engine's start-up summary to stderr");
+      o->engine.add_to(sub);
+      return [o] { return run_generate(*o); };
+    }}};
+
+}  // namespace
+}  // namespace pagedkv::cli

@@ -1,0 +1,60 @@
+#include "engine_options.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "pagedkv/core/error.h"
+#include "pagedkv/memory/byte_size.h"
+
+namespace pagedkv::cli {
+
+void EngineOptions::add_to(CLI::App& app) {
+  app.add_option("--block-size", block_size, "tokens per KV block")->capture_default_str();
+  app.add_option("--num-blocks", num_blocks, "KV pool size in blocks (overrides --kv-cache-bytes)");
+  app.add_option("--kv-cache-bytes", kv_cache_bytes, "KV cache budget, e.g. 16MiB")->capture_default_str();
+  app.add_option("--swap-space", swap_space, "host swap space for swap preemption (0 disables)")->capture_default_str();
+  app.add_option("--kv-dtype", kv_dtype, "KV element type: fp32, fp16, bf16")->capture_default_str();
+  app.add_option("--preemption", preemption, "recompute, swap or auto")->capture_default_str();
+  app.add_flag("--no-prefix-caching", no_prefix_caching, "disable prefix caching");
+  app.add_option("--max-num-seqs", max_num_seqs, "requests running at once")->capture_default_str();
+  app.add_option("--max-num-batched-tokens", max_num_batched_tokens, "tokens per step")->capture_default_str();
+  app.add_flag("--check", check, "run the invariant checker after every step");
+}
+
+EngineConfig EngineOptions::to_config() const {
+  EngineConfig c;
+  c.block_size = block_size;
+  c.num_blocks = num_blocks;
+  c.kv_cache_bytes = parse_byte_size(kv_cache_bytes);
+  c.swap_space_bytes = parse_byte_size(swap_space);
+  auto dt = parse_dtype(kv_dtype);
+  if (!dt || !(*dt == DType::kF32 || *dt == DType::kF16 || *dt == DType::kBF16))
+    throw ConfigError(fmt::format("--kv-dtype must be fp32, fp16 or bf16, got '{}'", kv_dtype));
+  c.kv_dtype = *dt;
+  if (preemption == "recompute") c.scheduler.preemption_mode = PreemptionMode::kRecompute;
+  else if (preemption == "swap") c.scheduler.preemption_mode = PreemptionMode::kSwap;
+  else if (preemption == "auto") c.scheduler.preemption_mode = PreemptionMode::kAuto;
+  else throw ConfigError(fmt::format("--preemption must be recompute, swap or auto, got '{}'", preemption));
+  c.enable_prefix_caching = !no_prefix_caching;
+  c.scheduler.max_num_seqs = max_num_seqs;
+  c.scheduler.max_num_batched_tokens = max_num_batched_tokens;
+  c.check_invariants = check;
+  return c;
+}
+
+std::string default_shared_dir() {
+  if (const char* env = std::getenv("PAGEDKV_SHARED_DIR")) return env;
+  // <repo>/build/pagedkv -> <repo>/../shared
+  std::error_code ec;
+  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    auto candidate = exe.parent_path().parent_path().parent_path() / "shared";
+    if (std::filesystem::exists(candidate)) return candidate.string();
+  }
+  return "../shared";
+}
+
+}  // namespace pagedkv::cli

@@ -1,0 +1,32 @@
+// Command-line options shared by the commands that run the engine (generate, demo).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <memory>
+#include <string>
+
+#include "pagedkv/engine/llm_engine.h"
+
+namespace pagedkv::cli {
+
+struct EngineOptions {
+  int block_size = 16;
+  int num_blocks = 0;
+  std::string kv_cache_bytes = "16MiB";
+  std::string swap_space = "4MiB";
+  std::string kv_dtype = "fp32";
+  std::string preemption = "auto";
+  bool no_prefix_caching = false;
+  int max_num_seqs = 64;
+  int max_num_batched_tokens = 2048;
+  bool check = false;
+
+  void add_to(CLI::App& app);
+  EngineConfig to_config() const;  // throws ConfigError
+};
+
+// The shared model directory (../shared/models relative to the binary's repo, or $PAGEDKV_SHARED_DIR).
+std::string default_shared_dir();
+
+}  // namespace pagedkv::cli
