@@ -1,0 +1,41 @@
+#!/usr/bin/env python3
+"""Fails if a layer includes a layer above it (docs/architecture.md, "Include rules")."""
+import pathlib
+import re
+import sys
+
+ALLOWED = {
+    "core": set(),
+    "block": {"core"},
+    "prefix": {"core"},
+    "manager": {"core", "block", "prefix"},
+    "storage": {"core"},
+    "kernels": {"core", "storage"},
+    "memory": {"core"},
+    "model": {"core", "storage", "kernels"},
+    "tiers": {"core", "block", "prefix", "manager", "storage"},
+    "scheduler": {"core", "block", "prefix", "manager", "tiers"},
+    "engine": {"core", "block", "prefix", "manager", "tiers", "scheduler", "storage", "kernels", "model", "memory"},
+    "workload": {"core", "block", "prefix", "manager", "scheduler", "memory"},
+    "replay": {"core", "block", "prefix", "manager", "scheduler", "memory", "workload"},
+}
+INCLUDE = re.compile(r'^\s*#\s*include\s+"pagedkv/([a-z_]+)/')
+
+root = pathlib.Path(__file__).resolve().parent.parent
+errors = []
+for top in ("include/pagedkv", "src"):
+    for path in sorted((root / top).rglob("*")):
+        if path.suffix not in (".h", ".cpp"):
+            continue
+        layer = path.relative_to(root / top).parts[0]
+        if layer not in ALLOWED:
+            errors.append(f"{path.relative_to(root)}: folder '{layer}' is not a known layer (add it to docs/architecture.md and this script)")
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            m = INCLUDE.match(line)
+            if m and m.group(1) != layer and m.group(1) not in ALLOWED[layer]:
+                errors.append(f"{path.relative_to(root)}:{n}: {layer}/ must not include {m.group(1)}/")
+for e in errors:
+    print(e)
+print(f"layering: {len(errors)} violation(s)")
+sys.exit(1 if errors else 0)
