@@ -63,7 +63,7 @@ TEST_P(GoldenTest, EachGoldenAloneMatchesByteForByte) {
     std::vector<Sequence> seqs = {make_sequence(st.tokenizer, g)};
     KVArena arena(runner.kv_cache_spec(block_size), st.model.config().n_layers, blocks_needed(seqs, block_size));
     arena.fill_nan();  // a read of any slot not written this run poisons the logits
-    testing::generate_greedy(runner, arena, seqs, /*max_chunk=*/1 << 20);
+    testing::generate(runner, arena, seqs, /*max_chunk=*/1 << 20);
     expect_golden(dir, st.tokenizer, g, seqs[0], "alone, block size " + std::to_string(block_size));
   }
 }
@@ -78,7 +78,7 @@ TEST_P(GoldenTest, AllGoldensInOneFlattenedBatchMatch) {
   for (const Golden& g : testing::goldens()) seqs.push_back(make_sequence(st.tokenizer, g));
   KVArena arena(runner.kv_cache_spec(block_size), st.model.config().n_layers, blocks_needed(seqs, block_size));
   arena.fill_nan();
-  testing::generate_greedy(runner, arena, seqs, 1 << 20);
+  testing::generate(runner, arena, seqs, 1 << 20);
   for (size_t i = 0; i < seqs.size(); ++i)
     expect_golden(dir, st.tokenizer, testing::goldens()[i], seqs[i], "batched, block size " + std::to_string(block_size));
 }
@@ -98,7 +98,7 @@ TEST(ModelRunnerGolden, ChunkedPrefillMatches) {
     for (const Golden& g : testing::goldens()) seqs.push_back(make_sequence(st.tokenizer, g));
     KVArena arena(runner.kv_cache_spec(16), st.model.config().n_layers, blocks_needed(seqs, 16));
     arena.fill_nan();
-    testing::generate_greedy(runner, arena, seqs, chunk);
+    testing::generate(runner, arena, seqs, chunk);
     for (size_t i = 0; i < seqs.size(); ++i)
       expect_golden(dir, st.tokenizer, testing::goldens()[i], seqs[i], "prefill chunk " + std::to_string(chunk));
   }
@@ -118,7 +118,7 @@ TEST(ModelRunnerGolden, TwoThreadsGiveTheSameTokens) {
   }
   KVArena arena(runner.kv_cache_spec(16), st.model.config().n_layers, blocks_needed(seqs, 16));
   arena.fill_nan();
-  testing::generate_greedy(runner, arena, seqs, 1 << 20);
+  testing::generate(runner, arena, seqs, 1 << 20);
   for (size_t i = 0; i < seqs.size(); ++i) {
     const auto want = testing::read_ids(dir / "golden" / (testing::goldens()[i].name + ".ids"));
     ASSERT_EQ(seqs[i].ids.size(), 49u);
@@ -135,12 +135,12 @@ TEST(ModelRunnerGolden, HalfPrecisionKVCacheStaysCloseToF32) {
   std::vector<Sequence> ref = {make_sequence(st.tokenizer, g)};
   ref[0].steps = 64;
   KVArena f32(runner.kv_cache_spec(16, DType::kF32), st.model.config().n_layers, blocks_needed(ref, 16));
-  testing::generate_greedy(runner, f32, ref, 1 << 20);
+  testing::generate(runner, f32, ref, 1 << 20);
   for (DType dt : {DType::kF16, DType::kBF16}) {
     std::vector<Sequence> seqs = {make_sequence(st.tokenizer, g)};
     seqs[0].steps = 64;
     KVArena arena(runner.kv_cache_spec(16, dt), st.model.config().n_layers, blocks_needed(seqs, 16));
-    testing::generate_greedy(runner, arena, seqs, 1 << 20);
+    testing::generate(runner, arena, seqs, 1 << 20);
     // Rounding K/V may flip a near-tie late in a story; the opening must survive it.
     const size_t prefix = 24;
     ASSERT_GE(seqs[0].ids.size(), prefix);

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -100,11 +101,13 @@ class TempDir {
   fs::path path_;
 };
 
-// One sequence of a greedy generation with run.c semantics: forwards at positions 0..steps-1,
-// prompt tokens forced, then argmax; stops after choosing BOS (kept in ids, like the goldens).
+// One sequence of a generation with run.c semantics: forwards at positions 0..steps-1, prompt
+// tokens forced, then argmax (or `sampler` when set); stops after choosing BOS (kept in ids,
+// like the goldens).
 struct Sequence {
   std::vector<TokenId> prompt;  // BOS first
   int steps = 0;
+  std::optional<Sampler> sampler;
   std::vector<TokenId> ids;     // prompt, then every chosen token
   int computed = 0;             // positions whose K/V are in the cache
   bool done = false;
@@ -133,7 +136,7 @@ class ScrambledBlocks {
 // Runs the sequences to completion, all active ones in one flattened batch per step, each
 // contributing up to `max_chunk` tokens per step (prefill in chunks; decode is 1 token).
 // Returns the number of forward passes.
-inline int generate_greedy(ModelRunner& runner, KVArena& arena, std::vector<Sequence>& seqs, int max_chunk) {
+inline int generate(ModelRunner& runner, KVArena& arena, std::vector<Sequence>& seqs, int max_chunk) {
   const int bs = arena.spec().block_size;
   ScrambledBlocks allocator(arena.num_blocks());
   for (auto& s : seqs) {
@@ -189,7 +192,8 @@ inline int generate_greedy(ModelRunner& runner, KVArena& arena, std::vector<Sequ
 
     for (size_t r = 0; r < sampling.size(); ++r) {
       Sequence& s = *sampling[r];
-      const TokenId next = Sampler::argmax(logits.row(static_cast<int>(r)));
+      const auto row = logits.row(static_cast<int>(r));
+      const TokenId next = s.sampler ? s.sampler->sample(row) : Sampler::argmax(row);
       s.ids.push_back(next);
       if (next == 1) s.done = true;  // run.c stops when it chooses BOS
     }
