@@ -130,6 +130,9 @@ void bind_request(py::module_& m) {
       .def_readonly("mm_inputs", &Request::mm_inputs)
       .def_readwrite("num_encoder_tokens", &Request::num_encoder_tokens,
                      "Encoder output length, for cross-attention groups.")
+      .def_readwrite("num_preemptions", &Request::num_preemptions,
+                     "Times the request was preempted; the caller increments it (as vLLM's scheduler "
+                     "does). Lookups by a preempted request are counted apart in prefix_cache_stats.")
       .def_readwrite("skip_prefix_cache", &Request::skip_prefix_cache,
                      "Neither look up nor cache this request's blocks (e.g. it needs prompt logprobs).")
       .def_property_readonly("block_hashes",
@@ -190,14 +193,22 @@ void bind_results(py::module_& m) {
                            c.blocks[0].size(), c.num_computed_tokens);
       });
 
-  py::class_<PrefixCacheStats>(m, "PrefixCacheStats", "Prefix-cache lookups since the manager was created.")
+  py::class_<PrefixCacheStats>(m, "PrefixCacheStats",
+                               "Prefix-cache lookups since the manager was created, split as vLLM splits them: "
+                               "requests never preempted, and (preempted_*) requests re-admitted after a "
+                               "preemption, whose own earlier blocks would inflate the hit rate.")
       .def_readonly("requests", &PrefixCacheStats::requests, "Lookups (get_computed_blocks calls).")
       .def_readonly("queries", &PrefixCacheStats::queries, "Tokens looked up.")
       .def_readonly("hits", &PrefixCacheStats::hits, "Tokens found cached.")
-      .def_property_readonly("hit_rate", &PrefixCacheStats::hit_rate)
+      .def_readonly("preempted_requests", &PrefixCacheStats::preempted_requests)
+      .def_readonly("preempted_queries", &PrefixCacheStats::preempted_queries)
+      .def_readonly("preempted_hits", &PrefixCacheStats::preempted_hits)
+      .def_property_readonly("hit_rate", &PrefixCacheStats::hit_rate, "hits / queries (preempted lookups excluded).")
       .def("__repr__", [](const PrefixCacheStats& s) {
-        return fmt::format("PrefixCacheStats(requests={}, queries={}, hits={}, hit_rate={:.4f})", s.requests, s.queries,
-                           s.hits, s.hit_rate());
+        return fmt::format("PrefixCacheStats(requests={}, queries={}, hits={}, hit_rate={:.4f}, preempted_requests={}, "
+                           "preempted_queries={}, preempted_hits={})",
+                           s.requests, s.queries, s.hits, s.hit_rate(), s.preempted_requests, s.preempted_queries,
+                           s.preempted_hits);
       });
 }
 
