@@ -22,7 +22,7 @@ ErrorTypes g_errors;
 
 void* unwrap_instance(PyObject* obj, PyTypeObject* type, const char* what) {
   if (!PyObject_TypeCheck(obj, type)) {
-    PyErr_Format(PyExc_TypeError, "%s must be a pagedkv.%s, got %.200s", what, type->tp_name, Py_TYPE(obj)->tp_name);
+    PyErr_Format(PyExc_TypeError, "%s must be a %s, got %.200s", what, type->tp_name, Py_TYPE(obj)->tp_name);
     return nullptr;
   }
   // pybind11 keeps the value pointer in its instance record (index 0: our classes have one
@@ -30,7 +30,7 @@ void* unwrap_instance(PyObject* obj, PyTypeObject* type, const char* what) {
   auto* inst = reinterpret_cast<py::detail::instance*>(obj);
   void* value = inst->simple_layout ? inst->simple_value_holder[0] : inst->get_value_and_holder().value_ptr();
   if (!value) {
-    PyErr_Format(PyExc_TypeError, "%s: the pagedkv.%s was never initialized (missing __init__ call?)", what,
+    PyErr_Format(PyExc_TypeError, "%s: the %s was never initialized (missing __init__ call?)", what,
                  type->tp_name);
     return nullptr;
   }
