@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""kvcache-peer-v1, scenario A, from Python: pagedkv per operation against vLLM v1's own manager.
+
+Generates the workload exactly (asserting every check value of ../shared/workloads/README.md),
+replays it from a Python scheduler loop that calls pagedkv.KVCacheManager per operation the way
+vLLM's scheduler calls its KVCacheManager, prints the reference counters (which must match the
+README's table; the exit status is 1 if any differs) and times the README's operation
+categories:
+
+  admit            get_computed_blocks + the whole-sequence check + allocate_slots (successful)
+  decode step      allocate_slots(req, 1) for a request in decode (failed attempts included)
+  free             free(req) at finish or preemption
+  hash at creation hash_request(req) when the request is created (vLLM hashes in Request())
+  whole replay     request creation with hashing + the scheduling loop, in a run without
+                   per-operation timers
+
+Each operation is bracketed by time.perf_counter_ns(), as a Python harness around vLLM's
+manager must do; the timer's own cost is measured and printed. Medians over --runs runs.
+
+Usage: PYTHONPATH=build/python python3 benchmarks/python/bench_peer.py [--runs 5] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import pathlib
+import platform
+import statistics
+import sys
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import kvcache_peer as kp  # noqa: E402
+
+import pagedkv  # noqa: E402
+
+# The Python peers' timings from ../shared/workloads/README.md (scenario A, 2-core AMD EPYC,
+# CPython 3.11, median of 5), in microseconds.
+PEERS_US = {
+    "vllm_sha256": {"admit": 156.5, "decode": 5.45, "free": 18.9, "hash": 444.5, "whole_s": 3.50},
+    "vllm_xxhash": {"admit": 130.2, "decode": 4.69, "free": 16.8, "hash": 192.4, "whole_s": 2.56},
+    "nano_vllm": {"admit": 356.2, "decode": 0.77, "free": 36.1, "hash": None, "whole_s": 3.07},
+}
+CATEGORIES = [("admit", "admit (lookup + allocate)"), ("decode", "decode-step allocate_slots"),
+              ("free", "free a request"), ("hash", "hash a prompt's blocks at creation")]
+# pagedkv's hash algorithm compared with each vLLM column.
+OURS_FOR = {"vllm_sha256": "sha256", "vllm_xxhash": "xxh3_128"}
+
+
+def timer_overhead_ns(samples: int = 200_000) -> float:
+    """Mean cost of one `t0 = now(); ...; elapsed = now() - t0` bracket around nothing."""
+    now = time.perf_counter_ns
+    total = 0
+    for _ in range(samples):
+        t0 = now()
+        total += now() - t0
+    return total / samples
+
+
+def measure(workload: kp.PeerWorkload, algorithm: str, runs: int) -> dict:
+    per_run = {name: [] for name, _ in CATEGORIES}
+    per_run["prefill_chunk"] = []
+    whole = []
+    counters = None
+    for _ in range(runs):
+        timings = kp.Timings()
+        counters = kp.replay(workload, kp.SCENARIOS["A"], hash_algorithm=algorithm, timings=timings)
+        for name in per_run:
+            per_run[name].append(timings.mean_us(name))
+        t0 = time.perf_counter()
+        untimed = kp.replay(workload, kp.SCENARIOS["A"], hash_algorithm=algorithm)
+        whole.append(time.perf_counter() - t0)
+        assert untimed == counters, "timed and untimed replays disagree"
+    result = {name: statistics.median(v) for name, v in per_run.items()}
+    result["whole_s"] = statistics.median(whole)
+    result["ops"] = {"admit": timings.admit_ops, "decode": timings.decode_ops, "free": timings.free_ops,
+                     "hash": timings.hash_ops, "prefill_chunk": timings.prefill_chunk_ops}
+    return {"timings": result, "counters": counters}
+
+
+def print_counters(counters: kp.Counters) -> bool:
+    ref = dataclasses.asdict(kp.REFERENCE_COUNTERS_A)
+    ours = dataclasses.asdict(counters)
+    print("\nReference counters, scenario A (must equal vLLM v1's):")
+    print(f"  {'counter':<26} {'pagedkv (Python)':>18} {'vLLM v1':>12}")
+    ok = True
+    for key, want in ref.items():
+        got = ours[key]
+        ok &= got == want
+        print(f"  {key:<26} {got:>18,} {want:>12,}  {'ok' if got == want else 'MISMATCH'}")
+    return ok
+
+
+def print_timings(results: dict, overhead_ns: float) -> None:
+    print(f"\nPer operation, scenario A (mean per op, median of runs; each op includes one "
+          f"perf_counter_ns bracket, {overhead_ns:.0f} ns here):")
+    header = f"  {'operation':<36}"
+    for peer in ("vllm_sha256", "vllm_xxhash"):
+        header += f" {'pagedkv ' + OURS_FOR[peer]:>18} {peer.replace('_', ' '):>13} {'ratio':>7}"
+    print(header + f" {'nano-vllm':>10}")
+    rows = CATEGORIES + [("whole_s", "whole replay")]
+    for key, label in rows:
+        line = f"  {label:<36}"
+        for peer in ("vllm_sha256", "vllm_xxhash"):
+            ours = results[OURS_FOR[peer]]["timings"][key]
+            theirs = PEERS_US[peer][key]
+            unit = "s" if key == "whole_s" else "us"
+            line += f" {ours:>15.3f} {unit:<2} {theirs:>10.2f} {unit:<2} {theirs / ours:>6.1f}x"
+        nano = PEERS_US["nano_vllm"][key]
+        line += f" {nano if nano is not None else '(in admit)':>10}"
+        print(line)
+    xx = results["xxh3_128"]["timings"]
+    print(f"  {'(prefill-chunk allocate_slots)':<36} {xx['prefill_chunk']:>15.3f} us")
+    print("  ratio = the peer's time / pagedkv's; the peers' times were measured on another machine "
+          "(README), so ratios carry that machine difference (up to 2x).")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=5, help="replays per hash algorithm (median reported)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    args = parser.parse_args()
+
+    t0 = time.perf_counter()
+    workload = kp.generate()
+    kp.check(workload)
+    gen_s = time.perf_counter() - t0
+    overhead = timer_overhead_ns()
+    results = {alg: measure(workload, alg, args.runs) for alg in ("xxh3_128", "sha256")}
+    counters_ok = all(r["counters"] == kp.REFERENCE_COUNTERS_A for r in results.values())
+
+    if args.json:
+        print(json.dumps({
+            "workload": "kvcache-peer-v1", "scenario": "A", "runs": args.runs,
+            "python": platform.python_version(), "machine": platform.processor() or platform.machine(),
+            "timer_overhead_ns": overhead, "counters_match": counters_ok,
+            "counters": dataclasses.asdict(results["xxh3_128"]["counters"]),
+            "timings_us": {alg: r["timings"] for alg, r in results.items()},
+            "peers_us": PEERS_US,
+        }, indent=1))
+        return 0 if counters_ok else 1
+
+    print(f"kvcache-peer-v1 generated and checked in {gen_s:.2f} s: {kp.NUM_REQUESTS} requests, "
+          f"{workload.total_prompt_tokens:,} prompt tokens, checksum {workload.rolling_checksum():#x}")
+    print(f"CPython {platform.python_version()}, pagedkv {pagedkv.__version__}, {args.runs} runs per hash algorithm")
+    ok = print_counters(results["xxh3_128"]["counters"])
+    if results["sha256"]["counters"] != results["xxh3_128"]["counters"]:
+        print("  sha256 replay: counters differ from the xxh3_128 replay (MISMATCH)")
+        ok = False
+    print_timings(results, overhead)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
