@@ -245,6 +245,12 @@ std::optional<NewBlocks> KVCacheManager::allocate_slots(Request& request, int nu
     throw UsageError(fmt::format("allocate_slots: num_new_tokens must be positive, got {}", num_new_tokens));
   if (num_new_computed_tokens < 0 || num_lookahead_tokens < 0)
     throw UsageError("allocate_slots: token counts must not be negative");
+  // Slots are capped at max_model_len (lookahead near the end), but every scheduled full block
+  // is cached: scheduling past the limit would index past the request's table.
+  if (const int64_t end = int64_t{request.num_computed_tokens} + num_new_computed_tokens + num_new_tokens;
+      end > max_model_len_)
+    throw UsageError(fmt::format("allocate_slots: request {} would hold {} tokens, more than max_model_len {}",
+                                 request.id.value, end, max_model_len_));
   table_rewritten_ = false;
   auto it = requests_.find(request.id);
   RequestBlocks* state = it == requests_.end() ? nullptr : &it->second;

@@ -1,0 +1,271 @@
+// pagedkv bench attention: decode attention (one query token per request) for Llama-like shapes
+// (32 query heads, 8 KV heads, head dim 128), judged against the floor of a memory-bound kernel:
+//   1. the machine's read bandwidth, measured in this run with the same thread count;
+//   2. paged decode over a shuffled block table (block size 16): achieved GB/s of K/V read and
+//      its fraction of (1);
+//   3. the same kernel over a contiguous cache (one block per request holding its whole
+//      context), so paged_over_contiguous = paged time / contiguous time is what paging costs.
+// Each call reads one layer of an arena with enough layers that a pass over them is at least
+// --rotate-mib, as a model's layers would be, so small contexts are not served from the L3.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "command.h"
+#include "pagedkv/core/error.h"
+#include "pagedkv/kernels/memory_bandwidth.h"
+#include "pagedkv/kernels/paged_attention.h"
+#include "pagedkv/kernels/thread_pool.h"
+#include "pagedkv/storage/float_convert.h"
+#include "pagedkv/storage/kv_arena.h"
+
+namespace pagedkv::cli {
+namespace {
+
+constexpr int kQueryHeads = 32, kKVHeads = 8, kHeadDim = 128;
+
+struct BenchOptions {
+  std::vector<std::string> dtypes{"fp32", "fp16"};
+  std::vector<int> contexts{1024, 4096, 32768, 65536};
+  std::vector<int> batches{1, 8, 32};
+  int block_size = 16;
+  int threads = 0;           // 0: the kernel default
+  double max_gib = 2.0;      // skip cases whose K/V per layer exceeds this
+  double rotate_mib = 1024;  // rotate layers until one pass reads at least this much
+  double bandwidth_mib = 2048;
+  double seconds = 0.25;     // measuring time per variant of a case
+  int rounds = 5;            // the time is the median over this many rounds
+  std::string isa = "auto";
+  bool json = false;
+};
+
+struct Measured {
+  double ms = 0;  // median time per call
+  double gbps = 0;
+};
+
+struct CaseResult {
+  std::string dtype;
+  int context = 0, batch = 0;
+  double kv_bytes = 0;
+  int layers = 0;
+  std::optional<std::string> skipped;
+  Measured paged, contiguous;
+};
+
+// Fills an arena with normally distributed values of its dtype: a random 1 MiB pattern repeated.
+void fill_arena(KVArena& arena, std::mt19937_64& rng) {
+  const DType dtype = arena.spec().dtype;
+  const size_t element = dtype_bytes(dtype, 1);
+  std::vector<float> values((size_t{1} << 20) / element);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (auto& v : values) v = normal(rng);
+  std::vector<std::byte> pattern(values.size() * element);
+  convert_from_f32(dtype, values.data(), pattern.data(), values.size());
+  auto* out = static_cast<std::byte*>(arena.data());
+  for (size_t off = 0; off < arena.bytes(); off += pattern.size())
+    std::memcpy(out + off, pattern.data(), std::min(pattern.size(), arena.bytes() - off));
+}
+
+// Times decode calls over a batch whose requests each have `context` tokens, rotating layers.
+Measured time_decode(const BenchOptions& o, DType dtype, int context, int batch, bool paged, int layers,
+                     KernelIsa isa, std::mt19937_64& rng) {
+  KVCacheSpec spec;
+  spec.dtype = dtype;
+  spec.num_kv_heads = kKVHeads;
+  spec.head_dim = kHeadDim;
+  const int blocks_per_request = paged ? (context + o.block_size - 1) / o.block_size : 1;
+  spec.block_size = paged ? o.block_size : context;
+  const int num_blocks = batch * blocks_per_request + 1;  // + the null block
+  KVArena arena(spec, layers, num_blocks);
+  fill_arena(arena, rng);
+
+  // Paged: every request's blocks are scattered over the whole pool. Contiguous: request i's
+  // single block holds its context as one [context][heads][dim] array.
+  std::vector<int32_t> ids(static_cast<size_t>(num_blocks - 1));
+  std::iota(ids.begin(), ids.end(), 1);
+  if (paged) std::shuffle(ids.begin(), ids.end(), rng);
+  std::vector<int32_t> query_start(static_cast<size_t>(batch) + 1), context_lens(static_cast<size_t>(batch), context);
+  std::iota(query_start.begin(), query_start.end(), 0);
+  PagedAttentionBatch b;
+  b.num_requests = batch;
+  b.query_start = query_start.data();
+  b.context_lens = context_lens.data();
+  b.block_tables = ids.data();
+  b.block_table_stride = blocks_per_request;
+  AttentionShape shape;
+  shape.num_q_heads = kQueryHeads;
+  shape.num_kv_heads = kKVHeads;
+  shape.head_dim = kHeadDim;
+  shape.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+  std::vector<float> query(static_cast<size_t>(batch) * kQueryHeads * kHeadDim), out(query.size());
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (auto& q : query) q = normal(rng);
+
+  std::vector<KVLayerView> views;
+  for (int l = 0; l < layers; ++l) views.push_back(arena.layer(l));
+  int next_layer = 0;
+  auto call = [&] {
+    paged_attention(shape, b, views[static_cast<size_t>(next_layer)], query.data(), out.data(), isa);
+    next_layer = (next_layer + 1) % layers;
+  };
+  for (int l = 0; l < std::min(layers, 2); ++l) call();  // warm-up
+
+  using clock = std::chrono::steady_clock;
+  std::vector<double> per_call;
+  const double round_seconds = o.seconds / o.rounds;
+  for (int r = 0; r < o.rounds; ++r) {
+    int calls = 0;
+    const auto start = clock::now();
+    double elapsed = 0;
+    do {
+      call();
+      ++calls;
+      elapsed = std::chrono::duration<double>(clock::now() - start).count();
+    } while (elapsed < round_seconds);
+    per_call.push_back(elapsed / calls);
+  }
+  std::sort(per_call.begin(), per_call.end());
+  const double seconds = per_call[per_call.size() / 2];
+  const double bytes = static_cast<double>(batch) * context * kKVHeads * kHeadDim * 2.0 *
+                       static_cast<double>(dtype_bytes(dtype, 1));
+  return Measured{seconds * 1e3, bytes / seconds / 1e9};
+}
+
+int run_bench_attention(BenchOptions o, bool quick) {
+  if (quick) {
+    o.contexts = {512, 2048};
+    o.batches = {1, 4};
+    o.rotate_mib = 32;
+    o.bandwidth_mib = 64;
+    o.seconds = 0.02;
+    o.rounds = 3;
+  }
+  if (o.threads > 0) set_kernel_threads(o.threads);
+  if (o.rounds < 1) throw ConfigError(fmt::format("--rounds must be at least 1, got {}", o.rounds));
+  if (o.block_size < 1) throw ConfigError(fmt::format("--block-size must be positive, got {}", o.block_size));
+  KernelIsa isa = KernelIsa::kAuto;
+  if (o.isa == "scalar") isa = KernelIsa::kScalar;
+  else if (o.isa == "avx2") isa = KernelIsa::kAvx2;
+  else if (o.isa != "auto") throw ConfigError(fmt::format("--isa must be auto, scalar or avx2, got '{}'", o.isa));
+  isa = resolve_isa(isa);
+  std::vector<DType> dtypes;
+  for (const auto& name : o.dtypes) {
+    const auto t = parse_dtype(name);
+    if (!t || !is_storage_dtype(*t)) throw ConfigError(fmt::format("--dtypes: '{}' is not fp32, fp16 or bf16", name));
+    dtypes.push_back(*t);
+  }
+  const int threads = kernel_threads();
+  const ReadBandwidth bw =
+      measure_read_bandwidth(static_cast<size_t>(o.bandwidth_mib * (1 << 20)), threads, quick ? 3 : 5);
+
+  if (!o.json) {
+    fmt::print("decode attention, {} query heads / {} KV heads, head dim {}, {} threads, {} path\n", kQueryHeads,
+               kKVHeads, kHeadDim, threads, isa_name(isa));
+    fmt::print("read bandwidth ({} MiB streamed, {} threads): {:.1f} GB/s median, {:.1f} best\n",
+               bw.bytes >> 20, threads, bw.gbps_median, bw.gbps_best);
+    fmt::print("{:>5} {:>7} {:>5} {:>9} {:>6} | {:>9} {:>8} {:>6} | {:>9} {:>8} | {:>8}\n", "dtype", "context", "batch",
+               "KV MiB", "layers", "paged ms", "GB/s", "of bw", "contig ms", "GB/s", "paged/c");
+  }
+  std::mt19937_64 rng(12345);
+  std::vector<CaseResult> results;
+  for (DType dtype : dtypes)
+    for (int context : o.contexts)
+      for (int batch : o.batches) {
+        CaseResult r;
+        r.dtype = std::string(dtype_name(dtype));
+        r.context = context;
+        r.batch = batch;
+        r.kv_bytes = static_cast<double>(batch) * context * kKVHeads * kHeadDim * 2.0 *
+                     static_cast<double>(dtype_bytes(dtype, 1));
+        if (r.kv_bytes > o.max_gib * (1 << 30)) {
+          r.skipped = fmt::format("K/V of {:.1f} GiB per layer exceeds --max-gib {}", r.kv_bytes / (1 << 30), o.max_gib);
+        } else {
+          r.layers = static_cast<int>(std::clamp(std::ceil(o.rotate_mib * (1 << 20) / r.kv_bytes), 1.0, 512.0));
+          r.paged = time_decode(o, dtype, context, batch, true, r.layers, isa, rng);
+          r.contiguous = time_decode(o, dtype, context, batch, false, r.layers, isa, rng);
+        }
+        if (!o.json) {
+          if (r.skipped) {
+            fmt::print("{:>5} {:>7} {:>5} {:>9.0f}  skipped: {}\n", r.dtype, context, batch, r.kv_bytes / (1 << 20),
+                       *r.skipped);
+          } else {
+            fmt::print("{:>5} {:>7} {:>5} {:>9.1f} {:>6} | {:>9.3f} {:>8.2f} {:>5.0f}% | {:>9.3f} {:>8.2f} | {:>8.3f}\n",
+                       r.dtype, context, batch, r.kv_bytes / (1 << 20), r.layers, r.paged.ms, r.paged.gbps,
+                       100 * r.paged.gbps / bw.gbps_median, r.contiguous.ms, r.contiguous.gbps,
+                       r.paged.ms / r.contiguous.ms);
+          }
+          std::fflush(stdout);
+        }
+        results.push_back(std::move(r));
+      }
+
+  if (o.json) {
+    nlohmann::json cases = nlohmann::json::array();
+    for (const auto& r : results) {
+      nlohmann::json c{{"dtype", r.dtype},
+                       {"context_len", r.context},
+                       {"batch", r.batch},
+                       {"kv_bytes_per_layer", r.kv_bytes},
+                       {"read_bandwidth_gbps", bw.gbps_median},
+                       {"threads", threads},
+                       {"isa", isa_name(isa)}};
+      if (r.skipped) {
+        c["skipped"] = *r.skipped;
+      } else {
+        c["layers_rotated"] = r.layers;
+        c["paged_ms"] = r.paged.ms;
+        c["gbps"] = r.paged.gbps;
+        c["fraction_of_bandwidth"] = r.paged.gbps / bw.gbps_median;
+        c["contiguous_ms"] = r.contiguous.ms;
+        c["contiguous_gbps"] = r.contiguous.gbps;
+        c["paged_over_contiguous"] = r.paged.ms / r.contiguous.ms;
+      }
+      cases.push_back(std::move(c));
+    }
+    nlohmann::json j{{"read_bandwidth", {{"gbps_median", bw.gbps_median}, {"gbps_best", bw.gbps_best},
+                                         {"bytes", bw.bytes}, {"threads", bw.threads}}},
+                     {"cases", std::move(cases)}};
+    fmt::print("{}\n", j.dump(2));
+  } else {
+    fmt::print("GB/s: bytes of K and V read once per call / median time per call; of bw: that over the read "
+               "bandwidth; paged/c: paged time over contiguous time\n");
+  }
+  return 0;
+}
+
+const CommandRegistration kRegistration{Command{
+    "bench attention",
+    "decode attention GB/s against the measured read bandwidth, paged vs contiguous (Llama-like 32/8 heads, dim 128)",
+    [](CLI::App& sub) -> std::function<int()> {
+      auto o = std::make_shared<BenchOptions>();
+      auto quick = std::make_shared<bool>(false);
+      sub.add_flag("--json", o->json, "print JSON: read_bandwidth and one object per case");
+      sub.add_flag("--quick", *quick, "tiny sizes and times (for tests; numbers are not meaningful)");
+      sub.add_option("--dtypes", o->dtypes, "KV element types")->delimiter(',')->capture_default_str();
+      sub.add_option("--contexts", o->contexts, "context lengths")->delimiter(',')->capture_default_str();
+      sub.add_option("--batches", o->batches, "batch sizes")->delimiter(',')->capture_default_str();
+      sub.add_option("--block-size", o->block_size, "tokens per block of the paged cache")->capture_default_str();
+      sub.add_option("--threads", o->threads, "kernel threads (default: all CPUs)");
+      sub.add_option("--max-gib", o->max_gib, "skip cases whose K/V per layer exceeds this")->capture_default_str();
+      sub.add_option("--rotate-mib", o->rotate_mib, "least bytes read before a layer is reused")->capture_default_str();
+      sub.add_option("--bandwidth-mib", o->bandwidth_mib, "buffer streamed to measure the read bandwidth")
+          ->capture_default_str();
+      sub.add_option("--seconds", o->seconds, "measuring time per case and layout")->capture_default_str();
+      sub.add_option("--rounds", o->rounds, "rounds per measurement; the median is reported")->capture_default_str();
+      sub.add_option("--isa", o->isa, "auto, scalar or avx2")->capture_default_str();
+      return [o, quick] { return run_bench_attention(*o, *quick); };
+    }}};
+
+}  // namespace
+}  // namespace pagedkv::cli
