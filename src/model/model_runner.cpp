@@ -21,8 +21,7 @@ T* grow(std::vector<T>& buffer, size_t n) {
 
 }  // namespace
 
-ModelRunner::ModelRunner(const Model& model, KernelIsa attention_isa)
-    : config_(model.config()), attention_isa_(attention_isa) {
+ModelRunner::ModelRunner(const Model& model, KernelIsa isa) : config_(model.config()), isa_(resolve_isa(isa)) {
   config_.validate();
   const ModelConfig& c = config_;
   const ModelWeights& w = model.weights();
@@ -160,7 +159,7 @@ Logits ModelRunner::forward(const ForwardBatch& batch, KVArena& kv) {
     const size_t layer = sz(l);
     // Attention block.
     rmsnorm_rows(x, rms_att_ + layer * d, num_tokens, xb);
-    wqkv_[layer].multiply(xb, d, num_tokens, qkv, qkv_width);
+    wqkv_[layer].multiply(xb, d, num_tokens, qkv, qkv_width, isa_);
     for (size_t t = 0; t < t_count; ++t) {
       const float* src = qkv + t * qkv_width;
       float* qt = q + t * d;
@@ -182,13 +181,13 @@ Logits ModelRunner::forward(const ForwardBatch& batch, KVArena& kv) {
     }
     const KVLayerView view = kv.layer(l);
     write_kv(view, k, v, batch.slot_mapping.data(), num_tokens);
-    paged_attention(attention_shape_, batch.attention, view, q, att, attention_isa_);
-    wo_[layer].multiply(att, d, num_tokens, proj, d);
+    paged_attention(attention_shape_, batch.attention, view, q, att, isa_);
+    wo_[layer].multiply(att, d, num_tokens, proj, d, isa_);
     for (size_t i = 0; i < t_count * d; ++i) x[i] += proj[i];
 
     // Feed-forward block: x += w2 (silu(w1 xb) * (w3 xb)).
     rmsnorm_rows(x, rms_ffn_ + layer * d, num_tokens, xb);
-    w13_[layer].multiply(xb, d, num_tokens, gate_up, 2 * h);
+    w13_[layer].multiply(xb, d, num_tokens, gate_up, 2 * h, isa_);
     for (size_t t = 0; t < t_count; ++t) {
       const float* g = gate_up + t * 2 * h;
       const float* u = g + h;
@@ -198,7 +197,7 @@ Logits ModelRunner::forward(const ForwardBatch& batch, KVArena& kv) {
         out[i] = val * u[i];
       }
     }
-    w2_[layer].multiply(hidden, h, num_tokens, proj, d);
+    w2_[layer].multiply(hidden, h, num_tokens, proj, d, isa_);
     for (size_t i = 0; i < t_count * d; ++i) x[i] += proj[i];
   }
 
@@ -218,7 +217,7 @@ Logits ModelRunner::forward(const ForwardBatch& batch, KVArena& kv) {
   }
   rmsnorm_rows(gathered, rms_final_, static_cast<int>(rows), gathered);
   float* logits = grow(logits_, rows * sz(c.vocab_size));
-  wcls_.multiply(gathered, d, static_cast<int>(rows), logits, sz(c.vocab_size));
+  wcls_.multiply(gathered, d, static_cast<int>(rows), logits, sz(c.vocab_size), isa_);
   out.data = logits;
   return out;
 }

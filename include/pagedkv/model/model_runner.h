@@ -65,8 +65,12 @@ struct Logits {
 class ModelRunner {
  public:
   // `model` must outlive the runner. Repacks the weights for the batched matmuls (a copy of
-  // every matrix: packed_weight_bytes()); the model's own weights are not read after this.
-  explicit ModelRunner(const Model& model, KernelIsa attention_isa = KernelIsa::kAuto);
+  // every matrix: packed_weight_bytes()); of the model's own weights only the embedding and the
+  // RMSNorm gains are read after this. `isa` selects the matmul and attention builds (kAuto:
+  // the best this CPU runs; kScalar forces the baseline build, for comparisons).
+  explicit ModelRunner(const Model& model, KernelIsa isa = KernelIsa::kAuto);
+
+  KernelIsa isa() const { return isa_; }
 
   const ModelConfig& config() const { return config_; }
 
@@ -99,7 +103,7 @@ class ModelRunner {
   PackedMatrix wcls_;                  //                           -> [rows][vocab]
   std::vector<float> rope_inv_freq_;   // [head_dim / 2]: 1 / theta^(2i / head_dim)
   AttentionShape attention_shape_;
-  KernelIsa attention_isa_;
+  KernelIsa isa_;
 
   // Scratch, grown to the largest batch seen.
   std::vector<float> x_, xb_, qkv_, q_, k_, v_, att_, proj_, gate_up_, hidden_, rope_, final_, logits_;

@@ -4,10 +4,11 @@
 // W is repacked once into panels of kPanelRows consecutive output rows, stored column by column
 // ([panel][col][kPanelRows]), so one input column of a panel is a contiguous run of floats. The
 // kernel keeps a small tile of tokens x panels of accumulators in registers and, for each input
-// column j in order, adds W[r][j] * x[t][j] to every accumulator: the compiler vectorises across
-// output rows (plain C++, baseline SSE2), while each output is still the left-to-right float sum
-// over j that llama2.c's matmul computes. Results are therefore bit-identical to run.c's matmul
-// (no FMA contraction: ISO C++ mode and baseline x86-64), whatever the batch size or thread count.
+// column j in order, adds W[r][j] * x[t][j] to every accumulator: SIMD lanes run across output
+// rows (GNU vector types, no intrinsics: 4 lanes in the baseline build, 8 in an AVX2 build chosen
+// at run time), while each output is still the left-to-right float sum over j, rounded after
+// every multiply and add, that llama2.c's matmul computes. Results are therefore bit-identical to
+// run.c's matmul whatever the batch size, thread count or ISA.
 //
 // Work is split over OpenMP threads by (token block, panel) tiles once the product is large
 // enough to pay for waking them.
@@ -16,6 +17,8 @@
 #include <cstddef>
 #include <initializer_list>
 #include <vector>
+
+#include "pagedkv/storage/cpu_isa.h"
 
 namespace pagedkv {
 
@@ -36,7 +39,9 @@ class PackedMatrix {
 
   // y[t * y_stride + r] = sum_{j = 0 .. cols-1, in order} W[r][j] * x[t * x_stride + j]
   // for t < num_tokens, r < rows. x and y must not overlap.
-  void multiply(const float* x, size_t x_stride, int num_tokens, float* y, size_t y_stride) const;
+  // `isa` picks the tile build (kAuto: the best this CPU runs; see storage/cpu_isa.h).
+  void multiply(const float* x, size_t x_stride, int num_tokens, float* y, size_t y_stride,
+                KernelIsa isa = KernelIsa::kAuto) const;
 
  private:
   int rows_ = 0;

@@ -1,0 +1,305 @@
+// Model runner throughput: batched decode steps on stories260K and on the built-in random model,
+// prefill, and the packed matmul — each against an in-run baseline written the way llama2.c's
+// run.c computes (one token at a time, one scalar dot product per output).
+//
+//   build-model/benchmarks/bench_model --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+//
+// stories260K is looked up in $PAGEDKV_SHARED_DIR/models, else in shared/models of the current
+// directory or any parent of it; its benchmarks are skipped when it is absent.
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <numeric>
+#include <vector>
+
+#include "pagedkv/kernels/thread_pool.h"
+#include "pagedkv/model/llama2c_checkpoint.h"
+#include "pagedkv/model/model_runner.h"
+#include "pagedkv/model/packed_matrix.h"
+#include "pagedkv/model/random_model.h"
+
+namespace {
+
+using namespace pagedkv;
+namespace fs = std::filesystem;
+
+const Model* stories260k() {
+  static std::unique_ptr<Model> model = [] {
+    std::vector<fs::path> candidates;
+    if (const char* env = std::getenv("PAGEDKV_SHARED_DIR")) candidates.push_back(fs::path(env) / "models");
+    for (fs::path dir = fs::current_path(); !dir.empty(); dir = dir.parent_path()) {
+      candidates.push_back(dir / "shared" / "models");
+      if (dir == dir.parent_path()) break;
+    }
+    for (const auto& c : candidates)
+      if (fs::exists(c / "stories260K.bin")) return std::unique_ptr<Model>(new Llama2cCheckpoint((c / "stories260K.bin").string()));
+    return std::unique_ptr<Model>();
+  }();
+  return model.get();
+}
+
+const Model* builtin() {
+  static std::unique_ptr<Model> model = make_random_model(builtin_random_model_config(), 1);
+  return model.get();
+}
+
+// B requests, each with `context` tokens already in the cache; every iteration decodes one more
+// token per request at position `context` (rewriting the same slot, so the state is steady).
+class DecodeBatch {
+ public:
+  DecodeBatch(const Model& model, int batch, int context, int block_size = 16)
+      : runner_(model), batch_(batch), context_(context) {
+    const int blocks_per_seq = (context + 1 + block_size - 1) / block_size;
+    arena_ = std::make_unique<KVArena>(runner_.kv_cache_spec(block_size), model.config().n_layers,
+                                       1 + batch * blocks_per_seq);
+    stride_ = blocks_per_seq;
+    tables_.resize(static_cast<size_t>(batch * blocks_per_seq));
+    std::iota(tables_.begin(), tables_.end(), 1);
+    // Prefill every request's context in one flattened forward.
+    std::vector<TokenId> tokens;
+    std::vector<int32_t> positions, query_start{0}, context_lens;
+    std::vector<int64_t> slots;
+    for (int r = 0; r < batch; ++r) {
+      for (int p = 0; p < context; ++p) {
+        tokens.push_back(1 + (r * 31 + p * 7) % (model.config().vocab_size - 1));
+        positions.push_back(p);
+        slots.push_back(slot(r, p, block_size));
+      }
+      query_start.push_back(static_cast<int32_t>(tokens.size()));
+      context_lens.push_back(context);
+    }
+    ForwardBatch prefill{tokens, positions, slots, {batch, query_start.data(), context_lens.data(), tables_.data(), stride_}, {}};
+    runner_.forward(prefill, *arena_);
+    // The decode step.
+    for (int r = 0; r < batch; ++r) {
+      tokens_.push_back(2 + r % 50);
+      positions_.push_back(context);
+      slots_.push_back(slot(r, context, block_size));
+      query_start_.push_back(r);
+      context_lens_.push_back(context + 1);
+      rows_.push_back(r);
+    }
+    query_start_.push_back(batch);
+  }
+  Logits step() {
+    ForwardBatch b{tokens_, positions_, slots_, {batch_, query_start_.data(), context_lens_.data(), tables_.data(), stride_}, rows_};
+    return runner_.forward(b, *arena_);
+  }
+
+ private:
+  int64_t slot(int r, int p, int bs) const {
+    return static_cast<int64_t>(tables_[static_cast<size_t>(r * stride_ + p / bs)]) * bs + p % bs;
+  }
+  ModelRunner runner_;
+  std::unique_ptr<KVArena> arena_;
+  int batch_, context_, stride_ = 0;
+  std::vector<int32_t> tables_, positions_, query_start_, context_lens_, rows_;
+  std::vector<TokenId> tokens_;
+  std::vector<int64_t> slots_;
+};
+
+void decode(benchmark::State& state, const Model* model) {
+  if (model == nullptr) {
+    state.SkipWithError("stories260K.bin not found (set PAGEDKV_SHARED_DIR)");
+    return;
+  }
+  const int batch = static_cast<int>(state.range(0)), context = static_cast<int>(state.range(1));
+  set_kernel_threads(static_cast<int>(state.range(2)));
+  DecodeBatch d(*model, batch, context);
+  for (auto _ : state) benchmark::DoNotOptimize(d.step().data);
+  state.SetItemsProcessed(state.iterations() * batch);  // items/s = generated tokens per second
+  state.counters["batch"] = batch;
+}
+
+void BM_DecodeStories260K(benchmark::State& state) { decode(state, stories260k()); }
+void BM_DecodeBuiltin(benchmark::State& state) { decode(state, builtin()); }
+
+void decode_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"batch", "context", "threads"});
+  for (int threads : {1, 2})
+    for (int batch : {1, 8, 32, 64}) b->Args({batch, 128, threads});
+  b->Unit(benchmark::kMicrosecond);
+}
+BENCHMARK(BM_DecodeStories260K)->Apply(decode_args);
+BENCHMARK(BM_DecodeBuiltin)->Apply(decode_args);
+
+// Prefill of one prompt of `tokens` tokens in a single forward (logits for the last row only).
+void BM_PrefillStories260K(benchmark::State& state) {
+  const Model* model = stories260k();
+  if (model == nullptr) {
+    state.SkipWithError("stories260K.bin not found (set PAGEDKV_SHARED_DIR)");
+    return;
+  }
+  const int n = static_cast<int>(state.range(0));
+  set_kernel_threads(static_cast<int>(state.range(1)));
+  ModelRunner runner(*model);
+  KVArena arena(runner.kv_cache_spec(16), model->config().n_layers, 1 + (n + 15) / 16);
+  std::vector<int32_t> table((n + 15) / 16), positions(n), qs = {0, n}, ctx = {n}, rows = {n - 1};
+  std::iota(table.begin(), table.end(), 1);
+  std::vector<TokenId> tokens(n);
+  std::vector<int64_t> slots(n);
+  for (int p = 0; p < n; ++p) tokens[p] = 3 + p % 500, positions[p] = p, slots[p] = table[p / 16] * 16 + p % 16;
+  for (auto _ : state) {
+    ForwardBatch b{tokens, positions, slots, {1, qs.data(), ctx.data(), table.data(), static_cast<int>(table.size())}, rows};
+    benchmark::DoNotOptimize(runner.forward(b, arena).data);
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+}
+BENCHMARK(BM_PrefillStories260K)->ArgNames({"tokens", "threads"})->Args({512, 1})->Args({512, 2})->Unit(benchmark::kMicrosecond);
+
+// ---- the in-run baseline: run.c's single-stream forward, written as run.c writes it ----------
+
+class RunCStyleForward {
+ public:
+  explicit RunCStyleForward(const Model& m) : m_(m), c_(m.config()) {
+    cache_k_.assign(static_cast<size_t>(c_.n_layers) * c_.seq_len * c_.kv_dim(), 0.0f);
+    cache_v_ = cache_k_;
+    const int d = c_.dim, h = c_.hidden_dim;
+    x_.resize(d), xb_.resize(d), xb2_.resize(d), q_.resize(d), hb_.resize(h), hb2_.resize(h);
+    att_.resize(static_cast<size_t>(c_.seq_len)), logits_.resize(static_cast<size_t>(c_.vocab_size));
+  }
+  const float* forward(TokenId token, int pos) {
+    const auto& w = m_.weights();
+    const int d = c_.dim, kv = c_.kv_dim(), hd = c_.head_dim(), h = c_.hidden_dim;
+    std::copy(w.token_embedding + token * d, w.token_embedding + (token + 1) * d, x_.begin());
+    for (int l = 0; l < c_.n_layers; ++l) {
+      rmsnorm(xb_.data(), x_.data(), w.rms_att + l * d);
+      float* kc = cache_k_.data() + (static_cast<size_t>(l) * c_.seq_len + pos) * kv;
+      float* vc = cache_v_.data() + (static_cast<size_t>(l) * c_.seq_len + pos) * kv;
+      matmul(q_.data(), xb_.data(), w.wq + static_cast<size_t>(l) * d * d, d, d);
+      matmul(kc, xb_.data(), w.wk + static_cast<size_t>(l) * kv * d, d, kv);
+      matmul(vc, xb_.data(), w.wv + static_cast<size_t>(l) * kv * d, d, kv);
+      for (int i = 0; i < d; i += 2) {
+        const float freq = 1.0f / std::pow(10000.0f, static_cast<float>(i % hd) / static_cast<float>(hd));
+        const float val = static_cast<float>(pos) * freq, fcr = std::cos(val), fci = std::sin(val);
+        for (int which = 0; which < (i < kv ? 2 : 1); ++which) {
+          float* vec = which == 0 ? q_.data() : kc;
+          const float v0 = vec[i], v1 = vec[i + 1];
+          vec[i] = v0 * fcr - v1 * fci;
+          vec[i + 1] = v0 * fci + v1 * fcr;
+        }
+      }
+      for (int head = 0; head < c_.n_heads; ++head) {
+        const int kvh = head / c_.queries_per_kv_head();
+        for (int t = 0; t <= pos; ++t) {
+          const float* kt = cache_k_.data() + (static_cast<size_t>(l) * c_.seq_len + t) * kv + kvh * hd;
+          float s = 0;
+          for (int i = 0; i < hd; ++i) s += q_[head * hd + i] * kt[i];
+          att_[t] = s / std::sqrt(static_cast<float>(hd));
+        }
+        float mx = att_[0];
+        for (int t = 1; t <= pos; ++t) mx = std::max(mx, att_[t]);
+        float sum = 0;
+        for (int t = 0; t <= pos; ++t) sum += (att_[t] = std::exp(att_[t] - mx));
+        for (int t = 0; t <= pos; ++t) att_[t] /= sum;
+        float* o = xb_.data() + head * hd;
+        std::fill(o, o + hd, 0.0f);
+        for (int t = 0; t <= pos; ++t) {
+          const float* vt = cache_v_.data() + (static_cast<size_t>(l) * c_.seq_len + t) * kv + kvh * hd;
+          for (int i = 0; i < hd; ++i) o[i] += att_[t] * vt[i];
+        }
+      }
+      matmul(xb2_.data(), xb_.data(), w.wo + static_cast<size_t>(l) * d * d, d, d);
+      for (int i = 0; i < d; ++i) x_[i] += xb2_[i];
+      rmsnorm(xb_.data(), x_.data(), w.rms_ffn + l * d);
+      matmul(hb_.data(), xb_.data(), w.w1 + static_cast<size_t>(l) * h * d, d, h);
+      matmul(hb2_.data(), xb_.data(), w.w3 + static_cast<size_t>(l) * h * d, d, h);
+      for (int i = 0; i < h; ++i) hb_[i] = hb_[i] * (1.0f / (1.0f + std::exp(-hb_[i]))) * hb2_[i];
+      matmul(xb_.data(), hb_.data(), w.w2 + static_cast<size_t>(l) * d * h, h, d);
+      for (int i = 0; i < d; ++i) x_[i] += xb_[i];
+    }
+    rmsnorm(x_.data(), x_.data(), w.rms_final);
+    matmul(logits_.data(), x_.data(), w.wcls, d, c_.vocab_size);
+    return logits_.data();
+  }
+
+  static void matmul(float* out, const float* x, const float* w, int n, int d) {
+    for (int i = 0; i < d; ++i) {
+      float val = 0;
+      for (int j = 0; j < n; ++j) val += w[static_cast<size_t>(i) * n + j] * x[j];
+      out[i] = val;
+    }
+  }
+
+ private:
+  void rmsnorm(float* o, const float* x, const float* w) const {
+    float ss = 0;
+    for (int j = 0; j < c_.dim; ++j) ss += x[j] * x[j];
+    ss = 1.0f / std::sqrt(ss / static_cast<float>(c_.dim) + 1e-5f);
+    for (int j = 0; j < c_.dim; ++j) o[j] = w[j] * (ss * x[j]);
+  }
+  const Model& m_;
+  ModelConfig c_;
+  std::vector<float> cache_k_, cache_v_, x_, xb_, xb2_, q_, hb_, hb2_, att_, logits_;
+};
+
+// run.c-style decode of one stream at the same context as BM_Decode*: the baseline ratio.
+void reference_decode(benchmark::State& state, const Model* model) {
+  if (model == nullptr) {
+    state.SkipWithError("stories260K.bin not found (set PAGEDKV_SHARED_DIR)");
+    return;
+  }
+  const int context = static_cast<int>(state.range(0));
+  RunCStyleForward f(*model);
+  for (int p = 0; p < context; ++p) f.forward(1 + p % 100, p);
+  for (auto _ : state) benchmark::DoNotOptimize(f.forward(5, context));
+  state.SetItemsProcessed(state.iterations());
+}
+void BM_RunCStyleDecodeStories260K(benchmark::State& state) { reference_decode(state, stories260k()); }
+void BM_RunCStyleDecodeBuiltin(benchmark::State& state) { reference_decode(state, builtin()); }
+BENCHMARK(BM_RunCStyleDecodeStories260K)->ArgNames({"context"})->Arg(128)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_RunCStyleDecodeBuiltin)->ArgNames({"context"})->Arg(128)->Unit(benchmark::kMicrosecond);
+
+// ---- the matmul alone: packed and batched vs one scalar dot product per output -------------
+
+void BM_PackedMatmul(benchmark::State& state) {
+  const int rows = static_cast<int>(state.range(0)), cols = static_cast<int>(state.range(1));
+  const int tokens = static_cast<int>(state.range(2));
+  const KernelIsa isa = state.range(3) == 0 ? KernelIsa::kScalar : KernelIsa::kAuto;
+  state.SetLabel(isa_name(resolve_isa(isa)));
+  set_kernel_threads(1);
+  std::vector<float> w(static_cast<size_t>(rows) * cols), x(static_cast<size_t>(tokens) * cols), y(static_cast<size_t>(tokens) * rows);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i % 13) * 0.01f;
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) * 0.1f;
+  const PackedMatrix packed(w.data(), rows, cols);
+  for (auto _ : state) {
+    packed.multiply(x.data(), static_cast<size_t>(cols), tokens, y.data(), static_cast<size_t>(rows), isa);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * rows * cols * tokens * static_cast<double>(state.iterations()),
+                                                 benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+void BM_RunCStyleMatmul(benchmark::State& state) {
+  const int rows = static_cast<int>(state.range(0)), cols = static_cast<int>(state.range(1));
+  const int tokens = static_cast<int>(state.range(2));
+  std::vector<float> w(static_cast<size_t>(rows) * cols), x(static_cast<size_t>(tokens) * cols), y(static_cast<size_t>(tokens) * rows);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i % 13) * 0.01f;
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) * 0.1f;
+  for (auto _ : state) {
+    for (int t = 0; t < tokens; ++t)
+      RunCStyleForward::matmul(y.data() + static_cast<size_t>(t) * rows, x.data() + static_cast<size_t>(t) * cols, w.data(), cols, rows);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * rows * cols * tokens * static_cast<double>(state.iterations()),
+                                                 benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+// isa 0: the baseline (SSE2) build; 1: the best this CPU runs.
+void matmul_args(benchmark::internal::Benchmark* b, bool with_isa) {
+  b->ArgNames({"rows", "cols", "tokens", "isa"});
+  for (int isa : with_isa ? std::vector<int>{0, 1} : std::vector<int>{0})
+    for (int tokens : {1, 8, 32}) {
+      b->Args({64, 64, tokens, isa});    // stories260K wq / wo
+      b->Args({344, 64, tokens, isa});   // stories260K [w1; w3]
+      b->Args({512, 64, tokens, isa});   // stories260K classifier
+      b->Args({704, 128, tokens, isa});  // built-in [w1; w3]
+    }
+}
+BENCHMARK(BM_PackedMatmul)->Apply([](auto* b) { matmul_args(b, true); });
+BENCHMARK(BM_RunCStyleMatmul)->Apply([](auto* b) { matmul_args(b, false); });
+
+}  // namespace
+
+BENCHMARK_MAIN();
