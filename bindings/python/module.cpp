@@ -146,4 +146,5 @@ PYBIND11_MODULE(pagedkv, m) {
   register_errors(m);
   register_core(m);
   register_manager(m);
+  register_storage(m);
 }
