@@ -1,0 +1,170 @@
+// TieredKVCache: the device pool's KV blocks extended downwards into a host tier and a disk tier.
+//
+// Three uses, all driven from the scheduler's thread (the transfer engine moves the bytes):
+//
+//  Offload of evicted prefixes. The pool's eviction listener fires just before a cached device
+//  block is reused; if the block was hit at least `offload_min_hits` times, its bytes and content
+//  key are copied down to the host tier (to disk when there is no host tier). Host LRU victims
+//  are written to disk (demotion). Tiers are inclusive: a block may be cached on several tiers.
+//
+//  Promotion. Before a waiting request is admitted, prepare_prefix() continues its prefix lookup
+//  past the device hits into the host tier and then the disk tier. For the blocks found it
+//  allocates device blocks (held by a private manager request while the bytes are in flight,
+//  so the manager's own checker accounts for them), loads them, registers them in the device
+//  prefix cache and releases them: the ordinary admission lookup then hits them. Host loads are
+//  memcpy-fast and awaited at once (the request is admitted in the same step); disk loads are
+//  asynchronous and the request is admitted in a later step, while others run.
+//
+//  Swap preemption. A victim's blocks go to pinned host slots, and to pinned disk slots when the
+//  host tier is full (host cached blocks are demoted to make room first); swap-in loads them
+//  into new device blocks. A disk block that fails verification makes the swap-in fail: the
+//  scheduler then recomputes the request (never feeds it bad KV).
+//
+//  Warm restart. At a clean shutdown every cached device and host block not yet on disk is
+//  written down (or as they are computed, with write-through); a new process with the same
+//  model, layout and directory rebuilds the disk index from the slot headers.
+//
+// Invariant (check_invariants): every host and disk slot is in exactly one state (empty, cached,
+// pinned) and every pin is owned by exactly one in-flight transfer or swapped-out block.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "pagedkv/manager/kv_cache_manager.h"
+#include "pagedkv/storage/kv_arena.h"
+#include "pagedkv/tiers/disk_tier.h"
+#include "pagedkv/tiers/host_tier.h"
+#include "pagedkv/tiers/tier_types.h"
+#include "pagedkv/tiers/transfer_engine.h"
+
+namespace pagedkv {
+
+struct TierConfig {
+  size_t host_cache_bytes = 0;          // host tier for evicted prefixes (0: none)
+  std::string disk_cache_dir;           // disk tier directory (empty: none)
+  size_t disk_cache_bytes = size_t{1} << 30;
+  uint32_t offload_min_hits = 0;        // offload only evicted blocks hit at least this often
+  bool flush_on_shutdown = true;        // write cached blocks to disk at a clean shutdown
+  bool write_through = false;           // write every newly computed full block to disk at once
+  bool use_io_uring = true;
+  bool use_o_direct = true;
+  bool log_degraded = true;
+  std::function<int(const DiskIoRequest&)> disk_fault_injection;  // tests
+  bool enabled() const { return host_cache_bytes > 0 || !disk_cache_dir.empty(); }
+};
+
+class TieredKVCache {
+ public:
+  // `manager`'s pool and `device` (the arena holding its blocks' bytes) must outlive this object.
+  // `model_digest` identifies the model's weights (see kv_layout_fingerprint). `swap_bytes` is
+  // added to the host tier for swapped-out requests. Registers the pool's eviction listener.
+  // Throws ConfigError for configurations with several KV-cache groups.
+  TieredKVCache(TierConfig config, KVCacheManager& manager, KVArena& device, uint64_t model_digest,
+                size_t swap_bytes = 0);
+  ~TieredKVCache();  // unregisters, waits for transfers, releases held blocks (no flush: see shutdown)
+  TieredKVCache(const TieredKVCache&) = delete;
+  TieredKVCache& operator=(const TieredKVCache&) = delete;
+
+  // ---- promotion: called before admitting a waiting request --------------------------------
+  enum class PrefixState { kReady, kLoading };
+  // kReady: admit now (nothing below, loads done, or no room to load yet); kLoading: loads are
+  // in flight, try again next step.
+  PrefixState prepare_prefix(Request& request);
+  // At admission with `hit_tokens` prefix-hit tokens: those tokens by the tier they came from.
+  TierHitTokens take_hit_tokens(const Request& request, int hit_tokens);
+  // The request finished or was aborted while waiting: waits for its loads, forgets it.
+  void cancel_prefix(RequestId id);
+
+  // ---- swap preemption ---------------------------------------------------------------------
+  // Copies the victim's blocks down (they may be reused by the pool right after this returns:
+  // the copies run before the next forward). False, with nothing changed, when there is no room.
+  bool swap_out(RequestId id, std::span<const BlockId> blocks);
+  enum class SwapInState { kDone, kLoading, kFailed };
+  // Loads swapped blocks [first_block, first_block + dst.size()) into `dst`; blocks before
+  // `first_block` are not needed (found in the device prefix cache) and are released.
+  SwapInState start_swap_in(RequestId id, int first_block, std::span<const BlockId> dst);
+  // kDone or kFailed once (then the swap is forgotten); kLoading while blocks are in flight.
+  SwapInState poll_swap_in(RequestId id);
+  void drop_swap(RequestId id);  // finished or aborted while swapped
+  bool has_swap(RequestId id) const { return swaps_.contains(id); }
+  // Blocks swap_out() could take now.
+  int swap_capacity_blocks() const;
+
+  // ---- engine hooks ------------------------------------------------------------------------
+  void on_step_begin();   // applies finished transfers; write-through of newly computed blocks
+  void before_forward();  // submits pending copies; returns once the device blocks they read are free
+  void poll();            // applies finished transfers (never blocks)
+  void flush_to_disk();   // writes every cached device and host block the disk lacks; waits
+  void shutdown();        // flush (if configured), wait for everything, sync the disk file
+
+  bool has_host() const { return host_ != nullptr; }
+  bool has_disk() const { return disk_ != nullptr; }
+  const HostTier* host() const { return host_.get(); }
+  const DiskTier* disk() const { return disk_.get(); }
+  const TransferEngine& transfers() const { return *transfers_; }
+  const BlockHash& fingerprint() const { return fingerprint_; }
+  const TierConfig& config() const { return config_; }
+  uint64_t promotions_started() const { return promotions_started_; }
+  uint64_t skipped_low_hits() const { return skipped_low_hits_; }
+  std::string describe() const;
+
+  void check_invariants() const;
+
+ private:
+  struct Location {
+    TierKind tier;
+    int32_t slot;
+  };
+  struct SwapRecord {
+    std::vector<Location> blocks;
+    int in_flight = 0;         // swap-in loads not yet applied
+    bool loading = false;
+    bool failed = false;       // a block could not be written or failed verification
+  };
+  struct Promotion {
+    Request holder;            // private manager request holding the device blocks
+    int first_block = 0;
+    std::vector<TierKind> source;
+    int in_flight = 0;
+  };
+  struct Outstanding {
+    TransferHandle handle;
+  };
+
+  void on_device_evict(const KVCacheBlock& b);
+  void on_host_evict(int32_t slot);
+  bool store_on_disk(TierKind source, int32_t source_block, const BlockContentKey& key, TransferPurpose purpose);
+  TransferHandle submit_pending();
+  void apply(const TransferBatch& batch);
+  void finish_promotion(RequestId id);
+  BlockContentKey key_of(const Request& r, int i) const;
+  void write_through();
+  std::vector<int32_t> expected_pins(TierKind tier) const;
+  void collect_pins(const TransferBatch& b, std::vector<int32_t>& host, std::vector<int32_t>& disk) const;
+
+  TierConfig config_;
+  KVCacheManager& manager_;
+  KVArena& device_;
+  BlockHash fingerprint_;
+  std::unique_ptr<HostTier> host_;
+  std::unique_ptr<DiskTier> disk_;
+  std::unique_ptr<TransferEngine> transfers_;  // last: destroyed first, while the tiers still exist
+  TransferBatch pending_;
+  std::vector<TransferHandle> outstanding_;
+  std::unordered_map<RequestId, SwapRecord> swaps_;
+  std::unordered_map<RequestId, Promotion> promotions_;
+  std::unordered_map<RequestId, std::vector<std::pair<int, TierKind>>> promoted_blocks_;  // block index -> source
+  std::vector<BlockHash> written_through_;     // per device block: hash last written through
+  int disk_reserve_ = 0;                       // disk slots a swap-out in progress needs
+  uint64_t next_holder_id_ = 0;
+  uint64_t promotions_started_ = 0;
+  uint64_t skipped_low_hits_ = 0;
+};
+
+}  // namespace pagedkv
