@@ -39,7 +39,7 @@ bool BlockPool::allocate(int n, std::vector<BlockId>& out) {
     KVCacheBlock& b = pop_free();
     if (b.has_hash) {
       if (on_evict_) on_evict_(b);
-      uncache(b, RemovalReason::kEvicted);
+      if (uncache(b, RemovalReason::kEvicted)) ++stats_.evicted_entries;
       ++stats_.evictions;
     }
     b.ref_cnt = 1;
@@ -151,9 +151,10 @@ void BlockPool::record_hit(BlockId id) {
   if (policy_) policy_->on_hit(b);
 }
 
-void BlockPool::uncache(KVCacheBlock& b, RemovalReason reason) {
+bool BlockPool::uncache(KVCacheBlock& b, RemovalReason reason) {
   BlockHash mk = map_key(b.hash, b.group);
   int32_t head = cache_map_.find(mk);
+  const bool last_copy = head == b.id.value && b.next_same_hash == kNoLink;
   if (head == b.id.value) {
     if (b.next_same_hash == kNoLink) cache_map_.erase(mk); else cache_map_.assign(mk, b.next_same_hash);
   } else {
@@ -178,6 +179,7 @@ void BlockPool::uncache(KVCacheBlock& b, RemovalReason reason) {
   b.num_tokens = 0;
   b.hit_count = 0;
   --num_cached_;
+  return last_copy;
 }
 
 ResetResult BlockPool::reset_prefix_cache() {

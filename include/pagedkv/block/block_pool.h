@@ -46,6 +46,9 @@ struct BlockPoolOptions {
 struct BlockPoolStats {
   uint64_t allocated_blocks = 0;  // blocks handed out by allocate()
   uint64_t evictions = 0;         // cached blocks whose content was dropped to reuse them
+  // Evictions that dropped the last cached copy of a content, i.e. prefix-cache entries lost
+  // (equal content cached twice is one entry; evicting one copy of two loses nothing).
+  uint64_t evicted_entries = 0;
   uint64_t cached_blocks_stored = 0;
   uint64_t reset_removals = 0;
 };
@@ -130,7 +133,8 @@ class BlockPool {
     return BlockHash{h.lo ^ (static_cast<uint64_t>(group) * 0x9E3779B97F4A7C15ull), h.hi};
   }
   bool matches(const KVCacheBlock& b, const BlockContentKey& key) const;
-  void uncache(KVCacheBlock& b, RemovalReason reason);
+  // Returns true if `b` was the last cached copy of its content.
+  bool uncache(KVCacheBlock& b, RemovalReason reason);
 
   int block_size_;
   bool enable_caching_;
