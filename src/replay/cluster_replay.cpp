@@ -1,0 +1,138 @@
+#include "pagedkv/replay/cluster_replay.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+
+#include "pagedkv/core/error.h"
+
+namespace pagedkv {
+
+std::string_view router_name(RouterKind r) {
+  return r == RouterKind::kCacheAware ? "cache-aware" : "round-robin";
+}
+
+std::optional<RouterKind> parse_router(std::string_view s) {
+  if (s == "round-robin" || s == "rr") return RouterKind::kRoundRobin;
+  if (s == "cache-aware" || s == "prefix") return RouterKind::kCacheAware;
+  return std::nullopt;
+}
+
+namespace {
+
+// Picks the instance for one request (see ClusterReplayConfig).
+class Router {
+ public:
+  Router(RouterKind kind, int instances, double slack)
+      : kind_(kind), slack_(slack), routed_tokens_(static_cast<size_t>(instances), 0) {}
+
+  size_t route(size_t request_index, Request& request, std::vector<std::unique_ptr<CacheInstance>>& instances) {
+    size_t pick = 0;
+    if (kind_ == RouterKind::kRoundRobin) {
+      pick = request_index % instances.size();
+    } else {
+      int64_t total = 0;
+      for (int64_t t : routed_tokens_) total += t;
+      const double bound = (1.0 + slack_) * static_cast<double>(total) / static_cast<double>(instances.size());
+      int64_t best_hit = -1;
+      for (size_t k = 0; k < instances.size(); ++k) {
+        if (static_cast<double>(routed_tokens_[k]) > bound) continue;
+        const int64_t hit = instances[k]->peek_hit_blocks(request);
+        if (hit > best_hit || (hit == best_hit && routed_tokens_[k] < routed_tokens_[pick])) {
+          best_hit = hit;
+          pick = k;
+        }
+      }
+    }
+    routed_tokens_[pick] += request.num_tokens();
+    return pick;
+  }
+
+ private:
+  RouterKind kind_;
+  double slack_;
+  std::vector<int64_t> routed_tokens_;
+};
+
+}  // namespace
+
+ClusterReplayResult replay_cluster(const Trace& trace, const ClusterReplayConfig& config) {
+  if (config.instances < 1) throw ConfigError(fmt::format("instances must be >= 1, got {}", config.instances));
+  if (!(config.balance_slack >= 0))
+    throw ConfigError(fmt::format("balance slack must be >= 0, got {}", config.balance_slack));
+  const auto start = std::chrono::steady_clock::now();
+  ClusterReplayResult out;
+  out.config = config;
+  out.config.progress = nullptr;
+  out.per_instance.resize(static_cast<size_t>(config.instances));
+
+  CacheInstanceConfig ic;
+  ic.block_size = config.block_size;
+  ic.capacity_blocks = config.capacity_blocks_per_instance;
+  ic.policy = config.policy;
+  ic.max_prompt_tokens = max_prompt_tokens(trace);
+  std::vector<std::unique_ptr<CacheInstance>> instances;
+  for (int k = 0; k < config.instances; ++k) instances.push_back(std::make_unique<CacheInstance>(ic));
+  Router router(config.router, config.instances, config.balance_slack);
+
+  CacheReplayResult& local = out.local;
+  local.trace = trace.name;
+  local.policy = config.policy;
+  local.block_size = config.block_size;
+  local.capacity_blocks = config.capacity_blocks_per_instance * config.instances;
+  local.pool_blocks = local.capacity_blocks;
+  Request request;
+  request.tokens.reserve(static_cast<size_t>(ic.max_prompt_tokens));
+  const size_t total = trace.size();
+  const size_t report_every = std::max<size_t>(1, total / 200);
+  // The global replay reports progress for the second half.
+  auto progress = [&](size_t done) {
+    if (config.progress) config.progress(config.run_global ? done / 2 : done, total);
+  };
+  for (size_t i = 0; i < total; ++i) {
+    load_trace_request(trace, i, RequestId{i}, request);
+    const size_t k = router.route(i, request, instances);
+    const ServeOutcome o = instances[k]->serve(request);
+    InstanceTotals& t = out.per_instance[k];
+    ++t.requests;
+    t.prompt_tokens += request.num_tokens();
+    local.prompt_tokens += request.num_tokens();
+    local.prompt_blocks += o.blocks;
+    if (!o.served) {
+      ++local.unserved_requests;
+      continue;
+    }
+    t.hit_blocks += o.hit_blocks;
+    local.hit_blocks += o.hit_blocks;
+    local.requests_with_hit += o.hit_blocks > 0;
+    local.hashed_tokens += static_cast<int64_t>(request.block_hashes.size()) * config.block_size;
+    if ((i + 1) % report_every == 0) progress(i + 1);
+  }
+  local.requests = static_cast<int64_t>(total);
+  for (size_t k = 0; k < instances.size(); ++k) {
+    const BlockPoolStats& s = instances[k]->manager().pool().stats();
+    out.per_instance[k].evictions = static_cast<int64_t>(s.evicted_entries);
+    local.evictions += static_cast<int64_t>(s.evicted_entries);
+    local.evicted_blocks += static_cast<int64_t>(s.evictions);
+    local.allocated_blocks += static_cast<int64_t>(s.allocated_blocks);
+    local.cached_blocks += static_cast<int64_t>(s.cached_blocks_stored);
+  }
+  local.block_ops = local.hit_blocks + local.allocated_blocks + local.cached_blocks + (local.hit_blocks + local.allocated_blocks);
+  local.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  instances.clear();  // free the instances' pools before the global one is built
+
+  if (config.run_global) {
+    CacheReplayConfig g;
+    g.block_size = config.block_size;
+    g.capacity_blocks = local.capacity_blocks;
+    g.policy = config.policy;
+    if (config.progress) g.progress = [&](size_t done, size_t n) { config.progress(n / 2 + done / 2, n); };
+    out.global = replay_cache(trace, g);
+  }
+  if (config.progress) config.progress(total, total);
+  return out;
+}
+
+}  // namespace pagedkv

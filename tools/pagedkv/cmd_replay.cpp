@@ -1,0 +1,387 @@
+// pagedkv replay: serving traces through the real KV-cache manager (docs/replay.md).
+//   cache mode:   requests in order, no compute time; hit rates and evictions for a capacity,
+//                 or a sweep of capacities and policies (table, --json, --csv, --plot).
+//   cluster mode: N instances with their own caches and a router, against one global cache.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "command.h"
+#include "pagedkv/block/eviction_policies.h"
+#include "pagedkv/core/error.h"
+#include "pagedkv/replay/cache_replay.h"
+#include "pagedkv/replay/cluster_replay.h"
+#include "pagedkv/replay/hit_rate_plot.h"
+#include "pagedkv/replay/trace_reader.h"
+
+namespace pagedkv::cli {
+namespace {
+
+struct ReplayArgs {
+  std::vector<std::string> traces;
+  std::string mode = "cache";
+  std::string format = "auto";
+  bool lenient = false;
+  int64_t limit = 0;
+  int block_size = 16;
+  std::string capacity_blocks;
+  std::string capacity_tokens;
+  std::string policy = "lru";
+  std::string sweep;
+  std::string unit = "blocks";
+  std::string plot;
+  std::string plot_title;
+  bool json = false;
+  bool csv = false;
+  bool no_progress = false;
+  // cluster mode
+  int instances = 10;
+  std::string router = "round-robin";
+  double balance = 0.2;
+  // Azure prefix model
+  AzurePrefixModel azure;
+};
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t comma = s.find(',', start);
+    std::string item = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!item.empty()) out.push_back(item);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+// "5859", "3M", "1e6", "2.5k", "inf": a count, or nullopt for infinite.
+std::optional<int64_t> parse_count(std::string_view option, const std::string& text) {
+  if (text == "inf" || text == "infinite" || text == "∞") return std::nullopt;
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  double scale = 1;
+  std::string_view rest = std::string_view(text).substr(used);
+  if (rest == "k" || rest == "K") scale = 1e3;
+  else if (rest == "M" || rest == "m") scale = 1e6;
+  else if (rest == "G" || rest == "g") scale = 1e9;
+  else if (!rest.empty()) used = 0;
+  if (used == 0 || !(v * scale >= 1) || v * scale > 9e18)
+    throw ConfigError(fmt::format("{}: '{}' is not a positive count (e.g. 5859, 3M, 1e6 or inf)", option, text));
+  return static_cast<int64_t>(std::floor(v * scale));
+}
+
+// Capacity in blocks; tokens are rounded down to whole blocks.
+int64_t to_blocks(std::optional<int64_t> count, bool tokens, int block_size, std::string_view option) {
+  if (!count) return kInfiniteCapacity;
+  const int64_t blocks = tokens ? *count / block_size : *count;
+  if (blocks < 1)
+    throw ConfigError(fmt::format("{}: {} tokens is less than one block of {}", option, *count, block_size));
+  return blocks;
+}
+
+std::string capacity_text(int64_t blocks) { return blocks == kInfiniteCapacity ? "inf" : fmt::format("{}", blocks); }
+
+nlohmann::json capacity_json(int64_t blocks) {
+  return blocks == kInfiniteCapacity ? nlohmann::json(nullptr) : nlohmann::json(blocks);
+}
+
+nlohmann::json result_json(const CacheReplayResult& r) {
+  const double mtokens_per_s = r.seconds > 0 ? static_cast<double>(r.hashed_tokens) / r.seconds / 1e6 : 0.0;
+  const double mops_per_s = r.seconds > 0 ? static_cast<double>(r.block_ops) / r.seconds / 1e6 : 0.0;
+  return {{"trace", r.trace},
+          {"policy", r.policy},
+          {"block_size", r.block_size},
+          {"capacity_blocks", capacity_json(r.capacity_blocks)},
+          {"capacity_tokens", r.infinite() ? nlohmann::json(nullptr) : nlohmann::json(r.capacity_blocks * r.block_size)},
+          {"pool_blocks", r.pool_blocks},
+          {"requests", r.requests},
+          {"unserved_requests", r.unserved_requests},
+          {"prompt_tokens", r.prompt_tokens},
+          {"prompt_blocks", r.prompt_blocks},
+          {"hit_blocks", r.hit_blocks},
+          {"hit_tokens", r.hit_tokens()},
+          {"block_hit_rate", r.block_hit_rate()},
+          {"token_hit_rate", r.token_hit_rate()},
+          {"request_hit_rate", r.request_hit_rate()},
+          {"evictions", r.evictions},
+          {"evicted_blocks", r.evicted_blocks},
+          {"allocated_blocks", r.allocated_blocks},
+          {"cached_blocks", r.cached_blocks},
+          {"hashed_tokens", r.hashed_tokens},
+          {"block_ops", r.block_ops},
+          {"seconds", r.seconds},
+          {"hashed_tokens_per_second", mtokens_per_s * 1e6},
+          {"block_ops_per_second", mops_per_s * 1e6}};
+}
+
+constexpr const char* kCsvHeader =
+    "trace,policy,block_size,capacity_blocks,capacity_tokens,requests,prompt_blocks,hit_blocks,block_hit_rate,"
+    "token_hit_rate,request_hit_rate,evictions,seconds";
+
+std::string result_csv(const CacheReplayResult& r) {
+  return fmt::format("{},{},{},{},{},{},{},{},{:.6f},{:.6f},{:.6f},{},{:.3f}", r.trace, r.policy, r.block_size,
+                     capacity_text(r.capacity_blocks),
+                     r.infinite() ? std::string("inf") : fmt::format("{}", r.capacity_blocks * r.block_size), r.requests,
+                     r.prompt_blocks, r.hit_blocks, r.block_hit_rate(), r.token_hit_rate(), r.request_hit_rate(),
+                     r.evictions, r.seconds);
+}
+
+void print_table(const std::vector<CacheReplayResult>& runs) {
+  fmt::print("{:<34} {:<12} {:>5} {:>12} {:>13} {:>8} {:>8} {:>8} {:>11} {:>7}\n", "trace", "policy", "block",
+             "capacity", "tokens", "block", "token", "request", "evictions", "sec");
+  fmt::print("{:<34} {:<12} {:>5} {:>12} {:>13} {:>8} {:>8} {:>8} {:>11} {:>7}\n", "", "", "size", "(blocks)", "",
+             "hit", "hit", "hit", "", "");
+  for (const CacheReplayResult& r : runs) {
+    fmt::print("{:<34} {:<12} {:>5} {:>12} {:>13} {:>8.4f} {:>8.4f} {:>8.4f} {:>11} {:>7.2f}\n", r.trace, r.policy,
+               r.block_size, capacity_text(r.capacity_blocks),
+               r.infinite() ? std::string("inf") : fmt::format("{}", r.capacity_blocks * r.block_size),
+               r.block_hit_rate(), r.token_hit_rate(), r.request_hit_rate(), r.evictions, r.seconds);
+  }
+  for (const CacheReplayResult& r : runs)
+    if (r.unserved_requests > 0)
+      fmt::print("note: {} at {} blocks: {} prompts are larger than the whole cache and count as misses\n", r.trace,
+                 capacity_text(r.capacity_blocks), r.unserved_requests);
+}
+
+// A one-line progress bar on stderr, redrawn in place; only when stderr is a terminal.
+class ProgressBar {
+ public:
+  explicit ProgressBar(bool enabled) : enabled_(enabled && ::isatty(STDERR_FILENO)) {}
+  ~ProgressBar() { finish(); }
+  void set_label(std::string label) { label_ = std::move(label); }
+  std::function<void(size_t, size_t)> callback() {
+    if (!enabled_) return nullptr;
+    return [this](size_t done, size_t total) { draw(done, total); };
+  }
+  void finish() {
+    if (enabled_ && drawn_) fmt::print(stderr, "\r\033[K");
+    drawn_ = false;
+  }
+
+ private:
+  void draw(size_t done, size_t total) {
+    constexpr int kWidth = 30;
+    const double f = total ? static_cast<double>(done) / static_cast<double>(total) : 1.0;
+    const int filled = static_cast<int>(f * kWidth);
+    fmt::print(stderr, "\r\033[K{} [{}{}] {:3.0f}% {}/{}", label_, std::string(static_cast<size_t>(filled), '#'),
+               std::string(static_cast<size_t>(kWidth - filled), '.'), 100 * f, done, total);
+    std::fflush(stderr);
+    drawn_ = true;
+  }
+  bool enabled_;
+  bool drawn_ = false;
+  std::string label_;
+};
+
+std::vector<Trace> load_traces(const ReplayArgs& a) {
+  TraceReadOptions ro;
+  const auto format = parse_trace_format(a.format);
+  if (!format) throw ConfigError(fmt::format("--format: unknown format '{}' (auto, mooncake, azure, tokens)", a.format));
+  ro.format = *format;
+  ro.lenient = a.lenient;
+  ro.limit = a.limit;
+  ro.azure = a.azure;
+  std::vector<Trace> traces;
+  for (const std::string& path : a.traces) {
+    traces.push_back(read_trace(path, ro));
+    if (traces.back().skipped_lines > 0)
+      fmt::print(stderr, "pagedkv replay: {}: skipped {} bad lines (--lenient)\n", path, traces.back().skipped_lines);
+    if (traces.back().size() == 0) throw FormatError(fmt::format("{}: no requests", path));
+  }
+  return traces;
+}
+
+int run_cache(const ReplayArgs& a) {
+  if (a.block_size <= 0 || a.block_size > 4096)
+    throw ConfigError(fmt::format("--block-size must be in [1, 4096], got {}", a.block_size));
+  const std::vector<std::string> policies = split_list(a.policy);
+  if (policies.empty()) throw ConfigError("--policy: give at least one policy");
+  for (const std::string& p : policies) make_eviction_policy(p);  // validates the name early
+
+  // Capacities in blocks: --sweep (in --unit), or the single --capacity-*.
+  std::vector<int64_t> capacities;
+  if (!a.sweep.empty()) {
+    if (a.unit != "blocks" && a.unit != "tokens") throw ConfigError(fmt::format("--unit must be blocks or tokens, got '{}'", a.unit));
+    for (const std::string& item : split_list(a.sweep))
+      capacities.push_back(to_blocks(parse_count("--sweep", item), a.unit == "tokens", a.block_size, "--sweep"));
+  } else if (!a.capacity_blocks.empty()) {
+    capacities.push_back(to_blocks(parse_count("--capacity-blocks", a.capacity_blocks), false, a.block_size, "--capacity-blocks"));
+  } else if (!a.capacity_tokens.empty()) {
+    capacities.push_back(to_blocks(parse_count("--capacity-tokens", a.capacity_tokens), true, a.block_size, "--capacity-tokens"));
+  } else {
+    throw ConfigError("give a capacity: --capacity-blocks N, --capacity-tokens N or --sweep c1,c2,...");
+  }
+  const std::vector<Trace> traces = load_traces(a);
+  for (const Trace& t : traces)
+    if (t.format == TraceFormat::kMooncake && kMooncakeBlockTokens % a.block_size != 0)
+      fmt::print(stderr, "pagedkv replay: warning: block size {} does not divide the trace's 512-token blocks; "
+                         "sharing no longer lines up with hash ids\n", a.block_size);
+
+  std::vector<CacheReplayResult> runs;
+  ProgressBar bar(!a.no_progress);
+  for (const Trace& trace : traces) {
+    for (const std::string& policy : policies) {
+      for (int64_t cap : capacities) {
+        CacheReplayConfig c;
+        c.block_size = a.block_size;
+        c.capacity_blocks = cap;
+        c.policy = policy;
+        bar.set_label(fmt::format("{} {} {}", trace.name, policy, capacity_text(cap)));
+        c.progress = bar.callback();
+        runs.push_back(replay_cache(trace, c));
+        bar.finish();
+      }
+    }
+  }
+  if (a.json) {
+    if (runs.size() == 1) fmt::print("{}\n", result_json(runs.front()).dump(2));
+    else {
+      nlohmann::json all = nlohmann::json::array();
+      for (const auto& r : runs) all.push_back(result_json(r));
+      fmt::print("{}\n", nlohmann::json{{"runs", all}}.dump(2));
+    }
+  } else if (a.csv) {
+    fmt::print("{}\n", kCsvHeader);
+    for (const auto& r : runs) fmt::print("{}\n", result_csv(r));
+  } else {
+    print_table(runs);
+  }
+  if (!a.plot.empty()) {
+    HitRatePlotOptions po;
+    po.title = a.plot_title;
+    po.x_in_tokens = a.unit == "tokens" || !a.capacity_tokens.empty();
+    write_hit_rate_plot(runs, a.plot, po);
+    fmt::print(stderr, "pagedkv replay: wrote {}\n", a.plot);
+  }
+  return 0;
+}
+
+int run_cluster(const ReplayArgs& a) {
+  const auto router = parse_router(a.router);
+  if (!router) throw ConfigError(fmt::format("--router: unknown router '{}' (round-robin, cache-aware)", a.router));
+  int64_t per_instance = 0;
+  if (!a.capacity_blocks.empty()) per_instance = to_blocks(parse_count("--capacity-blocks", a.capacity_blocks), false, a.block_size, "--capacity-blocks");
+  else if (!a.capacity_tokens.empty()) per_instance = to_blocks(parse_count("--capacity-tokens", a.capacity_tokens), true, a.block_size, "--capacity-tokens");
+  else throw ConfigError("cluster mode needs the per-instance capacity: --capacity-blocks N or --capacity-tokens N");
+  if (per_instance == kInfiniteCapacity) throw ConfigError("cluster mode needs a finite per-instance capacity");
+  if (!a.sweep.empty()) throw ConfigError("--sweep applies to --mode cache only");
+  const std::vector<Trace> traces = load_traces(a);
+  ProgressBar bar(!a.no_progress);
+  nlohmann::json all = nlohmann::json::array();
+  if (!a.json && !a.csv)
+    fmt::print("{:<34} {:>9} {:<12} {:>14} {:>10} {:>10} {:>7} {:>13} {:>13} {:>7}\n", "trace", "instances", "router",
+               "tokens/inst", "local hit", "global hit", "ratio", "prefill/req", "prefill/req", "ratio");
+  if (!a.json && !a.csv)
+    fmt::print("{:<34} {:>9} {:<12} {:>14} {:>10} {:>10} {:>7} {:>13} {:>13} {:>7}\n", "", "", "", "", "(token)",
+               "(token)", "", "local", "global", "");
+  if (a.csv) fmt::print("trace,instances,router,capacity_tokens_per_instance,local_token_hit_rate,global_token_hit_rate,local_prefill_tokens_per_request,global_prefill_tokens_per_request\n");
+  for (const Trace& trace : traces) {
+    for (const std::string& policy : split_list(a.policy)) {
+      ClusterReplayConfig c;
+      c.block_size = a.block_size;
+      c.capacity_blocks_per_instance = per_instance;
+      c.instances = a.instances;
+      c.router = *router;
+      c.policy = policy;
+      c.balance_slack = a.balance;
+      bar.set_label(fmt::format("{} {}x{}", trace.name, a.instances, per_instance));
+      c.progress = bar.callback();
+      const ClusterReplayResult r = replay_cluster(trace, c);
+      bar.finish();
+      const CacheReplayResult& g = *r.global;
+      const double local_prefill = ClusterReplayResult::prefill_tokens_per_request(r.local);
+      const double global_prefill = ClusterReplayResult::prefill_tokens_per_request(g);
+      if (a.json) {
+        nlohmann::json per = nlohmann::json::array();
+        for (const InstanceTotals& t : r.per_instance)
+          per.push_back({{"requests", t.requests}, {"prompt_tokens", t.prompt_tokens}, {"hit_blocks", t.hit_blocks},
+                         {"evictions", t.evictions}});
+        all.push_back({{"trace", trace.name},
+                       {"instances", a.instances},
+                       {"router", router_name(*router)},
+                       {"balance_slack", a.balance},
+                       {"capacity_blocks_per_instance", per_instance},
+                       {"capacity_tokens_per_instance", per_instance * a.block_size},
+                       {"local", result_json(r.local)},
+                       {"global", result_json(g)},
+                       {"hit_rate_ratio", r.local.token_hit_rate() > 0 ? g.token_hit_rate() / r.local.token_hit_rate() : 0.0},
+                       {"local_prefill_tokens_per_request", local_prefill},
+                       {"global_prefill_tokens_per_request", global_prefill},
+                       {"per_instance", per}});
+      } else if (a.csv) {
+        fmt::print("{},{},{},{},{:.6f},{:.6f},{:.1f},{:.1f}\n", trace.name, a.instances, router_name(*router),
+                   per_instance * a.block_size, r.local.token_hit_rate(), g.token_hit_rate(), local_prefill, global_prefill);
+      } else {
+        fmt::print("{:<34} {:>9} {:<12} {:>14} {:>10.4f} {:>10.4f} {:>6.2f}x {:>13.0f} {:>13.0f} {:>6.2f}x\n", trace.name,
+                   a.instances, router_name(*router), per_instance * a.block_size, r.local.token_hit_rate(),
+                   g.token_hit_rate(), r.local.token_hit_rate() > 0 ? g.token_hit_rate() / r.local.token_hit_rate() : 0.0,
+                   local_prefill, global_prefill, local_prefill > 0 ? global_prefill / local_prefill : 0.0);
+      }
+    }
+  }
+  if (a.json) fmt::print("{}\n", all.size() == 1 ? all.front().dump(2) : nlohmann::json{{"runs", all}}.dump(2));
+  return 0;
+}
+
+const CommandRegistration kReplay{Command{
+    "replay",
+    "replay serving traces (Mooncake JSONL, Azure CSV, token JSONL) through the KV-cache manager",
+    [](CLI::App& sub) -> std::function<int()> {
+      auto a = std::make_shared<ReplayArgs>();
+      sub.add_option("trace", a->traces, "trace files (several: one curve each)")->required()->check(CLI::ExistingFile);
+      sub.add_option("--mode", a->mode, "cache (cache-only, in order), cluster (instances vs a global pool), "
+                                        "timed (needs the engine scheduler; not available yet)")
+          ->check(CLI::IsMember({"cache", "cluster", "timed"}))->capture_default_str();
+      sub.add_option("--format", a->format, "auto, mooncake, azure or tokens")->capture_default_str();
+      sub.add_flag("--lenient", a->lenient, "skip malformed lines (counted) instead of failing");
+      sub.add_option("--limit", a->limit, "replay only the first N requests");
+      sub.add_option("--block-size", a->block_size, "tokens per block (must divide 512 for Mooncake traces)")->capture_default_str();
+      auto* cb = sub.add_option("--capacity-blocks", a->capacity_blocks, "cache capacity in blocks (3M, 1e6, inf accepted)");
+      auto* ct = sub.add_option("--capacity-tokens", a->capacity_tokens, "cache capacity in tokens, rounded down to blocks");
+      cb->excludes(ct);
+      sub.add_option("--policy", a->policy, "eviction policy: lru, lfu, s3fifo, length-aware (comma list: compare)")
+          ->capture_default_str();
+      sub.add_option("--sweep", a->sweep, "comma list of capacities to run (in --unit)")->excludes(cb)->excludes(ct);
+      sub.add_option("--unit", a->unit, "unit of --sweep values: blocks or tokens")->capture_default_str();
+      sub.add_option("--plot", a->plot, "write hit rate vs capacity to this .svg or .png (gnuplot)");
+      sub.add_option("--plot-title", a->plot_title, "plot title");
+      sub.add_flag("--json", a->json, "print JSON");
+      sub.add_flag("--csv", a->csv, "print CSV");
+      sub.add_flag("--no-progress", a->no_progress, "no progress bar (it is only drawn on a terminal anyway)");
+      sub.add_option("--instances", a->instances, "cluster: number of instances")->capture_default_str();
+      sub.add_option("--router", a->router, "cluster: round-robin or cache-aware")->capture_default_str();
+      sub.add_option("--balance", a->balance,
+                     "cluster, cache-aware: an instance is eligible while its routed tokens are at most (1 + this) "
+                     "times the mean")->capture_default_str();
+      sub.add_option("--azure-prompts", a->azure.num_system_prompts, "Azure: shared system prompts")->capture_default_str();
+      sub.add_option("--azure-zipf", a->azure.zipf_exponent, "Azure: Zipf exponent of prompt popularity")->capture_default_str();
+      sub.add_option("--azure-prompt-min", a->azure.min_prompt_tokens, "Azure: shortest shared prompt (tokens)")->capture_default_str();
+      sub.add_option("--azure-prompt-max", a->azure.max_prompt_tokens, "Azure: longest shared prompt (tokens)")->capture_default_str();
+      sub.add_option("--azure-share", a->azure.share_probability, "Azure: probability a request starts with a shared prompt")
+          ->capture_default_str();
+      sub.add_option("--seed", a->azure.seed, "Azure: seed of the sharing model")->capture_default_str();
+      return [a]() -> int {
+        if (a->json && a->csv) throw ConfigError("choose one of --json and --csv");
+        if (a->mode == "timed")
+          throw ConfigError("--mode timed needs the engine's scheduler, which pagedkv does not have yet; "
+                            "use --mode cache or --mode cluster");
+        if (a->mode == "cluster") return run_cluster(*a);
+        return run_cache(*a);
+      };
+    }}};
+
+}  // namespace
+}  // namespace pagedkv::cli
