@@ -16,8 +16,8 @@ constexpr uint64_t kMiB = uint64_t{1} << 20;
 
 // Total memory as `nvidia-smi --query-gpu=memory.total` prints it (MiB), not the marketing
 // "80 GB". The total CUDA reports (cudaMemGetInfo, which vLLM multiplies by
-// gpu_memory_utilization) equals it on Hopper and can be about 1 % lower on Ampere, where the
-// driver keeps some memory back; pass --kv-memory for exact figures on a measured device.
+// gpu_memory_utilization) is often somewhat lower because the driver keeps memory back, so plans
+// from these presets can be slightly optimistic; docs/plan.md says how to get exact figures.
 std::vector<GpuSpec> make_presets() {
   return {
       {"a100-40gb", "NVIDIA A100 40GB", 40'960 * kMiB},

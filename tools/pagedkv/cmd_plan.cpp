@@ -19,6 +19,9 @@
 namespace pagedkv::cli {
 namespace {
 
+// Keys in the order the text table prints them.
+using Json = nlohmann::ordered_json;
+
 struct PlanArgs {
   std::string model;
   std::string kv_memory;
@@ -29,6 +32,7 @@ struct PlanArgs {
   int block_size = 16;
   std::string kv_dtype = "auto";
   int64_t context_len = 0;
+  CLI::Option* context_len_option = nullptr;
   std::string swap_space;
   bool json = false;
   bool list = false;
@@ -50,8 +54,8 @@ DType parse_dtype_option(std::string_view option, const std::string& text) {
   throw ConfigError(fmt::format("{}: unknown dtype '{}' (fp32, fp16, bf16, fp8, int8, int4)", option, text));
 }
 
-nlohmann::json plan_to_json(const MemoryPlan& p) {
-  nlohmann::json gpu = nullptr;
+Json plan_to_json(const MemoryPlan& p) {
+  Json gpu = nullptr;
   if (p.gpu) {
     gpu = {{"name", p.gpu->gpu.name},
            {"description", p.gpu->gpu.description},
@@ -68,7 +72,7 @@ nlohmann::json plan_to_json(const MemoryPlan& p) {
           {"head_dim", p.model.head_dim},
           {"num_params", p.model.num_params},
           {"max_position_embeddings", p.model.max_position_embeddings},
-          {"sliding_window", p.model.sliding_window ? nlohmann::json(*p.model.sliding_window) : nullptr},
+          {"sliding_window", p.model.sliding_window ? Json(*p.model.sliding_window) : nullptr},
           {"block_size", p.spec.block_size},
           {"kv_dtype", dtype_name(p.spec.dtype)},
           {"bytes_per_token", p.bytes_per_token},
@@ -107,7 +111,7 @@ void print_plan(const MemoryPlan& p) {
   if (p.gpu) {
     const GpuBudget& g = *p.gpu;
     print_row("GPU memory", format_grouped(g.gpu.memory_bytes),
-              fmt::format("{} ({}, {})", format_byte_size(g.gpu.memory_bytes), g.gpu.name, g.gpu.description));
+              fmt::format("{} ({}, {})", both_units(g.gpu.memory_bytes), g.gpu.name, g.gpu.description));
     print_row("  x gpu_memory_utilization", fmt::format("{:.2f}", g.gpu_memory_utilization));
     print_row("  - weights", format_grouped(g.weights_bytes),
               fmt::format("{} ({} parameters in {})", format_byte_size(g.weights_bytes), format_grouped(m.num_params),
@@ -133,7 +137,7 @@ void print_plan(const MemoryPlan& p) {
 
 int list_presets(bool json) {
   if (json) {
-    nlohmann::json models = nlohmann::json::array();
+    Json models = Json::array();
     for (const ModelShape& m : model_presets()) {
       models.push_back({{"name", m.name},
                         {"num_layers", m.num_layers},
@@ -142,13 +146,13 @@ int list_presets(bool json) {
                         {"head_dim", m.head_dim},
                         {"num_params", m.num_params},
                         {"max_position_embeddings", m.max_position_embeddings},
-                        {"sliding_window", m.sliding_window ? nlohmann::json(*m.sliding_window) : nullptr},
-                        {"dtype", m.dtype ? nlohmann::json(dtype_name(*m.dtype)) : nullptr}});
+                        {"sliding_window", m.sliding_window ? Json(*m.sliding_window) : nullptr},
+                        {"dtype", m.dtype ? Json(dtype_name(*m.dtype)) : nullptr}});
     }
-    nlohmann::json gpus = nlohmann::json::array();
+    Json gpus = Json::array();
     for (const GpuSpec& g : gpu_presets())
       gpus.push_back({{"name", g.name}, {"description", g.description}, {"memory_bytes", g.memory_bytes}});
-    fmt::print("{}\n", nlohmann::json{{"models", models}, {"gpus", gpus}}.dump(2));
+    fmt::print("{}\n", Json{{"models", models}, {"gpus", gpus}}.dump(2));
     return 0;
   }
   fmt::print("models:\n  {:<16}{:>7}{:>10}{:>9}{:>20}{:>10}{:>7}\n", "name", "layers", "q/kv", "head", "parameters",
@@ -186,7 +190,7 @@ int run_plan(const PlanArgs& a) {
   }
   if (!options.kv_memory_bytes && !options.gpu) throw UsageError("give --kv-memory SIZE or --gpu NAME (see --list)");
   if (!a.swap_space.empty()) options.swap_space_bytes = parse_byte_size(a.swap_space);
-  if (a.context_len != 0) options.context_len = a.context_len;
+  if (a.context_len_option->count() > 0) options.context_len = a.context_len;
 
   MemoryPlan plan = plan_memory(resolve_model(a.model), options);
   if (a.json) {
@@ -216,7 +220,7 @@ const CommandRegistration kPlan{Command{
                                    ->capture_default_str());
       sub.add_option("--block-size", args->block_size, "tokens per block")->capture_default_str();
       sub.add_option("--kv-dtype", args->kv_dtype, "KV-cache dtype; auto = the model's dtype")->capture_default_str();
-      sub.add_option("--context-len", args->context_len,
+      args->context_len_option = sub.add_option("--context-len", args->context_len,
                      "tokens per request for max concurrency (default: max_position_embeddings, at most 131072)");
       sub.add_option("--swap-space", args->swap_space, "CPU swap space for swapped-out blocks, e.g. 4GiB");
       sub.add_flag("--json", args->json, "print the plan as JSON");
