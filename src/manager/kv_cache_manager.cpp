@@ -322,11 +322,10 @@ AllocStatus KVCacheManager::can_allocate(Request& request) {
   if (request.num_tokens() > max_model_len_) return AllocStatus::kNever;
   int required = 0;
   for (int g = 0; g < num_groups(); ++g) {
-    const KVCacheSpec& s = spec(g);
-    if (s.kind == AttentionKind::kCrossAttention) required += cdiv(request.num_encoder_tokens, block_size_);
-    else if (s.kind == AttentionKind::kSlidingWindow)
-      required += std::min(cdiv(request.num_tokens(), block_size_), cdiv(s.sliding_window, block_size_) + 1);
-    else required += cdiv(request.num_tokens(), block_size_);
+    // Admission allocates every block of the prompt (sliding-window blocks leave the window only
+    // on later steps), so NEVER counts them all; else an empty cache could answer LATER forever.
+    required += spec(g).kind == AttentionKind::kCrossAttention ? cdiv(request.num_encoder_tokens, block_size_)
+                                                              : cdiv(request.num_tokens(), block_size_);
   }
   if (pool_.num_usable_blocks() - required < watermark_blocks_) return AllocStatus::kNever;
   // Cached prefix blocks already in use cost nothing; cached free ones are taken from the free set.
