@@ -1,0 +1,131 @@
+// Compute-side benchmarks of the paged-attention kernels, one thread, with K/V small enough to
+// stay in the L2 cache: they measure the arithmetic and conversion cost per byte of K/V (the
+// DRAM-bound view, against the machine's read bandwidth, is `pagedkv bench attention`).
+// Rates are per CPU second of the one kernel thread, so they stay meaningful on a busy machine.
+//   BM_DecodeInCache/<dtype>/<query heads per KV head>   bytes/s = K/V bytes read per CPU second
+//   BM_PrefillWithPrefix/<dtype>                         items/s = attention FLOPs (2 x QK + PV)
+//   BM_WriteKV/<dtype>                                   bytes/s = f32 input bytes converted
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "pagedkv/kernels/paged_attention.h"
+#include "pagedkv/kernels/thread_pool.h"
+#include "pagedkv/storage/block_table.h"
+#include "pagedkv/storage/float_convert.h"
+#include "pagedkv/storage/kv_arena.h"
+#include "pagedkv/storage/kv_ops.h"
+
+namespace pagedkv {
+namespace {
+
+constexpr int kKVHeads = 8, kHeadDim = 128, kBlockSize = 16;
+
+DType dtype_arg(int64_t i) { return i == 0 ? DType::kF32 : i == 1 ? DType::kF16 : DType::kBF16; }
+
+// One request's context in a shuffled paged arena, filled with random values.
+struct PagedContext {
+  PagedContext(DType dtype, int context, int extra_blocks = 0)
+      : arena(spec(dtype), 1, context / kBlockSize + 2 + extra_blocks), kv(arena.layer(0)) {
+    std::mt19937_64 rng(7);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    const int blocks = (context + kBlockSize - 1) / kBlockSize + extra_blocks;
+    table.resize(static_cast<size_t>(blocks));
+    std::iota(table.begin(), table.end(), 1);
+    std::shuffle(table.begin(), table.end(), rng);
+    const size_t n = static_cast<size_t>(blocks) * kBlockSize * kKVHeads * kHeadDim;
+    std::vector<float> k(n), v(n);
+    for (auto& x : k) x = normal(rng);
+    for (auto& x : v) x = normal(rng);
+    std::vector<int64_t> slots(static_cast<size_t>(blocks) * kBlockSize);
+    compute_slot_mapping(table.data(), kBlockSize, 0, static_cast<int>(slots.size()), slots.data());
+    write_kv(kv, k.data(), v.data(), slots.data(), static_cast<int>(slots.size()));
+  }
+  static KVCacheSpec spec(DType dtype) {
+    KVCacheSpec s;
+    s.dtype = dtype;
+    s.block_size = kBlockSize;
+    s.num_kv_heads = kKVHeads;
+    s.head_dim = kHeadDim;
+    return s;
+  }
+  KVArena arena;
+  KVLayerView kv;
+  std::vector<int32_t> table;
+};
+
+AttentionShape shape_for(int group) {
+  AttentionShape s;
+  s.num_q_heads = kKVHeads * group;
+  s.num_kv_heads = kKVHeads;
+  s.head_dim = kHeadDim;
+  s.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+  return s;
+}
+
+void BM_DecodeInCache(benchmark::State& state) {
+  set_kernel_threads(1);
+  const DType dtype = dtype_arg(state.range(0));
+  const int group = static_cast<int>(state.range(1));
+  const int context = 192;  // 8 heads x 192 tokens x 128 dims x 2 (K, V): 0.75 MiB f32
+  PagedContext ctx(dtype, context);
+  const AttentionShape shape = shape_for(group);
+  const int32_t query_start[] = {0, 1};
+  const int32_t context_lens[] = {context};
+  PagedAttentionBatch batch{1, query_start, context_lens, ctx.table.data(), static_cast<int>(ctx.table.size())};
+  std::vector<float> q(static_cast<size_t>(shape.num_q_heads) * kHeadDim, 0.5f), out(q.size());
+  for (auto _ : state) {
+    paged_attention(shape, batch, ctx.kv, q.data(), out.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * context * kKVHeads * kHeadDim * 2 *
+                          static_cast<int64_t>(dtype_bytes(dtype, 1)));
+  state.SetLabel(std::string(dtype_name(dtype)));
+}
+BENCHMARK(BM_DecodeInCache)->ArgsProduct({{0, 1, 2}, {1, 4, 8}});
+
+void BM_PrefillWithPrefix(benchmark::State& state) {
+  set_kernel_threads(1);
+  const DType dtype = dtype_arg(state.range(0));
+  const int prefix = 192, chunk = 64, context = prefix + chunk;
+  PagedContext ctx(dtype, context);
+  const AttentionShape shape = shape_for(4);
+  const int32_t query_start[] = {0, chunk};
+  const int32_t context_lens[] = {context};
+  PagedAttentionBatch batch{1, query_start, context_lens, ctx.table.data(), static_cast<int>(ctx.table.size())};
+  std::vector<float> q(static_cast<size_t>(chunk) * shape.num_q_heads * kHeadDim, 0.25f), out(q.size());
+  for (auto _ : state) {
+    paged_attention(shape, batch, ctx.kv, q.data(), out.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  // Causal pairs: query i of the chunk sees prefix + i + 1 tokens. 4 FLOPs per pair per dim.
+  const double pairs = static_cast<double>(chunk) * prefix + chunk * (chunk + 1) / 2.0;
+  state.SetItemsProcessed(static_cast<int64_t>(static_cast<double>(state.iterations()) * pairs * shape.num_q_heads *
+                                               kHeadDim * 4));
+  state.SetLabel(std::string(dtype_name(dtype)) + " FLOP/s");
+}
+BENCHMARK(BM_PrefillWithPrefix)->DenseRange(0, 2);
+
+void BM_WriteKV(benchmark::State& state) {
+  const DType dtype = dtype_arg(state.range(0));
+  const int tokens = 64;
+  PagedContext ctx(dtype, tokens);
+  std::vector<float> k(static_cast<size_t>(tokens) * kKVHeads * kHeadDim, 0.1f), v(k.size(), 0.2f);
+  std::vector<int64_t> slots(static_cast<size_t>(tokens));
+  compute_slot_mapping(ctx.table.data(), kBlockSize, 0, tokens, slots.data());
+  for (auto _ : state) {
+    write_kv(ctx.kv, k.data(), v.data(), slots.data(), tokens);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(k.size() * 2 * sizeof(float)));
+  state.SetLabel(std::string(dtype_name(dtype)));
+}
+BENCHMARK(BM_WriteKV)->DenseRange(0, 2);
+
+}  // namespace
+}  // namespace pagedkv
+
+BENCHMARK_MAIN();
