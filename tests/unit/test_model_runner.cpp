@@ -126,6 +126,77 @@ TEST(ModelRunnerGolden, TwoThreadsGiveTheSameTokens) {
   }
 }
 
+TEST(ForwardBatchBuilder, LaysOutRequestsLikeTheRunnerExpects) {
+  ForwardBatchBuilder b(4);
+  const std::vector<TokenId> a_tokens = {10, 11, 12}, b_tokens = {20};
+  const std::vector<int32_t> a_blocks = {7, 3}, b_blocks = {5, 9, 2};
+  EXPECT_EQ(b.add_request(a_tokens, 2, a_blocks, false), 0);  // positions 2..4, no logits
+  EXPECT_EQ(b.add_request(b_tokens, 9, b_blocks, true), 1);   // decode at position 9
+  const ForwardBatch fb = b.batch();
+  EXPECT_EQ(std::vector<TokenId>(fb.token_ids.begin(), fb.token_ids.end()), (std::vector<TokenId>{10, 11, 12, 20}));
+  EXPECT_EQ(std::vector<int32_t>(fb.positions.begin(), fb.positions.end()), (std::vector<int32_t>{2, 3, 4, 9}));
+  EXPECT_EQ(std::vector<int64_t>(fb.slot_mapping.begin(), fb.slot_mapping.end()),
+            (std::vector<int64_t>{7 * 4 + 2, 7 * 4 + 3, 3 * 4 + 0, 2 * 4 + 1}));
+  EXPECT_EQ(std::vector<int32_t>(fb.logits_rows.begin(), fb.logits_rows.end()), (std::vector<int32_t>{3}));
+  ASSERT_EQ(fb.attention.num_requests, 2);
+  EXPECT_EQ(fb.attention.query_start[1], 3);
+  EXPECT_EQ(fb.attention.query_start[2], 4);
+  EXPECT_EQ(fb.attention.context_lens[0], 5);
+  EXPECT_EQ(fb.attention.context_lens[1], 10);
+  EXPECT_EQ(fb.attention.block_table_stride, 3);
+  EXPECT_EQ(std::vector<int32_t>(fb.attention.block_tables, fb.attention.block_tables + 6),
+            (std::vector<int32_t>{7, 3, 0, 5, 9, 2}));
+  EXPECT_THROW(b.add_request(b_tokens, 12, b_blocks, true), UsageError);  // position 12 needs a 4th block
+  EXPECT_THROW(b.add_request({}, 0, b_blocks, true), UsageError);
+  b.clear();
+  EXPECT_EQ(b.num_requests(), 0);
+  EXPECT_EQ(b.num_tokens(), 0);
+}
+
+TEST(ModelRunnerGolden, BuilderDrivenBatchMatches) {
+  PAGEDKV_REQUIRE_MODELS(dir);
+  testing::ScopedKernelThreads threads(1);
+  Stories st(dir);
+  ModelRunner runner(st.model);
+  // Block size 1: each request's blocks are its own run of ids, allocated up front.
+  const int bs = 1;
+  std::vector<Sequence> seqs;
+  for (const Golden& g : testing::goldens()) seqs.push_back(make_sequence(st.tokenizer, g));
+  KVArena arena(runner.kv_cache_spec(bs), st.model.config().n_layers, blocks_needed(seqs, bs));
+  arena.fill_nan();
+  int next_block = 1;
+  for (auto& s : seqs) {
+    s.ids = s.prompt;
+    for (int i = 0; i < s.steps; ++i) s.blocks.push_back(next_block++);
+  }
+  ForwardBatchBuilder builder(bs);
+  for (bool any = true; any;) {
+    any = false;
+    builder.clear();
+    std::vector<Sequence*> sampling;
+    for (auto& s : seqs) {
+      if (s.done) continue;
+      any = true;
+      // Whole prompt in the first step, then one token per step.
+      const int end = static_cast<int>(s.ids.size());
+      const bool samples = end >= static_cast<int>(s.prompt.size());
+      builder.add_request(std::span(s.ids).subspan(static_cast<size_t>(s.computed)), s.computed, s.blocks, samples);
+      if (samples) sampling.push_back(&s);
+      s.computed = end;
+    }
+    if (!any) break;
+    const Logits out = runner.forward(builder.batch(), arena);
+    for (size_t r = 0; r < sampling.size(); ++r) {
+      Sequence& s = *sampling[r];
+      const TokenId next = Sampler::argmax(out.row(static_cast<int>(r)));
+      s.ids.push_back(next);
+      if (next == Tokenizer::kBos || s.computed >= s.steps) s.done = true;
+    }
+  }
+  for (size_t i = 0; i < seqs.size(); ++i)
+    expect_golden(dir, st.tokenizer, testing::goldens()[i], seqs[i], "builder, block size 1");
+}
+
 TEST(ModelRunnerGolden, HalfPrecisionKVCacheStaysCloseToF32) {
   PAGEDKV_REQUIRE_MODELS(dir);
   testing::ScopedKernelThreads threads(1);

@@ -23,6 +23,7 @@
 //     token_ids = {a0, a1, a2, b9}; positions = {0, 1, 2, 9}; slot_mapping from each block table;
 //     query_start = {0, 3, 4}; context_lens = {3, 10}; logits_rows = {2, 3};
 //     Logits out = runner.forward(batch, arena);   // out.row(0): A's next token, out.row(1): B's
+// ForwardBatchBuilder (model/forward_batch.h) assembles these arrays from per-request pieces.
 //
 // Numerics follow llama2.c's run.c operation by operation (RMSNorm with eps 1e-5, RoPE on adjacent
 // pairs with theta 10000, SwiGLU, matmuls summed left to right in float): with an f32 arena the
@@ -38,29 +39,12 @@
 
 #include "pagedkv/core/ids.h"
 #include "pagedkv/kernels/paged_attention.h"
+#include "pagedkv/model/forward_batch.h"
 #include "pagedkv/model/model.h"
 #include "pagedkv/model/packed_matrix.h"
 #include "pagedkv/storage/kv_arena.h"
 
 namespace pagedkv {
-
-struct ForwardBatch {
-  std::span<const TokenId> token_ids;     // [T]
-  std::span<const int32_t> positions;     // [T]
-  std::span<const int64_t> slot_mapping;  // [T]
-  PagedAttentionBatch attention;          // covers exactly rows 0..T-1
-  std::span<const int32_t> logits_rows;   // row indices in [0, T), any order, may be empty
-};
-
-// Logits of the requested rows: row(i) belongs to logits_rows[i]. Valid until the next forward.
-struct Logits {
-  const float* data = nullptr;  // [num_rows][vocab_size]
-  int num_rows = 0;
-  int vocab_size = 0;
-  std::span<const float> row(int i) const {
-    return {data + static_cast<size_t>(i) * static_cast<size_t>(vocab_size), static_cast<size_t>(vocab_size)};
-  }
-};
 
 class ModelRunner {
  public:
