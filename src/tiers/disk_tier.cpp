@@ -181,7 +181,9 @@ void DiskTier::execute(std::span<DiskIoRequest> requests) {
 void DiskTier::rebuild_index() {
   struct stat st {};
   if (::fstat(fd_, &st) != 0) return;
-  const int64_t in_file = std::min<int64_t>(st.st_size / static_cast<int64_t>(slot_bytes_), slots_->num_slots());
+  // A partly written last slot counts: its header may be whole and its payload short.
+  const int64_t in_file = std::min<int64_t>((st.st_size + static_cast<int64_t>(slot_bytes_) - 1) / static_cast<int64_t>(slot_bytes_),
+                                            slots_->num_slots());
   struct Found {
     uint64_t sequence;
     int32_t slot;

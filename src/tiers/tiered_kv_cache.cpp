@@ -184,6 +184,12 @@ void TieredKVCache::before_forward() {
   poll();
 }
 
+void TieredKVCache::drain() {
+  submit_pending();
+  for (const TransferHandle& h : outstanding_) h.wait();
+  poll();
+}
+
 void TieredKVCache::on_step_begin() {
   poll();
   if (config_.write_through) write_through();
@@ -561,9 +567,7 @@ void TieredKVCache::flush_to_disk() {
 
 void TieredKVCache::shutdown() {
   if (config_.flush_on_shutdown) flush_to_disk();
-  submit_pending();
-  for (const TransferHandle& h : outstanding_) h.wait();
-  poll();
+  drain();
   if (disk_ && disk_->available()) disk_->sync();
 }
 

@@ -100,6 +100,7 @@ class TieredKVCache {
   void on_step_begin();   // applies finished transfers; write-through of newly computed blocks
   void before_forward();  // submits pending copies; returns once the device blocks they read are free
   void poll();            // applies finished transfers (never blocks)
+  void drain();           // submits pending copies and waits for every transfer to finish
   void flush_to_disk();   // writes every cached device and host block the disk lacks; waits
   void shutdown();        // flush (if configured), wait for everything, sync the disk file
 
