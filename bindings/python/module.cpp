@@ -147,4 +147,5 @@ PYBIND11_MODULE(pagedkv, m) {
   register_core(m);
   register_manager(m);
   register_storage(m);
+  register_engine(m);
 }

@@ -1,0 +1,496 @@
+// The engine from Python with vLLM's offline API: LLM(model=..., tokenizer=...).generate(prompts,
+// SamplingParams(...)) returns RequestOutputs holding CompletionOutputs; LLM.stream() yields them
+// as they progress, step by step; add_request/step/has_unfinished_requests drive it by hand
+// (vLLM's LLMEngine loop). Forward passes run with the GIL released; a mutex keeps two Python
+// threads from stepping one engine at once.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "pagedkv/core/error.h"
+#include "pagedkv/engine/llm_engine.h"
+#include "pagedkv/memory/byte_size.h"
+#include "pagedkv/model/llama2c_checkpoint.h"
+#include "pagedkv/model/tokenizer.h"
+#include "py_common.h"
+
+namespace pagedkv::python {
+namespace {
+
+// vLLM's SamplingParams, restricted to what the engine implements.
+struct PySamplingParams {
+  int n = 1;
+  float temperature = 1.0f;
+  float top_p = 1.0f;
+  int top_k = 0;                 // 0 or -1: off
+  std::optional<uint64_t> seed;  // None: 0, which the sampler replaces by a fixed constant
+  int max_tokens = 16;
+  std::vector<TokenId> stop_token_ids;
+  bool ignore_eos = false;
+};
+
+struct CompletionOutput {
+  int index = 0;
+  std::string text;
+  std::vector<TokenId> token_ids;
+  std::optional<std::string> finish_reason;  // None while running; "stop", "length", "abort", "rejected"
+};
+
+struct RequestMetrics {
+  double ttft_ms = -1, latency_ms = -1, tpot_ms = -1;
+  int num_preemptions = 0;
+};
+
+struct PyRequestOutput {
+  std::string request_id;
+  std::optional<std::string> prompt;
+  std::vector<TokenId> prompt_token_ids;
+  std::vector<CompletionOutput> outputs;
+  bool finished = false;
+  int num_cached_tokens = 0;  // prompt tokens served from the prefix cache at first admission
+  RequestMetrics metrics;     // of sample 0
+};
+
+// One prompt as the caller gave it: text (tokenized with BOS, as llama2.c's run does) or ids.
+struct Prompt {
+  std::optional<std::string> text;
+  std::vector<TokenId> ids;
+};
+
+// A request the caller added, tracked until all its samples finish: the running output, and
+// how many tokens of each sample are already rendered to text (rendering is incremental).
+struct Tracked {
+  PyRequestOutput out;
+  int n = 1;
+  std::vector<size_t> rendered;
+};
+
+uint64_t byte_size_arg(const py::object& v, const char* name) {
+  if (PyLong_Check(v.ptr())) {
+    const long long b = v.cast<long long>();
+    if (b < 0) throw ConfigError(fmt::format("{} must not be negative, got {}", name, b));
+    return static_cast<uint64_t>(b);
+  }
+  if (PyUnicode_Check(v.ptr())) return parse_byte_size(v.cast<std::string>());
+  throw ConfigError(fmt::format("{} must be a byte count or a size string like '16MiB'", name));
+}
+
+class PyLLM {
+ public:
+  PyLLM(const std::string& model_path, const std::optional<std::string>& tokenizer_path, EngineConfig config,
+        TokenId eos_token_id)
+      : eos_token_id_(eos_token_id) {
+    model_ = std::make_unique<Llama2cCheckpoint>(model_path);
+    if (tokenizer_path) tokenizer_.emplace(*tokenizer_path, model_->config().vocab_size);
+    engine_ = std::make_unique<LLMEngine>(*model_, std::move(config));
+  }
+
+  const std::optional<Tokenizer>& tokenizer() const { return tokenizer_; }
+  const LLMEngine& engine() const { return *engine_; }
+  std::mutex& mutex() { return mu_; }
+
+  Prompt to_prompt(const py::handle& p) const {
+    Prompt out;
+    if (PyUnicode_Check(p.ptr())) {
+      if (!tokenizer_) throw UsageError("a text prompt needs a tokenizer: pass LLM(..., tokenizer=...) or token ids");
+      out.text = p.cast<std::string>();
+      out.ids = tokenizer_->encode(*out.text, true, false);
+    } else if (PyDict_Check(p.ptr())) {
+      auto d = py::reinterpret_borrow<py::dict>(p);
+      if (!d.contains("prompt_token_ids")) throw UsageError("a dict prompt needs 'prompt_token_ids'");
+      out.ids = to_tokens(d["prompt_token_ids"], "prompt_token_ids");
+      if (d.contains("prompt")) out.text = d["prompt"].cast<std::string>();
+    } else {
+      out.ids = to_tokens(p, "prompt token ids");
+    }
+    return out;
+  }
+
+  // Queues one request (the caller holds the mutex).
+  std::string add(Prompt prompt, const PySamplingParams& sp, int priority, const std::string& cache_salt,
+                  uint64_t lora_id) {
+    GenerationRequest g;
+    g.prompt = prompt.ids;
+    g.sampling.temperature = sp.temperature;
+    g.sampling.top_p = sp.top_p;
+    g.sampling.top_k = sp.top_k < 0 ? 0 : sp.top_k;
+    g.sampling.seed = sp.seed.value_or(0);
+    g.stop.max_tokens = sp.max_tokens;
+    g.stop.stop_token_ids = sp.stop_token_ids;
+    g.stop.eos_token_id = eos_token_id_;
+    g.stop.ignore_eos = sp.ignore_eos;
+    g.n = sp.n;
+    g.priority = priority;
+    g.cache_salt = cache_salt;
+    g.lora_id = lora_id;
+    if (sp.max_tokens <= 0) throw UsageError(fmt::format("max_tokens must be positive, got {}", sp.max_tokens));
+    const RequestId id = engine_->add_request(std::move(g));
+    Tracked t;
+    t.out.request_id = std::to_string(id.value);
+    t.out.prompt = std::move(prompt.text);
+    t.out.prompt_token_ids = std::move(prompt.ids);
+    t.n = sp.n;
+    tracked_.emplace(id.value, std::move(t));
+    return std::to_string(id.value);
+  }
+
+  // One engine step without the GIL; returns the root requests that progressed, as snapshots.
+  std::vector<PyRequestOutput> step() {
+    std::vector<RequestOutput> raw;
+    {
+      py::gil_scoped_release release;
+      std::lock_guard<std::mutex> lock(mu_);
+      raw = engine_->step();
+    }
+    return absorb(raw);
+  }
+
+  bool has_unfinished() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return engine_->has_unfinished();
+  }
+
+  bool abort(const std::string& request_id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return engine_->abort_request(RequestId{std::stoull(request_id)});
+  }
+
+  std::string add_locked(Prompt prompt, const PySamplingParams& sp, int priority, const std::string& cache_salt,
+                         uint64_t lora_id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return add(std::move(prompt), sp, priority, cache_salt, lora_id);
+  }
+
+ private:
+  std::vector<PyRequestOutput> absorb(const std::vector<RequestOutput>& raw) {
+    std::vector<uint64_t> touched;
+    for (const RequestOutput& o : raw) {
+      const uint64_t root = o.sample_index == 0 ? o.id.value : o.parent.value;
+      auto it = tracked_.find(root);
+      if (it == tracked_.end()) continue;
+      Tracked& t = it->second;
+      auto& outs = t.out.outputs;
+      const auto idx = static_cast<size_t>(o.sample_index);
+      if (outs.size() <= idx) {
+        outs.resize(idx + 1);
+        t.rendered.resize(idx + 1, 0);
+      }
+      CompletionOutput& c = outs[idx];
+      c.index = o.sample_index;
+      c.token_ids = o.output;
+      if (tokenizer_) {  // append the text of the tokens not rendered yet
+        const auto& prompt = t.out.prompt_token_ids;
+        for (size_t k = t.rendered[idx]; k < c.token_ids.size(); ++k) {
+          const TokenId prev = k == 0 ? prompt.back() : c.token_ids[k - 1];
+          c.text += Tokenizer::safe_piece(tokenizer_->decode(prev, c.token_ids[k]));
+        }
+        t.rendered[idx] = c.token_ids.size();
+      }
+      if (o.finished) c.finish_reason = std::string(finish_reason_name(o.finish_reason));
+      if (o.sample_index == 0) {
+        t.out.num_cached_tokens = o.prefix_hit_tokens;
+        t.out.metrics = RequestMetrics{o.ttft_ms, o.latency_ms, o.tpot_ms, o.num_preemptions};
+      }
+      if (std::find(touched.begin(), touched.end(), root) == touched.end()) touched.push_back(root);
+    }
+    std::vector<PyRequestOutput> result;
+    for (uint64_t root : touched) {
+      Tracked& t = tracked_.at(root);
+      int done = 0;
+      for (const CompletionOutput& c : t.out.outputs) done += c.finish_reason.has_value();
+      const auto& first = t.out.outputs.front().finish_reason;
+      // A request rejected or aborted before its samples forked never gets the other n - 1.
+      const bool ended_early = first && (*first == "rejected" || *first == "abort");
+      t.out.finished = done == t.n || ended_early;
+      result.push_back(t.out);
+      if (t.out.finished) tracked_.erase(root);
+    }
+    return result;
+  }
+
+  TokenId eos_token_id_;
+  std::unique_ptr<Llama2cCheckpoint> model_;
+  std::optional<Tokenizer> tokenizer_;
+  std::unique_ptr<LLMEngine> engine_;
+  std::mutex mu_;
+  std::unordered_map<uint64_t, Tracked> tracked_;
+};
+
+// Prompts and their sampling parameters, normalized: one SamplingParams or one per prompt.
+std::vector<std::pair<Prompt, PySamplingParams>> requests_of(const PyLLM& llm, const py::object& prompts,
+                                                             const py::object& params) {
+  std::vector<py::object> items;
+  if (PyUnicode_Check(prompts.ptr()) || PyDict_Check(prompts.ptr())) {
+    items.push_back(prompts);
+  } else {
+    for (const py::handle& p : prompts) items.push_back(py::reinterpret_borrow<py::object>(p));
+  }
+  std::vector<PySamplingParams> sps;
+  if (params.is_none()) {
+    sps.assign(items.size(), PySamplingParams{});
+  } else if (py::isinstance<PySamplingParams>(params)) {
+    sps.assign(items.size(), params.cast<PySamplingParams>());
+  } else {
+    sps = params.cast<std::vector<PySamplingParams>>();
+    if (sps.size() != items.size())
+      throw UsageError(fmt::format("got {} prompts but {} SamplingParams", items.size(), sps.size()));
+  }
+  std::vector<std::pair<Prompt, PySamplingParams>> out;
+  for (size_t i = 0; i < items.size(); ++i) out.emplace_back(llm.to_prompt(items[i]), sps[i]);
+  return out;
+}
+
+// LLM.stream(): adds the prompts, then yields each request's output after every step that
+// changed it (cumulative tokens and text), the last one with finished=True.
+class OutputStream {
+ public:
+  OutputStream(py::object llm_obj, PyLLM& llm) : llm_obj_(std::move(llm_obj)), llm_(llm) {}
+  PyRequestOutput next() {
+    while (pending_.empty()) {
+      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+      if (!llm_.has_unfinished()) throw py::stop_iteration();
+      for (auto& o : llm_.step()) pending_.push_back(std::move(o));
+    }
+    PyRequestOutput o = std::move(pending_.front());
+    pending_.erase(pending_.begin());
+    return o;
+  }
+
+ private:
+  py::object llm_obj_;  // keeps the LLM alive while the stream is
+  PyLLM& llm_;
+  std::vector<PyRequestOutput> pending_;
+};
+
+void bind_outputs(py::module_& m) {
+  py::class_<PySamplingParams>(m, "SamplingParams", "vLLM's SamplingParams, for what the engine implements.")
+      .def(py::init([](int n, float temperature, float top_p, int top_k, std::optional<uint64_t> seed, int max_tokens,
+                       std::vector<TokenId> stop_token_ids, bool ignore_eos) {
+             if (n < 1) throw ConfigError(fmt::format("n must be at least 1, got {}", n));
+             if (max_tokens < 1) throw ConfigError(fmt::format("max_tokens must be at least 1, got {}", max_tokens));
+             if (top_k < -1) throw ConfigError(fmt::format("top_k must be -1 (off), 0 (off) or positive, got {}", top_k));
+             SamplingParams check;
+             check.temperature = temperature;
+             check.top_p = top_p;
+             check.top_k = top_k < 0 ? 0 : top_k;
+             check.validate();
+             return PySamplingParams{n, temperature, top_p, top_k, seed, max_tokens, std::move(stop_token_ids), ignore_eos};
+           }),
+           py::kw_only(), py::arg("n") = 1, py::arg("temperature") = 1.0f, py::arg("top_p") = 1.0f,
+           py::arg("top_k") = 0, py::arg("seed") = py::none(), py::arg("max_tokens") = 16,
+           py::arg("stop_token_ids") = std::vector<TokenId>{}, py::arg("ignore_eos") = false,
+           "temperature 0 is greedy (ties to the lowest id). top_p/top_k as in vLLM. n parallel samples "
+           "share the prompt's blocks (sample k draws with seed + k). max_tokens counts output tokens.")
+      .def_readwrite("n", &PySamplingParams::n)
+      .def_readwrite("temperature", &PySamplingParams::temperature)
+      .def_readwrite("top_p", &PySamplingParams::top_p)
+      .def_readwrite("top_k", &PySamplingParams::top_k)
+      .def_readwrite("seed", &PySamplingParams::seed)
+      .def_readwrite("max_tokens", &PySamplingParams::max_tokens)
+      .def_readwrite("stop_token_ids", &PySamplingParams::stop_token_ids)
+      .def_readwrite("ignore_eos", &PySamplingParams::ignore_eos)
+      .def("__repr__", [](const PySamplingParams& p) {
+        return fmt::format("SamplingParams(n={}, temperature={}, top_p={}, top_k={}, seed={}, max_tokens={})", p.n,
+                           p.temperature, p.top_p, p.top_k, p.seed ? std::to_string(*p.seed) : "None", p.max_tokens);
+      });
+
+  py::class_<CompletionOutput>(m, "CompletionOutput", "One sample of a request (vLLM's CompletionOutput).")
+      .def_readonly("index", &CompletionOutput::index)
+      .def_readonly("text", &CompletionOutput::text, "The generated text (the prompt excluded).")
+      .def_readonly("token_ids", &CompletionOutput::token_ids, "Generated token ids (a finishing stop token excluded).")
+      .def_readonly("finish_reason", &CompletionOutput::finish_reason,
+                    "None while running; 'stop', 'length', 'abort' or 'rejected'.")
+      .def("finished", [](const CompletionOutput& c) { return c.finish_reason.has_value(); })
+      .def("__repr__", [](const CompletionOutput& c) {
+        return fmt::format("CompletionOutput(index={}, text={}, num_tokens={}, finish_reason={})", c.index,
+                           std::string(py::repr(py::str(c.text))), c.token_ids.size(),
+                           c.finish_reason ? "'" + *c.finish_reason + "'" : "None");
+      });
+
+  py::class_<RequestMetrics>(m, "RequestMetrics", "Timing of a request's sample 0, in milliseconds (-1: not yet).")
+      .def_readonly("ttft_ms", &RequestMetrics::ttft_ms, "Arrival to first token.")
+      .def_readonly("latency_ms", &RequestMetrics::latency_ms, "Arrival to the latest token.")
+      .def_readonly("tpot_ms", &RequestMetrics::tpot_ms, "Mean time per output token after the first.")
+      .def_readonly("num_preemptions", &RequestMetrics::num_preemptions);
+
+  py::class_<PyRequestOutput>(m, "RequestOutput", "A request's progress or result (vLLM's RequestOutput).")
+      .def_readonly("request_id", &PyRequestOutput::request_id)
+      .def_readonly("prompt", &PyRequestOutput::prompt)
+      .def_readonly("prompt_token_ids", &PyRequestOutput::prompt_token_ids, "BOS included.")
+      .def_readonly("outputs", &PyRequestOutput::outputs)
+      .def_readonly("finished", &PyRequestOutput::finished)
+      .def_readonly("num_cached_tokens", &PyRequestOutput::num_cached_tokens,
+                    "Prompt tokens served from the prefix cache at first admission.")
+      .def_readonly("metrics", &PyRequestOutput::metrics)
+      .def("__repr__", [](const PyRequestOutput& o) {
+        return fmt::format("RequestOutput(request_id='{}', num_prompt_tokens={}, num_outputs={}, finished={})",
+                           o.request_id, o.prompt_token_ids.size(), o.outputs.size(), o.finished ? "True" : "False");
+      });
+
+  py::class_<EngineStats>(m, "EngineStats", "Engine counters since start-up.")
+      .def_readonly("steps", &EngineStats::steps)
+      .def_readonly("prompt_tokens_computed", &EngineStats::prompt_tokens_computed)
+      .def_readonly("output_tokens", &EngineStats::output_tokens)
+      .def_readonly("cow_copies", &EngineStats::cow_copies)
+      .def_readonly("forward_seconds", &EngineStats::forward_seconds)
+      .def_readonly("schedule_seconds", &EngineStats::schedule_seconds, "Scheduler + manager + batch building.")
+      .def_readonly("copy_seconds", &EngineStats::copy_seconds)
+      .def_readonly("peak_blocks_in_use", &EngineStats::peak_blocks_in_use)
+      .def_readonly("blocks_in_use", &EngineStats::blocks_in_use, "After every step.");
+
+  py::class_<Tokenizer>(m, "Tokenizer", "The llama2.c BPE tokenizer, encoding and decoding exactly as llama2.c's run.")
+      .def(py::init<const std::string&, int>(), py::arg("path"), py::arg("vocab_size"))
+      .def_property_readonly("vocab_size", &Tokenizer::vocab_size)
+      .def("encode", &Tokenizer::encode, py::arg("text"), py::arg("add_bos") = true, py::arg("add_eos") = false)
+      .def("decode",
+           [](const Tokenizer& t, TokenId prev, TokenId token) { return py::bytes(std::string(t.decode(prev, token))); },
+           py::arg("prev"), py::arg("token"), "The raw piece bytes of `token` after `prev` (run.c's decode).")
+      .def("render", [](const Tokenizer& t, const std::vector<TokenId>& ids) { return t.render(ids); }, py::arg("ids"),
+           "The text run.c prints for a token sequence (ids[0], normally BOS, is context only).");
+}
+
+EngineConfig engine_config(int block_size, int num_blocks, const py::object& kv_cache_memory,
+                           const std::string& kv_cache_dtype, const py::object& swap_space, bool enable_prefix_caching,
+                           const std::string& hash_algorithm, uint64_t hash_seed, int max_model_len, int max_num_seqs,
+                           int max_num_batched_tokens, const std::string& preemption_mode, bool check_invariants) {
+  EngineConfig c;
+  c.block_size = block_size;
+  c.num_blocks = num_blocks;
+  c.kv_cache_bytes = byte_size_arg(kv_cache_memory, "kv_cache_memory");
+  c.swap_space_bytes = byte_size_arg(swap_space, "swap_space");
+  auto dt = parse_dtype(kv_cache_dtype);
+  if (!dt || !(*dt == DType::kF32 || *dt == DType::kF16 || *dt == DType::kBF16))
+    throw ConfigError(fmt::format("kv_cache_dtype must be fp32, fp16 or bf16, got '{}'", kv_cache_dtype));
+  c.kv_dtype = *dt;
+  c.enable_prefix_caching = enable_prefix_caching;
+  auto algo = parse_hash_algorithm(hash_algorithm);
+  if (!algo) throw ConfigError(fmt::format("unknown hash_algorithm '{}' (expected xxh3_128 or sha256)", hash_algorithm));
+  c.hash_algorithm = *algo;
+  c.hash_seed = hash_seed;
+  c.max_model_len = max_model_len;
+  c.scheduler.max_num_seqs = max_num_seqs;
+  c.scheduler.max_num_batched_tokens = max_num_batched_tokens;
+  if (preemption_mode == "recompute") c.scheduler.preemption_mode = PreemptionMode::kRecompute;
+  else if (preemption_mode == "swap") c.scheduler.preemption_mode = PreemptionMode::kSwap;
+  else if (preemption_mode == "auto") c.scheduler.preemption_mode = PreemptionMode::kAuto;
+  else throw ConfigError(fmt::format("preemption_mode must be recompute, swap or auto, got '{}'", preemption_mode));
+  c.check_invariants = check_invariants;
+  return c;
+}
+
+void bind_llm(py::module_& m) {
+  py::class_<OutputStream>(m, "OutputStream", "Iterator over RequestOutputs as the engine produces them.")
+      .def("__iter__", [](py::object self) { return self; })
+      .def("__next__", &OutputStream::next);
+
+  py::class_<PyLLM>(m, "LLM",
+                    "vLLM's offline entry point on the paged engine: a llama2.c checkpoint and tokenizer, "
+                    "continuous batching, chunked prefill, prefix caching, preemption.")
+      .def(py::init([](const std::string& model, std::optional<std::string> tokenizer, int block_size, int num_blocks,
+                       const py::object& kv_cache_memory, const std::string& kv_cache_dtype,
+                       const py::object& swap_space, bool enable_prefix_caching, const std::string& hash_algorithm,
+                       uint64_t hash_seed, int max_model_len, int max_num_seqs, int max_num_batched_tokens,
+                       const std::string& preemption_mode, TokenId eos_token_id, bool check_invariants) {
+             EngineConfig c = engine_config(block_size, num_blocks, kv_cache_memory, kv_cache_dtype, swap_space,
+                                            enable_prefix_caching, hash_algorithm, hash_seed, max_model_len,
+                                            max_num_seqs, max_num_batched_tokens, preemption_mode, check_invariants);
+             return std::make_unique<PyLLM>(model, tokenizer, std::move(c), eos_token_id);
+           }),
+           py::arg("model"), py::arg("tokenizer") = py::none(), py::kw_only(), py::arg("block_size") = 16,
+           py::arg("num_blocks") = 0, py::arg("kv_cache_memory") = "16MiB", py::arg("kv_cache_dtype") = "fp32",
+           py::arg("swap_space") = "4MiB", py::arg("enable_prefix_caching") = true,
+           py::arg("hash_algorithm") = "xxh3_128", py::arg("hash_seed") = 0, py::arg("max_model_len") = 0,
+           py::arg("max_num_seqs") = 64, py::arg("max_num_batched_tokens") = 2048,
+           py::arg("preemption_mode") = "auto", py::arg("eos_token_id") = Tokenizer::kBos,
+           py::arg("check_invariants") = false,
+           "model: a llama2.c checkpoint; tokenizer: its tok*.bin (needed for text prompts and output text).\n"
+           "num_blocks: KV pool size (null block included); 0 sizes it from kv_cache_memory (bytes or '16MiB').\n"
+           "kv_cache_dtype: fp32 (bit-exact with llama2.c), fp16 or bf16. swap_space: host bytes for swap "
+           "preemption (0 disables). max_model_len 0: the model's seq_len. eos_token_id: the token that ends "
+           "a sample (llama2.c's run stops on BOS, id 1); -1 for none.")
+      .def("generate",
+           [](py::object self, const py::object& prompts, const py::object& sampling_params) {
+             PyLLM& llm = self.cast<PyLLM&>();
+             std::vector<std::string> ids;
+             for (auto& [prompt, sp] : requests_of(llm, prompts, sampling_params))
+               ids.push_back(llm.add_locked(std::move(prompt), sp, 0, "", 0));
+             std::map<std::string, PyRequestOutput> done;
+             while (done.size() < ids.size() && llm.has_unfinished()) {
+               if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+               for (auto& o : llm.step())
+                 if (o.finished) done.emplace(o.request_id, std::move(o));
+             }
+             std::vector<PyRequestOutput> out;
+             for (const std::string& id : ids) out.push_back(std::move(done.at(id)));
+             return out;
+           },
+           py::arg("prompts"), py::arg("sampling_params") = py::none(),
+           "Runs the prompts (a str, a list of str, or {'prompt_token_ids': [...]} dicts) to completion; "
+           "returns one RequestOutput per prompt, in order. sampling_params: one for all, or one per prompt.")
+      .def("stream",
+           [](py::object self, const py::object& prompts, const py::object& sampling_params) {
+             PyLLM& llm = self.cast<PyLLM&>();
+             for (auto& [prompt, sp] : requests_of(llm, prompts, sampling_params))
+               llm.add_locked(std::move(prompt), sp, 0, "", 0);
+             return OutputStream(self, llm);
+           },
+           py::arg("prompts"), py::arg("sampling_params") = py::none(),
+           "Like generate(), but yields each request's RequestOutput after every step that advanced it "
+           "(cumulative tokens and text); the last one for a request has finished=True.")
+      .def("add_request",
+           [](PyLLM& llm, const py::object& prompt, const std::optional<PySamplingParams>& sp, int priority,
+              const std::optional<std::string>& cache_salt, uint64_t lora_id) {
+             return llm.add_locked(llm.to_prompt(prompt), sp.value_or(PySamplingParams{}), priority,
+                                   cache_salt.value_or(""), lora_id);
+           },
+           py::arg("prompt"), py::arg("sampling_params") = py::none(), py::kw_only(), py::arg("priority") = 0,
+           py::arg("cache_salt") = py::none(), py::arg("lora_id") = 0,
+           "Queues one request; returns its request_id. Drive it with step() (vLLM's LLMEngine loop).")
+      .def("step", &PyLLM::step, "One scheduling step and forward pass (GIL released); the RequestOutputs it advanced.")
+      .def("has_unfinished_requests", &PyLLM::has_unfinished)
+      .def("abort_request", &PyLLM::abort, py::arg("request_id"))
+      .def("get_tokenizer",
+           [](const PyLLM& llm) -> const Tokenizer* { return llm.tokenizer() ? &*llm.tokenizer() : nullptr; },
+           py::return_value_policy::reference_internal, "The LLM's tokenizer (None without one); it lives as long as the LLM.")
+      .def_property_readonly("stats",
+                             [](PyLLM& llm) {
+                               std::lock_guard<std::mutex> lock(llm.mutex());
+                               return llm.engine().stats();
+                             })
+      .def_property_readonly("prefix_cache_stats",
+                             [](PyLLM& llm) {
+                               std::lock_guard<std::mutex> lock(llm.mutex());
+                               return llm.engine().manager().prefix_cache_stats();
+                             })
+      .def_property_readonly("kv_cache_usage",
+                             [](PyLLM& llm) {
+                               std::lock_guard<std::mutex> lock(llm.mutex());
+                               return llm.engine().manager().usage();
+                             })
+      .def_property_readonly("num_blocks", [](const PyLLM& llm) { return llm.engine().num_blocks(); })
+      .def_property_readonly("max_model_len", [](const PyLLM& llm) { return llm.engine().max_model_len(); })
+      .def("describe", [](const PyLLM& llm) { return llm.engine().describe(); }, "The engine's start-up summary.")
+      .def("check_invariants", [](PyLLM& llm) {
+        std::lock_guard<std::mutex> lock(llm.mutex());
+        llm.engine().check_invariants();
+      });
+}
+
+}  // namespace
+
+void register_engine(py::module_& m) {
+  bind_outputs(m);
+  bind_llm(m);
+}
+
+}  // namespace pagedkv::python

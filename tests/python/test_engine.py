@@ -1,0 +1,116 @@
+"""The engine through vLLM's offline API: LLM.generate reproduces llama2.c's golden outputs."""
+
+import threading
+
+import pytest
+
+import pagedkv
+
+# (golden file stem, prompt, run's -n): -n counts forward passes with the prompt (BOS included),
+# so the engine generates n - len(prompt ids) + 1 tokens; run stops on BOS, the LLM's default EOS.
+GOLDENS = [
+    ("once_upon_a_time.n200", "Once upon a time", 200),
+    ("no_prompt.n256", "", 256),
+    ("tom_and_lily.n256", "Tom and Lily went to the beach", 256),
+]
+
+
+@pytest.fixture(scope="module")
+def models(request):
+    from conftest import shared_dir
+
+    path = shared_dir() / "models"
+    if not (path / "stories260K.bin").exists() or not (path / "tok512.bin").exists():
+        pytest.skip(f"{path} lacks stories260K.bin / tok512.bin (set PAGEDKV_SHARED_DIR)")
+    return path
+
+
+@pytest.fixture(scope="module")
+def llm(models):
+    return pagedkv.LLM(model=str(models / "stories260K.bin"), tokenizer=str(models / "tok512.bin"),
+                       check_invariants=True)
+
+
+def greedy(llm, prompt, steps):
+    n_prompt = len(llm.get_tokenizer().encode(prompt))
+    return pagedkv.SamplingParams(temperature=0.0, max_tokens=steps - n_prompt + 1)
+
+
+def test_goldens_through_generate(llm, models):
+    prompts = [prompt for _, prompt, _ in GOLDENS]
+    params = [greedy(llm, prompt, steps) for _, prompt, steps in GOLDENS]
+    outputs = llm.generate(prompts, params)  # one batch: each must come out as it does alone
+    tok = llm.get_tokenizer()
+    for (stem, prompt, _), out in zip(GOLDENS, outputs):
+        golden_text = (models / "golden" / f"{stem}.txt").read_text()
+        golden_ids = [int(t) for t in (models / "golden" / f"{stem}.ids").read_text().split()]
+        completion = out.outputs[0]
+        assert out.finished and out.prompt == prompt and completion.finish_reason == "length"
+        assert out.prompt_token_ids + completion.token_ids == golden_ids, stem
+        assert tok.render(golden_ids) + "\n" == golden_text
+        # The completion text is what run prints after the prompt.
+        assert tok.render(out.prompt_token_ids) + completion.text + "\n" == golden_text, stem
+    llm.check_invariants()
+
+
+def test_stream_yields_growing_outputs_that_end_in_the_result(llm):
+    params = pagedkv.SamplingParams(temperature=0.0, max_tokens=12)
+    final = llm.generate("Once upon a time", params)[0]
+    seen = []
+    for out in llm.stream(["Once upon a time"], params):
+        seen.append(out)
+    assert [len(o.outputs[0].token_ids) for o in seen] == list(range(1, 13))
+    assert [o.finished for o in seen] == [False] * 11 + [True]
+    assert seen[-1].outputs[0].token_ids == final.outputs[0].token_ids
+    assert seen[-1].outputs[0].text == final.outputs[0].text
+    for a, b in zip(seen, seen[1:]):
+        assert b.outputs[0].text.startswith(a.outputs[0].text)
+
+
+def test_prefix_cache_and_metrics(llm):
+    prompt = "Once upon a time, there was a little girl named Lily. She loved to play outside"
+    before = llm.prefix_cache_stats.hits
+    first, second = (llm.generate(prompt, pagedkv.SamplingParams(temperature=0.0, max_tokens=4))[0] for _ in range(2))
+    assert second.num_cached_tokens >= 16 and second.num_cached_tokens % 16 == 0
+    assert llm.prefix_cache_stats.hits - before >= second.num_cached_tokens
+    assert first.outputs[0].token_ids == second.outputs[0].token_ids
+    assert second.metrics.ttft_ms >= 0 and second.metrics.latency_ms >= second.metrics.ttft_ms
+    stats = llm.stats
+    assert stats.steps > 0 and stats.output_tokens > 0 and stats.forward_seconds > 0
+    assert 0.0 <= llm.kv_cache_usage <= 1.0
+
+
+def test_parallel_samples_and_the_step_loop(llm):
+    params = pagedkv.SamplingParams(n=3, temperature=1.0, top_p=0.9, seed=7, max_tokens=8)
+    out = llm.generate("Tom and Lily", params)[0]
+    assert [c.index for c in out.outputs] == [0, 1, 2]
+    assert all(c.finish_reason in ("length", "stop") for c in out.outputs)
+
+    request_id = llm.add_request({"prompt_token_ids": [1, 403, 407]}, pagedkv.SamplingParams(max_tokens=3, seed=1))
+    done = []
+    while llm.has_unfinished_requests():
+        done += [o for o in llm.step() if o.finished]
+    assert [o.request_id for o in done] == [request_id]
+    assert done[0].prompt is None and len(done[0].outputs[0].token_ids) <= 3
+
+
+def test_forward_passes_release_the_gil(llm):
+    params = pagedkv.SamplingParams(temperature=0.0, max_tokens=60)
+    worker = threading.Thread(target=llm.generate, args=(["Once upon a time"] * 4, params))
+    spins = 0
+    worker.start()
+    while worker.is_alive():
+        spins += 1
+    worker.join()
+    assert spins > 1000  # the main thread ran while generate() was stepping
+
+
+def test_engine_errors(models):
+    with pytest.raises(pagedkv.UsageError, match="needs a tokenizer"):
+        pagedkv.LLM(model=str(models / "stories260K.bin")).generate("hello")
+    with pytest.raises(pagedkv.ConfigError, match="kv_cache_dtype must be fp32, fp16 or bf16, got 'int8'"):
+        pagedkv.LLM(model=str(models / "stories260K.bin"), kv_cache_dtype="int8")
+    with pytest.raises(pagedkv.Error):
+        pagedkv.LLM(model=str(models / "missing.bin"))
+    with pytest.raises(pagedkv.ConfigError, match="max_tokens must be at least 1"):
+        pagedkv.SamplingParams(max_tokens=0)
