@@ -1,12 +1,14 @@
 // Private to the paged-attention kernels: the unit of work that the driver (paged_attention.cpp)
 // hands to an ISA-specific kernel (attention_tile_scalar.cpp, attention_tile_avx2.cpp).
 //
-// A task is a group of query rows that share one KV head (the heads of a GQA group, times a few
-// query tokens of one request) and a range of context tokens. The kernel streams that range once,
-// a tile of kTileTokens tokens at a time, found through the request's block table, and keeps an
-// online softmax per row: it returns the unnormalised sum of exp(score - max) * value, the max
-// and the sum of exp(score - max), so that partial results over disjoint token ranges can be
-// merged exactly (flash-decoding).
+// A task is a range of context tokens of one request and, for each of a few consecutive KV heads,
+// the query rows that read that head (the query heads of its GQA group, times a few query tokens).
+// The kernel streams the range once, a tile of kTileTokens tokens at a time, found through the
+// request's block table; within a tile it handles the heads one after the other, so with all
+// heads in one task the tile's memory is read front to back. It keeps an online softmax per row
+// and returns the unnormalised sum of exp(score - max) * value, the max and the sum of
+// exp(score - max), so that partial results over disjoint token ranges merge exactly
+// (flash-decoding).
 #pragma once
 
 #include <cstdint>
@@ -20,16 +22,17 @@ constexpr int kTileTokens = 32;  // context tokens per tile: one tile of K and V
 struct RowGroupTask {
   const KVLayerView* kv = nullptr;
   const int32_t* block_table = nullptr;  // the request's row of the block table
-  int kv_head = 0;
+  int first_kv_head = 0;
+  int num_kv_heads = 1;                 // heads first_kv_head, first_kv_head + 1, ...
   int token_begin = 0, token_end = 0;  // context tokens this task reads, [begin, end)
-  int num_rows = 0;
-  const float* query = nullptr;         // [num_rows][head_dim], already multiplied by the scale
+  int num_rows = 0;                     // query rows per KV head
+  const float* query = nullptr;         // [num_kv_heads][num_rows][head_dim], times the scale
   const int32_t* row_begin = nullptr;   // [num_rows] first position each row may attend to
   const int32_t* row_end = nullptr;     // [num_rows] one past the last position it may attend to
   bool rows_share_range = false;        // all rows attend to [token_begin, token_end): no masking
   float logit_softcap = 0;              // 0 = none
-  // Outputs, [num_rows] and [num_rows][head_dim]. A row that attended to no token of the range
-  // has max = -inf, sum = 0 and a zero accumulator.
+  // Outputs, [num_kv_heads][num_rows] and [num_kv_heads][num_rows][head_dim]. A row that
+  // attended to no token of the range has max = -inf, sum = 0 and a zero accumulator.
   float* acc = nullptr;
   float* row_max = nullptr;
   float* row_sum = nullptr;

@@ -189,9 +189,13 @@ inline void pv_block(const float* p, const typename L::Storage* const* values, i
 
 template <class L, int NR>
 void pv_rows(const float* p, const typename L::Storage* const* values, int n, float* acc, size_t dim) {
-  constexpr int kChunks = NR >= 3 ? 2 : 8 / NR;  // registers: NR * kChunks accumulators
+  constexpr int kChunks = NR >= 3 ? 3 : 8 / NR;  // registers: NR * kChunks accumulators
   size_t d0 = 0;
   for (; d0 + 8 * kChunks <= dim; d0 += 8 * kChunks) pv_block<L, NR, kChunks>(p, values, n, d0, acc, dim);
+  if (dim - d0 >= 16) {
+    pv_block<L, NR, 2>(p, values, n, d0, acc, dim);
+    d0 += 16;
+  }
   for (; d0 < dim; d0 += 8) pv_block<L, NR, 1>(p, values, n, d0, acc, dim);
 }
 
@@ -251,13 +255,12 @@ inline void softmax_row(float* s, int lo, int hi, float softcap, float& row_max,
   row_sum = row_sum * correction + hsum(sum);
 }
 
-// Pointers to the K and V rows of one KV head for tokens [first, first + n).
+// Addresses of the slots (all KV heads of a token) holding tokens [first, first + n).
 template <class T>
-void locate_rows(const RowGroupTask& task, int first, int n, const T** keys, const T** values) {
+void locate_slots(const RowGroupTask& task, int first, int n, const T** keys, const T** values) {
   const KVLayerView& kv = *task.kv;
-  const auto* key_base = static_cast<const T*>(kv.key) + static_cast<size_t>(task.kv_head) * static_cast<size_t>(kv.head_dim);
-  const auto* value_base =
-      static_cast<const T*>(kv.value) + static_cast<size_t>(task.kv_head) * static_cast<size_t>(kv.head_dim);
+  const auto* key_base = static_cast<const T*>(kv.key);
+  const auto* value_base = static_cast<const T*>(kv.value);
   const size_t token_stride = kv.token_stride_elems();
   int block_index = first / kv.block_size;
   int offset = first % kv.block_size;
@@ -276,11 +279,12 @@ void locate_rows(const RowGroupTask& task, int first, int n, const T** keys, con
   }
 }
 
+// Prefetches `bytes` bytes from `offset` into each of the slots [begin, end).
 template <class T>
-void prefetch_rows(const T* const* rows, int n, size_t row_bytes) {
-  for (int j = 0; j < n; ++j) {
-    const char* p = reinterpret_cast<const char*>(rows[j]);
-    for (size_t off = 0; off < row_bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+void prefetch_slots(const T* const* slots, int begin, int end, size_t offset, size_t bytes) {
+  for (int j = begin; j < end; ++j) {
+    const char* p = reinterpret_cast<const char*>(slots[j]) + offset;
+    for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
   }
 }
 
@@ -289,66 +293,86 @@ void attend(const RowGroupTask& task) {
   using T = typename L::Storage;
   const size_t dim = static_cast<size_t>(task.kv->head_dim);
   const int rows = task.num_rows;
+  const int heads = task.num_kv_heads;
+  const size_t head_rows = static_cast<size_t>(rows);
+  const size_t head_block = head_rows * dim;
   // 16-bit K/V read by more than one block of rows: convert each tile once.
   constexpr bool kSixteenBit = !std::is_same_v<T, float>;
   const bool convert_tiles = kSixteenBit && rows > kRowBlock;
 
   thread_local std::vector<float> scores, key_tile, value_tile;
-  scores.resize(static_cast<size_t>(rows) * kTileTokens);
+  scores.resize(head_rows * kTileTokens);
   if (convert_tiles) {
     key_tile.resize(kTileTokens * dim);
     value_tile.resize(kTileTokens * dim);
   }
-  std::fill(task.acc, task.acc + static_cast<size_t>(rows) * dim, 0.0f);
-  std::fill(task.row_max, task.row_max + rows, kNegInf);
-  std::fill(task.row_sum, task.row_sum + rows, 0.0f);
+  std::fill(task.acc, task.acc + static_cast<size_t>(heads) * head_block, 0.0f);
+  std::fill(task.row_max, task.row_max + static_cast<size_t>(heads) * head_rows, kNegInf);
+  std::fill(task.row_sum, task.row_sum + static_cast<size_t>(heads) * head_rows, 0.0f);
 
-  const T* keys[2][kTileTokens];
-  const T* values[2][kTileTokens];
+  const T* key_slots[2][kTileTokens];
+  const T* value_slots[2][kTileTokens];
+  const T* keys[kTileTokens];
+  const T* values[kTileTokens];
   const float* converted_keys[kTileTokens];
   const float* converted_values[kTileTokens];
   for (int j = 0; j < kTileTokens && convert_tiles; ++j) {
     converted_keys[j] = key_tile.data() + static_cast<size_t>(j) * dim;
     converted_values[j] = value_tile.data() + static_cast<size_t>(j) * dim;
   }
-  const size_t row_bytes = dim * sizeof(T);
+  // The bytes of a slot this task reads: its heads' rows, adjacent in the slot.
+  const size_t read_offset = static_cast<size_t>(task.first_kv_head) * dim * sizeof(T);
+  const size_t read_bytes = static_cast<size_t>(heads) * dim * sizeof(T);
 
   int buffer = 0;
-  locate_rows(task, task.token_begin, std::min(kTileTokens, task.token_end - task.token_begin), keys[0], values[0]);
+  locate_slots(task, task.token_begin, std::min(kTileTokens, task.token_end - task.token_begin), key_slots[0],
+               value_slots[0]);
   for (int tile = task.token_begin; tile < task.token_end; tile += kTileTokens) {
     const int n = std::min(kTileTokens, task.token_end - tile);
     const int next = tile + kTileTokens;
-    if (next < task.token_end) {
-      const int next_n = std::min(kTileTokens, task.token_end - next);
-      locate_rows(task, next, next_n, keys[buffer ^ 1], values[buffer ^ 1]);
-      prefetch_rows(keys[buffer ^ 1], next_n, row_bytes);
-      prefetch_rows(values[buffer ^ 1], next_n, row_bytes);
-    }
-    const T* const* k = keys[buffer];
-    const T* const* v = values[buffer];
+    const int next_n = next < task.token_end ? std::min(kTileTokens, task.token_end - next) : 0;
+    if (next_n > 0) locate_slots(task, next, next_n, key_slots[buffer ^ 1], value_slots[buffer ^ 1]);
 
-    if (convert_tiles) {
-      for (int j = 0; j < n; ++j)
-        for (size_t d = 0; d < dim; d += 8) {
-          _mm256_storeu_ps(key_tile.data() + static_cast<size_t>(j) * dim + d, L::load(k[j] + d));
-          _mm256_storeu_ps(value_tile.data() + static_cast<size_t>(j) * dim + d, L::load(v[j] + d));
-        }
-      qk_tile<LoadF32>(task.query, rows, dim, converted_keys, n, scores.data());
-    } else {
-      qk_tile<L>(task.query, rows, dim, k, n, scores.data());
-    }
+    for (int h = 0; h < heads; ++h) {
+      // Prefetch the next tile while this one is computed, a share of its slots per head.
+      if (next_n > 0) {
+        const int from = next_n * h / heads, to = next_n * (h + 1) / heads;
+        prefetch_slots(key_slots[buffer ^ 1], from, to, read_offset, read_bytes);
+        prefetch_slots(value_slots[buffer ^ 1], from, to, read_offset, read_bytes);
+      }
+      const size_t head_offset = static_cast<size_t>(task.first_kv_head + h) * dim;
+      for (int j = 0; j < n; ++j) {
+        keys[j] = key_slots[buffer][j] + head_offset;
+        values[j] = value_slots[buffer][j] + head_offset;
+      }
+      const float* query = task.query + static_cast<size_t>(h) * head_block;
+      float* acc = task.acc + static_cast<size_t>(h) * head_block;
+      float* row_max = task.row_max + static_cast<size_t>(h) * head_rows;
+      float* row_sum = task.row_sum + static_cast<size_t>(h) * head_rows;
 
-    for (int r = 0; r < rows; ++r) {
-      const int lo = task.rows_share_range ? 0 : std::clamp(task.row_begin[r] - tile, 0, n);
-      const int hi = task.rows_share_range ? n : std::clamp(task.row_end[r] - tile, 0, n);
-      softmax_row(scores.data() + static_cast<size_t>(r) * kTileTokens, lo, hi, task.logit_softcap, task.row_max[r],
-                  task.row_sum[r], task.acc + static_cast<size_t>(r) * dim, dim);
-    }
+      if (convert_tiles) {
+        for (int j = 0; j < n; ++j)
+          for (size_t d = 0; d < dim; d += 8) {
+            _mm256_storeu_ps(key_tile.data() + static_cast<size_t>(j) * dim + d, L::load(keys[j] + d));
+            _mm256_storeu_ps(value_tile.data() + static_cast<size_t>(j) * dim + d, L::load(values[j] + d));
+          }
+        qk_tile<LoadF32>(query, rows, dim, converted_keys, n, scores.data());
+      } else {
+        qk_tile<L>(query, rows, dim, keys, n, scores.data());
+      }
 
-    if (convert_tiles)
-      pv_tile<LoadF32>(scores.data(), rows, converted_values, n, task.acc, dim);
-    else
-      pv_tile<L>(scores.data(), rows, v, n, task.acc, dim);
+      for (int r = 0; r < rows; ++r) {
+        const int lo = task.rows_share_range ? 0 : std::clamp(task.row_begin[r] - tile, 0, n);
+        const int hi = task.rows_share_range ? n : std::clamp(task.row_end[r] - tile, 0, n);
+        softmax_row(scores.data() + static_cast<size_t>(r) * kTileTokens, lo, hi, task.logit_softcap, row_max[r],
+                    row_sum[r], acc + static_cast<size_t>(r) * dim, dim);
+      }
+
+      if (convert_tiles)
+        pv_tile<LoadF32>(scores.data(), rows, converted_values, n, acc, dim);
+      else
+        pv_tile<L>(scores.data(), rows, values, n, acc, dim);
+    }
     buffer ^= 1;
   }
 }

@@ -50,9 +50,9 @@ void load_row(const KVLayerView& kv, const void* plane, size_t element_offset, f
   }
 }
 
-}  // namespace
-
-void attend_rows_scalar(const RowGroupTask& task) {
+// One KV head of the task.
+void attend_head(const RowGroupTask& task, int head, const float* query, float* acc_out, float* row_max,
+                 float* row_sum) {
   const KVLayerView& kv = *task.kv;
   const int dim = kv.head_dim;
   const int rows = task.num_rows;
@@ -63,11 +63,11 @@ void attend_rows_scalar(const RowGroupTask& task) {
   value_tile.resize(static_cast<size_t>(kTileTokens) * udim);
   scores.resize(static_cast<size_t>(rows) * kTileTokens);
 
-  std::fill(task.acc, task.acc + static_cast<size_t>(rows) * udim, 0.0f);
-  std::fill(task.row_max, task.row_max + rows, kNegInf);
-  std::fill(task.row_sum, task.row_sum + rows, 0.0f);
+  std::fill(acc_out, acc_out + static_cast<size_t>(rows) * udim, 0.0f);
+  std::fill(row_max, row_max + rows, kNegInf);
+  std::fill(row_sum, row_sum + rows, 0.0f);
 
-  const size_t head_offset = static_cast<size_t>(task.kv_head) * udim;
+  const size_t head_offset = static_cast<size_t>(head) * udim;
   for (int tile = task.token_begin; tile < task.token_end; tile += kTileTokens) {
     const int n = std::min(kTileTokens, task.token_end - tile);
     for (int j = 0; j < n; ++j) {
@@ -80,7 +80,7 @@ void attend_rows_scalar(const RowGroupTask& task) {
     }
     for (int r = 0; r < rows; ++r) {
       float* s = scores.data() + static_cast<size_t>(r) * kTileTokens;
-      const float* q = task.query + static_cast<size_t>(r) * udim;
+      const float* q = query + static_cast<size_t>(r) * udim;
       // Tokens of this tile the row may attend to: [lo, hi).
       const int lo = task.rows_share_range ? 0 : std::clamp(task.row_begin[r] - tile, 0, n);
       const int hi = task.rows_share_range ? n : std::clamp(task.row_end[r] - tile, 0, n);
@@ -92,7 +92,7 @@ void attend_rows_scalar(const RowGroupTask& task) {
         s[j] = x;
         tile_max = std::max(tile_max, x);
       }
-      const float old_max = task.row_max[r];
+      const float old_max = row_max[r];
       const float new_max = std::max(old_max, tile_max);
       const float correction = std::exp(old_max - new_max);  // exp(-inf) = 0 on the first tile
       float tile_sum = 0;
@@ -100,7 +100,7 @@ void attend_rows_scalar(const RowGroupTask& task) {
         s[j] = std::exp(s[j] - new_max);
         tile_sum += s[j];
       }
-      float* acc = task.acc + static_cast<size_t>(r) * udim;
+      float* acc = acc_out + static_cast<size_t>(r) * udim;
       if (correction != 1.0f)
         for (int d = 0; d < dim; ++d) acc[d] *= correction;
       for (int j = lo; j < hi; ++j) {
@@ -108,9 +108,21 @@ void attend_rows_scalar(const RowGroupTask& task) {
         const float* v = value_tile.data() + static_cast<size_t>(j) * udim;
         for (int d = 0; d < dim; ++d) acc[d] += p * v[d];
       }
-      task.row_max[r] = new_max;
-      task.row_sum[r] = task.row_sum[r] * correction + tile_sum;
+      row_max[r] = new_max;
+      row_sum[r] = row_sum[r] * correction + tile_sum;
     }
+  }
+}
+
+}  // namespace
+
+void attend_rows_scalar(const RowGroupTask& task) {
+  const size_t rows = static_cast<size_t>(task.num_rows);
+  const size_t block = rows * static_cast<size_t>(task.kv->head_dim);
+  for (int h = 0; h < task.num_kv_heads; ++h) {
+    const auto i = static_cast<size_t>(h);
+    attend_head(task, task.first_kv_head + h, task.query + i * block, task.acc + i * block, task.row_max + i * rows,
+                task.row_sum + i * rows);
   }
 }
 

@@ -2,11 +2,15 @@
 // pool and merges split tasks. The arithmetic lives in attention_tile_{scalar,avx2}.cpp.
 //
 // Work decomposition. Each request's query tokens are cut into query tiles of up to
-// kRowsPerTask / G tokens (G = query heads per KV head), so a task's rows are the G heads of one
-// KV head times the tile's tokens: a decode request is one tile of G rows. A (tile, KV head)
-// pair reads the context tokens its rows may attend to; when the batch alone does not give every
-// thread several tasks, long ranges are split into partitions (flash-decoding) whose partial
-// softmax states are merged afterwards. Tasks are handed out largest first.
+// kRowsPerTask / G tokens (G = query heads per KV head); for each KV head, a tile's rows are the
+// G query heads of that KV head times the tile's tokens (a decode request: one tile of G rows).
+// A task is a tile, a range of its context tokens and a set of KV heads:
+//  - decode tiles take all KV heads in one task, so the task reads its pages front to back
+//    (each slot holds all heads of a token); prefill tiles, compute-bound, take one head each;
+//  - when the batch alone does not give every thread several tasks, long context ranges are
+//    split into partitions (flash-decoding) whose partial softmax states are merged afterwards,
+//    and short decode batches are also split by KV head.
+// Tasks are handed out largest first.
 #include "pagedkv/kernels/paged_attention.h"
 
 #include <fmt/format.h>
@@ -37,14 +41,17 @@ struct QueryTile {
   int num_queries = 0;
   int first_position = 0;
   int token_begin = 0, token_end = 0;
+  int heads_per_task = 1;
   int partitions = 1;
   int partition_tokens = 0;
-  size_t partial_offset = 0;  // into the partial-results buffer, when partitions > 1
+  // When partitions > 1: where the partial results start. Per partition, [heads][rows][dim]
+  // accumulators, then [heads][rows] maxima, then [heads][rows] sums.
+  size_t partial_offset = 0;
 };
 
 struct TaskRef {
-  int tile = 0, kv_head = 0, partition = 0;
-  int cost = 0;  // tokens read; larger tasks are scheduled first
+  int tile = 0, first_kv_head = 0, num_kv_heads = 1, partition = 0;
+  long long cost = 0;  // tokens x rows x heads; larger tasks are scheduled first
 };
 
 void validate(const AttentionShape& shape, const PagedAttentionBatch& batch, const KVLayerView& kv) {
@@ -102,11 +109,11 @@ void validate(const AttentionShape& shape, const PagedAttentionBatch& batch, con
 struct TaskScratch {
   std::vector<float> query, acc, row_max, row_sum;
   std::vector<int32_t> row_begin, row_end;
-  void reserve(size_t rows, size_t dim) {
-    query.resize(rows * dim);
-    acc.resize(rows * dim);
-    row_max.resize(rows);
-    row_sum.resize(rows);
+  void reserve(size_t heads, size_t rows, size_t dim) {
+    query.resize(heads * rows * dim);
+    acc.resize(heads * rows * dim);
+    row_max.resize(heads * rows);
+    row_sum.resize(heads * rows);
     row_begin.resize(rows);
     row_end.resize(rows);
   }
@@ -131,7 +138,6 @@ void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& bat
   // 1. Query tiles.
   thread_local std::vector<QueryTile> tiles;
   tiles.clear();
-  long long total_tokens = 0;
   for (int r = 0; r < batch.num_requests; ++r) {
     const int q_len = batch.query_start[r + 1] - batch.query_start[r];
     const int context = batch.context_lens[r];
@@ -143,36 +149,53 @@ void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& bat
       t.first_position = context - q_len + first;
       t.token_end = t.first_position + t.num_queries;
       t.token_begin = window > 0 ? std::max(0, t.first_position + 1 - window) : 0;
-      total_tokens += t.token_end - t.token_begin;
+      t.heads_per_task = t.num_queries == 1 ? shape.num_kv_heads : 1;
       tiles.push_back(t);
     }
   }
   if (tiles.empty()) return;
 
   // 2. Partitions: split long ranges only as far as needed to give every thread enough tasks.
+  // Work is counted in (context token, query token, KV head) triples.
   const int threads = kernel_threads();
+  long long total_work = 0;
+  for (const QueryTile& t : tiles)
+    total_work += static_cast<long long>(t.token_end - t.token_begin) * t.num_queries * shape.num_kv_heads;
   const long long target_tasks = static_cast<long long>(threads) * kTasksPerThread;
-  const long long even_share = (total_tokens * shape.num_kv_heads + target_tasks - 1) / target_tasks;
-  const int partition_tokens = static_cast<int>(std::min<long long>(
-      std::numeric_limits<int>::max(), std::max<long long>(kMinPartition, even_share)));
+  const long long work_per_task = (total_work + target_tasks - 1) / target_tasks;
+  long long num_tasks_planned = 0;
+  for (QueryTile& t : tiles) {
+    const int span = t.token_end - t.token_begin;
+    const long long work_per_token = static_cast<long long>(t.num_queries) * t.heads_per_task;
+    const long long tokens = std::max<long long>(kMinPartition, work_per_task / work_per_token);
+    t.partitions = threads > 1 ? static_cast<int>(std::max<long long>(1, (span + tokens - 1) / tokens)) : 1;
+    t.partition_tokens = (span + t.partitions - 1) / t.partitions;
+    num_tasks_planned += static_cast<long long>(t.partitions) * (shape.num_kv_heads / t.heads_per_task);
+  }
+  // Short decode batches: also split the KV heads, so every thread has a couple of tasks.
+  if (threads > 1 && num_tasks_planned < 2LL * threads) {
+    const long long groups = (2LL * threads + num_tasks_planned - 1) / num_tasks_planned;
+    for (QueryTile& t : tiles)
+      if (t.heads_per_task > 1)
+        t.heads_per_task = static_cast<int>(std::max<long long>(1, (t.heads_per_task + groups - 1) / groups));
+  }
+
   size_t partial_floats = 0;
   thread_local std::vector<TaskRef> tasks;
   tasks.clear();
   for (int i = 0; i < static_cast<int>(tiles.size()); ++i) {
     QueryTile& t = tiles[static_cast<size_t>(i)];
-    const int span = t.token_end - t.token_begin;
-    t.partitions = threads > 1 ? std::max(1, (span + partition_tokens - 1) / partition_tokens) : 1;
-    t.partition_tokens = (span + t.partitions - 1) / t.partitions;
+    const size_t rows = static_cast<size_t>(t.num_queries) * static_cast<size_t>(group);
     if (t.partitions > 1) {
       t.partial_offset = partial_floats;
-      const size_t rows = static_cast<size_t>(t.num_queries) * static_cast<size_t>(group);
-      partial_floats += static_cast<size_t>(shape.num_kv_heads) * static_cast<size_t>(t.partitions) * rows * (dim + 2);
+      partial_floats += static_cast<size_t>(t.partitions) * static_cast<size_t>(shape.num_kv_heads) * rows * (dim + 2);
     }
-    for (int h = 0; h < shape.num_kv_heads; ++h)
+    for (int h = 0; h < shape.num_kv_heads; h += t.heads_per_task)
       for (int p = 0; p < t.partitions; ++p) {
         const int begin = t.token_begin + p * t.partition_tokens;
         const int end = std::min(t.token_end, begin + t.partition_tokens);
-        tasks.push_back(TaskRef{i, h, p, (end - begin) * t.num_queries});
+        const int heads = std::min(t.heads_per_task, shape.num_kv_heads - h);
+        tasks.push_back(TaskRef{i, h, heads, p, static_cast<long long>(end - begin) * t.num_queries * heads});
       }
   }
   std::stable_sort(tasks.begin(), tasks.end(), [](const TaskRef& a, const TaskRef& b) { return a.cost > b.cost; });
@@ -181,30 +204,38 @@ void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& bat
   float* const partial_base = partials.data();
 
   const size_t q_token_stride = static_cast<size_t>(shape.num_q_heads) * dim;
+  const size_t kv_heads = static_cast<size_t>(shape.num_kv_heads);
   const int num_tasks = static_cast<int>(tasks.size());
   const QueryTile* const tile_list = tiles.data();
   const TaskRef* const task_list = tasks.data();
 
+  // Row `row` of KV head `kv_head` in tile t: query token row / G, query head kv_head * G + row % G.
+  auto token_head_offset = [&](const QueryTile& t, size_t kv_head, size_t row) {
+    const size_t qi = row / static_cast<size_t>(group), g = row % static_cast<size_t>(group);
+    return (static_cast<size_t>(t.first_query) + qi) * q_token_stride + (kv_head * static_cast<size_t>(group) + g) * dim;
+  };
+
   auto run_task = [&](const TaskRef& ref, TaskScratch& scratch) {
     const QueryTile& t = tile_list[ref.tile];
     const size_t rows = static_cast<size_t>(t.num_queries) * static_cast<size_t>(group);
-    scratch.reserve(rows, dim);
-    for (int qi = 0; qi < t.num_queries; ++qi) {
-      const int position = t.first_position + qi;
-      for (int g = 0; g < group; ++g) {
-        const size_t row = static_cast<size_t>(qi) * static_cast<size_t>(group) + static_cast<size_t>(g);
-        const float* src = query + static_cast<size_t>(t.first_query + qi) * q_token_stride +
-                           static_cast<size_t>(ref.kv_head * group + g) * dim;
-        float* dst = scratch.query.data() + row * dim;
+    const auto heads = static_cast<size_t>(ref.num_kv_heads);
+    scratch.reserve(heads, rows, dim);
+    for (size_t h = 0; h < heads; ++h)
+      for (size_t row = 0; row < rows; ++row) {
+        const float* src = query + token_head_offset(t, static_cast<size_t>(ref.first_kv_head) + h, row);
+        float* dst = scratch.query.data() + (h * rows + row) * dim;
         for (size_t d = 0; d < dim; ++d) dst[d] = src[d] * shape.scale;
-        scratch.row_end[row] = position + 1;
-        scratch.row_begin[row] = window > 0 ? std::max(0, position + 1 - window) : 0;
       }
+    for (size_t row = 0; row < rows; ++row) {
+      const int position = t.first_position + static_cast<int>(row / static_cast<size_t>(group));
+      scratch.row_end[row] = position + 1;
+      scratch.row_begin[row] = window > 0 ? std::max(0, position + 1 - window) : 0;
     }
     RowGroupTask task;
     task.kv = &kv;
     task.block_table = batch.block_tables + static_cast<size_t>(t.request) * static_cast<size_t>(batch.block_table_stride);
-    task.kv_head = ref.kv_head;
+    task.first_kv_head = ref.first_kv_head;
+    task.num_kv_heads = ref.num_kv_heads;
     task.token_begin = t.token_begin + ref.partition * t.partition_tokens;
     task.token_end = std::min(t.token_end, task.token_begin + t.partition_tokens);
     task.num_rows = static_cast<int>(rows);
@@ -214,11 +245,11 @@ void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& bat
     task.rows_share_range = t.num_queries == 1;
     task.logit_softcap = shape.logit_softcap;
     if (t.partitions > 1) {
-      float* base = partial_base + t.partial_offset +
-                    static_cast<size_t>(ref.kv_head * t.partitions + ref.partition) * rows * (dim + 2);
-      task.acc = base;
-      task.row_max = base + rows * dim;
-      task.row_sum = base + rows * dim + rows;
+      float* base = partial_base + t.partial_offset + static_cast<size_t>(ref.partition) * kv_heads * rows * (dim + 2);
+      const auto first = static_cast<size_t>(ref.first_kv_head);
+      task.acc = base + first * rows * dim;
+      task.row_max = base + kv_heads * rows * dim + first * rows;
+      task.row_sum = base + kv_heads * rows * (dim + 1) + first * rows;
       kernel(task);
       return;
     }
@@ -226,37 +257,36 @@ void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& bat
     task.row_max = scratch.row_max.data();
     task.row_sum = scratch.row_sum.data();
     kernel(task);
-    for (size_t row = 0; row < rows; ++row) {
-      const size_t qi = row / static_cast<size_t>(group), g = row % static_cast<size_t>(group);
-      float* dst = out + static_cast<size_t>(t.first_query) * q_token_stride + qi * q_token_stride +
-                   (static_cast<size_t>(ref.kv_head * group) + g) * dim;
-      const float inv = 1.0f / scratch.row_sum[row];
-      const float* acc = scratch.acc.data() + row * dim;
-      for (size_t d = 0; d < dim; ++d) dst[d] = acc[d] * inv;
-    }
+    for (size_t h = 0; h < heads; ++h)
+      for (size_t row = 0; row < rows; ++row) {
+        float* dst = out + token_head_offset(t, static_cast<size_t>(ref.first_kv_head) + h, row);
+        const float inv = 1.0f / scratch.row_sum[h * rows + row];
+        const float* acc = scratch.acc.data() + (h * rows + row) * dim;
+        for (size_t d = 0; d < dim; ++d) dst[d] = acc[d] * inv;
+      }
   };
 
   // Merges the partitions of one (split tile, KV head): the log-sum-exp combination.
-  auto merge = [&](const QueryTile& t, int kv_head) {
+  auto merge = [&](const QueryTile& t, size_t kv_head) {
     const size_t rows = static_cast<size_t>(t.num_queries) * static_cast<size_t>(group);
-    const size_t part_floats = rows * (dim + 2);
-    const float* first = partial_base + t.partial_offset + static_cast<size_t>(kv_head * t.partitions) * part_floats;
+    const size_t part_floats = kv_heads * rows * (dim + 2);
+    const float* first = partial_base + t.partial_offset;
     for (size_t row = 0; row < rows; ++row) {
+      const size_t max_index = kv_heads * rows * dim + kv_head * rows + row;
+      const size_t sum_index = kv_heads * rows * (dim + 1) + kv_head * rows + row;
       float global_max = -std::numeric_limits<float>::infinity();
       for (int p = 0; p < t.partitions; ++p)
-        global_max = std::max(global_max, first[static_cast<size_t>(p) * part_floats + rows * dim + row]);
-      const size_t qi = row / static_cast<size_t>(group), g = row % static_cast<size_t>(group);
-      float* dst = out + static_cast<size_t>(t.first_query) * q_token_stride + qi * q_token_stride +
-                   (static_cast<size_t>(kv_head * group) + g) * dim;
+        global_max = std::max(global_max, first[static_cast<size_t>(p) * part_floats + max_index]);
+      float* dst = out + token_head_offset(t, kv_head, row);
       std::fill(dst, dst + dim, 0.0f);
       float total = 0;
       for (int p = 0; p < t.partitions; ++p) {
         const float* part = first + static_cast<size_t>(p) * part_floats;
-        const float part_max = part[rows * dim + row];
+        const float part_max = part[max_index];
         if (part_max == -std::numeric_limits<float>::infinity()) continue;  // row saw no token here
         const float weight = std::exp(part_max - global_max);
-        total += weight * part[rows * dim + rows + row];
-        const float* acc = part + row * dim;
+        total += weight * part[sum_index];
+        const float* acc = part + (kv_head * rows + row) * dim;
         for (size_t d = 0; d < dim; ++d) dst[d] += weight * acc[d];
       }
       const float inv = 1.0f / total;
@@ -276,7 +306,8 @@ void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& bat
   if (team == 1) {
     thread_local TaskScratch scratch;
     for (int i = 0; i < num_tasks; ++i) run_task(task_list[i], scratch);
-    for (int i = 0; i < num_merges; ++i) merge(tile_list[merge_list[i].first], merge_list[i].second);
+    for (int i = 0; i < num_merges; ++i)
+      merge(tile_list[merge_list[i].first], static_cast<size_t>(merge_list[i].second));
     return;
   }
 #pragma omp parallel num_threads(team)
@@ -285,7 +316,8 @@ void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& bat
 #pragma omp for schedule(dynamic, 1)
     for (int i = 0; i < num_tasks; ++i) run_task(task_list[i], scratch);
 #pragma omp for schedule(dynamic, 1)
-    for (int i = 0; i < num_merges; ++i) merge(tile_list[merge_list[i].first], merge_list[i].second);
+    for (int i = 0; i < num_merges; ++i)
+      merge(tile_list[merge_list[i].first], static_cast<size_t>(merge_list[i].second));
   }
 }
 

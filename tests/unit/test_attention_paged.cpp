@@ -357,6 +357,28 @@ TEST(AttentionPaged, LongContextsSplitAcrossThreads) {
   set_kernel_threads(2);
 }
 
+TEST(AttentionPaged, ShortDecodeBatchesSplitHeadsAndPartitions) {
+  // A batch too small to feed every thread: the driver splits the KV heads of decode tasks too,
+  // alone or together with context partitions (many threads).
+  for (int threads : {2, 3, 16}) {
+    set_kernel_threads(threads);
+    for (DType dtype : {DType::kF32, DType::kF16}) {
+      Case c;
+      c.dtype = dtype;
+      c.q_heads = 16;
+      c.kv_heads = 8;
+      c.head_dim = 16;
+      c.requests = {{1, 40}};
+      check(c);
+      c.requests = {{1, 1100}};
+      check(c);
+      c.requests = {{1, 1100}, {2, 600}};
+      check(c);
+    }
+  }
+  set_kernel_threads(2);
+}
+
 TEST(AttentionPaged, EmptyBatchAndIdleRequestsWriteNothing) {
   Case c;
   c.requests = {{0, 10}, {0, 0}};
