@@ -26,11 +26,16 @@
 // ForwardBatchBuilder (model/forward_batch.h) assembles these arrays from per-request pieces.
 //
 // Numerics follow llama2.c's run.c operation by operation (RMSNorm with eps 1e-5, RoPE on adjacent
-// pairs with theta 10000, SwiGLU, matmuls summed left to right in float): with an f32 arena the
-// only difference from run.c is the attention kernel's own summation order.
+// pairs with theta 10000, SwiGLU, matmuls summed left to right in float, bit-identical to run.c's
+// matmul): with an f32 arena the only difference from run.c is inside the attention kernel
+// (its summation order and online softmax). The three goldens of ../shared/models come out
+// byte for byte, alone or batched, at any block size (tests/unit/test_model_runner.cpp).
 //
 // Threads: the matmuls use OpenMP with kernel_threads() threads (kernels/thread_pool.h), as does
-// paged_attention. A runner is not thread-safe (it reuses scratch buffers); use one per thread.
+// paged_attention; small products stay on the calling thread. On a machine shared with other busy
+// processes, run with OMP_WAIT_POLICY=passive (or PAGEDKV_NUM_THREADS=1): spinning OpenMP
+// barriers otherwise cost a scheduler time slice each. A runner is not thread-safe (it reuses
+// scratch buffers); use one per thread.
 #pragma once
 
 #include <cstdint>
