@@ -1,0 +1,70 @@
+// End to end: runs the built `pagedkv bench attention --quick --json` (ctest sets PAGEDKV_BIN)
+// and checks the shape of its report. Timings are not checked: they are the benchmark's job.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace {
+
+std::string run(const std::string& command, int& exit_code) {
+  std::string output;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return output;
+  std::array<char, 4096> buffer{};
+  size_t n = 0;
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), n);
+  const int status = ::pclose(pipe);
+  exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return output;
+}
+
+class BenchAttentionCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* bin = std::getenv("PAGEDKV_BIN");
+    if (bin == nullptr || *bin == '\0') GTEST_SKIP() << "PAGEDKV_BIN is not set (run through ctest)";
+    bin_ = bin;
+    ASSERT_TRUE(std::filesystem::exists(bin_)) << "PAGEDKV_BIN names a missing file: " << bin_;
+  }
+  std::string bin_;
+};
+
+TEST_F(BenchAttentionCli, QuickJsonReportHasOneObjectPerCase) {
+  int code = -1;
+  const std::string out = run("'" + bin_ + "' bench attention --quick --json 2>/dev/null", code);
+  ASSERT_EQ(code, 0) << out;
+  const nlohmann::json j = nlohmann::json::parse(out);
+  EXPECT_GT(j["read_bandwidth"]["gbps_median"].get<double>(), 0.0);
+  const auto& cases = j["cases"];
+  ASSERT_EQ(cases.size(), 4u);  // fp32 and fp16, context 512, batches 1 and 4
+  for (const auto& c : cases) {
+    for (const char* key : {"dtype", "context_len", "batch", "gbps", "fraction_of_bandwidth", "paged_over_contiguous"})
+      EXPECT_TRUE(c.contains(key)) << key << " missing in " << c.dump();
+    EXPECT_GT(c["gbps"].get<double>(), 0.0);
+    EXPECT_GT(c["paged_over_contiguous"].get<double>(), 0.0);
+    EXPECT_EQ(c["context_len"], 512);
+  }
+  EXPECT_EQ(cases[0]["dtype"], "fp32");
+  EXPECT_EQ(cases[3]["dtype"], "fp16");
+  EXPECT_EQ(cases[3]["batch"], 4);
+}
+
+TEST_F(BenchAttentionCli, TextReportAndSkippedCases) {
+  int code = -1;
+  const std::string out =
+      run("'" + bin_ + "' bench attention --quick --dtypes bf16 --max-gib 0.001 2>&1", code);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("read bandwidth"), std::string::npos) << out;
+  EXPECT_NE(out.find("skipped"), std::string::npos) << out;  // 4 MiB per layer > 1 MiB allowed
+  const std::string bad = run("'" + bin_ + "' bench attention --quick --dtypes int8 2>&1", code);
+  EXPECT_EQ(code, 2) << bad;
+  EXPECT_NE(bad.find("int8"), std::string::npos) << bad;
+}
+
+}  // namespace
