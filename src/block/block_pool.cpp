@@ -28,6 +28,8 @@ BlockPool::BlockPool(BlockPoolOptions options)
     tokens_.resize(blocks_.size() * static_cast<size_t>(block_size_));
     parent_.resize(blocks_.size());
     extra_digest_.resize(blocks_.size());
+    prefix_id_.resize(blocks_.size());
+    parent_prefix_id_.resize(blocks_.size());
   }
   events_.reserve(1024);
 }
@@ -89,8 +91,19 @@ bool BlockPool::matches(const KVCacheBlock& b, const BlockContentKey& key) const
   size_t i = static_cast<size_t>(b.id.value);
   if (parent_[i] != key.parent || extra_digest_[i] != key.extra_digest) return false;
   if (key.tokens.size() != static_cast<size_t>(block_size_)) return false;
-  return std::equal(key.tokens.begin(), key.tokens.end(),
-                    tokens_.begin() + static_cast<ptrdiff_t>(i * static_cast<size_t>(block_size_)));
+  if (!std::equal(key.tokens.begin(), key.tokens.end(),
+                  tokens_.begin() + static_cast<ptrdiff_t>(i * static_cast<size_t>(block_size_))))
+    return false;
+  // The same content, and cached after the same prefix as the caller's previous block.
+  return key.parent_block == kUnknownParent || parent_prefix_id_[i] == kUnknownPrefix ||
+         parent_prefix_id_[i] == prefix_id_of(key.parent_block);
+}
+
+uint64_t BlockPool::prefix_id_of(int32_t parent_block) const {
+  if (parent_block == kNoLink) return kRootPrefix;
+  if (parent_block < 0 || parent_block >= num_blocks()) return kUnknownPrefix;
+  return blocks_[static_cast<size_t>(parent_block)].has_hash ? prefix_id_[static_cast<size_t>(parent_block)]
+                                                             : kUnknownPrefix;
 }
 
 std::optional<BlockId> BlockPool::find_cached(const BlockContentKey& key) const {
@@ -115,6 +128,9 @@ void BlockPool::cache_block(BlockId id, const BlockContentKey& key) {
             tokens_.begin() + static_cast<ptrdiff_t>(i * static_cast<size_t>(block_size_)));
   parent_[i] = key.parent;
   extra_digest_[i] = key.extra_digest;
+  const uint64_t parent_id = key.parent_block == kUnknownParent ? kUnknownPrefix : prefix_id_of(key.parent_block);
+  parent_prefix_id_[i] = parent_id;
+  prefix_id_[i] = kUnknownPrefix;  // set below: an equal cached copy's id, or a new one
   b.hash = key.hash;
   b.has_hash = true;
   b.group = key.group;
@@ -127,9 +143,16 @@ void BlockPool::cache_block(BlockId id, const BlockContentKey& key) {
     cache_map_.assign(mk, id.value);
   } else {  // append: the earliest cached block stays first
     int32_t t = head;
-    while (blocks_[static_cast<size_t>(t)].next_same_hash != kNoLink) t = blocks_[static_cast<size_t>(t)].next_same_hash;
+    for (;; t = blocks_[static_cast<size_t>(t)].next_same_hash) {
+      const size_t ti = static_cast<size_t>(t);
+      if (prefix_id_[i] == kUnknownPrefix && parent_id != kUnknownPrefix && parent_prefix_id_[ti] == parent_id &&
+          matches(blocks_[ti], key))
+        prefix_id_[i] = prefix_id_[ti];  // the same prefix cached twice: one identity
+      if (blocks_[ti].next_same_hash == kNoLink) break;
+    }
     blocks_[static_cast<size_t>(t)].next_same_hash = id.value;
   }
+  if (prefix_id_[i] == kUnknownPrefix) prefix_id_[i] = next_prefix_id_++;
   ++num_cached_;
   ++stats_.cached_blocks_stored;
   if (enable_events_) {

@@ -66,7 +66,7 @@ void KVCacheManager::hash_request(Request& request) const {
   hasher_.extend(request.tokens, request.prefix_keys(), request.block_hashes, request.block_extra_digests);
 }
 
-BlockContentKey KVCacheManager::content_key(const Request& request, int g, int i) const {
+BlockContentKey KVCacheManager::content_key(const Request& request, int g, int i, int32_t parent_block) const {
   const size_t idx = static_cast<size_t>(i);
   BlockContentKey key;
   key.hash = request.block_hashes[idx];
@@ -75,6 +75,7 @@ BlockContentKey KVCacheManager::content_key(const Request& request, int g, int i
                                                                 static_cast<size_t>(block_size_));
   key.extra_digest = request.block_extra_digests[idx];
   key.group = static_cast<uint16_t>(g);
+  key.parent_block = parent_block;
   return key;
 }
 
@@ -84,7 +85,7 @@ int KVCacheManager::find_longest_cache_hit(int g, const Request& request, int ma
   const int max_blocks = std::min(max_length / block_size_, static_cast<int>(request.block_hashes.size()));
   if (spec(g).kind == AttentionKind::kFull) {
     for (int i = 0; i < max_blocks; ++i) {
-      auto hit = pool_.find_cached(content_key(request, g, i));
+      auto hit = pool_.find_cached(content_key(request, g, i, i == 0 ? kNoLink : out.back().value));
       if (!hit) break;
       out.push_back(*hit);
     }
@@ -97,7 +98,8 @@ int KVCacheManager::find_longest_cache_hit(int g, const Request& request, int ma
   out.assign(static_cast<size_t>(max_blocks), pool_.null_block());
   int contiguous = 0;
   for (int i = max_blocks - 1; i >= 0; --i) {
-    auto hit = pool_.find_cached(content_key(request, g, i));
+    // Scanning right to left, the previous block is not known yet: confirmed by hash only.
+    auto hit = pool_.find_cached(content_key(request, g, i, kUnknownParent));
     if (!hit) {
       contiguous = 0;
       continue;
@@ -232,7 +234,7 @@ void KVCacheManager::cache_full_blocks(int g, const Request& request, RequestBlo
   for (int i = num_cached; i < num_full; ++i) {
     const BlockId b = blocks[static_cast<size_t>(i)];
     if (b == pool_.null_block()) continue;
-    pool_.cache_block(b, content_key(request, g, i));
+    pool_.cache_block(b, content_key(request, g, i, i == 0 ? kNoLink : blocks[static_cast<size_t>(i) - 1].value));
   }
   num_cached = num_full;
 }

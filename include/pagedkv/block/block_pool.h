@@ -24,6 +24,9 @@
 
 namespace pagedkv {
 
+// BlockContentKey::parent_block when no previous block can be named (see there).
+inline constexpr int32_t kUnknownParent = -2;
+
 // What a request claims a full block holds. A cached block matches only if all of it agrees,
 // so a hash collision can never hand one request another request's KV.
 struct BlockContentKey {
@@ -32,6 +35,12 @@ struct BlockContentKey {
   std::span<const TokenId> tokens;
   uint64_t extra_digest = 0;    // digest of the block's extra keys (LoRA, multimodal, salt)
   uint16_t group = 0;
+  // The block that holds the previous block of this sequence (the previous hit of a lookup, the
+  // request's own previous table entry when caching); kNoLink for block 0. With it, a match also
+  // confirms the prefix structurally: colliding parent hashes cannot splice a block cached
+  // after one prefix onto another. kUnknownParent: no block to name (a sliding-window lookup, a
+  // caller that does not track tables); the parent is then confirmed by its hash alone.
+  int32_t parent_block = kUnknownParent;
 };
 
 struct BlockPoolOptions {
@@ -133,6 +142,11 @@ class BlockPool {
     return BlockHash{h.lo ^ (static_cast<uint64_t>(group) * 0x9E3779B97F4A7C15ull), h.hi};
   }
   bool matches(const KVCacheBlock& b, const BlockContentKey& key) const;
+  // Prefix identity of the sequence ending in `parent_block` (see prefix_id_): kRootPrefix for
+  // kNoLink, kUnknownPrefix when that block holds no cached content.
+  uint64_t prefix_id_of(int32_t parent_block) const;
+  static constexpr uint64_t kRootPrefix = 0;
+  static constexpr uint64_t kUnknownPrefix = ~uint64_t{0};
   // Returns true if `b` was the last cached copy of its content.
   bool uncache(KVCacheBlock& b, RemovalReason reason);
 
@@ -146,6 +160,13 @@ class BlockPool {
   std::vector<TokenId> tokens_;      // [num_blocks][block_size] content of cached blocks
   std::vector<BlockHash> parent_;    // parent hash of cached blocks
   std::vector<uint64_t> extra_digest_;
+  // Structural chain confirmation. Every cached block gets the id of its whole prefix (its own
+  // content after its parent's prefix); equal content after an equal prefix shares the id, so
+  // duplicates stay interchangeable, as with honest hashes. parent_prefix_id_ is the parent's id
+  // at caching time (kUnknownPrefix: cached without a known parent, confirmed by hash only).
+  std::vector<uint64_t> prefix_id_;
+  std::vector<uint64_t> parent_prefix_id_;
+  uint64_t next_prefix_id_ = kRootPrefix + 1;
   int num_cached_ = 0;
   BlockPoolStats stats_;
   std::vector<KVEvent> events_;

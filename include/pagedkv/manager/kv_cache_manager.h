@@ -156,7 +156,8 @@ class KVCacheManager {
   void remove_skipped_blocks(int g, RequestBlocks& state, int num_computed_tokens);
   void copy_on_write(int g, RequestBlocks& state, int num_computed_tokens);
   void cache_full_blocks(int g, const Request& request, RequestBlocks& state, int num_tokens);
-  BlockContentKey content_key(const Request& request, int g, int block_index) const;
+  // parent_block: see BlockContentKey (the previous hit or table entry; kNoLink for block 0).
+  BlockContentKey content_key(const Request& request, int g, int block_index, int32_t parent_block) const;
 
   KVCacheManagerConfig config_;
   int block_size_;
