@@ -109,8 +109,7 @@ Tokenizer::Tokenizer(std::span<const std::byte> file, int vocab_size, std::strin
   decoded_after_bos_.reserve(pieces_.size());
   for (size_t id = 0; id < pieces_.size(); ++id) {
     const std::string_view p = pieces_[id];
-    // Views into pieces_ stay valid: the vector is never resized after this point.
-    ids_by_piece_.emplace(p, static_cast<TokenId>(id));  // on duplicates the lowest id wins
+    ids_by_piece_.emplace(pieces_[id], static_cast<TokenId>(id));  // on duplicates the lowest id wins
     decoded_.push_back(decode_piece(p));
     decoded_after_bos_.push_back(decode_piece(!p.empty() && p[0] == ' ' ? p.substr(1) : p));
   }

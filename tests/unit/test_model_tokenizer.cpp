@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 
 #include "pagedkv/core/error.h"
 #include "pagedkv/model/tokenizer.h"
@@ -72,6 +73,11 @@ TEST(Tokenizer, MergesTheHighestScoringPairLeftmostFirst) {
   EXPECT_EQ(tie.encode(""), (std::vector<TokenId>{1}));
   EXPECT_EQ(tie.encode("", false), (std::vector<TokenId>{}));
   EXPECT_EQ(tie.encode(std::string_view("ab\0ba", 5)), tie.encode("ab"));  // C string: ends at NUL
+  // A copy owns its lookup table: it outlives the tokenizer it was copied from.
+  auto original = std::make_unique<Tokenizer>(tie);
+  const Tokenizer copy = *original;
+  original.reset();
+  EXPECT_EQ(copy.encode("aba"), (std::vector<TokenId>{1, 3, 6, 4}));
 }
 
 TEST(Tokenizer, EncodingNeedsTheSpacePieceAndByteTokens) {

@@ -17,6 +17,7 @@
 
 #include <span>
 #include <string>
+#include <functional>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -72,7 +73,12 @@ class Tokenizer {
   std::vector<float> scores_;
   std::vector<std::string> decoded_;            // decode(prev != BOS, id)
   std::vector<std::string> decoded_after_bos_;  // decode(BOS, id)
-  std::unordered_map<std::string_view, TokenId> ids_by_piece_;  // views into pieces_
+  // Heterogeneous lookup: find() takes a string_view without building a std::string.
+  struct PieceHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, TokenId, PieceHash, std::equal_to<>> ids_by_piece_;
   std::string name_;
 };
 
