@@ -257,6 +257,36 @@ int64_t days_from_civil(int64_t y, unsigned m, unsigned d) {
   return era * 146097 + static_cast<int64_t>(doe) - 719468;
 }
 
+// A timestamp split so that differences keep the traces' 100 ns resolution (a double of
+// milliseconds since 1970 only resolves about 0.2 us).
+struct Timestamp {
+  int64_t seconds = 0;   // since 1970-01-01, UTC assumed
+  double fraction = 0;   // [0, 1)
+};
+
+// "YYYY-MM-DD HH:MM:SS[.fraction]"
+std::optional<Timestamp> parse_timestamp(std::string_view s) {
+  if (s.size() < 19 || s[4] != '-' || s[7] != '-' || (s[10] != ' ' && s[10] != 'T') || s[13] != ':' || s[16] != ':')
+    return std::nullopt;
+  auto field = [&](size_t pos, size_t len) { return parse_number<int>(s.substr(pos, len)); };
+  const auto y = field(0, 4), mo = field(5, 2), d = field(8, 2), h = field(11, 2), mi = field(14, 2), sec = field(17, 2);
+  if (!y || !mo || !d || !h || !mi || !sec) return std::nullopt;
+  if (*mo < 1 || *mo > 12 || *d < 1 || *d > 31 || *h < 0 || *h > 23 || *mi < 0 || *mi > 59 || *sec < 0 || *sec > 60)
+    return std::nullopt;
+  Timestamp t;
+  if (s.size() > 19) {
+    if (s[19] != '.' || s.size() == 20) return std::nullopt;
+    double scale = 0.1;
+    for (char c : s.substr(20)) {
+      if (c < '0' || c > '9') return std::nullopt;
+      t.fraction += (c - '0') * scale;
+      scale /= 10;
+    }
+  }
+  t.seconds = days_from_civil(*y, static_cast<unsigned>(*mo), static_cast<unsigned>(*d)) * 86400 + *h * 3600 + *mi * 60 + *sec;
+  return t;
+}
+
 Trace parse_azure(std::string_view text, const std::string& name, const TraceReadOptions& options) {
   const AzurePrefixModel& model = options.azure;
   model.validate();
@@ -284,7 +314,7 @@ Trace parse_azure(std::string_view text, const std::string& name, const TraceRea
 
   int col_time = -1, col_context = -1, col_generated = -1;
   size_t num_columns = 0;
-  double first_ms = 0;
+  Timestamp first;
   bool header_seen = false;
   for_each_line(text, [&](std::string_view line, int32_t number) {
     if (blank(line)) return true;
@@ -309,8 +339,8 @@ Trace parse_azure(std::string_view text, const std::string& name, const TraceRea
     try {
       if (cells.size() != num_columns)
         throw BadRecord{fmt::format("{} columns where the header has {}", cells.size(), num_columns)};
-      const auto ms = parse_azure_timestamp_ms(cells[static_cast<size_t>(col_time)]);
-      if (!ms) throw BadRecord{fmt::format("TIMESTAMP \"{}\" is not YYYY-MM-DD HH:MM:SS[.fraction]",
+      const auto when = parse_timestamp(cells[static_cast<size_t>(col_time)]);
+      if (!when) throw BadRecord{fmt::format("TIMESTAMP \"{}\" is not YYYY-MM-DD HH:MM:SS[.fraction]",
                                            cells[static_cast<size_t>(col_time)])};
       const auto context = parse_number<int32_t>(cells[static_cast<size_t>(col_context)]);
       if (!context || *context < 1)
@@ -319,10 +349,11 @@ Trace parse_azure(std::string_view text, const std::string& name, const TraceRea
       if (!generated || *generated < 0)
         throw BadRecord{fmt::format("GeneratedTokens \"{}\" is not a non-negative integer",
                                     cells[static_cast<size_t>(col_generated)])};
-      if (trace.requests.empty()) first_ms = *ms;
+      if (trace.requests.empty()) first = *when;
       TraceRequest r;
       r.line = number;
-      r.arrival_ms = std::max(0.0, *ms - first_ms);
+      r.arrival_ms = std::max(0.0, static_cast<double>(when->seconds - first.seconds) * 1000.0 +
+                                       (when->fraction - first.fraction) * 1000.0);
       r.input_tokens = *context;
       r.output_tokens = *generated;
       r.first_run = static_cast<uint32_t>(trace.runs.size());
@@ -406,27 +437,9 @@ std::optional<TraceFormat> parse_trace_format(std::string_view s) {
 }
 
 std::optional<double> parse_azure_timestamp_ms(std::string_view s) {
-  // YYYY-MM-DD HH:MM:SS[.fraction]
-  if (s.size() < 19 || s[4] != '-' || s[7] != '-' || (s[10] != ' ' && s[10] != 'T') || s[13] != ':' || s[16] != ':')
-    return std::nullopt;
-  auto field = [&](size_t pos, size_t len) { return parse_number<int>(s.substr(pos, len)); };
-  const auto y = field(0, 4), mo = field(5, 2), d = field(8, 2), h = field(11, 2), mi = field(14, 2), sec = field(17, 2);
-  if (!y || !mo || !d || !h || !mi || !sec) return std::nullopt;
-  if (*mo < 1 || *mo > 12 || *d < 1 || *d > 31 || *h > 23 || *mi > 59 || *sec > 60 || *h < 0 || *mi < 0 || *sec < 0)
-    return std::nullopt;
-  double fraction = 0;
-  if (s.size() > 19) {
-    if (s[19] != '.' || s.size() == 20) return std::nullopt;
-    double scale = 0.1;
-    for (char c : s.substr(20)) {
-      if (c < '0' || c > '9') return std::nullopt;
-      fraction += (c - '0') * scale;
-      scale /= 10;
-    }
-  }
-  const int64_t days = days_from_civil(*y, static_cast<unsigned>(*mo), static_cast<unsigned>(*d));
-  const double seconds = static_cast<double>(days * 86400 + *h * 3600 + *mi * 60 + *sec) + fraction;
-  return seconds * 1000.0;
+  const auto t = parse_timestamp(s);
+  if (!t) return std::nullopt;
+  return (static_cast<double>(t->seconds) + t->fraction) * 1000.0;
 }
 
 Trace read_mooncake_trace(std::istream& in, const std::string& name, const TraceReadOptions& options) {
