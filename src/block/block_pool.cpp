@@ -160,7 +160,7 @@ void BlockPool::cache_block(BlockId id, const BlockContentKey& key) {
     e.kind = KVEventKind::kBlockStored;
     e.hash = key.hash;
     e.parent_hash = key.parent;
-    e.has_parent = true;
+    e.has_parent = key.parent_block != kNoLink;  // a request's first block has none (vLLM: None)
     e.token_count = block_size_;
     e.block = id;
     e.group = key.group;
