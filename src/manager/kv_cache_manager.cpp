@@ -144,6 +144,7 @@ void KVCacheManager::get_computed_blocks(Request& request, ComputedBlocks& out) 
     ++stats_.requests;
     stats_.queries += static_cast<uint64_t>(request.num_tokens());
     stats_.hits += static_cast<uint64_t>(hit);
+    if (hit > 0) ++stats_.hit_requests;
   }
 }
 

@@ -66,6 +66,7 @@ struct PrefixCacheStats {
   uint64_t requests = 0;   // lookups
   uint64_t queries = 0;    // tokens looked up
   uint64_t hits = 0;       // tokens found
+  uint64_t hit_requests = 0;  // lookups that found at least one block (request-level hits)
   uint64_t preempted_requests = 0;
   uint64_t preempted_queries = 0;
   uint64_t preempted_hits = 0;
