@@ -1,0 +1,114 @@
+// Steady-state allocate / free / touch / cache lookups do no heap allocation (the pool is sized
+// once at construction), and neither does a decode step's allocate_slots. Checked by counting
+// calls to the global operator new, which this test program replaces.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+
+#include "core_test_support.h"
+
+namespace {
+std::atomic<uint64_t> g_news{0};
+}  // namespace
+
+// Counting replacements of the global allocation functions (the aligned forms keep the
+// library's own pair).
+void* operator new(std::size_t n) {
+  g_news.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n) { return operator new(n); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+
+namespace pagedkv {
+namespace {
+
+using testing::iota_tokens;
+
+// Heap allocations made while running f.
+template <typename F>
+uint64_t news_during(F&& f) {
+  const uint64_t before = g_news.load();
+  f();
+  return g_news.load() - before;
+}
+
+TEST(CoreNoAlloc, TheCounterSeesAllocations) {
+  static int* volatile sink = nullptr;  // volatile: the compiler may not elide the pair
+  EXPECT_GE(news_during([] {
+              sink = new int(7);
+              delete sink;
+            }),
+            1u)
+      << "the replacement operator new is not in use";
+  std::vector<int> v(100);
+  EXPECT_GE(news_during([&] { v.resize(1000); }), 1u);
+}
+
+TEST(CoreNoAlloc, PoolAllocateFreeTouchAndLookupDoNotAllocate) {
+  BlockPool pool(testing::pool_options(64, 16));
+  std::vector<BlockId> held;
+  held.reserve(64);
+  std::vector<std::vector<TokenId>> content;
+  for (int i = 0; i < 8; ++i) content.push_back(iota_tokens(16, i * 100));
+  auto key = [&](int i) {
+    BlockContentKey k;
+    k.hash = BlockHash{static_cast<uint64_t>(i) + 1, 0};
+    k.tokens = content[static_cast<size_t>(i)];
+    k.parent_block = kNoLink;
+    return k;
+  };
+  const uint64_t n = news_during([&] {
+    for (int round = 0; round < 2000; ++round) {
+      held.clear();
+      if (!pool.allocate(8, held)) std::abort();  // reuses cached free blocks: evictions
+      for (int i = 0; i < 8; ++i) pool.cache_block(held[static_cast<size_t>(i)], key(i));
+      pool.free_blocks(held);
+      for (int i = 0; i < 8; ++i) {  // prefix hits: touch and release
+        auto hit = pool.find_cached(key(i));
+        if (!hit) continue;
+        pool.touch(std::span<const BlockId>(&*hit, 1));
+        pool.free_blocks(std::span<const BlockId>(&*hit, 1));
+      }
+    }
+  });
+  EXPECT_EQ(n, 0u) << "heap allocations in 2000 rounds of allocate/cache/free/lookup/touch";
+  EXPECT_GT(pool.stats().evictions, 0u);
+  pool.check_invariants();
+}
+
+TEST(CoreNoAlloc, DecodeStepAllocateSlotsDoesNotAllocate) {
+  KVCacheManager m(testing::full_attention_config(1024, 16));
+  std::vector<Request> running;
+  for (uint64_t i = 0; i < 32; ++i) {
+    Request r(RequestId{i}, iota_tokens(100, static_cast<TokenId>(i * 1000)));
+    r.tokens.reserve(4096);
+    r.block_hashes.reserve(256);
+    r.block_extra_digests.reserve(256);
+    auto got = m.allocate_slots(r, r.num_tokens());
+    ASSERT_TRUE(got.has_value());
+    r.num_computed_tokens = r.num_tokens();
+    running.push_back(std::move(r));
+  }
+  const uint64_t n = news_during([&] {
+    for (int step = 0; step < 200; ++step) {
+      for (Request& r : running) {
+        r.append_token(static_cast<TokenId>(step));
+        if (!m.allocate_slots(r, 1)) std::abort();
+        r.num_computed_tokens += 1;
+      }
+    }
+  });
+  EXPECT_EQ(n, 0u) << "heap allocations in 200 decode steps of 32 requests (blocks filled and cached)";
+  m.check_invariants();
+  EXPECT_GT(m.pool().num_cached_blocks(), 32 * 6);
+}
+
+}  // namespace
+}  // namespace pagedkv
