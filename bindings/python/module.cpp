@@ -147,5 +147,6 @@ PYBIND11_MODULE(pagedkv, m) {
   register_core(m);
   register_manager(m);
   register_storage(m);
+  register_memory(m);
   register_engine(m);
 }
