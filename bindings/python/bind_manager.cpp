@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 
+#include "pagedkv/block/eviction_policies.h"
 #include "pagedkv/core/error.h"
 #include "pagedkv/manager/kv_cache_manager.h"
 #include "pagedkv/manager/request.h"
@@ -200,6 +201,7 @@ void bind_results(py::module_& m) {
       .def_readonly("requests", &PrefixCacheStats::requests, "Lookups (get_computed_blocks calls).")
       .def_readonly("queries", &PrefixCacheStats::queries, "Tokens looked up.")
       .def_readonly("hits", &PrefixCacheStats::hits, "Tokens found cached.")
+      .def_readonly("hit_requests", &PrefixCacheStats::hit_requests, "Lookups that found at least one block.")
       .def_readonly("preempted_requests", &PrefixCacheStats::preempted_requests)
       .def_readonly("preempted_queries", &PrefixCacheStats::preempted_queries)
       .def_readonly("preempted_hits", &PrefixCacheStats::preempted_hits)
@@ -218,8 +220,9 @@ KVCacheManagerConfig make_config(int num_blocks, std::optional<int> block_size, 
                                  const std::string& hash_algorithm, uint64_t hash_seed, double watermark,
                                  bool enable_events, int num_kv_heads, int head_dim, const std::string& dtype,
                                  int num_layers, std::optional<int> sliding_window,
-                                 std::optional<std::vector<KVCacheGroupSpec>> groups) {
+                                 std::optional<std::vector<KVCacheGroupSpec>> groups, const std::string& eviction_policy) {
   KVCacheManagerConfig c;
+  c.eviction_policy = make_eviction_policy(eviction_policy);  // null for "lru": the pool's own queue
   c.cache.num_blocks = num_blocks;
   if (groups) {
     if (groups->empty()) throw ConfigError("groups must not be empty");
@@ -273,16 +276,19 @@ void bind_kv_cache_manager(py::module_& m) {
       .def(py::init([](int num_blocks, std::optional<int> block_size, int max_model_len, bool enable_caching,
                        const std::string& hash_algorithm, uint64_t hash_seed, double watermark, bool enable_events,
                        int num_kv_heads, int head_dim, const std::string& dtype, int num_layers,
-                       std::optional<int> sliding_window, std::optional<std::vector<KVCacheGroupSpec>> groups) {
+                       std::optional<int> sliding_window, std::optional<std::vector<KVCacheGroupSpec>> groups,
+                       const std::string& eviction_policy) {
              return std::make_unique<M>(make_config(num_blocks, block_size, max_model_len, enable_caching,
                                                     hash_algorithm, hash_seed, watermark, enable_events, num_kv_heads,
-                                                    head_dim, dtype, num_layers, sliding_window, std::move(groups)));
+                                                    head_dim, dtype, num_layers, sliding_window, std::move(groups),
+                                                    eviction_policy));
            }),
            py::kw_only(), py::arg("num_blocks"), py::arg("block_size") = py::none(), py::arg("max_model_len") = 0,
            py::arg("enable_caching") = true, py::arg("hash_algorithm") = "xxh3_128", py::arg("hash_seed") = 0,
            py::arg("watermark") = 0.01, py::arg("enable_events") = false, py::arg("num_kv_heads") = 1,
            py::arg("head_dim") = 1, py::arg("dtype") = "fp16", py::arg("num_layers") = 1,
            py::arg("sliding_window") = py::none(), py::arg("groups") = py::none(),
+           py::arg("eviction_policy") = "lru",
            "num_blocks counts the reserved null block 0 (num_blocks - 1 are usable).\n"
            "block_size: tokens per block (default 16, or the groups' block size).\n"
            "max_model_len: longest sequence; 0 = what the pool can hold.\n"
@@ -290,7 +296,9 @@ void bind_kv_cache_manager(py::module_& m) {
            "watermark: fraction of blocks can_allocate keeps free.\n"
            "sliding_window: make the single group a sliding-window group of that many tokens.\n"
            "groups: explicit KV-cache groups (hybrid models, cross-attention); replaces the per-group\n"
-           "keywords. Raises ConfigError naming the bad value.")
+           "keywords.\n"
+           "eviction_policy: which cached free block is reused first: 'lru' (vLLM's order), 'lfu', "
+           "'s3fifo' or 'length-aware' (pagedkv.eviction_policies()). Raises ConfigError naming the bad value.")
       .def("get_computed_blocks",
            [](M& self, Request& request) {
              ComputedBlocks c = self.manager.get_computed_blocks(request);
@@ -369,6 +377,8 @@ void bind_kv_cache_manager(py::module_& m) {
       .def_property_readonly("hash_algorithm",
                              [](const M& self) { return std::string(hash_algorithm_name(self.manager.hasher().algorithm())); })
       .def_property_readonly("groups", [](const M& self) { return self.manager.cache_config().groups; })
+      .def_property_readonly("eviction_policy",
+                             [](const M& self) { return std::string(self.manager.pool().policy_name()); })
       .def("__repr__", [](const M& self) {
         return fmt::format("KVCacheManager(num_blocks={}, block_size={}, num_free_blocks={}, num_requests={})",
                            self.manager.pool().num_blocks(), self.manager.block_size(), self.manager.num_free_blocks(),
@@ -572,6 +582,13 @@ void install_fast_paths(const py::handle& request_cls, const py::handle& compute
 }  // namespace
 
 void register_manager(py::module_& m) {
+  m.def("eviction_policies",
+        [] {
+          std::vector<std::string> names;
+          for (std::string_view n : eviction_policy_names()) names.emplace_back(n);
+          return names;
+        },
+        "Names KVCacheManager(eviction_policy=...) accepts; 'lru' is vLLM's free-queue order.");
   bind_request(m);
   bind_results(m);
   bind_kv_cache_manager(m);

@@ -94,7 +94,7 @@ def test_shared_prefix_worked_example():
     assert [m.block(i).ref_cnt for i in (1, 2, 3, 4)] == [2, 2, 1, 1]
     assert m.block(1).block_hash == a.block_hashes[0] == b.block_hashes[0]
     stats = m.prefix_cache_stats
-    assert (stats.requests, stats.queries, stats.hits) == (2, 42 + 39, 32)
+    assert (stats.requests, stats.queries, stats.hits, stats.hit_requests) == (2, 42 + 39, 32, 1)
     m.check_invariants()
 
     # Freed, the system prompt stays cached for the next request.
@@ -143,7 +143,8 @@ def test_block_hasher_agrees_with_the_manager():
         admit(m, r)
         stored = [e for e in m.take_events() if e.kind == "stored"]
         assert [e.block_hash for e in stored] == r.block_hashes
-        assert stored[0].parent_block_hash == hasher.root
+        assert stored[0].parent_block_hash is None  # a first block has no parent (vLLM: None)
+        assert hasher.root != r.block_hashes[0]
         assert stored[1].parent_block_hash == r.block_hashes[0]
     assert pagedkv.BlockHasher(seed=1).hash_tokens(toks) != pagedkv.BlockHasher(seed=2).hash_tokens(toks)
 
@@ -286,6 +287,20 @@ def test_events_stored_evicted_cleared():
     assert [e.kind for e in m.take_events()] == ["all_cleared"]
     assert m.num_cached_blocks == 0
     m.check_invariants()
+
+
+def test_eviction_policies_are_selectable():
+    assert pagedkv.eviction_policies() == ["lru", "lfu", "s3fifo", "length-aware"]
+    for name in pagedkv.eviction_policies():
+        m = pagedkv.KVCacheManager(num_blocks=8, eviction_policy=name)
+        assert m.eviction_policy == name
+        for i in range(3):  # more content than fits: evictions under every policy
+            r = pagedkv.Request(i, list(range(i * 1000, i * 1000 + 64)))
+            admit(m, r)
+            m.free(r)
+        m.check_invariants()
+    with pytest.raises(pagedkv.ConfigError, match="unknown eviction policy 'mru'"):
+        pagedkv.KVCacheManager(num_blocks=8, eviction_policy="mru")
 
 
 # ---- other KV-cache groups -------------------------------------------------------------------------
