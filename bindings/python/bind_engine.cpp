@@ -19,6 +19,7 @@
 
 #include "pagedkv/core/error.h"
 #include "pagedkv/engine/llm_engine.h"
+#include "pagedkv/kernels/thread_pool.h"
 #include "pagedkv/memory/byte_size.h"
 #include "pagedkv/model/llama2c_checkpoint.h"
 #include "pagedkv/model/tokenizer.h"
@@ -489,6 +490,10 @@ void bind_llm(py::module_& m) {
 }  // namespace
 
 void register_engine(py::module_& m) {
+  m.def("set_num_threads", &set_kernel_threads, py::arg("n"),
+        "Threads each kernel call (matmuls, attention) uses; n >= 1. On a machine shared with other busy "
+        "processes, 1 avoids OpenMP barriers that each cost a scheduler time slice.");
+  m.def("get_num_threads", &kernel_threads, "PAGEDKV_NUM_THREADS if set, else the online CPUs, unless set_num_threads() said otherwise.");
   bind_outputs(m);
   bind_llm(m);
 }

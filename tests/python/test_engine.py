@@ -27,6 +27,9 @@ def models(request):
 
 @pytest.fixture(scope="module")
 def llm(models):
+    # One kernel thread: on a shared 2-core machine OpenMP barriers cost a time slice each (the
+    # multi-threaded kernels have their own tests).
+    pagedkv.set_num_threads(1)
     return pagedkv.LLM(model=str(models / "stories260K.bin"), tokenizer=str(models / "tok512.bin"),
                        check_invariants=True)
 
