@@ -60,24 +60,31 @@ def timer_overhead_ns(samples: int = 200_000) -> float:
 
 
 def measure(workload: kp.PeerWorkload, algorithm: str, runs: int) -> dict:
-    per_run = {name: [] for name, _ in CATEGORIES}
-    per_run["prefill_chunk"] = []
-    whole = []
-    counters = None
+    """Per category: the mean and the median time per operation of each run (medians over runs);
+    the whole replay in wall-clock and in CPU seconds of this process (an untimed run)."""
+    means = {c: [] for c in kp.Timings.CATEGORIES}
+    medians = {c: [] for c in kp.Timings.CATEGORIES}
+    whole, whole_cpu = [], []
+    counters = timings = None
     for _ in range(runs):
         timings = kp.Timings()
         counters = kp.replay(workload, kp.SCENARIOS["A"], hash_algorithm=algorithm, timings=timings)
-        for name in per_run:
-            per_run[name].append(timings.mean_us(name))
-        t0 = time.perf_counter()
+        for c in kp.Timings.CATEGORIES:
+            means[c].append(timings.mean_us(c))
+            medians[c].append(timings.median_us(c))
+        t0, c0 = time.perf_counter(), time.process_time()
         untimed = kp.replay(workload, kp.SCENARIOS["A"], hash_algorithm=algorithm)
         whole.append(time.perf_counter() - t0)
+        whole_cpu.append(time.process_time() - c0)
         assert untimed == counters, "timed and untimed replays disagree"
-    result = {name: statistics.median(v) for name, v in per_run.items()}
-    result["whole_s"] = statistics.median(whole)
-    result["ops"] = {"admit": timings.admit_ops, "decode": timings.decode_ops, "free": timings.free_ops,
-                     "hash": timings.hash_ops, "prefill_chunk": timings.prefill_chunk_ops}
-    return {"timings": result, "counters": counters}
+    return {
+        "counters": counters,
+        "mean_us": {c: statistics.median(v) for c, v in means.items()},
+        "median_us": {c: statistics.median(v) for c, v in medians.items()},
+        "whole_s": statistics.median(whole),
+        "whole_cpu_s": statistics.median(whole_cpu),
+        "ops": {c: timings.ops(c) for c in kp.Timings.CATEGORIES},
+    }
 
 
 def print_counters(counters: kp.Counters) -> bool:
@@ -94,27 +101,29 @@ def print_counters(counters: kp.Counters) -> bool:
 
 
 def print_timings(results: dict, overhead_ns: float) -> None:
-    print(f"\nPer operation, scenario A (mean per op, median of runs; each op includes one "
-          f"perf_counter_ns bracket, {overhead_ns:.0f} ns here):")
-    header = f"  {'operation':<36}"
-    for peer in ("vllm_sha256", "vllm_xxhash"):
-        header += f" {'pagedkv ' + OURS_FOR[peer]:>18} {peer.replace('_', ' '):>13} {'ratio':>7}"
-    print(header + f" {'nano-vllm':>10}")
-    rows = CATEGORIES + [("whole_s", "whole replay")]
-    for key, label in rows:
-        line = f"  {label:<36}"
+    print(f"\nPer operation, scenario A: mean and median per op in µs (medians over runs); each op "
+          f"includes one perf_counter_ns bracket ({overhead_ns:.0f} ns here)")
+    print(f"  {'operation':<36} {'hash':<9} {'ops':>8} {'mean':>9} {'median':>9} {'vLLM':>9} "
+          f"{'vLLM/mean':>10} {'nano-vllm':>10}")
+    for key, label in CATEGORIES:
         for peer in ("vllm_sha256", "vllm_xxhash"):
-            ours = results[OURS_FOR[peer]]["timings"][key]
+            r = results[OURS_FOR[peer]]
             theirs = PEERS_US[peer][key]
-            unit = "s" if key == "whole_s" else "us"
-            line += f" {ours:>15.3f} {unit:<2} {theirs:>10.2f} {unit:<2} {theirs / ours:>6.1f}x"
-        nano = PEERS_US["nano_vllm"][key]
-        line += f" {nano if nano is not None else '(in admit)':>10}"
-        print(line)
-    xx = results["xxh3_128"]["timings"]
-    print(f"  {'(prefill-chunk allocate_slots)':<36} {xx['prefill_chunk']:>15.3f} us")
-    print("  ratio = the peer's time / pagedkv's; the peers' times were measured on another machine "
-          "(README), so ratios carry that machine difference (up to 2x).")
+            nano = PEERS_US["nano_vllm"][key]
+            print(f"  {label:<36} {OURS_FOR[peer]:<9} {r['ops'][key]:>8,} {r['mean_us'][key]:>9.3f} "
+                  f"{r['median_us'][key]:>9.3f} {theirs:>9.2f} {theirs / r['mean_us'][key]:>9.1f}x "
+                  f"{nano if nano is not None else '(admit)':>10}")
+    for peer in ("vllm_sha256", "vllm_xxhash"):
+        r = results[OURS_FOR[peer]]
+        theirs = PEERS_US[peer]["whole_s"]
+        print(f"  {'whole replay (s; CPU s ' + format(r['whole_cpu_s'], '.3f') + ')':<36} {OURS_FOR[peer]:<9} "
+              f"{'':>8} {r['whole_s']:>9.3f} {'':>9} {theirs:>9.2f} {theirs / r['whole_s']:>9.1f}x "
+              f"{PEERS_US['nano_vllm']['whole_s']:>10}")
+    xx = results["xxh3_128"]
+    print(f"  {'prefill-chunk allocate_slots':<36} {'xxh3_128':<9} {xx['ops']['prefill_chunk']:>8,} "
+          f"{xx['mean_us']['prefill_chunk']:>9.3f} {xx['median_us']['prefill_chunk']:>9.3f}")
+    print("  vLLM/mean: the peer's time over pagedkv's mean. The peers ran on another machine (README: "
+          "2-core AMD EPYC, CPython 3.11); absolute times there and here drift by up to 2x.")
 
 
 def main() -> int:
@@ -137,7 +146,7 @@ def main() -> int:
             "python": platform.python_version(), "machine": platform.processor() or platform.machine(),
             "timer_overhead_ns": overhead, "counters_match": counters_ok,
             "counters": dataclasses.asdict(results["xxh3_128"]["counters"]),
-            "timings_us": {alg: r["timings"] for alg, r in results.items()},
+            "timings": {alg: {k: v for k, v in r.items() if k != "counters"} for alg, r in results.items()},
             "peers_us": PEERS_US,
         }, indent=1))
         return 0 if counters_ok else 1

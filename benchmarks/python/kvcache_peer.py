@@ -161,23 +161,24 @@ REFERENCE_COUNTERS_A = Counters(
     lookup_hits=1_028_096, lookup_queries=2_626_982, peak_running=64, free_blocks_at_end=4095)
 
 
-@dataclasses.dataclass
 class Timings:
-    """Nanoseconds spent per operation category, and how many operations."""
-    admit_ns: int = 0
-    admit_ops: int = 0
-    decode_ns: int = 0
-    decode_ops: int = 0
-    prefill_chunk_ns: int = 0
-    prefill_chunk_ops: int = 0
-    free_ns: int = 0
-    free_ops: int = 0
-    hash_ns: int = 0
-    hash_ops: int = 0
+    """Wall-clock nanoseconds of every timed operation, per category."""
+
+    CATEGORIES = ("admit", "decode", "prefill_chunk", "free", "hash")
+
+    def __init__(self):
+        self.samples: dict[str, list[int]] = {c: [] for c in self.CATEGORIES}
+
+    def ops(self, category: str) -> int:
+        return len(self.samples[category])
 
     def mean_us(self, category: str) -> float:
-        ops = getattr(self, f"{category}_ops")
-        return getattr(self, f"{category}_ns") / ops / 1e3 if ops else float("nan")
+        s = self.samples[category]
+        return sum(s) / len(s) / 1e3 if s else float("nan")
+
+    def median_us(self, category: str) -> float:
+        s = sorted(self.samples[category])
+        return s[len(s) // 2] / 1e3 if s else float("nan")
 
 
 class _Live:
@@ -204,6 +205,9 @@ def replay(workload: PeerWorkload, scenario: Scenario = SCENARIOS["A"], *, hash_
                                      hash_algorithm=hash_algorithm)
     now = time.perf_counter_ns
     timed = timings is not None
+    if timed:
+        hash_samples, admit_samples, free_samples = (timings.samples[k] for k in ("hash", "admit", "free"))
+        decode_samples, chunk_samples = timings.samples["decode"], timings.samples["prefill_chunk"]
     c = Counters()
 
     # vLLM hashes a request's full blocks when the request is created.
@@ -213,8 +217,7 @@ def replay(workload: PeerWorkload, scenario: Scenario = SCENARIOS["A"], *, hash_
         if timed:
             t0 = now()
             manager.hash_request(req)
-            timings.hash_ns += now() - t0
-            timings.hash_ops += 1
+            hash_samples.append(now() - t0)
         else:
             manager.hash_request(req)
         waiting.append(_Live(req, i))
@@ -241,13 +244,7 @@ def replay(workload: PeerWorkload, scenario: Scenario = SCENARIOS["A"], *, hash_
                 if timed:
                     t0 = now()
                     new_blocks = allocate_slots(req, n)
-                    elapsed = now() - t0
-                    if is_decode:
-                        timings.decode_ns += elapsed
-                        timings.decode_ops += 1
-                    else:
-                        timings.prefill_chunk_ns += elapsed
-                        timings.prefill_chunk_ops += 1
+                    (decode_samples if is_decode else chunk_samples).append(now() - t0)
                 else:
                     new_blocks = allocate_slots(req, n)
                 if is_decode:
@@ -260,8 +257,7 @@ def replay(workload: PeerWorkload, scenario: Scenario = SCENARIOS["A"], *, hash_
                 if timed:
                     t0 = now()
                     free(victim.req)
-                    timings.free_ns += now() - t0
-                    timings.free_ops += 1
+                    free_samples.append(now() - t0)
                 else:
                     free(victim.req)
                 victim.req.num_computed_tokens = 0
@@ -290,8 +286,7 @@ def replay(workload: PeerWorkload, scenario: Scenario = SCENARIOS["A"], *, hash_
                             <= manager.num_free_blocks
                             and allocate_slots(req, n, hit, computed_blocks) is not None)
                 if timed and admitted:
-                    timings.admit_ns += now() - t0
-                    timings.admit_ops += 1
+                    admit_samples.append(now() - t0)
                 if not admitted:
                     c.admissions_failed += 1
                     break
@@ -320,8 +315,7 @@ def replay(workload: PeerWorkload, scenario: Scenario = SCENARIOS["A"], *, hash_
                     if timed:
                         t0 = now()
                         free(req)
-                        timings.free_ns += now() - t0
-                        timings.free_ops += 1
+                        free_samples.append(now() - t0)
                     else:
                         free(req)
                     live.num_outputs = -1  # marks it for removal below

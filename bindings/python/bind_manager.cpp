@@ -299,23 +299,6 @@ void bind_kv_cache_manager(py::module_& m) {
            "keywords.\n"
            "eviction_policy: which cached free block is reused first: 'lru' (vLLM's order), 'lfu', "
            "'s3fifo' or 'length-aware' (pagedkv.eviction_policies()). Raises ConfigError naming the bad value.")
-      .def("get_computed_blocks",
-           [](M& self, Request& request) {
-             ComputedBlocks c = self.manager.get_computed_blocks(request);
-             const int hit = c.num_computed_tokens;
-             return py::make_tuple(py::cast(std::move(c)), hit);
-           },
-           py::arg("request"),
-           "Prefix lookup: (KVCacheBlocks, num_computed_tokens), the longest run of cached full blocks "
-           "from the start of the request (at most num_tokens - 1 tokens). Touches nothing; counts the "
-           "lookup in prefix_cache_stats.")
-      .def("get_num_blocks_to_allocate",
-           [](const M& self, const Request& request, int num_tokens, const ComputedBlocks* new_computed_blocks) {
-             return self.manager.get_num_blocks_to_allocate(request, num_tokens, new_computed_blocks);
-           },
-           py::arg("request"), py::arg("num_tokens"), py::arg("new_computed_blocks") = py::none(),
-           "Blocks allocate_slots would take from the free queue for the request to hold num_tokens "
-           "slots after taking new_computed_blocks (cached free hits and copy-on-write copies included).")
       .def("can_allocate", [](M& self, Request& request) { return self.manager.can_allocate(request); },
            py::arg("request"), "v0 admission check with the watermark: AllocStatus.OK, LATER or NEVER.")
       .def("fork", [](M& self, const Request& parent, const Request& child) { self.manager.fork(parent, child); },
@@ -349,9 +332,6 @@ void bind_kv_cache_manager(py::module_& m) {
            "do it lazily otherwise). Long runs are hashed with the GIL released.")
       .def("reset_prefix_cache", [](M& self) { return self.manager.reset_prefix_cache(); },
            "Drops every cached entry not in use; truthy when the cache is now empty.")
-      .def_property_readonly("usage", [](const M& self) { return self.manager.usage(); },
-                             "Fraction of usable blocks not free.")
-      .def_property_readonly("num_free_blocks", [](const M& self) { return self.manager.num_free_blocks(); })
       .def_property_readonly("num_cached_blocks", [](const M& self) { return self.manager.pool().num_cached_blocks(); })
       .def_property_readonly("prefix_cache_stats", [](const M& self) { return self.manager.prefix_cache_stats(); })
       .def_property_readonly("pool_stats", [](const M& self) { return self.manager.pool().stats(); },
@@ -476,7 +456,74 @@ PyObject* fast_free(PyObject* self, PyObject* arg) {
   }
 }
 
+PyObject* fast_get_computed_blocks(PyObject* self, PyObject* arg) {
+  auto* self_ = unwrap<PyKVCacheManager>(self, g_manager_type, "self");
+  auto* request = self_ ? unwrap<Request>(arg, g_request_type, "get_computed_blocks(): request") : nullptr;
+  if (!request) return nullptr;
+  try {
+    ComputedBlocks c = self_->manager.get_computed_blocks(*request);
+    const int hit = c.num_computed_tokens;
+    py::object blocks = py::cast(std::move(c));
+    PyObject* out = PyTuple_New(2);
+    if (!out) return nullptr;
+    PyTuple_SET_ITEM(out, 0, blocks.release().ptr());
+    PyTuple_SET_ITEM(out, 1, PyLong_FromLong(hit));
+    return out;
+  } catch (...) {
+    set_python_error_from_current_exception();
+    return nullptr;
+  }
+}
+
+PyObject* fast_get_num_blocks_to_allocate(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const char* const kNames[] = {"request", "num_tokens", "new_computed_blocks"};
+  constexpr const char* fn = "get_num_blocks_to_allocate";
+  PyObject* a[3];
+  if (!parse_fastcall(fn, args, nargs, kwnames, kNames, 3, 2, a)) return nullptr;
+  auto* self_ = unwrap<PyKVCacheManager>(self, g_manager_type, "self");
+  auto* request = self_ ? unwrap<Request>(a[0], g_request_type, "get_num_blocks_to_allocate(): request") : nullptr;
+  if (!request) return nullptr;
+  int num_tokens = 0;
+  if (!arg_to_int(a[1], fn, kNames[1], 0, std::numeric_limits<int>::max(), &num_tokens)) return nullptr;
+  const ComputedBlocks* computed = nullptr;
+  if (a[2] && a[2] != Py_None) {
+    computed = unwrap<ComputedBlocks>(a[2], g_computed_blocks_type, "get_num_blocks_to_allocate(): new_computed_blocks");
+    if (!computed) return nullptr;
+  }
+  try {
+    return PyLong_FromLong(self_->manager.get_num_blocks_to_allocate(*request, num_tokens, computed));
+  } catch (...) {
+    set_python_error_from_current_exception();
+    return nullptr;
+  }
+}
+
+PyObject* get_num_free_blocks(PyObject* self, void*) {
+  auto* self_ = unwrap<PyKVCacheManager>(self, g_manager_type, "self");
+  return self_ ? PyLong_FromLong(self_->manager.num_free_blocks()) : nullptr;
+}
+PyObject* get_usage(PyObject* self, void*) {
+  auto* self_ = unwrap<PyKVCacheManager>(self, g_manager_type, "self");
+  return self_ ? PyFloat_FromDouble(self_->manager.usage()) : nullptr;
+}
+
+PyGetSetDef g_manager_getsets[] = {
+    {"num_free_blocks", &get_num_free_blocks, nullptr, "Blocks in the free queue (cached ones included).", nullptr},
+    {"usage", &get_usage, nullptr, "Fraction of usable blocks not free (vLLM's usage).", nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr}};
+
 PyMethodDef g_manager_methods[] = {
+    {"get_computed_blocks", &fast_get_computed_blocks, METH_O,
+     "get_computed_blocks($self, request)\n--\n\n"
+     "Prefix lookup: (KVCacheBlocks, num_computed_tokens), the longest run of cached full blocks\n"
+     "from the start of the request (at most num_tokens - 1 tokens). Touches nothing; counts the\n"
+     "lookup in prefix_cache_stats (apart when request.num_preemptions > 0, as vLLM does)."},
+    {"get_num_blocks_to_allocate",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fast_get_num_blocks_to_allocate)),
+     METH_FASTCALL | METH_KEYWORDS,
+     "get_num_blocks_to_allocate($self, request, num_tokens, new_computed_blocks=None)\n--\n\n"
+     "Blocks allocate_slots would take from the free queue for the request to hold num_tokens\n"
+     "slots after taking new_computed_blocks (cached free hits and copy-on-write copies included)."},
     {"allocate_slots", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fast_allocate_slots)),
      METH_FASTCALL | METH_KEYWORDS,
      "allocate_slots($self, request, num_new_tokens, num_new_computed_tokens=0, new_computed_blocks=None, "
@@ -577,6 +624,7 @@ void install_fast_paths(const py::handle& request_cls, const py::handle& compute
   for (PyGetSetDef* d = g_request_getsets; d->name; ++d) add_getset(request_cls, d);
   for (PyMethodDef* d = g_request_methods; d->ml_name; ++d) add_method(request_cls, d);
   for (PyMethodDef* d = g_manager_methods; d->ml_name; ++d) add_method(manager_cls, d);
+  for (PyGetSetDef* d = g_manager_getsets; d->name; ++d) add_getset(manager_cls, d);
 }
 
 }  // namespace
