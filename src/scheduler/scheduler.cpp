@@ -86,8 +86,15 @@ void Scheduler::finish(SchedulerRequest* r, FinishReason reason) {
     remove_running(r);
   } else if (r->status == RequestStatus::kWaiting) {
     waiting_.erase(std::find(waiting_.begin(), waiting_.end(), r));
+    if (tiers_) tiers_->cancel_prefix(r->kv.id);
   } else if (r->status == RequestStatus::kSwapped) {
-    swap_.free(r->host_blocks);
+    if (tiers_) {
+      tiers_->drop_swap(r->kv.id);  // waits for loads still writing into its device blocks
+      if (r->swap_in_pending) manager_.free(r->kv);
+      r->swap_in_pending = false;
+    } else {
+      swap_.free(r->host_blocks);
+    }
     r->host_blocks.clear();
     swapped_.erase(std::find(swapped_.begin(), swapped_.end(), r));
   }
@@ -125,14 +132,20 @@ void Scheduler::preempt(SchedulerRequest* victim, SchedulerOutput& out) {
   const auto blocks = manager_.get_block_ids(victim->kv);
   const int needed = cdiv(computed, manager_.block_size());
   bool swap = false;
-  if (config_.preemption_mode != PreemptionMode::kRecompute && computed > 0 && needed <= swap_.num_free() &&
-      manager_.num_groups() == 1)
-    swap = config_.preemption_mode == PreemptionMode::kSwap || computed >= config_.swap_threshold_tokens;
+  if (config_.preemption_mode != PreemptionMode::kRecompute && computed > 0 && manager_.num_groups() == 1 &&
+      (config_.preemption_mode == PreemptionMode::kSwap || computed >= config_.swap_threshold_tokens)) {
+    if (tiers_) {
+      // Device -> host (-> disk when the host tier is full); the tiers copy before the next forward.
+      swap = tiers_->swap_out(victim->kv.id, blocks.subspan(0, static_cast<size_t>(needed)));
+    } else if (needed <= swap_.num_free()) {
+      swap = true;
+      victim->host_blocks.clear();
+      swap_.allocate(needed, victim->host_blocks);
+      for (int i = 0; i < needed; ++i)
+        out.swap_out.emplace_back(blocks[static_cast<size_t>(i)], victim->host_blocks[static_cast<size_t>(i)]);
+    }
+  }
   if (swap) {
-    victim->host_blocks.clear();
-    swap_.allocate(needed, victim->host_blocks);
-    for (int i = 0; i < needed; ++i)
-      out.swap_out.emplace_back(blocks[static_cast<size_t>(i)], victim->host_blocks[static_cast<size_t>(i)]);
     victim->swapped_tokens = computed;
     stats_.blocks_swapped_out += static_cast<uint64_t>(needed);
     ++stats_.preemptions_swap;
@@ -154,7 +167,51 @@ void Scheduler::preempt(SchedulerRequest* victim, SchedulerOutput& out) {
   }
 }
 
+bool Scheduler::try_resume_swapped_from_tiers(SchedulerRequest* r, SchedulerOutput& out) {
+  using SwapInState = TieredKVCache::SwapInState;
+  SwapInState state = SwapInState::kDone;
+  if (r->swap_in_pending) {
+    state = tiers_->poll_swap_in(r->kv.id);
+  } else {
+    // As below: blocks still in the prefix cache need no copy; the rest load from the tiers.
+    manager_.get_computed_blocks(r->kv, hits_);
+    const int hit = hits_.num_computed_tokens;
+    if (hit >= r->swapped_tokens) {
+      if (!manager_.allocate_slots(r->kv, 1, hit, &hits_)) return false;
+      tiers_->drop_swap(r->kv.id);
+      r->kv.num_computed_tokens = hit;
+    } else {
+      if (!manager_.allocate_slots(r->kv, r->swapped_tokens - hit, hit, &hits_)) return false;
+      const auto blocks = manager_.get_block_ids(r->kv);
+      const int first = hit / manager_.block_size();
+      const int swapped_blocks = cdiv(r->swapped_tokens, manager_.block_size());
+      stats_.blocks_swapped_in += static_cast<uint64_t>(swapped_blocks - first);
+      r->kv.num_computed_tokens = r->swapped_tokens;
+      r->swap_in_pending = true;
+      state = tiers_->start_swap_in(r->kv.id, first,
+                                    blocks.subspan(static_cast<size_t>(first), static_cast<size_t>(swapped_blocks - first)));
+    }
+  }
+  if (state == SwapInState::kLoading) return false;  // disk loads in flight: it stays first in line
+  r->swap_in_pending = false;
+  r->swapped_tokens = 0;
+  if (state == SwapInState::kFailed) {
+    // A swapped block failed verification: recompute rather than run on damaged KV.
+    manager_.free(r->kv);
+    r->kv.num_computed_tokens = 0;
+    ++stats_.preemptions_recompute;
+    enqueue_waiting(r);
+    return true;
+  }
+  r->status = RequestStatus::kRunning;
+  r->admit_seq = next_admit_seq_++;
+  running_.push_back(r);
+  out.rewritten_tables.push_back(r->kv.id);
+  return true;
+}
+
 bool Scheduler::try_resume_swapped(SchedulerRequest* r, SchedulerOutput& out) {
+  if (tiers_) return try_resume_swapped_from_tiers(r, out);
   // Blocks whose content is still in the prefix cache need no copy; the rest come from host.
   manager_.get_computed_blocks(r->kv, hits_);
   const int hit = hits_.num_computed_tokens;
@@ -237,10 +294,15 @@ SchedulerOutput Scheduler::schedule() {
       admitting_ = true;
     }
     const bool may_admit = (admitting_ || running_.empty()) && swapped_.empty();
-    while (may_admit && !waiting_.empty() && budget > 0 && static_cast<int>(running_.size()) < config_.max_num_seqs) {
-      SchedulerRequest* r = waiting_.front();
+    size_t next = 0;  // waiting requests whose prefix is still loading from the tiers are skipped
+    while (may_admit && next < waiting_.size() && budget > 0 && static_cast<int>(running_.size()) < config_.max_num_seqs) {
+      SchedulerRequest* r = waiting_[next];
       if (manager_.can_allocate(r->kv) == AllocStatus::kNever) {
         finish(r, FinishReason::kRejected);  // larger than the whole cache: it can never run
+        continue;
+      }
+      if (tiers_ && tiers_->prepare_prefix(r->kv) == TieredKVCache::PrefixState::kLoading) {
+        ++next;
         continue;
       }
       manager_.get_computed_blocks(r->kv, hits_);
@@ -250,9 +312,13 @@ SchedulerOutput Scheduler::schedule() {
       // preemptions later.
       if (manager_.get_num_blocks_to_allocate(r->kv, r->kv.num_tokens(), &hits_) > manager_.num_free_blocks()) break;
       if (!manager_.allocate_slots(r->kv, n, hit, &hits_)) break;
-      waiting_.pop_front();
+      waiting_.erase(waiting_.begin() + static_cast<ptrdiff_t>(next));
       r->kv.num_computed_tokens = hit;
-      if (r->prefix_hit_tokens < 0) r->prefix_hit_tokens = hit;
+      const TierHitTokens by_tier = tiers_ ? tiers_->take_hit_tokens(r->kv, hit) : TierHitTokens{hit, 0, 0};
+      if (r->prefix_hit_tokens < 0) {
+        r->prefix_hit_tokens = hit;
+        r->hit_tokens_by_tier = by_tier;
+      }
       r->status = RequestStatus::kRunning;
       r->admit_seq = next_admit_seq_++;
       running_.push_back(r);

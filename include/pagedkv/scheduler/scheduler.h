@@ -19,6 +19,7 @@
 #include "pagedkv/scheduler/scheduler_config.h"
 #include "pagedkv/scheduler/scheduler_request.h"
 #include "pagedkv/scheduler/swap_space.h"
+#include "pagedkv/tiers/tiered_kv_cache.h"
 
 namespace pagedkv {
 
@@ -75,6 +76,11 @@ class Scheduler {
   // Returns the requests that finished (including aborted/rejected since the last call).
   std::vector<SchedulerRequest*> update(const SchedulerOutput& output, const std::vector<SampledTokens>& sampled);
 
+  // KV tiers below the device (may be null). With tiers, waiting requests' prefixes continue into
+  // the host and disk tiers (a request whose blocks are still loading waits while others are
+  // admitted), and swap preemption goes through the tiers instead of the SwapSpace.
+  void set_tiers(TieredKVCache* tiers) { tiers_ = tiers; }
+
   // Finished requests are kept until released (the engine reads their outputs first).
   void release_finished(RequestId id);
 
@@ -94,6 +100,7 @@ class Scheduler {
   SchedulerRequest* pick_victim();
   void preempt(SchedulerRequest* victim, SchedulerOutput& out);
   bool try_resume_swapped(SchedulerRequest* r, SchedulerOutput& out);
+  bool try_resume_swapped_from_tiers(SchedulerRequest* r, SchedulerOutput& out);
   void finish(SchedulerRequest* r, FinishReason reason);
   bool check_stop(SchedulerRequest* r, TokenId token);
   void remove_running(SchedulerRequest* r);
@@ -110,6 +117,7 @@ class Scheduler {
   uint64_t next_admit_seq_ = 0;
   uint64_t next_child_id_ = 1ull << 62;
   bool admitting_ = true;
+  TieredKVCache* tiers_ = nullptr;
   ComputedBlocks hits_;
   SchedulerStats stats_;
 };

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "pagedkv/manager/request.h"
+#include "pagedkv/tiers/tier_types.h"
 
 namespace pagedkv {
 
@@ -37,9 +38,11 @@ struct SchedulerRequest {
   // Swap state: host copies of the first ceil(swapped_tokens / block_size) blocks.
   std::vector<BlockId> host_blocks;
   int swapped_tokens = 0;
+  bool swap_in_pending = false;  // KV tiers: its swapped blocks are loading into its device blocks
   // Accounting.
   int num_preemptions = 0;
   int prefix_hit_tokens = -1;  // at first admission; -1 until admitted
+  TierHitTokens hit_tokens_by_tier;  // the same tokens by the tier they came from
   bool stopped_on_stop_token = false;
 
   int num_output_tokens() const { return kv.num_tokens() - kv.num_prompt_tokens; }
