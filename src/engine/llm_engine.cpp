@@ -1,6 +1,8 @@
 #include "pagedkv/engine/llm_engine.h"
 
 #include <fmt/format.h>
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 #include <algorithm>
 
@@ -57,10 +59,56 @@ LLMEngine::LLMEngine(const Model& model, EngineConfig config)
       scheduler_(config_.scheduler, manager_, swap_blocks_),
       arena_(model.config().kv_cache_spec(config_.block_size, config_.kv_dtype), model.config().n_layers, num_blocks_),
       block_table_(config_.scheduler.max_num_seqs * 4, (max_model_len_ + config_.block_size - 1) / config_.block_size) {
-  if (swap_blocks_ > 0)
+  if (config_.tiers.enabled()) {
+    // The tiers take over swap: the swap space becomes part of the host tier.
+    tiers_ = std::make_unique<TieredKVCache>(config_.tiers, manager_, arena_, model_weights_digest(model),
+                                             config_.swap_space_bytes);
+    scheduler_.set_tiers(tiers_.get());
+  } else if (swap_blocks_ > 0) {
     host_arena_.emplace(model.config().kv_cache_spec(config_.block_size, config_.kv_dtype), model.config().n_layers,
                         swap_blocks_);
+  }
   for (int r = block_table_.max_requests() - 1; r >= 0; --r) free_rows_.push_back(r);
+}
+
+LLMEngine::~LLMEngine() {
+  if (!tiers_) return;
+  try {
+    tiers_->shutdown();
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "pagedkv: writing the KV tiers down at shutdown failed: {}\n", e.what());
+  }
+}
+
+uint64_t model_weights_digest(const Model& model) {
+  const ModelConfig& c = model.config();
+  const ModelWeights& w = model.weights();
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  const int32_t shape[] = {c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, c.seq_len,
+                           c.shared_classifier ? 1 : 0};
+  XXH3_64bits_update(state, shape, sizeof(shape));
+  const size_t L = static_cast<size_t>(c.n_layers), dim = static_cast<size_t>(c.dim),
+               kv = static_cast<size_t>(c.kv_dim()), hidden = static_cast<size_t>(c.hidden_dim),
+               vocab = static_cast<size_t>(c.vocab_size);
+  auto add = [&](const float* p, size_t n) {
+    if (p != nullptr) XXH3_64bits_update(state, p, n * sizeof(float));
+  };
+  add(w.token_embedding, vocab * dim);
+  add(w.rms_att, L * dim);
+  add(w.wq, L * dim * dim);
+  add(w.wk, L * kv * dim);
+  add(w.wv, L * kv * dim);
+  add(w.wo, L * dim * dim);
+  add(w.rms_ffn, L * dim);
+  add(w.w1, L * hidden * dim);
+  add(w.w2, L * dim * hidden);
+  add(w.w3, L * hidden * dim);
+  add(w.rms_final, dim);
+  if (!c.shared_classifier) add(w.wcls, vocab * dim);
+  const uint64_t digest = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  return digest;
 }
 
 std::string LLMEngine::describe() const {
@@ -75,7 +123,8 @@ std::string LLMEngine::describe() const {
       num_blocks_, config_.block_size, bpb, dtype_name(config_.kv_dtype),
       static_cast<double>(bpb) * num_blocks_ / (1 << 20), usable * config_.block_size, max_model_len_,
       tokens / max_model_len_, swap_blocks_, static_cast<double>(bpb) * swap_blocks_ / (1 << 20),
-      config_.enable_prefix_caching ? "on" : "off", preemption_mode_name(config_.scheduler.preemption_mode));
+      config_.enable_prefix_caching ? "on" : "off", preemption_mode_name(config_.scheduler.preemption_mode)) +
+         (tiers_ ? "\nKV tiers: " + tiers_->describe() : std::string());
 }
 
 RequestId LLMEngine::add_request(GenerationRequest g) {
@@ -136,6 +185,7 @@ RequestOutput LLMEngine::make_output(const SchedulerRequest& r, bool finished) c
   o.finished = finished;
   o.finish_reason = r.finish_reason;
   o.prefix_hit_tokens = std::max(0, r.prefix_hit_tokens);
+  o.hit_tokens_by_tier = r.hit_tokens_by_tier;
   o.num_preemptions = r.num_preemptions;
   auto t = timing_.find(r.kv.id);
   if (t != timing_.end() && t->second.has_first) {
@@ -149,6 +199,7 @@ RequestOutput LLMEngine::make_output(const SchedulerRequest& r, bool finished) c
 
 std::vector<RequestOutput> LLMEngine::step() {
   const auto t0 = Clock::now();
+  if (tiers_) tiers_->on_step_begin();  // finished transfers; write-through of last step's blocks
   SchedulerOutput out = scheduler_.schedule();
   ++stats_.steps;
 
@@ -165,6 +216,8 @@ std::vector<RequestOutput> LLMEngine::step() {
   }
   // Byte movements, in order: swap-outs read blocks that this step may hand to others.
   const auto c0 = Clock::now();
+  // Tier copies first: they read blocks that were evicted or swapped out in this schedule.
+  if (tiers_) tiers_->before_forward();
   if (!out.swap_out.empty()) copy_blocks_between(arena_, *host_arena_, out.swap_out);
   if (!out.swap_in.empty()) copy_blocks_between(*host_arena_, arena_, out.swap_in);
   if (!out.cow_copies.empty()) copy_blocks(arena_, out.cow_copies);
@@ -286,7 +339,7 @@ std::vector<RequestOutput> LLMEngine::step() {
   const int in_use = manager_.pool().num_usable_blocks() - manager_.num_free_blocks();
   stats_.blocks_in_use.push_back(in_use);
   stats_.peak_blocks_in_use = std::max(stats_.peak_blocks_in_use, in_use);
-  if (config_.check_invariants) manager_.check_invariants();
+  if (config_.check_invariants) check_invariants();
   return results;
 }
 

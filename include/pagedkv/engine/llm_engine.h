@@ -20,6 +20,7 @@
 #include "pagedkv/scheduler/scheduler.h"
 #include "pagedkv/storage/block_table.h"
 #include "pagedkv/storage/kv_arena.h"
+#include "pagedkv/tiers/tiered_kv_cache.h"
 
 namespace pagedkv {
 
@@ -34,6 +35,9 @@ struct EngineConfig {
   uint64_t hash_seed = 0;
   int max_model_len = 0;               // 0: the model's seq_len
   SchedulerConfig scheduler;
+  // Host and disk tiers below the KV arena (off unless host_cache_bytes or disk_cache_dir is set):
+  // offload of evicted prefixes, promotion on a lookup, swap preemption, warm restart.
+  TierConfig tiers;
   bool check_invariants = false;       // run the manager's checker after every step (tests)
 };
 
@@ -56,6 +60,7 @@ struct RequestOutput {
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
   int prefix_hit_tokens = 0;           // tokens served from the prefix cache at first admission
+  TierHitTokens hit_tokens_by_tier;    // the same, by the tier they were found in
   int num_preemptions = 0;
   double ttft_ms = -1;                 // arrival to first token
   double latency_ms = -1;              // arrival to finish
@@ -78,6 +83,10 @@ class LLMEngine {
  public:
   // `model` must outlive the engine. Throws ConfigError for impossible configurations.
   LLMEngine(const Model& model, EngineConfig config);
+  // With tiers: writes cached blocks down to the disk tier (warm restart) before releasing them.
+  ~LLMEngine();
+  LLMEngine(const LLMEngine&) = delete;
+  LLMEngine& operator=(const LLMEngine&) = delete;
 
   // Validates (token ids in the vocabulary, n >= 1, sampling params) and queues a request.
   RequestId add_request(GenerationRequest request);
@@ -101,7 +110,13 @@ class LLMEngine {
   std::string describe() const;
   // Owner of each block: -1 free, -2 cached-free, otherwise the number of holders (for the demo).
   std::vector<int> block_owners() const;
-  void check_invariants() const { manager_.check_invariants(); }
+  void check_invariants() const {
+    manager_.check_invariants();
+    if (tiers_) tiers_->check_invariants();
+  }
+  // The KV tiers below the arena, or null when none are configured.
+  const TieredKVCache* tiers() const { return tiers_.get(); }
+  TieredKVCache* tiers() { return tiers_.get(); }
 
  private:
   struct Timing {
@@ -131,6 +146,12 @@ class LLMEngine {
   std::vector<TokenId> tokens_;
   std::vector<int32_t> positions_, query_start_, context_lens_, batch_tables_, logits_rows_;
   std::vector<int64_t> slots_;
+  // Last: destroyed first, while the arena and the manager it copies from still exist.
+  std::unique_ptr<TieredKVCache> tiers_;
 };
+
+// A digest of a model's shape and weights: part of the disk tier's fingerprint, so blocks written
+// by another model (or another checkpoint at the same path) are never used.
+uint64_t model_weights_digest(const Model& model);
 
 }  // namespace pagedkv
