@@ -96,7 +96,9 @@ int run_generate(GenerateOptions o) {
       std::vector<TokenId> ids(s.prompt_ids.begin(), s.prompt_ids.begin() + std::min<size_t>(s.prompt_ids.size(), static_cast<size_t>(steps) + 1));
       if (o.json) {
         nlohmann::json j{{"prompt", s.prompt}, {"text", tok.render(ids)}, {"token_ids", ids}, {"finish_reason", "length"},
-                         {"prefix_hit_tokens", 0}, {"ttft_ms", nullptr}};
+                         {"prefix_hit_tokens", 0},
+                         {"hit_tokens_by_tier", {{"device", 0}, {"host", 0}, {"disk", 0}}},
+                         {"ttft_ms", nullptr}};
         fmt::print("{}\n", j.dump());
       } else {
         fmt::print("{}\n", tok.render(ids));
@@ -114,6 +116,10 @@ int run_generate(GenerateOptions o) {
                          {"token_ids", ids},
                          {"finish_reason", std::string(finish_reason_name(out.finish_reason))},
                          {"prefix_hit_tokens", out.prefix_hit_tokens},
+                         {"hit_tokens_by_tier",
+                          {{"device", out.hit_tokens_by_tier.device},
+                           {"host", out.hit_tokens_by_tier.host},
+                           {"disk", out.hit_tokens_by_tier.disk}}},
                          {"num_preemptions", out.num_preemptions},
                          {"ttft_ms", out.ttft_ms},
                          {"tpot_ms", out.tpot_ms}};

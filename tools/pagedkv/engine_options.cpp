@@ -22,6 +22,15 @@ void EngineOptions::add_to(CLI::App& app) {
   app.add_option("--max-num-seqs", max_num_seqs, "requests running at once")->capture_default_str();
   app.add_option("--max-num-batched-tokens", max_num_batched_tokens, "tokens per step")->capture_default_str();
   app.add_flag("--check", check, "run the invariant checker after every step");
+  app.add_option("--host-cache-bytes", host_cache_bytes,
+                 "host-memory tier for evicted prefix blocks, e.g. 64MiB (0: none)")->capture_default_str();
+  app.add_option("--disk-cache-dir", disk_cache_dir,
+                 "directory of the disk (SSD) tier: evicted prefixes, swap overflow, kept across runs");
+  app.add_option("--disk-cache-bytes", disk_cache_bytes, "capacity of the disk tier")->capture_default_str();
+  app.add_option("--offload-min-hits", offload_min_hits,
+                 "offload only evicted blocks with at least this many prefix hits")->capture_default_str();
+  app.add_flag("--disk-write-through", disk_write_through,
+               "write every computed block to the disk tier at once (default: at eviction and at exit)");
 }
 
 EngineConfig EngineOptions::to_config() const {
@@ -42,6 +51,11 @@ EngineConfig EngineOptions::to_config() const {
   c.scheduler.max_num_seqs = max_num_seqs;
   c.scheduler.max_num_batched_tokens = max_num_batched_tokens;
   c.check_invariants = check;
+  c.tiers.host_cache_bytes = parse_byte_size(host_cache_bytes);
+  c.tiers.disk_cache_dir = disk_cache_dir;
+  c.tiers.disk_cache_bytes = parse_byte_size(disk_cache_bytes);
+  c.tiers.offload_min_hits = offload_min_hits;
+  c.tiers.write_through = disk_write_through;
   return c;
 }
 

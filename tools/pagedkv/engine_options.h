@@ -21,6 +21,12 @@ struct EngineOptions {
   int max_num_seqs = 64;
   int max_num_batched_tokens = 2048;
   bool check = false;
+  // KV tiers (off unless one of the first two is set).
+  std::string host_cache_bytes = "0";
+  std::string disk_cache_dir;
+  std::string disk_cache_bytes = "1GiB";
+  unsigned offload_min_hits = 0;
+  bool disk_write_through = false;
 
   void add_to(CLI::App& app);
   EngineConfig to_config() const;  // throws ConfigError
