@@ -61,28 +61,24 @@ void BlockPool::touch(std::span<const BlockId> ids) {
 }
 
 void BlockPool::free_blocks(std::span<const BlockId> ordered) {
-  // Validate first so that a bad call changes nothing. A block listed twice must have at
-  // least two references; count duplicates only in that rare case.
+  // Drop the references first and undo them if any block was already free, so that a bad call
+  // changes nothing. (A block listed twice needs two references: the second drop catches it.)
   for (size_t i = 0; i < ordered.size(); ++i) {
-    BlockId id = ordered[i];
-    if (id.value <= 0 || id.value >= num_blocks()) {
-      if (id.value == 0) continue;  // releasing the null block is a no-op (sliding-window tables)
-      throw UsageError(fmt::format("free: block id {} out of range [1, {})", id.value, num_blocks()));
-    }
-    const KVCacheBlock& b = block(id);
-    if (b.ref_cnt <= 0)
+    const BlockId id = ordered[i];
+    if (id.value == 0) continue;  // releasing the null block is a no-op (sliding-window tables)
+    if (id.value < 0 || id.value >= num_blocks() || blocks_[static_cast<size_t>(id.value)].ref_cnt <= 0) {
+      for (size_t j = 0; j < i; ++j)
+        if (ordered[j].value != 0) ++blocks_[static_cast<size_t>(ordered[j].value)].ref_cnt;
+      if (id.value < 0 || id.value >= num_blocks())
+        throw UsageError(fmt::format("free: block id {} out of range [1, {})", id.value, num_blocks()));
       throw UsageError(fmt::format("double free: block {} is already free", id.value));
-    if (b.ref_cnt < static_cast<int32_t>(ordered.size())) {
-      auto times = std::count(ordered.begin(), ordered.end(), id);
-      if (times > b.ref_cnt)
-        throw UsageError(fmt::format("double free: block {} released {} times but has {} references",
-                                     id.value, times, b.ref_cnt));
     }
+    --blocks_[static_cast<size_t>(id.value)].ref_cnt;
   }
+  // Blocks that reached zero join the free set in the order given.
   for (BlockId id : ordered) {
-    if (id.value == 0) continue;
-    KVCacheBlock& b = mut(id);
-    if (--b.ref_cnt == 0) push_free(b);
+    KVCacheBlock& b = blocks_[static_cast<size_t>(id.value)];
+    if (b.ref_cnt == 0 && !b.in_free_queue && !b.is_null) push_free(b);
   }
 }
 

@@ -48,9 +48,11 @@ KVCacheManager::KVCacheManager(KVCacheManagerConfig config)
       block_size_(0),
       max_model_len_(0),
       watermark_blocks_(0),
+      num_groups_(0),
       pool_(pool_options(config_)),
       hasher_(make_hasher(config_)) {
   block_size_ = config_.cache.block_size();
+  num_groups_ = static_cast<int>(config_.cache.groups.size());
   const int usable_tokens = (config_.cache.num_blocks - 1) * block_size_;
   max_model_len_ = config_.max_model_len > 0 ? config_.max_model_len : usable_tokens;
   if (config_.max_model_len < 0)
@@ -166,7 +168,7 @@ int KVCacheManager::blocks_needed(int g, const Request& request, const RequestBl
     const KVCacheBlock& blk = pool_.block(b);
     if (!blk.is_null && blk.ref_cnt == 0) ++n;  // touching it takes it out of the free set
   }
-  if (state) {  // copy-on-write: every shared block that will be written needs a private copy
+  if (state && state->may_share_writable) {  // copy-on-write: a shared block to be written needs a private copy
     for (int i = num_computed_tokens / block_size_; i < held; ++i) {
       const KVCacheBlock& blk = pool_.block(state->blocks[gi][static_cast<size_t>(i)]);
       if (!blk.is_null && blk.ref_cnt > 1) ++n;
@@ -178,7 +180,11 @@ int KVCacheManager::blocks_needed(int g, const Request& request, const RequestBl
 int KVCacheManager::get_num_blocks_to_allocate(const Request& request, int num_tokens,
                                                const ComputedBlocks* new_computed_blocks) const {
   auto it = requests_.find(request.id);
-  const RequestBlocks* state = it == requests_.end() ? nullptr : &it->second;
+  return blocks_to_allocate(request, it == requests_.end() ? nullptr : &it->second, num_tokens, new_computed_blocks);
+}
+
+int KVCacheManager::blocks_to_allocate(const Request& request, const RequestBlocks* state, int num_tokens,
+                                       const ComputedBlocks* new_computed_blocks) const {
   const int num_computed = request.num_computed_tokens + (new_computed_blocks ? new_computed_blocks->num_computed_tokens : 0);
   int total = 0;
   for (int g = 0; g < num_groups(); ++g) {
@@ -265,7 +271,7 @@ std::optional<NewBlocks> KVCacheManager::allocate_slots(Request& request, int nu
 
   const int num_computed = request.num_computed_tokens + num_new_computed_tokens;
   const int num_tokens_need_slot = std::min(num_computed + num_new_tokens + num_lookahead_tokens, max_model_len_);
-  const int needed = get_num_blocks_to_allocate(request, num_tokens_need_slot, new_computed_blocks);
+  const int needed = blocks_to_allocate(request, state, num_tokens_need_slot, new_computed_blocks);
   if (needed > pool_.num_free_blocks()) return std::nullopt;
 
   if (!state) {
@@ -287,7 +293,7 @@ std::optional<NewBlocks> KVCacheManager::allocate_slots(Request& request, int nu
       blocks.insert(blocks.end(), hits.begin(), hits.end());
       state->num_cached[gi] = static_cast<int>(hits.size());
     }
-    if (cacheable(g)) copy_on_write(g, *state, num_computed);
+    if (state->may_share_writable && cacheable(g)) copy_on_write(g, *state, num_computed);
     first_new[gi] = blocks.size();
     const int want = spec(g).kind == AttentionKind::kCrossAttention
                          ? (blocks.empty() ? cdiv(request.num_encoder_tokens, block_size_) : 0)
@@ -350,6 +356,7 @@ void KVCacheManager::fork(const Request& parent, const Request& child) {
   auto it = requests_.find(parent.id);
   if (it == requests_.end()) throw UsageError(fmt::format("fork: parent request {} holds no blocks", parent.id.value));
   if (requests_.contains(child.id)) throw UsageError(fmt::format("fork: child request {} already holds blocks", child.id.value));
+  it->second.may_share_writable = true;
   RequestBlocks copy = it->second;
   for (int g = 0; g < num_groups(); ++g) pool_.touch(copy.blocks[static_cast<size_t>(g)]);
   requests_.emplace(child.id, std::move(copy));

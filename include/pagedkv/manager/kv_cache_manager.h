@@ -136,7 +136,7 @@ class KVCacheManager {
   const KVCacheConfig& cache_config() const { return config_.cache; }
   int block_size() const { return block_size_; }
   int max_model_len() const { return max_model_len_; }
-  int num_groups() const { return static_cast<int>(config_.cache.groups.size()); }
+  int num_groups() const { return num_groups_; }
   int watermark_blocks() const { return watermark_blocks_; }
 
   // Validates the pool and that every block's ref count equals the number of table entries
@@ -147,6 +147,9 @@ class KVCacheManager {
   struct RequestBlocks {
     std::array<std::vector<BlockId>, kMaxKVCacheGroups> blocks;
     std::array<int, kMaxKVCacheGroups> num_cached{};  // leading blocks registered in the cache
+    // Set by fork (on parent and child): only then can a block this request writes be shared,
+    // so only then is copy-on-write checked.
+    bool may_share_writable = false;
   };
 
   const KVCacheSpec& spec(int g) const { return config_.cache.groups[static_cast<size_t>(g)].spec; }
@@ -154,6 +157,8 @@ class KVCacheManager {
   int find_longest_cache_hit(int g, const Request& request, int max_length, std::vector<BlockId>& out) const;
   int blocks_needed(int g, const Request& request, const RequestBlocks* state, int num_tokens,
                     std::span<const BlockId> new_computed, int num_computed_tokens) const;
+  int blocks_to_allocate(const Request& request, const RequestBlocks* state, int num_tokens,
+                         const ComputedBlocks* new_computed_blocks) const;
   void remove_skipped_blocks(int g, RequestBlocks& state, int num_computed_tokens);
   void copy_on_write(int g, RequestBlocks& state, int num_computed_tokens);
   void cache_full_blocks(int g, const Request& request, RequestBlocks& state, int num_tokens);
@@ -164,6 +169,7 @@ class KVCacheManager {
   int block_size_;
   int max_model_len_;
   int watermark_blocks_;
+  int num_groups_;
   BlockPool pool_;
   BlockHasher hasher_;
   std::unordered_map<RequestId, RequestBlocks> requests_;
