@@ -66,7 +66,8 @@ def measure(workload: kp.PeerWorkload, algorithm: str, runs: int) -> dict:
     the whole replay in wall-clock and in CPU seconds of this process (an untimed run)."""
     means = {c: [] for c in kp.Timings.CATEGORIES}
     medians = {c: [] for c in kp.Timings.CATEGORIES}
-    whole, whole_cpu = [], []
+    native_means = {c: [] for c in kp.Timings.CATEGORIES}
+    whole, whole_cpu, native_whole = [], [], []
     counters = timings = None
     for _ in range(runs):
         timings = kp.Timings()
@@ -79,12 +80,20 @@ def measure(workload: kp.PeerWorkload, algorithm: str, runs: int) -> dict:
         whole.append(time.perf_counter() - t0)
         whole_cpu.append(time.process_time() - c0)
         assert untimed == counters, "timed and untimed replays disagree"
+        # In-run baseline: the same replay driven from C++ (pagedkv bench peer's driver).
+        native = pagedkv.replay_peer("A", algorithm)
+        assert native["counters"] == dataclasses.asdict(counters), "the C++ driver's counters differ"
+        for c in kp.Timings.CATEGORIES:
+            native_means[c].append(native["mean_us"][c])
+        native_whole.append(native["whole_s"])
     return {
         "counters": counters,
         "mean_us": {c: statistics.median(v) for c, v in means.items()},
         "median_us": {c: statistics.median(v) for c, v in medians.items()},
         "whole_s": statistics.median(whole),
         "whole_cpu_s": statistics.median(whole_cpu),
+        "native_mean_us": {c: statistics.median(v) for c, v in native_means.items()},
+        "native_whole_s": statistics.median(native_whole),
         "ops": {c: timings.ops(c) for c in kp.Timings.CATEGORIES},
     }
 
@@ -128,6 +137,18 @@ def print_timings(results: dict, overhead_ns: float) -> None:
     print("  The peers ran on another machine (README: 2-core AMD EPYC, CPython 3.11; absolute times drift by up "
           "to 2x). On a busy machine the means and the wall time include time the process spent descheduled; "
           "the medians and the CPU time do not.")
+
+    print("\nIn-run baseline: the same replay driven from C++ (pagedkv.replay_peer), means per op in µs:")
+    print(f"  {'operation':<36} {'hash':<9} {'Python':>9} {'C++':>9} {'Python/C++':>11}")
+    for key, label in CATEGORIES + [("prefill_chunk", "prefill-chunk allocate_slots")]:
+        for alg in ("sha256", "xxh3_128"):
+            r = results[alg]
+            py_us, cpp_us = r["mean_us"][key], r["native_mean_us"][key]
+            print(f"  {label:<36} {alg:<9} {py_us:>9.3f} {cpp_us:>9.3f} {py_us / cpp_us:>10.2f}x")
+    for alg in ("sha256", "xxh3_128"):
+        r = results[alg]
+        print(f"  {'whole replay (wall s)':<36} {alg:<9} {r['whole_s']:>9.3f} {r['native_whole_s']:>9.3f} "
+              f"{r['whole_s'] / r['native_whole_s']:>10.2f}x")
 
 
 def main() -> int:

@@ -148,5 +148,6 @@ PYBIND11_MODULE(pagedkv, m) {
   register_manager(m);
   register_storage(m);
   register_memory(m);
+  register_replay(m);
   register_engine(m);
 }

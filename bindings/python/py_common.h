@@ -21,6 +21,7 @@ void register_core(py::module_& m);
 void register_manager(py::module_& m);
 void register_storage(py::module_& m);
 void register_memory(py::module_& m);
+void register_replay(py::module_& m);
 void register_engine(py::module_& m);
 
 // Token ids from a Python sequence of ints or a 1-D integer NumPy array (copied in one pass;
