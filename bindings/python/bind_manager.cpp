@@ -423,15 +423,6 @@ PyObject* fast_allocate_slots(PyObject* self, PyObject* const* args, Py_ssize_t 
     if (t < 0) return nullptr;
     delay_cache_blocks = t != 0;
   }
-  // The core clamps the slots it reserves at max_model_len but caches every scheduled full
-  // block, so scheduling past max_model_len would index past the request's table: refuse it.
-  const int64_t scheduled_end =
-      static_cast<int64_t>(request->num_computed_tokens) + num_new_computed_tokens + num_new_tokens;
-  if (scheduled_end > self_->manager.max_model_len()) {
-    set_usage_error(fmt::format("allocate_slots: request {} would hold {} tokens, more than max_model_len {}",
-                                request->id.value, scheduled_end, self_->manager.max_model_len()));
-    return nullptr;
-  }
   try {
     auto r = self_->manager.allocate_slots(*request, num_new_tokens, num_new_computed_tokens, computed,
                                            num_lookahead_tokens, delay_cache_blocks);
