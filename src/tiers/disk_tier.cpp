@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <thread>
 #include <cstring>
 #include <filesystem>
 #include <vector>
@@ -108,7 +110,12 @@ bool DiskTier::open_file() {
     degrade(fmt::format("cannot open {}: {}", path_, std::strerror(errno)), true);
     return false;
   }
-  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+  bool locked = ::flock(fd_, LOCK_EX | LOCK_NB) == 0;
+  for (int waited = 0; !locked && errno == EWOULDBLOCK && waited < options_.lock_wait_ms; waited += 10) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    locked = ::flock(fd_, LOCK_EX | LOCK_NB) == 0;
+  }
+  if (!locked) {
     degrade(fmt::format("{} is in use by another process", path_), true);
     ::close(fd_);
     fd_ = -1;

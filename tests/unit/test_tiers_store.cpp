@@ -305,7 +305,9 @@ TEST(TierDisk, UnusableDirectoriesDegradeWithoutThrowing) {
   // A directory another process holds: the second opener degrades instead of sharing the file.
   DiskTier first(disk_options(dir.str(), 4));
   ASSERT_TRUE(first.available());
-  DiskTier second(disk_options(dir.str(), 4));
+  DiskTierOptions busy = disk_options(dir.str(), 4);
+  busy.lock_wait_ms = 20;
+  DiskTier second(busy);
   EXPECT_FALSE(second.available());
   EXPECT_NE(second.stats().degraded_reason.find("in use"), std::string::npos);
   // A capacity below one slot.

@@ -49,6 +49,9 @@ struct DiskTierOptions {
   bool use_o_direct = true;
   int queue_depth = 32;
   bool log_degraded = true;             // print the one-line "degraded" notice to stderr
+  // How long to wait for the file lock: a process that just died may hold it for a moment
+  // (the kernel releases an io_uring's files asynchronously).
+  int lock_wait_ms = 2000;
   // Tests: called on the I/O thread before each request; a non-zero errno fails it unperformed.
   std::function<int(const DiskIoRequest&)> fault_injection;
 };
