@@ -59,6 +59,7 @@ struct PyRequestOutput {
   std::vector<CompletionOutput> outputs;
   bool finished = false;
   int num_cached_tokens = 0;  // prompt tokens served from the prefix cache at first admission
+  TierHitTokens cached_tokens_by_tier;  // the same, by the tier they were found in
   RequestMetrics metrics;     // of sample 0
 };
 
@@ -98,6 +99,7 @@ class PyLLM {
 
   const std::optional<Tokenizer>& tokenizer() const { return tokenizer_; }
   const LLMEngine& engine() const { return *engine_; }
+  LLMEngine& mutable_engine() { return *engine_; }
   std::mutex& mutex() { return mu_; }
 
   Prompt to_prompt(const py::handle& p) const {
@@ -200,6 +202,7 @@ class PyLLM {
       if (o.finished) c.finish_reason = std::string(finish_reason_name(o.finish_reason));
       if (o.sample_index == 0) {
         t.out.num_cached_tokens = o.prefix_hit_tokens;
+        t.out.cached_tokens_by_tier = o.hit_tokens_by_tier;
         t.out.metrics = RequestMetrics{o.ttft_ms, o.latency_ms, o.tpot_ms, o.num_preemptions};
       }
       if (std::find(touched.begin(), touched.end(), root) == touched.end()) touched.push_back(root);
@@ -332,6 +335,15 @@ void bind_outputs(py::module_& m) {
       .def_readonly("finished", &PyRequestOutput::finished)
       .def_readonly("num_cached_tokens", &PyRequestOutput::num_cached_tokens,
                     "Prompt tokens served from the prefix cache at first admission.")
+      .def_property_readonly("num_cached_tokens_by_tier",
+                             [](const PyRequestOutput& o) {
+                               py::dict d;
+                               d["device"] = o.cached_tokens_by_tier.device;
+                               d["host"] = o.cached_tokens_by_tier.host;
+                               d["disk"] = o.cached_tokens_by_tier.disk;
+                               return d;
+                             },
+                             "num_cached_tokens split by where they were found: 'device', 'host', 'disk'.")
       .def_readonly("metrics", &PyRequestOutput::metrics)
       .def("__repr__", [](const PyRequestOutput& o) {
         return fmt::format("RequestOutput(request_id='{}', num_prompt_tokens={}, num_outputs={}, finished={})",
@@ -360,11 +372,39 @@ void bind_outputs(py::module_& m) {
            "The text run.c prints for a token sequence (ids[0], normally BOS, is context only).");
 }
 
+py::dict tier_stats_dict(const TierStats& s) {
+  py::dict d;
+  d["lookups"] = s.lookups;
+  d["hits"] = s.hits;
+  d["stored_blocks"] = s.stored_blocks;
+  d["stored_bytes"] = s.stored_bytes;
+  d["loaded_blocks"] = s.loaded_blocks;
+  d["loaded_bytes"] = s.loaded_bytes;
+  d["duplicates"] = s.duplicates;
+  d["evictions"] = s.evictions;
+  d["demotions"] = s.demotions;
+  d["dropped"] = s.dropped;
+  d["swapped_out_blocks"] = s.swapped_out_blocks;
+  d["swapped_in_blocks"] = s.swapped_in_blocks;
+  d["corrupt_blocks"] = s.corrupt_blocks;
+  d["io_errors"] = s.io_errors;
+  d["rebuilt_blocks"] = s.rebuilt_blocks;
+  d["degraded"] = s.degraded;
+  d["degraded_reason"] = s.degraded_reason;
+  d["io_backend"] = s.io_backend;
+  return d;
+}
+
 EngineConfig engine_config(int block_size, int num_blocks, const py::object& kv_cache_memory,
                            const std::string& kv_cache_dtype, const py::object& swap_space, bool enable_prefix_caching,
                            const std::string& hash_algorithm, uint64_t hash_seed, int max_model_len, int max_num_seqs,
-                           int max_num_batched_tokens, const std::string& preemption_mode, bool check_invariants) {
+                           int max_num_batched_tokens, const std::string& preemption_mode, bool check_invariants,
+                           const py::object& host_cache_memory, const std::optional<std::string>& disk_cache_dir,
+                           const py::object& disk_cache_memory) {
   EngineConfig c;
+  c.tiers.host_cache_bytes = byte_size_arg(host_cache_memory, "host_cache_memory");
+  c.tiers.disk_cache_dir = disk_cache_dir.value_or("");
+  c.tiers.disk_cache_bytes = byte_size_arg(disk_cache_memory, "disk_cache_memory");
   c.block_size = block_size;
   c.num_blocks = num_blocks;
   c.kv_cache_bytes = byte_size_arg(kv_cache_memory, "kv_cache_memory");
@@ -401,10 +441,13 @@ void bind_llm(py::module_& m) {
                        const py::object& kv_cache_memory, const std::string& kv_cache_dtype,
                        const py::object& swap_space, bool enable_prefix_caching, const std::string& hash_algorithm,
                        uint64_t hash_seed, int max_model_len, int max_num_seqs, int max_num_batched_tokens,
-                       const std::string& preemption_mode, TokenId eos_token_id, bool check_invariants) {
+                       const std::string& preemption_mode, TokenId eos_token_id, bool check_invariants,
+                       const py::object& host_cache_memory, const std::optional<std::string>& disk_cache_dir,
+                       const py::object& disk_cache_memory) {
              EngineConfig c = engine_config(block_size, num_blocks, kv_cache_memory, kv_cache_dtype, swap_space,
                                             enable_prefix_caching, hash_algorithm, hash_seed, max_model_len,
-                                            max_num_seqs, max_num_batched_tokens, preemption_mode, check_invariants);
+                                            max_num_seqs, max_num_batched_tokens, preemption_mode, check_invariants,
+                                            host_cache_memory, disk_cache_dir, disk_cache_memory);
              return std::make_unique<PyLLM>(model, tokenizer, std::move(c), eos_token_id);
            }),
            py::arg("model"), py::arg("tokenizer") = py::none(), py::kw_only(), py::arg("block_size") = 16,
@@ -413,12 +456,16 @@ void bind_llm(py::module_& m) {
            py::arg("hash_algorithm") = "xxh3_128", py::arg("hash_seed") = 0, py::arg("max_model_len") = 0,
            py::arg("max_num_seqs") = 64, py::arg("max_num_batched_tokens") = 2048,
            py::arg("preemption_mode") = "auto", py::arg("eos_token_id") = Tokenizer::kBos,
-           py::arg("check_invariants") = false,
+           py::arg("check_invariants") = false, py::arg("host_cache_memory") = 0,
+           py::arg("disk_cache_dir") = py::none(), py::arg("disk_cache_memory") = "1GiB",
            "model: a llama2.c checkpoint; tokenizer: its tok*.bin (needed for text prompts and output text).\n"
            "num_blocks: KV pool size (null block included); 0 sizes it from kv_cache_memory (bytes or '16MiB').\n"
            "kv_cache_dtype: fp32 (bit-exact with llama2.c), fp16 or bf16. swap_space: host bytes for swap "
            "preemption (0 disables). max_model_len 0: the model's seq_len. eos_token_id: the token that ends "
-           "a sample (llama2.c's run stops on BOS, id 1); -1 for none.")
+           "a sample (llama2.c's run stops on BOS, id 1); -1 for none.\n"
+           "host_cache_memory / disk_cache_dir (+ disk_cache_memory): KV tiers below the arena. Evicted "
+           "prefixes are offloaded there and promoted back on a hit; the disk tier survives restarts "
+           "(cached blocks are written down when the LLM is destroyed).")
       .def("generate",
            [](py::object self, const py::object& prompts, const py::object& sampling_params) {
              PyLLM& llm = self.cast<PyLLM&>();
@@ -481,6 +528,25 @@ void bind_llm(py::module_& m) {
       .def_property_readonly("num_blocks", [](const PyLLM& llm) { return llm.engine().num_blocks(); })
       .def_property_readonly("max_model_len", [](const PyLLM& llm) { return llm.engine().max_model_len(); })
       .def("describe", [](const PyLLM& llm) { return llm.engine().describe(); }, "The engine's start-up summary.")
+      .def_property_readonly("tier_stats",
+                             [](PyLLM& llm) {
+                               std::lock_guard<std::mutex> lock(llm.mutex());
+                               py::dict d;
+                               if (const TieredKVCache* t = llm.engine().tiers()) {
+                                 if (t->host()) d["host"] = tier_stats_dict(t->host()->stats());
+                                 if (t->disk()) d["disk"] = tier_stats_dict(t->disk()->stats());
+                               }
+                               return d;
+                             },
+                             "Counters of the host and disk tiers that are configured (lookups, hits, stored, "
+                             "loaded, evictions, ...).")
+      .def("flush_to_disk",
+           [](PyLLM& llm) {
+             py::gil_scoped_release release;
+             std::lock_guard<std::mutex> lock(llm.mutex());
+             if (TieredKVCache* t = llm.mutable_engine().tiers()) t->flush_to_disk();
+           },
+           "Writes every cached block the disk tier lacks and waits (GIL released); a no-op without one.")
       .def("check_invariants", [](PyLLM& llm) {
         std::lock_guard<std::mutex> lock(llm.mutex());
         llm.engine().check_invariants();

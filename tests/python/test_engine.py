@@ -117,3 +117,25 @@ def test_engine_errors(models):
         pagedkv.LLM(model=str(models / "missing.bin"))
     with pytest.raises(pagedkv.ConfigError, match="max_tokens must be at least 1"):
         pagedkv.SamplingParams(max_tokens=0)
+
+
+def test_disk_tier_survives_a_restart(models, tmp_path):
+    """Transfers through Python: prefixes written down to the disk tier by one LLM are found there
+    by the next one on the same directory (a warm restart)."""
+    prompt = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park."
+    params = pagedkv.SamplingParams(temperature=0.0, max_tokens=4)
+    kwargs = dict(model=str(models / "stories260K.bin"), tokenizer=str(models / "tok512.bin"),
+                  disk_cache_dir=str(tmp_path), disk_cache_memory="4MiB")
+    first = pagedkv.LLM(**kwargs)
+    cold = first.generate(prompt, params)[0]
+    first.flush_to_disk()
+    assert first.tier_stats["disk"]["stored_blocks"] > 0
+    del first
+
+    second = pagedkv.LLM(**kwargs)
+    warm = second.generate(prompt, params)[0]
+    assert cold.num_cached_tokens == 0
+    assert warm.num_cached_tokens_by_tier["disk"] > 0
+    assert warm.num_cached_tokens == sum(warm.num_cached_tokens_by_tier.values())
+    assert warm.outputs[0].token_ids == cold.outputs[0].token_ids
+    assert second.tier_stats["disk"]["rebuilt_blocks"] > 0
