@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=build/pagedkv
+# Tiny models on shared machines: never let idle OpenMP threads spin.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 
 echo "== pagedkv plan: how many KV blocks Llama-2-70B gets in 43 GB (the reference texts' example) =="
 $BIN plan --model llama-2-70b --kv-memory 43GB --block-size 16 --kv-dtype fp16

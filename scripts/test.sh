@@ -18,6 +18,6 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 
 if [ -d bindings/python ] && ls tests/python/test_*.py >/dev/null 2>&1; then
   echo "== Python tests =="
-  PYTHONPATH=build/python /usr/bin/python3 -m pytest -q tests/python
+  OMP_WAIT_POLICY=passive PYTHONPATH=build/python /usr/bin/python3 -m pytest -q tests/python
 fi
 echo "all test stages passed"
