@@ -46,7 +46,8 @@ struct CacheReplayResult {
   int64_t cached_blocks = 0;       // blocks registered in the prefix cache
   int64_t hashed_tokens = 0;       // tokens in full blocks, each hashed once
   int64_t block_ops = 0;           // lookups + allocations + cache insertions + frees
-  double seconds = 0;              // replay only (the trace is already loaded)
+  double seconds = 0;              // wall time of the replay (the trace is already loaded)
+  double cpu_seconds = 0;          // CPU time of the replaying thread (robust on a busy machine)
 
   bool infinite() const { return capacity_blocks == kInfiniteCapacity; }
   int64_t hit_tokens() const { return hit_blocks * block_size; }
@@ -59,6 +60,9 @@ struct CacheReplayResult {
 // that size (the free set hands out never-used blocks first, so no more than that many are ever
 // touched), so the pool is capped there: results are identical, memory is not wasted.
 CacheReplayResult replay_cache(const Trace& trace, const CacheReplayConfig& config);
+
+// CPU time consumed by the calling thread so far, in seconds.
+double thread_cpu_seconds();
 
 // Largest prompt of the trace, in tokens.
 int max_prompt_tokens(const Trace& trace);
