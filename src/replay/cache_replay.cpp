@@ -50,6 +50,7 @@ CacheReplayResult replay_cache(const Trace& trace, const CacheReplayConfig& conf
     } else {
       res.hit_blocks += o.hit_blocks;
       res.requests_with_hit += o.hit_blocks > 0;
+      res.sum_request_hit_fraction += static_cast<double>(o.hit_blocks * config.block_size) / request.num_tokens();
       res.hashed_tokens += static_cast<int64_t>(request.block_hashes.size()) * config.block_size;
     }
     if (config.progress && (i + 1) % report_every == 0) config.progress(i + 1, total);

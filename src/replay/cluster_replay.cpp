@@ -108,6 +108,7 @@ ClusterReplayResult replay_cluster(const Trace& trace, const ClusterReplayConfig
     t.hit_blocks += o.hit_blocks;
     local.hit_blocks += o.hit_blocks;
     local.requests_with_hit += o.hit_blocks > 0;
+    local.sum_request_hit_fraction += static_cast<double>(o.hit_blocks * config.block_size) / request.num_tokens();
     local.hashed_tokens += static_cast<int64_t>(request.block_hashes.size()) * config.block_size;
     if ((i + 1) % report_every == 0) progress(i + 1);
   }

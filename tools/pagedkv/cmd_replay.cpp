@@ -124,6 +124,7 @@ nlohmann::json result_json(const CacheReplayResult& r) {
           {"block_hit_rate", r.block_hit_rate()},
           {"token_hit_rate", r.token_hit_rate()},
           {"request_hit_rate", r.request_hit_rate()},
+          {"mean_request_hit_fraction", r.mean_request_hit_fraction()},
           {"evictions", r.evictions},
           {"evicted_blocks", r.evicted_blocks},
           {"allocated_blocks", r.allocated_blocks},
@@ -138,14 +139,14 @@ nlohmann::json result_json(const CacheReplayResult& r) {
 
 constexpr const char* kCsvHeader =
     "trace,policy,block_size,capacity_blocks,capacity_tokens,requests,prompt_blocks,hit_blocks,block_hit_rate,"
-    "token_hit_rate,request_hit_rate,evictions,seconds,cpu_seconds";
+    "token_hit_rate,request_hit_rate,mean_request_hit_fraction,evictions,seconds,cpu_seconds";
 
 std::string result_csv(const CacheReplayResult& r) {
-  return fmt::format("{},{},{},{},{},{},{},{},{:.6f},{:.6f},{:.6f},{},{:.3f},{:.3f}", r.trace, r.policy, r.block_size,
+  return fmt::format("{},{},{},{},{},{},{},{},{:.6f},{:.6f},{:.6f},{:.6f},{},{:.3f},{:.3f}", r.trace, r.policy, r.block_size,
                      capacity_text(r.capacity_blocks),
                      r.infinite() ? std::string("inf") : fmt::format("{}", r.capacity_blocks * r.block_size), r.requests,
                      r.prompt_blocks, r.hit_blocks, r.block_hit_rate(), r.token_hit_rate(), r.request_hit_rate(),
-                     r.evictions, r.seconds, r.cpu_seconds);
+                     r.mean_request_hit_fraction(), r.evictions, r.seconds, r.cpu_seconds);
 }
 
 void print_table(const std::vector<CacheReplayResult>& runs) {

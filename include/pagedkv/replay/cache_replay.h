@@ -34,6 +34,7 @@ struct CacheReplayResult {
   int64_t requests = 0;
   int64_t unserved_requests = 0;   // prompts larger than the whole pool: counted as all-miss
   int64_t requests_with_hit = 0;   // requests with at least one hit block
+  double sum_request_hit_fraction = 0;  // Σ over requests of hit tokens / prompt tokens
   int64_t prompt_tokens = 0;
   int64_t prompt_blocks = 0;       // Σ ceil(input / block_size)
   int64_t hit_blocks = 0;
@@ -54,6 +55,9 @@ struct CacheReplayResult {
   double block_hit_rate() const { return prompt_blocks ? static_cast<double>(hit_blocks) / static_cast<double>(prompt_blocks) : 0.0; }
   double token_hit_rate() const { return prompt_tokens ? static_cast<double>(hit_tokens()) / static_cast<double>(prompt_tokens) : 0.0; }
   double request_hit_rate() const { return requests ? static_cast<double>(requests_with_hit) / static_cast<double>(requests) : 0.0; }
+  // Mean over requests of each one's own token hit fraction: short prompts weigh as much as
+  // long ones (one of the definitions the Mooncake paper's cache ratios may use).
+  double mean_request_hit_fraction() const { return requests ? sum_request_hit_fraction / static_cast<double>(requests) : 0.0; }
 };
 
 // Replays `trace`. A pool larger than the trace's total block count behaves exactly like one of
