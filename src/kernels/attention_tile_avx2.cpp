@@ -115,11 +115,12 @@ inline __m256 softcap256(__m256 x, float cap) {
 
 // Scores of NR query rows against NT tokens: s[r * kTileTokens + t] = q_r . k_t.
 template <class L, int NR, int NT>
-inline void qk_block(const float* q, size_t dim, const typename L::Storage* const* keys, float* s) {
-  static_assert(NR * NT <= 8);
-  __m256 acc[8];
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
+__attribute__((noinline)) void qk_block(const float* q, size_t dim, const typename L::Storage* const* keys, float* s) {
+  constexpr int kAcc = NR * NT;
+  static_assert(kAcc <= 16);
+  __m256 acc[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) acc[i] = _mm256_setzero_ps();
   for (size_t d = 0; d < dim; d += 8) {
     __m256 k[NT];
 #pragma GCC unroll 8
@@ -131,8 +132,15 @@ inline void qk_block(const float* q, size_t dim, const typename L::Storage* cons
       for (int t = 0; t < NT; ++t) acc[r * NT + t] = _mm256_fmadd_ps(qr, k[t], acc[r * NT + t]);
     }
   }
-  alignas(32) float sums[8];
-  _mm256_store_ps(sums, reduce8(acc));
+  alignas(32) float sums[16];
+  {
+    const __m256 (&first)[8] = *reinterpret_cast<const __m256(*)[8]>(&acc[0]);
+    _mm256_store_ps(sums, reduce8(first));
+  }
+  if constexpr (kAcc > 8) {
+    const __m256 (&second)[8] = *reinterpret_cast<const __m256(*)[8]>(&acc[8]);
+    _mm256_store_ps(sums + 8, reduce8(second));
+  }
 #pragma GCC unroll 4
   for (int r = 0; r < NR; ++r)
 #pragma GCC unroll 8
@@ -141,9 +149,15 @@ inline void qk_block(const float* q, size_t dim, const typename L::Storage* cons
 
 template <class L, int NR>
 void qk_rows(const float* q, size_t dim, const typename L::Storage* const* keys, int n, float* s) {
-  constexpr int kTokens = NR >= 3 ? 2 : 8 / NR;  // NR * kTokens independent FMA chains
+  constexpr int kTokens = NR >= 3 ? 3 : 8 / NR;  // NR * kTokens independent FMA chains
   int j = 0;
   for (; j + kTokens <= n; j += kTokens) qk_block<L, NR, kTokens>(q, dim, keys + j, s + j);
+  if constexpr (kTokens > 2) {
+    if (j + 2 <= n) {
+      qk_block<L, NR, 2>(q, dim, keys + j, s + j);
+      j += 2;
+    }
+  }
   for (; j < n; ++j) qk_block<L, NR, 1>(q, dim, keys + j, s + j);
 }
 
@@ -163,7 +177,7 @@ void qk_tile(const float* q, int rows, size_t dim, const typename L::Storage* co
 
 // acc[r][d0 .. d0 + 8 NC) += sum_j p[r][j] * v_j[d0 ..] for NR rows.
 template <class L, int NR, int NC>
-inline void pv_block(const float* p, const typename L::Storage* const* values, int n, size_t d0, float* acc,
+__attribute__((noinline)) void pv_block(const float* p, const typename L::Storage* const* values, int n, size_t d0, float* acc,
                      size_t dim) {
   __m256 a[NR][NC];
 #pragma GCC unroll 4
@@ -189,12 +203,24 @@ inline void pv_block(const float* p, const typename L::Storage* const* values, i
 
 template <class L, int NR>
 void pv_rows(const float* p, const typename L::Storage* const* values, int n, float* acc, size_t dim) {
-  constexpr int kChunks = NR >= 3 ? 3 : 8 / NR;  // registers: NR * kChunks accumulators
   size_t d0 = 0;
-  for (; d0 + 8 * kChunks <= dim; d0 += 8 * kChunks) pv_block<L, NR, kChunks>(p, values, n, d0, acc, dim);
-  if (dim - d0 >= 16) {
-    pv_block<L, NR, 2>(p, values, n, d0, acc, dim);
-    d0 += 16;
+  if constexpr (NR >= 3) {
+    // Strips of 3 chunks (12 accumulators) and, to finish, of 2: no latency-bound 1-chunk strip
+    // unless the head has a single chunk.
+    size_t left = dim / 8;
+    while (left >= 3 && left != 4) {
+      pv_block<L, NR, 3>(p, values, n, d0, acc, dim);
+      d0 += 24;
+      left -= 3;
+    }
+    while (left >= 2) {
+      pv_block<L, NR, 2>(p, values, n, d0, acc, dim);
+      d0 += 16;
+      left -= 2;
+    }
+  } else {
+    constexpr int kChunks = 8 / NR;  // NR * kChunks accumulators
+    for (; d0 + 8 * kChunks <= dim; d0 += 8 * kChunks) pv_block<L, NR, kChunks>(p, values, n, d0, acc, dim);
   }
   for (; d0 < dim; d0 += 8) pv_block<L, NR, 1>(p, values, n, d0, acc, dim);
 }
