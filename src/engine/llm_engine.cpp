@@ -278,10 +278,10 @@ std::vector<RequestOutput> LLMEngine::step() {
     int li = 0;
     for (size_t i = 0; i < R; ++i) {
       const ScheduledChunk& c = out.chunks[i];
-      if (!c.samples) {
-        stats_.prompt_tokens_computed += static_cast<uint64_t>(c.num_new_tokens);
-        continue;
-      }
+      // Every token of a chunk but the one that samples is prefill (or re-prefill after a
+      // recompute preemption), including the rest of a final prefill chunk.
+      stats_.prompt_tokens_computed += static_cast<uint64_t>(c.num_new_tokens - (c.samples ? 1 : 0));
+      if (!c.samples) continue;
       const SchedulerRequest& r = *c.request;
       const uint64_t root = r.sample_index == 0 ? r.kv.id.value : r.parent.value;
       auto row = logits.row(li++);

@@ -69,7 +69,7 @@ struct RequestOutput {
 
 struct EngineStats {
   uint64_t steps = 0;
-  uint64_t prompt_tokens_computed = 0;
+  uint64_t prompt_tokens_computed = 0;  // prefill tokens computed (re-prefills included)
   uint64_t output_tokens = 0;
   uint64_t cow_copies = 0;
   double forward_seconds = 0;
