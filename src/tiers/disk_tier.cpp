@@ -20,11 +20,11 @@
 
 namespace pagedkv {
 
-AlignedBuffer::AlignedBuffer(size_t bytes, size_t alignment) : size_(bytes) {
+AlignedBuffer::AlignedBuffer(size_t bytes, size_t alignment, bool zero) : size_(bytes) {
   const size_t rounded = std::max<size_t>(alignment, (bytes + alignment - 1) / alignment * alignment);
   void* p = std::aligned_alloc(alignment, rounded);
   if (p == nullptr) throw std::bad_alloc();
-  std::memset(p, 0, rounded);
+  if (zero) std::memset(p, 0, rounded);
   data_.reset(static_cast<std::byte*>(p));
 }
 

@@ -24,8 +24,8 @@ struct SlotRun {
 
 constexpr size_t kMaxRunBytes = size_t{8} << 20;
 
-template <typename Op>
-std::vector<SlotRun> make_runs(const std::vector<Op>& ops, size_t slot_bytes) {
+template <typename Op, typename Take>
+std::vector<SlotRun> make_runs(const std::vector<Op>& ops, size_t slot_bytes, Take&& take) {
   std::vector<size_t> order(ops.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ops[a].slot < ops[b].slot; });
@@ -41,7 +41,7 @@ std::vector<SlotRun> make_runs(const std::vector<Op>& ops, size_t slot_bytes) {
       runs.back().ops.push_back(i);
     }
   }
-  for (SlotRun& r : runs) r.buffer = AlignedBuffer(r.ops.size() * slot_bytes);
+  for (SlotRun& r : runs) r.buffer = take(r.ops.size() * slot_bytes);
   return runs;
 }
 
@@ -115,6 +115,25 @@ std::shared_ptr<TransferHandle::State> TransferEngine::pop(Lane& lane) {
   return s;
 }
 
+AlignedBuffer TransferEngine::take_staging(size_t bytes) {
+  {
+    std::lock_guard lock(staging_mutex_);
+    for (size_t i = 0; i < staging_.size(); ++i) {
+      if (staging_[i].size() >= bytes) {
+        AlignedBuffer b = std::move(staging_[i]);
+        staging_.erase(staging_.begin() + static_cast<ptrdiff_t>(i));
+        return b;
+      }
+    }
+  }
+  return AlignedBuffer(std::max(bytes, kMaxRunBytes), kDiskAlignment, /*zero=*/false);
+}
+
+void TransferEngine::give_staging(AlignedBuffer buffer) {
+  std::lock_guard lock(staging_mutex_);
+  if (staging_.size() < 8) staging_.push_back(std::move(buffer));  // at most 64 MiB kept
+}
+
 TransferHandle TransferEngine::submit(TransferBatch batch) {
   if (batch.has_disk_io() && disk_ == nullptr) throw UsageError("TransferEngine: disk I/O submitted without a disk tier");
   if ((!batch.device_to_host.empty() || !batch.host_to_device.empty()) && host_ == nullptr)
@@ -165,13 +184,14 @@ void TransferEngine::run_memory(TransferHandle::State& s) {
   //    by a device -> host copy of the same batch).
   if (!b.disk_writes.empty()) {
     const size_t slot = disk_->slot_bytes(), header = disk_->header_bytes(), payload = disk_->payload_bytes();
-    s.write_runs = make_runs(b.disk_writes, slot);
+    s.write_runs = make_runs(b.disk_writes, slot, [this](size_t n) { return take_staging(n); });
     for (SlotRun& run : s.write_runs) {
       for (size_t k = 0; k < run.ops.size(); ++k) {
         DiskWrite& w = b.disk_writes[run.ops[k]];
         std::byte* base = run.buffer.data() + k * slot;
         if (w.source == TierKind::kHost) gather_block(*host_, w.source_block, base + header);
         else gather_block(device_, w.source_block, base + header);
+        std::memset(base + header + payload, 0, slot - header - payload);  // the padding
         w.header.fingerprint = disk_->fingerprint();
         w.header.payload_bytes = payload;
         w.header.payload_checksum = payload_checksum(std::span<const std::byte>(base + header, payload));
@@ -198,7 +218,7 @@ void TransferEngine::run_memory(TransferHandle::State& s) {
 void TransferEngine::run_disk(TransferHandle::State& s) {
   TransferBatch& b = s.batch;
   const size_t slot = disk_->slot_bytes(), header = disk_->header_bytes(), payload = disk_->payload_bytes();
-  std::vector<SlotRun> read_runs = make_runs(b.disk_reads, slot);
+  std::vector<SlotRun> read_runs = make_runs(b.disk_reads, slot, [this](size_t n) { return take_staging(n); });
   std::vector<DiskIoRequest> reqs;
   for (SlotRun& run : s.write_runs)
     reqs.push_back(DiskIoRequest{true, disk_->slot_offset(run.first), run.buffer.data(), run.ops.size() * slot, 0});
@@ -246,7 +266,9 @@ void TransferEngine::run_disk(TransferHandle::State& s) {
       stats_.disk_bytes += slot;
     }
   }
-  s.write_runs.clear();  // staging is no longer needed
+  for (SlotRun& run : s.write_runs) give_staging(std::move(run.buffer));
+  for (SlotRun& run : read_runs) give_staging(std::move(run.buffer));
+  s.write_runs.clear();
 }
 
 }  // namespace pagedkv

@@ -57,7 +57,10 @@ TEST(TiersCrashChild, WriteBlocksUntilKilled) {
   const char* dir = std::getenv("PAGEDKV_TIERS_CRASH_DIR");
   if (dir == nullptr) GTEST_SKIP() << "runs only as the child of TiersCrash.SigkillDuringDiskWrites";
   const uint64_t seed = std::strtoull(std::getenv("PAGEDKV_TIERS_CRASH_SEED"), nullptr, 10);
-  DiskTier disk(crash_options(dir));
+  DiskTierOptions o = crash_options(dir);
+  // Odd children write with io_uring and O_DIRECT, even ones with pwrite through the page cache.
+  o.use_io_uring = o.use_o_direct = (seed % 2) == 1;
+  DiskTier disk(o);
   if (!disk.writable()) std::_Exit(3);
   KVArena device(small_spec(), kLayers, kBatch);
   TransferEngine engine(device, nullptr, &disk);

@@ -11,7 +11,8 @@ namespace pagedkv {
 class AlignedBuffer {
  public:
   AlignedBuffer() = default;
-  explicit AlignedBuffer(size_t bytes, size_t alignment = 4096);
+  // Zero-filled unless `zero` is false (staging that is about to be overwritten).
+  explicit AlignedBuffer(size_t bytes, size_t alignment = 4096, bool zero = true);
   std::byte* data() { return data_.get(); }
   const std::byte* data() const { return data_.get(); }
   size_t size() const { return size_; }

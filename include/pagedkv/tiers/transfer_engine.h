@@ -140,8 +140,15 @@ class TransferEngine {
   static void push(Lane& lane, std::shared_ptr<TransferHandle::State> s);
   static std::shared_ptr<TransferHandle::State> pop(Lane& lane);
 
+  // Staging buffers are reused across batches: a fresh 8 MiB buffer per run costs page faults
+  // and a zeroing pass, as much as packing the blocks.
+  AlignedBuffer take_staging(size_t bytes);
+  void give_staging(AlignedBuffer buffer);
+
   KVArena& device_;
   KVArena* host_;
+  std::mutex staging_mutex_;
+  std::vector<AlignedBuffer> staging_;
   DiskTier* disk_;
   uint64_t next_id_ = 1;
   TransferEngineStats stats_;
