@@ -216,7 +216,7 @@ void BM_Recompute(benchmark::State& state) {
   const int n = static_cast<int>(state.range(0));
   EngineConfig cfg;
   cfg.block_size = 16;
-  cfg.num_blocks = n / 16 + 8;
+  cfg.num_blocks = n / 16 + n / 640 + 16;  // the prompt, plus the 1% admission watermark
   cfg.enable_prefix_caching = false;
   cfg.scheduler.max_num_batched_tokens = 2048;
   LLMEngine engine(shared_model(), cfg);

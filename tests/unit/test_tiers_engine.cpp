@@ -167,6 +167,24 @@ TEST_F(TieredEngine, GoldensUnderSwapPreemptionThroughHostAndDisk) {
   engine.check_invariants();
 }
 
+TEST_F(TieredEngine, UnusableDiskDirectoryDegradesAndTheEngineKeepsServing) {
+  EngineConfig cfg;
+  cfg.num_blocks = 24;
+  cfg.tiers.host_cache_bytes = 1u << 20;
+  cfg.tiers.disk_cache_dir = "/proc/pagedkv-cannot-create-this";
+  cfg.tiers.log_degraded = false;
+  cfg.check_invariants = true;
+  LLMEngine engine(*model_, cfg);
+  EXPECT_FALSE(engine.tiers()->disk()->available());
+  EXPECT_TRUE(engine.tiers()->disk()->stats().degraded);
+  const auto& golden = goldens_[2];
+  EXPECT_EQ(full_ids(run_one(engine, long_prompt(golden))), golden);
+  run_one(engine, filler(320, 2));
+  RequestOutput again = run_one(engine, long_prompt(golden));
+  EXPECT_EQ(full_ids(again), golden);
+  EXPECT_EQ(again.hit_tokens_by_tier, (TierHitTokens{0, 96, 0}));  // the host tier still works
+}
+
 TEST_F(TieredEngine, GenerateTwiceGetsDiskHitsInTheSecondProcess) {
   const char* bin = std::getenv("PAGEDKV_BIN");
   if (bin == nullptr || *bin == '\0') GTEST_SKIP() << "PAGEDKV_BIN is not set (run through ctest)";
