@@ -18,7 +18,7 @@ void load_trace_request(const Trace& trace, size_t i, RequestId id, Request& out
   out.block_extra_digests.clear();
 }
 
-KVCacheManagerConfig CacheInstance::manager_config(const CacheInstanceConfig& c, LengthAwarePolicy*& length_aware) {
+KVCacheManagerConfig replay_manager_config(const CacheInstanceConfig& c, LengthAwarePolicy** length_aware) {
   if (c.block_size <= 0) throw ConfigError(fmt::format("block size must be positive, got {}", c.block_size));
   if (c.capacity_blocks < 1 || c.capacity_blocks >= std::numeric_limits<int>::max())
     throw ConfigError(fmt::format("capacity must be between 1 and {} blocks, got {}",
@@ -37,14 +37,14 @@ KVCacheManagerConfig CacheInstance::manager_config(const CacheInstanceConfig& c,
   m.hash_algorithm = c.hash_algorithm;
   m.watermark = 0.0;
   m.eviction_policy = make_eviction_policy(c.policy);
-  length_aware = dynamic_cast<LengthAwarePolicy*>(m.eviction_policy.get());
+  if (length_aware) *length_aware = dynamic_cast<LengthAwarePolicy*>(m.eviction_policy.get());
   return m;
 }
 
 CacheInstance::CacheInstance(const CacheInstanceConfig& config)
     : block_size_(config.block_size),
       capacity_blocks_(config.capacity_blocks),
-      manager_(manager_config(config, length_aware_)) {}
+      manager_(replay_manager_config(config, &length_aware_)) {}
 
 int64_t CacheInstance::peek_hit_blocks(Request& request) {
   manager_.get_computed_blocks(request, computed_);

@@ -1,63 +1,21 @@
 #include "pagedkv/replay/hit_rate_plot.h"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
-#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <set>
 #include <string>
 
+#include "gnuplot.h"
 #include "pagedkv/core/error.h"
 
 namespace pagedkv {
-namespace {
-
-// gnuplot strings are single-quoted; a quote inside is doubled.
-std::string gp_string(std::string_view s) {
-  std::string out = "'";
-  for (char c : s) {
-    out += c;
-    if (c == '\'') out += '\'';
-  }
-  return out + "'";
-}
-
-std::string shell_quoted(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-// Removes a directory tree when it goes out of scope.
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path = std::filesystem::temp_directory_path() / fmt::format("pagedkv-plot-{}-{}", ::getpid(), counter++);
-    std::filesystem::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-};
-
-}  // namespace
-
 void write_hit_rate_plot(const std::vector<CacheReplayResult>& runs, const std::filesystem::path& out,
                          const HitRatePlotOptions& options) {
   if (runs.empty()) throw UsageError("plot: no runs to draw");
-  const std::string ext = out.extension().string();
-  std::string terminal;
-  if (ext == ".svg") terminal = "svg size 900,620 dynamic font 'Helvetica,13' background rgb 'white'";
-  else if (ext == ".png") terminal = "pngcairo size 1100,760 font 'Helvetica,12'";
-  else throw UsageError(fmt::format("plot: output '{}' must end in .svg or .png", out.string()));
-  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0)
-    throw Error("plot: gnuplot not found (Debian package gnuplot-nox)");
+  const std::string terminal = gnuplot::terminal_for(out, 900, 620);
 
   // One curve per (trace, policy), finite capacities ascending. Infinite runs give plateaus, one
   // per trace when every policy reaches the same one (as they must: nothing is evicted).
@@ -91,8 +49,8 @@ void write_hit_rate_plot(const std::vector<CacheReplayResult>& runs, const std::
     return 100.0 * (options.token_hit_rate ? r.token_hit_rate() : r.block_hit_rate());
   };
 
-  TempDir dir;
-  const auto data_path = dir.path / "hit_rate.dat";
+  gnuplot::TempDir dir;
+  const auto data_path = dir.path() / "hit_rate.dat";
   {
     std::ofstream data(data_path);
     for (auto& [key, list] : curves) {
@@ -107,12 +65,12 @@ void write_hit_rate_plot(const std::vector<CacheReplayResult>& runs, const std::
       ? fmt::format("Prefix-cache {} vs capacity (block size {}, cache-only replay)", metric, block_size)
       : options.title;
   std::string script;
-  script += fmt::format("set terminal {}\nset output {}\n", terminal, gp_string(out.string()));
+  script += fmt::format("set terminal {}\nset output {}\n", terminal, gnuplot::quoted(out.string()));
   // Trace names hold underscores: text from data is "noenhanced" (no sub/superscripts).
-  script += fmt::format("set title {} noenhanced\n", gp_string(title));
-  script += fmt::format("set xlabel {}\n", gp_string(options.x_in_tokens ? "cache capacity (tokens, log scale)"
+  script += fmt::format("set title {} noenhanced\n", gnuplot::quoted(title));
+  script += fmt::format("set xlabel {}\n", gnuplot::quoted(options.x_in_tokens ? "cache capacity (tokens, log scale)"
                                                                        : "cache capacity (blocks, log scale)"));
-  script += fmt::format("set ylabel {}\n", gp_string(metric + " (%)"));
+  script += fmt::format("set ylabel {}\n", gnuplot::quoted(metric + " (%)"));
   script += "set logscale x\nset format x '10^{%L}'\nset grid\nset key below left Left reverse maxrows 4 height 1.5\nset yrange [0:*]\n";
   // The x range spans the finite capacities (and marks); plateaus are drawn across it.
   double x_min = 0, x_max = 0;
@@ -130,7 +88,7 @@ void write_hit_rate_plot(const std::vector<CacheReplayResult>& runs, const std::
     script += fmt::format("set arrow from {0},graph 0 to {0},graph 1 nohead dt 3 lc rgb 'gray40'\n", options.marks_x[i]);
     if (i < options.marks_label.size())
       script += fmt::format("set label {} at {},graph 0.97 right offset -0.5,0 textcolor rgb 'gray30' noenhanced\n",
-                            gp_string(options.marks_label[i]), options.marks_x[i]);
+                            gnuplot::quoted(options.marks_label[i]), options.marks_x[i]);
   }
   std::vector<std::string> plots;
   size_t index = 0;
@@ -139,27 +97,19 @@ void write_hit_rate_plot(const std::vector<CacheReplayResult>& runs, const std::
   for (auto& [key, list] : curves) {
     color_of[key] = color;
     plots.push_back(fmt::format("{} index {} using 1:2 with linespoints lw 2 pt 7 ps 0.6 lc {} title {} noenhanced",
-                                gp_string(data_path.string()), index++, color++, gp_string(key)));
+                                gnuplot::quoted(data_path.string()), index++, color++, gnuplot::quoted(key)));
   }
   for (auto& [key, r] : plateaus) {
     const std::string c = color_of.contains(key) ? fmt::format("{}", color_of[key])
                           : key == "all policies" ? std::string("rgb 'gray30'")
                                                   : fmt::format("{}", color++);
     plots.push_back(fmt::format("{:.4f} with lines dt 2 lc {} title {} noenhanced", y_of(*r), c,
-                                gp_string(key + ", infinite cache")));
+                                gnuplot::quoted(key + ", infinite cache")));
   }
   script += "plot ";
   for (size_t i = 0; i < plots.size(); ++i) script += (i ? ", \\\n     " : "") + plots[i];
   script += "\n";
-  const auto script_path = dir.path / "hit_rate.gp";
-  std::ofstream(script_path) << script;
-  const std::string cmd =
-      fmt::format("gnuplot {} 2>{}", shell_quoted(script_path.string()), shell_quoted((dir.path / "err").string()));
-  if (std::system(cmd.c_str()) != 0) {
-    std::ifstream err(dir.path / "err");
-    std::string msg((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
-    throw Error(fmt::format("plot: gnuplot failed writing {}: {}", out.string(), msg));
-  }
+  gnuplot::run(script, dir, out);
 }
 
 }  // namespace pagedkv

@@ -88,7 +88,7 @@ TEST_F(ReplayCli, UsageErrors) {
   EXPECT_EQ(pagedkv("replay " + path("t.jsonl")).status, 2);  // no capacity
   EXPECT_EQ(pagedkv("replay " + path("t.jsonl") + " --capacity-blocks 10 --policy mru").status, 2);
   EXPECT_EQ(pagedkv("replay " + path("t.jsonl") + " --capacity-blocks ten").status, 2);
-  EXPECT_EQ(pagedkv("replay " + path("t.jsonl") + " --mode timed --capacity-blocks 10").status, 2);
+  EXPECT_EQ(pagedkv("replay " + path("t.jsonl") + " --mode timed").status, 2);  // no capacity
   EXPECT_NE(pagedkv("replay /nonexistent.jsonl --capacity-blocks 10").status, 0);
 }
 
@@ -101,6 +101,20 @@ TEST_F(ReplayCli, ClusterModeComparesLocalAndGlobal) {
   EXPECT_EQ(j["global"]["capacity_blocks"], 120);
   EXPECT_EQ(j["per_instance"].size(), 3u);
   EXPECT_GE(j["global"]["token_hit_rate"].get<double>(), j["local"]["token_hit_rate"].get<double>());
+}
+
+TEST_F(ReplayCli, TimedModeReportsLatencies) {
+  const CliRun r = pagedkv("replay " + path("t.jsonl") + " --mode timed --block-size 16 --capacity-tokens 20000 "
+                           "--timeline " + path("tl.csv") + " --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["finished"], 40);
+  for (const char* key : {"ttft", "tpot", "queueing", "e2e"}) EXPECT_TRUE(j[key].contains("p99_s")) << key;
+  EXPECT_GT(j["token_hit_rate"].get<double>(), 0.0);
+  std::ifstream tl(path("tl.csv"));
+  std::string header;
+  std::getline(tl, header);
+  EXPECT_EQ(header, "time_s,pool_usage,running,waiting,swapped,finished,hit_rate");
 }
 
 TEST_F(ReplayCli, PlotWritesAnSvg) {

@@ -12,6 +12,7 @@
 #include <thread>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -23,6 +24,10 @@
 #include "pagedkv/replay/cache_replay.h"
 #include "pagedkv/replay/cluster_replay.h"
 #include "pagedkv/replay/hit_rate_plot.h"
+#include "pagedkv/replay/step_cost_model.h"
+#include "pagedkv/replay/timed_replay.h"
+#include "pagedkv/replay/timeline_plot.h"
+#include "pagedkv/scheduler/scheduler_config.h"
 #include "pagedkv/replay/trace_reader.h"
 
 namespace pagedkv::cli {
@@ -53,6 +58,17 @@ struct ReplayArgs {
   double balance = 0.2;
   // Azure prefix model
   AzurePrefixModel azure;
+  // timed mode
+  int max_num_seqs = 64;
+  int max_batched_tokens = 2048;
+  std::string preemption = "recompute";
+  int swap_blocks = 0;
+  std::string cost_preset = "llama3-8b-h100";
+  std::optional<double> step_overhead_ms, prefill_tps, prefill_attention_ms_per_mpair, decode_ms_per_seq,
+      decode_attention_ms_per_ktoken, swap_ms_per_block;
+  double time_scale = 1.0;
+  double timeline_interval = 1.0;
+  std::string timeline;
 };
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -388,6 +404,99 @@ int run_cluster(const ReplayArgs& a) {
   return 0;
 }
 
+nlohmann::json latency_json(const LatencySummary& l) {
+  return {{"count", l.count}, {"mean_s", l.mean}, {"p50_s", l.p50}, {"p90_s", l.p90}, {"p99_s", l.p99}, {"max_s", l.max}};
+}
+
+int run_timed(const ReplayArgs& a) {
+  int64_t capacity = 0;
+  if (!a.capacity_blocks.empty()) capacity = to_blocks(parse_count("--capacity-blocks", a.capacity_blocks), false, a.block_size, "--capacity-blocks");
+  else if (!a.capacity_tokens.empty()) capacity = to_blocks(parse_count("--capacity-tokens", a.capacity_tokens), true, a.block_size, "--capacity-tokens");
+  else throw ConfigError("timed mode needs the cache capacity: --capacity-blocks N or --capacity-tokens N");
+  if (capacity == kInfiniteCapacity) throw ConfigError("timed mode needs a finite capacity (a real pool)");
+  if (!a.sweep.empty()) throw ConfigError("--sweep applies to --mode cache only");
+  TimedReplayConfig c;
+  c.block_size = a.block_size;
+  c.capacity_blocks = capacity;
+  c.policy = a.policy;
+  c.scheduler.max_num_seqs = a.max_num_seqs;
+  c.scheduler.max_num_batched_tokens = a.max_batched_tokens;
+  if (a.preemption == "recompute") c.scheduler.preemption_mode = PreemptionMode::kRecompute;
+  else if (a.preemption == "swap") c.scheduler.preemption_mode = PreemptionMode::kSwap;
+  else if (a.preemption == "auto") c.scheduler.preemption_mode = PreemptionMode::kAuto;
+  else throw ConfigError(fmt::format("--preemption must be recompute, swap or auto, got '{}'", a.preemption));
+  c.swap_blocks = a.swap_blocks;
+  c.cost = step_cost_preset(a.cost_preset);
+  auto override = [&](const std::optional<double>& v, double& field) {
+    if (v) {
+      field = *v;
+      c.cost.name = a.cost_preset + " (modified)";
+    }
+  };
+  override(a.step_overhead_ms, c.cost.step_overhead_ms);
+  override(a.prefill_tps, c.cost.prefill_tokens_per_s);
+  override(a.prefill_attention_ms_per_mpair, c.cost.prefill_attention_ms_per_mpair);
+  override(a.decode_ms_per_seq, c.cost.decode_ms_per_seq);
+  override(a.decode_attention_ms_per_ktoken, c.cost.decode_attention_ms_per_ktoken);
+  override(a.swap_ms_per_block, c.cost.swap_ms_per_block);
+  c.time_scale = a.time_scale;
+  c.timeline_interval_s = a.timeline_interval;
+  const std::vector<Trace> traces = load_traces(a);
+  if (traces.size() != 1) throw ConfigError("timed mode replays one trace at a time");
+  ProgressBar bar(!a.no_progress);
+  bar.set_label(fmt::format("{} timed", traces.front().name));
+  c.progress = bar.callback();
+  const TimedReplayResult r = replay_timed(traces.front(), c);
+  bar.finish();
+
+  if (!a.timeline.empty()) {
+    std::ofstream out(a.timeline);
+    if (!out) throw Error(fmt::format("cannot write {}", a.timeline));
+    out << "time_s,pool_usage,running,waiting,swapped,finished,hit_rate\n";
+    for (const TimelinePoint& p : r.timeline)
+      out << fmt::format("{:.3f},{:.4f},{},{},{},{},{:.4f}\n", p.time_s, p.pool_usage, p.running, p.waiting, p.swapped,
+                         p.finished, p.hit_rate);
+  }
+  if (a.json) {
+    const auto& m = c.cost;
+    fmt::print("{}\n", nlohmann::json{
+        {"trace", r.trace}, {"block_size", a.block_size}, {"capacity_blocks", capacity}, {"policy", a.policy},
+        {"cost_model", {{"name", m.name}, {"step_overhead_ms", m.step_overhead_ms},
+                        {"prefill_tokens_per_s", m.prefill_tokens_per_s},
+                        {"prefill_attention_ms_per_mpair", m.prefill_attention_ms_per_mpair},
+                        {"decode_ms_per_seq", m.decode_ms_per_seq},
+                        {"decode_attention_ms_per_ktoken", m.decode_attention_ms_per_ktoken},
+                        {"swap_ms_per_block", m.swap_ms_per_block}}},
+        {"max_num_seqs", a.max_num_seqs}, {"max_num_batched_tokens", a.max_batched_tokens},
+        {"requests", r.requests}, {"finished", r.finished}, {"rejected", r.rejected},
+        {"duration_s", r.duration_s}, {"steps", r.steps},
+        {"token_hit_rate", r.hit_rate()}, {"prompt_tokens", r.prompt_tokens}, {"hit_tokens", r.hit_tokens},
+        {"prefill_tokens", r.prefill_tokens}, {"output_tokens", r.output_tokens},
+        {"preemptions_recompute", r.preemptions_recompute}, {"preemptions_swap", r.preemptions_swap},
+        {"max_pool_usage", r.max_pool_usage},
+        {"ttft", latency_json(r.ttft)}, {"tpot", latency_json(r.tpot)}, {"queueing", latency_json(r.queueing)},
+        {"e2e", latency_json(r.e2e)}, {"cpu_seconds", r.cpu_seconds}}.dump(2));
+  } else {
+    fmt::print("{}: {} requests ({} rejected as larger than the cache), {} finished in {:.1f} s simulated, {} steps\n",
+               r.trace, r.requests, r.rejected, r.finished, r.duration_s, r.steps);
+    fmt::print("cost model {}; pool {} blocks of {} tokens; max {} sequences, {} tokens per step\n", c.cost.name,
+               capacity, a.block_size, a.max_num_seqs, a.max_batched_tokens);
+    fmt::print("prefix-cache token hit rate {:.4f}; prefill tokens computed {} (prompts {}); output tokens {}\n",
+               r.hit_rate(), r.prefill_tokens, r.prompt_tokens, r.output_tokens);
+    fmt::print("preemptions: {} recompute, {} swap; peak pool usage {:.1f}%\n", r.preemptions_recompute,
+               r.preemptions_swap, 100 * r.max_pool_usage);
+    fmt::print("{:<24} {:>10} {:>10} {:>10} {:>10} {:>10}\n", "latency (s)", "mean", "p50", "p90", "p99", "max");
+    for (const auto& [name, l] : {std::pair{"time to first token", r.ttft}, std::pair{"time per output token", r.tpot},
+                                  std::pair{"queueing delay", r.queueing}, std::pair{"end to end", r.e2e}})
+      fmt::print("{:<24} {:>10.4f} {:>10.4f} {:>10.4f} {:>10.4f} {:>10.4f}\n", name, l.mean, l.p50, l.p90, l.p99, l.max);
+  }
+  if (!a.plot.empty()) {
+    write_timeline_plot(r, a.plot, a.plot_title);
+    fmt::print(stderr, "pagedkv replay: wrote {}\n", a.plot);
+  }
+  return 0;
+}
+
 const CommandRegistration kReplay{Command{
     "replay",
     "replay serving traces (Mooncake JSONL, Azure CSV, token JSONL) through the KV-cache manager",
@@ -395,7 +504,7 @@ const CommandRegistration kReplay{Command{
       auto a = std::make_shared<ReplayArgs>();
       sub.add_option("trace", a->traces, "trace files (several: one curve each)")->required()->check(CLI::ExistingFile);
       sub.add_option("--mode", a->mode, "cache (cache-only, in order), cluster (instances vs a global pool), "
-                                        "timed (needs the engine scheduler; not available yet)")
+                                        "timed (arrivals, the engine's scheduler, a step-time cost model)")
           ->check(CLI::IsMember({"cache", "cluster", "timed"}))->capture_default_str();
       sub.add_option("--format", a->format, "auto, mooncake, azure or tokens")->capture_default_str();
       sub.add_flag("--lenient", a->lenient, "skip malformed lines (counted) instead of failing");
@@ -428,11 +537,30 @@ const CommandRegistration kReplay{Command{
       sub.add_option("--azure-share", a->azure.share_probability, "Azure: probability a request starts with a shared prompt")
           ->capture_default_str();
       sub.add_option("--seed", a->azure.seed, "Azure: seed of the sharing model")->capture_default_str();
+      sub.add_option("--max-num-seqs", a->max_num_seqs, "timed: requests running at once")->capture_default_str();
+      sub.add_option("--max-batched-tokens", a->max_batched_tokens, "timed: token budget per step (chunked prefill)")
+          ->capture_default_str();
+      sub.add_option("--preemption", a->preemption, "timed: recompute, swap or auto")->capture_default_str();
+      sub.add_option("--swap-blocks", a->swap_blocks, "timed: host swap-space blocks")->capture_default_str();
+      std::string presets;
+      for (const StepCostModel& m : step_cost_presets()) presets += "\n  " + m.name + ": " + m.description;
+      sub.add_option("--cost-preset", a->cost_preset, "timed: step-time cost model preset:" + presets)->capture_default_str();
+      sub.add_option("--step-overhead-ms", a->step_overhead_ms, "timed: fixed time per forward pass (ms)");
+      sub.add_option("--prefill-tps", a->prefill_tps, "timed: prefill throughput (tokens/s)");
+      sub.add_option("--prefill-attn-ms-per-mpair", a->prefill_attention_ms_per_mpair,
+                     "timed: prefill attention, ms per million (token, context) pairs");
+      sub.add_option("--decode-ms-per-seq", a->decode_ms_per_seq, "timed: decode cost per sequence (ms)");
+      sub.add_option("--decode-attn-ms-per-ktoken", a->decode_attention_ms_per_ktoken,
+                     "timed: decode attention, ms per 1000 context tokens read");
+      sub.add_option("--swap-ms-per-block", a->swap_ms_per_block, "timed: device<->host copy per block (ms)");
+      sub.add_option("--time-scale", a->time_scale, "timed: multiply arrival times (2 = half the request rate)")
+          ->capture_default_str();
+      sub.add_option("--timeline", a->timeline, "timed: write the pool/queue time series to this CSV");
+      sub.add_option("--timeline-interval", a->timeline_interval, "timed: seconds between time-series points")
+          ->capture_default_str();
       return [a]() -> int {
         if (a->json && a->csv) throw ConfigError("choose one of --json and --csv");
-        if (a->mode == "timed")
-          throw ConfigError("--mode timed needs the engine's scheduler, which pagedkv does not have yet; "
-                            "use --mode cache or --mode cluster");
+        if (a->mode == "timed") return run_timed(*a);
         if (a->mode == "cluster") return run_cluster(*a);
         return run_cache(*a);
       };

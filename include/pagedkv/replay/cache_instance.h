@@ -33,6 +33,11 @@ struct ServeOutcome {
   bool served = false;      // false: the prompt needs more blocks than the whole pool
 };
 
+// The manager configuration replay uses: one full-attention group of config.block_size, a pool of
+// config.capacity_blocks usable blocks (plus the null block), prefix caching on, the named
+// eviction policy. `length_aware` (if not null) is pointed at the policy when it is one.
+KVCacheManagerConfig replay_manager_config(const CacheInstanceConfig& config, LengthAwarePolicy** length_aware = nullptr);
+
 // Loads trace request `i` into `out` (reusing its buffers): prompt tokens, no hashes yet.
 void load_trace_request(const Trace& trace, size_t i, RequestId id, Request& out);
 
@@ -51,9 +56,6 @@ class CacheInstance {
   uint64_t evictions() const { return manager_.pool().stats().evicted_entries; }
 
  private:
-  // Builds the manager's configuration; points `length_aware` at the policy if it is one.
-  static KVCacheManagerConfig manager_config(const CacheInstanceConfig& c, LengthAwarePolicy*& length_aware);
-
   int block_size_;
   int64_t capacity_blocks_;
   LengthAwarePolicy* length_aware_ = nullptr;  // owned by the pool; told each block's position
