@@ -7,9 +7,9 @@
 //      the tile's V rows stream past it.
 // For a GQA group of G <= 4 query heads (decode) every K and V element is loaded from memory
 // once and converted once. With more rows (prefill tiles, G > 4) a 16-bit tile is converted to
-// f32 once into a small buffer and the f32 path reads that. The next tile's rows are prefetched
-// while the current one is computed: one KV head's rows are strided in the arena (all heads of
-// a token are adjacent), which the hardware prefetcher does not follow well.
+// f32 once into a small buffer and the f32 path reads that. A task may cover several KV heads:
+// each tile is then handled head by head. The next tile is prefetched while the current one is
+// computed (Prefetcher).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -113,6 +113,49 @@ inline __m256 softcap256(__m256 x, float cap) {
   return _mm256_mul_ps(_mm256_or_ps(t, _mm256_and_ps(y, sign_mask)), _mm256_set1_ps(cap));
 }
 
+// Prefetches the next tile into L2 while the current one is computed, a few lines per call of
+// step(), spread over the tile's compute: a burst of hundreds of prefetches would queue behind
+// the core's few line-fill buffers and stall the arithmetic (measured: f16 decode from DRAM went
+// from 6.5 to 8 GB/s per core). One KV head's rows are strided in the arena (all heads of a
+// token are adjacent), which the hardware prefetcher follows poorly. L2, not L1: with all heads
+// in one task a tile is 64-256 KiB.
+class Prefetcher {
+ public:
+  // The `bytes` bytes at `offset` in each of the n K and n V slots, over about `calls` steps.
+  template <class T>
+  void start(const T* const* key_slots, const T* const* value_slots, int n, size_t offset, size_t bytes,
+             long calls) {
+    n_ = n;
+    for (int j = 0; j < n; ++j) {
+      slots_[2 * j] = reinterpret_cast<const char*>(key_slots[j]) + offset;
+      slots_[2 * j + 1] = reinterpret_cast<const char*>(value_slots[j]) + offset;
+    }
+    bytes_ = bytes;
+    next_slot_ = 0;
+    next_byte_ = 0;
+    const long lines = static_cast<long>(2 * n) * static_cast<long>((bytes + 63) / 64);
+    per_step_ = static_cast<int>(std::max(1L, (lines + calls - 1) / std::max(1L, calls)));
+  }
+  void step() { issue(per_step_); }
+  void finish() { issue(std::numeric_limits<int>::max()); }
+
+ private:
+  void issue(int lines) {
+    while (lines > 0 && next_slot_ < 2 * n_) {
+      _mm_prefetch(slots_[next_slot_] + next_byte_, _MM_HINT_T1);
+      --lines;
+      next_byte_ += 64;
+      if (next_byte_ >= bytes_) {
+        next_byte_ = 0;
+        ++next_slot_;
+      }
+    }
+  }
+  const char* slots_[2 * kTileTokens] = {};
+  int n_ = 0, next_slot_ = 0, per_step_ = 0;
+  size_t bytes_ = 0, next_byte_ = 0;
+};
+
 // Scores of NR query rows against NT tokens: s[r * kTileTokens + t] = q_r . k_t.
 template <class L, int NR, int NT>
 __attribute__((noinline)) void qk_block(const float* q, size_t dim, const typename L::Storage* const* keys, float* s) {
@@ -148,10 +191,13 @@ __attribute__((noinline)) void qk_block(const float* q, size_t dim, const typena
 }
 
 template <class L, int NR>
-void qk_rows(const float* q, size_t dim, const typename L::Storage* const* keys, int n, float* s) {
+void qk_rows(const float* q, size_t dim, const typename L::Storage* const* keys, int n, float* s, Prefetcher& pf) {
   constexpr int kTokens = NR >= 3 ? 3 : 8 / NR;  // NR * kTokens independent FMA chains
   int j = 0;
-  for (; j + kTokens <= n; j += kTokens) qk_block<L, NR, kTokens>(q, dim, keys + j, s + j);
+  for (; j + kTokens <= n; j += kTokens) {
+    qk_block<L, NR, kTokens>(q, dim, keys + j, s + j);
+    pf.step();
+  }
   if constexpr (kTokens > 2) {
     if (j + 2 <= n) {
       qk_block<L, NR, 2>(q, dim, keys + j, s + j);
@@ -162,15 +208,16 @@ void qk_rows(const float* q, size_t dim, const typename L::Storage* const* keys,
 }
 
 template <class L>
-void qk_tile(const float* q, int rows, size_t dim, const typename L::Storage* const* keys, int n, float* scores) {
+void qk_tile(const float* q, int rows, size_t dim, const typename L::Storage* const* keys, int n, float* scores,
+             Prefetcher& pf) {
   for (int r0 = 0; r0 < rows; r0 += kRowBlock) {
     const float* qr = q + static_cast<size_t>(r0) * dim;
     float* s = scores + static_cast<size_t>(r0) * kTileTokens;
     switch (std::min(kRowBlock, rows - r0)) {
-      case 4: qk_rows<L, 4>(qr, dim, keys, n, s); break;
-      case 3: qk_rows<L, 3>(qr, dim, keys, n, s); break;
-      case 2: qk_rows<L, 2>(qr, dim, keys, n, s); break;
-      default: qk_rows<L, 1>(qr, dim, keys, n, s); break;
+      case 4: qk_rows<L, 4>(qr, dim, keys, n, s, pf); break;
+      case 3: qk_rows<L, 3>(qr, dim, keys, n, s, pf); break;
+      case 2: qk_rows<L, 2>(qr, dim, keys, n, s, pf); break;
+      default: qk_rows<L, 1>(qr, dim, keys, n, s, pf); break;
     }
   }
 }
@@ -202,7 +249,7 @@ __attribute__((noinline)) void pv_block(const float* p, const typename L::Storag
 }
 
 template <class L, int NR>
-void pv_rows(const float* p, const typename L::Storage* const* values, int n, float* acc, size_t dim) {
+void pv_rows(const float* p, const typename L::Storage* const* values, int n, float* acc, size_t dim, Prefetcher& pf) {
   size_t d0 = 0;
   if constexpr (NR >= 3) {
     // Strips of 3 chunks (12 accumulators) and, to finish, of 2: no latency-bound 1-chunk strip
@@ -210,31 +257,37 @@ void pv_rows(const float* p, const typename L::Storage* const* values, int n, fl
     size_t left = dim / 8;
     while (left >= 3 && left != 4) {
       pv_block<L, NR, 3>(p, values, n, d0, acc, dim);
+      pf.step();
       d0 += 24;
       left -= 3;
     }
     while (left >= 2) {
       pv_block<L, NR, 2>(p, values, n, d0, acc, dim);
+      pf.step();
       d0 += 16;
       left -= 2;
     }
   } else {
     constexpr int kChunks = 8 / NR;  // NR * kChunks accumulators
-    for (; d0 + 8 * kChunks <= dim; d0 += 8 * kChunks) pv_block<L, NR, kChunks>(p, values, n, d0, acc, dim);
+    for (; d0 + 8 * kChunks <= dim; d0 += 8 * kChunks) {
+      pv_block<L, NR, kChunks>(p, values, n, d0, acc, dim);
+      pf.step();
+    }
   }
   for (; d0 < dim; d0 += 8) pv_block<L, NR, 1>(p, values, n, d0, acc, dim);
 }
 
 template <class L>
-void pv_tile(const float* probs, int rows, const typename L::Storage* const* values, int n, float* acc, size_t dim) {
+void pv_tile(const float* probs, int rows, const typename L::Storage* const* values, int n, float* acc, size_t dim,
+             Prefetcher& pf) {
   for (int r0 = 0; r0 < rows; r0 += kRowBlock) {
     const float* p = probs + static_cast<size_t>(r0) * kTileTokens;
     float* a = acc + static_cast<size_t>(r0) * dim;
     switch (std::min(kRowBlock, rows - r0)) {
-      case 4: pv_rows<L, 4>(p, values, n, a, dim); break;
-      case 3: pv_rows<L, 3>(p, values, n, a, dim); break;
-      case 2: pv_rows<L, 2>(p, values, n, a, dim); break;
-      default: pv_rows<L, 1>(p, values, n, a, dim); break;
+      case 4: pv_rows<L, 4>(p, values, n, a, dim, pf); break;
+      case 3: pv_rows<L, 3>(p, values, n, a, dim, pf); break;
+      case 2: pv_rows<L, 2>(p, values, n, a, dim, pf); break;
+      default: pv_rows<L, 1>(p, values, n, a, dim, pf); break;
     }
   }
 }
@@ -305,15 +358,6 @@ void locate_slots(const RowGroupTask& task, int first, int n, const T** keys, co
   }
 }
 
-// Prefetches `bytes` bytes from `offset` into each of the slots [begin, end).
-template <class T>
-void prefetch_slots(const T* const* slots, int begin, int end, size_t offset, size_t bytes) {
-  for (int j = begin; j < end; ++j) {
-    const char* p = reinterpret_cast<const char*>(slots[j]) + offset;
-    for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
-  }
-}
-
 template <class L>
 void attend(const RowGroupTask& task) {
   using T = typename L::Storage;
@@ -350,6 +394,7 @@ void attend(const RowGroupTask& task) {
   const size_t read_offset = static_cast<size_t>(task.first_kv_head) * dim * sizeof(T);
   const size_t read_bytes = static_cast<size_t>(heads) * dim * sizeof(T);
 
+  Prefetcher prefetcher;
   int buffer = 0;
   locate_slots(task, task.token_begin, std::min(kTileTokens, task.token_end - task.token_begin), key_slots[0],
                value_slots[0]);
@@ -357,15 +402,14 @@ void attend(const RowGroupTask& task) {
     const int n = std::min(kTileTokens, task.token_end - tile);
     const int next = tile + kTileTokens;
     const int next_n = next < task.token_end ? std::min(kTileTokens, task.token_end - next) : 0;
-    if (next_n > 0) locate_slots(task, next, next_n, key_slots[buffer ^ 1], value_slots[buffer ^ 1]);
+    if (next_n > 0) {
+      locate_slots(task, next, next_n, key_slots[buffer ^ 1], value_slots[buffer ^ 1]);
+      const long row_blocks = (rows + kRowBlock - 1) / kRowBlock;
+      const long steps = heads * row_blocks * ((n + 2) / 3 + static_cast<long>(dim / 16));
+      prefetcher.start(key_slots[buffer ^ 1], value_slots[buffer ^ 1], next_n, read_offset, read_bytes, steps);
+    }
 
     for (int h = 0; h < heads; ++h) {
-      // Prefetch the next tile while this one is computed, a share of its slots per head.
-      if (next_n > 0) {
-        const int from = next_n * h / heads, to = next_n * (h + 1) / heads;
-        prefetch_slots(key_slots[buffer ^ 1], from, to, read_offset, read_bytes);
-        prefetch_slots(value_slots[buffer ^ 1], from, to, read_offset, read_bytes);
-      }
       const size_t head_offset = static_cast<size_t>(task.first_kv_head + h) * dim;
       for (int j = 0; j < n; ++j) {
         keys[j] = key_slots[buffer][j] + head_offset;
@@ -382,9 +426,9 @@ void attend(const RowGroupTask& task) {
             _mm256_storeu_ps(key_tile.data() + static_cast<size_t>(j) * dim + d, L::load(keys[j] + d));
             _mm256_storeu_ps(value_tile.data() + static_cast<size_t>(j) * dim + d, L::load(values[j] + d));
           }
-        qk_tile<LoadF32>(query, rows, dim, converted_keys, n, scores.data());
+        qk_tile<LoadF32>(query, rows, dim, converted_keys, n, scores.data(), prefetcher);
       } else {
-        qk_tile<L>(query, rows, dim, keys, n, scores.data());
+        qk_tile<L>(query, rows, dim, keys, n, scores.data(), prefetcher);
       }
 
       for (int r = 0; r < rows; ++r) {
@@ -395,10 +439,11 @@ void attend(const RowGroupTask& task) {
       }
 
       if (convert_tiles)
-        pv_tile<LoadF32>(scores.data(), rows, converted_values, n, acc, dim);
+        pv_tile<LoadF32>(scores.data(), rows, converted_values, n, acc, dim, prefetcher);
       else
-        pv_tile<L>(scores.data(), rows, values, n, acc, dim);
+        pv_tile<L>(scores.data(), rows, values, n, acc, dim, prefetcher);
     }
+    prefetcher.finish();
     buffer ^= 1;
   }
 }
