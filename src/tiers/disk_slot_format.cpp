@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "pagedkv/core/error.h"
+#include "pagedkv/storage/cpu_isa.h"
 
 namespace pagedkv {
 namespace {
@@ -103,7 +104,15 @@ SlotHeaderStatus decode_slot_header(std::span<const std::byte> in, const BlockHa
   return SlotHeaderStatus::kOk;
 }
 
-uint64_t payload_checksum(std::span<const std::byte> payload) { return XXH3_64bits(payload.data(), payload.size()); }
+namespace tiers_detail {
+uint64_t payload_checksum_avx2(const std::byte* data, size_t bytes);
+}
+
+uint64_t payload_checksum(std::span<const std::byte> payload) {
+  static const bool avx2 = best_available_isa() == KernelIsa::kAvx2;
+  return avx2 ? tiers_detail::payload_checksum_avx2(payload.data(), payload.size())
+              : XXH3_64bits(payload.data(), payload.size());
+}
 
 BlockHash kv_layout_fingerprint(uint64_t model_digest, const KVCacheSpec& spec, int num_layers,
                                 HashAlgorithm hash_algorithm, const BlockHash& hash_root) {

@@ -51,6 +51,7 @@ struct TransferHandle::State {
   TransferBatch batch;
   uint64_t id = 0;
   std::vector<SlotRun> write_runs;
+  size_t runs_written = 0;  // disk lane only
   mutable std::mutex m;
   mutable std::condition_variable cv;
   bool memory_done = false;
@@ -151,7 +152,7 @@ TransferHandle TransferEngine::submit(TransferBatch batch) {
 
 void TransferEngine::memory_lane() {
   while (auto s = pop(memory_)) {
-    run_memory(*s);
+    run_memory(s);
     {
       std::lock_guard lock(s->m);
       s->memory_done = true;
@@ -167,7 +168,13 @@ void TransferEngine::memory_lane() {
 }
 
 void TransferEngine::disk_lane() {
+  // A batch arrives once per packed write run (written at once, while the memory lane packs the
+  // next run), then once more for its reads and completion.
   while (auto s = pop(disk_lane_)) {
+    if (s->runs_written < s->write_runs.size()) {
+      write_run(*s, s->runs_written++);
+      continue;
+    }
     run_disk(*s);
     {
       std::lock_guard lock(s->m);
@@ -178,7 +185,8 @@ void TransferEngine::disk_lane() {
   }
 }
 
-void TransferEngine::run_memory(TransferHandle::State& s) {
+void TransferEngine::run_memory(const std::shared_ptr<TransferHandle::State>& state) {
+  TransferHandle::State& s = *state;
   TransferBatch& b = s.batch;
   // 1. Pack disk-write sources before anything overwrites them (a demoted host slot is refilled
   //    by a device -> host copy of the same batch).
@@ -197,6 +205,7 @@ void TransferEngine::run_memory(TransferHandle::State& s) {
         w.header.payload_checksum = payload_checksum(std::span<const std::byte>(base + header, payload));
         encode_slot_header(w.header, std::span<std::byte>(base, header));
       }
+      push(disk_lane_, state);  // the disk lane writes this run while the next one is packed
     }
   }
   // 2, 3. Copies between the device arena and the host tier, coalesced into runs.
@@ -215,28 +224,33 @@ void TransferEngine::run_memory(TransferHandle::State& s) {
   }
 }
 
+void TransferEngine::write_run(TransferHandle::State& s, size_t index) {
+  SlotRun& run = s.write_runs[index];
+  const size_t slot = disk_->slot_bytes();
+  DiskIoRequest req{true, disk_->slot_offset(run.first), run.buffer.data(), run.ops.size() * slot, 0};
+  disk_->execute(std::span<DiskIoRequest>(&req, 1));
+  ++stats_.disk_ios;
+  stats_.disk_blocks += run.ops.size();
+  for (size_t k = 0; k < run.ops.size(); ++k) {
+    DiskWrite& w = s.batch.disk_writes[run.ops[k]];
+    w.ok = req.result >= static_cast<int64_t>((k + 1) * slot);
+    w.error = w.ok ? 0 : (req.result < 0 ? static_cast<int>(-req.result) : ENOSPC);
+    if (w.ok) stats_.disk_bytes += slot;
+  }
+  give_staging(std::move(run.buffer));
+}
+
 void TransferEngine::run_disk(TransferHandle::State& s) {
   TransferBatch& b = s.batch;
   const size_t slot = disk_->slot_bytes(), header = disk_->header_bytes(), payload = disk_->payload_bytes();
   std::vector<SlotRun> read_runs = make_runs(b.disk_reads, slot, [this](size_t n) { return take_staging(n); });
   std::vector<DiskIoRequest> reqs;
-  for (SlotRun& run : s.write_runs)
-    reqs.push_back(DiskIoRequest{true, disk_->slot_offset(run.first), run.buffer.data(), run.ops.size() * slot, 0});
   for (SlotRun& run : read_runs)
     reqs.push_back(DiskIoRequest{false, disk_->slot_offset(run.first), run.buffer.data(), run.ops.size() * slot, 0});
   disk_->execute(reqs);
   stats_.disk_ios += reqs.size();
-  stats_.disk_blocks += b.disk_writes.size() + b.disk_reads.size();
+  stats_.disk_blocks += b.disk_reads.size();
   size_t r = 0;
-  for (SlotRun& run : s.write_runs) {
-    const int64_t got = reqs[r++].result;
-    for (size_t k = 0; k < run.ops.size(); ++k) {
-      DiskWrite& w = b.disk_writes[run.ops[k]];
-      w.ok = got >= static_cast<int64_t>((k + 1) * slot);
-      w.error = w.ok ? 0 : (got < 0 ? static_cast<int>(-got) : ENOSPC);
-      if (w.ok) stats_.disk_bytes += slot;
-    }
-  }
   for (SlotRun& run : read_runs) {
     const int64_t got = reqs[r++].result;
     for (size_t k = 0; k < run.ops.size(); ++k) {
@@ -266,9 +280,7 @@ void TransferEngine::run_disk(TransferHandle::State& s) {
       stats_.disk_bytes += slot;
     }
   }
-  for (SlotRun& run : s.write_runs) give_staging(std::move(run.buffer));
   for (SlotRun& run : read_runs) give_staging(std::move(run.buffer));
-  s.write_runs.clear();
 }
 
 }  // namespace pagedkv

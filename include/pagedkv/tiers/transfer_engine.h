@@ -6,7 +6,8 @@
 //                 2. device -> host copies;   3. host -> device copies;
 //                 then the batch's "memory" half is complete: every device block it reads may be
 //                 overwritten, every host slot it reads may be reused;
-//   disk lane:    4. disk writes and reads (one I/O per run of adjacent slots, io_uring queue);
+//   disk lane:    4. disk writes, each run as soon as it is packed (overlapping the packing of
+//                    the next), and reads (one I/O per run of adjacent slots, io_uring queue);
 //                 5. verification of each read block (header, key, payload checksum) and its copy
 //                    into the device arena; then the batch is done.
 // Memory copies of runs of adjacent blocks (on both sides) are one memcpy per plane; adjacent disk
@@ -135,7 +136,8 @@ class TransferEngine {
   };
   void memory_lane();
   void disk_lane();
-  void run_memory(TransferHandle::State& s);
+  void run_memory(const std::shared_ptr<TransferHandle::State>& s);
+  void write_run(TransferHandle::State& s, size_t index);
   void run_disk(TransferHandle::State& s);
   static void push(Lane& lane, std::shared_ptr<TransferHandle::State> s);
   static std::shared_ptr<TransferHandle::State> pop(Lane& lane);
