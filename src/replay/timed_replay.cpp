@@ -88,23 +88,41 @@ TimedReplayResult replay_timed(const Trace& trace, const TimedReplayConfig& conf
   std::vector<SampledTokens> sampled;
   int idle_steps = 0;
 
-  auto sample_timeline = [&] {
-    while (next_sample <= now) {
+  // Each timeline point averages its interval, weighting every state by how long it lasted
+  // (a step's state is what it leaves behind; idle gaps count as empty).
+  struct Accumulated {
+    double time = 0, usage = 0, running = 0, waiting = 0, swapped = 0;
+  } acc;
+  auto accumulate = [&](double dt) {
+    acc.time += dt;
+    acc.usage += dt * manager.usage();
+    acc.running += dt * scheduler.num_running();
+    acc.waiting += dt * scheduler.num_waiting();
+    acc.swapped += dt * scheduler.num_swapped();
+  };
+  auto emit_points = [&] {
+    while (next_sample + config.timeline_interval_s <= now) {
+      const double w = acc.time > 0 ? 1.0 / acc.time : 0.0;
       TimelinePoint p;
-      p.time_s = next_sample - start;
-      p.pool_usage = manager.usage();
-      p.running = scheduler.num_running();
-      p.waiting = scheduler.num_waiting();
-      p.swapped = scheduler.num_swapped();
+      p.time_s = next_sample + config.timeline_interval_s - start;
+      p.pool_usage = acc.usage * w;
+      p.running = static_cast<int>(std::lround(acc.running * w));
+      p.waiting = static_cast<int>(std::lround(acc.waiting * w));
+      p.swapped = static_cast<int>(std::lround(acc.swapped * w));
       p.finished = finished;
       p.hit_rate = res.hit_rate();
       res.timeline.push_back(p);
+      acc = Accumulated{};
       next_sample += config.timeline_interval_s;
     }
   };
 
   while (next < order.size() || scheduler.has_unfinished()) {
-    if (!scheduler.has_unfinished()) now = std::max(now, times[order[next]].arrival);  // idle until it arrives
+    if (!scheduler.has_unfinished() && times[order[next]].arrival > now) {  // idle until it arrives
+      acc.time += times[order[next]].arrival - now;
+      now = times[order[next]].arrival;
+      emit_points();
+    }
     while (next < order.size() && times[order[next]].arrival <= now) {
       const size_t i = order[next++];
       auto r = std::make_unique<SchedulerRequest>();
@@ -117,7 +135,11 @@ TimedReplayResult replay_timed(const Trace& trace, const TimedReplayConfig& conf
     if (out.chunks.empty()) {
       // Nothing could run (admission paused, or every waiting prompt too large to fit now).
       if (next < order.size()) {
-        now = std::max(now, times[order[next]].arrival);
+        if (times[order[next]].arrival > now) {
+          accumulate(times[order[next]].arrival - now);
+          now = times[order[next]].arrival;
+          emit_points();
+        }
         continue;
       }
       if (++idle_steps > 2)
@@ -146,7 +168,8 @@ TimedReplayResult replay_timed(const Trace& trace, const TimedReplayConfig& conf
       }
     }
     res.prefill_tokens += work.prefill_tokens;
-    now += config.cost.step_seconds(work);
+    const double step = config.cost.step_seconds(work);
+    now += step;
     ++res.steps;
 
     sampled.assign(out.chunks.size(), SampledTokens{});
@@ -172,7 +195,12 @@ TimedReplayResult replay_timed(const Trace& trace, const TimedReplayConfig& conf
         config.progress(static_cast<size_t>(finished), trace.size());
     }
     res.max_pool_usage = std::max(res.max_pool_usage, manager.usage());
-    sample_timeline();
+    accumulate(step);
+    emit_points();
+  }
+  if (acc.time > 0) {  // the last, partial interval
+    next_sample = now - config.timeline_interval_s;
+    emit_points();
   }
   res.finished = finished - res.rejected;
   res.duration_s = now - start;

@@ -28,7 +28,7 @@ struct TimedReplayConfig {
   int swap_blocks = 0;              // host swap space for swap preemption (0: recompute only)
   StepCostModel cost;
   double time_scale = 1.0;          // arrival times are multiplied by this (2: half the rate)
-  double timeline_interval_s = 1.0; // one timeline point per this much simulated time
+  double timeline_interval_s = 1.0; // one timeline point (interval means) per this much simulated time
   std::function<void(size_t, size_t)> progress;  // (requests finished, total)
 };
 
@@ -38,10 +38,11 @@ struct LatencySummary {
   double mean = 0, p50 = 0, p90 = 0, p99 = 0, max = 0;
 };
 
+// Time-weighted means over the interval ending at time_s.
 struct TimelinePoint {
   double time_s = 0;
   double pool_usage = 0;       // fraction of usable blocks held by requests
-  int running = 0;
+  int running = 0;             // rounded means
   int waiting = 0;
   int swapped = 0;
   int64_t finished = 0;        // requests finished so far
