@@ -27,7 +27,7 @@ struct GenerateOptions {
   long long seed = 0;
   int n = 1;
   bool json = false;
-  bool verbose = false;
+  bool quiet = false;
   EngineOptions engine;
 };
 
@@ -56,7 +56,8 @@ int run_generate(GenerateOptions o) {
   const uint64_t seed = o.seed > 0 ? static_cast<uint64_t>(o.seed) : static_cast<uint64_t>(std::time(nullptr));
   EngineConfig cfg = o.engine.to_config();
   LLMEngine engine(model, cfg);
-  if (o.verbose) fmt::print(stderr, "{}\n", engine.describe());
+  // Start-up summary on stderr, as vLLM logs it; stdout stays exactly what run prints.
+  if (!o.quiet) fmt::print(stderr, "{}\n", engine.describe());
 
   std::vector<std::string> prompts;
   if (!o.batch_file.empty()) {
@@ -130,7 +131,7 @@ int run_generate(GenerateOptions o) {
     }
   }
   std::fflush(stdout);
-  fmt::print(stderr, "achieved tok/s: {:.1f} ({} tokens, {} requests, {} steps)\n",
+  if (!o.quiet) fmt::print(stderr, "achieved tok/s: {:.1f} ({} tokens, {} requests, {} steps)\n",
              static_cast<double>(generated) / secs, generated, slot_of.size(), engine.stats().steps);
   return 0;
 }
@@ -149,7 +150,7 @@ const CommandRegistration kRegistration{Command{
       sub.add_option("--samples", o->n, "parallel samples per prompt (n), sharing the prompt's blocks")->capture_default_str();
       sub.add_option("--batch", o->batch_file, "file with one prompt per line, served concurrently");
       sub.add_flag("--json", o->json, "one JSON object per line per output");
-      sub.add_flag("-v,--verbose", o->verbose, "print the engine's start-up summary to stderr");
+      sub.add_flag("-q,--quiet", o->quiet, "do not print the engine's start-up summary to stderr");
       o->engine.add_to(sub);
       return [o] { return run_generate(*o); };
     }}};
