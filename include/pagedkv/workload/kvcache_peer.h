@@ -74,6 +74,7 @@ struct PeerTimings {
   double admit_ns = 0, decode_ns = 0, free_ns = 0, hash_ns = 0, prefill_chunk_ns = 0;
   uint64_t admit_ops = 0, decode_ops = 0, free_ops = 0, hash_ops = 0, prefill_chunk_ops = 0;
   double whole_replay_ns = 0;   // a separate run without per-operation timers, hashing included
+  double whole_replay_cpu_ns = 0;  // the same run's thread CPU time (immune to other processes)
 };
 
 struct PeerResult {
