@@ -48,22 +48,26 @@ void SlotIndex::push_empty(int32_t slot) {
   empty_.push_back(slot);
   std::push_heap(empty_.begin(), empty_.end(), std::greater<>{});
   in_empty_[static_cast<size_t>(slot)] = 1;
+  ++num_empty_;
 }
 
 int32_t SlotIndex::allocate(const std::function<void(int32_t)>& on_evict) {
   int32_t slot = -1;
-  if (!empty_.empty()) {
+  while (slot < 0 && !empty_.empty()) {
     std::pop_heap(empty_.begin(), empty_.end(), std::greater<>{});
-    slot = empty_.back();
+    const int32_t candidate = empty_.back();
     empty_.pop_back();
+    if (!in_empty_[static_cast<size_t>(candidate)]) continue;  // a stale entry (claimed)
+    slot = candidate;
     in_empty_[static_cast<size_t>(slot)] = 0;
-  } else if (!lru_.empty()) {
+    --num_empty_;
+  }
+  if (slot < 0) {
+    if (lru_.empty()) return -1;
     KVCacheBlock& victim = lru_.pop_front();
     slot = victim.id.value;
     if (on_evict) on_evict(slot);
     drop_key(victim);
-  } else {
-    return -1;
   }
   KVCacheBlock& b = slots_[static_cast<size_t>(slot)];
   b.ref_cnt = 1;
@@ -74,10 +78,8 @@ int32_t SlotIndex::allocate(const std::function<void(int32_t)>& on_evict) {
 bool SlotIndex::claim(int32_t slot) {
   at(slot);
   if (!in_empty_[static_cast<size_t>(slot)]) return false;
-  auto it = std::find(empty_.begin(), empty_.end(), slot);
-  empty_.erase(it);
-  std::make_heap(empty_.begin(), empty_.end(), std::greater<>{});
-  in_empty_[static_cast<size_t>(slot)] = 0;
+  in_empty_[static_cast<size_t>(slot)] = 0;  // its heap entry goes stale
+  --num_empty_;
   slots_[static_cast<size_t>(slot)].ref_cnt = 1;
   ++num_pinned_;
   return true;
@@ -228,8 +230,11 @@ void SlotIndex::check_invariants() const {
   }
   if (cached != num_cached_) fail(fmt::format("{} slots hold blocks but the count says {}", cached, num_cached_));
   if (pinned != num_pinned_) fail(fmt::format("{} slots are pinned but the count says {}", pinned, num_pinned_));
-  if (static_cast<size_t>(std::count(in_empty_.begin(), in_empty_.end(), 1)) != empty_.size())
-    fail("the empty heap and its flags disagree");
+  if (std::count(in_empty_.begin(), in_empty_.end(), 1) != num_empty_) fail("the empty count and the flags disagree");
+  std::vector<uint8_t> in_heap(slots_.size(), 0);
+  for (int32_t e : empty_) in_heap[static_cast<size_t>(e)] = 1;
+  for (size_t i = 0; i < slots_.size(); ++i)
+    if (in_empty_[i] && !in_heap[i]) fail(fmt::format("empty slot {} is missing from the heap", i));
   size_t chained = 0;
   map_.for_each([&](const BlockHash&, int32_t head) {
     for (int32_t j = head; j != kNoLink; j = slots_[static_cast<size_t>(j)].next_same_hash)

@@ -94,6 +94,20 @@ TEST(TierSlotIndex, LookupConfirmsTheWholeKey) {
   EXPECT_THROW(s.unpin(slot), UsageError);  // already empty: a double release
 }
 
+TEST(TierSlotIndex, ClaimedSlotsAreSkippedByAllocation) {
+  // An index rebuild claims the slots it finds on disk; allocation then hands out the others,
+  // lowest first, and claimed slots come back to the empty set when released.
+  SlotIndex s(100000, 4);
+  for (int32_t i = 0; i < 100000; i += 2) ASSERT_TRUE(s.claim(i));
+  EXPECT_FALSE(s.claim(0));
+  EXPECT_EQ(s.num_empty(), 50000);
+  EXPECT_EQ(s.allocate(), 1);
+  EXPECT_EQ(s.allocate(), 3);
+  s.unpin(0);
+  EXPECT_EQ(s.allocate(), 0);
+  s.check_invariants();
+}
+
 TEST(TierSlotFormat, RoundTripAndEveryKindOfDamage) {
   const BlockHash fp{1, 2};
   DiskSlotHeader h;

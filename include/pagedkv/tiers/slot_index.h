@@ -31,7 +31,7 @@ class SlotIndex {
 
   int num_slots() const { return static_cast<int>(slots_.size()); }
   int block_size() const { return block_size_; }
-  int num_empty() const { return static_cast<int>(empty_.size()); }
+  int num_empty() const { return num_empty_; }
   int num_cached() const { return num_cached_; }
   int num_pinned() const { return num_pinned_; }
   // Slots allocate() can hand out now: empty ones and unpinned cached ones.
@@ -92,8 +92,12 @@ class SlotIndex {
   std::vector<KVCacheBlock> slots_;
   FreeBlockQueue lru_;
   CachedBlockMap map_;
-  std::vector<int32_t> empty_;          // min-heap: the lowest empty slot first (adjacent writes coalesce)
+  // Min-heap of empty slots: the lowest first, so a batch of new blocks gets adjacent slots and
+  // its writes coalesce. Entries are deleted lazily: one is live only while in_empty_ is set
+  // (claim() during an index rebuild is O(1) instead of a heap search).
+  std::vector<int32_t> empty_;
   std::vector<uint8_t> in_empty_;
+  int num_empty_ = 0;
   std::vector<TokenId> tokens_;         // [num_slots][block_size]
   std::vector<BlockHash> parent_;
   std::vector<uint64_t> extra_digest_;
