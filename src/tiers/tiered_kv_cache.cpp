@@ -190,6 +190,18 @@ void TieredKVCache::drain() {
   poll();
 }
 
+bool TieredKVCache::wait_for_progress() {
+  submit_pending();
+  for (const TransferHandle& h : outstanding_) {
+    if (h.done()) continue;
+    h.wait();
+    poll();
+    return true;
+  }
+  poll();
+  return false;
+}
+
 void TieredKVCache::on_step_begin() {
   poll();
   if (config_.write_through) write_through();

@@ -101,6 +101,9 @@ class TieredKVCache {
   void before_forward();  // submits pending copies; returns once the device blocks they read are free
   void poll();            // applies finished transfers (never blocks)
   void drain();           // submits pending copies and waits for every transfer to finish
+  // A step that had nothing to run while requests wait on loads: blocks until one transfer
+  // finishes (instead of spinning through empty steps). False if nothing is in flight.
+  bool wait_for_progress();
   void flush_to_disk();   // writes every cached device and host block the disk lacks; waits
   void shutdown();        // flush (if configured), wait for everything, sync the disk file
 
