@@ -291,6 +291,9 @@ std::vector<RequestOutput> LLMEngine::step() {
     }
   } else {
     stats_.schedule_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    // Nothing could run: the waiting requests' blocks are still loading from the disk tier.
+    // Sleep until a transfer finishes rather than spin through empty steps.
+    if (tiers_ && scheduler_.has_unfinished()) tiers_->wait_for_progress();
   }
 
   const auto now = Clock::now();
