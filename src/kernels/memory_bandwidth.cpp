@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -36,7 +37,19 @@ float sum_floats_sse2(const float* data, size_t n) {
 
 }  // namespace
 
-ReadBandwidth measure_read_bandwidth(size_t bytes, int threads, int repeats) {
+double cpu_seconds_of_this_thread() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
+double steady_clock_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+ReadBandwidth measure_read_bandwidth(size_t bytes, int threads, int repeats, bool thread_cpu_time) {
+  if (thread_cpu_time && threads != 1)
+    throw UsageError(fmt::format("measure_read_bandwidth: thread CPU time needs 1 thread, got {}", threads));
   if (threads < 1 || repeats < 1 || bytes < (size_t{1} << 20))
     throw UsageError(fmt::format("measure_read_bandwidth: need >= 1 MiB, threads >= 1 and repeats >= 1 (got {} bytes, "
                                  "{} threads, {} repeats)", bytes, threads, repeats));
@@ -56,15 +69,22 @@ ReadBandwidth measure_read_bandwidth(size_t bytes, int threads, int repeats) {
   volatile float sink = 0;
   for (int r = 0; r < repeats + 1; ++r) {  // the first pass is a warm-up
     float total = 0;
-    const auto start = std::chrono::steady_clock::now();
+    double seconds = 0;
+    if (thread_cpu_time) {
+      const double start = cpu_seconds_of_this_thread();
+      total = avx2 ? detail::sum_floats_avx2(data, n) : sum_floats_sse2(data, n);
+      seconds = cpu_seconds_of_this_thread() - start;
+    } else {
+      const double start = steady_clock_seconds();
 #pragma omp parallel num_threads(threads) reduction(+ : total)
-    {
-      const auto t = static_cast<size_t>(omp_get_thread_num());
-      const size_t begin = t * share;
-      const size_t count = t + 1 == static_cast<size_t>(threads) ? n - begin : share;
-      total += avx2 ? detail::sum_floats_avx2(data + begin, count) : sum_floats_sse2(data + begin, count);
+      {
+        const auto t = static_cast<size_t>(omp_get_thread_num());
+        const size_t begin = t * share;
+        const size_t count = t + 1 == static_cast<size_t>(threads) ? n - begin : share;
+        total += avx2 ? detail::sum_floats_avx2(data + begin, count) : sum_floats_sse2(data + begin, count);
+      }
+      seconds = steady_clock_seconds() - start;
     }
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     sink = sink + total;
     if (r > 0) gbps.push_back(static_cast<double>(bytes) / seconds / 1e9);
   }

@@ -358,8 +358,9 @@ TEST(AttentionPaged, LongContextsSplitAcrossThreads) {
 }
 
 TEST(AttentionPaged, ShortDecodeBatchesSplitHeadsAndPartitions) {
-  // A batch too small to feed every thread: the driver splits the KV heads of decode tasks too,
-  // alone or together with context partitions (many threads).
+  // A batch too small to feed every thread (but above the size the driver keeps on the calling
+  // thread): the driver splits the KV heads of decode tasks too, alone or together with context
+  // partitions (many threads).
   for (int threads : {2, 3, 16}) {
     set_kernel_threads(threads);
     for (DType dtype : {DType::kF32, DType::kF16}) {
@@ -367,8 +368,8 @@ TEST(AttentionPaged, ShortDecodeBatchesSplitHeadsAndPartitions) {
       c.dtype = dtype;
       c.q_heads = 16;
       c.kv_heads = 8;
-      c.head_dim = 16;
-      c.requests = {{1, 40}};
+      c.head_dim = 32;
+      c.requests = {{1, 300}};
       check(c);
       c.requests = {{1, 1100}};
       check(c);

@@ -11,7 +11,6 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -46,6 +45,7 @@ struct BenchOptions {
   double seconds = 0.25;     // measuring time per variant of a case
   int rounds = 5;            // the time is the median over this many rounds
   std::string isa = "auto";
+  std::string clock = "wall";  // or "cpu": the one kernel thread's CPU time (needs --threads 1)
   bool json = false;
 };
 
@@ -121,17 +121,18 @@ Measured time_decode(const BenchOptions& o, DType dtype, int context, int batch,
   };
   for (int l = 0; l < std::min(layers, 2); ++l) call();  // warm-up
 
-  using clock = std::chrono::steady_clock;
+  const bool cpu_clock = o.clock == "cpu";
+  auto now = [cpu_clock] { return cpu_clock ? cpu_seconds_of_this_thread() : steady_clock_seconds(); };
   std::vector<double> per_call;
   const double round_seconds = o.seconds / o.rounds;
   for (int r = 0; r < o.rounds; ++r) {
     int calls = 0;
-    const auto start = clock::now();
+    const double start = now();
     double elapsed = 0;
     do {
       call();
       ++calls;
-      elapsed = std::chrono::duration<double>(clock::now() - start).count();
+      elapsed = now() - start;
     } while (elapsed < round_seconds);
     per_call.push_back(elapsed / calls);
   }
@@ -152,6 +153,11 @@ int run_bench_attention(BenchOptions o, bool quick) {
     o.rounds = 3;
   }
   if (o.threads > 0) set_kernel_threads(o.threads);
+  if (o.clock != "wall" && o.clock != "cpu")
+    throw ConfigError(fmt::format("--clock must be wall or cpu, got '{}'", o.clock));
+  if (o.clock == "cpu" && kernel_threads() != 1)
+    throw ConfigError(fmt::format("--clock cpu measures one thread's CPU time: add --threads 1 (now {} threads)",
+                                  kernel_threads()));
   if (o.rounds < 1) throw ConfigError(fmt::format("--rounds must be at least 1, got {}", o.rounds));
   if (o.block_size < 1) throw ConfigError(fmt::format("--block-size must be positive, got {}", o.block_size));
   KernelIsa isa = KernelIsa::kAuto;
@@ -167,11 +173,11 @@ int run_bench_attention(BenchOptions o, bool quick) {
   }
   const int threads = kernel_threads();
   const ReadBandwidth bw =
-      measure_read_bandwidth(static_cast<size_t>(o.bandwidth_mib * (1 << 20)), threads, quick ? 3 : 5);
+      measure_read_bandwidth(static_cast<size_t>(o.bandwidth_mib * (1 << 20)), threads, quick ? 3 : 5, o.clock == "cpu");
 
   if (!o.json) {
-    fmt::print("decode attention, {} query heads / {} KV heads, head dim {}, {} threads, {} path\n", kQueryHeads,
-               kKVHeads, kHeadDim, threads, isa_name(isa));
+    fmt::print("decode attention, {} query heads / {} KV heads, head dim {}, {} threads, {} path, {} clock\n",
+               kQueryHeads, kKVHeads, kHeadDim, threads, isa_name(isa), o.clock);
     fmt::print("read bandwidth ({} MiB streamed, {} threads): {:.1f} GB/s median, {:.1f} best\n",
                bw.bytes >> 20, threads, bw.gbps_median, bw.gbps_best);
     fmt::print("{:>5} {:>7} {:>5} {:>9} {:>6} | {:>9} {:>8} {:>6} | {:>9} {:>8} | {:>8}\n", "dtype", "context", "batch",
@@ -219,6 +225,7 @@ int run_bench_attention(BenchOptions o, bool quick) {
                        {"kv_bytes_per_layer", r.kv_bytes},
                        {"read_bandwidth_gbps", bw.gbps_median},
                        {"threads", threads},
+                       {"clock", o.clock},
                        {"isa", isa_name(isa)}};
       if (r.skipped) {
         c["skipped"] = *r.skipped;
@@ -264,6 +271,9 @@ const CommandRegistration kRegistration{Command{
       sub.add_option("--seconds", o->seconds, "measuring time per case and layout")->capture_default_str();
       sub.add_option("--rounds", o->rounds, "rounds per measurement; the median is reported")->capture_default_str();
       sub.add_option("--isa", o->isa, "auto, scalar or avx2")->capture_default_str();
+      sub.add_option("--clock", o->clock,
+                     "wall, or cpu: the kernel thread's CPU time (with --threads 1; for a machine busy with other jobs)")
+          ->capture_default_str();
       return [o, quick] { return run_bench_attention(*o, *quick); };
     }}};
 

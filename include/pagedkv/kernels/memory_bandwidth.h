@@ -16,7 +16,13 @@ struct ReadBandwidth {
 
 // `threads` threads of the kernel pool each sum their share of a `bytes`-byte buffer (allocated
 // and touched first), `repeats` times; the buffer should be several times the last-level cache.
-// Uses AVX2 loads when the CPU has them, as the kernels do.
-ReadBandwidth measure_read_bandwidth(size_t bytes, int threads, int repeats);
+// Uses AVX2 loads when the CPU has them, as the kernels do. With thread_cpu_time (threads must
+// be 1) time is the reading thread's CPU time, not wall-clock time: on a machine busy with other
+// jobs that still measures what one core can stream while it runs.
+ReadBandwidth measure_read_bandwidth(size_t bytes, int threads, int repeats, bool thread_cpu_time = false);
+
+// Seconds: CLOCK_THREAD_CPUTIME_ID of the calling thread, or a monotonic wall clock.
+double cpu_seconds_of_this_thread();
+double steady_clock_seconds();
 
 }  // namespace pagedkv
