@@ -2,7 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <ctime>
+
+#include "cpu_clock.h"
 
 namespace pagedkv {
 
@@ -12,15 +13,9 @@ int max_prompt_tokens(const Trace& trace) {
   return m;
 }
 
-double thread_cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
 CacheReplayResult replay_cache(const Trace& trace, const CacheReplayConfig& config) {
   const auto start = std::chrono::steady_clock::now();
-  const double cpu_start = thread_cpu_seconds();
+  const double cpu_start = replay_internal::thread_cpu_seconds();
   CacheReplayResult res;
   res.trace = trace.name;
   res.policy = config.policy;
@@ -66,7 +61,7 @@ CacheReplayResult replay_cache(const Trace& trace, const CacheReplayConfig& conf
   res.block_ops = res.hit_blocks + res.allocated_blocks + res.cached_blocks + (res.hit_blocks + res.allocated_blocks);
   if (config.progress) config.progress(total, total);
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  res.cpu_seconds = thread_cpu_seconds() - cpu_start;
+  res.cpu_seconds = replay_internal::thread_cpu_seconds() - cpu_start;
   return res;
 }
 

@@ -65,9 +65,6 @@ struct CacheReplayResult {
 // touched), so the pool is capped there: results are identical, memory is not wasted.
 CacheReplayResult replay_cache(const Trace& trace, const CacheReplayConfig& config);
 
-// CPU time consumed by the calling thread so far, in seconds.
-double thread_cpu_seconds();
-
 // Largest prompt of the trace, in tokens.
 int max_prompt_tokens(const Trace& trace);
 
