@@ -17,7 +17,9 @@
 
 namespace pagedkv::attention_detail {
 
-constexpr int kTileTokens = 32;  // context tokens per tile: one tile of K and V stays in L1
+// Context tokens per tile: one head's tile of K and V stays in L1, and 24 is a whole number of
+// the 3-token score blocks (attention_tile_avx2.cpp). Measured 16-64: 24 best from DRAM.
+constexpr int kTileTokens = 24;
 
 struct RowGroupTask {
   const KVLayerView* kv = nullptr;
