@@ -517,7 +517,7 @@ const CommandRegistration kReplay{Command{
           ->capture_default_str();
       sub.add_option("--sweep", a->sweep, "comma list of capacities to run (in --unit)")->excludes(cb)->excludes(ct);
       sub.add_option("--unit", a->unit, "unit of --sweep values: blocks or tokens")->capture_default_str();
-      sub.add_option("--plot", a->plot, "write hit rate vs capacity to this .svg or .png (gnuplot)");
+      sub.add_option("--plot", a->plot, "write a plot to this .svg or .png (gnuplot): hit rate vs capacity (cache), pool usage and queues over time (timed)");
       sub.add_option("--plot-title", a->plot_title, "plot title");
       sub.add_option("--plot-mark", a->plot_marks, "vertical reference line X[:label] (x in the plot's unit); repeatable");
       sub.add_flag("--json", a->json, "print JSON");
