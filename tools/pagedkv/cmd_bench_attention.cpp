@@ -40,8 +40,8 @@ struct BenchOptions {
   int block_size = 16;
   int threads = 0;           // 0: the kernel default
   double max_gib = 2.0;      // skip cases whose K/V per layer exceeds this
-  double rotate_mib = 1024;  // rotate layers until one pass reads at least this much
-  double bandwidth_mib = 2048;
+  double rotate_mib = 256;   // rotate layers until one pass reads this much: 8x this machine's L3
+  double bandwidth_mib = 1024;
   double seconds = 0.25;     // measuring time per variant of a case
   int rounds = 5;            // the time is the median over this many rounds
   std::string isa = "auto";
@@ -63,32 +63,76 @@ struct CaseResult {
   Measured paged, contiguous;
 };
 
-// Fills an arena with normally distributed values of its dtype: a random 1 MiB pattern repeated.
-void fill_arena(KVArena& arena, std::mt19937_64& rng) {
-  const DType dtype = arena.spec().dtype;
-  const size_t element = dtype_bytes(dtype, 1);
-  std::vector<float> values((size_t{1} << 20) / element);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (auto& v : values) v = normal(rng);
-  std::vector<std::byte> pattern(values.size() * element);
-  convert_from_f32(dtype, values.data(), pattern.data(), values.size());
-  auto* out = static_cast<std::byte*>(arena.data());
-  for (size_t off = 0; off < arena.bytes(); off += pattern.size())
-    std::memcpy(out + off, pattern.data(), std::min(pattern.size(), arena.bytes() - off));
+// Bytes of K and V one decode call reads: every request's whole context, every KV head.
+double case_bytes(DType dtype, int context, int batch) {
+  return static_cast<double>(batch) * context * kKVHeads * kHeadDim * 2.0 * static_cast<double>(dtype_bytes(dtype, 1));
 }
 
+// One layer's K plane (V is as large) of a case's pool: the batch's blocks and the null block.
+size_t plane_bytes(DType dtype, int context, int batch, bool paged, int block_size) {
+  const int blocks_per_request = paged ? (context + block_size - 1) / block_size : 1;
+  const size_t tokens_per_block = static_cast<size_t>(paged ? block_size : context);
+  const auto num_blocks = static_cast<size_t>(batch * blocks_per_request + 1);
+  return num_blocks * tokens_per_block * kKVHeads * kHeadDim * dtype_bytes(dtype, 1);
+}
+size_t layer_bytes(DType dtype, int context, int batch, bool paged, int block_size) {
+  return (2 * plane_bytes(dtype, context, batch, paged, block_size) + 63) / 64 * 64;
+}
+
+// One buffer, allocated and filled once, holds the K/V of every case: the kernel reads a layer
+// through a non-owning KVLayerView, so each case lays its own views over it (paged or
+// contiguous, one view per rotated layer). Every 16-bit half-word is a value of magnitude in
+// [2^-7, 2) with a random sign, so the bytes read as f16, as bf16 and (two halves) as f32 are all
+// normal numbers.
+class KVBuffer {
+ public:
+  explicit KVBuffer(size_t bytes) : arena_(spec(), 1, static_cast<int>((bytes + kBlockBytes - 1) / kBlockBytes)) {
+    std::mt19937_64 rng(12345);
+    std::vector<uint16_t> pattern((size_t{1} << 20) / sizeof(uint16_t));
+    for (auto& h : pattern) h = static_cast<uint16_t>(0x2000 + rng() % 0x2000) | static_cast<uint16_t>(rng() & 0x8000);
+    auto* out = static_cast<std::byte*>(arena_.data());
+    const size_t pattern_bytes = pattern.size() * sizeof(uint16_t);
+    for (size_t off = 0; off < arena_.bytes(); off += pattern_bytes)
+      std::memcpy(out + off, pattern.data(), std::min(pattern_bytes, arena_.bytes() - off));
+  }
+  std::byte* data() { return static_cast<std::byte*>(arena_.data()); }
+  size_t bytes() const { return arena_.bytes(); }
+
+ private:
+  static constexpr size_t kBlockBytes = size_t{1} << 20;  // the arena's blocks: 1 MiB of f16
+  static KVCacheSpec spec() {
+    KVCacheSpec s;
+    s.dtype = DType::kF16;
+    s.block_size = 1024;
+    s.num_kv_heads = 1;
+    s.head_dim = 256;  // x 2 (K, V) x 2 bytes x 1024 tokens = 1 MiB per block
+    return s;
+  }
+  KVArena arena_;
+};
+
 // Times decode calls over a batch whose requests each have `context` tokens, rotating layers.
-Measured time_decode(const BenchOptions& o, DType dtype, int context, int batch, bool paged, int layers,
-                     KernelIsa isa, std::mt19937_64& rng) {
-  KVCacheSpec spec;
-  spec.dtype = dtype;
-  spec.num_kv_heads = kKVHeads;
-  spec.head_dim = kHeadDim;
+Measured time_decode(const BenchOptions& o, KVBuffer& buffer, DType dtype, int context, int batch, bool paged,
+                     int layers, KernelIsa isa, std::mt19937_64& rng) {
   const int blocks_per_request = paged ? (context + o.block_size - 1) / o.block_size : 1;
-  spec.block_size = paged ? o.block_size : context;
+  const int block_size = paged ? o.block_size : context;
   const int num_blocks = batch * blocks_per_request + 1;  // + the null block
-  KVArena arena(spec, layers, num_blocks);
-  fill_arena(arena, rng);
+  const size_t plane = plane_bytes(dtype, context, batch, paged, o.block_size);
+  const size_t layer = layer_bytes(dtype, context, batch, paged, o.block_size);
+  if (layer * static_cast<size_t>(layers) > buffer.bytes())
+    throw InvariantError("bench attention: the K/V buffer is too small for its largest case");
+  std::vector<KVLayerView> views;
+  for (int l = 0; l < layers; ++l) {
+    KVLayerView v;
+    v.key = buffer.data() + static_cast<size_t>(l) * layer;
+    v.value = static_cast<std::byte*>(v.key) + plane;
+    v.dtype = dtype;
+    v.num_blocks = num_blocks;
+    v.block_size = block_size;
+    v.num_kv_heads = kKVHeads;
+    v.head_dim = kHeadDim;
+    views.push_back(v);
+  }
 
   // Paged: every request's blocks are scattered over the whole pool. Contiguous: request i's
   // single block holds its context as one [context][heads][dim] array.
@@ -112,8 +156,6 @@ Measured time_decode(const BenchOptions& o, DType dtype, int context, int batch,
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (auto& q : query) q = normal(rng);
 
-  std::vector<KVLayerView> views;
-  for (int l = 0; l < layers; ++l) views.push_back(arena.layer(l));
   int next_layer = 0;
   auto call = [&] {
     paged_attention(shape, b, views[static_cast<size_t>(next_layer)], query.data(), out.data(), isa);
@@ -138,9 +180,7 @@ Measured time_decode(const BenchOptions& o, DType dtype, int context, int batch,
   }
   std::sort(per_call.begin(), per_call.end());
   const double seconds = per_call[per_call.size() / 2];
-  const double bytes = static_cast<double>(batch) * context * kKVHeads * kHeadDim * 2.0 *
-                       static_cast<double>(dtype_bytes(dtype, 1));
-  return Measured{seconds * 1e3, bytes / seconds / 1e9};
+  return Measured{seconds * 1e3, case_bytes(dtype, context, batch) / seconds / 1e9};
 }
 
 int run_bench_attention(BenchOptions o, bool quick) {
@@ -183,6 +223,22 @@ int run_bench_attention(BenchOptions o, bool quick) {
     fmt::print("{:>5} {:>7} {:>5} {:>9} {:>6} | {:>9} {:>8} {:>6} | {:>9} {:>8} | {:>8}\n", "dtype", "context", "batch",
                "KV MiB", "layers", "paged ms", "GB/s", "of bw", "contig ms", "GB/s", "paged/c");
   }
+  // The buffer: room for the rotated layers of the largest case.
+  const double rotate_bytes = o.rotate_mib * (1 << 20);
+  auto layers_for = [&](double bytes) {
+    return static_cast<int>(std::clamp(std::ceil(rotate_bytes / bytes), 1.0, 512.0));
+  };
+  size_t buffer_bytes = size_t{1} << 20;
+  for (DType dtype : dtypes)
+    for (int context : o.contexts)
+      for (int batch : o.batches) {
+        const double bytes = case_bytes(dtype, context, batch);
+        if (bytes > o.max_gib * (1 << 30)) continue;
+        for (bool paged : {true, false})
+          buffer_bytes = std::max(buffer_bytes, static_cast<size_t>(layers_for(bytes)) *
+                                                    layer_bytes(dtype, context, batch, paged, o.block_size));
+      }
+  KVBuffer buffer(buffer_bytes);
   std::mt19937_64 rng(12345);
   std::vector<CaseResult> results;
   for (DType dtype : dtypes)
@@ -192,14 +248,13 @@ int run_bench_attention(BenchOptions o, bool quick) {
         r.dtype = std::string(dtype_name(dtype));
         r.context = context;
         r.batch = batch;
-        r.kv_bytes = static_cast<double>(batch) * context * kKVHeads * kHeadDim * 2.0 *
-                     static_cast<double>(dtype_bytes(dtype, 1));
+        r.kv_bytes = case_bytes(dtype, context, batch);
         if (r.kv_bytes > o.max_gib * (1 << 30)) {
           r.skipped = fmt::format("K/V of {:.1f} GiB per layer exceeds --max-gib {}", r.kv_bytes / (1 << 30), o.max_gib);
         } else {
-          r.layers = static_cast<int>(std::clamp(std::ceil(o.rotate_mib * (1 << 20) / r.kv_bytes), 1.0, 512.0));
-          r.paged = time_decode(o, dtype, context, batch, true, r.layers, isa, rng);
-          r.contiguous = time_decode(o, dtype, context, batch, false, r.layers, isa, rng);
+          r.layers = layers_for(r.kv_bytes);
+          r.paged = time_decode(o, buffer, dtype, context, batch, true, r.layers, isa, rng);
+          r.contiguous = time_decode(o, buffer, dtype, context, batch, false, r.layers, isa, rng);
         }
         if (!o.json) {
           if (r.skipped) {
