@@ -81,6 +81,12 @@ TEST_F(DemoCli, JsonReportHasEveryFieldAndConsistentNumbers) {
   EXPECT_GT(j["memory"]["contiguous_peak_bytes"].get<double>(), j["memory"]["paged_peak_bytes"].get<double>());
   EXPECT_GT(j["preemptions"]["recompute"].get<int>() + j["preemptions"]["swap"].get<int>(), 0);
   EXPECT_GT(j["cow_copies"].get<int>(), 0);
+  const auto& pool = j["pool_snapshot"];
+  EXPECT_EQ(pool["moment"], "peak usage");
+  EXPECT_EQ(pool["owned"].get<int>() + pool["shared"].get<int>(), j["blocks"]["peak_in_use"].get<int>());
+  EXPECT_EQ(pool["owned"].get<int>() + pool["shared"].get<int>() + pool["cached_free"].get<int>() +
+                pool["free"].get<int>(),
+            j["blocks"]["usable"].get<int>());
   const double f = j["scheduler"]["fraction_of_step"].get<double>();
   EXPECT_GT(f, 0.0);
   EXPECT_LT(f, 1.0);
@@ -122,6 +128,20 @@ TEST_F(DemoCli, TextReportSaysWhichModelAndDrawsThePool) {
                         "scheduler", "blocks in use over", "pool at peak usage"})
     EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
   EXPECT_EQ(r.out.find("\x1b["), std::string::npos) << "no terminal escapes when stdout is not a terminal";
+}
+
+TEST_F(DemoCli, SnapshotAtAChosenStep) {
+  const std::string html = (std::filesystem::temp_directory_path() / "pagedkv_demo_test.html").string();
+  const json j = run_json(std::string(kSmall) + " --snapshot-step 40 --snapshot " + html);
+  EXPECT_EQ(j["pool_snapshot"]["moment"], "step 40");
+  EXPECT_EQ(j["pool_snapshot"]["after_step"], 40);
+  std::ifstream in(html);
+  std::stringstream page;
+  page << in.rdbuf();
+  EXPECT_EQ(page.str().rfind("<!doctype html>", 0), 0u);
+  EXPECT_NE(page.str().find("after step 40 of"), std::string::npos);
+  std::filesystem::remove(html);
+  EXPECT_EQ(run(std::string(kSmall) + " --snapshot-step 100000 --snapshot " + html).exit_code, 2);
 }
 
 TEST_F(DemoCli, BadArgumentsAreReported) {

@@ -30,8 +30,8 @@ std::string strip_ansi(const std::string& s) { return std::regex_replace(s, std:
 
 TEST(DemoRender, GridMarksOwnersSharedCachedFreeAndNull) {
   const PoolSnapshot p = sample_pool();
-  EXPECT_EQ(render_block_grid(p, 4, false), "xBC3\n:.+B\n");
-  EXPECT_EQ(render_block_grid(p, 3, false), "xBC\n3:.\n+B\n");
+  EXPECT_EQ(render_block_grid(p, 4, false), "#BC3\n:.+B\n");
+  EXPECT_EQ(render_block_grid(p, 3, false), "#BC\n3:.\n+B\n");
   EXPECT_EQ(p.count(BlockState::kOwned), 3);
   EXPECT_EQ(p.count(BlockState::kShared), 2);
   EXPECT_EQ(p.num_owners(), 2);

@@ -33,7 +33,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr uint64_t kBuiltinModelSeed = 7;
-constexpr int kDefaultPoolTokens = 2560;  // a pool far smaller than the workload's peak demand
+constexpr double kDefaultPoolSequences = 1.25;  // default pool, in maximum-length sequences
 
 struct DemoOptions {
   std::string model, tokenizer;
@@ -42,9 +42,10 @@ struct DemoOptions {
   int system_prompts = 3;
   double parallel_fraction = 0.1;
   double cancel_fraction = 0.08;
-  double arrival_rate = 0.35;
+  double arrival_rate = 0.1;
   bool show_blocks = false;
   std::string snapshot;
+  int snapshot_step = -1;  // -1: the step of peak usage
   int columns = 64;
   bool json = false;
   int threads = 0;
@@ -61,7 +62,8 @@ struct DemoRun {
   std::vector<DemoRequest> workload;
   std::vector<RequestOutput> finished;  // every finished output, samples included
   std::vector<StepSample> steps;
-  PoolSnapshot peak_pool;
+  PoolSnapshot pool;        // the pool drawn in the report and the snapshot
+  std::string pool_moment;  // "peak usage" or "step N"
   int cancelled = 0;  // cancellations that aborted something
   double wall_seconds = 0;
 };
@@ -185,9 +187,9 @@ DemoRun run_workload(LLMEngine& engine, std::vector<DemoRequest> workload, const
     ++step;
     const int in_use = engine.stats().blocks_in_use.empty() ? 0 : engine.stats().blocks_in_use.back();
     run.steps.push_back(StepSample{in_use, engine.scheduler().num_running()});
-    if (in_use > peak) {
+    if (o.snapshot_step < 0 ? in_use > peak : step == o.snapshot_step) {
       peak = in_use;
-      run.peak_pool = snapshot_pool(engine, step);
+      run.pool = snapshot_pool(engine, step);
     }
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     const double tps = secs > 0 ? static_cast<double>(engine.stats().output_tokens) / secs : 0.0;
@@ -202,6 +204,7 @@ DemoRun run_workload(LLMEngine& engine, std::vector<DemoRequest> workload, const
     progress.update(done, step, tps, static_cast<double>(in_use) / usable, preemptions);
   }
   run.wall_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  run.pool_moment = o.snapshot_step < 0 ? "peak usage" : fmt::format("step {}", o.snapshot_step);
   progress.finish();
   if (grid) grid->finish();
   return run;
@@ -344,6 +347,13 @@ nlohmann::json build_report(const LLMEngine& engine, const Model& model, const D
                       {"blocks_swapped_out", ss.blocks_swapped_out},
                       {"blocks_swapped_in", ss.blocks_swapped_in},
                       {"admission_pauses", ss.admission_pauses}};
+  j["pool_snapshot"] = {{"moment", run.pool_moment},
+                        {"after_step", run.pool.step},
+                        {"owned", run.pool.count(BlockState::kOwned)},
+                        {"owners", run.pool.num_owners()},
+                        {"shared", run.pool.count(BlockState::kShared)},
+                        {"cached_free", run.pool.count(BlockState::kCachedFree)},
+                        {"free", run.pool.count(BlockState::kFree)}};
   j["cow_copies"] = es.cow_copies;
   j["scheduler"] = {{"seconds", es.schedule_seconds},
                     {"step_seconds", step_seconds},
@@ -381,10 +391,14 @@ std::string format_report(const nlohmann::json& j, const DemoRun& run, const Dem
                    100 * tk["prompt_from_prefix_cache"].get<double>() / prompt,
                    tk["prompt_from_prefix_cache"].get<uint64_t>(), tk["prompt"].get<uint64_t>(),
                    100 * d(pc["hit_rate"]), pc["lookups"].get<uint64_t>());
-  r += fmt::format("preemption    {} by recompute, {} by swap ({} blocks swapped out, {} copied back in; the rest were "
-                   "still in the device prefix cache at resume, or cancelled); admission paused {} times\n",
-                   pre["recompute"].get<uint64_t>(), pre["swap"].get<uint64_t>(),
-                   pre["blocks_swapped_out"].get<uint64_t>(), pre["blocks_swapped_in"].get<uint64_t>(),
+  const std::string swapped =
+      pre["swap"].get<uint64_t>() == 0
+          ? std::string()
+          : fmt::format(" ({} blocks swapped out, {} copied back in; the rest were still in the device prefix "
+                        "cache at resume, or cancelled)",
+                        pre["blocks_swapped_out"].get<uint64_t>(), pre["blocks_swapped_in"].get<uint64_t>());
+  r += fmt::format("preemption    {} by recompute, {} by swap{}; admission paused {} times (high watermark)\n",
+                   pre["recompute"].get<uint64_t>(), pre["swap"].get<uint64_t>(), swapped,
                    pre["admission_pauses"].get<uint64_t>());
   r += fmt::format("copy-on-write {} block copies (parallel samples writing into a shared partial block)\n",
                    j["cow_copies"].get<uint64_t>());
@@ -417,13 +431,17 @@ std::string format_report(const nlohmann::json& j, const DemoRun& run, const Dem
     r += fmt::format("  {:>5} |{}\n", label, rows[i]);
   }
   r += fmt::format("        step 0{:>{}}\n", fmt::format("step {}", in_use.size()), 58);
+  std::vector<int> running;
+  for (const StepSample& s : run.steps) running.push_back(s.running);
+  const int max_running = running.empty() ? 0 : *std::max_element(running.begin(), running.end());
+  r += fmt::format("  running |{}  (requests running at once, 0-{})\n", sparkline(running, max_running, 64), max_running);
 
   if (o.show_blocks) {
-    r += fmt::format("\npool at peak usage (step {}): {} owned by {} requests, {} shared, {} cached-free, {} free\n",
-                     run.peak_pool.step, run.peak_pool.count(BlockState::kOwned), run.peak_pool.num_owners(),
-                     run.peak_pool.count(BlockState::kShared), run.peak_pool.count(BlockState::kCachedFree),
-                     run.peak_pool.count(BlockState::kFree));
-    r += render_block_grid(run.peak_pool, o.columns, false);
+    r += fmt::format("\npool at {} (after step {}): {} blocks owned by {} requests, {} shared, {} cached-free, {} free\n",
+                     run.pool_moment, run.pool.step, run.pool.count(BlockState::kOwned), run.pool.num_owners(),
+                     run.pool.count(BlockState::kShared), run.pool.count(BlockState::kCachedFree),
+                     run.pool.count(BlockState::kFree));
+    r += render_block_grid(run.pool, o.columns, false);
     r += block_grid_legend(false) + "\n";
   }
   if (tok != nullptr) {
@@ -446,6 +464,9 @@ int run_demo(DemoOptions o, const CLI::App& sub) {
   if (!o.tokenizer.empty() && o.model.empty())
     throw ConfigError("--tokenizer needs --model (the built-in model has no vocabulary to speak of)");
   if (o.requests < 1) throw ConfigError(fmt::format("--requests must be at least 1, got {}", o.requests));
+  const std::string snapshot_ext = std::filesystem::path(o.snapshot).extension().string();
+  if (!o.snapshot.empty() && snapshot_ext != ".svg" && snapshot_ext != ".html")
+    throw ConfigError(fmt::format("--snapshot '{}' must end in .svg or .html", o.snapshot));
 
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tok;
@@ -458,11 +479,14 @@ int run_demo(DemoOptions o, const CLI::App& sub) {
   }
 
   EngineConfig cfg = o.engine.to_config();
-  // The default pool is a fixed number of tokens, far below the workload's peak demand, so the
-  // scheduler must preempt; --num-blocks or --kv-cache-bytes choose another.
+  // The default pool holds 1.25 maximum-length sequences, far below the workload's peak demand,
+  // so the scheduler must preempt; --num-blocks or --kv-cache-bytes choose another.
   if (sub.count("--num-blocks") == 0 && sub.count("--kv-cache-bytes") == 0) {
     if (cfg.block_size <= 0) throw ConfigError(fmt::format("--block-size must be positive, got {}", cfg.block_size));
-    cfg.num_blocks = (kDefaultPoolTokens + cfg.block_size - 1) / cfg.block_size + 1;
+    const int max_len = cfg.max_model_len > 0 ? std::min(cfg.max_model_len, model->config().seq_len)
+                                              : model->config().seq_len;
+    const auto pool_tokens = static_cast<int>(std::ceil(max_len * kDefaultPoolSequences));
+    cfg.num_blocks = (pool_tokens + cfg.block_size - 1) / cfg.block_size + 1;
   }
   LLMEngine engine(*model, cfg);
 
@@ -502,6 +526,8 @@ int run_demo(DemoOptions o, const CLI::App& sub) {
   }
 
   DemoRun run = run_workload(engine, std::move(workload), o, live_grid);
+  if (run.pool.cells.empty())
+    throw ConfigError(fmt::format("--snapshot-step {} is past the run's last step ({})", o.snapshot_step, run.steps.size()));
   nlohmann::json report = build_report(engine, *model, run, o, builtin);
   const std::string text = format_report(report, run, o, tok.get());
   if (o.json) fmt::print("{}\n", report.dump(2));
@@ -509,17 +535,14 @@ int run_demo(DemoOptions o, const CLI::App& sub) {
 
   if (!o.snapshot.empty()) {
     const std::string title =
-        fmt::format("pagedkv pool at peak usage: step {} of {}, {} blocks of {} tokens", run.peak_pool.step,
-                    run.steps.size(), run.peak_pool.cells.size(), run.peak_pool.block_size);
-    const std::string ext = std::filesystem::path(o.snapshot).extension().string();
-    std::string body;
-    if (ext == ".svg") body = render_block_svg(run.peak_pool, o.columns, title);
-    else if (ext == ".html" || ext == ".htm") body = render_block_html(run.peak_pool, o.columns, title, text);
-    else throw ConfigError(fmt::format("--snapshot '{}' must end in .svg or .html", o.snapshot));
+        fmt::format("pagedkv block pool at {}: after step {} of {}, {} blocks of {} tokens", run.pool_moment,
+                    run.pool.step, run.steps.size(), run.pool.cells.size(), run.pool.block_size);
+    const std::string body = snapshot_ext == ".svg" ? render_block_svg(run.pool, o.columns, title)
+                                                    : render_block_html(run.pool, o.columns, title, text);
     std::ofstream f(o.snapshot, std::ios::binary);
     f << body;
     if (!f) throw Error(fmt::format("cannot write --snapshot file '{}'", o.snapshot));
-    if (!o.json) fmt::print("\nsnapshot of the pool at peak usage written to {}\n", o.snapshot);
+    if (!o.json) fmt::print("\nsnapshot of the pool at {} written to {}\n", run.pool_moment, o.snapshot);
   }
   return 0;
 }
@@ -542,6 +565,7 @@ const CommandRegistration kRegistration{Command{
       sub.add_flag("--show-blocks", o->show_blocks,
                    "draw the block pool: live on a terminal, and the grid at peak usage in the report");
       sub.add_option("--snapshot", o->snapshot, "write the pool at peak usage to FILE (.svg or .html)");
+      sub.add_option("--snapshot-step", o->snapshot_step, "draw the pool after this step instead of at peak usage");
       sub.add_option("--columns", o->columns, "blocks per grid row")->capture_default_str();
       sub.add_flag("--json", o->json, "print the report as JSON");
       sub.add_option("--threads", o->threads, "kernel threads (default: PAGEDKV_NUM_THREADS or the CPU count)");

@@ -111,7 +111,7 @@ std::string render_block_grid(const PoolSnapshot& pool, int columns, bool ansi) 
   for (size_t i = 0; i < pool.cells.size(); ++i) {
     const BlockCell& c = pool.cells[i];
     switch (c.state) {
-      case BlockState::kNull: out += ansi ? "\x1b[2mx\x1b[0m" : "x"; break;
+      case BlockState::kNull: out += ansi ? "\x1b[2m#\x1b[0m" : "#"; break;
       case BlockState::kFree: out += ansi ? "\x1b[2m.\x1b[0m" : "."; break;
       case BlockState::kCachedFree: out += ansi ? "\x1b[36m:\x1b[0m" : ":"; break;
       case BlockState::kOwned:
@@ -133,10 +133,10 @@ std::string render_block_grid(const PoolSnapshot& pool, int columns, bool ansi) 
 }
 
 std::string block_grid_legend(bool ansi) {
-  if (!ansi) return "A-Z a-z: owned by one request   2-9,+: shared (ref count)   : cached-free   . free   x null";
+  if (!ansi) return "A-Z a-z: owned by one request   2-9,+: shared (ref count)   : cached-free   . free   # null";
   return "\x1b[30;48;5;110mA\x1b[0m\x1b[30;48;5;174mb\x1b[0m owned by one request   "
          "\x1b[1;97;45m2\x1b[0m shared (ref count)   \x1b[36m:\x1b[0m cached-free   \x1b[2m.\x1b[0m free   "
-         "\x1b[2mx\x1b[0m null";
+         "\x1b[2m#\x1b[0m null";
 }
 
 std::string render_block_svg(const PoolSnapshot& pool, int columns, const std::string& title) {

@@ -41,7 +41,7 @@ struct PoolSnapshot {
 PoolSnapshot snapshot_pool(const LLMEngine& engine, int step);
 
 // One glyph per block, `columns` per line: a letter per owning request (A-Z, a-z, cycling), the
-// ref count for a shared block (2-9, + above 9), ':' cached-free, '.' free, 'x' the null block.
+// ref count for a shared block (2-9, + above 9), ':' cached-free, '.' free, '#' the null block.
 // With `ansi`, owners are also coloured (terminal background colours) and the rest dimmed.
 std::string render_block_grid(const PoolSnapshot& pool, int columns, bool ansi);
 std::string block_grid_legend(bool ansi);

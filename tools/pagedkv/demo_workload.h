@@ -24,7 +24,7 @@ struct DemoWorkloadConfig {
   double parallel_fraction = 0.1;  // requests with n = 2..4 parallel samples
   double cancel_fraction = 0.08;   // requests cancelled 1..40 steps after they arrive
   int initial_burst = 16;          // requests arriving at step 0; the rest arrive over time
-  double arrivals_per_step = 0.35; // mean arrival rate after the burst
+  double arrivals_per_step = 0.1;  // mean arrival rate after the burst
   int max_model_len = 512;         // every request fits: prompt + max_tokens <= max_model_len
   int vocab_size = 512;
   uint64_t seed = 1;
