@@ -201,6 +201,11 @@ bool BlockPool::uncache(KVCacheBlock& b, RemovalReason reason) {
   return last_copy;
 }
 
+void BlockPool::invalidate_cached(BlockId id) {
+  KVCacheBlock& b = mut(id);
+  if (b.has_hash) uncache(b, RemovalReason::kInvalidated);
+}
+
 ResetResult BlockPool::reset_prefix_cache() {
   ResetResult r;
   for (KVCacheBlock& b : blocks_) {

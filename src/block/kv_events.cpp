@@ -16,6 +16,7 @@ std::string_view removal_reason_name(RemovalReason r) {
     case RemovalReason::kNone: return "none";
     case RemovalReason::kEvicted: return "evicted";
     case RemovalReason::kReset: return "reset";
+    case RemovalReason::kInvalidated: return "invalidated";
   }
   return "?";
 }

@@ -327,6 +327,20 @@ bool KVCacheManager::free(const Request& request) {
   return true;
 }
 
+void KVCacheManager::uncache_uncomputed_blocks(const Request& request) {
+  auto it = requests_.find(request.id);
+  if (it == requests_.end()) return;
+  const int first_uncomputed = request.num_computed_tokens / block_size_;
+  for (int g = 0; g < num_groups(); ++g) {
+    const auto gi = static_cast<size_t>(g);
+    auto& blocks = it->second.blocks[gi];
+    int& num_cached = it->second.num_cached[gi];
+    for (int i = first_uncomputed; i < num_cached && i < static_cast<int>(blocks.size()); ++i)
+      if (blocks[static_cast<size_t>(i)] != pool_.null_block()) pool_.invalidate_cached(blocks[static_cast<size_t>(i)]);
+    num_cached = std::min(num_cached, first_uncomputed);
+  }
+}
+
 AllocStatus KVCacheManager::can_allocate(Request& request) {
   if (request.num_tokens() > max_model_len_) return AllocStatus::kNever;
   int required = 0;

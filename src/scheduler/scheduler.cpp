@@ -258,6 +258,8 @@ SchedulerOutput Scheduler::schedule() {
       // A victim scheduled earlier in this step gives back its chunk.
       auto sched = std::find_if(out.chunks.begin(), out.chunks.end(), [&](const ScheduledChunk& c) { return c.request == victim; });
       if (sched != out.chunks.end()) {
+        // Its chunk will not run: blocks allocate_slots cached for it hold no KV yet.
+        manager_.uncache_uncomputed_blocks(victim->kv);
         budget += sched->num_new_tokens;
         out.num_batched_tokens -= sched->num_new_tokens;
         out.chunks.erase(sched);

@@ -109,6 +109,9 @@ class BlockPool {
   void record_hit(BlockId id);
   // Drops every cached entry not in use. Blocks in use keep theirs; the result says how many.
   ResetResult reset_prefix_cache();
+  // Drops block `id`'s cache entry (its content will not be computed after all). No-op when
+  // the block is not cached.
+  void invalidate_cached(BlockId id);
 
   // Cached content of a block (valid while block(id).has_hash).
   std::span<const TokenId> cached_tokens(BlockId id) const;

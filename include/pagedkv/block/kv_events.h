@@ -11,7 +11,8 @@
 namespace pagedkv {
 
 enum class KVEventKind : uint8_t { kBlockStored, kBlockRemoved, kAllBlocksCleared };
-enum class RemovalReason : uint8_t { kNone, kEvicted, kReset };
+// kInvalidated: cached for a step whose compute was cancelled (its bytes were never written).
+enum class RemovalReason : uint8_t { kNone, kEvicted, kReset, kInvalidated };
 // Where the block lives; lower tiers emit the same events with their own medium.
 enum class Medium : uint8_t { kDevice, kHost, kDisk };
 

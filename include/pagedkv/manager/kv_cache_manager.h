@@ -101,6 +101,11 @@ class KVCacheManager {
   // shared head). Returns false if the manager holds nothing for it.
   bool free(const Request& request);
 
+  // Before freeing a request whose scheduled step will not run (preempted after allocate_slots
+  // in the same step): full blocks beyond its computed tokens were registered in the cache by
+  // allocate_slots but their KV was never written; drop those entries so no one hits them.
+  void uncache_uncomputed_blocks(const Request& request);
+
   // v0 admission check with the watermark.
   AllocStatus can_allocate(Request& request);
 
