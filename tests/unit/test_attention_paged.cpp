@@ -358,20 +358,21 @@ TEST(AttentionPaged, LongContextsSplitAcrossThreads) {
 }
 
 TEST(AttentionPaged, ShortDecodeBatchesSplitHeadsAndPartitions) {
-  // A batch too small to feed every thread (but above the size the driver keeps on the calling
-  // thread): the driver splits the KV heads of decode tasks too, alone or together with context
-  // partitions (many threads).
+  // A batch too small to feed every thread, yet above the size the driver keeps on the calling
+  // thread (kMinParallelMultiplyAdds): the driver splits the KV
+  // heads of decode tasks too, alone (2-3 threads) or together with context partitions (16).
   for (int threads : {2, 3, 16}) {
     set_kernel_threads(threads);
     for (DType dtype : {DType::kF32, DType::kF16}) {
       Case c;
       c.dtype = dtype;
-      c.q_heads = 16;
+      c.q_heads = 32;
       c.kv_heads = 8;
-      c.head_dim = 32;
-      c.requests = {{1, 300}};
+      c.head_dim = 256;
+      c.requests = {{1, 500}};  // 8.2 M multiply-adds, one 500-token range: heads split
       check(c);
-      c.requests = {{1, 1100}};
+      c.head_dim = 64;
+      c.requests = {{1, 2100}};  // 8.6 M: partitions, and with 16 threads heads too
       check(c);
       c.requests = {{1, 1100}, {2, 600}};
       check(c);
