@@ -33,7 +33,6 @@ using attention_detail::RowGroupTask;
 constexpr int kRowsPerTask = 64;      // query rows (heads x tokens) sharing one pass over K/V
 constexpr int kMinPartition = 512;    // shortest context range worth a separate task
 constexpr int kTasksPerThread = 8;    // aim for this many tasks per thread before splitting
-constexpr double kMinParallelMultiplyAdds = 262144;  // below this, one thread (as PackedMatrix)
 
 // A query tile of one request: its tokens attend to context positions [token_begin, token_end).
 struct QueryTile {
@@ -161,8 +160,8 @@ void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& bat
   long long total_work = 0;
   for (const QueryTile& t : tiles)
     total_work += static_cast<long long>(t.token_end - t.token_begin) * t.num_queries * shape.num_kv_heads;
-  // Small batches run on the calling thread: waking the team costs more than they take (a tiny
-  // model's decode step is a few thousand multiply-adds per layer).
+  // Small batches run on the calling thread (kernels/thread_pool.h): waking the team costs more
+  // than they take (a tiny model's decode step is a few thousand multiply-adds per layer).
   const double multiply_adds = 2.0 * static_cast<double>(total_work) * group * shape.head_dim;  // QK and PV
   const int threads = multiply_adds < kMinParallelMultiplyAdds ? 1 : kernel_threads();
   const long long target_tasks = static_cast<long long>(threads) * kTasksPerThread;

@@ -63,14 +63,14 @@ void PackedMatrix::multiply(const float* x, size_t x_stride, int num_tokens, flo
                                                              : &packed_detail::multiply_tiles_sse;
   const size_t panel_stride = static_cast<size_t>(cols_) * kP;
   // Tiles: blocks of kTokenBlock tokens x groups of kPanelGroup panels. Small products run on the
-  // calling thread: waking the team costs more than a few tens of thousands of multiply-adds.
+  // calling thread: waking the team costs more than they take (kernels/thread_pool.h).
   constexpr int kTokenBlock = 16;
   constexpr int kPanelGroup = 4;
   const int token_blocks = (num_tokens + kTokenBlock - 1) / kTokenBlock;
   const int panel_groups = (num_panels_ + kPanelGroup - 1) / kPanelGroup;
   const int tiles = token_blocks * panel_groups;
   const double macs = static_cast<double>(num_tokens) * rows_ * cols_;
-  const bool parallel = tiles > 1 && macs >= 262144.0;
+  const bool parallel = tiles > 1 && macs >= kMinParallelMultiplyAdds;
 #pragma omp parallel for schedule(static) if (parallel) num_threads(kernel_threads())
   for (int tile = 0; tile < tiles; ++tile) {
     const int tb = tile / panel_groups, pg = tile % panel_groups;
