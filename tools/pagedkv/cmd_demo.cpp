@@ -437,8 +437,10 @@ std::string format_report(const nlohmann::json& j, const DemoRun& run, const Dem
   r += fmt::format("  running |{}  (requests running at once, 0-{})\n", sparkline(running, max_running, 64), max_running);
 
   if (o.show_blocks) {
-    r += fmt::format("\npool at {} (after step {}): {} blocks owned by {} requests, {} shared, {} cached-free, {} free\n",
-                     run.pool_moment, run.pool.step, run.pool.count(BlockState::kOwned), run.pool.num_owners(),
+    r += fmt::format("\npool {}: {} blocks owned by {} requests, {} shared, {} cached-free, {} free\n",
+                     o.snapshot_step < 0 ? fmt::format("at peak usage (after step {})", run.pool.step)
+                                         : fmt::format("after step {}", run.pool.step),
+                     run.pool.count(BlockState::kOwned), run.pool.num_owners(),
                      run.pool.count(BlockState::kShared), run.pool.count(BlockState::kCachedFree),
                      run.pool.count(BlockState::kFree));
     r += render_block_grid(run.pool, o.columns, false);
@@ -534,9 +536,11 @@ int run_demo(DemoOptions o, const CLI::App& sub) {
   else fmt::print("{}", text);
 
   if (!o.snapshot.empty()) {
-    const std::string title =
-        fmt::format("pagedkv block pool at {}: after step {} of {}, {} blocks of {} tokens", run.pool_moment,
-                    run.pool.step, run.steps.size(), run.pool.cells.size(), run.pool.block_size);
+    const std::string when = o.snapshot_step < 0 ? fmt::format("at peak usage (after step {} of {})", run.pool.step,
+                                                               run.steps.size())
+                                                 : fmt::format("after step {} of {}", run.pool.step, run.steps.size());
+    const std::string title = fmt::format("pagedkv block pool {}: {} blocks of {} tokens", when,
+                                          run.pool.cells.size(), run.pool.block_size);
     const std::string body = snapshot_ext == ".svg" ? render_block_svg(run.pool, o.columns, title)
                                                     : render_block_html(run.pool, o.columns, title, text);
     std::ofstream f(o.snapshot, std::ios::binary);

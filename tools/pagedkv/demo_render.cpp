@@ -141,11 +141,36 @@ std::string block_grid_legend(bool ansi) {
 
 std::string render_block_svg(const PoolSnapshot& pool, int columns, const std::string& title) {
   columns = std::max(1, columns);
-  constexpr int kCell = 14, kGap = 2, kPad = 10, kTitle = 26, kLegend = 28;
+  constexpr int kCell = 14, kGap = 2, kPad = 10, kTitle = 26, kLegendRow = 20;
+  constexpr double kTitleCharWidth = 7.8, kLegendCharWidth = 6.2;  // sans-serif at 14 px and 11 px
   const int n = static_cast<int>(pool.cells.size());
   const int rows = (n + columns - 1) / columns;
-  const int width = 2 * kPad + columns * (kCell + kGap) - kGap;
-  const int height = kTitle + kPad + rows * (kCell + kGap) - kGap + kLegend + kPad;
+  const int width = std::max(2 * kPad + columns * (kCell + kGap) - kGap,
+                             2 * kPad + static_cast<int>(kTitleCharWidth * static_cast<double>(title.size())));
+  // The legend wraps to the width of the grid (or title).
+  struct Item {
+    const char* fill;
+    const char* text;
+  };
+  const std::array<Item, 5> legend = {Item{"hsl(200,60%,62%)", "owned (colour = request)"},
+                                      Item{kSharedFill, "shared (ref > 1)"}, Item{kCachedFill, "cached-free"},
+                                      Item{kFreeFill, "free"}, Item{kNullFill, "null"}};
+  struct Placed {
+    int x, row;
+  };
+  std::vector<Placed> placed;
+  int lx = kPad, lrow = 0;
+  for (const Item& it : legend) {
+    const int w = 16 + static_cast<int>(kLegendCharWidth * static_cast<double>(std::string_view(it.text).size())) + 14;
+    if (lx > kPad && lx + w > width - kPad) {
+      lx = kPad;
+      ++lrow;
+    }
+    placed.push_back({lx, lrow});
+    lx += w;
+  }
+  const int grid_bottom = kTitle + kPad + rows * (kCell + kGap) - kGap;
+  const int height = grid_bottom + 8 + (lrow + 1) * kLegendRow + kPad;
   std::string svg = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" "
       "font-family=\"sans-serif\">\n<rect width=\"100%\" height=\"100%\" fill=\"#f7f7f7\"/>\n"
@@ -178,20 +203,11 @@ std::string render_block_svg(const PoolSnapshot& pool, int columns, const std::s
                          x + kCell / 2, y + kCell - 4, c.state == BlockState::kShared ? "#fff" : "#000", label);
     svg += '\n';
   }
-  const int ly = kTitle + kPad + rows * (kCell + kGap) + 8;
-  struct Item {
-    const char* fill;
-    const char* text;
-  };
-  const std::array<Item, 5> legend = {Item{"hsl(200,60%,62%)", "owned (colour = request)"},
-                                      Item{kSharedFill, "shared (ref > 1)"}, Item{kCachedFill, "cached-free"},
-                                      Item{kFreeFill, "free"}, Item{kNullFill, "null"}};
-  int lx = kPad;
-  for (const Item& it : legend) {
+  for (size_t k = 0; k < legend.size(); ++k) {
+    const int x = placed[k].x, y = grid_bottom + 8 + placed[k].row * kLegendRow;
     svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"12\" height=\"12\" fill=\"{}\" stroke=\"#999\" "
                        "stroke-width=\"0.5\"/><text x=\"{}\" y=\"{}\" font-size=\"11\">{}</text>\n",
-                       lx, ly, it.fill, lx + 16, ly + 10, it.text);
-    lx += 16 + 7 * static_cast<int>(std::string_view(it.text).size()) + 14;
+                       x, y, legend[k].fill, x + 16, y + 10, legend[k].text);
   }
   svg += "</svg>\n";
   return svg;
