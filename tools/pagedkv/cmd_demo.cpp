@@ -574,6 +574,10 @@ const CommandRegistration kRegistration{Command{
       sub.add_flag("--json", o->json, "print the report as JSON");
       sub.add_option("--threads", o->threads, "kernel threads (default: PAGEDKV_NUM_THREADS or the CPU count)");
       o->engine.add_to(sub);
+      // The demo sizes its own pool unless told: say so instead of the engine's 16 MiB default.
+      sub.get_option("--kv-cache-bytes")
+          ->description("KV cache budget, e.g. 16MiB (demo default: 1.25 max-length sequences)")
+          ->default_str("");
       const CLI::App* app = &sub;
       return [o, app] { return run_demo(*o, *app); };
     }}};
