@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "cpu_clock.h"
+#include "pagedkv/core/cpu_clock.h"
 
 namespace pagedkv {
 
@@ -15,7 +15,7 @@ int max_prompt_tokens(const Trace& trace) {
 
 CacheReplayResult replay_cache(const Trace& trace, const CacheReplayConfig& config) {
   const auto start = std::chrono::steady_clock::now();
-  const double cpu_start = replay_internal::thread_cpu_seconds();
+  const double cpu_start = thread_cpu_seconds();
   CacheReplayResult res;
   res.trace = trace.name;
   res.policy = config.policy;
@@ -61,7 +61,7 @@ CacheReplayResult replay_cache(const Trace& trace, const CacheReplayConfig& conf
   res.block_ops = res.hit_blocks + res.allocated_blocks + res.cached_blocks + (res.hit_blocks + res.allocated_blocks);
   if (config.progress) config.progress(total, total);
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  res.cpu_seconds = replay_internal::thread_cpu_seconds() - cpu_start;
+  res.cpu_seconds = thread_cpu_seconds() - cpu_start;
   return res;
 }
 

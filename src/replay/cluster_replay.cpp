@@ -6,7 +6,7 @@
 #include <chrono>
 #include <memory>
 
-#include "cpu_clock.h"
+#include "pagedkv/core/cpu_clock.h"
 #include "pagedkv/core/error.h"
 
 namespace pagedkv {
@@ -64,7 +64,7 @@ ClusterReplayResult replay_cluster(const Trace& trace, const ClusterReplayConfig
   if (!(config.balance_slack >= 0))
     throw ConfigError(fmt::format("balance slack must be >= 0, got {}", config.balance_slack));
   const auto start = std::chrono::steady_clock::now();
-  const double cpu_start = replay_internal::thread_cpu_seconds();
+  const double cpu_start = thread_cpu_seconds();
   ClusterReplayResult out;
   out.config = config;
   out.config.progress = nullptr;
@@ -124,7 +124,7 @@ ClusterReplayResult replay_cluster(const Trace& trace, const ClusterReplayConfig
   }
   local.block_ops = local.hit_blocks + local.allocated_blocks + local.cached_blocks + (local.hit_blocks + local.allocated_blocks);
   local.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  local.cpu_seconds = replay_internal::thread_cpu_seconds() - cpu_start;
+  local.cpu_seconds = thread_cpu_seconds() - cpu_start;
   instances.clear();  // free the instances' pools before the global one is built
 
   if (config.run_global) {

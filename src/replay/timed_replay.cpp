@@ -7,7 +7,7 @@
 #include <limits>
 #include <memory>
 
-#include "cpu_clock.h"
+#include "pagedkv/core/cpu_clock.h"
 #include "pagedkv/core/error.h"
 #include "pagedkv/replay/cache_instance.h"
 #include "pagedkv/replay/cache_replay.h"
@@ -57,7 +57,7 @@ TimedReplayResult replay_timed(const Trace& trace, const TimedReplayConfig& conf
   if (!(config.time_scale > 0)) throw ConfigError(fmt::format("time scale must be positive, got {}", config.time_scale));
   if (!(config.timeline_interval_s > 0))
     throw ConfigError(fmt::format("timeline interval must be positive, got {}", config.timeline_interval_s));
-  const double cpu_start = replay_internal::thread_cpu_seconds();
+  const double cpu_start = thread_cpu_seconds();
 
   CacheInstanceConfig ic;
   ic.block_size = config.block_size;
@@ -221,7 +221,7 @@ TimedReplayResult replay_timed(const Trace& trace, const TimedReplayConfig& conf
   res.queueing = summarize_latencies(std::move(queueing));
   res.e2e = summarize_latencies(std::move(e2e));
   if (config.progress) config.progress(trace.size(), trace.size());
-  res.cpu_seconds = replay_internal::thread_cpu_seconds() - cpu_start;
+  res.cpu_seconds = thread_cpu_seconds() - cpu_start;
   return res;
 }
 

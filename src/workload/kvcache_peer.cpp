@@ -5,10 +5,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 #include <deque>
 #include <memory>
 
+#include "pagedkv/core/cpu_clock.h"
 #include "pagedkv/core/error.h"
 #include "pagedkv/manager/kv_cache_manager.h"
 
@@ -257,15 +257,10 @@ PeerCounters run(const PeerWorkload& w, const PeerScenario& sc, HashAlgorithm ha
 PeerResult replay_peer(const PeerWorkload& workload, const PeerScenario& scenario, HashAlgorithm hash,
                        bool check_invariants) {
   PeerResult result;
-  auto thread_cpu_ns = [] {
-    timespec ts{};
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
-  };
-  const double cpu0 = thread_cpu_ns();
+  const double cpu0 = thread_cpu_seconds();
   const auto t0 = std::chrono::steady_clock::now();
   result.counters = run<false>(workload, scenario, hash, check_invariants, nullptr);
-  result.timings.whole_replay_cpu_ns = thread_cpu_ns() - cpu0;
+  result.timings.whole_replay_cpu_ns = (thread_cpu_seconds() - cpu0) * 1e9;
   result.timings.whole_replay_ns =
       std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
   const PeerCounters timed = run<true>(workload, scenario, hash, false, &result.timings);

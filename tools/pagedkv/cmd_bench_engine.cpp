@@ -13,7 +13,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -23,6 +22,7 @@
 #include "demo_render.h"
 #include "demo_workload.h"
 #include "engine_options.h"
+#include "pagedkv/core/cpu_clock.h"
 #include "pagedkv/core/error.h"
 #include "pagedkv/kernels/thread_pool.h"
 #include "pagedkv/model/llama2c_checkpoint.h"
@@ -58,14 +58,6 @@ EngineConfig roomy_config(int block_size, int requests, int tokens_per_request) 
   c.scheduler.max_num_seqs = std::max(requests, 1);
   c.scheduler.max_num_batched_tokens = std::max(2048, requests * tokens_per_request);
   return c;
-}
-
-// CPU time of the whole process (all threads): on a machine shared with other jobs, wall-clock
-// time measures the share the OS grants; CPU time measures what the work costs.
-double process_cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 struct ThroughputResult {

@@ -1,0 +1,23 @@
+// CPU-time clocks. Benchmarks and replays report CPU time beside wall time because on a machine
+// shared with other jobs wall time measures the neighbours as much as the work.
+#pragma once
+
+#include <ctime>
+
+namespace pagedkv {
+
+namespace cpu_clock_detail {
+inline double seconds_of(clockid_t clock) {
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+}  // namespace cpu_clock_detail
+
+// CPU seconds consumed by the calling thread.
+inline double thread_cpu_seconds() { return cpu_clock_detail::seconds_of(CLOCK_THREAD_CPUTIME_ID); }
+
+// CPU seconds consumed by every thread of the process (kernel worker threads included).
+inline double process_cpu_seconds() { return cpu_clock_detail::seconds_of(CLOCK_PROCESS_CPUTIME_ID); }
+
+}  // namespace pagedkv
