@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -89,7 +90,12 @@ TokenId Sampler::sample_top_p(float coin, float top_p) {
   // Only a nearly uniform distribution with a tiny top_p leaves nothing above the cutoff (run.c
   // then reads before its buffer); the most probable token is the sensible answer.
   if (candidates_.empty()) return argmax(probs_);
+  return sample_nucleus(coin, top_p);
+}
 
+// candidates_ sorted by falling probability: keep the shortest head whose mass exceeds top_p (all
+// of it when top_p >= 1) and pick by coin * that mass, as run.c's sample_topp does.
+TokenId Sampler::sample_nucleus(float coin, float top_p) const {
   float cumulative = 0.0f;
   size_t last = candidates_.size() - 1;
   for (size_t i = 0; i < candidates_.size(); ++i) {
@@ -123,22 +129,7 @@ TokenId Sampler::sample_top_k(float coin) {
 
   const float top_p = params_.top_p;
   const bool nucleus = top_p > 0.0f && top_p < 1.0f;
-  float cumulative = 0.0f;
-  size_t last = k - 1;
-  for (size_t i = 0; i < k; ++i) {
-    cumulative += candidates_[i].prob;
-    if (nucleus && cumulative > top_p) {
-      last = i;
-      break;
-    }
-  }
-  const float r = coin * cumulative;
-  float cdf = 0.0f;
-  for (size_t i = 0; i <= last; ++i) {
-    cdf += candidates_[i].prob;
-    if (r < cdf) return candidates_[i].index;
-  }
-  return candidates_[last].index;
+  return sample_nucleus(coin, nucleus ? top_p : std::numeric_limits<float>::infinity());
 }
 
 }  // namespace pagedkv

@@ -64,6 +64,7 @@ class Sampler {
   };
   TokenId sample_top_p(float coin, float top_p);
   TokenId sample_top_k(float coin);
+  TokenId sample_nucleus(float coin, float top_p) const;
 
   int vocab_size_;
   SamplingParams params_;
