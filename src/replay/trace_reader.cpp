@@ -110,6 +110,16 @@ void add_request(Trace& trace, TraceRequest r) {
   trace.requests.push_back(r);
 }
 
+// The fields every JSON-lines record shares: its line, its arrival (a missing timestamp repeats
+// the previous request's) and its output length (default 0).
+TraceRequest json_record_header(const Json& j, int32_t line, const Trace& trace) {
+  TraceRequest r;
+  r.line = line;
+  r.arrival_ms = timestamp_field(j, trace.requests.empty() ? 0.0 : trace.requests.back().arrival_ms);
+  r.output_tokens = static_cast<int32_t>(integer_field(j, "output_length", 0, std::numeric_limits<int32_t>::max(), 0));
+  return r;
+}
+
 bool reached_limit(const Trace& trace, const TraceReadOptions& o) {
   return o.limit > 0 && static_cast<int64_t>(trace.requests.size()) >= o.limit;
 }
@@ -128,11 +138,8 @@ Trace parse_mooncake(std::string_view text, const std::string& name, const Trace
     if (blank(line)) return true;
     try {
       const Json j = parse_json_object(line);
-      TraceRequest r;
-      r.line = number;
-      r.arrival_ms = timestamp_field(j, trace.requests.empty() ? 0.0 : trace.requests.back().arrival_ms);
+      TraceRequest r = json_record_header(j, number, trace);
       r.input_tokens = static_cast<int32_t>(integer_field(j, "input_length", 1, std::numeric_limits<int32_t>::max()));
-      r.output_tokens = static_cast<int32_t>(integer_field(j, "output_length", 0, std::numeric_limits<int32_t>::max(), 0));
       const Json* h = find_field(j, "hash_ids");
       if (h == nullptr) throw BadRecord{"missing field \"hash_ids\""};
       if (!h->is_array()) throw BadRecord{"field \"hash_ids\" must be an array of integers"};
@@ -179,10 +186,7 @@ Trace parse_tokens(std::string_view text, const std::string& name, const TraceRe
     if (blank(line)) return true;
     try {
       const Json j = parse_json_object(line);
-      TraceRequest r;
-      r.line = number;
-      r.arrival_ms = timestamp_field(j, trace.requests.empty() ? 0.0 : trace.requests.back().arrival_ms);
-      r.output_tokens = static_cast<int32_t>(integer_field(j, "output_length", 0, std::numeric_limits<int32_t>::max(), 0));
+      TraceRequest r = json_record_header(j, number, trace);
       const Json* t = find_field(j, "tokens");
       if (t == nullptr) throw BadRecord{"missing field \"tokens\""};
       if (!t->is_array() || t->empty()) throw BadRecord{"field \"tokens\" must be a non-empty array of token ids"};
