@@ -7,6 +7,9 @@
 #include "pagedkv/core/error.h"
 
 namespace pagedkv {
+namespace {
+int cdiv(int a, int b) { return (a + b - 1) / b; }
+}  // namespace
 
 std::string_view preemption_mode_name(PreemptionMode m) {
   switch (m) {
@@ -37,10 +40,6 @@ void SchedulerConfig::validate() const {
     throw ConfigError(fmt::format("admission watermarks must satisfy 0 <= low ({}) <= high ({}) <= 1",
                                   admit_low_watermark, admit_high_watermark));
 }
-
-namespace {
-int cdiv(int a, int b) { return (a + b - 1) / b; }
-}  // namespace
 
 Scheduler::Scheduler(SchedulerConfig config, KVCacheManager& manager, int swap_blocks)
     : config_(config), manager_(manager), swap_(swap_blocks) {
@@ -88,6 +87,7 @@ void Scheduler::finish(SchedulerRequest* r, FinishReason reason) {
     waiting_.erase(std::find(waiting_.begin(), waiting_.end(), r));
     if (tiers_) tiers_->cancel_prefix(r->kv.id);
   } else if (r->status == RequestStatus::kSwapped) {
+    if (!r->swap_in_pending) stats_.blocks_swap_dropped += static_cast<uint64_t>(cdiv(r->swapped_tokens, manager_.block_size()));
     if (tiers_) {
       tiers_->drop_swap(r->kv.id);  // waits for loads still writing into its device blocks
       if (r->swap_in_pending) manager_.free(r->kv);
@@ -118,6 +118,13 @@ bool Scheduler::abort_request(RequestId id) {
 void Scheduler::release_finished(RequestId id) {
   auto it = requests_.find(id);
   if (it != requests_.end() && it->second->finished()) requests_.erase(it);
+}
+
+uint64_t Scheduler::swapped_blocks() const {
+  uint64_t n = 0;
+  for (const SchedulerRequest* r : swapped_)
+    if (!r->swap_in_pending) n += static_cast<uint64_t>(cdiv(r->swapped_tokens, manager_.block_size()));
+  return n;
 }
 
 SchedulerRequest* Scheduler::pick_victim() {
@@ -176,16 +183,18 @@ bool Scheduler::try_resume_swapped_from_tiers(SchedulerRequest* r, SchedulerOutp
     // As below: blocks still in the prefix cache need no copy; the rest load from the tiers.
     manager_.get_computed_blocks(r->kv, hits_);
     const int hit = hits_.num_computed_tokens;
+    const int swapped_blocks = cdiv(r->swapped_tokens, manager_.block_size());
     if (hit >= r->swapped_tokens) {
       if (!manager_.allocate_slots(r->kv, 1, hit, &hits_)) return false;
       tiers_->drop_swap(r->kv.id);
+      stats_.blocks_swap_resumed_from_cache += static_cast<uint64_t>(swapped_blocks);
       r->kv.num_computed_tokens = hit;
     } else {
       if (!manager_.allocate_slots(r->kv, r->swapped_tokens - hit, hit, &hits_)) return false;
       const auto blocks = manager_.get_block_ids(r->kv);
       const int first = hit / manager_.block_size();
-      const int swapped_blocks = cdiv(r->swapped_tokens, manager_.block_size());
       stats_.blocks_swapped_in += static_cast<uint64_t>(swapped_blocks - first);
+      stats_.blocks_swap_resumed_from_cache += static_cast<uint64_t>(first);
       r->kv.num_computed_tokens = r->swapped_tokens;
       r->swap_in_pending = true;
       state = tiers_->start_swap_in(r->kv.id, first,
@@ -215,16 +224,19 @@ bool Scheduler::try_resume_swapped(SchedulerRequest* r, SchedulerOutput& out) {
   // Blocks whose content is still in the prefix cache need no copy; the rest come from host.
   manager_.get_computed_blocks(r->kv, hits_);
   const int hit = hits_.num_computed_tokens;
+  const auto swapped_blocks = static_cast<uint64_t>(r->host_blocks.size());
   if (hit >= r->swapped_tokens) {
     // The cache alone covers what was computed: resume as a re-admission of the hit prefix.
     if (!manager_.allocate_slots(r->kv, 1, hit, &hits_)) return false;
+    stats_.blocks_swap_resumed_from_cache += swapped_blocks;
     r->kv.num_computed_tokens = hit;
   } else {
     if (!manager_.allocate_slots(r->kv, r->swapped_tokens - hit, hit, &hits_)) return false;
     const auto blocks = manager_.get_block_ids(r->kv);
-    for (int i = hit / manager_.block_size(); i < static_cast<int>(r->host_blocks.size()); ++i)
-      out.swap_in.emplace_back(r->host_blocks[static_cast<size_t>(i)], blocks[static_cast<size_t>(i)]);
-    stats_.blocks_swapped_in += static_cast<uint64_t>(r->host_blocks.size()) - static_cast<uint64_t>(hit / manager_.block_size());
+    const auto first = static_cast<uint64_t>(hit / manager_.block_size());
+    for (size_t i = first; i < r->host_blocks.size(); ++i) out.swap_in.emplace_back(r->host_blocks[i], blocks[i]);
+    stats_.blocks_swapped_in += swapped_blocks - first;
+    stats_.blocks_swap_resumed_from_cache += first;
     r->kv.num_computed_tokens = r->swapped_tokens;
   }
   swap_.free(r->host_blocks);  // the copies run before the next schedule() can hand these out

@@ -54,8 +54,14 @@ struct SchedulerStats {
   uint64_t steps = 0;
   uint64_t preemptions_recompute = 0;
   uint64_t preemptions_swap = 0;
+  // Every block swapped out ends in exactly one of: copied back in (a tier block that then fails
+  // verification included: the request is recomputed); not needed at resume because the device
+  // prefix cache still held its content; dropped because its request was aborted (or finished)
+  // while swapped; or still swapped out (swapped_blocks()).
   uint64_t blocks_swapped_out = 0;
   uint64_t blocks_swapped_in = 0;
+  uint64_t blocks_swap_resumed_from_cache = 0;
+  uint64_t blocks_swap_dropped = 0;
   uint64_t cow_copies = 0;
   uint64_t admissions = 0;
   uint64_t admission_pauses = 0;  // times the high watermark stopped admission
@@ -88,6 +94,8 @@ class Scheduler {
   int num_waiting() const { return static_cast<int>(waiting_.size()); }
   int num_running() const { return static_cast<int>(running_.size()); }
   int num_swapped() const { return static_cast<int>(swapped_.size()); }
+  // Blocks of the requests now swapped out (not yet resumed, dropped or loading back).
+  uint64_t swapped_blocks() const;
   const std::vector<SchedulerRequest*>& running() const { return running_; }
   SchedulerRequest* find(RequestId id);
   const SchedulerStats& stats() const { return stats_; }
