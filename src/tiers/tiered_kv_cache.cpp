@@ -69,7 +69,7 @@ TieredKVCache::~TieredKVCache() {
   }
 }
 
-BlockContentKey TieredKVCache::key_of(const Request& r, int i) const {
+BlockContentKey TieredKVCache::key_of(const Request& r, int i, int32_t parent_block) const {
   const size_t idx = static_cast<size_t>(i);
   const size_t bs = static_cast<size_t>(manager_.block_size());
   BlockContentKey k;
@@ -78,6 +78,7 @@ BlockContentKey TieredKVCache::key_of(const Request& r, int i) const {
   k.tokens = std::span<const TokenId>(r.tokens).subspan(idx * bs, bs);
   k.extra_digest = r.block_extra_digests[idx];
   k.group = 0;
+  k.parent_block = parent_block;
   return k;
 }
 
@@ -293,7 +294,8 @@ TieredKVCache::PrefixState TieredKVCache::prepare_prefix(Request& r) {
   device_hits.num_groups = 1;
   int d = 0;
   for (; d < max_blocks; ++d) {
-    auto hit = pool.find_cached(key_of(r, d));
+    // As the manager's lookup: each hit also confirms it was cached after the previous hit.
+    auto hit = pool.find_cached(key_of(r, d, d == 0 ? kNoLink : device_hits.blocks[0].back().value));
     if (!hit) break;
     device_hits.blocks[0].push_back(*hit);
   }
@@ -379,7 +381,11 @@ void TieredKVCache::finish_promotion(RequestId id) {
   for (size_t k = 0; k < p.source.size(); ++k) {
     if (p.source[k] == TierKind::kDevice) continue;  // failed verification: not registered
     const int i = p.first_block + static_cast<int>(k);
-    manager_.pool().cache_block(table[static_cast<size_t>(i)], key_of(p.holder, i));
+    // Linked to the holder's previous block (a device hit or the block promoted just before), so
+    // the device pool confirms this block's prefix structurally from now on, as for any block
+    // it cached itself.
+    const int32_t parent = i == 0 ? kNoLink : table[static_cast<size_t>(i) - 1].value;
+    manager_.pool().cache_block(table[static_cast<size_t>(i)], key_of(p.holder, i, parent));
     record.emplace_back(i, p.source[k]);
   }
   // Released tail first: the promoted blocks join the free set as its most recently used,

@@ -91,6 +91,40 @@ TEST(TieredCache, PartialDeviceHitContinuesIntoTheHostTier) {
   EXPECT_GT(hit.host, 0);
 }
 
+// Every block, every parent and the root hash to the same value: only tokens and prefix identity
+// tell blocks apart.
+BlockHash constant_hash(std::span<const std::byte>, uint64_t) { return BlockHash{0x5eed, 0x5eed}; }
+
+TEST(TieredCache, PromotedBlocksConfirmTheirPrefixLikeBlocksTheDeviceComputed) {
+  KVCacheManagerConfig c = manager_config(9);
+  c.hash_function = &constant_hash;
+  Device d(std::move(c), 4);
+  TieredKVCache t(host_only(16), d.manager, d.arena, kModel);
+  auto tokens = [](TokenId first_block, TokenId second_block) {
+    std::vector<TokenId> v;
+    for (TokenId b : {first_block, second_block})
+      for (TokenId k = 0; k < 4; ++k) v.push_back(b + k);
+    v.push_back(9);
+    return v;
+  };
+  // P = X Z: computed, evicted to the host tier, promoted back (X, then Z after X).
+  Request p(RequestId{1}, tokens(0, 1000));
+  compute_and_free(d, p);
+  evict_everything(d, t, 2);
+  Request p_again(RequestId{3}, tokens(0, 1000));
+  ASSERT_EQ(admit_and_verify(d, t, p_again), (TierHitTokens{0, 8, 0}));
+  // Y on the device. Q = Y Z: its block 1 has Z's tokens and, with this hash, Z's hash and
+  // parent hash, but it follows Y, not X: the promoted Z must not be spliced onto Y.
+  Request r(RequestId{4}, tokens(500, 2000));
+  compute_and_free(d, r, &t);
+  Request q(RequestId{5}, tokens(500, 1000));
+  const ComputedBlocks hit = d.manager.get_computed_blocks(q);
+  EXPECT_EQ(hit.num_computed_tokens, 4) << "a promoted block matched after a prefix it was not computed after";
+  Request p_third(RequestId{6}, tokens(0, 1000));
+  EXPECT_EQ(d.manager.get_computed_blocks(p_third).num_computed_tokens, 8) << "after X it still hits";
+  check_all(d, t);
+}
+
 TEST(TieredCache, OffloadPolicyKeepsOnlyBlocksHitOftenEnough) {
   Device d(9);
   TierConfig c = host_only(16);

@@ -44,6 +44,9 @@ struct Device {
   KVArena arena;
   explicit Device(int num_blocks, int block_size = 4)
       : manager(manager_config(num_blocks, block_size)), arena(small_spec(block_size), kLayers, num_blocks) {}
+  // A manager configured by the caller (e.g. a colliding hash function), same pool size.
+  Device(KVCacheManagerConfig config, int block_size)
+      : manager(std::move(config)), arena(small_spec(block_size), kLayers, manager.pool().num_blocks()) {}
 };
 
 // The payload a block with hash `h` holds in these tests.

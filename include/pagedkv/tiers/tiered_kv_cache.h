@@ -147,7 +147,8 @@ class TieredKVCache {
   TransferHandle submit_pending();
   void apply(const TransferBatch& batch);
   void finish_promotion(RequestId id);
-  BlockContentKey key_of(const Request& r, int i) const;
+  // `parent_block`: the device block holding block i - 1 (BlockContentKey::parent_block).
+  BlockContentKey key_of(const Request& r, int i, int32_t parent_block = kUnknownParent) const;
   void write_through();
   std::vector<int32_t> expected_pins(TierKind tier) const;
   void collect_pins(const TransferBatch& b, std::vector<int32_t>& host, std::vector<int32_t>& disk) const;
