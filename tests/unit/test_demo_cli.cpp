@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -118,6 +119,83 @@ TEST_F(DemoCli, EachPreemptionModeAlone) {
   // Resumed requests copy back only what the device prefix cache no longer holds.
   EXPECT_LE(s["preemptions"]["blocks_swapped_in"].get<int>(), s["preemptions"]["blocks_swapped_out"].get<int>());
   EXPECT_GT(s["preemptions"]["blocks_swapped_in"].get<int>(), 0);
+}
+
+// Per-request records: one per finished output, each with its hits by tier; the report's totals
+// are their sums over completed requests; every swapped-out block is accounted for.
+void check_records_and_totals(const json& j) {
+  const auto& recs = j["request_records"];
+  ASSERT_TRUE(recs.is_array());
+  int parents = 0, completed = 0, samples = 0;
+  json sums = {{"device", 0}, {"host", 0}, {"disk", 0}};
+  int hit_sum = 0;
+  uint64_t last_id = 0;
+  for (const json& r : recs) {
+    for (const char* key : {"id", "sample_index", "prompt_tokens", "output_tokens", "finish_reason", "prefix_hit_tokens",
+                            "hit_tokens_by_tier", "ttft_ms", "preemptions"})
+      EXPECT_TRUE(r.contains(key)) << key;
+    EXPECT_GT(r["id"].get<uint64_t>(), last_id) << "records are in id order";
+    last_id = r["id"].get<uint64_t>();
+    const auto& t = r["hit_tokens_by_tier"];
+    EXPECT_EQ(t["device"].get<int>() + t["host"].get<int>() + t["disk"].get<int>(), r["prefix_hit_tokens"].get<int>());
+    EXPECT_LE(r["prefix_hit_tokens"].get<int>(), r["prompt_tokens"].get<int>());
+    const std::string reason = r["finish_reason"];
+    if (r["sample_index"].get<int>() > 0) {
+      EXPECT_TRUE(r.contains("parent"));
+      samples += reason == "stop" || reason == "length";
+      continue;
+    }
+    ++parents;
+    if (reason != "stop" && reason != "length") continue;
+    ++completed;
+    EXPECT_GT(r["output_tokens"].get<int>(), 0);
+    EXPECT_GE(r["ttft_ms"].get<double>(), 0.0);
+    hit_sum += r["prefix_hit_tokens"].get<int>();
+    for (const char* tier : {"device", "host", "disk"}) sums[tier] = sums[tier].get<int>() + t[tier].get<int>();
+  }
+  EXPECT_EQ(parents, j["requests"]["submitted"].get<int>()) << "one record per submitted request";
+  EXPECT_EQ(completed, j["requests"]["completed"].get<int>());
+  EXPECT_EQ(samples, j["requests"]["parallel_samples_completed"].get<int>());
+  EXPECT_EQ(hit_sum, j["tokens"]["prompt_from_prefix_cache"].get<int>());
+  EXPECT_EQ(sums, j["tokens"]["prompt_from_prefix_cache_by_tier"]);
+  const auto& p = j["preemptions"];
+  EXPECT_EQ(p["blocks_swapped_out"].get<uint64_t>(),
+            p["blocks_swapped_in"].get<uint64_t>() + p["blocks_swap_resumed_from_cache"].get<uint64_t>() +
+                p["blocks_swap_dropped"].get<uint64_t>());
+}
+
+TEST_F(DemoCli, RequestRecordsAndTotalsByTier) {
+  const json j = run_json(std::string(kSmall) + kSeed3);
+  check_records_and_totals(j);
+  EXPECT_FALSE(j.contains("tiers")) << "no tiers configured";
+  EXPECT_EQ(j["tokens"]["prompt_from_prefix_cache_by_tier"]["host"], 0);
+  EXPECT_GT(j["preemptions"]["blocks_swap_resumed_from_cache"].get<int>(), 0);
+}
+
+TEST_F(DemoCli, HostAndDiskTiersReportHitsByTier) {
+  const json h = run_json(std::string(kSmall) + kSeed3 + " --host-cache-bytes 256KiB");
+  check_records_and_totals(h);
+  ASSERT_TRUE(h.contains("tiers"));
+  EXPECT_TRUE(h["tiers"]["disk"].is_null());
+  EXPECT_GT(h["tiers"]["host"]["hits"].get<int>(), 0);
+  EXPECT_GT(h["tokens"]["prompt_from_prefix_cache_by_tier"]["host"].get<int>(), 0);
+  EXPECT_EQ(h["tokens"]["prompt_from_prefix_cache_by_tier"]["disk"], 0);
+  EXPECT_EQ(h["output_digest"], run_json(std::string(kSmall) + kSeed3)["output_digest"])
+      << "KV from the host tier gives the same generations";
+  // The same command twice on one cache directory: the second run gets disk hits (warm restart).
+  const auto dir = std::filesystem::temp_directory_path() / ("pagedkv_demo_disk_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  const std::string disk = std::string(kSmall) + kSeed3 + " --disk-cache-dir " + dir.string() + " --disk-cache-bytes 4MiB";
+  const json first = run_json(disk);
+  const json second = run_json(disk);
+  check_records_and_totals(second);
+  ASSERT_FALSE(second["tiers"]["disk"].is_null());
+  EXPECT_GT(second["tokens"]["prompt_from_prefix_cache_by_tier"]["disk"].get<int>(),
+            first["tokens"]["prompt_from_prefix_cache_by_tier"]["disk"].get<int>());
+  EXPECT_EQ(first["output_digest"], second["output_digest"]);
+  const Result text = run(disk);
+  EXPECT_NE(text.out.find("prefix-hit tokens by tier: device "), std::string::npos) << text.out;
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(DemoCli, TextReportSaysWhichModelAndDrawsThePool) {

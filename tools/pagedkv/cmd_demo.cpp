@@ -210,6 +210,10 @@ DemoRun run_workload(LLMEngine& engine, std::vector<DemoRequest> workload, const
   return run;
 }
 
+nlohmann::json tier_json(const TierHitTokens& t) {
+  return nlohmann::json{{"device", t.device}, {"host", t.host}, {"disk", t.disk}};
+}
+
 std::string mib(double bytes) { return fmt::format("{:.2f} MiB", bytes / (1 << 20)); }
 
 nlohmann::json build_report(const LLMEngine& engine, const Model& model, const DemoRun& run, const DemoOptions& o,
@@ -225,6 +229,7 @@ nlohmann::json build_report(const LLMEngine& engine, const Model& model, const D
   std::vector<double> ttft, tpot;
   std::vector<const RequestOutput*> all;
   long long prompt_tokens = 0, hit_tokens = 0;
+  TierHitTokens hit_by_tier;
   for (const RequestOutput& out : run.finished) {
     all.push_back(&out);
     const bool ok = out.finish_reason == FinishReason::kStop || out.finish_reason == FinishReason::kLength;
@@ -245,6 +250,9 @@ nlohmann::json build_report(const LLMEngine& engine, const Model& model, const D
     if (out.ttft_ms >= 0) ttft.push_back(out.ttft_ms);
     prompt_tokens += static_cast<long long>(out.prompt.size());
     hit_tokens += out.prefix_hit_tokens;
+    hit_by_tier.device += out.hit_tokens_by_tier.device;
+    hit_by_tier.host += out.hit_tokens_by_tier.host;
+    hit_by_tier.disk += out.hit_tokens_by_tier.disk;
   }
 
   int shared = 0, parallel = 0, planned_cancel = 0, last_arrival = 0;
@@ -317,6 +325,7 @@ nlohmann::json build_report(const LLMEngine& engine, const Model& model, const D
   j["wall_seconds"] = run.wall_seconds;
   j["tokens"] = {{"prompt", prompt_tokens},
                  {"prompt_from_prefix_cache", hit_tokens},
+                 {"prompt_from_prefix_cache_by_tier", tier_json(hit_by_tier)},
                  {"prompt_computed", es.prompt_tokens_computed},
                  {"output", es.output_tokens}};
   j["throughput"] = {{"requests_per_s", completed / wall},
@@ -346,6 +355,8 @@ nlohmann::json build_report(const LLMEngine& engine, const Model& model, const D
                       {"swap", ss.preemptions_swap},
                       {"blocks_swapped_out", ss.blocks_swapped_out},
                       {"blocks_swapped_in", ss.blocks_swapped_in},
+                      {"blocks_swap_resumed_from_cache", ss.blocks_swap_resumed_from_cache},
+                      {"blocks_swap_dropped", ss.blocks_swap_dropped},
                       {"admission_pauses", ss.admission_pauses}};
   j["pool_snapshot"] = {{"moment", run.pool_moment},
                         {"after_step", run.pool.step},
@@ -360,6 +371,38 @@ nlohmann::json build_report(const LLMEngine& engine, const Model& model, const D
                     {"fraction_of_step", step_seconds > 0 ? es.schedule_seconds / step_seconds : 0.0},
                     {"copy_seconds", es.copy_seconds},
                     {"forward_seconds", es.forward_seconds}};
+  if (const TieredKVCache* tiers = engine.tiers()) {
+    auto tier = [](const TierStats& t, int capacity) {
+      return json{{"capacity_blocks", capacity},     {"lookups", t.lookups},
+                  {"hits", t.hits},                  {"stored_blocks", t.stored_blocks},
+                  {"loaded_blocks", t.loaded_blocks}, {"evictions", t.evictions},
+                  {"demotions", t.demotions},        {"swapped_out_blocks", t.swapped_out_blocks},
+                  {"swapped_in_blocks", t.swapped_in_blocks}, {"corrupt_blocks", t.corrupt_blocks},
+                  {"degraded", t.degraded}};
+    };
+    json t = {{"host", nullptr}, {"disk", nullptr}};
+    if (tiers->host()) t["host"] = tier(tiers->host()->stats(), tiers->host()->capacity_blocks());
+    if (tiers->disk()) t["disk"] = tier(tiers->disk()->stats(), tiers->disk()->capacity_blocks());
+    j["tiers"] = t;
+  }
+  // One record per finished output (parallel samples included), in id order.
+  std::vector<const RequestOutput*> by_id = all;
+  std::sort(by_id.begin(), by_id.end(), [](auto* a, auto* b) { return a->id.value < b->id.value; });
+  json records = json::array();
+  for (const RequestOutput* out : by_id) {
+    json rec = {{"id", out->id.value},
+                {"sample_index", out->sample_index},
+                {"prompt_tokens", out->prompt.size()},
+                {"output_tokens", out->output.size()},
+                {"finish_reason", std::string(finish_reason_name(out->finish_reason))},
+                {"prefix_hit_tokens", out->prefix_hit_tokens},
+                {"hit_tokens_by_tier", tier_json(out->hit_tokens_by_tier)},
+                {"ttft_ms", out->ttft_ms >= 0 ? json(out->ttft_ms) : json(nullptr)},
+                {"preemptions", out->num_preemptions}};
+    if (out->sample_index > 0) rec["parent"] = out->parent.value;
+    records.push_back(std::move(rec));
+  }
+  j["request_records"] = std::move(records);
   j["output_digest"] = fmt::format("{:016x}", output_digest(all));
   return j;
 }
@@ -391,12 +434,19 @@ std::string format_report(const nlohmann::json& j, const DemoRun& run, const Dem
                    100 * tk["prompt_from_prefix_cache"].get<double>() / prompt,
                    tk["prompt_from_prefix_cache"].get<uint64_t>(), tk["prompt"].get<uint64_t>(),
                    100 * d(pc["hit_rate"]), pc["lookups"].get<uint64_t>());
+  if (j.contains("tiers")) {
+    const auto& bt = tk["prompt_from_prefix_cache_by_tier"];
+    r += fmt::format("KV tiers      prefix-hit tokens by tier: device {}, host {}, disk {}\n", bt["device"].get<int>(),
+                     bt["host"].get<int>(), bt["disk"].get<int>());
+  }
   const std::string swapped =
       pre["swap"].get<uint64_t>() == 0
           ? std::string()
-          : fmt::format(" ({} blocks swapped out, {} copied back in; the rest were still in the device prefix "
-                        "cache at resume, or cancelled)",
-                        pre["blocks_swapped_out"].get<uint64_t>(), pre["blocks_swapped_in"].get<uint64_t>());
+          : fmt::format(" ({} blocks swapped out: {} copied back in, {} still in the device prefix cache at resume, "
+                        "{} dropped with cancelled requests)",
+                        pre["blocks_swapped_out"].get<uint64_t>(), pre["blocks_swapped_in"].get<uint64_t>(),
+                        pre["blocks_swap_resumed_from_cache"].get<uint64_t>(),
+                        pre["blocks_swap_dropped"].get<uint64_t>());
   r += fmt::format("preemption    {} by recompute, {} by swap{}; admission paused {} times (high watermark)\n",
                    pre["recompute"].get<uint64_t>(), pre["swap"].get<uint64_t>(), swapped,
                    pre["admission_pauses"].get<uint64_t>());
