@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -32,9 +33,30 @@ constexpr int kReleaseGilHashTokens = 4096;
 
 // KVCacheManager plus the little state the Python API adds on top.
 struct PyKVCacheManager {
-  explicit PyKVCacheManager(KVCacheManagerConfig config) : manager(std::move(config)) {}
+  explicit PyKVCacheManager(KVCacheManagerConfig config)
+      : manager(std::move(config)), block_ints(static_cast<size_t>(manager.pool().num_blocks()), nullptr) {}
+  PyKVCacheManager(const PyKVCacheManager&) = delete;
+  PyKVCacheManager& operator=(const PyKVCacheManager&) = delete;
+  ~PyKVCacheManager() {
+    for (PyObject* o : block_ints) Py_XDECREF(o);  // pybind11 deallocates instances with the GIL held
+  }
+
+  // Block id `b` as a Python int (a new reference). Ids above CPython's small-int cache would
+  // otherwise be a fresh object each time: an admission returns ~50 of them.
+  PyObject* block_int(BlockId b) {
+    PyObject*& o = block_ints[static_cast<size_t>(b.value)];
+    if (!o && !(o = PyLong_FromLong(b.value))) return nullptr;
+    Py_INCREF(o);
+    return o;
+  }
+
   KVCacheManager manager;
   bool last_table_rewritten = false;  // of the last successful allocate_slots
+  std::vector<PyObject*> block_ints;  // per block id, created on first use
+  // KVCacheBlocks objects get_computed_blocks hands out again once only the manager holds them
+  // (no allocation, and their tables keep their capacity). Two, because a scheduler loop still
+  // holds the previous lookup's result when it makes the next one.
+  std::array<py::object, 2> spare_computed;
 };
 
 // ---- Request --------------------------------------------------------------------------------
@@ -375,7 +397,7 @@ PyTypeObject* g_computed_blocks_type = nullptr;
 // count: immutable, so it is shared instead of built per call.
 PyObject* g_no_new_blocks[kMaxKVCacheGroups + 1] = {};
 
-PyObject* new_blocks_tuple(const NewBlocks& r) {
+PyObject* new_blocks_tuple(PyKVCacheManager& self, const NewBlocks& r) {
   bool any = false;
   for (int g = 0; g < r.num_groups; ++g) any = any || !r.blocks[static_cast<size_t>(g)].empty();
   if (!any) {
@@ -392,8 +414,15 @@ PyObject* new_blocks_tuple(const NewBlocks& r) {
       Py_DECREF(out);
       return nullptr;
     }
-    for (size_t i = 0; i < ids.size(); ++i) PyTuple_SET_ITEM(t, static_cast<Py_ssize_t>(i), PyLong_FromLong(ids[i].value));
     PyTuple_SET_ITEM(out, g, t);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      PyObject* id = self.block_int(ids[i]);
+      if (!id) {
+        Py_DECREF(out);
+        return nullptr;
+      }
+      PyTuple_SET_ITEM(t, static_cast<Py_ssize_t>(i), id);
+    }
   }
   return out;
 }
@@ -428,7 +457,7 @@ PyObject* fast_allocate_slots(PyObject* self, PyObject* const* args, Py_ssize_t 
                                            num_lookahead_tokens, delay_cache_blocks);
     if (!r) Py_RETURN_NONE;
     self_->last_table_rewritten = r->table_rewritten;
-    return new_blocks_tuple(*r);
+    return new_blocks_tuple(*self_, *r);
   } catch (...) {
     set_python_error_from_current_exception();
     return nullptr;
@@ -447,18 +476,38 @@ PyObject* fast_free(PyObject* self, PyObject* arg) {
   }
 }
 
+// A KVCacheBlocks object for a lookup's answer: a spare that nobody else references, or a new one.
+py::object spare_computed_blocks(PyKVCacheManager& self) {
+  for (py::object& spare : self.spare_computed) {
+    if (!spare) {
+      ComputedBlocks fresh;
+      fresh.blocks[0].reserve(static_cast<size_t>(self.manager.max_model_len() / self.manager.block_size()));
+      spare = py::cast(std::move(fresh));
+      return spare;
+    }
+    if (Py_REFCNT(spare.ptr()) == 1) return spare;
+  }
+  return py::cast(ComputedBlocks{});  // both still held by the caller
+}
+
 PyObject* fast_get_computed_blocks(PyObject* self, PyObject* arg) {
   auto* self_ = unwrap<PyKVCacheManager>(self, g_manager_type, "self");
   auto* request = self_ ? unwrap<Request>(arg, g_request_type, "get_computed_blocks(): request") : nullptr;
   if (!request) return nullptr;
   try {
-    ComputedBlocks c = self_->manager.get_computed_blocks(*request);
-    const int hit = c.num_computed_tokens;
-    py::object blocks = py::cast(std::move(c));
+    py::object blocks = spare_computed_blocks(*self_);
+    auto* c = unwrap<ComputedBlocks>(blocks.ptr(), g_computed_blocks_type, "KVCacheBlocks");
+    if (!c) return nullptr;
+    self_->manager.get_computed_blocks(*request, *c);
+    PyObject* hit = PyLong_FromLong(c->num_computed_tokens);
+    if (!hit) return nullptr;
     PyObject* out = PyTuple_New(2);
-    if (!out) return nullptr;
+    if (!out) {
+      Py_DECREF(hit);
+      return nullptr;
+    }
     PyTuple_SET_ITEM(out, 0, blocks.release().ptr());
-    PyTuple_SET_ITEM(out, 1, PyLong_FromLong(hit));
+    PyTuple_SET_ITEM(out, 1, hit);
     return out;
   } catch (...) {
     set_python_error_from_current_exception();

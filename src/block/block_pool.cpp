@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <ranges>
 
 #include "pagedkv/core/error.h"
 
@@ -60,7 +61,8 @@ void BlockPool::touch(std::span<const BlockId> ids) {
   }
 }
 
-void BlockPool::free_blocks(std::span<const BlockId> ordered) {
+template <typename Ids>
+void BlockPool::release(const Ids& ordered) {
   // Drop the references first and undo them if any block was already free, so that a bad call
   // changes nothing. (A block listed twice needs two references: the second drop catches it.)
   for (size_t i = 0; i < ordered.size(); ++i) {
@@ -82,33 +84,9 @@ void BlockPool::free_blocks(std::span<const BlockId> ordered) {
   }
 }
 
-bool BlockPool::matches(const KVCacheBlock& b, const BlockContentKey& key) const {
-  if (b.group != key.group || b.hash != key.hash) return false;
-  size_t i = static_cast<size_t>(b.id.value);
-  if (parent_[i] != key.parent || extra_digest_[i] != key.extra_digest) return false;
-  if (key.tokens.size() != static_cast<size_t>(block_size_)) return false;
-  if (!std::equal(key.tokens.begin(), key.tokens.end(),
-                  tokens_.begin() + static_cast<ptrdiff_t>(i * static_cast<size_t>(block_size_))))
-    return false;
-  // The same content, and cached after the same prefix as the caller's previous block.
-  return key.parent_block == kUnknownParent || parent_prefix_id_[i] == kUnknownPrefix ||
-         parent_prefix_id_[i] == prefix_id_of(key.parent_block);
-}
+void BlockPool::free_blocks(std::span<const BlockId> ordered) { release(ordered); }
 
-uint64_t BlockPool::prefix_id_of(int32_t parent_block) const {
-  if (parent_block == kNoLink) return kRootPrefix;
-  if (parent_block < 0 || parent_block >= num_blocks()) return kUnknownPrefix;
-  return blocks_[static_cast<size_t>(parent_block)].has_hash ? prefix_id_[static_cast<size_t>(parent_block)]
-                                                             : kUnknownPrefix;
-}
-
-std::optional<BlockId> BlockPool::find_cached(const BlockContentKey& key) const {
-  if (!enable_caching_) return std::nullopt;
-  for (int32_t i = cache_map_.find(map_key(key.hash, key.group)); i != kNoLink; i = blocks_[static_cast<size_t>(i)].next_same_hash) {
-    if (matches(blocks_[static_cast<size_t>(i)], key)) return BlockId{i};
-  }
-  return std::nullopt;
-}
+void BlockPool::free_blocks_tail_first(std::span<const BlockId> table) { release(std::views::reverse(table)); }
 
 void BlockPool::cache_block(BlockId id, const BlockContentKey& key) {
   if (!enable_caching_) return;
@@ -133,11 +111,8 @@ void BlockPool::cache_block(BlockId id, const BlockContentKey& key) {
   b.num_tokens = block_size_;
   b.hit_count = 0;
   b.next_same_hash = kNoLink;
-  BlockHash mk = map_key(key.hash, key.group);
-  int32_t head = cache_map_.find(mk);
-  if (head == kNoLink) {
-    cache_map_.assign(mk, id.value);
-  } else {  // append: the earliest cached block stays first
+  const int32_t head = cache_map_.find_or_insert(map_key(key.hash, key.group), id.value);
+  if (head != kNoLink) {  // append: the earliest cached block stays first
     int32_t t = head;
     for (;; t = blocks_[static_cast<size_t>(t)].next_same_hash) {
       const size_t ti = static_cast<size_t>(t);
@@ -171,11 +146,11 @@ void BlockPool::record_hit(BlockId id) {
 }
 
 bool BlockPool::uncache(KVCacheBlock& b, RemovalReason reason) {
-  BlockHash mk = map_key(b.hash, b.group);
-  int32_t head = cache_map_.find(mk);
+  const size_t slot = cache_map_.find_slot(map_key(b.hash, b.group));
+  const int32_t head = slot == CachedBlockMap::kAbsent ? kNoLink : cache_map_.head_at(slot);
   const bool last_copy = head == b.id.value && b.next_same_hash == kNoLink;
   if (head == b.id.value) {
-    if (b.next_same_hash == kNoLink) cache_map_.erase(mk); else cache_map_.assign(mk, b.next_same_hash);
+    if (b.next_same_hash == kNoLink) cache_map_.erase_at(slot); else cache_map_.set_head_at(slot, b.next_same_hash);
   } else {
     int32_t t = head;
     while (t != kNoLink && blocks_[static_cast<size_t>(t)].next_same_hash != b.id.value)

@@ -28,11 +28,11 @@ void CachedBlockMap::assign(const BlockHash& key, int32_t head) {
 }
 
 void CachedBlockMap::erase(const BlockHash& key) {
-  size_t i = bucket(key);
-  for (;; i = (i + 1) & mask_) {
-    if (slots_[i].value < 0) return;
-    if (slots_[i].key == key) break;
-  }
+  const size_t slot = find_slot(key);
+  if (slot != kAbsent) erase_at(slot);
+}
+
+void CachedBlockMap::erase_at(size_t i) {
   // Backward-shift: pull later entries of the probe run into the hole when their home bucket
   // does not lie strictly between the hole and their current slot.
   size_t hole = i;

@@ -11,6 +11,10 @@ namespace {
 
 int cdiv(int a, int b) { return (a + b - 1) / b; }
 
+// Released request entries kept for reuse, each with its tables' capacity. Entries are only
+// created when none is spare, so live plus spare never exceed the peak number of live requests.
+constexpr size_t kMaxSpareRequests = 1024;
+
 BlockPoolOptions pool_options(KVCacheManagerConfig& c) {
   c.cache.validate();
   if (static_cast<int>(c.cache.groups.size()) > kMaxKVCacheGroups)
@@ -59,7 +63,34 @@ KVCacheManager::KVCacheManager(KVCacheManagerConfig config)
     throw ConfigError(fmt::format("max_model_len must not be negative, got {}", config_.max_model_len));
   watermark_blocks_ = static_cast<int>(config_.watermark * config_.cache.num_blocks);
   requests_.reserve(1024);
+  spare_requests_.reserve(kMaxSpareRequests);
   scratch_blocks_.reserve(256);
+}
+
+KVCacheManager::RequestBlocks& KVCacheManager::add_request(RequestId id) {
+  if (spare_requests_.empty()) {
+    RequestBlocks& state = requests_[id];
+    for (int g = 0; g < num_groups(); ++g)
+      state.blocks[static_cast<size_t>(g)].reserve(static_cast<size_t>(cdiv(max_model_len_, block_size_)));
+    return state;
+  }
+  RequestMap::node_type node = std::move(spare_requests_.back());
+  spare_requests_.pop_back();
+  node.key() = id;
+  return requests_.insert(std::move(node)).position->second;
+}
+
+void KVCacheManager::release_request(RequestMap::iterator it) {
+  if (spare_requests_.size() >= kMaxSpareRequests) {
+    requests_.erase(it);
+    return;
+  }
+  RequestMap::node_type node = requests_.extract(it);
+  RequestBlocks& state = node.mapped();
+  for (auto& b : state.blocks) b.clear();
+  state.num_cached = {};
+  state.may_share_writable = false;
+  spare_requests_.push_back(std::move(node));
 }
 
 void KVCacheManager::hash_request(Request& request) const {
@@ -274,11 +305,7 @@ std::optional<NewBlocks> KVCacheManager::allocate_slots(Request& request, int nu
   const int needed = blocks_to_allocate(request, state, num_tokens_need_slot, new_computed_blocks);
   if (needed > pool_.num_free_blocks()) return std::nullopt;
 
-  if (!state) {
-    state = &requests_[request.id];
-    for (int g = 0; g < num_groups(); ++g)
-      state->blocks[static_cast<size_t>(g)].reserve(static_cast<size_t>(cdiv(max_model_len_, block_size_)));
-  }
+  if (!state) state = &add_request(request.id);
   NewBlocks result;
   result.num_groups = num_groups();
   std::array<size_t, kMaxKVCacheGroups> first_new{};
@@ -319,11 +346,9 @@ bool KVCacheManager::free(const Request& request) {
   auto it = requests_.find(request.id);
   if (it == requests_.end()) return false;
   for (int g = 0; g < num_groups(); ++g) {
-    const auto& blocks = it->second.blocks[static_cast<size_t>(g)];
-    scratch_blocks_.assign(blocks.rbegin(), blocks.rend());  // tail first
-    pool_.free_blocks(scratch_blocks_);
+    pool_.free_blocks_tail_first(it->second.blocks[static_cast<size_t>(g)]);
   }
-  requests_.erase(it);
+  release_request(it);
   return true;
 }
 

@@ -1,7 +1,7 @@
 #include "pagedkv/prefix/block_hasher.h"
 
 #include <fmt/format.h>
-#include <openssl/sha.h>
+#include <openssl/evp.h>
 #define XXH_INLINE_ALL  // small inputs: inlining beats the shared library call
 #include <xxhash.h>
 
@@ -29,9 +29,34 @@ BlockHash xxh3_128_hash(std::span<const std::byte> bytes, uint64_t seed) {
   return BlockHash{h.low64, h.high64};
 }
 
+namespace {
+
+// OpenSSL 3's one-shot SHA256() looks the algorithm up in the provider registry on every call,
+// which costs more than hashing a block (~260 ns of ~360 ns for 80 bytes). The algorithm is
+// fetched once per process and each thread reuses one digest context.
+struct Sha256Context {
+  Sha256Context() : md(EVP_MD_fetch(nullptr, "SHA256", nullptr)), ctx(EVP_MD_CTX_new()) {
+    if (!md || !ctx) throw Error("SHA-256: OpenSSL could not provide the SHA256 digest");
+  }
+  ~Sha256Context() {
+    EVP_MD_CTX_free(ctx);
+    EVP_MD_free(md);
+  }
+  Sha256Context(const Sha256Context&) = delete;
+  Sha256Context& operator=(const Sha256Context&) = delete;
+  EVP_MD* md;
+  EVP_MD_CTX* ctx;
+};
+
+}  // namespace
+
 BlockHash sha256_hash(std::span<const std::byte> bytes, uint64_t /*seed: in the root only*/) {
-  unsigned char digest[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), digest);
+  thread_local Sha256Context sha;
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (EVP_DigestInit_ex(sha.ctx, sha.md, nullptr) != 1 || EVP_DigestUpdate(sha.ctx, bytes.data(), bytes.size()) != 1 ||
+      EVP_DigestFinal_ex(sha.ctx, digest, &len) != 1 || len != 32)
+    throw Error("SHA-256: OpenSSL digest failed");
   BlockHash h;
   std::memcpy(&h.lo, digest, 8);
   std::memcpy(&h.hi, digest + 8, 8);

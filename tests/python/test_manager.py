@@ -105,6 +105,30 @@ def test_shared_prefix_worked_example():
     m.check_invariants()
 
 
+def test_lookup_results_held_by_the_caller_are_never_rewritten():
+    """get_computed_blocks reuses KVCacheBlocks objects nobody holds any more; one the caller
+    still holds must keep its answer, and block ids come back as plain ints."""
+    m = pagedkv.KVCacheManager(num_blocks=4200, block_size=BS)
+    prompts = [SYSTEM + list(range(i * 100, i * 100 + 40)) for i in range(6)]
+    admit(m, pagedkv.Request(0, prompts[0]))
+    kept = [m.get_computed_blocks(pagedkv.Request(i + 1, p))[0] for i, p in enumerate(prompts)]
+    assert [k.get_block_ids() for k in kept] == [([1, 2, 3, 4],)] + [([1, 2],)] * 5
+    assert [k.num_computed_tokens for k in kept] == [64] + [32] * 5
+    # Results dropped right away are recycled without disturbing the kept ones.
+    for _ in range(4):
+        blocks, hit = m.get_computed_blocks(pagedkv.Request(9, [7] * 40))
+        assert (hit, blocks.get_block_ids()) == (0, ([],))
+        del blocks
+    assert kept[0].get_block_ids() == ([1, 2, 3, 4],) and kept[1].num_computed_tokens == 32
+    # Ids above CPython's small-int cache are shared per manager but are ordinary ints.
+    big = pagedkv.Request(20, list(range(5000, 5000 + 16 * 300)))
+    blocks, hit = m.get_computed_blocks(big)
+    new = m.allocate_slots(big, big.num_tokens, hit, blocks)
+    assert new[0] == tuple(range(6, 306)) and all(type(i) is int for i in new[0])
+    assert m.get_block_ids(big) == (list(range(6, 306)),)
+    m.check_invariants()
+
+
 def test_a_lookup_leaves_at_least_one_token_to_compute():
     m = pagedkv.KVCacheManager(num_blocks=16)
     admit(m, pagedkv.Request(1, SYSTEM))

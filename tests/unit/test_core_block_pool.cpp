@@ -407,5 +407,22 @@ TEST(CoreBlockPool, CheckerCatchesACorruptedBlock) {
   pool.check_invariants();
 }
 
+
+TEST(CoreBlockPool, FreeTailFirstReleasesTheTableBackwards) {
+  CheckedPool pool(pool_options(8, 4));
+  auto a = pool.allocate(3);  // 1 2 3
+  pool->free_blocks_tail_first(a);
+  pool.check();
+  EXPECT_EQ(free_order(pool.raw()), cat(range(4, 7), {3, 2, 1}));
+  // A double free is refused and changes nothing, as with free_blocks.
+  auto b = pool.allocate(2);  // 4 5
+  const auto order = free_order(pool.raw());
+  EXPECT_THROW(pool->free_blocks_tail_first(std::vector<BlockId>{b[0], BlockId{3}, b[1]}), UsageError);
+  pool.check();
+  EXPECT_EQ(free_order(pool.raw()), order);
+  EXPECT_EQ(pool->block(b[0]).ref_cnt, 1);
+  EXPECT_EQ(pool->block(b[1]).ref_cnt, 1);
+}
+
 }  // namespace
 }  // namespace pagedkv

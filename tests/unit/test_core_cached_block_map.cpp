@@ -100,5 +100,28 @@ TEST(CoreCachedBlockMap, MatchesUnorderedMapUnderRandomOperations) {
   EXPECT_EQ(visited, model.size());
 }
 
+
+// The one-probe operations the pool uses agree with find/assign/erase.
+TEST(CoreCachedBlockMap, FindOrInsertAndSlotAccess) {
+  CachedBlockMap map(8);
+  const BlockHash a{1, 2}, b{3, 4};
+  EXPECT_EQ(map.find_or_insert(a, 10), -1) << "absent: inserted";
+  EXPECT_EQ(map.find(a), 10);
+  EXPECT_EQ(map.find_or_insert(a, 99), 10) << "present: the head is returned and kept";
+  EXPECT_EQ(map.find(a), 10);
+  EXPECT_EQ(map.size(), 1u);
+  EXPECT_EQ(map.find_slot(b), CachedBlockMap::kAbsent);
+  map.assign(b, 11);
+  const size_t slot = map.find_slot(b);
+  ASSERT_NE(slot, CachedBlockMap::kAbsent);
+  EXPECT_EQ(map.head_at(slot), 11);
+  map.set_head_at(slot, 12);
+  EXPECT_EQ(map.find(b), 12);
+  map.erase_at(map.find_slot(a));
+  EXPECT_EQ(map.find(a), -1);
+  EXPECT_EQ(map.find(b), 12);
+  EXPECT_EQ(map.size(), 1u);
+}
+
 }  // namespace
 }  // namespace pagedkv

@@ -481,5 +481,32 @@ TEST(CoreManager, UsageAndFreeBlocks) {
   EXPECT_DOUBLE_EQ(m->usage(), 0.0) << "cached free blocks count as free";
 }
 
+
+// A freed request's entry is kept for reuse (no allocation at the next admission); the next
+// request that gets it must start from an empty table with nothing cached and no fork state.
+TEST(CoreManager, AReusedRequestEntryStartsEmpty) {
+  CheckedManager m(full_attention_config(32, 4));
+  Request a(RequestId{1}, iota_tokens(14, 0));  // 3 full blocks cached, 1 partial
+  ASSERT_EQ(m.admit(a), 0);
+  Request a_child(RequestId{2}, a.tokens);
+  a_child.num_computed_tokens = a.num_computed_tokens;
+  m.fork(a, a_child);  // both entries now carry fork state
+  ASSERT_TRUE(m.free(a));
+  ASSERT_TRUE(m.free(a_child));
+  EXPECT_EQ(m->num_requests(), 0);
+  Request b(RequestId{3}, iota_tokens(3, 500));  // one partial block: takes a released entry
+  ASSERT_EQ(m.admit(b), 0);
+  ASSERT_EQ(m.table(b).size(), 1u) << "the entry kept no blocks of its previous owner";
+  // Filling b's block caches it and shares nothing: a stale fork flag or cached count would
+  // show as a copy or as a broken invariant (checked after every call).
+  ASSERT_TRUE(m.decode(b, 7).has_value());
+  ASSERT_TRUE(m.decode(b, 8).has_value());
+  EXPECT_FALSE(m->has_pending_copies());
+  EXPECT_EQ(m.table(b).size(), 2u);
+  Request c(RequestId{1}, iota_tokens(14, 0));  // a's id again, a's content: hits a's blocks
+  EXPECT_EQ(m.admit(c), 12);
+  EXPECT_EQ(m->num_requests(), 2);
+}
+
 }  // namespace
 }  // namespace pagedkv

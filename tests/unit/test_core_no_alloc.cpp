@@ -115,5 +115,44 @@ TEST(CoreNoAlloc, DecodeStepAllocateSlotsDoesNotAllocate) {
   EXPECT_GT(m.pool().num_cached_blocks(), 32 * 6);
 }
 
+
+// Admission as a scheduler runs it (lookup into a reused result, the whole-sequence check,
+// allocate_slots with the hits, later free) allocates nothing once the manager has seen as many
+// live requests: released request entries keep their tables for the next admission.
+TEST(CoreNoAlloc, AdmitAndFreeDoNotAllocateInSteadyState) {
+  KVCacheManager m(testing::full_attention_config(512, 16));
+  const std::vector<TokenId> shared = iota_tokens(160, 90000);  // 10 blocks every prompt shares
+  std::vector<Request> requests;
+  for (uint64_t i = 0; i < 48; ++i) {
+    Request r(RequestId{i}, testing::concat(shared, iota_tokens(100 + static_cast<int>(i), static_cast<TokenId>(i * 1000))));
+    m.hash_request(r);  // hashed at creation, as vLLM does
+    requests.push_back(std::move(r));
+  }
+  ComputedBlocks hits;
+  hits.blocks[0].reserve(256);
+  auto admit = [&](Request& r) {
+    m.get_computed_blocks(r, hits);
+    if (m.get_num_blocks_to_allocate(r, r.num_tokens(), &hits) > m.num_free_blocks()) std::abort();
+    if (!m.allocate_slots(r, r.num_tokens() - hits.num_computed_tokens, hits.num_computed_tokens, &hits)) std::abort();
+    r.num_computed_tokens = r.num_tokens();
+  };
+  auto release = [&](Request& r) {
+    if (!m.free(r)) std::abort();
+    r.num_computed_tokens = 0;
+  };
+  for (int i = 0; i < 4; ++i) admit(requests[static_cast<size_t>(i)]);  // warm-up: 4 live at most
+  for (int i = 0; i < 4; ++i) release(requests[static_cast<size_t>(i)]);
+  const uint64_t n = news_during([&] {
+    for (size_t i = 4; i < requests.size(); ++i) {  // 4 live, one admitted and one freed per round
+      admit(requests[i]);
+      if (i >= 7) release(requests[i - 3]);
+    }
+  });
+  EXPECT_EQ(n, 0u) << "heap allocations in 44 admissions and 41 frees";
+  EXPECT_EQ(m.num_requests(), 3);
+  EXPECT_GE(m.prefix_cache_stats().hits, 47u * 160u) << "every admission after the first hit the shared prefix";
+  m.check_invariants();
+}
+
 }  // namespace
 }  // namespace pagedkv

@@ -7,6 +7,7 @@
 // freed (ref 0, back of the free set, content kept) -> evicted when handed out again.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -100,6 +101,9 @@ class BlockPool {
   // the free set in that order (callers pass a request's blocks tail first). Throws UsageError
   // and changes nothing if any block is already free or is the null block ("double free").
   void free_blocks(std::span<const BlockId> ordered);
+  // free_blocks over `table` last entry first (a request's whole table: its private tail joins
+  // the free set, and is evicted, before its shared head), without copying it reversed.
+  void free_blocks_tail_first(std::span<const BlockId> table);
 
   // Prefix cache. The first cached block that matches `key` exactly, or nullopt.
   std::optional<BlockId> find_cached(const BlockContentKey& key) const;
@@ -134,6 +138,8 @@ class BlockPool {
 
  private:
   KVCacheBlock& mut(BlockId id) { return blocks_[static_cast<size_t>(id.value)]; }
+  template <typename Ids>
+  void release(const Ids& ordered);
   void push_free(KVCacheBlock& b) {
     if (policy_) policy_->push(b); else free_queue_.push_back(b);
   }
@@ -175,5 +181,36 @@ class BlockPool {
   std::vector<KVEvent> events_;
   std::function<void(const KVCacheBlock&)> on_evict_;
 };
+
+// The lookup is on every admission's path (once per prompt block): inline, with the match
+// tests cheapest first.
+inline uint64_t BlockPool::prefix_id_of(int32_t parent_block) const {
+  if (parent_block == kNoLink) return kRootPrefix;
+  if (parent_block < 0 || parent_block >= num_blocks()) return kUnknownPrefix;
+  return blocks_[static_cast<size_t>(parent_block)].has_hash ? prefix_id_[static_cast<size_t>(parent_block)]
+                                                             : kUnknownPrefix;
+}
+
+inline bool BlockPool::matches(const KVCacheBlock& b, const BlockContentKey& key) const {
+  if (b.group != key.group || b.hash != key.hash) return false;
+  const size_t i = static_cast<size_t>(b.id.value);
+  if (parent_[i] != key.parent || extra_digest_[i] != key.extra_digest) return false;
+  if (key.tokens.size() != static_cast<size_t>(block_size_)) return false;
+  if (!std::equal(key.tokens.begin(), key.tokens.end(),
+                  tokens_.begin() + static_cast<ptrdiff_t>(i * static_cast<size_t>(block_size_))))
+    return false;
+  // The same content, and cached after the same prefix as the caller's previous block.
+  return key.parent_block == kUnknownParent || parent_prefix_id_[i] == kUnknownPrefix ||
+         parent_prefix_id_[i] == prefix_id_of(key.parent_block);
+}
+
+inline std::optional<BlockId> BlockPool::find_cached(const BlockContentKey& key) const {
+  if (!enable_caching_) return std::nullopt;
+  for (int32_t i = cache_map_.find(map_key(key.hash, key.group)); i != kNoLink;
+       i = blocks_[static_cast<size_t>(i)].next_same_hash) {
+    if (matches(blocks_[static_cast<size_t>(i)], key)) return BlockId{i};
+  }
+  return std::nullopt;
+}
 
 }  // namespace pagedkv

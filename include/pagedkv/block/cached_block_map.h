@@ -17,18 +17,43 @@ class CachedBlockMap {
   // Sized for at most `max_entries` keys (at most one per physical block).
   explicit CachedBlockMap(size_t max_entries);
 
+  static constexpr size_t kAbsent = ~size_t{0};
+
   // The head block id for `key`, or -1.
   int32_t find(const BlockHash& key) const {
-    for (size_t i = bucket(key);; i = (i + 1) & mask_) {
-      const Slot& s = slots_[i];
-      if (s.value < 0) return -1;
-      if (s.key == key) return s.value;
-    }
+    const size_t slot = find_slot(key);
+    return slot == kAbsent ? -1 : slots_[slot].value;
   }
   // Sets the head for `key` (inserting it if absent).
   void assign(const BlockHash& key, int32_t head);
   // Removes `key` (no-op when absent).
   void erase(const BlockHash& key);
+
+  // In one probe: the head for `key` if present; else inserts `head` for it and returns -1.
+  int32_t find_or_insert(const BlockHash& key, int32_t head) {
+    for (size_t i = bucket(key);; i = (i + 1) & mask_) {
+      Slot& s = slots_[i];
+      if (s.value < 0) {
+        s.key = key;
+        s.value = head;
+        ++size_;
+        return -1;
+      }
+      if (s.key == key) return s.value;
+    }
+  }
+  // Slot-level access, so that a find followed by a change probes once. A slot index is valid
+  // until the next insertion or erase.
+  size_t find_slot(const BlockHash& key) const {
+    for (size_t i = bucket(key);; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (s.value < 0) return kAbsent;
+      if (s.key == key) return i;
+    }
+  }
+  int32_t head_at(size_t slot) const { return slots_[slot].value; }
+  void set_head_at(size_t slot, int32_t head) { slots_[slot].value = head; }
+  void erase_at(size_t slot);
   size_t size() const { return size_; }
   void clear();
 

@@ -157,6 +157,12 @@ class KVCacheManager {
     bool may_share_writable = false;
   };
 
+  using RequestMap = std::unordered_map<RequestId, RequestBlocks>;
+  // A new request's entry, reusing a released one's map node and table capacity when there is
+  // one, so steady-state admission allocates nothing.
+  RequestBlocks& add_request(RequestId id);
+  void release_request(RequestMap::iterator it);
+
   const KVCacheSpec& spec(int g) const { return config_.cache.groups[static_cast<size_t>(g)].spec; }
   bool cacheable(int g) const { return spec(g).kind != AttentionKind::kCrossAttention; }
   int find_longest_cache_hit(int g, const Request& request, int max_length, std::vector<BlockId>& out) const;
@@ -177,7 +183,8 @@ class KVCacheManager {
   int num_groups_;
   BlockPool pool_;
   BlockHasher hasher_;
-  std::unordered_map<RequestId, RequestBlocks> requests_;
+  RequestMap requests_;
+  std::vector<RequestMap::node_type> spare_requests_;  // released entries, tables cleared
   std::vector<std::pair<BlockId, BlockId>> pending_copies_;
   PrefixCacheStats stats_;
   std::vector<BlockId> scratch_blocks_;
