@@ -8,7 +8,9 @@
 #include <set>
 #include <sstream>
 
+#include "golden_support.h"
 #include "pagedkv/core/error.h"
+#include "pagedkv/engine/llama2c_run_request.h"
 #include "pagedkv/engine/llm_engine.h"
 #include "pagedkv/model/llama2c_checkpoint.h"
 #include "pagedkv/model/tokenizer.h"
@@ -16,42 +18,27 @@
 namespace pagedkv {
 namespace {
 
-struct Golden {
-  std::string name, prompt;
-  int steps;
-  std::vector<TokenId> ids;  // BOS + prompt + generated
-};
-
-std::string shared_dir() {
-  const char* env = std::getenv("PAGEDKV_SHARED_DIR");
-  return env ? env : "../shared";
-}
+using testing::Golden;
 
 class EngineGoldens : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const std::string dir = shared_dir() + "/models";
-    if (!std::filesystem::exists(dir + "/stories260K.bin")) return;
-    model_ = std::make_unique<Llama2cCheckpoint>(dir + "/stories260K.bin");
-    tokenizer_ = std::make_unique<Tokenizer>(dir + "/tok512.bin", 512);
-    for (auto [name, prompt, steps] : {std::tuple<std::string, std::string, int>{"once_upon_a_time.n200", "Once upon a time", 200},
-                                       {"no_prompt.n256", "", 256},
-                                       {"tom_and_lily.n256", "Tom and Lily went to the beach", 256}}) {
-      std::ifstream in(dir + "/golden/" + name + ".ids");
-      Golden g{name, prompt, steps, {}};
-      for (TokenId t; in >> t;) g.ids.push_back(t);
-      goldens_.push_back(g);
-    }
+    const std::filesystem::path dir = testing::models_dir();
+    if (dir.empty()) return;
+    model_ = std::make_unique<Llama2cCheckpoint>((dir / "stories260K.bin").string());
+    tokenizer_ = std::make_unique<Tokenizer>((dir / "tok512.bin").string(), 512);
+    goldens_ = testing::load_goldens(dir);
   }
   void SetUp() override {
     if (!model_) GTEST_SKIP() << "../shared/models not found (set PAGEDKV_SHARED_DIR); skipping golden tests";
   }
+  static SamplingParams greedy() {
+    SamplingParams p;
+    p.temperature = 0.0f;
+    return p;
+  }
   static GenerationRequest request_for(const Golden& g, int n = 1) {
-    GenerationRequest r;
-    r.prompt = tokenizer_->encode(g.prompt, true, false);
-    r.sampling.temperature = 0.0f;
-    r.stop.eos_token_id = 1;
-    r.stop.max_tokens = g.steps - static_cast<int>(r.prompt.size()) + 1;
+    GenerationRequest r = llama2c_run_request(tokenizer_->encode(g.prompt, true, false), g.steps, greedy());
     r.n = n;
     return r;
   }
@@ -105,12 +92,10 @@ TEST_F(EngineGoldens, TextMatchesGoldenFilesAlone) {
     engine.add_request(request_for(g));
     auto outs = engine.run_to_completion();
     ASSERT_EQ(outs.size(), 1u);
-    std::ifstream in(shared_dir() + "/models/golden/" + g.name + ".txt");
-    std::stringstream text;
-    text << in.rdbuf();
     std::vector<TokenId> ids = outs[0].prompt;
     ids.insert(ids.end(), outs[0].output.begin(), outs[0].output.end());
-    EXPECT_EQ(tokenizer_->render(ids) + "\n", text.str()) << g.name;
+    EXPECT_EQ(tokenizer_->render(ids) + "\n", testing::read_text(testing::models_dir() / "golden" / (g.name + ".txt")))
+        << g.name;
   }
 }
 
@@ -135,9 +120,7 @@ TEST_F(EngineGoldens, PrefixCachingOnAndOff) {
   cfg.check_invariants = true;
   LLMEngine engine(*model_, cfg);
   const Golden& g = goldens_[2];
-  GenerationRequest r = request_for(g);
-  r.prompt.assign(g.ids.begin(), g.ids.begin() + 100);
-  r.stop.max_tokens = g.steps - 100 + 1;
+  const GenerationRequest r = llama2c_run_request({g.ids.begin(), g.ids.begin() + 100}, g.steps, greedy());
   for (int expected_hit : {0, 96}) {
     engine.add_request(r);
     auto outs = engine.run_to_completion();

@@ -1,4 +1,4 @@
-// Shared helpers of the model tests: locating ../shared/models, reading goldens, temporary
+// Shared helpers of the model tests (the goldens come from golden_support.h): temporary
 // directories, and a minimal greedy generation loop that drives ModelRunner directly (no block
 // manager: a test-local allocator hands each sequence its own blocks, in a scrambled order).
 #pragma once
@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "golden_support.h"
 #include "pagedkv/kernels/thread_pool.h"
 #include "pagedkv/model/model_runner.h"
 #include "pagedkv/model/sampler.h"
@@ -26,45 +27,6 @@
 namespace pagedkv::testing {
 
 namespace fs = std::filesystem;
-
-// ../shared/models, or empty when PAGEDKV_SHARED_DIR is unset or lacks the model.
-inline fs::path models_dir() {
-  const char* shared = std::getenv("PAGEDKV_SHARED_DIR");
-  if (shared == nullptr) return {};
-  fs::path dir = fs::path(shared) / "models";
-  return fs::exists(dir / "stories260K.bin") && fs::exists(dir / "tok512.bin") ? dir : fs::path{};
-}
-
-#define PAGEDKV_REQUIRE_MODELS(dir)                                                                   \
-  const ::std::filesystem::path dir = ::pagedkv::testing::models_dir();                               \
-  if (dir.empty()) GTEST_SKIP() << "PAGEDKV_SHARED_DIR/models (stories260K.bin, tok512.bin) is absent; " \
-                                   "set PAGEDKV_SHARED_DIR to the shared folder (ctest does)"
-
-inline std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-inline std::vector<TokenId> read_ids(const fs::path& p) {
-  std::istringstream in(read_text(p));
-  std::vector<TokenId> ids;
-  for (TokenId id; in >> id;) ids.push_back(id);
-  return ids;
-}
-
-// The three goldens of ../shared/models/README.md: `run -t 0.0 -n steps -i prompt`.
-struct Golden {
-  std::string name;    // file stem in golden/
-  std::string prompt;  // empty = no -i
-  int steps;           // -n
-};
-inline std::vector<Golden> goldens() {
-  return {{"once_upon_a_time.n200", "Once upon a time", 200},
-          {"no_prompt.n256", "", 256},
-          {"tom_and_lily.n256", "Tom and Lily went to the beach", 256}};
-}
 
 // Sets the kernels' and matmuls' thread count for one scope. The model tests run single-threaded
 // by default: ctest runs many test programs at once on few cores, and OpenMP teams that spin at

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "golden_support.h"
+#include "pagedkv/engine/llama2c_run_request.h"
 #include "pagedkv/engine/llm_engine.h"
 #include "pagedkv/model/llama2c_checkpoint.h"
 #include "pagedkv/model/tokenizer.h"
@@ -19,36 +21,28 @@ namespace {
 
 using testing::TempDir;
 
-std::string shared_dir() {
-  const char* env = std::getenv("PAGEDKV_SHARED_DIR");
-  return env ? env : "../shared";
-}
+using testing::Golden;
 
 class TieredEngine : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const std::string dir = shared_dir() + "/models";
-    if (!std::filesystem::exists(dir + "/stories260K.bin")) return;
-    model_ = std::make_unique<Llama2cCheckpoint>(dir + "/stories260K.bin");
-    tokenizer_ = std::make_unique<Tokenizer>(dir + "/tok512.bin", 512);
-    for (const char* name : {"once_upon_a_time.n200", "no_prompt.n256", "tom_and_lily.n256"}) {
-      std::ifstream in(dir + "/golden/" + name + ".ids");
-      std::vector<TokenId> ids;
-      for (TokenId t; in >> t;) ids.push_back(t);
-      goldens_.push_back(ids);
-    }
+    const std::filesystem::path dir = testing::models_dir();
+    if (dir.empty()) return;
+    model_ = std::make_unique<Llama2cCheckpoint>((dir / "stories260K.bin").string());
+    tokenizer_ = std::make_unique<Tokenizer>((dir / "tok512.bin").string(), 512);
+    goldens_ = testing::load_goldens(dir);
   }
   void SetUp() override {
     if (!model_) GTEST_SKIP() << "../shared/models not found (set PAGEDKV_SHARED_DIR); skipping";
   }
   // The golden's first 100 ids as the prompt (6 full blocks of 16), greedy to the golden's end.
-  static GenerationRequest long_prompt(const std::vector<TokenId>& golden, int steps = 256) {
-    GenerationRequest r;
-    r.prompt.assign(golden.begin(), golden.begin() + 100);
-    r.sampling.temperature = 0.0f;
-    r.stop.eos_token_id = 1;
-    r.stop.max_tokens = steps - 100 + 1;
-    return r;
+  static SamplingParams greedy() {
+    SamplingParams p;
+    p.temperature = 0.0f;
+    return p;
+  }
+  static GenerationRequest long_prompt(const Golden& g) {
+    return llama2c_run_request({g.ids.begin(), g.ids.begin() + 100}, g.steps, greedy());
   }
   static std::vector<TokenId> full_ids(const RequestOutput& o) {
     std::vector<TokenId> ids = o.prompt;
@@ -74,7 +68,7 @@ class TieredEngine : public ::testing::Test {
 
   static inline std::unique_ptr<Llama2cCheckpoint> model_;
   static inline std::unique_ptr<Tokenizer> tokenizer_;
-  static inline std::vector<std::vector<TokenId>> goldens_;
+  static inline std::vector<Golden> goldens_;
 };
 
 TEST_F(TieredEngine, GoldenPrefixServedFromTheHostTier) {
@@ -85,11 +79,11 @@ TEST_F(TieredEngine, GoldenPrefixServedFromTheHostTier) {
   LLMEngine engine(*model_, cfg);
   const auto& golden = goldens_[2];
   RequestOutput first = run_one(engine, long_prompt(golden));
-  EXPECT_EQ(full_ids(first), golden);
+  EXPECT_EQ(full_ids(first), golden.ids);
   EXPECT_EQ(first.hit_tokens_by_tier, (TierHitTokens{0, 0, 0}));
   run_one(engine, filler(320, 1));
   RequestOutput again = run_one(engine, long_prompt(golden));
-  EXPECT_EQ(full_ids(again), golden);
+  EXPECT_EQ(full_ids(again), golden.ids);
   EXPECT_EQ(again.prefix_hit_tokens, 96);
   EXPECT_EQ(again.hit_tokens_by_tier, (TierHitTokens{0, 96, 0}));
   EXPECT_GT(engine.tiers()->host()->stats().stored_blocks, 0u);
@@ -105,12 +99,12 @@ TEST_F(TieredEngine, GoldenPrefixServedFromTheDiskTierAfterARestart) {
   const auto& golden = goldens_[2];
   {
     LLMEngine engine(*model_, cfg);
-    EXPECT_EQ(full_ids(run_one(engine, long_prompt(golden))), golden);
+    EXPECT_EQ(full_ids(run_one(engine, long_prompt(golden))), golden.ids);
   }  // clean shutdown: cached blocks are written to disk
   LLMEngine engine(*model_, cfg);
   EXPECT_GE(engine.tiers()->disk()->stats().rebuilt_blocks, 6u);
   RequestOutput again = run_one(engine, long_prompt(golden));
-  EXPECT_EQ(full_ids(again), golden);
+  EXPECT_EQ(full_ids(again), golden.ids);
   EXPECT_EQ(again.hit_tokens_by_tier, (TierHitTokens{0, 0, 96}));
   EXPECT_EQ(engine.tiers()->disk()->stats().corrupt_blocks, 0u);
   // Another KV layout (fp16 instead of fp32) shares the directory but never these blocks.
@@ -140,14 +134,8 @@ TEST_F(TieredEngine, GoldensUnderSwapPreemptionThroughHostAndDisk) {
     f.stop.max_tokens = 120;
     engine.add_request(f);
   }
-  const std::vector<std::pair<std::string, int>> prompts = {
-      {"Once upon a time", 200}, {"", 256}, {"Tom and Lily went to the beach", 256}};
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    GenerationRequest r;
-    r.prompt = tokenizer_->encode(prompts[i].first, true, false);
-    r.sampling.temperature = 0.0f;
-    r.stop.eos_token_id = 1;
-    r.stop.max_tokens = prompts[i].second - static_cast<int>(r.prompt.size()) + 1;
+  for (size_t i = 0; i < goldens_.size(); ++i) {
+    GenerationRequest r = llama2c_run_request(tokenizer_->encode(goldens_[i].prompt, true, false), goldens_[i].steps, greedy());
     r.priority = 1;  // the goldens are the victims
     which[engine.add_request(r).value] = i;
   }
@@ -155,7 +143,7 @@ TEST_F(TieredEngine, GoldensUnderSwapPreemptionThroughHostAndDisk) {
   for (const RequestOutput& o : engine.run_to_completion()) {
     auto it = which.find(o.id.value);
     if (it == which.end()) continue;
-    EXPECT_EQ(full_ids(o), goldens_[it->second]) << prompts[it->second].first;
+    EXPECT_EQ(full_ids(o), goldens_[it->second].ids) << goldens_[it->second].name;
     EXPECT_GE(o.num_preemptions, 1);
     ++checked;
   }
@@ -178,10 +166,10 @@ TEST_F(TieredEngine, UnusableDiskDirectoryDegradesAndTheEngineKeepsServing) {
   EXPECT_FALSE(engine.tiers()->disk()->available());
   EXPECT_TRUE(engine.tiers()->disk()->stats().degraded);
   const auto& golden = goldens_[2];
-  EXPECT_EQ(full_ids(run_one(engine, long_prompt(golden))), golden);
+  EXPECT_EQ(full_ids(run_one(engine, long_prompt(golden))), golden.ids);
   run_one(engine, filler(320, 2));
   RequestOutput again = run_one(engine, long_prompt(golden));
-  EXPECT_EQ(full_ids(again), golden);
+  EXPECT_EQ(full_ids(again), golden.ids);
   EXPECT_EQ(again.hit_tokens_by_tier, (TierHitTokens{0, 96, 0}));  // the host tier still works
 }
 
@@ -189,8 +177,8 @@ TEST_F(TieredEngine, GenerateTwiceGetsDiskHitsInTheSecondProcess) {
   const char* bin = std::getenv("PAGEDKV_BIN");
   if (bin == nullptr || *bin == '\0') GTEST_SKIP() << "PAGEDKV_BIN is not set (run through ctest)";
   TempDir dir;
-  const std::string model = shared_dir() + "/models/stories260K.bin";
-  const std::string tok = shared_dir() + "/models/tok512.bin";
+  const std::string model = (testing::models_dir() / "stories260K.bin").string();
+  const std::string tok = (testing::models_dir() / "tok512.bin").string();
   const std::string cmd = std::string(bin) + " generate -m " + model + " -z " + tok +
                           " -t 0 -n 120 --json --disk-cache-dir " + dir.str() +
                           " -i 'Once upon a time, there was a little girl named Lily. She loved to play outside in the park' 2>/dev/null";

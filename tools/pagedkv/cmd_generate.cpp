@@ -11,13 +11,12 @@
 #include "command.h"
 #include "engine_options.h"
 #include "pagedkv/core/error.h"
+#include "pagedkv/engine/llama2c_run_request.h"
 #include "pagedkv/model/llama2c_checkpoint.h"
 #include "pagedkv/model/tokenizer.h"
 
 namespace pagedkv::cli {
 namespace {
-
-constexpr TokenId kBos = 1;
 
 struct GenerateOptions {
   std::string model, tokenizer, prompt, batch_file;
@@ -31,17 +30,13 @@ struct GenerateOptions {
   EngineOptions engine;
 };
 
-// run.c's request: forwards at positions 0..steps-1, prompt tokens forced, the token chosen
-// after the last forward printed but not fed back, BOS (1) stops without being printed.
 GenerationRequest make_request(const Tokenizer& tok, const std::string& text, const GenerateOptions& o, int steps,
                                uint64_t seed) {
-  GenerationRequest g;
-  g.prompt = tok.encode(text, true, false);
-  g.sampling.temperature = o.temperature;
-  g.sampling.top_p = o.top_p;
-  g.sampling.seed = seed;
-  g.stop.eos_token_id = kBos;
-  g.stop.max_tokens = steps - static_cast<int>(g.prompt.size()) + 1;
+  SamplingParams sampling;
+  sampling.temperature = o.temperature;
+  sampling.top_p = o.top_p;
+  sampling.seed = seed;
+  GenerationRequest g = llama2c_run_request(tok.encode(text, true, false), steps, sampling);
   g.n = o.n;
   return g;
 }
