@@ -50,79 +50,84 @@ void load_row(const KVLayerView& kv, const void* plane, size_t element_offset, f
   }
 }
 
-// One KV head of the task.
-void attend_head(const RowGroupTask& task, int head, const float* query, float* acc_out, float* row_max,
-                 float* row_sum) {
-  const KVLayerView& kv = *task.kv;
-  const int dim = kv.head_dim;
-  const int rows = task.num_rows;
+// One tile of one KV head: updates that head's running max, sum and accumulator.
+void attend_tile_head(const RowGroupTask& task, int tile, int n, const float* key_tile, const float* value_tile,
+                      float* scores, const float* query, float* acc_out, float* row_max, float* row_sum) {
+  const int dim = task.kv->head_dim;
   const auto udim = static_cast<size_t>(dim);
-
-  thread_local std::vector<float> key_tile, value_tile, scores;
-  key_tile.resize(static_cast<size_t>(kTileTokens) * udim);
-  value_tile.resize(static_cast<size_t>(kTileTokens) * udim);
-  scores.resize(static_cast<size_t>(rows) * kTileTokens);
-
-  std::fill(acc_out, acc_out + static_cast<size_t>(rows) * udim, 0.0f);
-  std::fill(row_max, row_max + rows, kNegInf);
-  std::fill(row_sum, row_sum + rows, 0.0f);
-
-  const size_t head_offset = static_cast<size_t>(head) * udim;
-  for (int tile = task.token_begin; tile < task.token_end; tile += kTileTokens) {
-    const int n = std::min(kTileTokens, task.token_end - tile);
-    for (int j = 0; j < n; ++j) {
-      const int pos = tile + j;
-      const auto slot = static_cast<size_t>(task.block_table[pos / kv.block_size]) * static_cast<size_t>(kv.block_size) +
-                        static_cast<size_t>(pos % kv.block_size);
-      const size_t offset = slot * kv.token_stride_elems() + head_offset;
-      load_row(kv, kv.key, offset, key_tile.data() + static_cast<size_t>(j) * udim);
-      load_row(kv, kv.value, offset, value_tile.data() + static_cast<size_t>(j) * udim);
+  for (int r = 0; r < task.num_rows; ++r) {
+    float* s = scores + static_cast<size_t>(r) * kTileTokens;
+    const float* q = query + static_cast<size_t>(r) * udim;
+    // Tokens of this tile the row may attend to: [lo, hi).
+    const int lo = task.rows_share_range ? 0 : std::clamp(task.row_begin[r] - tile, 0, n);
+    const int hi = task.rows_share_range ? n : std::clamp(task.row_end[r] - tile, 0, n);
+    if (lo >= hi) continue;
+    float tile_max = kNegInf;
+    for (int j = lo; j < hi; ++j) {
+      float x = dot(q, key_tile + static_cast<size_t>(j) * udim, dim);
+      if (task.logit_softcap > 0) x = task.logit_softcap * std::tanh(x / task.logit_softcap);
+      s[j] = x;
+      tile_max = std::max(tile_max, x);
     }
-    for (int r = 0; r < rows; ++r) {
-      float* s = scores.data() + static_cast<size_t>(r) * kTileTokens;
-      const float* q = query + static_cast<size_t>(r) * udim;
-      // Tokens of this tile the row may attend to: [lo, hi).
-      const int lo = task.rows_share_range ? 0 : std::clamp(task.row_begin[r] - tile, 0, n);
-      const int hi = task.rows_share_range ? n : std::clamp(task.row_end[r] - tile, 0, n);
-      if (lo >= hi) continue;
-      float tile_max = kNegInf;
-      for (int j = lo; j < hi; ++j) {
-        float x = dot(q, key_tile.data() + static_cast<size_t>(j) * udim, dim);
-        if (task.logit_softcap > 0) x = task.logit_softcap * std::tanh(x / task.logit_softcap);
-        s[j] = x;
-        tile_max = std::max(tile_max, x);
-      }
-      const float old_max = row_max[r];
-      const float new_max = std::max(old_max, tile_max);
-      const float correction = std::exp(old_max - new_max);  // exp(-inf) = 0 on the first tile
-      float tile_sum = 0;
-      for (int j = lo; j < hi; ++j) {
-        s[j] = std::exp(s[j] - new_max);
-        tile_sum += s[j];
-      }
-      float* acc = acc_out + static_cast<size_t>(r) * udim;
-      if (correction != 1.0f)
-        for (int d = 0; d < dim; ++d) acc[d] *= correction;
-      for (int j = lo; j < hi; ++j) {
-        const float p = s[j];
-        const float* v = value_tile.data() + static_cast<size_t>(j) * udim;
-        for (int d = 0; d < dim; ++d) acc[d] += p * v[d];
-      }
-      row_max[r] = new_max;
-      row_sum[r] = row_sum[r] * correction + tile_sum;
+    const float old_max = row_max[r];
+    const float new_max = std::max(old_max, tile_max);
+    const float correction = std::exp(old_max - new_max);  // exp(-inf) = 0 on the first tile
+    float tile_sum = 0;
+    for (int j = lo; j < hi; ++j) {
+      s[j] = std::exp(s[j] - new_max);
+      tile_sum += s[j];
     }
+    float* acc = acc_out + static_cast<size_t>(r) * udim;
+    if (correction != 1.0f)
+      for (int d = 0; d < dim; ++d) acc[d] *= correction;
+    for (int j = lo; j < hi; ++j) {
+      const float p = s[j];
+      const float* v = value_tile + static_cast<size_t>(j) * udim;
+      for (int d = 0; d < dim; ++d) acc[d] += p * v[d];
+    }
+    row_max[r] = new_max;
+    row_sum[r] = row_sum[r] * correction + tile_sum;
   }
 }
 
 }  // namespace
 
+// Tiles outermost and the task's KV heads inside, as in the AVX2 kernel: with all heads in one
+// task, each slot (all heads of a token) is then read front to back once, not once per head.
 void attend_rows_scalar(const RowGroupTask& task) {
-  const size_t rows = static_cast<size_t>(task.num_rows);
-  const size_t block = rows * static_cast<size_t>(task.kv->head_dim);
-  for (int h = 0; h < task.num_kv_heads; ++h) {
-    const auto i = static_cast<size_t>(h);
-    attend_head(task, task.first_kv_head + h, task.query + i * block, task.acc + i * block, task.row_max + i * rows,
-                task.row_sum + i * rows);
+  const KVLayerView& kv = *task.kv;
+  const auto udim = static_cast<size_t>(kv.head_dim);
+  const auto rows = static_cast<size_t>(task.num_rows);
+  const size_t block = rows * udim;
+  const auto heads = static_cast<size_t>(task.num_kv_heads);
+
+  thread_local std::vector<float> key_tile, value_tile, scores;
+  key_tile.resize(static_cast<size_t>(kTileTokens) * udim);
+  value_tile.resize(static_cast<size_t>(kTileTokens) * udim);
+  scores.resize(rows * kTileTokens);
+
+  std::fill(task.acc, task.acc + heads * block, 0.0f);
+  std::fill(task.row_max, task.row_max + heads * rows, kNegInf);
+  std::fill(task.row_sum, task.row_sum + heads * rows, 0.0f);
+
+  size_t slots[kTileTokens];
+  for (int tile = task.token_begin; tile < task.token_end; tile += kTileTokens) {
+    const int n = std::min(kTileTokens, task.token_end - tile);
+    for (int j = 0; j < n; ++j) {
+      const int pos = tile + j;
+      slots[j] = static_cast<size_t>(task.block_table[pos / kv.block_size]) * static_cast<size_t>(kv.block_size) +
+                 static_cast<size_t>(pos % kv.block_size);
+    }
+    for (size_t h = 0; h < heads; ++h) {
+      const size_t head_offset = (static_cast<size_t>(task.first_kv_head) + h) * udim;
+      for (int j = 0; j < n; ++j) {
+        const size_t offset = slots[j] * kv.token_stride_elems() + head_offset;
+        load_row(kv, kv.key, offset, key_tile.data() + static_cast<size_t>(j) * udim);
+        load_row(kv, kv.value, offset, value_tile.data() + static_cast<size_t>(j) * udim);
+      }
+      attend_tile_head(task, tile, n, key_tile.data(), value_tile.data(), scores.data(), task.query + h * block,
+                       task.acc + h * block, task.row_max + h * rows, task.row_sum + h * rows);
+    }
   }
 }
 

@@ -40,20 +40,21 @@ inline uint16_t f32_to_f16(float f) {
   return static_cast<uint16_t>(sign | (rounded >> 13));
 }
 
+// Masks, no branches, so that loops over it vectorise (the scalar kernels convert whole rows).
 inline float f16_to_f32(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exponent = (h >> 10) & 0x1Fu;
-  const uint32_t mantissa = h & 0x3FFu;
-  if (exponent == 0) {
-    if (mantissa == 0) return std::bit_cast<float>(sign);
-    const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;  // exact
-    return std::bit_cast<float>(sign | std::bit_cast<uint32_t>(magnitude));
-  }
-  if (exponent == 31) {
-    const uint32_t quiet = mantissa != 0 ? 0x00400000u : 0u;
-    return std::bit_cast<float>(sign | 0x7F800000u | quiet | (mantissa << 13));
-  }
-  return std::bit_cast<float>(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+  const uint32_t bits = static_cast<uint32_t>(h & 0x7FFFu) << 13;  // exponent and mantissa, f32 positions
+  const uint32_t exponent = bits & 0x0F800000u;
+  const uint32_t normal = bits + 0x38000000u;  // rebias the exponent: 15 -> 127
+  // Inf and NaN; a NaN is made quiet, as vcvtph2ps does.
+  const uint32_t special = bits | 0x7F800000u | (static_cast<uint32_t>((bits & 0x007FE000u) != 0) << 22);
+  // Zero and subnormals, m * 2^-24: (2^-14 + m * 2^-24) - 2^-14 is exact.
+  const uint32_t subnormal = std::bit_cast<uint32_t>(std::bit_cast<float>(bits + 0x38800000u) - 0x1p-14f);
+  const uint32_t is_subnormal = 0u - static_cast<uint32_t>(exponent == 0);  // all ones or zero
+  const uint32_t is_special = 0u - static_cast<uint32_t>(exponent == 0x0F800000u);
+  const uint32_t magnitude =
+      (subnormal & is_subnormal) | (special & is_special) | (normal & ~(is_subnormal | is_special));
+  return std::bit_cast<float>(sign | magnitude);
 }
 
 inline uint16_t f32_to_bf16(float f) {
