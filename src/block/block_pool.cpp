@@ -27,10 +27,7 @@ BlockPool::BlockPool(BlockPoolOptions options)
   for (size_t i = 1; i < blocks_.size(); ++i) push_free(blocks_[i]);
   if (enable_caching_) {
     tokens_.resize(blocks_.size() * static_cast<size_t>(block_size_));
-    parent_.resize(blocks_.size());
-    extra_digest_.resize(blocks_.size());
-    prefix_id_.resize(blocks_.size());
-    parent_prefix_id_.resize(blocks_.size());
+    meta_.resize(blocks_.size());
   }
   events_.reserve(1024);
 }
@@ -100,11 +97,12 @@ void BlockPool::cache_block(BlockId id, const BlockContentKey& key) {
   size_t i = static_cast<size_t>(id.value);
   std::copy(key.tokens.begin(), key.tokens.end(),
             tokens_.begin() + static_cast<ptrdiff_t>(i * static_cast<size_t>(block_size_)));
-  parent_[i] = key.parent;
-  extra_digest_[i] = key.extra_digest;
+  CachedMeta& meta = meta_[i];
+  meta.parent = key.parent;
+  meta.extra_digest = key.extra_digest;
   const uint64_t parent_id = key.parent_block == kUnknownParent ? kUnknownPrefix : prefix_id_of(key.parent_block);
-  parent_prefix_id_[i] = parent_id;
-  prefix_id_[i] = kUnknownPrefix;  // set below: an equal cached copy's id, or a new one
+  meta.parent_prefix_id = parent_id;
+  meta.prefix_id = kUnknownPrefix;  // set below: an equal cached copy's id, or a new one
   b.hash = key.hash;
   b.has_hash = true;
   b.group = key.group;
@@ -116,14 +114,14 @@ void BlockPool::cache_block(BlockId id, const BlockContentKey& key) {
     int32_t t = head;
     for (;; t = blocks_[static_cast<size_t>(t)].next_same_hash) {
       const size_t ti = static_cast<size_t>(t);
-      if (prefix_id_[i] == kUnknownPrefix && parent_id != kUnknownPrefix && parent_prefix_id_[ti] == parent_id &&
+      if (meta.prefix_id == kUnknownPrefix && parent_id != kUnknownPrefix && meta_[ti].parent_prefix_id == parent_id &&
           matches(blocks_[ti], key))
-        prefix_id_[i] = prefix_id_[ti];  // the same prefix cached twice: one identity
+        meta.prefix_id = meta_[ti].prefix_id;  // the same prefix cached twice: one identity
       if (blocks_[ti].next_same_hash == kNoLink) break;
     }
     blocks_[static_cast<size_t>(t)].next_same_hash = id.value;
   }
-  if (prefix_id_[i] == kUnknownPrefix) prefix_id_[i] = next_prefix_id_++;
+  if (meta.prefix_id == kUnknownPrefix) meta.prefix_id = next_prefix_id_++;
   ++num_cached_;
   ++stats_.cached_blocks_stored;
   if (enable_events_) {

@@ -119,8 +119,8 @@ class BlockPool {
 
   // Cached content of a block (valid while block(id).has_hash).
   std::span<const TokenId> cached_tokens(BlockId id) const;
-  const BlockHash& cached_parent(BlockId id) const { return parent_[static_cast<size_t>(id.value)]; }
-  uint64_t cached_extra_digest(BlockId id) const { return extra_digest_[static_cast<size_t>(id.value)]; }
+  const BlockHash& cached_parent(BlockId id) const { return meta_[static_cast<size_t>(id.value)].parent; }
+  uint64_t cached_extra_digest(BlockId id) const { return meta_[static_cast<size_t>(id.value)].extra_digest; }
 
   // Called just before a cached block's content is dropped to reuse the block; its bytes are
   // still intact, so a lower tier can copy them out (offload of evicted prefixes).
@@ -167,14 +167,19 @@ class BlockPool {
   std::unique_ptr<EvictionPolicy> policy_;
   CachedBlockMap cache_map_;
   std::vector<TokenId> tokens_;      // [num_blocks][block_size] content of cached blocks
-  std::vector<BlockHash> parent_;    // parent hash of cached blocks
-  std::vector<uint64_t> extra_digest_;
-  // Structural chain confirmation. Every cached block gets the id of its whole prefix (its own
-  // content after its parent's prefix); equal content after an equal prefix shares the id, so
-  // duplicates stay interchangeable, as with honest hashes. parent_prefix_id_ is the parent's id
-  // at caching time (kUnknownPrefix: cached without a known parent, confirmed by hash only).
-  std::vector<uint64_t> prefix_id_;
-  std::vector<uint64_t> parent_prefix_id_;
+  // What confirms a cached block besides its tokens, together so that a lookup or a caching
+  // touches one record per block instead of four arrays.
+  struct CachedMeta {
+    BlockHash parent;                // parent hash
+    uint64_t extra_digest = 0;
+    // Structural chain confirmation. Every cached block gets the id of its whole prefix (its own
+    // content after its parent's prefix); equal content after an equal prefix shares the id, so
+    // duplicates stay interchangeable, as with honest hashes. parent_prefix_id is the parent's
+    // id at caching time (kUnknownPrefix: cached without a known parent, confirmed by hash only).
+    uint64_t prefix_id = 0;
+    uint64_t parent_prefix_id = 0;
+  };
+  std::vector<CachedMeta> meta_;     // per block, valid while it is cached
   uint64_t next_prefix_id_ = kRootPrefix + 1;
   int num_cached_ = 0;
   BlockPoolStats stats_;
@@ -187,21 +192,22 @@ class BlockPool {
 inline uint64_t BlockPool::prefix_id_of(int32_t parent_block) const {
   if (parent_block == kNoLink) return kRootPrefix;
   if (parent_block < 0 || parent_block >= num_blocks()) return kUnknownPrefix;
-  return blocks_[static_cast<size_t>(parent_block)].has_hash ? prefix_id_[static_cast<size_t>(parent_block)]
+  return blocks_[static_cast<size_t>(parent_block)].has_hash ? meta_[static_cast<size_t>(parent_block)].prefix_id
                                                              : kUnknownPrefix;
 }
 
 inline bool BlockPool::matches(const KVCacheBlock& b, const BlockContentKey& key) const {
   if (b.group != key.group || b.hash != key.hash) return false;
   const size_t i = static_cast<size_t>(b.id.value);
-  if (parent_[i] != key.parent || extra_digest_[i] != key.extra_digest) return false;
+  const CachedMeta& meta = meta_[i];
+  if (meta.parent != key.parent || meta.extra_digest != key.extra_digest) return false;
   if (key.tokens.size() != static_cast<size_t>(block_size_)) return false;
   if (!std::equal(key.tokens.begin(), key.tokens.end(),
                   tokens_.begin() + static_cast<ptrdiff_t>(i * static_cast<size_t>(block_size_))))
     return false;
   // The same content, and cached after the same prefix as the caller's previous block.
-  return key.parent_block == kUnknownParent || parent_prefix_id_[i] == kUnknownPrefix ||
-         parent_prefix_id_[i] == prefix_id_of(key.parent_block);
+  return key.parent_block == kUnknownParent || meta.parent_prefix_id == kUnknownPrefix ||
+         meta.parent_prefix_id == prefix_id_of(key.parent_block);
 }
 
 inline std::optional<BlockId> BlockPool::find_cached(const BlockContentKey& key) const {

@@ -12,7 +12,9 @@ namespace pagedkv {
 // Index links are int32 (kNoLink = none): half the size of pointers and stable under copies.
 inline constexpr int32_t kNoLink = -1;
 
-struct KVCacheBlock {
+// One cache line each: a lookup, a free-queue splice or a ref-count change touches one line per
+// block (at 56 bytes, three blocks in four straddled two lines).
+struct alignas(64) KVCacheBlock {
   BlockId id;
   int32_t ref_cnt = 0;            // number of block-table entries that point here
   // Prefix-cache identity, set when the block is full and registered in the cached-block map.
