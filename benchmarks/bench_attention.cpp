@@ -5,9 +5,16 @@
 //   BM_DecodeInCache/<dtype>/<query heads per KV head>   bytes/s = K/V bytes read per CPU second
 //   BM_PrefillWithPrefix/<dtype>                         items/s = attention FLOPs (2 x QK + PV)
 //   BM_WriteKV/<dtype>                                   bytes/s = f32 input bytes converted
+// and one memory-side benchmark, no arithmetic, for what paging costs the memory system:
+//   BM_BlockRead/<KiB per block>/<shuffled>/<prefetch>   bytes/s = bytes read per CPU second
 #include <benchmark/benchmark.h>
+#include <emmintrin.h>
+#include <sys/mman.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -124,6 +131,40 @@ void BM_WriteKV(benchmark::State& state) {
   state.SetLabel(std::string(dtype_name(dtype)));
 }
 BENCHMARK(BM_WriteKV)->DenseRange(0, 2);
+
+// Reads 1 GiB (on transparent huge pages, as the KV arena asks for) as blocks of the given size,
+// in address order or shuffled, with SSE2 loads and nothing else: the decode kernel's K/V stream
+// with the arithmetic taken out. With prefetch = 1, the next block in reading order is
+// prefetched into L2 one line per line read, as the AVX2 kernel's Prefetcher does.
+void BM_BlockRead(benchmark::State& state) {
+  const size_t block = static_cast<size_t>(state.range(0)) << 10;
+  const bool shuffled = state.range(1) != 0, prefetch = state.range(2) != 0;
+  const size_t bytes = size_t{1} << 30, huge_page = size_t{2} << 20;
+  const std::unique_ptr<char, decltype(&std::free)> buffer(static_cast<char*>(std::aligned_alloc(huge_page, bytes)),
+                                                           &std::free);
+  (void)madvise(buffer.get(), bytes, MADV_HUGEPAGE);
+  std::fill(buffer.get(), buffer.get() + bytes, char{1});
+  std::vector<const char*> blocks(bytes / block);
+  for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = buffer.get() + i * block;
+  std::mt19937_64 rng(3);
+  if (shuffled) std::shuffle(blocks.begin(), blocks.end(), rng);
+  __m128i sum = _mm_setzero_si128();
+  for (auto _ : state) {
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      const char* p = blocks[b];
+      const char* next = prefetch && b + 1 < blocks.size() ? blocks[b + 1] : nullptr;
+      for (size_t offset = 0; offset < block; offset += 64) {
+        if (next != nullptr) _mm_prefetch(next + offset, _MM_HINT_T1);
+        const auto* line = reinterpret_cast<const __m128i*>(p + offset);
+        sum = _mm_add_epi32(sum, _mm_add_epi32(_mm_add_epi32(_mm_load_si128(line), _mm_load_si128(line + 1)),
+                                               _mm_add_epi32(_mm_load_si128(line + 2), _mm_load_si128(line + 3))));
+      }
+    }
+    benchmark::DoNotOptimize(sum);
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(bytes));
+}
+BENCHMARK(BM_BlockRead)->ArgsProduct({{32, 64, 256}, {0, 1}, {0, 1}})->Iterations(3)->Repetitions(3);
 
 }  // namespace
 }  // namespace pagedkv
