@@ -3,6 +3,7 @@
 #include <emmintrin.h>
 #include <fmt/format.h>
 #include <omp.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -58,6 +59,8 @@ ReadBandwidth measure_read_bandwidth(size_t bytes, int threads, int repeats, boo
   std::unique_ptr<float, decltype(&std::free)> buffer(static_cast<float*>(std::aligned_alloc(alignment, bytes)),
                                                       &std::free);
   if (!buffer) throw UsageError(fmt::format("measure_read_bandwidth: cannot allocate {} bytes", bytes));
+  // Huge pages, as the KV arena asks for: on 4 KiB pages one core streams a third less here.
+  (void)madvise(buffer.get(), bytes, MADV_HUGEPAGE);
   const size_t n = bytes / sizeof(float);
   float* data = buffer.get();
 #pragma omp parallel for num_threads(threads) schedule(static)
