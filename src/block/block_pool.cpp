@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <ranges>
 
 #include "pagedkv/core/error.h"
@@ -37,6 +38,13 @@ bool BlockPool::allocate(int n, std::vector<BlockId>& out) {
   if (n > num_free_blocks()) return false;
   for (int i = 0; i < n; ++i) {
     KVCacheBlock& b = pop_free();
+    if (!policy_ && i + 1 < n) {
+      // The free queue is a linked list: load the next block and the map slot of its hash while
+      // this one is evicted, instead of one cache miss after another.
+      const KVCacheBlock& next = blocks_[static_cast<size_t>(free_queue_.front())];
+      if (next.next_free != kNoLink) __builtin_prefetch(&blocks_[static_cast<size_t>(next.next_free)]);
+      if (next.has_hash) cache_map_.prefetch(map_key(next.hash, next.group));
+    }
     if (b.has_hash) {
       if (on_evict_) on_evict_(b);
       if (uncache(b, RemovalReason::kEvicted)) ++stats_.evicted_entries;
@@ -95,8 +103,11 @@ void BlockPool::cache_block(BlockId id, const BlockContentKey& key) {
     throw UsageError(fmt::format("cache_block: only full blocks are cached ({} tokens given, block size {})",
                                  key.tokens.size(), block_size_));
   size_t i = static_cast<size_t>(id.value);
-  std::copy(key.tokens.begin(), key.tokens.end(),
-            tokens_.begin() + static_cast<ptrdiff_t>(i * static_cast<size_t>(block_size_)));
+  TokenId* content = tokens_.data() + i * static_cast<size_t>(block_size_);
+  if (block_size_ == 16)  // the common block size: a fixed-size copy compiles to a few moves, no libc call
+    std::memcpy(content, key.tokens.data(), 16 * sizeof(TokenId));
+  else
+    std::memcpy(content, key.tokens.data(), key.tokens.size() * sizeof(TokenId));
   CachedMeta& meta = meta_[i];
   meta.parent = key.parent;
   meta.extra_digest = key.extra_digest;

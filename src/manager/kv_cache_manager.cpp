@@ -11,6 +11,11 @@ namespace {
 
 int cdiv(int a, int b) { return (a + b - 1) / b; }
 
+// Walks over a request's blocks (lookup, caching) prefetch the pool records of the block this
+// many positions ahead, so that its cache misses overlap this block's work (a distance of 2
+// measured no better than 1).
+constexpr int kPrefetchDistance = 1;
+
 // Released request entries kept for reuse, each with its tables' capacity. Entries are only
 // created when none is spare, so live plus spare never exceed the peak number of live requests.
 constexpr size_t kMaxSpareRequests = 1024;
@@ -99,7 +104,8 @@ void KVCacheManager::hash_request(Request& request) const {
   hasher_.extend(request.tokens, request.prefix_keys(), request.block_hashes, request.block_extra_digests);
 }
 
-BlockContentKey KVCacheManager::content_key(const Request& request, int g, int i, int32_t parent_block) const {
+// Inline: built once per block of every lookup and every caching.
+inline BlockContentKey KVCacheManager::content_key(const Request& request, int g, int i, int32_t parent_block) const {
   const size_t idx = static_cast<size_t>(i);
   BlockContentKey key;
   key.hash = request.block_hashes[idx];
@@ -118,6 +124,8 @@ int KVCacheManager::find_longest_cache_hit(int g, const Request& request, int ma
   const int max_blocks = std::min(max_length / block_size_, static_cast<int>(request.block_hashes.size()));
   if (spec(g).kind == AttentionKind::kFull) {
     for (int i = 0; i < max_blocks; ++i) {
+      if (i + kPrefetchDistance < max_blocks)
+        pool_.prefetch_lookup(request.block_hashes[static_cast<size_t>(i + kPrefetchDistance)], static_cast<uint16_t>(g));
       auto hit = pool_.find_cached(content_key(request, g, i, i == 0 ? kNoLink : out.back().value));
       if (!hit) break;
       out.push_back(*hit);
@@ -271,6 +279,9 @@ void KVCacheManager::cache_full_blocks(int g, const Request& request, RequestBlo
   const auto& blocks = state.blocks[gi];
   for (int i = num_cached; i < num_full; ++i) {
     const BlockId b = blocks[static_cast<size_t>(i)];
+    if (i + kPrefetchDistance < num_full)
+      pool_.prefetch_caching(blocks[static_cast<size_t>(i + kPrefetchDistance)],
+                             request.block_hashes[static_cast<size_t>(i + kPrefetchDistance)], static_cast<uint16_t>(g));
     if (b == pool_.null_block()) continue;
     pool_.cache_block(b, content_key(request, g, i, i == 0 ? kNoLink : blocks[static_cast<size_t>(i) - 1].value));
   }
@@ -298,7 +309,8 @@ std::optional<NewBlocks> KVCacheManager::allocate_slots(Request& request, int nu
     throw UsageError(fmt::format("allocate_slots: request {} already holds blocks; prefix hits apply only at admission",
                                  request.id.value));
   if (state)
-    for (int g = 0; g < num_groups(); ++g) remove_skipped_blocks(g, *state, request.num_computed_tokens);
+    for (int g = 0; g < num_groups(); ++g)
+      if (spec(g).kind == AttentionKind::kSlidingWindow) remove_skipped_blocks(g, *state, request.num_computed_tokens);
 
   const int num_computed = request.num_computed_tokens + num_new_computed_tokens;
   const int num_tokens_need_slot = std::min(num_computed + num_new_tokens + num_lookahead_tokens, max_model_len_);

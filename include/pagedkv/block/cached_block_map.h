@@ -51,6 +51,8 @@ class CachedBlockMap {
       if (s.key == key) return i;
     }
   }
+  // Starts loading `key`'s home slot (a caller walking a run of hashes asks one ahead).
+  void prefetch(const BlockHash& key) const { __builtin_prefetch(&slots_[bucket(key)]); }
   int32_t head_at(size_t slot) const { return slots_[slot].value; }
   void set_head_at(size_t slot, int32_t head) { slots_[slot].value = head; }
   void erase_at(size_t slot);
