@@ -91,10 +91,17 @@ int run_generate(GenerateOptions o) {
     if (s.outputs.empty()) {  // steps <= prompt length: run.c prints the forced prompt tokens
       std::vector<TokenId> ids(s.prompt_ids.begin(), s.prompt_ids.begin() + std::min<size_t>(s.prompt_ids.size(), static_cast<size_t>(steps) + 1));
       if (o.json) {
-        nlohmann::json j{{"prompt", s.prompt}, {"text", tok.render(ids)}, {"token_ids", ids}, {"finish_reason", "length"},
+        // The same fields as a served request's record.
+        nlohmann::json j{{"prompt", s.prompt},
+                         {"sample_index", 0},
+                         {"text", tok.render(ids)},
+                         {"token_ids", ids},
+                         {"finish_reason", "length"},
                          {"prefix_hit_tokens", 0},
                          {"hit_tokens_by_tier", {{"device", 0}, {"host", 0}, {"disk", 0}}},
-                         {"ttft_ms", nullptr}};
+                         {"num_preemptions", 0},
+                         {"ttft_ms", nullptr},
+                         {"tpot_ms", nullptr}};
         fmt::print("{}\n", j.dump());
       } else {
         fmt::print("{}\n", tok.render(ids));
