@@ -12,19 +12,12 @@ CachedBlockMap::CachedBlockMap(size_t max_entries) {
 }
 
 void CachedBlockMap::assign(const BlockHash& key, int32_t head) {
-  for (size_t i = bucket(key);; i = (i + 1) & mask_) {
-    Slot& s = slots_[i];
-    if (s.value < 0) {
-      s.key = key;
-      s.value = head;
-      ++size_;
-      return;
-    }
-    if (s.key == key) {
-      s.value = head;
-      return;
-    }
+  Slot& s = probe(key);
+  if (s.value < 0) {
+    s.key = key;
+    ++size_;
   }
+  s.value = head;
 }
 
 void CachedBlockMap::erase(const BlockHash& key) {

@@ -31,16 +31,12 @@ class CachedBlockMap {
 
   // In one probe: the head for `key` if present; else inserts `head` for it and returns -1.
   int32_t find_or_insert(const BlockHash& key, int32_t head) {
-    for (size_t i = bucket(key);; i = (i + 1) & mask_) {
-      Slot& s = slots_[i];
-      if (s.value < 0) {
-        s.key = key;
-        s.value = head;
-        ++size_;
-        return -1;
-      }
-      if (s.key == key) return s.value;
-    }
+    Slot& s = probe(key);
+    if (s.value >= 0) return s.value;
+    s.key = key;
+    s.value = head;
+    ++size_;
+    return -1;
   }
   // Slot-level access, so that a find followed by a change probes once. A slot index is valid
   // until the next insertion or erase.
@@ -73,6 +69,13 @@ class CachedBlockMap {
   size_t bucket(const BlockHash& key) const {
     // The hash is already uniformly mixed; fold both halves for short tables.
     return static_cast<size_t>(key.lo ^ (key.hi >> 7)) & mask_;
+  }
+  // The slot holding `key`, or the empty slot where it belongs (the table is never full).
+  Slot& probe(const BlockHash& key) {
+    for (size_t i = bucket(key);; i = (i + 1) & mask_) {
+      Slot& s = slots_[i];
+      if (s.value < 0 || s.key == key) return s;
+    }
   }
   std::vector<Slot> slots_;
   size_t mask_ = 0;
