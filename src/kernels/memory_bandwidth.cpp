@@ -6,14 +6,13 @@
 #include <sys/mman.h>
 
 #include <algorithm>
-#include <chrono>
-#include <ctime>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <vector>
 
 #include "memory_bandwidth_simd.h"
+#include "pagedkv/core/cpu_clock.h"
 #include "pagedkv/core/error.h"
 #include "pagedkv/storage/cpu_isa.h"
 
@@ -37,16 +36,6 @@ float sum_floats_sse2(const float* data, size_t n) {
 }
 
 }  // namespace
-
-double cpu_seconds_of_this_thread() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
-}
-
-double steady_clock_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 ReadBandwidth measure_read_bandwidth(size_t bytes, int threads, int repeats, bool thread_cpu_time) {
   if (thread_cpu_time && threads != 1)
@@ -74,11 +63,11 @@ ReadBandwidth measure_read_bandwidth(size_t bytes, int threads, int repeats, boo
     float total = 0;
     double seconds = 0;
     if (thread_cpu_time) {
-      const double start = cpu_seconds_of_this_thread();
+      const double start = thread_cpu_seconds();
       total = avx2 ? detail::sum_floats_avx2(data, n) : sum_floats_sse2(data, n);
-      seconds = cpu_seconds_of_this_thread() - start;
+      seconds = thread_cpu_seconds() - start;
     } else {
-      const double start = steady_clock_seconds();
+      const double start = wall_seconds();
 #pragma omp parallel num_threads(threads) reduction(+ : total)
       {
         const auto t = static_cast<size_t>(omp_get_thread_num());
@@ -86,7 +75,7 @@ ReadBandwidth measure_read_bandwidth(size_t bytes, int threads, int repeats, boo
         const size_t count = t + 1 == static_cast<size_t>(threads) ? n - begin : share;
         total += avx2 ? detail::sum_floats_avx2(data + begin, count) : sum_floats_sse2(data + begin, count);
       }
-      seconds = steady_clock_seconds() - start;
+      seconds = wall_seconds() - start;
     }
     sink = sink + total;
     if (r > 0) gbps.push_back(static_cast<double>(bytes) / seconds / 1e9);

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "command.h"
+#include "pagedkv/core/cpu_clock.h"
 #include "pagedkv/core/error.h"
 #include "pagedkv/kernels/memory_bandwidth.h"
 #include "pagedkv/kernels/paged_attention.h"
@@ -164,7 +165,7 @@ Measured time_decode(const BenchOptions& o, KVBuffer& buffer, DType dtype, int c
   for (int l = 0; l < std::min(layers, 2); ++l) call();  // warm-up
 
   const bool cpu_clock = o.clock == "cpu";
-  auto now = [cpu_clock] { return cpu_clock ? cpu_seconds_of_this_thread() : steady_clock_seconds(); };
+  auto now = [cpu_clock] { return cpu_clock ? thread_cpu_seconds() : wall_seconds(); };
   std::vector<double> per_call;
   const double round_seconds = o.seconds / o.rounds;
   for (int r = 0; r < o.rounds; ++r) {

@@ -2,6 +2,7 @@
 // shared with other jobs wall time measures the neighbours as much as the work.
 #pragma once
 
+#include <chrono>
 #include <ctime>
 
 namespace pagedkv {
@@ -19,5 +20,10 @@ inline double thread_cpu_seconds() { return cpu_clock_detail::seconds_of(CLOCK_T
 
 // CPU seconds consumed by every thread of the process (kernel worker threads included).
 inline double process_cpu_seconds() { return cpu_clock_detail::seconds_of(CLOCK_PROCESS_CPUTIME_ID); }
+
+// Monotonic wall-clock seconds, the baseline the CPU clocks are reported beside.
+inline double wall_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 }  // namespace pagedkv

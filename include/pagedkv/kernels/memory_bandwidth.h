@@ -21,8 +21,4 @@ struct ReadBandwidth {
 // jobs that still measures what one core can stream while it runs.
 ReadBandwidth measure_read_bandwidth(size_t bytes, int threads, int repeats, bool thread_cpu_time = false);
 
-// Seconds: CLOCK_THREAD_CPUTIME_ID of the calling thread, or a monotonic wall clock.
-double cpu_seconds_of_this_thread();
-double steady_clock_seconds();
-
 }  // namespace pagedkv
