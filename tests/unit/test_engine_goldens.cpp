@@ -8,7 +8,7 @@
 #include <set>
 #include <sstream>
 
-#include "golden_support.h"
+#include "golden_engine_test.h"
 #include "pagedkv/core/error.h"
 #include "pagedkv/engine/llama2c_run_request.h"
 #include "pagedkv/engine/llm_engine.h"
@@ -20,33 +20,12 @@ namespace {
 
 using testing::Golden;
 
-class EngineGoldens : public ::testing::Test {
+class EngineGoldens : public testing::GoldenEngineTest {
  protected:
-  static void SetUpTestSuite() {
-    const std::filesystem::path dir = testing::models_dir();
-    if (dir.empty()) return;
-    model_ = std::make_unique<Llama2cCheckpoint>((dir / "stories260K.bin").string());
-    tokenizer_ = std::make_unique<Tokenizer>((dir / "tok512.bin").string(), 512);
-    goldens_ = testing::load_goldens(dir);
-  }
-  void SetUp() override {
-    if (!model_) GTEST_SKIP() << "../shared/models not found (set PAGEDKV_SHARED_DIR); skipping golden tests";
-  }
-  static SamplingParams greedy() {
-    SamplingParams p;
-    p.temperature = 0.0f;
-    return p;
-  }
   static GenerationRequest request_for(const Golden& g, int n = 1) {
     GenerationRequest r = llama2c_run_request(tokenizer_->encode(g.prompt, true, false), g.steps, greedy());
     r.n = n;
     return r;
-  }
-  static std::vector<TokenId> full_ids(const RequestOutput& o) {
-    std::vector<TokenId> ids = o.prompt;
-    ids.insert(ids.end(), o.output.begin(), o.output.end());
-    if (o.finish_reason == FinishReason::kStop) ids.push_back(1);  // the golden keeps the stopping BOS
-    return ids;
   }
   // Runs the goldens (plus `extra` filler requests) through one engine and checks every golden.
   static std::vector<RequestOutput> run_and_check(EngineConfig cfg, int extra = 0, int golden_priority = 0) {
@@ -81,9 +60,6 @@ class EngineGoldens : public ::testing::Test {
     return golden_outs;
   }
 
-  static inline std::unique_ptr<Llama2cCheckpoint> model_;
-  static inline std::unique_ptr<Tokenizer> tokenizer_;
-  static inline std::vector<Golden> goldens_;
 };
 
 TEST_F(EngineGoldens, TextMatchesGoldenFilesAlone) {

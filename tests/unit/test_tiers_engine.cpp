@@ -9,7 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "golden_support.h"
+#include "golden_engine_test.h"
 #include "pagedkv/engine/llama2c_run_request.h"
 #include "pagedkv/engine/llm_engine.h"
 #include "pagedkv/model/llama2c_checkpoint.h"
@@ -23,32 +23,11 @@ using testing::TempDir;
 
 using testing::Golden;
 
-class TieredEngine : public ::testing::Test {
+class TieredEngine : public testing::GoldenEngineTest {
  protected:
-  static void SetUpTestSuite() {
-    const std::filesystem::path dir = testing::models_dir();
-    if (dir.empty()) return;
-    model_ = std::make_unique<Llama2cCheckpoint>((dir / "stories260K.bin").string());
-    tokenizer_ = std::make_unique<Tokenizer>((dir / "tok512.bin").string(), 512);
-    goldens_ = testing::load_goldens(dir);
-  }
-  void SetUp() override {
-    if (!model_) GTEST_SKIP() << "../shared/models not found (set PAGEDKV_SHARED_DIR); skipping";
-  }
   // The golden's first 100 ids as the prompt (6 full blocks of 16), greedy to the golden's end.
-  static SamplingParams greedy() {
-    SamplingParams p;
-    p.temperature = 0.0f;
-    return p;
-  }
   static GenerationRequest long_prompt(const Golden& g) {
     return llama2c_run_request({g.ids.begin(), g.ids.begin() + 100}, g.steps, greedy());
-  }
-  static std::vector<TokenId> full_ids(const RequestOutput& o) {
-    std::vector<TokenId> ids = o.prompt;
-    ids.insert(ids.end(), o.output.begin(), o.output.end());
-    if (o.finish_reason == FinishReason::kStop) ids.push_back(1);
-    return ids;
   }
   static RequestOutput run_one(LLMEngine& engine, const GenerationRequest& r) {
     engine.add_request(r);
@@ -66,9 +45,6 @@ class TieredEngine : public ::testing::Test {
     return f;
   }
 
-  static inline std::unique_ptr<Llama2cCheckpoint> model_;
-  static inline std::unique_ptr<Tokenizer> tokenizer_;
-  static inline std::vector<Golden> goldens_;
 };
 
 TEST_F(TieredEngine, GoldenPrefixServedFromTheHostTier) {
