@@ -52,6 +52,25 @@ DiskTierOptions crash_options(const std::string& dir) {
   return o;
 }
 
+// A batch writing the blocks of keys crash_key(first) .. crash_key(first + count - 1), filled into
+// device blocks 0 .. count-1, to newly allocated slots (indexed and pinned until written).
+TransferBatch write_batch(DiskTier& disk, KVArena& device, uint64_t first, int count) {
+  TransferBatch b;
+  for (int k = 0; k < count; ++k) {
+    const StoredBlockKey key = crash_key(first + static_cast<uint64_t>(k));
+    const int32_t slot = disk.slots().allocate();
+    disk.slots().cache(slot, key.view());
+    fill_block(device, BlockId{k}, key.hash);
+    DiskWrite w;
+    w.source_block = k;
+    w.slot = slot;
+    w.header.key = key;
+    w.header.sequence = disk.next_sequence();
+    b.disk_writes.push_back(std::move(w));
+  }
+  return b;
+}
+
 // Writes batches of blocks to the disk tier (cycling through its slots by LRU) until killed.
 TEST(TiersCrashChild, WriteBlocksUntilKilled) {
   const char* dir = std::getenv("PAGEDKV_TIERS_CRASH_DIR");
@@ -64,21 +83,8 @@ TEST(TiersCrashChild, WriteBlocksUntilKilled) {
   if (!disk.writable()) std::_Exit(3);
   KVArena device(small_spec(), kLayers, kBatch);
   TransferEngine engine(device, nullptr, &disk);
-  for (uint64_t n = seed << 32;;) {
-    TransferBatch b;
-    for (int k = 0; k < kBatch; ++k) {
-      const StoredBlockKey key = crash_key(n++);
-      const int32_t slot = disk.slots().allocate();
-      disk.slots().cache(slot, key.view());
-      fill_block(device, BlockId{k}, key.hash);
-      DiskWrite w;
-      w.source_block = k;
-      w.slot = slot;
-      w.header.key = key;
-      w.header.sequence = disk.next_sequence();
-      b.disk_writes.push_back(std::move(w));
-    }
-    TransferHandle h = engine.submit(std::move(b));
+  for (uint64_t n = seed << 32;; n += kBatch) {
+    TransferHandle h = engine.submit(write_batch(disk, device, n, kBatch));
     h.wait();
     for (const DiskWrite& w : h.batch().disk_writes) {
       if (!w.ok) disk.slots().uncache(w.slot);
@@ -101,15 +107,7 @@ Verified verify_and_reuse(const std::string& dir, uint64_t fresh_base) {
   KVArena device(small_spec(), kLayers, kSlots);
   {
     TransferEngine engine(device, nullptr, &disk);
-    TransferBatch b;
-    int next = 0;
-    disk.slots().for_each_cached([&](int32_t slot) {
-      DiskRead r;
-      r.slot = slot;
-      r.device_block = next++;
-      r.expected = disk.slots().key(slot);
-      b.disk_reads.push_back(std::move(r));
-    });
+    TransferBatch b = read_every_cached_slot(disk);
     for (const DiskRead& r : b.disk_reads) disk.slots().pin(r.slot);
     TransferHandle h = engine.submit(std::move(b));
     h.wait();
@@ -126,20 +124,7 @@ Verified verify_and_reuse(const std::string& dir, uint64_t fresh_base) {
     }
     disk.check_invariants();
     // The tier keeps working: new blocks in, the same bytes out.
-    TransferBatch w;
-    for (int k = 0; k < 4; ++k) {
-      const StoredBlockKey key = crash_key(fresh_base + static_cast<uint64_t>(k));
-      const int32_t slot = disk.slots().allocate();
-      disk.slots().cache(slot, key.view());
-      fill_block(device, BlockId{k}, key.hash);
-      DiskWrite dw;
-      dw.source_block = k;
-      dw.slot = slot;
-      dw.header.key = key;
-      dw.header.sequence = disk.next_sequence();
-      w.disk_writes.push_back(std::move(dw));
-    }
-    TransferHandle wh = engine.submit(std::move(w));
+    TransferHandle wh = engine.submit(write_batch(disk, device, fresh_base, 4));
     wh.wait();
     TransferBatch rb;
     for (const DiskWrite& dw : wh.batch().disk_writes) {

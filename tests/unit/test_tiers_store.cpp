@@ -192,16 +192,8 @@ void write_blocks(DiskTier& disk, KVArena& device, int n) {
 // Reads every cached slot back into `device` blocks [0, n) and returns the per-slot results.
 std::vector<ReadResult> read_all(DiskTier& disk, KVArena& device, std::vector<StoredBlockKey>& keys) {
   TransferEngine engine(device, nullptr, &disk);
-  TransferBatch b;
-  int next = 0;
-  disk.slots().for_each_cached([&](int32_t slot) {
-    DiskRead r;
-    r.slot = slot;
-    r.device_block = next++;
-    r.expected = disk.slots().key(slot);
-    keys.push_back(r.expected);
-    b.disk_reads.push_back(r);
-  });
+  TransferBatch b = read_every_cached_slot(disk);
+  for (const DiskRead& r : b.disk_reads) keys.push_back(r.expected);
   TransferHandle h = engine.submit(std::move(b));
   h.wait();
   std::vector<ReadResult> out;

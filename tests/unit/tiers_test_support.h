@@ -16,6 +16,8 @@
 #include "pagedkv/manager/kv_cache_manager.h"
 #include "pagedkv/storage/kv_arena.h"
 #include "pagedkv/tiers/block_copy.h"
+#include "pagedkv/tiers/disk_tier.h"
+#include "pagedkv/tiers/transfer_engine.h"
 #include "pagedkv/tiers/tiered_kv_cache.h"
 
 namespace pagedkv::testing {
@@ -100,6 +102,21 @@ inline TieredKVCache::PrefixState wait_ready(TieredKVCache& tiers, Request& r) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return TieredKVCache::PrefixState::kLoading;
+}
+
+// One read per cached slot of `disk`, in slot order, into device blocks 0, 1, ..., each expecting
+// the key its slot is indexed under.
+inline TransferBatch read_every_cached_slot(const DiskTier& disk) {
+  TransferBatch b;
+  int next = 0;
+  disk.slots().for_each_cached([&](int32_t slot) {
+    DiskRead r;
+    r.slot = slot;
+    r.device_block = next++;
+    r.expected = disk.slots().key(slot);
+    b.disk_reads.push_back(std::move(r));
+  });
+  return b;
 }
 
 struct TempDir {
