@@ -88,24 +88,10 @@ uint64_t model_weights_digest(const Model& model) {
   const int32_t shape[] = {c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, c.seq_len,
                            c.shared_classifier ? 1 : 0};
   XXH3_64bits_update(state, shape, sizeof(shape));
-  const size_t L = static_cast<size_t>(c.n_layers), dim = static_cast<size_t>(c.dim),
-               kv = static_cast<size_t>(c.kv_dim()), hidden = static_cast<size_t>(c.hidden_dim),
-               vocab = static_cast<size_t>(c.vocab_size);
-  auto add = [&](const float* p, size_t n) {
-    if (p != nullptr) XXH3_64bits_update(state, p, n * sizeof(float));
-  };
-  add(w.token_embedding, vocab * dim);
-  add(w.rms_att, L * dim);
-  add(w.wq, L * dim * dim);
-  add(w.wk, L * kv * dim);
-  add(w.wv, L * kv * dim);
-  add(w.wo, L * dim * dim);
-  add(w.rms_ffn, L * dim);
-  add(w.w1, L * hidden * dim);
-  add(w.w2, L * dim * hidden);
-  add(w.w3, L * hidden * dim);
-  add(w.rms_final, dim);
-  if (!c.shared_classifier) add(w.wcls, vocab * dim);
+  // Every weight in file order (not the legacy RoPE tables; wcls only when not shared).
+  for_each_llama2c_tensor(c, [&](WeightField field, std::initializer_list<uint64_t> factors) {
+    if (field != nullptr && w.*field != nullptr) XXH3_64bits_update(state, w.*field, tensor_floats(factors) * sizeof(float));
+  });
   const uint64_t digest = XXH3_64bits_digest(state);
   XXH3_freeState(state);
   return digest;

@@ -117,9 +117,6 @@ Llama2cCheckpoint::~Llama2cCheckpoint() {
 
 void write_llama2c_checkpoint(const std::string& path, const ModelConfig& config, const ModelWeights& w) {
   config.validate();
-  const size_t d = static_cast<size_t>(config.dim), h = static_cast<size_t>(config.hidden_dim),
-               l = static_cast<size_t>(config.n_layers), v = static_cast<size_t>(config.vocab_size),
-               kv = static_cast<size_t>(config.kv_dim());
   std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "wb"), &std::fclose);
   if (!file) throw Error(fmt::format("cannot create checkpoint '{}': {}", path, errno_text()));
   auto write = [&](const void* data, size_t bytes) {
@@ -133,20 +130,15 @@ void write_llama2c_checkpoint(const std::string& path, const ModelConfig& config
                                          config.n_kv_heads, config.shared_classifier ? config.vocab_size : -config.vocab_size,
                                          config.seq_len};
   write(header.data(), sizeof(header));
-  write_floats(w.token_embedding, v * d);
-  write_floats(w.rms_att, l * d);
-  write_floats(w.wq, l * d * d);
-  write_floats(w.wk, l * kv * d);
-  write_floats(w.wv, l * kv * d);
-  write_floats(w.wo, l * d * d);
-  write_floats(w.rms_ffn, l * d);
-  write_floats(w.w1, l * h * d);
-  write_floats(w.w2, l * d * h);
-  write_floats(w.w3, l * h * d);
-  write_floats(w.rms_final, d);
-  const std::vector<float> legacy_rope(static_cast<size_t>(config.seq_len) * (static_cast<size_t>(config.head_dim()) / 2) * 2, 0.0f);
-  write_floats(legacy_rope.data(), legacy_rope.size());
-  if (!config.shared_classifier) write_floats(w.wcls, v * d);
+  for_each_llama2c_tensor(config, [&](WeightField field, std::initializer_list<uint64_t> factors) {
+    const size_t n = tensor_floats(factors);
+    if (field != nullptr) {
+      write_floats(w.*field, n);
+    } else {
+      const std::vector<float> legacy_rope(n, 0.0f);
+      write_floats(legacy_rope.data(), n);
+    }
+  });
   if (std::fflush(file.get()) != 0)
     throw Error(fmt::format("cannot write checkpoint '{}': {}", path, errno_text()));
 }

@@ -5,6 +5,8 @@
 // per-layer tensors are stacked along the outermost axis ([layer][out][in]).
 #pragma once
 
+#include <cstdint>
+#include <initializer_list>
 #include <span>
 #include <string>
 
@@ -27,6 +29,42 @@ struct ModelWeights {
   const float* rms_final = nullptr;        // [dim]
   const float* wcls = nullptr;             // [vocab_size][dim]; == token_embedding when shared
 };
+
+// The tensors of a llama2.c checkpoint body, in file order: calls f(field, factors) once per tensor,
+// which holds the product of `factors` floats; `field` is its ModelWeights member, or nullptr for
+// the two legacy RoPE tables (present in the file, never read: RoPE is computed). wcls comes last,
+// and only when the classifier is not shared. The one statement of the format that loading,
+// writing and fingerprinting a checkpoint all walk.
+using WeightField = const float* ModelWeights::*;
+template <typename F>
+void for_each_llama2c_tensor(const ModelConfig& c, F&& f) {
+  const uint64_t d = static_cast<uint64_t>(c.dim), h = static_cast<uint64_t>(c.hidden_dim),
+                 l = static_cast<uint64_t>(c.n_layers), v = static_cast<uint64_t>(c.vocab_size),
+                 kv = static_cast<uint64_t>(c.kv_dim()), s = static_cast<uint64_t>(c.seq_len),
+                 hd = static_cast<uint64_t>(c.head_dim());
+  using Factors = std::initializer_list<uint64_t>;
+  f(&ModelWeights::token_embedding, Factors{v, d});
+  f(&ModelWeights::rms_att, Factors{l, d});
+  f(&ModelWeights::wq, Factors{l, d, d});
+  f(&ModelWeights::wk, Factors{l, kv, d});
+  f(&ModelWeights::wv, Factors{l, kv, d});
+  f(&ModelWeights::wo, Factors{l, d, d});
+  f(&ModelWeights::rms_ffn, Factors{l, d});
+  f(&ModelWeights::w1, Factors{l, h, d});
+  f(&ModelWeights::w2, Factors{l, d, h});
+  f(&ModelWeights::w3, Factors{l, h, d});
+  f(&ModelWeights::rms_final, Factors{d});
+  f(WeightField{nullptr}, Factors{s, hd / 2});  // legacy freq_cis_real
+  f(WeightField{nullptr}, Factors{s, hd / 2});  // legacy freq_cis_imag
+  if (!c.shared_classifier) f(&ModelWeights::wcls, Factors{v, d});
+}
+
+// The product of a tensor's factors (for a validated config, where it cannot overflow).
+inline size_t tensor_floats(std::initializer_list<uint64_t> factors) {
+  uint64_t n = 1;
+  for (uint64_t f : factors) n *= f;
+  return static_cast<size_t>(n);
+}
 
 // The number of floats a llama2.c checkpoint body holds for `config` (everything after the
 // 28-byte header: weights, the two legacy RoPE tables, and wcls when it is not shared).
