@@ -9,15 +9,19 @@ STUB = pathlib.Path(__file__).resolve().parents[2] / "bindings" / "python" / "pa
 TYPE_ALIASES = {"TokenIds", "HashLike", "PromptLike"}  # exist only in the stub
 
 
+def defined_names(node):
+    """The names a function definition or an assignment in the stub defines."""
+    if isinstance(node, ast.FunctionDef):
+        return {node.name}
+    if isinstance(node, ast.AnnAssign):
+        return {node.target.id}
+    if isinstance(node, ast.Assign):
+        return {t.id for t in node.targets}
+    return set()
+
+
 def member_names(class_node):
-    names = set()
-    for node in class_node.body:
-        if isinstance(node, ast.FunctionDef):
-            names.add(node.name)
-        elif isinstance(node, ast.AnnAssign):
-            names.add(node.target.id)
-        elif isinstance(node, ast.Assign):
-            names.update(t.id for t in node.targets)
+    names = set().union(*(defined_names(node) for node in class_node.body))
     return {n for n in names if not n.startswith("_")}
 
 
@@ -28,12 +32,8 @@ def test_stub_matches_the_module():
         if isinstance(node, ast.ClassDef):
             top.add(node.name)
             classes[node.name] = member_names(node)
-        elif isinstance(node, ast.FunctionDef):
-            top.add(node.name)
-        elif isinstance(node, ast.AnnAssign):
-            top.add(node.target.id)
-        elif isinstance(node, ast.Assign):
-            top.update(t.id for t in node.targets)
+        else:
+            top |= defined_names(node)
     assert top - TYPE_ALIASES == {n for n in dir(pagedkv) if not n.startswith("_")} | {"__version__"}
 
     for name, stubbed in classes.items():
