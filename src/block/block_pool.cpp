@@ -155,18 +155,7 @@ void BlockPool::record_hit(BlockId id) {
 }
 
 bool BlockPool::uncache(KVCacheBlock& b, RemovalReason reason) {
-  const size_t slot = cache_map_.find_slot(map_key(b.hash, b.group));
-  const int32_t head = slot == CachedBlockMap::kAbsent ? kNoLink : cache_map_.head_at(slot);
-  const bool last_copy = head == b.id.value && b.next_same_hash == kNoLink;
-  if (head == b.id.value) {
-    if (b.next_same_hash == kNoLink) cache_map_.erase_at(slot); else cache_map_.set_head_at(slot, b.next_same_hash);
-  } else {
-    int32_t t = head;
-    while (t != kNoLink && blocks_[static_cast<size_t>(t)].next_same_hash != b.id.value)
-      t = blocks_[static_cast<size_t>(t)].next_same_hash;
-    if (t == kNoLink) throw InvariantError(fmt::format("cached block {} missing from its hash chain", b.id.value));
-    blocks_[static_cast<size_t>(t)].next_same_hash = b.next_same_hash;
-  }
+  const bool last_copy = unlink_cached_block(cache_map_, blocks_, map_key(b.hash, b.group), b);
   if (enable_events_) {
     KVEvent e;
     e.kind = KVEventKind::kBlockRemoved;
@@ -176,7 +165,6 @@ bool BlockPool::uncache(KVCacheBlock& b, RemovalReason reason) {
     e.reason = reason;
     events_.push_back(e);
   }
-  b.next_same_hash = kNoLink;
   b.has_hash = false;
   b.hash = BlockHash{};
   b.num_tokens = 0;

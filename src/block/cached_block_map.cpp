@@ -1,6 +1,10 @@
 #include "pagedkv/block/cached_block_map.h"
 
+#include <fmt/format.h>
+
 #include <bit>
+
+#include "pagedkv/core/error.h"
 
 namespace pagedkv {
 
@@ -44,6 +48,23 @@ void CachedBlockMap::erase_at(size_t i) {
 void CachedBlockMap::clear() {
   for (Slot& s : slots_) s.value = -1;
   size_ = 0;
+}
+
+bool unlink_cached_block(CachedBlockMap& map, std::span<KVCacheBlock> blocks, const BlockHash& key, KVCacheBlock& b) {
+  const size_t slot = map.find_slot(key);
+  const int32_t head = slot == CachedBlockMap::kAbsent ? kNoLink : map.head_at(slot);
+  const bool last_copy = head == b.id.value && b.next_same_hash == kNoLink;
+  if (head == b.id.value) {
+    if (b.next_same_hash == kNoLink) map.erase_at(slot); else map.set_head_at(slot, b.next_same_hash);
+  } else {
+    int32_t t = head;
+    while (t != kNoLink && blocks[static_cast<size_t>(t)].next_same_hash != b.id.value)
+      t = blocks[static_cast<size_t>(t)].next_same_hash;
+    if (t == kNoLink) throw InvariantError(fmt::format("block {} missing from its hash chain", b.id.value));
+    blocks[static_cast<size_t>(t)].next_same_hash = b.next_same_hash;
+  }
+  b.next_same_hash = kNoLink;
+  return last_copy;
 }
 
 }  // namespace pagedkv

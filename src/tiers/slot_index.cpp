@@ -130,18 +130,7 @@ void SlotIndex::cache(int32_t slot, const BlockContentKey& key) {
 }
 
 void SlotIndex::drop_key(KVCacheBlock& b) {
-  const BlockHash mk = map_key(b.hash, b.group);
-  const int32_t head = map_.find(mk);
-  if (head == b.id.value) {
-    if (b.next_same_hash == kNoLink) map_.erase(mk); else map_.assign(mk, b.next_same_hash);
-  } else {
-    int32_t t = head;
-    while (t != kNoLink && slots_[static_cast<size_t>(t)].next_same_hash != b.id.value)
-      t = slots_[static_cast<size_t>(t)].next_same_hash;
-    if (t == kNoLink) throw InvariantError(fmt::format("tier slot {} missing from its hash chain", b.id.value));
-    slots_[static_cast<size_t>(t)].next_same_hash = b.next_same_hash;
-  }
-  b.next_same_hash = kNoLink;
+  unlink_cached_block(map_, slots_, map_key(b.hash, b.group), b);
   b.has_hash = false;
   b.hash = BlockHash{};
   b.num_tokens = 0;

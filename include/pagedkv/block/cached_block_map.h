@@ -6,8 +6,10 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
+#include "pagedkv/block/kv_cache_block.h"
 #include "pagedkv/core/block_hash.h"
 
 namespace pagedkv {
@@ -81,5 +83,10 @@ class CachedBlockMap {
   size_t mask_ = 0;
   size_t size_ = 0;
 };
+
+// Removes `b` from the chain of blocks cached under `key` (`map` holds the chain's head, the rest
+// link through KVCacheBlock::next_same_hash over `blocks`) and clears its link. Returns true when
+// `b` was the only block under `key`; throws InvariantError when it is not in the chain.
+bool unlink_cached_block(CachedBlockMap& map, std::span<KVCacheBlock> blocks, const BlockHash& key, KVCacheBlock& b);
 
 }  // namespace pagedkv
