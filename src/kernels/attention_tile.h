@@ -1,5 +1,6 @@
 // Private to the paged-attention kernels: the unit of work that the driver (paged_attention.cpp)
-// hands to an ISA-specific kernel (attention_tile_scalar.cpp, attention_tile_avx2.cpp).
+// hands to an ISA-specific kernel (attention_tile_scalar.cpp; attention_tile_avx2.cpp and
+// attention_tile_avx512.cpp, both instances of attention_tile_simd.h).
 //
 // A task is a range of context tokens of one request and, for each of a few consecutive KV heads,
 // the query rows that read that head (the query heads of its GQA group, times a few query tokens).
@@ -43,5 +44,7 @@ struct RowGroupTask {
 void attend_rows_scalar(const RowGroupTask& task);
 // Requires head_dim % 8 == 0 and a CPU with AVX2+FMA+F16C.
 void attend_rows_avx2(const RowGroupTask& task);
+// Requires head_dim % 16 == 0 and a CPU with AVX-512 F/VL/BW/DQ (KernelIsa::kAvx512).
+void attend_rows_avx512(const RowGroupTask& task);
 
 }  // namespace pagedkv::attention_detail

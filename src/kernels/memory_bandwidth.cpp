@@ -55,7 +55,7 @@ ReadBandwidth measure_read_bandwidth(size_t bytes, int threads, int repeats, boo
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (size_t i = 0; i < n; ++i) data[i] = 1.0f;  // touch every page from the threads that read it
 
-  const bool avx2 = best_available_isa() == KernelIsa::kAvx2;
+  const bool avx2 = has_avx2(best_available_isa());
   const size_t share = (n / static_cast<size_t>(threads)) / 64 * 64;  // whole cache lines per thread
   std::vector<double> gbps;
   volatile float sink = 0;

@@ -125,10 +125,14 @@ void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& bat
                      const float* query, float* out, KernelIsa isa) {
   validate(shape, batch, kv);
   if (batch.num_requests == 0) return;
+  // The SIMD kernels have no masked tails: a head_dim that is not a whole number of vectors
+  // steps down to the next narrower path.
   KernelIsa chosen = resolve_isa(isa);
-  if (chosen == KernelIsa::kAvx2 && shape.head_dim % 8 != 0) chosen = KernelIsa::kScalar;  // no masked tails
-  const auto kernel = chosen == KernelIsa::kAvx2 ? attention_detail::attend_rows_avx2
-                                                 : attention_detail::attend_rows_scalar;
+  if (chosen == KernelIsa::kAvx512 && shape.head_dim % 16 != 0) chosen = KernelIsa::kAvx2;
+  if (chosen == KernelIsa::kAvx2 && shape.head_dim % 8 != 0) chosen = KernelIsa::kScalar;
+  const auto kernel = chosen == KernelIsa::kAvx512 ? attention_detail::attend_rows_avx512
+                      : chosen == KernelIsa::kAvx2 ? attention_detail::attend_rows_avx2
+                                                   : attention_detail::attend_rows_scalar;
 
   const int group = shape.num_q_heads / shape.num_kv_heads;  // query heads per KV head
   const int queries_per_tile = std::max(1, kRowsPerTask / group);

@@ -1,5 +1,5 @@
 // Private: the AVX2+F16C bulk conversions (float_convert_avx2.cpp). Only call them after
-// resolve_isa() returned kAvx2.
+// has_avx2(resolve_isa(...)) holds (kAvx2 or kAvx512).
 #pragma once
 
 #include <cstddef>

@@ -1,6 +1,7 @@
 #include "pagedkv/storage/cpu_isa.h"
 
 #include <cpuid.h>
+#include <fmt/format.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -11,37 +12,52 @@
 namespace pagedkv {
 namespace {
 
-// The OS must save the YMM registers on a context switch (XCR0 bits 1 and 2), not only the CPU
-// support AVX: xgetbv reads that register.
+// The OS must save the vector registers on a context switch, not only the CPU support them:
+// xgetbv reads which state components it saves (XCR0).
 uint64_t read_xcr0() {
   uint32_t eax = 0, edx = 0;
   __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
   return (static_cast<uint64_t>(edx) << 32) | eax;
 }
 
-bool query_cpu() {
+struct CpuFeatures {
+  bool avx2 = false;    // AVX2 + FMA + F16C, YMM state saved
+  bool avx512 = false;  // and AVX-512 F/VL/BW/DQ, opmask + ZMM state saved
+};
+
+CpuFeatures query_cpu() {
+  CpuFeatures f;
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return false;
+  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return f;
   const bool fma = (ecx & (1u << 12)) != 0;
   const bool osxsave = (ecx & (1u << 27)) != 0;
   const bool avx = (ecx & (1u << 28)) != 0;
   const bool f16c = (ecx & (1u << 29)) != 0;
-  if (!(fma && osxsave && avx && f16c)) return false;
-  if ((read_xcr0() & 0x6u) != 0x6u) return false;
-  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
-  return (ebx & (1u << 5)) != 0;  // AVX2
+  if (!(fma && osxsave && avx && f16c)) return f;
+  const uint64_t xcr0 = read_xcr0();
+  if ((xcr0 & 0x6u) != 0x6u) return f;  // SSE and AVX state
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return f;
+  f.avx2 = (ebx & (1u << 5)) != 0;
+  const bool avx512f = (ebx & (1u << 16)) != 0, avx512dq = (ebx & (1u << 17)) != 0;
+  const bool avx512bw = (ebx & (1u << 30)) != 0, avx512vl = (ebx & (1u << 31)) != 0;
+  f.avx512 = f.avx2 && avx512f && avx512dq && avx512bw && avx512vl && (xcr0 & 0xe6u) == 0xe6u;  // + opmask, ZMM
+  return f;
 }
 
 // cpuid is slow under a hypervisor (it traps): ask once.
-bool cpu_has_avx2_fma_f16c() {
-  static const bool has = query_cpu();
-  return has;
+const CpuFeatures& cpu() {
+  static const CpuFeatures features = query_cpu();
+  return features;
 }
 
 KernelIsa detect() {
-  if (const char* forced = std::getenv("PAGEDKV_ISA"); forced != nullptr && std::string_view(forced) == "scalar")
-    return KernelIsa::kScalar;
-  return cpu_has_avx2_fma_f16c() ? KernelIsa::kAvx2 : KernelIsa::kScalar;
+  const KernelIsa hardware = cpu().avx512 ? KernelIsa::kAvx512 : cpu().avx2 ? KernelIsa::kAvx2 : KernelIsa::kScalar;
+  const char* forced = std::getenv("PAGEDKV_ISA");
+  if (forced == nullptr || *forced == '\0') return hardware;
+  const std::string_view cap(forced);
+  if (cap == "scalar") return KernelIsa::kScalar;
+  if (cap == "avx2" && hardware == KernelIsa::kAvx512) return KernelIsa::kAvx2;
+  return hardware;  // "avx512", "auto" or unknown: what the CPU has
 }
 
 }  // namespace
@@ -56,9 +72,12 @@ KernelIsa resolve_isa(KernelIsa requested) {
     case KernelIsa::kAuto: return best_available_isa();
     case KernelIsa::kScalar: return KernelIsa::kScalar;
     case KernelIsa::kAvx2:
-      if (!cpu_has_avx2_fma_f16c())
-        throw UsageError("the AVX2 kernel path was requested but this CPU lacks AVX2, FMA or F16C");
+      if (!cpu().avx2) throw UsageError("the AVX2 kernel path was requested but this CPU lacks AVX2, FMA or F16C");
       return KernelIsa::kAvx2;
+    case KernelIsa::kAvx512:
+      if (!cpu().avx512)
+        throw UsageError("the AVX-512 kernel path was requested but this CPU (or OS) lacks AVX-512 F/VL/BW/DQ");
+      return KernelIsa::kAvx512;
   }
   throw UsageError("unknown KernelIsa value");
 }
@@ -68,8 +87,15 @@ const char* isa_name(KernelIsa isa) {
     case KernelIsa::kAuto: return "auto";
     case KernelIsa::kScalar: return "scalar";
     case KernelIsa::kAvx2: return "avx2";
+    case KernelIsa::kAvx512: return "avx512";
   }
   return "?";
+}
+
+KernelIsa parse_isa(const char* name, const char* what) {
+  for (KernelIsa isa : {KernelIsa::kAuto, KernelIsa::kScalar, KernelIsa::kAvx2, KernelIsa::kAvx512})
+    if (std::string_view(name) == isa_name(isa)) return isa;
+  throw ConfigError(fmt::format("{} must be auto, scalar, avx2 or avx512, got '{}'", what, name));
 }
 
 }  // namespace pagedkv

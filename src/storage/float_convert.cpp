@@ -10,7 +10,7 @@
 namespace pagedkv {
 
 void convert_from_f32(DType dst_type, const float* src, void* dst, size_t n, KernelIsa isa) {
-  const bool simd = resolve_isa(isa) == KernelIsa::kAvx2;
+  const bool simd = has_avx2(resolve_isa(isa));
   switch (dst_type) {
     case DType::kF32:
       std::memcpy(dst, src, n * sizeof(float));
@@ -34,7 +34,7 @@ void convert_from_f32(DType dst_type, const float* src, void* dst, size_t n, Ker
 }
 
 void convert_to_f32(DType src_type, const void* src, float* dst, size_t n, KernelIsa isa) {
-  const bool simd = resolve_isa(isa) == KernelIsa::kAvx2;
+  const bool simd = has_avx2(resolve_isa(isa));
   switch (src_type) {
     case DType::kF32:
       std::memcpy(dst, src, n * sizeof(float));

@@ -109,7 +109,7 @@ uint64_t payload_checksum_avx2(const std::byte* data, size_t bytes);
 }
 
 uint64_t payload_checksum(std::span<const std::byte> payload) {
-  static const bool avx2 = best_available_isa() == KernelIsa::kAvx2;
+  static const bool avx2 = has_avx2(best_available_isa());
   return avx2 ? tiers_detail::payload_checksum_avx2(payload.data(), payload.size())
               : XXH3_64bits(payload.data(), payload.size());
 }

@@ -8,7 +8,8 @@
 //   - against the reference on the original f32 inputs: < 1e-5 for f32 KV, < 1e-2 for f16/bf16;
 //   - against the reference on the stored (rounded) values: < 1e-5 for every type, which shows
 //     the 16-bit paths lose nothing beyond the storage rounding.
-// Both the scalar and the AVX2 path run each case, and are also compared with each other.
+// The scalar path and every SIMD path this CPU has (AVX2, AVX-512) run each case, and each SIMD
+// output is also compared with the scalar one.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -230,7 +231,8 @@ double relative_difference(const std::vector<float>& a, const std::vector<float>
 
 std::vector<KernelIsa> isas() {
   std::vector<KernelIsa> v{KernelIsa::kScalar};
-  if (best_available_isa() == KernelIsa::kAvx2) v.push_back(KernelIsa::kAvx2);
+  if (has_avx2(best_available_isa())) v.push_back(KernelIsa::kAvx2);
+  if (best_available_isa() == KernelIsa::kAvx512) v.push_back(KernelIsa::kAvx512);
   return v;
 }
 
@@ -252,9 +254,8 @@ void check(const Case& c) {
     EXPECT_LT(relative_error(out, stored), 1e-5);
     outputs.push_back(std::move(out));
   }
-  if (outputs.size() == 2) {
-    EXPECT_LT(relative_difference(outputs[1], outputs[0]), 1e-5) << "scalar vs AVX2";
-  }
+  for (size_t i = 1; i < outputs.size(); ++i)
+    EXPECT_LT(relative_difference(outputs[i], outputs[0]), 1e-5) << "scalar vs " << isa_name(isas()[i]);
 }
 
 constexpr DType kTypes[] = {DType::kF32, DType::kF16, DType::kBF16};

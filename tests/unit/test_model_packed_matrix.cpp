@@ -32,7 +32,7 @@ std::vector<float> random_floats(size_t n, uint32_t seed) {
 
 std::vector<KernelIsa> isas() {
   std::vector<KernelIsa> out = {KernelIsa::kScalar};
-  if (best_available_isa() == KernelIsa::kAvx2) out.push_back(KernelIsa::kAvx2);
+  if (has_avx2(best_available_isa())) out.push_back(KernelIsa::kAvx2);
   return out;
 }
 

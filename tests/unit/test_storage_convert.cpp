@@ -17,7 +17,7 @@
 namespace pagedkv {
 namespace {
 
-bool have_avx2() { return best_available_isa() == KernelIsa::kAvx2; }
+bool have_avx2() { return has_avx2(best_available_isa()); }
 
 // Round-to-nearest-even reference: of the two representable neighbours of x (found by decoding
 // every 16-bit pattern once and sorting), pick the nearer, ties to the even pattern.

@@ -201,11 +201,7 @@ int run_bench_attention(BenchOptions o, bool quick) {
                                   kernel_threads()));
   if (o.rounds < 1) throw ConfigError(fmt::format("--rounds must be at least 1, got {}", o.rounds));
   if (o.block_size < 1) throw ConfigError(fmt::format("--block-size must be positive, got {}", o.block_size));
-  KernelIsa isa = KernelIsa::kAuto;
-  if (o.isa == "scalar") isa = KernelIsa::kScalar;
-  else if (o.isa == "avx2") isa = KernelIsa::kAvx2;
-  else if (o.isa != "auto") throw ConfigError(fmt::format("--isa must be auto, scalar or avx2, got '{}'", o.isa));
-  isa = resolve_isa(isa);
+  const KernelIsa isa = resolve_isa(parse_isa(o.isa.c_str(), "--isa"));
   std::vector<DType> dtypes;
   for (const auto& name : o.dtypes) {
     const auto t = parse_dtype(name);
@@ -326,7 +322,7 @@ const CommandRegistration kRegistration{Command{
           ->capture_default_str();
       sub.add_option("--seconds", o->seconds, "measuring time per case and layout")->capture_default_str();
       sub.add_option("--rounds", o->rounds, "rounds per measurement; the median is reported")->capture_default_str();
-      sub.add_option("--isa", o->isa, "auto, scalar or avx2")->capture_default_str();
+      sub.add_option("--isa", o->isa, "auto, scalar, avx2 or avx512 (auto: the best this CPU has)")->capture_default_str();
       sub.add_option("--clock", o->clock,
                      "wall, or cpu: the kernel thread's CPU time (with --threads 1; for a machine busy with other jobs)")
           ->capture_default_str();

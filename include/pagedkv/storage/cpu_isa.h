@@ -1,20 +1,31 @@
 // Which instruction-set path the storage operations and the kernels run. The default build
-// targets baseline x86-64; the AVX2+FMA+F16C translation units (src/**/*_avx2.cpp) are only
-// entered after a run-time CPU check. Declared here, below kernels/, because storage's type
-// conversions dispatch on it too (kernels/ includes storage/, never the other way round).
+// targets baseline x86-64; the AVX2+FMA+F16C translation units (src/**/*_avx2.cpp) and the
+// AVX-512 ones (src/**/*_avx512.cpp) are only entered after a run-time CPU check. Declared here,
+// below kernels/, because storage's type conversions dispatch on it too (kernels/ includes
+// storage/, never the other way round).
 #pragma once
 
 namespace pagedkv {
 
-enum class KernelIsa { kAuto, kScalar, kAvx2 };
+// kAvx512 implies kAvx2: code with only an AVX2 path runs that path under kAvx512 (has_avx2()).
+enum class KernelIsa { kAuto, kScalar, kAvx2, kAvx512 };
 
-// Run-time CPU check (AVX2+FMA+F16C, and OS support for the YMM state): kAvx2 or kScalar.
-// Setting the environment variable PAGEDKV_ISA=scalar forces kScalar (for comparisons).
+// Run-time CPU check, with OS support for the register state (XCR0):
+//   kAvx512 = AVX2+FMA+F16C and AVX-512 F, VL, BW and DQ (ZMM and opmask state saved);
+//   kAvx2   = AVX2+FMA+F16C (YMM state saved); otherwise kScalar.
+// The environment variable PAGEDKV_ISA caps the choice for comparisons: "scalar" or "avx2".
 KernelIsa best_available_isa();
 
-// kAuto becomes best_available_isa(); kAvx2 on a CPU without it throws UsageError.
+// kAuto becomes best_available_isa(); a path this CPU lacks throws UsageError.
 KernelIsa resolve_isa(KernelIsa requested);
 
+// True for a resolved path that may run AVX2+FMA+F16C code (kAvx2 and kAvx512).
+constexpr bool has_avx2(KernelIsa resolved) { return resolved == KernelIsa::kAvx2 || resolved == KernelIsa::kAvx512; }
+
 const char* isa_name(KernelIsa isa);
+
+// The inverse of isa_name for "auto", "scalar", "avx2" and "avx512"; anything else throws
+// ConfigError naming `what` (the option or setting being parsed).
+KernelIsa parse_isa(const char* name, const char* what);
 
 }  // namespace pagedkv

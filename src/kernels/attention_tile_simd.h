@@ -1,0 +1,480 @@
+// The SIMD attention kernel, written once for a vector ISA `Isa` (Avx2 in attention_tile_avx2.cpp,
+// Avx512 in attention_tile_avx512.cpp; each translation unit includes this header under its own
+// target flags, and everything here has internal linkage, so no instantiation compiled for one ISA
+// can be picked by the linker for the other). Per tile of kTileTokens context tokens:
+//   1. scores: blocks of up to 4 query rows x Isa::kScoreTokens tokens (2 rows x 4, 1 x 8) are
+//      computed together, so a K row is loaded (and converted from f16/bf16) once per 4 rows,
+//      12-16 independent FMA chains hide the FMA latency, and a block's dot products are reduced
+//      with hadd trees;
+//   2. online softmax on the tile's scores (vector exp; optional soft-cap via a vector tanh);
+//   3. values: each accumulator strip of up to 4 rows x Isa::kValueChunks vectors (2 rows x 4, 1 x
+//      8) lives in registers while the tile's V rows stream past it.
+// The score and value blocks are kept out of line: inlined into the tile loop, GCC spills their
+// 12-16 live vector registers (measured with AVX2: 40% slower).
+// For a GQA group of G <= 4 query heads (decode) every K and V element is loaded from memory
+// once and converted once. With more rows (prefill tiles, G > 4) a 16-bit tile is converted to
+// f32 once into a small buffer and the f32 path reads that. A task may cover several KV heads:
+// each tile is then handled head by head. The next tile is prefetched while the current one is
+// computed (Prefetcher).
+//
+// Isa provides: Vec, kLanes, kScoreTokens, kValueChunks, zero, load, store, broadcast, fmadd,
+// load_f16, load_bf16 and fold (a Vec to 8 lanes with the same sum). The softmax works on 8-lane
+// AVX2 vectors under both ISAs: a tile's 24 scores are three of them.
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "attention_tile.h"
+
+namespace pagedkv::attention_detail {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr int kRowBlock = 4;  // query rows whose accumulators share registers
+
+template <class Isa>
+struct LoadF32 {
+  using Storage = float;
+  static typename Isa::Vec load(const float* p) { return Isa::load(p); }
+};
+template <class Isa>
+struct LoadF16 {
+  using Storage = uint16_t;
+  static typename Isa::Vec load(const uint16_t* p) { return Isa::load_f16(p); }
+};
+template <class Isa>
+struct LoadBF16 {
+  using Storage = uint16_t;
+  static typename Isa::Vec load(const uint16_t* p) { return Isa::load_bf16(p); }
+};
+
+// Horizontal sums of eight vectors, as the eight lanes of one vector.
+inline __m256 reduce8(const __m256 (&v)[8]) {
+  const __m256 t0 = _mm256_hadd_ps(v[0], v[1]);
+  const __m256 t1 = _mm256_hadd_ps(v[2], v[3]);
+  const __m256 t2 = _mm256_hadd_ps(v[4], v[5]);
+  const __m256 t3 = _mm256_hadd_ps(v[6], v[7]);
+  const __m256 u0 = _mm256_hadd_ps(t0, t1);  // lanes: v0..v3 low halves, then v0..v3 high halves
+  const __m256 u1 = _mm256_hadd_ps(t2, t3);
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+inline float hmax(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+  return _mm_cvtss_f32(m);
+}
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+  return _mm_cvtss_f32(s);
+}
+
+// e^x for every lane; lanes below -87.3 (including -inf) give exactly 0. Cody-Waite reduction
+// x = n ln2 + r, |r| <= ln2/2, and Cephes' degree-5 polynomial for e^r: about 1 ulp.
+inline __m256 exp256(__m256 x) {
+  const __m256 underflow = _mm256_cmp_ps(x, _mm256_set1_ps(-87.33654f), _CMP_LT_OQ);
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.33654f));
+  x = _mm256_min_ps(x, _mm256_set1_ps(88.3762626647949f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  const __m256 r2 = _mm256_mul_ps(r, r);
+  const __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, r2, r), _mm256_set1_ps(1.0f));
+  // 2^n: n is in [-126, 127], so the biased exponent is a normal one.
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256 result = _mm256_mul_ps(y, _mm256_castsi256_ps(bits));
+  return _mm256_andnot_ps(underflow, result);
+}
+
+// cap * tanh(x / cap). tanh|y| = (1 - e) / (1 + e) with e = exp(-2|y|); below |y| = 1/16, where
+// 1 - e would cancel, the odd Taylor series to y^5 (relative error under 4e-9).
+inline __m256 softcap256(__m256 x, float cap) {
+  const __m256 sign_mask = _mm256_set1_ps(-0.0f);
+  const __m256 y = _mm256_mul_ps(x, _mm256_set1_ps(1.0f / cap));
+  const __m256 ay = _mm256_andnot_ps(sign_mask, y);
+  const __m256 e = exp256(_mm256_mul_ps(ay, _mm256_set1_ps(-2.0f)));
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 t_large = _mm256_div_ps(_mm256_sub_ps(one, e), _mm256_add_ps(one, e));
+  const __m256 y2 = _mm256_mul_ps(ay, ay);
+  __m256 poly = _mm256_fmadd_ps(y2, _mm256_set1_ps(2.0f / 15.0f), _mm256_set1_ps(-1.0f / 3.0f));
+  poly = _mm256_fmadd_ps(poly, y2, one);
+  const __m256 t_small = _mm256_mul_ps(poly, ay);
+  const __m256 small = _mm256_cmp_ps(ay, _mm256_set1_ps(0.0625f), _CMP_LT_OQ);
+  const __m256 t = _mm256_blendv_ps(t_large, t_small, small);
+  return _mm256_mul_ps(_mm256_or_ps(t, _mm256_and_ps(y, sign_mask)), _mm256_set1_ps(cap));
+}
+
+// Prefetches the next tile into L2 while the current one is computed, a few lines per call of
+// step(), spread over the tile's compute: a burst of hundreds of prefetches would queue behind
+// the core's few line-fill buffers and stall the arithmetic (measured: f16 decode from DRAM went
+// from 6.5 to 8 GB/s per core). One KV head's rows are strided in the arena (all heads of a
+// token are adjacent), which the hardware prefetcher follows poorly. L2, not L1: with all heads
+// in one task a tile is 64-256 KiB. Every line is prefetched: every other line (leaving the
+// rest to the adjacent-line prefetcher) was measured slower, 76% -> 64% of bandwidth for fp32.
+class Prefetcher {
+ public:
+  // The `bytes` bytes at `offset` in each of the n K and n V slots, over about `calls` steps.
+  template <class T>
+  void start(const T* const* key_slots, const T* const* value_slots, int n, size_t offset, size_t bytes,
+             long calls) {
+    n_ = n;
+    for (int j = 0; j < n; ++j) {
+      slots_[2 * j] = reinterpret_cast<const char*>(key_slots[j]) + offset;
+      slots_[2 * j + 1] = reinterpret_cast<const char*>(value_slots[j]) + offset;
+    }
+    bytes_ = bytes;
+    next_slot_ = 0;
+    next_byte_ = 0;
+    const long lines = static_cast<long>(2 * n) * static_cast<long>((bytes + 63) / 64);
+    per_step_ = static_cast<int>(std::max(1L, (lines + calls - 1) / std::max(1L, calls)));
+  }
+  void step() { issue(per_step_); }
+  void finish() { issue(std::numeric_limits<int>::max()); }
+
+ private:
+  void issue(int lines) {
+    while (lines > 0 && next_slot_ < 2 * n_) {
+      _mm_prefetch(slots_[next_slot_] + next_byte_, _MM_HINT_T1);
+      --lines;
+      next_byte_ += 64;
+      if (next_byte_ >= bytes_) {
+        next_byte_ = 0;
+        ++next_slot_;
+      }
+    }
+  }
+  const char* slots_[2 * kTileTokens] = {};
+  int n_ = 0, next_slot_ = 0, per_step_ = 0;
+  size_t bytes_ = 0, next_byte_ = 0;
+};
+
+// Scores of NR query rows against NT tokens: s[r * kTileTokens + t] = q_r . k_t.
+template <class Isa, class L, int NR, int NT>
+__attribute__((noinline)) void qk_block(const float* q, size_t dim, const typename L::Storage* const* keys, float* s) {
+  using Vec = typename Isa::Vec;
+  constexpr int kAcc = NR * NT;
+  static_assert(kAcc <= 16);
+  Vec acc[kAcc];
+#pragma GCC unroll 16
+  for (int i = 0; i < kAcc; ++i) acc[i] = Isa::zero();
+  for (size_t d = 0; d < dim; d += Isa::kLanes) {
+    Vec k[NT];
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) k[t] = L::load(keys[t] + d);
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) {
+      const Vec qr = Isa::load(q + static_cast<size_t>(r) * dim + d);
+#pragma GCC unroll 8
+      for (int t = 0; t < NT; ++t) acc[r * NT + t] = Isa::fmadd(qr, k[t], acc[r * NT + t]);
+    }
+  }
+  alignas(32) float sums[16];
+  __m256 folded[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) folded[i] = i < kAcc ? Isa::fold(acc[i]) : _mm256_setzero_ps();
+  _mm256_store_ps(sums, reduce8(*reinterpret_cast<const __m256(*)[8]>(&folded[0])));
+  if constexpr (kAcc > 8) _mm256_store_ps(sums + 8, reduce8(*reinterpret_cast<const __m256(*)[8]>(&folded[8])));
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; ++r)
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) s[r * kTileTokens + t] = sums[r * NT + t];
+}
+
+template <class Isa, class L, int NR>
+void qk_rows(const float* q, size_t dim, const typename L::Storage* const* keys, int n, float* s, Prefetcher& pf) {
+  constexpr int kTokens = NR >= 3 ? Isa::kScoreTokens : 8 / NR;  // NR * kTokens independent FMA chains
+  int j = 0;
+  for (; j + kTokens <= n; j += kTokens) {
+    qk_block<Isa, L, NR, kTokens>(q, dim, keys + j, s + j);
+    pf.step();
+  }
+  if constexpr (kTokens > 2) {
+    if (j + 2 <= n) {
+      qk_block<Isa, L, NR, 2>(q, dim, keys + j, s + j);
+      j += 2;
+    }
+  }
+  for (; j < n; ++j) qk_block<Isa, L, NR, 1>(q, dim, keys + j, s + j);
+}
+
+template <class Isa, class L>
+void qk_tile(const float* q, int rows, size_t dim, const typename L::Storage* const* keys, int n, float* scores,
+             Prefetcher& pf) {
+  for (int r0 = 0; r0 < rows; r0 += kRowBlock) {
+    const float* qr = q + static_cast<size_t>(r0) * dim;
+    float* s = scores + static_cast<size_t>(r0) * kTileTokens;
+    switch (std::min(kRowBlock, rows - r0)) {
+      case 4: qk_rows<Isa, L, 4>(qr, dim, keys, n, s, pf); break;
+      case 3: qk_rows<Isa, L, 3>(qr, dim, keys, n, s, pf); break;
+      case 2: qk_rows<Isa, L, 2>(qr, dim, keys, n, s, pf); break;
+      default: qk_rows<Isa, L, 1>(qr, dim, keys, n, s, pf); break;
+    }
+  }
+}
+
+// acc[r][d0 .. d0 + NC lanes) += sum_j p[r][j] * v_j[d0 ..] for NR rows.
+template <class Isa, class L, int NR, int NC>
+__attribute__((noinline)) void pv_block(const float* p, const typename L::Storage* const* values, int n, size_t d0,
+                                        float* acc, size_t dim) {
+  using Vec = typename Isa::Vec;
+  constexpr size_t W = Isa::kLanes;
+  Vec a[NR][NC];
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; ++r)
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; ++c) a[r][c] = Isa::load(acc + static_cast<size_t>(r) * dim + d0 + W * c);
+  for (int j = 0; j < n; ++j) {
+    Vec v[NC];
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; ++c) v[c] = L::load(values[j] + d0 + W * c);
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) {
+      const Vec pr = Isa::broadcast(p + r * kTileTokens + j);
+#pragma GCC unroll 8
+      for (int c = 0; c < NC; ++c) a[r][c] = Isa::fmadd(pr, v[c], a[r][c]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; ++r)
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; ++c) Isa::store(acc + static_cast<size_t>(r) * dim + d0 + W * c, a[r][c]);
+}
+
+// One strip of `chunks` vectors (1 <= chunks <= Isa::kValueChunks) at d0.
+template <class Isa, class L, int NR, int NC = Isa::kValueChunks>
+void pv_strip(int chunks, const float* p, const typename L::Storage* const* values, int n, size_t d0, float* acc,
+              size_t dim) {
+  if constexpr (NC > 1) {
+    if (chunks < NC) return pv_strip<Isa, L, NR, NC - 1>(chunks, p, values, n, d0, acc, dim);
+  }
+  pv_block<Isa, L, NR, NC>(p, values, n, d0, acc, dim);
+}
+
+template <class Isa, class L, int NR>
+void pv_rows(const float* p, const typename L::Storage* const* values, int n, float* acc, size_t dim, Prefetcher& pf) {
+  // Rows 3-4: strips of kValueChunks vectors; the last two strips split what is left evenly, so
+  // that no latency-bound 1-vector strip remains unless the head is a single vector wide. Rows
+  // 1-2: strips of 8 / NR vectors.
+  constexpr int kStrip = NR >= 3 ? Isa::kValueChunks : 8 / NR;
+  size_t d0 = 0;
+  for (int left = static_cast<int>(dim / Isa::kLanes); left > 0;) {
+    int chunks = left;
+    if (NR < 3) chunks = std::min(left, kStrip);
+    else if (left >= 2 * kStrip) chunks = kStrip;
+    else if (left > kStrip) chunks = (left + 1) / 2;
+    if constexpr (NR >= 3) pv_strip<Isa, L, NR>(chunks, p, values, n, d0, acc, dim);
+    else pv_strip<Isa, L, NR, kStrip>(chunks, p, values, n, d0, acc, dim);
+    pf.step();
+    d0 += static_cast<size_t>(chunks) * Isa::kLanes;
+    left -= chunks;
+  }
+}
+
+template <class Isa, class L>
+void pv_tile(const float* probs, int rows, const typename L::Storage* const* values, int n, float* acc, size_t dim,
+             Prefetcher& pf) {
+  for (int r0 = 0; r0 < rows; r0 += kRowBlock) {
+    const float* p = probs + static_cast<size_t>(r0) * kTileTokens;
+    float* a = acc + static_cast<size_t>(r0) * dim;
+    switch (std::min(kRowBlock, rows - r0)) {
+      case 4: pv_rows<Isa, L, 4>(p, values, n, a, dim, pf); break;
+      case 3: pv_rows<Isa, L, 3>(p, values, n, a, dim, pf); break;
+      case 2: pv_rows<Isa, L, 2>(p, values, n, a, dim, pf); break;
+      default: pv_rows<Isa, L, 1>(p, values, n, a, dim, pf); break;
+    }
+  }
+}
+
+// Turns one row's tile scores into probabilities (in place) and updates its running max, sum
+// and accumulator. Entries outside [lo, hi) are masked out.
+inline void softmax_row(float* s, int lo, int hi, float softcap, float& row_max, float& row_sum, float* acc,
+                        size_t dim) {
+  static_assert(kTileTokens % 8 == 0);
+  __m256 v[kTileTokens / 8];
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i lo_v = _mm256_set1_epi32(lo), hi_v = _mm256_set1_epi32(hi);
+  __m256 tile_max = _mm256_set1_ps(kNegInf);
+#pragma GCC unroll 4
+  for (int c = 0; c < kTileTokens / 8; ++c) {
+    __m256 x = _mm256_loadu_ps(s + 8 * c);
+    if (softcap > 0) x = softcap256(x, softcap);
+    const __m256i index = _mm256_add_epi32(lane, _mm256_set1_epi32(8 * c));
+    const __m256i outside =
+        _mm256_or_si256(_mm256_cmpgt_epi32(lo_v, index), _mm256_cmpgt_epi32(_mm256_add_epi32(index, _mm256_set1_epi32(1)), hi_v));
+    x = _mm256_blendv_ps(x, _mm256_set1_ps(kNegInf), _mm256_castsi256_ps(outside));
+    v[c] = x;
+    tile_max = _mm256_max_ps(tile_max, x);
+  }
+  const float new_max = std::max(row_max, hmax(tile_max));
+  if (new_max == kNegInf) {  // nothing attended so far: probabilities are all zero
+    for (int j = 0; j < kTileTokens; ++j) s[j] = 0.0f;
+    return;
+  }
+  const __m256 m = _mm256_set1_ps(new_max);
+  __m256 sum = _mm256_setzero_ps();
+#pragma GCC unroll 4
+  for (int c = 0; c < kTileTokens / 8; ++c) {
+    const __m256 p = exp256(_mm256_sub_ps(v[c], m));
+    _mm256_storeu_ps(s + 8 * c, p);
+    sum = _mm256_add_ps(sum, p);
+  }
+  const float correction = std::exp(row_max - new_max);  // 0 on the first tile (row_max = -inf)
+  if (correction != 1.0f) {
+    const __m256 cv = _mm256_set1_ps(correction);
+    for (size_t d = 0; d < dim; d += 8) _mm256_storeu_ps(acc + d, _mm256_mul_ps(_mm256_loadu_ps(acc + d), cv));
+  }
+  row_max = new_max;
+  row_sum = row_sum * correction + hsum(sum);
+}
+
+// Addresses of the slots (all KV heads of a token) holding tokens [first, first + n).
+template <class T>
+void locate_slots(const RowGroupTask& task, int first, int n, const T** keys, const T** values) {
+  const KVLayerView& kv = *task.kv;
+  const auto* key_base = static_cast<const T*>(kv.key);
+  const auto* value_base = static_cast<const T*>(kv.value);
+  const size_t token_stride = kv.token_stride_elems();
+  int block_index = first / kv.block_size;
+  int offset = first % kv.block_size;
+  size_t slot = static_cast<size_t>(task.block_table[block_index]) * static_cast<size_t>(kv.block_size) +
+                static_cast<size_t>(offset);
+  for (int j = 0; j < n; ++j) {
+    keys[j] = key_base + slot * token_stride;
+    values[j] = value_base + slot * token_stride;
+    if (++offset == kv.block_size && j + 1 < n) {
+      offset = 0;
+      ++block_index;
+      slot = static_cast<size_t>(task.block_table[block_index]) * static_cast<size_t>(kv.block_size);
+    } else {
+      ++slot;
+    }
+  }
+}
+
+template <class Isa, class L>
+void attend(const RowGroupTask& task) {
+  using T = typename L::Storage;
+  using F32 = LoadF32<Isa>;
+  const size_t dim = static_cast<size_t>(task.kv->head_dim);
+  const int rows = task.num_rows;
+  const int heads = task.num_kv_heads;
+  const size_t head_rows = static_cast<size_t>(rows);
+  const size_t head_block = head_rows * dim;
+  // 16-bit K/V read by more than one block of rows: convert each tile once.
+  constexpr bool kSixteenBit = !std::is_same_v<T, float>;
+  const bool convert_tiles = kSixteenBit && rows > kRowBlock;
+
+  thread_local std::vector<float> scores, key_tile, value_tile;
+  scores.resize(head_rows * kTileTokens);
+  if (convert_tiles) {
+    key_tile.resize(kTileTokens * dim);
+    value_tile.resize(kTileTokens * dim);
+  }
+  std::fill(task.acc, task.acc + static_cast<size_t>(heads) * head_block, 0.0f);
+  std::fill(task.row_max, task.row_max + static_cast<size_t>(heads) * head_rows, kNegInf);
+  std::fill(task.row_sum, task.row_sum + static_cast<size_t>(heads) * head_rows, 0.0f);
+
+  const T* key_slots[2][kTileTokens];
+  const T* value_slots[2][kTileTokens];
+  const T* keys[kTileTokens];
+  const T* values[kTileTokens];
+  const float* converted_keys[kTileTokens];
+  const float* converted_values[kTileTokens];
+  for (int j = 0; j < kTileTokens && convert_tiles; ++j) {
+    converted_keys[j] = key_tile.data() + static_cast<size_t>(j) * dim;
+    converted_values[j] = value_tile.data() + static_cast<size_t>(j) * dim;
+  }
+  // The bytes of a slot this task reads: its heads' rows, adjacent in the slot.
+  const size_t read_offset = static_cast<size_t>(task.first_kv_head) * dim * sizeof(T);
+  const size_t read_bytes = static_cast<size_t>(heads) * dim * sizeof(T);
+  // Prefetcher steps per head and tile: one per score block and one per value strip (roughly).
+  const long steps_per_head =
+      ((rows + kRowBlock - 1) / kRowBlock) *
+      ((kTileTokens + Isa::kScoreTokens - 1) / Isa::kScoreTokens +
+       static_cast<long>((dim / Isa::kLanes + Isa::kValueChunks - 1) / Isa::kValueChunks));
+
+  Prefetcher prefetcher;
+  int buffer = 0;
+  locate_slots(task, task.token_begin, std::min(kTileTokens, task.token_end - task.token_begin), key_slots[0],
+               value_slots[0]);
+  for (int tile = task.token_begin; tile < task.token_end; tile += kTileTokens) {
+    const int n = std::min(kTileTokens, task.token_end - tile);
+    const int next = tile + kTileTokens;
+    const int next_n = next < task.token_end ? std::min(kTileTokens, task.token_end - next) : 0;
+    if (next_n > 0) {
+      locate_slots(task, next, next_n, key_slots[buffer ^ 1], value_slots[buffer ^ 1]);
+      prefetcher.start(key_slots[buffer ^ 1], value_slots[buffer ^ 1], next_n, read_offset, read_bytes,
+                       heads * steps_per_head);
+    }
+
+    for (int h = 0; h < heads; ++h) {
+      const size_t head_offset = static_cast<size_t>(task.first_kv_head + h) * dim;
+      for (int j = 0; j < n; ++j) {
+        keys[j] = key_slots[buffer][j] + head_offset;
+        values[j] = value_slots[buffer][j] + head_offset;
+      }
+      const float* query = task.query + static_cast<size_t>(h) * head_block;
+      float* acc = task.acc + static_cast<size_t>(h) * head_block;
+      float* row_max = task.row_max + static_cast<size_t>(h) * head_rows;
+      float* row_sum = task.row_sum + static_cast<size_t>(h) * head_rows;
+
+      if (convert_tiles) {
+        for (int j = 0; j < n; ++j)
+          for (size_t d = 0; d < dim; d += Isa::kLanes) {
+            Isa::store(key_tile.data() + static_cast<size_t>(j) * dim + d, L::load(keys[j] + d));
+            Isa::store(value_tile.data() + static_cast<size_t>(j) * dim + d, L::load(values[j] + d));
+          }
+        qk_tile<Isa, F32>(query, rows, dim, converted_keys, n, scores.data(), prefetcher);
+      } else {
+        qk_tile<Isa, L>(query, rows, dim, keys, n, scores.data(), prefetcher);
+      }
+
+      for (int r = 0; r < rows; ++r) {
+        const int lo = task.rows_share_range ? 0 : std::clamp(task.row_begin[r] - tile, 0, n);
+        const int hi = task.rows_share_range ? n : std::clamp(task.row_end[r] - tile, 0, n);
+        softmax_row(scores.data() + static_cast<size_t>(r) * kTileTokens, lo, hi, task.logit_softcap, row_max[r],
+                    row_sum[r], acc + static_cast<size_t>(r) * dim, dim);
+      }
+
+      if (convert_tiles)
+        pv_tile<Isa, F32>(scores.data(), rows, converted_values, n, acc, dim, prefetcher);
+      else
+        pv_tile<Isa, L>(scores.data(), rows, values, n, acc, dim, prefetcher);
+    }
+    prefetcher.finish();
+    buffer ^= 1;
+  }
+}
+
+// The entry point for one ISA: dispatches on the storage type.
+template <class Isa>
+void attend_rows(const RowGroupTask& task) {
+  switch (task.kv->dtype) {
+    case DType::kF32: return attend<Isa, LoadF32<Isa>>(task);
+    case DType::kF16: return attend<Isa, LoadF16<Isa>>(task);
+    case DType::kBF16: return attend<Isa, LoadBF16<Isa>>(task);
+    default: return;  // the driver accepts only the three storage types
+  }
+}
+
+}  // namespace
+}  // namespace pagedkv::attention_detail
