@@ -18,6 +18,9 @@ struct Avx512 {
   using Vec = __m512;
   static constexpr int kLanes = 16;
   static constexpr int kScoreTokens = 4;
+  // Per iteration: 2-4 lines at a time keep the line-fill buffers busy without stalling the
+  // arithmetic (measured: fp32 decode from DRAM 20.5 -> 22 GB/s on two threads).
+  static constexpr bool kPrefetchInLoops = true;
   static constexpr int kValueChunks = 4;
   static Vec zero() { return _mm512_setzero_ps(); }
   static Vec load(const float* p) { return _mm512_loadu_ps(p); }

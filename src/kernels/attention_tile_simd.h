@@ -17,7 +17,8 @@
 // each tile is then handled head by head. The next tile is prefetched while the current one is
 // computed (Prefetcher).
 //
-// Isa provides: Vec, kLanes, kScoreTokens, kValueChunks, zero, load, store, broadcast, fmadd,
+// Isa provides: Vec, kLanes, kScoreTokens, kValueChunks, kPrefetchInLoops (prefetch a few lines
+// per inner-loop iteration rather than a burst per block), zero, load, store, broadcast, fmadd,
 // load_f16, load_bf16 and fold (a Vec to 8 lanes with the same sum). The softmax works on 8-lane
 // AVX2 vectors under both ISAs: a tile's 24 scores are three of them.
 #pragma once
@@ -169,7 +170,8 @@ class Prefetcher {
 
 // Scores of NR query rows against NT tokens: s[r * kTileTokens + t] = q_r . k_t.
 template <class Isa, class L, int NR, int NT>
-__attribute__((noinline)) void qk_block(const float* q, size_t dim, const typename L::Storage* const* keys, float* s) {
+__attribute__((noinline)) void qk_block(const float* q, size_t dim, const typename L::Storage* const* keys, float* s,
+                                        Prefetcher& pf) {
   using Vec = typename Isa::Vec;
   constexpr int kAcc = NR * NT;
   static_assert(kAcc <= 16);
@@ -186,7 +188,9 @@ __attribute__((noinline)) void qk_block(const float* q, size_t dim, const typena
 #pragma GCC unroll 8
       for (int t = 0; t < NT; ++t) acc[r * NT + t] = Isa::fmadd(qr, k[t], acc[r * NT + t]);
     }
+    if constexpr (Isa::kPrefetchInLoops) pf.step();
   }
+  if constexpr (!Isa::kPrefetchInLoops) pf.step();
   alignas(32) float sums[16];
   __m256 folded[16];
 #pragma GCC unroll 16
@@ -204,16 +208,15 @@ void qk_rows(const float* q, size_t dim, const typename L::Storage* const* keys,
   constexpr int kTokens = NR >= 3 ? Isa::kScoreTokens : 8 / NR;  // NR * kTokens independent FMA chains
   int j = 0;
   for (; j + kTokens <= n; j += kTokens) {
-    qk_block<Isa, L, NR, kTokens>(q, dim, keys + j, s + j);
-    pf.step();
+    qk_block<Isa, L, NR, kTokens>(q, dim, keys + j, s + j, pf);
   }
   if constexpr (kTokens > 2) {
     if (j + 2 <= n) {
-      qk_block<Isa, L, NR, 2>(q, dim, keys + j, s + j);
+      qk_block<Isa, L, NR, 2>(q, dim, keys + j, s + j, pf);
       j += 2;
     }
   }
-  for (; j < n; ++j) qk_block<Isa, L, NR, 1>(q, dim, keys + j, s + j);
+  for (; j < n; ++j) qk_block<Isa, L, NR, 1>(q, dim, keys + j, s + j, pf);
 }
 
 template <class Isa, class L>
@@ -234,7 +237,7 @@ void qk_tile(const float* q, int rows, size_t dim, const typename L::Storage* co
 // acc[r][d0 .. d0 + NC lanes) += sum_j p[r][j] * v_j[d0 ..] for NR rows.
 template <class Isa, class L, int NR, int NC>
 __attribute__((noinline)) void pv_block(const float* p, const typename L::Storage* const* values, int n, size_t d0,
-                                        float* acc, size_t dim) {
+                                        float* acc, size_t dim, Prefetcher& pf) {
   using Vec = typename Isa::Vec;
   constexpr size_t W = Isa::kLanes;
   Vec a[NR][NC];
@@ -252,7 +255,9 @@ __attribute__((noinline)) void pv_block(const float* p, const typename L::Storag
 #pragma GCC unroll 8
       for (int c = 0; c < NC; ++c) a[r][c] = Isa::fmadd(pr, v[c], a[r][c]);
     }
+    if constexpr (Isa::kPrefetchInLoops) pf.step();
   }
+  if constexpr (!Isa::kPrefetchInLoops) pf.step();
 #pragma GCC unroll 4
   for (int r = 0; r < NR; ++r)
 #pragma GCC unroll 8
@@ -262,11 +267,11 @@ __attribute__((noinline)) void pv_block(const float* p, const typename L::Storag
 // One strip of `chunks` vectors (1 <= chunks <= Isa::kValueChunks) at d0.
 template <class Isa, class L, int NR, int NC = Isa::kValueChunks>
 void pv_strip(int chunks, const float* p, const typename L::Storage* const* values, int n, size_t d0, float* acc,
-              size_t dim) {
+              size_t dim, Prefetcher& pf) {
   if constexpr (NC > 1) {
-    if (chunks < NC) return pv_strip<Isa, L, NR, NC - 1>(chunks, p, values, n, d0, acc, dim);
+    if (chunks < NC) return pv_strip<Isa, L, NR, NC - 1>(chunks, p, values, n, d0, acc, dim, pf);
   }
-  pv_block<Isa, L, NR, NC>(p, values, n, d0, acc, dim);
+  pv_block<Isa, L, NR, NC>(p, values, n, d0, acc, dim, pf);
 }
 
 template <class Isa, class L, int NR>
@@ -281,9 +286,8 @@ void pv_rows(const float* p, const typename L::Storage* const* values, int n, fl
     if (NR < 3) chunks = std::min(left, kStrip);
     else if (left >= 2 * kStrip) chunks = kStrip;
     else if (left > kStrip) chunks = (left + 1) / 2;
-    if constexpr (NR >= 3) pv_strip<Isa, L, NR>(chunks, p, values, n, d0, acc, dim);
-    else pv_strip<Isa, L, NR, kStrip>(chunks, p, values, n, d0, acc, dim);
-    pf.step();
+    if constexpr (NR >= 3) pv_strip<Isa, L, NR>(chunks, p, values, n, d0, acc, dim, pf);
+    else pv_strip<Isa, L, NR, kStrip>(chunks, p, values, n, d0, acc, dim, pf);
     d0 += static_cast<size_t>(chunks) * Isa::kLanes;
     left -= chunks;
   }
@@ -406,11 +410,14 @@ void attend(const RowGroupTask& task) {
   // The bytes of a slot this task reads: its heads' rows, adjacent in the slot.
   const size_t read_offset = static_cast<size_t>(task.first_kv_head) * dim * sizeof(T);
   const size_t read_bytes = static_cast<size_t>(heads) * dim * sizeof(T);
-  // Prefetcher steps per head and tile: one per score block and one per value strip (roughly).
+  // Prefetcher steps per head and tile (see Isa::kPrefetchInLoops): one per score block and value
+  // strip, or one per vector of a score block's dot products and per token of a value strip.
+  const long vectors = static_cast<long>(dim / Isa::kLanes);
+  const long score_blocks = (kTileTokens + Isa::kScoreTokens - 1) / Isa::kScoreTokens;
+  const long value_strips = (vectors + Isa::kValueChunks - 1) / Isa::kValueChunks;
   const long steps_per_head =
-      ((rows + kRowBlock - 1) / kRowBlock) *
-      ((kTileTokens + Isa::kScoreTokens - 1) / Isa::kScoreTokens +
-       static_cast<long>((dim / Isa::kLanes + Isa::kValueChunks - 1) / Isa::kValueChunks));
+      ((rows + kRowBlock - 1) / kRowBlock) * (Isa::kPrefetchInLoops ? vectors * score_blocks + kTileTokens * value_strips
+                                                                    : score_blocks + value_strips);
 
   Prefetcher prefetcher;
   int buffer = 0;
