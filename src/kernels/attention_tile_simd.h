@@ -316,15 +316,18 @@ inline void softmax_row(float* s, int lo, int hi, float softcap, float& row_max,
   __m256 v[kTileTokens / 8];
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   const __m256i lo_v = _mm256_set1_epi32(lo), hi_v = _mm256_set1_epi32(hi);
+  const bool masked = lo > 0 || hi < kTileTokens;
   __m256 tile_max = _mm256_set1_ps(kNegInf);
 #pragma GCC unroll 4
   for (int c = 0; c < kTileTokens / 8; ++c) {
     __m256 x = _mm256_loadu_ps(s + 8 * c);
     if (softcap > 0) x = softcap256(x, softcap);
-    const __m256i index = _mm256_add_epi32(lane, _mm256_set1_epi32(8 * c));
-    const __m256i outside =
-        _mm256_or_si256(_mm256_cmpgt_epi32(lo_v, index), _mm256_cmpgt_epi32(_mm256_add_epi32(index, _mm256_set1_epi32(1)), hi_v));
-    x = _mm256_blendv_ps(x, _mm256_set1_ps(kNegInf), _mm256_castsi256_ps(outside));
+    if (masked) {
+      const __m256i index = _mm256_add_epi32(lane, _mm256_set1_epi32(8 * c));
+      const __m256i outside = _mm256_or_si256(_mm256_cmpgt_epi32(lo_v, index),
+                                              _mm256_cmpgt_epi32(_mm256_add_epi32(index, _mm256_set1_epi32(1)), hi_v));
+      x = _mm256_blendv_ps(x, _mm256_set1_ps(kNegInf), _mm256_castsi256_ps(outside));
+    }
     v[c] = x;
     tile_max = _mm256_max_ps(tile_max, x);
   }
@@ -341,7 +344,8 @@ inline void softmax_row(float* s, int lo, int hi, float softcap, float& row_max,
     _mm256_storeu_ps(s + 8 * c, p);
     sum = _mm256_add_ps(sum, p);
   }
-  const float correction = std::exp(row_max - new_max);  // 0 on the first tile (row_max = -inf)
+  // 0 on the first tile (row_max = -inf); exactly 1, without calling exp, while the max holds.
+  const float correction = new_max == row_max ? 1.0f : std::exp(row_max - new_max);
   if (correction != 1.0f) {
     const __m256 cv = _mm256_set1_ps(correction);
     for (size_t d = 0; d < dim; d += 8) _mm256_storeu_ps(acc + d, _mm256_mul_ps(_mm256_loadu_ps(acc + d), cv));
