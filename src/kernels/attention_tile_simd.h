@@ -219,19 +219,27 @@ void qk_rows(const float* q, size_t dim, const typename L::Storage* const* keys,
   for (; j < n; ++j) qk_block<Isa, L, NR, 1>(q, dim, keys + j, s + j, pf);
 }
 
+// Calls f(std::integral_constant<int, NR>{}, r0) for each block of NR <= kRowBlock rows starting
+// at row r0: the row count becomes a template argument of the register-blocked code.
+template <class F>
+void for_each_row_block(int rows, F&& f) {
+  for (int r0 = 0; r0 < rows; r0 += kRowBlock) {
+    switch (std::min(kRowBlock, rows - r0)) {
+      case 4: f(std::integral_constant<int, 4>{}, r0); break;
+      case 3: f(std::integral_constant<int, 3>{}, r0); break;
+      case 2: f(std::integral_constant<int, 2>{}, r0); break;
+      default: f(std::integral_constant<int, 1>{}, r0); break;
+    }
+  }
+}
+
 template <class Isa, class L>
 void qk_tile(const float* q, int rows, size_t dim, const typename L::Storage* const* keys, int n, float* scores,
              Prefetcher& pf) {
-  for (int r0 = 0; r0 < rows; r0 += kRowBlock) {
-    const float* qr = q + static_cast<size_t>(r0) * dim;
-    float* s = scores + static_cast<size_t>(r0) * kTileTokens;
-    switch (std::min(kRowBlock, rows - r0)) {
-      case 4: qk_rows<Isa, L, 4>(qr, dim, keys, n, s, pf); break;
-      case 3: qk_rows<Isa, L, 3>(qr, dim, keys, n, s, pf); break;
-      case 2: qk_rows<Isa, L, 2>(qr, dim, keys, n, s, pf); break;
-      default: qk_rows<Isa, L, 1>(qr, dim, keys, n, s, pf); break;
-    }
-  }
+  for_each_row_block(rows, [&](auto nr, int r0) {
+    qk_rows<Isa, L, decltype(nr)::value>(q + static_cast<size_t>(r0) * dim, dim, keys, n,
+                                         scores + static_cast<size_t>(r0) * kTileTokens, pf);
+  });
 }
 
 // acc[r][d0 .. d0 + NC lanes) += sum_j p[r][j] * v_j[d0 ..] for NR rows.
@@ -296,16 +304,10 @@ void pv_rows(const float* p, const typename L::Storage* const* values, int n, fl
 template <class Isa, class L>
 void pv_tile(const float* probs, int rows, const typename L::Storage* const* values, int n, float* acc, size_t dim,
              Prefetcher& pf) {
-  for (int r0 = 0; r0 < rows; r0 += kRowBlock) {
-    const float* p = probs + static_cast<size_t>(r0) * kTileTokens;
-    float* a = acc + static_cast<size_t>(r0) * dim;
-    switch (std::min(kRowBlock, rows - r0)) {
-      case 4: pv_rows<Isa, L, 4>(p, values, n, a, dim, pf); break;
-      case 3: pv_rows<Isa, L, 3>(p, values, n, a, dim, pf); break;
-      case 2: pv_rows<Isa, L, 2>(p, values, n, a, dim, pf); break;
-      default: pv_rows<Isa, L, 1>(p, values, n, a, dim, pf); break;
-    }
-  }
+  for_each_row_block(rows, [&](auto nr, int r0) {
+    pv_rows<Isa, L, decltype(nr)::value>(probs + static_cast<size_t>(r0) * kTileTokens, values, n,
+                                         acc + static_cast<size_t>(r0) * dim, dim, pf);
+  });
 }
 
 // Turns one row's tile scores into probabilities (in place) and updates its running max, sum
