@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets everything up, then runs every test: the unit and integration tests (ctest), the core
-# tests again under ASan+UBSan, the tier tests under TSan, and the Python tests.
+# and kernel tests again under ASan+UBSan, the tier tests under TSan, and the Python tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -9,12 +9,12 @@ JOBS=${JOBS:-$(nproc)}
 echo "== tests (release build) =="
 ctest --test-dir build --output-on-failure -j "$JOBS"
 
-echo "== core tests under ASan+UBSan =="
-core_tests=$(cd tests/unit && ls test_core_*.cpp | sed 's/\.cpp$//' | tr '\n' ' ')
-BUILD_DIR=build-asan SANITIZE=address,undefined TARGETS="$core_tests" \
+echo "== core and kernel tests under ASan+UBSan =="
+sanitized_tests=$(cd tests/unit && ls test_core_*.cpp test_attention_paged.cpp test_storage_*.cpp | sed 's/\.cpp$//' | tr '\n' ' ')
+BUILD_DIR=build-asan SANITIZE=address,undefined TARGETS="$sanitized_tests" \
   CMAKE_ARGS="-DPAGEDKV_BUILD_BENCHMARKS=OFF -DPAGEDKV_BUILD_PYTHON=OFF" scripts/setup.sh
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan --output-on-failure -L core -j "$JOBS"
+  ctest --test-dir build-asan --output-on-failure -L 'core|kernels' -j "$JOBS"
 
 echo "== tier tests under TSan (the transfer engine's worker threads) =="
 # The kernels' OpenMP runtime (libgomp) is not instrumented: its barriers look like races to
