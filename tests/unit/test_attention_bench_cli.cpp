@@ -67,4 +67,17 @@ TEST_F(BenchAttentionCli, TextReportAndSkippedCases) {
   EXPECT_NE(bad.find("int8"), std::string::npos) << bad;
 }
 
+TEST_F(BenchAttentionCli, IsaOptionNamesThePathItRan) {
+  int code = -1;
+  // Every CPU runs the scalar path; the report says which path ran.
+  const std::string out = run("'" + bin_ + "' bench attention --quick --json --isa scalar 2>/dev/null", code);
+  ASSERT_EQ(code, 0) << out;
+  const nlohmann::json j = nlohmann::json::parse(out);
+  for (const auto& c : j["cases"]) EXPECT_EQ(c["isa"], "scalar") << c.dump();
+  const std::string bad = run("'" + bin_ + "' bench attention --quick --isa avx1024 2>&1", code);
+  EXPECT_EQ(code, 2) << bad;
+  EXPECT_NE(bad.find("avx1024"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("avx512"), std::string::npos) << bad;  // the message lists the choices
+}
+
 }  // namespace

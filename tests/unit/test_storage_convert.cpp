@@ -8,7 +8,9 @@
 #include <limits>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "pagedkv/core/error.h"
@@ -148,6 +150,37 @@ TEST(StorageConvert, UnsupportedTypeIsAnError) {
   uint8_t y = 0;
   EXPECT_THROW(convert_from_f32(DType::kInt8, &x, &y, 1), UsageError);
   EXPECT_THROW(convert_to_f32(DType::kFP8, &y, &x, 1), UsageError);
+}
+
+// The ISA names parse back to themselves, unknown ones are a ConfigError naming the option, and a
+// SIMD path the CPU lacks is refused rather than run.
+TEST(CpuIsa, NamesParseAndUnavailablePathsAreRefused) {
+  for (KernelIsa isa : {KernelIsa::kAuto, KernelIsa::kScalar, KernelIsa::kAvx2, KernelIsa::kAvx512})
+    EXPECT_EQ(parse_isa(isa_name(isa), "--isa"), isa);
+  try {
+    parse_isa("neon", "--isa");
+    ADD_FAILURE() << "parse_isa accepted 'neon'";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("--isa"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("neon"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(has_avx2(KernelIsa::kScalar));
+  EXPECT_TRUE(has_avx2(KernelIsa::kAvx2));
+  EXPECT_TRUE(has_avx2(KernelIsa::kAvx512));  // AVX-512 CPUs run the AVX2-only code too
+  EXPECT_EQ(resolve_isa(KernelIsa::kScalar), KernelIsa::kScalar);
+  const KernelIsa best = best_available_isa();
+  EXPECT_EQ(resolve_isa(KernelIsa::kAuto), best);
+  if (best == KernelIsa::kAvx512) {
+    EXPECT_EQ(resolve_isa(KernelIsa::kAvx2), KernelIsa::kAvx2);
+  }
+  // PAGEDKV_ISA caps only kAuto; without it, `best` is what the hardware has.
+  const char* cap = std::getenv("PAGEDKV_ISA");
+  if ((cap == nullptr || *cap == '\0') && best != KernelIsa::kAvx512) {
+    EXPECT_THROW(resolve_isa(KernelIsa::kAvx512), UsageError);
+    if (best == KernelIsa::kScalar) {
+      EXPECT_THROW(resolve_isa(KernelIsa::kAvx2), UsageError);
+    }
+  }
 }
 
 }  // namespace
