@@ -386,6 +386,8 @@ py::dict tier_stats_dict(const TierStats& s) {
   d["dropped"] = s.dropped;
   d["swapped_out_blocks"] = s.swapped_out_blocks;
   d["swapped_in_blocks"] = s.swapped_in_blocks;
+  d["swap_copies_deferred"] = s.swap_copies_deferred;
+  d["swap_copies_skipped"] = s.swap_copies_skipped;
   d["corrupt_blocks"] = s.corrupt_blocks;
   d["io_errors"] = s.io_errors;
   d["rebuilt_blocks"] = s.rebuilt_blocks;

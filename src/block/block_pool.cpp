@@ -155,6 +155,7 @@ void BlockPool::record_hit(BlockId id) {
 }
 
 bool BlockPool::uncache(KVCacheBlock& b, RemovalReason reason) {
+  if (on_uncache_) on_uncache_(b, reason);
   const bool last_copy = unlink_cached_block(cache_map_, blocks_, map_key(b.hash, b.group), b);
   if (enable_events_) {
     KVEvent e;

@@ -47,6 +47,55 @@ Scheduler::Scheduler(SchedulerConfig config, KVCacheManager& manager, int swap_b
   running_.reserve(static_cast<size_t>(config_.max_num_seqs) * 2);
 }
 
+Scheduler::~Scheduler() {
+  if (listening_) manager_.pool().set_uncache_listener({});
+}
+
+void Scheduler::on_device_uncache(const KVCacheBlock& b) {
+  auto it = deferred_swaps_.find(b.id.value);
+  if (it == deferred_swaps_.end()) return;
+  // Its bytes are intact until the block is allocated again; the copies run before the next forward.
+  for (const DeferredSwapCopy& d : it->second) {
+    const auto i = static_cast<size_t>(d.index);
+    due_swap_copies_.emplace_back(b.id, d.owner->host_blocks[i]);
+    d.owner->deferred_swap_sources[i] = -1;
+  }
+  deferred_swaps_.erase(it);
+}
+
+void Scheduler::settle_deferred_copies(SchedulerRequest* r, int first_needed, SchedulerOutput* out) {
+  for (size_t i = 0; i < r->deferred_swap_sources.size(); ++i) {
+    const int32_t block = r->deferred_swap_sources[i];
+    if (block < 0) continue;
+    auto it = deferred_swaps_.find(block);
+    std::erase_if(it->second, [&](const DeferredSwapCopy& d) { return d.owner == r; });
+    if (it->second.empty()) deferred_swaps_.erase(it);
+    if (out != nullptr && static_cast<int>(i) >= first_needed) {
+      out->swap_out.emplace_back(BlockId{block}, r->host_blocks[i]);  // runs before the swap-in
+    } else {
+      ++stats_.blocks_swap_copies_skipped;
+    }
+  }
+  r->deferred_swap_sources.clear();
+}
+
+void Scheduler::check_invariants() const {
+  for (const auto& [block, copies] : deferred_swaps_) {
+    if (copies.empty()) throw InvariantError(fmt::format("deferred swap copies of device block {}: none", block));
+    for (const DeferredSwapCopy& d : copies) {
+      const SchedulerRequest* r = d.owner;
+      if (r == nullptr || r->status != RequestStatus::kSwapped || d.index < 0 ||
+          d.index >= static_cast<int>(r->deferred_swap_sources.size()) ||
+          r->deferred_swap_sources[static_cast<size_t>(d.index)] != block)
+        throw InvariantError(
+            fmt::format("deferred swap copy of device block {} has no matching swapped block", block));
+    }
+    if (!manager_.pool().block(BlockId{block}).has_hash)
+      throw InvariantError(
+          fmt::format("deferred swap copy of device block {}: the device cache dropped it uncopied", block));
+  }
+}
+
 SchedulerRequest* Scheduler::find(RequestId id) {
   auto it = requests_.find(id);
   return it == requests_.end() ? nullptr : it->second.get();
@@ -93,6 +142,7 @@ void Scheduler::finish(SchedulerRequest* r, FinishReason reason) {
       if (r->swap_in_pending) manager_.free(r->kv);
       r->swap_in_pending = false;
     } else {
+      settle_deferred_copies(r, 0, nullptr);
       swap_.free(r->host_blocks);
     }
     r->host_blocks.clear();
@@ -148,8 +198,22 @@ void Scheduler::preempt(SchedulerRequest* victim, SchedulerOutput& out) {
       swap = true;
       victim->host_blocks.clear();
       swap_.allocate(needed, victim->host_blocks);
-      for (int i = 0; i < needed; ++i)
-        out.swap_out.emplace_back(blocks[static_cast<size_t>(i)], victim->host_blocks[static_cast<size_t>(i)]);
+      victim->deferred_swap_sources.assign(static_cast<size_t>(needed), -1);
+      for (int i = 0; i < needed; ++i) {
+        const BlockId b = blocks[static_cast<size_t>(i)];
+        // A block the device cache keeps after the victim frees it is copied only if dropped there.
+        if (config_.lazy_swap_copies && manager_.pool().block(b).has_hash) {
+          if (!listening_) {
+            manager_.pool().set_uncache_listener([this](const KVCacheBlock& k, RemovalReason) { on_device_uncache(k); });
+            listening_ = true;
+          }
+          deferred_swaps_[b.value].push_back(DeferredSwapCopy{victim, i});
+          victim->deferred_swap_sources[static_cast<size_t>(i)] = b.value;
+          ++stats_.blocks_swap_copies_deferred;
+        } else {
+          out.swap_out.emplace_back(b, victim->host_blocks[static_cast<size_t>(i)]);
+        }
+      }
     }
   }
   if (swap) {
@@ -228,12 +292,14 @@ bool Scheduler::try_resume_swapped(SchedulerRequest* r, SchedulerOutput& out) {
   if (hit >= r->swapped_tokens) {
     // The cache alone covers what was computed: resume as a re-admission of the hit prefix.
     if (!manager_.allocate_slots(r->kv, 1, hit, &hits_)) return false;
+    settle_deferred_copies(r, static_cast<int>(swapped_blocks), &out);
     stats_.blocks_swap_resumed_from_cache += swapped_blocks;
     r->kv.num_computed_tokens = hit;
   } else {
     if (!manager_.allocate_slots(r->kv, r->swapped_tokens - hit, hit, &hits_)) return false;
     const auto blocks = manager_.get_block_ids(r->kv);
     const auto first = static_cast<uint64_t>(hit / manager_.block_size());
+    settle_deferred_copies(r, static_cast<int>(first), &out);
     for (size_t i = first; i < r->host_blocks.size(); ++i) out.swap_in.emplace_back(r->host_blocks[i], blocks[i]);
     stats_.blocks_swapped_in += swapped_blocks - first;
     stats_.blocks_swap_resumed_from_cache += first;
@@ -345,6 +411,9 @@ SchedulerOutput Scheduler::schedule() {
   }
   out.cow_copies = manager_.take_pending_copies();
   stats_.cow_copies += out.cow_copies.size();
+  // Deferred swap copies made due by this step's evictions (or a reset since the last step).
+  out.swap_out.insert(out.swap_out.end(), due_swap_copies_.begin(), due_swap_copies_.end());
+  due_swap_copies_.clear();
   return out;
 }
 

@@ -56,10 +56,13 @@ TieredKVCache::TieredKVCache(TierConfig config, KVCacheManager& manager, KVArena
   transfers_ = std::make_unique<TransferEngine>(device_, host_ ? &host_->arena() : nullptr, disk_.get());
   written_through_.resize(static_cast<size_t>(manager_.pool().num_blocks()));
   manager_.pool().set_eviction_listener([this](const KVCacheBlock& b) { on_device_evict(b); });
+  if (config_.lazy_swap_copies)
+    manager_.pool().set_uncache_listener([this](const KVCacheBlock& b, RemovalReason) { on_device_uncache(b); });
 }
 
 TieredKVCache::~TieredKVCache() {
   manager_.pool().set_eviction_listener({});
+  manager_.pool().set_uncache_listener({});
   try {
     submit_pending();
     for (const TransferHandle& h : outstanding_) h.wait();
@@ -424,6 +427,23 @@ int TieredKVCache::swap_capacity_blocks() const {
   return n;
 }
 
+void TieredKVCache::queue_swap_copy(RequestId owner, int index, int32_t device_block, const Location& l) {
+  if (l.tier == TierKind::kHost) {
+    pending_.device_to_host.push_back(MemoryCopy{device_block, l.slot, TransferPurpose::kSwap, owner});
+    return;
+  }
+  DiskWrite w;
+  w.source = TierKind::kDevice;
+  w.source_block = device_block;
+  w.slot = l.slot;
+  w.header.key = swap_key(owner, index, manager_.block_size());
+  w.header.sequence = disk_->next_sequence();
+  w.header.flags = kSlotFlagPrivate;
+  w.purpose = TransferPurpose::kSwap;
+  w.owner = owner;
+  pending_.disk_writes.push_back(std::move(w));
+}
+
 bool TieredKVCache::swap_out(RequestId id, std::span<const BlockId> blocks) {
   if (swaps_.contains(id)) throw UsageError(fmt::format("swap_out: request {} is already swapped out", id.value));
   const int n = static_cast<int>(blocks.size());
@@ -438,8 +458,6 @@ bool TieredKVCache::swap_out(RequestId id, std::span<const BlockId> blocks) {
     const int32_t slot = host_->slots().allocate([this](int32_t v) { on_host_evict(v); });
     if (slot < 0) throw InvariantError("swap_out: the host tier refused a slot it reported free");
     rec.blocks.push_back(Location{TierKind::kHost, slot});
-    pending_.device_to_host.push_back(
-        MemoryCopy{blocks[static_cast<size_t>(i)].value, slot, TransferPurpose::kSwap, id});
   }
   disk_reserve_ = 0;
   for (int i = host_take; i < n; ++i) {
@@ -447,21 +465,42 @@ bool TieredKVCache::swap_out(RequestId id, std::span<const BlockId> blocks) {
     const int32_t slot = disk_->slots().allocate([&ds](int32_t) { ++ds.evictions; });
     if (slot < 0) throw InvariantError("swap_out: the disk tier refused a slot it reported free");
     rec.blocks.push_back(Location{TierKind::kDisk, slot});
-    DiskWrite w;
-    w.source = TierKind::kDevice;
-    w.source_block = blocks[static_cast<size_t>(i)].value;
-    w.slot = slot;
-    w.header.key = swap_key(id, i, manager_.block_size());
-    w.header.sequence = disk_->next_sequence();
-    w.header.flags = kSlotFlagPrivate;
-    w.purpose = TransferPurpose::kSwap;
-    w.owner = id;
-    pending_.disk_writes.push_back(std::move(w));
+  }
+  const BlockPool& pool = manager_.pool();
+  for (int i = 0; i < n; ++i) {
+    Location& l = rec.blocks[static_cast<size_t>(i)];
+    const int32_t block = blocks[static_cast<size_t>(i)].value;
+    // A full block in the device prefix cache keeps its bytes after the victim frees it, until the
+    // pool drops it (on_device_uncache): copy it then, if ever.
+    if (config_.lazy_swap_copies && pool.block(BlockId{block}).has_hash) {
+      l.deferred_block = block;
+      deferred_[block].push_back(DeferredCopy{id, i});
+      ++(l.tier == TierKind::kHost ? host_->mutable_stats() : disk_->mutable_stats()).swap_copies_deferred;
+    } else {
+      queue_swap_copy(id, i, block, l);
+    }
   }
   if (host_) host_->mutable_stats().swapped_out_blocks += static_cast<uint64_t>(host_take);
   if (disk_) disk_->mutable_stats().swapped_out_blocks += static_cast<uint64_t>(disk_take);
   swaps_.emplace(id, std::move(rec));
   return true;
+}
+
+void TieredKVCache::forget_deferred(int32_t block, RequestId owner) {
+  auto it = deferred_.find(block);
+  std::erase_if(it->second, [&](const DeferredCopy& d) { return d.owner == owner; });
+  if (it->second.empty()) deferred_.erase(it);
+}
+
+void TieredKVCache::on_device_uncache(const KVCacheBlock& b) {
+  auto it = deferred_.find(b.id.value);
+  if (it == deferred_.end()) return;
+  for (const DeferredCopy& d : it->second) {
+    Location& l = swaps_.at(d.owner).blocks[static_cast<size_t>(d.index)];
+    queue_swap_copy(d.owner, d.index, l.deferred_block, l);
+    l.deferred_block = -1;
+  }
+  deferred_.erase(it);
 }
 
 TieredKVCache::SwapInState TieredKVCache::start_swap_in(RequestId id, int first_block, std::span<const BlockId> dst) {
@@ -473,7 +512,27 @@ TieredKVCache::SwapInState TieredKVCache::start_swap_in(RequestId id, int first_
   if (first_block < 0 || first_block + static_cast<int>(dst.size()) > n)
     throw UsageError(fmt::format("start_swap_in: blocks [{}, {}) outside the {} swapped blocks", first_block,
                                  first_block + static_cast<int>(dst.size()), n));
-  submit_pending();  // the swap-out copies go first
+  // Deferred copies (lazy_swap_copies): blocks before first_block are resumed from the device
+  // cache and never copied; needed ones are copied into their slots now, ahead of the loads.
+  bool copied_deferred = false;
+  for (int i = 0; i < n; ++i) {
+    Location& l = rec.blocks[static_cast<size_t>(i)];
+    if (l.deferred_block < 0) continue;
+    forget_deferred(l.deferred_block, id);
+    const int k = i - first_block;
+    if (k < 0 || k >= static_cast<int>(dst.size())) {
+      ++(l.tier == TierKind::kHost ? host_->mutable_stats() : disk_->mutable_stats()).swap_copies_skipped;
+    } else {
+      queue_swap_copy(id, i, l.deferred_block, l);
+      copied_deferred = true;
+    }
+    l.deferred_block = -1;
+  }
+  TransferHandle copies = submit_pending();  // the swap-out copies go first
+  if (copied_deferred && copies.valid()) {
+    copies.wait();  // a load must not overtake the write of its own slot
+    poll();
+  }
   for (int i = 0; i < n; ++i) {
     Location& l = rec.blocks[static_cast<size_t>(i)];
     const int k = i - first_block;
@@ -524,8 +583,13 @@ void TieredKVCache::drop_swap(RequestId id) {
     poll();
     it = swaps_.find(id);
   }
-  for (const Location& l : it->second.blocks)
+  for (const Location& l : it->second.blocks) {
+    if (l.deferred_block >= 0) {
+      forget_deferred(l.deferred_block, id);
+      ++(l.tier == TierKind::kHost ? host_->mutable_stats() : disk_->mutable_stats()).swap_copies_skipped;
+    }
     if (l.slot >= 0) (l.tier == TierKind::kHost ? host_->slots() : disk_->slots()).unpin(l.slot);
+  }
   swaps_.erase(it);
 }
 
@@ -634,6 +698,20 @@ void TieredKVCache::check_invariants() const {
   };
   if (host_) compare(host_->slots(), host, "host");
   if (disk_ && disk_->capacity_blocks() > 0) compare(disk_->slots(), disk, "disk");
+  for (const auto& [block, copies] : deferred_) {
+    // A deferred swap copy reads a block the device cache still holds, recorded in its swap.
+    if (copies.empty()) throw InvariantError(fmt::format("deferred swap copies of device block {}: none", block));
+    for (const DeferredCopy& d : copies) {
+      auto it = swaps_.find(d.owner);
+      if (it == swaps_.end() || d.index < 0 || d.index >= static_cast<int>(it->second.blocks.size()) ||
+          it->second.blocks[static_cast<size_t>(d.index)].deferred_block != block)
+        throw InvariantError(
+            fmt::format("deferred swap copy of device block {} has no matching swapped block", block));
+    }
+    if (!manager_.pool().block(BlockId{block}).has_hash)
+      throw InvariantError(fmt::format("deferred swap copy of device block {}: the device cache dropped it uncopied",
+                                       block));
+  }
   for (const auto& [id, p] : promotions_)
     if (!manager_.has_request(p.holder.id))
       throw InvariantError(fmt::format("promotion for request {} lost its holder", id.value));

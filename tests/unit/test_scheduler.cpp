@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <memory>
+#include <span>
+#include <vector>
 
 #include "core_test_support.h"
 #include "pagedkv/core/error.h"
@@ -48,6 +50,7 @@ struct Harness {
   SchedulerOutput schedule() {
     SchedulerOutput out = scheduler.schedule();
     EXPECT_NO_THROW(manager.check_invariants()) << "after schedule() of step " << scheduler.stats().steps;
+    EXPECT_NO_THROW(scheduler.check_invariants()) << "after schedule() of step " << scheduler.stats().steps;
     EXPECT_LE(out.num_batched_tokens, scheduler.config().max_num_batched_tokens);
     int sum = 0;
     for (const ScheduledChunk& c : out.chunks) sum += c.num_new_tokens;
@@ -61,6 +64,7 @@ struct Harness {
     for (SampledTokens& s : sampled) s.token = static_cast<TokenId>(next_token++);
     for (SchedulerRequest* r : scheduler.update(out, sampled)) finished.push_back(r);
     EXPECT_NO_THROW(manager.check_invariants()) << "after update() of step " << scheduler.stats().steps;
+    EXPECT_NO_THROW(scheduler.check_invariants()) << "after update() of step " << scheduler.stats().steps;
   }
   SchedulerOutput step() {
     SchedulerOutput out = schedule();
@@ -305,6 +309,77 @@ TEST(Scheduler, SwapAccountingCountsBlocksStillInThePrefixCache) {
   EXPECT_GT(st.blocks_swap_resumed_from_cache, 0u);
   EXPECT_EQ(out.swap_in.size(), st.blocks_swapped_in);
   EXPECT_EQ(h.scheduler.swap_space().num_free(), 8);
+}
+
+// A model of the KV bytes: each device and host slot holds the token whose KV it stores. run()
+// performs a step's byte movements in the engine's order (swap-out, swap-in, copy-on-write),
+// checks that every scheduled chunk's context holds its own tokens, then "computes" the chunk.
+struct KvModel {
+  int block_size;
+  std::vector<std::vector<TokenId>> device, host;
+  KvModel(int device_blocks, int host_blocks, int bs)
+      : block_size(bs),
+        device(static_cast<size_t>(device_blocks), std::vector<TokenId>(static_cast<size_t>(bs), -1)),
+        host(static_cast<size_t>(host_blocks), std::vector<TokenId>(static_cast<size_t>(bs), -1)) {}
+  TokenId& at(std::span<const BlockId> table, int position) {
+    return device[static_cast<size_t>(table[static_cast<size_t>(position / block_size)].value)]
+                 [static_cast<size_t>(position % block_size)];
+  }
+  void run(const SchedulerOutput& out, const KVCacheManager& manager) {
+    for (const auto& [d, h] : out.swap_out) host[static_cast<size_t>(h.value)] = device[static_cast<size_t>(d.value)];
+    for (const auto& [h, d] : out.swap_in) device[static_cast<size_t>(d.value)] = host[static_cast<size_t>(h.value)];
+    for (const auto& [src, dst] : out.cow_copies)
+      device[static_cast<size_t>(dst.value)] = device[static_cast<size_t>(src.value)];
+    for (const ScheduledChunk& c : out.chunks) {
+      const auto table = manager.get_block_ids(c.request->kv);
+      const auto& tokens = c.request->kv.tokens;
+      for (int p = 0; p < c.first_position; ++p)
+        ASSERT_EQ(at(table, p), tokens[static_cast<size_t>(p)])
+            << "request " << c.request->kv.id.value << " position " << p << ": its KV was lost";
+      for (int p = c.first_position; p < c.first_position + c.num_new_tokens; ++p) at(table, p) = tokens[static_cast<size_t>(p)];
+    }
+  }
+};
+
+// Swap preemption under pressure, with prefix sharing, through the KV model: every resumed
+// request finds its own KV, with copies made at swap-out (eager) or only when the device cache
+// drops a block (lazy), and lazy makes fewer copies.
+TEST(Scheduler, SwappedKVComesBackWithEagerAndLazyCopies) {
+  uint64_t copies[2] = {0, 0};
+  for (const bool lazy : {false, true}) {
+    SCOPED_TRACE(lazy ? "lazy swap copies" : "eager swap copies");
+    SchedulerConfig c = config(6, 32, PreemptionMode::kSwap);
+    c.lazy_swap_copies = lazy;
+    constexpr int kBlocks = 14, kHostBlocks = 64, kBlockSize = 4;
+    Harness h(kBlocks, kBlockSize, c, kHostBlocks);
+    KvModel kv(kBlocks, kHostBlocks, kBlockSize);
+    const std::vector<TokenId> shared = iota_tokens(8, 7000);  // a common 2-block prefix
+    for (uint64_t i = 1; i <= 12; ++i) {
+      std::vector<TokenId> prompt = shared;
+      const auto own = iota_tokens(static_cast<int>(3 + i % 5), static_cast<TokenId>(i * 100));
+      prompt.insert(prompt.end(), own.begin(), own.end());
+      h.add(i, prompt, static_cast<int>(i % 3), static_cast<int>(6 + (i * 7) % 13));
+    }
+    for (int s = 0; s < 400 && h.scheduler.has_unfinished(); ++s) {
+      const SchedulerOutput out = h.schedule();
+      copies[lazy] += out.swap_out.size();
+      kv.run(out, h.manager);
+      if (::testing::Test::HasFatalFailure()) return;
+      h.update(out);
+    }
+    EXPECT_FALSE(h.scheduler.has_unfinished());
+    const SchedulerStats& st = h.scheduler.stats();
+    EXPECT_GT(st.preemptions_swap, 0u);
+    EXPECT_EQ(st.blocks_swapped_out, st.blocks_swapped_in + st.blocks_swap_resumed_from_cache + st.blocks_swap_dropped);
+    EXPECT_EQ(copies[lazy], st.blocks_swapped_out - st.blocks_swap_copies_skipped);
+    if (lazy) {
+      EXPECT_GT(st.blocks_swap_copies_deferred, 0u);
+    } else {
+      EXPECT_EQ(st.blocks_swap_copies_deferred, 0u);
+    }
+    EXPECT_EQ(h.scheduler.swap_space().num_free(), kHostBlocks) << "no host slot leaks";
+  }
+  EXPECT_LT(copies[1], copies[0]);
 }
 
 // fbb1797: A (low priority) decodes the token that completes its block, which allocate_slots

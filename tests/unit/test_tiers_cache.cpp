@@ -280,6 +280,109 @@ TEST(TieredCache, SwapOutGoesToHostThenDiskAndComesBackByteForByte) {
   d.manager.free(back);
 }
 
+// lazy_swap_copies: blocks the device prefix cache still holds are not copied at swap-out. The
+// pool's eviction copies one (block 4), the resume takes blocks 0-3 from the device cache
+// uncopied, and the blocks never cached (the partial block 5) are copied at once as before.
+TEST(TieredCache, LazySwapCopiesOnlyBlocksTheDeviceCacheDrops) {
+  TempDir dir;
+  Device d(17);  // 16 usable blocks of 4 tokens
+  TierConfig c = host_only(3);
+  c.disk_cache_dir = dir.str();
+  c.disk_cache_bytes = disk_only(dir.str(), 16).disk_cache_bytes;
+  c.lazy_swap_copies = true;
+  TieredKVCache t(c, d.manager, d.arena, kModel);
+  Request r = make_request(1, 22, 0);  // 5 full blocks, cached as they are allocated, + 2 tokens
+  ComputedBlocks hits = d.manager.get_computed_blocks(r);
+  ASSERT_TRUE(d.manager.allocate_slots(r, 22, 0, &hits));
+  const std::vector<BlockId> blocks(d.manager.get_block_ids(r).begin(), d.manager.get_block_ids(r).end());
+  ASSERT_EQ(blocks.size(), 6u);
+  auto pattern = [&](size_t i) { return i < 5 ? r.block_hashes[i] : BlockHash{77, 5}; };
+  for (size_t i = 0; i < blocks.size(); ++i) fill_block(d.arena, blocks[i], pattern(i));
+  r.num_computed_tokens = 22;
+  ASSERT_TRUE(t.swap_out(r.id, blocks));  // blocks 0-2 to host slots, 3-5 to disk slots
+  check_all(d, t);
+  EXPECT_EQ(t.host()->stats().swap_copies_deferred, 3u);
+  EXPECT_EQ(t.disk()->stats().swap_copies_deferred, 2u);  // block 5 was never cached: copied now
+  d.manager.free(r);
+  t.before_forward();
+  check_all(d, t);
+  // Another request takes the 10 never-used blocks and two of r's: the pool evicts r's blocks
+  // tail first, so block 5 (uncached) and block 4 (deferred: copied to its disk slot now), then
+  // overwrites them.
+  Request other = make_request(2, 12 * 4, 1000);
+  compute_and_free(d, other, &t);
+  t.before_forward();
+  check_all(d, t);
+  // Resume: the device cache still holds blocks 0-3; blocks 4 and 5 come from the disk slots.
+  Request back = make_request(1, 22, 0);
+  ComputedBlocks h2 = d.manager.get_computed_blocks(back);
+  ASSERT_EQ(h2.num_computed_tokens, 16);
+  ASSERT_TRUE(d.manager.allocate_slots(back, 6, 16, &h2));
+  const auto table = d.manager.get_block_ids(back);
+  SwapInState s = t.start_swap_in(back.id, 4, table.subspan(4, 2));
+  for (int i = 0; i < 5000 && s == SwapInState::kLoading; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    s = t.poll_swap_in(back.id);
+  }
+  ASSERT_EQ(s, SwapInState::kDone);
+  for (size_t i = 0; i < table.size(); ++i) EXPECT_TRUE(block_holds(d.arena, table[i], pattern(i))) << i;
+  EXPECT_EQ(t.host()->stats().swap_copies_skipped, 3u);  // blocks 0-2: never copied
+  EXPECT_EQ(t.disk()->stats().swap_copies_skipped, 1u);  // block 3
+  EXPECT_EQ(t.disk()->stats().swapped_in_blocks, 2u);
+  EXPECT_EQ(t.host()->slots().num_pinned(), 0);
+  EXPECT_EQ(t.disk()->slots().num_pinned(), 0);
+  check_all(d, t);
+  d.manager.free(back);
+}
+
+// lazy_swap_copies: a prefix-cache reset drops the deferred blocks from the device cache, which
+// copies them out while their bytes are intact; a swap-in that needs a block the device cache
+// still holds copies it through its slot. Either way the bytes come back.
+TEST(TieredCache, LazySwapCopiesOnResetAndAtSwapIn) {
+  Device d(17);
+  TierConfig c = host_only(16);
+  c.lazy_swap_copies = true;
+  TieredKVCache t(c, d.manager, d.arena, kModel);
+  for (const bool reset : {true, false}) {
+    SCOPED_TRACE(reset ? "reset before the swap-in" : "swap-in while the device cache holds them");
+    const uint64_t id = reset ? 1 : 2;
+    Request r = make_request(id, 20, static_cast<TokenId>(id) * 100);  // 5 full blocks
+    ComputedBlocks hits = d.manager.get_computed_blocks(r);
+    ASSERT_TRUE(d.manager.allocate_slots(r, 20, 0, &hits));
+    const std::vector<BlockId> blocks(d.manager.get_block_ids(r).begin(), d.manager.get_block_ids(r).end());
+    for (size_t i = 0; i < blocks.size(); ++i) fill_block(d.arena, blocks[i], r.block_hashes[i]);
+    r.num_computed_tokens = 20;
+    ASSERT_TRUE(t.swap_out(r.id, blocks));
+    d.manager.free(r);
+    t.before_forward();
+    check_all(d, t);
+    if (reset) {
+      EXPECT_TRUE(d.manager.reset_prefix_cache().complete());
+      t.before_forward();  // the copies queued by the reset run here
+      check_all(d, t);
+      for (BlockId b : blocks) fill_block(d.arena, b, BlockHash{0, 0});  // free, uncached: reusable
+    }
+    // Swap in everything into new blocks (no prefix hits asked for).
+    Request back = make_request(id + 10, 20, 5000);
+    ASSERT_TRUE(d.manager.allocate_slots(back, 20));
+    const auto table = d.manager.get_block_ids(back);
+    // start_swap_in addresses the swap by the swapped request's id.
+    SwapInState s = t.start_swap_in(r.id, 0, table);
+    for (int i = 0; i < 5000 && s == SwapInState::kLoading; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      s = t.poll_swap_in(r.id);
+    }
+    ASSERT_EQ(s, SwapInState::kDone);
+    for (size_t i = 0; i < table.size(); ++i) EXPECT_TRUE(block_holds(d.arena, table[i], r.block_hashes[i])) << i;
+    EXPECT_EQ(t.host()->slots().num_pinned(), 0);
+    check_all(d, t);
+    d.manager.free(back);
+  }
+  EXPECT_EQ(t.host()->stats().swap_copies_deferred, 10u);
+  EXPECT_EQ(t.host()->stats().swap_copies_skipped, 0u);
+  EXPECT_EQ(t.host()->stats().swapped_in_blocks, 10u);
+}
+
 TEST(TieredCache, SwapRefusedWithoutRoomAndFailsOnACorruptDiskBlock) {
   TempDir dir;
   Device d(17);

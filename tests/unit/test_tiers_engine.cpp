@@ -92,43 +92,56 @@ TEST_F(TieredEngine, GoldenPrefixServedFromTheDiskTierAfterARestart) {
   EXPECT_EQ(r.hit_tokens_by_tier.disk, 0);
 }
 
+// Eager swap copies, and lazy ones (copied only when the device cache drops a block).
 TEST_F(TieredEngine, GoldensUnderSwapPreemptionThroughHostAndDisk) {
-  TempDir dir;
-  EngineConfig cfg;
-  cfg.num_blocks = 24;
-  cfg.swap_space_bytes = 0;
-  cfg.tiers.host_cache_bytes = 3 * 16 * 5 * 2 * 4 * 8 * 4;  // 3 blocks: swaps overflow to disk
-  cfg.tiers.disk_cache_dir = dir.str();
-  cfg.tiers.disk_cache_bytes = 8u << 20;
-  cfg.scheduler.preemption_mode = PreemptionMode::kSwap;
-  cfg.scheduler.max_num_batched_tokens = 64;
-  cfg.check_invariants = true;
-  LLMEngine engine(*model_, cfg);
-  std::map<uint64_t, size_t> which;
-  for (int k = 0; k < 3; ++k) {
-    GenerationRequest f = filler(40 + 30 * k, k);
-    f.stop.max_tokens = 120;
-    engine.add_request(f);
+  for (const bool lazy : {false, true}) {
+    SCOPED_TRACE(lazy ? "lazy swap copies" : "eager swap copies");
+    TempDir dir;
+    EngineConfig cfg;
+    cfg.num_blocks = 24;
+    cfg.swap_space_bytes = 0;
+    cfg.tiers.host_cache_bytes = 3 * 16 * 5 * 2 * 4 * 8 * 4;  // 3 blocks: swaps overflow to disk
+    cfg.tiers.disk_cache_dir = dir.str();
+    cfg.tiers.disk_cache_bytes = 8u << 20;
+    cfg.tiers.lazy_swap_copies = lazy;
+    cfg.scheduler.preemption_mode = PreemptionMode::kSwap;
+    cfg.scheduler.max_num_batched_tokens = 64;
+    cfg.check_invariants = true;
+    LLMEngine engine(*model_, cfg);
+    std::map<uint64_t, size_t> which;
+    for (int k = 0; k < 3; ++k) {
+      GenerationRequest f = filler(40 + 30 * k, k);
+      f.stop.max_tokens = 120;
+      engine.add_request(f);
+    }
+    for (size_t i = 0; i < goldens_.size(); ++i) {
+      GenerationRequest r =
+          llama2c_run_request(tokenizer_->encode(goldens_[i].prompt, true, false), goldens_[i].steps, greedy());
+      r.priority = 1;  // the goldens are the victims
+      which[engine.add_request(r).value] = i;
+    }
+    int checked = 0;
+    for (const RequestOutput& o : engine.run_to_completion()) {
+      auto it = which.find(o.id.value);
+      if (it == which.end()) continue;
+      EXPECT_EQ(full_ids(o), goldens_[it->second].ids) << goldens_[it->second].name;
+      EXPECT_GE(o.num_preemptions, 1);
+      ++checked;
+    }
+    EXPECT_EQ(checked, 3);
+    EXPECT_GT(engine.scheduler().stats().preemptions_swap, 0u);
+    const TierStats& hs = engine.tiers()->host()->stats();
+    const TierStats& ds = engine.tiers()->disk()->stats();
+    EXPECT_GT(hs.swapped_out_blocks, 0u);
+    EXPECT_GT(ds.swapped_out_blocks, 0u);
+    if (lazy) {
+      EXPECT_GT(hs.swap_copies_deferred + ds.swap_copies_deferred, 0u);
+    } else {
+      EXPECT_EQ(hs.swap_copies_deferred + ds.swap_copies_deferred, 0u);
+    }
+    EXPECT_EQ(engine.manager().num_free_blocks(), engine.manager().pool().num_usable_blocks());
+    engine.check_invariants();
   }
-  for (size_t i = 0; i < goldens_.size(); ++i) {
-    GenerationRequest r = llama2c_run_request(tokenizer_->encode(goldens_[i].prompt, true, false), goldens_[i].steps, greedy());
-    r.priority = 1;  // the goldens are the victims
-    which[engine.add_request(r).value] = i;
-  }
-  int checked = 0;
-  for (const RequestOutput& o : engine.run_to_completion()) {
-    auto it = which.find(o.id.value);
-    if (it == which.end()) continue;
-    EXPECT_EQ(full_ids(o), goldens_[it->second].ids) << goldens_[it->second].name;
-    EXPECT_GE(o.num_preemptions, 1);
-    ++checked;
-  }
-  EXPECT_EQ(checked, 3);
-  EXPECT_GT(engine.scheduler().stats().preemptions_swap, 0u);
-  EXPECT_GT(engine.tiers()->host()->stats().swapped_out_blocks, 0u);
-  EXPECT_GT(engine.tiers()->disk()->stats().swapped_out_blocks, 0u);
-  EXPECT_EQ(engine.manager().num_free_blocks(), engine.manager().pool().num_usable_blocks());
-  engine.check_invariants();
 }
 
 TEST_F(TieredEngine, UnusableDiskDirectoryDegradesAndTheEngineKeepsServing) {

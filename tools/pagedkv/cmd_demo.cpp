@@ -357,6 +357,8 @@ nlohmann::json build_report(const LLMEngine& engine, const Model& model, const D
                       {"blocks_swapped_in", ss.blocks_swapped_in},
                       {"blocks_swap_resumed_from_cache", ss.blocks_swap_resumed_from_cache},
                       {"blocks_swap_dropped", ss.blocks_swap_dropped},
+                      {"blocks_swap_copies_deferred", ss.blocks_swap_copies_deferred},
+                      {"blocks_swap_copies_skipped", ss.blocks_swap_copies_skipped},
                       {"admission_pauses", ss.admission_pauses}};
   j["pool_snapshot"] = {{"moment", run.pool_moment},
                         {"after_step", run.pool.step},
@@ -443,10 +445,13 @@ std::string format_report(const nlohmann::json& j, const DemoRun& run, const Dem
       pre["swap"].get<uint64_t>() == 0
           ? std::string()
           : fmt::format(" ({} blocks swapped out: {} copied back in, {} still in the device prefix cache at resume, "
-                        "{} dropped with cancelled requests)",
+                        "{} dropped with cancelled requests; {} copied out to host, {} copies deferred and never "
+                        "needed)",
                         pre["blocks_swapped_out"].get<uint64_t>(), pre["blocks_swapped_in"].get<uint64_t>(),
                         pre["blocks_swap_resumed_from_cache"].get<uint64_t>(),
-                        pre["blocks_swap_dropped"].get<uint64_t>());
+                        pre["blocks_swap_dropped"].get<uint64_t>(),
+                        pre["blocks_swapped_out"].get<uint64_t>() - pre["blocks_swap_copies_skipped"].get<uint64_t>(),
+                        pre["blocks_swap_copies_skipped"].get<uint64_t>());
   r += fmt::format("preemption    {} by recompute, {} by swap{}; admission paused {} times (high watermark)\n",
                    pre["recompute"].get<uint64_t>(), pre["swap"].get<uint64_t>(), swapped,
                    pre["admission_pauses"].get<uint64_t>());

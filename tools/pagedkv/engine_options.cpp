@@ -31,6 +31,10 @@ void EngineOptions::add_to(CLI::App& app) {
                  "offload only evicted blocks with at least this many prefix hits")->capture_default_str();
   app.add_flag("--disk-write-through", disk_write_through,
                "write every computed block to the disk tier at once (default: at eviction and at exit)");
+  app.add_flag("--lazy-swap-copies,!--eager-swap-copies", lazy_swap_copies,
+               "with tiers, copy a swapped-out block only when the device prefix cache drops it (blocks "
+               "resumed from the device cache are never copied); --eager-swap-copies copies all at once")
+      ->capture_default_str();
 }
 
 EngineConfig EngineOptions::to_config() const {
@@ -56,6 +60,8 @@ EngineConfig EngineOptions::to_config() const {
   c.tiers.disk_cache_bytes = parse_byte_size(disk_cache_bytes);
   c.tiers.offload_min_hits = offload_min_hits;
   c.tiers.write_through = disk_write_through;
+  c.tiers.lazy_swap_copies = lazy_swap_copies;
+  c.scheduler.lazy_swap_copies = lazy_swap_copies;
   return c;
 }
 

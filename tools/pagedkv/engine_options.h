@@ -27,6 +27,7 @@ struct EngineOptions {
   std::string disk_cache_bytes = "1GiB";
   unsigned offload_min_hits = 0;
   bool disk_write_through = false;
+  bool lazy_swap_copies = true;
 
   void add_to(CLI::App& app);
   EngineConfig to_config() const;  // throws ConfigError

@@ -137,6 +137,10 @@ class BlockPool {
   // Called just before a cached block's content is dropped to reuse the block; its bytes are
   // still intact, so a lower tier can copy them out (offload of evicted prefixes).
   void set_eviction_listener(std::function<void(const KVCacheBlock&)> f) { on_evict_ = std::move(f); }
+  // Called just before a cached block loses its content key for any reason (evicted for reuse,
+  // invalidated, prefix-cache reset), after the eviction listener. Its bytes stay intact until
+  // the block is next allocated, so a copy issued now still reads them (deferred swap copies).
+  void set_uncache_listener(std::function<void(const KVCacheBlock&, RemovalReason)> f) { on_uncache_ = std::move(f); }
 
   const BlockPoolStats& stats() const { return stats_; }
   // Events since the last call (empty unless enabled).
@@ -197,6 +201,7 @@ class BlockPool {
   BlockPoolStats stats_;
   std::vector<KVEvent> events_;
   std::function<void(const KVCacheBlock&)> on_evict_;
+  std::function<void(const KVCacheBlock&, RemovalReason)> on_uncache_;
 };
 
 // The lookup is on every admission's path (once per prompt block): inline, with the match

@@ -113,6 +113,7 @@ class LLMEngine {
   void check_invariants() const {
     manager_.check_invariants();
     if (tiers_) tiers_->check_invariants();
+    scheduler_.check_invariants();
   }
   // The KV tiers below the arena, or null when none are configured.
   const TieredKVCache* tiers() const { return tiers_.get(); }

@@ -62,6 +62,10 @@ struct SchedulerStats {
   uint64_t blocks_swapped_in = 0;
   uint64_t blocks_swap_resumed_from_cache = 0;
   uint64_t blocks_swap_dropped = 0;
+  // Swap-out copies deferred (lazy_swap_copies) and, of those, never made: the block was resumed
+  // from the device cache or its request ended while swapped.
+  uint64_t blocks_swap_copies_deferred = 0;
+  uint64_t blocks_swap_copies_skipped = 0;
   uint64_t cow_copies = 0;
   uint64_t admissions = 0;
   uint64_t admission_pauses = 0;  // times the high watermark stopped admission
@@ -71,6 +75,9 @@ class Scheduler {
  public:
   // `swap_blocks`: host swap-space blocks (0 disables swapping).
   Scheduler(SchedulerConfig config, KVCacheManager& manager, int swap_blocks);
+  ~Scheduler();  // unregisters its pool listener (lazy swap copies)
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
 
   // Queues a new request (status waiting). Its id must be unique among live requests.
   SchedulerRequest& add_request(std::unique_ptr<SchedulerRequest> request);
@@ -102,6 +109,9 @@ class Scheduler {
   const SwapSpace& swap_space() const { return swap_; }
   const KVCacheManager& manager() const { return manager_; }
   const SchedulerConfig& config() const { return config_; }
+  // Deferred swap copies consistent with the swapped requests and the device cache; throws
+  // InvariantError. (The engine's checker calls it with the manager's.)
+  void check_invariants() const;
 
  private:
   void enqueue_waiting(SchedulerRequest* r);
@@ -112,6 +122,11 @@ class Scheduler {
   void finish(SchedulerRequest* r, FinishReason reason);
   bool check_stop(SchedulerRequest* r, TokenId token);
   void remove_running(SchedulerRequest* r);
+  // Lazy swap copies (no tiers): the pool is dropping device block `b` from its cache.
+  void on_device_uncache(const KVCacheBlock& b);
+  // Forgets `r`'s deferred copies: `copy` emits the still-needed ones (index >= first_needed)
+  // into `out` before their swap-in; the others are counted as skipped.
+  void settle_deferred_copies(SchedulerRequest* r, int first_needed, SchedulerOutput* out);
 
   SchedulerConfig config_;
   KVCacheManager& manager_;
@@ -126,6 +141,14 @@ class Scheduler {
   uint64_t next_child_id_ = 1ull << 62;
   bool admitting_ = true;
   TieredKVCache* tiers_ = nullptr;
+  struct DeferredSwapCopy {
+    SchedulerRequest* owner = nullptr;
+    int index = 0;
+  };
+  // Device block -> the swapped blocks (of one or more victims sharing it) awaiting its copy.
+  std::unordered_map<int32_t, std::vector<DeferredSwapCopy>> deferred_swaps_;
+  std::vector<std::pair<BlockId, BlockId>> due_swap_copies_;      // made due since the last schedule()
+  bool listening_ = false;
   ComputedBlocks hits_;
   SchedulerStats stats_;
 };

@@ -25,6 +25,11 @@ struct SchedulerConfig {
   // mark, so the engine does not oscillate between admitting and preempting.
   double admit_high_watermark = 0.95;
   double admit_low_watermark = 0.80;
+  // Swap space without KV tiers: a victim block that stays in the device prefix cache after the
+  // victim frees it is copied to host only if the pool drops it (evicted for reuse, invalidated,
+  // reset) before the victim resumes; blocks resumed from the device cache are never copied.
+  // (With tiers, TierConfig::lazy_swap_copies does the same.)
+  bool lazy_swap_copies = false;
   void validate() const;  // throws ConfigError
 };
 

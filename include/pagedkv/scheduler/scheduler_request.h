@@ -37,6 +37,9 @@ struct SchedulerRequest {
   int sample_index = 0;       // 0 for the parent, 1..n-1 for its children
   // Swap state: host copies of the first ceil(swapped_tokens / block_size) blocks.
   std::vector<BlockId> host_blocks;
+  // SchedulerConfig::lazy_swap_copies: per host block, the device block whose copy into it is
+  // still deferred (-1: copied, or never deferred).
+  std::vector<int32_t> deferred_swap_sources;
   int swapped_tokens = 0;
   bool swap_in_pending = false;  // KV tiers: its swapped blocks are loading into its device blocks
   // Accounting.

@@ -55,6 +55,8 @@ struct TierStats {
   uint64_t demotions = 0;          // of those, written down to the next tier first
   uint64_t dropped = 0;            // stores refused: every slot pinned or in flight, or tier degraded
   uint64_t swapped_out_blocks = 0; // swap preemption
+  uint64_t swap_copies_deferred = 0;  // of those, cached on the device: copied only if dropped there
+  uint64_t swap_copies_skipped = 0;   // deferred copies never made (the device cache still held them)
   uint64_t swapped_in_blocks = 0;
   uint64_t corrupt_blocks = 0;     // failed verification (checksum, short read, key): a miss, reclaimed
   uint64_t io_errors = 0;          // failed reads or writes

@@ -18,7 +18,12 @@
 //  Swap preemption. A victim's blocks go to pinned host slots, and to pinned disk slots when the
 //  host tier is full (host cached blocks are demoted to make room first); swap-in loads them
 //  into new device blocks. A disk block that fails verification makes the swap-in fail: the
-//  scheduler then recomputes the request (never feeds it bad KV).
+//  scheduler then recomputes the request (never feeds it bad KV). With lazy_swap_copies, a
+//  victim block that stays in the device prefix cache after the victim frees it is not copied
+//  at swap-out: its slot is reserved, and the copy is made only when the device cache drops the
+//  block (the pool's uncache listener, while its bytes are intact) or when the swap-in needs it
+//  past the prefix the device cache still holds. Blocks resumed from the device cache are then
+//  never copied at all.
 //
 //  Warm restart. At a clean shutdown every cached device and host block not yet on disk is
 //  written down (or as they are computed, with write-through); a new process with the same
@@ -55,6 +60,7 @@ struct TierConfig {
   bool use_io_uring = true;
   bool use_o_direct = true;
   bool log_degraded = true;
+  bool lazy_swap_copies = false;        // defer swap-out copies of device-cached blocks (see above)
   std::function<int(const DiskIoRequest&)> disk_fault_injection;  // tests
   bool enabled() const { return host_cache_bytes > 0 || !disk_cache_dir.empty(); }
 };
@@ -83,7 +89,9 @@ class TieredKVCache {
 
   // ---- swap preemption ---------------------------------------------------------------------
   // Copies the victim's blocks down (they may be reused by the pool right after this returns:
-  // the copies run before the next forward). False, with nothing changed, when there is no room.
+  // the copies run before the next forward). With lazy_swap_copies, blocks cached on the device
+  // are copied only once the pool drops them (see above): only reuse through the pool is safe.
+  // False, with nothing changed, when there is no room.
   bool swap_out(RequestId id, std::span<const BlockId> blocks);
   enum class SwapInState { kDone, kLoading, kFailed };
   // Loads swapped blocks [first_block, first_block + dst.size()) into `dst`; blocks before
@@ -124,6 +132,7 @@ class TieredKVCache {
   struct Location {
     TierKind tier;
     int32_t slot;
+    int32_t deferred_block = -1;  // lazy_swap_copies: the device block still to copy into the slot
   };
   struct SwapRecord {
     std::vector<Location> blocks;
@@ -142,6 +151,10 @@ class TieredKVCache {
   };
 
   void on_device_evict(const KVCacheBlock& b);
+  void on_device_uncache(const KVCacheBlock& b);
+  void forget_deferred(int32_t block, RequestId owner);  // `owner` no longer waits for `block`'s copy
+  // Queues the copy of swapped block `index` of `owner` from `device_block` into its slot.
+  void queue_swap_copy(RequestId owner, int index, int32_t device_block, const Location& l);
   void on_host_evict(int32_t slot);
   bool store_on_disk(TierKind source, int32_t source_block, const BlockContentKey& key, TransferPurpose purpose);
   TransferHandle submit_pending();
@@ -163,6 +176,12 @@ class TieredKVCache {
   TransferBatch pending_;
   std::vector<TransferHandle> outstanding_;
   std::unordered_map<RequestId, SwapRecord> swaps_;
+  struct DeferredCopy {
+    RequestId owner;
+    int index = 0;
+  };
+  // Device block -> the swapped blocks (of one or more victims sharing it) awaiting its copy.
+  std::unordered_map<int32_t, std::vector<DeferredCopy>> deferred_;
   std::unordered_map<RequestId, Promotion> promotions_;
   std::unordered_map<RequestId, std::vector<std::pair<int, TierKind>>> promoted_blocks_;  // block index -> source
   std::vector<BlockHash> written_through_;     // per device block: hash last written through
