@@ -35,6 +35,16 @@ TierConfig disk_only(const std::string& dir, int blocks) {
   return c;
 }
 
+// Starts the swap-in of `id` and polls (as the scheduler does between steps) until it settles.
+SwapInState swap_in_and_wait(TieredKVCache& t, RequestId id, int first_block, std::span<const BlockId> dst) {
+  SwapInState s = t.start_swap_in(id, first_block, dst);
+  for (int i = 0; i < 5000 && s == SwapInState::kLoading; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    s = t.poll_swap_in(id);
+  }
+  return s;
+}
+
 // Pushes request `r`'s cached blocks out of the device pool by running `fillers` distinct
 // requests that need every block.
 void evict_everything(Device& d, TieredKVCache& t, uint64_t first_id) {
@@ -266,11 +276,7 @@ TEST(TieredCache, SwapOutGoesToHostThenDiskAndComesBackByteForByte) {
   back.num_computed_tokens = 0;
   ASSERT_TRUE(d.manager.allocate_slots(back, 22));
   const auto dst = d.manager.get_block_ids(back);
-  SwapInState s = t.start_swap_in(back.id, 0, dst);
-  for (int i = 0; i < 5000 && s == SwapInState::kLoading; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    s = t.poll_swap_in(back.id);
-  }
+  SwapInState s = swap_in_and_wait(t, back.id, 0, dst);
   ASSERT_EQ(s, SwapInState::kDone);
   for (size_t i = 0; i < dst.size(); ++i) EXPECT_TRUE(block_holds(d.arena, dst[i], BlockHash{77, i})) << i;
   EXPECT_FALSE(t.has_swap(back.id));
@@ -319,11 +325,7 @@ TEST(TieredCache, LazySwapCopiesOnlyBlocksTheDeviceCacheDrops) {
   ASSERT_EQ(h2.num_computed_tokens, 16);
   ASSERT_TRUE(d.manager.allocate_slots(back, 6, 16, &h2));
   const auto table = d.manager.get_block_ids(back);
-  SwapInState s = t.start_swap_in(back.id, 4, table.subspan(4, 2));
-  for (int i = 0; i < 5000 && s == SwapInState::kLoading; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    s = t.poll_swap_in(back.id);
-  }
+  SwapInState s = swap_in_and_wait(t, back.id, 4, table.subspan(4, 2));
   ASSERT_EQ(s, SwapInState::kDone);
   for (size_t i = 0; i < table.size(); ++i) EXPECT_TRUE(block_holds(d.arena, table[i], pattern(i))) << i;
   EXPECT_EQ(t.host()->stats().swap_copies_skipped, 3u);  // blocks 0-2: never copied
@@ -367,11 +369,7 @@ TEST(TieredCache, LazySwapCopiesOnResetAndAtSwapIn) {
     ASSERT_TRUE(d.manager.allocate_slots(back, 20));
     const auto table = d.manager.get_block_ids(back);
     // start_swap_in addresses the swap by the swapped request's id.
-    SwapInState s = t.start_swap_in(r.id, 0, table);
-    for (int i = 0; i < 5000 && s == SwapInState::kLoading; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      s = t.poll_swap_in(r.id);
-    }
+    SwapInState s = swap_in_and_wait(t, r.id, 0, table);
     ASSERT_EQ(s, SwapInState::kDone);
     for (size_t i = 0; i < table.size(); ++i) EXPECT_TRUE(block_holds(d.arena, table[i], r.block_hashes[i])) << i;
     EXPECT_EQ(t.host()->slots().num_pinned(), 0);
@@ -412,11 +410,7 @@ TEST(TieredCache, SwapRefusedWithoutRoomAndFailsOnACorruptDiskBlock) {
   Request back = r;
   back.num_computed_tokens = 0;
   ASSERT_TRUE(d.manager.allocate_slots(back, 12));
-  SwapInState s = t.start_swap_in(back.id, 0, d.manager.get_block_ids(back));
-  for (int i = 0; i < 5000 && s == SwapInState::kLoading; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    s = t.poll_swap_in(back.id);
-  }
+  SwapInState s = swap_in_and_wait(t, back.id, 0, d.manager.get_block_ids(back));
   EXPECT_EQ(s, SwapInState::kFailed);  // the scheduler recomputes: bad KV is never used
   EXPECT_EQ(t.disk()->stats().corrupt_blocks, static_cast<uint64_t>(corrupt_reads));
   check_all(d, t);
