@@ -402,8 +402,10 @@ EngineConfig engine_config(int block_size, int num_blocks, const py::object& kv_
                            const std::string& hash_algorithm, uint64_t hash_seed, int max_model_len, int max_num_seqs,
                            int max_num_batched_tokens, const std::string& preemption_mode, bool check_invariants,
                            const py::object& host_cache_memory, const std::optional<std::string>& disk_cache_dir,
-                           const py::object& disk_cache_memory) {
+                           const py::object& disk_cache_memory, bool lazy_swap_copies) {
   EngineConfig c;
+  c.scheduler.lazy_swap_copies = lazy_swap_copies;
+  c.tiers.lazy_swap_copies = lazy_swap_copies;
   c.tiers.host_cache_bytes = byte_size_arg(host_cache_memory, "host_cache_memory");
   c.tiers.disk_cache_dir = disk_cache_dir.value_or("");
   c.tiers.disk_cache_bytes = byte_size_arg(disk_cache_memory, "disk_cache_memory");
@@ -445,11 +447,11 @@ void bind_llm(py::module_& m) {
                        uint64_t hash_seed, int max_model_len, int max_num_seqs, int max_num_batched_tokens,
                        const std::string& preemption_mode, TokenId eos_token_id, bool check_invariants,
                        const py::object& host_cache_memory, const std::optional<std::string>& disk_cache_dir,
-                       const py::object& disk_cache_memory) {
+                       const py::object& disk_cache_memory, bool lazy_swap_copies) {
              EngineConfig c = engine_config(block_size, num_blocks, kv_cache_memory, kv_cache_dtype, swap_space,
                                             enable_prefix_caching, hash_algorithm, hash_seed, max_model_len,
                                             max_num_seqs, max_num_batched_tokens, preemption_mode, check_invariants,
-                                            host_cache_memory, disk_cache_dir, disk_cache_memory);
+                                            host_cache_memory, disk_cache_dir, disk_cache_memory, lazy_swap_copies);
              return std::make_unique<PyLLM>(model, tokenizer, std::move(c), eos_token_id);
            }),
            py::arg("model"), py::arg("tokenizer") = py::none(), py::kw_only(), py::arg("block_size") = 16,
@@ -460,6 +462,7 @@ void bind_llm(py::module_& m) {
            py::arg("preemption_mode") = "auto", py::arg("eos_token_id") = Tokenizer::kBos,
            py::arg("check_invariants") = false, py::arg("host_cache_memory") = 0,
            py::arg("disk_cache_dir") = py::none(), py::arg("disk_cache_memory") = "1GiB",
+           py::arg("lazy_swap_copies") = false,
            "model: a llama2.c checkpoint; tokenizer: its tok*.bin (needed for text prompts and output text).\n"
            "num_blocks: KV pool size (null block included); 0 sizes it from kv_cache_memory (bytes or '16MiB').\n"
            "kv_cache_dtype: fp32 (bit-exact with llama2.c), fp16 or bf16. swap_space: host bytes for swap "
@@ -467,7 +470,9 @@ void bind_llm(py::module_& m) {
            "a sample (llama2.c's run stops on BOS, id 1); -1 for none.\n"
            "host_cache_memory / disk_cache_dir (+ disk_cache_memory): KV tiers below the arena. Evicted "
            "prefixes are offloaded there and promoted back on a hit; the disk tier survives restarts "
-           "(cached blocks are written down when the LLM is destroyed).")
+           "(cached blocks are written down when the LLM is destroyed).\n"
+           "lazy_swap_copies: copy a swapped-out block only if the device prefix cache drops it before its "
+           "request resumes (blocks resumed from the cache are never copied).")
       .def("generate",
            [](py::object self, const py::object& prompts, const py::object& sampling_params) {
              PyLLM& llm = self.cast<PyLLM&>();

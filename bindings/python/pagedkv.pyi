@@ -493,6 +493,7 @@ class LLM:
         host_cache_memory: Union[int, str] = 0,
         disk_cache_dir: Optional[str] = None,
         disk_cache_memory: Union[int, str] = "1GiB",
+        lazy_swap_copies: bool = False,
     ) -> None: ...
     def generate(
         self,

@@ -143,6 +143,10 @@ void Scheduler::finish(SchedulerRequest* r, FinishReason reason) {
       r->swap_in_pending = false;
     } else {
       settle_deferred_copies(r, 0, nullptr);
+      // Copies made due since the last schedule() must not land in host blocks handed out again.
+      std::erase_if(due_swap_copies_, [&](const std::pair<BlockId, BlockId>& c) {
+        return std::find(r->host_blocks.begin(), r->host_blocks.end(), c.second) != r->host_blocks.end();
+      });
       swap_.free(r->host_blocks);
     }
     r->host_blocks.clear();

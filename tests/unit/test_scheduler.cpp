@@ -382,6 +382,32 @@ TEST(Scheduler, SwappedKVComesBackWithEagerAndLazyCopies) {
   EXPECT_LT(copies[1], copies[0]);
 }
 
+// Lazy swap copies made due between steps (a prefix-cache reset drops the victim's deferred
+// blocks) are not emitted once the victim is aborted: its host blocks may be handed out again.
+TEST(Scheduler, LazySwapCopiesOfAnAbortedVictimAreDropped) {
+  SchedulerConfig c = config(4, 64, PreemptionMode::kSwap);
+  c.lazy_swap_copies = true;
+  Harness h(8, 4, c, 8);  // 7 usable
+  h.add(1, iota_tokens(8, 100), 0, 100);
+  h.add(2, iota_tokens(8, 200), 0, 100);
+  int guard = 0;
+  while (h.scheduler.num_swapped() == 0 && ++guard < 20) h.step();
+  ASSERT_EQ(h.scheduler.num_swapped(), 1);
+  ASSERT_GT(h.scheduler.stats().blocks_swap_copies_deferred, 0u);
+  const SchedulerRequest* victim = h.scheduler.find(RequestId{2})->status == RequestStatus::kSwapped
+                                       ? h.scheduler.find(RequestId{2})
+                                       : h.scheduler.find(RequestId{1});
+  const std::vector<BlockId> host_blocks = victim->host_blocks;
+  const RequestId victim_id = victim->kv.id;
+  (void)h.manager.reset_prefix_cache();  // the deferred copies are due now
+  ASSERT_TRUE(h.scheduler.abort_request(victim_id));
+  const SchedulerOutput out = h.step();
+  for (const auto& [device, host] : out.swap_out)
+    EXPECT_EQ(std::find(host_blocks.begin(), host_blocks.end(), host), host_blocks.end())
+        << "a copy into host block " << host.value << " of the aborted victim";
+  EXPECT_EQ(h.scheduler.swap_space().num_free(), 8);
+}
+
 // fbb1797: A (low priority) decodes the token that completes its block, which allocate_slots
 // caches at once; B, scheduled after it in the same step, needs a block and preempts A. A's
 // token is never computed, so its block must leave the prefix cache as invalidated. Kept cached,
