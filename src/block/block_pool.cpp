@@ -46,7 +46,6 @@ bool BlockPool::allocate(int n, std::vector<BlockId>& out) {
       if (next.has_hash) cache_map_.prefetch(map_key(next.hash, next.group));
     }
     if (b.has_hash) {
-      if (on_evict_) on_evict_(b);
       if (uncache(b, RemovalReason::kEvicted)) ++stats_.evicted_entries;
       ++stats_.evictions;
     }

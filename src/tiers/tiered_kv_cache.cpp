@@ -55,13 +55,10 @@ TieredKVCache::TieredKVCache(TierConfig config, KVCacheManager& manager, KVArena
   }
   transfers_ = std::make_unique<TransferEngine>(device_, host_ ? &host_->arena() : nullptr, disk_.get());
   written_through_.resize(static_cast<size_t>(manager_.pool().num_blocks()));
-  manager_.pool().set_eviction_listener([this](const KVCacheBlock& b) { on_device_evict(b); });
-  if (config_.lazy_swap_copies)
-    manager_.pool().set_uncache_listener([this](const KVCacheBlock& b, RemovalReason) { on_device_uncache(b); });
+  manager_.pool().set_uncache_listener([this](const KVCacheBlock& b, RemovalReason why) { on_device_uncache(b, why); });
 }
 
 TieredKVCache::~TieredKVCache() {
-  manager_.pool().set_eviction_listener({});
   manager_.pool().set_uncache_listener({});
   try {
     submit_pending();
@@ -492,8 +489,9 @@ void TieredKVCache::forget_deferred(int32_t block, RequestId owner) {
   if (it->second.empty()) deferred_.erase(it);
 }
 
-void TieredKVCache::on_device_uncache(const KVCacheBlock& b) {
-  auto it = deferred_.find(b.id.value);
+void TieredKVCache::on_device_uncache(const KVCacheBlock& b, RemovalReason why) {
+  if (why == RemovalReason::kEvicted) on_device_evict(b);
+  auto it = deferred_.find(b.id.value);  // lazy_swap_copies: copy now, whatever the reason
   if (it == deferred_.end()) return;
   for (const DeferredCopy& d : it->second) {
     Location& l = swaps_.at(d.owner).blocks[static_cast<size_t>(d.index)];

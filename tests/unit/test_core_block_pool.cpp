@@ -248,7 +248,8 @@ TEST(CoreBlockPool, ReusingACachedFreeBlockEvictsItCountsItAndReportsIt) {
   CheckedPool pool(std::move(o));
   std::vector<int32_t> evicted_seen;
   std::vector<TokenId> evicted_tokens;
-  pool->set_eviction_listener([&](const KVCacheBlock& b) {
+  pool->set_uncache_listener([&](const KVCacheBlock& b, RemovalReason why) {
+    EXPECT_EQ(why, RemovalReason::kEvicted);
     evicted_seen.push_back(b.id.value);
     EXPECT_TRUE(b.has_hash) << "the listener runs before the content is dropped";
     auto t = pool->cached_tokens(b.id);

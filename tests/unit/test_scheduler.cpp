@@ -412,12 +412,13 @@ TEST(Scheduler, LazySwapCopiesOfAnAbortedVictimAreDropped) {
 // caches at once; B, scheduled after it in the same step, needs a block and preempts A. A's
 // token is never computed, so its block must leave the prefix cache as invalidated. Kept cached,
 // the block is at the front of the free queue and B's allocation evicts it as if it held KV:
-// the eviction listener (the KV tiers offload evicted blocks there) would store KV that was
-// never written.
+// the pool's uncache listener (the KV tiers offload evicted blocks there) would report it as
+// evicted content, KV that was never written.
 TEST(Scheduler, VictimPreemptedAfterItsChunkLeavesNoUncomputedBlockCached) {
   Harness h(6, 2, config(4, 64));  // 5 usable blocks of 2 tokens
   std::vector<std::vector<TokenId>> evicted;
-  h.manager.pool().set_eviction_listener([&](const KVCacheBlock& b) {
+  h.manager.pool().set_uncache_listener([&](const KVCacheBlock& b, RemovalReason why) {
+    if (why != RemovalReason::kEvicted) return;  // invalidating it is the fix
     const auto t = h.manager.pool().cached_tokens(b.id);
     evicted.emplace_back(t.begin(), t.end());
   });

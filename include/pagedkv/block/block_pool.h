@@ -134,12 +134,10 @@ class BlockPool {
   const BlockHash& cached_parent(BlockId id) const { return meta_[static_cast<size_t>(id.value)].parent; }
   uint64_t cached_extra_digest(BlockId id) const { return meta_[static_cast<size_t>(id.value)].extra_digest; }
 
-  // Called just before a cached block's content is dropped to reuse the block; its bytes are
-  // still intact, so a lower tier can copy them out (offload of evicted prefixes).
-  void set_eviction_listener(std::function<void(const KVCacheBlock&)> f) { on_evict_ = std::move(f); }
-  // Called just before a cached block loses its content key for any reason (evicted for reuse,
-  // invalidated, prefix-cache reset), after the eviction listener. Its bytes stay intact until
-  // the block is next allocated, so a copy issued now still reads them (deferred swap copies).
+  // Called just before a cached block loses its content key: evicted to reuse the block
+  // (RemovalReason::kEvicted), invalidated, or dropped by a prefix-cache reset. Its bytes stay
+  // intact until the block is next allocated, so a lower tier can copy them out now (offload of
+  // evicted prefixes, deferred swap copies). One listener at a time.
   void set_uncache_listener(std::function<void(const KVCacheBlock&, RemovalReason)> f) { on_uncache_ = std::move(f); }
 
   const BlockPoolStats& stats() const { return stats_; }
@@ -200,7 +198,6 @@ class BlockPool {
   int num_cached_ = 0;
   BlockPoolStats stats_;
   std::vector<KVEvent> events_;
-  std::function<void(const KVCacheBlock&)> on_evict_;
   std::function<void(const KVCacheBlock&, RemovalReason)> on_uncache_;
 };
 

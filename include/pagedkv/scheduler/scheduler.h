@@ -124,8 +124,8 @@ class Scheduler {
   void remove_running(SchedulerRequest* r);
   // Lazy swap copies (no tiers): the pool is dropping device block `b` from its cache.
   void on_device_uncache(const KVCacheBlock& b);
-  // Forgets `r`'s deferred copies: `copy` emits the still-needed ones (index >= first_needed)
-  // into `out` before their swap-in; the others are counted as skipped.
+  // Forgets `r`'s deferred copies: the still-needed ones (index >= first_needed) go into `out`,
+  // ahead of their swap-in; the others (all of them when `out` is null) are counted as skipped.
   void settle_deferred_copies(SchedulerRequest* r, int first_needed, SchedulerOutput* out);
 
   SchedulerConfig config_;

@@ -2,8 +2,8 @@
 //
 // Three uses, all driven from the scheduler's thread (the transfer engine moves the bytes):
 //
-//  Offload of evicted prefixes. The pool's eviction listener fires just before a cached device
-//  block is reused; if the block was hit at least `offload_min_hits` times, its bytes and content
+//  Offload of evicted prefixes. The pool's uncache listener fires just before a cached device
+//  block is evicted for reuse; if the block was hit at least `offload_min_hits` times, its bytes and content
 //  key are copied down to the host tier (to disk when there is no host tier). Host LRU victims
 //  are written to disk (demotion). Tiers are inclusive: a block may be cached on several tiers.
 //
@@ -69,7 +69,7 @@ class TieredKVCache {
  public:
   // `manager`'s pool and `device` (the arena holding its blocks' bytes) must outlive this object.
   // `model_digest` identifies the model's weights (see kv_layout_fingerprint). `swap_bytes` is
-  // added to the host tier for swapped-out requests. Registers the pool's eviction listener.
+  // added to the host tier for swapped-out requests. Registers the pool's uncache listener.
   // Throws ConfigError for configurations with several KV-cache groups.
   TieredKVCache(TierConfig config, KVCacheManager& manager, KVArena& device, uint64_t model_digest,
                 size_t swap_bytes = 0);
@@ -151,7 +151,7 @@ class TieredKVCache {
   };
 
   void on_device_evict(const KVCacheBlock& b);
-  void on_device_uncache(const KVCacheBlock& b);
+  void on_device_uncache(const KVCacheBlock& b, RemovalReason why);
   void forget_deferred(int32_t block, RequestId owner);  // `owner` no longer waits for `block`'s copy
   // Queues the copy of swapped block `index` of `owner` from `device_block` into its slot.
   void queue_swap_copy(RequestId owner, int index, int32_t device_block, const Location& l);
