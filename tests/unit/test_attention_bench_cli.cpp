@@ -49,6 +49,12 @@ TEST_F(BenchAttentionCli, QuickJsonReportHasOneObjectPerCase) {
     EXPECT_GT(c["gbps"].get<double>(), 0.0);
     EXPECT_GT(c["paged_over_contiguous"].get<double>(), 0.0);
     EXPECT_EQ(c["context_len"], 512);
+    // The baseline is probed between the case's own rounds, and the fraction is a median of
+    // per-round fractions: close to, but not exactly, gbps over the case's median bandwidth.
+    const double bw = c["read_bandwidth_gbps"].get<double>();
+    EXPECT_GT(bw, 0.0);
+    EXPECT_GT(c["fraction_of_bandwidth"].get<double>(), 0.0);
+    EXPECT_LT(c["fraction_of_bandwidth"].get<double>(), 100 * c["gbps"].get<double>() / bw);
   }
   EXPECT_EQ(cases[0]["dtype"], "fp32");
   EXPECT_EQ(cases[3]["dtype"], "fp16");

@@ -7,6 +7,9 @@
 //      context), so paged_over_contiguous = paged time / contiguous time is what paging costs.
 // Each call reads one layer of an arena with enough layers that a pass over them is at least
 // --rotate-mib, as a model's layers would be, so small contexts are not served from the L3.
+// The three are measured in interleaved rounds (bandwidth, paged, contiguous; then the reverse),
+// and the ratios are medians of per-round ratios: on a shared machine the bandwidth moves by up to
+// 2x between seconds, so only measurements taken side by side compare.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -44,7 +47,7 @@ struct BenchOptions {
   double rotate_mib = 256;   // rotate layers until one pass reads this much: 8x this machine's L3
   double bandwidth_mib = 1024;
   double seconds = 0.25;     // measuring time per variant of a case
-  int rounds = 5;            // the time is the median over this many rounds
+  int rounds = 7;            // interleaved rounds; times and ratios are medians over them
   std::string isa = "auto";
   std::string clock = "wall";  // or "cpu": the one kernel thread's CPU time (needs --threads 1)
   bool json = false;
@@ -55,6 +58,11 @@ struct Measured {
   double gbps = 0;
 };
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 struct CaseResult {
   std::string dtype;
   int context = 0, batch = 0;
@@ -62,6 +70,9 @@ struct CaseResult {
   int layers = 0;
   std::optional<std::string> skipped;
   Measured paged, contiguous;
+  double read_bandwidth = 0;         // median of the probes taken between this case's rounds
+  double fraction_of_bandwidth = 0;  // median over rounds of paged GB/s / that round's bandwidth
+  double paged_over_contiguous = 0;  // median over rounds of paged time / contiguous time
 };
 
 // Bytes of K and V one decode call reads: every request's whole context, every KV head.
@@ -112,63 +123,57 @@ class KVBuffer {
   KVArena arena_;
 };
 
-// Times decode calls over a batch whose requests each have `context` tokens, rotating layers.
-Measured time_decode(const BenchOptions& o, KVBuffer& buffer, DType dtype, int context, int batch, bool paged,
-                     int layers, KernelIsa isa, std::mt19937_64& rng) {
-  const int blocks_per_request = paged ? (context + o.block_size - 1) / o.block_size : 1;
-  const int block_size = paged ? o.block_size : context;
-  const int num_blocks = batch * blocks_per_request + 1;  // + the null block
-  const size_t plane = plane_bytes(dtype, context, batch, paged, o.block_size);
-  const size_t layer = layer_bytes(dtype, context, batch, paged, o.block_size);
-  if (layer * static_cast<size_t>(layers) > buffer.bytes())
-    throw InvariantError("bench attention: the K/V buffer is too small for its largest case");
-  std::vector<KVLayerView> views;
-  for (int l = 0; l < layers; ++l) {
-    KVLayerView v;
-    v.key = buffer.data() + static_cast<size_t>(l) * layer;
-    v.value = static_cast<std::byte*>(v.key) + plane;
-    v.dtype = dtype;
-    v.num_blocks = num_blocks;
-    v.block_size = block_size;
-    v.num_kv_heads = kKVHeads;
-    v.head_dim = kHeadDim;
-    views.push_back(v);
+// Decode calls over a batch whose requests each have `context` tokens, paged or contiguous,
+// rotating layers; round() times calls for a while and returns the time per call.
+class DecodeRun {
+ public:
+  DecodeRun(const BenchOptions& o, KVBuffer& buffer, DType dtype, int context, int batch, bool paged, int layers,
+            KernelIsa isa, std::mt19937_64& rng)
+      : layers_(layers), isa_(isa), cpu_clock_(o.clock == "cpu") {
+    const int blocks_per_request = paged ? (context + o.block_size - 1) / o.block_size : 1;
+    const int block_size = paged ? o.block_size : context;
+    const int num_blocks = batch * blocks_per_request + 1;  // + the null block
+    const size_t plane = plane_bytes(dtype, context, batch, paged, o.block_size);
+    const size_t layer = layer_bytes(dtype, context, batch, paged, o.block_size);
+    if (layer * static_cast<size_t>(layers) > buffer.bytes())
+      throw InvariantError("bench attention: the K/V buffer is too small for its largest case");
+    for (int l = 0; l < layers; ++l) {
+      KVLayerView v;
+      v.key = buffer.data() + static_cast<size_t>(l) * layer;
+      v.value = static_cast<std::byte*>(v.key) + plane;
+      v.dtype = dtype;
+      v.num_blocks = num_blocks;
+      v.block_size = block_size;
+      v.num_kv_heads = kKVHeads;
+      v.head_dim = kHeadDim;
+      views_.push_back(v);
+    }
+    // Paged: every request's blocks are scattered over the whole pool. Contiguous: request i's
+    // single block holds its context as one [context][heads][dim] array.
+    ids_.resize(static_cast<size_t>(num_blocks - 1));
+    std::iota(ids_.begin(), ids_.end(), 1);
+    if (paged) std::shuffle(ids_.begin(), ids_.end(), rng);
+    query_start_.resize(static_cast<size_t>(batch) + 1);
+    std::iota(query_start_.begin(), query_start_.end(), 0);
+    context_lens_.assign(static_cast<size_t>(batch), context);
+    batch_.num_requests = batch;
+    batch_.query_start = query_start_.data();
+    batch_.context_lens = context_lens_.data();
+    batch_.block_tables = ids_.data();
+    batch_.block_table_stride = blocks_per_request;
+    shape_.num_q_heads = kQueryHeads;
+    shape_.num_kv_heads = kKVHeads;
+    shape_.head_dim = kHeadDim;
+    shape_.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+    query_.resize(static_cast<size_t>(batch) * kQueryHeads * kHeadDim);
+    out_.resize(query_.size());
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (auto& q : query_) q = normal(rng);
+    for (int l = 0; l < std::min(layers, 2); ++l) call();  // warm-up
   }
 
-  // Paged: every request's blocks are scattered over the whole pool. Contiguous: request i's
-  // single block holds its context as one [context][heads][dim] array.
-  std::vector<int32_t> ids(static_cast<size_t>(num_blocks - 1));
-  std::iota(ids.begin(), ids.end(), 1);
-  if (paged) std::shuffle(ids.begin(), ids.end(), rng);
-  std::vector<int32_t> query_start(static_cast<size_t>(batch) + 1), context_lens(static_cast<size_t>(batch), context);
-  std::iota(query_start.begin(), query_start.end(), 0);
-  PagedAttentionBatch b;
-  b.num_requests = batch;
-  b.query_start = query_start.data();
-  b.context_lens = context_lens.data();
-  b.block_tables = ids.data();
-  b.block_table_stride = blocks_per_request;
-  AttentionShape shape;
-  shape.num_q_heads = kQueryHeads;
-  shape.num_kv_heads = kKVHeads;
-  shape.head_dim = kHeadDim;
-  shape.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
-  std::vector<float> query(static_cast<size_t>(batch) * kQueryHeads * kHeadDim), out(query.size());
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (auto& q : query) q = normal(rng);
-
-  int next_layer = 0;
-  auto call = [&] {
-    paged_attention(shape, b, views[static_cast<size_t>(next_layer)], query.data(), out.data(), isa);
-    next_layer = (next_layer + 1) % layers;
-  };
-  for (int l = 0; l < std::min(layers, 2); ++l) call();  // warm-up
-
-  const bool cpu_clock = o.clock == "cpu";
-  auto now = [cpu_clock] { return cpu_clock ? thread_cpu_seconds() : wall_seconds(); };
-  std::vector<double> per_call;
-  const double round_seconds = o.seconds / o.rounds;
-  for (int r = 0; r < o.rounds; ++r) {
+  double round(double seconds) {
+    auto now = [this] { return cpu_clock_ ? thread_cpu_seconds() : wall_seconds(); };
     int calls = 0;
     const double start = now();
     double elapsed = 0;
@@ -176,12 +181,56 @@ Measured time_decode(const BenchOptions& o, KVBuffer& buffer, DType dtype, int c
       call();
       ++calls;
       elapsed = now() - start;
-    } while (elapsed < round_seconds);
-    per_call.push_back(elapsed / calls);
+    } while (elapsed < seconds);
+    return elapsed / calls;
   }
-  std::sort(per_call.begin(), per_call.end());
-  const double seconds = per_call[per_call.size() / 2];
-  return Measured{seconds * 1e3, case_bytes(dtype, context, batch) / seconds / 1e9};
+
+ private:
+  void call() {
+    paged_attention(shape_, batch_, views_[static_cast<size_t>(next_layer_)], query_.data(), out_.data(), isa_);
+    next_layer_ = (next_layer_ + 1) % layers_;
+  }
+
+  int layers_ = 1, next_layer_ = 0;
+  KernelIsa isa_;
+  bool cpu_clock_ = false;
+  std::vector<KVLayerView> views_;
+  std::vector<int32_t> ids_, query_start_, context_lens_;
+  PagedAttentionBatch batch_;
+  AttentionShape shape_;
+  std::vector<float> query_, out_;
+};
+
+// Interleaved rounds of the bandwidth probe, the paged run and the contiguous run.
+void measure_case(const BenchOptions& o, KVBuffer& buffer, ReadBandwidthProbe& probe, DType dtype, KernelIsa isa,
+                  std::mt19937_64& rng, CaseResult& r) {
+  DecodeRun paged(o, buffer, dtype, r.context, r.batch, true, r.layers, isa, rng);
+  DecodeRun contiguous(o, buffer, dtype, r.context, r.batch, false, r.layers, isa, rng);
+  const double round_seconds = o.seconds / o.rounds;
+  std::vector<double> bandwidth, paged_s, contiguous_s, fraction, ratio;
+  for (int i = 0; i < o.rounds; ++i) {
+    double bw = 0, p = 0, c = 0;
+    if (i % 2 == 0) {
+      bw = probe.gbps();
+      p = paged.round(round_seconds);
+      c = contiguous.round(round_seconds);
+    } else {  // the reverse order, so that a drift over the round favours neither
+      c = contiguous.round(round_seconds);
+      p = paged.round(round_seconds);
+      bw = probe.gbps();
+    }
+    bandwidth.push_back(bw);
+    paged_s.push_back(p);
+    contiguous_s.push_back(c);
+    fraction.push_back(r.kv_bytes / p / 1e9 / bw);
+    ratio.push_back(p / c);
+  }
+  const double p = median(paged_s), c = median(contiguous_s);
+  r.paged = Measured{p * 1e3, r.kv_bytes / p / 1e9};
+  r.contiguous = Measured{c * 1e3, r.kv_bytes / c / 1e9};
+  r.read_bandwidth = median(bandwidth);
+  r.fraction_of_bandwidth = median(fraction);
+  r.paged_over_contiguous = median(ratio);
 }
 
 int run_bench_attention(BenchOptions o, bool quick) {
@@ -209,16 +258,26 @@ int run_bench_attention(BenchOptions o, bool quick) {
     dtypes.push_back(*t);
   }
   const int threads = kernel_threads();
-  const ReadBandwidth bw =
-      measure_read_bandwidth(static_cast<size_t>(o.bandwidth_mib * (1 << 20)), threads, quick ? 3 : 5, o.clock == "cpu");
+  ReadBandwidthProbe probe(static_cast<size_t>(o.bandwidth_mib * (1 << 20)), threads, o.clock == "cpu");
+  ReadBandwidth bw;  // before the cases, for the header: a warm-up pass, then the median of five
+  {
+    (void)probe.gbps();
+    std::vector<double> passes;
+    for (int i = 0; i < (quick ? 3 : 5); ++i) passes.push_back(probe.gbps());
+    bw.gbps_median = median(passes);
+    bw.gbps_best = *std::max_element(passes.begin(), passes.end());
+    bw.bytes = probe.bytes();
+    bw.threads = threads;
+    bw.repeats = static_cast<int>(passes.size());
+  }
 
   if (!o.json) {
     fmt::print("decode attention, {} query heads / {} KV heads, head dim {}, {} threads, {} path, {} clock\n",
                kQueryHeads, kKVHeads, kHeadDim, threads, isa_name(isa), o.clock);
     fmt::print("read bandwidth ({} MiB streamed, {} threads): {:.1f} GB/s median, {:.1f} best\n",
                bw.bytes >> 20, threads, bw.gbps_median, bw.gbps_best);
-    fmt::print("{:>5} {:>7} {:>5} {:>9} {:>6} | {:>9} {:>8} {:>6} | {:>9} {:>8} | {:>8}\n", "dtype", "context", "batch",
-               "KV MiB", "layers", "paged ms", "GB/s", "of bw", "contig ms", "GB/s", "paged/c");
+    fmt::print("{:>5} {:>7} {:>5} {:>9} {:>6} | {:>6} | {:>9} {:>8} {:>6} | {:>9} {:>8} | {:>8}\n", "dtype", "context",
+               "batch", "KV MiB", "layers", "bw", "paged ms", "GB/s", "of bw", "contig ms", "GB/s", "paged/c");
   }
   // The buffer: room for the rotated layers of the largest case.
   const double rotate_bytes = o.rotate_mib * (1 << 20);
@@ -250,18 +309,17 @@ int run_bench_attention(BenchOptions o, bool quick) {
           r.skipped = fmt::format("K/V of {:.1f} GiB per layer exceeds --max-gib {}", r.kv_bytes / (1 << 30), o.max_gib);
         } else {
           r.layers = layers_for(r.kv_bytes);
-          r.paged = time_decode(o, buffer, dtype, context, batch, true, r.layers, isa, rng);
-          r.contiguous = time_decode(o, buffer, dtype, context, batch, false, r.layers, isa, rng);
+          measure_case(o, buffer, probe, dtype, isa, rng, r);
         }
         if (!o.json) {
           if (r.skipped) {
             fmt::print("{:>5} {:>7} {:>5} {:>9.0f}  skipped: {}\n", r.dtype, context, batch, r.kv_bytes / (1 << 20),
                        *r.skipped);
           } else {
-            fmt::print("{:>5} {:>7} {:>5} {:>9.1f} {:>6} | {:>9.3f} {:>8.2f} {:>5.0f}% | {:>9.3f} {:>8.2f} | {:>8.3f}\n",
-                       r.dtype, context, batch, r.kv_bytes / (1 << 20), r.layers, r.paged.ms, r.paged.gbps,
-                       100 * r.paged.gbps / bw.gbps_median, r.contiguous.ms, r.contiguous.gbps,
-                       r.paged.ms / r.contiguous.ms);
+            fmt::print(
+                "{:>5} {:>7} {:>5} {:>9.1f} {:>6} | {:>6.1f} | {:>9.3f} {:>8.2f} {:>5.0f}% | {:>9.3f} {:>8.2f} | {:>8.3f}\n",
+                r.dtype, context, batch, r.kv_bytes / (1 << 20), r.layers, r.read_bandwidth, r.paged.ms, r.paged.gbps,
+                100 * r.fraction_of_bandwidth, r.contiguous.ms, r.contiguous.gbps, r.paged_over_contiguous);
           }
           std::fflush(stdout);
         }
@@ -275,7 +333,7 @@ int run_bench_attention(BenchOptions o, bool quick) {
                        {"context_len", r.context},
                        {"batch", r.batch},
                        {"kv_bytes_per_layer", r.kv_bytes},
-                       {"read_bandwidth_gbps", bw.gbps_median},
+                       {"read_bandwidth_gbps", r.read_bandwidth},
                        {"threads", threads},
                        {"clock", o.clock},
                        {"isa", isa_name(isa)}};
@@ -285,10 +343,10 @@ int run_bench_attention(BenchOptions o, bool quick) {
         c["layers_rotated"] = r.layers;
         c["paged_ms"] = r.paged.ms;
         c["gbps"] = r.paged.gbps;
-        c["fraction_of_bandwidth"] = r.paged.gbps / bw.gbps_median;
+        c["fraction_of_bandwidth"] = r.fraction_of_bandwidth;
         c["contiguous_ms"] = r.contiguous.ms;
         c["contiguous_gbps"] = r.contiguous.gbps;
-        c["paged_over_contiguous"] = r.paged.ms / r.contiguous.ms;
+        c["paged_over_contiguous"] = r.paged_over_contiguous;
       }
       cases.push_back(std::move(c));
     }
@@ -297,8 +355,9 @@ int run_bench_attention(BenchOptions o, bool quick) {
                      {"cases", std::move(cases)}};
     fmt::print("{}\n", j.dump(2));
   } else {
-    fmt::print("GB/s: bytes of K and V read once per call / median time per call; of bw: that over the read "
-               "bandwidth; paged/c: paged time over contiguous time\n");
+    fmt::print("bw: read bandwidth probed between this case's rounds (median); GB/s: bytes of K and V read once per "
+               "call / median time per call; of bw: median over rounds of paged GB/s over that round's bandwidth; "
+               "paged/c: median over rounds of paged time over contiguous time\n");
   }
   return 0;
 }
