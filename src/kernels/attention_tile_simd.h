@@ -380,6 +380,84 @@ void locate_slots(const RowGroupTask& task, int first, int n, const T** keys, co
   }
 }
 
+// The order in which a task's context tokens are read, a tile at a time. Normally tile k is the
+// kTileTokens consecutive tokens from token_begin + k * kTileTokens. When every row attends to
+// the whole range (decode: no mask, so the order of tokens within the range does not matter) and
+// the range crosses blocks that are not physically adjacent, the range is cut into kStreams equal
+// parts and tile k takes the next kTileTokens / kStreams tokens of each part, alternating between
+// parts. The hardware prefetcher then follows several block streams at once instead of
+// restarting at every scattered block: paged decode from DRAM 5-9% faster for fp32, 0-3% for
+// fp16 (AMD EPYC, two threads, docs/benchmarks.md). Over one physically contiguous range the
+// split costs instead (parts exactly 2^k bytes apart alias in the caches), so it stays
+// consecutive there.
+class TileWalk {
+ public:
+  static constexpr int kStreams = 4;
+  static constexpr int kPerStream = kTileTokens / kStreams;
+  static_assert(kTileTokens % kStreams == 0);
+
+  explicit TileWalk(const RowGroupTask& task) : task_(task) {
+    const int span = task.token_end - task.token_begin;
+    interleaved_ = task.rows_share_range && span > kStreams && !physically_contiguous(task);
+    if (interleaved_) {
+      const int part = (span + kStreams - 1) / kStreams;
+      for (int s = 0; s < kStreams; ++s) {
+        next_[s] = std::min(task.token_end, task.token_begin + s * part);
+        end_[s] = std::min(task.token_end, task.token_begin + (s + 1) * part);
+      }
+      num_tiles_ = (part + kPerStream - 1) / kPerStream;
+    } else {
+      next_[0] = task.token_begin;
+      end_[0] = task.token_end;
+      num_tiles_ = (span + kTileTokens - 1) / kTileTokens;
+    }
+  }
+
+  int num_tiles() const { return num_tiles_; }
+
+  // The slots of the next tile (tiles come in order); returns how many.
+  template <class T>
+  int next(const T** keys, const T** values) {
+    if (!interleaved_) {
+      const int n = std::min(kTileTokens, end_[0] - next_[0]);
+      if (n > 0) locate_slots(task_, next_[0], n, keys, values);
+      next_[0] += n;
+      return n;
+    }
+    const T* part_keys[kStreams][kPerStream];
+    const T* part_values[kStreams][kPerStream];
+    int counts[kStreams];
+    for (int s = 0; s < kStreams; ++s) {
+      counts[s] = std::min(kPerStream, end_[s] - next_[s]);
+      if (counts[s] > 0) locate_slots(task_, next_[s], counts[s], part_keys[s], part_values[s]);
+      next_[s] += counts[s];
+    }
+    int n = 0;
+    for (int i = 0; i < kPerStream; ++i)
+      for (int s = 0; s < kStreams; ++s)
+        if (i < counts[s]) {
+          keys[n] = part_keys[s][i];
+          values[n] = part_values[s][i];
+          ++n;
+        }
+    return n;
+  }
+
+ private:
+  static bool physically_contiguous(const RowGroupTask& task) {
+    const int block_size = task.kv->block_size;
+    const int first = task.token_begin / block_size, last = (task.token_end - 1) / block_size;
+    for (int b = first; b < last; ++b)
+      if (task.block_table[b + 1] != task.block_table[b] + 1) return false;
+    return true;
+  }
+
+  const RowGroupTask& task_;
+  bool interleaved_ = false;
+  int num_tiles_ = 0;
+  int next_[kStreams] = {}, end_[kStreams] = {};
+};
+
 template <class Isa, class L>
 void attend(const RowGroupTask& task) {
   using T = typename L::Storage;
@@ -427,14 +505,13 @@ void attend(const RowGroupTask& task) {
 
   Prefetcher prefetcher;
   int buffer = 0;
-  locate_slots(task, task.token_begin, std::min(kTileTokens, task.token_end - task.token_begin), key_slots[0],
-               value_slots[0]);
-  for (int tile = task.token_begin; tile < task.token_end; tile += kTileTokens) {
-    const int n = std::min(kTileTokens, task.token_end - tile);
-    const int next = tile + kTileTokens;
-    const int next_n = next < task.token_end ? std::min(kTileTokens, task.token_end - next) : 0;
+  TileWalk walk(task);
+  int next_n = walk.next(key_slots[0], value_slots[0]);
+  for (int k = 0; k < walk.num_tiles(); ++k) {
+    const int tile = task.token_begin + k * kTileTokens;  // its first position, when tiles are consecutive
+    const int n = next_n;
+    next_n = k + 1 < walk.num_tiles() ? walk.next(key_slots[buffer ^ 1], value_slots[buffer ^ 1]) : 0;
     if (next_n > 0) {
-      locate_slots(task, next, next_n, key_slots[buffer ^ 1], value_slots[buffer ^ 1]);
       prefetcher.start(key_slots[buffer ^ 1], value_slots[buffer ^ 1], next_n, read_offset, read_bytes,
                        heads * steps_per_head);
     }

@@ -45,11 +45,13 @@ struct Case {
   float input_scale = 1;  // standard deviation of q, k and v entries
   std::vector<RequestSpec> requests;
   bool null_blocks_before_window = false;  // point unread blocks at the (NaN) null block 0
+  bool adjacent_blocks = false;            // physical ids in order: each request one contiguous run
 
   std::string describe() const {
     std::string s = fmt::format("{} bs={} heads={}/{} dim={}", dtype_name(dtype), block_size, q_heads, kv_heads,
                                 head_dim);
     if (window > 0) s += fmt::format(" window={}", window);
+    if (adjacent_blocks) s += " adjacent";
     if (softcap > 0) s += fmt::format(" softcap={}", softcap);
     s += " requests=";
     for (const auto& r : requests) s += fmt::format("({},{})", r.q_len, r.context);
@@ -73,7 +75,7 @@ class Fixture {
     // Physical blocks 1..N-1 in random order; block 0 stays the poisoned null block.
     std::vector<int32_t> free_ids(static_cast<size_t>(arena_.num_blocks() - 1));
     std::iota(free_ids.begin(), free_ids.end(), 1);
-    std::shuffle(free_ids.begin(), free_ids.end(), rng);
+    if (!c.adjacent_blocks) std::shuffle(free_ids.begin(), free_ids.end(), rng);
     size_t next_free = 0;
 
     const int n = static_cast<int>(c.requests.size());
@@ -269,6 +271,26 @@ TEST(AttentionPaged, DecodeAcrossBlockSizes) {
       c.requests = {{1, 1}, {1, 17}, {1, 300}, {1, 777}};  // contexts ending mid-block
       check(c);
     }
+}
+
+TEST(AttentionPaged, DecodeOverScatteredAndAdjacentBlocks) {
+  // Decode tasks over scattered blocks read their range as interleaved streams (TileWalk), over
+  // physically adjacent blocks in order; ranges of a few tokens stay in order either way. Thread
+  // counts change the partitions, so the streams start at different places.
+  for (int threads : {1, 2, 3}) {
+    set_kernel_threads(threads);
+    for (DType dtype : kTypes)
+      for (bool adjacent : {false, true}) {
+        Case c;
+        c.dtype = dtype;
+        c.adjacent_blocks = adjacent;
+        c.q_heads = 16;
+        c.kv_heads = 4;
+        c.requests = {{1, 3}, {1, 5}, {1, 97}, {1, 2500}, {1, 4099}};
+        check(c);
+      }
+  }
+  set_kernel_threads(2);
 }
 
 TEST(AttentionPaged, MixedDecodeAndPrefillBatches) {
