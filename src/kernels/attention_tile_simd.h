@@ -507,10 +507,26 @@ void attend(const RowGroupTask& task) {
   int buffer = 0;
   TileWalk walk(task);
   int next_n = walk.next(key_slots[0], value_slots[0]);
+  // A second walk, kTouchDistance tiles ahead, touches one line of each slot: the first access to
+  // a scattered block (a TLB miss, under nested paging a long one, and a cold DRAM page) then
+  // overlaps the tiles in between instead of stalling the prefetch stream. Measured in-process
+  // A/B on the AMD EPYC VM: paged decode 2-8% faster at 2 tiles, about 1.5% more at 4 or 8.
+  constexpr int kTouchDistance = 4;
+  TileWalk ahead(task);
+  const T* ahead_keys[kTileTokens];
+  const T* ahead_values[kTileTokens];
+  for (int k = 0; k < kTouchDistance && k < walk.num_tiles(); ++k) (void)ahead.next(ahead_keys, ahead_values);
   for (int k = 0; k < walk.num_tiles(); ++k) {
     const int tile = task.token_begin + k * kTileTokens;  // its first position, when tiles are consecutive
     const int n = next_n;
     next_n = k + 1 < walk.num_tiles() ? walk.next(key_slots[buffer ^ 1], value_slots[buffer ^ 1]) : 0;
+    if (k + kTouchDistance < walk.num_tiles()) {
+      const int m = ahead.next(ahead_keys, ahead_values);
+      for (int j = 0; j < m; ++j) {
+        _mm_prefetch(reinterpret_cast<const char*>(ahead_keys[j]) + read_offset, _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(ahead_values[j]) + read_offset, _MM_HINT_T1);
+      }
+    }
     if (next_n > 0) {
       prefetcher.start(key_slots[buffer ^ 1], value_slots[buffer ^ 1], next_n, read_offset, read_bytes,
                        heads * steps_per_head);
