@@ -4,9 +4,10 @@
 //
 // A task is a range of context tokens of one request and, for each of a few consecutive KV heads,
 // the query rows that read that head (the query heads of its GQA group, times a few query tokens).
-// The kernel streams the range once, a tile of kTileTokens tokens at a time, found through the
-// request's block table; within a tile it handles the heads one after the other, so with all
-// heads in one task the tile's memory is read front to back. It keeps an online softmax per row
+// The kernel reads the range once, a tile of kTileTokens tokens at a time, found through the
+// request's block table: consecutive tokens, or, for decode over scattered blocks, a few tokens
+// from each of four parts of the range (TileWalk in attention_tile_simd.h); within a tile it
+// handles the heads one after the other, so with all heads in one task each slot is read whole. It keeps an online softmax per row
 // and returns the unnormalised sum of exp(score - max) * value, the max and the sum of
 // exp(score - max), so that partial results over disjoint token ranges merge exactly
 // (flash-decoding).

@@ -14,8 +14,9 @@
 // For a GQA group of G <= 4 query heads (decode) every K and V element is loaded from memory
 // once and converted once. With more rows (prefill tiles, G > 4) a 16-bit tile is converted to
 // f32 once into a small buffer and the f32 path reads that. A task may cover several KV heads:
-// each tile is then handled head by head. The next tile is prefetched while the current one is
-// computed (Prefetcher).
+// each tile is then handled head by head. Which tokens make up a tile is TileWalk's choice
+// (consecutive, or interleaved streams over scattered blocks); the next tile is prefetched while
+// the current one is computed (Prefetcher), and one line of each slot four tiles ahead is touched.
 //
 // Isa provides: Vec, kLanes, kScoreTokens, kValueChunks, kPrefetchInLoops (prefetch a few lines
 // per inner-loop iteration rather than a burst per block), zero, load, store, broadcast, fmadd,
