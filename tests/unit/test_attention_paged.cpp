@@ -274,9 +274,10 @@ TEST(AttentionPaged, DecodeAcrossBlockSizes) {
 }
 
 TEST(AttentionPaged, DecodeOverScatteredAndAdjacentBlocks) {
-  // Decode tasks over scattered blocks read their range as interleaved streams (TileWalk), over
-  // physically adjacent blocks in order; ranges of a few tokens stay in order either way. Thread
-  // counts change the partitions, so the streams start at different places.
+  // Decode tasks whose K/V stream (over 1 MiB per task: the 2,500- and 4,099-token contexts on
+  // one thread) read scattered blocks as interleaved streams (TileWalk), adjacent blocks in
+  // order; short ranges stay in order either way. Thread counts change the partitions, so the
+  // streams start at different places.
   for (int threads : {1, 2, 3}) {
     set_kernel_threads(threads);
     for (DType dtype : kTypes)
