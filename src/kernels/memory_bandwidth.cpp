@@ -85,14 +85,13 @@ double ReadBandwidthProbe::gbps() {
     }
     seconds = wall_seconds() - start;
   }
-  static volatile float sink = 0;  // keeps the sums, so the loads are not optimised away
-  sink = sink + total;
+  volatile float sink = total;  // keeps the sums, so the loads are not optimised away
+  (void)sink;
   return static_cast<double>(bytes_) / seconds / 1e9;
 }
 
-ReadBandwidth measure_read_bandwidth(size_t bytes, int threads, int repeats, bool thread_cpu_time) {
+ReadBandwidth measure_read_bandwidth(ReadBandwidthProbe& probe, int repeats) {
   if (repeats < 1) throw UsageError(fmt::format("measure_read_bandwidth: repeats must be >= 1, got {}", repeats));
-  ReadBandwidthProbe probe(bytes, threads, thread_cpu_time);
   (void)probe.gbps();  // warm-up
   std::vector<double> gbps;
   for (int r = 0; r < repeats; ++r) gbps.push_back(probe.gbps());
@@ -101,9 +100,15 @@ ReadBandwidth measure_read_bandwidth(size_t bytes, int threads, int repeats, boo
   result.gbps_median = gbps[gbps.size() / 2];
   result.gbps_best = gbps.back();
   result.bytes = probe.bytes();
-  result.threads = threads;
+  result.threads = probe.threads();
   result.repeats = repeats;
   return result;
+}
+
+ReadBandwidth measure_read_bandwidth(size_t bytes, int threads, int repeats, bool thread_cpu_time) {
+  if (repeats < 1) throw UsageError(fmt::format("measure_read_bandwidth: repeats must be >= 1, got {}", repeats));
+  ReadBandwidthProbe probe(bytes, threads, thread_cpu_time);
+  return measure_read_bandwidth(probe, repeats);
 }
 
 }  // namespace pagedkv

@@ -259,17 +259,7 @@ int run_bench_attention(BenchOptions o, bool quick) {
   }
   const int threads = kernel_threads();
   ReadBandwidthProbe probe(static_cast<size_t>(o.bandwidth_mib * (1 << 20)), threads, o.clock == "cpu");
-  ReadBandwidth bw;  // before the cases, for the header: a warm-up pass, then the median of five
-  {
-    (void)probe.gbps();
-    std::vector<double> passes;
-    for (int i = 0; i < (quick ? 3 : 5); ++i) passes.push_back(probe.gbps());
-    bw.gbps_median = median(passes);
-    bw.gbps_best = *std::max_element(passes.begin(), passes.end());
-    bw.bytes = probe.bytes();
-    bw.threads = threads;
-    bw.repeats = static_cast<int>(passes.size());
-  }
+  const ReadBandwidth bw = measure_read_bandwidth(probe, quick ? 3 : 5);  // for the header
 
   if (!o.json) {
     fmt::print("decode attention, {} query heads / {} KV heads, head dim {}, {} threads, {} path, {} clock\n",

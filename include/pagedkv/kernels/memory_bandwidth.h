@@ -40,8 +40,10 @@ class ReadBandwidthProbe {
   bool thread_cpu_time_ = false;
 };
 
-// One warm-up pass, then the median and best of `repeats` passes; the buffer should be several
-// times the last-level cache.
+// One warm-up pass, then the median and best of `repeats` passes over the probe's buffer, which
+// should be several times the last-level cache.
+ReadBandwidth measure_read_bandwidth(ReadBandwidthProbe& probe, int repeats);
+// The same over a probe of its own.
 ReadBandwidth measure_read_bandwidth(size_t bytes, int threads, int repeats, bool thread_cpu_time = false);
 
 }  // namespace pagedkv
