@@ -1,0 +1,374 @@
+// The GGUF reader: every value type round-trips through the writer, and every malformed or
+// truncated file is a FormatError naming the problem (never a crash or another exception).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include <unistd.h>
+
+#include "pagedkv/core/error.h"
+#include "pagedkv/model/gguf_file.h"
+#include "pagedkv/model/gguf_writer.h"
+#include "pagedkv/storage/float_convert.h"
+
+namespace pagedkv {
+namespace {
+
+using Bytes = std::vector<std::byte>;
+
+GgufWriter small_writer() {
+  GgufWriter w;
+  w.add_string("general.architecture", "llama");
+  w.add_u32("llama.block_count", 2);
+  w.add_i32("neg", -5);
+  w.add_u64("big", 1ull << 40);
+  w.add_f32("eps", 1e-5f);
+  w.add_bool("flag", true);
+  w.add_string_array("tokens", {"a", "bb", ""});
+  const float scores[] = {0.5f, -1.0f, 2.0f};
+  w.add_f32_array("scores", scores);
+  const int32_t types[] = {1, 2, 3};
+  w.add_i32_array("types", types);
+  std::vector<float> m(64 * 2);
+  for (size_t i = 0; i < m.size(); ++i) m[i] = static_cast<float>(i) * 0.25f - 3.0f;
+  w.add_tensor_f32("a.weight", TensorType::kF32, {64, 2}, m);
+  w.add_tensor_f32("b.weight", TensorType::kQ8_0, {64, 2}, m);
+  w.add_tensor_f32("c.weight", TensorType::kF16, {64, 2}, m);
+  return w;
+}
+
+// Parses `b`; returns the FormatError message, or "" if it loaded. Any other exception fails.
+std::string parse_error(const Bytes& b) {
+  try {
+    GgufFile f(b, "test.gguf");
+    return "";
+  } catch (const FormatError& e) {
+    return e.what();
+  }
+}
+
+template <typename T>
+void poke(Bytes& b, size_t at, T v) {
+  std::memcpy(b.data() + at, &v, sizeof v);
+}
+
+TEST(GgufReader, RoundTripsEveryValueTypeAndTensor) {
+  const Bytes b = small_writer().bytes();
+  GgufFile f(b, "test.gguf");
+  EXPECT_EQ(f.version(), 3u);
+  EXPECT_EQ(f.get_string("general.architecture"), "llama");
+  EXPECT_EQ(f.get_int("llama.block_count"), 2);
+  EXPECT_EQ(f.get_int("neg"), -5);
+  EXPECT_EQ(f.get_int("big"), 1ll << 40);
+  EXPECT_FLOAT_EQ(static_cast<float>(f.get_float("eps", 0)), 1e-5f);
+  EXPECT_TRUE(f.get_bool("flag", false));
+  EXPECT_EQ(f.get_int("absent", 7), 7);
+  auto tokens = f.at("tokens").strings("tokens");
+  ASSERT_EQ(tokens.size(), 3u);
+  EXPECT_EQ(tokens[1], "bb");
+  EXPECT_EQ(tokens[2], "");
+  EXPECT_EQ(f.at("scores").number_at(2), 2.0);
+  EXPECT_EQ(f.at("types").int_at(1), 2);
+  // Wrong types are named errors.
+  EXPECT_THROW(f.get_int("eps"), FormatError);
+  EXPECT_THROW(f.get_string("llama.block_count"), FormatError);
+  EXPECT_THROW(f.at("scores").strings("scores"), FormatError);
+  EXPECT_THROW(f.at("missing"), FormatError);
+
+  ASSERT_EQ(f.tensors().size(), 3u);
+  const GgufTensor* a = f.find_tensor("a.weight");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->ne, (std::vector<int64_t>{64, 2}));
+  EXPECT_EQ(a->rows(), 2);
+  EXPECT_EQ(static_cast<size_t>(a->data - f.bytes().data()) % 32, 0u);
+  std::vector<float> row(64);
+  dequantize_row(a->type, a->data + 64 * 4, row);
+  EXPECT_EQ(row[0], 64 * 0.25f - 3.0f);
+  const GgufTensor* q = f.find_tensor("b.weight");
+  EXPECT_EQ(q->type, TensorType::kQ8_0);
+  EXPECT_EQ(q->bytes, 2u * 2 * 34);
+  dequantize_row(q->type, q->data, row);
+  EXPECT_NEAR(row[5], 5 * 0.25f - 3.0f, 0.03f);
+  const GgufTensor* h = f.find_tensor("c.weight");
+  dequantize_row(h->type, h->data, row);
+  EXPECT_EQ(row[9], 9 * 0.25f - 3.0f);
+  EXPECT_EQ(f.find_tensor("nope"), nullptr);
+}
+
+TEST(GgufReader, Version2ParsesLikeVersion3) {
+  GgufWriter w = small_writer();
+  w.set_version(2);
+  const Bytes b = w.bytes();
+  GgufFile f(b, "v2.gguf");
+  EXPECT_EQ(f.version(), 2u);
+  EXPECT_EQ(f.tensors().size(), 3u);
+}
+
+TEST(GgufReader, EveryTruncationIsAFormatError) {
+  const Bytes full = small_writer().bytes();
+  ASSERT_EQ(parse_error(full), "");
+  // The last tensor ends 2*64*2 bytes after its offset; anything shorter cuts into some section.
+  GgufFile f(full, "x");
+  const GgufTensor& last = f.tensors().back();
+  const size_t needed = static_cast<size_t>(last.data - f.bytes().data()) + last.bytes;
+  for (size_t n = 0; n < needed; ++n) {
+    const Bytes cut(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(n));
+    EXPECT_NE(parse_error(cut), "") << "truncated to " << n << " bytes";
+  }
+  // Messages name the section.
+  const auto l = small_writer().layout();
+  EXPECT_NE(parse_error(Bytes(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(l.header_end + 20))).find("metadata"),
+            std::string::npos);
+  EXPECT_NE(parse_error(Bytes(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(l.metadata_end + 10))).find("tensor"),
+            std::string::npos);
+  EXPECT_NE(parse_error(Bytes(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(needed - 1))).find("past the end"),
+            std::string::npos);
+}
+
+TEST(GgufReader, HeaderErrorsAreNamed) {
+  const Bytes good = small_writer().bytes();
+  Bytes b = good;
+  b[0] = std::byte{'X'};
+  EXPECT_NE(parse_error(b).find("magic"), std::string::npos);
+  b = good;
+  poke<uint32_t>(b, 4, 1);
+  EXPECT_NE(parse_error(b).find("version 1"), std::string::npos);
+  poke<uint32_t>(b, 4, 4);
+  EXPECT_NE(parse_error(b).find("unsupported GGUF version 4"), std::string::npos);
+  poke<uint32_t>(b, 4, 0x03000000);
+  EXPECT_NE(parse_error(b).find("big-endian"), std::string::npos);
+  b = good;
+  poke<uint64_t>(b, 8, ~0ull);  // tensor count
+  EXPECT_NE(parse_error(b).find("tensor count"), std::string::npos);
+  b = good;
+  poke<uint64_t>(b, 16, 1ull << 62);  // metadata count
+  EXPECT_NE(parse_error(b).find("metadata count"), std::string::npos);
+  b = good;
+  poke<uint64_t>(b, 16, 100);  // more keys than there are: runs into the tensor infos
+  EXPECT_NE(parse_error(b), "");
+  b = good;
+  poke<uint64_t>(b, 8, 4);  // one tensor info more than written
+  EXPECT_NE(parse_error(b), "");
+}
+
+TEST(GgufReader, MetadataErrorsAreNamed) {
+  auto one_key = [](auto add) {
+    GgufWriter w;
+    add(w);
+    return w.bytes();
+  };
+  const size_t first = 24;  // the first key starts right after the header
+  // Unknown value type.
+  Bytes b = one_key([](GgufWriter& w) { w.add_u32("k", 1); });
+  poke<uint32_t>(b, first + 8 + 1, 13);
+  EXPECT_NE(parse_error(b).find("unknown value type 13"), std::string::npos);
+  // A key length beyond the file.
+  b = one_key([](GgufWriter& w) { w.add_u32("k", 1); });
+  poke<uint64_t>(b, first, 1ull << 40);
+  EXPECT_NE(parse_error(b).find("string of"), std::string::npos);
+  poke<uint64_t>(b, first, 1000);
+  EXPECT_NE(parse_error(b).find("truncated"), std::string::npos);
+  // A string value length beyond the file.
+  b = one_key([](GgufWriter& w) { w.add_string("k", "abc"); });
+  poke<uint64_t>(b, first + 8 + 1 + 4, 99);
+  EXPECT_NE(parse_error(b).find("truncated"), std::string::npos);
+  // Arrays: unknown element type, array of arrays, overflowing counts.
+  const float f3[] = {1, 2, 3};
+  b = one_key([&](GgufWriter& w) { w.add_f32_array("k", f3); });
+  poke<uint32_t>(b, first + 8 + 1 + 4, 77);
+  EXPECT_NE(parse_error(b).find("unknown type 77"), std::string::npos);
+  poke<uint32_t>(b, first + 8 + 1 + 4, static_cast<uint32_t>(GgufType::kArray));
+  EXPECT_NE(parse_error(b).find("array of arrays"), std::string::npos);
+  b = one_key([&](GgufWriter& w) { w.add_f32_array("k", f3); });
+  poke<uint64_t>(b, first + 8 + 1 + 4 + 4, (1ull << 62) + 1);  // * 4 bytes overflows 64 bits
+  EXPECT_NE(parse_error(b).find("claims"), std::string::npos);
+  b = one_key([&](GgufWriter& w) { w.add_string_array("k", {"x", "y"}); });
+  poke<uint64_t>(b, first + 8 + 1 + 4 + 4, ~0ull);
+  EXPECT_NE(parse_error(b).find("claims"), std::string::npos);
+  // Duplicate keys, empty keys, a bad alignment.
+  b = one_key([](GgufWriter& w) {
+    w.add_u32("k", 1);
+    w.add_u32("k", 2);
+  });
+  EXPECT_NE(parse_error(b).find("appears twice"), std::string::npos);
+  b = one_key([](GgufWriter& w) { w.add_u32("", 1); });
+  EXPECT_NE(parse_error(b).find("empty name"), std::string::npos);
+  b = one_key([](GgufWriter& w) { w.add_u32("general.alignment", 24); });
+  EXPECT_NE(parse_error(b).find("power of two"), std::string::npos);
+  b = one_key([](GgufWriter& w) { w.add_string("general.alignment", "32"); });
+  EXPECT_NE(parse_error(b).find("expected uint32"), std::string::npos);
+}
+
+// Byte offset of tensor info `index`'s fields in a writer's output.
+struct InfoAt {
+  size_t n_dims, dims, type, offset;
+};
+InfoAt info_at(const GgufWriter& w, const std::vector<std::pair<std::string, int>>& infos, size_t index) {
+  size_t at = w.layout().metadata_end;
+  for (size_t i = 0;; ++i) {
+    const size_t name_end = at + 8 + infos[i].first.size();
+    InfoAt r{name_end, name_end + 4, name_end + 4 + 8 * static_cast<size_t>(infos[i].second), 0};
+    r.offset = r.type + 4;
+    if (i == index) return r;
+    at = r.offset + 8;
+  }
+}
+
+TEST(GgufReader, TensorInfoErrorsAreNamed) {
+  const GgufWriter w = small_writer();
+  const std::vector<std::pair<std::string, int>> infos{{"a.weight", 2}, {"b.weight", 2}, {"c.weight", 2}};
+  const Bytes good = w.bytes();
+  const InfoAt a = info_at(w, infos, 0), bq = info_at(w, infos, 1);
+  Bytes b = good;
+  poke<uint32_t>(b, a.n_dims, 0);
+  EXPECT_NE(parse_error(b).find("0 dimensions"), std::string::npos);
+  poke<uint32_t>(b, a.n_dims, 5);
+  EXPECT_NE(parse_error(b).find("5 dimensions"), std::string::npos);
+  b = good;
+  poke<uint64_t>(b, a.dims, 0);
+  EXPECT_NE(parse_error(b).find("dimension 0 = 0"), std::string::npos);
+  b = good;
+  poke<uint64_t>(b, a.dims, 1ull << 40);
+  poke<uint64_t>(b, a.dims + 8, 1ull << 40);
+  EXPECT_NE(parse_error(b).find("2^63"), std::string::npos);
+  b = good;
+  poke<uint64_t>(b, a.dims + 8, 1000);  // 1000 rows: past the data section
+  EXPECT_NE(parse_error(b).find("past the end"), std::string::npos);
+  b = good;
+  poke<uint32_t>(b, a.type, 99);
+  EXPECT_NE(parse_error(b).find("unknown tensor type 99"), std::string::npos);
+  b = good;
+  poke<uint64_t>(b, bq.dims, 48);  // Q8_0 rows must be whole blocks of 32
+  EXPECT_NE(parse_error(b).find("block size 32"), std::string::npos);
+  b = good;
+  poke<uint64_t>(b, a.offset, 8);
+  EXPECT_NE(parse_error(b).find("alignment"), std::string::npos);
+  b = good;
+  poke<uint64_t>(b, a.offset, 1ull << 60);
+  EXPECT_NE(parse_error(b).find("past the end"), std::string::npos);
+  b = good;
+  poke<uint64_t>(b, bq.offset, 0);  // b starts where a does
+  EXPECT_NE(parse_error(b).find("overlap"), std::string::npos);
+  // Duplicate tensor names.
+  GgufWriter d;
+  const float v[32] = {};
+  d.add_tensor_f32("t", TensorType::kF32, {32}, v);
+  d.add_tensor_f32("t", TensorType::kF32, {32}, v);
+  EXPECT_NE(parse_error(d.bytes()).find("appears twice"), std::string::npos);
+}
+
+TEST(GgufReader, RandomCorruptionNeverCrashes) {
+  const Bytes good = small_writer().bytes();
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 3000; ++trial) {
+    Bytes b = good;
+    const int flips = 1 + static_cast<int>(rng() % 4);
+    for (int k = 0; k < flips; ++k) {
+      const size_t at = rng() % std::min<size_t>(b.size(), 400);  // header, metadata, tensor infos
+      b[at] ^= std::byte{static_cast<unsigned char>(1u << (rng() % 8))};
+    }
+    (void)parse_error(b);  // a FormatError or a valid load; anything else fails the test
+  }
+}
+
+TEST(GgufReader, OpensFilesAndReportsMissingOnes) {
+  const auto path = std::filesystem::temp_directory_path() / ("pagedkv_gguf_" + std::to_string(::getpid()) + ".gguf");
+  small_writer().write(path.string());
+  EXPECT_TRUE(GgufFile::has_gguf_magic(path.string()));
+  {
+    GgufFile f(path.string());
+    EXPECT_EQ(f.tensors().size(), 3u);
+  }
+  std::filesystem::remove(path);
+  EXPECT_FALSE(GgufFile::has_gguf_magic(path.string()));
+  EXPECT_THROW(GgufFile(path.string()), Error);
+}
+
+TEST(GgufReader, QuantizersFollowGgmlRounding) {
+  std::vector<float> x(32);
+  for (int i = 0; i < 32; ++i) x[static_cast<size_t>(i)] = static_cast<float>(i - 16) * 0.5f;
+  BlockQ8_0 q8{};
+  quantize_row_q8_0(x, &q8);
+  EXPECT_EQ(q8.q[0], -127);  // -8 is the largest magnitude
+  std::vector<float> back(32);
+  dequantize_row(TensorType::kQ8_0, &q8, back);
+  for (int i = 0; i < 32; ++i) EXPECT_NEAR(back[static_cast<size_t>(i)], x[static_cast<size_t>(i)], 8.0 / 127);
+  // Ties go to even: amax 127 gives id 1, so 2.5 -> 2 and 3.5 -> 4.
+  std::vector<float> t(32, 0.0f);
+  t[0] = 127.0f;
+  t[1] = 2.5f;
+  t[2] = 3.5f;
+  t[3] = -2.5f;
+  quantize_row_q8_0(t, &q8);
+  EXPECT_EQ(q8.q[1], 2);
+  EXPECT_EQ(q8.q[2], 4);
+  EXPECT_EQ(q8.q[3], -2);
+  BlockQ4_0 q4{};
+  quantize_row_q4_0(x, &q4);
+  dequantize_row(TensorType::kQ4_0, &q4, back);
+  EXPECT_EQ(back[0], -8.0f);  // the signed maximum maps to nibble 0 exactly
+  for (int i = 0; i < 32; ++i) EXPECT_NEAR(back[static_cast<size_t>(i)], x[static_cast<size_t>(i)], 1.0 / 2 + 1e-6);
+}
+
+}  // namespace
+}  // namespace pagedkv
+
+namespace pagedkv {
+namespace {
+
+std::vector<std::filesystem::path> shared_gguf_files() {
+  const char* env = std::getenv("PAGEDKV_SHARED_DIR");
+  const std::filesystem::path root = env ? env : "../shared";
+  std::vector<std::filesystem::path> files;
+  std::error_code ec;
+  if (!std::filesystem::exists(root / "models", ec)) return files;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(root / "models", ec))
+    if (e.path().extension() == ".gguf") files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+Bytes read_all(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  Bytes b(std::filesystem::file_size(p));
+  in.read(reinterpret_cast<char*>(b.data()), static_cast<std::streamsize>(b.size()));
+  return b;
+}
+
+TEST(GgufReaderShared, EverySharedFileParsesAndSurvivesCorruption) {
+  const auto files = shared_gguf_files();
+  if (files.empty()) GTEST_SKIP() << "PAGEDKV_SHARED_DIR/models has no GGUF files; skipping";
+  std::mt19937 rng(11);
+  for (const auto& path : files) {
+    SCOPED_TRACE(path.string());
+    const Bytes good = read_all(path);
+    size_t header_bytes = 0;
+    {
+      GgufFile f(path.string());
+      EXPECT_GE(f.version(), 2u);
+      EXPECT_NE(f.find("general.architecture"), nullptr);
+      header_bytes = f.tensors().empty() ? good.size() : static_cast<size_t>(f.tensors().front().data - f.bytes().data());
+      for (const GgufTensor& t : f.tensors()) header_bytes = std::min(header_bytes, static_cast<size_t>(t.data - f.bytes().data()));
+    }
+    // Truncated copies: at a spread of lengths, including inside the metadata and tensor infos.
+    for (int k = 0; k < 40; ++k) {
+      const size_t n = k < 20 ? header_bytes * static_cast<size_t>(k) / 20 : rng() % good.size();
+      const Bytes cut(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(n));
+      (void)parse_error(cut);
+    }
+    // Bit flips in the header, metadata and tensor infos (where the reader looks).
+    for (int k = 0; k < 150; ++k) {
+      Bytes b = good;
+      b[rng() % header_bytes] ^= std::byte{static_cast<unsigned char>(1u << (rng() % 8))};
+      (void)parse_error(b);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pagedkv
