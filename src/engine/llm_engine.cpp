@@ -120,6 +120,7 @@ RequestId LLMEngine::add_request(GenerationRequest g) {
     if (g.prompt[i] < 0 || g.prompt[i] >= vocab)
       throw UsageError(fmt::format("prompt token {} at index {} is outside the vocabulary [0, {})", g.prompt[i], i, vocab));
   if (g.n < 1) throw UsageError(fmt::format("n must be at least 1, got {}", g.n));
+  if (g.logprobs < -1) throw UsageError(fmt::format("logprobs must be -1 (none) or at least 0, got {}", g.logprobs));
   g.sampling.validate();
   auto r = std::make_unique<SchedulerRequest>();
   r->kv = Request(RequestId{next_id_++}, std::move(g.prompt));
@@ -137,12 +138,13 @@ RequestId LLMEngine::add_request(GenerationRequest g) {
     p.seed += static_cast<uint64_t>(k);
     samplers_.emplace(std::pair(id.value, k), Sampler(vocab, p));
   }
+  if (g.logprobs >= 0) logprobs_[id.value] = g.logprobs;
   timing_[id].arrival = Clock::now();
   scheduler_.add_request(std::move(r));
   return id;
 }
 
-bool LLMEngine::abort_request(RequestId id) { return scheduler_.abort_request(id); }
+bool LLMEngine::abort_request(RequestId id, bool with_samples) { return scheduler_.abort_request(id, with_samples); }
 
 void LLMEngine::sync_block_table_row(const SchedulerRequest& r, bool rewritten) {
   auto [it, inserted] = rows_.try_emplace(r.kv.id, -1);
@@ -159,7 +161,7 @@ void LLMEngine::sync_block_table_row(const SchedulerRequest& r, bool rewritten) 
   else if (have < static_cast<int>(blocks.size())) block_table_.append_row(row, blocks.subspan(static_cast<size_t>(have)));
 }
 
-RequestOutput LLMEngine::make_output(const SchedulerRequest& r, bool finished) const {
+RequestOutput LLMEngine::make_output(const SchedulerRequest& r, bool finished) {
   RequestOutput o;
   o.id = r.kv.id;
   o.parent = r.parent;
@@ -173,7 +175,15 @@ RequestOutput LLMEngine::make_output(const SchedulerRequest& r, bool finished) c
   o.prefix_hit_tokens = std::max(0, r.prefix_hit_tokens);
   o.hit_tokens_by_tier = r.hit_tokens_by_tier;
   o.num_preemptions = r.num_preemptions;
+  const uint64_t root = r.sample_index == 0 ? r.kv.id.value : r.parent.value;
+  if (auto lp = pending_logprobs_.find({root, r.sample_index}); lp != pending_logprobs_.end()) {
+    o.new_logprobs = std::move(lp->second);
+    pending_logprobs_.erase(lp);
+    if (finished && r.stopped_on_stop_token && !o.new_logprobs.empty()) o.new_logprobs.pop_back();
+  }
   auto t = timing_.find(r.kv.id);
+  if (t != timing_.end() && t->second.scheduled)
+    o.queue_ms = ms_between(t->second.arrival, t->second.first_scheduled);
   if (t != timing_.end() && t->second.has_first) {
     o.ttft_ms = ms_between(t->second.arrival, t->second.first_token);
     o.latency_ms = ms_between(t->second.arrival, t->second.last_token);
@@ -227,6 +237,10 @@ std::vector<RequestOutput> LLMEngine::step() {
     for (size_t i = 0; i < R; ++i) {
       const ScheduledChunk& c = out.chunks[i];
       const SchedulerRequest& r = *c.request;
+      if (Timing& t = timing_[r.kv.id]; !t.scheduled) {
+        t.first_scheduled = t0;
+        t.scheduled = true;
+      }
       const bool rewritten =
           std::find(out.rewritten_tables.begin(), out.rewritten_tables.end(), r.kv.id) != out.rewritten_tables.end();
       sync_block_table_row(r, rewritten);
@@ -274,6 +288,12 @@ std::vector<RequestOutput> LLMEngine::step() {
       sampled[i].token = samplers_.at({root, r.sample_index}).sample(row);
       if (r.n > 1 && !r.forked)
         for (int k = 1; k < r.n; ++k) sampled[i].fork_tokens.push_back(samplers_.at({root, k}).sample(row));
+      if (auto lp = logprobs_.find(root); lp != logprobs_.end()) {
+        pending_logprobs_[{root, r.sample_index}].push_back(compute_logprobs(row, sampled[i].token, lp->second));
+        for (size_t k = 0; k < sampled[i].fork_tokens.size(); ++k)
+          pending_logprobs_[{root, static_cast<int>(k) + 1}].push_back(
+              compute_logprobs(row, sampled[i].fork_tokens[k], lp->second));
+      }
     }
   } else {
     stats_.schedule_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
@@ -322,11 +342,17 @@ std::vector<RequestOutput> LLMEngine::step() {
     }
     const uint64_t root = r->sample_index == 0 ? r->kv.id.value : r->parent.value;
     samplers_.erase({root, r->sample_index});
+    pending_logprobs_.erase({root, r->sample_index});
     timing_.erase(r->kv.id);
     scheduler_.release_finished(r->kv.id);
   }
+  // The root's logprobs setting outlives it while its samples run.
+  std::erase_if(logprobs_, [&](const auto& e) {
+    auto s = samplers_.lower_bound({e.first, 0});
+    return s == samplers_.end() || s->first.first != e.first;
+  });
   const int in_use = manager_.pool().num_usable_blocks() - manager_.num_free_blocks();
-  stats_.blocks_in_use.push_back(in_use);
+  if (config_.record_block_usage) stats_.blocks_in_use.push_back(in_use);
   stats_.peak_blocks_in_use = std::max(stats_.peak_blocks_in_use, in_use);
   if (config_.check_invariants) check_invariants();
   return results;

@@ -157,10 +157,11 @@ void Scheduler::finish(SchedulerRequest* r, FinishReason reason) {
   newly_finished_.push_back(r);
 }
 
-bool Scheduler::abort_request(RequestId id) {
+bool Scheduler::abort_request(RequestId id, bool with_samples) {
   SchedulerRequest* r = find(id);
   if (r == nullptr || r->finished()) return false;
   finish(r, FinishReason::kAborted);
+  if (!with_samples) return true;
   // Parallel samples belong to the request that spawned them: cancel them too.
   std::vector<RequestId> children;
   for (const auto& [cid, c] : requests_)

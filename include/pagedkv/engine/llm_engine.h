@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "pagedkv/manager/kv_cache_manager.h"
+#include "pagedkv/model/logprobs.h"
 #include "pagedkv/model/model.h"
 #include "pagedkv/model/model_runner.h"
 #include "pagedkv/model/sampler.h"
@@ -39,6 +40,8 @@ struct EngineConfig {
   // offload of evicted prefixes, promotion on a lookup, swap preemption, warm restart.
   TierConfig tiers;
   bool check_invariants = false;       // run the manager's checker after every step (tests)
+  // Keep EngineStats::blocks_in_use (one entry per step): off for long-running servers.
+  bool record_block_usage = true;
 };
 
 struct GenerationRequest {
@@ -49,6 +52,9 @@ struct GenerationRequest {
   int priority = 0;                    // lower runs first
   std::string cache_salt;
   uint64_t lora_id = 0;
+  // -1: none. k >= 0: each sampled token's log-probability and the k most likely tokens'
+  // (RequestOutput::new_logprobs).
+  int logprobs = -1;
 };
 
 struct RequestOutput {
@@ -65,6 +71,10 @@ struct RequestOutput {
   double ttft_ms = -1;                 // arrival to first token
   double latency_ms = -1;              // arrival to finish
   double tpot_ms = -1;                 // mean time per output token after the first
+  double queue_ms = -1;                // arrival to first scheduled
+  // When the request asked for logprobs: one entry per token added to `output` since this
+  // request's previous RequestOutput, in order (a forked sample's first token comes with its second).
+  std::vector<TokenLogprobs> new_logprobs;
 };
 
 struct EngineStats {
@@ -90,7 +100,11 @@ class LLMEngine {
 
   // Validates (token ids in the vocabulary, n >= 1, sampling params) and queues a request.
   RequestId add_request(GenerationRequest request);
-  bool abort_request(RequestId id);
+  // Cancels a request (and, with `with_samples`, the parallel samples forked from it); its
+  // blocks return at once and the next step() reports it finished with kAborted.
+  bool abort_request(RequestId id, bool with_samples = true);
+  // Drops every cached block no request holds (vLLM's reset_prefix_cache).
+  ResetResult reset_prefix_cache() { return manager_.reset_prefix_cache(); }
 
   // One scheduling + forward step. Returns the requests that produced tokens or finished.
   std::vector<RequestOutput> step();
@@ -121,10 +135,11 @@ class LLMEngine {
 
  private:
   struct Timing {
-    std::chrono::steady_clock::time_point arrival, first_token, last_token;
+    std::chrono::steady_clock::time_point arrival, first_scheduled, first_token, last_token;
     bool has_first = false;
+    bool scheduled = false;
   };
-  RequestOutput make_output(const SchedulerRequest& r, bool finished) const;
+  RequestOutput make_output(const SchedulerRequest& r, bool finished);
   void sync_block_table_row(const SchedulerRequest& r, bool rewritten);
 
   EngineConfig config_;
@@ -140,6 +155,9 @@ class LLMEngine {
   std::unordered_map<RequestId, int> rows_;
   std::vector<int> free_rows_;
   std::map<std::pair<uint64_t, int>, Sampler> samplers_;  // (root request, sample index)
+  std::map<uint64_t, int> logprobs_;                      // root request -> top-k asked (absent: none)
+  // Logprobs of tokens sampled this step, until make_output hands them over.
+  std::map<std::pair<uint64_t, int>, std::vector<TokenLogprobs>> pending_logprobs_;
   std::unordered_map<RequestId, Timing> timing_;
   uint64_t next_id_ = 1;
   EngineStats stats_;

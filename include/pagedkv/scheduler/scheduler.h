@@ -82,7 +82,8 @@ class Scheduler {
   // Queues a new request (status waiting). Its id must be unique among live requests.
   SchedulerRequest& add_request(std::unique_ptr<SchedulerRequest> request);
   // Cancels a request wherever it is; its blocks are freed at once. False if unknown/finished.
-  bool abort_request(RequestId id);
+  // `with_samples`: its parallel samples (the requests forked from it) are cancelled too.
+  bool abort_request(RequestId id, bool with_samples = true);
 
   SchedulerOutput schedule();
   // Applies a step's results: `sampled[i]` belongs to output.chunks[i] (ignored unless it samples).

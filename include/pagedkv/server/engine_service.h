@@ -1,0 +1,141 @@
+// EngineService: the one thread that owns an LLMEngine and steps it, for many HTTP threads.
+//
+// HTTP threads submit requests, cancel them and run small commands (reset the prefix cache)
+// through an inbox guarded by one mutex, held only to move items in or out; the engine thread
+// takes the inbox between steps, runs a step without holding any lock HTTP threads need, and
+// hands each request's new tokens to its RequestStream. So no HTTP thread ever waits on a
+// forward pass, and the engine never waits on a socket.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "pagedkv/engine/llm_engine.h"
+#include "pagedkv/server/api_error.h"
+#include "pagedkv/server/request_stream.h"
+#include "pagedkv/server/server_metrics.h"
+
+namespace pagedkv::server {
+
+struct EngineServiceOptions {
+  int max_waiting = 512;  // queued (not yet running) prompts beyond which submit() answers 503
+};
+
+// A snapshot of the engine's load, updated after every step (read from any thread).
+struct EngineLoad {
+  int running = 0;
+  int waiting = 0;   // queued in the engine plus submitted but not yet taken by the engine thread
+  int swapped = 0;
+  uint64_t steps = 0;
+};
+
+class EngineService {
+ public:
+  // `engine` and `metrics` must outlive the service. Starts the engine thread.
+  EngineService(LLMEngine& engine, ServerMetrics& metrics, EngineServiceOptions options = {});
+  ~EngineService();  // stop()
+  EngineService(const EngineService&) = delete;
+  EngineService& operator=(const EngineService&) = delete;
+
+  // Queues one API request: each prompt becomes one engine request with `n` samples; choice
+  // i * n + k of the stream is sample k of prompt i. Throws ApiError 503 (draining, or more than
+  // max_waiting prompts queued).
+  std::shared_ptr<RequestStream> submit(std::vector<GenerationRequest> prompts);
+  // The client is gone: every engine request of `stream` is aborted before the next step.
+  void cancel(const std::shared_ptr<RequestStream>& stream);
+  // A stop string ended one choice: abort just that sample (its siblings go on).
+  void stop_choice(RequestId engine_id);
+  // Runs `f` on the engine thread between two steps and returns its result.
+  template <class F>
+  auto call(F f) -> decltype(f(std::declval<LLMEngine&>()));
+
+  // Drain: refuse new requests (503) while the accepted ones finish.
+  void begin_drain();
+  bool draining() const { return draining_.load(); }
+  // True when nothing is queued, running or swapped.
+  bool idle() const;
+  // Aborts everything accepted; each stream gets its final (aborted) updates.
+  void abort_all();
+  // Aborts what is left, delivers the final updates and joins the engine thread. Idempotent.
+  void stop();
+
+  EngineLoad load() const;
+
+ private:
+  struct Root {  // one prompt of one API request
+    std::shared_ptr<RequestStream> stream;
+    int prompt_index = 0;
+    int n = 1;
+    int prompt_tokens = 0;
+    int finished_samples = 0;
+    int generated_tokens = 0;
+    bool child_seen = false;
+    std::chrono::steady_clock::time_point arrival;
+  };
+  struct Sample {
+    uint64_t root = 0;
+    size_t delivered = 0;  // output tokens already handed to the stream
+    std::chrono::steady_clock::time_point last_token;
+  };
+  struct Submission {
+    std::shared_ptr<RequestStream> stream;
+    std::vector<GenerationRequest> prompts;
+    std::chrono::steady_clock::time_point arrival;
+  };
+
+  void run();
+  void admit(Submission& s);
+  void dispatch(std::vector<RequestOutput>& outputs);
+  void end_remaining_choices();
+  void publish_load();
+
+  LLMEngine& engine_;
+  ServerMetrics& metrics_;
+  EngineServiceOptions options_;
+
+  // Inbox (guarded by mutex_).
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::vector<Submission> submissions_;
+  std::vector<std::shared_ptr<RequestStream>> cancels_;
+  std::vector<RequestId> stopped_choices_;
+  std::vector<std::function<void()>> calls_;
+  bool abort_all_ = false;
+  bool stop_ = false;
+  int inbox_prompts_ = 0;
+
+  // Engine-thread state.
+  std::unordered_map<uint64_t, Root> roots_;
+  std::unordered_map<uint64_t, Sample> samples_;
+  std::unordered_set<uint64_t> ended_by_stop_string_;
+
+  std::atomic<bool> draining_{false};
+  std::atomic<int> running_{0}, engine_waiting_{0}, swapped_{0};
+  std::atomic<uint64_t> steps_{0};
+  std::thread thread_;
+};
+
+template <class F>
+auto EngineService::call(F f) -> decltype(f(std::declval<LLMEngine&>())) {
+  using R = decltype(f(std::declval<LLMEngine&>()));
+  auto task = std::make_shared<std::packaged_task<R()>>([this, f = std::move(f)]() mutable { return f(engine_); });
+  std::future<R> result = task->get_future();
+  {
+    std::lock_guard lock(mutex_);
+    if (stop_) throw ApiError(503, "the server is shutting down", "", "shutting_down");
+    calls_.push_back([task] { (*task)(); });
+  }
+  wake_.notify_one();
+  return result.get();
+}
+
+}  // namespace pagedkv::server

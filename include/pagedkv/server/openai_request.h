@@ -1,0 +1,80 @@
+// The OpenAI request bodies pagedkv serve accepts, parsed into typed values and validated.
+//
+// Two stages, so each can be tested alone:
+//   parse_completion_request: JSON text -> CompletionRequest (types, ranges, field combinations);
+//   prepare_request: CompletionRequest -> token ids and output budgets for the served model
+//                    (vocabulary, model length, model name).
+// Both throw ApiError with the status the API answers (400 for everything here) and the field at
+// fault. Unknown fields are ignored, as OpenAI's and vLLM's servers ignore them.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "pagedkv/core/ids.h"
+#include "pagedkv/model/tokenizer.h"
+#include "pagedkv/server/chat_template.h"
+
+namespace pagedkv::server {
+
+enum class ApiEndpoint { kCompletions, kChatCompletions };
+
+// One prompt of /v1/completions, as sent: text, or token ids.
+struct PromptInput {
+  bool is_text = true;
+  std::string text;
+  std::vector<TokenId> token_ids;
+};
+
+struct CompletionRequest {
+  ApiEndpoint endpoint = ApiEndpoint::kCompletions;
+  std::string model;                  // empty: the served model
+  std::vector<PromptInput> prompts;   // /v1/completions: one or more
+  std::vector<ChatMessage> messages;  // /v1/chat/completions
+  std::optional<int> max_tokens;      // absent: 16 for completions, the rest of the context for chat
+  float temperature = 1.0f;
+  float top_p = 1.0f;
+  int top_k = 0;                      // vLLM extension; 0 or -1: off
+  std::optional<uint64_t> seed;
+  int n = 1;
+  std::vector<std::string> stop;
+  bool stream = false;
+  bool include_usage = false;         // stream_options.include_usage
+  bool echo = false;                  // completions: the prompt text precedes the completion
+  int logprobs = -1;                  // top-k alternatives per token; -1: no logprobs
+  int priority = 0;                   // vLLM extension: lower runs first
+  std::string cache_salt;             // vLLM extension: prefix-cache isolation between tenants
+  bool ignore_eos = false;            // vLLM extension
+};
+
+struct RequestLimits {
+  int max_n = 64;
+  int max_logprobs = 20;
+  int max_prompts = 64;        // prompts in one /v1/completions request
+  int max_stop_strings = 16;
+};
+
+CompletionRequest parse_completion_request(std::string_view body, ApiEndpoint endpoint, const RequestLimits& limits);
+
+// What the served model allows.
+struct ModelLimits {
+  std::string served_model_name;
+  int max_model_len = 0;
+  int vocab_size = 0;
+};
+
+// One prompt ready for the engine.
+struct PreparedPrompt {
+  std::vector<TokenId> token_ids;
+  int max_tokens = 0;
+};
+
+// Tokenizes text prompts (BOS first) and chat messages (rendered with the chat template), checks
+// the model name, token ids and that prompt + max_tokens fits the model length.
+std::vector<PreparedPrompt> prepare_request(const CompletionRequest& request, const Tokenizer& tokenizer,
+                                            const ModelLimits& model);
+
+}  // namespace pagedkv::server

@@ -1,0 +1,70 @@
+// OpenAIServer: the HTTP front of pagedkv serve (cpp-httplib), speaking OpenAI's API plus vLLM's
+// extras: /v1/completions, /v1/chat/completions (streamed as server-sent events or whole),
+// /v1/models, /health, /metrics, /tokenize, /detokenize, /reset_prefix_cache, /version.
+//
+// Each HTTP request runs on one of httplib's worker threads, which parses and validates it,
+// submits it to the EngineService and then waits on its RequestStream, writing chunks as tokens
+// arrive. A client that goes away (a failed write, or a closed socket seen while waiting) has
+// its engine request cancelled. Errors are OpenAI's error object with the right status.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pagedkv/core/ids.h"
+#include "pagedkv/model/tokenizer.h"
+#include "pagedkv/server/engine_service.h"
+#include "pagedkv/server/openai_request.h"
+#include "pagedkv/server/server_metrics.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace pagedkv::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;                         // 0: any free port (bind() returns it)
+  std::string api_key;                     // non-empty: API endpoints need "Authorization: Bearer <key>"
+  size_t max_body_bytes = 8u << 20;        // larger request bodies get 413
+  int http_threads = 128;                  // concurrent connections served (each stream holds one)
+  int keep_alive_seconds = 5;
+  RequestLimits limits;
+};
+
+// What the server needs to know of the served model.
+struct ServedModel {
+  ModelLimits limits;                      // name, max_model_len, vocab size
+  TokenId eos_token_id = -1;               // ends a generation unless ignore_eos
+};
+
+class OpenAIServer {
+ public:
+  OpenAIServer(ServerOptions options, EngineService& service, const Tokenizer& tokenizer, ServedModel model,
+               ServerMetrics& metrics);
+  ~OpenAIServer();
+  OpenAIServer(const OpenAIServer&) = delete;
+  OpenAIServer& operator=(const OpenAIServer&) = delete;
+
+  // Binds host:port; returns the bound port. Throws Error if it cannot.
+  int bind();
+  // Serves until stop(); returns after the in-flight requests' handlers have returned.
+  void serve();
+  // Stops accepting connections (thread-safe; serve() then returns once handlers finish).
+  void stop();
+
+ private:
+  void install_routes();
+
+  ServerOptions options_;
+  EngineService& service_;
+  const Tokenizer& tokenizer_;
+  ServedModel model_;
+  ServerMetrics& metrics_;
+  std::unique_ptr<httplib::Server> http_;
+};
+
+}  // namespace pagedkv::server

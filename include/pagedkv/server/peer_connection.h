@@ -1,0 +1,31 @@
+// Whether the client of an HTTP request is still there.
+//
+// cpp-httplib (0.11, Debian 12) gives a handler the connection's addresses but not its socket,
+// and a blocked handler only learns of a disconnect when a write fails. To abort the engine
+// request of a client that went away while it waited (non-streaming, or between stream chunks),
+// the server finds the connected socket by its two endpoints once (the socket of a live request
+// stays open until its handler returns) and then polls it: a peer that closed its end reads as
+// end-of-file or a hang-up.
+#pragma once
+
+#include <string>
+
+namespace pagedkv::server {
+
+class PeerConnection {
+ public:
+  PeerConnection() = default;
+  // The socket of this process whose local port is `local_port` and whose peer is
+  // `remote_addr`:`remote_port`; an unknown connection (closed() is then always false) if none.
+  static PeerConnection find(int local_port, const std::string& remote_addr, int remote_port);
+
+  bool known() const { return fd_ >= 0; }
+  // The peer closed or reset the connection. Never blocks; leaves pending request bytes unread.
+  bool closed() const;
+
+ private:
+  explicit PeerConnection(int fd) : fd_(fd) {}
+  int fd_ = -1;
+};
+
+}  // namespace pagedkv::server

@@ -1,0 +1,86 @@
+// ResponseBuilder: turns the engine's token updates for one API request into OpenAI's response
+// shapes, for /v1/completions ("text_completion") and /v1/chat/completions ("chat.completion"),
+// streamed (one chunk per update of a choice) or whole.
+//
+// Per choice it detokenizes incrementally (the piece of each token given the one before, exactly
+// as the tokenizer's render() prints a sequence), applies stop strings (StopStringMatcher), and
+// collects logprobs. A stop string ends a choice in the response at once; the caller then tells
+// the engine to stop that sample (stop_requests()).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "pagedkv/model/tokenizer.h"
+#include "pagedkv/server/openai_request.h"
+#include "pagedkv/server/request_stream.h"
+#include "pagedkv/server/stop_string_matcher.h"
+
+namespace pagedkv::server {
+
+// The text of a token sequence, as /detokenize and echo show it: a leading BOS is context only
+// (as Tokenizer::render treats it); any other first token is printed.
+std::string detokenize(const Tokenizer& tokenizer, std::span<const TokenId> ids);
+
+class ResponseBuilder {
+ public:
+  // `id`: the response id ("cmpl-..." / "chatcmpl-..."); `created`: Unix seconds.
+  ResponseBuilder(const CompletionRequest& request, const Tokenizer& tokenizer, std::string id, std::string model,
+                  int64_t created, int num_prompts);
+
+  // Applies one update; returns the stream chunks it produced (none when nothing new is visible).
+  std::vector<nlohmann::json> apply(const ChoiceUpdate& update);
+  // Engine requests whose choice a stop string just ended (each returned once).
+  std::vector<RequestId> take_stop_requests();
+
+  bool done() const { return finished_choices_ == static_cast<int>(choices_.size()); }
+  // The first engine refusal, if any (the whole request then fails with this message).
+  const std::optional<std::string>& error() const { return error_; }
+
+  nlohmann::json response() const;     // the non-streaming body
+  nlohmann::json usage() const;        // prompt/completion/total tokens and cached prompt tokens
+  nlohmann::json usage_chunk() const;  // the final chunk of stream_options.include_usage
+
+ private:
+  struct Choice {
+    explicit Choice(const std::vector<std::string>& stops) : matcher(stops) {}
+    TokenId prev = -1;  // the last token decoded (context for the next piece)
+    StopStringMatcher matcher;
+    std::string text;   // everything emitted (non-streaming response)
+    bool started = false;
+    bool finished = false;
+    std::string finish_reason;
+    int completion_tokens = 0;
+    RequestId engine_id;
+    // logprobs, completions shape: tokens, token_logprobs, top_logprobs, text_offset; chat: content.
+    nlohmann::json logprob_tokens = nlohmann::json::array();
+    nlohmann::json logprob_values = nlohmann::json::array();
+    nlohmann::json logprob_tops = nlohmann::json::array();
+    nlohmann::json text_offsets = nlohmann::json::array();
+    nlohmann::json chat_logprobs = nlohmann::json::array();
+  };
+  // Decodes `tokens` into the choice; returns the text it emits. Stops at a stop string.
+  std::string take_tokens(Choice& c, const ChoiceUpdate& u, nlohmann::json& chunk_logprobs);
+  nlohmann::json chunk(int index, const std::string& text, const nlohmann::json& logprobs, const char* finish_reason,
+                       bool first) const;
+  std::string piece(TokenId prev, TokenId token) const;
+
+  const CompletionRequest& request_;
+  const Tokenizer& tokenizer_;
+  std::string id_, model_;
+  int64_t created_;
+  bool chat_;
+  std::vector<Choice> choices_;
+  std::vector<int> prompt_tokens_;   // per prompt
+  std::vector<int> cached_tokens_;   // per prompt
+  int finished_choices_ = 0;
+  std::vector<RequestId> stop_requests_;
+  std::optional<std::string> error_;
+};
+
+}  // namespace pagedkv::server

@@ -1,0 +1,269 @@
+#include "pagedkv/server/engine_service.h"
+
+#include <fmt/format.h>
+
+#include "pagedkv/core/error.h"
+
+namespace pagedkv::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+std::string metric_reason(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kAborted: return "abort";
+    default: return std::string(finish_reason_name(r));
+  }
+}
+
+}  // namespace
+
+EngineService::EngineService(LLMEngine& engine, ServerMetrics& metrics, EngineServiceOptions options)
+    : engine_(engine), metrics_(metrics), options_(options) {
+  metrics_.on_step(engine_);
+  thread_ = std::thread([this] { run(); });
+}
+
+EngineService::~EngineService() { stop(); }
+
+std::shared_ptr<RequestStream> EngineService::submit(std::vector<GenerationRequest> prompts) {
+  if (prompts.empty()) throw UsageError("EngineService::submit: no prompts");
+  int choices = 0;
+  for (const GenerationRequest& g : prompts) choices += g.n;
+  auto stream = std::make_shared<RequestStream>(choices);
+  {
+    std::lock_guard lock(mutex_);
+    if (draining_ || stop_) throw ApiError(503, "the server is shutting down and accepts no new requests", "", "shutting_down");
+    const int queued = inbox_prompts_ + engine_waiting_.load();
+    if (queued + static_cast<int>(prompts.size()) > options_.max_waiting)
+      throw ApiError(503, fmt::format("the server is overloaded: {} requests are waiting (limit {}); retry later", queued,
+                                      options_.max_waiting),
+                     "", "server_overloaded");
+    inbox_prompts_ += static_cast<int>(prompts.size());
+    submissions_.push_back({stream, std::move(prompts), Clock::now()});
+  }
+  wake_.notify_one();
+  return stream;
+}
+
+void EngineService::cancel(const std::shared_ptr<RequestStream>& stream) {
+  {
+    std::lock_guard lock(mutex_);
+    cancels_.push_back(stream);
+  }
+  wake_.notify_one();
+}
+
+void EngineService::stop_choice(RequestId engine_id) {
+  {
+    std::lock_guard lock(mutex_);
+    stopped_choices_.push_back(engine_id);
+  }
+  wake_.notify_one();
+}
+
+void EngineService::begin_drain() { draining_ = true; }
+
+bool EngineService::idle() const {
+  std::lock_guard lock(mutex_);
+  return submissions_.empty() && running_ == 0 && engine_waiting_ == 0 && swapped_ == 0;
+}
+
+void EngineService::abort_all() {
+  {
+    std::lock_guard lock(mutex_);
+    abort_all_ = true;
+  }
+  wake_.notify_one();
+}
+
+void EngineService::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    if (!thread_.joinable()) return;
+    stop_ = true;
+  }
+  wake_.notify_one();
+  thread_.join();
+}
+
+EngineLoad EngineService::load() const {
+  EngineLoad l;
+  l.running = running_;
+  {
+    std::lock_guard lock(mutex_);
+    l.waiting = engine_waiting_ + inbox_prompts_;
+  }
+  l.swapped = swapped_;
+  l.steps = steps_;
+  return l;
+}
+
+void EngineService::publish_load() {
+  const Scheduler& s = engine_.scheduler();
+  running_ = s.num_running();
+  engine_waiting_ = s.num_waiting();
+  swapped_ = s.num_swapped();
+  steps_ = engine_.stats().steps;
+  metrics_.on_step(engine_);
+}
+
+void EngineService::admit(Submission& s) {
+  for (size_t i = 0; i < s.prompts.size(); ++i) {
+    GenerationRequest& g = s.prompts[i];
+    const int n = g.n;
+    const int prompt_tokens = static_cast<int>(g.prompt.size());
+    try {
+      const RequestId id = engine_.add_request(std::move(g));
+      roots_[id.value] = Root{s.stream, static_cast<int>(i), n, prompt_tokens, 0, 0, false, s.arrival};
+      samples_[id.value] = Sample{id.value, 0, s.arrival};
+    } catch (const Error& e) {  // validated before submit; anything left is reported per choice
+      for (int k = 0; k < n; ++k) {
+        ChoiceUpdate u;
+        u.choice = static_cast<int>(i) * n + k;
+        u.finished = true;
+        u.finish_reason = FinishReason::kRejected;
+        u.error = e.what();
+        s.stream->push(std::move(u));
+      }
+    }
+  }
+}
+
+void EngineService::run() {
+  for (;;) {
+    std::vector<Submission> submissions;
+    std::vector<std::shared_ptr<RequestStream>> cancels;
+    std::vector<RequestId> stopped;
+    std::vector<std::function<void()>> calls;
+    bool abort_everything = false, stopping = false;
+    {
+      std::unique_lock lock(mutex_);
+      wake_.wait(lock, [&] {
+        return stop_ || abort_all_ || !submissions_.empty() || !cancels_.empty() || !stopped_choices_.empty() ||
+               !calls_.empty() || engine_.has_unfinished();
+      });
+      submissions.swap(submissions_);
+      cancels.swap(cancels_);
+      stopped.swap(stopped_choices_);
+      calls.swap(calls_);
+      abort_everything = abort_all_ || stop_;
+      abort_all_ = false;
+      stopping = stop_;
+      // Counted as waiting until the engine holds them: publish_load() below takes over.
+      inbox_prompts_ = 0;
+      for (Submission& s : submissions) engine_waiting_ += static_cast<int>(s.prompts.size());
+    }
+    for (Submission& s : submissions) admit(s);
+    for (const auto& stream : cancels)
+      for (const auto& [id, root] : roots_)
+        if (root.stream == stream) engine_.abort_request(RequestId{id});
+    for (RequestId id : stopped)
+      if (engine_.abort_request(id, /*with_samples=*/false)) ended_by_stop_string_.insert(id.value);
+    for (auto& f : calls) f();
+    if (abort_everything)
+      for (const auto& [id, root] : roots_) engine_.abort_request(RequestId{id});
+    if (engine_.has_unfinished() || abort_everything || !cancels.empty() || !stopped.empty()) {
+      std::vector<RequestOutput> outputs = engine_.step();
+      dispatch(outputs);
+    }
+    publish_load();
+    if (stopping && !engine_.has_unfinished()) {
+      end_remaining_choices();
+      // Anything still in calls_ must not wait forever.
+      std::lock_guard lock(mutex_);
+      for (auto& f : calls_) f();
+      calls_.clear();
+      return;
+    }
+  }
+}
+
+void EngineService::end_remaining_choices() {
+  // Every accepted request gets a final answer, even one whose samples the engine never reported.
+  for (auto& [id, root] : roots_) {
+    for (int k = 0; k < root.n; ++k) {
+      ChoiceUpdate c;
+      c.choice = root.prompt_index * root.n + k;
+      c.finished = true;
+      c.finish_reason = FinishReason::kAborted;
+      root.stream->push(std::move(c));
+    }
+  }
+  roots_.clear();
+  samples_.clear();
+}
+
+void EngineService::dispatch(std::vector<RequestOutput>& outputs) {
+  const auto now = Clock::now();
+  for (RequestOutput& o : outputs) {
+    const uint64_t root_id = o.sample_index == 0 ? o.id.value : o.parent.value;
+    auto rit = roots_.find(root_id);
+    if (rit == roots_.end()) continue;
+    Root& root = rit->second;
+    auto [sit, new_sample] = samples_.try_emplace(o.id.value, Sample{root_id, 0, root.arrival});
+    Sample& sample = sit->second;
+    if (o.sample_index > 0) root.child_seen = true;
+
+    ChoiceUpdate u;
+    u.choice = root.prompt_index * root.n + o.sample_index;
+    u.engine_id = o.id;
+    u.tokens.assign(o.output.begin() + static_cast<ptrdiff_t>(std::min(sample.delivered, o.output.size())), o.output.end());
+    u.logprobs = std::move(o.new_logprobs);
+    const bool first_tokens = sample.delivered == 0 && !u.tokens.empty();
+    if (sample.delivered == 0) {
+      u.first = true;
+      u.prompt = o.prompt;
+      u.cached_tokens = o.prefix_hit_tokens;
+    }
+    if (first_tokens && o.sample_index == 0) {
+      metrics_.observe_first_token(o.ttft_ms / 1e3, o.queue_ms >= 0 ? o.queue_ms / 1e3 : -1.0);
+      metrics_.count_prompt(static_cast<int>(o.prompt.size()), o.hit_tokens_by_tier.device, o.hit_tokens_by_tier.host,
+                            o.hit_tokens_by_tier.disk);
+    } else if (!u.tokens.empty() && !first_tokens) {
+      metrics_.observe_inter_token(seconds_between(sample.last_token, now), static_cast<int>(u.tokens.size()));
+    }
+    if (!u.tokens.empty()) sample.last_token = now;
+    sample.delivered = o.output.size();
+    root.generated_tokens += static_cast<int>(u.tokens.size());
+    if (o.finished) {
+      u.finished = true;
+      u.finish_reason = o.finish_reason;
+      if (o.finish_reason == FinishReason::kRejected)
+        u.error = "the request needs more KV-cache blocks than the whole cache holds";
+      if (ended_by_stop_string_.erase(o.id.value) > 0) u.finish_reason = FinishReason::kStop;
+      metrics_.observe_finished_sample(metric_reason(u.finish_reason), static_cast<int>(o.output.size()));
+      samples_.erase(sit);
+      ++root.finished_samples;
+    }
+    // A stop string ends a choice only after its first token, when its siblings exist already.
+    const bool ended_before_fork = o.finished && o.sample_index == 0 && root.n > 1 && !root.child_seen &&
+                                   u.finish_reason != FinishReason::kStop &&
+                                   (o.finish_reason == FinishReason::kAborted || o.finish_reason == FinishReason::kRejected);
+    std::shared_ptr<RequestStream> stream = root.stream;
+    stream->push(std::move(u));
+    if (ended_before_fork) {  // its samples were never forked: they end with it
+      for (int k = 1; k < root.n; ++k) {
+        ChoiceUpdate c;
+        c.choice = root.prompt_index * root.n + k;
+        c.first = true;
+        c.prompt = o.prompt;
+        c.finished = true;
+        c.finish_reason = o.finish_reason;
+        stream->push(std::move(c));
+        metrics_.observe_finished_sample(metric_reason(o.finish_reason), 0);
+      }
+      root.finished_samples = root.n;
+    }
+    if (root.finished_samples >= root.n) {
+      metrics_.observe_finished_request(seconds_between(root.arrival, now), root.prompt_tokens, root.generated_tokens);
+      roots_.erase(rit);
+    }
+  }
+}
+
+}  // namespace pagedkv::server

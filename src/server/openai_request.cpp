@@ -1,0 +1,242 @@
+#include "pagedkv/server/openai_request.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <limits>
+
+#include "pagedkv/server/api_error.h"
+
+namespace pagedkv::server {
+namespace {
+
+using nlohmann::json;
+
+ApiError bad(const std::string& param, const std::string& message, const std::string& code = "invalid_value") {
+  return ApiError(400, message, param, code);
+}
+
+// A field that is absent or null is "not given": OpenAI's clients send null for unset options.
+const json* field(const json& body, const char* name) {
+  auto it = body.find(name);
+  return it == body.end() || it->is_null() ? nullptr : &*it;
+}
+
+int64_t integer(const json& v, const char* name) {
+  if (!v.is_number_integer()) throw bad(name, fmt::format("'{}' must be an integer", name), "invalid_type");
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+    throw bad(name, fmt::format("'{}' is out of range", name));
+  return v.get<int64_t>();
+}
+
+int integer_in(const json& v, const char* name, int64_t lo, int64_t hi) {
+  const int64_t x = integer(v, name);
+  if (x < lo || x > hi) throw bad(name, fmt::format("'{}' must be between {} and {}, got {}", name, lo, hi, x));
+  return static_cast<int>(x);
+}
+
+double number(const json& v, const char* name) {
+  if (!v.is_number()) throw bad(name, fmt::format("'{}' must be a number", name), "invalid_type");
+  const double x = v.get<double>();
+  if (!std::isfinite(x)) throw bad(name, fmt::format("'{}' must be finite", name));
+  return x;
+}
+
+bool boolean(const json& v, const char* name) {
+  if (!v.is_boolean()) throw bad(name, fmt::format("'{}' must be a boolean", name), "invalid_type");
+  return v.get<bool>();
+}
+
+std::string string(const json& v, const char* name) {
+  if (!v.is_string()) throw bad(name, fmt::format("'{}' must be a string", name), "invalid_type");
+  return v.get<std::string>();
+}
+
+std::vector<TokenId> token_ids(const json& v, const char* name) {
+  std::vector<TokenId> ids;
+  ids.reserve(v.size());
+  for (const json& t : v) {
+    if (!t.is_number_integer())
+      throw bad(name, fmt::format("'{}' must be a string, a list of strings, a list of token ids or a list of lists of token ids", name),
+                "invalid_type");
+    const int64_t id = t.get<int64_t>();
+    if (id < 0 || id > std::numeric_limits<TokenId>::max())
+      throw bad(name, fmt::format("token id {} in '{}' is outside the vocabulary", id, name), "invalid_token_id");
+    ids.push_back(static_cast<TokenId>(id));
+  }
+  if (ids.empty()) throw bad(name, fmt::format("'{}' holds an empty list of token ids", name));
+  return ids;
+}
+
+std::vector<PromptInput> parse_prompts(const json& p, const RequestLimits& limits) {
+  std::vector<PromptInput> prompts;
+  if (p.is_string()) {
+    prompts.push_back({true, p.get<std::string>(), {}});
+  } else if (p.is_array() && !p.empty() && p[0].is_number_integer()) {
+    prompts.push_back({false, {}, token_ids(p, "prompt")});
+  } else if (p.is_array() && !p.empty()) {
+    for (const json& e : p) {
+      if (e.is_string()) prompts.push_back({true, e.get<std::string>(), {}});
+      else if (e.is_array()) prompts.push_back({false, {}, token_ids(e, "prompt")});
+      else throw bad("prompt", "'prompt' must be a string, a list of strings, a list of token ids or a list of lists of token ids", "invalid_type");
+    }
+  } else if (p.is_array()) {
+    throw bad("prompt", "'prompt' must not be an empty list");
+  } else {
+    throw bad("prompt", "'prompt' must be a string, a list of strings, a list of token ids or a list of lists of token ids", "invalid_type");
+  }
+  if (static_cast<int>(prompts.size()) > limits.max_prompts)
+    throw bad("prompt", fmt::format("at most {} prompts per request, got {}", limits.max_prompts, prompts.size()));
+  return prompts;
+}
+
+std::string message_content(const json& c) {
+  if (c.is_string()) return c.get<std::string>();
+  if (c.is_array()) {  // [{"type": "text", "text": ...}, ...]
+    std::string text;
+    for (const json& part : c) {
+      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+        throw bad("messages", "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported", "unsupported_content");
+      text += part["text"].get<std::string>();
+    }
+    return text;
+  }
+  throw bad("messages", "a message's 'content' must be a string or a list of text parts", "invalid_type");
+}
+
+std::vector<ChatMessage> parse_messages(const json& m) {
+  if (!m.is_array() || m.empty()) throw bad("messages", "'messages' must be a non-empty list", "invalid_type");
+  std::vector<ChatMessage> messages;
+  for (const json& e : m) {
+    if (!e.is_object()) throw bad("messages", "each message must be an object with 'role' and 'content'", "invalid_type");
+    const json* role = field(e, "role");
+    if (role == nullptr || !role->is_string()) throw bad("messages", "each message needs a string 'role'", "invalid_type");
+    const std::string r = role->get<std::string>();
+    if (r != "system" && r != "developer" && r != "user" && r != "assistant")
+      throw bad("messages", fmt::format("unsupported message role '{}' (system, developer, user, assistant)", r));
+    const json* content = field(e, "content");
+    messages.push_back({r, content == nullptr ? std::string() : message_content(*content)});
+  }
+  return messages;
+}
+
+}  // namespace
+
+CompletionRequest parse_completion_request(std::string_view body, ApiEndpoint endpoint, const RequestLimits& limits) {
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) throw ApiError(400, "the request body is not valid JSON", "", "invalid_json");
+  if (!j.is_object()) throw ApiError(400, "the request body must be a JSON object", "", "invalid_json");
+
+  CompletionRequest r;
+  r.endpoint = endpoint;
+  const bool chat = endpoint == ApiEndpoint::kChatCompletions;
+  if (const json* v = field(j, "model")) r.model = string(*v, "model");
+  if (chat) {
+    const json* m = field(j, "messages");
+    if (m == nullptr) throw bad("messages", "'messages' is required", "missing_field");
+    r.messages = parse_messages(*m);
+  } else {
+    const json* p = field(j, "prompt");
+    if (p == nullptr) throw bad("prompt", "'prompt' is required", "missing_field");
+    r.prompts = parse_prompts(*p, limits);
+  }
+  // Chat's newer name for max_tokens wins when both are given.
+  const char* max_name = chat && field(j, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  if (const json* v = field(j, max_name)) r.max_tokens = integer_in(*v, max_name, 1, std::numeric_limits<int>::max());
+  if (const json* v = field(j, "temperature")) {
+    r.temperature = static_cast<float>(number(*v, "temperature"));
+    if (r.temperature < 0) throw bad("temperature", "'temperature' must be at least 0");
+  }
+  if (const json* v = field(j, "top_p")) {
+    const double p = number(*v, "top_p");
+    if (!(p > 0 && p <= 1)) throw bad("top_p", fmt::format("'top_p' must be in (0, 1], got {}", p));
+    r.top_p = static_cast<float>(p);
+  }
+  if (const json* v = field(j, "top_k")) {
+    r.top_k = integer_in(*v, "top_k", -1, std::numeric_limits<int>::max());
+    if (r.top_k < 0) r.top_k = 0;
+  }
+  if (const json* v = field(j, "seed")) r.seed = static_cast<uint64_t>(integer(*v, "seed"));
+  if (const json* v = field(j, "n")) r.n = integer_in(*v, "n", 1, limits.max_n);
+  if (const json* v = field(j, "stop")) {
+    if (v->is_string()) {
+      r.stop.push_back(v->get<std::string>());
+    } else if (v->is_array()) {
+      for (const json& s : *v) r.stop.push_back(string(s, "stop"));
+    } else {
+      throw bad("stop", "'stop' must be a string or a list of strings", "invalid_type");
+    }
+    if (static_cast<int>(r.stop.size()) > limits.max_stop_strings)
+      throw bad("stop", fmt::format("at most {} stop strings, got {}", limits.max_stop_strings, r.stop.size()));
+    for (const std::string& s : r.stop)
+      if (s.empty()) throw bad("stop", "stop strings must not be empty");
+  }
+  if (const json* v = field(j, "stream")) r.stream = boolean(*v, "stream");
+  if (const json* v = field(j, "stream_options")) {
+    if (!r.stream) throw bad("stream_options", "'stream_options' is only allowed when 'stream' is true");
+    if (!v->is_object()) throw bad("stream_options", "'stream_options' must be an object", "invalid_type");
+    if (const json* u = field(*v, "include_usage")) r.include_usage = boolean(*u, "stream_options.include_usage");
+  }
+  if (chat) {
+    const bool want = field(j, "logprobs") ? boolean(*field(j, "logprobs"), "logprobs") : false;
+    if (const json* v = field(j, "top_logprobs")) {
+      if (!want) throw bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+      r.logprobs = integer_in(*v, "top_logprobs", 0, limits.max_logprobs);
+    } else if (want) {
+      r.logprobs = 0;
+    }
+  } else {
+    if (const json* v = field(j, "echo")) r.echo = boolean(*v, "echo");
+    if (const json* v = field(j, "logprobs")) r.logprobs = integer_in(*v, "logprobs", 0, limits.max_logprobs);
+  }
+  if (const json* v = field(j, "priority")) r.priority = integer_in(*v, "priority", std::numeric_limits<int>::min(), std::numeric_limits<int>::max());
+  if (const json* v = field(j, "cache_salt")) {
+    r.cache_salt = string(*v, "cache_salt");
+    if (r.cache_salt.empty()) throw bad("cache_salt", "'cache_salt' must not be empty when given");
+  }
+  if (const json* v = field(j, "ignore_eos")) r.ignore_eos = boolean(*v, "ignore_eos");
+  return r;
+}
+
+std::vector<PreparedPrompt> prepare_request(const CompletionRequest& request, const Tokenizer& tokenizer,
+                                            const ModelLimits& model) {
+  if (!request.model.empty() && request.model != model.served_model_name)
+    throw ApiError(400, fmt::format("the model '{}' does not exist; this server serves '{}'", request.model, model.served_model_name),
+                   "model", "model_not_found");
+  std::vector<std::vector<TokenId>> prompts;
+  if (request.endpoint == ApiEndpoint::kChatCompletions) {
+    prompts.push_back(tokenizer.encode(render_chat_prompt(request.messages), true, false));
+  } else {
+    for (const PromptInput& p : request.prompts) {
+      if (p.is_text) {
+        prompts.push_back(tokenizer.encode(p.text, true, false));
+        continue;
+      }
+      for (TokenId id : p.token_ids)
+        if (id >= model.vocab_size)
+          throw ApiError(400, fmt::format("token id {} is outside the vocabulary [0, {})", id, model.vocab_size), "prompt",
+                         "invalid_token_id");
+      prompts.push_back(p.token_ids);
+    }
+  }
+  std::vector<PreparedPrompt> out;
+  for (auto& ids : prompts) {
+    const int len = static_cast<int>(ids.size());
+    const char* param = request.endpoint == ApiEndpoint::kChatCompletions ? "messages" : "prompt";
+    if (len >= model.max_model_len)
+      throw ApiError(400, fmt::format("this model's maximum context length is {} tokens; the prompt has {} tokens, leaving no room to generate",
+                                      model.max_model_len, len),
+                     param, "context_length_exceeded");
+    int max_tokens = request.max_tokens.value_or(
+        request.endpoint == ApiEndpoint::kChatCompletions ? model.max_model_len - len : 16);
+    if (len + static_cast<int64_t>(max_tokens) > model.max_model_len)
+      throw ApiError(400, fmt::format("this model's maximum context length is {} tokens; you requested {} tokens ({} in the prompt, {} for the completion)",
+                                      model.max_model_len, len + static_cast<int64_t>(max_tokens), len, max_tokens),
+                     "max_tokens", "context_length_exceeded");
+    out.push_back({std::move(ids), max_tokens});
+  }
+  return out;
+}
+
+}  // namespace pagedkv::server

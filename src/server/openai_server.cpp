@@ -1,0 +1,285 @@
+#include "pagedkv/server/openai_server.h"
+
+#include <fmt/format.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <ctime>
+#include <random>
+#include <set>
+
+#include "pagedkv/core/error.h"
+#include "pagedkv/server/api_error.h"
+#include "pagedkv/server/peer_connection.h"
+#include "pagedkv/server/response_builder.h"
+
+namespace pagedkv::server {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+constexpr const char* kVersion = "0.1.0";
+constexpr auto kPollInterval = 20ms;  // how often a waiting handler checks that its client is still there
+
+// JSON text that never throws on invalid UTF-8 (a token piece may be part of a character).
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+void send_json(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(dump(body), "application/json");
+}
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  if (e.status() == 503) res.set_header("Retry-After", "1");
+  send_json(res, e.status(), e.to_json());
+}
+
+int64_t unix_now() { return static_cast<int64_t>(std::time(nullptr)); }
+
+// Response ids and default seeds: unique within the process, unpredictable across processes.
+class IdSource {
+ public:
+  IdSource() : base_(std::random_device{}() ^ (static_cast<uint64_t>(std::random_device{}()) << 32)) {}
+  uint64_t next() {
+    uint64_t z = base_ + 0x9E3779B97F4A7C15ull * ++counter_;  // splitmix64
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+
+ private:
+  uint64_t base_;
+  std::atomic<uint64_t> counter_{0};
+};
+IdSource& ids() {
+  static IdSource source;
+  return source;
+}
+
+bool is_api_path(const std::string& path) {
+  return path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize" || path == "/reset_prefix_cache";
+}
+
+}  // namespace
+
+OpenAIServer::OpenAIServer(ServerOptions options, EngineService& service, const Tokenizer& tokenizer, ServedModel model,
+                           ServerMetrics& metrics)
+    : options_(std::move(options)),
+      service_(service),
+      tokenizer_(tokenizer),
+      model_(std::move(model)),
+      metrics_(metrics),
+      http_(std::make_unique<httplib::Server>()) {
+  const size_t threads = static_cast<size_t>(std::max(2, options_.http_threads));
+  http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  http_->set_payload_max_length(options_.max_body_bytes);
+  http_->set_keep_alive_timeout(options_.keep_alive_seconds);
+  http_->set_tcp_nodelay(true);  // SSE chunks are small: send each at once
+  install_routes();
+}
+
+OpenAIServer::~OpenAIServer() = default;
+
+int OpenAIServer::bind() {
+  int port = options_.port;
+  if (port == 0) port = http_->bind_to_any_port(options_.host);
+  else if (!http_->bind_to_port(options_.host, port)) port = -1;
+  if (port <= 0) throw Error(fmt::format("cannot listen on {}:{} (address in use or not available)", options_.host, options_.port));
+  return port;
+}
+
+void OpenAIServer::serve() { http_->listen_after_bind(); }
+
+void OpenAIServer::stop() { http_->stop(); }
+
+void OpenAIServer::install_routes() {
+  httplib::Server& http = *http_;
+
+  // Errors httplib raises itself (no route, body too large, malformed HTTP) get OpenAI's shape.
+  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    const std::string message =
+        res.status == 404   ? fmt::format("no route for {} {}", req.method, req.path)
+        : res.status == 413 ? "the request body is larger than the server's --max-body-bytes"
+                            : fmt::format("HTTP {}", res.status);
+    const char* code = res.status == 404 ? "not_found" : res.status == 413 ? "payload_too_large" : "http_error";
+    send_json(res, res.status, ApiError(res.status, message, "", code).to_json());
+  });
+  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    try {
+      std::rethrow_exception(ep);
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    } catch (const std::exception& e) {
+      send_error(res, ApiError(500, fmt::format("internal error: {}", e.what()), "", "internal_error"));
+    } catch (...) {
+      send_error(res, ApiError(500, "internal error", "", "internal_error"));
+    }
+  });
+  http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    // Known routes only: a label per arbitrary path would let clients grow the metrics without bound.
+    static const std::set<std::string> kRoutes{"/v1/completions", "/v1/chat/completions", "/v1/models", "/health",
+                                               "/metrics", "/tokenize", "/detokenize", "/reset_prefix_cache", "/version"};
+    metrics_.count_http_request(kRoutes.contains(req.path) ? req.path : "other");
+    if (res.status >= 400) metrics_.count_http_error(res.status);
+  });
+  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (options_.api_key.empty() || !is_api_path(req.path)) return httplib::Server::HandlerResponse::Unhandled;
+    if (req.get_header_value("Authorization") == "Bearer " + options_.api_key)
+      return httplib::Server::HandlerResponse::Unhandled;
+    res.set_header("WWW-Authenticate", "Bearer");
+    send_error(res, ApiError(401, "a valid API key is required: send 'Authorization: Bearer <key>'", "", "invalid_api_key"));
+    return httplib::Server::HandlerResponse::Handled;
+  });
+
+  http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    if (service_.draining()) send_error(res, ApiError(503, "the server is shutting down", "", "shutting_down"));
+    else send_json(res, 200, json::object());
+  });
+  http.Get("/version", [](const httplib::Request&, httplib::Response& res) { send_json(res, 200, {{"version", kVersion}}); });
+  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_.render(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    const std::string& name = model_.limits.served_model_name;
+    send_json(res, 200,
+              {{"object", "list"},
+               {"data", json::array({{{"id", name},
+                                      {"object", "model"},
+                                      {"created", unix_now()},
+                                      {"owned_by", "pagedkv"},
+                                      {"root", name},
+                                      {"max_model_len", model_.limits.max_model_len}}})}});
+  });
+
+  http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    const json body = json::parse(req.body, nullptr, false);
+    if (body.is_discarded() || !body.is_object()) throw ApiError(400, "the request body must be a JSON object", "", "invalid_json");
+    bool add_special = true;
+    if (auto it = body.find("add_special_tokens"); it != body.end() && !it->is_null()) {
+      if (!it->is_boolean()) throw ApiError(400, "'add_special_tokens' must be a boolean", "add_special_tokens", "invalid_type");
+      add_special = it->get<bool>();
+    }
+    std::vector<TokenId> tokens;
+    if (auto it = body.find("prompt"); it != body.end() && it->is_string()) {
+      tokens = tokenizer_.encode(it->get<std::string>(), add_special, false);
+    } else if (body.contains("messages")) {
+      // The same rendering /v1/chat/completions uses.
+      CompletionRequest chat = parse_completion_request(req.body, ApiEndpoint::kChatCompletions, options_.limits);
+      tokens = tokenizer_.encode(render_chat_prompt(chat.messages), add_special, false);
+    } else {
+      throw ApiError(400, "'prompt' (a string) or 'messages' is required", "prompt", "missing_field");
+    }
+    send_json(res, 200, {{"tokens", tokens}, {"count", tokens.size()}, {"max_model_len", model_.limits.max_model_len}});
+  });
+  http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    const json body = json::parse(req.body, nullptr, false);
+    if (body.is_discarded() || !body.is_object()) throw ApiError(400, "the request body must be a JSON object", "", "invalid_json");
+    auto it = body.find("tokens");
+    if (it == body.end() || !it->is_array()) throw ApiError(400, "'tokens' (a list of token ids) is required", "tokens", "missing_field");
+    std::vector<TokenId> tokens;
+    for (const json& t : *it) {
+      if (!t.is_number_integer()) throw ApiError(400, "'tokens' must hold integers", "tokens", "invalid_type");
+      const int64_t id = t.get<int64_t>();
+      if (id < 0 || id >= model_.limits.vocab_size)
+        throw ApiError(400, fmt::format("token id {} is outside the vocabulary [0, {})", id, model_.limits.vocab_size), "tokens",
+                       "invalid_token_id");
+      tokens.push_back(static_cast<TokenId>(id));
+    }
+    send_json(res, 200, {{"prompt", detokenize(tokenizer_, tokens)}});
+  });
+  http.Post("/reset_prefix_cache", [this](const httplib::Request&, httplib::Response& res) {
+    const ResetResult r = service_.call([](LLMEngine& engine) { return engine.reset_prefix_cache(); });
+    send_json(res, 200, {{"removed_blocks", r.removed}, {"kept_in_use", r.kept_in_use}, {"complete", r.complete()}});
+  });
+
+  auto completion = [this](ApiEndpoint endpoint) {
+    return [this, endpoint](const httplib::Request& req, httplib::Response& res) {
+      auto request = std::make_shared<CompletionRequest>(parse_completion_request(req.body, endpoint, options_.limits));
+      std::vector<PreparedPrompt> prompts = prepare_request(*request, tokenizer_, model_.limits);
+      const uint64_t seed = request->seed.value_or(ids().next());
+      std::vector<GenerationRequest> generations;
+      for (PreparedPrompt& p : prompts) {
+        GenerationRequest g;
+        g.prompt = std::move(p.token_ids);
+        g.sampling.temperature = request->temperature;
+        g.sampling.top_p = request->top_p;
+        g.sampling.top_k = request->top_k;
+        g.sampling.seed = seed;
+        g.stop.max_tokens = p.max_tokens;
+        g.stop.eos_token_id = model_.eos_token_id;
+        g.stop.ignore_eos = request->ignore_eos;
+        g.n = request->n;
+        g.priority = request->priority;
+        g.cache_salt = request->cache_salt;
+        g.logprobs = request->logprobs;
+        generations.push_back(std::move(g));
+      }
+      const int num_prompts = static_cast<int>(generations.size());
+      std::shared_ptr<RequestStream> stream = service_.submit(std::move(generations));
+      const bool chat = endpoint == ApiEndpoint::kChatCompletions;
+      auto builder = std::make_shared<ResponseBuilder>(*request, tokenizer_,
+                                                       fmt::format("{}-{:016x}", chat ? "chatcmpl" : "cmpl", ids().next()),
+                                                       model_.limits.served_model_name, unix_now(), num_prompts);
+      const PeerConnection peer = PeerConnection::find(req.local_port, req.remote_addr, req.remote_port);
+
+      if (!request->stream) {
+        while (!builder->done()) {
+          const std::vector<ChoiceUpdate> updates = stream->wait(kPollInterval);
+          for (const ChoiceUpdate& u : updates) builder->apply(u);
+          for (RequestId id : builder->take_stop_requests()) service_.stop_choice(id);
+          if (updates.empty() && peer.closed()) {  // nobody to answer: free the engine's blocks now
+            service_.cancel(stream);
+            res.status = 499;  // never sent; counted in the metrics as a client disconnect
+            return;
+          }
+        }
+        if (builder->error()) throw ApiError(400, *builder->error(), "prompt", "request_rejected");
+        send_json(res, 200, builder->response());
+        return;
+      }
+
+      res.set_header("Cache-Control", "no-cache");
+      res.set_header("X-Accel-Buffering", "no");
+      const bool include_usage = request->include_usage;
+      res.set_chunked_content_provider(
+          "text/event-stream",
+          [this, stream, builder, peer, include_usage, request](size_t, httplib::DataSink& sink) {
+            const std::vector<ChoiceUpdate> updates = stream->wait(kPollInterval);
+            std::string out;
+            for (const ChoiceUpdate& u : updates)
+              for (const json& chunk : builder->apply(u)) out += "data: " + dump(chunk) + "\n\n";
+            for (RequestId id : builder->take_stop_requests()) service_.stop_choice(id);
+            if (builder->done()) {
+              if (builder->error())
+                out += "data: " + dump(ApiError(400, *builder->error(), "prompt", "request_rejected").to_json()) + "\n\n";
+              if (include_usage) out += "data: " + dump(builder->usage_chunk()) + "\n\n";
+              out += "data: [DONE]\n\n";
+            }
+            if (!out.empty() && !sink.write(out.data(), out.size())) {
+              service_.cancel(stream);
+              return false;
+            }
+            if (builder->done()) {
+              sink.done();
+              return true;
+            }
+            if (updates.empty() && peer.closed()) {
+              service_.cancel(stream);
+              return false;
+            }
+            return true;
+          },
+          [this, stream, builder](bool success) {
+            if (!success || !builder->done()) service_.cancel(stream);
+          });
+    };
+  };
+  http.Post("/v1/completions", completion(ApiEndpoint::kCompletions));
+  http.Post("/v1/chat/completions", completion(ApiEndpoint::kChatCompletions));
+}
+
+}  // namespace pagedkv::server

@@ -1,0 +1,216 @@
+#include "pagedkv/server/response_builder.h"
+
+namespace pagedkv::server {
+namespace {
+
+using nlohmann::json;
+
+const char* finish_reason_text(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    default: return "abort";  // vLLM's reason for a request the server cut short
+  }
+}
+
+json bytes_of(const std::string& s) {
+  json b = json::array();
+  for (unsigned char c : s) b.push_back(static_cast<int>(c));
+  return b;
+}
+
+}  // namespace
+
+std::string detokenize(const Tokenizer& tokenizer, std::span<const TokenId> ids) {
+  if (ids.empty()) return {};
+  std::string text;
+  if (ids.front() != Tokenizer::kBos) text = Tokenizer::safe_piece(tokenizer.decode(-1, ids.front()));
+  return text + tokenizer.render(ids);
+}
+
+ResponseBuilder::ResponseBuilder(const CompletionRequest& request, const Tokenizer& tokenizer, std::string id,
+                                 std::string model, int64_t created, int num_prompts)
+    : request_(request),
+      tokenizer_(tokenizer),
+      id_(std::move(id)),
+      model_(std::move(model)),
+      created_(created),
+      chat_(request.endpoint == ApiEndpoint::kChatCompletions),
+      prompt_tokens_(static_cast<size_t>(num_prompts), 0),
+      cached_tokens_(static_cast<size_t>(num_prompts), 0) {
+  const size_t n = static_cast<size_t>(num_prompts) * static_cast<size_t>(request.n);
+  choices_.reserve(n);
+  for (size_t i = 0; i < n; ++i) choices_.emplace_back(request.stop);
+}
+
+std::string ResponseBuilder::piece(TokenId prev, TokenId token) const {
+  return std::string(Tokenizer::safe_piece(tokenizer_.decode(prev, token)));
+}
+
+std::string ResponseBuilder::take_tokens(Choice& c, const ChoiceUpdate& u, json& chunk_logprobs) {
+  std::string emitted;
+  json tokens = json::array(), values = json::array(), tops = json::array(), offsets = json::array(),
+       content = json::array();
+  for (size_t i = 0; i < u.tokens.size() && !c.matcher.stopped(); ++i) {
+    const TokenId prev = c.prev, token = u.tokens[i];
+    const std::string text = piece(prev, token);
+    c.prev = token;
+    ++c.completion_tokens;
+    if (i < u.logprobs.size() && request_.logprobs >= 0) {
+      const TokenLogprobs& lp = u.logprobs[i];
+      if (chat_) {
+        json alts = json::array();
+        for (const TokenLogprob& t : lp.top) {
+          const std::string s = piece(prev, t.token);
+          alts.push_back({{"token", s}, {"logprob", t.logprob}, {"bytes", bytes_of(s)}});
+        }
+        content.push_back({{"token", text}, {"logprob", lp.chosen.logprob}, {"bytes", bytes_of(text)}, {"top_logprobs", alts}});
+      } else {
+        json alts = json::object();
+        for (const TokenLogprob& t : lp.top) alts[piece(prev, t.token)] = t.logprob;
+        tokens.push_back(text);
+        values.push_back(lp.chosen.logprob);
+        tops.push_back(alts);
+        offsets.push_back(c.text.size() + emitted.size());
+      }
+    }
+    emitted += c.matcher.append(text).text;
+  }
+  if (request_.logprobs >= 0) {
+    if (chat_) {
+      for (json& e : content) c.chat_logprobs.push_back(e);
+      chunk_logprobs = {{"content", content}};
+    } else {
+      for (size_t i = 0; i < tokens.size(); ++i) {
+        c.logprob_tokens.push_back(tokens[i]);
+        c.logprob_values.push_back(values[i]);
+        c.logprob_tops.push_back(tops[i]);
+        c.text_offsets.push_back(offsets[i]);
+      }
+      chunk_logprobs = {{"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", tops}, {"text_offset", offsets}};
+    }
+  }
+  return emitted;
+}
+
+std::vector<json> ResponseBuilder::apply(const ChoiceUpdate& u) {
+  if (u.choice < 0 || static_cast<size_t>(u.choice) >= choices_.size()) return {};
+  Choice& c = choices_[static_cast<size_t>(u.choice)];
+  if (c.finished) return {};  // e.g. the engine's own end of a choice a stop string ended first
+  if (u.engine_id.value != 0) c.engine_id = u.engine_id;
+  std::string echo;
+  if (u.first) {
+    const size_t p = static_cast<size_t>(u.choice / request_.n);
+    prompt_tokens_[p] = static_cast<int>(u.prompt.size());
+    cached_tokens_[p] = u.cached_tokens;
+    if (!u.prompt.empty()) {
+      c.prev = u.prompt.back();
+      if (request_.echo && !chat_) {
+        echo = detokenize(tokenizer_, u.prompt);
+      }
+    }
+    c.text += echo;
+  }
+  if (!u.error.empty()) {
+    if (!error_) error_ = u.error;
+    c.finished = true;
+    c.finish_reason = "error";
+    ++finished_choices_;
+    return {};
+  }
+  json lp;
+  std::string emitted = take_tokens(c, u, lp);
+  const char* reason = nullptr;
+  if (c.matcher.stopped()) {
+    reason = "stop";
+    if (!u.finished && c.engine_id.value != 0) stop_requests_.push_back(c.engine_id);
+  } else if (u.finished) {
+    emitted += c.matcher.finish();
+    reason = finish_reason_text(u.finish_reason);
+  }
+  if (reason != nullptr) {
+    c.finished = true;
+    c.finish_reason = reason;
+    ++finished_choices_;
+  }
+  c.text += emitted;
+  const std::string text = echo + emitted;
+  const bool first = !c.started;
+  c.started = true;
+  if (text.empty() && reason == nullptr && !first) return {};
+  if (text.empty() && reason == nullptr && first && !chat_) return {};  // nothing visible yet
+  return {chunk(u.choice, text, lp, reason, first)};
+}
+
+std::vector<RequestId> ResponseBuilder::take_stop_requests() {
+  std::vector<RequestId> out;
+  out.swap(stop_requests_);
+  return out;
+}
+
+json ResponseBuilder::chunk(int index, const std::string& text, const json& logprobs, const char* finish_reason,
+                            bool first) const {
+  json choice{{"index", index}, {"logprobs", logprobs.is_null() ? json(nullptr) : logprobs},
+              {"finish_reason", finish_reason ? json(finish_reason) : json(nullptr)}};
+  if (chat_) {
+    json delta = json::object();
+    if (first) delta["role"] = "assistant";
+    if (!text.empty() || first) delta["content"] = text;
+    choice["delta"] = delta;
+  } else {
+    choice["text"] = text;
+  }
+  return {{"id", id_},
+          {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
+          {"created", created_},
+          {"model", model_},
+          {"choices", json::array({choice})}};
+}
+
+json ResponseBuilder::usage() const {
+  int prompt = 0, cached = 0, completion = 0;
+  for (int p : prompt_tokens_) prompt += p;
+  for (int c : cached_tokens_) cached += c;
+  for (const Choice& c : choices_) completion += c.completion_tokens;
+  return {{"prompt_tokens", prompt},
+          {"completion_tokens", completion},
+          {"total_tokens", prompt + completion},
+          {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+}
+
+json ResponseBuilder::usage_chunk() const {
+  return {{"id", id_},
+          {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
+          {"created", created_},
+          {"model", model_},
+          {"choices", json::array()},
+          {"usage", usage()}};
+}
+
+json ResponseBuilder::response() const {
+  json choices = json::array();
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    const Choice& c = choices_[i];
+    json choice{{"index", i}, {"finish_reason", c.finish_reason.empty() ? json(nullptr) : json(c.finish_reason)}};
+    json logprobs = nullptr;
+    if (request_.logprobs >= 0) {
+      logprobs = chat_ ? json{{"content", c.chat_logprobs}}
+                       : json{{"tokens", c.logprob_tokens},
+                              {"token_logprobs", c.logprob_values},
+                              {"top_logprobs", c.logprob_tops},
+                              {"text_offset", c.text_offsets}};
+    }
+    choice["logprobs"] = logprobs;
+    if (chat_) choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    else choice["text"] = c.text;
+    choices.push_back(choice);
+  }
+  return {{"id", id_},
+          {"object", chat_ ? "chat.completion" : "text_completion"},
+          {"created", created_},
+          {"model", model_},
+          {"choices", choices},
+          {"usage", usage()}};
+}
+
+}  // namespace pagedkv::server

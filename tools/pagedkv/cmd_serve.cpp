@@ -1,0 +1,138 @@
+// pagedkv serve: an OpenAI-compatible HTTP server on the paged engine (docs/serve.md).
+//
+// Threads: main (signals and shutdown), the engine thread (EngineService: owns the LLMEngine and
+// steps it), and httplib's workers (one per connection being served). SIGTERM or SIGINT drains:
+// the listener closes, accepted requests get --drain-seconds to finish (the rest are aborted and
+// still answered), the KV tiers are flushed (a warm restart finds the disk tier), exit 0.
+#include <fmt/format.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "command.h"
+#include "engine_options.h"
+#include "pagedkv/core/error.h"
+#include "pagedkv/engine/llm_engine.h"
+#include "pagedkv/memory/byte_size.h"
+#include "pagedkv/model/llama2c_checkpoint.h"
+#include "pagedkv/model/tokenizer.h"
+#include "pagedkv/server/engine_service.h"
+#include "pagedkv/server/openai_server.h"
+
+namespace pagedkv::cli {
+namespace {
+
+struct ServeOptions {
+  std::string model, tokenizer, served_model_name;
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string api_key;
+  std::string max_body_bytes = "8MiB";
+  int max_waiting = 512;
+  int http_threads = 128;
+  int max_model_len = 0;
+  double drain_seconds = 30;
+  EngineOptions engine;
+};
+
+int run_serve(ServeOptions o) {
+  if (o.model.empty()) o.model = default_shared_dir() + "/models/stories260K.bin";
+  if (o.tokenizer.empty()) o.tokenizer = default_shared_dir() + "/models/tok512.bin";
+  if (o.served_model_name.empty()) o.served_model_name = std::filesystem::path(o.model).stem().string();
+  if (o.max_waiting < 1) throw ConfigError(fmt::format("--max-waiting must be at least 1, got {}", o.max_waiting));
+  if (o.http_threads < 2) throw ConfigError(fmt::format("--http-threads must be at least 2, got {}", o.http_threads));
+  if (o.port < 0 || o.port > 65535) throw ConfigError(fmt::format("--port must be in [0, 65535], got {}", o.port));
+  if (!(o.drain_seconds >= 0)) throw ConfigError("--drain-seconds must be at least 0");
+
+  // Signals are taken by the main thread alone: block them before any thread starts.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  Llama2cCheckpoint model(o.model);
+  Tokenizer tokenizer(o.tokenizer, model.config().vocab_size);
+  EngineConfig config = o.engine.to_config();
+  config.max_model_len = o.max_model_len;
+  config.record_block_usage = false;  // a server runs for days
+  LLMEngine engine(model, config);
+
+  server::ServerMetrics metrics(o.served_model_name, engine.max_model_len());
+  server::EngineService service(engine, metrics, {o.max_waiting});
+  server::ServerOptions options;
+  options.host = o.host;
+  options.port = o.port;
+  options.api_key = o.api_key;
+  options.max_body_bytes = parse_byte_size(o.max_body_bytes);
+  options.http_threads = o.http_threads;
+  server::ServedModel served;
+  served.limits = {o.served_model_name, engine.max_model_len(), model.config().vocab_size};
+  served.eos_token_id = Tokenizer::kBos;  // llama2.c models end a story by starting the next (run.c stops on BOS)
+  server::OpenAIServer http(options, service, tokenizer, served, metrics);
+  const int port = http.bind();
+
+  fmt::print("{}\n", engine.describe());
+  fmt::print("Model: {} (served as '{}'), max_model_len {}\n", o.model, o.served_model_name, engine.max_model_len());
+  fmt::print("pagedkv serve: listening on http://{}:{}\n", o.host, port);
+  std::fflush(stdout);
+
+  std::atomic<bool> serving{true};
+  std::thread serve_thread([&] {
+    http.serve();
+    serving = false;
+  });
+  int signal_number = 0;
+  while (serving) {
+    const timespec tick{0, 200'000'000};
+    const int s = sigtimedwait(&signals, nullptr, &tick);
+    if (s > 0) {
+      signal_number = s;
+      break;
+    }
+  }
+  fmt::print("pagedkv serve: {}; draining for up to {} s\n", signal_number == 0 ? "the listener stopped" : strsignal(signal_number),
+             o.drain_seconds);
+  std::fflush(stdout);
+  service.begin_drain();
+  http.stop();  // no new connections; accepted requests go on
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.drain_seconds);
+  while (!service.idle() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const bool drained = service.idle();
+  if (!drained) service.abort_all();  // the rest still get a final (aborted) answer
+  serve_thread.join();
+  service.stop();
+  fmt::print("pagedkv serve: {}; {} steps\n", drained ? "all requests finished" : "requests left at the deadline were aborted",
+             engine.stats().steps);
+  std::fflush(stdout);
+  return 0;  // the engine's destructor flushes the KV tiers
+}
+
+const CommandRegistration kRegistration{Command{
+    "serve", "an OpenAI-compatible HTTP server on the paged engine, with Prometheus metrics (docs/serve.md)",
+    [](CLI::App& sub) -> std::function<int()> {
+      auto o = std::make_shared<ServeOptions>();
+      sub.add_option("--model,-m", o->model, "llama2.c checkpoint (default: ../shared/models/stories260K.bin)");
+      sub.add_option("--tokenizer,-z", o->tokenizer, "llama2.c tokenizer (default: ../shared/models/tok512.bin)");
+      sub.add_option("--served-model-name", o->served_model_name, "the model name clients use (default: the file's stem)");
+      sub.add_option("--host", o->host, "address to listen on")->capture_default_str();
+      sub.add_option("--port", o->port, "port to listen on (0: any free port, printed at start)")->capture_default_str();
+      sub.add_option("--api-key", o->api_key, "require 'Authorization: Bearer KEY' on the API endpoints");
+      sub.add_option("--max-body-bytes", o->max_body_bytes, "larger request bodies get 413")->capture_default_str();
+      sub.add_option("--max-waiting", o->max_waiting, "queued prompts beyond which requests get 503 with Retry-After")
+          ->capture_default_str();
+      sub.add_option("--http-threads", o->http_threads, "HTTP worker threads (each open stream holds one)")->capture_default_str();
+      sub.add_option("--max-model-len", o->max_model_len, "longest prompt + output (0: the model's)")->capture_default_str();
+      sub.add_option("--drain-seconds", o->drain_seconds, "on SIGTERM/SIGINT, time accepted requests get to finish")
+          ->capture_default_str();
+      o->engine.add_to(sub);
+      return [o] { return run_serve(*o); };
+    }}};
+
+}  // namespace
+}  // namespace pagedkv::cli
