@@ -104,6 +104,15 @@ void KVCacheManager::hash_request(Request& request) const {
   hasher_.extend(request.tokens, request.prefix_keys(), request.block_hashes, request.block_extra_digests);
 }
 
+void KVCacheManager::hash_requests(std::span<Request* const> requests) {
+  if (!pool_.caching_enabled()) return;
+  scratch_hash_jobs_.clear();
+  for (Request* r : requests)
+    if (r->block_hashes.size() < static_cast<size_t>(r->num_tokens() / block_size_))
+      scratch_hash_jobs_.push_back(BlockHashJob{r->tokens, r->prefix_keys(), &r->block_hashes, &r->block_extra_digests});
+  hasher_.extend_many(scratch_hash_jobs_);
+}
+
 // Inline: built once per block of every lookup and every caching.
 inline BlockContentKey KVCacheManager::content_key(const Request& request, int g, int i, int32_t parent_block) const {
   const size_t idx = static_cast<size_t>(i);

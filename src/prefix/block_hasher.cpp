@@ -5,10 +5,13 @@
 #define XXH_INLINE_ALL  // small inputs: inlining beats the shared library call
 #include <xxhash.h>
 
+#include <array>
 #include <bit>
 #include <cstring>
+#include <utility>
 
 #include "pagedkv/core/error.h"
+#include "pagedkv/prefix/sha256.h"
 
 namespace pagedkv {
 
@@ -51,6 +54,30 @@ struct Sha256Context {
 }  // namespace
 
 BlockHash sha256_hash(std::span<const std::byte> bytes, uint64_t /*seed: in the root only*/) {
+  if (sha256_hardware_available()) {
+    const size_t padded = sha256_padded_size(bytes.size());
+    std::array<std::byte, 256> small;
+    std::vector<std::byte> large;
+    std::byte* message = small.data();
+    if (padded > small.size()) {
+      large.resize(padded);
+      message = large.data();
+    }
+    if (!bytes.empty()) std::memcpy(message, bytes.data(), bytes.size());
+    sha256_pad(message, bytes.size());
+    std::byte digest[32];
+    const std::byte* messages[1] = {message};
+    std::byte* digests[1] = {digest};
+    sha256_hardware_lanes(messages, 1, padded / 64, digests);
+    BlockHash h;
+    std::memcpy(&h.lo, digest, 8);
+    std::memcpy(&h.hi, digest + 8, 8);
+    return h;
+  }
+  return sha256_hash_openssl(bytes, 0);
+}
+
+BlockHash sha256_hash_openssl(std::span<const std::byte> bytes, uint64_t /*seed: in the root only*/) {
   thread_local Sha256Context sha;
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
@@ -81,6 +108,13 @@ BlockHasher::BlockHasher(int block_size, HashFunction fn, uint64_t seed)
   std::memcpy(buf + sizeof(kRootTag) - 1, &seed, 8);
   root_ = fn_(std::span<const std::byte>(buf, sizeof(buf)), seed_);
   scratch_.reserve(16 + 4 * static_cast<size_t>(block_size) + 256);
+  sha256_lanes_ = fn_ == &sha256_hash && sha256_hardware_available();
+}
+
+std::string_view BlockHasher::implementation() const {
+  if (fn_ == &xxh3_128_hash) return "xxh3_128";
+  if (fn_ == &sha256_hash) return sha256_hardware_available() ? "sha256 (SHA extensions)" : "sha256 (OpenSSL)";
+  return "custom";
 }
 
 BlockHash BlockHasher::hash_block(const BlockHash& parent, std::span<const TokenId> tokens,
@@ -100,6 +134,13 @@ void BlockHasher::extend(std::span<const TokenId> tokens, const PrefixKeys& keys
   const size_t bs = static_cast<size_t>(block_size_);
   const size_t full = tokens.size() / bs;
   if (hashes.size() >= full) return;
+  if (sha256_lanes_ && keys.empty()) {
+    const BlockHashJob job{tokens, keys, &hashes, &digests};
+    extend_sha256_lanes(std::span<const BlockHashJob>(&job, 1));
+    return;
+  }
+  hashes.reserve(full);
+  digests.reserve(full);
   std::vector<std::byte> extra;  // only touched when the request has extra keys
   for (size_t i = hashes.size(); i < full; ++i) {
     const BlockHash& parent = i == 0 ? root_ : hashes[i - 1];
@@ -111,6 +152,79 @@ void BlockHasher::extend(std::span<const TokenId> tokens, const PrefixKeys& keys
     }
     hashes.push_back(hash_block(parent, tokens.subspan(i * bs, bs), extra));
     digests.push_back(digest);
+  }
+}
+
+void BlockHasher::extend_many(std::span<const BlockHashJob> jobs) const {
+  for (const BlockHashJob& job : jobs)
+    if (!sha256_lanes_ || !job.keys.empty()) extend(job.tokens, job.keys, *job.hashes, *job.digests);
+  if (sha256_lanes_) extend_sha256_lanes(jobs);
+}
+
+// Each lane hashes one request's missing blocks in order; a lane whose request is done takes the
+// next one, and the lanes compress their next block together. A lane's message (parent hash,
+// then the block's tokens) is padded once: only the parent and the tokens change between blocks.
+void BlockHasher::extend_sha256_lanes(std::span<const BlockHashJob> jobs) const {
+  const size_t bs = static_cast<size_t>(block_size_);
+  const size_t token_bytes = bs * sizeof(TokenId);
+  const size_t length = 16 + token_bytes;
+  const size_t padded = sha256_padded_size(length);
+  lane_messages_.resize(kSha256MaxLanes * padded);
+  struct Lane {
+    const BlockHashJob* job = nullptr;
+    size_t next = 0;  // next block to hash
+    size_t full = 0;  // full blocks of the request
+    std::byte* message = nullptr;
+    std::byte digest[32];
+  };
+  std::array<Lane, kSha256MaxLanes> lanes;
+  size_t next_job = 0;
+  auto take_job = [&](Lane& lane) {
+    while (next_job < jobs.size()) {
+      const BlockHashJob& job = jobs[next_job++];
+      const size_t full = job.tokens.size() / bs;
+      if (!job.keys.empty() || job.hashes->size() >= full) continue;
+      job.hashes->reserve(full);
+      job.digests->reserve(full);
+      lane.job = &job;
+      lane.next = job.hashes->size();
+      lane.full = full;
+      const BlockHash& parent = lane.next == 0 ? root_ : (*job.hashes)[lane.next - 1];
+      std::memcpy(lane.message, &parent.lo, 8);
+      std::memcpy(lane.message + 8, &parent.hi, 8);
+      return true;
+    }
+    return false;
+  };
+  int active = 0;
+  for (int l = 0; l < kSha256MaxLanes; ++l) {
+    lanes[static_cast<size_t>(l)].message = lane_messages_.data() + static_cast<size_t>(l) * padded;
+    sha256_pad(lanes[static_cast<size_t>(l)].message, length);
+  }
+  while (active < kSha256MaxLanes && take_job(lanes[static_cast<size_t>(active)])) ++active;
+  const std::byte* messages[kSha256MaxLanes];
+  std::byte* digests[kSha256MaxLanes];
+  while (active > 0) {
+    for (int l = 0; l < active; ++l) {
+      Lane& lane = lanes[static_cast<size_t>(l)];
+      std::memcpy(lane.message + 16, lane.job->tokens.data() + lane.next * bs, token_bytes);
+      messages[l] = lane.message;
+      digests[l] = lane.digest;
+    }
+    sha256_hardware_lanes(messages, active, padded / 64, digests);
+    // Backwards, so that a finished lane can swap with the last active one.
+    for (int l = active - 1; l >= 0; --l) {
+      Lane& lane = lanes[static_cast<size_t>(l)];
+      BlockHash h;
+      std::memcpy(&h.lo, lane.digest, 8);
+      std::memcpy(&h.hi, lane.digest + 8, 8);
+      lane.job->hashes->push_back(h);
+      lane.job->digests->push_back(0);
+      std::memcpy(lane.message, lane.digest, 16);  // the next block's parent
+      if (++lane.next < lane.full || take_job(lane)) continue;
+      std::swap(lane, lanes[static_cast<size_t>(active - 1)]);
+      --active;
+    }
   }
 }
 

@@ -134,6 +134,9 @@ class KVCacheManager {
 
   // Computes any missing full-block hashes of the request (also done lazily by lookups).
   void hash_request(Request& request) const;
+  // hash_request for a batch (requests arriving together): the same hashes, with the chains of
+  // different requests interleaved where the hash allows it (BlockHasher::extend_many).
+  void hash_requests(std::span<Request* const> requests);
 
   const BlockPool& pool() const { return pool_; }
   BlockPool& pool() { return pool_; }
@@ -188,6 +191,7 @@ class KVCacheManager {
   std::vector<std::pair<BlockId, BlockId>> pending_copies_;
   PrefixCacheStats stats_;
   std::vector<BlockId> scratch_blocks_;
+  std::vector<BlockHashJob> scratch_hash_jobs_;
   bool table_rewritten_ = false;
 };
 

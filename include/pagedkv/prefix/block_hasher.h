@@ -31,9 +31,21 @@ std::optional<HashAlgorithm> parse_hash_algorithm(std::string_view s);
 // A raw hash function over bytes; injectable so tests can force collisions.
 using HashFunction = BlockHash (*)(std::span<const std::byte> bytes, uint64_t seed);
 BlockHash xxh3_128_hash(std::span<const std::byte> bytes, uint64_t seed);
+// SHA-256 on the CPU's SHA extensions when it has them (prefix/sha256.h), else OpenSSL.
 BlockHash sha256_hash(std::span<const std::byte> bytes, uint64_t seed);
+// The same digest, always through OpenSSL (the reference the hardware path is tested against).
+BlockHash sha256_hash_openssl(std::span<const std::byte> bytes, uint64_t seed);
 // 64-bit digest of extra-key bytes (0 for none), stored beside cached blocks for confirmation.
 uint64_t extra_keys_digest(std::span<const std::byte> bytes);
+
+// One request's block hashes to extend (BlockHasher::extend_many): its tokens and keys, and
+// the parallel arrays to append to.
+struct BlockHashJob {
+  std::span<const TokenId> tokens;
+  PrefixKeys keys;
+  std::vector<BlockHash>* hashes = nullptr;
+  std::vector<uint64_t>* digests = nullptr;
+};
 
 class BlockHasher {
  public:
@@ -54,13 +66,26 @@ class BlockHasher {
   void extend(std::span<const TokenId> tokens, const PrefixKeys& keys, std::vector<BlockHash>& hashes,
               std::vector<uint64_t>& digests) const;
 
+  // extend() for several requests: the same hashes, computed faster where chains can be
+  // interleaved (SHA-256 on the CPU's SHA extensions hashes up to kSha256MaxLanes requests'
+  // chains side by side; a chain itself is serial). Requests with extra keys go one by one.
+  void extend_many(std::span<const BlockHashJob> jobs) const;
+
+  // What computes the block hashes: "xxh3_128", "sha256 (SHA extensions)", "sha256 (OpenSSL)"
+  // or "custom" (an injected HashFunction).
+  std::string_view implementation() const;
+
  private:
   int block_size_;
   HashAlgorithm algorithm_;
   HashFunction fn_;
   uint64_t seed_;
   BlockHash root_;
+  // SHA-256 through the SHA extensions: blocks without extra keys skip hash_block and OpenSSL.
+  bool sha256_lanes_ = false;
+  void extend_sha256_lanes(std::span<const BlockHashJob> jobs) const;  // jobs without extra keys
   mutable std::vector<std::byte> scratch_;
+  mutable std::vector<std::byte> lane_messages_;  // kSha256MaxLanes padded messages
 };
 
 }  // namespace pagedkv
