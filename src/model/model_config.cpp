@@ -1,5 +1,8 @@
 #include "pagedkv/model/model_config.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "pagedkv/core/error.h"
@@ -7,22 +10,62 @@
 namespace pagedkv {
 
 int64_t ModelConfig::num_parameters() const {
-  const int64_t d = dim, h = hidden_dim, l = n_layers, v = vocab_size, kv = kv_dim();
-  const int64_t per_layer = 2 * d            // two RMSNorm gains
-                            + d * d * 2      // wq, wo
-                            + kv * d * 2     // wk, wv
-                            + h * d * 3;     // w1, w2, w3
+  const int64_t d = dim, h = hidden_dim, l = n_layers, v = vocab_size, kv = kv_dim(), q = q_dim();
+  const int64_t per_layer = (post_norms ? 4 : 2) * d  // RMSNorm gains
+                            + q * d * 2               // wq, wo
+                            + kv * d * 2              // wk, wv
+                            + (qkv_bias ? q + 2 * kv : 0)
+                            + h * d * 3;              // w1, w2, w3
   return v * d + l * per_layer + d + (shared_classifier ? 0 : v * d);
 }
 
+bool ModelConfig::is_sliding_layer(int layer) const {
+  if (sliding_window <= 0) return false;
+  if (sliding_window_period <= 0) return true;
+  return layer % sliding_window_period < sliding_window_period - 1;
+}
+
+int ModelConfig::num_kv_cache_groups() const {
+  int sliding = 0;
+  for (int l = 0; l < n_layers; ++l) sliding += is_sliding_layer(l) ? 1 : 0;
+  return sliding > 0 && sliding < n_layers ? 2 : 1;
+}
+
+int ModelConfig::kv_cache_group(int layer) const {
+  return num_kv_cache_groups() == 2 && is_sliding_layer(layer) ? 1 : 0;
+}
+
+int ModelConfig::arena_layer(int layer) const {
+  int index = 0;
+  for (int l = 0; l < layer; ++l) index += kv_cache_group(l) == kv_cache_group(layer) ? 1 : 0;
+  return index;
+}
+
+int ModelConfig::kv_arena_layers() const {
+  int largest = 0;
+  for (const KVCacheGroupSpec& g : kv_cache_groups(16)) largest = std::max(largest, g.num_layers);
+  return largest;
+}
+
+std::vector<KVCacheGroupSpec> ModelConfig::kv_cache_groups(int block_size, DType dtype) const {
+  std::vector<KVCacheGroupSpec> groups(static_cast<size_t>(num_kv_cache_groups()));
+  for (size_t g = 0; g < groups.size(); ++g) {
+    KVCacheSpec& spec = groups[g].spec;
+    const bool sliding = groups.size() == 2 ? g == 1 : is_sliding_layer(0);
+    spec.kind = sliding ? AttentionKind::kSlidingWindow : AttentionKind::kFull;
+    spec.sliding_window = sliding ? sliding_window : 0;
+    spec.block_size = block_size;
+    spec.num_kv_heads = n_kv_heads;
+    spec.head_dim = head_dim();
+    spec.dtype = dtype;
+    groups[g].num_layers = 0;
+  }
+  for (int l = 0; l < n_layers; ++l) ++groups[static_cast<size_t>(kv_cache_group(l))].num_layers;
+  return groups;
+}
+
 KVCacheSpec ModelConfig::kv_cache_spec(int block_size, DType dtype) const {
-  KVCacheSpec spec;
-  spec.kind = AttentionKind::kFull;
-  spec.block_size = block_size;
-  spec.num_kv_heads = n_kv_heads;
-  spec.head_dim = head_dim();
-  spec.dtype = dtype;
-  return spec;
+  return kv_cache_groups(block_size, dtype).front().spec;
 }
 
 void ModelConfig::validate() const {
@@ -31,7 +74,9 @@ void ModelConfig::validate() const {
       {"n_kv_heads", n_kv_heads}, {"vocab_size", vocab_size}, {"seq_len", seq_len}};
   for (const auto& [name, value] : fields)
     if (value <= 0) throw ConfigError(fmt::format("model config: {} must be positive, got {}", name, value));
-  if (dim % n_heads != 0)
+  if (explicit_head_dim < 0)
+    throw ConfigError(fmt::format("model config: head_dim must be positive, got {}", explicit_head_dim));
+  if (explicit_head_dim == 0 && dim % n_heads != 0)
     throw ConfigError(fmt::format("model config: dim ({}) is not divisible by n_heads ({})", dim, n_heads));
   if (n_heads % n_kv_heads != 0)
     throw ConfigError(fmt::format("model config: n_heads ({}) is not divisible by n_kv_heads ({})",
@@ -39,12 +84,28 @@ void ModelConfig::validate() const {
   if (head_dim() % 2 != 0)
     throw ConfigError(fmt::format("model config: head_dim = dim / n_heads = {} must be even (RoPE rotates pairs)",
                                   head_dim()));
+  if (rope_dims < 0 || rope_dims > head_dim() || rope_dims % 2 != 0)
+    throw ConfigError(fmt::format("model config: rope dims {} must be even and at most head_dim {}", rope_dims,
+                                  head_dim()));
+  if (!(rms_norm_eps > 0.0f) || !std::isfinite(rms_norm_eps))
+    throw ConfigError(fmt::format("model config: rms_norm_eps must be positive, got {}", rms_norm_eps));
+  if (!(rope_theta > 0.0f) || !std::isfinite(rope_theta))
+    throw ConfigError(fmt::format("model config: rope_theta must be positive, got {}", rope_theta));
+  if (!(attn_logit_softcap >= 0.0f) || !(final_logit_softcap >= 0.0f) || !(embedding_scale >= 0.0f))
+    throw ConfigError("model config: soft-caps and the embedding scale must be non-negative");
+  if (sliding_window < 0 || sliding_window_period < 0)
+    throw ConfigError(fmt::format("model config: sliding window {} (period {}) must be non-negative", sliding_window,
+                                  sliding_window_period));
 }
 
 std::string ModelConfig::describe() const {
-  return fmt::format("dim={} hidden_dim={} n_layers={} n_heads={} n_kv_heads={} vocab_size={} seq_len={} ({})",
-                     dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len,
-                     shared_classifier ? "shared classifier" : "separate classifier");
+  std::string s = fmt::format("dim={} hidden_dim={} n_layers={} n_heads={} n_kv_heads={} vocab_size={} seq_len={} ({})",
+                              dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len,
+                              shared_classifier ? "shared classifier" : "separate classifier");
+  if (architecture != "llama" || explicit_head_dim > 0 || sliding_window > 0)
+    s += fmt::format(" {} head_dim={}{}", architecture, head_dim(),
+                     sliding_window > 0 ? fmt::format(" sliding_window={}", sliding_window) : std::string());
+  return s;
 }
 
 }  // namespace pagedkv

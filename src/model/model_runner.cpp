@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "pagedkv/core/error.h"
+#include "pagedkv/storage/float_convert.h"
 #include "pagedkv/storage/kv_ops.h"
 
 namespace pagedkv {
@@ -19,42 +20,67 @@ T* grow(std::vector<T>& buffer, size_t n) {
   return buffer.data();
 }
 
+const float* vector_or_null(const WeightTensor& w) { return w.present() ? w.f32() : nullptr; }
+
+// ggml's GELU (tanh approximation) as llama.cpp's CPU backend computes it: looked up by the fp16
+// value of x in a table of fp16 results, and x itself (or 0) beyond |x| >= 10.
+float gelu_ggml(float x) {
+  if (x <= -10.0f) return 0.0f;
+  if (x >= 10.0f) return x;
+  const float h = f16_to_f32(f32_to_f16(x));
+  constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
+  constexpr float kCoefA = 0.044715f;
+  const float g = 0.5f * h * (1.0f + std::tanh(kSqrt2OverPi * h * (1.0f + kCoefA * h * h)));
+  return f16_to_f32(f32_to_f16(g));
+}
+
 }  // namespace
 
 ModelRunner::ModelRunner(const Model& model, KernelIsa isa) : config_(model.config()), isa_(resolve_isa(isa)) {
   config_.validate();
   const ModelConfig& c = config_;
-  const ModelWeights& w = model.weights();
-  const size_t d = sz(c.dim), h = sz(c.hidden_dim), kv = sz(c.kv_dim());
+  const TransformerWeights w = model.tensors();
+  if (static_cast<int>(w.layers.size()) != c.n_layers)
+    throw UsageError(fmt::format("ModelRunner: {} layers of weights for a {}-layer model", w.layers.size(), c.n_layers));
   token_embedding_ = w.token_embedding;
-  rms_att_ = w.rms_att;
-  rms_ffn_ = w.rms_ffn;
-  rms_final_ = w.rms_final;
-  for (size_t l = 0; l < sz(c.n_layers); ++l) {
-    wqkv_.emplace_back(std::initializer_list<const float*>{w.wq + l * d * d, w.wk + l * kv * d, w.wv + l * kv * d},
-                       std::initializer_list<int>{c.dim, c.kv_dim(), c.kv_dim()}, c.dim);
-    wo_.emplace_back(w.wo + l * d * d, c.dim, c.dim);
-    w13_.emplace_back(std::initializer_list<const float*>{w.w1 + l * h * d, w.w3 + l * h * d},
-                      std::initializer_list<int>{c.hidden_dim, c.hidden_dim}, c.dim);
-    w2_.emplace_back(w.w2 + l * d * h, c.dim, c.hidden_dim);
-  }
-  wcls_ = PackedMatrix(w.wcls, c.vocab_size, c.dim);
-
-  // run.c: freq = 1.0f / powf(10000.0f, head_dim_index / (float)head_size) for even indices.
+  output_norm_ = w.output_norm.f32();
   const int hd = c.head_dim();
-  for (int i = 0; i < hd; i += 2)
-    rope_inv_freq_.push_back(1.0f / std::pow(ModelConfig::kRopeTheta, static_cast<float>(i) / static_cast<float>(hd)));
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& lw = w.layers[sz(l)];
+    Layer layer;
+    layer.attn_norm = lw.attn_norm.f32();
+    layer.post_attn_norm = vector_or_null(lw.post_attn_norm);
+    layer.ffn_norm = lw.ffn_norm.f32();
+    layer.post_ffn_norm = vector_or_null(lw.post_ffn_norm);
+    layer.wqkv = LinearLayer({lw.wq, lw.wk, lw.wv}, {lw.bq, lw.bk, lw.bv});
+    layer.wo = LinearLayer({lw.wo});
+    layer.gate_up = LinearLayer({lw.gate, lw.up});
+    layer.down = LinearLayer({lw.down});
+    layer.attention.num_q_heads = c.n_heads;
+    layer.attention.num_kv_heads = c.n_kv_heads;
+    layer.attention.head_dim = hd;
+    layer.attention.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    layer.attention.logit_softcap = c.attn_logit_softcap;
+    layer.attention.sliding_window = c.is_sliding_layer(l) ? c.sliding_window : 0;
+    layer.group = c.kv_cache_group(l);
+    layer.arena_layer = c.arena_layer(l);
+    layers_.push_back(std::move(layer));
+  }
+  output_ = LinearLayer({w.output});
 
-  attention_shape_.num_q_heads = c.n_heads;
-  attention_shape_.num_kv_heads = c.n_kv_heads;
-  attention_shape_.head_dim = hd;
-  attention_shape_.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  // run.c: freq = 1.0f / powf(10000.0f, head_dim_index / (float)head_size) for even indices;
+  // with a rope_freqs tensor (Llama 3) each frequency is divided by its factor.
+  const int rot = c.rotary_dims();
+  for (int i = 0; i < rot; i += 2) {
+    float f = 1.0f / std::pow(c.rope_theta, static_cast<float>(i) / static_cast<float>(rot));
+    if (w.rope_freqs.present()) f /= w.rope_freqs.f32()[i / 2];
+    rope_inv_freq_.push_back(f);
+  }
 }
 
 size_t ModelRunner::packed_weight_bytes() const {
-  size_t bytes = wcls_.bytes();
-  for (size_t l = 0; l < wqkv_.size(); ++l)
-    bytes += wqkv_[l].bytes() + wo_[l].bytes() + w13_[l].bytes() + w2_[l].bytes();
+  size_t bytes = output_.bytes();
+  for (const Layer& l : layers_) bytes += l.wqkv.bytes() + l.wo.bytes() + l.gate_up.bytes() + l.down.bytes();
   return bytes;
 }
 
@@ -67,12 +93,18 @@ void ModelRunner::validate(const ForwardBatch& b, const KVArena& kv) const {
   if (t > static_cast<size_t>(INT32_MAX)) throw UsageError("forward: too many tokens in one batch");
   const int num_tokens = static_cast<int>(t);
 
-  if (kv.num_layers() != config_.n_layers || kv.spec().num_kv_heads != config_.n_kv_heads ||
+  if (kv.num_layers() != config_.kv_arena_layers() || kv.spec().num_kv_heads != config_.n_kv_heads ||
       kv.spec().head_dim != config_.head_dim())
     throw UsageError(fmt::format("forward: the KV arena has {} layers of {} KV heads x {} dims, the model needs "
                                  "{} layers of {} x {}",
-                                 kv.num_layers(), kv.spec().num_kv_heads, kv.spec().head_dim, config_.n_layers,
-                                 config_.n_kv_heads, config_.head_dim()));
+                                 kv.num_layers(), kv.spec().num_kv_heads, kv.spec().head_dim,
+                                 config_.kv_arena_layers(), config_.n_kv_heads, config_.head_dim()));
+  if (static_cast<int>(b.extra_groups.size()) != config_.num_kv_cache_groups() - 1)
+    throw UsageError(fmt::format("forward: the model has {} KV-cache groups, the batch brings tables for {}",
+                                 config_.num_kv_cache_groups(), b.extra_groups.size() + 1));
+  for (const KVGroupTables& g : b.extra_groups)
+    if (g.slot_mapping.size() != t || g.block_tables == nullptr)
+      throw UsageError(fmt::format("forward: a KV-cache group has {} slots for {} tokens", g.slot_mapping.size(), t));
 
   for (size_t i = 0; i < t; ++i)
     if (b.token_ids[i] < 0 || b.token_ids[i] >= config_.vocab_size)
@@ -116,9 +148,27 @@ void ModelRunner::rmsnorm_rows(const float* x, const float* weight, int rows, fl
     float ss = 0.0f;
     for (size_t j = 0; j < d; ++j) ss += xr[j] * xr[j];
     ss /= static_cast<float>(config_.dim);
-    ss += ModelConfig::kRmsNormEps;
+    ss += config_.rms_norm_eps;
     ss = 1.0f / std::sqrt(ss);
     for (size_t j = 0; j < d; ++j) o[j] = weight[j] * (ss * xr[j]);
+  }
+}
+
+// Rotates the first rotary_dims of each of `num_heads` heads of one token by the angles whose
+// (cos, sin) pairs are in cos_sin: adjacent pairs (llama, run.c) or halves (NeoX: qwen2, gemma).
+void ModelRunner::apply_rope(float* x, int num_heads, const float* cos_sin) const {
+  const size_t hd = sz(config_.head_dim()), half = sz(config_.rotary_dims()) / 2;
+  const bool halves = config_.rope_style == RopeStyle::kHalves;
+  for (size_t h = 0; h < sz(num_heads); ++h) {
+    float* head = x + h * hd;
+    for (size_t i = 0; i < half; ++i) {
+      const float fcr = cos_sin[2 * i], fci = cos_sin[2 * i + 1];
+      float& a = halves ? head[i] : head[2 * i];
+      float& b = halves ? head[i + half] : head[2 * i + 1];
+      const float a0 = a, b0 = b;
+      a = a0 * fcr - b0 * fci;
+      b = a0 * fci + b0 * fcr;
+    }
   }
 }
 
@@ -127,25 +177,27 @@ Logits ModelRunner::forward(const ForwardBatch& batch, KVArena& kv) {
   const ModelConfig& c = config_;
   const int num_tokens = static_cast<int>(batch.token_ids.size());
   const size_t t_count = sz(num_tokens);
-  const size_t d = sz(c.dim), h = sz(c.hidden_dim), kvd = sz(c.kv_dim()), hd = sz(c.head_dim());
-  const size_t qkv_width = d + 2 * kvd;
-  const size_t half = hd / 2;
+  const size_t d = sz(c.dim), h = sz(c.hidden_dim), kvd = sz(c.kv_dim()), qd = sz(c.q_dim());
+  const size_t qkv_width = qd + 2 * kvd;
+  const size_t half = sz(c.rotary_dims()) / 2;
 
   float* x = grow(x_, t_count * d);
   float* xb = grow(xb_, t_count * d);
   float* qkv = grow(qkv_, t_count * qkv_width);
-  float* q = grow(q_, t_count * d);
+  float* q = grow(q_, t_count * qd);
   float* k = grow(k_, t_count * kvd);
   float* v = grow(v_, t_count * kvd);
-  float* att = grow(att_, t_count * d);
+  float* att = grow(att_, t_count * qd);
   float* proj = grow(proj_, t_count * d);
   float* gate_up = grow(gate_up_, t_count * 2 * h);
   float* hidden = grow(hidden_, t_count * h);
-  float* rope = grow(rope_, t_count * half * 2);  // [T][head_dim/2] (cos, sin)
+  float* rope = grow(rope_, t_count * half * 2);  // [T][rotary_dims/2] (cos, sin)
 
   for (size_t t = 0; t < t_count; ++t) {
-    const float* row = token_embedding_ + sz(batch.token_ids[t]) * d;
-    std::copy(row, row + d, x + t * d);
+    const int64_t id = batch.token_ids[t];
+    dequantize_row(token_embedding_.type, token_embedding_.row(id), {x + t * d, d});
+    if (c.embedding_scale > 0)
+      for (size_t j = 0; j < d; ++j) x[t * d + j] *= c.embedding_scale;
     // run.c: val = pos * freq; fcr = cosf(val); fci = sinf(val).
     const auto pos = static_cast<float>(batch.positions[t]);
     for (size_t i = 0; i < half; ++i) {
@@ -155,49 +207,51 @@ Logits ModelRunner::forward(const ForwardBatch& batch, KVArena& kv) {
     }
   }
 
-  for (int l = 0; l < c.n_layers; ++l) {
-    const size_t layer = sz(l);
+  for (const Layer& layer : layers_) {
     // Attention block.
-    rmsnorm_rows(x, rms_att_ + layer * d, num_tokens, xb);
-    wqkv_[layer].multiply(xb, d, num_tokens, qkv, qkv_width, isa_);
+    rmsnorm_rows(x, layer.attn_norm, num_tokens, xb);
+    layer.wqkv.multiply(xb, d, num_tokens, qkv, qkv_width, isa_);
     for (size_t t = 0; t < t_count; ++t) {
       const float* src = qkv + t * qkv_width;
-      float* qt = q + t * d;
-      float* kt = k + t * kvd;
-      const float* cs = rope + t * half * 2;
-      // RoPE on adjacent pairs (i, i+1) of every head, q everywhere and k for i < kv_dim.
-      for (size_t i = 0; i < d; i += 2) {
-        const float fcr = cs[(i % hd)], fci = cs[(i % hd) + 1];  // pair (i % hd) / 2, interleaved
-        const float q0 = src[i], q1 = src[i + 1];
-        qt[i] = q0 * fcr - q1 * fci;
-        qt[i + 1] = q0 * fci + q1 * fcr;
-        if (i < kvd) {
-          const float k0 = src[d + i], k1 = src[d + i + 1];
-          kt[i] = k0 * fcr - k1 * fci;
-          kt[i + 1] = k0 * fci + k1 * fcr;
-        }
-      }
-      std::copy(src + d + kvd, src + d + 2 * kvd, v + t * kvd);
+      std::copy(src, src + qd, q + t * qd);
+      std::copy(src + qd, src + qd + kvd, k + t * kvd);
+      std::copy(src + qd + kvd, src + qd + 2 * kvd, v + t * kvd);
+      apply_rope(q + t * qd, c.n_heads, rope + t * half * 2);
+      apply_rope(k + t * kvd, c.n_kv_heads, rope + t * half * 2);
     }
-    const KVLayerView view = kv.layer(l);
-    write_kv(view, k, v, batch.slot_mapping.data(), num_tokens);
-    paged_attention(attention_shape_, batch.attention, view, q, att, isa_);
-    wo_[layer].multiply(att, d, num_tokens, proj, d, isa_);
+    PagedAttentionBatch attention = batch.attention;
+    std::span<const int64_t> slots = batch.slot_mapping;
+    if (layer.group > 0) {
+      const KVGroupTables& g = batch.extra_groups[sz(layer.group - 1)];
+      attention.block_tables = g.block_tables;
+      attention.block_table_stride = g.block_table_stride;
+      slots = g.slot_mapping;
+    }
+    const KVLayerView view = kv.layer(layer.arena_layer);
+    write_kv(view, k, v, slots.data(), num_tokens);
+    paged_attention(layer.attention, attention, view, q, att, isa_);
+    layer.wo.multiply(att, qd, num_tokens, proj, d, isa_);
+    if (layer.post_attn_norm) rmsnorm_rows(proj, layer.post_attn_norm, num_tokens, proj);
     for (size_t i = 0; i < t_count * d; ++i) x[i] += proj[i];
 
-    // Feed-forward block: x += w2 (silu(w1 xb) * (w3 xb)).
-    rmsnorm_rows(x, rms_ffn_ + layer * d, num_tokens, xb);
-    w13_[layer].multiply(xb, d, num_tokens, gate_up, 2 * h, isa_);
+    // Feed-forward block: x += down(act(gate xb) * (up xb)).
+    rmsnorm_rows(x, layer.ffn_norm, num_tokens, xb);
+    layer.gate_up.multiply(xb, d, num_tokens, gate_up, 2 * h, isa_);
     for (size_t t = 0; t < t_count; ++t) {
       const float* g = gate_up + t * 2 * h;
       const float* u = g + h;
       float* out = hidden + t * h;
-      for (size_t i = 0; i < h; ++i) {
-        const float val = g[i] * (1.0f / (1.0f + std::exp(-g[i])));
-        out[i] = val * u[i];
+      if (c.activation == FeedForwardActivation::kGeluTanh) {
+        for (size_t i = 0; i < h; ++i) out[i] = gelu_ggml(g[i]) * u[i];
+      } else {
+        for (size_t i = 0; i < h; ++i) {
+          const float val = g[i] * (1.0f / (1.0f + std::exp(-g[i])));
+          out[i] = val * u[i];
+        }
       }
     }
-    w2_[layer].multiply(hidden, h, num_tokens, proj, d, isa_);
+    layer.down.multiply(hidden, h, num_tokens, proj, d, isa_);
+    if (layer.post_ffn_norm) rmsnorm_rows(proj, layer.post_ffn_norm, num_tokens, proj);
     for (size_t i = 0; i < t_count * d; ++i) x[i] += proj[i];
   }
 
@@ -215,9 +269,13 @@ Logits ModelRunner::forward(const ForwardBatch& batch, KVArena& kv) {
     const float* src = x + sz(batch.logits_rows[r]) * d;
     std::copy(src, src + d, gathered + r * d);
   }
-  rmsnorm_rows(gathered, rms_final_, static_cast<int>(rows), gathered);
+  rmsnorm_rows(gathered, output_norm_, static_cast<int>(rows), gathered);
   float* logits = grow(logits_, rows * sz(c.vocab_size));
-  wcls_.multiply(gathered, d, static_cast<int>(rows), logits, sz(c.vocab_size), isa_);
+  output_.multiply(gathered, d, static_cast<int>(rows), logits, sz(c.vocab_size), isa_);
+  if (c.final_logit_softcap > 0) {
+    const float cap = c.final_logit_softcap, inv = 1.0f / cap;
+    for (size_t i = 0; i < rows * sz(c.vocab_size); ++i) logits[i] = std::tanh(logits[i] * inv) * cap;
+  }
   out.data = logits;
   return out;
 }

@@ -346,7 +346,7 @@ TEST(ModelRunnerRandom, MatchesReferenceForwardForPrefillAndBatchedDecode) {
       std::vector<int32_t> pos(10), rows(10), qs = {0, 10}, ctx = {10};
       std::vector<int64_t> slots(10);
       for (int p = 0; p < 10; ++p) pos[p] = rows[p] = p, slots[p] = slot(table_a, p);
-      ForwardBatch fb{std::span(a).first(10), pos, slots, {1, qs.data(), ctx.data(), tables.data(), 4}, rows};
+      ForwardBatch fb{std::span(a).first(10), pos, slots, {1, qs.data(), ctx.data(), tables.data(), 4}, rows, {}};
       const Logits out = runner.forward(fb, arena);
       for (int p = 0; p < 10; ++p)
         for (int i = 0; i < c.vocab_size; ++i)
@@ -365,7 +365,7 @@ TEST(ModelRunnerRandom, MatchesReferenceForwardForPrefillAndBatchedDecode) {
         slots.push_back(slot(table_b, pb + i));
       }
       std::vector<int32_t> qs = {0, 1, 1 + nb}, ctx = {pa + 1, pb + nb}, rows = {nb, 0};  // B's last row first
-      ForwardBatch fb{toks, pos, slots, {2, qs.data(), ctx.data(), tables.data(), 4}, rows};
+      ForwardBatch fb{toks, pos, slots, {2, qs.data(), ctx.data(), tables.data(), 4}, rows, {}};
       const Logits out = runner.forward(fb, arena);
       ASSERT_EQ(out.num_rows, 2);
       for (int i = 0; i < c.vocab_size; ++i) {
@@ -386,7 +386,7 @@ TEST(ModelRunnerRandom, RejectsInconsistentBatches) {
   std::vector<TokenId> toks = {1, 2, 3};
   std::vector<int32_t> pos = {0, 1, 2}, qs = {0, 3}, ctx = {3}, table = {1, 0, 0, 0}, rows = {2};
   std::vector<int64_t> slots = {4, 5, 6};
-  auto batch = [&] { return ForwardBatch{toks, pos, slots, {1, qs.data(), ctx.data(), table.data(), 4}, rows}; };
+  auto batch = [&] { return ForwardBatch{toks, pos, slots, {1, qs.data(), ctx.data(), table.data(), 4}, rows, {}}; };
   EXPECT_NO_THROW(runner.forward(batch(), arena));
 
   pos = {0, 2, 3};  // positions must end at the context length

@@ -15,12 +15,23 @@
 
 namespace pagedkv {
 
+// The block tables and slot mapping of one more KV-cache group (ModelConfig::kv_cache_group),
+// for models whose sliding-window and full-attention layers keep separate block tables.
+struct KVGroupTables {
+  const int32_t* block_tables = nullptr;  // [num_requests][block_table_stride]
+  int block_table_stride = 0;
+  std::span<const int64_t> slot_mapping;  // [T]
+};
+
 struct ForwardBatch {
   std::span<const TokenId> token_ids;     // [T]
   std::span<const int32_t> positions;     // [T]
   std::span<const int64_t> slot_mapping;  // [T] block_id * block_size + position % block_size; -1 = skip
   PagedAttentionBatch attention;          // covers exactly rows 0..T-1
   std::span<const int32_t> logits_rows;   // row indices in [0, T), any order, may be empty
+  // Groups 1.. of a model with several KV-cache groups (the fields above are group 0's); empty
+  // for a model with one group.
+  std::span<const KVGroupTables> extra_groups;
 };
 
 // Logits of the requested rows: row(i) belongs to logits_rows[i]. Valid until the next forward.

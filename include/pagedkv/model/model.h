@@ -11,6 +11,7 @@
 #include <string>
 
 #include "pagedkv/model/model_config.h"
+#include "pagedkv/model/transformer_weights.h"
 
 namespace pagedkv {
 
@@ -81,7 +82,13 @@ class Model {
   Model& operator=(const Model&) = delete;
 
   const ModelConfig& config() const { return config_; }
+  // The fp32 llama2.c weights; all null for a model in another format (see tensors()).
   const ModelWeights& weights() const { return weights_; }
+  // Every weight in its stored type: what the runner executes. For a llama2.c model, F32 views of
+  // weights().
+  TransformerWeights tensors() const {
+    return tensors_.layers.empty() ? llama2c_transformer_weights(config_, weights_) : tensors_;
+  }
   // Where the weights came from, for start-up banners: a file path or "built-in random model (seed 7)".
   const std::string& source() const { return source_; }
 
@@ -89,6 +96,7 @@ class Model {
   Model() = default;
   ModelConfig config_;
   ModelWeights weights_;
+  TransformerWeights tensors_;  // set by models that are not llama2.c's
   std::string source_;
 };
 

@@ -1,15 +1,23 @@
-// The shape of a LLaMA-architecture decoder (llama2.c's Config): widths, head counts, vocabulary
-// and maximum context. Everything else the model runner, the KV cache and the engine need about
-// the model's shape is derived from it here, in one place.
+// The shape of a LLaMA-family decoder: llama2.c's Config (widths, head counts, vocabulary,
+// maximum context) plus the variations of the GGUF architectures (llama, qwen2, gemma2): RoPE
+// style and base, biases, extra norms, activation, soft-caps and sliding-window layers. The
+// defaults are llama2.c's, so a config read from a llama2.c header means exactly what it did.
+// Everything else the model runner, the KV cache and the engine need about the model's shape is
+// derived from it here, in one place.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "pagedkv/core/dtype.h"
 #include "pagedkv/core/kv_cache_spec.h"
 
 namespace pagedkv {
+
+// How RoPE pairs the dimensions of a head: llama's (x[2i], x[2i+1]) or GPT-NeoX's (x[i], x[i + n/2]).
+enum class RopeStyle { kAdjacentPairs, kHalves };
+enum class FeedForwardActivation { kSilu, kGeluTanh };  // SwiGLU or GeGLU
 
 struct ModelConfig {
   int dim = 0;         // width of the residual stream (= n_heads * head_dim)
@@ -23,23 +31,56 @@ struct ModelConfig {
   // false when the checkpoint carries its own classifier matrix after the other weights.
   bool shared_classifier = true;
 
-  // Fixed by the llama2.c architecture.
+  // llama2.c's values, the defaults below.
   static constexpr float kRmsNormEps = 1e-5f;
   static constexpr float kRopeTheta = 10000.0f;
 
-  int head_dim() const { return dim / n_heads; }
+  // ---- beyond llama2.c (GGUF architectures); the defaults are llama2.c's ----
+  std::string architecture = "llama";
+  int explicit_head_dim = 0;  // 0: dim / n_heads; gemma2 has heads wider than dim / n_heads
+  float rms_norm_eps = kRmsNormEps;
+  float rope_theta = kRopeTheta;
+  RopeStyle rope_style = RopeStyle::kAdjacentPairs;
+  int rope_dims = 0;                 // leading dims of each head that RoPE rotates; 0: all
+  bool qkv_bias = false;             // qwen2
+  bool post_norms = false;           // gemma2: RMSNorm after attention and after the FFN, before the residual add
+  FeedForwardActivation activation = FeedForwardActivation::kSilu;
+  float embedding_scale = 0;         // 0: none; gemma: sqrt(dim)
+  float attn_logit_softcap = 0;      // 0: none; else scores = cap * tanh(scores / cap)
+  float final_logit_softcap = 0;     // the same on the output logits
+  int sliding_window = 0;            // 0: none; else the window of the sliding layers, in tokens
+  // Which layers slide: layer l does when l % period < period - 1 (gemma2: 2, even layers slide;
+  // gemma3: 6). 0 with a window: every layer slides.
+  int sliding_window_period = 0;
+
+  int head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : dim / n_heads; }
+  int q_dim() const { return n_heads * head_dim(); }       // width of the queries (= dim unless explicit)
   int kv_dim() const { return n_kv_heads * head_dim(); }  // K (or V) floats per token per layer
   int queries_per_kv_head() const { return n_heads / n_kv_heads; }
+  int rotary_dims() const { return rope_dims > 0 ? rope_dims : head_dim(); }
+
+  // KV-cache groups (vLLM's hybrid allocator): layers that share one block table per request.
+  // Group 0 holds the full-attention layers and group 1 the sliding ones (when a model has only
+  // one kind, there is one group). One KV arena serves every group: it has kv_arena_layers()
+  // layers and layer l lives at arena layer arena_layer(l) of blocks owned by its group.
+  bool is_sliding_layer(int layer) const;
+  int num_kv_cache_groups() const;
+  int kv_cache_group(int layer) const;
+  int arena_layer(int layer) const;
+  int kv_arena_layers() const;
+  std::vector<KVCacheGroupSpec> kv_cache_groups(int block_size, DType dtype = DType::kF32) const;
 
   // Trained parameters (the llama2.c file also holds 2 * seq_len * head_dim / 2 unused RoPE floats).
   int64_t num_parameters() const;
 
   // What the KV cache stores per token and layer for this model, for an arena of any block size
-  // and element type (f32 reproduces llama2.c exactly; f16/bf16 halve the memory).
+  // and element type (f32 reproduces llama2.c exactly; f16/bf16 halve the memory). The spec of
+  // group 0 (full attention, or sliding when every layer slides).
   KVCacheSpec kv_cache_spec(int block_size, DType dtype = DType::kF32) const;
 
   // Throws ConfigError naming the first bad field: every field positive, dim divisible by
-  // n_heads, n_heads divisible by n_kv_heads, head_dim even (RoPE rotates pairs).
+  // n_heads (unless head_dim is explicit), n_heads divisible by n_kv_heads, head_dim and
+  // rope dims even (RoPE rotates pairs), finite positive eps and theta, non-negative caps.
   void validate() const;
 
   // "dim=64 hidden_dim=172 n_layers=5 n_heads=8 n_kv_heads=4 vocab_size=512 seq_len=512 (shared classifier)"

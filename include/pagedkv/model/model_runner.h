@@ -25,6 +25,13 @@
 //     Logits out = runner.forward(batch, arena);   // out.row(0): A's next token, out.row(1): B's
 // ForwardBatchBuilder (model/forward_batch.h) assembles these arrays from per-request pieces.
 //
+// Architectures (ModelConfig): llama2.c's and GGUF's llama, qwen2 and gemma2 — RoPE on adjacent
+// pairs or halves with the model's theta (and Llama 3 frequency divisors), q/k/v biases, post
+// norms, GeGLU, embedding scale, attention and final soft-caps, and sliding-window layers. A
+// model with sliding and full layers keeps two KV-cache groups: group 1's block tables and slots
+// come in ForwardBatch::extra_groups, and every layer lives at ModelConfig::arena_layer(l) of the
+// arena (kv_arena_layers() layers).
+//
 // Numerics follow llama2.c's run.c operation by operation (RMSNorm with eps 1e-5, RoPE on adjacent
 // pairs with theta 10000, SwiGLU, matmuls summed left to right in float, bit-identical to run.c's
 // matmul): with an f32 arena the only difference from run.c is inside the attention kernel
@@ -45,17 +52,17 @@
 #include "pagedkv/core/ids.h"
 #include "pagedkv/kernels/paged_attention.h"
 #include "pagedkv/model/forward_batch.h"
+#include "pagedkv/model/linear_layer.h"
 #include "pagedkv/model/model.h"
-#include "pagedkv/model/packed_matrix.h"
 #include "pagedkv/storage/kv_arena.h"
 
 namespace pagedkv {
 
 class ModelRunner {
  public:
-  // `model` must outlive the runner. Repacks the weights for the batched matmuls (a copy of
-  // every matrix: packed_weight_bytes()); of the model's own weights only the embedding and the
-  // RMSNorm gains are read after this. `isa` selects the matmul and attention builds (kAuto:
+  // `model` must outlive the runner. Repacks the F32 weights for the batched matmuls (a copy of
+  // every F32 matrix: packed_weight_bytes()); F16/BF16/Q8_0/Q4_0 matrices are read in place, as
+  // are the embedding, norms and biases. Throws UsageError for weights it cannot run. `isa` selects the matmul and attention builds (kAuto:
   // the best this CPU runs; kScalar forces the baseline build, for comparisons).
   explicit ModelRunner(const Model& model, KernelIsa isa = KernelIsa::kAuto);
 
@@ -63,7 +70,7 @@ class ModelRunner {
 
   const ModelConfig& config() const { return config_; }
 
-  // The arena spec for this model: KVArena arena(runner.kv_cache_spec(16), config().n_layers, blocks).
+  // The arena spec for this model: KVArena arena(runner.kv_cache_spec(16), config().kv_arena_layers(), blocks).
   KVCacheSpec kv_cache_spec(int block_size, DType dtype = DType::kF32) const {
     return config_.kv_cache_spec(block_size, dtype);
   }
@@ -77,21 +84,29 @@ class ModelRunner {
   size_t packed_weight_bytes() const;
 
  private:
+  struct Layer {
+    const float* attn_norm = nullptr;
+    const float* post_attn_norm = nullptr;  // or null
+    const float* ffn_norm = nullptr;
+    const float* post_ffn_norm = nullptr;   // or null
+    LinearLayer wqkv;                       // [wq; wk; wv] (+ biases) -> [T][q_dim + 2 kv_dim]
+    LinearLayer wo;                         //                         -> [T][dim]
+    LinearLayer gate_up;                    // [gate; up]              -> [T][2 hidden_dim]
+    LinearLayer down;                       //                         -> [T][dim]
+    AttentionShape attention;               // per layer: sliding window or not
+    int group = 0;                          // KV-cache group
+    int arena_layer = 0;                    // layer index in the KV arena
+  };
   void validate(const ForwardBatch& batch, const KVArena& kv) const;
   void rmsnorm_rows(const float* x, const float* weight, int rows, float* out) const;
+  void apply_rope(float* x, int num_heads, const float* cos_sin) const;
 
   ModelConfig config_;
-  const float* token_embedding_;
-  const float* rms_att_;
-  const float* rms_ffn_;
-  const float* rms_final_;
-  std::vector<PackedMatrix> wqkv_;     // per layer: [wq; wk; wv]   -> [T][dim + 2 kv_dim]
-  std::vector<PackedMatrix> wo_;       // per layer                 -> [T][dim]
-  std::vector<PackedMatrix> w13_;      // per layer: [w1; w3]       -> [T][2 hidden_dim]
-  std::vector<PackedMatrix> w2_;       // per layer                 -> [T][dim]
-  PackedMatrix wcls_;                  //                           -> [rows][vocab]
-  std::vector<float> rope_inv_freq_;   // [head_dim / 2]: 1 / theta^(2i / head_dim)
-  AttentionShape attention_shape_;
+  WeightTensor token_embedding_;
+  const float* output_norm_;
+  std::vector<Layer> layers_;
+  LinearLayer output_;                 // -> [rows][vocab]
+  std::vector<float> rope_inv_freq_;   // [rotary_dims / 2]: 1 / theta^(2i / rotary_dims) (/ Llama 3 divisor)
   KernelIsa isa_;
 
   // Scratch, grown to the largest batch seen.

@@ -1,0 +1,40 @@
+// A model read from a GGUF file: llama.cpp's hyper-parameter keys and tensor names mapped onto
+// ModelConfig and TransformerWeights, the weights left in the memory-mapped file.
+//
+// Architectures (general.architecture):
+//   llama   Llama 2 / 3, TinyLlama, llama2.c exports: RoPE on adjacent pairs, GQA, optional
+//           rope_freqs.weight (Llama 3's frequency divisors), output.weight or tied embedding;
+//   qwen2   q/k/v biases, RoPE on halves (NeoX), tied output when output.weight is absent;
+//   gemma2  GeGLU, post-attention and post-FFN norms, embedding scaled by sqrt(dim), attention and
+//           final logit soft-caps, sliding window on even layers, always tied output.
+// Anything else is a FormatError naming the architecture. Weight matrices may be F32, F16, BF16,
+// Q8_0 or Q4_0; norms and biases must be F32 (as llama.cpp writes them). A missing tensor, a
+// wrong shape, a type pagedkv cannot run or a missing key is a FormatError naming it.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "pagedkv/model/gguf_file.h"
+#include "pagedkv/model/model.h"
+
+namespace pagedkv {
+
+class GgufModel final : public Model {
+ public:
+  // Maps and validates `path`. `context_length` > 0 replaces the file's context length (the
+  // model's seq_len), as llama.cpp's n_ctx does: RoPE has no built-in limit.
+  explicit GgufModel(const std::string& path, int context_length = 0);
+  // A model over an already opened file (which the model keeps).
+  explicit GgufModel(std::unique_ptr<GgufFile> file, int context_length = 0);
+
+  const GgufFile& file() const { return *file_; }
+
+ private:
+  std::unique_ptr<GgufFile> file_;
+};
+
+// The architectures GgufModel runs, for messages: "llama, qwen2, gemma2".
+const char* supported_gguf_architectures();
+
+}  // namespace pagedkv

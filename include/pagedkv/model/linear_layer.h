@@ -1,0 +1,49 @@
+// One linear layer of the model runner: y = [W0; W1; ...] x (+ [b0; b1; ...]) over weights of any
+// runnable type, so that q, k and v (or gate and up) come out of one call.
+//
+// When every part is F32 the parts are packed together into one PackedMatrix, whose results are
+// bit-identical to llama2.c's matmul (the llama2.c goldens depend on it). Otherwise each part
+// multiplies on its own: F32 parts packed, F16/BF16/Q8_0/Q4_0 parts read in place
+// (QuantizedMatrix). Biases (f32) are added after the product, as llama.cpp adds them.
+#pragma once
+
+#include <cstddef>
+#include <initializer_list>
+#include <vector>
+
+#include "pagedkv/model/packed_matrix.h"
+#include "pagedkv/model/quantized_matrix.h"
+#include "pagedkv/model/transformer_weights.h"
+
+namespace pagedkv {
+
+class LinearLayer {
+ public:
+  LinearLayer() = default;
+  // Parts with equal column counts; `biases` empty or one per part (absent entries: no bias).
+  // Throws UsageError for mismatched shapes or a type that is not runnable.
+  explicit LinearLayer(std::initializer_list<WeightTensor> parts, std::initializer_list<WeightTensor> biases = {});
+
+  int rows() const { return rows_; }
+  int cols() const { return cols_; }
+  // Bytes this layer owns (packed F32 copies) plus those it reads in place.
+  size_t bytes() const;
+
+  // y[t * y_stride + r] for t < num_tokens, r < rows(); x and y must not overlap.
+  void multiply(const float* x, size_t x_stride, int num_tokens, float* y, size_t y_stride,
+                KernelIsa isa = KernelIsa::kAuto) const;
+
+ private:
+  struct Part {
+    int row_offset = 0;
+    bool packed = false;
+    PackedMatrix f32;
+    QuantizedMatrix quantized;
+  };
+  int rows_ = 0;
+  int cols_ = 0;
+  std::vector<Part> parts_;
+  std::vector<float> bias_;  // [rows_], or empty
+};
+
+}  // namespace pagedkv

@@ -1,0 +1,48 @@
+// Batched y = x · Wᵀ for a weight matrix kept in its stored 16-bit or quantized type (F16, BF16,
+// Q8_0, Q4_0), read in place from the model file: a model's weights stay as small in memory as on
+// disk, and a decode step reads each weight byte once.
+//
+// Numerics follow llama.cpp's CPU kernels, so that a GGUF model gives llama.cpp's logits:
+//   - F16 / BF16 weights: each weight is widened to f32 exactly and multiplied by the f32
+//     activation (llama.cpp rounds the activation to F16/BF16 first; the difference is the F16
+//     noise its README reports, well under what the tests allow).
+//   - Q8_0 / Q4_0 weights: every activation row is first quantized to Q8_0 blocks
+//     (quantize_row_q8_0: ties to even, as ggml's AVX code), then each block contributes
+//     (sum of int8 products, exact) * d_w * d_x. Doing it the same way is what makes our greedy
+//     tokens follow llama.cpp's on quantized files; keeping f32 activations moves logits by 0.1-0.7
+//     on the reference models (their README, "same weights, F32 activations").
+// Within a row the block (or element) contributions are summed in float, in an order that depends
+// on the ISA: the scalar and AVX2 builds agree to float rounding, not bit for bit.
+//
+// Work is split over OpenMP threads by groups of rows once the product is large enough.
+#pragma once
+
+#include <cstddef>
+
+#include "pagedkv/model/transformer_weights.h"
+#include "pagedkv/storage/cpu_isa.h"
+
+namespace pagedkv {
+
+class QuantizedMatrix {
+ public:
+  QuantizedMatrix() = default;
+  // A view of `w` (which must outlive this object); throws UsageError unless its type is F16,
+  // BF16, Q8_0 or Q4_0.
+  explicit QuantizedMatrix(const WeightTensor& w);
+
+  int rows() const { return static_cast<int>(w_.rows); }
+  int cols() const { return static_cast<int>(w_.cols); }
+  TensorType type() const { return w_.type; }
+  size_t bytes() const { return static_cast<size_t>(w_.rows) * tensor_row_bytes(w_.type, w_.cols); }
+
+  // y[t * y_stride + r] = W[r] · x[t] for t < num_tokens, r < rows. `isa` picks the dot-product
+  // build (kAuto: the best this CPU runs; kScalar: the portable twin).
+  void multiply(const float* x, size_t x_stride, int num_tokens, float* y, size_t y_stride,
+                KernelIsa isa = KernelIsa::kAuto) const;
+
+ private:
+  WeightTensor w_;
+};
+
+}  // namespace pagedkv

@@ -1,0 +1,54 @@
+// Read-only views of a decoder's weights in their stored element types: the model runner's input.
+// A llama2.c model's fp32 weights (ModelWeights) become F32 views of the same memory; a GGUF
+// model's views point into its memory-mapped file, F32, F16, BF16, Q8_0 or Q4_0.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "pagedkv/model/model_config.h"
+#include "pagedkv/model/tensor_type.h"
+
+namespace pagedkv {
+
+struct ModelWeights;
+
+// A matrix [rows][cols] (GGUF ne = {cols, rows}), row-major with rows of tensor_row_bytes(type,
+// cols) bytes; or a vector (rows == 1). Absent when data is null.
+struct WeightTensor {
+  TensorType type = TensorType::kF32;
+  const void* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+
+  bool present() const { return data != nullptr; }
+  const float* f32() const { return static_cast<const float*>(data); }  // vectors are always F32
+  const void* row(int64_t r) const {
+    return static_cast<const char*>(data) + static_cast<size_t>(r) * tensor_row_bytes(type, cols);
+  }
+};
+
+struct LayerWeights {
+  WeightTensor attn_norm;                   // [dim]
+  WeightTensor wq, wk, wv;                  // [q_dim][dim], [kv_dim][dim], [kv_dim][dim]
+  WeightTensor bq, bk, bv;                  // biases (qwen2), or absent
+  WeightTensor wo;                          // [dim][q_dim]
+  WeightTensor post_attn_norm;              // gemma2, or absent
+  WeightTensor ffn_norm;                    // [dim]
+  WeightTensor gate, up;                    // [hidden][dim]
+  WeightTensor down;                        // [dim][hidden]
+  WeightTensor post_ffn_norm;               // gemma2, or absent
+};
+
+struct TransformerWeights {
+  WeightTensor token_embedding;             // [vocab][dim]
+  std::vector<LayerWeights> layers;
+  WeightTensor output_norm;                 // [dim]
+  WeightTensor output;                      // [vocab][dim] (the embedding when tied)
+  WeightTensor rope_freqs;                  // Llama 3: [rotary_dims / 2] divisors of the RoPE frequencies, or absent
+};
+
+// F32 views of a llama2.c model's weights.
+TransformerWeights llama2c_transformer_weights(const ModelConfig& config, const ModelWeights& weights);
+
+}  // namespace pagedkv

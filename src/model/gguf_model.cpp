@@ -1,0 +1,170 @@
+#include "pagedkv/model/gguf_model.h"
+
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "pagedkv/core/error.h"
+
+namespace pagedkv {
+
+namespace {
+
+enum class Arch { kLlama, kQwen2, kGemma2 };
+
+class Loader {
+ public:
+  explicit Loader(const GgufFile& f) : f_(f) {}
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw FormatError(fmt::format("GGUF model '{}': {}", f_.name(), what));
+  }
+
+  // A positive int hyper-parameter `<arch>.<key>`; `fallback` < 0 means required.
+  int hparam(const std::string& key, int64_t fallback = -1) const {
+    const std::string full = prefix_ + key;
+    const int64_t v = f_.find(full) ? f_.get_int(full) : fallback;
+    if (v < 0) fail(fmt::format("lacks the key '{}'", full));
+    if (v == 0 || v > std::numeric_limits<int32_t>::max()) fail(fmt::format("{} = {} is out of range", full, v));
+    return static_cast<int>(v);
+  }
+  float fparam(const std::string& key, double fallback) const {
+    const std::string full = prefix_ + key;
+    const double v = f_.get_float(full, fallback);
+    if (!std::isfinite(v)) fail(fmt::format("{} = {} is not finite", full, v));
+    return static_cast<float>(v);
+  }
+
+  // A tensor of the expected shape (GGUF order: ne[0] = cols), or absent if !required.
+  WeightTensor tensor(const std::string& name, int64_t cols, int64_t rows, bool required = true) const {
+    const GgufTensor* t = f_.find_tensor(name);
+    if (t == nullptr) {
+      if (required) fail(fmt::format("lacks the tensor '{}'", name));
+      return {};
+    }
+    const bool vector = rows == 1;
+    const bool shape_ok = vector ? t->elements() == cols && t->ne[0] == cols
+                                 : t->ne.size() == 2 && t->ne[0] == cols && t->ne[1] == rows;
+    if (!shape_ok) {
+      std::string ne;
+      for (int64_t d : t->ne) ne += (ne.empty() ? "" : ", ") + std::to_string(d);
+      fail(vector ? fmt::format("tensor '{}' has shape [{}], expected [{}]", name, ne, cols)
+                  : fmt::format("tensor '{}' has shape [{}], expected [{}, {}]", name, ne, cols, rows));
+    }
+    if (vector && t->type != TensorType::kF32)
+      fail(fmt::format("tensor '{}' is {}; norms and biases must be F32", name, tensor_type_name(t->type)));
+    if (!is_runnable_weight_type(t->type))
+      fail(fmt::format("tensor '{}' has type {}, which pagedkv cannot run (supported: F32, F16, BF16, Q8_0, Q4_0)",
+                       name, tensor_type_name(t->type)));
+    return WeightTensor{t->type, t->data, rows, cols};
+  }
+
+  void load(ModelConfig& c, TransformerWeights& w, int context_length) {
+    const std::string arch_name = f_.get_string("general.architecture");
+    Arch arch;
+    if (arch_name == "llama") arch = Arch::kLlama;
+    else if (arch_name == "qwen2") arch = Arch::kQwen2;
+    else if (arch_name == "gemma2") arch = Arch::kGemma2;
+    else fail(fmt::format("unsupported architecture '{}' (supported: {})", arch_name, supported_gguf_architectures()));
+    prefix_ = arch_name + ".";
+
+    c.architecture = arch_name;
+    c.dim = hparam("embedding_length");
+    c.n_layers = hparam("block_count");
+    c.hidden_dim = hparam("feed_forward_length");
+    c.n_heads = hparam("attention.head_count");
+    c.n_kv_heads = hparam("attention.head_count_kv", c.n_heads);
+    c.seq_len = context_length > 0 ? context_length : hparam("context_length");
+    c.rms_norm_eps = fparam("attention.layer_norm_rms_epsilon", 1e-5);
+    c.rope_theta = fparam("rope.freq_base", 10000.0);
+    if (f_.find(prefix_ + "attention.key_length")) {
+      const int k = hparam("attention.key_length"), v = hparam("attention.value_length", k);
+      if (k != v) fail(fmt::format("key_length {} differs from value_length {} (not supported)", k, v));
+      if (k != c.dim / c.n_heads || c.dim % c.n_heads != 0) c.explicit_head_dim = k;
+    }
+    if (f_.find(prefix_ + "rope.dimension_count")) {
+      c.rope_dims = hparam("rope.dimension_count");
+      if (c.rope_dims == c.head_dim()) c.rope_dims = 0;
+    }
+    switch (arch) {
+      case Arch::kLlama: break;
+      case Arch::kQwen2:
+        c.rope_style = RopeStyle::kHalves;
+        c.qkv_bias = true;
+        break;
+      case Arch::kGemma2:
+        c.rope_style = RopeStyle::kHalves;
+        c.post_norms = true;
+        c.activation = FeedForwardActivation::kGeluTanh;
+        c.embedding_scale = std::sqrt(static_cast<float>(c.dim));
+        // llama.cpp's defaults when the keys are absent (Gemma 2's published values).
+        c.attn_logit_softcap = fparam("attn_logit_softcapping", 50.0);
+        c.final_logit_softcap = fparam("final_logit_softcapping", 30.0);
+        c.sliding_window = hparam("attention.sliding_window", 4096);
+        c.sliding_window_period = 2;
+        break;
+    }
+
+    const GgufTensor* embd = f_.find_tensor("token_embd.weight");
+    if (embd == nullptr) fail("lacks the tensor 'token_embd.weight'");
+    if (embd->ne.size() != 2 || embd->ne[1] > std::numeric_limits<int32_t>::max())
+      fail("tensor 'token_embd.weight' is not a [dim, vocab] matrix");
+    c.vocab_size = static_cast<int>(embd->ne[1]);
+    try {
+      c.validate();
+    } catch (const ConfigError& e) {
+      fail(fmt::format("inconsistent hyper-parameters: {}", e.what()));
+    }
+
+    const int64_t d = c.dim, q = c.q_dim(), kv = c.kv_dim(), h = c.hidden_dim;
+    w.token_embedding = tensor("token_embd.weight", d, c.vocab_size);
+    w.output_norm = tensor("output_norm.weight", d, 1);
+    const bool tied = arch == Arch::kGemma2 || f_.find_tensor("output.weight") == nullptr;
+    w.output = tied ? w.token_embedding : tensor("output.weight", d, c.vocab_size);
+    c.shared_classifier = tied;
+    if (arch == Arch::kLlama) w.rope_freqs = tensor("rope_freqs.weight", c.rotary_dims() / 2, 1, false);
+    for (int l = 0; l < c.n_layers; ++l) {
+      const std::string b = fmt::format("blk.{}.", l);
+      LayerWeights lw;
+      lw.attn_norm = tensor(b + "attn_norm.weight", d, 1);
+      lw.wq = tensor(b + "attn_q.weight", d, q);
+      lw.wk = tensor(b + "attn_k.weight", d, kv);
+      lw.wv = tensor(b + "attn_v.weight", d, kv);
+      lw.wo = tensor(b + "attn_output.weight", q, d);
+      if (c.qkv_bias) {
+        lw.bq = tensor(b + "attn_q.bias", q, 1);
+        lw.bk = tensor(b + "attn_k.bias", kv, 1);
+        lw.bv = tensor(b + "attn_v.bias", kv, 1);
+      }
+      lw.ffn_norm = tensor(b + "ffn_norm.weight", d, 1);
+      lw.gate = tensor(b + "ffn_gate.weight", d, h);
+      lw.up = tensor(b + "ffn_up.weight", d, h);
+      lw.down = tensor(b + "ffn_down.weight", h, d);
+      if (c.post_norms) {
+        lw.post_attn_norm = tensor(b + "post_attention_norm.weight", d, 1);
+        lw.post_ffn_norm = tensor(b + "post_ffw_norm.weight", d, 1);
+      }
+      w.layers.push_back(lw);
+    }
+  }
+
+ private:
+  const GgufFile& f_;
+  std::string prefix_;
+};
+
+}  // namespace
+
+const char* supported_gguf_architectures() { return "llama, qwen2, gemma2"; }
+
+GgufModel::GgufModel(const std::string& path, int context_length)
+    : GgufModel(std::make_unique<GgufFile>(path), context_length) {}
+
+GgufModel::GgufModel(std::unique_ptr<GgufFile> file, int context_length) : file_(std::move(file)) {
+  if (context_length < 0) throw ConfigError(fmt::format("context length must be positive, got {}", context_length));
+  Loader(*file_).load(config_, tensors_, context_length);
+  source_ = file_->name();
+}
+
+}  // namespace pagedkv

@@ -1,0 +1,94 @@
+#include "pagedkv/model/linear_layer.h"
+
+#include <fmt/format.h>
+
+#include "pagedkv/core/error.h"
+
+namespace pagedkv {
+
+LinearLayer::LinearLayer(std::initializer_list<WeightTensor> parts, std::initializer_list<WeightTensor> biases) {
+  if (parts.size() == 0) throw UsageError("LinearLayer: no weights");
+  if (biases.size() != 0 && biases.size() != parts.size())
+    throw UsageError("LinearLayer: one bias (present or absent) per part is required");
+  cols_ = static_cast<int>(parts.begin()->cols);
+  bool all_f32 = true;
+  for (const WeightTensor& w : parts) {
+    if (!w.present() || w.cols != cols_ || w.rows <= 0 || w.rows > INT32_MAX - rows_)
+      throw UsageError(fmt::format("LinearLayer: part of {} x {} does not fit {} columns", w.rows, w.cols, cols_));
+    if (!is_runnable_weight_type(w.type))
+      throw UsageError(fmt::format("LinearLayer: {} weights are not supported", tensor_type_name(w.type)));
+    all_f32 = all_f32 && w.type == TensorType::kF32;
+    rows_ += static_cast<int>(w.rows);
+  }
+  if (all_f32) {
+    // One packed matrix over all parts: the llama2.c path, bit-identical to run.c's matmul.
+    std::vector<const float*> ptrs;
+    std::vector<int> rows;
+    Part p;
+    p.packed = true;
+    if (parts.size() == 1) {
+      p.f32 = PackedMatrix(parts.begin()->f32(), rows_, cols_);
+    } else if (parts.size() == 2) {
+      auto it = parts.begin();
+      const WeightTensor &a = it[0], &b = it[1];
+      p.f32 = PackedMatrix({a.f32(), b.f32()}, {static_cast<int>(a.rows), static_cast<int>(b.rows)}, cols_);
+    } else if (parts.size() == 3) {
+      auto it = parts.begin();
+      const WeightTensor &a = it[0], &b = it[1], &c = it[2];
+      p.f32 = PackedMatrix({a.f32(), b.f32(), c.f32()},
+                           {static_cast<int>(a.rows), static_cast<int>(b.rows), static_cast<int>(c.rows)}, cols_);
+    } else {
+      throw UsageError("LinearLayer: at most three F32 parts");
+    }
+    parts_.push_back(std::move(p));
+  } else {
+    int offset = 0;
+    for (const WeightTensor& w : parts) {
+      Part p;
+      p.row_offset = offset;
+      p.packed = w.type == TensorType::kF32;
+      if (p.packed) p.f32 = PackedMatrix(w.f32(), static_cast<int>(w.rows), cols_);
+      else p.quantized = QuantizedMatrix(w);
+      parts_.push_back(std::move(p));
+      offset += static_cast<int>(w.rows);
+    }
+  }
+  bool any_bias = false;
+  for (const WeightTensor& b : biases) any_bias = any_bias || b.present();
+  if (any_bias) {
+    bias_.assign(static_cast<size_t>(rows_), 0.0f);
+    auto w = parts.begin();
+    size_t offset = 0;
+    for (const WeightTensor& b : biases) {
+      if (b.present()) {
+        if (b.type != TensorType::kF32 || b.rows * b.cols != w->rows)
+          throw UsageError(fmt::format("LinearLayer: a bias must be {} f32 values", w->rows));
+        std::copy(b.f32(), b.f32() + w->rows, bias_.begin() + static_cast<std::ptrdiff_t>(offset));
+      }
+      offset += static_cast<size_t>(w->rows);
+      ++w;
+    }
+  }
+}
+
+size_t LinearLayer::bytes() const {
+  size_t n = bias_.size() * sizeof(float);
+  for (const Part& p : parts_) n += p.packed ? p.f32.bytes() : p.quantized.bytes();
+  return n;
+}
+
+void LinearLayer::multiply(const float* x, size_t x_stride, int num_tokens, float* y, size_t y_stride,
+                           KernelIsa isa) const {
+  for (const Part& p : parts_) {
+    float* out = y + p.row_offset;
+    if (p.packed) p.f32.multiply(x, x_stride, num_tokens, out, y_stride, isa);
+    else p.quantized.multiply(x, x_stride, num_tokens, out, y_stride, isa);
+  }
+  if (bias_.empty()) return;
+  for (int t = 0; t < num_tokens; ++t) {
+    float* yt = y + static_cast<size_t>(t) * y_stride;
+    for (int r = 0; r < rows_; ++r) yt[r] += bias_[static_cast<size_t>(r)];
+  }
+}
+
+}  // namespace pagedkv
