@@ -8,18 +8,30 @@ cd "$(dirname "$0")/.."
 PACKAGES=(build-essential cmake ninja-build pkg-config
           libxxhash-dev liburing-dev libssl-dev libfmt-dev nlohmann-json3-dev libcli11-dev
           libgtest-dev libgmock-dev libbenchmark-dev libomp-dev
-          python3 python3-dev pybind11-dev python3-numpy python3-pytest gnuplot-nox)
+          python3 python3-dev pybind11-dev python3-numpy python3-pytest gnuplot-nox
+          libcpp-httplib-dev prometheus-cpp-dev
+          prometheus python3-requests python3-prometheus-client)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# Node and npm (the OpenAI client test): Debian's, unless the machine already has them.
+command -v node >/dev/null || missing+=(nodejs)
+command -v npm >/dev/null || missing+=(npm)
 if ((${#missing[@]})); then
   echo "setup: installing missing Debian packages: ${missing[*]}"
   SUDO=""
   [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The JavaScript test tools (the official OpenAI client), pinned by package-lock.json, into the
+# project's own node_modules; again only when the lock file is newer than the installed tree.
+if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+  echo "setup: installing the npm packages of package-lock.json into node_modules/"
+  npm ci --no-audit --no-fund --loglevel=error
 fi
 
 BUILD_DIR=${BUILD_DIR:-build}

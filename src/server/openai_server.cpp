@@ -24,6 +24,22 @@ using namespace std::chrono_literals;
 constexpr const char* kVersion = "0.1.0";
 constexpr auto kPollInterval = 20ms;  // how often a waiting handler checks that its client is still there
 
+// Polls a PeerConnection at most once per kPollInterval, however often the caller asks.
+class DisconnectCheck {
+ public:
+  explicit DisconnectCheck(PeerConnection peer) : peer_(peer) {}
+  bool client_gone() {
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_) return false;
+    next_ = now + kPollInterval;
+    return peer_.closed();
+  }
+
+ private:
+  PeerConnection peer_;
+  std::chrono::steady_clock::time_point next_{};
+};
+
 // JSON text that never throws on invalid UTF-8 (a token piece may be part of a character).
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
@@ -224,14 +240,14 @@ void OpenAIServer::install_routes() {
       auto builder = std::make_shared<ResponseBuilder>(*request, tokenizer_,
                                                        fmt::format("{}-{:016x}", chat ? "chatcmpl" : "cmpl", ids().next()),
                                                        model_.limits.served_model_name, unix_now(), num_prompts);
-      const PeerConnection peer = PeerConnection::find(req.local_port, req.remote_addr, req.remote_port);
+      auto disconnect = std::make_shared<DisconnectCheck>(PeerConnection::find(req.local_port, req.remote_addr, req.remote_port));
 
       if (!request->stream) {
         while (!builder->done()) {
           const std::vector<ChoiceUpdate> updates = stream->wait(kPollInterval);
           for (const ChoiceUpdate& u : updates) builder->apply(u);
           for (RequestId id : builder->take_stop_requests()) service_.stop_choice(id);
-          if (updates.empty() && peer.closed()) {  // nobody to answer: free the engine's blocks now
+          if (disconnect->client_gone()) {  // nobody to answer: free the engine's blocks now
             service_.cancel(stream);
             res.status = 499;  // never sent; counted in the metrics as a client disconnect
             return;
@@ -247,7 +263,7 @@ void OpenAIServer::install_routes() {
       const bool include_usage = request->include_usage;
       res.set_chunked_content_provider(
           "text/event-stream",
-          [this, stream, builder, peer, include_usage, request](size_t, httplib::DataSink& sink) {
+          [this, stream, builder, disconnect, include_usage, request](size_t, httplib::DataSink& sink) {
             const std::vector<ChoiceUpdate> updates = stream->wait(kPollInterval);
             std::string out;
             for (const ChoiceUpdate& u : updates)
@@ -267,7 +283,7 @@ void OpenAIServer::install_routes() {
               sink.done();
               return true;
             }
-            if (updates.empty() && peer.closed()) {
+            if (disconnect->client_gone()) {
               service_.cancel(stream);
               return false;
             }
