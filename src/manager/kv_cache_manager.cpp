@@ -16,8 +16,8 @@ int cdiv(int a, int b) { return (a + b - 1) / b; }
 // measured no better than 1).
 constexpr int kPrefetchDistance = 1;
 
-// Released request entries kept for reuse, each with its tables' capacity. Entries are only
-// created when none is spare, so live plus spare never exceed the peak number of live requests.
+// Index nodes of released requests kept for reuse (entries themselves are always kept, with
+// their tables' capacity: live plus released never exceed the peak number of live requests).
 constexpr size_t kMaxSpareRequests = 1024;
 
 BlockPoolOptions pool_options(KVCacheManagerConfig& c) {
@@ -62,40 +62,54 @@ KVCacheManager::KVCacheManager(KVCacheManagerConfig config)
       hasher_(make_hasher(config_)) {
   block_size_ = config_.cache.block_size();
   num_groups_ = static_cast<int>(config_.cache.groups.size());
+  all_full_attention_ = std::all_of(config_.cache.groups.begin(), config_.cache.groups.end(),
+                                    [](const KVCacheGroupSpec& g) { return g.spec.kind == AttentionKind::kFull; });
   const int usable_tokens = (config_.cache.num_blocks - 1) * block_size_;
   max_model_len_ = config_.max_model_len > 0 ? config_.max_model_len : usable_tokens;
   if (config_.max_model_len < 0)
     throw ConfigError(fmt::format("max_model_len must not be negative, got {}", config_.max_model_len));
   watermark_blocks_ = static_cast<int>(config_.watermark * config_.cache.num_blocks);
-  requests_.reserve(1024);
-  spare_requests_.reserve(kMaxSpareRequests);
+  index_.reserve(1024);
+  entries_.reserve(1024);
+  released_entries_.reserve(1024);
+  spare_index_nodes_.reserve(kMaxSpareRequests);
   scratch_blocks_.reserve(256);
 }
 
-KVCacheManager::RequestBlocks& KVCacheManager::add_request(RequestId id) {
-  if (spare_requests_.empty()) {
-    RequestBlocks& state = requests_[id];
+KVCacheManager::RequestBlocks& KVCacheManager::add_entry(RequestId id) {
+  uint32_t slot;
+  if (released_entries_.empty()) {
+    slot = static_cast<uint32_t>(entries_.size());
+    RequestBlocks& fresh = entries_.emplace_back();
     for (int g = 0; g < num_groups(); ++g)
-      state.blocks[static_cast<size_t>(g)].reserve(static_cast<size_t>(cdiv(max_model_len_, block_size_)));
-    return state;
+      fresh.blocks[static_cast<size_t>(g)].reserve(static_cast<size_t>(cdiv(max_model_len_, block_size_)));
+  } else {
+    slot = released_entries_.back();
+    released_entries_.pop_back();
   }
-  RequestMap::node_type node = std::move(spare_requests_.back());
-  spare_requests_.pop_back();
-  node.key() = id;
-  return requests_.insert(std::move(node)).position->second;
+  if (spare_index_nodes_.empty()) {
+    index_.emplace(id, slot);
+  } else {
+    RequestIndex::node_type node = std::move(spare_index_nodes_.back());
+    spare_index_nodes_.pop_back();
+    node.key() = id;
+    node.mapped() = slot;
+    index_.insert(std::move(node));
+  }
+  RequestBlocks& entry = entries_[slot];
+  entry.id = id;
+  entry.live = true;
+  return entry;
 }
 
-void KVCacheManager::release_request(RequestMap::iterator it) {
-  if (spare_requests_.size() >= kMaxSpareRequests) {
-    requests_.erase(it);
-    return;
-  }
-  RequestMap::node_type node = requests_.extract(it);
-  RequestBlocks& state = node.mapped();
-  for (auto& b : state.blocks) b.clear();
-  state.num_cached = {};
-  state.may_share_writable = false;
-  spare_requests_.push_back(std::move(node));
+void KVCacheManager::release_entry(RequestBlocks& entry) {
+  RequestIndex::node_type node = index_.extract(entry.id);
+  if (spare_index_nodes_.size() < kMaxSpareRequests) spare_index_nodes_.push_back(std::move(node));
+  for (auto& b : entry.blocks) b.clear();
+  entry.num_cached = {};
+  entry.may_share_writable = false;
+  entry.live = false;
+  released_entries_.push_back(slot_of(entry));
 }
 
 void KVCacheManager::hash_request(Request& request) const {
@@ -227,8 +241,7 @@ int KVCacheManager::blocks_needed(int g, const Request& request, const RequestBl
 
 int KVCacheManager::get_num_blocks_to_allocate(const Request& request, int num_tokens,
                                                const ComputedBlocks* new_computed_blocks) const {
-  auto it = requests_.find(request.id);
-  return blocks_to_allocate(request, it == requests_.end() ? nullptr : &it->second, num_tokens, new_computed_blocks);
+  return blocks_to_allocate(request, find_entry(request), num_tokens, new_computed_blocks);
 }
 
 int KVCacheManager::blocks_to_allocate(const Request& request, const RequestBlocks* state, int num_tokens,
@@ -297,10 +310,31 @@ void KVCacheManager::cache_full_blocks(int g, const Request& request, RequestBlo
   num_cached = num_full;
 }
 
+bool KVCacheManager::is_steady_state(const Request& request, const RequestBlocks& state, int num_tokens_need_slot,
+                                     int num_tokens_to_cache, bool delay_cache_blocks) const {
+  // Sliding-window and cross-attention groups release or size blocks by other rules; a forked
+  // request may need copy-on-write.
+  if (!all_full_attention_ || state.may_share_writable) return false;
+  const int required = cdiv(num_tokens_need_slot, block_size_);
+  const int full = num_tokens_to_cache / block_size_;
+  const bool caches = pool_.caching_enabled() && !delay_cache_blocks;
+  if (caches && full > static_cast<int>(request.block_hashes.size())) return false;  // would hash
+  for (int g = 0; g < num_groups(); ++g) {
+    const auto gi = static_cast<size_t>(g);
+    if (required > static_cast<int>(state.blocks[gi].size())) return false;  // needs a block
+    if (caches && !request.skip_prefix_cache && state.num_cached[gi] < full) return false;  // would cache one
+  }
+  return true;
+}
+
 std::optional<NewBlocks> KVCacheManager::allocate_slots(Request& request, int num_new_tokens,
                                                         int num_new_computed_tokens,
                                                         const ComputedBlocks* new_computed_blocks,
                                                         int num_lookahead_tokens, bool delay_cache_blocks) {
+  // The answer is built where the caller receives it (one named object, returned by every path):
+  // a NewBlocks assembled on the stack and copied into the optional cost store-forwarding stalls
+  // on every call.
+  std::optional<NewBlocks> out;
   if (num_new_tokens <= 0)
     throw UsageError(fmt::format("allocate_slots: num_new_tokens must be positive, got {}", num_new_tokens));
   if (num_new_computed_tokens < 0 || num_lookahead_tokens < 0)
@@ -312,22 +346,32 @@ std::optional<NewBlocks> KVCacheManager::allocate_slots(Request& request, int nu
     throw UsageError(fmt::format("allocate_slots: request {} would hold {} tokens, more than max_model_len {}",
                                  request.id.value, end, max_model_len_));
   table_rewritten_ = false;
-  auto it = requests_.find(request.id);
-  RequestBlocks* state = it == requests_.end() ? nullptr : &it->second;
+  RequestBlocks* state = find_entry(request);
+  if (state) request.manager_slot = slot_of(*state);
   if (state && new_computed_blocks && new_computed_blocks->num_computed_tokens > 0)
     throw UsageError(fmt::format("allocate_slots: request {} already holds blocks; prefix hits apply only at admission",
                                  request.id.value));
+  const int num_computed = request.num_computed_tokens + num_new_computed_tokens;
+  const int num_tokens_need_slot = std::min(num_computed + num_new_tokens + num_lookahead_tokens, max_model_len_);
+  const int num_tokens_to_cache = std::min(num_computed + num_new_tokens, request.num_tokens());
+  if (state && config_.enable_steady_state_fast_path &&
+      is_steady_state(request, *state, num_tokens_need_slot, num_tokens_to_cache, delay_cache_blocks)) {
+    out.emplace().num_groups = num_groups();  // no group gained a block
+    ++steady_state_calls_;
+    return out;
+  }
   if (state)
     for (int g = 0; g < num_groups(); ++g)
       if (spec(g).kind == AttentionKind::kSlidingWindow) remove_skipped_blocks(g, *state, request.num_computed_tokens);
 
-  const int num_computed = request.num_computed_tokens + num_new_computed_tokens;
-  const int num_tokens_need_slot = std::min(num_computed + num_new_tokens + num_lookahead_tokens, max_model_len_);
   const int needed = blocks_to_allocate(request, state, num_tokens_need_slot, new_computed_blocks);
-  if (needed > pool_.num_free_blocks()) return std::nullopt;
+  if (needed > pool_.num_free_blocks()) return out;
 
-  if (!state) state = &add_request(request.id);
-  NewBlocks result;
+  if (!state) {
+    state = &add_entry(request.id);
+    request.manager_slot = slot_of(*state);
+  }
+  NewBlocks& result = out.emplace();
   result.num_groups = num_groups();
   std::array<size_t, kMaxKVCacheGroups> first_new{};
   for (int g = 0; g < num_groups(); ++g) {
@@ -350,7 +394,6 @@ std::optional<NewBlocks> KVCacheManager::allocate_slots(Request& request, int nu
       throw InvariantError("allocate_slots: the pool refused blocks it reported free");
   }
   if (pool_.caching_enabled() && !delay_cache_blocks) {
-    const int num_tokens_to_cache = std::min(num_computed + num_new_tokens, request.num_tokens());
     if (num_tokens_to_cache / block_size_ > static_cast<int>(request.block_hashes.size())) hash_request(request);
     for (int g = 0; g < num_groups(); ++g)
       if (cacheable(g) && !request.skip_prefix_cache) cache_full_blocks(g, request, *state, num_tokens_to_cache);
@@ -360,27 +403,25 @@ std::optional<NewBlocks> KVCacheManager::allocate_slots(Request& request, int nu
     result.blocks[gi] = std::span<const BlockId>(state->blocks[gi]).subspan(first_new[gi]);
   }
   result.table_rewritten = table_rewritten_;
-  return result;
+  return out;
 }
 
 bool KVCacheManager::free(const Request& request) {
-  auto it = requests_.find(request.id);
-  if (it == requests_.end()) return false;
-  for (int g = 0; g < num_groups(); ++g) {
-    pool_.free_blocks_tail_first(it->second.blocks[static_cast<size_t>(g)]);
-  }
-  release_request(it);
+  RequestBlocks* entry = find_entry(request);
+  if (!entry) return false;
+  for (int g = 0; g < num_groups(); ++g) pool_.free_blocks_tail_first(entry->blocks[static_cast<size_t>(g)]);
+  release_entry(*entry);
   return true;
 }
 
 void KVCacheManager::uncache_uncomputed_blocks(const Request& request) {
-  auto it = requests_.find(request.id);
-  if (it == requests_.end()) return;
+  RequestBlocks* entry = find_entry(request);
+  if (!entry) return;
   const int first_uncomputed = request.num_computed_tokens / block_size_;
   for (int g = 0; g < num_groups(); ++g) {
     const auto gi = static_cast<size_t>(g);
-    auto& blocks = it->second.blocks[gi];
-    int& num_cached = it->second.num_cached[gi];
+    auto& blocks = entry->blocks[gi];
+    int& num_cached = entry->num_cached[gi];
     for (int i = first_uncomputed; i < num_cached && i < static_cast<int>(blocks.size()); ++i)
       if (blocks[static_cast<size_t>(i)] != pool_.null_block()) pool_.invalidate_cached(blocks[static_cast<size_t>(i)]);
     num_cached = std::min(num_cached, first_uncomputed);
@@ -413,13 +454,20 @@ AllocStatus KVCacheManager::can_allocate(Request& request) {
 }
 
 void KVCacheManager::fork(const Request& parent, const Request& child) {
-  auto it = requests_.find(parent.id);
-  if (it == requests_.end()) throw UsageError(fmt::format("fork: parent request {} holds no blocks", parent.id.value));
-  if (requests_.contains(child.id)) throw UsageError(fmt::format("fork: child request {} already holds blocks", child.id.value));
-  it->second.may_share_writable = true;
-  RequestBlocks copy = it->second;
-  for (int g = 0; g < num_groups(); ++g) pool_.touch(copy.blocks[static_cast<size_t>(g)]);
-  requests_.emplace(child.id, std::move(copy));
+  const RequestBlocks* found = find_entry(parent);
+  if (!found) throw UsageError(fmt::format("fork: parent request {} holds no blocks", parent.id.value));
+  if (index_.contains(child.id)) throw UsageError(fmt::format("fork: child request {} already holds blocks", child.id.value));
+  const uint32_t parent_slot = slot_of(*found);
+  RequestBlocks& child_entry = add_entry(child.id);  // may move the parent's entry
+  RequestBlocks& parent_entry = entries_[parent_slot];
+  parent_entry.may_share_writable = true;
+  for (int g = 0; g < num_groups(); ++g) {
+    const auto gi = static_cast<size_t>(g);
+    child_entry.blocks[gi].assign(parent_entry.blocks[gi].begin(), parent_entry.blocks[gi].end());
+    pool_.touch(child_entry.blocks[gi]);
+  }
+  child_entry.num_cached = parent_entry.num_cached;
+  child_entry.may_share_writable = true;
 }
 
 std::vector<std::pair<BlockId, BlockId>> KVCacheManager::take_pending_copies() {
@@ -429,24 +477,26 @@ std::vector<std::pair<BlockId, BlockId>> KVCacheManager::take_pending_copies() {
 }
 
 std::span<const BlockId> KVCacheManager::get_block_ids(RequestId id, int group) const {
-  auto it = requests_.find(id);
-  if (it == requests_.end() || group < 0 || group >= num_groups()) return {};
-  return it->second.blocks[static_cast<size_t>(group)];
+  const RequestBlocks* entry = find_entry(id);
+  if (!entry || group < 0 || group >= num_groups()) return {};
+  return entry->blocks[static_cast<size_t>(group)];
 }
 
 std::span<const BlockId> KVCacheManager::get_block_ids(const Request& request, int group) const {
-  return get_block_ids(request.id, group);
+  const RequestBlocks* entry = find_entry(request);
+  if (!entry || group < 0 || group >= num_groups()) return {};
+  return entry->blocks[static_cast<size_t>(group)];
 }
 
 void KVCacheManager::replace_block(RequestId id, int group, int index, BlockId block) {
-  auto it = requests_.find(id);
-  if (it == requests_.end()) throw UsageError(fmt::format("replace_block: unknown request {}", id.value));
-  auto& blocks = it->second.blocks[static_cast<size_t>(group)];
+  RequestBlocks* entry = find_entry(id);
+  if (!entry) throw UsageError(fmt::format("replace_block: unknown request {}", id.value));
+  auto& blocks = entry->blocks[static_cast<size_t>(group)];
   if (index < 0 || index >= static_cast<int>(blocks.size()))
     throw UsageError(fmt::format("replace_block: index {} out of range [0, {})", index, blocks.size()));
   const BlockId old = blocks[static_cast<size_t>(index)];
   blocks[static_cast<size_t>(index)] = block;
-  int& num_cached = it->second.num_cached[static_cast<size_t>(group)];
+  int& num_cached = entry->num_cached[static_cast<size_t>(group)];
   num_cached = std::min(num_cached, index);
   if (old != pool_.null_block()) pool_.free_blocks(std::span<const BlockId>(&old, 1));
 }
@@ -454,7 +504,18 @@ void KVCacheManager::replace_block(RequestId id, int group, int index, BlockId b
 void KVCacheManager::check_invariants() const {
   pool_.check_invariants();
   std::vector<int32_t> refs(static_cast<size_t>(pool_.num_blocks()), 0);
-  for (const auto& [id, state] : requests_) {
+  size_t live = 0;
+  for (const RequestBlocks& state : entries_) {
+    if (!state.live) {
+      for (const auto& b : state.blocks)
+        if (!b.empty()) throw InvariantError("a released request entry still holds blocks");
+      continue;
+    }
+    ++live;
+    const RequestId id = state.id;
+    auto indexed = index_.find(id);
+    if (indexed == index_.end() || indexed->second != slot_of(state))
+      throw InvariantError(fmt::format("request {} is live but its index entry is missing or wrong", id.value));
     for (int g = 0; g < num_groups(); ++g) {
       const auto gi = static_cast<size_t>(g);
       const auto& blocks = state.blocks[gi];
@@ -473,6 +534,8 @@ void KVCacheManager::check_invariants() const {
       }
     }
   }
+  if (live != index_.size())
+    throw InvariantError(fmt::format("{} live request entries but {} indexed", live, index_.size()));
   for (const KVCacheBlock& b : pool_.blocks()) {
     if (b.is_null) continue;
     if (refs[static_cast<size_t>(b.id.value)] != b.ref_cnt)

@@ -261,7 +261,7 @@ PeerCounters run(const PeerWorkload& w, const PeerScenario& sc, HashAlgorithm ha
 }  // namespace
 
 PeerResult replay_peer(const PeerWorkload& workload, const PeerScenario& scenario, HashAlgorithm hash,
-                       bool check_invariants) {
+                       bool check_invariants, bool per_operation_timers) {
   PeerResult result;
   const double cpu0 = thread_cpu_seconds();
   const auto t0 = std::chrono::steady_clock::now();
@@ -269,6 +269,7 @@ PeerResult replay_peer(const PeerWorkload& workload, const PeerScenario& scenari
   result.timings.whole_replay_cpu_ns = (thread_cpu_seconds() - cpu0) * 1e9;
   result.timings.whole_replay_ns =
       std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+  if (!per_operation_timers) return result;
   const PeerCounters timed = run<true>(workload, scenario, hash, false, &result.timings);
   if (!(timed == result.counters)) throw InvariantError("peer replay: timed and untimed runs disagree");
   return result;

@@ -33,6 +33,9 @@ struct KVCacheManagerConfig {
   bool enable_events = false;
   std::unique_ptr<EvictionPolicy> eviction_policy;  // null: LRU (vLLM's free queue)
   HashFunction hash_function = nullptr;             // tests: override the hash (collisions)
+  // allocate_slots answers a call that adds no block and caches none (most decode steps) without
+  // the general path. Off only in tests that compare the two paths.
+  bool enable_steady_state_fast_path = true;
 };
 
 // vLLM v0's AllocStatus: OK now, LATER once others finish, NEVER (larger than the cache).
@@ -119,8 +122,8 @@ class KVCacheManager {
   // The request's block table for a group (empty span if unknown).
   std::span<const BlockId> get_block_ids(const Request& request, int group = 0) const;
   std::span<const BlockId> get_block_ids(RequestId id, int group = 0) const;
-  bool has_request(RequestId id) const { return requests_.contains(id); }
-  int num_requests() const { return static_cast<int>(requests_.size()); }
+  bool has_request(RequestId id) const { return index_.contains(id); }
+  int num_requests() const { return static_cast<int>(index_.size()); }
 
   // Rewrites one entry of a request's table (swap-in to a new block, tier promotion).
   // The manager takes over the reference the caller holds on `block`; the old one is released.
@@ -130,6 +133,8 @@ class KVCacheManager {
   double usage() const { return pool_.usage(); }
   int num_free_blocks() const { return pool_.num_free_blocks(); }
   const PrefixCacheStats& prefix_cache_stats() const { return stats_; }
+  // allocate_slots calls answered by the steady-state fast path (see the config).
+  uint64_t steady_state_calls() const { return steady_state_calls_; }
   std::vector<KVEvent> take_events() { return pool_.take_events(); }
 
   // Computes any missing full-block hashes of the request (also done lazily by lookups).
@@ -153,6 +158,8 @@ class KVCacheManager {
 
  private:
   struct RequestBlocks {
+    RequestId id;
+    bool live = false;  // false: a released entry kept (with its tables' capacity) for reuse
     std::array<std::vector<BlockId>, kMaxKVCacheGroups> blocks;
     std::array<int, kMaxKVCacheGroups> num_cached{};  // leading blocks registered in the cache
     // Set by fork (on parent and child): only then can a block this request writes be shared,
@@ -160,14 +167,33 @@ class KVCacheManager {
     bool may_share_writable = false;
   };
 
-  using RequestMap = std::unordered_map<RequestId, RequestBlocks>;
-  // A new request's entry, reusing a released one's map node and table capacity when there is
-  // one, so steady-state admission allocates nothing.
-  RequestBlocks& add_request(RequestId id);
-  void release_request(RequestMap::iterator it);
+  // A request's entry: through the slot its Request remembers when that slot holds it (one
+  // load; Request::manager_slot), else through the id index. Null when the manager holds none.
+  const RequestBlocks* find_entry(const Request& request) const {
+    const uint32_t slot = request.manager_slot;
+    if (slot < entries_.size() && entries_[slot].live && entries_[slot].id == request.id) return &entries_[slot];
+    return find_entry(request.id);
+  }
+  RequestBlocks* find_entry(const Request& request) {
+    return const_cast<RequestBlocks*>(std::as_const(*this).find_entry(request));
+  }
+  const RequestBlocks* find_entry(RequestId id) const {
+    auto it = index_.find(id);
+    return it == index_.end() ? nullptr : &entries_[it->second];
+  }
+  RequestBlocks* find_entry(RequestId id) { return const_cast<RequestBlocks*>(std::as_const(*this).find_entry(id)); }
+  // A new request's entry, reusing a released one (and its tables' capacity, and an index node)
+  // when there is one, so steady-state admission allocates nothing. May move other entries.
+  RequestBlocks& add_entry(RequestId id);
+  void release_entry(RequestBlocks& entry);
+  uint32_t slot_of(const RequestBlocks& entry) const { return static_cast<uint32_t>(&entry - entries_.data()); }
 
   const KVCacheSpec& spec(int g) const { return config_.cache.groups[static_cast<size_t>(g)].spec; }
   bool cacheable(int g) const { return spec(g).kind != AttentionKind::kCrossAttention; }
+  // allocate_slots' fast path: true when the call needs no new block, caches no block, hashes
+  // nothing and frees nothing, so the general path would change nothing but return no blocks.
+  bool is_steady_state(const Request& request, const RequestBlocks& state, int num_tokens_need_slot,
+                       int num_tokens_to_cache, bool delay_cache_blocks) const;
   int find_longest_cache_hit(int g, const Request& request, int max_length, std::vector<BlockId>& out) const;
   int blocks_needed(int g, const Request& request, const RequestBlocks* state, int num_tokens,
                     std::span<const BlockId> new_computed, int num_computed_tokens) const;
@@ -186,13 +212,18 @@ class KVCacheManager {
   int num_groups_;
   BlockPool pool_;
   BlockHasher hasher_;
-  RequestMap requests_;
-  std::vector<RequestMap::node_type> spare_requests_;  // released entries, tables cleared
+  using RequestIndex = std::unordered_map<RequestId, uint32_t>;
+  std::vector<RequestBlocks> entries_;  // live and released entries; a slot never moves requests
+  std::vector<uint32_t> released_entries_;
+  RequestIndex index_;  // live request id -> slot
+  std::vector<RequestIndex::node_type> spare_index_nodes_;
   std::vector<std::pair<BlockId, BlockId>> pending_copies_;
   PrefixCacheStats stats_;
   std::vector<BlockId> scratch_blocks_;
   std::vector<BlockHashJob> scratch_hash_jobs_;
   bool table_rewritten_ = false;
+  uint64_t steady_state_calls_ = 0;
+  bool all_full_attention_ = false;  // every group is full attention (the fast path's domain)
 };
 
 }  // namespace pagedkv

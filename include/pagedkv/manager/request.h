@@ -25,6 +25,9 @@ struct Request {
   int num_encoder_tokens = 0;      // cross-attention groups: encoder output length
   bool skip_prefix_cache = false;  // e.g. requests that need prompt logprobs
   int num_preemptions = 0;         // caller-maintained; lookups after a preemption are counted apart
+  // Where the manager that holds this request's blocks keeps them: a lookup hint it maintains
+  // and checks (a stale or foreign hint costs one hash lookup, nothing else). Not for callers.
+  uint32_t manager_slot = ~uint32_t{0};
 
   // Full-block hashes over `tokens`, and the digests of their extra keys (parallel arrays).
   // Computed by the manager (or BlockHasher::extend) as tokens arrive.

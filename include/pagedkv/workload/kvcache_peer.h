@@ -82,10 +82,11 @@ struct PeerResult {
   PeerTimings timings;
 };
 
-// Replays the workload under the README's rules. `timed` adds per-operation timers (cheap
-// TSC reads); the whole-replay time is always measured in an untimed run of its own.
+// Replays the workload under the README's rules: once without timers (the whole-replay time),
+// then, with per_operation_timers, once more with a TSC read around every call (the
+// per-operation times; their counters must equal the first run's).
 PeerResult replay_peer(const PeerWorkload& workload, const PeerScenario& scenario, HashAlgorithm hash,
-                       bool check_invariants = false);
+                       bool check_invariants = false, bool per_operation_timers = true);
 
 // The README's reference counters for scenario A.
 PeerCounters peer_reference_counters_a();
