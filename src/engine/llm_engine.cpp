@@ -19,7 +19,9 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
 }
 
 size_t bytes_per_block(const ModelConfig& m, const EngineConfig& c) {
-  return m.kv_cache_spec(c.block_size, c.kv_dtype).bytes_per_block_per_layer() * static_cast<size_t>(m.n_layers);
+  // One physical block holds a page for every arena layer (kv_arena_layers: the largest group's layers).
+  return m.kv_cache_spec(c.block_size, c.kv_dtype).bytes_per_block_per_layer() *
+         static_cast<size_t>(m.kv_arena_layers());
 }
 
 int blocks_for(const ModelConfig& m, const EngineConfig& c) {
@@ -38,7 +40,7 @@ int blocks_for(const ModelConfig& m, const EngineConfig& c) {
 KVCacheManagerConfig manager_config(const ModelConfig& m, const EngineConfig& c, int num_blocks, int max_model_len) {
   KVCacheManagerConfig mc;
   mc.cache.num_blocks = num_blocks;
-  mc.cache.groups.push_back(KVCacheGroupSpec{m.kv_cache_spec(c.block_size, c.kv_dtype), m.n_layers});
+  mc.cache.groups = m.kv_cache_groups(c.block_size, c.kv_dtype);  // full attention, then sliding layers
   mc.max_model_len = max_model_len;
   mc.enable_caching = c.enable_prefix_caching;
   mc.hash_algorithm = c.hash_algorithm;
@@ -57,7 +59,8 @@ LLMEngine::LLMEngine(const Model& model, EngineConfig config)
                                                : model.config().seq_len),
       manager_(manager_config(model.config(), config_, num_blocks_, max_model_len_)),
       scheduler_(config_.scheduler, manager_, swap_blocks_),
-      arena_(model.config().kv_cache_spec(config_.block_size, config_.kv_dtype), model.config().n_layers, num_blocks_),
+      arena_(model.config().kv_cache_spec(config_.block_size, config_.kv_dtype), model.config().kv_arena_layers(),
+             num_blocks_),
       block_table_(config_.scheduler.max_num_seqs * 4, (max_model_len_ + config_.block_size - 1) / config_.block_size) {
   if (config_.tiers.enabled()) {
     // The tiers take over swap: the swap space becomes part of the host tier.
@@ -65,10 +68,14 @@ LLMEngine::LLMEngine(const Model& model, EngineConfig config)
                                              config_.swap_space_bytes);
     scheduler_.set_tiers(tiers_.get());
   } else if (swap_blocks_ > 0) {
-    host_arena_.emplace(model.config().kv_cache_spec(config_.block_size, config_.kv_dtype), model.config().n_layers,
+    host_arena_.emplace(model.config().kv_cache_spec(config_.block_size, config_.kv_dtype), model.config().kv_arena_layers(),
                         swap_blocks_);
   }
   for (int r = block_table_.max_requests() - 1; r >= 0; --r) free_rows_.push_back(r);
+  const int groups = model.config().num_kv_cache_groups();
+  group_tables_.resize(static_cast<size_t>(groups));
+  group_slots_.resize(static_cast<size_t>(groups));
+  group_batches_.resize(static_cast<size_t>(groups - 1));
 }
 
 LLMEngine::~LLMEngine() {
@@ -92,6 +99,17 @@ uint64_t model_weights_digest(const Model& model) {
   for_each_llama2c_tensor(c, [&](WeightField field, std::initializer_list<uint64_t> factors) {
     if (field != nullptr && w.*field != nullptr) XXH3_64bits_update(state, w.*field, tensor_floats(factors) * sizeof(float));
   });
+  if (w.token_embedding == nullptr) {
+    // Not a llama2.c model (GGUF): the architecture, then every tensor in its stored type.
+    XXH3_64bits_update(state, c.architecture.data(), c.architecture.size());
+    const int32_t extra[] = {c.head_dim(), c.sliding_window, c.sliding_window_period, static_cast<int32_t>(c.rope_style)};
+    XXH3_64bits_update(state, extra, sizeof(extra));
+    model.tensors().for_each_tensor([&](const WeightTensor& t) {
+      const int64_t desc[] = {static_cast<int64_t>(t.type), t.rows, t.cols};
+      XXH3_64bits_update(state, desc, sizeof(desc));
+      if (t.present()) XXH3_64bits_update(state, t.data, static_cast<size_t>(t.rows) * tensor_row_bytes(t.type, t.cols));
+    });
+  }
   const uint64_t digest = XXH3_64bits_digest(state);
   XXH3_freeState(state);
   return digest;
@@ -234,6 +252,7 @@ std::vector<RequestOutput> LLMEngine::step() {
     query_start_.assign(1, 0);
     context_lens_.clear();
     batch_tables_.assign(R * static_cast<size_t>(stride), 0);
+    for (size_t g = 1; g < group_tables_.size(); ++g) group_tables_[g].assign(R * static_cast<size_t>(stride), 0);
     for (size_t i = 0; i < R; ++i) {
       const ScheduledChunk& c = out.chunks[i];
       const SchedulerRequest& r = *c.request;
@@ -253,6 +272,16 @@ std::vector<RequestOutput> LLMEngine::step() {
       }
       slots_.resize(tokens_.size());
       compute_slot_mapping(row, config_.block_size, c.first_position, c.num_new_tokens, slots_.data() + base);
+      // Other KV-cache groups (sliding-window layers): their tables rebuilt from the manager's.
+      for (size_t g = 1; g < group_tables_.size(); ++g) {
+        std::vector<int32_t>& table = group_tables_[g];
+        table.resize((i + 1) * static_cast<size_t>(stride), 0);
+        const auto ids = manager_.get_block_ids(r.kv, static_cast<int>(g));
+        int32_t* dst = table.data() + i * static_cast<size_t>(stride);
+        for (size_t b = 0; b < ids.size() && b < static_cast<size_t>(stride); ++b) dst[b] = ids[b].value;
+        group_slots_[g].resize(tokens_.size());
+        compute_slot_mapping(dst, config_.block_size, c.first_position, c.num_new_tokens, group_slots_[g].data() + base);
+      }
       query_start_.push_back(static_cast<int32_t>(tokens_.size()));
       context_lens_.push_back(c.first_position + c.num_new_tokens);
       if (c.samples) logits_rows_.push_back(static_cast<int32_t>(tokens_.size() - 1));
@@ -267,6 +296,9 @@ std::vector<RequestOutput> LLMEngine::step() {
     batch.attention.block_tables = batch_tables_.data();
     batch.attention.block_table_stride = stride;
     batch.logits_rows = logits_rows_;
+    for (size_t g = 1; g < group_tables_.size(); ++g)
+      group_batches_[g - 1] = KVGroupTables{group_tables_[g].data(), stride, group_slots_[g]};
+    batch.extra_groups = group_batches_;
     const auto f0 = Clock::now();
     stats_.schedule_seconds += std::chrono::duration<double>(f0 - t0).count() -
                                std::chrono::duration<double>(c1 - c0).count();

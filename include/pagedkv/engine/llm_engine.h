@@ -165,6 +165,10 @@ class LLMEngine {
   std::vector<TokenId> tokens_;
   std::vector<int32_t> positions_, query_start_, context_lens_, batch_tables_, logits_rows_;
   std::vector<int64_t> slots_;
+  // KV-cache groups 1.. (sliding-window layers): per-step tables, slots and their batch views.
+  std::vector<std::vector<int32_t>> group_tables_;
+  std::vector<std::vector<int64_t>> group_slots_;
+  std::vector<KVGroupTables> group_batches_;
   // Last: destroyed first, while the arena and the manager it copies from still exist.
   std::unique_ptr<TieredKVCache> tiers_;
 };

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "pagedkv/model/model_config.h"
@@ -46,6 +47,19 @@ struct TransformerWeights {
   WeightTensor output_norm;                 // [dim]
   WeightTensor output;                      // [vocab][dim] (the embedding when tied)
   WeightTensor rope_freqs;                  // Llama 3: [rotary_dims / 2] divisors of the RoPE frequencies, or absent
+
+  // Calls f(tensor) for every tensor, absent ones included, in a fixed order (for digests).
+  template <typename F>
+  void for_each_tensor(F&& f) const {
+    f(token_embedding);
+    for (const LayerWeights& l : layers)
+      for (const WeightTensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.bq, &l.bk, &l.bv, &l.wo, &l.post_attn_norm,
+                                    &l.ffn_norm, &l.gate, &l.up, &l.down, &l.post_ffn_norm})
+        f(*t);
+    f(output_norm);
+    f(output);
+    f(rope_freqs);
+  }
 };
 
 // F32 views of a llama2.c model's weights.
