@@ -62,6 +62,7 @@ KVCacheManager::KVCacheManager(KVCacheManagerConfig config)
       hasher_(make_hasher(config_)) {
   block_size_ = config_.cache.block_size();
   num_groups_ = static_cast<int>(config_.cache.groups.size());
+  no_new_blocks_.emplace().num_groups = num_groups_;
   all_full_attention_ = std::all_of(config_.cache.groups.begin(), config_.cache.groups.end(),
                                     [](const KVCacheGroupSpec& g) { return g.spec.kind == AttentionKind::kFull; });
   const int usable_tokens = (config_.cache.num_blocks - 1) * block_size_;
@@ -331,10 +332,6 @@ std::optional<NewBlocks> KVCacheManager::allocate_slots(Request& request, int nu
                                                         int num_new_computed_tokens,
                                                         const ComputedBlocks* new_computed_blocks,
                                                         int num_lookahead_tokens, bool delay_cache_blocks) {
-  // The answer is built where the caller receives it (one named object, returned by every path):
-  // a NewBlocks assembled on the stack and copied into the optional cost store-forwarding stalls
-  // on every call.
-  std::optional<NewBlocks> out;
   if (num_new_tokens <= 0)
     throw UsageError(fmt::format("allocate_slots: num_new_tokens must be positive, got {}", num_new_tokens));
   if (num_new_computed_tokens < 0 || num_lookahead_tokens < 0)
@@ -356,22 +353,23 @@ std::optional<NewBlocks> KVCacheManager::allocate_slots(Request& request, int nu
   const int num_tokens_to_cache = std::min(num_computed + num_new_tokens, request.num_tokens());
   if (state && config_.enable_steady_state_fast_path &&
       is_steady_state(request, *state, num_tokens_need_slot, num_tokens_to_cache, delay_cache_blocks)) {
-    out.emplace().num_groups = num_groups();  // no group gained a block
     ++steady_state_calls_;
-    return out;
+    // A copy of a constant answer: building one here (a named optional, or a NewBlocks moved into
+    // one) costs a block clear or store-forwarding stalls on every decode step.
+    return no_new_blocks_;
   }
   if (state)
     for (int g = 0; g < num_groups(); ++g)
       if (spec(g).kind == AttentionKind::kSlidingWindow) remove_skipped_blocks(g, *state, request.num_computed_tokens);
 
   const int needed = blocks_to_allocate(request, state, num_tokens_need_slot, new_computed_blocks);
-  if (needed > pool_.num_free_blocks()) return out;
+  if (needed > pool_.num_free_blocks()) return std::nullopt;
 
   if (!state) {
     state = &add_entry(request.id);
     request.manager_slot = slot_of(*state);
   }
-  NewBlocks& result = out.emplace();
+  NewBlocks result;
   result.num_groups = num_groups();
   std::array<size_t, kMaxKVCacheGroups> first_new{};
   for (int g = 0; g < num_groups(); ++g) {
@@ -403,7 +401,7 @@ std::optional<NewBlocks> KVCacheManager::allocate_slots(Request& request, int nu
     result.blocks[gi] = std::span<const BlockId>(state->blocks[gi]).subspan(first_new[gi]);
   }
   result.table_rewritten = table_rewritten_;
-  return out;
+  return result;
 }
 
 bool KVCacheManager::free(const Request& request) {

@@ -111,6 +111,7 @@ PeerCounters run(const PeerWorkload& w, const PeerScenario& sc, HashAlgorithm ha
 
   auto tick = [] { return kTimed ? __rdtsc() : 0ull; };
   uint64_t admit_ticks = 0, decode_ticks = 0, free_ticks = 0, hash_ticks = 0, chunk_ticks = 0;
+  uint64_t decode_new_block_ticks = 0, decode_new_block_calls = 0;
 
   // Requests are created (and their prompts hashed) up front, as they would be on arrival. They
   // all arrive at once, so their prompts are hashed as one batch (chains of different requests
@@ -157,14 +158,19 @@ PeerCounters run(const PeerWorkload& w, const PeerScenario& sc, HashAlgorithm ha
       bool self_preempted = false;
       for (;;) {
         const uint64_t t0 = tick();
-        ok = mgr.allocate_slots(r->req, n).has_value();
+        const auto got = mgr.allocate_slots(r->req, n);
         const uint64_t dt = tick() - t0;
+        ok = got.has_value();
         if (r->in_prefill) {
           ++c.prefill_chunk_calls;
           chunk_ticks += dt;
         } else {
           ++c.decode_calls;
           decode_ticks += dt;
+          if (kTimed && ok && !got->blocks[0].empty()) {
+            ++decode_new_block_calls;
+            decode_new_block_ticks += dt;
+          }
         }
         if (check) mgr.check_invariants();
         if (ok) break;
@@ -249,6 +255,8 @@ PeerCounters run(const PeerWorkload& w, const PeerScenario& sc, HashAlgorithm ha
     t->free_ns = clock.ns(free_ticks);
     t->hash_ns = clock.ns(hash_ticks);
     t->prefill_chunk_ns = clock.ns(chunk_ticks);
+    t->decode_new_block_ns = clock.ns(decode_new_block_ticks);
+    t->decode_new_block_ops = decode_new_block_calls;
     t->admit_ops = c.admissions_ok + c.admissions_failed;
     t->decode_ops = c.decode_calls;
     t->free_ops = c.finished + c.preemptions;

@@ -157,14 +157,15 @@ class KVCacheManager {
   void check_invariants() const;
 
  private:
-  struct RequestBlocks {
+  // Aligned, with what a decode step reads first, so that a step touches one line of it.
+  struct alignas(64) RequestBlocks {
     RequestId id;
-    bool live = false;  // false: a released entry kept (with its tables' capacity) for reuse
-    std::array<std::vector<BlockId>, kMaxKVCacheGroups> blocks;
     std::array<int, kMaxKVCacheGroups> num_cached{};  // leading blocks registered in the cache
+    bool live = false;  // false: a released entry kept (with its tables' capacity) for reuse
     // Set by fork (on parent and child): only then can a block this request writes be shared,
     // so only then is copy-on-write checked.
     bool may_share_writable = false;
+    std::array<std::vector<BlockId>, kMaxKVCacheGroups> blocks;
   };
 
   // A request's entry: through the slot its Request remembers when that slot holds it (one
@@ -223,6 +224,7 @@ class KVCacheManager {
   std::vector<BlockHashJob> scratch_hash_jobs_;
   bool table_rewritten_ = false;
   uint64_t steady_state_calls_ = 0;
+  std::optional<NewBlocks> no_new_blocks_;  // the steady-state answer: no group gained a block
   bool all_full_attention_ = false;  // every group is full attention (the fast path's domain)
 };
 

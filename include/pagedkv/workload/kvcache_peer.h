@@ -73,6 +73,10 @@ struct PeerCounters {
 struct PeerTimings {
   double admit_ns = 0, decode_ns = 0, free_ns = 0, hash_ns = 0, prefill_chunk_ns = 0;
   uint64_t admit_ops = 0, decode_ops = 0, free_ops = 0, hash_ops = 0, prefill_chunk_ops = 0;
+  // The decode calls that opened a block (allocate, evict, hash and cache the filled one): part of
+  // decode_ns / decode_ops, split out because they cost what all the others together cost.
+  double decode_new_block_ns = 0;
+  uint64_t decode_new_block_ops = 0;
   double whole_replay_ns = 0;   // a separate run without per-operation timers, hashing included
   double whole_replay_cpu_ns = 0;  // the same run's thread CPU time (immune to other processes)
 };
