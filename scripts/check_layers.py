@@ -20,6 +20,8 @@ ALLOWED = {
     "replay": {"core", "block", "prefix", "manager", "scheduler", "memory", "workload"},
     # The OpenAI-compatible server: HTTP, metrics and the engine thread, on top of the engine.
     "server": {"core", "block", "prefix", "manager", "tiers", "scheduler", "storage", "kernels", "model", "memory", "engine"},
+    # The HTTP load generator: a client of the server's API, so it needs nothing of the engine.
+    "loadgen": {"core"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"pagedkv/([a-z_]+)/')
 

@@ -113,24 +113,26 @@ void EngineService::publish_load() {
 }
 
 void EngineService::admit(Submission& s) {
+  int first_choice = 0;  // prompt i's samples are choices first_choice .. first_choice + n - 1
   for (size_t i = 0; i < s.prompts.size(); ++i) {
     GenerationRequest& g = s.prompts[i];
     const int n = g.n;
     const int prompt_tokens = static_cast<int>(g.prompt.size());
     try {
       const RequestId id = engine_.add_request(std::move(g));
-      roots_[id.value] = Root{s.stream, static_cast<int>(i), n, prompt_tokens, 0, 0, false, s.arrival};
+      roots_[id.value] = Root{s.stream, first_choice, n, prompt_tokens, 0, 0, false, s.arrival};
       samples_[id.value] = Sample{id.value, 0, s.arrival};
     } catch (const Error& e) {  // validated before submit; anything left is reported per choice
       for (int k = 0; k < n; ++k) {
         ChoiceUpdate u;
-        u.choice = static_cast<int>(i) * n + k;
+        u.choice = first_choice + k;
         u.finished = true;
         u.finish_reason = FinishReason::kRejected;
         u.error = e.what();
         s.stream->push(std::move(u));
       }
     }
+    first_choice += n;
   }
 }
 
@@ -188,7 +190,7 @@ void EngineService::end_remaining_choices() {
   for (auto& [id, root] : roots_) {
     for (int k = 0; k < root.n; ++k) {
       ChoiceUpdate c;
-      c.choice = root.prompt_index * root.n + k;
+      c.choice = root.first_choice + k;
       c.finished = true;
       c.finish_reason = FinishReason::kAborted;
       root.stream->push(std::move(c));
@@ -210,7 +212,7 @@ void EngineService::dispatch(std::vector<RequestOutput>& outputs) {
     if (o.sample_index > 0) root.child_seen = true;
 
     ChoiceUpdate u;
-    u.choice = root.prompt_index * root.n + o.sample_index;
+    u.choice = root.first_choice + o.sample_index;
     u.engine_id = o.id;
     u.tokens.assign(o.output.begin() + static_cast<ptrdiff_t>(std::min(sample.delivered, o.output.size())), o.output.end());
     u.logprobs = std::move(o.new_logprobs);
@@ -249,7 +251,7 @@ void EngineService::dispatch(std::vector<RequestOutput>& outputs) {
     if (ended_before_fork) {  // its samples were never forked: they end with it
       for (int k = 1; k < root.n; ++k) {
         ChoiceUpdate c;
-        c.choice = root.prompt_index * root.n + k;
+        c.choice = root.first_choice + k;
         c.first = true;
         c.prompt = o.prompt;
         c.finished = true;

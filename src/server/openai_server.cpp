@@ -4,7 +4,11 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include <sys/socket.h>
+
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <ctime>
 #include <random>
@@ -75,6 +79,17 @@ IdSource& ids() {
   return source;
 }
 
+// Debian's cpp-httplib (0.11) listens with a backlog of 5 connections, compiled into the library:
+// a burst of clients (a benchmark at an infinite request rate, a reconnect storm) overflows it and
+// connections are reset. Linux lets a listening socket's backlog be raised by listening again.
+class HttpServer : public httplib::Server {
+ public:
+  void widen_listen_backlog(int backlog) {
+    if (::listen(svr_sock_, backlog) != 0)
+      throw Error(fmt::format("cannot raise the listen backlog to {}: {}", backlog, std::strerror(errno)));
+  }
+};
+
 bool is_api_path(const std::string& path) {
   return path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize" || path == "/reset_prefix_cache";
 }
@@ -88,7 +103,7 @@ OpenAIServer::OpenAIServer(ServerOptions options, EngineService& service, const 
       tokenizer_(tokenizer),
       model_(std::move(model)),
       metrics_(metrics),
-      http_(std::make_unique<httplib::Server>()) {
+      http_(std::make_unique<HttpServer>()) {
   const size_t threads = static_cast<size_t>(std::max(2, options_.http_threads));
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http_->set_payload_max_length(options_.max_body_bytes);
@@ -104,6 +119,7 @@ int OpenAIServer::bind() {
   if (port == 0) port = http_->bind_to_any_port(options_.host);
   else if (!http_->bind_to_port(options_.host, port)) port = -1;
   if (port <= 0) throw Error(fmt::format("cannot listen on {}:{} (address in use or not available)", options_.host, options_.port));
+  static_cast<HttpServer&>(*http_).widen_listen_backlog(options_.listen_backlog);
   return port;
 }
 

@@ -46,8 +46,8 @@ class EngineService {
   EngineService(const EngineService&) = delete;
   EngineService& operator=(const EngineService&) = delete;
 
-  // Queues one API request: each prompt becomes one engine request with `n` samples; choice
-  // i * n + k of the stream is sample k of prompt i. Throws ApiError 503 (draining, or more than
+  // Queues one API request: each prompt becomes one engine request with its `n` samples; the
+  // stream's choices number the samples of the first prompt, then the second's, and so on. Throws ApiError 503 (draining, or more than
   // max_waiting prompts queued).
   std::shared_ptr<RequestStream> submit(std::vector<GenerationRequest> prompts);
   // The client is gone: every engine request of `stream` is aborted before the next step.
@@ -73,7 +73,7 @@ class EngineService {
  private:
   struct Root {  // one prompt of one API request
     std::shared_ptr<RequestStream> stream;
-    int prompt_index = 0;
+    int first_choice = 0;  // its sample k is choice first_choice + k of the stream
     int n = 1;
     int prompt_tokens = 0;
     int finished_samples = 0;

@@ -32,6 +32,7 @@ struct ServerOptions {
   size_t max_body_bytes = 8u << 20;        // larger request bodies get 413
   int http_threads = 128;                  // concurrent connections served (each stream holds one)
   int keep_alive_seconds = 5;
+  int listen_backlog = 1024;               // connections waiting to be accepted
   RequestLimits limits;
 };
 

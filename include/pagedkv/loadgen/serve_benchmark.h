@@ -1,0 +1,65 @@
+// The load generator of `pagedkv bench serve`, in the shape of `vllm bench serve`: it sends a
+// dataset's requests to an OpenAI-compatible server (streamed completions, one connection per
+// request) at the arrival process's times, under an optional concurrency cap, and reports what
+// vLLM's benchmark reports (throughput; mean, median and p99 of TTFT, TPOT, ITL and E2E latency)
+// plus the server's prefix-cache hit rate over the run, read from its /metrics.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "pagedkv/core/ids.h"
+#include "pagedkv/loadgen/bench_dataset.h"
+
+namespace pagedkv::loadgen {
+
+struct ServeBenchOptions {
+  std::string base_url = "http://127.0.0.1:8000";
+  std::string endpoint = "/v1/completions";  // an OpenAI completions endpoint (token-id prompts)
+  std::string model;          // empty: the server's first model
+  std::string api_key;
+  double request_rate = std::numeric_limits<double>::infinity();
+  double burstiness = 1.0;
+  int max_concurrency = 0;    // 0: no cap
+  bool ignore_eos = true;     // every request generates exactly max_tokens (vLLM's benchmark default)
+  uint64_t seed = 0;
+  double timeout_s = 600;     // per request
+};
+
+struct LatencySummary {      // milliseconds
+  double mean = 0, median = 0, p99 = 0;
+};
+
+struct ServeBenchReport {
+  std::string model;
+  int completed = 0;
+  int failed = 0;
+  std::vector<std::string> errors;  // the first few failures
+  double duration_s = 0;
+  int64_t total_input_tokens = 0;
+  int64_t total_output_tokens = 0;
+  double request_throughput = 0;  // completed requests per second
+  double output_throughput = 0;   // output tokens per second
+  double total_token_throughput = 0;
+  LatencySummary ttft, tpot, itl, e2e;
+  double prefix_cache_hit_rate = -1;  // hits / queries of the server over the run (-1: unknown)
+
+  nlohmann::json to_json() const;
+  std::string to_text() const;  // vllm bench serve's table
+};
+
+// What the benchmark needs from the server before it starts. Throw Error when it is unreachable.
+std::string fetch_model_name(const std::string& base_url, const std::string& api_key);
+int fetch_max_model_len(const std::string& base_url, const std::string& api_key);
+// Real token ids of the served model: the server's /tokenize of a built-in English text.
+std::vector<TokenId> fetch_token_pool(const std::string& base_url, const std::string& api_key);
+
+ServeBenchReport run_serve_benchmark(const std::vector<BenchRequest>& requests, const ServeBenchOptions& options);
+
+LatencySummary summarize_ms(std::vector<double> seconds);
+
+}  // namespace pagedkv::loadgen
