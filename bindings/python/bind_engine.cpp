@@ -364,7 +364,7 @@ void bind_outputs(py::module_& m) {
   py::class_<Tokenizer>(m, "Tokenizer", "The llama2.c BPE tokenizer, encoding and decoding exactly as llama2.c's run.")
       .def(py::init<const std::string&, int>(), py::arg("path"), py::arg("vocab_size"))
       .def_property_readonly("vocab_size", &Tokenizer::vocab_size)
-      .def("encode", &Tokenizer::encode, py::arg("text"), py::arg("add_bos") = true, py::arg("add_eos") = false)
+      .def("encode", static_cast<std::vector<TokenId> (Tokenizer::*)(std::string_view, bool, bool) const>(&Tokenizer::encode), py::arg("text"), py::arg("add_bos") = true, py::arg("add_eos") = false)
       .def("decode",
            [](const Tokenizer& t, TokenId prev, TokenId token) { return py::bytes(std::string(t.decode(prev, token))); },
            py::arg("prev"), py::arg("token"), "The raw piece bytes of `token` after `prev` (run.c's decode).")

@@ -41,7 +41,7 @@ std::optional<unsigned char> byte_piece_value(std::string_view piece) {
   return static_cast<unsigned char>(value);
 }
 
-std::string decode_piece(std::string_view piece) {
+std::string piece_text(std::string_view piece) {
   if (auto b = byte_piece_value(piece)) return std::string(1, static_cast<char>(*b));
   return std::string(piece);
 }
@@ -110,8 +110,8 @@ Tokenizer::Tokenizer(std::span<const std::byte> file, int vocab_size, std::strin
   for (size_t id = 0; id < pieces_.size(); ++id) {
     const std::string_view p = pieces_[id];
     ids_by_piece_.emplace(pieces_[id], static_cast<TokenId>(id));  // on duplicates the lowest id wins
-    decoded_.push_back(decode_piece(p));
-    decoded_after_bos_.push_back(decode_piece(!p.empty() && p[0] == ' ' ? p.substr(1) : p));
+    decoded_.push_back(piece_text(p));
+    decoded_after_bos_.push_back(piece_text(!p.empty() && p[0] == ' ' ? p.substr(1) : p));
   }
 }
 
@@ -214,12 +214,6 @@ std::string_view Tokenizer::safe_piece(std::string_view piece) {
     if (!printable && !space) return {};
   }
   return piece;
-}
-
-std::string Tokenizer::render(std::span<const TokenId> ids) const {
-  std::string out;
-  for (size_t i = 1; i < ids.size(); ++i) out += safe_piece(decode(ids[i - 1], ids[i]));
-  return out;
 }
 
 }  // namespace pagedkv

@@ -12,7 +12,9 @@
 // Typical use, reproducing what `run` prints for a finished sequence `ids` (BOS first):
 //     std::string text = tok.render(ids) + "\n";
 // or incrementally, token by token:
-//     out += Tokenizer::safe_piece(tok.decode(prev, next));
+//     out += Tokenizer::safe_piece(tok.decode(prev, next));   // = tok.decode_piece(prev, next)
+// As a TextTokenizer (the interface the serving code uses), decode_piece is exactly that printed
+// text, so render() and detokenize() print what run.c prints.
 #pragma once
 
 #include <span>
@@ -23,10 +25,11 @@
 #include <vector>
 
 #include "pagedkv/core/ids.h"
+#include "pagedkv/model/text_tokenizer.h"
 
 namespace pagedkv {
 
-class Tokenizer {
+class Tokenizer final : public TextTokenizer {
  public:
   static constexpr TokenId kUnk = 0;
   static constexpr TokenId kBos = 1;
@@ -39,7 +42,9 @@ class Tokenizer {
   // The same from bytes already in memory; `name` is used in error messages.
   Tokenizer(std::span<const std::byte> file, int vocab_size, std::string name);
 
-  int vocab_size() const { return static_cast<int>(pieces_.size()); }
+  int vocab_size() const override { return static_cast<int>(pieces_.size()); }
+  TokenId bos_id() const override { return kBos; }
+  TokenId eos_id() const override { return kEos; }
   int max_token_length() const { return max_token_length_; }
   std::string_view piece(TokenId id) const;  // raw piece bytes; throws UsageError if out of range
   float score(TokenId id) const;
@@ -50,7 +55,10 @@ class Tokenizer {
   // leftmost on ties) until none merges; then optional EOS. Like run.c's C string, the text ends
   // at its first NUL byte. Throws FormatError if the vocab lacks what encoding needs (" " piece,
   // byte tokens).
-  std::vector<TokenId> encode(std::string_view text, bool add_bos = true, bool add_eos = false) const;
+  std::vector<TokenId> encode(std::string_view text, bool add_bos, bool add_eos) const;
+  std::vector<TokenId> encode(std::string_view text, bool add_bos = true) const override {
+    return encode(text, add_bos, false);
+  }
 
   // run.c's decode: the piece of `token`, without its leading space when `prev` is BOS; a piece
   // spelled <0xHH> is the single raw byte 0xHH. The view lives as long as the tokenizer.
@@ -60,9 +68,12 @@ class Tokenizer {
   // byte that is neither printable nor whitespace (C locale), else the piece up to its first NUL.
   static std::string_view safe_piece(std::string_view piece);
 
-  // The text run.c prints for a token sequence: safe_piece(decode(ids[i-1], ids[i])) for
-  // i = 1 .. size-1 (ids[0], normally BOS, is context only), without the final newline.
-  std::string render(std::span<const TokenId> ids) const;
+  // safe_piece(decode(prev, token)): what run.c prints for `token` after `prev`. With it,
+  // TextTokenizer::render(ids) is the text run.c prints for a token sequence (ids[0], normally
+  // BOS, is context only), without the final newline.
+  std::string decode_piece(TokenId prev, TokenId token) const override {
+    return std::string(safe_piece(decode(prev, token)));
+  }
 
  private:
   void check_id(TokenId id) const;

@@ -1,0 +1,44 @@
+// What the serving code needs from a tokenizer, whatever file it came from: the llama2.c
+// tokenizer (model/tokenizer.h, tok*.bin) and a GGUF file's own (model/gguf_tokenizer.h) both
+// implement it, so generate, serve and the Python module work with either.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "pagedkv/core/ids.h"
+
+namespace pagedkv {
+
+class TextTokenizer {
+ public:
+  virtual ~TextTokenizer() = default;
+
+  virtual int vocab_size() const = 0;
+  virtual TokenId bos_id() const = 0;
+  virtual TokenId eos_id() const = 0;  // -1 when the vocabulary has none
+
+  // The ids of `text` (plain text: strings that look like special tokens are not special), BOS
+  // first when add_bos.
+  virtual std::vector<TokenId> encode(std::string_view text, bool add_bos) const = 0;
+
+  // Incremental detokenization: the bytes token `token` adds to the text when it follows `prev`
+  // (-1 for the first token of a text). Concatenating these for a sequence gives its text;
+  // a multi-byte character may arrive over several tokens, one byte each.
+  virtual std::string decode_piece(TokenId prev, TokenId token) const = 0;
+
+  // The text of ids[1..] with ids[0] as context only (run.c's convention: ids[0] is normally BOS):
+  // decode_piece(ids[i-1], ids[i]) for i = 1 .. size-1.
+  std::string render(std::span<const TokenId> ids) const;
+  // The text of every id: decode_piece(-1, ids[0]) followed by render(ids).
+  std::string detokenize(std::span<const TokenId> ids) const;
+
+ protected:
+  TextTokenizer() = default;
+  TextTokenizer(const TextTokenizer&) = default;
+  TextTokenizer& operator=(const TextTokenizer&) = default;
+};
+
+}  // namespace pagedkv
