@@ -10,7 +10,11 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "pagedkv/core/error.h"
+#include "pagedkv/engine/llama2c_run_request.h"
 #include "pagedkv/engine/llm_engine.h"
+#include "pagedkv/model/gguf_writer.h"
+#include "pagedkv/model/model_file.h"
 #include "pagedkv/model/gguf_model.h"
 #include "test_model_support.h"
 
@@ -106,6 +110,94 @@ TEST(GgufEngine, WeightsDigestCoversGgufTensors) {
   EXPECT_EQ(model_weights_digest(a), model_weights_digest(a2));
   EXPECT_NE(model_weights_digest(a), model_weights_digest(b));
   EXPECT_NE(model_weights_digest(a), model_weights_digest(c));
+}
+
+// load_model_file: a GGUF file brings its tokenizer; stories260Ktok512.gguf through the engine
+// renders the golden text byte for byte, as the llama2.c files do.
+TEST(GgufEngine, LoadModelFileServesTheGoldenTextFromTheGgufAlone) {
+  const fs::path models = gguf_dir().parent_path();
+  if (!fs::exists(models / "stories260Ktok512.gguf")) GTEST_SKIP() << "shared models absent; skipping";
+  testing::ScopedKernelThreads threads(1);
+  LoadedModel m = load_model_file((models / "stories260Ktok512.gguf").string(), "", ModelFileOptions{512});
+  ASSERT_TRUE(m.is_gguf);
+  ASSERT_NE(m.tokenizer, nullptr);
+  LLMEngine engine(*m.model, EngineConfig{});
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  engine.add_request(llama2c_run_request(m.tokenizer->encode("Once upon a time", true), 200, greedy));
+  const auto done = engine.run_to_completion();
+  ASSERT_EQ(done.size(), 1u);
+  std::vector<TokenId> ids = done[0].prompt;
+  ids.insert(ids.end(), done[0].output.begin(), done[0].output.end());
+  std::ifstream txt(models / "golden" / "once_upon_a_time.n200.txt");
+  const std::string golden((std::istreambuf_iterator<char>(txt)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(m.tokenizer->render(ids) + "\n", golden);
+  // A llama2.c checkpoint has no tokenizer inside; with one it loads as before.
+  EXPECT_THROW(load_model_file((models / "stories260K.bin").string()), ConfigError);
+  LoadedModel bin = load_model_file((models / "stories260K.bin").string(), (models / "tok512.bin").string());
+  EXPECT_FALSE(bin.is_gguf);
+  EXPECT_EQ(bin.tokenizer->encode("Once upon a time", true), m.tokenizer->encode("Once upon a time", true));
+  EXPECT_EQ(model_weights_digest(*bin.model) == model_weights_digest(*m.model), false);  // different formats
+}
+
+// A small llama-architecture GGUF for the loader's error tests.
+GgufWriter tiny_llama_writer(const std::string& arch = "llama", TensorType matrix_type = TensorType::kF32) {
+  GgufWriter w;
+  w.add_string("general.architecture", arch);
+  w.add_u32(arch + ".context_length", 64);
+  w.add_u32(arch + ".embedding_length", 64);
+  w.add_u32(arch + ".block_count", 1);
+  w.add_u32(arch + ".feed_forward_length", 96);
+  w.add_u32(arch + ".attention.head_count", 4);
+  w.add_u32(arch + ".attention.head_count_kv", 2);
+  std::vector<float> v(64 * 96, 0.01f);
+  auto m = [&](const std::string& name, int64_t cols, int64_t rows, TensorType t) {
+    w.add_tensor_f32(name, t, {cols, rows}, std::span(v).first(static_cast<size_t>(cols * rows)));
+  };
+  m("token_embd.weight", 64, 32, matrix_type);
+  w.add_tensor_f32("output_norm.weight", TensorType::kF32, {64}, std::span(v).first(64));
+  w.add_tensor_f32("blk.0.attn_norm.weight", TensorType::kF32, {64}, std::span(v).first(64));
+  w.add_tensor_f32("blk.0.ffn_norm.weight", TensorType::kF32, {64}, std::span(v).first(64));
+  m("blk.0.attn_q.weight", 64, 64, matrix_type);
+  m("blk.0.attn_k.weight", 64, 32, matrix_type);
+  m("blk.0.attn_v.weight", 64, 32, matrix_type);
+  m("blk.0.attn_output.weight", 64, 64, matrix_type);
+  m("blk.0.ffn_gate.weight", 64, 96, matrix_type);
+  m("blk.0.ffn_up.weight", 64, 96, matrix_type);
+  m("blk.0.ffn_down.weight", 96, 64, matrix_type);
+  return w;
+}
+
+std::string load_error(const GgufWriter& w) {
+  const auto bytes = w.bytes();
+  try {
+    GgufModel model(std::make_unique<GgufFile>(bytes, "tiny.gguf"));
+    return "";
+  } catch (const FormatError& e) {
+    return e.what();
+  }
+}
+
+TEST(GgufModelLoader, NamesWhatIsWrong) {
+  EXPECT_EQ(load_error(tiny_llama_writer()), "");
+  EXPECT_EQ(load_error(tiny_llama_writer("llama", TensorType::kQ8_0)), "");
+  EXPECT_NE(load_error(tiny_llama_writer("mamba")).find("unsupported architecture 'mamba'"), std::string::npos);
+  GgufWriter w;
+  w.add_string("general.architecture", "llama");
+  EXPECT_NE(load_error(w).find("lacks the key 'llama.embedding_length'"), std::string::npos);
+  // A missing tensor: qwen2 needs q/k/v biases the llama writer does not write.
+  EXPECT_NE(load_error(tiny_llama_writer("qwen2")).find("lacks the tensor 'blk.0.attn_q.bias'"), std::string::npos);
+  // An unsupported weight type and a wrong shape.
+  GgufWriter q4k = tiny_llama_writer();
+  std::vector<std::byte> block(144 * 64);
+  q4k.add_tensor("output.weight", TensorType::kQ4_K, {256, 36}, std::span(block).first(144 * 36));
+  EXPECT_NE(load_error(q4k).find("shape"), std::string::npos);
+  GgufWriter unsupported;
+  unsupported.add_string("general.architecture", "llama");
+  for (const char* k : {"context_length", "embedding_length", "block_count", "feed_forward_length", "attention.head_count"})
+    unsupported.add_u32(std::string("llama.") + k, std::string(k) == "embedding_length" ? 256 : 4);
+  unsupported.add_tensor("token_embd.weight", TensorType::kQ4_K, {256, 4}, std::span(block).first(144 * 4));
+  EXPECT_NE(load_error(unsupported).find("type Q4_K, which pagedkv cannot run"), std::string::npos);
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 // pagedkv generate: llama2.c's `run` on the paged engine. One prompt prints exactly what run
-// prints; --batch FILE serves one prompt per line concurrently through one engine.
+// prints; --batch FILE serves one prompt per line concurrently through one engine. --model takes
+// a llama2.c checkpoint or a GGUF file (its tokenizer then comes from the file unless
+// --tokenizer is given).
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -12,8 +14,8 @@
 #include "engine_options.h"
 #include "pagedkv/core/error.h"
 #include "pagedkv/engine/llama2c_run_request.h"
-#include "pagedkv/model/llama2c_checkpoint.h"
-#include "pagedkv/model/tokenizer.h"
+#include "pagedkv/model/gguf_file.h"
+#include "pagedkv/model/model_file.h"
 
 namespace pagedkv::cli {
 namespace {
@@ -25,27 +27,35 @@ struct GenerateOptions {
   int steps = 256;
   long long seed = 0;
   int n = 1;
+  int context_length = 0;
   bool json = false;
   bool quiet = false;
+  bool gguf = false;  // set from the model file
   EngineOptions engine;
 };
 
-GenerationRequest make_request(const Tokenizer& tok, const std::string& text, const GenerateOptions& o, int steps,
+GenerationRequest make_request(const TextTokenizer& tok, const std::string& text, const GenerateOptions& o, int steps,
                                uint64_t seed) {
   SamplingParams sampling;
   sampling.temperature = o.temperature;
   sampling.top_p = o.top_p;
   sampling.seed = seed;
-  GenerationRequest g = llama2c_run_request(tok.encode(text, true, false), steps, sampling);
+  GenerationRequest g = llama2c_run_request(tok.encode(text, true), steps, sampling);
+  // run.c stops on BOS only; a GGUF vocabulary's own EOS (not a llama2.c one) ends a text too.
+  if (tok.eos_id() >= 0 && tok.eos_id() != tok.bos_id() && o.gguf) g.stop.stop_token_ids.push_back(tok.eos_id());
   g.n = o.n;
   return g;
 }
 
 int run_generate(GenerateOptions o) {
   if (o.model.empty()) o.model = default_shared_dir() + "/models/stories260K.bin";
-  if (o.tokenizer.empty()) o.tokenizer = default_shared_dir() + "/models/tok512.bin";
-  Llama2cCheckpoint model(o.model);
-  Tokenizer tok(o.tokenizer, model.config().vocab_size);
+  o.gguf = GgufFile::has_gguf_magic(o.model);
+  if (o.tokenizer.empty() && !o.gguf) o.tokenizer = default_shared_dir() + "/models/tok512.bin";
+  LoadedModel loaded = load_model_file(o.model, o.tokenizer, ModelFileOptions{o.context_length});
+  if (!loaded.tokenizer)
+    throw ConfigError(fmt::format("{}; pass --tokenizer", loaded.tokenizer_error));
+  const Model& model = *loaded.model;
+  const TextTokenizer& tok = *loaded.tokenizer;
   int steps = o.steps;
   if (steps <= 0 || steps > model.config().seq_len) steps = model.config().seq_len;
   const uint64_t seed = o.seed > 0 ? static_cast<uint64_t>(o.seed) : static_cast<uint64_t>(std::time(nullptr));
@@ -139,11 +149,15 @@ int run_generate(GenerateOptions o) {
 }
 
 const CommandRegistration kRegistration{Command{
-    "generate", "generate text with a llama2.c checkpoint on the paged engine (prints what llama2.c's run prints)",
+    "generate", "generate text with a llama2.c checkpoint or GGUF model on the paged engine (prints what llama2.c's run prints)",
     [](CLI::App& sub) -> std::function<int()> {
       auto o = std::make_shared<GenerateOptions>();
-      sub.add_option("--model,-m", o->model, "llama2.c checkpoint (default: ../shared/models/stories260K.bin)");
-      sub.add_option("--tokenizer,-z", o->tokenizer, "llama2.c tokenizer (default: ../shared/models/tok512.bin)");
+      sub.add_option("--model,-m", o->model,
+                     "llama2.c checkpoint or GGUF file (default: ../shared/models/stories260K.bin)");
+      sub.add_option("--tokenizer,-z", o->tokenizer,
+                     "llama2.c tokenizer or GGUF file (default: tok512.bin for a checkpoint, the model's own for GGUF)");
+      sub.add_option("--context-length", o->context_length,
+                     "GGUF: replace the file's context length (llama.cpp's n_ctx); 0 = the file's");
       sub.add_option("-t,--temperature", o->temperature, "0 = greedy")->capture_default_str();
       sub.add_option("-p,--top-p", o->top_p, "nucleus sampling mass")->capture_default_str();
       sub.add_option("-n,--steps", o->steps, "forward passes, prompt included (0 = seq_len)")->capture_default_str();
