@@ -116,7 +116,14 @@ BlockHasher::BlockHasher(int block_size, HashFunction fn, uint64_t seed)
   std::memcpy(buf + sizeof(kRootTag) - 1, &seed, 8);
   root_ = fn_(std::span<const std::byte>(buf, sizeof(buf)), seed_);
   scratch_.reserve(16 + 4 * static_cast<size_t>(block_size) + 256);
-  sha256_lanes_ = fn_ == &sha256_hash && sha256_hardware_available();
+  if (fn_ == &xxh3_128_hash) lanes_ = Lanes::kXxh3;
+  if (fn_ == &sha256_hash && sha256_hardware_available()) lanes_ = Lanes::kSha256Hardware;
+  if (lanes_ != Lanes::kNone) {
+    const size_t length = 16 + static_cast<size_t>(block_size) * sizeof(TokenId);
+    const size_t padded = sha256_padded_size(length);
+    lane_messages_.resize(kSha256MaxLanes * padded);
+    for (size_t l = 0; l < kSha256MaxLanes; ++l) sha256_pad(lane_messages_.data() + l * padded, length);
+  }
 }
 
 std::string_view BlockHasher::implementation() const {
@@ -142,9 +149,9 @@ void BlockHasher::extend(std::span<const TokenId> tokens, const PrefixKeys& keys
   const size_t bs = static_cast<size_t>(block_size_);
   const size_t full = tokens.size() / bs;
   if (hashes.size() >= full) return;
-  if (sha256_lanes_ && keys.empty()) {
+  if (lanes_ != Lanes::kNone && keys.empty()) {
     const BlockHashJob job{tokens, keys, &hashes, &digests};
-    extend_sha256_lanes(std::span<const BlockHashJob>(&job, 1));
+    extend_in_lanes(std::span<const BlockHashJob>(&job, 1));
     return;
   }
   reserve_for(hashes, full);
@@ -165,19 +172,19 @@ void BlockHasher::extend(std::span<const TokenId> tokens, const PrefixKeys& keys
 
 void BlockHasher::extend_many(std::span<const BlockHashJob> jobs) const {
   for (const BlockHashJob& job : jobs)
-    if (!sha256_lanes_ || !job.keys.empty()) extend(job.tokens, job.keys, *job.hashes, *job.digests);
-  if (sha256_lanes_) extend_sha256_lanes(jobs);
+    if (lanes_ == Lanes::kNone || !job.keys.empty()) extend(job.tokens, job.keys, *job.hashes, *job.digests);
+  if (lanes_ != Lanes::kNone) extend_in_lanes(jobs);
 }
 
 // Each lane hashes one request's missing blocks in order; a lane whose request is done takes the
-// next one, and the lanes compress their next block together. A lane's message (parent hash,
-// then the block's tokens) is padded once: only the parent and the tokens change between blocks.
-void BlockHasher::extend_sha256_lanes(std::span<const BlockHashJob> jobs) const {
+// next one, and the lanes hash their next block together (SHA-256: one interleaved compression
+// call; XXH3: independent calls the out-of-order core overlaps). A lane's message (parent hash,
+// then the block's tokens) was padded at construction: only the parent and the tokens change.
+void BlockHasher::extend_in_lanes(std::span<const BlockHashJob> jobs) const {
   const size_t bs = static_cast<size_t>(block_size_);
   const size_t token_bytes = bs * sizeof(TokenId);
   const size_t length = 16 + token_bytes;
   const size_t padded = sha256_padded_size(length);
-  lane_messages_.resize(kSha256MaxLanes * padded);
   struct Lane {
     const BlockHashJob* job = nullptr;
     size_t next = 0;  // next block to hash
@@ -205,10 +212,8 @@ void BlockHasher::extend_sha256_lanes(std::span<const BlockHashJob> jobs) const 
     return false;
   };
   int active = 0;
-  for (int l = 0; l < kSha256MaxLanes; ++l) {
+  for (int l = 0; l < kSha256MaxLanes; ++l)
     lanes[static_cast<size_t>(l)].message = lane_messages_.data() + static_cast<size_t>(l) * padded;
-    sha256_pad(lanes[static_cast<size_t>(l)].message, length);
-  }
   while (active < kSha256MaxLanes && take_job(lanes[static_cast<size_t>(active)])) ++active;
   const std::byte* messages[kSha256MaxLanes];
   std::byte* digests[kSha256MaxLanes];
@@ -219,7 +224,15 @@ void BlockHasher::extend_sha256_lanes(std::span<const BlockHashJob> jobs) const 
       messages[l] = lane.message;
       digests[l] = lane.digest;
     }
-    sha256_hardware_lanes(messages, active, padded / 64, digests);
+    if (lanes_ == Lanes::kSha256Hardware) {
+      sha256_hardware_lanes(messages, active, padded / 64, digests);
+    } else {
+      for (int l = 0; l < active; ++l) {
+        const XXH128_hash_t h = XXH3_128bits_withSeed(messages[l], length, seed_);
+        std::memcpy(digests[l], &h.low64, 8);
+        std::memcpy(digests[l] + 8, &h.high64, 8);
+      }
+    }
     // Backwards, so that a finished lane can swap with the last active one.
     for (int l = active - 1; l >= 0; --l) {
       Lane& lane = lanes[static_cast<size_t>(l)];

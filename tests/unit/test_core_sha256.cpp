@@ -1,6 +1,8 @@
 // SHA-256 on the SHA extensions: published vectors, every length against OpenSSL, interleaved
-// lanes against one lane, and BlockHasher's interleaved chains (extend_many, extend) against
-// the OpenSSL-backed block hasher: same hashes, block for block, whatever the lane schedule.
+// lanes against one lane; and BlockHasher's interleaved chains (extend_many, extend; SHA-256 and
+// XXH3-128) against a hasher that hashes one block at a time through an injected function
+// (OpenSSL, or XXH3 behind another function pointer): same hashes, block for block, whatever the
+// lane schedule.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -107,16 +109,24 @@ TEST(CoreSha256, LanesMatchOneLane) {
   }
 }
 
+// XXH3-128 behind a function pointer of its own: the hasher cannot recognise it, so it hashes
+// one block at a time through hash_block (the reference for the XXH3 lanes).
+BlockHash xxh3_one_block_at_a_time(std::span<const std::byte> bytes, uint64_t seed) { return xxh3_128_hash(bytes, seed); }
+
 // Requests of many lengths (none, one, many blocks; partial tails), some already partly hashed,
 // some with extra keys (hashed one by one): extend_many must give each exactly the hashes the
-// OpenSSL-backed hasher gives it, block by block.
-TEST(CoreSha256, InterleavedChainsMatchOpenSslHasher) {
+// one-block-at-a-time hasher gives it, block by block.
+TEST(CoreSha256, InterleavedChainsMatchTheOneBlockAtATimeHasher) {
   std::mt19937_64 rng(3);
   const MultiModalInput image{BlockHash{0x1234, 0x5678}, 5, 40};
+  for (HashAlgorithm algorithm : {HashAlgorithm::kSha256, HashAlgorithm::kXxh3_128})
   for (int block_size : {1, 3, 16, 17, 64}) {
     for (uint64_t seed : {uint64_t{0}, uint64_t{99}}) {
-      const BlockHasher hasher(block_size, HashAlgorithm::kSha256, seed);
-      const BlockHasher reference(block_size, &sha256_hash_openssl, seed);
+      SCOPED_TRACE(::testing::Message() << hash_algorithm_name(algorithm) << ", seed " << seed);
+      const BlockHasher hasher(block_size, algorithm, seed);
+      const BlockHasher reference(block_size,
+                                  algorithm == HashAlgorithm::kSha256 ? &sha256_hash_openssl : &xxh3_one_block_at_a_time,
+                                  seed);
       ASSERT_EQ(hasher.root(), reference.root());
       const int n = 23;
       std::vector<std::vector<TokenId>> tokens(n);

@@ -66,9 +66,10 @@ class BlockHasher {
   void extend(std::span<const TokenId> tokens, const PrefixKeys& keys, std::vector<BlockHash>& hashes,
               std::vector<uint64_t>& digests) const;
 
-  // extend() for several requests: the same hashes, computed faster where chains can be
-  // interleaved (SHA-256 on the CPU's SHA extensions hashes up to kSha256MaxLanes requests'
-  // chains side by side; a chain itself is serial). Requests with extra keys go one by one.
+  // extend() for several requests: the same hashes, computed faster by interleaving the chains
+  // of up to kSha256MaxLanes requests (a chain itself is serial: each block's message holds its
+  // parent's hash), for XXH3-128 and for SHA-256 on the CPU's SHA extensions. Requests with extra
+  // keys go one by one.
   void extend_many(std::span<const BlockHashJob> jobs) const;
 
   // What computes the block hashes: "xxh3_128", "sha256 (SHA extensions)", "sha256 (OpenSSL)"
@@ -81,11 +82,14 @@ class BlockHasher {
   HashFunction fn_;
   uint64_t seed_;
   BlockHash root_;
-  // SHA-256 through the SHA extensions: blocks without extra keys skip hash_block and OpenSSL.
-  bool sha256_lanes_ = false;
-  void extend_sha256_lanes(std::span<const BlockHashJob> jobs) const;  // jobs without extra keys
+  // Blocks without extra keys skip hash_block (and OpenSSL) for these two: their chains are hashed
+  // in lanes (extend_in_lanes), from messages laid out once.
+  enum class Lanes { kNone, kXxh3, kSha256Hardware };
+  Lanes lanes_ = Lanes::kNone;
+  void extend_in_lanes(std::span<const BlockHashJob> jobs) const;  // jobs without extra keys
   mutable std::vector<std::byte> scratch_;
-  mutable std::vector<std::byte> lane_messages_;  // kSha256MaxLanes padded messages
+  // kSha256MaxLanes messages (parent hash, a block's tokens, SHA-256 padding), padded once.
+  mutable std::vector<std::byte> lane_messages_;
 };
 
 }  // namespace pagedkv
