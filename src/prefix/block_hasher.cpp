@@ -220,7 +220,11 @@ void BlockHasher::extend_in_lanes(std::span<const BlockHashJob> jobs) const {
   while (active > 0) {
     for (int l = 0; l < active; ++l) {
       Lane& lane = lanes[static_cast<size_t>(l)];
-      std::memcpy(lane.message + 16, lane.job->tokens.data() + lane.next * bs, token_bytes);
+      const TokenId* tokens = lane.job->tokens.data() + lane.next * bs;
+      if (bs == 16)  // the common block size: a fixed-size copy is a few moves, not a libc call
+        std::memcpy(lane.message + 16, tokens, 16 * sizeof(TokenId));
+      else
+        std::memcpy(lane.message + 16, tokens, token_bytes);
       messages[l] = lane.message;
       digests[l] = lane.digest;
     }
