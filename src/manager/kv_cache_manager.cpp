@@ -36,6 +36,14 @@ BlockPoolOptions pool_options(KVCacheManagerConfig& c) {
   return o;
 }
 
+// Room for a hash per block of every token the request has room for: a caller that reserved
+// its tokens for prompt plus outputs then decodes without the hash arrays reallocating.
+void reserve_hashes(Request& r, int block_size) {
+  const size_t blocks = r.tokens.capacity() / static_cast<size_t>(block_size);
+  if (r.block_hashes.capacity() < blocks) r.block_hashes.reserve(blocks);
+  if (r.block_extra_digests.capacity() < blocks) r.block_extra_digests.reserve(blocks);
+}
+
 BlockHasher make_hasher(const KVCacheManagerConfig& c) {
   return c.hash_function ? BlockHasher(c.cache.block_size(), c.hash_function, c.hash_seed)
                          : BlockHasher(c.cache.block_size(), c.hash_algorithm, c.hash_seed);
@@ -116,6 +124,7 @@ void KVCacheManager::release_entry(RequestBlocks& entry) {
 void KVCacheManager::hash_request(Request& request) const {
   if (!pool_.caching_enabled()) return;
   if (request.block_hashes.size() >= static_cast<size_t>(request.num_tokens() / block_size_)) return;
+  reserve_hashes(request, block_size_);
   hasher_.extend(request.tokens, request.prefix_keys(), request.block_hashes, request.block_extra_digests);
 }
 
@@ -123,8 +132,10 @@ void KVCacheManager::hash_requests(std::span<Request* const> requests) {
   if (!pool_.caching_enabled()) return;
   scratch_hash_jobs_.clear();
   for (Request* r : requests)
-    if (r->block_hashes.size() < static_cast<size_t>(r->num_tokens() / block_size_))
+    if (r->block_hashes.size() < static_cast<size_t>(r->num_tokens() / block_size_)) {
+      reserve_hashes(*r, block_size_);
       scratch_hash_jobs_.push_back(BlockHashJob{r->tokens, r->prefix_keys(), &r->block_hashes, &r->block_extra_digests});
+    }
   hasher_.extend_many(scratch_hash_jobs_);
 }
 

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
-#include <memory>
 
 #include "pagedkv/core/cpu_clock.h"
 #include "pagedkv/core/error.h"
@@ -116,19 +115,18 @@ PeerCounters run(const PeerWorkload& w, const PeerScenario& sc, HashAlgorithm ha
   // Requests are created (and their prompts hashed) up front, as they would be on arrival. They
   // all arrive at once, so their prompts are hashed as one batch (chains of different requests
   // interleave where the hash allows it).
-  std::vector<std::unique_ptr<LiveRequest>> all(w.prompts.size());
+  std::vector<LiveRequest> all(w.prompts.size());  // never resized: the queues point into it
   std::vector<Request*> arrivals(w.prompts.size());
   std::deque<LiveRequest*> waiting;
   for (size_t i = 0; i < w.prompts.size(); ++i) {
-    auto r = std::make_unique<LiveRequest>();
+    LiveRequest* r = &all[i];
     r->index = static_cast<int>(i);
     r->req.id = RequestId{i};
     r->req.tokens.reserve(w.prompts[i].size() + PeerWorkload::kOutputLen);
     r->req.tokens = w.prompts[i];
     r->req.num_prompt_tokens = static_cast<int>(w.prompts[i].size());
-    waiting.push_back(r.get());
+    waiting.push_back(r);
     arrivals[i] = &r->req;
-    all[i] = std::move(r);
   }
   {
     const uint64_t t0 = tick();
