@@ -199,18 +199,18 @@ CompletionRequest parse_completion_request(std::string_view body, ApiEndpoint en
   return r;
 }
 
-std::vector<PreparedPrompt> prepare_request(const CompletionRequest& request, const Tokenizer& tokenizer,
+std::vector<PreparedPrompt> prepare_request(const CompletionRequest& request, const TextTokenizer& tokenizer,
                                             const ModelLimits& model) {
   if (!request.model.empty() && request.model != model.served_model_name)
     throw ApiError(400, fmt::format("the model '{}' does not exist; this server serves '{}'", request.model, model.served_model_name),
                    "model", "model_not_found");
   std::vector<std::vector<TokenId>> prompts;
   if (request.endpoint == ApiEndpoint::kChatCompletions) {
-    prompts.push_back(tokenizer.encode(render_chat_prompt(request.messages), true, false));
+    prompts.push_back(tokenizer.encode(render_chat_prompt(request.messages), true));
   } else {
     for (const PromptInput& p : request.prompts) {
       if (p.is_text) {
-        prompts.push_back(tokenizer.encode(p.text, true, false));
+        prompts.push_back(tokenizer.encode(p.text, true));
         continue;
       }
       for (TokenId id : p.token_ids)

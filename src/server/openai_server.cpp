@@ -96,7 +96,7 @@ bool is_api_path(const std::string& path) {
 
 }  // namespace
 
-OpenAIServer::OpenAIServer(ServerOptions options, EngineService& service, const Tokenizer& tokenizer, ServedModel model,
+OpenAIServer::OpenAIServer(ServerOptions options, EngineService& service, const TextTokenizer& tokenizer, ServedModel model,
                            ServerMetrics& metrics)
     : options_(std::move(options)),
       service_(service),
@@ -197,11 +197,11 @@ void OpenAIServer::install_routes() {
     }
     std::vector<TokenId> tokens;
     if (auto it = body.find("prompt"); it != body.end() && it->is_string()) {
-      tokens = tokenizer_.encode(it->get<std::string>(), add_special, false);
+      tokens = tokenizer_.encode(it->get<std::string>(), add_special);
     } else if (body.contains("messages")) {
       // The same rendering /v1/chat/completions uses.
       CompletionRequest chat = parse_completion_request(req.body, ApiEndpoint::kChatCompletions, options_.limits);
-      tokens = tokenizer_.encode(render_chat_prompt(chat.messages), add_special, false);
+      tokens = tokenizer_.encode(render_chat_prompt(chat.messages), add_special);
     } else {
       throw ApiError(400, "'prompt' (a string) or 'messages' is required", "prompt", "missing_field");
     }
@@ -283,12 +283,12 @@ void OpenAIServer::install_routes() {
             const std::vector<ChoiceUpdate> updates = stream->wait(kPollInterval);
             std::string out;
             for (const ChoiceUpdate& u : updates)
-              for (const json& chunk : builder->apply(u)) out += "data: " + dump(chunk) + "\n\n";
+              for (const std::string& chunk : builder->apply(u)) out += "data: " + chunk + "\n\n";
             for (RequestId id : builder->take_stop_requests()) service_.stop_choice(id);
             if (builder->done()) {
               if (builder->error())
                 out += "data: " + dump(ApiError(400, *builder->error(), "prompt", "request_rejected").to_json()) + "\n\n";
-              if (include_usage) out += "data: " + dump(builder->usage_chunk()) + "\n\n";
+              if (include_usage) out += "data: " + builder->usage_chunk() + "\n\n";
               out += "data: [DONE]\n\n";
             }
             if (!out.empty() && !sink.write(out.data(), out.size())) {

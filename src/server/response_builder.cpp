@@ -1,5 +1,7 @@
 #include "pagedkv/server/response_builder.h"
 
+#include <fmt/format.h>
+
 namespace pagedkv::server {
 namespace {
 
@@ -13,6 +15,9 @@ const char* finish_reason_text(FinishReason r) {
   }
 }
 
+// JSON text that never throws on invalid UTF-8 (a token piece may be part of a character).
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 json bytes_of(const std::string& s) {
   json b = json::array();
   for (unsigned char c : s) b.push_back(static_cast<int>(c));
@@ -21,14 +26,12 @@ json bytes_of(const std::string& s) {
 
 }  // namespace
 
-std::string detokenize(const Tokenizer& tokenizer, std::span<const TokenId> ids) {
+std::string detokenize(const TextTokenizer& tokenizer, std::span<const TokenId> ids) {
   if (ids.empty()) return {};
-  std::string text;
-  if (ids.front() != Tokenizer::kBos) text = Tokenizer::safe_piece(tokenizer.decode(-1, ids.front()));
-  return text + tokenizer.render(ids);
+  return ids.front() == tokenizer.bos_id() ? tokenizer.render(ids) : tokenizer.detokenize(ids);
 }
 
-ResponseBuilder::ResponseBuilder(const CompletionRequest& request, const Tokenizer& tokenizer, std::string id,
+ResponseBuilder::ResponseBuilder(const CompletionRequest& request, const TextTokenizer& tokenizer, std::string id,
                                  std::string model, int64_t created, int num_prompts)
     : request_(request),
       tokenizer_(tokenizer),
@@ -36,16 +39,17 @@ ResponseBuilder::ResponseBuilder(const CompletionRequest& request, const Tokeniz
       model_(std::move(model)),
       created_(created),
       chat_(request.endpoint == ApiEndpoint::kChatCompletions),
+      streaming_(request.stream),
       prompt_tokens_(static_cast<size_t>(num_prompts), 0),
       cached_tokens_(static_cast<size_t>(num_prompts), 0) {
   const size_t n = static_cast<size_t>(num_prompts) * static_cast<size_t>(request.n);
   choices_.reserve(n);
   for (size_t i = 0; i < n; ++i) choices_.emplace_back(request.stop);
+  completion_chunk_head_ = fmt::format(R"({{"id":{},"object":"text_completion","created":{},"model":{},"choices":[{{"index":)",
+                                       dump(id_), created_, dump(model_));
 }
 
-std::string ResponseBuilder::piece(TokenId prev, TokenId token) const {
-  return std::string(Tokenizer::safe_piece(tokenizer_.decode(prev, token)));
-}
+std::string ResponseBuilder::piece(TokenId prev, TokenId token) const { return tokenizer_.decode_piece(prev, token); }
 
 std::string ResponseBuilder::take_tokens(Choice& c, const ChoiceUpdate& u, json& chunk_logprobs) {
   std::string emitted;
@@ -93,7 +97,7 @@ std::string ResponseBuilder::take_tokens(Choice& c, const ChoiceUpdate& u, json&
   return emitted;
 }
 
-std::vector<json> ResponseBuilder::apply(const ChoiceUpdate& u) {
+std::vector<std::string> ResponseBuilder::apply(const ChoiceUpdate& u) {
   if (u.choice < 0 || static_cast<size_t>(u.choice) >= choices_.size()) return {};
   Choice& c = choices_[static_cast<size_t>(u.choice)];
   if (c.finished) return {};  // e.g. the engine's own end of a choice a stop string ended first
@@ -137,6 +141,7 @@ std::vector<json> ResponseBuilder::apply(const ChoiceUpdate& u) {
   const std::string text = echo + emitted;
   const bool first = !c.started;
   c.started = true;
+  if (!streaming_) return {};
   if (text.empty() && reason == nullptr && !first) return {};
   if (text.empty() && reason == nullptr && first && !chat_) return {};  // nothing visible yet
   return {chunk(u.choice, text, lp, reason, first)};
@@ -148,8 +153,12 @@ std::vector<RequestId> ResponseBuilder::take_stop_requests() {
   return out;
 }
 
-json ResponseBuilder::chunk(int index, const std::string& text, const json& logprobs, const char* finish_reason,
-                            bool first) const {
+std::string ResponseBuilder::chunk(int index, const std::string& text, const json& logprobs, const char* finish_reason,
+                                   bool first) const {
+  if (!chat_ && logprobs.is_null()) {  // one chunk per token and stream: written directly
+    return fmt::format(R"({}{},"text":{},"logprobs":null,"finish_reason":{}}}]}})", completion_chunk_head_, index, dump(json(text)),
+                       finish_reason ? fmt::format("\"{}\"", finish_reason) : std::string("null"));
+  }
   json choice{{"index", index}, {"logprobs", logprobs.is_null() ? json(nullptr) : logprobs},
               {"finish_reason", finish_reason ? json(finish_reason) : json(nullptr)}};
   if (chat_) {
@@ -160,11 +169,11 @@ json ResponseBuilder::chunk(int index, const std::string& text, const json& logp
   } else {
     choice["text"] = text;
   }
-  return {{"id", id_},
-          {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
-          {"created", created_},
-          {"model", model_},
-          {"choices", json::array({choice})}};
+  return dump({{"id", id_},
+               {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
+               {"created", created_},
+               {"model", model_},
+               {"choices", json::array({choice})}});
 }
 
 json ResponseBuilder::usage() const {
@@ -178,13 +187,13 @@ json ResponseBuilder::usage() const {
           {"prompt_tokens_details", {{"cached_tokens", cached}}}};
 }
 
-json ResponseBuilder::usage_chunk() const {
-  return {{"id", id_},
-          {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
-          {"created", created_},
-          {"model", model_},
-          {"choices", json::array()},
-          {"usage", usage()}};
+std::string ResponseBuilder::usage_chunk() const {
+  return dump({{"id", id_},
+               {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
+               {"created", created_},
+               {"model", model_},
+               {"choices", json::array()},
+               {"usage", usage()}});
 }
 
 json ResponseBuilder::response() const {

@@ -463,3 +463,23 @@ def test_openai_node_client(server):
                          env={**os.environ, "PAGEDKV_BASE_URL": server.base_url, "PAGEDKV_MODEL": "stories260K"},
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
+
+
+# ---- GGUF models --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["tiny-llama.f32", "tiny-gemma2.f32"])
+def test_gguf_model_served_with_llama_cpp_greedy_output(name):
+    """A GGUF model (gemma2: sliding-window layers in their own KV-cache group) through the API
+    gives llama.cpp's own greedy tokens."""
+    gguf = shared_dir() / "models" / "gguf"
+    ref_file = gguf / "ref" / f"{name}.p5_once_upon_a_time.json"
+    if not ref_file.exists():
+        pytest.skip(f"{ref_file} is absent (set PAGEDKV_SHARED_DIR)")
+    ref = json.loads(ref_file.read_text())
+    with Server("--model", gguf / f"{name}.gguf", "--check") as s:
+        r = complete(s, prompt=ref["prompt_ids"], max_tokens=len(ref["generated_ids"]), temperature=0, echo=True,
+                     ignore_eos=True)
+        expected = s.post("/detokenize", {"tokens": ref["prompt_ids"] + ref["generated_ids"]}).json()["prompt"]
+        assert r["choices"][0]["text"] == expected
+        assert r["usage"]["completion_tokens"] == len(ref["generated_ids"])
+        assert s.get("/v1/models").json()["data"][0]["id"] == name

@@ -166,6 +166,9 @@ TEST_F(EngineServiceTest, OverloadAndDrainAnswer503) {
   service.begin_drain();
   EXPECT_TRUE(service.draining());
   EXPECT_THROW(service.submit({long_request(1, 4)}), ApiError);
+  // The engine thread publishes its load after handing out the last tokens: idle soon after.
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (!service.idle() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
   EXPECT_TRUE(service.idle());
 }
 

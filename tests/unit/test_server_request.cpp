@@ -8,6 +8,7 @@
 #include <string>
 
 #include "golden_support.h"
+#include "pagedkv/model/tokenizer.h"
 #include "pagedkv/server/api_error.h"
 #include "pagedkv/server/openai_request.h"
 #include "pagedkv/server/response_builder.h"
@@ -246,8 +247,14 @@ ChoiceUpdate update(int choice, std::vector<TokenId> tokens, bool finished = fal
   return u;
 }
 
+std::vector<json> parsed(const std::vector<std::string>& chunks) {
+  std::vector<json> out;
+  for (const std::string& c : chunks) out.push_back(json::parse(c));
+  return out;
+}
+
 TEST_F(ServerWithTokenizer, CompletionResponseAndChunks) {
-  CompletionRequest req = parse({{"prompt", "Once upon a time"}, {"n", 2}, {"echo", true}});
+  CompletionRequest req = parse({{"prompt", "Once upon a time"}, {"n", 2}, {"echo", true}, {"stream", true}});
   ResponseBuilder b(req, *tokenizer_, "cmpl-1", "stories260K", 1700000000, 1);
   const std::vector<TokenId> prompt{1, 403, 407, 261, 378};
   const std::vector<TokenId> out = continuation(prompt, "Once upon a time, there was");
@@ -255,9 +262,13 @@ TEST_F(ServerWithTokenizer, CompletionResponseAndChunks) {
   first.first = true;
   first.prompt = prompt;
   first.cached_tokens = 0;
-  const auto chunks = b.apply(first);
+  const auto chunks = parsed(b.apply(first));
   ASSERT_EQ(chunks.size(), 1u);
   EXPECT_EQ(chunks[0]["object"], "text_completion");
+  EXPECT_EQ(chunks[0]["id"], "cmpl-1");
+  EXPECT_EQ(chunks[0]["created"], 1700000000);
+  EXPECT_EQ(chunks[0]["model"], "stories260K");
+  EXPECT_EQ(chunks[0]["choices"][0]["index"], 0);
   EXPECT_EQ(chunks[0]["choices"][0]["text"], "Once upon a time" + tokenizer_->render(std::vector<TokenId>{378, out[0]}));
   EXPECT_TRUE(chunks[0]["choices"][0]["finish_reason"].is_null());
   b.apply(update(0, std::vector<TokenId>(out.begin() + 1, out.end()), true, FinishReason::kLength));
@@ -274,7 +285,13 @@ TEST_F(ServerWithTokenizer, CompletionResponseAndChunks) {
   EXPECT_EQ(r["choices"][1]["finish_reason"], "stop");
   EXPECT_EQ(r["usage"]["prompt_tokens"], 5) << "a prompt counts once, whatever n";
   EXPECT_EQ(r["usage"]["completion_tokens"], static_cast<int>(out.size()));
-  EXPECT_EQ(b.usage_chunk()["choices"].size(), 0u);
+  EXPECT_EQ(json::parse(b.usage_chunk())["choices"].size(), 0u);
+  EXPECT_EQ(json::parse(b.usage_chunk())["usage"], r["usage"]);
+  // Not streaming: the same response, and no chunks built on the way.
+  CompletionRequest whole_req = req;
+  whole_req.stream = false;
+  ResponseBuilder whole(whole_req, *tokenizer_, "cmpl-1", "stories260K", 1700000000, 1);
+  EXPECT_TRUE(whole.apply(first).empty());
 }
 
 TEST_F(ServerWithTokenizer, StopStringEndsChoiceAndAsksEngineToStop) {
@@ -297,19 +314,20 @@ TEST_F(ServerWithTokenizer, StopStringEndsChoiceAndAsksEngineToStop) {
 }
 
 TEST_F(ServerWithTokenizer, ChatChunksAndLogprobs) {
-  CompletionRequest req = parse({{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"logprobs", true}, {"top_logprobs", 1}},
+  CompletionRequest req = parse({{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"logprobs", true}, {"top_logprobs", 1},
+                                 {"stream", true}},
                                 ApiEndpoint::kChatCompletions);
   ResponseBuilder b(req, *tokenizer_, "chatcmpl-1", "m", 0, 1);
   ChoiceUpdate u = update(0, {403});
   u.first = true;
   u.prompt = {1, 5};
   u.logprobs.push_back(TokenLogprobs{{403, -0.5f}, {{403, -0.5f}}});
-  const auto chunks = b.apply(u);
+  const auto chunks = parsed(b.apply(u));
   ASSERT_EQ(chunks.size(), 1u);
   EXPECT_EQ(chunks[0]["object"], "chat.completion.chunk");
   EXPECT_EQ(chunks[0]["choices"][0]["delta"]["role"], "assistant");
   EXPECT_EQ(chunks[0]["choices"][0]["logprobs"]["content"][0]["logprob"], -0.5f);
-  const auto last = b.apply(update(0, {}, true, FinishReason::kAborted));
+  const auto last = parsed(b.apply(update(0, {}, true, FinishReason::kAborted)));
   ASSERT_EQ(last.size(), 1u);
   EXPECT_EQ(last[0]["choices"][0]["finish_reason"], "abort");
   EXPECT_TRUE(last[0]["choices"][0]["delta"].empty());

@@ -18,7 +18,7 @@
 #include "pagedkv/core/error.h"
 #include "pagedkv/engine/llm_engine.h"
 #include "pagedkv/memory/byte_size.h"
-#include "pagedkv/model/llama2c_checkpoint.h"
+#include "pagedkv/model/model_file.h"
 #include "pagedkv/model/tokenizer.h"
 #include "pagedkv/server/engine_service.h"
 #include "pagedkv/server/openai_server.h"
@@ -35,13 +35,16 @@ struct ServeOptions {
   int max_waiting = 512;
   int http_threads = 128;
   int max_model_len = 0;
+  int context_length = 0;
   double drain_seconds = 30;
   EngineOptions engine;
 };
 
 int run_serve(ServeOptions o) {
-  if (o.model.empty()) o.model = default_shared_dir() + "/models/stories260K.bin";
-  if (o.tokenizer.empty()) o.tokenizer = default_shared_dir() + "/models/tok512.bin";
+  if (o.model.empty()) {
+    o.model = default_shared_dir() + "/models/stories260K.bin";
+    if (o.tokenizer.empty()) o.tokenizer = default_shared_dir() + "/models/tok512.bin";
+  }
   if (o.served_model_name.empty()) o.served_model_name = std::filesystem::path(o.model).stem().string();
   if (o.max_waiting < 1) throw ConfigError(fmt::format("--max-waiting must be at least 1, got {}", o.max_waiting));
   if (o.http_threads < 2) throw ConfigError(fmt::format("--http-threads must be at least 2, got {}", o.http_threads));
@@ -55,8 +58,11 @@ int run_serve(ServeOptions o) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  Llama2cCheckpoint model(o.model);
-  Tokenizer tokenizer(o.tokenizer, model.config().vocab_size);
+  LoadedModel loaded = load_model_file(o.model, o.tokenizer, ModelFileOptions{o.context_length});
+  if (!loaded.tokenizer)
+    throw ConfigError(fmt::format("{} has no tokenizer pagedkv can use ({}); pass --tokenizer", o.model, loaded.tokenizer_error));
+  const Model& model = *loaded.model;
+  const TextTokenizer& tokenizer = *loaded.tokenizer;
   EngineConfig config = o.engine.to_config();
   config.max_model_len = o.max_model_len;
   config.record_block_usage = false;  // a server runs for days
@@ -72,7 +78,9 @@ int run_serve(ServeOptions o) {
   options.http_threads = o.http_threads;
   server::ServedModel served;
   served.limits = {o.served_model_name, engine.max_model_len(), model.config().vocab_size};
-  served.eos_token_id = Tokenizer::kBos;  // llama2.c models end a story by starting the next (run.c stops on BOS)
+  // llama2.c checkpoints end a story by starting the next (run.c stops on BOS); GGUF files name
+  // their end-of-generation token.
+  served.eos_token_id = loaded.is_gguf ? tokenizer.eos_id() : Tokenizer::kBos;
   server::OpenAIServer http(options, service, tokenizer, served, metrics);
   const int port = http.bind();
 
@@ -117,8 +125,10 @@ const CommandRegistration kRegistration{Command{
     "serve", "an OpenAI-compatible HTTP server on the paged engine, with Prometheus metrics (docs/serve.md)",
     [](CLI::App& sub) -> std::function<int()> {
       auto o = std::make_shared<ServeOptions>();
-      sub.add_option("--model,-m", o->model, "llama2.c checkpoint (default: ../shared/models/stories260K.bin)");
-      sub.add_option("--tokenizer,-z", o->tokenizer, "llama2.c tokenizer (default: ../shared/models/tok512.bin)");
+      sub.add_option("--model,-m", o->model, "llama2.c checkpoint or GGUF file (default: ../shared/models/stories260K.bin)");
+      sub.add_option("--tokenizer,-z", o->tokenizer,
+                     "llama2.c tok*.bin or a GGUF file's tokenizer (default: the GGUF model's own; tok512.bin for the default model)");
+      sub.add_option("--context-length", o->context_length, "GGUF: replaces the file's context length (llama.cpp's n_ctx)");
       sub.add_option("--served-model-name", o->served_model_name, "the model name clients use (default: the file's stem)");
       sub.add_option("--host", o->host, "address to listen on")->capture_default_str();
       sub.add_option("--port", o->port, "port to listen on (0: any free port, printed at start)")->capture_default_str();

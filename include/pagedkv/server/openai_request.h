@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "pagedkv/core/ids.h"
-#include "pagedkv/model/tokenizer.h"
+#include "pagedkv/model/text_tokenizer.h"
 #include "pagedkv/server/chat_template.h"
 
 namespace pagedkv::server {
@@ -74,7 +74,7 @@ struct PreparedPrompt {
 
 // Tokenizes text prompts (BOS first) and chat messages (rendered with the chat template), checks
 // the model name, token ids and that prompt + max_tokens fits the model length.
-std::vector<PreparedPrompt> prepare_request(const CompletionRequest& request, const Tokenizer& tokenizer,
+std::vector<PreparedPrompt> prepare_request(const CompletionRequest& request, const TextTokenizer& tokenizer,
                                             const ModelLimits& model);
 
 }  // namespace pagedkv::server

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "pagedkv/core/ids.h"
-#include "pagedkv/model/tokenizer.h"
+#include "pagedkv/model/text_tokenizer.h"
 #include "pagedkv/server/engine_service.h"
 #include "pagedkv/server/openai_request.h"
 #include "pagedkv/server/server_metrics.h"
@@ -44,7 +44,7 @@ struct ServedModel {
 
 class OpenAIServer {
  public:
-  OpenAIServer(ServerOptions options, EngineService& service, const Tokenizer& tokenizer, ServedModel model,
+  OpenAIServer(ServerOptions options, EngineService& service, const TextTokenizer& tokenizer, ServedModel model,
                ServerMetrics& metrics);
   ~OpenAIServer();
   OpenAIServer(const OpenAIServer&) = delete;
@@ -62,7 +62,7 @@ class OpenAIServer {
 
   ServerOptions options_;
   EngineService& service_;
-  const Tokenizer& tokenizer_;
+  const TextTokenizer& tokenizer_;
   ServedModel model_;
   ServerMetrics& metrics_;
   std::unique_ptr<httplib::Server> http_;

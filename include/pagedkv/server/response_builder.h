@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "pagedkv/model/tokenizer.h"
+#include "pagedkv/model/text_tokenizer.h"
 #include "pagedkv/server/openai_request.h"
 #include "pagedkv/server/request_stream.h"
 #include "pagedkv/server/stop_string_matcher.h"
@@ -24,17 +24,18 @@
 namespace pagedkv::server {
 
 // The text of a token sequence, as /detokenize and echo show it: a leading BOS is context only
-// (as Tokenizer::render treats it); any other first token is printed.
-std::string detokenize(const Tokenizer& tokenizer, std::span<const TokenId> ids);
+// (as TextTokenizer::render treats it); any other first token is printed.
+std::string detokenize(const TextTokenizer& tokenizer, std::span<const TokenId> ids);
 
 class ResponseBuilder {
  public:
   // `id`: the response id ("cmpl-..." / "chatcmpl-..."); `created`: Unix seconds.
-  ResponseBuilder(const CompletionRequest& request, const Tokenizer& tokenizer, std::string id, std::string model,
+  ResponseBuilder(const CompletionRequest& request, const TextTokenizer& tokenizer, std::string id, std::string model,
                   int64_t created, int num_prompts);
 
-  // Applies one update; returns the stream chunks it produced (none when nothing new is visible).
-  std::vector<nlohmann::json> apply(const ChoiceUpdate& update);
+  // Applies one update; when streaming, returns the chunks it produced as JSON text (none when
+  // nothing new is visible).
+  std::vector<std::string> apply(const ChoiceUpdate& update);
   // Engine requests whose choice a stop string just ended (each returned once).
   std::vector<RequestId> take_stop_requests();
 
@@ -44,7 +45,7 @@ class ResponseBuilder {
 
   nlohmann::json response() const;     // the non-streaming body
   nlohmann::json usage() const;        // prompt/completion/total tokens and cached prompt tokens
-  nlohmann::json usage_chunk() const;  // the final chunk of stream_options.include_usage
+  std::string usage_chunk() const;     // the final chunk of stream_options.include_usage, as JSON text
 
  private:
   struct Choice {
@@ -66,15 +67,17 @@ class ResponseBuilder {
   };
   // Decodes `tokens` into the choice; returns the text it emits. Stops at a stop string.
   std::string take_tokens(Choice& c, const ChoiceUpdate& u, nlohmann::json& chunk_logprobs);
-  nlohmann::json chunk(int index, const std::string& text, const nlohmann::json& logprobs, const char* finish_reason,
-                       bool first) const;
+  std::string chunk(int index, const std::string& text, const nlohmann::json& logprobs, const char* finish_reason,
+                    bool first) const;
   std::string piece(TokenId prev, TokenId token) const;
 
   const CompletionRequest& request_;
-  const Tokenizer& tokenizer_;
+  const TextTokenizer& tokenizer_;
   std::string id_, model_;
   int64_t created_;
   bool chat_;
+  bool streaming_;
+  std::string completion_chunk_head_;  // a text chunk's JSON up to the choice index (the hot path)
   std::vector<Choice> choices_;
   std::vector<int> prompt_tokens_;   // per prompt
   std::vector<int> cached_tokens_;   // per prompt
