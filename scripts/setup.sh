@@ -10,7 +10,7 @@ PACKAGES=(build-essential cmake ninja-build pkg-config
           libgtest-dev libgmock-dev libbenchmark-dev libomp-dev
           python3 python3-dev pybind11-dev python3-numpy python3-pytest gnuplot-nox
           libcpp-httplib-dev prometheus-cpp-dev
-          prometheus python3-requests python3-prometheus-client)
+          prometheus python3-requests python3-prometheus-client curl)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
