@@ -14,7 +14,7 @@ minima of the per-round figures:
               Target: within 1 ms.
 
 The load generator runs on the same machine as the server, so its CPU time is inside the
-served figure. Usage: /usr/bin/python3 benchmarks/serve_overhead.py [--rounds 5] [--batch 64] [--json]
+served figure. Usage: /usr/bin/python3 benchmarks/serve_overhead.py [--rounds 5] [--batch 64] [--stream-interval 1] [--json]
 """
 
 import argparse
@@ -74,6 +74,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--stream-interval", type=int, default=1, help="the server's --stream-interval")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     sys.path.insert(0, str(REPO / "build" / "python"))
@@ -84,7 +85,7 @@ def main():
     llm = pagedkv.LLM(str(models / "stories260K.bin"), str(models / "tok512.bin"), enable_prefix_caching=False)
     in_process_ttft_ms(llm, rng)  # warm-up, as the server is warm
     rounds = []
-    with Server("--max-num-seqs", str(a.batch), "--no-prefix-caching") as server:
+    with Server("--max-num-seqs", str(a.batch), "--no-prefix-caching", "--stream-interval", str(a.stream_interval)) as server:
         for i in range(a.rounds):
             order = [0, 1] if i % 2 == 0 else [1, 0]  # alternate which side runs first
             r = {}
@@ -106,7 +107,7 @@ def main():
                    "max": max(x[k] for x in rounds)} for k in rounds[0]}
     with open("/proc/loadavg") as f:
         load = f.read().split()[:3]
-    result = {"batch": a.batch, "rounds": rounds, "summary": summary, "loadavg": load}
+    result = {"batch": a.batch, "stream_interval": a.stream_interval, "rounds": rounds, "summary": summary, "loadavg": load}
     if a.json:
         print(json.dumps(result, indent=2))
     else:

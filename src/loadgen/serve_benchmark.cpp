@@ -1,19 +1,19 @@
 #include "pagedkv/loadgen/serve_benchmark.h"
 
+#include <curl/curl.h>
 #include <fmt/format.h>
-#include <httplib.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
-#include <mutex>
+#include <deque>
+#include <memory>
 #include <numeric>
 #include <sstream>
-#include <thread>
 
 #include "pagedkv/core/error.h"
 #include "pagedkv/loadgen/arrival_process.h"
+#include "pagedkv/loadgen/http_call.h"
 
 namespace pagedkv::loadgen {
 namespace {
@@ -28,20 +28,10 @@ constexpr const char* kPoolText =
     "home. Lily was sad, so her brother Tom gave her a hug and a cookie. They laughed and ran to the garden, where "
     "a happy dog jumped in the water and a small bird sang a song about the sun, the moon and the stars.";
 
-httplib::Headers auth_headers(const std::string& api_key) {
-  httplib::Headers h;
-  if (!api_key.empty()) h.emplace("Authorization", "Bearer " + api_key);
-  return h;
-}
-
 json get_json(const std::string& base_url, const std::string& path, const std::string& api_key) {
-  httplib::Client client(base_url);
-  client.set_connection_timeout(10);
-  client.set_read_timeout(60);
-  auto r = client.Get(path, auth_headers(api_key));
-  if (!r) throw Error(fmt::format("bench serve: cannot reach {}{}: {}", base_url, path, httplib::to_string(r.error())));
-  if (r->status != 200) throw Error(fmt::format("bench serve: {}{} answered {}: {}", base_url, path, r->status, r->body));
-  return json::parse(r->body);
+  const HttpReply r = http_call("GET", base_url + path, "", api_key);
+  if (r.status != 200) throw Error(fmt::format("bench serve: {}{} answered {}: {}", base_url, path, r.status, r.body));
+  return json::parse(r.body);
 }
 
 // Sum of the samples of `name` in a Prometheus text exposition (-1 if absent).
@@ -59,11 +49,13 @@ double metric_value(const std::string& text, const std::string& name) {
 }
 
 std::pair<double, double> prefix_cache_counters(const ServeBenchOptions& o) {
-  httplib::Client client(o.base_url);
-  client.set_connection_timeout(10);
-  auto r = client.Get("/metrics");
-  if (!r || r->status != 200) return {-1, -1};
-  return {metric_value(r->body, "vllm:prefix_cache_hits_total"), metric_value(r->body, "vllm:prefix_cache_queries_total")};
+  try {
+    const HttpReply r = http_call("GET", o.base_url + "/metrics", "", "", 10);
+    if (r.status != 200) return {-1, -1};
+    return {metric_value(r.body, "vllm:prefix_cache_hits_total"), metric_value(r.body, "vllm:prefix_cache_queries_total")};
+  } catch (const Error&) {
+    return {-1, -1};
+  }
 }
 
 struct RequestResult {
@@ -76,62 +68,133 @@ struct RequestResult {
   std::vector<double> itl_s;
 };
 
-RequestResult send_one(const BenchRequest& req, const std::string& model, const ServeBenchOptions& o) {
-  RequestResult res;
-  res.prompt_tokens = static_cast<int>(req.prompt.size());
-  const json body{{"model", model}, {"prompt", req.prompt}, {"max_tokens", req.max_tokens}, {"stream", true},
-                  {"stream_options", {{"include_usage", true}}}, {"ignore_eos", o.ignore_eos}, {"temperature", 0.0}};
-  httplib::Client client(o.base_url);
-  client.set_connection_timeout(30);
-  client.set_read_timeout(static_cast<time_t>(o.timeout_s));
-  httplib::Request http;
-  http.method = "POST";
-  http.path = o.endpoint;
-  http.headers = auth_headers(o.api_key);
-  http.set_header("Content-Type", "application/json");
-  http.body = body.dump();
-  std::string buffer;
+// One streamed completion in flight: its curl handle, and what its server-sent events said.
+struct Transfer {
+  size_t index = 0;
+  std::string body;
+  std::string buffer;  // received bytes not yet split into events
+  std::string error_body;
+  Clock::time_point start, last;
   bool saw_first = false;
-  Clock::time_point last;
-  const Clock::time_point start = Clock::now();
-  http.content_receiver = [&](const char* data, size_t len, uint64_t, uint64_t) {
+  RequestResult result;
+  std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> curl{nullptr, curl_easy_cleanup};
+
+  // Splits complete events off `buffer`. Most chunks carry one token's text and are recognised
+  // without parsing, so the load generator (on the same machine as the server) spends little of
+  // the CPU it measures; inside JSON strings quotes are escaped, so `"text":""` can only be an
+  // empty text field.
+  void consume(const char* data, size_t len) {
     buffer.append(data, len);
-    for (size_t end; (end = buffer.find("\n\n")) != std::string::npos;) {
-      const std::string event = buffer.substr(0, end);
-      buffer.erase(0, end + 2);
-      if (event.rfind("data: ", 0) != 0) continue;
-      const std::string payload = event.substr(6);
-      if (payload == "[DONE]") continue;
-      // Most chunks carry one token's text: recognised without parsing, so the load generator
-      // (on the same machine as the server) spends little of the CPU it measures. Inside JSON
-      // strings quotes are escaped, so `"text":""` can only be an empty text field.
-      if (payload.find("\"usage\"") != std::string::npos || payload.find("\"error\"") != std::string::npos) {
-        const json chunk = json::parse(payload, nullptr, false);
-        if (chunk.is_discarded()) continue;
-        if (chunk.contains("error")) res.error = chunk["error"].value("message", "error event");
-        if (chunk.contains("usage") && chunk["usage"].is_object())
-          res.output_tokens = chunk["usage"].value("completion_tokens", 0);
+    size_t begin = 0;
+    for (size_t end; (end = buffer.find("\n\n", begin)) != std::string::npos; begin = end + 2) {
+      const std::string_view event(buffer.data() + begin, end - begin);
+      if (event.substr(0, 6) != "data: ") {
+        if (error_body.size() < 4096) error_body.append(event);  // an error response's body
         continue;
       }
-      if (payload.find("\"text\":\"\"") != std::string::npos || payload.find("\"text\":") == std::string::npos) continue;
+      const std::string_view payload = event.substr(6);
+      if (payload == "[DONE]") continue;
+      if (payload.find("\"usage\"") != std::string_view::npos || payload.find("\"error\"") != std::string_view::npos) {
+        const json chunk = json::parse(payload, nullptr, false);
+        if (chunk.is_discarded()) continue;
+        if (chunk.contains("error")) result.error = chunk["error"].value("message", "error event");
+        if (chunk.contains("usage") && chunk["usage"].is_object())
+          result.output_tokens = chunk["usage"].value("completion_tokens", 0);
+        continue;
+      }
+      if (payload.find("\"text\":\"\"") != std::string_view::npos || payload.find("\"text\":") == std::string_view::npos) continue;
       const Clock::time_point now = Clock::now();
       if (!saw_first) {
-        res.ttft_s = std::chrono::duration<double>(now - start).count();
+        result.ttft_s = std::chrono::duration<double>(now - start).count();
         saw_first = true;
       } else {
-        res.itl_s.push_back(std::chrono::duration<double>(now - last).count());
+        result.itl_s.push_back(std::chrono::duration<double>(now - last).count());
       }
       last = now;
     }
-    return true;
+    buffer.erase(0, begin);
+  }
+};
+
+size_t on_data(char* data, size_t size, size_t n, void* transfer) {
+  static_cast<Transfer*>(transfer)->consume(data, size * n);
+  return size * n;
+}
+
+// Runs every request on curl's multi interface from this one thread: each is sent at its time
+// (and when a concurrency slot is free), and all of them are read as their bytes arrive.
+std::vector<RequestResult> run_transfers(const std::vector<BenchRequest>& requests, const std::vector<double>& times,
+                                         const std::string& model, const ServeBenchOptions& o, double& duration_s) {
+  std::unique_ptr<CURLM, decltype(&curl_multi_cleanup)> multi(curl_multi_init(), curl_multi_cleanup);
+  if (!multi) throw Error("libcurl could not start its multi interface");
+  curl_slist* headers = curl_slist_append(nullptr, "Content-Type: application/json");
+  if (!o.api_key.empty()) headers = curl_slist_append(headers, ("Authorization: Bearer " + o.api_key).c_str());
+  std::unique_ptr<curl_slist, decltype(&curl_slist_free_all)> header_list(headers, curl_slist_free_all);
+  const std::string url = o.base_url + o.endpoint;
+
+  std::vector<RequestResult> results(requests.size());
+  std::deque<Transfer> transfers;  // stable addresses: curl holds pointers to them
+  size_t next = 0, running = 0, finished = 0;
+  const Clock::time_point start = Clock::now();
+  auto due = [&](size_t i) {
+    return start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(requests[i].arrival_s.value_or(times[i])));
   };
-  auto r = client.send(http);
-  res.e2e_s = std::chrono::duration<double>(Clock::now() - start).count();
-  if (!r) res.error = "connection failed: " + httplib::to_string(r.error());
-  else if (r->status != 200) res.error = fmt::format("HTTP {}: {}", r->status, buffer.empty() ? r->body : buffer);
-  res.ok = res.error.empty() && saw_first;
-  if (res.error.empty() && !saw_first) res.error = "no tokens received";
-  return res;
+  while (finished < requests.size()) {
+    const Clock::time_point now = Clock::now();
+    while (next < requests.size() && due(next) <= now && (o.max_concurrency <= 0 || static_cast<int>(running) < o.max_concurrency)) {
+      const BenchRequest& req = requests[next];
+      Transfer& t = transfers.emplace_back();
+      t.index = next++;
+      t.result.prompt_tokens = static_cast<int>(req.prompt.size());
+      t.body = json{{"model", model}, {"prompt", req.prompt}, {"max_tokens", req.max_tokens}, {"stream", true},
+                    {"stream_options", {{"include_usage", true}}}, {"ignore_eos", o.ignore_eos}, {"temperature", 0.0}}
+                   .dump();
+      t.curl.reset(curl_easy_init());
+      CURL* c = t.curl.get();
+      curl_easy_setopt(c, CURLOPT_URL, url.c_str());
+      curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+      curl_easy_setopt(c, CURLOPT_POSTFIELDS, t.body.c_str());
+      curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, static_cast<long>(t.body.size()));
+      curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+      curl_easy_setopt(c, CURLOPT_WRITEDATA, &t);
+      curl_easy_setopt(c, CURLOPT_PRIVATE, &t);
+      curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(o.timeout_s * 1000));
+      curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+      curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
+      t.start = Clock::now();
+      curl_multi_add_handle(multi.get(), c);
+      ++running;
+    }
+    int still = 0;
+    curl_multi_perform(multi.get(), &still);
+    int queued = 0;
+    while (CURLMsg* m = curl_multi_info_read(multi.get(), &queued)) {
+      if (m->msg != CURLMSG_DONE) continue;
+      Transfer* t = nullptr;
+      curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, &t);
+      RequestResult& r = t->result;
+      r.e2e_s = std::chrono::duration<double>(Clock::now() - t->start).count();
+      long status = 0;
+      curl_easy_getinfo(m->easy_handle, CURLINFO_RESPONSE_CODE, &status);
+      if (m->data.result != CURLE_OK) r.error = fmt::format("transfer failed: {}", curl_easy_strerror(m->data.result));
+      else if (status != 200) r.error = fmt::format("HTTP {}: {}{}", status, t->error_body, t->buffer);
+      else if (r.error.empty() && !t->saw_first) r.error = "no tokens received";
+      r.ok = r.error.empty();
+      curl_multi_remove_handle(multi.get(), m->easy_handle);
+      results[t->index] = std::move(r);
+      t->curl.reset();
+      --running;
+      ++finished;
+    }
+    // Sleep until data arrives or the next request is due (at most 100 ms).
+    int wait_ms = 100;
+    if (next < requests.size() && (o.max_concurrency <= 0 || static_cast<int>(running) < o.max_concurrency))
+      wait_ms = static_cast<int>(std::clamp<int64_t>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(due(next) - Clock::now()).count(), 0, 100));
+    if (finished < requests.size()) curl_multi_poll(multi.get(), nullptr, 0, wait_ms, nullptr);
+  }
+  duration_s = std::chrono::duration<double>(Clock::now() - start).count();
+  return results;
 }
 
 }  // namespace
@@ -164,12 +227,10 @@ int fetch_max_model_len(const std::string& base_url, const std::string& api_key)
 }
 
 std::vector<TokenId> fetch_token_pool(const std::string& base_url, const std::string& api_key) {
-  httplib::Client client(base_url);
-  client.set_connection_timeout(10);
-  auto r = client.Post("/tokenize", auth_headers(api_key), json{{"prompt", kPoolText}, {"add_special_tokens", false}}.dump(),
-                       "application/json");
-  if (!r || r->status != 200) throw Error(fmt::format("bench serve: {}/tokenize failed", base_url));
-  std::vector<TokenId> pool = json::parse(r->body)["tokens"].get<std::vector<TokenId>>();
+  const HttpReply r = http_call("POST", base_url + "/tokenize", json{{"prompt", kPoolText}, {"add_special_tokens", false}}.dump(),
+                                api_key);
+  if (r.status != 200) throw Error(fmt::format("bench serve: {}/tokenize answered {}: {}", base_url, r.status, r.body));
+  std::vector<TokenId> pool = json::parse(r.body)["tokens"].get<std::vector<TokenId>>();
   std::sort(pool.begin(), pool.end());
   pool.erase(std::unique(pool.begin(), pool.end()), pool.end());
   return pool;
@@ -181,34 +242,7 @@ ServeBenchReport run_serve_benchmark(const std::vector<BenchRequest>& requests, 
   const std::vector<double> times = arrival_times(static_cast<int>(requests.size()), o.request_rate, o.burstiness, o.seed);
   const auto [hits0, queries0] = prefix_cache_counters(o);
 
-  std::vector<RequestResult> results(requests.size());
-  std::mutex mutex;
-  std::condition_variable slot_free;
-  int in_flight = 0;
-  std::vector<std::thread> threads;
-  threads.reserve(requests.size());
-  const Clock::time_point start = Clock::now();
-  for (size_t i = 0; i < requests.size(); ++i) {
-    const double at = requests[i].arrival_s.value_or(times[i]);
-    std::this_thread::sleep_until(start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(at)));
-    if (o.max_concurrency > 0) {
-      std::unique_lock lock(mutex);
-      slot_free.wait(lock, [&] { return in_flight < o.max_concurrency; });
-      ++in_flight;
-    }
-    threads.emplace_back([&, i] {
-      results[i] = send_one(requests[i], report.model, o);
-      if (o.max_concurrency > 0) {
-        {
-          std::lock_guard lock(mutex);
-          --in_flight;
-        }
-        slot_free.notify_one();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  report.duration_s = std::chrono::duration<double>(Clock::now() - start).count();
+  const std::vector<RequestResult> results = run_transfers(requests, times, report.model, o, report.duration_s);
 
   std::vector<double> ttft, tpot, itl, e2e;
   for (const RequestResult& r : results) {

@@ -121,7 +121,7 @@ void EngineService::admit(Submission& s) {
     try {
       const RequestId id = engine_.add_request(std::move(g));
       roots_[id.value] = Root{s.stream, first_choice, n, prompt_tokens, 0, 0, false, s.arrival};
-      samples_[id.value] = Sample{id.value, 0, s.arrival};
+      samples_[id.value] = Sample{id.value, 0, 0, false, s.arrival, {}};
     } catch (const Error& e) {  // validated before submit; anything left is reported per choice
       for (int k = 0; k < n; ++k) {
         ChoiceUpdate u;
@@ -207,39 +207,50 @@ void EngineService::dispatch(std::vector<RequestOutput>& outputs) {
     auto rit = roots_.find(root_id);
     if (rit == roots_.end()) continue;
     Root& root = rit->second;
-    auto [sit, new_sample] = samples_.try_emplace(o.id.value, Sample{root_id, 0, root.arrival});
-    Sample& sample = sit->second;
+    Sample& sample = samples_.try_emplace(o.id.value, Sample{root_id, 0, 0, false, root.arrival, {}}).first->second;
     if (o.sample_index > 0) root.child_seen = true;
 
+    // Latency metrics follow the engine's steps, whatever the hand-over interval.
+    const size_t produced = o.output.size();
+    if (produced > sample.seen) {
+      const int fresh = static_cast<int>(produced - sample.seen);
+      if (sample.seen == 0 && o.sample_index == 0) {
+        metrics_.observe_first_token(o.ttft_ms / 1e3, o.queue_ms >= 0 ? o.queue_ms / 1e3 : -1.0);
+        metrics_.count_prompt(static_cast<int>(o.prompt.size()), o.hit_tokens_by_tier);
+      } else if (sample.seen > 0) {
+        metrics_.observe_inter_token(seconds_between(sample.last_token, now), fresh);
+      }
+      sample.last_token = now;
+      sample.seen = produced;
+      root.generated_tokens += fresh;
+    }
+    for (TokenLogprobs& lp : o.new_logprobs) sample.held_logprobs.push_back(std::move(lp));
+
+    // Hand over: a choice's first tokens and its end at once, otherwise every stream_interval tokens.
+    const size_t pending = produced - std::min(sample.delivered, produced);
+    const bool hand_over = o.finished || (pending > 0 && (!sample.announced || static_cast<int>(pending) >= options_.stream_interval));
+    if (!hand_over) continue;
     ChoiceUpdate u;
     u.choice = root.first_choice + o.sample_index;
     u.engine_id = o.id;
-    u.tokens.assign(o.output.begin() + static_cast<ptrdiff_t>(std::min(sample.delivered, o.output.size())), o.output.end());
-    u.logprobs = std::move(o.new_logprobs);
-    const bool first_tokens = sample.delivered == 0 && !u.tokens.empty();
-    if (sample.delivered == 0) {
+    u.tokens.assign(o.output.begin() + static_cast<ptrdiff_t>(produced - pending), o.output.end());
+    u.logprobs = std::move(sample.held_logprobs);
+    sample.held_logprobs.clear();
+    sample.delivered = produced;
+    if (!sample.announced) {
       u.first = true;
       u.prompt = o.prompt;
       u.cached_tokens = o.prefix_hit_tokens;
+      sample.announced = true;
     }
-    if (first_tokens && o.sample_index == 0) {
-      metrics_.observe_first_token(o.ttft_ms / 1e3, o.queue_ms >= 0 ? o.queue_ms / 1e3 : -1.0);
-      metrics_.count_prompt(static_cast<int>(o.prompt.size()), o.hit_tokens_by_tier.device, o.hit_tokens_by_tier.host,
-                            o.hit_tokens_by_tier.disk);
-    } else if (!u.tokens.empty() && !first_tokens) {
-      metrics_.observe_inter_token(seconds_between(sample.last_token, now), static_cast<int>(u.tokens.size()));
-    }
-    if (!u.tokens.empty()) sample.last_token = now;
-    sample.delivered = o.output.size();
-    root.generated_tokens += static_cast<int>(u.tokens.size());
     if (o.finished) {
       u.finished = true;
       u.finish_reason = o.finish_reason;
       if (o.finish_reason == FinishReason::kRejected)
         u.error = "the request needs more KV-cache blocks than the whole cache holds";
       if (ended_by_stop_string_.erase(o.id.value) > 0) u.finish_reason = FinishReason::kStop;
-      metrics_.observe_finished_sample(metric_reason(u.finish_reason), static_cast<int>(o.output.size()));
-      samples_.erase(sit);
+      metrics_.observe_finished_sample(metric_reason(u.finish_reason), static_cast<int>(produced));
+      samples_.erase(o.id.value);
       ++root.finished_samples;
     }
     // A stop string ends a choice only after its first token, when its siblings exist already.

@@ -483,3 +483,16 @@ def test_gguf_model_served_with_llama_cpp_greedy_output(name):
         assert r["choices"][0]["text"] == expected
         assert r["usage"]["completion_tokens"] == len(ref["generated_ids"])
         assert s.get("/v1/models").json()["data"][0]["id"] == name
+
+
+def test_stream_interval_batches_tokens_and_changes_nothing_else():
+    models_dir()
+    with Server("--stream-interval", "4") as s:
+        body = dict(prompt="Once upon a time", max_tokens=30, temperature=0.7, seed=9, logprobs=1, stop=["zzz"])
+        whole = complete(s, **body)
+        chunks = stream_completion(s, stream_options={"include_usage": True}, **body)
+        texts = [c["choices"][0]["text"] for c in chunks if c["choices"]]
+        assert "".join(texts) == whole["choices"][0]["text"]
+        tokens = [len(c["choices"][0]["logprobs"]["tokens"]) for c in chunks if c["choices"]]
+        assert sum(tokens) == 30 and max(tokens) == 4 and tokens[0] == 1, tokens  # the first token at once
+        assert chunks[-1]["usage"]["completion_tokens"] == 30

@@ -33,6 +33,7 @@ struct ServeOptions {
   std::string api_key;
   std::string max_body_bytes = "8MiB";
   int max_waiting = 512;
+  int stream_interval = 1;
   int http_threads = 128;
   int max_model_len = 0;
   int context_length = 0;
@@ -47,6 +48,7 @@ int run_serve(ServeOptions o) {
   }
   if (o.served_model_name.empty()) o.served_model_name = std::filesystem::path(o.model).stem().string();
   if (o.max_waiting < 1) throw ConfigError(fmt::format("--max-waiting must be at least 1, got {}", o.max_waiting));
+  if (o.stream_interval < 1) throw ConfigError(fmt::format("--stream-interval must be at least 1, got {}", o.stream_interval));
   if (o.http_threads < 2) throw ConfigError(fmt::format("--http-threads must be at least 2, got {}", o.http_threads));
   if (o.port < 0 || o.port > 65535) throw ConfigError(fmt::format("--port must be in [0, 65535], got {}", o.port));
   if (!(o.drain_seconds >= 0)) throw ConfigError("--drain-seconds must be at least 0");
@@ -69,7 +71,7 @@ int run_serve(ServeOptions o) {
   LLMEngine engine(model, config);
 
   server::ServerMetrics metrics(o.served_model_name, engine.max_model_len());
-  server::EngineService service(engine, metrics, {o.max_waiting});
+  server::EngineService service(engine, metrics, {o.max_waiting, o.stream_interval});
   server::ServerOptions options;
   options.host = o.host;
   options.port = o.port;
@@ -135,6 +137,9 @@ const CommandRegistration kRegistration{Command{
       sub.add_option("--api-key", o->api_key, "require 'Authorization: Bearer KEY' on the API endpoints");
       sub.add_option("--max-body-bytes", o->max_body_bytes, "larger request bodies get 413")->capture_default_str();
       sub.add_option("--max-waiting", o->max_waiting, "queued prompts beyond which requests get 503 with Retry-After")
+          ->capture_default_str();
+      sub.add_option("--stream-interval", o->stream_interval,
+                     "tokens a streamed choice gathers per chunk (1: every token; more: fewer wake-ups under load)")
           ->capture_default_str();
       sub.add_option("--http-threads", o->http_threads, "HTTP worker threads (each open stream holds one)")->capture_default_str();
       sub.add_option("--max-model-len", o->max_model_len, "longest prompt + output (0: the model's)")->capture_default_str();

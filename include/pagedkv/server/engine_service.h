@@ -28,6 +28,10 @@ namespace pagedkv::server {
 
 struct EngineServiceOptions {
   int max_waiting = 512;  // queued (not yet running) prompts beyond which submit() answers 503
+  // Tokens a choice gathers before they are handed to its stream (vLLM's --stream-interval): 1
+  // sends every token as it comes; more wake the HTTP threads less often. A choice's first token
+  // and its end are always handed over at once.
+  int stream_interval = 1;
 };
 
 // A snapshot of the engine's load, updated after every step (read from any thread).
@@ -83,8 +87,11 @@ class EngineService {
   };
   struct Sample {
     uint64_t root = 0;
-    size_t delivered = 0;  // output tokens already handed to the stream
+    size_t seen = 0;        // output tokens the engine has reported
+    size_t delivered = 0;   // of those, handed to the stream
+    bool announced = false; // its first update (prompt, cached tokens) was handed over
     std::chrono::steady_clock::time_point last_token;
+    std::vector<TokenLogprobs> held_logprobs;  // of tokens not yet handed over (stream_interval)
   };
   struct Submission {
     std::shared_ptr<RequestStream> stream;
