@@ -22,6 +22,8 @@ ALLOWED = {
     "server": {"core", "block", "prefix", "manager", "tiers", "scheduler", "storage", "kernels", "model", "memory", "engine"},
     # The HTTP load generator: a client of the server's API, so it needs nothing of the engine.
     "loadgen": {"core"},
+    # The remote KV tier's Redis client (hiredis): implements tiers/' RemoteStore.
+    "remote": {"core", "tiers"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"pagedkv/([a-z_]+)/')
 

@@ -10,7 +10,8 @@ PACKAGES=(build-essential cmake ninja-build pkg-config
           libgtest-dev libgmock-dev libbenchmark-dev libomp-dev
           python3 python3-dev pybind11-dev python3-numpy python3-pytest gnuplot-nox
           libcpp-httplib-dev prometheus-cpp-dev libcurl4-openssl-dev
-          prometheus python3-requests python3-prometheus-client curl)
+          prometheus python3-requests python3-prometheus-client curl
+          libhiredis-dev redis-server)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

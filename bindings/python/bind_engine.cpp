@@ -341,6 +341,7 @@ void bind_outputs(py::module_& m) {
                                d["device"] = o.cached_tokens_by_tier.device;
                                d["host"] = o.cached_tokens_by_tier.host;
                                d["disk"] = o.cached_tokens_by_tier.disk;
+                               d["remote"] = o.cached_tokens_by_tier.remote;
                                return d;
                              },
                              "num_cached_tokens split by where they were found: 'device', 'host', 'disk'.")

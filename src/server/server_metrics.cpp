@@ -93,7 +93,7 @@ ServerMetrics::ServerMetrics(std::string model_name, int max_model_len)
                                      .Register(*registry_).Add(labels_, token_count_buckets(max_model_len))) {
   // Series that exist from the start, so a dashboard sees zeros rather than nothing.
   for (const char* reason : {"stop", "length", "abort"}) request_success_.Add({{"model_name", model_name_}, {"finished_reason", reason}});
-  for (const char* tier : {"device", "host", "disk"}) hit_tokens_by_tier_.Add({{"model_name", model_name_}, {"tier", tier}});
+  for (const char* tier : {"device", "host", "disk", "remote"}) hit_tokens_by_tier_.Add({{"model_name", model_name_}, {"tier", tier}});
 }
 
 std::string ServerMetrics::render() const { return prometheus::TextSerializer().Serialize(registry_->Collect()); }
@@ -117,6 +117,8 @@ void ServerMetrics::on_step(const LLMEngine& engine) {
       tier_degraded_.Add({{"model_name", model_name_}, {"tier", "host"}}).Set(tiers->host()->stats().degraded ? 1 : 0);
     if (tiers->has_disk())
       tier_degraded_.Add({{"model_name", model_name_}, {"tier", "disk"}}).Set(tiers->disk()->stats().degraded ? 1 : 0);
+    if (tiers->has_remote())
+      tier_degraded_.Add({{"model_name", model_name_}, {"tier", "remote"}}).Set(tiers->remote()->degraded() ? 1 : 0);
   }
   const PrefixCacheStats& p = m.prefix_cache_stats();
   const SchedulerStats& ss = s.stats();
@@ -163,11 +165,12 @@ void ServerMetrics::observe_finished_request(double e2e_seconds, int prompt_toke
   request_generation_tokens_.Observe(generation_tokens);
 }
 
-void ServerMetrics::count_prompt(int prompt_tokens, int device_hits, int host_hits, int disk_hits) {
+void ServerMetrics::count_prompt(int prompt_tokens, const TierHitTokens& hits) {
   prompt_tokens_.Increment(prompt_tokens);
-  hit_tokens_by_tier_.Add({{"model_name", model_name_}, {"tier", "device"}}).Increment(device_hits);
-  hit_tokens_by_tier_.Add({{"model_name", model_name_}, {"tier", "host"}}).Increment(host_hits);
-  hit_tokens_by_tier_.Add({{"model_name", model_name_}, {"tier", "disk"}}).Increment(disk_hits);
+  hit_tokens_by_tier_.Add({{"model_name", model_name_}, {"tier", "device"}}).Increment(hits.device);
+  hit_tokens_by_tier_.Add({{"model_name", model_name_}, {"tier", "host"}}).Increment(hits.host);
+  hit_tokens_by_tier_.Add({{"model_name", model_name_}, {"tier", "disk"}}).Increment(hits.disk);
+  hit_tokens_by_tier_.Add({{"model_name", model_name_}, {"tier", "remote"}}).Increment(hits.remote);
 }
 
 void ServerMetrics::count_http_error(int status) {

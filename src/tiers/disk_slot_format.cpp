@@ -35,13 +35,18 @@ size_t disk_header_bytes(int block_size) {
   return round_up_to(kTokensOffset + 4 * static_cast<size_t>(block_size) + 8, kDiskAlignment);
 }
 
+size_t block_header_field_bytes(int block_size) { return kTokensOffset + 4 * static_cast<size_t>(block_size) + 8; }
+
 void encode_slot_header(const DiskSlotHeader& h, std::span<std::byte> out) {
+  encode_block_header(h, out, kDiskSlotMagic, disk_header_bytes(static_cast<int>(h.key.tokens.size())));
+}
+
+void encode_block_header(const DiskSlotHeader& h, std::span<std::byte> out, uint64_t magic, size_t bytes) {
   const size_t n = h.key.tokens.size();
-  const size_t bytes = disk_header_bytes(static_cast<int>(n));
-  if (out.size() < bytes)
-    throw UsageError(fmt::format("slot header needs {} bytes, buffer has {}", bytes, out.size()));
+  if (bytes < block_header_field_bytes(static_cast<int>(n)) || out.size() < bytes)
+    throw UsageError(fmt::format("block header needs {} bytes, buffer has {}", bytes, out.size()));
   std::memset(out.data(), 0, bytes);
-  put<uint64_t>(out, 0, kDiskSlotMagic);
+  put<uint64_t>(out, 0, magic);
   put<uint32_t>(out, 8, kDiskSlotFormatVersion);
   put<uint32_t>(out, 12, static_cast<uint32_t>(bytes));
   put<uint64_t>(out, 16, h.fingerprint.lo);
@@ -77,13 +82,20 @@ std::string_view slot_header_status_name(SlotHeaderStatus s) {
 
 SlotHeaderStatus decode_slot_header(std::span<const std::byte> in, const BlockHash& fingerprint, int block_size,
                                     uint64_t payload_bytes, DiskSlotHeader& out) {
+  return decode_block_header(in, kDiskSlotMagic, disk_header_bytes(block_size), fingerprint, block_size, payload_bytes,
+                             out);
+}
+
+SlotHeaderStatus decode_block_header(std::span<const std::byte> in, uint64_t expected_magic, size_t header_bytes,
+                                     const BlockHash& fingerprint, int block_size, uint64_t payload_bytes,
+                                     DiskSlotHeader& out) {
   if (in.size() < kTokensOffset + 8) return SlotHeaderStatus::kBadLayout;
   const uint64_t magic = get<uint64_t>(in, 0);
   if (magic == 0) return SlotHeaderStatus::kEmpty;
-  if (magic != kDiskSlotMagic) return SlotHeaderStatus::kBadMagic;
+  if (magic != expected_magic) return SlotHeaderStatus::kBadMagic;
   if (get<uint32_t>(in, 8) != kDiskSlotFormatVersion) return SlotHeaderStatus::kBadVersion;
   const uint32_t n = get<uint32_t>(in, 76);
-  if (n != static_cast<uint32_t>(block_size) || get<uint32_t>(in, 12) != disk_header_bytes(block_size) ||
+  if (n != static_cast<uint32_t>(block_size) || get<uint32_t>(in, 12) != header_bytes ||
       in.size() < kTokensOffset + 4 * static_cast<size_t>(n) + 8)
     return SlotHeaderStatus::kBadLayout;
   const size_t end = kTokensOffset + 4 * static_cast<size_t>(n);

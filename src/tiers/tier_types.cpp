@@ -9,6 +9,7 @@ std::string_view tier_kind_name(TierKind t) {
     case TierKind::kDevice: return "device";
     case TierKind::kHost: return "host";
     case TierKind::kDisk: return "disk";
+    case TierKind::kRemote: return "remote";
   }
   return "?";
 }

@@ -10,6 +10,9 @@
 namespace pagedkv {
 namespace {
 
+// A probe asks about at most this many blocks (a 4096-token prefix at block size 16).
+constexpr int kMaxProbeBlocks = 256;
+
 // Private manager requests that hold promoted blocks while their bytes are in flight. Engine
 // request ids count up from 1 and parallel-sample children from 2^62: these never collide.
 constexpr uint64_t kHolderIdBase = 1ull << 63;
@@ -53,7 +56,24 @@ TieredKVCache::TieredKVCache(TierConfig config, KVCacheManager& manager, KVArena
     o.fault_injection = config_.disk_fault_injection;
     disk_ = std::make_unique<DiskTier>(std::move(o));
   }
-  transfers_ = std::make_unique<TransferEngine>(device_, host_ ? &host_->arena() : nullptr, disk_.get());
+  if (config_.remote_store) {
+    if (config_.remote_key_prefix.empty() ||
+        config_.remote_key_prefix.find_first_of(" \t\r\n") != std::string::npos)
+      throw ConfigError(fmt::format("--remote-cache-prefix must be a non-empty name without spaces, got '{}'",
+                                    config_.remote_key_prefix));
+    if (config_.remote_min_blocks < 1)
+      throw ConfigError(fmt::format("remote_min_blocks must be at least 1, got {}", config_.remote_min_blocks));
+    RemoteTierOptions o;
+    o.connect = config_.remote_store;
+    o.key_prefix = config_.remote_key_prefix;
+    o.description = config_.remote_description.empty() ? "remote store" : config_.remote_description;
+    o.fingerprint = fingerprint_;
+    o.max_queued_store_bytes = std::max(config_.remote_max_queued_bytes, bpb);
+    o.log_degraded = config_.log_degraded;
+    remote_ = std::make_unique<RemoteTier>(std::move(o), device_);
+    remote_written_.resize(static_cast<size_t>(manager_.pool().num_blocks()));
+  }
+  transfers_ = std::make_unique<TransferEngine>(device_, host_ ? &host_->arena() : nullptr, disk_.get(), remote_.get());
   written_through_.resize(static_cast<size_t>(manager_.pool().num_blocks()));
   manager_.pool().set_uncache_listener([this](const KVCacheBlock& b, RemovalReason why) { on_device_uncache(b, why); });
 }
@@ -64,6 +84,12 @@ TieredKVCache::~TieredKVCache() {
     submit_pending();
     for (const TransferHandle& h : outstanding_) h.wait();
     poll();
+    // Remote loads write into device blocks held by promotions: let them finish (bounded by the
+    // store's timeouts) so their holders are released.
+    while (remote_ && remote_->fetches_in_flight() > 0) {
+      remote_->wait_for_fetch(std::chrono::steady_clock::now() + std::chrono::seconds(1));
+      poll();
+    }
   } catch (const std::exception& e) {
     fmt::print(stderr, "pagedkv: tiers: error while draining transfers at exit: {}\n", e.what());
   }
@@ -96,6 +122,7 @@ void TieredKVCache::on_device_evict(const KVCacheBlock& b) {
   key.tokens = pool.cached_tokens(b.id);
   key.extra_digest = pool.cached_extra_digest(b.id);
   key.group = b.group;
+  if (remote_) queue_remote_put(TierKind::kDevice, b.id.value, key);  // inclusive: also below
   if (host_) {
     TierStats& hs = host_->mutable_stats();
     SlotIndex& slots = host_->slots();
@@ -177,6 +204,7 @@ void TieredKVCache::poll() {
       ++i;
     }
   }
+  if (remote_) apply_remote(remote_->take_finished());
 }
 
 void TieredKVCache::before_forward() {
@@ -200,28 +228,25 @@ bool TieredKVCache::wait_for_progress() {
     return true;
   }
   poll();
+  if (remote_ && remote_->fetches_in_flight() > 0) {
+    // A probe or a load for a waiting request: wait for it, at most as long as a probe may take.
+    remote_->wait_for_fetch(std::chrono::steady_clock::now() + config_.remote_probe_wait);
+    poll();
+    return true;
+  }
   return false;
 }
 
 void TieredKVCache::on_step_begin() {
   poll();
-  if (config_.write_through) write_through();
+  if (config_.write_through || (remote_ && config_.remote_write_through)) write_through();
 }
 
 void TieredKVCache::apply(const TransferBatch& b) {
   const size_t bpb = device_.bytes_per_block();
   std::vector<RequestId> promotions_touched;
   auto promotion_result = [&](RequestId owner, int32_t device_block, bool ok) {
-    auto it = promotions_.find(owner);
-    if (it == promotions_.end()) return;
-    Promotion& p = it->second;
-    const auto table = manager_.get_block_ids(p.holder.id);
-    auto pos = std::find(table.begin(), table.end(), BlockId{device_block});
-    if (pos != table.end()) {
-      const size_t k = static_cast<size_t>(pos - table.begin()) - static_cast<size_t>(p.first_block);
-      if (k < p.source.size() && !ok) p.source[k] = TierKind::kDevice;  // kDevice marks "failed"
-    }
-    if (--p.in_flight == 0) promotions_touched.push_back(owner);
+    promotion_block_done(owner, device_block, ok, promotions_touched);
   };
   for (const DiskWrite& w : b.disk_writes) {
     TierStats& ds = disk_->mutable_stats();
@@ -280,6 +305,82 @@ void TieredKVCache::apply(const TransferBatch& b) {
   for (RequestId id : promotions_touched) finish_promotion(id);
 }
 
+void TieredKVCache::promotion_block_done(RequestId owner, int32_t device_block, bool ok,
+                                         std::vector<RequestId>& finished) {
+  auto it = promotions_.find(owner);
+  if (it == promotions_.end()) return;
+  Promotion& p = it->second;
+  const auto table = manager_.get_block_ids(p.holder.id);
+  auto pos = std::find(table.begin(), table.end(), BlockId{device_block});
+  if (pos != table.end()) {
+    const size_t k = static_cast<size_t>(pos - table.begin()) - static_cast<size_t>(p.first_block);
+    if (k < p.source.size() && !ok) p.source[k] = TierKind::kDevice;  // kDevice marks "failed"
+  }
+  if (--p.in_flight == 0) finished.push_back(owner);
+}
+
+void TieredKVCache::apply_remote(std::vector<RemoteFetchJob> jobs) {
+  std::vector<RequestId> finished;
+  for (RemoteFetchJob& job : jobs) {
+    if (job.kind == RemoteFetchJob::Kind::kProbe) {
+      // The request may have been admitted (or aborted) since, or asked again: then it is stale.
+      auto it = remote_probes_.find(job.owner);
+      if (it != remote_probes_.end() && it->second.hashes == job.probe) {
+        it->second.present = std::move(job.present);
+        it->second.done = true;
+      }
+      continue;
+    }
+    auto probe = remote_probes_.find(job.owner);
+    for (const RemoteLoad& l : job.loads) {
+      const bool ok = l.result == RemoteLoadResult::kOk;
+      // A block that failed (corrupt, vanished, link down) is no longer "present" for this
+      // request: the next lookup computes from it instead of loading it again.
+      if (!ok && probe != remote_probes_.end())
+        for (size_t k = 0; k < probe->second.hashes.size(); ++k)
+          if (probe->second.hashes[k] == l.expected.hash) probe->second.present[k] = 0;
+      promotion_block_done(job.owner, l.device_block, ok, finished);
+    }
+  }
+  for (RequestId id : finished) finish_promotion(id);
+}
+
+void TieredKVCache::queue_remote_put(TierKind source, int32_t source_block, const BlockContentKey& key) {
+  if (!remote_->should_store(key.hash)) return;
+  pending_.remote_puts.push_back(RemotePut{source, source_block, StoredBlockKey::from(key)});
+}
+
+bool TieredKVCache::extend_from_remote(const Request& r, int next, int max_blocks, std::vector<Location>& found) {
+  const auto now = std::chrono::steady_clock::now();
+  auto it = remote_probes_.find(r.id);
+  if (it == remote_probes_.end()) {
+    // The cost rule, and no round trip while the link is known down.
+    if (max_blocks - next < config_.remote_min_blocks || !remote_->available()) return true;
+    RemoteProbe p;
+    p.first = next;
+    const int n = std::min(max_blocks - next, kMaxProbeBlocks);
+    p.hashes.assign(r.block_hashes.begin() + next, r.block_hashes.begin() + next + n);
+    p.deadline = now + config_.remote_probe_wait;
+    RemoteFetchJob job;
+    job.kind = RemoteFetchJob::Kind::kProbe;
+    job.owner = r.id;
+    job.probe = p.hashes;
+    remote_->submit(std::move(job));
+    remote_probes_.emplace(r.id, std::move(p));
+    return false;
+  }
+  const RemoteProbe& p = it->second;
+  if (!p.done) return now >= p.deadline;  // past the deadline: compute instead of waiting
+  for (int i = next; i < max_blocks; ++i) {
+    const int k = i - p.first;
+    if (k < 0 || k >= static_cast<int>(p.hashes.size()) || !p.present[static_cast<size_t>(k)] ||
+        p.hashes[static_cast<size_t>(k)] != r.block_hashes[static_cast<size_t>(i)])
+      break;
+    found.push_back(Location{TierKind::kRemote, -1});
+  }
+  return true;
+}
+
 // ---- promotion --------------------------------------------------------------------------------
 
 TieredKVCache::PrefixState TieredKVCache::prepare_prefix(Request& r) {
@@ -316,12 +417,17 @@ TieredKVCache::PrefixState TieredKVCache::prepare_prefix(Request& r) {
       }
     break;
   }
+  // Then the remote tier, whose answer takes a round trip: the request waits for it (others run).
+  if (remote_ && d + static_cast<int>(found.size()) < max_blocks &&
+      !extend_from_remote(r, d + static_cast<int>(found.size()), max_blocks, found))
+    return PrefixState::kLoading;
   if (found.empty()) return PrefixState::kReady;
   // Only when the whole request would fit now: the promoted blocks are part of what it needs.
   if (manager_.get_num_blocks_to_allocate(r, r.num_tokens(), &device_hits) > manager_.num_free_blocks())
     return PrefixState::kReady;
   // Pin the sources first: the device allocation below may offload into the host tier.
   for (const Location& l : found) {
+    if (l.tier == TierKind::kRemote) continue;  // no slot: the store keeps (or evicts) it
     SlotIndex& slots = l.tier == TierKind::kHost ? host_->slots() : disk_->slots();
     slots.pin(l.slot);
     TierStats& st = l.tier == TierKind::kHost ? host_->mutable_stats() : disk_->mutable_stats();
@@ -339,17 +445,23 @@ TieredKVCache::PrefixState TieredKVCache::prepare_prefix(Request& r) {
   promo.holder.mm_inputs = r.mm_inputs;
   auto allocated = manager_.allocate_slots(promo.holder, p * bs, d * bs, &device_hits, 0, /*delay_cache_blocks=*/true);
   if (!allocated) {
-    for (const Location& l : found) (l.tier == TierKind::kHost ? host_->slots() : disk_->slots()).unpin(l.slot);
+    for (const Location& l : found)
+      if (l.tier != TierKind::kRemote) (l.tier == TierKind::kHost ? host_->slots() : disk_->slots()).unpin(l.slot);
     return PrefixState::kReady;
   }
   const auto table = manager_.get_block_ids(promo.holder.id);
   bool any_disk = false;
+  RemoteFetchJob remote_load;
+  remote_load.kind = RemoteFetchJob::Kind::kLoad;
+  remote_load.owner = r.id;
   for (int k = 0; k < p; ++k) {
     const Location& l = found[static_cast<size_t>(k)];
     const int32_t dst = table[static_cast<size_t>(d + k)].value;
     promo.source.push_back(l.tier);
     if (l.tier == TierKind::kHost) {
       pending_.host_to_device.push_back(MemoryCopy{l.slot, dst, TransferPurpose::kPromotion, r.id});
+    } else if (l.tier == TierKind::kRemote) {
+      remote_load.loads.push_back(RemoteLoad{StoredBlockKey::from(key_of(r, d + k)), dst});
     } else {
       any_disk = true;
       DiskRead rd;
@@ -366,6 +478,14 @@ TieredKVCache::PrefixState TieredKVCache::prepare_prefix(Request& r) {
   promotions_.emplace(r.id, std::move(promo));
   ++promotions_started_;
   TransferHandle h = submit_pending();
+  // The holder's device blocks may have been evicted by its allocation, their old bytes queued
+  // in that batch for offload: the remote lane may write them only once the memory lane has
+  // packed them (memcpy speed), hence the wait for the batch's memory half.
+  if (!remote_load.loads.empty()) {
+    if (h.valid()) h.wait_memory();
+    remote_->submit(std::move(remote_load));
+    return PrefixState::kLoading;
+  }
   if (any_disk) return PrefixState::kLoading;
   h.wait();  // host copies are memcpy-fast and needed now
   poll();
@@ -400,11 +520,12 @@ TierHitTokens TieredKVCache::take_hit_tokens(const Request& r, int hit_tokens) {
   if (auto it = promoted_blocks_.find(r.id); it != promoted_blocks_.end()) {
     for (const auto& [i, tier] : it->second) {
       if ((i + 1) * bs > hit_tokens) continue;
-      (tier == TierKind::kHost ? t.host : t.disk) += bs;
+      (tier == TierKind::kHost ? t.host : tier == TierKind::kDisk ? t.disk : t.remote) += bs;
     }
     promoted_blocks_.erase(it);
   }
-  t.device = hit_tokens - t.host - t.disk;
+  remote_probes_.erase(r.id);
+  t.device = hit_tokens - t.host - t.disk - t.remote;
   return t;
 }
 
@@ -412,8 +533,14 @@ void TieredKVCache::cancel_prefix(RequestId id) {
   if (promotions_.contains(id)) {
     for (const TransferHandle& h : outstanding_) h.wait();
     poll();
+    // Its remote loads still write into the holder's blocks (bounded by the store's timeouts).
+    while (remote_ && promotions_.contains(id) && remote_->fetches_in_flight() > 0) {
+      remote_->wait_for_fetch(std::chrono::steady_clock::now() + std::chrono::milliseconds(100));
+      poll();
+    }
   }
   promoted_blocks_.erase(id);
+  remote_probes_.erase(id);
 }
 
 // ---- swap -------------------------------------------------------------------------------------
@@ -594,20 +721,30 @@ void TieredKVCache::drop_swap(RequestId id) {
 // ---- write-through, flush, shutdown --------------------------------------------------------------
 
 void TieredKVCache::write_through() {
-  if (!disk_ || !disk_->writable()) return;
+  const bool to_disk = config_.write_through && disk_ && disk_->writable();
+  const bool to_remote = remote_ && config_.remote_write_through;
+  if (!to_disk && !to_remote) return;
   const BlockPool& pool = manager_.pool();
   for (const KVCacheBlock& b : pool.blocks()) {
     if (!b.has_hash) continue;
-    BlockHash& last = written_through_[static_cast<size_t>(b.id.value)];
-    if (last == b.hash) continue;
-    last = b.hash;
+    const size_t i = static_cast<size_t>(b.id.value);
+    const bool disk_due = to_disk && written_through_[i] != b.hash;
+    const bool remote_due = to_remote && remote_written_[i] != b.hash;
+    if (!disk_due && !remote_due) continue;
     BlockContentKey key;
     key.hash = b.hash;
     key.parent = pool.cached_parent(b.id);
     key.tokens = pool.cached_tokens(b.id);
     key.extra_digest = pool.cached_extra_digest(b.id);
     key.group = b.group;
-    store_on_disk(TierKind::kDevice, b.id.value, key, TransferPurpose::kFlush);
+    if (disk_due) {
+      written_through_[i] = b.hash;
+      store_on_disk(TierKind::kDevice, b.id.value, key, TransferPurpose::kFlush);
+    }
+    if (remote_due) {
+      remote_written_[i] = b.hash;
+      queue_remote_put(TierKind::kDevice, b.id.value, key);
+    }
   }
 }
 
@@ -649,6 +786,7 @@ void TieredKVCache::shutdown() {
   if (config_.flush_on_shutdown) flush_to_disk();
   drain();
   if (disk_ && disk_->available()) disk_->sync();
+  if (remote_) remote_->flush(std::chrono::seconds(2));  // stores still queued, bounded
 }
 
 // ---- introspection ------------------------------------------------------------------------------
@@ -665,6 +803,7 @@ std::string TieredKVCache::describe() const {
                      disk_->capacity_blocks(), disk_->slot_bytes(), disk_->stats().rebuilt_blocks,
                      disk_->available() ? disk_->stats().io_backend : "degraded: " + disk_->stats().degraded_reason);
   }
+  if (remote_) s += "; remote tier: " + remote_->describe();
   return s;
 }
 
@@ -713,6 +852,13 @@ void TieredKVCache::check_invariants() const {
   for (const auto& [id, p] : promotions_)
     if (!manager_.has_request(p.holder.id))
       throw InvariantError(fmt::format("promotion for request {} lost its holder", id.value));
+  if (remote_) {
+    remote_->check_invariants();
+    for (const auto& [id, probe] : remote_probes_)
+      if (probe.done && probe.present.size() != probe.hashes.size())
+        throw InvariantError(fmt::format("remote probe of request {}: {} answers for {} blocks", id.value,
+                                         probe.present.size(), probe.hashes.size()));
+  }
 }
 
 }  // namespace pagedkv

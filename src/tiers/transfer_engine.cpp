@@ -11,6 +11,7 @@
 #include "pagedkv/core/error.h"
 #include "pagedkv/tiers/block_copy.h"
 #include "pagedkv/tiers/disk_tier.h"
+#include "pagedkv/tiers/remote_tier.h"
 
 namespace pagedkv {
 namespace {
@@ -82,8 +83,8 @@ const TransferBatch& TransferHandle::batch() const {
 
 uint64_t TransferHandle::id() const { return state_ ? state_->id : 0; }
 
-TransferEngine::TransferEngine(KVArena& device, KVArena* host, DiskTier* disk)
-    : device_(device), host_(host), disk_(disk) {
+TransferEngine::TransferEngine(KVArena& device, KVArena* host, DiskTier* disk, RemoteTier* remote)
+    : device_(device), host_(host), disk_(disk), remote_(remote) {
   memory_.thread = std::thread([this] { memory_lane(); });
   disk_lane_.thread = std::thread([this] { disk_lane(); });
 }
@@ -141,6 +142,10 @@ TransferHandle TransferEngine::submit(TransferBatch batch) {
     throw UsageError("TransferEngine: host copies submitted without a host tier");
   for (const DiskWrite& w : batch.disk_writes)
     if (w.source == TierKind::kHost && host_ == nullptr) throw UsageError("TransferEngine: host source without a host tier");
+  if (!batch.remote_puts.empty() && remote_ == nullptr)
+    throw UsageError("TransferEngine: remote stores submitted without a remote tier");
+  for (const RemotePut& p : batch.remote_puts)
+    if (p.source == TierKind::kHost && host_ == nullptr) throw UsageError("TransferEngine: host source without a host tier");
   TransferHandle h;
   h.state_ = std::make_shared<TransferHandle::State>();
   h.state_->batch = std::move(batch);
@@ -207,6 +212,11 @@ void TransferEngine::run_memory(const std::shared_ptr<TransferHandle::State>& st
       }
       push(disk_lane_, state);  // the disk lane writes this run while the next one is packed
     }
+  }
+  // Remote stores are packed here too, for the same reason; the remote tier's lane sends them.
+  for (const RemotePut& p : b.remote_puts) {
+    remote_->store(p.source == TierKind::kHost ? *host_ : device_, p.source_block, p.key);
+    ++stats_.remote_packed;
   }
   // 2, 3. Copies between the device arena and the host tier, coalesced into runs.
   std::vector<std::pair<int32_t, int32_t>> pairs;

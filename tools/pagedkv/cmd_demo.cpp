@@ -211,7 +211,7 @@ DemoRun run_workload(LLMEngine& engine, std::vector<DemoRequest> workload, const
 }
 
 nlohmann::json tier_json(const TierHitTokens& t) {
-  return nlohmann::json{{"device", t.device}, {"host", t.host}, {"disk", t.disk}};
+  return nlohmann::json{{"device", t.device}, {"host", t.host}, {"disk", t.disk}, {"remote", t.remote}};
 }
 
 std::string mib(double bytes) { return fmt::format("{:.2f} MiB", bytes / (1 << 20)); }
@@ -253,6 +253,7 @@ nlohmann::json build_report(const LLMEngine& engine, const Model& model, const D
     hit_by_tier.device += out.hit_tokens_by_tier.device;
     hit_by_tier.host += out.hit_tokens_by_tier.host;
     hit_by_tier.disk += out.hit_tokens_by_tier.disk;
+    hit_by_tier.remote += out.hit_tokens_by_tier.remote;
   }
 
   int shared = 0, parallel = 0, planned_cancel = 0, last_arrival = 0;

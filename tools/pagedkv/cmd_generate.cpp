@@ -108,7 +108,7 @@ int run_generate(GenerateOptions o) {
                          {"token_ids", ids},
                          {"finish_reason", "length"},
                          {"prefix_hit_tokens", 0},
-                         {"hit_tokens_by_tier", {{"device", 0}, {"host", 0}, {"disk", 0}}},
+                         {"hit_tokens_by_tier", {{"device", 0}, {"host", 0}, {"disk", 0}, {"remote", 0}}},
                          {"num_preemptions", 0},
                          {"ttft_ms", nullptr},
                          {"tpot_ms", nullptr}};
@@ -132,7 +132,8 @@ int run_generate(GenerateOptions o) {
                          {"hit_tokens_by_tier",
                           {{"device", out.hit_tokens_by_tier.device},
                            {"host", out.hit_tokens_by_tier.host},
-                           {"disk", out.hit_tokens_by_tier.disk}}},
+                           {"disk", out.hit_tokens_by_tier.disk},
+                           {"remote", out.hit_tokens_by_tier.remote}}},
                          {"num_preemptions", out.num_preemptions},
                          {"ttft_ms", out.ttft_ms},
                          {"tpot_ms", out.tpot_ms}};

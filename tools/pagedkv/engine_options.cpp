@@ -8,6 +8,7 @@
 
 #include "pagedkv/core/error.h"
 #include "pagedkv/memory/byte_size.h"
+#include "pagedkv/remote/redis_store.h"
 
 namespace pagedkv::cli {
 
@@ -34,6 +35,18 @@ void EngineOptions::add_to(CLI::App& app) {
   app.add_flag("--lazy-swap-copies,!--eager-swap-copies", lazy_swap_copies,
                "with tiers, copy a swapped-out block only when the device prefix cache drops it (blocks "
                "resumed from the device cache are never copied); --eager-swap-copies copies all at once")
+      ->capture_default_str();
+  app.add_option("--remote-cache", remote_cache,
+                 "shared remote KV tier below disk: redis://[user:password@]host:port[/db] (docs/tiers.md)");
+  app.add_option("--remote-cache-prefix", remote_cache_prefix, "namespace of the remote tier's keys")
+      ->capture_default_str();
+  app.add_flag("--remote-write-through,!--no-remote-write-through", remote_write_through,
+               "store every computed block in the remote tier at once (else only evicted blocks)")
+      ->capture_default_str();
+  app.add_option("--remote-timeout-ms", remote_timeout_ms, "connect and socket timeout of the remote tier")
+      ->capture_default_str();
+  app.add_option("--remote-min-blocks", remote_min_blocks,
+                 "ask the remote tier only when at least this many blocks missed above (the cost rule)")
       ->capture_default_str();
 }
 
@@ -62,6 +75,19 @@ EngineConfig EngineOptions::to_config() const {
   c.tiers.write_through = disk_write_through;
   c.tiers.lazy_swap_copies = lazy_swap_copies;
   c.scheduler.lazy_swap_copies = lazy_swap_copies;
+  if (!remote_cache.empty()) {
+    if (remote_timeout_ms < 1)
+      throw ConfigError(fmt::format("--remote-timeout-ms must be at least 1, got {}", remote_timeout_ms));
+    remote::RedisStoreOptions r;
+    r.url = remote::parse_redis_url(remote_cache);
+    r.connect_timeout = std::chrono::milliseconds(remote_timeout_ms);
+    r.io_timeout = std::chrono::milliseconds(remote_timeout_ms);
+    c.tiers.remote_description = r.url.redacted();
+    c.tiers.remote_store = remote::redis_store_factory(std::move(r));
+    c.tiers.remote_key_prefix = remote_cache_prefix;
+    c.tiers.remote_write_through = remote_write_through;
+    c.tiers.remote_min_blocks = remote_min_blocks;
+  }
   return c;
 }
 

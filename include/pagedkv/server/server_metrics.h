@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "pagedkv/tiers/tier_types.h"
+
 namespace pagedkv {
 class LLMEngine;
 }
@@ -36,7 +38,7 @@ class ServerMetrics {
   void observe_inter_token(double seconds, int tokens);  // `tokens` arrived together after `seconds`
   void observe_finished_sample(const std::string& finished_reason, int generation_tokens);
   void observe_finished_request(double e2e_seconds, int prompt_tokens, int generation_tokens);
-  void count_prompt(int prompt_tokens, int device_hits, int host_hits, int disk_hits);
+  void count_prompt(int prompt_tokens, const TierHitTokens& hits);
   // HTTP threads.
   void count_http_error(int status);
   void count_http_request(const std::string& endpoint);

@@ -74,6 +74,15 @@ std::string_view slot_header_status_name(SlotHeaderStatus s);
 SlotHeaderStatus decode_slot_header(std::span<const std::byte> in, const BlockHash& fingerprint, int block_size,
                                     uint64_t payload_bytes, DiskSlotHeader& out);
 
+// The same fields under another magic and header size (the remote tier's values carry them
+// unpadded: see remote_value_format.h). `header_bytes` must hold 104 + 4n + 8 bytes.
+void encode_block_header(const DiskSlotHeader& h, std::span<std::byte> out, uint64_t magic, size_t header_bytes);
+SlotHeaderStatus decode_block_header(std::span<const std::byte> in, uint64_t magic, size_t header_bytes,
+                                     const BlockHash& fingerprint, int block_size, uint64_t payload_bytes,
+                                     DiskSlotHeader& out);
+// Bytes of the header fields for blocks of `block_size` tokens, before any padding.
+size_t block_header_field_bytes(int block_size);
+
 uint64_t payload_checksum(std::span<const std::byte> payload);
 
 // What a stored block's bytes mean: the model's weights (a digest the caller computes, e.g. over

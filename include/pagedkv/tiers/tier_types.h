@@ -16,8 +16,8 @@
 namespace pagedkv {
 
 // The memory hierarchy, fastest first. kDevice is the primary arena the kernels read (host memory
-// standing in for GPU memory today).
-enum class TierKind : uint8_t { kDevice, kHost, kDisk };
+// standing in for GPU memory today); kRemote is a store shared by many processes (Redis).
+enum class TierKind : uint8_t { kDevice, kHost, kDisk, kRemote };
 std::string_view tier_kind_name(TierKind t);
 
 // Prefix-hit tokens of one request, by the tier its hit blocks were found in.
@@ -25,7 +25,8 @@ struct TierHitTokens {
   int device = 0;
   int host = 0;
   int disk = 0;
-  int total() const { return device + host + disk; }
+  int remote = 0;
+  int total() const { return device + host + disk + remote; }
   bool operator==(const TierHitTokens&) const = default;
 };
 

@@ -25,6 +25,12 @@
 //  past the prefix the device cache still holds. Blocks resumed from the device cache are then
 //  never copied at all.
 //
+//  Remote tier (optional, below disk): a key-value store shared by many engine processes
+//  (remote_tier.h). Newly computed blocks are stored there at once (remote_write_through) or when
+//  the device evicts them; a lookup that misses above asks it with one probe round trip (the
+//  request waits at most remote_probe_wait for the answer, while others run), and the blocks it
+//  holds are loaded straight into the promotion's device blocks, asynchronously like disk loads.
+//
 //  Warm restart. At a clean shutdown every cached device and host block not yet on disk is
 //  written down (or as they are computed, with write-through); a new process with the same
 //  model, layout and directory rebuilds the disk index from the slot headers.
@@ -33,6 +39,7 @@
 // pinned) and every pin is owned by exactly one in-flight transfer or swapped-out block.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -45,6 +52,8 @@
 #include "pagedkv/storage/kv_arena.h"
 #include "pagedkv/tiers/disk_tier.h"
 #include "pagedkv/tiers/host_tier.h"
+#include "pagedkv/tiers/remote_store.h"
+#include "pagedkv/tiers/remote_tier.h"
 #include "pagedkv/tiers/tier_types.h"
 #include "pagedkv/tiers/transfer_engine.h"
 
@@ -62,7 +71,18 @@ struct TierConfig {
   bool log_degraded = true;
   bool lazy_swap_copies = false;        // defer swap-out copies of device-cached blocks (see above)
   std::function<int(const DiskIoRequest&)> disk_fault_injection;  // tests
-  bool enabled() const { return host_cache_bytes > 0 || !disk_cache_dir.empty(); }
+  // Remote tier: on when remote_store is set (the CLI's --remote-cache makes Redis connections;
+  // the tiers themselves depend on no client library).
+  RemoteStoreFactory remote_store;
+  std::string remote_description;       // the store's address, for messages (no password)
+  std::string remote_key_prefix = "pagedkv";
+  bool remote_write_through = true;     // store each newly computed full block at once (else at eviction)
+  // The cost rule: ask the remote tier only when at least this many of a request's blocks missed
+  // above (a load of fewer costs more than their prefill; see docs/tiers.md).
+  int remote_min_blocks = 1;
+  std::chrono::milliseconds remote_probe_wait{20};  // a request waits at most this for a probe's answer
+  size_t remote_max_queued_bytes = size_t{64} << 20;  // stores beyond this backlog are dropped
+  bool enabled() const { return host_cache_bytes > 0 || !disk_cache_dir.empty() || static_cast<bool>(remote_store); }
 };
 
 class TieredKVCache {
@@ -117,8 +137,10 @@ class TieredKVCache {
 
   bool has_host() const { return host_ != nullptr; }
   bool has_disk() const { return disk_ != nullptr; }
+  bool has_remote() const { return remote_ != nullptr; }
   const HostTier* host() const { return host_.get(); }
   const DiskTier* disk() const { return disk_.get(); }
+  const RemoteTier* remote() const { return remote_.get(); }
   const TransferEngine& transfers() const { return *transfers_; }
   const BlockHash& fingerprint() const { return fingerprint_; }
   const TierConfig& config() const { return config_; }
@@ -149,6 +171,14 @@ class TieredKVCache {
   struct Outstanding {
     TransferHandle handle;
   };
+  // A request's question to the remote tier: which of blocks [first, first + hashes.size()) it holds.
+  struct RemoteProbe {
+    int first = 0;
+    std::vector<BlockHash> hashes;
+    std::vector<uint8_t> present;
+    bool done = false;
+    std::chrono::steady_clock::time_point deadline;
+  };
 
   void on_device_evict(const KVCacheBlock& b);
   void on_device_uncache(const KVCacheBlock& b, RemovalReason why);
@@ -159,6 +189,13 @@ class TieredKVCache {
   bool store_on_disk(TierKind source, int32_t source_block, const BlockContentKey& key, TransferPurpose purpose);
   TransferHandle submit_pending();
   void apply(const TransferBatch& batch);
+  void apply_remote(std::vector<RemoteFetchJob> jobs);
+  // One promoted block's bytes arrived (ok) or failed; collects promotions with none left in flight.
+  void promotion_block_done(RequestId owner, int32_t device_block, bool ok, std::vector<RequestId>& finished);
+  // Continues `found` (the blocks below the device from block `next` on) into the remote tier.
+  // False: a probe is in flight and the request should wait.
+  bool extend_from_remote(const Request& r, int next, int max_blocks, std::vector<Location>& found);
+  void queue_remote_put(TierKind source, int32_t source_block, const BlockContentKey& key);
   void finish_promotion(RequestId id);
   // `parent_block`: the device block holding block i - 1 (BlockContentKey::parent_block).
   BlockContentKey key_of(const Request& r, int i, int32_t parent_block = kUnknownParent) const;
@@ -172,6 +209,7 @@ class TieredKVCache {
   BlockHash fingerprint_;
   std::unique_ptr<HostTier> host_;
   std::unique_ptr<DiskTier> disk_;
+  std::unique_ptr<RemoteTier> remote_;
   std::unique_ptr<TransferEngine> transfers_;  // last: destroyed first, while the tiers still exist
   TransferBatch pending_;
   std::vector<TransferHandle> outstanding_;
@@ -185,6 +223,8 @@ class TieredKVCache {
   std::unordered_map<RequestId, Promotion> promotions_;
   std::unordered_map<RequestId, std::vector<std::pair<int, TierKind>>> promoted_blocks_;  // block index -> source
   std::vector<BlockHash> written_through_;     // per device block: hash last written through
+  std::vector<BlockHash> remote_written_;      // per device block: hash last stored remotely (write-through)
+  std::unordered_map<RequestId, RemoteProbe> remote_probes_;
   int disk_reserve_ = 0;                       // disk slots a swap-out in progress needs
   uint64_t next_holder_id_ = 0;
   uint64_t promotions_started_ = 0;

@@ -4,6 +4,8 @@
 //   memory lane:  1. packs the sources of disk writes (device blocks, host slots) into aligned
 //                    staging runs, with their headers and payload checksums;
 //                 2. device -> host copies;   3. host -> device copies;
+//                 (also: packs the values of remote-tier stores and hands them to the
+//                 RemoteTier's own store lane, before anything overwrites their sources);
 //                 then the batch's "memory" half is complete: every device block it reads may be
 //                 overwritten, every host slot it reads may be reused;
 //   disk lane:    4. disk writes, each run as soon as it is packed (overlapping the packing of
@@ -34,6 +36,7 @@
 namespace pagedkv {
 
 class DiskTier;
+class RemoteTier;
 
 // Why a movement happens: decides what the owner does when it completes.
 enum class TransferPurpose : uint8_t {
@@ -75,16 +78,27 @@ struct DiskRead {
   int error = 0;
 };
 
+// A block to store in the remote tier: packed on the memory lane, sent by the RemoteTier.
+struct RemotePut {
+  TierKind source = TierKind::kDevice;  // kDevice or kHost
+  int32_t source_block = 0;
+  StoredBlockKey key;
+};
+
 struct TransferBatch {
   std::vector<DiskWrite> disk_writes;
+  std::vector<RemotePut> remote_puts;
   std::vector<MemoryCopy> device_to_host;
   std::vector<MemoryCopy> host_to_device;
   std::vector<DiskRead> disk_reads;
   bool empty() const {
-    return disk_writes.empty() && device_to_host.empty() && host_to_device.empty() && disk_reads.empty();
+    return disk_writes.empty() && device_to_host.empty() && host_to_device.empty() && disk_reads.empty() &&
+           remote_puts.empty();
   }
   bool has_disk_io() const { return !disk_writes.empty() || !disk_reads.empty(); }
-  size_t size() const { return disk_writes.size() + device_to_host.size() + host_to_device.size() + disk_reads.size(); }
+  size_t size() const {
+    return disk_writes.size() + device_to_host.size() + host_to_device.size() + disk_reads.size() + remote_puts.size();
+  }
 };
 
 struct TransferEngineStats {
@@ -94,6 +108,7 @@ struct TransferEngineStats {
   std::atomic<uint64_t> disk_ios{0};        // I/O requests (after coalescing)
   std::atomic<uint64_t> disk_blocks{0};
   std::atomic<uint64_t> disk_bytes{0};
+  std::atomic<uint64_t> remote_packed{0};   // values packed for the remote tier
 };
 
 class TransferHandle {
@@ -117,8 +132,8 @@ class TransferHandle {
 
 class TransferEngine {
  public:
-  // `host` and `disk` may be null (no such tier). They and `device` must outlive the engine.
-  TransferEngine(KVArena& device, KVArena* host, DiskTier* disk);
+  // `host`, `disk` and `remote` may be null (no such tier). They and `device` must outlive the engine.
+  TransferEngine(KVArena& device, KVArena* host, DiskTier* disk, RemoteTier* remote = nullptr);
   ~TransferEngine();  // finishes every submitted batch, then joins the lanes
   TransferEngine(const TransferEngine&) = delete;
   TransferEngine& operator=(const TransferEngine&) = delete;
@@ -152,6 +167,7 @@ class TransferEngine {
   std::mutex staging_mutex_;
   std::vector<AlignedBuffer> staging_;
   DiskTier* disk_;
+  RemoteTier* remote_;
   uint64_t next_id_ = 1;
   TransferEngineStats stats_;
   Lane memory_;

@@ -1,0 +1,58 @@
+// RedisStore: the remote tier's RemoteStore on a Redis server, through hiredis (blocking context,
+// pipelined commands, socket timeouts). Keys are plain strings, one command per key (EXISTS,
+// GET, SET), so the same code works against a Redis Cluster's per-key routing if one fronts it.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "pagedkv/remote/redis_url.h"
+#include "pagedkv/tiers/remote_store.h"
+
+struct redisContext;
+
+namespace pagedkv::remote {
+
+struct RedisStoreOptions {
+  RedisUrl url;
+  std::chrono::milliseconds connect_timeout{200};
+  std::chrono::milliseconds io_timeout{200};  // every read and write on the socket
+  // hiredis 0.14 frees its read buffer whenever it is idle and larger than 16 KiB, so every
+  // block-sized reply regrows it; keeping it costs one buffer per connection.
+  bool keep_read_buffer = true;
+};
+
+class RedisStore final : public RemoteStore {
+ public:
+  explicit RedisStore(RedisStoreOptions options);
+  ~RedisStore() override;
+  RedisStore(const RedisStore&) = delete;
+  RedisStore& operator=(const RedisStore&) = delete;
+
+  RemoteStatus exists(std::span<const std::string> keys, std::vector<uint8_t>& present) override;
+  RemoteStatus get(std::span<const std::string> keys,
+                   const std::function<void(size_t, std::span<const std::byte>)>& on_value) override;
+  RemoteStatus set(std::span<const std::string> keys, std::span<const std::span<const std::byte>> values,
+                   std::vector<uint8_t>& stored) override;
+  RemoteStatus ping() override;
+  std::string last_error() const override { return error_; }
+  bool connected() const { return c_ != nullptr; }
+
+ private:
+  bool connect();
+  RemoteStatus fail(std::string why);  // drops the connection: replies may still be in flight
+  bool refuse(std::string why);        // fail() for connect()
+  // Sends what was appended and reads `n` replies, calling on_reply(i, reply) for each.
+  template <typename OnReply>
+  RemoteStatus read_replies(size_t n, OnReply&& on_reply);
+
+  RedisStoreOptions options_;
+  redisContext* c_ = nullptr;
+  std::string error_;
+};
+
+// Connections for the remote tier (TierConfig::remote_store); each call opens a new, unconnected one.
+RemoteStoreFactory redis_store_factory(RedisStoreOptions options);
+
+}  // namespace pagedkv::remote

@@ -1,0 +1,174 @@
+#include "pagedkv/remote/redis_store.h"
+
+#include <fmt/format.h>
+#include <hiredis/hiredis.h>
+
+#include <cstring>
+
+namespace pagedkv::remote {
+namespace {
+
+timeval to_timeval(std::chrono::milliseconds ms) {
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(ms.count() / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((ms.count() % 1000) * 1000);
+  return tv;
+}
+
+struct ReplyDeleter {
+  void operator()(redisReply* r) const { freeReplyObject(r); }
+};
+using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
+
+bool is_oom(const redisReply& r) { return r.type == REDIS_REPLY_ERROR && std::strncmp(r.str, "OOM", 3) == 0; }
+
+}  // namespace
+
+RedisStore::RedisStore(RedisStoreOptions options) : options_(std::move(options)) {}
+
+RedisStore::~RedisStore() {
+  if (c_) redisFree(c_);
+}
+
+RemoteStatus RedisStore::fail(std::string why) {
+  error_ = std::move(why);
+  if (c_) {
+    redisFree(c_);
+    c_ = nullptr;
+  }
+  return RemoteStatus::kUnavailable;
+}
+
+bool RedisStore::refuse(std::string why) {
+  fail(std::move(why));
+  return false;
+}
+
+bool RedisStore::connect() {
+  if (c_) return true;
+  const RedisUrl& u = options_.url;
+  c_ = redisConnectWithTimeout(u.host.c_str(), u.port, to_timeval(options_.connect_timeout));
+  if (c_ == nullptr) return refuse("cannot allocate a connection");
+  if (c_->err) return refuse(fmt::format("connect to {}:{}: {}", u.host, u.port, c_->errstr));
+  if (redisSetTimeout(c_, to_timeval(options_.io_timeout)) != REDIS_OK)
+    return refuse("cannot set the socket timeout");
+  redisEnableKeepAlive(c_);
+  if (options_.keep_read_buffer) c_->reader->maxbuf = 0;
+  auto command = [&](std::initializer_list<std::string_view> args) -> Reply {
+    std::vector<const char*> argv;
+    std::vector<size_t> lens;
+    for (std::string_view a : args) {
+      argv.push_back(a.data());
+      lens.push_back(a.size());
+    }
+    return Reply(static_cast<redisReply*>(redisCommandArgv(c_, static_cast<int>(argv.size()), argv.data(), lens.data())));
+  };
+  if (!u.password.empty()) {
+    Reply r = u.user.empty() ? command({"AUTH", u.password}) : command({"AUTH", u.user, u.password});
+    if (!r) return refuse(fmt::format("AUTH: {}", c_->errstr));
+    if (r->type == REDIS_REPLY_ERROR) return refuse(fmt::format("AUTH refused: {}", r->str));
+  }
+  if (u.db != 0) {
+    const std::string db = std::to_string(u.db);
+    Reply r = command({"SELECT", db});
+    if (!r) return refuse(fmt::format("SELECT: {}", c_->errstr));
+    if (r->type == REDIS_REPLY_ERROR) return refuse(fmt::format("SELECT {}: {}", db, r->str));
+  }
+  return true;
+}
+
+template <typename OnReply>
+RemoteStatus RedisStore::read_replies(size_t n, OnReply&& on_reply) {
+  for (size_t i = 0; i < n; ++i) {
+    void* raw = nullptr;
+    if (redisGetReply(c_, &raw) != REDIS_OK || raw == nullptr)
+      return fail(c_->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK) ? "timed out"
+                                                                                      : std::string(c_->errstr));
+    Reply r(static_cast<redisReply*>(raw));
+    on_reply(i, *r);
+  }
+  return RemoteStatus::kOk;
+}
+
+RemoteStatus RedisStore::exists(std::span<const std::string> keys, std::vector<uint8_t>& present) {
+  present.assign(keys.size(), 0);
+  if (keys.empty()) return RemoteStatus::kOk;
+  if (!connect()) return RemoteStatus::kUnavailable;
+  for (const std::string& k : keys) {
+    const char* argv[] = {"EXISTS", k.data()};
+    const size_t lens[] = {6, k.size()};
+    redisAppendCommandArgv(c_, 2, argv, lens);
+  }
+  bool error_reply = false;
+  const RemoteStatus st = read_replies(keys.size(), [&](size_t i, const redisReply& r) {
+    if (r.type == REDIS_REPLY_INTEGER) present[i] = r.integer > 0 ? 1 : 0;
+    else if (r.type == REDIS_REPLY_ERROR) {
+      error_reply = true;
+      error_ = r.str;
+    }
+  });
+  if (st != RemoteStatus::kOk) return st;
+  return error_reply ? RemoteStatus::kError : RemoteStatus::kOk;
+}
+
+RemoteStatus RedisStore::get(std::span<const std::string> keys,
+                             const std::function<void(size_t, std::span<const std::byte>)>& on_value) {
+  if (keys.empty()) return RemoteStatus::kOk;
+  if (!connect()) return RemoteStatus::kUnavailable;
+  for (const std::string& k : keys) {
+    const char* argv[] = {"GET", k.data()};
+    const size_t lens[] = {3, k.size()};
+    redisAppendCommandArgv(c_, 2, argv, lens);
+  }
+  bool error_reply = false;
+  const RemoteStatus st = read_replies(keys.size(), [&](size_t i, const redisReply& r) {
+    if (r.type == REDIS_REPLY_STRING)
+      on_value(i, std::span<const std::byte>(reinterpret_cast<const std::byte*>(r.str), r.len));
+    else if (r.type == REDIS_REPLY_ERROR) {
+      error_reply = true;
+      error_ = r.str;
+    }
+  });
+  if (st != RemoteStatus::kOk) return st;
+  return error_reply ? RemoteStatus::kError : RemoteStatus::kOk;
+}
+
+RemoteStatus RedisStore::set(std::span<const std::string> keys, std::span<const std::span<const std::byte>> values,
+                             std::vector<uint8_t>& stored) {
+  stored.assign(keys.size(), 0);
+  if (keys.empty()) return RemoteStatus::kOk;
+  if (!connect()) return RemoteStatus::kUnavailable;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const char* argv[] = {"SET", keys[i].data(), reinterpret_cast<const char*>(values[i].data())};
+    const size_t lens[] = {3, keys[i].size(), values[i].size()};
+    redisAppendCommandArgv(c_, 3, argv, lens);
+  }
+  bool full = false, error_reply = false;
+  const RemoteStatus st = read_replies(keys.size(), [&](size_t i, const redisReply& r) {
+    if (r.type == REDIS_REPLY_STATUS) {
+      stored[i] = 1;
+    } else if (r.type == REDIS_REPLY_ERROR) {
+      (is_oom(r) ? full : error_reply) = true;
+      error_ = r.str;
+    }
+  });
+  if (st != RemoteStatus::kOk) return st;
+  return full ? RemoteStatus::kFull : error_reply ? RemoteStatus::kError : RemoteStatus::kOk;
+}
+
+RemoteStatus RedisStore::ping() {
+  if (!connect()) return RemoteStatus::kUnavailable;
+  const char* argv[] = {"PING"};
+  const size_t lens[] = {4};
+  redisAppendCommandArgv(c_, 1, argv, lens);
+  bool ok = false;
+  const RemoteStatus st = read_replies(1, [&](size_t, const redisReply& r) { ok = r.type == REDIS_REPLY_STATUS; });
+  if (st != RemoteStatus::kOk) return st;
+  return ok ? RemoteStatus::kOk : RemoteStatus::kError;
+}
+
+RemoteStoreFactory redis_store_factory(RedisStoreOptions options) {
+  return [options] { return std::make_unique<RedisStore>(options); };
+}
+
+}  // namespace pagedkv::remote

@@ -1,0 +1,401 @@
+// The remote tier on an in-memory store shared by several caches (as processes share one Redis):
+// the value format and its verification, a prefix computed by one cache loaded byte for byte by
+// another, tenants (cache_salt) and models (fingerprint) kept apart, duplicates not rewritten,
+// and the faults: store down, back, slow, full, corrupt or truncated values, values of another
+// fingerprint. The all-tier checker runs after every operation; the engine test runs the
+// stories260K goldens through two engines sharing the store.
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "fake_remote_store.h"
+#include "golden_engine_test.h"
+#include "pagedkv/engine/llama2c_run_request.h"
+#include "pagedkv/tiers/remote_value_format.h"
+#include "tiers_test_support.h"
+
+namespace pagedkv {
+namespace {
+
+using namespace pagedkv::testing;
+using PrefixState = TieredKVCache::PrefixState;
+using Clock = std::chrono::steady_clock;
+
+constexpr uint64_t kModel = 0xabcdef;
+
+TierConfig remote_only(std::shared_ptr<FakeRemoteBackend> b, bool write_through = true) {
+  TierConfig c;
+  c.remote_store = fake_remote(std::move(b));
+  c.remote_description = "fake";
+  c.remote_write_through = write_through;
+  c.remote_probe_wait = std::chrono::milliseconds(2000);  // generous: sanitizer builds are slow
+  c.log_degraded = false;
+  return c;
+}
+
+template <typename Pred>
+bool eventually(Pred p, std::chrono::milliseconds limit = std::chrono::milliseconds(5000)) {
+  const auto end = Clock::now() + limit;
+  while (Clock::now() < end) {
+    if (p()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return p();
+}
+
+// Computes `r` on `d` and lets write-through hand its blocks to the remote tier's store lane.
+void compute_and_store(Device& d, TieredKVCache& t, Request& r) {
+  compute_and_free(d, r, &t);
+  t.on_step_begin();   // write-through queues the newly cached blocks
+  t.before_forward();  // the memory lane packs them
+  check_all(d, t);
+}
+
+TierHitTokens admit(Device& d, TieredKVCache& t, Request& r) {
+  EXPECT_EQ(wait_ready(t, r), PrefixState::kReady);
+  check_all(d, t);
+  ComputedBlocks hits = d.manager.get_computed_blocks(r);
+  for (size_t i = 0; i < hits.blocks[0].size(); ++i)
+    EXPECT_TRUE(block_holds(d.arena, hits.blocks[0][i], r.block_hashes[i])) << "block " << i;
+  const TierHitTokens tiers = t.take_hit_tokens(r, hits.num_computed_tokens);
+  compute_and_free(d, r, &t);
+  t.before_forward();
+  check_all(d, t);
+  return tiers;
+}
+
+TierHitTokens remote_hit(int tokens) {
+  TierHitTokens t;
+  t.remote = tokens;
+  return t;
+}
+
+// ---- the value format ---------------------------------------------------------------------------
+
+struct FormatFixture {
+  KVArena arena{small_spec(), kLayers, 2};
+  BlockHash fingerprint{11, 22};
+  StoredBlockKey key;
+  std::vector<std::byte> value;
+  FormatFixture() {
+    key.hash = BlockHash{1, 2};
+    key.parent = BlockHash{3, 4};
+    key.extra_digest = 5;
+    key.tokens = {7, 8, 9, 10};
+    fill_block(arena, BlockId{1}, key.hash);
+    const size_t header = remote_value_header_bytes(4);
+    value.resize(remote_value_bytes(4, block_payload_bytes(arena)));
+    gather_block(arena, 1, value.data() + header);
+    encode_remote_value_header(key, fingerprint, block_payload_bytes(arena), value);
+  }
+  RemoteValueStatus verify(std::span<const std::byte> v, const BlockHash& fp, const StoredBlockKey& k) const {
+    std::span<const std::byte> payload;
+    return verify_remote_value(v, fp, k, block_payload_bytes(arena), payload);
+  }
+};
+
+TEST(RemoteValueFormat, KeysAreStableAcrossProcesses) {
+  // A golden: another process (or machine) must build exactly this key for this block.
+  EXPECT_EQ(remote_block_key("pagedkv", BlockHash{1, 2}, BlockHash{0xabc, 0xdef}),
+            "pagedkv:00000000000000020000000000000001:0000000000000def0000000000000abc");
+}
+
+TEST(RemoteValueFormat, RoundTripAndEveryCorruptionIsRejected) {
+  FormatFixture f;
+  std::span<const std::byte> payload;
+  ASSERT_EQ(verify_remote_value(f.value, f.fingerprint, f.key, block_payload_bytes(f.arena), payload),
+            RemoteValueStatus::kOk);
+  KVArena out(small_spec(), kLayers, 1);
+  scatter_block(payload.data(), out, 0);
+  EXPECT_TRUE(block_holds(out, BlockId{0}, f.key.hash));
+  // Truncated or extended anywhere.
+  for (size_t n = 0; n < f.value.size(); n += 7)
+    EXPECT_EQ(f.verify(std::span(f.value).first(n), f.fingerprint, f.key), RemoteValueStatus::kTruncated) << n;
+  auto longer = f.value;
+  longer.push_back(std::byte{0});
+  EXPECT_EQ(f.verify(longer, f.fingerprint, f.key), RemoteValueStatus::kTruncated);
+  // Any flipped byte: header or payload.
+  for (size_t i = 0; i < f.value.size(); i += (i < 200 ? 1 : 13)) {
+    auto bad = f.value;
+    bad[i] ^= std::byte{0x40};
+    EXPECT_NE(f.verify(bad, f.fingerprint, f.key), RemoteValueStatus::kOk) << "byte " << i;
+  }
+  // Another model/layout, another block's tokens or parent, another tenant's extra keys.
+  EXPECT_EQ(f.verify(f.value, BlockHash{11, 23}, f.key), RemoteValueStatus::kFingerprintMismatch);
+  for (int which = 0; which < 3; ++which) {
+    StoredBlockKey other = f.key;
+    if (which == 0) other.tokens[2] = 99;
+    if (which == 1) other.parent.lo ^= 1;
+    if (which == 2) other.extra_digest ^= 1;
+    EXPECT_EQ(f.verify(f.value, f.fingerprint, other), RemoteValueStatus::kKeyMismatch) << which;
+  }
+}
+
+// ---- sharing ----------------------------------------------------------------------------------
+
+TEST(RemoteTier, PrefixComputedByOneCacheIsLoadedByAnotherByteForByte) {
+  auto store = std::make_shared<FakeRemoteBackend>();
+  Device da(9), db(9);
+  TieredKVCache ta(remote_only(store), da.manager, da.arena, kModel);
+  TieredKVCache tb(remote_only(store), db.manager, db.arena, kModel);
+  Request a = make_request(1, 17, 0);  // 4 full blocks + 1 token
+  compute_and_store(da, ta, a);
+  ASSERT_TRUE(eventually([&] { return store->size() == 4; }));
+  Request again = make_request(2, 17, 0);
+  EXPECT_EQ(admit(db, tb, again), remote_hit(16));
+  const RemoteTierStats s = tb.remote()->stats();
+  EXPECT_EQ(s.loaded_blocks, 4u);
+  EXPECT_EQ(s.hits, 4u);
+  EXPECT_EQ(s.corrupt_blocks, 0u);
+  // On B's device now: the next lookup is a device hit, and B does not store them again.
+  tb.on_step_begin();
+  tb.before_forward();
+  Request third = make_request(3, 17, 0);
+  EXPECT_EQ(admit(db, tb, third), (TierHitTokens{16, 0, 0, 0}));
+  ta.drain();
+  tb.drain();
+  EXPECT_EQ(store->sets.load(), 4u);
+  check_all(db, tb);
+}
+
+TEST(RemoteTier, EvictionOnlyPolicyStoresBlocksWhenTheDeviceDropsThem) {
+  auto store = std::make_shared<FakeRemoteBackend>();
+  Device da(9);
+  TieredKVCache ta(remote_only(store, /*write_through=*/false), da.manager, da.arena, kModel);
+  Request a = make_request(1, 17, 0);
+  compute_and_store(da, ta, a);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(store->size(), 0u);  // still cached on the device
+  const int usable_tokens = da.manager.pool().num_usable_blocks() * da.manager.block_size();
+  Request f = make_request(2, usable_tokens, 100000);
+  compute_and_free(da, f, &ta);
+  ta.before_forward();
+  check_all(da, ta);
+  EXPECT_TRUE(eventually([&] { return store->size() == 4; }));
+  Device db(9);
+  TieredKVCache tb(remote_only(store), db.manager, db.arena, kModel);
+  Request again = make_request(3, 17, 0);
+  EXPECT_EQ(admit(db, tb, again), remote_hit(16));
+}
+
+TEST(RemoteTier, TenantsWithAnotherSaltNeverShareAKey) {
+  auto store = std::make_shared<FakeRemoteBackend>();
+  Device da(9), db(9);
+  TieredKVCache ta(remote_only(store), da.manager, da.arena, kModel);
+  TieredKVCache tb(remote_only(store), db.manager, db.arena, kModel);
+  Request a = make_request(1, 17, 0);
+  a.cache_salt = "tenant-a";
+  compute_and_store(da, ta, a);
+  ASSERT_TRUE(eventually([&] { return store->size() == 4; }));
+  Request other = make_request(2, 17, 0);
+  other.cache_salt = "tenant-b";
+  EXPECT_EQ(admit(db, tb, other).total(), 0);
+  Request unsalted = make_request(3, 17, 0);
+  EXPECT_EQ(admit(db, tb, unsalted).total(), 0);
+  Request same = make_request(4, 17, 0);
+  same.cache_salt = "tenant-a";
+  EXPECT_EQ(admit(db, tb, same), remote_hit(16));
+}
+
+TEST(RemoteTier, AnotherModelNeverUsesTheBlocksEvenUnderItsOwnKeys) {
+  auto store = std::make_shared<FakeRemoteBackend>();
+  Device da(9), db(9);
+  TieredKVCache ta(remote_only(store), da.manager, da.arena, kModel);
+  TieredKVCache tb(remote_only(store), db.manager, db.arena, kModel + 1);
+  Request a = make_request(1, 17, 0);
+  compute_and_store(da, ta, a);
+  ASSERT_TRUE(eventually([&] { return store->size() == 4; }));
+  Request again = make_request(2, 17, 0);
+  EXPECT_EQ(admit(db, tb, again).total(), 0);  // its keys name its own fingerprint
+  // Copy A's values under B's keys (a misconfigured or hostile writer): verified, never used.
+  for (const std::string& k : store->keys()) {
+    const std::string block = k.substr(k.rfind(':') + 1);
+    store->put(tb.remote()->key_of(BlockHash{std::stoull(block.substr(16), nullptr, 16),
+                                             std::stoull(block.substr(0, 16), nullptr, 16)}),
+               store->value(k));
+  }
+  Device dc(9);  // a fresh cache of B's model (B's own device now holds the blocks it computed)
+  TieredKVCache tc(remote_only(store), dc.manager, dc.arena, kModel + 1);
+  Request third = make_request(3, 17, 0);
+  EXPECT_EQ(admit(dc, tc, third).total(), 0);
+  EXPECT_EQ(tc.remote()->stats().hits, 4u);  // present under its keys...
+  EXPECT_EQ(tc.remote()->stats().fingerprint_mismatches, 4u);  // ...and refused, every one
+}
+
+// ---- faults -----------------------------------------------------------------------------------
+
+TEST(RemoteTier, CorruptAndTruncatedValuesAreCountedMisses) {
+  auto store = std::make_shared<FakeRemoteBackend>();
+  Device da(9), db(9);
+  TieredKVCache ta(remote_only(store), da.manager, da.arena, kModel);
+  TieredKVCache tb(remote_only(store), db.manager, db.arena, kModel);
+  Request a = make_request(1, 17, 0);
+  compute_and_store(da, ta, a);
+  ASSERT_TRUE(eventually([&] { return store->size() == 4; }));
+  Request probe = make_request(2, 17, 0);
+  db.manager.hash_request(probe);
+  // Block 2's payload loses a bit: blocks 0 and 1 still come from the remote tier.
+  const std::string k2 = tb.remote()->key_of(probe.block_hashes[2]);
+  auto v = store->value(k2);
+  v[v.size() - 5] ^= std::byte{1};
+  store->put(k2, v);
+  Request again = make_request(3, 17, 0);
+  EXPECT_EQ(admit(db, tb, again), remote_hit(8));
+  EXPECT_EQ(tb.remote()->stats().corrupt_blocks, 1u);
+  // A truncated block 1 (a fresh cache: B's device now holds 0 and 1).
+  Device dc(9);
+  TieredKVCache tc(remote_only(store), dc.manager, dc.arena, kModel);
+  const std::string k1 = tc.remote()->key_of(probe.block_hashes[1]);
+  auto v1 = store->value(k1);
+  v1.resize(v1.size() / 2);
+  store->put(k1, v1);
+  Request fourth = make_request(4, 17, 0);
+  EXPECT_EQ(admit(dc, tc, fourth), remote_hit(4));
+  EXPECT_EQ(tc.remote()->stats().corrupt_blocks, 2u);  // block 1 truncated, block 2 still corrupt
+}
+
+TEST(RemoteTier, StoreDownAtStartThenBackDegradesAndRecovers) {
+  auto store = std::make_shared<FakeRemoteBackend>();
+  store->down = true;
+  Device da(9), db(9);
+  TieredKVCache ta(remote_only(store), da.manager, da.arena, kModel);
+  TieredKVCache tb(remote_only(store), db.manager, db.arena, kModel);
+  Request a = make_request(1, 17, 0);
+  compute_and_store(da, ta, a);  // the stores fail: dropped, the link marked down
+  EXPECT_TRUE(eventually([&] { return ta.remote()->degraded(); }));
+  Request b1 = make_request(2, 17, 0);
+  EXPECT_EQ(admit(db, tb, b1).total(), 0);  // served without the tier
+  EXPECT_TRUE(tb.remote()->degraded());
+  EXPECT_GE(tb.remote()->stats().breaker_trips, 1u);
+  EXPECT_EQ(store->size(), 0u);
+  // Back: once the back-off has passed, A's next blocks are stored (those computed while the
+  // store was down were dropped), and B, probing again, hits them.
+  store->down = false;
+  TokenId first = -1;
+  for (int i = 0; i < 200 && first < 0; ++i) {
+    Request r = make_request(10 + i, 17, 5000 + 100 * i);
+    compute_and_store(da, ta, r);
+    if (eventually([&] { return store->size() >= 4; }, std::chrono::milliseconds(20))) first = 5000 + 100 * i;
+  }
+  ASSERT_GE(first, 0);
+  EXPECT_FALSE(ta.remote()->degraded());
+  ASSERT_TRUE(eventually([&] { return tb.remote()->available(); }));
+  Request b2 = make_request(300, 17, first);
+  EXPECT_EQ(admit(db, tb, b2), remote_hit(16));
+  EXPECT_FALSE(tb.remote()->degraded());
+}
+
+TEST(RemoteTier, KilledMidRunTheCacheKeepsServingAndLoadsAreMisses) {
+  auto store = std::make_shared<FakeRemoteBackend>();
+  Device da(9), db(9);
+  TieredKVCache ta(remote_only(store), da.manager, da.arena, kModel);
+  TieredKVCache tb(remote_only(store), db.manager, db.arena, kModel);
+  Request a = make_request(1, 17, 0);
+  compute_and_store(da, ta, a);
+  ASSERT_TRUE(eventually([&] { return store->size() == 4; }));
+  store->down = true;  // between B's probe and its loads would be the worst moment; any moment is a miss
+  Request again = make_request(2, 17, 0);
+  EXPECT_EQ(admit(db, tb, again).total(), 0);
+  EXPECT_TRUE(tb.remote()->degraded());
+  check_all(db, tb);
+}
+
+TEST(RemoteTier, SlowStoreNeverHoldsARequestPastTheProbeDeadline) {
+  auto store = std::make_shared<FakeRemoteBackend>();
+  Device da(9), db(9);
+  TieredKVCache ta(remote_only(store), da.manager, da.arena, kModel);
+  TierConfig slow = remote_only(store);
+  slow.remote_probe_wait = std::chrono::milliseconds(20);
+  TieredKVCache tb(slow, db.manager, db.arena, kModel);
+  Request a = make_request(1, 17, 0);
+  compute_and_store(da, ta, a);
+  ASSERT_TRUE(eventually([&] { return store->size() == 4; }));
+  store->delay_ms = 1500;
+  Request again = make_request(2, 17, 0);
+  const auto start = Clock::now();
+  EXPECT_EQ(admit(db, tb, again).total(), 0);  // computed, not waited for
+  // A correctness bound (the deadline is honoured), far above the 20 ms deadline.
+  EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(1000));
+  store->delay_ms = 0;
+}
+
+TEST(RemoteTier, FullStoreRefusesWritesWhileReadsGoOn) {
+  auto store = std::make_shared<FakeRemoteBackend>();
+  Device da(9), db(9);
+  TieredKVCache ta(remote_only(store), da.manager, da.arena, kModel);
+  TieredKVCache tb(remote_only(store), db.manager, db.arena, kModel);
+  Request a = make_request(1, 17, 0);
+  compute_and_store(da, ta, a);
+  ASSERT_TRUE(eventually([&] { return store->size() == 4; }));
+  store->full = true;
+  Request other = make_request(2, 17, 7000);
+  compute_and_store(da, ta, other);
+  ASSERT_TRUE(eventually([&] { return ta.remote()->stats().store_full_refusals > 0; }));
+  EXPECT_TRUE(ta.remote()->degraded());
+  EXPECT_EQ(store->size(), 4u);
+  Request again = make_request(3, 17, 0);
+  EXPECT_EQ(admit(db, tb, again), remote_hit(16));  // reads unaffected
+}
+
+TEST(RemoteTier, BoundedStoreBacklogDropsInsteadOfBlocking) {
+  auto store = std::make_shared<FakeRemoteBackend>();
+  store->delay_ms = 50;
+  Device da(33);
+  TierConfig c = remote_only(store);
+  c.remote_max_queued_bytes = 1;  // room for one value
+  TieredKVCache ta(c, da.manager, da.arena, kModel);
+  Request a = make_request(1, 16 * 4 + 1, 0);  // 16 blocks at once
+  compute_and_store(da, ta, a);
+  ta.drain();
+  EXPECT_TRUE(eventually([&] {
+    const RemoteTierStats s = ta.remote()->stats();
+    return s.stored_blocks + s.dropped == 16;
+  }));
+  EXPECT_GT(ta.remote()->stats().dropped, 0u);
+  store->delay_ms = 0;
+  check_all(da, ta);
+}
+
+// ---- the engine: stories260K goldens through two engines sharing one store ----------------------
+
+class RemoteEngine : public GoldenEngineTest {
+ protected:
+  static RequestOutput run_one(LLMEngine& engine, const GenerationRequest& r) {
+    engine.add_request(r);
+    auto outs = engine.run_to_completion();
+    EXPECT_EQ(outs.size(), 1u);
+    return outs.empty() ? RequestOutput{} : outs.front();
+  }
+};
+
+TEST_F(RemoteEngine, GoldenPrefixComputedByOneEngineIsARemoteHitOnAnother) {
+  auto store = std::make_shared<FakeRemoteBackend>();
+  EngineConfig cfg;
+  cfg.tiers = remote_only(store);
+  cfg.check_invariants = true;
+  const auto& golden = goldens_[2];
+  const GenerationRequest prompt = llama2c_run_request({golden.ids.begin(), golden.ids.begin() + 100}, golden.steps,
+                                                       greedy());
+  LLMEngine a(*model_, cfg);
+  LLMEngine b(*model_, cfg);
+  const RequestOutput first = run_one(a, prompt);
+  EXPECT_EQ(full_ids(first), golden.ids);
+  ASSERT_TRUE(eventually([&] { return store->size() >= 6; }));
+  const RequestOutput second = run_one(b, prompt);
+  EXPECT_EQ(full_ids(second), golden.ids);
+  EXPECT_EQ(second.prefix_hit_tokens, 96);
+  EXPECT_EQ(second.hit_tokens_by_tier, remote_hit(96));
+  // The store dies: both keep serving the goldens, from their own devices or by recomputing.
+  store->down = true;
+  LLMEngine c(*model_, cfg);
+  const RequestOutput third = run_one(c, prompt);
+  EXPECT_EQ(full_ids(third), golden.ids);
+  EXPECT_EQ(third.hit_tokens_by_tier.remote, 0);
+  EXPECT_EQ(full_ids(run_one(a, prompt)), golden.ids);
+  a.check_invariants();
+  b.check_invariants();
+  c.check_invariants();
+}
+
+}  // namespace
+}  // namespace pagedkv
