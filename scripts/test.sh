@@ -10,7 +10,7 @@ echo "== tests (release build) =="
 ctest --test-dir build --output-on-failure -j "$JOBS"
 
 echo "== core and kernel tests under ASan+UBSan =="
-sanitized_tests=$(cd tests/unit && ls test_core_*.cpp test_attention_paged.cpp test_storage_*.cpp | sed 's/\.cpp$//' | tr '\n' ' ')
+sanitized_tests=$(cd tests/unit && ls test_core_*.cpp test_attention_paged.cpp test_storage_*.cpp test_remote_url.cpp | sed 's/\.cpp$//' | tr '\n' ' ')
 BUILD_DIR=build-asan SANITIZE=address,undefined TARGETS="$sanitized_tests" \
   CMAKE_ARGS="-DPAGEDKV_BUILD_BENCHMARKS=OFF -DPAGEDKV_BUILD_PYTHON=OFF" scripts/setup.sh
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
@@ -20,11 +20,11 @@ echo "== tier and server tests under TSan (transfer engine lanes; the engine thr
 # The kernels' OpenMP runtime (libgomp) is not instrumented: its barriers look like races to
 # TSan, so the model runs single-threaded here (PAGEDKV_NUM_THREADS=1); the tiers' own threads
 # (transfer engine lanes, io_uring completions) are what this stage checks.
-tier_tests="test_tiers_store test_tiers_cache test_tiers_engine test_tiers_crash test_server_engine_service"
+tier_tests="test_tiers_store test_tiers_cache test_tiers_engine test_tiers_crash test_tiers_remote test_remote_redis test_server_engine_service"
 BUILD_DIR=build-tsan SANITIZE=thread TARGETS="$tier_tests" \
   CMAKE_ARGS="-DPAGEDKV_BUILD_BENCHMARKS=OFF -DPAGEDKV_BUILD_PYTHON=OFF" scripts/setup.sh
 PAGEDKV_NUM_THREADS=1 OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-  ctest --test-dir build-tsan --output-on-failure -R '^test_(tiers_(store|cache|engine|crash)|server_engine_service)$' -j "$JOBS"
+  ctest --test-dir build-tsan --output-on-failure -R '^test_(tiers_(store|cache|engine|crash|remote)|remote_redis|server_engine_service)$' -j "$JOBS"
 
 if [ -d bindings/python ] && ls tests/python/test_*.py >/dev/null 2>&1; then
   echo "== Python tests =="

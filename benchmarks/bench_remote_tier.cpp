@@ -1,0 +1,223 @@
+// The remote KV tier on a Redis server (benchmarks/remote_tier.sh starts one of its own):
+//   store/load throughput at a model's block size, raw (RedisStore: pipelined SET/GET of
+//   ready-made values) and through the tier (RemoteTier: pack + checksum + EXISTS + SET; GET +
+//   verify + scatter into the device arena), with hiredis' read buffer kept or freed;
+//   the time to load N blocks of a prefix (probe + load) against the time to prefill them.
+// Prints one JSON object; medians and minima over --rounds.
+//   bench_remote_tier --url redis://127.0.0.1:PORT/0 [--model stories260K.bin] [--blocks 256]
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pagedkv/engine/llm_engine.h"
+#include "pagedkv/model/llama2c_checkpoint.h"
+#include "pagedkv/model/random_model.h"
+#include "pagedkv/remote/redis_store.h"
+#include "pagedkv/tiers/block_copy.h"
+#include "pagedkv/tiers/remote_tier.h"
+#include "pagedkv/tiers/remote_value_format.h"
+
+namespace pagedkv {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+struct Series {
+  std::vector<double> s;
+  double median() const {
+    auto v = s;
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0 : v[v.size() / 2];
+  }
+  double min() const { return s.empty() ? 0 : *std::min_element(s.begin(), s.end()); }
+};
+
+nlohmann::json rate(const Series& seconds, int blocks, size_t value_bytes) {
+  const double med = seconds.median(), best = seconds.min();
+  return {{"median_s", med},
+          {"min_s", best},
+          {"blocks_per_s_median", blocks / med},
+          {"gb_per_s_median", blocks * static_cast<double>(value_bytes) / med / 1e9},
+          {"blocks_per_s_best", blocks / best}};
+}
+
+// Raw pipelined SET then GET of `blocks` values of `bytes`, `batch` keys per round trip.
+nlohmann::json raw_store(const remote::RedisStoreOptions& o, size_t bytes, int blocks, int batch, int rounds) {
+  remote::RedisStore s(o);
+  std::vector<std::byte> value(bytes, std::byte{7});
+  Series set_s, get_s;
+  for (int round = 0; round < rounds; ++round) {
+    std::vector<std::string> keys;
+    for (int i = 0; i < blocks; ++i) keys.push_back(fmt::format("bench:{}:{}:{}", bytes, round, i));
+    auto t0 = Clock::now();
+    for (int i = 0; i < blocks; i += batch) {
+      const int n = std::min(batch, blocks - i);
+      std::vector<std::span<const std::byte>> values(static_cast<size_t>(n), std::span<const std::byte>(value));
+      std::vector<uint8_t> stored;
+      if (s.set(std::span(keys).subspan(static_cast<size_t>(i), static_cast<size_t>(n)), values, stored) !=
+          RemoteStatus::kOk)
+        throw std::runtime_error("SET failed: " + s.last_error());
+    }
+    set_s.s.push_back(seconds_since(t0));
+    size_t got = 0;
+    t0 = Clock::now();
+    for (int i = 0; i < blocks; i += batch) {
+      const int n = std::min(batch, blocks - i);
+      s.get(std::span(keys).subspan(static_cast<size_t>(i), static_cast<size_t>(n)),
+            [&](size_t, std::span<const std::byte> v) { got += v.size(); });
+    }
+    get_s.s.push_back(seconds_since(t0));
+    if (got != bytes * static_cast<size_t>(blocks)) throw std::runtime_error("GET lost values");
+  }
+  return {{"set", rate(set_s, blocks, bytes)}, {"get", rate(get_s, blocks, bytes)}};
+}
+
+// Through the tier: `blocks` blocks of `arena` stored (pack + EXISTS + SET), then loaded (probe
+// + GET + verify + scatter) into another arena.
+nlohmann::json tier_round_trip(const remote::RedisStoreOptions& o, const KVCacheSpec& spec, int layers, int blocks,
+                               int rounds) {
+  KVArena src(spec, layers, blocks), dst(spec, layers, blocks);
+  std::memset(src.data(), 3, src.bytes());
+  Series store_s, probe_s, load_s;
+  for (int round = 0; round < rounds; ++round) {
+    RemoteTierOptions to;
+    to.connect = remote::redis_store_factory(o);
+    to.fingerprint = BlockHash{static_cast<uint64_t>(std::rand()), static_cast<uint64_t>(round)};  // fresh keys
+    to.log_degraded = false;
+    to.max_queued_store_bytes = size_t{1} << 32;
+    RemoteTier tier(to, dst);
+    std::vector<StoredBlockKey> keys(static_cast<size_t>(blocks));
+    for (int i = 0; i < blocks; ++i) {
+      keys[static_cast<size_t>(i)].hash = BlockHash{static_cast<uint64_t>(i) + 1, 99};
+      keys[static_cast<size_t>(i)].tokens.assign(static_cast<size_t>(spec.block_size), i);
+    }
+    auto t0 = Clock::now();
+    for (int i = 0; i < blocks; ++i) tier.store(src, i, keys[static_cast<size_t>(i)]);
+    while (tier.stats().stored_blocks + tier.stats().dropped < static_cast<uint64_t>(blocks))
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    store_s.s.push_back(seconds_since(t0));
+    if (tier.stats().dropped) throw std::runtime_error("stores dropped");
+    auto run = [&](RemoteFetchJob job) {
+      tier.submit(std::move(job));
+      while (true) {
+        auto done = tier.take_finished();
+        if (!done.empty()) return std::move(done.front());
+        tier.wait_for_fetch(Clock::now() + std::chrono::milliseconds(5));
+      }
+    };
+    RemoteFetchJob probe;
+    probe.kind = RemoteFetchJob::Kind::kProbe;
+    for (const auto& k : keys) probe.probe.push_back(k.hash);
+    t0 = Clock::now();
+    RemoteFetchJob answered = run(std::move(probe));
+    probe_s.s.push_back(seconds_since(t0));
+    RemoteFetchJob load;
+    load.kind = RemoteFetchJob::Kind::kLoad;
+    for (int i = 0; i < blocks; ++i) load.loads.push_back(RemoteLoad{keys[static_cast<size_t>(i)], i});
+    t0 = Clock::now();
+    RemoteFetchJob loaded = run(std::move(load));
+    load_s.s.push_back(seconds_since(t0));
+    for (const RemoteLoad& l : loaded.loads)
+      if (l.result != RemoteLoadResult::kOk) throw std::runtime_error("a load failed");
+  }
+  const size_t value = remote_value_bytes(spec.block_size, block_payload_bytes(src));
+  return {{"value_bytes", value},
+          {"store", rate(store_s, blocks, value)},
+          {"probe", rate(probe_s, blocks, value)},
+          {"load", rate(load_s, blocks, value)},
+          {"probe_plus_load_median_s", probe_s.median() + load_s.median()}};
+}
+
+// Prefill of `blocks` x block_size tokens on `model` (no cache hits): seconds to the first token.
+Series prefill_seconds(const Model& model, int blocks, int block_size, int rounds) {
+  Series out;
+  for (int round = 0; round < rounds; ++round) {
+    EngineConfig cfg;
+    cfg.block_size = block_size;
+    cfg.kv_cache_bytes = size_t{256} << 20;
+    cfg.max_model_len = blocks * block_size + 8;
+    cfg.scheduler.max_num_batched_tokens = blocks * block_size + 8;
+    LLMEngine engine(model, cfg);
+    GenerationRequest g;
+    for (int t = 0; t < blocks * block_size; ++t)
+      g.prompt.push_back(static_cast<TokenId>(1 + (t * 7919 + round) % (model.config().vocab_size - 1)));
+    g.sampling.temperature = 0;
+    g.stop.max_tokens = 1;
+    engine.add_request(g);
+    const auto t0 = Clock::now();
+    engine.run_to_completion();
+    out.s.push_back(seconds_since(t0));
+  }
+  return out;
+}
+
+}  // namespace
+}  // namespace pagedkv
+
+int main(int argc, char** argv) {
+  using namespace pagedkv;
+  std::string url, model_path;
+  int blocks = 256, rounds = 5, batch = 32;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--url") url = argv[i + 1];
+    else if (a == "--model") model_path = argv[i + 1];
+    else if (a == "--blocks") blocks = std::atoi(argv[i + 1]);
+    else if (a == "--rounds") rounds = std::atoi(argv[i + 1]);
+    else if (a == "--batch") batch = std::atoi(argv[i + 1]);
+  }
+  if (url.empty()) {
+    fmt::print(stderr, "usage: bench_remote_tier --url redis://127.0.0.1:PORT/0 [--model M.bin] [--blocks N]\n");
+    return 2;
+  }
+  remote::RedisStoreOptions o;
+  o.url = remote::parse_redis_url(url);
+  o.io_timeout = o.connect_timeout = std::chrono::milliseconds(5000);
+  nlohmann::json out;
+  out["blocks"] = blocks;
+  out["rounds"] = rounds;
+  out["pipeline"] = batch;
+  // Models: stories260K (the served checkpoint) when given, and a 7B-class layer layout.
+  std::vector<std::pair<std::string, std::unique_ptr<Model>>> models;
+  if (!model_path.empty()) models.emplace_back("stories260K", std::make_unique<Llama2cCheckpoint>(model_path));
+  ModelConfig big = builtin_random_model_config();
+  big.dim = 1024;
+  big.hidden_dim = 2816;
+  big.n_layers = 8;
+  big.n_heads = 16;
+  big.n_kv_heads = 8;
+  big.seq_len = 8192;
+  models.emplace_back("random-1024x8", make_random_model(big, 1));
+  for (auto& [name, model] : models) {
+    const ModelConfig& mc = model->config();
+    KVCacheSpec spec;
+    spec.block_size = 16;
+    spec.num_kv_heads = mc.n_kv_heads;
+    spec.head_dim = mc.head_dim();
+    spec.dtype = DType::kF32;
+    nlohmann::json m;
+    const int n = std::min(blocks, (mc.seq_len - 8) / 16);
+    m["blocks"] = n;
+    m["tier"] = tier_round_trip(o, spec, mc.n_layers, n, rounds);
+    const size_t value = m["tier"]["value_bytes"].get<size_t>();
+    m["raw_keep_read_buffer"] = raw_store(o, value, n, batch, rounds);
+    auto freed = o;
+    freed.keep_read_buffer = false;
+    m["raw_hiredis_default_buffer"] = raw_store(freed, value, n, batch, rounds);
+    const Series prefill = prefill_seconds(*model, n, 16, rounds);
+    m["prefill_median_s"] = prefill.median();
+    m["prefill_min_s"] = prefill.min();
+    m["remote_over_prefill"] = m["tier"]["probe_plus_load_median_s"].get<double>() / prefill.median();
+    out["models"][name] = m;
+  }
+  fmt::print("{}\n", out.dump(2));
+  return 0;
+}
