@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets everything up, then runs every test: the unit and integration tests (ctest), the core
-# and kernel tests again under ASan+UBSan, the tier tests under TSan, and the Python tests.
+# and kernel tests again under ASan+UBSan, the tier tests under TSan, the Python tests, and the
+# install test (tests/install: the installed package and pip's module, used by both examples).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -30,4 +31,6 @@ if [ -d bindings/python ] && ls tests/python/test_*.py >/dev/null 2>&1; then
   echo "== Python tests =="
   OMP_WAIT_POLICY=passive PYTHONPATH=build/python /usr/bin/python3 -m pytest -q tests/python
 fi
+echo "== install: cmake --install, find_package, pkg-config, pip install ., both examples =="
+tests/install/test_install.sh build
 echo "all test stages passed"

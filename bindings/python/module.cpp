@@ -10,6 +10,7 @@
 
 #include "pagedkv/core/error.h"
 #include "pagedkv/prefix/block_hasher.h"
+#include "pagedkv/version.h"
 #include "fast_path.h"
 #include "py_common.h"
 
@@ -142,7 +143,7 @@ PYBIND11_MODULE(pagedkv, m) {
       "KVCacheManager decides where every KV block of every request lives (prefix caching, "
       "eviction, copy-on-write) with vLLM v1's names and semantics; the caller keeps its own "
       "tensors and kernels. Errors raise pagedkv.Error subclasses with the library's messages.";
-  m.attr("__version__") = "0.1.0";
+  m.attr("__version__") = PAGEDKV_VERSION_STRING;
   register_errors(m);
   register_core(m);
   register_manager(m);

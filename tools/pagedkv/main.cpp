@@ -7,6 +7,7 @@
 
 #include "command.h"
 #include "pagedkv/core/error.h"
+#include "pagedkv/version.h"
 
 namespace pagedkv::cli {
 std::vector<Command>& command_registry() {
@@ -19,7 +20,7 @@ int main(int argc, char** argv) {
   using namespace pagedkv::cli;
   CLI::App app{"pagedkv: paged KV-cache management for LLM inference"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "pagedkv 0.1.0");
+  app.set_version_flag("--version", "pagedkv " PAGEDKV_VERSION_STRING);
   auto& registry = command_registry();
   std::sort(registry.begin(), registry.end(),
             [](const Command& a, const Command& b) { return a.name < b.name; });
