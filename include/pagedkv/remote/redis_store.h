@@ -19,8 +19,9 @@ struct RedisStoreOptions {
   std::chrono::milliseconds connect_timeout{200};
   std::chrono::milliseconds io_timeout{200};  // every read and write on the socket
   // hiredis 0.14 frees its read buffer whenever it is idle and larger than 16 KiB, so every
-  // block-sized reply regrows it; keeping it costs one buffer per connection.
-  bool keep_read_buffer = true;
+  // block-sized reply regrows it. Keeping it measured faster for 512 KiB values and slower for
+  // 20 KiB ones (docs/tiers.md), so hiredis' default stays.
+  bool keep_read_buffer = false;
 };
 
 class RedisStore final : public RemoteStore {
