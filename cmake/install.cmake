@@ -4,9 +4,10 @@
 #   DIR/include/pagedkv/<layer>/*.h, pagedkv/version.h  the public headers of the installed layers
 #   DIR/lib/cmake/pagedkv/                              find_package(pagedkv CONFIG)
 #   DIR/lib/pkgconfig/pagedkv.pc                        pkg-config
-# Only the core library is installed. The network layers (server/, loadgen/, and any later one
-# with its own client library) are not: their interface is the HTTP API of `pagedkv serve`, and
-# installing them would make the package carry cpp-httplib and prometheus-cpp.
+# Only the core library is installed. The network layers (server/, loadgen/, remote/, and any
+# later one with its own client library) are not: they are reached through `pagedkv serve` and
+# its flags, and installing them would make the package carry cpp-httplib, prometheus-cpp,
+# libcurl and hiredis.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
