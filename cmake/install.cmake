@@ -28,7 +28,9 @@ target_link_libraries(pagedkv_shared
   PRIVATE "$<LINK_LIBRARY:WHOLE_ARCHIVE,pagedkv_lib>"
   PUBLIC fmt::fmt nlohmann_json::nlohmann_json Threads::Threads)
 target_include_directories(pagedkv_shared PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>)
-target_link_options(pagedkv_shared PRIVATE LINKER:--no-undefined)  # every dependency linked in
+if(NOT PAGEDKV_SANITIZE)  # sanitizer runtimes leave symbols for the executable to provide
+  target_link_options(pagedkv_shared PRIVATE LINKER:--no-undefined)  # every dependency linked in
+endif()
 set_target_properties(pagedkv_shared PROPERTIES
   OUTPUT_NAME pagedkv
   VERSION ${PROJECT_VERSION}
