@@ -2,6 +2,7 @@
 
     pip install --no-build-isolation --no-index .      # configures and builds in build-python/
     PAGEDKV_CMAKE_BUILD_DIR=build pip install ...      # reuses a configured CMake build tree
+                                                       # (setuptools' staging goes there too)
 
 The module is an extension that is itself the package's __init__ (pagedkv/__init__.*.so), so the
 package can carry its type stub (__init__.pyi) and the PEP 561 marker py.typed while
@@ -20,7 +21,9 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = pathlib.Path(__file__).resolve().parent
-STAGING = ROOT / "build-python"  # setuptools' own build folders (CMake's too, without the variable)
+REUSED_BUILD = os.environ.get("PAGEDKV_CMAKE_BUILD_DIR")
+# setuptools' own build folders: inside the reused CMake tree, else build-python/ (with CMake's).
+STAGING = pathlib.Path(REUSED_BUILD).resolve() / "setuptools" if REUSED_BUILD else ROOT / "build-python"
 
 
 def project_version() -> str:
@@ -31,11 +34,10 @@ def project_version() -> str:
 
 class CMakeBuild(build_ext):
     def build_extension(self, ext: Extension) -> None:
-        reused = os.environ.get("PAGEDKV_CMAKE_BUILD_DIR")
-        build_dir = pathlib.Path(reused).resolve() if reused else STAGING / "cmake"
+        build_dir = pathlib.Path(REUSED_BUILD).resolve() if REUSED_BUILD else STAGING / "cmake"
         if not (build_dir / "CMakeCache.txt").exists():
-            if reused:
-                sys.exit(f"PAGEDKV_CMAKE_BUILD_DIR={reused} is not a configured CMake build tree")
+            if REUSED_BUILD:
+                sys.exit(f"PAGEDKV_CMAKE_BUILD_DIR={REUSED_BUILD} is not a configured CMake build tree")
             # Only what the module needs: no tests, no benchmarks, warnings not fatal on other compilers.
             generator = ["-G", "Ninja"] if shutil.which("ninja") else []
             self.spawn(["cmake", "-S", str(ROOT), "-B", str(build_dir), *generator,
@@ -56,7 +58,7 @@ class CMakeBuild(build_ext):
         (target.parent / "py.typed").write_text("")
 
 
-STAGING.mkdir(exist_ok=True)
+STAGING.mkdir(parents=True, exist_ok=True)
 setup(
     version=project_version(),
     packages=[],  # no Python sources: the package is the extension below, stub and marker
