@@ -5,9 +5,9 @@
 #   DIR/lib/cmake/pagedkv/                              find_package(pagedkv CONFIG)
 #   DIR/lib/pkgconfig/pagedkv.pc                        pkg-config
 # Only the core library is installed. The network layers (server/, loadgen/, remote/, and any
-# later one with its own client library) are not: they are reached through `pagedkv serve` and
-# its flags, and installing them would make the package carry cpp-httplib, prometheus-cpp,
-# libcurl and hiredis.
+# later one with its own client library) are not: they are reached through the CLI (`pagedkv
+# serve`, `bench serve`, `--remote-cache`), and installing them would make the package carry
+# cpp-httplib, prometheus-cpp, libcurl and hiredis.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
