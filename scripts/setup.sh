@@ -12,7 +12,8 @@ PACKAGES=(build-essential cmake ninja-build pkg-config
           python3-pip python3-setuptools python3-wheel python3-venv python3-mypy
           libcpp-httplib-dev prometheus-cpp-dev libcurl4-openssl-dev
           prometheus python3-requests python3-prometheus-client curl
-          libhiredis-dev redis-server)
+          libhiredis-dev redis-server
+          chromium)   # the dashboard test drives it headless (playwright-core from npm)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -16,6 +16,8 @@
 
 #include "pagedkv/core/error.h"
 #include "pagedkv/server/api_error.h"
+#include "pagedkv/server/dashboard_page.h"
+#include "pagedkv/server/dashboard_state.h"
 #include "pagedkv/server/peer_connection.h"
 #include "pagedkv/server/response_builder.h"
 
@@ -103,7 +105,8 @@ OpenAIServer::OpenAIServer(ServerOptions options, EngineService& service, const 
       tokenizer_(tokenizer),
       model_(std::move(model)),
       metrics_(metrics),
-      http_(std::make_unique<HttpServer>()) {
+      http_(std::make_unique<HttpServer>()),
+      snapshots_(std::make_unique<DashboardSnapshots>(service, options_.dashboard_period)) {
   const size_t threads = static_cast<size_t>(std::max(2, options_.http_threads));
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http_->set_payload_max_length(options_.max_body_bytes);
@@ -154,7 +157,8 @@ void OpenAIServer::install_routes() {
   http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     // Known routes only: a label per arbitrary path would let clients grow the metrics without bound.
     static const std::set<std::string> kRoutes{"/v1/completions", "/v1/chat/completions", "/v1/models", "/health",
-                                               "/metrics", "/tokenize", "/detokenize", "/reset_prefix_cache", "/version"};
+                                               "/metrics", "/tokenize", "/detokenize", "/reset_prefix_cache", "/version",
+                                               "/dashboard", "/dashboard/state", "/"};
     metrics_.count_http_request(kRoutes.contains(req.path) ? req.path : "other");
     if (res.status >= 400) metrics_.count_http_error(res.status);
   });
@@ -172,6 +176,25 @@ void OpenAIServer::install_routes() {
     else send_json(res, 200, json::object());
   });
   http.Get("/version", [](const httplib::Request&, httplib::Response& res) { send_json(res, 200, {{"version", kVersion}}); });
+  // The dashboard: the page, and the snapshot it polls (docs/serve.md, "Dashboard").
+  auto page = [](const httplib::Request&, httplib::Response& res) {
+    res.set_header("Cache-Control", "no-cache");
+    res.set_content(std::string(dashboard_page()), "text/html; charset=utf-8");
+  };
+  http.Get("/dashboard", page);
+  http.Get("/", [page](const httplib::Request& req, httplib::Response& res) {
+    // API clients that ask for JSON get the model list, browsers the dashboard.
+    if (req.get_header_value("Accept").find("application/json") != std::string::npos) {
+      res.status = 307;
+      res.set_header("Location", "/v1/models");
+      return;
+    }
+    page(req, res);
+  });
+  http.Get("/dashboard/state", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_header("Cache-Control", "no-store");
+    res.set_content(snapshots_->get(), "application/json");
+  });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_.render(), "text/plain; version=0.0.4; charset=utf-8");
   });

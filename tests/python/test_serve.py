@@ -496,3 +496,30 @@ def test_stream_interval_batches_tokens_and_changes_nothing_else():
         tokens = [len(c["choices"][0]["logprobs"]["tokens"]) for c in chunks if c["choices"]]
         assert sum(tokens) == 30 and max(tokens) == 4 and tokens[0] == 1, tokens  # the first token at once
         assert chunks[-1]["usage"]["completion_tokens"] == 30
+
+
+# ---- the dashboard, in a real browser ------------------------------------------------------------
+
+def test_dashboard_in_chromium_under_load(tmp_path):
+    node, chromium = shutil.which("node"), shutil.which("chromium")
+    if node is None or chromium is None or not (REPO / "node_modules" / "playwright-core").is_dir():
+        pytest.skip("node, Debian's chromium or node_modules/playwright-core is missing: scripts/setup.sh installs them")
+    models_dir()
+    artifacts = pathlib.Path(os.environ.get("PAGEDKV_ARTIFACTS", tmp_path))
+    artifacts.mkdir(parents=True, exist_ok=True)
+    shot = artifacts / "dashboard.png"
+    with Server() as s:
+        # A few seconds of load, started by the browser test once the page is up: shared prefixes
+        # (cached and shared blocks), many requests at once.
+        load = [str(pagedkv_bin()), "bench", "serve", "--base-url", s.base_url, "--num-prompts", "300",
+                "--request-rate", "100", "--dataset", "prefix-repetition", "--prefix-repetition-prefix-len", "96",
+                "--prefix-repetition-num-prefixes", "6", "--prefix-repetition-output-len", "200"]
+        run = subprocess.run([node, "--test", str(REPO / "tests" / "node" / "dashboard.test.mjs")], cwd=REPO,
+                             env={**os.environ, "PAGEDKV_BASE_URL": s.base_url, "PAGEDKV_SCREENSHOT": str(shot),
+                                  "PAGEDKV_CHROMIUM": chromium, "PAGEDKV_LOAD_CMD": json.dumps(load)},
+                             capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
+        assert shot.exists() and shot.stat().st_size > 10000
+        state = s.get("/dashboard/state").json()
+        assert len(state["blocks"]) == state["num_blocks"] and state["blocks"][0] == "n"
+        assert state["snapshot_cost_ms"] < 1000

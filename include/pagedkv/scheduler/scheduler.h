@@ -105,6 +105,8 @@ class Scheduler {
   // Blocks of the requests now swapped out (not yet resumed, dropped or loading back).
   uint64_t swapped_blocks() const;
   const std::vector<SchedulerRequest*>& running() const { return running_; }
+  const std::deque<SchedulerRequest*>& waiting() const { return waiting_; }  // in admission order
+  const std::deque<SchedulerRequest*>& swapped() const { return swapped_; }
   SchedulerRequest* find(RequestId id);
   const SchedulerStats& stats() const { return stats_; }
   const SwapSpace& swap_space() const { return swap_; }

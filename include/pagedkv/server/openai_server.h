@@ -1,6 +1,7 @@
 // OpenAIServer: the HTTP front of pagedkv serve (cpp-httplib), speaking OpenAI's API plus vLLM's
 // extras: /v1/completions, /v1/chat/completions (streamed as server-sent events or whole),
-// /v1/models, /health, /metrics, /tokenize, /detokenize, /reset_prefix_cache, /version.
+// /v1/models, /health, /metrics, /tokenize, /detokenize, /reset_prefix_cache, /version, and a
+// live dashboard of the KV cache (/dashboard, /dashboard/state; also / for browsers).
 //
 // Each HTTP request runs on one of httplib's worker threads, which parses and validates it,
 // submits it to the EngineService and then waits on its RequestStream, writing chunks as tokens
@@ -8,6 +9,7 @@
 // its engine request cancelled. Errors are OpenAI's error object with the right status.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -25,6 +27,8 @@ class Server;
 
 namespace pagedkv::server {
 
+class DashboardSnapshots;
+
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;                         // 0: any free port (bind() returns it)
@@ -33,6 +37,8 @@ struct ServerOptions {
   int http_threads = 128;                  // concurrent connections served (each stream holds one)
   int keep_alive_seconds = 5;
   int listen_backlog = 1024;               // connections waiting to be accepted
+  // The dashboard's snapshot of the engine is taken at most this often, however many viewers.
+  std::chrono::milliseconds dashboard_period{250};
   RequestLimits limits;
 };
 
@@ -66,6 +72,7 @@ class OpenAIServer {
   ServedModel model_;
   ServerMetrics& metrics_;
   std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<DashboardSnapshots> snapshots_;
 };
 
 }  // namespace pagedkv::server
