@@ -60,6 +60,10 @@ json dashboard_state(const LLMEngine& engine) {
     if (blocks[static_cast<size_t>(i)].has_hash) lru.push_back(i);
 
   const Scheduler& scheduler = engine.scheduler();
+  // Blocks of swapped requests whose KV is loading back from a tier: their copy is pending.
+  for (const SchedulerRequest* r : scheduler.swapped())
+    if (r->swap_in_pending)
+      for (BlockId b : manager.get_block_ids(r->kv)) states[static_cast<size_t>(b.value)] = 'p';
   json requests = json::array();
   for (const SchedulerRequest* r : scheduler.running()) requests.push_back(request_json(*r, "running", manager));
   for (const SchedulerRequest* r : scheduler.waiting()) requests.push_back(request_json(*r, "waiting", manager));
@@ -71,6 +75,12 @@ json dashboard_state(const LLMEngine& engine) {
   if (const TieredKVCache* t = engine.tiers()) {
     if (t->has_host()) tiers["host"] = tier_json(*t->host());
     if (t->has_disk()) tiers["disk"] = tier_json(*t->disk());
+    if (t->has_remote()) {
+      const RemoteTierStats r = t->remote()->stats();
+      tiers["remote"] = {{"capacity_blocks", nullptr}, {"cached_blocks", nullptr}, {"stored_blocks", r.stored_blocks},
+                         {"loaded_blocks", r.loaded_blocks}, {"hits", r.hits}, {"evictions", r.evictions},
+                         {"degraded", r.degraded}};
+    }
   }
   return {{"time_ms", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count()},
           {"block_size", manager.block_size()},

@@ -19,7 +19,9 @@ namespace pagedkv::server {
 class EngineService;
 
 // blocks: one character per block id: 'n' the null block, 'f' free, 'c' cached and free (reusable
-// until evicted), 'u' held by one request, 's' shared by several (refs[] says how many).
+// until evicted; lru[] lists them, first evicted first), 'u' held by one request, 's' shared by
+// several (refs[] says how many), 'p' a swapped request's block whose KV is still being copied
+// back from a tier.
 nlohmann::json dashboard_state(const LLMEngine& engine);
 
 // The latest snapshot as JSON text, refreshed through the engine thread when older than the
