@@ -77,7 +77,7 @@ class DecodeBatch {
       query_start.push_back(static_cast<int32_t>(tokens.size()));
       context_lens.push_back(context);
     }
-    ForwardBatch prefill{tokens, positions, slots, {batch, query_start.data(), context_lens.data(), tables_.data(), stride_}, {}};
+    ForwardBatch prefill{tokens, positions, slots, {batch, query_start.data(), context_lens.data(), tables_.data(), stride_}, {}, {}};
     runner_.forward(prefill, *arena_);
     // The decode step.
     for (int r = 0; r < batch; ++r) {
@@ -91,7 +91,7 @@ class DecodeBatch {
     query_start_.push_back(batch);
   }
   Logits step() {
-    ForwardBatch b{tokens_, positions_, slots_, {batch_, query_start_.data(), context_lens_.data(), tables_.data(), stride_}, rows_};
+    ForwardBatch b{tokens_, positions_, slots_, {batch_, query_start_.data(), context_lens_.data(), tables_.data(), stride_}, rows_, {}};
     return runner_.forward(b, *arena_);
   }
 
@@ -154,7 +154,7 @@ void BM_PrefillStories260K(benchmark::State& state) {
   for (int p = 0; p < n; ++p) tokens[p] = 3 + p % 500, positions[p] = p, slots[p] = table[p / 16] * 16 + p % 16;
   const auto start = std::chrono::steady_clock::now();
   for (auto _ : state) {
-    ForwardBatch b{tokens, positions, slots, {1, qs.data(), ctx.data(), table.data(), static_cast<int>(table.size())}, rows};
+    ForwardBatch b{tokens, positions, slots, {1, qs.data(), ctx.data(), table.data(), static_cast<int>(table.size())}, rows, {}};
     benchmark::DoNotOptimize(runner.forward(b, arena).data);
   }
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
