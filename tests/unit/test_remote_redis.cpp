@@ -133,52 +133,38 @@ bool eventually(Pred p, std::chrono::milliseconds limit = std::chrono::milliseco
   return p();
 }
 
-TierHitTokens admit(Device& d, TieredKVCache& t, Request& r) {
-  EXPECT_EQ(wait_ready(t, r), TieredKVCache::PrefixState::kReady);
-  check_all(d, t);
-  ComputedBlocks hits = d.manager.get_computed_blocks(r);
-  for (size_t i = 0; i < hits.blocks[0].size(); ++i)
-    EXPECT_TRUE(block_holds(d.arena, hits.blocks[0][i], r.block_hashes[i])) << "block " << i;
-  const TierHitTokens tiers = t.take_hit_tokens(r, hits.num_computed_tokens);
-  compute_and_free(d, r, &t);
-  t.on_step_begin();
-  t.before_forward();
-  check_all(d, t);
-  return tiers;
-}
-
 TEST(RemoteTierOnRedis, SharedPrefixKilledMidRunThenBack) {
   RedisTestServer redis;
   Device da(9), db(9);
   TieredKVCache ta(redis_tier(redis), da.manager, da.arena, 42);
   TieredKVCache tb(redis_tier(redis), db.manager, db.arena, 42);
   Request a = make_request(1, 17, 0);
-  EXPECT_EQ(admit(da, ta, a).total(), 0);
+  EXPECT_EQ(admit_and_verify(da, ta, a, /*write_through=*/true).total(), 0);
   ASSERT_TRUE(eventually([&] { return ta.remote()->stats().stored_blocks == 4; }));
   Request b = make_request(2, 17, 0);
-  const TierHitTokens hit = admit(db, tb, b);
+  const TierHitTokens hit = admit_and_verify(db, tb, b, /*write_through=*/true);
   EXPECT_EQ(hit.remote, 16);
   EXPECT_EQ(tb.remote()->stats().loaded_blocks, 4u);
   // Killed: both keep serving (computing), the tier degraded, nothing thrown.
   redis.kill();
   Request a2 = make_request(3, 17, 1000);
-  EXPECT_EQ(admit(da, ta, a2).total(), 0);
+  EXPECT_EQ(admit_and_verify(da, ta, a2, /*write_through=*/true).total(), 0);
   EXPECT_TRUE(eventually([&] { return ta.remote()->degraded(); }));
   Request b2 = make_request(4, 17, 1000);
-  EXPECT_EQ(admit(db, tb, b2).total(), 0);
+  EXPECT_EQ(admit_and_verify(db, tb, b2, /*write_through=*/true).total(), 0);
   // Back (empty): sharing resumes once the back-off lets the next call through.
   ASSERT_TRUE(redis.start());
   TokenId first = -1;
   for (int i = 0; i < 200 && first < 0; ++i) {
     Request r = make_request(10 + i, 17, 5000 + 100 * i);
-    admit(da, ta, r);
+    admit_and_verify(da, ta, r, /*write_through=*/true);
     if (eventually([&] { return ta.remote()->stats().stored_blocks >= 8; }, std::chrono::milliseconds(20)))
       first = 5000 + 100 * i;
   }
   ASSERT_GE(first, 0);
   ASSERT_TRUE(eventually([&] { return tb.remote()->available(); }));
   Request b3 = make_request(300, 17, first);
-  EXPECT_EQ(admit(db, tb, b3).remote, 16);
+  EXPECT_EQ(admit_and_verify(db, tb, b3, /*write_through=*/true).remote, 16);
   EXPECT_FALSE(tb.remote()->degraded());
 }
 

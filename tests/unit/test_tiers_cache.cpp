@@ -55,20 +55,6 @@ void evict_everything(Device& d, TieredKVCache& t, uint64_t first_id) {
   check_all(d, t);
 }
 
-// Admits `r` after its tier lookup, and checks the hit blocks hold their pattern.
-TierHitTokens admit_and_verify(Device& d, TieredKVCache& t, Request& r) {
-  EXPECT_EQ(wait_ready(t, r), PrefixState::kReady);
-  check_all(d, t);
-  ComputedBlocks hits = d.manager.get_computed_blocks(r);
-  for (size_t i = 0; i < hits.blocks[0].size(); ++i)
-    EXPECT_TRUE(block_holds(d.arena, hits.blocks[0][i], r.block_hashes[i])) << "block " << i;
-  const TierHitTokens tiers = t.take_hit_tokens(r, hits.num_computed_tokens);
-  compute_and_free(d, r, &t);
-  t.before_forward();
-  check_all(d, t);
-  return tiers;
-}
-
 TEST(TieredCache, EvictedPrefixComesBackFromTheHostTierByteForByte) {
   Device d(9);  // 8 usable blocks of 4 tokens
   TieredKVCache t(host_only(16), d.manager, d.arena, kModel);

@@ -51,19 +51,6 @@ void compute_and_store(Device& d, TieredKVCache& t, Request& r) {
   check_all(d, t);
 }
 
-TierHitTokens admit(Device& d, TieredKVCache& t, Request& r) {
-  EXPECT_EQ(wait_ready(t, r), PrefixState::kReady);
-  check_all(d, t);
-  ComputedBlocks hits = d.manager.get_computed_blocks(r);
-  for (size_t i = 0; i < hits.blocks[0].size(); ++i)
-    EXPECT_TRUE(block_holds(d.arena, hits.blocks[0][i], r.block_hashes[i])) << "block " << i;
-  const TierHitTokens tiers = t.take_hit_tokens(r, hits.num_computed_tokens);
-  compute_and_free(d, r, &t);
-  t.before_forward();
-  check_all(d, t);
-  return tiers;
-}
-
 TierHitTokens remote_hit(int tokens) {
   TierHitTokens t;
   t.remote = tokens;
@@ -142,7 +129,7 @@ TEST(RemoteTier, PrefixComputedByOneCacheIsLoadedByAnotherByteForByte) {
   compute_and_store(da, ta, a);
   ASSERT_TRUE(eventually([&] { return store->size() == 4; }));
   Request again = make_request(2, 17, 0);
-  EXPECT_EQ(admit(db, tb, again), remote_hit(16));
+  EXPECT_EQ(admit_and_verify(db, tb, again), remote_hit(16));
   const RemoteTierStats s = tb.remote()->stats();
   EXPECT_EQ(s.loaded_blocks, 4u);
   EXPECT_EQ(s.hits, 4u);
@@ -151,7 +138,7 @@ TEST(RemoteTier, PrefixComputedByOneCacheIsLoadedByAnotherByteForByte) {
   tb.on_step_begin();
   tb.before_forward();
   Request third = make_request(3, 17, 0);
-  EXPECT_EQ(admit(db, tb, third), (TierHitTokens{16, 0, 0, 0}));
+  EXPECT_EQ(admit_and_verify(db, tb, third), (TierHitTokens{16, 0, 0, 0}));
   ta.drain();
   tb.drain();
   EXPECT_EQ(store->sets.load(), 4u);
@@ -175,7 +162,7 @@ TEST(RemoteTier, EvictionOnlyPolicyStoresBlocksWhenTheDeviceDropsThem) {
   Device db(9);
   TieredKVCache tb(remote_only(store), db.manager, db.arena, kModel);
   Request again = make_request(3, 17, 0);
-  EXPECT_EQ(admit(db, tb, again), remote_hit(16));
+  EXPECT_EQ(admit_and_verify(db, tb, again), remote_hit(16));
 }
 
 TEST(RemoteTier, TenantsWithAnotherSaltNeverShareAKey) {
@@ -189,12 +176,12 @@ TEST(RemoteTier, TenantsWithAnotherSaltNeverShareAKey) {
   ASSERT_TRUE(eventually([&] { return store->size() == 4; }));
   Request other = make_request(2, 17, 0);
   other.cache_salt = "tenant-b";
-  EXPECT_EQ(admit(db, tb, other).total(), 0);
+  EXPECT_EQ(admit_and_verify(db, tb, other).total(), 0);
   Request unsalted = make_request(3, 17, 0);
-  EXPECT_EQ(admit(db, tb, unsalted).total(), 0);
+  EXPECT_EQ(admit_and_verify(db, tb, unsalted).total(), 0);
   Request same = make_request(4, 17, 0);
   same.cache_salt = "tenant-a";
-  EXPECT_EQ(admit(db, tb, same), remote_hit(16));
+  EXPECT_EQ(admit_and_verify(db, tb, same), remote_hit(16));
 }
 
 TEST(RemoteTier, AnotherModelNeverUsesTheBlocksEvenUnderItsOwnKeys) {
@@ -206,7 +193,7 @@ TEST(RemoteTier, AnotherModelNeverUsesTheBlocksEvenUnderItsOwnKeys) {
   compute_and_store(da, ta, a);
   ASSERT_TRUE(eventually([&] { return store->size() == 4; }));
   Request again = make_request(2, 17, 0);
-  EXPECT_EQ(admit(db, tb, again).total(), 0);  // its keys name its own fingerprint
+  EXPECT_EQ(admit_and_verify(db, tb, again).total(), 0);  // its keys name its own fingerprint
   // Copy A's values under B's keys (a misconfigured or hostile writer): verified, never used.
   for (const std::string& k : store->keys()) {
     const std::string block = k.substr(k.rfind(':') + 1);
@@ -217,7 +204,7 @@ TEST(RemoteTier, AnotherModelNeverUsesTheBlocksEvenUnderItsOwnKeys) {
   Device dc(9);  // a fresh cache of B's model (B's own device now holds the blocks it computed)
   TieredKVCache tc(remote_only(store), dc.manager, dc.arena, kModel + 1);
   Request third = make_request(3, 17, 0);
-  EXPECT_EQ(admit(dc, tc, third).total(), 0);
+  EXPECT_EQ(admit_and_verify(dc, tc, third).total(), 0);
   EXPECT_EQ(tc.remote()->stats().hits, 4u);  // present under its keys...
   EXPECT_EQ(tc.remote()->stats().fingerprint_mismatches, 4u);  // ...and refused, every one
 }
@@ -240,7 +227,7 @@ TEST(RemoteTier, CorruptAndTruncatedValuesAreCountedMisses) {
   v[v.size() - 5] ^= std::byte{1};
   store->put(k2, v);
   Request again = make_request(3, 17, 0);
-  EXPECT_EQ(admit(db, tb, again), remote_hit(8));
+  EXPECT_EQ(admit_and_verify(db, tb, again), remote_hit(8));
   EXPECT_EQ(tb.remote()->stats().corrupt_blocks, 1u);
   // A truncated block 1 (a fresh cache: B's device now holds 0 and 1).
   Device dc(9);
@@ -250,7 +237,7 @@ TEST(RemoteTier, CorruptAndTruncatedValuesAreCountedMisses) {
   v1.resize(v1.size() / 2);
   store->put(k1, v1);
   Request fourth = make_request(4, 17, 0);
-  EXPECT_EQ(admit(dc, tc, fourth), remote_hit(4));
+  EXPECT_EQ(admit_and_verify(dc, tc, fourth), remote_hit(4));
   EXPECT_EQ(tc.remote()->stats().corrupt_blocks, 2u);  // block 1 truncated, block 2 still corrupt
 }
 
@@ -264,7 +251,7 @@ TEST(RemoteTier, StoreDownAtStartThenBackDegradesAndRecovers) {
   compute_and_store(da, ta, a);  // the stores fail: dropped, the link marked down
   EXPECT_TRUE(eventually([&] { return ta.remote()->degraded(); }));
   Request b1 = make_request(2, 17, 0);
-  EXPECT_EQ(admit(db, tb, b1).total(), 0);  // served without the tier
+  EXPECT_EQ(admit_and_verify(db, tb, b1).total(), 0);  // served without the tier
   EXPECT_TRUE(tb.remote()->degraded());
   EXPECT_GE(tb.remote()->stats().breaker_trips, 1u);
   EXPECT_EQ(store->size(), 0u);
@@ -281,7 +268,7 @@ TEST(RemoteTier, StoreDownAtStartThenBackDegradesAndRecovers) {
   EXPECT_FALSE(ta.remote()->degraded());
   ASSERT_TRUE(eventually([&] { return tb.remote()->available(); }));
   Request b2 = make_request(300, 17, first);
-  EXPECT_EQ(admit(db, tb, b2), remote_hit(16));
+  EXPECT_EQ(admit_and_verify(db, tb, b2), remote_hit(16));
   EXPECT_FALSE(tb.remote()->degraded());
 }
 
@@ -295,7 +282,7 @@ TEST(RemoteTier, KilledMidRunTheCacheKeepsServingAndLoadsAreMisses) {
   ASSERT_TRUE(eventually([&] { return store->size() == 4; }));
   store->down = true;  // between B's probe and its loads would be the worst moment; any moment is a miss
   Request again = make_request(2, 17, 0);
-  EXPECT_EQ(admit(db, tb, again).total(), 0);
+  EXPECT_EQ(admit_and_verify(db, tb, again).total(), 0);
   EXPECT_TRUE(tb.remote()->degraded());
   check_all(db, tb);
 }
@@ -313,7 +300,7 @@ TEST(RemoteTier, SlowStoreNeverHoldsARequestPastTheProbeDeadline) {
   store->delay_ms = 1500;
   Request again = make_request(2, 17, 0);
   const auto start = Clock::now();
-  EXPECT_EQ(admit(db, tb, again).total(), 0);  // computed, not waited for
+  EXPECT_EQ(admit_and_verify(db, tb, again).total(), 0);  // computed, not waited for
   // A correctness bound (the deadline is honoured), far above the 20 ms deadline.
   EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(1000));
   store->delay_ms = 0;
@@ -334,7 +321,7 @@ TEST(RemoteTier, FullStoreRefusesWritesWhileReadsGoOn) {
   EXPECT_TRUE(ta.remote()->degraded());
   EXPECT_EQ(store->size(), 4u);
   Request again = make_request(3, 17, 0);
-  EXPECT_EQ(admit(db, tb, again), remote_hit(16));  // reads unaffected
+  EXPECT_EQ(admit_and_verify(db, tb, again), remote_hit(16));  // reads unaffected
 }
 
 TEST(RemoteTier, BoundedStoreBacklogDropsInsteadOfBlocking) {

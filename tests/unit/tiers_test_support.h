@@ -138,4 +138,21 @@ inline void check_all(const Device& d, const TieredKVCache& t) {
   t.check_invariants();
 }
 
+// Admits `r` after its tier lookup, checks every hit block holds its pattern, computes the rest
+// and frees it; returns the hit tokens by tier. `write_through`: also run the step-begin hook
+// that hands newly cached blocks to write-through tiers (the remote tier's tests).
+inline TierHitTokens admit_and_verify(Device& d, TieredKVCache& t, Request& r, bool write_through = false) {
+  EXPECT_EQ(wait_ready(t, r), TieredKVCache::PrefixState::kReady);
+  check_all(d, t);
+  ComputedBlocks hits = d.manager.get_computed_blocks(r);
+  for (size_t i = 0; i < hits.blocks[0].size(); ++i)
+    EXPECT_TRUE(block_holds(d.arena, hits.blocks[0][i], r.block_hashes[i])) << "block " << i;
+  const TierHitTokens tiers = t.take_hit_tokens(r, hits.num_computed_tokens);
+  compute_and_free(d, r, &t);
+  if (write_through) t.on_step_begin();
+  t.before_forward();
+  check_all(d, t);
+  return tiers;
+}
+
 }  // namespace pagedkv::testing
