@@ -13,7 +13,8 @@ PACKAGES=(build-essential cmake ninja-build pkg-config
           libcpp-httplib-dev prometheus-cpp-dev libcurl4-openssl-dev
           prometheus python3-requests python3-prometheus-client curl
           libhiredis-dev redis-server
-          chromium)   # the dashboard test drives it headless (playwright-core from npm)
+          chromium    # the dashboard test drives it headless (playwright-core from npm)
+          clang-14 libclang-rt-14-dev)   # libFuzzer (scripts/fuzz.sh)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -33,4 +33,10 @@ if [ -d bindings/python ] && ls tests/python/test_*.py >/dev/null 2>&1; then
 fi
 echo "== install: cmake --install, find_package, pkg-config, pip install ., both examples =="
 tests/install/test_install.sh build
+echo "== fuzzing: every target of scripts/fuzz.sh for 20 s (libFuzzer, ASan+UBSan) =="
+mkdir -p build-fuzz
+for target in $(scripts/fuzz.sh); do
+  scripts/fuzz.sh "$target" 20 > "build-fuzz/$target.log" 2>&1 || { tail -40 "build-fuzz/$target.log"; exit 1; }
+  echo "$target: $(grep -E '^Done' "build-fuzz/$target.log")"
+done
 echo "all test stages passed"
