@@ -3,11 +3,16 @@
 namespace pagedkv::server {
 
 void RequestStream::push(ChoiceUpdate update) {
+  bool was_empty = false;
   {
     std::lock_guard lock(mutex_);
+    was_empty = pending_.empty();
     pending_.push_back(std::move(update));
   }
-  ready_.notify_one();
+  // Only the first pending update wakes the reader: one that has not caught up yet takes the
+  // later ones with it, so a server falling behind writes fewer, larger chunks and the engine
+  // thread skips the futex wake.
+  if (was_empty) ready_.notify_one();
 }
 
 std::vector<ChoiceUpdate> RequestStream::wait(std::chrono::milliseconds timeout) {
