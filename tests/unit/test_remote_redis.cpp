@@ -123,16 +123,6 @@ TierConfig redis_tier(const RedisTestServer& redis) {
   return c;
 }
 
-template <typename Pred>
-bool eventually(Pred p, std::chrono::milliseconds limit = std::chrono::milliseconds(5000)) {
-  const auto end = Clock::now() + limit;
-  while (Clock::now() < end) {
-    if (p()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return p();
-}
-
 TEST(RemoteTierOnRedis, SharedPrefixKilledMidRunThenBack) {
   RedisTestServer redis;
   Device da(9), db(9);

@@ -33,16 +33,6 @@ TierConfig remote_only(std::shared_ptr<FakeRemoteBackend> b, bool write_through 
   return c;
 }
 
-template <typename Pred>
-bool eventually(Pred p, std::chrono::milliseconds limit = std::chrono::milliseconds(5000)) {
-  const auto end = Clock::now() + limit;
-  while (Clock::now() < end) {
-    if (p()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return p();
-}
-
 // Computes `r` on `d` and lets write-through hand its blocks to the remote tier's store lane.
 void compute_and_store(Device& d, TieredKVCache& t, Request& r) {
   compute_and_free(d, r, &t);

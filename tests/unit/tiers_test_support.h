@@ -155,4 +155,16 @@ inline TierHitTokens admit_and_verify(Device& d, TieredKVCache& t, Request& r, b
   return tiers;
 }
 
+// True once `p()` holds, polling every millisecond for at most `limit` (the tiers' lanes work
+// on their own threads: a test waits for them, boundedly).
+template <typename Pred>
+bool eventually(Pred p, std::chrono::milliseconds limit = std::chrono::milliseconds(5000)) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (p()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return p();
+}
+
 }  // namespace pagedkv::testing
