@@ -105,13 +105,20 @@ void ServerMetrics::on_step(const LLMEngine& engine) {
   waiting_.Set(s.num_waiting());
   swapped_.Set(s.num_swapped());
   kv_usage_.Set(m.usage());
-  const BlockPool& pool = m.pool();
-  const int free = pool.num_free_blocks();
-  int cached_free = 0;
-  for (const KVCacheBlock& b : pool.blocks()) cached_free += (!b.is_null && b.ref_cnt == 0 && b.has_hash) ? 1 : 0;
-  kv_blocks_.Add({{"model_name", model_name_}, {"state", "used"}}).Set(pool.num_usable_blocks() - free);
-  kv_blocks_.Add({{"model_name", model_name_}, {"state", "cached_free"}}).Set(cached_free);
-  kv_blocks_.Add({{"model_name", model_name_}, {"state", "free"}}).Set(free - cached_free);
+  // The block census (used / cached but free / empty) walks the whole pool to split the free
+  // blocks: at most every 100 ms while requests run (scrapes come seconds apart), and always once
+  // the engine goes idle. The three states are set together so they always sum to the pool.
+  const auto now_time = std::chrono::steady_clock::now();
+  if (!engine.has_unfinished() || now_time - last_block_census_ >= std::chrono::milliseconds(100)) {
+    last_block_census_ = now_time;
+    const BlockPool& pool = m.pool();
+    const int free = pool.num_free_blocks();
+    int cached_free = 0;
+    for (const KVCacheBlock& b : pool.blocks()) cached_free += (!b.is_null && b.ref_cnt == 0 && b.has_hash) ? 1 : 0;
+    kv_blocks_.Add({{"model_name", model_name_}, {"state", "used"}}).Set(pool.num_usable_blocks() - free);
+    kv_blocks_.Add({{"model_name", model_name_}, {"state", "cached_free"}}).Set(cached_free);
+    kv_blocks_.Add({{"model_name", model_name_}, {"state", "free"}}).Set(free - cached_free);
+  }
   if (const TieredKVCache* tiers = engine.tiers()) {
     if (tiers->has_host())
       tier_degraded_.Add({{"model_name", model_name_}, {"tier", "host"}}).Set(tiers->host()->stats().degraded ? 1 : 0);

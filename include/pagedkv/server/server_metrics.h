@@ -12,6 +12,7 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -83,6 +84,7 @@ class ServerMetrics {
   prometheus::Histogram& queue_time_;
   prometheus::Histogram& request_prompt_tokens_;
   prometheus::Histogram& request_generation_tokens_;
+  std::chrono::steady_clock::time_point last_block_census_{};  // kv_blocks' cached/free split
   // The engine's cumulative values at the previous on_step (to turn them into increments).
   struct EngineTotals {
     double prefix_queries = 0, prefix_hits = 0, preemptions = 0, steps = 0, swapped_out = 0, swapped_in = 0,
