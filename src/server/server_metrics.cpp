@@ -108,10 +108,10 @@ void ServerMetrics::on_step(const LLMEngine& engine) {
   // The block census (used / cached but free / empty) walks the whole pool to split the free
   // blocks: at most every 100 ms while requests run (scrapes come seconds apart), and always once
   // the engine goes idle. The three states are set together so they always sum to the pool.
+  const BlockPool& pool = m.pool();
   const auto now_time = std::chrono::steady_clock::now();
   if (!engine.has_unfinished() || now_time - last_block_census_ >= std::chrono::milliseconds(100)) {
     last_block_census_ = now_time;
-    const BlockPool& pool = m.pool();
     const int free = pool.num_free_blocks();
     int cached_free = 0;
     for (const KVCacheBlock& b : pool.blocks()) cached_free += (!b.is_null && b.ref_cnt == 0 && b.has_hash) ? 1 : 0;
