@@ -29,7 +29,9 @@ PAGEDKV_NUM_THREADS=1 OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1:second_dead
 
 if [ -d bindings/python ] && ls tests/python/test_*.py >/dev/null 2>&1; then
   echo "== Python tests =="
-  OMP_WAIT_POLICY=passive PYTHONPATH=build/python /usr/bin/python3 -m pytest -q tests/python
+  # Artifacts (the dashboard's screenshot under load) are kept in build/test-artifacts.
+  OMP_WAIT_POLICY=passive PYTHONPATH=build/python PAGEDKV_ARTIFACTS=build/test-artifacts \
+    /usr/bin/python3 -m pytest -q tests/python
 fi
 echo "== install: cmake --install, find_package, pkg-config, pip install ., both examples =="
 tests/install/test_install.sh build

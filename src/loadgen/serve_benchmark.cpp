@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <deque>
+#include <iterator>
 #include <memory>
 #include <numeric>
 #include <sstream>
@@ -34,28 +35,35 @@ json get_json(const std::string& base_url, const std::string& path, const std::s
   return json::parse(r.body);
 }
 
-// Sum of the samples of `name` in a Prometheus text exposition (-1 if absent).
-double metric_value(const std::string& text, const std::string& name) {
-  std::istringstream in(text);
-  double sum = -1;
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind(name, 0) != 0) continue;
-    const char next = line.size() > name.size() ? line[name.size()] : '\0';
-    if (next != '{' && next != ' ') continue;
-    const size_t space = line.rfind(' ');
-    sum = std::max(sum, 0.0) + std::strtod(line.c_str() + space + 1, nullptr);
+constexpr const char* kTiers[] = {"device", "host", "disk", "remote"};
+
+// The servers' prefix-cache counters, summed: hits and queries (tokens), then hit tokens by tier.
+// Any server that does not answer makes the whole reading unknown (-1).
+struct CacheCounters {
+  double hits = -1, queries = -1;
+  double by_tier[std::size(kTiers)] = {-1, -1, -1, -1};
+};
+
+CacheCounters cache_counters(const ServeBenchOptions& o) {
+  CacheCounters sum{0, 0, {0, 0, 0, 0}};
+  for (const std::string& url : o.base_urls) {
+    try {
+      const HttpReply r = http_call("GET", url + "/metrics", "", "", 10);
+      if (r.status != 200) return {};
+      const double hits = metric_value(r.body, "vllm:prefix_cache_hits_total");
+      const double queries = metric_value(r.body, "vllm:prefix_cache_queries_total");
+      if (hits < 0 || queries < 0) return {};
+      sum.hits += hits;
+      sum.queries += queries;
+      for (size_t t = 0; t < std::size(kTiers); ++t) {
+        const double v = metric_value(r.body, "pagedkv:prefix_cache_hit_tokens_total", fmt::format("tier=\"{}\"", kTiers[t]));
+        sum.by_tier[t] = (v < 0 || sum.by_tier[t] < 0) ? -1 : sum.by_tier[t] + v;
+      }
+    } catch (const Error&) {
+      return {};
+    }
   }
   return sum;
-}
-
-std::pair<double, double> prefix_cache_counters(const ServeBenchOptions& o) {
-  try {
-    const HttpReply r = http_call("GET", o.base_url + "/metrics", "", "", 10);
-    if (r.status != 200) return {-1, -1};
-    return {metric_value(r.body, "vllm:prefix_cache_hits_total"), metric_value(r.body, "vllm:prefix_cache_queries_total")};
-  } catch (const Error&) {
-    return {-1, -1};
-  }
 }
 
 struct RequestResult {
@@ -63,6 +71,8 @@ struct RequestResult {
   std::string error;
   int prompt_tokens = 0;
   int output_tokens = 0;
+  int cached_tokens = 0;   // usage.prompt_tokens_details.cached_tokens
+  size_t server = 0;       // index of the base URL it went to
   double ttft_s = 0;
   double e2e_s = 0;
   std::vector<double> itl_s;
@@ -98,8 +108,12 @@ struct Transfer {
         const json chunk = json::parse(payload, nullptr, false);
         if (chunk.is_discarded()) continue;
         if (chunk.contains("error")) result.error = chunk["error"].value("message", "error event");
-        if (chunk.contains("usage") && chunk["usage"].is_object())
-          result.output_tokens = chunk["usage"].value("completion_tokens", 0);
+        if (chunk.contains("usage") && chunk["usage"].is_object()) {
+          const json& usage = chunk["usage"];
+          result.output_tokens = usage.value("completion_tokens", 0);
+          if (usage.contains("prompt_tokens_details") && usage["prompt_tokens_details"].is_object())
+            result.cached_tokens = usage["prompt_tokens_details"].value("cached_tokens", 0);
+        }
         continue;
       }
       if (payload.find("\"text\":\"\"") != std::string_view::npos || payload.find("\"text\":") == std::string_view::npos) continue;
@@ -130,7 +144,8 @@ std::vector<RequestResult> run_transfers(const std::vector<BenchRequest>& reques
   curl_slist* headers = curl_slist_append(nullptr, "Content-Type: application/json");
   if (!o.api_key.empty()) headers = curl_slist_append(headers, ("Authorization: Bearer " + o.api_key).c_str());
   std::unique_ptr<curl_slist, decltype(&curl_slist_free_all)> header_list(headers, curl_slist_free_all);
-  const std::string url = o.base_url + o.endpoint;
+  std::vector<std::string> urls;
+  for (const std::string& base : o.base_urls) urls.push_back(base + o.endpoint);
 
   std::vector<RequestResult> results(requests.size());
   std::deque<Transfer> transfers;  // stable addresses: curl holds pointers to them
@@ -146,12 +161,13 @@ std::vector<RequestResult> run_transfers(const std::vector<BenchRequest>& reques
       Transfer& t = transfers.emplace_back();
       t.index = next++;
       t.result.prompt_tokens = static_cast<int>(req.prompt.size());
+      t.result.server = t.index % urls.size();
       t.body = json{{"model", model}, {"prompt", req.prompt}, {"max_tokens", req.max_tokens}, {"stream", true},
                     {"stream_options", {{"include_usage", true}}}, {"ignore_eos", o.ignore_eos}, {"temperature", 0.0}}
                    .dump();
       t.curl.reset(curl_easy_init());
       CURL* c = t.curl.get();
-      curl_easy_setopt(c, CURLOPT_URL, url.c_str());
+      curl_easy_setopt(c, CURLOPT_URL, urls[t.result.server].c_str());
       curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
       curl_easy_setopt(c, CURLOPT_POSTFIELDS, t.body.c_str());
       curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, static_cast<long>(t.body.size()));
@@ -199,6 +215,20 @@ std::vector<RequestResult> run_transfers(const std::vector<BenchRequest>& reques
 
 }  // namespace
 
+double metric_value(const std::string& text, const std::string& name, const std::string& label) {
+  std::istringstream in(text);
+  double sum = -1;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(name, 0) != 0) continue;
+    const char next = line.size() > name.size() ? line[name.size()] : '\0';
+    if (next != '{' && next != ' ') continue;
+    if (!label.empty() && line.find(label) == std::string::npos) continue;
+    const size_t space = line.rfind(' ');
+    sum = std::max(sum, 0.0) + std::strtod(line.c_str() + space + 1, nullptr);
+  }
+  return sum;
+}
+
 LatencySummary summarize_ms(std::vector<double> seconds) {
   LatencySummary s;
   if (seconds.empty()) return s;
@@ -238,13 +268,15 @@ std::vector<TokenId> fetch_token_pool(const std::string& base_url, const std::st
 
 ServeBenchReport run_serve_benchmark(const std::vector<BenchRequest>& requests, const ServeBenchOptions& o) {
   ServeBenchReport report;
-  report.model = o.model.empty() ? fetch_model_name(o.base_url, o.api_key) : o.model;
+  if (o.base_urls.empty()) throw ConfigError("bench serve needs at least one --base-url");
+  report.model = o.model.empty() ? fetch_model_name(o.base_urls.front(), o.api_key) : o.model;
   const std::vector<double> times = arrival_times(static_cast<int>(requests.size()), o.request_rate, o.burstiness, o.seed);
-  const auto [hits0, queries0] = prefix_cache_counters(o);
+  const CacheCounters before = cache_counters(o);
 
   const std::vector<RequestResult> results = run_transfers(requests, times, report.model, o, report.duration_s);
 
   std::vector<double> ttft, tpot, itl, e2e;
+  report.completed_by_server.assign(o.base_urls.size(), 0);
   for (const RequestResult& r : results) {
     if (!r.ok) {
       ++report.failed;
@@ -252,6 +284,8 @@ ServeBenchReport run_serve_benchmark(const std::vector<BenchRequest>& requests, 
       continue;
     }
     ++report.completed;
+    ++report.completed_by_server[r.server];
+    report.total_cached_tokens += r.cached_tokens;
     report.total_input_tokens += r.prompt_tokens;
     report.total_output_tokens += r.output_tokens;
     ttft.push_back(r.ttft_s);
@@ -267,13 +301,21 @@ ServeBenchReport run_serve_benchmark(const std::vector<BenchRequest>& requests, 
   report.tpot = summarize_ms(tpot);
   report.itl = summarize_ms(itl);
   report.e2e = summarize_ms(e2e);
-  const auto [hits1, queries1] = prefix_cache_counters(o);
-  if (hits0 >= 0 && queries1 > queries0) report.prefix_cache_hit_rate = (hits1 - hits0) / (queries1 - queries0);
+  if (report.total_input_tokens > 0)
+    report.cached_token_rate = static_cast<double>(report.total_cached_tokens) / static_cast<double>(report.total_input_tokens);
+  const CacheCounters after = cache_counters(o);
+  if (before.hits >= 0 && after.hits >= 0 && after.queries > before.queries)
+    report.prefix_cache_hit_rate = (after.hits - before.hits) / (after.queries - before.queries);
+  for (size_t t = 0; t < std::size(kTiers); ++t)
+    if (before.by_tier[t] >= 0 && after.by_tier[t] >= 0)
+      report.hit_tokens_by_tier.emplace_back(kTiers[t], after.by_tier[t] - before.by_tier[t]);
   return report;
 }
 
 json ServeBenchReport::to_json() const {
   auto summary = [](const LatencySummary& s) { return json{{"mean", s.mean}, {"median", s.median}, {"p99", s.p99}}; };
+  json by_tier = json::object();
+  for (const auto& [tier, tokens] : hit_tokens_by_tier) by_tier[tier] = tokens;
   return {{"model", model},
           {"completed", completed},
           {"failed", failed},
@@ -288,7 +330,11 @@ json ServeBenchReport::to_json() const {
           {"tpot_ms", summary(tpot)},
           {"itl_ms", summary(itl)},
           {"e2e_ms", summary(e2e)},
-          {"prefix_cache_hit_rate", prefix_cache_hit_rate < 0 ? json(nullptr) : json(prefix_cache_hit_rate)}};
+          {"prefix_cache_hit_rate", prefix_cache_hit_rate < 0 ? json(nullptr) : json(prefix_cache_hit_rate)},
+          {"total_cached_tokens", total_cached_tokens},
+          {"cached_token_rate", cached_token_rate},
+          {"hit_tokens_by_tier", by_tier},
+          {"completed_by_server", completed_by_server}};
 }
 
 std::string ServeBenchReport::to_text() const {
@@ -311,6 +357,14 @@ std::string ServeBenchReport::to_text() const {
   row("Output token throughput (tok/s):", fmt::format("{:.2f}", output_throughput));
   row("Total token throughput (tok/s):", fmt::format("{:.2f}", total_token_throughput));
   row("Prefix cache hit rate (server):", prefix_cache_hit_rate < 0 ? "n/a" : fmt::format("{:.1f}%", 100 * prefix_cache_hit_rate));
+  row("Cached prompt tokens (responses):", fmt::format("{} ({:.1f}%)", total_cached_tokens, 100 * cached_token_rate));
+  for (const auto& [tier, tokens] : hit_tokens_by_tier)
+    if (tokens > 0) row(fmt::format("  hit tokens from {}:", tier), fmt::format("{:.0f}", tokens));
+  if (completed_by_server.size() > 1) {
+    std::string per;
+    for (int c : completed_by_server) per += (per.empty() ? "" : " / ") + std::to_string(c);
+    row("Completed per server:", per);
+  }
   latency("TTFT", "Time to First Token", ttft);
   latency("TPOT", "Time per Output Token (excl. 1st token)", tpot);
   latency("ITL", "Inter-token Latency", itl);

@@ -26,13 +26,14 @@ json request_json(const SchedulerRequest& r, const char* status, const KVCacheMa
          {"hit_tokens", std::max(0, r.prefix_hit_tokens)},
          {"sample_index", r.sample_index},
          {"preemptions", r.num_preemptions}};
-  if (r.status == RequestStatus::kRunning) {
-    json blocks = json::array();
+  // Device blocks: a running request's, and a swapped one's while its KV loads back into them.
+  json blocks = json::array();
+  if (r.status == RequestStatus::kRunning || r.swap_in_pending)
     for (BlockId b : manager.get_block_ids(r.kv)) blocks.push_back(b.value);
-    j["blocks"] = std::move(blocks);
-  } else {
-    j["blocks"] = json::array();
-  }
+  j["blocks"] = std::move(blocks);
+  // A swapped request's KV waits in host memory or a lower tier: how many blocks of it.
+  const int bs = manager.block_size();
+  j["swapped_blocks"] = r.status == RequestStatus::kSwapped ? (r.swapped_tokens + bs - 1) / bs : 0;
   return j;
 }
 

@@ -1,15 +1,17 @@
 // pagedkv bench serve: a load generator for OpenAI-compatible servers (pagedkv serve, vllm serve),
-// in the shape of `vllm bench serve`: datasets random, prefix-repetition and mooncake; Poisson or
+// one or several (round-robin), in the shape of `vllm bench serve`: datasets random, prefix-repetition and mooncake; Poisson or
 // gamma arrivals; a concurrency cap; TTFT / TPOT / ITL / E2E percentiles; the server's
 // prefix-cache hit rate. Text report, or --json.
 #include <fmt/format.h>
 
 #include <cmath>
+#include <fstream>
 #include <limits>
 
 #include "command.h"
 #include "engine_options.h"
 #include "pagedkv/core/error.h"
+#include "pagedkv/loadgen/arrival_process.h"
 #include "pagedkv/loadgen/bench_dataset.h"
 #include "pagedkv/loadgen/serve_benchmark.h"
 
@@ -25,13 +27,29 @@ struct BenchServeOptions {
   loadgen::PrefixRepetitionOptions prefix;
   loadgen::MooncakeDatasetOptions mooncake;
   std::string dataset_path;
+  std::string save_requests;
   bool json = false;
 };
+
+// The requests as a pagedkv JSONL trace ({"timestamp" ms, "tokens", "output_length"} a line), so
+// `pagedkv replay FILE --mode cluster` predicts the hit rate of exactly the prompts that were sent.
+void save_requests(const std::vector<loadgen::BenchRequest>& requests, const loadgen::ServeBenchOptions& run,
+                   const std::string& path) {
+  std::ofstream out(path);
+  if (!out) throw Error(fmt::format("cannot write '{}'", path));
+  const std::vector<double> times = loadgen::arrival_times(static_cast<int>(requests.size()), run.request_rate, run.burstiness, run.seed);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const double at_s = requests[i].arrival_s.value_or(std::isfinite(times[i]) ? times[i] : 0.0);
+    out << nlohmann::json{{"timestamp", 1e3 * at_s}, {"tokens", requests[i].prompt}, {"output_length", requests[i].max_tokens}}.dump()
+        << '\n';
+  }
+  if (!out.flush()) throw Error(fmt::format("cannot write '{}'", path));
+}
 
 int run_bench_serve(BenchServeOptions o) {
   o.run.request_rate = o.request_rate == "inf" ? std::numeric_limits<double>::infinity() : std::stod(o.request_rate);
   if (o.num_prompts < 1) throw ConfigError("--num-prompts must be at least 1");
-  const std::vector<TokenId> pool = loadgen::fetch_token_pool(o.run.base_url, o.run.api_key);
+  const std::vector<TokenId> pool = loadgen::fetch_token_pool(o.run.base_urls.front(), o.run.api_key);
   std::vector<loadgen::BenchRequest> requests;
   if (o.dataset == "random") {
     o.random.num_prompts = o.num_prompts;
@@ -41,12 +59,13 @@ int run_bench_serve(BenchServeOptions o) {
     requests = loadgen::prefix_repetition_dataset(pool, o.prefix, o.run.seed);
   } else if (o.dataset == "mooncake") {
     o.mooncake.num_prompts = o.num_prompts;
-    o.mooncake.max_model_len = loadgen::fetch_max_model_len(o.run.base_url, o.run.api_key);
+    o.mooncake.max_model_len = loadgen::fetch_max_model_len(o.run.base_urls.front(), o.run.api_key);
     if (o.dataset_path.empty()) o.dataset_path = default_shared_dir() + "/traces/mooncake_conversation_trace.jsonl";
     requests = loadgen::mooncake_dataset(o.dataset_path, pool, o.mooncake, o.run.seed);
   } else {
     throw ConfigError(fmt::format("--dataset must be random, prefix-repetition or mooncake, got '{}'", o.dataset));
   }
+  if (!o.save_requests.empty()) save_requests(requests, o.run, o.save_requests);
   const loadgen::ServeBenchReport report = loadgen::run_serve_benchmark(requests, o.run);
   if (o.json) fmt::print("{}\n", report.to_json().dump(2));
   else fmt::print("{}", report.to_text());
@@ -57,7 +76,8 @@ const CommandRegistration kRegistration{Command{
     "bench serve", "load an OpenAI-compatible server like vllm bench serve: throughput, TTFT, TPOT, ITL, E2E",
     [](CLI::App& sub) -> std::function<int()> {
       auto o = std::make_shared<BenchServeOptions>();
-      sub.add_option("--base-url", o->run.base_url, "the server")->capture_default_str();
+      sub.add_option("--base-url", o->run.base_urls, "the server; repeat it for a cluster (requests round-robin over them)")
+          ->capture_default_str();
       sub.add_option("--model", o->run.model, "model name (default: the server's first)");
       sub.add_option("--api-key", o->run.api_key, "sent as 'Authorization: Bearer KEY'");
       sub.add_option("--num-prompts", o->num_prompts, "requests to send")->capture_default_str();
@@ -80,6 +100,8 @@ const CommandRegistration kRegistration{Command{
       sub.add_option("--time-scale", o->mooncake.time_scale, "mooncake: arrival = timestamp x scale")->capture_default_str();
       sub.add_option("--mooncake-block-tokens", o->mooncake.block_tokens, "mooncake: tokens per 512-token hash-id block")
           ->capture_default_str();
+      sub.add_option("--save-requests", o->save_requests,
+                     "also write the requests sent as a pagedkv JSONL trace (for pagedkv replay)");
       sub.add_flag("--json", o->json, "the report as JSON");
       return [o] { return run_bench_serve(*o); };
     }}};

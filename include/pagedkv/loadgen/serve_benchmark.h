@@ -2,7 +2,11 @@
 // dataset's requests to an OpenAI-compatible server (streamed completions, one connection per
 // request) at the arrival process's times, under an optional concurrency cap, and reports what
 // vLLM's benchmark reports (throughput; mean, median and p99 of TTFT, TPOT, ITL and E2E latency)
-// plus the server's prefix-cache hit rate over the run, read from its /metrics.
+// plus the prefix-cache hit rate: the servers' over the run, read from their /metrics, and the
+// responses' own (usage.prompt_tokens_details.cached_tokens over prompt tokens).
+//
+// Given several servers (a cluster of instances without a router), request i goes to server
+// i mod N: round-robin, the baseline a KV-aware router is measured against.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -10,6 +14,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "pagedkv/core/ids.h"
@@ -18,7 +23,7 @@
 namespace pagedkv::loadgen {
 
 struct ServeBenchOptions {
-  std::string base_url = "http://127.0.0.1:8000";
+  std::vector<std::string> base_urls = {"http://127.0.0.1:8000"};  // requests round-robin over them
   std::string endpoint = "/v1/completions";  // an OpenAI completions endpoint (token-id prompts)
   std::string model;          // empty: the server's first model
   std::string api_key;
@@ -46,7 +51,13 @@ struct ServeBenchReport {
   double output_throughput = 0;   // output tokens per second
   double total_token_throughput = 0;
   LatencySummary ttft, tpot, itl, e2e;
-  double prefix_cache_hit_rate = -1;  // hits / queries of the server over the run (-1: unknown)
+  double prefix_cache_hit_rate = -1;  // hits / queries of the servers over the run (-1: unknown)
+  int64_t total_cached_tokens = 0;     // prompt tokens the responses said came from a prefix cache
+  double cached_token_rate = 0;        // total_cached_tokens / total_input_tokens (completed requests)
+  // Hit tokens by the tier that held them (device, host, disk, remote), summed over the servers'
+  // pagedkv:prefix_cache_hit_tokens_total over the run; empty for servers that lack the metric.
+  std::vector<std::pair<std::string, double>> hit_tokens_by_tier;
+  std::vector<int> completed_by_server;  // per base URL, in order
 
   nlohmann::json to_json() const;
   std::string to_text() const;  // vllm bench serve's table
@@ -60,6 +71,12 @@ std::vector<TokenId> fetch_token_pool(const std::string& base_url, const std::st
 
 ServeBenchReport run_serve_benchmark(const std::vector<BenchRequest>& requests, const ServeBenchOptions& options);
 
+// Mean, median and p99 in milliseconds of durations in seconds (percentiles interpolated between
+// ranks, as numpy's and vLLM's); all zero for no samples.
 LatencySummary summarize_ms(std::vector<double> seconds);
+
+// Sum of the samples of metric `name` in a Prometheus text exposition whose label set contains
+// `label` (e.g. `tier="remote"`; empty: every sample); -1 when there is none.
+double metric_value(const std::string& text, const std::string& name, const std::string& label = "");
 
 }  // namespace pagedkv::loadgen
