@@ -11,7 +11,42 @@ cd "$(dirname "$0")/.."
 declare -A SOURCES=(
   # target           sources it needs besides its own file (kept small: no engine, no model)
   [openai_request]="src/server/openai_request.cpp src/server/api_error.cpp src/server/chat_template.cpp src/server/stop_string_matcher.cpp"
+  [gguf_file]="src/model/gguf_file.cpp src/model/tensor_type.cpp"
+  [llama2c_tokenizer]="src/model/tokenizer.cpp"
+  [traces]="src/replay/trace_reader.cpp src/replay/trace.cpp src/core/block_hash.cpp"
+  [manager_ops]="src/manager/kv_cache_manager.cpp src/block/block_pool.cpp src/block/cached_block_map.cpp src/block/eviction_policies.cpp src/block/kv_events.cpp src/prefix/block_hasher.cpp src/prefix/extra_keys.cpp src/prefix/sha256.cpp src/core/block_hash.cpp src/core/dtype.cpp src/core/kv_cache_spec.cpp"
+  [tier_values]="src/tiers/disk_slot_format.cpp src/tiers/remote_value_format.cpp src/tiers/tier_types.cpp src/tiers/payload_checksum_avx2.cpp src/storage/cpu_isa.cpp src/core/block_hash.cpp src/core/kv_cache_spec.cpp src/core/dtype.cpp"
 )
+# Libraries (pkg-config names) a target links besides fmt.
+declare -A LIBS=([manager_ops]="libcrypto libxxhash")
+# Longest input each target is given (libFuzzer's -max_len): a GGUF header with metadata, a
+# tokenizer file with its vocabulary, need more than a request body.
+declare -A MAX_LEN=([gguf_file]=65536 [llama2c_tokenizer]=16384)
+
+# Seeds taken from ../shared at run time (never copied into the tree): the starts of the real
+# files each parser reads.
+shared_seeds() {
+  local target=$1 dir=$2 shared=../shared
+  [ -d "$shared" ] || return 0
+  case $target in
+    traces)
+      for f in "$shared"/traces/*.jsonl "$shared"/traces/*.csv; do
+        [ -f "$f" ] && head -n 12 "$f" > "$dir/shared-$(basename "$f")"
+      done ;;
+    gguf_file)
+      for f in "$shared"/models/stories260Ktok512.gguf "$shared"/models/gguf/tiny-llama.q4_0.gguf "$shared"/models/gguf/tiny-gemma2.q8_0.gguf; do
+        [ -f "$f" ] && head -c 65536 "$f" > "$dir/shared-$(basename "$f")"
+      done ;;
+    llama2c_tokenizer)
+      # The target's framing: vocabulary size and file length (little-endian u16), the file, text.
+      local f="$shared/models/tok512.bin"
+      if [ -f "$f" ]; then
+        local n; n=$(stat -c %s "$f")
+        { printf "\\xff\\x01\\x$(printf %02x $((n & 255)))\\x$(printf %02x $((n >> 8)))"; cat "$f"; printf 'Once upon a time, Lily saw a big red ball.'; } \
+          > "$dir/shared-tok512"
+      fi ;;
+  esac
+}
 
 if [ $# -eq 0 ]; then
   for t in "${!SOURCES[@]}"; do echo "$t"; done | sort
@@ -28,14 +63,23 @@ CXX=${CXX_FUZZ:-clang++-14}
 command -v "$CXX" >/dev/null || { echo "fuzz.sh: $CXX not found (scripts/setup.sh installs clang-14)" >&2; exit 2; }
 
 out=build-fuzz
-mkdir -p "$out/corpus/$target"
+mkdir -p "$out/corpus/$target" "$out/obj/$target"
 binary="$out/fuzz_$target"
+flags=(-std=c++20 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -Iinclude)
+objects=()
 # shellcheck disable=SC2086
-"$CXX" -std=c++20 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined \
-  -fno-sanitize-recover=undefined -Iinclude "tests/fuzz/fuzz_$target.cpp" ${SOURCES[$target]} \
-  $(pkg-config --cflags --libs fmt) -o "$binary"
+for src in "tests/fuzz/fuzz_$target.cpp" ${SOURCES[$target]}; do
+  obj="$out/obj/$target/$(basename "${src%.cpp}").o"
+  extra=()
+  case $src in *_avx2.cpp) extra=(-mavx2 -mfma -mf16c) ;; esac  # as CMake builds them: run-time dispatch
+  "$CXX" "${flags[@]}" "${extra[@]}" $(pkg-config --cflags fmt) -c "$src" -o "$obj"
+  objects+=("$obj")
+done
+# shellcheck disable=SC2086
+"$CXX" -fsanitize=fuzzer,address,undefined "${objects[@]}" $(pkg-config --libs fmt ${LIBS[$target]:-}) -o "$binary"
 cp -n tests/fuzz/corpus/"$target"/* "$out/corpus/$target/" 2>/dev/null || true
+shared_seeds "$target" "$out/corpus/$target"
 echo "fuzz.sh: running $target for $seconds s"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   "$binary" -max_total_time="$seconds" -print_final_stats=1 -artifact_prefix="$out/$target-" \
-  -max_len=4096 "$out/corpus/$target"
+  -max_len="${MAX_LEN[$target]:-4096}" "$out/corpus/$target"

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <ranges>
 
 #include "pagedkv/core/error.h"
 
@@ -82,15 +81,25 @@ void BlockPool::release(const Ids& ordered) {
     --blocks_[static_cast<size_t>(id.value)].ref_cnt;
   }
   // Blocks that reached zero join the free set in the order given.
-  for (BlockId id : ordered) {
-    KVCacheBlock& b = blocks_[static_cast<size_t>(id.value)];
+  for (size_t i = 0; i < ordered.size(); ++i) {
+    KVCacheBlock& b = blocks_[static_cast<size_t>(ordered[i].value)];
     if (b.ref_cnt == 0 && !b.in_free_queue && !b.is_null) push_free(b);
   }
 }
 
 void BlockPool::free_blocks(std::span<const BlockId> ordered) { release(ordered); }
 
-void BlockPool::free_blocks_tail_first(std::span<const BlockId> table) { release(std::views::reverse(table)); }
+namespace {
+// A table read back to front (what std::views::reverse gives, without <ranges>: clang 14, which
+// builds the fuzz targets, cannot compile libstdc++ 12's reverse_view).
+struct TailFirst {
+  std::span<const BlockId> table;
+  size_t size() const { return table.size(); }
+  BlockId operator[](size_t i) const { return table[table.size() - 1 - i]; }
+};
+}  // namespace
+
+void BlockPool::free_blocks_tail_first(std::span<const BlockId> table) { release(TailFirst{table}); }
 
 void BlockPool::cache_block(BlockId id, const BlockContentKey& key) {
   if (!enable_caching_) return;

@@ -53,6 +53,11 @@ Tokenizer::Tokenizer(const std::string& path, int vocab_size) : Tokenizer(read_f
 Tokenizer::Tokenizer(std::span<const std::byte> file, int vocab_size, std::string name) : name_(std::move(name)) {
   if (vocab_size <= 0)
     throw UsageError(fmt::format("tokenizer '{}': vocab_size must be positive, got {}", name_, vocab_size));
+  // encode() emits <s> and </s> (ids 1 and 2) whatever the file says: a smaller vocabulary would
+  // hand the model ids outside its embedding table (found by fuzz_llama2c_tokenizer).
+  if (vocab_size <= kEos)
+    throw FormatError(fmt::format("tokenizer '{}': a vocabulary of {} pieces cannot hold <unk>, <s> and </s> (ids 0-2)",
+                                  name_, vocab_size));
   const size_t size = file.size();
   size_t offset = 0;
   // Reads a little-endian 4-byte field, or throws naming what was being read.

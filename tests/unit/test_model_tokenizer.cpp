@@ -113,6 +113,10 @@ TEST(Tokenizer, ValidatesTheFile) {
   std::memcpy(negative.data() + 4 + 4, &minus_one, 4);  // token 0's length
   expect_format_error(negative, 5, {"token 0 has length -1"});
   EXPECT_THROW(Tokenizer(good, 0, "zero"), UsageError);
+  // A vocabulary without room for <s> and </s> (ids 1 and 2), which encode() always uses: the
+  // fuzzer's first find (it encoded "1 2" against a 1-piece vocabulary).
+  EXPECT_THROW(Tokenizer(good, 1, "one"), FormatError);
+  EXPECT_THROW(Tokenizer(good, 2, "two"), FormatError);
   EXPECT_THROW(Tokenizer("/nonexistent/tok.bin", 5), Error);
 }
 
