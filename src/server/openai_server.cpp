@@ -92,9 +92,10 @@ class HttpServer : public httplib::Server {
   }
 };
 
-bool is_api_path(const std::string& path) {
-  return path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize" || path == "/reset_prefix_cache";
-}
+// With --api-key, every route needs the key except the liveness probe and the dashboard's page
+// itself (static HTML; the state it polls needs the key, which the page takes from its URL's
+// #key= fragment, never sent to the server).
+bool needs_api_key(const std::string& path) { return path != "/health" && path != "/dashboard" && path != "/"; }
 
 }  // namespace
 
@@ -163,7 +164,7 @@ void OpenAIServer::install_routes() {
     if (res.status >= 400) metrics_.count_http_error(res.status);
   });
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (options_.api_key.empty() || !is_api_path(req.path)) return httplib::Server::HandlerResponse::Unhandled;
+    if (options_.api_key.empty() || !needs_api_key(req.path)) return httplib::Server::HandlerResponse::Unhandled;
     if (req.get_header_value("Authorization") == "Bearer " + options_.api_key)
       return httplib::Server::HandlerResponse::Unhandled;
     res.set_header("WWW-Authenticate", "Bearer");
@@ -247,6 +248,11 @@ void OpenAIServer::install_routes() {
     send_json(res, 200, {{"prompt", detokenize(tokenizer_, tokens)}});
   });
   http.Post("/reset_prefix_cache", [this](const httplib::Request&, httplib::Response& res) {
+    if (!options_.admin_endpoints) {
+      send_error(res, ApiError(403, "admin endpoints are disabled on this server (--disable-admin-endpoints)", "",
+                               "admin_disabled"));
+      return;
+    }
     const ResetResult r = service_.call([](LLMEngine& engine) { return engine.reset_prefix_cache(); });
     send_json(res, 200, {{"removed_blocks", r.removed}, {"kept_in_use", r.kept_in_use}, {"complete", r.complete()}});
   });

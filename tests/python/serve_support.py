@@ -86,11 +86,11 @@ class Server:
         kw.setdefault("timeout", 30)
         return requests.get(self.url(path), **kw)
 
-    def metrics(self):
+    def metrics(self, **kw):
         """The /metrics samples as {(name, frozenset(labels without model_name)): value}."""
         from prometheus_client.parser import text_string_to_metric_families
         out = {}
-        for family in text_string_to_metric_families(self.get("/metrics").text):
+        for family in text_string_to_metric_families(self.get("/metrics", **kw).text):
             for s in family.samples:
                 labels = frozenset((k, v) for k, v in s.labels.items() if k != "model_name")
                 out[(s.name, labels)] = s.value

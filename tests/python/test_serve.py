@@ -288,7 +288,7 @@ def test_bad_bodies(server):
 
 def test_auth_and_body_limit():
     models_dir()
-    with Server("--api-key", "s3cret", "--max-body-bytes", "2KiB") as s:
+    with Server("--api-key", "s3cret", "--max-body-bytes", "2KiB", "--disable-admin-endpoints") as s:
         body = {"prompt": "Once", "max_tokens": 2}
         r = s.post("/v1/completions", body)
         assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
@@ -296,11 +296,18 @@ def test_auth_and_body_limit():
         assert r.status_code == 401
         ok = s.post("/v1/completions", body, headers={"Authorization": "Bearer s3cret"})
         assert ok.status_code == 200
-        assert s.get("/health").status_code == 200 and s.get("/metrics").status_code == 200  # not API routes
+        # Every route needs the key but the liveness probe and the dashboard's static page.
+        assert s.get("/health").status_code == 200 and s.get("/dashboard").status_code == 200
+        for path in ("/metrics", "/version", "/v1/models", "/dashboard/state"):
+            assert s.get(path).status_code == 401, path
+            assert s.get(path, headers={"Authorization": "Bearer s3cret"}).status_code == 200, path
         big = s.post("/v1/completions", {"prompt": "x" * 5000}, headers={"Authorization": "Bearer s3cret"})
         assert big.status_code == 413 and big.json()["error"]["code"] == "payload_too_large"
-        m = s.metrics()
-        assert m[("pagedkv:http_errors_total", frozenset({("status", "401")}))] == 2
+        admin = s.post("/reset_prefix_cache", {}, headers={"Authorization": "Bearer s3cret"})
+        assert admin.status_code == 403 and admin.json()["error"]["code"] == "admin_disabled"
+        m = s.metrics(headers={"Authorization": "Bearer s3cret"})
+        assert m[("pagedkv:http_errors_total", frozenset({("status", "403")}))] == 1
+        assert m[("pagedkv:http_errors_total", frozenset({("status", "401")}))] == 6
         assert m[("pagedkv:http_errors_total", frozenset({("status", "413")}))] == 1
 
 

@@ -31,6 +31,7 @@ struct ServeOptions {
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string api_key;
+  bool disable_admin_endpoints = false;
   std::string max_body_bytes = "8MiB";
   int max_waiting = 512;
   int stream_interval = 1;
@@ -76,6 +77,7 @@ int run_serve(ServeOptions o) {
   options.host = o.host;
   options.port = o.port;
   options.api_key = o.api_key;
+  options.admin_endpoints = !o.disable_admin_endpoints;
   options.max_body_bytes = parse_byte_size(o.max_body_bytes);
   options.http_threads = o.http_threads;
   server::ServedModel served;
@@ -134,7 +136,9 @@ const CommandRegistration kRegistration{Command{
       sub.add_option("--served-model-name", o->served_model_name, "the model name clients use (default: the file's stem)");
       sub.add_option("--host", o->host, "address to listen on")->capture_default_str();
       sub.add_option("--port", o->port, "port to listen on (0: any free port, printed at start)")->capture_default_str();
-      sub.add_option("--api-key", o->api_key, "require 'Authorization: Bearer KEY' on the API endpoints");
+      sub.add_option("--api-key", o->api_key,
+                     "require 'Authorization: Bearer KEY' on every endpoint but /health (the dashboard: open /dashboard#key=KEY)");
+      sub.add_flag("--disable-admin-endpoints", o->disable_admin_endpoints, "answer /reset_prefix_cache with 403");
       sub.add_option("--max-body-bytes", o->max_body_bytes, "larger request bodies get 413")->capture_default_str();
       sub.add_option("--max-waiting", o->max_waiting, "queued prompts beyond which requests get 503 with Retry-After")
           ->capture_default_str();

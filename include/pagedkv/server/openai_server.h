@@ -32,7 +32,8 @@ class DashboardSnapshots;
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;                         // 0: any free port (bind() returns it)
-  std::string api_key;                     // non-empty: API endpoints need "Authorization: Bearer <key>"
+  std::string api_key;                     // non-empty: every route but /health and the dashboard page needs "Authorization: Bearer <key>"
+  bool admin_endpoints = true;             // false: /reset_prefix_cache answers 403
   size_t max_body_bytes = 8u << 20;        // larger request bodies get 413
   int http_threads = 128;                  // concurrent connections served (each stream holds one)
   int keep_alive_seconds = 5;
