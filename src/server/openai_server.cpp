@@ -306,6 +306,7 @@ void OpenAIServer::install_routes() {
       res.set_header("Cache-Control", "no-cache");
       res.set_header("X-Accel-Buffering", "no");
       const bool include_usage = request->include_usage;
+      ++open_streams_;  // until the releaser below: httplib calls it once, however the stream ends
       res.set_chunked_content_provider(
           "text/event-stream",
           [this, stream, builder, disconnect, include_usage, request](size_t, httplib::DataSink& sink) {
@@ -336,6 +337,7 @@ void OpenAIServer::install_routes() {
           },
           [this, stream, builder](bool success) {
             if (!success || !builder->done()) service_.cancel(stream);
+            --open_streams_;
           });
     };
   };

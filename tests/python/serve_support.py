@@ -31,8 +31,10 @@ def free_port() -> int:
 class Server:
     """A running `pagedkv serve`; use as a context manager (or call stop())."""
 
-    def __init__(self, *args, start_timeout=60.0, env=None):
-        cmd = [str(pagedkv_bin()), "serve", "--host", "127.0.0.1", "--port", "0", *map(str, args)]
+    def __init__(self, *args, start_timeout=60.0, env=None, wrap=(), binary=None):
+        """`wrap`: a command prefix that execs the server (same pid), e.g. to run it in its own
+        mount namespace; `binary`: another build of pagedkv (an ASan one)."""
+        cmd = [*wrap, str(binary or pagedkv_bin()), "serve", "--host", "127.0.0.1", "--port", "0", *map(str, args)]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      env={**os.environ, "OMP_WAIT_POLICY": "passive", **(env or {})})
         self.output = []

@@ -417,12 +417,23 @@ def test_sigterm_drains_in_flight_requests(tmp_path):
             result["r"] = s.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 300, "ignore_eos": True,
                                                       "n": 16})
 
-        t = threading.Thread(target=long_request)
-        t.start()
-        wait_until(lambda: s.metrics()[("vllm:num_requests_running", frozenset())] >= 1, what="the request to run")
+        def long_stream():  # streamed: its chunks keep coming after the signal, to the last one
+            result["events"] = stream_completion(s, prompt="Tom and Lily", max_tokens=400, ignore_eos=True,
+                                                 stream_options={"include_usage": True})
+
+        threads = [threading.Thread(target=long_request), threading.Thread(target=long_stream)]
+        for t in threads:
+            t.start()
+        wait_until(lambda: s.metrics()[("vllm:num_requests_running", frozenset())] >= 2, what="the requests to run")
         s.proc.send_signal(signal.SIGTERM)
-        t.join(timeout=120)
+        # While draining, new requests are refused with 503 (and /health says so).
+        wait_until(lambda: s.get("/health").status_code == 503, what="the drain to begin")
+        late = s.post("/v1/completions", {"prompt": "Once", "max_tokens": 2})
+        assert late.status_code == 503 and late.headers.get("Retry-After"), late.text
+        for t in threads:
+            t.join(timeout=120)
         assert result["r"].status_code == 200 and result["r"].json()["usage"]["completion_tokens"] == 16 * 300
+        assert result["events"][-1]["usage"]["completion_tokens"] == 400  # stream_completion saw [DONE]
         assert s.proc.wait(timeout=60) == 0
         out = s.read_output()
         assert "draining" in out and "all requests finished" in out

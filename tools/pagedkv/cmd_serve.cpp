@@ -2,7 +2,7 @@
 //
 // Threads: main (signals and shutdown), the engine thread (EngineService: owns the LLMEngine and
 // steps it), and httplib's workers (one per connection being served). SIGTERM or SIGINT drains:
-// the listener closes, accepted requests get --drain-seconds to finish (the rest are aborted and
+// new requests get 503, accepted requests get --drain-seconds to finish (the rest are aborted and
 // still answered), the KV tiers are flushed (a warm restart finds the disk tier), exit 0.
 #include <fmt/format.h>
 #include <signal.h>
@@ -110,13 +110,22 @@ int run_serve(ServeOptions o) {
   fmt::print("pagedkv serve: {}; draining for up to {} s\n", signal_number == 0 ? "the listener stopped" : strsignal(signal_number),
              o.drain_seconds);
   std::fflush(stdout);
+  // New requests now get 503 (and /health says so); the listener stays open until every accepted
+  // request has its whole answer written: closing it earlier would cut streamed responses off.
   service.begin_drain();
-  http.stop();  // no new connections; accepted requests go on
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.drain_seconds);
-  while (!service.idle() && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  const bool drained = service.idle();
-  if (!drained) service.abort_all();  // the rest still get a final (aborted) answer
+  auto finished = [&] { return service.idle() && http.open_streams() == 0; };
+  auto wait_until = [&](std::chrono::steady_clock::time_point deadline) {
+    while (!finished() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return finished();
+  };
+  const bool drained = wait_until(std::chrono::steady_clock::now() +
+                                  std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                      std::chrono::duration<double>(o.drain_seconds)));
+  if (!drained) {
+    service.abort_all();  // the rest still get a final (aborted) answer
+    wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(5));  // a client that stopped reading is cut off
+  }
+  http.stop();
   serve_thread.join();
   service.stop();
   fmt::print("pagedkv serve: {}; {} steps\n", drained ? "all requests finished" : "requests left at the deadline were aborted",

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,8 +62,12 @@ class OpenAIServer {
   int bind();
   // Serves until stop(); returns after the in-flight requests' handlers have returned.
   void serve();
-  // Stops accepting connections (thread-safe; serve() then returns once handlers finish).
+  // Stops accepting connections (thread-safe; serve() then returns once handlers finish). It
+  // also ends every streamed response still being written (httplib stops chunked providers when
+  // its listener closes): drain first, then stop once open_streams() is 0.
   void stop();
+  // Streamed responses whose last chunk has not been written yet.
+  int open_streams() const { return open_streams_.load(); }
 
  private:
   void install_routes();
@@ -74,6 +79,7 @@ class OpenAIServer {
   ServerMetrics& metrics_;
   std::unique_ptr<httplib::Server> http_;
   std::unique_ptr<DashboardSnapshots> snapshots_;
+  std::atomic<int> open_streams_{0};
 };
 
 }  // namespace pagedkv::server

@@ -1,0 +1,456 @@
+#!/usr/bin/env python3
+"""The soak: two `pagedkv serve` instances on one Redis (the shared tier), each with a disk tier
+on a small filesystem of its own, under load for MINUTES while a fault schedule runs; then the
+checks. Started by scripts/soak.sh (docs/reliability.md says what it found).
+
+Load: `pagedkv bench serve` rounds over both instances (round-robin), plus worker threads whose
+every request is accounted for: accepted (HTTP 200) requests must end in [DONE] — an answer,
+possibly cut short by a drain (finish_reason "abort") — never in a dropped connection.
+Canaries: the three llama2.c goldens, greedy, sent to both instances every few seconds; their
+text must stay byte-identical to the goldens the whole time.
+Faults, in turn: clients that disconnect mid-stream; a burst beyond --max-waiting (503s);
+malformed requests mixed in (each must get a 400); the disk tier's filesystem filled up and
+freed; Redis killed and restarted; SIGTERM of instance B and a warm restart on its disk tier.
+Checks after the load: no accepted request lost, no canary mismatch, no unexpected status, both
+instances idle and their pools empty (metrics and /health), instance A's RSS and open file
+descriptors within a stated bound of their values after warm-up, and (for an ASan build of the
+server) no sanitizer report in its output. Exit 0 only when every check held; one summary line.
+
+Everything runs on 127.0.0.1 with free ports and temporary directories, and is stopped at the
+end, always.
+"""
+
+import argparse
+import collections
+import json
+import os
+import pathlib
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import requests
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "python"))
+from redis_support import RedisServer  # noqa: E402
+from serve_support import Server, pagedkv_bin, sse_events  # noqa: E402
+
+SHARED = pathlib.Path(os.environ.get("PAGEDKV_SHARED_DIR", REPO.parent / "shared"))
+GOLDENS = [("once_upon_a_time.n200", "Once upon a time", 200),
+           ("no_prompt.n256", "", 256),
+           ("tom_and_lily.n256", "Tom and Lily went to the beach", 256)]
+PREFIXES = ["Once upon a time there was a little girl named Lily who loved to play in the park. " * 3,
+            "Tom had a big red ball and a small dog. They ran to the garden every day. " * 3,
+            "The sun was warm and the birds sang a happy song in the tall green tree. " * 3]
+MALFORMED = [b"{not json", b'{"prompt": 7}', b'{"prompt": "x", "max_tokens": -1}', b'{"prompt": "x", "n": 100000}',
+             b'{"prompt": [999999999]}', b'{"prompt": "x", "temperature": "hot"}', b'[]',
+             b'{"prompt": "x", "max_tokens": 100000}', b'{"messages": "hi"}', b"\xff\xfe\x00"]
+RSS_SLACK_MIB = 64     # instance A's RSS may grow this much (plus 25 %) over the soak
+FD_SLACK = 16          # and hold this many more open descriptors
+
+
+class Counters:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.c = collections.Counter()
+        self.notes = []
+
+    def add(self, key, n=1):
+        with self.lock:
+            self.c[key] += n
+
+    def note(self, text):
+        with self.lock:
+            if len(self.notes) < 20:
+                self.notes.append(text)
+        print(f"soak: {text}", flush=True)
+
+
+class DiskFilesystems:
+    """A small tmpfs for each instance's disk tier, so that "disk full" is real and harmless: held
+    by a process in a private mount namespace (`unshare -rm`, no privilege needed where user
+    namespaces are allowed) that outlives the servers, so a restarted server finds its disk tier
+    warm. Servers join that namespace with nsenter. None where the kernel does not allow it."""
+
+    def __init__(self, dirs, size):
+        self.proc = None
+        if not (shutil.which("unshare") and shutil.which("nsenter")):
+            return
+        mounts = " && ".join(f'mount -t tmpfs -o size={size} tmpfs "{d}"' for d in dirs)
+        self.proc = subprocess.Popen(["unshare", "-rm", "sh", "-c", f"{mounts} && echo ready && exec sleep 1000000"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        if self.proc.stdout.readline().strip() != b"ready":
+            self.close()
+
+    @property
+    def available(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def wrap(self):
+        return ("nsenter", "-t", str(self.proc.pid), "-U", "-m", "--preserve-credentials") if self.available else ()
+
+    def path(self, d):
+        """`d` as this process reaches it: through the holder's mount namespace."""
+        return pathlib.Path(f"/proc/{self.proc.pid}/root") / str(d).lstrip("/") if self.available else pathlib.Path(d)
+
+    def close(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        self.proc = None
+
+
+class Instance:
+    """One `pagedkv serve` (restartable), its disk tier on its own small filesystem when there is
+    one, its output drained into a log file."""
+
+    def __init__(self, name, disk, workdir, redis_url, binary, filesystems):
+        self.name = name
+        self.disk = disk
+        self.log = open(workdir / f"serve-{name}.log", "ab")
+        self.redis_url = redis_url
+        self.binary = binary
+        self.fs = filesystems
+        self.server = None
+
+    def start(self):
+        self.server = Server("--remote-cache", self.redis_url, "--remote-cache-prefix", "soak",
+                             "--disk-cache-dir", self.disk, "--disk-cache-bytes", "64MiB", "--host-cache-bytes", "4MiB",
+                             "--num-blocks", "256", "--max-waiting", "32", "--drain-seconds", "20",
+                             wrap=self.fs.wrap(), binary=self.binary)
+        for line in self.server.output:
+            self.log.write(line.encode())
+        threading.Thread(target=self._drain, args=(self.server,), daemon=True).start()
+
+    def _drain(self, server):
+        fd = server.proc.stdout.fileno()
+        while True:
+            data = os.read(fd, 65536)
+            if not data:
+                return
+            self.log.write(data)
+            self.log.flush()
+
+    @property
+    def url(self):
+        return self.server.base_url
+
+    def disk_root(self):
+        return self.fs.path(self.disk)
+
+    def stop(self):
+        if self.server and self.server.proc.poll() is None:
+            self.server.stop(timeout=60)
+        return self.server.proc.returncode if self.server else 0
+
+
+def golden_texts():
+    d = SHARED / "models" / "golden"
+    return {name: (d / f"{name}.txt").read_text() for name, _, _ in GOLDENS}
+
+
+def post(url, body, timeout=120, **kw):
+    return requests.post(url, data=body if isinstance(body, bytes) else json.dumps(body),
+                         headers={"Content-Type": "application/json"}, timeout=timeout, **kw)
+
+
+class Soak:
+    def __init__(self, a):
+        self.a = a
+        self.stop_at = time.monotonic() + 60 * a.minutes
+        self.done = threading.Event()
+        self.n = Counters()
+        self.instances = []
+        self.redis = None
+        self.goldens = golden_texts()
+        self.filesystems = None
+
+    def urls(self):
+        return [i.url for i in self.instances]
+
+    # ---- load ----------------------------------------------------------------------------------
+
+    def accounted_worker(self, seed):
+        """Streamed completions, one at a time, every outcome counted."""
+        rng = random.Random(seed)
+        while not self.done.is_set():
+            inst = self.instances[rng.randrange(len(self.instances))]
+            body = {"prompt": rng.choice(PREFIXES) + " ".join(rng.choice(["dog", "cat", "ball", "tree", "sun"])
+                                                               for _ in range(rng.randrange(1, 30))),
+                    "max_tokens": rng.randrange(4, 64), "stream": True, "temperature": 0.8, "seed": rng.randrange(1000)}
+            try:
+                r = requests.post(inst.url + "/v1/completions", json=body, stream=True, timeout=120)
+            except requests.RequestException:
+                self.n.add("refused")  # down for a restart: never accepted
+                time.sleep(0.05)
+                continue
+            with r:
+                if r.status_code == 503:
+                    self.n.add("shed")
+                    continue
+                if r.status_code != 200:
+                    self.n.add("unexpected_status")
+                    self.n.note(f"a good request got {r.status_code}: {r.text[:200]}")
+                    continue
+                self.n.add("accepted")
+                try:
+                    events = list(sse_events(r))
+                except requests.RequestException as e:
+                    events = [f"connection lost: {e}"]
+                if events and events[-1] == "[DONE]":
+                    self.n.add("answered")
+                else:
+                    self.n.add("lost")
+                    self.n.note(f"accepted request lost on {inst.name}: {events[-1:]}")
+
+    def bench_rounds(self):
+        """pagedkv bench serve over both instances, round after round (shared prefixes)."""
+        while not self.done.is_set():
+            cmd = [str(pagedkv_bin()), "bench", "serve", *sum((["--base-url", u] for u in self.urls()), []),
+                   "--dataset", "prefix-repetition", "--num-prompts", "60", "--request-rate", "20",
+                   "--prefix-repetition-num-prefixes", "4", "--prefix-repetition-prefix-len", "128",
+                   "--prefix-repetition-output-len", "48", "--seed", str(random.randrange(1 << 30)), "--json"]
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+            try:
+                report = json.loads(out.stdout)
+                self.n.add("bench_completed", report["completed"])
+                self.n.add("bench_failed", report["failed"])  # refused or shed during faults: reported, not judged
+            except (json.JSONDecodeError, KeyError):
+                self.n.add("bench_failed_runs")
+
+    def canaries(self):
+        """The goldens, greedy, on both instances in turn: byte for byte, always."""
+        k = 0
+        while not self.done.is_set():
+            inst = self.instances[k % len(self.instances)]
+            name, prompt, steps = GOLDENS[k % len(GOLDENS)]
+            k += 1
+            try:
+                ids = post(inst.url + "/tokenize", {"prompt": prompt}).json()["tokens"]
+                r = post(inst.url + "/v1/completions",
+                         {"prompt": prompt, "max_tokens": steps - len(ids) + 1, "temperature": 0, "echo": True})
+            except (requests.RequestException, KeyError, ValueError):
+                time.sleep(0.5)  # down for a restart
+                continue
+            if r.status_code != 200:
+                if r.status_code != 503:
+                    self.n.add("unexpected_status")
+                    self.n.note(f"canary got {r.status_code}: {r.text[:200]}")
+                continue
+            self.n.add("canaries")
+            if r.json()["choices"][0]["text"] + "\n" != self.goldens[name]:
+                self.n.add("canary_mismatches")
+                self.n.note(f"canary {name} differs on {inst.name}")
+            self.done.wait(2.0)
+
+    # ---- faults --------------------------------------------------------------------------------
+
+    def fault_disconnect(self):
+        for inst in self.instances:
+            for _ in range(3):
+                try:
+                    with requests.post(inst.url + "/v1/completions", stream=True, timeout=30,
+                                       json={"prompt": PREFIXES[0], "max_tokens": 200, "stream": True}) as r:
+                        for i, _ in enumerate(r.iter_lines()):
+                            if i >= 2:
+                                break  # and drop the connection mid-stream
+                except requests.RequestException:
+                    pass
+
+    def fault_burst(self):
+        inst = self.instances[0]
+        subprocess.run([str(pagedkv_bin()), "bench", "serve", "--base-url", inst.url, "--num-prompts", "200",
+                        "--request-rate", "inf", "--random-input-len", "32", "--random-output-len", "32", "--json"],
+                       capture_output=True, timeout=600)
+
+    def fault_malformed(self):
+        for inst in self.instances:
+            for body in MALFORMED:
+                try:
+                    r = post(inst.url + "/v1/completions", body, timeout=30)
+                except requests.RequestException:
+                    continue
+                self.n.add("malformed_sent")
+                if r.status_code != 400:
+                    self.n.add("unexpected_status")
+                    self.n.note(f"malformed body {body[:40]!r} got {r.status_code}")
+
+    def fault_disk_full(self):
+        if not self.filesystems.available:
+            self.n.add("disk_full_skipped")
+            return
+        for inst in self.instances:
+            filler = inst.disk_root() / "filler"
+            try:
+                with open(filler, "wb") as f:
+                    chunk = b"\0" * (1 << 20)
+                    while True:
+                        f.write(chunk)
+                        f.flush()
+            except OSError:
+                pass  # ENOSPC: the filesystem is full
+        self.done.wait(15)
+        for inst in self.instances:
+            try:
+                (inst.disk_root() / "filler").unlink()
+            except OSError:
+                pass
+
+    def fault_redis(self):
+        self.redis.kill()
+        self.done.wait(5)
+        if not self.redis.start():
+            self.n.note("redis-server did not come back")
+            self.n.add("harness_errors")
+
+    def fault_restart(self):
+        inst = self.instances[-1]
+        rc = inst.stop()
+        if rc != 0:
+            self.n.add("bad_exits")
+            self.n.note(f"instance {inst.name} exited {rc} on SIGTERM")
+        inst.start()
+
+    def faults(self):
+        kinds = [("disconnect", self.fault_disconnect), ("burst", self.fault_burst), ("malformed", self.fault_malformed),
+                 ("disk_full", self.fault_disk_full), ("redis", self.fault_redis), ("restart", self.fault_restart)]
+        k = 0
+        while not self.done.wait(self.a.fault_interval):
+            name, fault = kinds[k % len(kinds)]
+            k += 1
+            fault()
+            self.n.add(f"fault_{name}")
+
+    # ---- the run and its checks ----------------------------------------------------------------
+
+    @staticmethod
+    def sample(inst):
+        pid = inst.server.proc.pid
+        rss = 0
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    rss = int(line.split()[1]) // 1024
+        return rss, len(os.listdir(f"/proc/{pid}/fd"))
+
+    def idle(self, inst):
+        m = inst.server.metrics()
+        used = m.get(("pagedkv:kv_blocks", frozenset({("state", "used")})), -1)
+        return (m.get(("vllm:num_requests_running", frozenset()), -1) == 0 and
+                m.get(("vllm:num_requests_waiting", frozenset()), -1) == 0 and
+                m.get(("pagedkv:num_requests_swapped", frozenset()), -1) == 0 and used == 0 and
+                inst.server.get("/health").status_code == 200)
+
+    def run(self, workdir):
+        self.redis = RedisServer("--maxmemory", "256mb", "--maxmemory-policy", "allkeys-lru")
+        disks = [workdir / f"disk-{name}" for name in ("A", "B")]
+        for d in disks:
+            d.mkdir()
+        self.filesystems = DiskFilesystems(disks, self.a.disk_fs_bytes)
+        try:
+            for name, disk in zip(("A", "B"), disks):
+                inst = Instance(name, disk, workdir, self.redis.url, self.a.server_binary, self.filesystems)
+                inst.start()
+                self.instances.append(inst)
+            threads = [threading.Thread(target=self.bench_rounds), threading.Thread(target=self.canaries),
+                       threading.Thread(target=self.faults)]
+            threads += [threading.Thread(target=self.accounted_worker, args=(s,)) for s in range(self.a.workers)]
+            for t in threads:
+                t.start()
+            time.sleep(min(20, 6 * self.a.minutes))  # warm-up: pools, caches, thread stacks
+            rss0, fds0 = self.sample(self.instances[0])
+            while time.monotonic() < self.stop_at:
+                time.sleep(1)
+            self.done.set()
+            for t in threads:
+                t.join(timeout=900)
+            deadline = time.monotonic() + 60
+            idle = False
+            while time.monotonic() < deadline and not idle:
+                idle = all(self.idle(i) for i in self.instances)
+                time.sleep(0.5)
+            rss1, fds1 = self.sample(self.instances[0])
+            exits = [i.stop() for i in self.instances]
+        finally:
+            for i in self.instances:
+                if i.server and i.server.proc.poll() is None:
+                    i.server.kill()
+            self.redis.close()
+            self.filesystems.close()
+        return idle, (rss0, rss1), (fds0, fds1), exits
+
+    def verdict(self, idle, rss, fds, exits, workdir):
+        c = self.n.c
+        failures = []
+        if c["lost"]:
+            failures.append(f"{c['lost']} accepted requests lost")
+        if c["canary_mismatches"]:
+            failures.append(f"{c['canary_mismatches']} canary mismatches")
+        if c["unexpected_status"]:
+            failures.append(f"{c['unexpected_status']} unexpected statuses")
+        if c["bad_exits"] or any(e != 0 for e in exits):
+            failures.append(f"exit codes {exits}, {c['bad_exits']} bad exits on SIGTERM")
+        if c["harness_errors"]:
+            failures.append(f"{c['harness_errors']} harness errors")
+        if not idle:
+            failures.append("an instance did not return to an empty pool and idle queues")
+        if c["accepted"] == 0 or c["canaries"] == 0:
+            failures.append("no traffic got through")
+        if rss[1] > rss[0] * 1.25 + RSS_SLACK_MIB:
+            failures.append(f"instance A's RSS grew {rss[0]} -> {rss[1]} MiB")
+        if fds[1] > fds[0] + FD_SLACK:
+            failures.append(f"instance A's open descriptors grew {fds[0]} -> {fds[1]}")
+        reports = [p.name for p in workdir.glob("serve-*.log") if b"ERROR: AddressSanitizer" in p.read_bytes()
+                   or b"runtime error:" in p.read_bytes()]
+        if reports:
+            failures.append(f"sanitizer reports in {reports}")
+        faults = ", ".join(f"{k[6:]} {v}" for k, v in sorted(c.items()) if k.startswith("fault_"))
+        print(f"soak: {self.a.minutes:g} min; requests accepted {c['accepted']}, answered {c['answered']}, "
+              f"lost {c['lost']}; shed {c['shed']} (503), refused {c['refused']} (restarts); bench serve "
+              f"{c['bench_completed']} completed, {c['bench_failed']} failed; malformed {c['malformed_sent']} (all 400: "
+              f"{'no' if c['unexpected_status'] else 'yes'}); faults: {faults}"
+              f"{'; disk-full skipped (no mount namespace)' if c['disk_full_skipped'] else ''}; canaries "
+              f"{c['canaries']}, mismatches {c['canary_mismatches']}; RSS A {rss[0]} -> {rss[1]} MiB; fds A "
+              f"{fds[0]} -> {fds[1]}; idle after: {'yes' if idle else 'no'}; "
+              f"{'PASS' if not failures else 'FAIL: ' + '; '.join(failures)}", flush=True)
+        return not failures
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--minutes", type=float, default=10)
+    p.add_argument("--fault-interval", type=float, default=None, help="seconds between faults (default: minutes x 3)")
+    p.add_argument("--workers", type=int, default=4, help="accounted client threads")
+    p.add_argument("--server-binary", default=None, help="another pagedkv build (e.g. build-asan/pagedkv)")
+    p.add_argument("--disk-fs-bytes", default="24m", help="size of each instance's disk-tier filesystem")
+    p.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
+    a = p.parse_args()
+    if a.fault_interval is None:
+        a.fault_interval = max(5.0, 3.0 * a.minutes)
+    if not (SHARED / "models" / "stories260K.bin").exists():
+        sys.exit(f"soak: {SHARED}/models is absent (the server's default model and the canaries' goldens)")
+    if shutil.which("redis-server") is None:
+        sys.exit("soak: redis-server is missing (scripts/setup.sh installs it)")
+    workdir = pathlib.Path(tempfile.mkdtemp(prefix="pagedkv-soak-"))
+    ok = False
+    try:
+        soak = Soak(a)
+        idle, rss, fds, exits = soak.run(workdir)
+        ok = soak.verdict(idle, rss, fds, exits, workdir)
+    finally:
+        if a.keep or not ok:
+            print(f"soak: logs in {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(2))
+    main()
