@@ -9,14 +9,13 @@
 #include <span>
 #include <vector>
 
+#include "fuzz_support.h"
 #include "pagedkv/core/error.h"
 #include "pagedkv/model/gguf_file.h"
 
 namespace {
 
-void check(bool ok) {
-  if (!ok) std::abort();
-}
+using pagedkv::fuzz::check;
 
 }  // namespace
 

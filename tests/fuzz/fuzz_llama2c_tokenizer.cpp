@@ -10,14 +10,13 @@
 #include <span>
 #include <string_view>
 
+#include "fuzz_support.h"
 #include "pagedkv/core/error.h"
 #include "pagedkv/model/tokenizer.h"
 
 namespace {
 
-void check(bool ok) {
-  if (!ok) std::abort();
-}
+using pagedkv::fuzz::check;
 
 }  // namespace
 

@@ -18,23 +18,14 @@
 #include <span>
 #include <vector>
 
+#include "fuzz_support.h"
 #include "pagedkv/manager/kv_cache_manager.h"
 
 namespace {
 
 using namespace pagedkv;
 
-void check(bool ok) {
-  if (!ok) std::abort();
-}
-
-struct Bytes {
-  const uint8_t* data;
-  size_t size;
-  size_t at = 0;
-  bool empty() const { return at >= size; }
-  uint8_t next() { return at < size ? data[at++] : 0; }
-};
+using pagedkv::fuzz::check;
 
 // 4 bits of XXH-free hashing: blocks collide constantly.
 BlockHash weak_hash(std::span<const std::byte> bytes, uint64_t seed) {
@@ -62,7 +53,7 @@ class Harness {
     for (auto& w : written_) w.assign(static_cast<size_t>(block_size), kNoToken);
   }
 
-  void run(Bytes& in) {
+  void run(fuzz::ByteReader& in) {
     const uint8_t op = in.next();
     Slot& s = slots_[op / 16 % kSlots];
     switch (op % 9) {
@@ -93,7 +84,7 @@ class Harness {
 
   // A new request (or a preempted one coming back): tokens over a 3-letter alphabet, so prompts
   // share prefixes often; the prefix lookup's blocks are checked against what they hold.
-  void admit(Slot& s, Bytes& in) {
+  void admit(Slot& s, fuzz::ByteReader& in) {
     if (!s.request) {
       std::vector<TokenId> prompt(static_cast<size_t>(1 + in.next() % 40));
       for (TokenId& t : prompt) t = in.next() % 3;
@@ -124,7 +115,7 @@ class Harness {
 
   // A sampled token appended and its slot reserved (one decode step). A token, once sampled,
   // stays: if the pool has no room now, a later step() computes it.
-  void decode(Slot& s, Bytes& in) {
+  void decode(Slot& s, fuzz::ByteReader& in) {
     if (!s.admitted) return;
     Request& r = *s.request;
     if (r.num_computed_tokens < r.num_tokens() || r.num_tokens() >= 64) return;
@@ -204,7 +195,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool weak = data[0] & 0x80;
   const int num_blocks = 4 + data[1] % 60;
   Harness h(num_blocks, block_size, weak);
-  Bytes in{data + 2, size - 2};
+  fuzz::ByteReader in{data + 2, size - 2};
   for (int ops = 0; !in.empty() && ops < 2000; ++ops) h.run(in);
   h.release_all();
   return 0;

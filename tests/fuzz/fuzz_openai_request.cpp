@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "fuzz_support.h"
 #include "pagedkv/server/api_error.h"
 #include "pagedkv/server/openai_request.h"
 #include "pagedkv/server/stop_string_matcher.h"
@@ -17,9 +18,7 @@ namespace {
 
 using namespace pagedkv::server;
 
-void check(bool ok) {
-  if (!ok) std::abort();
-}
+using pagedkv::fuzz::check;
 
 void parse_both(std::string_view body) {
   for (ApiEndpoint e : {ApiEndpoint::kCompletions, ApiEndpoint::kChatCompletions}) {

@@ -11,6 +11,7 @@
 #include <span>
 #include <vector>
 
+#include "fuzz_support.h"
 #include "pagedkv/tiers/disk_slot_format.h"
 #include "pagedkv/tiers/remote_value_format.h"
 
@@ -18,24 +19,7 @@ namespace {
 
 using namespace pagedkv;
 
-void check(bool ok) {
-  if (!ok) std::abort();
-}
-
-// Reads the fuzzer's bytes front to back; zeros once they run out.
-struct Bytes {
-  const uint8_t* data;
-  size_t size;
-  size_t at = 0;
-  template <typename T>
-  T take() {
-    T v{};
-    const size_t n = std::min(sizeof(T), size - std::min(at, size));
-    if (n) std::memcpy(&v, data + at, n);
-    at += sizeof(T);
-    return v;
-  }
-};
+using pagedkv::fuzz::check;
 
 constexpr BlockHash kFingerprint{0x0123456789abcdefull, 0xfedcba9876543210ull};
 
@@ -57,7 +41,7 @@ void arbitrary_bytes(const uint8_t* data, size_t size, int block_size, size_t pa
     check(payload.size() == payload_bytes && payload.data() >= in.data() && payload.data() + payload.size() <= in.data() + in.size());
 }
 
-void written_then_flipped(Bytes& b, int block_size, size_t payload_bytes) {
+void written_then_flipped(fuzz::ByteReader& b, int block_size, size_t payload_bytes) {
   StoredBlockKey key;
   key.hash = {b.take<uint64_t>(), b.take<uint64_t>()};
   key.parent = {b.take<uint64_t>(), b.take<uint64_t>()};
@@ -103,7 +87,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int block_size = 1 + data[0] % 16;
   const size_t payload_bytes = 8 * (1 + data[1] % 16);
   arbitrary_bytes(data + 2, size - 2, block_size, payload_bytes);
-  Bytes b{data + 2, size - 2};
+  fuzz::ByteReader b{data + 2, size - 2};
   written_then_flipped(b, block_size, payload_bytes);
   return 0;
 }

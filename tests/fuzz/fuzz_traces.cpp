@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "fuzz_support.h"
 #include "pagedkv/core/error.h"
 #include "pagedkv/replay/trace_reader.h"
 
@@ -16,9 +17,7 @@ namespace {
 
 using namespace pagedkv;
 
-void check(bool ok) {
-  if (!ok) std::abort();
-}
+using pagedkv::fuzz::check;
 
 // What every reader promises of the trace it returns: each request's runs lie inside `runs`,
 // their lengths add up to its prompt, explicit runs lie inside `explicit_tokens`, the totals are
