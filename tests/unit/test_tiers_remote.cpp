@@ -252,7 +252,14 @@ TEST(RemoteTier, StoreDownAtStartThenBackDegradesAndRecovers) {
   for (int i = 0; i < 200 && first < 0; ++i) {
     Request r = make_request(10 + i, 17, 5000 + 100 * i);
     compute_and_store(da, ta, r);
-    if (eventually([&] { return store->size() >= 4; }, std::chrono::milliseconds(20))) first = 5000 + 100 * i;
+    // This request's own four blocks, not just any four: an earlier request's stores may land
+    // late (a slow sanitizer build) while this one's were dropped.
+    auto stored = [&] {
+      for (int b = 0; b < 4; ++b)
+        if (store->value(ta.remote()->key_of(r.block_hashes[static_cast<size_t>(b)])).empty()) return false;
+      return true;
+    };
+    if (eventually(stored, std::chrono::milliseconds(50))) first = 5000 + 100 * i;
   }
   ASSERT_GE(first, 0);
   EXPECT_FALSE(ta.remote()->degraded());
