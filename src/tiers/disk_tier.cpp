@@ -55,7 +55,10 @@ int64_t positioned_io(int fd, const DiskIoRequest& r) {
 
 }  // namespace
 
-DiskTier::DiskTier(DiskTierOptions options) : options_(std::move(options)), backend_(std::make_unique<Backend>()) {
+DiskTier::DiskTier(DiskTierOptions options)
+    : options_(std::move(options)),
+      write_breaker_(options_.write_retry_initial, options_.write_retry_max),
+      backend_(std::make_unique<Backend>()) {
   options_.spec.validate();
   if (options_.num_layers <= 0) throw ConfigError(fmt::format("disk tier: num_layers must be positive, got {}", options_.num_layers));
   if (options_.queue_depth <= 0) throw ConfigError(fmt::format("disk tier: queue depth must be positive, got {}", options_.queue_depth));
@@ -90,6 +93,24 @@ void DiskTier::degrade(const std::string& reason, bool reads_too) {
     fmt::print(stderr, "pagedkv: disk tier {} degraded: {}; {}\n", options_.dir, reason,
                reads_too ? "serving without it" : "no new blocks are written to it");
   }
+}
+
+void DiskTier::write_failed(const std::string& reason) {
+  if (write_breaker_.on_failure(reason)) {
+    if (!stats_.degraded) stats_.degraded_reason = reason;
+    stats_.degraded = true;
+    if (options_.log_degraded)
+      fmt::print(stderr, "pagedkv: disk tier {}: {}; writes paused, retried with back-off\n", options_.dir, reason);
+  }
+}
+
+void DiskTier::write_succeeded() {
+  if (!write_breaker_.on_success()) return;
+  if (available_ && !write_degraded_) {
+    stats_.degraded = false;
+    stats_.degraded_reason.clear();
+  }
+  if (options_.log_degraded) fmt::print(stderr, "pagedkv: disk tier {}: writes resumed\n", options_.dir);
 }
 
 bool DiskTier::open_file() {

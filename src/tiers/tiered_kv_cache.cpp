@@ -54,6 +54,8 @@ TieredKVCache::TieredKVCache(TierConfig config, KVCacheManager& manager, KVArena
     o.use_o_direct = config_.use_o_direct;
     o.log_degraded = config_.log_degraded;
     o.fault_injection = config_.disk_fault_injection;
+    o.write_retry_initial = config_.disk_write_retry_initial;
+    o.write_retry_max = config_.disk_write_retry_max;
     disk_ = std::make_unique<DiskTier>(std::move(o));
   }
   if (config_.remote_store) {
@@ -252,7 +254,9 @@ void TieredKVCache::apply(const TransferBatch& b) {
     TierStats& ds = disk_->mutable_stats();
     if (!w.ok) {
       ++ds.io_errors;
-      disk_->degrade(fmt::format("a write failed ({})", std::strerror(w.error)), false);
+      disk_->write_failed(fmt::format("a write failed ({})", std::strerror(w.error)));
+    } else {
+      disk_->write_succeeded();
     }
     if (w.purpose == TransferPurpose::kSwap) {
       if (!w.ok)

@@ -408,6 +408,7 @@ TEST(TieredCache, FailedDiskWritesDegradeTheTierAndServingGoesOn) {
   Device d(9);
   TierConfig c = disk_only(dir.str(), 64);
   c.disk_fault_injection = [](const DiskIoRequest& io) { return io.write ? ENOSPC : 0; };
+  c.disk_write_retry_initial = std::chrono::minutes(10);  // no retry within this test
   TieredKVCache t(c, d.manager, d.arena, kModel);
   Request a = make_request(1, 17, 0);
   compute_and_free(d, a);
@@ -422,6 +423,41 @@ TEST(TieredCache, FailedDiskWritesDegradeTheTierAndServingGoesOn) {
   Request again = make_request(3, 17, 0);
   EXPECT_EQ(t.prepare_prefix(again), PrefixState::kReady);
   compute_and_free(d, again);
+  check_all(d, t);
+}
+
+// A full disk (found by the soak: the tier used to stop writing for good): writes pause behind a
+// back-off, and once space is back the next retry resumes them and new blocks are stored again.
+TEST(TieredCache, DiskWritesResumeOnceTheDiskHasRoomAgain) {
+  TempDir dir;
+  Device d(9);
+  TierConfig c = disk_only(dir.str(), 64);
+  auto full = std::make_shared<std::atomic<bool>>(true);
+  c.disk_fault_injection = [full](const DiskIoRequest& io) { return io.write && full->load() ? ENOSPC : 0; };
+  c.disk_write_retry_initial = std::chrono::milliseconds(50);
+  c.disk_write_retry_max = std::chrono::milliseconds(50);
+  TieredKVCache t(c, d.manager, d.arena, kModel);
+  Request a = make_request(1, 17, 0);
+  compute_and_free(d, a);
+  evict_everything(d, t, 2);
+  t.drain();
+  EXPECT_TRUE(t.disk()->stats().degraded);
+  EXPECT_FALSE(t.disk()->writable());
+  EXPECT_EQ(t.disk()->num_cached_blocks(), 0);
+  check_all(d, t);
+
+  full->store(false);  // space freed
+  ASSERT_TRUE(eventually([&] { return t.disk()->writable(); }));  // the back-off passed
+  Request b = make_request(10, 17, 500);
+  compute_and_free(d, b);
+  evict_everything(d, t, 11);
+  t.drain();
+  EXPECT_GT(t.disk()->num_cached_blocks(), 0);  // written again
+  EXPECT_FALSE(t.disk()->stats().degraded);
+  EXPECT_TRUE(t.disk()->writable());
+  Request again = make_request(12, 17, 500);
+  EXPECT_GT(admit_and_verify(d, t, again).disk, 0);  // and read back byte for byte
+  t.shutdown();
   check_all(d, t);
 }
 

@@ -8,13 +8,16 @@
 // choice is in stats().io_backend. Trouble never throws out of the tier: a directory that cannot
 // be created, a file that cannot be opened or locked, a failed write (disk full, read-only) marks
 // the tier degraded (logged once to stderr, counted in stats) and the engine keeps serving with
-// the tiers it has. A block that fails verification (header, key, payload checksum, short read)
+// the tiers it has. A failed write (a full or read-only disk) pauses writes only, behind a
+// circuit breaker: they are retried after a back-off that doubles while they keep failing, and
+// the first success resumes them (both logged once), so freeing space brings the tier back. A block that fails verification (header, key, payload checksum, short read)
 // is a miss, counted and reclaimed: its header is zeroed so no later process trusts it either.
 //
 // Threads: metadata (the slot index, stats) belongs to the owner thread; execute() is called
 // from one I/O thread at a time (the transfer engine's disk lane).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -24,6 +27,7 @@
 
 #include "pagedkv/core/block_hash.h"
 #include "pagedkv/core/kv_cache_spec.h"
+#include "pagedkv/tiers/circuit_breaker.h"
 #include "pagedkv/tiers/disk_slot_format.h"
 #include "pagedkv/tiers/slot_index.h"
 #include "pagedkv/tiers/tier_types.h"
@@ -52,6 +56,9 @@ struct DiskTierOptions {
   // How long to wait for the file lock: a process that just died may hold it for a moment
   // (the kernel releases an io_uring's files asynchronously).
   int lock_wait_ms = 2000;
+  // After a failed write, writes pause this long, doubling up to the maximum while they fail.
+  std::chrono::milliseconds write_retry_initial{1000};
+  std::chrono::milliseconds write_retry_max{30000};
   // Tests: called on the I/O thread before each request; a non-zero errno fails it unperformed.
   std::function<int(const DiskIoRequest&)> fault_injection;
 };
@@ -65,8 +72,8 @@ class DiskTier final : public KVTier {
 
   // The file is open and its index usable (reads are served).
   bool available() const { return available_; }
-  // Available, and writes have not failed (new blocks are taken).
-  bool writable() const { return available_ && !write_degraded_; }
+  // Available, and writes are not paused after a failure (new blocks are taken).
+  bool writable() const { return available_ && !write_degraded_ && write_breaker_.allow(); }
   const std::string& path() const { return path_; }
 
   size_t header_bytes() const { return header_bytes_; }
@@ -83,8 +90,11 @@ class DiskTier final : public KVTier {
 
   // Performs the requests (any order, up to the queue depth at once), filling in each result.
   void execute(std::span<DiskIoRequest> requests);
-  // Stops taking writes (or, with `reads_too`, serving anything), logging the reason once.
+  // Stops taking writes (or, with `reads_too`, serving anything) for good, logging the reason once.
   void degrade(const std::string& reason, bool reads_too);
+  // A write failed (ENOSPC, EIO, ...) or succeeded: pauses writes with back-off, or resumes them.
+  void write_failed(const std::string& reason);
+  void write_succeeded();
   // Zeroes a slot's header on disk so no process trusts it again (a corrupt block reclaimed).
   void invalidate_on_disk(int32_t slot);
   // fdatasync: a clean shutdown makes the blocks durable, not only visible to the next process.
@@ -109,6 +119,7 @@ class DiskTier final : public KVTier {
   bool available_ = false;
   bool write_degraded_ = false;
   bool logged_ = false;
+  CircuitBreaker write_breaker_;
   size_t header_bytes_ = 0;
   size_t payload_bytes_ = 0;
   size_t slot_bytes_ = 0;

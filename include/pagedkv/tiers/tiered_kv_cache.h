@@ -71,6 +71,9 @@ struct TierConfig {
   bool log_degraded = true;
   bool lazy_swap_copies = false;        // defer swap-out copies of device-cached blocks (see above)
   std::function<int(const DiskIoRequest&)> disk_fault_injection;  // tests
+  // After a failed disk write (a full disk), writes pause this long, doubling while they fail.
+  std::chrono::milliseconds disk_write_retry_initial{1000};
+  std::chrono::milliseconds disk_write_retry_max{30000};
   // Remote tier: on when remote_store is set (the CLI's --remote-cache makes Redis connections;
   // the tiers themselves depend on no client library).
   RemoteStoreFactory remote_store;
