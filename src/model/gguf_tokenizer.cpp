@@ -65,6 +65,7 @@ GgufTokenizer::GgufTokenizer(const GgufFile& f) {
   pieces_.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     pieces_.emplace_back(tokens[i]);
+    max_piece_bytes_ = std::max(max_piece_bytes_, static_cast<int>(std::min<size_t>(pieces_.back().size(), INT32_MAX)));
     scores_.push_back(scores ? static_cast<float>(scores->number_at(i)) : 0.0f);
     types_.push_back(types ? static_cast<int32_t>(types->int_at(i)) : kNormal);
     ids_by_piece_.emplace(pieces_.back(), static_cast<TokenId>(i));  // the first id of a duplicate wins

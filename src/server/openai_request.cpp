@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -199,6 +200,19 @@ CompletionRequest parse_completion_request(std::string_view body, ApiEndpoint en
   return r;
 }
 
+std::vector<TokenId> encode_bounded(const TextTokenizer& tokenizer, std::string_view text, bool add_bos,
+                                    int max_model_len, const char* param) {
+  // Encoding is quadratic in the text's length (run.c's merge loop): a text too long to fit the
+  // model whatever its tokens is refused unencoded, or one request could hold a CPU for hours.
+  const int64_t most_bytes = static_cast<int64_t>(max_model_len) * std::max(1, tokenizer.max_piece_bytes());
+  if (static_cast<int64_t>(text.size()) > most_bytes)
+    throw ApiError(400, fmt::format("this model's maximum context length is {} tokens; a prompt of {} bytes cannot fit "
+                                    "(no token of this vocabulary is longer than {} bytes)",
+                                    max_model_len, text.size(), tokenizer.max_piece_bytes()),
+                   param, "context_length_exceeded");
+  return tokenizer.encode(text, add_bos);
+}
+
 std::vector<PreparedPrompt> prepare_request(const CompletionRequest& request, const TextTokenizer& tokenizer,
                                             const ModelLimits& model) {
   if (!request.model.empty() && request.model != model.served_model_name)
@@ -206,11 +220,11 @@ std::vector<PreparedPrompt> prepare_request(const CompletionRequest& request, co
                    "model", "model_not_found");
   std::vector<std::vector<TokenId>> prompts;
   if (request.endpoint == ApiEndpoint::kChatCompletions) {
-    prompts.push_back(tokenizer.encode(render_chat_prompt(request.messages), true));
+    prompts.push_back(encode_bounded(tokenizer, render_chat_prompt(request.messages), true, model.max_model_len, "messages"));
   } else {
     for (const PromptInput& p : request.prompts) {
       if (p.is_text) {
-        prompts.push_back(tokenizer.encode(p.text, true));
+        prompts.push_back(encode_bounded(tokenizer, p.text, true, model.max_model_len, "prompt"));
         continue;
       }
       for (TokenId id : p.token_ids)

@@ -221,11 +221,11 @@ void OpenAIServer::install_routes() {
     }
     std::vector<TokenId> tokens;
     if (auto it = body.find("prompt"); it != body.end() && it->is_string()) {
-      tokens = tokenizer_.encode(it->get<std::string>(), add_special);
+      tokens = encode_bounded(tokenizer_, it->get<std::string>(), add_special, model_.limits.max_model_len, "prompt");
     } else if (body.contains("messages")) {
       // The same rendering /v1/chat/completions uses.
       CompletionRequest chat = parse_completion_request(req.body, ApiEndpoint::kChatCompletions, options_.limits);
-      tokens = tokenizer_.encode(render_chat_prompt(chat.messages), add_special);
+      tokens = encode_bounded(tokenizer_, render_chat_prompt(chat.messages), add_special, model_.limits.max_model_len, "messages");
     } else {
       throw ApiError(400, "'prompt' (a string) or 'messages' is required", "prompt", "missing_field");
     }

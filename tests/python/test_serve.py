@@ -263,6 +263,7 @@ def test_non_streaming_disconnect_aborts(server):
     ({"prompt": "x", "stream_options": {"include_usage": True}}, "stream_options", "only allowed"),
     ({"prompt": "x", "cache_salt": ""}, "cache_salt", "must not be empty"),
     ({"prompt": "x " * 600}, "prompt", "maximum context length"),
+    ({"prompt": "a" * (4 << 20)}, "prompt", "cannot fit"),  # refused before encoding (quadratic)
 ])
 def test_bad_completion_requests(server, body, param, fragment):
     r = server.post("/v1/completions", body)
@@ -282,6 +283,8 @@ def test_bad_bodies(server):
     assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
     assert server.get("/v1/nothing").status_code == 404
     assert server.post("/detokenize", {"tokens": [1, 99999]}).status_code == 400
+    r = server.post("/tokenize", {"prompt": "a" * (4 << 20)})  # would take hours to encode
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
     # The server is unharmed.
     assert complete(server, prompt="Once", max_tokens=2)["usage"]["completion_tokens"] == 2
 

@@ -205,6 +205,28 @@ TEST_F(ServerWithTokenizer, RejectsWhatTheModelCannotServe) {
   EXPECT_NO_THROW(prepare_request(parse({{"prompt", "x"}, {"model", "stories260K"}}), *tokenizer_, limits()));
 }
 
+// Encoding is quadratic in the text: 32K characters took 0.5 s here, the 8 MiB a body may hold
+// would take hours. A text longer than max_model_len x the longest piece (tok512: 7 bytes) cannot
+// fit whatever its tokens, and is refused before it is encoded.
+TEST_F(ServerWithTokenizer, RefusesTextsTooLongToFitBeforeEncodingThem) {
+  ASSERT_EQ(tokenizer_->max_piece_bytes(), 7);
+  const std::string fits(512 * 7, '\n');  // the longest text that might still fit: it is encoded
+  expect_prepare_rejected(parse({{"prompt", fits}}), *tokenizer_, limits(), "prompt", "leaving no room to generate");
+  // The message says which check refused it: the one before encoding (encoding would have said
+  // "leaving no room to generate", hours later).
+  const std::string huge(4u << 20, 'a');
+  expect_prepare_rejected(parse({{"prompt", huge}}), *tokenizer_, limits(), "prompt",
+                          "a prompt of 4194304 bytes cannot fit (no token of this vocabulary is longer than 7 bytes)");
+  expect_prepare_rejected(parse({{"messages", {{{"role", "user"}, {"content", huge}}}}}, ApiEndpoint::kChatCompletions),
+                          *tokenizer_, limits(), "messages", "cannot fit");
+  try {
+    encode_bounded(*tokenizer_, huge, true, 512, "prompt");
+    ADD_FAILURE() << "accepted";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.code(), "context_length_exceeded");
+  }
+}
+
 // ---- stop strings -------------------------------------------------------------------------------
 
 TEST(StopStrings, SpanningPiecesAndHoldBack) {

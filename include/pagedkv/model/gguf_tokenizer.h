@@ -36,6 +36,7 @@ class GgufTokenizer final : public TextTokenizer {
   TokenId bos_id() const override { return bos_; }
   TokenId eos_id() const override { return eos_; }
   std::vector<TokenId> encode(std::string_view text, bool add_bos) const override;
+  int max_piece_bytes() const override { return max_piece_bytes_; }
   std::string decode_piece(TokenId prev, TokenId token) const override;
 
   const std::string& model_name() const { return model_; }
@@ -51,6 +52,7 @@ class GgufTokenizer final : public TextTokenizer {
 
   std::string model_;
   std::vector<std::string> pieces_;
+  int max_piece_bytes_ = 1;
   std::vector<float> scores_;
   std::vector<int32_t> types_;
   std::vector<std::string> decoded_;           // piece as text (U+2581 -> ' ', <0xXX> -> byte, control -> "")

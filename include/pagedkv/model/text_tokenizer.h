@@ -24,6 +24,11 @@ class TextTokenizer {
   // first when add_bos.
   virtual std::vector<TokenId> encode(std::string_view text, bool add_bos) const = 0;
 
+  // Bytes of the longest piece. No piece is shorter than the input bytes it stands for, so a
+  // text of n bytes encodes to at least n / max_piece_bytes() tokens: a server refuses a prompt
+  // that cannot fit the model before encoding it (encoding is quadratic in the text's length).
+  virtual int max_piece_bytes() const = 0;
+
   // Incremental detokenization: the bytes token `token` adds to the text when it follows `prev`
   // (-1 for the first token of a text). Concatenating these for a sequence gives its text;
   // a multi-byte character may arrive over several tokens, one byte each.

@@ -46,6 +46,7 @@ class Tokenizer final : public TextTokenizer {
   TokenId bos_id() const override { return kBos; }
   TokenId eos_id() const override { return kEos; }
   int max_token_length() const { return max_token_length_; }
+  int max_piece_bytes() const override { return max_token_length_; }  // every piece fits it (checked at load)
   std::string_view piece(TokenId id) const;  // raw piece bytes; throws UsageError if out of range
   float score(TokenId id) const;
 

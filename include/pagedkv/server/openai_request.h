@@ -72,6 +72,11 @@ struct PreparedPrompt {
   int max_tokens = 0;
 };
 
+// Encodes `text`, unless it is too long to fit `max_model_len` tokens whatever they are
+// (TextTokenizer::max_piece_bytes): then ApiError 400 context_length_exceeded naming `param`.
+std::vector<TokenId> encode_bounded(const TextTokenizer& tokenizer, std::string_view text, bool add_bos,
+                                    int max_model_len, const char* param);
+
 // Tokenizes text prompts (BOS first) and chat messages (rendered with the chat template), checks
 // the model name, token ids and that prompt + max_tokens fits the model length.
 std::vector<PreparedPrompt> prepare_request(const CompletionRequest& request, const TextTokenizer& tokenizer,
