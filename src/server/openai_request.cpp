@@ -202,8 +202,8 @@ CompletionRequest parse_completion_request(std::string_view body, ApiEndpoint en
 
 std::vector<TokenId> encode_bounded(const TextTokenizer& tokenizer, std::string_view text, bool add_bos,
                                     int max_model_len, const char* param) {
-  // Encoding is quadratic in the text's length (run.c's merge loop): a text too long to fit the
-  // model whatever its tokens is refused unencoded, or one request could hold a CPU for hours.
+  // The llama2c tokenizer's encoding is quadratic in the text (run.c's merge loop): a text too long
+  // to fit the model whatever its tokens is refused unencoded, or one request could hold a CPU for hours.
   const int64_t most_bytes = static_cast<int64_t>(max_model_len) * std::max(1, tokenizer.max_piece_bytes());
   if (static_cast<int64_t>(text.size()) > most_bytes)
     throw ApiError(400, fmt::format("this model's maximum context length is {} tokens; a prompt of {} bytes cannot fit "

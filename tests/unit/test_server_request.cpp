@@ -205,8 +205,8 @@ TEST_F(ServerWithTokenizer, RejectsWhatTheModelCannotServe) {
   EXPECT_NO_THROW(prepare_request(parse({{"prompt", "x"}, {"model", "stories260K"}}), *tokenizer_, limits()));
 }
 
-// Encoding is quadratic in the text: 32K characters took 0.5 s here, the 8 MiB a body may hold
-// would take hours. A text longer than max_model_len x the longest piece (tok512: 7 bytes) cannot
+// The llama2c tokenizer's encoding is quadratic in the text: 32K characters took 0.5 s here, the
+// 8 MiB a body may hold would take hours. A text longer than max_model_len x the longest piece (tok512: 7 bytes) cannot
 // fit whatever its tokens, and is refused before it is encoded.
 TEST_F(ServerWithTokenizer, RefusesTextsTooLongToFitBeforeEncodingThem) {
   ASSERT_EQ(tokenizer_->max_piece_bytes(), 7);

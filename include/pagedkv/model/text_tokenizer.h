@@ -26,7 +26,7 @@ class TextTokenizer {
 
   // Bytes of the longest piece. No piece is shorter than the input bytes it stands for, so a
   // text of n bytes encodes to at least n / max_piece_bytes() tokens: a server refuses a prompt
-  // that cannot fit the model before encoding it (encoding is quadratic in the text's length).
+  // that cannot fit the model before encoding it (the llama2c tokenizer's encoding is quadratic).
   virtual int max_piece_bytes() const = 0;
 
   // Incremental detokenization: the bytes token `token` adds to the text when it follows `prev`
