@@ -50,13 +50,14 @@ nlohmann::json rate(const Series& seconds, int blocks, size_t value_bytes) {
 }
 
 // Raw pipelined SET then GET of `blocks` values of `bytes`, `batch` keys per round trip.
-nlohmann::json raw_store(const remote::RedisStoreOptions& o, size_t bytes, int blocks, int batch, int rounds) {
+nlohmann::json raw_store(const remote::RedisStoreOptions& o, size_t bytes, int blocks, int batch, int rounds,
+                         const std::string& tag = "") {
   remote::RedisStore s(o);
   std::vector<std::byte> value(bytes, std::byte{7});
   Series set_s, get_s;
   for (int round = 0; round < rounds; ++round) {
     std::vector<std::string> keys;
-    for (int i = 0; i < blocks; ++i) keys.push_back(fmt::format("bench:{}:{}:{}", bytes, round, i));
+    for (int i = 0; i < blocks; ++i) keys.push_back(fmt::format("bench:{}{}:{}:{}", tag, bytes, round, i));
     auto t0 = Clock::now();
     for (int i = 0; i < blocks; i += batch) {
       const int n = std::min(batch, blocks - i);
@@ -78,6 +79,32 @@ nlohmann::json raw_store(const remote::RedisStoreOptions& o, size_t bytes, int b
     if (got != bytes * static_cast<size_t>(blocks)) throw std::runtime_error("GET lost values");
   }
   return {{"set", rate(set_s, blocks, bytes)}, {"get", rate(get_s, blocks, bytes)}};
+}
+
+// Raw SET batches written out in 64 KiB pieces (RedisStoreOptions::write_chunk_bytes) against
+// whole batches queued in hiredis' buffer, alternating round by round: per-round SET times and
+// the median of the per-round ratios (chunked / whole; below 1 means chunking is faster).
+nlohmann::json chunked_writes_ab(const remote::RedisStoreOptions& o, size_t bytes, int blocks, int batch, int rounds) {
+  auto chunked = o, whole = o;
+  whole.write_chunk_bytes = 0;
+  Series chunked_s, whole_s, ratio;
+  for (int round = 0; round < rounds; ++round) {
+    const bool chunked_first = round % 2 == 0;  // alternate which goes first
+    double t_chunked = 0, t_whole = 0;
+    for (int k = 0; k < 2; ++k) {
+      const bool is_chunked = (k == 0) == chunked_first;
+      // New keys every time (as the tier writes): neither side overwrites what the other stored.
+      const nlohmann::json r = raw_store(is_chunked ? chunked : whole, bytes, blocks, batch, 1,
+                                         fmt::format("{}{}:", is_chunked ? "chunked" : "whole", round));
+      (is_chunked ? t_chunked : t_whole) = r["set"]["median_s"].get<double>();
+    }
+    chunked_s.s.push_back(t_chunked);
+    whole_s.s.push_back(t_whole);
+    ratio.s.push_back(t_chunked / t_whole);
+  }
+  return {{"set_chunked", rate(chunked_s, blocks, bytes)},
+          {"set_whole_batch", rate(whole_s, blocks, bytes)},
+          {"chunked_over_whole_median", ratio.median()}};
 }
 
 // Through the tier: `blocks` blocks of `arena` stored (pack + EXISTS + SET), then loaded (probe
@@ -215,6 +242,8 @@ int main(int argc, char** argv) {
     auto freed = o;
     freed.keep_read_buffer = false;
     m["raw_hiredis_default_buffer"] = raw_store(freed, value, blocks, batch, rounds);
+    if (value <= (64u << 10))  // the small values where the tier is slow; large ones would fill Redis
+      m["raw_set_chunked_vs_whole_batch"] = chunked_writes_ab(o, value, blocks, batch, std::max(rounds, 7));
     const int n = std::min(blocks, (mc.seq_len - 8) / 16);
     const Series prefill = prefill_seconds(*model, n, 16, rounds);
     m["prefill_blocks"] = n;

@@ -25,12 +25,6 @@ using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
 
 bool is_oom(const redisReply& r) { return r.type == REDIS_REPLY_ERROR && std::strncmp(r.str, "OOM", 3) == 0; }
 
-// hiredis queues pipelined commands in one output buffer and, after every partial write(), moves
-// what is left to the buffer's front: 32 queued values of 20 KiB cost megabytes of memmove per
-// batch. SET batches are written out whenever this much is queued, so the moves stay small; the
-// replies are still read once, after the whole batch (the pipeline is unchanged).
-constexpr size_t kFlushQueuedBytes = 64 * 1024;
-
 // Why a blocking call on `c` failed: a socket timeout reads as EAGAIN.
 std::string io_failure(const redisContext* c) {
   return c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK) ? "timed out" : std::string(c->errstr);
@@ -154,7 +148,7 @@ RemoteStatus RedisStore::set(std::span<const std::string> keys, std::span<const 
     const char* argv[] = {"SET", keys[i].data(), reinterpret_cast<const char*>(values[i].data())};
     const size_t lens[] = {3, keys[i].size(), values[i].size()};
     redisAppendCommandArgv(c_, 3, argv, lens);
-    if (sdslen(c_->obuf) >= kFlushQueuedBytes) {
+    if (options_.write_chunk_bytes > 0 && sdslen(c_->obuf) >= options_.write_chunk_bytes) {  // see RedisStoreOptions
       for (int done = 0; !done;)
         if (redisBufferWrite(c_, &done) != REDIS_OK) return fail(io_failure(c_));
     }

@@ -22,6 +22,11 @@ struct RedisStoreOptions {
   // block-sized reply regrows it. Keeping it measured faster for 512 KiB values and slower for
   // 20 KiB ones (docs/tiers.md), so hiredis' default stays.
   bool keep_read_buffer = false;
+  // hiredis queues a pipeline's commands in one output buffer and, after every partial write(),
+  // moves what is left to its front: megabytes of memmove for a batch of 20 KiB values. A SET
+  // batch is written out whenever this much is queued (replies are still read once, at the end);
+  // 0 queues the whole batch, as hiredis alone does. bench_remote_tier compares the two.
+  size_t write_chunk_bytes = 64 * 1024;
 };
 
 class RedisStore final : public RemoteStore {
