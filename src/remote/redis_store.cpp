@@ -4,6 +4,7 @@
 #include <hiredis/hiredis.h>
 #include <hiredis/sds.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include <cstring>
@@ -121,21 +122,25 @@ RemoteStatus RedisStore::get(std::span<const std::string> keys,
                              const std::function<void(size_t, std::span<const std::byte>)>& on_value) {
   if (keys.empty()) return RemoteStatus::kOk;
   if (!connect()) return RemoteStatus::kUnavailable;
-  for (const std::string& k : keys) {
-    const char* argv[] = {"GET", k.data()};
-    const size_t lens[] = {3, k.size()};
-    redisAppendCommandArgv(c_, 2, argv, lens);
-  }
   bool error_reply = false;
-  const RemoteStatus st = read_replies(keys.size(), [&](size_t i, const redisReply& r) {
-    if (r.type == REDIS_REPLY_STRING)
-      on_value(i, std::span<const std::byte>(reinterpret_cast<const std::byte*>(r.str), r.len));
-    else if (r.type == REDIS_REPLY_ERROR) {
-      error_reply = true;
-      error_ = r.str;
+  const size_t depth = std::max<size_t>(1, options_.get_pipeline_depth);
+  for (size_t first = 0; first < keys.size(); first += depth) {
+    const size_t n = std::min(depth, keys.size() - first);
+    for (size_t i = first; i < first + n; ++i) {
+      const char* argv[] = {"GET", keys[i].data()};
+      const size_t lens[] = {3, keys[i].size()};
+      redisAppendCommandArgv(c_, 2, argv, lens);
     }
-  });
-  if (st != RemoteStatus::kOk) return st;
+    const RemoteStatus st = read_replies(n, [&](size_t i, const redisReply& r) {
+      if (r.type == REDIS_REPLY_STRING)
+        on_value(first + i, std::span<const std::byte>(reinterpret_cast<const std::byte*>(r.str), r.len));
+      else if (r.type == REDIS_REPLY_ERROR) {
+        error_reply = true;
+        error_ = r.str;
+      }
+    });
+    if (st != RemoteStatus::kOk) return st;
+  }
   return error_reply ? RemoteStatus::kError : RemoteStatus::kOk;
 }
 
