@@ -152,7 +152,7 @@ std::vector<RequestResult> run_transfers(const std::vector<BenchRequest>& reques
   size_t next = 0, running = 0, finished = 0;
   const Clock::time_point start = Clock::now();
   auto due = [&](size_t i) {
-    return start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(requests[i].arrival_s.value_or(times[i])));
+    return start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(times[i]));
   };
   while (finished < requests.size()) {
     const Clock::time_point now = Clock::now();
@@ -266,11 +266,18 @@ std::vector<TokenId> fetch_token_pool(const std::string& base_url, const std::st
   return pool;
 }
 
+std::vector<double> send_times(const std::vector<BenchRequest>& requests, const ServeBenchOptions& o) {
+  std::vector<double> times = arrival_times(static_cast<int>(requests.size()), o.request_rate, o.burstiness, o.seed);
+  for (size_t i = 0; i < requests.size(); ++i)
+    if (requests[i].arrival_s) times[i] = *requests[i].arrival_s;
+  return times;
+}
+
 ServeBenchReport run_serve_benchmark(const std::vector<BenchRequest>& requests, const ServeBenchOptions& o) {
   ServeBenchReport report;
   if (o.base_urls.empty()) throw ConfigError("bench serve needs at least one --base-url");
   report.model = o.model.empty() ? fetch_model_name(o.base_urls.front(), o.api_key) : o.model;
-  const std::vector<double> times = arrival_times(static_cast<int>(requests.size()), o.request_rate, o.burstiness, o.seed);
+  const std::vector<double> times = send_times(requests, o);
   const CacheCounters before = cache_counters(o);
 
   const std::vector<RequestResult> results = run_transfers(requests, times, report.model, o, report.duration_s);

@@ -1,7 +1,7 @@
 // pagedkv bench serve: a load generator for OpenAI-compatible servers (pagedkv serve, vllm serve),
-// one or several (round-robin), in the shape of `vllm bench serve`: datasets random, prefix-repetition and mooncake; Poisson or
-// gamma arrivals; a concurrency cap; TTFT / TPOT / ITL / E2E percentiles; the server's
-// prefix-cache hit rate. Text report, or --json.
+// one or several (round-robin), in the shape of `vllm bench serve`: datasets random,
+// prefix-repetition and mooncake; Poisson or gamma arrivals; a concurrency cap; TTFT / TPOT / ITL /
+// E2E percentiles; the servers' prefix-cache hit rate. Text report, or --json.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -11,7 +11,6 @@
 #include "command.h"
 #include "engine_options.h"
 #include "pagedkv/core/error.h"
-#include "pagedkv/loadgen/arrival_process.h"
 #include "pagedkv/loadgen/bench_dataset.h"
 #include "pagedkv/loadgen/serve_benchmark.h"
 
@@ -37,12 +36,10 @@ void save_requests(const std::vector<loadgen::BenchRequest>& requests, const loa
                    const std::string& path) {
   std::ofstream out(path);
   if (!out) throw Error(fmt::format("cannot write '{}'", path));
-  const std::vector<double> times = loadgen::arrival_times(static_cast<int>(requests.size()), run.request_rate, run.burstiness, run.seed);
-  for (size_t i = 0; i < requests.size(); ++i) {
-    const double at_s = requests[i].arrival_s.value_or(std::isfinite(times[i]) ? times[i] : 0.0);
-    out << nlohmann::json{{"timestamp", 1e3 * at_s}, {"tokens", requests[i].prompt}, {"output_length", requests[i].max_tokens}}.dump()
+  const std::vector<double> times = loadgen::send_times(requests, run);
+  for (size_t i = 0; i < requests.size(); ++i)
+    out << nlohmann::json{{"timestamp", 1e3 * times[i]}, {"tokens", requests[i].prompt}, {"output_length", requests[i].max_tokens}}.dump()
         << '\n';
-  }
   if (!out.flush()) throw Error(fmt::format("cannot write '{}'", path));
 }
 

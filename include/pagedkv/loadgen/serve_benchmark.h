@@ -69,6 +69,10 @@ int fetch_max_model_len(const std::string& base_url, const std::string& api_key)
 // Real token ids of the served model: the server's /tokenize of a built-in English text.
 std::vector<TokenId> fetch_token_pool(const std::string& base_url, const std::string& api_key);
 
+// When each request is sent, in seconds from the start: a trace dataset's own arrival time, else
+// the arrival process's (request_rate, burstiness, seed; all 0 at an infinite rate).
+std::vector<double> send_times(const std::vector<BenchRequest>& requests, const ServeBenchOptions& options);
+
 ServeBenchReport run_serve_benchmark(const std::vector<BenchRequest>& requests, const ServeBenchOptions& options);
 
 // Mean, median and p99 in milliseconds of durations in seconds (percentiles interpolated between

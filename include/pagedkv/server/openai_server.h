@@ -9,9 +9,9 @@
 // its engine request cancelled. Errors are OpenAI's error object with the right status.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
-#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,7 +33,8 @@ class DashboardSnapshots;
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;                         // 0: any free port (bind() returns it)
-  std::string api_key;                     // non-empty: every route but /health and the dashboard page needs "Authorization: Bearer <key>"
+  std::string api_key;                     // non-empty: "Authorization: Bearer <key>" on every route
+                                           // but /health and the dashboard's static page
   bool admin_endpoints = true;             // false: /reset_prefix_cache answers 403
   size_t max_body_bytes = 8u << 20;        // larger request bodies get 413
   int http_threads = 128;                  // concurrent connections served (each stream holds one)

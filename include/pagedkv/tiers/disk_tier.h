@@ -5,13 +5,14 @@
 //
 // I/O goes through io_uring with O_DIRECT and 4096-aligned buffers where the kernel and the
 // filesystem allow, else falls back to io_uring on the page cache, then to pread/pwrite; the
-// choice is in stats().io_backend. Trouble never throws out of the tier: a directory that cannot
-// be created, a file that cannot be opened or locked, a failed write (disk full, read-only) marks
-// the tier degraded (logged once to stderr, counted in stats) and the engine keeps serving with
-// the tiers it has. A failed write (a full or read-only disk) pauses writes only, behind a
-// circuit breaker: they are retried after a back-off that doubles while they keep failing, and
-// the first success resumes them (both logged once), so freeing space brings the tier back. A block that fails verification (header, key, payload checksum, short read)
-// is a miss, counted and reclaimed: its header is zeroed so no later process trusts it either.
+// choice is in stats().io_backend. Trouble never throws out of the tier, and the engine keeps
+// serving with the tiers it has: a directory that cannot be created or a file that cannot be
+// opened or locked disables the tier (logged once to stderr, counted in stats); a failed write
+// (disk full, read-only) pauses writes only, behind a circuit breaker: they are retried after a
+// back-off that doubles while they keep failing, and the first success resumes them (both logged
+// once), so freeing space brings the tier back. A block that fails verification (header, key,
+// payload checksum, short read) is a miss, counted and reclaimed: its header is zeroed so no later
+// process trusts it either.
 //
 // Threads: metadata (the slot index, stats) belongs to the owner thread; execute() is called
 // from one I/O thread at a time (the transfer engine's disk lane).
