@@ -45,6 +45,7 @@ KVCacheManagerConfig manager_config(const ModelConfig& m, const EngineConfig& c,
   mc.enable_caching = c.enable_prefix_caching;
   mc.hash_algorithm = c.hash_algorithm;
   mc.hash_seed = c.hash_seed;
+  mc.enable_events = c.enable_kv_events;
   return mc;
 }
 
@@ -67,6 +68,7 @@ LLMEngine::LLMEngine(const Model& model, EngineConfig config)
     tiers_ = std::make_unique<TieredKVCache>(config_.tiers, manager_, arena_, model_weights_digest(model),
                                              config_.swap_space_bytes);
     scheduler_.set_tiers(tiers_.get());
+    if (config_.enable_kv_events) tiers_->enable_events();
   } else if (swap_blocks_ > 0) {
     host_arena_.emplace(model.config().kv_cache_spec(config_.block_size, config_.kv_dtype), model.config().kv_arena_layers(),
                         swap_blocks_);
@@ -407,6 +409,34 @@ std::vector<int> LLMEngine::block_owners() const {
     else if (b.has_hash) owners[static_cast<size_t>(b.id.value)] = -2;
   }
   return owners;
+}
+
+std::vector<KVEvent> LLMEngine::take_kv_events() {
+  std::vector<KVEvent> out = manager_.take_events();
+  if (tiers_) {
+    std::vector<KVEvent> lower = tiers_->take_events();
+    out.insert(out.end(), lower.begin(), lower.end());
+  }
+  return out;
+}
+
+std::vector<KVEvent> LLMEngine::cached_blocks() const {
+  std::vector<KVEvent> out;
+  for (const KVCacheBlock& b : manager_.pool().blocks()) {
+    if (b.is_null || !b.has_hash) continue;
+    KVEvent e;
+    e.kind = KVEventKind::kBlockStored;
+    e.hash = b.hash;
+    e.token_count = config_.block_size;
+    e.block = b.id;
+    e.group = b.group;
+    out.push_back(e);
+  }
+  if (tiers_) {
+    std::vector<KVEvent> lower = tiers_->cached_blocks();
+    out.insert(out.end(), lower.begin(), lower.end());
+  }
+  return out;
 }
 
 }  // namespace pagedkv

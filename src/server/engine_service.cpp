@@ -25,6 +25,13 @@ std::string metric_reason(FinishReason r) {
 EngineService::EngineService(LLMEngine& engine, ServerMetrics& metrics, EngineServiceOptions options)
     : engine_(engine), metrics_(metrics), options_(options) {
   metrics_.on_step(engine_);
+  if (options_.kv_events) {
+    if (!engine_.config().enable_kv_events)
+      throw UsageError("EngineService: a KV event log needs an engine with EngineConfig::enable_kv_events");
+    engine_.take_kv_events();  // what happened before now is in the census
+    const std::vector<KVEvent> census = engine_.cached_blocks();
+    options_.kv_events->append(census);
+  }
   thread_ = std::thread([this] { run(); });
 }
 
@@ -112,6 +119,12 @@ void EngineService::publish_load() {
   metrics_.on_step(engine_);
 }
 
+void EngineService::publish_kv_events() {
+  if (!options_.kv_events) return;
+  const std::vector<KVEvent> events = engine_.take_kv_events();
+  if (!events.empty()) options_.kv_events->append(events);
+}
+
 void EngineService::admit(Submission& s) {
   int first_choice = 0;  // prompt i's samples are choices first_choice .. first_choice + n - 1
   for (size_t i = 0; i < s.prompts.size(); ++i) {
@@ -173,6 +186,7 @@ void EngineService::run() {
       std::vector<RequestOutput> outputs = engine_.step();
       dispatch(outputs);
     }
+    publish_kv_events();
     publish_load();
     if (stopping && !engine_.has_unfinished()) {
       end_remaining_choices();

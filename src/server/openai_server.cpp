@@ -12,6 +12,8 @@
 #include <chrono>
 #include <ctime>
 #include <random>
+#include <algorithm>
+#include <cstdlib>
 #include <set>
 
 #include "pagedkv/core/error.h"
@@ -159,7 +161,7 @@ void OpenAIServer::install_routes() {
     // Known routes only: a label per arbitrary path would let clients grow the metrics without bound.
     static const std::set<std::string> kRoutes{"/v1/completions", "/v1/chat/completions", "/v1/models", "/health",
                                                "/metrics", "/tokenize", "/detokenize", "/reset_prefix_cache", "/version",
-                                               "/dashboard", "/dashboard/state", "/"};
+                                               "/kv_events", "/dashboard", "/dashboard/state", "/"};
     metrics_.count_http_request(kRoutes.contains(req.path) ? req.path : "other");
     if (res.status >= 400) metrics_.count_http_error(res.status);
   });
@@ -198,6 +200,50 @@ void OpenAIServer::install_routes() {
   });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_.render(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  // The KV events of this instance for routers (docs/router.md, "The events"): everything after
+  // sequence number `since` of epoch `epoch`, or a snapshot when that cannot be had.
+  http.Get("/kv_events", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!options_.kv_events) throw ApiError(404, "this server does not publish KV events", "", "not_found");
+    auto number = [&req](const char* name, int base, uint64_t fallback) {
+      if (!req.has_param(name)) return fallback;
+      const std::string text = req.get_param_value(name);
+      char* end = nullptr;
+      errno = 0;
+      const unsigned long long v = std::strtoull(text.c_str(), &end, base);
+      if (text.empty() || text[0] == '-' || *end != '\0' || errno == ERANGE)
+        throw ApiError(400, fmt::format("'{}' must be a non-negative integer{}", name, base == 16 ? " in hex" : ""), name,
+                       "invalid_value");
+      return static_cast<uint64_t>(v);
+    };
+    const uint64_t epoch = number("epoch", 16, 0);
+    const uint64_t since = number("since", 10, 0);
+    const uint64_t max_events = std::clamp<uint64_t>(number("max", 10, 10000), 1, 100000);
+    const KVEventsPage log_page = options_.kv_events->read(epoch, since, static_cast<size_t>(max_events));
+    static constexpr const char* kMedium[] = {"device", "host", "disk"};
+    json body = {{"epoch", fmt::format("{:016x}", log_page.epoch)},
+                 {"block_size", options_.prefix_hashing.block_size},
+                 {"hash_algorithm", options_.prefix_hashing.algorithm},
+                 {"hash_seed", options_.prefix_hashing.seed},
+                 {"last", log_page.last_seq},
+                 {"snapshot", log_page.snapshot},
+                 {"more", log_page.more}};
+    if (log_page.snapshot) {
+      json blocks = json::array();
+      for (const auto& [hash, mask] : log_page.blocks) {
+        json media = json::array();
+        for (int m = 0; m < 3; ++m)
+          if (mask & medium_bit(static_cast<Medium>(m))) media.push_back(kMedium[m]);
+        blocks.push_back({hash.hex(), std::move(media)});
+      }
+      body["blocks"] = std::move(blocks);
+    } else {
+      json events = json::array();
+      for (const KVEventRecord& e : log_page.events)
+        events.push_back({e.seq, e.present ? "stored" : "removed", e.hash.hex(), kMedium[static_cast<int>(e.medium)]});
+      body["events"] = std::move(events);
+    }
+    send_json(res, 200, body);
   });
   http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     const std::string& name = model_.limits.served_model_name;

@@ -127,10 +127,31 @@ void SlotIndex::cache(int32_t slot, const BlockContentKey& key) {
     slots_[static_cast<size_t>(t)].next_same_hash = slot;
   }
   ++num_cached_;
+  if (events_enabled_) {
+    KVEvent e;
+    e.kind = KVEventKind::kBlockStored;
+    e.hash = key.hash;
+    e.parent_hash = key.parent;
+    e.token_count = block_size_;
+    e.block = BlockId{slot};
+    e.group = key.group;
+    e.medium = medium_;
+    events_.push_back(e);
+  }
 }
 
 void SlotIndex::drop_key(KVCacheBlock& b) {
   unlink_cached_block(map_, slots_, map_key(b.hash, b.group), b);
+  if (events_enabled_) {
+    KVEvent e;
+    e.kind = KVEventKind::kBlockRemoved;
+    e.hash = b.hash;
+    e.block = b.id;
+    e.group = b.group;
+    e.reason = RemovalReason::kEvicted;
+    e.medium = medium_;
+    events_.push_back(e);
+  }
   b.has_hash = false;
   b.hash = BlockHash{};
   b.num_tokens = 0;

@@ -865,4 +865,38 @@ void TieredKVCache::check_invariants() const {
   }
 }
 
+void TieredKVCache::enable_events() {
+  if (host_) host_->slots().enable_events(Medium::kHost);
+  if (disk_) disk_->slots().enable_events(Medium::kDisk);
+}
+
+std::vector<KVEvent> TieredKVCache::take_events() {
+  std::vector<KVEvent> out;
+  if (host_) out = host_->slots().take_events();
+  if (disk_) {
+    std::vector<KVEvent> disk = disk_->slots().take_events();
+    out.insert(out.end(), disk.begin(), disk.end());
+  }
+  return out;
+}
+
+std::vector<KVEvent> TieredKVCache::cached_blocks() const {
+  std::vector<KVEvent> out;
+  auto add = [&out](const SlotIndex& slots, Medium medium) {
+    slots.for_each_cached([&](int32_t slot) {
+      KVEvent e;
+      e.kind = KVEventKind::kBlockStored;
+      e.hash = slots.hash(slot);
+      e.token_count = slots.block_size();
+      e.block = BlockId{slot};
+      e.group = slots.key(slot).group;
+      e.medium = medium;
+      out.push_back(e);
+    });
+  };
+  if (host_) add(host_->slots(), Medium::kHost);
+  if (disk_) add(disk_->slots(), Medium::kDisk);
+  return out;
+}
+
 }  // namespace pagedkv

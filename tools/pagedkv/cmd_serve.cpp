@@ -69,10 +69,12 @@ int run_serve(ServeOptions o) {
   EngineConfig config = o.engine.to_config();
   config.max_model_len = o.max_model_len;
   config.record_block_usage = false;  // a server runs for days
+  config.enable_kv_events = true;      // for routers: GET /kv_events
   LLMEngine engine(model, config);
 
   server::ServerMetrics metrics(o.served_model_name, engine.max_model_len());
-  server::EngineService service(engine, metrics, {o.max_waiting, o.stream_interval});
+  server::KVEventLog kv_events;
+  server::EngineService service(engine, metrics, {o.max_waiting, o.stream_interval, &kv_events});
   server::ServerOptions options;
   options.host = o.host;
   options.port = o.port;
@@ -80,6 +82,8 @@ int run_serve(ServeOptions o) {
   options.admin_endpoints = !o.disable_admin_endpoints;
   options.max_body_bytes = parse_byte_size(o.max_body_bytes);
   options.http_threads = o.http_threads;
+  options.kv_events = &kv_events;
+  options.prefix_hashing = {config.block_size, std::string(hash_algorithm_name(config.hash_algorithm)), config.hash_seed};
   server::ServedModel served;
   served.limits = {o.served_model_name, engine.max_model_len(), model.config().vocab_size};
   // llama2.c checkpoints end a story by starting the next (run.c stops on BOS); GGUF files name

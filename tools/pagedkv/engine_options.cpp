@@ -20,6 +20,10 @@ void EngineOptions::add_to(CLI::App& app) {
   app.add_option("--kv-dtype", kv_dtype, "KV element type: fp32, fp16, bf16")->capture_default_str();
   app.add_option("--preemption", preemption, "recompute, swap or auto")->capture_default_str();
   app.add_flag("--no-prefix-caching", no_prefix_caching, "disable prefix caching");
+  app.add_option("--prefix-hash", prefix_hash, "block hash of the prefix cache: xxh3_128 or sha256")->capture_default_str();
+  app.add_option("--hash-seed", hash_seed,
+                 "seed of the chained block hashes (the same on every instance that shares blocks or a router)")
+      ->capture_default_str();
   app.add_option("--max-num-seqs", max_num_seqs, "requests running at once")->capture_default_str();
   app.add_option("--max-num-batched-tokens", max_num_batched_tokens, "tokens per step")->capture_default_str();
   app.add_flag("--check", check, "run the invariant checker after every step");
@@ -65,6 +69,10 @@ EngineConfig EngineOptions::to_config() const {
   else if (preemption == "auto") c.scheduler.preemption_mode = PreemptionMode::kAuto;
   else throw ConfigError(fmt::format("--preemption must be recompute, swap or auto, got '{}'", preemption));
   c.enable_prefix_caching = !no_prefix_caching;
+  const auto hash = parse_hash_algorithm(prefix_hash);
+  if (!hash) throw ConfigError(fmt::format("--prefix-hash must be xxh3_128 or sha256, got '{}'", prefix_hash));
+  c.hash_algorithm = *hash;
+  c.hash_seed = hash_seed;
   c.scheduler.max_num_seqs = max_num_seqs;
   c.scheduler.max_num_batched_tokens = max_num_batched_tokens;
   c.check_invariants = check;

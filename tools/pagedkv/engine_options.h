@@ -18,6 +18,8 @@ struct EngineOptions {
   std::string kv_dtype = "fp32";
   std::string preemption = "auto";
   bool no_prefix_caching = false;
+  std::string prefix_hash = "xxh3_128";
+  uint64_t hash_seed = 0;
   int max_num_seqs = 64;
   int max_num_batched_tokens = 2048;
   bool check = false;

@@ -5,7 +5,9 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace pagedkv {
 
@@ -15,6 +17,9 @@ struct BlockHash {
   constexpr auto operator<=>(const BlockHash&) const = default;
   std::string hex() const;  // 32 lowercase hex digits, hi then lo
 };
+
+// The inverse of hex(): exactly 32 hex digits (either case), else nullopt.
+std::optional<BlockHash> parse_block_hash_hex(std::string_view text);
 
 }  // namespace pagedkv
 

@@ -40,6 +40,9 @@ struct EngineConfig {
   // offload of evicted prefixes, promotion on a lookup, swap preemption, warm restart.
   TierConfig tiers;
   bool check_invariants = false;       // run the manager's checker after every step (tests)
+  // Record KV events (blocks stored in / removed from the device pool and the host and disk
+  // tiers) for take_kv_events(): a server publishes them to routers. Drain them, or they pile up.
+  bool enable_kv_events = false;
   // Keep EngineStats::blocks_in_use (one entry per step): off for long-running servers.
   bool record_block_usage = true;
 };
@@ -122,6 +125,11 @@ class LLMEngine {
   int max_model_len() const { return max_model_len_; }
   // A human-readable start-up summary (block count, token capacity, max concurrency).
   std::string describe() const;
+  // KV events since the last call: the device pool's, then the tiers' (empty unless
+  // EngineConfig::enable_kv_events).
+  std::vector<KVEvent> take_kv_events();
+  // A stored event for every block findable now, device and tiers: where an index starts.
+  std::vector<KVEvent> cached_blocks() const;
   // Owner of each block: -1 free, -2 cached-free, otherwise the number of holders (for the demo).
   std::vector<int> block_owners() const;
   void check_invariants() const {

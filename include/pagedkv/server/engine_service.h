@@ -21,6 +21,7 @@
 
 #include "pagedkv/engine/llm_engine.h"
 #include "pagedkv/server/api_error.h"
+#include "pagedkv/server/kv_event_log.h"
 #include "pagedkv/server/request_stream.h"
 #include "pagedkv/server/server_metrics.h"
 
@@ -32,6 +33,9 @@ struct EngineServiceOptions {
   // sends every token as it comes; more wake the HTTP threads less often. A choice's first token
   // and its end are always handed over at once.
   int stream_interval = 1;
+  // Where the engine's KV events go after every step (the engine must record them:
+  // EngineConfig::enable_kv_events); null: nowhere. It starts with the blocks cached at start.
+  KVEventLog* kv_events = nullptr;
 };
 
 // A snapshot of the engine's load, updated after every step (read from any thread).
@@ -104,6 +108,7 @@ class EngineService {
   void dispatch(std::vector<RequestOutput>& outputs);
   void end_remaining_choices();
   void publish_load();
+  void publish_kv_events();
 
   LLMEngine& engine_;
   ServerMetrics& metrics_;

@@ -1,7 +1,7 @@
 // OpenAIServer: the HTTP front of pagedkv serve (cpp-httplib), speaking OpenAI's API plus vLLM's
 // extras: /v1/completions, /v1/chat/completions (streamed as server-sent events or whole),
-// /v1/models, /health, /metrics, /tokenize, /detokenize, /reset_prefix_cache, /version, and a
-// live dashboard of the KV cache (/dashboard, /dashboard/state; also / for browsers).
+// /v1/models, /health, /metrics, /tokenize, /detokenize, /reset_prefix_cache, /version, the KV
+// events routers index (/kv_events, docs/router.md), and a live dashboard of the KV cache (/dashboard, /dashboard/state; also / for browsers).
 //
 // Each HTTP request runs on one of httplib's worker threads, which parses and validates it,
 // submits it to the EngineService and then waits on its RequestStream, writing chunks as tokens
@@ -19,6 +19,7 @@
 #include "pagedkv/core/ids.h"
 #include "pagedkv/model/text_tokenizer.h"
 #include "pagedkv/server/engine_service.h"
+#include "pagedkv/server/kv_event_log.h"
 #include "pagedkv/server/openai_request.h"
 #include "pagedkv/server/server_metrics.h"
 
@@ -43,6 +44,9 @@ struct ServerOptions {
   // The dashboard's snapshot of the engine is taken at most this often, however many viewers.
   std::chrono::milliseconds dashboard_period{250};
   RequestLimits limits;
+  // GET /kv_events serves this log (null: the route answers 404), with the engine's hashing.
+  const KVEventLog* kv_events = nullptr;
+  PrefixHashing prefix_hashing;
 };
 
 // What the server needs to know of the served model.

@@ -13,12 +13,14 @@
 #include <functional>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "pagedkv/block/block_pool.h"
 #include "pagedkv/block/cached_block_map.h"
 #include "pagedkv/block/free_block_queue.h"
 #include "pagedkv/block/kv_cache_block.h"
+#include "pagedkv/block/kv_events.h"
 #include "pagedkv/tiers/tier_types.h"
 
 namespace pagedkv {
@@ -74,6 +76,14 @@ class SlotIndex {
       if (b.has_hash) f(b.id.value);
   }
 
+  // KV events (a block became findable here / stopped being findable), as the block pool records
+  // them for the device: off until enabled; the caller drains them.
+  void enable_events(Medium medium) {
+    events_enabled_ = true;
+    medium_ = medium;
+  }
+  std::vector<KVEvent> take_events() { return std::exchange(events_, {}); }
+
   // Exactly one state per slot; the LRU holds exactly the unpinned cached slots; the map and the
   // slots' hashes agree; the counters match. Throws InvariantError.
   void check_invariants() const;
@@ -103,6 +113,9 @@ class SlotIndex {
   std::vector<uint64_t> extra_digest_;
   int num_cached_ = 0;
   int num_pinned_ = 0;
+  bool events_enabled_ = false;
+  Medium medium_ = Medium::kHost;
+  std::vector<KVEvent> events_;
 };
 
 }  // namespace pagedkv

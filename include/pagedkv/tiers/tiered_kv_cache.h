@@ -138,6 +138,13 @@ class TieredKVCache {
   void flush_to_disk();   // writes every cached device and host block the disk lacks; waits
   void shutdown();        // flush (if configured), wait for everything, sync the disk file
 
+  // KV events of the host and disk tiers (Medium::kHost / kDisk): blocks that became findable in
+  // a tier or stopped being findable there. Off until enabled; drain them with take_events().
+  void enable_events();
+  std::vector<KVEvent> take_events();
+  // A stored event for every block the host and disk tiers hold now (an index's starting point).
+  std::vector<KVEvent> cached_blocks() const;
+
   bool has_host() const { return host_ != nullptr; }
   bool has_disk() const { return disk_ != nullptr; }
   bool has_remote() const { return remote_ != nullptr; }
