@@ -24,6 +24,9 @@ ALLOWED = {
     "loadgen": {"core"},
     # The remote KV tier's Redis client (hiredis): implements tiers/' RemoteStore.
     "remote": {"core", "tiers"},
+    # The KV-aware router: an HTTP front over servers; it tokenizes and hashes prompts as they do
+    # and reuses the server's request parsing, never the engine.
+    "router": {"core", "block", "prefix", "model", "server"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"pagedkv/([a-z_]+)/')
 

@@ -30,4 +30,10 @@ std::string_view medium_name(Medium m) {
   return "?";
 }
 
+std::optional<Medium> parse_medium(std::string_view name) {
+  for (Medium m : {Medium::kDevice, Medium::kHost, Medium::kDisk})
+    if (name == medium_name(m)) return m;
+  return std::nullopt;
+}
+
 }  // namespace pagedkv

@@ -13,7 +13,7 @@ uint64_t random_epoch() {
   return e == 0 ? 1 : e;
 }
 
-constexpr size_t kMedia = 3;
+constexpr size_t kMedia = kNumMedia;
 
 }  // namespace
 

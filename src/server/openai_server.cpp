@@ -4,11 +4,9 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
-#include <sys/socket.h>
 
 #include <atomic>
 #include <cerrno>
-#include <cstring>
 #include <chrono>
 #include <ctime>
 #include <random>
@@ -20,6 +18,7 @@
 #include "pagedkv/server/api_error.h"
 #include "pagedkv/server/dashboard_page.h"
 #include "pagedkv/server/dashboard_state.h"
+#include "pagedkv/server/http_listener.h"
 #include "pagedkv/server/peer_connection.h"
 #include "pagedkv/server/response_builder.h"
 
@@ -83,17 +82,6 @@ IdSource& ids() {
   return source;
 }
 
-// Debian's cpp-httplib (0.11) listens with a backlog of 5 connections, compiled into the library:
-// a burst of clients (a benchmark at an infinite request rate, a reconnect storm) overflows it and
-// connections are reset. Linux lets a listening socket's backlog be raised by listening again.
-class HttpServer : public httplib::Server {
- public:
-  void widen_listen_backlog(int backlog) {
-    if (::listen(svr_sock_, backlog) != 0)
-      throw Error(fmt::format("cannot raise the listen backlog to {}: {}", backlog, std::strerror(errno)));
-  }
-};
-
 // With --api-key, every route needs the key except the liveness probe and the dashboard's page
 // itself (static HTML; the state it polls needs the key, which the page takes from its URL's
 // #key= fragment, never sent to the server).
@@ -108,7 +96,7 @@ OpenAIServer::OpenAIServer(ServerOptions options, EngineService& service, const 
       tokenizer_(tokenizer),
       model_(std::move(model)),
       metrics_(metrics),
-      http_(std::make_unique<HttpServer>()),
+      http_(std::make_unique<HttpListener>()),
       snapshots_(std::make_unique<DashboardSnapshots>(service, options_.dashboard_period)) {
   const size_t threads = static_cast<size_t>(std::max(2, options_.http_threads));
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
@@ -125,7 +113,7 @@ int OpenAIServer::bind() {
   if (port == 0) port = http_->bind_to_any_port(options_.host);
   else if (!http_->bind_to_port(options_.host, port)) port = -1;
   if (port <= 0) throw Error(fmt::format("cannot listen on {}:{} (address in use or not available)", options_.host, options_.port));
-  static_cast<HttpServer&>(*http_).widen_listen_backlog(options_.listen_backlog);
+  static_cast<HttpListener&>(*http_).widen_listen_backlog(options_.listen_backlog);
   return port;
 }
 
@@ -220,7 +208,6 @@ void OpenAIServer::install_routes() {
     const uint64_t since = number("since", 10, 0);
     const uint64_t max_events = std::clamp<uint64_t>(number("max", 10, 10000), 1, 100000);
     const KVEventsPage log_page = options_.kv_events->read(epoch, since, static_cast<size_t>(max_events));
-    static constexpr const char* kMedium[] = {"device", "host", "disk"};
     json body = {{"epoch", fmt::format("{:016x}", log_page.epoch)},
                  {"block_size", options_.prefix_hashing.block_size},
                  {"hash_algorithm", options_.prefix_hashing.algorithm},
@@ -232,15 +219,15 @@ void OpenAIServer::install_routes() {
       json blocks = json::array();
       for (const auto& [hash, mask] : log_page.blocks) {
         json media = json::array();
-        for (int m = 0; m < 3; ++m)
-          if (mask & medium_bit(static_cast<Medium>(m))) media.push_back(kMedium[m]);
+        for (int m = 0; m < kNumMedia; ++m)
+          if (mask & medium_bit(static_cast<Medium>(m))) media.push_back(medium_name(static_cast<Medium>(m)));
         blocks.push_back({hash.hex(), std::move(media)});
       }
       body["blocks"] = std::move(blocks);
     } else {
       json events = json::array();
       for (const KVEventRecord& e : log_page.events)
-        events.push_back({e.seq, e.present ? "stored" : "removed", e.hash.hex(), kMedium[static_cast<int>(e.medium)]});
+        events.push_back({e.seq, e.present ? "stored" : "removed", e.hash.hex(), medium_name(e.medium)});
       body["events"] = std::move(events);
     }
     send_json(res, 200, body);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 #include "pagedkv/core/block_hash.h"
@@ -15,6 +16,10 @@ enum class KVEventKind : uint8_t { kBlockStored, kBlockRemoved, kAllBlocksCleare
 enum class RemovalReason : uint8_t { kNone, kEvicted, kReset, kInvalidated };
 // Where the block lives; lower tiers emit the same events with their own medium.
 enum class Medium : uint8_t { kDevice, kHost, kDisk };
+constexpr int kNumMedia = 3;
+// A set of media (routers' indexes): bit i set = present in Medium(i).
+using MediumMask = uint8_t;
+constexpr MediumMask medium_bit(Medium m) { return static_cast<MediumMask>(1u << static_cast<unsigned>(m)); }
 
 struct KVEvent {
   KVEventKind kind = KVEventKind::kBlockStored;
@@ -31,5 +36,6 @@ struct KVEvent {
 std::string_view kv_event_kind_name(KVEventKind k);
 std::string_view removal_reason_name(RemovalReason r);
 std::string_view medium_name(Medium m);
+std::optional<Medium> parse_medium(std::string_view name);  // the inverse of medium_name
 
 }  // namespace pagedkv

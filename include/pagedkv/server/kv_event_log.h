@@ -33,6 +33,7 @@ struct PrefixHashing {
   int block_size = 16;
   std::string algorithm = "xxh3_128";  // hash_algorithm_name()
   uint64_t seed = 0;
+  bool operator==(const PrefixHashing&) const = default;
 };
 
 struct KVEventRecord {
@@ -41,10 +42,6 @@ struct KVEventRecord {
   BlockHash hash;
   Medium medium = Medium::kDevice;
 };
-
-// Bit i set: present in Medium(i).
-using MediumMask = uint8_t;
-constexpr MediumMask medium_bit(Medium m) { return static_cast<MediumMask>(1u << static_cast<unsigned>(m)); }
 
 struct KVEventsPage {
   uint64_t epoch = 0;

@@ -1,0 +1,48 @@
+// RouterMetrics: the router's Prometheus metrics (GET /metrics of pagedkv router).
+//
+// Per backend: requests routed, failed (by reason), in flight, healthy, the blocks the router's
+// index holds for it (by medium) and the prefix blocks it was credited with when chosen. For the
+// router itself: the time a routing decision takes (parse, tokenize, hash, score), which is the
+// router's added latency before the backend sees the request.
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pagedkv/router/backend_pool.h"
+
+namespace pagedkv::router {
+
+class RouterMetrics {
+ public:
+  RouterMetrics(const BackendPool& pool, std::string policy);
+
+  void routed(int backend, const PrefixOverlap& overlap, int prompt_blocks, double decision_seconds);
+  void failed(int backend, const std::string& reason);  // connect, upstream_error, client_gone
+  void no_backend();                                    // 503: nothing healthy
+  // Refreshes the gauges from the pool and renders the text format.
+  std::string render();
+
+ private:
+  const BackendPool& pool_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Counter>& requests_;
+  prometheus::Family<prometheus::Counter>& failures_;
+  prometheus::Family<prometheus::Counter>& credited_blocks_;
+  prometheus::Family<prometheus::Counter>& prompt_blocks_;
+  prometheus::Family<prometheus::Gauge>& in_flight_;
+  prometheus::Family<prometheus::Gauge>& healthy_;
+  prometheus::Family<prometheus::Gauge>& index_blocks_;
+  prometheus::Counter& no_backend_;
+  prometheus::Histogram& decision_seconds_;
+  std::string policy_;
+};
+
+}  // namespace pagedkv::router

@@ -1,0 +1,100 @@
+// RouterServer: the HTTP front of pagedkv router. It speaks the same API as pagedkv serve and
+// passes each request through to one backend, chosen by the routing policy.
+//
+//   /v1/completions, /v1/chat/completions   routed: the prompt is tokenized and hashed block by
+//                                           block exactly as the backends do, each backend scored
+//                                           (routing_policy.h), the request forwarded, the answer
+//                                           (whole, or streamed as it arrives) relayed.
+//   /v1/models, /version, /tokenize, /detokenize   forwarded to any healthy backend.
+//   /reset_prefix_cache                     forwarded to every backend.
+//   /health                                 200 while at least one backend is healthy, else 503.
+//   /metrics                                the router's own metrics (router_metrics.h).
+//   /router/state                           backends, health, index sizes, event positions (JSON).
+//
+// Failure handling: a backend that refuses the connection is taken out of the rotation and the
+// request goes to the next choice (nothing reached the refusing backend, so nothing is done
+// twice); a backend that answers 503 (overloaded, draining) is skipped the same way while others
+// remain. A backend that fails after it was sent the request fails that request: 502 if nothing
+// was relayed yet, else the stream ends with an error event. A client that goes away has its
+// backend connection closed, which cancels the engine request there.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pagedkv/model/text_tokenizer.h"
+#include "pagedkv/router/backend_pool.h"
+#include "pagedkv/router/routing_policy.h"
+#include "pagedkv/router/router_metrics.h"
+#include "pagedkv/router/upstream_call.h"
+#include "pagedkv/server/openai_request.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace pagedkv::router {
+
+struct RouterOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;                   // 0: any free port (bind() returns it)
+  std::string api_key;               // clients must send it (as pagedkv serve's --api-key)
+  int http_threads = 256;            // each open stream holds one
+  int listen_backlog = 1024;
+  size_t max_body_bytes = 8u << 20;
+  UpstreamOptions upstream;
+  server::RequestLimits limits;
+};
+
+// What the router knows of the served model: enough to tokenize prompts as the backends do.
+struct RoutedModel {
+  const TextTokenizer* tokenizer = nullptr;  // null: text prompts are routed by load alone
+  int vocab_size = 0;
+  int max_model_len = 0;
+};
+
+// What routing one request decided (exposed for tests and the benchmark's logs).
+struct RoutingPlan {
+  std::vector<BlockHash> hashes;  // of the first prompt's full blocks (empty: not tokenized)
+  int prompt_blocks = 0;
+  int64_t load_blocks = 0;        // KV blocks the request will hold at most
+};
+
+class RouterServer {
+ public:
+  RouterServer(RouterOptions options, BackendPool& pool, BackendChooser chooser, RoutedModel model, RouterMetrics& metrics);
+  ~RouterServer();
+  RouterServer(const RouterServer&) = delete;
+  RouterServer& operator=(const RouterServer&) = delete;
+
+  int bind();    // returns the bound port; throws Error
+  void serve();  // until stop()
+  void stop();
+  int open_streams() const { return open_streams_.load(); }
+
+  // Tokenizes and hashes one request body for `endpoint` (never throws: a request the router
+  // cannot read is routed by load; its backend answers the error).
+  RoutingPlan plan(const std::string& body, server::ApiEndpoint endpoint) const;
+
+ private:
+  void install_routes();
+  // Picks a backend not in `excluded`: its index, or -1.
+  int choose(const RoutingPlan& plan, const std::vector<bool>& excluded, PrefixOverlap& overlap);
+
+  RouterOptions options_;
+  BackendPool& pool_;
+  std::mutex chooser_mutex_;
+  BackendChooser chooser_;
+  RoutedModel model_;
+  RouterMetrics& metrics_;
+  std::unique_ptr<httplib::Server> http_;
+  std::atomic<int> open_streams_{0};
+  std::atomic<uint64_t> turn_{0};  // which healthy backend answers the simple forwarded routes
+};
+
+}  // namespace pagedkv::router

@@ -1,0 +1,317 @@
+#include "pagedkv/router/backend_pool.h"
+
+#include <fmt/format.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+
+#include "pagedkv/core/error.h"
+
+namespace pagedkv::router {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// A page of GET /kv_events, parsed (docs/router.md, "The events").
+struct EventsPage {
+  uint64_t epoch = 0;
+  uint64_t last = 0;
+  bool snapshot = false;
+  bool more = false;
+  PrefixHashing hashing;
+  std::vector<std::pair<BlockHash, MediumMask>> blocks;
+  struct Event {
+    uint64_t seq;
+    bool present;
+    BlockHash hash;
+    Medium medium;
+  };
+  std::vector<Event> events;
+};
+
+uint64_t parse_hex64(const std::string& s) {
+  if (s.empty() || s.size() > 16) throw Error("bad epoch '" + s + "'");
+  size_t used = 0;
+  const uint64_t v = std::stoull(s, &used, 16);
+  if (used != s.size()) throw Error("bad epoch '" + s + "'");
+  return v;
+}
+
+BlockHash parse_hash(const json& j) {
+  auto h = parse_block_hash_hex(j.get<std::string>());
+  if (!h) throw Error("bad block hash " + j.dump());
+  return *h;
+}
+
+Medium parse_medium_json(const json& j) {
+  auto m = parse_medium(j.get<std::string>());
+  if (!m) throw Error("unknown medium " + j.dump());
+  return *m;
+}
+
+// Throws (Error, json::exception) on anything malformed: the caller counts it and resyncs.
+EventsPage parse_events_page(const std::string& body) {
+  const json j = json::parse(body);
+  EventsPage p;
+  p.epoch = parse_hex64(j.at("epoch").get<std::string>());
+  p.last = j.at("last").get<uint64_t>();
+  p.snapshot = j.at("snapshot").get<bool>();
+  p.more = j.value("more", false);
+  p.hashing.block_size = j.at("block_size").get<int>();
+  p.hashing.algorithm = j.at("hash_algorithm").get<std::string>();
+  p.hashing.seed = j.at("hash_seed").get<uint64_t>();
+  if (p.hashing.block_size < 1) throw Error("block_size must be positive");
+  if (p.snapshot) {
+    for (const json& b : j.at("blocks")) {
+      MediumMask mask = 0;
+      for (const json& m : b.at(1)) mask |= medium_bit(parse_medium_json(m));
+      p.blocks.emplace_back(parse_hash(b.at(0)), mask);
+    }
+  } else {
+    for (const json& e : j.at("events")) {
+      const std::string kind = e.at(1).get<std::string>();
+      if (kind != "stored" && kind != "removed") throw Error("unknown event kind '" + kind + "'");
+      p.events.push_back({e.at(0).get<uint64_t>(), kind == "stored", parse_hash(e.at(2)), parse_medium_json(e.at(3))});
+    }
+  }
+  return p;
+}
+
+httplib::Headers auth_headers(const std::string& api_key) {
+  if (api_key.empty()) return {};
+  return {{"Authorization", "Bearer " + api_key}};
+}
+
+}  // namespace
+
+BackendAddress BackendAddress::parse(std::string_view url) {
+  std::string u(url);
+  while (!u.empty() && u.back() == '/') u.pop_back();
+  constexpr std::string_view kScheme = "http://";
+  if (u.rfind(kScheme, 0) != 0)
+    throw ConfigError(fmt::format("backend '{}': expected http://host:port (https is not supported)", url));
+  const std::string rest = u.substr(kScheme.size());
+  const size_t colon = rest.rfind(':');
+  if (colon == std::string::npos || colon == 0 || rest.find('/') != std::string::npos)
+    throw ConfigError(fmt::format("backend '{}': expected http://host:port", url));
+  BackendAddress a;
+  a.url = u;
+  a.host = rest.substr(0, colon);
+  if (a.host.size() > 2 && a.host.front() == '[' && a.host.back() == ']') a.host = a.host.substr(1, a.host.size() - 2);
+  const std::string port = rest.substr(colon + 1);
+  if (port.empty() || port.size() > 5 || !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+      std::stoi(port) < 1 || std::stoi(port) > 65535)
+    throw ConfigError(fmt::format("backend '{}': the port must be in [1, 65535]", url));
+  a.port = std::stoi(port);
+  return a;
+}
+
+BackendPool::BackendPool(std::vector<BackendAddress> backends, BackendPoolOptions options)
+    : options_(std::move(options)), index_(std::max<int>(1, static_cast<int>(backends.size()))) {
+  if (backends.empty()) throw ConfigError("the router needs at least one backend");
+  for (BackendAddress& a : backends) {
+    Backend b;
+    b.state.address = std::move(a);
+    backends_.push_back(std::move(b));
+  }
+}
+
+BackendPool::~BackendPool() { stop(); }
+
+const BackendAddress& BackendPool::address(int backend) const { return backends_.at(static_cast<size_t>(backend)).state.address; }
+
+void BackendPool::start() {
+  if (!threads_.empty()) return;
+  for (int i = 0; i < size(); ++i) threads_.emplace_back([this, i] { monitor(i); });
+}
+
+void BackendPool::stop() {
+  {
+    std::lock_guard lock(sleep_mutex_);
+    stopping_ = true;
+  }
+  sleep_.notify_all();
+  for (std::thread& t : threads_) t.join();
+  threads_.clear();
+}
+
+bool BackendPool::wait_until_checked(std::chrono::milliseconds timeout) const {
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    {
+      std::lock_guard lock(mutex_);
+      if (std::all_of(backends_.begin(), backends_.end(), [](const Backend& b) { return b.checked; })) return true;
+    }
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+void BackendPool::monitor(int i) {
+  auto next_health = Clock::now();
+  while (!stopping_) {
+    if (Clock::now() >= next_health) {
+      check_health(i);
+      next_health = Clock::now() + options_.health_interval;
+    }
+    bool reachable;
+    {
+      std::lock_guard lock(mutex_);
+      reachable = backends_[static_cast<size_t>(i)].state.reachable;
+    }
+    if (reachable) read_events(i);
+    std::unique_lock lock(sleep_mutex_);
+    sleep_.wait_for(lock, options_.events_interval, [this] { return stopping_.load(); });
+  }
+}
+
+void BackendPool::take_down(Backend& b, const std::string& why) {
+  if (b.state.healthy) ++b.state.went_down;
+  b.state.healthy = false;
+  b.state.last_error = why;
+  b.state.epoch = 0;  // whatever it held is gone or unknown: start again from a snapshot
+  b.state.last_seq = 0;
+  index_.clear(static_cast<int>(&b - backends_.data()));
+}
+
+void BackendPool::check_health(int i) {
+  const BackendAddress& a = address(i);
+  httplib::Client client(a.host, a.port);
+  const auto seconds = std::chrono::duration_cast<std::chrono::microseconds>(options_.timeout);
+  client.set_connection_timeout(seconds);
+  client.set_read_timeout(seconds);
+  httplib::Result r = client.Get("/health", auth_headers(options_.api_key));
+  std::lock_guard lock(mutex_);
+  Backend& b = backends_[static_cast<size_t>(i)];
+  b.checked = true;
+  if (!r) {
+    b.state.reachable = false;
+    take_down(b, fmt::format("GET /health: {}", httplib::to_string(r.error())));
+    return;
+  }
+  b.state.reachable = true;
+  if (r->status == 200) {
+    b.state.healthy = true;
+  } else {
+    // Draining (503) or refusing us: out of the rotation, but its blocks are still there.
+    if (b.state.healthy) ++b.state.went_down;
+    b.state.healthy = false;
+    b.state.last_error = fmt::format("GET /health: HTTP {}", r->status);
+  }
+}
+
+void BackendPool::read_events(int i) {
+  const BackendAddress& a = address(i);
+  httplib::Client client(a.host, a.port);
+  const auto seconds = std::chrono::duration_cast<std::chrono::microseconds>(options_.timeout);
+  client.set_connection_timeout(seconds);
+  client.set_read_timeout(seconds);
+  client.set_keep_alive(true);  // a backlog of several pages is read over one connection
+  for (int pages = 0; pages < 100 && !stopping_; ++pages) {
+    uint64_t epoch, since;
+    {
+      std::lock_guard lock(mutex_);
+      epoch = backends_[static_cast<size_t>(i)].state.epoch;
+      since = backends_[static_cast<size_t>(i)].state.last_seq;
+    }
+    const std::string path =
+        fmt::format("/kv_events?epoch={:x}&since={}&max={}", epoch, since, options_.max_events_per_poll);
+    httplib::Result r = client.Get(path, auth_headers(options_.api_key));
+    EventsPage page;
+    std::string error;
+    if (!r) error = fmt::format("GET /kv_events: {}", httplib::to_string(r.error()));
+    else if (r->status != 200) error = fmt::format("GET /kv_events: HTTP {}", r->status);
+    else {
+      try {
+        page = parse_events_page(r->body);
+      } catch (const std::exception& e) {
+        error = fmt::format("GET /kv_events: malformed page: {}", e.what());
+      }
+    }
+    std::lock_guard lock(mutex_);
+    Backend& b = backends_[static_cast<size_t>(i)];
+    if (!error.empty()) {
+      ++b.state.poll_errors;
+      b.state.last_error = error;
+      b.state.epoch = 0;  // resynchronise from a snapshot
+      return;
+    }
+    if (b.state.epoch != epoch || b.state.last_seq != since) return;  // taken down meanwhile
+    if (!b.state.hashing || *b.state.hashing != page.hashing) {
+      b.state.hashing = page.hashing;
+      std::optional<PrefixHashing> first;
+      for (const Backend& other : backends_)
+        if (other.state.hashing) {
+          first = other.state.hashing;
+          break;
+        }
+      for (Backend& other : backends_) other.state.hashing_mismatch = other.state.hashing && *other.state.hashing != *first;
+    }
+    if (page.snapshot) {
+      index_.replace(i, page.blocks);
+      ++b.state.snapshots;
+    } else {
+      for (const EventsPage::Event& e : page.events) index_.apply(i, e.hash, e.medium, e.present);
+      b.state.events += page.events.size();
+    }
+    b.state.epoch = page.epoch;
+    b.state.last_seq = page.last;
+    if (!page.more) return;
+  }
+}
+
+std::optional<PrefixHashing> BackendPool::hashing() const {
+  std::lock_guard lock(mutex_);
+  for (const Backend& b : backends_)
+    if (b.state.hashing) return b.state.hashing;
+  return std::nullopt;
+}
+
+std::vector<BackendView> BackendPool::views(std::span<const BlockHash> hashes) const {
+  std::lock_guard lock(mutex_);
+  std::vector<BackendView> out(backends_.size());
+  for (size_t i = 0; i < backends_.size(); ++i) {
+    const BackendState& s = backends_[i].state;
+    out[i].healthy = s.healthy;
+    out[i].in_flight = s.in_flight;
+    out[i].load_blocks = s.load_blocks;
+    if (!s.hashing_mismatch) out[i].overlap = index_.overlap(static_cast<int>(i), hashes);
+  }
+  return out;
+}
+
+void BackendPool::dispatched(int backend, int64_t blocks) {
+  std::lock_guard lock(mutex_);
+  BackendState& s = backends_.at(static_cast<size_t>(backend)).state;
+  ++s.in_flight;
+  s.load_blocks += blocks;
+  ++s.routed;
+}
+
+void BackendPool::finished(int backend, int64_t blocks, bool failed) {
+  std::lock_guard lock(mutex_);
+  BackendState& s = backends_.at(static_cast<size_t>(backend)).state;
+  --s.in_flight;
+  s.load_blocks -= blocks;
+  if (failed) ++s.failed;
+}
+
+void BackendPool::mark_down(int backend, const std::string& why) {
+  std::lock_guard lock(mutex_);
+  take_down(backends_.at(static_cast<size_t>(backend)), why);
+}
+
+std::vector<BackendState> BackendPool::states() const {
+  std::lock_guard lock(mutex_);
+  std::vector<BackendState> out;
+  for (size_t i = 0; i < backends_.size(); ++i) {
+    BackendState s = backends_[i].state;
+    for (int m = 0; m < kNumMedia; ++m) s.index_blocks[m] = index_.size(static_cast<int>(i), static_cast<Medium>(m));
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace pagedkv::router

@@ -1,0 +1,396 @@
+#include "pagedkv/router/router_server.h"
+
+#include <fmt/format.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include <climits>
+
+#include "pagedkv/core/error.h"
+#include "pagedkv/prefix/block_hasher.h"
+#include "pagedkv/server/api_error.h"
+#include "pagedkv/server/http_listener.h"
+#include "pagedkv/server/peer_connection.h"
+
+namespace pagedkv::router {
+namespace {
+
+using nlohmann::json;
+using server::ApiEndpoint;
+using server::ApiError;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+constexpr auto kPollInterval = 20ms;  // how often a waiting handler checks that its client is still there
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  if (e.status() == 503) res.set_header("Retry-After", "1");
+  res.status = e.status();
+  res.set_content(e.to_json().dump(), "application/json");
+}
+
+// Polls the client's connection at most once per kPollInterval.
+class ClientWatch {
+ public:
+  explicit ClientWatch(const httplib::Request& req)
+      : peer_(server::PeerConnection::find(req.local_port, req.remote_addr, req.remote_port)) {}
+  bool gone() {
+    const auto now = Clock::now();
+    if (now < next_) return false;
+    next_ = now + kPollInterval;
+    return peer_.closed();
+  }
+
+ private:
+  server::PeerConnection peer_;
+  Clock::time_point next_{};
+};
+
+// Holds a backend's load for one request until the answer is relayed (or fails).
+struct Placement {
+  BackendPool& pool;
+  int backend;
+  int64_t blocks;
+  bool failed = false;
+  ~Placement() { pool.finished(backend, blocks, failed); }
+};
+
+bool needs_api_key(const std::string& path) { return path != "/health"; }
+
+}  // namespace
+
+RouterServer::RouterServer(RouterOptions options, BackendPool& pool, BackendChooser chooser, RoutedModel model,
+                           RouterMetrics& metrics)
+    : options_(std::move(options)),
+      pool_(pool),
+      chooser_(std::move(chooser)),
+      model_(model),
+      metrics_(metrics),
+      http_(std::make_unique<server::HttpListener>()) {
+  const size_t threads = static_cast<size_t>(std::max(2, options_.http_threads));
+  http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  http_->set_payload_max_length(options_.max_body_bytes);
+  http_->set_tcp_nodelay(true);
+  install_routes();
+}
+
+RouterServer::~RouterServer() = default;
+
+int RouterServer::bind() {
+  int port = options_.port;
+  if (port == 0) port = http_->bind_to_any_port(options_.host);
+  else if (!http_->bind_to_port(options_.host, port)) port = -1;
+  if (port <= 0) throw Error(fmt::format("cannot listen on {}:{} (address in use or not available)", options_.host, options_.port));
+  static_cast<server::HttpListener&>(*http_).widen_listen_backlog(options_.listen_backlog);
+  return port;
+}
+
+void RouterServer::serve() { http_->listen_after_bind(); }
+
+void RouterServer::stop() { http_->stop(); }
+
+RoutingPlan RouterServer::plan(const std::string& body, ApiEndpoint endpoint) const {
+  RoutingPlan p;
+  const std::optional<PrefixHashing> hashing = pool_.hashing();
+  const int block_size = hashing ? hashing->block_size : 16;
+  try {
+    const server::CompletionRequest request = server::parse_completion_request(body, endpoint, options_.limits);
+    if (!model_.tokenizer) {
+      // Token-id prompts need no tokenizer; text prompts are then routed by load.
+      bool all_ids = endpoint == ApiEndpoint::kCompletions;
+      for (const server::PromptInput& in : request.prompts) all_ids = all_ids && !in.is_text;
+      if (!all_ids) return p;
+    }
+    server::ModelLimits limits{request.model, model_.max_model_len > 0 ? model_.max_model_len : INT_MAX / 2,
+                               model_.vocab_size > 0 ? model_.vocab_size : INT_MAX};
+    std::vector<server::PreparedPrompt> prompts;
+    if (model_.tokenizer) {
+      prompts = server::prepare_request(request, *model_.tokenizer, limits);
+    } else {
+      for (const server::PromptInput& in : request.prompts) prompts.push_back({in.token_ids, request.max_tokens.value_or(16)});
+    }
+    for (const server::PreparedPrompt& prompt : prompts) {
+      const int64_t tokens = static_cast<int64_t>(prompt.token_ids.size()) + prompt.max_tokens;
+      p.load_blocks += request.n * ((tokens + block_size - 1) / block_size);
+    }
+    if (prompts.empty()) return p;
+    const std::vector<TokenId>& first = prompts.front().token_ids;
+    p.prompt_blocks = static_cast<int>((first.size() + static_cast<size_t>(block_size) - 1) / static_cast<size_t>(block_size));
+    if (hashing) {
+      const auto algorithm = parse_hash_algorithm(hashing->algorithm);
+      if (algorithm) {
+        BlockHasher hasher(block_size, *algorithm, hashing->seed);
+        std::vector<uint64_t> digests;
+        hasher.extend(first, PrefixKeys{0, {}, request.cache_salt}, p.hashes, digests);
+      }
+    }
+  } catch (const std::exception&) {
+    // Malformed or too long: the backend will say why. Route it by load.
+  }
+  return p;
+}
+
+int RouterServer::choose(const RoutingPlan& plan, const std::vector<bool>& excluded, PrefixOverlap& overlap) {
+  std::vector<BackendView> views = pool_.views(plan.hashes);
+  for (size_t i = 0; i < views.size(); ++i)
+    if (excluded[i]) views[i].healthy = false;
+  int chosen;
+  {
+    std::lock_guard lock(chooser_mutex_);
+    chosen = chooser_.choose(views, plan.prompt_blocks);
+  }
+  if (chosen >= 0) overlap = views[static_cast<size_t>(chosen)].overlap;
+  return chosen;
+}
+
+void RouterServer::install_routes() {
+  httplib::Server& http = *http_;
+
+  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    const std::string message = res.status == 404   ? fmt::format("no route for {} {}", req.method, req.path)
+                                : res.status == 413 ? "the request body is larger than the router's --max-body-bytes"
+                                                    : fmt::format("HTTP {}", res.status);
+    send_error(res, ApiError(res.status, message, "", res.status == 404 ? "not_found" : "http_error"));
+  });
+  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    try {
+      std::rethrow_exception(ep);
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    } catch (const std::exception& e) {
+      send_error(res, ApiError(500, fmt::format("internal error: {}", e.what()), "", "internal_error"));
+    }
+  });
+  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (options_.api_key.empty() || !needs_api_key(req.path)) return httplib::Server::HandlerResponse::Unhandled;
+    if (req.get_header_value("Authorization") == "Bearer " + options_.api_key) return httplib::Server::HandlerResponse::Unhandled;
+    res.set_header("WWW-Authenticate", "Bearer");
+    send_error(res, ApiError(401, "a valid API key is required: send 'Authorization: Bearer <key>'", "", "invalid_api_key"));
+    return httplib::Server::HandlerResponse::Handled;
+  });
+
+  http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    int healthy = 0;
+    for (const BackendState& s : pool_.states()) healthy += s.healthy;
+    if (healthy == 0) send_error(res, ApiError(503, "no backend is healthy", "", "no_backend"));
+    else res.set_content(json{{"healthy_backends", healthy}}.dump(), "application/json");
+  });
+  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_.render(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  http.Get("/router/state", [this](const httplib::Request&, httplib::Response& res) {
+    json backends = json::array();
+    for (const BackendState& s : pool_.states()) {
+      json index = json::object();
+      for (int m = 0; m < kNumMedia; ++m) index[std::string(medium_name(static_cast<Medium>(m)))] = s.index_blocks[m];
+      backends.push_back({{"url", s.address.url},
+                          {"healthy", s.healthy},
+                          {"reachable", s.reachable},
+                          {"last_error", s.last_error},
+                          {"epoch", fmt::format("{:016x}", s.epoch)},
+                          {"last_seq", s.last_seq},
+                          {"hashing", s.hashing ? json{{"block_size", s.hashing->block_size},
+                                                       {"hash_algorithm", s.hashing->algorithm},
+                                                       {"hash_seed", s.hashing->seed}}
+                                                : json(nullptr)},
+                          {"hashing_mismatch", s.hashing_mismatch},
+                          {"in_flight", s.in_flight},
+                          {"load_blocks", s.load_blocks},
+                          {"routed", s.routed},
+                          {"failed", s.failed},
+                          {"snapshots", s.snapshots},
+                          {"events", s.events},
+                          {"poll_errors", s.poll_errors},
+                          {"went_down", s.went_down},
+                          {"index_blocks", std::move(index)}});
+    }
+    const RoutingWeights& w = chooser_.weights();
+    res.set_content(json{{"policy", routing_policy_name(chooser_.policy())},
+                         {"weights",
+                          {{"prefill_scale", w.prefill_scale},
+                           {"device_credit", w.device_credit},
+                           {"host_credit", w.host_credit},
+                           {"disk_credit", w.disk_credit}}},
+                         {"backends", std::move(backends)}}
+                        .dump(),
+                    "application/json");
+  });
+
+  // The routes whose answer does not depend on the backend: any healthy one, in turn.
+  auto forward_simple = [this](const httplib::Request& req, httplib::Response& res) {
+    const std::vector<BackendState> states = pool_.states();
+    const size_t n = states.size();
+    const uint64_t start = turn_++;
+    for (size_t k = 0; k < n; ++k) {
+      const BackendState& s = states[(start + k) % n];
+      if (!s.healthy) continue;
+      httplib::Client client(s.address.host, s.address.port);
+      client.set_connection_timeout(std::chrono::duration_cast<std::chrono::microseconds>(options_.upstream.connect_timeout));
+      client.set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(options_.upstream.read_timeout));
+      httplib::Headers headers;
+      if (!options_.upstream.api_key.empty()) headers.emplace("Authorization", "Bearer " + options_.upstream.api_key);
+      httplib::Result r = req.method == "GET" ? client.Get(req.path, headers)
+                                              : client.Post(req.path, headers, req.body, "application/json");
+      if (!r) continue;  // try the next
+      res.status = r->status;
+      res.set_content(r->body, r->get_header_value("Content-Type", 0).empty() ? "application/json"
+                                                                               : r->get_header_value("Content-Type").c_str());
+      return;
+    }
+    send_error(res, ApiError(503, "no backend is healthy", "", "no_backend"));
+  };
+  http.Get("/v1/models", forward_simple);
+  http.Get("/version", forward_simple);
+  http.Post("/tokenize", forward_simple);
+  http.Post("/detokenize", forward_simple);
+
+  http.Post("/reset_prefix_cache", [this](const httplib::Request&, httplib::Response& res) {
+    json results = json::array();
+    bool all_ok = true;
+    for (int i = 0; i < pool_.size(); ++i) {
+      const BackendAddress& a = pool_.address(i);
+      httplib::Client client(a.host, a.port);
+      client.set_connection_timeout(std::chrono::duration_cast<std::chrono::microseconds>(options_.upstream.connect_timeout));
+      httplib::Headers headers;
+      if (!options_.upstream.api_key.empty()) headers.emplace("Authorization", "Bearer " + options_.upstream.api_key);
+      httplib::Result r = client.Post("/reset_prefix_cache", headers, "", "application/json");
+      json entry = {{"backend", a.url}};
+      if (!r) {
+        entry["error"] = httplib::to_string(r.error());
+        all_ok = false;
+      } else {
+        entry["status"] = r->status;
+        entry["response"] = json::parse(r->body, nullptr, false);
+        all_ok = all_ok && r->status == 200;
+      }
+      results.push_back(std::move(entry));
+    }
+    res.status = all_ok ? 200 : 502;
+    res.set_content(json{{"backends", std::move(results)}}.dump(), "application/json");
+  });
+
+  auto completion = [this](ApiEndpoint endpoint) {
+    return [this, endpoint](const httplib::Request& req, httplib::Response& res) {
+      const auto received = Clock::now();
+      const RoutingPlan routing = plan(req.body, endpoint);
+      auto watch = std::make_shared<ClientWatch>(req);
+      std::vector<bool> excluded(static_cast<size_t>(pool_.size()), false);
+      std::shared_ptr<UpstreamCall> call;
+      std::shared_ptr<Placement> placement;
+      for (;;) {
+        PrefixOverlap overlap;
+        const int backend = choose(routing, excluded, overlap);
+        if (backend < 0) {
+          metrics_.no_backend();
+          throw ApiError(503, "no backend is healthy", "", "no_backend");
+        }
+        metrics_.routed(backend, overlap, routing.prompt_blocks,
+                        std::chrono::duration<double>(Clock::now() - received).count());
+        pool_.dispatched(backend, routing.load_blocks);
+        placement.reset(new Placement{pool_, backend, routing.load_blocks});
+        call = std::make_shared<UpstreamCall>(pool_.address(backend), req.path, req.body, options_.upstream);
+        UpstreamCall::State state;
+        while ((state = call->wait_headers(kPollInterval)) == UpstreamCall::State::kWaiting) {
+          if (watch->gone()) {
+            call->cancel();
+            placement->failed = true;
+            metrics_.failed(backend, "client_gone");
+            res.status = 499;  // never sent
+            return;
+          }
+        }
+        if (state == UpstreamCall::State::kFailed && call->never_connected()) {
+          placement->failed = true;
+          metrics_.failed(backend, "connect");
+          pool_.mark_down(backend, fmt::format("POST {}: {}", req.path, call->error()));
+          excluded[static_cast<size_t>(backend)] = true;
+          continue;  // nothing reached it: try the next choice
+        }
+        if (state == UpstreamCall::State::kFailed) {
+          placement->failed = true;
+          metrics_.failed(backend, "upstream_error");
+          throw ApiError(502, fmt::format("backend {} failed: {}", pool_.address(backend).url, call->error()), "", "bad_gateway");
+        }
+        if (call->status() == 503 &&
+            std::count(excluded.begin(), excluded.end(), false) > 1) {  // overloaded or draining: another may take it
+          excluded[static_cast<size_t>(backend)] = true;
+          metrics_.failed(backend, "busy");
+          continue;
+        }
+        break;
+      }
+
+      const bool streamed = call->content_type().rfind("text/event-stream", 0) == 0;
+      res.status = call->status();
+      if (!call->retry_after().empty()) res.set_header("Retry-After", call->retry_after());
+      if (!streamed) {
+        std::string body;
+        for (;;) {
+          UpstreamCall::State state;
+          body += call->take_body(kPollInterval, state);
+          if (state == UpstreamCall::State::kDone) break;
+          if (state == UpstreamCall::State::kFailed) {
+            placement->failed = true;
+            metrics_.failed(placement->backend, "upstream_error");
+            throw ApiError(502, fmt::format("backend {} failed: {}", pool_.address(placement->backend).url, call->error()), "",
+                           "bad_gateway");
+          }
+          if (watch->gone()) {
+            call->cancel();
+            placement->failed = true;
+            metrics_.failed(placement->backend, "client_gone");
+            res.status = 499;
+            return;
+          }
+        }
+        const std::string type = call->content_type();
+        res.set_content(body, type.empty() ? "application/json" : type.c_str());
+        return;
+      }
+
+      res.set_header("Cache-Control", "no-cache");
+      res.set_header("X-Accel-Buffering", "no");
+      ++open_streams_;
+      res.set_chunked_content_provider(
+          call->content_type(),
+          [this, call, placement, watch](size_t, httplib::DataSink& sink) {
+            UpstreamCall::State state;
+            std::string out = call->take_body(kPollInterval, state);
+            if (state == UpstreamCall::State::kFailed) {
+              // The backend died mid-stream: end the stream with an error the client can read.
+              placement->failed = true;
+              metrics_.failed(placement->backend, "upstream_error");
+              const ApiError e(502, fmt::format("backend {} failed mid-stream: {}", pool_.address(placement->backend).url,
+                                                call->error()),
+                               "", "bad_gateway");
+              out += "data: " + e.to_json().dump() + "\n\n";
+            }
+            if (!out.empty() && !sink.write(out.data(), out.size())) {
+              call->cancel();
+              return false;
+            }
+            if (state == UpstreamCall::State::kDone || state == UpstreamCall::State::kFailed) {
+              sink.done();
+              return true;
+            }
+            if (watch->gone()) {
+              call->cancel();
+              return false;
+            }
+            return true;
+          },
+          [this, call, placement](bool success) {
+            if (!success) {
+              call->cancel();
+              placement->failed = true;
+            }
+            --open_streams_;
+          });
+    };
+  };
+  http.Post("/v1/completions", completion(ApiEndpoint::kCompletions));
+  http.Post("/v1/chat/completions", completion(ApiEndpoint::kChatCompletions));
+}
+
+}  // namespace pagedkv::router
