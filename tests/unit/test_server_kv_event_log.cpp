@@ -1,0 +1,211 @@
+// KVEventLog (GET /kv_events): set-level transitions from the engine's per-block events, paging,
+// snapshots on every kind of gap, a randomized reader that must always end up with the true
+// index, and an engine with a host tier whose event stream must agree with its census.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <set>
+
+#include "golden_engine_test.h"
+#include "pagedkv/server/kv_event_log.h"
+
+namespace pagedkv::server {
+namespace {
+
+KVEvent stored(uint64_t h, Medium m = Medium::kDevice, uint16_t group = 0) {
+  KVEvent e;
+  e.kind = KVEventKind::kBlockStored;
+  e.hash = BlockHash{h, h * 7};
+  e.medium = m;
+  e.group = group;
+  return e;
+}
+KVEvent removed(uint64_t h, Medium m = Medium::kDevice) {
+  KVEvent e = stored(h, m);
+  e.kind = KVEventKind::kBlockRemoved;
+  return e;
+}
+KVEvent cleared() {
+  KVEvent e;
+  e.kind = KVEventKind::kAllBlocksCleared;
+  return e;
+}
+
+// A reader's index: (hash, medium) pairs.
+using Index = std::set<std::pair<BlockHash, Medium>>;
+
+// Reads the log the way the router does, from (epoch, since), into `index`.
+void catch_up(const KVEventLog& log, uint64_t& epoch, uint64_t& since, Index& index, size_t max_events) {
+  for (int pages = 0; pages < 100000; ++pages) {
+    const KVEventsPage p = log.read(epoch, since, max_events);
+    if (p.snapshot) {
+      index.clear();
+      for (const auto& [h, mask] : p.blocks)
+        for (int m = 0; m < kNumMedia; ++m)
+          if (mask & medium_bit(static_cast<Medium>(m))) index.insert({h, static_cast<Medium>(m)});
+    }
+    for (const KVEventRecord& r : p.events) {
+      EXPECT_EQ(r.seq, since + 1) << "sequence numbers are consecutive";
+      since = r.seq;
+      if (r.present) EXPECT_TRUE(index.insert({r.hash, r.medium}).second) << "stored twice without a removal";
+      else EXPECT_EQ(index.erase({r.hash, r.medium}), 1u) << "removed what was not present";
+    }
+    epoch = p.epoch;
+    since = p.last_seq;
+    if (!p.more) return;
+  }
+  FAIL() << "the reader never caught up";
+}
+
+TEST(KVEventLog, RecordsOnlyTransitionsOfPresence) {
+  KVEventLog log(100, 42);
+  std::vector<KVEvent> ev{stored(1), stored(1), removed(1), stored(2, Medium::kHost), stored(3, Medium::kDevice, 1)};
+  log.append(ev);
+  // 1 stored twice (two copies): one record; one copy removed: still present. Group 1 ignored.
+  KVEventsPage p = log.read(42, 0, 100);
+  ASSERT_FALSE(p.snapshot);
+  ASSERT_EQ(p.events.size(), 2u);
+  EXPECT_EQ(p.events[0].hash, stored(1).hash);
+  EXPECT_TRUE(p.events[0].present);
+  EXPECT_EQ(p.events[1].medium, Medium::kHost);
+  EXPECT_EQ(log.num_present(), 2u);
+  log.append(std::vector<KVEvent>{removed(1), removed(9)});  // the last copy; an unknown hash
+  p = log.read(42, 2, 100);
+  ASSERT_EQ(p.events.size(), 1u);
+  EXPECT_FALSE(p.events[0].present);
+  EXPECT_EQ(p.last_seq, 3u);
+  EXPECT_EQ(log.num_present(), 1u);
+}
+
+TEST(KVEventLog, AllClearedRemovesDeviceCopiesOnly) {
+  KVEventLog log(100, 1);
+  log.append(std::vector<KVEvent>{stored(1), stored(2), stored(2, Medium::kDisk), cleared()});
+  const KVEventsPage p = log.read(1, 3, 100);
+  ASSERT_EQ(p.events.size(), 2u);
+  for (const KVEventRecord& r : p.events) {
+    EXPECT_FALSE(r.present);
+    EXPECT_EQ(r.medium, Medium::kDevice);
+  }
+  EXPECT_EQ(log.num_present(), 1u);  // 2 on disk
+}
+
+TEST(KVEventLog, SnapshotForNewReadersOtherEpochsLaggardsAndTheFuture) {
+  KVEventLog log(4, 7);
+  log.append(std::vector<KVEvent>{stored(1), stored(2)});
+  EXPECT_TRUE(log.read(0, 0, 10).snapshot);     // a new reader
+  EXPECT_TRUE(log.read(8, 2, 10).snapshot);     // another epoch (the instance restarted)
+  EXPECT_TRUE(log.read(7, 3, 10).snapshot);     // a number this log never gave
+  EXPECT_FALSE(log.read(7, 0, 10).snapshot);    // everything since 0 is still kept
+  log.append(std::vector<KVEvent>{stored(3), stored(4), stored(5)});  // records 1 and 2 dropped
+  EXPECT_TRUE(log.read(7, 0, 10).snapshot);
+  EXPECT_FALSE(log.read(7, 1, 10).snapshot);    // 2.. are kept
+  const KVEventsPage s = log.read(0, 0, 10);
+  EXPECT_EQ(s.blocks.size(), 5u);
+  EXPECT_EQ(s.last_seq, 5u);
+  EXPECT_EQ(log.num_records(), 4u);
+}
+
+TEST(KVEventLog, PagesAreCutAtMaxEvents) {
+  KVEventLog log(100, 3);
+  for (uint64_t h = 1; h <= 10; ++h) log.append(std::vector<KVEvent>{stored(h)});
+  KVEventsPage p = log.read(3, 0, 4);
+  EXPECT_TRUE(p.more);
+  EXPECT_EQ(p.events.size(), 4u);
+  EXPECT_EQ(p.last_seq, 4u);
+  p = log.read(3, 8, 4);
+  EXPECT_FALSE(p.more);
+  EXPECT_EQ(p.events.size(), 2u);
+  p = log.read(3, 10, 4);
+  EXPECT_FALSE(p.snapshot);
+  EXPECT_TRUE(p.events.empty());
+  EXPECT_EQ(p.last_seq, 10u);
+}
+
+// Model-based: random stored/removed/cleared events on a small hash space; a reader with a small
+// page size that sometimes forgets everything (a router restart) or falls behind (a short log).
+// After every catch-up its index equals the true set.
+TEST(KVEventLog, RandomReaderAlwaysConverges) {
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    std::mt19937_64 rng(seed);
+    KVEventLog log(16 + seed * 8, 0);
+    std::map<std::pair<BlockHash, Medium>, int> copies;  // the truth
+    uint64_t epoch = 0, since = 0;
+    Index index;
+    for (int round = 0; round < 300; ++round) {
+      std::vector<KVEvent> batch;
+      const int n = static_cast<int>(rng() % 12);
+      for (int k = 0; k < n; ++k) {
+        const uint64_t h = 1 + rng() % 20;
+        const Medium m = static_cast<Medium>(rng() % 3);
+        const int what = static_cast<int>(rng() % 100);
+        if (what < 55) {
+          batch.push_back(stored(h, m));
+          ++copies[{stored(h).hash, m}];
+        } else if (what < 99) {
+          auto it = copies.find({stored(h).hash, m});
+          if (it == copies.end()) continue;  // the engine never removes what it did not store
+          batch.push_back(removed(h, m));
+          if (--it->second == 0) copies.erase(it);
+        } else {
+          batch.push_back(cleared());
+          std::erase_if(copies, [](const auto& c) { return c.first.second == Medium::kDevice; });
+        }
+      }
+      log.append(batch);
+      if (rng() % 50 == 0) epoch = 0, since = 0, index.clear();  // the router restarted
+      if (rng() % 3 == 0) continue;                             // reads less often than appends
+      catch_up(log, epoch, since, index, 1 + rng() % 7);
+      Index truth;
+      for (const auto& [key, count] : copies) truth.insert(key);
+      ASSERT_EQ(index, truth) << "seed " << seed << " round " << round;
+    }
+  }
+}
+
+class EngineKVEventsTest : public testing::GoldenEngineTest {};
+
+// The engine's event stream, applied incrementally, must describe exactly what its census sees
+// at the end: the device pool and a small host tier, with evictions in both.
+TEST_F(EngineKVEventsTest, EventsAgreeWithTheCensus) {
+  EngineConfig cfg;
+  cfg.num_blocks = 24;
+  cfg.enable_kv_events = true;
+  cfg.check_invariants = true;
+  cfg.record_block_usage = false;
+  cfg.tiers.host_cache_bytes = 1u << 20;
+  LLMEngine engine(*model_, cfg);
+  ASSERT_NE(engine.tiers(), nullptr);
+  KVEventLog streamed(1u << 20, 5);
+  streamed.append(engine.cached_blocks());
+  std::mt19937_64 rng(3);
+  const char* texts[] = {"Once upon a time", "Tom and Lily went to the beach", "The little dog", "One day, a girl"};
+  for (int i = 0; i < 40; ++i) {
+    GenerationRequest g;
+    g.prompt = tokenizer_->encode(std::string(texts[rng() % 4]) + std::string(rng() % 40, 'a'), true);
+    g.sampling.temperature = 0;
+    g.stop.max_tokens = 8 + static_cast<int>(rng() % 24);
+    engine.add_request(std::move(g));
+    if (i % 3 == 0) engine.step();
+    streamed.append(engine.take_kv_events());
+  }
+  while (engine.has_unfinished()) {
+    engine.step();
+    streamed.append(engine.take_kv_events());
+  }
+  if (engine.tiers()) engine.tiers()->drain(), engine.tiers()->poll();
+  engine.step();
+  streamed.append(engine.take_kv_events());
+  KVEventLog census(16, 6);
+  census.append(engine.cached_blocks());
+  auto as_set = [](const KVEventsPage& p) {
+    std::set<std::pair<BlockHash, MediumMask>> s(p.blocks.begin(), p.blocks.end());
+    return s;
+  };
+  const auto host = engine.tiers()->host()->num_cached_blocks();
+  EXPECT_GT(host, 0) << "the test should push blocks down to the host tier";
+  EXPECT_EQ(as_set(streamed.read(0, 0, 1)), as_set(census.read(0, 0, 1)));
+}
+
+}  // namespace
+}  // namespace pagedkv::server
