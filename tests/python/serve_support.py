@@ -31,10 +31,11 @@ def free_port() -> int:
 class Server:
     """A running `pagedkv serve`; use as a context manager (or call stop())."""
 
-    def __init__(self, *args, start_timeout=60.0, env=None, wrap=(), binary=None):
+    def __init__(self, *args, start_timeout=60.0, env=None, wrap=(), binary=None, command="serve", port=0):
         """`wrap`: a command prefix that execs the server (same pid), e.g. to run it in its own
-        mount namespace; `binary`: another build of pagedkv (an ASan one)."""
-        cmd = [*wrap, str(binary or pagedkv_bin()), "serve", "--host", "127.0.0.1", "--port", "0", *map(str, args)]
+        mount namespace; `binary`: another build of pagedkv (an ASan one); `command`: "router"
+        starts `pagedkv router` instead; `port`: a fixed port (a restart on the same address)."""
+        cmd = [*wrap, str(binary or pagedkv_bin()), command, "--host", "127.0.0.1", "--port", str(port), *map(str, args)]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      env={**os.environ, "OMP_WAIT_POLICY": "passive", **(env or {})})
         self.output = []
@@ -45,7 +46,7 @@ class Server:
             while self.base_url is None:
                 line = self._readline(deadline)
                 if line is None:
-                    raise RuntimeError("pagedkv serve did not start:\n" + "".join(self.output))
+                    raise RuntimeError(f"pagedkv {command} did not start:\n" + "".join(self.output))
                 marker = "listening on "
                 if marker in line:
                     self.base_url = line.split(marker, 1)[1].strip()

@@ -39,6 +39,7 @@ struct ServeOptions {
   int max_model_len = 0;
   int context_length = 0;
   double drain_seconds = 30;
+  size_t kv_events_capacity = 1u << 16;
   EngineOptions engine;
 };
 
@@ -73,7 +74,8 @@ int run_serve(ServeOptions o) {
   LLMEngine engine(model, config);
 
   server::ServerMetrics metrics(o.served_model_name, engine.max_model_len());
-  server::KVEventLog kv_events;
+  if (o.kv_events_capacity < 1) throw ConfigError("--kv-events-capacity must be at least 1");
+  server::KVEventLog kv_events(o.kv_events_capacity);
   server::EngineService service(engine, metrics, {o.max_waiting, o.stream_interval, &kv_events});
   server::ServerOptions options;
   options.host = o.host;
@@ -161,6 +163,9 @@ const CommandRegistration kRegistration{Command{
       sub.add_option("--http-threads", o->http_threads, "HTTP worker threads (each open stream holds one)")->capture_default_str();
       sub.add_option("--max-model-len", o->max_model_len, "longest prompt + output (0: the model's)")->capture_default_str();
       sub.add_option("--drain-seconds", o->drain_seconds, "on SIGTERM/SIGINT, time accepted requests get to finish")
+          ->capture_default_str();
+      sub.add_option("--kv-events-capacity", o->kv_events_capacity,
+                     "KV events kept for routers (GET /kv_events); a router further behind reads a snapshot")
           ->capture_default_str();
       o->engine.add_to(sub);
       return [o] { return run_serve(*o); };

@@ -1,0 +1,215 @@
+"""pagedkv router end to end: real `pagedkv serve` backends on 127.0.0.1 behind a real router.
+
+Routing by prefix (kv) against round-robin with an exact expected outcome, pass-through of whole
+and streamed answers and of errors, a backend killed with requests in flight (they fail cleanly,
+new ones go elsewhere, nothing hangs) and restarted (it comes back from a snapshot), and a router
+that falls behind a backend's event log (it resynchronises from a snapshot)."""
+
+import json
+import signal
+import threading
+import time
+
+import pytest
+import requests
+
+from serve_support import Server, free_port, pagedkv_bin, sse_events, wait_until
+from test_serve import models_dir
+
+pytestmark = pytest.mark.skipif(not pagedkv_bin().exists(), reason=f"{pagedkv_bin()} is not built")
+
+STORIES = ["Once upon a time there was a little girl named Lily who loved to play in the park",
+           "Tom and his dog Max went to the big forest to look for a red ball that was lost",
+           "The sun was shining and the birds were singing when Sue found a shiny blue stone",
+           "A small cat named Kitty lived in a tall tree near the river with her three friends",
+           "One day Ben wanted to bake a cake for his mom because it was her happy birthday"]
+
+
+def router(*backends, policy="kv", extra=()):
+    args = ["--policy", policy, "--events-interval-ms", "20", "--health-interval-ms", "100", *extra]
+    for b in backends:
+        args += ["--backend", b.base_url]
+    return Server(*args, command="router")
+
+
+def state(r):
+    return r.get("/router/state").json()
+
+
+def routed(r):
+    return [b["routed"] for b in state(r)["backends"]]
+
+
+def prompt(i):
+    # ~60 tokens: three full blocks of 16 shared by both passes, then a pass-specific tail.
+    return STORIES[i] + " and then " + STORIES[(i + 1) % len(STORIES)]
+
+
+def complete(r, text, **kw):
+    body = {"prompt": text, "max_tokens": 4, "temperature": 0, **kw}
+    resp = r.post("/v1/completions", body)
+    assert resp.status_code == 200, resp.text
+    return resp.json()
+
+
+def index_settled(r, total):
+    s = state(r)
+    return sum(b["index_blocks"]["device"] for b in s["backends"]) >= total and all(
+        b["in_flight"] == 0 for b in s["backends"])
+
+
+@pytest.mark.parametrize("policy,expect_hits", [("kv", True), ("round-robin", False)])
+def test_second_pass_hits_only_with_the_kv_policy(policy, expect_hits):
+    """Five prompts, then the same five again. Round-robin over two backends sends each prompt's
+    second pass to the other backend (5 is odd): no hits. The kv policy sends it where its blocks
+    are: every second pass hits its whole shared prefix."""
+    models_dir()
+    with Server("--num-blocks", "256") as b0, Server("--num-blocks", "256") as b1, router(b0, b1, policy=policy) as r:
+        first = [complete(r, prompt(i)) for i in range(5)]
+        assert all(f["usage"]["prompt_tokens_details"]["cached_tokens"] == 0 for f in first)
+        blocks = sum(f["usage"]["prompt_tokens"] // 16 for f in first)
+        wait_until(lambda: index_settled(r, blocks), what="the router's index to hold the first pass")
+        after_first = routed(r)
+        second = [complete(r, prompt(i) + " The end.") for i in range(5)]
+        hits = [s["usage"]["prompt_tokens_details"]["cached_tokens"] for s in second]
+        if expect_hits:
+            for f, h in zip(first, hits):
+                assert h >= (f["usage"]["prompt_tokens"] // 16) * 16 - 16, hits
+        else:
+            assert hits == [0] * 5
+        assert sum(routed(r)) == 10 and all(n > 0 for n in after_first)
+        m = r.get("/metrics").text
+        assert 'pagedkv_router_requests_total{backend="%s",policy="%s"}' % (b0.base_url, policy) in m
+        credited = sum(float(line.split()[-1]) for line in m.splitlines()
+                       if line.startswith("pagedkv_router_prefix_blocks_total") and 'medium="device"' in line)
+        assert (credited > 0) == expect_hits
+
+
+def test_answers_pass_through_whole_streamed_and_errors():
+    models_dir()
+    with Server() as b0, Server() as b1, router(b0, b1) as r:
+        body = dict(prompt="Once upon a time", max_tokens=24, temperature=0)
+        direct = b0.post("/v1/completions", body).json()["choices"][0]["text"]
+        assert complete(r, "Once upon a time", **{"max_tokens": 24})["choices"][0]["text"] == direct
+        with requests.post(r.url("/v1/completions"), json={**body, "stream": True}, stream=True, timeout=60) as resp:
+            assert resp.status_code == 200
+            assert resp.headers["Content-Type"].startswith("text/event-stream")
+            events = list(sse_events(resp))
+        assert events[-1] == "[DONE]"
+        assert "".join(json.loads(e)["choices"][0]["text"] for e in events[:-1]) == direct
+        chat = r.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5})
+        assert chat.status_code == 200 and chat.json()["object"] == "chat.completion"
+        bad = r.post("/v1/completions", {"prompt": "x", "max_tokens": -3})
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "max_tokens"
+        assert r.post("/v1/completions", {"prompt": "x", "model": "nope"}).status_code == 400
+        assert r.get("/v1/models").json()["data"][0]["id"] == "stories260K"
+        assert r.post("/tokenize", {"prompt": "Once"}).json()["count"] >= 2
+        assert r.get("/health").json() == {"healthy_backends": 2}
+        assert r.get("/nowhere").status_code == 404
+        reset = r.post("/reset_prefix_cache", {})
+        assert reset.status_code == 200 and len(reset.json()["backends"]) == 2
+
+
+def test_router_rejects_bad_options():
+    models_dir()
+    for args in (["--backend", "localhost:1"], ["--backend", "http://127.0.0.1:1", "--policy", "fastest"],
+                 ["--backend", "http://127.0.0.1:1", "--prefill-scale", "-1"]):
+        with pytest.raises(RuntimeError) as e:
+            Server(*args, command="router", start_timeout=20)
+        assert "error" in str(e.value).lower() or "must" in str(e.value)
+
+
+def test_no_healthy_backend_is_503_and_nothing_hangs():
+    models_dir()
+    dead = f"http://127.0.0.1:{free_port()}"
+    with Server("--backend", dead, "--health-interval-ms", "100", "--connect-timeout-ms", "200",
+                command="router") as r:
+        t0 = time.monotonic()
+        resp = r.post("/v1/completions", {"prompt": "Once", "max_tokens": 2}, timeout=30)
+        assert resp.status_code == 503 and resp.json()["error"]["code"] == "no_backend"
+        assert time.monotonic() - t0 < 10
+        assert r.get("/health").status_code == 503
+
+
+def in_flight_backend(r):
+    for i, b in enumerate(state(r)["backends"]):
+        if b["in_flight"] > 0:
+            return i
+    return None
+
+
+def test_backend_killed_mid_request_then_restarted():
+    """SIGKILL a backend while it streams one answer and computes another: the stream ends with an
+    error event, the whole request gets 502, new requests go to the survivor; the backend comes
+    back on the same port with a new epoch and the router resynchronises from a snapshot."""
+    models_dir()
+    ports = [free_port(), free_port()]
+    slow = ["--check", "--max-num-seqs", "2"]  # the invariant checker after every step: slow steps
+    b = [Server(*slow, port=ports[0]), Server(*slow, port=ports[1])]
+    try:
+        with router(*b, policy="round-robin") as r:
+            long_body = dict(prompt="Once upon a time", max_tokens=400, ignore_eos=True, temperature=0)
+            results = {}
+
+            def whole():
+                results["whole"] = r.post("/v1/completions", long_body, timeout=60)
+
+            with requests.post(r.url("/v1/completions"), json={**long_body, "stream": True}, stream=True,
+                               timeout=60) as stream:
+                lines = sse_events(stream)
+                next(lines)  # the first token arrived: the request runs on a backend
+                victim = in_flight_backend(r)
+                assert victim is not None
+                # Round-robin: the next request goes to the other backend, the one after to the victim.
+                complete(r, "Tom")
+                t = threading.Thread(target=whole)
+                t.start()
+                wait_until(lambda: state(r)["backends"][victim]["in_flight"] == 2, what="two requests on the victim")
+                b[victim].kill()
+                t0 = time.monotonic()
+                rest = list(lines)
+                assert time.monotonic() - t0 < 20
+            assert rest and rest[-1] != "[DONE]"
+            err = json.loads(rest[-1])
+            assert err["error"]["code"] == "bad_gateway", rest[-1]
+            t.join(timeout=30)
+            assert not t.is_alive()
+            assert results["whole"].status_code == 502
+            assert results["whole"].json()["error"]["code"] == "bad_gateway"
+
+            # Every new request succeeds: the dead backend leaves the rotation.
+            for i in range(6):
+                complete(r, f"Lily had {i} apples")
+            wait_until(lambda: not state(r)["backends"][victim]["healthy"], what="the victim out of the rotation")
+            s = state(r)["backends"][victim]
+            assert s["index_blocks"]["device"] == 0 and s["went_down"] >= 1
+            old_epoch = s["epoch"]
+
+            b[victim] = Server(port=ports[victim])
+            wait_until(lambda: state(r)["backends"][victim]["healthy"], what="the restarted backend back in the rotation")
+            wait_until(lambda: state(r)["backends"][victim]["epoch"] not in (old_epoch, "0" * 16),
+                       what="the new epoch")
+            for i in range(4):
+                complete(r, f"Ben saw {i} birds")
+            assert state(r)["backends"][victim]["routed"] > s["routed"]
+    finally:
+        for s in b:
+            s.stop()
+
+
+def test_router_behind_the_event_log_resyncs_from_a_snapshot():
+    """A backend that keeps only 4 events and a router that reads them every 1.5 s: whatever
+    happened meanwhile reaches the router as a snapshot, and its index matches the backend's."""
+    models_dir()
+    with Server("--kv-events-capacity", "4", "--num-blocks", "128") as b0, \
+            Server("--backend", b0.base_url, "--events-interval-ms", "1500", "--health-interval-ms", "100",
+                   command="router") as r:
+        wait_until(lambda: state(r)["backends"][0]["snapshots"] >= 1, what="the first snapshot")
+        for i in range(5):
+            complete(r, prompt(i))
+
+        def matches():
+            truth = b0.get("/kv_events").json()  # no epoch: a snapshot
+            got = state(r)["backends"][0]
+            return got["snapshots"] >= 2 and got["index_blocks"]["device"] == len(truth["blocks"]) > 0
+        wait_until(matches, timeout=20, what="the router's index to match the backend after a snapshot")
