@@ -285,6 +285,7 @@ ServeBenchReport run_serve_benchmark(const std::vector<BenchRequest>& requests, 
   std::vector<double> ttft, tpot, itl, e2e;
   report.completed_by_server.assign(o.base_urls.size(), 0);
   for (const RequestResult& r : results) {
+    report.e2e_ms_by_request.push_back(r.ok ? 1e3 * r.e2e_s : -1);
     if (!r.ok) {
       ++report.failed;
       if (report.errors.size() < 5) report.errors.push_back(r.error);

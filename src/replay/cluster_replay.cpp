@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <queue>
 
 #include "pagedkv/core/cpu_clock.h"
 #include "pagedkv/core/error.h"
@@ -12,12 +14,18 @@
 namespace pagedkv {
 
 std::string_view router_name(RouterKind r) {
-  return r == RouterKind::kCacheAware ? "cache-aware" : "round-robin";
+  switch (r) {
+    case RouterKind::kRoundRobin: return "round-robin";
+    case RouterKind::kCacheAware: return "cache-aware";
+    case RouterKind::kKv: return "kv";
+  }
+  return "?";
 }
 
 std::optional<RouterKind> parse_router(std::string_view s) {
   if (s == "round-robin" || s == "rr") return RouterKind::kRoundRobin;
   if (s == "cache-aware" || s == "prefix") return RouterKind::kCacheAware;
+  if (s == "kv") return RouterKind::kKv;
   return std::nullopt;
 }
 
@@ -26,13 +34,22 @@ namespace {
 // Picks the instance for one request (see ClusterReplayConfig).
 class Router {
  public:
-  Router(RouterKind kind, int instances, double slack)
-      : kind_(kind), slack_(slack), routed_tokens_(static_cast<size_t>(instances), 0) {}
+  Router(const ClusterReplayConfig& config)
+      : kind_(config.router),
+        slack_(config.balance_slack),
+        prefill_scale_(config.prefill_scale),
+        block_size_(config.block_size),
+        routed_tokens_(static_cast<size_t>(config.instances), 0),
+        in_flight_(static_cast<size_t>(config.instances)),
+        load_blocks_(static_cast<size_t>(config.instances), 0) {}
 
-  size_t route(size_t request_index, Request& request, std::vector<std::unique_ptr<CacheInstance>>& instances) {
+  size_t route(size_t request_index, const TraceRequest& record, Request& request,
+               std::vector<std::unique_ptr<CacheInstance>>& instances) {
     size_t pick = 0;
     if (kind_ == RouterKind::kRoundRobin) {
       pick = request_index % instances.size();
+    } else if (kind_ == RouterKind::kKv) {
+      pick = route_kv(record, request, instances);
     } else {
       int64_t total = 0;
       for (int64_t t : routed_tokens_) total += t;
@@ -52,9 +69,50 @@ class Router {
   }
 
  private:
+  struct InFlight {
+    double end_ms;
+    int64_t blocks;
+    bool operator>(const InFlight& o) const { return end_ms > o.end_ms; }
+  };
+  using InFlightQueue = std::priority_queue<InFlight, std::vector<InFlight>, std::greater<>>;
+
+  size_t route_kv(const TraceRequest& record, Request& request, std::vector<std::unique_ptr<CacheInstance>>& instances) {
+    const double now = record.arrival_ms;
+    for (size_t k = 0; k < instances.size(); ++k)
+      while (!in_flight_[k].empty() && in_flight_[k].top().end_ms <= now) {
+        load_blocks_[k] -= in_flight_[k].top().blocks;
+        in_flight_[k].pop();
+      }
+    const int64_t prompt_blocks = (request.num_tokens() + block_size_ - 1) / block_size_;
+    const size_t n = instances.size();
+    const size_t start = static_cast<size_t>(turn_++ % n);
+    size_t pick = start;
+    double best = 0;
+    for (size_t j = 0; j < n; ++j) {
+      const size_t k = (start + j) % n;
+      const double to_prefill = std::max<double>(0, static_cast<double>(prompt_blocks - instances[k]->peek_hit_blocks(request)));
+      const double cost = prefill_scale_ * to_prefill + static_cast<double>(load_blocks_[k]);
+      if (j == 0 || cost < best || (cost == best && in_flight_[k].size() < in_flight_[pick].size())) {
+        best = cost;
+        pick = k;
+      }
+    }
+    if (record.latency_ms > 0) {
+      const int64_t blocks = (static_cast<int64_t>(record.input_tokens) + record.output_tokens + block_size_ - 1) / block_size_;
+      in_flight_[pick].push({now + record.latency_ms, blocks});
+      load_blocks_[pick] += blocks;
+    }
+    return pick;
+  }
+
   RouterKind kind_;
   double slack_;
+  double prefill_scale_;
+  int block_size_;
   std::vector<int64_t> routed_tokens_;
+  std::vector<InFlightQueue> in_flight_;
+  std::vector<int64_t> load_blocks_;
+  uint64_t turn_ = 0;
 };
 
 }  // namespace
@@ -77,7 +135,7 @@ ClusterReplayResult replay_cluster(const Trace& trace, const ClusterReplayConfig
   ic.max_prompt_tokens = max_prompt_tokens(trace);
   std::vector<std::unique_ptr<CacheInstance>> instances;
   for (int k = 0; k < config.instances; ++k) instances.push_back(std::make_unique<CacheInstance>(ic));
-  Router router(config.router, config.instances, config.balance_slack);
+  Router router(config);
 
   CacheReplayResult& local = out.local;
   local.trace = trace.name;
@@ -95,7 +153,7 @@ ClusterReplayResult replay_cluster(const Trace& trace, const ClusterReplayConfig
   };
   for (size_t i = 0; i < total; ++i) {
     load_trace_request(trace, i, RequestId{i}, request);
-    const size_t k = router.route(i, request, instances);
+    const size_t k = router.route(i, trace.requests[i], request, instances);
     const ServeOutcome o = instances[k]->serve(request);
     InstanceTotals& t = out.per_instance[k];
     ++t.requests;

@@ -117,6 +117,12 @@ TraceRequest json_record_header(const Json& j, int32_t line, const Trace& trace)
   r.line = line;
   r.arrival_ms = timestamp_field(j, trace.requests.empty() ? 0.0 : trace.requests.back().arrival_ms);
   r.output_tokens = static_cast<int32_t>(integer_field(j, "output_length", 0, std::numeric_limits<int32_t>::max(), 0));
+  if (auto it = j.find("latency_ms"); it != j.end() && !it->is_null()) {
+    if (!it->is_number()) throw BadRecord{fmt::format("field \"latency_ms\" must be a number, got {}", it->dump())};
+    const double l = it->get<double>();
+    if (!std::isfinite(l) || l < 0) throw BadRecord{fmt::format("field \"latency_ms\" = {} must be finite and >= 0", l)};
+    r.latency_ms = l;
+  }
   return r;
 }
 

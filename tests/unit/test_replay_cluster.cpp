@@ -84,5 +84,61 @@ TEST(ClusterReplay, RejectsBadConfigurations) {
   EXPECT_FALSE(parse_router("random"));
 }
 
+// Requests in pagedkv JSONL with explicit arrivals and latencies.
+Trace token_trace(const std::string& text) {
+  std::istringstream in(text);
+  return read_token_trace(in, "tokens");
+}
+
+std::string tokens_line(double t_ms, int first, int n, double latency_ms, int output = 0) {
+  std::ostringstream s;
+  s << "{\"timestamp\": " << t_ms << ", \"output_length\": " << output << ", \"tokens\": [";
+  for (int i = 0; i < n; ++i) s << (i ? "," : "") << first + i;
+  s << "]";
+  if (latency_ms >= 0) s << ", \"latency_ms\": " << latency_ms;
+  s << "}\n";
+  return s.str();
+}
+
+TEST(ClusterReplay, KvRouterFollowsPrefixesUntilLoadOutweighsThem) {
+  ClusterReplayConfig c = config(2, RouterKind::kKv, 1000);
+  c.block_size = 4;
+  c.run_global = false;
+  // Request 0 (8 blocks) goes to instance 0 (rotation starts there). Request 1 shares its 8
+  // blocks and arrives while request 0 is in flight (holding 8 + 2 output = 10 blocks): cost on
+  // instance 0 = (9 - 8) + 10 = 11, on instance 1 = 9. It goes to instance 1.
+  {
+    const Trace t = token_trace(tokens_line(0, 1, 32, 100, 8) + tokens_line(10, 1, 36, 100));
+    const ClusterReplayResult r = replay_cluster(t, c);
+    EXPECT_EQ(r.per_instance[0].requests, 1);
+    EXPECT_EQ(r.per_instance[1].requests, 1);
+    EXPECT_EQ(r.local.hit_blocks, 0);
+  }
+  // The same, but request 0 finished (latency 5 ms) before request 1 arrived: its prefix wins.
+  {
+    const Trace t = token_trace(tokens_line(0, 1, 32, 5, 8) + tokens_line(10, 1, 36, 100));
+    const ClusterReplayResult r = replay_cluster(t, c);
+    EXPECT_EQ(r.per_instance[0].requests, 2);
+    EXPECT_EQ(r.local.hit_blocks, 8);
+  }
+  // A larger prefill scale values the prefix over the load: 3 * 1 + 10 = 13 < 3 * 9 = 27.
+  {
+    c.prefill_scale = 3;
+    const Trace t = token_trace(tokens_line(0, 1, 32, 100, 8) + tokens_line(10, 1, 36, 100));
+    const ClusterReplayResult r = replay_cluster(t, c);
+    EXPECT_EQ(r.per_instance[0].requests, 2);
+  }
+  EXPECT_EQ(parse_router("kv"), RouterKind::kKv);
+  EXPECT_EQ(router_name(RouterKind::kKv), "kv");
+}
+
+TEST(ClusterReplay, KvRouterSpreadsAnIdleClusterAndFollowsConversations) {
+  const Trace trace = conversation_trace(6, 8);  // no latencies: nothing is ever in flight
+  const ClusterReplayResult rr = replay_cluster(trace, config(4, RouterKind::kRoundRobin, 1000));
+  const ClusterReplayResult kv = replay_cluster(trace, config(4, RouterKind::kKv, 1000));
+  EXPECT_GT(kv.local.hit_blocks, rr.local.hit_blocks);
+  for (const InstanceTotals& t : kv.per_instance) EXPECT_GT(t.requests, 0);
+}
+
 }  // namespace
 }  // namespace pagedkv

@@ -30,16 +30,20 @@ struct BenchServeOptions {
   bool json = false;
 };
 
-// The requests as a pagedkv JSONL trace ({"timestamp" ms, "tokens", "output_length"} a line), so
-// `pagedkv replay FILE --mode cluster` predicts the hit rate of exactly the prompts that were sent.
+// The requests as a pagedkv JSONL trace ({"timestamp" ms, "tokens", "output_length"} a line, and
+// "latency_ms", the end-to-end time measured, for requests that completed), so `pagedkv replay FILE
+// --mode cluster` predicts the hit rate of exactly the prompts that were sent (its kv router needs
+// the latencies: they say which requests were in flight when another arrived).
 void save_requests(const std::vector<loadgen::BenchRequest>& requests, const loadgen::ServeBenchOptions& run,
-                   const std::string& path) {
+                   const loadgen::ServeBenchReport& report, const std::string& path) {
   std::ofstream out(path);
   if (!out) throw Error(fmt::format("cannot write '{}'", path));
   const std::vector<double> times = loadgen::send_times(requests, run);
-  for (size_t i = 0; i < requests.size(); ++i)
-    out << nlohmann::json{{"timestamp", 1e3 * times[i]}, {"tokens", requests[i].prompt}, {"output_length", requests[i].max_tokens}}.dump()
-        << '\n';
+  for (size_t i = 0; i < requests.size(); ++i) {
+    nlohmann::json line{{"timestamp", 1e3 * times[i]}, {"tokens", requests[i].prompt}, {"output_length", requests[i].max_tokens}};
+    if (i < report.e2e_ms_by_request.size() && report.e2e_ms_by_request[i] >= 0) line["latency_ms"] = report.e2e_ms_by_request[i];
+    out << line.dump() << '\n';
+  }
   if (!out.flush()) throw Error(fmt::format("cannot write '{}'", path));
 }
 
@@ -62,8 +66,8 @@ int run_bench_serve(BenchServeOptions o) {
   } else {
     throw ConfigError(fmt::format("--dataset must be random, prefix-repetition or mooncake, got '{}'", o.dataset));
   }
-  if (!o.save_requests.empty()) save_requests(requests, o.run, o.save_requests);
   const loadgen::ServeBenchReport report = loadgen::run_serve_benchmark(requests, o.run);
+  if (!o.save_requests.empty()) save_requests(requests, o.run, report, o.save_requests);
   if (o.json) fmt::print("{}\n", report.to_json().dump(2));
   else fmt::print("{}", report.to_text());
   return report.failed == 0 ? 0 : 1;

@@ -56,6 +56,7 @@ struct ReplayArgs {
   int instances = 10;
   std::string router = "round-robin";
   double balance = 0.2;
+  double prefill_scale = 1.0;
   // Azure prefix model
   AzurePrefixModel azure;
   // timed mode
@@ -339,7 +340,7 @@ int run_cache(const ReplayArgs& a) {
 
 int run_cluster(const ReplayArgs& a) {
   const auto router = parse_router(a.router);
-  if (!router) throw ConfigError(fmt::format("--router: unknown router '{}' (round-robin, cache-aware)", a.router));
+  if (!router) throw ConfigError(fmt::format("--router: unknown router '{}' (round-robin, cache-aware, kv)", a.router));
   int64_t per_instance = 0;
   if (!a.capacity_blocks.empty()) per_instance = to_blocks(parse_count("--capacity-blocks", a.capacity_blocks), false, a.block_size, "--capacity-blocks");
   else if (!a.capacity_tokens.empty()) per_instance = to_blocks(parse_count("--capacity-tokens", a.capacity_tokens), true, a.block_size, "--capacity-tokens");
@@ -365,6 +366,7 @@ int run_cluster(const ReplayArgs& a) {
       c.router = *router;
       c.policy = policy;
       c.balance_slack = a.balance;
+      c.prefill_scale = a.prefill_scale;
       bar.set_label(fmt::format("{} {}x{}", trace.name, a.instances, per_instance));
       c.progress = bar.callback();
       const ClusterReplayResult r = replay_cluster(trace, c);
@@ -526,7 +528,12 @@ const CommandRegistration kReplay{Command{
           ->check(CLI::Range(1, 256))->capture_default_str();
       sub.add_flag("--no-progress", a->no_progress, "no progress bar (it is only drawn on a terminal anyway)");
       sub.add_option("--instances", a->instances, "cluster: number of instances")->capture_default_str();
-      sub.add_option("--router", a->router, "cluster: round-robin or cache-aware")->capture_default_str();
+      sub.add_option("--router", a->router,
+                     "cluster: round-robin, cache-aware, or kv (pagedkv router's cost rule; its load term needs the "
+                     "trace's latency_ms, as bench serve --save-requests writes)")
+          ->capture_default_str();
+      sub.add_option("--prefill-scale", a->prefill_scale, "cluster, kv: as pagedkv router's --prefill-scale")
+          ->capture_default_str();
       sub.add_option("--balance", a->balance,
                      "cluster, cache-aware: an instance is eligible while its routed tokens are at most (1 + this) "
                      "times the mean")->capture_default_str();

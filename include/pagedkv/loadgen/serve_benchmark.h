@@ -58,6 +58,8 @@ struct ServeBenchReport {
   // pagedkv:prefix_cache_hit_tokens_total over the run; empty for servers that lack the metric.
   std::vector<std::pair<std::string, double>> hit_tokens_by_tier;
   std::vector<int> completed_by_server;  // per base URL, in order
+  // Each request's end-to-end latency in ms, in the order of the requests given (-1: failed).
+  std::vector<double> e2e_ms_by_request;
 
   nlohmann::json to_json() const;
   std::string to_text() const;  // vllm bench serve's table

@@ -19,6 +19,12 @@ namespace pagedkv {
 enum class RouterKind {
   kRoundRobin,  // request i goes to instance i mod N
   kCacheAware,  // the instance already holding the longest prefix, within a load-balance bound
+  // pagedkv router's kv policy (router/routing_policy.h): the lowest
+  //   prefill_scale * max(0, prompt blocks - hit blocks) + in-flight blocks,
+  // where a request is in flight from its arrival for its measured latency (TraceRequest::
+  // latency_ms; unknown: none) and holds cdiv(prompt + output, block size) blocks. Ties go to
+  // fewer requests in flight, then to the next instance in rotation, as in the router.
+  kKv,
 };
 std::string_view router_name(RouterKind r);
 std::optional<RouterKind> parse_router(std::string_view s);
@@ -33,6 +39,7 @@ struct ClusterReplayConfig {
   // (1 + balance_slack) times the mean over instances; without a bound every request would
   // follow the shared first block to one instance. The least loaded instance always qualifies.
   double balance_slack = 0.2;
+  double prefill_scale = 1.0;  // kKv only
   bool run_global = true;  // also replay the global pool of instances * capacity blocks
   std::function<void(size_t, size_t)> progress;
 };

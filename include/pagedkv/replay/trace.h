@@ -41,6 +41,10 @@ struct TraceRequest {
   uint32_t first_run = 0;  // runs [first_run, first_run + num_runs) of Trace::runs
   uint32_t num_runs = 0;
   int32_t line = 0;        // 1-based line of the record in its file (0: not from a file)
+  // End-to-end time of the request when it was served (pagedkv JSONL "latency_ms", written by
+  // `bench serve --save-requests`); -1: unknown. The cluster replay's kv router uses it to know
+  // which requests were in flight when another arrived.
+  double latency_ms = -1;
 };
 
 struct Trace {
