@@ -58,13 +58,16 @@ def index_settled(r, total):
         b["in_flight"] == 0 for b in s["backends"])
 
 
-@pytest.mark.parametrize("policy,expect_hits", [("kv", True), ("round-robin", False)])
-def test_second_pass_hits_only_with_the_kv_policy(policy, expect_hits):
+@pytest.mark.parametrize("policy,expect_hits,hashing", [
+    ("kv", True, []), ("round-robin", False, []),
+    ("kv", True, ["--prefix-hash", "sha256", "--hash-seed", "7"])])  # the router hashes as the backends say
+def test_second_pass_hits_only_with_the_kv_policy(policy, expect_hits, hashing):
     """Five prompts, then the same five again. Round-robin over two backends sends each prompt's
     second pass to the other backend (5 is odd): no hits. The kv policy sends it where its blocks
     are: every second pass hits its whole shared prefix."""
     models_dir()
-    with Server("--num-blocks", "256") as b0, Server("--num-blocks", "256") as b1, router(b0, b1, policy=policy) as r:
+    with Server("--num-blocks", "256", *hashing) as b0, Server("--num-blocks", "256", *hashing) as b1, \
+            router(b0, b1, policy=policy) as r:
         first = [complete(r, prompt(i)) for i in range(5)]
         assert all(f["usage"]["prompt_tokens_details"]["cached_tokens"] == 0 for f in first)
         blocks = sum(f["usage"]["prompt_tokens"] // 16 for f in first)
@@ -106,6 +109,11 @@ def test_answers_pass_through_whole_streamed_and_errors():
         assert r.post("/tokenize", {"prompt": "Once"}).json()["count"] >= 2
         assert r.get("/health").json() == {"healthy_backends": 2}
         assert r.get("/nowhere").status_code == 404
+        for bad_query in ("epoch=zz", "since=-1", "since=1x", "max=99999999999999999999999"):
+            resp = b0.get("/kv_events?" + bad_query)
+            assert resp.status_code == 400 and resp.json()["error"]["code"] == "invalid_value", bad_query
+        page = b0.get("/kv_events").json()
+        assert page["snapshot"] and page["block_size"] == 16 and page["hash_algorithm"] == "xxh3_128"
         reset = r.post("/reset_prefix_cache", {})
         assert reset.status_code == 200 and len(reset.json()["backends"]) == 2
 
