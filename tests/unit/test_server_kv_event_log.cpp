@@ -3,7 +3,9 @@
 // index, and an engine with a host tier whose event stream must agree with its census.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <map>
+#include <thread>
 #include <random>
 #include <set>
 
@@ -161,6 +163,45 @@ TEST(KVEventLog, RandomReaderAlwaysConverges) {
       ASSERT_EQ(index, truth) << "seed " << seed << " round " << round;
     }
   }
+}
+
+// The engine thread appends while HTTP threads read (also run under TSan, scripts/test.sh): every
+// reader ends with the writer's final set.
+TEST(KVEventLog, ConcurrentReadersConverge) {
+  KVEventLog log(64, 11);
+  std::atomic<bool> done{false};
+  std::map<std::pair<BlockHash, Medium>, int> copies;
+  std::thread writer([&] {
+    std::mt19937_64 rng(2);
+    for (int round = 0; round < 3000; ++round) {
+      const uint64_t h = 1 + rng() % 30;
+      const Medium m = static_cast<Medium>(rng() % 3);
+      auto it = copies.find({stored(h).hash, m});
+      if (it != copies.end() && rng() % 2) {
+        log.append(std::vector<KVEvent>{removed(h, m)});
+        if (--it->second == 0) copies.erase(it);
+      } else {
+        log.append(std::vector<KVEvent>{stored(h, m)});
+        ++copies[{stored(h).hash, m}];
+      }
+    }
+    done = true;
+  });
+  std::vector<Index> finals(2);
+  std::vector<std::thread> readers;
+  for (size_t r = 0; r < finals.size(); ++r)
+    readers.emplace_back([&, r] {
+      uint64_t epoch = 0, since = 0;
+      Index index;
+      while (!done) catch_up(log, epoch, since, index, 5 + r);
+      catch_up(log, epoch, since, index, 5 + r);
+      finals[r] = index;
+    });
+  writer.join();
+  for (std::thread& t : readers) t.join();
+  Index truth;
+  for (const auto& [key, count] : copies) truth.insert(key);
+  for (const Index& f : finals) EXPECT_EQ(f, truth);
 }
 
 class EngineKVEventsTest : public testing::GoldenEngineTest {};
