@@ -15,7 +15,7 @@ the same policy (`--router kv` or `round-robin`; least-load and random have no r
 
 Usage: /usr/bin/python3 benchmarks/router_mooncake.py [--instances 2] [--num-blocks 256]
          [--num-prompts 600] [--time-scale 0.1] [--rounds 1] [--policies kv,kv@0.5,round-robin,...]
-         [--prefill-scale 1.0] [--random-model 192x512x6x6] [--setups local,shared] [--json]
+         [--prefill-scale 2.0] [--random-model 192x512x6x6] [--setups local,shared] [--json]
 """
 
 import argparse
@@ -108,7 +108,7 @@ def main():
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--policies", default="kv,round-robin,least-load,random",
                    help="comma-separated; kv@S: the kv policy with --prefill-scale S")
-    p.add_argument("--prefill-scale", type=float, default=1.0)
+    p.add_argument("--prefill-scale", type=float, default=2.0)
     p.add_argument("--setups", default="local,shared", help="local (own pools only), shared (plus the Redis tier)")
     p.add_argument("--random-model", metavar="DIMxHIDDENxLAYERSxHEADS",
                    help="serve a random-weight llama2.c model of this shape (e.g. 192x512x6x6; "

@@ -103,6 +103,7 @@ std::string tokens_line(double t_ms, int first, int n, double latency_ms, int ou
 TEST(ClusterReplay, KvRouterFollowsPrefixesUntilLoadOutweighsThem) {
   ClusterReplayConfig c = config(2, RouterKind::kKv, 1000);
   c.block_size = 4;
+  c.prefill_scale = 1.0;
   c.run_global = false;
   // Request 0 (8 blocks) goes to instance 0 (rotation starts there). Request 1 shares its 8
   // blocks and arrives while request 0 is in flight (holding 8 + 2 output = 10 blocks): cost on

@@ -64,8 +64,10 @@ TEST(RoutingPolicy, KvPicksTheLongestPrefix) {
   for (int i = 0; i < 5; ++i) EXPECT_EQ(kv.choose(v, 10), 1);
 }
 
+const RoutingWeights kUnitScale{1.0, 1.0, 0.75, 0.25};
+
 TEST(RoutingPolicy, KvWeighsLoadAgainstOverlap) {
-  BackendChooser kv(RoutingPolicy::kKv);
+  BackendChooser kv(RoutingPolicy::kKv, kUnitScale);
   // Backend 0 holds 8 of 10 blocks but carries 20 blocks of load: cost 2 + 20 = 22; backend 1
   // holds nothing and is idle: cost 10. Backend 1 wins.
   std::vector<BackendView> v{view({8, 0, 0}, 20), view({}, 0)};
@@ -85,7 +87,8 @@ TEST(RoutingPolicy, LowerTiersAreCreditedLess) {
   std::vector<BackendView> v{view({4, 0, 0}), view({0, 6, 0}), view({0, 0, 8})};
   EXPECT_EQ(kv.choose(v, 10), 1);
   EXPECT_DOUBLE_EQ(overlap_credit({1, 2, 4}, RoutingWeights{}), 1.0 + 1.5 + 1.0);
-  EXPECT_DOUBLE_EQ(kv_cost(10, view({1, 2, 4}, 3), RoutingWeights{}), 10 - 3.5 + 3);
+  EXPECT_DOUBLE_EQ(kv_cost(10, view({1, 2, 4}, 3), kUnitScale), 10 - 3.5 + 3);
+  EXPECT_DOUBLE_EQ(kv_cost(10, view({1, 2, 4}, 3), RoutingWeights{}), 2 * (10 - 3.5) + 3);  // the default scale
   EXPECT_DOUBLE_EQ(kv_cost(2, view({4, 0, 0}, 1), RoutingWeights{}), 1);  // never below the load
 }
 

@@ -56,7 +56,7 @@ struct ReplayArgs {
   int instances = 10;
   std::string router = "round-robin";
   double balance = 0.2;
-  double prefill_scale = 1.0;
+  double prefill_scale = 2.0;
   // Azure prefix model
   AzurePrefixModel azure;
   // timed mode

@@ -32,7 +32,9 @@ struct RouterCliOptions {
   std::string host = "127.0.0.1";
   int port = 8080;
   std::string api_key, backend_api_key;
-  double prefill_scale = 1.0, device_credit = 1.0, host_credit = 0.75, disk_credit = 0.25;
+  // The defaults of RoutingWeights (router/routing_policy.h says why).
+  double prefill_scale = router::RoutingWeights{}.prefill_scale, device_credit = router::RoutingWeights{}.device_credit,
+         host_credit = router::RoutingWeights{}.host_credit, disk_credit = router::RoutingWeights{}.disk_credit;
   uint64_t seed = 0;
   int events_interval_ms = 50, health_interval_ms = 500, poll_timeout_ms = 2000;
   int connect_timeout_ms = 1000;

@@ -39,7 +39,7 @@ struct ClusterReplayConfig {
   // (1 + balance_slack) times the mean over instances; without a bound every request would
   // follow the shared first block to one instance. The least loaded instance always qualifies.
   double balance_slack = 0.2;
-  double prefill_scale = 1.0;  // kKv only
+  double prefill_scale = 2.0;  // kKv only: as pagedkv router's default
   bool run_global = true;  // also replay the global pool of instances * capacity blocks
   std::function<void(size_t, size_t)> progress;
 };
