@@ -68,9 +68,9 @@ TEST_F(BenchAttentionCli, TextReportAndSkippedCases) {
   ASSERT_EQ(code, 0) << out;
   EXPECT_NE(out.find("read bandwidth"), std::string::npos) << out;
   EXPECT_NE(out.find("skipped"), std::string::npos) << out;  // 4 MiB per layer > 1 MiB allowed
-  const std::string bad = run("'" + bin_ + "' bench attention --quick --dtypes int8 2>&1", code);
+  const std::string bad = run("'" + bin_ + "' bench attention --quick --dtypes int4 2>&1", code);
   EXPECT_EQ(code, 2) << bad;
-  EXPECT_NE(bad.find("int8"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("int4"), std::string::npos) << bad;
 }
 
 TEST_F(BenchAttentionCli, IsaOptionNamesThePathItRan) {
