@@ -12,8 +12,8 @@
 // The score and value blocks are kept out of line: inlined into the tile loop, GCC spills their
 // 12-16 live vector registers (measured with AVX2: 40% slower).
 // For a GQA group of G <= 4 query heads (decode) every K and V element is loaded from memory
-// once and converted once. With more rows (prefill tiles, G > 4) a 16- or 8-bit tile is converted to
-// f32 once into a small buffer and the f32 path reads that. A task may cover several KV heads:
+// once and converted once. With more rows (prefill tiles, G > 4) a 16- or 8-bit tile is converted
+// to f32 once into a small buffer and the f32 path reads that. A task may cover several KV heads:
 // each tile is then handled head by head. Which tokens make up a tile is TileWalk's choice
 // (consecutive, or interleaved streams over scattered blocks); the next tile is prefetched while
 // the current one is computed (Prefetcher), and one line of each slot four tiles ahead is touched.
@@ -24,8 +24,8 @@
 //
 // Isa provides: Vec, kLanes, kScoreTokens, kValueChunks, kPrefetchInLoops (prefetch a few lines
 // per inner-loop iteration rather than a burst per block), zero, load, store, broadcast, fmadd,
-// load_f16, load_bf16, load_i8, load_fp8 and fold (a Vec to 8 lanes with the same sum). The softmax works on 8-lane
-// AVX2 vectors under both ISAs: a tile's 24 scores are three of them.
+// load_f16, load_bf16, load_i8, load_fp8 and fold (a Vec to 8 lanes with the same sum). The
+// softmax works on 8-lane AVX2 vectors under both ISAs: a tile's 24 scores are three of them.
 #pragma once
 
 #include <immintrin.h>
@@ -573,7 +573,8 @@ void attend(const RowGroupTask& task) {
         values[j] = value_slots[buffer][j] + head_offset;
       }
       if constexpr (ScaledRows<L>) {
-        const size_t scale_offset = task.kv->rows_bytes() + static_cast<size_t>(task.first_kv_head + h) * kKVScaleBytes;
+        const size_t scale_offset =
+            task.kv->rows_bytes() + static_cast<size_t>(task.first_kv_head + h) * kKVScaleBytes;
         for (int j = 0; j < n; ++j) {
           std::memcpy(&key_scale[j], reinterpret_cast<const char*>(key_slots[buffer][j]) + scale_offset, sizeof(float));
           std::memcpy(&value_scale[j], reinterpret_cast<const char*>(value_slots[buffer][j]) + scale_offset,

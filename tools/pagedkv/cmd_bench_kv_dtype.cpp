@@ -194,7 +194,10 @@ nlohmann::json measure_model(const Model& model, const KVDtypeOptions& o, const 
     for (int p = 0; p + 1 < length; ++p) {
       for (int s = 0; s < n; ++s) step_tokens[static_cast<size_t>(s)] = seqs[static_cast<size_t>(s)].back();
       const Logits l = run.step(runner, step_tokens, p);
-      for (int s = 0; s < n; ++s) seqs[static_cast<size_t>(s)].push_back(samplers[static_cast<size_t>(s)].sample(l.row(s)));
+      for (int s = 0; s < n; ++s) {
+        const auto i = static_cast<size_t>(s);
+        seqs[i].push_back(samplers[i].sample(l.row(s)));
+      }
     }
     for (auto& s : seqs) text.push_back(std::move(s));
   }
@@ -205,13 +208,13 @@ nlohmann::json measure_model(const Model& model, const KVDtypeOptions& o, const 
   for (int first = 0; first < o.sequences; first += o.batch) {
     const int n = std::min(o.batch, o.sequences - first);
     // logits[s][p] of every format: [sequence][position][vocab], f32 reference first.
+    const auto positions = static_cast<size_t>(length - 1), width = static_cast<size_t>(vocab);
+    auto at = [&](int s, int p) { return (static_cast<size_t>(s) * positions + static_cast<size_t>(p)) * width; };
     auto all_logits = [&](DType dtype) {
-      std::vector<float> logits(static_cast<size_t>(n) * static_cast<size_t>(length - 1) * static_cast<size_t>(vocab));
+      std::vector<float> logits(static_cast<size_t>(n) * positions * width);
       Lockstep run(runner, dtype, n, length, o.block_size);
       auto store = [&](int s, int p, std::span<const float> row) {
-        std::copy(row.begin(), row.end(),
-                  logits.begin() + static_cast<std::ptrdiff_t>((static_cast<size_t>(s) * static_cast<size_t>(length - 1) +
-                                                                static_cast<size_t>(p)) * static_cast<size_t>(vocab)));
+        std::copy(row.begin(), row.end(), logits.begin() + static_cast<std::ptrdiff_t>(at(s, p)));
       };
       if (o.mode == "prefill") {
         for (int s = 0; s < n; ++s) {
@@ -222,7 +225,8 @@ nlohmann::json measure_model(const Model& model, const KVDtypeOptions& o, const 
       } else {
         std::vector<TokenId> step_tokens(static_cast<size_t>(n));
         for (int p = 0; p + 1 < length; ++p) {
-          for (int s = 0; s < n; ++s) step_tokens[static_cast<size_t>(s)] = text[static_cast<size_t>(first + s)][static_cast<size_t>(p)];
+          for (int s = 0; s < n; ++s)
+            step_tokens[static_cast<size_t>(s)] = text[static_cast<size_t>(first + s)][static_cast<size_t>(p)];
           const Logits l = run.step(runner, step_tokens, p);
           for (int s = 0; s < n; ++s) store(s, p, l.row(s));
         }
@@ -234,12 +238,9 @@ nlohmann::json measure_model(const Model& model, const KVDtypeOptions& o, const 
       const std::vector<float> got = all_logits(dtypes[d]);
       for (int s = 0; s < n; ++s)
         for (int p = 0; p + 1 < length; ++p) {
-          const size_t at = (static_cast<size_t>(s) * static_cast<size_t>(length - 1) + static_cast<size_t>(p)) *
-                            static_cast<size_t>(vocab);
           const TokenId next = text[static_cast<size_t>(first + s)][static_cast<size_t>(p + 1)];
           Comparison& cmp = p < o.short_context ? short_ctx[d] : long_ctx[d];
-          cmp.add(std::span(ref).subspan(at, static_cast<size_t>(vocab)),
-                  std::span(got).subspan(at, static_cast<size_t>(vocab)), next, lp_ref, lp);
+          cmp.add(std::span(ref).subspan(at(s, p), width), std::span(got).subspan(at(s, p), width), next, lp_ref, lp);
         }
     }
   }
@@ -290,18 +291,21 @@ void print_model(const std::string& name, const nlohmann::json& m) {
     for (const char* part : {"short", "long"}) {
       const auto& r = t[part];
       const int below = t["positions_below"].get<int>();
+      const std::string range = std::string(part) == "short" ? fmt::format("< {}", below) : fmt::format(">= {}", below);
       fmt::print("  {:>5} {:>10} | {:>10.3e} {:>10.3e} {:>7.3f}% {:>9.4f} {:>10.4f} {:>+9.4f}%\n",
-                 t["dtype"].get<std::string>(), std::string(part) == "short" ? fmt::format("< {}", below) : fmt::format(">= {}", below),
+                 t["dtype"].get<std::string>(), range,
                  r["kl_mean"].get<double>(), r["kl_p999"].get<double>(), 100 * r["top1_agreement"].get<double>(),
                  r["max_logit_diff"].get<double>(), r["perplexity_f32"].get<double>(),
                  100 * r["perplexity_change"].get<double>());
     }
   if (m.contains("greedy")) {
     fmt::print("  greedy from the goldens' prompts, against the f32 cache:\n");
-    for (const auto& g : m["greedy"])
+    for (const auto& g : m["greedy"]) {
+      const int first = g["first_divergence"].get<int>();
       fmt::print("    {:<28} {:>5}: {:>4}/{} tokens equal, first divergence {}\n", g["golden"].get<std::string>(),
                  g["dtype"].get<std::string>(), g["same_tokens"].get<int>(), g["tokens"].get<int>(),
-                 g["first_divergence"].get<int>() < 0 ? std::string("none") : std::to_string(g["first_divergence"].get<int>()));
+                 first < 0 ? std::string("none") : std::to_string(first));
+    }
   }
 }
 
@@ -324,7 +328,8 @@ int run_bench_kv_dtype(const KVDtypeOptions& o) {
   std::vector<Named> models;
   const std::string checkpoint = o.model.empty() ? default_shared_dir() + "/models/stories260K.bin" : o.model;
   if (std::filesystem::exists(checkpoint))
-    models.push_back({std::filesystem::path(checkpoint).stem().string(), std::make_unique<Llama2cCheckpoint>(checkpoint)});
+    models.push_back(
+        {std::filesystem::path(checkpoint).stem().string(), std::make_unique<Llama2cCheckpoint>(checkpoint)});
   else if (!o.model.empty())
     throw ConfigError(fmt::format("--model '{}' does not exist", o.model));
   else
