@@ -23,6 +23,7 @@
 #include "pagedkv/memory/byte_size.h"
 #include "pagedkv/model/llama2c_checkpoint.h"
 #include "pagedkv/model/tokenizer.h"
+#include "pagedkv/storage/kv_arena.h"
 #include "py_common.h"
 
 namespace pagedkv::python {
@@ -415,8 +416,8 @@ EngineConfig engine_config(int block_size, int num_blocks, const py::object& kv_
   c.kv_cache_bytes = byte_size_arg(kv_cache_memory, "kv_cache_memory");
   c.swap_space_bytes = byte_size_arg(swap_space, "swap_space");
   auto dt = parse_dtype(kv_cache_dtype);
-  if (!dt || !(*dt == DType::kF32 || *dt == DType::kF16 || *dt == DType::kBF16))
-    throw ConfigError(fmt::format("kv_cache_dtype must be fp32, fp16 or bf16, got '{}'", kv_cache_dtype));
+  if (!dt || !is_storage_dtype(*dt))
+    throw ConfigError(fmt::format("kv_cache_dtype must be fp32, fp16, bf16, int8 or fp8, got '{}'", kv_cache_dtype));
   c.kv_dtype = *dt;
   c.enable_prefix_caching = enable_prefix_caching;
   auto algo = parse_hash_algorithm(hash_algorithm);

@@ -28,6 +28,17 @@ struct Avx2 {
     const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
   }
+  static Vec load_i8(const int8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
+  // fp8 e4m3 -> f16 bits (sign-extend the byte, shift the exponent and mantissa into place and
+  // clear bit 14, which the sign extension set), then F16C: exact, value * 2^-8 (the f16 bias is
+  // 8 more than e4m3's), subnormals included. The NaN codes are never stored by write_kv.
+  static Vec load_fp8(const uint8_t* p) {
+    const __m128i wide = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    const __m128i half = _mm_and_si128(_mm_slli_epi16(wide, 7), _mm_set1_epi16(static_cast<short>(0xBF80)));
+    return _mm256_cvtph_ps(half);
+  }
   static __m256 fold(Vec v) { return v; }
 };
 

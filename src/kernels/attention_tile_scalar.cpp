@@ -1,14 +1,18 @@
 // The portable kernel: the same tiled online-softmax algorithm as the AVX2 kernel, in plain C++.
 // It is the path the tests compare the SIMD path against and the one that runs on CPUs without
-// AVX2. Each tile of K and V is first converted to f32 (exact), then all arithmetic is f32.
+// AVX2. Each tile of K and V is first converted to f32 (exact), then all arithmetic is f32. For
+// int8/fp8 the tile holds the codes and the scales are folded in as the SIMD kernel folds them:
+// a score is k_scale * (q . codes), and p * v_scale weighs a value row of codes.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <limits>
 #include <vector>
 
 #include "attention_tile.h"
 #include "pagedkv/storage/float_convert.h"
+#include "pagedkv/storage/fp8_e4m3.h"
 
 namespace pagedkv::attention_detail {
 namespace {
@@ -27,32 +31,47 @@ float dot(const float* a, const float* b, int n) {
   return sum;
 }
 
-// Converts one token's row of one KV head to f32.
-void load_row(const KVLayerView& kv, const void* plane, size_t element_offset, float* out) {
+// Converts one token's row of KV head h to f32 (int8/fp8: the codes) and returns the row's
+// scale (1 for f32/f16/bf16).
+float load_row(const KVLayerView& kv, const std::byte* slot, size_t h, float* out) {
   const size_t n = static_cast<size_t>(kv.head_dim);
+  const std::byte* row = slot + h * n * kv.element_bytes();
   switch (kv.dtype) {
     case DType::kF32: {
-      const float* src = static_cast<const float*>(plane) + element_offset;
+      const auto* src = reinterpret_cast<const float*>(row);
       std::copy(src, src + n, out);
-      return;
+      return 1.0f;
     }
     case DType::kF16: {
-      const uint16_t* src = static_cast<const uint16_t*>(plane) + element_offset;
+      const auto* src = reinterpret_cast<const uint16_t*>(row);
       for (size_t i = 0; i < n; ++i) out[i] = f16_to_f32(src[i]);
-      return;
+      return 1.0f;
     }
     case DType::kBF16: {
-      const uint16_t* src = static_cast<const uint16_t*>(plane) + element_offset;
+      const auto* src = reinterpret_cast<const uint16_t*>(row);
       for (size_t i = 0; i < n; ++i) out[i] = bf16_to_f32(src[i]);
-      return;
+      return 1.0f;
     }
-    default: return;  // the driver accepts only the three storage types
+    case DType::kInt8:
+    case DType::kFP8: {
+      const auto* src = reinterpret_cast<const uint8_t*>(row);
+      if (kv.dtype == DType::kInt8)
+        for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(static_cast<int8_t>(src[i]));
+      else
+        for (size_t i = 0; i < n; ++i) out[i] = fp8_e4m3_to_f32(src[i]);
+      float scale;
+      std::memcpy(&scale, slot + kv.rows_bytes() + h * kKVScaleBytes, sizeof scale);
+      return scale;
+    }
+    default: return 0.0f;  // the driver accepts only storage types
   }
 }
 
 // One tile of one KV head: updates that head's running max, sum and accumulator.
+// key_scale[j] and value_scale[j] multiply token j's key and value rows.
 void attend_tile_head(const RowGroupTask& task, int tile, int n, const float* key_tile, const float* value_tile,
-                      float* scores, const float* query, float* acc_out, float* row_max, float* row_sum) {
+                      const float* key_scale, const float* value_scale, float* scores, const float* query,
+                      float* acc_out, float* row_max, float* row_sum) {
   const int dim = task.kv->head_dim;
   const auto udim = static_cast<size_t>(dim);
   for (int r = 0; r < task.num_rows; ++r) {
@@ -64,7 +83,7 @@ void attend_tile_head(const RowGroupTask& task, int tile, int n, const float* ke
     if (lo >= hi) continue;
     float tile_max = kNegInf;
     for (int j = lo; j < hi; ++j) {
-      float x = dot(q, key_tile + static_cast<size_t>(j) * udim, dim);
+      float x = key_scale[j] * dot(q, key_tile + static_cast<size_t>(j) * udim, dim);
       if (task.logit_softcap > 0) x = task.logit_softcap * std::tanh(x / task.logit_softcap);
       s[j] = x;
       tile_max = std::max(tile_max, x);
@@ -81,7 +100,7 @@ void attend_tile_head(const RowGroupTask& task, int tile, int n, const float* ke
     if (correction != 1.0f)
       for (int d = 0; d < dim; ++d) acc[d] *= correction;
     for (int j = lo; j < hi; ++j) {
-      const float p = s[j];
+      const float p = s[j] * value_scale[j];
       const float* v = value_tile + static_cast<size_t>(j) * udim;
       for (int d = 0; d < dim; ++d) acc[d] += p * v[d];
     }
@@ -111,6 +130,9 @@ void attend_rows_scalar(const RowGroupTask& task) {
   std::fill(task.row_sum, task.row_sum + heads * rows, 0.0f);
 
   size_t slots[kTileTokens];
+  float key_scale[kTileTokens], value_scale[kTileTokens];
+  const auto* key_plane = static_cast<const std::byte*>(kv.key);
+  const auto* value_plane = static_cast<const std::byte*>(kv.value);
   for (int tile = task.token_begin; tile < task.token_end; tile += kTileTokens) {
     const int n = std::min(kTileTokens, task.token_end - tile);
     for (int j = 0; j < n; ++j) {
@@ -119,14 +141,15 @@ void attend_rows_scalar(const RowGroupTask& task) {
                  static_cast<size_t>(pos % kv.block_size);
     }
     for (size_t h = 0; h < heads; ++h) {
-      const size_t head_offset = (static_cast<size_t>(task.first_kv_head) + h) * udim;
+      const size_t head = static_cast<size_t>(task.first_kv_head) + h;
       for (int j = 0; j < n; ++j) {
-        const size_t offset = slots[j] * kv.token_stride_elems() + head_offset;
-        load_row(kv, kv.key, offset, key_tile.data() + static_cast<size_t>(j) * udim);
-        load_row(kv, kv.value, offset, value_tile.data() + static_cast<size_t>(j) * udim);
+        const size_t offset = slots[j] * kv.slot_bytes();
+        key_scale[j] = load_row(kv, key_plane + offset, head, key_tile.data() + static_cast<size_t>(j) * udim);
+        value_scale[j] = load_row(kv, value_plane + offset, head, value_tile.data() + static_cast<size_t>(j) * udim);
       }
-      attend_tile_head(task, tile, n, key_tile.data(), value_tile.data(), scores.data(), task.query + h * block,
-                       task.acc + h * block, task.row_max + h * rows, task.row_sum + h * rows);
+      attend_tile_head(task, tile, n, key_tile.data(), value_tile.data(), key_scale, value_scale, scores.data(),
+                       task.query + h * block, task.acc + h * block, task.row_max + h * rows,
+                       task.row_sum + h * rows);
     }
   }
 }

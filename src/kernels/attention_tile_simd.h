@@ -12,16 +12,20 @@
 // The score and value blocks are kept out of line: inlined into the tile loop, GCC spills their
 // 12-16 live vector registers (measured with AVX2: 40% slower).
 // For a GQA group of G <= 4 query heads (decode) every K and V element is loaded from memory
-// once and converted once. With more rows (prefill tiles, G > 4) a 16-bit tile is converted to
-// f32 once into a small buffer and the f32 path reads that. A task may cover several KV heads:
+// once and converted once. With more rows (prefill tiles, G > 4) a 16- or 8-bit tile is converted
+// to f32 once into a small buffer and the f32 path reads that. A task may cover several KV heads:
 // each tile is then handled head by head. Which tokens make up a tile is TileWalk's choice
 // (consecutive, or interleaved streams over scattered blocks); the next tile is prefetched while
 // the current one is computed (Prefetcher), and one line of each slot four tiles ahead is touched.
 //
+// int8 and fp8 K/V take the 16-bit formats' path with their own loads (codes to f32); each
+// token's scale is folded into its scores after the dot products and into its probabilities
+// after the softmax, a multiply per (row, token) instead of one per element.
+//
 // Isa provides: Vec, kLanes, kScoreTokens, kValueChunks, kPrefetchInLoops (prefetch a few lines
 // per inner-loop iteration rather than a burst per block), zero, load, store, broadcast, fmadd,
-// load_f16, load_bf16 and fold (a Vec to 8 lanes with the same sum). The softmax works on 8-lane
-// AVX2 vectors under both ISAs: a tile's 24 scores are three of them.
+// load_f16, load_bf16, load_i8, load_fp8 and fold (a Vec to 8 lanes with the same sum). The
+// softmax works on 8-lane AVX2 vectors under both ISAs: a tile's 24 scores are three of them.
 #pragma once
 
 #include <immintrin.h>
@@ -30,6 +34,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -58,6 +63,24 @@ struct LoadBF16 {
   using Storage = uint16_t;
   static typename Isa::Vec load(const uint16_t* p) { return Isa::load_bf16(p); }
 };
+// The quantized formats: a load gives the codes (fp8: times 2^-8, see Isa::load_fp8), and each
+// (token, head) row's scale, times kScaleFactor, is folded into that token's scores and
+// probabilities (ScaledRows below), so the inner loops stay those of the 16-bit formats.
+template <class Isa>
+struct LoadInt8 {
+  using Storage = int8_t;
+  static constexpr float kScaleFactor = 1.0f;
+  static typename Isa::Vec load(const int8_t* p) { return Isa::load_i8(p); }
+};
+template <class Isa>
+struct LoadFp8 {
+  using Storage = uint8_t;
+  static constexpr float kScaleFactor = 256.0f;
+  static typename Isa::Vec load(const uint8_t* p) { return Isa::load_fp8(p); }
+};
+
+template <class L>
+concept ScaledRows = requires { L::kScaleFactor; };
 
 // Horizontal sums of eight vectors, as the eight lanes of one vector.
 inline __m256 reduce8(const __m256 (&v)[8]) {
@@ -362,16 +385,16 @@ inline void softmax_row(float* s, int lo, int hi, float softcap, float& row_max,
 template <class T>
 void locate_slots(const RowGroupTask& task, int first, int n, const T** keys, const T** values) {
   const KVLayerView& kv = *task.kv;
-  const auto* key_base = static_cast<const T*>(kv.key);
-  const auto* value_base = static_cast<const T*>(kv.value);
-  const size_t token_stride = kv.token_stride_elems();
+  const auto* key_base = static_cast<const char*>(kv.key);
+  const auto* value_base = static_cast<const char*>(kv.value);
+  const size_t slot_bytes = kv.slot_bytes();
   int block_index = first / kv.block_size;
   int offset = first % kv.block_size;
   size_t slot = static_cast<size_t>(task.block_table[block_index]) * static_cast<size_t>(kv.block_size) +
                 static_cast<size_t>(offset);
   for (int j = 0; j < n; ++j) {
-    keys[j] = key_base + slot * token_stride;
-    values[j] = value_base + slot * token_stride;
+    keys[j] = reinterpret_cast<const T*>(key_base + slot * slot_bytes);
+    values[j] = reinterpret_cast<const T*>(value_base + slot * slot_bytes);
     if (++offset == kv.block_size && j + 1 < n) {
       offset = 0;
       ++block_index;
@@ -470,9 +493,9 @@ void attend(const RowGroupTask& task) {
   const int heads = task.num_kv_heads;
   const size_t head_rows = static_cast<size_t>(rows);
   const size_t head_block = head_rows * dim;
-  // 16-bit K/V read by more than one block of rows: convert each tile once.
-  constexpr bool kSixteenBit = !std::is_same_v<T, float>;
-  const bool convert_tiles = kSixteenBit && rows > kRowBlock;
+  // 16- or 8-bit K/V read by more than one block of rows: convert each tile once.
+  constexpr bool kConverted = !std::is_same_v<T, float>;
+  const bool convert_tiles = kConverted && rows > kRowBlock;
 
   thread_local std::vector<float> scores, key_tile, value_tile;
   scores.resize(head_rows * kTileTokens);
@@ -494,9 +517,13 @@ void attend(const RowGroupTask& task) {
     converted_keys[j] = key_tile.data() + static_cast<size_t>(j) * dim;
     converted_values[j] = value_tile.data() + static_cast<size_t>(j) * dim;
   }
-  // The bytes of a slot this task reads: its heads' rows, adjacent in the slot.
+  // The bytes of a slot this task reads: its heads' rows, adjacent in the slot, and with all heads
+  // of a quantized slot, the scales after them (a task of fewer heads leaves their scale line to
+  // the hardware prefetcher rather than prefetch the other heads' rows in between).
   const size_t read_offset = static_cast<size_t>(task.first_kv_head) * dim * sizeof(T);
-  const size_t read_bytes = static_cast<size_t>(heads) * dim * sizeof(T);
+  const size_t read_bytes = heads == task.kv->num_kv_heads ? task.kv->slot_bytes() - read_offset
+                                                           : static_cast<size_t>(heads) * dim * sizeof(T);
+  float key_scale[kTileTokens], value_scale[kTileTokens];
   // Prefetcher steps per head and tile (see Isa::kPrefetchInLoops): one per score block and value
   // strip, or one per vector of a score block's dot products and per token of a value strip.
   const long vectors = static_cast<long>(dim / Isa::kLanes);
@@ -545,6 +572,17 @@ void attend(const RowGroupTask& task) {
         keys[j] = key_slots[buffer][j] + head_offset;
         values[j] = value_slots[buffer][j] + head_offset;
       }
+      if constexpr (ScaledRows<L>) {
+        const size_t scale_offset =
+            task.kv->rows_bytes() + static_cast<size_t>(task.first_kv_head + h) * kKVScaleBytes;
+        for (int j = 0; j < n; ++j) {
+          std::memcpy(&key_scale[j], reinterpret_cast<const char*>(key_slots[buffer][j]) + scale_offset, sizeof(float));
+          std::memcpy(&value_scale[j], reinterpret_cast<const char*>(value_slots[buffer][j]) + scale_offset,
+                      sizeof(float));
+          key_scale[j] *= L::kScaleFactor;
+          value_scale[j] *= L::kScaleFactor;
+        }
+      }
       const float* query = task.query + static_cast<size_t>(h) * head_block;
       float* acc = task.acc + static_cast<size_t>(h) * head_block;
       float* row_max = task.row_max + static_cast<size_t>(h) * head_rows;
@@ -562,10 +600,15 @@ void attend(const RowGroupTask& task) {
       }
 
       for (int r = 0; r < rows; ++r) {
+        float* s = scores.data() + static_cast<size_t>(r) * kTileTokens;
+        if constexpr (ScaledRows<L>)
+          for (int j = 0; j < n; ++j) s[j] *= key_scale[j];
         const int lo = task.rows_share_range ? 0 : std::clamp(task.row_begin[r] - tile, 0, n);
         const int hi = task.rows_share_range ? n : std::clamp(task.row_end[r] - tile, 0, n);
-        softmax_row(scores.data() + static_cast<size_t>(r) * kTileTokens, lo, hi, task.logit_softcap, row_max[r],
-                    row_sum[r], acc + static_cast<size_t>(r) * dim, dim);
+        softmax_row(s, lo, hi, task.logit_softcap, row_max[r], row_sum[r], acc + static_cast<size_t>(r) * dim, dim);
+        // The row sum is of the probabilities themselves; the value scales weigh only the rows.
+        if constexpr (ScaledRows<L>)
+          for (int j = 0; j < n; ++j) s[j] *= value_scale[j];
       }
 
       if (convert_tiles)
@@ -585,7 +628,9 @@ void attend_rows(const RowGroupTask& task) {
     case DType::kF32: return attend<Isa, LoadF32<Isa>>(task);
     case DType::kF16: return attend<Isa, LoadF16<Isa>>(task);
     case DType::kBF16: return attend<Isa, LoadBF16<Isa>>(task);
-    default: return;  // the driver accepts only the three storage types
+    case DType::kInt8: return attend<Isa, LoadInt8<Isa>>(task);
+    case DType::kFP8: return attend<Isa, LoadFp8<Isa>>(task);
+    default: return;  // the driver accepts only storage types
   }
 }
 

@@ -65,7 +65,8 @@ void validate(const AttentionShape& shape, const PagedAttentionBatch& batch, con
     throw UsageError(fmt::format("paged_attention: shape has {} KV heads of dim {}, the KV layer {} of dim {}",
                                  shape.num_kv_heads, shape.head_dim, kv.num_kv_heads, kv.head_dim));
   if (!is_storage_dtype(kv.dtype))
-    throw UsageError(fmt::format("paged_attention: KV dtype {} is not fp32, fp16 or bf16", dtype_name(kv.dtype)));
+    throw UsageError(
+        fmt::format("paged_attention: KV dtype {} is not fp32, fp16, bf16, int8 or fp8", dtype_name(kv.dtype)));
   if (kv.key == nullptr || kv.value == nullptr || kv.block_size <= 0 || kv.num_blocks <= 0)
     throw UsageError("paged_attention: the KV layer view is empty");
   if (!std::isfinite(shape.scale) || shape.scale <= 0)

@@ -28,7 +28,9 @@ void fill_pattern(void* p, size_t bytes, Bits pattern) {
 
 }  // namespace
 
-bool is_storage_dtype(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
+bool is_storage_dtype(DType t) {
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || t == DType::kInt8 || t == DType::kFP8;
+}
 
 void KVArena::FreeAligned::operator()(std::byte* p) const { std::free(p); }
 
@@ -36,7 +38,8 @@ KVArena::KVArena(const KVCacheSpec& spec, int num_layers, int num_blocks)
     : spec_(spec), num_layers_(num_layers), num_blocks_(num_blocks) {
   spec.validate();
   if (!is_storage_dtype(spec.dtype))
-    throw ConfigError(fmt::format("KV arena dtype must be fp32, fp16 or bf16, got {}", dtype_name(spec.dtype)));
+    throw ConfigError(
+        fmt::format("KV arena dtype must be fp32, fp16, bf16, int8 or fp8, got {}", dtype_name(spec.dtype)));
   if (num_layers <= 0) throw ConfigError(fmt::format("KV arena num_layers must be positive, got {}", num_layers));
   if (num_blocks <= 0) throw ConfigError(fmt::format("KV arena num_blocks must be positive, got {}", num_blocks));
 
@@ -80,7 +83,9 @@ void KVArena::fill_nan() {
     case DType::kF32: fill_pattern<uint32_t>(data_.get(), bytes_, 0x7FC00000u); break;
     case DType::kF16: fill_pattern<uint16_t>(data_.get(), bytes_, uint16_t{0x7E00}); break;
     case DType::kBF16: fill_pattern<uint16_t>(data_.get(), bytes_, uint16_t{0x7FC0}); break;
-    default: break;  // unreachable: the constructor accepts only the three storage types
+    case DType::kInt8:
+    case DType::kFP8: std::memset(data_.get(), 0xFF, bytes_); break;  // every scale a NaN
+    default: break;  // unreachable: the constructor accepts only storage types
   }
 }
 

@@ -6,12 +6,32 @@
 
 #include "pagedkv/core/error.h"
 #include "pagedkv/storage/float_convert.h"
+#include "pagedkv/storage/kv_quantize.h"
 
 namespace pagedkv {
 namespace {
 
 std::byte* slot_address(void* plane, const KVLayerView& layer, int64_t slot) {
-  return static_cast<std::byte*>(plane) + static_cast<size_t>(slot) * layer.token_stride_elems() * layer.element_bytes();
+  return static_cast<std::byte*>(plane) + static_cast<size_t>(slot) * layer.slot_bytes();
+}
+
+// int8/fp8: quantizes one token's row of every head into the slot, the scales after the rows.
+void quantize_slot(const KVLayerView& layer, const float* src, std::byte* slot) {
+  const auto dim = static_cast<size_t>(layer.head_dim);
+  for (int h = 0; h < layer.num_kv_heads; ++h) {
+    const float scale = quantize_row(layer.dtype, src + static_cast<size_t>(h) * dim, dim,
+                                     slot + static_cast<size_t>(h) * dim);
+    std::memcpy(slot + layer.rows_bytes() + static_cast<size_t>(h) * kKVScaleBytes, &scale, kKVScaleBytes);
+  }
+}
+
+void dequantize_slot(const KVLayerView& layer, const std::byte* slot, float* dst) {
+  const auto dim = static_cast<size_t>(layer.head_dim);
+  for (int h = 0; h < layer.num_kv_heads; ++h) {
+    float scale;
+    std::memcpy(&scale, slot + layer.rows_bytes() + static_cast<size_t>(h) * kKVScaleBytes, kKVScaleBytes);
+    dequantize_row(layer.dtype, slot + static_cast<size_t>(h) * dim, scale, dim, dst + static_cast<size_t>(h) * dim);
+  }
 }
 
 void check_block(BlockId b, int num_blocks, const char* what) {
@@ -39,6 +59,11 @@ void write_kv(const KVLayerView& layer, const float* key, const float* value, co
     if (slot < 0 || slot >= num_slots)
       throw UsageError(fmt::format("write_kv: slot {} of token {} out of range [0, {})", slot, t, num_slots));
     const size_t src = static_cast<size_t>(t) * row;
+    if (dtype_has_row_scale(layer.dtype)) {
+      quantize_slot(layer, key + src, slot_address(layer.key, layer, slot));
+      quantize_slot(layer, value + src, slot_address(layer.value, layer, slot));
+      continue;
+    }
     convert_from_f32(layer.dtype, key + src, slot_address(layer.key, layer, slot), row, isa);
     convert_from_f32(layer.dtype, value + src, slot_address(layer.value, layer, slot), row, isa);
   }
@@ -103,6 +128,11 @@ void gather_kv(const KVLayerView& layer, const int32_t* block_table_row, int num
       throw UsageError(fmt::format("gather_kv: block {} of token {} out of range [0, {})", block, t, layer.num_blocks));
     const int64_t slot = static_cast<int64_t>(block) * layer.block_size + t % layer.block_size;
     const size_t dst = static_cast<size_t>(t) * row;
+    if (dtype_has_row_scale(layer.dtype)) {
+      dequantize_slot(layer, slot_address(layer.key, layer, slot), key_out + dst);
+      dequantize_slot(layer, slot_address(layer.value, layer, slot), value_out + dst);
+      continue;
+    }
     convert_to_f32(layer.dtype, slot_address(layer.key, layer, slot), key_out + dst, row, isa);
     convert_to_f32(layer.dtype, slot_address(layer.value, layer, slot), value_out + dst, row, isa);
   }

@@ -111,8 +111,8 @@ def test_forward_passes_release_the_gil(llm):
 def test_engine_errors(models):
     with pytest.raises(pagedkv.UsageError, match="needs a tokenizer"):
         pagedkv.LLM(model=str(models / "stories260K.bin")).generate("hello")
-    with pytest.raises(pagedkv.ConfigError, match="kv_cache_dtype must be fp32, fp16 or bf16, got 'int8'"):
-        pagedkv.LLM(model=str(models / "stories260K.bin"), kv_cache_dtype="int8")
+    with pytest.raises(pagedkv.ConfigError, match="kv_cache_dtype must be fp32, fp16, bf16, int8 or fp8, got 'int4'"):
+        pagedkv.LLM(model=str(models / "stories260K.bin"), kv_cache_dtype="int4")
     with pytest.raises(pagedkv.Error):
         pagedkv.LLM(model=str(models / "missing.bin"))
     with pytest.raises(pagedkv.ConfigError, match="max_tokens must be at least 1"):

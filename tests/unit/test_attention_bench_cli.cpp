@@ -68,9 +68,9 @@ TEST_F(BenchAttentionCli, TextReportAndSkippedCases) {
   ASSERT_EQ(code, 0) << out;
   EXPECT_NE(out.find("read bandwidth"), std::string::npos) << out;
   EXPECT_NE(out.find("skipped"), std::string::npos) << out;  // 4 MiB per layer > 1 MiB allowed
-  const std::string bad = run("'" + bin_ + "' bench attention --quick --dtypes int8 2>&1", code);
+  const std::string bad = run("'" + bin_ + "' bench attention --quick --dtypes int4 2>&1", code);
   EXPECT_EQ(code, 2) << bad;
-  EXPECT_NE(bad.find("int8"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("int4"), std::string::npos) << bad;
 }
 
 TEST_F(BenchAttentionCli, IsaOptionNamesThePathItRan) {
@@ -84,6 +84,52 @@ TEST_F(BenchAttentionCli, IsaOptionNamesThePathItRan) {
   EXPECT_EQ(code, 2) << bad;
   EXPECT_NE(bad.find("avx1024"), std::string::npos) << bad;
   EXPECT_NE(bad.find("avx512"), std::string::npos) << bad;  // the message lists the choices
+}
+
+}  // namespace
+
+namespace {
+
+// The 8-bit formats through the same benchmark: each slot's bytes include the per-head scales.
+TEST_F(BenchAttentionCli, Int8AndFp8CasesCountTheScales) {
+  int code = -1;
+  const std::string out = run("'" + bin_ + "' bench attention --quick --json --dtypes int8,fp8 2>/dev/null", code);
+  ASSERT_EQ(code, 0) << out;
+  const nlohmann::json j = nlohmann::json::parse(out);
+  ASSERT_EQ(j["cases"].size(), 4u);
+  for (const auto& c : j["cases"]) {
+    const double tokens = c["batch"].get<double>() * c["context_len"].get<double>();
+    EXPECT_EQ(c["kv_bytes_per_layer"].get<double>(), tokens * 2 * (8 * 128 + 8 * 4)) << c.dump();
+    EXPECT_GT(c["gbps"].get<double>(), 0.0);
+  }
+}
+
+// pagedkv bench kv-dtype on a few short sequences of stories260K: fp16 must be far closer to the
+// f32 cache than int8, and int8 not identical to it (its KV really is quantized).
+TEST_F(BenchAttentionCli, KVDtypeAccuracyReport) {
+  const char* shared = std::getenv("PAGEDKV_SHARED_DIR");
+  if (shared == nullptr || !std::filesystem::exists(std::filesystem::path(shared) / "models" / "stories260K.bin"))
+    GTEST_SKIP() << "stories260K not found";
+  int code = -1;
+  const std::string out = run("'" + bin_ +
+                                  "' bench kv-dtype --skip-builtin --sequences 4 --batch 2 --length 64 "
+                                  "--short-context 16 --kv-dtypes int8,fp16 --json 2>/dev/null",
+                              code);
+  ASSERT_EQ(code, 0) << out;
+  const nlohmann::json m = nlohmann::json::parse(out)["models"].at(0);
+  ASSERT_EQ(m["teacher_forced"].size(), 2u);
+  const auto& int8 = m["teacher_forced"][0];
+  const auto& fp16 = m["teacher_forced"][1];
+  EXPECT_EQ(int8["dtype"], "int8");
+  EXPECT_EQ(int8["short"]["positions"], 4 * 16);
+  EXPECT_EQ(int8["long"]["positions"], 4 * (63 - 16));
+  for (const char* part : {"short", "long"}) {
+    EXPECT_GT(int8[part]["kl_mean"].get<double>(), 0.0);
+    EXPECT_LT(fp16[part]["kl_mean"].get<double>(), int8[part]["kl_mean"].get<double>() / 10);
+    EXPECT_GE(int8[part]["top1_agreement"].get<double>(), 0.5);
+    EXPECT_LE(int8[part]["top1_agreement"].get<double>(), 1.0);
+  }
+  EXPECT_EQ(m["greedy"].size(), 6u);  // 3 goldens x 2 formats
 }
 
 }  // namespace

@@ -1,13 +1,16 @@
 // Paged attention against a float64 contiguous reference, on fresh random inputs each run.
 //
 // Every case builds a two-layer arena poisoned with NaN, scatters each request's blocks over a
-// shuffled set of physical block ids, writes the context through write_kv (so f16/bf16 round),
-// and runs the kernel on layer 1. A read of any slot outside the mapped tokens (the tail of a
-// last block, another request's block, layer 0, the null block) would bring a NaN into the
-// output. Errors are ||out - ref|| / ||ref|| over the whole output:
-//   - against the reference on the original f32 inputs: < 1e-5 for f32 KV, < 1e-2 for f16/bf16;
-//   - against the reference on the stored (rounded) values: < 1e-5 for every type, which shows
-//     the 16-bit paths lose nothing beyond the storage rounding.
+// shuffled set of physical block ids, writes the context through write_kv (so f16/bf16 round,
+// int8/fp8 quantize), and runs the kernel on layer 1. A read of any slot outside the mapped
+// tokens (the tail of a last block, another request's block, layer 0, the null block) would bring
+// a NaN into the output (int8/fp8 arenas are poisoned through their scales). Errors are
+// ||out - ref|| / ||ref|| over the whole output:
+//   - against the reference on the original f32 inputs: < 1e-5 for f32 KV, < 1e-2 for f16/bf16,
+//     and for int8/fp8 a bound from the quantization step (exact_tolerance below);
+//   - against the reference on the stored (rounded, or dequantized) values: < 1e-5 for every
+//     type, which shows the 16- and 8-bit paths, scales folded into scores and probabilities,
+//     lose nothing beyond the storage rounding.
 // The scalar path and every SIMD path this CPU has (AVX2, AVX-512) run each case, and each SIMD
 // output is also compared with the scalar one.
 #include <fmt/format.h>
@@ -238,6 +241,24 @@ std::vector<KernelIsa> isas() {
   return v;
 }
 
+// Relative error of the output against attention on the unrounded inputs. For the quantized
+// formats it follows from the quantization step. The RMS error of an element, relative to the
+// inputs' standard deviation sigma: int8 rounds to a step of amax / 127 with amax up to ~4 sigma
+// (the largest of up to 256 normal samples), RMS step / sqrt(12) = 0.009; fp8 keeps 3 mantissa
+// bits, a step of up to 2^-3 of the value, RMS 2^-3 / sqrt(12) = 0.036 relative. The output, a
+// convex combination of value rows, carries that error; a key's error moves each score by the
+// same fraction of the score, whose spread grows as input_scale^2: hence (1 + input_scale^2 / 4).
+// With the margin of 1.5, the bounds are 1.8-2.2x the largest errors the cases below showed.
+double exact_tolerance(const Case& c) {
+  const double spread = 1 + static_cast<double>(c.input_scale) * static_cast<double>(c.input_scale) / 4;
+  switch (c.dtype) {
+    case DType::kF32: return 1e-5;
+    case DType::kInt8: return 1.5 * 0.009 * spread;
+    case DType::kFP8: return 1.5 * 0.036 * spread;
+    default: return 1e-2;
+  }
+}
+
 // Runs one case on every available path and checks it against both references.
 void check(const Case& c) {
   const uint64_t seed = fresh_seed();
@@ -245,7 +266,7 @@ void check(const Case& c) {
   const Fixture f(c, seed);
   const std::vector<double> exact = f.reference(false);
   const std::vector<double> stored = f.reference(true);
-  const double tolerance = c.dtype == DType::kF32 ? 1e-5 : 1e-2;
+  const double tolerance = exact_tolerance(c);
   std::vector<std::vector<float>> outputs;
   for (KernelIsa isa : isas()) {
     SCOPED_TRACE(isa_name(isa));
@@ -260,7 +281,7 @@ void check(const Case& c) {
     EXPECT_LT(relative_difference(outputs[i], outputs[0]), 1e-5) << "scalar vs " << isa_name(isas()[i]);
 }
 
-constexpr DType kTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
+constexpr DType kTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kInt8, DType::kFP8};
 
 TEST(AttentionPaged, DecodeAcrossBlockSizes) {
   for (DType dtype : kTypes)
@@ -319,12 +340,15 @@ TEST(AttentionPaged, HeadDims) {
   odd.head_dim = 12;
   odd.requests = {{1, 40}, {5, 40}};
   check(odd);
+  odd.dtype = DType::kInt8;  // and odd rows: the scales of a slot start at a byte offset
+  odd.head_dim = 13;
+  check(odd);
 }
 
 TEST(AttentionPaged, GqaRatios) {
   const std::pair<int, int> heads[] = {{4, 4}, {8, 4}, {8, 2}, {8, 1}, {12, 2}, {16, 2}, {32, 1}};
   for (auto [q, kv] : heads)
-    for (DType dtype : {DType::kF32, DType::kF16}) {
+    for (DType dtype : {DType::kF32, DType::kF16, DType::kInt8, DType::kFP8}) {
       Case c;
       c.dtype = dtype;
       c.q_heads = q;
@@ -366,7 +390,7 @@ TEST(AttentionPaged, LongContextsSplitAcrossThreads) {
   // softmax states. Different thread counts give different splits; all must match.
   for (int threads : {1, 2, 3}) {
     set_kernel_threads(threads);
-    for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (DType dtype : {DType::kF32, DType::kBF16, DType::kInt8}) {
       Case c;
       c.dtype = dtype;
       c.q_heads = 8;

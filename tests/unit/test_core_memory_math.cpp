@@ -61,7 +61,9 @@ TEST(KVMemory, DtypesScaleTheBytes) {
   const ModelShape& m = model_preset("llama-3-8b");
   EXPECT_EQ(kv_bytes_per_token(m.kv_cache_spec(16, DType::kF32), 32), 262'144u);
   EXPECT_EQ(kv_bytes_per_token(m.kv_cache_spec(16, DType::kBF16), 32), 131'072u);
-  EXPECT_EQ(kv_bytes_per_token(m.kv_cache_spec(16, DType::kFP8), 32), 65'536u);
+  // fp8 and int8 add one f32 scale per (token, KV head) for K and V: 2 x 8 heads x 4 B x 32 layers.
+  EXPECT_EQ(kv_bytes_per_token(m.kv_cache_spec(16, DType::kFP8), 32), 65'536u + 2'048u);
+  EXPECT_EQ(kv_bytes_per_token(m.kv_cache_spec(16, DType::kInt8), 32), 65'536u + 2'048u);
   EXPECT_EQ(kv_bytes_per_token(m.kv_cache_spec(16, DType::kInt4), 32), 32'768u);
 }
 

@@ -96,7 +96,7 @@ TEST(StorageArena, FillNanPoisonsEveryElement) {
 }
 
 TEST(StorageArena, RejectsBadConfiguration) {
-  EXPECT_THROW(KVArena(make_spec(DType::kInt8, 16, 1, 8), 1, 4), ConfigError);
+  EXPECT_THROW(KVArena(make_spec(DType::kInt4, 16, 1, 8), 1, 4), ConfigError);
   EXPECT_THROW(KVArena(make_spec(DType::kF16, 16, 1, 8), 0, 4), ConfigError);
   EXPECT_THROW(KVArena(make_spec(DType::kF16, 16, 1, 8), 1, 0), ConfigError);
   EXPECT_THROW(KVArena(make_spec(DType::kF16, 0, 1, 8), 1, 4), ConfigError);

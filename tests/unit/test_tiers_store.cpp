@@ -143,6 +143,17 @@ TEST(TierSlotFormat, RoundTripAndEveryKindOfDamage) {
   s2.dtype = DType::kF16;
   EXPECT_NE(base, kv_layout_fingerprint(8, spec, 2, HashAlgorithm::kXxh3_128, BlockHash{3, 4}));
   EXPECT_NE(base, kv_layout_fingerprint(7, s2, 2, HashAlgorithm::kXxh3_128, BlockHash{3, 4}));
+  // A quantized block is never read as another format: int8 and fp8 differ from each other and
+  // from every float format.
+  KVCacheSpec s_int8 = spec, s_fp8 = spec;
+  s_int8.dtype = DType::kInt8;
+  s_fp8.dtype = DType::kFP8;
+  const BlockHash int8_fp = kv_layout_fingerprint(7, s_int8, 2, HashAlgorithm::kXxh3_128, BlockHash{3, 4});
+  const BlockHash fp8_fp = kv_layout_fingerprint(7, s_fp8, 2, HashAlgorithm::kXxh3_128, BlockHash{3, 4});
+  EXPECT_NE(int8_fp, fp8_fp);
+  EXPECT_NE(int8_fp, base);
+  EXPECT_NE(fp8_fp, base);
+  EXPECT_NE(int8_fp, kv_layout_fingerprint(7, s2, 2, HashAlgorithm::kXxh3_128, BlockHash{3, 4}));
   EXPECT_NE(base, kv_layout_fingerprint(7, spec, 3, HashAlgorithm::kXxh3_128, BlockHash{3, 4}));
   EXPECT_NE(base, kv_layout_fingerprint(7, spec, 2, HashAlgorithm::kSha256, BlockHash{3, 4}));
   EXPECT_NE(base, kv_layout_fingerprint(7, spec, 2, HashAlgorithm::kXxh3_128, BlockHash{3, 5}));

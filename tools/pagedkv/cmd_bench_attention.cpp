@@ -75,9 +75,15 @@ struct CaseResult {
   double paged_over_contiguous = 0;  // median over rounds of paged time / contiguous time
 };
 
+// Bytes of one token's K (or V) for all KV heads: the elements and, for int8/fp8, their scales.
+size_t token_bytes(DType dtype) {
+  return dtype_bytes(dtype, static_cast<size_t>(kKVHeads) * kHeadDim) +
+         (dtype_has_row_scale(dtype) ? static_cast<size_t>(kKVHeads) * kKVScaleBytes : 0);
+}
+
 // Bytes of K and V one decode call reads: every request's whole context, every KV head.
 double case_bytes(DType dtype, int context, int batch) {
-  return static_cast<double>(batch) * context * kKVHeads * kHeadDim * 2.0 * static_cast<double>(dtype_bytes(dtype, 1));
+  return static_cast<double>(batch) * context * 2.0 * static_cast<double>(token_bytes(dtype));
 }
 
 // One layer's K plane (V is as large) of a case's pool: the batch's blocks and the null block.
@@ -85,7 +91,7 @@ size_t plane_bytes(DType dtype, int context, int batch, bool paged, int block_si
   const int blocks_per_request = paged ? (context + block_size - 1) / block_size : 1;
   const size_t tokens_per_block = static_cast<size_t>(paged ? block_size : context);
   const auto num_blocks = static_cast<size_t>(batch * blocks_per_request + 1);
-  return num_blocks * tokens_per_block * kKVHeads * kHeadDim * dtype_bytes(dtype, 1);
+  return num_blocks * tokens_per_block * token_bytes(dtype);
 }
 size_t layer_bytes(DType dtype, int context, int batch, bool paged, int block_size) {
   return (2 * plane_bytes(dtype, context, batch, paged, block_size) + 63) / 64 * 64;
@@ -254,7 +260,8 @@ int run_bench_attention(BenchOptions o, bool quick) {
   std::vector<DType> dtypes;
   for (const auto& name : o.dtypes) {
     const auto t = parse_dtype(name);
-    if (!t || !is_storage_dtype(*t)) throw ConfigError(fmt::format("--dtypes: '{}' is not fp32, fp16 or bf16", name));
+    if (!t || !is_storage_dtype(*t))
+      throw ConfigError(fmt::format("--dtypes: '{}' is not fp32, fp16, bf16, int8 or fp8", name));
     dtypes.push_back(*t);
   }
   const int threads = kernel_threads();

@@ -54,6 +54,13 @@ DType parse_dtype_option(std::string_view option, const std::string& text) {
   throw ConfigError(fmt::format("{}: unknown dtype '{}' (fp32, fp16, bf16, fp8, int8, int4)", option, text));
 }
 
+// int8/fp8 KV: the bytes of bytes_per_token that are scales (one f32 per token, KV head and layer,
+// for K and for V); 0 for the other formats.
+uint64_t scale_bytes_per_token(const MemoryPlan& p) {
+  if (!dtype_has_row_scale(p.spec.dtype)) return 0;
+  return 2ull * kKVScaleBytes * static_cast<uint64_t>(p.model.num_kv_heads) * static_cast<uint64_t>(p.model.num_layers);
+}
+
 Json plan_to_json(const MemoryPlan& p) {
   Json gpu = nullptr;
   if (p.gpu) {
@@ -76,6 +83,7 @@ Json plan_to_json(const MemoryPlan& p) {
           {"block_size", p.spec.block_size},
           {"kv_dtype", dtype_name(p.spec.dtype)},
           {"bytes_per_token", p.bytes_per_token},
+          {"scale_bytes_per_token", scale_bytes_per_token(p)},
           {"bytes_per_block_per_layer", p.bytes_per_block_per_layer},
           {"bytes_per_block", p.bytes_per_block},
           {"kv_memory_bytes", p.kv_memory_bytes},
@@ -105,6 +113,8 @@ void print_plan(const MemoryPlan& p) {
             fmt::format("{} KV heads x head dim {} ({} query heads)", m.num_kv_heads, m.head_dim, m.num_q_heads));
   if (m.sliding_window) print_row("sliding window", format_grouped(static_cast<uint64_t>(*m.sliding_window)), "tokens");
   print_row("bytes per token", format_grouped(p.bytes_per_token), both_units(p.bytes_per_token));
+  if (const uint64_t scales = scale_bytes_per_token(p))
+    print_row("  of which scales", format_grouped(scales), "one f32 per token, KV head and layer, for K and V");
   print_row("bytes per block per layer", format_grouped(p.bytes_per_block_per_layer),
             both_units(p.bytes_per_block_per_layer));
   print_row("bytes per block", format_grouped(p.bytes_per_block), both_units(p.bytes_per_block));

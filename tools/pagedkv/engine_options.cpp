@@ -9,6 +9,7 @@
 #include "pagedkv/core/error.h"
 #include "pagedkv/memory/byte_size.h"
 #include "pagedkv/remote/redis_store.h"
+#include "pagedkv/storage/kv_arena.h"
 
 namespace pagedkv::cli {
 
@@ -17,7 +18,7 @@ void EngineOptions::add_to(CLI::App& app) {
   app.add_option("--num-blocks", num_blocks, "KV pool size in blocks (overrides --kv-cache-bytes)");
   app.add_option("--kv-cache-bytes", kv_cache_bytes, "KV cache budget, e.g. 16MiB")->capture_default_str();
   app.add_option("--swap-space", swap_space, "host swap space for swap preemption (0 disables)")->capture_default_str();
-  app.add_option("--kv-dtype", kv_dtype, "KV element type: fp32, fp16, bf16")->capture_default_str();
+  app.add_option("--kv-dtype", kv_dtype, "KV element type: fp32, fp16, bf16, int8 or fp8 (per token and head scales)")->capture_default_str();
   app.add_option("--preemption", preemption, "recompute, swap or auto")->capture_default_str();
   app.add_flag("--no-prefix-caching", no_prefix_caching, "disable prefix caching");
   app.add_option("--prefix-hash", prefix_hash, "block hash of the prefix cache: xxh3_128 or sha256")->capture_default_str();
@@ -61,8 +62,8 @@ EngineConfig EngineOptions::to_config() const {
   c.kv_cache_bytes = parse_byte_size(kv_cache_bytes);
   c.swap_space_bytes = parse_byte_size(swap_space);
   auto dt = parse_dtype(kv_dtype);
-  if (!dt || !(*dt == DType::kF32 || *dt == DType::kF16 || *dt == DType::kBF16))
-    throw ConfigError(fmt::format("--kv-dtype must be fp32, fp16 or bf16, got '{}'", kv_dtype));
+  if (!dt || !is_storage_dtype(*dt))
+    throw ConfigError(fmt::format("--kv-dtype must be fp32, fp16, bf16, int8 or fp8, got '{}'", kv_dtype));
   c.kv_dtype = *dt;
   if (preemption == "recompute") c.scheduler.preemption_mode = PreemptionMode::kRecompute;
   else if (preemption == "swap") c.scheduler.preemption_mode = PreemptionMode::kSwap;

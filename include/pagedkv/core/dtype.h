@@ -24,8 +24,13 @@ constexpr size_t dtype_bits(DType t) {
 // Bytes of `n` elements (int4 packs two per byte; n is rounded up).
 constexpr size_t dtype_bytes(DType t, size_t n) { return (n * dtype_bits(t) + 7) / 8; }
 
+// The quantized KV formats, int8 and fp8 (e4m3), store each token's row of one KV head with one
+// f32 scale of its own (value = scale * code): these are the bytes of that scale.
+constexpr size_t kKVScaleBytes = 4;
+constexpr bool dtype_has_row_scale(DType t) { return t == DType::kInt8 || t == DType::kFP8; }
+
 std::string_view dtype_name(DType t);
-// Accepts fp32/f32/float32, fp16/f16/float16/half, bf16/bfloat16, fp8, int8, int4.
+// Accepts fp32/f32/float32, fp16/f16/float16/half, bf16/bfloat16, fp8/fp8_e4m3, int8, int4.
 std::optional<DType> parse_dtype(std::string_view s);
 
 }  // namespace pagedkv

@@ -27,9 +27,11 @@ struct KVCacheSpec {
   DType dtype = DType::kF16;
   int sliding_window = 0;     // kSlidingWindow: window length in tokens (> 0)
 
-  // Bytes of K plus V for one token in one layer.
+  // Bytes of K plus V for one token in one layer, the per-head scales of int8/fp8 included.
   size_t bytes_per_token_per_layer() const {
-    return 2 * dtype_bytes(dtype, static_cast<size_t>(num_kv_heads) * static_cast<size_t>(head_dim));
+    const auto heads = static_cast<size_t>(num_kv_heads);
+    const size_t scales = dtype_has_row_scale(dtype) ? heads * kKVScaleBytes : 0;
+    return 2 * (dtype_bytes(dtype, heads * static_cast<size_t>(head_dim)) + scales);
   }
   // Bytes of K plus V for one block in one layer (vLLM's page_size_bytes).
   size_t bytes_per_block_per_layer() const {

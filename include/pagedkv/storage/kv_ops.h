@@ -13,8 +13,9 @@
 namespace pagedkv {
 
 // vLLM's reshape_and_cache: write num_tokens new K/V rows (f32, [num_tokens][num_kv_heads][head_dim])
-// into their slots, converting to the layer's dtype (round-to-nearest-even). A slot of -1 is
-// skipped (padding). Throws UsageError for a slot outside the layer.
+// into their slots, converting to the layer's dtype (round-to-nearest-even); int8 and fp8 rows
+// are quantized here, each (token, head) row with its own scale (storage/kv_quantize.h). A slot
+// of -1 is skipped (padding). Throws UsageError for a slot outside the layer.
 void write_kv(const KVLayerView& layer, const float* key, const float* value,
               const int64_t* slot_mapping, int num_tokens);
 
@@ -28,7 +29,7 @@ void copy_blocks_between(const KVArena& src, KVArena& dst,
                          std::span<const std::pair<BlockId, BlockId>> src_dst);
 
 // Gather one request's first num_tokens K and V rows of a layer into contiguous f32 buffers
-// of shape [num_tokens][num_kv_heads][head_dim] (debugging and tests).
+// of shape [num_tokens][num_kv_heads][head_dim] (debugging and tests); int8/fp8 are dequantized.
 void gather_kv(const KVLayerView& layer, const int32_t* block_table_row, int num_tokens,
                float* key_out, float* value_out);
 

@@ -1,0 +1,31 @@
+// Quantized KV rows: one token's keys (or values) for one KV head, head_dim elements, stored as
+// int8 or fp8 (e4m3) codes with one f32 scale of their own, element = scale * code.
+//
+// Symmetric and per (token, head), so a row is quantized once, when write_kv stores it, from that
+// row alone: no calibration (llama2.c checkpoints carry no KV scales), and a block never needs
+// re-quantizing when tokens are appended to it. With amax = max |x| over the row:
+//   int8: scale = amax / 127, code = round-to-nearest-even(x / scale) in [-127, 127] (-128 is
+//         never produced, so the range is symmetric); |x - scale * code| <= scale / 2.
+//   fp8:  scale = amax / 448, code = f32_to_fp8_e4m3(x / scale): the largest element maps to the
+//         format's largest finite value, and the relative error is at most 2^-4 for the rest.
+// An all-zero row has scale 0 and zero codes. A row holding a NaN or an infinity gets a NaN scale
+// and zero codes: it reads back as NaN, as an f32 cache would give NaN to the attention.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "pagedkv/core/dtype.h"
+
+namespace pagedkv {
+
+inline constexpr float kInt8CodeMax = 127.0f;
+
+// Quantizes n elements of x into codes (int8_t for kInt8, uint8_t fp8 codes for kFP8) and
+// returns the row's scale. Throws UsageError for another dtype.
+float quantize_row(DType dtype, const float* x, size_t n, void* codes);
+
+// out[i] = scale * code[i], in f32 (exact but for the one rounding of the product).
+void dequantize_row(DType dtype, const void* codes, float scale, size_t n, float* out);
+
+}  // namespace pagedkv

@@ -1,0 +1,233 @@
+// The quantized KV formats: fp8 e4m3 conversions on all 256 codes against the OCP definition,
+// int8/fp8 row quantization within half a quantization step, and int8/fp8 blocks in the arena
+// (scales inside the slot, so write/gather/copy/swap and the memory math carry them).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "pagedkv/core/error.h"
+#include "pagedkv/core/kv_cache_spec.h"
+#include "pagedkv/storage/block_table.h"
+#include "pagedkv/storage/fp8_e4m3.h"
+#include "pagedkv/storage/kv_arena.h"
+#include "pagedkv/storage/kv_ops.h"
+#include "pagedkv/storage/kv_quantize.h"
+
+namespace pagedkv {
+namespace {
+
+// The OCP e4m3 value of a code, from the definition, in double.
+double ocp_e4m3(uint8_t code) {
+  const int sign = code >> 7, exponent = (code >> 3) & 0xF, mantissa = code & 7;
+  if (exponent == 0xF && mantissa == 7) return std::numeric_limits<double>::quiet_NaN();
+  const double magnitude =
+      exponent == 0 ? std::ldexp(mantissa / 8.0, -6) : std::ldexp(1.0 + mantissa / 8.0, exponent - 7);
+  return sign ? -magnitude : magnitude;
+}
+
+TEST(Fp8E4M3, DecodesAll256CodesAsTheOcpDefinition) {
+  int nans = 0;
+  for (int c = 0; c < 256; ++c) {
+    const auto code = static_cast<uint8_t>(c);
+    const double expected = ocp_e4m3(code);
+    const float got = fp8_e4m3_to_f32(code);
+    if (std::isnan(expected)) {
+      EXPECT_TRUE(std::isnan(got)) << c;
+      EXPECT_EQ(std::signbit(got), c >= 0x80) << c;
+      ++nans;
+      continue;
+    }
+    EXPECT_EQ(static_cast<double>(got), expected) << "code " << c;
+    EXPECT_EQ(std::signbit(got), c >= 0x80) << "code " << c;  // -0 included
+  }
+  EXPECT_EQ(nans, 2);  // 0x7F and 0xFF only: no infinities
+  EXPECT_EQ(fp8_e4m3_to_f32(0x7E), 448.0f);
+  EXPECT_EQ(fp8_e4m3_to_f32(0x01), 0x1p-9f);
+  EXPECT_EQ(fp8_e4m3_to_f32(0x08), 0x1p-6f);
+}
+
+TEST(Fp8E4M3, EncodeRoundTripsEveryCode) {
+  for (int c = 0; c < 256; ++c) {
+    const auto code = static_cast<uint8_t>(c);
+    if ((code & 0x7F) == 0x7F) continue;  // the NaNs, below
+    EXPECT_EQ(f32_to_fp8_e4m3(fp8_e4m3_to_f32(code)), code) << c;
+  }
+}
+
+TEST(Fp8E4M3, EncodeRoundsToNearestEvenBetweenEveryPairOfCodes) {
+  // Non-negative finite codes in increasing order are 0x00 .. 0x7E.
+  for (int c = 0; c < 0x7E; ++c) {
+    const double lo = ocp_e4m3(static_cast<uint8_t>(c)), hi = ocp_e4m3(static_cast<uint8_t>(c + 1));
+    const double mid = (lo + hi) / 2;  // exact in f32: one bit more than e4m3's mantissa
+    const auto even = static_cast<uint8_t>((c & 1) == 0 ? c : c + 1);
+    for (int sign : {1, -1}) {
+      const int s = sign < 0 ? 0x80 : 0;
+      const auto at = [&](double v) { return f32_to_fp8_e4m3(static_cast<float>(sign * v)); };
+      EXPECT_EQ(at(mid), s | even) << "tie between codes " << c << " and " << c + 1;
+      EXPECT_EQ(at(std::nextafter(static_cast<float>(mid), 0.0f)), s | c) << c;
+      EXPECT_EQ(at(std::nextafter(static_cast<float>(mid), 1e9f)), s | (c + 1)) << c;
+    }
+  }
+}
+
+TEST(Fp8E4M3, SaturatesAndKeepsNaN) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float big : {448.0f, 449.0f, 464.0f, 480.0f, 1e6f, std::numeric_limits<float>::max(), inf}) {
+    EXPECT_EQ(f32_to_fp8_e4m3(big), 0x7E) << big;
+    EXPECT_EQ(f32_to_fp8_e4m3(-big), 0xFE) << big;
+  }
+  EXPECT_EQ(f32_to_fp8_e4m3(std::numeric_limits<float>::quiet_NaN()), 0x7F);
+  EXPECT_EQ(f32_to_fp8_e4m3(-std::numeric_limits<float>::quiet_NaN()), 0xFF);
+  EXPECT_EQ(f32_to_fp8_e4m3(0.0f), 0x00);
+  EXPECT_EQ(f32_to_fp8_e4m3(-0.0f), 0x80);
+  EXPECT_EQ(f32_to_fp8_e4m3(0x1p-11f), 0x00);                    // a quarter step: down to zero
+  EXPECT_EQ(f32_to_fp8_e4m3(0x1p-10f), 0x00);                    // half of 2^-9: tie to even (0)
+  EXPECT_EQ(f32_to_fp8_e4m3(std::numeric_limits<float>::denorm_min()), 0x00);
+}
+
+// |x - scale * code| <= scale / 2 for every element (int8), and the fp8 step of the element's
+// binade for fp8; a row's largest element maps to the largest code.
+TEST(KVQuantize, EveryElementWithinHalfAStep) {
+  std::mt19937_64 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (DType dtype : {DType::kInt8, DType::kFP8})
+    for (size_t n : {1u, 7u, 64u, 128u})
+      for (float spread : {1e-3f, 1.0f, 300.0f}) {
+        std::vector<float> x(n), back(n);
+        for (auto& v : x) v = spread * normal(rng);
+        std::vector<uint8_t> codes(n);
+        const float scale = quantize_row(dtype, x.data(), n, codes.data());
+        dequantize_row(dtype, codes.data(), scale, n, back.data());
+        float amax = 0;
+        for (float v : x) amax = std::max(amax, std::fabs(v));
+        const float code_max = dtype == DType::kInt8 ? 127.0f : 448.0f;
+        EXPECT_FLOAT_EQ(scale, amax / code_max);
+        for (size_t i = 0; i < n; ++i) {
+          double step = scale;  // int8: one code
+          if (dtype == DType::kFP8) {
+            // fp8: the spacing of codes around x / scale (2^-9 below 2^-6).
+            const double y = std::fabs(static_cast<double>(x[i]) / scale);
+            step = y < 0x1p-6 ? 0x1p-9 * scale : std::ldexp(1.0 / 8, std::ilogb(y)) * scale;
+          }
+          // Half a step, and the f32 roundings of x / scale and scale * code.
+          const double bound = step / 2 * (1 + 1e-5) + 1e-6 * std::fabs(x[i]);
+          EXPECT_LE(std::fabs(static_cast<double>(back[i]) - x[i]), bound)
+              << dtype_name(dtype) << " n=" << n << " i=" << i << " x=" << x[i];
+          if (dtype == DType::kInt8) {
+            EXPECT_GE(static_cast<int8_t>(codes[i]), -127);
+          }
+        }
+      }
+}
+
+TEST(KVQuantize, ZeroAndNonFiniteRows) {
+  for (DType dtype : {DType::kInt8, DType::kFP8}) {
+    std::vector<float> zeros(16, 0.0f), out(16, 1.0f);
+    std::vector<uint8_t> codes(16, 0xAA);
+    EXPECT_EQ(quantize_row(dtype, zeros.data(), 16, codes.data()), 0.0f);
+    dequantize_row(dtype, codes.data(), 0.0f, 16, out.data());
+    for (float v : out) EXPECT_EQ(v, 0.0f);
+    for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+      std::vector<float> row(16, 1.0f);
+      row[5] = bad;
+      const float scale = quantize_row(dtype, row.data(), 16, codes.data());
+      EXPECT_TRUE(std::isnan(scale)) << dtype_name(dtype);
+    }
+  }
+  std::vector<float> x(4, 1.0f);
+  std::vector<uint8_t> codes(4);
+  EXPECT_THROW(quantize_row(DType::kF16, x.data(), 4, codes.data()), UsageError);
+}
+
+KVCacheSpec spec_of(DType dtype, int block_size, int heads, int dim) {
+  KVCacheSpec s;
+  s.dtype = dtype;
+  s.block_size = block_size;
+  s.num_kv_heads = heads;
+  s.head_dim = dim;
+  return s;
+}
+
+TEST(KVQuantize, BytesPerTokenIncludeTheScales) {
+  // Llama-3-8B per layer: 8 KV heads x 128: 1,024 bytes of codes and 32 of scales, for K and V.
+  EXPECT_EQ(spec_of(DType::kInt8, 16, 8, 128).bytes_per_token_per_layer(), 2u * (1024 + 32));
+  EXPECT_EQ(spec_of(DType::kFP8, 16, 8, 128).bytes_per_token_per_layer(), 2u * (1024 + 32));
+  EXPECT_EQ(spec_of(DType::kF16, 16, 8, 128).bytes_per_token_per_layer(), 2u * 2048);
+  EXPECT_EQ(spec_of(DType::kInt8, 16, 8, 128).bytes_per_block_per_layer(), 16u * 2 * 1056);
+  KVArena arena(spec_of(DType::kInt8, 4, 3, 8), 2, 5);
+  const KVLayerView v = arena.layer(0);
+  EXPECT_EQ(v.rows_bytes(), 24u);
+  EXPECT_EQ(v.slot_bytes(), 24u + 12u);
+  EXPECT_EQ(v.block_bytes(), 4u * 36u);
+  EXPECT_EQ(arena.bytes_per_block(), 2u * 2u * 4u * 36u);
+}
+
+// Writes random rows through write_kv; returns them as written.
+std::vector<float> write_random(const KVLayerView& kv, int tokens, std::vector<int64_t>& slots, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  const size_t row = kv.token_stride_elems();
+  std::vector<float> x(static_cast<size_t>(tokens) * row * 2);
+  for (auto& v : x) v = normal(rng);
+  write_kv(kv, x.data(), x.data() + static_cast<size_t>(tokens) * row, slots.data(), tokens);
+  return x;
+}
+
+TEST(KVQuantize, WriteGatherAndCopyCarryTheScales) {
+  for (DType dtype : {DType::kInt8, DType::kFP8}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const int bs = 4, heads = 3, dim = 16, tokens = 10;
+    KVArena arena(spec_of(dtype, bs, heads, dim), 2, 8);
+    arena.fill_nan();
+    const KVLayerView kv = arena.layer(1);
+    const int32_t table[] = {5, 2, 7};
+    std::vector<int64_t> slots(tokens);
+    compute_slot_mapping(table, bs, 0, tokens, slots.data());
+    const std::vector<float> x = write_random(kv, tokens, slots, 11);
+    const size_t row = kv.token_stride_elems();
+    std::vector<float> k(static_cast<size_t>(tokens) * row), v(k.size());
+    gather_kv(kv, table, tokens, k.data(), v.data());
+    const float tolerance = dtype == DType::kInt8 ? 0.05f : 0.5f;  // 2-sigma rows: amax ~ 6-8
+    for (size_t i = 0; i < k.size(); ++i) {
+      EXPECT_NEAR(k[i], x[i], tolerance);
+      EXPECT_NEAR(v[i], x[k.size() + i], tolerance);
+    }
+    // Copy-on-write of the blocks, then swap to another arena and back: the same dequantized
+    // values come out (the scales travel inside the blocks).
+    const std::pair<BlockId, BlockId> cow[] = {{BlockId(5), BlockId(1)}, {BlockId(2), BlockId(3)},
+                                               {BlockId(7), BlockId(4)}};
+    copy_blocks(arena, cow);
+    KVArena host(spec_of(dtype, bs, heads, dim), 2, 8);
+    const std::pair<BlockId, BlockId> out[] = {{BlockId(1), BlockId(6)}, {BlockId(3), BlockId(2)},
+                                               {BlockId(4), BlockId(5)}};
+    copy_blocks_between(arena, host, out);
+    const int32_t host_table[] = {6, 2, 5};
+    std::vector<float> k2(k.size()), v2(v.size());
+    gather_kv(host.layer(1), host_table, tokens, k2.data(), v2.data());
+    EXPECT_EQ(std::memcmp(k.data(), k2.data(), k.size() * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(v.data(), v2.data(), v.size() * sizeof(float)), 0);
+  }
+}
+
+TEST(KVQuantize, FillNanMakesEveryScaleNaN) {
+  for (DType dtype : {DType::kInt8, DType::kFP8}) {
+    KVArena arena(spec_of(dtype, 2, 2, 8), 1, 3);
+    arena.fill_nan();
+    const KVLayerView kv = arena.layer(0);
+    const int32_t table[] = {1, 2};
+    std::vector<float> k(4 * 16), v(k.size());
+    gather_kv(kv, table, 4, k.data(), v.data());
+    EXPECT_TRUE(std::all_of(k.begin(), k.end(), [](float x) { return std::isnan(x); }));
+    EXPECT_TRUE(std::all_of(v.begin(), v.end(), [](float x) { return std::isnan(x); }));
+  }
+}
+
+}  // namespace
+}  // namespace pagedkv
