@@ -77,12 +77,7 @@ RouterServer::RouterServer(RouterOptions options, BackendPool& pool, BackendChoo
 RouterServer::~RouterServer() = default;
 
 int RouterServer::bind() {
-  int port = options_.port;
-  if (port == 0) port = http_->bind_to_any_port(options_.host);
-  else if (!http_->bind_to_port(options_.host, port)) port = -1;
-  if (port <= 0) throw Error(fmt::format("cannot listen on {}:{} (address in use or not available)", options_.host, options_.port));
-  static_cast<server::HttpListener&>(*http_).widen_listen_backlog(options_.listen_backlog);
-  return port;
+  return static_cast<server::HttpListener&>(*http_).bind_with_backlog(options_.host, options_.port, options_.listen_backlog);
 }
 
 void RouterServer::serve() { http_->listen_after_bind(); }

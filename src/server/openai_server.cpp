@@ -109,12 +109,7 @@ OpenAIServer::OpenAIServer(ServerOptions options, EngineService& service, const 
 OpenAIServer::~OpenAIServer() = default;
 
 int OpenAIServer::bind() {
-  int port = options_.port;
-  if (port == 0) port = http_->bind_to_any_port(options_.host);
-  else if (!http_->bind_to_port(options_.host, port)) port = -1;
-  if (port <= 0) throw Error(fmt::format("cannot listen on {}:{} (address in use or not available)", options_.host, options_.port));
-  static_cast<HttpListener&>(*http_).widen_listen_backlog(options_.listen_backlog);
-  return port;
+  return static_cast<HttpListener&>(*http_).bind_with_backlog(options_.host, options_.port, options_.listen_backlog);
 }
 
 void OpenAIServer::serve() { http_->listen_after_bind(); }

@@ -34,6 +34,18 @@ class GoldenEngineTest : public ::testing::Test {
     p.temperature = 0.0f;
     return p;
   }
+  // `n` filler requests: random-ish prompts (BOS first) of 40, 70, 100, ... tokens and 120 greedy
+  // output tokens, that compete with the goldens for blocks.
+  static void add_fillers(LLMEngine& engine, int n) {
+    for (int k = 0; k < n; ++k) {
+      GenerationRequest f;
+      f.prompt.push_back(1);
+      for (int t = 0; t < 40 + 30 * k; ++t) f.prompt.push_back(static_cast<TokenId>(3 + (t * 37 + k * 101) % 500));
+      f.sampling.temperature = 0.0f;
+      f.stop.max_tokens = 120;
+      engine.add_request(f);
+    }
+  }
   // Prompt + output, with the stopping BOS appended as the goldens keep it.
   static std::vector<TokenId> full_ids(const RequestOutput& o) {
     std::vector<TokenId> ids = o.prompt;

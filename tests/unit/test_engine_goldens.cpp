@@ -32,14 +32,7 @@ class EngineGoldens : public testing::GoldenEngineTest {
     cfg.check_invariants = true;
     LLMEngine engine(*model_, cfg);
     std::map<uint64_t, size_t> which;
-    for (int k = 0; k < extra; ++k) {  // fillers: random-ish prompts that compete for blocks
-      GenerationRequest f;
-      for (int t = 0; t < 40 + 30 * k; ++t) f.prompt.push_back(static_cast<TokenId>(3 + (t * 37 + k * 101) % 500));
-      f.prompt.insert(f.prompt.begin(), 1);
-      f.sampling.temperature = 0.0f;
-      f.stop.max_tokens = 120;
-      engine.add_request(f);
-    }
+    add_fillers(engine, extra);
     for (size_t i = 0; i < goldens_.size(); ++i) {
       GenerationRequest r = request_for(goldens_[i]);
       r.priority = golden_priority;

@@ -51,14 +51,7 @@ class QuantizedKVEngine : public testing::GoldenEngineTest, public ::testing::Wi
   // All goldens in one engine behind `fillers` competing requests; returns each golden's ids.
   std::vector<std::vector<TokenId>> run_all(const EngineConfig& cfg, int fillers, int golden_priority = 0) const {
     LLMEngine engine(*model_, cfg);
-    for (int k = 0; k < fillers; ++k) {
-      GenerationRequest f;
-      for (int t = 0; t < 40 + 30 * k; ++t) f.prompt.push_back(static_cast<TokenId>(3 + (t * 37 + k * 101) % 500));
-      f.prompt.insert(f.prompt.begin(), 1);
-      f.sampling.temperature = 0.0f;
-      f.stop.max_tokens = 120;
-      engine.add_request(f);
-    }
+    add_fillers(engine, fillers);
     std::map<uint64_t, size_t> which;
     for (size_t i = 0; i < goldens_.size(); ++i) {
       GenerationRequest r = request_for(goldens_[i]);

@@ -12,6 +12,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string>
 
 #include "pagedkv/core/error.h"
 
@@ -19,10 +20,16 @@ namespace pagedkv::server {
 
 class HttpListener : public httplib::Server {
  public:
-  // Call after binding.
-  void widen_listen_backlog(int backlog) {
+  // Binds host:port (0: any free port) with a listen backlog of `backlog`; returns the bound
+  // port. Throws Error if it cannot.
+  int bind_with_backlog(const std::string& host, int port, int backlog) {
+    int bound = port;
+    if (port == 0) bound = bind_to_any_port(host);
+    else if (!bind_to_port(host, port)) bound = -1;
+    if (bound <= 0) throw Error(fmt::format("cannot listen on {}:{} (address in use or not available)", host, port));
     if (::listen(svr_sock_, backlog) != 0)
       throw Error(fmt::format("cannot raise the listen backlog to {}: {}", backlog, std::strerror(errno)));
+    return bound;
   }
 };
 
