@@ -150,10 +150,17 @@ bool BackendPool::wait_until_checked(std::chrono::milliseconds timeout) const {
 }
 
 void BackendPool::monitor(int i) {
+  // One client, kept across polls: its connection is reused (httplib reconnects after an error).
+  const BackendAddress& a = address(i);
+  httplib::Client client(a.host, a.port);
+  const auto timeout = std::chrono::duration_cast<std::chrono::microseconds>(options_.timeout);
+  client.set_connection_timeout(timeout);
+  client.set_read_timeout(timeout);
+  client.set_keep_alive(true);
   auto next_health = Clock::now();
   while (!stopping_) {
     if (Clock::now() >= next_health) {
-      check_health(i);
+      check_health(i, client);
       next_health = Clock::now() + options_.health_interval;
     }
     bool reachable;
@@ -161,7 +168,7 @@ void BackendPool::monitor(int i) {
       std::lock_guard lock(mutex_);
       reachable = backends_[static_cast<size_t>(i)].state.reachable;
     }
-    if (reachable) read_events(i);
+    if (reachable) read_events(i, client);
     std::unique_lock lock(sleep_mutex_);
     sleep_.wait_for(lock, options_.events_interval, [this] { return stopping_.load(); });
   }
@@ -176,12 +183,7 @@ void BackendPool::take_down(Backend& b, const std::string& why) {
   index_.clear(static_cast<int>(&b - backends_.data()));
 }
 
-void BackendPool::check_health(int i) {
-  const BackendAddress& a = address(i);
-  httplib::Client client(a.host, a.port);
-  const auto seconds = std::chrono::duration_cast<std::chrono::microseconds>(options_.timeout);
-  client.set_connection_timeout(seconds);
-  client.set_read_timeout(seconds);
+void BackendPool::check_health(int i, httplib::Client& client) {
   httplib::Result r = client.Get("/health", auth_headers(options_.api_key));
   std::lock_guard lock(mutex_);
   Backend& b = backends_[static_cast<size_t>(i)];
@@ -202,13 +204,7 @@ void BackendPool::check_health(int i) {
   }
 }
 
-void BackendPool::read_events(int i) {
-  const BackendAddress& a = address(i);
-  httplib::Client client(a.host, a.port);
-  const auto seconds = std::chrono::duration_cast<std::chrono::microseconds>(options_.timeout);
-  client.set_connection_timeout(seconds);
-  client.set_read_timeout(seconds);
-  client.set_keep_alive(true);  // a backlog of several pages is read over one connection
+void BackendPool::read_events(int i, httplib::Client& client) {
   for (int pages = 0; pages < 100 && !stopping_; ++pages) {
     uint64_t epoch, since;
     {

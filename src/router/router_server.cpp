@@ -23,28 +23,6 @@ using namespace std::chrono_literals;
 
 constexpr auto kPollInterval = 20ms;  // how often a waiting handler checks that its client is still there
 
-void send_error(httplib::Response& res, const ApiError& e) {
-  if (e.status() == 503) res.set_header("Retry-After", "1");
-  res.status = e.status();
-  res.set_content(e.to_json().dump(), "application/json");
-}
-
-// Polls the client's connection at most once per kPollInterval.
-class ClientWatch {
- public:
-  explicit ClientWatch(const httplib::Request& req)
-      : peer_(server::PeerConnection::find(req.local_port, req.remote_addr, req.remote_port)) {}
-  bool gone() {
-    const auto now = Clock::now();
-    if (now < next_) return false;
-    next_ = now + kPollInterval;
-    return peer_.closed();
-  }
-
- private:
-  server::PeerConnection peer_;
-  Clock::time_point next_{};
-};
 
 // Holds a backend's load for one request until the answer is relayed (or fails).
 struct Placement {
@@ -141,34 +119,14 @@ int RouterServer::choose(const RoutingPlan& plan, const std::vector<bool>& exclu
 void RouterServer::install_routes() {
   httplib::Server& http = *http_;
 
-  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    const std::string message = res.status == 404   ? fmt::format("no route for {} {}", req.method, req.path)
-                                : res.status == 413 ? "the request body is larger than the router's --max-body-bytes"
-                                                    : fmt::format("HTTP {}", res.status);
-    send_error(res, ApiError(res.status, message, "", res.status == 404 ? "not_found" : "http_error"));
-  });
-  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    try {
-      std::rethrow_exception(ep);
-    } catch (const ApiError& e) {
-      send_error(res, e);
-    } catch (const std::exception& e) {
-      send_error(res, ApiError(500, fmt::format("internal error: {}", e.what()), "", "internal_error"));
-    }
-  });
-  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (options_.api_key.empty() || !needs_api_key(req.path)) return httplib::Server::HandlerResponse::Unhandled;
-    if (req.get_header_value("Authorization") == "Bearer " + options_.api_key) return httplib::Server::HandlerResponse::Unhandled;
-    res.set_header("WWW-Authenticate", "Bearer");
-    send_error(res, ApiError(401, "a valid API key is required: send 'Authorization: Bearer <key>'", "", "invalid_api_key"));
-    return httplib::Server::HandlerResponse::Handled;
-  });
+  auto& listener = static_cast<server::HttpListener&>(http);
+  listener.use_api_errors("router");
+  listener.require_api_key(options_.api_key, needs_api_key);
 
   http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     int healthy = 0;
     for (const BackendState& s : pool_.states()) healthy += s.healthy;
-    if (healthy == 0) send_error(res, ApiError(503, "no backend is healthy", "", "no_backend"));
+    if (healthy == 0) server::send_api_error(res, ApiError(503, "no backend is healthy", "", "no_backend"));
     else res.set_content(json{{"healthy_backends", healthy}}.dump(), "application/json");
   });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
@@ -233,7 +191,7 @@ void RouterServer::install_routes() {
                                                                                : r->get_header_value("Content-Type").c_str());
       return;
     }
-    send_error(res, ApiError(503, "no backend is healthy", "", "no_backend"));
+    server::send_api_error(res, ApiError(503, "no backend is healthy", "", "no_backend"));
   };
   http.Get("/v1/models", forward_simple);
   http.Get("/version", forward_simple);
@@ -269,7 +227,8 @@ void RouterServer::install_routes() {
     return [this, endpoint](const httplib::Request& req, httplib::Response& res) {
       const auto received = Clock::now();
       const RoutingPlan routing = plan(req.body, endpoint);
-      auto watch = std::make_shared<ClientWatch>(req);
+      auto watch = std::make_shared<server::DisconnectCheck>(
+          server::PeerConnection::find(req.local_port, req.remote_addr, req.remote_port), kPollInterval);
       std::vector<bool> excluded(static_cast<size_t>(pool_.size()), false);
       std::shared_ptr<UpstreamCall> call;
       std::shared_ptr<Placement> placement;
@@ -287,7 +246,7 @@ void RouterServer::install_routes() {
         call = std::make_shared<UpstreamCall>(pool_.address(backend), req.path, req.body, options_.upstream);
         UpstreamCall::State state;
         while ((state = call->wait_headers(kPollInterval)) == UpstreamCall::State::kWaiting) {
-          if (watch->gone()) {
+          if (watch->client_gone()) {
             call->cancel();
             placement->failed = true;
             metrics_.failed(backend, "client_gone");
@@ -331,7 +290,7 @@ void RouterServer::install_routes() {
             throw ApiError(502, fmt::format("backend {} failed: {}", pool_.address(placement->backend).url, call->error()), "",
                            "bad_gateway");
           }
-          if (watch->gone()) {
+          if (watch->client_gone()) {
             call->cancel();
             placement->failed = true;
             metrics_.failed(placement->backend, "client_gone");
@@ -369,7 +328,7 @@ void RouterServer::install_routes() {
               sink.done();
               return true;
             }
-            if (watch->gone()) {
+            if (watch->client_gone()) {
               call->cancel();
               return false;
             }

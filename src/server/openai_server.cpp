@@ -31,22 +31,6 @@ using namespace std::chrono_literals;
 constexpr const char* kVersion = "0.1.0";
 constexpr auto kPollInterval = 20ms;  // how often a waiting handler checks that its client is still there
 
-// Polls a PeerConnection at most once per kPollInterval, however often the caller asks.
-class DisconnectCheck {
- public:
-  explicit DisconnectCheck(PeerConnection peer) : peer_(peer) {}
-  bool client_gone() {
-    const auto now = std::chrono::steady_clock::now();
-    if (now < next_) return false;
-    next_ = now + kPollInterval;
-    return peer_.closed();
-  }
-
- private:
-  PeerConnection peer_;
-  std::chrono::steady_clock::time_point next_{};
-};
-
 // JSON text that never throws on invalid UTF-8 (a token piece may be part of a character).
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
@@ -55,10 +39,6 @@ void send_json(httplib::Response& res, int status, const json& body) {
   res.set_content(dump(body), "application/json");
 }
 
-void send_error(httplib::Response& res, const ApiError& e) {
-  if (e.status() == 503) res.set_header("Retry-After", "1");
-  send_json(res, e.status(), e.to_json());
-}
 
 int64_t unix_now() { return static_cast<int64_t>(std::time(nullptr)); }
 
@@ -119,27 +99,7 @@ void OpenAIServer::stop() { http_->stop(); }
 void OpenAIServer::install_routes() {
   httplib::Server& http = *http_;
 
-  // Errors httplib raises itself (no route, body too large, malformed HTTP) get OpenAI's shape.
-  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    const std::string message =
-        res.status == 404   ? fmt::format("no route for {} {}", req.method, req.path)
-        : res.status == 413 ? "the request body is larger than the server's --max-body-bytes"
-                            : fmt::format("HTTP {}", res.status);
-    const char* code = res.status == 404 ? "not_found" : res.status == 413 ? "payload_too_large" : "http_error";
-    send_json(res, res.status, ApiError(res.status, message, "", code).to_json());
-  });
-  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    try {
-      std::rethrow_exception(ep);
-    } catch (const ApiError& e) {
-      send_error(res, e);
-    } catch (const std::exception& e) {
-      send_error(res, ApiError(500, fmt::format("internal error: {}", e.what()), "", "internal_error"));
-    } catch (...) {
-      send_error(res, ApiError(500, "internal error", "", "internal_error"));
-    }
-  });
+  static_cast<HttpListener&>(http).use_api_errors("server");
   http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     // Known routes only: a label per arbitrary path would let clients grow the metrics without bound.
     static const std::set<std::string> kRoutes{"/v1/completions", "/v1/chat/completions", "/v1/models", "/health",
@@ -148,17 +108,10 @@ void OpenAIServer::install_routes() {
     metrics_.count_http_request(kRoutes.contains(req.path) ? req.path : "other");
     if (res.status >= 400) metrics_.count_http_error(res.status);
   });
-  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (options_.api_key.empty() || !needs_api_key(req.path)) return httplib::Server::HandlerResponse::Unhandled;
-    if (req.get_header_value("Authorization") == "Bearer " + options_.api_key)
-      return httplib::Server::HandlerResponse::Unhandled;
-    res.set_header("WWW-Authenticate", "Bearer");
-    send_error(res, ApiError(401, "a valid API key is required: send 'Authorization: Bearer <key>'", "", "invalid_api_key"));
-    return httplib::Server::HandlerResponse::Handled;
-  });
+  static_cast<HttpListener&>(http).require_api_key(options_.api_key, needs_api_key);
 
   http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    if (service_.draining()) send_error(res, ApiError(503, "the server is shutting down", "", "shutting_down"));
+    if (service_.draining()) send_api_error(res, ApiError(503, "the server is shutting down", "", "shutting_down"));
     else send_json(res, 200, json::object());
   });
   http.Get("/version", [](const httplib::Request&, httplib::Response& res) { send_json(res, 200, {{"version", kVersion}}); });
@@ -277,7 +230,7 @@ void OpenAIServer::install_routes() {
   });
   http.Post("/reset_prefix_cache", [this](const httplib::Request&, httplib::Response& res) {
     if (!options_.admin_endpoints) {
-      send_error(res, ApiError(403, "admin endpoints are disabled on this server (--disable-admin-endpoints)", "",
+      send_api_error(res, ApiError(403, "admin endpoints are disabled on this server (--disable-admin-endpoints)", "",
                                "admin_disabled"));
       return;
     }
@@ -313,7 +266,7 @@ void OpenAIServer::install_routes() {
       auto builder = std::make_shared<ResponseBuilder>(*request, tokenizer_,
                                                        fmt::format("{}-{:016x}", chat ? "chatcmpl" : "cmpl", ids().next()),
                                                        model_.limits.served_model_name, unix_now(), num_prompts);
-      auto disconnect = std::make_shared<DisconnectCheck>(PeerConnection::find(req.local_port, req.remote_addr, req.remote_port));
+      auto disconnect = std::make_shared<DisconnectCheck>(PeerConnection::find(req.local_port, req.remote_addr, req.remote_port), kPollInterval);
 
       if (!request->stream) {
         while (!builder->done()) {

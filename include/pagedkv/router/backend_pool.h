@@ -27,6 +27,10 @@
 #include "pagedkv/router/routing_policy.h"
 #include "pagedkv/server/kv_event_log.h"
 
+namespace httplib {
+class Client;
+}
+
 namespace pagedkv::router {
 
 using server::PrefixHashing;
@@ -96,8 +100,8 @@ class BackendPool {
  private:
   struct Backend;
   void monitor(int backend);
-  void check_health(int backend);
-  void read_events(int backend);
+  void check_health(int backend, httplib::Client& client);
+  void read_events(int backend, httplib::Client& client);
   void take_down(Backend& b, const std::string& why);  // mutex_ held
 
   BackendPoolOptions options_;

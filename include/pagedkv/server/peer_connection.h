@@ -8,6 +8,7 @@
 // end-of-file or a hang-up.
 #pragma once
 
+#include <chrono>
 #include <string>
 
 namespace pagedkv::server {
@@ -26,6 +27,24 @@ class PeerConnection {
  private:
   explicit PeerConnection(int fd) : fd_(fd) {}
   int fd_ = -1;
+};
+
+// Polls a PeerConnection at most once per `interval`, however often the caller asks (a waiting
+// handler asks on every wake-up).
+class DisconnectCheck {
+ public:
+  DisconnectCheck(PeerConnection peer, std::chrono::milliseconds interval) : peer_(peer), interval_(interval) {}
+  bool client_gone() {
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_) return false;
+    next_ = now + interval_;
+    return peer_.closed();
+  }
+
+ private:
+  PeerConnection peer_;
+  std::chrono::milliseconds interval_;
+  std::chrono::steady_clock::time_point next_{};
 };
 
 }  // namespace pagedkv::server
