@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "storage_test_support.h"
 #include "pagedkv/core/error.h"
 #include "pagedkv/storage/block_table.h"
 #include "pagedkv/storage/float_convert.h"
@@ -19,15 +20,6 @@
 
 namespace pagedkv {
 namespace {
-
-KVCacheSpec make_spec(DType dtype, int block_size, int kv_heads, int head_dim) {
-  KVCacheSpec spec;
-  spec.dtype = dtype;
-  spec.block_size = block_size;
-  spec.num_kv_heads = kv_heads;
-  spec.head_dim = head_dim;
-  return spec;
-}
 
 std::vector<uint8_t> snapshot(const KVArena& arena) {
   const auto* p = static_cast<const uint8_t*>(arena.data());
@@ -44,7 +36,7 @@ void randomize(KVArena& arena, std::mt19937_64& rng) {
 TEST(StorageArena, LayoutIsContiguousAlignedAndPerLayer) {
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
     // head_dim 5 makes a plane a size that is not a multiple of 64 bytes.
-    const KVCacheSpec spec = make_spec(dtype, 3, 2, 5);
+    const KVCacheSpec spec = testing::kv_spec(dtype, 3, 2, 5);
     KVArena arena(spec, 4, 7);
     EXPECT_EQ(arena.num_layers(), 4);
     EXPECT_EQ(arena.num_blocks(), 7);
@@ -81,7 +73,7 @@ TEST(StorageArena, LayoutIsContiguousAlignedAndPerLayer) {
 
 TEST(StorageArena, FillNanPoisonsEveryElement) {
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
-    KVArena arena(make_spec(dtype, 4, 2, 8), 2, 5);
+    KVArena arena(testing::kv_spec(dtype, 4, 2, 8), 2, 5);
     arena.fill_nan();
     for (int l = 0; l < 2; ++l) {
       const KVLayerView v = arena.layer(l);
@@ -96,11 +88,11 @@ TEST(StorageArena, FillNanPoisonsEveryElement) {
 }
 
 TEST(StorageArena, RejectsBadConfiguration) {
-  EXPECT_THROW(KVArena(make_spec(DType::kInt4, 16, 1, 8), 1, 4), ConfigError);
-  EXPECT_THROW(KVArena(make_spec(DType::kF16, 16, 1, 8), 0, 4), ConfigError);
-  EXPECT_THROW(KVArena(make_spec(DType::kF16, 16, 1, 8), 1, 0), ConfigError);
-  EXPECT_THROW(KVArena(make_spec(DType::kF16, 0, 1, 8), 1, 4), ConfigError);
-  KVArena arena(make_spec(DType::kF16, 16, 1, 8), 2, 4);
+  EXPECT_THROW(KVArena(testing::kv_spec(DType::kInt4, 16, 1, 8), 1, 4), ConfigError);
+  EXPECT_THROW(KVArena(testing::kv_spec(DType::kF16, 16, 1, 8), 0, 4), ConfigError);
+  EXPECT_THROW(KVArena(testing::kv_spec(DType::kF16, 16, 1, 8), 1, 0), ConfigError);
+  EXPECT_THROW(KVArena(testing::kv_spec(DType::kF16, 0, 1, 8), 1, 4), ConfigError);
+  KVArena arena(testing::kv_spec(DType::kF16, 16, 1, 8), 2, 4);
   EXPECT_THROW((void)arena.layer(2), UsageError);
   EXPECT_THROW((void)arena.layer(-1), UsageError);
 }
@@ -158,7 +150,7 @@ TEST(StorageKVOps, WriteThenGatherRoundTripsWithRounding) {
   std::normal_distribution<float> normal(0.0f, 2.0f);
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
     const int block_size = 4, heads = 3, dim = 16, tokens = 11;
-    KVArena arena(make_spec(dtype, block_size, heads, dim), 2, 9);
+    KVArena arena(testing::kv_spec(dtype, block_size, heads, dim), 2, 9);
     arena.fill_nan();
     const std::vector<int32_t> row{6, 2, 8};
     const size_t n = static_cast<size_t>(tokens) * heads * dim;
@@ -197,7 +189,7 @@ TEST(StorageKVOps, WriteThenGatherRoundTripsWithRounding) {
 TEST(StorageKVOps, CopyBlocksIsByteExactAndTouchesOnlyDestinations) {
   std::mt19937_64 rng(std::random_device{}());
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
-    KVArena arena(make_spec(dtype, 16, 2, 24), 3, 10);
+    KVArena arena(testing::kv_spec(dtype, 16, 2, 24), 3, 10);
     randomize(arena, rng);
     const auto before = snapshot(arena);
     const std::vector<std::pair<BlockId, BlockId>> pairs{{BlockId(1), BlockId(4)}, {BlockId(7), BlockId(2)},
@@ -224,7 +216,7 @@ TEST(StorageKVOps, CopyBlocksIsByteExactAndTouchesOnlyDestinations) {
 
 TEST(StorageKVOps, CopyBetweenArenasIsByteExact) {
   std::mt19937_64 rng(std::random_device{}());
-  const KVCacheSpec spec = make_spec(DType::kBF16, 8, 4, 32);
+  const KVCacheSpec spec = testing::kv_spec(DType::kBF16, 8, 4, 32);
   KVArena device(spec, 2, 12);
   KVArena host(spec, 2, 5);  // a smaller pool, as an offload tier would be
   randomize(device, rng);
@@ -255,7 +247,7 @@ TEST(StorageKVOps, CopyBetweenArenasIsByteExact) {
   const size_t key_off = static_cast<size_t>(static_cast<const uint8_t*>(d1.key) - static_cast<const uint8_t*>(device.data()));
   EXPECT_EQ(std::memcmp(static_cast<const uint8_t*>(d1.key) + 7 * bb, device_before.data() + key_off + 3 * bb, bb), 0);
 
-  KVArena other(make_spec(DType::kF16, 8, 4, 32), 2, 5);
+  KVArena other(testing::kv_spec(DType::kF16, 8, 4, 32), 2, 5);
   EXPECT_THROW(copy_blocks_between(device, other, out), UsageError);
   EXPECT_THROW(copy_blocks_between(device, host, std::vector<std::pair<BlockId, BlockId>>{{BlockId(0), BlockId(5)}}),
                UsageError);

@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "storage_test_support.h"
 #include "pagedkv/core/error.h"
 #include "pagedkv/core/kv_cache_spec.h"
 #include "pagedkv/storage/block_table.h"
@@ -146,22 +147,13 @@ TEST(KVQuantize, ZeroAndNonFiniteRows) {
   EXPECT_THROW(quantize_row(DType::kF16, x.data(), 4, codes.data()), UsageError);
 }
 
-KVCacheSpec spec_of(DType dtype, int block_size, int heads, int dim) {
-  KVCacheSpec s;
-  s.dtype = dtype;
-  s.block_size = block_size;
-  s.num_kv_heads = heads;
-  s.head_dim = dim;
-  return s;
-}
-
 TEST(KVQuantize, BytesPerTokenIncludeTheScales) {
   // Llama-3-8B per layer: 8 KV heads x 128: 1,024 bytes of codes and 32 of scales, for K and V.
-  EXPECT_EQ(spec_of(DType::kInt8, 16, 8, 128).bytes_per_token_per_layer(), 2u * (1024 + 32));
-  EXPECT_EQ(spec_of(DType::kFP8, 16, 8, 128).bytes_per_token_per_layer(), 2u * (1024 + 32));
-  EXPECT_EQ(spec_of(DType::kF16, 16, 8, 128).bytes_per_token_per_layer(), 2u * 2048);
-  EXPECT_EQ(spec_of(DType::kInt8, 16, 8, 128).bytes_per_block_per_layer(), 16u * 2 * 1056);
-  KVArena arena(spec_of(DType::kInt8, 4, 3, 8), 2, 5);
+  EXPECT_EQ(testing::kv_spec(DType::kInt8, 16, 8, 128).bytes_per_token_per_layer(), 2u * (1024 + 32));
+  EXPECT_EQ(testing::kv_spec(DType::kFP8, 16, 8, 128).bytes_per_token_per_layer(), 2u * (1024 + 32));
+  EXPECT_EQ(testing::kv_spec(DType::kF16, 16, 8, 128).bytes_per_token_per_layer(), 2u * 2048);
+  EXPECT_EQ(testing::kv_spec(DType::kInt8, 16, 8, 128).bytes_per_block_per_layer(), 16u * 2 * 1056);
+  KVArena arena(testing::kv_spec(DType::kInt8, 4, 3, 8), 2, 5);
   const KVLayerView v = arena.layer(0);
   EXPECT_EQ(v.rows_bytes(), 24u);
   EXPECT_EQ(v.slot_bytes(), 24u + 12u);
@@ -184,7 +176,7 @@ TEST(KVQuantize, WriteGatherAndCopyCarryTheScales) {
   for (DType dtype : {DType::kInt8, DType::kFP8}) {
     SCOPED_TRACE(dtype_name(dtype));
     const int bs = 4, heads = 3, dim = 16, tokens = 10;
-    KVArena arena(spec_of(dtype, bs, heads, dim), 2, 8);
+    KVArena arena(testing::kv_spec(dtype, bs, heads, dim), 2, 8);
     arena.fill_nan();
     const KVLayerView kv = arena.layer(1);
     const int32_t table[] = {5, 2, 7};
@@ -204,7 +196,7 @@ TEST(KVQuantize, WriteGatherAndCopyCarryTheScales) {
     const std::pair<BlockId, BlockId> cow[] = {{BlockId(5), BlockId(1)}, {BlockId(2), BlockId(3)},
                                                {BlockId(7), BlockId(4)}};
     copy_blocks(arena, cow);
-    KVArena host(spec_of(dtype, bs, heads, dim), 2, 8);
+    KVArena host(testing::kv_spec(dtype, bs, heads, dim), 2, 8);
     const std::pair<BlockId, BlockId> out[] = {{BlockId(1), BlockId(6)}, {BlockId(3), BlockId(2)},
                                                {BlockId(4), BlockId(5)}};
     copy_blocks_between(arena, host, out);
@@ -218,7 +210,7 @@ TEST(KVQuantize, WriteGatherAndCopyCarryTheScales) {
 
 TEST(KVQuantize, FillNanMakesEveryScaleNaN) {
   for (DType dtype : {DType::kInt8, DType::kFP8}) {
-    KVArena arena(spec_of(dtype, 2, 2, 8), 1, 3);
+    KVArena arena(testing::kv_spec(dtype, 2, 2, 8), 1, 3);
     arena.fill_nan();
     const KVLayerView kv = arena.layer(0);
     const int32_t table[] = {1, 2};
