@@ -13,12 +13,15 @@ declare -A SOURCES=(
   [openai_request]="src/server/openai_request.cpp src/server/api_error.cpp src/server/chat_template.cpp src/server/stop_string_matcher.cpp"
   [gguf_file]="src/model/gguf_file.cpp src/model/tensor_type.cpp"
   [llama2c_tokenizer]="src/model/tokenizer.cpp"
+  [llama2c_checkpoint]="src/model/llama2c_checkpoint.cpp src/model/model.cpp src/model/model_config.cpp src/model/tensor_type.cpp"
   [traces]="src/replay/trace_reader.cpp src/replay/trace.cpp src/core/block_hash.cpp"
   [manager_ops]="src/manager/kv_cache_manager.cpp src/block/block_pool.cpp src/block/cached_block_map.cpp src/block/eviction_policies.cpp src/block/kv_events.cpp src/prefix/block_hasher.cpp src/prefix/extra_keys.cpp src/prefix/sha256.cpp src/core/block_hash.cpp src/core/dtype.cpp src/core/kv_cache_spec.cpp"
+  [disk_index]="src/tiers/disk_tier.cpp src/tiers/slot_index.cpp src/block/cached_block_map.cpp src/block/kv_events.cpp src/tiers/disk_slot_format.cpp src/tiers/tier_types.cpp src/tiers/circuit_breaker.cpp src/tiers/payload_checksum_avx2.cpp src/storage/cpu_isa.cpp src/core/block_hash.cpp src/core/kv_cache_spec.cpp src/core/dtype.cpp"
+  [kv_events_page]="src/server/kv_events_wire.cpp src/server/kv_event_log.cpp src/block/kv_events.cpp src/core/block_hash.cpp"
   [tier_values]="src/tiers/disk_slot_format.cpp src/tiers/remote_value_format.cpp src/tiers/tier_types.cpp src/tiers/payload_checksum_avx2.cpp src/storage/cpu_isa.cpp src/core/block_hash.cpp src/core/kv_cache_spec.cpp src/core/dtype.cpp"
 )
 # Libraries (pkg-config names) a target links besides fmt.
-declare -A LIBS=([manager_ops]="libcrypto libxxhash")
+declare -A LIBS=([manager_ops]="libcrypto libxxhash" [disk_index]="liburing libxxhash")
 # Longest input each target is given (libFuzzer's -max_len): a GGUF header with metadata, a
 # tokenizer file with its vocabulary, need more than a request body.
 declare -A MAX_LEN=([gguf_file]=65536 [llama2c_tokenizer]=16384)
@@ -33,6 +36,10 @@ shared_seeds() {
       for f in "$shared"/traces/*.jsonl "$shared"/traces/*.csv; do
         [ -f "$f" ] && head -n 12 "$f" > "$dir/shared-$(basename "$f")"
       done ;;
+    llama2c_checkpoint)
+      # The start of the real checkpoint: the fuzzer mutates its header from there.
+      [ -f "$shared/models/stories260K.bin" ] && head -c 4096 "$shared/models/stories260K.bin" > "$dir/shared-stories260K-head"
+      ;;
     gguf_file)
       for f in "$shared"/models/stories260Ktok512.gguf "$shared"/models/gguf/tiny-llama.q4_0.gguf "$shared"/models/gguf/tiny-gemma2.q8_0.gguf; do
         [ -f "$f" ] && head -c 65536 "$f" > "$dir/shared-$(basename "$f")"

@@ -2,82 +2,16 @@
 
 #include <fmt/format.h>
 #include <httplib.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 
 #include "pagedkv/core/error.h"
+#include "pagedkv/server/kv_events_wire.h"
 
 namespace pagedkv::router {
 namespace {
 
-using nlohmann::json;
 using Clock = std::chrono::steady_clock;
-
-// A page of GET /kv_events, parsed (docs/router.md, "The events").
-struct EventsPage {
-  uint64_t epoch = 0;
-  uint64_t last = 0;
-  bool snapshot = false;
-  bool more = false;
-  PrefixHashing hashing;
-  std::vector<std::pair<BlockHash, MediumMask>> blocks;
-  struct Event {
-    uint64_t seq;
-    bool present;
-    BlockHash hash;
-    Medium medium;
-  };
-  std::vector<Event> events;
-};
-
-uint64_t parse_hex64(const std::string& s) {
-  if (s.empty() || s.size() > 16) throw Error("bad epoch '" + s + "'");
-  size_t used = 0;
-  const uint64_t v = std::stoull(s, &used, 16);
-  if (used != s.size()) throw Error("bad epoch '" + s + "'");
-  return v;
-}
-
-BlockHash parse_hash(const json& j) {
-  auto h = parse_block_hash_hex(j.get<std::string>());
-  if (!h) throw Error("bad block hash " + j.dump());
-  return *h;
-}
-
-Medium parse_medium_json(const json& j) {
-  auto m = parse_medium(j.get<std::string>());
-  if (!m) throw Error("unknown medium " + j.dump());
-  return *m;
-}
-
-// Throws (Error, json::exception) on anything malformed: the caller counts it and resyncs.
-EventsPage parse_events_page(const std::string& body) {
-  const json j = json::parse(body);
-  EventsPage p;
-  p.epoch = parse_hex64(j.at("epoch").get<std::string>());
-  p.last = j.at("last").get<uint64_t>();
-  p.snapshot = j.at("snapshot").get<bool>();
-  p.more = j.value("more", false);
-  p.hashing.block_size = j.at("block_size").get<int>();
-  p.hashing.algorithm = j.at("hash_algorithm").get<std::string>();
-  p.hashing.seed = j.at("hash_seed").get<uint64_t>();
-  if (p.hashing.block_size < 1) throw Error("block_size must be positive");
-  if (p.snapshot) {
-    for (const json& b : j.at("blocks")) {
-      MediumMask mask = 0;
-      for (const json& m : b.at(1)) mask |= medium_bit(parse_medium_json(m));
-      p.blocks.emplace_back(parse_hash(b.at(0)), mask);
-    }
-  } else {
-    for (const json& e : j.at("events")) {
-      const std::string kind = e.at(1).get<std::string>();
-      if (kind != "stored" && kind != "removed") throw Error("unknown event kind '" + kind + "'");
-      p.events.push_back({e.at(0).get<uint64_t>(), kind == "stored", parse_hash(e.at(2)), parse_medium_json(e.at(3))});
-    }
-  }
-  return p;
-}
 
 httplib::Headers auth_headers(const std::string& api_key) {
   if (api_key.empty()) return {};
@@ -215,17 +149,21 @@ void BackendPool::read_events(int i, httplib::Client& client) {
     const std::string path =
         fmt::format("/kv_events?epoch={:x}&since={}&max={}", epoch, since, options_.max_events_per_poll);
     httplib::Result r = client.Get(path, auth_headers(options_.api_key));
-    EventsPage page;
+    server::KVEventsWirePage wire;
     std::string error;
     if (!r) error = fmt::format("GET /kv_events: {}", httplib::to_string(r.error()));
     else if (r->status != 200) error = fmt::format("GET /kv_events: HTTP {}", r->status);
     else {
       try {
-        page = parse_events_page(r->body);
-      } catch (const std::exception& e) {
+        wire = server::parse_kv_events_page(r->body);
+        // Events continue exactly where this reader stopped (a gap would be answered with a snapshot).
+        if (!wire.page.snapshot && !wire.page.events.empty() && (wire.page.epoch != epoch || wire.page.events.front().seq != since + 1))
+          throw server::WireError(fmt::format("events start at {} after {} of epoch {:x}", wire.page.events.front().seq, since, epoch));
+      } catch (const server::WireError& e) {
         error = fmt::format("GET /kv_events: malformed page: {}", e.what());
       }
     }
+    const server::KVEventsPage& page = wire.page;
     std::lock_guard lock(mutex_);
     Backend& b = backends_[static_cast<size_t>(i)];
     if (!error.empty()) {
@@ -235,8 +173,8 @@ void BackendPool::read_events(int i, httplib::Client& client) {
       return;
     }
     if (b.state.epoch != epoch || b.state.last_seq != since) return;  // taken down meanwhile
-    if (!b.state.hashing || *b.state.hashing != page.hashing) {
-      b.state.hashing = page.hashing;
+    if (!b.state.hashing || *b.state.hashing != wire.hashing) {
+      b.state.hashing = wire.hashing;
       std::optional<PrefixHashing> first;
       for (const Backend& other : backends_)
         if (other.state.hashing) {
@@ -249,11 +187,11 @@ void BackendPool::read_events(int i, httplib::Client& client) {
       index_.replace(i, page.blocks);
       ++b.state.snapshots;
     } else {
-      for (const EventsPage::Event& e : page.events) index_.apply(i, e.hash, e.medium, e.present);
+      for (const server::KVEventRecord& e : page.events) index_.apply(i, e.hash, e.medium, e.present);
       b.state.events += page.events.size();
     }
     b.state.epoch = page.epoch;
-    b.state.last_seq = page.last;
+    b.state.last_seq = page.last_seq;
     if (!page.more) return;
   }
 }

@@ -122,12 +122,17 @@ std::vector<ChatMessage> parse_messages(const json& m) {
   return messages;
 }
 
-}  // namespace
-
-CompletionRequest parse_completion_request(std::string_view body, ApiEndpoint endpoint, const RequestLimits& limits) {
+json parse_object(std::string_view body) {
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw ApiError(400, "the request body is not valid JSON", "", "invalid_json");
   if (!j.is_object()) throw ApiError(400, "the request body must be a JSON object", "", "invalid_json");
+  return j;
+}
+
+}  // namespace
+
+CompletionRequest parse_completion_request(std::string_view body, ApiEndpoint endpoint, const RequestLimits& limits) {
+  const json j = parse_object(body);
 
   CompletionRequest r;
   r.endpoint = endpoint;
@@ -198,6 +203,37 @@ CompletionRequest parse_completion_request(std::string_view body, ApiEndpoint en
   }
   if (const json* v = field(j, "ignore_eos")) r.ignore_eos = boolean(*v, "ignore_eos");
   return r;
+}
+
+TokenizeRequest parse_tokenize_request(std::string_view body) {
+  const json j = parse_object(body);
+  TokenizeRequest r;
+  if (const json* v = field(j, "add_special_tokens")) r.add_special_tokens = boolean(*v, "add_special_tokens");
+  if (const json* p = field(j, "prompt")) {
+    r.prompt = string(*p, "prompt");
+  } else if (const json* m = field(j, "messages")) {
+    r.messages = parse_messages(*m);
+  } else {
+    throw bad("prompt", "'prompt' (a string) or 'messages' is required", "missing_field");
+  }
+  return r;
+}
+
+std::vector<TokenId> parse_detokenize_request(std::string_view body, int vocab_size) {
+  const json j = parse_object(body);
+  const json* t = field(j, "tokens");
+  if (t == nullptr || !t->is_array()) throw bad("tokens", "'tokens' (a list of token ids) is required", "missing_field");
+  std::vector<TokenId> tokens;
+  tokens.reserve(t->size());
+  for (const json& e : *t) {
+    if (!e.is_number_integer()) throw bad("tokens", "'tokens' must hold integers", "invalid_type");
+    const bool too_big = e.is_number_unsigned() && e.get<uint64_t>() >= static_cast<uint64_t>(std::max(vocab_size, 0));
+    const int64_t id = too_big ? vocab_size : e.get<int64_t>();
+    if (id < 0 || id >= vocab_size)
+      throw bad("tokens", fmt::format("token id {} is outside the vocabulary [0, {})", e.dump(), vocab_size), "invalid_token_id");
+    tokens.push_back(static_cast<TokenId>(id));
+  }
+  return tokens;
 }
 
 std::vector<TokenId> encode_bounded(const TextTokenizer& tokenizer, std::string_view text, bool add_bos,

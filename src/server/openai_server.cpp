@@ -19,6 +19,7 @@
 #include "pagedkv/server/dashboard_page.h"
 #include "pagedkv/server/dashboard_state.h"
 #include "pagedkv/server/http_listener.h"
+#include "pagedkv/server/kv_events_wire.h"
 #include "pagedkv/server/peer_connection.h"
 #include "pagedkv/server/response_builder.h"
 
@@ -156,29 +157,7 @@ void OpenAIServer::install_routes() {
     const uint64_t since = number("since", 10, 0);
     const uint64_t max_events = std::clamp<uint64_t>(number("max", 10, 10000), 1, 100000);
     const KVEventsPage log_page = options_.kv_events->read(epoch, since, static_cast<size_t>(max_events));
-    json body = {{"epoch", fmt::format("{:016x}", log_page.epoch)},
-                 {"block_size", options_.prefix_hashing.block_size},
-                 {"hash_algorithm", options_.prefix_hashing.algorithm},
-                 {"hash_seed", options_.prefix_hashing.seed},
-                 {"last", log_page.last_seq},
-                 {"snapshot", log_page.snapshot},
-                 {"more", log_page.more}};
-    if (log_page.snapshot) {
-      json blocks = json::array();
-      for (const auto& [hash, mask] : log_page.blocks) {
-        json media = json::array();
-        for (int m = 0; m < kNumMedia; ++m)
-          if (mask & medium_bit(static_cast<Medium>(m))) media.push_back(medium_name(static_cast<Medium>(m)));
-        blocks.push_back({hash.hex(), std::move(media)});
-      }
-      body["blocks"] = std::move(blocks);
-    } else {
-      json events = json::array();
-      for (const KVEventRecord& e : log_page.events)
-        events.push_back({e.seq, e.present ? "stored" : "removed", e.hash.hex(), medium_name(e.medium)});
-      body["events"] = std::move(events);
-    }
-    send_json(res, 200, body);
+    res.set_content(format_kv_events_page(log_page, options_.prefix_hashing), "application/json");
   });
   http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     const std::string& name = model_.limits.served_model_name;
@@ -193,39 +172,15 @@ void OpenAIServer::install_routes() {
   });
 
   http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
-    const json body = json::parse(req.body, nullptr, false);
-    if (body.is_discarded() || !body.is_object()) throw ApiError(400, "the request body must be a JSON object", "", "invalid_json");
-    bool add_special = true;
-    if (auto it = body.find("add_special_tokens"); it != body.end() && !it->is_null()) {
-      if (!it->is_boolean()) throw ApiError(400, "'add_special_tokens' must be a boolean", "add_special_tokens", "invalid_type");
-      add_special = it->get<bool>();
-    }
-    std::vector<TokenId> tokens;
-    if (auto it = body.find("prompt"); it != body.end() && it->is_string()) {
-      tokens = encode_bounded(tokenizer_, it->get<std::string>(), add_special, model_.limits.max_model_len, "prompt");
-    } else if (body.contains("messages")) {
-      // The same rendering /v1/chat/completions uses.
-      CompletionRequest chat = parse_completion_request(req.body, ApiEndpoint::kChatCompletions, options_.limits);
-      tokens = encode_bounded(tokenizer_, render_chat_prompt(chat.messages), add_special, model_.limits.max_model_len, "messages");
-    } else {
-      throw ApiError(400, "'prompt' (a string) or 'messages' is required", "prompt", "missing_field");
-    }
+    const TokenizeRequest request = parse_tokenize_request(req.body);
+    const std::vector<TokenId> tokens =
+        request.prompt ? encode_bounded(tokenizer_, *request.prompt, request.add_special_tokens, model_.limits.max_model_len, "prompt")
+                       : encode_bounded(tokenizer_, render_chat_prompt(request.messages), request.add_special_tokens,
+                                        model_.limits.max_model_len, "messages");
     send_json(res, 200, {{"tokens", tokens}, {"count", tokens.size()}, {"max_model_len", model_.limits.max_model_len}});
   });
   http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
-    const json body = json::parse(req.body, nullptr, false);
-    if (body.is_discarded() || !body.is_object()) throw ApiError(400, "the request body must be a JSON object", "", "invalid_json");
-    auto it = body.find("tokens");
-    if (it == body.end() || !it->is_array()) throw ApiError(400, "'tokens' (a list of token ids) is required", "tokens", "missing_field");
-    std::vector<TokenId> tokens;
-    for (const json& t : *it) {
-      if (!t.is_number_integer()) throw ApiError(400, "'tokens' must hold integers", "tokens", "invalid_type");
-      const int64_t id = t.get<int64_t>();
-      if (id < 0 || id >= model_.limits.vocab_size)
-        throw ApiError(400, fmt::format("token id {} is outside the vocabulary [0, {})", id, model_.limits.vocab_size), "tokens",
-                       "invalid_token_id");
-      tokens.push_back(static_cast<TokenId>(id));
-    }
+    const std::vector<TokenId> tokens = parse_detokenize_request(req.body, model_.limits.vocab_size);
     send_json(res, 200, {{"prompt", detokenize(tokenizer_, tokens)}});
   });
   http.Post("/reset_prefix_cache", [this](const httplib::Request&, httplib::Response& res) {

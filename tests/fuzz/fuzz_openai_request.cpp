@@ -1,5 +1,5 @@
-// libFuzzer target: the request bodies of pagedkv serve's completion endpoints, and the stop-
-// string matcher that scans generated text. Any input must end in a parsed request or an
+// libFuzzer target: the request bodies of pagedkv serve's completion, /tokenize and /detokenize
+// endpoints, and the stop-string matcher that scans generated text. Any input must end in a parsed request or an
 // ApiError (a 4xx answer); anything else — another exception, a crash, a sanitizer report — is a
 // bug. Built and run by scripts/fuzz.sh (clang, libFuzzer, ASan+UBSan).
 #include <cstddef>
@@ -39,6 +39,21 @@ void parse_both(std::string_view body) {
   }
 }
 
+void parse_token_endpoints(std::string_view body) {
+  try {
+    const TokenizeRequest r = parse_tokenize_request(body);
+    check(r.prompt.has_value() || (!r.messages.empty() && !render_chat_prompt(r.messages).empty()));
+  } catch (const ApiError& err) {
+    check(err.status() == 400);
+  }
+  constexpr int kVocab = 512;
+  try {
+    for (TokenId t : parse_detokenize_request(body, kVocab)) check(t >= 0 && t < kVocab);
+  } catch (const ApiError& err) {
+    check(err.status() == 400);
+  }
+}
+
 // The first byte picks how many stop strings and how long; the rest is text fed in pieces.
 void stop_strings(const uint8_t* data, size_t size) {
   if (size < 2) return;
@@ -72,6 +87,7 @@ void stop_strings(const uint8_t* data, size_t size) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   parse_both(std::string_view(reinterpret_cast<const char*>(data), size));
+  parse_token_endpoints(std::string_view(reinterpret_cast<const char*>(data), size));
   stop_strings(data, size);
   return 0;
 }

@@ -1,6 +1,7 @@
 // KVEventLog (GET /kv_events): set-level transitions from the engine's per-block events, paging,
 // snapshots on every kind of gap, a randomized reader that must always end up with the true
-// index, and an engine with a host tier whose event stream must agree with its census.
+// index (every page it reads goes through the JSON wire format and back), the wire parser's
+// refusals, and an engine with a host tier whose event stream must agree with its census.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -11,6 +12,7 @@
 
 #include "golden_engine_test.h"
 #include "pagedkv/server/kv_event_log.h"
+#include "pagedkv/server/kv_events_wire.h"
 
 namespace pagedkv::server {
 namespace {
@@ -37,10 +39,19 @@ KVEvent cleared() {
 // A reader's index: (hash, medium) pairs.
 using Index = std::set<std::pair<BlockHash, Medium>>;
 
+const PrefixHashing kHashing{16, "xxh3_128", 42};
+
+// What a router receives: the page through the wire format.
+KVEventsPage over_the_wire(const KVEventsPage& page) {
+  const KVEventsWirePage wire = parse_kv_events_page(format_kv_events_page(page, kHashing));
+  EXPECT_EQ(wire.hashing, kHashing);
+  return wire.page;
+}
+
 // Reads the log the way the router does, from (epoch, since), into `index`.
 void catch_up(const KVEventLog& log, uint64_t& epoch, uint64_t& since, Index& index, size_t max_events) {
   for (int pages = 0; pages < 100000; ++pages) {
-    const KVEventsPage p = log.read(epoch, since, max_events);
+    const KVEventsPage p = over_the_wire(log.read(epoch, since, max_events));
     if (p.snapshot) {
       index.clear();
       for (const auto& [h, mask] : p.blocks)
@@ -127,6 +138,59 @@ TEST(KVEventLog, PagesAreCutAtMaxEvents) {
 // Model-based: random stored/removed/cleared events on a small hash space; a reader with a small
 // page size that sometimes forgets everything (a router restart) or falls behind (a short log).
 // After every catch-up its index equals the true set.
+TEST(KVEventsWire, RoundTripsEveryField) {
+  KVEventsPage events;
+  events.epoch = 0xfedcba9876543210ull;
+  events.last_seq = 9;
+  events.more = true;
+  events.events = {{7, true, BlockHash{1, 2}, Medium::kDevice}, {9, false, BlockHash{~0ull, 0}, Medium::kDisk}};
+  const KVEventsPage e = over_the_wire(events);
+  EXPECT_EQ(e.epoch, events.epoch);
+  EXPECT_EQ(e.last_seq, 9u);
+  EXPECT_TRUE(e.more && !e.snapshot && e.blocks.empty());
+  ASSERT_EQ(e.events.size(), 2u);
+  EXPECT_EQ(e.events[1].seq, 9u);
+  EXPECT_FALSE(e.events[1].present);
+  EXPECT_EQ(e.events[1].hash, (BlockHash{~0ull, 0}));
+  EXPECT_EQ(e.events[1].medium, Medium::kDisk);
+
+  KVEventsPage snapshot;
+  snapshot.epoch = 1;
+  snapshot.snapshot = true;
+  snapshot.blocks = {{BlockHash{3, 4}, medium_bit(Medium::kHost) | medium_bit(Medium::kDisk)}, {BlockHash{5, 6}, 0}};
+  const KVEventsPage s = over_the_wire(snapshot);
+  EXPECT_TRUE(s.snapshot && s.events.empty());
+  EXPECT_EQ(s.blocks, snapshot.blocks);
+}
+
+TEST(KVEventsWire, RefusesMalformedPages) {
+  const std::string head = R"("block_size": 16, "hash_algorithm": "xxh3_128", "hash_seed": 0, )";
+  const std::string hash = R"("0123456789abcdef0123456789abcdef")";
+  for (const std::string& body : {
+           std::string("[]"),
+           std::string("{"),
+           "{" + head + R"("epoch": "1", "last": 1, "snapshot": false})",                         // no events
+           "{" + head + R"("epoch": "-1", "last": 1, "snapshot": false, "events": []})",          // not hex
+           "{" + head + R"("epoch": "0x1", "last": 1, "snapshot": false, "events": []})",
+           "{" + head + R"("epoch": "12345678901234567", "last": 1, "snapshot": false, "events": []})",
+           "{" + head + R"("epoch": "1", "last": -1, "snapshot": false, "events": []})",
+           "{" + head + R"("epoch": "1", "last": 1, "snapshot": 0, "events": []})",
+           "{" + head + R"("epoch": "1", "last": 1, "snapshot": false, "more": "no", "events": []})",
+           "{" + head + R"("epoch": "1", "last": 1, "snapshot": false, "events": [[1, "stored", )" + hash + "]]}",
+           "{" + head + R"("epoch": "1", "last": 1, "snapshot": false, "events": [[2, "stored", )" + hash + R"(, "device"]]})",
+           "{" + head + R"("epoch": "1", "last": 3, "snapshot": false, "events": [[2, "stored", )" + hash + R"(, "device"], [2, "removed", )" +
+               hash + R"(, "device"]]})",
+           "{" + head + R"("epoch": "1", "last": 1, "snapshot": false, "events": [[1, "kept", )" + hash + R"(, "device"]]})",
+           "{" + head + R"("epoch": "1", "last": 1, "snapshot": false, "events": [[1, "stored", "xyz", "device"]]})",
+           "{" + head + R"("epoch": "1", "last": 1, "snapshot": false, "events": [[1, "stored", )" + hash + R"(, "tape"]]})",
+           "{" + head + R"("epoch": "1", "last": 1, "snapshot": true, "blocks": [[)" + hash + R"(, ["host", "host"]]]})",
+           "{" + head + R"("epoch": "1", "last": 1, "snapshot": true, "blocks": {"a": 1}})",
+           std::string(R"({"block_size": 0, "hash_algorithm": "xxh3_128", "hash_seed": 0, "epoch": "1", "last": 0, "snapshot": true, "blocks": []})"),
+       }) {
+    EXPECT_THROW(parse_kv_events_page(body), WireError) << body;
+  }
+}
+
 TEST(KVEventLog, RandomReaderAlwaysConverges) {
   for (uint64_t seed = 1; seed <= 20; ++seed) {
     std::mt19937_64 rng(seed);

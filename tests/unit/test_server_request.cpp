@@ -150,6 +150,51 @@ TEST(ServerRequest, RejectsBadInput) {
                   "between 0 and 20", chat);
 }
 
+// Expects `parse` to throw ApiError 400 naming `param` with `code`.
+template <typename Parse>
+void expect_api_error(Parse&& parse, const std::string& param, const std::string& code) {
+  try {
+    parse();
+    ADD_FAILURE() << "accepted";
+  } catch (const ApiError& err) {
+    EXPECT_EQ(err.status(), 400);
+    EXPECT_EQ(err.param(), param);
+    EXPECT_EQ(err.to_json()["error"]["code"], code) << err.what();
+  }
+}
+
+TEST(ServerRequest, TokenizeBodies) {
+  TokenizeRequest r = parse_tokenize_request(R"({"prompt": "hi", "add_special_tokens": false})");
+  EXPECT_EQ(r.prompt, "hi");
+  EXPECT_FALSE(r.add_special_tokens);
+  r = parse_tokenize_request(R"({"messages": [{"role": "user", "content": "hello"}], "add_special_tokens": null})");
+  EXPECT_FALSE(r.prompt.has_value());
+  EXPECT_TRUE(r.add_special_tokens);
+  ASSERT_EQ(r.messages.size(), 1u);
+  EXPECT_EQ(r.messages[0].content, "hello");
+
+  expect_api_error([] { parse_tokenize_request("[1]"); }, "", "invalid_json");
+  expect_api_error([] { parse_tokenize_request("{\"prompt\": "); }, "", "invalid_json");
+  expect_api_error([] { parse_tokenize_request("{}"); }, "prompt", "missing_field");
+  expect_api_error([] { parse_tokenize_request(R"({"prompt": [1, 2]})"); }, "prompt", "invalid_type");
+  expect_api_error([] { parse_tokenize_request(R"({"prompt": "a", "add_special_tokens": 1})"); }, "add_special_tokens", "invalid_type");
+  expect_api_error([] { parse_tokenize_request(R"({"messages": []})"); }, "messages", "invalid_type");
+  expect_api_error([] { parse_tokenize_request(R"({"messages": [{"role": "robot", "content": "x"}]})"); }, "messages",
+                   "invalid_value");
+}
+
+TEST(ServerRequest, DetokenizeBodies) {
+  EXPECT_EQ(parse_detokenize_request(R"({"tokens": [1, 0, 511]})", 512), (std::vector<TokenId>{1, 0, 511}));
+  EXPECT_TRUE(parse_detokenize_request(R"({"tokens": []})", 512).empty());
+  expect_api_error([] { parse_detokenize_request("{}", 512); }, "tokens", "missing_field");
+  expect_api_error([] { parse_detokenize_request(R"({"tokens": "1 2"})", 512); }, "tokens", "missing_field");
+  expect_api_error([] { parse_detokenize_request(R"({"tokens": [1.5]})", 512); }, "tokens", "invalid_type");
+  expect_api_error([] { parse_detokenize_request(R"({"tokens": [512]})", 512); }, "tokens", "invalid_token_id");
+  expect_api_error([] { parse_detokenize_request(R"({"tokens": [-1]})", 512); }, "tokens", "invalid_token_id");
+  expect_api_error([] { parse_detokenize_request(R"({"tokens": [18446744073709551615]})", 512); }, "tokens",
+                   "invalid_token_id");
+}
+
 // ---- with the stories260K tokenizer -------------------------------------------------------------
 
 class ServerWithTokenizer : public ::testing::Test {

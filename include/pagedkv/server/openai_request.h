@@ -59,6 +59,19 @@ struct RequestLimits {
 
 CompletionRequest parse_completion_request(std::string_view body, ApiEndpoint endpoint, const RequestLimits& limits);
 
+// POST /tokenize (vLLM's shape): a text prompt, or chat messages rendered as
+// /v1/chat/completions renders them; BOS first unless add_special_tokens is false.
+struct TokenizeRequest {
+  bool add_special_tokens = true;
+  std::optional<std::string> prompt;  // absent: `messages` (non-empty)
+  std::vector<ChatMessage> messages;
+};
+
+TokenizeRequest parse_tokenize_request(std::string_view body);
+
+// POST /detokenize: {"tokens": [ids]}, each id inside [0, vocab_size).
+std::vector<TokenId> parse_detokenize_request(std::string_view body, int vocab_size);
+
 // What the served model allows.
 struct ModelLimits {
   std::string served_model_name;
