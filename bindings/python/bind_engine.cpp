@@ -23,6 +23,7 @@
 #include "pagedkv/memory/byte_size.h"
 #include "pagedkv/model/llama2c_checkpoint.h"
 #include "pagedkv/model/tokenizer.h"
+#include "pagedkv/remote/redis_store.h"
 #include "pagedkv/storage/kv_arena.h"
 #include "py_common.h"
 
@@ -399,6 +400,16 @@ py::dict tier_stats_dict(const TierStats& s) {
   return d;
 }
 
+py::dict remote_tier_stats_dict(const RemoteTierStats& s) {
+  py::dict d = tier_stats_dict(s);
+  d["probes"] = s.probes;
+  d["vanished"] = s.vanished;
+  d["unavailable_loads"] = s.unavailable_loads;
+  d["store_full_refusals"] = s.store_full_refusals;
+  d["breaker_trips"] = s.breaker_trips;
+  return d;
+}
+
 EngineConfig engine_config(int block_size, int num_blocks, const py::object& kv_cache_memory,
                            const std::string& kv_cache_dtype, const py::object& swap_space, bool enable_prefix_caching,
                            const std::string& hash_algorithm, uint64_t hash_seed, int max_model_len, int max_num_seqs,
@@ -449,11 +460,16 @@ void bind_llm(py::module_& m) {
                        uint64_t hash_seed, int max_model_len, int max_num_seqs, int max_num_batched_tokens,
                        const std::string& preemption_mode, TokenId eos_token_id, bool check_invariants,
                        const py::object& host_cache_memory, const std::optional<std::string>& disk_cache_dir,
-                       const py::object& disk_cache_memory, bool lazy_swap_copies) {
+                       const py::object& disk_cache_memory, bool lazy_swap_copies,
+                       const std::optional<std::string>& remote_cache, const std::string& remote_cache_prefix,
+                       bool remote_write_through, int remote_timeout_ms, int remote_min_blocks) {
              EngineConfig c = engine_config(block_size, num_blocks, kv_cache_memory, kv_cache_dtype, swap_space,
                                             enable_prefix_caching, hash_algorithm, hash_seed, max_model_len,
                                             max_num_seqs, max_num_batched_tokens, preemption_mode, check_invariants,
                                             host_cache_memory, disk_cache_dir, disk_cache_memory, lazy_swap_copies);
+             if (remote_cache)
+               remote::use_redis_tier(c.tiers, {*remote_cache, remote_cache_prefix, remote_write_through, remote_timeout_ms,
+                                                remote_min_blocks});
              return std::make_unique<PyLLM>(model, tokenizer, std::move(c), eos_token_id);
            }),
            py::arg("model"), py::arg("tokenizer") = py::none(), py::kw_only(), py::arg("block_size") = 16,
@@ -464,7 +480,9 @@ void bind_llm(py::module_& m) {
            py::arg("preemption_mode") = "auto", py::arg("eos_token_id") = Tokenizer::kBos,
            py::arg("check_invariants") = false, py::arg("host_cache_memory") = 0,
            py::arg("disk_cache_dir") = py::none(), py::arg("disk_cache_memory") = "1GiB",
-           py::arg("lazy_swap_copies") = false,
+           py::arg("lazy_swap_copies") = false, py::arg("remote_cache") = py::none(),
+           py::arg("remote_cache_prefix") = "pagedkv", py::arg("remote_write_through") = true,
+           py::arg("remote_timeout_ms") = 200, py::arg("remote_min_blocks") = 1,
            "model: a llama2.c checkpoint; tokenizer: its tok*.bin (needed for text prompts and output text).\n"
            "num_blocks: KV pool size (null block included); 0 sizes it from kv_cache_memory (bytes or '16MiB').\n"
            "kv_cache_dtype: fp32 (bit-exact with llama2.c), fp16 or bf16. swap_space: host bytes for swap "
@@ -473,6 +491,10 @@ void bind_llm(py::module_& m) {
            "host_cache_memory / disk_cache_dir (+ disk_cache_memory): KV tiers below the arena. Evicted "
            "prefixes are offloaded there and promoted back on a hit; the disk tier survives restarts "
            "(cached blocks are written down when the LLM is destroyed).\n"
+           "remote_cache: 'redis://[user:password@]host:port[/db]', a KV tier shared with other processes on "
+           "the same Redis (docs/tiers.md), under keys that start with remote_cache_prefix; remote_write_through "
+           "stores each computed block at once (else when evicted); remote_timeout_ms bounds connects and socket "
+           "I/O; remote_min_blocks: ask Redis only when at least this many blocks missed above.\n"
            "lazy_swap_copies: copy a swapped-out block only if the device prefix cache drops it before its "
            "request resumes (blocks resumed from the cache are never copied).")
       .def("generate",
@@ -544,10 +566,11 @@ void bind_llm(py::module_& m) {
                                if (const TieredKVCache* t = llm.engine().tiers()) {
                                  if (t->host()) d["host"] = tier_stats_dict(t->host()->stats());
                                  if (t->disk()) d["disk"] = tier_stats_dict(t->disk()->stats());
+                                 if (t->remote()) d["remote"] = remote_tier_stats_dict(t->remote()->stats());
                                }
                                return d;
                              },
-                             "Counters of the host and disk tiers that are configured (lookups, hits, stored, "
+                             "Counters of the host, disk and remote tiers that are configured (lookups, hits, stored, "
                              "loaded, evictions, ...).")
       .def("flush_to_disk",
            [](PyLLM& llm) {

@@ -494,6 +494,11 @@ class LLM:
         disk_cache_dir: Optional[str] = None,
         disk_cache_memory: Union[int, str] = "1GiB",
         lazy_swap_copies: bool = False,
+        remote_cache: Optional[str] = None,
+        remote_cache_prefix: str = "pagedkv",
+        remote_write_through: bool = True,
+        remote_timeout_ms: int = 200,
+        remote_min_blocks: int = 1,
     ) -> None: ...
     def generate(
         self,

@@ -6,8 +6,9 @@
 
 #include <algorithm>
 #include <cerrno>
-
 #include <cstring>
+
+#include "pagedkv/core/error.h"
 
 namespace pagedkv::remote {
 namespace {
@@ -184,6 +185,20 @@ RemoteStatus RedisStore::ping() {
 
 RemoteStoreFactory redis_store_factory(RedisStoreOptions options) {
   return [options] { return std::make_unique<RedisStore>(options); };
+}
+
+void use_redis_tier(TierConfig& tiers, const RedisTierSettings& settings) {
+  if (settings.timeout_ms < 1)
+    throw ConfigError(fmt::format("the remote tier's timeout must be at least 1 ms, got {}", settings.timeout_ms));
+  RedisStoreOptions r;
+  r.url = parse_redis_url(settings.url);
+  r.connect_timeout = std::chrono::milliseconds(settings.timeout_ms);
+  r.io_timeout = std::chrono::milliseconds(settings.timeout_ms);
+  tiers.remote_description = r.url.redacted();
+  tiers.remote_store = redis_store_factory(std::move(r));
+  tiers.remote_key_prefix = settings.key_prefix;
+  tiers.remote_write_through = settings.write_through;
+  tiers.remote_min_blocks = settings.min_blocks;
 }
 
 }  // namespace pagedkv::remote

@@ -1,6 +1,7 @@
 """The engine through vLLM's offline API: LLM.generate reproduces llama2.c's golden outputs."""
 
 import threading
+import time
 
 import pytest
 
@@ -154,3 +155,37 @@ def test_goldens_under_swap_with_lazy_copies(models):
         assert out.prompt_token_ids + out.outputs[0].token_ids == golden_ids, stem
     assert sum(out.metrics.num_preemptions for out in outputs) > 0
     llm.check_invariants()
+
+
+def test_remote_tier_shared_by_two_engines(models):
+    """Two LLMs on one Redis of the test's own: a prompt computed by the first is a remote hit on
+    the second, with the same greedy output; a bad URL is a ConfigError."""
+    from redis_support import RedisServer, redis_available
+
+    if not redis_available():
+        pytest.skip("redis-server is not installed (scripts/setup.sh installs it)")
+    with pytest.raises(pagedkv.ConfigError, match="redis://"):
+        pagedkv.LLM(model=str(models / "stories260K.bin"), remote_cache="http://127.0.0.1:1")
+    with pytest.raises(pagedkv.ConfigError, match="timeout must be at least 1 ms"):
+        pagedkv.LLM(model=str(models / "stories260K.bin"), remote_cache="redis://127.0.0.1:1", remote_timeout_ms=0)
+    prompt = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park."
+    params = pagedkv.SamplingParams(temperature=0.0, max_tokens=4)
+    with RedisServer() as redis:
+        kwargs = dict(model=str(models / "stories260K.bin"), tokenizer=str(models / "tok512.bin"),
+                      remote_cache=redis.url, remote_cache_prefix="pytest", check_invariants=True)
+        first = pagedkv.LLM(**kwargs)
+        cold = first.generate(prompt, params)[0]
+        assert cold.num_cached_tokens == 0
+        # Write-through stores are asynchronous: wait (bounded) until the first engine's blocks are in.
+        deadline = time.monotonic() + 10
+        while first.tier_stats["remote"]["stored_blocks"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert first.tier_stats["remote"]["stored_blocks"] > 0
+        assert int(redis.command("DBSIZE").lstrip(":")) > 0
+
+        second = pagedkv.LLM(**kwargs)
+        warm = second.generate(prompt, params)[0]
+        assert warm.num_cached_tokens_by_tier["remote"] > 0
+        assert warm.num_cached_tokens == sum(warm.num_cached_tokens_by_tier.values())
+        assert warm.outputs[0].token_ids == cold.outputs[0].token_ids
+        assert second.tier_stats["remote"]["hits"] > 0

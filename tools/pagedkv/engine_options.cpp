@@ -84,19 +84,8 @@ EngineConfig EngineOptions::to_config() const {
   c.tiers.write_through = disk_write_through;
   c.tiers.lazy_swap_copies = lazy_swap_copies;
   c.scheduler.lazy_swap_copies = lazy_swap_copies;
-  if (!remote_cache.empty()) {
-    if (remote_timeout_ms < 1)
-      throw ConfigError(fmt::format("--remote-timeout-ms must be at least 1, got {}", remote_timeout_ms));
-    remote::RedisStoreOptions r;
-    r.url = remote::parse_redis_url(remote_cache);
-    r.connect_timeout = std::chrono::milliseconds(remote_timeout_ms);
-    r.io_timeout = std::chrono::milliseconds(remote_timeout_ms);
-    c.tiers.remote_description = r.url.redacted();
-    c.tiers.remote_store = remote::redis_store_factory(std::move(r));
-    c.tiers.remote_key_prefix = remote_cache_prefix;
-    c.tiers.remote_write_through = remote_write_through;
-    c.tiers.remote_min_blocks = remote_min_blocks;
-  }
+  if (!remote_cache.empty())
+    remote::use_redis_tier(c.tiers, {remote_cache, remote_cache_prefix, remote_write_through, remote_timeout_ms, remote_min_blocks});
   return c;
 }
 

@@ -9,6 +9,7 @@
 
 #include "pagedkv/remote/redis_url.h"
 #include "pagedkv/tiers/remote_store.h"
+#include "pagedkv/tiers/tiered_kv_cache.h"
 
 struct redisContext;
 
@@ -64,5 +65,19 @@ class RedisStore final : public RemoteStore {
 
 // Connections for the remote tier (TierConfig::remote_store); each call opens a new, unconnected one.
 RemoteStoreFactory redis_store_factory(RedisStoreOptions options);
+
+// What a user says about the shared Redis tier: the CLI's --remote-* options and Python's
+// remote_* arguments, turned into a TierConfig by one function.
+struct RedisTierSettings {
+  std::string url;                   // redis://[user:password@]host:port[/db]
+  std::string key_prefix = "pagedkv";
+  bool write_through = true;         // store each computed block at once (else when evicted)
+  int timeout_ms = 200;              // connect and socket timeout
+  int min_blocks = 1;                // the cost rule: ask only when this many blocks missed above
+};
+
+// Turns the remote tier on in `tiers`. Throws ConfigError naming a bad setting (the URL, a
+// timeout below 1 ms).
+void use_redis_tier(TierConfig& tiers, const RedisTierSettings& settings);
 
 }  // namespace pagedkv::remote
