@@ -13,7 +13,8 @@ RouterMetrics::RouterMetrics(const BackendPool& pool, std::string policy)
       registry_(std::make_shared<prometheus::Registry>()),
       requests_(BuildCounter().Name("pagedkv_router_requests_total").Help("Requests routed to each backend.").Register(*registry_)),
       failures_(BuildCounter().Name("pagedkv_router_failures_total")
-                    .Help("Requests to a backend that failed, by reason (connect: retried elsewhere; upstream_error: "
+                    .Help("Requests to a backend that failed, by reason (connect: retried elsewhere; busy: a 503 retried "
+                          "elsewhere; unanswered: closed without an answer, retried elsewhere once; upstream_error: "
                           "answered 502 or cut; client_gone: the client left).")
                     .Register(*registry_)),
       credited_blocks_(BuildCounter().Name("pagedkv_router_prefix_blocks_total")

@@ -232,6 +232,7 @@ void RouterServer::install_routes() {
       std::vector<bool> excluded(static_cast<size_t>(pool_.size()), false);
       std::shared_ptr<UpstreamCall> call;
       std::shared_ptr<Placement> placement;
+      bool retried_unanswered = false;
       for (;;) {
         PrefixOverlap overlap;
         const int backend = choose(routing, excluded, overlap);
@@ -260,6 +261,17 @@ void RouterServer::install_routes() {
           pool_.mark_down(backend, fmt::format("POST {}: {}", req.path, call->error()));
           excluded[static_cast<size_t>(backend)] = true;
           continue;  // nothing reached it: try the next choice
+        }
+        if (state == UpstreamCall::State::kFailed && call->unanswered() && !retried_unanswered) {
+          // Closed without a byte of answer (a backend shutting down with this connection in its
+          // backlog): another backend gets it, once only, so a request that crashes backends
+          // cannot take down more than two.
+          placement->failed = true;
+          metrics_.failed(backend, "unanswered");
+          pool_.mark_down(backend, fmt::format("POST {}: closed unanswered: {}", req.path, call->error()));
+          excluded[static_cast<size_t>(backend)] = true;
+          retried_unanswered = true;
+          continue;
         }
         if (state == UpstreamCall::State::kFailed) {
           placement->failed = true;

@@ -55,6 +55,7 @@ void UpstreamCall::run(std::string path, std::string body, std::string api_key) 
     state_ = State::kDone;
   } else {
     never_connected_ = state_ == State::kWaiting && error == httplib::Error::Connection;
+    unanswered_ = state_ == State::kWaiting && !never_connected_ && !cancelled_;
     error_ = cancelled_ ? "cancelled" : httplib::to_string(error);
     state_ = State::kFailed;
   }
@@ -92,6 +93,11 @@ std::string UpstreamCall::retry_after() const {
 bool UpstreamCall::never_connected() const {
   std::lock_guard lock(mutex_);
   return never_connected_;
+}
+
+bool UpstreamCall::unanswered() const {
+  std::lock_guard lock(mutex_);
+  return unanswered_;
 }
 
 std::string UpstreamCall::error() const {

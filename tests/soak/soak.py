@@ -1,20 +1,22 @@
 #!/usr/bin/env python3
 """The soak: two `pagedkv serve` instances on one Redis (the shared tier), each with a disk tier
-on a small filesystem of its own, under load for MINUTES while a fault schedule runs; then the
-checks. Started by scripts/soak.sh (docs/reliability.md says what it found).
+on a small filesystem of its own, and a `pagedkv router` (kv policy) in front of both, under load
+for MINUTES while a fault schedule runs; then the checks. Started by scripts/soak.sh (docs/reliability.md says what it found).
 
-Load: `pagedkv bench serve` rounds over both instances (round-robin), plus worker threads whose
-every request is accounted for: accepted (HTTP 200) requests must end in [DONE] — an answer,
-possibly cut short by a drain (finish_reason "abort") — never in a dropped connection.
-Canaries: the three llama2.c goldens, greedy, sent to both instances every few seconds; their
-text must stay byte-identical to the goldens the whole time.
+Load: `pagedkv bench serve` rounds over both instances (round-robin) and through the router,
+plus worker threads whose every request is accounted for, sent to an instance or to the router:
+accepted (HTTP 200) requests must end in [DONE] — an answer, possibly cut short by a drain
+(finish_reason "abort") — never in a dropped connection.
+Canaries: the three llama2.c goldens, greedy, sent to both instances and the router every few
+seconds; their text must stay byte-identical to the goldens the whole time.
 Faults, in turn: clients that disconnect mid-stream; a burst beyond --max-waiting (503s);
 malformed requests mixed in (each must get a 400); the disk tier's filesystem filled up and
 freed; Redis killed and restarted; SIGTERM of instance B and a warm restart on its disk tier.
 Checks after the load: no accepted request lost, no canary mismatch, no unexpected status, both
-instances idle and their pools empty (metrics and /health), instance A's RSS and open file
-descriptors within a stated bound of their values after warm-up, and (for an ASan build of the
-server) no sanitizer report in its output. Exit 0 only when every check held; one summary line.
+instances idle and their pools empty (metrics and /health), instance A's and the router's RSS
+and open file descriptors within a stated bound of their values after warm-up, every process
+exiting 0 on SIGTERM, and (for an ASan build) no sanitizer report in any output. Instance B is
+restarted on the port it had, so the router sees it go down and come back. Exit 0 only when every check held; one summary line.
 
 Everything runs on 127.0.0.1 with free ports and temporary directories, and is stopped at the
 end, always.
@@ -39,7 +41,7 @@ import requests
 REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "python"))
 from redis_support import RedisServer  # noqa: E402
-from serve_support import Server, pagedkv_bin, sse_events  # noqa: E402
+from serve_support import Server, free_port, pagedkv_bin, sse_events  # noqa: E402
 
 SHARED = pathlib.Path(os.environ.get("PAGEDKV_SHARED_DIR", REPO.parent / "shared"))
 GOLDENS = [("once_upon_a_time.n200", "Once upon a time", 200),
@@ -51,7 +53,7 @@ PREFIXES = ["Once upon a time there was a little girl named Lily who loved to pl
 MALFORMED = [b"{not json", b'{"prompt": 7}', b'{"prompt": "x", "max_tokens": -1}', b'{"prompt": "x", "n": 100000}',
              b'{"prompt": [999999999]}', b'{"prompt": "x", "temperature": "hot"}', b'[]',
              b'{"prompt": "x", "max_tokens": 100000}', b'{"messages": "hi"}', b"\xff\xfe\x00"]
-RSS_SLACK_MIB = 64     # instance A's RSS may grow this much (plus 25 %) over the soak
+RSS_SLACK_MIB = 64     # instance A's and the router's RSS may grow this much (plus 25 %) over the soak
 FD_SLACK = 16          # and hold this many more open descriptors
 
 
@@ -106,6 +108,23 @@ class DiskFilesystems:
         self.proc = None
 
 
+def drain_into(log, server):
+    """Copies a server's output into its log file until it exits (a thread per server)."""
+    for line in server.output:
+        log.write(line.encode())
+
+    def drain():
+        fd = server.proc.stdout.fileno()
+        while True:
+            data = os.read(fd, 65536)
+            if not data:
+                return
+            log.write(data)
+            log.flush()
+
+    threading.Thread(target=drain, daemon=True).start()
+
+
 class Instance:
     """One `pagedkv serve` (restartable), its disk tier on its own small filesystem when there is
     one, its output drained into a log file."""
@@ -118,24 +137,14 @@ class Instance:
         self.binary = binary
         self.fs = filesystems
         self.server = None
+        self.port = free_port()  # kept across restarts: the router knows the instance by its address
 
     def start(self):
         self.server = Server("--remote-cache", self.redis_url, "--remote-cache-prefix", "soak",
                              "--disk-cache-dir", self.disk, "--disk-cache-bytes", "64MiB", "--host-cache-bytes", "4MiB",
                              "--num-blocks", "256", "--max-waiting", "32", "--drain-seconds", "20",
-                             wrap=self.fs.wrap(), binary=self.binary)
-        for line in self.server.output:
-            self.log.write(line.encode())
-        threading.Thread(target=self._drain, args=(self.server,), daemon=True).start()
-
-    def _drain(self, server):
-        fd = server.proc.stdout.fileno()
-        while True:
-            data = os.read(fd, 65536)
-            if not data:
-                return
-            self.log.write(data)
-            self.log.flush()
+                             wrap=self.fs.wrap(), binary=self.binary, port=self.port)
+        drain_into(self.log, self.server)
 
     @property
     def url(self):
@@ -167,6 +176,7 @@ class Soak:
         self.done = threading.Event()
         self.n = Counters()
         self.instances = []
+        self.router = None
         self.redis = None
         self.goldens = golden_texts()
         self.filesystems = None
@@ -174,18 +184,22 @@ class Soak:
     def urls(self):
         return [i.url for i in self.instances]
 
+    def targets(self):
+        """Where clients send requests: each instance, and the router (by name)."""
+        return [(i.name, i.url) for i in self.instances] + [("router", self.router.base_url)]
+
     # ---- load ----------------------------------------------------------------------------------
 
     def accounted_worker(self, seed):
         """Streamed completions, one at a time, every outcome counted."""
         rng = random.Random(seed)
         while not self.done.is_set():
-            inst = self.instances[rng.randrange(len(self.instances))]
+            name, url = rng.choice(self.targets())
             body = {"prompt": rng.choice(PREFIXES) + " ".join(rng.choice(["dog", "cat", "ball", "tree", "sun"])
                                                                for _ in range(rng.randrange(1, 30))),
                     "max_tokens": rng.randrange(4, 64), "stream": True, "temperature": 0.8, "seed": rng.randrange(1000)}
             try:
-                r = requests.post(inst.url + "/v1/completions", json=body, stream=True, timeout=120)
+                r = requests.post(url + "/v1/completions", json=body, stream=True, timeout=120)
             except requests.RequestException:
                 self.n.add("refused")  # down for a restart: never accepted
                 time.sleep(0.05)
@@ -196,7 +210,7 @@ class Soak:
                     continue
                 if r.status_code != 200:
                     self.n.add("unexpected_status")
-                    self.n.note(f"a good request got {r.status_code}: {r.text[:200]}")
+                    self.n.note(f"a good request to {name} got {r.status_code}: {r.text[:200]}")
                     continue
                 self.n.add("accepted")
                 try:
@@ -207,12 +221,16 @@ class Soak:
                     self.n.add("answered")
                 else:
                     self.n.add("lost")
-                    self.n.note(f"accepted request lost on {inst.name}: {events[-1:]}")
+                    self.n.note(f"accepted request lost on {name}: {events[-1:]}")
 
     def bench_rounds(self):
-        """pagedkv bench serve over both instances, round after round (shared prefixes)."""
+        """pagedkv bench serve over both instances, then through the router, round after round
+        (shared prefixes)."""
+        k = 0
         while not self.done.is_set():
-            cmd = [str(pagedkv_bin()), "bench", "serve", *sum((["--base-url", u] for u in self.urls()), []),
+            urls = self.urls() if k % 2 == 0 else [self.router.base_url]
+            k += 1
+            cmd = [str(pagedkv_bin()), "bench", "serve", *sum((["--base-url", u] for u in urls), []),
                    "--dataset", "prefix-repetition", "--num-prompts", "60", "--request-rate", "20",
                    "--prefix-repetition-num-prefixes", "4", "--prefix-repetition-prefix-len", "128",
                    "--prefix-repetition-output-len", "48", "--seed", str(random.randrange(1 << 30)), "--json"]
@@ -225,15 +243,16 @@ class Soak:
                 self.n.add("bench_failed_runs")
 
     def canaries(self):
-        """The goldens, greedy, on both instances in turn: byte for byte, always."""
+        """The goldens, greedy, on both instances and the router in turn: byte for byte, always."""
         k = 0
         while not self.done.is_set():
-            inst = self.instances[k % len(self.instances)]
+            targets = self.targets()
+            where, url = targets[k % len(targets)]
             name, prompt, steps = GOLDENS[k % len(GOLDENS)]
             k += 1
             try:
-                ids = post(inst.url + "/tokenize", {"prompt": prompt}).json()["tokens"]
-                r = post(inst.url + "/v1/completions",
+                ids = post(url + "/tokenize", {"prompt": prompt}).json()["tokens"]
+                r = post(url + "/v1/completions",
                          {"prompt": prompt, "max_tokens": steps - len(ids) + 1, "temperature": 0, "echo": True})
             except (requests.RequestException, KeyError, ValueError):
                 time.sleep(0.5)  # down for a restart
@@ -246,7 +265,7 @@ class Soak:
             self.n.add("canaries")
             if r.json()["choices"][0]["text"] + "\n" != self.goldens[name]:
                 self.n.add("canary_mismatches")
-                self.n.note(f"canary {name} differs on {inst.name}")
+                self.n.note(f"canary {name} differs on {where}")
             self.done.wait(2.0)
 
     # ---- faults --------------------------------------------------------------------------------
@@ -330,8 +349,8 @@ class Soak:
     # ---- the run and its checks ----------------------------------------------------------------
 
     @staticmethod
-    def sample(inst):
-        pid = inst.server.proc.pid
+    def sample(server):
+        pid = server.proc.pid
         rss = 0
         with open(f"/proc/{pid}/status") as f:
             for line in f:
@@ -358,13 +377,16 @@ class Soak:
                 inst = Instance(name, disk, workdir, self.redis.url, self.a.server_binary, self.filesystems)
                 inst.start()
                 self.instances.append(inst)
+            self.router = Server(*sum((["--backend", u] for u in self.urls()), []), "--events-interval-ms", "100",
+                                 command="router", binary=self.a.server_binary)
+            drain_into(open(workdir / "router.log", "ab"), self.router)
             threads = [threading.Thread(target=self.bench_rounds), threading.Thread(target=self.canaries),
                        threading.Thread(target=self.faults)]
             threads += [threading.Thread(target=self.accounted_worker, args=(s,)) for s in range(self.a.workers)]
             for t in threads:
                 t.start()
             time.sleep(min(20, 6 * self.a.minutes))  # warm-up: pools, caches, thread stacks
-            rss0, fds0 = self.sample(self.instances[0])
+            before = [self.sample(self.instances[0].server), self.sample(self.router)]
             while time.monotonic() < self.stop_at:
                 time.sleep(1)
             self.done.set()
@@ -375,17 +397,18 @@ class Soak:
             while time.monotonic() < deadline and not idle:
                 idle = all(self.idle(i) for i in self.instances)
                 time.sleep(0.5)
-            rss1, fds1 = self.sample(self.instances[0])
-            exits = [i.stop() for i in self.instances]
+            after = [self.sample(self.instances[0].server), self.sample(self.router)]
+            self.router.stop(timeout=60)
+            exits = [i.stop() for i in self.instances] + [self.router.proc.returncode]
         finally:
-            for i in self.instances:
-                if i.server and i.server.proc.poll() is None:
-                    i.server.kill()
+            for server in [i.server for i in self.instances] + [self.router]:
+                if server and server.proc.poll() is None:
+                    server.kill()
             self.redis.close()
             self.filesystems.close()
-        return idle, (rss0, rss1), (fds0, fds1), exits
+        return idle, before, after, exits
 
-    def verdict(self, idle, rss, fds, exits, workdir):
+    def verdict(self, idle, before, after, exits, workdir):
         c = self.n.c
         failures = []
         if c["lost"]:
@@ -402,11 +425,12 @@ class Soak:
             failures.append("an instance did not return to an empty pool and idle queues")
         if c["accepted"] == 0 or c["canaries"] == 0:
             failures.append("no traffic got through")
-        if rss[1] > rss[0] * 1.25 + RSS_SLACK_MIB:
-            failures.append(f"instance A's RSS grew {rss[0]} -> {rss[1]} MiB")
-        if fds[1] > fds[0] + FD_SLACK:
-            failures.append(f"instance A's open descriptors grew {fds[0]} -> {fds[1]}")
-        reports = [p.name for p in workdir.glob("serve-*.log") if b"ERROR: AddressSanitizer" in p.read_bytes()
+        for who, (rss0, fds0), (rss1, fds1) in zip(("instance A", "the router"), before, after):
+            if rss1 > rss0 * 1.25 + RSS_SLACK_MIB:
+                failures.append(f"{who}'s RSS grew {rss0} -> {rss1} MiB")
+            if fds1 > fds0 + FD_SLACK:
+                failures.append(f"{who}'s open descriptors grew {fds0} -> {fds1}")
+        reports = [p.name for p in workdir.glob("*.log") if b"ERROR: AddressSanitizer" in p.read_bytes()
                    or b"runtime error:" in p.read_bytes()]
         if reports:
             failures.append(f"sanitizer reports in {reports}")
@@ -416,8 +440,9 @@ class Soak:
               f"{c['bench_completed']} completed, {c['bench_failed']} failed; malformed {c['malformed_sent']} (all 400: "
               f"{'no' if c['unexpected_status'] else 'yes'}); faults: {faults}"
               f"{'; disk-full skipped (no mount namespace)' if c['disk_full_skipped'] else ''}; canaries "
-              f"{c['canaries']}, mismatches {c['canary_mismatches']}; RSS A {rss[0]} -> {rss[1]} MiB; fds A "
-              f"{fds[0]} -> {fds[1]}; idle after: {'yes' if idle else 'no'}; "
+              f"{c['canaries']}, mismatches {c['canary_mismatches']}; RSS A {before[0][0]} -> {after[0][0]} MiB, "
+              f"router {before[1][0]} -> {after[1][0]} MiB; fds A {before[0][1]} -> {after[0][1]}, router "
+              f"{before[1][1]} -> {after[1][1]}; idle after: {'yes' if idle else 'no'}; "
               f"{'PASS' if not failures else 'FAIL: ' + '; '.join(failures)}", flush=True)
         return not failures
 
@@ -441,8 +466,8 @@ def main():
     ok = False
     try:
         soak = Soak(a)
-        idle, rss, fds, exits = soak.run(workdir)
-        ok = soak.verdict(idle, rss, fds, exits, workdir)
+        idle, before, after, exits = soak.run(workdir)
+        ok = soak.verdict(idle, before, after, exits, workdir)
     finally:
         if a.keep or not ok:
             print(f"soak: logs in {workdir}")

@@ -52,6 +52,10 @@ class UpstreamCall {
   // The exchange failed before any byte reached the backend (connection refused, unreachable):
   // trying another backend cannot duplicate work.
   bool never_connected() const;
+  // The exchange failed after connecting but before any response byte (the backend closed the
+  // connection unanswered: a listener stopping with our connection in its backlog, or a crash).
+  // The backend may have started the work, but no client saw any of it.
+  bool unanswered() const;
   std::string error() const;
 
   // The client went away: close the connection to the backend.
@@ -68,6 +72,7 @@ class UpstreamCall {
   std::string content_type_, retry_after_;
   std::string body_;
   bool never_connected_ = false;
+  bool unanswered_ = false;
   bool cancelled_ = false;
   std::string error_;
   std::thread thread_;
