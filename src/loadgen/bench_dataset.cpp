@@ -30,44 +30,45 @@ int length_in_range(int len, double ratio, std::mt19937_64& rng) {
 
 }  // namespace
 
-std::vector<BenchRequest> random_dataset(const std::vector<TokenId>& pool, const RandomDatasetOptions& o, uint64_t seed) {
-  check_pool(pool);
+std::vector<BenchRequest> random_dataset(const TokenPool& pool, const RandomDatasetOptions& o, uint64_t seed) {
+  check_pool(pool.ids);
   if (o.input_len < 1 || o.output_len < 1) throw ConfigError("--random-input-len and --random-output-len must be at least 1");
   if (o.range_ratio < 0 || o.range_ratio >= 1) throw ConfigError(fmt::format("--random-range-ratio must be in [0, 1), got {}", o.range_ratio));
   std::mt19937_64 rng(seed);
   std::vector<BenchRequest> out(static_cast<size_t>(o.num_prompts));
   for (BenchRequest& r : out) {
-    r.prompt.push_back(1);  // BOS, as the server's text prompts have it
-    draw(pool, length_in_range(o.input_len, o.range_ratio, rng) - 1, rng, r.prompt);
+    r.prompt = pool.lead;  // as the server's text prompts start
+    const int len = length_in_range(o.input_len, o.range_ratio, rng);
+    draw(pool.ids, std::max(1, len - static_cast<int>(pool.lead.size())), rng, r.prompt);
     r.max_tokens = length_in_range(o.output_len, o.range_ratio, rng);
   }
   return out;
 }
 
-std::vector<BenchRequest> prefix_repetition_dataset(const std::vector<TokenId>& pool, const PrefixRepetitionOptions& o,
+std::vector<BenchRequest> prefix_repetition_dataset(const TokenPool& pool, const PrefixRepetitionOptions& o,
                                                     uint64_t seed) {
-  check_pool(pool);
+  check_pool(pool.ids);
   if (o.num_prefixes < 1 || o.prefix_len < 1 || o.suffix_len < 0 || o.output_len < 1)
     throw ConfigError("prefix-repetition: --prefix-repetition-num-prefixes and -prefix-len and -output-len must be at least 1");
   std::mt19937_64 rng(seed);
   std::vector<std::vector<TokenId>> prefixes(static_cast<size_t>(o.num_prefixes));
   for (auto& p : prefixes) {
-    p.push_back(1);
-    draw(pool, o.prefix_len - 1, rng, p);
+    p = pool.lead;
+    draw(pool.ids, std::max(1, o.prefix_len - static_cast<int>(pool.lead.size())), rng, p);
   }
   std::vector<BenchRequest> out(static_cast<size_t>(o.num_prompts));
   for (size_t i = 0; i < out.size(); ++i) {
     out[i].prompt = prefixes[i % prefixes.size()];
-    draw(pool, o.suffix_len, rng, out[i].prompt);
+    draw(pool.ids, o.suffix_len, rng, out[i].prompt);
     out[i].max_tokens = o.output_len;
   }
   std::shuffle(out.begin(), out.end(), rng);
   return out;
 }
 
-std::vector<BenchRequest> mooncake_dataset(const std::filesystem::path& trace, const std::vector<TokenId>& pool,
+std::vector<BenchRequest> mooncake_dataset(const std::filesystem::path& trace, const TokenPool& pool,
                                            const MooncakeDatasetOptions& o, uint64_t seed) {
-  check_pool(pool);
+  check_pool(pool.ids);
   if (o.block_tokens < 1) throw ConfigError("--mooncake-block-tokens must be at least 1");
   if (!(o.time_scale >= 0)) throw ConfigError("--time-scale must be at least 0");
   std::ifstream in(trace);
@@ -100,9 +101,9 @@ std::vector<BenchRequest> mooncake_dataset(const std::filesystem::path& trace, c
       if (!ids[b].is_number_integer()) throw bad("hash_ids must be integers");
       std::mt19937_64 block_rng(seed ^ (0x9E3779B97F4A7C15ull * (static_cast<uint64_t>(ids[b].get<int64_t>()) + 1)));
       const int64_t trace_len = b + 1 == ids.size() ? std::clamp<int64_t>(last_block, 1, kTraceBlockTokens) : kTraceBlockTokens;
-      draw(pool, static_cast<int>(std::max<int64_t>(1, trace_len * o.block_tokens / kTraceBlockTokens)), block_rng, r.prompt);
+      draw(pool.ids, static_cast<int>(std::max<int64_t>(1, trace_len * o.block_tokens / kTraceBlockTokens)), block_rng, r.prompt);
     }
-    r.prompt.insert(r.prompt.begin(), 1);  // BOS
+    r.prompt.insert(r.prompt.begin(), pool.lead.begin(), pool.lead.end());
     const size_t room = static_cast<size_t>(std::max(1, o.max_model_len - r.max_tokens));
     if (r.prompt.size() > room) r.prompt.resize(room);
     out.push_back(std::move(r));

@@ -256,13 +256,16 @@ int fetch_max_model_len(const std::string& base_url, const std::string& api_key)
   return models["data"][0].value("max_model_len", 2048);
 }
 
-std::vector<TokenId> fetch_token_pool(const std::string& base_url, const std::string& api_key) {
-  const HttpReply r = http_call("POST", base_url + "/tokenize", json{{"prompt", kPoolText}, {"add_special_tokens", false}}.dump(),
-                                api_key);
-  if (r.status != 200) throw Error(fmt::format("bench serve: {}/tokenize answered {}: {}", base_url, r.status, r.body));
-  std::vector<TokenId> pool = json::parse(r.body)["tokens"].get<std::vector<TokenId>>();
-  std::sort(pool.begin(), pool.end());
-  pool.erase(std::unique(pool.begin(), pool.end()), pool.end());
+TokenPool fetch_token_pool(const std::string& base_url, const std::string& api_key) {
+  auto tokenize = [&](const char* text, bool special) {
+    const HttpReply r =
+        http_call("POST", base_url + "/tokenize", json{{"prompt", text}, {"add_special_tokens", special}}.dump(), api_key);
+    if (r.status != 200) throw Error(fmt::format("bench serve: {}/tokenize answered {}: {}", base_url, r.status, r.body));
+    return json::parse(r.body)["tokens"].get<std::vector<TokenId>>();
+  };
+  TokenPool pool{tokenize(kPoolText, false), tokenize("", true)};
+  std::sort(pool.ids.begin(), pool.ids.end());
+  pool.ids.erase(std::unique(pool.ids.begin(), pool.ids.end()), pool.ids.end());
   return pool;
 }
 

@@ -68,11 +68,11 @@ TEST(ArrivalProcess, SeededAndValidated) {
   EXPECT_THROW(arrival_times(10, 1.0, std::numeric_limits<double>::infinity(), 0), ConfigError);
 }
 
-const std::vector<TokenId> kPool = {500, 501, 502, 503, 504, 505, 506, 507};
+const TokenPool kPool = {{500, 501, 502, 503, 504, 505, 506, 507}, {1}};  // BOS 1, as llama2.c
 
 bool from_pool(const std::vector<TokenId>& ids, size_t from) {
   return std::all_of(ids.begin() + static_cast<std::ptrdiff_t>(from), ids.end(),
-                     [](TokenId id) { return std::find(kPool.begin(), kPool.end(), id) != kPool.end(); });
+                     [](TokenId id) { return std::find(kPool.ids.begin(), kPool.ids.end(), id) != kPool.ids.end(); });
 }
 
 TEST(BenchDataset, RandomLengthsStayInTheirRanges) {
@@ -104,6 +104,30 @@ TEST(BenchDataset, RandomLengthsStayInTheirRanges) {
   o.range_ratio = 1.0;
   EXPECT_THROW(random_dataset(kPool, o, 1), ConfigError);
   EXPECT_THROW(random_dataset({}, RandomDatasetOptions{}, 1), ConfigError);
+}
+
+TEST(BenchDataset, PromptsStartAsTheServersTextPromptsDo) {
+  RandomDatasetOptions r;
+  r.num_prompts = 20;
+  r.input_len = 10;
+  PrefixRepetitionOptions p;
+  p.num_prompts = 6;
+  p.num_prefixes = 2;
+  p.prefix_len = 8;
+  p.suffix_len = 2;
+  for (const std::vector<TokenId>& lead : {std::vector<TokenId>{}, std::vector<TokenId>{128000}, std::vector<TokenId>{2, 3}}) {
+    const TokenPool pool{kPool.ids, lead};
+    for (const BenchRequest& q : random_dataset(pool, r, 3)) {
+      ASSERT_EQ(q.prompt.size(), 10u);
+      EXPECT_TRUE(std::equal(lead.begin(), lead.end(), q.prompt.begin()));
+      EXPECT_TRUE(from_pool(q.prompt, lead.size()));
+    }
+    for (const BenchRequest& q : prefix_repetition_dataset(pool, p, 3)) {
+      ASSERT_EQ(q.prompt.size(), 10u);
+      EXPECT_TRUE(std::equal(lead.begin(), lead.end(), q.prompt.begin()));
+      EXPECT_TRUE(from_pool(q.prompt, lead.size()));
+    }
+  }
 }
 
 TEST(BenchDataset, PrefixRepetitionSharesExactlyItsPrefixes) {

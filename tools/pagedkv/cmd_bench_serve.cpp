@@ -50,7 +50,7 @@ void save_requests(const std::vector<loadgen::BenchRequest>& requests, const loa
 int run_bench_serve(BenchServeOptions o) {
   o.run.request_rate = o.request_rate == "inf" ? std::numeric_limits<double>::infinity() : std::stod(o.request_rate);
   if (o.num_prompts < 1) throw ConfigError("--num-prompts must be at least 1");
-  const std::vector<TokenId> pool = loadgen::fetch_token_pool(o.run.base_urls.front(), o.run.api_key);
+  const loadgen::TokenPool pool = loadgen::fetch_token_pool(o.run.base_urls.front(), o.run.api_key);
   std::vector<loadgen::BenchRequest> requests;
   if (o.dataset == "random") {
     o.random.num_prompts = o.num_prompts;

@@ -2,7 +2,8 @@
 //
 // Prompts are token ids drawn from a pool of real token ids (the server's /tokenize of a built-in
 // text), so the load generator needs no tokenizer of its own and every id is in the model's
-// vocabulary. Everything is seeded: the same options give the same requests.
+// vocabulary; each prompt starts as the server starts a text prompt (its BOS, whatever the model,
+// or nothing). Everything is seeded: the same options give the same requests.
 //   random             input and output lengths uniform in [len * (1 - r), len * (1 + r)]
 //   prefix-repetition  N shared prefixes, each request one of them plus its own suffix
 //   mooncake           a Mooncake trace: its arrival times, and its hash ids turned into token
@@ -19,6 +20,13 @@
 
 namespace pagedkv::loadgen {
 
+// What synthetic prompts are made of: real token ids of the served model, and the tokens the
+// server puts before every text prompt (BOS for llama2.c and most GGUF models; none for some).
+struct TokenPool {
+  std::vector<TokenId> ids;
+  std::vector<TokenId> lead;
+};
+
 struct BenchRequest {
   std::vector<TokenId> prompt;
   int max_tokens = 0;
@@ -31,7 +39,7 @@ struct RandomDatasetOptions {
   int output_len = 64;
   double range_ratio = 0.0;  // in [0, 1)
 };
-std::vector<BenchRequest> random_dataset(const std::vector<TokenId>& pool, const RandomDatasetOptions& o, uint64_t seed);
+std::vector<BenchRequest> random_dataset(const TokenPool& pool, const RandomDatasetOptions& o, uint64_t seed);
 
 struct PrefixRepetitionOptions {
   int num_prompts = 200;
@@ -40,7 +48,7 @@ struct PrefixRepetitionOptions {
   int suffix_len = 32;
   int output_len = 64;
 };
-std::vector<BenchRequest> prefix_repetition_dataset(const std::vector<TokenId>& pool, const PrefixRepetitionOptions& o,
+std::vector<BenchRequest> prefix_repetition_dataset(const TokenPool& pool, const PrefixRepetitionOptions& o,
                                                     uint64_t seed);
 
 struct MooncakeDatasetOptions {
@@ -50,7 +58,7 @@ struct MooncakeDatasetOptions {
   int max_model_len = 512;     // prompts are cut so that prompt + output fits
 };
 // Throws FormatError naming the file and line of a malformed record.
-std::vector<BenchRequest> mooncake_dataset(const std::filesystem::path& trace, const std::vector<TokenId>& pool,
+std::vector<BenchRequest> mooncake_dataset(const std::filesystem::path& trace, const TokenPool& pool,
                                            const MooncakeDatasetOptions& o, uint64_t seed);
 
 }  // namespace pagedkv::loadgen

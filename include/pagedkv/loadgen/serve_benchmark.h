@@ -68,8 +68,9 @@ struct ServeBenchReport {
 // What the benchmark needs from the server before it starts. Throw Error when it is unreachable.
 std::string fetch_model_name(const std::string& base_url, const std::string& api_key);
 int fetch_max_model_len(const std::string& base_url, const std::string& api_key);
-// Real token ids of the served model: the server's /tokenize of a built-in English text.
-std::vector<TokenId> fetch_token_pool(const std::string& base_url, const std::string& api_key);
+// Real token ids of the served model (the server's /tokenize of a built-in English text) and what
+// it puts before a text prompt (its /tokenize of the empty text with special tokens).
+TokenPool fetch_token_pool(const std::string& base_url, const std::string& api_key);
 
 // When each request is sent, in seconds from the start: a trace dataset's own arrival time, else
 // the arrival process's (request_rate, burstiness, seed; all 0 at an infinite rate).

@@ -14,9 +14,12 @@
 // Failure handling: a backend that refuses the connection is taken out of the rotation and the
 // request goes to the next choice (nothing reached the refusing backend, so nothing is done
 // twice); a backend that answers 503 (overloaded, draining) is skipped the same way while others
-// remain. A backend that fails after it was sent the request fails that request: 502 if nothing
-// was relayed yet, else the stream ends with an error event. A client that goes away has its
-// backend connection closed, which cancels the engine request there.
+// remain. A backend that closes the connection without a byte of answer is taken out too and
+// the request goes to the next choice, once per request (the work may have started there, but
+// completions have no side effects; once, so a request that crashes backends takes down at most
+// two). A backend that fails after the answer began fails that request: 502 if nothing was
+// relayed yet, else the stream ends with an error event. A client that goes away has its backend
+// connection closed, which cancels the engine request there.
 #pragma once
 
 #include <atomic>
