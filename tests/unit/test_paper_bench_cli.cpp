@@ -41,7 +41,7 @@ class PaperBenchCli : public ::testing::Test {
 
 TEST_F(PaperBenchCli, QuickRunHasTheStructureThePoliciesImply) {
   int code = -1;
-  const std::string out = run(bin_, "bench paper --quick --json --check-invariants --workloads sharegpt --parallel-n 2", code);
+  const std::string out = run(bin_, "bench paper --quick --json --check-invariants --workloads sharegpt --parallel-n 2 --parallel-workloads sharegpt", code);
   ASSERT_EQ(code, 0) << out;
   const nlohmann::json j = nlohmann::json::parse(out);
   ASSERT_TRUE(j.contains("rate_ratio_vs_oracle") && j.contains("rate_ratio_vs_max") && j.contains("token_state_share_paged"));

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -19,6 +20,7 @@
 #include "command.h"
 #include "paper_bench.h"
 #include "pagedkv/core/error.h"
+#include "pagedkv/kernels/thread_pool.h"
 #include "pagedkv/model/random_model.h"
 
 namespace pagedkv::cli {
@@ -27,15 +29,18 @@ namespace {
 struct PaperOptions {
   bool quick = false;
   bool json = false;
-  int requests = 0;            // 0: 300 (40 with --quick)
-  double kv_mib = 0;           // 0: 32 (8 with --quick)
-  double latency_limit = 0.1;  // s per output token
+  int requests = 0;            // 0: 200 (100 with --quick)
+  double kv_mib = 0;           // 0: 16 (1.25 with --quick)
+  double latency_limit = 0.05;  // s per output token
   std::string cost_preset = "opt-13b-a100";
   std::vector<std::string> workloads{"sharegpt", "alpaca"};
   std::vector<int> parallel_n{2, 4, 6};
+  std::vector<std::string> parallel_workloads{"alpaca"};
   std::string plot_dir;
   bool check_invariants = false;
   uint64_t seed = 1;
+  int threads = 1;
+  bool verbose = false;
 };
 
 constexpr KVReservation kPolicies[] = {KVReservation::kPaged, KVReservation::kOracle, KVReservation::kPow2,
@@ -65,6 +70,16 @@ struct Bench {
   PaperSetup setup;
   PaperOptions o;
   int max_model_len;
+  double pool_tokens;
+
+  RunResult run_at(const LengthDistribution& d, KVReservation policy, double rate, int n = 1) const {
+    RunResult r = run_stream(model, setup, policy, make_requests(d, o.requests, rate, max_model_len, o.seed), n);
+    r.rate = rate;
+    if (o.verbose)
+      fmt::print(stderr, "  {} {} n={} at {:.3f} req/s: {:.4f} s/token, {:.1f} running ({:.1f} s here)\n", d.name,
+                 kv_reservation_name(policy), n, rate, r.normalized_latency_s, r.mean_running, r.wall_s);
+    return r;
+  }
 
   std::vector<BenchRequest> stream(const LengthDistribution& d, double rate) const {
     return make_requests(d, o.requests, rate, max_model_len, o.seed);
@@ -73,11 +88,11 @@ struct Bench {
   Curve sweep(const LengthDistribution& d, KVReservation policy, double start_rate) const {
     Curve c;
     c.policy = policy;
-    const double growth = o.quick ? 1.6 : 1.3;
-    const int bisections = o.quick ? 2 : 4;
+    const double growth = o.quick ? 1.6 : 1.5;
+    const int bisections = 2;
     double good = 0, bad = 0;
     for (double rate = start_rate; rate < start_rate * 1e3; rate *= growth) {
-      c.points.push_back(run_stream(model, setup, policy, stream(d, rate)));
+      c.points.push_back(run_at(d, policy, rate));
       if (c.points.back().normalized_latency_s > o.latency_limit) {
         bad = rate;
         break;
@@ -86,7 +101,7 @@ struct Bench {
     }
     if (bad > 0 && good == 0) {  // even the first rate was too much: look below it
       for (double rate = start_rate / growth; rate > start_rate * 1e-3; rate /= growth) {
-        c.points.push_back(run_stream(model, setup, policy, stream(d, rate)));
+        c.points.push_back(run_at(d, policy, rate));
         if (c.points.back().normalized_latency_s <= o.latency_limit) {
           good = rate;
           break;
@@ -96,7 +111,7 @@ struct Bench {
     }
     for (int i = 0; i < bisections && good > 0 && bad > 0; ++i) {
       const double mid = std::sqrt(good * bad);
-      c.points.push_back(run_stream(model, setup, policy, stream(d, mid)));
+      c.points.push_back(run_at(d, policy, mid));
       (c.points.back().normalized_latency_s <= o.latency_limit ? good : bad) = mid;
     }
     c.sustained_rate = good;
@@ -114,13 +129,13 @@ struct Bench {
     }
     w.mean_prompt /= o.requests;
     w.mean_output /= o.requests;
-    // Start where every policy is comfortable: a rate the pool serves with a few sequences at once.
-    const double start = 0.5 / (w.mean_output * setup.cost.step_overhead_ms / 1e3);
+    // Start at a quarter of what max-length reservations could serve with steps of the fixed cost.
+    const double start = 0.25 * std::max(1.0, pool_tokens / max_model_len) / (w.mean_output * setup.cost.step_overhead_ms / 1e3);
     for (KVReservation p : kPolicies) w.curves.push_back(sweep(d, p, start));
     const double fixed = w.curves[0].sustained_rate;
-    for (KVReservation p : kPolicies) w.breakdown.push_back(run_stream(model, setup, p, stream(d, fixed)));
-    for (int n : o.parallel_n)
-      w.sharing.push_back({n, run_stream(model, setup, KVReservation::kPaged, stream(d, fixed / n / 2), n)});
+    for (KVReservation p : kPolicies) w.breakdown.push_back(run_at(d, p, fixed));
+    if (std::find(o.parallel_workloads.begin(), o.parallel_workloads.end(), d.name) != o.parallel_workloads.end())
+      for (int n : o.parallel_n) w.sharing.push_back({n, run_at(d, KVReservation::kPaged, fixed / n / 2, n)});
     return w;
   }
 };
@@ -200,8 +215,14 @@ void write_plots(const std::string& dir, const std::vector<WorkloadResult>& resu
 }
 
 int run_paper(PaperOptions o) {
-  if (o.requests == 0) o.requests = o.quick ? 40 : 300;
-  if (o.kv_mib == 0) o.kv_mib = o.quick ? 8 : 32;
+  // --quick: a quarter of the lengths, the model's context and the block size, and a small pool,
+  // so a run takes a fraction of a second; the requests of a run stay many times what the pool
+  // holds at once, or no rate would overload it.
+  if (o.requests == 0) o.requests = o.quick ? 100 : 200;
+  if (o.kv_mib == 0) o.kv_mib = o.quick ? 1.25 : 16;
+  const double length_scale = o.quick ? 0.25 : 1.0;
+  if (o.threads < 1) throw ConfigError(fmt::format("--threads must be at least 1, got {}", o.threads));
+  set_kernel_threads(o.threads);
   if (o.requests < 5) throw ConfigError(fmt::format("--requests must be at least 5, got {}", o.requests));
   if (!(o.kv_mib > 0)) throw ConfigError("--kv-mib must be positive");
   if (!(o.latency_limit > 0)) throw ConfigError("--latency-limit must be positive");
@@ -209,20 +230,23 @@ int run_paper(PaperOptions o) {
     if (n < 2 || n > 16) throw ConfigError(fmt::format("--parallel-n values must be in 2..16, got {}", n));
   std::vector<LengthDistribution> dists;
   for (const std::string& w : o.workloads) {
-    if (w == "sharegpt") dists.push_back(sharegpt_like());
-    else if (w == "alpaca") dists.push_back(alpaca_like());
+    if (w == "sharegpt") dists.push_back(scaled(sharegpt_like(), length_scale));
+    else if (w == "alpaca") dists.push_back(scaled(alpaca_like(), length_scale));
     else throw ConfigError(fmt::format("unknown workload '{}' (sharegpt, alpaca)", w));
   }
-  const ModelConfig shape = paper_model_config();
+  ModelConfig shape = paper_model_config();
+  shape.seq_len = static_cast<int>(shape.seq_len * length_scale);
   const std::unique_ptr<Model> model = make_random_model(shape, o.seed);
   PaperSetup setup;
   setup.model = shape;
   setup.kv_cache_bytes = static_cast<size_t>(o.kv_mib * (1 << 20));
+  setup.block_size = static_cast<int>(16 * length_scale);
   setup.cost = step_cost_preset(o.cost_preset);
   setup.check_invariants = o.check_invariants;
-  Bench bench{*model, setup, o, shape.seq_len};
   const size_t kv_per_token = static_cast<size_t>(shape.kv_dim()) * 2 * shape.n_layers * sizeof(float);
-  const size_t pool_tokens = setup.kv_cache_bytes / (kv_per_token * setup.block_size) * setup.block_size;
+  // Block 0 is the null block.
+  const size_t pool_tokens = (setup.kv_cache_bytes / (kv_per_token * setup.block_size) - 1) * setup.block_size;
+  Bench bench{*model, setup, o, shape.seq_len, static_cast<double>(pool_tokens)};
 
   std::vector<WorkloadResult> results;
   for (const LengthDistribution& d : dists) results.push_back(bench.run(d));
@@ -309,17 +333,23 @@ const CommandRegistration kRegistration{Command{
     "bench paper", "the PagedAttention paper's Fig. 2, 12 and 14 on this engine: paged KV vs reservation baselines",
     [](CLI::App& sub) {
       auto o = std::make_shared<PaperOptions>();
-      sub.add_flag("--quick", o->quick, "CI-sized: 40 requests per run, an 8 MiB pool, coarse search");
+      sub.add_flag("--quick", o->quick,
+                   "CI-sized: lengths, context (512), block size (4) and pool (1.25 MiB) scaled down, 100 requests per run, coarse search");
       sub.add_flag("--json", o->json, "print the results as JSON");
-      sub.add_option("--requests", o->requests, "requests per run (default 300; 40 with --quick)");
-      sub.add_option("--kv-mib", o->kv_mib, "KV pool in MiB (default 32; 8 with --quick)");
+      sub.add_option("--requests", o->requests, "requests per run (default 200; 100 with --quick)");
+      sub.add_option("--kv-mib", o->kv_mib, "KV pool in MiB (default 16; 1.25 with --quick)");
+      sub.add_option("--threads", o->threads, "kernel threads (the model is tiny: one is fastest)")->capture_default_str();
       sub.add_option("--latency-limit", o->latency_limit, "normalized latency (s per output token) a sustained rate meets")
           ->capture_default_str();
       sub.add_option("--cost-preset", o->cost_preset, "step cost model of the modelled clock")->capture_default_str();
       sub.add_option("--workloads", o->workloads, "sharegpt, alpaca")->delimiter(',')->capture_default_str();
       sub.add_option("--parallel-n", o->parallel_n, "parallel sampling widths (Fig. 14)")->delimiter(',')->capture_default_str();
+      sub.add_option("--parallel-workloads", o->parallel_workloads, "workloads of the parallel sampling runs")
+          ->delimiter(',')
+          ->capture_default_str();
       sub.add_option("--plot-dir", o->plot_dir, "write gnuplot SVGs (Fig. 12 per workload, Fig. 2) here");
       sub.add_flag("--check-invariants", o->check_invariants, "run the engine's checkers after every step");
+      sub.add_flag("-v,--verbose", o->verbose, "a line on stderr per run");
       sub.add_option("--seed", o->seed, "model weights and workload")->capture_default_str();
       return [o] { return run_paper(*o); };
     }}};

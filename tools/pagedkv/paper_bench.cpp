@@ -28,11 +28,18 @@ double lognormal(DemoRng& rng, double mean, double sigma) {
 LengthDistribution sharegpt_like() { return {"sharegpt", 161, 1.0, 338, 0.8, 1024}; }
 LengthDistribution alpaca_like() { return {"alpaca", 19, 0.5, 58, 0.7, 1024}; }
 
+LengthDistribution scaled(LengthDistribution d, double factor) {
+  d.prompt_mean *= factor;
+  d.output_mean *= factor;
+  d.max_prompt_tokens = std::max(1, static_cast<int>(d.max_prompt_tokens * factor));
+  return d;
+}
+
 ModelConfig paper_model_config() {
   ModelConfig c;
   c.dim = 64;
   c.hidden_dim = 176;
-  c.n_layers = 4;
+  c.n_layers = 2;
   c.n_heads = 4;
   c.n_kv_heads = 4;
   c.vocab_size = 256;
@@ -77,6 +84,7 @@ RunResult run_stream(const Model& model, const PaperSetup& setup, KVReservation 
   config.scheduler.kv_reservation = policy;
   config.check_invariants = setup.check_invariants;
   config.record_block_usage = false;
+  config.max_model_len = setup.max_model_len;
   LLMEngine engine(model, config);
   const int max_len = engine.max_model_len();
   const int vocab = model.config().vocab_size;
@@ -89,8 +97,7 @@ RunResult run_stream(const Model& model, const PaperSetup& setup, KVReservation 
   DemoRng rng(0x7a11'ce11ull);
   RunResult res;
   res.rate = requests.size() > 1 ? static_cast<double>(requests.size() - 1) / requests.back().arrival_s : 0;
-  const double window_begin = requests[requests.size() / 5].arrival_s;
-  const double window_end = requests.back().arrival_s;
+  const double window_begin = requests[requests.size() / 10].arrival_s;
   double weight = 0, running_weighted = 0, slots_per_running = 0;
   double latency_sum = 0;
   int finished_sequences = 0;
@@ -122,7 +129,7 @@ RunResult run_stream(const Model& model, const PaperSetup& setup, KVReservation 
     work.decode_context_tokens = w.decode_context_tokens;
     work.swapped_blocks = w.copied_blocks;
     const double dt = setup.cost.step_seconds(work);
-    if (now >= window_begin && now < window_end) {
+    if (now >= window_begin && (next < requests.size() || engine.scheduler().num_waiting() > 0)) {
       const KVMemoryBreakdown m = engine.scheduler().memory_breakdown();
       const double total = static_cast<double>(m.total_slots);
       res.memory.token_states += dt * static_cast<double>(m.token_states) / total;

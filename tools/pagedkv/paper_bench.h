@@ -34,6 +34,8 @@ struct LengthDistribution {
 };
 LengthDistribution sharegpt_like();  // means 161 / 338 (the paper's ShareGPT), sigmas 1.0 / 0.8
 LengthDistribution alpaca_like();    // means 19 / 58 (the paper's Alpaca), sigmas 0.5 / 0.7
+// The same shape with means and the prompt cap multiplied by `factor` (--quick runs a shorter model).
+LengthDistribution scaled(LengthDistribution d, double factor);
 
 struct BenchRequest {
   double arrival_s = 0;
@@ -46,16 +48,17 @@ std::vector<BenchRequest> make_requests(const LengthDistribution& d, int n, doub
 
 struct PaperSetup {
   ModelConfig model;
-  size_t kv_cache_bytes = 32u << 20;
+  size_t kv_cache_bytes = 16u << 20;
   int block_size = 16;
   int max_num_seqs = 256;
   int max_num_batched_tokens = 2048;
+  int max_model_len = 0;  // 0: the model's seq_len
   StepCostModel cost;
   bool check_invariants = false;  // the engine's checkers after every step (tests)
 };
-// dim 64, hidden 176, 4 layers, 4 query and 4 KV heads of 16, vocab 256, seq_len 2048:
-// 2 KiB of f32 KV per token, so 32 MiB hold 16,384 tokens (the paper's OPT-13B on an A100-40GB
-// has room for about 15,700 at 800 KiB each).
+// dim 64, hidden 176, 2 layers, 4 query and 4 KV heads of 16, vocab 256, seq_len 2048:
+// 1 KiB of f32 KV per token, so 16 MiB hold 16,384 tokens (the paper's OPT-13B on an A100-40GB
+// has room for about 15,700 at 800 KiB each). Small, so that a run's real compute stays seconds.
 ModelConfig paper_model_config();
 
 // KVMemoryBreakdown's categories as time-weighted shares of the pool (they sum to 1).
@@ -79,8 +82,8 @@ struct RunResult {
   double mean_running = 0;          // sequences in the batch, time-weighted
   double duration_s = 0;            // modelled time
   double wall_s = 0;                // real time the run took here
-  // Time-weighted shares of the pool between the arrival of the first fifth of the requests and
-  // the last arrival (the steady part of the run), in slots.
+  // Time-weighted shares of the pool while the stream is loading the engine: from the arrival of
+  // the first tenth of the requests until the last one arrived and none is left waiting.
   MemoryShares memory;
   double mean_slots_per_running = 0;  // allocated (used) slots per running sequence, time-weighted
   // Parallel sampling: time-weighted blocks the sequences' tables name (what they would hold
