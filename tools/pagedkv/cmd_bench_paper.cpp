@@ -197,14 +197,15 @@ void write_plots(const std::string& dir, const std::vector<WorkloadResult>& resu
   for (const WorkloadResult& w : results)
     for (size_t i = 0; i < w.breakdown.size(); ++i) {
       const MemoryShares& m = w.breakdown[i].memory;
-      dat << fmt::format("\"{}\\n{}\" {} {} {} {} {}\n", kv_reservation_name(w.curves[i].policy), w.dist.name, m.token_states,
+      dat << fmt::format("\"{} {}\" {} {} {} {} {}\n", w.dist.name, kv_reservation_name(w.curves[i].policy), m.token_states,
                          m.reserved, m.internal_fragmentation, m.external_fragmentation, m.free);
     }
   dat.close();
   std::ofstream gp(base + ".gp");
-  gp << "set terminal svg size 720,420 dynamic background '#ffffff'\n"
+  gp << "set terminal svg size 860,460 dynamic background '#ffffff'\n"
      << fmt::format("set output '{}.svg'\n", base)
      << "set title 'Where the KV pool goes at paged''s sustained rate'\nset ylabel 'share of KV slots'\n"
+     << "set xtics rotate by -35 nomirror\nset bmargin 6\n"
      << "set style data histograms\nset style histogram rowstacked\nset style fill solid 0.8 border -1\n"
      << "set boxwidth 0.7\nset yrange [0:1]\nset key outside right\n"
      << fmt::format("plot '{0}.dat' using 2:xtic(1) title 'token states', '' using 3 title 'reserved', "
