@@ -140,6 +140,9 @@ RequestId LLMEngine::add_request(GenerationRequest g) {
     if (g.prompt[i] < 0 || g.prompt[i] >= vocab)
       throw UsageError(fmt::format("prompt token {} at index {} is outside the vocabulary [0, {})", g.prompt[i], i, vocab));
   if (g.n < 1) throw UsageError(fmt::format("n must be at least 1, got {}", g.n));
+  if (g.n > 1 && config_.scheduler.kv_reservation != KVReservation::kPaged)
+    throw UsageError(fmt::format("parallel sampling (n = {}) needs the paged KV reservation, not {}", g.n,
+                                 kv_reservation_name(config_.scheduler.kv_reservation)));
   if (g.logprobs < -1) throw UsageError(fmt::format("logprobs must be -1 (none) or at least 0, got {}", g.logprobs));
   g.sampling.validate();
   auto r = std::make_unique<SchedulerRequest>();

@@ -75,8 +75,7 @@ EngineConfig EngineOptions::to_config() const {
   else throw ConfigError(fmt::format("--preemption must be recompute, swap or auto, got '{}'", preemption));
   c.scheduler.kv_reservation = parse_kv_reservation(kv_reservation);
   // The baselines share nothing (the PagedAttention paper's Orca).
-  if (c.scheduler.kv_reservation != KVReservation::kPaged) c.enable_prefix_caching = false;
-  c.enable_prefix_caching = !no_prefix_caching;
+  c.enable_prefix_caching = !no_prefix_caching && c.scheduler.kv_reservation == KVReservation::kPaged;
   const auto hash = parse_hash_algorithm(prefix_hash);
   if (!hash) throw ConfigError(fmt::format("--prefix-hash must be xxh3_128 or sha256, got '{}'", prefix_hash));
   c.hash_algorithm = *hash;
