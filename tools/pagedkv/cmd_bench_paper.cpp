@@ -36,11 +36,13 @@ struct PaperOptions {
   std::vector<std::string> workloads{"sharegpt", "alpaca"};
   std::vector<int> parallel_n{2, 4, 6};
   std::vector<std::string> parallel_workloads{"alpaca"};
+  std::vector<int> prefix_tokens{80, 341};  // Fig. 16 on the Alpaca-like stream (none with --quick)
   std::string plot_dir;
   bool check_invariants = false;
   uint64_t seed = 1;
   int threads = 1;
   bool verbose = false;
+  bool prefix_tokens_given = false;
 };
 
 constexpr KVReservation kPolicies[] = {KVReservation::kPaged, KVReservation::kOracle, KVReservation::kPow2,
@@ -63,6 +65,12 @@ struct WorkloadResult {
     RunResult run;
   };
   std::vector<Sharing> sharing;
+  // Fig. 16: the same stream behind a shared prefix, paged (prefix caching) against oracle.
+  struct Prefixed {
+    int prefix_tokens = 0;
+    Curve paged, oracle;
+  };
+  std::vector<Prefixed> prefixed;
 };
 
 struct Bench {
@@ -136,6 +144,13 @@ struct Bench {
     for (KVReservation p : kPolicies) w.breakdown.push_back(run_at(d, p, fixed));
     if (std::find(o.parallel_workloads.begin(), o.parallel_workloads.end(), d.name) != o.parallel_workloads.end())
       for (int n : o.parallel_n) w.sharing.push_back({n, run_at(d, KVReservation::kPaged, fixed / n / 2, n)});
+    if (d.name == "alpaca")
+      for (int k : o.prefix_tokens) {
+        LengthDistribution dp = d;
+        dp.shared_prefix_tokens = k;
+        dp.name = fmt::format("alpaca+prefix{}", k);
+        w.prefixed.push_back({k, sweep(dp, KVReservation::kPaged, start / 4), sweep(dp, KVReservation::kOracle, start / 4)});
+      }
     return w;
   }
 };
@@ -222,6 +237,9 @@ int run_paper(PaperOptions o) {
   if (o.requests == 0) o.requests = o.quick ? 100 : 200;
   if (o.kv_mib == 0) o.kv_mib = o.quick ? 1.25 : 16;
   const double length_scale = o.quick ? 0.25 : 1.0;
+  if (o.quick && !o.prefix_tokens_given) o.prefix_tokens.clear();
+  for (int k : o.prefix_tokens)
+    if (k < 1 || k > 1000) throw ConfigError(fmt::format("--prefix-tokens values must be in 1..1000, got {}", k));
   if (o.threads < 1) throw ConfigError(fmt::format("--threads must be at least 1, got {}", o.threads));
   set_kernel_threads(o.threads);
   if (o.requests < 5) throw ConfigError(fmt::format("--requests must be at least 5, got {}", o.requests));
@@ -292,6 +310,11 @@ int run_paper(PaperOptions o) {
     for (const auto& s : w.sharing)
       jw["parallel_sampling"].push_back({{"n", s.n}, {"rate", s.run.rate}, {"memory_saving", sharing_saving(s.run)},
                                          {"logical_blocks", s.run.logical_blocks}, {"physical_blocks", s.run.physical_blocks}});
+    for (const auto& pr : w.prefixed)
+      jw["shared_prefix"].push_back({{"prefix_tokens", pr.prefix_tokens},
+                                     {"paged_sustained_rate", pr.paged.sustained_rate},
+                                     {"oracle_sustained_rate", pr.oracle.sustained_rate},
+                                     {"rate_ratio_vs_oracle", ratio(pr.paged.sustained_rate, pr.oracle.sustained_rate)}});
     if (w.dist.name == "sharegpt")
       for (const char* k : {"rate_ratio_vs_oracle", "rate_ratio_vs_max", "token_state_share_paged"}) j[k] = jw[k];
     j["workloads"].push_back(jw);
@@ -326,6 +349,11 @@ int run_paper(PaperOptions o) {
       for (const nlohmann::json& s : jw["parallel_sampling"])
         fmt::print("  parallel sampling n={}: sharing saves {:.1f}% of KV blocks (at {:.3f} req/s)\n", s["n"].get<int>(),
                    100 * s["memory_saving"].get<double>(), s["rate"].get<double>());
+    if (jw.contains("shared_prefix"))
+      for (const nlohmann::json& s : jw["shared_prefix"])
+        fmt::print("  shared {}-token prefix: paged {:.3f} req/s, oracle {:.3f} req/s: {:.2f}x\n", s["prefix_tokens"].get<int>(),
+                   s["paged_sustained_rate"].get<double>(), s["oracle_sustained_rate"].get<double>(),
+                   s["rate_ratio_vs_oracle"].get<double>());
   }
   return 0;
 }
@@ -349,6 +377,10 @@ const CommandRegistration kRegistration{Command{
           ->delimiter(',')
           ->capture_default_str();
       sub.add_option("--plot-dir", o->plot_dir, "write gnuplot SVGs (Fig. 12 per workload, Fig. 2) here");
+      sub.add_option("--prefix-tokens", o->prefix_tokens,
+                     "shared prefix lengths of the Alpaca-like Fig. 16 runs (default 80,341; none with --quick)")
+          ->delimiter(',')
+          ->each([o](const std::string&) { o->prefix_tokens_given = true; });
       sub.add_flag("--check-invariants", o->check_invariants, "run the engine's checkers after every step");
       sub.add_flag("-v,--verbose", o->verbose, "a line on stderr per run");
       sub.add_option("--seed", o->seed, "model weights and workload")->capture_default_str();

@@ -63,7 +63,10 @@ std::vector<BenchRequest> make_requests(const LengthDistribution& d, int n, doub
     r.arrival_s = arrivals[i];
     const double p = lognormal(rng, d.prompt_mean, d.prompt_sigma);
     const double o = lognormal(rng, d.output_mean, d.output_sigma);
-    r.prompt_tokens = std::clamp(static_cast<int>(std::lround(p)), 1, std::min(d.max_prompt_tokens, max_model_len - 1));
+    r.shared_prefix_tokens = std::clamp(d.shared_prefix_tokens, 0, max_model_len / 2);
+    r.prompt_tokens = r.shared_prefix_tokens +
+                      std::clamp(static_cast<int>(std::lround(p)), 1,
+                                 std::min(d.max_prompt_tokens, max_model_len - 1 - r.shared_prefix_tokens));
     r.output_tokens = std::clamp(static_cast<int>(std::lround(o)), 1, max_model_len - r.prompt_tokens);
   }
   return out;
@@ -108,7 +111,9 @@ RunResult run_stream(const Model& model, const PaperSetup& setup, KVReservation 
       const BenchRequest& b = requests[next++];
       GenerationRequest g;
       g.prompt.resize(static_cast<size_t>(b.prompt_tokens));
-      for (TokenId& t : g.prompt) t = rng.uniform_int(1, vocab - 1);
+      for (size_t k = 0; k < g.prompt.size(); ++k)
+        g.prompt[k] = static_cast<int>(k) < b.shared_prefix_tokens ? static_cast<TokenId>(1 + (37 * k + 11) % (vocab - 1))
+                                                                   : rng.uniform_int(1, vocab - 1);
       g.sampling.temperature = 0;
       g.n = n_samples;
       g.stop.max_tokens = max_len - b.prompt_tokens;  // the declared maximum: what Orca (Max) reserves

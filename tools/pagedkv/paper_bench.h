@@ -31,6 +31,9 @@ struct LengthDistribution {
   double output_mean = 0;
   double output_sigma = 0;
   int max_prompt_tokens = 1024;
+  // Every prompt starts with the same this many tokens (a one-shot or few-shot example, the
+  // paper's Fig. 16), before its drawn part.
+  int shared_prefix_tokens = 0;
 };
 LengthDistribution sharegpt_like();  // means 161 / 338 (the paper's ShareGPT), sigmas 1.0 / 0.8
 LengthDistribution alpaca_like();    // means 19 / 58 (the paper's Alpaca), sigmas 0.5 / 0.7
@@ -39,8 +42,9 @@ LengthDistribution scaled(LengthDistribution d, double factor);
 
 struct BenchRequest {
   double arrival_s = 0;
-  int prompt_tokens = 0;
+  int prompt_tokens = 0;  // the shared prefix included
   int output_tokens = 0;
+  int shared_prefix_tokens = 0;
 };
 // `n` requests with Poisson arrivals at `rate` per second; the same seed gives the same lengths
 // at every rate (only the gaps scale).
