@@ -140,6 +140,9 @@ RequestId LLMEngine::add_request(GenerationRequest g) {
     if (g.prompt[i] < 0 || g.prompt[i] >= vocab)
       throw UsageError(fmt::format("prompt token {} at index {} is outside the vocabulary [0, {})", g.prompt[i], i, vocab));
   if (g.n < 1) throw UsageError(fmt::format("n must be at least 1, got {}", g.n));
+  if (g.n > 1 && config_.scheduler.kv_reservation != KVReservation::kPaged)
+    throw UsageError(fmt::format("parallel sampling (n = {}) needs the paged KV reservation, not {}", g.n,
+                                 kv_reservation_name(config_.scheduler.kv_reservation)));
   if (g.logprobs < -1) throw UsageError(fmt::format("logprobs must be -1 (none) or at least 0, got {}", g.logprobs));
   g.sampling.validate();
   auto r = std::make_unique<SchedulerRequest>();
@@ -174,7 +177,7 @@ void LLMEngine::sync_block_table_row(const SchedulerRequest& r, bool rewritten) 
     free_rows_.pop_back();
     rewritten = true;
   }
-  const auto blocks = manager_.get_block_ids(r.kv);
+  const auto blocks = scheduler_.block_ids(r);  // the manager's table, or a reserved range
   const int row = it->second;
   const int have = block_table_.num_blocks(row);
   if (rewritten || have > static_cast<int>(blocks.size())) block_table_.set_row(row, blocks);
@@ -239,6 +242,18 @@ std::vector<RequestOutput> LLMEngine::step() {
   if (!out.cow_copies.empty()) copy_blocks(arena_, out.cow_copies);
   stats_.cow_copies += out.cow_copies.size();
   const auto c1 = Clock::now();
+  EngineStepWork& work = stats_.last_step;
+  work = EngineStepWork{};
+  work.copied_blocks = static_cast<int64_t>(out.swap_out.size() + out.swap_in.size());
+  for (const ScheduledChunk& c : out.chunks) {
+    if (c.num_new_tokens == 1) {
+      ++work.decode_seqs;
+      work.decode_context_tokens += c.first_position + 1;
+    } else {
+      work.prefill_tokens += c.num_new_tokens;
+      work.prefill_token_pairs += c.num_new_tokens * (c.first_position + (c.num_new_tokens + 1) / 2.0);
+    }
+  }
   stats_.copy_seconds += std::chrono::duration<double>(c1 - c0).count();
 
   std::vector<RequestOutput> results;
@@ -385,7 +400,8 @@ std::vector<RequestOutput> LLMEngine::step() {
     auto s = samplers_.lower_bound({e.first, 0});
     return s == samplers_.end() || s->first.first != e.first;
   });
-  const int in_use = manager_.pool().num_usable_blocks() - manager_.num_free_blocks();
+  const int in_use =
+      manager_.pool().num_usable_blocks() - manager_.num_free_blocks() + scheduler_.reserved_blocks_in_use();
   if (config_.record_block_usage) stats_.blocks_in_use.push_back(in_use);
   stats_.peak_blocks_in_use = std::max(stats_.peak_blocks_in_use, in_use);
   if (config_.check_invariants) check_invariants();

@@ -34,11 +34,17 @@ StepCostModel preset(std::string name, std::string description, double overhead_
 //    ~9k tok/s; weights 140 GB / (8 x 2 TB/s) plus all-reduce -> ~15 ms; KV 320 KiB/token ->
 //    0.02 ms per 1,000 tokens across 8 GPUs; 4*8192*80 FLOP per pair -> ~2.1 ms per million.
 //    A 10k-token uncached prefill then takes ~1.2 s (the paper's Fig. 10: 1.37 s per request).
-const std::array<StepCostModel, 2>& presets() {
-  static const std::array<StepCostModel, 2> p = {
+//  opt-13b-a100 (the PagedAttention paper's Fig. 12a testbed, fp16): 26 GFLOP/token of 156
+//    TFLOP/s -> ~6k tok/s and 0.17 ms per decode sequence; weights 26 GB / 1.55 TB/s -> ~20 ms a
+//    step; KV 800 KiB/token -> 1,000 tokens read in ~0.65 ms; 4*5120*40 FLOP per pair -> ~5.3 ms
+//    per million; a 16-token block of 12.5 MiB over PCIe 4 (~25 GB/s) -> 0.5 ms.
+const std::array<StepCostModel, 3>& presets() {
+  static const std::array<StepCostModel, 3> p = {
       preset("llama3-8b-h100", "LLaMA-3 8B on one H100 (rough roofline estimate)", 6.0, 20000, 1.5, 0.05, 0.045, 0.05),
       preset("llama2-70b-8xa800", "LLaMA-2 70B, tensor parallel over 8 A800 (rough roofline estimate)", 15.0, 9000, 2.1,
              0.1, 0.02, 0.15),
+      preset("opt-13b-a100", "OPT-13B on one A100-40GB, the PagedAttention paper's testbed (rough roofline estimate)",
+             20.0, 6000, 5.3, 0.17, 0.65, 0.5),
   };
   return p;
 }

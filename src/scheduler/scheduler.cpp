@@ -45,6 +45,12 @@ Scheduler::Scheduler(SchedulerConfig config, KVCacheManager& manager, int swap_b
     : config_(config), manager_(manager), swap_(swap_blocks) {
   config_.validate();
   running_.reserve(static_cast<size_t>(config_.max_num_seqs) * 2);
+  if (config_.kv_reservation != KVReservation::kPaged) {
+    if (manager_.num_groups() != 1)
+      throw ConfigError(fmt::format("the {} KV reservation supports one KV-cache group (full attention), the model has {}",
+                                    kv_reservation_name(config_.kv_reservation), manager_.num_groups()));
+    ranges_.emplace(1, manager_.pool().num_usable_blocks());  // block 0 is the null block
+  }
 }
 
 Scheduler::~Scheduler() {
@@ -80,6 +86,25 @@ void Scheduler::settle_deferred_copies(SchedulerRequest* r, int first_needed, Sc
 }
 
 void Scheduler::check_invariants() const {
+  if (ranges_) {
+    ranges_->check_invariants();
+    int held = 0;
+    for (const SchedulerRequest* r : running_) {
+      const auto& b = r->reserved_blocks;
+      if (b.empty() || ranges_->allocated_length(b.front().value) != static_cast<int32_t>(b.size()))
+        throw InvariantError(fmt::format("request {}: its reserved blocks are not an allocated range", r->kv.id.value));
+      for (size_t i = 1; i < b.size(); ++i)
+        if (b[i].value != b[0].value + static_cast<int32_t>(i))
+          throw InvariantError(fmt::format("request {}: reserved blocks not contiguous", r->kv.id.value));
+      if (r->kv.num_computed_tokens > static_cast<int>(b.size()) * manager_.block_size())
+        throw InvariantError(fmt::format("request {}: {} tokens computed in a reservation of {} blocks", r->kv.id.value,
+                                         r->kv.num_computed_tokens, b.size()));
+      held += static_cast<int>(b.size());
+    }
+    if (held != reserved_blocks_in_use() || ranges_->num_allocated() != static_cast<int>(running_.size()))
+      throw InvariantError(fmt::format("reservations: running requests hold {} blocks in {} ranges, the allocator {} in {}",
+                                       held, running_.size(), reserved_blocks_in_use(), ranges_->num_allocated()));
+  }
   for (const auto& [block, copies] : deferred_swaps_) {
     if (copies.empty()) throw InvariantError(fmt::format("deferred swap copies of device block {}: none", block));
     for (const DeferredSwapCopy& d : copies) {
@@ -107,6 +132,12 @@ SchedulerRequest& Scheduler::add_request(std::unique_ptr<SchedulerRequest> reque
     throw UsageError(fmt::format("add_request: request id {} is already in use", request->kv.id.value));
   if (request->kv.num_tokens() == 0) throw UsageError("add_request: a request needs at least one prompt token");
   if (request->n < 1) throw UsageError(fmt::format("add_request: n must be at least 1, got {}", request->n));
+  if (request->stop.known_output_tokens < -1 || request->stop.known_output_tokens == 0)
+    throw UsageError(fmt::format("add_request: known_output_tokens must be -1 (unknown) or at least 1, got {}",
+                                 request->stop.known_output_tokens));
+  if (ranges_ && request->n > 1)
+    throw UsageError(fmt::format("add_request: parallel sampling (n = {}) needs the paged KV reservation, not {}",
+                                 request->n, kv_reservation_name(config_.kv_reservation)));
   SchedulerRequest* r = request.get();
   r->arrival_seq = next_arrival_seq_++;
   r->status = RequestStatus::kWaiting;
@@ -130,7 +161,12 @@ void Scheduler::remove_running(SchedulerRequest* r) {
 
 void Scheduler::finish(SchedulerRequest* r, FinishReason reason) {
   if (r->status == RequestStatus::kRunning) {
-    manager_.free(r->kv);
+    if (ranges_) {
+      ranges_->free(r->reserved_blocks.front().value);
+      r->reserved_blocks.clear();
+    } else {
+      manager_.free(r->kv);
+    }
     remove_running(r);
   } else if (r->status == RequestStatus::kWaiting) {
     waiting_.erase(std::find(waiting_.begin(), waiting_.end(), r));
@@ -334,6 +370,14 @@ SchedulerOutput Scheduler::schedule() {
       ++i;
       continue;
     }
+    if (ranges_) {
+      // Its reservation already covers the whole sequence: nothing to allocate, nothing to preempt.
+      out.chunks.push_back(ScheduledChunk{r, n, r->kv.num_computed_tokens, r->kv.num_computed_tokens + n == r->kv.num_tokens()});
+      out.num_batched_tokens += n;
+      budget -= n;
+      ++i;
+      continue;
+    }
     bool self_preempted = false;
     std::optional<NewBlocks> nb;
     while (!(nb = manager_.allocate_slots(r->kv, n))) {
@@ -382,6 +426,10 @@ SchedulerOutput Scheduler::schedule() {
     size_t next = 0;  // waiting requests whose prefix is still loading from the tiers are skipped
     while (may_admit && next < waiting_.size() && budget > 0 && static_cast<int>(running_.size()) < config_.max_num_seqs) {
       SchedulerRequest* r = waiting_[next];
+      if (ranges_) {
+        if (!admit_reserved(r, budget, out)) break;  // FCFS: the head waits for a range, so does the rest
+        continue;
+      }
       if (manager_.can_allocate(r->kv) == AllocStatus::kNever) {
         finish(r, FinishReason::kRejected);  // larger than the whole cache: it can never run
         continue;
@@ -422,12 +470,87 @@ SchedulerOutput Scheduler::schedule() {
   return out;
 }
 
+bool Scheduler::admit_reserved(SchedulerRequest* r, int& budget, SchedulerOutput& out) {
+  const int bs = manager_.block_size();
+  const int tokens = kv_reservation_tokens(config_.kv_reservation, r->kv.num_prompt_tokens, r->stop.max_tokens,
+                                           r->stop.known_output_tokens, manager_.max_model_len());
+  // At least the prompt and the first output token's slot: a prompt the model cannot hold is rejected.
+  const int blocks = cdiv(std::max(tokens, r->kv.num_tokens()), bs);
+  if (blocks > ranges_->capacity() || r->kv.num_tokens() > manager_.max_model_len()) {
+    finish(r, FinishReason::kRejected);  // larger than the whole cache: it can never run
+    return true;
+  }
+  const std::optional<int32_t> first = ranges_->allocate(blocks);
+  if (!first) return false;
+  waiting_.erase(std::find(waiting_.begin(), waiting_.end(), r));
+  r->reserved_blocks.clear();
+  for (int b = 0; b < blocks; ++b) r->reserved_blocks.push_back(BlockId{*first + b});
+  const int n = std::min(r->kv.num_tokens(), budget);
+  r->kv.num_computed_tokens = 0;
+  if (r->prefix_hit_tokens < 0) r->prefix_hit_tokens = 0;
+  r->status = RequestStatus::kRunning;
+  r->admit_seq = next_admit_seq_++;
+  running_.push_back(r);
+  ++stats_.admissions;
+  out.rewritten_tables.push_back(r->kv.id);
+  out.chunks.push_back(ScheduledChunk{r, n, 0, n == r->kv.num_tokens()});
+  out.num_batched_tokens += n;
+  budget -= n;
+  return true;
+}
+
+std::span<const BlockId> Scheduler::block_ids(const SchedulerRequest& r) const {
+  if (ranges_) return r.reserved_blocks;
+  return manager_.get_block_ids(r.kv);
+}
+
+KVMemoryBreakdown Scheduler::memory_breakdown() const {
+  KVMemoryBreakdown m;
+  const int64_t bs = manager_.block_size();
+  m.total_slots = static_cast<int64_t>(manager_.pool().num_usable_blocks()) * bs;
+  if (ranges_) {
+    for (const SchedulerRequest* r : running_) {
+      const int64_t slots = static_cast<int64_t>(r->reserved_blocks.size()) * bs;
+      const int output = r->stop.known_output_tokens >= 0 ? r->stop.known_output_tokens : r->stop.max_tokens;
+      // The slots it will fill: every token but the last sampled one is computed.
+      const int64_t will_fill = std::min<int64_t>(slots, std::max<int64_t>(r->kv.num_computed_tokens,
+                                                                           r->kv.num_prompt_tokens + output - 1));
+      m.token_states += r->kv.num_computed_tokens;
+      m.reserved += will_fill - r->kv.num_computed_tokens;
+      m.internal_fragmentation += slots - will_fill;
+    }
+    m.free = static_cast<int64_t>(ranges_->largest_free_run()) * bs;
+    m.external_fragmentation = static_cast<int64_t>(ranges_->num_free()) * bs - m.free;
+    return m;
+  }
+  // Paged: a block shared by several sequences (forks, prefix hits) holds as many token states
+  // as its fullest holder wrote.
+  std::unordered_map<int32_t, int> filled;
+  for (const SchedulerRequest* r : running_) {
+    const auto ids = manager_.get_block_ids(r->kv);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const int in_block = static_cast<int>(std::clamp<int64_t>(r->kv.num_computed_tokens - static_cast<int64_t>(i) * bs, 0, bs));
+      int& f = filled[ids[i].value];
+      f = std::max(f, in_block);
+    }
+  }
+  const int64_t used_blocks = manager_.pool().num_usable_blocks() - manager_.num_free_blocks();
+  for (const auto& [block, f] : filled) m.token_states += f;
+  m.internal_fragmentation = used_blocks * bs - m.token_states;
+  m.free = static_cast<int64_t>(manager_.num_free_blocks()) * bs;
+  return m;
+}
+
 bool Scheduler::check_stop(SchedulerRequest* r, TokenId token) {
   const StopConditions& s = r->stop;
   if ((!s.ignore_eos && token == s.eos_token_id) ||
       std::find(s.stop_token_ids.begin(), s.stop_token_ids.end(), token) != s.stop_token_ids.end()) {
     r->stopped_on_stop_token = true;
     finish(r, FinishReason::kStop);
+    return true;
+  }
+  if (s.known_output_tokens > 0 && r->num_output_tokens() >= s.known_output_tokens) {
+    finish(r, FinishReason::kStop);  // the dataset's end of this output, standing in for EOS
     return true;
   }
   if (r->num_output_tokens() >= s.max_tokens || r->kv.num_tokens() > manager_.max_model_len()) {

@@ -20,6 +20,10 @@ void EngineOptions::add_to(CLI::App& app) {
   app.add_option("--swap-space", swap_space, "host swap space for swap preemption (0 disables)")->capture_default_str();
   app.add_option("--kv-dtype", kv_dtype, "KV element type: fp32, fp16, bf16, int8 or fp8 (per token and head scales)")->capture_default_str();
   app.add_option("--preemption", preemption, "recompute, swap or auto")->capture_default_str();
+  app.add_option("--kv-reservation", kv_reservation,
+                 "paged, or a baseline that reserves each sequence contiguously at admission: max (prompt + "
+                 "max_tokens), pow2, oracle (these two need the output length known; otherwise as max)")
+      ->capture_default_str();
   app.add_flag("--no-prefix-caching", no_prefix_caching, "disable prefix caching");
   app.add_option("--prefix-hash", prefix_hash, "block hash of the prefix cache: xxh3_128 or sha256")->capture_default_str();
   app.add_option("--hash-seed", hash_seed,
@@ -69,7 +73,9 @@ EngineConfig EngineOptions::to_config() const {
   else if (preemption == "swap") c.scheduler.preemption_mode = PreemptionMode::kSwap;
   else if (preemption == "auto") c.scheduler.preemption_mode = PreemptionMode::kAuto;
   else throw ConfigError(fmt::format("--preemption must be recompute, swap or auto, got '{}'", preemption));
-  c.enable_prefix_caching = !no_prefix_caching;
+  c.scheduler.kv_reservation = parse_kv_reservation(kv_reservation);
+  // The baselines share nothing (the PagedAttention paper's Orca).
+  c.enable_prefix_caching = !no_prefix_caching && c.scheduler.kv_reservation == KVReservation::kPaged;
   const auto hash = parse_hash_algorithm(prefix_hash);
   if (!hash) throw ConfigError(fmt::format("--prefix-hash must be xxh3_128 or sha256, got '{}'", prefix_hash));
   c.hash_algorithm = *hash;

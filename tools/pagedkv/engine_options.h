@@ -17,6 +17,7 @@ struct EngineOptions {
   std::string swap_space = "4MiB";
   std::string kv_dtype = "fp32";
   std::string preemption = "auto";
+  std::string kv_reservation = "paged";
   bool no_prefix_caching = false;
   std::string prefix_hash = "xxh3_128";
   uint64_t hash_seed = 0;

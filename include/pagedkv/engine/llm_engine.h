@@ -80,6 +80,16 @@ struct RequestOutput {
   std::vector<TokenLogprobs> new_logprobs;
 };
 
+// One step's work in the terms of a step cost model (replay/step_cost_model.h's StepWork):
+// benchmarks that run the engine on a modelled clock read EngineStats::last_step after each step.
+struct EngineStepWork {
+  int64_t prefill_tokens = 0;       // new tokens of chunks longer than one token
+  double prefill_token_pairs = 0;   // Σ new tokens x the mean context they attend to
+  int64_t decode_seqs = 0;          // one-token chunks
+  int64_t decode_context_tokens = 0;
+  int64_t copied_blocks = 0;        // swap-out and swap-in copies
+};
+
 struct EngineStats {
   uint64_t steps = 0;
   uint64_t prompt_tokens_computed = 0;  // prefill tokens computed (re-prefills included)
@@ -90,6 +100,7 @@ struct EngineStats {
   double copy_seconds = 0;
   int peak_blocks_in_use = 0;
   std::vector<int> blocks_in_use;      // after every step
+  EngineStepWork last_step;
 };
 
 class LLMEngine {

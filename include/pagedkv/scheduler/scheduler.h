@@ -11,11 +11,15 @@
 
 #include <deque>
 #include <memory>
+#include <optional>
+#include <span>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "pagedkv/block/contiguous_allocator.h"
 #include "pagedkv/manager/kv_cache_manager.h"
+#include "pagedkv/scheduler/kv_memory_breakdown.h"
 #include "pagedkv/scheduler/scheduler_config.h"
 #include "pagedkv/scheduler/scheduler_request.h"
 #include "pagedkv/scheduler/swap_space.h"
@@ -112,12 +116,25 @@ class Scheduler {
   const SwapSpace& swap_space() const { return swap_; }
   const KVCacheManager& manager() const { return manager_; }
   const SchedulerConfig& config() const { return config_; }
-  // Deferred swap copies consistent with the swapped requests and the device cache; throws
-  // InvariantError. (The engine's checker calls it with the manager's.)
+  // The request's KV blocks (group 0) in sequence order: the manager's table when paged, its
+  // reserved contiguous range otherwise.
+  std::span<const BlockId> block_ids(const SchedulerRequest& r) const;
+  // Reservation policies: blocks held by reservations (0 when paged), and the allocator of ranges
+  // (null when paged).
+  int reserved_blocks_in_use() const { return ranges_ ? ranges_->capacity() - ranges_->num_free() : 0; }
+  const ContiguousAllocator* reservations() const { return ranges_ ? &*ranges_ : nullptr; }
+  // Where the device pool's slots are now (the paper's Fig. 2 categories). O(blocks in use).
+  KVMemoryBreakdown memory_breakdown() const;
+  // Deferred swap copies consistent with the swapped requests and the device cache, and (with a
+  // reservation policy) the ranges consistent with the running requests; throws InvariantError.
+  // (The engine's checker calls it with the manager's.)
   void check_invariants() const;
 
  private:
   void enqueue_waiting(SchedulerRequest* r);
+  // Reservation policies: admits `r` if its whole reservation fits in one free range (false:
+  // it waits, and so does everything behind it), or rejects it if it exceeds the pool (true).
+  bool admit_reserved(SchedulerRequest* r, int& budget, SchedulerOutput& out);
   SchedulerRequest* pick_victim();
   void preempt(SchedulerRequest* victim, SchedulerOutput& out);
   bool try_resume_swapped(SchedulerRequest* r, SchedulerOutput& out);
@@ -144,6 +161,7 @@ class Scheduler {
   uint64_t next_child_id_ = 1ull << 62;
   bool admitting_ = true;
   TieredKVCache* tiers_ = nullptr;
+  std::optional<ContiguousAllocator> ranges_;  // block ids 1..; only with a reservation policy
   struct DeferredSwapCopy {
     SchedulerRequest* owner = nullptr;
     int index = 0;

@@ -3,6 +3,8 @@
 
 #include <string_view>
 
+#include "pagedkv/scheduler/kv_reservation.h"
+
 namespace pagedkv {
 
 // What happens to a running request's KV when the pool runs out.
@@ -30,6 +32,10 @@ struct SchedulerConfig {
   // reset) before the victim resumes; blocks resumed from the device cache are never copied.
   // (With tiers, TierConfig::lazy_swap_copies does the same.)
   bool lazy_swap_copies = false;
+  // How a request holds KV memory (kv_reservation.h). kPaged is the normal path; the others
+  // reserve each request's sequence contiguously at admission (the PagedAttention paper's Orca
+  // baselines: no paging, no preemption, no prefix sharing, no parallel sampling).
+  KVReservation kv_reservation = KVReservation::kPaged;
   void validate() const;  // throws ConfigError
 };
 

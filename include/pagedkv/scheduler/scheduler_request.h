@@ -21,6 +21,10 @@ struct StopConditions {
   std::vector<TokenId> stop_token_ids;  // finishing tokens, not part of the output
   TokenId eos_token_id = -1;            // -1: none
   bool ignore_eos = false;
+  // Benchmarks replaying a dataset's output lengths: the request ends after this many output
+  // tokens (finish reason stop, the last token kept), as if it had sampled EOS there; the oracle
+  // and pow2 KV reservations read it as the output length known in advance. -1: unknown.
+  int known_output_tokens = -1;
 };
 
 struct SchedulerRequest {
@@ -42,6 +46,9 @@ struct SchedulerRequest {
   std::vector<int32_t> deferred_swap_sources;
   int swapped_tokens = 0;
   bool swap_in_pending = false;  // KV tiers: its swapped blocks are loading into its device blocks
+  // KV reservation policies other than paged: the contiguous range of blocks held from admission
+  // to finish (empty otherwise).
+  std::vector<BlockId> reserved_blocks;
   // Accounting.
   int num_preemptions = 0;
   int prefix_hit_tokens = -1;  // at first admission; -1 until admitted
