@@ -206,7 +206,8 @@ void OpenAIServer::install_routes() {
     } else if (body.contains("messages")) {
       // The same rendering /v1/chat/completions uses.
       CompletionRequest chat = parse_completion_request(req.body, ApiEndpoint::kChatCompletions, options_.limits);
-      tokens = encode_bounded(tokenizer_, render_chat_prompt(chat.messages), add_special, model_.limits.max_model_len, "messages");
+      tokens = encode_bounded(tokenizer_, render_chat(model_.chat_template, chat.messages), add_special,
+                              model_.limits.max_model_len, "messages");
     } else {
       throw ApiError(400, "'prompt' (a string) or 'messages' is required", "prompt", "missing_field");
     }
@@ -241,7 +242,7 @@ void OpenAIServer::install_routes() {
   auto completion = [this](ApiEndpoint endpoint) {
     return [this, endpoint](const httplib::Request& req, httplib::Response& res) {
       auto request = std::make_shared<CompletionRequest>(parse_completion_request(req.body, endpoint, options_.limits));
-      std::vector<PreparedPrompt> prompts = prepare_request(*request, tokenizer_, model_.limits);
+      std::vector<PreparedPrompt> prompts = prepare_request(*request, tokenizer_, model_.limits, model_.chat_template);
       const uint64_t seed = request->seed.value_or(ids().next());
       std::vector<GenerationRequest> generations;
       for (PreparedPrompt& p : prompts) {
@@ -254,6 +255,7 @@ void OpenAIServer::install_routes() {
         g.stop.max_tokens = p.max_tokens;
         g.stop.eos_token_id = model_.eos_token_id;
         g.stop.ignore_eos = request->ignore_eos;
+        if (!request->ignore_eos) g.stop.stop_token_ids = model_.end_of_generation_ids;
         g.n = request->n;
         g.priority = request->priority;
         g.cache_salt = request->cache_salt;
