@@ -10,10 +10,11 @@ cd "$(dirname "$0")/.."
 
 declare -A SOURCES=(
   # target           sources it needs besides its own file (kept small: no engine, no model)
-  [openai_request]="src/server/openai_request.cpp src/server/api_error.cpp src/server/chat_template.cpp src/server/stop_string_matcher.cpp"
+  [openai_request]="src/server/openai_request.cpp src/server/api_error.cpp src/server/chat_template.cpp src/server/stop_string_matcher.cpp src/model/text_tokenizer.cpp"
   [gguf_file]="src/model/gguf_file.cpp src/model/tensor_type.cpp"
   [llama2c_tokenizer]="src/model/tokenizer.cpp"
   [llama2c_checkpoint]="src/model/llama2c_checkpoint.cpp src/model/model.cpp src/model/model_config.cpp src/model/tensor_type.cpp"
+  [bpe_tokenizer]="src/model/gguf_bpe_tokenizer.cpp src/model/bpe_pretokenizer.cpp src/model/text_tokenizer.cpp src/model/gguf_file.cpp src/model/gguf_writer.cpp src/model/tensor_type.cpp src/storage/float_convert.cpp src/storage/float_convert_avx2.cpp src/storage/cpu_isa.cpp src/core/dtype.cpp"
   [traces]="src/replay/trace_reader.cpp src/replay/trace.cpp src/core/block_hash.cpp"
   [manager_ops]="src/manager/kv_cache_manager.cpp src/block/block_pool.cpp src/block/cached_block_map.cpp src/block/eviction_policies.cpp src/block/kv_events.cpp src/prefix/block_hasher.cpp src/prefix/extra_keys.cpp src/prefix/sha256.cpp src/core/block_hash.cpp src/core/dtype.cpp src/core/kv_cache_spec.cpp"
   [disk_index]="src/tiers/disk_tier.cpp src/tiers/slot_index.cpp src/block/cached_block_map.cpp src/block/kv_events.cpp src/tiers/disk_slot_format.cpp src/tiers/tier_types.cpp src/tiers/circuit_breaker.cpp src/tiers/payload_checksum_avx2.cpp src/storage/cpu_isa.cpp src/core/block_hash.cpp src/core/kv_cache_spec.cpp src/core/dtype.cpp"
@@ -21,7 +22,7 @@ declare -A SOURCES=(
   [tier_values]="src/tiers/disk_slot_format.cpp src/tiers/remote_value_format.cpp src/tiers/tier_types.cpp src/tiers/payload_checksum_avx2.cpp src/storage/cpu_isa.cpp src/core/block_hash.cpp src/core/kv_cache_spec.cpp src/core/dtype.cpp"
 )
 # Libraries (pkg-config names) a target links besides fmt.
-declare -A LIBS=([manager_ops]="libcrypto libxxhash" [disk_index]="liburing libxxhash")
+declare -A LIBS=([manager_ops]="libcrypto libxxhash" [disk_index]="liburing libxxhash" [bpe_tokenizer]="libpcre2-8")
 # Longest input each target is given (libFuzzer's -max_len): a GGUF header with metadata, a
 # tokenizer file with its vocabulary, need more than a request body.
 declare -A MAX_LEN=([gguf_file]=65536 [llama2c_tokenizer]=16384)

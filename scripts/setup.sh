@@ -13,6 +13,7 @@ PACKAGES=(build-essential cmake ninja-build pkg-config
           libcpp-httplib-dev prometheus-cpp-dev libcurl4-openssl-dev
           prometheus python3-requests python3-prometheus-client curl
           libhiredis-dev redis-server
+          libpcre2-dev   # the BPE tokenizer's pre-tokenizer patterns
           chromium    # the dashboard test drives it headless (playwright-core from npm)
           clang-14 libclang-rt-14-dev)   # libFuzzer (scripts/fuzz.sh)
 

@@ -21,7 +21,10 @@
 #include "pagedkv/engine/llm_engine.h"
 #include "pagedkv/kernels/thread_pool.h"
 #include "pagedkv/memory/byte_size.h"
+#include "pagedkv/model/bpe_pretokenizer.h"
+#include "pagedkv/model/gguf_file.h"
 #include "pagedkv/model/llama2c_checkpoint.h"
+#include "pagedkv/model/model_file.h"
 #include "pagedkv/model/tokenizer.h"
 #include "pagedkv/remote/redis_store.h"
 #include "pagedkv/storage/kv_arena.h"
@@ -77,7 +80,21 @@ struct Tracked {
   PyRequestOutput out;
   int n = 1;
   std::vector<size_t> rendered;
+  std::vector<std::string> pending;  // per sample: bytes of a character not complete yet (GGUF)
 };
+
+// The length of `bytes` without a trailing UTF-8 sequence that is unfinished but could still
+// become a character (a lead byte followed by fewer continuation bytes than it announces).
+size_t complete_utf8_prefix(std::string_view bytes) {
+  const size_t n = bytes.size();
+  for (size_t back = 1; back <= std::min<size_t>(3, n); ++back) {
+    const auto b = static_cast<unsigned char>(bytes[n - back]);
+    if ((b & 0xC0) == 0x80) continue;  // a continuation byte: look further back
+    const size_t need = (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3 : (b & 0xF8) == 0xF0 ? 4 : 1;
+    return need > back ? n - back : n;
+  }
+  return n;
+}
 
 uint64_t byte_size_arg(const py::object& v, const char* name) {
   if (PyLong_Check(v.ptr())) {
@@ -92,10 +109,20 @@ uint64_t byte_size_arg(const py::object& v, const char* name) {
 class PyLLM {
  public:
   PyLLM(const std::string& model_path, const std::optional<std::string>& tokenizer_path, EngineConfig config,
-        TokenId eos_token_id)
-      : eos_token_id_(eos_token_id) {
-    model_ = std::make_unique<Llama2cCheckpoint>(model_path);
-    if (tokenizer_path) tokenizer_.emplace(*tokenizer_path, model_->config().vocab_size);
+        std::optional<TokenId> eos_token_id) {
+    if (GgufFile::has_gguf_magic(model_path)) {
+      // A GGUF file brings its own tokenizer (unless `tokenizer` names another) and its own end
+      // of generation: EOS and the end-of-turn tokens, unless eos_token_id says otherwise.
+      LoadedModel loaded = load_model_file(model_path, tokenizer_path.value_or(""));
+      model_ = std::move(loaded.model);
+      file_tokenizer_ = std::move(loaded.tokenizer);  // null: token ids only
+      eos_token_id_ = eos_token_id.value_or(file_tokenizer_ ? file_tokenizer_->eos_id() : -1);
+      if (!eos_token_id && file_tokenizer_) end_of_generation_ = file_tokenizer_->end_of_generation_ids();
+    } else {
+      model_ = std::make_unique<Llama2cCheckpoint>(model_path);
+      if (tokenizer_path) tokenizer_.emplace(*tokenizer_path, model_->config().vocab_size);
+      eos_token_id_ = eos_token_id.value_or(Tokenizer::kBos);  // llama2.c's run stops on BOS
+    }
     engine_ = std::make_unique<LLMEngine>(*model_, std::move(config));
   }
 
@@ -107,9 +134,10 @@ class PyLLM {
   Prompt to_prompt(const py::handle& p) const {
     Prompt out;
     if (PyUnicode_Check(p.ptr())) {
-      if (!tokenizer_) throw UsageError("a text prompt needs a tokenizer: pass LLM(..., tokenizer=...) or token ids");
+      if (!tokenizer_ && !file_tokenizer_)
+        throw UsageError("a text prompt needs a tokenizer: pass LLM(..., tokenizer=...) or token ids");
       out.text = p.cast<std::string>();
-      out.ids = tokenizer_->encode(*out.text, true, false);
+      out.ids = tokenizer_ ? tokenizer_->encode(*out.text, true, false) : file_tokenizer_->encode(*out.text, true);
     } else if (PyDict_Check(p.ptr())) {
       auto d = py::reinterpret_borrow<py::dict>(p);
       if (!d.contains("prompt_token_ids")) throw UsageError("a dict prompt needs 'prompt_token_ids'");
@@ -132,6 +160,7 @@ class PyLLM {
     g.sampling.seed = sp.seed.value_or(0);
     g.stop.max_tokens = sp.max_tokens;
     g.stop.stop_token_ids = sp.stop_token_ids;
+    if (!sp.ignore_eos) g.stop.stop_token_ids.insert(g.stop.stop_token_ids.end(), end_of_generation_.begin(), end_of_generation_.end());
     g.stop.eos_token_id = eos_token_id_;
     g.stop.ignore_eos = sp.ignore_eos;
     g.n = sp.n;
@@ -189,6 +218,7 @@ class PyLLM {
       if (outs.size() <= idx) {
         outs.resize(idx + 1);
         t.rendered.resize(idx + 1, 0);
+        t.pending.resize(idx + 1);
       }
       CompletionOutput& c = outs[idx];
       c.index = o.sample_index;
@@ -200,6 +230,19 @@ class PyLLM {
           c.text += Tokenizer::safe_piece(tokenizer_->decode(prev, c.token_ids[k]));
         }
         t.rendered[idx] = c.token_ids.size();
+      } else if (file_tokenizer_) {
+        // A GGUF tokenizer gives bytes: a character may arrive over several tokens, so the bytes
+        // of an unfinished one wait (Python's str holds only whole characters).
+        const auto& prompt = t.out.prompt_token_ids;
+        std::string& pending = t.pending[idx];
+        for (size_t k = t.rendered[idx]; k < c.token_ids.size(); ++k) {
+          const TokenId prev = k == 0 ? (prompt.empty() ? -1 : prompt.back()) : c.token_ids[k - 1];
+          pending += file_tokenizer_->decode_piece(prev, c.token_ids[k]);
+        }
+        t.rendered[idx] = c.token_ids.size();
+        const size_t whole = o.finished ? pending.size() : complete_utf8_prefix(pending);
+        c.text += sanitize_utf8(std::string_view(pending).substr(0, whole));
+        pending.erase(0, whole);
       }
       if (o.finished) c.finish_reason = std::string(finish_reason_name(o.finish_reason));
       if (o.sample_index == 0) {
@@ -224,9 +267,11 @@ class PyLLM {
     return result;
   }
 
-  TokenId eos_token_id_;
-  std::unique_ptr<Llama2cCheckpoint> model_;
-  std::optional<Tokenizer> tokenizer_;
+  TokenId eos_token_id_ = -1;
+  std::vector<TokenId> end_of_generation_;  // GGUF: more tokens that end a sample unless ignore_eos
+  std::unique_ptr<Model> model_;
+  std::optional<Tokenizer> tokenizer_;               // a llama2.c checkpoint's tok*.bin
+  std::unique_ptr<TextTokenizer> file_tokenizer_;    // a GGUF model's tokenizer
   std::unique_ptr<LLMEngine> engine_;
   std::mutex mu_;
   std::unordered_map<uint64_t, Tracked> tracked_;
@@ -458,7 +503,7 @@ void bind_llm(py::module_& m) {
                        const py::object& kv_cache_memory, const std::string& kv_cache_dtype,
                        const py::object& swap_space, bool enable_prefix_caching, const std::string& hash_algorithm,
                        uint64_t hash_seed, int max_model_len, int max_num_seqs, int max_num_batched_tokens,
-                       const std::string& preemption_mode, TokenId eos_token_id, bool check_invariants,
+                       const std::string& preemption_mode, std::optional<TokenId> eos_token_id, bool check_invariants,
                        const py::object& host_cache_memory, const std::optional<std::string>& disk_cache_dir,
                        const py::object& disk_cache_memory, bool lazy_swap_copies,
                        const std::optional<std::string>& remote_cache, const std::string& remote_cache_prefix,
@@ -477,17 +522,19 @@ void bind_llm(py::module_& m) {
            py::arg("swap_space") = "4MiB", py::arg("enable_prefix_caching") = true,
            py::arg("hash_algorithm") = "xxh3_128", py::arg("hash_seed") = 0, py::arg("max_model_len") = 0,
            py::arg("max_num_seqs") = 64, py::arg("max_num_batched_tokens") = 2048,
-           py::arg("preemption_mode") = "auto", py::arg("eos_token_id") = Tokenizer::kBos,
+           py::arg("preemption_mode") = "auto", py::arg("eos_token_id") = py::none(),
            py::arg("check_invariants") = false, py::arg("host_cache_memory") = 0,
            py::arg("disk_cache_dir") = py::none(), py::arg("disk_cache_memory") = "1GiB",
            py::arg("lazy_swap_copies") = false, py::arg("remote_cache") = py::none(),
            py::arg("remote_cache_prefix") = "pagedkv", py::arg("remote_write_through") = true,
            py::arg("remote_timeout_ms") = 200, py::arg("remote_min_blocks") = 1,
-           "model: a llama2.c checkpoint; tokenizer: its tok*.bin (needed for text prompts and output text).\n"
+           "model: a llama2.c checkpoint or a GGUF file; tokenizer: the checkpoint's tok*.bin (needed for text "
+           "prompts and output text; a GGUF file brings its own).\n"
            "num_blocks: KV pool size (null block included); 0 sizes it from kv_cache_memory (bytes or '16MiB').\n"
            "kv_cache_dtype: fp32 (bit-exact with llama2.c), fp16 or bf16. swap_space: host bytes for swap "
            "preemption (0 disables). max_model_len 0: the model's seq_len. eos_token_id: the token that ends "
-           "a sample (llama2.c's run stops on BOS, id 1); -1 for none.\n"
+           "a sample (None: llama2.c's BOS, id 1, as its run stops; a GGUF file's EOS and end-of-turn tokens); "
+           "-1 for none.\n"
            "host_cache_memory / disk_cache_dir (+ disk_cache_memory): KV tiers below the arena. Evicted "
            "prefixes are offloaded there and promoted back on a hit; the disk tier survives restarts "
            "(cached blocks are written down when the LLM is destroyed).\n"

@@ -488,7 +488,7 @@ class LLM:
         max_num_seqs: int = 64,
         max_num_batched_tokens: int = 2048,
         preemption_mode: str = "auto",
-        eos_token_id: int = 1,
+        eos_token_id: Optional[int] = None,
         check_invariants: bool = False,
         host_cache_memory: Union[int, str] = 0,
         disk_cache_dir: Optional[str] = None,

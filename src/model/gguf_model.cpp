@@ -11,7 +11,7 @@ namespace pagedkv {
 
 namespace {
 
-enum class Arch { kLlama, kQwen2, kGemma2 };
+enum class Arch { kLlama, kQwen2, kGemma2, kGemma3 };
 
 class Loader {
  public:
@@ -66,6 +66,7 @@ class Loader {
     if (arch_name == "llama") arch = Arch::kLlama;
     else if (arch_name == "qwen2") arch = Arch::kQwen2;
     else if (arch_name == "gemma2") arch = Arch::kGemma2;
+    else if (arch_name == "gemma3") arch = Arch::kGemma3;
     else fail(fmt::format("unsupported architecture '{}' (supported: {})", arch_name, supported_gguf_architectures()));
     prefix_ = arch_name + ".";
 
@@ -104,6 +105,25 @@ class Loader {
         c.sliding_window = hparam("attention.sliding_window", 4096);
         c.sliding_window_period = 2;
         break;
+      case Arch::kGemma3:
+        // Gemma 2's block without soft-caps, plus qk-norm; five sliding layers then one global
+        // (llama.cpp's swa pattern 6, or the file's own); sliding layers use RoPE base 10000
+        // unscaled, the global ones rope.freq_base with the file's linear scaling.
+        c.rope_style = RopeStyle::kHalves;
+        c.post_norms = true;
+        c.qk_norm = true;
+        c.activation = FeedForwardActivation::kGeluTanh;
+        c.embedding_scale = std::sqrt(static_cast<float>(c.dim));
+        c.rope_theta = fparam("rope.freq_base", 1000000.0);
+        c.rope_theta_sliding = 10000.0f;
+        c.sliding_window = hparam("attention.sliding_window");
+        c.sliding_window_period = hparam("attention.sliding_window_pattern", 6);
+        if (f_.find(prefix_ + "rope.scaling.type")) {
+          const std::string type = f_.get_string(prefix_ + "rope.scaling.type");
+          if (type != "linear" && type != "none") fail(fmt::format("RoPE scaling '{}' is not supported (linear is)", type));
+        }
+        if (const float factor = fparam("rope.scaling.factor", 1.0); factor > 0) c.rope_scale_full = factor;
+        break;
     }
 
     const GgufTensor* embd = f_.find_tensor("token_embd.weight");
@@ -120,7 +140,7 @@ class Loader {
     const int64_t d = c.dim, q = c.q_dim(), kv = c.kv_dim(), h = c.hidden_dim;
     w.token_embedding = tensor("token_embd.weight", d, c.vocab_size);
     w.output_norm = tensor("output_norm.weight", d, 1);
-    const bool tied = arch == Arch::kGemma2 || f_.find_tensor("output.weight") == nullptr;
+    const bool tied = arch == Arch::kGemma2 || f_.find_tensor("output.weight") == nullptr;  // gemma3: optional
     w.output = tied ? w.token_embedding : tensor("output.weight", d, c.vocab_size);
     c.shared_classifier = tied;
     if (arch == Arch::kLlama) w.rope_freqs = tensor("rope_freqs.weight", c.rotary_dims() / 2, 1, false);
@@ -141,6 +161,10 @@ class Loader {
       lw.gate = tensor(b + "ffn_gate.weight", d, h);
       lw.up = tensor(b + "ffn_up.weight", d, h);
       lw.down = tensor(b + "ffn_down.weight", h, d);
+      if (c.qk_norm) {
+        lw.q_norm = tensor(b + "attn_q_norm.weight", c.head_dim(), 1);
+        lw.k_norm = tensor(b + "attn_k_norm.weight", c.head_dim(), 1);
+      }
       if (c.post_norms) {
         lw.post_attn_norm = tensor(b + "post_attention_norm.weight", d, 1);
         lw.post_ffn_norm = tensor(b + "post_ffw_norm.weight", d, 1);
@@ -156,7 +180,7 @@ class Loader {
 
 }  // namespace
 
-const char* supported_gguf_architectures() { return "llama, qwen2, gemma2"; }
+const char* supported_gguf_architectures() { return "llama, qwen2, gemma2, gemma3"; }
 
 GgufModel::GgufModel(const std::string& path, int context_length)
     : GgufModel(std::make_unique<GgufFile>(path), context_length) {}

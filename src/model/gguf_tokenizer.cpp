@@ -5,7 +5,9 @@
 
 #include <fmt/format.h>
 
+#include "gguf_vocab_common.h"
 #include "pagedkv/core/error.h"
+#include "pagedkv/model/gguf_bpe_tokenizer.h"
 
 namespace pagedkv {
 
@@ -50,11 +52,9 @@ GgufTokenizer::GgufTokenizer(const GgufFile& f) {
   };
   if (!f.find("tokenizer.ggml.model")) fail("the file has no tokenizer (no tokenizer.ggml.model key)");
   model_ = f.get_string("tokenizer.ggml.model");
-  if (model_ == "gpt2")
-    fail("byte-level BPE tokenizers (tokenizer.ggml.model = gpt2) are not supported yet; give a tokenizer "
-         "file or send token ids");
   if (model_ != "llama")
-    fail(fmt::format("unsupported tokenizer model '{}' (supported: llama, SentencePiece-style)", model_));
+    fail(fmt::format("tokenizer model '{}' is not SentencePiece-style 'llama'{}", model_,
+                     model_ == "gpt2" ? " (byte-level BPE: GgufBpeTokenizer reads it)" : ""));
   const auto tokens = f.at("tokenizer.ggml.tokens").strings("tokenizer.ggml.tokens");
   if (tokens.empty() || tokens.size() > static_cast<size_t>(INT32_MAX)) fail("tokenizer.ggml.tokens is empty");
   const size_t n = tokens.size();
@@ -70,15 +70,14 @@ GgufTokenizer::GgufTokenizer(const GgufFile& f) {
     types_.push_back(types ? static_cast<int32_t>(types->int_at(i)) : kNormal);
     ids_by_piece_.emplace(pieces_.back(), static_cast<TokenId>(i));  // the first id of a duplicate wins
   }
-  auto special = [&](const char* key, int64_t fallback) -> TokenId {
-    const int64_t v = f.get_int(key, fallback);
-    if (v == 0xFFFFFFFFll || v < 0) return -1;  // llama.cpp writes uint32 -1 for "none"
-    if (v >= static_cast<int64_t>(n)) fail(fmt::format("{} = {} is outside the vocabulary of {}", key, v, n));
-    return static_cast<TokenId>(v);
-  };
-  bos_ = special("tokenizer.ggml.bos_token_id", 1);
-  eos_ = special("tokenizer.ggml.eos_token_id", 2);
-  unk_ = special("tokenizer.ggml.unknown_token_id", 0);
+  bos_ = gguf_vocab::special_id(f, "tokenizer.ggml.bos_token_id", 1, n);
+  eos_ = gguf_vocab::special_id(f, "tokenizer.ggml.eos_token_id", 2, n);
+  unk_ = gguf_vocab::special_id(f, "tokenizer.ggml.unknown_token_id", 0, n);
+  const TokenId eot = gguf_vocab::special_id(f, "tokenizer.ggml.eot_token_id", -1, n);
+  const TokenId eom = gguf_vocab::special_id(f, "tokenizer.ggml.eom_token_id", -1, n);
+  gguf_vocab::add_unique(end_of_generation_, eos_);
+  gguf_vocab::add_unique(end_of_generation_, eot);
+  gguf_vocab::add_unique(end_of_generation_, eom);
   add_bos_ = f.get_bool("tokenizer.ggml.add_bos_token", true);
   add_eos_ = f.get_bool("tokenizer.ggml.add_eos_token", false);
   add_space_prefix_ = f.get_bool("tokenizer.ggml.add_space_prefix", true);
@@ -96,16 +95,12 @@ GgufTokenizer::GgufTokenizer(const GgufFile& f) {
   }
   // BOS / EOS / UNK and the end-of-generation texts llama.cpp recognises are control tokens even
   // when typed user-defined (llama.cpp overrides their type), so text never produces them.
-  auto end_of_generation = [](std::string_view p) {
-    for (std::string_view e : {"</s>", "<|endoftext|>", "<|im_end|>", "<|end|>", "<|eot_id|>", "<end_of_turn>",
-                               "<|end_of_text|>", "<EOT>", "<|return|>", "<|call|>"})
-      if (p == e) return true;
-    return false;
-  };
   for (size_t i = 0; i < n; ++i) {
     const auto id = static_cast<TokenId>(i);
+    const bool ends = gguf_vocab::is_end_of_generation_text(pieces_[i]);
+    if (ends) gguf_vocab::add_unique(end_of_generation_, id);
     if (types_[i] != kUserDefined || pieces_[i].empty()) continue;
-    if (id == bos_ || id == eos_ || id == unk_ || end_of_generation(pieces_[i])) {
+    if (id == bos_ || id == eos_ || id == unk_ || id == eot || id == eom || ends) {
       types_[i] = kControl;
       decoded_[i].clear();
       continue;
@@ -188,38 +183,42 @@ void GgufTokenizer::encode_text(std::string_view raw, std::vector<TokenId>& out)
 }
 
 std::vector<TokenId> GgufTokenizer::encode(std::string_view text, bool add_bos) const {
+  const PromptPart part{std::string(text), false};
+  return encode_parts(std::span<const PromptPart>(&part, 1), add_bos);
+}
+
+std::vector<TokenId> GgufTokenizer::encode_parts(std::span<const PromptPart> parts, bool add_bos) const {
   std::vector<TokenId> out;
   if (add_bos && add_bos_ && bos_ >= 0) out.push_back(bos_);
-  // User-defined tokens are cut out of the text first; the raw fragments between them are merged.
-  bool first_fragment = true;
-  size_t start = 0;
-  auto flush = [&](size_t end) {
-    if (end > start) {
-      std::string fragment = add_space_prefix_ && first_fragment ? " " : "";
-      fragment += text.substr(start, end - start);
+  // As llama.cpp: a text fragment that starts the text or follows a special token (a template's
+  // marker or a user-defined token cut out of the text) gets the leading space.
+  bool after_special = true;
+  auto encode_plain = [&](std::string_view text) {
+    for (const gguf_vocab::Fragment& f : gguf_vocab::cut_special_tokens(text, user_defined_, pieces_)) {
+      if (f.token >= 0) {
+        out.push_back(f.token);
+        after_special = true;
+        continue;
+      }
+      std::string fragment = add_space_prefix_ && after_special ? " " : "";
+      fragment += text.substr(f.start, f.len);
       encode_text(fragment, out);
-      first_fragment = false;
+      after_special = false;
     }
   };
-  for (size_t i = 0; i < text.size();) {
-    TokenId match = -1;
-    for (TokenId id : user_defined_) {
-      const std::string& p = pieces_[static_cast<size_t>(id)];
-      if (text.substr(i, p.size()) == p) {
-        match = id;
-        break;
-      }
-    }
-    if (match < 0) {
-      ++i;
+  std::string text;
+  for (const PromptPart& p : parts) {
+    const TokenId special = p.special ? lookup(p.text) : -1;
+    if (special < 0) {
+      text += p.text;
       continue;
     }
-    flush(i);
-    out.push_back(match);
-    i += pieces_[static_cast<size_t>(match)].size();
-    start = i;
+    encode_plain(text);
+    text.clear();
+    out.push_back(special);
+    after_special = true;
   }
-  flush(text.size());
+  encode_plain(text);
   if (add_bos && add_eos_ && eos_ >= 0) out.push_back(eos_);
   return out;
 }
@@ -230,6 +229,12 @@ std::string GgufTokenizer::decode_piece(TokenId prev, TokenId token) const {
   const bool at_start = prev < 0 || prev == bos_;
   if (at_start && add_space_prefix_ && !text.empty() && text.front() == ' ') return text.substr(1);
   return text;
+}
+
+std::unique_ptr<TextTokenizer> make_gguf_tokenizer(const GgufFile& file) {
+  if (file.find("tokenizer.ggml.model") && file.get_string("tokenizer.ggml.model") == "gpt2")
+    return std::make_unique<GgufBpeTokenizer>(file);
+  return std::make_unique<GgufTokenizer>(file);
 }
 
 }  // namespace pagedkv

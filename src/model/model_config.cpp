@@ -15,7 +15,8 @@ int64_t ModelConfig::num_parameters() const {
                             + q * d * 2               // wq, wo
                             + kv * d * 2              // wk, wv
                             + (qkv_bias ? q + 2 * kv : 0)
-                            + h * d * 3;              // w1, w2, w3
+                            + h * d * 3               // w1, w2, w3
+                            + (qk_norm ? 2 * static_cast<int64_t>(head_dim()) : 0);
   return v * d + l * per_layer + d + (shared_classifier ? 0 : v * d);
 }
 
@@ -89,6 +90,10 @@ void ModelConfig::validate() const {
                                   head_dim()));
   if (!(rms_norm_eps > 0.0f) || !std::isfinite(rms_norm_eps))
     throw ConfigError(fmt::format("model config: rms_norm_eps must be positive, got {}", rms_norm_eps));
+  if (!(rope_theta_sliding >= 0.0f) || !std::isfinite(rope_theta_sliding) || !(rope_scale_full > 0.0f) ||
+      !std::isfinite(rope_scale_full))
+    throw ConfigError(fmt::format("model config: rope_theta_sliding {} must be >= 0 and rope_scale_full {} positive",
+                                  rope_theta_sliding, rope_scale_full));
   if (!(rope_theta > 0.0f) || !std::isfinite(rope_theta))
     throw ConfigError(fmt::format("model config: rope_theta must be positive, got {}", rope_theta));
   if (!(attn_logit_softcap >= 0.0f) || !(final_logit_softcap >= 0.0f) || !(embedding_scale >= 0.0f))

@@ -18,11 +18,13 @@ LoadedModel load_model_file(const std::string& model_path, const std::string& to
     auto model = std::make_unique<GgufModel>(model_path, options.context_length);
     if (tokenizer_path.empty()) {
       try {
-        out.tokenizer = std::make_unique<GgufTokenizer>(model->file());
+        out.tokenizer = make_gguf_tokenizer(model->file());
       } catch (const FormatError& e) {
         out.tokenizer_error = e.what();
       }
     }
+    if (model->file().find("tokenizer.chat_template") && out.chat_template.empty())
+      out.chat_template = model->file().get_string("tokenizer.chat_template");
     out.model = std::move(model);
   } else {
     out.model = std::make_unique<Llama2cCheckpoint>(model_path);
@@ -33,7 +35,8 @@ LoadedModel load_model_file(const std::string& model_path, const std::string& to
   if (!tokenizer_path.empty()) {
     if (GgufFile::has_gguf_magic(tokenizer_path)) {
       const GgufFile file(tokenizer_path);
-      out.tokenizer = std::make_unique<GgufTokenizer>(file);
+      out.tokenizer = make_gguf_tokenizer(file);
+      if (file.find("tokenizer.chat_template")) out.chat_template = file.get_string("tokenizer.chat_template");
     } else {
       out.tokenizer = std::make_unique<Tokenizer>(tokenizer_path, vocab);
     }

@@ -52,6 +52,10 @@ ModelRunner::ModelRunner(const Model& model, KernelIsa isa) : config_(model.conf
     layer.post_attn_norm = vector_or_null(lw.post_attn_norm);
     layer.ffn_norm = lw.ffn_norm.f32();
     layer.post_ffn_norm = vector_or_null(lw.post_ffn_norm);
+    layer.q_norm = vector_or_null(lw.q_norm);
+    layer.k_norm = vector_or_null(lw.k_norm);
+    if (c.qk_norm && (!layer.q_norm || !layer.k_norm))
+      throw UsageError(fmt::format("ModelRunner: layer {} lacks its q/k norm weights", l));
     layer.wqkv = LinearLayer({lw.wq, lw.wk, lw.wv}, {lw.bq, lw.bk, lw.bv});
     layer.wo = LinearLayer({lw.wo});
     layer.gate_up = LinearLayer({lw.gate, lw.up});
@@ -70,11 +74,20 @@ ModelRunner::ModelRunner(const Model& model, KernelIsa isa) : config_(model.conf
 
   // run.c: freq = 1.0f / powf(10000.0f, head_dim_index / (float)head_size) for even indices;
   // with a rope_freqs tensor (Llama 3) each frequency is divided by its factor.
+  // gemma3: full-attention layers scale theirs linearly (positions / factor), sliding layers
+  // have their own base and no scaling.
   const int rot = c.rotary_dims();
   for (int i = 0; i < rot; i += 2) {
     float f = 1.0f / std::pow(c.rope_theta, static_cast<float>(i) / static_cast<float>(rot));
     if (w.rope_freqs.present()) f /= w.rope_freqs.f32()[i / 2];
+    if (c.rope_scale_full != 1.0f) f /= c.rope_scale_full;
     rope_inv_freq_.push_back(f);
+  }
+  if (c.rope_theta_sliding > 0 || c.rope_scale_full != 1.0f) {
+    const float theta = c.rope_theta_sliding > 0 ? c.rope_theta_sliding : c.rope_theta;
+    for (int i = 0; i < rot; i += 2)
+      rope_inv_freq_sliding_.push_back(1.0f / std::pow(theta, static_cast<float>(i) / static_cast<float>(rot)));
+    for (int l = 0; l < c.n_layers; ++l) layers_[sz(l)].sliding_rope = c.is_sliding_layer(l);
   }
 }
 
@@ -154,6 +167,20 @@ void ModelRunner::rmsnorm_rows(const float* x, const float* weight, int rows, fl
   }
 }
 
+// RMSNorm of each head of one token on its own (gemma3's qk-norm), with per-dimension gains.
+void ModelRunner::rmsnorm_heads(float* x, int num_heads, const float* weight) const {
+  const size_t hd = sz(config_.head_dim());
+  for (size_t h = 0; h < sz(num_heads); ++h) {
+    float* head = x + h * hd;
+    float ss = 0.0f;
+    for (size_t j = 0; j < hd; ++j) ss += head[j] * head[j];
+    ss /= static_cast<float>(hd);
+    ss += config_.rms_norm_eps;
+    ss = 1.0f / std::sqrt(ss);
+    for (size_t j = 0; j < hd; ++j) head[j] = weight[j] * (ss * head[j]);
+  }
+}
+
 // Rotates the first rotary_dims of each of `num_heads` heads of one token by the angles whose
 // (cos, sin) pairs are in cos_sin: adjacent pairs (llama, run.c) or halves (NeoX: qwen2, gemma).
 void ModelRunner::apply_rope(float* x, int num_heads, const float* cos_sin) const {
@@ -192,6 +219,8 @@ Logits ModelRunner::forward(const ForwardBatch& batch, KVArena& kv) {
   float* gate_up = grow(gate_up_, t_count * 2 * h);
   float* hidden = grow(hidden_, t_count * h);
   float* rope = grow(rope_, t_count * half * 2);  // [T][rotary_dims/2] (cos, sin)
+  const bool two_tables = !rope_inv_freq_sliding_.empty();
+  float* rope_sliding = two_tables ? grow(rope_sliding_, t_count * half * 2) : rope;
 
   for (size_t t = 0; t < t_count; ++t) {
     const int64_t id = batch.token_ids[t];
@@ -204,6 +233,11 @@ Logits ModelRunner::forward(const ForwardBatch& batch, KVArena& kv) {
       const float angle = pos * rope_inv_freq_[i];
       rope[(t * half + i) * 2] = std::cos(angle);
       rope[(t * half + i) * 2 + 1] = std::sin(angle);
+      if (two_tables) {
+        const float a = pos * rope_inv_freq_sliding_[i];
+        rope_sliding[(t * half + i) * 2] = std::cos(a);
+        rope_sliding[(t * half + i) * 2 + 1] = std::sin(a);
+      }
     }
   }
 
@@ -216,8 +250,11 @@ Logits ModelRunner::forward(const ForwardBatch& batch, KVArena& kv) {
       std::copy(src, src + qd, q + t * qd);
       std::copy(src + qd, src + qd + kvd, k + t * kvd);
       std::copy(src + qd + kvd, src + qd + 2 * kvd, v + t * kvd);
-      apply_rope(q + t * qd, c.n_heads, rope + t * half * 2);
-      apply_rope(k + t * kvd, c.n_kv_heads, rope + t * half * 2);
+      if (layer.q_norm) rmsnorm_heads(q + t * qd, c.n_heads, layer.q_norm);
+      if (layer.k_norm) rmsnorm_heads(k + t * kvd, c.n_kv_heads, layer.k_norm);
+      const float* table = (layer.sliding_rope ? rope_sliding : rope) + t * half * 2;
+      apply_rope(q + t * qd, c.n_heads, table);
+      apply_rope(k + t * kvd, c.n_kv_heads, table);
     }
     PagedAttentionBatch attention = batch.attention;
     std::span<const int64_t> slots = batch.slot_mapping;

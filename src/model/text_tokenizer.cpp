@@ -2,6 +2,17 @@
 
 namespace pagedkv {
 
+std::vector<TokenId> TextTokenizer::encode_parts(std::span<const PromptPart> parts, bool add_bos) const {
+  std::string text;
+  for (const PromptPart& p : parts) text += p.text;
+  return encode(text, add_bos);
+}
+
+std::vector<TokenId> TextTokenizer::end_of_generation_ids() const {
+  if (eos_id() < 0) return {};
+  return {eos_id()};
+}
+
 std::string TextTokenizer::render(std::span<const TokenId> ids) const {
   std::string out;
   for (size_t i = 1; i < ids.size(); ++i) out += decode_piece(ids[i - 1], ids[i]);

@@ -236,27 +236,44 @@ std::vector<TokenId> parse_detokenize_request(std::string_view body, int vocab_s
   return tokens;
 }
 
-std::vector<TokenId> encode_bounded(const TextTokenizer& tokenizer, std::string_view text, bool add_bos,
-                                    int max_model_len, const char* param) {
-  // The llama2c tokenizer's encoding is quadratic in the text (run.c's merge loop): a text too long
-  // to fit the model whatever its tokens is refused unencoded, or one request could hold a CPU for hours.
+namespace {
+
+// The llama2c tokenizer's encoding is quadratic in the text (run.c's merge loop): a text too long
+// to fit the model whatever its tokens is refused unencoded, or one request could hold a CPU for hours.
+void check_encodable(const TextTokenizer& tokenizer, size_t bytes, int max_model_len, const char* param) {
   const int64_t most_bytes = static_cast<int64_t>(max_model_len) * std::max(1, tokenizer.max_piece_bytes());
-  if (static_cast<int64_t>(text.size()) > most_bytes)
+  if (static_cast<int64_t>(bytes) > most_bytes)
     throw ApiError(400, fmt::format("this model's maximum context length is {} tokens; a prompt of {} bytes cannot fit "
                                     "(no token of this vocabulary is longer than {} bytes)",
-                                    max_model_len, text.size(), tokenizer.max_piece_bytes()),
+                                    max_model_len, bytes, tokenizer.max_piece_bytes()),
                    param, "context_length_exceeded");
+}
+
+}  // namespace
+
+std::vector<TokenId> encode_bounded(const TextTokenizer& tokenizer, std::string_view text, bool add_bos,
+                                    int max_model_len, const char* param) {
+  check_encodable(tokenizer, text.size(), max_model_len, param);
   return tokenizer.encode(text, add_bos);
 }
 
+std::vector<TokenId> encode_bounded(const TextTokenizer& tokenizer, std::span<const PromptPart> parts, bool add_bos,
+                                    int max_model_len, const char* param) {
+  size_t bytes = 0;
+  for (const PromptPart& p : parts) bytes += p.special ? 0 : p.text.size();  // a marker is one token
+  check_encodable(tokenizer, bytes, max_model_len, param);
+  return tokenizer.encode_parts(parts, add_bos);
+}
+
 std::vector<PreparedPrompt> prepare_request(const CompletionRequest& request, const TextTokenizer& tokenizer,
-                                            const ModelLimits& model) {
+                                            const ModelLimits& model, ChatTemplate chat_template) {
   if (!request.model.empty() && request.model != model.served_model_name)
     throw ApiError(400, fmt::format("the model '{}' does not exist; this server serves '{}'", request.model, model.served_model_name),
                    "model", "model_not_found");
   std::vector<std::vector<TokenId>> prompts;
   if (request.endpoint == ApiEndpoint::kChatCompletions) {
-    prompts.push_back(encode_bounded(tokenizer, render_chat_prompt(request.messages), true, model.max_model_len, "messages"));
+    prompts.push_back(
+        encode_bounded(tokenizer, render_chat(chat_template, request.messages), true, model.max_model_len, "messages"));
   } else {
     for (const PromptInput& p : request.prompts) {
       if (p.is_text) {

@@ -173,9 +173,10 @@ void OpenAIServer::install_routes() {
 
   http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
     const TokenizeRequest request = parse_tokenize_request(req.body);
+    // Messages: the same rendering /v1/chat/completions uses.
     const std::vector<TokenId> tokens =
         request.prompt ? encode_bounded(tokenizer_, *request.prompt, request.add_special_tokens, model_.limits.max_model_len, "prompt")
-                       : encode_bounded(tokenizer_, render_chat_prompt(request.messages), request.add_special_tokens,
+                       : encode_bounded(tokenizer_, render_chat(model_.chat_template, request.messages), request.add_special_tokens,
                                         model_.limits.max_model_len, "messages");
     send_json(res, 200, {{"tokens", tokens}, {"count", tokens.size()}, {"max_model_len", model_.limits.max_model_len}});
   });
@@ -196,7 +197,7 @@ void OpenAIServer::install_routes() {
   auto completion = [this](ApiEndpoint endpoint) {
     return [this, endpoint](const httplib::Request& req, httplib::Response& res) {
       auto request = std::make_shared<CompletionRequest>(parse_completion_request(req.body, endpoint, options_.limits));
-      std::vector<PreparedPrompt> prompts = prepare_request(*request, tokenizer_, model_.limits);
+      std::vector<PreparedPrompt> prompts = prepare_request(*request, tokenizer_, model_.limits, model_.chat_template);
       const uint64_t seed = request->seed.value_or(ids().next());
       std::vector<GenerationRequest> generations;
       for (PreparedPrompt& p : prompts) {
@@ -209,6 +210,7 @@ void OpenAIServer::install_routes() {
         g.stop.max_tokens = p.max_tokens;
         g.stop.eos_token_id = model_.eos_token_id;
         g.stop.ignore_eos = request->ignore_eos;
+        if (!request->ignore_eos) g.stop.stop_token_ids = model_.end_of_generation_ids;
         g.n = request->n;
         g.priority = request->priority;
         g.cache_salt = request->cache_salt;

@@ -189,3 +189,40 @@ def test_remote_tier_shared_by_two_engines(models):
         assert warm.num_cached_tokens == sum(warm.num_cached_tokens_by_tier.values())
         assert warm.outputs[0].token_ids == cold.outputs[0].token_ids
         assert second.tier_stats["remote"]["hits"] > 0
+
+
+# ---- GGUF models ---------------------------------------------------------------------------------
+
+def test_gguf_model_gives_llama_cpp_greedy_tokens_and_text(models):
+    """LLM(model=FILE.gguf): the file's own tokenizer, llama.cpp's greedy ids, the goldens' text."""
+    import json
+
+    gguf = models / "gguf"
+    ref_file = gguf / "ref" / "tiny-llama.f32.p5_once_upon_a_time.json"
+    if not ref_file.exists():
+        pytest.skip(f"{ref_file} is absent")
+    ref = json.loads(ref_file.read_text())
+    pagedkv.set_num_threads(1)
+    llm = pagedkv.LLM(model=str(gguf / "tiny-llama.f32.gguf"), check_invariants=True)
+    params = pagedkv.SamplingParams(temperature=0.0, max_tokens=len(ref["generated_ids"]), ignore_eos=True)
+    out = llm.generate({"prompt_token_ids": ref["prompt_ids"]}, params)[0].outputs[0]
+    assert out.token_ids == ref["generated_ids"]
+    # A text prompt goes through the file's tokenizer (tok512: BOS " Once" " upon" " a" " time").
+    text_out = llm.generate("Once upon a time", params)[0]
+    assert text_out.prompt_token_ids == ref["prompt_ids"]
+    assert text_out.outputs[0].token_ids == ref["generated_ids"]
+    assert isinstance(text_out.outputs[0].text, str) and text_out.outputs[0].text
+
+    # stories260Ktok512.gguf with its own tokenizer gives the golden story; eos_token_id still
+    # overrides the file's end of generation.
+    stories = pagedkv.LLM(model=str(models / "stories260Ktok512.gguf"), max_model_len=256)
+    golden = [int(t) for t in (models / "golden" / "once_upon_a_time.n200.ids").read_text().split()]
+    got = stories.generate("Once upon a time", pagedkv.SamplingParams(temperature=0.0, max_tokens=64))[0]
+    assert got.prompt_token_ids + got.outputs[0].token_ids == golden[:5 + 64]
+    golden_text = (models / "golden" / "once_upon_a_time.n200.txt").read_text()
+    assert golden_text.startswith("Once upon a time" + got.outputs[0].text)
+    stop_at = golden[5 + 10]
+    first = golden[5:].index(stop_at)
+    stopped = pagedkv.LLM(model=str(models / "stories260Ktok512.gguf"), max_model_len=256, eos_token_id=stop_at)
+    out = stopped.generate("Once upon a time", pagedkv.SamplingParams(temperature=0.0, max_tokens=64))[0].outputs[0]
+    assert out.token_ids == golden[5:5 + first] and out.finish_reason == "stop"

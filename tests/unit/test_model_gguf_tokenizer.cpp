@@ -1,7 +1,9 @@
-// The GGUF tokenizer against llama.cpp: every line of vocab/expected.<name>.jsonl (150 tricky
+// The GGUF tokenizers against llama.cpp: every line of vocab/expected.<name>.jsonl (150 tricky
 // strings, add_special = true) and of llama.cpp's own .inp/.out tests (add_special = false) for the
-// SentencePiece vocabularies (tok512, llama-spm, phi-3); decoding round trips; the TextTokenizer
-// interface over the llama2.c tokenizer agrees with run.c's rendering.
+// SentencePiece vocabularies (tok512, llama-spm, phi-3) and the byte-level BPE ones (gpt-2,
+// llama-bpe, qwen3); decoding round trips; the TextTokenizer interface over the llama2.c tokenizer
+// agrees with run.c's rendering. (Tokenizer unit tests that need no shared files:
+// test_model_bpe_tokenizer.cpp.)
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -11,6 +13,7 @@
 #include <sstream>
 
 #include "pagedkv/core/error.h"
+#include "pagedkv/model/gguf_bpe_tokenizer.h"
 #include "pagedkv/model/gguf_tokenizer.h"
 #include "pagedkv/model/gguf_writer.h"
 #include "pagedkv/model/tokenizer.h"
@@ -36,13 +39,16 @@ std::string ids_text(const std::vector<TokenId>& ids) {
   return s.str();
 }
 
-class SentencePieceVocab : public ::testing::TestWithParam<std::string> {};
+class LlamaCppVocab : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(SentencePieceVocab, ReproducesLlamaCppOnEveryExpectedLine) {
+TEST_P(LlamaCppVocab, ReproducesLlamaCppOnEveryExpectedLine) {
   const std::string name = GetParam();
   if (!fs::exists(vocab_file(name))) GTEST_SKIP() << vocab_file(name) << " is absent; skipping";
   GgufFile file(vocab_file(name).string());
-  GgufTokenizer tok(file);
+  const std::unique_ptr<TextTokenizer> made = make_gguf_tokenizer(file);
+  const TextTokenizer& tok = *made;
+  const bool bpe = dynamic_cast<const GgufBpeTokenizer*>(made.get()) != nullptr;
+  EXPECT_EQ(bpe, name == "gpt-2" || name == "llama-bpe" || name == "qwen3");
   std::ifstream in(models_dir() / "gguf" / "vocab" / ("expected." + name + ".jsonl"));
   int lines = 0, mismatches = 0;
   for (std::string line; std::getline(in, line);) {
@@ -57,10 +63,10 @@ TEST_P(SentencePieceVocab, ReproducesLlamaCppOnEveryExpectedLine) {
       ADD_FAILURE() << name << " " << j["id"].get<std::string>() << " " << nlohmann::json(text).dump() << "\n  expected "
                     << ids_text(expected) << "\n  got      " << ids_text(got);
     }
-    // Decoding gives the text back wherever llama.cpp's ids hold no <unk> (and the text has no
-    // U+2581 of its own, which SentencePiece cannot tell from a space).
-    if (std::find(expected.begin(), expected.end(), 0) == expected.end() && got == expected &&
-        text.find("\xE2\x96\x81") == std::string::npos) {
+    // Decoding gives the text back: byte-level BPE always; SentencePiece wherever llama.cpp's ids
+    // hold no <unk> (and the text has no U+2581 of its own, which it cannot tell from a space).
+    if (bpe || (std::find(expected.begin(), expected.end(), 0) == expected.end() && got == expected &&
+                text.find("\xE2\x96\x81") == std::string::npos)) {
       EXPECT_EQ(tok.detokenize(got), text) << j["id"].get<std::string>() << " " << ids_text(got);
     }
   }
@@ -82,16 +88,26 @@ TEST_P(SentencePieceVocab, ReproducesLlamaCppOnEveryExpectedLine) {
     pos = next + sep.size();
   }
   std::string out_line;
+  int test_lines = 0, test_mismatches = 0;
   for (const std::string& text : texts) {
     ASSERT_TRUE(std::getline(to, out_line));
     std::stringstream ids(out_line);
     std::vector<TokenId> expected;
     for (TokenId id; ids >> id;) expected.push_back(id);
-    EXPECT_EQ(tok.encode(text, false), expected) << nlohmann::json(text).dump();
+    const auto got = tok.encode(text, false);
+    ++test_lines;
+    if (got != expected) ++test_mismatches;
+    EXPECT_EQ(got, expected) << nlohmann::json(text).dump();
+    if (bpe) {
+      EXPECT_EQ(tok.detokenize(got), text);
+    }
   }
+  EXPECT_GT(test_lines, 0);
+  std::printf("%s: %d of %d llama.cpp test lines reproduced\n", name.c_str(), test_lines - test_mismatches, test_lines);
 }
 
-INSTANTIATE_TEST_SUITE_P(Vocabs, SentencePieceVocab, ::testing::Values("tok512", "llama-spm", "phi-3"),
+INSTANTIATE_TEST_SUITE_P(Vocabs, LlamaCppVocab,
+                         ::testing::Values("tok512", "llama-spm", "phi-3", "gpt-2", "llama-bpe", "qwen3"),
                          [](const ::testing::TestParamInfo<std::string>& param_info) {
                            std::string n = param_info.param;
                            for (char& ch : n)
@@ -139,9 +155,16 @@ TEST(GgufTokenizer, MissingOrUnsupportedTokenizersAreNamed) {
   const auto b2 = bpe.bytes();
   try {
     GgufTokenizer t{GgufFile(b2, "bpe")};
-    FAIL() << "gpt2 tokenizer accepted";
+    FAIL() << "gpt2 tokenizer accepted as SentencePiece";
   } catch (const FormatError& e) {
     EXPECT_NE(std::string(e.what()).find("byte-level BPE"), std::string::npos);
+  }
+  // Without merges the BPE tokenizer names what is missing.
+  try {
+    (void)make_gguf_tokenizer(GgufFile(b2, "bpe"));
+    FAIL() << "a BPE tokenizer without merges accepted";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer.ggml.merges"), std::string::npos) << e.what();
   }
   GgufWriter bad;
   bad.add_string("tokenizer.ggml.model", "llama");

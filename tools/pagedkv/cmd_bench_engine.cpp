@@ -25,6 +25,7 @@
 #include "pagedkv/core/cpu_clock.h"
 #include "pagedkv/core/error.h"
 #include "pagedkv/kernels/thread_pool.h"
+#include "pagedkv/model/gguf_model.h"
 #include "pagedkv/model/llama2c_checkpoint.h"
 #include "pagedkv/model/random_model.h"
 
@@ -146,7 +147,10 @@ int run_bench_engine(BenchEngineOptions o) {
   std::vector<Named> models;
   std::string checkpoint = o.model.empty() ? default_shared_dir() + "/models/stories260K.bin" : o.model;
   const std::string name = o.model.empty() ? "stories260K" : std::filesystem::path(o.model).stem().string();
-  if (std::filesystem::exists(checkpoint)) models.push_back({name, std::make_unique<Llama2cCheckpoint>(checkpoint)});
+  if (std::filesystem::exists(checkpoint)) {
+    if (GgufFile::has_gguf_magic(checkpoint)) models.push_back({name, std::make_unique<GgufModel>(checkpoint)});
+    else models.push_back({name, std::make_unique<Llama2cCheckpoint>(checkpoint)});
+  }
   else if (!o.model.empty()) throw ConfigError(fmt::format("--model '{}' does not exist", o.model));
   else fmt::print(stderr, "bench engine: {} not found; only the built-in model runs\n", checkpoint);
   if (!o.skip_builtin) models.push_back({"builtin", make_random_model(builtin_random_model_config(), 7)});
@@ -223,7 +227,7 @@ const CommandRegistration kRegistration{Command{
     "bench engine", "serving engine: output tokens/s vs batch size, scheduler share, TTFT with/without prefix caching",
     [](CLI::App& sub) -> std::function<int()> {
       auto o = std::make_shared<BenchEngineOptions>();
-      sub.add_option("--model", o->model, "llama2.c checkpoint (default: ../shared/models/stories260K.bin if present)");
+      sub.add_option("--model", o->model, "llama2.c checkpoint or GGUF file (default: ../shared/models/stories260K.bin if present)");
       sub.add_option("--batch-sizes", o->batch_sizes, "concurrent requests")->delimiter(',')->capture_default_str();
       sub.add_option("--prompt-tokens", o->prompt_tokens, "prompt length of each request")->capture_default_str();
       sub.add_option("--max-tokens", o->max_tokens, "output tokens of each request")->capture_default_str();

@@ -41,8 +41,11 @@ GenerationRequest make_request(const TextTokenizer& tok, const std::string& text
   sampling.top_p = o.top_p;
   sampling.seed = seed;
   GenerationRequest g = llama2c_run_request(tok.encode(text, true), steps, sampling);
-  // run.c stops on BOS only; a GGUF vocabulary's own EOS (not a llama2.c one) ends a text too.
-  if (tok.eos_id() >= 0 && tok.eos_id() != tok.bos_id() && o.gguf) g.stop.stop_token_ids.push_back(tok.eos_id());
+  // run.c stops on BOS only; a GGUF vocabulary's own EOS and end-of-turn tokens (EOT, EOM) end a
+  // text too.
+  if (o.gguf)
+    for (TokenId id : tok.end_of_generation_ids())
+      if (id != tok.bos_id()) g.stop.stop_token_ids.push_back(id);
   g.n = o.n;
   return g;
 }

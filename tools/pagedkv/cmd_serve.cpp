@@ -91,11 +91,14 @@ int run_serve(ServeOptions o) {
   // llama2.c checkpoints end a story by starting the next (run.c stops on BOS); GGUF files name
   // their end-of-generation token.
   served.eos_token_id = loaded.is_gguf ? tokenizer.eos_id() : Tokenizer::kBos;
+  if (loaded.is_gguf) served.end_of_generation_ids = tokenizer.end_of_generation_ids();  // EOT, EOM, <|im_end|>...
+  served.chat_template = server::detect_chat_template(loaded.chat_template);
   server::OpenAIServer http(options, service, tokenizer, served, metrics);
   const int port = http.bind();
 
   fmt::print("{}\n", engine.describe());
-  fmt::print("Model: {} (served as '{}'), max_model_len {}\n", o.model, o.served_model_name, engine.max_model_len());
+  fmt::print("Model: {} (served as '{}'), max_model_len {}, chat template {}\n", o.model, o.served_model_name,
+             engine.max_model_len(), server::chat_template_name(served.chat_template));
   fmt::print("pagedkv serve: listening on http://{}:{}\n", o.host, port);
   std::fflush(stdout);
 

@@ -6,7 +6,12 @@
 //           rope_freqs.weight (Llama 3's frequency divisors), output.weight or tied embedding;
 //   qwen2   q/k/v biases, RoPE on halves (NeoX), tied output when output.weight is absent;
 //   gemma2  GeGLU, post-attention and post-FFN norms, embedding scaled by sqrt(dim), attention and
-//           final logit soft-caps, sliding window on even layers, always tied output.
+//           final logit soft-caps, sliding window on even layers, always tied output;
+//   gemma3  gemma2's block without soft-caps plus qk-norm (attn_q_norm / attn_k_norm: RMSNorm of
+//           each head before RoPE); sliding window on five layers of six (llama.cpp's pattern 6,
+//           or attention.sliding_window_pattern); sliding layers use RoPE base 10000 unscaled,
+//           the others rope.freq_base (default 1e6) with linear rope.scaling.factor; output.weight
+//           or tied. Attention scale 1/sqrt(head_dim) (llama.cpp uses 1/sqrt(dim/heads) for 27B only).
 // Anything else is a FormatError naming the architecture. Weight matrices may be F32, F16, BF16,
 // Q8_0 or Q4_0; norms and biases must be F32 (as llama.cpp writes them). A missing tensor, a
 // wrong shape, a type pagedkv cannot run or a missing key is a FormatError naming it.
@@ -34,7 +39,7 @@ class GgufModel final : public Model {
   std::unique_ptr<GgufFile> file_;
 };
 
-// The architectures GgufModel runs, for messages: "llama, qwen2, gemma2".
+// The architectures GgufModel runs, for messages: "llama, qwen2, gemma2, gemma3".
 const char* supported_gguf_architectures();
 
 }  // namespace pagedkv

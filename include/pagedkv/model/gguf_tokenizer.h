@@ -5,17 +5,19 @@
 // U+2581, the text is split into UTF-8 characters and the adjacent pair whose concatenation is the
 // highest-scoring vocabulary piece is merged (the leftmost on ties) until none merges; characters
 // left outside the vocabulary become byte tokens <0xXX> (or <unk>). User-defined tokens (type 4)
-// are matched in the text first, longest first, as llama.cpp does even without special parsing;
-// control tokens are never produced from text. BOS / EOS are added as add_bos_token /
-// add_eos_token say (defaults: BOS yes, EOS no).
-// Byte-level BPE ("gpt2": GPT-2, Llama 3, Qwen2) is not implemented yet: it is a FormatError that
-// says so (serve such a model with a llama2.c tokenizer file, or with token ids).
+// are cut out of the text first, longest first, as llama.cpp does even without special parsing;
+// control tokens come only from a chat template's markers (encode_parts), never from text. Each
+// text fragment that starts the text or follows a special token gets the leading space. BOS / EOS
+// are added as add_bos_token / add_eos_token say (defaults: BOS yes, EOS no).
+// Byte-level BPE ("gpt2": GPT-2, Llama 3, Qwen2) is GgufBpeTokenizer (model/gguf_bpe_tokenizer.h);
+// make_gguf_tokenizer picks the one a file names.
 //
 // Decoding: U+2581 becomes a space, <0xXX> the raw byte, control tokens nothing; a leading space is
 // dropped from the first piece of a text and after BOS (SentencePiece's dummy prefix).
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -36,6 +38,8 @@ class GgufTokenizer final : public TextTokenizer {
   TokenId bos_id() const override { return bos_; }
   TokenId eos_id() const override { return eos_; }
   std::vector<TokenId> encode(std::string_view text, bool add_bos) const override;
+  std::vector<TokenId> encode_parts(std::span<const PromptPart> parts, bool add_bos) const override;
+  std::vector<TokenId> end_of_generation_ids() const override { return end_of_generation_; }
   int max_piece_bytes() const override { return max_piece_bytes_; }
   std::string decode_piece(TokenId prev, TokenId token) const override;
 
@@ -57,6 +61,7 @@ class GgufTokenizer final : public TextTokenizer {
   std::vector<int32_t> types_;
   std::vector<std::string> decoded_;           // piece as text (U+2581 -> ' ', <0xXX> -> byte, control -> "")
   std::vector<TokenId> user_defined_;          // longest first
+  std::vector<TokenId> end_of_generation_;
   TokenId byte_tokens_[256];
   TokenId bos_ = -1, eos_ = -1, unk_ = -1;
   bool add_bos_ = true, add_eos_ = false, add_space_prefix_ = true;
@@ -66,5 +71,9 @@ class GgufTokenizer final : public TextTokenizer {
   };
   std::unordered_map<std::string, TokenId, PieceHash, std::equal_to<>> ids_by_piece_;
 };
+
+// The tokenizer of a GGUF file, of the type its tokenizer.ggml.model names: "llama"
+// (GgufTokenizer) or "gpt2" (GgufBpeTokenizer). Throws FormatError for a missing or other type.
+std::unique_ptr<TextTokenizer> make_gguf_tokenizer(const GgufFile& file);
 
 }  // namespace pagedkv

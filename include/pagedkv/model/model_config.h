@@ -52,6 +52,9 @@ struct ModelConfig {
   // Which layers slide: layer l does when l % period < period - 1 (gemma2: 2, even layers slide;
   // gemma3: 6). 0 with a window: every layer slides.
   int sliding_window_period = 0;
+  bool qk_norm = false;              // gemma3: per-head RMSNorm of q and k (weights [head_dim]) before RoPE
+  float rope_theta_sliding = 0;      // gemma3: the sliding layers' RoPE base; 0: rope_theta
+  float rope_scale_full = 1;         // gemma3: linear RoPE scaling of the other layers (frequencies / factor)
 
   int head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : dim / n_heads; }
   int q_dim() const { return n_heads * head_dim(); }       // width of the queries (= dim unless explicit)

@@ -19,11 +19,14 @@ struct ModelFileOptions {
 
 struct LoadedModel {
   std::unique_ptr<Model> model;
-  // Null when there is none to use: a GGUF file whose tokenizer type pagedkv does not implement
-  // (byte-level BPE) and no tokenizer_path. Such a model is still served from token ids;
-  // tokenizer_error says why there is no tokenizer.
+  // Null when there is none to use: a GGUF file whose tokenizer pagedkv cannot read (no
+  // tokenizer keys, another tokenizer model, an unknown BPE pre-tokenizer) and no tokenizer_path.
+  // Such a model is still served from token ids; tokenizer_error says why there is no tokenizer.
   std::unique_ptr<TextTokenizer> tokenizer;
   std::string tokenizer_error;
+  // The file's tokenizer.chat_template (a Jinja source; empty if none): the server recognises the
+  // common ones (server/chat_template.h).
+  std::string chat_template;
   bool is_gguf = false;
 };
 

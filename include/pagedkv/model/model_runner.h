@@ -89,6 +89,9 @@ class ModelRunner {
     const float* post_attn_norm = nullptr;  // or null
     const float* ffn_norm = nullptr;
     const float* post_ffn_norm = nullptr;   // or null
+    const float* q_norm = nullptr;          // gemma3: per-head gains, or null
+    const float* k_norm = nullptr;
+    bool sliding_rope = false;              // RoPE from the sliding layers' table (gemma3)
     LinearLayer wqkv;                       // [wq; wk; wv] (+ biases) -> [T][q_dim + 2 kv_dim]
     LinearLayer wo;                         //                         -> [T][dim]
     LinearLayer gate_up;                    // [gate; up]              -> [T][2 hidden_dim]
@@ -100,6 +103,7 @@ class ModelRunner {
   void validate(const ForwardBatch& batch, const KVArena& kv) const;
   void rmsnorm_rows(const float* x, const float* weight, int rows, float* out) const;
   void apply_rope(float* x, int num_heads, const float* cos_sin) const;
+  void rmsnorm_heads(float* x, int num_heads, const float* weight) const;
 
   ModelConfig config_;
   WeightTensor token_embedding_;
@@ -107,10 +111,11 @@ class ModelRunner {
   std::vector<Layer> layers_;
   LinearLayer output_;                 // -> [rows][vocab]
   std::vector<float> rope_inv_freq_;   // [rotary_dims / 2]: 1 / theta^(2i / rotary_dims) (/ Llama 3 divisor)
+  std::vector<float> rope_inv_freq_sliding_;  // the sliding layers' own, or empty (gemma3)
   KernelIsa isa_;
 
   // Scratch, grown to the largest batch seen.
-  std::vector<float> x_, xb_, qkv_, q_, k_, v_, att_, proj_, gate_up_, hidden_, rope_, final_, logits_;
+  std::vector<float> x_, xb_, qkv_, q_, k_, v_, att_, proj_, gate_up_, hidden_, rope_, rope_sliding_, final_, logits_;
 };
 
 }  // namespace pagedkv

@@ -12,6 +12,14 @@
 
 namespace pagedkv {
 
+// One piece of a prompt that a chat template rendered: the template's own markers name special
+// tokens by their text ("<|im_start|>", "<end_of_turn>"); message contents are plain text, never
+// read as special tokens (a user cannot end a turn by typing "<|im_end|>").
+struct PromptPart {
+  std::string text;
+  bool special = false;
+};
+
 class TextTokenizer {
  public:
   virtual ~TextTokenizer() = default;
@@ -23,6 +31,16 @@ class TextTokenizer {
   // The ids of `text` (plain text: strings that look like special tokens are not special), BOS
   // first when add_bos.
   virtual std::vector<TokenId> encode(std::string_view text, bool add_bos) const = 0;
+
+  // The ids of a prompt made of parts, BOS first when add_bos: adjacent plain parts are one text
+  // (tokens may span their boundary, as in the concatenated text); a special part that is a
+  // token of the vocabulary becomes that token, one that is not is plain text. The default, for a
+  // vocabulary without special tokens, encodes the concatenation.
+  virtual std::vector<TokenId> encode_parts(std::span<const PromptPart> parts, bool add_bos) const;
+
+  // The tokens that end a generation: EOS and, where the vocabulary has them, its end-of-turn
+  // tokens (<|eot_id|>, <|im_end|>, <end_of_turn>, <|eom_id|>, ...). Default: EOS if there is one.
+  virtual std::vector<TokenId> end_of_generation_ids() const;
 
   // Bytes of the longest piece. No piece is shorter than the input bytes it stands for, so a
   // text of n bytes encodes to at least n / max_piece_bytes() tokens: a server refuses a prompt

@@ -39,6 +39,7 @@ struct LayerWeights {
   WeightTensor gate, up;                    // [hidden][dim]
   WeightTensor down;                        // [dim][hidden]
   WeightTensor post_ffn_norm;               // gemma2, or absent
+  WeightTensor q_norm, k_norm;              // gemma3: [head_dim] per-head RMSNorm gains, or absent
 };
 
 struct TransformerWeights {
@@ -56,6 +57,11 @@ struct TransformerWeights {
       for (const WeightTensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.bq, &l.bk, &l.bv, &l.wo, &l.post_attn_norm,
                                     &l.ffn_norm, &l.gate, &l.up, &l.down, &l.post_ffn_norm})
         f(*t);
+    // Tensors added after the digests above were first taken: only when present, so that the
+    // digests of models without them stay what they were.
+    for (const LayerWeights& l : layers)
+      for (const WeightTensor* t : {&l.q_norm, &l.k_norm})
+        if (t->present()) f(*t);
     f(output_norm);
     f(output);
     f(rope_freqs);

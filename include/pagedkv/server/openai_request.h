@@ -89,10 +89,13 @@ struct PreparedPrompt {
 // (TextTokenizer::max_piece_bytes): then ApiError 400 context_length_exceeded naming `param`.
 std::vector<TokenId> encode_bounded(const TextTokenizer& tokenizer, std::string_view text, bool add_bos,
                                     int max_model_len, const char* param);
+// The same for a prompt of parts (a chat template's rendering; TextTokenizer::encode_parts).
+std::vector<TokenId> encode_bounded(const TextTokenizer& tokenizer, std::span<const PromptPart> parts, bool add_bos,
+                                    int max_model_len, const char* param);
 
-// Tokenizes text prompts (BOS first) and chat messages (rendered with the chat template), checks
+// Tokenizes text prompts (BOS first) and chat messages (rendered with `chat_template`), checks
 // the model name, token ids and that prompt + max_tokens fits the model length.
 std::vector<PreparedPrompt> prepare_request(const CompletionRequest& request, const TextTokenizer& tokenizer,
-                                            const ModelLimits& model);
+                                            const ModelLimits& model, ChatTemplate chat_template = ChatTemplate::kDefault);
 
 }  // namespace pagedkv::server

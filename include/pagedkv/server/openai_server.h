@@ -53,6 +53,10 @@ struct ServerOptions {
 struct ServedModel {
   ModelLimits limits;                      // name, max_model_len, vocab size
   TokenId eos_token_id = -1;               // ends a generation unless ignore_eos
+  // More tokens that end a generation unless ignore_eos: a GGUF vocabulary's end-of-turn tokens
+  // (EOT, EOM, <|im_end|>, <end_of_turn>, ...; TextTokenizer::end_of_generation_ids).
+  std::vector<TokenId> end_of_generation_ids;
+  ChatTemplate chat_template = ChatTemplate::kDefault;  // how /v1/chat/completions renders messages
 };
 
 class OpenAIServer {
