@@ -212,8 +212,12 @@ bool KVCacheManager::is_window_checkpoint(int g, const Request& request, int i) 
   // Block i is in the window before hit point P (in blocks) when i + 1 <= P <= i + needed.
   const int needed = window_blocks(g);
   if (needed == 0) return false;
+  // The prompt's aligned end, and the start of its last block: where a request repeating the
+  // prompt (lookups stop one token short) or editing its last block hits.
   const int prompt_end = request.num_prompt_tokens / block_size_;
+  const int last_block = std::max(0, request.num_prompt_tokens - 1) / block_size_;
   if (i + 1 <= prompt_end && prompt_end <= i + needed) return true;
+  if (i + 1 <= last_block && last_block <= i + needed) return true;
   const int interval = config_.sliding_window_checkpoint_interval / block_size_;
   return interval > 0 && (i + needed) / interval >= cdiv(i + 1, interval);
 }
@@ -442,6 +446,8 @@ std::optional<NewBlocks> KVCacheManager::allocate_slots(Request& request, int nu
   NewBlocks result;
   result.num_groups = num_groups();
   std::array<size_t, kMaxKVCacheGroups> first_new{};
+  // Every group's hits leave the free set before any group allocates: else one group's new
+  // blocks could evict a free cached block that another group's hit is about to take.
   for (int g = 0; g < num_groups(); ++g) {
     const auto gi = static_cast<size_t>(g);
     auto& blocks = state->blocks[gi];
@@ -453,6 +459,10 @@ std::optional<NewBlocks> KVCacheManager::allocate_slots(Request& request, int nu
       blocks.insert(blocks.end(), hits.begin(), hits.end());
       state->num_cached[gi] = static_cast<int>(hits.size());
     }
+  }
+  for (int g = 0; g < num_groups(); ++g) {
+    const auto gi = static_cast<size_t>(g);
+    auto& blocks = state->blocks[gi];
     if (state->may_share_writable && cacheable(g)) copy_on_write(g, *state, num_computed);
     first_new[gi] = blocks.size();
     const int want = spec(g).kind == AttentionKind::kCrossAttention

@@ -74,31 +74,34 @@ TEST(CoreSpecs, SlidingWindowReleasesBlocksThatLeftTheWindow) {
 }
 
 TEST(CoreSpecs, SlidingWindowRetentionDropsBlocksNoLookupCanReachToTheFront) {
-  // Retention on (the default): of a 20-token prompt only the window before its aligned end
-  // (blocks 3 and 4: tokens 13..19 for a hit at 20) is cached; blocks 0..2 are never hashed,
-  // and when they leave the window they go to the front of the free queue.
+  // Retention on (the default): of a 20-token prompt only the windows before its aligned end
+  // (blocks 3, 4: tokens 13..19 for a hit at 20) and before its last block (blocks 2, 3: a
+  // repeat of the prompt hits at 16) are cached; blocks 0 and 1 are never hashed, and when
+  // they leave the window they go to the front of the free queue.
   CheckedManager m(config(32, {group(AttentionKind::kSlidingWindow, 4, 8)}));
   Request r(RequestId{1}, iota_tokens(20, 0));
   ASSERT_TRUE(m.admit(r).has_value());
   const Ids prefill = m.table(r);
-  for (int i = 0; i < 5; ++i)
-    EXPECT_EQ(m->pool().block(BlockId{prefill[static_cast<size_t>(i)]}).has_hash, i >= 3) << "block " << i;
-  EXPECT_TRUE(m->pool().block(BlockId{prefill[3]}).window_checkpoint);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(m->pool().block(BlockId{prefill[static_cast<size_t>(i)]}).has_hash, i >= 2) << "block " << i;
+    EXPECT_EQ(m->pool().block(BlockId{prefill[static_cast<size_t>(i)]}).window_checkpoint, i >= 2) << "block " << i;
+  }
   auto got = m.decode(r, 500);
   ASSERT_TRUE(got.has_value());
   const Ids after = m.table(r);
   EXPECT_EQ(Ids(after.begin(), after.begin() + 3), (Ids{0, 0, 0}));
-  // The new block is a released one, reused at once (the front of the queue).
-  const Ids front = testing::free_order(m->pool());
-  EXPECT_EQ(Ids(front.begin(), front.begin() + 2), (Ids{prefill[1], prefill[2]}));
+  // Blocks 0 and 1 went to the front; the new block is one of them, reused at once.
   EXPECT_EQ(after[5], prefill[0]);
-  EXPECT_EQ(m->pool().stats().window_blocks_slid_out, 3u);
-  EXPECT_EQ(m->pool().stats().window_checkpoints_retained, 0u);
+  EXPECT_EQ(testing::free_order(m->pool()).front(), prefill[1]);
+  EXPECT_EQ(testing::free_order(m->pool()).back(), prefill[2]) << "the checkpoint joins the back, cached";
+  EXPECT_TRUE(m->pool().block(BlockId{prefill[2]}).has_hash);
+  EXPECT_EQ(m->pool().stats().window_blocks_slid_out, 2u);
+  EXPECT_EQ(m->pool().stats().window_checkpoints_retained, 1u);
   // Freed, the request leaves its last window cached as a checkpoint at the back.
   m.free(r);
-  EXPECT_EQ(m->pool().stats().window_checkpoints_retained, 2u) << "blocks 3 and 4 (the window before 20)";
-  const Ids order = testing::free_order(m->pool());
-  EXPECT_EQ(order.back(), prefill[3]) << "tail first: block 3 is freed last";
+  EXPECT_EQ(m->pool().stats().window_checkpoints_retained, 3u) << "blocks 3 and 4 (the window before 20)";
+  EXPECT_EQ(testing::free_order(m->pool()).back(), prefill[3]) << "tail first: block 3 is freed last";
+  EXPECT_EQ(testing::free_order(m->pool()).front(), after[5]) << "the partial last block is worthless: front";
 }
 
 TEST(CoreSpecs, SlidingWindowCheckpointIntervalKeepsWindowsEveryNTokens) {

@@ -37,7 +37,8 @@ struct KVCacheManagerConfig {
   // the general path. Off only in tests that compare the two paths.
   bool enable_steady_state_fast_path = true;
   // Sliding-window groups (hybrid models). With retention on, a sliding block is cached only
-  // where a lookup can reach it: in the window before the aligned end of the request's prompt,
+  // where a lookup can reach it: in the window before the aligned end of the request's prompt
+  // and before the start of its last block (a repeat or an edit of that block hits there),
   // before every multiple of `sliding_window_checkpoint_interval` tokens (0: none), and before
   // the aligned end of the sequence when it is freed; those are retention checkpoints. Any other
   // block that leaves the window is dropped to the front of the free queue (evicted first)
