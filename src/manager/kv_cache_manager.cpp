@@ -123,6 +123,7 @@ void KVCacheManager::release_entry(RequestBlocks& entry) {
   if (spare_index_nodes_.size() < kMaxSpareRequests) spare_index_nodes_.push_back(std::move(node));
   for (auto& b : entry.blocks) b.clear();
   entry.num_cached = {};
+  entry.divergence_block = 0;
   entry.may_share_writable = false;
   entry.live = false;
   released_entries_.push_back(slot_of(entry));
@@ -208,7 +209,7 @@ int KVCacheManager::find_sliding_window_hit(int g, const Request& request, int m
   return 0;
 }
 
-bool KVCacheManager::is_window_checkpoint(int g, const Request& request, int i) const {
+bool KVCacheManager::is_window_checkpoint(int g, const Request& request, const RequestBlocks& state, int i) const {
   // Block i is in the window before hit point P (in blocks) when i + 1 <= P <= i + needed.
   const int needed = window_blocks(g);
   if (needed == 0) return false;
@@ -218,6 +219,7 @@ bool KVCacheManager::is_window_checkpoint(int g, const Request& request, int i) 
   const int last_block = std::max(0, request.num_prompt_tokens - 1) / block_size_;
   if (i + 1 <= prompt_end && prompt_end <= i + needed) return true;
   if (i + 1 <= last_block && last_block <= i + needed) return true;
+  if (state.divergence_block > 0 && i + 1 <= state.divergence_block && state.divergence_block <= i + needed) return true;
   const int interval = config_.sliding_window_checkpoint_interval / block_size_;
   return interval > 0 && (i + needed) / interval >= cdiv(i + 1, interval);
 }
@@ -366,7 +368,7 @@ void KVCacheManager::cache_full_blocks(int g, const Request& request, RequestBlo
     for (int i = num_cached; i < num_full; ++i) {
       const BlockId b = blocks[static_cast<size_t>(i)];
       if (b == pool_.null_block()) continue;
-      const bool checkpoint = is_window_checkpoint(g, request, i);
+      const bool checkpoint = is_window_checkpoint(g, request, state, i);
       if (!checkpoint && i < end_window) continue;
       pool_.cache_block(b, content_key(request, g, i, i == 0 ? kNoLink : blocks[static_cast<size_t>(i) - 1].value));
       if (checkpoint) pool_.mark_window_checkpoint(b);
@@ -442,6 +444,15 @@ std::optional<NewBlocks> KVCacheManager::allocate_slots(Request& request, int nu
   if (!state) {
     state = &add_entry(request.id);
     request.manager_slot = slot_of(*state);
+  }
+  if (new_computed_blocks) {
+    // A full-attention group confirmed more than the hit: the prompt shares a cached prefix up
+    // to there, and the window before it is worth a checkpoint.
+    int full_hit = 0;
+    for (int g = 0; g < num_groups(); ++g)
+      if (spec(g).kind == AttentionKind::kFull)
+        full_hit = std::max(full_hit, new_computed_blocks->group_hit_tokens[static_cast<size_t>(g)]);
+    if (full_hit > new_computed_blocks->num_computed_tokens) state->divergence_block = full_hit / block_size_;
   }
   NewBlocks result;
   result.num_groups = num_groups();

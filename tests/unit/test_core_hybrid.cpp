@@ -229,6 +229,31 @@ TEST(CoreHybrid, AnEditInsideThePromptsLastBlockStillHits) {
   }
 }
 
+TEST(CoreHybrid, ASharedPrefixBecomesACheckpointAfterOneMiss) {
+  // Three prompts share a 100-token system prompt (block 16, window 40). A's prompt end is its
+  // only checkpoint, so B's sliding group finds no window at 96 and B hits nothing; but B's
+  // full group confirmed 96 tokens, so B keeps the window before 96 as a checkpoint and C hits.
+  KVCacheManagerConfig c;
+  c.watermark = 0;
+  c.cache.num_blocks = 64;
+  c.cache.groups = {group(AttentionKind::kFull, 16), group(AttentionKind::kSlidingWindow, 16, 40)};
+  CheckedManager m(std::move(c));
+  const std::vector<TokenId> system = iota_tokens(100, 1000);
+  Request a(RequestId{1}, concat(system, iota_tokens(60, 1)));
+  ASSERT_EQ(m.admit(a), 0);
+  m.free(a);
+  Request b(RequestId{2}, concat(system, iota_tokens(60, 2000)));
+  ComputedBlocks hb = m.get_computed_blocks(b);
+  EXPECT_EQ(hb.group_hit_tokens[0], 96);
+  EXPECT_EQ(hb.num_computed_tokens, 0);
+  EXPECT_EQ(hb.limiting_group, 1);
+  ASSERT_TRUE(m.allocate_slots(b, b.num_tokens(), 0, &hb).has_value());
+  b.num_computed_tokens = b.num_tokens();
+  m.free(b);
+  Request d(RequestId{3}, concat(system, iota_tokens(60, 3000)));
+  EXPECT_EQ(m.get_computed_blocks(d).num_computed_tokens, 96);
+}
+
 TEST(CoreHybrid, WindowSearchSkipsAWholeWindowPerMiss) {
   // 4096 tokens, block 16, window 1024: 255 blocks to search, 64 per window. Nothing cached:
   // one probe per window, not one per block.
@@ -325,7 +350,10 @@ std::vector<KVCacheGroupSpec> gemma_like() {
 TEST(CoreHybrid, RoundRobinSessionsHitAsMuchAsTheFullAttentionTwin) {
   // vllm#48435's shape: many sessions take turns; each turn's prompt is the session's whole
   // conversation. The twin's working set is under half the pool.
-  const HybridSessionsConfig c = sessions_config(2400, true);
+  for (const int interval : {128, 0}) {
+  SCOPED_TRACE(::testing::Message() << "checkpoints every " << interval << " tokens");
+  HybridSessionsConfig c = sessions_config(2400, true);
+  c.checkpoint_interval = interval;
   const HybridSessionsResult twin = run_hybrid_sessions(c, full_attention_twin(gemma_like()));
   const HybridSessionsResult hybrid = run_hybrid_sessions(c, gemma_like());
   ASSERT_LT(twin.full_working_set_blocks * 2, c.num_blocks) << "the scenario's premise";
@@ -336,6 +364,7 @@ TEST(CoreHybrid, RoundRobinSessionsHitAsMuchAsTheFullAttentionTwin) {
   EXPECT_LT(hybrid.peak_blocks_in_use, twin.peak_blocks_in_use) << "the sliding group holds only its window";
   EXPECT_GT(hybrid.pool.window_blocks_slid_out, 0u);
   EXPECT_GT(hybrid.pool.window_checkpoints_retained, 0u);
+  }
 }
 
 TEST(CoreHybrid, UnderPressureRetentionKeepsMoreHitsThanCachingEveryWindowBlock) {

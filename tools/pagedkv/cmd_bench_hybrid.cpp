@@ -147,7 +147,7 @@ const CommandRegistration kRegistration{Command{
       o->workload.user_tokens = 200;
       o->workload.output_tokens = 100;
       o->workload.concurrency = 8;
-      o->workload.checkpoint_interval = 256;
+      o->workload.checkpoint_interval = 0;
       sub.add_option("--sessions", o->workload.sessions, "chat sessions")->capture_default_str();
       sub.add_option("--turns", o->workload.turns, "turns per session")->capture_default_str();
       sub.add_option("--system-tokens", o->workload.system_prompt_tokens, "shared system prompt")->capture_default_str();

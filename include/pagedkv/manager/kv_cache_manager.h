@@ -39,6 +39,8 @@ struct KVCacheManagerConfig {
   // Sliding-window groups (hybrid models). With retention on, a sliding block is cached only
   // where a lookup can reach it: in the window before the aligned end of the request's prompt
   // and before the start of its last block (a repeat or an edit of that block hits there),
+  // before the point where its prompt leaves a prefix the full-attention groups had cached (a
+  // shared system prompt: the next request sharing it hits there),
   // before every multiple of `sliding_window_checkpoint_interval` tokens (0: none), and before
   // the aligned end of the sequence when it is freed; those are retention checkpoints. Any other
   // block that leaves the window is dropped to the front of the free queue (evicted first)
@@ -193,6 +195,10 @@ class KVCacheManager {
     // Set by fork (on parent and child): only then can a block this request writes be shared,
     // so only then is copy-on-write checked.
     bool may_share_writable = false;
+    // Where the request's prompt left a cached full-attention prefix (in blocks) beyond its hit,
+    // because a sliding group kept no window there: a shared prefix (a system prompt) that a
+    // sliding group must keep a checkpoint at. 0: none.
+    int divergence_block = 0;
     std::array<std::vector<BlockId>, kMaxKVCacheGroups> blocks;
   };
 
@@ -226,7 +232,7 @@ class KVCacheManager {
   // Blocks before a hit point that a sliding group's window needs: ceil((window - 1) / block_size).
   int window_blocks(int g) const { return (spec(g).sliding_window - 1 + block_size_ - 1) / block_size_; }
   // Block `i` of `request` lies in the window before one of its reachable hit points.
-  bool is_window_checkpoint(int g, const Request& request, int i) const;
+  bool is_window_checkpoint(int g, const Request& request, const RequestBlocks& state, int i) const;
   // Blocks group g holds for `request` at its largest when admitted `chunk` tokens at a time.
   int footprint_blocks(int g, const Request& request, int chunk) const;
   int find_sliding_window_hit(int g, const Request& request, int max_blocks, std::vector<BlockId>& out) const;
