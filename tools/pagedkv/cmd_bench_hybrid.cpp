@@ -78,10 +78,15 @@ int run_bench_hybrid(const Options& o) {
     row.num_blocks = static_cast<int>(static_cast<double>(working_set) * f) + 1;
     HybridSessionsConfig c = o.workload;
     c.num_blocks = row.num_blocks;
-    row.full = run_hybrid_sessions(c, twin);
-    row.hybrid = run_hybrid_sessions(c, hybrid);
-    c.retention = false;
-    row.hybrid_no_retention = run_hybrid_sessions(c, hybrid);
+    try {
+      row.full = run_hybrid_sessions(c, twin);
+      row.hybrid = run_hybrid_sessions(c, hybrid);
+      c.retention = false;
+      row.hybrid_no_retention = run_hybrid_sessions(c, hybrid);
+    } catch (const ConfigError&) {
+      if (rows.empty()) throw;  // the requested pool itself is too small: say why
+      break;                    // a sweep stops at the first pool that cannot run the workload
+    }
     rows.push_back(std::move(row));
   }
 
@@ -162,7 +167,8 @@ const CommandRegistration kRegistration{Command{
       sub.add_option("--chunk", o->workload.max_num_batched_tokens, "prefill chunk, tokens (0: whole prompt)")->capture_default_str();
       sub.add_option("--pool", o->pool_over_working_set, "pool size as a multiple of the twin's working set")->capture_default_str();
       sub.add_option("--seed", o->workload.seed, "workload seed")->capture_default_str();
-      sub.add_flag("--sweep", o->sweep, "also smaller pools (1.5, 1, 0.75, 0.5, 0.35 x the working set)");
+      sub.add_flag("--sweep", o->sweep,
+                   "also smaller pools (1.5, 1, 0.75, 0.5, 0.35 x the working set), down to the first too small to run");
       sub.add_flag("--json", o->json, "print JSON");
       return [o] { return run_bench_hybrid(*o); };
     }}};
