@@ -116,8 +116,8 @@ int run_bench_hybrid(const Options& o) {
   fmt::print("multi-session round robin (vllm#48435 shape): {} sessions x {} turns, system prompt {} tokens, "
              "{} user + {} output tokens a turn, {} running at once\n",
              w.sessions, w.turns, w.system_prompt_tokens, w.user_tokens, w.output_tokens, w.concurrency);
-  fmt::print("hybrid: a full-attention group + a sliding-window group (window {}, block {}); checkpoints every {} tokens\n",
-             o.window, o.block_size, w.checkpoint_interval);
+  fmt::print("hybrid: a full-attention group + a sliding-window group (window {}, block {}); interval checkpoints: {}\n",
+             o.window, o.block_size, w.checkpoint_interval > 0 ? fmt::format("every {} tokens", w.checkpoint_interval) : "none");
   fmt::print("twin: both groups full attention. Working set of the twin: {} blocks\n\n", working_set);
   const Row& r = rows.front();
   fmt::print("pool {} blocks ({:.2f}x the twin's working set)\n", r.num_blocks, r.pool_over_working_set);
