@@ -52,6 +52,10 @@ struct ModelConfig {
   // Which layers slide: layer l does when l % period < period - 1 (gemma2: 2, even layers slide;
   // gemma3: 6). 0 with a window: every layer slides.
   int sliding_window_period = 0;
+  // Allocate every layer for every token in one full-attention KV-cache group even when layers
+  // slide (the uniform allocation hybrid groups are measured against); sliding layers still
+  // attend only to their window, through the attention mask.
+  bool uniform_kv_allocation = false;
 
   int head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : dim / n_heads; }
   int q_dim() const { return n_heads * head_dim(); }       // width of the queries (= dim unless explicit)
