@@ -16,6 +16,7 @@ BlockPool::BlockPool(BlockPoolOptions options)
       blocks_(static_cast<size_t>(std::max(options.num_blocks, 0))),
       free_queue_(blocks_),
       policy_(std::move(options.policy)),
+      group_specs_(std::move(options.group_specs)),
       cache_map_(static_cast<size_t>(std::max(options.num_blocks, 0))) {
   if (options.num_blocks < 2)
     throw ConfigError(fmt::format("a block pool needs at least 2 blocks (block 0 is the reserved null block), got {}",
@@ -45,6 +46,7 @@ bool BlockPool::allocate(int n, std::vector<BlockId>& out) {
       if (next.has_hash) cache_map_.prefetch(map_key(next.hash, next.group));
     }
     if (b.has_hash) {
+      if (b.window_checkpoint) ++stats_.window_checkpoints_evicted;
       if (uncache(b, RemovalReason::kEvicted)) ++stats_.evicted_entries;
       ++stats_.evictions;
     }
@@ -65,7 +67,7 @@ void BlockPool::touch(std::span<const BlockId> ids) {
 }
 
 template <typename Ids>
-void BlockPool::release(const Ids& ordered) {
+void BlockPool::drop_references(const Ids& ordered) {
   // Drop the references first and undo them if any block was already free, so that a bad call
   // changes nothing. (A block listed twice needs two references: the second drop catches it.)
   for (size_t i = 0; i < ordered.size(); ++i) {
@@ -80,6 +82,11 @@ void BlockPool::release(const Ids& ordered) {
     }
     --blocks_[static_cast<size_t>(id.value)].ref_cnt;
   }
+}
+
+template <typename Ids>
+void BlockPool::release(const Ids& ordered) {
+  drop_references(ordered);
   // Blocks that reached zero join the free set in the order given.
   for (size_t i = 0; i < ordered.size(); ++i) {
     KVCacheBlock& b = blocks_[static_cast<size_t>(ordered[i].value)];
@@ -88,6 +95,22 @@ void BlockPool::release(const Ids& ordered) {
 }
 
 void BlockPool::free_blocks(std::span<const BlockId> ordered) { release(ordered); }
+
+void BlockPool::free_window_blocks(std::span<const BlockId> ordered) {
+  drop_references(ordered);
+  for (BlockId id : ordered) {
+    KVCacheBlock& b = blocks_[static_cast<size_t>(id.value)];
+    if (b.ref_cnt != 0 || b.in_free_queue || b.is_null) continue;
+    if (b.has_hash && b.window_checkpoint) {
+      ++stats_.window_checkpoints_retained;
+      push_free(b);
+      continue;
+    }
+    ++stats_.window_blocks_slid_out;
+    if (b.has_hash) uncache(b, RemovalReason::kSlidOut);
+    push_free_evict_first(b);
+  }
+}
 
 namespace {
 // A table read back to front (what std::views::reverse gives, without <ranges>: clang 14, which
@@ -124,6 +147,7 @@ void BlockPool::cache_block(BlockId id, const BlockContentKey& key) {
   meta.prefix_id = kUnknownPrefix;  // set below: an equal cached copy's id, or a new one
   b.hash = key.hash;
   b.has_hash = true;
+  b.window_checkpoint = false;
   b.group = key.group;
   b.num_tokens = block_size_;
   b.hit_count = 0;
@@ -151,7 +175,7 @@ void BlockPool::cache_block(BlockId id, const BlockContentKey& key) {
     e.has_parent = key.parent_block != kNoLink;  // a request's first block has none (vLLM: None)
     e.token_count = block_size_;
     e.block = id;
-    e.group = key.group;
+    fill_group(e, key.group);
     events_.push_back(e);
   }
 }
@@ -170,11 +194,12 @@ bool BlockPool::uncache(KVCacheBlock& b, RemovalReason reason) {
     e.kind = KVEventKind::kBlockRemoved;
     e.hash = b.hash;
     e.block = b.id;
-    e.group = b.group;
+    fill_group(e, b.group);
     e.reason = reason;
     events_.push_back(e);
   }
   b.has_hash = false;
+  b.window_checkpoint = false;
   b.hash = BlockHash{};
   b.num_tokens = 0;
   b.hit_count = 0;
@@ -259,6 +284,7 @@ void BlockPool::check_invariants() const {
     if (b.ref_cnt < 0) fail(fmt::format("block {} has negative ref_cnt {}", i, b.ref_cnt));
     if (!b.is_null && b.ref_cnt == 0 && !seen[i]) fail(fmt::format("block {} has ref_cnt 0 but is not free", i));
     if (b.in_free_queue && !seen[i]) fail(fmt::format("block {} is flagged free but not in the free set", i));
+    if (b.window_checkpoint && !b.has_hash) fail(fmt::format("block {} is a window checkpoint without cached content", i));
     if (!b.has_hash) continue;
     ++cached;
     if (!enable_caching_) fail(fmt::format("block {} is cached with caching disabled", i));

@@ -17,6 +17,7 @@ std::string_view removal_reason_name(RemovalReason r) {
     case RemovalReason::kEvicted: return "evicted";
     case RemovalReason::kReset: return "reset";
     case RemovalReason::kInvalidated: return "invalidated";
+    case RemovalReason::kSlidOut: return "slid_out";
   }
   return "?";
 }

@@ -27,8 +27,15 @@ BlockPoolOptions pool_options(KVCacheManagerConfig& c) {
                                   c.cache.groups.size()));
   if (c.watermark < 0.0 || c.watermark >= 1.0)
     throw ConfigError(fmt::format("watermark must be in [0, 1), got {}", c.watermark));
+  if (c.sliding_window_checkpoint_interval < 0 ||
+      c.sliding_window_checkpoint_interval % c.cache.block_size() != 0)
+    throw ConfigError(fmt::format("sliding_window_checkpoint_interval must be a non-negative multiple of the block size {}, got {}",
+                                  c.cache.block_size(), c.sliding_window_checkpoint_interval));
+  if (c.max_num_batched_tokens < 0)
+    throw ConfigError(fmt::format("max_num_batched_tokens must not be negative, got {}", c.max_num_batched_tokens));
   BlockPoolOptions o;
   o.num_blocks = c.cache.num_blocks;
+  for (const auto& g : c.cache.groups) o.group_specs.push_back(g.spec);
   o.block_size = c.cache.block_size();
   o.enable_caching = c.enable_caching;
   o.enable_events = c.enable_events;
@@ -116,6 +123,7 @@ void KVCacheManager::release_entry(RequestBlocks& entry) {
   if (spare_index_nodes_.size() < kMaxSpareRequests) spare_index_nodes_.push_back(std::move(node));
   for (auto& b : entry.blocks) b.clear();
   entry.num_cached = {};
+  entry.divergence_block = 0;
   entry.may_share_writable = false;
   entry.live = false;
   released_entries_.push_back(slot_of(entry));
@@ -167,27 +175,53 @@ int KVCacheManager::find_longest_cache_hit(int g, const Request& request, int ma
     }
     return static_cast<int>(out.size());
   }
-  // Sliding window: only the last ceil((window - 1) / block_size) blocks before the hit point
-  // must be cached; earlier positions become the null block. Search right to left for the
-  // longest prefix length whose window is cached (vLLM's SlidingWindowManager).
-  const int needed = cdiv(spec(g).sliding_window - 1, block_size_);
+  return find_sliding_window_hit(g, request, max_blocks, out);
+}
+
+int KVCacheManager::find_sliding_window_hit(int g, const Request& request, int max_blocks,
+                                            std::vector<BlockId>& out) const {
+  // A hit of `end` blocks needs only the window before it cached: blocks [end - needed, end)
+  // (clamped at 0); earlier positions become the null block. Candidates are tried right to left
+  // (vLLM's SlidingWindowManager), each window's leftmost block first: a miss there rules out
+  // every window ending after it, so the search skips a whole window per miss.
+  const int needed = window_blocks(g);
   out.assign(static_cast<size_t>(max_blocks), pool_.null_block());
-  int contiguous = 0;
-  for (int i = max_blocks - 1; i >= 0; --i) {
-    // Scanning right to left, the previous block is not known yet: confirmed by hash only.
-    auto hit = pool_.find_cached(content_key(request, g, i, kUnknownParent));
-    if (!hit) {
-      contiguous = 0;
-      continue;
+  if (needed == 0) return max_blocks;  // a window of one token needs no earlier block
+  int end = max_blocks;
+  while (end > 0) {
+    const int first = std::max(0, end - needed);
+    int miss = -1;
+    for (int k = 0; k < end - first && miss < 0; ++k) {
+      const int i = k == 0 ? first : end - k;  // leftmost, then right to left
+      if (out[static_cast<size_t>(i)] != pool_.null_block()) continue;  // known from a wider candidate
+      ++window_probes_;
+      // Scanning right to left, the previous block is not known yet: confirmed by hash only.
+      auto hit = pool_.find_cached(content_key(request, g, i, kUnknownParent));
+      if (hit) out[static_cast<size_t>(i)] = *hit; else miss = i;
     }
-    out[static_cast<size_t>(i)] = *hit;
-    if (++contiguous >= needed) {
-      out.resize(static_cast<size_t>(i + contiguous));
-      return static_cast<int>(out.size());
+    if (miss < 0) {
+      out.resize(static_cast<size_t>(end));
+      return end;
     }
+    end = miss;  // every window that holds the missing block is out
   }
-  out.resize(static_cast<size_t>(contiguous));  // only a run starting at block 0 is usable
-  return contiguous;
+  out.clear();
+  return 0;
+}
+
+bool KVCacheManager::is_window_checkpoint(int g, const Request& request, const RequestBlocks& state, int i) const {
+  // Block i is in the window before hit point P (in blocks) when i + 1 <= P <= i + needed.
+  const int needed = window_blocks(g);
+  if (needed == 0) return false;
+  // The prompt's aligned end, and the start of its last block: where a request repeating the
+  // prompt (lookups stop one token short) or editing its last block hits.
+  const int prompt_end = request.num_prompt_tokens / block_size_;
+  const int last_block = std::max(0, request.num_prompt_tokens - 1) / block_size_;
+  if (i + 1 <= prompt_end && prompt_end <= i + needed) return true;
+  if (i + 1 <= last_block && last_block <= i + needed) return true;
+  if (state.divergence_block > 0 && i + 1 <= state.divergence_block && state.divergence_block <= i + needed) return true;
+  const int interval = config_.sliding_window_checkpoint_interval / block_size_;
+  return interval > 0 && (i + needed) / interval >= cdiv(i + 1, interval);
 }
 
 void KVCacheManager::get_computed_blocks(Request& request, ComputedBlocks& out) {
@@ -198,20 +232,31 @@ void KVCacheManager::get_computed_blocks(Request& request, ComputedBlocks& out) 
   // Each group may only confirm a shorter prefix than the others; iterate to the common length.
   int hit = request.num_tokens() - 1;
   bool any_cacheable = false;
-  for (bool reduced = true; reduced;) {
+  window_probes_ = 0;
+  bool first_pass = true;
+  for (bool reduced = true; reduced; first_pass = false) {
     reduced = false;
     for (int g = 0; g < num_groups(); ++g) {
       if (!cacheable(g)) continue;
       any_cacheable = true;
-      const int len = find_longest_cache_hit(g, request, hit, out.blocks[static_cast<size_t>(g)]) * block_size_;
+      const int cap = first_pass ? request.num_tokens() - 1 : hit;
+      const int len = find_longest_cache_hit(g, request, cap, out.blocks[static_cast<size_t>(g)]) * block_size_;
+      if (first_pass) out.group_hit_tokens[static_cast<size_t>(g)] = len;
       if (len < hit) {
+        if (g > 0 || !first_pass) out.limiting_group = g;
         hit = len;
         reduced = num_groups() > 1;
       }
     }
   }
   if (!any_cacheable) hit = 0;
+  // Group 0's first answer sets `hit` without cutting anything short unless another group agrees.
+  if (out.limiting_group < 0 && num_groups() > 1 && hit < request.num_tokens() - 1) {
+    for (int g = 1; g < num_groups(); ++g)
+      if (cacheable(g) && out.group_hit_tokens[static_cast<size_t>(g)] > hit) out.limiting_group = 0;
+  }
   out.num_computed_tokens = hit;
+  stats_.window_search_probes += window_probes_;
   if (request.num_preemptions > 0) {
     ++stats_.preempted_requests;
     stats_.preempted_queries += static_cast<uint64_t>(request.num_tokens());
@@ -221,6 +266,10 @@ void KVCacheManager::get_computed_blocks(Request& request, ComputedBlocks& out) 
     stats_.queries += static_cast<uint64_t>(request.num_tokens());
     stats_.hits += static_cast<uint64_t>(hit);
     if (hit > 0) ++stats_.hit_requests;
+    for (int g = 0; g < num_groups(); ++g) {
+      stats_.group_hit_tokens[static_cast<size_t>(g)] += static_cast<uint64_t>(out.group_hit_tokens[static_cast<size_t>(g)]);
+    }
+    if (out.limiting_group >= 0) ++stats_.limited_by_group[static_cast<size_t>(out.limiting_group)];
   }
 }
 
@@ -282,7 +331,8 @@ void KVCacheManager::remove_skipped_blocks(int g, RequestBlocks& state, int num_
     b = pool_.null_block();
   }
   if (!scratch_blocks_.empty()) {
-    pool_.free_blocks(scratch_blocks_);
+    // Retention: checkpoints stay cached at the back, the rest go to the front (evicted first).
+    if (retains_checkpoints(g)) pool_.free_window_blocks(scratch_blocks_); else pool_.free_blocks(scratch_blocks_);
     table_rewritten_ = true;
   }
 }
@@ -311,6 +361,21 @@ void KVCacheManager::cache_full_blocks(int g, const Request& request, RequestBlo
   int& num_cached = state.num_cached[gi];
   if (num_cached >= num_full) return;
   const auto& blocks = state.blocks[gi];
+  if (retains_checkpoints(g)) {
+    // Only blocks a lookup can reach: checkpoints, and the window before the current end (the
+    // sequence's last checkpoint if it ends here; dropped when it slides out otherwise).
+    const int end_window = num_full - window_blocks(g);
+    for (int i = num_cached; i < num_full; ++i) {
+      const BlockId b = blocks[static_cast<size_t>(i)];
+      if (b == pool_.null_block()) continue;
+      const bool checkpoint = is_window_checkpoint(g, request, state, i);
+      if (!checkpoint && i < end_window) continue;
+      pool_.cache_block(b, content_key(request, g, i, i == 0 ? kNoLink : blocks[static_cast<size_t>(i) - 1].value));
+      if (checkpoint) pool_.mark_window_checkpoint(b);
+    }
+    num_cached = num_full;
+    return;
+  }
   for (int i = num_cached; i < num_full; ++i) {
     const BlockId b = blocks[static_cast<size_t>(i)];
     if (i + kPrefetchDistance < num_full)
@@ -380,9 +445,20 @@ std::optional<NewBlocks> KVCacheManager::allocate_slots(Request& request, int nu
     state = &add_entry(request.id);
     request.manager_slot = slot_of(*state);
   }
+  if (new_computed_blocks) {
+    // A full-attention group confirmed more than the hit: the prompt shares a cached prefix up
+    // to there, and the window before it is worth a checkpoint.
+    int full_hit = 0;
+    for (int g = 0; g < num_groups(); ++g)
+      if (spec(g).kind == AttentionKind::kFull)
+        full_hit = std::max(full_hit, new_computed_blocks->group_hit_tokens[static_cast<size_t>(g)]);
+    if (full_hit > new_computed_blocks->num_computed_tokens) state->divergence_block = full_hit / block_size_;
+  }
   NewBlocks result;
   result.num_groups = num_groups();
   std::array<size_t, kMaxKVCacheGroups> first_new{};
+  // Every group's hits leave the free set before any group allocates: else one group's new
+  // blocks could evict a free cached block that another group's hit is about to take.
   for (int g = 0; g < num_groups(); ++g) {
     const auto gi = static_cast<size_t>(g);
     auto& blocks = state->blocks[gi];
@@ -394,6 +470,10 @@ std::optional<NewBlocks> KVCacheManager::allocate_slots(Request& request, int nu
       blocks.insert(blocks.end(), hits.begin(), hits.end());
       state->num_cached[gi] = static_cast<int>(hits.size());
     }
+  }
+  for (int g = 0; g < num_groups(); ++g) {
+    const auto gi = static_cast<size_t>(g);
+    auto& blocks = state->blocks[gi];
     if (state->may_share_writable && cacheable(g)) copy_on_write(g, *state, num_computed);
     first_new[gi] = blocks.size();
     const int want = spec(g).kind == AttentionKind::kCrossAttention
@@ -418,7 +498,20 @@ std::optional<NewBlocks> KVCacheManager::allocate_slots(Request& request, int nu
 bool KVCacheManager::free(const Request& request) {
   RequestBlocks* entry = find_entry(request);
   if (!entry) return false;
-  for (int g = 0; g < num_groups(); ++g) pool_.free_blocks_tail_first(entry->blocks[static_cast<size_t>(g)]);
+  for (int g = 0; g < num_groups(); ++g) {
+    auto& blocks = entry->blocks[static_cast<size_t>(g)];
+    if (!retains_checkpoints(g)) {
+      pool_.free_blocks_tail_first(blocks);
+      continue;
+    }
+    // The window before the aligned end of what was cached is the sequence's last reachable
+    // hit point (the next turn of a conversation extends it): a checkpoint. Everything else the
+    // table still holds (partial or uncomputed blocks) is worthless to a lookup.
+    const int cached = entry->num_cached[static_cast<size_t>(g)];
+    for (int i = std::max(0, cached - window_blocks(g)); i < cached; ++i) pool_.mark_window_checkpoint(blocks[static_cast<size_t>(i)]);
+    std::reverse(blocks.begin(), blocks.end());  // tail first; the table is released below
+    pool_.free_window_blocks(blocks);
+  }
   release_entry(*entry);
   return true;
 }
@@ -439,13 +532,13 @@ void KVCacheManager::uncache_uncomputed_blocks(const Request& request) {
 
 AllocStatus KVCacheManager::can_allocate(Request& request) {
   if (request.num_tokens() > max_model_len_) return AllocStatus::kNever;
+  // Each group's real footprint: a request is admitted chunk by chunk (the whole prompt when
+  // max_num_batched_tokens is 0), and a sliding group holds only its window plus the chunk.
+  // NEVER must count what an empty cache would need, else it could answer LATER forever.
+  const int chunk = config_.max_num_batched_tokens > 0 ? std::min(config_.max_num_batched_tokens, request.num_tokens())
+                                                       : request.num_tokens();
   int required = 0;
-  for (int g = 0; g < num_groups(); ++g) {
-    // Admission allocates every block of the prompt (sliding-window blocks leave the window only
-    // on later steps), so NEVER counts them all; else an empty cache could answer LATER forever.
-    required += spec(g).kind == AttentionKind::kCrossAttention ? cdiv(request.num_encoder_tokens, block_size_)
-                                                              : cdiv(request.num_tokens(), block_size_);
-  }
+  for (int g = 0; g < num_groups(); ++g) required += footprint_blocks(g, request, chunk);
   if (pool_.num_usable_blocks() - required < watermark_blocks_) return AllocStatus::kNever;
   // Cached prefix blocks already in use cost nothing; cached free ones are taken from the free set.
   ComputedBlocks hits;
@@ -458,8 +551,21 @@ AllocStatus KVCacheManager::can_allocate(Request& request) {
     for (auto& b : hits.blocks) b.resize(std::min(b.size(), static_cast<size_t>(hit / block_size_)));
     hits.num_computed_tokens = hit;
   }
-  const int need = get_num_blocks_to_allocate(request, request.num_tokens(), &hits);
+  const int first_chunk_end =
+      config_.max_num_batched_tokens > 0 ? std::min(request.num_tokens(), hits.num_computed_tokens + chunk) : request.num_tokens();
+  const int need = get_num_blocks_to_allocate(request, first_chunk_end, &hits);
   return pool_.num_free_blocks() - need >= watermark_blocks_ ? AllocStatus::kOk : AllocStatus::kLater;
+}
+
+int KVCacheManager::footprint_blocks(int g, const Request& request, int chunk) const {
+  const AttentionKind kind = spec(g).kind;
+  if (kind == AttentionKind::kCrossAttention) return cdiv(request.num_encoder_tokens, block_size_);
+  const int all = cdiv(request.num_tokens(), block_size_);
+  if (kind == AttentionKind::kFull) return all;  // keeps every block: chunks accumulate
+  // vLLM's SlidingWindowSpec.max_memory_usage_bytes: the window before the chunk, the chunk,
+  // and one block of misalignment.
+  const int tokens = std::min(spec(g).sliding_window - 1 + chunk, max_model_len_);
+  return std::min(all, cdiv(tokens, block_size_) + 1);
 }
 
 void KVCacheManager::fork(const Request& parent, const Request& child) {
@@ -537,7 +643,9 @@ void KVCacheManager::check_invariants() const {
           throw InvariantError(fmt::format("request {} holds out-of-range block {}", id.value, b.value));
         if (b == pool_.null_block()) continue;
         ++refs[static_cast<size_t>(b.value)];
-        if (pool_.caching_enabled() && static_cast<int>(i) < state.num_cached[gi] && !pool_.block(b).has_hash)
+        // Sliding groups under retention cache only reachable blocks (see cache_full_blocks).
+        if (pool_.caching_enabled() && !retains_checkpoints(g) && static_cast<int>(i) < state.num_cached[gi] &&
+            !pool_.block(b).has_hash)
           throw InvariantError(fmt::format("request {} block {} (#{}) should be cached but has no hash", id.value,
                                            b.value, i));
       }

@@ -75,6 +75,17 @@ int64_t blocks_per_request(const KVCacheSpec& spec, int64_t context_len) {
   return std::min(all_blocks, window_blocks);
 }
 
+int64_t blocks_per_request(const KVCacheSpec& spec, int64_t context_len, int64_t chunk_tokens) {
+  const int64_t all_blocks = blocks_per_request(KVCacheSpec{.kind = AttentionKind::kFull, .block_size = spec.block_size,
+                                                              .num_kv_heads = spec.num_kv_heads, .head_dim = spec.head_dim,
+                                                              .dtype = spec.dtype, .sliding_window = 0},
+                                                  context_len);
+  if (spec.kind != AttentionKind::kSlidingWindow) return all_blocks;
+  if (chunk_tokens <= 0) throw ConfigError(fmt::format("prefill chunk must be positive, got {}", chunk_tokens));
+  const int64_t tokens = std::min(spec.sliding_window - 1 + chunk_tokens, context_len);
+  return std::min(all_blocks, ceil_div(tokens, int64_t{spec.block_size}) + 1);
+}
+
 double max_concurrency(int64_t num_blocks, const KVCacheSpec& spec, int64_t context_len) {
   return static_cast<double>(num_blocks) / static_cast<double>(blocks_per_request(spec, context_len));
 }

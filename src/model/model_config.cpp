@@ -27,6 +27,7 @@ bool ModelConfig::is_sliding_layer(int layer) const {
 }
 
 int ModelConfig::num_kv_cache_groups() const {
+  if (uniform_kv_allocation) return 1;
   int sliding = 0;
   for (int l = 0; l < n_layers; ++l) sliding += is_sliding_layer(l) ? 1 : 0;
   return sliding > 0 && sliding < n_layers ? 2 : 1;
@@ -52,7 +53,7 @@ std::vector<KVCacheGroupSpec> ModelConfig::kv_cache_groups(int block_size, DType
   std::vector<KVCacheGroupSpec> groups(static_cast<size_t>(num_kv_cache_groups()));
   for (size_t g = 0; g < groups.size(); ++g) {
     KVCacheSpec& spec = groups[g].spec;
-    const bool sliding = groups.size() == 2 ? g == 1 : is_sliding_layer(0);
+    const bool sliding = !uniform_kv_allocation && (groups.size() == 2 ? g == 1 : is_sliding_layer(0));
     spec.kind = sliding ? AttentionKind::kSlidingWindow : AttentionKind::kFull;
     spec.sliding_window = sliding ? sliding_window : 0;
     spec.block_size = block_size;

@@ -83,6 +83,13 @@ ModelConfig builtin_random_model_config() {
   return c;
 }
 
+ModelConfig builtin_random_hybrid_model_config() {
+  ModelConfig c = builtin_random_model_config();
+  c.sliding_window = 32;
+  c.sliding_window_period = 2;
+  return c;
+}
+
 std::unique_ptr<Model> make_random_model(const ModelConfig& config, uint64_t seed) {
   return std::make_unique<RandomModel>(config, seed);
 }

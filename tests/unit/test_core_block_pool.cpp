@@ -112,6 +112,47 @@ TEST(CoreBlockPool, FreeJoinsTheBackInTheGivenOrder) {
   EXPECT_EQ(ids_of(b), (std::vector<int32_t>{4, 5, 6, 7, 3}));
 }
 
+TEST(CoreBlockPool, FreeWindowBlocksKeepsCheckpointsAtTheBackAndDropsTheRestToTheFront) {
+  BlockPoolOptions o = pool_options(8, 4, /*events=*/true);
+  o.group_specs = {KVCacheSpec{}, KVCacheSpec{.kind = AttentionKind::kSlidingWindow, .block_size = 4, .sliding_window = 6}};
+  CheckedPool pool(std::move(o));
+  auto a = pool.allocate(4);  // 1 2 3 4
+  const std::vector<TokenId> t1{1, 2, 3, 4}, t2{5, 6, 7, 8}, t3{9, 9, 9, 9};
+  pool.cache_block(a[0], key_for(11, t1, 0, 1));
+  pool.cache_block(a[1], key_for(12, t2, 0, 1));
+  pool.cache_block(a[2], key_for(13, t3, 0, 1));
+  pool->mark_window_checkpoint(a[1]);
+  pool->mark_window_checkpoint(a[3]);  // not cached: no effect
+  EXPECT_TRUE(pool->block(a[1]).window_checkpoint);
+  EXPECT_FALSE(pool->block(a[3]).window_checkpoint);
+  pool.touch({a[2]});  // a second owner: only a reference is dropped
+  pool->take_events();
+  pool->free_window_blocks(bids({1, 2, 3, 4}));
+  pool.check();
+  // 2 (a checkpoint) joined the back, cached; 1 lost its content and 4 had none: both went to
+  // the front, the later one first; 3 is still held.
+  EXPECT_EQ(free_order(pool.raw()), cat({4, 1}, cat(range(5, 7), {2})));
+  EXPECT_TRUE(pool->block(a[1]).has_hash);
+  EXPECT_FALSE(pool->block(a[0]).has_hash);
+  EXPECT_TRUE(pool->block(a[2]).has_hash);
+  EXPECT_EQ(pool->stats().window_checkpoints_retained, 1u);
+  EXPECT_EQ(pool->stats().window_blocks_slid_out, 2u);
+  const auto events = pool->take_events();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].reason, RemovalReason::kSlidOut);
+  EXPECT_EQ(events[0].attention_kind, AttentionKind::kSlidingWindow);
+  EXPECT_EQ(events[0].sliding_window, 6);
+  // A double free changes nothing.
+  EXPECT_THROW(pool->free_window_blocks(bids({3, 3})), UsageError);
+  EXPECT_EQ(pool->block(a[2]).ref_cnt, 1);
+  pool.check();
+  // Reusing the checkpoint (the last of the 6 free blocks) counts an evicted checkpoint.
+  pool.allocate(5);
+  EXPECT_EQ(pool->stats().window_checkpoints_evicted, 0u);
+  pool.allocate(1);
+  EXPECT_EQ(pool->stats().window_checkpoints_evicted, 1u);
+}
+
 TEST(CoreBlockPool, ReleaseWithReferencesLeftKeepsTheBlock) {
   CheckedPool pool(pool_options(8, 4));
   auto a = pool.allocate(1);

@@ -26,8 +26,10 @@ KVCacheGroupSpec group(AttentionKind kind, int block_size, int window = 0) {
   return g;
 }
 
-KVCacheManagerConfig config(int num_blocks, std::vector<KVCacheGroupSpec> groups, int max_model_len = 0) {
+KVCacheManagerConfig config(int num_blocks, std::vector<KVCacheGroupSpec> groups, int max_model_len = 0,
+                            bool retention = true) {
   KVCacheManagerConfig c;
+  c.sliding_window_retention = retention;
   c.cache.num_blocks = num_blocks;
   c.cache.groups = std::move(groups);
   c.watermark = 0.0;
@@ -42,8 +44,9 @@ int non_null(const Ids& t) {
 // ---- sliding window --------------------------------------------------------------------------
 
 TEST(CoreSpecs, SlidingWindowReleasesBlocksThatLeftTheWindow) {
-  // Block size 4, window 8: a token attends to itself and the 7 before it.
-  CheckedManager m(config(32, {group(AttentionKind::kSlidingWindow, 4, 8)}));
+  // Block size 4, window 8: a token attends to itself and the 7 before it. Retention off: every
+  // released block keeps its content at the back of the free queue (vLLM before #43447).
+  CheckedManager m(config(32, {group(AttentionKind::kSlidingWindow, 4, 8)}, 0, /*retention=*/false));
   Request r(RequestId{1}, iota_tokens(20, 0));
   ASSERT_TRUE(m.admit(r).has_value());
   const Ids prefill = m.table(r);
@@ -70,6 +73,64 @@ TEST(CoreSpecs, SlidingWindowReleasesBlocksThatLeftTheWindow) {
   EXPECT_EQ(m->pool().block(m->pool().null_block()).ref_cnt, 0) << "null entries hold no reference";
 }
 
+TEST(CoreSpecs, SlidingWindowRetentionDropsBlocksNoLookupCanReachToTheFront) {
+  // Retention on (the default): of a 20-token prompt only the windows before its aligned end
+  // (blocks 3, 4: tokens 13..19 for a hit at 20) and before its last block (blocks 2, 3: a
+  // repeat of the prompt hits at 16) are cached; blocks 0 and 1 are never hashed, and when
+  // they leave the window they go to the front of the free queue.
+  CheckedManager m(config(32, {group(AttentionKind::kSlidingWindow, 4, 8)}));
+  Request r(RequestId{1}, iota_tokens(20, 0));
+  ASSERT_TRUE(m.admit(r).has_value());
+  const Ids prefill = m.table(r);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(m->pool().block(BlockId{prefill[static_cast<size_t>(i)]}).has_hash, i >= 2) << "block " << i;
+    EXPECT_EQ(m->pool().block(BlockId{prefill[static_cast<size_t>(i)]}).window_checkpoint, i >= 2) << "block " << i;
+  }
+  auto got = m.decode(r, 500);
+  ASSERT_TRUE(got.has_value());
+  const Ids after = m.table(r);
+  EXPECT_EQ(Ids(after.begin(), after.begin() + 3), (Ids{0, 0, 0}));
+  // Blocks 0 and 1 went to the front; the new block is one of them, reused at once.
+  EXPECT_EQ(after[5], prefill[0]);
+  EXPECT_EQ(testing::free_order(m->pool()).front(), prefill[1]);
+  EXPECT_EQ(testing::free_order(m->pool()).back(), prefill[2]) << "the checkpoint joins the back, cached";
+  EXPECT_TRUE(m->pool().block(BlockId{prefill[2]}).has_hash);
+  EXPECT_EQ(m->pool().stats().window_blocks_slid_out, 2u);
+  EXPECT_EQ(m->pool().stats().window_checkpoints_retained, 1u);
+  // Freed, the request leaves its last window cached as a checkpoint at the back.
+  m.free(r);
+  EXPECT_EQ(m->pool().stats().window_checkpoints_retained, 3u) << "blocks 3 and 4 (the window before 20)";
+  EXPECT_EQ(testing::free_order(m->pool()).back(), prefill[3]) << "tail first: block 3 is freed last";
+  EXPECT_EQ(testing::free_order(m->pool()).front(), after[5]) << "the partial last block is worthless: front";
+}
+
+TEST(CoreSpecs, SlidingWindowCheckpointIntervalKeepsWindowsEveryNTokens) {
+  // Interval 16 tokens: hit points 16, 32 besides the prompt end 40 (window 8, block 4: the 2
+  // blocks before each point).
+  KVCacheManagerConfig c = config(64, {group(AttentionKind::kSlidingWindow, 4, 8)});
+  c.sliding_window_checkpoint_interval = 16;
+  CheckedManager m(std::move(c));
+  Request a(RequestId{1}, iota_tokens(41, 0));
+  ASSERT_TRUE(m.admit(a).has_value());
+  const Ids t = m.table(a);
+  const std::vector<int> cached = {2, 3, 6, 7, 8, 9};  // before 16, 32 and 40 (block 9: the end window)
+  for (int i = 0; i < 10; ++i)
+    EXPECT_EQ(m->pool().block(BlockId{t[static_cast<size_t>(i)]}).has_hash,
+              std::find(cached.begin(), cached.end(), i) != cached.end()) << "block " << i;
+  m.free(a);
+  // A request sharing only the first 33 tokens hits at 32: the interval checkpoint.
+  Request b(RequestId{2}, concat(iota_tokens(33, 0), {999, 998}));
+  EXPECT_EQ(m.get_computed_blocks(b).num_computed_tokens, 32);
+  Request c2(RequestId{3}, concat(iota_tokens(30, 0), {999}));
+  EXPECT_EQ(m.get_computed_blocks(c2).num_computed_tokens, 16);
+  EXPECT_THROW(([] {
+                 KVCacheManagerConfig bad = config(64, {group(AttentionKind::kSlidingWindow, 4, 8)});
+                 bad.sliding_window_checkpoint_interval = 6;
+                 KVCacheManager x(std::move(bad));
+               }()),
+               ConfigError);
+}
+
 TEST(CoreSpecs, SlidingWindowMemoryStaysBoundedDuringALongDecode) {
   constexpr int kBlock = 4, kWindow = 8;
   // A sequence far longer than the pool could hold with full attention.
@@ -90,7 +151,7 @@ TEST(CoreSpecs, SlidingWindowHitNeedsOnlyTheBlocksInsideTheWindow) {
   Request a(RequestId{1}, iota_tokens(20, 0));
   ASSERT_TRUE(m.admit(a).has_value());
   const Ids a_table = m.table(a);
-  m.free(a);  // A's blocks stay cached in the free queue
+  m.free(a);  // A's window blocks stay cached in the free queue
   Request b(RequestId{2}, concat(iota_tokens(20, 0), {77}));
   ComputedBlocks hit = m.get_computed_blocks(b);
   EXPECT_EQ(hit.num_computed_tokens, 20);
@@ -100,12 +161,14 @@ TEST(CoreSpecs, SlidingWindowHitNeedsOnlyTheBlocksInsideTheWindow) {
   auto got = m.allocate_slots(b, 1, hit.num_computed_tokens, &hit);
   ASSERT_TRUE(got.has_value());
   EXPECT_EQ(m->pool().block(BlockId{a_table[3]}).ref_cnt, 1);
-  EXPECT_EQ(m->pool().block(BlockId{a_table[0]}).ref_cnt, 0) << "out-of-window hits are not touched";
+  EXPECT_EQ(m.table(b)[5], a_table[0]) << "B's new block is one A dropped to the front";
+  EXPECT_EQ(m->pool().block(BlockId{a_table[1]}).ref_cnt, 0) << "out-of-window blocks are not touched";
   EXPECT_EQ(m->num_free_blocks(), 31 - 3);
 }
 
 TEST(CoreSpecs, SlidingWindowHitNeedsAContiguousRunOfWindowBlocks) {
-  CheckedManager m(config(12, {group(AttentionKind::kSlidingWindow, 4, 8)}));
+  // Retention off, so that every block is cached and evicted in LRU order.
+  CheckedManager m(config(12, {group(AttentionKind::kSlidingWindow, 4, 8)}, 0, /*retention=*/false));
   Request a(RequestId{1}, iota_tokens(20, 0));
   ASSERT_TRUE(m.admit(a).has_value());
   const Ids a_table = m.table(a);
@@ -118,6 +181,20 @@ TEST(CoreSpecs, SlidingWindowHitNeedsAContiguousRunOfWindowBlocks) {
   // Blocks 0..2 are still cached: 12 tokens, and the window of position 12 (blocks 1, 2) is there.
   EXPECT_EQ(hit.num_computed_tokens, 12);
   EXPECT_EQ(testing::ids_of(hit.blocks[0]), (Ids{0, a_table[1], a_table[2]}));
+}
+
+TEST(CoreSpecs, SlidingWindowRetentionKeepsTheCheckpointWhereLruLostIt) {
+  // The same pool and filler with retention on: A's unreachable blocks 0..2 are at the front,
+  // so the filler takes them and the checkpoint (blocks 3, 4) survives: a hit at 20, not 12.
+  CheckedManager m(config(12, {group(AttentionKind::kSlidingWindow, 4, 8)}));
+  Request a(RequestId{1}, iota_tokens(20, 0));
+  ASSERT_TRUE(m.admit(a).has_value());
+  m.free(a);
+  Request filler(RequestId{2}, iota_tokens(32, 900));
+  ASSERT_TRUE(m.admit(filler).has_value());
+  Request b(RequestId{3}, concat(iota_tokens(20, 0), {77}));
+  EXPECT_EQ(m.get_computed_blocks(b).num_computed_tokens, 20);
+  EXPECT_EQ(m->pool().stats().window_checkpoints_evicted, 0u);
 }
 
 TEST(CoreSpecs, SlidingWindowAdmissionFitsWhenAnEmptyCacheCouldHoldIt) {

@@ -144,3 +144,33 @@ TEST_F(PlanCli, ErrorsAreClear) {
 }
 
 }  // namespace
+
+namespace {
+
+// Hybrid presets (docs/hybrid.md): per-group bytes and one request's KV bytes, hybrid and uniform.
+TEST_F(PlanCli, HybridPresetGemma3At32K) {
+  nlohmann::json plan = run_json("plan --model gemma-3-27b --context-len 32768");
+  EXPECT_EQ(plan["hybrid"], true);
+  EXPECT_EQ(plan["num_sliding_layers"], 52);
+  ASSERT_EQ(plan["groups"].size(), 7u);
+  EXPECT_EQ(plan["groups"][0]["kind"], "sliding_window");
+  EXPECT_EQ(plan["groups"][0]["bytes_per_token"], 81'920);
+  EXPECT_EQ(plan["groups"][5]["num_layers"], 2);
+  EXPECT_EQ(plan["groups"][6]["kind"], "full");
+  EXPECT_EQ(plan["padding_layers"], 8);
+  EXPECT_EQ(plan["kv_bytes_per_request"], 3'195'535'360ull);
+  EXPECT_EQ(plan["kv_bytes_per_request_uniform"], 16'642'998'272ull);
+  nlohmann::json chunked = run_json("plan --model gemma-3-27b --context-len 32768 --chunk 2048");
+  EXPECT_EQ(chunked["kv_bytes_per_request"], 4'202'168'320ull);
+}
+
+TEST_F(PlanCli, HybridPresetGptOssWithABudget) {
+  nlohmann::json plan = run_json("plan --model gpt-oss-120b --context-len 131072 --kv-memory 40GiB");
+  EXPECT_EQ(plan["kv_bytes_per_request"], 4'837'146'624ull);
+  EXPECT_EQ(plan["kv_bytes_per_request_uniform"], 9'663'676'416ull);
+  EXPECT_EQ(plan["num_blocks"], 72'817);
+  EXPECT_EQ(run("plan --model gpt-oss-20b --gpu h100-80gb").exit_code, 2) << "hybrid presets take --kv-memory";
+  EXPECT_EQ(run("plan --model llama-2-7b --kv-memory 1GiB --chunk 8").exit_code, 2) << "--chunk is for hybrid presets";
+}
+
+}  // namespace

@@ -45,16 +45,18 @@ struct BenchEngineOptions {
   int block_size = 16;
   int threads = 0;
   bool skip_builtin = false;
+  bool with_hybrid = false;
   bool json = false;
 };
 
 double median(std::vector<double> v) { return percentile(std::move(v), 50); }
 
-// A pool that never preempts: every request's whole sequence fits at once.
-EngineConfig roomy_config(int block_size, int requests, int tokens_per_request) {
+// A pool that never preempts: every request's whole sequence fits at once, in every KV-cache
+// group (a model with sliding-window layers has two).
+EngineConfig roomy_config(const Model& model, int block_size, int requests, int tokens_per_request) {
   EngineConfig c;
   c.block_size = block_size;
-  c.num_blocks = requests * ((tokens_per_request + block_size - 1) / block_size + 1) + 2;
+  c.num_blocks = model.config().num_kv_cache_groups() * requests * ((tokens_per_request + block_size - 1) / block_size + 1) + 2;
   c.swap_space_bytes = 0;
   c.scheduler.max_num_seqs = std::max(requests, 1);
   c.scheduler.max_num_batched_tokens = std::max(2048, requests * tokens_per_request);
@@ -71,7 +73,7 @@ struct ThroughputResult {
 ThroughputResult run_throughput(const Model& model, const BenchEngineOptions& o, int batch, uint64_t seed) {
   const int prompt = std::min(o.prompt_tokens, model.config().seq_len / 2);
   const int max_tokens = std::min(o.max_tokens, model.config().seq_len - prompt);
-  LLMEngine engine(model, roomy_config(o.block_size, batch, prompt + max_tokens));
+  LLMEngine engine(model, roomy_config(model, o.block_size, batch, prompt + max_tokens));
   DemoRng rng(seed);
   for (int i = 0; i < batch; ++i) {
     GenerationRequest g;
@@ -104,7 +106,7 @@ struct TtftResult {
 TtftResult run_ttft(const Model& model, const BenchEngineOptions& o, bool caching) {
   const int system = std::min(o.system_prompt_tokens, model.config().seq_len / 2);
   const int question = 16, max_tokens = 16;
-  EngineConfig cfg = roomy_config(o.block_size, o.ttft_requests, system + question + max_tokens);
+  EngineConfig cfg = roomy_config(model, o.block_size, o.ttft_requests, system + question + max_tokens);
   cfg.enable_prefix_caching = caching;
   LLMEngine engine(model, cfg);
   DemoRng rng(42);
@@ -154,6 +156,7 @@ int run_bench_engine(BenchEngineOptions o) {
   else if (!o.model.empty()) throw ConfigError(fmt::format("--model '{}' does not exist", o.model));
   else fmt::print(stderr, "bench engine: {} not found; only the built-in model runs\n", checkpoint);
   if (!o.skip_builtin) models.push_back({"builtin", make_random_model(builtin_random_model_config(), 7)});
+  if (o.with_hybrid) models.push_back({"builtin-hybrid", make_random_model(builtin_random_hybrid_model_config(), 7)});
 
   nlohmann::json report;
   report["kernel_threads"] = kernel_threads();
@@ -238,6 +241,8 @@ const CommandRegistration kRegistration{Command{
       sub.add_option("--block-size", o->block_size, "tokens per KV block")->capture_default_str();
       sub.add_option("--threads", o->threads, "kernel threads (default: PAGEDKV_NUM_THREADS or the CPU count)");
       sub.add_flag("--skip-builtin", o->skip_builtin, "only the checkpoint");
+      sub.add_flag("--with-hybrid", o->with_hybrid,
+                   "also the built-in model with Gemma 2's layer pattern (even layers: a 32-token sliding window)");
       sub.add_flag("--json", o->json, "print the results as JSON");
       return [o] { return run_bench_engine(*o); };
     }}};

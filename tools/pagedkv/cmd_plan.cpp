@@ -13,6 +13,7 @@
 #include "pagedkv/core/error.h"
 #include "pagedkv/memory/byte_size.h"
 #include "pagedkv/memory/gpu_spec.h"
+#include "pagedkv/memory/hybrid_model.h"
 #include "pagedkv/memory/memory_plan.h"
 #include "pagedkv/memory/model_shape.h"
 
@@ -33,7 +34,9 @@ struct PlanArgs {
   std::string kv_dtype = "auto";
   int64_t context_len = 0;
   CLI::Option* context_len_option = nullptr;
+  CLI::Option* chunk_option = nullptr;
   std::string swap_space;
+  int64_t chunk_tokens = 1;
   bool json = false;
   bool list = false;
   // Options that only mean something with --gpu; counted to reject them without it.
@@ -173,6 +176,11 @@ int list_presets(bool json) {
                m.max_position_embeddings, m.dtype ? dtype_name(*m.dtype) : "?",
                m.sliding_window ? fmt::format("  (sliding window {})", *m.sliding_window) : "");
   }
+  fmt::print("hybrid models (sliding-window and full-attention layers; --kv-memory, --context-len, --chunk):\n");
+  for (const HybridModelShape& m : hybrid_model_presets())
+    fmt::print("  {:<16}{:>7}{:>10}{:>9}  window {}, every {} layer full\n", m.name, m.num_layers,
+               fmt::format("{}/{}", m.num_q_heads, m.num_kv_heads), m.head_dim, m.sliding_window,
+               m.full_attention_period == 2 ? std::string("2nd") : fmt::format("{}th", m.full_attention_period));
   fmt::print("GPUs (memory as nvidia-smi reports it):\n");
   for (const GpuSpec& g : gpu_presets())
     fmt::print("  {:<16}{:>20} bytes  {:>9}  {}\n", g.name, format_grouped(g.memory_bytes),
@@ -180,9 +188,97 @@ int list_presets(bool json) {
   return 0;
 }
 
+// Hybrid presets (sliding-window and full-attention layers): the KV-cache groups vLLM's
+// grouping rule makes, and one request's KV bytes with them and with uniform allocation.
+int run_hybrid_plan(const PlanArgs& a, const HybridModelShape& m) {
+  if (!a.gpu.empty()) throw UsageError(fmt::format("{} is a hybrid preset: give --kv-memory, not --gpu", m.name));
+  const DType kv_dtype = a.kv_dtype == "auto" ? m.dtype : parse_dtype_option("--kv-dtype", a.kv_dtype);
+  const int64_t context = a.context_len_option->count() > 0 ? a.context_len
+                                                            : std::min<int64_t>(m.max_position_embeddings, 131072);
+  const HybridKVPlan p = plan_hybrid_kv(m, a.block_size, kv_dtype, context, a.chunk_tokens);
+  std::optional<uint64_t> budget;
+  if (!a.kv_memory.empty()) budget = parse_byte_size(a.kv_memory);
+  int64_t blocks_per_request = 0;
+  for (int64_t b : p.group_blocks_per_request) blocks_per_request += b;
+  const int64_t num_blocks = budget ? static_cast<int64_t>(*budget / p.bytes_per_block) : 0;
+  uint64_t bytes_per_token = 0;
+  for (uint64_t b : p.group_bytes_per_token) bytes_per_token += b;
+  int sliding_layers = 0;
+  for (int l = 0; l < m.num_layers; ++l) sliding_layers += m.is_sliding_layer(l) ? 1 : 0;
+  if (a.json) {
+    Json groups = Json::array();
+    for (size_t i = 0; i < p.groups.size(); ++i) {
+      const PlannedKVGroup& g = p.groups[i];
+      groups.push_back({{"kind", attention_kind_name(g.spec.kind)},
+                        {"sliding_window", g.spec.kind == AttentionKind::kSlidingWindow ? Json(g.spec.sliding_window) : nullptr},
+                        {"num_layers", g.num_layers},
+                        {"padded_layers", g.padded_layers},
+                        {"bytes_per_token", p.group_bytes_per_token[i]},
+                        {"blocks_per_request", p.group_blocks_per_request[i]}});
+    }
+    Json j = {{"model", m.name},
+              {"hybrid", true},
+              {"num_layers", m.num_layers},
+              {"num_sliding_layers", sliding_layers},
+              {"num_kv_heads", m.num_kv_heads},
+              {"head_dim", m.head_dim},
+              {"sliding_window", m.sliding_window},
+              {"block_size", a.block_size},
+              {"kv_dtype", dtype_name(kv_dtype)},
+              {"groups", groups},
+              {"padding_layers", p.padding_layers},
+              {"padding_waste", p.padding_waste},
+              {"bytes_per_token", bytes_per_token},
+              {"bytes_per_block", p.bytes_per_block},
+              {"context_len", p.context_len},
+              {"chunk_tokens", p.chunk_tokens},
+              {"blocks_per_request", blocks_per_request},
+              {"kv_bytes_per_request", p.kv_bytes_per_request},
+              {"kv_bytes_per_request_uniform", p.kv_bytes_per_request_uniform}};
+    if (budget) {
+      j["kv_memory_bytes"] = *budget;
+      j["num_blocks"] = num_blocks;
+      j["max_concurrency"] = static_cast<double>(num_blocks) / static_cast<double>(blocks_per_request);
+      j["max_concurrency_uniform"] = static_cast<double>(*budget) / static_cast<double>(p.kv_bytes_per_request_uniform);
+    }
+    fmt::print("{}\n", j.dump(2));
+    return 0;
+  }
+  fmt::print("KV-cache plan for {} (hybrid: {} sliding-window layers, window {}, and {} full-attention layers): "
+             "block size {}, KV dtype {}\n",
+             m.name, sliding_layers, m.sliding_window, m.num_layers - sliding_layers, a.block_size, dtype_name(kv_dtype));
+  fmt::print("  KV-cache groups (vLLM's uniform-page grouping: {} layers a group)\n", p.groups.front().padded_layers);
+  for (size_t i = 0; i < p.groups.size(); ++i) {
+    const PlannedKVGroup& g = p.groups[i];
+    const std::string kind = g.spec.kind == AttentionKind::kSlidingWindow ? fmt::format("sliding {}", g.spec.sliding_window) : "full";
+    fmt::print("    group {:<3}{:<14}{:>4} layers{:<14}{:>14} bytes/token{:>10} blocks/request\n", i, kind, g.num_layers,
+               g.padded_layers > g.num_layers ? fmt::format(" (+{} padding)", g.padded_layers - g.num_layers) : "",
+               format_grouped(p.group_bytes_per_token[i]), format_grouped(static_cast<uint64_t>(p.group_blocks_per_request[i])));
+  }
+  if (p.padding_layers > 0)
+    fmt::print("  padding: {} layers, may waste at most {:.2f}% of their kind's KV memory\n", p.padding_layers,
+               100.0 * p.padding_waste);
+  print_row("bytes per token", format_grouped(bytes_per_token), "all layers");
+  print_row("bytes per block", format_grouped(p.bytes_per_block), both_units(p.bytes_per_block));
+  fmt::print("  one request of {} tokens (prefill chunk {}):\n", format_grouped(static_cast<uint64_t>(context)), p.chunk_tokens);
+  print_row("KV bytes, hybrid groups", format_grouped(p.kv_bytes_per_request), both_units(p.kv_bytes_per_request));
+  print_row("KV bytes, uniform", format_grouped(p.kv_bytes_per_request_uniform), both_units(p.kv_bytes_per_request_uniform));
+  print_row("hybrid / uniform", fmt::format("{:.3f}", static_cast<double>(p.kv_bytes_per_request) /
+                                                          static_cast<double>(p.kv_bytes_per_request_uniform)));
+  if (budget) {
+    print_row("KV cache budget", format_grouped(*budget), both_units(*budget));
+    print_row("number of blocks", format_grouped(static_cast<uint64_t>(num_blocks)));
+    print_row("max concurrency", fmt::format("{:.2f}x", static_cast<double>(num_blocks) / static_cast<double>(blocks_per_request)),
+              fmt::format("uniform: {:.2f}x", static_cast<double>(*budget) / static_cast<double>(p.kv_bytes_per_request_uniform)));
+  }
+  return 0;
+}
+
 int run_plan(const PlanArgs& a) {
   if (a.list) return list_presets(a.json);
   if (a.model.empty()) throw UsageError("--model is required (a preset name or a config.json path; see --list)");
+  if (const HybridModelShape* hybrid = find_hybrid_model_preset(a.model)) return run_hybrid_plan(a, *hybrid);
+  if (a.chunk_option->count() > 0) throw UsageError("--chunk only applies to hybrid presets (see --list)");
 
   PlanOptions options;
   options.block_size = a.block_size;
@@ -232,6 +328,9 @@ const CommandRegistration kPlan{Command{
       sub.add_option("--kv-dtype", args->kv_dtype, "KV-cache dtype; auto = the model's dtype")->capture_default_str();
       args->context_len_option = sub.add_option("--context-len", args->context_len,
                      "tokens per request for max concurrency (default: max_position_embeddings, at most 131072)");
+      args->chunk_option = sub.add_option("--chunk", args->chunk_tokens,
+                                          "hybrid presets: prefill chunk in tokens (a sliding group holds its window plus "
+                                          "the chunk); 1 = decode")->capture_default_str();
       sub.add_option("--swap-space", args->swap_space, "CPU swap space for swapped-out blocks, e.g. 4GiB");
       sub.add_flag("--json", args->json, "print the plan as JSON");
       sub.add_flag("--list", args->list, "list the model and GPU presets");

@@ -21,6 +21,7 @@
 #include "pagedkv/block/kv_events.h"
 #include "pagedkv/core/block_hash.h"
 #include "pagedkv/core/ids.h"
+#include "pagedkv/core/kv_cache_spec.h"
 
 namespace pagedkv {
 
@@ -50,6 +51,9 @@ struct BlockPoolOptions {
   bool enable_events = false;
   // Null: LRU through the built-in free queue (vLLM's order).
   std::unique_ptr<EvictionPolicy> policy;
+  // Per KV-cache group: its attention kind and window, copied into the events (empty: every
+  // group is full attention).
+  std::vector<KVCacheSpec> group_specs;
 };
 
 struct BlockPoolStats {
@@ -60,6 +64,12 @@ struct BlockPoolStats {
   uint64_t evicted_entries = 0;
   uint64_t cached_blocks_stored = 0;
   uint64_t reset_removals = 0;
+  // Sliding-window blocks released by free_window_blocks: kept cached at the back of the free
+  // set as retention checkpoints, or dropped to its front (slid out); and checkpoints whose
+  // content was later evicted to reuse the block.
+  uint64_t window_checkpoints_retained = 0;
+  uint64_t window_blocks_slid_out = 0;
+  uint64_t window_checkpoints_evicted = 0;
 };
 
 struct ResetResult {
@@ -103,6 +113,17 @@ class BlockPool {
   // free_blocks over `table` last entry first (a request's whole table: its private tail joins
   // the free set, and is evicted, before its shared head), without copying it reversed.
   void free_blocks_tail_first(std::span<const BlockId> table);
+  // free_blocks for sliding-window blocks that left a request's window: a block reaching 0 that
+  // is a retention checkpoint (mark_window_checkpoint) joins the back, cached, like any freed
+  // block; any other loses its cache entry (RemovalReason::kSlidOut) and joins the front, to be
+  // handed out before every block whose content a lookup could still use.
+  void free_window_blocks(std::span<const BlockId> ordered);
+  // Marks cached block `id` as a retention checkpoint of a sliding-window group (until it
+  // loses its cache entry). No-op when the block is not cached.
+  void mark_window_checkpoint(BlockId id) {
+    KVCacheBlock& b = mut(id);
+    if (b.has_hash) b.window_checkpoint = true;
+  }
 
   // Prefix cache. The first cached block that matches `key` exactly, or nullopt.
   std::optional<BlockId> find_cached(const BlockContentKey& key) const;
@@ -157,6 +178,19 @@ class BlockPool {
   void push_free(KVCacheBlock& b) {
     if (policy_) policy_->push(b); else free_queue_.push_back(b);
   }
+  void push_free_evict_first(KVCacheBlock& b) {
+    if (policy_) policy_->push_evict_first(b); else free_queue_.push_front(b);
+  }
+  // Drops one reference from each block (all or nothing: UsageError on a double free).
+  template <typename Ids>
+  void drop_references(const Ids& ordered);
+  void fill_group(KVEvent& e, uint16_t group) const {
+    e.group = group;
+    if (group < group_specs_.size()) {
+      e.attention_kind = group_specs_[group].kind;
+      e.sliding_window = group_specs_[group].kind == AttentionKind::kSlidingWindow ? group_specs_[group].sliding_window : 0;
+    }
+  }
   void remove_free(KVCacheBlock& b) {
     if (policy_) policy_->remove(b); else free_queue_.remove(b);
   }
@@ -179,6 +213,7 @@ class BlockPool {
   std::vector<KVCacheBlock> blocks_;
   FreeBlockQueue free_queue_;
   std::unique_ptr<EvictionPolicy> policy_;
+  std::vector<KVCacheSpec> group_specs_;
   CachedBlockMap cache_map_;
   std::vector<TokenId> tokens_;      // [num_blocks][block_size] content of cached blocks
   // What confirms a cached block besides its tokens, together so that a lookup or a caching

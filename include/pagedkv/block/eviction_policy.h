@@ -21,6 +21,10 @@ class EvictionPolicy {
   // `b`'s ref count dropped to 0: it joins the free set (calls come in the caller's free order).
   // Must set b.in_free_queue.
   virtual void push(KVCacheBlock& b) = 0;
+  // `b`'s ref count dropped to 0 and its content is worthless (a sliding-window block that left
+  // the window, uncached): hand it out before anything else. Policies that already hand out
+  // blocks without cached content first need nothing more than push().
+  virtual void push_evict_first(KVCacheBlock& b) { push(b); }
   // `b` leaves the free set because a prefix hit reuses it. Must clear b.in_free_queue.
   virtual void remove(KVCacheBlock& b) = 0;
   // Removes and returns the block to hand out next; the free set is not empty.

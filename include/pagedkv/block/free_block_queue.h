@@ -28,6 +28,16 @@ class FreeBlockQueue {
     ++size_;
   }
 
+  // Joins at the front: the next block handed out (a block whose content no lookup can use).
+  void push_front(KVCacheBlock& b) {
+    b.prev_free = kNoLink;
+    b.next_free = head_;
+    if (head_ != kNoLink) blocks_[head_].prev_free = b.id.value; else tail_ = b.id.value;
+    head_ = b.id.value;
+    b.in_free_queue = true;
+    ++size_;
+  }
+
   // Removes and returns the front block (the queue must not be empty).
   KVCacheBlock& pop_front() {
     KVCacheBlock& b = blocks_[head_];

@@ -22,6 +22,9 @@ struct alignas(64) KVCacheBlock {
   bool has_hash = false;
   bool is_null = false;           // the reserved null block: never allocated, never freed
   bool in_free_queue = false;     // maintained by the free-set owner (queue or eviction policy)
+  // A sliding-window block kept as a retention checkpoint (see BlockPool::free_window_blocks);
+  // meaningful while has_hash.
+  bool window_checkpoint = false;
   uint16_t group = 0;             // KV-cache group whose cache map holds it (when has_hash)
   int32_t num_tokens = 0;         // tokens recorded for the cached content (block_size when cached)
   uint32_t hit_count = 0;         // prefix hits since it was cached (offload and LFU policies)

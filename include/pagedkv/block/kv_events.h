@@ -8,12 +8,15 @@
 
 #include "pagedkv/core/block_hash.h"
 #include "pagedkv/core/ids.h"
+#include "pagedkv/core/kv_cache_spec.h"
 
 namespace pagedkv {
 
 enum class KVEventKind : uint8_t { kBlockStored, kBlockRemoved, kAllBlocksCleared };
 // kInvalidated: cached for a step whose compute was cancelled (its bytes were never written).
-enum class RemovalReason : uint8_t { kNone, kEvicted, kReset, kInvalidated };
+// kSlidOut: a sliding-window block that left every request's window and is no retention
+// checkpoint: dropped when freed (no reachable lookup can use it), so it is never offloaded.
+enum class RemovalReason : uint8_t { kNone, kEvicted, kReset, kInvalidated, kSlidOut };
 // Where the block lives; lower tiers emit the same events with their own medium.
 enum class Medium : uint8_t { kDevice, kHost, kDisk };
 constexpr int kNumMedia = 3;
@@ -29,6 +32,10 @@ struct KVEvent {
   int32_t token_count = 0;   // stored: tokens in the block
   BlockId block;             // physical block id in its medium
   uint16_t group = 0;
+  // The group's attention kind and window (0 unless sliding), so that an external index can
+  // tell a full-attention prefix block from a sliding-window checkpoint.
+  AttentionKind attention_kind = AttentionKind::kFull;
+  int32_t sliding_window = 0;
   RemovalReason reason = RemovalReason::kNone;
   Medium medium = Medium::kDevice;
 };

@@ -36,6 +36,22 @@ struct KVCacheManagerConfig {
   // allocate_slots answers a call that adds no block and caches none (most decode steps) without
   // the general path. Off only in tests that compare the two paths.
   bool enable_steady_state_fast_path = true;
+  // Sliding-window groups (hybrid models). With retention on, a sliding block is cached only
+  // where a lookup can reach it: in the window before the aligned end of the request's prompt
+  // and before the start of its last block (a repeat or an edit of that block hits there),
+  // before the point where its prompt leaves a prefix the full-attention groups had cached (a
+  // shared system prompt: the next request sharing it hits there),
+  // before every multiple of `sliding_window_checkpoint_interval` tokens (0: none), and before
+  // the aligned end of the sequence when it is freed; those are retention checkpoints. Any other
+  // block that leaves the window is dropped to the front of the free queue (evicted first)
+  // instead of pushing cached full-attention blocks out. Off: every full block is cached and
+  // freed to the back (the behaviour vLLM users saw collapse, vllm#48435).
+  bool sliding_window_retention = true;
+  int sliding_window_checkpoint_interval = 0;  // tokens, a multiple of the block size
+  // The largest prefill chunk the scheduler hands allocate_slots (vLLM's max_num_batched_tokens);
+  // can_allocate sizes a request by its first chunk and a sliding group by its real footprint,
+  // cdiv(min(window - 1 + chunk, max_model_len), block_size) + 1 blocks. 0: the whole prompt at once.
+  int max_num_batched_tokens = 0;
 };
 
 // vLLM v0's AllocStatus: OK now, LATER once others finish, NEVER (larger than the cache).
@@ -47,9 +63,15 @@ struct ComputedBlocks {
   int num_groups = 0;
   std::array<std::vector<BlockId>, kMaxKVCacheGroups> blocks;
   int num_computed_tokens = 0;
+  // Hybrid models: the prefix each group confirmed on its own (capped at num_tokens - 1), and
+  // the group whose answer set num_computed_tokens (-1: no group cut the hit short).
+  std::array<int, kMaxKVCacheGroups> group_hit_tokens{};
+  int limiting_group = -1;
   void clear() {
     for (auto& b : blocks) b.clear();
     num_computed_tokens = 0;
+    group_hit_tokens = {};
+    limiting_group = -1;
   }
 };
 
@@ -73,6 +95,14 @@ struct PrefixCacheStats {
   uint64_t preempted_requests = 0;
   uint64_t preempted_queries = 0;
   uint64_t preempted_hits = 0;
+  // Per KV-cache group (lookups by requests never preempted): the tokens each group confirmed
+  // on its own, and the lookups whose hit that group cut short (hybrid models: which group
+  // limits the prefix cache).
+  std::array<uint64_t, kMaxKVCacheGroups> group_hit_tokens{};
+  std::array<uint64_t, kMaxKVCacheGroups> limited_by_group{};
+  // Sliding-window lookups: cache probes the right-to-left window search made (a miss skips a
+  // whole window, so a lookup costs O(blocks / window + window) probes, not O(blocks)).
+  uint64_t window_search_probes = 0;
   double hit_rate() const { return queries ? static_cast<double>(hits) / static_cast<double>(queries) : 0.0; }
 };
 
@@ -165,6 +195,10 @@ class KVCacheManager {
     // Set by fork (on parent and child): only then can a block this request writes be shared,
     // so only then is copy-on-write checked.
     bool may_share_writable = false;
+    // Where the request's prompt left a cached full-attention prefix (in blocks) beyond its hit,
+    // because a sliding group kept no window there: a shared prefix (a system prompt) that a
+    // sliding group must keep a checkpoint at. 0: none.
+    int divergence_block = 0;
     std::array<std::vector<BlockId>, kMaxKVCacheGroups> blocks;
   };
 
@@ -191,6 +225,17 @@ class KVCacheManager {
 
   const KVCacheSpec& spec(int g) const { return config_.cache.groups[static_cast<size_t>(g)].spec; }
   bool cacheable(int g) const { return spec(g).kind != AttentionKind::kCrossAttention; }
+  // A sliding group under the retention policy (see KVCacheManagerConfig).
+  bool retains_checkpoints(int g) const {
+    return config_.sliding_window_retention && spec(g).kind == AttentionKind::kSlidingWindow;
+  }
+  // Blocks before a hit point that a sliding group's window needs: ceil((window - 1) / block_size).
+  int window_blocks(int g) const { return (spec(g).sliding_window - 1 + block_size_ - 1) / block_size_; }
+  // Block `i` of `request` lies in the window before one of its reachable hit points.
+  bool is_window_checkpoint(int g, const Request& request, const RequestBlocks& state, int i) const;
+  // Blocks group g holds for `request` at its largest when admitted `chunk` tokens at a time.
+  int footprint_blocks(int g, const Request& request, int chunk) const;
+  int find_sliding_window_hit(int g, const Request& request, int max_blocks, std::vector<BlockId>& out) const;
   // allocate_slots' fast path: true when the call needs no new block, caches no block, hashes
   // nothing and frees nothing, so the general path would change nothing but return no blocks.
   bool is_steady_state(const Request& request, const RequestBlocks& state, int num_tokens_need_slot,
@@ -224,6 +269,7 @@ class KVCacheManager {
   std::vector<BlockHashJob> scratch_hash_jobs_;
   bool table_rewritten_ = false;
   uint64_t steady_state_calls_ = 0;
+  mutable uint64_t window_probes_ = 0;  // find_sliding_window_hit's probes since the last lookup
   std::optional<NewBlocks> no_new_blocks_;  // the steady-state answer: no group gained a block
   bool all_full_attention_ = false;  // every group is full attention (the fast path's domain)
 };

@@ -43,6 +43,10 @@ int64_t num_cpu_swap_blocks(uint64_t swap_space_bytes, size_t bytes_per_block);
 // ceil(context_len / block_size). Sliding window: only the blocks the last token's window can
 // span, ceil((window - 1) / block_size) + 1, when that is fewer (older blocks are released).
 int64_t blocks_per_request(const KVCacheSpec& spec, int64_t context_len);
+// The same while prefilling in chunks of `chunk_tokens`: a sliding-window group then holds the
+// window before the chunk and the chunk, cdiv(min(window - 1 + chunk, context_len), block_size)
+// + 1 blocks (vLLM's SlidingWindowSpec.max_memory_usage_bytes), at most all of them.
+int64_t blocks_per_request(const KVCacheSpec& spec, int64_t context_len, int64_t chunk_tokens);
 
 // How many requests of `context_len` tokens fit at once: num_blocks / blocks_per_request, as vLLM
 // logs it ("Maximum concurrency for 4,096 tokens per request: 32.04x").

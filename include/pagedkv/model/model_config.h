@@ -55,6 +55,10 @@ struct ModelConfig {
   bool qk_norm = false;              // gemma3: per-head RMSNorm of q and k (weights [head_dim]) before RoPE
   float rope_theta_sliding = 0;      // gemma3: the sliding layers' RoPE base; 0: rope_theta
   float rope_scale_full = 1;         // gemma3: linear RoPE scaling of the other layers (frequencies / factor)
+  // Allocate every layer for every token in one full-attention KV-cache group even when layers
+  // slide (the uniform allocation hybrid groups are measured against); sliding layers still
+  // attend only to their window, through the attention mask.
+  bool uniform_kv_allocation = false;
 
   int head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : dim / n_heads; }
   int q_dim() const { return n_heads * head_dim(); }       // width of the queries (= dim unless explicit)

@@ -17,6 +17,9 @@ namespace pagedkv {
 // The built-in demo shape: dim 128, hidden 352, 4 layers, 8 query / 4 KV heads (head_dim 16),
 // vocab 512 (so the stories260K tokenizer can print its tokens), seq_len 2048, shared classifier.
 ModelConfig builtin_random_model_config();
+// The same shape with Gemma 2's layer pattern: even layers attend to a 32-token sliding window,
+// odd layers to everything (two KV-cache groups: full attention, then sliding).
+ModelConfig builtin_random_hybrid_model_config();
 
 // Generates a model of `config` (validated; throws ConfigError) that owns its weights.
 std::unique_ptr<Model> make_random_model(const ModelConfig& config, uint64_t seed);
