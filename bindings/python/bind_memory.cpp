@@ -129,7 +129,8 @@ void register_memory(py::module_& m) {
         "K plus V bytes of one token across num_layers layers.");
   m.def("kv_bytes_per_block", &kv_bytes_per_block, py::arg("spec"), py::arg("num_layers"),
         "Bytes one physical block takes across num_layers layers (vLLM's cache_block_size).");
-  m.def("blocks_per_request", &blocks_per_request, py::arg("spec"), py::arg("context_len"),
+  m.def("blocks_per_request", static_cast<int64_t (*)(const KVCacheSpec&, int64_t)>(&blocks_per_request), py::arg("spec"),
+        py::arg("context_len"),
         "Blocks one request of context_len tokens holds at its largest (sliding windows release older ones).");
   m.def("max_concurrency", &max_concurrency, py::arg("num_blocks"), py::arg("spec"), py::arg("context_len"),
         "Requests of context_len tokens that fit at once (vLLM's 'Maximum concurrency').");
