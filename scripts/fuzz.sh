@@ -12,7 +12,7 @@ declare -A SOURCES=(
   # target           sources it needs besides its own file (kept small: no engine, no model)
   [openai_request]="src/server/openai_request.cpp src/server/api_error.cpp src/server/chat_template.cpp src/server/stop_string_matcher.cpp src/model/text_tokenizer.cpp"
   [gguf_file]="src/model/gguf_file.cpp src/model/tensor_type.cpp"
-  [llama2c_tokenizer]="src/model/tokenizer.cpp"
+  [llama2c_tokenizer]="src/model/tokenizer.cpp src/model/text_tokenizer.cpp"
   [llama2c_checkpoint]="src/model/llama2c_checkpoint.cpp src/model/model.cpp src/model/model_config.cpp src/model/tensor_type.cpp"
   [bpe_tokenizer]="src/model/gguf_bpe_tokenizer.cpp src/model/bpe_pretokenizer.cpp src/model/text_tokenizer.cpp src/model/gguf_file.cpp src/model/gguf_writer.cpp src/model/tensor_type.cpp src/storage/float_convert.cpp src/storage/float_convert_avx2.cpp src/storage/cpu_isa.cpp src/core/dtype.cpp"
   [traces]="src/replay/trace_reader.cpp src/replay/trace.cpp src/core/block_hash.cpp"

@@ -48,7 +48,7 @@ void parse_token_endpoints(std::string_view body) {
   }
   constexpr int kVocab = 512;
   try {
-    for (TokenId t : parse_detokenize_request(body, kVocab)) check(t >= 0 && t < kVocab);
+    for (pagedkv::TokenId t : parse_detokenize_request(body, kVocab)) check(t >= 0 && t < kVocab);
   } catch (const ApiError& err) {
     check(err.status() == 400);
   }
