@@ -205,6 +205,32 @@ def test_cached_tokens_and_cache_salt(server):
     assert after["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
 
 
+def test_a_tenant_cannot_observe_another_tenants_cached_prefix(server):
+    """Tenant B sends prompt P after tenant A cached P (scenario X) or cached another prompt Q of
+    the same length (scenario Y). If B's request did any different work in X than in Y — a hit, a
+    partial hit, a lookup that found something — B could time it. Checked exactly, on the work
+    itself: B's cached tokens, the server's prefix-cache hit and prompt-token counters, and B's
+    own prompt tokens are equal in both scenarios. (Wall-clock TTFT is not asserted: noise on a
+    shared machine; docs/reliability.md says what timing difference remains.)"""
+    p = long_prompt(150)
+    q = p.replace("Max", "Rex")
+    hits = ("vllm:prefix_cache_hits_total", frozenset())
+    prompt_tokens = ("vllm:prompt_tokens_total", frozenset())
+
+    def tenant_b_after(a_prompt):
+        assert server.post("/reset_prefix_cache", {}).json()["complete"]
+        complete(server, prompt=a_prompt, max_tokens=1, temperature=0, cache_salt="tenant-a")
+        before = server.metrics()
+        b = complete(server, prompt=p, max_tokens=1, temperature=0, cache_salt="tenant-b")
+        after = server.metrics()
+        return (b["usage"]["prompt_tokens"], b["usage"]["prompt_tokens_details"]["cached_tokens"],
+                after[hits] - before[hits], after[prompt_tokens] - before[prompt_tokens])
+
+    x, y = tenant_b_after(p), tenant_b_after(q)
+    assert x == y, f"tenant B's request did different work when A had cached its prompt: {x} vs {y}"
+    assert x[1] == 0 and x[2] == 0
+
+
 def test_client_disconnect_returns_blocks(server):
     before = server.metrics()
     aborted = ("vllm:request_success_total", frozenset({("finished_reason", "abort")}))
