@@ -35,6 +35,18 @@ struct Placement {
 
 bool needs_api_key(const std::string& path) { return path != "/health"; }
 
+// One plain request to a backend (GET, or POST of a JSON body) with the router's upstream
+// timeouts and key: the routes that are not completions.
+httplib::Result backend_request(const BackendAddress& backend, const UpstreamOptions& options, const std::string& method,
+                                const std::string& path, const std::string& body) {
+  httplib::Client client(backend.host, backend.port);
+  client.set_connection_timeout(std::chrono::duration_cast<std::chrono::microseconds>(options.connect_timeout));
+  client.set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(options.read_timeout));
+  httplib::Headers headers;
+  if (!options.api_key.empty()) headers.emplace("Authorization", "Bearer " + options.api_key);
+  return method == "GET" ? client.Get(path, headers) : client.Post(path, headers, body, "application/json");
+}
+
 }  // namespace
 
 RouterServer::RouterServer(RouterOptions options, BackendPool& pool, BackendChooser chooser, RoutedModel model,
@@ -178,13 +190,7 @@ void RouterServer::install_routes() {
     for (size_t k = 0; k < n; ++k) {
       const BackendState& s = states[(start + k) % n];
       if (!s.healthy) continue;
-      httplib::Client client(s.address.host, s.address.port);
-      client.set_connection_timeout(std::chrono::duration_cast<std::chrono::microseconds>(options_.upstream.connect_timeout));
-      client.set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(options_.upstream.read_timeout));
-      httplib::Headers headers;
-      if (!options_.upstream.api_key.empty()) headers.emplace("Authorization", "Bearer " + options_.upstream.api_key);
-      httplib::Result r = req.method == "GET" ? client.Get(req.path, headers)
-                                              : client.Post(req.path, headers, req.body, "application/json");
+      httplib::Result r = backend_request(s.address, options_.upstream, req.method, req.path, req.body);
       if (!r) continue;  // try the next
       res.status = r->status;
       res.set_content(r->body, r->get_header_value("Content-Type", 0).empty() ? "application/json"
@@ -203,11 +209,7 @@ void RouterServer::install_routes() {
     bool all_ok = true;
     for (int i = 0; i < pool_.size(); ++i) {
       const BackendAddress& a = pool_.address(i);
-      httplib::Client client(a.host, a.port);
-      client.set_connection_timeout(std::chrono::duration_cast<std::chrono::microseconds>(options_.upstream.connect_timeout));
-      httplib::Headers headers;
-      if (!options_.upstream.api_key.empty()) headers.emplace("Authorization", "Bearer " + options_.upstream.api_key);
-      httplib::Result r = client.Post("/reset_prefix_cache", headers, "", "application/json");
+      httplib::Result r = backend_request(a, options_.upstream, "POST", "/reset_prefix_cache", "");
       json entry = {{"backend", a.url}};
       if (!r) {
         entry["error"] = httplib::to_string(r.error());
