@@ -1,39 +1,21 @@
 // End to end: runs the built `pagedkv bench attention --quick --json` (ctest sets PAGEDKV_BIN)
 // and checks the shape of its report. Timings are not checked: they are the benchmark's job.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
-#include <cstdio>
-#include <cstdlib>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+
+#include "cli_test_support.h"
 
 namespace {
 
 std::string run(const std::string& command, int& exit_code) {
-  std::string output;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return output;
-  std::array<char, 4096> buffer{};
-  size_t n = 0;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), n);
-  const int status = ::pclose(pipe);
-  exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return output;
+  const pagedkv::testing::CliResult r = pagedkv::testing::run_command(command);
+  exit_code = r.exit_code;
+  return r.output;
 }
 
-class BenchAttentionCli : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const char* bin = std::getenv("PAGEDKV_BIN");
-    if (bin == nullptr || *bin == '\0') GTEST_SKIP() << "PAGEDKV_BIN is not set (run through ctest)";
-    bin_ = bin;
-    ASSERT_TRUE(std::filesystem::exists(bin_)) << "PAGEDKV_BIN names a missing file: " << bin_;
-  }
-  std::string bin_;
-};
+using BenchAttentionCli = pagedkv::testing::CliTest;
 
 TEST_F(BenchAttentionCli, QuickJsonReportHasOneObjectPerCase) {
   int code = -1;

@@ -1,53 +1,28 @@
 // End to end: runs the built `pagedkv plan` (ctest sets PAGEDKV_BIN) and checks its output.
 // Not a test_core_* file: the sanitizer stage builds only the core tests, not the tool.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cli_test_support.h"
+
 namespace {
 
-struct CliResult {
-  int exit_code = -1;
-  std::string output;  // stdout, and stderr too when asked
-};
+using pagedkv::testing::CliResult;
 
-class PlanCli : public ::testing::Test {
+class PlanCli : public pagedkv::testing::CliTest {
  protected:
-  void SetUp() override {
-    const char* bin = std::getenv("PAGEDKV_BIN");
-    if (bin == nullptr || *bin == '\0') GTEST_SKIP() << "PAGEDKV_BIN is not set (run through ctest)";
-    bin_ = bin;
-    ASSERT_TRUE(std::filesystem::exists(bin_)) << "PAGEDKV_BIN names a missing file: " << bin_;
-  }
-
-  CliResult run(const std::string& args, bool with_stderr = false) const {
-    std::string command = "'" + bin_ + "' " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
-    CliResult result;
-    FILE* pipe = ::popen(command.c_str(), "r");
-    if (pipe == nullptr) return result;
-    std::array<char, 4096> buffer{};
-    size_t n = 0;
-    while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), n);
-    int status = ::pclose(pipe);
-    result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return result;
-  }
+  CliResult run(const std::string& args, bool with_stderr = false) const { return pagedkv(args, with_stderr); }
 
   nlohmann::json run_json(const std::string& args) const {
     CliResult r = run(args + " --json");
     EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.output;
     return nlohmann::json::parse(r.output);
   }
-
-  std::string bin_;
 };
 
 TEST_F(PlanCli, Llama2_70BOnA43GBBudget) {

@@ -3,45 +3,27 @@
 // of what it reports. The clock is modelled, so the figures are the same on every machine; still
 // only orderings and bounds that follow from the policies are checked, not the paper's targets.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
-#include <cstdio>
-#include <cstdlib>
-#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cli_test_support.h"
+
 namespace {
 
-std::string run(const std::string& bin, const std::string& args, int& exit_code) {
-  const std::string command = "'" + bin + "' " + args + " 2>&1";
-  std::string output;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return output;
-  std::array<char, 4096> buffer{};
-  size_t n = 0;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), n);
-  const int status = ::pclose(pipe);
-  exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return output;
-}
-
-class PaperBenchCli : public ::testing::Test {
+class PaperBenchCli : public pagedkv::testing::CliTest {
  protected:
-  void SetUp() override {
-    const char* bin = std::getenv("PAGEDKV_BIN");
-    if (bin == nullptr || *bin == '\0') GTEST_SKIP() << "PAGEDKV_BIN is not set (run through ctest)";
-    bin_ = bin;
-    ASSERT_TRUE(std::filesystem::exists(bin_)) << "PAGEDKV_BIN names a missing file: " << bin_;
+  std::string run(const std::string& args, int& exit_code) const {
+    const pagedkv::testing::CliResult r = pagedkv(args);
+    exit_code = r.exit_code;
+    return r.output;
   }
-  std::string bin_;
 };
 
 TEST_F(PaperBenchCli, QuickRunHasTheStructureThePoliciesImply) {
   int code = -1;
-  const std::string out = run(bin_, "bench paper --quick --json --check-invariants --workloads sharegpt --parallel-n 2 --parallel-workloads sharegpt", code);
+  const std::string out = run("bench paper --quick --json --check-invariants --workloads sharegpt --parallel-n 2 --parallel-workloads sharegpt", code);
   ASSERT_EQ(code, 0) << out;
   const nlohmann::json j = nlohmann::json::parse(out);
   ASSERT_TRUE(j.contains("rate_ratio_vs_oracle") && j.contains("rate_ratio_vs_max") && j.contains("token_state_share_paged"));
@@ -90,10 +72,10 @@ TEST_F(PaperBenchCli, QuickRunHasTheStructureThePoliciesImply) {
 
 TEST_F(PaperBenchCli, BadOptionsAreClearErrors) {
   int code = -1;
-  std::string out = run(bin_, "bench paper --quick --workloads nope", code);
+  std::string out = run("bench paper --quick --workloads nope", code);
   EXPECT_EQ(code, 2) << out;
   EXPECT_NE(out.find("unknown workload"), std::string::npos) << out;
-  out = run(bin_, "bench paper --quick --latency-limit 0", code);
+  out = run("bench paper --quick --latency-limit 0", code);
   EXPECT_EQ(code, 2) << out;
 }
 
