@@ -53,13 +53,7 @@ const ByteCharacters& byte_characters() {
   return table;
 }
 
-size_t utf8_length(unsigned char lead) {
-  if (lead < 0x80) return 1;
-  if ((lead & 0xE0) == 0xC0) return 2;
-  if ((lead & 0xF0) == 0xE0) return 3;
-  if ((lead & 0xF8) == 0xF0) return 4;
-  return 1;
-}
+using gguf_vocab::utf8_length;
 
 // The bytes a normal token's characters stand for; a character outside the table (a file not
 // written for byte-level BPE) stands for its own UTF-8.
@@ -168,18 +162,8 @@ void GgufBpeTokenizer::encode_word(std::string_view word, std::vector<TokenId>& 
       return;
     }
   }
-  struct Symbol {
-    int prev, next;
-    size_t start, len;
-  };
-  std::vector<Symbol> symbols;
-  for (size_t i = 0; i < word.size();) {
-    const size_t len = std::min(utf8_length(static_cast<unsigned char>(word[i])), word.size() - i);
-    symbols.push_back({static_cast<int>(symbols.size()) - 1, static_cast<int>(symbols.size()) + 1, i, len});
-    i += len;
-  }
+  std::vector<gguf_vocab::MergeSymbol> symbols = gguf_vocab::character_symbols(word);
   if (symbols.empty()) return;
-  symbols.back().next = -1;
 
   struct Pair {
     int left, right, rank;
@@ -189,11 +173,11 @@ void GgufBpeTokenizer::encode_word(std::string_view word, std::vector<TokenId>& 
   auto later = [](const Pair& a, const Pair& b) { return a.rank > b.rank || (a.rank == b.rank && a.left > b.left); };
   std::priority_queue<Pair, std::vector<Pair>, decltype(later)> queue(later);
   std::string scratch;
-  auto text_of = [&](const Symbol& s) { return word.substr(s.start, s.len); };
+  auto text_of = [&](const gguf_vocab::MergeSymbol& s) { return word.substr(s.start, s.len); };
   auto try_add = [&](int left, int right) {
     if (left < 0 || right < 0) return;
-    const Symbol& l = symbols[static_cast<size_t>(left)];
-    const Symbol& r = symbols[static_cast<size_t>(right)];
+    const gguf_vocab::MergeSymbol& l = symbols[static_cast<size_t>(left)];
+    const gguf_vocab::MergeSymbol& r = symbols[static_cast<size_t>(right)];
     const int rank = merge_rank(text_of(l), text_of(r), scratch);
     if (rank >= 0) queue.push({left, right, rank, l.len + r.len});
   };
@@ -201,8 +185,8 @@ void GgufBpeTokenizer::encode_word(std::string_view word, std::vector<TokenId>& 
   while (!queue.empty()) {
     const Pair p = queue.top();
     queue.pop();
-    Symbol& l = symbols[static_cast<size_t>(p.left)];
-    Symbol& r = symbols[static_cast<size_t>(p.right)];
+    gguf_vocab::MergeSymbol& l = symbols[static_cast<size_t>(p.left)];
+    gguf_vocab::MergeSymbol& r = symbols[static_cast<size_t>(p.right)];
     if (l.len == 0 || r.len == 0 || l.next != p.right || l.len + r.len != p.len) continue;  // stale
     l.len += r.len;
     r.len = 0;

@@ -28,15 +28,6 @@ std::string replace_all(std::string_view s, std::string_view from, std::string_v
   return out;
 }
 
-// Bytes of the UTF-8 character starting with `lead` (1 for a stray continuation byte).
-size_t utf8_length(unsigned char lead) {
-  if (lead < 0x80) return 1;
-  if ((lead & 0xE0) == 0xC0) return 2;
-  if ((lead & 0xF0) == 0xE0) return 3;
-  if ((lead & 0xF8) == 0xF0) return 4;
-  return 1;
-}
-
 int hex_value(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -125,18 +116,8 @@ std::string_view GgufTokenizer::piece(TokenId id) const {
 // SentencePiece merges over one fragment of raw text (already given its space prefix).
 void GgufTokenizer::encode_text(std::string_view raw, std::vector<TokenId>& out) const {
   const std::string text = replace_all(raw, " ", kSpaceMark);
-  struct Symbol {
-    int prev, next;
-    size_t start, len;
-  };
-  std::vector<Symbol> symbols;
-  for (size_t i = 0; i < text.size();) {
-    const size_t len = std::min(utf8_length(static_cast<unsigned char>(text[i])), text.size() - i);
-    symbols.push_back({static_cast<int>(symbols.size()) - 1, static_cast<int>(symbols.size()) + 1, i, len});
-    i += len;
-  }
+  std::vector<gguf_vocab::MergeSymbol> symbols = gguf_vocab::character_symbols(text);
   if (symbols.empty()) return;
-  symbols.back().next = -1;
 
   struct Bigram {
     int left, right;
@@ -157,8 +138,8 @@ void GgufTokenizer::encode_text(std::string_view raw, std::vector<TokenId>& out)
   while (!queue.empty()) {
     const Bigram b = queue.top();
     queue.pop();
-    Symbol& l = symbols[static_cast<size_t>(b.left)];
-    Symbol& r = symbols[static_cast<size_t>(b.right)];
+    gguf_vocab::MergeSymbol& l = symbols[static_cast<size_t>(b.left)];
+    gguf_vocab::MergeSymbol& r = symbols[static_cast<size_t>(b.right)];
     if (l.len == 0 || r.len == 0 || l.len + r.len != b.len || l.next != b.right) continue;  // stale
     l.len += r.len;
     r.len = 0;
@@ -168,7 +149,7 @@ void GgufTokenizer::encode_text(std::string_view raw, std::vector<TokenId>& out)
     try_add(b.left, l.next);
   }
   for (int i = 0; i >= 0; i = symbols[static_cast<size_t>(i)].next) {
-    const Symbol& s = symbols[static_cast<size_t>(i)];
+    const gguf_vocab::MergeSymbol& s = symbols[static_cast<size_t>(i)];
     const std::string_view piece = std::string_view(text).substr(s.start, s.len);
     const TokenId id = lookup(piece);
     if (id >= 0) {

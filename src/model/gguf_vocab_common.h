@@ -75,6 +75,34 @@ inline std::vector<Fragment> cut_special_tokens(std::string_view text, const std
   return fragments;
 }
 
+// Bytes of the UTF-8 character starting with `lead` (1 for a stray continuation byte).
+inline size_t utf8_length(unsigned char lead) {
+  if (lead < 0x80) return 1;
+  if ((lead & 0xE0) == 0xC0) return 2;
+  if ((lead & 0xF0) == 0xE0) return 3;
+  if ((lead & 0xF8) == 0xF0) return 4;
+  return 1;
+}
+
+// One symbol of a merge loop (SentencePiece's and BPE's): a run of bytes of the text, linked to
+// its neighbours (-1 at the ends) so that merging two is O(1).
+struct MergeSymbol {
+  int prev, next;
+  size_t start, len;
+};
+
+// The text's characters as a chain of symbols, one per UTF-8 character.
+inline std::vector<MergeSymbol> character_symbols(std::string_view text) {
+  std::vector<MergeSymbol> symbols;
+  for (size_t i = 0; i < text.size();) {
+    const size_t len = std::min(utf8_length(static_cast<unsigned char>(text[i])), text.size() - i);
+    symbols.push_back({static_cast<int>(symbols.size()) - 1, static_cast<int>(symbols.size()) + 1, i, len});
+    i += len;
+  }
+  if (!symbols.empty()) symbols.back().next = -1;
+  return symbols;
+}
+
 inline void add_unique(std::vector<TokenId>& ids, TokenId id) {
   if (id >= 0 && std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
 }
