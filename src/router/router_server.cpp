@@ -257,26 +257,20 @@ void RouterServer::install_routes() {
             return;
           }
         }
-        if (state == UpstreamCall::State::kFailed && call->never_connected()) {
-          placement->failed = true;
-          metrics_.failed(backend, "connect");
-          pool_.mark_down(backend, fmt::format("POST {}: {}", req.path, call->error()));
-          excluded[static_cast<size_t>(backend)] = true;
-          continue;  // nothing reached it: try the next choice
-        }
-        if (state == UpstreamCall::State::kFailed && call->unanswered() && !retried_unanswered) {
-          // Closed without a byte of answer (a backend shutting down with this connection in its
-          // backlog): another backend gets it, once only, so a request that crashes backends
-          // cannot take down more than two.
-          placement->failed = true;
-          metrics_.failed(backend, "unanswered");
-          pool_.mark_down(backend, fmt::format("POST {}: closed unanswered: {}", req.path, call->error()));
-          excluded[static_cast<size_t>(backend)] = true;
-          retried_unanswered = true;
-          continue;
-        }
         if (state == UpstreamCall::State::kFailed) {
           placement->failed = true;
+          // Nothing reached it (refused), or it closed the connection without a byte of answer (a
+          // backend shutting down with this connection in its backlog): the next choice gets the
+          // request. An unanswered one only once, so a request that crashes backends cannot take
+          // down more than two.
+          const bool refused = call->never_connected();
+          if (refused || (call->unanswered() && !retried_unanswered)) {
+            metrics_.failed(backend, refused ? "connect" : "unanswered");
+            pool_.mark_down(backend, fmt::format("POST {}: {}{}", req.path, refused ? "" : "closed unanswered: ", call->error()));
+            excluded[static_cast<size_t>(backend)] = true;
+            retried_unanswered = retried_unanswered || !refused;
+            continue;
+          }
           metrics_.failed(backend, "upstream_error");
           throw ApiError(502, fmt::format("backend {} failed: {}", pool_.address(backend).url, call->error()), "", "bad_gateway");
         }
