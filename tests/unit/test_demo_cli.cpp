@@ -2,16 +2,15 @@
 // ctest) runs short workloads and the JSON reports are checked field by field.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+
+#include "cli_test_support.h"
 
 namespace {
 
@@ -31,15 +30,8 @@ class DemoCli : public ::testing::Test {
   }
   // Runs the binary with `args` (stderr discarded) and returns its exit code and stdout.
   Result run(const std::string& args) const {
-    Result r;
-    FILE* p = popen((bin_ + " " + args + " 2>/dev/null").c_str(), "r");
-    if (p == nullptr) return r;
-    std::array<char, 4096> buf;
-    size_t n;
-    while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-    const int status = pclose(p);
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return r;
+    const pagedkv::testing::CliResult r = pagedkv::testing::run_command(bin_ + " " + args + " 2>/dev/null");
+    return {r.exit_code, r.output};
   }
   json run_json(const std::string& args) const {
     const Result r = run(args + " --json");

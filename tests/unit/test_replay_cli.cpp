@@ -3,13 +3,13 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+
+#include "cli_test_support.h"
 
 namespace {
 
@@ -20,17 +20,9 @@ struct CliRun {
 
 // Runs the pagedkv binary with `args` (stdout captured; stderr merged when asked).
 CliRun pagedkv(const std::string& args, bool merge_stderr = false) {
-  const char* bin = std::getenv("PAGEDKV_BIN");
-  CliRun r;
-  const std::string cmd = std::string(bin) + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 4096> buf{};
-  size_t n = 0;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int status = ::pclose(p);
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  const pagedkv::testing::CliResult r = pagedkv::testing::run_command(std::string(std::getenv("PAGEDKV_BIN")) + " " + args +
+                                                                      (merge_stderr ? " 2>&1" : " 2>/dev/null"));
+  return {r.exit_code, r.output};
 }
 
 class ReplayCli : public ::testing::Test {
