@@ -32,12 +32,10 @@ using namespace std::chrono_literals;
 constexpr const char* kVersion = "0.1.0";
 constexpr auto kPollInterval = 20ms;  // how often a waiting handler checks that its client is still there
 
-// JSON text that never throws on invalid UTF-8 (a token piece may be part of a character).
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 void send_json(httplib::Response& res, int status, const json& body) {
   res.status = status;
-  res.set_content(dump(body), "application/json");
+  res.set_content(json_text(body), "application/json");
 }
 
 
@@ -255,7 +253,7 @@ void OpenAIServer::install_routes() {
             for (RequestId id : builder->take_stop_requests()) service_.stop_choice(id);
             if (builder->done()) {
               if (builder->error())
-                out += "data: " + dump(ApiError(400, *builder->error(), "prompt", "request_rejected").to_json()) + "\n\n";
+                out += "data: " + json_text(ApiError(400, *builder->error(), "prompt", "request_rejected").to_json()) + "\n\n";
               if (include_usage) out += "data: " + builder->usage_chunk() + "\n\n";
               out += "data: [DONE]\n\n";
             }

@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 
 namespace pagedkv::server {
+
+std::string json_text(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
+
 namespace {
 
 using nlohmann::json;
@@ -15,8 +18,6 @@ const char* finish_reason_text(FinishReason r) {
   }
 }
 
-// JSON text that never throws on invalid UTF-8 (a token piece may be part of a character).
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 json bytes_of(const std::string& s) {
   json b = json::array();
@@ -46,7 +47,7 @@ ResponseBuilder::ResponseBuilder(const CompletionRequest& request, const TextTok
   choices_.reserve(n);
   for (size_t i = 0; i < n; ++i) choices_.emplace_back(request.stop);
   completion_chunk_head_ = fmt::format(R"({{"id":{},"object":"text_completion","created":{},"model":{},"choices":[{{"index":)",
-                                       dump(id_), created_, dump(model_));
+                                       json_text(id_), created_, json_text(model_));
 }
 
 std::string ResponseBuilder::piece(TokenId prev, TokenId token) const { return tokenizer_.decode_piece(prev, token); }
@@ -156,7 +157,7 @@ std::vector<RequestId> ResponseBuilder::take_stop_requests() {
 std::string ResponseBuilder::chunk(int index, const std::string& text, const json& logprobs, const char* finish_reason,
                                    bool first) const {
   if (!chat_ && logprobs.is_null()) {  // one chunk per token and stream: written directly
-    return fmt::format(R"({}{},"text":{},"logprobs":null,"finish_reason":{}}}]}})", completion_chunk_head_, index, dump(json(text)),
+    return fmt::format(R"({}{},"text":{},"logprobs":null,"finish_reason":{}}}]}})", completion_chunk_head_, index, json_text(json(text)),
                        finish_reason ? fmt::format("\"{}\"", finish_reason) : std::string("null"));
   }
   json choice{{"index", index}, {"logprobs", logprobs.is_null() ? json(nullptr) : logprobs},
@@ -169,7 +170,7 @@ std::string ResponseBuilder::chunk(int index, const std::string& text, const jso
   } else {
     choice["text"] = text;
   }
-  return dump({{"id", id_},
+  return json_text({{"id", id_},
                {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
                {"created", created_},
                {"model", model_},
@@ -188,7 +189,7 @@ json ResponseBuilder::usage() const {
 }
 
 std::string ResponseBuilder::usage_chunk() const {
-  return dump({{"id", id_},
+  return json_text({{"id", id_},
                {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
                {"created", created_},
                {"model", model_},

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "command.h"
+#include "run_statistics.h"
 #include "pagedkv/core/cpu_clock.h"
 #include "pagedkv/core/error.h"
 #include "pagedkv/kernels/memory_bandwidth.h"
@@ -57,11 +58,6 @@ struct Measured {
   double ms = 0;  // median time per call
   double gbps = 0;
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 struct CaseResult {
   std::string dtype;
@@ -359,7 +355,7 @@ int run_bench_attention(BenchOptions o, bool quick) {
   return 0;
 }
 
-const CommandRegistration kRegistration{Command{
+const CommandRegistration kBenchAttentionCommand{Command{
     "bench attention",
     "decode attention GB/s against the measured read bandwidth, paged vs contiguous (Llama-like 32/8 heads, dim 128)",
     [](CLI::App& sub) -> std::function<int()> {

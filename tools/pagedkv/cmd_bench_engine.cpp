@@ -22,6 +22,7 @@
 #include "demo_render.h"
 #include "demo_workload.h"
 #include "engine_options.h"
+#include "run_statistics.h"
 #include "pagedkv/core/cpu_clock.h"
 #include "pagedkv/core/error.h"
 #include "pagedkv/kernels/thread_pool.h"
@@ -49,7 +50,6 @@ struct BenchEngineOptions {
   bool json = false;
 };
 
-double median(std::vector<double> v) { return percentile(std::move(v), 50); }
 
 // A pool that never preempts: every request's whole sequence fits at once, in every KV-cache
 // group (a model with sliding-window layers has two).
@@ -226,7 +226,7 @@ int run_bench_engine(BenchEngineOptions o) {
   return 0;
 }
 
-const CommandRegistration kRegistration{Command{
+const CommandRegistration kBenchEngineCommand{Command{
     "bench engine", "serving engine: output tokens/s vs batch size, scheduler share, TTFT with/without prefix caching",
     [](CLI::App& sub) -> std::function<int()> {
       auto o = std::make_shared<BenchEngineOptions>();

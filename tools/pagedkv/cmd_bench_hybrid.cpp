@@ -142,7 +142,7 @@ int run_bench_hybrid(const Options& o) {
   return 0;
 }
 
-const CommandRegistration kRegistration{Command{
+const CommandRegistration kBenchHybridCommand{Command{
     "bench hybrid", "hybrid (sliding + full) vs full-attention-only prefix hits on a multi-session workload",
     [](CLI::App& sub) -> std::function<int()> {
       auto o = std::make_shared<Options>();

@@ -32,12 +32,12 @@
 #include "pagedkv/model/model_runner.h"
 #include "pagedkv/model/random_model.h"
 #include "pagedkv/model/sampler.h"
+#include "pagedkv/model/tokenizer.h"
 #include "pagedkv/storage/kv_arena.h"
 
 namespace pagedkv::cli {
 namespace {
 
-constexpr TokenId kBos = 1;
 
 struct KVDtypeOptions {
   std::string model;  // default: ../shared/models/stories260K.bin
@@ -189,7 +189,7 @@ nlohmann::json measure_model(const Model& model, const KVDtypeOptions& o, const 
     std::vector<Sampler> samplers;
     for (int s = 0; s < n; ++s)
       samplers.emplace_back(vocab, SamplingParams{1.0f, 0, 1.0f, o.seed + static_cast<uint64_t>(first + s)});
-    std::vector<std::vector<TokenId>> seqs(static_cast<size_t>(n), std::vector<TokenId>{kBos});
+    std::vector<std::vector<TokenId>> seqs(static_cast<size_t>(n), std::vector<TokenId>{Tokenizer::kBos});
     std::vector<TokenId> step_tokens(static_cast<size_t>(n));
     for (int p = 0; p + 1 < length; ++p) {
       for (int s = 0; s < n; ++s) step_tokens[static_cast<size_t>(s)] = seqs[static_cast<size_t>(s)].back();
@@ -347,7 +347,7 @@ int run_bench_kv_dtype(const KVDtypeOptions& o) {
   return 0;
 }
 
-const CommandRegistration kRegistration{Command{
+const CommandRegistration kBenchKvDtypeCommand{Command{
     "bench kv-dtype", "KV-cache formats against an f32 cache: KL divergence, top-1, perplexity, greedy divergence",
     [](CLI::App& sub) -> std::function<int()> {
       auto o = std::make_shared<KVDtypeOptions>();

@@ -358,7 +358,7 @@ int run_paper(PaperOptions o) {
   return 0;
 }
 
-const CommandRegistration kRegistration{Command{
+const CommandRegistration kBenchPaperCommand{Command{
     "bench paper", "the PagedAttention paper's Fig. 2, 12 and 14 on this engine: paged KV vs reservation baselines",
     [](CLI::App& sub) {
       auto o = std::make_shared<PaperOptions>();

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "command.h"
+#include "run_statistics.h"
 #include "pagedkv/core/error.h"
 #include "pagedkv/prefix/block_hasher.h"
 #include "pagedkv/prefix/sha256.h"
@@ -30,11 +31,6 @@ constexpr PythonPeer kVllmXxhash{75.0, 2.76, 11.3, 117.9, 1.58};
 constexpr PythonPeer kVllmSha256First{156.5, 5.45, 18.9, 444.5, 3.50};
 constexpr PythonPeer kVllmXxhashFirst{130.2, 4.69, 16.8, 192.4, 2.56};
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
-double minimum(const std::vector<double>& v) { return v.empty() ? 0.0 : *std::min_element(v.begin(), v.end()); }
 
 // The 1, 5 and 15-minute load averages: a busy machine explains a slow run.
 std::string load_average() {
@@ -202,7 +198,7 @@ int run_bench_peer(const std::string& scenario_name, const std::string& hash_nam
   return has_reference && !match ? 1 : 0;
 }
 
-const CommandRegistration kRegistration{Command{
+const CommandRegistration kBenchPeerCommand{Command{
     "bench peer", "replay kvcache-peer-v1 with vLLM v1 semantics: counters vs vLLM's, time per operation",
     [](CLI::App& sub) -> std::function<int()> {
       auto scenario = std::make_shared<std::string>("A");

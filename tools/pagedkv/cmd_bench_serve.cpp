@@ -73,7 +73,7 @@ int run_bench_serve(BenchServeOptions o) {
   return report.failed == 0 ? 0 : 1;
 }
 
-const CommandRegistration kRegistration{Command{
+const CommandRegistration kBenchServeCommand{Command{
     "bench serve", "load an OpenAI-compatible server like vllm bench serve: throughput, TTFT, TPOT, ITL, E2E",
     [](CLI::App& sub) -> std::function<int()> {
       auto o = std::make_shared<BenchServeOptions>();

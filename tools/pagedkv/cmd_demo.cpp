@@ -607,7 +607,7 @@ int run_demo(DemoOptions o, const CLI::App& sub) {
   return 0;
 }
 
-const CommandRegistration kRegistration{Command{
+const CommandRegistration kDemoCommand{Command{
     "demo", "serve a mixed workload on a small paged pool and report what paging did (the main job)",
     [](CLI::App& sub) -> std::function<int()> {
       auto o = std::make_shared<DemoOptions>();

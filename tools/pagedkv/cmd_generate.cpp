@@ -152,7 +152,7 @@ int run_generate(GenerateOptions o) {
   return 0;
 }
 
-const CommandRegistration kRegistration{Command{
+const CommandRegistration kGenerateCommand{Command{
     "generate", "generate text with a llama2.c checkpoint or GGUF model on the paged engine (prints what llama2.c's run prints)",
     [](CLI::App& sub) -> std::function<int()> {
       auto o = std::make_shared<GenerateOptions>();

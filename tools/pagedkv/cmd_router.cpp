@@ -134,7 +134,7 @@ int run_router(RouterCliOptions o) {
   return 0;
 }
 
-const CommandRegistration kRegistration{Command{
+const CommandRegistration kRouterCommand{Command{
     "router", "a KV-cache-aware router in front of several pagedkv serve instances (docs/router.md)",
     [](CLI::App& sub) -> std::function<int()> {
       auto o = std::make_shared<RouterCliOptions>();

@@ -143,7 +143,7 @@ int run_serve(ServeOptions o) {
   return 0;  // the engine's destructor flushes the KV tiers
 }
 
-const CommandRegistration kRegistration{Command{
+const CommandRegistration kServeCommand{Command{
     "serve", "an OpenAI-compatible HTTP server on the paged engine, with Prometheus metrics (docs/serve.md)",
     [](CLI::App& sub) -> std::function<int()> {
       auto o = std::make_shared<ServeOptions>();

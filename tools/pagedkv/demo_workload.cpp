@@ -32,7 +32,6 @@ constexpr std::array<const char*, 12> kUserTexts = {
 constexpr const char* kStandaloneOpening = "Once upon a time";
 
 constexpr TokenId kFirstOrdinaryToken = 3;  // llama2.c vocabularies: 0 unk, 1 BOS, 2 EOS
-constexpr TokenId kBos = 1;
 
 std::vector<TokenId> random_tokens(DemoRng& rng, int n, int vocab) {
   std::vector<TokenId> t(static_cast<size_t>(n));
@@ -96,7 +95,7 @@ std::vector<DemoRequest> make_demo_workload(const DemoWorkloadConfig& c, const T
       p = tokenizer->encode(text, true, false);
     } else {
       p = random_tokens(rng, base * (3 + 2 * (i % 3)) / 32, c.vocab_size);
-      p.insert(p.begin(), kBos);
+      p.insert(p.begin(), Tokenizer::kBos);
     }
     system_prompts.push_back(std::move(p));
   }
@@ -128,11 +127,11 @@ std::vector<DemoRequest> make_demo_workload(const DemoWorkloadConfig& c, const T
       if (shared) text.erase(0, 1);
       std::vector<TokenId> user = tokenizer->encode(text, !shared, false);
       g.prompt.insert(g.prompt.end(), user.begin(), user.end());
-      g.stop.eos_token_id = kBos;  // llama2.c stops on BOS
+      g.stop.eos_token_id = Tokenizer::kBos;  // llama2.c stops on BOS
     } else {
       const int n = shared ? rng.log_uniform_int(4, std::max(8, base / 8)) : rng.log_uniform_int(16, base / 3);
       std::vector<TokenId> user = random_tokens(rng, n, c.vocab_size);
-      if (!shared) g.prompt.push_back(kBos);
+      if (!shared) g.prompt.push_back(Tokenizer::kBos);
       g.prompt.insert(g.prompt.end(), user.begin(), user.end());
     }
     if (static_cast<int>(g.prompt.size()) >= c.max_model_len) g.prompt.resize(static_cast<size_t>(c.max_model_len - 1));

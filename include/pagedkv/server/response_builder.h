@@ -23,6 +23,9 @@
 
 namespace pagedkv::server {
 
+// JSON text that never throws on invalid UTF-8 (a token piece may be part of a character).
+std::string json_text(const nlohmann::json& j);
+
 // The text of a token sequence, as /detokenize and echo show it: a leading BOS is context only
 // (as TextTokenizer::render treats it); any other first token is printed.
 std::string detokenize(const TextTokenizer& tokenizer, std::span<const TokenId> ids);
