@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "pagedkv/core/error.h"
 
 namespace pagedkv::server {
@@ -216,6 +218,10 @@ void EngineService::end_remaining_choices() {
 
 void EngineService::dispatch(std::vector<RequestOutput>& outputs) {
   const auto now = Clock::now();
+  const int stream_interval =
+      options_.stream_interval != EngineServiceOptions::kAutoStreamInterval
+          ? options_.stream_interval
+          : std::max(1, static_cast<int>(outputs.size()) / EngineServiceOptions::kStreamsPerAutoToken);
   for (RequestOutput& o : outputs) {
     const uint64_t root_id = o.sample_index == 0 ? o.id.value : o.parent.value;
     auto rit = roots_.find(root_id);
@@ -242,7 +248,7 @@ void EngineService::dispatch(std::vector<RequestOutput>& outputs) {
 
     // Hand over: a choice's first tokens and its end at once, otherwise every stream_interval tokens.
     const size_t pending = produced - std::min(sample.delivered, produced);
-    const bool hand_over = o.finished || (pending > 0 && (!sample.announced || static_cast<int>(pending) >= options_.stream_interval));
+    const bool hand_over = o.finished || (pending > 0 && (!sample.announced || static_cast<int>(pending) >= stream_interval));
     if (!hand_over) continue;
     ChoiceUpdate u;
     u.choice = root.first_choice + o.sample_index;

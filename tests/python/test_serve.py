@@ -545,6 +545,19 @@ def test_stream_interval_batches_tokens_and_changes_nothing_else():
         assert chunks[-1]["usage"]["completion_tokens"] == 30
 
 
+def test_stream_interval_auto_streams_a_lone_request_token_by_token():
+    """auto: one token per chunk until 16 requests run (the batch-dependent part is
+    test_server_engine_service's); a bad value is refused with the option named."""
+    models_dir()
+    with Server("--stream-interval", "auto") as s:
+        chunks = stream_completion(s, prompt="Once upon a time", max_tokens=12, temperature=0, logprobs=1, ignore_eos=True)
+        assert [len(c["choices"][0]["logprobs"]["tokens"]) for c in chunks if c["choices"]] == [1] * 12
+    for bad in ["0", "-2", "fast", "2x"]:
+        out = subprocess.run([str(pagedkv_bin()), "serve", "--port", "0", "--stream-interval", bad],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode != 0 and "--stream-interval must be 'auto' or a whole number" in out.stderr, (bad, out.stderr)
+
+
 # ---- bench serve over several servers ------------------------------------------------------------
 
 def test_bench_serve_round_robin_over_two_servers(tmp_path):

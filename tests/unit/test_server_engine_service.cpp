@@ -3,6 +3,7 @@
 // the inbox and the request streams are the only state the threads share.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -127,6 +128,35 @@ TEST_F(EngineServiceTest, CancelReturnsEveryBlock) {
     e.check_invariants();
     return 0;
   });
+}
+
+// kAutoStreamInterval: a lone choice gets every token as it comes; 32 choices running together
+// (one request, n = 32) get theirs two at a time. (A forked sample's first update holds the
+// parent's first token and its own.)
+TEST_F(EngineServiceTest, AutoStreamIntervalFollowsTheBatch) {
+  EngineService& service = start({.stream_interval = EngineServiceOptions::kAutoStreamInterval});
+  const auto update_sizes = [&](int n) {
+    std::vector<GenerationRequest> prompts;
+    prompts.push_back(long_request(n, 24));
+    std::map<int, std::vector<size_t>> sizes;
+    const Collected c = collect(*service.submit(std::move(prompts)), [&](const ChoiceUpdate& u) {
+      if (!u.tokens.empty()) sizes[u.choice].push_back(u.tokens.size());
+    });
+    for (const auto& [choice, tokens] : c.tokens) EXPECT_EQ(tokens.size(), 24u) << "choice " << choice;
+    return sizes;
+  };
+  for (const auto& [choice, sizes] : update_sizes(1))
+    EXPECT_EQ(sizes, std::vector<size_t>(24, 1));
+  int two_token_updates = 0;
+  for (const auto& [choice, sizes] : update_sizes(32)) {
+    if (choice == 0) {
+      EXPECT_EQ(sizes.front(), 1u) << "the first token goes out at once";
+    }
+    for (size_t s : sizes) EXPECT_LE(s, 2u);
+    two_token_updates += static_cast<int>(std::count(sizes.begin(), sizes.end(), 2u));
+  }
+  EXPECT_GT(two_token_updates, 32 * 8);
+  EXPECT_EQ(used_blocks(), 0);
 }
 
 TEST_F(EngineServiceTest, StopChoiceEndsOneSampleOnly) {

@@ -8,6 +8,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -34,7 +35,7 @@ struct ServeOptions {
   bool disable_admin_endpoints = false;
   std::string max_body_bytes = "8MiB";
   int max_waiting = 512;
-  int stream_interval = 1;
+  std::string stream_interval = "1";  // a count, or "auto"
   int http_threads = 128;
   int max_model_len = 0;
   int context_length = 0;
@@ -43,6 +44,16 @@ struct ServeOptions {
   EngineOptions engine;
 };
 
+// --stream-interval: "auto" or a token count of at least 1.
+int parse_stream_interval(const std::string& text) {
+  if (text == "auto") return server::EngineServiceOptions::kAutoStreamInterval;
+  int n = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (ec != std::errc() || end != text.data() + text.size() || n < 1)
+    throw ConfigError(fmt::format("--stream-interval must be 'auto' or a whole number of at least 1, got '{}'", text));
+  return n;
+}
+
 int run_serve(ServeOptions o) {
   if (o.model.empty()) {
     o.model = default_shared_dir() + "/models/stories260K.bin";
@@ -50,7 +61,7 @@ int run_serve(ServeOptions o) {
   }
   if (o.served_model_name.empty()) o.served_model_name = std::filesystem::path(o.model).stem().string();
   if (o.max_waiting < 1) throw ConfigError(fmt::format("--max-waiting must be at least 1, got {}", o.max_waiting));
-  if (o.stream_interval < 1) throw ConfigError(fmt::format("--stream-interval must be at least 1, got {}", o.stream_interval));
+  const int stream_interval = parse_stream_interval(o.stream_interval);
   if (o.http_threads < 2) throw ConfigError(fmt::format("--http-threads must be at least 2, got {}", o.http_threads));
   if (o.port < 0 || o.port > 65535) throw ConfigError(fmt::format("--port must be in [0, 65535], got {}", o.port));
   if (!(o.drain_seconds >= 0)) throw ConfigError("--drain-seconds must be at least 0");
@@ -76,7 +87,7 @@ int run_serve(ServeOptions o) {
   server::ServerMetrics metrics(o.served_model_name, engine.max_model_len());
   if (o.kv_events_capacity < 1) throw ConfigError("--kv-events-capacity must be at least 1");
   server::KVEventLog kv_events(o.kv_events_capacity);
-  server::EngineService service(engine, metrics, {o.max_waiting, o.stream_interval, &kv_events});
+  server::EngineService service(engine, metrics, {o.max_waiting, stream_interval, &kv_events});
   server::ServerOptions options;
   options.host = o.host;
   options.port = o.port;
@@ -161,7 +172,8 @@ const CommandRegistration kServeCommand{Command{
       sub.add_option("--max-waiting", o->max_waiting, "queued prompts beyond which requests get 503 with Retry-After")
           ->capture_default_str();
       sub.add_option("--stream-interval", o->stream_interval,
-                     "tokens a streamed choice gathers per chunk (1: every token; more: fewer wake-ups under load)")
+                     "tokens a streamed choice gathers per chunk (1: every token; more: fewer wake-ups under load; "
+                     "auto: 1, plus 1 per 16 running requests)")
           ->capture_default_str();
       sub.add_option("--http-threads", o->http_threads, "HTTP worker threads (each open stream holds one)")->capture_default_str();
       sub.add_option("--max-model-len", o->max_model_len, "longest prompt + output (0: the model's)")->capture_default_str();

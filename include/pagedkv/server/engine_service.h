@@ -31,7 +31,12 @@ struct EngineServiceOptions {
   int max_waiting = 512;  // queued (not yet running) prompts beyond which submit() answers 503
   // Tokens a choice gathers before they are handed to its stream (vLLM's --stream-interval): 1
   // sends every token as it comes; more wake the HTTP threads less often. A choice's first token
-  // and its end are always handed over at once.
+  // and its end are always handed over at once. kAutoStreamInterval: one token per chunk while at
+  // most kStreamsPerAutoToken choices run, then one more per kStreamsPerAutoToken running (64
+  // running: every 4 tokens) -- each chunk costs its stream's HTTP thread a wake-up, which at
+  // large batches would be a quarter of an engine step on two cores (docs/benchmarks.md).
+  static constexpr int kAutoStreamInterval = 0;
+  static constexpr int kStreamsPerAutoToken = 16;
   int stream_interval = 1;
   // Where the engine's KV events go after every step (the engine must record them:
   // EngineConfig::enable_kv_events); null: nowhere. It starts with the blocks cached at start.
