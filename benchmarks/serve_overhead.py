@@ -78,7 +78,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--stream-interval", type=int, default=1, help="the server's --stream-interval")
+    ap.add_argument("--stream-interval", default="1", help="the server's --stream-interval (a count or auto)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     sys.path.insert(0, str(REPO / "build" / "python"))
