@@ -56,8 +56,12 @@ struct FloatTile {
     __m256 acc[kRows][T];
     for (int r = 0; r < kRows; ++r)
       for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+    // Prefetch the tile below (see next_tile_offset), one 64-byte line per row every 32 columns.
+    const ptrdiff_t ahead = next_tile_offset<kRows>(w);
     int j = 0;
     for (; j + 8 <= cols; j += 8) {
+      if (j % 32 == 0)
+        for (int r = 0; r < kRows; ++r) _mm_prefetch(reinterpret_cast<const char*>(wr[r] + j) + ahead, _MM_HINT_T0);
       __m256 wv[kRows];
       for (int r = 0; r < kRows; ++r) wv[r] = Widen::load(wr[r] + j);
       for (int t = 0; t < T; ++t) {
@@ -81,6 +85,7 @@ __m256i block_products(__m256i w_abs, __m256i w, __m256i x) {
 }
 
 struct UnpackQ8_0 {
+  static constexpr size_t kBlockBytes = sizeof(BlockQ8_0);
   static __m256i load(const std::byte* row, int b, float& d) {
     const BlockQ8_0& blk = reinterpret_cast<const BlockQ8_0*>(row)[b];
     d = _cvtsh_ss(blk.d);
@@ -89,6 +94,7 @@ struct UnpackQ8_0 {
 };
 
 struct UnpackQ4_0 {
+  static constexpr size_t kBlockBytes = sizeof(BlockQ4_0);
   static __m256i load(const std::byte* row, int b, float& d) {
     const BlockQ4_0& blk = reinterpret_cast<const BlockQ4_0*>(row)[b];
     d = _cvtsh_ss(blk.d);
@@ -111,7 +117,12 @@ struct QuantTile {
     __m256 acc[kRows][T];
     for (int r = 0; r < kRows; ++r)
       for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+    const ptrdiff_t ahead = next_tile_offset<kRows>(w);
     for (int b = 0; b < blocks; ++b) {
+      if (b % 2 == 0)
+        for (int r = 0; r < kRows; ++r)
+          _mm_prefetch(reinterpret_cast<const char*>(w[r]) + static_cast<size_t>(b) * Unpack::kBlockBytes + ahead,
+                       _MM_HINT_T0);
       float dx[T];
       for (int t = 0; t < T; ++t) dx[t] = _cvtsh_ss(xt[t][b].d);
       for (int r = 0; r < kRows; ++r) {

@@ -17,7 +17,8 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
-#include <cstring>
+#include <cstddef>
+#include <type_traits>
 #include <vector>
 
 #include "quantized_kernels.h"
@@ -59,23 +60,28 @@ struct FloatTile {
     __m256 acc[kFloatRows][T];
     for (int r = 0; r < kFloatRows; ++r)
       for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
-    auto step = [&](int j, __mmask8 m) {
+    // One step of 8 columns; `m` masks the columns past the end (a partial last step).
+    auto step = [&](int j, auto m) {
+      constexpr bool kMasked = std::is_same_v<decltype(m), __mmask8>;
       __m256 wv[kFloatRows];
-      for (int r = 0; r < kFloatRows; ++r) wv[r] = Widen::load(wr[r] + j, m);
+      for (int r = 0; r < kFloatRows; ++r) {
+        if constexpr (kMasked) wv[r] = Widen::load(wr[r] + j, m);
+        else wv[r] = Widen::load(wr[r] + j);
+      }
       for (int t = 0; t < T; ++t) {
-        const __m256 xv = _mm256_maskz_loadu_ps(m, xt[t] + j);
+        __m256 xv;
+        if constexpr (kMasked) xv = _mm256_maskz_loadu_ps(m, xt[t] + j);
+        else xv = _mm256_loadu_ps(xt[t] + j);
         for (int r = 0; r < kFloatRows; ++r) acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
       }
     };
+    const ptrdiff_t ahead = next_tile_offset<kFloatRows>(w);
     int j = 0;
-    for (; j + 8 <= cols; j += 8) {
-      __m256 wv[kFloatRows];
-      for (int r = 0; r < kFloatRows; ++r) wv[r] = Widen::load(wr[r] + j);
-      for (int t = 0; t < T; ++t) {
-        const __m256 xv = _mm256_loadu_ps(xt[t] + j);
-        for (int r = 0; r < kFloatRows; ++r) acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
-      }
+    for (; j + 32 <= cols; j += 32) {  // one 64-byte line of each row per iteration
+      for (int r = 0; r < kFloatRows; ++r) _mm_prefetch(reinterpret_cast<const char*>(wr[r] + j) + ahead, _MM_HINT_T0);
+      for (int k = 0; k < 32; k += 8) step(j + k, std::true_type{});
     }
+    for (; j + 8 <= cols; j += 8) step(j, std::true_type{});
     if (j < cols) step(j, static_cast<__mmask8>((1u << (cols - j)) - 1));
     for (int t = 0; t < T; ++t)
       for (int r = 0; r < rows_out; ++r) {
@@ -115,33 +121,41 @@ void prepare(const float* x, int cols, std::byte* out) {
   }
 }
 
+// Two F16 block scales as [d0 x 8, d1 x 8]: one conversion and one permute.
+__m512 pair_scales(uint16_t d0, uint16_t d1) {
+  const __m128 both = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(d0 | (static_cast<uint32_t>(d1) << 16))));
+  return _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0), _mm512_castps128_ps512(both));
+}
+
 // Weight blocks b and b + 1 (or b alone) as 64 signed bytes and their scales, 8 lanes each.
 struct UnpackQ8_0 {
+  static constexpr size_t kBlockBytes = sizeof(BlockQ8_0);
   template <bool kBoth>
   static void load(const std::byte* row, int b, __m512i& q, __m512& d) {
     const BlockQ8_0* blk = reinterpret_cast<const BlockQ8_0*>(row) + b;
     const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[0].q));
     __m256i hi = _mm256_setzero_si256();
-    float d1 = 0.0f;
+    uint16_t d1 = 0;
     if constexpr (kBoth) {
       hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[1].q));
-      d1 = _cvtsh_ss(blk[1].d);
+      d1 = blk[1].d;
     }
     q = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-    d = _mm512_insertf32x8(_mm512_set1_ps(_cvtsh_ss(blk[0].d)), _mm256_set1_ps(d1), 1);
+    d = pair_scales(blk[0].d, d1);
   }
 };
 
 struct UnpackQ4_0 {
+  static constexpr size_t kBlockBytes = sizeof(BlockQ4_0);
   template <bool kBoth>
   static void load(const std::byte* row, int b, __m512i& q, __m512& d) {
     const BlockQ4_0* blk = reinterpret_cast<const BlockQ4_0*>(row) + b;
     const __m128i p0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[0].q));
     __m128i p1 = _mm_setzero_si128();
-    float d1 = 0.0f;
+    uint16_t d1 = 0;
     if constexpr (kBoth) {
       p1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[1].q));
-      d1 = _cvtsh_ss(blk[1].d);
+      d1 = blk[1].d;
     }
     const __m256i packed = _mm256_set_m128i(p1, p0);
     const __m256i nibble = _mm256_set1_epi8(0x0F);
@@ -150,7 +164,7 @@ struct UnpackQ4_0 {
     // [lo0 lo1 hi0 hi1] -> [lo0 hi0 lo1 hi1], then 0..15 -> -8..7.
     const __m512i grouped = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
     q = _mm512_sub_epi8(_mm512_shuffle_i64x2(grouped, grouped, _MM_SHUFFLE(3, 1, 2, 0)), _mm512_set1_epi8(8));
-    d = _mm512_insertf32x8(_mm512_set1_ps(_cvtsh_ss(blk[0].d)), _mm256_set1_ps(d1), 1);
+    d = pair_scales(blk[0].d, d1);
   }
 };
 
@@ -186,7 +200,13 @@ struct QuantTile {
     for (int r = 0; r < kRows; ++r)
       for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
     int b = 0;
-    for (; b + 2 <= blocks; b += 2) pair<T, true>(w, x, b, acc);
+    const ptrdiff_t ahead = next_tile_offset<kRows>(w);
+    for (; b + 2 <= blocks; b += 2) {
+      for (int r = 0; r < kRows; ++r)
+        _mm_prefetch(reinterpret_cast<const char*>(w[r]) + static_cast<size_t>(b) * Unpack::kBlockBytes + ahead,
+                     _MM_HINT_T0);
+      pair<T, true>(w, x, b, acc);
+    }
     if (b < blocks) pair<T, false>(w, x, b, acc);
     for (int t = 0; t < T; ++t)
       for (int r = 0; r < rows_out; ++r) y[static_cast<size_t>(t) * y_stride + static_cast<size_t>(r)] = _mm512_reduce_add_ps(acc[r][t]);

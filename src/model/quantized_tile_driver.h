@@ -17,6 +17,17 @@
 namespace pagedkv::quant_detail {
 namespace {
 
+// Every tile prefetches the weights of the tile below it (the next kRows rows, same columns)
+// while it works: the hardware prefetcher alone, following kRows short rows at once, left one
+// token's Q8_0 rows at 19 GB/s and F16 rows at 22-27 GB/s of one core's 40 (a streaming read);
+// with this, 24 and 33 GB/s (AVX-512 build, a 65536 x 2048 matrix on huge pages, one thread, CPU
+// time).
+// The last tile of a matrix prefetches past its end: harmless, prefetches never fault.
+template <int kTileRows>
+ptrdiff_t next_tile_offset(const std::byte* const* w) {
+  return (w[1] - w[0]) * kTileRows;  // 0 for a one-row last tile (its rows repeat)
+}
+
 // The tiles of the last T < kTokens tokens.
 template <int T, class Tile, class At>
 void multiply_token_tail(int left, const std::byte* const* rows, const std::byte** tokens, int cols, At at,
