@@ -12,6 +12,7 @@
 // stories260K is looked up in $PAGEDKV_SHARED_DIR/models, else in shared/models of the current
 // directory or any parent of it; its benchmarks are skipped when it is absent.
 #include <benchmark/benchmark.h>
+#include <fmt/format.h>
 
 #include <chrono>
 #include <cmath>
@@ -24,7 +25,9 @@
 #include "pagedkv/kernels/thread_pool.h"
 #include "pagedkv/model/llama2c_checkpoint.h"
 #include "pagedkv/model/model_runner.h"
+#include "pagedkv/model/gguf_writer.h"
 #include "pagedkv/model/packed_matrix.h"
+#include "pagedkv/model/quantized_matrix.h"
 #include "pagedkv/model/random_model.h"
 
 namespace {
@@ -315,6 +318,46 @@ void matmul_args(benchmark::internal::Benchmark* b, bool with_isa) {
 }
 BENCHMARK(BM_PackedMatmul)->Apply([](auto* b) { matmul_args(b, true); });
 BENCHMARK(BM_RunCStyleMatmul)->Apply([](auto* b) { matmul_args(b, false); });
+
+// ---- weights kept in their stored type (QuantizedMatrix): one Llama-3.2-1B FFN matrix -----------
+
+// type: 0 F16, 1 BF16, 2 Q8_0, 3 Q4_0; isa: 0 scalar twin, 1 AVX2, 2 AVX-512 (skipped where absent).
+void BM_QuantizedMatmul(benchmark::State& state) {
+  const TensorType types[] = {TensorType::kF16, TensorType::kBF16, TensorType::kQ8_0, TensorType::kQ4_0};
+  const KernelIsa isas[] = {KernelIsa::kScalar, KernelIsa::kAvx2, KernelIsa::kAvx512};
+  const TensorType type = types[state.range(0)];
+  const KernelIsa isa = isas[state.range(1)];
+  const int tokens = static_cast<int>(state.range(2));
+  const int rows = 8192, cols = 2048;  // ffn_gate / ffn_up: 16-32 MB, about the L3 cache
+  if (isa != KernelIsa::kScalar && !(best_available_isa() == isa || (isa == KernelIsa::kAvx2 && has_avx2(best_available_isa())))) {
+    state.SkipWithError("ISA not available");
+    return;
+  }
+  state.SetLabel(fmt::format("{} {}", tensor_type_name(type), isa_name(isa)));
+  set_kernel_threads(1);
+  static std::vector<float> values;
+  if (values.empty()) {
+    values.resize(static_cast<size_t>(rows) * cols);
+    for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>((i * 2654435761u) % 1000) * 0.001f - 0.5f;
+  }
+  GgufWriter writer;
+  writer.add_tensor_f32("w", type, {cols, rows}, values);
+  const std::vector<std::byte> file = writer.bytes();
+  const GgufFile gguf(file, "w");
+  const QuantizedMatrix m(WeightTensor{type, gguf.tensors()[0].data, rows, cols});
+  std::vector<float> x(static_cast<size_t>(tokens) * cols), y(static_cast<size_t>(tokens) * rows);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) * 0.1f - 0.3f;
+  for (auto _ : state) {
+    m.multiply(x.data(), static_cast<size_t>(cols), tokens, y.data(), static_cast<size_t>(rows), isa);
+    benchmark::DoNotOptimize(y.data());
+  }
+  const auto iterations = static_cast<double>(state.iterations());
+  state.counters["GMAC/s"] = benchmark::Counter(static_cast<double>(rows) * cols * tokens * iterations,
+                                                benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  state.counters["weight GB/s"] = benchmark::Counter(static_cast<double>(m.bytes()) * iterations,
+                                                     benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_QuantizedMatmul)->ArgNames({"type", "isa", "tokens"})->ArgsProduct({{0, 1, 2, 3}, {0, 1, 2}, {1, 32}});
 
 }  // namespace
 

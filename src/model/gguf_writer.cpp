@@ -112,7 +112,7 @@ GgufWriter::Layout GgufWriter::layout() const {
   return l;
 }
 
-std::vector<std::byte> GgufWriter::bytes() const {
+std::vector<std::byte> GgufWriter::header_bytes() const {
   std::vector<std::byte> out;
   put<uint32_t>(out, GgufFile::kMagic);
   put<uint32_t>(out, version_);
@@ -128,20 +128,31 @@ std::vector<std::byte> GgufWriter::bytes() const {
     put<uint64_t>(out, offset);
     offset = align_up(offset + t.data.size(), GgufFile::kDefaultAlignment);
   }
-  if (!tensors_.empty()) {
+  if (!tensors_.empty()) out.resize(align_up(out.size(), GgufFile::kDefaultAlignment));
+  return out;
+}
+
+std::vector<std::byte> GgufWriter::bytes() const {
+  std::vector<std::byte> out = header_bytes();
+  for (const Tensor& t : tensors_) {
+    out.insert(out.end(), t.data.begin(), t.data.end());
     out.resize(align_up(out.size(), GgufFile::kDefaultAlignment));
-    for (const Tensor& t : tensors_) {
-      out.insert(out.end(), t.data.begin(), t.data.end());
-      out.resize(align_up(out.size(), GgufFile::kDefaultAlignment));
-    }
   }
   return out;
 }
 
+// Streams the tensors instead of building bytes(): a model of a few GB is not held twice.
 void GgufWriter::write(const std::string& path) const {
-  const std::vector<std::byte> b = bytes();
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+  auto put_bytes = [&](const std::byte* p, size_t n) { f.write(reinterpret_cast<const char*>(p), static_cast<std::streamsize>(n)); };
+  const std::vector<std::byte> header = header_bytes();
+  put_bytes(header.data(), header.size());
+  const std::byte zeros[GgufFile::kDefaultAlignment] = {};
+  for (const Tensor& t : tensors_) {
+    put_bytes(t.data.data(), t.data.size());
+    put_bytes(zeros, align_up(t.data.size(), GgufFile::kDefaultAlignment) - t.data.size());
+  }
+  f.flush();
   if (!f) throw Error(fmt::format("cannot write GGUF file '{}'", path));
 }
 

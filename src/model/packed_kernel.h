@@ -1,7 +1,8 @@
 // The packed-matmul tile kernels, written once over a GNU vector type of kLanes floats and
-// compiled twice: packed_matrix.cpp (baseline SSE2, 4 lanes) and packed_matrix_avx2.cpp (8
-// lanes). Private to those two files. Everything here has internal linkage (anonymous
-// namespace), so the two ISA builds of the same template never merge at link time.
+// compiled three times: packed_matrix.cpp (baseline SSE2, 4 lanes), packed_matrix_avx2.cpp (8
+// lanes) and packed_matrix_avx512.cpp (8 lanes, 32 registers). Private to those files. Everything
+// here has internal linkage (anonymous namespace), so the ISA builds of the same template never
+// merge at link time.
 //
 // Layout (see pagedkv/model/packed_matrix.h): panels of kPanelRows = 8 output rows, each stored
 // [cols][8]; panel p starts at panels + p * panel_stride. For every input column j in order and

@@ -59,8 +59,10 @@ PackedMatrix::PackedMatrix(std::initializer_list<const float*> parts, std::initi
 void PackedMatrix::multiply(const float* x, size_t x_stride, int num_tokens, float* y, size_t y_stride,
                             KernelIsa isa) const {
   if (num_tokens <= 0) return;
-  const auto tiles_fn = has_avx2(resolve_isa(isa)) ? &packed_detail::multiply_tiles_avx2
-                                                             : &packed_detail::multiply_tiles_sse;
+  const KernelIsa resolved = resolve_isa(isa);
+  const auto tiles_fn = resolved == KernelIsa::kAvx512 ? &packed_detail::multiply_tiles_avx512
+                        : has_avx2(resolved)           ? &packed_detail::multiply_tiles_avx2
+                                                       : &packed_detail::multiply_tiles_sse;
   const size_t panel_stride = static_cast<size_t>(cols_) * kP;
   // Tiles: blocks of kTokenBlock tokens x groups of kPanelGroup panels. Small products run on the
   // calling thread: waking the team costs more than they take (kernels/thread_pool.h).

@@ -10,5 +10,7 @@ void multiply_tiles_sse(const float* panels, size_t panel_stride, int num_panels
                         size_t x_stride, int num_tokens, float* y, size_t y_stride, int rows);
 void multiply_tiles_avx2(const float* panels, size_t panel_stride, int num_panels, int cols, const float* x,
                          size_t x_stride, int num_tokens, float* y, size_t y_stride, int rows);
+void multiply_tiles_avx512(const float* panels, size_t panel_stride, int num_panels, int cols, const float* x,
+                           size_t x_stride, int num_tokens, float* y, size_t y_stride, int rows);
 
 }  // namespace pagedkv::packed_detail

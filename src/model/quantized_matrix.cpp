@@ -8,14 +8,15 @@
 #include "pagedkv/core/error.h"
 #include "pagedkv/kernels/thread_pool.h"
 #include "pagedkv/storage/float_convert.h"
-#include "quantized_dot.h"
+#include "quantized_kernels.h"
 
 namespace pagedkv {
 
 namespace quant_detail {
 namespace {
 
-// The portable twins: the same arithmetic as the SIMD builds, summed left to right.
+// The portable twin: one dot product per (row, token), summed left to right, the reference the
+// SIMD builds are tested against.
 float dot_f16(const uint16_t* w, const float* x, int n) {
   float acc = 0.0f;
   for (int i = 0; i < n; ++i) acc += f16_to_f32(w[i]) * x[i];
@@ -51,10 +52,56 @@ float dot_q4_0(const BlockQ4_0* w, const BlockQ8_0* x, int blocks) {
   return acc;
 }
 
+size_t scalar_prepared_bytes(int cols) { return static_cast<size_t>(cols / kQuantBlock) * sizeof(BlockQ8_0); }
+
+void scalar_prepare(const float* x, int cols, std::byte* out) {
+  quantize_row_q8_0({x, static_cast<size_t>(cols)}, reinterpret_cast<BlockQ8_0*>(out));
+}
+
+void scalar_multiply_rows(const WeightRows& w, int r0, int r1, const Activations& x, float* y, size_t y_stride) {
+  const int blocks = w.cols / kQuantBlock;
+  for (int r = r0; r < r1; ++r) {
+    const std::byte* wr = w.base + static_cast<size_t>(r) * w.row_bytes;
+    for (int t = 0; t < x.num_tokens; ++t) {
+      const std::byte* xt = x.data + static_cast<size_t>(t) * x.stride;
+      float v = 0.0f;
+      switch (w.type) {
+        case TensorType::kF16:
+          v = dot_f16(reinterpret_cast<const uint16_t*>(wr), reinterpret_cast<const float*>(xt), w.cols);
+          break;
+        case TensorType::kBF16:
+          v = dot_bf16(reinterpret_cast<const uint16_t*>(wr), reinterpret_cast<const float*>(xt), w.cols);
+          break;
+        case TensorType::kQ8_0:
+          v = dot_q8_0(reinterpret_cast<const BlockQ8_0*>(wr), reinterpret_cast<const BlockQ8_0*>(xt), blocks);
+          break;
+        default:
+          v = dot_q4_0(reinterpret_cast<const BlockQ4_0*>(wr), reinterpret_cast<const BlockQ8_0*>(xt), blocks);
+          break;
+      }
+      y[static_cast<size_t>(t) * y_stride + static_cast<size_t>(r)] = v;
+    }
+  }
+}
+
+// The AVX-512 build multiplies Q8_0 blocks with VNNI's vpdpbusd; CPUs with AVX-512 but no VNNI
+// (Skylake-X) run the AVX2 build instead.
+bool cpu_has_avx512_vnni() {
+  static const bool has = __builtin_cpu_supports("avx512vnni");
+  return has;
+}
+
+const RowsKernel& rows_kernel_for(KernelIsa requested) {
+  const KernelIsa isa = resolve_isa(requested);
+  if (isa == KernelIsa::kAvx512 && cpu_has_avx512_vnni()) return avx512_rows_kernel();
+  if (has_avx2(isa)) return avx2_rows_kernel();
+  return scalar_rows_kernel();
+}
+
 }  // namespace
 
-const DotKernels& scalar_dot_kernels() {
-  static const DotKernels k{dot_f16, dot_bf16, dot_q8_0, dot_q4_0};
+const RowsKernel& scalar_rows_kernel() {
+  static const RowsKernel k{scalar_prepared_bytes, scalar_prepare, scalar_multiply_rows};
   return k;
 }
 
@@ -71,50 +118,34 @@ QuantizedMatrix::QuantizedMatrix(const WeightTensor& w) : w_(w) {
 void QuantizedMatrix::multiply(const float* x, size_t x_stride, int num_tokens, float* y, size_t y_stride,
                                KernelIsa isa) const {
   if (num_tokens <= 0) return;
-  const quant_detail::DotKernels& k =
-      has_avx2(resolve_isa(isa)) ? quant_detail::avx2_dot_kernels() : quant_detail::scalar_dot_kernels();
+  const quant_detail::RowsKernel& k = quant_detail::rows_kernel_for(isa);
   const int rows = this->rows(), cols = this->cols();
-  const size_t row_bytes = tensor_row_bytes(w_.type, cols);
-  const auto* base = static_cast<const char*>(w_.data);
-  const bool quantized = w_.type == TensorType::kQ8_0 || w_.type == TensorType::kQ4_0;
-  const int blocks = cols / kQuantBlock;
+  const quant_detail::WeightRows w{w_.type, static_cast<const std::byte*>(w_.data), tensor_row_bytes(w_.type, cols),
+                                   cols};
+  quant_detail::Activations acts{reinterpret_cast<const std::byte*>(x), x_stride * sizeof(float), num_tokens};
 
   // Quantized weights multiply Q8_0 activations: quantize every token row once.
-  thread_local std::vector<BlockQ8_0> xq;
-  if (quantized) {
-    xq.resize(static_cast<size_t>(num_tokens) * static_cast<size_t>(blocks));
+  thread_local std::vector<std::byte> prepared;
+  if (w_.type == TensorType::kQ8_0 || w_.type == TensorType::kQ4_0) {
+    const size_t per_token = k.prepared_bytes(cols);
+    prepared.resize(per_token * static_cast<size_t>(num_tokens));
     for (int t = 0; t < num_tokens; ++t)
-      quantize_row_q8_0({x + static_cast<size_t>(t) * x_stride, static_cast<size_t>(cols)},
-                        xq.data() + static_cast<size_t>(t) * static_cast<size_t>(blocks));
+      k.prepare(x + static_cast<size_t>(t) * x_stride, cols, prepared.data() + static_cast<size_t>(t) * per_token);
+    acts = {prepared.data(), per_token, num_tokens};
   }
-  const BlockQ8_0* xq_data = xq.data();
 
-  // Groups of rows, each row's weights read once from memory and reused from L1 for every token.
+  // Groups of rows, each read once from memory for the whole batch. A single decode token is
+  // bound by memory bandwidth, which one core does not saturate: a matrix of a megabyte or more
+  // is split over the threads even when its multiply-adds alone would not pay for waking them.
   constexpr int kRowGroup = 16;
+  constexpr double kMinParallelWeightBytes = 1024.0 * 1024;
   const int groups = (rows + kRowGroup - 1) / kRowGroup;
   const double macs = static_cast<double>(num_tokens) * rows * cols;
-  const bool parallel = groups > 1 && macs >= kMinParallelMultiplyAdds;
+  const bool parallel =
+      groups > 1 && (macs >= kMinParallelMultiplyAdds || static_cast<double>(bytes()) >= kMinParallelWeightBytes);
 #pragma omp parallel for schedule(static) if (parallel) num_threads(kernel_threads())
-  for (int g = 0; g < groups; ++g) {
-    const int r_end = std::min(rows, (g + 1) * kRowGroup);
-    for (int r = g * kRowGroup; r < r_end; ++r) {
-      const void* wr = base + static_cast<size_t>(r) * row_bytes;
-      for (int t = 0; t < num_tokens; ++t) {
-        float v = 0.0f;
-        switch (w_.type) {
-          case TensorType::kF16: v = k.f16(static_cast<const uint16_t*>(wr), x + static_cast<size_t>(t) * x_stride, cols); break;
-          case TensorType::kBF16: v = k.bf16(static_cast<const uint16_t*>(wr), x + static_cast<size_t>(t) * x_stride, cols); break;
-          case TensorType::kQ8_0:
-            v = k.q8_0(static_cast<const BlockQ8_0*>(wr), xq_data + static_cast<size_t>(t) * static_cast<size_t>(blocks), blocks);
-            break;
-          default:
-            v = k.q4_0(static_cast<const BlockQ4_0*>(wr), xq_data + static_cast<size_t>(t) * static_cast<size_t>(blocks), blocks);
-            break;
-        }
-        y[static_cast<size_t>(t) * y_stride + static_cast<size_t>(r)] = v;
-      }
-    }
-  }
+  for (int g = 0; g < groups; ++g)
+    k.multiply_rows(w, g * kRowGroup, std::min(rows, (g + 1) * kRowGroup), acts, y, y_stride);
 }
 
 }  // namespace pagedkv

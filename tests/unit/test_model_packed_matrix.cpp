@@ -33,6 +33,7 @@ std::vector<float> random_floats(size_t n, uint32_t seed) {
 std::vector<KernelIsa> isas() {
   std::vector<KernelIsa> out = {KernelIsa::kScalar};
   if (has_avx2(best_available_isa())) out.push_back(KernelIsa::kAvx2);
+  if (best_available_isa() == KernelIsa::kAvx512) out.push_back(KernelIsa::kAvx512);
   return out;
 }
 

@@ -48,6 +48,7 @@ class GgufWriter {
 
  private:
   void key(std::string_view k, GgufType t);
+  std::vector<std::byte> header_bytes() const;  // everything before the tensor data, padded
   struct Tensor {
     std::string name;
     TensorType type;

@@ -12,9 +12,17 @@
 //     tokens follow llama.cpp's on quantized files; keeping f32 activations moves logits by 0.1-0.7
 //     on the reference models (their README, "same weights, F32 activations").
 // Within a row the block (or element) contributions are summed in float, in an order that depends
-// on the ISA: the scalar and AVX2 builds agree to float rounding, not bit for bit.
+// on the ISA: the scalar, AVX2 and AVX-512 builds agree to float rounding, not bit for bit.
 //
-// Work is split over OpenMP threads by groups of rows once the product is large enough.
+// Builds (src/model/quantized_kernels*.{h,cpp}), chosen at run time: a scalar twin (one dot
+// product per row and token, the reference the others are tested against); AVX2+FMA+F16C (tiles
+// of 4 rows x 2 tokens); AVX-512 with VNNI (tiles of 4 rows x 4 tokens, two Q8_0 blocks per
+// register multiplied by vpdpbusd; a CPU with AVX-512 but no VNNI runs the AVX2 build). A tile
+// loads each weight vector once for all its tokens, so a batch of decode tokens costs little more
+// weight traffic than one token.
+//
+// Work is split over OpenMP threads by groups of 16 rows once the product is large enough, or
+// the matrix large enough that one core would not saturate the memory bandwidth.
 #pragma once
 
 #include <cstddef>

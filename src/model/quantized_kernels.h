@@ -1,0 +1,44 @@
+// The per-ISA builds of QuantizedMatrix's product, private to src/model. A build computes a
+// group of weight rows against every token of the batch; the register-blocked builds (AVX2,
+// AVX-512) read each weight row once per group of tokens and keep several rows x tokens of
+// accumulators in registers, so a batch costs little more weight traffic than one token.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "pagedkv/model/tensor_type.h"
+
+namespace pagedkv::quant_detail {
+
+// Rows of one weight matrix in its stored type.
+struct WeightRows {
+  TensorType type;
+  const std::byte* base;  // row r starts at base + r * row_bytes
+  size_t row_bytes;
+  int cols;
+};
+
+// The activations as a build reads them: for F16/BF16 weights the f32 rows themselves; for
+// Q8_0/Q4_0 weights each row quantized to Q8_0 (quantize_row_q8_0) and stored in the build's
+// own encoding by its `prepare`.
+struct Activations {
+  const std::byte* data;
+  size_t stride;  // bytes from one token to the next
+  int num_tokens;
+};
+
+struct RowsKernel {
+  // Bytes one token's prepared Q8_0 activations take for `cols` columns (a multiple of 32).
+  size_t (*prepared_bytes)(int cols);
+  // Quantizes one token's f32 row to Q8_0 and stores it in this build's encoding.
+  void (*prepare)(const float* x, int cols, std::byte* out);
+  // y[t * y_stride + r] for r in [r0, r1) and every token.
+  void (*multiply_rows)(const WeightRows& w, int r0, int r1, const Activations& x, float* y, size_t y_stride);
+};
+
+const RowsKernel& scalar_rows_kernel();
+const RowsKernel& avx2_rows_kernel();    // only after a run-time AVX2+FMA+F16C check
+const RowsKernel& avx512_rows_kernel();  // only after a run-time AVX-512 F/VL/BW/DQ + VNNI check
+
+}  // namespace pagedkv::quant_detail
