@@ -24,7 +24,6 @@
 #include <unistd.h>
 
 #include "command.h"
-#include "demo_render.h"
 #include "pagedkv/core/cpu_clock.h"
 #include "pagedkv/core/error.h"
 #include "pagedkv/engine/llm_engine.h"
@@ -32,6 +31,7 @@
 #include "pagedkv/kernels/thread_pool.h"
 #include "pagedkv/model/gguf_model.h"
 #include "random_gguf.h"
+#include "run_statistics.h"
 
 namespace pagedkv::cli {
 namespace {
@@ -54,7 +54,6 @@ struct BenchDecodeOptions {
   bool json = false;
 };
 
-double median(std::vector<double> v) { return percentile(std::move(v), 50); }
 double best(const std::vector<double>& v) { return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()); }
 
 TensorType parse_weight_type(const std::string& name) {
@@ -225,7 +224,7 @@ int run_bench_decode(BenchDecodeOptions o) {
   return 0;
 }
 
-const CommandRegistration kRegistration{Command{
+const CommandRegistration kBenchDecodeCommand{Command{
     "bench decode", "decode tokens/s of a GGUF model (by default a random Llama-3.2-1B) against the memory-bandwidth limit",
     [](CLI::App& sub) -> std::function<int()> {
       auto o = std::make_shared<BenchDecodeOptions>();
