@@ -33,8 +33,11 @@ struct PaperOptions {
   double kv_mib = 0;           // 0: 16 (1.25 with --quick)
   double latency_limit = 0.05;  // s per output token
   std::string cost_preset = "opt-13b-a100";
+  bool additive_linear = false;  // ablation: weight read + GEMMs added, not overlapped
+  int bisections = 0;            // 0: 4 (2 with --quick)
   std::vector<std::string> workloads{"sharegpt", "alpaca"};
   std::vector<int> parallel_n{2, 4, 6};
+  std::vector<int> beam_widths{2, 4, 6};  // Fig. 14's beam search, on the parallel workloads
   std::vector<std::string> parallel_workloads{"alpaca"};
   std::vector<int> prefix_tokens{80, 341};  // Fig. 16 on the Alpaca-like stream (none with --quick)
   std::string plot_dir;
@@ -65,6 +68,7 @@ struct WorkloadResult {
     RunResult run;
   };
   std::vector<Sharing> sharing;
+  std::vector<Sharing> beam;  // n: the beam width
   // Fig. 16: the same stream behind a shared prefix, paged (prefix caching) against oracle.
   struct Prefixed {
     int prefix_tokens = 0;
@@ -80,12 +84,12 @@ struct Bench {
   int max_model_len;
   double pool_tokens;
 
-  RunResult run_at(const LengthDistribution& d, KVReservation policy, double rate, int n = 1) const {
-    RunResult r = run_stream(model, setup, policy, make_requests(d, o.requests, rate, max_model_len, o.seed), n);
+  RunResult run_at(const LengthDistribution& d, KVReservation policy, double rate, int n = 1, int beam = 1) const {
+    RunResult r = run_stream(model, setup, policy, make_requests(d, o.requests, rate, max_model_len, o.seed), n, beam);
     r.rate = rate;
     if (o.verbose)
-      fmt::print(stderr, "  {} {} n={} at {:.3f} req/s: {:.4f} s/token, {:.1f} running ({:.1f} s here)\n", d.name,
-                 kv_reservation_name(policy), n, rate, r.normalized_latency_s, r.mean_running, r.wall_s);
+      fmt::print(stderr, "  {} {} n={} beam={} at {:.3f} req/s: {:.4f} s/token, {:.1f} running ({:.1f} s here)\n", d.name,
+                 kv_reservation_name(policy), n, beam, rate, r.normalized_latency_s, r.mean_running, r.wall_s);
     return r;
   }
 
@@ -97,7 +101,7 @@ struct Bench {
     Curve c;
     c.policy = policy;
     const double growth = o.quick ? 1.6 : 1.5;
-    const int bisections = 2;
+    const int bisections = o.bisections;
     double good = 0, bad = 0;
     for (double rate = start_rate; rate < start_rate * 1e3; rate *= growth) {
       c.points.push_back(run_at(d, policy, rate));
@@ -143,7 +147,10 @@ struct Bench {
     const double fixed = w.curves[0].sustained_rate;
     for (KVReservation p : kPolicies) w.breakdown.push_back(run_at(d, p, fixed));
     if (std::find(o.parallel_workloads.begin(), o.parallel_workloads.end(), d.name) != o.parallel_workloads.end())
+    {
       for (int n : o.parallel_n) w.sharing.push_back({n, run_at(d, KVReservation::kPaged, fixed / n / 2, n)});
+      for (int k : o.beam_widths) w.beam.push_back({k, run_at(d, KVReservation::kPaged, fixed / k / 2, 1, k)});
+    }
     if (d.name == "alpaca")
       for (int k : o.prefix_tokens) {
         LengthDistribution dp = d;
@@ -236,6 +243,9 @@ int run_paper(PaperOptions o) {
   // holds at once, or no rate would overload it.
   if (o.requests == 0) o.requests = o.quick ? 100 : 200;
   if (o.kv_mib == 0) o.kv_mib = o.quick ? 1.25 : 16;
+  if (o.bisections == 0) o.bisections = o.quick ? 2 : 4;
+  if (o.bisections < 1 || o.bisections > 10)
+    throw ConfigError(fmt::format("--bisections must be in 1..10, got {}", o.bisections));
   const double length_scale = o.quick ? 0.25 : 1.0;
   if (o.quick && !o.prefix_tokens_given) o.prefix_tokens.clear();
   for (int k : o.prefix_tokens)
@@ -247,6 +257,8 @@ int run_paper(PaperOptions o) {
   if (!(o.latency_limit > 0)) throw ConfigError("--latency-limit must be positive");
   for (int n : o.parallel_n)
     if (n < 2 || n > 16) throw ConfigError(fmt::format("--parallel-n values must be in 2..16, got {}", n));
+  for (int k : o.beam_widths)
+    if (k < 2 || k > 16) throw ConfigError(fmt::format("--beam-widths values must be in 2..16, got {}", k));
   std::vector<LengthDistribution> dists;
   for (const std::string& w : o.workloads) {
     if (w == "sharegpt") dists.push_back(scaled(sharegpt_like(), length_scale));
@@ -261,6 +273,7 @@ int run_paper(PaperOptions o) {
   setup.kv_cache_bytes = static_cast<size_t>(o.kv_mib * (1 << 20));
   setup.block_size = static_cast<int>(16 * length_scale);
   setup.cost = step_cost_preset(o.cost_preset);
+  if (o.additive_linear) setup.cost.overlap_weight_read = false;
   setup.check_invariants = o.check_invariants;
   const size_t kv_per_token = static_cast<size_t>(shape.kv_dim()) * 2 * shape.n_layers * sizeof(float);
   // Block 0 is the null block.
@@ -280,6 +293,8 @@ int run_paper(PaperOptions o) {
                 {"block_size", setup.block_size},
                 {"requests_per_run", o.requests},
                 {"cost_model", setup.cost.name},
+                {"cost_overlap_weight_read", setup.cost.overlap_weight_read},
+                {"bisections", o.bisections},
                 {"latency_limit_s_per_token", o.latency_limit},
                 {"quick", o.quick}};
   j["workloads"] = nlohmann::json::array();
@@ -310,6 +325,9 @@ int run_paper(PaperOptions o) {
     for (const auto& s : w.sharing)
       jw["parallel_sampling"].push_back({{"n", s.n}, {"rate", s.run.rate}, {"memory_saving", sharing_saving(s.run)},
                                          {"logical_blocks", s.run.logical_blocks}, {"physical_blocks", s.run.physical_blocks}});
+    for (const auto& s : w.beam)
+      jw["beam_search"].push_back({{"beam_width", s.n}, {"rate", s.run.rate}, {"memory_saving", sharing_saving(s.run)},
+                                   {"logical_blocks", s.run.logical_blocks}, {"physical_blocks", s.run.physical_blocks}});
     for (const auto& pr : w.prefixed)
       jw["shared_prefix"].push_back({{"prefix_tokens", pr.prefix_tokens},
                                      {"paged_sustained_rate", pr.paged.sustained_rate},
@@ -349,6 +367,10 @@ int run_paper(PaperOptions o) {
       for (const nlohmann::json& s : jw["parallel_sampling"])
         fmt::print("  parallel sampling n={}: sharing saves {:.1f}% of KV blocks (at {:.3f} req/s)\n", s["n"].get<int>(),
                    100 * s["memory_saving"].get<double>(), s["rate"].get<double>());
+    if (jw.contains("beam_search"))
+      for (const nlohmann::json& s : jw["beam_search"])
+        fmt::print("  beam search width {}: sharing saves {:.1f}% of KV blocks (at {:.3f} req/s)\n", s["beam_width"].get<int>(),
+                   100 * s["memory_saving"].get<double>(), s["rate"].get<double>());
     if (jw.contains("shared_prefix"))
       for (const nlohmann::json& s : jw["shared_prefix"])
         fmt::print("  shared {}-token prefix: paged {:.3f} req/s, oracle {:.3f} req/s: {:.2f}x\n", s["prefix_tokens"].get<int>(),
@@ -371,9 +393,13 @@ const CommandRegistration kRegistration{Command{
       sub.add_option("--latency-limit", o->latency_limit, "normalized latency (s per output token) a sustained rate meets")
           ->capture_default_str();
       sub.add_option("--cost-preset", o->cost_preset, "step cost model of the modelled clock")->capture_default_str();
+      sub.add_flag("--additive-linear", o->additive_linear,
+                   "ablation: a step pays the weight read plus the GEMMs instead of the longer of the two");
+      sub.add_option("--bisections", o->bisections, "bisections of each sustained-rate search (default 4; 2 with --quick)");
       sub.add_option("--workloads", o->workloads, "sharegpt, alpaca")->delimiter(',')->capture_default_str();
       sub.add_option("--parallel-n", o->parallel_n, "parallel sampling widths (Fig. 14)")->delimiter(',')->capture_default_str();
-      sub.add_option("--parallel-workloads", o->parallel_workloads, "workloads of the parallel sampling runs")
+      sub.add_option("--beam-widths", o->beam_widths, "beam search widths (Fig. 14)")->delimiter(',')->capture_default_str();
+      sub.add_option("--parallel-workloads", o->parallel_workloads, "workloads of the parallel sampling and beam search runs")
           ->delimiter(',')
           ->capture_default_str();
       sub.add_option("--plot-dir", o->plot_dir, "write gnuplot SVGs (Fig. 12 per workload, Fig. 2) here");

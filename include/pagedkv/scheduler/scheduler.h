@@ -49,6 +49,8 @@ struct SchedulerOutput {
 
 // Tokens sampled for one chunk that samples: the request's own, plus one per child to fork
 // (parallel sampling: on the parent's first sample, n - 1 more draws from the same logits).
+// A negative token appends nothing: the request holds (a beam waiting for its siblings' logits)
+// and is not scheduled again until a token is appended (append_token).
 struct SampledTokens {
   TokenId token = -1;
   std::vector<TokenId> fork_tokens;
@@ -93,6 +95,17 @@ class Scheduler {
   // Applies a step's results: `sampled[i]` belongs to output.chunks[i] (ignored unless it samples).
   // Returns the requests that finished (including aborted/rejected since the last call).
   std::vector<SchedulerRequest*> update(const SchedulerOutput& output, const std::vector<SampledTokens>& sampled);
+
+  // Beam search (the engine drives it): `from` (running, every token computed) forks a child
+  // that shares all its blocks (copy-on-write) and continues with `token`; the child is
+  // reported under `root` as `sample_index`. Returns the child (finished already if `token`
+  // met a stop condition).
+  SchedulerRequest* fork_request(SchedulerRequest& from, RequestId root, int sample_index, TokenId token);
+  // Appends a token chosen outside update() (a beam's) and checks the stop conditions; true if
+  // that finished the request.
+  bool append_token(SchedulerRequest& r, TokenId token);
+  // Requests finished since the last update() or take_finished() (aborts, append_token, forks).
+  std::vector<SchedulerRequest*> take_finished();
 
   // KV tiers below the device (may be null). With tiers, waiting requests' prefixes continue into
   // the host and disk tiers (a request whose blocks are still loading waits while others are
