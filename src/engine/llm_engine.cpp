@@ -200,7 +200,9 @@ void LLMEngine::sync_block_table_row(const SchedulerRequest& r, bool rewritten) 
     free_rows_.pop_back();
     rewritten = true;
   }
-  const auto blocks = scheduler_.block_ids(r);  // the manager's table, or a reserved range
+  auto blocks = scheduler_.block_ids(r);  // the manager's table, or a reserved range
+  // A buddy reservation may round past the longest sequence; blocks there are never addressed.
+  if (blocks.size() > static_cast<size_t>(block_table_.stride())) blocks = blocks.first(static_cast<size_t>(block_table_.stride()));
   const int row = it->second;
   const int have = block_table_.num_blocks(row);
   if (rewritten || have > static_cast<int>(blocks.size())) block_table_.set_row(row, blocks);

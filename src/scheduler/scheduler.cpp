@@ -49,7 +49,7 @@ Scheduler::Scheduler(SchedulerConfig config, KVCacheManager& manager, int swap_b
     if (manager_.num_groups() != 1)
       throw ConfigError(fmt::format("the {} KV reservation supports one KV-cache group (full attention), the model has {}",
                                     kv_reservation_name(config_.kv_reservation), manager_.num_groups()));
-    ranges_.emplace(1, manager_.pool().num_usable_blocks());  // block 0 is the null block
+    ranges_ = make_range_allocator(config_.range_allocation, 1, manager_.pool().num_usable_blocks());  // block 0: the null block
   }
 }
 
@@ -476,7 +476,7 @@ bool Scheduler::admit_reserved(SchedulerRequest* r, int& budget, SchedulerOutput
                                            r->stop.known_output_tokens, manager_.max_model_len());
   // At least the prompt and the first output token's slot: a prompt the model cannot hold is rejected.
   const int blocks = cdiv(std::max(tokens, r->kv.num_tokens()), bs);
-  if (blocks > ranges_->capacity() || r->kv.num_tokens() > manager_.max_model_len()) {
+  if (blocks > ranges_->max_allocation() || r->kv.num_tokens() > manager_.max_model_len()) {
     finish(r, FinishReason::kRejected);  // larger than the whole cache: it can never run
     return true;
   }
@@ -484,7 +484,9 @@ bool Scheduler::admit_reserved(SchedulerRequest* r, int& budget, SchedulerOutput
   if (!first) return false;
   waiting_.erase(std::find(waiting_.begin(), waiting_.end(), r));
   r->reserved_blocks.clear();
-  for (int b = 0; b < blocks; ++b) r->reserved_blocks.push_back(BlockId{*first + b});
+  // The whole range, the allocator's rounding (buddy) included: it is this request's to waste.
+  const int32_t held = ranges_->allocated_length(*first);
+  for (int32_t b = 0; b < held; ++b) r->reserved_blocks.push_back(BlockId{*first + b});
   const int n = std::min(r->kv.num_tokens(), budget);
   r->kv.num_computed_tokens = 0;
   if (r->prefix_hit_tokens < 0) r->prefix_hit_tokens = 0;

@@ -54,8 +54,12 @@ TEST_F(PaperBenchCli, QuickRunHasTheStructureThePoliciesImply) {
   auto per_seq = [&](const char* name) { return p[name]["memory"]["mean_slots_per_running"].get<double>(); };
   EXPECT_LE(per_seq("oracle"), per_seq("pow2"));
   EXPECT_LE(per_seq("pow2"), per_seq("max"));
-  // The oracle never over-reserves beyond block rounding: its internal fragmentation is tiny.
-  EXPECT_LT(p["oracle"]["memory"]["internal_fragmentation"].get<double>(), 0.05);
+  // The oracle over-reserves only by rounding: to whole blocks and (buddy ranges, the default)
+  // to a power of two of them, which wastes less than half of what it holds.
+  const nlohmann::json& om = p["oracle"]["memory"];
+  EXPECT_LT(om["internal_fragmentation"].get<double>(),
+            0.5 * (om["token_states"].get<double>() + om["reserved"].get<double>() + om["internal_fragmentation"].get<double>()));
+  EXPECT_EQ(j["setup"]["range_allocation"].get<std::string>(), "buddy");
   // More sequences fit when less is reserved, so the sustained rates are ordered too.
   const double paged = p["paged"]["sustained_rate"].get<double>();
   EXPECT_GE(paged, p["oracle"]["sustained_rate"].get<double>());

@@ -33,6 +33,7 @@ struct PaperOptions {
   double kv_mib = 0;           // 0: 16 (1.25 with --quick)
   double latency_limit = 0.05;  // s per output token
   std::string cost_preset = "opt-13b-a100";
+  std::string range_allocation = "buddy";
   bool additive_linear = false;  // ablation: weight read + GEMMs added, not overlapped
   int bisections = 0;            // 0: 4 (2 with --quick)
   std::vector<std::string> workloads{"sharegpt", "alpaca"};
@@ -274,6 +275,7 @@ int run_paper(PaperOptions o) {
   setup.block_size = static_cast<int>(16 * length_scale);
   setup.cost = step_cost_preset(o.cost_preset);
   if (o.additive_linear) setup.cost.overlap_weight_read = false;
+  setup.range_allocation = parse_range_allocation(o.range_allocation);
   setup.check_invariants = o.check_invariants;
   const size_t kv_per_token = static_cast<size_t>(shape.kv_dim()) * 2 * shape.n_layers * sizeof(float);
   // Block 0 is the null block.
@@ -294,6 +296,7 @@ int run_paper(PaperOptions o) {
                 {"requests_per_run", o.requests},
                 {"cost_model", setup.cost.name},
                 {"cost_overlap_weight_read", setup.cost.overlap_weight_read},
+                {"range_allocation", range_allocation_name(setup.range_allocation)},
                 {"bisections", o.bisections},
                 {"latency_limit_s_per_token", o.latency_limit},
                 {"quick", o.quick}};
@@ -343,9 +346,10 @@ int run_paper(PaperOptions o) {
     return 0;
   }
   fmt::print("pagedkv bench paper{}: model dim {} x {} layers, {} B of KV per token; KV pool {:.0f} MiB = {} tokens "
-             "(blocks of {}); {} requests per run; clock: {}; latency limit {} s/token\n",
+             "(blocks of {}); {} requests per run; clock: {}; latency limit {} s/token; baselines' ranges: {}\n",
              o.quick ? " --quick" : "", shape.dim, shape.n_layers, kv_per_token, o.kv_mib, pool_tokens, setup.block_size,
-             o.requests, setup.cost.name, o.latency_limit);
+             o.requests, setup.cost.name, o.latency_limit,
+             range_allocation_name(setup.range_allocation));
   for (const nlohmann::json& jw : j["workloads"]) {
     fmt::print("\n{}-like (lognormal; sample means {:.0f} in / {:.0f} out)\n", jw["name"].get<std::string>(),
                jw["sample_mean_prompt"].get<double>(), jw["sample_mean_output"].get<double>());
@@ -393,6 +397,9 @@ const CommandRegistration kRegistration{Command{
       sub.add_option("--latency-limit", o->latency_limit, "normalized latency (s per output token) a sustained rate meets")
           ->capture_default_str();
       sub.add_option("--cost-preset", o->cost_preset, "step cost model of the modelled clock")->capture_default_str();
+      sub.add_option("--range-allocation", o->range_allocation,
+                     "the baselines' contiguous ranges: buddy (the paper's assumption) or first-fit")
+          ->capture_default_str();
       sub.add_flag("--additive-linear", o->additive_linear,
                    "ablation: a step pays the weight read plus the GEMMs instead of the longer of the two");
       sub.add_option("--bisections", o->bisections, "bisections of each sustained-rate search (default 4; 2 with --quick)");

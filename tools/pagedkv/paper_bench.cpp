@@ -85,6 +85,7 @@ RunResult run_stream(const Model& model, const PaperSetup& setup, KVReservation 
   config.scheduler.max_num_batched_tokens = setup.max_num_batched_tokens;
   config.scheduler.preemption_mode = PreemptionMode::kRecompute;
   config.scheduler.kv_reservation = policy;
+  config.scheduler.range_allocation = setup.range_allocation;
   config.check_invariants = setup.check_invariants;
   config.record_block_usage = false;
   config.max_model_len = setup.max_model_len;

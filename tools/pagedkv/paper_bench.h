@@ -58,6 +58,7 @@ struct PaperSetup {
   int max_num_batched_tokens = 2048;
   int max_model_len = 0;  // 0: the model's seq_len
   StepCostModel cost;
+  RangeAllocation range_allocation = RangeAllocation::kBuddy;  // the baselines' (the paper assumes buddy)
   bool check_invariants = false;  // the engine's checkers after every step (tests)
 };
 // dim 64, hidden 176, 2 layers, 4 query and 4 KV heads of 16, vocab 256, seq_len 2048:

@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "pagedkv/block/contiguous_allocator.h"
+#include "pagedkv/block/range_allocator.h"
 #include "pagedkv/manager/kv_cache_manager.h"
 #include "pagedkv/scheduler/kv_memory_breakdown.h"
 #include "pagedkv/scheduler/scheduler_config.h"
@@ -135,7 +135,7 @@ class Scheduler {
   // Reservation policies: blocks held by reservations (0 when paged), and the allocator of ranges
   // (null when paged).
   int reserved_blocks_in_use() const { return ranges_ ? ranges_->capacity() - ranges_->num_free() : 0; }
-  const ContiguousAllocator* reservations() const { return ranges_ ? &*ranges_ : nullptr; }
+  const RangeAllocator* reservations() const { return ranges_.get(); }
   // Where the device pool's slots are now (the paper's Fig. 2 categories). O(blocks in use).
   KVMemoryBreakdown memory_breakdown() const;
   // Deferred swap copies consistent with the swapped requests and the device cache, and (with a
@@ -174,7 +174,7 @@ class Scheduler {
   uint64_t next_child_id_ = 1ull << 62;
   bool admitting_ = true;
   TieredKVCache* tiers_ = nullptr;
-  std::optional<ContiguousAllocator> ranges_;  // block ids 1..; only with a reservation policy
+  std::unique_ptr<RangeAllocator> ranges_;  // block ids 1..; only with a reservation policy
   struct DeferredSwapCopy {
     SchedulerRequest* owner = nullptr;
     int index = 0;
