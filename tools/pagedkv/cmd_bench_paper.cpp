@@ -142,8 +142,10 @@ struct Bench {
     }
     w.mean_prompt /= o.requests;
     w.mean_output /= o.requests;
-    // Start at a quarter of what max-length reservations could serve with steps of the fixed cost.
-    const double start = 0.25 * std::max(1.0, pool_tokens / max_model_len) / (w.mean_output * setup.cost.step_overhead_ms / 1e3);
+    // Start at what max-length reservations could serve with steps of the fixed cost (about Orca
+    // (Max)'s capacity): a run's cost grows with its steps, and the runs below it, where the batch
+    // is a few sequences, are the slowest and say nothing about any knee.
+    const double start = std::max(1.0, pool_tokens / max_model_len) / (w.mean_output * setup.cost.step_overhead_ms / 1e3);
     // Paged from the low start; each baseline from paged's sustained rate (downwards when it
     // misses there), which spends its runs near its own knee.
     w.curves.push_back(sweep(d, KVReservation::kPaged, start));
