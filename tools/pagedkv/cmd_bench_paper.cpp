@@ -36,6 +36,8 @@ struct PaperOptions {
   std::string range_allocation = "buddy";
   bool additive_linear = false;  // ablation: weight read + GEMMs added, not overlapped
   int bisections = 0;            // 0: 4 (2 with --quick)
+  std::vector<std::string> policies{"paged", "oracle", "pow2", "max"};
+  double start_rate = 0;         // 0: near Orca (Max)'s capacity; else where the searches start
   std::vector<std::string> workloads{"sharegpt", "alpaca"};
   std::vector<int> parallel_n{2, 4, 6};
   std::vector<int> beam_widths{2, 4, 6};  // Fig. 14's beam search, on the parallel workloads
@@ -145,18 +147,30 @@ struct Bench {
     // Start at what max-length reservations could serve with steps of the fixed cost (about Orca
     // (Max)'s capacity): a run's cost grows with its steps, and the runs below it, where the batch
     // is a few sequences, are the slowest and say nothing about any knee.
-    const double start = std::max(1.0, pool_tokens / max_model_len) / (w.mean_output * setup.cost.step_overhead_ms / 1e3);
-    // Paged from the low start; each baseline from paged's sustained rate (downwards when it
-    // misses there), which spends its runs near its own knee.
-    w.curves.push_back(sweep(d, KVReservation::kPaged, start));
-    const double fixed = w.curves[0].sustained_rate;
+    const double start = o.start_rate > 0 ? o.start_rate
+                                          : std::max(1.0, pool_tokens / max_model_len) /
+                                                (w.mean_output * setup.cost.step_overhead_ms / 1e3);
+    auto selected = [&](KVReservation p) {
+      return std::find(o.policies.begin(), o.policies.end(), kv_reservation_name(p)) != o.policies.end();
+    };
+    // Paged from the start; each baseline from paged's sustained rate (downwards when it misses
+    // there), which spends its runs near its own knee. Without paged, from the start.
+    double fixed = start;
+    if (selected(KVReservation::kPaged)) {
+      w.curves.push_back(sweep(d, KVReservation::kPaged, start));
+      if (w.curves[0].sustained_rate > 0) fixed = w.curves[0].sustained_rate;
+    }
     for (KVReservation p : kPolicies)
-      if (p != KVReservation::kPaged) w.curves.push_back(sweep(d, p, fixed > 0 ? fixed : start));
-    for (KVReservation p : kPolicies) w.breakdown.push_back(run_at(d, p, fixed));
+      if (p != KVReservation::kPaged && selected(p)) w.curves.push_back(sweep(d, p, fixed));
+    for (const Curve& c : w.curves) w.breakdown.push_back(run_at(d, c.policy, fixed));
     if (std::find(o.parallel_workloads.begin(), o.parallel_workloads.end(), d.name) != o.parallel_workloads.end())
     {
       for (int n : o.parallel_n) w.sharing.push_back({n, run_at(d, KVReservation::kPaged, fixed / n / 2, n)});
-      for (int k : o.beam_widths) w.beam.push_back({k, run_at(d, KVReservation::kPaged, fixed / k / 2, 1, k)});
+      for (const std::string& p : o.policies)
+    (void)parse_kv_reservation(p);  // ConfigError naming the choices
+  if (o.policies.empty()) throw ConfigError("--policies needs at least one policy");
+  if (o.start_rate < 0) throw ConfigError("--start-rate must be positive");
+  for (int k : o.beam_widths) w.beam.push_back({k, run_at(d, KVReservation::kPaged, fixed / k / 2, 1, k)});
     }
     if (d.name == "alpaca")
       for (int k : o.prefix_tokens) {
@@ -290,6 +304,10 @@ int run_paper(PaperOptions o) {
   if (!(o.latency_limit > 0)) throw ConfigError("--latency-limit must be positive");
   for (int n : o.parallel_n)
     if (n < 2 || n > 16) throw ConfigError(fmt::format("--parallel-n values must be in 2..16, got {}", n));
+  for (const std::string& p : o.policies)
+    (void)parse_kv_reservation(p);  // ConfigError naming the choices
+  if (o.policies.empty()) throw ConfigError("--policies needs at least one policy");
+  if (o.start_rate < 0) throw ConfigError("--start-rate must be positive");
   for (int k : o.beam_widths)
     if (k < 2 || k > 16) throw ConfigError(fmt::format("--beam-widths values must be in 2..16, got {}", k));
   std::vector<LengthDistribution> dists;
@@ -356,7 +374,7 @@ int run_paper(PaperOptions o) {
     jw["rate_ratio_vs_oracle"] = ratio(rate[KVReservation::kPaged], rate[KVReservation::kOracle]);
     jw["rate_ratio_vs_pow2"] = ratio(rate[KVReservation::kPaged], rate[KVReservation::kPow2]);
     jw["rate_ratio_vs_max"] = ratio(rate[KVReservation::kPaged], rate[KVReservation::kMax]);
-    jw["token_state_share_paged"] = w.breakdown[0].memory.token_state_share_of_used();
+    if (!w.curves.empty() && w.curves[0].policy == KVReservation::kPaged) jw["token_state_share_paged"] = w.breakdown[0].memory.token_state_share_of_used();
     for (const auto& s : w.sharing)
       jw["parallel_sampling"].push_back({{"n", s.n}, {"rate", s.run.rate}, {"memory_saving", sharing_saving(s.run)},
                                          {"logical_blocks", s.run.logical_blocks}, {"physical_blocks", s.run.physical_blocks}});
@@ -369,7 +387,8 @@ int run_paper(PaperOptions o) {
                                      {"oracle_sustained_rate", pr.oracle.sustained_rate},
                                      {"rate_ratio_vs_oracle", ratio(pr.paged.sustained_rate, pr.oracle.sustained_rate)}});
     if (w.dist.name == "sharegpt")
-      for (const char* k : {"rate_ratio_vs_oracle", "rate_ratio_vs_max", "token_state_share_paged"}) j[k] = jw[k];
+      for (const char* k : {"rate_ratio_vs_oracle", "rate_ratio_vs_max", "token_state_share_paged"})
+        if (jw.contains(k)) j[k] = jw[k];
     j["workloads"].push_back(jw);
   }
   if (!o.plot_dir.empty()) write_plots(o.plot_dir, results, o.latency_limit);
@@ -432,6 +451,10 @@ const CommandRegistration kRegistration{Command{
       sub.add_option("--range-allocation", o->range_allocation,
                      "the baselines' contiguous ranges: buddy (the paper's assumption) or first-fit")
           ->capture_default_str();
+      sub.add_option("--policies", o->policies, "which policies to run (ratios need paged)")->delimiter(',')->capture_default_str();
+      sub.add_option("--start-rate", o->start_rate,
+                     "where the rate searches start (req/s; default near Orca (Max)'s capacity); baselines start at paged's "
+                     "sustained rate, or here when paged is not run");
       sub.add_flag("--additive-linear", o->additive_linear,
                    "ablation: a step pays the weight read plus the GEMMs instead of the longer of the two");
       sub.add_option("--bisections", o->bisections, "bisections of each sustained-rate search (default 4; 2 with --quick)");
