@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "pagedkv/core/error.h"
+#include "pagedkv/engine/beam_search.h"
 #include "pagedkv/storage/kv_ops.h"
 
 namespace pagedkv {
@@ -144,6 +145,12 @@ RequestId LLMEngine::add_request(GenerationRequest g) {
     throw UsageError(fmt::format("parallel sampling (n = {}) needs the paged KV reservation, not {}", g.n,
                                  kv_reservation_name(config_.scheduler.kv_reservation)));
   if (g.logprobs < -1) throw UsageError(fmt::format("logprobs must be -1 (none) or at least 0, got {}", g.logprobs));
+  if (g.beam_width < 1) throw UsageError(fmt::format("beam_width must be at least 1, got {}", g.beam_width));
+  if (g.beam_width > 1 && (g.n > 1 || g.logprobs >= 0))
+    throw UsageError(fmt::format("beam search (beam_width = {}) takes n = 1 and no logprobs", g.beam_width));
+  if (g.beam_width > 1 && config_.scheduler.kv_reservation != KVReservation::kPaged)
+    throw UsageError(fmt::format("beam search (beam_width = {}) needs the paged KV reservation, not {}", g.beam_width,
+                                 kv_reservation_name(config_.scheduler.kv_reservation)));
   g.sampling.validate();
   auto r = std::make_unique<SchedulerRequest>();
   r->kv = Request(RequestId{next_id_++}, std::move(g.prompt));
@@ -154,6 +161,16 @@ RequestId LLMEngine::add_request(GenerationRequest g) {
   r->stop = std::move(g.stop);
   r->n = g.n;
   const RequestId id = r->kv.id;
+  if (g.beam_width > 1) {
+    BeamGroup& b = beams_[id.value];
+    b.width = g.beam_width;
+    b.live.push_back(id);
+    b.cumulative[id] = 0;
+    beam_root_[id] = id.value;
+    timing_[id].arrival = Clock::now();
+    scheduler_.add_request(std::move(r));
+    return id;
+  }
   samplers_.emplace(std::pair(id.value, 0), Sampler(vocab, g.sampling));
   // Children draw from their own generators: seed + sample index.
   for (int k = 1; k < g.n; ++k) {
@@ -167,7 +184,13 @@ RequestId LLMEngine::add_request(GenerationRequest g) {
   return id;
 }
 
-bool LLMEngine::abort_request(RequestId id, bool with_samples) { return scheduler_.abort_request(id, with_samples); }
+bool LLMEngine::abort_request(RequestId id, bool with_samples) {
+  auto g = beams_.find(id.value);
+  if (g == beams_.end()) return scheduler_.abort_request(id, with_samples);
+  bool any = false;  // a beam search ends as a whole: every live beam
+  for (RequestId b : g->second.live) any = scheduler_.abort_request(b, false) || any;
+  return any;
+}
 
 void LLMEngine::sync_block_table_row(const SchedulerRequest& r, bool rewritten) {
   auto [it, inserted] = rows_.try_emplace(r.kv.id, -1);
@@ -177,7 +200,9 @@ void LLMEngine::sync_block_table_row(const SchedulerRequest& r, bool rewritten) 
     free_rows_.pop_back();
     rewritten = true;
   }
-  const auto blocks = scheduler_.block_ids(r);  // the manager's table, or a reserved range
+  auto blocks = scheduler_.block_ids(r);  // the manager's table, or a reserved range
+  // A buddy reservation may round past the longest sequence; blocks there are never addressed.
+  if (blocks.size() > static_cast<size_t>(block_table_.stride())) blocks = blocks.first(static_cast<size_t>(block_table_.stride()));
   const int row = it->second;
   const int have = block_table_.num_blocks(row);
   if (rewritten || have > static_cast<int>(blocks.size())) block_table_.set_row(row, blocks);
@@ -334,6 +359,12 @@ std::vector<RequestOutput> LLMEngine::step() {
       const SchedulerRequest& r = *c.request;
       const uint64_t root = r.sample_index == 0 ? r.kv.id.value : r.parent.value;
       auto row = logits.row(li++);
+      if (auto b = beam_root_.find(r.kv.id); b != beam_root_.end()) {
+        // A beam: its candidates wait for its siblings' (advance_beams); it appends nothing now.
+        log_softmax(row, beams_.at(b->second).pending[r.kv.id]);
+        sampled[i].token = -1;
+        continue;
+      }
       sampled[i].token = samplers_.at({root, r.sample_index}).sample(row);
       if (r.n > 1 && !r.forked)
         for (int k = 1; k < r.n; ++k) sampled[i].fork_tokens.push_back(samplers_.at({root, k}).sample(row));
@@ -353,6 +384,10 @@ std::vector<RequestOutput> LLMEngine::step() {
 
   const auto now = Clock::now();
   std::vector<SchedulerRequest*> finished = scheduler_.update(out, sampled);
+  if (!beams_.empty()) {
+    advance_beams();
+    for (SchedulerRequest* r : scheduler_.take_finished()) finished.push_back(r);
+  }
   for (size_t i = 0; i < out.chunks.size(); ++i) {
     if (!out.chunks[i].samples) continue;
     SchedulerRequest* r = out.chunks[i].request;
@@ -379,10 +414,17 @@ std::vector<RequestOutput> LLMEngine::step() {
           stamp(q);
         }
     }
-    if (r->status == RequestStatus::kRunning) results.push_back(make_output(*r, false));
+    if (r->status == RequestStatus::kRunning && !beam_root_.contains(r->kv.id)) results.push_back(make_output(*r, false));
   }
-  for (SchedulerRequest* r : finished) {
-    results.push_back(make_output(*r, true));
+  for (size_t fi = 0;; ++fi) {
+    if (fi == finished.size()) {  // finish_beam may end a group's other beams
+      std::vector<SchedulerRequest*> more = scheduler_.take_finished();
+      if (more.empty()) break;
+      finished.insert(finished.end(), more.begin(), more.end());
+    }
+    SchedulerRequest* r = finished[fi];
+    if (beam_root_.contains(r->kv.id)) finish_beam(*r, results);
+    else results.push_back(make_output(*r, true));
     auto row = rows_.find(r->kv.id);
     if (row != rows_.end()) {
       block_table_.clear_row(row->second);
@@ -406,6 +448,98 @@ std::vector<RequestOutput> LLMEngine::step() {
   stats_.peak_blocks_in_use = std::max(stats_.peak_blocks_in_use, in_use);
   if (config_.check_invariants) check_invariants();
   return results;
+}
+
+void LLMEngine::advance_beams() {
+  std::vector<double> cumulative;
+  std::vector<std::vector<double>> rows;
+  for (auto& [root, g] : beams_) {
+    if (g.live.empty()) continue;
+    bool ready = true;
+    for (RequestId b : g.live) {
+      const SchedulerRequest* r = scheduler_.find(b);
+      ready = ready && r != nullptr && r->status == RequestStatus::kRunning && g.pending.contains(b);
+    }
+    if (!ready) continue;
+    cumulative.clear();
+    rows.clear();
+    for (RequestId b : g.live) {
+      cumulative.push_back(g.cumulative.at(b));
+      rows.push_back(std::move(g.pending.at(b)));
+    }
+    g.pending.clear();
+    const int width = g.width - static_cast<int>(g.hypotheses.size());
+    const std::vector<BeamCandidate> chosen = select_beams(cumulative, rows, width);
+    std::vector<std::vector<const BeamCandidate*>> per_beam(g.live.size());
+    for (const BeamCandidate& c : chosen) per_beam[static_cast<size_t>(c.beam)].push_back(&c);
+    // Drop the beams nobody continues first, so their blocks are free for the forks.
+    const std::vector<RequestId> old_live = std::move(g.live);
+    g.live.clear();
+    for (size_t b = 0; b < old_live.size(); ++b)
+      if (per_beam[b].empty()) {
+        pruned_.insert(old_live[b]);
+        g.cumulative.erase(old_live[b]);
+        scheduler_.abort_request(old_live[b], false);
+      }
+    for (size_t b = 0; b < old_live.size(); ++b) {
+      if (per_beam[b].empty()) continue;
+      SchedulerRequest& r = *scheduler_.find(old_live[b]);
+      // Children fork before the beam appends its own token: they share its blocks up to here.
+      std::vector<RequestId> children;
+      for (size_t k = 1; k < per_beam[b].size(); ++k) {
+        SchedulerRequest* child = scheduler_.fork_request(r, RequestId{root}, g.next_index++, per_beam[b][k]->token);
+        beam_root_[child->kv.id] = root;
+        g.cumulative[child->kv.id] = per_beam[b][k]->score;
+        timing_[child->kv.id] = timing_[r.kv.id];
+        children.push_back(child->kv.id);
+      }
+      g.cumulative[r.kv.id] = per_beam[b][0]->score;
+      scheduler_.append_token(r, per_beam[b][0]->token);
+      g.live.push_back(r.kv.id);
+      g.live.insert(g.live.end(), children.begin(), children.end());
+    }
+    // Beams that met a stop condition leave `live` in finish_beam.
+  }
+}
+
+void LLMEngine::finish_beam(SchedulerRequest& r, std::vector<RequestOutput>& results) {
+  const uint64_t root = beam_root_.at(r.kv.id);
+  beam_root_.erase(r.kv.id);
+  if (pruned_.erase(r.kv.id) > 0) return;  // dropped: nothing to report
+  BeamGroup& g = beams_.at(root);
+  std::erase(g.live, r.kv.id);
+  g.pending.erase(r.kv.id);
+  RequestOutput o = make_output(r, true);
+  if (r.finish_reason == FinishReason::kStop || r.finish_reason == FinishReason::kLength) {
+    o.cumulative_logprob = g.cumulative.at(r.kv.id);
+    g.hypotheses.push_back(std::move(o));
+  } else if (!g.failed) {
+    g.failed = std::move(o);
+    for (RequestId b : g.live) {  // the rest of it goes too (or finished already, unreported)
+      scheduler_.abort_request(b, false);
+      pruned_.insert(b);
+    }
+    g.live.clear();
+  }
+  g.cumulative.erase(r.kv.id);
+  if (!g.live.empty()) return;
+  if (g.failed) {
+    g.failed->id = RequestId{root};
+    g.failed->parent = RequestId{~0ull};
+    g.failed->sample_index = 0;
+    results.push_back(std::move(*g.failed));
+  } else {
+    std::stable_sort(g.hypotheses.begin(), g.hypotheses.end(),
+                     [](const RequestOutput& a, const RequestOutput& b) { return a.cumulative_logprob > b.cumulative_logprob; });
+    for (size_t i = 0; i < g.hypotheses.size(); ++i) {
+      RequestOutput& h = g.hypotheses[i];
+      h.sample_index = static_cast<int>(i);
+      h.parent = i == 0 ? RequestId{~0ull} : RequestId{root};
+      if (i == 0) h.id = RequestId{root};
+      results.push_back(std::move(h));
+    }
+  }
+  beams_.erase(root);
 }
 
 std::vector<RequestOutput> LLMEngine::run_to_completion() {

@@ -49,7 +49,7 @@ Scheduler::Scheduler(SchedulerConfig config, KVCacheManager& manager, int swap_b
     if (manager_.num_groups() != 1)
       throw ConfigError(fmt::format("the {} KV reservation supports one KV-cache group (full attention), the model has {}",
                                     kv_reservation_name(config_.kv_reservation), manager_.num_groups()));
-    ranges_.emplace(1, manager_.pool().num_usable_blocks());  // block 0 is the null block
+    ranges_ = make_range_allocator(config_.range_allocation, 1, manager_.pool().num_usable_blocks());  // block 0: the null block
   }
 }
 
@@ -476,7 +476,7 @@ bool Scheduler::admit_reserved(SchedulerRequest* r, int& budget, SchedulerOutput
                                            r->stop.known_output_tokens, manager_.max_model_len());
   // At least the prompt and the first output token's slot: a prompt the model cannot hold is rejected.
   const int blocks = cdiv(std::max(tokens, r->kv.num_tokens()), bs);
-  if (blocks > ranges_->capacity() || r->kv.num_tokens() > manager_.max_model_len()) {
+  if (blocks > ranges_->max_allocation() || r->kv.num_tokens() > manager_.max_model_len()) {
     finish(r, FinishReason::kRejected);  // larger than the whole cache: it can never run
     return true;
   }
@@ -484,7 +484,9 @@ bool Scheduler::admit_reserved(SchedulerRequest* r, int& budget, SchedulerOutput
   if (!first) return false;
   waiting_.erase(std::find(waiting_.begin(), waiting_.end(), r));
   r->reserved_blocks.clear();
-  for (int b = 0; b < blocks; ++b) r->reserved_blocks.push_back(BlockId{*first + b});
+  // The whole range, the allocator's rounding (buddy) included: it is this request's to waste.
+  const int32_t held = ranges_->allocated_length(*first);
+  for (int32_t b = 0; b < held; ++b) r->reserved_blocks.push_back(BlockId{*first + b});
   const int n = std::min(r->kv.num_tokens(), budget);
   r->kv.num_computed_tokens = 0;
   if (r->prefix_hit_tokens < 0) r->prefix_hit_tokens = 0;
@@ -572,30 +574,49 @@ std::vector<SchedulerRequest*> Scheduler::update(const SchedulerOutput& output, 
     // Parallel sampling: children share every block computed so far and start from their own token.
     if (r->n > 1 && !r->forked) {
       r->forked = true;
-      for (size_t k = 0; k < sampled[i].fork_tokens.size(); ++k) {
-        auto child = std::make_unique<SchedulerRequest>(*r);
-        child->kv.id = RequestId{next_child_id_++};
-        child->parent = r->kv.id;
-        child->sample_index = static_cast<int>(k) + 1;
-        child->n = 1;
-        child->host_blocks.clear();
-        manager_.fork(r->kv, child->kv);
-        child->admit_seq = next_admit_seq_++;
-        child->arrival_seq = next_arrival_seq_++;
-        SchedulerRequest* cp = child.get();
-        requests_.emplace(cp->kv.id, std::move(child));
-        running_.push_back(cp);
-        cp->kv.append_token(sampled[i].fork_tokens[k]);
-        check_stop(cp, sampled[i].fork_tokens[k]);
-      }
+      for (size_t k = 0; k < sampled[i].fork_tokens.size(); ++k)
+        fork_request(*r, r->kv.id, static_cast<int>(k) + 1, sampled[i].fork_tokens[k]);
     }
     const TokenId t = sampled[i].token;
+    if (t < 0) continue;  // held: the engine appends its token later
     r->kv.append_token(t);
     check_stop(r, t);
   }
+  return take_finished();
+}
+
+std::vector<SchedulerRequest*> Scheduler::take_finished() {
   std::vector<SchedulerRequest*> done;
   done.swap(newly_finished_);
   return done;
+}
+
+SchedulerRequest* Scheduler::fork_request(SchedulerRequest& from, RequestId root, int sample_index, TokenId token) {
+  if (from.status != RequestStatus::kRunning || from.kv.num_computed_tokens != from.kv.num_tokens() || ranges_)
+    throw InvariantError(fmt::format("fork_request: request {} is not a paged, running request with every token computed",
+                                     from.kv.id.value));
+  auto child = std::make_unique<SchedulerRequest>(from);
+  child->kv.id = RequestId{next_child_id_++};
+  child->parent = root;
+  child->sample_index = sample_index;
+  child->n = 1;
+  child->host_blocks.clear();
+  child->deferred_swap_sources.clear();
+  manager_.fork(from.kv, child->kv);
+  child->admit_seq = next_admit_seq_++;
+  child->arrival_seq = next_arrival_seq_++;
+  SchedulerRequest* cp = child.get();
+  requests_.emplace(cp->kv.id, std::move(child));
+  running_.push_back(cp);
+  append_token(*cp, token);
+  return cp;
+}
+
+bool Scheduler::append_token(SchedulerRequest& r, TokenId token) {
+  if (r.status != RequestStatus::kRunning || r.kv.num_computed_tokens != r.kv.num_tokens())
+    throw InvariantError(fmt::format("append_token: request {} is not running with every token computed", r.kv.id.value));
+  r.kv.append_token(token);
+  return check_stop(&r, token);
 }
 
 }  // namespace pagedkv

@@ -15,13 +15,15 @@
 namespace pagedkv {
 namespace {
 
-std::map<uint64_t, std::vector<TokenId>> run(const Model& model, KVReservation policy, int num_blocks) {
+std::map<uint64_t, std::vector<TokenId>> run(const Model& model, KVReservation policy, int num_blocks,
+                                             RangeAllocation ranges = RangeAllocation::kFirstFit) {
   EngineConfig c;
   c.block_size = 8;
   c.num_blocks = num_blocks;
   c.swap_space_bytes = 0;
   c.enable_prefix_caching = policy == KVReservation::kPaged;
   c.scheduler.kv_reservation = policy;
+  c.scheduler.range_allocation = ranges;
   c.scheduler.max_num_batched_tokens = 64;  // long prompts are chunked
   c.max_model_len = 256;
   c.check_invariants = true;
@@ -49,8 +51,12 @@ TEST(EngineReservation, EveryPolicyGeneratesWhatPagedGenerates) {
   // requests queue for ranges and ranges are reused at different addresses.
   const auto paged = run(*model, KVReservation::kPaged, 97);
   ASSERT_EQ(paged.size(), 12u);
-  for (KVReservation p : {KVReservation::kMax, KVReservation::kPow2, KVReservation::kOracle})
+  for (KVReservation p : {KVReservation::kMax, KVReservation::kPow2, KVReservation::kOracle}) {
     EXPECT_EQ(run(*model, p, 97), paged) << kv_reservation_name(p);
+    // Buddy ranges: power-of-two ranges (a max reservation of 32 blocks fits 3 aligned ones), the
+    // table row cut at the longest sequence.
+    EXPECT_EQ(run(*model, p, 97, RangeAllocation::kBuddy), paged) << kv_reservation_name(p) << " buddy";
+  }
 }
 
 TEST(EngineReservation, BaselinesRejectParallelSamplingBeforeQueueingAnything) {

@@ -130,5 +130,23 @@ TEST(StepCostModel, PresetsAndValidation) {
   EXPECT_NEAR(simple_cost().step_seconds(w), 0.060, 1e-12);
 }
 
+// Roofline overlap: the GEMMs hide under the weight read until they take longer than it;
+// attention's KV read still adds.
+TEST(StepCostModel, OverlapWeightReadTakesTheLongerOfTheTwo) {
+  StepCostModel m = simple_cost();  // 10 ms weight read, 0.1 ms per prefill token
+  m.decode_ms_per_seq = 0.1;
+  m.decode_attention_ms_per_ktoken = 1.0;
+  m.overlap_weight_read = true;
+  StepWork w;
+  w.decode_seqs = 40;  // 4 ms of GEMM: hidden
+  w.decode_context_tokens = 2000;
+  EXPECT_NEAR(m.step_seconds(w), 0.012, 1e-12);
+  w.prefill_tokens = 100;  // 4 + 10 ms of GEMM: now longer than the weight read
+  EXPECT_NEAR(m.step_seconds(w), 0.016, 1e-12);
+  m.overlap_weight_read = false;
+  EXPECT_NEAR(m.step_seconds(w), 0.026, 1e-12);
+  EXPECT_TRUE(step_cost_preset("opt-13b-a100").overlap_weight_read);
+}
+
 }  // namespace
 }  // namespace pagedkv

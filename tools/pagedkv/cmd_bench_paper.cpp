@@ -33,8 +33,14 @@ struct PaperOptions {
   double kv_mib = 0;           // 0: 16 (1.25 with --quick)
   double latency_limit = 0.05;  // s per output token
   std::string cost_preset = "opt-13b-a100";
+  std::string range_allocation = "buddy";
+  bool additive_linear = false;  // ablation: weight read + GEMMs added, not overlapped
+  int bisections = 0;            // 0: 4 (2 with --quick)
+  std::vector<std::string> policies{"paged", "oracle", "pow2", "max"};
+  double start_rate = 0;         // 0: near Orca (Max)'s capacity; else where the searches start
   std::vector<std::string> workloads{"sharegpt", "alpaca"};
   std::vector<int> parallel_n{2, 4, 6};
+  std::vector<int> beam_widths{2, 4, 6};  // Fig. 14's beam search, on the parallel workloads
   std::vector<std::string> parallel_workloads{"alpaca"};
   std::vector<int> prefix_tokens{80, 341};  // Fig. 16 on the Alpaca-like stream (none with --quick)
   std::string plot_dir;
@@ -65,6 +71,7 @@ struct WorkloadResult {
     RunResult run;
   };
   std::vector<Sharing> sharing;
+  std::vector<Sharing> beam;  // n: the beam width
   // Fig. 16: the same stream behind a shared prefix, paged (prefix caching) against oracle.
   struct Prefixed {
     int prefix_tokens = 0;
@@ -80,12 +87,12 @@ struct Bench {
   int max_model_len;
   double pool_tokens;
 
-  RunResult run_at(const LengthDistribution& d, KVReservation policy, double rate, int n = 1) const {
-    RunResult r = run_stream(model, setup, policy, make_requests(d, o.requests, rate, max_model_len, o.seed), n);
+  RunResult run_at(const LengthDistribution& d, KVReservation policy, double rate, int n = 1, int beam = 1) const {
+    RunResult r = run_stream(model, setup, policy, make_requests(d, o.requests, rate, max_model_len, o.seed), n, beam);
     r.rate = rate;
     if (o.verbose)
-      fmt::print(stderr, "  {} {} n={} at {:.3f} req/s: {:.4f} s/token, {:.1f} running ({:.1f} s here)\n", d.name,
-                 kv_reservation_name(policy), n, rate, r.normalized_latency_s, r.mean_running, r.wall_s);
+      fmt::print(stderr, "  {} {} n={} beam={} at {:.3f} req/s: {:.4f} s/token, {:.1f} running ({:.1f} s here)\n", d.name,
+                 kv_reservation_name(policy), n, beam, rate, r.normalized_latency_s, r.mean_running, r.wall_s);
     return r;
   }
 
@@ -97,7 +104,7 @@ struct Bench {
     Curve c;
     c.policy = policy;
     const double growth = o.quick ? 1.6 : 1.5;
-    const int bisections = 2;
+    const int bisections = o.bisections;
     double good = 0, bad = 0;
     for (double rate = start_rate; rate < start_rate * 1e3; rate *= growth) {
       c.points.push_back(run_at(d, policy, rate));
@@ -137,13 +144,34 @@ struct Bench {
     }
     w.mean_prompt /= o.requests;
     w.mean_output /= o.requests;
-    // Start at a quarter of what max-length reservations could serve with steps of the fixed cost.
-    const double start = 0.25 * std::max(1.0, pool_tokens / max_model_len) / (w.mean_output * setup.cost.step_overhead_ms / 1e3);
-    for (KVReservation p : kPolicies) w.curves.push_back(sweep(d, p, start));
-    const double fixed = w.curves[0].sustained_rate;
-    for (KVReservation p : kPolicies) w.breakdown.push_back(run_at(d, p, fixed));
+    // Start at what max-length reservations could serve with steps of the fixed cost (about Orca
+    // (Max)'s capacity): a run's cost grows with its steps, and the runs below it, where the batch
+    // is a few sequences, are the slowest and say nothing about any knee.
+    const double start = o.start_rate > 0 ? o.start_rate
+                                          : std::max(1.0, pool_tokens / max_model_len) /
+                                                (w.mean_output * setup.cost.step_overhead_ms / 1e3);
+    auto selected = [&](KVReservation p) {
+      return std::find(o.policies.begin(), o.policies.end(), kv_reservation_name(p)) != o.policies.end();
+    };
+    // Paged from the start; each baseline from paged's sustained rate (downwards when it misses
+    // there), which spends its runs near its own knee. Without paged, from the start.
+    double fixed = start;
+    if (selected(KVReservation::kPaged)) {
+      w.curves.push_back(sweep(d, KVReservation::kPaged, start));
+      if (w.curves[0].sustained_rate > 0) fixed = w.curves[0].sustained_rate;
+    }
+    for (KVReservation p : kPolicies)
+      if (p != KVReservation::kPaged && selected(p)) w.curves.push_back(sweep(d, p, fixed));
+    for (const Curve& c : w.curves) w.breakdown.push_back(run_at(d, c.policy, fixed));
     if (std::find(o.parallel_workloads.begin(), o.parallel_workloads.end(), d.name) != o.parallel_workloads.end())
+    {
       for (int n : o.parallel_n) w.sharing.push_back({n, run_at(d, KVReservation::kPaged, fixed / n / 2, n)});
+      for (const std::string& p : o.policies)
+    (void)parse_kv_reservation(p);  // ConfigError naming the choices
+  if (o.policies.empty()) throw ConfigError("--policies needs at least one policy");
+  if (o.start_rate < 0) throw ConfigError("--start-rate must be positive");
+  for (int k : o.beam_widths) w.beam.push_back({k, run_at(d, KVReservation::kPaged, fixed / k / 2, 1, k)});
+    }
     if (d.name == "alpaca")
       for (int k : o.prefix_tokens) {
         LengthDistribution dp = d;
@@ -182,9 +210,14 @@ nlohmann::json memory_json(const RunResult& r) {
 double sharing_saving(const RunResult& r) { return r.logical_blocks > 0 ? 1.0 - r.physical_blocks / r.logical_blocks : 0; }
 
 void write_plots(const std::string& dir, const std::vector<WorkloadResult>& results, double limit) {
-  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0)
-    throw Error("bench paper: --plot-dir needs gnuplot (Debian package gnuplot-nox)");
+  // Without gnuplot the data and scripts are still written: `gnuplot FILE.gp` draws them elsewhere.
+  const bool draw = std::system("command -v gnuplot >/dev/null 2>&1") == 0;
+  if (!draw) fmt::print(stderr, "bench paper: no gnuplot here; writing {}/*.gp and *.dat only\n", dir);
   std::filesystem::create_directories(dir);
+  auto gnuplot = [draw](const std::string& base) {
+    if (draw && std::system(fmt::format("gnuplot '{}.gp'", base).c_str()) != 0)
+      throw Error("bench paper: gnuplot failed on " + base + ".gp");
+  };
   for (const WorkloadResult& w : results) {
     const std::string base = dir + "/paper_fig12_" + w.dist.name;
     std::string plot;
@@ -204,7 +237,28 @@ void write_plots(const std::string& dir, const std::vector<WorkloadResult>& resu
        << fmt::format("set arrow from graph 0, first {0} to graph 1, first {0} nohead dashtype 2\n", limit)
        << "plot " << plot << "\n";
     gp.close();
-    if (std::system(fmt::format("gnuplot '{}.gp'", base).c_str()) != 0) throw Error("bench paper: gnuplot failed on " + base + ".gp");
+    gnuplot(base);
+  }
+  // Fig. 14: memory saved by sharing, parallel sampling beside beam search, per workload that ran them.
+  for (const WorkloadResult& w : results) {
+    if (w.sharing.empty() && w.beam.empty()) continue;
+    const std::string base14 = dir + "/paper_fig14_" + w.dist.name;
+    std::ofstream par(base14 + "_parallel.dat"), beam(base14 + "_beam.dat");
+    for (const auto& s : w.sharing) par << fmt::format("{} {}\n", s.n, 100 * sharing_saving(s.run));
+    for (const auto& s : w.beam) beam << fmt::format("{} {}\n", s.n, 100 * sharing_saving(s.run));
+    par.close();
+    beam.close();
+    std::ofstream gp(base14 + ".gp");
+    gp << "set terminal svg size 640,420 dynamic background '#ffffff'\n"
+       << fmt::format("set output '{}.svg'\n", base14)
+       << fmt::format("set title 'KV memory saved by sharing blocks ({}-like, paged)'\n", w.dist.name)
+       << "set xlabel 'parallel samples n / beam width k'\nset ylabel 'memory saving (%)'\n"
+       << "set yrange [0:*]\nset xtics 1\nset key top left\nset grid\n"
+       << fmt::format("plot '{0}_parallel.dat' using 1:2 with linespoints title 'parallel sampling', "
+                      "'{0}_beam.dat' using 1:2 with linespoints title 'beam search'\n",
+                      base14);
+    gp.close();
+    gnuplot(base14);
   }
   // Fig. 2: stacked shares of the pool per policy, for each workload.
   const std::string base = dir + "/paper_fig2";
@@ -227,15 +281,18 @@ void write_plots(const std::string& dir, const std::vector<WorkloadResult>& resu
                     "'' using 4 title 'internal frag.', '' using 5 title 'external frag.', '' using 6 title 'free'\n",
                     base);
   gp.close();
-  if (std::system(fmt::format("gnuplot '{}.gp'", base).c_str()) != 0) throw Error("bench paper: gnuplot failed on " + base + ".gp");
+  gnuplot(base);
 }
 
 int run_paper(PaperOptions o) {
   // --quick: a quarter of the lengths, the model's context and the block size, and a small pool,
   // so a run takes a fraction of a second; the requests of a run stay many times what the pool
   // holds at once, or no rate would overload it.
-  if (o.requests == 0) o.requests = o.quick ? 100 : 200;
+  if (o.requests == 0) o.requests = o.quick ? 100 : 1000;
   if (o.kv_mib == 0) o.kv_mib = o.quick ? 1.25 : 16;
+  if (o.bisections == 0) o.bisections = o.quick ? 2 : 4;
+  if (o.bisections < 1 || o.bisections > 10)
+    throw ConfigError(fmt::format("--bisections must be in 1..10, got {}", o.bisections));
   const double length_scale = o.quick ? 0.25 : 1.0;
   if (o.quick && !o.prefix_tokens_given) o.prefix_tokens.clear();
   for (int k : o.prefix_tokens)
@@ -247,6 +304,12 @@ int run_paper(PaperOptions o) {
   if (!(o.latency_limit > 0)) throw ConfigError("--latency-limit must be positive");
   for (int n : o.parallel_n)
     if (n < 2 || n > 16) throw ConfigError(fmt::format("--parallel-n values must be in 2..16, got {}", n));
+  for (const std::string& p : o.policies)
+    (void)parse_kv_reservation(p);  // ConfigError naming the choices
+  if (o.policies.empty()) throw ConfigError("--policies needs at least one policy");
+  if (o.start_rate < 0) throw ConfigError("--start-rate must be positive");
+  for (int k : o.beam_widths)
+    if (k < 2 || k > 16) throw ConfigError(fmt::format("--beam-widths values must be in 2..16, got {}", k));
   std::vector<LengthDistribution> dists;
   for (const std::string& w : o.workloads) {
     if (w == "sharegpt") dists.push_back(scaled(sharegpt_like(), length_scale));
@@ -261,6 +324,8 @@ int run_paper(PaperOptions o) {
   setup.kv_cache_bytes = static_cast<size_t>(o.kv_mib * (1 << 20));
   setup.block_size = static_cast<int>(16 * length_scale);
   setup.cost = step_cost_preset(o.cost_preset);
+  if (o.additive_linear) setup.cost.overlap_weight_read = false;
+  setup.range_allocation = parse_range_allocation(o.range_allocation);
   setup.check_invariants = o.check_invariants;
   const size_t kv_per_token = static_cast<size_t>(shape.kv_dim()) * 2 * shape.n_layers * sizeof(float);
   // Block 0 is the null block.
@@ -280,6 +345,9 @@ int run_paper(PaperOptions o) {
                 {"block_size", setup.block_size},
                 {"requests_per_run", o.requests},
                 {"cost_model", setup.cost.name},
+                {"cost_overlap_weight_read", setup.cost.overlap_weight_read},
+                {"range_allocation", range_allocation_name(setup.range_allocation)},
+                {"bisections", o.bisections},
                 {"latency_limit_s_per_token", o.latency_limit},
                 {"quick", o.quick}};
   j["workloads"] = nlohmann::json::array();
@@ -306,17 +374,21 @@ int run_paper(PaperOptions o) {
     jw["rate_ratio_vs_oracle"] = ratio(rate[KVReservation::kPaged], rate[KVReservation::kOracle]);
     jw["rate_ratio_vs_pow2"] = ratio(rate[KVReservation::kPaged], rate[KVReservation::kPow2]);
     jw["rate_ratio_vs_max"] = ratio(rate[KVReservation::kPaged], rate[KVReservation::kMax]);
-    jw["token_state_share_paged"] = w.breakdown[0].memory.token_state_share_of_used();
+    if (!w.curves.empty() && w.curves[0].policy == KVReservation::kPaged) jw["token_state_share_paged"] = w.breakdown[0].memory.token_state_share_of_used();
     for (const auto& s : w.sharing)
       jw["parallel_sampling"].push_back({{"n", s.n}, {"rate", s.run.rate}, {"memory_saving", sharing_saving(s.run)},
                                          {"logical_blocks", s.run.logical_blocks}, {"physical_blocks", s.run.physical_blocks}});
+    for (const auto& s : w.beam)
+      jw["beam_search"].push_back({{"beam_width", s.n}, {"rate", s.run.rate}, {"memory_saving", sharing_saving(s.run)},
+                                   {"logical_blocks", s.run.logical_blocks}, {"physical_blocks", s.run.physical_blocks}});
     for (const auto& pr : w.prefixed)
       jw["shared_prefix"].push_back({{"prefix_tokens", pr.prefix_tokens},
                                      {"paged_sustained_rate", pr.paged.sustained_rate},
                                      {"oracle_sustained_rate", pr.oracle.sustained_rate},
                                      {"rate_ratio_vs_oracle", ratio(pr.paged.sustained_rate, pr.oracle.sustained_rate)}});
     if (w.dist.name == "sharegpt")
-      for (const char* k : {"rate_ratio_vs_oracle", "rate_ratio_vs_max", "token_state_share_paged"}) j[k] = jw[k];
+      for (const char* k : {"rate_ratio_vs_oracle", "rate_ratio_vs_max", "token_state_share_paged"})
+        if (jw.contains(k)) j[k] = jw[k];
     j["workloads"].push_back(jw);
   }
   if (!o.plot_dir.empty()) write_plots(o.plot_dir, results, o.latency_limit);
@@ -325,9 +397,10 @@ int run_paper(PaperOptions o) {
     return 0;
   }
   fmt::print("pagedkv bench paper{}: model dim {} x {} layers, {} B of KV per token; KV pool {:.0f} MiB = {} tokens "
-             "(blocks of {}); {} requests per run; clock: {}; latency limit {} s/token\n",
+             "(blocks of {}); {} requests per run; clock: {}; latency limit {} s/token; baselines' ranges: {}\n",
              o.quick ? " --quick" : "", shape.dim, shape.n_layers, kv_per_token, o.kv_mib, pool_tokens, setup.block_size,
-             o.requests, setup.cost.name, o.latency_limit);
+             o.requests, setup.cost.name, o.latency_limit,
+             range_allocation_name(setup.range_allocation));
   for (const nlohmann::json& jw : j["workloads"]) {
     fmt::print("\n{}-like (lognormal; sample means {:.0f} in / {:.0f} out)\n", jw["name"].get<std::string>(),
                jw["sample_mean_prompt"].get<double>(), jw["sample_mean_output"].get<double>());
@@ -349,6 +422,10 @@ int run_paper(PaperOptions o) {
       for (const nlohmann::json& s : jw["parallel_sampling"])
         fmt::print("  parallel sampling n={}: sharing saves {:.1f}% of KV blocks (at {:.3f} req/s)\n", s["n"].get<int>(),
                    100 * s["memory_saving"].get<double>(), s["rate"].get<double>());
+    if (jw.contains("beam_search"))
+      for (const nlohmann::json& s : jw["beam_search"])
+        fmt::print("  beam search width {}: sharing saves {:.1f}% of KV blocks (at {:.3f} req/s)\n", s["beam_width"].get<int>(),
+                   100 * s["memory_saving"].get<double>(), s["rate"].get<double>());
     if (jw.contains("shared_prefix"))
       for (const nlohmann::json& s : jw["shared_prefix"])
         fmt::print("  shared {}-token prefix: paged {:.3f} req/s, oracle {:.3f} req/s: {:.2f}x\n", s["prefix_tokens"].get<int>(),
@@ -365,15 +442,26 @@ const CommandRegistration kBenchPaperCommand{Command{
       sub.add_flag("--quick", o->quick,
                    "CI-sized: lengths, context (512), block size (4) and pool (1.25 MiB) scaled down, 100 requests per run, coarse search");
       sub.add_flag("--json", o->json, "print the results as JSON");
-      sub.add_option("--requests", o->requests, "requests per run (default 200; 100 with --quick)");
+      sub.add_option("--requests", o->requests, "requests per run (default 1000; 100 with --quick)");
       sub.add_option("--kv-mib", o->kv_mib, "KV pool in MiB (default 16; 1.25 with --quick)");
       sub.add_option("--threads", o->threads, "kernel threads (the model is tiny: one is fastest)")->capture_default_str();
       sub.add_option("--latency-limit", o->latency_limit, "normalized latency (s per output token) a sustained rate meets")
           ->capture_default_str();
       sub.add_option("--cost-preset", o->cost_preset, "step cost model of the modelled clock")->capture_default_str();
+      sub.add_option("--range-allocation", o->range_allocation,
+                     "the baselines' contiguous ranges: buddy (the paper's assumption) or first-fit")
+          ->capture_default_str();
+      sub.add_option("--policies", o->policies, "which policies to run (ratios need paged)")->delimiter(',')->capture_default_str();
+      sub.add_option("--start-rate", o->start_rate,
+                     "where the rate searches start (req/s; default near Orca (Max)'s capacity); baselines start at paged's "
+                     "sustained rate, or here when paged is not run");
+      sub.add_flag("--additive-linear", o->additive_linear,
+                   "ablation: a step pays the weight read plus the GEMMs instead of the longer of the two");
+      sub.add_option("--bisections", o->bisections, "bisections of each sustained-rate search (default 4; 2 with --quick)");
       sub.add_option("--workloads", o->workloads, "sharegpt, alpaca")->delimiter(',')->capture_default_str();
       sub.add_option("--parallel-n", o->parallel_n, "parallel sampling widths (Fig. 14)")->delimiter(',')->capture_default_str();
-      sub.add_option("--parallel-workloads", o->parallel_workloads, "workloads of the parallel sampling runs")
+      sub.add_option("--beam-widths", o->beam_widths, "beam search widths (Fig. 14)")->delimiter(',')->capture_default_str();
+      sub.add_option("--parallel-workloads", o->parallel_workloads, "workloads of the parallel sampling and beam search runs")
           ->delimiter(',')
           ->capture_default_str();
       sub.add_option("--plot-dir", o->plot_dir, "write gnuplot SVGs (Fig. 12 per workload, Fig. 2) here");

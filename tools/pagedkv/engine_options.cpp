@@ -24,6 +24,9 @@ void EngineOptions::add_to(CLI::App& app) {
                  "paged, or a baseline that reserves each sequence contiguously at admission: max (prompt + "
                  "max_tokens), pow2, oracle (these two need the output length known; otherwise as max)")
       ->capture_default_str();
+  app.add_option("--range-allocation", range_allocation,
+                 "where a reserving baseline's contiguous ranges go: first-fit or buddy (power-of-two ranges)")
+      ->capture_default_str();
   app.add_flag("--no-prefix-caching", no_prefix_caching, "disable prefix caching");
   app.add_option("--prefix-hash", prefix_hash, "block hash of the prefix cache: xxh3_128 or sha256")->capture_default_str();
   app.add_option("--hash-seed", hash_seed,
@@ -74,6 +77,7 @@ EngineConfig EngineOptions::to_config() const {
   else if (preemption == "auto") c.scheduler.preemption_mode = PreemptionMode::kAuto;
   else throw ConfigError(fmt::format("--preemption must be recompute, swap or auto, got '{}'", preemption));
   c.scheduler.kv_reservation = parse_kv_reservation(kv_reservation);
+  c.scheduler.range_allocation = parse_range_allocation(range_allocation);
   // The baselines share nothing (the PagedAttention paper's Orca).
   c.enable_prefix_caching = !no_prefix_caching && c.scheduler.kv_reservation == KVReservation::kPaged;
   const auto hash = parse_hash_algorithm(prefix_hash);

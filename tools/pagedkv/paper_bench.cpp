@@ -73,7 +73,7 @@ std::vector<BenchRequest> make_requests(const LengthDistribution& d, int n, doub
 }
 
 RunResult run_stream(const Model& model, const PaperSetup& setup, KVReservation policy,
-                     const std::vector<BenchRequest>& requests, int n_samples) {
+                     const std::vector<BenchRequest>& requests, int n_samples, int beam_width) {
   const auto wall0 = std::chrono::steady_clock::now();
   EngineConfig config;
   config.block_size = setup.block_size;
@@ -85,6 +85,7 @@ RunResult run_stream(const Model& model, const PaperSetup& setup, KVReservation 
   config.scheduler.max_num_batched_tokens = setup.max_num_batched_tokens;
   config.scheduler.preemption_mode = PreemptionMode::kRecompute;
   config.scheduler.kv_reservation = policy;
+  config.scheduler.range_allocation = setup.range_allocation;
   config.check_invariants = setup.check_invariants;
   config.record_block_usage = false;
   config.max_model_len = setup.max_model_len;
@@ -116,6 +117,7 @@ RunResult run_stream(const Model& model, const PaperSetup& setup, KVReservation 
                                                                    : rng.uniform_int(1, vocab - 1);
       g.sampling.temperature = 0;
       g.n = n_samples;
+      g.beam_width = beam_width;
       g.stop.max_tokens = max_len - b.prompt_tokens;  // the declared maximum: what Orca (Max) reserves
       g.stop.known_output_tokens = b.output_tokens;   // the dataset's length: where the request ends
       const RequestId id = engine.add_request(std::move(g));
@@ -145,7 +147,7 @@ RunResult run_stream(const Model& model, const PaperSetup& setup, KVReservation 
       const int running = engine.scheduler().num_running();
       running_weighted += dt * running;
       if (running > 0) slots_per_running += dt * static_cast<double>(m.used()) / running;
-      if (n_samples > 1) {
+      if (n_samples > 1 || beam_width > 1) {
         double logical = 0;
         for (const SchedulerRequest* r : engine.scheduler().running())
           logical += static_cast<double>(engine.scheduler().block_ids(*r).size());

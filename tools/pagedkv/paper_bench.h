@@ -58,6 +58,7 @@ struct PaperSetup {
   int max_num_batched_tokens = 2048;
   int max_model_len = 0;  // 0: the model's seq_len
   StepCostModel cost;
+  RangeAllocation range_allocation = RangeAllocation::kBuddy;  // the baselines' (the paper assumes buddy)
   bool check_invariants = false;  // the engine's checkers after every step (tests)
 };
 // dim 64, hidden 176, 2 layers, 4 query and 4 KV heads of 16, vocab 256, seq_len 2048:
@@ -90,13 +91,14 @@ struct RunResult {
   // the first tenth of the requests until the last one arrived and none is left waiting.
   MemoryShares memory;
   double mean_slots_per_running = 0;  // allocated (used) slots per running sequence, time-weighted
-  // Parallel sampling: time-weighted blocks the sequences' tables name (what they would hold
-  // without sharing) and the blocks actually in use.
+  // Parallel sampling and beam search: time-weighted blocks the sequences' tables name (what
+  // they would hold without sharing) and the blocks actually in use.
   double logical_blocks = 0;
   double physical_blocks = 0;
 };
 
+// `n_samples` parallel samples, or beam search of `beam_width` (paged only; one of them is 1).
 RunResult run_stream(const Model& model, const PaperSetup& setup, KVReservation policy,
-                     const std::vector<BenchRequest>& requests, int n_samples = 1);
+                     const std::vector<BenchRequest>& requests, int n_samples = 1, int beam_width = 1);
 
 }  // namespace pagedkv::cli

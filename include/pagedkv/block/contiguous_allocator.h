@@ -12,28 +12,31 @@
 #include <map>
 #include <optional>
 
+#include "pagedkv/block/range_allocator.h"
+
 namespace pagedkv {
 
-class ContiguousAllocator {
+class ContiguousAllocator final : public RangeAllocator {
  public:
   // Manages ids [first, first + count). Throws ConfigError if count < 1 or first < 0.
   ContiguousAllocator(int32_t first, int32_t count);
 
   // The lowest-addressed free range of at least `length` ids (first fit), or nullopt when none
   // is long enough. Throws UsageError for length < 1.
-  std::optional<int32_t> allocate(int32_t length);
+  std::optional<int32_t> allocate(int32_t length) override;
   // Frees the range that allocate() returned starting at `start`; UsageError if there is none.
-  void free(int32_t start);
+  void free(int32_t start) override;
 
-  int32_t capacity() const { return count_; }
-  int32_t num_free() const { return num_free_; }
-  int32_t largest_free_run() const;
-  int num_allocated() const { return static_cast<int>(allocated_.size()); }
+  int32_t capacity() const override { return count_; }
+  int32_t max_allocation() const override { return count_; }
+  int32_t num_free() const override { return num_free_; }
+  int32_t largest_free_run() const override;
+  int num_allocated() const override { return static_cast<int>(allocated_.size()); }
   // Length of the allocated range starting at `start`, or 0.
-  int32_t allocated_length(int32_t start) const;
+  int32_t allocated_length(int32_t start) const override;
   // Free and allocated ranges tile [first, first + count) without overlap, free ranges are
   // coalesced (no two adjacent), and num_free() is their total. Throws InvariantError.
-  void check_invariants() const;
+  void check_invariants() const override;
 
  private:
   int32_t first_;

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "pagedkv/manager/kv_cache_manager.h"
@@ -52,6 +53,14 @@ struct GenerationRequest {
   SamplingParams sampling;
   StopConditions stop;
   int n = 1;                           // parallel samples sharing the prompt's blocks
+  // Beam search when > 1 (with n = 1, the paged reservation, no logprobs): every step keeps the
+  // beam_width continuations with the highest cumulative log-probability (sampling params are
+  // not used); beams share blocks through fork / copy-on-write, a dropped beam frees its own.
+  // A beam that meets a stop condition (a stop token, max_tokens, known_output_tokens) is a
+  // finished hypothesis and the beam narrows by one. The request reports once, at the end: its
+  // hypotheses best first, the best under the request's id (sample_index 0), the others with
+  // parent = the request's id and sample_index 1, 2, ...
+  int beam_width = 1;
   int priority = 0;                    // lower runs first
   std::string cache_salt;
   uint64_t lora_id = 0;
@@ -64,6 +73,7 @@ struct RequestOutput {
   RequestId id;
   RequestId parent{~0ull};             // for parallel samples 1..n-1: the request they forked from
   int sample_index = 0;
+  double cumulative_logprob = 0;       // beam search: the hypothesis's score (else 0)
   std::vector<TokenId> prompt;
   std::vector<TokenId> output;         // generated tokens (a finishing stop token excluded)
   bool finished = false;
@@ -158,7 +168,21 @@ class LLMEngine {
     bool has_first = false;
     bool scheduled = false;
   };
+  // A beam search request: its live beams (scheduler requests) and finished hypotheses.
+  struct BeamGroup {
+    int width = 1;
+    std::vector<RequestId> live;                            // beam order: who wins ties
+    std::unordered_map<RequestId, double> cumulative;       // live beams' scores
+    std::unordered_map<RequestId, std::vector<double>> pending;  // log_softmax at the current length
+    std::vector<RequestOutput> hypotheses;
+    std::optional<RequestOutput> failed;  // aborted or rejected: reported instead of hypotheses
+    int next_index = 1;
+  };
   RequestOutput make_output(const SchedulerRequest& r, bool finished);
+  // Steps every beam group whose live beams all hold their next-token log-probabilities.
+  void advance_beams();
+  // A finished beam member: records it in its group; the group's outputs once none is live.
+  void finish_beam(SchedulerRequest& r, std::vector<RequestOutput>& results);
   void sync_block_table_row(const SchedulerRequest& r, bool rewritten);
 
   EngineConfig config_;
@@ -175,6 +199,9 @@ class LLMEngine {
   std::vector<int> free_rows_;
   std::map<std::pair<uint64_t, int>, Sampler> samplers_;  // (root request, sample index)
   std::map<uint64_t, int> logprobs_;                      // root request -> top-k asked (absent: none)
+  std::map<uint64_t, BeamGroup> beams_;                   // root request -> its beams
+  std::unordered_map<RequestId, uint64_t> beam_root_;     // beam (live or finishing) -> root
+  std::unordered_set<RequestId> pruned_;                  // beams dropped, until their finish is seen
   // Logprobs of tokens sampled this step, until make_output hands them over.
   std::map<std::pair<uint64_t, int>, std::vector<TokenLogprobs>> pending_logprobs_;
   std::unordered_map<RequestId, Timing> timing_;

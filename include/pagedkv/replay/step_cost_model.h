@@ -2,11 +2,17 @@
 // linear prefill (GEMMs), quadratic prefill attention, and per-sequence and per-context-token
 // decode costs (reading weights is in the fixed part, reading KV in the per-token part).
 //
-//   step = overhead + prefill_tokens / prefill_tokens_per_s
-//        + prefill_token_pairs * prefill_attention_ms_per_mpair / 1e6     (pairs: new x context)
-//        + decode_seqs * decode_ms_per_seq
+//   step = linear + prefill_token_pairs * prefill_attention_ms_per_mpair / 1e6  (pairs: new x context)
 //        + decode_context_tokens * decode_attention_ms_per_ktoken / 1e3
 //        + swapped_blocks * swap_ms_per_block
+//   gemm   = prefill_tokens / prefill_tokens_per_s + decode_seqs * decode_ms_per_seq
+//   linear = overhead + gemm, or max(overhead, gemm) with overlap_weight_read
+//
+// overlap_weight_read is the roofline reading of a GPU decode step on one device: the overhead
+// is the time to stream the weights once, and the linear layers' matrix multiplies run while
+// they stream, so a step takes the longer of the two rather than their sum (until the batch's
+// FLOPs outgrow the weight read, adding sequences costs nothing there). Attention reads each
+// sequence's own KV in a separate kernel, so its terms still add.
 //
 // The presets are rough estimates from published hardware peaks (about half of peak FLOP/s and
 // of memory bandwidth), not measurements; give the coefficients on the command line to use
@@ -38,6 +44,7 @@ struct StepCostModel {
   double decode_ms_per_seq = 0.05;
   double decode_attention_ms_per_ktoken = 0.045;
   double swap_ms_per_block = 0.05;
+  bool overlap_weight_read = false;  // linear = max(overhead, gemm), not their sum (see above)
 
   double step_seconds(const StepWork& w) const;
   void validate() const;  // ConfigError naming the bad coefficient

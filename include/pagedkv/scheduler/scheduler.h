@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "pagedkv/block/contiguous_allocator.h"
+#include "pagedkv/block/range_allocator.h"
 #include "pagedkv/manager/kv_cache_manager.h"
 #include "pagedkv/scheduler/kv_memory_breakdown.h"
 #include "pagedkv/scheduler/scheduler_config.h"
@@ -49,6 +49,8 @@ struct SchedulerOutput {
 
 // Tokens sampled for one chunk that samples: the request's own, plus one per child to fork
 // (parallel sampling: on the parent's first sample, n - 1 more draws from the same logits).
+// A negative token appends nothing: the request holds (a beam waiting for its siblings' logits)
+// and is not scheduled again until a token is appended (append_token).
 struct SampledTokens {
   TokenId token = -1;
   std::vector<TokenId> fork_tokens;
@@ -94,6 +96,17 @@ class Scheduler {
   // Returns the requests that finished (including aborted/rejected since the last call).
   std::vector<SchedulerRequest*> update(const SchedulerOutput& output, const std::vector<SampledTokens>& sampled);
 
+  // Beam search (the engine drives it): `from` (running, every token computed) forks a child
+  // that shares all its blocks (copy-on-write) and continues with `token`; the child is
+  // reported under `root` as `sample_index`. Returns the child (finished already if `token`
+  // met a stop condition).
+  SchedulerRequest* fork_request(SchedulerRequest& from, RequestId root, int sample_index, TokenId token);
+  // Appends a token chosen outside update() (a beam's) and checks the stop conditions; true if
+  // that finished the request.
+  bool append_token(SchedulerRequest& r, TokenId token);
+  // Requests finished since the last update() or take_finished() (aborts, append_token, forks).
+  std::vector<SchedulerRequest*> take_finished();
+
   // KV tiers below the device (may be null). With tiers, waiting requests' prefixes continue into
   // the host and disk tiers (a request whose blocks are still loading waits while others are
   // admitted), and swap preemption goes through the tiers instead of the SwapSpace.
@@ -122,7 +135,7 @@ class Scheduler {
   // Reservation policies: blocks held by reservations (0 when paged), and the allocator of ranges
   // (null when paged).
   int reserved_blocks_in_use() const { return ranges_ ? ranges_->capacity() - ranges_->num_free() : 0; }
-  const ContiguousAllocator* reservations() const { return ranges_ ? &*ranges_ : nullptr; }
+  const RangeAllocator* reservations() const { return ranges_.get(); }
   // Where the device pool's slots are now (the paper's Fig. 2 categories). O(blocks in use).
   KVMemoryBreakdown memory_breakdown() const;
   // Deferred swap copies consistent with the swapped requests and the device cache, and (with a
@@ -161,7 +174,7 @@ class Scheduler {
   uint64_t next_child_id_ = 1ull << 62;
   bool admitting_ = true;
   TieredKVCache* tiers_ = nullptr;
-  std::optional<ContiguousAllocator> ranges_;  // block ids 1..; only with a reservation policy
+  std::unique_ptr<RangeAllocator> ranges_;  // block ids 1..; only with a reservation policy
   struct DeferredSwapCopy {
     SchedulerRequest* owner = nullptr;
     int index = 0;

@@ -3,6 +3,7 @@
 
 #include <string_view>
 
+#include "pagedkv/block/range_allocator.h"
 #include "pagedkv/scheduler/kv_reservation.h"
 
 namespace pagedkv {
@@ -36,6 +37,9 @@ struct SchedulerConfig {
   // reserve each request's sequence contiguously at admission (the PagedAttention paper's Orca
   // baselines: no paging, no preemption, no prefix sharing, no parallel sampling).
   KVReservation kv_reservation = KVReservation::kPaged;
+  // How those contiguous ranges are placed (block/range_allocator.h): first fit, or the buddy
+  // system that the paper's Orca baselines assume. Ignored when paged.
+  RangeAllocation range_allocation = RangeAllocation::kFirstFit;
   void validate() const;  // throws ConfigError
 };
 
