@@ -88,6 +88,7 @@ KVCacheManager::KVCacheManager(KVCacheManagerConfig config)
   block_size_ = config_.cache.block_size();
   hit_alignment_ = cacheable_block_lcm(config_.cache);
   num_groups_ = static_cast<int>(config_.cache.groups.size());
+  stats_.num_groups = num_groups_;
   no_new_blocks_.emplace().num_groups = num_groups_;
   all_full_attention_ = std::all_of(config_.cache.groups.begin(), config_.cache.groups.end(),
                                     [](const KVCacheGroupSpec& g) { return g.spec.kind == AttentionKind::kFull; });

@@ -99,6 +99,7 @@ struct PrefixCacheStats {
   uint64_t preempted_requests = 0;
   uint64_t preempted_queries = 0;
   uint64_t preempted_hits = 0;
+  int num_groups = 0;  // entries of the per-group arrays below in use
   // Per KV-cache group (lookups by requests never preempted): the tokens each group confirmed
   // on its own, and the lookups whose hit that group cut short (hybrid models: which group
   // limits the prefix cache).
