@@ -90,6 +90,7 @@ KVCacheManager::KVCacheManager(KVCacheManagerConfig config)
   num_groups_ = static_cast<int>(config_.cache.groups.size());
   stats_.num_groups = num_groups_;
   no_new_blocks_.emplace().num_groups = num_groups_;
+  no_new_blocks_->blocks = no_block_views_;
   all_full_attention_ = std::all_of(config_.cache.groups.begin(), config_.cache.groups.end(),
                                     [](const KVCacheGroupSpec& g) { return g.spec.kind == AttentionKind::kFull; });
   const int usable_tokens = (config_.cache.num_blocks - 1) * block_size_;
@@ -404,8 +405,10 @@ void KVCacheManager::cache_full_blocks(int g, const Request& request, RequestBlo
   const auto& blocks = state.blocks[gi];
   if (retains_checkpoints(g)) {
     // Only blocks a lookup can reach: checkpoints, and the window before the current end (the
-    // sequence's last checkpoint if it ends here; dropped when it slides out otherwise).
-    const int end_window = num_full - window_blocks(g);
+    // sequence's last checkpoint if it ends here; dropped when it slides out otherwise), that
+    // end taken at a hit point (a multiple of every group's block size).
+    const int bs = spec(g).block_size;
+    const int end_window = std::min(num_full, num_tokens / hit_alignment_ * hit_alignment_ / bs) - window_blocks(g);
     for (int i = num_cached; i < num_full; ++i) {
       const BlockId b = blocks[static_cast<size_t>(i)];
       if (b == pool_.null_block()) continue;
@@ -529,8 +532,9 @@ std::optional<NewBlocks> KVCacheManager::allocate_slots(Request& request, int nu
   }
   for (int g = 0; g < num_groups(); ++g) {
     const auto gi = static_cast<size_t>(g);
-    result.blocks[gi] = std::span<const BlockId>(state->blocks[gi]).subspan(first_new[gi]);
+    new_block_views_[gi] = std::span<const BlockId>(state->blocks[gi]).subspan(first_new[gi]);
   }
+  result.blocks = new_block_views_;
   result.table_rewritten = table_rewritten_;
   return result;
 }
@@ -544,11 +548,13 @@ bool KVCacheManager::free(const Request& request) {
       pool_.free_blocks_tail_first(blocks);
       continue;
     }
-    // The window before the aligned end of what was cached is the sequence's last reachable
-    // hit point (the next turn of a conversation extends it): a checkpoint. Everything else the
-    // table still holds (partial or uncomputed blocks) is worthless to a lookup.
-    const int cached = entry->num_cached[static_cast<size_t>(g)];
-    for (int i = std::max(0, cached - window_blocks(g)); i < cached; ++i) pool_.mark_window_checkpoint(blocks[static_cast<size_t>(i)]);
+    // The window before the aligned end of what was cached (a hit point: a multiple of every
+    // group's block size) is the sequence's last reachable hit point (the next turn of a
+    // conversation extends it): a checkpoint. Everything else the table still holds (partial or
+    // uncomputed blocks) is worthless to a lookup.
+    const int bs = spec(g).block_size;
+    const int end = entry->num_cached[static_cast<size_t>(g)] * bs / hit_alignment_ * hit_alignment_ / bs;
+    for (int i = std::max(0, end - window_blocks(g)); i < end; ++i) pool_.mark_window_checkpoint(blocks[static_cast<size_t>(i)]);
     std::reverse(blocks.begin(), blocks.end());  // tail first; the table is released below
     pool_.free_window_blocks(blocks);
   }

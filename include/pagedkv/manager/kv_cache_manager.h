@@ -80,10 +80,12 @@ struct ComputedBlocks {
 };
 
 // The blocks an allocate_slots call added, per group: views into the request's block tables,
-// valid until the next call that changes that request.
+// valid until the next call that changes that request. The list of views (kMaxKVCacheGroups of
+// them, empty past num_groups) is the manager's, valid until its next allocate_slots call: the
+// answer stays a few bytes however many groups there may be (a decode step copies it).
 struct NewBlocks {
   int num_groups = 0;
-  std::array<std::span<const BlockId>, kMaxKVCacheGroups> blocks;
+  std::span<const std::span<const BlockId>> blocks;
   // Entries before the new blocks changed (copy-on-write, sliding-window release): a worker-side
   // table must re-read the whole row, not just append.
   bool table_rewritten = false;
@@ -297,6 +299,9 @@ class KVCacheManager {
   uint64_t steady_state_calls_ = 0;
   mutable uint64_t window_probes_ = 0;  // find_sliding_window_hit's probes since the last lookup
   std::optional<NewBlocks> no_new_blocks_;  // the steady-state answer: no group gained a block
+  // What NewBlocks::blocks views: the last general call's new blocks, and no blocks at all.
+  std::array<std::span<const BlockId>, kMaxKVCacheGroups> new_block_views_{};
+  const std::array<std::span<const BlockId>, kMaxKVCacheGroups> no_block_views_{};
   bool all_full_attention_ = false;  // every group is full attention (the fast path's domain)
 };
 
