@@ -119,6 +119,9 @@ void bind_blocks(py::module_& m) {
       .def_readonly("token_count", &KVEvent::token_count)
       .def_property_readonly("block_id", [](const KVEvent& e) { return e.block.value; })
       .def_readonly("group", &KVEvent::group)
+      .def_property_readonly("attention_kind", [](const KVEvent& e) { return std::string(attention_kind_name(e.attention_kind)); },
+                             "The group's kind: 'full', 'sliding_window' or 'cross_attention'.")
+      .def_readonly("sliding_window", &KVEvent::sliding_window, "The group's window in tokens (0 unless sliding).")
       .def_property_readonly("reason", [](const KVEvent& e) { return std::string(removal_reason_name(e.reason)); },
                              "Removed events: 'evicted' or 'reset'; otherwise 'none'.")
       .def_property_readonly("medium", [](const KVEvent& e) { return std::string(medium_name(e.medium)); },
@@ -134,6 +137,14 @@ void bind_blocks(py::module_& m) {
       .def_readonly("evictions", &BlockPoolStats::evictions, "Cached blocks whose content was dropped to reuse them.")
       .def_readonly("cached_blocks_stored", &BlockPoolStats::cached_blocks_stored)
       .def_readonly("reset_removals", &BlockPoolStats::reset_removals)
+      .def_readonly("evicted_entries", &BlockPoolStats::evicted_entries,
+                    "Evictions that dropped the last cached copy of a content.")
+      .def_readonly("window_checkpoints_retained", &BlockPoolStats::window_checkpoints_retained,
+                    "Sliding-window blocks freed as retention checkpoints (kept cached, at the back).")
+      .def_readonly("window_blocks_slid_out", &BlockPoolStats::window_blocks_slid_out,
+                    "Sliding-window blocks that left the window uncached, to the front of the free queue.")
+      .def_readonly("window_checkpoints_evicted", &BlockPoolStats::window_checkpoints_evicted,
+                    "Retention checkpoints later evicted to reuse their block.")
       .def("__repr__", [](const BlockPoolStats& s) {
         return fmt::format("BlockPoolStats(allocated_blocks={}, evictions={}, cached_blocks_stored={}, reset_removals={})",
                            s.allocated_blocks, s.evictions, s.cached_blocks_stored, s.reset_removals);

@@ -211,6 +211,16 @@ void bind_results(py::module_& m) {
       .def_readonly("num_computed_tokens", &ComputedBlocks::num_computed_tokens, "Tokens the blocks cover.")
       .def_readonly("num_groups", &ComputedBlocks::num_groups)
       .def("get_block_ids", &computed_block_ids, "Block ids per group: tuple[list[int], ...].")
+      .def_property_readonly("group_hit_tokens",
+                             [](const ComputedBlocks& c) {
+                               return std::vector<int>(c.group_hit_tokens.begin(), c.group_hit_tokens.begin() + c.num_groups);
+                             },
+                             "Per group: the prefix it confirmed on its own (hybrid models; list[int]).")
+      .def_property_readonly("limiting_group",
+                             [](const ComputedBlocks& c) {
+                               return c.limiting_group < 0 ? py::object(py::none()) : py::object(py::int_(c.limiting_group));
+                             },
+                             "The group that cut the hit short of the others' (None: none did).")
       .def("__repr__", [](const ComputedBlocks& c) {
         return fmt::format("KVCacheBlocks(num_groups={}, num_blocks={}, num_computed_tokens={})", c.num_groups,
                            c.blocks[0].size(), c.num_computed_tokens);
@@ -228,6 +238,18 @@ void bind_results(py::module_& m) {
       .def_readonly("preempted_queries", &PrefixCacheStats::preempted_queries)
       .def_readonly("preempted_hits", &PrefixCacheStats::preempted_hits)
       .def_property_readonly("hit_rate", &PrefixCacheStats::hit_rate, "hits / queries (preempted lookups excluded).")
+      .def_property_readonly("group_hit_tokens",
+                             [](const PrefixCacheStats& s) {
+                               return std::vector<uint64_t>(s.group_hit_tokens.begin(), s.group_hit_tokens.begin() + s.num_groups);
+                             },
+                             "Per group: tokens it confirmed on its own, summed over lookups (list[int]).")
+      .def_property_readonly("limited_by_group",
+                             [](const PrefixCacheStats& s) {
+                               return std::vector<uint64_t>(s.limited_by_group.begin(), s.limited_by_group.begin() + s.num_groups);
+                             },
+                             "Per group: lookups whose hit that group cut short (list[int]).")
+      .def_readonly("window_search_probes", &PrefixCacheStats::window_search_probes,
+                    "Cache probes of the sliding-window groups' right-to-left search.")
       .def("__repr__", [](const PrefixCacheStats& s) {
         return fmt::format("PrefixCacheStats(requests={}, queries={}, hits={}, hit_rate={:.4f}, preempted_requests={}, "
                            "preempted_queries={}, preempted_hits={})",
@@ -356,6 +378,13 @@ void bind_kv_cache_manager(py::module_& m) {
            "Drops every cached entry not in use; truthy when the cache is now empty.")
       .def_property_readonly("num_cached_blocks", [](const M& self) { return self.manager.pool().num_cached_blocks(); })
       .def_property_readonly("prefix_cache_stats", [](const M& self) { return self.manager.prefix_cache_stats(); })
+      .def("group_block_size", [](const M& self, int group) {
+             if (group < 0 || group >= self.manager.num_groups())
+               throw UsageError(fmt::format("group {} out of range [0, {})", group, self.manager.num_groups()));
+             return self.manager.group_block_size(group);
+           }, py::arg("group"), "Tokens a block of that group holds (groups may differ: pages match).")
+      .def_property_readonly("hit_alignment", [](const M& self) { return self.manager.hit_alignment(); },
+                             "Prefix hits are multiples of this many tokens (the lcm of the groups' block sizes).")
       .def_property_readonly("pool_stats", [](const M& self) { return self.manager.pool().stats(); },
                              "allocated_blocks, evictions, cached_blocks_stored, reset_removals.")
       .def("take_events", [](M& self) { return self.manager.take_events(); },

@@ -22,6 +22,10 @@ BlockPool::BlockPool(BlockPoolOptions options)
     throw ConfigError(fmt::format("a block pool needs at least 2 blocks (block 0 is the reserved null block), got {}",
                                   options.num_blocks));
   if (block_size_ <= 0) throw ConfigError(fmt::format("block_size must be positive, got {}", block_size_));
+  for (const KVCacheSpec& g : group_specs_)
+    if (g.block_size <= 0 || g.block_size > block_size_)
+      throw ConfigError(fmt::format("a group's block size must be in [1, {}] (the pool's largest block), got {}",
+                                    block_size_, g.block_size));
   if (policy_) policy_->attach(blocks_);
   for (size_t i = 0; i < blocks_.size(); ++i) blocks_[i].id = BlockId{static_cast<int32_t>(i)};
   blocks_[0].is_null = true;  // block tables point here for skipped (out-of-window) positions
@@ -130,12 +134,13 @@ void BlockPool::cache_block(BlockId id, const BlockContentKey& key) {
   if (b.is_null || b.ref_cnt <= 0)
     throw UsageError(fmt::format("cache_block: block {} is not held by any request", id.value));
   if (b.has_hash) return;  // already registered (e.g. shared after a fork)
-  if (key.tokens.size() != static_cast<size_t>(block_size_))
-    throw UsageError(fmt::format("cache_block: only full blocks are cached ({} tokens given, block size {})",
-                                 key.tokens.size(), block_size_));
+  const int group_tokens = group_block_size(key.group);
+  if (key.tokens.size() != static_cast<size_t>(group_tokens))
+    throw UsageError(fmt::format("cache_block: only full blocks are cached ({} tokens given, block size {} in group {})",
+                                 key.tokens.size(), group_tokens, key.group));
   size_t i = static_cast<size_t>(id.value);
   TokenId* content = tokens_.data() + i * static_cast<size_t>(block_size_);
-  if (block_size_ == 16)  // the common block size: a fixed-size copy compiles to a few moves, no libc call
+  if (group_tokens == 16)  // the common block size: a fixed-size copy compiles to a few moves, no libc call
     std::memcpy(content, key.tokens.data(), 16 * sizeof(TokenId));
   else
     std::memcpy(content, key.tokens.data(), key.tokens.size() * sizeof(TokenId));
@@ -149,7 +154,7 @@ void BlockPool::cache_block(BlockId id, const BlockContentKey& key) {
   b.has_hash = true;
   b.window_checkpoint = false;
   b.group = key.group;
-  b.num_tokens = block_size_;
+  b.num_tokens = group_tokens;
   b.hit_count = 0;
   b.next_same_hash = kNoLink;
   const int32_t head = cache_map_.find_or_insert(map_key(key.hash, key.group), id.value);
@@ -173,7 +178,7 @@ void BlockPool::cache_block(BlockId id, const BlockContentKey& key) {
     e.hash = key.hash;
     e.parent_hash = key.parent;
     e.has_parent = key.parent_block != kNoLink;  // a request's first block has none (vLLM: None)
-    e.token_count = block_size_;
+    e.token_count = group_tokens;
     e.block = id;
     fill_group(e, key.group);
     events_.push_back(e);
@@ -237,8 +242,10 @@ ResetResult BlockPool::reset_prefix_cache() {
 }
 
 std::span<const TokenId> BlockPool::cached_tokens(BlockId id) const {
+  const KVCacheBlock& b = block(id);
+  const int n = b.has_hash ? b.num_tokens : block_size_;
   return std::span<const TokenId>(tokens_).subspan(static_cast<size_t>(id.value) * static_cast<size_t>(block_size_),
-                                                   static_cast<size_t>(block_size_));
+                                                   static_cast<size_t>(n));
 }
 
 std::vector<KVEvent> BlockPool::take_events() {

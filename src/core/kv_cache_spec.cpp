@@ -26,6 +26,19 @@ void KVCacheSpec::validate() const {
                                   sliding_window));
 }
 
+int KVCacheConfig::block_size() const {
+  int smallest = 0;
+  for (const auto& g : groups)
+    if (smallest == 0 || g.spec.block_size < smallest) smallest = g.spec.block_size;
+  return smallest;
+}
+
+int KVCacheConfig::max_block_size() const {
+  int largest = 0;
+  for (const auto& g : groups) largest = std::max(largest, g.spec.block_size);
+  return largest;
+}
+
 size_t KVCacheConfig::bytes_per_block() const {
   size_t bytes = 0;
   for (const auto& g : groups)
@@ -40,9 +53,12 @@ void KVCacheConfig::validate() const {
   for (const auto& g : groups) {
     g.spec.validate();
     if (g.num_layers <= 0) throw ConfigError(fmt::format("num_layers must be positive, got {}", g.num_layers));
-    if (g.spec.block_size != block_size())
-      throw ConfigError(fmt::format("all KV cache groups must share one block size ({} vs {})",
-                                    g.spec.block_size, block_size()));
+  }
+  // Checked after every spec: block_size() of a group with a non-positive size means nothing.
+  for (const auto& g : groups) {
+    if (g.spec.block_size % block_size() != 0)
+      throw ConfigError(fmt::format("every KV cache group's block size must be a multiple of the smallest ({}), got {}",
+                                    block_size(), g.spec.block_size));
   }
 }
 

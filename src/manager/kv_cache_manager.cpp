@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <numeric>
 
 #include "pagedkv/core/error.h"
 
@@ -10,6 +11,15 @@ namespace pagedkv {
 namespace {
 
 int cdiv(int a, int b) { return (a + b - 1) / b; }
+
+// The least common multiple of the cacheable groups' block sizes (every one a multiple of the
+// smallest, so this is at most their product over it).
+int cacheable_block_lcm(const KVCacheConfig& c) {
+  int l = 1;
+  for (const auto& g : c.groups)
+    if (g.spec.kind != AttentionKind::kCrossAttention) l = std::lcm(l, g.spec.block_size);
+  return l;
+}
 
 // Walks over a request's blocks (lookup, caching) prefetch the pool records of the block this
 // many positions ahead, so that its cache misses overlap this block's work (a distance of 2
@@ -28,15 +38,15 @@ BlockPoolOptions pool_options(KVCacheManagerConfig& c) {
   if (c.watermark < 0.0 || c.watermark >= 1.0)
     throw ConfigError(fmt::format("watermark must be in [0, 1), got {}", c.watermark));
   if (c.sliding_window_checkpoint_interval < 0 ||
-      c.sliding_window_checkpoint_interval % c.cache.block_size() != 0)
+      c.sliding_window_checkpoint_interval % cacheable_block_lcm(c.cache) != 0)
     throw ConfigError(fmt::format("sliding_window_checkpoint_interval must be a non-negative multiple of the block size {}, got {}",
-                                  c.cache.block_size(), c.sliding_window_checkpoint_interval));
+                                  cacheable_block_lcm(c.cache), c.sliding_window_checkpoint_interval));
   if (c.max_num_batched_tokens < 0)
     throw ConfigError(fmt::format("max_num_batched_tokens must not be negative, got {}", c.max_num_batched_tokens));
   BlockPoolOptions o;
   o.num_blocks = c.cache.num_blocks;
   for (const auto& g : c.cache.groups) o.group_specs.push_back(g.spec);
-  o.block_size = c.cache.block_size();
+  o.block_size = c.cache.max_block_size();
   o.enable_caching = c.enable_caching;
   o.enable_events = c.enable_events;
   o.policy = std::move(c.eviction_policy);
@@ -76,8 +86,11 @@ KVCacheManager::KVCacheManager(KVCacheManagerConfig config)
       pool_(pool_options(config_)),
       hasher_(make_hasher(config_)) {
   block_size_ = config_.cache.block_size();
+  hit_alignment_ = cacheable_block_lcm(config_.cache);
   num_groups_ = static_cast<int>(config_.cache.groups.size());
+  stats_.num_groups = num_groups_;
   no_new_blocks_.emplace().num_groups = num_groups_;
+  no_new_blocks_->blocks = no_block_views_;
   all_full_attention_ = std::all_of(config_.cache.groups.begin(), config_.cache.groups.end(),
                                     [](const KVCacheGroupSpec& g) { return g.spec.kind == AttentionKind::kFull; });
   const int usable_tokens = (config_.cache.num_blocks - 1) * block_size_;
@@ -98,7 +111,7 @@ KVCacheManager::RequestBlocks& KVCacheManager::add_entry(RequestId id) {
     slot = static_cast<uint32_t>(entries_.size());
     RequestBlocks& fresh = entries_.emplace_back();
     for (int g = 0; g < num_groups(); ++g)
-      fresh.blocks[static_cast<size_t>(g)].reserve(static_cast<size_t>(cdiv(max_model_len_, block_size_)));
+      fresh.blocks[static_cast<size_t>(g)].reserve(static_cast<size_t>(cdiv(max_model_len_, spec(g).block_size)));
   } else {
     slot = released_entries_.back();
     released_entries_.pop_back();
@@ -123,7 +136,7 @@ void KVCacheManager::release_entry(RequestBlocks& entry) {
   if (spare_index_nodes_.size() < kMaxSpareRequests) spare_index_nodes_.push_back(std::move(node));
   for (auto& b : entry.blocks) b.clear();
   entry.num_cached = {};
-  entry.divergence_block = 0;
+  entry.divergence_tokens = 0;
   entry.may_share_writable = false;
   entry.live = false;
   released_entries_.push_back(slot_of(entry));
@@ -149,13 +162,18 @@ void KVCacheManager::hash_requests(std::span<Request* const> requests) {
 
 // Inline: built once per block of every lookup and every caching.
 inline BlockContentKey KVCacheManager::content_key(const Request& request, int g, int i, int32_t parent_block) const {
-  const size_t idx = static_cast<size_t>(i);
+  // Group g's block i is hash blocks [i * r, (i + 1) * r): named by the last one's chained hash,
+  // its parent the hash before the first (r = 1 with one block size).
+  const int r = hash_ratio(g);
+  const size_t last = static_cast<size_t>((i + 1) * r - 1);
+  const size_t bs = static_cast<size_t>(spec(g).block_size);
   BlockContentKey key;
-  key.hash = request.block_hashes[idx];
-  key.parent = i == 0 ? hasher_.root() : request.block_hashes[idx - 1];
-  key.tokens = std::span<const TokenId>(request.tokens).subspan(idx * static_cast<size_t>(block_size_),
-                                                                static_cast<size_t>(block_size_));
-  key.extra_digest = request.block_extra_digests[idx];
+  key.hash = request.block_hashes[last];
+  key.parent = i == 0 ? hasher_.root() : request.block_hashes[static_cast<size_t>(i * r - 1)];
+  key.tokens = std::span<const TokenId>(request.tokens).subspan(static_cast<size_t>(i) * bs, bs);
+  key.extra_digest = request.block_extra_digests[last];
+  for (int k = 1; k < r; ++k)  // every hash block's extra keys, not only the last one's
+    key.extra_digest = key.extra_digest * 0x9E3779B97F4A7C15ull ^ request.block_extra_digests[last - static_cast<size_t>(k)];
   key.group = static_cast<uint16_t>(g);
   key.parent_block = parent_block;
   return key;
@@ -164,11 +182,11 @@ inline BlockContentKey KVCacheManager::content_key(const Request& request, int g
 int KVCacheManager::find_longest_cache_hit(int g, const Request& request, int max_length,
                                            std::vector<BlockId>& out) const {
   out.clear();
-  const int max_blocks = std::min(max_length / block_size_, static_cast<int>(request.block_hashes.size()));
+  const int max_blocks = std::min(max_length / spec(g).block_size, hashed_blocks(g, request));
   if (spec(g).kind == AttentionKind::kFull) {
     for (int i = 0; i < max_blocks; ++i) {
       if (i + kPrefetchDistance < max_blocks)
-        pool_.prefetch_lookup(request.block_hashes[static_cast<size_t>(i + kPrefetchDistance)], static_cast<uint16_t>(g));
+        pool_.prefetch_lookup(group_block_hash(request, g, i + kPrefetchDistance), static_cast<uint16_t>(g));
       auto hit = pool_.find_cached(content_key(request, g, i, i == 0 ? kNoLink : out.back().value));
       if (!hit) break;
       out.push_back(*hit);
@@ -213,15 +231,61 @@ bool KVCacheManager::is_window_checkpoint(int g, const Request& request, const R
   // Block i is in the window before hit point P (in blocks) when i + 1 <= P <= i + needed.
   const int needed = window_blocks(g);
   if (needed == 0) return false;
+  // Hit points are multiples of hit_alignment() tokens: a point in blocks of this group.
+  const int bs = spec(g).block_size;
+  const auto hit_point = [&](int tokens) { return tokens / hit_alignment_ * hit_alignment_ / bs; };
   // The prompt's aligned end, and the start of its last block: where a request repeating the
   // prompt (lookups stop one token short) or editing its last block hits.
-  const int prompt_end = request.num_prompt_tokens / block_size_;
-  const int last_block = std::max(0, request.num_prompt_tokens - 1) / block_size_;
+  const int prompt_end = hit_point(request.num_prompt_tokens);
+  const int last_block = hit_point(std::max(0, request.num_prompt_tokens - 1));
   if (i + 1 <= prompt_end && prompt_end <= i + needed) return true;
   if (i + 1 <= last_block && last_block <= i + needed) return true;
-  if (state.divergence_block > 0 && i + 1 <= state.divergence_block && state.divergence_block <= i + needed) return true;
-  const int interval = config_.sliding_window_checkpoint_interval / block_size_;
+  const int divergence = hit_point(state.divergence_tokens);
+  if (divergence > 0 && i + 1 <= divergence && divergence <= i + needed) return true;
+  const int interval = config_.sliding_window_checkpoint_interval / bs;
   return interval > 0 && (i + needed) / interval >= cdiv(i + 1, interval);
+}
+
+int KVCacheManager::find_common_hit(const Request& request, int max_tokens, ComputedBlocks& out) const {
+  const auto align = [&](int tokens) { return tokens / hit_alignment_ * hit_alignment_; };
+  // First every group on its own (what it would confirm alone: group_hit_tokens).
+  std::array<int, kMaxKVCacheGroups> confirmed{};
+  int hit = -1, most = 0;
+  for (int g = 0; g < num_groups(); ++g) {
+    if (!cacheable(g)) continue;
+    const auto gi = static_cast<size_t>(g);
+    confirmed[gi] = find_longest_cache_hit(g, request, max_tokens, out.blocks[gi]) * spec(g).block_size;
+    out.group_hit_tokens[gi] = confirmed[gi];
+    if (hit < 0 || confirmed[gi] < hit) {
+      hit = confirmed[gi];
+      out.limiting_group = g;
+    }
+    most = std::max(most, confirmed[gi]);
+  }
+  if (hit < 0) return 0;  // no cacheable group
+  if (most == hit) out.limiting_group = -1;  // the groups agree: none cut the others short
+  hit = align(hit);
+  // Then the fixed point: a full group's prefix shortens by truncation; a sliding group must
+  // find a window ending exactly at the shorter point, and may confirm less there.
+  for (bool reduced = true; reduced;) {
+    reduced = false;
+    for (int g = 0; g < num_groups(); ++g) {
+      const auto gi = static_cast<size_t>(g);
+      if (!cacheable(g) || confirmed[gi] == hit) continue;
+      if (spec(g).kind == AttentionKind::kFull) {
+        out.blocks[gi].resize(static_cast<size_t>(hit / spec(g).block_size));
+        confirmed[gi] = hit;
+        continue;
+      }
+      confirmed[gi] = find_longest_cache_hit(g, request, hit, out.blocks[gi]) * spec(g).block_size;
+      if (confirmed[gi] < hit) {
+        hit = align(confirmed[gi]);
+        out.limiting_group = g;
+        reduced = true;
+      }
+    }
+  }
+  return hit;
 }
 
 void KVCacheManager::get_computed_blocks(Request& request, ComputedBlocks& out) {
@@ -229,32 +293,8 @@ void KVCacheManager::get_computed_blocks(Request& request, ComputedBlocks& out) 
   out.num_groups = num_groups();
   if (!pool_.caching_enabled() || request.skip_prefix_cache || request.num_tokens() == 0) return;
   hash_request(request);
-  // Each group may only confirm a shorter prefix than the others; iterate to the common length.
-  int hit = request.num_tokens() - 1;
-  bool any_cacheable = false;
   window_probes_ = 0;
-  bool first_pass = true;
-  for (bool reduced = true; reduced; first_pass = false) {
-    reduced = false;
-    for (int g = 0; g < num_groups(); ++g) {
-      if (!cacheable(g)) continue;
-      any_cacheable = true;
-      const int cap = first_pass ? request.num_tokens() - 1 : hit;
-      const int len = find_longest_cache_hit(g, request, cap, out.blocks[static_cast<size_t>(g)]) * block_size_;
-      if (first_pass) out.group_hit_tokens[static_cast<size_t>(g)] = len;
-      if (len < hit) {
-        if (g > 0 || !first_pass) out.limiting_group = g;
-        hit = len;
-        reduced = num_groups() > 1;
-      }
-    }
-  }
-  if (!any_cacheable) hit = 0;
-  // Group 0's first answer sets `hit` without cutting anything short unless another group agrees.
-  if (out.limiting_group < 0 && num_groups() > 1 && hit < request.num_tokens() - 1) {
-    for (int g = 1; g < num_groups(); ++g)
-      if (cacheable(g) && out.group_hit_tokens[static_cast<size_t>(g)] > hit) out.limiting_group = 0;
-  }
+  const int hit = find_common_hit(request, request.num_tokens() - 1, out);
   out.num_computed_tokens = hit;
   stats_.window_search_probes += window_probes_;
   if (request.num_preemptions > 0) {
@@ -282,17 +322,18 @@ ComputedBlocks KVCacheManager::get_computed_blocks(Request& request) {
 int KVCacheManager::blocks_needed(int g, const Request& request, const RequestBlocks* state, int num_tokens,
                                   std::span<const BlockId> new_computed, int num_computed_tokens) const {
   const auto gi = static_cast<size_t>(g);
+  const int bs = spec(g).block_size;
   const int held = state ? static_cast<int>(state->blocks[gi].size()) : 0;
   if (spec(g).kind == AttentionKind::kCrossAttention)
-    return held > 0 ? 0 : cdiv(request.num_encoder_tokens, block_size_);
-  const int required = cdiv(num_tokens, block_size_);
+    return held > 0 ? 0 : cdiv(request.num_encoder_tokens, bs);
+  const int required = cdiv(num_tokens, bs);
   int n = std::max(0, required - static_cast<int>(new_computed.size()) - held);
   for (BlockId b : new_computed) {
     const KVCacheBlock& blk = pool_.block(b);
     if (!blk.is_null && blk.ref_cnt == 0) ++n;  // touching it takes it out of the free set
   }
   if (state && state->may_share_writable) {  // copy-on-write: a shared block to be written needs a private copy
-    for (int i = num_computed_tokens / block_size_; i < held; ++i) {
+    for (int i = num_computed_tokens / bs; i < held; ++i) {
       const KVCacheBlock& blk = pool_.block(state->blocks[gi][static_cast<size_t>(i)]);
       if (!blk.is_null && blk.ref_cnt > 1) ++n;
     }
@@ -321,7 +362,7 @@ void KVCacheManager::remove_skipped_blocks(int g, RequestBlocks& state, int num_
   if (spec(g).kind != AttentionKind::kSlidingWindow) return;
   // Tokens before (num_computed - window + 1) are never attended to again.
   const int last_useful_token = num_computed_tokens - spec(g).sliding_window + 1;
-  const int last_useful_block = last_useful_token / block_size_;
+  const int last_useful_block = last_useful_token / spec(g).block_size;
   auto& blocks = state.blocks[static_cast<size_t>(g)];
   scratch_blocks_.clear();
   for (int i = std::min(last_useful_block, static_cast<int>(blocks.size())) - 1; i >= 0; --i) {
@@ -339,7 +380,8 @@ void KVCacheManager::remove_skipped_blocks(int g, RequestBlocks& state, int num_
 
 void KVCacheManager::copy_on_write(int g, RequestBlocks& state, int num_computed_tokens) {
   auto& blocks = state.blocks[static_cast<size_t>(g)];
-  for (int i = num_computed_tokens / block_size_; i < static_cast<int>(blocks.size()); ++i) {
+  const int bs = spec(g).block_size;
+  for (int i = num_computed_tokens / bs; i < static_cast<int>(blocks.size()); ++i) {
     BlockId& b = blocks[static_cast<size_t>(i)];
     const KVCacheBlock& blk = pool_.block(b);
     if (blk.is_null || blk.ref_cnt <= 1) continue;
@@ -347,7 +389,7 @@ void KVCacheManager::copy_on_write(int g, RequestBlocks& state, int num_computed
     pool_.allocate(1, scratch_blocks_);  // counted by blocks_needed: cannot fail
     const BlockId fresh = scratch_blocks_.front();
     // Only a block that already holds computed tokens has bytes worth copying.
-    if (i * block_size_ < num_computed_tokens) pending_copies_.emplace_back(b, fresh);
+    if (i * bs < num_computed_tokens) pending_copies_.emplace_back(b, fresh);
     const BlockId old = b;
     b = fresh;
     pool_.free_blocks(std::span<const BlockId>(&old, 1));  // others still hold it
@@ -357,14 +399,16 @@ void KVCacheManager::copy_on_write(int g, RequestBlocks& state, int num_computed
 
 void KVCacheManager::cache_full_blocks(int g, const Request& request, RequestBlocks& state, int num_tokens) {
   const auto gi = static_cast<size_t>(g);
-  const int num_full = std::min(num_tokens / block_size_, static_cast<int>(request.block_hashes.size()));
+  const int num_full = std::min(num_tokens / spec(g).block_size, hashed_blocks(g, request));
   int& num_cached = state.num_cached[gi];
   if (num_cached >= num_full) return;
   const auto& blocks = state.blocks[gi];
   if (retains_checkpoints(g)) {
     // Only blocks a lookup can reach: checkpoints, and the window before the current end (the
-    // sequence's last checkpoint if it ends here; dropped when it slides out otherwise).
-    const int end_window = num_full - window_blocks(g);
+    // sequence's last checkpoint if it ends here; dropped when it slides out otherwise), that
+    // end taken at a hit point (a multiple of every group's block size).
+    const int bs = spec(g).block_size;
+    const int end_window = std::min(num_full, num_tokens / hit_alignment_ * hit_alignment_ / bs) - window_blocks(g);
     for (int i = num_cached; i < num_full; ++i) {
       const BlockId b = blocks[static_cast<size_t>(i)];
       if (b == pool_.null_block()) continue;
@@ -380,7 +424,7 @@ void KVCacheManager::cache_full_blocks(int g, const Request& request, RequestBlo
     const BlockId b = blocks[static_cast<size_t>(i)];
     if (i + kPrefetchDistance < num_full)
       pool_.prefetch_caching(blocks[static_cast<size_t>(i + kPrefetchDistance)],
-                             request.block_hashes[static_cast<size_t>(i + kPrefetchDistance)], static_cast<uint16_t>(g));
+                             group_block_hash(request, g, i + kPrefetchDistance), static_cast<uint16_t>(g));
     if (b == pool_.null_block()) continue;
     pool_.cache_block(b, content_key(request, g, i, i == 0 ? kNoLink : blocks[static_cast<size_t>(i) - 1].value));
   }
@@ -392,14 +436,13 @@ bool KVCacheManager::is_steady_state(const Request& request, const RequestBlocks
   // Sliding-window and cross-attention groups release or size blocks by other rules; a forked
   // request may need copy-on-write.
   if (!all_full_attention_ || state.may_share_writable) return false;
-  const int required = cdiv(num_tokens_need_slot, block_size_);
-  const int full = num_tokens_to_cache / block_size_;
   const bool caches = pool_.caching_enabled() && !delay_cache_blocks;
-  if (caches && full > static_cast<int>(request.block_hashes.size())) return false;  // would hash
+  if (caches && num_tokens_to_cache / block_size_ > static_cast<int>(request.block_hashes.size())) return false;  // would hash
   for (int g = 0; g < num_groups(); ++g) {
     const auto gi = static_cast<size_t>(g);
-    if (required > static_cast<int>(state.blocks[gi].size())) return false;  // needs a block
-    if (caches && !request.skip_prefix_cache && state.num_cached[gi] < full) return false;  // would cache one
+    const int bs = spec(g).block_size;
+    if (cdiv(num_tokens_need_slot, bs) > static_cast<int>(state.blocks[gi].size())) return false;  // needs a block
+    if (caches && !request.skip_prefix_cache && state.num_cached[gi] < num_tokens_to_cache / bs) return false;  // would cache one
   }
   return true;
 }
@@ -452,7 +495,7 @@ std::optional<NewBlocks> KVCacheManager::allocate_slots(Request& request, int nu
     for (int g = 0; g < num_groups(); ++g)
       if (spec(g).kind == AttentionKind::kFull)
         full_hit = std::max(full_hit, new_computed_blocks->group_hit_tokens[static_cast<size_t>(g)]);
-    if (full_hit > new_computed_blocks->num_computed_tokens) state->divergence_block = full_hit / block_size_;
+    if (full_hit > new_computed_blocks->num_computed_tokens) state->divergence_tokens = full_hit;
   }
   NewBlocks result;
   result.num_groups = num_groups();
@@ -477,8 +520,8 @@ std::optional<NewBlocks> KVCacheManager::allocate_slots(Request& request, int nu
     if (state->may_share_writable && cacheable(g)) copy_on_write(g, *state, num_computed);
     first_new[gi] = blocks.size();
     const int want = spec(g).kind == AttentionKind::kCrossAttention
-                         ? (blocks.empty() ? cdiv(request.num_encoder_tokens, block_size_) : 0)
-                         : cdiv(num_tokens_need_slot, block_size_) - static_cast<int>(blocks.size());
+                         ? (blocks.empty() ? cdiv(request.num_encoder_tokens, spec(g).block_size) : 0)
+                         : cdiv(num_tokens_need_slot, spec(g).block_size) - static_cast<int>(blocks.size());
     if (want > 0 && !pool_.allocate(want, blocks))
       throw InvariantError("allocate_slots: the pool refused blocks it reported free");
   }
@@ -489,8 +532,9 @@ std::optional<NewBlocks> KVCacheManager::allocate_slots(Request& request, int nu
   }
   for (int g = 0; g < num_groups(); ++g) {
     const auto gi = static_cast<size_t>(g);
-    result.blocks[gi] = std::span<const BlockId>(state->blocks[gi]).subspan(first_new[gi]);
+    new_block_views_[gi] = std::span<const BlockId>(state->blocks[gi]).subspan(first_new[gi]);
   }
+  result.blocks = new_block_views_;
   result.table_rewritten = table_rewritten_;
   return result;
 }
@@ -504,11 +548,13 @@ bool KVCacheManager::free(const Request& request) {
       pool_.free_blocks_tail_first(blocks);
       continue;
     }
-    // The window before the aligned end of what was cached is the sequence's last reachable
-    // hit point (the next turn of a conversation extends it): a checkpoint. Everything else the
-    // table still holds (partial or uncomputed blocks) is worthless to a lookup.
-    const int cached = entry->num_cached[static_cast<size_t>(g)];
-    for (int i = std::max(0, cached - window_blocks(g)); i < cached; ++i) pool_.mark_window_checkpoint(blocks[static_cast<size_t>(i)]);
+    // The window before the aligned end of what was cached (a hit point: a multiple of every
+    // group's block size) is the sequence's last reachable hit point (the next turn of a
+    // conversation extends it): a checkpoint. Everything else the table still holds (partial or
+    // uncomputed blocks) is worthless to a lookup.
+    const int bs = spec(g).block_size;
+    const int end = entry->num_cached[static_cast<size_t>(g)] * bs / hit_alignment_ * hit_alignment_ / bs;
+    for (int i = std::max(0, end - window_blocks(g)); i < end; ++i) pool_.mark_window_checkpoint(blocks[static_cast<size_t>(i)]);
     std::reverse(blocks.begin(), blocks.end());  // tail first; the table is released below
     pool_.free_window_blocks(blocks);
   }
@@ -519,9 +565,9 @@ bool KVCacheManager::free(const Request& request) {
 void KVCacheManager::uncache_uncomputed_blocks(const Request& request) {
   RequestBlocks* entry = find_entry(request);
   if (!entry) return;
-  const int first_uncomputed = request.num_computed_tokens / block_size_;
   for (int g = 0; g < num_groups(); ++g) {
     const auto gi = static_cast<size_t>(g);
+    const int first_uncomputed = request.num_computed_tokens / spec(g).block_size;
     auto& blocks = entry->blocks[gi];
     int& num_cached = entry->num_cached[gi];
     for (int i = first_uncomputed; i < num_cached && i < static_cast<int>(blocks.size()); ++i)
@@ -545,11 +591,7 @@ AllocStatus KVCacheManager::can_allocate(Request& request) {
   hits.num_groups = num_groups();
   if (pool_.caching_enabled() && !request.skip_prefix_cache && request.num_tokens() > 0) {
     hash_request(request);
-    int hit = request.num_tokens() - 1;
-    for (int g = 0; g < num_groups(); ++g)
-      if (cacheable(g)) hit = std::min(hit, find_longest_cache_hit(g, request, hit, hits.blocks[static_cast<size_t>(g)]) * block_size_);
-    for (auto& b : hits.blocks) b.resize(std::min(b.size(), static_cast<size_t>(hit / block_size_)));
-    hits.num_computed_tokens = hit;
+    hits.num_computed_tokens = find_common_hit(request, request.num_tokens() - 1, hits);
   }
   const int first_chunk_end =
       config_.max_num_batched_tokens > 0 ? std::min(request.num_tokens(), hits.num_computed_tokens + chunk) : request.num_tokens();
@@ -559,13 +601,14 @@ AllocStatus KVCacheManager::can_allocate(Request& request) {
 
 int KVCacheManager::footprint_blocks(int g, const Request& request, int chunk) const {
   const AttentionKind kind = spec(g).kind;
-  if (kind == AttentionKind::kCrossAttention) return cdiv(request.num_encoder_tokens, block_size_);
-  const int all = cdiv(request.num_tokens(), block_size_);
+  const int bs = spec(g).block_size;
+  if (kind == AttentionKind::kCrossAttention) return cdiv(request.num_encoder_tokens, bs);
+  const int all = cdiv(request.num_tokens(), bs);
   if (kind == AttentionKind::kFull) return all;  // keeps every block: chunks accumulate
   // vLLM's SlidingWindowSpec.max_memory_usage_bytes: the window before the chunk, the chunk,
   // and one block of misalignment.
   const int tokens = std::min(spec(g).sliding_window - 1 + chunk, max_model_len_);
-  return std::min(all, cdiv(tokens, block_size_) + 1);
+  return std::min(all, cdiv(tokens, bs) + 1);
 }
 
 void KVCacheManager::fork(const Request& parent, const Request& child) {
@@ -643,6 +686,11 @@ void KVCacheManager::check_invariants() const {
           throw InvariantError(fmt::format("request {} holds out-of-range block {}", id.value, b.value));
         if (b == pool_.null_block()) continue;
         ++refs[static_cast<size_t>(b.value)];
+        // A cached block in this table holds one of this group's blocks (its block size).
+        if (const KVCacheBlock& blk = pool_.block(b);
+            blk.has_hash && (blk.group != g || blk.num_tokens != spec(g).block_size))
+          throw InvariantError(fmt::format("request {} group {} (block size {}) holds block {} cached by group {} with {} tokens",
+                                           id.value, g, spec(g).block_size, b.value, blk.group, blk.num_tokens));
         // Sliding groups under retention cache only reachable blocks (see cache_full_blocks).
         if (pool_.caching_enabled() && !retains_checkpoints(g) && static_cast<int>(i) < state.num_cached[gi] &&
             !pool_.block(b).has_hash)

@@ -65,13 +65,37 @@ const HybridModelShape* find_hybrid_model_preset(std::string_view name) {
   return nullptr;
 }
 
-std::vector<PlannedKVGroup> group_layers_uniform_page(std::span<const KVCacheSpec> layers) {
+std::vector<KVCacheSpec> unify_page_size(std::span<const KVCacheSpec> layers) {
   if (layers.empty()) throw ConfigError("no layers to group");
-  std::vector<std::pair<KVCacheSpec, int>> kinds;  // spec, layers of it
-  for (const KVCacheSpec& s : layers) {
+  for (const KVCacheSpec& s : layers)
     if (s.block_size != layers.front().block_size)
-      throw ConfigError(fmt::format("layers with block sizes {} and {}: one pool needs one block size", s.block_size,
-                                    layers.front().block_size));
+      throw ConfigError(fmt::format("layers with block sizes {} and {}: give every layer the same block size; "
+                                    "the grouping scales them to one page",
+                                    s.block_size, layers.front().block_size));
+  size_t page = 0;
+  for (const KVCacheSpec& s : layers) page = std::max(page, s.bytes_per_block_per_layer());
+  std::vector<KVCacheSpec> out(layers.begin(), layers.end());
+  for (KVCacheSpec& s : out) {
+    const size_t ratio = page / s.bytes_per_block_per_layer();  // >= 1: page is the largest
+    if (ratio > static_cast<size_t>(1 << 20) / static_cast<size_t>(s.block_size))
+      throw ConfigError(fmt::format("a layer of {} bytes per token would need blocks of {} x {} tokens to fill a page of {} bytes",
+                                    s.bytes_per_token_per_layer(), ratio, s.block_size, page));
+    s.block_size *= static_cast<int>(ratio);
+  }
+  return out;
+}
+
+size_t common_page_bytes(std::span<const KVCacheSpec> layers) {
+  size_t page = 0;
+  for (const KVCacheSpec& s : layers) page = std::max(page, s.bytes_per_block_per_layer());
+  return page;
+}
+
+std::vector<PlannedKVGroup> group_layers_uniform_page(std::span<const KVCacheSpec> layers) {
+  const std::vector<KVCacheSpec> unified = unify_page_size(layers);
+  const size_t page = common_page_bytes(unified);
+  std::vector<std::pair<KVCacheSpec, int>> kinds;  // spec, layers of it
+  for (const KVCacheSpec& s : unified) {
     auto it = std::find_if(kinds.begin(), kinds.end(), [&](const auto& k) { return same_spec(k.first, s); });
     if (it == kinds.end()) kinds.emplace_back(s, 1); else ++it->second;
   }
@@ -84,7 +108,27 @@ std::vector<PlannedKVGroup> group_layers_uniform_page(std::span<const KVCacheSpe
   const int group_size = static_cast<double>(most) < 1.25 * fewest ? most : fewest;
   std::vector<PlannedKVGroup> out;
   for (const auto& [spec, n] : kinds)
-    for (int left = n; left > 0; left -= group_size) out.push_back(PlannedKVGroup{spec, std::min(left, group_size), group_size});
+    for (int left = n; left > 0; left -= group_size)
+      out.push_back(PlannedKVGroup{spec, std::min(left, group_size), group_size, page - spec.bytes_per_block_per_layer()});
+  return out;
+}
+
+std::vector<KVCacheGroupSpec> to_cache_groups(std::span<const PlannedKVGroup> groups) {
+  std::vector<KVCacheGroupSpec> out;
+  for (const PlannedKVGroup& g : groups) out.push_back(KVCacheGroupSpec{g.spec, g.num_layers});
+  return out;
+}
+
+std::string describe_page_padding(std::span<const PlannedKVGroup> groups) {
+  std::string out;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const PlannedKVGroup& g = groups[i];
+    if (g.page_padding_bytes == 0) continue;
+    const size_t page = g.spec.bytes_per_block_per_layer() + g.page_padding_bytes;
+    out += fmt::format("{}group {} ({}, {} tokens a block): page padded by {} of {} bytes ({:.2f}%) to match the other groups",
+                       out.empty() ? "" : "\n", i, attention_kind_name(g.spec.kind), g.spec.block_size,
+                       g.page_padding_bytes, page, 100.0 * static_cast<double>(g.page_padding_bytes) / static_cast<double>(page));
+  }
   return out;
 }
 
@@ -97,7 +141,9 @@ HybridKVPlan plan_hybrid_kv(const HybridModelShape& model, int block_size, DType
   p.groups = group_layers_uniform_page(layers);
   p.context_len = context_len;
   p.chunk_tokens = chunk_tokens;
-  p.bytes_per_block = p.groups.front().spec.bytes_per_block_per_layer() * static_cast<size_t>(p.groups.front().padded_layers);
+  const PlannedKVGroup& first = p.groups.front();
+  p.bytes_per_block = (first.spec.bytes_per_block_per_layer() + first.page_padding_bytes) *
+                      static_cast<size_t>(first.padded_layers);
   // Padding per spec: the last group of each spec.
   for (size_t i = 0; i < p.groups.size(); ++i) {
     const PlannedKVGroup& g = p.groups[i];
@@ -105,6 +151,8 @@ HybridKVPlan plan_hybrid_kv(const HybridModelShape& model, int block_size, DType
     const int64_t blocks = blocks_per_request(g.spec, context_len, chunk_tokens);
     p.group_blocks_per_request.push_back(blocks);
     p.kv_bytes_per_request += static_cast<uint64_t>(blocks) * p.bytes_per_block;
+    p.page_padding_waste = std::max(p.page_padding_waste, static_cast<double>(g.page_padding_bytes) /
+                                                              static_cast<double>(p.bytes_per_block / static_cast<size_t>(g.padded_layers)));
     const int pad = g.padded_layers - g.num_layers;
     if (pad > 0) {
       int real = 0;

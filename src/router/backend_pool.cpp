@@ -183,11 +183,19 @@ void BackendPool::read_events(int i, httplib::Client& client) {
         }
       for (Backend& other : backends_) other.state.hashing_mismatch = other.state.hashing && *other.state.hashing != *first;
     }
+    // Only the routing group is indexed (its blocks form the prefix chains a request's hashes
+    // walk); the other groups' events are counted and skipped.
+    const auto routing = static_cast<uint16_t>(wire.hashing.routing_group);
     if (page.snapshot) {
-      index_.replace(i, page.blocks);
+      std::vector<std::pair<BlockHash, MediumMask>> blocks;
+      blocks.reserve(page.blocks.size());
+      for (const server::KVSnapshotBlock& sb : page.blocks)
+        if (sb.group == routing) blocks.emplace_back(sb.hash, sb.media);
+      index_.replace(i, blocks);
       ++b.state.snapshots;
     } else {
-      for (const server::KVEventRecord& e : page.events) index_.apply(i, e.hash, e.medium, e.present);
+      for (const server::KVEventRecord& e : page.events)
+        if (e.group == routing) index_.apply(i, e.hash, e.medium, e.present);
       b.state.events += page.events.size();
     }
     b.state.epoch = page.epoch;

@@ -77,7 +77,8 @@ void RouterServer::stop() { http_->stop(); }
 RoutingPlan RouterServer::plan(const std::string& body, ApiEndpoint endpoint) const {
   RoutingPlan p;
   const std::optional<PrefixHashing> hashing = pool_.hashing();
-  const int block_size = hashing ? hashing->block_size : 16;
+  // Blocks of the routing group (its block may span several hash blocks: see PrefixHashing).
+  const int block_size = hashing ? hashing->routing_block_size() : 16;
   try {
     const server::CompletionRequest request = server::parse_completion_request(body, endpoint, options_.limits);
     if (!model_.tokenizer) {
@@ -104,9 +105,16 @@ RoutingPlan RouterServer::plan(const std::string& body, ApiEndpoint endpoint) co
     if (hashing) {
       const auto algorithm = parse_hash_algorithm(hashing->algorithm);
       if (algorithm) {
-        BlockHasher hasher(block_size, *algorithm, hashing->seed);
+        BlockHasher hasher(hashing->block_size, *algorithm, hashing->seed);
         std::vector<uint64_t> digests;
         hasher.extend(first, PrefixKeys{0, {}, request.cache_salt}, p.hashes, digests);
+        // A routing-group block of k hash blocks is named by the last one's chained hash.
+        const size_t k = static_cast<size_t>(block_size / hashing->block_size);
+        if (k > 1) {
+          size_t kept = 0;
+          for (size_t h = k - 1; h < p.hashes.size(); h += k) p.hashes[kept++] = p.hashes[h];
+          p.hashes.resize(kept);
+        }
       }
     }
   } catch (const std::exception&) {

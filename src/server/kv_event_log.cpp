@@ -17,13 +17,28 @@ constexpr size_t kMedia = kNumMedia;
 
 }  // namespace
 
+PrefixHashing prefix_hashing_for(const KVCacheConfig& cache, std::string algorithm, uint64_t seed) {
+  PrefixHashing h;
+  h.block_size = cache.block_size();
+  h.algorithm = std::move(algorithm);
+  h.seed = seed;
+  h.routing_group = -1;
+  for (size_t g = 0; g < cache.groups.size(); ++g) {
+    const KVCacheSpec& s = cache.groups[g].spec;
+    h.groups.push_back(KVGroupInfo{s.kind, s.kind == AttentionKind::kSlidingWindow ? s.sliding_window : 0, s.block_size});
+    if (h.routing_group < 0 && s.kind == AttentionKind::kFull) h.routing_group = static_cast<int>(g);
+  }
+  if (h.routing_group < 0) h.routing_group = 0;
+  return h;
+}
+
 KVEventLog::KVEventLog(size_t capacity, uint64_t epoch)
     : capacity_(capacity), epoch_(epoch == 0 ? random_epoch() : epoch) {
   if (capacity_ == 0) throw ConfigError("KVEventLog: capacity must be at least 1");
 }
 
-void KVEventLog::record(bool present, const BlockHash& hash, Medium medium) {
-  records_.push_back({++last_seq_, present, hash, medium});
+void KVEventLog::record(bool present, const HashInGroup& key, Medium medium) {
+  records_.push_back({++last_seq_, present, key.hash, medium, key.group});
   if (records_.size() > capacity_) records_.pop_front();
 }
 
@@ -32,19 +47,19 @@ void KVEventLog::append(std::span<const KVEvent> events) {
   for (const KVEvent& e : events) {
     switch (e.kind) {
       case KVEventKind::kBlockStored: {
-        if (e.group != 0) break;
-        uint32_t& n = copies_[e.hash].count[static_cast<size_t>(e.medium)];
-        if (n++ == 0) record(true, e.hash, e.medium);
+        const HashInGroup key{e.hash, e.group};
+        uint32_t& n = copies_[key].count[static_cast<size_t>(e.medium)];
+        if (n++ == 0) record(true, key, e.medium);
         break;
       }
       case KVEventKind::kBlockRemoved: {
-        if (e.group != 0) break;
-        auto it = copies_.find(e.hash);
+        const HashInGroup key{e.hash, e.group};
+        auto it = copies_.find(key);
         if (it == copies_.end()) break;  // never seen stored: nothing to retract
         uint32_t& n = it->second.count[static_cast<size_t>(e.medium)];
         if (n == 0) break;
         if (--n == 0) {
-          record(false, e.hash, e.medium);
+          record(false, key, e.medium);
           const uint32_t* c = it->second.count;
           if (c[0] == 0 && c[1] == 0 && c[2] == 0) copies_.erase(it);
         }
@@ -77,11 +92,11 @@ KVEventsPage KVEventLog::read(uint64_t epoch, uint64_t since, size_t max_events)
     page.snapshot = true;
     page.last_seq = last_seq_;
     page.blocks.reserve(copies_.size());
-    for (const auto& [hash, copies] : copies_) {
+    for (const auto& [key, copies] : copies_) {
       MediumMask mask = 0;
       for (size_t m = 0; m < kMedia; ++m)
         if (copies.count[m] > 0) mask |= medium_bit(static_cast<Medium>(m));
-      if (mask != 0) page.blocks.emplace_back(hash, mask);
+      if (mask != 0) page.blocks.push_back(KVSnapshotBlock{key.hash, mask, key.group});
     }
     return page;
   }
@@ -97,7 +112,7 @@ KVEventsPage KVEventLog::read(uint64_t epoch, uint64_t since, size_t max_events)
 size_t KVEventLog::num_present() const {
   std::lock_guard lock(mutex_);
   size_t n = 0;
-  for (const auto& [hash, copies] : copies_)
+  for (const auto& [key, copies] : copies_)
     for (size_t m = 0; m < kMedia; ++m) n += copies.count[m] > 0;
   return n;
 }

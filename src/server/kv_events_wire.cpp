@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <utility>
 
 namespace pagedkv::server {
@@ -39,6 +40,34 @@ const json& array_field(const json& v, const char* name, size_t exact_size = 0) 
   return v;
 }
 
+// A list of `size` items, or `size + 1` with a KV-cache group last (see the header).
+const json& array_field_with_group(const json& v, const char* name, size_t size) {
+  if (!v.is_array() || (v.size() != size && v.size() != size + 1))
+    throw WireError(fmt::format("each of '{}' must be a list of {} or {} items, got {}", name, size, size + 1, v.dump()));
+  return v;
+}
+
+uint16_t group_field(const json& list, size_t size, size_t num_groups) {
+  if (list.size() == size) return 0;
+  const uint64_t g = unsigned_field(list[size], "group");
+  if (g >= std::max<size_t>(num_groups, 1))
+    throw WireError(fmt::format("group {} is not one of the page's {} groups", g, std::max<size_t>(num_groups, 1)));
+  return static_cast<uint16_t>(g);
+}
+
+AttentionKind parse_kind(const json& v) {
+  const std::string& s = string_field(v, "kind");
+  for (AttentionKind k : {AttentionKind::kFull, AttentionKind::kSlidingWindow, AttentionKind::kCrossAttention})
+    if (attention_kind_name(k) == s) return k;
+  throw WireError(fmt::format("unknown group kind '{}'", s));
+}
+
+int positive_int(const json& v, const char* name, uint64_t limit) {
+  const uint64_t n = unsigned_field(v, name);
+  if (n > limit) throw WireError(fmt::format("'{}' {} is out of range", name, n));
+  return static_cast<int>(n);
+}
+
 uint64_t parse_epoch(const std::string& s) {
   if (s.empty() || s.size() > 16 || s.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
     throw WireError(fmt::format("'epoch' must be 1 to 16 hex digits, got '{}'", s));
@@ -64,21 +93,27 @@ std::string format_kv_events_page(const KVEventsPage& page, const PrefixHashing&
                {"block_size", hashing.block_size},
                {"hash_algorithm", hashing.algorithm},
                {"hash_seed", hashing.seed},
+               {"routing_group", hashing.routing_group},
                {"last", page.last_seq},
                {"snapshot", page.snapshot},
                {"more", page.more}};
+  json groups = json::array();
+  for (const KVGroupInfo& g : hashing.groups)
+    groups.push_back({{"kind", attention_kind_name(g.kind)}, {"sliding_window", g.sliding_window}, {"block_size", g.block_size}});
+  body["groups"] = std::move(groups);
   if (page.snapshot) {
     json blocks = json::array();
-    for (const auto& [hash, mask] : page.blocks) {
+    for (const KVSnapshotBlock& b : page.blocks) {
       json media = json::array();
       for (int m = 0; m < kNumMedia; ++m)
-        if (mask & medium_bit(static_cast<Medium>(m))) media.push_back(medium_name(static_cast<Medium>(m)));
-      blocks.push_back({hash.hex(), std::move(media)});
+        if (b.media & medium_bit(static_cast<Medium>(m))) media.push_back(medium_name(static_cast<Medium>(m)));
+      blocks.push_back({b.hash.hex(), std::move(media), b.group});
     }
     body["blocks"] = std::move(blocks);
   } else {
     json events = json::array();
-    for (const KVEventRecord& e : page.events) events.push_back({e.seq, e.present ? "stored" : "removed", e.hash.hex(), medium_name(e.medium)});
+    for (const KVEventRecord& e : page.events)
+      events.push_back({e.seq, e.present ? "stored" : "removed", e.hash.hex(), medium_name(e.medium), e.group});
     body["events"] = std::move(events);
   }
   return body.dump();
@@ -98,21 +133,42 @@ KVEventsWirePage parse_kv_events_page(std::string_view body) {
   out.hashing.block_size = static_cast<int>(block_size);
   out.hashing.algorithm = string_field(member(j, "hash_algorithm"), "hash_algorithm");
   out.hashing.seed = unsigned_field(member(j, "hash_seed"), "hash_seed");
+  if (const auto it = j.find("groups"); it != j.end()) {
+    for (const json& g : array_field(*it, "groups")) {
+      if (!g.is_object()) throw WireError(fmt::format("each of 'groups' must be an object, got {}", g.dump()));
+      KVGroupInfo info;
+      info.kind = parse_kind(member(g, "kind"));
+      info.sliding_window = positive_int(member(g, "sliding_window"), "sliding_window", 1u << 30);
+      info.block_size = positive_int(member(g, "block_size"), "block_size", 1u << 20);
+      if (info.block_size < 1 || info.block_size % out.hashing.block_size != 0)
+        throw WireError(fmt::format("a group's block size {} is not a multiple of 'block_size' {}", info.block_size,
+                                    out.hashing.block_size));
+      out.hashing.groups.push_back(info);
+    }
+    if (out.hashing.groups.size() > 1024) throw WireError("more than 1024 groups");
+  }
+  const size_t num_groups = out.hashing.groups.size();
+  if (const auto it = j.find("routing_group"); it != j.end()) {
+    const uint64_t g = unsigned_field(*it, "routing_group");
+    if (g >= std::max<size_t>(num_groups, 1))
+      throw WireError(fmt::format("'routing_group' {} is not one of the page's {} groups", g, std::max<size_t>(num_groups, 1)));
+    out.hashing.routing_group = static_cast<int>(g);
+  }
   if (p.snapshot) {
     for (const json& b : array_field(member(j, "blocks"), "blocks")) {
-      array_field(b, "blocks", 2);
+      array_field_with_group(b, "blocks", 2);
       MediumMask mask = 0;
       for (const json& m : array_field(b[1], "media")) {
         const MediumMask bit = medium_bit(parse_medium_name(m));
         if (mask & bit) throw WireError(fmt::format("a block lists medium {} twice", m.dump()));
         mask |= bit;
       }
-      p.blocks.emplace_back(parse_hash(b[0]), mask);
+      p.blocks.push_back(KVSnapshotBlock{parse_hash(b[0]), mask, group_field(b, 2, num_groups)});
     }
   } else {
     uint64_t previous = 0;
     for (const json& e : array_field(member(j, "events"), "events")) {
-      array_field(e, "events", 4);
+      array_field_with_group(e, "events", 4);
       KVEventRecord r;
       r.seq = unsigned_field(e[0], "seq");
       if (r.seq <= previous || r.seq > p.last_seq)
@@ -123,6 +179,7 @@ KVEventsWirePage parse_kv_events_page(std::string_view body) {
       r.present = kind == "stored";
       r.hash = parse_hash(e[2]);
       r.medium = parse_medium_name(e[3]);
+      r.group = group_field(e, 4, num_groups);
       p.events.push_back(r);
     }
   }

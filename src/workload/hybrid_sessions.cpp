@@ -60,7 +60,6 @@ HybridSessionsResult run_hybrid_sessions(const HybridSessionsConfig& c, const st
   const int longest = c.system_prompt_tokens + c.turns * (c.user_tokens + c.output_tokens);
   mc.max_model_len = longest + 1;
   KVCacheManager m(std::move(mc));
-  const int bs = m.block_size();
 
   SplitMix64 rng(c.seed);
   std::vector<TokenId> system;
@@ -126,11 +125,15 @@ HybridSessionsResult run_hybrid_sessions(const HybridSessionsConfig& c, const st
     });
     if (c.check_invariants) m.check_invariants();
   }
-  // Distinct blocks: the shared system prompt's full blocks once, each conversation's others.
-  const int64_t shared = c.system_prompt_tokens / bs;
-  int64_t per_group = shared;
-  for (const auto& conv : conversation) per_group += (static_cast<int64_t>(conv.size()) + bs - 1) / bs - shared;
-  out.full_working_set_blocks = per_group * static_cast<int64_t>(groups.size());
+  // Distinct blocks, per group at its block size: the shared system prompt's full blocks once,
+  // each conversation's others.
+  for (int g = 0; g < m.num_groups(); ++g) {
+    const int64_t bs = m.group_block_size(g);
+    const int64_t shared = c.system_prompt_tokens / bs;
+    int64_t blocks = shared;
+    for (const auto& conv : conversation) blocks += (static_cast<int64_t>(conv.size()) + bs - 1) / bs - shared;
+    out.full_working_set_blocks += blocks;
+  }
   out.stats = m.prefix_cache_stats();
   out.pool = m.pool().stats();
   return out;

@@ -345,6 +345,39 @@ def test_sliding_window_releases_blocks_behind_the_window():
     m.check_invariants()
 
 
+def test_hybrid_groups_of_two_block_sizes_report_per_group_hits_and_checkpoints():
+    # A full group of 4-token blocks and a sliding group (window 6) of 8-token blocks: pages
+    # matched by block size (docs/hybrid.md); hits are multiples of 8.
+    groups = [pagedkv.KVCacheGroupSpec(pagedkv.KVCacheSpec(kind=pagedkv.AttentionKind.FULL, block_size=4)),
+              pagedkv.KVCacheGroupSpec(pagedkv.KVCacheSpec(kind=pagedkv.AttentionKind.SLIDING_WINDOW, block_size=8,
+                                                           sliding_window=6))]
+    m = pagedkv.KVCacheManager(num_blocks=64, groups=groups, watermark=0, enable_events=True)
+    assert (m.block_size, m.group_block_size(0), m.group_block_size(1), m.hit_alignment) == (4, 4, 8, 8)
+    with pytest.raises(pagedkv.UsageError, match="out of range"):
+        m.group_block_size(2)
+    a = pagedkv.Request(1, list(range(30)))
+    assert admit(m, a)[0] == 0
+    events = m.take_events()
+    stored = {(e.group, e.attention_kind, e.sliding_window, e.token_count) for e in events if e.kind == "stored"}
+    assert stored == {(0, "full", 0, 4), (1, "sliding_window", 6, 8)}
+    m.free(a)
+    # The sliding group kept one checkpoint (the window before A's aligned end, 24); its other
+    # blocks went to the front of the free queue.
+    pool = m.pool_stats
+    assert (pool.window_checkpoints_retained, pool.window_blocks_slid_out, pool.window_checkpoints_evicted) == (1, 3, 0)
+    b = pagedkv.Request(2, list(range(30)) + [1, 2])
+    blocks, hit = m.get_computed_blocks(b)
+    assert hit == 24
+    assert blocks.group_hit_tokens == [28, 24]
+    assert blocks.limiting_group == 1
+    assert [len(g) for g in blocks.get_block_ids()] == [6, 3]
+    stats = m.prefix_cache_stats
+    assert stats.group_hit_tokens == [28, 24]
+    assert stats.limited_by_group == [0, 1]
+    assert stats.window_search_probes >= 1
+    m.check_invariants()
+
+
 def test_cross_attention_group_allocates_encoder_blocks_once():
     groups = [pagedkv.KVCacheGroupSpec(pagedkv.KVCacheSpec(kind=pagedkv.AttentionKind.FULL), num_layers=2),
               pagedkv.KVCacheGroupSpec(pagedkv.KVCacheSpec(kind=pagedkv.AttentionKind.CROSS_ATTENTION))]

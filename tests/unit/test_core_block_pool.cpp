@@ -114,7 +114,7 @@ TEST(CoreBlockPool, FreeJoinsTheBackInTheGivenOrder) {
 
 TEST(CoreBlockPool, FreeWindowBlocksKeepsCheckpointsAtTheBackAndDropsTheRestToTheFront) {
   BlockPoolOptions o = pool_options(8, 4, /*events=*/true);
-  o.group_specs = {KVCacheSpec{}, KVCacheSpec{.kind = AttentionKind::kSlidingWindow, .block_size = 4, .sliding_window = 6}};
+  o.group_specs = {KVCacheSpec{.block_size = 4}, KVCacheSpec{.kind = AttentionKind::kSlidingWindow, .block_size = 4, .sliding_window = 6}};
   CheckedPool pool(std::move(o));
   auto a = pool.allocate(4);  // 1 2 3 4
   const std::vector<TokenId> t1{1, 2, 3, 4}, t2{5, 6, 7, 8}, t3{9, 9, 9, 9};

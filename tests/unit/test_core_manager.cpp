@@ -370,10 +370,21 @@ TEST(CoreManager, ConfigurationErrorsNameTheBadValue) {
   auto too_many = full_attention_config(16, 4);
   for (int i = 0; i < kMaxKVCacheGroups; ++i) too_many.cache.groups.push_back(too_many.cache.groups[0]);
   EXPECT_THROW(KVCacheManager{std::move(too_many)}, ConfigError);
+  // Groups may differ in block size (pages matched), each a multiple of the smallest (the hash
+  // granularity): 4 and 8 run, 4 and 6 cannot share hashes.
   auto mixed = full_attention_config(16, 4);
   mixed.cache.groups.push_back(mixed.cache.groups[0]);
   mixed.cache.groups[1].spec.block_size = 8;
-  EXPECT_THROW(KVCacheManager{std::move(mixed)}, ConfigError);
+  EXPECT_NO_THROW(KVCacheManager{std::move(mixed)});
+  auto unaligned = full_attention_config(16, 4);
+  unaligned.cache.groups.push_back(unaligned.cache.groups[0]);
+  unaligned.cache.groups[1].spec.block_size = 6;
+  EXPECT_THROW(KVCacheManager{std::move(unaligned)}, ConfigError);
+  auto interval = full_attention_config(16, 4);
+  interval.cache.groups.push_back(interval.cache.groups[0]);
+  interval.cache.groups[1].spec.block_size = 8;
+  interval.sliding_window_checkpoint_interval = 4;  // a multiple of 4, not of the hits' 8
+  EXPECT_THROW(KVCacheManager{std::move(interval)}, ConfigError);
 }
 
 TEST(CoreManager, MaxModelLenCapsTheSlots) {

@@ -61,6 +61,50 @@ TEST(MemoryHybrid, GroupingRuleOfVllm) {
   EXPECT_THROW(group_layers_uniform_page(mixed), ConfigError);
 }
 
+// Layers of different KV bytes per token: block sizes scaled so every page is the largest.
+TEST(MemoryHybrid, BlockSizesScaleSoPagesMatch) {
+  // Full layers 8 heads x 64 (bf16: 2,048 B a token), sliding layers 2 heads x 64 (512 B):
+  // sliding blocks of 64 tokens fill the full layers' 32,768-byte page exactly.
+  std::vector<KVCacheSpec> layers;
+  for (int l = 0; l < 8; ++l) {
+    KVCacheSpec s = l % 2 ? layer(AttentionKind::kFull) : layer(AttentionKind::kSlidingWindow, 128);
+    if (s.kind == AttentionKind::kSlidingWindow) s.num_kv_heads = 2;
+    layers.push_back(s);
+  }
+  const auto unified = unify_page_size(layers);
+  EXPECT_EQ(unified[0].block_size, 64);
+  EXPECT_EQ(unified[1].block_size, 16);
+  EXPECT_EQ(common_page_bytes(unified), 32768u);
+  auto g = group_layers_uniform_page(layers);
+  ASSERT_EQ(g.size(), 2u);
+  EXPECT_EQ(g[0].spec.block_size, 64);
+  EXPECT_EQ(g[0].page_padding_bytes, 0u);
+  EXPECT_EQ(g[0].spec.bytes_per_block_per_layer(), g[1].spec.bytes_per_block_per_layer());
+  EXPECT_EQ(describe_page_padding(g), "");
+  // 3 heads (768 B a token): 32,768 / (16 x 768) = 2.67, so blocks of 32 tokens (24,576 B) and
+  // 8,192 B of padding a page (vLLM refuses this case; we pad and say so).
+  for (KVCacheSpec& s : layers)
+    if (s.kind == AttentionKind::kSlidingWindow) s.num_kv_heads = 3;
+  g = group_layers_uniform_page(layers);
+  EXPECT_EQ(g[0].spec.block_size, 32);
+  EXPECT_EQ(g[0].page_padding_bytes, 8192u);
+  EXPECT_EQ(g[1].page_padding_bytes, 0u);
+  EXPECT_EQ(describe_page_padding(g),
+            "group 0 (sliding_window, 32 tokens a block): page padded by 8192 of 32768 bytes (25.00%) to match the other groups");
+  // The manager takes them as they are: one pool, two block sizes.
+  const std::vector<KVCacheGroupSpec> cache = to_cache_groups(g);
+  ASSERT_EQ(cache.size(), 2u);
+  EXPECT_EQ(cache[0].spec.block_size, 32);
+  EXPECT_EQ(cache[0].num_layers, 4);
+  KVCacheConfig config{.num_blocks = 8, .groups = cache};
+  EXPECT_NO_THROW(config.validate());
+  EXPECT_EQ(config.block_size(), 16);
+  EXPECT_EQ(config.max_block_size(), 32);
+  // A block size that is not a multiple of the smallest cannot share the hashes.
+  config.groups[0].spec.block_size = 24;
+  EXPECT_THROW(config.validate(), ConfigError);
+}
+
 TEST(MemoryHybrid, GoldenBytesPerRequest) {
   struct Golden {
     const char* model;

@@ -1,13 +1,17 @@
 // The router's decisions on synthetic indexes (exact expected backends), its index of blocks by
 // medium, and the parsing of backend addresses.
 #include <gtest/gtest.h>
+#include <httplib.h>
 
+#include <chrono>
 #include <map>
+#include <thread>
 
 #include "pagedkv/core/error.h"
 #include "pagedkv/router/backend_pool.h"
 #include "pagedkv/router/kv_index.h"
 #include "pagedkv/router/routing_policy.h"
+#include "pagedkv/server/kv_events_wire.h"
 
 namespace pagedkv::router {
 namespace {
@@ -152,6 +156,60 @@ TEST(BackendAddress, ParsesHttpHostPortOnly) {
   for (const char* bad : {"127.0.0.1:8001", "https://h:1", "http://h", "http://h:0", "http://h:70000", "http://h:8x",
                           "http://h:1/v1", "http://:5"})
     EXPECT_THROW(BackendAddress::parse(bad), ConfigError) << bad;
+}
+
+// A hybrid backend publishes every group's blocks; the router indexes only the routing group
+// (the full-attention one, here group 1): a hash cached only by the sliding group earns no
+// prefix credit, one of the full group does, from a snapshot and from events alike.
+TEST(BackendPool, IndexesOnlyTheRoutingGroupOfAHybridBackend) {
+  using namespace std::chrono_literals;
+  PrefixHashing hashing;
+  hashing.groups = {server::KVGroupInfo{AttentionKind::kSlidingWindow, 64, 16}, server::KVGroupInfo{AttentionKind::kFull, 0, 16}};
+  hashing.routing_group = 1;
+  const BlockHash full_only{1, 1}, sliding_only{2, 2}, both{3, 3}, later{4, 4};
+  server::KVEventsPage snapshot;
+  snapshot.epoch = 5;
+  snapshot.last_seq = 4;
+  snapshot.snapshot = true;
+  const MediumMask device = medium_bit(Medium::kDevice);
+  snapshot.blocks = {{full_only, device, 1}, {sliding_only, device, 0}, {both, device, 0}, {both, device, 1}};
+  server::KVEventsPage events;  // after the snapshot: `later` in the sliding group only
+  events.epoch = 5;
+  events.last_seq = 5;
+  events.events = {{5, true, later, Medium::kDevice, 0}};
+  httplib::Server backend;
+  backend.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok", "text/plain"); });
+  backend.Get("/kv_events", [&](const httplib::Request& req, httplib::Response& res) {
+    const bool caught_up = req.get_param_value("epoch") == "5" && req.get_param_value("since") == "4";
+    server::KVEventsPage page = caught_up ? events : snapshot;
+    if (req.get_param_value("since") == "5" && req.get_param_value("epoch") == "5") {
+      page = events;
+      page.events.clear();
+    }
+    res.set_content(server::format_kv_events_page(page, hashing), "application/json");
+  });
+  const int port = backend.bind_to_any_port("127.0.0.1");
+  std::thread serving([&] { backend.listen_after_bind(); });
+  {
+    BackendPoolOptions options;
+    options.events_interval = 5ms;
+    options.health_interval = 20ms;
+    BackendPool pool({BackendAddress::parse("http://127.0.0.1:" + std::to_string(port))}, options);
+    pool.start();
+    ASSERT_TRUE(pool.wait_until_checked(5s));
+    for (int i = 0; i < 500 && pool.states()[0].events == 0; ++i) std::this_thread::sleep_for(10ms);
+    ASSERT_GT(pool.states()[0].events, 0u) << "the pool read the snapshot and the events after it";
+    ASSERT_TRUE(pool.hashing().has_value());
+    EXPECT_EQ(pool.hashing()->routing_group, 1);
+    auto device_overlap = [&](const BlockHash& h) { return pool.views(std::vector<BlockHash>{h})[0].overlap.device; };
+    EXPECT_EQ(device_overlap(full_only), 1);
+    EXPECT_EQ(device_overlap(both), 1);
+    EXPECT_EQ(device_overlap(sliding_only), 0);
+    EXPECT_EQ(device_overlap(later), 0);
+    pool.stop();
+  }
+  backend.stop();
+  serving.join();
 }
 
 }  // namespace

@@ -48,7 +48,7 @@ class InProcessBackend {
     options.port = 0;
     options.http_threads = 16;
     options.kv_events = &events_;
-    options.prefix_hashing = {config.block_size, std::string(hash_algorithm_name(config.hash_algorithm)), config.hash_seed};
+    options.prefix_hashing = server::prefix_hashing_for(engine_->manager().cache_config(), std::string(hash_algorithm_name(config.hash_algorithm)), config.hash_seed);
     server::ServedModel served;
     served.limits = {"stories260K", engine_->max_model_len(), model.config().vocab_size};
     served.eos_token_id = Tokenizer::kBos;

@@ -9,6 +9,7 @@
 #include <thread>
 #include <random>
 #include <set>
+#include <tuple>
 
 #include "golden_engine_test.h"
 #include "pagedkv/server/kv_event_log.h"
@@ -25,8 +26,8 @@ KVEvent stored(uint64_t h, Medium m = Medium::kDevice, uint16_t group = 0) {
   e.group = group;
   return e;
 }
-KVEvent removed(uint64_t h, Medium m = Medium::kDevice) {
-  KVEvent e = stored(h, m);
+KVEvent removed(uint64_t h, Medium m = Medium::kDevice, uint16_t group = 0) {
+  KVEvent e = stored(h, m, group);
   e.kind = KVEventKind::kBlockRemoved;
   return e;
 }
@@ -36,10 +37,13 @@ KVEvent cleared() {
   return e;
 }
 
-// A reader's index: (hash, medium) pairs.
-using Index = std::set<std::pair<BlockHash, Medium>>;
+// A reader's index: (hash, medium, group) triples.
+using Key = std::tuple<BlockHash, Medium, uint16_t>;
+using Index = std::set<Key>;
 
-const PrefixHashing kHashing{16, "xxh3_128", 42};
+// A hybrid engine's hashing: a full group of 16-token blocks and a sliding group of 32.
+const PrefixHashing kHashing{16, "xxh3_128", 42,
+                             {KVGroupInfo{AttentionKind::kFull, 0, 16}, KVGroupInfo{AttentionKind::kSlidingWindow, 512, 32}}, 0};
 
 // What a router receives: the page through the wire format.
 KVEventsPage over_the_wire(const KVEventsPage& page) {
@@ -54,15 +58,15 @@ void catch_up(const KVEventLog& log, uint64_t& epoch, uint64_t& since, Index& in
     const KVEventsPage p = over_the_wire(log.read(epoch, since, max_events));
     if (p.snapshot) {
       index.clear();
-      for (const auto& [h, mask] : p.blocks)
+      for (const KVSnapshotBlock& b : p.blocks)
         for (int m = 0; m < kNumMedia; ++m)
-          if (mask & medium_bit(static_cast<Medium>(m))) index.insert({h, static_cast<Medium>(m)});
+          if (b.media & medium_bit(static_cast<Medium>(m))) index.insert({b.hash, static_cast<Medium>(m), b.group});
     }
     for (const KVEventRecord& r : p.events) {
       EXPECT_EQ(r.seq, since + 1) << "sequence numbers are consecutive";
       since = r.seq;
-      if (r.present) EXPECT_TRUE(index.insert({r.hash, r.medium}).second) << "stored twice without a removal";
-      else EXPECT_EQ(index.erase({r.hash, r.medium}), 1u) << "removed what was not present";
+      if (r.present) EXPECT_TRUE(index.insert({r.hash, r.medium, r.group}).second) << "stored twice without a removal";
+      else EXPECT_EQ(index.erase({r.hash, r.medium, r.group}), 1u) << "removed what was not present";
     }
     epoch = p.epoch;
     since = p.last_seq;
@@ -75,20 +79,30 @@ TEST(KVEventLog, RecordsOnlyTransitionsOfPresence) {
   KVEventLog log(100, 42);
   std::vector<KVEvent> ev{stored(1), stored(1), removed(1), stored(2, Medium::kHost), stored(3, Medium::kDevice, 1)};
   log.append(ev);
-  // 1 stored twice (two copies): one record; one copy removed: still present. Group 1 ignored.
+  // 1 stored twice (two copies): one record; one copy removed: still present. Group 1's block
+  // is recorded with its group.
   KVEventsPage p = log.read(42, 0, 100);
   ASSERT_FALSE(p.snapshot);
-  ASSERT_EQ(p.events.size(), 2u);
+  ASSERT_EQ(p.events.size(), 3u);
   EXPECT_EQ(p.events[0].hash, stored(1).hash);
   EXPECT_TRUE(p.events[0].present);
   EXPECT_EQ(p.events[1].medium, Medium::kHost);
-  EXPECT_EQ(log.num_present(), 2u);
+  EXPECT_EQ(p.events[2].group, 1);
+  EXPECT_EQ(p.events[0].group, 0);
+  EXPECT_EQ(log.num_present(), 3u);
   log.append(std::vector<KVEvent>{removed(1), removed(9)});  // the last copy; an unknown hash
-  p = log.read(42, 2, 100);
+  p = log.read(42, 3, 100);
   ASSERT_EQ(p.events.size(), 1u);
   EXPECT_FALSE(p.events[0].present);
-  EXPECT_EQ(p.last_seq, 3u);
-  EXPECT_EQ(log.num_present(), 1u);
+  EXPECT_EQ(p.last_seq, 4u);
+  EXPECT_EQ(log.num_present(), 2u);
+  // The same hash in two groups is two entries: removing group 0's copy leaves group 1's.
+  log.append(std::vector<KVEvent>{stored(5, Medium::kDevice, 0), stored(5, Medium::kDevice, 1), removed(5)});
+  p = log.read(42, 4, 100);
+  ASSERT_EQ(p.events.size(), 3u);
+  EXPECT_EQ(p.events[2].group, 0);
+  EXPECT_FALSE(p.events[2].present);
+  EXPECT_EQ(log.num_present(), 3u);
 }
 
 TEST(KVEventLog, AllClearedRemovesDeviceCopiesOnly) {
@@ -143,7 +157,7 @@ TEST(KVEventsWire, RoundTripsEveryField) {
   events.epoch = 0xfedcba9876543210ull;
   events.last_seq = 9;
   events.more = true;
-  events.events = {{7, true, BlockHash{1, 2}, Medium::kDevice}, {9, false, BlockHash{~0ull, 0}, Medium::kDisk}};
+  events.events = {{7, true, BlockHash{1, 2}, Medium::kDevice, 1}, {9, false, BlockHash{~0ull, 0}, Medium::kDisk, 0}};
   const KVEventsPage e = over_the_wire(events);
   EXPECT_EQ(e.epoch, events.epoch);
   EXPECT_EQ(e.last_seq, 9u);
@@ -153,14 +167,47 @@ TEST(KVEventsWire, RoundTripsEveryField) {
   EXPECT_FALSE(e.events[1].present);
   EXPECT_EQ(e.events[1].hash, (BlockHash{~0ull, 0}));
   EXPECT_EQ(e.events[1].medium, Medium::kDisk);
+  EXPECT_EQ(e.events[0].group, 1);
 
   KVEventsPage snapshot;
   snapshot.epoch = 1;
   snapshot.snapshot = true;
-  snapshot.blocks = {{BlockHash{3, 4}, medium_bit(Medium::kHost) | medium_bit(Medium::kDisk)}, {BlockHash{5, 6}, 0}};
+  snapshot.blocks = {{BlockHash{3, 4}, medium_bit(Medium::kHost) | medium_bit(Medium::kDisk), 0}, {BlockHash{5, 6}, 0, 1}};
   const KVEventsPage s = over_the_wire(snapshot);
   EXPECT_TRUE(s.snapshot && s.events.empty());
   EXPECT_EQ(s.blocks, snapshot.blocks);
+}
+
+// A sender from before groups (no "groups", events of 4 items, blocks of 2): group 0 of one
+// full-attention group.
+TEST(KVEventsWire, PagesWithoutGroupsAreGroupZero) {
+  const std::string head = R"({"block_size": 16, "hash_algorithm": "xxh3_128", "hash_seed": 0, "epoch": "1", )";
+  const std::string hash = R"("0123456789abcdef0123456789abcdef")";
+  KVEventsWirePage w = parse_kv_events_page(head + R"("last": 1, "snapshot": false, "events": [[1, "stored", )" + hash + R"(, "device"]]})");
+  ASSERT_EQ(w.page.events.size(), 1u);
+  EXPECT_EQ(w.page.events[0].group, 0);
+  EXPECT_TRUE(w.hashing.groups.empty());
+  EXPECT_EQ(w.hashing.routing_group, 0);
+  EXPECT_EQ(w.hashing.routing_block_size(), 16);
+  w = parse_kv_events_page(head + R"("last": 1, "snapshot": true, "blocks": [[)" + hash + R"(, ["host"]]]})");
+  ASSERT_EQ(w.page.blocks.size(), 1u);
+  EXPECT_EQ(w.page.blocks[0].group, 0);
+}
+
+// The hashing a server publishes: every group, and the first full-attention one for routers.
+TEST(KVEventsWire, PrefixHashingNamesTheGroupsAndTheRoutingGroup) {
+  KVCacheConfig cache;
+  cache.num_blocks = 8;
+  cache.groups = {KVCacheGroupSpec{KVCacheSpec{.kind = AttentionKind::kSlidingWindow, .block_size = 32, .sliding_window = 100}, 2},
+                  KVCacheGroupSpec{KVCacheSpec{.kind = AttentionKind::kFull, .block_size = 16}, 2}};
+  const PrefixHashing h = prefix_hashing_for(cache, "sha256", 7);
+  EXPECT_EQ(h.block_size, 16);
+  EXPECT_EQ(h.routing_group, 1);
+  EXPECT_EQ(h.routing_block_size(), 16);
+  ASSERT_EQ(h.groups.size(), 2u);
+  EXPECT_EQ(h.groups[0], (KVGroupInfo{AttentionKind::kSlidingWindow, 100, 32}));
+  const KVEventsWirePage w = parse_kv_events_page(format_kv_events_page(KVEventsPage{}, h));
+  EXPECT_EQ(w.hashing, h);
 }
 
 TEST(KVEventsWire, RefusesMalformedPages) {
@@ -186,6 +233,15 @@ TEST(KVEventsWire, RefusesMalformedPages) {
            "{" + head + R"("epoch": "1", "last": 1, "snapshot": true, "blocks": [[)" + hash + R"(, ["host", "host"]]]})",
            "{" + head + R"("epoch": "1", "last": 1, "snapshot": true, "blocks": {"a": 1}})",
            std::string(R"({"block_size": 0, "hash_algorithm": "xxh3_128", "hash_seed": 0, "epoch": "1", "last": 0, "snapshot": true, "blocks": []})"),
+           // groups: an event's group that the page does not list, an unknown kind, a block size
+           // that is not a multiple of the hash block, a routing group out of range
+           "{" + head + R"("epoch": "1", "last": 1, "snapshot": false, "events": [[1, "stored", )" + hash + R"(, "device", 1]]})",
+           "{" + head + R"("groups": [{"kind": "full", "sliding_window": 0, "block_size": 16}], "epoch": "1", "last": 1, "snapshot": true, "blocks": [[)" +
+               hash + R"(, ["host"], 1]]})",
+           "{" + head + R"("groups": [{"kind": "mamba", "sliding_window": 0, "block_size": 16}], "epoch": "1", "last": 0, "snapshot": true, "blocks": []})",
+           "{" + head + R"("groups": [{"kind": "full", "sliding_window": 0, "block_size": 24}], "epoch": "1", "last": 0, "snapshot": true, "blocks": []})",
+           "{" + head + R"("groups": [{"kind": "full", "block_size": 16}], "epoch": "1", "last": 0, "snapshot": true, "blocks": []})",
+           "{" + head + R"("routing_group": 2, "epoch": "1", "last": 0, "snapshot": true, "blocks": []})",
        }) {
     EXPECT_THROW(parse_kv_events_page(body), WireError) << body;
   }
@@ -195,7 +251,7 @@ TEST(KVEventLog, RandomReaderAlwaysConverges) {
   for (uint64_t seed = 1; seed <= 20; ++seed) {
     std::mt19937_64 rng(seed);
     KVEventLog log(16 + seed * 8, 0);
-    std::map<std::pair<BlockHash, Medium>, int> copies;  // the truth
+    std::map<Key, int> copies;  // the truth
     uint64_t epoch = 0, since = 0;
     Index index;
     for (int round = 0; round < 300; ++round) {
@@ -204,18 +260,19 @@ TEST(KVEventLog, RandomReaderAlwaysConverges) {
       for (int k = 0; k < n; ++k) {
         const uint64_t h = 1 + rng() % 20;
         const Medium m = static_cast<Medium>(rng() % 3);
+        const auto g = static_cast<uint16_t>(rng() % 2);  // a hybrid model's two groups
         const int what = static_cast<int>(rng() % 100);
         if (what < 55) {
-          batch.push_back(stored(h, m));
-          ++copies[{stored(h).hash, m}];
+          batch.push_back(stored(h, m, g));
+          ++copies[{stored(h).hash, m, g}];
         } else if (what < 99) {
-          auto it = copies.find({stored(h).hash, m});
+          auto it = copies.find({stored(h).hash, m, g});
           if (it == copies.end()) continue;  // the engine never removes what it did not store
-          batch.push_back(removed(h, m));
+          batch.push_back(removed(h, m, g));
           if (--it->second == 0) copies.erase(it);
         } else {
           batch.push_back(cleared());
-          std::erase_if(copies, [](const auto& c) { return c.first.second == Medium::kDevice; });
+          std::erase_if(copies, [](const auto& c) { return std::get<1>(c.first) == Medium::kDevice; });
         }
       }
       log.append(batch);
@@ -234,19 +291,19 @@ TEST(KVEventLog, RandomReaderAlwaysConverges) {
 TEST(KVEventLog, ConcurrentReadersConverge) {
   KVEventLog log(64, 11);
   std::atomic<bool> done{false};
-  std::map<std::pair<BlockHash, Medium>, int> copies;
+  std::map<Key, int> copies;
   std::thread writer([&] {
     std::mt19937_64 rng(2);
     for (int round = 0; round < 3000; ++round) {
       const uint64_t h = 1 + rng() % 30;
       const Medium m = static_cast<Medium>(rng() % 3);
-      auto it = copies.find({stored(h).hash, m});
+      auto it = copies.find({stored(h).hash, m, 0});
       if (it != copies.end() && rng() % 2) {
         log.append(std::vector<KVEvent>{removed(h, m)});
         if (--it->second == 0) copies.erase(it);
       } else {
         log.append(std::vector<KVEvent>{stored(h, m)});
-        ++copies[{stored(h).hash, m}];
+        ++copies[{stored(h).hash, m, 0}];
       }
     }
     done = true;
@@ -304,7 +361,8 @@ TEST_F(EngineKVEventsTest, EventsAgreeWithTheCensus) {
   KVEventLog census(16, 6);
   census.append(engine.cached_blocks());
   auto as_set = [](const KVEventsPage& p) {
-    std::set<std::pair<BlockHash, MediumMask>> s(p.blocks.begin(), p.blocks.end());
+    std::set<std::tuple<BlockHash, MediumMask, uint16_t>> s;
+    for (const KVSnapshotBlock& b : p.blocks) s.insert({b.hash, b.media, b.group});
     return s;
   };
   const auto host = engine.tiers()->host()->num_cached_blocks();

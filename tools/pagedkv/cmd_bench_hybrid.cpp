@@ -21,6 +21,7 @@ namespace {
 struct Options {
   HybridSessionsConfig workload;
   int block_size = 16;
+  int sliding_block_size = 0;  // 0: block_size (a multiple of it: the sliding layers' smaller KV per token)
   int window = 512;
   double pool_over_working_set = 2.5;  // pool size as a multiple of the twin's working set
   bool sweep = false;
@@ -57,6 +58,7 @@ int run_bench_hybrid(const Options& o) {
   KVCacheGroupSpec sliding = full;
   sliding.spec.kind = AttentionKind::kSlidingWindow;
   sliding.spec.sliding_window = o.window;
+  if (o.sliding_block_size > 0) sliding.spec.block_size = o.sliding_block_size;
   const std::vector<KVCacheGroupSpec> hybrid{full, sliding};
   const std::vector<KVCacheGroupSpec> twin = full_attention_twin(hybrid);
   if (o.pool_over_working_set <= 0) throw ConfigError("--pool must be positive");
@@ -95,7 +97,8 @@ int run_bench_hybrid(const Options& o) {
     nlohmann::json j;
     j["workload"] = {{"sessions", w.sessions}, {"turns", w.turns}, {"system_prompt_tokens", w.system_prompt_tokens},
                      {"user_tokens", w.user_tokens}, {"output_tokens", w.output_tokens}, {"concurrency", w.concurrency},
-                     {"block_size", o.block_size}, {"sliding_window", o.window},
+                     {"block_size", o.block_size}, {"sliding_block_size", sliding.spec.block_size},
+                     {"sliding_window", o.window},
                      {"checkpoint_interval", w.checkpoint_interval}, {"seed", w.seed}};
     j["full_working_set_blocks"] = working_set;
     j["pool_blocks"] = rows.front().num_blocks;
@@ -116,8 +119,9 @@ int run_bench_hybrid(const Options& o) {
   fmt::print("multi-session round robin (vllm#48435 shape): {} sessions x {} turns, system prompt {} tokens, "
              "{} user + {} output tokens a turn, {} running at once\n",
              w.sessions, w.turns, w.system_prompt_tokens, w.user_tokens, w.output_tokens, w.concurrency);
-  fmt::print("hybrid: a full-attention group + a sliding-window group (window {}, block {}); interval checkpoints: {}\n",
-             o.window, o.block_size, w.checkpoint_interval > 0 ? fmt::format("every {} tokens", w.checkpoint_interval) : "none");
+  fmt::print("hybrid: a full-attention group (block {}) + a sliding-window group (window {}, block {}); interval checkpoints: {}\n",
+             o.block_size, o.window, sliding.spec.block_size,
+             w.checkpoint_interval > 0 ? fmt::format("every {} tokens", w.checkpoint_interval) : "none");
   fmt::print("twin: both groups full attention. Working set of the twin: {} blocks\n\n", working_set);
   const Row& r = rows.front();
   fmt::print("pool {} blocks ({:.2f}x the twin's working set)\n", r.num_blocks, r.pool_over_working_set);
@@ -161,6 +165,10 @@ const CommandRegistration kBenchHybridCommand{Command{
       sub.add_option("--concurrency", o->workload.concurrency, "requests running at once")->capture_default_str();
       sub.add_option("--block-size", o->block_size, "tokens per block")->capture_default_str();
       sub.add_option("--window", o->window, "sliding window, tokens")->capture_default_str();
+      sub.add_option("--sliding-block-size", o->sliding_block_size,
+                     "tokens per sliding-window block, a multiple of --block-size (groups whose layers hold less KV "
+                     "per token get larger blocks of the same page; 0: --block-size)")
+          ->capture_default_str();
       sub.add_option("--checkpoint-interval", o->workload.checkpoint_interval,
                      "sliding-window checkpoints every N tokens (a multiple of the block size; 0: prompt ends only)")
           ->capture_default_str();

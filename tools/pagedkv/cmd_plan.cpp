@@ -213,6 +213,8 @@ int run_hybrid_plan(const PlanArgs& a, const HybridModelShape& m) {
                         {"sliding_window", g.spec.kind == AttentionKind::kSlidingWindow ? Json(g.spec.sliding_window) : nullptr},
                         {"num_layers", g.num_layers},
                         {"padded_layers", g.padded_layers},
+                        {"block_size", g.spec.block_size},
+                        {"page_padding_bytes", g.page_padding_bytes},
                         {"bytes_per_token", p.group_bytes_per_token[i]},
                         {"blocks_per_request", p.group_blocks_per_request[i]}});
     }
@@ -228,6 +230,7 @@ int run_hybrid_plan(const PlanArgs& a, const HybridModelShape& m) {
               {"groups", groups},
               {"padding_layers", p.padding_layers},
               {"padding_waste", p.padding_waste},
+              {"page_padding_waste", p.page_padding_waste},
               {"bytes_per_token", bytes_per_token},
               {"bytes_per_block", p.bytes_per_block},
               {"context_len", p.context_len},
@@ -258,6 +261,9 @@ int run_hybrid_plan(const PlanArgs& a, const HybridModelShape& m) {
   if (p.padding_layers > 0)
     fmt::print("  padding: {} layers, may waste at most {:.2f}% of their kind's KV memory\n", p.padding_layers,
                100.0 * p.padding_waste);
+  // Groups whose bytes per token differ get block sizes scaled to one page; what does not
+  // divide is padding (vLLM prints the same at start-up).
+  if (const std::string pad = describe_page_padding(p.groups); !pad.empty()) fmt::print("  page padding: {}\n", pad);
   print_row("bytes per token", format_grouped(bytes_per_token), "all layers");
   print_row("bytes per block", format_grouped(p.bytes_per_block), both_units(p.bytes_per_block));
   fmt::print("  one request of {} tokens (prefill chunk {}):\n", format_grouped(static_cast<uint64_t>(context)), p.chunk_tokens);

@@ -96,7 +96,7 @@ int run_serve(ServeOptions o) {
   options.max_body_bytes = parse_byte_size(o.max_body_bytes);
   options.http_threads = o.http_threads;
   options.kv_events = &kv_events;
-  options.prefix_hashing = {config.block_size, std::string(hash_algorithm_name(config.hash_algorithm)), config.hash_seed};
+  options.prefix_hashing = server::prefix_hashing_for(engine.manager().cache_config(), std::string(hash_algorithm_name(config.hash_algorithm)), config.hash_seed);
   server::ServedModel served;
   served.limits = {o.served_model_name, engine.max_model_len(), model.config().vocab_size};
   // llama2.c checkpoints end a story by starting the next (run.c stops on BOS); GGUF files name

@@ -46,13 +46,14 @@ struct BlockContentKey {
 
 struct BlockPoolOptions {
   int num_blocks = 0;           // including the reserved null block 0
-  int block_size = 16;
+  int block_size = 16;           // tokens of the largest block (the stride of cached content)
   bool enable_caching = true;
   bool enable_events = false;
   // Null: LRU through the built-in free queue (vLLM's order).
   std::unique_ptr<EvictionPolicy> policy;
-  // Per KV-cache group: its attention kind and window, copied into the events (empty: every
-  // group is full attention).
+  // Per KV-cache group: its attention kind and window, copied into the events, and its block
+  // size (tokens a cached block of that group holds; at most block_size). Empty: every group is
+  // full attention with block_size tokens a block.
   std::vector<KVCacheSpec> group_specs;
 };
 
@@ -87,6 +88,10 @@ class BlockPool {
   int num_blocks() const { return static_cast<int>(blocks_.size()); }
   int num_usable_blocks() const { return num_blocks() - 1; }
   int block_size() const { return block_size_; }
+  // Tokens a block of `group` holds (groups of a hybrid pool may differ; see BlockPoolOptions).
+  int group_block_size(uint16_t group) const {
+    return group < group_specs_.size() ? group_specs_[group].block_size : block_size_;
+  }
   bool caching_enabled() const { return enable_caching_; }
   int num_free_blocks() const { return policy_ ? policy_->size() : free_queue_.size(); }
   // Fraction of usable blocks not free (vLLM's usage).
@@ -250,7 +255,7 @@ inline bool BlockPool::matches(const KVCacheBlock& b, const BlockContentKey& key
   const size_t i = static_cast<size_t>(b.id.value);
   const CachedMeta& meta = meta_[i];
   if (meta.parent != key.parent || meta.extra_digest != key.extra_digest) return false;
-  if (key.tokens.size() != static_cast<size_t>(block_size_)) return false;
+  if (key.tokens.size() != static_cast<size_t>(b.num_tokens)) return false;
   // Compared without a libc call (a block is a few dozen bytes): the loop vectorizes.
   const TokenId* cached = tokens_.data() + i * static_cast<size_t>(block_size_);
   uint32_t diff = 0;

@@ -48,15 +48,23 @@ struct KVCacheGroupSpec {
 };
 
 // The whole cache: a pool of `num_blocks` physical blocks shared by every group. A physical
-// block holds one block_size-token page for every layer of the group that owns it.
+// block holds one page for every layer of the group that owns it: that group's block_size
+// tokens. Groups may have different block sizes (vLLM's hybrid allocator scales them so every
+// group's page has the same bytes; see memory/hybrid_model.h), each a multiple of the smallest,
+// which is the granularity of the prefix hashes.
 struct KVCacheConfig {
   int num_blocks = 0;              // including the reserved null block 0
   std::vector<KVCacheGroupSpec> groups;
 
-  int block_size() const { return groups.empty() ? 0 : groups.front().spec.block_size; }
+  // The smallest group's block size: prefix hashes are computed per block of this many tokens.
+  int block_size() const;
+  // The largest group's block size (tokens a physical block may hold).
+  int max_block_size() const;
+  bool uniform_block_size() const { return block_size() == max_block_size(); }
   // Bytes one physical block occupies (the largest group's per-block footprint).
   size_t bytes_per_block() const;
-  // Throws ConfigError: no groups, mixed block sizes, fewer than 2 blocks, bad spec.
+  // Throws ConfigError: no groups, a block size that is not a multiple of the smallest, fewer
+  // than 2 blocks, bad spec.
   void validate() const;
 };
 

@@ -21,7 +21,10 @@
 
 namespace pagedkv {
 
-inline constexpr int kMaxKVCacheGroups = 4;
+// Per-request state is kept in fixed arrays of this many groups (no allocation on a decode
+// step). vLLM's grouping rule makes 7 groups for Gemma 3 (52 sliding layers in groups of 10);
+// 16 leaves room for models with more layer kinds.
+inline constexpr int kMaxKVCacheGroups = 16;
 
 struct KVCacheManagerConfig {
   KVCacheConfig cache;                 // pool size and KV-cache groups
@@ -47,7 +50,7 @@ struct KVCacheManagerConfig {
   // instead of pushing cached full-attention blocks out. Off: every full block is cached and
   // freed to the back (the behaviour vLLM users saw collapse, vllm#48435).
   bool sliding_window_retention = true;
-  int sliding_window_checkpoint_interval = 0;  // tokens, a multiple of the block size
+  int sliding_window_checkpoint_interval = 0;  // tokens, a multiple of every group's block size
   // The largest prefill chunk the scheduler hands allocate_slots (vLLM's max_num_batched_tokens);
   // can_allocate sizes a request by its first chunk and a sliding group by its real footprint,
   // cdiv(min(window - 1 + chunk, max_model_len), block_size) + 1 blocks. 0: the whole prompt at once.
@@ -58,7 +61,8 @@ struct KVCacheManagerConfig {
 enum class AllocStatus { kOk, kLater, kNever };
 std::string_view alloc_status_name(AllocStatus s);
 
-// Cached prefix blocks found for a request, per group (vLLM's KVCacheBlocks).
+// Cached prefix blocks found for a request, per group (vLLM's KVCacheBlocks). Each group's
+// blocks are of its own block size; num_computed_tokens is a multiple of every group's.
 struct ComputedBlocks {
   int num_groups = 0;
   std::array<std::vector<BlockId>, kMaxKVCacheGroups> blocks;
@@ -76,10 +80,12 @@ struct ComputedBlocks {
 };
 
 // The blocks an allocate_slots call added, per group: views into the request's block tables,
-// valid until the next call that changes that request.
+// valid until the next call that changes that request. The list of views (kMaxKVCacheGroups of
+// them, empty past num_groups) is the manager's, valid until its next allocate_slots call: the
+// answer stays a few bytes however many groups there may be (a decode step copies it).
 struct NewBlocks {
   int num_groups = 0;
-  std::array<std::span<const BlockId>, kMaxKVCacheGroups> blocks;
+  std::span<const std::span<const BlockId>> blocks;
   // Entries before the new blocks changed (copy-on-write, sliding-window release): a worker-side
   // table must re-read the whole row, not just append.
   bool table_rewritten = false;
@@ -95,6 +101,7 @@ struct PrefixCacheStats {
   uint64_t preempted_requests = 0;
   uint64_t preempted_queries = 0;
   uint64_t preempted_hits = 0;
+  int num_groups = 0;  // entries of the per-group arrays below in use
   // Per KV-cache group (lookups by requests never preempted): the tokens each group confirmed
   // on its own, and the lookups whose hit that group cut short (hybrid models: which group
   // limits the prefix cache).
@@ -112,7 +119,8 @@ class KVCacheManager {
 
   // Prefix lookup: the longest run of cached full blocks from the start of the request
   // (at most num_tokens - 1 tokens, so at least one token is computed), and the number of
-  // tokens they cover. Touches nothing; counts the lookup in the prefix-cache stats.
+  // tokens they cover. With groups of different block sizes the hit is a multiple of their
+  // least common multiple (every group's table must end on a block boundary there). Touches nothing; counts the lookup in the prefix-cache stats.
   void get_computed_blocks(Request& request, ComputedBlocks& out);
   ComputedBlocks get_computed_blocks(Request& request);
 
@@ -177,7 +185,13 @@ class KVCacheManager {
   BlockPool& pool() { return pool_; }
   const BlockHasher& hasher() const { return hasher_; }
   const KVCacheConfig& cache_config() const { return config_.cache; }
+  // The smallest group's block size: the granularity of the request's prefix hashes (with one
+  // block size, the block size).
   int block_size() const { return block_size_; }
+  int group_block_size(int group) const { return spec(group).block_size; }
+  // Prefix hits are multiples of this many tokens: the least common multiple of the cacheable
+  // groups' block sizes.
+  int hit_alignment() const { return hit_alignment_; }
   int max_model_len() const { return max_model_len_; }
   int num_groups() const { return num_groups_; }
   int watermark_blocks() const { return watermark_blocks_; }
@@ -195,10 +209,10 @@ class KVCacheManager {
     // Set by fork (on parent and child): only then can a block this request writes be shared,
     // so only then is copy-on-write checked.
     bool may_share_writable = false;
-    // Where the request's prompt left a cached full-attention prefix (in blocks) beyond its hit,
+    // Where the request's prompt left a cached full-attention prefix (in tokens) beyond its hit,
     // because a sliding group kept no window there: a shared prefix (a system prompt) that a
     // sliding group must keep a checkpoint at. 0: none.
-    int divergence_block = 0;
+    int divergence_tokens = 0;
     std::array<std::vector<BlockId>, kMaxKVCacheGroups> blocks;
   };
 
@@ -230,7 +244,20 @@ class KVCacheManager {
     return config_.sliding_window_retention && spec(g).kind == AttentionKind::kSlidingWindow;
   }
   // Blocks before a hit point that a sliding group's window needs: ceil((window - 1) / block_size).
-  int window_blocks(int g) const { return (spec(g).sliding_window - 1 + block_size_ - 1) / block_size_; }
+  int window_blocks(int g) const { return (spec(g).sliding_window - 1 + spec(g).block_size - 1) / spec(g).block_size; }
+  // Group g's block i spans hash blocks [i * r, (i + 1) * r), r its block size over block_size_;
+  // the chained hash of the last one names the whole prefix up to the block's end.
+  int hash_ratio(int g) const { return spec(g).block_size / block_size_; }
+  const BlockHash& group_block_hash(const Request& request, int g, int i) const {
+    return request.block_hashes[static_cast<size_t>((i + 1) * hash_ratio(g) - 1)];
+  }
+  // Full blocks of group g the request's hashes cover.
+  int hashed_blocks(int g, const Request& request) const {
+    return static_cast<int>(request.block_hashes.size()) / hash_ratio(g);
+  }
+  // The longest prefix every cacheable group confirms (a fixed point over the groups' answers,
+  // aligned to hit_alignment()), each group's blocks in `out`, at most `max_tokens` tokens.
+  int find_common_hit(const Request& request, int max_tokens, ComputedBlocks& out) const;
   // Block `i` of `request` lies in the window before one of its reachable hit points.
   bool is_window_checkpoint(int g, const Request& request, const RequestBlocks& state, int i) const;
   // Blocks group g holds for `request` at its largest when admitted `chunk` tokens at a time.
@@ -253,6 +280,7 @@ class KVCacheManager {
 
   KVCacheManagerConfig config_;
   int block_size_;
+  int hit_alignment_ = 1;
   int max_model_len_;
   int watermark_blocks_;
   int num_groups_;
@@ -271,6 +299,9 @@ class KVCacheManager {
   uint64_t steady_state_calls_ = 0;
   mutable uint64_t window_probes_ = 0;  // find_sliding_window_hit's probes since the last lookup
   std::optional<NewBlocks> no_new_blocks_;  // the steady-state answer: no group gained a block
+  // What NewBlocks::blocks views: the last general call's new blocks, and no blocks at all.
+  std::array<std::span<const BlockId>, kMaxKVCacheGroups> new_block_views_{};
+  const std::array<std::span<const BlockId>, kMaxKVCacheGroups> no_block_views_{};
   bool all_full_attention_ = false;  // every group is full attention (the fast path's domain)
 };
 

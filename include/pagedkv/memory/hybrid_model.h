@@ -7,6 +7,12 @@
 // g = m otherwise; each spec's layers fill ceil(n / g) groups, the last one padded to g layers.
 // Every group then has the same page (g layers' worth of one block), so one pool serves them;
 // padding layers are bytes a block carries for no layer.
+//
+// Layers whose KV bytes per token differ (other head counts, head sizes or dtypes) first get
+// block sizes scaled so their pages match (vLLM's unify_kv_cache_spec_page_size): the largest
+// page P = block_size x the most bytes per token; a layer of b bytes per token gets
+// floor(P / (block_size x b)) x block_size tokens a block. Where P is not a multiple of its page
+// (vLLM refuses that case), the block pads the rest: page padding, reported as waste.
 #pragma once
 
 #include <cstdint>
@@ -43,22 +49,40 @@ std::span<const HybridModelShape> hybrid_model_presets();
 // The preset of that name (case-insensitive), or null.
 const HybridModelShape* find_hybrid_model_preset(std::string_view name);
 
-// A KV-cache group of the uniform-page layout: `num_layers` real layers of `spec`, padded to
-// `padded_layers` (the common group size).
+// A KV-cache group of the uniform-page layout: `num_layers` real layers of `spec` (its block
+// size scaled to the common page), padded to `padded_layers` (the common group size).
 struct PlannedKVGroup {
   KVCacheSpec spec;
   int num_layers = 0;
   int padded_layers = 0;
+  size_t page_padding_bytes = 0;  // per layer and block: the common page minus this spec's page
 };
 
-// vLLM's grouping rule over per-layer specs (see the header comment), groups of one spec in
-// layer order, specs in order of first appearance. ConfigError on no layers or mixed block sizes.
+// Per-layer specs with block sizes scaled so every layer's page (bytes_per_block_per_layer) is
+// as close to the largest as a multiple of the block size allows (see the header comment).
+// ConfigError on no layers or layers of different block sizes before scaling.
+std::vector<KVCacheSpec> unify_page_size(std::span<const KVCacheSpec> layers);
+// The common page of unified specs: the largest bytes_per_block_per_layer.
+size_t common_page_bytes(std::span<const KVCacheSpec> layers);
+
+// vLLM's grouping rule over per-layer specs (see the header comment): pages unified, then
+// groups of one spec in layer order, specs in order of first appearance. ConfigError on no
+// layers or layers of different block sizes.
 std::vector<PlannedKVGroup> group_layers_uniform_page(std::span<const KVCacheSpec> layers);
+
+// The groups as the manager takes them (KVCacheConfig::groups): each with its scaled block
+// size and its real layer count.
+std::vector<KVCacheGroupSpec> to_cache_groups(std::span<const PlannedKVGroup> groups);
+
+// The start-up line about page padding (vLLM logs one when it pads pages): empty when every
+// group's page is exactly the common page.
+std::string describe_page_padding(std::span<const PlannedKVGroup> groups);
 
 struct HybridKVPlan {
   std::vector<PlannedKVGroup> groups;
   int padding_layers = 0;
   double padding_waste = 0;              // padding layers / real layers of their spec, the worst spec
+  double page_padding_waste = 0;         // page padding / the common page, the worst group
   size_t bytes_per_block = 0;            // one page of the pool: padded_layers layers' blocks
   int64_t context_len = 0;
   int64_t chunk_tokens = 1;              // the prefill chunk of the sliding footprint

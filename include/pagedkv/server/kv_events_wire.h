@@ -2,9 +2,14 @@
 // and what `pagedkv router` reads, in one place so the two cannot drift apart.
 //
 //   {"epoch": "<16 hex digits>", "block_size": 16, "hash_algorithm": "xxh3_128", "hash_seed": 0,
-//    "last": 42, "snapshot": false, "more": false,
-//    "events": [[41, "stored", "<32 hex>", "device"], [42, "removed", "<32 hex>", "host"]]}
-// or, for a snapshot, "blocks": [["<32 hex>", ["device", "disk"]], ...] instead of "events".
+//    "groups": [{"kind": "full", "sliding_window": 0, "block_size": 16},
+//               {"kind": "sliding_window", "sliding_window": 512, "block_size": 16}],
+//    "routing_group": 0, "last": 42, "snapshot": false, "more": false,
+//    "events": [[41, "stored", "<32 hex>", "device", 0], [42, "removed", "<32 hex>", "host", 1]]}
+// or, for a snapshot, "blocks": [["<32 hex>", ["device", "disk"], 0], ...] instead of "events".
+// An event's or block's last item is its KV-cache group (an index into "groups"). A page
+// without "groups" (an older sender: group 0 only) parses as one full-attention group, and
+// events of 4 items and blocks of 2 as group 0.
 //
 // The router reads these from other processes over the network, so the parser trusts nothing:
 // every field has its type, the epoch is hex, events are numbered in increasing order up to

@@ -45,7 +45,7 @@ struct HybridSessionsResult {
   BlockPoolStats pool;
 };
 
-// Replays the workload with `groups` (the model's KV-cache groups; one block size). Throws
+// Replays the workload with `groups` (the model's KV-cache groups, each at its block size). Throws
 // ConfigError when the pool cannot hold `concurrency` requests at their largest.
 HybridSessionsResult run_hybrid_sessions(const HybridSessionsConfig& config, const std::vector<KVCacheGroupSpec>& groups);
 
