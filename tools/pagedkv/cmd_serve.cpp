@@ -35,7 +35,7 @@ struct ServeOptions {
   bool disable_admin_endpoints = false;
   std::string max_body_bytes = "8MiB";
   int max_waiting = 512;
-  std::string stream_interval = "1";  // a count, or "auto"
+  std::string stream_interval = "auto";  // a count, or "auto"
   int http_threads = 128;
   int max_model_len = 0;
   int context_length = 0;
