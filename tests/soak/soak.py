@@ -223,6 +223,11 @@ class Soak:
                     self.n.add("lost")
                     self.n.note(f"accepted request lost on {name}: {events[-1:]}")
 
+    def tool(self):
+        """The pagedkv binary of the whole soak: --server-binary's (a copy the soak can rely on
+        while build/ is rebuilt beside it), else build/pagedkv."""
+        return str(self.a.server_binary or pagedkv_bin())
+
     def bench_rounds(self):
         """pagedkv bench serve over both instances, then through the router, round after round
         (shared prefixes)."""
@@ -230,7 +235,7 @@ class Soak:
         while not self.done.is_set():
             urls = self.urls() if k % 2 == 0 else [self.router.base_url]
             k += 1
-            cmd = [str(pagedkv_bin()), "bench", "serve", *sum((["--base-url", u] for u in urls), []),
+            cmd = [self.tool(), "bench", "serve", *sum((["--base-url", u] for u in urls), []),
                    "--dataset", "prefix-repetition", "--num-prompts", "60", "--request-rate", "20",
                    "--prefix-repetition-num-prefixes", "4", "--prefix-repetition-prefix-len", "128",
                    "--prefix-repetition-output-len", "48", "--seed", str(random.randrange(1 << 30)), "--json"]
@@ -284,7 +289,7 @@ class Soak:
 
     def fault_burst(self):
         inst = self.instances[0]
-        subprocess.run([str(pagedkv_bin()), "bench", "serve", "--base-url", inst.url, "--num-prompts", "200",
+        subprocess.run([self.tool(), "bench", "serve", "--base-url", inst.url, "--num-prompts", "200",
                         "--request-rate", "inf", "--random-input-len", "32", "--random-output-len", "32", "--json"],
                        capture_output=True, timeout=600)
 
