@@ -2,7 +2,7 @@
 # Sets everything up, then runs every test: the unit and integration tests (ctest), the core
 # and kernel tests again under ASan+UBSan, the tier tests under TSan, the Python tests, the
 # install test (tests/install: the installed package and pip's module, used by both examples),
-# every fuzz target briefly (FUZZ_SECONDS, 10) and a short soak with faults (SOAK_MINUTES, 3).
+# every fuzz target briefly (FUZZ_SECONDS, 10) and a soak with faults (SOAK_MINUTES, 10).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 stage() { echo "== $1 == (at $((SECONDS / 60)) min $((SECONDS % 60)) s)"; }
@@ -45,8 +45,8 @@ export FUZZ_SECONDS
 scripts/fuzz.sh | xargs -P "$JOBS" -I{} bash -c \
   'scripts/fuzz.sh {} "$FUZZ_SECONDS" > build-fuzz/{}.log 2>&1 || { echo "{}: FAILED"; tail -40 build-fuzz/{}.log; exit 255; }'
 for target in $(scripts/fuzz.sh); do echo "$target: $(grep -E '^Done' "build-fuzz/$target.log")"; done
-# Issue 20 asks for 10 minutes here; the suite's time budget (about 20 minutes in all) gives the soak
-# 3 unless SOAK_MINUTES says otherwise; docs/reliability.md records the longer runs.
-stage "soak: two servers, Redis, faults, for ${SOAK_MINUTES:=3} min"
+# Ten minutes, as issue 20 asks (the unity builds made room for them in the suite's time budget);
+# SOAK_MINUTES overrides it; docs/reliability.md records the longer runs.
+stage "soak: two servers, Redis, faults, for ${SOAK_MINUTES:=10} min"
 scripts/soak.sh "$SOAK_MINUTES"
 stage "all test stages passed"
