@@ -598,9 +598,10 @@ def test_dashboard_in_chromium_under_load(tmp_path):
     shot = artifacts / "dashboard.png"
     # With a host and a disk tier, so their rows are drawn and evicted prefixes flow into them.
     with Server("--host-cache-bytes", "2MiB", "--disk-cache-dir", tmp_path / "disk", "--disk-cache-bytes", "64MiB") as s:
-        # A few seconds of load, started by the browser test once the page is up: shared prefixes
-        # (cached and shared blocks), many requests at once.
-        load = [str(pagedkv_bin()), "bench", "serve", "--base-url", s.base_url, "--num-prompts", "300",
+        # Ten seconds of arrivals, started by the browser test once the page is up: shared prefixes
+        # (cached and shared blocks), many requests at once. (300 arrivals, 3 s, were sometimes
+        # over before the test got to clicking a running request on a fast machine.)
+        load = [str(pagedkv_bin()), "bench", "serve", "--base-url", s.base_url, "--num-prompts", "1000",
                 "--request-rate", "100", "--dataset", "prefix-repetition", "--prefix-repetition-prefix-len", "96",
                 "--prefix-repetition-num-prefixes", "6", "--prefix-repetition-output-len", "200"]
         run = subprocess.run([node, "--test", str(REPO / "tests" / "node" / "dashboard.test.mjs")], cwd=REPO,
