@@ -1,6 +1,7 @@
 #include "pagedkv/server/dashboard_state.h"
 
 #include "pagedkv/server/engine_service.h"
+#include "pagedkv/server/response_builder.h"
 
 namespace pagedkv::server {
 namespace {
@@ -119,7 +120,7 @@ std::string DashboardSnapshots::get() {
     return j;
   });
   state["snapshot_cost_ms"] = cost_ms;
-  json_ = state.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  json_ = json_text(state);
   taken_ = std::chrono::steady_clock::now();
   cost_ms_ = cost_ms;
   return json_;
