@@ -152,8 +152,21 @@ TEST(RemoteTierOnRedis, SharedPrefixKilledMidRunThenBack) {
       first = 5000 + 100 * i;
   }
   ASSERT_GE(first, 0);
+  // The store that showed the link working may have been an earlier request's, landing late (a
+  // slow machine, TSan): settle, then store one fresh prefix and wait for exactly its 4 blocks.
+  uint64_t settled = ta.remote()->stats().stored_blocks;
+  for (int i = 0; i < 50; ++i) {  // bounded: 50 quiet periods of 100 ms at most
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const uint64_t now = ta.remote()->stats().stored_blocks;
+    if (now == settled) break;
+    settled = now;
+  }
+  const TokenId fresh = 50000;
+  Request a3 = make_request(299, 17, fresh);
+  admit_and_verify(da, ta, a3, /*write_through=*/true);
+  ASSERT_TRUE(eventually([&] { return ta.remote()->stats().stored_blocks >= settled + 4; }));
   ASSERT_TRUE(eventually([&] { return tb.remote()->available(); }));
-  Request b3 = make_request(300, 17, first);
+  Request b3 = make_request(300, 17, fresh);
   EXPECT_EQ(admit_and_verify(db, tb, b3, /*write_through=*/true).remote, 16);
   EXPECT_FALSE(tb.remote()->degraded());
 }
