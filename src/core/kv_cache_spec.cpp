@@ -46,6 +46,10 @@ size_t KVCacheConfig::bytes_per_block() const {
   return bytes;
 }
 
+int uniform_group_layers(int fewest, int most) {
+  return static_cast<double>(most) < 1.25 * fewest ? most : fewest;
+}
+
 void KVCacheConfig::validate() const {
   if (groups.empty()) throw ConfigError("KV cache config has no groups");
   if (num_blocks < 2)

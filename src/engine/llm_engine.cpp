@@ -20,7 +20,7 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
 }
 
 size_t bytes_per_block(const ModelConfig& m, const EngineConfig& c) {
-  // One physical block holds a page for every arena layer (kv_arena_layers: the largest group's layers).
+  // One physical block holds a page for every arena layer (kv_arena_layers: a group's layers).
   return m.kv_cache_spec(c.block_size, c.kv_dtype).bytes_per_block_per_layer() *
          static_cast<size_t>(m.kv_arena_layers());
 }
@@ -122,14 +122,31 @@ std::string LLMEngine::describe() const {
   const ModelConfig& m = runner_.config();
   const size_t bpb = bytes_per_block(m, config_);
   const int usable = num_blocks_ - 1;
-  const double tokens = static_cast<double>(usable) * config_.block_size;
+  // Blocks one request of max_model_len tokens holds at its largest: every block of a full
+  // group, a sliding group its window and one block of misalignment (the manager's decode footprint).
+  const auto cdiv = [](int a, int b) { return (a + b - 1) / b; };
+  int per_request = 0;
+  std::string groups;
+  for (const KVCacheGroupSpec& g : m.kv_cache_groups(config_.block_size, config_.kv_dtype)) {
+    const bool sliding = g.spec.kind == AttentionKind::kSlidingWindow;
+    const int all = cdiv(max_model_len_, config_.block_size);
+    per_request += sliding ? std::min(all, cdiv(std::min(g.spec.sliding_window, max_model_len_), config_.block_size) + 1) : all;
+    groups += fmt::format("{}{} x {}", groups.empty() ? "" : ", ", g.num_layers,
+                          sliding ? fmt::format("sliding({})", g.spec.sliding_window) : std::string("full"));
+  }
+  const int num_groups = m.num_kv_cache_groups();
+  const std::string group_line =
+      num_groups == 1 ? std::string()
+                      : fmt::format("\nKV-cache groups: {} of {} layers each [{}]; {} padding layers ({:.1f}% of the pool)",
+                                    num_groups, m.kv_arena_layers(), groups, m.kv_padding_layers(),
+                                    100.0 * m.kv_padding_layers() / (num_groups * m.kv_arena_layers()));
   return fmt::format(
-      "KV cache: {} blocks x {} tokens ({} {} bytes per block, {:.2f} MiB), {} usable tokens\n"
+      "KV cache: {} blocks x {} tokens ({} {} bytes per block, {:.2f} MiB), {} usable tokens{}\n"
       "Maximum concurrency for {} tokens per request: {:.2f}x\n"
       "Swap space: {} host blocks ({:.2f} MiB); prefix caching {}; preemption {}",
       num_blocks_, config_.block_size, bpb, dtype_name(config_.kv_dtype),
-      static_cast<double>(bpb) * num_blocks_ / (1 << 20), usable * config_.block_size, max_model_len_,
-      tokens / max_model_len_, swap_blocks_, static_cast<double>(bpb) * swap_blocks_ / (1 << 20),
+      static_cast<double>(bpb) * num_blocks_ / (1 << 20), usable * config_.block_size, group_line, max_model_len_,
+      static_cast<double>(usable) / per_request, swap_blocks_, static_cast<double>(bpb) * swap_blocks_ / (1 << 20),
       config_.enable_prefix_caching ? "on" : "off", preemption_mode_name(config_.scheduler.preemption_mode)) +
          (tiers_ ? "\nKV tiers: " + tiers_->describe() : std::string());
 }

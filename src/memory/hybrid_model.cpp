@@ -105,7 +105,7 @@ std::vector<PlannedKVGroup> group_layers_uniform_page(std::span<const KVCacheSpe
     most = std::max(most, k.second);
   }
   // Few padding layers when the counts are close (gpt-oss-20b with a draft layer: 12 and 13).
-  const int group_size = static_cast<double>(most) < 1.25 * fewest ? most : fewest;
+  const int group_size = uniform_group_layers(fewest, most);
   std::vector<PlannedKVGroup> out;
   for (const auto& [spec, n] : kinds)
     for (int left = n; left > 0; left -= group_size)

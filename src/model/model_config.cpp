@@ -26,41 +26,69 @@ bool ModelConfig::is_sliding_layer(int layer) const {
   return layer % sliding_window_period < sliding_window_period - 1;
 }
 
-int ModelConfig::num_kv_cache_groups() const {
-  if (uniform_kv_allocation) return 1;
+namespace {
+
+// How a model's layers fall into KV-cache groups: `layers_per_group` each, the full-attention
+// groups first, then the sliding ones.
+struct LayerGrouping {
+  int layers_per_group = 0;
+  int full_groups = 0;
+  int sliding_groups = 0;
+  int groups() const { return full_groups + sliding_groups; }
+};
+
+int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+LayerGrouping layer_grouping(const ModelConfig& c) {
   int sliding = 0;
-  for (int l = 0; l < n_layers; ++l) sliding += is_sliding_layer(l) ? 1 : 0;
-  return sliding > 0 && sliding < n_layers ? 2 : 1;
+  for (int l = 0; l < c.n_layers; ++l) sliding += c.is_sliding_layer(l) ? 1 : 0;
+  const int full = c.n_layers - sliding;
+  if (c.uniform_kv_allocation || sliding == 0) return {c.n_layers, 1, 0};
+  if (full == 0) return {c.n_layers, 0, 1};
+  int per_group = uniform_group_layers(std::min(full, sliding), std::max(full, sliding));
+  // Past the manager's group limit, fuller groups (more padding) rather than more of them.
+  while (ceil_div(full, per_group) + ceil_div(sliding, per_group) > kMaxKVCacheGroups) ++per_group;
+  return {per_group, ceil_div(full, per_group), ceil_div(sliding, per_group)};
 }
 
-int ModelConfig::kv_cache_group(int layer) const {
-  return num_kv_cache_groups() == 2 && is_sliding_layer(layer) ? 1 : 0;
-}
-
-int ModelConfig::arena_layer(int layer) const {
+// Layer `layer`'s index among the layers of its group's kind (every layer, with one group).
+int index_in_kind(const ModelConfig& c, const LayerGrouping& g, int layer) {
+  if (g.groups() == 1) return layer;
   int index = 0;
-  for (int l = 0; l < layer; ++l) index += kv_cache_group(l) == kv_cache_group(layer) ? 1 : 0;
+  for (int l = 0; l < layer; ++l) index += c.is_sliding_layer(l) == c.is_sliding_layer(layer) ? 1 : 0;
   return index;
 }
 
-int ModelConfig::kv_arena_layers() const {
-  int largest = 0;
-  for (const KVCacheGroupSpec& g : kv_cache_groups(16)) largest = std::max(largest, g.num_layers);
-  return largest;
+}  // namespace
+
+int ModelConfig::num_kv_cache_groups() const { return layer_grouping(*this).groups(); }
+
+int ModelConfig::kv_cache_group(int layer) const {
+  const LayerGrouping g = layer_grouping(*this);
+  if (g.groups() == 1) return 0;
+  return (is_sliding_layer(layer) ? g.full_groups : 0) + index_in_kind(*this, g, layer) / g.layers_per_group;
 }
 
+int ModelConfig::arena_layer(int layer) const {
+  const LayerGrouping g = layer_grouping(*this);
+  return index_in_kind(*this, g, layer) % g.layers_per_group;
+}
+
+int ModelConfig::kv_arena_layers() const { return layer_grouping(*this).layers_per_group; }
+
 std::vector<KVCacheGroupSpec> ModelConfig::kv_cache_groups(int block_size, DType dtype) const {
-  std::vector<KVCacheGroupSpec> groups(static_cast<size_t>(num_kv_cache_groups()));
-  for (size_t g = 0; g < groups.size(); ++g) {
-    KVCacheSpec& spec = groups[g].spec;
-    const bool sliding = !uniform_kv_allocation && (groups.size() == 2 ? g == 1 : is_sliding_layer(0));
+  const LayerGrouping grouping = layer_grouping(*this);
+  std::vector<KVCacheGroupSpec> groups(static_cast<size_t>(grouping.groups()));
+  for (int g = 0; g < grouping.groups(); ++g) {
+    KVCacheSpec& spec = groups[static_cast<size_t>(g)].spec;
+    const bool sliding = g >= grouping.full_groups;
     spec.kind = sliding ? AttentionKind::kSlidingWindow : AttentionKind::kFull;
     spec.sliding_window = sliding ? sliding_window : 0;
     spec.block_size = block_size;
     spec.num_kv_heads = n_kv_heads;
     spec.head_dim = head_dim();
     spec.dtype = dtype;
-    groups[g].num_layers = 0;
+    groups[static_cast<size_t>(g)].num_layers = 0;
   }
   for (int l = 0; l < n_layers; ++l) ++groups[static_cast<size_t>(kv_cache_group(l))].num_layers;
   return groups;

@@ -257,7 +257,8 @@ TEST(Gemma3, LoadsItsHyperParameters) {
   EXPECT_EQ(c.attn_logit_softcap, 0.0f);
   EXPECT_EQ(c.final_logit_softcap, 0.0f);
   for (int l = 0; l < kLayers; ++l) EXPECT_EQ(c.is_sliding_layer(l), sliding(l)) << l;
-  EXPECT_EQ(c.num_kv_cache_groups(), 2);
+  EXPECT_EQ(c.num_kv_cache_groups(), 7);  // one full layer, six sliding: groups of one layer (vLLM's rule)
+  EXPECT_EQ(c.kv_arena_layers(), 1);
 }
 
 TEST(Gemma3, EngineMatchesTheNaiveForwardAndEveryFeatureMatters) {
@@ -277,7 +278,7 @@ TEST(Gemma3, EngineMatchesTheNaiveForwardAndEveryFeatureMatters) {
     cfg.num_blocks = 64;
     cfg.check_invariants = true;
     LLMEngine engine(model, cfg);
-    EXPECT_EQ(engine.manager().num_groups(), 2);
+    EXPECT_EQ(engine.manager().num_groups(), 7);  // one full-attention group, six sliding ones of one layer
     GenerationRequest g;
     g.prompt = prompt;
     g.sampling.temperature = 0;

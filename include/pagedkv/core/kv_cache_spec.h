@@ -41,6 +41,17 @@ struct KVCacheSpec {
   void validate() const;
 };
 
+// The most KV-cache groups a cache may have. The manager keeps per-request state in fixed arrays
+// of this many groups (no allocation on a decode step). vLLM's grouping rule makes 7 groups for
+// Gemma 3 (52 sliding layers in groups of 10); 16 leaves room for models with more layer kinds.
+inline constexpr int kMaxKVCacheGroups = 16;
+
+// vLLM's rule for how many layers one KV-cache group holds (uniform page size: every group's
+// page carries the same number of layers), when each kind of layer has between `fewest` and
+// `most` layers: all of the largest kind when the counts are close (most < 1.25 x fewest, a few
+// padding layers), else the smallest kind's count. Each kind then fills ceil(n / result) groups.
+int uniform_group_layers(int fewest, int most);
+
 // A set of layers that share one block table per request (vLLM's KVCacheGroupSpec).
 struct KVCacheGroupSpec {
   KVCacheSpec spec;

@@ -21,11 +21,6 @@
 
 namespace pagedkv {
 
-// Per-request state is kept in fixed arrays of this many groups (no allocation on a decode
-// step). vLLM's grouping rule makes 7 groups for Gemma 3 (52 sliding layers in groups of 10);
-// 16 leaves room for models with more layer kinds.
-inline constexpr int kMaxKVCacheGroups = 16;
-
 struct KVCacheManagerConfig {
   KVCacheConfig cache;                 // pool size and KV-cache groups
   int max_model_len = 0;               // longest sequence; 0 = what the pool can hold

@@ -67,14 +67,21 @@ struct ModelConfig {
   int rotary_dims() const { return rope_dims > 0 ? rope_dims : head_dim(); }
 
   // KV-cache groups (vLLM's hybrid allocator): layers that share one block table per request.
-  // Group 0 holds the full-attention layers and group 1 the sliding ones (when a model has only
-  // one kind, there is one group). One KV arena serves every group: it has kv_arena_layers()
-  // layers and layer l lives at arena layer arena_layer(l) of blocks owned by its group.
+  // A model with one kind of layer (or uniform_kv_allocation) has one group of every layer.
+  // Otherwise each kind is split, in layer order, into groups of kv_arena_layers() layers by
+  // vLLM's uniform-page rule (uniform_group_layers; more per group if the rule would make more
+  // than kMaxKVCacheGroups), the full-attention groups first: Gemma 2's alternating layers make
+  // one full and one sliding group, Gemma 3's five sliding layers to every full one make groups
+  // of one layer each. Every block then carries kv_arena_layers() layer pages, whichever group
+  // owns it, so one arena serves all groups without a group wasting another's layers; only the
+  // last group of a kind may carry padding layers (kv_padding_layers() in all). Layer l lives at
+  // arena layer arena_layer(l) of the blocks its group kv_cache_group(l) owns.
   bool is_sliding_layer(int layer) const;
   int num_kv_cache_groups() const;
   int kv_cache_group(int layer) const;
   int arena_layer(int layer) const;
   int kv_arena_layers() const;
+  int kv_padding_layers() const { return num_kv_cache_groups() * kv_arena_layers() - n_layers; }
   std::vector<KVCacheGroupSpec> kv_cache_groups(int block_size, DType dtype = DType::kF32) const;
 
   // Trained parameters (the llama2.c file also holds 2 * seq_len * head_dim / 2 unused RoPE floats).
