@@ -24,6 +24,7 @@
 #include "attention_tile.h"
 #include "pagedkv/core/error.h"
 #include "pagedkv/kernels/thread_pool.h"
+#include "pagedkv/storage/key_rotation.h"
 
 namespace pagedkv {
 namespace {
@@ -136,6 +137,7 @@ void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& bat
                                                    : attention_detail::attend_rows_scalar;
 
   const int group = shape.num_q_heads / shape.num_kv_heads;  // query heads per KV head
+  const bool rotated_keys = keys_are_rotated(kv.dtype, shape.head_dim);
   const int queries_per_tile = std::max(1, kRowsPerTask / group);
   const auto dim = static_cast<size_t>(shape.head_dim);
   const int window = shape.sliding_window;
@@ -233,6 +235,7 @@ void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& bat
         const float* src = query + token_head_offset(t, static_cast<size_t>(ref.first_kv_head) + h, row);
         float* dst = scratch.query.data() + (h * rows + row) * dim;
         for (size_t d = 0; d < dim; ++d) dst[d] = src[d] * shape.scale;
+        if (rotated_keys) hadamard_rotate(dst, dim);  // (H q) . (H k) = q . k
       }
     for (size_t row = 0; row < rows; ++row) {
       const int position = t.first_position + static_cast<int>(row / static_cast<size_t>(group));

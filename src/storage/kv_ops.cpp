@@ -6,6 +6,7 @@
 
 #include "pagedkv/core/error.h"
 #include "pagedkv/storage/float_convert.h"
+#include "pagedkv/storage/key_rotation.h"
 #include "pagedkv/storage/kv_quantize.h"
 
 namespace pagedkv {
@@ -15,22 +16,32 @@ std::byte* slot_address(void* plane, const KVLayerView& layer, int64_t slot) {
   return static_cast<std::byte*>(plane) + static_cast<size_t>(slot) * layer.slot_bytes();
 }
 
-// int8/fp8: quantizes one token's row of every head into the slot, the scales after the rows.
-void quantize_slot(const KVLayerView& layer, const float* src, std::byte* slot) {
+// int8/fp8: quantizes one token's row of every head into the slot, the scales after the rows;
+// keys (`rotate`) as H k where the format rotates them (storage/key_rotation.h).
+void quantize_slot(const KVLayerView& layer, const float* src, std::byte* slot, bool rotate) {
   const auto dim = static_cast<size_t>(layer.head_dim);
+  float rotated[kMaxRotatedHeadDim];
+  rotate = rotate && dim <= kMaxRotatedHeadDim;
   for (int h = 0; h < layer.num_kv_heads; ++h) {
-    const float scale = quantize_row(layer.dtype, src + static_cast<size_t>(h) * dim, dim,
-                                     slot + static_cast<size_t>(h) * dim);
+    const float* row = src + static_cast<size_t>(h) * dim;
+    if (rotate) {
+      std::memcpy(rotated, row, dim * sizeof(float));
+      hadamard_rotate(rotated, dim);
+      row = rotated;
+    }
+    const float scale = quantize_row(layer.dtype, row, dim, slot + static_cast<size_t>(h) * dim);
     std::memcpy(slot + layer.rows_bytes() + static_cast<size_t>(h) * kKVScaleBytes, &scale, kKVScaleBytes);
   }
 }
 
-void dequantize_slot(const KVLayerView& layer, const std::byte* slot, float* dst) {
+void dequantize_slot(const KVLayerView& layer, const std::byte* slot, float* dst, bool rotate) {
   const auto dim = static_cast<size_t>(layer.head_dim);
   for (int h = 0; h < layer.num_kv_heads; ++h) {
     float scale;
     std::memcpy(&scale, slot + layer.rows_bytes() + static_cast<size_t>(h) * kKVScaleBytes, kKVScaleBytes);
-    dequantize_row(layer.dtype, slot + static_cast<size_t>(h) * dim, scale, dim, dst + static_cast<size_t>(h) * dim);
+    float* row = dst + static_cast<size_t>(h) * dim;
+    dequantize_row(layer.dtype, slot + static_cast<size_t>(h) * dim, scale, dim, row);
+    if (rotate && dim <= kMaxRotatedHeadDim) hadamard_rotate(row, dim);  // H H k = k
   }
 }
 
@@ -53,6 +64,7 @@ void write_kv(const KVLayerView& layer, const float* key, const float* value, co
   const KernelIsa isa = best_available_isa();
   const size_t row = layer.token_stride_elems();
   const auto num_slots = static_cast<int64_t>(layer.num_slots());
+  const bool rotate_keys = keys_are_rotated(layer.dtype, layer.head_dim);
   for (int t = 0; t < num_tokens; ++t) {
     const int64_t slot = slot_mapping[t];
     if (slot == -1) continue;  // padding token
@@ -60,8 +72,8 @@ void write_kv(const KVLayerView& layer, const float* key, const float* value, co
       throw UsageError(fmt::format("write_kv: slot {} of token {} out of range [0, {})", slot, t, num_slots));
     const size_t src = static_cast<size_t>(t) * row;
     if (dtype_has_row_scale(layer.dtype)) {
-      quantize_slot(layer, key + src, slot_address(layer.key, layer, slot));
-      quantize_slot(layer, value + src, slot_address(layer.value, layer, slot));
+      quantize_slot(layer, key + src, slot_address(layer.key, layer, slot), rotate_keys);
+      quantize_slot(layer, value + src, slot_address(layer.value, layer, slot), false);
       continue;
     }
     convert_from_f32(layer.dtype, key + src, slot_address(layer.key, layer, slot), row, isa);
@@ -122,6 +134,7 @@ void gather_kv(const KVLayerView& layer, const int32_t* block_table_row, int num
   check_view(layer);
   const KernelIsa isa = best_available_isa();
   const size_t row = layer.token_stride_elems();
+  const bool rotate_keys = keys_are_rotated(layer.dtype, layer.head_dim);
   for (int t = 0; t < num_tokens; ++t) {
     const int32_t block = block_table_row[t / layer.block_size];
     if (block < 0 || block >= layer.num_blocks)
@@ -129,8 +142,8 @@ void gather_kv(const KVLayerView& layer, const int32_t* block_table_row, int num
     const int64_t slot = static_cast<int64_t>(block) * layer.block_size + t % layer.block_size;
     const size_t dst = static_cast<size_t>(t) * row;
     if (dtype_has_row_scale(layer.dtype)) {
-      dequantize_slot(layer, slot_address(layer.key, layer, slot), key_out + dst);
-      dequantize_slot(layer, slot_address(layer.value, layer, slot), value_out + dst);
+      dequantize_slot(layer, slot_address(layer.key, layer, slot), key_out + dst, rotate_keys);
+      dequantize_slot(layer, slot_address(layer.value, layer, slot), value_out + dst, false);
       continue;
     }
     convert_to_f32(layer.dtype, slot_address(layer.key, layer, slot), key_out + dst, row, isa);

@@ -9,6 +9,7 @@
 
 #include "pagedkv/core/error.h"
 #include "pagedkv/storage/cpu_isa.h"
+#include "pagedkv/storage/key_rotation.h"
 
 namespace pagedkv {
 namespace {
@@ -148,6 +149,9 @@ BlockHash kv_layout_fingerprint(uint64_t model_digest, const KVCacheSpec& spec, 
   add(static_cast<int32_t>(hash_algorithm));
   add(hash_root.lo);
   add(hash_root.hi);
+  // int8 keys are stored Hadamard-rotated (storage/key_rotation.h): a block written unrotated by
+  // an earlier build must never be read as rotated. Other layouts keep their fingerprints.
+  if (keys_are_rotated(spec.dtype, spec.head_dim)) add(uint32_t{0x31746f72});  // "rot1"
   const XXH128_hash_t h = XXH3_128bits(buf, o);
   return BlockHash{h.low64, h.high64};
 }

@@ -1,6 +1,7 @@
 // The quantized KV formats: fp8 e4m3 conversions on all 256 codes against the OCP definition,
-// int8/fp8 row quantization within half a quantization step, and int8/fp8 blocks in the arena
-// (scales inside the slot, so write/gather/copy/swap and the memory math carry them).
+// int8/fp8 row quantization within half a quantization step, int8 keys stored Hadamard-rotated,
+// and int8/fp8 blocks in the arena (scales inside the slot, so write/gather/copy/swap and the
+// memory math carry them).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include "pagedkv/storage/fp8_e4m3.h"
 #include "pagedkv/storage/kv_arena.h"
 #include "pagedkv/storage/kv_ops.h"
+#include "pagedkv/storage/key_rotation.h"
 #include "pagedkv/storage/kv_quantize.h"
 
 namespace pagedkv {
@@ -219,6 +221,81 @@ TEST(KVQuantize, FillNanMakesEveryScaleNaN) {
     EXPECT_TRUE(std::all_of(k.begin(), k.end(), [](float x) { return std::isnan(x); }));
     EXPECT_TRUE(std::all_of(v.begin(), v.end(), [](float x) { return std::isnan(x); }));
   }
+}
+
+TEST(KeyRotation, HadamardIsTheNormalizedSylvesterMatrixAndItsOwnInverse) {
+  for (const size_t n : {2u, 4u, 8u, 16u, 64u, 256u}) {
+    SCOPED_TRACE(n);
+    for (size_t j = 0; j < n; ++j) {
+      std::vector<float> e(n, 0.0f);
+      e[j] = 1.0f;
+      hadamard_rotate(e.data(), n);
+      // Column j of Sylvester's matrix: H[i][j] = (-1)^popcount(i & j), over sqrt(n).
+      for (size_t i = 0; i < n; ++i) {
+        const double expected = (std::popcount(i & j) % 2 ? -1.0 : 1.0) / std::sqrt(static_cast<double>(n));
+        ASSERT_NEAR(e[i], expected, 1e-6) << i << "," << j;
+      }
+    }
+    std::mt19937_64 rng(n);
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    std::vector<float> x(n), y(n);
+    for (auto& v : x) v = normal(rng);
+    y = x;
+    hadamard_rotate(y.data(), n);
+    double norm_x = 0, norm_y = 0;
+    for (size_t i = 0; i < n; ++i) {
+      norm_x += double{x[i]} * x[i];
+      norm_y += double{y[i]} * y[i];
+    }
+    EXPECT_NEAR(norm_y, norm_x, 1e-4 * norm_x);  // orthonormal
+    hadamard_rotate(y.data(), n);
+    for (size_t i = 0; i < n; ++i) EXPECT_NEAR(y[i], x[i], 1e-5f * 3.0f * std::sqrt(static_cast<float>(n)));
+  }
+}
+
+TEST(KeyRotation, OnlyInt8KeysOfPowerOfTwoHeadsRotate) {
+  for (int dim : {2, 8, 16, 64, 128, 256, 512}) EXPECT_TRUE(keys_are_rotated(DType::kInt8, dim)) << dim;
+  for (int dim : {1, 12, 24, 96, 1024}) EXPECT_FALSE(keys_are_rotated(DType::kInt8, dim)) << dim;
+  for (DType d : {DType::kFP8, DType::kF16, DType::kBF16, DType::kF32}) EXPECT_FALSE(keys_are_rotated(d, 64));
+}
+
+TEST(KVQuantize, Int8KeysAreStoredRotatedAndAnOutlierNoLongerCoarsensTheirRow) {
+  // One outlier channel (keys have them) and seven small values: unrotated, the step is
+  // 40 / 127 and the small values lose most of their digits; rotated, the row is flat.
+  const int dim = 8;
+  const float key[dim] = {0.31f, -0.12f, 40.0f, 0.05f, -0.27f, 0.18f, -0.09f, 0.22f};
+  const float value[dim] = {1, 2, 3, 4, 5, 6, 7, 8};
+  KVArena arena(testing::kv_spec(DType::kInt8, 4, 1, dim), 1, 2);
+  const KVLayerView kv = arena.layer(0);
+  const int64_t slot = 4;  // block 1, first slot
+  write_kv(kv, key, value, &slot, 1);
+  // The stored codes and scale are quantize_row of H k.
+  float rotated[dim];
+  std::copy(key, key + dim, rotated);
+  hadamard_rotate(rotated, dim);
+  int8_t codes[dim];
+  const float scale = quantize_row(DType::kInt8, rotated, dim, codes);
+  const auto* stored = static_cast<const std::byte*>(kv.key) + static_cast<size_t>(slot) * kv.slot_bytes();
+  EXPECT_EQ(std::memcmp(stored, codes, dim), 0);
+  float stored_scale;
+  std::memcpy(&stored_scale, stored + kv.rows_bytes(), sizeof(float));
+  EXPECT_EQ(stored_scale, scale);
+  // gather_kv rotates back; the error vector's length is the rotated row's, at most
+  // sqrt(dim) half steps, and smaller than quantizing the row as it is.
+  const int32_t table[] = {1};
+  float k[dim], v[dim];
+  gather_kv(kv, table, 1, k, v);
+  float plain[dim];
+  int8_t plain_codes[dim];
+  dequantize_row(DType::kInt8, plain_codes, quantize_row(DType::kInt8, key, dim, plain_codes), dim, plain);
+  double err_rotated = 0, err_plain = 0;
+  for (int i = 0; i < dim; ++i) {
+    err_rotated += (double{k[i]} - key[i]) * (double{k[i]} - key[i]);
+    err_plain += (double{plain[i]} - key[i]) * (double{plain[i]} - key[i]);
+  }
+  EXPECT_LE(std::sqrt(err_rotated), std::sqrt(static_cast<double>(dim)) * scale / 2 + 1e-6);
+  EXPECT_LT(err_rotated, err_plain / 4) << "rotation should cut this row's squared error several times";
+  for (int i = 0; i < dim; ++i) EXPECT_NEAR(v[i], value[i], 8.0f / 127 / 2 + 1e-6f) << "values are not rotated";
 }
 
 }  // namespace

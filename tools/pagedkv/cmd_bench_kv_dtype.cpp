@@ -28,6 +28,8 @@
 #include "engine_options.h"
 #include "pagedkv/core/error.h"
 #include "pagedkv/model/forward_batch.h"
+#include "pagedkv/model/gguf_file.h"
+#include "pagedkv/model/gguf_model.h"
 #include "pagedkv/model/llama2c_checkpoint.h"
 #include "pagedkv/model/model_runner.h"
 #include "pagedkv/model/random_model.h"
@@ -328,8 +330,9 @@ int run_bench_kv_dtype(const KVDtypeOptions& o) {
   std::vector<Named> models;
   const std::string checkpoint = o.model.empty() ? default_shared_dir() + "/models/stories260K.bin" : o.model;
   if (std::filesystem::exists(checkpoint))
-    models.push_back(
-        {std::filesystem::path(checkpoint).stem().string(), std::make_unique<Llama2cCheckpoint>(checkpoint)});
+    models.push_back({std::filesystem::path(checkpoint).stem().string(),
+                      GgufFile::has_gguf_magic(checkpoint) ? std::unique_ptr<Model>(std::make_unique<GgufModel>(checkpoint))
+                                                           : std::make_unique<Llama2cCheckpoint>(checkpoint)});
   else if (!o.model.empty())
     throw ConfigError(fmt::format("--model '{}' does not exist", o.model));
   else
@@ -351,7 +354,7 @@ const CommandRegistration kBenchKvDtypeCommand{Command{
     "bench kv-dtype", "KV-cache formats against an f32 cache: KL divergence, top-1, perplexity, greedy divergence",
     [](CLI::App& sub) -> std::function<int()> {
       auto o = std::make_shared<KVDtypeOptions>();
-      sub.add_option("--model", o->model, "llama2.c checkpoint (default: ../shared/models/stories260K.bin if present)");
+      sub.add_option("--model", o->model, "llama2.c checkpoint or GGUF model (default: ../shared/models/stories260K.bin if present)");
       sub.add_flag("--skip-builtin", o->skip_builtin, "only the checkpoint");
       sub.add_option("--kv-dtypes", o->dtypes, "formats compared with fp32")->delimiter(',')->capture_default_str();
       sub.add_option("--sequences", o->sequences, "sampled sequences (teacher-forced text)")->capture_default_str();
