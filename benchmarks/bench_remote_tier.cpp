@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -120,7 +121,8 @@ nlohmann::json tier_round_trip(const remote::RedisStoreOptions& o, const KVCache
   // them up and is not counted; each round stores blocks of new hashes, so new keys.
   RemoteTierOptions to;
   to.connect = remote::redis_store_factory(o);
-  to.fingerprint = BlockHash{static_cast<uint64_t>(std::rand()), 1};
+  // New keys in every process too (benchmarks/remote_tier.sh runs this several times against one Redis).
+  to.fingerprint = BlockHash{std::random_device{}(), static_cast<uint64_t>(Clock::now().time_since_epoch().count())};
   to.log_degraded = false;
   to.max_queued_store_bytes = size_t{1} << 32;
   RemoteTier tier(to, dst);
@@ -202,7 +204,7 @@ int main(int argc, char** argv) {
   using namespace pagedkv;
   std::string url, model_path;
   int blocks = 256, rounds = 5, batch = 32;
-  bool random_model = true;
+  bool random_model = true, tier_only = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--url") url = argv[i + 1];
@@ -211,9 +213,11 @@ int main(int argc, char** argv) {
     else if (a == "--rounds") rounds = std::atoi(argv[i + 1]);
     else if (a == "--batch") batch = std::atoi(argv[i + 1]);
     else if (a == "--random-model") random_model = std::atoi(argv[i + 1]) != 0;
+    else if (a == "--tier-only") tier_only = std::atoi(argv[i + 1]) != 0;
   }
   if (url.empty()) {
-    fmt::print(stderr, "usage: bench_remote_tier --url redis://127.0.0.1:PORT/0 [--model M.bin] [--blocks N]\n");
+    fmt::print(stderr, "usage: bench_remote_tier --url redis://127.0.0.1:PORT/0 [--model M.bin] [--blocks N] [--rounds N] "
+                       "[--batch N] [--random-model 0|1] [--tier-only 0|1]\n");
     return 2;
   }
   remote::RedisStoreOptions o;
@@ -244,6 +248,10 @@ int main(int argc, char** argv) {
     nlohmann::json m;
     // Throughput on `blocks` blocks of this layout; the prefill of as many as the model's context holds.
     m["tier"] = tier_round_trip(o, spec, mc.n_layers, blocks, rounds);
+    if (tier_only) {  // the like-for-like rounds of remote_tier.sh: nothing else between them
+      out["models"][name] = m;
+      continue;
+    }
     const size_t value = m["tier"]["value_bytes"].get<size_t>();
     auto kept = o;
     kept.keep_read_buffer = true;

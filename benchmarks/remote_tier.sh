@@ -4,6 +4,10 @@
 # (tier and raw hiredis throughput, load vs prefill) and redis-benchmark at the same value sizes
 # and pipeline depth with one connection, then stops Redis.
 #   benchmarks/remote_tier.sh [BUILD_DIR]     (default build/)
+# With LIKE_FOR_LIKE=R it then alternates, R times, the tier on stories260K's 20,656-byte blocks
+# (new keys stored, then loaded) with redis-benchmark doing the same work (SETs of new keys:
+# -r 100000000; GETs of as many stored keys), and prints each round's ratios and their medians
+# and minima: the issue's ">= 70 % of redis-benchmark", measured side by side.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${1:-build}
@@ -25,3 +29,31 @@ for size in $(python3 -c "import json; d=json.load(open('$dir/tier.json')); prin
   # One key (no -r): every GET returns a value of this size, as the tier's loads do.
   redis-benchmark -p "$port" -c 1 -P 32 -d "$size" -n "$n" -t set,get -q 2>&1 | tr '\r' '\n' | grep -E "^(SET|GET): [0-9.]+ requests"
 done
+
+[ "${LIKE_FOR_LIKE:-0}" -gt 0 ] || exit 0
+echo "== like for like: the tier against redis-benchmark, alternated, ${LIKE_FOR_LIKE} rounds =="
+n=${LIKE_BLOCKS:-2048}
+ratios=()
+for round in $(seq "$LIKE_FOR_LIKE"); do
+  redis-cli -p "$port" flushall >/dev/null
+  tier=$("$BUILD_DIR/benchmarks/bench_remote_tier" --url "redis://127.0.0.1:$port/0" --model ../shared/models/stories260K.bin \
+    --blocks "$n" --rounds 1 --random-model 0 --tier-only 1)
+  read -r size store load < <(python3 -c "import json,sys; t=json.loads(sys.argv[1])['models']['stories260K']['tier']; \
+print(t['value_bytes'], t['store']['blocks_per_s_median'], t['load']['blocks_per_s_median'])" "$tier")
+  redis-cli -p "$port" flushall >/dev/null
+  set=$(redis-benchmark -p "$port" -c 1 -P 32 -d "$size" -n "$n" -r 100000000 -t set -q 2>&1 | tr '\r' '\n' |
+    grep -oE "^SET: [0-9.]+" | grep -oE "[0-9.]+$")
+  # GETs of stored keys: fill a keyspace of n keys first (-r n: key:000000000000 .. n-1).
+  redis-benchmark -p "$port" -c 1 -P 32 -d "$size" -n $((4 * n)) -r "$n" -t set -q >/dev/null 2>&1
+  get=$(redis-benchmark -p "$port" -c 1 -P 32 -d "$size" -n "$n" -r "$n" -t get -q 2>&1 | tr '\r' '\n' |
+    grep -oE "^GET: [0-9.]+" | grep -oE "[0-9.]+$")
+  echo "round $round: tier store $store/s, redis-benchmark SET (new keys) $set/s; tier load $load/s, redis-benchmark GET $get/s"
+  ratios+=("$store $set $load $get")
+done
+python3 - "${ratios[@]}" <<'PY'
+import statistics, sys
+rows = [list(map(float, r.split())) for r in sys.argv[1:]]
+for name, a, b in (("store / SET", 0, 1), ("load / GET", 2, 3)):
+    r = [row[a] / row[b] for row in rows]
+    print(f"{name}: median {statistics.median(r):.2f}, min {min(r):.2f}, max {max(r):.2f} ({len(r)} rounds)")
+PY
