@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <filesystem>
 #include <string>
 
 #include "cli_test_support.h"
@@ -112,6 +113,27 @@ TEST_F(BenchAttentionCli, KVDtypeAccuracyReport) {
     EXPECT_LE(int8[part]["top1_agreement"].get<double>(), 1.0);
   }
   EXPECT_EQ(m["greedy"].size(), 6u);  // 3 goldens x 2 formats
+}
+
+// A GGUF model with two KV-cache groups (gemma2's sliding layers): each group gets its tables,
+// fp32 reproduces the f32 reference exactly, int8 does not.
+TEST_F(BenchAttentionCli, KVDtypeOnAGgufModelWithSlidingLayers) {
+  const char* shared = std::getenv("PAGEDKV_SHARED_DIR");
+  const auto model = std::filesystem::path(shared ? shared : "../shared") / "models" / "gguf" / "tiny-gemma2.f32.gguf";
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << model << " not found";
+  int code = -1;
+  const std::string out = run("'" + bin_ + "' bench kv-dtype --skip-builtin --model '" + model.string() +
+                                  "' --sequences 4 --batch 2 --length 64 --short-context 16 --kv-dtypes fp32,int8 --json "
+                                  "2>/dev/null",
+                              code);
+  ASSERT_EQ(code, 0) << out;
+  const nlohmann::json m = nlohmann::json::parse(out)["models"].at(0);
+  ASSERT_EQ(m["teacher_forced"].size(), 2u);
+  for (const char* part : {"short", "long"}) {
+    EXPECT_EQ(m["teacher_forced"][0][part]["kl_mean"].get<double>(), 0.0) << part;
+    EXPECT_EQ(m["teacher_forced"][0][part]["top1_agreement"].get<double>(), 1.0) << part;
+    EXPECT_GT(m["teacher_forced"][1][part]["kl_mean"].get<double>(), 0.0) << part;
+  }
 }
 
 }  // namespace

@@ -57,13 +57,17 @@ struct KVDtypeOptions {
 };
 
 // Runs groups of equal-length sequences through a runner, one position per step for all of
-// them (decode) or each sequence as one chunk (prefill), over an arena of one dtype.
+// them (decode) or each sequence as one chunk (prefill), over an arena of one dtype. A model with
+// several KV-cache groups (gemma2's sliding layers) gets a full table per group: group g's
+// blocks are group 0's shifted by g x group_blocks_ (sliding layers read their window only).
 class Lockstep {
  public:
   Lockstep(const ModelRunner& runner, DType dtype, int num_sequences, int length, int block_size)
       : blocks_per_sequence_((length + block_size - 1) / block_size),
-        arena_(runner.kv_cache_spec(block_size, dtype), runner.config().kv_arena_layers(),
-               num_sequences * blocks_per_sequence_ + 1),
+        block_size_(block_size),
+        groups_(runner.config().num_kv_cache_groups()),
+        group_blocks_(num_sequences * blocks_per_sequence_),
+        arena_(runner.kv_cache_spec(block_size, dtype), runner.config().kv_arena_layers(), groups_ * group_blocks_ + 1),
         builder_(block_size) {
     tables_.resize(static_cast<size_t>(num_sequences));
     for (int s = 0; s < num_sequences; ++s)
@@ -76,7 +80,9 @@ class Lockstep {
     builder_.clear();
     for (size_t s = 0; s < tokens.size(); ++s)
       builder_.add_request(std::span(&tokens[s], 1), position, tables_[s], true);
-    return runner.forward(builder_.batch(), arena_);
+    ForwardBatch batch = builder_.batch();
+    add_groups(batch);
+    return runner.forward(batch, arena_);
   }
 
   // A whole sequence as one chunk, with the logits of every position.
@@ -87,15 +93,41 @@ class Lockstep {
     rows_.resize(tokens.size());
     for (size_t i = 0; i < rows_.size(); ++i) rows_[i] = static_cast<int32_t>(i);
     batch.logits_rows = rows_;
+    add_groups(batch);
     return runner.forward(batch, arena_);
   }
 
  private:
+  void add_groups(ForwardBatch& batch) {
+    if (groups_ == 1) return;
+    const size_t entries = static_cast<size_t>(batch.attention.num_requests) * batch.attention.block_table_stride;
+    group_tables_.resize(static_cast<size_t>(groups_ - 1));
+    group_slots_.resize(static_cast<size_t>(groups_ - 1));
+    extra_.clear();
+    for (int g = 1; g < groups_; ++g) {
+      auto& table = group_tables_[static_cast<size_t>(g - 1)];
+      auto& slots = group_slots_[static_cast<size_t>(g - 1)];
+      table.assign(batch.attention.block_tables, batch.attention.block_tables + entries);
+      for (int32_t& b : table) b = b == 0 ? 0 : b + g * group_blocks_;  // the null block stays
+      slots.assign(batch.slot_mapping.begin(), batch.slot_mapping.end());
+      for (int64_t& slot : slots)
+        if (slot >= 0) slot += static_cast<int64_t>(g) * group_blocks_ * block_size_;
+      extra_.push_back(KVGroupTables{table.data(), batch.attention.block_table_stride, slots});
+    }
+    batch.extra_groups = extra_;
+  }
+
   int blocks_per_sequence_;
+  int block_size_;
+  int groups_;
+  int group_blocks_;  // blocks of one group's tables, all sequences
   KVArena arena_;
   ForwardBatchBuilder builder_;
   std::vector<std::vector<int32_t>> tables_;
   std::vector<int32_t> rows_;
+  std::vector<std::vector<int32_t>> group_tables_;
+  std::vector<std::vector<int64_t>> group_slots_;
+  std::vector<KVGroupTables> extra_;
 };
 
 // log-softmax in double.
