@@ -50,6 +50,7 @@ struct CompletionOutput {
   std::string text;
   std::vector<TokenId> token_ids;
   std::optional<std::string> finish_reason;  // None while running; "stop", "length", "abort", "rejected"
+  std::optional<double> cumulative_logprob;  // beam search: the hypothesis's score (else None)
 };
 
 struct RequestMetrics {
@@ -79,6 +80,7 @@ struct Prompt {
 struct Tracked {
   PyRequestOutput out;
   int n = 1;
+  bool beam_search = false;  // its hypotheses all arrive in one step, the best as sample 0
   std::vector<size_t> rendered;
   std::vector<std::string> pending;  // per sample: bytes of a character not complete yet (GGUF)
 };
@@ -150,8 +152,9 @@ class PyLLM {
   }
 
   // Queues one request (the caller holds the mutex).
+  // beam_width > 1: beam search (sampling params other than max_tokens, stop ids and ignore_eos unused).
   std::string add(Prompt prompt, const PySamplingParams& sp, int priority, const std::string& cache_salt,
-                  uint64_t lora_id) {
+                  uint64_t lora_id, int beam_width = 1) {
     GenerationRequest g;
     g.prompt = prompt.ids;
     g.sampling.temperature = sp.temperature;
@@ -164,6 +167,7 @@ class PyLLM {
     g.stop.eos_token_id = eos_token_id_;
     g.stop.ignore_eos = sp.ignore_eos;
     g.n = sp.n;
+    g.beam_width = beam_width;
     g.priority = priority;
     g.cache_salt = cache_salt;
     g.lora_id = lora_id;
@@ -173,7 +177,8 @@ class PyLLM {
     t.out.request_id = std::to_string(id.value);
     t.out.prompt = std::move(prompt.text);
     t.out.prompt_token_ids = std::move(prompt.ids);
-    t.n = sp.n;
+    t.n = beam_width > 1 ? beam_width : sp.n;
+    t.beam_search = beam_width > 1;
     tracked_.emplace(id.value, std::move(t));
     return std::to_string(id.value);
   }
@@ -200,9 +205,9 @@ class PyLLM {
   }
 
   std::string add_locked(Prompt prompt, const PySamplingParams& sp, int priority, const std::string& cache_salt,
-                         uint64_t lora_id) {
+                         uint64_t lora_id, int beam_width = 1) {
     std::lock_guard<std::mutex> lock(mu_);
-    return add(std::move(prompt), sp, priority, cache_salt, lora_id);
+    return add(std::move(prompt), sp, priority, cache_salt, lora_id, beam_width);
   }
 
  private:
@@ -245,6 +250,7 @@ class PyLLM {
         pending.erase(0, whole);
       }
       if (o.finished) c.finish_reason = std::string(finish_reason_name(o.finish_reason));
+      if (t.beam_search && o.finished) c.cumulative_logprob = o.cumulative_logprob;
       if (o.sample_index == 0) {
         t.out.num_cached_tokens = o.prefix_hit_tokens;
         t.out.cached_tokens_by_tier = o.hit_tokens_by_tier;
@@ -260,7 +266,9 @@ class PyLLM {
       const auto& first = t.out.outputs.front().finish_reason;
       // A request rejected or aborted before its samples forked never gets the other n - 1.
       const bool ended_early = first && (*first == "rejected" || *first == "abort");
-      t.out.finished = done == t.n || ended_early;
+      // A beam search reports all its hypotheses in one step (fewer than the width only if
+      // its beams ran out of distinct continuations).
+      t.out.finished = done == t.n || ended_early || (t.beam_search && first.has_value());
       result.push_back(t.out);
       if (t.out.finished) tracked_.erase(root);
     }
@@ -361,6 +369,8 @@ void bind_outputs(py::module_& m) {
       .def_readonly("token_ids", &CompletionOutput::token_ids, "Generated token ids (a finishing stop token excluded).")
       .def_readonly("finish_reason", &CompletionOutput::finish_reason,
                     "None while running; 'stop', 'length', 'abort' or 'rejected'.")
+      .def_readonly("cumulative_logprob", &CompletionOutput::cumulative_logprob,
+                    "Beam search: the hypothesis's summed log-probability (its score); else None.")
       .def("finished", [](const CompletionOutput& c) { return c.finish_reason.has_value(); })
       .def("__repr__", [](const CompletionOutput& c) {
         return fmt::format("CompletionOutput(index={}, text={}, num_tokens={}, finish_reason={})", c.index,
@@ -563,6 +573,35 @@ void bind_llm(py::module_& m) {
            py::arg("prompts"), py::arg("sampling_params") = py::none(),
            "Runs the prompts (a str, a list of str, or {'prompt_token_ids': [...]} dicts) to completion; "
            "returns one RequestOutput per prompt, in order. sampling_params: one for all, or one per prompt.")
+      .def("beam_search",
+           [](py::object self, const py::object& prompts, int beam_width, int max_tokens, bool ignore_eos,
+              const std::vector<TokenId>& stop_token_ids) {
+             PyLLM& llm = self.cast<PyLLM&>();
+             if (beam_width < 1) throw UsageError(fmt::format("beam_width must be at least 1, got {}", beam_width));
+             PySamplingParams sp;
+             sp.temperature = 0.0f;  // unused by beams; width 1 is greedy decoding
+             sp.max_tokens = max_tokens;
+             sp.ignore_eos = ignore_eos;
+             sp.stop_token_ids = stop_token_ids;
+             std::vector<std::string> ids;
+             for (auto& [prompt, unused] : requests_of(llm, prompts, py::none()))
+               ids.push_back(llm.add_locked(std::move(prompt), sp, 0, "", 0, beam_width));
+             std::map<std::string, PyRequestOutput> done;
+             while (done.size() < ids.size() && llm.has_unfinished()) {
+               if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+               for (auto& o : llm.step())
+                 if (o.finished) done.emplace(o.request_id, std::move(o));
+             }
+             std::vector<PyRequestOutput> out;
+             for (const std::string& id : ids) out.push_back(std::move(done.at(id)));
+             return out;
+           },
+           py::arg("prompts"), py::kw_only(), py::arg("beam_width"), py::arg("max_tokens") = 16,
+           py::arg("ignore_eos") = false, py::arg("stop_token_ids") = std::vector<TokenId>{},
+           "Beam search (vLLM's LLM.beam_search): keeps the beam_width continuations of highest summed "
+           "log-probability each step; beams share the prompt's and each other's blocks (fork, copy-on-write). "
+           "Returns one RequestOutput per prompt whose outputs are the hypotheses, best first, each with its "
+           "cumulative_logprob. Width 1 is plain greedy decoding (no score: cumulative_logprob is None).")
       .def("stream",
            [](py::object self, const py::object& prompts, const py::object& sampling_params) {
              PyLLM& llm = self.cast<PyLLM&>();

@@ -427,6 +427,8 @@ class CompletionOutput:
     @property
     def token_ids(self) -> list[int]: ...
     @property
+    def cumulative_logprob(self) -> Optional[float]: ...
+    @property
     def finish_reason(self) -> Optional[str]: ...  # 'stop' | 'length' | 'abort' | 'rejected'
     def finished(self) -> bool: ...
 
@@ -529,6 +531,15 @@ class LLM:
         self,
         prompts: Union[PromptLike, Sequence[PromptLike]],
         sampling_params: Union[SamplingParams, Sequence[SamplingParams], None] = None,
+    ) -> list[RequestOutput]: ...
+    def beam_search(
+        self,
+        prompts: Union[PromptLike, Sequence[PromptLike]],
+        *,
+        beam_width: int,
+        max_tokens: int = 16,
+        ignore_eos: bool = False,
+        stop_token_ids: Sequence[int] = (),
     ) -> list[RequestOutput]: ...
     def stream(
         self,

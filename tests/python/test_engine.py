@@ -98,6 +98,32 @@ def test_parallel_samples_and_the_step_loop(llm):
     assert done[0].prompt is None and len(done[0].outputs[0].token_ids) <= 3
 
 
+def test_beam_search(llm):
+    """LLM.beam_search: width 1 is greedy decoding (without a score); wider searches return `width` distinct
+    hypotheses best first with their scores, and every beam's blocks come back."""
+    prompt = "Once upon a time"
+    greedy_out = llm.generate(prompt, pagedkv.SamplingParams(temperature=0.0, max_tokens=10, ignore_eos=True))[0]
+    one = llm.beam_search(prompt, beam_width=1, max_tokens=10, ignore_eos=True)[0]
+    assert one.finished and len(one.outputs) == 1
+    assert one.outputs[0].token_ids == greedy_out.outputs[0].token_ids
+    assert one.outputs[0].cumulative_logprob is None  # width 1 runs as greedy decoding: no score
+
+    outs = llm.beam_search([prompt, {"prompt_token_ids": [1, 403, 407]}], beam_width=4, max_tokens=10, ignore_eos=True)
+    assert len(outs) == 2
+    for out in outs:
+        hyps = out.outputs
+        assert out.finished and [h.index for h in hyps] == [0, 1, 2, 3]
+        assert all(len(h.token_ids) == 10 and h.finish_reason == "length" for h in hyps)
+        assert len({tuple(h.token_ids) for h in hyps}) == 4, "hypotheses are distinct sequences"
+        scores = [h.cumulative_logprob for h in hyps]
+        assert all(s < 0 for s in scores) and scores == sorted(scores, reverse=True)
+    assert outs[0].outputs[0].text  # the tokenizer renders hypotheses like samples
+    assert not llm.has_unfinished_requests()
+    llm.check_invariants()
+    with pytest.raises(Exception, match="beam_width"):
+        llm.beam_search(prompt, beam_width=0)
+
+
 def test_forward_passes_release_the_gil(llm):
     params = pagedkv.SamplingParams(temperature=0.0, max_tokens=60)
     worker = threading.Thread(target=llm.generate, args=(["Once upon a time"] * 4, params))
