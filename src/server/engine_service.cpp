@@ -13,6 +13,9 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
+// The choices a prompt answers with: its samples, or a beam search's hypotheses.
+int choices_of(const GenerationRequest& g) { return g.beam_width > 1 ? g.beam_width : g.n; }
+
 std::string metric_reason(FinishReason r) {
   switch (r) {
     case FinishReason::kStop: return "stop";
@@ -42,7 +45,7 @@ EngineService::~EngineService() { stop(); }
 std::shared_ptr<RequestStream> EngineService::submit(std::vector<GenerationRequest> prompts) {
   if (prompts.empty()) throw UsageError("EngineService::submit: no prompts");
   int choices = 0;
-  for (const GenerationRequest& g : prompts) choices += g.n;
+  for (const GenerationRequest& g : prompts) choices += choices_of(g);
   auto stream = std::make_shared<RequestStream>(choices);
   {
     std::lock_guard lock(mutex_);
@@ -131,7 +134,7 @@ void EngineService::admit(Submission& s) {
   int first_choice = 0;  // prompt i's samples are choices first_choice .. first_choice + n - 1
   for (size_t i = 0; i < s.prompts.size(); ++i) {
     GenerationRequest& g = s.prompts[i];
-    const int n = g.n;
+    const int n = choices_of(g);
     const int prompt_tokens = static_cast<int>(g.prompt.size());
     try {
       const RequestId id = engine_.add_request(std::move(g));

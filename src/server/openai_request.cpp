@@ -202,6 +202,10 @@ CompletionRequest parse_completion_request(std::string_view body, ApiEndpoint en
     if (r.cache_salt.empty()) throw bad("cache_salt", "'cache_salt' must not be empty when given");
   }
   if (const json* v = field(j, "ignore_eos")) r.ignore_eos = boolean(*v, "ignore_eos");
+  if (const json* v = field(j, "use_beam_search")) r.use_beam_search = boolean(*v, "use_beam_search");
+  if (r.use_beam_search && r.stream)
+    throw bad("use_beam_search", "beam search does not stream: its hypotheses are known only at the end");
+  if (r.use_beam_search && r.logprobs >= 0) throw bad("use_beam_search", "beam search does not return logprobs");
   return r;
 }
 

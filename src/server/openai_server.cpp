@@ -210,6 +210,10 @@ void OpenAIServer::install_routes() {
         g.stop.ignore_eos = request->ignore_eos;
         if (!request->ignore_eos) g.stop.stop_token_ids = model_.end_of_generation_ids;
         g.n = request->n;
+        if (request->use_beam_search) {  // vLLM's convention: n is the beam width
+          g.beam_width = request->n;
+          g.n = 1;
+        }
         g.priority = request->priority;
         g.cache_salt = request->cache_salt;
         g.logprobs = request->logprobs;

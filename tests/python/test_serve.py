@@ -132,6 +132,27 @@ def test_n_samples(server):
     assert joined == texts
 
 
+def test_beam_search(server):
+    """vLLM's use_beam_search: n is the width, the choices are the hypotheses best first (the
+    Python module's LLM.beam_search gives the same sequences); width 1 is greedy decoding."""
+    pagedkv = pytest.importorskip("pagedkv")
+
+    body = dict(prompt="Once upon a time", max_tokens=12, ignore_eos=True, use_beam_search=True)
+    r = complete(server, n=3, **body)
+    choices = r["choices"]
+    assert [c["index"] for c in choices] == [0, 1, 2]
+    assert len({c["text"] for c in choices}) == 3 and all(c["finish_reason"] == "length" for c in choices)
+    assert r["usage"]["completion_tokens"] == 36
+    models = models_dir()
+    llm = pagedkv.LLM(model=str(models / "stories260K.bin"), tokenizer=str(models / "tok512.bin"))
+    expected = llm.beam_search("Once upon a time", beam_width=3, max_tokens=12, ignore_eos=True)[0]
+    assert [c["text"] for c in choices] == [h.text for h in expected.outputs]
+    greedy = complete(server, prompt="Once upon a time", max_tokens=12, ignore_eos=True, temperature=0)
+    assert complete(server, n=1, **body)["choices"][0]["text"] == greedy["choices"][0]["text"]
+    bad = server.post("/v1/completions", {**body, "stream": True})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "use_beam_search"
+
+
 def test_stop_strings(server):
     greedy = complete(server, prompt="Once upon a time", max_tokens=40, temperature=0)["choices"][0]["text"]
     for stop in ["girl", "Lily", "play outs"]:

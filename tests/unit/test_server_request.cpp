@@ -60,6 +60,8 @@ TEST(ServerRequest, ParsesEveryField) {
   EXPECT_EQ(r.logprobs, 2);
   EXPECT_EQ(r.priority, -1);
   EXPECT_EQ(r.cache_salt, "t1");
+  EXPECT_FALSE(r.use_beam_search);
+  EXPECT_TRUE(parse({{"prompt", "hi"}, {"n", 4}, {"use_beam_search", true}}).use_beam_search);
 }
 
 TEST(ServerRequest, PromptForms) {
@@ -133,6 +135,9 @@ TEST(ServerRequest, RejectsBadInput) {
   expect_rejected(R"({"prompt": "x", "cache_salt": ""})", "cache_salt", "must not be empty");
   expect_rejected(R"({"prompt": "x", "cache_salt": 5})", "cache_salt", "must be a string");
   expect_rejected(R"({"prompt": "x", "ignore_eos": 0})", "ignore_eos", "must be a boolean");
+  expect_rejected(R"({"prompt": "x", "use_beam_search": 1})", "use_beam_search", "must be a boolean");
+  expect_rejected(R"({"prompt": "x", "use_beam_search": true, "stream": true})", "use_beam_search", "does not stream");
+  expect_rejected(R"({"prompt": "x", "use_beam_search": true, "logprobs": 1})", "use_beam_search", "logprobs");
   json prompts = json::array();
   for (int i = 0; i < 65; ++i) prompts.push_back("p");
   expect_rejected(json{{"prompt", prompts}}.dump(), "prompt", "at most 64 prompts");

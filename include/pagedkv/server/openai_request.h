@@ -48,6 +48,9 @@ struct CompletionRequest {
   int priority = 0;                   // vLLM extension: lower runs first
   std::string cache_salt;             // vLLM extension: prefix-cache isolation between tenants
   bool ignore_eos = false;            // vLLM extension
+  // vLLM extension: beam search of width n (the choices are its hypotheses, best first);
+  // sampling fields are unused; not with stream or logprobs.
+  bool use_beam_search = false;
 };
 
 struct RequestLimits {
