@@ -501,6 +501,20 @@ EngineConfig engine_config(int block_size, int num_blocks, const py::object& kv_
   return c;
 }
 
+// Steps `llm` until every request in `ids` has finished (Ctrl-C interrupts); their final
+// RequestOutputs in the order of `ids`.
+std::vector<PyRequestOutput> run_to_completion(PyLLM& llm, const std::vector<std::string>& ids) {
+  std::map<std::string, PyRequestOutput> done;
+  while (done.size() < ids.size() && llm.has_unfinished()) {
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    for (auto& o : llm.step())
+      if (o.finished) done.emplace(o.request_id, std::move(o));
+  }
+  std::vector<PyRequestOutput> out;
+  for (const std::string& id : ids) out.push_back(std::move(done.at(id)));
+  return out;
+}
+
 void bind_llm(py::module_& m) {
   py::class_<OutputStream>(m, "OutputStream", "Iterator over RequestOutputs as the engine produces them.")
       .def("__iter__", [](py::object self) { return self; })
@@ -560,15 +574,7 @@ void bind_llm(py::module_& m) {
              std::vector<std::string> ids;
              for (auto& [prompt, sp] : requests_of(llm, prompts, sampling_params))
                ids.push_back(llm.add_locked(std::move(prompt), sp, 0, "", 0));
-             std::map<std::string, PyRequestOutput> done;
-             while (done.size() < ids.size() && llm.has_unfinished()) {
-               if (PyErr_CheckSignals() != 0) throw py::error_already_set();
-               for (auto& o : llm.step())
-                 if (o.finished) done.emplace(o.request_id, std::move(o));
-             }
-             std::vector<PyRequestOutput> out;
-             for (const std::string& id : ids) out.push_back(std::move(done.at(id)));
-             return out;
+             return run_to_completion(llm, ids);
            },
            py::arg("prompts"), py::arg("sampling_params") = py::none(),
            "Runs the prompts (a str, a list of str, or {'prompt_token_ids': [...]} dicts) to completion; "
@@ -586,15 +592,7 @@ void bind_llm(py::module_& m) {
              std::vector<std::string> ids;
              for (auto& [prompt, unused] : requests_of(llm, prompts, py::none()))
                ids.push_back(llm.add_locked(std::move(prompt), sp, 0, "", 0, beam_width));
-             std::map<std::string, PyRequestOutput> done;
-             while (done.size() < ids.size() && llm.has_unfinished()) {
-               if (PyErr_CheckSignals() != 0) throw py::error_already_set();
-               for (auto& o : llm.step())
-                 if (o.finished) done.emplace(o.request_id, std::move(o));
-             }
-             std::vector<PyRequestOutput> out;
-             for (const std::string& id : ids) out.push_back(std::move(done.at(id)));
-             return out;
+             return run_to_completion(llm, ids);
            },
            py::arg("prompts"), py::kw_only(), py::arg("beam_width"), py::arg("max_tokens") = 16,
            py::arg("ignore_eos") = false, py::arg("stop_token_ids") = std::vector<TokenId>{},

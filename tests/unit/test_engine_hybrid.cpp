@@ -50,6 +50,29 @@ GreedyRun generate(const ModelConfig& config, bool prefix_caching) {
   return run;
 }
 
+// Greedy outputs of `hybrid` equal those of the same model allocating every layer for every
+// token (one full-attention group; sliding layers masked to their window), with prefix caching
+// on and off. Uniform: requests 2 and 3 hit the 64-token shared prefix. Hybrid: request 2 misses
+// (no window of request 1 before 64) and leaves a checkpoint there, so request 3 hits.
+void expect_same_outputs_as_uniform_allocation(const ModelConfig& hybrid) {
+  ModelConfig uniform = hybrid;
+  uniform.uniform_kv_allocation = true;
+  ASSERT_EQ(uniform.num_kv_cache_groups(), 1);
+  ASSERT_EQ(uniform.kv_cache_groups(16).front().spec.kind, AttentionKind::kFull);
+  for (const bool caching : {true, false}) {
+    SCOPED_TRACE(caching ? "prefix caching" : "no prefix caching");
+    const GreedyRun h = generate(hybrid, caching);
+    const GreedyRun u = generate(uniform, caching);
+    ASSERT_EQ(h.outputs.size(), 3u);
+    EXPECT_EQ(h.outputs, u.outputs);
+    for (const auto& [id, out] : h.outputs) EXPECT_EQ(out.size(), 48u) << "request " << id;
+    if (caching) {
+      EXPECT_EQ(u.hit_tokens, 128);
+      EXPECT_EQ(h.hit_tokens, 64);
+    }
+  }
+}
+
 // vLLM's uniform-page grouping of a model's layers: which group and arena layer each one gets.
 struct Layout {
   int groups, layers_per_group, padding;
@@ -129,18 +152,7 @@ TEST(EngineHybrid, Gemma3PatternGroupsHoldOnlyTheirLayersAndMatchUniformAllocati
   // Seven layers, every sixth full: with the old two-group layout (six layers a block) a full
   // group's blocks carried five empty layers; now a block is one layer's page.
   const ModelConfig hybrid = layered(7, 6);
-  ModelConfig uniform = hybrid;
-  uniform.uniform_kv_allocation = true;
-  for (const bool caching : {true, false}) {
-    SCOPED_TRACE(caching ? "prefix caching" : "no prefix caching");
-    const GreedyRun h = generate(hybrid, caching);
-    const GreedyRun u = generate(uniform, caching);
-    ASSERT_EQ(h.outputs.size(), 3u);
-    EXPECT_EQ(h.outputs, u.outputs);
-    if (caching) {
-      EXPECT_EQ(h.hit_tokens, 64);  // as Gemma 2's pattern: the second request leaves the checkpoint
-    }
-  }
+  expect_same_outputs_as_uniform_allocation(hybrid);
   auto model = make_random_model(hybrid, 11);
   EngineConfig ec;
   ec.block_size = 16;
@@ -153,24 +165,7 @@ TEST(EngineHybrid, Gemma3PatternGroupsHoldOnlyTheirLayersAndMatchUniformAllocati
 TEST(EngineHybrid, HybridGroupsGiveTheSameGreedyOutputsAsUniformAllocationWithAMask) {
   const ModelConfig hybrid = builtin_random_hybrid_model_config();
   ASSERT_EQ(hybrid.num_kv_cache_groups(), 2);
-  ModelConfig uniform = hybrid;
-  uniform.uniform_kv_allocation = true;
-  ASSERT_EQ(uniform.num_kv_cache_groups(), 1);
-  ASSERT_EQ(uniform.kv_cache_groups(16).front().spec.kind, AttentionKind::kFull);
-  for (const bool caching : {true, false}) {
-    SCOPED_TRACE(caching ? "prefix caching" : "no prefix caching");
-    const GreedyRun h = generate(hybrid, caching);
-    const GreedyRun u = generate(uniform, caching);
-    ASSERT_EQ(h.outputs.size(), 3u);
-    EXPECT_EQ(h.outputs, u.outputs);
-    for (const auto& [id, out] : h.outputs) EXPECT_EQ(out.size(), 48u) << "request " << id;
-    if (caching) {
-      // Uniform: requests 2 and 3 hit the 64-token shared prefix. Hybrid: request 2 misses (no
-      // window of request 1 before 64) and leaves a checkpoint there, so request 3 hits.
-      EXPECT_EQ(u.hit_tokens, 128);
-      EXPECT_EQ(h.hit_tokens, 64);
-    }
-  }
+  expect_same_outputs_as_uniform_allocation(hybrid);
   // Not vacuous: without the window (every layer full attention) the outputs differ.
   ModelConfig dense = hybrid;
   dense.sliding_window = 0;
