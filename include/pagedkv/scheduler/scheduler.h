@@ -103,8 +103,9 @@ class Scheduler {
 
   // Beam search (the engine drives it): `from` (running, every token computed) forks a child
   // that shares all its blocks (copy-on-write) and continues with `token`; the child is
-  // reported under `root` as `sample_index`. Returns the child (finished already if `token`
-  // met a stop condition).
+  // reported under `root` as `sample_index`, and keeps `from`'s place in the waiting line
+  // (arrival_seq) if preempted. Returns the child (finished already if `token` met a stop
+  // condition).
   SchedulerRequest* fork_request(SchedulerRequest& from, RequestId root, int sample_index, TokenId token);
   // Appends a token chosen outside update() (a beam's) and checks the stop conditions; true if
   // that finished the request.
