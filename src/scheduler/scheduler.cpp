@@ -422,52 +422,92 @@ SchedulerOutput Scheduler::schedule() {
     } else if (!admitting_ && usage <= config_.admit_low_watermark) {
       admitting_ = true;
     }
-    const bool may_admit = (admitting_ || running_.empty()) && swapped_.empty();
-    size_t next = 0;  // waiting requests whose prefix is still loading from the tiers are skipped
-    while (may_admit && next < waiting_.size() && budget > 0 && static_cast<int>(running_.size()) < config_.max_num_seqs) {
-      SchedulerRequest* r = waiting_[next];
-      if (ranges_) {
-        if (!admit_reserved(r, budget, out)) break;  // FCFS: the head waits for a range, so does the rest
-        continue;
-      }
-      if (manager_.can_allocate(r->kv) == AllocStatus::kNever) {
-        finish(r, FinishReason::kRejected);  // larger than the whole cache: it can never run
-        continue;
-      }
-      if (tiers_ && tiers_->prepare_prefix(r->kv) == TieredKVCache::PrefixState::kLoading) {
-        ++next;
-        continue;
-      }
-      manager_.get_computed_blocks(r->kv, hits_);
-      const int hit = hits_.num_computed_tokens;
-      const int n = std::min(r->kv.num_tokens() - hit, budget);
-      // The whole sequence must fit now, or a long prompt admitted in chunks would force
-      // preemptions later.
-      if (manager_.get_num_blocks_to_allocate(r->kv, r->kv.num_tokens(), &hits_) > manager_.num_free_blocks()) break;
-      if (!manager_.allocate_slots(r->kv, n, hit, &hits_)) break;
-      waiting_.erase(waiting_.begin() + static_cast<ptrdiff_t>(next));
-      r->kv.num_computed_tokens = hit;
-      const TierHitTokens by_tier = tiers_ ? tiers_->take_hit_tokens(r->kv, hit) : TierHitTokens{hit, 0, 0};
-      if (r->prefix_hit_tokens < 0) {
-        r->prefix_hit_tokens = hit;
-        r->hit_tokens_by_tier = by_tier;
-      }
-      r->status = RequestStatus::kRunning;
-      r->admit_seq = next_admit_seq_++;
-      running_.push_back(r);
-      ++stats_.admissions;
-      out.rewritten_tables.push_back(r->kv.id);
-      out.chunks.push_back(ScheduledChunk{r, n, hit, hit + n == r->kv.num_tokens()});
-      out.num_batched_tokens += n;
-      budget -= n;
-    }
+    if ((admitting_ || running_.empty()) && swapped_.empty()) admit_waiting(budget, out);
   }
+  // 3. Nothing to compute while requests wait: every running request is a beam holding its
+  // next-token scores until a preempted sibling catches up, and their blocks (or the watermark,
+  // or max_num_seqs) keep that sibling out. Without this the engine would step forever.
+  if (out.chunks.empty() && !preempted && !running_.empty() && !waiting_.empty() && swapped_.empty() && !ranges_ &&
+      make_way_for_waiting_head(out))
+    admit_waiting(budget, out);
   out.cow_copies = manager_.take_pending_copies();
   stats_.cow_copies += out.cow_copies.size();
   // Deferred swap copies made due by this step's evictions (or a reset since the last step).
   out.swap_out.insert(out.swap_out.end(), due_swap_copies_.begin(), due_swap_copies_.end());
   due_swap_copies_.clear();
   return out;
+}
+
+void Scheduler::admit_waiting(int& budget, SchedulerOutput& out) {
+  size_t next = 0;  // waiting requests whose prefix is still loading from the tiers are skipped
+  while (next < waiting_.size() && budget > 0 && static_cast<int>(running_.size()) < config_.max_num_seqs) {
+    SchedulerRequest* r = waiting_[next];
+    if (ranges_) {
+      if (!admit_reserved(r, budget, out)) break;  // FCFS: the head waits for a range, so does the rest
+      continue;
+    }
+    if (manager_.can_allocate(r->kv) == AllocStatus::kNever) {
+      finish(r, FinishReason::kRejected);  // larger than the whole cache: it can never run
+      continue;
+    }
+    if (tiers_ && tiers_->prepare_prefix(r->kv) == TieredKVCache::PrefixState::kLoading) {
+      ++next;
+      continue;
+    }
+    manager_.get_computed_blocks(r->kv, hits_);
+    const int hit = hits_.num_computed_tokens;
+    const int n = std::min(r->kv.num_tokens() - hit, budget);
+    // The whole sequence must fit now, or a long prompt admitted in chunks would force
+    // preemptions later.
+    if (manager_.get_num_blocks_to_allocate(r->kv, r->kv.num_tokens(), &hits_) > manager_.num_free_blocks()) break;
+    if (!manager_.allocate_slots(r->kv, n, hit, &hits_)) break;
+    waiting_.erase(waiting_.begin() + static_cast<ptrdiff_t>(next));
+    r->kv.num_computed_tokens = hit;
+    const TierHitTokens by_tier = tiers_ ? tiers_->take_hit_tokens(r->kv, hit) : TierHitTokens{hit, 0, 0};
+    if (r->prefix_hit_tokens < 0) {
+      r->prefix_hit_tokens = hit;
+      r->hit_tokens_by_tier = by_tier;
+    }
+    r->status = RequestStatus::kRunning;
+    r->admit_seq = next_admit_seq_++;
+    running_.push_back(r);
+    ++stats_.admissions;
+    out.rewritten_tables.push_back(r->kv.id);
+    out.chunks.push_back(ScheduledChunk{r, n, hit, hit + n == r->kv.num_tokens()});
+    out.num_batched_tokens += n;
+    budget -= n;
+  }
+}
+
+bool Scheduler::make_way_for_waiting_head(SchedulerOutput& out) {
+  for (const SchedulerRequest* r : running_)
+    if (r->kv.num_tokens() > r->kv.num_computed_tokens) return false;  // not held: it will compute
+  SchedulerRequest* head = waiting_.front();
+  if (tiers_ && tiers_->prepare_prefix(head->kv) == TieredKVCache::PrefixState::kLoading) return false;
+  const auto place = [](const SchedulerRequest* r) { return std::pair(r->priority, r->arrival_seq); };
+  for (;;) {
+    if (manager_.can_allocate(head->kv) == AllocStatus::kNever) return true;  // admission rejects it
+    manager_.get_computed_blocks(head->kv, hits_);
+    if (static_cast<int>(running_.size()) < config_.max_num_seqs &&
+        manager_.get_num_blocks_to_allocate(head->kv, head->kv.num_tokens(), &hits_) <= manager_.num_free_blocks())
+      return true;
+    // The held beam furthest back in line makes way (forks share their request's place in line,
+    // so the oldest beam search left waiting is never the one pushed back, and it completes).
+    SchedulerRequest* victim = nullptr;
+    for (SchedulerRequest* r : running_)
+      if (place(r) > place(head) &&
+          (victim == nullptr || std::pair(place(r), r->admit_seq) > std::pair(place(victim), victim->admit_seq)))
+        victim = r;
+    if (victim == nullptr) {
+      // Only its own beam search (and nothing behind it) holds memory: its beams cannot all be
+      // in the pool at once.
+      finish(head, FinishReason::kRejected);
+      ++stats_.held_beams_rejected;
+      return false;
+    }
+    preempt(victim, out);
+    ++stats_.held_preemptions;
+  }
 }
 
 bool Scheduler::admit_reserved(SchedulerRequest* r, int& budget, SchedulerOutput& out) {
@@ -604,7 +644,7 @@ SchedulerRequest* Scheduler::fork_request(SchedulerRequest& from, RequestId root
   child->deferred_swap_sources.clear();
   manager_.fork(from.kv, child->kv);
   child->admit_seq = next_admit_seq_++;
-  child->arrival_seq = next_arrival_seq_++;
+  child->arrival_seq = from.arrival_seq;  // a fork keeps its request's place in line
   SchedulerRequest* cp = child.get();
   requests_.emplace(cp->kv.id, std::move(child));
   running_.push_back(cp);

@@ -231,6 +231,84 @@ TEST(BeamSearch, UnderMemoryPressureBeamsArePreemptedAndStillAgree) {
     expect_same(run.by_request.at(i + 1), reference_beam_search(ref, ps[i], width, length), fmt::format("prompt {}", i));
 }
 
+// Many width-4 beam searches arriving at once into a pool that holds a few of them: beams are
+// preempted while their siblings hold their next-token scores (and their blocks). Once every
+// running beam is such a held one and the pool has no room for the preempted sibling at the head
+// of the queue, a step schedules nothing; the scheduler must make room, or the engine steps
+// forever without progress. Bounded: a stall fails the step limit instead of hanging.
+TEST(BeamSearch, ManyBeamSearchesArrivingAtOnceDoNotStall) {
+  const std::unique_ptr<Model> model = make_random_model(tiny_config(), 11);
+  Reference ref(*model);
+  const int width = 4, length = 12;
+  uint64_t held_preemptions = 0;
+  for (const int num_blocks : {25, 33, 49}) {
+    LLMEngine engine(*model, engine_config(num_blocks, false));
+    std::vector<RequestId> ids;
+    std::vector<std::vector<TokenId>> prompts;
+    for (int i = 0; i < 12; ++i) {
+      GenerationRequest g;
+      g.prompt = {static_cast<TokenId>(i % kVocab), static_cast<TokenId>((i * 5 + 1) % kVocab), 2, 3, 4, 1};
+      g.prompt.resize(static_cast<size_t>(2 + i % 5));
+      g.beam_width = width;
+      g.stop.max_tokens = length;
+      prompts.push_back(g.prompt);
+      ids.push_back(engine.add_request(std::move(g)));
+    }
+    std::map<uint64_t, std::vector<RequestOutput>> hypotheses;
+    int steps = 0, idle_steps = 0, longest_idle = 0;
+    constexpr int kStepLimit = 20000;
+    while (engine.has_unfinished() && steps < kStepLimit) {
+      const uint64_t tokens_before = engine.stats().output_tokens + engine.stats().prompt_tokens_computed;
+      for (RequestOutput& o : engine.step()) {
+        ASSERT_TRUE(o.finished);
+        EXPECT_NE(o.finish_reason, FinishReason::kRejected) << "a group of 4 beams fits in " << num_blocks << " blocks";
+        const uint64_t root = o.sample_index == 0 ? o.id.value : o.parent.value;
+        hypotheses[root].push_back(std::move(o));
+      }
+      ++steps;
+      const bool idle = engine.stats().output_tokens + engine.stats().prompt_tokens_computed == tokens_before;
+      idle_steps = idle ? idle_steps + 1 : 0;
+      longest_idle = std::max(longest_idle, idle_steps);
+    }
+    EXPECT_FALSE(engine.has_unfinished()) << num_blocks << " blocks: stalled after " << steps << " steps, "
+                                          << engine.scheduler().num_running() << " running, the last " << idle_steps
+                                          << " steps computed nothing";
+    EXPECT_LE(longest_idle, 1) << num_blocks << " blocks: consecutive steps that computed nothing";
+    EXPECT_GT(engine.scheduler().stats().preemptions_recompute, 0u) << num_blocks << " blocks";
+    held_preemptions += engine.scheduler().stats().held_preemptions;
+    EXPECT_EQ(engine.scheduler().stats().held_beams_rejected, 0u);
+    // Preempting held beams (and recomputing them) changes no hypothesis.
+    for (size_t i = 0; i < ids.size(); ++i)
+      expect_same(hypotheses[ids[i].value], reference_beam_search(ref, prompts[i], width, length),
+                  fmt::format("{} blocks, request {}", num_blocks, i));
+    EXPECT_EQ(engine.manager().num_requests(), 0);
+    EXPECT_EQ(engine.manager().num_free_blocks(), engine.manager().pool().num_usable_blocks());
+  }
+  EXPECT_GT(held_preemptions, 0u) << "the pools are small enough that held beams had to make way";
+}
+
+// A beam search whose beams cannot all be in the pool at once (6 beams of up to 62 tokens, 16
+// blocks each, in 24 blocks) cannot advance: it ends rejected instead of stepping forever.
+TEST(BeamSearch, BeamsThatCannotAllFitAreRejectedNotStalled) {
+  const std::unique_ptr<Model> model = make_random_model(tiny_config(), 11);
+  LLMEngine engine(*model, engine_config(25, false));
+  GenerationRequest g;
+  g.prompt = {1, 2};
+  g.beam_width = 6;
+  g.stop.max_tokens = 60;
+  const RequestId id = engine.add_request(std::move(g));
+  std::vector<RequestOutput> out;
+  for (int steps = 0; engine.has_unfinished() && steps < 5000; ++steps)
+    for (RequestOutput& o : engine.step()) out.push_back(std::move(o));
+  ASSERT_FALSE(engine.has_unfinished()) << "stalled";
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].id, id);
+  EXPECT_EQ(out[0].finish_reason, FinishReason::kRejected);
+  EXPECT_EQ(engine.scheduler().stats().held_beams_rejected, 1u);
+  EXPECT_EQ(engine.manager().num_requests(), 0);
+  EXPECT_EQ(engine.manager().num_free_blocks(), engine.manager().pool().num_usable_blocks());
+}
+
 TEST(BeamSearch, StopTokenEndsAHypothesisAndNarrowsTheBeam) {
   const std::unique_ptr<Model> model = make_random_model(tiny_config(), 11);
   LLMEngine engine(*model, engine_config(128, true));

@@ -49,6 +49,7 @@ struct Harness {
     c.max_num_batched_tokens = budget;
     c.preemption_mode = PreemptionMode::kRecompute;
     c.kv_reservation = policy;
+    c.range_allocation = RangeAllocation::kFirstFit;  // exact lengths: the sizes below are first fit's
     return c;
   }
   SchedulerRequest& add(uint64_t id, int prompt, int max_tokens, int output) {

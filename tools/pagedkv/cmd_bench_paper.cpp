@@ -166,11 +166,7 @@ struct Bench {
     if (std::find(o.parallel_workloads.begin(), o.parallel_workloads.end(), d.name) != o.parallel_workloads.end())
     {
       for (int n : o.parallel_n) w.sharing.push_back({n, run_at(d, KVReservation::kPaged, fixed / n / 2, n)});
-      for (const std::string& p : o.policies)
-    (void)parse_kv_reservation(p);  // ConfigError naming the choices
-  if (o.policies.empty()) throw ConfigError("--policies needs at least one policy");
-  if (o.start_rate < 0) throw ConfigError("--start-rate must be positive");
-  for (int k : o.beam_widths) w.beam.push_back({k, run_at(d, KVReservation::kPaged, fixed / k / 2, 1, k)});
+      for (int k : o.beam_widths) w.beam.push_back({k, run_at(d, KVReservation::kPaged, fixed / k / 2, 1, k)});
     }
     if (d.name == "alpaca")
       for (int k : o.prefix_tokens) {

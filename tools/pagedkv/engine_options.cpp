@@ -25,7 +25,7 @@ void EngineOptions::add_to(CLI::App& app) {
                  "max_tokens), pow2, oracle (these two need the output length known; otherwise as max)")
       ->capture_default_str();
   app.add_option("--range-allocation", range_allocation,
-                 "where a reserving baseline's contiguous ranges go: first-fit or buddy (power-of-two ranges)")
+                 "where a reserving baseline's contiguous ranges go: buddy (power-of-two ranges, the paper's Orca) or first-fit")
       ->capture_default_str();
   app.add_flag("--no-prefix-caching", no_prefix_caching, "disable prefix caching");
   app.add_option("--prefix-hash", prefix_hash, "block hash of the prefix cache: xxh3_128 or sha256")->capture_default_str();

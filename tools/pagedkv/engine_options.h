@@ -18,7 +18,7 @@ struct EngineOptions {
   std::string kv_dtype = "fp32";
   std::string preemption = "auto";
   std::string kv_reservation = "paged";
-  std::string range_allocation = "first-fit";
+  std::string range_allocation = "buddy";
   bool no_prefix_caching = false;
   std::string prefix_hash = "xxh3_128";
   uint64_t hash_seed = 0;

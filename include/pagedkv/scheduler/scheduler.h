@@ -75,6 +75,11 @@ struct SchedulerStats {
   uint64_t cow_copies = 0;
   uint64_t admissions = 0;
   uint64_t admission_pauses = 0;  // times the high watermark stopped admission
+  // Beam search: beams holding their scores preempted to make way for a waiting sibling of an
+  // older beam search (every running request was held), and waiting beams rejected because their
+  // own search's beams could not all be in the pool at once.
+  uint64_t held_preemptions = 0;
+  uint64_t held_beams_rejected = 0;
 };
 
 class Scheduler {
@@ -98,8 +103,9 @@ class Scheduler {
 
   // Beam search (the engine drives it): `from` (running, every token computed) forks a child
   // that shares all its blocks (copy-on-write) and continues with `token`; the child is
-  // reported under `root` as `sample_index`. Returns the child (finished already if `token`
-  // met a stop condition).
+  // reported under `root` as `sample_index`, and keeps `from`'s place in the waiting line
+  // (arrival_seq) if preempted. Returns the child (finished already if `token` met a stop
+  // condition).
   SchedulerRequest* fork_request(SchedulerRequest& from, RequestId root, int sample_index, TokenId token);
   // Appends a token chosen outside update() (a beam's) and checks the stop conditions; true if
   // that finished the request.
@@ -148,6 +154,13 @@ class Scheduler {
   // Reservation policies: admits `r` if its whole reservation fits in one free range (false:
   // it waits, and so does everything behind it), or rejects it if it exceeds the pool (true).
   bool admit_reserved(SchedulerRequest* r, int& budget, SchedulerOutput& out);
+  // Admits waiting requests in order while they fit (and the budget and max_num_seqs allow).
+  void admit_waiting(int& budget, SchedulerOutput& out);
+  // When every running request is held (a beam waiting for a sibling's next-token scores): preempts
+  // held requests behind the head of the queue in line, youngest first, until the head fits; true
+  // if it does (or admission will reject it as too large for the pool). Rejects the head if only
+  // requests at its own place in line (its own beam search) hold the memory.
+  bool make_way_for_waiting_head(SchedulerOutput& out);
   SchedulerRequest* pick_victim();
   void preempt(SchedulerRequest* victim, SchedulerOutput& out);
   bool try_resume_swapped(SchedulerRequest* r, SchedulerOutput& out);

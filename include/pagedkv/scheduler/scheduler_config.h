@@ -37,9 +37,9 @@ struct SchedulerConfig {
   // reserve each request's sequence contiguously at admission (the PagedAttention paper's Orca
   // baselines: no paging, no preemption, no prefix sharing, no parallel sampling).
   KVReservation kv_reservation = KVReservation::kPaged;
-  // How those contiguous ranges are placed (block/range_allocator.h): first fit, or the buddy
-  // system that the paper's Orca baselines assume. Ignored when paged.
-  RangeAllocation range_allocation = RangeAllocation::kFirstFit;
+  // How those contiguous ranges are placed (block/range_allocator.h): the buddy system, which the
+  // paper's Orca baselines use (its §6.1), or first fit. Ignored when paged.
+  RangeAllocation range_allocation = RangeAllocation::kBuddy;
   void validate() const;  // throws ConfigError
 };
 
