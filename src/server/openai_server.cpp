@@ -213,6 +213,7 @@ void OpenAIServer::install_routes() {
         if (request->use_beam_search) {  // vLLM's convention: n is the beam width
           g.beam_width = request->n;
           g.n = 1;
+          g.sampling.temperature = 0.0f;  // unused by beams; width 1 runs as greedy decoding
         }
         g.priority = request->priority;
         g.cache_salt = request->cache_salt;
