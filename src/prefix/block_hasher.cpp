@@ -237,22 +237,30 @@ void BlockHasher::run_lanes(std::span<const BlockHashJob> jobs, int min_active, 
   }
 }
 
-// Lays out lane l's message (its parent, then its block's tokens) in lane_messages_'s slot l,
-// whose padding was written at construction.
-std::byte* BlockHasher::lane_message(const Lane& lane, int l) const {
-  const size_t token_bytes = static_cast<size_t>(block_size_) * sizeof(TokenId);
-  std::byte* message = lane_messages_.data() + static_cast<size_t>(l) * sha256_padded_size(16 + token_bytes);
-  std::memcpy(message, lane.parent, 16);
-  if (block_size_ == 16)  // the common block size: a fixed-size copy is a few moves, not a libc call
-    std::memcpy(message + 16, lane.tokens, 16 * sizeof(TokenId));
+namespace {
+
+// Lays out a lane's message (its parent, then its block's tokens) in `message`, whose padding
+// was written at construction.
+inline const std::byte* write_message(std::byte* message, const std::byte* parent, const TokenId* tokens, size_t bs) {
+  std::memcpy(message, parent, 16);
+  if (bs == 16)  // the common block size: a fixed-size copy is a few moves, not a libc call
+    std::memcpy(message + 16, tokens, 16 * sizeof(TokenId));
   else
-    std::memcpy(message + 16, lane.tokens, token_bytes);
+    std::memcpy(message + 16, tokens, bs * sizeof(TokenId));
   return message;
 }
 
+}  // namespace
+
 void BlockHasher::extend_in_lanes(std::span<const BlockHashJob> jobs) const {
-  const size_t length = 16 + static_cast<size_t>(block_size_) * sizeof(TokenId);
-  const size_t num_blocks = sha256_padded_size(length) / 64;
+  const size_t bs = static_cast<size_t>(block_size_);
+  const size_t length = 16 + bs * sizeof(TokenId);
+  const size_t padded = sha256_padded_size(length);
+  const size_t num_blocks = padded / 64;
+  std::byte* const message_slots = lane_messages_.data();
+  const auto lane_message = [&](const Lane& lane, int l) {
+    return write_message(message_slots + static_cast<size_t>(l) * padded, lane.parent, lane.tokens, bs);
+  };
   if (lanes_ == Lanes::kXxh3) {
     run_lanes<kSha256MaxLanes>(jobs, 1, [&](Lane* lanes, int active) {
       for (int l = 0; l < active; ++l) {

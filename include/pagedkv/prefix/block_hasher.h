@@ -92,7 +92,6 @@ class BlockHasher {
   struct Lane;
   template <int kWidth, typename Step>
   void run_lanes(std::span<const BlockHashJob> jobs, int min_active, Step step) const;
-  std::byte* lane_message(const Lane& lane, int l) const;
   mutable std::vector<std::byte> scratch_;
   // kSha256WideLanes messages (parent hash, a block's tokens, SHA-256 padding), padded once.
   mutable std::vector<std::byte> lane_messages_;
