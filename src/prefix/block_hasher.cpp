@@ -1,6 +1,7 @@
 #include "pagedkv/prefix/block_hasher.h"
 
 #include <fmt/format.h>
+#include <emmintrin.h>
 #include <openssl/evp.h>
 #define XXH_INLINE_ALL  // small inputs: inlining beats the shared library call
 #include <xxhash.h>
@@ -230,6 +231,7 @@ void BlockHasher::run_lanes(std::span<const BlockHashJob> jobs, int min_active, 
       lane.job->hashes->push_back(h);
       lane.job->digests->push_back(0);
       lane.tokens += bs;
+      if (lane.next + 2 < lane.full) __builtin_prefetch(lane.tokens + 2 * bs);  // several streams at once
       if (++lane.next < lane.full || take_job(lane)) continue;
       std::swap(lane, lanes[static_cast<size_t>(active - 1)]);
       --active;
@@ -265,8 +267,10 @@ void BlockHasher::extend_in_lanes(std::span<const BlockHashJob> jobs) const {
     run_lanes<kSha256MaxLanes>(jobs, 1, [&](Lane* lanes, int active) {
       for (int l = 0; l < active; ++l) {
         const XXH128_hash_t h = XXH3_128bits_withSeed(lane_message(lanes[l], l), length, seed_);
-        std::memcpy(lanes[l].parent, &h.low64, 8);
-        std::memcpy(lanes[l].parent + 8, &h.high64, 8);
+        // One 16-byte store: the lane's hash is read back as one 16-byte load (two 8-byte stores
+        // cannot forward to it, and the load waits for them to retire).
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(lanes[l].parent),
+                         _mm_set_epi64x(static_cast<long long>(h.high64), static_cast<long long>(h.low64)));
       }
     });
     return;
@@ -276,8 +280,7 @@ void BlockHasher::extend_in_lanes(std::span<const BlockHashJob> jobs) const {
     // a block costs about half as much in 16 AVX-512 lanes): below it, the tail goes to them.
     constexpr int kMinWideLanes = 9;
     if (block_size_ == 16) {
-      // 80-byte messages: padding built in registers, tokens read where they are, the next
-      // blocks' tokens prefetched (16 streams at once outrun the hardware prefetchers).
+      // 80-byte messages: padding built in registers, tokens read where they are.
       run_lanes<kSha256WideLanes>(jobs, kMinWideLanes, [&](Lane* lanes, int active) {
         alignas(16) std::byte idle[kSha256WideLanes][16];
         std::byte* parents[kSha256WideLanes];
@@ -286,7 +289,6 @@ void BlockHasher::extend_in_lanes(std::span<const BlockHashJob> jobs) const {
           if (l < active) {
             parents[l] = lanes[l].parent;
             data[l] = reinterpret_cast<const std::byte*>(lanes[l].tokens);
-            if (lanes[l].next + 2 < lanes[l].full) __builtin_prefetch(lanes[l].tokens + 2 * 16);
           } else {  // idle lanes hash a copy of lane 0's block
             std::memcpy(idle[l], lanes[0].parent, 16);
             parents[l] = idle[l];
