@@ -463,20 +463,36 @@ inline bool KVCacheManager::is_steady_state(const Request& request, const Reques
   return request.skip_prefix_cache || num_tokens_to_cache < state.steady_cache_limit;  // else would cache one
 }
 
-std::optional<NewBlocks> KVCacheManager::allocate_slots(Request& request, int num_new_tokens,
-                                                        int num_new_computed_tokens,
-                                                        const ComputedBlocks* new_computed_blocks,
-                                                        int num_lookahead_tokens, bool delay_cache_blocks) {
+namespace {
+
+// allocate_slots' refusals, out of line: their formatting would otherwise cost every decode
+// step a larger stack frame.
+[[noreturn, gnu::cold, gnu::noinline]] void refuse_allocate_slots(const Request& request, int num_new_tokens,
+                                                                  int num_new_computed_tokens, int num_lookahead_tokens,
+                                                                  int max_model_len, bool holds_blocks) {
   if (num_new_tokens <= 0)
     throw UsageError(fmt::format("allocate_slots: num_new_tokens must be positive, got {}", num_new_tokens));
   if (num_new_computed_tokens < 0 || num_lookahead_tokens < 0)
     throw UsageError("allocate_slots: token counts must not be negative");
+  if (holds_blocks)
+    throw UsageError(fmt::format("allocate_slots: request {} already holds blocks; prefix hits apply only at admission",
+                                 request.id.value));
+  throw UsageError(fmt::format("allocate_slots: request {} would hold {} tokens, more than max_model_len {}",
+                               request.id.value,
+                               int64_t{request.num_computed_tokens} + num_new_computed_tokens + num_new_tokens, max_model_len));
+}
+
+}  // namespace
+
+std::optional<NewBlocks> KVCacheManager::allocate_slots(Request& request, int num_new_tokens,
+                                                        int num_new_computed_tokens,
+                                                        const ComputedBlocks* new_computed_blocks,
+                                                        int num_lookahead_tokens, bool delay_cache_blocks) {
   // Slots are capped at max_model_len (lookahead near the end), but every scheduled full block
   // is cached: scheduling past the limit would index past the request's table.
-  if (const int64_t end = int64_t{request.num_computed_tokens} + num_new_computed_tokens + num_new_tokens;
-      end > max_model_len_)
-    throw UsageError(fmt::format("allocate_slots: request {} would hold {} tokens, more than max_model_len {}",
-                                 request.id.value, end, max_model_len_));
+  if (num_new_tokens <= 0 || num_new_computed_tokens < 0 || num_lookahead_tokens < 0 ||
+      int64_t{request.num_computed_tokens} + num_new_computed_tokens + num_new_tokens > max_model_len_)
+    refuse_allocate_slots(request, num_new_tokens, num_new_computed_tokens, num_lookahead_tokens, max_model_len_, false);
   table_rewritten_ = false;
   RequestBlocks* state;
   if (const uint32_t slot = request.manager_slot;
@@ -487,8 +503,7 @@ std::optional<NewBlocks> KVCacheManager::allocate_slots(Request& request, int nu
     if (state) request.manager_slot = slot_of(*state);
   }
   if (state && new_computed_blocks && new_computed_blocks->num_computed_tokens > 0)
-    throw UsageError(fmt::format("allocate_slots: request {} already holds blocks; prefix hits apply only at admission",
-                                 request.id.value));
+    refuse_allocate_slots(request, num_new_tokens, num_new_computed_tokens, num_lookahead_tokens, max_model_len_, true);
   const int num_computed = request.num_computed_tokens + num_new_computed_tokens;
   const int num_tokens_need_slot = std::min(num_computed + num_new_tokens + num_lookahead_tokens, max_model_len_);
   const int num_tokens_to_cache = std::min(num_computed + num_new_tokens, request.num_tokens());
@@ -499,6 +514,14 @@ std::optional<NewBlocks> KVCacheManager::allocate_slots(Request& request, int nu
     // one) costs a block clear or store-forwarding stalls on every decode step.
     return no_new_blocks_;
   }
+  return allocate_slots_general(request, state, num_computed, num_tokens_need_slot, num_tokens_to_cache,
+                                new_computed_blocks, delay_cache_blocks);
+}
+
+// Out of line, so that a steady-state call does not pay for its stack frame.
+[[gnu::noinline]] std::optional<NewBlocks> KVCacheManager::allocate_slots_general(
+    Request& request, RequestBlocks* state, int num_computed, int num_tokens_need_slot, int num_tokens_to_cache,
+    const ComputedBlocks* new_computed_blocks, bool delay_cache_blocks) {
   if (state)
     for (int g = 0; g < num_groups(); ++g)
       if (spec(g).kind == AttentionKind::kSlidingWindow) remove_skipped_blocks(g, *state, request.num_computed_tokens);

@@ -274,6 +274,11 @@ class KVCacheManager {
   // nothing and frees nothing, so the general path would change nothing but return no blocks.
   bool is_steady_state(const Request& request, const RequestBlocks& state, int num_tokens_need_slot,
                        int num_tokens_to_cache, bool delay_cache_blocks) const;
+  // allocate_slots past its checks and the steady-state answer (num_computed: the request's
+  // computed tokens with the new prefix hits).
+  std::optional<NewBlocks> allocate_slots_general(Request& request, RequestBlocks* state, int num_computed,
+                                                  int num_tokens_need_slot, int num_tokens_to_cache,
+                                                  const ComputedBlocks* new_computed_blocks, bool delay_cache_blocks);
   // Recomputes the entry's steady-state bounds from its tables and num_cached.
   void refresh_steady_limits(RequestBlocks& entry) const;
   std::pair<int, int> steady_limits(const RequestBlocks& entry) const;
