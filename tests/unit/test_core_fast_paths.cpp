@@ -165,7 +165,7 @@ void run_random(Second second, uint64_t seed, int ops) {
       fr.push_back(cf);
       gr.push_back(cg);
       live.push_back(true);
-      chunk_start.push_back(f.num_computed_tokens);
+      chunk_start.push_back(cf.num_computed_tokens);  // not f: the push_back above may have moved it
       forked[i] = true;
       forked.push_back(true);
     } else if (kind == 8 && pick(2) == 0) {  // a table entry swapped for a fresh block (swap-in, tier promotion)
