@@ -16,7 +16,7 @@ declare -A SOURCES=(
   [llama2c_checkpoint]="src/model/llama2c_checkpoint.cpp src/model/model.cpp src/model/model_config.cpp src/model/tensor_type.cpp"
   [bpe_tokenizer]="src/model/gguf_bpe_tokenizer.cpp src/model/bpe_pretokenizer.cpp src/model/text_tokenizer.cpp src/model/gguf_file.cpp src/model/gguf_writer.cpp src/model/tensor_type.cpp src/storage/float_convert.cpp src/storage/float_convert_avx2.cpp src/storage/cpu_isa.cpp src/core/dtype.cpp"
   [traces]="src/replay/trace_reader.cpp src/replay/trace.cpp src/core/block_hash.cpp"
-  [manager_ops]="src/manager/kv_cache_manager.cpp src/block/block_pool.cpp src/block/cached_block_map.cpp src/block/eviction_policies.cpp src/block/kv_events.cpp src/prefix/block_hasher.cpp src/prefix/extra_keys.cpp src/prefix/sha256.cpp src/core/block_hash.cpp src/core/dtype.cpp src/core/kv_cache_spec.cpp"
+  [manager_ops]="src/manager/kv_cache_manager.cpp src/block/block_pool.cpp src/block/cached_block_map.cpp src/block/eviction_policies.cpp src/block/kv_events.cpp src/prefix/block_hasher.cpp src/prefix/extra_keys.cpp src/prefix/sha256.cpp src/prefix/sha256_avx512.cpp src/core/block_hash.cpp src/core/dtype.cpp src/core/kv_cache_spec.cpp"
   [disk_index]="src/storage/key_rotation.cpp src/tiers/disk_tier.cpp src/tiers/slot_index.cpp src/block/cached_block_map.cpp src/block/kv_events.cpp src/tiers/disk_slot_format.cpp src/tiers/tier_types.cpp src/tiers/circuit_breaker.cpp src/tiers/payload_checksum_avx2.cpp src/storage/cpu_isa.cpp src/core/block_hash.cpp src/core/kv_cache_spec.cpp src/core/dtype.cpp"
   [kv_events_page]="src/server/kv_events_wire.cpp src/server/kv_event_log.cpp src/block/kv_events.cpp src/core/block_hash.cpp src/core/kv_cache_spec.cpp src/core/dtype.cpp"
   [tier_values]="src/storage/key_rotation.cpp src/tiers/disk_slot_format.cpp src/tiers/remote_value_format.cpp src/tiers/tier_types.cpp src/tiers/payload_checksum_avx2.cpp src/storage/cpu_isa.cpp src/core/block_hash.cpp src/core/kv_cache_spec.cpp src/core/dtype.cpp"
@@ -79,7 +79,10 @@ objects=()
 for src in "tests/fuzz/fuzz_$target.cpp" ${SOURCES[$target]}; do
   obj="$out/obj/$target/$(basename "${src%.cpp}").o"
   extra=()
-  case $src in *_avx2.cpp) extra=(-mavx2 -mfma -mf16c) ;; esac  # as CMake builds them: run-time dispatch
+  case $src in  # as CMake builds them: run-time dispatch
+    *_avx2.cpp) extra=(-mavx2 -mfma -mf16c) ;;
+    *_avx512.cpp) extra=(-mavx2 -mfma -mf16c -mavx512f -mavx512vl -mavx512bw -mavx512dq) ;;
+  esac
   "$CXX" "${flags[@]}" "${extra[@]}" $(pkg-config --cflags fmt) -c "$src" -o "$obj"
   objects+=("$obj")
 done

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
+#include <tuple>
 #include <numeric>
 
 #include "pagedkv/core/error.h"
@@ -138,6 +140,7 @@ void KVCacheManager::release_entry(RequestBlocks& entry) {
   entry.num_cached = {};
   entry.divergence_tokens = 0;
   entry.may_share_writable = false;
+  entry.steady_slot_limit = entry.steady_cache_limit = 0;
   entry.live = false;
   released_entries_.push_back(slot_of(entry));
 }
@@ -431,42 +434,76 @@ void KVCacheManager::cache_full_blocks(int g, const Request& request, RequestBlo
   num_cached = num_full;
 }
 
-bool KVCacheManager::is_steady_state(const Request& request, const RequestBlocks& state, int num_tokens_need_slot,
-                                     int num_tokens_to_cache, bool delay_cache_blocks) const {
-  // Sliding-window and cross-attention groups release or size blocks by other rules; a forked
-  // request may need copy-on-write.
-  if (!all_full_attention_ || state.may_share_writable) return false;
-  const bool caches = pool_.caching_enabled() && !delay_cache_blocks;
-  if (caches && num_tokens_to_cache / block_size_ > static_cast<int>(request.block_hashes.size())) return false;  // would hash
+std::pair<int, int> KVCacheManager::steady_limits(const RequestBlocks& entry) const {
+  int slots = std::numeric_limits<int>::max(), cache = std::numeric_limits<int>::max();
   for (int g = 0; g < num_groups(); ++g) {
     const auto gi = static_cast<size_t>(g);
     const int bs = spec(g).block_size;
-    if (cdiv(num_tokens_need_slot, bs) > static_cast<int>(state.blocks[gi].size())) return false;  // needs a block
-    if (caches && !request.skip_prefix_cache && state.num_cached[gi] < num_tokens_to_cache / bs) return false;  // would cache one
+    // cdiv(n, bs) > blocks  <=>  n > blocks * bs;  cached < n / bs  <=>  n >= (cached + 1) * bs.
+    slots = std::min(slots, static_cast<int>(entry.blocks[gi].size()) * bs);
+    cache = std::min(cache, (entry.num_cached[gi] + 1) * bs);
   }
-  return true;
+  return {slots, cache};
 }
+
+void KVCacheManager::refresh_steady_limits(RequestBlocks& entry) const {
+  std::tie(entry.steady_slot_limit, entry.steady_cache_limit) = steady_limits(entry);
+}
+
+// Inline: a decode step's whole test, on the entry's first cache line and the request.
+inline bool KVCacheManager::is_steady_state(const Request& request, const RequestBlocks& state, int num_tokens_need_slot,
+                                            int num_tokens_to_cache, bool delay_cache_blocks) const {
+  // Sliding-window and cross-attention groups release or size blocks by other rules; a forked
+  // request may need copy-on-write.
+  if (!all_full_attention_ || state.may_share_writable) return false;
+  if (num_tokens_need_slot > state.steady_slot_limit) return false;  // needs a block
+  if (!pool_.caching_enabled() || delay_cache_blocks) return true;
+  // Would hash: num_tokens_to_cache / block_size_ > hashes, without the division.
+  if (num_tokens_to_cache >= (static_cast<int>(request.block_hashes.size()) + 1) * block_size_) return false;
+  return request.skip_prefix_cache || num_tokens_to_cache < state.steady_cache_limit;  // else would cache one
+}
+
+namespace {
+
+// allocate_slots' refusals, out of line: their formatting would otherwise cost every decode
+// step a larger stack frame.
+[[noreturn, gnu::cold, gnu::noinline]] void refuse_allocate_slots(const Request& request, int num_new_tokens,
+                                                                  int num_new_computed_tokens, int num_lookahead_tokens,
+                                                                  int max_model_len, bool holds_blocks) {
+  if (num_new_tokens <= 0)
+    throw UsageError(fmt::format("allocate_slots: num_new_tokens must be positive, got {}", num_new_tokens));
+  if (num_new_computed_tokens < 0 || num_lookahead_tokens < 0)
+    throw UsageError("allocate_slots: token counts must not be negative");
+  if (holds_blocks)
+    throw UsageError(fmt::format("allocate_slots: request {} already holds blocks; prefix hits apply only at admission",
+                                 request.id.value));
+  throw UsageError(fmt::format("allocate_slots: request {} would hold {} tokens, more than max_model_len {}",
+                               request.id.value,
+                               int64_t{request.num_computed_tokens} + num_new_computed_tokens + num_new_tokens, max_model_len));
+}
+
+}  // namespace
 
 std::optional<NewBlocks> KVCacheManager::allocate_slots(Request& request, int num_new_tokens,
                                                         int num_new_computed_tokens,
                                                         const ComputedBlocks* new_computed_blocks,
                                                         int num_lookahead_tokens, bool delay_cache_blocks) {
-  if (num_new_tokens <= 0)
-    throw UsageError(fmt::format("allocate_slots: num_new_tokens must be positive, got {}", num_new_tokens));
-  if (num_new_computed_tokens < 0 || num_lookahead_tokens < 0)
-    throw UsageError("allocate_slots: token counts must not be negative");
   // Slots are capped at max_model_len (lookahead near the end), but every scheduled full block
   // is cached: scheduling past the limit would index past the request's table.
-  if (const int64_t end = int64_t{request.num_computed_tokens} + num_new_computed_tokens + num_new_tokens;
-      end > max_model_len_)
-    throw UsageError(fmt::format("allocate_slots: request {} would hold {} tokens, more than max_model_len {}",
-                                 request.id.value, end, max_model_len_));
+  if (num_new_tokens <= 0 || num_new_computed_tokens < 0 || num_lookahead_tokens < 0 ||
+      int64_t{request.num_computed_tokens} + num_new_computed_tokens + num_new_tokens > max_model_len_)
+    refuse_allocate_slots(request, num_new_tokens, num_new_computed_tokens, num_lookahead_tokens, max_model_len_, false);
   table_rewritten_ = false;
-  RequestBlocks* state = find_entry(request);
-  if (state) request.manager_slot = slot_of(*state);
+  RequestBlocks* state;
+  if (const uint32_t slot = request.manager_slot;
+      slot < entries_.size() && entries_[slot].live && entries_[slot].id == request.id) {
+    state = &entries_[slot];
+  } else {
+    state = find_entry(request.id);
+    if (state) request.manager_slot = slot_of(*state);
+  }
   if (state && new_computed_blocks && new_computed_blocks->num_computed_tokens > 0)
-    throw UsageError(fmt::format("allocate_slots: request {} already holds blocks; prefix hits apply only at admission",
-                                 request.id.value));
+    refuse_allocate_slots(request, num_new_tokens, num_new_computed_tokens, num_lookahead_tokens, max_model_len_, true);
   const int num_computed = request.num_computed_tokens + num_new_computed_tokens;
   const int num_tokens_need_slot = std::min(num_computed + num_new_tokens + num_lookahead_tokens, max_model_len_);
   const int num_tokens_to_cache = std::min(num_computed + num_new_tokens, request.num_tokens());
@@ -477,12 +514,23 @@ std::optional<NewBlocks> KVCacheManager::allocate_slots(Request& request, int nu
     // one) costs a block clear or store-forwarding stalls on every decode step.
     return no_new_blocks_;
   }
+  return allocate_slots_general(request, state, num_computed, num_tokens_need_slot, num_tokens_to_cache,
+                                new_computed_blocks, delay_cache_blocks);
+}
+
+// Out of line, so that a steady-state call does not pay for its stack frame.
+[[gnu::noinline]] std::optional<NewBlocks> KVCacheManager::allocate_slots_general(
+    Request& request, RequestBlocks* state, int num_computed, int num_tokens_need_slot, int num_tokens_to_cache,
+    const ComputedBlocks* new_computed_blocks, bool delay_cache_blocks) {
   if (state)
     for (int g = 0; g < num_groups(); ++g)
       if (spec(g).kind == AttentionKind::kSlidingWindow) remove_skipped_blocks(g, *state, request.num_computed_tokens);
 
   const int needed = blocks_to_allocate(request, state, num_tokens_need_slot, new_computed_blocks);
-  if (needed > pool_.num_free_blocks()) return std::nullopt;
+  if (needed > pool_.num_free_blocks()) {
+    if (state) refresh_steady_limits(*state);  // sliding groups may have released blocks
+    return std::nullopt;
+  }
 
   if (!state) {
     state = &add_entry(request.id);
@@ -534,6 +582,7 @@ std::optional<NewBlocks> KVCacheManager::allocate_slots(Request& request, int nu
     const auto gi = static_cast<size_t>(g);
     new_block_views_[gi] = std::span<const BlockId>(state->blocks[gi]).subspan(first_new[gi]);
   }
+  refresh_steady_limits(*state);
   result.blocks = new_block_views_;
   result.table_rewritten = table_rewritten_;
   return result;
@@ -574,6 +623,7 @@ void KVCacheManager::uncache_uncomputed_blocks(const Request& request) {
       if (blocks[static_cast<size_t>(i)] != pool_.null_block()) pool_.invalidate_cached(blocks[static_cast<size_t>(i)]);
     num_cached = std::min(num_cached, first_uncomputed);
   }
+  refresh_steady_limits(*entry);
 }
 
 AllocStatus KVCacheManager::can_allocate(Request& request) {
@@ -626,6 +676,7 @@ void KVCacheManager::fork(const Request& parent, const Request& child) {
   }
   child_entry.num_cached = parent_entry.num_cached;
   child_entry.may_share_writable = true;
+  refresh_steady_limits(child_entry);
 }
 
 std::vector<std::pair<BlockId, BlockId>> KVCacheManager::take_pending_copies() {
@@ -656,6 +707,7 @@ void KVCacheManager::replace_block(RequestId id, int group, int index, BlockId b
   blocks[static_cast<size_t>(index)] = block;
   int& num_cached = entry->num_cached[static_cast<size_t>(group)];
   num_cached = std::min(num_cached, index);
+  refresh_steady_limits(*entry);
   if (old != pool_.null_block()) pool_.free_blocks(std::span<const BlockId>(&old, 1));
 }
 
@@ -674,6 +726,10 @@ void KVCacheManager::check_invariants() const {
     auto indexed = index_.find(id);
     if (indexed == index_.end() || indexed->second != slot_of(state))
       throw InvariantError(fmt::format("request {} is live but its index entry is missing or wrong", id.value));
+    if (const auto [slots, cache] = steady_limits(state);
+        slots != state.steady_slot_limit || cache != state.steady_cache_limit)
+      throw InvariantError(fmt::format("request {}: steady-state bounds {}/{} but its tables give {}/{}", id.value,
+                                       state.steady_slot_limit, state.steady_cache_limit, slots, cache));
     for (int g = 0; g < num_groups(); ++g) {
       const auto gi = static_cast<size_t>(g);
       const auto& blocks = state.blocks[gi];

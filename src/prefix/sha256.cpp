@@ -7,24 +7,20 @@
 #include <cstring>
 #include <string_view>
 
+#include "sha256_constants.h"
+
 namespace pagedkv {
 namespace {
 
-// FIPS 180-4, 4.2.2: the first 32 bits of the fractional parts of the cube roots of the first
-// 64 primes.
-alignas(16) constexpr uint32_t kRoundConstants[64] = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+using sha256_detail::kInitial;
+using sha256_detail::kRoundConstants;
 
-// FIPS 180-4, 5.3.3: the initial hash value H(0) = a..h.
-constexpr uint32_t kInitial[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                                  0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+// PAGEDKV_SHA256 picks a path for comparisons: "openssl" (no hardware path), "sha-extensions"
+// (no AVX-512 lanes); unset or anything else: the best this CPU has.
+std::string_view forced_path() {
+  const char* forced = std::getenv("PAGEDKV_SHA256");
+  return forced == nullptr ? std::string_view() : std::string_view(forced);
+}
 
 bool query_hardware() {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
@@ -32,10 +28,28 @@ bool query_hardware() {
   const bool ssse3 = (ecx & (1u << 9)) != 0, sse41 = (ecx & (1u << 19)) != 0;
   if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
   const bool sha = (ebx & (1u << 29)) != 0;
-  const char* forced = std::getenv("PAGEDKV_SHA256");
-  if (forced != nullptr && std::string_view(forced) == "openssl") return false;
+  if (forced_path() == "openssl") return false;
   return ssse3 && sse41 && sha;
 }
+
+// AVX-512 F and BW, with the OS saving the opmask and ZMM state (XCR0 bits 1, 2, 5, 6, 7).
+// PAGEDKV_ISA=scalar or avx2 (the kernels' cap, storage/cpu_isa.h) turns it off too.
+bool query_avx512() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0 || (ecx & (1u << 27)) == 0) return false;  // OSXSAVE
+  unsigned xcr0_lo = 0, xcr0_hi = 0;
+  __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  if ((xcr0_lo & 0xe6u) != 0xe6u) return false;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+  const bool f = (ebx & (1u << 16)) != 0, bw = (ebx & (1u << 30)) != 0;
+  const std::string_view path = forced_path();
+  if (path == "openssl" || path == "sha-extensions") return false;
+  const char* isa = std::getenv("PAGEDKV_ISA");
+  if (isa != nullptr && (std::string_view(isa) == "scalar" || std::string_view(isa) == "avx2")) return false;
+  return f && bw;
+}
+
+uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
 
 #define PAGEDKV_SHA_TARGET __attribute__((target("sha,ssse3,sse4.1")))
 
@@ -98,6 +112,44 @@ PAGEDKV_SHA_TARGET void compress_lanes(const std::byte* const* messages, size_t 
 bool sha256_hardware_available() {
   static const bool available = query_hardware();
   return available;
+}
+
+bool sha256_avx512_available() {
+  static const bool available = query_avx512();
+  return available;
+}
+
+void sha256_scalar(const std::byte* message, size_t num_blocks, std::byte* digest) {
+  uint32_t h[8];
+  std::memcpy(h, kInitial, sizeof(h));
+  for (size_t block = 0; block < num_blocks; ++block) {
+    const std::byte* p = message + block * 64;
+    uint32_t w[64];
+    for (int t = 0; t < 16; ++t)
+      w[t] = static_cast<uint32_t>(p[4 * t]) << 24 | static_cast<uint32_t>(p[4 * t + 1]) << 16 |
+             static_cast<uint32_t>(p[4 * t + 2]) << 8 | static_cast<uint32_t>(p[4 * t + 3]);
+    for (int t = 16; t < 64; ++t) {
+      const uint32_t s0 = rotr(w[t - 15], 7) ^ rotr(w[t - 15], 18) ^ (w[t - 15] >> 3);
+      const uint32_t s1 = rotr(w[t - 2], 17) ^ rotr(w[t - 2], 19) ^ (w[t - 2] >> 10);
+      w[t] = w[t - 16] + s0 + w[t - 7] + s1;
+    }
+    uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], hh = h[7];
+    for (int t = 0; t < 64; ++t) {
+      const uint32_t t1 = hh + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + kRoundConstants[t] + w[t];
+      const uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+      hh = g;
+      g = f;
+      f = e;
+      e = d + t1;
+      d = c;
+      c = b;
+      b = a;
+      a = t1 + t2;
+    }
+    h[0] += a; h[1] += b; h[2] += c; h[3] += d; h[4] += e; h[5] += f; h[6] += g; h[7] += hh;
+  }
+  for (int i = 0; i < 8; ++i)
+    for (int k = 0; k < 4; ++k) digest[4 * i + k] = static_cast<std::byte>(h[i] >> (24 - 8 * k));
 }
 
 void sha256_pad(std::byte* buf, size_t len) {

@@ -1,7 +1,8 @@
 // allocate_slots' steady-state fast path (a call that adds no block and caches none answers
 // without the general path) against the general path: two managers, one with the fast path
 // off, run the same random operations (admission with prefix hits, chunked prefill, decode,
-// lookahead, delayed caching, requests that skip the cache, forks, frees, preemptions) and must
+// lookahead, delayed caching, requests that skip the cache, forks, frees, preemptions, uncaching
+// uncomputed blocks, replaced table entries; one group or two of different block sizes) and must
 // agree after every call on everything observable: each call's answer (new block ids, whether
 // the table was rewritten), every block table, the free queue in eviction order, the cached
 // blocks, the pool's and the prefix cache's statistics, the KV events and the requests' hashes.
@@ -19,17 +20,25 @@ namespace {
 using testing::free_order;
 using testing::ids_of;
 
+// The second group: none, a sliding-window group, or a full-attention group with blocks twice
+// the size (the fast path's bounds are per group).
+enum class Second { kNone, kSliding, kDoubleBlocks };
+
 struct Pair {
   KVCacheManager fast, general;
-  Pair(const KVCacheManagerConfig& base, bool sliding)
-      : fast(make(base, true, sliding)), general(make(base, false, sliding)) {}
-  static KVCacheManagerConfig make(const KVCacheManagerConfig& base, bool fast_path, bool sliding) {
+  Pair(const KVCacheManagerConfig& base, Second second)
+      : fast(make(base, true, second)), general(make(base, false, second)) {}
+  static KVCacheManagerConfig make(const KVCacheManagerConfig& base, bool fast_path, Second second) {
     KVCacheManagerConfig c;
     c.cache = base.cache;
-    if (sliding) {
+    if (second != Second::kNone) {
       KVCacheGroupSpec g = c.cache.groups.front();
-      g.spec.kind = AttentionKind::kSlidingWindow;
-      g.spec.sliding_window = 40;
+      if (second == Second::kSliding) {
+        g.spec.kind = AttentionKind::kSlidingWindow;
+        g.spec.sliding_window = 40;
+      } else {
+        g.spec.block_size *= 2;
+      }
       c.cache.groups.push_back(g);
     }
     c.enable_events = true;
@@ -75,17 +84,25 @@ void expect_same_state(Pair& p, const std::vector<Request>& fast_reqs, const std
   ASSERT_EQ(p.fast.take_pending_copies(), p.general.take_pending_copies());
 }
 
-void run_random(bool sliding, uint64_t seed, int ops) {
-  SCOPED_TRACE(::testing::Message() << "seed " << seed << (sliding ? ", sliding window" : ", full attention"));
+void run_random(Second second, uint64_t seed, int ops) {
+  const bool sliding = second == Second::kSliding;
+  SCOPED_TRACE(::testing::Message() << "seed " << seed
+                                    << (sliding                            ? ", sliding window"
+                                        : second == Second::kDoubleBlocks ? ", full attention, two block sizes"
+                                                                           : ", full attention"));
   std::mt19937_64 rng(seed);
   auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint64_t>(n)); };
   const int bs = 4;
-  Pair p(testing::full_attention_config(96, bs), sliding);
+  Pair p(testing::full_attention_config(96, bs), second);
   // Prompts share prefixes (three stems), so admissions hit the cache.
   std::vector<std::vector<TokenId>> stems = {testing::iota_tokens(12, 1000), testing::iota_tokens(9, 2000),
                                              testing::iota_tokens(20, 3000)};
   std::vector<Request> fr, gr;       // the same requests, one copy per manager
   std::vector<bool> live;
+  // Where each request's last scheduled chunk began (a preemption may undo it), and whether it
+  // shares blocks through a fork (its chunks' blocks may be another request's computed ones).
+  std::vector<int> chunk_start;
+  std::vector<bool> forked;
   uint64_t next_id = 0;
   const int max_len = p.fast.max_model_len();
   for (int op = 0; op < ops; ++op) {
@@ -100,6 +117,8 @@ void run_random(bool sliding, uint64_t seed, int ops) {
       fr.push_back(r);
       gr.push_back(r);
       live.push_back(false);
+      chunk_start.push_back(0);
+      forked.push_back(false);
     }
     const size_t i = static_cast<size_t>(pick(static_cast<int>(fr.size())));
     Request &f = fr[i], &g = gr[i];
@@ -116,6 +135,7 @@ void run_random(bool sliding, uint64_t seed, int ops) {
       expect_same_answer(a, b, p.fast.num_groups());
       if (a) {
         live[i] = true;
+        chunk_start[i] = hf.num_computed_tokens;
         f.num_computed_tokens = g.num_computed_tokens = hf.num_computed_tokens + n;
       }
     } else if (kind <= 7) {  // the next chunk or a decode step (appending a token when caught up)
@@ -132,7 +152,10 @@ void run_random(bool sliding, uint64_t seed, int ops) {
       const auto a = p.fast.allocate_slots(f, n, 0, nullptr, lookahead, delay);
       const auto b = p.general.allocate_slots(g, n, 0, nullptr, lookahead, delay);
       expect_same_answer(a, b, p.fast.num_groups());
-      if (a) f.num_computed_tokens = g.num_computed_tokens = f.num_computed_tokens + n;
+      if (a) {
+        chunk_start[i] = f.num_computed_tokens;
+        f.num_computed_tokens = g.num_computed_tokens = f.num_computed_tokens + n;
+      }
     } else if (kind == 8 && !sliding && fr.size() < 12) {  // fork into a new request (copy-on-write from then on)
       Request cf = f, cg = g;
       cf.id = cg.id = RequestId{next_id++};
@@ -142,7 +165,27 @@ void run_random(bool sliding, uint64_t seed, int ops) {
       fr.push_back(cf);
       gr.push_back(cg);
       live.push_back(true);
+      chunk_start.push_back(cf.num_computed_tokens);  // not f: the push_back above may have moved it
+      forked[i] = true;
+      forked.push_back(true);
+    } else if (kind == 8 && pick(2) == 0) {  // a table entry swapped for a fresh block (swap-in, tier promotion)
+      const int group = pick(p.fast.num_groups());
+      const int held = static_cast<int>(p.fast.get_block_ids(f, group).size());
+      if (held == 0 || p.fast.num_free_blocks() == 0) continue;
+      const int index = pick(held);
+      std::vector<BlockId> bf, bg;
+      p.fast.pool().allocate(1, bf);
+      p.general.pool().allocate(1, bg);
+      p.fast.replace_block(f.id, group, index, bf.front());
+      p.general.replace_block(g.id, group, index, bg.front());
     } else {  // finish (the request leaves) or preempt (free, recompute from scratch later)
+      if (live[i] && !forked[i] && pick(3) == 0) {  // preempted with its last chunk scheduled but not run
+        f.num_computed_tokens = g.num_computed_tokens = chunk_start[i];
+        p.fast.uncache_uncomputed_blocks(f);
+        p.general.uncache_uncomputed_blocks(g);
+        expect_same_state(p, fr, gr);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
       ASSERT_EQ(p.fast.free(f), p.general.free(g));
       live[i] = false;
       f.num_computed_tokens = g.num_computed_tokens = 0;
@@ -152,9 +195,13 @@ void run_random(bool sliding, uint64_t seed, int ops) {
         std::swap(fr[i], fr.back());
         std::swap(gr[i], gr.back());
         live[i] = live.back();
+        chunk_start[i] = chunk_start.back();
+        forked[i] = forked.back();
         fr.pop_back();
         gr.pop_back();
         live.pop_back();
+        chunk_start.pop_back();
+        forked.pop_back();
       }
     }
     expect_same_state(p, fr, gr);
@@ -168,11 +215,15 @@ void run_random(bool sliding, uint64_t seed, int ops) {
 }
 
 TEST(CoreFastPaths, SteadyStateAllocateSlotsMatchesTheGeneralPath) {
-  for (uint64_t seed = 1; seed <= 6; ++seed) run_random(false, seed, 3000);
+  for (uint64_t seed = 1; seed <= 6; ++seed) run_random(Second::kNone, seed, 3000);
+}
+
+TEST(CoreFastPaths, TwoBlockSizesMatchTheGeneralPath) {
+  for (uint64_t seed = 1; seed <= 4; ++seed) run_random(Second::kDoubleBlocks, seed, 3000);
 }
 
 TEST(CoreFastPaths, MixedGroupsNeverTakeTheFastPath) {
-  for (uint64_t seed = 1; seed <= 2; ++seed) run_random(true, seed, 1500);
+  for (uint64_t seed = 1; seed <= 2; ++seed) run_random(Second::kSliding, seed, 1500);
 }
 
 }  // namespace

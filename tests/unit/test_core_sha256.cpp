@@ -1,10 +1,12 @@
-// SHA-256 on the SHA extensions: published vectors, every length against OpenSSL, interleaved
-// lanes against one lane; and BlockHasher's interleaved chains (extend_many, extend; SHA-256 and
+// SHA-256 on the SHA extensions and in AVX-512 lanes: published vectors, every length against
+// OpenSSL and the portable twin (sha256_scalar), interleaved lanes against one lane, the 16
+// AVX-512 lanes against the twin; and BlockHasher's interleaved chains (extend_many, extend; SHA-256 and
 // XXH3-128) against a hasher that hashes one block at a time through an injected function
 // (OpenSSL, or XXH3 behind another function pointer): same hashes, block for block, whatever the
 // lane schedule.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstring>
 #include <random>
 #include <string>
@@ -38,6 +40,16 @@ std::string hardware_digest(const std::string& message) {
   return hex(digest, 32);
 }
 
+// The same through the portable twin.
+std::string scalar_digest(const std::string& message) {
+  std::vector<std::byte> buf(sha256_padded_size(message.size()));
+  std::memcpy(buf.data(), message.data(), message.size());
+  sha256_pad(buf.data(), message.size());
+  std::byte digest[32];
+  sha256_scalar(buf.data(), buf.size() / 64, digest);
+  return hex(digest, 32);
+}
+
 std::vector<std::byte> random_bytes(std::mt19937_64& rng, size_t n) {
   std::vector<std::byte> v(n);
   for (auto& b : v) b = static_cast<std::byte>(rng() & 0xff);
@@ -65,6 +77,58 @@ TEST(CoreSha256, PublishedVectors) {
             "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
   EXPECT_EQ(hardware_digest(std::string(1000000, 'a')),
             "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+TEST(CoreSha256, ScalarTwinPublishedVectorsAndEveryLength) {
+  EXPECT_EQ(scalar_digest(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(scalar_digest("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(scalar_digest("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  std::mt19937_64 rng(5);
+  for (size_t n = 0; n <= 300; ++n) {
+    auto bytes = random_bytes(rng, n);
+    std::vector<std::byte> buf(sha256_padded_size(n));
+    if (n > 0) std::memcpy(buf.data(), bytes.data(), n);
+    sha256_pad(buf.data(), n);
+    std::byte digest[32];
+    sha256_scalar(buf.data(), buf.size() / 64, digest);
+    const BlockHash reference = sha256_hash_openssl(bytes, 0);
+    EXPECT_EQ(std::memcmp(&reference.lo, digest, 8), 0) << "length " << n;
+    EXPECT_EQ(std::memcmp(&reference.hi, digest + 8, 8), 0) << "length " << n;
+  }
+}
+
+// 16 messages per call, lanes of different lengths with the same padded size (different
+// padding per lane), every padded size up to five blocks: each digest equals the twin's.
+TEST(CoreSha256, Avx512LanesMatchTheScalarTwin) {
+  if (!sha256_avx512_available()) GTEST_SKIP() << "this CPU has no AVX-512 (or PAGEDKV_SHA256/PAGEDKV_ISA turned it off)";
+  std::mt19937_64 rng(13);
+  for (size_t blocks = 1; blocks <= 5; ++blocks) {
+    for (int round = 0; round < 20; ++round) {
+      std::vector<std::vector<std::byte>> msgs;
+      const std::byte* messages[kSha256WideLanes];
+      std::byte* digests[kSha256WideLanes];
+      std::array<std::array<std::byte, 32>, kSha256WideLanes> wide;
+      for (int l = 0; l < kSha256WideLanes; ++l) {
+        const size_t shortest = blocks == 1 ? 0 : (blocks - 1) * 64 - 8;  // lengths with this padded size
+        const size_t len = shortest + rng() % (blocks * 64 - 8 - shortest);
+        auto m = random_bytes(rng, blocks * 64);
+        sha256_pad(m.data(), len);
+        ASSERT_EQ(sha256_padded_size(len), blocks * 64);
+        msgs.push_back(std::move(m));
+      }
+      for (int l = 0; l < kSha256WideLanes; ++l) {
+        messages[l] = msgs[static_cast<size_t>(l)].data();
+        digests[l] = wide[static_cast<size_t>(l)].data();
+      }
+      sha256_avx512_x16(messages, blocks, digests);
+      for (int l = 0; l < kSha256WideLanes; ++l) {
+        std::array<std::byte, 32> alone;
+        sha256_scalar(msgs[static_cast<size_t>(l)].data(), blocks, alone.data());
+        EXPECT_EQ(alone, wide[static_cast<size_t>(l)]) << blocks << " blocks, lane " << l;
+      }
+    }
+  }
 }
 
 TEST(CoreSha256, EveryLengthMatchesOpenSsl) {
@@ -128,7 +192,7 @@ TEST(CoreSha256, InterleavedChainsMatchTheOneBlockAtATimeHasher) {
                                   algorithm == HashAlgorithm::kSha256 ? &sha256_hash_openssl : &xxh3_one_block_at_a_time,
                                   seed);
       ASSERT_EQ(hasher.root(), reference.root());
-      const int n = 23;
+      const int n = 71;  // more than the 16 AVX-512 lanes: lanes take new requests as they finish
       std::vector<std::vector<TokenId>> tokens(n);
       std::vector<PrefixKeys> keys(n);
       std::vector<std::vector<BlockHash>> hashes(n), expected_hashes(n);
@@ -166,7 +230,9 @@ TEST(CoreSha256, InterleavedChainsMatchTheOneBlockAtATimeHasher) {
 TEST(CoreSha256, ImplementationIsNamed) {
   EXPECT_EQ(BlockHasher(16, HashAlgorithm::kXxh3_128).implementation(), "xxh3_128");
   EXPECT_EQ(BlockHasher(16, HashAlgorithm::kSha256).implementation(),
-            sha256_hardware_available() ? "sha256 (SHA extensions)" : "sha256 (OpenSSL)");
+            !sha256_hardware_available() ? "sha256 (OpenSSL)"
+            : sha256_avx512_available()  ? "sha256 (AVX-512 16 lanes, SHA extensions)"
+                                         : "sha256 (SHA extensions)");
   EXPECT_EQ(BlockHasher(16, &sha256_hash_openssl, 0).implementation(), "custom");
 }
 

@@ -199,15 +199,22 @@ class KVCacheManager {
   // Aligned, with what a decode step reads first, so that a step touches one line of it.
   struct alignas(64) RequestBlocks {
     RequestId id;
-    std::array<int, kMaxKVCacheGroups> num_cached{};  // leading blocks registered in the cache
     bool live = false;  // false: a released entry kept (with its tables' capacity) for reuse
     // Set by fork (on parent and child): only then can a block this request writes be shared,
     // so only then is copy-on-write checked.
     bool may_share_writable = false;
+    // allocate_slots' steady-state bounds, kept by refresh_steady_limits whenever the tables or
+    // num_cached change: a call needs no new block while its slots stay within
+    // `steady_slot_limit` tokens (every group's blocks times its block size, the least), and
+    // caches none while its tokens to cache stay below `steady_cache_limit` (the least, over the
+    // groups, of the end of the first block not yet cached). 0 for a released entry.
+    int steady_slot_limit = 0;
+    int steady_cache_limit = 0;
     // Where the request's prompt left a cached full-attention prefix (in tokens) beyond its hit,
     // because a sliding group kept no window there: a shared prefix (a system prompt) that a
     // sliding group must keep a checkpoint at. 0: none.
     int divergence_tokens = 0;
+    std::array<int, kMaxKVCacheGroups> num_cached{};  // leading blocks registered in the cache
     std::array<std::vector<BlockId>, kMaxKVCacheGroups> blocks;
   };
 
@@ -262,6 +269,14 @@ class KVCacheManager {
   // nothing and frees nothing, so the general path would change nothing but return no blocks.
   bool is_steady_state(const Request& request, const RequestBlocks& state, int num_tokens_need_slot,
                        int num_tokens_to_cache, bool delay_cache_blocks) const;
+  // allocate_slots past its checks and the steady-state answer (num_computed: the request's
+  // computed tokens with the new prefix hits).
+  std::optional<NewBlocks> allocate_slots_general(Request& request, RequestBlocks* state, int num_computed,
+                                                  int num_tokens_need_slot, int num_tokens_to_cache,
+                                                  const ComputedBlocks* new_computed_blocks, bool delay_cache_blocks);
+  // Recomputes the entry's steady-state bounds from its tables and num_cached.
+  void refresh_steady_limits(RequestBlocks& entry) const;
+  std::pair<int, int> steady_limits(const RequestBlocks& entry) const;
   int find_longest_cache_hit(int g, const Request& request, int max_length, std::vector<BlockId>& out) const;
   int blocks_needed(int g, const Request& request, const RequestBlocks* state, int num_tokens,
                     std::span<const BlockId> new_computed, int num_computed_tokens) const;

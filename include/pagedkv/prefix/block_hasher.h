@@ -68,12 +68,14 @@ class BlockHasher {
 
   // extend() for several requests: the same hashes, computed faster by interleaving the chains
   // of up to kSha256MaxLanes requests (a chain itself is serial: each block's message holds its
-  // parent's hash), for XXH3-128 and for SHA-256 on the CPU's SHA extensions. Requests with extra
-  // keys go one by one.
+  // parent's hash), for XXH3-128 and for SHA-256 on the CPU's SHA extensions; with AVX-512,
+  // SHA-256 chains of 16 requests at a time while at least 9 have blocks left. Requests with
+  // extra keys go one by one.
   void extend_many(std::span<const BlockHashJob> jobs) const;
 
-  // What computes the block hashes: "xxh3_128", "sha256 (SHA extensions)", "sha256 (OpenSSL)"
-  // or "custom" (an injected HashFunction).
+  // What computes the block hashes: "xxh3_128", "sha256 (AVX-512 16 lanes, SHA extensions)"
+  // (batches on AVX-512, single chains on the SHA extensions), "sha256 (SHA extensions)",
+  // "sha256 (OpenSSL)" or "custom" (an injected HashFunction).
   std::string_view implementation() const;
 
  private:
@@ -87,8 +89,11 @@ class BlockHasher {
   enum class Lanes { kNone, kXxh3, kSha256Hardware };
   Lanes lanes_ = Lanes::kNone;
   void extend_in_lanes(std::span<const BlockHashJob> jobs) const;  // jobs without extra keys
+  struct Lane;
+  template <int kWidth, typename Step>
+  void run_lanes(std::span<const BlockHashJob> jobs, int min_active, Step step) const;
   mutable std::vector<std::byte> scratch_;
-  // kSha256MaxLanes messages (parent hash, a block's tokens, SHA-256 padding), padded once.
+  // kSha256WideLanes messages (parent hash, a block's tokens, SHA-256 padding), padded once.
   mutable std::vector<std::byte> lane_messages_;
 };
 
