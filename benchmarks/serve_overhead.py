@@ -14,7 +14,7 @@ minima of the per-round figures:
               ttft_ms, measured inside the engine). Target: within 1 ms.
 
 The load generator runs on the same machine as the server, so its CPU time is inside the
-served figure. Usage: /usr/bin/python3 benchmarks/serve_overhead.py [--rounds 5] [--batch 64] [--stream-interval 1] [--json]
+served figure. Usage: /usr/bin/python3 benchmarks/serve_overhead.py [--rounds 5] [--batch 64] [--stream-interval auto|N] [--json]
 """
 
 import argparse
@@ -78,7 +78,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--stream-interval", default="1", help="the server's --stream-interval (a count or auto)")
+    ap.add_argument("--stream-interval", default="auto", help="the server's --stream-interval (a count or auto; default: the server's own default, auto)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     sys.path.insert(0, str(REPO / "build" / "python"))

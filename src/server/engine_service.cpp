@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "pagedkv/core/error.h"
 
@@ -38,6 +39,12 @@ EngineService::EngineService(LLMEngine& engine, ServerMetrics& metrics, EngineSe
     options_.kv_events->append(census);
   }
   thread_ = std::thread([this] { run(); });
+}
+
+int auto_stream_interval(int running, double step_seconds) {
+  if (running <= kAutoPerTokenStreams || !(step_seconds > 0)) return 1;
+  const double tokens = std::ceil(running * kHandOverSeconds / (kAutoHandOverShare * step_seconds));
+  return static_cast<int>(std::clamp(tokens, 1.0, static_cast<double>(kMaxAutoStreamInterval)));
 }
 
 EngineService::~EngineService() { stop(); }
@@ -188,7 +195,10 @@ void EngineService::run() {
     if (abort_everything)
       for (const auto& [id, root] : roots_) engine_.abort_request(RequestId{id});
     if (engine_.has_unfinished() || abort_everything || !cancels.empty() || !stopped.empty()) {
+      const auto t0 = Clock::now();
       std::vector<RequestOutput> outputs = engine_.step();
+      const double step = seconds_between(t0, Clock::now());
+      step_seconds_ = step_seconds_ == 0 ? step : 0.875 * step_seconds_ + 0.125 * step;
       dispatch(outputs);
     }
     publish_kv_events();
@@ -221,10 +231,9 @@ void EngineService::end_remaining_choices() {
 
 void EngineService::dispatch(std::vector<RequestOutput>& outputs) {
   const auto now = Clock::now();
-  const int stream_interval =
-      options_.stream_interval != EngineServiceOptions::kAutoStreamInterval
-          ? options_.stream_interval
-          : std::max(1, static_cast<int>(outputs.size()) / EngineServiceOptions::kStreamsPerAutoToken);
+  const int stream_interval = options_.stream_interval != EngineServiceOptions::kAutoStreamInterval
+                                  ? options_.stream_interval
+                                  : auto_stream_interval(static_cast<int>(outputs.size()), step_seconds_);
   for (RequestOutput& o : outputs) {
     const uint64_t root_id = o.sample_index == 0 ? o.id.value : o.parent.value;
     auto rit = roots_.find(root_id);

@@ -130,9 +130,23 @@ TEST_F(EngineServiceTest, CancelReturnsEveryBlock) {
   });
 }
 
-// kAutoStreamInterval: a lone choice gets every token as it comes; 32 choices running together
-// (one request, n = 32) get theirs two at a time. (A forked sample's first update holds the
-// parent's first token and its own.)
+// auto: tokens per chunk keep the hand-over under 3 % of a step.
+TEST(AutoStreamInterval, KeepsTheHandOverASmallShareOfAStep) {
+  EXPECT_EQ(auto_stream_interval(1, 1e-4), 1);   // a lone request: token by token, however fast
+  EXPECT_EQ(auto_stream_interval(8, 1e-5), 1);   // up to 8 running, always
+  EXPECT_EQ(auto_stream_interval(64, 0), 1);     // no step measured yet
+  EXPECT_EQ(auto_stream_interval(64, 1.28e-3), 9);   // stories260K at 64: ceil(64 x 5 us / 38.4 us)
+  EXPECT_EQ(auto_stream_interval(16, 1e-3), 3);      // ceil(80 / 30)
+  EXPECT_EQ(auto_stream_interval(64, 0.03), 1);      // a real model's 30 ms steps: every token
+  EXPECT_EQ(auto_stream_interval(256, 1e-4), kMaxAutoStreamInterval);
+  for (int running = 9; running <= 256; running *= 2)  // more running or shorter steps: never smaller
+    EXPECT_LE(auto_stream_interval(running, 2e-3), auto_stream_interval(running, 1e-3)) << running;
+}
+
+// kAutoStreamInterval in the service: a lone choice gets every token as it comes; 32 choices
+// running together (one request, n = 32) get theirs in chunks of at most kMaxAutoStreamInterval,
+// however many the step time asks for (it depends on this machine; exact values are tested above).
+// (A forked sample's first update holds the parent's first token and its own.)
 TEST_F(EngineServiceTest, AutoStreamIntervalFollowsTheBatch) {
   EngineService& service = start({.stream_interval = EngineServiceOptions::kAutoStreamInterval});
   const auto update_sizes = [&](int n) {
@@ -147,15 +161,12 @@ TEST_F(EngineServiceTest, AutoStreamIntervalFollowsTheBatch) {
   };
   for (const auto& [choice, sizes] : update_sizes(1))
     EXPECT_EQ(sizes, std::vector<size_t>(24, 1));
-  int two_token_updates = 0;
   for (const auto& [choice, sizes] : update_sizes(32)) {
     if (choice == 0) {
       EXPECT_EQ(sizes.front(), 1u) << "the first token goes out at once";
     }
-    for (size_t s : sizes) EXPECT_LE(s, 2u);
-    two_token_updates += static_cast<int>(std::count(sizes.begin(), sizes.end(), 2u));
+    for (size_t s : sizes) EXPECT_LE(s, static_cast<size_t>(kMaxAutoStreamInterval) + 1);
   }
-  EXPECT_GT(two_token_updates, 32 * 8);
   EXPECT_EQ(used_blocks(), 0);
 }
 

@@ -31,17 +31,28 @@ struct EngineServiceOptions {
   int max_waiting = 512;  // queued (not yet running) prompts beyond which submit() answers 503
   // Tokens a choice gathers before they are handed to its stream (vLLM's --stream-interval): 1
   // sends every token as it comes; more wake the HTTP threads less often. A choice's first token
-  // and its end are always handed over at once. kAutoStreamInterval: one token per chunk while at
-  // most kStreamsPerAutoToken choices run, then one more per kStreamsPerAutoToken running (64
-  // running: every 4 tokens) -- each chunk costs its stream's HTTP thread a wake-up, which at
-  // large batches would be a quarter of an engine step on two cores (docs/benchmarks.md).
+  // and its end are always handed over at once. kAutoStreamInterval: auto_stream_interval()
+  // below, from the running choices and the engine's recent step time.
   static constexpr int kAutoStreamInterval = 0;
-  static constexpr int kStreamsPerAutoToken = 16;
   int stream_interval = 1;
   // Where the engine's KV events go after every step (the engine must record them:
   // EngineConfig::enable_kv_events); null: nowhere. It starts with the blocks cached at start.
   KVEventLog* kv_events = nullptr;
 };
+
+// The stream interval `auto` picks: as few tokens per chunk as keep the hand-over to the HTTP
+// threads under kAutoHandOverShare of an engine step. Each chunk wakes its stream's thread,
+// which costs the engine about kHandOverSeconds of a step on a machine whose cores the HTTP
+// threads share (measured on two cores: docs/benchmarks.md, "stream interval"), so
+//   interval = ceil(running x kHandOverSeconds / (kAutoHandOverShare x step_seconds)),
+// 1 while at most kAutoPerTokenStreams choices run (a lone request streams token by token), at
+// most kMaxAutoStreamInterval. A model whose steps take milliseconds streams every token even
+// at large batches; stories260K at 64 running (1.3 ms steps) gets about 8 tokens a chunk.
+inline constexpr double kHandOverSeconds = 5e-6;
+inline constexpr double kAutoHandOverShare = 0.03;
+inline constexpr int kAutoPerTokenStreams = 8;
+inline constexpr int kMaxAutoStreamInterval = 16;
+int auto_stream_interval(int running, double step_seconds);
 
 // A snapshot of the engine's load, updated after every step (read from any thread).
 struct EngineLoad {
@@ -134,6 +145,7 @@ class EngineService {
   std::unordered_map<uint64_t, Root> roots_;
   std::unordered_map<uint64_t, Sample> samples_;
   std::unordered_set<uint64_t> ended_by_stop_string_;
+  double step_seconds_ = 0;  // recent engine step time (a moving average), for the auto interval
 
   std::atomic<bool> draining_{false};
   std::atomic<int> running_{0}, engine_waiting_{0}, swapped_{0};
