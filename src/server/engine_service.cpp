@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "pagedkv/core/error.h"
+#include "pagedkv/server/peer_connection.h"
 
 namespace pagedkv::server {
 namespace {
@@ -49,7 +50,7 @@ int auto_stream_interval(int running, double step_seconds) {
 
 EngineService::~EngineService() { stop(); }
 
-std::shared_ptr<RequestStream> EngineService::submit(std::vector<GenerationRequest> prompts) {
+std::shared_ptr<RequestStream> EngineService::submit(std::vector<GenerationRequest> prompts, int client_socket) {
   if (prompts.empty()) throw UsageError("EngineService::submit: no prompts");
   int choices = 0;
   for (const GenerationRequest& g : prompts) choices += choices_of(g);
@@ -63,7 +64,7 @@ std::shared_ptr<RequestStream> EngineService::submit(std::vector<GenerationReque
                                       options_.max_waiting),
                      "", "server_overloaded");
     inbox_prompts_ += static_cast<int>(prompts.size());
-    submissions_.push_back({stream, std::move(prompts), Clock::now()});
+    submissions_.push_back({stream, std::move(prompts), Clock::now(), client_socket});
   }
   wake_.notify_one();
   return stream;
@@ -139,6 +140,7 @@ void EngineService::publish_kv_events() {
 
 void EngineService::admit(Submission& s) {
   int first_choice = 0;  // prompt i's samples are choices first_choice .. first_choice + n - 1
+  int admitted = 0;
   for (size_t i = 0; i < s.prompts.size(); ++i) {
     GenerationRequest& g = s.prompts[i];
     const int n = choices_of(g);
@@ -147,6 +149,7 @@ void EngineService::admit(Submission& s) {
       const RequestId id = engine_.add_request(std::move(g));
       roots_[id.value] = Root{s.stream, first_choice, n, prompt_tokens, 0, 0, false, s.arrival};
       samples_[id.value] = Sample{id.value, 0, 0, false, s.arrival, {}};
+      ++admitted;
     } catch (const Error& e) {  // validated before submit; anything left is reported per choice
       for (int k = 0; k < n; ++k) {
         ChoiceUpdate u;
@@ -159,6 +162,37 @@ void EngineService::admit(Submission& s) {
     }
     first_choice += n;
   }
+  if (s.client_socket >= 0 && admitted > 0) watched_.push_back({s.stream, s.client_socket, admitted});
+}
+
+void EngineService::root_finished(const std::shared_ptr<RequestStream>& stream) {
+  for (size_t i = 0; i < watched_.size(); ++i) {
+    if (watched_[i].stream != stream) continue;
+    if (--watched_[i].live_roots == 0) {
+      watched_[i] = std::move(watched_.back());
+      watched_.pop_back();
+    }
+    return;
+  }
+}
+
+bool EngineService::abort_disconnected_clients() {
+  if (watched_.empty()) return false;
+  poll_fds_.resize(watched_.size());
+  for (size_t i = 0; i < watched_.size(); ++i) poll_fds_[i] = pollfd{watched_[i].socket, POLLIN | POLLRDHUP, 0};
+  if (poll(poll_fds_.data(), poll_fds_.size(), 0) <= 0) return false;
+  bool aborted = false;
+  // Back to front: a closed client's entry is swapped with the last one and dropped. (Its socket
+  // number may by now name another connection if the handler returned; aborting by stream only
+  // ever touches this request, so a stale number cannot hurt another.)
+  for (size_t i = watched_.size(); i-- > 0;) {
+    if (!peer_closed(poll_fds_[i].fd, poll_fds_[i].revents)) continue;
+    for (const auto& [id, root] : roots_)
+      if (root.stream == watched_[i].stream) aborted |= engine_.abort_request(RequestId{id});
+    watched_[i] = std::move(watched_.back());
+    watched_.pop_back();
+  }
+  return aborted;
 }
 
 void EngineService::run() {
@@ -194,7 +228,8 @@ void EngineService::run() {
     for (auto& f : calls) f();
     if (abort_everything)
       for (const auto& [id, root] : roots_) engine_.abort_request(RequestId{id});
-    if (engine_.has_unfinished() || abort_everything || !cancels.empty() || !stopped.empty()) {
+    const bool disconnected = abort_disconnected_clients();
+    if (engine_.has_unfinished() || abort_everything || !cancels.empty() || !stopped.empty() || disconnected) {
       const auto t0 = Clock::now();
       std::vector<RequestOutput> outputs = engine_.step();
       const double step = seconds_between(t0, Clock::now());
@@ -306,7 +341,9 @@ void EngineService::dispatch(std::vector<RequestOutput>& outputs) {
     }
     if (root.finished_samples >= root.n) {
       metrics_.observe_finished_request(seconds_between(root.arrival, now), root.prompt_tokens, root.generated_tokens);
+      const std::shared_ptr<RequestStream> finished_stream = root.stream;
       roots_.erase(rit);
+      root_finished(finished_stream);
     }
   }
 }

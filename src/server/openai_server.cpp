@@ -221,12 +221,15 @@ void OpenAIServer::install_routes() {
         generations.push_back(std::move(g));
       }
       const int num_prompts = static_cast<int>(generations.size());
-      std::shared_ptr<RequestStream> stream = service_.submit(std::move(generations));
+      // The client's socket, found once: the engine thread aborts the request within a step of
+      // its closing, the handler below stops waiting at its next check.
+      const PeerConnection peer = PeerConnection::find(req.local_port, req.remote_addr, req.remote_port);
+      std::shared_ptr<RequestStream> stream = service_.submit(std::move(generations), peer.fd());
       const bool chat = endpoint == ApiEndpoint::kChatCompletions;
       auto builder = std::make_shared<ResponseBuilder>(*request, tokenizer_,
                                                        fmt::format("{}-{:016x}", chat ? "chatcmpl" : "cmpl", ids().next()),
                                                        model_.limits.served_model_name, unix_now(), num_prompts);
-      auto disconnect = std::make_shared<DisconnectCheck>(PeerConnection::find(req.local_port, req.remote_addr, req.remote_port), kPollInterval);
+      auto disconnect = std::make_shared<DisconnectCheck>(peer, kPollInterval);
 
       if (!request->stream) {
         while (!builder->done()) {

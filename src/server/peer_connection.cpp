@@ -56,17 +56,21 @@ PeerConnection PeerConnection::find(int local_port, const std::string& remote_ad
   return PeerConnection(found);
 }
 
+bool peer_closed(int fd, short revents) {
+  if (revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) return true;
+  if (revents & POLLIN) {
+    char byte;
+    const ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0;  // end of file; > 0 is a pipelined request, < 0 (EAGAIN) nothing yet
+  }
+  return false;
+}
+
 bool PeerConnection::closed() const {
   if (fd_ < 0) return false;
   pollfd p{fd_, POLLIN | POLLRDHUP, 0};
   if (poll(&p, 1, 0) <= 0) return false;
-  if (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) return true;
-  if (p.revents & POLLIN) {
-    char byte;
-    const ssize_t n = recv(fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n == 0;  // end of file; > 0 is a pipelined request, < 0 (EAGAIN) nothing yet
-  }
-  return false;
+  return peer_closed(fd_, p.revents);
 }
 
 }  // namespace pagedkv::server

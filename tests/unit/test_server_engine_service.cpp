@@ -9,6 +9,9 @@
 #include <map>
 #include <thread>
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include "golden_engine_test.h"
 #include "pagedkv/engine/llama2c_run_request.h"
 #include "pagedkv/server/api_error.h"
@@ -128,6 +131,33 @@ TEST_F(EngineServiceTest, CancelReturnsEveryBlock) {
     e.check_invariants();
     return 0;
   });
+}
+
+// A request submitted with its client's socket is aborted within a step of the client closing
+// it, before any handler looks (here nobody calls cancel): a socketpair stands in for the
+// connection.
+TEST_F(EngineServiceTest, AClosedClientSocketAbortsItsRequestWithinAStep) {
+  EngineService& service = start();
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  std::vector<GenerationRequest> prompts;
+  prompts.push_back(long_request(1, 400));
+  auto stream = service.submit(std::move(prompts), fds[0]);
+  uint64_t steps_at_close = 0;
+  const Collected c = collect(*stream, [&](const ChoiceUpdate& u) {
+    if (fds[1] >= 0 && !u.tokens.empty()) {
+      steps_at_close = service.load().steps;
+      close(fds[1]);
+      fds[1] = -1;
+    }
+  });
+  const uint64_t steps_after = service.load().steps - steps_at_close;
+  close(fds[0]);
+  ASSERT_EQ(c.reasons.size(), 1u);
+  EXPECT_EQ(c.reasons.at(0), FinishReason::kAborted);
+  EXPECT_LE(steps_after, 2u) << "the engine kept stepping a request whose client had gone";
+  EXPECT_LT(c.tokens.at(0).size(), 400u);
+  EXPECT_EQ(used_blocks(), 0);
 }
 
 // auto: tokens per chunk keep the hand-over under 3 % of a step.

@@ -7,6 +7,8 @@
 // forward pass, and the engine never waits on a socket.
 #pragma once
 
+#include <poll.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -73,7 +75,10 @@ class EngineService {
   // Queues one API request: each prompt becomes one engine request with its `n` samples; the
   // stream's choices number the samples of the first prompt, then the second's, and so on. Throws ApiError 503 (draining, or more than
   // max_waiting prompts queued).
-  std::shared_ptr<RequestStream> submit(std::vector<GenerationRequest> prompts);
+  // `client_socket`, when known (>= 0; PeerConnection): the connection the answer goes to. The
+  // engine thread polls it before every step and aborts the request within that step once the
+  // client has closed it (a waiting handler may notice only later).
+  std::shared_ptr<RequestStream> submit(std::vector<GenerationRequest> prompts, int client_socket = -1);
   // The client is gone: every engine request of `stream` is aborted before the next step.
   void cancel(const std::shared_ptr<RequestStream>& stream);
   // A stop string ended one choice: abort just that sample (its siblings go on).
@@ -117,11 +122,22 @@ class EngineService {
     std::shared_ptr<RequestStream> stream;
     std::vector<GenerationRequest> prompts;
     std::chrono::steady_clock::time_point arrival;
+    int client_socket = -1;
+  };
+  // A request whose client connection the engine thread polls before each step.
+  struct WatchedClient {
+    std::shared_ptr<RequestStream> stream;
+    int socket = -1;
+    int live_roots = 0;  // its prompts still in the engine; unwatched at 0
   };
 
   void run();
   void admit(Submission& s);
   void dispatch(std::vector<RequestOutput>& outputs);
+  // Aborts the requests whose clients closed their connections (one poll() for all of them);
+  // true if it aborted any (their final outputs come with the next step).
+  bool abort_disconnected_clients();
+  void root_finished(const std::shared_ptr<RequestStream>& stream);
   void end_remaining_choices();
   void publish_load();
   void publish_kv_events();
@@ -145,6 +161,8 @@ class EngineService {
   std::unordered_map<uint64_t, Root> roots_;
   std::unordered_map<uint64_t, Sample> samples_;
   std::unordered_set<uint64_t> ended_by_stop_string_;
+  std::vector<WatchedClient> watched_;
+  std::vector<pollfd> poll_fds_;  // scratch for abort_disconnected_clients
   double step_seconds_ = 0;  // recent engine step time (a moving average), for the auto interval
 
   std::atomic<bool> draining_{false};

@@ -13,6 +13,10 @@
 
 namespace pagedkv::server {
 
+// Whether poll()'s `revents` for connected socket `fd` (asked for POLLIN | POLLRDHUP) show that
+// the peer closed or reset it. Never blocks; leaves pending request bytes unread.
+bool peer_closed(int fd, short revents);
+
 class PeerConnection {
  public:
   PeerConnection() = default;
@@ -21,6 +25,7 @@ class PeerConnection {
   static PeerConnection find(int local_port, const std::string& remote_addr, int remote_port);
 
   bool known() const { return fd_ >= 0; }
+  int fd() const { return fd_; }
   // The peer closed or reset the connection. Never blocks; leaves pending request bytes unread.
   bool closed() const;
 
