@@ -171,13 +171,14 @@ class PyLLM {
     g.priority = priority;
     g.cache_salt = cache_salt;
     g.lora_id = lora_id;
+    const int outputs = g.num_outputs();
     if (sp.max_tokens <= 0) throw UsageError(fmt::format("max_tokens must be positive, got {}", sp.max_tokens));
     const RequestId id = engine_->add_request(std::move(g));
     Tracked t;
     t.out.request_id = std::to_string(id.value);
     t.out.prompt = std::move(prompt.text);
     t.out.prompt_token_ids = std::move(prompt.ids);
-    t.n = beam_width > 1 ? beam_width : sp.n;
+    t.n = outputs;
     t.beam_search = beam_width > 1;
     tracked_.emplace(id.value, std::move(t));
     return std::to_string(id.value);

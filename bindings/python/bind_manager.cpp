@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <array>
+#include <vector>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -30,6 +31,13 @@ namespace {
 // Hashing fewer tokens than this keeps the GIL: releasing it and copying the request would
 // cost more than the hashing itself.
 constexpr int kReleaseGilHashTokens = 4096;
+
+// The entries of a per-group array (sized for kMaxKVCacheGroups) that belong to the cache's
+// `num_groups` groups, as a Python list.
+template <class T, size_t N>
+std::vector<T> first_groups(const std::array<T, N>& per_group, int num_groups) {
+  return std::vector<T>(per_group.begin(), per_group.begin() + num_groups);
+}
 
 // KVCacheManager plus the little state the Python API adds on top.
 struct PyKVCacheManager {
@@ -213,7 +221,7 @@ void bind_results(py::module_& m) {
       .def("get_block_ids", &computed_block_ids, "Block ids per group: tuple[list[int], ...].")
       .def_property_readonly("group_hit_tokens",
                              [](const ComputedBlocks& c) {
-                               return std::vector<int>(c.group_hit_tokens.begin(), c.group_hit_tokens.begin() + c.num_groups);
+                               return first_groups(c.group_hit_tokens, c.num_groups);
                              },
                              "Per group: the prefix it confirmed on its own (hybrid models; list[int]).")
       .def_property_readonly("limiting_group",
@@ -240,12 +248,12 @@ void bind_results(py::module_& m) {
       .def_property_readonly("hit_rate", &PrefixCacheStats::hit_rate, "hits / queries (preempted lookups excluded).")
       .def_property_readonly("group_hit_tokens",
                              [](const PrefixCacheStats& s) {
-                               return std::vector<uint64_t>(s.group_hit_tokens.begin(), s.group_hit_tokens.begin() + s.num_groups);
+                               return first_groups(s.group_hit_tokens, s.num_groups);
                              },
                              "Per group: tokens it confirmed on its own, summed over lookups (list[int]).")
       .def_property_readonly("limited_by_group",
                              [](const PrefixCacheStats& s) {
-                               return std::vector<uint64_t>(s.limited_by_group.begin(), s.limited_by_group.begin() + s.num_groups);
+                               return first_groups(s.limited_by_group, s.num_groups);
                              },
                              "Per group: lookups whose hit that group cut short (list[int]).")
       .def_readonly("window_search_probes", &PrefixCacheStats::window_search_probes,

@@ -8,6 +8,7 @@
 
 #include "pagedkv/core/error.h"
 #include "pagedkv/engine/beam_search.h"
+#include "pagedkv/memory/kv_memory.h"
 #include "pagedkv/storage/kv_ops.h"
 
 namespace pagedkv {
@@ -122,15 +123,13 @@ std::string LLMEngine::describe() const {
   const ModelConfig& m = runner_.config();
   const size_t bpb = bytes_per_block(m, config_);
   const int usable = num_blocks_ - 1;
-  // Blocks one request of max_model_len tokens holds at its largest: every block of a full
-  // group, a sliding group its window and one block of misalignment (the manager's decode footprint).
-  const auto cdiv = [](int a, int b) { return (a + b - 1) / b; };
-  int per_request = 0;
+  // Blocks one request of max_model_len tokens holds at its largest, in every group (decoding:
+  // chunks of one token, the manager's footprint).
+  int64_t per_request = 0;
   std::string groups;
   for (const KVCacheGroupSpec& g : m.kv_cache_groups(config_.block_size, config_.kv_dtype)) {
     const bool sliding = g.spec.kind == AttentionKind::kSlidingWindow;
-    const int all = cdiv(max_model_len_, config_.block_size);
-    per_request += sliding ? std::min(all, cdiv(std::min(g.spec.sliding_window, max_model_len_), config_.block_size) + 1) : all;
+    per_request += blocks_per_request(g.spec, max_model_len_, 1);
     groups += fmt::format("{}{} x {}", groups.empty() ? "" : ", ", g.num_layers,
                           sliding ? fmt::format("sliding({})", g.spec.sliding_window) : std::string("full"));
   }
@@ -146,7 +145,7 @@ std::string LLMEngine::describe() const {
       "Swap space: {} host blocks ({:.2f} MiB); prefix caching {}; preemption {}",
       num_blocks_, config_.block_size, bpb, dtype_name(config_.kv_dtype),
       static_cast<double>(bpb) * num_blocks_ / (1 << 20), usable * config_.block_size, group_line, max_model_len_,
-      static_cast<double>(usable) / per_request, swap_blocks_, static_cast<double>(bpb) * swap_blocks_ / (1 << 20),
+      static_cast<double>(usable) / static_cast<double>(per_request), swap_blocks_, static_cast<double>(bpb) * swap_blocks_ / (1 << 20),
       config_.enable_prefix_caching ? "on" : "off", preemption_mode_name(config_.scheduler.preemption_mode)) +
          (tiers_ ? "\nKV tiers: " + tiers_->describe() : std::string());
 }

@@ -59,15 +59,16 @@ int index_in_kind(const ModelConfig& c, const LayerGrouping& g, int layer) {
   return index;
 }
 
+int group_of(const ModelConfig& c, const LayerGrouping& g, int layer) {
+  if (g.groups() == 1) return 0;
+  return (c.is_sliding_layer(layer) ? g.full_groups : 0) + index_in_kind(c, g, layer) / g.layers_per_group;
+}
+
 }  // namespace
 
 int ModelConfig::num_kv_cache_groups() const { return layer_grouping(*this).groups(); }
 
-int ModelConfig::kv_cache_group(int layer) const {
-  const LayerGrouping g = layer_grouping(*this);
-  if (g.groups() == 1) return 0;
-  return (is_sliding_layer(layer) ? g.full_groups : 0) + index_in_kind(*this, g, layer) / g.layers_per_group;
-}
+int ModelConfig::kv_cache_group(int layer) const { return group_of(*this, layer_grouping(*this), layer); }
 
 int ModelConfig::arena_layer(int layer) const {
   const LayerGrouping g = layer_grouping(*this);
@@ -90,7 +91,7 @@ std::vector<KVCacheGroupSpec> ModelConfig::kv_cache_groups(int block_size, DType
     spec.dtype = dtype;
     groups[static_cast<size_t>(g)].num_layers = 0;
   }
-  for (int l = 0; l < n_layers; ++l) ++groups[static_cast<size_t>(kv_cache_group(l))].num_layers;
+  for (int l = 0; l < n_layers; ++l) ++groups[static_cast<size_t>(group_of(*this, grouping, l))].num_layers;
   return groups;
 }
 

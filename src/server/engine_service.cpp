@@ -15,9 +15,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
-// The choices a prompt answers with: its samples, or a beam search's hypotheses.
-int choices_of(const GenerationRequest& g) { return g.beam_width > 1 ? g.beam_width : g.n; }
-
 std::string metric_reason(FinishReason r) {
   switch (r) {
     case FinishReason::kStop: return "stop";
@@ -53,7 +50,7 @@ EngineService::~EngineService() { stop(); }
 std::shared_ptr<RequestStream> EngineService::submit(std::vector<GenerationRequest> prompts, int client_socket) {
   if (prompts.empty()) throw UsageError("EngineService::submit: no prompts");
   int choices = 0;
-  for (const GenerationRequest& g : prompts) choices += choices_of(g);
+  for (const GenerationRequest& g : prompts) choices += g.num_outputs();
   auto stream = std::make_shared<RequestStream>(choices);
   {
     std::lock_guard lock(mutex_);
@@ -143,7 +140,7 @@ void EngineService::admit(Submission& s) {
   int admitted = 0;
   for (size_t i = 0; i < s.prompts.size(); ++i) {
     GenerationRequest& g = s.prompts[i];
-    const int n = choices_of(g);
+    const int n = g.num_outputs();
     const int prompt_tokens = static_cast<int>(g.prompt.size());
     try {
       const RequestId id = engine_.add_request(std::move(g));
@@ -163,6 +160,13 @@ void EngineService::admit(Submission& s) {
     first_choice += n;
   }
   if (s.client_socket >= 0 && admitted > 0) watched_.push_back({s.stream, s.client_socket, admitted});
+}
+
+bool EngineService::abort_requests_of(const std::shared_ptr<RequestStream>& stream) {
+  bool aborted = false;
+  for (const auto& [id, root] : roots_)
+    if (root.stream == stream) aborted |= engine_.abort_request(RequestId{id});
+  return aborted;
 }
 
 void EngineService::root_finished(const std::shared_ptr<RequestStream>& stream) {
@@ -187,8 +191,7 @@ bool EngineService::abort_disconnected_clients() {
   // ever touches this request, so a stale number cannot hurt another.)
   for (size_t i = watched_.size(); i-- > 0;) {
     if (!peer_closed(poll_fds_[i].fd, poll_fds_[i].revents)) continue;
-    for (const auto& [id, root] : roots_)
-      if (root.stream == watched_[i].stream) aborted |= engine_.abort_request(RequestId{id});
+    aborted |= abort_requests_of(watched_[i].stream);
     watched_[i] = std::move(watched_.back());
     watched_.pop_back();
   }
@@ -220,9 +223,7 @@ void EngineService::run() {
       for (Submission& s : submissions) engine_waiting_ += static_cast<int>(s.prompts.size());
     }
     for (Submission& s : submissions) admit(s);
-    for (const auto& stream : cancels)
-      for (const auto& [id, root] : roots_)
-        if (root.stream == stream) engine_.abort_request(RequestId{id});
+    for (const auto& stream : cancels) abort_requests_of(stream);
     for (RequestId id : stopped)
       if (engine_.abort_request(id, /*with_samples=*/false)) ended_by_stop_string_.insert(id.value);
     for (auto& f : calls) f();

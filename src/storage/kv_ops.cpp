@@ -41,7 +41,7 @@ void dequantize_slot(const KVLayerView& layer, const std::byte* slot, float* dst
     std::memcpy(&scale, slot + layer.rows_bytes() + static_cast<size_t>(h) * kKVScaleBytes, kKVScaleBytes);
     float* row = dst + static_cast<size_t>(h) * dim;
     dequantize_row(layer.dtype, slot + static_cast<size_t>(h) * dim, scale, dim, row);
-    if (rotate && dim <= kMaxRotatedHeadDim) hadamard_rotate(row, dim);  // H H k = k
+    if (rotate) hadamard_rotate(row, dim);  // H H k = k
   }
 }
 

@@ -67,6 +67,9 @@ struct GenerationRequest {
   // -1: none. k >= 0: each sampled token's log-probability and the k most likely tokens'
   // (RequestOutput::new_logprobs).
   int logprobs = -1;
+
+  // The finished outputs the request reports: its n samples, or its beam search's hypotheses.
+  int num_outputs() const { return beam_width > 1 ? beam_width : n; }
 };
 
 struct RequestOutput {

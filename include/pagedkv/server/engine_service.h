@@ -49,7 +49,7 @@ struct EngineServiceOptions {
 //   interval = ceil(running x kHandOverSeconds / (kAutoHandOverShare x step_seconds)),
 // 1 while at most kAutoPerTokenStreams choices run (a lone request streams token by token), at
 // most kMaxAutoStreamInterval. A model whose steps take milliseconds streams every token even
-// at large batches; stories260K at 64 running (1.3 ms steps) gets about 8 tokens a chunk.
+// at large batches; stories260K at 64 running (1.3 ms steps) gets about 9 tokens a chunk.
 inline constexpr double kHandOverSeconds = 5e-6;
 inline constexpr double kAutoHandOverShare = 0.03;
 inline constexpr int kAutoPerTokenStreams = 8;
@@ -138,6 +138,9 @@ class EngineService {
   // true if it aborted any (their final outputs come with the next step).
   bool abort_disconnected_clients();
   void root_finished(const std::shared_ptr<RequestStream>& stream);
+  // Aborts every engine request of `stream` (its final outputs come with the next step); true
+  // if there was one to abort.
+  bool abort_requests_of(const std::shared_ptr<RequestStream>& stream);
   void end_remaining_choices();
   void publish_load();
   void publish_kv_events();
