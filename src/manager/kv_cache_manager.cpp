@@ -60,7 +60,7 @@ BlockPoolOptions pool_options(KVCacheManagerConfig& c) {
 void reserve_hashes(Request& r, int block_size) {
   const size_t blocks = r.tokens.capacity() / static_cast<size_t>(block_size);
   if (r.block_hashes.capacity() < blocks) r.block_hashes.reserve(blocks);
-  if (r.block_extra_digests.capacity() < blocks) r.block_extra_digests.reserve(blocks);
+  if (!r.prefix_keys().empty() && r.block_extra_digests.capacity() < blocks) r.block_extra_digests.reserve(blocks);
 }
 
 BlockHasher make_hasher(const KVCacheManagerConfig& c) {
@@ -174,9 +174,9 @@ inline BlockContentKey KVCacheManager::content_key(const Request& request, int g
   key.hash = request.block_hashes[last];
   key.parent = i == 0 ? hasher_.root() : request.block_hashes[static_cast<size_t>(i * r - 1)];
   key.tokens = std::span<const TokenId>(request.tokens).subspan(static_cast<size_t>(i) * bs, bs);
-  key.extra_digest = request.block_extra_digests[last];
+  key.extra_digest = request.block_extra_digest(last);
   for (int k = 1; k < r; ++k)  // every hash block's extra keys, not only the last one's
-    key.extra_digest = key.extra_digest * 0x9E3779B97F4A7C15ull ^ request.block_extra_digests[last - static_cast<size_t>(k)];
+    key.extra_digest = key.extra_digest * 0x9E3779B97F4A7C15ull ^ request.block_extra_digest(last - static_cast<size_t>(k));
   key.group = static_cast<uint16_t>(g);
   key.parent_block = parent_block;
   return key;

@@ -159,18 +159,19 @@ void BlockHasher::extend(std::span<const TokenId> tokens, const PrefixKeys& keys
     return;
   }
   reserve_for(hashes, full);
-  reserve_for(digests, full);
+  if (!keys.empty()) {
+    reserve_for(digests, full);
+    digests.resize(hashes.size(), 0);  // blocks hashed while the request had no keys
+  }
   std::vector<std::byte> extra;  // only touched when the request has extra keys
   for (size_t i = hashes.size(); i < full; ++i) {
     const BlockHash& parent = i == 0 ? root_ : hashes[i - 1];
-    uint64_t digest = 0;
     if (!keys.empty()) {
       extra.clear();
       append_extra_keys(keys, static_cast<int>(i), block_size_, extra);
-      digest = extra_keys_digest(extra);
+      digests.push_back(extra_keys_digest(extra));
     }
     hashes.push_back(hash_block(parent, tokens.subspan(i * bs, bs), extra));
-    digests.push_back(digest);
   }
 }
 
@@ -206,7 +207,6 @@ void BlockHasher::run_lanes(std::span<const BlockHashJob> jobs, int min_active, 
       const size_t full = job.tokens.size() / bs;
       if (!job.keys.empty() || job.hashes->size() >= full) continue;
       reserve_for(*job.hashes, full);
-      reserve_for(*job.digests, full);
       lane.job = &job;
       lane.next = job.hashes->size();
       lane.full = full;
@@ -228,8 +228,7 @@ void BlockHasher::run_lanes(std::span<const BlockHashJob> jobs, int min_active, 
       BlockHash h;
       std::memcpy(&h.lo, lane.parent, 8);
       std::memcpy(&h.hi, lane.parent + 8, 8);
-      lane.job->hashes->push_back(h);
-      lane.job->digests->push_back(0);
+      lane.job->hashes->push_back(h);  // no extra keys: no digest (Request::block_extra_digests)
       lane.tokens += bs;
       if (lane.next + 2 < lane.full) __builtin_prefetch(lane.tokens + 2 * bs);  // several streams at once
       if (++lane.next < lane.full || take_job(lane)) continue;

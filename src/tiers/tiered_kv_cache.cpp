@@ -104,7 +104,7 @@ BlockContentKey TieredKVCache::key_of(const Request& r, int i, int32_t parent_bl
   k.hash = r.block_hashes[idx];
   k.parent = i == 0 ? manager_.hasher().root() : r.block_hashes[idx - 1];
   k.tokens = std::span<const TokenId>(r.tokens).subspan(idx * bs, bs);
-  k.extra_digest = r.block_extra_digests[idx];
+  k.extra_digest = r.block_extra_digest(idx);
   k.group = 0;
   k.parent_block = parent_block;
   return k;
@@ -443,7 +443,9 @@ TieredKVCache::PrefixState TieredKVCache::prepare_prefix(Request& r) {
   promo.holder = Request(RequestId{kHolderIdBase + next_holder_id_++},
                          std::vector<TokenId>(r.tokens.begin(), r.tokens.begin() + (d + p) * bs));
   promo.holder.block_hashes.assign(r.block_hashes.begin(), r.block_hashes.begin() + d + p);
-  promo.holder.block_extra_digests.assign(r.block_extra_digests.begin(), r.block_extra_digests.begin() + d + p);
+  promo.holder.block_extra_digests.assign(
+      r.block_extra_digests.begin(),
+      r.block_extra_digests.begin() + std::min<ptrdiff_t>(d + p, std::ssize(r.block_extra_digests)));
   promo.holder.lora_id = r.lora_id;
   promo.holder.cache_salt = r.cache_salt;
   promo.holder.mm_inputs = r.mm_inputs;

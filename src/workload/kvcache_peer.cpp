@@ -113,10 +113,13 @@ PeerCounters run(const PeerWorkload& w, const PeerScenario& sc, HashAlgorithm ha
   uint64_t decode_new_block_ticks = 0, decode_new_block_calls = 0;
 
   // Requests are created (and their prompts hashed) up front, as they would be on arrival. They
-  // all arrive at once, so their prompts are hashed as one batch (chains of different requests
-  // interleave where the hash allows it).
+  // all arrive at once; each group of kArrivalBatch is hashed together (chains of different
+  // requests interleave where the hash allows it) right after its prompts were copied, while
+  // they are still in cache.
+  constexpr size_t kArrivalBatch = 16;
   std::vector<LiveRequest> all(w.prompts.size());  // never resized: the queues point into it
-  std::vector<Request*> arrivals(w.prompts.size());
+  std::vector<Request*> arrivals;
+  arrivals.reserve(kArrivalBatch);
   std::deque<LiveRequest*> waiting;
   for (size_t i = 0; i < w.prompts.size(); ++i) {
     LiveRequest* r = &all[i];
@@ -126,12 +129,13 @@ PeerCounters run(const PeerWorkload& w, const PeerScenario& sc, HashAlgorithm ha
     r->req.tokens = w.prompts[i];
     r->req.num_prompt_tokens = static_cast<int>(w.prompts[i].size());
     waiting.push_back(r);
-    arrivals[i] = &r->req;
-  }
-  {
-    const uint64_t t0 = tick();
-    mgr.hash_requests(arrivals);
-    hash_ticks += tick() - t0;
+    arrivals.push_back(&r->req);
+    if (arrivals.size() == kArrivalBatch || i + 1 == w.prompts.size()) {
+      const uint64_t t0 = tick();
+      mgr.hash_requests(arrivals);
+      hash_ticks += tick() - t0;
+      arrivals.clear();
+    }
   }
 
   PeerCounters c;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "pagedkv/core/error.h"
+#include "pagedkv/manager/request.h"
 #include "pagedkv/prefix/block_hasher.h"
 
 namespace pagedkv {
@@ -106,7 +107,7 @@ TEST(CoreHashing, PinnedVectorsNeverChange) {
     ASSERT_EQ(hashes.size(), 2u) << "the partial third block is never hashed";
     EXPECT_EQ(hashes[0], v.b0) << hashes[0].hex();
     EXPECT_EQ(hashes[1], v.b1) << hashes[1].hex();
-    EXPECT_EQ(digests, (std::vector<uint64_t>{0, 0}));
+    EXPECT_TRUE(digests.empty()) << "no extra keys: no digests (each is 0)";
     hashes.clear();
     digests.clear();
     h.extend(tokens, vector_keys(), hashes, digests);
@@ -115,6 +116,27 @@ TEST(CoreHashing, PinnedVectorsNeverChange) {
     EXPECT_EQ(hashes[1], v.x1) << hashes[1].hex();
     EXPECT_EQ(digests, (std::vector<uint64_t>{kPinnedDigest0, kPinnedDigest1}));
   }
+}
+
+// Digests stop where the keys began: blocks hashed without extra keys read as digest 0 through
+// Request::block_extra_digest, and extend pads them in once keys appear.
+TEST(CoreHashing, DigestsArePaddedWhenKeysAppearLater) {
+  const auto tokens = vector_tokens();
+  BlockHasher h(16, HashAlgorithm::kXxh3_128, 0);
+  std::vector<BlockHash> hashes;
+  std::vector<uint64_t> digests;
+  h.extend(std::span<const TokenId>(tokens).first(16), PrefixKeys{}, hashes, digests);
+  ASSERT_EQ(hashes.size(), 1u);
+  EXPECT_TRUE(digests.empty());
+  h.extend(tokens, vector_keys(), hashes, digests);
+  ASSERT_EQ(hashes.size(), 2u);
+  ASSERT_EQ(digests.size(), 2u);
+  EXPECT_EQ(digests[0], 0u);
+  EXPECT_EQ(digests[1], kPinnedDigest1);
+  Request r;
+  r.block_extra_digests = {5};
+  EXPECT_EQ(r.block_extra_digest(0), 5u);
+  EXPECT_EQ(r.block_extra_digest(1), 0u);
 }
 
 // The documented byte format, rebuilt here by hand, gives the same hashes: the format in

@@ -206,7 +206,7 @@ TEST(TieredCache, CorruptDiskBlockIsAMissCountedAndReclaimed) {
     k.hash = probe.block_hashes[2];
     k.parent = probe.block_hashes[1];
     k.tokens = std::span<const TokenId>(probe.tokens).subspan(8, 4);
-    k.extra_digest = probe.block_extra_digests[2];
+    k.extra_digest = probe.block_extra_digest(2);
     auto slot = t.disk()->find(k);
     ASSERT_TRUE(slot.has_value());
     t.shutdown();
@@ -232,7 +232,7 @@ TEST(TieredCache, CorruptDiskBlockIsAMissCountedAndReclaimed) {
     k.hash = later.block_hashes[3];
     k.parent = later.block_hashes[2];
     k.tokens = std::span<const TokenId>(later.tokens).subspan(12, 4);
-    k.extra_digest = later.block_extra_digests[3];
+    k.extra_digest = later.block_extra_digest(3);
     return k;
   }()).has_value());
 }

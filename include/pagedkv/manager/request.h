@@ -29,8 +29,10 @@ struct Request {
   // and checks (a stale or foreign hint costs one hash lookup, nothing else). Not for callers.
   uint32_t manager_slot = ~uint32_t{0};
 
-  // Full-block hashes over `tokens`, and the digests of their extra keys (parallel arrays).
-  // Computed by the manager (or BlockHasher::extend) as tokens arrive.
+  // Full-block hashes over `tokens`, and the digests of their extra keys. Computed by the
+  // manager (or BlockHasher::extend) as tokens arrive. The digests run parallel to the hashes
+  // but stop early, usually at 0 entries: a block past their end has no extra keys (digest 0),
+  // so a request without LoRA, salt or images carries no second array.
   std::vector<BlockHash> block_hashes;
   std::vector<uint64_t> block_extra_digests;
 
@@ -41,6 +43,8 @@ struct Request {
   int num_tokens() const { return static_cast<int>(tokens.size()); }
   void append_token(TokenId t) { tokens.push_back(t); }
   PrefixKeys prefix_keys() const { return PrefixKeys{lora_id, mm_inputs, cache_salt}; }
+  // The extra-key digest of hash block i (0 past the stored ones).
+  uint64_t block_extra_digest(size_t i) const { return i < block_extra_digests.size() ? block_extra_digests[i] : 0; }
 };
 
 }  // namespace pagedkv

@@ -61,8 +61,10 @@ class BlockHasher {
   BlockHash hash_block(const BlockHash& parent, std::span<const TokenId> tokens,
                        std::span<const std::byte> extra) const;
 
-  // Extends `hashes`/`digests` (parallel arrays) with the hashes of every full block of
-  // `tokens` beyond those already present. Cheap when nothing is new.
+  // Extends `hashes` with the hashes of every full block of `tokens` beyond those already
+  // present, and `digests` with their extra-key digests when `keys` has any (after padding it
+  // with zeros to the blocks hashed before; without keys it is left alone: see
+  // Request::block_extra_digests). Cheap when nothing is new.
   void extend(std::span<const TokenId> tokens, const PrefixKeys& keys, std::vector<BlockHash>& hashes,
               std::vector<uint64_t>& digests) const;
 
