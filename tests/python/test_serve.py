@@ -7,6 +7,7 @@ import pathlib
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import tempfile
 import threading
@@ -552,6 +553,52 @@ def test_gguf_model_served_with_llama_cpp_greedy_output(name):
         assert r["choices"][0]["text"] == expected
         assert r["usage"]["completion_tokens"] == len(ref["generated_ids"])
         assert s.get("/v1/models").json()["data"][0]["id"] == name
+
+
+def gguf_with_metadata_u32(src, dst, key, value):
+    """Copies a GGUF file with one more UINT32 key/value. The new key goes right after the header,
+    followed by a padding string key that makes the insertion 128 bytes long: everything after it
+    moves by a multiple of the file's alignment (32 unless general.alignment says 64 or 128), so
+    the tensor data needs no other change (its offsets count from the aligned data start)."""
+    data = pathlib.Path(src).read_bytes()
+    assert data[:4] == b"GGUF" and struct.unpack_from("<I", data, 4)[0] in (2, 3)
+    n_kv = struct.unpack_from("<Q", data, 16)[0]
+    k = key.encode()
+    added = struct.pack("<Q", len(k)) + k + struct.pack("<II", 4, value)  # type 4: UINT32
+    pad_key = b"pagedkv.test.padding"
+    fixed = len(added) + 8 + len(pad_key) + 4 + 8  # the padding entry without its string bytes
+    pad = b"x" * (-fixed % 128)
+    added += struct.pack("<Q", len(pad_key)) + pad_key + struct.pack("<IQ", 8, len(pad)) + pad  # type 8: STRING
+    assert len(added) % 128 == 0
+    pathlib.Path(dst).write_bytes(data[:16] + struct.pack("<Q", n_kv + 2) + added + data[24:])
+
+
+def test_gguf_end_of_turn_token_stops_a_served_generation(tmp_path):
+    """tokenizer.ggml.eot_token_id ends a generation through the API (as <|eot_id|> ends Llama 3's
+    turns), without appearing in the text; ignore_eos generates past it. No shared model has an
+    EOT token, so the test gives tiny-llama one: the fourth token of llama.cpp's greedy output."""
+    gguf = shared_dir() / "models" / "gguf"
+    ref_file = gguf / "ref" / "tiny-llama.f32.p5_once_upon_a_time.json"
+    if not ref_file.exists():
+        pytest.skip(f"{ref_file} is absent (set PAGEDKV_SHARED_DIR)")
+    ref = json.loads(ref_file.read_text())
+    generated = ref["generated_ids"]
+    eot = generated[3]
+    assert eot not in generated[:3]
+    model = tmp_path / "tiny-llama-eot.gguf"
+    gguf_with_metadata_u32(gguf / "tiny-llama.f32.gguf", model, "tokenizer.ggml.eot_token_id", eot)
+    with Server("--model", model, "--check") as s:
+        r = complete(s, prompt=ref["prompt_ids"], max_tokens=12, temperature=0)
+        choice = r["choices"][0]
+        assert choice["finish_reason"] == "stop", r
+        assert choice["text"] == s.post("/detokenize", {"tokens": generated[:3]}).json()["prompt"]
+        assert r["usage"]["completion_tokens"] == 3, r["usage"]  # the end token is not counted (docs/serve.md)
+        past = complete(s, prompt=ref["prompt_ids"], max_tokens=12, temperature=0, ignore_eos=True)
+        assert past["choices"][0]["finish_reason"] == "length"
+        assert past["usage"]["completion_tokens"] == 12
+        streamed = stream_completion(s, prompt=ref["prompt_ids"], max_tokens=12, temperature=0)
+        assert "".join(c["choices"][0]["text"] for c in streamed if c["choices"]) == choice["text"]
+        assert [c["choices"][0]["finish_reason"] for c in streamed if c["choices"]][-1] == "stop"
 
 
 def test_stream_interval_batches_tokens_and_changes_nothing_else():
