@@ -27,6 +27,9 @@ int cacheable_block_lcm(const KVCacheConfig& c) {
 // many positions ahead, so that its cache misses overlap this block's work (a distance of 2
 // measured no better than 1).
 constexpr int kPrefetchDistance = 1;
+// Caching a prefill chunk's blocks does less work per block than a lookup: 4 ahead measured
+// 2-3 % faster on the whole peer replay than 1 (3 A/B rounds each hash, session 11).
+constexpr int kCachingPrefetchDistance = 4;
 
 // Index nodes of released requests kept for reuse (entries themselves are always kept, with
 // their tables' capacity: live plus released never exceed the peak number of live requests).
@@ -425,9 +428,9 @@ void KVCacheManager::cache_full_blocks(int g, const Request& request, RequestBlo
   }
   for (int i = num_cached; i < num_full; ++i) {
     const BlockId b = blocks[static_cast<size_t>(i)];
-    if (i + kPrefetchDistance < num_full)
-      pool_.prefetch_caching(blocks[static_cast<size_t>(i + kPrefetchDistance)],
-                             group_block_hash(request, g, i + kPrefetchDistance), static_cast<uint16_t>(g));
+    if (i + kCachingPrefetchDistance < num_full)
+      pool_.prefetch_caching(blocks[static_cast<size_t>(i + kCachingPrefetchDistance)],
+                             group_block_hash(request, g, i + kCachingPrefetchDistance), static_cast<uint16_t>(g));
     if (b == pool_.null_block()) continue;
     pool_.cache_block(b, content_key(request, g, i, i == 0 ? kNoLink : blocks[static_cast<size_t>(i) - 1].value));
   }
