@@ -466,7 +466,7 @@ def test_sigterm_drains_in_flight_requests(tmp_path):
         result = {}
 
         def long_request():
-            result["r"] = s.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 300, "ignore_eos": True,
+            result["r"] = s.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 480, "ignore_eos": True,
                                                       "n": 16})
 
         def long_stream():  # streamed: its chunks keep coming after the signal, to the last one
@@ -476,7 +476,9 @@ def test_sigterm_drains_in_flight_requests(tmp_path):
         threads = [threading.Thread(target=long_request), threading.Thread(target=long_stream)]
         for t in threads:
             t.start()
-        wait_until(lambda: s.metrics()[("vllm:num_requests_running", frozenset())] >= 2, what="the requests to run")
+        # 17: the 16 sequences of the n=16 request and the stream (16 alone would let the signal
+        # come before the stream was sent, which a draining server refuses).
+        wait_until(lambda: s.metrics()[("vllm:num_requests_running", frozenset())] >= 17, what="the requests to run")
         s.proc.send_signal(signal.SIGTERM)
         # While draining, new requests are refused with 503 (and /health says so).
         wait_until(lambda: s.get("/health").status_code == 503, what="the drain to begin")
@@ -484,7 +486,7 @@ def test_sigterm_drains_in_flight_requests(tmp_path):
         assert late.status_code == 503 and late.headers.get("Retry-After"), late.text
         for t in threads:
             t.join(timeout=120)
-        assert result["r"].status_code == 200 and result["r"].json()["usage"]["completion_tokens"] == 16 * 300
+        assert result["r"].status_code == 200 and result["r"].json()["usage"]["completion_tokens"] == 16 * 480
         assert result["events"][-1]["usage"]["completion_tokens"] == 400  # stream_completion saw [DONE]
         assert s.proc.wait(timeout=60) == 0
         out = s.read_output()
