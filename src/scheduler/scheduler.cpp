@@ -454,12 +454,9 @@ void Scheduler::admit_waiting(int& budget, SchedulerOutput& out) {
       ++next;
       continue;
     }
-    manager_.get_computed_blocks(r->kv, hits_);
+    if (!whole_sequence_fits(r)) break;
     const int hit = hits_.num_computed_tokens;
     const int n = std::min(r->kv.num_tokens() - hit, budget);
-    // The whole sequence must fit now, or a long prompt admitted in chunks would force
-    // preemptions later.
-    if (manager_.get_num_blocks_to_allocate(r->kv, r->kv.num_tokens(), &hits_) > manager_.num_free_blocks()) break;
     if (!manager_.allocate_slots(r->kv, n, hit, &hits_)) break;
     waiting_.erase(waiting_.begin() + static_cast<ptrdiff_t>(next));
     r->kv.num_computed_tokens = hit;
@@ -479,6 +476,13 @@ void Scheduler::admit_waiting(int& budget, SchedulerOutput& out) {
   }
 }
 
+bool Scheduler::whole_sequence_fits(SchedulerRequest* r) {
+  // The whole sequence, not only this step's chunk: a long prompt admitted in chunks would
+  // otherwise force preemptions later.
+  manager_.get_computed_blocks(r->kv, hits_);
+  return manager_.get_num_blocks_to_allocate(r->kv, r->kv.num_tokens(), &hits_) <= manager_.num_free_blocks();
+}
+
 bool Scheduler::make_way_for_waiting_head(SchedulerOutput& out) {
   for (const SchedulerRequest* r : running_)
     if (r->kv.num_tokens() > r->kv.num_computed_tokens) return false;  // not held: it will compute
@@ -487,10 +491,7 @@ bool Scheduler::make_way_for_waiting_head(SchedulerOutput& out) {
   const auto place = [](const SchedulerRequest* r) { return std::pair(r->priority, r->arrival_seq); };
   for (;;) {
     if (manager_.can_allocate(head->kv) == AllocStatus::kNever) return true;  // admission rejects it
-    manager_.get_computed_blocks(head->kv, hits_);
-    if (static_cast<int>(running_.size()) < config_.max_num_seqs &&
-        manager_.get_num_blocks_to_allocate(head->kv, head->kv.num_tokens(), &hits_) <= manager_.num_free_blocks())
-      return true;
+    if (static_cast<int>(running_.size()) < config_.max_num_seqs && whole_sequence_fits(head)) return true;
     // The held beam furthest back in line makes way (forks share their request's place in line,
     // so the oldest beam search left waiting is never the one pushed back, and it completes).
     SchedulerRequest* victim = nullptr;

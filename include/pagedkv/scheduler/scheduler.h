@@ -156,6 +156,9 @@ class Scheduler {
   bool admit_reserved(SchedulerRequest* r, int& budget, SchedulerOutput& out);
   // Admits waiting requests in order while they fit (and the budget and max_num_seqs allow).
   void admit_waiting(int& budget, SchedulerOutput& out);
+  // Admission's test: the blocks of r's whole current sequence, after its prefix hits (left in
+  // hits_ for the allocation that follows), fit in the free blocks now.
+  bool whole_sequence_fits(SchedulerRequest* r);
   // When every running request is held (a beam waiting for a sibling's next-token scores): preempts
   // held requests behind the head of the queue in line, youngest first, until the head fits; true
   // if it does (or admission will reject it as too large for the pool). Rejects the head if only
