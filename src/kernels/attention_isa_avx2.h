@@ -89,7 +89,7 @@ struct Avx2Isa {
   }
   static Vec to_float(IVec v) { return _mm256_cvtepi32_ps(v); }
   static constexpr bool kHasReduce16 = false;  // 12 accumulators at most: fold and hadd
-  static void reduce16(const IVec (&)[16], float*) {}
+  static void reduce16(const IVec (&)[16], float*, size_t) {}
 };
 
 }  // namespace

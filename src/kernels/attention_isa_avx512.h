@@ -92,10 +92,11 @@ struct Avx512Isa {
     return _mm512_set1_epi32(pair);
   }
   static Vec to_float(IVec v) { return _mm512_cvtepi32_ps(v); }
-  // out[i] = (float) horizontal sum of a[i], i < 16: a tree of 128-bit-lane shuffles and adds
-  // (45 instructions), cheaper than folding each vector and reducing with hadd (about 74 uops).
+  // The horizontal sums of a[4r + t] (4 rows x 4 tokens), as floats, to out[r * stride + t]: a
+  // tree of 128-bit-lane shuffles and adds (45 instructions), cheaper than folding each vector and
+  // reducing with hadd (about 74 uops), and one 128-bit store per row.
   static constexpr bool kHasReduce16 = true;
-  static void reduce16(const IVec (&a)[16], float* out) {
+  static void reduce16(const IVec (&a)[16], float* out, size_t stride) {
     IVec m[8];
     for (int i = 0; i < 8; ++i)  // lanes 0-1: a[2i]'s 8 partial sums, lanes 2-3: a[2i+1]'s
       m[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
@@ -109,7 +110,11 @@ struct Avx512Isa {
     // Element 4L + e is the sum of a[4e + L]; the permutation puts a[i] at element i.
     const IVec r = _mm512_add_epi32(_mm512_unpacklo_epi64(p, q), _mm512_unpackhi_epi64(p, q));
     const IVec order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    _mm512_storeu_ps(out, _mm512_cvtepi32_ps(_mm512_permutexvar_epi32(order, r)));
+    const __m512 sums = _mm512_cvtepi32_ps(_mm512_permutexvar_epi32(order, r));
+    _mm_storeu_ps(out, _mm512_castps512_ps128(sums));
+    _mm_storeu_ps(out + stride, _mm512_extractf32x4_ps(sums, 1));
+    _mm_storeu_ps(out + 2 * stride, _mm512_extractf32x4_ps(sums, 2));
+    _mm_storeu_ps(out + 3 * stride, _mm512_extractf32x4_ps(sums, 3));
   }
 };
 

@@ -62,15 +62,11 @@ __attribute__((noinline)) void qk_block_int8(const int16_t* q, size_t qstride, s
     }
   }
   if constexpr (!Isa::kPrefetchInLoops) pf.step();
-  alignas(64) float sums[16];
-  if constexpr (Isa::kHasReduce16 && kAcc == 16) {
-    Isa::reduce16(acc, sums);
-#pragma GCC unroll 4
-    for (int r = 0; r < NR; ++r)
-#pragma GCC unroll 8
-      for (int t = 0; t < NT; ++t) s[r * kTileTokens + t] = sums[r * NT + t];
+  if constexpr (Isa::kHasReduce16 && NR == 4 && NT == 4) {
+    Isa::reduce16(acc, s, kTileTokens);
     return;
   }
+  alignas(32) float sums[16];
   __m256i folded[16];
 #pragma GCC unroll 16
   for (int i = 0; i < 16; ++i) folded[i] = i < kAcc ? Isa::fold_i(acc[i]) : _mm256_setzero_si256();
@@ -107,13 +103,15 @@ void qk_tile_int8(const int16_t* q, int rows, size_t qstride, size_t dim, const 
   });
 }
 
-// One row's tile of weights w[0 .. kTileTokens) (>= 0; zero past the tile's tokens) to int16
-// codes, code = round(w * 32767 / max w); returns the step max w / 32767, NaN if a weight is NaN
-// (a NaN in the cache reaches the output, as with f32 K/V). attend_tile_head_int8 in
-// attention_tile_scalar.cpp is its twin.
-inline float quantize_weights(const float* w, int16_t* codes) {
+// One row's tile of weights w = p * value_scale (p: the probabilities, >= 0, zero past the tile's
+// tokens) to int16 codes, code = round(w * 32767 / max w); returns the step max w / 32767, NaN if
+// a weight is NaN (a NaN in the cache reaches the output, as with f32 K/V).
+// attend_tile_head_int8 in attention_tile_scalar.cpp is its twin.
+inline float quantize_weights(const float* p, const float* value_scale, int16_t* codes) {
   static_assert(kTileTokens == 24);
-  const __m256 w0 = _mm256_loadu_ps(w), w1 = _mm256_loadu_ps(w + 8), w2 = _mm256_loadu_ps(w + 16);
+  const __m256 w0 = _mm256_mul_ps(_mm256_loadu_ps(p), _mm256_load_ps(value_scale));
+  const __m256 w1 = _mm256_mul_ps(_mm256_loadu_ps(p + 8), _mm256_load_ps(value_scale + 8));
+  const __m256 w2 = _mm256_mul_ps(_mm256_loadu_ps(p + 16), _mm256_load_ps(value_scale + 16));
   const float max = hmax(_mm256_max_ps(w0, _mm256_max_ps(w1, w2)));
   const float sum = hsum(_mm256_add_ps(w0, _mm256_add_ps(w1, w2)));
   const __m256 inv = _mm256_set1_ps(max > 0 ? kWeightCodeMax / max : 0.0f);

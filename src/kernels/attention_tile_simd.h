@@ -529,9 +529,8 @@ void attend_tile_int8(const RowGroupTask& task, int h, int tile, int n, const in
     const int lo = task.rows_share_range ? 0 : std::clamp(task.row_begin[r] - tile, 0, n);
     const int hi = task.rows_share_range ? n : std::clamp(task.row_end[r] - tile, 0, n);
     softmax_row(s, lo, hi, task.logit_softcap, row_max[r], row_sum[r], acc + static_cast<size_t>(r) * dim, dim);
-    for (int c = 0; c < kTileTokens; c += 8)  // weights: the row sum is of the probabilities alone
-      _mm256_storeu_ps(s + c, _mm256_mul_ps(_mm256_loadu_ps(s + c), _mm256_load_ps(value_scale + c)));
-    weight_step[r] = quantize_weights(s, weight_codes + static_cast<size_t>(r) * kTileTokens);
+    // The weights p * value scale (the row sum is of the probabilities alone), as int16 codes.
+    weight_step[r] = quantize_weights(s, value_scale, weight_codes + static_cast<size_t>(r) * kTileTokens);
   }
   pv_tile_int8<Isa>(weight_codes, weight_step, rows, values, (n + 1) / 2, acc, dim, pf);
 }
@@ -590,7 +589,8 @@ void attend(const RowGroupTask& task) {
   const long score_blocks = (kTileTokens + Isa::kScoreTokens - 1) / Isa::kScoreTokens;
   const long value_strips = (vectors + Isa::kValueChunks - 1) / Isa::kValueChunks;
   const long chunks = static_cast<long>((dim + Isa::kPairDims - 1) / Isa::kPairDims);
-  const long int_strips = static_cast<long>(dim / Isa::kPairDims / Isa::kValueGroups) + 2;
+  const long groups = static_cast<long>(dim / Isa::kPairDims);  // int8: value strips per row block
+  const long int_strips = groups / Isa::kValueGroups + groups % Isa::kValueGroups + (dim % Isa::kPairDims != 0);
   const long steps_per_head =
       ((rows + kRowBlock - 1) / kRowBlock) *
       (kInteger ? (Isa::kPrefetchInLoops ? chunks * score_blocks + kTileTokens / 2 * int_strips : score_blocks + int_strips)
