@@ -12,16 +12,36 @@
 namespace pagedkv {
 namespace {
 
-// max |x|, or NaN when the row holds a NaN or an infinity.
+// max |x|, or NaN when the row holds a NaN or an infinity. Eight independent maxima and a poison
+// sum (x * 0 is 0 for a finite x, NaN otherwise), which the compiler vectorizes: one running
+// maximum with an isfinite test per element was a serial chain, 3/4 of write_kv's int8 time.
 float row_amax(const float* x, size_t n) {
-  float amax = 0;
-  bool finite = true;
-  for (size_t i = 0; i < n; ++i) {
-    finite &= std::isfinite(x[i]);
-    amax = std::max(amax, std::fabs(x[i]));
+  float lane_max[8] = {}, lane_poison[8] = {};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (size_t l = 0; l < 8; ++l) {
+      const float a = std::fabs(x[i + l]);
+      lane_max[l] = a > lane_max[l] ? a : lane_max[l];
+      lane_poison[l] += x[i + l] * 0.0f;
+    }
+  float amax = 0, poison = 0;
+  for (; i < n; ++i) {
+    const float a = std::fabs(x[i]);
+    amax = a > amax ? a : amax;
+    poison += x[i] * 0.0f;
   }
-  return finite ? amax : std::numeric_limits<float>::quiet_NaN();
+  for (size_t l = 0; l < 8; ++l) {
+    amax = lane_max[l] > amax ? lane_max[l] : amax;
+    poison += lane_poison[l];
+  }
+  return poison == 0.0f ? amax : std::numeric_limits<float>::quiet_NaN();
 }
+
+// Rounds to the nearest integer, ties to even, for |x| <= 2^22: adding and subtracting 1.5 * 2^23
+// leaves the rounded value in f32 (the default rounding mode), the same as std::nearbyint, which
+// on baseline x86-64 is a libm call per element (4 us of the 4.2 us that write_kv took per token
+// of 8 x 128 int8 elements, K and V).
+float round_to_even(float x) { return (x + 12582912.0f) - 12582912.0f; }
 
 }  // namespace
 
@@ -39,7 +59,7 @@ float quantize_row(DType dtype, const float* x, size_t n, void* codes) {
   if (dtype == DType::kInt8) {
     auto* out = static_cast<int8_t*>(codes);
     for (size_t i = 0; i < n; ++i) {
-      const float q = std::clamp(std::nearbyint(x[i] * inverse), -kInt8CodeMax, kInt8CodeMax);
+      const float q = std::clamp(round_to_even(x[i] * inverse), -kInt8CodeMax, kInt8CodeMax);
       out[i] = static_cast<int8_t>(q);
     }
   } else {
