@@ -1,6 +1,7 @@
 // Private to the paged-attention kernels: the unit of work that the driver (paged_attention.cpp)
-// hands to an ISA-specific kernel (attention_tile_scalar.cpp; attention_tile_avx2.cpp and
-// attention_tile_avx512.cpp, both instances of attention_tile_simd.h).
+// hands to an ISA-specific kernel (attention_tile_scalar.cpp; attention_tile_avx2.cpp,
+// attention_tile_avx512.cpp and their int8-only VNNI builds attention_tile_vnni_avx2.cpp and
+// attention_tile_vnni_avx512.cpp, all instances of attention_tile_simd.h).
 //
 // A task is a range of context tokens of one request and, for each of a few consecutive KV heads,
 // the query rows that read that head (the query heads of its GQA group, times a few query tokens).

@@ -25,7 +25,10 @@
 //
 // Isa provides: Vec, kLanes, kScoreTokens, kValueChunks, kPrefetchInLoops (prefetch a few lines
 // per inner-loop iteration rather than a burst per block), zero, load, store, broadcast, fmadd,
-// load_f16, load_bf16, load_i8, load_fp8 and fold (a Vec to 8 lanes with the same sum). The
+// load_f16, load_bf16, load_i8, load_fp8 and fold (a Vec to 8 lanes with the same sum); for the
+// int8 path IVec, kPairDims, kValueGroups, kGroupsPermuted, izero, load_k16(_half), load_q16,
+// dpwssd, fold_i, interleave_v(_half), broadcast_pair, to_float and reduce16 (see
+// attention_tile_int8.h and the ISA headers). The
 // softmax works on 8-lane AVX2 vectors under both ISAs: a tile's 24 scores are three of them.
 #pragma once
 

@@ -1,5 +1,6 @@
 // The paged-attention driver: checks the batch, cuts it into tasks, runs them on the thread
-// pool and merges split tasks. The arithmetic lives in attention_tile_{scalar,avx2}.cpp.
+// pool and merges split tasks (and, for int8 K/V, quantizes the query rows to int16 codes). The
+// arithmetic lives in attention_tile_*.cpp.
 //
 // Work decomposition. Each request's query tokens are cut into query tiles of up to
 // kRowsPerTask / G tokens (G = query heads per KV head); for each KV head, a tile's rows are the
