@@ -41,7 +41,9 @@ constexpr float kWeightCodeMax = 32767.0f;
 // Query codes are stored with rows padded with zeros to a multiple of this many elements (one
 // AVX-512 vector of int16), so the kernels read whole vectors.
 constexpr size_t kQueryCodeAlign = 32;
-constexpr size_t padded_query_dim(size_t dim) { return (dim + kQueryCodeAlign - 1) / kQueryCodeAlign * kQueryCodeAlign; }
+constexpr size_t padded_query_dim(size_t dim) {
+  return (dim + kQueryCodeAlign - 1) / kQueryCodeAlign * kQueryCodeAlign;
+}
 // Rounds to the nearest integer, ties to even (cvtps2dq's rounding), for |x| <= 2^22: adding and
 // subtracting 1.5 * 2^23 leaves the rounded value in f32. Used by the baseline-x86 code (driver,
 // scalar twin), where std::nearbyint is a libm call per element.

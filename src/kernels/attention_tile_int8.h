@@ -127,8 +127,8 @@ inline float quantize_weights(const float* p, const float* value_scale, int16_t*
 // acc[r][d0 ..) += step[r] * sum over `pairs` token pairs of w[r][2j] * v_2j[d] + w[r][2j+1] *
 // v_2j+1[d], for NR rows and NG value groups (kHalf: one half group) at d0.
 template <class Isa, int NR, int NG, bool kHalf>
-__attribute__((noinline)) void pv_block_int8(const int16_t* w, const float* step, const int8_t* const* values, int pairs,
-                                             size_t d0, float* acc, size_t dim, Prefetcher& pf) {
+__attribute__((noinline)) void pv_block_int8(const int16_t* w, const float* step, const int8_t* const* values,
+                                             int pairs, size_t d0, float* acc, size_t dim, Prefetcher& pf) {
   using IVec = typename Isa::IVec;
   constexpr int kAcc = kHalf ? 1 : 2 * NG;
   IVec a[NR][kAcc];
@@ -144,7 +144,8 @@ __attribute__((noinline)) void pv_block_int8(const int16_t* w, const float* step
       v[0] = Isa::interleave_v_half(v0, v1);
     } else {
 #pragma GCC unroll 4
-      for (int g = 0; g < NG; ++g) Isa::interleave_v(v0 + g * Isa::kPairDims, v1 + g * Isa::kPairDims, v[2 * g], v[2 * g + 1]);
+      for (int g = 0; g < NG; ++g)
+        Isa::interleave_v(v0 + g * Isa::kPairDims, v1 + g * Isa::kPairDims, v[2 * g], v[2 * g + 1]);
     }
 #pragma GCC unroll 4
     for (int r = 0; r < NR; ++r) {

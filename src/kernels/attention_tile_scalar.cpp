@@ -116,7 +116,8 @@ void attend_tile_head(const RowGroupTask& task, int tile, int n, const float* ke
 // the softmax in f32; per row, the weights p * v_scale quantized to int16 (quantize_weights), and
 // the value codes summed in int32 under them, added to the accumulator times the weights' step.
 void attend_tile_head_int8(const RowGroupTask& task, int h, int tile, int n, const int8_t* const* keys,
-                           const int8_t* const* values, const float* key_scale, const float* value_scale, float* scores) {
+                           const int8_t* const* values, const float* key_scale, const float* value_scale,
+                           float* scores) {
   const auto dim = static_cast<size_t>(task.kv->head_dim);
   const size_t qstride = padded_query_dim(dim);
   const auto rows = static_cast<size_t>(task.num_rows);

@@ -1,7 +1,7 @@
 // The SIMD attention kernel, written once for a vector ISA `Isa` (Avx2Isa in attention_isa_avx2.h,
-// Avx512Isa in attention_isa_avx512.h, each built by its own translation units; each translation unit includes this header under its own
+// Avx512Isa in attention_isa_avx512.h). Each translation unit includes this header under its own
 // target flags, and everything here has internal linkage, so no instantiation compiled for one ISA
-// can be picked by the linker for the other). Per tile of kTileTokens context tokens:
+// can be picked by the linker for the other. Per tile of kTileTokens context tokens:
 //   1. scores: blocks of up to 4 query rows x Isa::kScoreTokens tokens (2 rows x 4, 1 x 8) are
 //      computed together, so a K row is loaded (and converted from f16/bf16) once per 4 rows,
 //      12-16 independent FMA chains hide the FMA latency, and a block's dot products are reduced
@@ -28,8 +28,8 @@
 // load_f16, load_bf16, load_i8, load_fp8 and fold (a Vec to 8 lanes with the same sum); for the
 // int8 path IVec, kPairDims, kValueGroups, kGroupsPermuted, izero, load_k16(_half), load_q16,
 // dpwssd, fold_i, interleave_v(_half), broadcast_pair, to_float and reduce16 (see
-// attention_tile_int8.h and the ISA headers). The
-// softmax works on 8-lane AVX2 vectors under both ISAs: a tile's 24 scores are three of them.
+// attention_tile_int8.h and the ISA headers). The softmax works on 8-lane AVX2 vectors under
+// both ISAs: a tile's 24 scores are three of them.
 #pragma once
 
 #include <immintrin.h>
@@ -596,7 +596,8 @@ void attend(const RowGroupTask& task) {
   const long int_strips = groups / Isa::kValueGroups + groups % Isa::kValueGroups + (dim % Isa::kPairDims != 0);
   const long steps_per_head =
       ((rows + kRowBlock - 1) / kRowBlock) *
-      (kInteger ? (Isa::kPrefetchInLoops ? chunks * score_blocks + kTileTokens / 2 * int_strips : score_blocks + int_strips)
+      (kInteger ? (Isa::kPrefetchInLoops ? chunks * score_blocks + kTileTokens / 2 * int_strips
+                                         : score_blocks + int_strips)
                 : (Isa::kPrefetchInLoops ? vectors * score_blocks + kTileTokens * value_strips
                                          : score_blocks + value_strips));
 
@@ -696,7 +697,8 @@ void attend(const RowGroupTask& task) {
     buffer ^= 1;
   }
   if constexpr (kInteger)
-    for (size_t row = 0; row < static_cast<size_t>(heads) * head_rows; ++row) unpermute_groups<Isa>(task.acc + row * dim, dim);
+    for (size_t row = 0; row < static_cast<size_t>(heads) * head_rows; ++row)
+      unpermute_groups<Isa>(task.acc + row * dim, dim);
 }
 
 // The entry point for one ISA: dispatches on the storage type.
