@@ -3,7 +3,8 @@
 //   - qk_block_int8: scores of up to 4 query rows (int16 codes) x Isa::kScoreTokens tokens, a key
 //     chunk widened to int16 once and multiplied into 4 rows' int32 accumulators (vpdpwssd: two
 //     products and the add per 32-bit lane), reduced with hadd trees like the f32 blocks;
-//   - quantize_weights: one row's tile of weights p * v_scale to int16 codes and their step;
+//   - softmax_weights_rows: the softmax of up to 4 rows' scores, and their weights p * v_scale
+//     as int16 codes with their steps;
 //   - pv_block_int8: a strip of the value accumulators of up to 4 rows, two tokens per
 //     instruction: their value codes interleaved per dimension as int16 pairs, times the pair of
 //     weight codes broadcast, summed exactly in int32 over the tile, then added to the f32
@@ -103,25 +104,94 @@ void qk_tile_int8(const int16_t* q, int rows, size_t qstride, size_t dim, const 
   });
 }
 
-// One row's tile of weights w = p * value_scale (p: the probabilities, >= 0, zero past the tile's
-// tokens) to int16 codes, code = round(w * 32767 / max w); returns the step max w / 32767, NaN if
-// a weight is NaN (a NaN in the cache reaches the output, as with f32 K/V).
-// attend_tile_head_int8 in attention_tile_scalar.cpp is its twin.
-inline float quantize_weights(const float* p, const float* value_scale, int16_t* codes) {
+// The scores of NR rows scaled, softmaxed and turned into weight codes: per row, the operations
+// of softmax_row (attention_tile_simd.h) and then of the weights' codes, in the same order, but each
+// step for all rows before the next, so that the rows' chains of dependent work (horizontal max,
+// exp, horizontal sum, and again for the weights) overlap instead of running one after another.
+// s: NR rows of kTileTokens raw scores (the integer sums); lo/hi: each row's attended tokens.
+template <int NR>
+void softmax_weights_rows(const float* s, const int* lo, const int* hi, float softcap, const float* query_scale,
+                          const float* key_scale, const float* value_scale, float* row_max, float* row_sum,
+                          float* acc, size_t dim, int16_t* codes, float* step) {
   static_assert(kTileTokens == 24);
-  const __m256 w0 = _mm256_mul_ps(_mm256_loadu_ps(p), _mm256_load_ps(value_scale));
-  const __m256 w1 = _mm256_mul_ps(_mm256_loadu_ps(p + 8), _mm256_load_ps(value_scale + 8));
-  const __m256 w2 = _mm256_mul_ps(_mm256_loadu_ps(p + 16), _mm256_load_ps(value_scale + 16));
-  const float max = hmax(_mm256_max_ps(w0, _mm256_max_ps(w1, w2)));
-  const float sum = hsum(_mm256_add_ps(w0, _mm256_add_ps(w1, w2)));
-  const __m256 inv = _mm256_set1_ps(max > 0 ? kWeightCodeMax / max : 0.0f);
-  const __m256i c0 = _mm256_cvtps_epi32(_mm256_mul_ps(w0, inv));
-  const __m256i c1 = _mm256_cvtps_epi32(_mm256_mul_ps(w1, inv));
-  const __m256i c2 = _mm256_cvtps_epi32(_mm256_mul_ps(w2, inv));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes), _mm256_permute4x64_epi64(_mm256_packs_epi32(c0, c1), 0xD8));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + 16),
-                   _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packs_epi32(c2, c2), 0xD8)));
-  return std::isnan(sum) ? std::numeric_limits<float>::quiet_NaN() : max / kWeightCodeMax;
+  constexpr int C = kTileTokens / 8;
+  __m256 x[NR][C];
+  float new_max[NR];
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; ++r) {
+    const __m256 qs = _mm256_set1_ps(query_scale[r]);
+    const bool masked = lo[r] > 0 || hi[r] < kTileTokens;
+    const __m256i lo_v = _mm256_set1_epi32(lo[r]), hi_v = _mm256_set1_epi32(hi[r]);
+    __m256 tile_max = _mm256_set1_ps(kNegInf);
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) {  // score = sum * (query scale * key scale)
+      __m256 v = _mm256_mul_ps(_mm256_loadu_ps(s + r * kTileTokens + 8 * c),
+                               _mm256_mul_ps(qs, _mm256_load_ps(key_scale + 8 * c)));
+      if (softcap > 0) v = softcap256(v, softcap);
+      if (masked) {
+        const __m256i index = _mm256_add_epi32(lane, _mm256_set1_epi32(8 * c));
+        const __m256i outside = _mm256_or_si256(_mm256_cmpgt_epi32(lo_v, index),
+                                                _mm256_cmpgt_epi32(_mm256_add_epi32(index, _mm256_set1_epi32(1)), hi_v));
+        v = _mm256_blendv_ps(v, _mm256_set1_ps(kNegInf), _mm256_castsi256_ps(outside));
+      }
+      x[r][c] = v;
+      tile_max = _mm256_max_ps(tile_max, v);
+    }
+    new_max[r] = std::max(row_max[r], hmax(tile_max));
+  }
+  __m256 p[NR][C];
+  float tile_sum[NR];
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; ++r) {
+    if (new_max[r] == kNegInf) {  // nothing attended so far: probabilities are all zero
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) p[r][c] = _mm256_setzero_ps();
+      tile_sum[r] = 0;
+      continue;
+    }
+    const __m256 m = _mm256_set1_ps(new_max[r]);
+    __m256 sum = _mm256_setzero_ps();
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) {
+      p[r][c] = exp256(_mm256_sub_ps(x[r][c], m));
+      sum = _mm256_add_ps(sum, p[r][c]);
+    }
+    tile_sum[r] = hsum(sum);
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; ++r) {
+    if (new_max[r] == kNegInf) continue;
+    // 0 on the first tile (row_max = -inf); exactly 1, without calling exp, while the max holds.
+    const float correction = new_max[r] == row_max[r] ? 1.0f : std::exp(row_max[r] - new_max[r]);
+    if (correction != 1.0f) {
+      const __m256 cv = _mm256_set1_ps(correction);
+      float* a = acc + static_cast<size_t>(r) * dim;
+      for (size_t d = 0; d < dim; d += 8) _mm256_storeu_ps(a + d, _mm256_mul_ps(_mm256_loadu_ps(a + d), cv));
+    }
+    row_max[r] = new_max[r];
+    row_sum[r] = row_sum[r] * correction + tile_sum[r];
+  }
+  // The weights p * value scale (the row sum is of the probabilities alone) as int16 codes, code =
+  // round(w * 32767 / max w), and their step max w / 32767; NaN if a weight is NaN (a NaN in the
+  // cache reaches the output, as with f32 K/V). attend_tile_head_int8 (scalar) is the twin.
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; ++r) {
+    const __m256 w0 = _mm256_mul_ps(p[r][0], _mm256_load_ps(value_scale));
+    const __m256 w1 = _mm256_mul_ps(p[r][1], _mm256_load_ps(value_scale + 8));
+    const __m256 w2 = _mm256_mul_ps(p[r][2], _mm256_load_ps(value_scale + 16));
+    const float max = hmax(_mm256_max_ps(w0, _mm256_max_ps(w1, w2)));
+    const float sum = hsum(_mm256_add_ps(w0, _mm256_add_ps(w1, w2)));
+    const __m256 inv = _mm256_set1_ps(max > 0 ? kWeightCodeMax / max : 0.0f);
+    int16_t* out = codes + r * kTileTokens;
+    const __m256i c0 = _mm256_cvtps_epi32(_mm256_mul_ps(w0, inv));
+    const __m256i c1 = _mm256_cvtps_epi32(_mm256_mul_ps(w1, inv));
+    const __m256i c2 = _mm256_cvtps_epi32(_mm256_mul_ps(w2, inv));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_permute4x64_epi64(_mm256_packs_epi32(c0, c1), 0xD8));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16),
+                     _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packs_epi32(c2, c2), 0xD8)));
+    step[r] = std::isnan(sum) ? std::numeric_limits<float>::quiet_NaN() : max / kWeightCodeMax;
+  }
 }
 
 // acc[r][d0 ..) += step[r] * sum over `pairs` token pairs of w[r][2j] * v_2j[d] + w[r][2j+1] *

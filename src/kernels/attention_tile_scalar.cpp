@@ -113,7 +113,7 @@ void attend_tile_head(const RowGroupTask& task, int tile, int n, const float* ke
 
 // The int8 twin of attention_tile_int8.h and attend_tile_int8 (attention_tile_simd.h): int16
 // query codes times the key codes, summed in int32; score = sum * (query scale * key scale);
-// the softmax in f32; per row, the weights p * v_scale quantized to int16 (quantize_weights), and
+// the softmax in f32; per row, the weights p * v_scale quantized to int16 (softmax_weights_rows), and
 // the value codes summed in int32 under them, added to the accumulator times the weights' step.
 void attend_tile_head_int8(const RowGroupTask& task, int h, int tile, int n, const int8_t* const* keys,
                            const int8_t* const* values, const float* key_scale, const float* value_scale,
@@ -157,7 +157,7 @@ void attend_tile_head_int8(const RowGroupTask& task, int h, int tile, int n, con
       for (size_t d = 0; d < dim; ++d) acc[d] *= correction;
     row_max = new_max;
     row_sum = row_sum * correction + tile_sum;
-    // The weights' int16 codes, as quantize_weights (attention_tile_int8.h) makes them.
+    // The weights' int16 codes, as softmax_weights_rows (attention_tile_int8.h) makes them.
     float w_max = 0, w_sum = 0;
     for (float x : w) {
       w_max = std::max(w_max, x);

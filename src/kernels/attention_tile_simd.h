@@ -523,18 +523,18 @@ void attend_tile_int8(const RowGroupTask& task, int h, int tile, int n, const in
   float* row_max = task.row_max + static_cast<size_t>(h) * head_rows;
   float* row_sum = task.row_sum + static_cast<size_t>(h) * head_rows;
   qk_tile_int8<Isa>(codes, rows, qstride, dim, keys, n, scores, pf);
-  static_assert(kTileTokens % 8 == 0);
-  for (int r = 0; r < rows; ++r) {
-    float* s = scores + static_cast<size_t>(r) * kTileTokens;
-    const __m256 qs = _mm256_set1_ps(query_scale[r]);
-    for (int c = 0; c < kTileTokens; c += 8)  // score = sum * (query scale * key scale)
-      _mm256_storeu_ps(s + c, _mm256_mul_ps(_mm256_loadu_ps(s + c), _mm256_mul_ps(qs, _mm256_load_ps(key_scale + c))));
-    const int lo = task.rows_share_range ? 0 : std::clamp(task.row_begin[r] - tile, 0, n);
-    const int hi = task.rows_share_range ? n : std::clamp(task.row_end[r] - tile, 0, n);
-    softmax_row(s, lo, hi, task.logit_softcap, row_max[r], row_sum[r], acc + static_cast<size_t>(r) * dim, dim);
-    // The weights p * value scale (the row sum is of the probabilities alone), as int16 codes.
-    weight_step[r] = quantize_weights(s, value_scale, weight_codes + static_cast<size_t>(r) * kTileTokens);
-  }
+  for_each_row_block(rows, [&](auto nr, int r0) {
+    constexpr int NR = decltype(nr)::value;
+    int lo[NR], hi[NR];
+    for (int i = 0; i < NR; ++i) {
+      lo[i] = task.rows_share_range ? 0 : std::clamp(task.row_begin[r0 + i] - tile, 0, n);
+      hi[i] = task.rows_share_range ? n : std::clamp(task.row_end[r0 + i] - tile, 0, n);
+    }
+    const auto r = static_cast<size_t>(r0);
+    softmax_weights_rows<NR>(scores + r * kTileTokens, lo, hi, task.logit_softcap, query_scale + r, key_scale,
+                             value_scale, row_max + r, row_sum + r, acc + r * dim, dim,
+                             weight_codes + r * kTileTokens, weight_step + r);
+  });
   pv_tile_int8<Isa>(weight_codes, weight_step, rows, values, (n + 1) / 2, acc, dim, pf);
 }
 
