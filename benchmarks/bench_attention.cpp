@@ -5,6 +5,8 @@
 //   BM_DecodeInCache/<dtype>/<query heads per KV head>   bytes/s = K/V bytes read per CPU second
 //   BM_PrefillWithPrefix/<dtype>                         items/s = attention FLOPs (2 x QK + PV)
 //   BM_WriteKV/<dtype>                                   bytes/s = f32 input bytes converted
+//                                                        (int8, fp8: quantized; dtype 0-4 =
+//                                                        fp32, fp16, bf16, int8, fp8)
 // and one memory-side benchmark, no arithmetic, for what paging costs the memory system:
 //   BM_BlockRead/<KiB per block>/<shuffled>/<prefetch>   bytes/s = bytes read per CPU second
 #include <benchmark/benchmark.h>
@@ -31,7 +33,10 @@ namespace {
 
 constexpr int kKVHeads = 8, kHeadDim = 128, kBlockSize = 16;
 
-DType dtype_arg(int64_t i) { return i == 0 ? DType::kF32 : i == 1 ? DType::kF16 : DType::kBF16; }
+DType dtype_arg(int64_t i) {
+  constexpr DType kTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kInt8, DType::kFP8};
+  return kTypes[i];
+}
 
 // One request's context in a shuffled paged arena, filled with random values.
 struct PagedContext {
@@ -92,7 +97,7 @@ void BM_DecodeInCache(benchmark::State& state) {
                           static_cast<int64_t>(dtype_bytes(dtype, 1)));
   state.SetLabel(std::string(dtype_name(dtype)));
 }
-BENCHMARK(BM_DecodeInCache)->ArgsProduct({{0, 1, 2}, {1, 4, 8}});
+BENCHMARK(BM_DecodeInCache)->ArgsProduct({{0, 1, 2, 3, 4}, {1, 4, 8}});
 
 void BM_PrefillWithPrefix(benchmark::State& state) {
   set_kernel_threads(1);
@@ -130,7 +135,7 @@ void BM_WriteKV(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(k.size() * 2 * sizeof(float)));
   state.SetLabel(std::string(dtype_name(dtype)));
 }
-BENCHMARK(BM_WriteKV)->DenseRange(0, 2);
+BENCHMARK(BM_WriteKV)->DenseRange(0, 4);  // int8/fp8: quantize-on-write
 
 // Reads 1 GiB (on transparent huge pages, as the KV arena asks for) as blocks of the given size,
 // in address order or shuffled, with SSE2 loads and nothing else: the decode kernel's K/V stream

@@ -1,6 +1,7 @@
 // Private to the paged-attention kernels: the unit of work that the driver (paged_attention.cpp)
-// hands to an ISA-specific kernel (attention_tile_scalar.cpp; attention_tile_avx2.cpp and
-// attention_tile_avx512.cpp, both instances of attention_tile_simd.h).
+// hands to an ISA-specific kernel (attention_tile_scalar.cpp; attention_tile_avx2.cpp,
+// attention_tile_avx512.cpp and their int8-only VNNI builds attention_tile_vnni_avx2.cpp and
+// attention_tile_vnni_avx512.cpp, all instances of attention_tile_simd.h).
 //
 // A task is a range of context tokens of one request and, for each of a few consecutive KV heads,
 // the query rows that read that head (the query heads of its GQA group, times a few query tokens).
@@ -11,8 +12,20 @@
 // It keeps an online softmax per row and returns the unnormalised sum of exp(score - max) *
 // value, the max and the sum of exp(score - max), so that partial results over disjoint token
 // ranges merge exactly (flash-decoding).
+//
+// int8 K/V are read with integer dot products on every path (the scalar twin does the same
+// integer arithmetic, so the paths agree but for the f32 softmax):
+//   - scores: the driver quantizes each query row once to int16 codes with a scale of its own
+//     (query ~ query_scale * code, step amax / 32767); q . k = query_scale * k_scale[t] *
+//     sum(code_q * code_k), the sum exact in int32 (AVX512-VNNI / AVX-VNNI vpdpwssd, or vpmaddwd);
+//   - values: per tile and row, the weights w[t] = p[t] * v_scale[t] are quantized to int16
+//     (step max_t w[t] / 32767) and sum_t w16[t] * code_v[t][d] is taken exactly in int32, two
+//     tokens per instruction, then added to the f32 accumulator times the weights' step.
+// Both roundings are relative steps of 2^-15 of a row's largest element, 250x finer than the
+// int8 codes' own.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "pagedkv/storage/kv_arena.h"
@@ -23,6 +36,25 @@ namespace pagedkv::attention_detail {
 // the 3-token score blocks (attention_tile_avx2.cpp). Measured 16-64: 24 best from DRAM.
 constexpr int kTileTokens = 24;
 
+// int8 K/V: the int16 codes of query rows and of a tile's weights (see above).
+constexpr float kWeightCodeMax = 32767.0f;
+// Query codes are stored with rows padded with zeros to a multiple of this many elements (one
+// AVX-512 vector of int16), so the kernels read whole vectors.
+constexpr size_t kQueryCodeAlign = 32;
+constexpr size_t padded_query_dim(size_t dim) {
+  return (dim + kQueryCodeAlign - 1) / kQueryCodeAlign * kQueryCodeAlign;
+}
+// Rounds to the nearest integer, ties to even (cvtps2dq's rounding), for |x| <= 2^22: adding and
+// subtracting 1.5 * 2^23 leaves the rounded value in f32. Used by the baseline-x86 code (driver,
+// scalar twin), where std::nearbyint is a libm call per element.
+inline float round_to_even(float x) { return (x + 12582912.0f) - 12582912.0f; }
+
+// The largest query code for a head dimension: |sum code_q * code_k| <= dim * max * 128 must fit
+// in int32 (32767 up to head_dim 512; wider heads get a coarser query).
+constexpr int query_code_max(size_t dim) {
+  return dim <= 512 ? 32767 : static_cast<int>(2147483647 / (128 * dim));
+}
+
 struct RowGroupTask {
   const KVLayerView* kv = nullptr;
   const int32_t* block_table = nullptr;  // the request's row of the block table
@@ -31,6 +63,10 @@ struct RowGroupTask {
   int token_begin = 0, token_end = 0;  // context tokens this task reads, [begin, end)
   int num_rows = 0;                     // query rows per KV head
   const float* query = nullptr;         // [num_kv_heads][num_rows][head_dim], times the scale
+  // int8 K/V only: the query as int16 codes, rows padded_query_dim(head_dim) apart, and a scale
+  // per row (query = query_scale * code).
+  const int16_t* query_codes = nullptr;  // [num_kv_heads][num_rows][padded_query_dim(head_dim)]
+  const float* query_scale = nullptr;    // [num_kv_heads][num_rows]
   const int32_t* row_begin = nullptr;   // [num_rows] first position each row may attend to
   const int32_t* row_end = nullptr;     // [num_rows] one past the last position it may attend to
   bool rows_share_range = false;        // all rows attend to [token_begin, token_end): no masking
@@ -47,5 +83,10 @@ void attend_rows_scalar(const RowGroupTask& task);
 void attend_rows_avx2(const RowGroupTask& task);
 // Requires head_dim % 16 == 0 and a CPU with AVX-512 F/VL/BW/DQ (KernelIsa::kAvx512).
 void attend_rows_avx512(const RowGroupTask& task);
+// int8 K/V only, the integer dot products with VNNI: AVX-VNNI (has_avx_vnni()) on the AVX2 path,
+// AVX512-VNNI (has_avx512_vnni()) on the AVX-512 one. Without VNNI the two entries above use
+// vpmaddwd + vpaddd, with the same results.
+void attend_rows_avx2_vnni(const RowGroupTask& task);
+void attend_rows_avx512_vnni(const RowGroupTask& task);
 
 }  // namespace pagedkv::attention_detail

@@ -1,8 +1,10 @@
 // The portable kernel: the same tiled online-softmax algorithm as the AVX2 kernel, in plain C++.
 // It is the path the tests compare the SIMD path against and the one that runs on CPUs without
 // AVX2. Each tile of K and V is first converted to f32 (exact), then all arithmetic is f32. For
-// int8/fp8 the tile holds the codes and the scales are folded in as the SIMD kernel folds them:
-// a score is k_scale * (q . codes), and p * v_scale weighs a value row of codes.
+// fp8 the tile holds the codes and the scales are folded in as the SIMD kernel folds them: a
+// score is k_scale * (q . codes), and p * v_scale weighs a value row of codes. int8 runs the
+// SIMD kernels' integer arithmetic (attention_tile.h), the same int32 sums, in
+// attend_tile_head_int8.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -109,6 +111,73 @@ void attend_tile_head(const RowGroupTask& task, int tile, int n, const float* ke
   }
 }
 
+// The int8 twin of attention_tile_int8.h and attend_tile_int8 (attention_tile_simd.h): int16
+// query codes times the key codes, summed in int32; score = sum * (query scale * key scale);
+// the softmax in f32; per row, the weights p * v_scale quantized to int16 (softmax_weights_rows), and
+// the value codes summed in int32 under them, added to the accumulator times the weights' step.
+void attend_tile_head_int8(const RowGroupTask& task, int h, int tile, int n, const int8_t* const* keys,
+                           const int8_t* const* values, const float* key_scale, const float* value_scale,
+                           float* scores) {
+  const auto dim = static_cast<size_t>(task.kv->head_dim);
+  const size_t qstride = padded_query_dim(dim);
+  const auto rows = static_cast<size_t>(task.num_rows);
+  const int16_t* codes = task.query_codes + static_cast<size_t>(h) * rows * qstride;
+  thread_local std::vector<int32_t> value_sums;
+  value_sums.resize(dim);
+  int32_t* sums = value_sums.data();
+  for (size_t r = 0; r < rows; ++r) {
+    float* s = scores + r * kTileTokens;
+    const int16_t* q = codes + r * qstride;
+    const float qs = task.query_scale[static_cast<size_t>(h) * rows + r];
+    const int lo = task.rows_share_range ? 0 : std::clamp(task.row_begin[r] - tile, 0, n);
+    const int hi = task.rows_share_range ? n : std::clamp(task.row_end[r] - tile, 0, n);
+    if (lo >= hi) continue;
+    float& row_max = task.row_max[static_cast<size_t>(h) * rows + r];
+    float& row_sum = task.row_sum[static_cast<size_t>(h) * rows + r];
+    float* acc = task.acc + (static_cast<size_t>(h) * rows + r) * dim;
+    float tile_max = kNegInf;
+    for (int j = lo; j < hi; ++j) {
+      int32_t dot = 0;
+      for (size_t d = 0; d < dim; ++d) dot += int32_t{q[d]} * int32_t{keys[j][d]};
+      float x = static_cast<float>(dot) * (qs * key_scale[j]);
+      if (task.logit_softcap > 0) x = task.logit_softcap * std::tanh(x / task.logit_softcap);
+      s[j] = x;
+      tile_max = std::max(tile_max, x);
+    }
+    const float new_max = std::max(row_max, tile_max);
+    const float correction = std::exp(row_max - new_max);
+    float tile_sum = 0;
+    float w[kTileTokens] = {};
+    for (int j = lo; j < hi; ++j) {
+      const float p = std::exp(s[j] - new_max);
+      tile_sum += p;
+      w[j] = p * value_scale[j];
+    }
+    if (correction != 1.0f)
+      for (size_t d = 0; d < dim; ++d) acc[d] *= correction;
+    row_max = new_max;
+    row_sum = row_sum * correction + tile_sum;
+    // The weights' int16 codes, as softmax_weights_rows (attention_tile_int8.h) makes them.
+    float w_max = 0, w_sum = 0;
+    for (float x : w) {
+      w_max = std::max(w_max, x);
+      w_sum += x;
+    }
+    if (std::isnan(w_sum)) {
+      for (size_t d = 0; d < dim; ++d) acc[d] = std::numeric_limits<float>::quiet_NaN();
+      continue;
+    }
+    const float inv = w_max > 0 ? kWeightCodeMax / w_max : 0.0f;
+    const float step = w_max / kWeightCodeMax;
+    std::fill(sums, sums + dim, 0);
+    for (int j = lo; j < hi; ++j) {
+      const auto code = static_cast<int32_t>(std::min(kWeightCodeMax, round_to_even(w[j] * inv)));
+      for (size_t d = 0; d < dim; ++d) sums[d] += code * int32_t{values[j][d]};
+    }
+    for (size_t d = 0; d < dim; ++d) acc[d] += step * static_cast<float>(sums[d]);
+  }
+}
+
 }  // namespace
 
 // Tiles outermost and the task's KV heads inside, as in the AVX2 kernel: with all heads in one
@@ -142,6 +211,19 @@ void attend_rows_scalar(const RowGroupTask& task) {
     }
     for (size_t h = 0; h < heads; ++h) {
       const size_t head = static_cast<size_t>(task.first_kv_head) + h;
+      if (kv.dtype == DType::kInt8) {
+        const int8_t* keys[kTileTokens];
+        const int8_t* values[kTileTokens];
+        for (int j = 0; j < n; ++j) {
+          const size_t offset = slots[j] * kv.slot_bytes();
+          keys[j] = reinterpret_cast<const int8_t*>(key_plane + offset) + head * udim;
+          values[j] = reinterpret_cast<const int8_t*>(value_plane + offset) + head * udim;
+          std::memcpy(&key_scale[j], key_plane + offset + kv.rows_bytes() + head * kKVScaleBytes, sizeof(float));
+          std::memcpy(&value_scale[j], value_plane + offset + kv.rows_bytes() + head * kKVScaleBytes, sizeof(float));
+        }
+        attend_tile_head_int8(task, static_cast<int>(h), tile, n, keys, values, key_scale, value_scale, scores.data());
+        continue;
+      }
       for (int j = 0; j < n; ++j) {
         const size_t offset = slots[j] * kv.slot_bytes();
         key_scale[j] = load_row(kv, key_plane + offset, head, key_tile.data() + static_cast<size_t>(j) * udim);

@@ -1,7 +1,7 @@
-// The SIMD attention kernel, written once for a vector ISA `Isa` (Avx2 in attention_tile_avx2.cpp,
-// Avx512 in attention_tile_avx512.cpp; each translation unit includes this header under its own
+// The SIMD attention kernel, written once for a vector ISA `Isa` (Avx2Isa in attention_isa_avx2.h,
+// Avx512Isa in attention_isa_avx512.h). Each translation unit includes this header under its own
 // target flags, and everything here has internal linkage, so no instantiation compiled for one ISA
-// can be picked by the linker for the other). Per tile of kTileTokens context tokens:
+// can be picked by the linker for the other. Per tile of kTileTokens context tokens:
 //   1. scores: blocks of up to 4 query rows x Isa::kScoreTokens tokens (2 rows x 4, 1 x 8) are
 //      computed together, so a K row is loaded (and converted from f16/bf16) once per 4 rows,
 //      12-16 independent FMA chains hide the FMA latency, and a block's dot products are reduced
@@ -18,14 +18,18 @@
 // (consecutive, or interleaved streams over scattered blocks); the next tile is prefetched while
 // the current one is computed (Prefetcher), and one line of each slot four tiles ahead is touched.
 //
-// int8 and fp8 K/V take the 16-bit formats' path with their own loads (codes to f32); each
-// token's scale is folded into its scores after the dot products and into its probabilities
-// after the softmax, a multiply per (row, token) instead of one per element.
+// fp8 K/V take the 16-bit formats' path with their own loads (codes to f32); each token's scale
+// is folded into its scores after the dot products and into its probabilities after the softmax,
+// a multiply per (row, token) instead of one per element. int8 K/V take the integer path
+// (attention_tile_int8.h, attend_tile_int8 below), with the scales folded in the same places.
 //
 // Isa provides: Vec, kLanes, kScoreTokens, kValueChunks, kPrefetchInLoops (prefetch a few lines
 // per inner-loop iteration rather than a burst per block), zero, load, store, broadcast, fmadd,
-// load_f16, load_bf16, load_i8, load_fp8 and fold (a Vec to 8 lanes with the same sum). The
-// softmax works on 8-lane AVX2 vectors under both ISAs: a tile's 24 scores are three of them.
+// load_f16, load_bf16, load_i8, load_fp8 and fold (a Vec to 8 lanes with the same sum); for the
+// int8 path IVec, kPairDims, kValueGroups, kGroupsPermuted, izero, load_k16(_half), load_q16,
+// dpwssd, fold_i, interleave_v(_half), broadcast_pair, to_float and reduce16 (see
+// attention_tile_int8.h and the ISA headers). The softmax works on 8-lane AVX2 vectors under
+// both ISAs: a tile's 24 scores are three of them.
 #pragma once
 
 #include <immintrin.h>
@@ -66,10 +70,12 @@ struct LoadBF16 {
 // The quantized formats: a load gives the codes (fp8: times 2^-8, see Isa::load_fp8), and each
 // (token, head) row's scale, times kScaleFactor, is folded into that token's scores and
 // probabilities (ScaledRows below), so the inner loops stay those of the 16-bit formats.
+// int8 takes the integer path (attention_tile_int8.h); load() serves nothing else.
 template <class Isa>
 struct LoadInt8 {
   using Storage = int8_t;
   static constexpr float kScaleFactor = 1.0f;
+  static constexpr bool kIntegerDot = true;
   static typename Isa::Vec load(const int8_t* p) { return Isa::load_i8(p); }
 };
 template <class Isa>
@@ -81,6 +87,8 @@ struct LoadFp8 {
 
 template <class L>
 concept ScaledRows = requires { L::kScaleFactor; };
+template <class L>
+concept IntegerDot = requires { L::kIntegerDot; };
 
 // Horizontal sums of eight vectors, as the eight lanes of one vector.
 inline __m256 reduce8(const __m256 (&v)[8]) {
@@ -177,16 +185,24 @@ class Prefetcher {
   void finish() { issue(std::numeric_limits<int>::max()); }
 
  private:
+  // Works on local copies of the position: the members live in memory (the object is passed by
+  // reference to out-of-line blocks), and a store and reload per line cost more than the prefetch.
   void issue(int lines) {
-    while (lines > 0 && next_slot_ < 2 * n_) {
-      _mm_prefetch(slots_[next_slot_] + next_byte_, _MM_HINT_T1);
-      --lines;
-      next_byte_ += 64;
-      if (next_byte_ >= bytes_) {
-        next_byte_ = 0;
-        ++next_slot_;
+    int slot = next_slot_;
+    size_t byte = next_byte_;
+    while (lines > 0 && slot < 2 * n_) {
+      const char* base = slots_[slot] + byte;
+      const int count = static_cast<int>(std::min<size_t>(static_cast<size_t>(lines), (bytes_ - byte + 63) / 64));
+      for (int i = 0; i < count; ++i) _mm_prefetch(base + 64 * i, _MM_HINT_T1);
+      lines -= count;
+      byte += 64 * static_cast<size_t>(count);
+      if (byte >= bytes_) {
+        byte = 0;
+        ++slot;
       }
     }
+    next_slot_ = slot;
+    next_byte_ = byte;
   }
   const char* slots_[2 * kTileTokens] = {};
   int n_ = 0, next_slot_ = 0, per_step_ = 0;
@@ -334,6 +350,14 @@ void pv_tile(const float* probs, int rows, const typename L::Storage* const* val
                                          acc + static_cast<size_t>(r0) * dim, dim, pf);
   });
 }
+
+}  // namespace
+}  // namespace pagedkv::attention_detail
+
+#include "attention_tile_int8.h"
+
+namespace pagedkv::attention_detail {
+namespace {
 
 // Turns one row's tile scores into probabilities (in place) and updates its running max, sum
 // and accumulator. Entries outside [lo, hi) are masked out.
@@ -484,6 +508,36 @@ class TileWalk {
   int next_[kStreams] = {}, end_[kStreams] = {};
 };
 
+// One tile of one KV head (h of the task) on the integer path: scores, softmax, weights to int16
+// codes, values.
+template <class Isa>
+void attend_tile_int8(const RowGroupTask& task, int h, int tile, int n, const int8_t* const* keys,
+                      const int8_t* const* values, const float* key_scale, const float* value_scale, float* scores,
+                      int16_t* weight_codes, float* weight_step, size_t qstride, Prefetcher& pf) {
+  const size_t dim = static_cast<size_t>(task.kv->head_dim);
+  const int rows = task.num_rows;
+  const size_t head_rows = static_cast<size_t>(rows);
+  const int16_t* codes = task.query_codes + static_cast<size_t>(h) * head_rows * qstride;
+  const float* query_scale = task.query_scale + static_cast<size_t>(h) * head_rows;
+  float* acc = task.acc + static_cast<size_t>(h) * head_rows * dim;
+  float* row_max = task.row_max + static_cast<size_t>(h) * head_rows;
+  float* row_sum = task.row_sum + static_cast<size_t>(h) * head_rows;
+  qk_tile_int8<Isa>(codes, rows, qstride, dim, keys, n, scores, pf);
+  for_each_row_block(rows, [&](auto nr, int r0) {
+    constexpr int NR = decltype(nr)::value;
+    int lo[NR], hi[NR];
+    for (int i = 0; i < NR; ++i) {
+      lo[i] = task.rows_share_range ? 0 : std::clamp(task.row_begin[r0 + i] - tile, 0, n);
+      hi[i] = task.rows_share_range ? n : std::clamp(task.row_end[r0 + i] - tile, 0, n);
+    }
+    const auto r = static_cast<size_t>(r0);
+    softmax_weights_rows<NR>(scores + r * kTileTokens, lo, hi, task.logit_softcap, query_scale + r, key_scale,
+                             value_scale, row_max + r, row_sum + r, acc + r * dim, dim,
+                             weight_codes + r * kTileTokens, weight_step + r);
+  });
+  pv_tile_int8<Isa>(weight_codes, weight_step, rows, values, (n + 1) / 2, acc, dim, pf);
+}
+
 template <class Isa, class L>
 void attend(const RowGroupTask& task) {
   using T = typename L::Storage;
@@ -493,12 +547,20 @@ void attend(const RowGroupTask& task) {
   const int heads = task.num_kv_heads;
   const size_t head_rows = static_cast<size_t>(rows);
   const size_t head_block = head_rows * dim;
-  // 16- or 8-bit K/V read by more than one block of rows: convert each tile once.
-  constexpr bool kConverted = !std::is_same_v<T, float>;
+  // 16- or 8-bit K/V read by more than one block of rows: convert each tile once (int8: each block
+  // of rows widens the codes it reads, cheap next to the integer dot products).
+  constexpr bool kInteger = IntegerDot<L>;
+  constexpr bool kConverted = !std::is_same_v<T, float> && !kInteger;
   const bool convert_tiles = kConverted && rows > kRowBlock;
+  const size_t qstride = padded_query_dim(dim);
 
-  thread_local std::vector<float> scores, key_tile, value_tile;
+  thread_local std::vector<float> scores, key_tile, value_tile, weight_step;
+  thread_local std::vector<int16_t> weight_codes;
   scores.resize(head_rows * kTileTokens);
+  if constexpr (kInteger) {
+    weight_codes.resize(head_rows * kTileTokens);
+    weight_step.resize(head_rows);
+  }
   if (convert_tiles) {
     key_tile.resize(kTileTokens * dim);
     value_tile.resize(kTileTokens * dim);
@@ -523,15 +585,21 @@ void attend(const RowGroupTask& task) {
   const size_t read_offset = static_cast<size_t>(task.first_kv_head) * dim * sizeof(T);
   const size_t read_bytes = heads == task.kv->num_kv_heads ? task.kv->slot_bytes() - read_offset
                                                            : static_cast<size_t>(heads) * dim * sizeof(T);
-  float key_scale[kTileTokens], value_scale[kTileTokens];
+  alignas(32) float key_scale[kTileTokens] = {}, value_scale[kTileTokens] = {};
   // Prefetcher steps per head and tile (see Isa::kPrefetchInLoops): one per score block and value
   // strip, or one per vector of a score block's dot products and per token of a value strip.
   const long vectors = static_cast<long>(dim / Isa::kLanes);
   const long score_blocks = (kTileTokens + Isa::kScoreTokens - 1) / Isa::kScoreTokens;
   const long value_strips = (vectors + Isa::kValueChunks - 1) / Isa::kValueChunks;
+  const long chunks = static_cast<long>((dim + Isa::kPairDims - 1) / Isa::kPairDims);
+  const long groups = static_cast<long>(dim / Isa::kPairDims);  // int8: value strips per row block
+  const long int_strips = groups / Isa::kValueGroups + groups % Isa::kValueGroups + (dim % Isa::kPairDims != 0);
   const long steps_per_head =
-      ((rows + kRowBlock - 1) / kRowBlock) * (Isa::kPrefetchInLoops ? vectors * score_blocks + kTileTokens * value_strips
-                                                                    : score_blocks + value_strips);
+      ((rows + kRowBlock - 1) / kRowBlock) *
+      (kInteger ? (Isa::kPrefetchInLoops ? chunks * score_blocks + kTileTokens / 2 * int_strips
+                                         : score_blocks + int_strips)
+                : (Isa::kPrefetchInLoops ? vectors * score_blocks + kTileTokens * value_strips
+                                         : score_blocks + value_strips));
 
   Prefetcher prefetcher;
   int buffer = 0;
@@ -572,6 +640,9 @@ void attend(const RowGroupTask& task) {
         keys[j] = key_slots[buffer][j] + head_offset;
         values[j] = value_slots[buffer][j] + head_offset;
       }
+      // The integer value blocks take tokens in pairs: an odd tile's last token pairs with itself
+      // under a zero weight.
+      if (kInteger && n % 2 == 1) values[n] = values[n - 1];
       if constexpr (ScaledRows<L>) {
         const size_t scale_offset =
             task.kv->rows_bytes() + static_cast<size_t>(task.first_kv_head + h) * kKVScaleBytes;
@@ -582,12 +653,18 @@ void attend(const RowGroupTask& task) {
           key_scale[j] *= L::kScaleFactor;
           value_scale[j] *= L::kScaleFactor;
         }
+        for (int j = n; j < kTileTokens; ++j) key_scale[j] = value_scale[j] = 0.0f;
       }
       const float* query = task.query + static_cast<size_t>(h) * head_block;
       float* acc = task.acc + static_cast<size_t>(h) * head_block;
       float* row_max = task.row_max + static_cast<size_t>(h) * head_rows;
       float* row_sum = task.row_sum + static_cast<size_t>(h) * head_rows;
 
+      if constexpr (kInteger) {
+        attend_tile_int8<Isa>(task, h, tile, n, keys, values, key_scale, value_scale, scores.data(),
+                              weight_codes.data(), weight_step.data(), qstride, prefetcher);
+        continue;
+      }
       if (convert_tiles) {
         for (int j = 0; j < n; ++j)
           for (size_t d = 0; d < dim; d += Isa::kLanes) {
@@ -619,6 +696,9 @@ void attend(const RowGroupTask& task) {
     prefetcher.finish();
     buffer ^= 1;
   }
+  if constexpr (kInteger)
+    for (size_t row = 0; row < static_cast<size_t>(heads) * head_rows; ++row)
+      unpermute_groups<Isa>(task.acc + row * dim, dim);
 }
 
 // The entry point for one ISA: dispatches on the storage type.
@@ -632,6 +712,12 @@ void attend_rows(const RowGroupTask& task) {
     case DType::kFP8: return attend<Isa, LoadFp8<Isa>>(task);
     default: return;  // the driver accepts only storage types
   }
+}
+
+// The entry point of the VNNI builds, which serve int8 K/V only.
+template <class Isa>
+void attend_rows_int8(const RowGroupTask& task) {
+  attend<Isa, LoadInt8<Isa>>(task);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // The paged-attention driver: checks the batch, cuts it into tasks, runs them on the thread
-// pool and merges split tasks. The arithmetic lives in attention_tile_{scalar,avx2}.cpp.
+// pool and merges split tasks (and, for int8 K/V, quantizes the query rows to int16 codes). The
+// arithmetic lives in attention_tile_*.cpp.
 //
 // Work decomposition. Each request's query tokens are cut into query tiles of up to
 // kRowsPerTask / G tokens (G = query heads per KV head); for each KV head, a tile's rows are the
@@ -107,12 +108,18 @@ void validate(const AttentionShape& shape, const PagedAttentionBatch& batch, con
   }
 }
 
-// Per-thread buffers for one task: its scaled queries, row ranges and unsplit results.
+// Per-thread buffers for one task: its scaled queries (and their int16 codes for int8 K/V), row
+// ranges and unsplit results.
 struct TaskScratch {
-  std::vector<float> query, acc, row_max, row_sum;
+  std::vector<float> query, query_scale, acc, row_max, row_sum;
+  std::vector<int16_t> query_codes;
   std::vector<int32_t> row_begin, row_end;
-  void reserve(size_t heads, size_t rows, size_t dim) {
+  void reserve(size_t heads, size_t rows, size_t dim, bool codes) {
     query.resize(heads * rows * dim);
+    if (codes) {
+      query_codes.resize(heads * rows * attention_detail::padded_query_dim(dim));
+      query_scale.resize(heads * rows);
+    }
     acc.resize(heads * rows * dim);
     row_max.resize(heads * rows);
     row_sum.resize(heads * rows);
@@ -120,6 +127,29 @@ struct TaskScratch {
     row_end.resize(rows);
   }
 };
+
+// The int16 codes of one query row for the int8 kernels (attention_tile.h): symmetric, step
+// amax / code_max, rounded to nearest (even), the padding zero. A row with a NaN or an infinity
+// gets a NaN scale (and zero codes), so its output is NaN as with f32 K/V.
+float quantize_query_row(const float* q, size_t dim, int16_t* codes) {
+  const size_t padded = attention_detail::padded_query_dim(dim);
+  const auto code_max = static_cast<float>(attention_detail::query_code_max(dim));
+  float amax = 0, poison = 0;  // poison: 0, or NaN if q holds a NaN or an infinity (x * 0)
+  for (size_t d = 0; d < dim; ++d) {
+    const float a = std::fabs(q[d]);
+    amax = a > amax ? a : amax;
+    poison += q[d] * 0.0f;
+  }
+  std::fill(codes + dim, codes + padded, int16_t{0});
+  if (poison != 0.0f || amax == 0) {
+    std::fill(codes, codes + dim, int16_t{0});
+    return poison != 0.0f ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
+  }
+  const float inv = code_max / amax;
+  for (size_t d = 0; d < dim; ++d)
+    codes[d] = static_cast<int16_t>(std::clamp(attention_detail::round_to_even(q[d] * inv), -code_max, code_max));
+  return amax / code_max;
+}
 
 }  // namespace
 
@@ -132,9 +162,14 @@ void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& bat
   KernelIsa chosen = resolve_isa(isa);
   if (chosen == KernelIsa::kAvx512 && shape.head_dim % 16 != 0) chosen = KernelIsa::kAvx2;
   if (chosen == KernelIsa::kAvx2 && shape.head_dim % 8 != 0) chosen = KernelIsa::kScalar;
-  const auto kernel = chosen == KernelIsa::kAvx512 ? attention_detail::attend_rows_avx512
-                      : chosen == KernelIsa::kAvx2 ? attention_detail::attend_rows_avx2
-                                                   : attention_detail::attend_rows_scalar;
+  const bool int8 = kv.dtype == DType::kInt8;  // the integer path: query codes, VNNI if present
+  const auto kernel = chosen == KernelIsa::kAvx512
+                          ? (int8 && has_avx512_vnni() ? attention_detail::attend_rows_avx512_vnni
+                                                       : attention_detail::attend_rows_avx512)
+                      : chosen == KernelIsa::kAvx2
+                          ? (int8 && has_avx_vnni() ? attention_detail::attend_rows_avx2_vnni
+                                                    : attention_detail::attend_rows_avx2)
+                          : attention_detail::attend_rows_scalar;
 
   const int group = shape.num_q_heads / shape.num_kv_heads;  // query heads per KV head
   const bool rotated_keys = keys_are_rotated(kv.dtype, shape.head_dim);
@@ -229,13 +264,17 @@ void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& bat
     const QueryTile& t = tile_list[ref.tile];
     const size_t rows = static_cast<size_t>(t.num_queries) * static_cast<size_t>(group);
     const auto heads = static_cast<size_t>(ref.num_kv_heads);
-    scratch.reserve(heads, rows, dim);
+    scratch.reserve(heads, rows, dim, int8);
+    const size_t code_stride = attention_detail::padded_query_dim(dim);
     for (size_t h = 0; h < heads; ++h)
       for (size_t row = 0; row < rows; ++row) {
         const float* src = query + token_head_offset(t, static_cast<size_t>(ref.first_kv_head) + h, row);
         float* dst = scratch.query.data() + (h * rows + row) * dim;
         for (size_t d = 0; d < dim; ++d) dst[d] = src[d] * shape.scale;
         if (rotated_keys) hadamard_rotate(dst, dim);  // (H q) . (H k) = q . k
+        if (int8)
+          scratch.query_scale[h * rows + row] =
+              quantize_query_row(dst, dim, scratch.query_codes.data() + (h * rows + row) * code_stride);
       }
     for (size_t row = 0; row < rows; ++row) {
       const int position = t.first_position + static_cast<int>(row / static_cast<size_t>(group));
@@ -251,6 +290,10 @@ void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& bat
     task.token_end = std::min(t.token_end, task.token_begin + t.partition_tokens);
     task.num_rows = static_cast<int>(rows);
     task.query = scratch.query.data();
+    if (int8) {
+      task.query_codes = scratch.query_codes.data();
+      task.query_scale = scratch.query_scale.data();
+    }
     task.row_begin = scratch.row_begin.data();
     task.row_end = scratch.row_end.data();
     task.rows_share_range = t.num_queries == 1;

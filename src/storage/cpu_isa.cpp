@@ -23,6 +23,8 @@ uint64_t read_xcr0() {
 struct CpuFeatures {
   bool avx2 = false;    // AVX2 + FMA + F16C, YMM state saved
   bool avx512 = false;  // and AVX-512 F/VL/BW/DQ, opmask + ZMM state saved
+  bool avx512_vnni = false;  // with avx512
+  bool avx_vnni = false;     // with avx2
 };
 
 CpuFeatures query_cpu() {
@@ -41,6 +43,9 @@ CpuFeatures query_cpu() {
   const bool avx512f = (ebx & (1u << 16)) != 0, avx512dq = (ebx & (1u << 17)) != 0;
   const bool avx512bw = (ebx & (1u << 30)) != 0, avx512vl = (ebx & (1u << 31)) != 0;
   f.avx512 = f.avx2 && avx512f && avx512dq && avx512bw && avx512vl && (xcr0 & 0xe6u) == 0xe6u;  // + opmask, ZMM
+  f.avx512_vnni = f.avx512 && (ecx & (1u << 11)) != 0;
+  unsigned eax1 = 0, ebx1 = 0, ecx1 = 0, edx1 = 0;
+  if (__get_cpuid_count(7, 1, &eax1, &ebx1, &ecx1, &edx1) != 0) f.avx_vnni = f.avx2 && (eax1 & (1u << 4)) != 0;
   return f;
 }
 
@@ -60,7 +65,18 @@ KernelIsa detect() {
   return hardware;  // "avx512", "auto" or unknown: what the CPU has
 }
 
+bool vnni_allowed() {
+  static const bool allowed = [] {
+    const char* v = std::getenv("PAGEDKV_VNNI");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return allowed;
+}
+
 }  // namespace
+
+bool has_avx512_vnni() { return cpu().avx512_vnni && vnni_allowed(); }
+bool has_avx_vnni() { return cpu().avx_vnni && vnni_allowed(); }
 
 KernelIsa best_available_isa() {
   static const KernelIsa best = detect();

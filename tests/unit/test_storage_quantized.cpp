@@ -137,16 +137,30 @@ TEST(KVQuantize, ZeroAndNonFiniteRows) {
     EXPECT_EQ(quantize_row(dtype, zeros.data(), 16, codes.data()), 0.0f);
     dequantize_row(dtype, codes.data(), 0.0f, 16, out.data());
     for (float v : out) EXPECT_EQ(v, 0.0f);
-    for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
-      std::vector<float> row(16, 1.0f);
-      row[5] = bad;
-      const float scale = quantize_row(dtype, row.data(), 16, codes.data());
-      EXPECT_TRUE(std::isnan(scale)) << dtype_name(dtype);
-    }
+    // In a vector lane of the row's max and in the scalar tail after the last whole vector.
+    for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                      -std::numeric_limits<float>::infinity()})
+      for (size_t at : {size_t{5}, size_t{17}}) {
+        std::vector<float> row(18, 1.0f);
+        std::vector<uint8_t> wide(18);
+        row[at] = bad;
+        const float scale = quantize_row(dtype, row.data(), row.size(), wide.data());
+        EXPECT_TRUE(std::isnan(scale)) << dtype_name(dtype) << " at " << at;
+      }
   }
   std::vector<float> x(4, 1.0f);
   std::vector<uint8_t> codes(4);
   EXPECT_THROW(quantize_row(DType::kF16, x.data(), 4, codes.data()), UsageError);
+}
+
+// int8 codes round x / scale to nearest with ties to even, as std::nearbyint does: a row whose
+// max is 127 has scale 1, so its halves are exact ties.
+TEST(KVQuantize, Int8RoundsTiesToEven) {
+  const std::vector<float> row{127.0f, 2.5f, 3.5f, -2.5f, -3.5f, 0.5f, -0.5f, 126.5f, -126.5f, 1.49f};
+  std::vector<int8_t> codes(row.size());
+  ASSERT_EQ(quantize_row(DType::kInt8, row.data(), row.size(), codes.data()), 1.0f);
+  const std::vector<int8_t> expected{127, 2, 4, -2, -4, 0, 0, 126, -126, 1};
+  EXPECT_EQ(codes, expected);
 }
 
 TEST(KVQuantize, BytesPerTokenIncludeTheScales) {

@@ -22,6 +22,12 @@ KernelIsa resolve_isa(KernelIsa requested);
 // True for a resolved path that may run AVX2+FMA+F16C code (kAvx2 and kAvx512).
 constexpr bool has_avx2(KernelIsa resolved) { return resolved == KernelIsa::kAvx2 || resolved == KernelIsa::kAvx512; }
 
+// Integer dot-product instructions, for paths that have a plain-AVX2/AVX-512 fallback (the int8
+// attention): AVX512-VNNI (with kAvx512) and AVX-VNNI (the VEX form, with kAvx2). Both are false
+// when PAGEDKV_VNNI=0, which lets the fallbacks be compared on a CPU that has VNNI.
+bool has_avx512_vnni();
+bool has_avx_vnni();
+
 const char* isa_name(KernelIsa isa);
 
 // The inverse of isa_name for "auto", "scalar", "avx2" and "avx512"; anything else throws

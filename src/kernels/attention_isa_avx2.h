@@ -1,0 +1,96 @@
+// The AVX2+FMA+F16C vector ISA of the SIMD attention kernel (attention_tile_simd.h): 8-lane
+// vectors, score blocks of 4 rows x 3 tokens and value strips of 4 rows x 3 vectors, 12
+// accumulators each (of 16 YMM registers; 4 x 4 spills). kVnni: the int8 path's int16 dot
+// products with AVX-VNNI's vpdpwssd (attention_tile_vnni_avx2.cpp, built with -mavxvnni) instead
+// of vpmaddwd + vpaddd; the results are the same.
+// Included only by translation units built with the AVX2 flags.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace pagedkv::attention_detail {
+namespace {
+
+template <bool kVnni>
+struct Avx2Isa {
+  using Vec = __m256;
+  using IVec = __m256i;
+  static constexpr int kLanes = 8;
+  static constexpr int kScoreTokens = 3;
+  // Per block: per-iteration prefetching measured ~1 GB/s slower for fp16 here (the score block
+  // already uses all 16 YMM registers).
+  static constexpr bool kPrefetchInLoops = false;
+  static constexpr int kValueChunks = 3;
+  static Vec zero() { return _mm256_setzero_ps(); }
+  static Vec load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
+  static Vec broadcast(const float* p) { return _mm256_broadcast_ss(p); }
+  static Vec fmadd(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
+  static Vec load_f16(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static Vec load_bf16(const uint16_t* p) {
+    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+  }
+  static Vec load_i8(const int8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
+  // fp8 e4m3 -> f16 bits (sign-extend the byte, shift the exponent and mantissa into place and
+  // clear bit 14, which the sign extension set), then F16C: exact, value * 2^-8 (the f16 bias is
+  // 8 more than e4m3's), subnormals included. The NaN codes are never stored by write_kv.
+  static Vec load_fp8(const uint8_t* p) {
+    const __m128i wide = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    const __m128i half = _mm_and_si128(_mm_slli_epi16(wide, 7), _mm_set1_epi16(static_cast<short>(0xBF80)));
+    return _mm256_cvtph_ps(half);
+  }
+  static __m256 fold(Vec v) { return v; }
+
+  // The int8 path (attention_tile_int8.h). A key chunk is kPairDims int16 (16 codes); a value
+  // group is kPairDims dimensions of two tokens, interleaved (t, t+1) per dimension as int16
+  // pairs, in two vectors of kLanes dimensions each, in natural order.
+  static constexpr int kPairDims = 16;
+  static constexpr int kValueGroups = 1;        // value groups per strip: 4 rows x 2 accumulators
+  static constexpr bool kGroupsPermuted = false;
+  static IVec izero() { return _mm256_setzero_si256(); }
+  static IVec load_k16(const int8_t* p) {
+    return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static IVec load_k16_half(const int8_t* p) {  // kLanes codes, the upper half zero
+    return _mm256_zextsi128_si256(_mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
+  static IVec load_q16(const int16_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  static IVec dpwssd(IVec acc, IVec a, IVec b) {
+    if constexpr (kVnni) {
+#ifdef __AVXVNNI__
+      return _mm256_dpwssd_avx_epi32(acc, a, b);
+#endif
+    }
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+  }
+  static __m256i fold_i(IVec v) { return v; }
+  static void interleave_v(const int8_t* a, const int8_t* b, IVec& lo, IVec& hi) {
+    const __m128i va = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a));
+    const __m128i vb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
+    lo = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(va, vb));
+    hi = _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(va, vb));
+  }
+  static IVec interleave_v_half(const int8_t* a, const int8_t* b) {
+    const __m128i va = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(a));
+    const __m128i vb = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b));
+    return _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(va, vb));
+  }
+  static IVec broadcast_pair(const int16_t* w) {
+    int32_t pair;
+    __builtin_memcpy(&pair, w, sizeof pair);
+    return _mm256_set1_epi32(pair);
+  }
+  static Vec to_float(IVec v) { return _mm256_cvtepi32_ps(v); }
+  static constexpr bool kHasReduce16 = false;  // 12 accumulators at most: fold and hadd
+  static void reduce16(const IVec (&)[16], float*, size_t) {}
+};
+
+}  // namespace
+}  // namespace pagedkv::attention_detail

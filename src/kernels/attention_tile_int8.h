@@ -1,0 +1,277 @@
+// The int8 blocks of the SIMD attention kernel (attention_tile_simd.h includes this after its
+// Prefetcher, reduce8 and for_each_row_block; see attention_tile.h for the arithmetic):
+//   - qk_block_int8: scores of up to 4 query rows (int16 codes) x Isa::kScoreTokens tokens, a key
+//     chunk widened to int16 once and multiplied into 4 rows' int32 accumulators (vpdpwssd: two
+//     products and the add per 32-bit lane), reduced with hadd trees like the f32 blocks;
+//   - softmax_weights_rows: the softmax of up to 4 rows' scores, and their weights p * v_scale
+//     as int16 codes with their steps;
+//   - pv_block_int8: a strip of the value accumulators of up to 4 rows, two tokens per
+//     instruction: their value codes interleaved per dimension as int16 pairs, times the pair of
+//     weight codes broadcast, summed exactly in int32 over the tile, then added to the f32
+//     accumulators times each row's weight step.
+// Per token and KV head of 128 dimensions with 4 rows (AVX-512): 4 widenings + 16 vpdpwssd for
+// the scores, 8 loads/unpacks/widenings + 16 vpdpwssd for the values, against 16 conversions +
+// 64 FMAs on the f32 path.
+#pragma once
+
+namespace pagedkv::attention_detail {
+namespace {
+
+// Horizontal sums of eight int32 vectors, as the eight lanes of one vector (reduce8's order).
+inline __m256i reduce8_epi32(const __m256i (&v)[8]) {
+  const __m256i t0 = _mm256_hadd_epi32(v[0], v[1]);
+  const __m256i t1 = _mm256_hadd_epi32(v[2], v[3]);
+  const __m256i t2 = _mm256_hadd_epi32(v[4], v[5]);
+  const __m256i t3 = _mm256_hadd_epi32(v[6], v[7]);
+  const __m256i u0 = _mm256_hadd_epi32(t0, t1);
+  const __m256i u1 = _mm256_hadd_epi32(t2, t3);
+  return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
+}
+
+// s[r * kTileTokens + t] = sum_d q[r][d] * k_t[d] (as f32) for NR rows of codes qstride apart.
+template <class Isa, int NR, int NT>
+__attribute__((noinline)) void qk_block_int8(const int16_t* q, size_t qstride, size_t dim, const int8_t* const* keys,
+                                             float* s, Prefetcher& pf) {
+  using IVec = typename Isa::IVec;
+  constexpr int kAcc = NR * NT;
+  static_assert(kAcc <= 16);
+  IVec acc[kAcc];
+#pragma GCC unroll 16
+  for (int i = 0; i < kAcc; ++i) acc[i] = Isa::izero();
+  size_t d = 0;
+  for (; d + Isa::kPairDims <= dim; d += Isa::kPairDims) {
+    IVec k[NT];
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) k[t] = Isa::load_k16(keys[t] + d);
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) {
+      const IVec qr = Isa::load_q16(q + static_cast<size_t>(r) * qstride + d);
+#pragma GCC unroll 8
+      for (int t = 0; t < NT; ++t) acc[r * NT + t] = Isa::dpwssd(acc[r * NT + t], qr, k[t]);
+    }
+    if constexpr (Isa::kPrefetchInLoops) pf.step();
+  }
+  if (d < dim) {  // half a chunk; the query row's padding is zero
+    IVec k[NT];
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) k[t] = Isa::load_k16_half(keys[t] + d);
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) {
+      const IVec qr = Isa::load_q16(q + static_cast<size_t>(r) * qstride + d);
+#pragma GCC unroll 8
+      for (int t = 0; t < NT; ++t) acc[r * NT + t] = Isa::dpwssd(acc[r * NT + t], qr, k[t]);
+    }
+  }
+  if constexpr (!Isa::kPrefetchInLoops) pf.step();
+  if constexpr (Isa::kHasReduce16 && NR == 4 && NT == 4) {
+    Isa::reduce16(acc, s, kTileTokens);
+    return;
+  }
+  alignas(32) float sums[16];
+  __m256i folded[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) folded[i] = i < kAcc ? Isa::fold_i(acc[i]) : _mm256_setzero_si256();
+  _mm256_store_ps(sums, _mm256_cvtepi32_ps(reduce8_epi32(*reinterpret_cast<const __m256i(*)[8]>(&folded[0]))));
+  if constexpr (kAcc > 8)
+    _mm256_store_ps(sums + 8, _mm256_cvtepi32_ps(reduce8_epi32(*reinterpret_cast<const __m256i(*)[8]>(&folded[8]))));
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; ++r)
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) s[r * kTileTokens + t] = sums[r * NT + t];
+}
+
+template <class Isa, int NR>
+void qk_rows_int8(const int16_t* q, size_t qstride, size_t dim, const int8_t* const* keys, int n, float* s,
+                  Prefetcher& pf) {
+  constexpr int kTokens = NR >= 3 ? Isa::kScoreTokens : 8 / NR;
+  int j = 0;
+  for (; j + kTokens <= n; j += kTokens) qk_block_int8<Isa, NR, kTokens>(q, qstride, dim, keys + j, s + j, pf);
+  if constexpr (kTokens > 2) {
+    if (j + 2 <= n) {
+      qk_block_int8<Isa, NR, 2>(q, qstride, dim, keys + j, s + j, pf);
+      j += 2;
+    }
+  }
+  for (; j < n; ++j) qk_block_int8<Isa, NR, 1>(q, qstride, dim, keys + j, s + j, pf);
+}
+
+template <class Isa>
+void qk_tile_int8(const int16_t* q, int rows, size_t qstride, size_t dim, const int8_t* const* keys, int n,
+                  float* scores, Prefetcher& pf) {
+  for_each_row_block(rows, [&](auto nr, int r0) {
+    qk_rows_int8<Isa, decltype(nr)::value>(q + static_cast<size_t>(r0) * qstride, qstride, dim, keys, n,
+                                           scores + static_cast<size_t>(r0) * kTileTokens, pf);
+  });
+}
+
+// The scores of NR rows scaled, softmaxed and turned into weight codes: per row, the operations
+// of softmax_row (attention_tile_simd.h) and then of the weights' codes, in the same order, but each
+// step for all rows before the next, so that the rows' chains of dependent work (horizontal max,
+// exp, horizontal sum, and again for the weights) overlap instead of running one after another.
+// s: NR rows of kTileTokens raw scores (the integer sums); lo/hi: each row's attended tokens.
+template <int NR>
+void softmax_weights_rows(const float* s, const int* lo, const int* hi, float softcap, const float* query_scale,
+                          const float* key_scale, const float* value_scale, float* row_max, float* row_sum,
+                          float* acc, size_t dim, int16_t* codes, float* step) {
+  static_assert(kTileTokens == 24);
+  constexpr int C = kTileTokens / 8;
+  __m256 x[NR][C];
+  float new_max[NR];
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; ++r) {
+    const __m256 qs = _mm256_set1_ps(query_scale[r]);
+    const bool masked = lo[r] > 0 || hi[r] < kTileTokens;
+    const __m256i lo_v = _mm256_set1_epi32(lo[r]), hi_v = _mm256_set1_epi32(hi[r]);
+    __m256 tile_max = _mm256_set1_ps(kNegInf);
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) {  // score = sum * (query scale * key scale)
+      __m256 v = _mm256_mul_ps(_mm256_loadu_ps(s + r * kTileTokens + 8 * c),
+                               _mm256_mul_ps(qs, _mm256_load_ps(key_scale + 8 * c)));
+      if (softcap > 0) v = softcap256(v, softcap);
+      if (masked) {
+        const __m256i index = _mm256_add_epi32(lane, _mm256_set1_epi32(8 * c));
+        const __m256i outside = _mm256_or_si256(_mm256_cmpgt_epi32(lo_v, index),
+                                                _mm256_cmpgt_epi32(_mm256_add_epi32(index, _mm256_set1_epi32(1)), hi_v));
+        v = _mm256_blendv_ps(v, _mm256_set1_ps(kNegInf), _mm256_castsi256_ps(outside));
+      }
+      x[r][c] = v;
+      tile_max = _mm256_max_ps(tile_max, v);
+    }
+    new_max[r] = std::max(row_max[r], hmax(tile_max));
+  }
+  __m256 p[NR][C];
+  float tile_sum[NR];
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; ++r) {
+    if (new_max[r] == kNegInf) {  // nothing attended so far: probabilities are all zero
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) p[r][c] = _mm256_setzero_ps();
+      tile_sum[r] = 0;
+      continue;
+    }
+    const __m256 m = _mm256_set1_ps(new_max[r]);
+    __m256 sum = _mm256_setzero_ps();
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) {
+      p[r][c] = exp256(_mm256_sub_ps(x[r][c], m));
+      sum = _mm256_add_ps(sum, p[r][c]);
+    }
+    tile_sum[r] = hsum(sum);
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; ++r) {
+    if (new_max[r] == kNegInf) continue;
+    // 0 on the first tile (row_max = -inf); exactly 1, without calling exp, while the max holds.
+    const float correction = new_max[r] == row_max[r] ? 1.0f : std::exp(row_max[r] - new_max[r]);
+    if (correction != 1.0f) {
+      const __m256 cv = _mm256_set1_ps(correction);
+      float* a = acc + static_cast<size_t>(r) * dim;
+      for (size_t d = 0; d < dim; d += 8) _mm256_storeu_ps(a + d, _mm256_mul_ps(_mm256_loadu_ps(a + d), cv));
+    }
+    row_max[r] = new_max[r];
+    row_sum[r] = row_sum[r] * correction + tile_sum[r];
+  }
+  // The weights p * value scale (the row sum is of the probabilities alone) as int16 codes, code =
+  // round(w * 32767 / max w), and their step max w / 32767; NaN if a weight is NaN (a NaN in the
+  // cache reaches the output, as with f32 K/V). attend_tile_head_int8 (scalar) is the twin.
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; ++r) {
+    const __m256 w0 = _mm256_mul_ps(p[r][0], _mm256_load_ps(value_scale));
+    const __m256 w1 = _mm256_mul_ps(p[r][1], _mm256_load_ps(value_scale + 8));
+    const __m256 w2 = _mm256_mul_ps(p[r][2], _mm256_load_ps(value_scale + 16));
+    const float max = hmax(_mm256_max_ps(w0, _mm256_max_ps(w1, w2)));
+    const float sum = hsum(_mm256_add_ps(w0, _mm256_add_ps(w1, w2)));
+    const __m256 inv = _mm256_set1_ps(max > 0 ? kWeightCodeMax / max : 0.0f);
+    int16_t* out = codes + r * kTileTokens;
+    const __m256i c0 = _mm256_cvtps_epi32(_mm256_mul_ps(w0, inv));
+    const __m256i c1 = _mm256_cvtps_epi32(_mm256_mul_ps(w1, inv));
+    const __m256i c2 = _mm256_cvtps_epi32(_mm256_mul_ps(w2, inv));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_permute4x64_epi64(_mm256_packs_epi32(c0, c1), 0xD8));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16),
+                     _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packs_epi32(c2, c2), 0xD8)));
+    step[r] = std::isnan(sum) ? std::numeric_limits<float>::quiet_NaN() : max / kWeightCodeMax;
+  }
+}
+
+// acc[r][d0 ..) += step[r] * sum over `pairs` token pairs of w[r][2j] * v_2j[d] + w[r][2j+1] *
+// v_2j+1[d], for NR rows and NG value groups (kHalf: one half group) at d0.
+template <class Isa, int NR, int NG, bool kHalf>
+__attribute__((noinline)) void pv_block_int8(const int16_t* w, const float* step, const int8_t* const* values,
+                                             int pairs, size_t d0, float* acc, size_t dim, Prefetcher& pf) {
+  using IVec = typename Isa::IVec;
+  constexpr int kAcc = kHalf ? 1 : 2 * NG;
+  IVec a[NR][kAcc];
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; ++r)
+#pragma GCC unroll 8
+    for (int c = 0; c < kAcc; ++c) a[r][c] = Isa::izero();
+  for (int j = 0; j < pairs; ++j) {
+    const int8_t* v0 = values[2 * j] + d0;
+    const int8_t* v1 = values[2 * j + 1] + d0;
+    IVec v[kAcc];
+    if constexpr (kHalf) {
+      v[0] = Isa::interleave_v_half(v0, v1);
+    } else {
+#pragma GCC unroll 4
+      for (int g = 0; g < NG; ++g)
+        Isa::interleave_v(v0 + g * Isa::kPairDims, v1 + g * Isa::kPairDims, v[2 * g], v[2 * g + 1]);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) {
+      const IVec wr = Isa::broadcast_pair(w + r * kTileTokens + 2 * j);
+#pragma GCC unroll 8
+      for (int c = 0; c < kAcc; ++c) a[r][c] = Isa::dpwssd(a[r][c], v[c], wr);
+    }
+    if constexpr (Isa::kPrefetchInLoops) pf.step();
+  }
+  if constexpr (!Isa::kPrefetchInLoops) pf.step();
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; ++r) {
+    const auto sr = Isa::broadcast(step + r);
+#pragma GCC unroll 8
+    for (int c = 0; c < kAcc; ++c) {
+      float* p = acc + static_cast<size_t>(r) * dim + d0 + static_cast<size_t>(c) * Isa::kLanes;
+      Isa::store(p, Isa::fmadd(Isa::to_float(a[r][c]), sr, Isa::load(p)));
+    }
+  }
+}
+
+template <class Isa, int NR>
+void pv_rows_int8(const int16_t* w, const float* step, const int8_t* const* values, int pairs, float* acc, size_t dim,
+                  Prefetcher& pf) {
+  const size_t groups = dim / Isa::kPairDims;
+  size_t g = 0;
+  for (; g + Isa::kValueGroups <= groups; g += Isa::kValueGroups)
+    pv_block_int8<Isa, NR, Isa::kValueGroups, false>(w, step, values, pairs, g * Isa::kPairDims, acc, dim, pf);
+  if constexpr (Isa::kValueGroups > 1)
+    for (; g < groups; ++g) pv_block_int8<Isa, NR, 1, false>(w, step, values, pairs, g * Isa::kPairDims, acc, dim, pf);
+  if (dim % Isa::kPairDims != 0)
+    pv_block_int8<Isa, NR, 1, true>(w, step, values, pairs, groups * Isa::kPairDims, acc, dim, pf);
+}
+
+template <class Isa>
+void pv_tile_int8(const int16_t* w, const float* step, int rows, const int8_t* const* values, int pairs, float* acc,
+                  size_t dim, Prefetcher& pf) {
+  for_each_row_block(rows, [&](auto nr, int r0) {
+    pv_rows_int8<Isa, decltype(nr)::value>(w + static_cast<size_t>(r0) * kTileTokens, step + r0, values, pairs,
+                                           acc + static_cast<size_t>(r0) * dim, dim, pf);
+  });
+}
+
+// Undoes Isa::kGroupsPermuted in one accumulator row: in every whole group of 32 dimensions,
+// the second and third 8-dimension blocks trade places.
+template <class Isa>
+void unpermute_groups(float* acc, size_t dim) {
+  if constexpr (Isa::kGroupsPermuted) {
+    static_assert(Isa::kPairDims == 32);
+    for (size_t d = 0; d + 32 <= dim; d += 32) {
+      const __m256 b1 = _mm256_loadu_ps(acc + d + 8), b2 = _mm256_loadu_ps(acc + d + 16);
+      _mm256_storeu_ps(acc + d + 8, b2);
+      _mm256_storeu_ps(acc + d + 16, b1);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pagedkv::attention_detail
