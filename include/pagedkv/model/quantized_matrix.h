@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 
 #include "pagedkv/model/transformer_weights.h"
 #include "pagedkv/storage/cpu_isa.h"
@@ -50,7 +51,9 @@ class QuantizedMatrix {
                 KernelIsa isa = KernelIsa::kAuto) const;
 
  private:
+  struct Panels;
   WeightTensor w_;
+  std::shared_ptr<const Panels> panels_;  // the AVX-512 build's repacked copy, or null; shared by copies
 };
 
 }  // namespace pagedkv
