@@ -17,7 +17,9 @@
 // token and block in `prepare` and starts the integer accumulator: block sums stay exact, as in the
 // scalar twin. Per 32-column block and 16 rows: 8 vpdpbusd per token, then one conversion, one
 // multiply by d_w * d_x and one FMA into the token's accumulator, in block order as the scalar twin.
-// Tiles of one panel x up to 16 tokens (16 accumulators, the 8 weight registers, the 16 scales).
+// Tiles of one panel x up to 16 tokens (16 accumulators, the 8 weight registers, the 16 scales);
+// a single token on 4 panels, 2-3 tokens on 2 (more independent chains, more streams in flight).
+// The activations are quantized 16 lanes at a time, as quantize_row_q8_0 does.
 //
 // The loops over a tile's panels, tokens and byte groups are unrolled by pragma: at -O2 GCC keeps
 // them as loops, with the accumulators and weights in memory instead of registers.
@@ -31,8 +33,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
-#include <utility>
-#include <vector>
 
 #include "quantized_kernels.h"
 

@@ -110,8 +110,8 @@ const RowsKernel& scalar_rows_kernel() {
 
 }  // namespace quant_detail
 
-// The repacked copy of the weights: 2 MiB aligned, on transparent huge pages (fewer TLB misses
-// on a stream of gigabytes, as the KV arena asks for).
+// The repacked copy of the weights, on transparent huge pages where it is large enough (fewer TLB
+// misses on a stream of gigabytes, as the KV arena asks for).
 struct QuantizedMatrix::Panels {
   quant_detail::PanelLayout layout;
   std::unique_ptr<std::byte, decltype(&std::free)> data{nullptr, &std::free};
@@ -128,11 +128,15 @@ QuantizedMatrix::QuantizedMatrix(const WeightTensor& w) : w_(w) {
   auto panels = std::make_shared<Panels>();
   panels->layout = quant_detail::panel_layout(w.type, rows(), cols());
   const quant_detail::PanelLayout& l = panels->layout;
-  constexpr size_t kAlignment = size_t{2} << 20;
-  const size_t bytes = (static_cast<size_t>(l.panels) * l.panel_bytes + kAlignment - 1) / kAlignment * kAlignment;
-  panels->data.reset(static_cast<std::byte*>(std::aligned_alloc(kAlignment, bytes)));
-  if (!panels->data) throw Error(fmt::format("QuantizedMatrix: cannot allocate {} bytes for the repacked weights", bytes));
-  (void)madvise(panels->data.get(), bytes, MADV_HUGEPAGE);
+  // Large copies start on a huge-page boundary; the size is not rounded up (a partial last huge
+  // page stays on small pages), so a model's hundred-odd matrices waste no huge pages.
+  constexpr size_t kHugePage = size_t{2} << 20;
+  const size_t bytes = static_cast<size_t>(l.panels) * l.panel_bytes;
+  void* data = nullptr;
+  if (posix_memalign(&data, bytes >= kHugePage ? kHugePage : 64, bytes) != 0)
+    throw Error(fmt::format("QuantizedMatrix: cannot allocate {} bytes for the repacked weights", bytes));
+  panels->data.reset(static_cast<std::byte*>(data));
+  if (bytes >= kHugePage) (void)madvise(data, bytes, MADV_HUGEPAGE);
   constexpr int kPanelsPerTask = 8;
   const int tasks = (l.panels + kPanelsPerTask - 1) / kPanelsPerTask;
 #pragma omp parallel for schedule(static) if (tasks > 1 && bytes >= (size_t{1} << 20)) num_threads(kernel_threads())
