@@ -1,13 +1,15 @@
 // The per-ISA builds of QuantizedMatrix's product, private to src/model. A build computes a
-// group of weight rows against every token of the batch; the register-blocked builds (AVX2,
-// AVX-512) read each weight row once per group of tokens and keep several rows x tokens of
-// accumulators in registers, so a batch costs little more weight traffic than one token.
+// group of weight rows against every token of the batch; the register-blocked builds (AVX2 on the
+// file's rows, AVX-512 on the repacked panels of quantized_panels.h) read each weight row once per
+// group of tokens and keep several rows x tokens of accumulators in registers, so a batch costs
+// little more weight traffic than one token.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
 #include "pagedkv/model/tensor_type.h"
+#include "quantized_panels.h"
 
 namespace pagedkv::quant_detail {
 
@@ -37,8 +39,20 @@ struct RowsKernel {
   void (*multiply_rows)(const WeightRows& w, int r0, int r1, const Activations& x, float* y, size_t y_stride);
 };
 
+// A build that reads the weights repacked in panels of 16 rows (quantized_panels.h). It prepares
+// every weight type's activations (F16/BF16: the f32 values reordered, Q8_0/Q4_0: quantized), in
+// its own layout of the whole batch.
+struct PanelsKernel {
+  // Bytes the prepared activations of `num_tokens` tokens take for a `type` matrix of `cols` columns.
+  size_t (*prepared_bytes)(TensorType type, int cols, int num_tokens);
+  void (*prepare)(TensorType type, const float* x, size_t x_stride, int num_tokens, int cols, std::byte* out);
+  // y[t * y_stride + r] for the rows of panels [p0, p1) (real rows only) and every token;
+  // x.data is what `prepare` wrote (x.stride unused).
+  void (*multiply_panels)(const WeightPanels& w, int p0, int p1, const Activations& x, float* y, size_t y_stride);
+};
+
 const RowsKernel& scalar_rows_kernel();
-const RowsKernel& avx2_rows_kernel();    // only after a run-time AVX2+FMA+F16C check
-const RowsKernel& avx512_rows_kernel();  // only after a run-time AVX-512 F/VL/BW/DQ + VNNI check
+const RowsKernel& avx2_rows_kernel();      // only after a run-time AVX2+FMA+F16C check
+const PanelsKernel& avx512_panels_kernel();  // only after a run-time AVX-512 F/VL/BW/DQ + VNNI check
 
 }  // namespace pagedkv::quant_detail

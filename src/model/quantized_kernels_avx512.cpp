@@ -1,18 +1,28 @@
 // The AVX-512 build of QuantizedMatrix (F, VL, BW, DQ and VNNI; entered only after the run-time
-// check in quantized_matrix.cpp).
+// check in quantized_matrix.cpp), on the weights repacked in panels of 16 rows
+// (quantized_panels.h). Every register of weights holds the same columns of 16 rows, and every
+// accumulator 16 rows of one token: an activation value (F16/BF16) or 4-byte group (Q8_0/Q4_0) is
+// broadcast from memory into the instruction that meets it with 16 rows, and the accumulators are
+// stored as they are, with no horizontal sums.
 //
-// Q8_0 / Q4_0: tiles of 4 weight rows x up to 4 tokens, 16 accumulators of 16 floats in the 32
-// zmm registers, two 32-value blocks per register. vpdpbusd multiplies unsigned by signed bytes,
-// so the prepared activations are stored offset by 128 (x + 128 in 0..255, the XOR of the sign
-// bit), and each weight block's term 128 * sum(w), computed once per weight block and shared by
-// every token, starts the integer accumulator negated: the block sums stay exact, as in the
-// scalar twin. Each block sum times d_w * d_x is then added in float, in 16 lanes.
+// F16 / BF16: per column, the 16 rows' weights widened to f32 once, then one FMA per token with
+// the broadcast activation. Each row's sum runs over the columns in order, as in the scalar twin
+// (fused multiply-adds: one rounding per term instead of two). A tile is P panels x T tokens of
+// accumulators: T >= 8 tokens on one panel, fewer tokens on 2 or 4 panels, so that at least 8
+// independent FMA chains hide the FMA latency even for a single decode token.
 //
-// F16 / BF16: 8 weights widened to f32 per step, FMA with the f32 activations, in tiles of 4 rows
-// x 3 tokens (12 accumulators: more than AVX2's 16 registers hold); the columns past the last
-// multiple of 8 use masked loads. 8 lanes, not 16: on the Zen 4 this was measured on, 16-lane
-// tiles (any of 4x1 to 8x2 rows x tokens) ran 20-30% below these, its 512-bit FMA and F16
-// conversion being split in two halves, and masked loads inside the main loop cost another 10%.
+// Q8_0 / Q4_0: vpdpbusd multiplies unsigned by signed bytes. The panels hold w + 128 (Q8_0) or the
+// nibbles w + 8 (Q4_0) as the unsigned operand; the activations are plain signed Q8_0 values, and
+// the offset's contribution, -128 (or -8) times the block's sum of activations, is computed per
+// token and block in `prepare` and starts the integer accumulator: block sums stay exact, as in the
+// scalar twin. Per 32-column block and 16 rows: 8 vpdpbusd per token, then one conversion, one
+// multiply by d_w * d_x and one FMA into the token's accumulator, in block order as the scalar twin.
+// Tiles of one panel x up to 16 tokens (16 accumulators, the 8 weight registers, the 16 scales);
+// a single token on 4 panels, 2-3 tokens on 2 (more independent chains, more streams in flight).
+// The activations are quantized 16 lanes at a time, as quantize_row_q8_0 does.
+//
+// The loops over a tile's panels, tokens and byte groups are unrolled by pragma: at -O2 GCC keeps
+// them as loops, with the accumulators and weights in memory instead of registers.
 //
 // GCC 12 flags the deliberately undefined pass-through operands inside some AVX-512 intrinsics as
 // uninitialized (GCC bug 105593, fixed in 13): silence only that.
@@ -20,215 +30,309 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstddef>
-#include <type_traits>
-#include <vector>
+#include <cstring>
 
 #include "quantized_kernels.h"
-#include "quantized_tile_driver.h"
 
 namespace pagedkv::quant_detail {
 namespace {
 
-constexpr int kRows = 4;  // quantized tiles: 4 rows x 4 tokens of 16-lane accumulators
-constexpr int kTokens = 4;
-constexpr int kFloatRows = 4;  // F16/BF16 tiles: 4 rows x 3 tokens of 8-lane accumulators
-constexpr int kFloatTokens = 3;
+constexpr int kMaxTokens = 16;  // tokens per tile: a batch is prepared in groups of 16 tokens
+// Software prefetch distance within a panel's stream, ahead of the hardware prefetcher. A tile of
+// one panel and many tokens reads its stream slowly (it is compute-bound): far ahead, so that the
+// lines arrive in time (6 KiB: batch-32 steps 7-12% faster than 2 KiB, as fast as 12 KiB). Tiles
+// of 2-4 panels for few tokens are memory-bound, with a stream per panel: 2 KiB each (6 KiB made
+// batch-1 steps 10-15% slower).
+template <int P>
+constexpr size_t kPrefetchAhead = P == 1 ? 6144 : 2048;
+
+__mmask16 rows_mask(int rows_out) { return static_cast<__mmask16>((1u << rows_out) - 1); }
+
+// ---- prepared activations ------------------------------------------------------------------------
+// The batch in groups of up to 16 tokens; within a group, the values every step of a tile needs
+// lie side by side, so that a tile reads all its tokens through one pointer.
+//   F16 / BF16: per column k, the group's T f32 values (T * 4 bytes).
+//   Q8_0 / Q4_0: per block, one 48-byte record per token: the 32 signed Q8_0 values, d_x (f32),
+//   then -128 * sum(x) and -8 * sum(x) (int32: the starting values of the integer accumulators of
+//   Q8_0 and Q4_0 weights), 4 bytes of padding.
+struct QuantRecord {
+  int8_t q[kQuantBlock];
+  float d;
+  int32_t start_q8, start_q4, unused;
+};
+static_assert(sizeof(QuantRecord) == 48);
+
+bool quantized(TensorType type) { return type == TensorType::kQ8_0 || type == TensorType::kQ4_0; }
+
+size_t token_bytes(TensorType type, int cols) {
+  return quantized(type) ? static_cast<size_t>(cols / kQuantBlock) * sizeof(QuantRecord)
+                         : static_cast<size_t>(cols) * sizeof(float);
+}
+
+// Group g (tokens 16g..) starts at 16g tokens' worth of bytes: every earlier group is full.
+const std::byte* group_at(const Activations& x, TensorType type, int cols, int t0) {
+  return x.data + static_cast<size_t>(t0) * token_bytes(type, cols);
+}
+
+size_t prepared_bytes(TensorType type, int cols, int num_tokens) {
+  return static_cast<size_t>(num_tokens) * token_bytes(type, cols);
+}
+
+// One token's row quantized to Q8_0 as quantize_row_q8_0 does (d = amax / 127, values
+// round(x * 127 / amax) with ties to even: the default rounding mode of the conversion, as
+// nearbyint there), 16 lanes at a time; equal to it for finite inputs (tested).
+void quantize_records(const float* x, int blocks, int tokens, QuantRecord* records) {
+  for (int b = 0; b < blocks; ++b) {
+    const __m512 lo = _mm512_loadu_ps(x + static_cast<size_t>(b) * kQuantBlock);
+    const __m512 hi = _mm512_loadu_ps(x + static_cast<size_t>(b) * kQuantBlock + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi)));
+    // F16C's conversion rounds to nearest even, as f32_to_f16 (float_convert.h, not included:
+    // its inline body would be compiled for AVX-512 here and could be the copy the linker keeps).
+    const uint16_t d = _cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT);
+    const __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+    const __m512i q_lo = _mm512_cvtps_epi32(_mm512_mul_ps(lo, id)), q_hi = _mm512_cvtps_epi32(_mm512_mul_ps(hi, id));
+    QuantRecord& r = records[static_cast<size_t>(b) * static_cast<size_t>(tokens)];
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(r.q), _mm512_cvtepi32_epi8(q_lo));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(r.q + 16), _mm512_cvtepi32_epi8(q_hi));
+    r.d = _cvtsh_ss(d);
+    const int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q_lo, q_hi));
+    r.start_q8 = -128 * sum;
+    r.start_q4 = -8 * sum;
+    r.unused = 0;
+  }
+}
+
+void prepare(TensorType type, const float* x, size_t x_stride, int num_tokens, int cols, std::byte* out) {
+  const int blocks = cols / kQuantBlock;
+  for (int t0 = 0; t0 < num_tokens; t0 += kMaxTokens) {
+    const int tokens = std::min(kMaxTokens, num_tokens - t0);
+    std::byte* group = out + static_cast<size_t>(t0) * token_bytes(type, cols);
+    for (int t = 0; t < tokens; ++t) {
+      const float* xt = x + static_cast<size_t>(t0 + t) * x_stride;
+      if (quantized(type)) {
+        quantize_records(xt, blocks, tokens, reinterpret_cast<QuantRecord*>(group) + t);
+      } else {
+        float* g = reinterpret_cast<float*>(group);
+        for (int k = 0; k < cols; ++k) g[static_cast<size_t>(k) * static_cast<size_t>(tokens) + static_cast<size_t>(t)] = xt[k];
+      }
+    }
+  }
+}
 
 // ---- F16 / BF16 --------------------------------------------------------------------------------
 
 struct WidenF16 {
-  static __m256 load(const uint16_t* p, __mmask8 m) { return _mm256_cvtph_ps(_mm_maskz_loadu_epi16(m, p)); }
-  static __m256 load(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static __m512 load(const std::byte* p) { return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(p))); }
 };
 
 struct WidenBF16 {
-  static __m256 load(const uint16_t* p, __mmask8 m) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_maskz_loadu_epi16(m, p)), 16));
+  static __m512 load(const std::byte* p) {
+    const __m512i wide = _mm512_cvtepu16_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
   }
-  static __m256 load(const uint16_t* p) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+};
+
+// P panels (starting at `panel`, `panel_bytes` apart) x the T tokens of group `x`; rows_out[p]
+// real rows in panel p.
+template <class Widen, int P, int T>
+void float_tile(const std::byte* panel, size_t panel_bytes, int cols, const float* x, float* y, size_t y_stride,
+                const int* rows_out) {
+  __m512 acc[P][T];
+#pragma GCC unroll 16
+  for (int p = 0; p < P; ++p)
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) acc[p][t] = _mm512_setzero_ps();
+  constexpr size_t kColumnBytes = kPanelRows * sizeof(uint16_t);
+  for (int k = 0; k < cols; ++k) {
+    const std::byte* at = panel + static_cast<size_t>(k) * kColumnBytes;
+    const float* xk = x + static_cast<size_t>(k) * T;
+    if (k % 2 == 0)  // one 64-byte line per panel every two columns
+#pragma GCC unroll 16
+      for (int p = 0; p < P; ++p)
+        _mm_prefetch(reinterpret_cast<const char*>(at + p * panel_bytes + kPrefetchAhead<P>), _MM_HINT_T0);
+    __m512 w[P];
+#pragma GCC unroll 16
+    for (int p = 0; p < P; ++p) w[p] = Widen::load(at + p * panel_bytes);
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) {
+      const __m512 xv = _mm512_set1_ps(xk[t]);
+#pragma GCC unroll 16
+      for (int p = 0; p < P; ++p) acc[p][t] = _mm512_fmadd_ps(w[p], xv, acc[p][t]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int p = 0; p < P; ++p)
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t)
+      _mm512_mask_storeu_ps(y + static_cast<size_t>(t) * y_stride + static_cast<size_t>(p) * kPanelRows,
+                            rows_mask(rows_out[p]), acc[p][t]);
+}
+
+// ---- Q8_0 / Q4_0 -------------------------------------------------------------------------------
+
+// Register g (0..7) of a panel's block: 16 rows x 4 unsigned bytes, meeting columns 4g..4g+3.
+struct UnpackQ8_0 {
+  static constexpr TensorType kType = TensorType::kQ8_0;
+  static __m512i vector(const std::byte* quants, int g) { return _mm512_load_si512(quants + g * 64); }
+  static int32_t start(const QuantRecord& r) { return r.start_q8; }
+};
+
+struct UnpackQ4_0 {
+  static constexpr TensorType kType = TensorType::kQ4_0;
+  // Register v = g % 4 of the block holds columns 4v.. in its low nibbles, 16 + 4v.. in its high.
+  static __m512i vector(const std::byte* quants, int g) {
+    const __m512i packed = _mm512_load_si512(quants + (g % 4) * 64);
+    const __m512i nibble = _mm512_set1_epi8(0x0F);
+    return g < 4 ? _mm512_and_si512(packed, nibble) : _mm512_and_si512(_mm512_srli_epi16(packed, 4), nibble);
+  }
+  static int32_t start(const QuantRecord& r) { return r.start_q4; }
+};
+
+int32_t group_of_4(const int8_t* q) {
+  int32_t v;
+  std::memcpy(&v, q, 4);
+  return v;
+}
+
+// P panels x the T tokens of group `x` (QuantRecords, T per block). Per block and panel, the 8
+// registers of weights are loaded once for all T tokens; each token's 8 products are one
+// dependent chain (two for fewer than 4 tokens, where little else hides the latency).
+template <class Unpack, int P, int T>
+void quant_tile(const std::byte* panel, const PanelLayout& l, const QuantRecord* x, float* y, size_t y_stride,
+                const int* rows_out) {
+  const int blocks = l.cols / kQuantBlock;
+  constexpr size_t kBlockBytes = PanelLayout::quant_block_bytes(Unpack::kType);
+  __m512 acc[P][T];
+#pragma GCC unroll 16
+  for (int p = 0; p < P; ++p)
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) acc[p][t] = _mm512_setzero_ps();
+  for (int b = 0; b < blocks; ++b) {
+    const QuantRecord* xb = x + static_cast<size_t>(b) * T;
+#pragma GCC unroll 4
+    for (int p = 0; p < P; ++p) {
+      const std::byte* base = panel + static_cast<size_t>(p) * l.panel_bytes;
+      const std::byte* quants = base + static_cast<size_t>(b) * kBlockBytes;
+#pragma GCC unroll 8
+      for (size_t line = 0; line < kBlockBytes; line += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(quants + line + kPrefetchAhead<P>), _MM_HINT_T0);
+      const auto* scales = reinterpret_cast<const __m256i*>(base + l.scales_at) + b;
+      if (b % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(scales) + kPrefetchAhead<P> / 8, _MM_HINT_T0);
+      __m512i w[8];
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; ++g) w[g] = Unpack::vector(quants, g);
+      const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(scales));
+#pragma GCC unroll 16
+      for (int t = 0; t < T; ++t) {
+        __m512i isum = _mm512_set1_epi32(Unpack::start(xb[t]));
+        if constexpr (T >= 4) {
+#pragma GCC unroll 8
+          for (int g = 0; g < 8; ++g) isum = _mm512_dpbusd_epi32(isum, w[g], _mm512_set1_epi32(group_of_4(xb[t].q + 4 * g)));
+        } else {
+          __m512i odd = _mm512_setzero_si512();
+#pragma GCC unroll 8
+          for (int g = 0; g < 8; g += 2) {
+            isum = _mm512_dpbusd_epi32(isum, w[g], _mm512_set1_epi32(group_of_4(xb[t].q + 4 * g)));
+            odd = _mm512_dpbusd_epi32(odd, w[g + 1], _mm512_set1_epi32(group_of_4(xb[t].q + 4 * g + 4)));
+          }
+          isum = _mm512_add_epi32(isum, odd);
+        }
+        acc[p][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(xb[t].d)), acc[p][t]);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int p = 0; p < P; ++p)
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t)
+      _mm512_mask_storeu_ps(y + static_cast<size_t>(t) * y_stride + static_cast<size_t>(p) * kPanelRows,
+                            rows_mask(rows_out[p]), acc[p][t]);
+}
+
+// ---- the driver ----------------------------------------------------------------------------------
+
+// Tile<P, T>::run(...) for a group of `tokens` (1..16) tokens.
+template <class Kernel, int P, int T>
+struct Tiles {
+  template <class... Args>
+  static void run(int tokens, Args... args) {
+    if constexpr (T > 1) {
+      if (tokens < T) return Tiles<Kernel, P, T - 1>::run(tokens, args...);
+    }
+    Kernel::template tile<P, T>(args...);
   }
 };
 
 template <class Widen>
-struct FloatTile {
-  template <int T>
-  static void tile(const std::byte* const* w, const std::byte* const* x, int cols, float* y, size_t y_stride,
-                   int rows_out) {
-    const uint16_t* wr[kFloatRows];
-    for (int r = 0; r < kFloatRows; ++r) wr[r] = reinterpret_cast<const uint16_t*>(w[r]);
-    const float* xt[T];
-    for (int t = 0; t < T; ++t) xt[t] = reinterpret_cast<const float*>(x[t]);
-    __m256 acc[kFloatRows][T];
-    for (int r = 0; r < kFloatRows; ++r)
-      for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
-    // One step of 8 columns; `m` masks the columns past the end (a partial last step).
-    auto step = [&](int j, auto m) {
-      constexpr bool kMasked = std::is_same_v<decltype(m), __mmask8>;
-      __m256 wv[kFloatRows];
-      for (int r = 0; r < kFloatRows; ++r) {
-        if constexpr (kMasked) wv[r] = Widen::load(wr[r] + j, m);
-        else wv[r] = Widen::load(wr[r] + j);
-      }
-      for (int t = 0; t < T; ++t) {
-        __m256 xv;
-        if constexpr (kMasked) xv = _mm256_maskz_loadu_ps(m, xt[t] + j);
-        else xv = _mm256_loadu_ps(xt[t] + j);
-        for (int r = 0; r < kFloatRows; ++r) acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
-      }
-    };
-    const ptrdiff_t ahead = next_tile_offset<kFloatRows>(w);
-    int j = 0;
-    for (; j + 32 <= cols; j += 32) {  // one 64-byte line of each row per iteration
-      for (int r = 0; r < kFloatRows; ++r) _mm_prefetch(reinterpret_cast<const char*>(wr[r] + j) + ahead, _MM_HINT_T0);
-      for (int k = 0; k < 32; k += 8) step(j + k, std::true_type{});
-    }
-    for (; j + 8 <= cols; j += 8) step(j, std::true_type{});
-    if (j < cols) step(j, static_cast<__mmask8>((1u << (cols - j)) - 1));
-    for (int t = 0; t < T; ++t)
-      for (int r = 0; r < rows_out; ++r) {
-        __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[r][t]), _mm256_extractf128_ps(acc[r][t], 1));
-        s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        s = _mm_add_ss(s, _mm_movehdup_ps(s));
-        y[static_cast<size_t>(t) * y_stride + static_cast<size_t>(r)] = _mm_cvtss_f32(s);
-      }
+struct FloatKernel {
+  using X = float;
+  template <int P, int T>
+  static void tile(const std::byte* panel, const PanelLayout& l, const X* x, float* y, size_t y_stride, const int* rows_out) {
+    float_tile<Widen, P, T>(panel, l.panel_bytes, l.cols, x, y, y_stride, rows_out);
   }
-};
-
-// ---- Q8_0 / Q4_0 -------------------------------------------------------------------------------
-
-// Prepared activations: per pair of blocks, 64 bytes x + 128 and 16 floats d_x (8 of each block's);
-// an odd last block is paired with a zero block (x + 128 = 128, d_x = 0).
-constexpr size_t kPairBytes = 64 + 16 * sizeof(float);
-
-size_t prepared_bytes(int cols) { return static_cast<size_t>((cols / kQuantBlock + 1) / 2) * kPairBytes; }
-
-void prepare(const float* x, int cols, std::byte* out) {
-  const int blocks = cols / kQuantBlock;
-  thread_local std::vector<BlockQ8_0> q;
-  q.resize(static_cast<size_t>(blocks));
-  quantize_row_q8_0({x, static_cast<size_t>(cols)}, q.data());
-  for (int b = 0; b < blocks; b += 2) {
-    std::byte* pair = out + static_cast<size_t>(b / 2) * kPairBytes;
-    const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q[static_cast<size_t>(b)].q));
-    const bool both = b + 1 < blocks;
-    const __m256i hi = both ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q[static_cast<size_t>(b) + 1].q))
-                            : _mm256_setzero_si256();
-    const __m512i xu = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1),
-                                        _mm512_set1_epi8(static_cast<char>(0x80)));
-    _mm512_storeu_si512(pair, xu);
-    const __m512 d = _mm512_insertf32x8(_mm512_set1_ps(_cvtsh_ss(q[static_cast<size_t>(b)].d)),
-                                        _mm256_set1_ps(both ? _cvtsh_ss(q[static_cast<size_t>(b) + 1].d) : 0.0f), 1);
-    _mm512_storeu_ps(reinterpret_cast<float*>(pair + 64), d);
-  }
-}
-
-// Two F16 block scales as [d0 x 8, d1 x 8]: one conversion and one permute.
-__m512 pair_scales(uint16_t d0, uint16_t d1) {
-  const __m128 both = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(d0 | (static_cast<uint32_t>(d1) << 16))));
-  return _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0), _mm512_castps128_ps512(both));
-}
-
-// Weight blocks b and b + 1 (or b alone) as 64 signed bytes and their scales, 8 lanes each.
-struct UnpackQ8_0 {
-  static constexpr size_t kBlockBytes = sizeof(BlockQ8_0);
-  template <bool kBoth>
-  static void load(const std::byte* row, int b, __m512i& q, __m512& d) {
-    const BlockQ8_0* blk = reinterpret_cast<const BlockQ8_0*>(row) + b;
-    const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[0].q));
-    __m256i hi = _mm256_setzero_si256();
-    uint16_t d1 = 0;
-    if constexpr (kBoth) {
-      hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[1].q));
-      d1 = blk[1].d;
-    }
-    q = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-    d = pair_scales(blk[0].d, d1);
-  }
-};
-
-struct UnpackQ4_0 {
-  static constexpr size_t kBlockBytes = sizeof(BlockQ4_0);
-  template <bool kBoth>
-  static void load(const std::byte* row, int b, __m512i& q, __m512& d) {
-    const BlockQ4_0* blk = reinterpret_cast<const BlockQ4_0*>(row) + b;
-    const __m128i p0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[0].q));
-    __m128i p1 = _mm_setzero_si128();
-    uint16_t d1 = 0;
-    if constexpr (kBoth) {
-      p1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[1].q));
-      d1 = blk[1].d;
-    }
-    const __m256i packed = _mm256_set_m128i(p1, p0);
-    const __m256i nibble = _mm256_set1_epi8(0x0F);
-    const __m256i lo = _mm256_and_si256(packed, nibble);                         // elements 0..15 of each block
-    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), nibble);  // elements 16..31
-    // [lo0 lo1 hi0 hi1] -> [lo0 hi0 lo1 hi1], then 0..15 -> -8..7.
-    const __m512i grouped = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-    q = _mm512_sub_epi8(_mm512_shuffle_i64x2(grouped, grouped, _MM_SHUFFLE(3, 1, 2, 0)), _mm512_set1_epi8(8));
-    d = pair_scales(blk[0].d, d1);
-  }
+  // Panels per tile for T tokens: enough independent accumulator chains (>= 8 FMA chains) to hide
+  // the FMA latency even for one decode token.
+  static int panels_for(int tokens) { return tokens >= 8 ? 1 : tokens >= 4 ? 2 : 4; }
 };
 
 template <class Unpack>
-struct QuantTile {
-  template <int T, bool kBoth>
-  static void pair(const std::byte* const* w, const std::byte* const* x, int b, __m512 (&acc)[kRows][T]) {
-    const size_t at = static_cast<size_t>(b / 2) * kPairBytes;
-    __m512i xu[T];
-    __m512 dx[T];
-    for (int t = 0; t < T; ++t) {
-      xu[t] = _mm512_loadu_si512(x[t] + at);
-      dx[t] = _mm512_loadu_ps(reinterpret_cast<const float*>(x[t] + at + 64));
-    }
-    const __m512i offset = _mm512_set1_epi8(static_cast<char>(0x80));
-    for (int r = 0; r < kRows; ++r) {
-      __m512i q;
-      __m512 dw;
-      Unpack::template load<kBoth>(w[r], b, q, dw);
-      const __m512i start = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), offset, q));
-      for (int t = 0; t < T; ++t) {
-        const __m512i sums = _mm512_dpbusd_epi32(start, xu[t], q);  // sum of x * w, exact
-        acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_mul_ps(dw, dx[t]), acc[r][t]);
-      }
-    }
+struct QuantKernel {
+  using X = QuantRecord;
+  template <int P, int T>
+  static void tile(const std::byte* panel, const PanelLayout& l, const X* x, float* y, size_t y_stride, const int* rows_out) {
+    quant_tile<Unpack, P, T>(panel, l, x, y, y_stride, rows_out);
   }
-
-  template <int T>
-  static void tile(const std::byte* const* w, const std::byte* const* x, int cols, float* y, size_t y_stride,
-                   int rows_out) {
-    const int blocks = cols / kQuantBlock;
-    __m512 acc[kRows][T];
-    for (int r = 0; r < kRows; ++r)
-      for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
-    int b = 0;
-    const ptrdiff_t ahead = next_tile_offset<kRows>(w);
-    for (; b + 2 <= blocks; b += 2) {
-      for (int r = 0; r < kRows; ++r)
-        _mm_prefetch(reinterpret_cast<const char*>(w[r]) + static_cast<size_t>(b) * Unpack::kBlockBytes + ahead,
-                     _MM_HINT_T0);
-      pair<T, true>(w, x, b, acc);
-    }
-    if (b < blocks) pair<T, false>(w, x, b, acc);
-    for (int t = 0; t < T; ++t)
-      for (int r = 0; r < rows_out; ++r) y[static_cast<size_t>(t) * y_stride + static_cast<size_t>(r)] = _mm512_reduce_add_ps(acc[r][t]);
-  }
+  // A few tokens on several panels: more independent chains and more streams in flight.
+  static int panels_for(int tokens) { return tokens >= 4 ? 1 : tokens >= 2 ? 2 : 4; }  // >= 4 chains
 };
 
-void multiply_rows(const WeightRows& w, int r0, int r1, const Activations& x, float* y, size_t y_stride) {
-  switch (w.type) {
-    case TensorType::kF16: multiply_rows_tiled<kFloatRows, kFloatTokens, FloatTile<WidenF16>>(w, r0, r1, x, y, y_stride); break;
-    case TensorType::kBF16: multiply_rows_tiled<kFloatRows, kFloatTokens, FloatTile<WidenBF16>>(w, r0, r1, x, y, y_stride); break;
-    case TensorType::kQ8_0: multiply_rows_tiled<kRows, kTokens, QuantTile<UnpackQ8_0>>(w, r0, r1, x, y, y_stride); break;
-    default: multiply_rows_tiled<kRows, kTokens, QuantTile<UnpackQ4_0>>(w, r0, r1, x, y, y_stride); break;
+// The tiles of one token group over panels [p0, p1).
+template <class Kernel>
+void group_over_panels(const WeightPanels& w, int p0, int p1, const Activations& acts, int t0, float* y,
+                       size_t y_stride, int max_panels) {
+  const PanelLayout& l = w.layout;
+  const int tokens = std::min(kMaxTokens, acts.num_tokens - t0);
+  const auto* x = reinterpret_cast<const typename Kernel::X*>(group_at(acts, l.type, l.cols, t0));
+  const int want = std::min(max_panels, Kernel::panels_for(tokens));
+  for (int p = p0; p < p1;) {
+    const int left = p1 - p;
+    const int panels = want >= 4 && left >= 4 ? 4 : want >= 2 && left >= 2 ? 2 : 1;
+    int rows_out[4];
+    for (int i = 0; i < panels; ++i) rows_out[i] = std::min(kPanelRows, l.rows - (p + i) * kPanelRows);
+    const std::byte* panel = w.base + static_cast<size_t>(p) * l.panel_bytes;
+    float* yp = y + static_cast<size_t>(t0) * y_stride + static_cast<size_t>(p) * kPanelRows;
+    if (panels == 4) Tiles<Kernel, 4, 3>::run(tokens, panel, l, x, yp, y_stride, rows_out);
+    else if (panels == 2) Tiles<Kernel, 2, 7>::run(tokens, panel, l, x, yp, y_stride, rows_out);
+    else Tiles<Kernel, 1, kMaxTokens>::run(tokens, panel, l, x, yp, y_stride, rows_out);
+    p += panels;
+  }
+}
+
+// Panels [p0, p1) for every token group. With several groups, panel by panel: every group passes
+// over a panel (up to 256 KiB) right after the first brought it in, while it is still in L2.
+template <class Kernel>
+void multiply_panels_with(const WeightPanels& w, int p0, int p1, const Activations& acts, float* y, size_t y_stride) {
+  const int n = acts.num_tokens;
+  if (n <= kMaxTokens) return group_over_panels<Kernel>(w, p0, p1, acts, 0, y, y_stride, 4);
+  for (int p = p0; p < p1; ++p)
+    for (int t0 = 0; t0 < n; t0 += kMaxTokens) group_over_panels<Kernel>(w, p, p + 1, acts, t0, y, y_stride, 1);
+}
+
+void multiply_panels(const WeightPanels& w, int p0, int p1, const Activations& x, float* y, size_t y_stride) {
+  switch (w.layout.type) {
+    case TensorType::kF16: multiply_panels_with<FloatKernel<WidenF16>>(w, p0, p1, x, y, y_stride); break;
+    case TensorType::kBF16: multiply_panels_with<FloatKernel<WidenBF16>>(w, p0, p1, x, y, y_stride); break;
+    case TensorType::kQ8_0: multiply_panels_with<QuantKernel<UnpackQ8_0>>(w, p0, p1, x, y, y_stride); break;
+    default: multiply_panels_with<QuantKernel<UnpackQ4_0>>(w, p0, p1, x, y, y_stride); break;
   }
 }
 
 }  // namespace
 
-const RowsKernel& avx512_rows_kernel() {
-  static const RowsKernel k{prepared_bytes, prepare, multiply_rows};
+const PanelsKernel& avx512_panels_kernel() {
+  static const PanelsKernel k{prepared_bytes, prepare, multiply_panels};
   return k;
 }
 

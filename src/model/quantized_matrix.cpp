@@ -1,6 +1,10 @@
 #include "pagedkv/model/quantized_matrix.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <memory>
 #include <vector>
 
 #include <fmt/format.h>
@@ -91,11 +95,10 @@ bool cpu_has_avx512_vnni() {
   return has;
 }
 
+bool runs_panels(KernelIsa requested) { return resolve_isa(requested) == KernelIsa::kAvx512 && cpu_has_avx512_vnni(); }
+
 const RowsKernel& rows_kernel_for(KernelIsa requested) {
-  const KernelIsa isa = resolve_isa(requested);
-  if (isa == KernelIsa::kAvx512 && cpu_has_avx512_vnni()) return avx512_rows_kernel();
-  if (has_avx2(isa)) return avx2_rows_kernel();
-  return scalar_rows_kernel();
+  return has_avx2(resolve_isa(requested)) ? avx2_rows_kernel() : scalar_rows_kernel();
 }
 
 }  // namespace
@@ -107,26 +110,63 @@ const RowsKernel& scalar_rows_kernel() {
 
 }  // namespace quant_detail
 
+// The repacked copy of the weights, on transparent huge pages where it is large enough (fewer TLB
+// misses on a stream of gigabytes, as the KV arena asks for).
+struct QuantizedMatrix::Panels {
+  quant_detail::PanelLayout layout;
+  std::unique_ptr<std::byte, decltype(&std::free)> data{nullptr, &std::free};
+};
+
 QuantizedMatrix::QuantizedMatrix(const WeightTensor& w) : w_(w) {
   if (w.type != TensorType::kF16 && w.type != TensorType::kBF16 && w.type != TensorType::kQ8_0 &&
       w.type != TensorType::kQ4_0)
     throw UsageError(fmt::format("QuantizedMatrix: {} weights are not supported", tensor_type_name(w.type)));
   if (w.rows <= 0 || w.cols <= 0 || w.rows > INT32_MAX || w.cols > INT32_MAX || w.data == nullptr)
     throw UsageError(fmt::format("QuantizedMatrix: bad shape {} x {}", w.rows, w.cols));
+  if (!quant_detail::runs_panels(KernelIsa::kAuto)) return;
+  // The AVX-512 build reads a row-interleaved copy, made once here (see quantized_panels.h).
+  auto panels = std::make_shared<Panels>();
+  panels->layout = quant_detail::panel_layout(w.type, rows(), cols());
+  const quant_detail::PanelLayout& l = panels->layout;
+  // Large copies start on a huge-page boundary; the size is not rounded up (a partial last huge
+  // page stays on small pages), so a model's hundred-odd matrices waste no huge pages.
+  constexpr size_t kHugePage = size_t{2} << 20;
+  const size_t bytes = static_cast<size_t>(l.panels) * l.panel_bytes;
+  void* data = nullptr;
+  if (posix_memalign(&data, bytes >= kHugePage ? kHugePage : 64, bytes) != 0)
+    throw Error(fmt::format("QuantizedMatrix: cannot allocate {} bytes for the repacked weights", bytes));
+  panels->data.reset(static_cast<std::byte*>(data));
+  if (bytes >= kHugePage) (void)madvise(data, bytes, MADV_HUGEPAGE);
+  constexpr int kPanelsPerTask = 8;
+  const int tasks = (l.panels + kPanelsPerTask - 1) / kPanelsPerTask;
+#pragma omp parallel for schedule(static) if (tasks > 1 && bytes >= (size_t{1} << 20)) num_threads(kernel_threads())
+  for (int i = 0; i < tasks; ++i)
+    quant_detail::repack_panels(w, l, i * kPanelsPerTask, std::min(l.panels, (i + 1) * kPanelsPerTask), panels->data.get());
+  panels_ = std::move(panels);
 }
 
 void QuantizedMatrix::multiply(const float* x, size_t x_stride, int num_tokens, float* y, size_t y_stride,
                                KernelIsa isa) const {
   if (num_tokens <= 0) return;
+  const bool panels = quant_detail::runs_panels(isa);
+  if (panels && !panels_)  // cannot happen: kAuto resolves to AVX-512 whenever AVX-512 may be asked for
+    throw UsageError("QuantizedMatrix: the AVX-512 build needs the repacked weights, made only where it is the default");
   const quant_detail::RowsKernel& k = quant_detail::rows_kernel_for(isa);
+  // Only touched after the run-time check: its translation unit is compiled for AVX-512.
+  const quant_detail::PanelsKernel* pk = panels ? &quant_detail::avx512_panels_kernel() : nullptr;
   const int rows = this->rows(), cols = this->cols();
   const quant_detail::WeightRows w{w_.type, static_cast<const std::byte*>(w_.data), tensor_row_bytes(w_.type, cols),
                                    cols};
   quant_detail::Activations acts{reinterpret_cast<const std::byte*>(x), x_stride * sizeof(float), num_tokens};
 
-  // Quantized weights multiply Q8_0 activations: quantize every token row once.
+  // Quantized weights multiply Q8_0 activations: quantize every token row once. The AVX-512
+  // build reorders f32 activations too.
   thread_local std::vector<std::byte> prepared;
-  if (w_.type == TensorType::kQ8_0 || w_.type == TensorType::kQ4_0) {
+  if (panels) {
+    prepared.resize(pk->prepared_bytes(w_.type, cols, num_tokens));
+    pk->prepare(w_.type, x, x_stride, num_tokens, cols, prepared.data());
+    acts = {prepared.data(), 0, num_tokens};
+  } else if (w_.type == TensorType::kQ8_0 || w_.type == TensorType::kQ4_0) {
     const size_t per_token = k.prepared_bytes(cols);
     prepared.resize(per_token * static_cast<size_t>(num_tokens));
     for (int t = 0; t < num_tokens; ++t)
@@ -137,15 +177,23 @@ void QuantizedMatrix::multiply(const float* x, size_t x_stride, int num_tokens, 
   // Groups of rows, each read once from memory for the whole batch. A single decode token is
   // bound by memory bandwidth, which one core does not saturate: a matrix of a megabyte or more
   // is split over the threads even when its multiply-adds alone would not pay for waking them.
-  constexpr int kRowGroup = 16;
+  // The AVX-512 build's groups are 4 panels of 16 rows (its tiles for few tokens span 4 panels).
+  const int row_group = panels ? 4 * quant_detail::kPanelRows : 16;
   constexpr double kMinParallelWeightBytes = 1024.0 * 1024;
-  const int groups = (rows + kRowGroup - 1) / kRowGroup;
+  const int groups = (rows + row_group - 1) / row_group;
   const double macs = static_cast<double>(num_tokens) * rows * cols;
   const bool parallel =
       groups > 1 && (macs >= kMinParallelMultiplyAdds || static_cast<double>(bytes()) >= kMinParallelWeightBytes);
+  if (panels) {
+    const quant_detail::WeightPanels wp{panels_->layout, panels_->data.get()};
+    const int total = panels_->layout.panels;
+#pragma omp parallel for schedule(static) if (parallel) num_threads(kernel_threads())
+    for (int g = 0; g < groups; ++g) pk->multiply_panels(wp, g * 4, std::min(total, (g + 1) * 4), acts, y, y_stride);
+    return;
+  }
 #pragma omp parallel for schedule(static) if (parallel) num_threads(kernel_threads())
   for (int g = 0; g < groups; ++g)
-    k.multiply_rows(w, g * kRowGroup, std::min(rows, (g + 1) * kRowGroup), acts, y, y_stride);
+    k.multiply_rows(w, g * row_group, std::min(rows, (g + 1) * row_group), acts, y, y_stride);
 }
 
 }  // namespace pagedkv

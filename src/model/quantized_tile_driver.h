@@ -1,6 +1,6 @@
-// The register-blocked loop shared by the AVX2 and AVX-512 builds of QuantizedMatrix
-// (quantized_kernels_*.cpp), private to them; everything has internal linkage so the two ISA
-// builds never merge at link time.
+// The register-blocked loop of the AVX2 build of QuantizedMatrix (quantized_kernels_avx2.cpp),
+// which reads the file's rows in place (the AVX-512 build reads repacked panels instead); everything
+// has internal linkage, so it never merges with code built for another ISA at link time.
 //
 // A tile is kRows weight rows x up to kTokens tokens: every weight vector loaded (and widened or
 // unpacked) once serves kTokens tokens, and every activation vector kRows rows. Rows of a tile
@@ -20,8 +20,8 @@ namespace {
 // Every tile prefetches the weights of the tile below it (the next kRows rows, same columns)
 // while it works: the hardware prefetcher alone, following kRows short rows at once, left one
 // token's Q8_0 rows at 19 GB/s and F16 rows at 22-27 GB/s of one core's 40 (a streaming read);
-// with this, 24 and 33 GB/s (AVX-512 build, a 65536 x 2048 matrix on huge pages, one thread, CPU
-// time).
+// with this, 24 and 33 GB/s (the former AVX-512 build on rows, a 65536 x 2048 matrix on huge
+// pages, one thread, CPU time).
 // The last tile of a matrix prefetches past its end: harmless, prefetches never fault.
 template <int kTileRows>
 ptrdiff_t next_tile_offset(const std::byte* const* w) {

@@ -92,9 +92,10 @@ INSTANTIATE_TEST_SUITE_P(Types, QuantizedMatrixTest,
                          });
 
 // The register-blocked SIMD builds against the scalar twin: every type, row counts that leave
-// partial row tiles and groups, column counts with an odd number of Q8_0 blocks (one unpaired
-// block in the AVX-512 build) or a partial SIMD step (F16/BF16), 1..40 tokens (every token-tile
-// remainder), strided x and y. The bound is float rounding of differently ordered sums.
+// partial row tiles, panels of 16 (the AVX-512 build's repacked rows, padded) and row groups,
+// column counts with an odd number of Q8_0 blocks or a partial AVX2 step (F16/BF16), 1..40 tokens
+// (every token-tile remainder, and the AVX-512 build's 4-, 2- and 1-panel tiles), strided x and y.
+// The bound is float rounding of differently ordered (or fused) sums.
 TEST(QuantizedMatrix, BatchedSimdBuildsMatchTheScalarTwin) {
   std::vector<KernelIsa> isas;
   if (has_avx2(best_available_isa())) isas.push_back(KernelIsa::kAvx2);
@@ -105,8 +106,9 @@ TEST(QuantizedMatrix, BatchedSimdBuildsMatchTheScalarTwin) {
   };
   for (TensorType type : {TensorType::kF16, TensorType::kBF16, TensorType::kQ8_0, TensorType::kQ4_0}) {
     const bool quantized = type == TensorType::kQ8_0 || type == TensorType::kQ4_0;
-    const std::vector<Shape> shapes = quantized ? std::vector<Shape>{{1, 32}, {7, 96}, {21, 256}}
-                                                : std::vector<Shape>{{1, 17}, {7, 40}, {21, 256}};
+    // 67 rows: four full panels of 16 (one AVX-512 row group) and a partial fifth.
+    const std::vector<Shape> shapes = quantized ? std::vector<Shape>{{1, 32}, {7, 96}, {21, 256}, {67, 64}}
+                                                : std::vector<Shape>{{1, 17}, {7, 40}, {21, 256}, {67, 33}};
     for (const Shape& shape : shapes) {
       const Weights w = make_weights(type, shape.rows, shape.cols, static_cast<uint32_t>(shape.rows * 31 + shape.cols));
       const QuantizedMatrix m(w.view());

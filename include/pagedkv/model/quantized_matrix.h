@@ -1,6 +1,7 @@
 // Batched y = x · Wᵀ for a weight matrix kept in its stored 16-bit or quantized type (F16, BF16,
-// Q8_0, Q4_0), read in place from the model file: a model's weights stay as small in memory as on
-// disk, and a decode step reads each weight byte once.
+// Q8_0, Q4_0), read in place from the model file or (AVX-512 build) from a copy of the same size
+// repacked at load time: a model's weights stay as small in memory as on disk, and a decode step
+// reads each weight byte once.
 //
 // Numerics follow llama.cpp's CPU kernels, so that a GGUF model gives llama.cpp's logits:
 //   - F16 / BF16 weights: each weight is widened to f32 exactly and multiplied by the f32
@@ -11,21 +12,26 @@
 //     (sum of int8 products, exact) * d_w * d_x. Doing it the same way is what makes our greedy
 //     tokens follow llama.cpp's on quantized files; keeping f32 activations moves logits by 0.1-0.7
 //     on the reference models (their README, "same weights, F32 activations").
-// Within a row the block (or element) contributions are summed in float, in an order that depends
-// on the ISA: the scalar, AVX2 and AVX-512 builds agree to float rounding, not bit for bit.
+// The scalar twin and the AVX-512 build sum a row's block (or element) contributions in block
+// (column) order, the AVX-512 build with fused multiply-adds; the AVX2 build adds 8-lane partial
+// sums, as llama.cpp does. They agree to float rounding, not bit for bit.
 //
 // Builds (src/model/quantized_kernels*.{h,cpp}), chosen at run time: a scalar twin (one dot
-// product per row and token, the reference the others are tested against); AVX2+FMA+F16C (tiles
-// of 4 rows x 2 tokens); AVX-512 with VNNI (tiles of 4 rows x 4 tokens, two Q8_0 blocks per
-// register multiplied by vpdpbusd; a CPU with AVX-512 but no VNNI runs the AVX2 build). A tile
-// loads each weight vector once for all its tokens, so a batch of decode tokens costs little more
-// weight traffic than one token.
+// product per row and token, the reference the others are tested against); AVX2+FMA+F16C (the
+// file's rows in place, tiles of 4 rows x 2 tokens); AVX-512 with VNNI (a CPU with AVX-512 but no
+// VNNI runs the AVX2 build), which reads a copy of the weights repacked by the constructor into
+// panels of 16 interleaved rows (src/model/quantized_panels.h): one FMA or vpdpbusd with a
+// broadcast activation serves 16 rows, in tiles of 16 rows x up to 16 tokens. A tile loads each
+// weight vector once for all its tokens, so a batch of decode tokens costs little more weight
+// traffic than one token.
 //
-// Work is split over OpenMP threads by groups of 16 rows once the product is large enough, or
-// the matrix large enough that one core would not saturate the memory bandwidth.
+// Work is split over OpenMP threads by groups of rows (16, or 64 for the AVX-512 build) once the
+// product is large enough, or the matrix large enough that one core would not saturate the
+// memory bandwidth.
 #pragma once
 
 #include <cstddef>
+#include <memory>
 
 #include "pagedkv/model/transformer_weights.h"
 #include "pagedkv/storage/cpu_isa.h"
@@ -36,7 +42,8 @@ class QuantizedMatrix {
  public:
   QuantizedMatrix() = default;
   // A view of `w` (which must outlive this object); throws UsageError unless its type is F16,
-  // BF16, Q8_0 or Q4_0.
+  // BF16, Q8_0 or Q4_0. Where the AVX-512 build is the default (kAuto), also the repacked copy
+  // it reads (as many bytes as `w`, up to padding), shared by copies of this object.
   explicit QuantizedMatrix(const WeightTensor& w);
 
   int rows() const { return static_cast<int>(w_.rows); }
@@ -50,7 +57,9 @@ class QuantizedMatrix {
                 KernelIsa isa = KernelIsa::kAuto) const;
 
  private:
+  struct Panels;
   WeightTensor w_;
+  std::shared_ptr<const Panels> panels_;  // the AVX-512 build's repacked copy, or null; shared by copies
 };
 
 }  // namespace pagedkv
