@@ -38,30 +38,25 @@ __attribute__((noinline)) void qk_block_int8(const int16_t* q, size_t qstride, s
   IVec acc[kAcc];
 #pragma GCC unroll 16
   for (int i = 0; i < kAcc; ++i) acc[i] = Isa::izero();
+  // One chunk of dimensions [d, d + kPairDims): the keys' codes widened by `load_k`.
+  const auto chunk = [&](size_t d, auto load_k) __attribute__((always_inline)) {
+    IVec k[NT];
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) k[t] = load_k(keys[t] + d);
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) {
+      const IVec qr = Isa::load_q16(q + static_cast<size_t>(r) * qstride + d);
+#pragma GCC unroll 8
+      for (int t = 0; t < NT; ++t) acc[r * NT + t] = Isa::dpwssd(acc[r * NT + t], qr, k[t]);
+    }
+  };
   size_t d = 0;
   for (; d + Isa::kPairDims <= dim; d += Isa::kPairDims) {
-    IVec k[NT];
-#pragma GCC unroll 8
-    for (int t = 0; t < NT; ++t) k[t] = Isa::load_k16(keys[t] + d);
-#pragma GCC unroll 4
-    for (int r = 0; r < NR; ++r) {
-      const IVec qr = Isa::load_q16(q + static_cast<size_t>(r) * qstride + d);
-#pragma GCC unroll 8
-      for (int t = 0; t < NT; ++t) acc[r * NT + t] = Isa::dpwssd(acc[r * NT + t], qr, k[t]);
-    }
+    chunk(d, [](const int8_t* k) __attribute__((always_inline)) { return Isa::load_k16(k); });
     if constexpr (Isa::kPrefetchInLoops) pf.step();
   }
-  if (d < dim) {  // half a chunk; the query row's padding is zero
-    IVec k[NT];
-#pragma GCC unroll 8
-    for (int t = 0; t < NT; ++t) k[t] = Isa::load_k16_half(keys[t] + d);
-#pragma GCC unroll 4
-    for (int r = 0; r < NR; ++r) {
-      const IVec qr = Isa::load_q16(q + static_cast<size_t>(r) * qstride + d);
-#pragma GCC unroll 8
-      for (int t = 0; t < NT; ++t) acc[r * NT + t] = Isa::dpwssd(acc[r * NT + t], qr, k[t]);
-    }
-  }
+  if (d < dim)  // half a chunk; the query row's padding is zero
+    chunk(d, [](const int8_t* k) __attribute__((always_inline)) { return Isa::load_k16_half(k); });
   if constexpr (!Isa::kPrefetchInLoops) pf.step();
   if constexpr (Isa::kHasReduce16 && NR == 4 && NT == 4) {
     Isa::reduce16(acc, s, kTileTokens);

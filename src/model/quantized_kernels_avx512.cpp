@@ -50,6 +50,18 @@ constexpr size_t kPrefetchAhead = P == 1 ? 6144 : 2048;
 
 __mmask16 rows_mask(int rows_out) { return static_cast<__mmask16>((1u << rows_out) - 1); }
 
+// A tile's results: output (token t, row 16 p + i) is lane i of acc[p][t], for the panel's rows
+// that exist (rows_out[p] of them).
+template <int P, int T>
+void store_tile(const __m512 (&acc)[P][T], float* y, size_t y_stride, const int* rows_out) {
+#pragma GCC unroll 16
+  for (int p = 0; p < P; ++p)
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t)
+      _mm512_mask_storeu_ps(y + static_cast<size_t>(t) * y_stride + static_cast<size_t>(p) * kPanelRows,
+                            rows_mask(rows_out[p]), acc[p][t]);
+}
+
 // ---- prepared activations ------------------------------------------------------------------------
 // The batch in groups of up to 16 tokens; within a group, the values every step of a tile needs
 // lie side by side, so that a tile reads all its tokens through one pointer.
@@ -162,12 +174,7 @@ void float_tile(const std::byte* panel, size_t panel_bytes, int cols, const floa
       for (int p = 0; p < P; ++p) acc[p][t] = _mm512_fmadd_ps(w[p], xv, acc[p][t]);
     }
   }
-#pragma GCC unroll 16
-  for (int p = 0; p < P; ++p)
-#pragma GCC unroll 16
-    for (int t = 0; t < T; ++t)
-      _mm512_mask_storeu_ps(y + static_cast<size_t>(t) * y_stride + static_cast<size_t>(p) * kPanelRows,
-                            rows_mask(rows_out[p]), acc[p][t]);
+  store_tile<P, T>(acc, y, y_stride, rows_out);
 }
 
 // ---- Q8_0 / Q4_0 -------------------------------------------------------------------------------
@@ -243,12 +250,7 @@ void quant_tile(const std::byte* panel, const PanelLayout& l, const QuantRecord*
       }
     }
   }
-#pragma GCC unroll 16
-  for (int p = 0; p < P; ++p)
-#pragma GCC unroll 16
-    for (int t = 0; t < T; ++t)
-      _mm512_mask_storeu_ps(y + static_cast<size_t>(t) * y_stride + static_cast<size_t>(p) * kPanelRows,
-                            rows_mask(rows_out[p]), acc[p][t]);
+  store_tile<P, T>(acc, y, y_stride, rows_out);
 }
 
 // ---- the driver ----------------------------------------------------------------------------------
