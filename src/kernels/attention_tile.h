@@ -29,6 +29,7 @@
 #include <cstdint>
 
 #include "pagedkv/storage/kv_arena.h"
+#include "pagedkv/storage/kv_quantize.h"
 
 namespace pagedkv::attention_detail {
 
@@ -44,10 +45,6 @@ constexpr size_t kQueryCodeAlign = 32;
 constexpr size_t padded_query_dim(size_t dim) {
   return (dim + kQueryCodeAlign - 1) / kQueryCodeAlign * kQueryCodeAlign;
 }
-// Rounds to the nearest integer, ties to even (cvtps2dq's rounding), for |x| <= 2^22: adding and
-// subtracting 1.5 * 2^23 leaves the rounded value in f32. Used by the baseline-x86 code (driver,
-// scalar twin), where std::nearbyint is a libm call per element.
-inline float round_to_even(float x) { return (x + 12582912.0f) - 12582912.0f; }
 
 // The largest query code for a head dimension: |sum code_q * code_k| <= dim * max * 128 must fit
 // in int32 (32767 up to head_dim 512; wider heads get a coarser query).

@@ -26,6 +26,7 @@
 #include "pagedkv/core/error.h"
 #include "pagedkv/kernels/thread_pool.h"
 #include "pagedkv/storage/key_rotation.h"
+#include "pagedkv/storage/kv_quantize.h"
 
 namespace pagedkv {
 namespace {
@@ -134,20 +135,15 @@ struct TaskScratch {
 float quantize_query_row(const float* q, size_t dim, int16_t* codes) {
   const size_t padded = attention_detail::padded_query_dim(dim);
   const auto code_max = static_cast<float>(attention_detail::query_code_max(dim));
-  float amax = 0, poison = 0;  // poison: 0, or NaN if q holds a NaN or an infinity (x * 0)
-  for (size_t d = 0; d < dim; ++d) {
-    const float a = std::fabs(q[d]);
-    amax = a > amax ? a : amax;
-    poison += q[d] * 0.0f;
-  }
+  const float amax = row_amax(q, dim);
   std::fill(codes + dim, codes + padded, int16_t{0});
-  if (poison != 0.0f || amax == 0) {
+  if (!(amax > 0)) {  // zero row (scale 0), or NaN / infinity (scale NaN)
     std::fill(codes, codes + dim, int16_t{0});
-    return poison != 0.0f ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
+    return amax;
   }
   const float inv = code_max / amax;
   for (size_t d = 0; d < dim; ++d)
-    codes[d] = static_cast<int16_t>(std::clamp(attention_detail::round_to_even(q[d] * inv), -code_max, code_max));
+    codes[d] = static_cast<int16_t>(std::clamp(round_to_even(q[d] * inv), -code_max, code_max));
   return amax / code_max;
 }
 

@@ -11,11 +11,10 @@
 #include "pagedkv/storage/fp8_e4m3.h"
 
 namespace pagedkv {
-namespace {
 
-// max |x|, or NaN when the row holds a NaN or an infinity. Four lanes of SSE2 (baseline x86-64)
-// and a poison sum (x * 0 is 0 for a finite x, NaN otherwise): one running maximum with an
-// isfinite test per element was a serial chain, 3/4 of write_kv's int8 time.
+// Four lanes of SSE2 (baseline x86-64) and a poison sum (x * 0 is 0 for a finite x, NaN
+// otherwise): one running maximum with an isfinite test per element was a serial chain, 3/4 of
+// write_kv's int8 time.
 float row_amax(const float* x, size_t n) {
   const __m128 abs_mask = _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff));
   __m128 lane_max = _mm_setzero_ps(), lane_poison = _mm_setzero_ps();
@@ -40,14 +39,6 @@ float row_amax(const float* x, size_t n) {
   }
   return poison == 0.0f ? amax : std::numeric_limits<float>::quiet_NaN();
 }
-
-// Rounds to the nearest integer, ties to even, for |x| <= 2^22: adding and subtracting 1.5 * 2^23
-// leaves the rounded value in f32 (the default rounding mode), the same as std::nearbyint, which
-// on baseline x86-64 is a libm call per element (4 us of the 4.2 us that write_kv took per token
-// of 8 x 128 int8 elements, K and V).
-float round_to_even(float x) { return (x + 12582912.0f) - 12582912.0f; }
-
-}  // namespace
 
 float quantize_row(DType dtype, const float* x, size_t n, void* codes) {
   if (!dtype_has_row_scale(dtype))
