@@ -90,11 +90,6 @@ void scalar_multiply_rows(const WeightRows& w, int r0, int r1, const Activations
 
 // The AVX-512 build multiplies Q8_0 blocks with VNNI's vpdpbusd; CPUs with AVX-512 but no VNNI
 // (Skylake-X) run the AVX2 build instead.
-bool cpu_has_avx512_vnni() {
-  static const bool has = __builtin_cpu_supports("avx512vnni");
-  return has;
-}
-
 bool runs_panels(KernelIsa requested) { return resolve_isa(requested) == KernelIsa::kAvx512 && cpu_has_avx512_vnni(); }
 
 const RowsKernel& rows_kernel_for(KernelIsa requested) {

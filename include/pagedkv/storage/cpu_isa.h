@@ -27,6 +27,9 @@ constexpr bool has_avx2(KernelIsa resolved) { return resolved == KernelIsa::kAvx
 // when PAGEDKV_VNNI=0, which lets the fallbacks be compared on a CPU that has VNNI.
 bool has_avx512_vnni();
 bool has_avx_vnni();
+// What the CPU (and OS) offers, whatever PAGEDKV_VNNI says: for a build that has no same-result
+// fallback to compare against (QuantizedMatrix's AVX-512 build needs VNNI, else AVX2 runs).
+bool cpu_has_avx512_vnni();
 
 const char* isa_name(KernelIsa isa);
 
