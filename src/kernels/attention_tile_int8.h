@@ -112,7 +112,6 @@ void softmax_weights_rows(const float* s, const int* lo, const int* hi, float so
   constexpr int C = kTileTokens / 8;
   __m256 x[NR][C];
   float new_max[NR];
-  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
 #pragma GCC unroll 4
   for (int r = 0; r < NR; ++r) {
     const __m256 qs = _mm256_set1_ps(query_scale[r]);
@@ -124,12 +123,7 @@ void softmax_weights_rows(const float* s, const int* lo, const int* hi, float so
       __m256 v = _mm256_mul_ps(_mm256_loadu_ps(s + r * kTileTokens + 8 * c),
                                _mm256_mul_ps(qs, _mm256_load_ps(key_scale + 8 * c)));
       if (softcap > 0) v = softcap256(v, softcap);
-      if (masked) {
-        const __m256i index = _mm256_add_epi32(lane, _mm256_set1_epi32(8 * c));
-        const __m256i outside = _mm256_or_si256(_mm256_cmpgt_epi32(lo_v, index),
-                                                _mm256_cmpgt_epi32(_mm256_add_epi32(index, _mm256_set1_epi32(1)), hi_v));
-        v = _mm256_blendv_ps(v, _mm256_set1_ps(kNegInf), _mm256_castsi256_ps(outside));
-      }
+      if (masked) v = mask_outside(v, c, lo_v, hi_v);
       x[r][c] = v;
       tile_max = _mm256_max_ps(tile_max, v);
     }

@@ -69,6 +69,24 @@ float load_row(const KVLayerView& kv, const std::byte* slot, size_t h, float* ou
   }
 }
 
+// The online-softmax step of one row over a tile, after its scores s[lo, hi) (largest: tile_max):
+// turns them into exp(s - new max) in place, rescales the accumulator to the new max and updates
+// the row's max and sum. Shared by the float and the int8 tiles.
+void online_softmax_step(float* s, int lo, int hi, float tile_max, float& row_max, float& row_sum, float* acc,
+                         size_t dim) {
+  const float new_max = std::max(row_max, tile_max);
+  const float correction = std::exp(row_max - new_max);  // exp(-inf) = 0 on the first tile
+  float tile_sum = 0;
+  for (int j = lo; j < hi; ++j) {
+    s[j] = std::exp(s[j] - new_max);
+    tile_sum += s[j];
+  }
+  if (correction != 1.0f)
+    for (size_t d = 0; d < dim; ++d) acc[d] *= correction;
+  row_max = new_max;
+  row_sum = row_sum * correction + tile_sum;
+}
+
 // One tile of one KV head: updates that head's running max, sum and accumulator.
 // key_scale[j] and value_scale[j] multiply token j's key and value rows.
 void attend_tile_head(const RowGroupTask& task, int tile, int n, const float* key_tile, const float* value_tile,
@@ -90,24 +108,13 @@ void attend_tile_head(const RowGroupTask& task, int tile, int n, const float* ke
       s[j] = x;
       tile_max = std::max(tile_max, x);
     }
-    const float old_max = row_max[r];
-    const float new_max = std::max(old_max, tile_max);
-    const float correction = std::exp(old_max - new_max);  // exp(-inf) = 0 on the first tile
-    float tile_sum = 0;
-    for (int j = lo; j < hi; ++j) {
-      s[j] = std::exp(s[j] - new_max);
-      tile_sum += s[j];
-    }
     float* acc = acc_out + static_cast<size_t>(r) * udim;
-    if (correction != 1.0f)
-      for (int d = 0; d < dim; ++d) acc[d] *= correction;
+    online_softmax_step(s, lo, hi, tile_max, row_max[r], row_sum[r], acc, udim);
     for (int j = lo; j < hi; ++j) {
       const float p = s[j] * value_scale[j];
       const float* v = value_tile + static_cast<size_t>(j) * udim;
       for (int d = 0; d < dim; ++d) acc[d] += p * v[d];
     }
-    row_max[r] = new_max;
-    row_sum[r] = row_sum[r] * correction + tile_sum;
   }
 }
 
@@ -144,19 +151,9 @@ void attend_tile_head_int8(const RowGroupTask& task, int h, int tile, int n, con
       s[j] = x;
       tile_max = std::max(tile_max, x);
     }
-    const float new_max = std::max(row_max, tile_max);
-    const float correction = std::exp(row_max - new_max);
-    float tile_sum = 0;
+    online_softmax_step(s, lo, hi, tile_max, row_max, row_sum, acc, dim);
     float w[kTileTokens] = {};
-    for (int j = lo; j < hi; ++j) {
-      const float p = std::exp(s[j] - new_max);
-      tile_sum += p;
-      w[j] = p * value_scale[j];
-    }
-    if (correction != 1.0f)
-      for (size_t d = 0; d < dim; ++d) acc[d] *= correction;
-    row_max = new_max;
-    row_sum = row_sum * correction + tile_sum;
+    for (int j = lo; j < hi; ++j) w[j] = s[j] * value_scale[j];
     // The weights' int16 codes, as softmax_weights_rows (attention_tile_int8.h) makes them.
     float w_max = 0, w_sum = 0;
     for (float x : w) {

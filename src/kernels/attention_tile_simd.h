@@ -157,6 +157,15 @@ inline __m256 softcap256(__m256 x, float cap) {
   return _mm256_mul_ps(_mm256_or_ps(t, _mm256_and_ps(y, sign_mask)), _mm256_set1_ps(cap));
 }
 
+// Score chunk c of a tile (tokens 8c .. 8c + 7) with the lanes outside [lo, hi) set to -inf
+// (lo_v, hi_v: lo and hi broadcast).
+inline __m256 mask_outside(__m256 x, int c, __m256i lo_v, __m256i hi_v) {
+  const __m256i index = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(8 * c));
+  const __m256i outside = _mm256_or_si256(_mm256_cmpgt_epi32(lo_v, index),
+                                          _mm256_cmpgt_epi32(_mm256_add_epi32(index, _mm256_set1_epi32(1)), hi_v));
+  return _mm256_blendv_ps(x, _mm256_set1_ps(kNegInf), _mm256_castsi256_ps(outside));
+}
+
 // Prefetches the next tile into L2 while the current one is computed, a few lines per call of
 // step(), spread over the tile's compute: a burst of hundreds of prefetches would queue behind
 // the core's few line-fill buffers and stall the arithmetic (measured: f16 decode from DRAM went
@@ -365,7 +374,6 @@ inline void softmax_row(float* s, int lo, int hi, float softcap, float& row_max,
                         size_t dim) {
   static_assert(kTileTokens % 8 == 0);
   __m256 v[kTileTokens / 8];
-  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   const __m256i lo_v = _mm256_set1_epi32(lo), hi_v = _mm256_set1_epi32(hi);
   const bool masked = lo > 0 || hi < kTileTokens;
   __m256 tile_max = _mm256_set1_ps(kNegInf);
@@ -373,12 +381,7 @@ inline void softmax_row(float* s, int lo, int hi, float softcap, float& row_max,
   for (int c = 0; c < kTileTokens / 8; ++c) {
     __m256 x = _mm256_loadu_ps(s + 8 * c);
     if (softcap > 0) x = softcap256(x, softcap);
-    if (masked) {
-      const __m256i index = _mm256_add_epi32(lane, _mm256_set1_epi32(8 * c));
-      const __m256i outside = _mm256_or_si256(_mm256_cmpgt_epi32(lo_v, index),
-                                              _mm256_cmpgt_epi32(_mm256_add_epi32(index, _mm256_set1_epi32(1)), hi_v));
-      x = _mm256_blendv_ps(x, _mm256_set1_ps(kNegInf), _mm256_castsi256_ps(outside));
-    }
+    if (masked) x = mask_outside(x, c, lo_v, hi_v);
     v[c] = x;
     tile_max = _mm256_max_ps(tile_max, x);
   }
