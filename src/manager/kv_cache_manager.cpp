@@ -98,6 +98,8 @@ KVCacheManager::KVCacheManager(KVCacheManagerConfig config)
   no_new_blocks_->blocks = no_block_views_;
   all_full_attention_ = std::all_of(config_.cache.groups.begin(), config_.cache.groups.end(),
                                     [](const KVCacheGroupSpec& g) { return g.spec.kind == AttentionKind::kFull; });
+  hash_per_block_ = std::all_of(config_.cache.groups.begin(), config_.cache.groups.end(),
+                                [this](const KVCacheGroupSpec& g) { return g.spec.block_size == block_size_; });
   const int usable_tokens = (config_.cache.num_blocks - 1) * block_size_;
   max_model_len_ = config_.max_model_len > 0 ? config_.max_model_len : usable_tokens;
   if (config_.max_model_len < 0)
@@ -461,6 +463,10 @@ inline bool KVCacheManager::is_steady_state(const Request& request, const Reques
   if (!all_full_attention_ || state.may_share_writable) return false;
   if (num_tokens_need_slot > state.steady_slot_limit) return false;  // needs a block
   if (!pool_.caching_enabled() || delay_cache_blocks) return true;
+  // Caches no block. With one hash per block it hashes none either: its cached blocks are hashed,
+  // so the request's hashes go past the cache limit. (Answered without reading the hashes, which
+  // lie beyond the request's first cache line.)
+  if (hash_per_block_ && num_tokens_to_cache < state.steady_cache_limit) return true;
   // Would hash: num_tokens_to_cache / block_size_ > hashes, without the division.
   if (num_tokens_to_cache >= (static_cast<int>(request.block_hashes.size()) + 1) * block_size_) return false;
   return request.skip_prefix_cache || num_tokens_to_cache < state.steady_cache_limit;  // else would cache one

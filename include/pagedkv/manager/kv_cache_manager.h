@@ -313,6 +313,7 @@ class KVCacheManager {
   std::array<std::span<const BlockId>, kMaxKVCacheGroups> new_block_views_{};
   const std::array<std::span<const BlockId>, kMaxKVCacheGroups> no_block_views_{};
   bool all_full_attention_ = false;  // every group is full attention (the fast path's domain)
+  bool hash_per_block_ = false;      // every group's block is one hash block (hash_ratio 1)
 };
 
 }  // namespace pagedkv
