@@ -37,28 +37,8 @@ BlockPool::BlockPool(BlockPoolOptions options)
   events_.reserve(1024);
 }
 
-bool BlockPool::allocate(int n, std::vector<BlockId>& out) {
-  if (n < 0) throw UsageError(fmt::format("cannot allocate a negative number of blocks ({})", n));
-  if (n > num_free_blocks()) return false;
-  for (int i = 0; i < n; ++i) {
-    KVCacheBlock& b = pop_free();
-    if (!policy_ && i + 1 < n) {
-      // The free queue is a linked list: load the next block and the map slot of its hash while
-      // this one is evicted, instead of one cache miss after another.
-      const KVCacheBlock& next = blocks_[static_cast<size_t>(free_queue_.front())];
-      if (next.next_free != kNoLink) __builtin_prefetch(&blocks_[static_cast<size_t>(next.next_free)]);
-      if (next.has_hash) cache_map_.prefetch(map_key(next.hash, next.group));
-    }
-    if (b.has_hash) {
-      if (b.window_checkpoint) ++stats_.window_checkpoints_evicted;
-      if (uncache(b, RemovalReason::kEvicted)) ++stats_.evicted_entries;
-      ++stats_.evictions;
-    }
-    b.ref_cnt = 1;
-    out.push_back(b.id);
-  }
-  stats_.allocated_blocks += static_cast<uint64_t>(n);
-  return true;
+void BlockPool::refuse_negative_allocation(int n) {
+  throw UsageError(fmt::format("cannot allocate a negative number of blocks ({})", n));
 }
 
 void BlockPool::touch(std::span<const BlockId> ids) {

@@ -455,30 +455,9 @@ void KVCacheManager::refresh_steady_limits(RequestBlocks& entry) const {
   std::tie(entry.steady_slot_limit, entry.steady_cache_limit) = steady_limits(entry);
 }
 
-// Inline: a decode step's whole test, on the entry's first cache line and the request.
-inline bool KVCacheManager::is_steady_state(const Request& request, const RequestBlocks& state, int num_tokens_need_slot,
-                                            int num_tokens_to_cache, bool delay_cache_blocks) const {
-  // Sliding-window and cross-attention groups release or size blocks by other rules; a forked
-  // request may need copy-on-write.
-  if (!all_full_attention_ || state.may_share_writable) return false;
-  if (num_tokens_need_slot > state.steady_slot_limit) return false;  // needs a block
-  if (!pool_.caching_enabled() || delay_cache_blocks) return true;
-  // Caches no block. With one hash per block it hashes none either: its cached blocks are hashed,
-  // so the request's hashes go past the cache limit. (Answered without reading the hashes, which
-  // lie beyond the request's first cache line.)
-  if (hash_per_block_ && num_tokens_to_cache < state.steady_cache_limit) return true;
-  // Would hash: num_tokens_to_cache / block_size_ > hashes, without the division.
-  if (num_tokens_to_cache >= (static_cast<int>(request.block_hashes.size()) + 1) * block_size_) return false;
-  return request.skip_prefix_cache || num_tokens_to_cache < state.steady_cache_limit;  // else would cache one
-}
-
-namespace {
-
-// allocate_slots' refusals, out of line: their formatting would otherwise cost every decode
-// step a larger stack frame.
-[[noreturn, gnu::cold, gnu::noinline]] void refuse_allocate_slots(const Request& request, int num_new_tokens,
-                                                                  int num_new_computed_tokens, int num_lookahead_tokens,
-                                                                  int max_model_len, bool holds_blocks) {
+// allocate_slots' refusals (its fast path is inline in the header).
+void KVCacheManager::refuse_allocate_slots(const Request& request, int num_new_tokens, int num_new_computed_tokens,
+                                           int num_lookahead_tokens, int max_model_len, bool holds_blocks) {
   if (num_new_tokens <= 0)
     throw UsageError(fmt::format("allocate_slots: num_new_tokens must be positive, got {}", num_new_tokens));
   if (num_new_computed_tokens < 0 || num_lookahead_tokens < 0)
@@ -489,42 +468,6 @@ namespace {
   throw UsageError(fmt::format("allocate_slots: request {} would hold {} tokens, more than max_model_len {}",
                                request.id.value,
                                int64_t{request.num_computed_tokens} + num_new_computed_tokens + num_new_tokens, max_model_len));
-}
-
-}  // namespace
-
-std::optional<NewBlocks> KVCacheManager::allocate_slots(Request& request, int num_new_tokens,
-                                                        int num_new_computed_tokens,
-                                                        const ComputedBlocks* new_computed_blocks,
-                                                        int num_lookahead_tokens, bool delay_cache_blocks) {
-  // Slots are capped at max_model_len (lookahead near the end), but every scheduled full block
-  // is cached: scheduling past the limit would index past the request's table.
-  if (num_new_tokens <= 0 || num_new_computed_tokens < 0 || num_lookahead_tokens < 0 ||
-      int64_t{request.num_computed_tokens} + num_new_computed_tokens + num_new_tokens > max_model_len_)
-    refuse_allocate_slots(request, num_new_tokens, num_new_computed_tokens, num_lookahead_tokens, max_model_len_, false);
-  table_rewritten_ = false;
-  RequestBlocks* state;
-  if (const uint32_t slot = request.manager_slot;
-      slot < entries_.size() && entries_[slot].live && entries_[slot].id == request.id) {
-    state = &entries_[slot];
-  } else {
-    state = find_entry(request.id);
-    if (state) request.manager_slot = slot_of(*state);
-  }
-  if (state && new_computed_blocks && new_computed_blocks->num_computed_tokens > 0)
-    refuse_allocate_slots(request, num_new_tokens, num_new_computed_tokens, num_lookahead_tokens, max_model_len_, true);
-  const int num_computed = request.num_computed_tokens + num_new_computed_tokens;
-  const int num_tokens_need_slot = std::min(num_computed + num_new_tokens + num_lookahead_tokens, max_model_len_);
-  const int num_tokens_to_cache = std::min(num_computed + num_new_tokens, request.num_tokens());
-  if (state && config_.enable_steady_state_fast_path &&
-      is_steady_state(request, *state, num_tokens_need_slot, num_tokens_to_cache, delay_cache_blocks)) {
-    ++steady_state_calls_;
-    // A copy of a constant answer: building one here (a named optional, or a NewBlocks moved into
-    // one) costs a block clear or store-forwarding stalls on every decode step.
-    return no_new_blocks_;
-  }
-  return allocate_slots_general(request, state, num_computed, num_tokens_need_slot, num_tokens_to_cache,
-                                new_computed_blocks, delay_cache_blocks);
 }
 
 // Out of line, so that a steady-state call does not pay for its stack frame.

@@ -211,6 +211,7 @@ class BlockPool {
   static constexpr uint64_t kUnknownPrefix = ~uint64_t{0};
   // Returns true if `b` was the last cached copy of its content.
   bool uncache(KVCacheBlock& b, RemovalReason reason);
+  [[noreturn, gnu::cold]] static void refuse_negative_allocation(int n);
 
   int block_size_;
   bool enable_caching_;
@@ -248,6 +249,31 @@ inline uint64_t BlockPool::prefix_id_of(int32_t parent_block) const {
   if (parent_block < 0 || parent_block >= num_blocks()) return kUnknownPrefix;
   return blocks_[static_cast<size_t>(parent_block)].has_hash ? meta_[static_cast<size_t>(parent_block)].prefix_id
                                                              : kUnknownPrefix;
+}
+
+// Inline: every allocate_slots that opens a block comes here.
+inline bool BlockPool::allocate(int n, std::vector<BlockId>& out) {
+  if (n < 0) refuse_negative_allocation(n);
+  if (n > num_free_blocks()) return false;
+  for (int i = 0; i < n; ++i) {
+    KVCacheBlock& b = pop_free();
+    if (!policy_ && i + 1 < n) {
+      // The free queue is a linked list: load the next block and the map slot of its hash while
+      // this one is evicted, instead of one cache miss after another.
+      const KVCacheBlock& next = blocks_[static_cast<size_t>(free_queue_.front())];
+      if (next.next_free != kNoLink) __builtin_prefetch(&blocks_[static_cast<size_t>(next.next_free)]);
+      if (next.has_hash) cache_map_.prefetch(map_key(next.hash, next.group));
+    }
+    if (b.has_hash) {
+      if (b.window_checkpoint) ++stats_.window_checkpoints_evicted;
+      if (uncache(b, RemovalReason::kEvicted)) ++stats_.evicted_entries;
+      ++stats_.evictions;
+    }
+    b.ref_cnt = 1;
+    out.push_back(b.id);
+  }
+  stats_.allocated_blocks += static_cast<uint64_t>(n);
+  return true;
 }
 
 inline bool BlockPool::matches(const KVCacheBlock& b, const BlockContentKey& key) const {

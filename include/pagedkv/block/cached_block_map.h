@@ -84,9 +84,44 @@ class CachedBlockMap {
   size_t size_ = 0;
 };
 
+[[noreturn, gnu::cold]] void throw_missing_from_hash_chain(int32_t block);
+
+// Inline, like unlink_cached_block below: a block's eviction runs through both (and they are short).
+inline void CachedBlockMap::erase_at(size_t i) {
+  // Backward-shift: pull later entries of the probe run into the hole when their home bucket
+  // does not lie strictly between the hole and their current slot.
+  size_t hole = i;
+  for (size_t j = (hole + 1) & mask_; slots_[j].value >= 0; j = (j + 1) & mask_) {
+    size_t home = bucket(slots_[j].key);
+    bool movable = (j > hole) ? (home <= hole || home > j) : (home <= hole && home > j);
+    if (movable) {
+      slots_[hole] = slots_[j];
+      hole = j;
+    }
+  }
+  slots_[hole].value = -1;
+  --size_;
+}
+
 // Removes `b` from the chain of blocks cached under `key` (`map` holds the chain's head, the rest
 // link through KVCacheBlock::next_same_hash over `blocks`) and clears its link. Returns true when
 // `b` was the only block under `key`; throws InvariantError when it is not in the chain.
-bool unlink_cached_block(CachedBlockMap& map, std::span<KVCacheBlock> blocks, const BlockHash& key, KVCacheBlock& b);
+inline bool unlink_cached_block(CachedBlockMap& map, std::span<KVCacheBlock> blocks, const BlockHash& key,
+                                KVCacheBlock& b) {
+  const size_t slot = map.find_slot(key);
+  const int32_t head = slot == CachedBlockMap::kAbsent ? kNoLink : map.head_at(slot);
+  const bool last_copy = head == b.id.value && b.next_same_hash == kNoLink;
+  if (head == b.id.value) {
+    if (b.next_same_hash == kNoLink) map.erase_at(slot); else map.set_head_at(slot, b.next_same_hash);
+  } else {
+    int32_t t = head;
+    while (t != kNoLink && blocks[static_cast<size_t>(t)].next_same_hash != b.id.value)
+      t = blocks[static_cast<size_t>(t)].next_same_hash;
+    if (t == kNoLink) throw_missing_from_hash_chain(b.id.value);
+    blocks[static_cast<size_t>(t)].next_same_hash = b.next_same_hash;
+  }
+  b.next_same_hash = kNoLink;
+  return last_copy;
+}
 
 }  // namespace pagedkv
