@@ -17,11 +17,14 @@ std::byte* slot_address(void* plane, const KVLayerView& layer, int64_t slot) {
 }
 
 // int8/fp8: quantizes one token's row of every head into the slot, the scales after the rows;
-// keys (`rotate`) as H k where the format rotates them (storage/key_rotation.h).
-void quantize_slot(const KVLayerView& layer, const float* src, std::byte* slot, bool rotate) {
+// keys as H k where the format rotates them (storage/key_rotation.h), and int8 keys with a step
+// fitted to the row (quantize_row_int8_fitted: the keys carry the accuracy loss; values keep
+// the cheaper amax / 127).
+void quantize_slot(const KVLayerView& layer, const float* src, std::byte* slot, bool keys) {
   const auto dim = static_cast<size_t>(layer.head_dim);
   float rotated[kMaxRotatedHeadDim];
-  rotate = rotate && dim <= kMaxRotatedHeadDim;
+  const bool rotate = keys && keys_are_rotated(layer.dtype, layer.head_dim);
+  const bool fitted = keys && layer.dtype == DType::kInt8;
   for (int h = 0; h < layer.num_kv_heads; ++h) {
     const float* row = src + static_cast<size_t>(h) * dim;
     if (rotate) {
@@ -29,7 +32,9 @@ void quantize_slot(const KVLayerView& layer, const float* src, std::byte* slot, 
       hadamard_rotate(rotated, dim);
       row = rotated;
     }
-    const float scale = quantize_row(layer.dtype, row, dim, slot + static_cast<size_t>(h) * dim);
+    std::byte* codes = slot + static_cast<size_t>(h) * dim;
+    const float scale = fitted ? quantize_row_int8_fitted(row, dim, reinterpret_cast<int8_t*>(codes))
+                               : quantize_row(layer.dtype, row, dim, codes);
     std::memcpy(slot + layer.rows_bytes() + static_cast<size_t>(h) * kKVScaleBytes, &scale, kKVScaleBytes);
   }
 }
@@ -64,7 +69,6 @@ void write_kv(const KVLayerView& layer, const float* key, const float* value, co
   const KernelIsa isa = best_available_isa();
   const size_t row = layer.token_stride_elems();
   const auto num_slots = static_cast<int64_t>(layer.num_slots());
-  const bool rotate_keys = keys_are_rotated(layer.dtype, layer.head_dim);
   for (int t = 0; t < num_tokens; ++t) {
     const int64_t slot = slot_mapping[t];
     if (slot == -1) continue;  // padding token
@@ -72,8 +76,8 @@ void write_kv(const KVLayerView& layer, const float* key, const float* value, co
       throw UsageError(fmt::format("write_kv: slot {} of token {} out of range [0, {})", slot, t, num_slots));
     const size_t src = static_cast<size_t>(t) * row;
     if (dtype_has_row_scale(layer.dtype)) {
-      quantize_slot(layer, key + src, slot_address(layer.key, layer, slot), rotate_keys);
-      quantize_slot(layer, value + src, slot_address(layer.value, layer, slot), false);
+      quantize_slot(layer, key + src, slot_address(layer.key, layer, slot), /*keys=*/true);
+      quantize_slot(layer, value + src, slot_address(layer.value, layer, slot), /*keys=*/false);
       continue;
     }
     convert_from_f32(layer.dtype, key + src, slot_address(layer.key, layer, slot), row, isa);

@@ -64,6 +64,83 @@ float quantize_row(DType dtype, const float* x, size_t n, void* codes) {
   return scale;
 }
 
+namespace {
+
+// One pass over a row at one step: the codes clamp(round_to_even(x * inverse)) are not stored,
+// only what choosing a scale needs: Σ (x - scale * code)², x . code and code . code. Four SSE2
+// lanes, as row_amax (a scalar loop's float sums are one serial chain each).
+struct RowFit {
+  float squared_error, x_dot_code, code_dot_code;
+};
+
+RowFit fit_row(const float* x, size_t n, float inverse, float scale) {
+  const __m128 inv = _mm_set1_ps(inverse), step = _mm_set1_ps(scale), magic = _mm_set1_ps(12582912.0f);
+  const __m128 hi = _mm_set1_ps(kInt8CodeMax), lo = _mm_set1_ps(-kInt8CodeMax);
+  __m128 err = _mm_setzero_ps(), xc = _mm_setzero_ps(), cc = _mm_setzero_ps();
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m128 v = _mm_loadu_ps(x + i);
+    const __m128 rounded = _mm_sub_ps(_mm_add_ps(_mm_mul_ps(v, inv), magic), magic);  // round_to_even
+    const __m128 code = _mm_max_ps(lo, _mm_min_ps(hi, rounded));
+    const __m128 diff = _mm_sub_ps(v, _mm_mul_ps(step, code));
+    err = _mm_add_ps(err, _mm_mul_ps(diff, diff));
+    xc = _mm_add_ps(xc, _mm_mul_ps(v, code));
+    cc = _mm_add_ps(cc, _mm_mul_ps(code, code));
+  }
+  float e[4], a[4], b[4];
+  _mm_storeu_ps(e, err);
+  _mm_storeu_ps(a, xc);
+  _mm_storeu_ps(b, cc);
+  RowFit fit{(e[0] + e[1]) + (e[2] + e[3]), (a[0] + a[1]) + (a[2] + a[3]), (b[0] + b[1]) + (b[2] + b[3])};
+  for (; i < n; ++i) {
+    const float code = std::clamp(round_to_even(x[i] * inverse), -kInt8CodeMax, kInt8CodeMax);
+    const float diff = x[i] - scale * code;
+    fit.squared_error += diff * diff;
+    fit.x_dot_code += x[i] * code;
+    fit.code_dot_code += code * code;
+  }
+  return fit;
+}
+
+}  // namespace
+
+size_t int8_fitted_scale_candidates(size_t n) {
+  return std::clamp<size_t>(kInt8FitElementBudget / std::max<size_t>(n, 1), 1, kInt8FitMaxCandidates);
+}
+
+float quantize_row_int8_fitted(const float* x, size_t n, int8_t* codes) {
+  const size_t candidates = int8_fitted_scale_candidates(n);
+  const float amax = row_amax(x, n);
+  if (candidates == 1 || !(amax > 0)) return quantize_row(DType::kInt8, x, n, codes);
+  // Below amax / 127.5 the largest element would leave its half step around code 127.
+  const float smallest_scale = amax / (kInt8CodeMax + 0.5f);
+  float best_scale = amax / kInt8CodeMax;
+  float best_error = fit_row(x, n, kInt8CodeMax / amax, best_scale).squared_error;
+  for (size_t j = 0; j < candidates; ++j) {
+    const float top_code =
+        kInt8CodeMax - (kInt8CodeMax - kInt8FitLowestTopCode) * static_cast<float>(j) / static_cast<float>(candidates - 1);
+    const float scale = amax / top_code;
+    const RowFit at_step = fit_row(x, n, top_code / amax, scale);
+    if (at_step.squared_error < best_error) {
+      best_error = at_step.squared_error;
+      best_scale = scale;
+    }
+    // The scale that fits these codes best (least squares), with the codes rounded again to it:
+    // re-rounding can only lower the error further, and keeps every element within half a step.
+    const float refined = at_step.x_dot_code / at_step.code_dot_code;
+    if (!(refined >= smallest_scale)) continue;
+    const float refined_error = fit_row(x, n, 1.0f / refined, refined).squared_error;
+    if (refined_error < best_error) {
+      best_error = refined_error;
+      best_scale = refined;
+    }
+  }
+  const float inverse = 1.0f / best_scale;
+  for (size_t i = 0; i < n; ++i)
+    codes[i] = static_cast<int8_t>(std::clamp(round_to_even(x[i] * inverse), -kInt8CodeMax, kInt8CodeMax));
+  return best_scale;
+}
+
 void dequantize_row(DType dtype, const void* codes, float scale, size_t n, float* out) {
   if (dtype == DType::kInt8) {
     const auto* in = static_cast<const int8_t*>(codes);

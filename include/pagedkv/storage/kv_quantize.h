@@ -25,6 +25,27 @@ inline constexpr float kInt8CodeMax = 127.0f;
 // returns the row's scale. Throws UsageError for another dtype.
 float quantize_row(DType dtype, const float* x, size_t n, void* codes);
 
+// quantize_row_int8_fitted's search: about this many elements' work per row, at most this many
+// candidate steps, the smallest code the row's largest element takes.
+inline constexpr size_t kInt8FitElementBudget = 128, kInt8FitMaxCandidates = 16;
+inline constexpr float kInt8FitLowestTopCode = 112.0f;
+
+// int8 with the step fitted to the row (the keys' quantizer): the codes and scale, among
+// candidate steps, that leave the row the smallest squared error Σ (x - scale * code)². The
+// candidates are amax / m for m evenly from 127 (quantize_row's step, which is the first) down to
+// kInt8FitLowestTopCode, each also refined to the least-squares scale of its codes; codes are
+// always round_to_even(x / scale), so every element stays within half a step of the scale
+// returned, and the error is never above quantize_row's. Why: with one scale for 8 or 16
+// elements, where the step falls against the row's values decides most of its error, and a
+// fitted step halves it on stories260K's 8-element key rows (docs/quantized_kv.md). The work is
+// int8_fitted_scale_candidates(n) passes of two over the row: rows of 128 elements or more take
+// quantize_row's single step, whose error a fitted one lowers by a few percent only.
+float quantize_row_int8_fitted(const float* x, size_t n, int8_t* codes);
+
+// How many candidate steps quantize_row_int8_fitted tries for a row of n elements: about
+// kInt8FitElementBudget elements' work in all, 1 (quantize_row alone) from 128 elements.
+size_t int8_fitted_scale_candidates(size_t n);
+
 // out[i] = scale * code[i], in f32 (exact but for the one rounding of the product).
 void dequantize_row(DType dtype, const void* codes, float scale, size_t n, float* out);
 
