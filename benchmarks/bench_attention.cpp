@@ -7,7 +7,7 @@
 //   BM_WriteKV/<dtype>/<KV heads>/<head dim>             bytes/s = f32 input bytes converted
 //                                                        (int8, fp8: quantized; dtype 0-4 =
 //                                                        fp32, fp16, bf16, int8, fp8)
-//   BM_QuantizeInt8Row/<fitted>/<n>                      items/s = rows (amax / 127 or fitted)
+//   BM_QuantizeInt8Row/<keys>/<n>                        items/s = rows (amax / 127, or the keys' format)
 // and one memory-side benchmark, no arithmetic, for what paging costs the memory system:
 //   BM_BlockRead/<KiB per block>/<shuffled>/<prefetch>   bytes/s = bytes read per CPU second
 #include <benchmark/benchmark.h>
@@ -124,7 +124,7 @@ void BM_PrefillWithPrefix(benchmark::State& state) {
 BENCHMARK(BM_PrefillWithPrefix)->DenseRange(0, 2);
 
 // Quantize-on-write: 64 tokens of normal(0, 1) rows into one layer of a shape: 8 KV heads x 128
-// (a Llama) or 4 x 8 (stories260K, whose int8 keys try 16 fitted steps per row; kv_quantize.h).
+// (a Llama) or 4 x 8 (stories260K, whose int8 keys try 16 steps per row; storage/kv_quantize.h).
 void BM_WriteKV(benchmark::State& state) {
   const DType dtype = dtype_arg(state.range(0));
   const auto heads = static_cast<int>(state.range(1)), dim = static_cast<int>(state.range(2));
@@ -155,9 +155,10 @@ void BM_WriteKV(benchmark::State& state) {
 BENCHMARK(BM_WriteKV)->ArgsProduct({{0, 1, 2, 3, 4}, {8}, {128}})->ArgsProduct({{1, 3}, {4}, {8}});  // int8/fp8: quantize-on-write
 
 // One int8 row after another (256 rows of normal(0, 1) values, n elements each): amax / 127
-// (quantize_row, as values are stored; fitted = 0) against the keys' fitted step (fitted = 1).
+// (quantize_row, as values are stored; keys = 0) against the keys' f16 scale and offset, fitted
+// (quantize_key_row_int8; keys = 1).
 void BM_QuantizeInt8Row(benchmark::State& state) {
-  const bool fitted = state.range(0) != 0;
+  const bool keys = state.range(0) != 0;
   const auto n = static_cast<size_t>(state.range(1));
   const size_t rows = 256;
   std::mt19937_64 rng(11);
@@ -167,14 +168,16 @@ void BM_QuantizeInt8Row(benchmark::State& state) {
   std::vector<int8_t> codes(rows * n);
   for (auto _ : state) {
     for (size_t r = 0; r < rows; ++r) {
-      const float scale = fitted ? quantize_row_int8_fitted(x.data() + r * n, n, codes.data() + r * n)
-                                 : quantize_row(DType::kInt8, x.data() + r * n, n, codes.data() + r * n);
-      benchmark::DoNotOptimize(scale);
+      if (keys) {
+        benchmark::DoNotOptimize(quantize_key_row_int8(x.data() + r * n, n, codes.data() + r * n));
+      } else {
+        benchmark::DoNotOptimize(quantize_row(DType::kInt8, x.data() + r * n, n, codes.data() + r * n));
+      }
     }
     benchmark::ClobberMemory();
   }
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(rows));
-  state.SetLabel(fitted ? "fitted" : "amax/127");
+  state.SetLabel(keys ? "keys: scale + offset, fitted" : "amax/127");
 }
 BENCHMARK(BM_QuantizeInt8Row)->ArgsProduct({{0, 1}, {8, 16, 64, 128}});
 

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "pagedkv/core/error.h"
+#include "pagedkv/storage/float_convert.h"
 #include "pagedkv/storage/fp8_e4m3.h"
 
 namespace pagedkv {
@@ -66,79 +67,106 @@ float quantize_row(DType dtype, const float* x, size_t n, void* codes) {
 
 namespace {
 
-// One pass over a row at one step: the codes clamp(round_to_even(x * inverse)) are not stored,
-// only what choosing a scale needs: Σ (x - scale * code)², x . code and code . code. Four SSE2
-// lanes, as row_amax (a scalar loop's float sums are one serial chain each).
-struct RowFit {
-  float squared_error, x_dot_code, code_dot_code;
+// One pass over a key row at one (scale, offset): the codes clamp(round_to_even((x - offset) *
+// inverse)) are not stored, only what choosing among candidates needs: the squared error, and
+// the sums of the least-squares (scale, offset) of those codes.
+struct KeyRowFit {
+  float squared_error, x_dot_code, code_dot_code, x_sum, code_sum;
 };
 
-RowFit fit_row(const float* x, size_t n, float inverse, float scale) {
-  const __m128 inv = _mm_set1_ps(inverse), step = _mm_set1_ps(scale), magic = _mm_set1_ps(12582912.0f);
-  const __m128 hi = _mm_set1_ps(kInt8CodeMax), lo = _mm_set1_ps(-kInt8CodeMax);
-  __m128 err = _mm_setzero_ps(), xc = _mm_setzero_ps(), cc = _mm_setzero_ps();
-  size_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    const __m128 v = _mm_loadu_ps(x + i);
-    const __m128 rounded = _mm_sub_ps(_mm_add_ps(_mm_mul_ps(v, inv), magic), magic);  // round_to_even
-    const __m128 code = _mm_max_ps(lo, _mm_min_ps(hi, rounded));
-    const __m128 diff = _mm_sub_ps(v, _mm_mul_ps(step, code));
-    err = _mm_add_ps(err, _mm_mul_ps(diff, diff));
-    xc = _mm_add_ps(xc, _mm_mul_ps(v, code));
-    cc = _mm_add_ps(cc, _mm_mul_ps(code, code));
-  }
-  float e[4], a[4], b[4];
-  _mm_storeu_ps(e, err);
-  _mm_storeu_ps(a, xc);
-  _mm_storeu_ps(b, cc);
-  RowFit fit{(e[0] + e[1]) + (e[2] + e[3]), (a[0] + a[1]) + (a[2] + a[3]), (b[0] + b[1]) + (b[2] + b[3])};
-  for (; i < n; ++i) {
-    const float code = std::clamp(round_to_even(x[i] * inverse), -kInt8CodeMax, kInt8CodeMax);
-    const float diff = x[i] - scale * code;
+KeyRowFit fit_key_row(const float* x, size_t n, float inverse, float scale, float offset) {
+  KeyRowFit fit{};
+  for (size_t i = 0; i < n; ++i) {
+    const float centred = x[i] - offset;
+    const float code = std::clamp(round_to_even(centred * inverse), -kInt8CodeMax, kInt8CodeMax);
+    const float diff = centred - scale * code;
     fit.squared_error += diff * diff;
     fit.x_dot_code += x[i] * code;
     fit.code_dot_code += code * code;
+    fit.x_sum += x[i];
+    fit.code_sum += code;
   }
   return fit;
 }
 
-}  // namespace
+float f16_value(float x) { return f16_to_f32(f32_to_f16(x)); }
 
-size_t int8_fitted_scale_candidates(size_t n) {
-  return std::clamp<size_t>(kInt8FitElementBudget / std::max<size_t>(n, 1), 1, kInt8FitMaxCandidates);
+// The smallest f16 scale >= `at_least` (f16 rounds to nearest; one step up if that fell short).
+float f16_scale_at_least(float at_least) {
+  uint16_t h = f32_to_f16(at_least);
+  if (f16_to_f32(h) < at_least) ++h;  // positive: the next code is the next value up
+  return f16_to_f32(h);
 }
 
-float quantize_row_int8_fitted(const float* x, size_t n, int8_t* codes) {
-  const size_t candidates = int8_fitted_scale_candidates(n);
-  const float amax = row_amax(x, n);
-  if (candidates == 1 || !(amax > 0)) return quantize_row(DType::kInt8, x, n, codes);
-  // Below amax / 127.5 the largest element would leave its half step around code 127.
-  const float smallest_scale = amax / (kInt8CodeMax + 0.5f);
-  float best_scale = amax / kInt8CodeMax;
-  float best_error = fit_row(x, n, kInt8CodeMax / amax, best_scale).squared_error;
-  for (size_t j = 0; j < candidates; ++j) {
-    const float top_code =
-        kInt8CodeMax - (kInt8CodeMax - kInt8FitLowestTopCode) * static_cast<float>(j) / static_cast<float>(candidates - 1);
-    const float scale = amax / top_code;
-    const RowFit at_step = fit_row(x, n, top_code / amax, scale);
-    if (at_step.squared_error < best_error) {
-      best_error = at_step.squared_error;
-      best_scale = scale;
-    }
-    // The scale that fits these codes best (least squares), with the codes rounded again to it:
-    // re-rounding can only lower the error further, and keeps every element within half a step.
-    const float refined = at_step.x_dot_code / at_step.code_dot_code;
-    if (!(refined >= smallest_scale)) continue;
-    const float refined_error = fit_row(x, n, 1.0f / refined, refined).squared_error;
-    if (refined_error < best_error) {
-      best_error = refined_error;
-      best_scale = refined;
-    }
+}  // namespace
+
+bool int8_keys_have_offsets(DType dtype) { return dtype == DType::kInt8; }
+
+uint32_t pack_key_scale_offset(float scale, float offset) {
+  return static_cast<uint32_t>(f32_to_f16(scale)) | (static_cast<uint32_t>(f32_to_f16(offset)) << 16);
+}
+
+KeyScaleOffset unpack_key_scale_offset(uint32_t packed) {
+  return {f16_to_f32(static_cast<uint16_t>(packed & 0xFFFFu)), f16_to_f32(static_cast<uint16_t>(packed >> 16))};
+}
+
+uint32_t quantize_key_row_int8(const float* x, size_t n, int8_t* codes) {
+  float hi = -std::numeric_limits<float>::infinity(), lo = std::numeric_limits<float>::infinity(), poison = 0;
+  for (size_t i = 0; i < n; ++i) {
+    hi = std::max(hi, x[i]);
+    lo = std::min(lo, x[i]);
+    poison += x[i] * 0.0f;
   }
-  const float inverse = 1.0f / best_scale;
-  for (size_t i = 0; i < n; ++i)
-    codes[i] = static_cast<int8_t>(std::clamp(round_to_even(x[i] * inverse), -kInt8CodeMax, kInt8CodeMax));
-  return best_scale;
+  const float mid_offset = f16_value(0.5f * hi + 0.5f * lo);
+  // Every element within kKeyF16Max: the f16 offset and the scale (at most the range / 223) stay finite.
+  if (poison != 0.0f || n == 0 || !(std::max(hi, -lo) <= kKeyF16Max) || !std::isfinite(mid_offset)) {
+    std::fill_n(codes, n, int8_t{0});
+    return n == 0 ? pack_key_scale_offset(0.0f, 0.0f) : kNaNKeyScaleOffset;
+  }
+  const float half = std::max(hi - mid_offset, mid_offset - lo);  // the f16 offset's, not the exact midpoint's
+  float best_scale = 0, best_offset = mid_offset;
+  if (half > 0) {
+    const size_t candidates = int8_key_fit_candidates(n);
+    float best_error = std::numeric_limits<float>::infinity();
+    auto consider = [&](float scale, float offset) -> KeyRowFit {
+      const KeyRowFit fit = fit_key_row(x, n, 1.0f / scale, scale, offset);
+      if (fit.squared_error < best_error) {
+        best_error = fit.squared_error;
+        best_scale = scale;
+        best_offset = offset;
+      }
+      return fit;
+    };
+    for (size_t j = 0; j < candidates; ++j) {
+      const float top_code = candidates == 1 ? kInt8CodeMax
+                                             : kInt8CodeMax - (kInt8CodeMax - kInt8FitLowestTopCode) *
+                                                                  static_cast<float>(j) / static_cast<float>(candidates - 1);
+      // At least half / 127.5, so that no element leaves its half step around +-127.
+      const float scale = f16_scale_at_least(std::max(half / top_code, half / (kInt8CodeMax + 0.5f)));
+      const KeyRowFit at_step = consider(scale, mid_offset);
+      if (candidates == 1) break;  // wide rows: one step, as quantize_row
+      // The least-squares scale and offset of these codes, in f16, the codes rounded again.
+      const float count = static_cast<float>(n);
+      const float det = count * at_step.code_dot_code - at_step.code_sum * at_step.code_sum;
+      if (!(det > 0)) continue;
+      const float fitted_scale = (count * at_step.x_dot_code - at_step.code_sum * at_step.x_sum) / det;
+      const float fitted_offset = f16_value((at_step.x_sum - fitted_scale * at_step.code_sum) / count);
+      const float reach = std::max(hi - fitted_offset, fitted_offset - lo);
+      if (!(fitted_scale > 0) || !std::isfinite(fitted_offset)) continue;
+      consider(f16_scale_at_least(std::max(fitted_scale, reach / (kInt8CodeMax + 0.5f))), fitted_offset);
+    }
+    const float inverse = 1.0f / best_scale;
+    for (size_t i = 0; i < n; ++i)
+      codes[i] = static_cast<int8_t>(
+          std::clamp(round_to_even((x[i] - best_offset) * inverse), -kInt8CodeMax, kInt8CodeMax));
+  } else {
+    std::fill_n(codes, n, int8_t{0});  // every element is the offset
+  }
+  return pack_key_scale_offset(best_scale, best_offset);
+}
+
+size_t int8_key_fit_candidates(size_t n) {
+  return std::clamp<size_t>(kInt8FitElementBudget / std::max<size_t>(n, 1), 1, kInt8FitMaxCandidates);
 }
 
 void dequantize_row(DType dtype, const void* codes, float scale, size_t n, float* out) {
