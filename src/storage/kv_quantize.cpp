@@ -69,24 +69,75 @@ namespace {
 
 // One pass over a key row at one (scale, offset): the codes clamp(round_to_even((x - offset) *
 // inverse)) are not stored, only what choosing among candidates needs: the squared error, and
-// the sums of the least-squares (scale, offset) of those codes.
+// the sums of the least-squares (scale, offset) of those codes (Σ x is the caller's). Four SSE2
+// lanes, as row_amax: a scalar loop's float sums are serial chains, and this pass runs up to 32
+// times per row.
 struct KeyRowFit {
-  float squared_error, x_dot_code, code_dot_code, x_sum, code_sum;
+  float squared_error, x_dot_code, code_dot_code, code_sum;
 };
 
+float lane_sum(__m128 v) {
+  float f[4];
+  _mm_storeu_ps(f, v);
+  return (f[0] + f[1]) + (f[2] + f[3]);
+}
+
 KeyRowFit fit_key_row(const float* x, size_t n, float inverse, float scale, float offset) {
-  KeyRowFit fit{};
-  for (size_t i = 0; i < n; ++i) {
+  const __m128 inv = _mm_set1_ps(inverse), step = _mm_set1_ps(scale), off = _mm_set1_ps(offset);
+  const __m128 magic = _mm_set1_ps(12582912.0f), top = _mm_set1_ps(kInt8CodeMax), bottom = _mm_set1_ps(-kInt8CodeMax);
+  __m128 err = _mm_setzero_ps(), xc = _mm_setzero_ps(), cc = _mm_setzero_ps(), cs = _mm_setzero_ps();
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m128 v = _mm_loadu_ps(x + i);
+    const __m128 centred = _mm_sub_ps(v, off);
+    const __m128 rounded = _mm_sub_ps(_mm_add_ps(_mm_mul_ps(centred, inv), magic), magic);  // round_to_even
+    const __m128 code = _mm_max_ps(bottom, _mm_min_ps(top, rounded));
+    const __m128 diff = _mm_sub_ps(centred, _mm_mul_ps(step, code));
+    err = _mm_add_ps(err, _mm_mul_ps(diff, diff));
+    xc = _mm_add_ps(xc, _mm_mul_ps(v, code));
+    cc = _mm_add_ps(cc, _mm_mul_ps(code, code));
+    cs = _mm_add_ps(cs, code);
+  }
+  KeyRowFit fit{lane_sum(err), lane_sum(xc), lane_sum(cc), lane_sum(cs)};
+  for (; i < n; ++i) {
     const float centred = x[i] - offset;
     const float code = std::clamp(round_to_even(centred * inverse), -kInt8CodeMax, kInt8CodeMax);
     const float diff = centred - scale * code;
     fit.squared_error += diff * diff;
     fit.x_dot_code += x[i] * code;
     fit.code_dot_code += code * code;
-    fit.x_sum += x[i];
     fit.code_sum += code;
   }
   return fit;
+}
+
+// The row's smallest and largest element and its sum, in SSE2 lanes; false if it holds a NaN or
+// an infinity (the poison sum of row_amax).
+bool row_range(const float* x, size_t n, float& lo, float& hi, float& sum) {
+  __m128 lane_lo = _mm_set1_ps(std::numeric_limits<float>::infinity()), lane_hi = _mm_set1_ps(-std::numeric_limits<float>::infinity());
+  __m128 lane_sum_v = _mm_setzero_ps(), lane_poison = _mm_setzero_ps();
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m128 v = _mm_loadu_ps(x + i);
+    lane_lo = _mm_min_ps(lane_lo, v);
+    lane_hi = _mm_max_ps(lane_hi, v);
+    lane_sum_v = _mm_add_ps(lane_sum_v, v);
+    lane_poison = _mm_add_ps(lane_poison, _mm_mul_ps(v, _mm_setzero_ps()));
+  }
+  float los[4], his[4];
+  _mm_storeu_ps(los, lane_lo);
+  _mm_storeu_ps(his, lane_hi);
+  lo = std::min(std::min(los[0], los[1]), std::min(los[2], los[3]));
+  hi = std::max(std::max(his[0], his[1]), std::max(his[2], his[3]));
+  sum = lane_sum(lane_sum_v);
+  float poison = lane_sum(lane_poison);
+  for (; i < n; ++i) {
+    lo = std::min(lo, x[i]);
+    hi = std::max(hi, x[i]);
+    sum += x[i];
+    poison += x[i] * 0.0f;
+  }
+  return poison == 0.0f;
 }
 
 float f16_value(float x) { return f16_to_f32(f32_to_f16(x)); }
@@ -111,57 +162,56 @@ KeyScaleOffset unpack_key_scale_offset(uint32_t packed) {
 }
 
 uint32_t quantize_key_row_int8(const float* x, size_t n, int8_t* codes) {
-  float hi = -std::numeric_limits<float>::infinity(), lo = std::numeric_limits<float>::infinity(), poison = 0;
-  for (size_t i = 0; i < n; ++i) {
-    hi = std::max(hi, x[i]);
-    lo = std::min(lo, x[i]);
-    poison += x[i] * 0.0f;
-  }
+  if (n == 0) return pack_key_scale_offset(0.0f, 0.0f);
+  float lo, hi, x_sum;
+  const bool finite = row_range(x, n, lo, hi, x_sum);
   const float mid_offset = f16_value(0.5f * hi + 0.5f * lo);
   // Every element within kKeyF16Max: the f16 offset and the scale (at most the range / 223) stay finite.
-  if (poison != 0.0f || n == 0 || !(std::max(hi, -lo) <= kKeyF16Max) || !std::isfinite(mid_offset)) {
+  if (!finite || !(std::max(hi, -lo) <= kKeyF16Max)) {
     std::fill_n(codes, n, int8_t{0});
-    return n == 0 ? pack_key_scale_offset(0.0f, 0.0f) : kNaNKeyScaleOffset;
+    return kNaNKeyScaleOffset;
   }
   const float half = std::max(hi - mid_offset, mid_offset - lo);  // the f16 offset's, not the exact midpoint's
-  float best_scale = 0, best_offset = mid_offset;
-  if (half > 0) {
-    const size_t candidates = int8_key_fit_candidates(n);
+  if (!(half > 0)) {
+    std::fill_n(codes, n, int8_t{0});  // every element is the offset
+    return pack_key_scale_offset(0.0f, mid_offset);
+  }
+  // At least half / 127.5, so that no element leaves its half step around +-127.
+  float best_scale = f16_scale_at_least(half / kInt8CodeMax), best_offset = mid_offset;
+  const size_t candidates = int8_key_fit_candidates(n);
+  if (candidates > 1) {
     float best_error = std::numeric_limits<float>::infinity();
-    auto consider = [&](float scale, float offset) -> KeyRowFit {
-      const KeyRowFit fit = fit_key_row(x, n, 1.0f / scale, scale, offset);
-      if (fit.squared_error < best_error) {
-        best_error = fit.squared_error;
-        best_scale = scale;
-        best_offset = offset;
-      }
-      return fit;
-    };
+    const float count = static_cast<float>(n);
     for (size_t j = 0; j < candidates; ++j) {
-      const float top_code = candidates == 1 ? kInt8CodeMax
-                                             : kInt8CodeMax - (kInt8CodeMax - kInt8FitLowestTopCode) *
-                                                                  static_cast<float>(j) / static_cast<float>(candidates - 1);
-      // At least half / 127.5, so that no element leaves its half step around +-127.
-      const float scale = f16_scale_at_least(std::max(half / top_code, half / (kInt8CodeMax + 0.5f)));
-      const KeyRowFit at_step = consider(scale, mid_offset);
-      if (candidates == 1) break;  // wide rows: one step, as quantize_row
+      const float top_code =
+          kInt8CodeMax - (kInt8CodeMax - kInt8FitLowestTopCode) * static_cast<float>(j) / static_cast<float>(candidates - 1);
+      const float scale = j == 0 ? best_scale : f16_scale_at_least(half / top_code);
+      const KeyRowFit at_step = fit_key_row(x, n, 1.0f / scale, scale, mid_offset);
+      if (at_step.squared_error < best_error) {
+        best_error = at_step.squared_error;
+        best_scale = scale;
+        best_offset = mid_offset;
+      }
       // The least-squares scale and offset of these codes, in f16, the codes rounded again.
-      const float count = static_cast<float>(n);
       const float det = count * at_step.code_dot_code - at_step.code_sum * at_step.code_sum;
       if (!(det > 0)) continue;
-      const float fitted_scale = (count * at_step.x_dot_code - at_step.code_sum * at_step.x_sum) / det;
-      const float fitted_offset = f16_value((at_step.x_sum - fitted_scale * at_step.code_sum) / count);
-      const float reach = std::max(hi - fitted_offset, fitted_offset - lo);
+      const float fitted_scale = (count * at_step.x_dot_code - at_step.code_sum * x_sum) / det;
+      const float fitted_offset = f16_value((x_sum - fitted_scale * at_step.code_sum) / count);
       if (!(fitted_scale > 0) || !std::isfinite(fitted_offset)) continue;
-      consider(f16_scale_at_least(std::max(fitted_scale, reach / (kInt8CodeMax + 0.5f))), fitted_offset);
+      const float reach = std::max(hi - fitted_offset, fitted_offset - lo);
+      const float refined = f16_scale_at_least(std::max(fitted_scale, reach / (kInt8CodeMax + 0.5f)));
+      const float refined_error = fit_key_row(x, n, 1.0f / refined, refined, fitted_offset).squared_error;
+      if (refined_error < best_error) {
+        best_error = refined_error;
+        best_scale = refined;
+        best_offset = fitted_offset;
+      }
     }
-    const float inverse = 1.0f / best_scale;
-    for (size_t i = 0; i < n; ++i)
-      codes[i] = static_cast<int8_t>(
-          std::clamp(round_to_even((x[i] - best_offset) * inverse), -kInt8CodeMax, kInt8CodeMax));
-  } else {
-    std::fill_n(codes, n, int8_t{0});  // every element is the offset
   }
+  const float inverse = 1.0f / best_scale;
+  for (size_t i = 0; i < n; ++i)
+    codes[i] =
+        static_cast<int8_t>(std::clamp(round_to_even((x[i] - best_offset) * inverse), -kInt8CodeMax, kInt8CodeMax));
   return pack_key_scale_offset(best_scale, best_offset);
 }
 
