@@ -67,48 +67,58 @@ float quantize_row(DType dtype, const float* x, size_t n, void* codes) {
 
 namespace {
 
-// One pass over a key row at one (scale, offset): the codes clamp(round_to_even((x - offset) *
-// inverse)) are not stored, only what choosing among candidates needs: the squared error, and
-// the sums of the least-squares (scale, offset) of those codes (Σ x is the caller's). Four SSE2
-// lanes, as row_amax: a scalar loop's float sums are serial chains, and this pass runs up to 32
-// times per row.
-struct KeyRowFit {
-  float squared_error, x_dot_code, code_dot_code, code_sum;
-};
-
 float lane_sum(__m128 v) {
   float f[4];
   _mm_storeu_ps(f, v);
   return (f[0] + f[1]) + (f[2] + f[3]);
 }
 
-KeyRowFit fit_key_row(const float* x, size_t n, float inverse, float scale, float offset) {
-  const __m128 inv = _mm_set1_ps(inverse), step = _mm_set1_ps(scale), off = _mm_set1_ps(offset);
+// f16 values in SSE2 lanes (|v| <= 65504): 11 significant bits from 2^-14 up (Veltkamp's split
+// rounds to nearest), multiples of 2^-24 below (the f16 subnormals; 0.75's f32 spacing is 2^-24).
+// Each lane is exactly an f16 value, so packing it with f32_to_f16 loses nothing.
+__m128 f16_round(__m128 v) {
+  const __m128 c = _mm_mul_ps(v, _mm_set1_ps(8193.0f));  // 2^13 + 1
+  const __m128 normal = _mm_sub_ps(c, _mm_sub_ps(c, v));
+  const __m128 subnormal = _mm_sub_ps(_mm_add_ps(v, _mm_set1_ps(0.75f)), _mm_set1_ps(0.75f));
+  const __m128 magnitude = _mm_and_ps(v, _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff)));
+  const __m128 tiny = _mm_cmplt_ps(magnitude, _mm_set1_ps(0x1p-14f));
+  return _mm_or_ps(_mm_and_ps(tiny, subnormal), _mm_andnot_ps(tiny, normal));
+}
+
+// The smallest f16 values >= need (> 0), in lanes: rounded, then one f16 step up where that fell
+// short (2^(e - 10) for a normal f16 of exponent e, 2^-24 for a subnormal one).
+__m128 f16_at_least(__m128 need) {
+  const __m128 rounded = f16_round(need);
+  const __m128 power = _mm_and_ps(rounded, _mm_castsi128_ps(_mm_set1_epi32(0x7f800000)));
+  const __m128 step = _mm_max_ps(_mm_mul_ps(power, _mm_set1_ps(0x1p-10f)), _mm_set1_ps(0x1p-24f));
+  return _mm_add_ps(rounded, _mm_and_ps(_mm_cmplt_ps(rounded, need), step));
+}
+
+// Σ over the row of (x - offset - scale * code)² for four (scale, offset) candidates at once, one
+// per lane, code = clamp(round_to_even((x - offset) * inverse)); with `fit`, also per lane what
+// the least-squares (scale, offset) of those codes needs: Σ x code, Σ code², Σ code.
+struct LaneFit {
+  __m128 squared_error, x_dot_code, code_dot_code, code_sum;
+};
+
+template <bool kFit>
+LaneFit fit_lanes(const float* x, size_t n, __m128 scale, __m128 inverse, __m128 offset) {
   const __m128 magic = _mm_set1_ps(12582912.0f), top = _mm_set1_ps(kInt8CodeMax), bottom = _mm_set1_ps(-kInt8CodeMax);
-  __m128 err = _mm_setzero_ps(), xc = _mm_setzero_ps(), cc = _mm_setzero_ps(), cs = _mm_setzero_ps();
-  size_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    const __m128 v = _mm_loadu_ps(x + i);
-    const __m128 centred = _mm_sub_ps(v, off);
-    const __m128 rounded = _mm_sub_ps(_mm_add_ps(_mm_mul_ps(centred, inv), magic), magic);  // round_to_even
+  LaneFit f{_mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps()};
+  for (size_t i = 0; i < n; ++i) {
+    const __m128 v = _mm_set1_ps(x[i]);
+    const __m128 centred = _mm_sub_ps(v, offset);
+    const __m128 rounded = _mm_sub_ps(_mm_add_ps(_mm_mul_ps(centred, inverse), magic), magic);  // round_to_even
     const __m128 code = _mm_max_ps(bottom, _mm_min_ps(top, rounded));
-    const __m128 diff = _mm_sub_ps(centred, _mm_mul_ps(step, code));
-    err = _mm_add_ps(err, _mm_mul_ps(diff, diff));
-    xc = _mm_add_ps(xc, _mm_mul_ps(v, code));
-    cc = _mm_add_ps(cc, _mm_mul_ps(code, code));
-    cs = _mm_add_ps(cs, code);
+    const __m128 diff = _mm_sub_ps(centred, _mm_mul_ps(scale, code));
+    f.squared_error = _mm_add_ps(f.squared_error, _mm_mul_ps(diff, diff));
+    if constexpr (kFit) {
+      f.x_dot_code = _mm_add_ps(f.x_dot_code, _mm_mul_ps(v, code));
+      f.code_dot_code = _mm_add_ps(f.code_dot_code, _mm_mul_ps(code, code));
+      f.code_sum = _mm_add_ps(f.code_sum, code);
+    }
   }
-  KeyRowFit fit{lane_sum(err), lane_sum(xc), lane_sum(cc), lane_sum(cs)};
-  for (; i < n; ++i) {
-    const float centred = x[i] - offset;
-    const float code = std::clamp(round_to_even(centred * inverse), -kInt8CodeMax, kInt8CodeMax);
-    const float diff = centred - scale * code;
-    fit.squared_error += diff * diff;
-    fit.x_dot_code += x[i] * code;
-    fit.code_dot_code += code * code;
-    fit.code_sum += code;
-  }
-  return fit;
+  return f;
 }
 
 // The row's smallest and largest element and its sum, in SSE2 lanes; false if it holds a NaN or
@@ -180,31 +190,47 @@ uint32_t quantize_key_row_int8(const float* x, size_t n, int8_t* codes) {
   float best_scale = f16_scale_at_least(half / kInt8CodeMax), best_offset = mid_offset;
   const size_t candidates = int8_key_fit_candidates(n);
   if (candidates > 1) {
+    // Four candidates per pass, one per lane (a lane past the last repeats it): the passes are
+    // over few elements, so lanes across elements would leave most of the work in the sums.
     float best_error = std::numeric_limits<float>::infinity();
-    const float count = static_cast<float>(n);
-    for (size_t j = 0; j < candidates; ++j) {
-      const float top_code =
-          kInt8CodeMax - (kInt8CodeMax - kInt8FitLowestTopCode) * static_cast<float>(j) / static_cast<float>(candidates - 1);
-      const float scale = j == 0 ? best_scale : f16_scale_at_least(half / top_code);
-      const KeyRowFit at_step = fit_key_row(x, n, 1.0f / scale, scale, mid_offset);
-      if (at_step.squared_error < best_error) {
-        best_error = at_step.squared_error;
-        best_scale = scale;
-        best_offset = mid_offset;
-      }
-      // The least-squares scale and offset of these codes, in f16, the codes rounded again.
-      const float det = count * at_step.code_dot_code - at_step.code_sum * at_step.code_sum;
-      if (!(det > 0)) continue;
-      const float fitted_scale = (count * at_step.x_dot_code - at_step.code_sum * x_sum) / det;
-      const float fitted_offset = f16_value((x_sum - fitted_scale * at_step.code_sum) / count);
-      if (!(fitted_scale > 0) || !std::isfinite(fitted_offset)) continue;
-      const float reach = std::max(hi - fitted_offset, fitted_offset - lo);
-      const float refined = f16_scale_at_least(std::max(fitted_scale, reach / (kInt8CodeMax + 0.5f)));
-      const float refined_error = fit_key_row(x, n, 1.0f / refined, refined, fitted_offset).squared_error;
-      if (refined_error < best_error) {
-        best_error = refined_error;
-        best_scale = refined;
-        best_offset = fitted_offset;
+    const __m128 count = _mm_set1_ps(static_cast<float>(n)), sum = _mm_set1_ps(x_sum);
+    const __m128 mid = _mm_set1_ps(mid_offset), high = _mm_set1_ps(hi), low = _mm_set1_ps(lo);
+    const float top_step = (kInt8CodeMax - kInt8FitLowestTopCode) / static_cast<float>(candidates - 1);
+    for (size_t first = 0; first < candidates; first += 4) {
+      float top_codes[4];
+      for (size_t l = 0; l < 4; ++l)
+        top_codes[l] = kInt8CodeMax - top_step * static_cast<float>(std::min(first + l, candidates - 1));
+      const __m128 scale = f16_at_least(_mm_div_ps(_mm_set1_ps(half), _mm_loadu_ps(top_codes)));
+      const LaneFit at_step = fit_lanes<true>(x, n, scale, _mm_div_ps(_mm_set1_ps(1.0f), scale), mid);
+      // The least-squares scale and offset of each lane's codes, in f16, the codes rounded again;
+      // a lane without one (det <= 0: all codes equal) repeats its step.
+      const __m128 det = _mm_sub_ps(_mm_mul_ps(count, at_step.code_dot_code), _mm_mul_ps(at_step.code_sum, at_step.code_sum));
+      const __m128 fitted_scale =
+          _mm_div_ps(_mm_sub_ps(_mm_mul_ps(count, at_step.x_dot_code), _mm_mul_ps(at_step.code_sum, sum)), det);
+      const __m128 valid = _mm_and_ps(_mm_cmpgt_ps(det, _mm_setzero_ps()), _mm_cmpgt_ps(fitted_scale, _mm_setzero_ps()));
+      __m128 fitted_offset = f16_round(_mm_div_ps(_mm_sub_ps(sum, _mm_mul_ps(fitted_scale, at_step.code_sum)), count));
+      fitted_offset = _mm_or_ps(_mm_and_ps(valid, fitted_offset), _mm_andnot_ps(valid, mid));
+      const __m128 reach = _mm_max_ps(_mm_sub_ps(high, fitted_offset), _mm_sub_ps(fitted_offset, low));
+      const __m128 need = _mm_max_ps(_mm_and_ps(valid, fitted_scale), _mm_div_ps(reach, _mm_set1_ps(kInt8CodeMax + 0.5f)));
+      const __m128 refined = f16_at_least(need);
+      const LaneFit again = fit_lanes<false>(x, n, refined, _mm_div_ps(_mm_set1_ps(1.0f), refined), fitted_offset);
+      float errors[4], scales[4], refined_errors[4], refined_scales[4], offsets[4];
+      _mm_storeu_ps(errors, at_step.squared_error);
+      _mm_storeu_ps(scales, scale);
+      _mm_storeu_ps(refined_errors, again.squared_error);
+      _mm_storeu_ps(refined_scales, refined);
+      _mm_storeu_ps(offsets, fitted_offset);
+      for (size_t l = 0; l < 4; ++l) {
+        if (errors[l] < best_error) {
+          best_error = errors[l];
+          best_scale = scales[l];
+          best_offset = mid_offset;
+        }
+        if (refined_errors[l] < best_error) {
+          best_error = refined_errors[l];
+          best_scale = refined_scales[l];
+          best_offset = offsets[l];
+        }
       }
     }
   }
