@@ -181,7 +181,10 @@ TEST(KVQuantize, Int8KeyRowKeepsEveryElementWithinHalfAStepOfScaleTimesCodePlusO
   std::normal_distribution<float> normal(0.0f, 1.0f);
   EXPECT_EQ(int8_key_fit_candidates(8), 16u);
   EXPECT_EQ(int8_key_fit_candidates(16), 8u);
-  EXPECT_EQ(int8_key_fit_candidates(64), 2u);
+  EXPECT_EQ(int8_key_fit_candidates(32), 4u);
+  EXPECT_EQ(int8_key_fit_candidates(13), 9u);
+  EXPECT_EQ(int8_key_fit_candidates(33), 1u);
+  EXPECT_EQ(int8_key_fit_candidates(64), 1u);
   EXPECT_EQ(int8_key_fit_candidates(128), 1u);
   EXPECT_EQ(int8_key_fit_candidates(1), 16u);
   EXPECT_TRUE(int8_keys_have_offsets(DType::kInt8));

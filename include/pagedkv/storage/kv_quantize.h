@@ -49,7 +49,7 @@ struct KeyScaleOffset {
 inline constexpr float kKeyF16Max = 32768.0f;
 inline constexpr uint32_t kNaNKeyScaleOffset = 0x7E007E00u;  // both halves an f16 NaN
 // About kInt8FitElementBudget elements' work per row's candidates, at most kInt8FitMaxCandidates
-// of them, and the smallest code the ends of the row's range take.
+// of them, and the smallest code the ends of the row's range take (int8_key_fit_candidates).
 inline constexpr size_t kInt8FitElementBudget = 128, kInt8FitMaxCandidates = 16;
 inline constexpr float kInt8FitLowestTopCode = 112.0f;
 
@@ -62,9 +62,10 @@ uint32_t pack_key_scale_offset(float scale, float offset);
 KeyScaleOffset unpack_key_scale_offset(uint32_t packed);
 
 // How many candidate steps quantize_key_row_int8 tries for a row of n elements:
-// kInt8FitElementBudget / n, within [1, kInt8FitMaxCandidates] (16 for 8 elements, 8 for 16, 1
-// from 128: rows that wide take the midpoint and range / 254 only, where fitting would gain a few
-// percent of the error for several passes over the row).
+// kInt8FitElementBudget / n, at most kInt8FitMaxCandidates, and 1 where that would be below 4
+// (16 for 8 elements, 8 for 16, 4 for 32, 1 from 33: rows that wide take the midpoint and
+// range / 254 only, where fitting would lower the error a few percent for several passes over
+// the row). Candidates are tried four at a time, one per SSE2 lane.
 size_t int8_key_fit_candidates(size_t n);
 
 // out[i] = scale * code[i], in f32 (exact but for the one rounding of the product).
