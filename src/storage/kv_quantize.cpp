@@ -94,35 +94,32 @@ __m128 f16_at_least(__m128 need) {
   return _mm_add_ps(rounded, _mm_and_ps(_mm_cmplt_ps(rounded, need), step));
 }
 
-// Σ over the row of (x - offset - scale * code)² for G groups of four (scale, offset) candidates
-// at once, one per lane, code = clamp(round_to_even((x - offset) * inverse)); with `kFit`, also
-// per lane what the least-squares (scale, offset) of those codes needs: Σ x code, Σ code², Σ code.
-// The G groups go through one loop over the row, so that their chains of sums overlap.
+// Σ over the row of (y - scale * code)², y = x - offset, for G groups of four scales at once, one
+// per lane, code = clamp(round_to_even(y * inverse)); and per lane what the least-squares (scale,
+// offset) of those codes needs: Σ y code, Σ code², Σ code. The G groups go through one loop over
+// the row, so that their chains of sums overlap.
 template <int G>
 struct LaneFit {
-  __m128 squared_error[G], x_dot_code[G], code_dot_code[G], code_sum[G];
+  __m128 squared_error[G], y_dot_code[G], code_dot_code[G], code_sum[G];
 };
 
-template <int G, bool kFit>
-LaneFit<G> fit_lanes(const float* x, size_t n, const __m128* scale, const __m128* inverse, const __m128* offset) {
+template <int G>
+LaneFit<G> fit_lanes(const float* x, size_t n, const __m128* scale, const __m128* inverse, __m128 offset) {
   const __m128 magic = _mm_set1_ps(12582912.0f), top = _mm_set1_ps(kInt8CodeMax), bottom = _mm_set1_ps(-kInt8CodeMax);
   LaneFit<G> f;
   for (int g = 0; g < G; ++g)
-    f.squared_error[g] = f.x_dot_code[g] = f.code_dot_code[g] = f.code_sum[g] = _mm_setzero_ps();
+    f.squared_error[g] = f.y_dot_code[g] = f.code_dot_code[g] = f.code_sum[g] = _mm_setzero_ps();
   for (size_t i = 0; i < n; ++i) {
-    const __m128 v = _mm_set1_ps(x[i]);
+    const __m128 centred = _mm_sub_ps(_mm_set1_ps(x[i]), offset);
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
-      const __m128 centred = _mm_sub_ps(v, offset[g]);
       const __m128 rounded = _mm_sub_ps(_mm_add_ps(_mm_mul_ps(centred, inverse[g]), magic), magic);  // round_to_even
       const __m128 code = _mm_max_ps(bottom, _mm_min_ps(top, rounded));
       const __m128 diff = _mm_sub_ps(centred, _mm_mul_ps(scale[g], code));
       f.squared_error[g] = _mm_add_ps(f.squared_error[g], _mm_mul_ps(diff, diff));
-      if constexpr (kFit) {
-        f.x_dot_code[g] = _mm_add_ps(f.x_dot_code[g], _mm_mul_ps(v, code));
-        f.code_dot_code[g] = _mm_add_ps(f.code_dot_code[g], _mm_mul_ps(code, code));
-        f.code_sum[g] = _mm_add_ps(f.code_sum[g], code);
-      }
+      f.y_dot_code[g] = _mm_add_ps(f.y_dot_code[g], _mm_mul_ps(centred, code));
+      f.code_dot_code[g] = _mm_add_ps(f.code_dot_code[g], _mm_mul_ps(code, code));
+      f.code_sum[g] = _mm_add_ps(f.code_sum[g], code);
     }
   }
   return f;
@@ -130,50 +127,55 @@ LaneFit<G> fit_lanes(const float* x, size_t n, const __m128* scale, const __m128
 
 // The search of quantize_key_row_int8 over `candidates` <= 4 G steps (a lane past the last
 // repeats it): each step's codes around the midpoint, then the least-squares scale and offset of
-// those codes, in f16, the codes rounded again; updates the best (error, scale, offset).
+// those codes, in f16; updates the best (error, scale, offset). A refined pair is judged by the
+// error of the step's codes under it, in closed form from the pass's sums (no second pass): the
+// codes rounded again to the pair, as they will be stored, can only do better.
 struct KeyRowSearch {
   const float* x;
   size_t n, candidates;
-  float lo, hi, sum, mid_offset, half;
+  float lo, hi, mid_offset, half;
+  float centred_sum, centred_squares;  // Σ (x - mid_offset), Σ (x - mid_offset)²
 };
 
 template <int G>
 void search_key_steps(const KeyRowSearch& r, float& best_error, float& best_scale, float& best_offset) {
-  const __m128 count = _mm_set1_ps(static_cast<float>(r.n)), sum = _mm_set1_ps(r.sum), one = _mm_set1_ps(1.0f);
+  const __m128 count = _mm_set1_ps(static_cast<float>(r.n)), one = _mm_set1_ps(1.0f), two = _mm_set1_ps(2.0f);
+  const __m128 y_sum = _mm_set1_ps(r.centred_sum), y_squares = _mm_set1_ps(r.centred_squares);
   const __m128 mid = _mm_set1_ps(r.mid_offset), high = _mm_set1_ps(r.hi), low = _mm_set1_ps(r.lo);
   const float top_step = (kInt8CodeMax - kInt8FitLowestTopCode) / static_cast<float>(r.candidates - 1);
-  __m128 scale[G], inverse[G], mids[G];
+  __m128 scale[G], inverse[G];
   for (int g = 0; g < G; ++g) {
     float top_codes[4];
     for (size_t l = 0; l < 4; ++l)
       top_codes[l] = kInt8CodeMax - top_step * static_cast<float>(std::min(4 * static_cast<size_t>(g) + l, r.candidates - 1));
     scale[g] = f16_at_least(_mm_div_ps(_mm_set1_ps(r.half), _mm_loadu_ps(top_codes)));
     inverse[g] = _mm_div_ps(one, scale[g]);
-    mids[g] = mid;
   }
-  const LaneFit<G> at_step = fit_lanes<G, true>(r.x, r.n, scale, inverse, mids);
-  // A lane without a least-squares fit (det <= 0: all codes equal) repeats its step.
-  __m128 refined[G], refined_inverse[G], offset[G];
+  const LaneFit<G> f = fit_lanes<G>(r.x, r.n, scale, inverse, mid);
   for (int g = 0; g < G; ++g) {
-    const __m128 det =
-        _mm_sub_ps(_mm_mul_ps(count, at_step.code_dot_code[g]), _mm_mul_ps(at_step.code_sum[g], at_step.code_sum[g]));
-    const __m128 fitted_scale =
-        _mm_div_ps(_mm_sub_ps(_mm_mul_ps(count, at_step.x_dot_code[g]), _mm_mul_ps(at_step.code_sum[g], sum)), det);
+    // y ~ scale * code + shift, shift = offset - midpoint; a lane without a least-squares fit
+    // (det <= 0: all codes equal) keeps the midpoint.
+    const __m128 yc = f.y_dot_code[g], cc = f.code_dot_code[g], cs = f.code_sum[g];
+    const __m128 det = _mm_sub_ps(_mm_mul_ps(count, cc), _mm_mul_ps(cs, cs));
+    const __m128 fitted_scale = _mm_div_ps(_mm_sub_ps(_mm_mul_ps(count, yc), _mm_mul_ps(cs, y_sum)), det);
     const __m128 valid = _mm_and_ps(_mm_cmpgt_ps(det, _mm_setzero_ps()), _mm_cmpgt_ps(fitted_scale, _mm_setzero_ps()));
-    const __m128 fitted_offset = f16_round(_mm_div_ps(_mm_sub_ps(sum, _mm_mul_ps(fitted_scale, at_step.code_sum[g])), count));
-    offset[g] = _mm_or_ps(_mm_and_ps(valid, fitted_offset), _mm_andnot_ps(valid, mid));
-    const __m128 reach = _mm_max_ps(_mm_sub_ps(high, offset[g]), _mm_sub_ps(offset[g], low));
-    refined[g] = f16_at_least(_mm_max_ps(_mm_and_ps(valid, fitted_scale), _mm_div_ps(reach, _mm_set1_ps(kInt8CodeMax + 0.5f))));
-    refined_inverse[g] = _mm_div_ps(one, refined[g]);
-  }
-  const LaneFit<G> again = fit_lanes<G, false>(r.x, r.n, refined, refined_inverse, offset);
-  for (int g = 0; g < G; ++g) {
+    const __m128 fitted_offset =
+        f16_round(_mm_add_ps(mid, _mm_div_ps(_mm_sub_ps(y_sum, _mm_mul_ps(fitted_scale, cs)), count)));
+    const __m128 offset = _mm_or_ps(_mm_and_ps(valid, fitted_offset), _mm_andnot_ps(valid, mid));
+    const __m128 reach = _mm_max_ps(_mm_sub_ps(high, offset), _mm_sub_ps(offset, low));
+    const __m128 refined =
+        f16_at_least(_mm_max_ps(_mm_and_ps(valid, fitted_scale), _mm_div_ps(reach, _mm_set1_ps(kInt8CodeMax + 0.5f))));
+    // Σ (y - shift - refined code)² = Σy² - 2 shift Σy - 2 refined Σyc + n shift² + 2 refined shift Σc + refined² Σc².
+    const __m128 shift = _mm_sub_ps(offset, mid);
+    __m128 e = _mm_sub_ps(y_squares, _mm_mul_ps(two, _mm_add_ps(_mm_mul_ps(shift, y_sum), _mm_mul_ps(refined, yc))));
+    e = _mm_add_ps(e, _mm_mul_ps(shift, _mm_add_ps(_mm_mul_ps(count, shift), _mm_mul_ps(two, _mm_mul_ps(refined, cs)))));
+    e = _mm_add_ps(e, _mm_mul_ps(_mm_mul_ps(refined, refined), cc));
     float errors[4], scales[4], refined_errors[4], refined_scales[4], offsets[4];
-    _mm_storeu_ps(errors, at_step.squared_error[g]);
+    _mm_storeu_ps(errors, f.squared_error[g]);
     _mm_storeu_ps(scales, scale[g]);
-    _mm_storeu_ps(refined_errors, again.squared_error[g]);
-    _mm_storeu_ps(refined_scales, refined[g]);
-    _mm_storeu_ps(offsets, offset[g]);
+    _mm_storeu_ps(refined_errors, e);
+    _mm_storeu_ps(refined_scales, refined);
+    _mm_storeu_ps(offsets, offset);
     for (size_t l = 0; l < 4; ++l) {
       if (errors[l] < best_error) {
         best_error = errors[l];
@@ -259,7 +261,10 @@ uint32_t quantize_key_row_int8(const float* x, size_t n, int8_t* codes) {
   const size_t candidates = int8_key_fit_candidates(n);
   if (candidates > 1) {
     float best_error = std::numeric_limits<float>::infinity();
-    const KeyRowSearch search{x, n, candidates, lo, hi, x_sum, mid_offset, half};
+    float centred_squares = 0;
+    for (size_t i = 0; i < n; ++i) centred_squares += (x[i] - mid_offset) * (x[i] - mid_offset);
+    const KeyRowSearch search{x,    n,           candidates, lo, hi, mid_offset, half,
+                              x_sum - static_cast<float>(n) * mid_offset, centred_squares};
     switch ((candidates + 3) / 4) {  // groups of four candidates, one per SSE2 lane
       case 1: search_key_steps<1>(search, best_error, best_scale, best_offset); break;
       case 2: search_key_steps<2>(search, best_error, best_scale, best_offset); break;
