@@ -21,7 +21,8 @@
 // fp8 K/V take the 16-bit formats' path with their own loads (codes to f32); each token's scale
 // is folded into its scores after the dot products and into its probabilities after the softmax,
 // a multiply per (row, token) instead of one per element. int8 K/V take the integer path
-// (attention_tile_int8.h, attend_tile_int8 below), with the scales folded in the same places.
+// (attention_tile_int8.h, attend_tile_int8 below), with the scales folded in the same places and
+// each int8 key row's offset added to its score times the query row's sum.
 //
 // Isa provides: Vec, kLanes, kScoreTokens, kValueChunks, kPrefetchInLoops (prefetch a few lines
 // per inner-loop iteration rather than a burst per block), zero, load, store, broadcast, fmadd,
