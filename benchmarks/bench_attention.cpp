@@ -4,9 +4,10 @@
 // Rates are per CPU second of the one kernel thread, so they stay meaningful on a busy machine.
 //   BM_DecodeInCache/<dtype>/<query heads per KV head>   bytes/s = K/V bytes read per CPU second
 //   BM_PrefillWithPrefix/<dtype>                         items/s = attention FLOPs (2 x QK + PV)
-//   BM_WriteKV/<dtype>                                   bytes/s = f32 input bytes converted
+//   BM_WriteKV/<dtype>/<KV heads>/<head dim>             bytes/s = f32 input bytes converted
 //                                                        (int8, fp8: quantized; dtype 0-4 =
 //                                                        fp32, fp16, bf16, int8, fp8)
+//   BM_QuantizeInt8Row/<keys>/<n>                        items/s = rows (amax / 127, or the keys' format)
 // and one memory-side benchmark, no arithmetic, for what paging costs the memory system:
 //   BM_BlockRead/<KiB per block>/<shuffled>/<prefetch>   bytes/s = bytes read per CPU second
 #include <benchmark/benchmark.h>
@@ -27,6 +28,7 @@
 #include "pagedkv/storage/float_convert.h"
 #include "pagedkv/storage/kv_arena.h"
 #include "pagedkv/storage/kv_ops.h"
+#include "pagedkv/storage/kv_quantize.h"
 
 namespace pagedkv {
 namespace {
@@ -121,21 +123,63 @@ void BM_PrefillWithPrefix(benchmark::State& state) {
 }
 BENCHMARK(BM_PrefillWithPrefix)->DenseRange(0, 2);
 
+// Quantize-on-write: 64 tokens of normal(0, 1) rows into one layer of a shape: 8 KV heads x 128
+// (a Llama) or 4 x 8 (stories260K, whose int8 keys try 16 steps per row; storage/kv_quantize.h).
 void BM_WriteKV(benchmark::State& state) {
   const DType dtype = dtype_arg(state.range(0));
+  const auto heads = static_cast<int>(state.range(1)), dim = static_cast<int>(state.range(2));
   const int tokens = 64;
-  PagedContext ctx(dtype, tokens);
-  std::vector<float> k(static_cast<size_t>(tokens) * kKVHeads * kHeadDim, 0.1f), v(k.size(), 0.2f);
+  KVCacheSpec spec;
+  spec.dtype = dtype;
+  spec.block_size = kBlockSize;
+  spec.num_kv_heads = heads;
+  spec.head_dim = dim;
+  KVArena arena(spec, 1, tokens / kBlockSize + 1);
+  std::vector<int32_t> table(static_cast<size_t>(tokens / kBlockSize));
+  std::iota(table.begin(), table.end(), 1);
+  std::mt19937_64 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> k(static_cast<size_t>(tokens) * static_cast<size_t>(heads * dim)), v(k.size());
+  for (auto& x : k) x = normal(rng);
+  for (auto& x : v) x = normal(rng);
   std::vector<int64_t> slots(static_cast<size_t>(tokens));
-  compute_slot_mapping(ctx.table.data(), kBlockSize, 0, tokens, slots.data());
+  compute_slot_mapping(table.data(), kBlockSize, 0, tokens, slots.data());
+  const KVLayerView kv = arena.layer(0);
   for (auto _ : state) {
-    write_kv(ctx.kv, k.data(), v.data(), slots.data(), tokens);
+    write_kv(kv, k.data(), v.data(), slots.data(), tokens);
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(k.size() * 2 * sizeof(float)));
-  state.SetLabel(std::string(dtype_name(dtype)));
+  state.SetLabel(std::string(dtype_name(dtype)) + " " + std::to_string(heads) + "x" + std::to_string(dim));
 }
-BENCHMARK(BM_WriteKV)->DenseRange(0, 4);  // int8/fp8: quantize-on-write
+BENCHMARK(BM_WriteKV)->ArgsProduct({{0, 1, 2, 3, 4}, {8}, {128}})->ArgsProduct({{1, 3}, {4}, {8}});  // int8/fp8: quantize-on-write
+
+// One int8 row after another (256 rows of normal(0, 1) values, n elements each): amax / 127
+// (quantize_row, as values are stored; keys = 0) against the keys' f16 scale and offset, fitted
+// (quantize_key_row_int8; keys = 1).
+void BM_QuantizeInt8Row(benchmark::State& state) {
+  const bool keys = state.range(0) != 0;
+  const auto n = static_cast<size_t>(state.range(1));
+  const size_t rows = 256;
+  std::mt19937_64 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(rows * n);
+  for (auto& v : x) v = normal(rng);
+  std::vector<int8_t> codes(rows * n);
+  for (auto _ : state) {
+    for (size_t r = 0; r < rows; ++r) {
+      if (keys) {
+        benchmark::DoNotOptimize(quantize_key_row_int8(x.data() + r * n, n, codes.data() + r * n));
+      } else {
+        benchmark::DoNotOptimize(quantize_row(DType::kInt8, x.data() + r * n, n, codes.data() + r * n));
+      }
+    }
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(rows));
+  state.SetLabel(keys ? "keys: scale + offset, fitted" : "amax/127");
+}
+BENCHMARK(BM_QuantizeInt8Row)->ArgsProduct({{0, 1}, {8, 16, 64, 128}});
 
 // Reads 1 GiB (on transparent huge pages, as the KV arena asks for) as blocks of the given size,
 // in address order or shuffled, with SSE2 loads and nothing else: the decode kernel's K/V stream

@@ -16,8 +16,10 @@
 // int8 K/V are read with integer dot products on every path (the scalar twin does the same
 // integer arithmetic, so the paths agree but for the f32 softmax):
 //   - scores: the driver quantizes each query row once to int16 codes with a scale of its own
-//     (query ~ query_scale * code, step amax / 32767); q . k = query_scale * k_scale[t] *
-//     sum(code_q * code_k), the sum exact in int32 (AVX512-VNNI / AVX-VNNI vpdpwssd, or vpmaddwd);
+//     (query ~ query_scale * code, step amax / 32767); a key row is k_scale[t] * code_k +
+//     k_offset[t] (storage/kv_quantize.h), so q . k = query_scale * k_scale[t] *
+//     sum(code_q * code_k) + k_offset[t] * query_sum, the sum exact in int32 (AVX512-VNNI /
+//     AVX-VNNI vpdpwssd, or vpmaddwd) and query_sum the f32 sum of the query row's elements;
 //   - values: per tile and row, the weights w[t] = p[t] * v_scale[t] are quantized to int16
 //     (step max_t w[t] / 32767) and sum_t w16[t] * code_v[t][d] is taken exactly in int32, two
 //     tokens per instruction, then added to the f32 accumulator times the weights' step.
@@ -64,6 +66,7 @@ struct RowGroupTask {
   // per row (query = query_scale * code).
   const int16_t* query_codes = nullptr;  // [num_kv_heads][num_rows][padded_query_dim(head_dim)]
   const float* query_scale = nullptr;    // [num_kv_heads][num_rows]
+  const float* query_sum = nullptr;      // [num_kv_heads][num_rows] sum of the row's elements (f32)
   const int32_t* row_begin = nullptr;   // [num_rows] first position each row may attend to
   const int32_t* row_end = nullptr;     // [num_rows] one past the last position it may attend to
   bool rows_share_range = false;        // all rows attend to [token_begin, token_end): no masking

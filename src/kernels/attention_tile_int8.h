@@ -106,7 +106,8 @@ void qk_tile_int8(const int16_t* q, int rows, size_t qstride, size_t dim, const 
 // s: NR rows of kTileTokens raw scores (the integer sums); lo/hi: each row's attended tokens.
 template <int NR>
 void softmax_weights_rows(const float* s, const int* lo, const int* hi, float softcap, const float* query_scale,
-                          const float* key_scale, const float* value_scale, float* row_max, float* row_sum,
+                          const float* query_sum, const float* key_scale, const float* key_offset,
+                          const float* value_scale, float* row_max, float* row_sum,
                           float* acc, size_t dim, int16_t* codes, float* step) {
   static_assert(kTileTokens == 24);
   constexpr int C = kTileTokens / 8;
@@ -114,14 +115,15 @@ void softmax_weights_rows(const float* s, const int* lo, const int* hi, float so
   float new_max[NR];
 #pragma GCC unroll 4
   for (int r = 0; r < NR; ++r) {
-    const __m256 qs = _mm256_set1_ps(query_scale[r]);
+    const __m256 qs = _mm256_set1_ps(query_scale[r]), qsum = _mm256_set1_ps(query_sum[r]);
     const bool masked = lo[r] > 0 || hi[r] < kTileTokens;
     const __m256i lo_v = _mm256_set1_epi32(lo[r]), hi_v = _mm256_set1_epi32(hi[r]);
     __m256 tile_max = _mm256_set1_ps(kNegInf);
 #pragma GCC unroll 4
-    for (int c = 0; c < C; ++c) {  // score = sum * (query scale * key scale)
-      __m256 v = _mm256_mul_ps(_mm256_loadu_ps(s + r * kTileTokens + 8 * c),
-                               _mm256_mul_ps(qs, _mm256_load_ps(key_scale + 8 * c)));
+    for (int c = 0; c < C; ++c) {  // score = sum * (query scale * key scale) + query sum * key offset
+      __m256 v = _mm256_fmadd_ps(qsum, _mm256_load_ps(key_offset + 8 * c),
+                                 _mm256_mul_ps(_mm256_loadu_ps(s + r * kTileTokens + 8 * c),
+                                               _mm256_mul_ps(qs, _mm256_load_ps(key_scale + 8 * c))));
       if (softcap > 0) v = softcap256(v, softcap);
       if (masked) v = mask_outside(v, c, lo_v, hi_v);
       x[r][c] = v;

@@ -119,12 +119,13 @@ void attend_tile_head(const RowGroupTask& task, int tile, int n, const float* ke
 }
 
 // The int8 twin of attention_tile_int8.h and attend_tile_int8 (attention_tile_simd.h): int16
-// query codes times the key codes, summed in int32; score = sum * (query scale * key scale);
+// query codes times the key codes, summed in int32; score = sum * (query scale * key scale) +
+// query sum * key offset;
 // the softmax in f32; per row, the weights p * v_scale quantized to int16 (softmax_weights_rows), and
 // the value codes summed in int32 under them, added to the accumulator times the weights' step.
 void attend_tile_head_int8(const RowGroupTask& task, int h, int tile, int n, const int8_t* const* keys,
-                           const int8_t* const* values, const float* key_scale, const float* value_scale,
-                           float* scores) {
+                           const int8_t* const* values, const float* key_scale, const float* key_offset,
+                           const float* value_scale, float* scores) {
   const auto dim = static_cast<size_t>(task.kv->head_dim);
   const size_t qstride = padded_query_dim(dim);
   const auto rows = static_cast<size_t>(task.num_rows);
@@ -136,6 +137,7 @@ void attend_tile_head_int8(const RowGroupTask& task, int h, int tile, int n, con
     float* s = scores + r * kTileTokens;
     const int16_t* q = codes + r * qstride;
     const float qs = task.query_scale[static_cast<size_t>(h) * rows + r];
+    const float qsum = task.query_sum[static_cast<size_t>(h) * rows + r];
     const int lo = task.rows_share_range ? 0 : std::clamp(task.row_begin[r] - tile, 0, n);
     const int hi = task.rows_share_range ? n : std::clamp(task.row_end[r] - tile, 0, n);
     if (lo >= hi) continue;
@@ -146,7 +148,7 @@ void attend_tile_head_int8(const RowGroupTask& task, int h, int tile, int n, con
     for (int j = lo; j < hi; ++j) {
       int32_t dot = 0;
       for (size_t d = 0; d < dim; ++d) dot += int32_t{q[d]} * int32_t{keys[j][d]};
-      float x = static_cast<float>(dot) * (qs * key_scale[j]);
+      float x = std::fma(qsum, key_offset[j], static_cast<float>(dot) * (qs * key_scale[j]));
       if (task.logit_softcap > 0) x = task.logit_softcap * std::tanh(x / task.logit_softcap);
       s[j] = x;
       tile_max = std::max(tile_max, x);
@@ -196,7 +198,7 @@ void attend_rows_scalar(const RowGroupTask& task) {
   std::fill(task.row_sum, task.row_sum + heads * rows, 0.0f);
 
   size_t slots[kTileTokens];
-  float key_scale[kTileTokens], value_scale[kTileTokens];
+  float key_scale[kTileTokens], key_offset[kTileTokens], value_scale[kTileTokens];
   const auto* key_plane = static_cast<const std::byte*>(kv.key);
   const auto* value_plane = static_cast<const std::byte*>(kv.value);
   for (int tile = task.token_begin; tile < task.token_end; tile += kTileTokens) {
@@ -215,10 +217,15 @@ void attend_rows_scalar(const RowGroupTask& task) {
           const size_t offset = slots[j] * kv.slot_bytes();
           keys[j] = reinterpret_cast<const int8_t*>(key_plane + offset) + head * udim;
           values[j] = reinterpret_cast<const int8_t*>(value_plane + offset) + head * udim;
-          std::memcpy(&key_scale[j], key_plane + offset + kv.rows_bytes() + head * kKVScaleBytes, sizeof(float));
+          uint32_t packed;  // f16 scale and offset (storage/kv_quantize.h)
+          std::memcpy(&packed, key_plane + offset + kv.rows_bytes() + head * kKVScaleBytes, sizeof packed);
+          const KeyScaleOffset so = unpack_key_scale_offset(packed);
+          key_scale[j] = so.scale;
+          key_offset[j] = so.offset;
           std::memcpy(&value_scale[j], value_plane + offset + kv.rows_bytes() + head * kKVScaleBytes, sizeof(float));
         }
-        attend_tile_head_int8(task, static_cast<int>(h), tile, n, keys, values, key_scale, value_scale, scores.data());
+        attend_tile_head_int8(task, static_cast<int>(h), tile, n, keys, values, key_scale, key_offset, value_scale,
+                              scores.data());
         continue;
       }
       for (int j = 0; j < n; ++j) {

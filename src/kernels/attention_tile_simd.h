@@ -21,7 +21,8 @@
 // fp8 K/V take the 16-bit formats' path with their own loads (codes to f32); each token's scale
 // is folded into its scores after the dot products and into its probabilities after the softmax,
 // a multiply per (row, token) instead of one per element. int8 K/V take the integer path
-// (attention_tile_int8.h, attend_tile_int8 below), with the scales folded in the same places.
+// (attention_tile_int8.h, attend_tile_int8 below), with the scales folded in the same places and
+// each int8 key row's offset added to its score times the query row's sum.
 //
 // Isa provides: Vec, kLanes, kScoreTokens, kValueChunks, kPrefetchInLoops (prefetch a few lines
 // per inner-loop iteration rather than a burst per block), zero, load, store, broadcast, fmadd,
@@ -515,13 +516,15 @@ class TileWalk {
 // codes, values.
 template <class Isa>
 void attend_tile_int8(const RowGroupTask& task, int h, int tile, int n, const int8_t* const* keys,
-                      const int8_t* const* values, const float* key_scale, const float* value_scale, float* scores,
+                      const int8_t* const* values, const float* key_scale, const float* key_offset,
+                      const float* value_scale, float* scores,
                       int16_t* weight_codes, float* weight_step, size_t qstride, Prefetcher& pf) {
   const size_t dim = static_cast<size_t>(task.kv->head_dim);
   const int rows = task.num_rows;
   const size_t head_rows = static_cast<size_t>(rows);
   const int16_t* codes = task.query_codes + static_cast<size_t>(h) * head_rows * qstride;
   const float* query_scale = task.query_scale + static_cast<size_t>(h) * head_rows;
+  const float* query_sum = task.query_sum + static_cast<size_t>(h) * head_rows;
   float* acc = task.acc + static_cast<size_t>(h) * head_rows * dim;
   float* row_max = task.row_max + static_cast<size_t>(h) * head_rows;
   float* row_sum = task.row_sum + static_cast<size_t>(h) * head_rows;
@@ -534,8 +537,8 @@ void attend_tile_int8(const RowGroupTask& task, int h, int tile, int n, const in
       hi[i] = task.rows_share_range ? n : std::clamp(task.row_end[r0 + i] - tile, 0, n);
     }
     const auto r = static_cast<size_t>(r0);
-    softmax_weights_rows<NR>(scores + r * kTileTokens, lo, hi, task.logit_softcap, query_scale + r, key_scale,
-                             value_scale, row_max + r, row_sum + r, acc + r * dim, dim,
+    softmax_weights_rows<NR>(scores + r * kTileTokens, lo, hi, task.logit_softcap, query_scale + r, query_sum + r,
+                             key_scale, key_offset, value_scale, row_max + r, row_sum + r, acc + r * dim, dim,
                              weight_codes + r * kTileTokens, weight_step + r);
   });
   pv_tile_int8<Isa>(weight_codes, weight_step, rows, values, (n + 1) / 2, acc, dim, pf);
@@ -588,7 +591,7 @@ void attend(const RowGroupTask& task) {
   const size_t read_offset = static_cast<size_t>(task.first_kv_head) * dim * sizeof(T);
   const size_t read_bytes = heads == task.kv->num_kv_heads ? task.kv->slot_bytes() - read_offset
                                                            : static_cast<size_t>(heads) * dim * sizeof(T);
-  alignas(32) float key_scale[kTileTokens] = {}, value_scale[kTileTokens] = {};
+  alignas(32) float key_scale[kTileTokens] = {}, key_offset[kTileTokens] = {}, value_scale[kTileTokens] = {};
   // Prefetcher steps per head and tile (see Isa::kPrefetchInLoops): one per score block and value
   // strip, or one per vector of a score block's dot products and per token of a value strip.
   const long vectors = static_cast<long>(dim / Isa::kLanes);
@@ -650,13 +653,20 @@ void attend(const RowGroupTask& task) {
         const size_t scale_offset =
             task.kv->rows_bytes() + static_cast<size_t>(task.first_kv_head + h) * kKVScaleBytes;
         for (int j = 0; j < n; ++j) {
-          std::memcpy(&key_scale[j], reinterpret_cast<const char*>(key_slots[buffer][j]) + scale_offset, sizeof(float));
+          if constexpr (kInteger) {  // int8 keys: an f16 scale and offset (storage/kv_quantize.h)
+            uint16_t so[2];
+            std::memcpy(so, reinterpret_cast<const char*>(key_slots[buffer][j]) + scale_offset, sizeof so);
+            key_scale[j] = _cvtsh_ss(so[0]);
+            key_offset[j] = _cvtsh_ss(so[1]);
+          } else {
+            std::memcpy(&key_scale[j], reinterpret_cast<const char*>(key_slots[buffer][j]) + scale_offset, sizeof(float));
+          }
           std::memcpy(&value_scale[j], reinterpret_cast<const char*>(value_slots[buffer][j]) + scale_offset,
                       sizeof(float));
           key_scale[j] *= L::kScaleFactor;
           value_scale[j] *= L::kScaleFactor;
         }
-        for (int j = n; j < kTileTokens; ++j) key_scale[j] = value_scale[j] = 0.0f;
+        for (int j = n; j < kTileTokens; ++j) key_scale[j] = key_offset[j] = value_scale[j] = 0.0f;
       }
       const float* query = task.query + static_cast<size_t>(h) * head_block;
       float* acc = task.acc + static_cast<size_t>(h) * head_block;
@@ -664,7 +674,7 @@ void attend(const RowGroupTask& task) {
       float* row_sum = task.row_sum + static_cast<size_t>(h) * head_rows;
 
       if constexpr (kInteger) {
-        attend_tile_int8<Isa>(task, h, tile, n, keys, values, key_scale, value_scale, scores.data(),
+        attend_tile_int8<Isa>(task, h, tile, n, keys, values, key_scale, key_offset, value_scale, scores.data(),
                               weight_codes.data(), weight_step.data(), qstride, prefetcher);
         continue;
       }

@@ -112,7 +112,7 @@ void validate(const AttentionShape& shape, const PagedAttentionBatch& batch, con
 // Per-thread buffers for one task: its scaled queries (and their int16 codes for int8 K/V), row
 // ranges and unsplit results.
 struct TaskScratch {
-  std::vector<float> query, query_scale, acc, row_max, row_sum;
+  std::vector<float> query, query_scale, query_sum, acc, row_max, row_sum;
   std::vector<int16_t> query_codes;
   std::vector<int32_t> row_begin, row_end;
   void reserve(size_t heads, size_t rows, size_t dim, bool codes) {
@@ -120,6 +120,7 @@ struct TaskScratch {
     if (codes) {
       query_codes.resize(heads * rows * attention_detail::padded_query_dim(dim));
       query_scale.resize(heads * rows);
+      query_sum.resize(heads * rows);
     }
     acc.resize(heads * rows * dim);
     row_max.resize(heads * rows);
@@ -268,9 +269,13 @@ void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& bat
         float* dst = scratch.query.data() + (h * rows + row) * dim;
         for (size_t d = 0; d < dim; ++d) dst[d] = src[d] * shape.scale;
         if (rotated_keys) hadamard_rotate(dst, dim);  // (H q) . (H k) = q . k
-        if (int8)
+        if (int8) {
           scratch.query_scale[h * rows + row] =
               quantize_query_row(dst, dim, scratch.query_codes.data() + (h * rows + row) * code_stride);
+          float sum = 0;  // times each key row's offset (int8 keys: scale * code + offset)
+          for (size_t d = 0; d < dim; ++d) sum += dst[d];
+          scratch.query_sum[h * rows + row] = sum;
+        }
       }
     for (size_t row = 0; row < rows; ++row) {
       const int position = t.first_position + static_cast<int>(row / static_cast<size_t>(group));
@@ -289,6 +294,7 @@ void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& bat
     if (int8) {
       task.query_codes = scratch.query_codes.data();
       task.query_scale = scratch.query_scale.data();
+      task.query_sum = scratch.query_sum.data();
     }
     task.row_begin = scratch.row_begin.data();
     task.row_end = scratch.row_end.data();

@@ -17,11 +17,14 @@ std::byte* slot_address(void* plane, const KVLayerView& layer, int64_t slot) {
 }
 
 // int8/fp8: quantizes one token's row of every head into the slot, the scales after the rows;
-// keys (`rotate`) as H k where the format rotates them (storage/key_rotation.h).
-void quantize_slot(const KVLayerView& layer, const float* src, std::byte* slot, bool rotate) {
+// keys as H k where the format rotates them (storage/key_rotation.h). int8 keys carry an offset
+// as well (quantize_key_row_int8: f16 scale and offset in the row's 4 bytes; the keys carry the
+// accuracy loss), values and fp8 one f32 scale.
+void quantize_slot(const KVLayerView& layer, const float* src, std::byte* slot, bool keys) {
   const auto dim = static_cast<size_t>(layer.head_dim);
   float rotated[kMaxRotatedHeadDim];
-  rotate = rotate && dim <= kMaxRotatedHeadDim;
+  const bool rotate = keys && keys_are_rotated(layer.dtype, layer.head_dim);
+  const bool offset = keys && int8_keys_have_offsets(layer.dtype);
   for (int h = 0; h < layer.num_kv_heads; ++h) {
     const float* row = src + static_cast<size_t>(h) * dim;
     if (rotate) {
@@ -29,18 +32,37 @@ void quantize_slot(const KVLayerView& layer, const float* src, std::byte* slot, 
       hadamard_rotate(rotated, dim);
       row = rotated;
     }
-    const float scale = quantize_row(layer.dtype, row, dim, slot + static_cast<size_t>(h) * dim);
-    std::memcpy(slot + layer.rows_bytes() + static_cast<size_t>(h) * kKVScaleBytes, &scale, kKVScaleBytes);
+    std::byte* codes = slot + static_cast<size_t>(h) * dim;
+    std::byte* scale_bytes = slot + layer.rows_bytes() + static_cast<size_t>(h) * kKVScaleBytes;
+    if (offset) {
+      const uint32_t packed = quantize_key_row_int8(row, dim, reinterpret_cast<int8_t*>(codes));
+      std::memcpy(scale_bytes, &packed, kKVScaleBytes);
+      continue;
+    }
+    const float scale = quantize_row(layer.dtype, row, dim, codes);
+    std::memcpy(scale_bytes, &scale, kKVScaleBytes);
   }
 }
 
-void dequantize_slot(const KVLayerView& layer, const std::byte* slot, float* dst, bool rotate) {
+void dequantize_slot(const KVLayerView& layer, const std::byte* slot, float* dst, bool keys) {
   const auto dim = static_cast<size_t>(layer.head_dim);
+  const bool rotate = keys && keys_are_rotated(layer.dtype, layer.head_dim);
+  const bool offset = keys && int8_keys_have_offsets(layer.dtype);
   for (int h = 0; h < layer.num_kv_heads; ++h) {
-    float scale;
-    std::memcpy(&scale, slot + layer.rows_bytes() + static_cast<size_t>(h) * kKVScaleBytes, kKVScaleBytes);
+    const std::byte* scale_bytes = slot + layer.rows_bytes() + static_cast<size_t>(h) * kKVScaleBytes;
     float* row = dst + static_cast<size_t>(h) * dim;
-    dequantize_row(layer.dtype, slot + static_cast<size_t>(h) * dim, scale, dim, row);
+    const std::byte* codes = slot + static_cast<size_t>(h) * dim;
+    if (offset) {
+      uint32_t packed;
+      std::memcpy(&packed, scale_bytes, kKVScaleBytes);
+      const KeyScaleOffset so = unpack_key_scale_offset(packed);
+      const auto* in = reinterpret_cast<const int8_t*>(codes);
+      for (size_t i = 0; i < dim; ++i) row[i] = so.scale * static_cast<float>(in[i]) + so.offset;
+    } else {
+      float scale;
+      std::memcpy(&scale, scale_bytes, kKVScaleBytes);
+      dequantize_row(layer.dtype, codes, scale, dim, row);
+    }
     if (rotate) hadamard_rotate(row, dim);  // H H k = k
   }
 }
@@ -64,7 +86,6 @@ void write_kv(const KVLayerView& layer, const float* key, const float* value, co
   const KernelIsa isa = best_available_isa();
   const size_t row = layer.token_stride_elems();
   const auto num_slots = static_cast<int64_t>(layer.num_slots());
-  const bool rotate_keys = keys_are_rotated(layer.dtype, layer.head_dim);
   for (int t = 0; t < num_tokens; ++t) {
     const int64_t slot = slot_mapping[t];
     if (slot == -1) continue;  // padding token
@@ -72,8 +93,8 @@ void write_kv(const KVLayerView& layer, const float* key, const float* value, co
       throw UsageError(fmt::format("write_kv: slot {} of token {} out of range [0, {})", slot, t, num_slots));
     const size_t src = static_cast<size_t>(t) * row;
     if (dtype_has_row_scale(layer.dtype)) {
-      quantize_slot(layer, key + src, slot_address(layer.key, layer, slot), rotate_keys);
-      quantize_slot(layer, value + src, slot_address(layer.value, layer, slot), false);
+      quantize_slot(layer, key + src, slot_address(layer.key, layer, slot), /*keys=*/true);
+      quantize_slot(layer, value + src, slot_address(layer.value, layer, slot), /*keys=*/false);
       continue;
     }
     convert_from_f32(layer.dtype, key + src, slot_address(layer.key, layer, slot), row, isa);
@@ -134,7 +155,6 @@ void gather_kv(const KVLayerView& layer, const int32_t* block_table_row, int num
   check_view(layer);
   const KernelIsa isa = best_available_isa();
   const size_t row = layer.token_stride_elems();
-  const bool rotate_keys = keys_are_rotated(layer.dtype, layer.head_dim);
   for (int t = 0; t < num_tokens; ++t) {
     const int32_t block = block_table_row[t / layer.block_size];
     if (block < 0 || block >= layer.num_blocks)
@@ -142,8 +162,8 @@ void gather_kv(const KVLayerView& layer, const int32_t* block_table_row, int num
     const int64_t slot = static_cast<int64_t>(block) * layer.block_size + t % layer.block_size;
     const size_t dst = static_cast<size_t>(t) * row;
     if (dtype_has_row_scale(layer.dtype)) {
-      dequantize_slot(layer, slot_address(layer.key, layer, slot), key_out + dst, rotate_keys);
-      dequantize_slot(layer, slot_address(layer.value, layer, slot), value_out + dst, false);
+      dequantize_slot(layer, slot_address(layer.key, layer, slot), key_out + dst, /*keys=*/true);
+      dequantize_slot(layer, slot_address(layer.value, layer, slot), value_out + dst, /*keys=*/false);
       continue;
     }
     convert_to_f32(layer.dtype, slot_address(layer.key, layer, slot), key_out + dst, row, isa);

@@ -10,6 +10,7 @@
 #include "pagedkv/core/error.h"
 #include "pagedkv/storage/cpu_isa.h"
 #include "pagedkv/storage/key_rotation.h"
+#include "pagedkv/storage/kv_quantize.h"
 
 namespace pagedkv {
 namespace {
@@ -152,6 +153,9 @@ BlockHash kv_layout_fingerprint(uint64_t model_digest, const KVCacheSpec& spec, 
   // int8 keys are stored Hadamard-rotated (storage/key_rotation.h): a block written unrotated by
   // an earlier build must never be read as rotated. Other layouts keep their fingerprints.
   if (keys_are_rotated(spec.dtype, spec.head_dim)) add(uint32_t{0x31746f72});  // "rot1"
+  // int8 keys carry an f16 scale and offset where the scale was one f32 (storage/kv_quantize.h):
+  // blocks of the symmetric layout must never be read as that.
+  if (int8_keys_have_offsets(spec.dtype)) add(uint32_t{0x3166666f});  // "off1"
   const XXH128_hash_t h = XXH3_128bits(buf, o);
   return BlockHash{h.low64, h.high64};
 }

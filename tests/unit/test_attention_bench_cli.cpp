@@ -111,6 +111,13 @@ TEST_F(BenchAttentionCli, KVDtypeAccuracyReport) {
     EXPECT_LT(fp16[part]["kl_mean"].get<double>(), int8[part]["kl_mean"].get<double>() / 10);
     EXPECT_GE(int8[part]["top1_agreement"].get<double>(), 0.5);
     EXPECT_LE(int8[part]["top1_agreement"].get<double>(), 1.0);
+    // Every position whose top-1 differs is a flip, with the f32 logits' top-2 margin there.
+    const auto positions = int8[part]["positions"].get<double>();
+    const auto flips = int8[part]["top1_flips"].get<long long>();
+    EXPECT_NEAR(static_cast<double>(flips), positions * (1 - int8[part]["top1_agreement"].get<double>()), 1e-6);
+    EXPECT_GE(int8[part]["flip_margin_median"].get<double>(), 0.0);
+    EXPECT_LE(int8[part]["flip_margin_median"].get<double>(), int8[part]["flip_margin_p90"].get<double>());
+    EXPECT_LE(int8[part]["flip_margin_p90"].get<double>(), int8[part]["flip_margin_max"].get<double>());
   }
   EXPECT_EQ(m["greedy"].size(), 6u);  // 3 goldens x 2 formats
 }

@@ -48,6 +48,7 @@ struct Case {
   int window = 0;
   float softcap = 0;
   float input_scale = 1;  // standard deviation of q, k and v entries
+  float key_shift = 0;    // added to every key element, and 4x more to each row's first element
   std::vector<RequestSpec> requests;
   bool null_blocks_before_window = false;  // point unread blocks at the (NaN) null block 0
   bool adjacent_blocks = false;            // physical ids in order: each request one contiguous run
@@ -58,6 +59,7 @@ struct Case {
     if (window > 0) s += fmt::format(" window={}", window);
     if (adjacent_blocks) s += " adjacent";
     if (softcap > 0) s += fmt::format(" softcap={}", softcap);
+    if (key_shift != 0) s += fmt::format(" key_shift={}", key_shift);
     s += " requests=";
     for (const auto& r : requests) s += fmt::format("({},{})", r.q_len, r.context);
     return s;
@@ -101,6 +103,8 @@ class Fixture {
       std::vector<float> k(static_cast<size_t>(r.context) * token_elems), v(k.size());
       for (auto& x : k) x = normal(rng);
       for (auto& x : v) x = normal(rng);
+      for (size_t e = 0; e < k.size() && c.key_shift != 0; ++e)
+        k[e] += c.key_shift * (e % static_cast<size_t>(c.head_dim) == 0 ? 5.0f : 1.0f);
       std::vector<int64_t> slots(static_cast<size_t>(r.context));
       compute_slot_mapping(table.row(i), c.block_size, 0, r.context, slots.data());
       write_kv(kv_, k.data(), v.data(), slots.data(), r.context);
@@ -357,6 +361,22 @@ TEST(AttentionPaged, HeadDims) {
   odd.dtype = DType::kInt8;  // and odd rows: the scales of a slot start at a byte offset
   odd.head_dim = 13;
   check(odd);
+}
+
+// Keys far from zero: a shift of every element (unrotated heads: int8 rows lean to one side) and
+// more of each row's first element (rotated heads: H spreads it into an offset of the row), so
+// int8 keys' offsets carry much of each score and a kernel that dropped or misplaced the
+// key offset x query sum term would miss both references.
+TEST(AttentionPaged, KeysFarFromZero) {
+  for (int dim : {8, 13, 16, 64, 96})
+    for (DType dtype : kTypes) {
+      Case c;
+      c.dtype = dtype;
+      c.head_dim = dim;
+      c.key_shift = 0.5f;
+      c.requests = {{1, 70}, {4, 50}};
+      check(c);
+    }
 }
 
 TEST(AttentionPaged, GqaRatios) {

@@ -1,5 +1,6 @@
 // The quantized KV formats: fp8 e4m3 conversions on all 256 codes against the OCP definition,
-// int8/fp8 row quantization within half a quantization step, int8 keys stored Hadamard-rotated,
+// int8/fp8 row quantization within half a quantization step, int8 keys with an f16 scale and
+// offset (fitted), stored Hadamard-rotated,
 // and int8/fp8 blocks in the arena (scales inside the slot, so write/gather/copy/swap and the
 // memory math carry them).
 #include <gtest/gtest.h>
@@ -163,6 +164,110 @@ TEST(KVQuantize, Int8RoundsTiesToEven) {
   EXPECT_EQ(codes, expected);
 }
 
+double squared_error(const float* x, const int8_t* codes, float scale, float offset, size_t n) {
+  double e = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double d = double{x[i]} - (double{scale} * codes[i] + offset);
+    e += d * d;
+  }
+  return e;
+}
+
+// int8 keys: scale * code + offset with an f16 scale and offset; every element within half a
+// step of it (no clipping), codes in [-127, 127], the scale within [range / 255, range / 223]
+// (up to the f16 roundings), and both halves exactly f16 values.
+TEST(KVQuantize, Int8KeyRowKeepsEveryElementWithinHalfAStepOfScaleTimesCodePlusOffset) {
+  std::mt19937_64 rng(17);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  EXPECT_EQ(int8_key_fit_candidates(8), 16u);
+  EXPECT_EQ(int8_key_fit_candidates(16), 8u);
+  EXPECT_EQ(int8_key_fit_candidates(32), 4u);
+  EXPECT_EQ(int8_key_fit_candidates(13), 9u);
+  EXPECT_EQ(int8_key_fit_candidates(33), 1u);
+  EXPECT_EQ(int8_key_fit_candidates(64), 1u);
+  EXPECT_EQ(int8_key_fit_candidates(128), 1u);
+  EXPECT_EQ(int8_key_fit_candidates(1), 16u);
+  EXPECT_TRUE(int8_keys_have_offsets(DType::kInt8));
+  EXPECT_FALSE(int8_keys_have_offsets(DType::kFP8));
+  for (size_t n : {1u, 3u, 7u, 8u, 13u, 16u, 32u, 64u, 128u, 256u})
+    for (float spread : {1e-6f, 1e-3f, 1.0f, 300.0f})
+      for (float shift : {0.0f, 1.0f, -50.0f})  // rows leaning to one side, or far from zero
+        for (int trial = 0; trial < 12; ++trial) {
+          std::vector<float> x(n);
+          for (auto& v : x) v = spread * normal(rng) + shift * spread;
+          if (trial == 1) x[n / 2] = 40 * spread;  // an outlier
+          std::vector<int8_t> codes(n);
+          const uint32_t packed = quantize_key_row_int8(x.data(), n, codes.data());
+          const KeyScaleOffset so = unpack_key_scale_offset(packed);
+          ASSERT_EQ(pack_key_scale_offset(so.scale, so.offset), packed);  // f16 values, both
+          const auto [lo, hi] = std::minmax_element(x.begin(), x.end());
+          const double range = double{*hi} - *lo;
+          for (size_t i = 0; i < n; ++i) {
+            const double back = double{so.scale} * codes[i] + so.offset;
+            // Half a step, and the f32 roundings of (x - offset) / scale and scale * code + offset.
+            const double bound = double{so.scale} / 2 * (1 + 1e-5) + 1e-6 * (std::fabs(x[i]) + std::fabs(so.offset));
+            ASSERT_LE(std::fabs(back - x[i]), bound) << "n=" << n << " i=" << i << " x=" << x[i];
+            ASSERT_GE(codes[i], -127);
+          }
+          // At most range / 223 (the lowest candidate, refined), up to the offset's f16 rounding
+          // and the scale's f16 rounding up; at least the f16 subnormal step.
+          const double offset_slack = std::fabs(double{so.offset}) * 0x1p-11;
+          EXPECT_LE(so.scale, (range / 2 + offset_slack) / (kInt8FitLowestTopCode - 0.5f) * (1 + 0x1p-10) + 0x1p-24)
+              << "n=" << n;
+        }
+}
+
+// What the offset and the fitted step are for: on rows of 8 normal values (stories260K's key rows,
+// rotated) the squared error falls to about a fifth of amax / 127's (0.20 in a float64
+// simulation), on rows of 16 to about 0.4, on 128 to 0.83 (the midpoint alone).
+TEST(KVQuantize, Int8KeyRowCutsTheSquaredErrorOfAmaxOver127) {
+  std::mt19937_64 rng(23);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const auto& [n, ratio] : {std::pair{size_t{8}, 0.3}, std::pair{size_t{16}, 0.5}, std::pair{size_t{128}, 0.9}}) {
+    double keys = 0, amax_over_127 = 0;
+    for (int trial = 0; trial < 2000; ++trial) {
+      std::vector<float> x(n);
+      for (auto& v : x) v = normal(rng);
+      std::vector<int8_t> codes(n);
+      const KeyScaleOffset so = unpack_key_scale_offset(quantize_key_row_int8(x.data(), n, codes.data()));
+      keys += squared_error(x.data(), codes.data(), so.scale, so.offset, n);
+      const float scale = quantize_row(DType::kInt8, x.data(), n, codes.data());
+      amax_over_127 += squared_error(x.data(), codes.data(), scale, 0.0f, n);
+    }
+    EXPECT_LT(keys, ratio * amax_over_127) << "n=" << n << ": " << keys / amax_over_127;
+  }
+}
+
+TEST(KVQuantize, Int8KeyRowsThatAreConstantEmptyNonFiniteOrBeyondF16) {
+  std::vector<int8_t> codes(8, 5);
+  // All elements one f16 value: scale 0, the value as the offset.
+  std::vector<float> flat(8, 0.75f);
+  EXPECT_EQ(unpack_key_scale_offset(quantize_key_row_int8(flat.data(), 8, codes.data())).scale, 0.0f);
+  EXPECT_EQ(unpack_key_scale_offset(quantize_key_row_int8(flat.data(), 8, codes.data())).offset, 0.75f);
+  for (int8_t c : codes) EXPECT_EQ(c, 0);
+  std::vector<float> zeros(8, 0.0f);
+  EXPECT_EQ(quantize_key_row_int8(zeros.data(), 8, codes.data()), 0u);
+  EXPECT_EQ(quantize_key_row_int8(zeros.data(), 0, codes.data()), 0u);
+  // Not an f16 value: the offset's rounding is taken up by codes of +-127 and a tiny scale.
+  std::vector<float> third(8, 1.0f / 3);
+  const KeyScaleOffset so = unpack_key_scale_offset(quantize_key_row_int8(third.data(), 8, codes.data()));
+  EXPECT_NEAR(so.scale * codes[0] + so.offset, 1.0f / 3, so.scale / 2 * (1 + 1e-5));
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                    -std::numeric_limits<float>::infinity(), 2 * kKeyF16Max, -2 * kKeyF16Max}) {
+    std::vector<float> row(8, 1.0f);
+    row[3] = bad;
+    EXPECT_EQ(quantize_key_row_int8(row.data(), 8, codes.data()), kNaNKeyScaleOffset) << bad;
+    const KeyScaleOffset nan = unpack_key_scale_offset(kNaNKeyScaleOffset);
+    EXPECT_TRUE(std::isnan(nan.scale) && std::isnan(nan.offset));
+    for (int8_t c : codes) EXPECT_EQ(c, 0);
+  }
+  std::vector<float> edge(8, -kKeyF16Max);
+  edge[0] = kKeyF16Max;  // the largest range the f16 scale holds
+  const KeyScaleOffset wide = unpack_key_scale_offset(quantize_key_row_int8(edge.data(), 8, codes.data()));
+  EXPECT_TRUE(std::isfinite(wide.scale) && std::isfinite(wide.offset));
+  EXPECT_NEAR(wide.scale * codes[0] + wide.offset, kKeyF16Max, wide.scale / 2 * (1 + 1e-5));
+}
+
 TEST(KVQuantize, BytesPerTokenIncludeTheScales) {
   // Llama-3-8B per layer: 8 KV heads x 128: 1,024 bytes of codes and 32 of scales, for K and V.
   EXPECT_EQ(testing::kv_spec(DType::kInt8, 16, 8, 128).bytes_per_token_per_layer(), 2u * (1024 + 32));
@@ -283,17 +388,18 @@ TEST(KVQuantize, Int8KeysAreStoredRotatedAndAnOutlierNoLongerCoarsensTheirRow) {
   const KVLayerView kv = arena.layer(0);
   const int64_t slot = 4;  // block 1, first slot
   write_kv(kv, key, value, &slot, 1);
-  // The stored codes and scale are quantize_row of H k.
+  // The stored codes, scale and offset are quantize_key_row_int8's of H k.
   float rotated[dim];
   std::copy(key, key + dim, rotated);
   hadamard_rotate(rotated, dim);
   int8_t codes[dim];
-  const float scale = quantize_row(DType::kInt8, rotated, dim, codes);
+  const uint32_t packed = quantize_key_row_int8(rotated, dim, codes);
+  const float scale = unpack_key_scale_offset(packed).scale;
   const auto* stored = static_cast<const std::byte*>(kv.key) + static_cast<size_t>(slot) * kv.slot_bytes();
   EXPECT_EQ(std::memcmp(stored, codes, dim), 0);
-  float stored_scale;
-  std::memcpy(&stored_scale, stored + kv.rows_bytes(), sizeof(float));
-  EXPECT_EQ(stored_scale, scale);
+  uint32_t stored_scale_offset;
+  std::memcpy(&stored_scale_offset, stored + kv.rows_bytes(), sizeof stored_scale_offset);
+  EXPECT_EQ(stored_scale_offset, packed);
   // gather_kv rotates back; the error vector's length is the rotated row's, at most
   // sqrt(dim) half steps, and smaller than quantizing the row as it is.
   const int32_t table[] = {1};

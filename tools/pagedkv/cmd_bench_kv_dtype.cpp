@@ -142,6 +142,7 @@ void log_softmax(std::span<const float> logits, std::vector<double>& out) {
 
 struct Comparison {
   std::vector<double> kl;
+  std::vector<double> flip_margins;  // the f32 logits' top-2 margin where the format's top-1 differs
   long long agree = 0, positions = 0;
   double nll_ref = 0, nll = 0, max_logit_diff = 0;
 
@@ -155,7 +156,15 @@ struct Comparison {
       max_logit_diff = std::max(max_logit_diff, std::fabs(static_cast<double>(ref[i]) - got[i]));
     }
     kl.push_back(std::max(0.0, kl_sum));
-    agree += Sampler::argmax(ref) == Sampler::argmax(got) ? 1 : 0;
+    const TokenId top = Sampler::argmax(ref);
+    if (top == Sampler::argmax(got)) {
+      ++agree;
+    } else {
+      float second = -std::numeric_limits<float>::infinity();
+      for (size_t i = 0; i < ref.size(); ++i)
+        if (static_cast<TokenId>(i) != top) second = std::max(second, ref[i]);
+      flip_margins.push_back(static_cast<double>(ref[static_cast<size_t>(top)]) - second);
+    }
     ++positions;
     nll_ref -= lp_ref[static_cast<size_t>(next)];
     nll -= lp[static_cast<size_t>(next)];
@@ -170,6 +179,11 @@ struct Comparison {
     const auto p999_index = static_cast<size_t>(0.999 * static_cast<double>(sorted.size()));
     const double p999 = sorted.empty() ? 0 : sorted[std::min(sorted.size() - 1, p999_index)];
     const double ppl_ref = std::exp(nll_ref / n), ppl = std::exp(nll / n);
+    std::vector<double> margins = flip_margins;
+    std::sort(margins.begin(), margins.end());
+    auto margin_quantile = [&](double q) {
+      return margins.empty() ? 0.0 : margins[std::min(margins.size() - 1, static_cast<size_t>(q * static_cast<double>(margins.size())))];
+    };
     return {{"positions", positions},
             {"kl_mean", mean / n},
             {"kl_p999", p999},
@@ -179,7 +193,11 @@ struct Comparison {
             {"mean_nll", nll / n},
             {"perplexity_f32", ppl_ref},
             {"perplexity", ppl},
-            {"perplexity_change", ppl / ppl_ref - 1}};
+            {"perplexity_change", ppl / ppl_ref - 1},
+            {"top1_flips", static_cast<long long>(margins.size())},
+            {"flip_margin_median", margin_quantile(0.5)},
+            {"flip_margin_p90", margin_quantile(0.9)},
+            {"flip_margin_max", margins.empty() ? 0.0 : margins.back()}};
   }
 };
 
@@ -331,6 +349,16 @@ void print_model(const std::string& name, const nlohmann::json& m) {
                  r["kl_mean"].get<double>(), r["kl_p999"].get<double>(), 100 * r["top1_agreement"].get<double>(),
                  r["max_logit_diff"].get<double>(), r["perplexity_f32"].get<double>(),
                  100 * r["perplexity_change"].get<double>());
+    }
+  fmt::print("  top-1 flips: the f32 logits' margin between its top two tokens where the format's top-1 differs\n");
+  for (const auto& t : m["teacher_forced"])
+    for (const char* part : {"short", "long"}) {
+      const auto& r = t[part];
+      const int below = t["positions_below"].get<int>();
+      const std::string range = std::string(part) == "short" ? fmt::format("< {}", below) : fmt::format(">= {}", below);
+      fmt::print("  {:>5} {:>10} | {:>6} flips, margin median {:.4f}, p90 {:.4f}, max {:.4f}\n", t["dtype"].get<std::string>(),
+                 range, r["top1_flips"].get<long long>(), r["flip_margin_median"].get<double>(),
+                 r["flip_margin_p90"].get<double>(), r["flip_margin_max"].get<double>());
     }
   if (m.contains("greedy")) {
     fmt::print("  greedy from the goldens' prompts, against the f32 cache:\n");

@@ -57,8 +57,8 @@ DType parse_dtype_option(std::string_view option, const std::string& text) {
   throw ConfigError(fmt::format("{}: unknown dtype '{}' (fp32, fp16, bf16, fp8, int8, int4)", option, text));
 }
 
-// int8/fp8 KV: the bytes of bytes_per_token that are scales (one f32 per token, KV head and layer,
-// for K and for V); 0 for the other formats.
+// int8/fp8 KV: the bytes of bytes_per_token that are scales (4 per token, KV head and layer, for
+// K and for V: an f32 scale, or for int8 keys an f16 scale and offset); 0 for the other formats.
 uint64_t scale_bytes_per_token(const MemoryPlan& p) {
   if (!dtype_has_row_scale(p.spec.dtype)) return 0;
   return 2ull * kKVScaleBytes * static_cast<uint64_t>(p.model.num_kv_heads) * static_cast<uint64_t>(p.model.num_layers);
@@ -117,7 +117,9 @@ void print_plan(const MemoryPlan& p) {
   if (m.sliding_window) print_row("sliding window", format_grouped(static_cast<uint64_t>(*m.sliding_window)), "tokens");
   print_row("bytes per token", format_grouped(p.bytes_per_token), both_units(p.bytes_per_token));
   if (const uint64_t scales = scale_bytes_per_token(p))
-    print_row("  of which scales", format_grouped(scales), "one f32 per token, KV head and layer, for K and V");
+    print_row("  of which scales", format_grouped(scales),
+              p.spec.dtype == DType::kInt8 ? "4 per token, KV head and layer: K f16 scale + offset, V f32 scale"
+                                           : "one f32 per token, KV head and layer, for K and V");
   print_row("bytes per block per layer", format_grouped(p.bytes_per_block_per_layer),
             both_units(p.bytes_per_block_per_layer));
   print_row("bytes per block", format_grouped(p.bytes_per_block), both_units(p.bytes_per_block));
