@@ -65,7 +65,10 @@ struct Avx2Isa {
   static IVec dpwssd(IVec acc, IVec a, IVec b) {
     if constexpr (kVnni) {
 #ifdef __AVXVNNI__
-      return _mm256_dpwssd_avx_epi32(acc, a, b);
+      // As Avx512Isa::dpwssd: the asm keeps GCC 12 from copying the accumulators around the loops;
+      // {vex}: the AVX-VNNI encoding (the EVEX one needs AVX512-VNNI + VL).
+      __asm__("%{vex%} vpdpwssd %2, %1, %0" : "+x"(acc) : "x"(a), "xm"(b));
+      return acc;
 #endif
     }
     return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));

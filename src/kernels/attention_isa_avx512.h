@@ -67,7 +67,11 @@ struct Avx512Isa {
   static IVec dpwssd(IVec acc, IVec a, IVec b) {
     if constexpr (kVnni) {
 #ifdef __AVX512VNNI__
-      return _mm512_dpwssd_epi32(acc, a, b);
+      // Not _mm512_dpwssd_epi32: with it GCC 12 copies each loop-carried accumulator to another
+      // register and back every iteration (two moves per vpdpwssd in the value loop); the asm
+      // ties the accumulator to its register.
+      __asm__("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "vm"(b));
+      return acc;
 #endif
     }
     return _mm512_add_epi32(acc, _mm512_madd_epi16(a, b));

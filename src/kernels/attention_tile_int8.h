@@ -28,36 +28,47 @@ inline __m256i reduce8_epi32(const __m256i (&v)[8]) {
   return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
 }
 
+// One chunk of dimensions [d, d + kPairDims) of a score block: the keys' codes widened once
+// (kHalf: half a chunk; the query row's padding is zero) and multiplied into NR x NT
+// accumulators.
+template <class Isa, int NR, int NT, bool kHalf>
+__attribute__((always_inline)) inline void qk_chunk_int8(typename Isa::IVec (&acc)[NR * NT], const int16_t* q,
+                                                         size_t qstride, const int8_t* const* keys, size_t d) {
+  typename Isa::IVec k[NT];
+#pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t) k[t] = kHalf ? Isa::load_k16_half(keys[t] + d) : Isa::load_k16(keys[t] + d);
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; ++r) {
+    const auto qr = Isa::load_q16(q + static_cast<size_t>(r) * qstride + d);
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) acc[r * NT + t] = Isa::dpwssd(acc[r * NT + t], qr, k[t]);
+  }
+}
+
 // s[r * kTileTokens + t] = sum_d q[r][d] * k_t[d] (as f32) for NR rows of codes qstride apart.
-template <class Isa, int NR, int NT>
+// kChunks > 0: the head is exactly kChunks whole chunks, and the chunk loop is unrolled
+// completely; with a run-time loop around them GCC copied every accumulator to another register
+// (or the stack) and back in each iteration (~35 moves per 16 vpdpwssd). The prefetcher steps
+// once per block, outside the arithmetic, for the same reason.
+template <class Isa, int NR, int NT, int kChunks>
 __attribute__((noinline)) void qk_block_int8(const int16_t* q, size_t qstride, size_t dim, const int8_t* const* keys,
                                              float* s, Prefetcher& pf) {
   using IVec = typename Isa::IVec;
   constexpr int kAcc = NR * NT;
   static_assert(kAcc <= 16);
+  pf.step();
   IVec acc[kAcc];
 #pragma GCC unroll 16
   for (int i = 0; i < kAcc; ++i) acc[i] = Isa::izero();
-  // One chunk of dimensions [d, d + kPairDims): the keys' codes widened by `load_k`.
-  const auto chunk = [&](size_t d, auto load_k) __attribute__((always_inline)) {
-    IVec k[NT];
-#pragma GCC unroll 8
-    for (int t = 0; t < NT; ++t) k[t] = load_k(keys[t] + d);
-#pragma GCC unroll 4
-    for (int r = 0; r < NR; ++r) {
-      const IVec qr = Isa::load_q16(q + static_cast<size_t>(r) * qstride + d);
-#pragma GCC unroll 8
-      for (int t = 0; t < NT; ++t) acc[r * NT + t] = Isa::dpwssd(acc[r * NT + t], qr, k[t]);
-    }
-  };
-  size_t d = 0;
-  for (; d + Isa::kPairDims <= dim; d += Isa::kPairDims) {
-    chunk(d, [](const int8_t* k) __attribute__((always_inline)) { return Isa::load_k16(k); });
-    if constexpr (Isa::kPrefetchInLoops) pf.step();
+  if constexpr (kChunks > 0) {
+#pragma GCC unroll 16
+    for (int c = 0; c < kChunks; ++c)
+      qk_chunk_int8<Isa, NR, NT, false>(acc, q, qstride, keys, static_cast<size_t>(c) * Isa::kPairDims);
+  } else {
+    size_t d = 0;
+    for (; d + Isa::kPairDims <= dim; d += Isa::kPairDims) qk_chunk_int8<Isa, NR, NT, false>(acc, q, qstride, keys, d);
+    if (d < dim) qk_chunk_int8<Isa, NR, NT, true>(acc, q, qstride, keys, d);
   }
-  if (d < dim)  // half a chunk; the query row's padding is zero
-    chunk(d, [](const int8_t* k) __attribute__((always_inline)) { return Isa::load_k16_half(k); });
-  if constexpr (!Isa::kPrefetchInLoops) pf.step();
   if constexpr (Isa::kHasReduce16 && NR == 4 && NT == 4) {
     Isa::reduce16(acc, s, kTileTokens);
     return;
@@ -75,27 +86,38 @@ __attribute__((noinline)) void qk_block_int8(const int16_t* q, size_t qstride, s
     for (int t = 0; t < NT; ++t) s[r * kTileTokens + t] = sums[r * NT + t];
 }
 
-template <class Isa, int NR>
+template <class Isa, int NR, int kChunks>
 void qk_rows_int8(const int16_t* q, size_t qstride, size_t dim, const int8_t* const* keys, int n, float* s,
                   Prefetcher& pf) {
   constexpr int kTokens = NR >= 3 ? Isa::kScoreTokens : 8 / NR;
   int j = 0;
-  for (; j + kTokens <= n; j += kTokens) qk_block_int8<Isa, NR, kTokens>(q, qstride, dim, keys + j, s + j, pf);
+  for (; j + kTokens <= n; j += kTokens)
+    qk_block_int8<Isa, NR, kTokens, kChunks>(q, qstride, dim, keys + j, s + j, pf);
   if constexpr (kTokens > 2) {
     if (j + 2 <= n) {
-      qk_block_int8<Isa, NR, 2>(q, qstride, dim, keys + j, s + j, pf);
+      qk_block_int8<Isa, NR, 2, kChunks>(q, qstride, dim, keys + j, s + j, pf);
       j += 2;
     }
   }
-  for (; j < n; ++j) qk_block_int8<Isa, NR, 1>(q, qstride, dim, keys + j, s + j, pf);
+  for (; j < n; ++j) qk_block_int8<Isa, NR, 1, kChunks>(q, qstride, dim, keys + j, s + j, pf);
+}
+
+// The common head sizes (4 or 8 whole chunks: 128 dimensions, or 64 / 256 on AVX-512) get the
+// completely unrolled blocks; any other size the run-time loop.
+template <class Isa, int NR>
+void qk_rows_int8_sized(const int16_t* q, size_t qstride, size_t dim, const int8_t* const* keys, int n, float* s,
+                        Prefetcher& pf) {
+  if (dim == 4 * Isa::kPairDims) return qk_rows_int8<Isa, NR, 4>(q, qstride, dim, keys, n, s, pf);
+  if (dim == 8 * Isa::kPairDims) return qk_rows_int8<Isa, NR, 8>(q, qstride, dim, keys, n, s, pf);
+  qk_rows_int8<Isa, NR, 0>(q, qstride, dim, keys, n, s, pf);
 }
 
 template <class Isa>
 void qk_tile_int8(const int16_t* q, int rows, size_t qstride, size_t dim, const int8_t* const* keys, int n,
                   float* scores, Prefetcher& pf) {
   for_each_row_block(rows, [&](auto nr, int r0) {
-    qk_rows_int8<Isa, decltype(nr)::value>(q + static_cast<size_t>(r0) * qstride, qstride, dim, keys, n,
-                                           scores + static_cast<size_t>(r0) * kTileTokens, pf);
+    qk_rows_int8_sized<Isa, decltype(nr)::value>(q + static_cast<size_t>(r0) * qstride, qstride, dim, keys, n,
+                                                 scores + static_cast<size_t>(r0) * kTileTokens, pf);
   });
 }
 
@@ -190,6 +212,7 @@ __attribute__((noinline)) void pv_block_int8(const int16_t* w, const float* step
                                              int pairs, size_t d0, float* acc, size_t dim, Prefetcher& pf) {
   using IVec = typename Isa::IVec;
   constexpr int kAcc = kHalf ? 1 : 2 * NG;
+  pf.step();  // once per block, outside the loop (see qk_block_int8)
   IVec a[NR][kAcc];
 #pragma GCC unroll 4
   for (int r = 0; r < NR; ++r)
@@ -212,9 +235,7 @@ __attribute__((noinline)) void pv_block_int8(const int16_t* w, const float* step
 #pragma GCC unroll 8
       for (int c = 0; c < kAcc; ++c) a[r][c] = Isa::dpwssd(a[r][c], v[c], wr);
     }
-    if constexpr (Isa::kPrefetchInLoops) pf.step();
   }
-  if constexpr (!Isa::kPrefetchInLoops) pf.step();
 #pragma GCC unroll 4
   for (int r = 0; r < NR; ++r) {
     const auto sr = Isa::broadcast(step + r);

@@ -594,13 +594,11 @@ void attend(const RowGroupTask& task) {
   const long vectors = static_cast<long>(dim / Isa::kLanes);
   const long score_blocks = (kTileTokens + Isa::kScoreTokens - 1) / Isa::kScoreTokens;
   const long value_strips = (vectors + Isa::kValueChunks - 1) / Isa::kValueChunks;
-  const long chunks = static_cast<long>((dim + Isa::kPairDims - 1) / Isa::kPairDims);
   const long groups = static_cast<long>(dim / Isa::kPairDims);  // int8: value strips per row block
   const long int_strips = groups / Isa::kValueGroups + groups % Isa::kValueGroups + (dim % Isa::kPairDims != 0);
   const long steps_per_head =
       ((rows + kRowBlock - 1) / kRowBlock) *
-      (kInteger ? (Isa::kPrefetchInLoops ? chunks * score_blocks + kTileTokens / 2 * int_strips
-                                         : score_blocks + int_strips)
+      (kInteger ? score_blocks + int_strips  // the int8 blocks step once each (attention_tile_int8.h)
                 : (Isa::kPrefetchInLoops ? vectors * score_blocks + kTileTokens * value_strips
                                          : score_blocks + value_strips));
 
