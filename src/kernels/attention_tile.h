@@ -38,7 +38,7 @@ namespace pagedkv::attention_detail {
 constexpr int kTileTokens = 24;
 
 // int8 K/V: the int16 codes of query rows and of a tile's weights (see above).
-constexpr float kWeightCodeMax = 32767.0f;
+constexpr float kWeightCodeMax = 255.0f;
 // Query codes are stored with rows padded with zeros to a multiple of this many elements (one
 // AVX-512 vector of int16), so the kernels read whole vectors.
 constexpr size_t kQueryCodeAlign = 32;
