@@ -140,6 +140,46 @@ inline __m256 exp256(__m256 x) {
   return _mm256_andnot_ps(underflow, result);
 }
 
+#ifdef __AVX512F__
+// exp256 on 16 lanes: the same operations lane for lane, so the same results.
+inline __m512 exp512(__m512 x) {
+  const __mmask16 underflow = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33654f), _CMP_LT_OQ);
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.33654f));
+  x = _mm512_min_ps(x, _mm512_set1_ps(88.3762626647949f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  const __m512 r2 = _mm512_mul_ps(r, r);
+  const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, r2, r), _mm512_set1_ps(1.0f));
+  const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_maskz_mov_ps(static_cast<__mmask16>(~underflow), _mm512_mul_ps(y, _mm512_castsi512_ps(bits)));
+}
+#endif
+
+// out[i] = exp256(in[i]) for N 8-lane vectors; built with AVX-512, two of them per exp512.
+template <int N>
+inline void exp256_all(const __m256* in, __m256* out) {
+#ifdef __AVX512F__
+#pragma GCC unroll 8
+  for (int i = 0; i + 1 < N; i += 2) {
+    const __m512 e = exp512(_mm512_insertf32x8(_mm512_castps256_ps512(in[i]), in[i + 1], 1));
+    out[i] = _mm512_castps512_ps256(e);
+    out[i + 1] = _mm512_extractf32x8_ps(e, 1);
+  }
+  if constexpr (N % 2 == 1) out[N - 1] = exp256(in[N - 1]);
+#else
+#pragma GCC unroll 16
+  for (int i = 0; i < N; ++i) out[i] = exp256(in[i]);
+#endif
+}
+
 // cap * tanh(x / cap). tanh|y| = (1 - e) / (1 + e) with e = exp(-2|y|); below |y| = 1/16, where
 // 1 - e would cancel, the odd Taylor series to y^5 (relative error under 4e-9).
 inline __m256 softcap256(__m256 x, float cap) {
