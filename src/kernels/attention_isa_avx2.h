@@ -1,8 +1,8 @@
 // The AVX2+FMA+F16C vector ISA of the SIMD attention kernel (attention_tile_simd.h): 8-lane
 // vectors, score blocks of 4 rows x 3 tokens and value strips of 4 rows x 3 vectors, 12
-// accumulators each (of 16 YMM registers; 4 x 4 spills). kVnni: the int8 path's int16 dot
-// products with AVX-VNNI's vpdpwssd (attention_tile_vnni_avx2.cpp, built with -mavxvnni) instead
-// of vpmaddwd + vpaddd; the results are the same.
+// accumulators each (of 16 YMM registers; 4 x 4 spills). kVnni: the int8 path's dot products
+// with AVX-VNNI's vpdpwssd and vpdpbusd (attention_tile_vnni_avx2.cpp, built with -mavxvnni)
+// instead of vpmaddwd + vpaddd; the results are the same.
 // Included only by translation units built with the AVX2 flags.
 #pragma once
 

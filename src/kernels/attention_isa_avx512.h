@@ -2,7 +2,7 @@
 // so half the FMA, load and conversion instructions of the AVX2 path for the same K/V, and 32
 // registers, so score blocks of 4 rows x 4 tokens and value strips of 4 rows x 4 vectors (16
 // accumulators each) fit without spilling. Requires head_dim % 16 == 0 (the driver falls back to
-// AVX2 otherwise). kVnni: the int8 path's int16 dot products with AVX512-VNNI's vpdpwssd
+// AVX2 otherwise). kVnni: the int8 path's dot products with AVX512-VNNI's vpdpwssd and vpdpbusd
 // (attention_tile_vnni_avx512.cpp, built with -mavx512vnni) instead of vpmaddwd + vpaddd.
 // Included only by translation units built with the AVX-512 flags.
 #pragma once

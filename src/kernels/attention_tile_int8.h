@@ -4,14 +4,14 @@
 //     chunk widened to int16 once and multiplied into 4 rows' int32 accumulators (vpdpwssd: two
 //     products and the add per 32-bit lane), reduced with hadd trees like the f32 blocks;
 //   - softmax_weights_rows: the softmax of up to 4 rows' scores, and their weights p * v_scale
-//     as int16 codes with their steps;
-//   - pv_block_int8: a strip of the value accumulators of up to 4 rows, two tokens per
-//     instruction: their value codes interleaved per dimension as int16 pairs, times the pair of
-//     weight codes broadcast, summed exactly in int32 over the tile, then added to the f32
-//     accumulators times each row's weight step.
+//     as 8-bit codes (unsigned: weights are >= 0) with their steps;
+//   - pv_block_int8: a strip of the value accumulators of up to 4 rows, four tokens per
+//     instruction: their value codes interleaved per dimension as the four bytes of a 32-bit
+//     lane, times the four weight codes broadcast (vpdpbusd: unsigned x signed bytes), summed
+//     exactly in int32 over the tile, then added to the f32 accumulators times each row's step.
 // Per token and KV head of 128 dimensions with 4 rows (AVX-512): 4 widenings + 16 vpdpwssd for
-// the scores, 8 loads/unpacks/widenings + 16 vpdpwssd for the values, against 16 conversions +
-// 64 FMAs on the f32 path.
+// the scores, 2 loads + 4 unpacks + 8 vpdpbusd for the values, against 16 conversions + 64 FMAs
+// on the f32 path.
 #pragma once
 
 namespace pagedkv::attention_detail {

@@ -449,7 +449,7 @@ inline void softmax_row(float* s, int lo, int hi, float softcap, float& row_max,
   row_sum = row_sum * correction + hsum(sum);
 }
 
-// One tile of one KV head (h of the task) on the integer path: scores, softmax, weights to int16
+// One tile of one KV head (h of the task) on the integer path: scores, softmax, weights to 8-bit
 // codes, values.
 template <class Isa>
 void attend_tile_int8(const RowGroupTask& task, int h, int tile, int n, const int8_t* const* keys,
