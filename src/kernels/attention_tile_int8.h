@@ -47,9 +47,10 @@ __attribute__((always_inline)) inline void qk_chunk_int8(typename Isa::IVec (&ac
 
 // s[r * kTileTokens + t] = sum_d q[r][d] * k_t[d] (as f32) for NR rows of codes qstride apart.
 // kChunks > 0: the head is exactly kChunks whole chunks, and the chunk loop is unrolled
-// completely; with a run-time loop around them GCC copied every accumulator to another register
-// (or the stack) and back in each iteration (~35 moves per 16 vpdpwssd). The prefetcher steps
-// once per block, outside the arithmetic, for the same reason.
+// completely. The prefetcher steps once per block, outside the arithmetic (Isa::kPrefetchInLoops
+// is for the float blocks): with its loop inside the chunk loop, and with the vpdpwssd intrinsic
+// (Isa::dpwssd is an asm statement now), GCC copied every accumulator to another register or the
+// stack and back in each iteration (~35 moves per 16 vpdpwssd).
 template <class Isa, int NR, int NT, int kChunks>
 __attribute__((noinline)) void qk_block_int8(const int16_t* q, size_t qstride, size_t dim, const int8_t* const* keys,
                                              float* s, Prefetcher& pf) {

@@ -28,9 +28,9 @@
 // load_f16, load_bf16, load_i8, load_fp8 and fold (a Vec to 8 lanes with the same sum); for the
 // int8 path IVec, kPairDims, kQuadDims, kQuadVecs, kTailDims, kQuadsPermuted, izero,
 // load_k16(_half), load_q16, dpwssd, dpbusd, fold_i, interleave_quad(_tail), broadcast_quad,
-// to_float and reduce16 (see
-// attention_tile_int8.h and the ISA headers). The softmax works on 8-lane AVX2 vectors under
-// both ISAs: a tile's 24 scores are three of them.
+// to_float and reduce16 (see attention_tile_int8.h and the ISA headers). The softmax works on
+// 8-lane AVX2 vectors under both ISAs (a tile's 24 scores are three of them); the int8 softmax
+// takes their exponentials two at a time on AVX-512 (exp256_all).
 #pragma once
 
 #include <immintrin.h>
