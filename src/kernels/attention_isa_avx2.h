@@ -1,8 +1,8 @@
 // The AVX2+FMA+F16C vector ISA of the SIMD attention kernel (attention_tile_simd.h): 8-lane
 // vectors, score blocks of 4 rows x 3 tokens and value strips of 4 rows x 3 vectors, 12
-// accumulators each (of 16 YMM registers; 4 x 4 spills). kVnni: the int8 path's int16 dot
-// products with AVX-VNNI's vpdpwssd (attention_tile_vnni_avx2.cpp, built with -mavxvnni) instead
-// of vpmaddwd + vpaddd; the results are the same.
+// accumulators each (of 16 YMM registers; 4 x 4 spills). kVnni: the int8 path's dot products
+// with AVX-VNNI's vpdpwssd and vpdpbusd (attention_tile_vnni_avx2.cpp, built with -mavxvnni)
+// instead of vpmaddwd + vpaddd; the results are the same.
 // Included only by translation units built with the AVX2 flags.
 #pragma once
 
@@ -48,12 +48,15 @@ struct Avx2Isa {
   }
   static __m256 fold(Vec v) { return v; }
 
-  // The int8 path (attention_tile_int8.h). A key chunk is kPairDims int16 (16 codes); a value
-  // group is kPairDims dimensions of two tokens, interleaved (t, t+1) per dimension as int16
-  // pairs, in two vectors of kLanes dimensions each, in natural order.
+  // The int8 path (attention_tile_int8.h). A key chunk is kPairDims int16 (16 codes). A value
+  // group is kQuadDims dimensions of four tokens, their codes interleaved per dimension as the four
+  // bytes of a 32-bit lane (vpdpbusd's layout), in kQuadVecs vectors of 8 dimensions, in natural
+  // order (built from 128-bit unpacks); the tail of a head goes kTailDims at a time.
   static constexpr int kPairDims = 16;
-  static constexpr int kValueGroups = 1;        // value groups per strip: 4 rows x 2 accumulators
-  static constexpr bool kGroupsPermuted = false;
+  static constexpr int kQuadDims = 16;
+  static constexpr int kQuadVecs = 2;  // 4 rows x 2 accumulators
+  static constexpr int kTailDims = 8;
+  static constexpr bool kQuadsPermuted = false;
   static IVec izero() { return _mm256_setzero_si256(); }
   static IVec load_k16(const int8_t* p) {
     return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
@@ -65,27 +68,49 @@ struct Avx2Isa {
   static IVec dpwssd(IVec acc, IVec a, IVec b) {
     if constexpr (kVnni) {
 #ifdef __AVXVNNI__
-      return _mm256_dpwssd_avx_epi32(acc, a, b);
+      // As Avx512Isa::dpwssd: the asm keeps GCC 12 from copying the accumulators around the loops;
+      // {vex}: the AVX-VNNI encoding (the EVEX one needs AVX512-VNNI + VL).
+      __asm__("%{vex%} vpdpwssd %2, %1, %0" : "+x"(acc) : "x"(a), "xm"(b));
+      return acc;
 #endif
     }
     return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
   }
   static __m256i fold_i(IVec v) { return v; }
-  static void interleave_v(const int8_t* a, const int8_t* b, IVec& lo, IVec& hi) {
-    const __m128i va = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a));
-    const __m128i vb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
-    lo = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(va, vb));
-    hi = _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(va, vb));
+  // As Avx512Isa::dpbusd (AVX-VNNI's vpdpbusd, or two vpmaddwd).
+  static IVec dpbusd(IVec acc, IVec a, IVec b) {
+    if constexpr (kVnni) {
+#ifdef __AVXVNNI__
+      __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(a), "xm"(b));
+      return acc;
+#endif
+    }
+    const IVec a_even = _mm256_and_si256(a, _mm256_set1_epi16(0x00FF)), a_odd = _mm256_srli_epi16(a, 8);
+    const IVec b_even = _mm256_srai_epi16(_mm256_slli_epi16(b, 8), 8), b_odd = _mm256_srai_epi16(b, 8);
+    return _mm256_add_epi32(acc, _mm256_add_epi32(_mm256_madd_epi16(a_even, b_even), _mm256_madd_epi16(a_odd, b_odd)));
   }
-  static IVec interleave_v_half(const int8_t* a, const int8_t* b) {
-    const __m128i va = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(a));
-    const __m128i vb = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b));
-    return _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(va, vb));
+  static void interleave_quad(const int8_t* const* v, size_t d, IVec (&out)[kQuadVecs]) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(v[0] + d));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(v[1] + d));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(v[2] + d));
+    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(v[3] + d));
+    const __m128i ab_lo = _mm_unpacklo_epi8(a, b), ab_hi = _mm_unpackhi_epi8(a, b);
+    const __m128i ce_lo = _mm_unpacklo_epi8(c, e), ce_hi = _mm_unpackhi_epi8(c, e);
+    out[0] = _mm256_set_m128i(_mm_unpackhi_epi16(ab_lo, ce_lo), _mm_unpacklo_epi16(ab_lo, ce_lo));
+    out[1] = _mm256_set_m128i(_mm_unpackhi_epi16(ab_hi, ce_hi), _mm_unpacklo_epi16(ab_hi, ce_hi));
   }
-  static IVec broadcast_pair(const int16_t* w) {
-    int32_t pair;
-    __builtin_memcpy(&pair, w, sizeof pair);
-    return _mm256_set1_epi32(pair);
+  static IVec interleave_quad_tail(const int8_t* const* v, size_t d) {
+    const __m128i a = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(v[0] + d));
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(v[1] + d));
+    const __m128i c = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(v[2] + d));
+    const __m128i e = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(v[3] + d));
+    const __m128i ab = _mm_unpacklo_epi8(a, b), ce = _mm_unpacklo_epi8(c, e);
+    return _mm256_set_m128i(_mm_unpackhi_epi16(ab, ce), _mm_unpacklo_epi16(ab, ce));
+  }
+  static IVec broadcast_quad(const uint8_t* w) {
+    int32_t quad;
+    __builtin_memcpy(&quad, w, sizeof quad);
+    return _mm256_set1_epi32(quad);
   }
   static Vec to_float(IVec v) { return _mm256_cvtepi32_ps(v); }
   static constexpr bool kHasReduce16 = false;  // 12 accumulators at most: fold and hadd

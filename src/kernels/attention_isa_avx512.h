@@ -2,7 +2,7 @@
 // so half the FMA, load and conversion instructions of the AVX2 path for the same K/V, and 32
 // registers, so score blocks of 4 rows x 4 tokens and value strips of 4 rows x 4 vectors (16
 // accumulators each) fit without spilling. Requires head_dim % 16 == 0 (the driver falls back to
-// AVX2 otherwise). kVnni: the int8 path's int16 dot products with AVX512-VNNI's vpdpwssd
+// AVX2 otherwise). kVnni: the int8 path's dot products with AVX512-VNNI's vpdpwssd and vpdpbusd
 // (attention_tile_vnni_avx512.cpp, built with -mavx512vnni) instead of vpmaddwd + vpaddd.
 // Included only by translation units built with the AVX-512 flags.
 #pragma once
@@ -48,14 +48,17 @@ struct Avx512Isa {
   }
   static __m256 fold(Vec v) { return _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)); }
 
-  // The int8 path (attention_tile_int8.h). A key chunk is kPairDims int16 (32 codes); a value
-  // group is kPairDims dimensions of two tokens interleaved as int16 pairs, in two vectors of 16
-  // dimensions: unpacking bytes works within 128-bit lanes, so the first vector holds dimensions
-  // 0-7 and 16-23 of the group, the second 8-15 and 24-31 (kGroupsPermuted: the kernel swaps
-  // them back once per task). A half group (16 dimensions) is in natural order.
+  // The int8 path (attention_tile_int8.h). A key chunk is kPairDims int16 (32 codes). A value
+  // group is kQuadDims dimensions of four tokens, their codes interleaved per dimension as the four
+  // bytes of a 32-bit lane (vpdpbusd's layout), in kQuadVecs vectors of 16 dimensions: unpacking
+  // bytes works within 128-bit lanes, so vector k holds dimensions 16L + 4k .. 16L + 4k + 3 of
+  // each 128-bit lane L (kQuadsPermuted: the kernel puts them back once per task). The tail of a
+  // head that is not a whole number of groups goes kTailDims at a time, in natural order.
   static constexpr int kPairDims = 32;
-  static constexpr int kValueGroups = 2;  // 4 rows x 4 accumulators
-  static constexpr bool kGroupsPermuted = true;
+  static constexpr int kQuadDims = 64;
+  static constexpr int kQuadVecs = 4;  // 4 rows x 4 accumulators
+  static constexpr int kTailDims = 16;
+  static constexpr bool kQuadsPermuted = true;
   static IVec izero() { return _mm512_setzero_si512(); }
   static IVec load_k16(const int8_t* p) {
     return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
@@ -67,7 +70,11 @@ struct Avx512Isa {
   static IVec dpwssd(IVec acc, IVec a, IVec b) {
     if constexpr (kVnni) {
 #ifdef __AVX512VNNI__
-      return _mm512_dpwssd_epi32(acc, a, b);
+      // Not _mm512_dpwssd_epi32: with it GCC 12 copies each loop-carried accumulator to another
+      // register and back every iteration (two moves per vpdpwssd in the value loop); the asm
+      // ties the accumulator to its register.
+      __asm__("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "vm"(b));
+      return acc;
 #endif
     }
     return _mm512_add_epi32(acc, _mm512_madd_epi16(a, b));
@@ -75,21 +82,48 @@ struct Avx512Isa {
   static __m256i fold_i(IVec v) {
     return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
   }
-  static void interleave_v(const int8_t* a, const int8_t* b, IVec& lo, IVec& hi) {
-    const __m256i va = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
-    const __m256i vb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b));
-    lo = _mm512_cvtepi8_epi16(_mm256_unpacklo_epi8(va, vb));
-    hi = _mm512_cvtepi8_epi16(_mm256_unpackhi_epi8(va, vb));
+  // acc + the products of the unsigned bytes of a and the signed bytes of b, four per 32-bit lane.
+  // Without VNNI: the even and the odd bytes widened to int16 (zero- and sign-extended), two
+  // vpmaddwd (each product fits: 255 x 128), the same int32 sums.
+  static IVec dpbusd(IVec acc, IVec a, IVec b) {
+    if constexpr (kVnni) {
+#ifdef __AVX512VNNI__
+      __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "vm"(b));  // asm: as dpwssd
+      return acc;
+#endif
+    }
+    const IVec a_even = _mm512_and_si512(a, _mm512_set1_epi16(0x00FF)), a_odd = _mm512_srli_epi16(a, 8);
+    const IVec b_even = _mm512_srai_epi16(_mm512_slli_epi16(b, 8), 8), b_odd = _mm512_srai_epi16(b, 8);
+    return _mm512_add_epi32(acc, _mm512_add_epi32(_mm512_madd_epi16(a_even, b_even), _mm512_madd_epi16(a_odd, b_odd)));
   }
-  static IVec interleave_v_half(const int8_t* a, const int8_t* b) {
-    const __m128i va = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a));
-    const __m128i vb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
-    return _mm512_cvtepi8_epi16(_mm256_set_m128i(_mm_unpackhi_epi8(va, vb), _mm_unpacklo_epi8(va, vb)));
+  // The codes of dimensions [d, d + kQuadDims) of four tokens' value rows, interleaved (above).
+  static void interleave_quad(const int8_t* const* v, size_t d, IVec (&out)[kQuadVecs]) {
+    const IVec a = _mm512_loadu_si512(v[0] + d), b = _mm512_loadu_si512(v[1] + d);
+    const IVec c = _mm512_loadu_si512(v[2] + d), e = _mm512_loadu_si512(v[3] + d);
+    const IVec ab_lo = _mm512_unpacklo_epi8(a, b), ab_hi = _mm512_unpackhi_epi8(a, b);
+    const IVec ce_lo = _mm512_unpacklo_epi8(c, e), ce_hi = _mm512_unpackhi_epi8(c, e);
+    out[0] = _mm512_unpacklo_epi16(ab_lo, ce_lo);
+    out[1] = _mm512_unpackhi_epi16(ab_lo, ce_lo);
+    out[2] = _mm512_unpacklo_epi16(ab_hi, ce_hi);
+    out[3] = _mm512_unpackhi_epi16(ab_hi, ce_hi);
   }
-  static IVec broadcast_pair(const int16_t* w) {
-    int32_t pair;
-    __builtin_memcpy(&pair, w, sizeof pair);
-    return _mm512_set1_epi32(pair);
+  // kTailDims dimensions at d, in natural order.
+  static IVec interleave_quad_tail(const int8_t* const* v, size_t d) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(v[0] + d));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(v[1] + d));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(v[2] + d));
+    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(v[3] + d));
+    const __m128i ab_lo = _mm_unpacklo_epi8(a, b), ab_hi = _mm_unpackhi_epi8(a, b);
+    const __m128i ce_lo = _mm_unpacklo_epi8(c, e), ce_hi = _mm_unpackhi_epi8(c, e);
+    const __m256i lo = _mm256_set_m128i(_mm_unpackhi_epi16(ab_lo, ce_lo), _mm_unpacklo_epi16(ab_lo, ce_lo));
+    const __m256i hi = _mm256_set_m128i(_mm_unpackhi_epi16(ab_hi, ce_hi), _mm_unpacklo_epi16(ab_hi, ce_hi));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+  }
+  // Four tokens' weight codes (bytes) in every 32-bit lane.
+  static IVec broadcast_quad(const uint8_t* w) {
+    int32_t quad;
+    __builtin_memcpy(&quad, w, sizeof quad);
+    return _mm512_set1_epi32(quad);
   }
   static Vec to_float(IVec v) { return _mm512_cvtepi32_ps(v); }
   // The horizontal sums of a[4r + t] (4 rows x 4 tokens), as floats, to out[r * stride + t]: a

@@ -14,17 +14,20 @@
 // ranges merge exactly (flash-decoding).
 //
 // int8 K/V are read with integer dot products on every path (the scalar twin does the same
-// integer arithmetic, so the paths agree but for the f32 softmax):
+// integer arithmetic, walks the same tiles and takes the same exp, so the paths agree but for
+// the order of f32 sums):
 //   - scores: the driver quantizes each query row once to int16 codes with a scale of its own
 //     (query ~ query_scale * code, step amax / 32767); a key row is k_scale[t] * code_k +
 //     k_offset[t] (storage/kv_quantize.h), so q . k = query_scale * k_scale[t] *
 //     sum(code_q * code_k) + k_offset[t] * query_sum, the sum exact in int32 (AVX512-VNNI /
 //     AVX-VNNI vpdpwssd, or vpmaddwd) and query_sum the f32 sum of the query row's elements;
-//   - values: per tile and row, the weights w[t] = p[t] * v_scale[t] are quantized to int16
-//     (step max_t w[t] / 32767) and sum_t w16[t] * code_v[t][d] is taken exactly in int32, two
-//     tokens per instruction, then added to the f32 accumulator times the weights' step.
-// Both roundings are relative steps of 2^-15 of a row's largest element, 250x finer than the
-// int8 codes' own.
+//   - values: per tile and row, the weights w[t] = p[t] * v_scale[t] (>= 0) are quantized to
+//     unsigned 8-bit codes (step max_t w[t] / 255) and sum_t w8[t] * code_v[t][d] is taken
+//     exactly in int32, four tokens per instruction (vpdpbusd), then added to the f32
+//     accumulator times the weights' step.
+// The query's rounding is a relative step of 2^-15 of its largest element, 250x finer than the
+// int8 codes'; the weights' 2^-8 of the tile's largest weight is about the keys' and values' own
+// step (its cost, measured with pagedkv bench kv-dtype: docs/quantized_kv.md).
 #pragma once
 
 #include <cstddef>
@@ -39,8 +42,8 @@ namespace pagedkv::attention_detail {
 // the 3-token score blocks (attention_tile_avx2.cpp). Measured 16-64: 24 best from DRAM.
 constexpr int kTileTokens = 24;
 
-// int8 K/V: the int16 codes of query rows and of a tile's weights (see above).
-constexpr float kWeightCodeMax = 32767.0f;
+// int8 K/V: the largest code of a tile's weights (unsigned 8-bit; see above).
+constexpr float kWeightCodeMax = 255.0f;
 // Query codes are stored with rows padded with zeros to a multiple of this many elements (one
 // AVX-512 vector of int16), so the kernels read whole vectors.
 constexpr size_t kQueryCodeAlign = 32;

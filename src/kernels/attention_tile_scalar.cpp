@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "attention_tile.h"
+#include "attention_tile_walk.h"
 #include "pagedkv/storage/float_convert.h"
 #include "pagedkv/storage/fp8_e4m3.h"
 
@@ -69,16 +70,54 @@ float load_row(const KVLayerView& kv, const std::byte* slot, size_t h, float* ou
   }
 }
 
+// The SIMD kernels' exp256 and softcap256 (attention_tile_simd.h) for one lane: the same
+// operations in the same order (std::fma where they fuse; max and min as the vector
+// instructions take a NaN), so the same results. The int8 tiles use them: their weights are
+// rounded to 8-bit codes, and std::exp / std::tanh, an ulp away from the vector versions, would
+// now and then round a code the other way (1/255 of the tile's largest weight).
+float exp_as_simd(float x) {
+  constexpr float kLow = -87.33654f, kHigh = 88.3762626647949f;
+  const bool underflow = x < kLow;
+  x = x > kLow ? x : kLow;
+  x = x < kHigh ? x : kHigh;
+  const float n = std::nearbyint(x * 1.44269504088896341f);
+  float r = std::fma(-n, 0.693359375f, x);
+  r = std::fma(-n, -2.12194440e-4f, r);
+  float p = 1.9875691500e-4f;
+  p = std::fma(p, r, 1.3981999507e-3f);
+  p = std::fma(p, r, 8.3334519073e-3f);
+  p = std::fma(p, r, 4.1665795894e-2f);
+  p = std::fma(p, r, 1.6666665459e-1f);
+  p = std::fma(p, r, 5.0000001201e-1f);
+  const float y = std::fma(p, r * r, r) + 1.0f;
+  const auto bits = static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23;
+  float two_n;
+  std::memcpy(&two_n, &bits, sizeof two_n);
+  return underflow ? 0.0f : y * two_n;
+}
+
+float softcap_as_simd(float x, float cap) {
+  const float y = x * (1.0f / cap);
+  const float ay = std::fabs(y);
+  const float e = exp_as_simd(ay * -2.0f);
+  const float t_large = (1.0f - e) / (1.0f + e);
+  const float y2 = ay * ay;
+  const float poly = std::fma(std::fma(y2, 2.0f / 15.0f, -1.0f / 3.0f), y2, 1.0f);
+  const float t = ay < 0.0625f ? poly * ay : t_large;
+  return std::copysign(t, y) * cap;
+}
+
 // The online-softmax step of one row over a tile, after its scores s[lo, hi) (largest: tile_max):
-// turns them into exp(s - new max) in place, rescales the accumulator to the new max and updates
-// the row's max and sum. Shared by the float and the int8 tiles.
+// turns them into exp(s - new max) in place (exp_fn), rescales the accumulator to the new max
+// and updates the row's max and sum. Shared by the float and the int8 tiles.
+template <class Exp>
 void online_softmax_step(float* s, int lo, int hi, float tile_max, float& row_max, float& row_sum, float* acc,
-                         size_t dim) {
+                         size_t dim, Exp exp_fn) {
   const float new_max = std::max(row_max, tile_max);
   const float correction = std::exp(row_max - new_max);  // exp(-inf) = 0 on the first tile
   float tile_sum = 0;
   for (int j = lo; j < hi; ++j) {
-    s[j] = std::exp(s[j] - new_max);
+    s[j] = exp_fn(s[j] - new_max);
     tile_sum += s[j];
   }
   if (correction != 1.0f)
@@ -109,7 +148,7 @@ void attend_tile_head(const RowGroupTask& task, int tile, int n, const float* ke
       tile_max = std::max(tile_max, x);
     }
     float* acc = acc_out + static_cast<size_t>(r) * udim;
-    online_softmax_step(s, lo, hi, tile_max, row_max[r], row_sum[r], acc, udim);
+    online_softmax_step(s, lo, hi, tile_max, row_max[r], row_sum[r], acc, udim, [](float x) { return std::exp(x); });
     for (int j = lo; j < hi; ++j) {
       const float p = s[j] * value_scale[j];
       const float* v = value_tile + static_cast<size_t>(j) * udim;
@@ -120,9 +159,9 @@ void attend_tile_head(const RowGroupTask& task, int tile, int n, const float* ke
 
 // The int8 twin of attention_tile_int8.h and attend_tile_int8 (attention_tile_simd.h): int16
 // query codes times the key codes, summed in int32; score = sum * (query scale * key scale) +
-// query sum * key offset;
-// the softmax in f32; per row, the weights p * v_scale quantized to int16 (softmax_weights_rows), and
-// the value codes summed in int32 under them, added to the accumulator times the weights' step.
+// query sum * key offset; the softmax in f32 (with the vector kernels' exp and soft-cap, above);
+// per row, the weights p * v_scale quantized to 8-bit codes (softmax_weights_rows), and the value
+// codes summed in int32 under them, added to the accumulator times the weights' step.
 void attend_tile_head_int8(const RowGroupTask& task, int h, int tile, int n, const int8_t* const* keys,
                            const int8_t* const* values, const float* key_scale, const float* key_offset,
                            const float* value_scale, float* scores) {
@@ -149,14 +188,14 @@ void attend_tile_head_int8(const RowGroupTask& task, int h, int tile, int n, con
       int32_t dot = 0;
       for (size_t d = 0; d < dim; ++d) dot += int32_t{q[d]} * int32_t{keys[j][d]};
       float x = std::fma(qsum, key_offset[j], static_cast<float>(dot) * (qs * key_scale[j]));
-      if (task.logit_softcap > 0) x = task.logit_softcap * std::tanh(x / task.logit_softcap);
+      if (task.logit_softcap > 0) x = softcap_as_simd(x, task.logit_softcap);
       s[j] = x;
       tile_max = std::max(tile_max, x);
     }
-    online_softmax_step(s, lo, hi, tile_max, row_max, row_sum, acc, dim);
+    online_softmax_step(s, lo, hi, tile_max, row_max, row_sum, acc, dim, exp_as_simd);
     float w[kTileTokens] = {};
     for (int j = lo; j < hi; ++j) w[j] = s[j] * value_scale[j];
-    // The weights' int16 codes, as softmax_weights_rows (attention_tile_int8.h) makes them.
+    // The weights' 8-bit codes, as softmax_weights_rows (attention_tile_int8.h) makes them.
     float w_max = 0, w_sum = 0;
     for (float x : w) {
       w_max = std::max(w_max, x);
@@ -197,41 +236,39 @@ void attend_rows_scalar(const RowGroupTask& task) {
   std::fill(task.row_max, task.row_max + heads * rows, kNegInf);
   std::fill(task.row_sum, task.row_sum + heads * rows, 0.0f);
 
-  size_t slots[kTileTokens];
+  // The SIMD kernel's walk (attention_tile_walk.h): the same tokens in each tile.
+  const size_t read_offset = static_cast<size_t>(task.first_kv_head) * udim * kv.element_bytes();
+  const size_t read_bytes = static_cast<int>(heads) == kv.num_kv_heads ? kv.slot_bytes() - read_offset
+                                                                        : heads * udim * kv.element_bytes();
+  TileWalk walk(task, streams_from_memory(task, read_bytes));
+  const std::byte* key_slots[kTileTokens];
+  const std::byte* value_slots[kTileTokens];
   float key_scale[kTileTokens], key_offset[kTileTokens], value_scale[kTileTokens];
-  const auto* key_plane = static_cast<const std::byte*>(kv.key);
-  const auto* value_plane = static_cast<const std::byte*>(kv.value);
-  for (int tile = task.token_begin; tile < task.token_end; tile += kTileTokens) {
-    const int n = std::min(kTileTokens, task.token_end - tile);
-    for (int j = 0; j < n; ++j) {
-      const int pos = tile + j;
-      slots[j] = static_cast<size_t>(task.block_table[pos / kv.block_size]) * static_cast<size_t>(kv.block_size) +
-                 static_cast<size_t>(pos % kv.block_size);
-    }
+  for (int k = 0; k < walk.num_tiles(); ++k) {
+    const int tile = task.token_begin + k * kTileTokens;  // its first position, when tiles are consecutive
+    const int n = walk.next(key_slots, value_slots);
     for (size_t h = 0; h < heads; ++h) {
       const size_t head = static_cast<size_t>(task.first_kv_head) + h;
       if (kv.dtype == DType::kInt8) {
         const int8_t* keys[kTileTokens];
         const int8_t* values[kTileTokens];
         for (int j = 0; j < n; ++j) {
-          const size_t offset = slots[j] * kv.slot_bytes();
-          keys[j] = reinterpret_cast<const int8_t*>(key_plane + offset) + head * udim;
-          values[j] = reinterpret_cast<const int8_t*>(value_plane + offset) + head * udim;
+          keys[j] = reinterpret_cast<const int8_t*>(key_slots[j]) + head * udim;
+          values[j] = reinterpret_cast<const int8_t*>(value_slots[j]) + head * udim;
           uint32_t packed;  // f16 scale and offset (storage/kv_quantize.h)
-          std::memcpy(&packed, key_plane + offset + kv.rows_bytes() + head * kKVScaleBytes, sizeof packed);
+          std::memcpy(&packed, key_slots[j] + kv.rows_bytes() + head * kKVScaleBytes, sizeof packed);
           const KeyScaleOffset so = unpack_key_scale_offset(packed);
           key_scale[j] = so.scale;
           key_offset[j] = so.offset;
-          std::memcpy(&value_scale[j], value_plane + offset + kv.rows_bytes() + head * kKVScaleBytes, sizeof(float));
+          std::memcpy(&value_scale[j], value_slots[j] + kv.rows_bytes() + head * kKVScaleBytes, sizeof(float));
         }
         attend_tile_head_int8(task, static_cast<int>(h), tile, n, keys, values, key_scale, key_offset, value_scale,
                               scores.data());
         continue;
       }
       for (int j = 0; j < n; ++j) {
-        const size_t offset = slots[j] * kv.slot_bytes();
-        key_scale[j] = load_row(kv, key_plane + offset, head, key_tile.data() + static_cast<size_t>(j) * udim);
-        value_scale[j] = load_row(kv, value_plane + offset, head, value_tile.data() + static_cast<size_t>(j) * udim);
+        key_scale[j] = load_row(kv, key_slots[j], head, key_tile.data() + static_cast<size_t>(j) * udim);
+        value_scale[j] = load_row(kv, value_slots[j], head, value_tile.data() + static_cast<size_t>(j) * udim);
       }
       attend_tile_head(task, tile, n, key_tile.data(), value_tile.data(), key_scale, value_scale, scores.data(),
                        task.query + h * block, task.acc + h * block, task.row_max + h * rows,

@@ -27,10 +27,11 @@
 // Isa provides: Vec, kLanes, kScoreTokens, kValueChunks, kPrefetchInLoops (prefetch a few lines
 // per inner-loop iteration rather than a burst per block), zero, load, store, broadcast, fmadd,
 // load_f16, load_bf16, load_i8, load_fp8 and fold (a Vec to 8 lanes with the same sum); for the
-// int8 path IVec, kPairDims, kValueGroups, kGroupsPermuted, izero, load_k16(_half), load_q16,
-// dpwssd, fold_i, interleave_v(_half), broadcast_pair, to_float and reduce16 (see
-// attention_tile_int8.h and the ISA headers). The softmax works on 8-lane AVX2 vectors under
-// both ISAs: a tile's 24 scores are three of them.
+// int8 path IVec, kPairDims, kQuadDims, kQuadVecs, kTailDims, kQuadsPermuted, izero,
+// load_k16(_half), load_q16, dpwssd, dpbusd, fold_i, interleave_quad(_tail), broadcast_quad,
+// to_float and reduce16 (see attention_tile_int8.h and the ISA headers). The softmax works on
+// 8-lane AVX2 vectors under both ISAs (a tile's 24 scores are three of them); the int8 softmax
+// takes their exponentials two at a time on AVX-512 (exp256_all).
 #pragma once
 
 #include <immintrin.h>
@@ -45,13 +46,13 @@
 #include <vector>
 
 #include "attention_tile.h"
+#include "attention_tile_walk.h"
 
 namespace pagedkv::attention_detail {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int kRowBlock = 4;  // query rows whose accumulators share registers
-constexpr size_t kStreamingBytes = size_t{1} << 20;  // a task's K+V bytes from which they stream (> L2)
 
 template <class Isa>
 struct LoadF32 {
@@ -138,6 +139,46 @@ inline __m256 exp256(__m256 x) {
   const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   const __m256 result = _mm256_mul_ps(y, _mm256_castsi256_ps(bits));
   return _mm256_andnot_ps(underflow, result);
+}
+
+#ifdef __AVX512F__
+// exp256 on 16 lanes: the same operations lane for lane, so the same results.
+inline __m512 exp512(__m512 x) {
+  const __mmask16 underflow = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33654f), _CMP_LT_OQ);
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.33654f));
+  x = _mm512_min_ps(x, _mm512_set1_ps(88.3762626647949f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  const __m512 r2 = _mm512_mul_ps(r, r);
+  const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, r2, r), _mm512_set1_ps(1.0f));
+  const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_maskz_mov_ps(static_cast<__mmask16>(~underflow), _mm512_mul_ps(y, _mm512_castsi512_ps(bits)));
+}
+#endif
+
+// out[i] = exp256(in[i]) for N 8-lane vectors; built with AVX-512, two of them per exp512.
+template <int N>
+inline void exp256_all(const __m256* in, __m256* out) {
+#ifdef __AVX512F__
+#pragma GCC unroll 8
+  for (int i = 0; i + 1 < N; i += 2) {
+    const __m512 e = exp512(_mm512_insertf32x8(_mm512_castps256_ps512(in[i]), in[i + 1], 1));
+    out[i] = _mm512_castps512_ps256(e);
+    out[i + 1] = _mm512_extractf32x8_ps(e, 1);
+  }
+  if constexpr (N % 2 == 1) out[N - 1] = exp256(in[N - 1]);
+#else
+#pragma GCC unroll 16
+  for (int i = 0; i < N; ++i) out[i] = exp256(in[i]);
+#endif
 }
 
 // cap * tanh(x / cap). tanh|y| = (1 - e) / (1 + e) with e = exp(-2|y|); below |y| = 1/16, where
@@ -409,116 +450,13 @@ inline void softmax_row(float* s, int lo, int hi, float softcap, float& row_max,
   row_sum = row_sum * correction + hsum(sum);
 }
 
-// Addresses of the slots (all KV heads of a token) holding tokens [first, first + n).
-template <class T>
-void locate_slots(const RowGroupTask& task, int first, int n, const T** keys, const T** values) {
-  const KVLayerView& kv = *task.kv;
-  const auto* key_base = static_cast<const char*>(kv.key);
-  const auto* value_base = static_cast<const char*>(kv.value);
-  const size_t slot_bytes = kv.slot_bytes();
-  int block_index = first / kv.block_size;
-  int offset = first % kv.block_size;
-  size_t slot = static_cast<size_t>(task.block_table[block_index]) * static_cast<size_t>(kv.block_size) +
-                static_cast<size_t>(offset);
-  for (int j = 0; j < n; ++j) {
-    keys[j] = reinterpret_cast<const T*>(key_base + slot * slot_bytes);
-    values[j] = reinterpret_cast<const T*>(value_base + slot * slot_bytes);
-    if (++offset == kv.block_size && j + 1 < n) {
-      offset = 0;
-      ++block_index;
-      slot = static_cast<size_t>(task.block_table[block_index]) * static_cast<size_t>(kv.block_size);
-    } else {
-      ++slot;
-    }
-  }
-}
-
-// The order in which a task's context tokens are read, a tile at a time. Normally tile k is the
-// kTileTokens consecutive tokens from token_begin + k * kTileTokens. When every row attends to
-// the whole range (decode: no mask, so the order of tokens within the range does not matter) and
-// the range crosses blocks that are not physically adjacent, the range is cut into kStreams equal
-// parts and tile k takes the next kTileTokens / kStreams tokens of each part, alternating between
-// parts. The hardware prefetcher then follows several block streams at once instead of
-// restarting at every scattered block: paged decode from DRAM 5-9% faster for fp32, 0-3% for
-// fp16 (AMD EPYC, two threads, docs/benchmarks.md). Over one physically contiguous range the
-// split costs instead (parts exactly 2^k bytes apart alias in the caches), so it stays
-// consecutive there.
-class TileWalk {
- public:
-  static constexpr int kStreams = 4;
-  static constexpr int kPerStream = kTileTokens / kStreams;
-  static_assert(kTileTokens % kStreams == 0);
-
-  // streaming: the task's K/V are too large to stay in the L2, so the walk is about memory.
-  TileWalk(const RowGroupTask& task, bool streaming) : task_(task) {
-    const int span = task.token_end - task.token_begin;
-    interleaved_ = streaming && task.rows_share_range && span > kStreams && !physically_contiguous(task);
-    if (interleaved_) {
-      const int part = (span + kStreams - 1) / kStreams;
-      for (int s = 0; s < kStreams; ++s) {
-        next_[s] = std::min(task.token_end, task.token_begin + s * part);
-        end_[s] = std::min(task.token_end, task.token_begin + (s + 1) * part);
-      }
-      num_tiles_ = (part + kPerStream - 1) / kPerStream;
-    } else {
-      next_[0] = task.token_begin;
-      end_[0] = task.token_end;
-      num_tiles_ = (span + kTileTokens - 1) / kTileTokens;
-    }
-  }
-
-  int num_tiles() const { return num_tiles_; }
-
-  // The slots of the next tile (tiles come in order); returns how many.
-  template <class T>
-  int next(const T** keys, const T** values) {
-    if (!interleaved_) {
-      const int n = std::min(kTileTokens, end_[0] - next_[0]);
-      if (n > 0) locate_slots(task_, next_[0], n, keys, values);
-      next_[0] += n;
-      return n;
-    }
-    const T* part_keys[kStreams][kPerStream];
-    const T* part_values[kStreams][kPerStream];
-    int counts[kStreams];
-    for (int s = 0; s < kStreams; ++s) {
-      counts[s] = std::min(kPerStream, end_[s] - next_[s]);
-      if (counts[s] > 0) locate_slots(task_, next_[s], counts[s], part_keys[s], part_values[s]);
-      next_[s] += counts[s];
-    }
-    int n = 0;
-    for (int i = 0; i < kPerStream; ++i)
-      for (int s = 0; s < kStreams; ++s)
-        if (i < counts[s]) {
-          keys[n] = part_keys[s][i];
-          values[n] = part_values[s][i];
-          ++n;
-        }
-    return n;
-  }
-
- private:
-  static bool physically_contiguous(const RowGroupTask& task) {
-    const int block_size = task.kv->block_size;
-    const int first = task.token_begin / block_size, last = (task.token_end - 1) / block_size;
-    for (int b = first; b < last; ++b)
-      if (task.block_table[b + 1] != task.block_table[b] + 1) return false;
-    return true;
-  }
-
-  const RowGroupTask& task_;
-  bool interleaved_ = false;
-  int num_tiles_ = 0;
-  int next_[kStreams] = {}, end_[kStreams] = {};
-};
-
-// One tile of one KV head (h of the task) on the integer path: scores, softmax, weights to int16
+// One tile of one KV head (h of the task) on the integer path: scores, softmax, weights to 8-bit
 // codes, values.
 template <class Isa>
 void attend_tile_int8(const RowGroupTask& task, int h, int tile, int n, const int8_t* const* keys,
                       const int8_t* const* values, const float* key_scale, const float* key_offset,
                       const float* value_scale, float* scores,
-                      int16_t* weight_codes, float* weight_step, size_t qstride, Prefetcher& pf) {
+                      uint8_t* weight_codes, float* weight_step, size_t qstride, Prefetcher& pf) {
   const size_t dim = static_cast<size_t>(task.kv->head_dim);
   const int rows = task.num_rows;
   const size_t head_rows = static_cast<size_t>(rows);
@@ -541,7 +479,7 @@ void attend_tile_int8(const RowGroupTask& task, int h, int tile, int n, const in
                              key_scale, key_offset, value_scale, row_max + r, row_sum + r, acc + r * dim, dim,
                              weight_codes + r * kTileTokens, weight_step + r);
   });
-  pv_tile_int8<Isa>(weight_codes, weight_step, rows, values, (n + 1) / 2, acc, dim, pf);
+  pv_tile_int8<Isa>(weight_codes, weight_step, rows, values, (n + 3) / 4, acc, dim, pf);
 }
 
 template <class Isa, class L>
@@ -561,7 +499,7 @@ void attend(const RowGroupTask& task) {
   const size_t qstride = padded_query_dim(dim);
 
   thread_local std::vector<float> scores, key_tile, value_tile, weight_step;
-  thread_local std::vector<int16_t> weight_codes;
+  thread_local std::vector<uint8_t> weight_codes;
   scores.resize(head_rows * kTileTokens);
   if constexpr (kInteger) {
     weight_codes.resize(head_rows * kTileTokens);
@@ -597,13 +535,10 @@ void attend(const RowGroupTask& task) {
   const long vectors = static_cast<long>(dim / Isa::kLanes);
   const long score_blocks = (kTileTokens + Isa::kScoreTokens - 1) / Isa::kScoreTokens;
   const long value_strips = (vectors + Isa::kValueChunks - 1) / Isa::kValueChunks;
-  const long chunks = static_cast<long>((dim + Isa::kPairDims - 1) / Isa::kPairDims);
-  const long groups = static_cast<long>(dim / Isa::kPairDims);  // int8: value strips per row block
-  const long int_strips = groups / Isa::kValueGroups + groups % Isa::kValueGroups + (dim % Isa::kPairDims != 0);
+  const long int_strips = value_strips_int8<Isa>(dim);  // int8: value strips per row block
   const long steps_per_head =
       ((rows + kRowBlock - 1) / kRowBlock) *
-      (kInteger ? (Isa::kPrefetchInLoops ? chunks * score_blocks + kTileTokens / 2 * int_strips
-                                         : score_blocks + int_strips)
+      (kInteger ? score_blocks + int_strips  // the int8 blocks step once each (attention_tile_int8.h)
                 : (Isa::kPrefetchInLoops ? vectors * score_blocks + kTileTokens * value_strips
                                          : score_blocks + value_strips));
 
@@ -611,7 +546,7 @@ void attend(const RowGroupTask& task) {
   int buffer = 0;
   // Streams and touching ahead are for K/V that come from DRAM: a task whose K/V fit in the L2
   // (a small model's, or a short range) is read in order and touches nothing ahead.
-  const bool streaming = 2 * read_bytes * static_cast<size_t>(task.token_end - task.token_begin) >= kStreamingBytes;
+  const bool streaming = streams_from_memory(task, read_bytes);
   TileWalk walk(task, streaming);
   // A second walk, kTouchDistance tiles ahead, touches one line of each slot: the first access to
   // a scattered block (a TLB miss, under nested paging a long one, and a cold DRAM page) then
@@ -646,9 +581,10 @@ void attend(const RowGroupTask& task) {
         keys[j] = key_slots[buffer][j] + head_offset;
         values[j] = value_slots[buffer][j] + head_offset;
       }
-      // The integer value blocks take tokens in pairs: an odd tile's last token pairs with itself
-      // under a zero weight.
-      if (kInteger && n % 2 == 1) values[n] = values[n - 1];
+      // The integer value blocks take tokens in fours: a tile's last quad is filled up with its last
+      // token under zero weights.
+      if (kInteger)
+        for (int j = n; j % 4 != 0; ++j) values[j] = values[n - 1];
       if constexpr (ScaledRows<L>) {
         const size_t scale_offset =
             task.kv->rows_bytes() + static_cast<size_t>(task.first_kv_head + h) * kKVScaleBytes;

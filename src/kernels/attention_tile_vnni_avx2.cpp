@@ -1,4 +1,4 @@
-// The AVX2 attention kernel's int8 path with AVX-VNNI (vpdpwssd, VEX-encoded): built with
+// The AVX2 attention kernel's int8 path with AVX-VNNI (vpdpwssd and vpdpbusd, VEX-encoded): built with
 // -mavxvnni, entered only when has_avx_vnni().
 #include "attention_isa_avx2.h"
 #include "attention_tile_simd.h"

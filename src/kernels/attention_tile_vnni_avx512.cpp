@@ -1,4 +1,4 @@
-// The AVX-512 attention kernel's int8 path with AVX512-VNNI (vpdpwssd): built with -mavx512vnni,
+// The AVX-512 attention kernel's int8 path with AVX512-VNNI (vpdpwssd, vpdpbusd): built with -mavx512vnni,
 // entered only when has_avx512_vnni().
 // GCC 12 false positives inside the AVX-512 intrinsics (GCC bug 105593): see attention_tile_avx512.cpp.
 #pragma GCC diagnostic ignored "-Wuninitialized"

@@ -1,6 +1,6 @@
 // The paged-attention driver: checks the batch, cuts it into tasks, runs them on the thread
-// pool and merges split tasks (and, for int8 K/V, quantizes the query rows to int16 codes). The
-// arithmetic lives in attention_tile_*.cpp.
+// pool and merges split tasks (and, for int8 K/V, quantizes the query rows to int16 codes, once per
+// query tile). The arithmetic lives in attention_tile_*.cpp.
 //
 // Work decomposition. Each request's query tokens are cut into query tiles of up to
 // kRowsPerTask / G tokens (G = query heads per KV head); for each KV head, a tile's rows are the
@@ -50,6 +50,9 @@ struct QueryTile {
   // When partitions > 1: where the partial results start. Per partition, [heads][rows][dim]
   // accumulators, then [heads][rows] maxima, then [heads][rows] sums.
   size_t partial_offset = 0;
+  // int8 K/V: where its query rows' codes ([heads][rows][padded dim]) and scales ([heads][rows])
+  // start in the call's buffers; made once per tile, read by all its tasks.
+  size_t code_offset = 0, code_scale_offset = 0;
 };
 
 struct TaskRef {
@@ -109,19 +112,13 @@ void validate(const AttentionShape& shape, const PagedAttentionBatch& batch, con
   }
 }
 
-// Per-thread buffers for one task: its scaled queries (and their int16 codes for int8 K/V), row
-// ranges and unsplit results.
+// Per-thread buffers for one task: its scaled queries (f32 and fp8 K/V; int8 reads the tile's
+// codes), row ranges and unsplit results.
 struct TaskScratch {
-  std::vector<float> query, query_scale, query_sum, acc, row_max, row_sum;
-  std::vector<int16_t> query_codes;
+  std::vector<float> query, acc, row_max, row_sum;
   std::vector<int32_t> row_begin, row_end;
-  void reserve(size_t heads, size_t rows, size_t dim, bool codes) {
+  void reserve(size_t heads, size_t rows, size_t dim) {
     query.resize(heads * rows * dim);
-    if (codes) {
-      query_codes.resize(heads * rows * attention_detail::padded_query_dim(dim));
-      query_scale.resize(heads * rows);
-      query_sum.resize(heads * rows);
-    }
     acc.resize(heads * rows * dim);
     row_max.resize(heads * rows);
     row_sum.resize(heads * rows);
@@ -222,6 +219,29 @@ void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& bat
         t.heads_per_task = static_cast<int>(std::max<long long>(1, (t.heads_per_task + groups - 1) / groups));
   }
 
+  // int8: each tile's query codes, made once (a tile split into partitions used to rotate and
+  // quantize its rows once per partition: 5-8 % of a 4K-token decode call).
+  const size_t code_stride = attention_detail::padded_query_dim(dim);
+  thread_local std::vector<int16_t> query_codes;
+  thread_local std::vector<float> query_code_scales;
+  thread_local std::vector<float> query_sums;  // each row's sum: times each key row's offset
+  if (int8) {
+    size_t codes = 0, scales = 0;
+    for (QueryTile& t : tiles) {
+      const size_t rows = static_cast<size_t>(t.num_queries) * static_cast<size_t>(group);
+      t.code_offset = codes;
+      t.code_scale_offset = scales;
+      codes += static_cast<size_t>(shape.num_kv_heads) * rows * code_stride;
+      scales += static_cast<size_t>(shape.num_kv_heads) * rows;
+    }
+    if (query_codes.size() < codes) query_codes.resize(codes);
+    if (query_code_scales.size() < scales) query_code_scales.resize(scales);
+    if (query_sums.size() < scales) query_sums.resize(scales);
+  }
+  int16_t* const code_base = query_codes.data();
+  float* const code_scale_base = query_code_scales.data();
+  float* const query_sum_base = query_sums.data();
+
   size_t partial_floats = 0;
   thread_local std::vector<TaskRef> tasks;
   tasks.clear();
@@ -257,26 +277,38 @@ void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& bat
     return (static_cast<size_t>(t.first_query) + qi) * q_token_stride + (kv_head * static_cast<size_t>(group) + g) * dim;
   };
 
+  // The int16 codes, scales and sums of every row of tile t, all KV heads.
+  auto make_query_codes = [&](const QueryTile& t) {
+    thread_local std::vector<float> row_buffer;
+    row_buffer.resize(dim);
+    float* dst = row_buffer.data();
+    const size_t rows = static_cast<size_t>(t.num_queries) * static_cast<size_t>(group);
+    for (size_t h = 0; h < kv_heads; ++h)
+      for (size_t row = 0; row < rows; ++row) {
+        const float* src = query + token_head_offset(t, h, row);
+        for (size_t d = 0; d < dim; ++d) dst[d] = src[d] * shape.scale;
+        if (rotated_keys) hadamard_rotate(dst, dim);  // (H q) . (H k) = q . k
+        const size_t i = h * rows + row;
+        code_scale_base[t.code_scale_offset + i] =
+            quantize_query_row(dst, dim, code_base + t.code_offset + i * code_stride);
+        float sum = 0;  // int8 keys are scale * code + offset: q . k gains offset * sum(q)
+        for (size_t d = 0; d < dim; ++d) sum += dst[d];
+        query_sum_base[t.code_scale_offset + i] = sum;
+      }
+  };
+
   auto run_task = [&](const TaskRef& ref, TaskScratch& scratch) {
     const QueryTile& t = tile_list[ref.tile];
     const size_t rows = static_cast<size_t>(t.num_queries) * static_cast<size_t>(group);
     const auto heads = static_cast<size_t>(ref.num_kv_heads);
-    scratch.reserve(heads, rows, dim, int8);
-    const size_t code_stride = attention_detail::padded_query_dim(dim);
-    for (size_t h = 0; h < heads; ++h)
-      for (size_t row = 0; row < rows; ++row) {
-        const float* src = query + token_head_offset(t, static_cast<size_t>(ref.first_kv_head) + h, row);
-        float* dst = scratch.query.data() + (h * rows + row) * dim;
-        for (size_t d = 0; d < dim; ++d) dst[d] = src[d] * shape.scale;
-        if (rotated_keys) hadamard_rotate(dst, dim);  // (H q) . (H k) = q . k
-        if (int8) {
-          scratch.query_scale[h * rows + row] =
-              quantize_query_row(dst, dim, scratch.query_codes.data() + (h * rows + row) * code_stride);
-          float sum = 0;  // times each key row's offset (int8 keys: scale * code + offset)
-          for (size_t d = 0; d < dim; ++d) sum += dst[d];
-          scratch.query_sum[h * rows + row] = sum;
+    scratch.reserve(heads, rows, dim);
+    if (!int8)
+      for (size_t h = 0; h < heads; ++h)
+        for (size_t row = 0; row < rows; ++row) {
+          const float* src = query + token_head_offset(t, static_cast<size_t>(ref.first_kv_head) + h, row);
+          float* dst = scratch.query.data() + (h * rows + row) * dim;
+          for (size_t d = 0; d < dim; ++d) dst[d] = src[d] * shape.scale;
         }
-      }
     for (size_t row = 0; row < rows; ++row) {
       const int position = t.first_position + static_cast<int>(row / static_cast<size_t>(group));
       scratch.row_end[row] = position + 1;
@@ -291,10 +323,11 @@ void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& bat
     task.token_end = std::min(t.token_end, task.token_begin + t.partition_tokens);
     task.num_rows = static_cast<int>(rows);
     task.query = scratch.query.data();
-    if (int8) {
-      task.query_codes = scratch.query_codes.data();
-      task.query_scale = scratch.query_scale.data();
-      task.query_sum = scratch.query_sum.data();
+    if (int8) {  // (task.query is then left unfilled: the integer kernels read the codes)
+      const auto first = static_cast<size_t>(ref.first_kv_head);
+      task.query_codes = code_base + t.code_offset + first * rows * code_stride;
+      task.query_scale = code_scale_base + t.code_scale_offset + first * rows;
+      task.query_sum = query_sum_base + t.code_scale_offset + first * rows;
     }
     task.row_begin = scratch.row_begin.data();
     task.row_end = scratch.row_end.data();
@@ -359,8 +392,10 @@ void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& bat
   const std::pair<int, int>* const merge_list = merges.data();
 
   const int team = std::max(1, std::min(threads, num_tasks));
+  const int num_tiles = int8 ? static_cast<int>(tiles.size()) : 0;  // tiles whose query codes to make
   if (team == 1) {
     thread_local TaskScratch scratch;
+    for (int i = 0; i < num_tiles; ++i) make_query_codes(tile_list[i]);
     for (int i = 0; i < num_tasks; ++i) run_task(task_list[i], scratch);
     for (int i = 0; i < num_merges; ++i)
       merge(tile_list[merge_list[i].first], static_cast<size_t>(merge_list[i].second));
@@ -369,6 +404,8 @@ void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& bat
 #pragma omp parallel num_threads(team)
   {
     thread_local TaskScratch scratch;
+#pragma omp for schedule(dynamic, 1)
+    for (int i = 0; i < num_tiles; ++i) make_query_codes(tile_list[i]);
 #pragma omp for schedule(dynamic, 1)
     for (int i = 0; i < num_tasks; ++i) run_task(task_list[i], scratch);
 #pragma omp for schedule(dynamic, 1)
