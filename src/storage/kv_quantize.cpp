@@ -231,8 +231,6 @@ float f16_scale_at_least(float at_least) {
 
 }  // namespace
 
-bool int8_keys_have_offsets(DType dtype) { return dtype == DType::kInt8; }
-
 uint32_t pack_key_scale_offset(float scale, float offset) {
   return static_cast<uint32_t>(f32_to_f16(scale)) | (static_cast<uint32_t>(f32_to_f16(offset)) << 16);
 }

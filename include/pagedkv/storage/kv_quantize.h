@@ -53,8 +53,9 @@ inline constexpr uint32_t kNaNKeyScaleOffset = 0x7E007E00u;  // both halves an f
 inline constexpr size_t kInt8FitElementBudget = 128, kInt8FitMaxCandidates = 16;
 inline constexpr float kInt8FitLowestTopCode = 112.0f;
 
-// Whether keys of this dtype are stored with an offset (int8).
-bool int8_keys_have_offsets(DType dtype);
+// Whether keys of this dtype are stored with an offset (int8). Inline: the tiers' layout
+// fingerprint asks it without linking the quantizers.
+constexpr bool int8_keys_have_offsets(DType dtype) { return dtype == DType::kInt8; }
 
 // Quantizes an int8 key row into codes and returns its packed f16 scale and offset.
 uint32_t quantize_key_row_int8(const float* x, size_t n, int8_t* codes);
