@@ -200,25 +200,36 @@ TEST_F(EngineServiceTest, AutoStreamIntervalFollowsTheBatch) {
   EXPECT_EQ(used_blocks(), 0);
 }
 
+// The stop is asked from this thread when sample 0's first token arrives, while the engine thread
+// runs on: on a loaded machine the engine can finish all of sample 0 before the stop lands (a run
+// that then reports kLength is a lost race, not a failure), so each run is long and a few runs
+// are allowed; one must show the stop.
 TEST_F(EngineServiceTest, StopChoiceEndsOneSampleOnly) {
   EngineService& service = start();
-  std::vector<GenerationRequest> prompts;
-  prompts.push_back(long_request(3, 60));
-  auto stream = service.submit(std::move(prompts));
-  bool stopped = false;
-  const Collected c = collect(*stream, [&](const ChoiceUpdate& u) {
-    if (!stopped && u.choice == 0 && !u.tokens.empty()) {  // sample 0 is the parent the others forked from
-      service.stop_choice(u.engine_id);
-      stopped = true;
-    }
-  });
-  ASSERT_EQ(c.reasons.size(), 3u);
-  EXPECT_EQ(c.reasons.at(0), FinishReason::kStop) << "reported as ended by a stop string";
-  EXPECT_EQ(c.reasons.at(1), FinishReason::kLength);
-  EXPECT_EQ(c.reasons.at(2), FinishReason::kLength);
-  EXPECT_EQ(c.tokens.at(1).size(), 60u);
-  EXPECT_LT(c.tokens.at(0).size(), 60u);
-  EXPECT_EQ(used_blocks(), 0);
+  constexpr size_t kMaxTokens = 400;
+  bool stop_landed = false;
+  for (int attempt = 0; attempt < 5 && !stop_landed; ++attempt) {
+    std::vector<GenerationRequest> prompts;
+    prompts.push_back(long_request(3, static_cast<int>(kMaxTokens)));
+    auto stream = service.submit(std::move(prompts));
+    bool stopped = false;
+    const Collected c = collect(*stream, [&](const ChoiceUpdate& u) {
+      if (!stopped && u.choice == 0 && !u.tokens.empty()) {  // sample 0 is the parent the others forked from
+        service.stop_choice(u.engine_id);
+        stopped = true;
+      }
+    });
+    ASSERT_EQ(c.reasons.size(), 3u);
+    EXPECT_EQ(c.reasons.at(1), FinishReason::kLength);
+    EXPECT_EQ(c.reasons.at(2), FinishReason::kLength);
+    EXPECT_EQ(c.tokens.at(1).size(), kMaxTokens);
+    EXPECT_EQ(used_blocks(), 0);
+    if (c.tokens.at(0).size() == kMaxTokens && c.reasons.at(0) == FinishReason::kLength) continue;  // too late
+    EXPECT_EQ(c.reasons.at(0), FinishReason::kStop) << "reported as ended by a stop string";
+    EXPECT_LT(c.tokens.at(0).size(), kMaxTokens);
+    stop_landed = true;
+  }
+  EXPECT_TRUE(stop_landed) << "the stop never landed before sample 0 ended, in 5 runs";
 }
 
 TEST_F(EngineServiceTest, OverloadAndDrainAnswer503) {
