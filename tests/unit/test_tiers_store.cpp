@@ -5,8 +5,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
 #include <cstring>
 #include <fstream>
+#include <initializer_list>
 
 #include "pagedkv/core/error.h"
 #include "pagedkv/tiers/aligned_buffer.h"
@@ -158,6 +161,48 @@ TEST(TierSlotFormat, RoundTripAndEveryKindOfDamage) {
   EXPECT_NE(base, kv_layout_fingerprint(7, spec, 2, HashAlgorithm::kSha256, BlockHash{3, 4}));
   EXPECT_NE(base, kv_layout_fingerprint(7, spec, 2, HashAlgorithm::kXxh3_128, BlockHash{3, 5}));
   EXPECT_EQ(base, kv_layout_fingerprint(7, spec, 2, HashAlgorithm::kXxh3_128, BlockHash{3, 4}));
+}
+
+// The fingerprint's bytes as disk_slot_format.h documents them, with the layout markers earlier
+// builds did not write: pins that a float layout keeps the fingerprint blocks were stored under,
+// and that int8 blocks of the earlier layouts (unrotated; rotated with one f32 scale) never match
+// today's (rotated keys with an f16 scale and offset).
+BlockHash fingerprint_with_markers(uint64_t model_digest, const KVCacheSpec& spec, int num_layers,
+                                   HashAlgorithm hash, const BlockHash& root, std::initializer_list<uint32_t> markers) {
+  std::byte buf[96] = {};
+  size_t o = 0;
+  auto add = [&](auto v) {
+    std::memcpy(buf + o, &v, sizeof(v));
+    o += sizeof(v);
+  };
+  add(uint64_t{0x70616765646b7631ull});
+  add(uint32_t{kDiskSlotFormatVersion});
+  add(model_digest);
+  for (int32_t field : {static_cast<int32_t>(spec.kind), spec.block_size, spec.num_kv_heads, spec.head_dim,
+                        static_cast<int32_t>(spec.dtype), spec.sliding_window, num_layers, static_cast<int32_t>(hash)})
+    add(field);
+  add(root.lo);
+  add(root.hi);
+  for (uint32_t m : markers) add(m);
+  const XXH128_hash_t h = XXH3_128bits(buf, o);
+  return BlockHash{h.low64, h.high64};
+}
+
+TEST(DiskSlotFormat, FingerprintsOfEarlierLayouts) {
+  constexpr uint32_t kRotated = 0x31746f72, kOffsets = 0x3166666f;  // "rot1", "off1"
+  const BlockHash root{3, 4};
+  KVCacheSpec spec = small_spec(16);  // head_dim 8: int8 keys are rotated
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kFP8}) {
+    spec.dtype = dtype;
+    EXPECT_EQ(kv_layout_fingerprint(7, spec, 2, HashAlgorithm::kXxh3_128, root),
+              fingerprint_with_markers(7, spec, 2, HashAlgorithm::kXxh3_128, root, {}))
+        << dtype_name(dtype);
+  }
+  spec.dtype = DType::kInt8;
+  const BlockHash int8_fp = kv_layout_fingerprint(7, spec, 2, HashAlgorithm::kXxh3_128, root);
+  EXPECT_EQ(int8_fp, fingerprint_with_markers(7, spec, 2, HashAlgorithm::kXxh3_128, root, {kRotated, kOffsets}));
+  EXPECT_NE(int8_fp, fingerprint_with_markers(7, spec, 2, HashAlgorithm::kXxh3_128, root, {kRotated}));
+  EXPECT_NE(int8_fp, fingerprint_with_markers(7, spec, 2, HashAlgorithm::kXxh3_128, root, {}));
 }
 
 DiskTierOptions disk_options(const std::string& dir, size_t slots, bool uring = true, bool direct = true) {
