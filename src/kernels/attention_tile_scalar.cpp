@@ -12,6 +12,7 @@
 #include <limits>
 #include <vector>
 
+#include "attention_exp.h"
 #include "attention_tile.h"
 #include "attention_tile_walk.h"
 #include "pagedkv/storage/float_convert.h"
@@ -76,19 +77,14 @@ float load_row(const KVLayerView& kv, const std::byte* slot, size_t h, float* ou
 // rounded to 8-bit codes, and std::exp / std::tanh, an ulp away from the vector versions, would
 // now and then round a code the other way (1/255 of the tile's largest weight).
 float exp_as_simd(float x) {
-  constexpr float kLow = -87.33654f, kHigh = 88.3762626647949f;
-  const bool underflow = x < kLow;
-  x = x > kLow ? x : kLow;
-  x = x < kHigh ? x : kHigh;
-  const float n = std::nearbyint(x * 1.44269504088896341f);
-  float r = std::fma(-n, 0.693359375f, x);
-  r = std::fma(-n, -2.12194440e-4f, r);
-  float p = 1.9875691500e-4f;
-  p = std::fma(p, r, 1.3981999507e-3f);
-  p = std::fma(p, r, 8.3334519073e-3f);
-  p = std::fma(p, r, 4.1665795894e-2f);
-  p = std::fma(p, r, 1.6666665459e-1f);
-  p = std::fma(p, r, 5.0000001201e-1f);
+  const bool underflow = x < kExpLow;
+  x = x > kExpLow ? x : kExpLow;
+  x = x < kExpHigh ? x : kExpHigh;
+  const float n = std::nearbyint(x * kExpLog2e);
+  float r = std::fma(-n, kExpLn2High, x);
+  r = std::fma(-n, kExpLn2Low, r);
+  float p = kExpPoly[0];
+  for (int i = 1; i < 6; ++i) p = std::fma(p, r, kExpPoly[i]);
   const float y = std::fma(p, r * r, r) + 1.0f;
   const auto bits = static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23;
   float two_n;
