@@ -33,6 +33,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "pagedkv/kernels/query_codes.h"  // padded_query_dim, query_code_max
 #include "pagedkv/storage/kv_arena.h"
 #include "pagedkv/storage/kv_quantize.h"
 
@@ -44,19 +45,6 @@ constexpr int kTileTokens = 24;
 
 // int8 K/V: the largest code of a tile's weights (unsigned 8-bit; see above).
 constexpr float kWeightCodeMax = 255.0f;
-// Query codes are stored with rows padded with zeros to a multiple of this many elements (one
-// AVX-512 vector of int16), so the kernels read whole vectors.
-constexpr size_t kQueryCodeAlign = 32;
-constexpr size_t padded_query_dim(size_t dim) {
-  return (dim + kQueryCodeAlign - 1) / kQueryCodeAlign * kQueryCodeAlign;
-}
-
-// The largest query code for a head dimension: |sum code_q * code_k| <= dim * max * 128 must fit
-// in int32 (32767 up to head_dim 512; wider heads get a coarser query).
-constexpr int query_code_max(size_t dim) {
-  return dim <= 512 ? 32767 : static_cast<int>(2147483647 / (128 * dim));
-}
-
 struct RowGroupTask {
   const KVLayerView* kv = nullptr;
   const int32_t* block_table = nullptr;  // the request's row of the block table

@@ -26,6 +26,7 @@
 
 #include "attention_tile.h"
 #include "pagedkv/core/error.h"
+#include "pagedkv/kernels/query_codes.h"
 #include "pagedkv/kernels/thread_pool.h"
 #include "pagedkv/storage/key_rotation.h"
 #include "pagedkv/storage/kv_quantize.h"
@@ -129,24 +130,6 @@ struct TaskScratch {
   }
 };
 
-// The int16 codes of one query row for the int8 kernels (attention_tile.h): symmetric, step
-// amax / code_max, rounded to nearest (even), the padding zero. A row with a NaN or an infinity
-// gets a NaN scale (and zero codes), so its output is NaN as with f32 K/V.
-float quantize_query_row(const float* q, size_t dim, int16_t* codes) {
-  const size_t padded = attention_detail::padded_query_dim(dim);
-  const auto code_max = static_cast<float>(attention_detail::query_code_max(dim));
-  const float amax = row_amax(q, dim);
-  std::fill(codes + dim, codes + padded, int16_t{0});
-  if (!(amax > 0)) {  // zero row (scale 0), or NaN / infinity (scale NaN)
-    std::fill(codes, codes + dim, int16_t{0});
-    return amax;
-  }
-  const float inv = code_max / amax;
-  for (size_t d = 0; d < dim; ++d)
-    codes[d] = static_cast<int16_t>(std::clamp(round_to_even(q[d] * inv), -code_max, code_max));
-  return amax / code_max;
-}
-
 // Waits for another thread of the call to set `flag` (release). The writer is running the short
 // step that sets it, so spin a little first, then give the CPU away (a shared machine may have
 // descheduled the writer).
@@ -239,7 +222,7 @@ void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& bat
 
   // int8: each tile's query codes, made once (a tile split into partitions used to rotate and
   // quantize its rows once per partition: 5-8 % of a 4K-token decode call).
-  const size_t code_stride = attention_detail::padded_query_dim(dim);
+  const size_t code_stride = padded_query_dim(dim);
   thread_local std::vector<int16_t> query_codes;
   thread_local std::vector<float> query_code_scales;
   thread_local std::vector<float> query_sums;  // each row's sum: times each key row's offset
@@ -297,21 +280,14 @@ void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& bat
 
   // The int16 codes, scales and sums of every row of tile t, all KV heads.
   auto make_query_codes = [&](const QueryTile& t) {
-    thread_local std::vector<float> row_buffer;
-    row_buffer.resize(dim);
-    float* dst = row_buffer.data();
     const size_t rows = static_cast<size_t>(t.num_queries) * static_cast<size_t>(group);
     for (size_t h = 0; h < kv_heads; ++h)
       for (size_t row = 0; row < rows; ++row) {
-        const float* src = query + token_head_offset(t, h, row);
-        for (size_t d = 0; d < dim; ++d) dst[d] = src[d] * shape.scale;
-        if (rotated_keys) hadamard_rotate(dst, dim);  // (H q) . (H k) = q . k
         const size_t i = h * rows + row;
-        code_scale_base[t.code_scale_offset + i] =
-            quantize_query_row(dst, dim, code_base + t.code_offset + i * code_stride);
-        float sum = 0;  // int8 keys are scale * code + offset: q . k gains offset * sum(q)
-        for (size_t d = 0; d < dim; ++d) sum += dst[d];
-        query_sum_base[t.code_scale_offset + i] = sum;
+        const QueryRowCodes made = make_query_row_codes(query + token_head_offset(t, h, row), dim, shape.scale,
+                                                        rotated_keys, code_base + t.code_offset + i * code_stride, chosen);
+        code_scale_base[t.code_scale_offset + i] = made.scale;
+        query_sum_base[t.code_scale_offset + i] = made.sum;  // int8 keys are scale * code + offset
       }
   };
 
