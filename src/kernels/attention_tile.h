@@ -52,7 +52,7 @@ struct RowGroupTask {
   int num_kv_heads = 1;                 // heads first_kv_head, first_kv_head + 1, ...
   int token_begin = 0, token_end = 0;  // context tokens this task reads, [begin, end)
   int num_rows = 0;                     // query rows per KV head
-  const float* query = nullptr;         // [num_kv_heads][num_rows][head_dim], times the scale
+  const float* query = nullptr;         // [num_kv_heads][num_rows][head_dim], times the scale (not int8)
   // int8 K/V only: the query as int16 codes, rows padded_query_dim(head_dim) apart, and a scale
   // per row (query = query_scale * code).
   const int16_t* query_codes = nullptr;  // [num_kv_heads][num_rows][padded_query_dim(head_dim)]

@@ -596,16 +596,15 @@ void attend(const RowGroupTask& task) {
         }
         for (int j = n; j < kTileTokens; ++j) key_scale[j] = key_offset[j] = value_scale[j] = 0.0f;
       }
-      const float* query = task.query + static_cast<size_t>(h) * head_block;
-      float* acc = task.acc + static_cast<size_t>(h) * head_block;
-      float* row_max = task.row_max + static_cast<size_t>(h) * head_rows;
-      float* row_sum = task.row_sum + static_cast<size_t>(h) * head_rows;
-
-      if constexpr (kInteger) {
+      if constexpr (kInteger) {  // (task.query is unset: the integer path reads the query codes)
         attend_tile_int8<Isa>(task, h, tile, n, keys, values, key_scale, key_offset, value_scale, scores.data(),
                               weight_codes.data(), weight_step.data(), qstride, prefetcher);
         continue;
       }
+      const float* query = task.query + static_cast<size_t>(h) * head_block;
+      float* acc = task.acc + static_cast<size_t>(h) * head_block;
+      float* row_max = task.row_max + static_cast<size_t>(h) * head_rows;
+      float* row_sum = task.row_sum + static_cast<size_t>(h) * head_rows;
       if (convert_tiles) {
         for (int j = 0; j < n; ++j)
           for (size_t d = 0; d < dim; d += Isa::kLanes) {

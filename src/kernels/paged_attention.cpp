@@ -11,7 +11,8 @@
 //  - when the batch alone does not give every thread several tasks, long context ranges are
 //    split into partitions (flash-decoding) whose partial softmax states are merged afterwards,
 //    and short decode batches are also split by KV head.
-// Tasks are handed out largest first.
+// Tasks are handed out largest first, from one list with the int8 query codes ahead of them and
+// no barrier inside the call (step 3 below).
 #include "pagedkv/kernels/paged_attention.h"
 
 #include <fmt/format.h>
@@ -115,13 +116,13 @@ void validate(const AttentionShape& shape, const PagedAttentionBatch& batch, con
   }
 }
 
-// Per-thread buffers for one task: its scaled queries (f32 and fp8 K/V; int8 reads the tile's
-// codes), row ranges and unsplit results.
+// Per-thread buffers for one task: its scaled queries (all but int8 K/V, whose tasks read their
+// tile's codes), row ranges and unsplit results.
 struct TaskScratch {
   std::vector<float> query, acc, row_max, row_sum;
   std::vector<int32_t> row_begin, row_end;
-  void reserve(size_t heads, size_t rows, size_t dim) {
-    query.resize(heads * rows * dim);
+  void reserve(size_t heads, size_t rows, size_t dim, bool float_query) {
+    if (float_query) query.resize(heads * rows * dim);
     acc.resize(heads * rows * dim);
     row_max.resize(heads * rows);
     row_sum.resize(heads * rows);
@@ -295,7 +296,7 @@ void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& bat
     const QueryTile& t = tile_list[ref.tile];
     const size_t rows = static_cast<size_t>(t.num_queries) * static_cast<size_t>(group);
     const auto heads = static_cast<size_t>(ref.num_kv_heads);
-    scratch.reserve(heads, rows, dim);
+    scratch.reserve(heads, rows, dim, !int8);
     if (!int8)
       for (size_t h = 0; h < heads; ++h)
         for (size_t row = 0; row < rows; ++row) {
@@ -316,8 +317,8 @@ void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& bat
     task.token_begin = t.token_begin + ref.partition * t.partition_tokens;
     task.token_end = std::min(t.token_end, task.token_begin + t.partition_tokens);
     task.num_rows = static_cast<int>(rows);
-    task.query = scratch.query.data();
-    if (int8) {  // (task.query is then left unfilled: the integer kernels read the codes)
+    task.query = int8 ? nullptr : scratch.query.data();
+    if (int8) {  // the integer kernels read the codes instead
       const auto first = static_cast<size_t>(ref.first_kv_head);
       task.query_codes = code_base + t.code_offset + first * rows * code_stride;
       task.query_scale = code_scale_base + t.code_scale_offset + first * rows;
@@ -377,7 +378,7 @@ void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& bat
     }
   };
 
-  // One pass over a single list of work items, claimed in order from a shared counter: first
+  // 3. One pass over a single list of work items, claimed in order from a shared counter: first
   // each int8 tile's query codes, then the tasks, largest first. No barrier inside the call: a
   // task waits only for its own tile's codes (claimed before any task, so already being made),
   // and the last partition of a split (tile, head group) to finish merges it. With passive
