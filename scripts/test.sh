@@ -14,7 +14,7 @@ stage "tests (release build)"
 ctest --test-dir build --output-on-failure -j "$JOBS"
 
 stage "core and kernel tests under ASan+UBSan"
-sanitized_tests=$(cd tests/unit && ls test_core_*.cpp test_attention_paged.cpp test_storage_*.cpp test_remote_url.cpp test_model_gguf_matmul.cpp | sed 's/\.cpp$//' | tr '\n' ' ')
+sanitized_tests=$(cd tests/unit && ls test_core_*.cpp test_attention_paged.cpp test_attention_query_codes.cpp test_storage_*.cpp test_remote_url.cpp test_model_gguf_matmul.cpp | sed 's/\.cpp$//' | tr '\n' ' ')
 BUILD_DIR=build-asan SANITIZE=address,undefined TARGETS="$sanitized_tests" \
   CMAKE_ARGS="-DPAGEDKV_BUILD_BENCHMARKS=OFF -DPAGEDKV_BUILD_PYTHON=OFF" scripts/setup.sh
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
