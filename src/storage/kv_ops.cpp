@@ -8,6 +8,7 @@
 #include "pagedkv/storage/float_convert.h"
 #include "pagedkv/storage/key_rotation.h"
 #include "pagedkv/storage/kv_quantize.h"
+#include "kv_quantize_simd.h"
 
 namespace pagedkv {
 namespace {
@@ -19,12 +20,14 @@ std::byte* slot_address(void* plane, const KVLayerView& layer, int64_t slot) {
 // int8/fp8: quantizes one token's row of every head into the slot, the scales after the rows;
 // keys as H k where the format rotates them (storage/key_rotation.h). int8 keys carry an offset
 // as well (quantize_key_row_int8: f16 scale and offset in the row's 4 bytes; the keys carry the
-// accuracy loss), values and fp8 one f32 scale.
-void quantize_slot(const KVLayerView& layer, const float* src, std::byte* slot, bool keys) {
+// accuracy loss), values and fp8 one f32 scale. isa is resolved: the int8 builds are picked
+// here, once per slot, not per row (kv_quantize_simd.h).
+void quantize_slot(const KVLayerView& layer, const float* src, std::byte* slot, bool keys, KernelIsa isa) {
   const auto dim = static_cast<size_t>(layer.head_dim);
   float rotated[kMaxRotatedHeadDim];
   const bool rotate = keys && keys_are_rotated(layer.dtype, layer.head_dim);
   const bool offset = keys && int8_keys_have_offsets(layer.dtype);
+  const bool avx512 = isa == KernelIsa::kAvx512;
   for (int h = 0; h < layer.num_kv_heads; ++h) {
     const float* row = src + static_cast<size_t>(h) * dim;
     if (rotate) {
@@ -34,12 +37,16 @@ void quantize_slot(const KVLayerView& layer, const float* src, std::byte* slot, 
     }
     std::byte* codes = slot + static_cast<size_t>(h) * dim;
     std::byte* scale_bytes = slot + layer.rows_bytes() + static_cast<size_t>(h) * kKVScaleBytes;
+    auto* int8_codes = reinterpret_cast<int8_t*>(codes);
     if (offset) {
-      const uint32_t packed = quantize_key_row_int8(row, dim, reinterpret_cast<int8_t*>(codes));
+      const uint32_t packed = avx512 ? detail::quantize_key_row_int8_avx512(row, dim, int8_codes)
+                                     : detail::quantize_key_row_int8_sse2(row, dim, int8_codes);
       std::memcpy(scale_bytes, &packed, kKVScaleBytes);
       continue;
     }
-    const float scale = quantize_row(layer.dtype, row, dim, codes);
+    const float scale = avx512 && layer.dtype == DType::kInt8
+                            ? detail::quantize_value_row_int8_avx512(row, dim, int8_codes)
+                            : quantize_row(layer.dtype, row, dim, codes, KernelIsa::kScalar);
     std::memcpy(scale_bytes, &scale, kKVScaleBytes);
   }
 }
@@ -81,9 +88,9 @@ void check_view(const KVLayerView& layer) {
 }  // namespace
 
 void write_kv(const KVLayerView& layer, const float* key, const float* value, const int64_t* slot_mapping,
-              int num_tokens) {
+              int num_tokens, KernelIsa requested_isa) {
   check_view(layer);
-  const KernelIsa isa = best_available_isa();
+  const KernelIsa isa = resolve_isa(requested_isa);
   const size_t row = layer.token_stride_elems();
   const auto num_slots = static_cast<int64_t>(layer.num_slots());
   for (int t = 0; t < num_tokens; ++t) {
@@ -93,8 +100,8 @@ void write_kv(const KVLayerView& layer, const float* key, const float* value, co
       throw UsageError(fmt::format("write_kv: slot {} of token {} out of range [0, {})", slot, t, num_slots));
     const size_t src = static_cast<size_t>(t) * row;
     if (dtype_has_row_scale(layer.dtype)) {
-      quantize_slot(layer, key + src, slot_address(layer.key, layer, slot), /*keys=*/true);
-      quantize_slot(layer, value + src, slot_address(layer.value, layer, slot), /*keys=*/false);
+      quantize_slot(layer, key + src, slot_address(layer.key, layer, slot), /*keys=*/true, isa);
+      quantize_slot(layer, value + src, slot_address(layer.value, layer, slot), /*keys=*/false, isa);
       continue;
     }
     convert_from_f32(layer.dtype, key + src, slot_address(layer.key, layer, slot), row, isa);
