@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "pagedkv/core/error.h"
@@ -17,6 +18,28 @@ std::byte* slot_address(void* plane, const KVLayerView& layer, int64_t slot) {
   return static_cast<std::byte*>(plane) + static_cast<size_t>(slot) * layer.slot_bytes();
 }
 
+// The int8 keys of one token, every head, with the AVX-512 build: the rows (rotated where the
+// format says) go to quantize_key_rows_int8_avx512 up to kRowsAtOnce at a time, which searches
+// several together; the same bytes as quantize_key_row_int8 row by row.
+void quantize_key_slot_avx512(const KVLayerView& layer, const float* src, std::byte* slot, bool rotate) {
+  constexpr int kRowsAtOnce = 8;
+  const auto dim = static_cast<size_t>(layer.head_dim);
+  float rotated[kRowsAtOnce * kMaxRotatedHeadDim];
+  uint32_t packed[kRowsAtOnce];
+  for (int h0 = 0; h0 < layer.num_kv_heads; h0 += kRowsAtOnce) {
+    const auto rows = static_cast<size_t>(std::min(kRowsAtOnce, layer.num_kv_heads - h0));
+    const float* x = src + static_cast<size_t>(h0) * dim;
+    if (rotate) {
+      std::memcpy(rotated, x, rows * dim * sizeof(float));
+      for (size_t r = 0; r < rows; ++r) hadamard_rotate(rotated + r * dim, dim);
+      x = rotated;
+    }
+    detail::quantize_key_rows_int8_avx512(x, rows, dim, reinterpret_cast<int8_t*>(slot + static_cast<size_t>(h0) * dim),
+                                          packed);
+    std::memcpy(slot + layer.rows_bytes() + static_cast<size_t>(h0) * kKVScaleBytes, packed, rows * kKVScaleBytes);
+  }
+}
+
 // int8/fp8: quantizes one token's row of every head into the slot, the scales after the rows;
 // keys as H k where the format rotates them (storage/key_rotation.h). int8 keys carry an offset
 // as well (quantize_key_row_int8: f16 scale and offset in the row's 4 bytes; the keys carry the
@@ -28,6 +51,10 @@ void quantize_slot(const KVLayerView& layer, const float* src, std::byte* slot, 
   const bool rotate = keys && keys_are_rotated(layer.dtype, layer.head_dim);
   const bool offset = keys && int8_keys_have_offsets(layer.dtype);
   const bool avx512 = isa == KernelIsa::kAvx512;
+  if (offset && avx512) {  // int8 keys: the heads' rows searched several at once
+    quantize_key_slot_avx512(layer, src, slot, rotate);
+    return;
+  }
   for (int h = 0; h < layer.num_kv_heads; ++h) {
     const float* row = src + static_cast<size_t>(h) * dim;
     if (rotate) {

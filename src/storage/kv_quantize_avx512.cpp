@@ -55,85 +55,6 @@ __m512 f16_at_least(__m512 need) {
   return _mm512_add_ps(rounded, _mm512_maskz_mov_ps(short_of, step));
 }
 
-// The pair the search keeps, each in every lane (what the codes' loop needs), and the scale's
-// reciprocal, 1 / scale as the reference computes it after the search.
-struct ChosenPair {
-  __m512 scale, offset, inverse;
-};
-
-// The reference's search_key_steps for `candidates` (4..16) steps, lane l the candidate
-// min(l, candidates - 1), so a repeated lane never wins (strict <, first in order). Returns
-// false where no pair's error is below infinity (the reference then keeps half / 127).
-bool search_key_steps16(const float* x, size_t n, size_t candidates, float lo, float hi, float mid_offset, float half,
-                        float x_sum, ChosenPair& chosen) {
-  const __m512 mid = _mm512_set1_ps(mid_offset);
-  const float top_step = (kInt8CodeMax - kInt8FitLowestTopCode) / static_cast<float>(candidates - 1);
-  const __m512 lane = _mm512_min_ps(
-      _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-      _mm512_set1_ps(static_cast<float>(candidates - 1)));
-  const __m512 top_codes = _mm512_sub_ps(_mm512_set1_ps(kInt8CodeMax), _mm512_mul_ps(_mm512_set1_ps(top_step), lane));
-  const __m512 scale = f16_at_least(_mm512_div_ps(_mm512_set1_ps(half), top_codes));
-  const __m512 inverse = _mm512_div_ps(_mm512_set1_ps(1.0f), scale);
-
-  // fit_lanes<G> with G = 1 over 16 lanes, and the reference's scalar Σ (x - mid)², summed in
-  // the same order on every lane (all lanes equal).
-  const __m512 magic = _mm512_set1_ps(12582912.0f), top = _mm512_set1_ps(kInt8CodeMax), bottom = _mm512_set1_ps(-kInt8CodeMax);
-  __m512 squared_error = _mm512_setzero_ps(), yc = _mm512_setzero_ps(), cc = _mm512_setzero_ps(), cs = _mm512_setzero_ps();
-  __m512 y_squares = _mm512_setzero_ps();
-  for (size_t i = 0; i < n; ++i) {
-    const __m512 centred = _mm512_sub_ps(_mm512_set1_ps(x[i]), mid);
-    const __m512 rounded = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(centred, inverse), magic), magic);
-    const __m512 code = _mm512_max_ps(bottom, _mm512_min_ps(top, rounded));
-    const __m512 diff = _mm512_sub_ps(centred, _mm512_mul_ps(scale, code));
-    squared_error = _mm512_add_ps(squared_error, _mm512_mul_ps(diff, diff));
-    yc = _mm512_add_ps(yc, _mm512_mul_ps(centred, code));
-    cc = _mm512_add_ps(cc, _mm512_mul_ps(code, code));
-    cs = _mm512_add_ps(cs, code);
-    y_squares = _mm512_add_ps(y_squares, _mm512_mul_ps(centred, centred));
-  }
-
-  // The refined pairs, as the reference's search_key_steps. Dividing by n is multiplying by
-  // 1 / n where n is a power of two (both are the exact quotient, rounded once): one division
-  // fewer on the way to the pair for 8- and 16-element rows.
-  const __m512 count = _mm512_set1_ps(static_cast<float>(n)), two = _mm512_set1_ps(2.0f);
-  const __m512 y_sum = _mm512_set1_ps(x_sum - static_cast<float>(n) * mid_offset);
-  const __m512 det = _mm512_sub_ps(_mm512_mul_ps(count, cc), _mm512_mul_ps(cs, cs));
-  const __m512 fitted_scale = _mm512_div_ps(_mm512_sub_ps(_mm512_mul_ps(count, yc), _mm512_mul_ps(cs, y_sum)), det);
-  const __mmask16 valid = _mm512_cmp_ps_mask(det, _mm512_setzero_ps(), _CMP_GT_OS) &
-                          _mm512_cmp_ps_mask(fitted_scale, _mm512_setzero_ps(), _CMP_GT_OS);
-  const __m512 spare = _mm512_sub_ps(y_sum, _mm512_mul_ps(fitted_scale, cs));
-  const __m512 shift_fit = (n & (n - 1)) == 0 ? _mm512_mul_ps(spare, _mm512_set1_ps(1.0f / static_cast<float>(n)))
-                                              : _mm512_div_ps(spare, count);
-  const __m512 fitted_offset = f16_round(_mm512_add_ps(mid, shift_fit));
-  const __m512 offset = _mm512_mask_blend_ps(valid, mid, fitted_offset);
-  const __m512 reach = _mm512_max_ps(_mm512_sub_ps(_mm512_set1_ps(hi), offset), _mm512_sub_ps(offset, _mm512_set1_ps(lo)));
-  const __m512 refined = f16_at_least(
-      _mm512_max_ps(_mm512_maskz_mov_ps(valid, fitted_scale), _mm512_div_ps(reach, _mm512_set1_ps(kInt8CodeMax + 0.5f))));
-  const __m512 shift = _mm512_sub_ps(offset, mid);
-  __m512 e = _mm512_sub_ps(y_squares, _mm512_mul_ps(two, _mm512_add_ps(_mm512_mul_ps(shift, y_sum), _mm512_mul_ps(refined, yc))));
-  e = _mm512_add_ps(e, _mm512_mul_ps(shift, _mm512_add_ps(_mm512_mul_ps(count, shift), _mm512_mul_ps(two, _mm512_mul_ps(refined, cs)))));
-  e = _mm512_add_ps(e, _mm512_mul_ps(_mm512_mul_ps(refined, refined), cc));
-  const __m512 refined_inverse = _mm512_div_ps(_mm512_set1_ps(1.0f), refined);  // beside the selection below
-
-  // The reference walks candidate 0's own error, its refined error, candidate 1's, ... and keeps
-  // a value only if strictly below the best so far (infinity at first): the first of the
-  // smallest, NaN and infinity never. So: the smallest finite value, then the first lane holding
-  // it, its own error before its refined one; no branch on which.
-  const __m512 inf = _mm512_set1_ps(__builtin_inff());
-  const __m512 own = _mm512_mask_mov_ps(inf, _mm512_cmp_ps_mask(squared_error, squared_error, _CMP_ORD_Q), squared_error);
-  const __m512 fit = _mm512_mask_mov_ps(inf, _mm512_cmp_ps_mask(e, e, _CMP_ORD_Q), e);
-  const float smallest = _mm512_reduce_min_ps(_mm512_min_ps(own, fit));
-  if (!(smallest < __builtin_inff())) return false;
-  const __m512 least = _mm512_set1_ps(smallest);
-  const __mmask16 own_hits = _mm512_cmp_ps_mask(own, least, _CMP_EQ_OQ);
-  const __mmask16 fit_hits = _mm512_cmp_ps_mask(fit, least, _CMP_EQ_OQ);
-  const __m512i first = _mm512_set1_epi32(__builtin_ctz(static_cast<unsigned>(own_hits | fit_hits)));
-  chosen.scale = _mm512_permutexvar_ps(first, _mm512_mask_blend_ps(own_hits, refined, scale));
-  chosen.offset = _mm512_permutexvar_ps(first, _mm512_mask_blend_ps(own_hits, offset, mid));
-  chosen.inverse = _mm512_permutexvar_ps(first, _mm512_mask_blend_ps(own_hits, refined_inverse, inverse));
-  return true;
-}
-
 __mmask16 tail_mask(size_t left) {
   return left >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << left) - 1u);
 }
@@ -148,6 +69,162 @@ void store_int8_codes(const float* x, size_t n, __m512 offset, __m512 inverse, i
     const __m512 code = _mm512_max_ps(bottom, _mm512_min_ps(top, _mm512_sub_ps(_mm512_add_ps(scaled, magic), magic)));
     _mm512_mask_cvtepi32_storeu_epi8(codes + i, m, _mm512_cvtps_epi32(code));
   }
+}
+
+// One row's range and midpoint, as the reference computes them before its search, and which
+// answer the reference gives it: NaN (a NaN, an infinity or an element beyond +-kKeyF16Max),
+// the midpoint with scale 0 (constant), or a searched or fitted pair (plain).
+struct RowRange {
+  float lo, hi, sum, mid, half;
+  enum Kind { kNaN, kConstant, kPlain } kind;
+};
+
+RowRange key_row_midpoint(const float* x, size_t n) {
+  RowRange r{};
+  const bool finite = key_row_range(x, n, r.lo, r.hi, r.sum);
+  if (!finite || !(key_row_max(r.hi, -r.lo) <= kKeyF16Max)) return r;  // kNaN
+  r.mid = f16_value_f16c(0.5f * r.hi + 0.5f * r.lo);
+  r.half = key_row_max(r.hi - r.mid, r.mid - r.lo);
+  r.kind = r.half > 0 ? RowRange::kPlain : RowRange::kConstant;
+  return r;
+}
+
+// The candidates' top codes, 127 - step * min(l, candidates - 1) with step = 15 / (candidates
+// - 1), for every count the search takes: the reference's float expressions, folded by the
+// compiler with the same rounding (a table: no division on the way to the first step).
+struct TopCodeTable {
+  alignas(64) float codes[kInt8FitMaxCandidates + 1][16];
+};
+constexpr TopCodeTable make_top_codes() {
+  TopCodeTable t{};
+  for (size_t c = 2; c <= kInt8FitMaxCandidates; ++c) {
+    const float top_step = (kInt8CodeMax - kInt8FitLowestTopCode) / static_cast<float>(c - 1);
+    for (size_t l = 0; l < 16; ++l) t.codes[c][l] = kInt8CodeMax - top_step * static_cast<float>(l < c - 1 ? l : c - 1);
+  }
+  return t;
+}
+constexpr TopCodeTable kTopCodes = make_top_codes();
+
+// The reference's search_key_steps for `candidates` (4..16) steps, lane l the candidate
+// min(l, candidates - 1), so a repeated lane never wins (strict <, first in order), for R plain
+// rows of n elements at once (x[r], range[r]): their chains of divisions and sums interleave.
+// Then each row's codes and packed pair; a row where no pair's error is below infinity keeps
+// the midpoint and the smallest f16 step >= half / 127, as the reference does.
+template <int R>
+void search_and_store(const float* const* x, const RowRange* range, size_t n, size_t candidates, int8_t* const* codes,
+                      uint32_t* packed) {
+  const __m512 top_codes = _mm512_load_ps(kTopCodes.codes[candidates]);
+  __m512 mid[R], scale[R], inverse[R];
+  __m512 squared_error[R], yc[R], cc[R], cs[R], y_squares[R];
+  // y = x - mid and y², 16 elements per operation (every lane of the loop below would compute
+  // the same); Σ y² in the reference's order, one element after another.
+  alignas(64) float centred[R][32], centred_squares[R][32];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    mid[r] = _mm512_set1_ps(range[r].mid);
+    scale[r] = f16_at_least(_mm512_div_ps(_mm512_set1_ps(range[r].half), top_codes));
+    inverse[r] = _mm512_div_ps(_mm512_set1_ps(1.0f), scale[r]);
+    squared_error[r] = yc[r] = cc[r] = cs[r] = _mm512_setzero_ps();
+    for (size_t i = 0; i < n; i += 16) {
+      const __m512 y = _mm512_sub_ps(_mm512_maskz_loadu_ps(tail_mask(n - i), x[r] + i), mid[r]);
+      _mm512_store_ps(centred[r] + i, y);
+      _mm512_store_ps(centred_squares[r] + i, _mm512_mul_ps(y, y));
+    }
+    float sum = 0;
+    for (size_t i = 0; i < n; ++i) sum += centred_squares[r][i];
+    y_squares[r] = _mm512_set1_ps(sum);
+  }
+  // fit_lanes<G> with G = 1 over 16 lanes, two steps shorter:
+  // - round_to_even as one vrndscaleps: the same integer as adding and subtracting 1.5 * 2^23
+  //   for |y / step| <= 2^22 (here <= 128); it keeps the sign of a zero where that gives +0,
+  //   which changes no sum below (every sum starts at +0, and +0 plus -0 is +0).
+  // - no clamp to [-127, 127], which never acts here: |y| <= half, and step >= half / top
+  //   rounded (f16_at_least rounds up; where half / top is an f32 subnormal, step >= 2^-24 is
+  //   far above it), so |y * (1 / step)| <= top (1 + 2^-24)^3 / (1 - 2^-24) < 127.5 for top <= 127.
+  for (size_t i = 0; i < n; ++i) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m512 y = _mm512_set1_ps(centred[r][i]);
+      const __m512 code = _mm512_roundscale_ps(_mm512_mul_ps(y, inverse[r]), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      const __m512 diff = _mm512_sub_ps(y, _mm512_mul_ps(scale[r], code));
+      squared_error[r] = _mm512_add_ps(squared_error[r], _mm512_mul_ps(diff, diff));
+      yc[r] = _mm512_add_ps(yc[r], _mm512_mul_ps(y, code));
+      cc[r] = _mm512_add_ps(cc[r], _mm512_mul_ps(code, code));
+      cs[r] = _mm512_add_ps(cs[r], code);
+    }
+  }
+  // The refined pairs, as the reference's search_key_steps. Dividing by n is multiplying by
+  // 1 / n where n is a power of two (both are the exact quotient, rounded once): one division
+  // fewer on the way to the pair for 8- and 16-element rows.
+  const __m512 count = _mm512_set1_ps(static_cast<float>(n)), two = _mm512_set1_ps(2.0f);
+  const bool power_of_two = (n & (n - 1)) == 0;
+  const __m512 inverse_count = _mm512_set1_ps(1.0f / static_cast<float>(n));
+  const __m512 inf = _mm512_set1_ps(__builtin_inff());
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    const __m512 y_sum = _mm512_set1_ps(range[r].sum - static_cast<float>(n) * range[r].mid);
+    const __m512 det = _mm512_sub_ps(_mm512_mul_ps(count, cc[r]), _mm512_mul_ps(cs[r], cs[r]));
+    const __m512 fitted_scale = _mm512_div_ps(_mm512_sub_ps(_mm512_mul_ps(count, yc[r]), _mm512_mul_ps(cs[r], y_sum)), det);
+    const __mmask16 valid = _mm512_cmp_ps_mask(det, _mm512_setzero_ps(), _CMP_GT_OS) &
+                            _mm512_cmp_ps_mask(fitted_scale, _mm512_setzero_ps(), _CMP_GT_OS);
+    const __m512 spare = _mm512_sub_ps(y_sum, _mm512_mul_ps(fitted_scale, cs[r]));
+    const __m512 shift_fit = power_of_two ? _mm512_mul_ps(spare, inverse_count) : _mm512_div_ps(spare, count);
+    const __m512 fitted_offset = f16_round(_mm512_add_ps(mid[r], shift_fit));
+    const __m512 offset = _mm512_mask_blend_ps(valid, mid[r], fitted_offset);
+    const __m512 reach =
+        _mm512_max_ps(_mm512_sub_ps(_mm512_set1_ps(range[r].hi), offset), _mm512_sub_ps(offset, _mm512_set1_ps(range[r].lo)));
+    const __m512 refined = f16_at_least(
+        _mm512_max_ps(_mm512_maskz_mov_ps(valid, fitted_scale), _mm512_div_ps(reach, _mm512_set1_ps(kInt8CodeMax + 0.5f))));
+    const __m512 shift = _mm512_sub_ps(offset, mid[r]);
+    __m512 e = _mm512_sub_ps(y_squares[r], _mm512_mul_ps(two, _mm512_add_ps(_mm512_mul_ps(shift, y_sum), _mm512_mul_ps(refined, yc[r]))));
+    e = _mm512_add_ps(e, _mm512_mul_ps(shift, _mm512_add_ps(_mm512_mul_ps(count, shift), _mm512_mul_ps(two, _mm512_mul_ps(refined, cs[r])))));
+    e = _mm512_add_ps(e, _mm512_mul_ps(_mm512_mul_ps(refined, refined), cc[r]));
+    const __m512 refined_inverse = _mm512_div_ps(_mm512_set1_ps(1.0f), refined);  // beside the selection below
+
+    // The reference walks candidate 0's own error, its refined error, candidate 1's, ... and
+    // keeps a value only if strictly below the best so far (infinity at first): the first of
+    // the smallest, NaN and infinity never. So: the smallest finite value, then the first lane
+    // holding it, its own error before its refined one; no branch on which.
+    const __m512 own = _mm512_mask_mov_ps(inf, _mm512_cmp_ps_mask(squared_error[r], squared_error[r], _CMP_ORD_Q), squared_error[r]);
+    const __m512 fit = _mm512_mask_mov_ps(inf, _mm512_cmp_ps_mask(e, e, _CMP_ORD_Q), e);
+    const float smallest = _mm512_reduce_min_ps(_mm512_min_ps(own, fit));
+    __m512 chosen_scale, chosen_offset, chosen_inverse;
+    if (smallest < __builtin_inff()) {
+      const __m512 least = _mm512_set1_ps(smallest);
+      const __mmask16 own_hits = _mm512_cmp_ps_mask(own, least, _CMP_EQ_OQ);
+      const __mmask16 fit_hits = _mm512_cmp_ps_mask(fit, least, _CMP_EQ_OQ);
+      const __m512i first = _mm512_set1_epi32(__builtin_ctz(static_cast<unsigned>(own_hits | fit_hits)));
+      chosen_scale = _mm512_permutexvar_ps(first, _mm512_mask_blend_ps(own_hits, refined, scale[r]));
+      chosen_offset = _mm512_permutexvar_ps(first, _mm512_mask_blend_ps(own_hits, offset, mid[r]));
+      chosen_inverse = _mm512_permutexvar_ps(first, _mm512_mask_blend_ps(own_hits, refined_inverse, inverse[r]));
+    } else {
+      const float step = f16_scale_at_least_f16c(range[r].half / kInt8CodeMax);
+      chosen_scale = _mm512_set1_ps(step);
+      chosen_offset = mid[r];
+      chosen_inverse = _mm512_set1_ps(1.0f / step);
+    }
+    store_int8_codes(x[r], n, chosen_offset, chosen_inverse, codes[r]);
+    packed[r] = pack_f16c(_mm512_cvtss_f32(chosen_scale), _mm512_cvtss_f32(chosen_offset));
+  }
+}
+
+// One row, any n >= 1: the reference's early answers for NaN, out-of-range and constant rows,
+// the midpoint alone where the search takes one candidate, else search_and_store<1>.
+uint32_t quantize_one_key_row(const float* x, size_t n, int8_t* codes) {
+  const RowRange range = key_row_midpoint(x, n);
+  if (range.kind != RowRange::kPlain) {
+    std::memset(codes, 0, n);
+    return range.kind == RowRange::kConstant ? pack_f16c(0.0f, range.mid) : kNaNKeyScaleOffset;
+  }
+  const size_t candidates = int8_key_fit_candidates(n);
+  uint32_t packed;
+  if (candidates > 1) {
+    search_and_store<1>(&x, &range, n, candidates, &codes, &packed);
+    return packed;
+  }
+  const float step = f16_scale_at_least_f16c(range.half / kInt8CodeMax);
+  store_int8_codes(x, n, _mm512_set1_ps(range.mid), _mm512_set1_ps(1.0f / step), codes);
+  return pack_f16c(step, range.mid);
 }
 
 }  // namespace
@@ -171,28 +248,32 @@ float quantize_value_row_int8_avx512(const float* x, size_t n, int8_t* codes) {
   return amax / kInt8CodeMax;
 }
 
-uint32_t quantize_key_row_int8_avx512(const float* x, size_t n, int8_t* codes) {
-  float lo, hi, x_sum;
-  const bool finite = key_row_range(x, n, lo, hi, x_sum);
-  if (!finite || !(key_row_max(hi, -lo) <= kKeyF16Max)) {
-    std::memset(codes, 0, n);
-    return kNaNKeyScaleOffset;
-  }
-  const float mid_offset = f16_value_f16c(0.5f * hi + 0.5f * lo);
-  const float half = key_row_max(hi - mid_offset, mid_offset - lo);
-  if (!(half > 0)) {
-    std::memset(codes, 0, n);
-    return pack_f16c(0.0f, mid_offset);
-  }
-  ChosenPair chosen;
-  const size_t candidates = int8_key_fit_candidates(n);
-  if (candidates <= 1 || !search_key_steps16(x, n, candidates, lo, hi, mid_offset, half, x_sum, chosen)) {
-    const float scale = f16_scale_at_least_f16c(half / kInt8CodeMax);
-    chosen = {_mm512_set1_ps(scale), _mm512_set1_ps(mid_offset), _mm512_set1_ps(1.0f / scale)};
-  }
+uint32_t quantize_key_row_int8_avx512(const float* x, size_t n, int8_t* codes) { return quantize_one_key_row(x, n, codes); }
 
-  store_int8_codes(x, n, chosen.offset, chosen.inverse, codes);
-  return pack_f16c(_mm512_cvtss_f32(chosen.scale), _mm512_cvtss_f32(chosen.offset));
+void quantize_key_rows_int8_avx512(const float* x, size_t rows, size_t n, int8_t* codes, uint32_t* packed) {
+  constexpr int kRows = 4;  // rows searched together
+  const size_t candidates = int8_key_fit_candidates(n);
+  size_t r = 0;
+  if (candidates > 1) {
+    for (; r + kRows <= rows; r += kRows) {
+      const float* row[kRows];
+      int8_t* row_codes[kRows];
+      RowRange range[kRows];
+      bool plain = true;
+      for (int k = 0; k < kRows; ++k) {
+        row[k] = x + (r + static_cast<size_t>(k)) * n;
+        row_codes[k] = codes + (r + static_cast<size_t>(k)) * n;
+        range[k] = key_row_midpoint(row[k], n);
+        plain = plain && range[k].kind == RowRange::kPlain;
+      }
+      if (plain) {
+        search_and_store<kRows>(row, range, n, candidates, row_codes, packed + r);
+        continue;
+      }
+      for (int k = 0; k < kRows; ++k) packed[r + static_cast<size_t>(k)] = quantize_one_key_row(row[k], n, row_codes[k]);
+    }
+  }
+  for (; r < rows; ++r) packed[r] = quantize_one_key_row(x + r * n, n, codes + r * n);
 }
 
 }  // namespace pagedkv::detail

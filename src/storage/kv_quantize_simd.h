@@ -15,6 +15,10 @@ namespace pagedkv::detail {
 
 uint32_t quantize_key_row_int8_sse2(const float* x, size_t n, int8_t* codes);
 uint32_t quantize_key_row_int8_avx512(const float* x, size_t n, int8_t* codes);
+// `rows` key rows of n elements, one after another in x and in codes (write_kv's heads): the
+// same as quantize_key_row_int8_avx512 per row, searching four rows at once. packed[r] gets row
+// r's scale and offset.
+void quantize_key_rows_int8_avx512(const float* x, size_t rows, size_t n, int8_t* codes, uint32_t* packed);
 // quantize_row for kInt8 (amax / 127): the scale; the reference is kv_quantize.cpp's.
 float quantize_value_row_int8_avx512(const float* x, size_t n, int8_t* codes);
 

@@ -5,7 +5,8 @@
 // shape the search treats apart: wide and narrow ranges, a far offset, outliers, few distinct
 // values (no least-squares fit), constants, zeros of both signs, NaN and infinity, f16
 // subnormals, and elements at and just past +-kKeyF16Max. And write_kv, which picks the build
-// per call, stores the same bytes whichever it runs. ctest also runs this file under
+// per call and searches a token's key rows several at once, stores the same bytes whichever it
+// runs. ctest also runs this file under
 // PAGEDKV_ISA=scalar, where the default must be the reference itself.
 #include <gtest/gtest.h>
 
@@ -16,6 +17,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "storage_test_support.h"
@@ -164,26 +166,38 @@ TEST(QuantizeIsa, TheKeysEdgeRowsGiveTheDocumentedPairs) {
   }
 }
 
+// write_kv quantizes a token's heads together (several key rows searched at once): rows of every
+// kind side by side in one token, so that a NaN or constant head sits next to searched ones.
 TEST(QuantizeIsa, WriteKvStoresTheSameBytesWhicheverBuildItRuns) {
-  for (const auto& [heads, dim] : {std::pair{4, 8}, std::pair{2, 16}, std::pair{8, 128}, std::pair{3, 24}}) {
+  const std::pair<int, int> shapes[] = {{4, 8}, {5, 8}, {9, 16}, {2, 16}, {8, 128}, {3, 24}, {6, 12}, {4, 32}, {1, 7}};
+  for (const auto& [heads, dim] : shapes) {
     const int tokens = 40, block_size = 16;
     const KVCacheSpec spec = testing::kv_spec(DType::kInt8, block_size, heads, dim);
     std::vector<int32_t> table{0, 1, 2};
     std::vector<int64_t> slots(tokens);
     compute_slot_mapping(table.data(), block_size, 0, tokens, slots.data());
     std::mt19937_64 rng(static_cast<uint64_t>(heads * 1000 + dim));
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::vector<float> k(static_cast<size_t>(tokens * heads * dim)), v(k.size());
-    for (auto& e : k) e = 0.3f + normal(rng);
-    for (auto& e : v) e = normal(rng);
+    std::uniform_int_distribution<int> pick_kind(0, static_cast<int>(RowKind::kCount) - 1);
+    std::vector<float> k, v;
+    for (int t = 0; t < tokens; ++t)
+      for (int h = 0; h < heads; ++h) {
+        // Mostly plain rows, a quarter of them of any kind.
+        const RowKind kind = rng() % 4 == 0 ? static_cast<RowKind>(pick_kind(rng)) : RowKind::kNormal;
+        const std::vector<float> key_row = make_row(kind, static_cast<size_t>(dim), rng);
+        const std::vector<float> value_row = make_row(static_cast<RowKind>(pick_kind(rng)), static_cast<size_t>(dim), rng);
+        k.insert(k.end(), key_row.begin(), key_row.end());
+        v.insert(v.end(), value_row.begin(), value_row.end());
+      }
     KVArena reference(spec, 1, 3);
     write_kv(reference.layer(0), k.data(), v.data(), slots.data(), tokens, KernelIsa::kScalar);
+    const size_t bytes = reference.layer(0).slot_bytes() * static_cast<size_t>(tokens);  // slots 0..tokens-1
     for (KernelIsa isa : builds_to_compare()) {
       KVArena arena(spec, 1, 3);
       write_kv(arena.layer(0), k.data(), v.data(), slots.data(), tokens, isa);
-      const size_t bytes = reference.layer(0).slot_bytes() * static_cast<size_t>(tokens);  // slots 0..tokens-1
-      EXPECT_EQ(std::memcmp(arena.layer(0).key, reference.layer(0).key, bytes), 0) << isa_name(isa) << " " << heads << "x" << dim;
-      EXPECT_EQ(std::memcmp(arena.layer(0).value, reference.layer(0).value, bytes), 0) << isa_name(isa);
+      EXPECT_EQ(std::memcmp(arena.layer(0).key, reference.layer(0).key, bytes), 0)
+          << isa_name(isa) << ", keys of " << heads << " x " << dim;
+      EXPECT_EQ(std::memcmp(arena.layer(0).value, reference.layer(0).value, bytes), 0)
+          << isa_name(isa) << ", values of " << heads << " x " << dim;
     }
   }
 }
