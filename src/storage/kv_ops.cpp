@@ -18,8 +18,8 @@ std::byte* slot_address(void* plane, const KVLayerView& layer, int64_t slot) {
   return static_cast<std::byte*>(plane) + static_cast<size_t>(slot) * layer.slot_bytes();
 }
 
-// The int8 keys of one token, every head, with the AVX-512 build: the rows (rotated where the
-// format says) go to quantize_key_rows_int8_avx512 up to kRowsAtOnce at a time, which searches
+// The int8 keys of one token, every head, with the AVX-512 builds: the rows (rotated where the
+// format says, several at once) go to quantize_key_rows_int8_avx512 up to kRowsAtOnce at a time, which searches
 // several together; the same bytes as quantize_key_row_int8 row by row.
 void quantize_key_slot_avx512(const KVLayerView& layer, const float* src, std::byte* slot, bool rotate) {
   constexpr int kRowsAtOnce = 8;
@@ -31,7 +31,7 @@ void quantize_key_slot_avx512(const KVLayerView& layer, const float* src, std::b
     const float* x = src + static_cast<size_t>(h0) * dim;
     if (rotate) {
       std::memcpy(rotated, x, rows * dim * sizeof(float));
-      for (size_t r = 0; r < rows; ++r) hadamard_rotate(rotated + r * dim, dim);
+      detail::hadamard_rotate_rows_avx512(rotated, rows, dim);
       x = rotated;
     }
     detail::quantize_key_rows_int8_avx512(x, rows, dim, reinterpret_cast<int8_t*>(slot + static_cast<size_t>(h0) * dim),

@@ -19,6 +19,9 @@ uint32_t quantize_key_row_int8_avx512(const float* x, size_t n, int8_t* codes);
 // same as quantize_key_row_int8_avx512 per row, searching four rows at once. packed[r] gets row
 // r's scale and offset.
 void quantize_key_rows_int8_avx512(const float* x, size_t rows, size_t n, int8_t* codes, uint32_t* packed);
+// hadamard_rotate (key_rotation.h) of `rows` rows of n elements, one after another, in place; n a
+// power of two from 2 to kMaxRotatedHeadDim. The reference is key_rotation.cpp's.
+void hadamard_rotate_rows_avx512(float* x, size_t rows, size_t n);
 // quantize_row for kInt8 (amax / 127): the scale; the reference is kv_quantize.cpp's.
 float quantize_value_row_int8_avx512(const float* x, size_t n, int8_t* codes);
 

@@ -169,7 +169,9 @@ TEST(QuantizeIsa, TheKeysEdgeRowsGiveTheDocumentedPairs) {
 // write_kv quantizes a token's heads together (several key rows searched at once): rows of every
 // kind side by side in one token, so that a NaN or constant head sits next to searched ones.
 TEST(QuantizeIsa, WriteKvStoresTheSameBytesWhicheverBuildItRuns) {
-  const std::pair<int, int> shapes[] = {{4, 8}, {5, 8}, {9, 16}, {2, 16}, {8, 128}, {3, 24}, {6, 12}, {4, 32}, {1, 7}};
+  // Rotated (power-of-two heads, 2 to 512: rows sharing a register, and whole registers) and not.
+  const std::pair<int, int> shapes[] = {{4, 8},  {5, 8},  {9, 16},  {2, 16},  {8, 128}, {3, 24},  {6, 12},
+                                        {4, 32}, {1, 7},  {3, 2},   {3, 4},   {2, 64},  {1, 256}, {1, 512}};
   for (const auto& [heads, dim] : shapes) {
     const int tokens = 40, block_size = 16;
     const KVCacheSpec spec = testing::kv_spec(DType::kInt8, block_size, heads, dim);
