@@ -210,13 +210,38 @@ void search_and_store(const float* const* x, const RowRange* range, size_t n, si
 
 // One row, any n >= 1: the reference's early answers for NaN, out-of-range and constant rows,
 // the midpoint alone where the search takes one candidate, else search_and_store<1>.
+// key_row_midpoint for rows the search skips (n > 32): their sum is not needed, and min and max
+// are the same whatever the order but for which zero they keep, which only an all-zero row
+// shows (its offset's sign; elsewhere a zero end adds +-0 to a nonzero midpoint or half) and
+// which then goes to the reference's order. 16 lanes, the tail masked out.
+RowRange key_row_midpoint_unsearched(const float* x, size_t n) {
+  __m512 lane_lo = _mm512_set1_ps(__builtin_inff()), lane_hi = _mm512_set1_ps(-__builtin_inff());
+  __m512 lane_poison = _mm512_setzero_ps();
+  for (size_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tail_mask(n - i);
+    const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+    lane_lo = _mm512_mask_min_ps(lane_lo, m, lane_lo, v);
+    lane_hi = _mm512_mask_max_ps(lane_hi, m, lane_hi, v);
+    lane_poison = _mm512_add_ps(lane_poison, _mm512_mul_ps(v, _mm512_setzero_ps()));
+  }
+  RowRange r{};
+  r.lo = _mm512_reduce_min_ps(lane_lo);
+  r.hi = _mm512_reduce_max_ps(lane_hi);
+  if (r.lo == 0.0f && r.hi == 0.0f) return key_row_midpoint(x, n);
+  if (!(_mm512_reduce_add_ps(lane_poison) == 0.0f) || !(key_row_max(r.hi, -r.lo) <= kKeyF16Max)) return r;  // kNaN
+  r.mid = f16_value_f16c(0.5f * r.hi + 0.5f * r.lo);
+  r.half = key_row_max(r.hi - r.mid, r.mid - r.lo);
+  r.kind = r.half > 0 ? RowRange::kPlain : RowRange::kConstant;
+  return r;
+}
+
 uint32_t quantize_one_key_row(const float* x, size_t n, int8_t* codes) {
-  const RowRange range = key_row_midpoint(x, n);
+  const size_t candidates = int8_key_fit_candidates(n);
+  const RowRange range = candidates > 1 ? key_row_midpoint(x, n) : key_row_midpoint_unsearched(x, n);
   if (range.kind != RowRange::kPlain) {
     std::memset(codes, 0, n);
     return range.kind == RowRange::kConstant ? pack_f16c(0.0f, range.mid) : kNaNKeyScaleOffset;
   }
-  const size_t candidates = int8_key_fit_candidates(n);
   uint32_t packed;
   if (candidates > 1) {
     search_and_store<1>(&x, &range, n, candidates, &codes, &packed);
