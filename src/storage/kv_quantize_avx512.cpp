@@ -36,23 +36,22 @@ float f16_scale_at_least_f16c(float at_least) {
   return _cvtsh_ss(static_cast<unsigned short>(h));
 }
 
-// kv_quantize.cpp's f16_round and f16_at_least, 16 lanes: Veltkamp's split for normal values,
-// multiples of 2^-24 below 2^-14; then one f16 step up where the rounding fell short.
+// kv_quantize.cpp's f16_round and f16_at_least, 16 lanes, with F16C: the reference's Veltkamp
+// split (and its 2^-24 grid below 2^-14) gives what vcvtps2ph's round to nearest even gives,
+// plus 0 (its subnormal branch makes every zero +0), for every f32 of magnitude up to 65519
+// (checked exhaustively, all 2.4e9 of them, when this was written; the values here stay far
+// below). Three instructions instead of seven, and f16_at_least's step up is the next f16
+// code (+1 on the bits), exactly the reference's rounded + 2^(e - 10) (2^-24 below 2^-14).
 __m512 f16_round(__m512 v) {
-  const __m512 c = _mm512_mul_ps(v, _mm512_set1_ps(8193.0f));
-  const __m512 normal = _mm512_sub_ps(c, _mm512_sub_ps(c, v));
-  const __m512 subnormal = _mm512_sub_ps(_mm512_add_ps(v, _mm512_set1_ps(0.75f)), _mm512_set1_ps(0.75f));
-  const __m512 magnitude = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff)));
-  const __mmask16 tiny = _mm512_cmp_ps_mask(magnitude, _mm512_set1_ps(0x1p-14f), _CMP_LT_OS);
-  return _mm512_mask_blend_ps(tiny, normal, subnormal);
+  const __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  return _mm512_add_ps(_mm512_cvtph_ps(h), _mm512_setzero_ps());
 }
 
+// For need > 0 (a step).
 __m512 f16_at_least(__m512 need) {
-  const __m512 rounded = f16_round(need);
-  const __m512 power = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(rounded), _mm512_set1_epi32(0x7f800000)));
-  const __m512 step = _mm512_max_ps(_mm512_mul_ps(power, _mm512_set1_ps(0x1p-10f)), _mm512_set1_ps(0x1p-24f));
-  const __mmask16 short_of = _mm512_cmp_ps_mask(rounded, need, _CMP_LT_OS);
-  return _mm512_add_ps(rounded, _mm512_maskz_mov_ps(short_of, step));
+  const __m256i h = _mm512_cvtps_ph(need, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __mmask16 short_of = _mm512_cmp_ps_mask(_mm512_cvtph_ps(h), need, _CMP_LT_OS);
+  return _mm512_cvtph_ps(_mm256_mask_add_epi16(h, short_of, h, _mm256_set1_epi16(1)));
 }
 
 __mmask16 tail_mask(size_t left) {
@@ -123,6 +122,9 @@ void search_and_store(const float* const* x, const RowRange* range, size_t n, si
   for (int r = 0; r < R; ++r) {
     mid[r] = _mm512_set1_ps(range[r].mid);
     scale[r] = f16_at_least(_mm512_div_ps(_mm512_set1_ps(range[r].half), top_codes));
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
     inverse[r] = _mm512_div_ps(_mm512_set1_ps(1.0f), scale[r]);
     squared_error[r] = yc[r] = cc[r] = cs[r] = _mm512_setzero_ps();
     for (size_t i = 0; i < n; i += 16) {
@@ -130,10 +132,13 @@ void search_and_store(const float* const* x, const RowRange* range, size_t n, si
       _mm512_store_ps(centred[r] + i, y);
       _mm512_store_ps(centred_squares[r] + i, _mm512_mul_ps(y, y));
     }
-    float sum = 0;
-    for (size_t i = 0; i < n; ++i) sum += centred_squares[r][i];
-    y_squares[r] = _mm512_set1_ps(sum);
   }
+  float sums[R] = {};
+  for (size_t i = 0; i < n; ++i)
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) sums[r] += centred_squares[r][i];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) y_squares[r] = _mm512_set1_ps(sums[r]);
   // fit_lanes<G> with G = 1 over 16 lanes, two steps shorter:
   // - round_to_even as one vrndscaleps: the same integer as adding and subtracting 1.5 * 2^23
   //   for |y / step| <= 2^22 (here <= 128); it keeps the sign of a zero where that gives +0,
@@ -160,6 +165,9 @@ void search_and_store(const float* const* x, const RowRange* range, size_t n, si
   const bool power_of_two = (n & (n - 1)) == 0;
   const __m512 inverse_count = _mm512_set1_ps(1.0f / static_cast<float>(n));
   const __m512 inf = _mm512_set1_ps(__builtin_inff());
+  // In phases, each for all R rows before the next: the rows' chains sit side by side in the
+  // instruction stream, so they overlap (one row after another, they mostly wait).
+  __m512 offset[R], refined[R], refined_inverse[R], own[R], fit[R], least[R];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
     const __m512 y_sum = _mm512_set1_ps(range[r].sum - static_cast<float>(n) * range[r].mid);
@@ -170,33 +178,43 @@ void search_and_store(const float* const* x, const RowRange* range, size_t n, si
     const __m512 spare = _mm512_sub_ps(y_sum, _mm512_mul_ps(fitted_scale, cs[r]));
     const __m512 shift_fit = power_of_two ? _mm512_mul_ps(spare, inverse_count) : _mm512_div_ps(spare, count);
     const __m512 fitted_offset = f16_round(_mm512_add_ps(mid[r], shift_fit));
-    const __m512 offset = _mm512_mask_blend_ps(valid, mid[r], fitted_offset);
-    const __m512 reach =
-        _mm512_max_ps(_mm512_sub_ps(_mm512_set1_ps(range[r].hi), offset), _mm512_sub_ps(offset, _mm512_set1_ps(range[r].lo)));
-    const __m512 refined = f16_at_least(
+    offset[r] = _mm512_mask_blend_ps(valid, mid[r], fitted_offset);
+    const __m512 reach = _mm512_max_ps(_mm512_sub_ps(_mm512_set1_ps(range[r].hi), offset[r]),
+                                       _mm512_sub_ps(offset[r], _mm512_set1_ps(range[r].lo)));
+    refined[r] = f16_at_least(
         _mm512_max_ps(_mm512_maskz_mov_ps(valid, fitted_scale), _mm512_div_ps(reach, _mm512_set1_ps(kInt8CodeMax + 0.5f))));
-    const __m512 shift = _mm512_sub_ps(offset, mid[r]);
-    __m512 e = _mm512_sub_ps(y_squares[r], _mm512_mul_ps(two, _mm512_add_ps(_mm512_mul_ps(shift, y_sum), _mm512_mul_ps(refined, yc[r]))));
-    e = _mm512_add_ps(e, _mm512_mul_ps(shift, _mm512_add_ps(_mm512_mul_ps(count, shift), _mm512_mul_ps(two, _mm512_mul_ps(refined, cs[r])))));
-    e = _mm512_add_ps(e, _mm512_mul_ps(_mm512_mul_ps(refined, refined), cc[r]));
-    const __m512 refined_inverse = _mm512_div_ps(_mm512_set1_ps(1.0f), refined);  // beside the selection below
-
-    // The reference walks candidate 0's own error, its refined error, candidate 1's, ... and
-    // keeps a value only if strictly below the best so far (infinity at first): the first of
-    // the smallest, NaN and infinity never. So: the smallest finite value, then the first lane
-    // holding it, its own error before its refined one; no branch on which.
-    const __m512 own = _mm512_mask_mov_ps(inf, _mm512_cmp_ps_mask(squared_error[r], squared_error[r], _CMP_ORD_Q), squared_error[r]);
-    const __m512 fit = _mm512_mask_mov_ps(inf, _mm512_cmp_ps_mask(e, e, _CMP_ORD_Q), e);
-    const float smallest = _mm512_reduce_min_ps(_mm512_min_ps(own, fit));
+    const __m512 shift = _mm512_sub_ps(offset[r], mid[r]);
+    __m512 e = _mm512_sub_ps(y_squares[r], _mm512_mul_ps(two, _mm512_add_ps(_mm512_mul_ps(shift, y_sum), _mm512_mul_ps(refined[r], yc[r]))));
+    e = _mm512_add_ps(e, _mm512_mul_ps(shift, _mm512_add_ps(_mm512_mul_ps(count, shift), _mm512_mul_ps(two, _mm512_mul_ps(refined[r], cs[r])))));
+    e = _mm512_add_ps(e, _mm512_mul_ps(_mm512_mul_ps(refined[r], refined[r]), cc[r]));
+    refined_inverse[r] = _mm512_div_ps(_mm512_set1_ps(1.0f), refined[r]);  // beside the selection below
+    // NaN never wins below: as infinity, which never does either.
+    own[r] = _mm512_mask_mov_ps(inf, _mm512_cmp_ps_mask(squared_error[r], squared_error[r], _CMP_ORD_Q), squared_error[r]);
+    fit[r] = _mm512_mask_mov_ps(inf, _mm512_cmp_ps_mask(e, e, _CMP_ORD_Q), e);
+  }
+  // The reference walks candidate 0's own error, its refined error, candidate 1's, ... and keeps
+  // a value only if strictly below the best so far (infinity at first): the first of the
+  // smallest, NaN and infinity never. So: the smallest finite value (in every lane: butterflies
+  // of min), then the first lane holding it, its own error before its refined one; no branch on
+  // which.
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) least[r] = _mm512_min_ps(own[r], fit[r]);
+  for (int d = 8; d >= 1; d /= 2) {
+    const __m512i partner = _mm512_xor_si512(lane, _mm512_set1_epi32(d));
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) least[r] = _mm512_min_ps(least[r], _mm512_permutexvar_ps(partner, least[r]));
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
     __m512 chosen_scale, chosen_offset, chosen_inverse;
-    if (smallest < __builtin_inff()) {
-      const __m512 least = _mm512_set1_ps(smallest);
-      const __mmask16 own_hits = _mm512_cmp_ps_mask(own, least, _CMP_EQ_OQ);
-      const __mmask16 fit_hits = _mm512_cmp_ps_mask(fit, least, _CMP_EQ_OQ);
+    if (_mm512_cmp_ps_mask(least[r], inf, _CMP_LT_OQ) != 0) {
+      const __mmask16 own_hits = _mm512_cmp_ps_mask(own[r], least[r], _CMP_EQ_OQ);
+      const __mmask16 fit_hits = _mm512_cmp_ps_mask(fit[r], least[r], _CMP_EQ_OQ);
       const __m512i first = _mm512_set1_epi32(__builtin_ctz(static_cast<unsigned>(own_hits | fit_hits)));
-      chosen_scale = _mm512_permutexvar_ps(first, _mm512_mask_blend_ps(own_hits, refined, scale[r]));
-      chosen_offset = _mm512_permutexvar_ps(first, _mm512_mask_blend_ps(own_hits, offset, mid[r]));
-      chosen_inverse = _mm512_permutexvar_ps(first, _mm512_mask_blend_ps(own_hits, refined_inverse, inverse[r]));
+      chosen_scale = _mm512_permutexvar_ps(first, _mm512_mask_blend_ps(own_hits, refined[r], scale[r]));
+      chosen_offset = _mm512_permutexvar_ps(first, _mm512_mask_blend_ps(own_hits, offset[r], mid[r]));
+      chosen_inverse = _mm512_permutexvar_ps(first, _mm512_mask_blend_ps(own_hits, refined_inverse[r], inverse[r]));
     } else {
       const float step = f16_scale_at_least_f16c(range[r].half / kInt8CodeMax);
       chosen_scale = _mm512_set1_ps(step);
