@@ -1,13 +1,12 @@
-// The int8 rows' AVX-512 builds (kv_quantize_simd.h). Values: amax / 127 with the row in one or
-// a few registers (max and the poison sum give the same result in any order, so the lanes may
-// split the row differently from the reference's four). Keys: quantize_key_row_int8's SSE2
-// reference search (kv_quantize.cpp) with all
-// 16 candidates in one register instead of four groups of four, the best pair picked with two
-// compares instead of 32 branches, the f16 conversions in F16C instructions and the codes 16 at a
-// time. The same operations in the same order on every lane, so the same bits: compiled with
-// -ffp-contract=off (CMakeLists.txt), since GCC would otherwise fuse a product and a sum into one
-// FMA, rounding once where the reference rounds twice. The search's scalar steps (the midpoint,
-// the step from 127 down to 112) are the reference's expressions, as its own.
+// The int8 rows' AVX-512 builds (kv_quantize_simd.h); kv_quantize.cpp has the references.
+// Values: amax / 127 with the row in one or a few registers (max and the poison sum give the
+// same result in any order). Keys: the reference's search with all 16 candidates in one register
+// instead of four groups of four, several rows at once (write_kv's heads), the refinement and
+// the pick in phases across those rows, the best pair picked without branches, F16C for the f16
+// steps and the codes 16 at a time. The same operations in the same order on every lane, so the
+// same bits, compiled with -ffp-contract=off (CMakeLists.txt): GCC would otherwise fuse a
+// product and a sum into one FMA, rounding once where the reference rounds twice. Where an
+// operation differs from the reference's, a comment there says why the result cannot.
 // GCC 12's _mm512_min_ps / _mm512_max_ps pass an undefined vector through, which it then flags
 // as uninitialized (GCC bug 105593, fixed in 13), as in the other AVX-512 files: silence that.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -226,8 +225,6 @@ void search_and_store(const float* const* x, const RowRange* range, size_t n, si
   }
 }
 
-// One row, any n >= 1: the reference's early answers for NaN, out-of-range and constant rows,
-// the midpoint alone where the search takes one candidate, else search_and_store<1>.
 // key_row_midpoint for rows the search skips (n > 32): their sum is not needed, and min and max
 // are the same whatever the order but for which zero they keep, which only an all-zero row
 // shows (its offset's sign; elsewhere a zero end adds +-0 to a nonzero midpoint or half) and
@@ -253,6 +250,8 @@ RowRange key_row_midpoint_unsearched(const float* x, size_t n) {
   return r;
 }
 
+// One row, any n >= 1: the reference's early answers for NaN, out-of-range and constant rows,
+// the midpoint alone where the search takes one candidate, else search_and_store<1>.
 uint32_t quantize_one_key_row(const float* x, size_t n, int8_t* codes) {
   const size_t candidates = int8_key_fit_candidates(n);
   const RowRange range = candidates > 1 ? key_row_midpoint(x, n) : key_row_midpoint_unsearched(x, n);
