@@ -66,8 +66,8 @@ void quantize_slot(const KVLayerView& layer, const float* src, std::byte* slot, 
     std::byte* scale_bytes = slot + layer.rows_bytes() + static_cast<size_t>(h) * kKVScaleBytes;
     auto* int8_codes = reinterpret_cast<int8_t*>(codes);
     if (offset) {
-      const uint32_t packed = avx512 ? detail::quantize_key_row_int8_avx512(row, dim, int8_codes)
-                                     : detail::quantize_key_row_int8_sse2(row, dim, int8_codes);
+      const uint32_t packed = isa == KernelIsa::kAvx2 ? detail::quantize_key_row_int8_avx2(row, dim, int8_codes)
+                                                      : detail::quantize_key_row_int8_sse2(row, dim, int8_codes);
       std::memcpy(scale_bytes, &packed, kKVScaleBytes);
       continue;
     }

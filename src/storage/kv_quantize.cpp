@@ -209,7 +209,9 @@ KeyScaleOffset unpack_key_scale_offset(uint32_t packed) {
 
 uint32_t quantize_key_row_int8(const float* x, size_t n, int8_t* codes, KernelIsa isa) {
   if (n == 0) return pack_key_scale_offset(0.0f, 0.0f);
-  if (resolve_isa(isa) == KernelIsa::kAvx512) return detail::quantize_key_row_int8_avx512(x, n, codes);
+  const KernelIsa resolved = resolve_isa(isa);
+  if (resolved == KernelIsa::kAvx512) return detail::quantize_key_row_int8_avx512(x, n, codes);
+  if (resolved == KernelIsa::kAvx2) return detail::quantize_key_row_int8_avx2(x, n, codes);
   return detail::quantize_key_row_int8_sse2(x, n, codes);
 }
 

@@ -2,7 +2,8 @@
 // the one step they share. The builds in kv_quantize.cpp (baseline x86-64: SSE2 and scalar) are
 // the reference; every other build must give the same codes and scale (and offset) bits for
 // every row (tests/unit/test_storage_quantize_isa.cpp compares them). Only call an AVX-512
-// build after resolve_isa(...) == KernelIsa::kAvx512; the key rows' builds take n >= 1.
+// build after resolve_isa(...) == KernelIsa::kAvx512 (the AVX2 one: below); the key rows'
+// builds take n >= 1.
 #pragma once
 
 #include <emmintrin.h>
@@ -14,6 +15,8 @@
 namespace pagedkv::detail {
 
 uint32_t quantize_key_row_int8_sse2(const float* x, size_t n, int8_t* codes);
+// Only after has_avx2(resolve_isa(...)).
+uint32_t quantize_key_row_int8_avx2(const float* x, size_t n, int8_t* codes);
 uint32_t quantize_key_row_int8_avx512(const float* x, size_t n, int8_t* codes);
 // `rows` key rows of n elements, one after another in x and in codes (write_kv's heads): the
 // same as quantize_key_row_int8_avx512 per row, searching four rows at once. packed[r] gets row
