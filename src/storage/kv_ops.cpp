@@ -59,7 +59,11 @@ void quantize_slot(const KVLayerView& layer, const float* src, std::byte* slot, 
     const float* row = src + static_cast<size_t>(h) * dim;
     if (rotate) {
       std::memcpy(rotated, row, dim * sizeof(float));
-      hadamard_rotate(rotated, dim);
+      if (isa == KernelIsa::kAvx2) {
+        detail::hadamard_rotate_rows_avx2(rotated, 1, dim);
+      } else {
+        hadamard_rotate(rotated, dim);
+      }
       row = rotated;
     }
     std::byte* codes = slot + static_cast<size_t>(h) * dim;
@@ -71,9 +75,10 @@ void quantize_slot(const KVLayerView& layer, const float* src, std::byte* slot, 
       std::memcpy(scale_bytes, &packed, kKVScaleBytes);
       continue;
     }
-    const float scale = avx512 && layer.dtype == DType::kInt8
-                            ? detail::quantize_value_row_int8_avx512(row, dim, int8_codes)
-                            : quantize_row(layer.dtype, row, dim, codes, KernelIsa::kScalar);
+    const bool int8 = layer.dtype == DType::kInt8;
+    const float scale = int8 && avx512                 ? detail::quantize_value_row_int8_avx512(row, dim, int8_codes)
+                        : int8 && isa == KernelIsa::kAvx2 ? detail::quantize_value_row_int8_avx2(row, dim, int8_codes)
+                                                          : quantize_row(layer.dtype, row, dim, codes, KernelIsa::kScalar);
     std::memcpy(scale_bytes, &scale, kKVScaleBytes);
   }
 }

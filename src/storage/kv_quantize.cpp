@@ -45,8 +45,11 @@ float row_amax(const float* x, size_t n) {
 float quantize_row(DType dtype, const float* x, size_t n, void* codes, KernelIsa isa) {
   if (!dtype_has_row_scale(dtype))
     throw UsageError(fmt::format("quantize_row: {} is not a quantized KV dtype (int8, fp8)", dtype_name(dtype)));
-  if (dtype == DType::kInt8 && resolve_isa(isa) == KernelIsa::kAvx512)
-    return detail::quantize_value_row_int8_avx512(x, n, static_cast<int8_t*>(codes));
+  if (dtype == DType::kInt8) {
+    const KernelIsa resolved = resolve_isa(isa);
+    if (resolved == KernelIsa::kAvx512) return detail::quantize_value_row_int8_avx512(x, n, static_cast<int8_t*>(codes));
+    if (resolved == KernelIsa::kAvx2) return detail::quantize_value_row_int8_avx2(x, n, static_cast<int8_t*>(codes));
+  }
   const float amax = row_amax(x, n);
   const float code_max = dtype == DType::kInt8 ? kInt8CodeMax : kFp8E4M3Max;
   if (!(amax > 0)) {  // zero row, or NaN

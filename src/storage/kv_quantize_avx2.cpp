@@ -1,7 +1,8 @@
-// The int8 key rows' AVX2 build (kv_quantize_simd.h); kv_quantize.cpp has the reference. Its
-// search with the 16 candidates in two 8-lane registers instead of four groups of four, the
-// best pair picked without a branch per candidate, F16C for the f16 steps and the codes 8 at a
-// time; one row at a time (16 registers leave no room for several). The same operations in the
+// The int8 rows' AVX2 builds (kv_quantize_simd.h); kv_quantize.cpp has the references. Values:
+// amax / 127 in 8 lanes. Keys: the reference's search with the 16 candidates in two 8-lane
+// registers instead of four groups of four, the best pair picked without a branch per
+// candidate, F16C for the f16 steps and the codes 8 at a time; one row at a time (16 registers
+// leave no room for several). The same operations in the
 // same order on every lane, so the same bits, compiled with -ffp-contract=off (CMakeLists.txt).
 // The few operations that differ from the reference's are those of the AVX-512 build
 // (kv_quantize_avx512.cpp says why each gives the same result): vroundps for the add-and-
@@ -150,6 +151,37 @@ bool search(const float* x, size_t n, size_t candidates, float lo, float hi, flo
 }
 
 }  // namespace
+
+// quantize_row for kInt8: amax / 127, 8 lanes (max and the poison sum: any order, same result).
+float quantize_value_row_int8_avx2(const float* x, size_t n, int8_t* codes) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 lane_max = _mm256_setzero_ps(), lane_poison = _mm256_setzero_ps();
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    lane_max = _mm256_max_ps(lane_max, _mm256_and_ps(v, abs_mask));
+    lane_poison = _mm256_add_ps(lane_poison, _mm256_mul_ps(v, _mm256_setzero_ps()));
+  }
+  alignas(32) float maxima[8], poisons[8];
+  _mm256_store_ps(maxima, lane_max);
+  _mm256_store_ps(poisons, lane_poison);
+  float amax = 0, poison = 0;
+  for (int l = 0; l < 8; ++l) {
+    amax = maxima[l] > amax ? maxima[l] : amax;
+    poison += poisons[l];
+  }
+  for (; i < n; ++i) {
+    const float a = __builtin_fabsf(x[i]);
+    amax = a > amax ? a : amax;
+    poison += x[i] * 0.0f;
+  }
+  if (!(poison == 0.0f) || !(amax > 0)) {  // a NaN or an infinity (the reference's amax: NaN), or zeros
+    std::memset(codes, 0, n);
+    return poison == 0.0f ? 0.0f : __builtin_nanf("");
+  }
+  store_int8_codes(x, n, 0.0f, kInt8CodeMax / amax, codes);
+  return amax / kInt8CodeMax;
+}
 
 uint32_t quantize_key_row_int8_avx2(const float* x, size_t n, int8_t* codes) {
   float lo, hi, x_sum;

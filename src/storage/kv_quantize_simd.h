@@ -15,8 +15,11 @@
 namespace pagedkv::detail {
 
 uint32_t quantize_key_row_int8_sse2(const float* x, size_t n, int8_t* codes);
-// Only after has_avx2(resolve_isa(...)).
+// Only after has_avx2(resolve_isa(...)): the AVX2 builds of the key rows, the values (quantize_row
+// for kInt8) and the keys' rotation (any power of two n; below 8, the reference's loop).
 uint32_t quantize_key_row_int8_avx2(const float* x, size_t n, int8_t* codes);
+float quantize_value_row_int8_avx2(const float* x, size_t n, int8_t* codes);
+void hadamard_rotate_rows_avx2(float* x, size_t rows, size_t n);
 uint32_t quantize_key_row_int8_avx512(const float* x, size_t n, int8_t* codes);
 // `rows` key rows of n elements, one after another in x and in codes (write_kv's heads): the
 // same as quantize_key_row_int8_avx512 per row, searching four rows at once. packed[r] gets row
