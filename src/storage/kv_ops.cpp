@@ -43,8 +43,8 @@ void quantize_key_slot_avx512(const KVLayerView& layer, const float* src, std::b
 // int8/fp8: quantizes one token's row of every head into the slot, the scales after the rows;
 // keys as H k where the format rotates them (storage/key_rotation.h). int8 keys carry an offset
 // as well (quantize_key_row_int8: f16 scale and offset in the row's 4 bytes; the keys carry the
-// accuracy loss), values and fp8 one f32 scale. isa is resolved: the int8 builds are picked
-// here, once per slot, not per row (kv_quantize_simd.h).
+// accuracy loss), values and fp8 one f32 scale. isa is resolved: the int8 builds (AVX-512,
+// AVX2, else the references) are picked here, not per row (kv_quantize_simd.h).
 void quantize_slot(const KVLayerView& layer, const float* src, std::byte* slot, bool keys, KernelIsa isa) {
   const auto dim = static_cast<size_t>(layer.head_dim);
   float rotated[kMaxRotatedHeadDim];

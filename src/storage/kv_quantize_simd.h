@@ -1,9 +1,8 @@
 // Private: the int8 row quantizers' instruction-set builds (kv_quantize.h has the formats) and
 // the one step they share. The builds in kv_quantize.cpp (baseline x86-64: SSE2 and scalar) are
 // the reference; every other build must give the same codes and scale (and offset) bits for
-// every row (tests/unit/test_storage_quantize_isa.cpp compares them). Only call an AVX-512
-// build after resolve_isa(...) == KernelIsa::kAvx512 (the AVX2 one: below); the key rows'
-// builds take n >= 1.
+// every row (tests/unit/test_storage_quantize_isa.cpp compares them). The key rows' builds take
+// n >= 1.
 #pragma once
 
 #include <emmintrin.h>
@@ -14,22 +13,24 @@
 
 namespace pagedkv::detail {
 
+// The reference for the key rows (kv_quantize.cpp).
 uint32_t quantize_key_row_int8_sse2(const float* x, size_t n, int8_t* codes);
+
 // Only after has_avx2(resolve_isa(...)): the AVX2 builds of the key rows, the values (quantize_row
-// for kInt8) and the keys' rotation (any power of two n; below 8, the reference's loop).
+// for kInt8: the scale) and the keys' rotation (hadamard_rotate of `rows` rows of n elements, one
+// after another, in place; n a power of two up to kMaxRotatedHeadDim, below 8 the reference's loop).
 uint32_t quantize_key_row_int8_avx2(const float* x, size_t n, int8_t* codes);
 float quantize_value_row_int8_avx2(const float* x, size_t n, int8_t* codes);
 void hadamard_rotate_rows_avx2(float* x, size_t rows, size_t n);
+
+// Only after resolve_isa(...) == KernelIsa::kAvx512: the same three, and `rows` key rows of n
+// elements, one after another in x and in codes (write_kv's heads), the same as
+// quantize_key_row_int8_avx512 per row but searching four rows at once; packed[r] gets row r's
+// scale and offset.
 uint32_t quantize_key_row_int8_avx512(const float* x, size_t n, int8_t* codes);
-// `rows` key rows of n elements, one after another in x and in codes (write_kv's heads): the
-// same as quantize_key_row_int8_avx512 per row, searching four rows at once. packed[r] gets row
-// r's scale and offset.
-void quantize_key_rows_int8_avx512(const float* x, size_t rows, size_t n, int8_t* codes, uint32_t* packed);
-// hadamard_rotate (key_rotation.h) of `rows` rows of n elements, one after another, in place; n a
-// power of two from 2 to kMaxRotatedHeadDim. The reference is key_rotation.cpp's.
-void hadamard_rotate_rows_avx512(float* x, size_t rows, size_t n);
-// quantize_row for kInt8 (amax / 127): the scale; the reference is kv_quantize.cpp's.
 float quantize_value_row_int8_avx512(const float* x, size_t n, int8_t* codes);
+void hadamard_rotate_rows_avx512(float* x, size_t rows, size_t n);
+void quantize_key_rows_int8_avx512(const float* x, size_t rows, size_t n, int8_t* codes, uint32_t* packed);
 
 // The row's smallest and largest element and its sum, in SSE2 lanes; false if it holds a NaN or
 // an infinity (the poison sum of row_amax). Shared, not rewritten per build: the sum's order
