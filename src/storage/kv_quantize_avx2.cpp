@@ -84,6 +84,7 @@ bool search(const float* x, size_t n, size_t candidates, float lo, float hi, flo
   }
   // y = x - mid once per element (n <= 32 here), Σ y² in the reference's order.
   alignas(32) float centred[32];
+  static_assert(kInt8FitElementBudget / 4 <= 32, "searched rows (4 candidates or more) fit the buffers");
   float y_squares_sum = 0;
   for (size_t i = 0; i < n; ++i) {
     centred[i] = x[i] - mid_offset;

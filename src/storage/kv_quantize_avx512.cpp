@@ -117,6 +117,7 @@ void search_and_store(const float* const* x, const RowRange* range, size_t n, si
   // y = x - mid and y², 16 elements per operation (every lane of the loop below would compute
   // the same); Σ y² in the reference's order, one element after another.
   alignas(64) float centred[R][32], centred_squares[R][32];
+  static_assert(kInt8FitElementBudget / 4 <= 32, "searched rows (4 candidates or more) fit the buffers");
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
     mid[r] = _mm512_set1_ps(range[r].mid);
