@@ -4,10 +4,13 @@
 // Rates are per CPU second of the one kernel thread, so they stay meaningful on a busy machine.
 //   BM_DecodeInCache/<dtype>/<query heads per KV head>   bytes/s = K/V bytes read per CPU second
 //   BM_PrefillWithPrefix/<dtype>                         items/s = attention FLOPs (2 x QK + PV)
-//   BM_WriteKV/<dtype>/<KV heads>/<head dim>             bytes/s = f32 input bytes converted
+//   BM_WriteKV/<dtype>/<KV heads>/<head dim>/<isa>       bytes/s = f32 input bytes converted
 //                                                        (int8, fp8: quantized; dtype 0-4 =
-//                                                        fp32, fp16, bf16, int8, fp8)
-//   BM_QuantizeInt8Row/<keys>/<n>                        items/s = rows (amax / 127, or the keys' format)
+//                                                        fp32, fp16, bf16, int8, fp8; isa 0 =
+//                                                        auto, 1 = scalar: the int8 key rows'
+//                                                        SSE2 reference build)
+//   BM_QuantizeInt8Row/<keys>/<n>/<isa>                  items/s = rows (amax / 127, or the keys'
+//                                                        format; isa as above)
 // and one memory-side benchmark, no arithmetic, for what paging costs the memory system:
 //   BM_BlockRead/<KiB per block>/<shuffled>/<prefetch>   bytes/s = bytes read per CPU second
 #include <benchmark/benchmark.h>
@@ -20,6 +23,7 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "pagedkv/kernels/paged_attention.h"
@@ -125,9 +129,15 @@ BENCHMARK(BM_PrefillWithPrefix)->DenseRange(0, 2);
 
 // Quantize-on-write: 64 tokens of normal(0, 1) rows into one layer of a shape: 8 KV heads x 128
 // (a Llama) or 4 x 8 (stories260K, whose int8 keys try 16 steps per row; storage/kv_quantize.h).
+// The build an isa argument names: 0 = what the CPU runs by default, 1 = the scalar path (for the
+// int8 key rows, the SSE2 reference build every other build matches bit for bit).
+KernelIsa isa_arg(int64_t i) { return i == 0 ? KernelIsa::kAuto : KernelIsa::kScalar; }
+std::string isa_label(int64_t i) { return i == 0 ? std::string(isa_name(best_available_isa())) : "reference"; }
+
 void BM_WriteKV(benchmark::State& state) {
   const DType dtype = dtype_arg(state.range(0));
   const auto heads = static_cast<int>(state.range(1)), dim = static_cast<int>(state.range(2));
+  const KernelIsa isa = isa_arg(state.range(3));
   const int tokens = 64;
   KVCacheSpec spec;
   spec.dtype = dtype;
@@ -146,13 +156,19 @@ void BM_WriteKV(benchmark::State& state) {
   compute_slot_mapping(table.data(), kBlockSize, 0, tokens, slots.data());
   const KVLayerView kv = arena.layer(0);
   for (auto _ : state) {
-    write_kv(kv, k.data(), v.data(), slots.data(), tokens);
+    write_kv(kv, k.data(), v.data(), slots.data(), tokens, isa);
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(k.size() * 2 * sizeof(float)));
-  state.SetLabel(std::string(dtype_name(dtype)) + " " + std::to_string(heads) + "x" + std::to_string(dim));
+  state.SetLabel(std::string(dtype_name(dtype)) + " " + std::to_string(heads) + "x" + std::to_string(dim) + " " +
+                 isa_label(state.range(3)));
 }
-BENCHMARK(BM_WriteKV)->ArgsProduct({{0, 1, 2, 3, 4}, {8}, {128}})->ArgsProduct({{1, 3}, {4}, {8}});  // int8/fp8: quantize-on-write
+// int8/fp8: quantize-on-write; int8 also with its key rows' reference build, in the same run.
+BENCHMARK(BM_WriteKV)
+    ->ArgsProduct({{0, 1, 2, 3, 4}, {8}, {128}, {0}})
+    ->ArgsProduct({{1, 3}, {4}, {8}, {0}})
+    ->Args({3, 8, 128, 1})
+    ->Args({3, 4, 8, 1});
 
 // One int8 row after another (256 rows of normal(0, 1) values, n elements each): amax / 127
 // (quantize_row, as values are stored; keys = 0) against the keys' f16 scale and offset, fitted
@@ -160,6 +176,7 @@ BENCHMARK(BM_WriteKV)->ArgsProduct({{0, 1, 2, 3, 4}, {8}, {128}})->ArgsProduct({
 void BM_QuantizeInt8Row(benchmark::State& state) {
   const bool keys = state.range(0) != 0;
   const auto n = static_cast<size_t>(state.range(1));
+  const KernelIsa isa = isa_arg(state.range(2));
   const size_t rows = 256;
   std::mt19937_64 rng(11);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -169,17 +186,17 @@ void BM_QuantizeInt8Row(benchmark::State& state) {
   for (auto _ : state) {
     for (size_t r = 0; r < rows; ++r) {
       if (keys) {
-        benchmark::DoNotOptimize(quantize_key_row_int8(x.data() + r * n, n, codes.data() + r * n));
+        benchmark::DoNotOptimize(quantize_key_row_int8(x.data() + r * n, n, codes.data() + r * n, isa));
       } else {
-        benchmark::DoNotOptimize(quantize_row(DType::kInt8, x.data() + r * n, n, codes.data() + r * n));
+        benchmark::DoNotOptimize(quantize_row(DType::kInt8, x.data() + r * n, n, codes.data() + r * n, isa));
       }
     }
     benchmark::ClobberMemory();
   }
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(rows));
-  state.SetLabel(keys ? "keys: scale + offset, fitted" : "amax/127");
+  state.SetLabel((keys ? "keys: scale + offset, fitted, " : "amax/127, ") + isa_label(state.range(2)));
 }
-BENCHMARK(BM_QuantizeInt8Row)->ArgsProduct({{0, 1}, {8, 16, 64, 128}});
+BENCHMARK(BM_QuantizeInt8Row)->ArgsProduct({{0, 1}, {8, 16, 64, 128}, {0, 1}});
 
 // Reads 1 GiB (on transparent huge pages, as the KV arena asks for) as blocks of the given size,
 // in address order or shuffled, with SSE2 loads and nothing else: the decode kernel's K/V stream

@@ -1,50 +1,15 @@
-// make_query_row_codes on AVX2 (dim % 8 == 0): the rotation's first three passes inside each
-// vector, the rest between vectors, and the sum, amax and codes in the same pass structure as the
-// scalar twin (query_codes.cpp), so that every result has the same bits.
+// make_query_row_codes on AVX2 (dim % 8 == 0): the rotation's AVX2 build (storage/key_rotation.h)
+// and the sum, amax and codes in the same pass structure as the scalar twin (query_codes.cpp), so
+// that every result has the same bits.
 #include <immintrin.h>
 
-#include <cmath>
 #include <limits>
 #include <vector>
 
+#include "pagedkv/storage/key_rotation.h"
 #include "query_codes_simd.h"
 
 namespace pagedkv::detail {
-namespace {
-
-// One of hadamard_rotate's passes between elements kHalf apart (1, 2 or 4) inside each vector:
-// a lane whose kHalf bit is clear gets a + b (a the lane, b the lane kHalf above), the lane kHalf
-// above gets a - b.
-template <int kHalf>
-__m256 butterfly_in_vector(__m256 v) {
-  if constexpr (kHalf == 1) {
-    const __m256 swapped = _mm256_permute_ps(v, 0xB1);
-    return _mm256_blend_ps(_mm256_add_ps(v, swapped), _mm256_sub_ps(swapped, v), 0xAA);
-  } else if constexpr (kHalf == 2) {
-    const __m256 swapped = _mm256_permute_ps(v, 0x4E);
-    return _mm256_blend_ps(_mm256_add_ps(v, swapped), _mm256_sub_ps(swapped, v), 0xCC);
-  } else {
-    static_assert(kHalf == 4);
-    const __m256 swapped = _mm256_permute2f128_ps(v, v, 0x01);
-    return _mm256_blend_ps(_mm256_add_ps(v, swapped), _mm256_sub_ps(swapped, v), 0xF0);
-  }
-}
-
-void rotate(float* x, size_t dim) {
-  for (size_t i = 0; i < dim; i += 8)
-    _mm256_storeu_ps(x + i, butterfly_in_vector<4>(butterfly_in_vector<2>(butterfly_in_vector<1>(_mm256_loadu_ps(x + i)))));
-  for (size_t half = 8; half < dim; half *= 2)
-    for (size_t i = 0; i < dim; i += 2 * half)
-      for (size_t j = i; j < i + half; j += 8) {
-        const __m256 a = _mm256_loadu_ps(x + j), b = _mm256_loadu_ps(x + j + half);
-        _mm256_storeu_ps(x + j, _mm256_add_ps(a, b));
-        _mm256_storeu_ps(x + j + half, _mm256_sub_ps(a, b));
-      }
-  const __m256 norm = _mm256_set1_ps(1.0f / std::sqrt(static_cast<float>(dim)));  // hadamard_rotate's
-  for (size_t i = 0; i < dim; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), norm));
-}
-
-}  // namespace
 
 QueryRowCodes make_query_row_codes_avx2(const float* query, size_t dim, float softmax_scale, bool rotate_row,
                                         int16_t* codes) {
@@ -53,7 +18,7 @@ QueryRowCodes make_query_row_codes_avx2(const float* query, size_t dim, float so
   float* x = row.data();
   const __m256 scale = _mm256_set1_ps(softmax_scale);
   for (size_t i = 0; i < dim; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(query + i), scale));
-  if (rotate_row) rotate(x, dim);
+  if (rotate_row) hadamard_rotate_rows(x, 1, dim, KernelIsa::kAvx2);  // hadamard_rotate's bits
 
   const __m256 magnitude_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   const __m256 infinity = _mm256_set1_ps(std::numeric_limits<float>::infinity());

@@ -2,12 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "pagedkv/core/error.h"
 #include "pagedkv/storage/float_convert.h"
 #include "pagedkv/storage/key_rotation.h"
 #include "pagedkv/storage/kv_quantize.h"
+#include "kv_quantize_simd.h"
 
 namespace pagedkv {
 namespace {
@@ -16,30 +18,67 @@ std::byte* slot_address(void* plane, const KVLayerView& layer, int64_t slot) {
   return static_cast<std::byte*>(plane) + static_cast<size_t>(slot) * layer.slot_bytes();
 }
 
+// The int8 keys of one token, every head, with the AVX-512 builds: the rows (rotated where the
+// format says, several at once) go to quantize_key_rows_int8_avx512 up to kRowsAtOnce at a time, which searches
+// several together; the same bytes as quantize_key_row_int8 row by row.
+void quantize_key_slot_avx512(const KVLayerView& layer, const float* src, std::byte* slot, bool rotate) {
+  constexpr int kRowsAtOnce = 8;
+  const auto dim = static_cast<size_t>(layer.head_dim);
+  float rotated[kRowsAtOnce * kMaxRotatedHeadDim];
+  uint32_t packed[kRowsAtOnce];
+  for (int h0 = 0; h0 < layer.num_kv_heads; h0 += kRowsAtOnce) {
+    const auto rows = static_cast<size_t>(std::min(kRowsAtOnce, layer.num_kv_heads - h0));
+    const float* x = src + static_cast<size_t>(h0) * dim;
+    if (rotate) {
+      std::memcpy(rotated, x, rows * dim * sizeof(float));
+      detail::hadamard_rotate_rows_avx512(rotated, rows, dim);
+      x = rotated;
+    }
+    detail::quantize_key_rows_int8_avx512(x, rows, dim, reinterpret_cast<int8_t*>(slot + static_cast<size_t>(h0) * dim),
+                                          packed);
+    std::memcpy(slot + layer.rows_bytes() + static_cast<size_t>(h0) * kKVScaleBytes, packed, rows * kKVScaleBytes);
+  }
+}
+
 // int8/fp8: quantizes one token's row of every head into the slot, the scales after the rows;
 // keys as H k where the format rotates them (storage/key_rotation.h). int8 keys carry an offset
 // as well (quantize_key_row_int8: f16 scale and offset in the row's 4 bytes; the keys carry the
-// accuracy loss), values and fp8 one f32 scale.
-void quantize_slot(const KVLayerView& layer, const float* src, std::byte* slot, bool keys) {
+// accuracy loss), values and fp8 one f32 scale. isa is resolved: the int8 builds (AVX-512,
+// AVX2, else the references) are picked here, not per row (kv_quantize_simd.h).
+void quantize_slot(const KVLayerView& layer, const float* src, std::byte* slot, bool keys, KernelIsa isa) {
   const auto dim = static_cast<size_t>(layer.head_dim);
   float rotated[kMaxRotatedHeadDim];
   const bool rotate = keys && keys_are_rotated(layer.dtype, layer.head_dim);
   const bool offset = keys && int8_keys_have_offsets(layer.dtype);
+  const bool avx512 = isa == KernelIsa::kAvx512;
+  if (offset && avx512) {  // int8 keys: the heads' rows searched several at once
+    quantize_key_slot_avx512(layer, src, slot, rotate);
+    return;
+  }
   for (int h = 0; h < layer.num_kv_heads; ++h) {
     const float* row = src + static_cast<size_t>(h) * dim;
     if (rotate) {
       std::memcpy(rotated, row, dim * sizeof(float));
-      hadamard_rotate(rotated, dim);
+      if (isa == KernelIsa::kAvx2) {
+        detail::hadamard_rotate_rows_avx2(rotated, 1, dim);
+      } else {
+        hadamard_rotate(rotated, dim);
+      }
       row = rotated;
     }
     std::byte* codes = slot + static_cast<size_t>(h) * dim;
     std::byte* scale_bytes = slot + layer.rows_bytes() + static_cast<size_t>(h) * kKVScaleBytes;
+    auto* int8_codes = reinterpret_cast<int8_t*>(codes);
     if (offset) {
-      const uint32_t packed = quantize_key_row_int8(row, dim, reinterpret_cast<int8_t*>(codes));
+      const uint32_t packed = isa == KernelIsa::kAvx2 ? detail::quantize_key_row_int8_avx2(row, dim, int8_codes)
+                                                      : detail::quantize_key_row_int8_sse2(row, dim, int8_codes);
       std::memcpy(scale_bytes, &packed, kKVScaleBytes);
       continue;
     }
-    const float scale = quantize_row(layer.dtype, row, dim, codes);
+    const bool int8 = layer.dtype == DType::kInt8;
+    const float scale = int8 && avx512                 ? detail::quantize_value_row_int8_avx512(row, dim, int8_codes)
+                        : int8 && isa == KernelIsa::kAvx2 ? detail::quantize_value_row_int8_avx2(row, dim, int8_codes)
+                                                          : quantize_row(layer.dtype, row, dim, codes, KernelIsa::kScalar);
     std::memcpy(scale_bytes, &scale, kKVScaleBytes);
   }
 }
@@ -81,9 +120,9 @@ void check_view(const KVLayerView& layer) {
 }  // namespace
 
 void write_kv(const KVLayerView& layer, const float* key, const float* value, const int64_t* slot_mapping,
-              int num_tokens) {
+              int num_tokens, KernelIsa requested_isa) {
   check_view(layer);
-  const KernelIsa isa = best_available_isa();
+  const KernelIsa isa = resolve_isa(requested_isa);
   const size_t row = layer.token_stride_elems();
   const auto num_slots = static_cast<int64_t>(layer.num_slots());
   for (int t = 0; t < num_tokens; ++t) {
@@ -93,8 +132,8 @@ void write_kv(const KVLayerView& layer, const float* key, const float* value, co
       throw UsageError(fmt::format("write_kv: slot {} of token {} out of range [0, {})", slot, t, num_slots));
     const size_t src = static_cast<size_t>(t) * row;
     if (dtype_has_row_scale(layer.dtype)) {
-      quantize_slot(layer, key + src, slot_address(layer.key, layer, slot), /*keys=*/true);
-      quantize_slot(layer, value + src, slot_address(layer.value, layer, slot), /*keys=*/false);
+      quantize_slot(layer, key + src, slot_address(layer.key, layer, slot), /*keys=*/true, isa);
+      quantize_slot(layer, value + src, slot_address(layer.value, layer, slot), /*keys=*/false, isa);
       continue;
     }
     convert_from_f32(layer.dtype, key + src, slot_address(layer.key, layer, slot), row, isa);

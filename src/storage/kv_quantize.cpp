@@ -10,6 +10,7 @@
 #include "pagedkv/core/error.h"
 #include "pagedkv/storage/float_convert.h"
 #include "pagedkv/storage/fp8_e4m3.h"
+#include "kv_quantize_simd.h"
 
 namespace pagedkv {
 
@@ -41,9 +42,14 @@ float row_amax(const float* x, size_t n) {
   return poison == 0.0f ? amax : std::numeric_limits<float>::quiet_NaN();
 }
 
-float quantize_row(DType dtype, const float* x, size_t n, void* codes) {
+float quantize_row(DType dtype, const float* x, size_t n, void* codes, KernelIsa isa) {
   if (!dtype_has_row_scale(dtype))
     throw UsageError(fmt::format("quantize_row: {} is not a quantized KV dtype (int8, fp8)", dtype_name(dtype)));
+  if (dtype == DType::kInt8) {
+    const KernelIsa resolved = resolve_isa(isa);
+    if (resolved == KernelIsa::kAvx512) return detail::quantize_value_row_int8_avx512(x, n, static_cast<int8_t*>(codes));
+    if (resolved == KernelIsa::kAvx2) return detail::quantize_value_row_int8_avx2(x, n, static_cast<int8_t*>(codes));
+  }
   const float amax = row_amax(x, n);
   const float code_max = dtype == DType::kInt8 ? kInt8CodeMax : kFp8E4M3Max;
   if (!(amax > 0)) {  // zero row, or NaN
@@ -66,12 +72,6 @@ float quantize_row(DType dtype, const float* x, size_t n, void* codes) {
 }
 
 namespace {
-
-float lane_sum(__m128 v) {
-  float f[4];
-  _mm_storeu_ps(f, v);
-  return (f[0] + f[1]) + (f[2] + f[3]);
-}
 
 // f16 values in SSE2 lanes (|v| <= 65504): 11 significant bits from 2^-14 up (Veltkamp's split
 // rounds to nearest), multiples of 2^-24 below (the f16 subnormals; 0.75's f32 spacing is 2^-24).
@@ -191,35 +191,6 @@ void search_key_steps(const KeyRowSearch& r, float& best_error, float& best_scal
   }
 }
 
-// The row's smallest and largest element and its sum, in SSE2 lanes; false if it holds a NaN or
-// an infinity (the poison sum of row_amax).
-bool row_range(const float* x, size_t n, float& lo, float& hi, float& sum) {
-  __m128 lane_lo = _mm_set1_ps(std::numeric_limits<float>::infinity()), lane_hi = _mm_set1_ps(-std::numeric_limits<float>::infinity());
-  __m128 lane_sum_v = _mm_setzero_ps(), lane_poison = _mm_setzero_ps();
-  size_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    const __m128 v = _mm_loadu_ps(x + i);
-    lane_lo = _mm_min_ps(lane_lo, v);
-    lane_hi = _mm_max_ps(lane_hi, v);
-    lane_sum_v = _mm_add_ps(lane_sum_v, v);
-    lane_poison = _mm_add_ps(lane_poison, _mm_mul_ps(v, _mm_setzero_ps()));
-  }
-  float los[4], his[4];
-  _mm_storeu_ps(los, lane_lo);
-  _mm_storeu_ps(his, lane_hi);
-  lo = std::min(std::min(los[0], los[1]), std::min(los[2], los[3]));
-  hi = std::max(std::max(his[0], his[1]), std::max(his[2], his[3]));
-  sum = lane_sum(lane_sum_v);
-  float poison = lane_sum(lane_poison);
-  for (; i < n; ++i) {
-    lo = std::min(lo, x[i]);
-    hi = std::max(hi, x[i]);
-    sum += x[i];
-    poison += x[i] * 0.0f;
-  }
-  return poison == 0.0f;
-}
-
 float f16_value(float x) { return f16_to_f32(f32_to_f16(x)); }
 
 // The smallest f16 scale >= `at_least` (f16 rounds to nearest; one step up if that fell short).
@@ -239,10 +210,18 @@ KeyScaleOffset unpack_key_scale_offset(uint32_t packed) {
   return {f16_to_f32(static_cast<uint16_t>(packed & 0xFFFFu)), f16_to_f32(static_cast<uint16_t>(packed >> 16))};
 }
 
-uint32_t quantize_key_row_int8(const float* x, size_t n, int8_t* codes) {
+uint32_t quantize_key_row_int8(const float* x, size_t n, int8_t* codes, KernelIsa isa) {
   if (n == 0) return pack_key_scale_offset(0.0f, 0.0f);
+  const KernelIsa resolved = resolve_isa(isa);
+  if (resolved == KernelIsa::kAvx512) return detail::quantize_key_row_int8_avx512(x, n, codes);
+  if (resolved == KernelIsa::kAvx2) return detail::quantize_key_row_int8_avx2(x, n, codes);
+  return detail::quantize_key_row_int8_sse2(x, n, codes);
+}
+
+// The reference build: SSE2, four candidates per lane group (search_key_steps).
+uint32_t detail::quantize_key_row_int8_sse2(const float* x, size_t n, int8_t* codes) {
   float lo, hi, x_sum;
-  const bool finite = row_range(x, n, lo, hi, x_sum);
+  const bool finite = detail::key_row_range(x, n, lo, hi, x_sum);
   const float mid_offset = f16_value(0.5f * hi + 0.5f * lo);
   // Every element within kKeyF16Max: the f16 offset and the scale (at most the range / 223) stay finite.
   if (!finite || !(std::max(hi, -lo) <= kKeyF16Max)) {
@@ -275,11 +254,6 @@ uint32_t quantize_key_row_int8(const float* x, size_t n, int8_t* codes) {
     codes[i] =
         static_cast<int8_t>(std::clamp(round_to_even((x[i] - best_offset) * inverse), -kInt8CodeMax, kInt8CodeMax));
   return pack_key_scale_offset(best_scale, best_offset);
-}
-
-size_t int8_key_fit_candidates(size_t n) {
-  const size_t candidates = std::min(kInt8FitElementBudget / std::max<size_t>(n, 1), kInt8FitMaxCandidates);
-  return candidates >= 4 ? candidates : 1;  // fewer would leave SSE2 lanes idle for a small gain
 }
 
 void dequantize_row(DType dtype, const void* codes, float scale, size_t n, float* out) {

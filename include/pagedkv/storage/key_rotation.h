@@ -16,6 +16,7 @@
 #include <cstddef>
 
 #include "pagedkv/core/dtype.h"
+#include "pagedkv/storage/cpu_isa.h"
 
 namespace pagedkv {
 
@@ -28,5 +29,10 @@ bool keys_are_rotated(DType dtype, int head_dim);
 // x <- H x in place for n a power of two (the fast Walsh-Hadamard transform, scaled by
 // 1 / sqrt(n)); its own inverse.
 void hadamard_rotate(float* x, size_t n);
+
+// hadamard_rotate of `rows` rows of n elements, one after another, in place, with the widest
+// build `isa` allows (AVX-512, AVX2; src/storage/key_rotation_avx*.cpp): the same bits as
+// hadamard_rotate row by row (test_storage_quantize_isa).
+void hadamard_rotate_rows(float* x, size_t rows, size_t n, KernelIsa isa = KernelIsa::kAuto);
 
 }  // namespace pagedkv

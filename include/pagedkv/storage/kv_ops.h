@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "pagedkv/core/ids.h"
+#include "pagedkv/storage/cpu_isa.h"
 #include "pagedkv/storage/kv_arena.h"
 
 namespace pagedkv {
@@ -15,9 +16,11 @@ namespace pagedkv {
 // vLLM's reshape_and_cache: write num_tokens new K/V rows (f32, [num_tokens][num_kv_heads][head_dim])
 // into their slots, converting to the layer's dtype (round-to-nearest-even); int8 and fp8 rows
 // are quantized here, each (token, head) row with its own scale (storage/kv_quantize.h). A slot
-// of -1 is skipped (padding). Throws UsageError for a slot outside the layer.
+// of -1 is skipped (padding). Throws UsageError for a slot outside the layer. isa picks the
+// conversions' and the int8 key rows' build (kAuto: best_available_isa(); every build stores the
+// same bytes), so a benchmark can hold the reference against the default in one run.
 void write_kv(const KVLayerView& layer, const float* key, const float* value,
-              const int64_t* slot_mapping, int num_tokens);
+              const int64_t* slot_mapping, int num_tokens, KernelIsa isa = KernelIsa::kAuto);
 
 // Copy whole blocks (all layers, K and V) inside one arena: copy-on-write pairs (src, dst).
 // Pairs are applied in order. Throws UsageError for a block id out of range.

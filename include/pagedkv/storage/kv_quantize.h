@@ -18,14 +18,16 @@
 #include <cstdint>
 
 #include "pagedkv/core/dtype.h"
+#include "pagedkv/storage/cpu_isa.h"
 
 namespace pagedkv {
 
 inline constexpr float kInt8CodeMax = 127.0f;
 
 // Quantizes n elements of x into codes (int8_t for kInt8, uint8_t fp8 codes for kFP8) and
-// returns the row's scale. Throws UsageError for another dtype.
-float quantize_row(DType dtype, const float* x, size_t n, void* codes);
+// returns the row's scale. Throws UsageError for another dtype. The isa picks the build, as for
+// quantize_key_row_int8 below (int8 has AVX2 and AVX-512 ones; every build gives the same bits).
+float quantize_row(DType dtype, const float* x, size_t n, void* codes, KernelIsa isa = KernelIsa::kAuto);
 
 // int8 keys are asymmetric: key ~ scale * code + offset, with scale and offset as two f16 in the
 // row's 4 scale bytes (scale in the low half; values and fp8 keep one f32 scale). Why: the keys
@@ -57,8 +59,11 @@ inline constexpr float kInt8FitLowestTopCode = 112.0f;
 // fingerprint asks it without linking the quantizers.
 constexpr bool int8_keys_have_offsets(DType dtype) { return dtype == DType::kInt8; }
 
-// Quantizes an int8 key row into codes and returns its packed f16 scale and offset.
-uint32_t quantize_key_row_int8(const float* x, size_t n, int8_t* codes);
+// Quantizes an int8 key row into codes and returns its packed f16 scale and offset. The isa picks
+// the build (kAuto: best_available_isa()): kAvx512 searches the 16 candidates in one register,
+// kAvx2 in two, kScalar runs the SSE2 reference; every build gives the same bits (a path this
+// CPU lacks throws UsageError, as resolve_isa does).
+uint32_t quantize_key_row_int8(const float* x, size_t n, int8_t* codes, KernelIsa isa = KernelIsa::kAuto);
 uint32_t pack_key_scale_offset(float scale, float offset);
 KeyScaleOffset unpack_key_scale_offset(uint32_t packed);
 
@@ -66,8 +71,12 @@ KeyScaleOffset unpack_key_scale_offset(uint32_t packed);
 // kInt8FitElementBudget / n, at most kInt8FitMaxCandidates, and 1 where that would be below 4
 // (16 for 8 elements, 8 for 16, 4 for 32, 1 from 33: rows that wide take the midpoint and
 // range / 254 only, where fitting would lower the error a few percent for several passes over
-// the row). Candidates are tried four at a time, one per SSE2 lane.
-size_t int8_key_fit_candidates(size_t n);
+// the row). The SSE2 build tries them four at a time, one per lane; AVX2 eight, AVX-512 all 16.
+constexpr size_t int8_key_fit_candidates(size_t n) {
+  const size_t budget = n <= 1 ? kInt8FitElementBudget : kInt8FitElementBudget / n;
+  const size_t candidates = budget < kInt8FitMaxCandidates ? budget : kInt8FitMaxCandidates;
+  return candidates >= 4 ? candidates : 1;  // fewer would leave SSE2 lanes idle for a small gain
+}
 
 // out[i] = scale * code[i], in f32 (exact but for the one rounding of the product).
 void dequantize_row(DType dtype, const void* codes, float scale, size_t n, float* out);
