@@ -53,10 +53,20 @@ struct Avx2Isa {
   // bytes of a 32-bit lane (vpdpbusd's layout), in kQuadVecs vectors of 8 dimensions, in natural
   // order (built from 128-bit unpacks); the tail of a head goes kTailDims at a time.
   static constexpr int kPairDims = 16;
+  // Tokens per int8 score block of 4 rows: vpdpwssd adds in place, so 12 accumulators + 3 keys +
+  // the query fill the 16 registers; vpmaddwd + vpaddd need a register for each product, and with
+  // 3 tokens GCC spilled an accumulator for about every product (117 stores and reloads per 96
+  // vpmaddwd), so 2 tokens (8 accumulators) without VNNI.
+  static constexpr int kIntScoreTokens = kVnni ? 3 : 2;
   static constexpr int kQuadDims = 16;
   static constexpr int kQuadVecs = 2;  // 4 rows x 2 accumulators
   static constexpr int kTailDims = 8;
   static constexpr bool kQuadsPermuted = false;
+  // Without VNNI the value blocks take tokens in pairs instead (pv_block_int8_pairs): emulating
+  // vpdpbusd costs about nine instructions (byte splits, two vpmaddwd, two adds) per product vector
+  // and spilled; two tokens' codes widened to int16 pairs once per quad and multiplied by their two
+  // weight codes (int16) with one vpmaddwd and one add per vector give the same int32 sums.
+  static constexpr bool kPairedValues = !kVnni;
   static IVec izero() { return _mm256_setzero_si256(); }
   static IVec load_k16(const int8_t* p) {
     return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
@@ -74,7 +84,7 @@ struct Avx2Isa {
       return acc;
 #endif
     }
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+    return madd_add(acc, a, b);
   }
   static __m256i fold_i(IVec v) { return v; }
   // As Avx512Isa::dpbusd (AVX-VNNI's vpdpbusd, or two vpmaddwd).
@@ -111,6 +121,41 @@ struct Avx2Isa {
     int32_t quad;
     __builtin_memcpy(&quad, w, sizeof quad);
     return _mm256_set1_epi32(quad);
+  }
+  // Dimensions [d, d + kQuadDims) of four tokens' value rows as int16 pairs, in natural order:
+  // lane k of first[i] holds (token 0, token 1) of dimension d + 8i + k, of second[i] tokens 2, 3.
+  static void interleave_pairs(const int8_t* const* v, size_t d, IVec (&first)[kQuadVecs], IVec (&second)[kQuadVecs]) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(v[0] + d));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(v[1] + d));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(v[2] + d));
+    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(v[3] + d));
+    first[0] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(a, b));
+    first[1] = _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(a, b));
+    second[0] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(c, e));
+    second[1] = _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(c, e));
+  }
+  // kTailDims dimensions at d, as interleave_pairs.
+  static void interleave_pairs_tail(const int8_t* const* v, size_t d, IVec (&first)[1], IVec (&second)[1]) {
+    const __m128i a = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(v[0] + d));
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(v[1] + d));
+    const __m128i c = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(v[2] + d));
+    const __m128i e = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(v[3] + d));
+    first[0] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(a, b));
+    second[0] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(c, e));
+  }
+  // Two tokens' weight codes (int16) in every 32-bit lane.
+  static IVec broadcast_pair(const uint16_t* w) {
+    int32_t pair;
+    __builtin_memcpy(&pair, w, sizeof pair);
+    return _mm256_set1_epi32(pair);
+  }
+  // acc + vpmaddwd(a, b). The empty asm keeps the sum a chain: integer adds reassociate, and GCC
+  // 12 turned a score block's 64 chained products into a tree, keeping every product on the stack
+  // (73 spills per 64 vpmaddwd).
+  static IVec madd_add(IVec acc, IVec a, IVec b) {
+    IVec sum = _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+    __asm__("" : "+x"(sum));
+    return sum;
   }
   static Vec to_float(IVec v) { return _mm256_cvtepi32_ps(v); }
   static constexpr bool kHasReduce16 = false;  // 12 accumulators at most: fold and hadd

@@ -55,10 +55,12 @@ struct Avx512Isa {
   // each 128-bit lane L (kQuadsPermuted: the kernel puts them back once per task). The tail of a
   // head that is not a whole number of groups goes kTailDims at a time, in natural order.
   static constexpr int kPairDims = 32;
+  static constexpr int kIntScoreTokens = 4;  // 16 accumulators of 32 registers, VNNI or not
   static constexpr int kQuadDims = 64;
   static constexpr int kQuadVecs = 4;  // 4 rows x 4 accumulators
   static constexpr int kTailDims = 16;
   static constexpr bool kQuadsPermuted = true;
+  static constexpr bool kPairedValues = false;  // 32 registers hold the vpdpbusd emulation
   static IVec izero() { return _mm512_setzero_si512(); }
   static IVec load_k16(const int8_t* p) {
     return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));

@@ -1,6 +1,6 @@
 // The int8 blocks of the SIMD attention kernel (attention_tile_simd.h includes this after its
 // Prefetcher, reduce8 and for_each_row_block; see attention_tile.h for the arithmetic):
-//   - qk_block_int8: scores of up to 4 query rows (int16 codes) x Isa::kScoreTokens tokens, a key
+//   - qk_block_int8: scores of up to 4 query rows (int16 codes) x Isa::kIntScoreTokens tokens, a key
 //     chunk widened to int16 once and multiplied into 4 rows' int32 accumulators (vpdpwssd: two
 //     products and the add per 32-bit lane), reduced with hadd trees like the f32 blocks;
 //   - softmax_weights_rows: the softmax of up to 4 rows' scores, and their weights p * v_scale
@@ -90,7 +90,7 @@ __attribute__((noinline)) void qk_block_int8(const int16_t* q, size_t qstride, s
 template <class Isa, int NR, int kChunks>
 void qk_rows_int8(const int16_t* q, size_t qstride, size_t dim, const int8_t* const* keys, int n, float* s,
                   Prefetcher& pf) {
-  constexpr int kTokens = NR >= 3 ? Isa::kScoreTokens : 8 / NR;
+  constexpr int kTokens = NR >= 3 ? Isa::kIntScoreTokens : 8 / NR;
   int j = 0;
   for (; j + kTokens <= n; j += kTokens)
     qk_block_int8<Isa, NR, kTokens, kChunks>(q, qstride, dim, keys + j, s + j, pf);
@@ -254,10 +254,58 @@ __attribute__((noinline)) void pv_block_int8(const uint8_t* w, const float* step
   }
 }
 
+// As pv_block_int8 for an ISA without vpdpbusd (Isa::kPairedValues): each token quad as two
+// pairs, their codes widened to int16 and multiplied by the pairs' weight codes (int16, w) with
+// vpmaddwd. The int32 sums are the same.
+template <class Isa, int NR, bool kTail>
+__attribute__((noinline)) void pv_block_int8_pairs(const uint16_t* w, const float* step, const int8_t* const* values,
+                                                   int quads, size_t d0, float* acc, size_t dim, Prefetcher& pf) {
+  using IVec = typename Isa::IVec;
+  constexpr int kAcc = kTail ? 1 : Isa::kQuadVecs;
+  pf.step();
+  IVec a[NR][kAcc];
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; ++r)
+#pragma GCC unroll 8
+    for (int c = 0; c < kAcc; ++c) a[r][c] = Isa::izero();
+  for (int j = 0; j < quads; ++j) {
+    IVec first[kAcc], second[kAcc];  // tokens 4j, 4j + 1 and 4j + 2, 4j + 3
+    if constexpr (kTail) {
+      Isa::interleave_pairs_tail(values + 4 * j, d0, first, second);
+    } else {
+      Isa::interleave_pairs(values + 4 * j, d0, first, second);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) {
+      const IVec w01 = Isa::broadcast_pair(w + r * kTileTokens + 4 * j);
+      const IVec w23 = Isa::broadcast_pair(w + r * kTileTokens + 4 * j + 2);
+#pragma GCC unroll 8
+      for (int c = 0; c < kAcc; ++c) a[r][c] = Isa::madd_add(Isa::madd_add(a[r][c], first[c], w01), second[c], w23);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; ++r) {
+    const auto sr = Isa::broadcast(step + r);
+#pragma GCC unroll 8
+    for (int c = 0; c < kAcc; ++c) {
+      float* p = acc + static_cast<size_t>(r) * dim + d0 + static_cast<size_t>(c) * Isa::kLanes;
+      Isa::store(p, Isa::fmadd(Isa::to_float(a[r][c]), sr, Isa::load(p)));
+    }
+  }
+}
+
 template <class Isa, int NR>
 void pv_rows_int8(const uint8_t* w, const float* step, const int8_t* const* values, int quads, float* acc, size_t dim,
                   Prefetcher& pf) {
   size_t d = 0;
+  if constexpr (Isa::kPairedValues) {  // the weight codes widened once for all strips
+    alignas(32) uint16_t w16[NR * kTileTokens];
+    for (int i = 0; i < NR * kTileTokens; ++i) w16[i] = w[i];
+    for (; d + Isa::kQuadDims <= dim; d += Isa::kQuadDims)
+      pv_block_int8_pairs<Isa, NR, false>(w16, step, values, quads, d, acc, dim, pf);
+    for (; d < dim; d += Isa::kTailDims) pv_block_int8_pairs<Isa, NR, true>(w16, step, values, quads, d, acc, dim, pf);
+    return;
+  }
   for (; d + Isa::kQuadDims <= dim; d += Isa::kQuadDims)
     pv_block_int8<Isa, NR, false>(w, step, values, quads, d, acc, dim, pf);
   for (; d < dim; d += Isa::kTailDims) pv_block_int8<Isa, NR, true>(w, step, values, quads, d, acc, dim, pf);

@@ -27,9 +27,10 @@
 // Isa provides: Vec, kLanes, kScoreTokens, kValueChunks, kPrefetchInLoops (prefetch a few lines
 // per inner-loop iteration rather than a burst per block), zero, load, store, broadcast, fmadd,
 // load_f16, load_bf16, load_i8, load_fp8 and fold (a Vec to 8 lanes with the same sum); for the
-// int8 path IVec, kPairDims, kQuadDims, kQuadVecs, kTailDims, kQuadsPermuted, izero,
-// load_k16(_half), load_q16, dpwssd, dpbusd, fold_i, interleave_quad(_tail), broadcast_quad,
-// to_float and reduce16 (see attention_tile_int8.h and the ISA headers). The softmax works on
+// int8 path IVec, kPairDims, kIntScoreTokens, kQuadDims, kQuadVecs, kTailDims, kQuadsPermuted,
+// kPairedValues, izero, load_k16(_half), load_q16, dpwssd, dpbusd, fold_i, interleave_quad(_tail),
+// broadcast_quad, to_float and reduce16, and with kPairedValues interleave_pairs(_tail),
+// broadcast_pair and madd_add (see attention_tile_int8.h and the ISA headers). The softmax works on
 // 8-lane AVX2 vectors under both ISAs (a tile's 24 scores are three of them); the int8 softmax
 // takes their exponentials two at a time on AVX-512 (exp256_all).
 #pragma once
@@ -525,7 +526,8 @@ void attend(const RowGroupTask& task) {
   // Prefetcher steps per head and tile (see Isa::kPrefetchInLoops): one per score block and value
   // strip, or one per vector of a score block's dot products and per token of a value strip.
   const long vectors = static_cast<long>(dim / Isa::kLanes);
-  const long score_blocks = (kTileTokens + Isa::kScoreTokens - 1) / Isa::kScoreTokens;
+  constexpr int kScoreTokens = kInteger ? Isa::kIntScoreTokens : Isa::kScoreTokens;
+  const long score_blocks = (kTileTokens + kScoreTokens - 1) / kScoreTokens;
   const long value_strips = (vectors + Isa::kValueChunks - 1) / Isa::kValueChunks;
   const long int_strips = value_strips_int8<Isa>(dim);  // int8: value strips per row block
   const long steps_per_head =
