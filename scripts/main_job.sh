@@ -4,8 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=build/pagedkv
-# Tiny models on shared machines: never let idle OpenMP threads spin.
-export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+# (The CLI picks its OpenMP wait policy itself: a short spin, then sleep; tools/pagedkv/openmp_defaults.cpp.)
 
 echo "== pagedkv plan: how many KV blocks Llama-2-70B gets in 43 GB (the reference texts' example) =="
 $BIN plan --model llama-2-70b --kv-memory 43GB --block-size 16 --kv-dtype fp16
