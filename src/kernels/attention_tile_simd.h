@@ -443,6 +443,30 @@ inline void softmax_row(float* s, int lo, int hi, float softcap, float& row_max,
   row_sum = row_sum * correction + hsum(sum);
 }
 
+// The scales of one KV head in a tile's n slots, scale_offset bytes into each, times
+// L::kScaleFactor, and zero past n: int8 keys hold an f16 scale and an f16 offset
+// (storage/kv_quantize.h), fp8 keys an f32 scale, values an f32 scale. (Converting 8 at a time
+// measured no faster: the time here is the first touch of each slot's scale line.)
+template <class L, class T>
+void load_tile_scales(const T* const* key_slots, const T* const* value_slots, int n, size_t scale_offset,
+                      float* key_scale, float* key_offset, float* value_scale) {
+  for (int j = 0; j < n; ++j) {
+    const char* key_scales = reinterpret_cast<const char*>(key_slots[j]) + scale_offset;
+    if constexpr (IntegerDot<L>) {
+      uint16_t scale_and_offset[2];
+      std::memcpy(scale_and_offset, key_scales, sizeof scale_and_offset);
+      key_scale[j] = _cvtsh_ss(scale_and_offset[0]);
+      key_offset[j] = _cvtsh_ss(scale_and_offset[1]);
+    } else {
+      std::memcpy(&key_scale[j], key_scales, sizeof(float));
+    }
+    std::memcpy(&value_scale[j], reinterpret_cast<const char*>(value_slots[j]) + scale_offset, sizeof(float));
+    key_scale[j] *= L::kScaleFactor;
+    value_scale[j] *= L::kScaleFactor;
+  }
+  for (int j = n; j < kTileTokens; ++j) key_scale[j] = key_offset[j] = value_scale[j] = 0.0f;
+}
+
 // One tile of one KV head (h of the task) on the integer path: scores, softmax, weights to 8-bit
 // codes, values.
 template <class Isa>
@@ -582,21 +606,8 @@ void attend(const RowGroupTask& task) {
       if constexpr (ScaledRows<L>) {
         const size_t scale_offset =
             task.kv->rows_bytes() + static_cast<size_t>(task.first_kv_head + h) * kKVScaleBytes;
-        for (int j = 0; j < n; ++j) {
-          if constexpr (kInteger) {  // int8 keys: an f16 scale and offset (storage/kv_quantize.h)
-            uint16_t so[2];
-            std::memcpy(so, reinterpret_cast<const char*>(key_slots[buffer][j]) + scale_offset, sizeof so);
-            key_scale[j] = _cvtsh_ss(so[0]);
-            key_offset[j] = _cvtsh_ss(so[1]);
-          } else {
-            std::memcpy(&key_scale[j], reinterpret_cast<const char*>(key_slots[buffer][j]) + scale_offset, sizeof(float));
-          }
-          std::memcpy(&value_scale[j], reinterpret_cast<const char*>(value_slots[buffer][j]) + scale_offset,
-                      sizeof(float));
-          key_scale[j] *= L::kScaleFactor;
-          value_scale[j] *= L::kScaleFactor;
-        }
-        for (int j = n; j < kTileTokens; ++j) key_scale[j] = key_offset[j] = value_scale[j] = 0.0f;
+        load_tile_scales<L>(key_slots[buffer], value_slots[buffer], n, scale_offset, key_scale, key_offset,
+                            value_scale);
       }
       if constexpr (kInteger) {  // (task.query is unset: the integer path reads the query codes)
         attend_tile_int8<Isa>(task, h, tile, n, keys, values, key_scale, key_offset, value_scale, scores.data(),
