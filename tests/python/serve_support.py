@@ -34,10 +34,12 @@ class Server:
     def __init__(self, *args, start_timeout=60.0, env=None, wrap=(), binary=None, command="serve", port=0):
         """`wrap`: a command prefix that execs the server (same pid), e.g. to run it in its own
         mount namespace; `binary`: another build of pagedkv (an ASan one); `command`: "router"
-        starts `pagedkv router` instead; `port`: a fixed port (a restart on the same address)."""
+        starts `pagedkv router` instead; `port`: a fixed port (a restart on the same address);
+        `env`: variables to add, a value of None removes one."""
         cmd = [*wrap, str(binary or pagedkv_bin()), command, "--host", "127.0.0.1", "--port", str(port), *map(str, args)]
+        environment = {**os.environ, "OMP_WAIT_POLICY": "passive", **(env or {})}
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     env={**os.environ, "OMP_WAIT_POLICY": "passive", **(env or {})})
+                                     env={k: v for k, v in environment.items() if v is not None})
         self.output = []
         self.base_url = None
         self._pending = b""
