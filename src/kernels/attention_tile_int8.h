@@ -216,6 +216,22 @@ void softmax_weights_rows(const float* s, const int* lo, const int* hi, float so
   }
 }
 
+// acc[r][d0 + c * kLanes ..) += step[r] * a[r][c]: a value strip's exact int32 sums, scaled by
+// each row's weight step, into the f32 accumulators.
+template <class Isa, int NR, int kAcc>
+__attribute__((always_inline)) inline void add_value_sums(const typename Isa::IVec (&a)[NR][kAcc], const float* step,
+                                                          size_t d0, float* acc, size_t dim) {
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; ++r) {
+    const auto sr = Isa::broadcast(step + r);
+#pragma GCC unroll 8
+    for (int c = 0; c < kAcc; ++c) {
+      float* p = acc + static_cast<size_t>(r) * dim + d0 + static_cast<size_t>(c) * Isa::kLanes;
+      Isa::store(p, Isa::fmadd(Isa::to_float(a[r][c]), sr, Isa::load(p)));
+    }
+  }
+}
+
 // acc[r][d0 ..) += step[r] * sum over `quads` token quads j of sum_{i < 4} w[r][4j + i] *
 // v_{4j+i}[d], for NR rows and one value group at d0 (kTail: one tail vector).
 template <class Isa, int NR, bool kTail>
@@ -243,15 +259,7 @@ __attribute__((noinline)) void pv_block_int8(const uint8_t* w, const float* step
       for (int c = 0; c < kAcc; ++c) a[r][c] = Isa::dpbusd(a[r][c], wr, v[c]);
     }
   }
-#pragma GCC unroll 4
-  for (int r = 0; r < NR; ++r) {
-    const auto sr = Isa::broadcast(step + r);
-#pragma GCC unroll 8
-    for (int c = 0; c < kAcc; ++c) {
-      float* p = acc + static_cast<size_t>(r) * dim + d0 + static_cast<size_t>(c) * Isa::kLanes;
-      Isa::store(p, Isa::fmadd(Isa::to_float(a[r][c]), sr, Isa::load(p)));
-    }
-  }
+  add_value_sums<Isa, NR, kAcc>(a, step, d0, acc, dim);
 }
 
 // As pv_block_int8 for an ISA without vpdpbusd (Isa::kPairedValues): each token quad as two
@@ -283,15 +291,7 @@ __attribute__((noinline)) void pv_block_int8_pairs(const uint16_t* w, const floa
       for (int c = 0; c < kAcc; ++c) a[r][c] = Isa::madd_add(Isa::madd_add(a[r][c], first[c], w01), second[c], w23);
     }
   }
-#pragma GCC unroll 4
-  for (int r = 0; r < NR; ++r) {
-    const auto sr = Isa::broadcast(step + r);
-#pragma GCC unroll 8
-    for (int c = 0; c < kAcc; ++c) {
-      float* p = acc + static_cast<size_t>(r) * dim + d0 + static_cast<size_t>(c) * Isa::kLanes;
-      Isa::store(p, Isa::fmadd(Isa::to_float(a[r][c]), sr, Isa::load(p)));
-    }
-  }
+  add_value_sums<Isa, NR, kAcc>(a, step, d0, acc, dim);
 }
 
 template <class Isa, int NR>
