@@ -4,8 +4,11 @@
 #include <hiredis/hiredis.h>
 #include <hiredis/sds.h>
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 
 #include "pagedkv/core/error.h"
@@ -27,10 +30,40 @@ using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
 
 bool is_oom(const redisReply& r) { return r.type == REDIS_REPLY_ERROR && std::strncmp(r.str, "OOM", 3) == 0; }
 
-// Why a blocking call on `c` failed: a socket timeout reads as EAGAIN.
-std::string io_failure(const redisContext* c) {
-  return c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK) ? "timed out" : std::string(c->errstr);
-}
+// A blocking call on `c` failed because the socket timed out (hiredis reports EAGAIN).
+bool timed_out(const redisContext* c) { return c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK); }
+
+// hiredis sends with write(), so writing into a socket the server has closed raises SIGPIPE, whose
+// default action ends the process. A library must not change the process's signal handling, and
+// that signal goes to the writing thread: block it in this thread for one call, and take back a
+// SIGPIPE the call raised (the write itself fails with EPIPE, which the call handles).
+class SigpipeBlockedInThisThread {
+ public:
+  SigpipeBlockedInThisThread() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    sigset_t pending;
+    already_pending_ = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
+    pthread_sigmask(SIG_BLOCK, &pipe_, &previous_);
+  }
+  ~SigpipeBlockedInThisThread() {
+    const int saved_errno = errno;
+    sigset_t pending;
+    if (!already_pending_ && sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1) {
+      const timespec no_wait{};
+      while (sigtimedwait(&pipe_, nullptr, &no_wait) < 0 && errno == EINTR) {
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
+    errno = saved_errno;
+  }
+  SigpipeBlockedInThisThread(const SigpipeBlockedInThisThread&) = delete;
+  SigpipeBlockedInThisThread& operator=(const SigpipeBlockedInThisThread&) = delete;
+
+ private:
+  sigset_t pipe_{}, previous_{};
+  bool already_pending_ = false;
+};
 
 }  // namespace
 
@@ -47,6 +80,11 @@ RemoteStatus RedisStore::fail(std::string why) {
     c_ = nullptr;
   }
   return RemoteStatus::kUnavailable;
+}
+
+RemoteStatus RedisStore::fail_io() {
+  io_timed_out_ = timed_out(c_);
+  return fail(io_timed_out_ ? "timed out" : std::string(c_->errstr));
 }
 
 bool RedisStore::refuse(std::string why) {
@@ -87,11 +125,26 @@ bool RedisStore::connect() {
   return true;
 }
 
+template <typename Attempt>
+RemoteStatus RedisStore::with_reconnect(Attempt&& attempt) {
+  const SigpipeBlockedInThisThread no_sigpipe;
+  const bool reused = c_ != nullptr;
+  replies_read_ = 0;
+  io_timed_out_ = false;
+  RemoteStatus st = attempt();
+  // A server restart leaves a kept connection dead, and only its next use says so (EOF, a reset,
+  // EPIPE). Nothing was answered on it, and EXISTS, GET and SET of content-addressed keys are
+  // idempotent: resend once on a new connection. A timeout is a slow server, not a dead socket.
+  if (st == RemoteStatus::kUnavailable && reused && replies_read_ == 0 && !io_timed_out_) st = attempt();
+  return st;
+}
+
 template <typename OnReply>
 RemoteStatus RedisStore::read_replies(size_t n, OnReply&& on_reply) {
   for (size_t i = 0; i < n; ++i) {
     void* raw = nullptr;
-    if (redisGetReply(c_, &raw) != REDIS_OK || raw == nullptr) return fail(io_failure(c_));
+    if (redisGetReply(c_, &raw) != REDIS_OK || raw == nullptr) return fail_io();
+    ++replies_read_;
     Reply r(static_cast<redisReply*>(raw));
     on_reply(i, *r);
   }
@@ -99,6 +152,10 @@ RemoteStatus RedisStore::read_replies(size_t n, OnReply&& on_reply) {
 }
 
 RemoteStatus RedisStore::exists(std::span<const std::string> keys, std::vector<uint8_t>& present) {
+  return with_reconnect([&] { return exists_once(keys, present); });
+}
+
+RemoteStatus RedisStore::exists_once(std::span<const std::string> keys, std::vector<uint8_t>& present) {
   present.assign(keys.size(), 0);
   if (keys.empty()) return RemoteStatus::kOk;
   if (!connect()) return RemoteStatus::kUnavailable;
@@ -120,6 +177,11 @@ RemoteStatus RedisStore::exists(std::span<const std::string> keys, std::vector<u
 }
 
 RemoteStatus RedisStore::get(std::span<const std::string> keys,
+                             const std::function<void(size_t, std::span<const std::byte>)>& on_value) {
+  return with_reconnect([&] { return get_once(keys, on_value); });
+}
+
+RemoteStatus RedisStore::get_once(std::span<const std::string> keys,
                              const std::function<void(size_t, std::span<const std::byte>)>& on_value) {
   if (keys.empty()) return RemoteStatus::kOk;
   if (!connect()) return RemoteStatus::kUnavailable;
@@ -147,6 +209,11 @@ RemoteStatus RedisStore::get(std::span<const std::string> keys,
 
 RemoteStatus RedisStore::set(std::span<const std::string> keys, std::span<const std::span<const std::byte>> values,
                              std::vector<uint8_t>& stored) {
+  return with_reconnect([&] { return set_once(keys, values, stored); });
+}
+
+RemoteStatus RedisStore::set_once(std::span<const std::string> keys, std::span<const std::span<const std::byte>> values,
+                             std::vector<uint8_t>& stored) {
   stored.assign(keys.size(), 0);
   if (keys.empty()) return RemoteStatus::kOk;
   if (!connect()) return RemoteStatus::kUnavailable;
@@ -156,7 +223,7 @@ RemoteStatus RedisStore::set(std::span<const std::string> keys, std::span<const 
     redisAppendCommandArgv(c_, 3, argv, lens);
     if (options_.write_chunk_bytes > 0 && sdslen(c_->obuf) >= options_.write_chunk_bytes) {  // see RedisStoreOptions
       for (int done = 0; !done;)
-        if (redisBufferWrite(c_, &done) != REDIS_OK) return fail(io_failure(c_));
+        if (redisBufferWrite(c_, &done) != REDIS_OK) return fail_io();
     }
   }
   bool full = false, error_reply = false;
@@ -173,6 +240,10 @@ RemoteStatus RedisStore::set(std::span<const std::string> keys, std::span<const 
 }
 
 RemoteStatus RedisStore::ping() {
+  return with_reconnect([&] { return ping_once(); });
+}
+
+RemoteStatus RedisStore::ping_once() {
   if (!connect()) return RemoteStatus::kUnavailable;
   const char* argv[] = {"PING"};
   const size_t lens[] = {4};

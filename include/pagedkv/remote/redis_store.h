@@ -53,14 +53,26 @@ class RedisStore final : public RemoteStore {
  private:
   bool connect();
   RemoteStatus fail(std::string why);  // drops the connection: replies may still be in flight
+  RemoteStatus fail_io();              // fail() after hiredis' I/O on the connection failed
   bool refuse(std::string why);        // fail() for connect()
   // Sends what was appended and reads `n` replies, calling on_reply(i, reply) for each.
   template <typename OnReply>
   RemoteStatus read_replies(size_t n, OnReply&& on_reply);
+  // Runs one call, and once more on a new connection when a kept one turned out dead.
+  template <typename Attempt>
+  RemoteStatus with_reconnect(Attempt&& attempt);
+  RemoteStatus exists_once(std::span<const std::string> keys, std::vector<uint8_t>& present);
+  RemoteStatus get_once(std::span<const std::string> keys,
+                        const std::function<void(size_t, std::span<const std::byte>)>& on_value);
+  RemoteStatus set_once(std::span<const std::string> keys, std::span<const std::span<const std::byte>> values,
+                        std::vector<uint8_t>& stored);
+  RemoteStatus ping_once();
 
   RedisStoreOptions options_;
   redisContext* c_ = nullptr;
   std::string error_;
+  size_t replies_read_ = 0;    // in the current call
+  bool io_timed_out_ = false;  // the current call's I/O failure was a socket timeout
 };
 
 // Connections for the remote tier (TierConfig::remote_store); each call opens a new, unconnected one.
