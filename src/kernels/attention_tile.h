@@ -7,7 +7,7 @@
 // the query rows that read that head (the query heads of its GQA group, times a few query tokens).
 // The kernel reads the range once, a tile of kTileTokens tokens at a time, found through the
 // request's block table: consecutive tokens, or, for decode over scattered blocks, a few tokens
-// from each of four parts of the range (TileWalk in attention_tile_simd.h); within a tile it
+// from each of four or eight parts of the range (TileWalk in attention_tile_walk.h); within a tile it
 // handles the heads one after the other, so with all heads in one task each slot is read whole.
 // It keeps an online softmax per row and returns the unnormalised sum of exp(score - max) *
 // value, the max and the sum of exp(score - max), so that partial results over disjoint token

@@ -236,7 +236,7 @@ void attend_rows_scalar(const RowGroupTask& task) {
   const size_t read_offset = static_cast<size_t>(task.first_kv_head) * udim * kv.element_bytes();
   const size_t read_bytes = static_cast<int>(heads) == kv.num_kv_heads ? kv.slot_bytes() - read_offset
                                                                         : heads * udim * kv.element_bytes();
-  TileWalk walk(task, streams_from_memory(task, read_bytes));
+  TileWalk walk(task, streams_from_memory(task, read_bytes), read_bytes);
   const std::byte* key_slots[kTileTokens];
   const std::byte* value_slots[kTileTokens];
   float key_scale[kTileTokens], key_offset[kTileTokens], value_scale[kTileTokens];

@@ -565,7 +565,7 @@ void attend(const RowGroupTask& task) {
   // Streams and touching ahead are for K/V that come from DRAM: a task whose K/V fit in the L2
   // (a small model's, or a short range) is read in order and touches nothing ahead.
   const bool streaming = streams_from_memory(task, read_bytes);
-  TileWalk walk(task, streaming);
+  TileWalk walk(task, streaming, read_bytes);
   // A second walk, kTouchDistance tiles ahead, touches one line of each slot: the first access to
   // a scattered block (a TLB miss, under nested paging a long one, and a cold DRAM page) then
   // overlaps the tiles in between instead of stalling the prefetch stream. Measured in-process

@@ -47,31 +47,38 @@ void locate_slots(const RowGroupTask& task, int first, int n, const T** keys, co
 // The order in which a task's context tokens are read, a tile at a time. Normally tile k is the
 // kTileTokens consecutive tokens from token_begin + k * kTileTokens. When every row attends to
 // the whole range (decode: no mask, so the order of tokens within the range does not matter) and
-// the range crosses blocks that are not physically adjacent, the range is cut into kStreams equal
-// parts and tile k takes the next kTileTokens / kStreams tokens of each part, alternating between
-// parts. The hardware prefetcher then follows several block streams at once instead of
+// the range crosses blocks that are not physically adjacent, the range is cut into equal parts,
+// streams(), and tile k takes the next kTileTokens / streams() tokens of each part, alternating
+// between parts. The hardware prefetcher then follows several block streams at once instead of
 // restarting at every scattered block: paged decode from DRAM 5-9% faster for fp32, 0-3% for
-// fp16 (AMD EPYC, two threads, docs/benchmarks.md). Over one physically contiguous range the
-// split costs instead (parts exactly 2^k bytes apart alias in the caches), so it stays
-// consecutive there.
+// fp16 with four parts (AMD EPYC, two threads, docs/benchmarks.md). Tasks that read wide slots
+// (2 KiB or more of K per token: fp16 or fp32 rows of 8 x 128) take eight parts, three tokens
+// each: fp32 paged 4-9 % faster again on AVX-512 and AVX2, fp16 5-10 % on AVX-512; int8 (1 KiB)
+// was 5-10 % slower with eight and stays at four (session 15, docs/benchmarks.md). Over one
+// physically contiguous range the split costs instead (parts exactly 2^k bytes apart alias in the
+// caches), so it stays consecutive there.
 class TileWalk {
  public:
-  static constexpr int kStreams = 4;
-  static constexpr int kPerStream = kTileTokens / kStreams;
-  static_assert(kTileTokens % kStreams == 0);
+  static constexpr int kMaxStreams = 8;
+  static constexpr size_t kWideSlotBytes = 2048;  // from here on, kMaxStreams parts
+  static_assert(kTileTokens % kMaxStreams == 0 && kTileTokens % (kMaxStreams / 2) == 0);
 
   // streaming: the task's K/V are too large to stay in the L2, so the walk is about memory.
-  TileWalk(const RowGroupTask& task, bool streaming) : task_(task) {
+  // read_bytes: what the task reads of each K (or V) slot.
+  TileWalk(const RowGroupTask& task, bool streaming, size_t read_bytes) : task_(task) {
     const int span = task.token_end - task.token_begin;
-    interleaved_ = streaming && task.rows_share_range && span > kStreams && !physically_contiguous(task);
+    streams_ = read_bytes >= kWideSlotBytes ? kMaxStreams : kMaxStreams / 2;
+    interleaved_ = streaming && task.rows_share_range && span > streams_ && !physically_contiguous(task);
     if (interleaved_) {
-      const int part = (span + kStreams - 1) / kStreams;
-      for (int s = 0; s < kStreams; ++s) {
+      per_stream_ = kTileTokens / streams_;
+      const int part = (span + streams_ - 1) / streams_;
+      for (int s = 0; s < streams_; ++s) {
         next_[s] = std::min(task.token_end, task.token_begin + s * part);
         end_[s] = std::min(task.token_end, task.token_begin + (s + 1) * part);
       }
-      num_tiles_ = (part + kPerStream - 1) / kPerStream;
+      num_tiles_ = (part + per_stream_ - 1) / per_stream_;
     } else {
+      streams_ = 1;
       next_[0] = task.token_begin;
       end_[0] = task.token_end;
       num_tiles_ = (span + kTileTokens - 1) / kTileTokens;
@@ -79,6 +86,7 @@ class TileWalk {
   }
 
   int num_tiles() const { return num_tiles_; }
+  int streams() const { return streams_; }
 
   // The slots of the next tile (tiles come in order); returns how many.
   template <class T>
@@ -89,17 +97,17 @@ class TileWalk {
       next_[0] += n;
       return n;
     }
-    const T* part_keys[kStreams][kPerStream];
-    const T* part_values[kStreams][kPerStream];
-    int counts[kStreams];
-    for (int s = 0; s < kStreams; ++s) {
-      counts[s] = std::min(kPerStream, end_[s] - next_[s]);
+    const T* part_keys[kMaxStreams][kTileTokens / (kMaxStreams / 2)];
+    const T* part_values[kMaxStreams][kTileTokens / (kMaxStreams / 2)];
+    int counts[kMaxStreams];
+    for (int s = 0; s < streams_; ++s) {
+      counts[s] = std::min(per_stream_, end_[s] - next_[s]);
       if (counts[s] > 0) locate_slots(task_, next_[s], counts[s], part_keys[s], part_values[s]);
       next_[s] += counts[s];
     }
     int n = 0;
-    for (int i = 0; i < kPerStream; ++i)
-      for (int s = 0; s < kStreams; ++s)
+    for (int i = 0; i < per_stream_; ++i)
+      for (int s = 0; s < streams_; ++s)
         if (i < counts[s]) {
           keys[n] = part_keys[s][i];
           values[n] = part_values[s][i];
@@ -119,8 +127,8 @@ class TileWalk {
 
   const RowGroupTask& task_;
   bool interleaved_ = false;
-  int num_tiles_ = 0;
-  int next_[kStreams] = {}, end_[kStreams] = {};
+  int streams_ = 1, per_stream_ = kTileTokens, num_tiles_ = 0;
+  int next_[kMaxStreams] = {}, end_[kMaxStreams] = {};
 };
 
 }  // namespace

@@ -315,7 +315,8 @@ TEST(AttentionPaged, DecodeOverScatteredAndAdjacentBlocks) {
   // Decode tasks whose K/V stream (over 1 MiB per task: the 2,500- and 4,099-token contexts on
   // one thread) read scattered blocks as interleaved streams (TileWalk), adjacent blocks in
   // order; short ranges stay in order either way. Thread counts change the partitions, so the
-  // streams start at different places.
+  // streams start at different places. Head size 256 makes f32 and f16 slots wide (4 and 2 KiB
+  // of K per token): eight streams instead of four.
   for (int threads : {1, 2, 3}) {
     set_kernel_threads(threads);
     for (DType dtype : kTypes)
@@ -326,6 +327,10 @@ TEST(AttentionPaged, DecodeOverScatteredAndAdjacentBlocks) {
         c.q_heads = 16;
         c.kv_heads = 4;
         c.requests = {{1, 3}, {1, 5}, {1, 97}, {1, 2500}, {1, 4099}};
+        check(c);
+        c.q_heads = 4;
+        c.head_dim = 256;
+        c.requests = {{1, 2500}, {1, 1031}};
         check(c);
       }
   }
