@@ -87,6 +87,31 @@ TEST_F(BenchAttentionCli, Int8AndFp8CasesCountTheScales) {
   }
 }
 
+// --heads and --head-dim set every case's shape: the bytes per token follow it (int8: the scales
+// per KV head too), the report names it, and malformed shapes are usage errors naming the option.
+TEST_F(BenchAttentionCli, HeadsAndHeadDimSetTheShape) {
+  int code = -1;
+  const std::string out =
+      run("'" + bin_ + "' bench attention --quick --json --dtypes fp16,int8 --heads 8/2 --head-dim 256 2>/dev/null", code);
+  ASSERT_EQ(code, 0) << out;
+  const nlohmann::json j = nlohmann::json::parse(out);
+  ASSERT_EQ(j["cases"].size(), 4u);
+  for (const auto& c : j["cases"]) {
+    EXPECT_EQ(c["q_heads"], 8);
+    EXPECT_EQ(c["kv_heads"], 2);
+    EXPECT_EQ(c["head_dim"], 256);
+    const double tokens = c["batch"].get<double>() * c["context_len"].get<double>();
+    const double per_token = c["dtype"] == "fp16" ? 2 * 256 * 2 : 2 * 256 + 2 * 4;
+    EXPECT_EQ(c["kv_bytes_per_layer"].get<double>(), tokens * 2 * per_token) << c.dump();
+    EXPECT_GT(c["gbps"].get<double>(), 0.0);
+  }
+  for (const char* bad : {"--heads 8", "--heads 8/0", "--heads 12/8", "--heads x/2", "--head-dim 0"}) {
+    const std::string err = run("'" + bin_ + "' bench attention --quick " + std::string(bad) + " 2>&1", code);
+    EXPECT_EQ(code, 2) << bad << ": " << err;
+    EXPECT_NE(err.find(std::string(bad).substr(0, 7)), std::string::npos) << err;
+  }
+}
+
 // pagedkv bench kv-dtype on a few short sequences of stories260K: fp16 must be far closer to the
 // f32 cache than int8, and int8 not identical to it (its KV really is quantized).
 TEST_F(BenchAttentionCli, KVDtypeAccuracyReport) {

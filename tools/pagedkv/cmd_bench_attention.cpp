@@ -1,5 +1,5 @@
 // pagedkv bench attention: decode attention (one query token per request) for Llama-like shapes
-// (32 query heads, 8 KV heads, head dim 128), judged against the floor of a memory-bound kernel:
+// (by default 32 query heads, 8 KV heads, head dim 128; --heads and --head-dim change them), judged against the floor of a memory-bound kernel:
 //   1. the machine's read bandwidth, measured in this run with the same thread count;
 //   2. paged decode over a shuffled block table (block size 16): achieved GB/s of K/V read and
 //      its fraction of (1);
@@ -20,7 +20,9 @@
 #include <numeric>
 #include <optional>
 #include <random>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "command.h"
@@ -36,9 +38,14 @@
 namespace pagedkv::cli {
 namespace {
 
-constexpr int kQueryHeads = 32, kKVHeads = 8, kHeadDim = 128;
+// The attention shape of every case.
+struct HeadShape {
+  int q_heads = 32, kv_heads = 8, head_dim = 128;
+};
 
 struct BenchOptions {
+  HeadShape shape;
+  std::string heads = "32/8";  // --heads Q/KV, parsed into shape
   std::vector<std::string> dtypes{"fp32", "fp16"};
   std::vector<int> contexts{1024, 4096, 32768, 65536};
   std::vector<int> batches{1, 8, 32};
@@ -72,25 +79,25 @@ struct CaseResult {
 };
 
 // Bytes of one token's K (or V) for all KV heads: the elements and, for int8/fp8, their scales.
-size_t token_bytes(DType dtype) {
-  return dtype_bytes(dtype, static_cast<size_t>(kKVHeads) * kHeadDim) +
-         (dtype_has_row_scale(dtype) ? static_cast<size_t>(kKVHeads) * kKVScaleBytes : 0);
+size_t token_bytes(const HeadShape& h, DType dtype) {
+  return dtype_bytes(dtype, static_cast<size_t>(h.kv_heads) * static_cast<size_t>(h.head_dim)) +
+         (dtype_has_row_scale(dtype) ? static_cast<size_t>(h.kv_heads) * kKVScaleBytes : 0);
 }
 
 // Bytes of K and V one decode call reads: every request's whole context, every KV head.
-double case_bytes(DType dtype, int context, int batch) {
-  return static_cast<double>(batch) * context * 2.0 * static_cast<double>(token_bytes(dtype));
+double case_bytes(const HeadShape& h, DType dtype, int context, int batch) {
+  return static_cast<double>(batch) * context * 2.0 * static_cast<double>(token_bytes(h, dtype));
 }
 
 // One layer's K plane (V is as large) of a case's pool: the batch's blocks and the null block.
-size_t plane_bytes(DType dtype, int context, int batch, bool paged, int block_size) {
+size_t plane_bytes(const HeadShape& h, DType dtype, int context, int batch, bool paged, int block_size) {
   const int blocks_per_request = paged ? (context + block_size - 1) / block_size : 1;
   const size_t tokens_per_block = static_cast<size_t>(paged ? block_size : context);
   const auto num_blocks = static_cast<size_t>(batch * blocks_per_request + 1);
-  return num_blocks * tokens_per_block * token_bytes(dtype);
+  return num_blocks * tokens_per_block * token_bytes(h, dtype);
 }
-size_t layer_bytes(DType dtype, int context, int batch, bool paged, int block_size) {
-  return (2 * plane_bytes(dtype, context, batch, paged, block_size) + 63) / 64 * 64;
+size_t layer_bytes(const HeadShape& h, DType dtype, int context, int batch, bool paged, int block_size) {
+  return (2 * plane_bytes(h, dtype, context, batch, paged, block_size) + 63) / 64 * 64;
 }
 
 // One buffer, allocated and filled once, holds the K/V of every case: the kernel reads a layer
@@ -135,8 +142,8 @@ class DecodeRun {
     const int blocks_per_request = paged ? (context + o.block_size - 1) / o.block_size : 1;
     const int block_size = paged ? o.block_size : context;
     const int num_blocks = batch * blocks_per_request + 1;  // + the null block
-    const size_t plane = plane_bytes(dtype, context, batch, paged, o.block_size);
-    const size_t layer = layer_bytes(dtype, context, batch, paged, o.block_size);
+    const size_t plane = plane_bytes(o.shape, dtype, context, batch, paged, o.block_size);
+    const size_t layer = layer_bytes(o.shape, dtype, context, batch, paged, o.block_size);
     if (layer * static_cast<size_t>(layers) > buffer.bytes())
       throw InvariantError("bench attention: the K/V buffer is too small for its largest case");
     for (int l = 0; l < layers; ++l) {
@@ -146,8 +153,8 @@ class DecodeRun {
       v.dtype = dtype;
       v.num_blocks = num_blocks;
       v.block_size = block_size;
-      v.num_kv_heads = kKVHeads;
-      v.head_dim = kHeadDim;
+      v.num_kv_heads = o.shape.kv_heads;
+      v.head_dim = o.shape.head_dim;
       views_.push_back(v);
     }
     // Paged: every request's blocks are scattered over the whole pool. Contiguous: request i's
@@ -163,11 +170,11 @@ class DecodeRun {
     batch_.context_lens = context_lens_.data();
     batch_.block_tables = ids_.data();
     batch_.block_table_stride = blocks_per_request;
-    shape_.num_q_heads = kQueryHeads;
-    shape_.num_kv_heads = kKVHeads;
-    shape_.head_dim = kHeadDim;
-    shape_.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
-    query_.resize(static_cast<size_t>(batch) * kQueryHeads * kHeadDim);
+    shape_.num_q_heads = o.shape.q_heads;
+    shape_.num_kv_heads = o.shape.kv_heads;
+    shape_.head_dim = o.shape.head_dim;
+    shape_.scale = 1.0f / std::sqrt(static_cast<float>(o.shape.head_dim));
+    query_.resize(static_cast<size_t>(batch) * static_cast<size_t>(o.shape.q_heads) * static_cast<size_t>(o.shape.head_dim));
     out_.resize(query_.size());
     std::normal_distribution<float> normal(0.0f, 1.0f);
     for (auto& q : query_) q = normal(rng);
@@ -235,6 +242,30 @@ void measure_case(const BenchOptions& o, KVBuffer& buffer, ReadBandwidthProbe& p
   r.paged_over_contiguous = median(ratio);
 }
 
+// --heads Q/KV and --head-dim: Q a multiple of KV (grouped-query attention), all positive.
+HeadShape parse_head_shape(const std::string& heads, int head_dim) {
+  HeadShape h;
+  h.head_dim = head_dim;
+  const size_t slash = heads.find('/');
+  const auto number = [&](std::string_view part, int& out) {
+    size_t used = 0;
+    try {
+      out = std::stoi(std::string(part), &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    return used == part.size() && !part.empty() && out > 0;
+  };
+  if (slash == std::string::npos || !number(std::string_view(heads).substr(0, slash), h.q_heads) ||
+      !number(std::string_view(heads).substr(slash + 1), h.kv_heads))
+    throw ConfigError(fmt::format("--heads must be Q/KV (positive query and KV head counts, e.g. 32/8), got '{}'", heads));
+  if (h.q_heads % h.kv_heads != 0)
+    throw ConfigError(fmt::format("--heads {}: the query heads must be a multiple of the KV heads", heads));
+  if (head_dim < 1 || head_dim > 1024)
+    throw ConfigError(fmt::format("--head-dim must be between 1 and 1024, got {}", head_dim));
+  return h;
+}
+
 int run_bench_attention(BenchOptions o, bool quick) {
   if (quick) {
     o.contexts = {512};
@@ -252,6 +283,7 @@ int run_bench_attention(BenchOptions o, bool quick) {
                                   kernel_threads()));
   if (o.rounds < 1) throw ConfigError(fmt::format("--rounds must be at least 1, got {}", o.rounds));
   if (o.block_size < 1) throw ConfigError(fmt::format("--block-size must be positive, got {}", o.block_size));
+  o.shape = parse_head_shape(o.heads, o.shape.head_dim);
   const KernelIsa isa = resolve_isa(parse_isa(o.isa.c_str(), "--isa"));
   std::vector<DType> dtypes;
   for (const auto& name : o.dtypes) {
@@ -266,7 +298,7 @@ int run_bench_attention(BenchOptions o, bool quick) {
 
   if (!o.json) {
     fmt::print("decode attention, {} query heads / {} KV heads, head dim {}, {} threads, {} path, {} clock\n",
-               kQueryHeads, kKVHeads, kHeadDim, threads, isa_name(isa), o.clock);
+               o.shape.q_heads, o.shape.kv_heads, o.shape.head_dim, threads, isa_name(isa), o.clock);
     fmt::print("read bandwidth ({} MiB streamed, {} threads): {:.1f} GB/s median, {:.1f} best\n",
                bw.bytes >> 20, threads, bw.gbps_median, bw.gbps_best);
     fmt::print("{:>5} {:>7} {:>5} {:>9} {:>6} | {:>6} | {:>9} {:>8} {:>6} | {:>9} {:>8} | {:>8}\n", "dtype", "context",
@@ -281,11 +313,11 @@ int run_bench_attention(BenchOptions o, bool quick) {
   for (DType dtype : dtypes)
     for (int context : o.contexts)
       for (int batch : o.batches) {
-        const double bytes = case_bytes(dtype, context, batch);
+        const double bytes = case_bytes(o.shape, dtype, context, batch);
         if (bytes > o.max_gib * (1 << 30)) continue;
         for (bool paged : {true, false})
           buffer_bytes = std::max(buffer_bytes, static_cast<size_t>(layers_for(bytes)) *
-                                                    layer_bytes(dtype, context, batch, paged, o.block_size));
+                                                    layer_bytes(o.shape, dtype, context, batch, paged, o.block_size));
       }
   KVBuffer buffer(buffer_bytes);
   std::mt19937_64 rng(12345);
@@ -297,7 +329,7 @@ int run_bench_attention(BenchOptions o, bool quick) {
         r.dtype = std::string(dtype_name(dtype));
         r.context = context;
         r.batch = batch;
-        r.kv_bytes = case_bytes(dtype, context, batch);
+        r.kv_bytes = case_bytes(o.shape, dtype, context, batch);
         if (r.kv_bytes > o.max_gib * (1 << 30)) {
           r.skipped = fmt::format("K/V of {:.1f} GiB per layer exceeds --max-gib {}", r.kv_bytes / (1 << 30), o.max_gib);
         } else {
@@ -328,6 +360,9 @@ int run_bench_attention(BenchOptions o, bool quick) {
                        {"kv_bytes_per_layer", r.kv_bytes},
                        {"read_bandwidth_gbps", r.read_bandwidth},
                        {"threads", threads},
+                       {"q_heads", o.shape.q_heads},
+                       {"kv_heads", o.shape.kv_heads},
+                       {"head_dim", o.shape.head_dim},
                        {"clock", o.clock},
                        {"isa", isa_name(isa)}};
       if (r.skipped) {
@@ -357,7 +392,7 @@ int run_bench_attention(BenchOptions o, bool quick) {
 
 const CommandRegistration kBenchAttentionCommand{Command{
     "bench attention",
-    "decode attention GB/s against the measured read bandwidth, paged vs contiguous (Llama-like 32/8 heads, dim 128)",
+    "decode attention GB/s against the measured read bandwidth, paged vs contiguous (Llama-like 32/8 heads, dim 128 by default)",
     [](CLI::App& sub) -> std::function<int()> {
       auto o = std::make_shared<BenchOptions>();
       auto quick = std::make_shared<bool>(false);
@@ -367,6 +402,8 @@ const CommandRegistration kBenchAttentionCommand{Command{
       sub.add_option("--contexts", o->contexts, "context lengths")->delimiter(',')->capture_default_str();
       sub.add_option("--batches", o->batches, "batch sizes")->delimiter(',')->capture_default_str();
       sub.add_option("--block-size", o->block_size, "tokens per block of the paged cache")->capture_default_str();
+      sub.add_option("--heads", o->heads, "query heads / KV heads")->capture_default_str();
+      sub.add_option("--head-dim", o->shape.head_dim, "elements per head")->capture_default_str();
       sub.add_option("--threads", o->threads, "kernel threads (default: all CPUs)");
       sub.add_option("--max-gib", o->max_gib, "skip cases whose K/V per layer exceeds this")->capture_default_str();
       sub.add_option("--rotate-mib", o->rotate_mib, "least bytes read before a layer is reused")->capture_default_str();
