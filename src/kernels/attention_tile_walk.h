@@ -47,9 +47,9 @@ void locate_slots(const RowGroupTask& task, int first, int n, const T** keys, co
 // The order in which a task's context tokens are read, a tile at a time. Normally tile k is the
 // kTileTokens consecutive tokens from token_begin + k * kTileTokens. When every row attends to
 // the whole range (decode: no mask, so the order of tokens within the range does not matter) and
-// the range crosses blocks that are not physically adjacent, the range is cut into equal parts,
-// streams(), and tile k takes the next kTileTokens / streams() tokens of each part, alternating
-// between parts. The hardware prefetcher then follows several block streams at once instead of
+// the range crosses blocks that are not physically adjacent, the range is cut into 4 or 8 equal
+// parts and tile k takes the next kTileTokens / parts tokens of each part, alternating between
+// parts. The hardware prefetcher then follows several block streams at once instead of
 // restarting at every scattered block: paged decode from DRAM 5-9% faster for fp32, 0-3% for
 // fp16 with four parts (AMD EPYC, two threads, docs/benchmarks.md). Tasks that read wide slots
 // (2 KiB or more of K per token: fp16 or fp32 rows of 8 x 128) take eight parts, three tokens
@@ -86,7 +86,6 @@ class TileWalk {
   }
 
   int num_tiles() const { return num_tiles_; }
-  int streams() const { return streams_; }
 
   // The slots of the next tile (tiles come in order); returns how many.
   template <class T>

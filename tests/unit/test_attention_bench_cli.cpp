@@ -92,7 +92,8 @@ TEST_F(BenchAttentionCli, Int8AndFp8CasesCountTheScales) {
 TEST_F(BenchAttentionCli, HeadsAndHeadDimSetTheShape) {
   int code = -1;
   const std::string out =
-      run("'" + bin_ + "' bench attention --quick --json --dtypes fp16,int8 --heads 8/2 --head-dim 256 2>/dev/null", code);
+      run("'" + bin_ + "' bench attention --quick --json --dtypes fp16,int8 --heads 8/2 --head-dim 256 2>/dev/null",
+          code);
   ASSERT_EQ(code, 0) << out;
   const nlohmann::json j = nlohmann::json::parse(out);
   ASSERT_EQ(j["cases"].size(), 4u);

@@ -1,5 +1,6 @@
 // pagedkv bench attention: decode attention (one query token per request) for Llama-like shapes
-// (by default 32 query heads, 8 KV heads, head dim 128; --heads and --head-dim change them), judged against the floor of a memory-bound kernel:
+// (by default 32 query heads, 8 KV heads, head dim 128; --heads and --head-dim change them),
+// judged against the floor of a memory-bound kernel:
 //   1. the machine's read bandwidth, measured in this run with the same thread count;
 //   2. paged decode over a shuffled block table (block size 16): achieved GB/s of K/V read and
 //      its fraction of (1);
@@ -14,13 +15,13 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <memory>
 #include <numeric>
 #include <optional>
 #include <random>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,14 +39,9 @@
 namespace pagedkv::cli {
 namespace {
 
-// The attention shape of every case.
-struct HeadShape {
-  int q_heads = 32, kv_heads = 8, head_dim = 128;
-};
-
 struct BenchOptions {
-  HeadShape shape;
-  std::string heads = "32/8";  // --heads Q/KV, parsed into shape
+  AttentionShape shape{32, 8, 128};  // every case's heads; the scale is set from head_dim
+  std::string heads = "32/8";        // --heads Q/KV, parsed into shape
   std::vector<std::string> dtypes{"fp32", "fp16"};
   std::vector<int> contexts{1024, 4096, 32768, 65536};
   std::vector<int> batches{1, 8, 32};
@@ -79,24 +75,24 @@ struct CaseResult {
 };
 
 // Bytes of one token's K (or V) for all KV heads: the elements and, for int8/fp8, their scales.
-size_t token_bytes(const HeadShape& h, DType dtype) {
-  return dtype_bytes(dtype, static_cast<size_t>(h.kv_heads) * static_cast<size_t>(h.head_dim)) +
-         (dtype_has_row_scale(dtype) ? static_cast<size_t>(h.kv_heads) * kKVScaleBytes : 0);
+size_t token_bytes(const AttentionShape& h, DType dtype) {
+  return dtype_bytes(dtype, static_cast<size_t>(h.num_kv_heads) * static_cast<size_t>(h.head_dim)) +
+         (dtype_has_row_scale(dtype) ? static_cast<size_t>(h.num_kv_heads) * kKVScaleBytes : 0);
 }
 
 // Bytes of K and V one decode call reads: every request's whole context, every KV head.
-double case_bytes(const HeadShape& h, DType dtype, int context, int batch) {
+double case_bytes(const AttentionShape& h, DType dtype, int context, int batch) {
   return static_cast<double>(batch) * context * 2.0 * static_cast<double>(token_bytes(h, dtype));
 }
 
 // One layer's K plane (V is as large) of a case's pool: the batch's blocks and the null block.
-size_t plane_bytes(const HeadShape& h, DType dtype, int context, int batch, bool paged, int block_size) {
+size_t plane_bytes(const AttentionShape& h, DType dtype, int context, int batch, bool paged, int block_size) {
   const int blocks_per_request = paged ? (context + block_size - 1) / block_size : 1;
   const size_t tokens_per_block = static_cast<size_t>(paged ? block_size : context);
   const auto num_blocks = static_cast<size_t>(batch * blocks_per_request + 1);
   return num_blocks * tokens_per_block * token_bytes(h, dtype);
 }
-size_t layer_bytes(const HeadShape& h, DType dtype, int context, int batch, bool paged, int block_size) {
+size_t layer_bytes(const AttentionShape& h, DType dtype, int context, int batch, bool paged, int block_size) {
   return (2 * plane_bytes(h, dtype, context, batch, paged, block_size) + 63) / 64 * 64;
 }
 
@@ -153,7 +149,7 @@ class DecodeRun {
       v.dtype = dtype;
       v.num_blocks = num_blocks;
       v.block_size = block_size;
-      v.num_kv_heads = o.shape.kv_heads;
+      v.num_kv_heads = o.shape.num_kv_heads;
       v.head_dim = o.shape.head_dim;
       views_.push_back(v);
     }
@@ -170,11 +166,10 @@ class DecodeRun {
     batch_.context_lens = context_lens_.data();
     batch_.block_tables = ids_.data();
     batch_.block_table_stride = blocks_per_request;
-    shape_.num_q_heads = o.shape.q_heads;
-    shape_.num_kv_heads = o.shape.kv_heads;
-    shape_.head_dim = o.shape.head_dim;
-    shape_.scale = 1.0f / std::sqrt(static_cast<float>(o.shape.head_dim));
-    query_.resize(static_cast<size_t>(batch) * static_cast<size_t>(o.shape.q_heads) * static_cast<size_t>(o.shape.head_dim));
+    shape_ = o.shape;
+    shape_.scale = 1.0f / std::sqrt(static_cast<float>(shape_.head_dim));
+    query_.resize(static_cast<size_t>(batch) * static_cast<size_t>(shape_.num_q_heads) *
+                  static_cast<size_t>(shape_.head_dim));
     out_.resize(query_.size());
     std::normal_distribution<float> normal(0.0f, 1.0f);
     for (auto& q : query_) q = normal(rng);
@@ -242,28 +237,21 @@ void measure_case(const BenchOptions& o, KVBuffer& buffer, ReadBandwidthProbe& p
   r.paged_over_contiguous = median(ratio);
 }
 
-// --heads Q/KV and --head-dim: Q a multiple of KV (grouped-query attention), all positive.
-HeadShape parse_head_shape(const std::string& heads, int head_dim) {
-  HeadShape h;
-  h.head_dim = head_dim;
-  const size_t slash = heads.find('/');
-  const auto number = [&](std::string_view part, int& out) {
-    size_t used = 0;
-    try {
-      out = std::stoi(std::string(part), &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    return used == part.size() && !part.empty() && out > 0;
+// --heads Q/KV into shape (Q a multiple of KV: grouped-query attention), and shape's --head-dim checked.
+void parse_head_counts(const std::string& heads, AttentionShape& shape) {
+  const auto whole = [](std::string_view text, int& n) {
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+    return ec == std::errc() && end == text.data() + text.size() && n > 0;
   };
-  if (slash == std::string::npos || !number(std::string_view(heads).substr(0, slash), h.q_heads) ||
-      !number(std::string_view(heads).substr(slash + 1), h.kv_heads))
-    throw ConfigError(fmt::format("--heads must be Q/KV (positive query and KV head counts, e.g. 32/8), got '{}'", heads));
-  if (h.q_heads % h.kv_heads != 0)
+  const size_t slash = heads.find('/');
+  if (slash == std::string::npos || !whole(std::string_view(heads).substr(0, slash), shape.num_q_heads) ||
+      !whole(std::string_view(heads).substr(slash + 1), shape.num_kv_heads))
+    throw ConfigError(
+        fmt::format("--heads must be Q/KV (positive query and KV head counts, e.g. 32/8), got '{}'", heads));
+  if (shape.num_q_heads % shape.num_kv_heads != 0)
     throw ConfigError(fmt::format("--heads {}: the query heads must be a multiple of the KV heads", heads));
-  if (head_dim < 1 || head_dim > 1024)
-    throw ConfigError(fmt::format("--head-dim must be between 1 and 1024, got {}", head_dim));
-  return h;
+  if (shape.head_dim < 1 || shape.head_dim > 1024)
+    throw ConfigError(fmt::format("--head-dim must be between 1 and 1024, got {}", shape.head_dim));
 }
 
 int run_bench_attention(BenchOptions o, bool quick) {
@@ -283,7 +271,7 @@ int run_bench_attention(BenchOptions o, bool quick) {
                                   kernel_threads()));
   if (o.rounds < 1) throw ConfigError(fmt::format("--rounds must be at least 1, got {}", o.rounds));
   if (o.block_size < 1) throw ConfigError(fmt::format("--block-size must be positive, got {}", o.block_size));
-  o.shape = parse_head_shape(o.heads, o.shape.head_dim);
+  parse_head_counts(o.heads, o.shape);
   const KernelIsa isa = resolve_isa(parse_isa(o.isa.c_str(), "--isa"));
   std::vector<DType> dtypes;
   for (const auto& name : o.dtypes) {
@@ -298,7 +286,7 @@ int run_bench_attention(BenchOptions o, bool quick) {
 
   if (!o.json) {
     fmt::print("decode attention, {} query heads / {} KV heads, head dim {}, {} threads, {} path, {} clock\n",
-               o.shape.q_heads, o.shape.kv_heads, o.shape.head_dim, threads, isa_name(isa), o.clock);
+               o.shape.num_q_heads, o.shape.num_kv_heads, o.shape.head_dim, threads, isa_name(isa), o.clock);
     fmt::print("read bandwidth ({} MiB streamed, {} threads): {:.1f} GB/s median, {:.1f} best\n",
                bw.bytes >> 20, threads, bw.gbps_median, bw.gbps_best);
     fmt::print("{:>5} {:>7} {:>5} {:>9} {:>6} | {:>6} | {:>9} {:>8} {:>6} | {:>9} {:>8} | {:>8}\n", "dtype", "context",
@@ -360,8 +348,8 @@ int run_bench_attention(BenchOptions o, bool quick) {
                        {"kv_bytes_per_layer", r.kv_bytes},
                        {"read_bandwidth_gbps", r.read_bandwidth},
                        {"threads", threads},
-                       {"q_heads", o.shape.q_heads},
-                       {"kv_heads", o.shape.kv_heads},
+                       {"q_heads", o.shape.num_q_heads},
+                       {"kv_heads", o.shape.num_kv_heads},
                        {"head_dim", o.shape.head_dim},
                        {"clock", o.clock},
                        {"isa", isa_name(isa)}};
@@ -392,7 +380,8 @@ int run_bench_attention(BenchOptions o, bool quick) {
 
 const CommandRegistration kBenchAttentionCommand{Command{
     "bench attention",
-    "decode attention GB/s against the measured read bandwidth, paged vs contiguous (Llama-like 32/8 heads, dim 128 by default)",
+    "decode attention GB/s against the measured read bandwidth, paged vs contiguous (Llama-like 32/8 heads, dim 128 "
+    "by default)",
     [](CLI::App& sub) -> std::function<int()> {
       auto o = std::make_shared<BenchOptions>();
       auto quick = std::make_shared<bool>(false);
