@@ -445,8 +445,9 @@ inline void softmax_row(float* s, int lo, int hi, float softcap, float& row_max,
 
 // The scales of one KV head in a tile's n slots, scale_offset bytes into each, times
 // L::kScaleFactor, and zero past n: int8 keys hold an f16 scale and an f16 offset
-// (storage/kv_quantize.h), fp8 keys an f32 scale, values an f32 scale. (Converting 8 at a time
-// measured no faster: the time here is the first touch of each slot's scale line.)
+// (storage/kv_quantize.h), fp8 keys an f32 scale, values an f32 scale. (For one head, converting 8
+// at a time measured no faster: the time here is the first touch of each slot's scale line. int8
+// tiles read all their heads' scales at once instead: load_tile_scales_int8.)
 template <class L, class T>
 void load_tile_scales(const T* const* key_slots, const T* const* value_slots, int n, size_t scale_offset,
                       float* key_scale, float* key_offset, float* value_scale) {
@@ -465,6 +466,72 @@ void load_tile_scales(const T* const* key_slots, const T* const* value_slots, in
     value_scale[j] *= L::kScaleFactor;
   }
   for (int j = n; j < kTileTokens; ++j) key_scale[j] = key_offset[j] = value_scale[j] = 0.0f;
+}
+
+// Transposes eight rows of eight 32-bit elements (r[i] lane j -> r[j] lane i).
+inline void transpose8x8(__m256i (&r)[8]) {
+  __m256i a[8], b[8];
+  for (int i = 0; i < 8; i += 2) {
+    a[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
+    a[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    b[i] = _mm256_unpacklo_epi64(a[i], a[i + 2]);
+    b[i + 1] = _mm256_unpackhi_epi64(a[i], a[i + 2]);
+    b[i + 2] = _mm256_unpacklo_epi64(a[i + 1], a[i + 3]);
+    b[i + 3] = _mm256_unpackhi_epi64(a[i + 1], a[i + 3]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm256_permute2x128_si256(b[i], b[i + 4], 0x20);
+    r[i + 4] = _mm256_permute2x128_si256(b[i], b[i + 4], 0x31);
+  }
+}
+
+// One KV head's int8 scales in a tile: what load_tile_scales gives (32-byte aligned for the
+// softmax's loads).
+struct alignas(32) TileScalesInt8 {
+  float key_scale[kTileTokens], key_offset[kTileTokens], value_scale[kTileTokens];
+};
+
+// load_tile_scales for all `heads` heads of an int8 tile at once (the same values: f16 to f32 is
+// exact, and int8's scale factor is 1). A slot holds its heads' scales side by side, so eight
+// heads of eight tokens are eight 32-byte loads and a transpose, where the scalar loop took a load,
+// a conversion and a store per value, one head at a time: 8 % of a 4K-token decode call on AVX-512
+// (session 16, docs/benchmarks.md). scale_offset: the first head's scale in a slot.
+template <class Isa>
+void load_tile_scales_int8(const int8_t* const* key_slots, const int8_t* const* value_slots, int n,
+                           size_t scale_offset, int heads, TileScalesInt8* out) {
+  static_assert(kTileTokens % 8 == 0 && LoadInt8<Isa>::kScaleFactor == 1.0f);
+  int h0 = 0;
+  for (; h0 + 8 <= heads; h0 += 8) {
+    const size_t offset = scale_offset + static_cast<size_t>(h0) * kKVScaleBytes;
+    for (int j0 = 0; j0 < kTileTokens; j0 += 8) {
+      __m256i key[8], value[8];  // row i: the eight heads of token j0 + i (zero past n)
+      for (int i = 0; i < 8; ++i) {
+        key[i] = value[i] = _mm256_setzero_si256();
+        if (j0 + i >= n) continue;
+        key[i] = _mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(reinterpret_cast<const char*>(key_slots[j0 + i]) + offset));
+        value[i] = _mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(reinterpret_cast<const char*>(value_slots[j0 + i]) + offset));
+      }
+      transpose8x8(key);  // row h: the eight tokens of head h0 + h (f16 scale low, f16 offset high)
+      transpose8x8(value);
+      for (int h = 0; h < 8; ++h) {
+        TileScalesInt8& t = out[h0 + h];
+        const __m256i scale_bits = _mm256_and_si256(key[h], _mm256_set1_epi32(0xFFFF));
+        const __m256i offset_bits = _mm256_srli_epi32(key[h], 16);
+        // As 16-bit: scales 0-3, offsets 0-3, scales 4-7, offsets 4-7; then scales 0-7, offsets 0-7.
+        const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(scale_bits, offset_bits), 0xD8);
+        _mm256_store_ps(t.key_scale + j0, _mm256_cvtph_ps(_mm256_castsi256_si128(packed)));
+        _mm256_store_ps(t.key_offset + j0, _mm256_cvtph_ps(_mm256_extracti128_si256(packed, 1)));
+        _mm256_store_ps(t.value_scale + j0, _mm256_castsi256_ps(value[h]));
+      }
+    }
+  }
+  for (; h0 < heads; ++h0)  // the last heads, fewer than eight: one at a time
+    load_tile_scales<LoadInt8<Isa>>(key_slots, value_slots, n, scale_offset + static_cast<size_t>(h0) * kKVScaleBytes,
+                                    out[h0].key_scale, out[h0].key_offset, out[h0].value_scale);
 }
 
 // One tile of one KV head (h of the task) on the integer path: scores, softmax, weights to 8-bit
@@ -517,10 +584,12 @@ void attend(const RowGroupTask& task) {
 
   thread_local std::vector<float> scores, key_tile, value_tile, weight_step;
   thread_local std::vector<uint8_t> weight_codes;
+  thread_local std::vector<TileScalesInt8> int8_scales;  // per head: the current tile's
   scores.resize(head_rows * kTileTokens);
   if constexpr (kInteger) {
     weight_codes.resize(head_rows * kTileTokens);
     weight_step.resize(head_rows);
+    int8_scales.resize(static_cast<size_t>(heads));
   }
   if (convert_tiles) {
     key_tile.resize(kTileTokens * dim);
@@ -593,6 +662,10 @@ void attend(const RowGroupTask& task) {
                        heads * steps_per_head);
     }
 
+    if constexpr (kInteger)
+      load_tile_scales_int8<Isa>(key_slots[buffer], value_slots[buffer], n,
+                                 task.kv->rows_bytes() + static_cast<size_t>(task.first_kv_head) * kKVScaleBytes,
+                                 heads, int8_scales.data());
     for (int h = 0; h < heads; ++h) {
       const size_t head_offset = static_cast<size_t>(task.first_kv_head + h) * dim;
       for (int j = 0; j < n; ++j) {
@@ -603,15 +676,16 @@ void attend(const RowGroupTask& task) {
       // token under zero weights.
       if (kInteger)
         for (int j = n; j % 4 != 0; ++j) values[j] = values[n - 1];
-      if constexpr (ScaledRows<L>) {
+      if constexpr (ScaledRows<L> && !kInteger) {
         const size_t scale_offset =
             task.kv->rows_bytes() + static_cast<size_t>(task.first_kv_head + h) * kKVScaleBytes;
         load_tile_scales<L>(key_slots[buffer], value_slots[buffer], n, scale_offset, key_scale, key_offset,
                             value_scale);
       }
       if constexpr (kInteger) {  // (task.query is unset: the integer path reads the query codes)
-        attend_tile_int8<Isa>(task, h, tile, n, keys, values, key_scale, key_offset, value_scale, scores.data(),
-                              weight_codes.data(), weight_step.data(), qstride, prefetcher);
+        const TileScalesInt8& scale = int8_scales[static_cast<size_t>(h)];
+        attend_tile_int8<Isa>(task, h, tile, n, keys, values, scale.key_scale, scale.key_offset, scale.value_scale,
+                              scores.data(), weight_codes.data(), weight_step.data(), qstride, prefetcher);
         continue;
       }
       const float* query = task.query + static_cast<size_t>(h) * head_block;

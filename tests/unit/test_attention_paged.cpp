@@ -386,7 +386,10 @@ TEST(AttentionPaged, KeysFarFromZero) {
 }
 
 TEST(AttentionPaged, GqaRatios) {
-  const std::pair<int, int> heads[] = {{4, 4}, {8, 4}, {8, 2}, {8, 1}, {12, 2}, {16, 2}, {32, 1}};
+  // 8, 12 and 16 KV heads: the int8 tiles' scales are read eight heads at a time, the rest one
+  // at a time.
+  const std::pair<int, int> heads[] = {{4, 4}, {8, 4}, {8, 2}, {8, 1}, {12, 2}, {16, 2}, {32, 1}, {16, 8}, {24, 12},
+                                       {32, 16}};
   for (auto [q, kv] : heads)
     for (DType dtype : {DType::kF32, DType::kF16, DType::kInt8, DType::kFP8}) {
       Case c;
@@ -451,7 +454,7 @@ TEST(AttentionPaged, ShortDecodeBatchesSplitHeadsAndPartitions) {
   // heads of decode tasks too, alone (2-3 threads) or together with context partitions (16).
   for (int threads : {2, 3, 16}) {
     set_kernel_threads(threads);
-    for (DType dtype : {DType::kF32, DType::kF16}) {
+    for (DType dtype : {DType::kF32, DType::kF16, DType::kInt8}) {
       Case c;
       c.dtype = dtype;
       c.q_heads = 32;
@@ -463,6 +466,10 @@ TEST(AttentionPaged, ShortDecodeBatchesSplitHeadsAndPartitions) {
       c.requests = {{1, 2100}};  // 8.6 M: partitions, and with 16 threads heads too
       check(c);
       c.requests = {{1, 1100}, {2, 600}};
+      check(c);
+      c.q_heads = 64;  // 16 KV heads: with 2 threads, tasks of 8 heads from head 0 and from head 8
+      c.kv_heads = 16;
+      c.requests = {{1, 600}};
       check(c);
     }
   }
