@@ -678,9 +678,9 @@ void attend(const RowGroupTask& task) {
         for (int j = n; j % 4 != 0; ++j) values[j] = values[n - 1];
       // int8 from DRAM: the next head's key rows (adjacent in each slot) into the L1 while this
       // head is computed. The Prefetcher brings lines only to the L2, and the score blocks, which
-      // read four tokens' rows at a time, then wait on it: 1-4 % faster at >= 4K tokens, paged
-      // within 3-4 % of contiguous on AVX2 (session 16, docs/benchmarks.md). Not for K/V that fit
-      // in the L2, where it measured 3 % slower.
+      // read four tokens' rows at a time, then wait on it: 1-5 % faster at >= 4K tokens, paged
+      // within 3.5 % of contiguous on AVX2 (session 16, docs/benchmarks.md). Not for K/V that fit
+      // in the L2 (3 % slower there), nor for fp16 (0-15 % slower).
       if constexpr (kInteger) {
         if (streaming && h + 1 < heads)
           for (int j = 0; j < n; ++j)
