@@ -443,29 +443,34 @@ inline void softmax_row(float* s, int lo, int hi, float softcap, float& row_max,
   row_sum = row_sum * correction + hsum(sum);
 }
 
-// The scales of one KV head in a tile's n slots, scale_offset bytes into each, times
+// One KV head's scales in a tile (32-byte aligned for the int8 softmax's loads).
+struct alignas(32) TileScales {
+  float key_scale[kTileTokens], key_offset[kTileTokens], value_scale[kTileTokens];
+};
+
+// The scales of one KV head in a tile's n slots, scale_offset bytes into each, into `out`: times
 // L::kScaleFactor, and zero past n: int8 keys hold an f16 scale and an f16 offset
 // (storage/kv_quantize.h), fp8 keys an f32 scale, values an f32 scale. (For one head, converting 8
 // at a time measured no faster: the time here is the first touch of each slot's scale line. int8
 // tiles read all their heads' scales at once instead: load_tile_scales_int8.)
 template <class L, class T>
 void load_tile_scales(const T* const* key_slots, const T* const* value_slots, int n, size_t scale_offset,
-                      float* key_scale, float* key_offset, float* value_scale) {
+                      TileScales& out) {
   for (int j = 0; j < n; ++j) {
     const char* key_scales = reinterpret_cast<const char*>(key_slots[j]) + scale_offset;
     if constexpr (IntegerDot<L>) {
       uint16_t scale_and_offset[2];
       std::memcpy(scale_and_offset, key_scales, sizeof scale_and_offset);
-      key_scale[j] = _cvtsh_ss(scale_and_offset[0]);
-      key_offset[j] = _cvtsh_ss(scale_and_offset[1]);
+      out.key_scale[j] = _cvtsh_ss(scale_and_offset[0]);
+      out.key_offset[j] = _cvtsh_ss(scale_and_offset[1]);
     } else {
-      std::memcpy(&key_scale[j], key_scales, sizeof(float));
+      std::memcpy(&out.key_scale[j], key_scales, sizeof(float));
     }
-    std::memcpy(&value_scale[j], reinterpret_cast<const char*>(value_slots[j]) + scale_offset, sizeof(float));
-    key_scale[j] *= L::kScaleFactor;
-    value_scale[j] *= L::kScaleFactor;
+    std::memcpy(&out.value_scale[j], reinterpret_cast<const char*>(value_slots[j]) + scale_offset, sizeof(float));
+    out.key_scale[j] *= L::kScaleFactor;
+    out.value_scale[j] *= L::kScaleFactor;
   }
-  for (int j = n; j < kTileTokens; ++j) key_scale[j] = key_offset[j] = value_scale[j] = 0.0f;
+  for (int j = n; j < kTileTokens; ++j) out.key_scale[j] = out.key_offset[j] = out.value_scale[j] = 0.0f;
 }
 
 // Transposes eight rows of eight 32-bit elements (r[i] lane j -> r[j] lane i).
@@ -487,12 +492,6 @@ inline void transpose8x8(__m256i (&r)[8]) {
   }
 }
 
-// One KV head's int8 scales in a tile: what load_tile_scales gives (32-byte aligned for the
-// softmax's loads).
-struct alignas(32) TileScalesInt8 {
-  float key_scale[kTileTokens], key_offset[kTileTokens], value_scale[kTileTokens];
-};
-
 // load_tile_scales for all `heads` heads of an int8 tile at once (the same values: f16 to f32 is
 // exact, and int8's scale factor is 1). A slot holds its heads' scales side by side, so eight
 // heads of eight tokens are eight 32-byte loads and a transpose, where the scalar loop took a load,
@@ -500,7 +499,7 @@ struct alignas(32) TileScalesInt8 {
 // (session 16, docs/benchmarks.md). scale_offset: the first head's scale in a slot.
 template <class Isa>
 void load_tile_scales_int8(const int8_t* const* key_slots, const int8_t* const* value_slots, int n,
-                           size_t scale_offset, int heads, TileScalesInt8* out) {
+                           size_t scale_offset, int heads, TileScales* out) {
   static_assert(kTileTokens % 8 == 0 && LoadInt8<Isa>::kScaleFactor == 1.0f);
   int h0 = 0;
   for (; h0 + 8 <= heads; h0 += 8) {
@@ -518,7 +517,7 @@ void load_tile_scales_int8(const int8_t* const* key_slots, const int8_t* const* 
       transpose8x8(key);  // row h: the eight tokens of head h0 + h (f16 scale low, f16 offset high)
       transpose8x8(value);
       for (int h = 0; h < 8; ++h) {
-        TileScalesInt8& t = out[h0 + h];
+        TileScales& t = out[h0 + h];
         const __m256i scale_bits = _mm256_and_si256(key[h], _mm256_set1_epi32(0xFFFF));
         const __m256i offset_bits = _mm256_srli_epi32(key[h], 16);
         // As 16-bit: scales 0-3, offsets 0-3, scales 4-7, offsets 4-7; then scales 0-7, offsets 0-7.
@@ -531,15 +530,14 @@ void load_tile_scales_int8(const int8_t* const* key_slots, const int8_t* const* 
   }
   for (; h0 < heads; ++h0)  // the last heads, fewer than eight: one at a time
     load_tile_scales<LoadInt8<Isa>>(key_slots, value_slots, n, scale_offset + static_cast<size_t>(h0) * kKVScaleBytes,
-                                    out[h0].key_scale, out[h0].key_offset, out[h0].value_scale);
+                                    out[h0]);
 }
 
 // One tile of one KV head (h of the task) on the integer path: scores, softmax, weights to 8-bit
 // codes, values.
 template <class Isa>
 void attend_tile_int8(const RowGroupTask& task, int h, int tile, int n, const int8_t* const* keys,
-                      const int8_t* const* values, const float* key_scale, const float* key_offset,
-                      const float* value_scale, float* scores,
+                      const int8_t* const* values, const TileScales& scale, float* scores,
                       uint8_t* weight_codes, float* weight_step, size_t qstride, Prefetcher& pf) {
   const size_t dim = static_cast<size_t>(task.kv->head_dim);
   const int rows = task.num_rows;
@@ -560,8 +558,8 @@ void attend_tile_int8(const RowGroupTask& task, int h, int tile, int n, const in
     }
     const auto r = static_cast<size_t>(r0);
     softmax_weights_rows<NR>(scores + r * kTileTokens, lo, hi, task.logit_softcap, query_scale + r, query_sum + r,
-                             key_scale, key_offset, value_scale, row_max + r, row_sum + r, acc + r * dim, dim,
-                             weight_codes + r * kTileTokens, weight_step + r);
+                             scale.key_scale, scale.key_offset, scale.value_scale, row_max + r, row_sum + r,
+                             acc + r * dim, dim, weight_codes + r * kTileTokens, weight_step + r);
   });
   pv_tile_int8<Isa>(weight_codes, weight_step, rows, values, (n + 3) / 4, acc, dim, pf);
 }
@@ -584,7 +582,7 @@ void attend(const RowGroupTask& task) {
 
   thread_local std::vector<float> scores, key_tile, value_tile, weight_step;
   thread_local std::vector<uint8_t> weight_codes;
-  thread_local std::vector<TileScalesInt8> int8_scales;  // per head: the current tile's
+  thread_local std::vector<TileScales> int8_scales;  // per head: the current tile's
   scores.resize(head_rows * kTileTokens);
   if constexpr (kInteger) {
     weight_codes.resize(head_rows * kTileTokens);
@@ -615,7 +613,7 @@ void attend(const RowGroupTask& task) {
   const size_t read_offset = static_cast<size_t>(task.first_kv_head) * dim * sizeof(T);
   const size_t read_bytes = heads == task.kv->num_kv_heads ? task.kv->slot_bytes() - read_offset
                                                            : static_cast<size_t>(heads) * dim * sizeof(T);
-  alignas(32) float key_scale[kTileTokens] = {}, key_offset[kTileTokens] = {}, value_scale[kTileTokens] = {};
+  TileScales scales{};  // fp8: the current head's (int8 keeps every head's, in int8_scales)
   // Prefetcher steps per head and tile (see Isa::kPrefetchInLoops): one per score block and value
   // strip, or one per vector of a score block's dot products and per token of a value strip.
   const long vectors = static_cast<long>(dim / Isa::kLanes);
@@ -690,13 +688,11 @@ void attend(const RowGroupTask& task) {
       if constexpr (ScaledRows<L> && !kInteger) {
         const size_t scale_offset =
             task.kv->rows_bytes() + static_cast<size_t>(task.first_kv_head + h) * kKVScaleBytes;
-        load_tile_scales<L>(key_slots[buffer], value_slots[buffer], n, scale_offset, key_scale, key_offset,
-                            value_scale);
+        load_tile_scales<L>(key_slots[buffer], value_slots[buffer], n, scale_offset, scales);
       }
       if constexpr (kInteger) {  // (task.query is unset: the integer path reads the query codes)
-        const TileScalesInt8& scale = int8_scales[static_cast<size_t>(h)];
-        attend_tile_int8<Isa>(task, h, tile, n, keys, values, scale.key_scale, scale.key_offset, scale.value_scale,
-                              scores.data(), weight_codes.data(), weight_step.data(), qstride, prefetcher);
+        attend_tile_int8<Isa>(task, h, tile, n, keys, values, int8_scales[static_cast<size_t>(h)], scores.data(),
+                              weight_codes.data(), weight_step.data(), qstride, prefetcher);
         continue;
       }
       const float* query = task.query + static_cast<size_t>(h) * head_block;
@@ -717,13 +713,13 @@ void attend(const RowGroupTask& task) {
       for (int r = 0; r < rows; ++r) {
         float* s = scores.data() + static_cast<size_t>(r) * kTileTokens;
         if constexpr (ScaledRows<L>)
-          for (int j = 0; j < n; ++j) s[j] *= key_scale[j];
+          for (int j = 0; j < n; ++j) s[j] *= scales.key_scale[j];
         const int lo = task.rows_share_range ? 0 : std::clamp(task.row_begin[r] - tile, 0, n);
         const int hi = task.rows_share_range ? n : std::clamp(task.row_end[r] - tile, 0, n);
         softmax_row(s, lo, hi, task.logit_softcap, row_max[r], row_sum[r], acc + static_cast<size_t>(r) * dim, dim);
         // The row sum is of the probabilities themselves; the value scales weigh only the rows.
         if constexpr (ScaledRows<L>)
-          for (int j = 0; j < n; ++j) s[j] *= value_scale[j];
+          for (int j = 0; j < n; ++j) s[j] *= scales.value_scale[j];
       }
 
       if (convert_tiles)

@@ -30,6 +30,7 @@
 #include "run_statistics.h"
 #include "pagedkv/core/cpu_clock.h"
 #include "pagedkv/core/error.h"
+#include "pagedkv/core/kv_cache_spec.h"
 #include "pagedkv/kernels/memory_bandwidth.h"
 #include "pagedkv/kernels/paged_attention.h"
 #include "pagedkv/kernels/thread_pool.h"
@@ -74,10 +75,14 @@ struct CaseResult {
   double paged_over_contiguous = 0;  // median over rounds of paged time / contiguous time
 };
 
-// Bytes of one token's K (or V) for all KV heads: the elements and, for int8/fp8, their scales.
+// Bytes of one token's K (or V) for all KV heads: the elements and, for int8/fp8, their scales
+// (half of KVCacheSpec's K plus V).
 size_t token_bytes(const AttentionShape& h, DType dtype) {
-  return dtype_bytes(dtype, static_cast<size_t>(h.num_kv_heads) * static_cast<size_t>(h.head_dim)) +
-         (dtype_has_row_scale(dtype) ? static_cast<size_t>(h.num_kv_heads) * kKVScaleBytes : 0);
+  KVCacheSpec spec;
+  spec.num_kv_heads = h.num_kv_heads;
+  spec.head_dim = h.head_dim;
+  spec.dtype = dtype;
+  return spec.bytes_per_token_per_layer() / 2;
 }
 
 // Bytes of K and V one decode call reads: every request's whole context, every KV head.
@@ -237,7 +242,7 @@ void measure_case(const BenchOptions& o, KVBuffer& buffer, ReadBandwidthProbe& p
   r.paged_over_contiguous = median(ratio);
 }
 
-// --heads Q/KV into shape (Q a multiple of KV: grouped-query attention), and shape's --head-dim checked.
+// --heads Q/KV into shape (Q a multiple of KV: grouped-query attention).
 void parse_head_counts(const std::string& heads, AttentionShape& shape) {
   const auto whole = [](std::string_view text, int& n) {
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
@@ -250,8 +255,6 @@ void parse_head_counts(const std::string& heads, AttentionShape& shape) {
         fmt::format("--heads must be Q/KV (positive query and KV head counts, e.g. 32/8), got '{}'", heads));
   if (shape.num_q_heads % shape.num_kv_heads != 0)
     throw ConfigError(fmt::format("--heads {}: the query heads must be a multiple of the KV heads", heads));
-  if (shape.head_dim < 1 || shape.head_dim > 1024)
-    throw ConfigError(fmt::format("--head-dim must be between 1 and 1024, got {}", shape.head_dim));
 }
 
 int run_bench_attention(BenchOptions o, bool quick) {
@@ -272,6 +275,8 @@ int run_bench_attention(BenchOptions o, bool quick) {
   if (o.rounds < 1) throw ConfigError(fmt::format("--rounds must be at least 1, got {}", o.rounds));
   if (o.block_size < 1) throw ConfigError(fmt::format("--block-size must be positive, got {}", o.block_size));
   parse_head_counts(o.heads, o.shape);
+  if (o.shape.head_dim < 1 || o.shape.head_dim > 1024)
+    throw ConfigError(fmt::format("--head-dim must be between 1 and 1024, got {}", o.shape.head_dim));
   const KernelIsa isa = resolve_isa(parse_isa(o.isa.c_str(), "--isa"));
   std::vector<DType> dtypes;
   for (const auto& name : o.dtypes) {
