@@ -18,10 +18,10 @@ std::byte* slot_address(void* plane, const KVLayerView& layer, int64_t slot) {
   return static_cast<std::byte*>(plane) + static_cast<size_t>(slot) * layer.slot_bytes();
 }
 
-// The int8 keys of one token, every head, with the AVX-512 builds: the rows (rotated where the
-// format says, several at once) go to quantize_key_rows_int8_avx512 up to kRowsAtOnce at a time, which searches
-// several together; the same bytes as quantize_key_row_int8 row by row.
-void quantize_key_slot_avx512(const KVLayerView& layer, const float* src, std::byte* slot, bool rotate) {
+// The int8 keys of one token, every head, with the AVX-512 or AVX2 builds: the rows (rotated
+// where the format says, several at once) go to quantize_key_rows_int8_* up to kRowsAtOnce at a
+// time, which searches several together; the same bytes as quantize_key_row_int8 row by row.
+void quantize_key_slot_simd(const KVLayerView& layer, const float* src, std::byte* slot, bool rotate, bool avx512) {
   constexpr int kRowsAtOnce = 8;
   const auto dim = static_cast<size_t>(layer.head_dim);
   float rotated[kRowsAtOnce * kMaxRotatedHeadDim];
@@ -31,11 +31,19 @@ void quantize_key_slot_avx512(const KVLayerView& layer, const float* src, std::b
     const float* x = src + static_cast<size_t>(h0) * dim;
     if (rotate) {
       std::memcpy(rotated, x, rows * dim * sizeof(float));
-      detail::hadamard_rotate_rows_avx512(rotated, rows, dim);
+      if (avx512) {
+        detail::hadamard_rotate_rows_avx512(rotated, rows, dim);
+      } else {
+        detail::hadamard_rotate_rows_avx2(rotated, rows, dim);
+      }
       x = rotated;
     }
-    detail::quantize_key_rows_int8_avx512(x, rows, dim, reinterpret_cast<int8_t*>(slot + static_cast<size_t>(h0) * dim),
-                                          packed);
+    auto* codes = reinterpret_cast<int8_t*>(slot + static_cast<size_t>(h0) * dim);
+    if (avx512) {
+      detail::quantize_key_rows_int8_avx512(x, rows, dim, codes, packed);
+    } else {
+      detail::quantize_key_rows_int8_avx2(x, rows, dim, codes, packed);
+    }
     std::memcpy(slot + layer.rows_bytes() + static_cast<size_t>(h0) * kKVScaleBytes, packed, rows * kKVScaleBytes);
   }
 }
@@ -51,8 +59,8 @@ void quantize_slot(const KVLayerView& layer, const float* src, std::byte* slot, 
   const bool rotate = keys && keys_are_rotated(layer.dtype, layer.head_dim);
   const bool offset = keys && int8_keys_have_offsets(layer.dtype);
   const bool avx512 = isa == KernelIsa::kAvx512;
-  if (offset && avx512) {  // int8 keys: the heads' rows searched several at once
-    quantize_key_slot_avx512(layer, src, slot, rotate);
+  if (offset && has_avx2(isa)) {  // int8 keys: the heads' rows searched several at once
+    quantize_key_slot_simd(layer, src, slot, rotate, avx512);
     return;
   }
   for (int h = 0; h < layer.num_kv_heads; ++h) {
@@ -70,8 +78,7 @@ void quantize_slot(const KVLayerView& layer, const float* src, std::byte* slot, 
     std::byte* scale_bytes = slot + layer.rows_bytes() + static_cast<size_t>(h) * kKVScaleBytes;
     auto* int8_codes = reinterpret_cast<int8_t*>(codes);
     if (offset) {
-      const uint32_t packed = isa == KernelIsa::kAvx2 ? detail::quantize_key_row_int8_avx2(row, dim, int8_codes)
-                                                      : detail::quantize_key_row_int8_sse2(row, dim, int8_codes);
+      const uint32_t packed = detail::quantize_key_row_int8_sse2(row, dim, int8_codes);  // no AVX2 here
       std::memcpy(scale_bytes, &packed, kKVScaleBytes);
       continue;
     }

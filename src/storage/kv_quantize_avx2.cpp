@@ -1,9 +1,9 @@
 // The int8 rows' AVX2 builds (kv_quantize_simd.h); kv_quantize.cpp has the references. Values:
 // amax / 127 in 8 lanes. Keys: the reference's search with the 16 candidates in two 8-lane
-// registers instead of four groups of four, the best pair picked without a branch per
-// candidate, F16C for the f16 steps and the codes 8 at a time; one row at a time (16 registers
-// leave no room for several). The same operations in the
-// same order on every lane, so the same bits, compiled with -ffp-contract=off (CMakeLists.txt).
+// registers instead of four groups of four, several rows at once (write_kv's heads) with the
+// steps around the pass over the elements in phases across them, the best pair picked without
+// branches, F16C for the f16 steps and the codes 8 at a time. The same operations in the same
+// order on every lane, so the same bits, compiled with -ffp-contract=off (CMakeLists.txt).
 // The few operations that differ from the reference's are those of the AVX-512 build
 // (kv_quantize_avx512.cpp says why each gives the same result): vroundps for the add-and-
 // subtract rounding, no clamp in the search, a multiply by 1 / n for n a power of two, and
@@ -62,93 +62,154 @@ void store_int8_codes(const float* x, size_t n, float offset, float inverse, int
   }
 }
 
-struct Chosen {
-  float scale, offset, inverse;
-};
+KeyRowRange key_row_midpoint(const float* x, size_t n) {
+  return detail::key_row_midpoint(x, n, [](float v) { return f16_value(v); });
+}
 
-// The reference's search_key_steps over `candidates` (4..16) steps, lane l of group g the
-// candidate min(8 g + l, candidates - 1); false where no pair's error is below infinity.
-bool search(const float* x, size_t n, size_t candidates, float lo, float hi, float mid_offset, float half, float x_sum,
-            Chosen& chosen) {
-  // The candidates' top codes: 127 - step * min(l, candidates - 1), step = 15 / (candidates - 1).
-  const float top_step = (kInt8CodeMax - kInt8FitLowestTopCode) / static_cast<float>(candidates - 1);
-  alignas(32) float top_codes[16];
-  for (size_t l = 0; l < 16; ++l)
-    top_codes[l] = kInt8CodeMax - top_step * static_cast<float>(l < candidates - 1 ? l : candidates - 1);
-  const __m256 mid = _mm256_set1_ps(mid_offset);
-  __m256 scale[2], inverse[2], squared_error[2], yc[2], cc[2], cs[2];
-  for (int g = 0; g < 2; ++g) {
-    scale[g] = f16_at_least(_mm256_div_ps(_mm256_set1_ps(half), _mm256_load_ps(top_codes + 8 * g)));
-    inverse[g] = _mm256_div_ps(_mm256_set1_ps(1.0f), scale[g]);
-    squared_error[g] = yc[g] = cc[g] = cs[g] = _mm256_setzero_ps();
+// The reference's search_key_steps for `candidates` (4..16) steps, lane l of group g the
+// candidate min(8 g + l, candidates - 1), for R plain rows of n elements at once (x[r],
+// range[r]); then each row's codes and packed pair. A row where no pair's error is below
+// infinity keeps the midpoint and the smallest f16 step >= half / 127, as the reference does.
+// One row after another, the search mostly waits on its own chains (divisions, f16 rounding,
+// the refined pair's closed form); so the steps before and after the pass over the elements run
+// in phases, each for all R rows before the next, and their chains overlap. The pass itself goes
+// row by row: its eight sums per row fill the 16 registers.
+template <int R>
+void search_and_store(const float* const* x, const KeyRowRange* range, size_t n, size_t candidates,
+                      int8_t* const* codes, uint32_t* packed) {
+  const __m256 top_codes[2] = {_mm256_load_ps(kKeyTopCodes.codes[candidates]),
+                               _mm256_load_ps(kKeyTopCodes.codes[candidates] + 8)};
+  __m256 mid[R], scale[R][2], inverse[R][2];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    mid[r] = _mm256_set1_ps(range[r].mid);
+    for (int g = 0; g < 2; ++g) scale[r][g] = f16_at_least(_mm256_div_ps(_mm256_set1_ps(range[r].half), top_codes[g]));
   }
-  // y = x - mid once per element (n <= 32 here), Σ y² in the reference's order.
-  alignas(32) float centred[32];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+    for (int g = 0; g < 2; ++g) inverse[r][g] = _mm256_div_ps(_mm256_set1_ps(1.0f), scale[r][g]);
+  // y = x - mid once per element (n <= 32 here), Σ y² in the reference's order, the rows side by side.
+  alignas(32) float centred[R][32];
   static_assert(kInt8FitElementBudget / 4 <= 32, "searched rows (4 candidates or more) fit the buffers");
-  float y_squares_sum = 0;
-  for (size_t i = 0; i < n; ++i) {
-    centred[i] = x[i] - mid_offset;
-    y_squares_sum += centred[i] * centred[i];
+  float y_squares_sum[R] = {};
+  for (size_t i = 0; i < n; ++i)
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      centred[r][i] = x[r][i] - range[r].mid;
+      y_squares_sum[r] += centred[r][i] * centred[r][i];
+    }
+  // The pass: vroundps, and no clamp (|y / step| < 127.5 here; kv_quantize_avx512.cpp says why).
+  __m256 squared_error[R][2], yc[R][2], cc[R][2], cs[R][2];
+  for (int r = 0; r < R; ++r) {
+    __m256 se0 = _mm256_setzero_ps(), se1 = se0, yc0 = se0, yc1 = se0, cc0 = se0, cc1 = se0, cs0 = se0, cs1 = se0;
+    const __m256 scale0 = scale[r][0], scale1 = scale[r][1], inverse0 = inverse[r][0], inverse1 = inverse[r][1];
+    for (size_t i = 0; i < n; ++i) {
+      const __m256 y = _mm256_set1_ps(centred[r][i]);
+      const __m256 code0 = _mm256_round_ps(_mm256_mul_ps(y, inverse0), kNearest);
+      const __m256 code1 = _mm256_round_ps(_mm256_mul_ps(y, inverse1), kNearest);
+      const __m256 diff0 = _mm256_sub_ps(y, _mm256_mul_ps(scale0, code0));
+      const __m256 diff1 = _mm256_sub_ps(y, _mm256_mul_ps(scale1, code1));
+      se0 = _mm256_add_ps(se0, _mm256_mul_ps(diff0, diff0));
+      se1 = _mm256_add_ps(se1, _mm256_mul_ps(diff1, diff1));
+      yc0 = _mm256_add_ps(yc0, _mm256_mul_ps(y, code0));
+      yc1 = _mm256_add_ps(yc1, _mm256_mul_ps(y, code1));
+      cc0 = _mm256_add_ps(cc0, _mm256_mul_ps(code0, code0));
+      cc1 = _mm256_add_ps(cc1, _mm256_mul_ps(code1, code1));
+      cs0 = _mm256_add_ps(cs0, code0);
+      cs1 = _mm256_add_ps(cs1, code1);
+    }
+    squared_error[r][0] = se0, squared_error[r][1] = se1, yc[r][0] = yc0, yc[r][1] = yc1;
+    cc[r][0] = cc0, cc[r][1] = cc1, cs[r][0] = cs0, cs[r][1] = cs1;
   }
-  for (size_t i = 0; i < n; ++i) {
-    const __m256 y = _mm256_set1_ps(centred[i]);
+  // The refined pairs, in closed form from the pass's sums, as the reference's search_key_steps
+  // (dividing by n is multiplying by 1 / n where n is a power of two: the same quotient).
+  const __m256 count = _mm256_set1_ps(static_cast<float>(n)), two = _mm256_set1_ps(2.0f), zero = _mm256_setzero_ps();
+  const __m256 inverse_count = _mm256_set1_ps(1.0f / static_cast<float>(n)), inf = _mm256_set1_ps(__builtin_inff());
+  const bool power_of_two = (n & (n - 1)) == 0;
+  __m256 offset[R][2], refined[R][2], own[R][2], fit[R][2];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    const __m256 y_sum = _mm256_set1_ps(range[r].sum - static_cast<float>(n) * range[r].mid);
+    const __m256 y_squares = _mm256_set1_ps(y_squares_sum[r]);
     for (int g = 0; g < 2; ++g) {
-      const __m256 code = _mm256_round_ps(_mm256_mul_ps(y, inverse[g]), kNearest);  // never past +-127 here
-      const __m256 diff = _mm256_sub_ps(y, _mm256_mul_ps(scale[g], code));
-      squared_error[g] = _mm256_add_ps(squared_error[g], _mm256_mul_ps(diff, diff));
-      yc[g] = _mm256_add_ps(yc[g], _mm256_mul_ps(y, code));
-      cc[g] = _mm256_add_ps(cc[g], _mm256_mul_ps(code, code));
-      cs[g] = _mm256_add_ps(cs[g], code);
+      const __m256 det = _mm256_sub_ps(_mm256_mul_ps(count, cc[r][g]), _mm256_mul_ps(cs[r][g], cs[r][g]));
+      const __m256 fitted_scale =
+          _mm256_div_ps(_mm256_sub_ps(_mm256_mul_ps(count, yc[r][g]), _mm256_mul_ps(cs[r][g], y_sum)), det);
+      const __m256 valid =
+          _mm256_and_ps(_mm256_cmp_ps(det, zero, _CMP_GT_OS), _mm256_cmp_ps(fitted_scale, zero, _CMP_GT_OS));
+      const __m256 spare = _mm256_sub_ps(y_sum, _mm256_mul_ps(fitted_scale, cs[r][g]));
+      const __m256 shift_fit = power_of_two ? _mm256_mul_ps(spare, inverse_count) : _mm256_div_ps(spare, count);
+      offset[r][g] = _mm256_blendv_ps(mid[r], f16_round(_mm256_add_ps(mid[r], shift_fit)), valid);
+      const __m256 reach = _mm256_max_ps(_mm256_sub_ps(_mm256_set1_ps(range[r].hi), offset[r][g]),
+                                         _mm256_sub_ps(offset[r][g], _mm256_set1_ps(range[r].lo)));
+      refined[r][g] = f16_at_least(
+          _mm256_max_ps(_mm256_and_ps(valid, fitted_scale), _mm256_div_ps(reach, _mm256_set1_ps(kInt8CodeMax + 0.5f))));
+      const __m256 shift = _mm256_sub_ps(offset[r][g], mid[r]);
+      __m256 e = _mm256_sub_ps(
+          y_squares, _mm256_mul_ps(two, _mm256_add_ps(_mm256_mul_ps(shift, y_sum), _mm256_mul_ps(refined[r][g], yc[r][g]))));
+      e = _mm256_add_ps(e, _mm256_mul_ps(shift, _mm256_add_ps(_mm256_mul_ps(count, shift),
+                                                              _mm256_mul_ps(two, _mm256_mul_ps(refined[r][g], cs[r][g])))));
+      e = _mm256_add_ps(e, _mm256_mul_ps(_mm256_mul_ps(refined[r][g], refined[r][g]), cc[r][g]));
+      // NaN never wins below: as infinity, which never does either.
+      own[r][g] = _mm256_blendv_ps(inf, squared_error[r][g], _mm256_cmp_ps(squared_error[r][g], squared_error[r][g], _CMP_ORD_Q));
+      fit[r][g] = _mm256_blendv_ps(inf, e, _mm256_cmp_ps(e, e, _CMP_ORD_Q));
     }
   }
-  const __m256 count = _mm256_set1_ps(static_cast<float>(n)), two = _mm256_set1_ps(2.0f), zero = _mm256_setzero_ps();
-  const __m256 y_sum = _mm256_set1_ps(x_sum - static_cast<float>(n) * mid_offset);
-  const __m256 y_squares = _mm256_set1_ps(y_squares_sum), inf = _mm256_set1_ps(__builtin_inff());
-  const bool power_of_two = (n & (n - 1)) == 0;
-  alignas(32) float scales[16], refined_scales[16], offsets[16], inverses[16];
-  __m256 own[2], fit[2];
-  for (int g = 0; g < 2; ++g) {
-    const __m256 det = _mm256_sub_ps(_mm256_mul_ps(count, cc[g]), _mm256_mul_ps(cs[g], cs[g]));
-    const __m256 fitted_scale = _mm256_div_ps(_mm256_sub_ps(_mm256_mul_ps(count, yc[g]), _mm256_mul_ps(cs[g], y_sum)), det);
-    const __m256 valid = _mm256_and_ps(_mm256_cmp_ps(det, zero, _CMP_GT_OS), _mm256_cmp_ps(fitted_scale, zero, _CMP_GT_OS));
-    const __m256 spare = _mm256_sub_ps(y_sum, _mm256_mul_ps(fitted_scale, cs[g]));
-    const __m256 shift_fit = power_of_two ? _mm256_mul_ps(spare, _mm256_set1_ps(1.0f / static_cast<float>(n)))
-                                          : _mm256_div_ps(spare, count);
-    const __m256 offset = _mm256_blendv_ps(mid, f16_round(_mm256_add_ps(mid, shift_fit)), valid);
-    const __m256 reach =
-        _mm256_max_ps(_mm256_sub_ps(_mm256_set1_ps(hi), offset), _mm256_sub_ps(offset, _mm256_set1_ps(lo)));
-    const __m256 refined = f16_at_least(
-        _mm256_max_ps(_mm256_and_ps(valid, fitted_scale), _mm256_div_ps(reach, _mm256_set1_ps(kInt8CodeMax + 0.5f))));
-    const __m256 shift = _mm256_sub_ps(offset, mid);
-    __m256 e = _mm256_sub_ps(y_squares, _mm256_mul_ps(two, _mm256_add_ps(_mm256_mul_ps(shift, y_sum), _mm256_mul_ps(refined, yc[g]))));
-    e = _mm256_add_ps(e, _mm256_mul_ps(shift, _mm256_add_ps(_mm256_mul_ps(count, shift), _mm256_mul_ps(two, _mm256_mul_ps(refined, cs[g])))));
-    e = _mm256_add_ps(e, _mm256_mul_ps(_mm256_mul_ps(refined, refined), cc[g]));
-    own[g] = _mm256_blendv_ps(inf, squared_error[g], _mm256_cmp_ps(squared_error[g], squared_error[g], _CMP_ORD_Q));
-    fit[g] = _mm256_blendv_ps(inf, e, _mm256_cmp_ps(e, e, _CMP_ORD_Q));
-    _mm256_store_ps(scales + 8 * g, scale[g]);
-    _mm256_store_ps(inverses + 8 * g, inverse[g]);
-    _mm256_store_ps(refined_scales + 8 * g, refined);
-    _mm256_store_ps(offsets + 8 * g, offset);
+  // The reference keeps the first of the smallest errors in its order (candidate 0's own, its
+  // refined one, candidate 1's own, ...), NaN and infinity never: the smallest finite error in
+  // every lane, then the first lane holding it, its own pair before its refined one, picked with
+  // the compare masks (no branch on which: it is as good as random).
+  __m256 least[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) least[r] = _mm256_min_ps(_mm256_min_ps(own[r][0], fit[r][0]), _mm256_min_ps(own[r][1], fit[r][1]));
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) least[r] = _mm256_min_ps(least[r], _mm256_permute2f128_ps(least[r], least[r], 1));
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) least[r] = _mm256_min_ps(least[r], _mm256_permute_ps(least[r], 0x4E));
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) least[r] = _mm256_min_ps(least[r], _mm256_permute_ps(least[r], 0xB1));
+  for (int r = 0; r < R; ++r) {
+    float chosen_scale, chosen_offset;
+    if (_mm256_cvtss_f32(least[r]) < __builtin_inff()) {
+      alignas(32) float pick_scale[16], pick_offset[16];
+      unsigned hits = 0;
+      for (int g = 0; g < 2; ++g) {
+        const __m256 own_hit = _mm256_cmp_ps(own[r][g], least[r], _CMP_EQ_OQ);
+        const __m256 fit_hit = _mm256_cmp_ps(fit[r][g], least[r], _CMP_EQ_OQ);
+        hits |= static_cast<unsigned>(_mm256_movemask_ps(_mm256_or_ps(own_hit, fit_hit))) << (8 * g);
+        _mm256_store_ps(pick_scale + 8 * g, _mm256_blendv_ps(refined[r][g], scale[r][g], own_hit));
+        _mm256_store_ps(pick_offset + 8 * g, _mm256_blendv_ps(offset[r][g], mid[r], own_hit));
+      }
+      const int l = __builtin_ctz(hits);
+      chosen_scale = pick_scale[l], chosen_offset = pick_offset[l];
+    } else {
+      chosen_scale = f16_scale_at_least(range[r].half / kInt8CodeMax);
+      chosen_offset = range[r].mid;
+    }
+    // 1 / scale: a candidate's own inverse in the pass was that division too.
+    store_int8_codes(x[r], n, chosen_offset, 1.0f / chosen_scale, codes[r]);
+    packed[r] = pack(chosen_scale, chosen_offset);
   }
-  // As the AVX-512 build: the smallest finite error, in every lane, then the first candidate
-  // holding it, its own error before its refined one.
-  __m256 least = _mm256_min_ps(_mm256_min_ps(own[0], fit[0]), _mm256_min_ps(own[1], fit[1]));
-  least = _mm256_min_ps(least, _mm256_permute2f128_ps(least, least, 1));
-  least = _mm256_min_ps(least, _mm256_permute_ps(least, 0x4E));
-  least = _mm256_min_ps(least, _mm256_permute_ps(least, 0xB1));
-  if (!(_mm256_cvtss_f32(least) < __builtin_inff())) return false;
-  const auto hits = [&](const __m256* v) {
-    return static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(v[0], least, _CMP_EQ_OQ))) |
-           (static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(v[1], least, _CMP_EQ_OQ))) << 8);
-  };
-  const unsigned own_hits = hits(own), fit_hits = hits(fit);
-  const int l = __builtin_ctz(own_hits | fit_hits);
-  if ((own_hits >> l) & 1u) {
-    chosen = {scales[l], mid_offset, inverses[l]};
-  } else {
-    chosen = {refined_scales[l], offsets[l], 1.0f / refined_scales[l]};
+}
+
+// One row, any n >= 1: the reference's early answers for NaN, out-of-range and constant rows,
+// the midpoint and the smallest f16 step >= half / 127 where the search takes one candidate,
+// else search_and_store<1>.
+uint32_t quantize_one_key_row(const float* x, size_t n, int8_t* codes) {
+  const KeyRowRange range = key_row_midpoint(x, n);
+  if (range.kind != KeyRowRange::kPlain) {
+    std::memset(codes, 0, n);
+    return range.kind == KeyRowRange::kConstant ? pack(0.0f, range.mid) : kNaNKeyScaleOffset;
   }
-  return true;
+  const size_t candidates = int8_key_fit_candidates(n);
+  uint32_t packed;
+  if (candidates > 1) {
+    search_and_store<1>(&x, &range, n, candidates, &codes, &packed);
+    return packed;
+  }
+  const float step = f16_scale_at_least(range.half / kInt8CodeMax);
+  store_int8_codes(x, n, range.mid, 1.0f / step, codes);
+  return pack(step, range.mid);
 }
 
 }  // namespace
@@ -163,14 +224,13 @@ float quantize_value_row_int8_avx2(const float* x, size_t n, int8_t* codes) {
     lane_max = _mm256_max_ps(lane_max, _mm256_and_ps(v, abs_mask));
     lane_poison = _mm256_add_ps(lane_poison, _mm256_mul_ps(v, _mm256_setzero_ps()));
   }
-  alignas(32) float maxima[8], poisons[8];
-  _mm256_store_ps(maxima, lane_max);
-  _mm256_store_ps(poisons, lane_poison);
-  float amax = 0, poison = 0;
-  for (int l = 0; l < 8; ++l) {
-    amax = maxima[l] > amax ? maxima[l] : amax;
-    poison += poisons[l];
-  }
+  // Across the lanes by halves (a NaN lane makes the poison NaN, whatever max keeps).
+  __m128 max4 = _mm_max_ps(_mm256_castps256_ps128(lane_max), _mm256_extractf128_ps(lane_max, 1));
+  __m128 poison4 = _mm_add_ps(_mm256_castps256_ps128(lane_poison), _mm256_extractf128_ps(lane_poison, 1));
+  max4 = _mm_max_ps(max4, _mm_movehl_ps(max4, max4));
+  poison4 = _mm_add_ps(poison4, _mm_movehl_ps(poison4, poison4));
+  float amax = _mm_cvtss_f32(_mm_max_ss(max4, _mm_movehdup_ps(max4)));
+  float poison = _mm_cvtss_f32(_mm_add_ss(poison4, _mm_movehdup_ps(poison4)));
   for (; i < n; ++i) {
     const float a = __builtin_fabsf(x[i]);
     amax = a > amax ? a : amax;
@@ -184,27 +244,15 @@ float quantize_value_row_int8_avx2(const float* x, size_t n, int8_t* codes) {
   return amax / kInt8CodeMax;
 }
 
-uint32_t quantize_key_row_int8_avx2(const float* x, size_t n, int8_t* codes) {
-  float lo, hi, x_sum;
-  const bool finite = key_row_range(x, n, lo, hi, x_sum);
-  if (!finite || !(key_row_max(hi, -lo) <= kKeyF16Max)) {
-    std::memset(codes, 0, n);
-    return kNaNKeyScaleOffset;
-  }
-  const float mid_offset = f16_value(0.5f * hi + 0.5f * lo);
-  const float half = key_row_max(hi - mid_offset, mid_offset - lo);
-  if (!(half > 0)) {
-    std::memset(codes, 0, n);
-    return pack(0.0f, mid_offset);
-  }
-  const size_t candidates = int8_key_fit_candidates(n);
-  Chosen chosen{};
-  if (candidates <= 1 || !search(x, n, candidates, lo, hi, mid_offset, half, x_sum, chosen)) {
-    const float scale = f16_scale_at_least(half / kInt8CodeMax);
-    chosen = {scale, mid_offset, 1.0f / scale};
-  }
-  store_int8_codes(x, n, chosen.offset, chosen.inverse, codes);
-  return pack(chosen.scale, chosen.offset);
+uint32_t quantize_key_row_int8_avx2(const float* x, size_t n, int8_t* codes) { return quantize_one_key_row(x, n, codes); }
+
+void quantize_key_rows_int8_avx2(const float* x, size_t rows, size_t n, int8_t* codes, uint32_t* packed) {
+  constexpr int kRows = 4;  // rows searched together
+  quantize_key_rows_grouped<kRows>(
+      x, rows, n, codes, packed, [](const float* row, size_t m) { return key_row_midpoint(row, m); },
+      [](const float* const* row, const KeyRowRange* range, size_t m, size_t candidates, int8_t* const* row_codes,
+         uint32_t* row_packed) { search_and_store<kRows>(row, range, m, candidates, row_codes, row_packed); },
+      [](const float* row, size_t m, int8_t* row_codes) { return quantize_one_key_row(row, m, row_codes); });
 }
 
 }  // namespace pagedkv::detail

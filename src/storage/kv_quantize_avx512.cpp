@@ -69,39 +69,9 @@ void store_int8_codes(const float* x, size_t n, __m512 offset, __m512 inverse, i
   }
 }
 
-// One row's range and midpoint, as the reference computes them before its search, and which
-// answer the reference gives it: NaN (a NaN, an infinity or an element beyond +-kKeyF16Max),
-// the midpoint with scale 0 (constant), or a searched or fitted pair (plain).
-struct RowRange {
-  float lo, hi, sum, mid, half;
-  enum Kind { kNaN, kConstant, kPlain } kind;
-};
-
-RowRange key_row_midpoint(const float* x, size_t n) {
-  RowRange r{};
-  const bool finite = key_row_range(x, n, r.lo, r.hi, r.sum);
-  if (!finite || !(key_row_max(r.hi, -r.lo) <= kKeyF16Max)) return r;  // kNaN
-  r.mid = f16_value_f16c(0.5f * r.hi + 0.5f * r.lo);
-  r.half = key_row_max(r.hi - r.mid, r.mid - r.lo);
-  r.kind = r.half > 0 ? RowRange::kPlain : RowRange::kConstant;
-  return r;
+KeyRowRange key_row_midpoint(const float* x, size_t n) {
+  return detail::key_row_midpoint(x, n, [](float v) { return f16_value_f16c(v); });
 }
-
-// The candidates' top codes, 127 - step * min(l, candidates - 1) with step = 15 / (candidates
-// - 1), for every count the search takes: the reference's float expressions, folded by the
-// compiler with the same rounding (a table: no division on the way to the first step).
-struct TopCodeTable {
-  alignas(64) float codes[kInt8FitMaxCandidates + 1][16];
-};
-constexpr TopCodeTable make_top_codes() {
-  TopCodeTable t{};
-  for (size_t c = 2; c <= kInt8FitMaxCandidates; ++c) {
-    const float top_step = (kInt8CodeMax - kInt8FitLowestTopCode) / static_cast<float>(c - 1);
-    for (size_t l = 0; l < 16; ++l) t.codes[c][l] = kInt8CodeMax - top_step * static_cast<float>(l < c - 1 ? l : c - 1);
-  }
-  return t;
-}
-constexpr TopCodeTable kTopCodes = make_top_codes();
 
 // The reference's search_key_steps for `candidates` (4..16) steps, lane l the candidate
 // min(l, candidates - 1), so a repeated lane never wins (strict <, first in order), for R plain
@@ -109,9 +79,9 @@ constexpr TopCodeTable kTopCodes = make_top_codes();
 // Then each row's codes and packed pair; a row where no pair's error is below infinity keeps
 // the midpoint and the smallest f16 step >= half / 127, as the reference does.
 template <int R>
-void search_and_store(const float* const* x, const RowRange* range, size_t n, size_t candidates, int8_t* const* codes,
+void search_and_store(const float* const* x, const KeyRowRange* range, size_t n, size_t candidates, int8_t* const* codes,
                       uint32_t* packed) {
-  const __m512 top_codes = _mm512_load_ps(kTopCodes.codes[candidates]);
+  const __m512 top_codes = _mm512_load_ps(kKeyTopCodes.codes[candidates]);
   __m512 mid[R], scale[R], inverse[R];
   __m512 squared_error[R], yc[R], cc[R], cs[R], y_squares[R];
   // y = x - mid and y², 16 elements per operation (every lane of the loop below would compute
@@ -230,7 +200,7 @@ void search_and_store(const float* const* x, const RowRange* range, size_t n, si
 // are the same whatever the order but for which zero they keep, which only an all-zero row
 // shows (its offset's sign; elsewhere a zero end adds +-0 to a nonzero midpoint or half) and
 // which then goes to the reference's order. 16 lanes, the tail masked out.
-RowRange key_row_midpoint_unsearched(const float* x, size_t n) {
+KeyRowRange key_row_midpoint_unsearched(const float* x, size_t n) {
   __m512 lane_lo = _mm512_set1_ps(__builtin_inff()), lane_hi = _mm512_set1_ps(-__builtin_inff());
   __m512 lane_poison = _mm512_setzero_ps();
   for (size_t i = 0; i < n; i += 16) {
@@ -240,14 +210,14 @@ RowRange key_row_midpoint_unsearched(const float* x, size_t n) {
     lane_hi = _mm512_mask_max_ps(lane_hi, m, lane_hi, v);
     lane_poison = _mm512_add_ps(lane_poison, _mm512_mul_ps(v, _mm512_setzero_ps()));
   }
-  RowRange r{};
+  KeyRowRange r{};
   r.lo = _mm512_reduce_min_ps(lane_lo);
   r.hi = _mm512_reduce_max_ps(lane_hi);
   if (r.lo == 0.0f && r.hi == 0.0f) return key_row_midpoint(x, n);
   if (!(_mm512_reduce_add_ps(lane_poison) == 0.0f) || !(key_row_max(r.hi, -r.lo) <= kKeyF16Max)) return r;  // kNaN
   r.mid = f16_value_f16c(0.5f * r.hi + 0.5f * r.lo);
   r.half = key_row_max(r.hi - r.mid, r.mid - r.lo);
-  r.kind = r.half > 0 ? RowRange::kPlain : RowRange::kConstant;
+  r.kind = r.half > 0 ? KeyRowRange::kPlain : KeyRowRange::kConstant;
   return r;
 }
 
@@ -255,10 +225,10 @@ RowRange key_row_midpoint_unsearched(const float* x, size_t n) {
 // the midpoint alone where the search takes one candidate, else search_and_store<1>.
 uint32_t quantize_one_key_row(const float* x, size_t n, int8_t* codes) {
   const size_t candidates = int8_key_fit_candidates(n);
-  const RowRange range = candidates > 1 ? key_row_midpoint(x, n) : key_row_midpoint_unsearched(x, n);
-  if (range.kind != RowRange::kPlain) {
+  const KeyRowRange range = candidates > 1 ? key_row_midpoint(x, n) : key_row_midpoint_unsearched(x, n);
+  if (range.kind != KeyRowRange::kPlain) {
     std::memset(codes, 0, n);
-    return range.kind == RowRange::kConstant ? pack_f16c(0.0f, range.mid) : kNaNKeyScaleOffset;
+    return range.kind == KeyRowRange::kConstant ? pack_f16c(0.0f, range.mid) : kNaNKeyScaleOffset;
   }
   uint32_t packed;
   if (candidates > 1) {
@@ -295,28 +265,11 @@ uint32_t quantize_key_row_int8_avx512(const float* x, size_t n, int8_t* codes) {
 
 void quantize_key_rows_int8_avx512(const float* x, size_t rows, size_t n, int8_t* codes, uint32_t* packed) {
   constexpr int kRows = 4;  // rows searched together
-  const size_t candidates = int8_key_fit_candidates(n);
-  size_t r = 0;
-  if (candidates > 1) {
-    for (; r + kRows <= rows; r += kRows) {
-      const float* row[kRows];
-      int8_t* row_codes[kRows];
-      RowRange range[kRows];
-      bool plain = true;
-      for (int k = 0; k < kRows; ++k) {
-        row[k] = x + (r + static_cast<size_t>(k)) * n;
-        row_codes[k] = codes + (r + static_cast<size_t>(k)) * n;
-        range[k] = key_row_midpoint(row[k], n);
-        plain = plain && range[k].kind == RowRange::kPlain;
-      }
-      if (plain) {
-        search_and_store<kRows>(row, range, n, candidates, row_codes, packed + r);
-        continue;
-      }
-      for (int k = 0; k < kRows; ++k) packed[r + static_cast<size_t>(k)] = quantize_one_key_row(row[k], n, row_codes[k]);
-    }
-  }
-  for (; r < rows; ++r) packed[r] = quantize_one_key_row(x + r * n, n, codes + r * n);
+  quantize_key_rows_grouped<kRows>(
+      x, rows, n, codes, packed, [](const float* row, size_t m) { return key_row_midpoint(row, m); },
+      [](const float* const* row, const KeyRowRange* range, size_t m, size_t candidates, int8_t* const* row_codes,
+         uint32_t* row_packed) { search_and_store<kRows>(row, range, m, candidates, row_codes, row_packed); },
+      [](const float* row, size_t m, int8_t* row_codes) { return quantize_one_key_row(row, m, row_codes); });
 }
 
 }  // namespace pagedkv::detail

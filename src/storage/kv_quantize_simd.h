@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <limits>
 
+#include "pagedkv/storage/kv_quantize.h"
+
 namespace pagedkv::detail {
 
 // The reference for the key rows (kv_quantize.cpp).
@@ -23,10 +25,12 @@ uint32_t quantize_key_row_int8_avx2(const float* x, size_t n, int8_t* codes);
 float quantize_value_row_int8_avx2(const float* x, size_t n, int8_t* codes);
 void hadamard_rotate_rows_avx2(float* x, size_t rows, size_t n);
 
-// Only after resolve_isa(...) == KernelIsa::kAvx512: the same three, and `rows` key rows of n
-// elements, one after another in x and in codes (write_kv's heads), the same as
-// quantize_key_row_int8_avx512 per row but searching four rows at once; packed[r] gets row r's
-// scale and offset.
+// `rows` key rows of n elements, one after another in x and in codes (write_kv's heads), the
+// same as quantize_key_row_int8_avx2 per row but searching four rows at once; packed[r] gets
+// row r's scale and offset.
+void quantize_key_rows_int8_avx2(const float* x, size_t rows, size_t n, int8_t* codes, uint32_t* packed);
+
+// Only after resolve_isa(...) == KernelIsa::kAvx512: the same four.
 uint32_t quantize_key_row_int8_avx512(const float* x, size_t n, int8_t* codes);
 float quantize_value_row_int8_avx512(const float* x, size_t n, int8_t* codes);
 void hadamard_rotate_rows_avx512(float* x, size_t rows, size_t n);
@@ -68,6 +72,74 @@ static inline bool key_row_range(const float* x, size_t n, float& lo, float& hi,
     poison += x[i] * 0.0f;
   }
   return poison == 0.0f;
+}
+
+// One row's range and midpoint, as the reference computes them before its search, and which
+// answer the reference gives it: NaN (a NaN, an infinity or an element beyond +-kKeyF16Max),
+// the midpoint with scale 0 (constant), or a searched or fitted pair (plain). f16_value rounds
+// an f32 to the nearest f16 value (each build's own F16C call, as a lambda: static and its own
+// type, so no build's instance can stand in for another's).
+struct KeyRowRange {
+  float lo, hi, sum, mid, half;
+  enum Kind { kNaN, kConstant, kPlain } kind;
+};
+
+template <class F16Value>
+static inline KeyRowRange key_row_midpoint(const float* x, size_t n, F16Value f16_value) {
+  KeyRowRange r{};
+  const bool finite = key_row_range(x, n, r.lo, r.hi, r.sum);
+  if (!finite || !(key_row_max(r.hi, -r.lo) <= kKeyF16Max)) return r;  // kNaN
+  r.mid = f16_value(0.5f * r.hi + 0.5f * r.lo);
+  r.half = key_row_max(r.hi - r.mid, r.mid - r.lo);
+  r.kind = r.half > 0 ? KeyRowRange::kPlain : KeyRowRange::kConstant;
+  return r;
+}
+
+// The search's candidates' top codes, 127 - step * min(l, candidates - 1) with step = 15 /
+// (candidates - 1), for every count it takes: the reference's float expressions, folded by the
+// compiler with the same rounding (a table: no division on the way to the first step).
+struct KeyTopCodeTable {
+  alignas(64) float codes[kInt8FitMaxCandidates + 1][16];
+};
+constexpr KeyTopCodeTable make_key_top_codes() {
+  KeyTopCodeTable t{};
+  for (size_t c = 2; c <= kInt8FitMaxCandidates; ++c) {
+    const float top_step = (kInt8CodeMax - kInt8FitLowestTopCode) / static_cast<float>(c - 1);
+    for (size_t l = 0; l < 16; ++l) t.codes[c][l] = kInt8CodeMax - top_step * static_cast<float>(l < c - 1 ? l : c - 1);
+  }
+  return t;
+}
+inline constexpr KeyTopCodeTable kKeyTopCodes = make_key_top_codes();
+
+// write_kv's key rows (`rows` of n elements, one after another in x and in codes), kRows at a
+// time where the search runs and all kRows are plain: midpoint(row, n) gives a row's range,
+// search_rows(row, range, n, candidates, codes, packed) searches and stores kRows rows together,
+// one_row(row, n, codes) does any single row (the rest, and groups holding a NaN or constant row).
+template <int kRows, class Midpoint, class SearchRows, class OneRow>
+static inline void quantize_key_rows_grouped(const float* x, size_t rows, size_t n, int8_t* codes, uint32_t* packed,
+                                             Midpoint midpoint, SearchRows search_rows, OneRow one_row) {
+  const size_t candidates = int8_key_fit_candidates(n);
+  size_t r = 0;
+  if (candidates > 1) {
+    for (; r + kRows <= rows; r += kRows) {
+      const float* row[kRows];
+      int8_t* row_codes[kRows];
+      KeyRowRange range[kRows];
+      bool plain = true;
+      for (int k = 0; k < kRows; ++k) {
+        row[k] = x + (r + static_cast<size_t>(k)) * n;
+        row_codes[k] = codes + (r + static_cast<size_t>(k)) * n;
+        range[k] = midpoint(row[k], n);
+        plain = plain && range[k].kind == KeyRowRange::kPlain;
+      }
+      if (plain) {
+        search_rows(row, range, n, candidates, row_codes, packed + r);
+        continue;
+      }
+      for (int k = 0; k < kRows; ++k) packed[r + static_cast<size_t>(k)] = one_row(row[k], n, row_codes[k]);
+    }
+  }
+  for (; r < rows; ++r) packed[r] = one_row(x + r * n, n, codes + r * n);
 }
 
 }  // namespace pagedkv::detail
