@@ -59,10 +59,10 @@ const Model* builtin() {
 // token per request at position `context` (rewriting the same slot, so the state is steady).
 class DecodeBatch {
  public:
-  DecodeBatch(const Model& model, int batch, int context, int block_size = 16)
+  DecodeBatch(const Model& model, int batch, int context, DType kv_dtype = DType::kF32, int block_size = 16)
       : runner_(model), batch_(batch), context_(context) {
     const int blocks_per_seq = (context + 1 + block_size - 1) / block_size;
-    arena_ = std::make_unique<KVArena>(runner_.kv_cache_spec(block_size), model.config().n_layers,
+    arena_ = std::make_unique<KVArena>(runner_.kv_cache_spec(block_size, kv_dtype), model.config().n_layers,
                                        1 + batch * blocks_per_seq);
     stride_ = blocks_per_seq;
     tables_.resize(static_cast<size_t>(batch * blocks_per_seq));
@@ -110,14 +110,14 @@ class DecodeBatch {
   std::vector<int64_t> slots_;
 };
 
-void decode(benchmark::State& state, const Model* model) {
+void decode(benchmark::State& state, const Model* model, DType kv_dtype = DType::kF32) {
   if (model == nullptr) {
     state.SkipWithError("stories260K.bin not found (set PAGEDKV_SHARED_DIR)");
     return;
   }
   const int batch = static_cast<int>(state.range(0)), context = static_cast<int>(state.range(1));
   set_kernel_threads(static_cast<int>(state.range(2)));
-  DecodeBatch d(*model, batch, context);
+  DecodeBatch d(*model, batch, context, kv_dtype);
   const auto start = std::chrono::steady_clock::now();
   for (auto _ : state) benchmark::DoNotOptimize(d.step().data);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -138,6 +138,16 @@ void decode_args(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_DecodeStories260K)->Apply(decode_args);
 BENCHMARK(BM_DecodeBuiltin)->Apply(decode_args);
+
+// One stories260K decode step with an int8 KV cache, quantize-on-write included (write_kv once
+// per layer, the search of PAGEDKV_ISA's build): the step that issue 17 holds the writes to 2 %
+// of, beside bench_attention's BM_WriteKV/3/4/8 (the writes alone) in the same session.
+void BM_DecodeStories260KInt8KV(benchmark::State& state) { decode(state, stories260k(), DType::kInt8); }
+BENCHMARK(BM_DecodeStories260KInt8KV)
+    ->ArgNames({"batch", "context", "threads"})
+    ->Args({1, 128, 1})
+    ->Args({1, 384, 1})
+    ->Unit(benchmark::kMicrosecond);
 
 // Prefill of one prompt of `tokens` tokens in a single forward (logits for the last row only).
 void BM_PrefillStories260K(benchmark::State& state) {
