@@ -144,14 +144,15 @@ void search_and_store(const float* const* x, const KeyRowRange* range, size_t n,
                                          _mm256_sub_ps(offset[r][g], _mm256_set1_ps(range[r].lo)));
       refined[r][g] = f16_at_least(
           _mm256_max_ps(_mm256_and_ps(valid, fitted_scale), _mm256_div_ps(reach, _mm256_set1_ps(kInt8CodeMax + 0.5f))));
-      const __m256 shift = _mm256_sub_ps(offset[r][g], mid[r]);
+      const __m256 shift = _mm256_sub_ps(offset[r][g], mid[r]), step = refined[r][g];
       __m256 e = _mm256_sub_ps(
-          y_squares, _mm256_mul_ps(two, _mm256_add_ps(_mm256_mul_ps(shift, y_sum), _mm256_mul_ps(refined[r][g], yc[r][g]))));
+          y_squares, _mm256_mul_ps(two, _mm256_add_ps(_mm256_mul_ps(shift, y_sum), _mm256_mul_ps(step, yc[r][g]))));
       e = _mm256_add_ps(e, _mm256_mul_ps(shift, _mm256_add_ps(_mm256_mul_ps(count, shift),
-                                                              _mm256_mul_ps(two, _mm256_mul_ps(refined[r][g], cs[r][g])))));
-      e = _mm256_add_ps(e, _mm256_mul_ps(_mm256_mul_ps(refined[r][g], refined[r][g]), cc[r][g]));
+                                                              _mm256_mul_ps(two, _mm256_mul_ps(step, cs[r][g])))));
+      e = _mm256_add_ps(e, _mm256_mul_ps(_mm256_mul_ps(step, step), cc[r][g]));
       // NaN never wins below: as infinity, which never does either.
-      own[r][g] = _mm256_blendv_ps(inf, squared_error[r][g], _mm256_cmp_ps(squared_error[r][g], squared_error[r][g], _CMP_ORD_Q));
+      const __m256 own_error = squared_error[r][g];
+      own[r][g] = _mm256_blendv_ps(inf, own_error, _mm256_cmp_ps(own_error, own_error, _CMP_ORD_Q));
       fit[r][g] = _mm256_blendv_ps(inf, e, _mm256_cmp_ps(e, e, _CMP_ORD_Q));
     }
   }
@@ -161,7 +162,8 @@ void search_and_store(const float* const* x, const KeyRowRange* range, size_t n,
   // the compare masks (no branch on which: it is as good as random).
   __m256 least[R];
 #pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) least[r] = _mm256_min_ps(_mm256_min_ps(own[r][0], fit[r][0]), _mm256_min_ps(own[r][1], fit[r][1]));
+  for (int r = 0; r < R; ++r)
+    least[r] = _mm256_min_ps(_mm256_min_ps(own[r][0], fit[r][0]), _mm256_min_ps(own[r][1], fit[r][1]));
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) least[r] = _mm256_min_ps(least[r], _mm256_permute2f128_ps(least[r], least[r], 1));
 #pragma GCC unroll 4
@@ -244,7 +246,9 @@ float quantize_value_row_int8_avx2(const float* x, size_t n, int8_t* codes) {
   return amax / kInt8CodeMax;
 }
 
-uint32_t quantize_key_row_int8_avx2(const float* x, size_t n, int8_t* codes) { return quantize_one_key_row(x, n, codes); }
+uint32_t quantize_key_row_int8_avx2(const float* x, size_t n, int8_t* codes) {
+  return quantize_one_key_row(x, n, codes);
+}
 
 void quantize_key_rows_int8_avx2(const float* x, size_t rows, size_t n, int8_t* codes, uint32_t* packed) {
   constexpr int kRows = 4;  // rows searched together

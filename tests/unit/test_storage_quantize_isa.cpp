@@ -167,6 +167,33 @@ TEST(QuantizeIsa, TheKeysEdgeRowsGiveTheDocumentedPairs) {
   }
 }
 
+// A row of -2^-149 values is plain (half = 2^-149 > 0) with a midpoint of -0 (0.5 x -2^-149
+// rounds to -0): every build keeps that sign in the stored offset, also where write_kv searches a
+// token's rows together (4 heads x 12: not rotated, 12 not being a power of two). A vector f16
+// rounding that adds +0, as the search's own offsets do, would lose it there.
+TEST(QuantizeIsa, ANegativeZeroMidpointKeepsItsSign) {
+  const float tiny = -std::numeric_limits<float>::denorm_min();
+  const std::vector<float> row(12, tiny);
+  int8_t codes[12];
+  const uint32_t want = quantize_key_row_int8(row.data(), row.size(), codes, KernelIsa::kScalar);
+  EXPECT_EQ(want >> 16, 0x8000u) << "the reference's f16 offset is -0";
+  for (KernelIsa isa : builds_to_compare())
+    EXPECT_EQ(quantize_key_row_int8(row.data(), row.size(), codes, isa), want) << isa_name(isa);
+  const int heads = 4, dim = 12, block_size = 16;
+  const KVCacheSpec spec = testing::kv_spec(DType::kInt8, block_size, heads, dim);
+  const std::vector<float> k(heads * dim, tiny), v(heads * dim, 1.0f);
+  std::vector<int32_t> table{0};
+  std::vector<int64_t> slots(1);
+  compute_slot_mapping(table.data(), block_size, 0, 1, slots.data());
+  for (KernelIsa isa : builds_to_compare()) {
+    KVArena arena(spec, 1, 1);
+    write_kv(arena.layer(0), k.data(), v.data(), slots.data(), 1, isa);
+    uint32_t packed[heads];
+    std::memcpy(packed, static_cast<const std::byte*>(arena.layer(0).key) + arena.layer(0).rows_bytes(), sizeof packed);
+    for (uint32_t p : packed) EXPECT_EQ(p, want) << isa_name(isa);
+  }
+}
+
 // write_kv quantizes a token's heads together (several key rows searched at once): rows of every
 // kind side by side in one token, so that a NaN or constant head sits next to searched ones.
 TEST(QuantizeIsa, WriteKvStoresTheSameBytesWhicheverBuildItRuns) {
