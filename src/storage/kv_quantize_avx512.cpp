@@ -265,11 +265,8 @@ uint32_t quantize_key_row_int8_avx512(const float* x, size_t n, int8_t* codes) {
 
 void quantize_key_rows_int8_avx512(const float* x, size_t rows, size_t n, int8_t* codes, uint32_t* packed) {
   constexpr int kRows = 4;  // rows searched together
-  quantize_key_rows_grouped<kRows>(
-      x, rows, n, codes, packed, [](const float* row, size_t m) { return key_row_midpoint(row, m); },
-      [](const float* const* row, const KeyRowRange* range, size_t m, size_t candidates, int8_t* const* row_codes,
-         uint32_t* row_packed) { search_and_store<kRows>(row, range, m, candidates, row_codes, row_packed); },
-      [](const float* row, size_t m, int8_t* row_codes) { return quantize_one_key_row(row, m, row_codes); });
+  quantize_key_rows_grouped<kRows>(x, rows, n, codes, packed, key_row_midpoint, search_and_store<kRows>,
+                                   quantize_one_key_row);
 }
 
 }  // namespace pagedkv::detail
