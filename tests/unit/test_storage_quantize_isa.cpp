@@ -5,7 +5,7 @@
 // shape the search treats apart: wide and narrow ranges, a far offset, outliers, few distinct
 // values (no least-squares fit), constants, zeros of both signs, NaN and infinity, f16
 // subnormals, and elements at and just past +-kKeyF16Max. And write_kv, which picks the build
-// per call (and on AVX-512 searches a token's key rows several at once, rotated in registers),
+// per call (and on AVX2 and AVX-512 searches a token's key rows several at once, rotated first),
 // stores the same bytes whichever it runs. The builds compared are the CPU's: AVX2 and AVX-512
 // where it has them. ctest also runs this file under PAGEDKV_ISA=scalar, where the default must
 // be the reference itself.
