@@ -65,13 +65,9 @@ void quantize_slot(const KVLayerView& layer, const float* src, std::byte* slot, 
   }
   for (int h = 0; h < layer.num_kv_heads; ++h) {
     const float* row = src + static_cast<size_t>(h) * dim;
-    if (rotate) {
+    if (rotate) {  // rotated keys are int8 keys: here only without AVX2 (above otherwise)
       std::memcpy(rotated, row, dim * sizeof(float));
-      if (isa == KernelIsa::kAvx2) {
-        detail::hadamard_rotate_rows_avx2(rotated, 1, dim);
-      } else {
-        hadamard_rotate(rotated, dim);
-      }
+      hadamard_rotate(rotated, dim);
       row = rotated;
     }
     std::byte* codes = slot + static_cast<size_t>(h) * dim;

@@ -215,9 +215,7 @@ KeyRowRange key_row_midpoint_unsearched(const float* x, size_t n) {
   r.hi = _mm512_reduce_max_ps(lane_hi);
   if (r.lo == 0.0f && r.hi == 0.0f) return key_row_midpoint(x, n);
   if (!(_mm512_reduce_add_ps(lane_poison) == 0.0f) || !(key_row_max(r.hi, -r.lo) <= kKeyF16Max)) return r;  // kNaN
-  r.mid = f16_value_f16c(0.5f * r.hi + 0.5f * r.lo);
-  r.half = key_row_max(r.hi - r.mid, r.mid - r.lo);
-  r.kind = r.half > 0 ? KeyRowRange::kPlain : KeyRowRange::kConstant;
+  key_row_set_midpoint(r, [](float v) { return f16_value_f16c(v); });
   return r;
 }
 

@@ -84,14 +84,21 @@ struct KeyRowRange {
   enum Kind { kNaN, kConstant, kPlain } kind;
 };
 
+// The midpoint, half range and kind of a row whose lo and hi are finite and within
+// +-kKeyF16Max (the part every build's range computation ends with).
+template <class F16Value>
+static inline void key_row_set_midpoint(KeyRowRange& r, F16Value f16_value) {
+  r.mid = f16_value(0.5f * r.hi + 0.5f * r.lo);
+  r.half = key_row_max(r.hi - r.mid, r.mid - r.lo);
+  r.kind = r.half > 0 ? KeyRowRange::kPlain : KeyRowRange::kConstant;
+}
+
 template <class F16Value>
 static inline KeyRowRange key_row_midpoint(const float* x, size_t n, F16Value f16_value) {
   KeyRowRange r{};
   const bool finite = key_row_range(x, n, r.lo, r.hi, r.sum);
   if (!finite || !(key_row_max(r.hi, -r.lo) <= kKeyF16Max)) return r;  // kNaN
-  r.mid = f16_value(0.5f * r.hi + 0.5f * r.lo);
-  r.half = key_row_max(r.hi - r.mid, r.mid - r.lo);
-  r.kind = r.half > 0 ? KeyRowRange::kPlain : KeyRowRange::kConstant;
+  key_row_set_midpoint(r, f16_value);
   return r;
 }
 
