@@ -290,6 +290,45 @@ def test_non_streaming_disconnect_aborts(server):
     assert server.metrics()[("vllm:request_success_total", frozenset({("finished_reason", "length")}))] >= 0
 
 
+def test_disconnect_during_a_keep_alive_connections_second_request_aborts(server):
+    # The second request of a connection finds its socket through the HTTP thread's memory of the
+    # first (server/peer_connection.h), not a scan: the disconnect must still be seen.
+    aborted = ("vllm:request_success_total", frozenset({("finished_reason", "abort")}))
+    sock = socket.create_connection(("127.0.0.1", int(server.base_url.rsplit(":", 1)[1])))
+
+    def send(payload):
+        body = json.dumps(payload)
+        sock.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
+
+    send({"prompt": "Once upon a time", "max_tokens": 2, "temperature": 0})
+    reply = b""
+    sock.settimeout(30)
+    while b"\r\n\r\n" not in reply:
+        chunk = sock.recv(65536)
+        assert chunk, "the server closed the connection after the first request"
+        reply += chunk
+    head, body = reply.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 200"), head
+    length = int(next(line.split(b":", 1)[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk, "the first reply was cut short"
+        body += chunk
+    assert json.loads(body[:length])["usage"]["completion_tokens"] == 2
+
+    before = server.metrics()[aborted]
+    send({"prompt": "Once upon a time", "max_tokens": 500, "temperature": 1.0, "ignore_eos": True, "n": 32})
+    wait_until(lambda: server.metrics()[("vllm:num_requests_running", frozenset())] >= 1, what="the request to run")
+    sock.close()
+
+    def released():
+        m = server.metrics()
+        return (m[aborted] >= before + 1 and m[("vllm:num_requests_running", frozenset())] == 0 and
+                m[("pagedkv:kv_blocks", frozenset({("state", "used")}))] == 0)
+    wait_until(released, timeout=20, what="the abort of the connection's second request")
+
+
 # ---- bad input ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("body, param, fragment", [
