@@ -71,19 +71,29 @@ CXX=${CXX_FUZZ:-clang++-14}
 command -v "$CXX" >/dev/null || { echo "fuzz.sh: $CXX not found (scripts/setup.sh installs clang-14)" >&2; exit 2; }
 
 out=build-fuzz
-mkdir -p "$out/corpus/$target" "$out/obj/$target"
+shared_objects="$out/obj/shared-$(basename "$CXX")"
+mkdir -p "$out/corpus/$target" "$out/obj/$target" "$shared_objects"
 binary="$out/fuzz_$target"
 flags=(-std=c++20 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -Iinclude)
 objects=()
 # shellcheck disable=SC2086
 for src in "tests/fuzz/fuzz_$target.cpp" ${SOURCES[$target]}; do
-  obj="$out/obj/$target/$(basename "${src%.cpp}").o"
+  # The targets share the library's objects (same flags; CI builds two targets at a time). An
+  # object newer than its source and every header is reused; a new one appears under its name
+  # only whole (built aside, then renamed), so no target links another's half-written object.
+  case $src in
+    tests/fuzz/*) obj="$out/obj/$target/$(basename "${src%.cpp}").o" ;;
+    *) obj="$shared_objects/$(echo "${src%.cpp}" | tr / _).o" ;;
+  esac
   extra=()
   case $src in  # as CMake builds them: run-time dispatch
     *_avx2.cpp) extra=(-mavx2 -mfma -mf16c) ;;
     *_avx512.cpp) extra=(-mavx2 -mfma -mf16c -mavx512f -mavx512vl -mavx512bw -mavx512dq) ;;
   esac
-  "$CXX" "${flags[@]}" "${extra[@]}" $(pkg-config --cflags fmt) -c "$src" -o "$obj"
+  if [ ! "$obj" -nt "$src" ] || [ -n "$(find include src tests/fuzz -name '*.h' -newer "$obj" -print -quit)" ]; then
+    "$CXX" "${flags[@]}" "${extra[@]}" $(pkg-config --cflags fmt) -c "$src" -o "$obj.$$.tmp"
+    mv -f "$obj.$$.tmp" "$obj"
+  fi
   objects+=("$obj")
 done
 # shellcheck disable=SC2086
