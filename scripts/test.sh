@@ -28,7 +28,7 @@ tier_tests="test_tiers_store test_tiers_cache test_tiers_engine test_tiers_crash
 BUILD_DIR=build-tsan SANITIZE=thread TARGETS="$tier_tests" \
   CMAKE_ARGS="-DPAGEDKV_BUILD_BENCHMARKS=OFF -DPAGEDKV_BUILD_PYTHON=OFF" scripts/setup.sh
 PAGEDKV_NUM_THREADS=1 OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp \
-  ctest --test-dir build-tsan --output-on-failure -R '^test_(tiers_(store|cache|engine|crash|remote)|remote_redis|server_(engine_service|kv_event_log|peer_connection)|router_server)$' -j "$JOBS"
+  ctest --test-dir build-tsan --output-on-failure -R "^(${tier_tests// /|})\$" -j "$JOBS"
 
 if [ -d bindings/python ] && ls tests/python/test_*.py >/dev/null 2>&1; then
   stage "Python tests"
