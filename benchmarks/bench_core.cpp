@@ -1,4 +1,4 @@
-// Micro-benchmarks of the block-memory core (issue 2's targets), each beside a naive reference
+// Micro-benchmarks of the block-memory core, each beside a naive reference
 // allocator doing the same work with std::list + std::unordered_map, so the output carries an
 // in-run ratio:
 //   - allocate + free of one block                      (target <= 30 ns per block)

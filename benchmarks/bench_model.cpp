@@ -140,8 +140,8 @@ BENCHMARK(BM_DecodeStories260K)->Apply(decode_args);
 BENCHMARK(BM_DecodeBuiltin)->Apply(decode_args);
 
 // One stories260K decode step with an int8 KV cache, quantize-on-write included (write_kv once
-// per layer, the search of PAGEDKV_ISA's build): the step that issue 17 holds the writes to 2 %
-// of, beside bench_attention's BM_WriteKV/3/4/8 (the writes alone) in the same session.
+// per layer, the search of PAGEDKV_ISA's build): the step whose time the writes are
+// measured against, beside bench_attention's BM_WriteKV/3/4/8 (the writes alone) in the same sitting.
 void BM_DecodeStories260KInt8KV(benchmark::State& state) { decode(state, stories260k(), DType::kInt8); }
 BENCHMARK(BM_DecodeStories260KInt8KV)
     ->ArgNames({"batch", "context", "threads"})

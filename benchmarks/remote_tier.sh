@@ -7,7 +7,7 @@
 # With LIKE_FOR_LIKE=R it then alternates, R times, the tier on stories260K's 20,656-byte blocks
 # (new keys stored, then loaded) with redis-benchmark doing the same work (SETs of new keys:
 # -r 100000000; GETs of as many stored keys), and prints each round's ratios and their medians
-# and minima: the issue's ">= 70 % of redis-benchmark", measured side by side.
+# and minima: the target ">= 70 % of redis-benchmark", measured side by side.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${1:-build}

@@ -495,8 +495,8 @@ inline void transpose8x8(__m256i (&r)[8]) {
 // load_tile_scales for all `heads` heads of an int8 tile at once (the same values: f16 to f32 is
 // exact, and int8's scale factor is 1). A slot holds its heads' scales side by side, so eight
 // heads of eight tokens are eight 32-byte loads and a transpose, where the scalar loop took a load,
-// a conversion and a store per value, one head at a time: 8 % of a 4K-token decode call on AVX-512
-// (session 16, docs/benchmarks.md). scale_offset: the first head's scale in a slot.
+// a conversion and a store per value, one head at a time: 8 % of a 4K-token decode call on AVX-512.
+// scale_offset: the first head's scale in a slot.
 template <class Isa>
 void load_tile_scales_int8(const int8_t* const* key_slots, const int8_t* const* value_slots, int n,
                            size_t scale_offset, int heads, TileScales* out) {
@@ -677,7 +677,7 @@ void attend(const RowGroupTask& task) {
       // int8 from DRAM: the next head's key rows (adjacent in each slot) into the L1 while this
       // head is computed. The Prefetcher brings lines only to the L2, and the score blocks, which
       // read four tokens' rows at a time, then wait on it: 1-5 % faster at >= 4K tokens, paged
-      // within 3.5 % of contiguous on AVX2 (session 16, docs/benchmarks.md). Not for K/V that fit
+      // within 3.5 % of contiguous on AVX2. Not for K/V that fit
       // in the L2 (3 % slower there), nor for fp16 (0-15 % slower).
       if constexpr (kInteger) {
         if (streaming && h + 1 < heads)

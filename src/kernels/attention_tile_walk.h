@@ -54,7 +54,7 @@ void locate_slots(const RowGroupTask& task, int first, int n, const T** keys, co
 // fp16 with four parts (AMD EPYC, two threads, docs/benchmarks.md). Tasks that read wide slots
 // (2 KiB or more of K per token: fp16 or fp32 rows of 8 x 128) take eight parts, three tokens
 // each: fp32 paged 4-9 % faster again on AVX-512 and AVX2, fp16 5-10 % on AVX-512; int8 (1 KiB)
-// was 5-10 % slower with eight and stays at four (session 15, docs/benchmarks.md). Over one
+// was 5-10 % slower with eight and stays at four. Over one
 // physically contiguous range the split costs instead (parts exactly 2^k bytes apart alias in the
 // caches), so it stays consecutive there.
 class TileWalk {

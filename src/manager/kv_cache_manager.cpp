@@ -28,7 +28,7 @@ int cacheable_block_lcm(const KVCacheConfig& c) {
 // measured no better than 1).
 constexpr int kPrefetchDistance = 1;
 // Caching a prefill chunk's blocks does less work per block than a lookup: 4 ahead measured
-// 2-3 % faster on the whole peer replay than 1 (3 A/B rounds each hash, session 11).
+// 2-3 % faster on the whole peer replay than 1 (3 A/B rounds each hash).
 constexpr int kCachingPrefetchDistance = 4;
 
 // Index nodes of released requests kept for reuse (entries themselves are always kept, with

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <set>
 
+#include "pagedkv/version.h"
 #include "pagedkv/core/error.h"
 #include "pagedkv/server/api_error.h"
 #include "pagedkv/server/dashboard_page.h"
@@ -29,7 +30,6 @@ namespace {
 using nlohmann::json;
 using namespace std::chrono_literals;
 
-constexpr const char* kVersion = "0.1.0";
 constexpr auto kPollInterval = 20ms;  // how often a waiting handler checks that its client is still there
 
 
@@ -113,7 +113,7 @@ void OpenAIServer::install_routes() {
     if (service_.draining()) send_api_error(res, ApiError(503, "the server is shutting down", "", "shutting_down"));
     else send_json(res, 200, json::object());
   });
-  http.Get("/version", [](const httplib::Request&, httplib::Response& res) { send_json(res, 200, {{"version", kVersion}}); });
+  http.Get("/version", [](const httplib::Request&, httplib::Response& res) { send_json(res, 200, {{"version", PAGEDKV_VERSION_STRING}}); });
   // The dashboard: the page, and the snapshot it polls (docs/serve.md, "Dashboard").
   auto page = [](const httplib::Request&, httplib::Response& res) {
     res.set_header("Cache-Control", "no-cache");

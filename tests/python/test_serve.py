@@ -36,7 +36,7 @@ def models_dir():
 @pytest.fixture(scope="module")
 def server():
     models_dir()
-    with Server("--check") as s:  # the invariant checker after every engine step
+    with Server("--check-invariants") as s:  # the invariant checker after every engine step
         yield s
 
 
@@ -498,7 +498,7 @@ def test_prometheus_scrapes_the_server(server, tmp_path):
 
 def test_sigterm_drains_in_flight_requests(tmp_path):
     models_dir()
-    s = Server("--disk-cache-dir", tmp_path / "disk", "--drain-seconds", "60")
+    s = Server("--disk-cache-dir", tmp_path / "disk", "--drain-timeout-s", "60")
     try:
         prompt = long_prompt()
         complete(s, prompt=prompt, max_tokens=2, temperature=0)
@@ -541,7 +541,7 @@ def test_sigterm_drains_in_flight_requests(tmp_path):
 
 def test_drain_deadline_aborts_and_answers():
     models_dir()
-    s = Server("--drain-seconds", "0.3")
+    s = Server("--drain-timeout-s", "0.3")
     try:
         result = {}
 
@@ -587,7 +587,7 @@ def test_gguf_model_served_with_llama_cpp_greedy_output(name):
     if not ref_file.exists():
         pytest.skip(f"{ref_file} is absent (set PAGEDKV_SHARED_DIR)")
     ref = json.loads(ref_file.read_text())
-    with Server("--model", gguf / f"{name}.gguf", "--check") as s:
+    with Server("--model", gguf / f"{name}.gguf", "--check-invariants") as s:
         r = complete(s, prompt=ref["prompt_ids"], max_tokens=len(ref["generated_ids"]), temperature=0, echo=True,
                      ignore_eos=True)
         expected = s.post("/detokenize", {"tokens": ref["prompt_ids"] + ref["generated_ids"]}).json()["prompt"]
@@ -628,7 +628,7 @@ def test_gguf_end_of_turn_token_stops_a_served_generation(tmp_path):
     assert eot not in generated[:3]
     model = tmp_path / "tiny-llama-eot.gguf"
     gguf_with_metadata_u32(gguf / "tiny-llama.f32.gguf", model, "tokenizer.ggml.eot_token_id", eot)
-    with Server("--model", model, "--check") as s:
+    with Server("--model", model, "--check-invariants") as s:
         r = complete(s, prompt=ref["prompt_ids"], max_tokens=12, temperature=0)
         choice = r["choices"][0]
         assert choice["finish_reason"] == "stop", r

@@ -42,7 +42,7 @@ def redis():
 
 
 def test_two_servers_share_prefixes_through_redis_and_survive_its_death(redis):
-    args = ["--remote-cache", redis.url, "--remote-timeout-ms", "100", "--check"]
+    args = ["--remote-cache", redis.url, "--remote-timeout-ms", "100", "--check-invariants"]
     with Server(*args) as a, Server(*args) as b:
         text = prompt("dog")
         out_a, usage_a = complete(a, text)

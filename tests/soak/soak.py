@@ -142,7 +142,7 @@ class Instance:
     def start(self):
         self.server = Server("--remote-cache", self.redis_url, "--remote-cache-prefix", "soak",
                              "--disk-cache-dir", self.disk, "--disk-cache-bytes", "64MiB", "--host-cache-bytes", "4MiB",
-                             "--num-blocks", "256", "--max-waiting", "32", "--drain-seconds", "20",
+                             "--num-blocks", "256", "--max-waiting", "32", "--drain-timeout-s", "20",
                              wrap=self.fs.wrap(), binary=self.binary, port=self.port)
         drain_into(self.log, self.server)
 

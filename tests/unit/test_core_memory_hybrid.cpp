@@ -116,7 +116,7 @@ TEST(MemoryHybrid, GoldenBytesPerRequest) {
   const std::vector<Golden> goldens = {
       // 23 + 23 layers, 8,192 B per token and layer; window 4096: 4095 + 1 tokens + 1 block.
       {"gemma-2-27b", 8192, 1, {257, 512}, 3014656, 2318270464, 3087007744},
-      // The "about 2.9 GiB instead of 15.9 GiB": 2.98 GiB padded (2.91 GiB without the
+      // About 2.9 GiB instead of 15.9 GiB: 2.98 GiB padded (2.91 GiB without the
       // 8 padding layers) against 15.5 GiB (62 layers x 8,192 B x 32,768 tokens).
       {"gemma-3-27b", 32768, 1, {65, 65, 65, 65, 65, 65, 2048}, 1310720, 3195535360, 16642998272},
       {"gemma-3-27b", 32768, 2048, {193, 193, 193, 193, 193, 193, 2048}, 1310720, 4202168320, 16642998272},

@@ -465,7 +465,7 @@ const CommandRegistration kBenchPaperCommand{Command{
                      "shared prefix lengths of the Alpaca-like Fig. 16 runs (default 80,341; none with --quick)")
           ->delimiter(',')
           ->each([o](const std::string&) { o->prefix_tokens_given = true; });
-      sub.add_flag("--check-invariants", o->check_invariants, "run the engine's checkers after every step");
+      sub.add_flag("--check-invariants,--check", o->check_invariants, "run the engine's checkers after every step (slow)")->capture_default_str();
       sub.add_flag("-v,--verbose", o->verbose, "a line on stderr per run");
       sub.add_option("--seed", o->seed, "model weights and workload")->capture_default_str();
       return [o] { return run_paper(*o); };

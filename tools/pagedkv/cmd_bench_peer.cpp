@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,23 +14,13 @@
 #include "pagedkv/core/error.h"
 #include "pagedkv/prefix/block_hasher.h"
 #include "pagedkv/prefix/sha256.h"
+#include "engine_options.h"
 #include "pagedkv/storage/cpu_isa.h"
 #include "pagedkv/workload/kvcache_peer.h"
+#include "pagedkv/workload/python_peer_times.h"
 
 namespace pagedkv::cli {
 namespace {
-
-// vLLM v1's own Python KVCacheManager, scenario A (../shared/workloads/README.md, "The Python
-// peers' speed"): per operation in microseconds, the whole replay in seconds.
-struct PythonPeer {
-  double admit_us, decode_us, free_us, hash_us, whole_s;
-};
-// Re-measured on 2026-11-23 on the machines the project runs on (AMD EPYC Zen 4): compare with these.
-constexpr PythonPeer kVllmSha256{87.9, 3.07, 12.7, 252.8, 2.03};
-constexpr PythonPeer kVllmXxhash{75.0, 2.76, 11.3, 117.9, 1.58};
-// The first measurement (a Zen 3), kept as history only.
-constexpr PythonPeer kVllmSha256First{156.5, 5.45, 18.9, 444.5, 3.50};
-constexpr PythonPeer kVllmXxhashFirst{130.2, 4.69, 16.8, 192.4, 2.56};
 
 
 // The 1, 5 and 15-minute load averages: a busy machine explains a slow run.
@@ -56,7 +47,20 @@ std::string cpu_features() {
                      has_avx2(isa) ? "yes" : "no", isa == KernelIsa::kAvx512 ? "yes" : "no");
 }
 
-int run_bench_peer(const std::string& scenario_name, const std::string& hash_name, int runs, bool json, bool check) {
+// vLLM v1's Python manager timed on scenario A, read from the workload's README (or the file
+// --vllm-times names); nullopt, with the reason printed, when it cannot be read: the counters
+// are still checked, the times are then reported without a ratio.
+std::optional<PythonPeerReference> vllm_times(const std::string& path, HashAlgorithm hash, bool json) {
+  try {
+    return read_python_peer_times(path, hash);
+  } catch (const Error& e) {
+    if (!json) fmt::print(stderr, "bench peer: no comparison with vLLM's Python manager: {}\n", e.what());
+    return std::nullopt;
+  }
+}
+
+int run_bench_peer(const std::string& scenario_name, const std::string& hash_name, int runs, bool json, bool check,
+                   const std::string& vllm_times_path) {
   const PeerScenario scenario = PeerScenario::by_name(scenario_name);
   const auto hash = parse_hash_algorithm(hash_name);
   if (!hash) throw ConfigError(fmt::format("unknown hash algorithm '{}' (expected xxh3_128 or sha256)", hash_name));
@@ -84,9 +88,7 @@ int run_bench_peer(const std::string& scenario_name, const std::string& hash_nam
   const bool has_reference = scenario.name == "A";
   const PeerCounters ref = peer_reference_counters_a();
   const bool match = has_reference && counters == ref;
-  const bool sha = *hash == HashAlgorithm::kSha256;
-  const PythonPeer& peer = sha ? kVllmSha256 : kVllmXxhash;
-  const PythonPeer& first = sha ? kVllmSha256First : kVllmXxhashFirst;
+  const std::optional<PythonPeerReference> vllm = has_reference ? vllm_times(vllm_times_path, *hash, json) : std::nullopt;
   const std::string implementation(BlockHasher(PeerWorkload::kBlockSize, *hash).implementation());
   const double m_admit = median(admit), m_decode = median(decode), m_decode_new_block = median(decode_new_block),
                m_free = median(free_), m_hash = median(hashing), m_chunk = median(chunk), m_whole = median(whole),
@@ -129,17 +131,22 @@ int run_bench_peer(const std::string& scenario_name, const std::string& hash_nam
                        {"whole_replay_min", min_whole / 1e3},
                        {"whole_replay_cpu", m_whole_cpu / 1e3},
                        {"whole_replay_cpu_min", min_whole_cpu / 1e3}};
-    j["vllm_us"] = {{"admit", peer.admit_us}, {"decode_allocate_slots", peer.decode_us}, {"free", peer.free_us},
-                    {"hash_prompt", peer.hash_us}, {"whole_replay", peer.whole_s * 1e6}};
-    j["vllm_first_measurement_us"] = {{"admit", first.admit_us}, {"decode_allocate_slots", first.decode_us},
-                                      {"free", first.free_us}, {"hash_prompt", first.hash_us},
-                                      {"whole_replay", first.whole_s * 1e6}};
-    j["speedup_vs_vllm"] = {{"admit", peer.admit_us * 1e3 / m_admit},
-                            {"decode_allocate_slots", peer.decode_us * 1e3 / m_decode},
-                            {"free", peer.free_us * 1e3 / m_free},
-                            {"hash_prompt", peer.hash_us * 1e3 / m_hash},
-                            {"whole_replay", peer.whole_s * 1e9 / m_whole},
-                            {"whole_replay_best", peer.whole_s * 1e9 / min_whole}};
+    auto us = [](const PythonPeerTimes& t) {
+      return nlohmann::json{{"admit", t.admit_us}, {"decode_allocate_slots", t.decode_us}, {"free", t.free_us},
+                            {"hash_prompt", t.hash_us}, {"whole_replay", t.whole_s * 1e6}};
+    };
+    if (vllm) {
+      const PythonPeerTimes& peer = vllm->current;
+      j["vllm_times_source"] = vllm_times_path;
+      j["vllm_us"] = us(peer);
+      if (vllm->first) j["vllm_first_measurement_us"] = us(*vllm->first);
+      j["speedup_vs_vllm"] = {{"admit", peer.admit_us * 1e3 / m_admit},
+                              {"decode_allocate_slots", peer.decode_us * 1e3 / m_decode},
+                              {"free", peer.free_us * 1e3 / m_free},
+                              {"hash_prompt", peer.hash_us * 1e3 / m_hash},
+                              {"whole_replay", peer.whole_s * 1e9 / m_whole},
+                              {"whole_replay_best", peer.whole_s * 1e9 / min_whole}};
+    }
     fmt::print("{}\n", j.dump(2));
     return has_reference && !match ? 1 : 0;
   }
@@ -171,30 +178,37 @@ int run_bench_peer(const std::string& scenario_name, const std::string& hash_nam
   row("free blocks at the end", static_cast<uint64_t>(counters.free_blocks_at_end), static_cast<uint64_t>(ref.free_blocks_at_end));
   if (has_reference) fmt::print("counters {} vLLM v1's\n", match ? "match" : "DO NOT match");
 
+  // Our times always; vLLM's beside them (and the ratio) when its figures could be read.
+  const PythonPeerTimes* peer = vllm ? &vllm->current : nullptr;
+  auto ratio = [](double theirs, double ours) { return fmt::format("{:>8.0f}x", theirs / ours); };
   fmt::print("\nwhole replay, hashing included ({} runs)   {:>9} {:>9} {:>12} {:>9} {:>9}\n", runs, "median", "min",
              "vLLM v1 (py)", "vs median", "vs min");
-  fmt::print("{:<40} {:>6.2f} ms {:>6.2f} ms {:>9.0f} ms {:>8.0f}x {:>8.0f}x\n", "wall clock", m_whole / 1e6,
-             min_whole / 1e6, peer.whole_s * 1e3, peer.whole_s * 1e9 / m_whole, peer.whole_s * 1e9 / min_whole);
-  fmt::print("{:<40} {:>6.2f} ms {:>6.2f} ms {:>9.0f} ms {:>8.0f}x {:>8.0f}x\n", "thread CPU time", m_whole_cpu / 1e6,
-             min_whole_cpu / 1e6, peer.whole_s * 1e3, peer.whole_s * 1e9 / m_whole_cpu,
-             peer.whole_s * 1e9 / min_whole_cpu);
+  auto wrow = [&](const char* name, double med_ns, double min_ns) {
+    fmt::print("{:<40} {:>6.2f} ms {:>6.2f} ms {} {} {}\n", name, med_ns / 1e6, min_ns / 1e6,
+               peer ? fmt::format("{:>9.0f} ms", peer->whole_s * 1e3) : fmt::format("{:>12}", "-"),
+               peer ? ratio(peer->whole_s * 1e9, med_ns) : "", peer ? ratio(peer->whole_s * 1e9, min_ns) : "");
+  };
+  wrow("wall clock", m_whole, min_whole);
+  wrow("thread CPU time", m_whole_cpu, min_whole_cpu);
 
   fmt::print("\nper operation (median of {} runs' means)  {:>12} {:>14} {:>9}\n", runs, "pagedkv", "vLLM v1 (py)", "speedup");
-  auto trow = [](const char* name, double ours_ns, double theirs_us) {
-    fmt::print("{:<40} {:>9.3f} µs {:>11.2f} µs {:>8.0f}x\n", name, ours_ns / 1e3, theirs_us, theirs_us * 1e3 / ours_ns);
+  auto trow = [&](const char* name, double ours_ns, double PythonPeerTimes::*field) {
+    if (!peer) return fmt::print("{:<40} {:>9.3f} µs\n", name, ours_ns / 1e3);
+    fmt::print("{:<40} {:>9.3f} µs {:>11.2f} µs {}\n", name, ours_ns / 1e3, peer->*field,
+               ratio(peer->*field * 1e3, ours_ns));
   };
-  trow("admit (lookup + allocate)", m_admit, peer.admit_us);
-  trow("decode-step allocate_slots", m_decode, peer.decode_us);
-  trow("free a request", m_free, peer.free_us);
-  trow("hash a prompt's blocks at creation", m_hash, peer.hash_us);
+  trow("admit (lookup + allocate)", m_admit, &PythonPeerTimes::admit_us);
+  trow("decode-step allocate_slots", m_decode, &PythonPeerTimes::decode_us);
+  trow("free a request", m_free, &PythonPeerTimes::free_us);
+  trow("hash a prompt's blocks at creation", m_hash, &PythonPeerTimes::hash_us);
   fmt::print("{:<40} {:>9.3f} µs\n", "  decode steps that opened a block", m_decode_new_block / 1e3);
   fmt::print("{:<40} {:>9.3f} µs\n", "prefill-chunk allocate_slots", m_chunk / 1e3);
   fmt::print("(per-operation times: a TSC read around each call, ~7 ns of it the timer; wall clock, so on a busy\n"
              " machine they include time other processes ran. The whole replay is a run without those timers.)\n");
-  fmt::print("(vLLM figures: its Python manager re-measured on 2026-11-23, AMD EPYC Zen 4, workloads/README.md;\n"
-             " first measurement, for history: whole replay {:.2f} s, admit {:.1f} µs, decode {:.2f} µs, free {:.1f} µs,\n"
-             " hash {:.1f} µs. Another machine than this one: compare ratios, and expect drift.)\n",
-             first.whole_s, first.admit_us, first.decode_us, first.free_us, first.hash_us);
+  if (peer)
+    fmt::print("(vLLM figures: its Python manager as measured in {}, on another machine than\n"
+               " this one: compare ratios, and expect drift.)\n",
+               vllm_times_path);
   return has_reference && !match ? 1 : 0;
 }
 
@@ -206,13 +220,17 @@ const CommandRegistration kBenchPeerCommand{Command{
       auto runs = std::make_shared<int>(5);
       auto json = std::make_shared<bool>(false);
       auto check = std::make_shared<bool>(false);
+      auto times = std::make_shared<std::string>(default_shared_dir() + "/workloads/README.md");
       sub.add_option("--scenario", *scenario, "A (4,096 blocks, 64 running) or B (2,048 blocks, 128 running)")
           ->capture_default_str();
       sub.add_option("--hash", *hash, "xxh3_128 or sha256")->capture_default_str();
       sub.add_option("--runs", *runs, "runs; timings are medians")->capture_default_str();
       sub.add_flag("--json", *json, "print JSON");
-      sub.add_flag("--check", *check, "run the invariant checker after every operation (first run; slow)");
-      return [=] { return run_bench_peer(*scenario, *hash, *runs, *json, *check); };
+      sub.add_flag("--check-invariants,--check", *check, "run the invariant checker after every operation (first run; slow)");
+      sub.add_option("--vllm-times", *times,
+                     "where vLLM's Python manager times are read from (its \"Python peers' speed\" table)")
+          ->capture_default_str();
+      return [=] { return run_bench_peer(*scenario, *hash, *runs, *json, *check, *times); };
     }}};
 
 }  // namespace

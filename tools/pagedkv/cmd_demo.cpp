@@ -48,7 +48,6 @@ struct DemoOptions {
   int snapshot_step = -1;  // -1: the step of peak usage
   int columns = 64;
   bool json = false;
-  int threads = 0;
   EngineOptions engine;
 };
 
@@ -517,7 +516,7 @@ std::string format_report(const nlohmann::json& j, const DemoRun& run, const Dem
 }
 
 int run_demo(DemoOptions o, const CLI::App& sub) {
-  if (o.threads > 0) set_kernel_threads(o.threads);
+  o.engine.apply_threads();
   if (o.columns < 8) throw ConfigError(fmt::format("--columns must be at least 8, got {}", o.columns));
   if (!o.tokenizer.empty() && o.model.empty())
     throw ConfigError("--tokenizer needs --model (the built-in model has no vocabulary to speak of)");
@@ -628,7 +627,6 @@ const CommandRegistration kDemoCommand{Command{
       sub.add_option("--snapshot-step", o->snapshot_step, "draw the pool after this step instead of at peak usage");
       sub.add_option("--columns", o->columns, "blocks per grid row")->capture_default_str();
       sub.add_flag("--json", o->json, "print the report as JSON");
-      sub.add_option("--threads", o->threads, "kernel threads (default: PAGEDKV_NUM_THREADS or the CPU count)");
       o->engine.add_to(sub);
       // The demo sizes its own pool unless told: say so instead of the engine's 16 MiB default.
       sub.get_option("--kv-cache-bytes")

@@ -62,6 +62,7 @@ int run_generate(GenerateOptions o) {
   int steps = o.steps;
   if (steps <= 0 || steps > model.config().seq_len) steps = model.config().seq_len;
   const uint64_t seed = o.seed > 0 ? static_cast<uint64_t>(o.seed) : static_cast<uint64_t>(std::time(nullptr));
+  o.engine.apply_threads();
   EngineConfig cfg = o.engine.to_config();
   LLMEngine engine(model, cfg);
   // Start-up summary on stderr, as vLLM logs it; stdout stays exactly what run prints.

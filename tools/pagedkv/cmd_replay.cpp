@@ -546,7 +546,7 @@ const CommandRegistration kReplay{Command{
           ->capture_default_str();
       sub.add_option("--seed", a->azure.seed, "Azure: seed of the sharing model")->capture_default_str();
       sub.add_option("--max-num-seqs", a->max_num_seqs, "timed: requests running at once")->capture_default_str();
-      sub.add_option("--max-batched-tokens", a->max_batched_tokens, "timed: token budget per step (chunked prefill)")
+      sub.add_option("--max-num-batched-tokens,--max-batched-tokens", a->max_batched_tokens, "timed: token budget per step (chunked prefill)")
           ->capture_default_str();
       sub.add_option("--preemption", a->preemption, "timed: recompute, swap or auto")->capture_default_str();
       sub.add_option("--swap-blocks", a->swap_blocks, "timed: host swap-space blocks")->capture_default_str();
@@ -564,7 +564,7 @@ const CommandRegistration kReplay{Command{
       sub.add_option("--time-scale", a->time_scale, "timed: multiply arrival times (2 = half the request rate)")
           ->capture_default_str();
       sub.add_option("--timeline", a->timeline, "timed: write the pool/queue time series to this CSV");
-      sub.add_option("--timeline-interval", a->timeline_interval, "timed: seconds between time-series points")
+      sub.add_option("--timeline-interval-s,--timeline-interval", a->timeline_interval, "timed: seconds between time-series points")
           ->capture_default_str();
       return [a]() -> int {
         if (a->json && a->csv) throw ConfigError("choose one of --json and --csv");

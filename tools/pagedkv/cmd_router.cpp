@@ -53,7 +53,7 @@ int run_router(RouterCliOptions o) {
     if (!(w >= 0)) throw ConfigError("--prefill-scale and the credits must be at least 0");
   if (o.events_interval_ms < 1 || o.health_interval_ms < 1 || o.poll_timeout_ms < 1 || o.connect_timeout_ms < 1)
     throw ConfigError("the intervals and timeouts must be at least 1 ms");
-  if (!(o.upstream_timeout_s > 0)) throw ConfigError("--upstream-timeout must be positive");
+  if (!(o.upstream_timeout_s > 0)) throw ConfigError("--upstream-timeout-s must be positive");
   if (o.http_threads < 2) throw ConfigError(fmt::format("--http-threads must be at least 2, got {}", o.http_threads));
 
   std::vector<router::BackendAddress> addresses;
@@ -162,7 +162,7 @@ const CommandRegistration kRouterCommand{Command{
       sub.add_option("--poll-timeout-ms", o->poll_timeout_ms, "timeout of a health check or events read")->capture_default_str();
       sub.add_option("--connect-timeout-ms", o->connect_timeout_ms, "timeout to connect to a backend for a request")
           ->capture_default_str();
-      sub.add_option("--upstream-timeout", o->upstream_timeout_s, "seconds a backend may stay silent mid-request")
+      sub.add_option("--upstream-timeout-s,--upstream-timeout", o->upstream_timeout_s, "seconds a backend may stay silent mid-request")
           ->capture_default_str();
       sub.add_option("--http-threads", o->http_threads, "HTTP worker threads (each open stream holds one)")->capture_default_str();
       sub.add_option("--max-body-bytes", o->max_body_bytes, "larger request bodies get 413")->capture_default_str();

@@ -2,7 +2,7 @@
 //
 // Threads: main (signals and shutdown), the engine thread (EngineService: owns the LLMEngine and
 // steps it), and httplib's workers (one per connection being served). SIGTERM or SIGINT drains:
-// new requests get 503, accepted requests get --drain-seconds to finish (the rest are aborted and
+// new requests get 503, accepted requests get --drain-timeout-s to finish (the rest are aborted and
 // still answered), the KV tiers are flushed (a warm restart finds the disk tier), exit 0.
 #include <fmt/format.h>
 #include <signal.h>
@@ -64,7 +64,7 @@ int run_serve(ServeOptions o) {
   const int stream_interval = parse_stream_interval(o.stream_interval);
   if (o.http_threads < 2) throw ConfigError(fmt::format("--http-threads must be at least 2, got {}", o.http_threads));
   if (o.port < 0 || o.port > 65535) throw ConfigError(fmt::format("--port must be in [0, 65535], got {}", o.port));
-  if (!(o.drain_seconds >= 0)) throw ConfigError("--drain-seconds must be at least 0");
+  if (!(o.drain_seconds >= 0)) throw ConfigError("--drain-timeout-s must be at least 0");
 
   // Signals are taken by the main thread alone: block them before any thread starts.
   sigset_t signals;
@@ -78,6 +78,7 @@ int run_serve(ServeOptions o) {
     throw ConfigError(fmt::format("{} has no tokenizer pagedkv can use ({}); pass --tokenizer", o.model, loaded.tokenizer_error));
   const Model& model = *loaded.model;
   const TextTokenizer& tokenizer = *loaded.tokenizer;
+  o.engine.apply_threads();
   EngineConfig config = o.engine.to_config();
   config.max_model_len = o.max_model_len;
   config.record_block_usage = false;  // a server runs for days
@@ -173,11 +174,12 @@ const CommandRegistration kServeCommand{Command{
           ->capture_default_str();
       sub.add_option("--stream-interval", o->stream_interval,
                      "tokens a streamed choice gathers per chunk (1: every token; more: fewer wake-ups under load; "
-                     "auto: 1, plus 1 per 16 running requests)")
+                     "auto: every token while at most 8 choices run, beyond that as many as keep the hand-over to "
+                     "the HTTP threads under 3 % of an engine step, at most 16)")
           ->capture_default_str();
       sub.add_option("--http-threads", o->http_threads, "HTTP worker threads (each open stream holds one)")->capture_default_str();
       sub.add_option("--max-model-len", o->max_model_len, "longest prompt + output (0: the model's)")->capture_default_str();
-      sub.add_option("--drain-seconds", o->drain_seconds, "on SIGTERM/SIGINT, time accepted requests get to finish")
+      sub.add_option("--drain-timeout-s,--drain-seconds", o->drain_seconds, "on SIGTERM/SIGINT, time accepted requests get to finish")
           ->capture_default_str();
       sub.add_option("--kv-events-capacity", o->kv_events_capacity,
                      "KV events kept for routers (GET /kv_events); a router further behind reads a snapshot")

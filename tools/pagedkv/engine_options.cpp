@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "pagedkv/core/error.h"
+#include "pagedkv/kernels/thread_pool.h"
 #include "pagedkv/memory/byte_size.h"
 #include "pagedkv/remote/redis_store.h"
 #include "pagedkv/storage/kv_arena.h"
@@ -34,7 +35,8 @@ void EngineOptions::add_to(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--max-num-seqs", max_num_seqs, "requests running at once")->capture_default_str();
   app.add_option("--max-num-batched-tokens", max_num_batched_tokens, "tokens per step")->capture_default_str();
-  app.add_flag("--check", check, "run the invariant checker after every step");
+  app.add_flag("--check-invariants,--check", check, "run the invariant checker after every step (slow)")->capture_default_str();
+  app.add_option("--threads", threads, "kernel threads (default: PAGEDKV_NUM_THREADS or the CPU count)");
   app.add_option("--host-cache-bytes", host_cache_bytes,
                  "host-memory tier for evicted prefix blocks, e.g. 64MiB (0: none)")->capture_default_str();
   app.add_option("--disk-cache-dir", disk_cache_dir,
@@ -60,6 +62,11 @@ void EngineOptions::add_to(CLI::App& app) {
   app.add_option("--remote-min-blocks", remote_min_blocks,
                  "ask the remote tier only when at least this many blocks missed above (the cost rule)")
       ->capture_default_str();
+}
+
+void EngineOptions::apply_threads() const {
+  if (threads < 0) throw ConfigError(fmt::format("--threads must be at least 1 (or 0 for the default), got {}", threads));
+  if (threads > 0) set_kernel_threads(threads);
 }
 
 EngineConfig EngineOptions::to_config() const {

@@ -1,4 +1,4 @@
-// Command-line options shared by the commands that run the engine (generate, demo).
+// Command-line options shared by the commands that run the engine (generate, demo, serve).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -25,6 +25,7 @@ struct EngineOptions {
   int max_num_seqs = 64;
   int max_num_batched_tokens = 2048;
   bool check = false;
+  int threads = 0;  // kernel threads; 0: PAGEDKV_NUM_THREADS or the CPU count
   // KV tiers (off unless one of the first two is set).
   std::string host_cache_bytes = "0";
   std::string disk_cache_dir;
@@ -41,6 +42,8 @@ struct EngineOptions {
 
   void add_to(CLI::App& app);
   EngineConfig to_config() const;  // throws ConfigError
+  // Sets the process-wide kernel thread count when --threads was given.
+  void apply_threads() const;
 };
 
 // The shared model directory (../shared/models relative to the binary's repo, or $PAGEDKV_SHARED_DIR).

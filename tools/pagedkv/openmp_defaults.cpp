@@ -6,13 +6,13 @@
 // slices the working ones need, and a barrier waits for a thread the OS has descheduled. On the
 // loaded 2-core development machine `pagedkv generate -t 0 -n 256` on stories260K ran at 5-50
 // tokens/s with the default, and a 24-request `pagedkv demo` took 12.6 s instead of 0.9 s
-// (docs/benchmarks.md). Never spinning (OMP_WAIT_POLICY=passive, the default until session 14)
+// (docs/benchmarks.md). Never spinning (OMP_WAIT_POLICY=passive)
 // costs instead a wake-up of the sleeping team at every parallel region: on a KVM guest ~20-60 us,
 // a third of a 1K-token decode attention call (0.153 ms passive, 0.095 ms spinning).
 //
 // So the CLI spins GOMP_SPINCOUNT=3000 rounds (tens of microseconds: long enough to catch the next
-// kernel call of the same step, short enough that a descheduled thread costs little). Measured
-// (docs/benchmarks.md, "Session 14"): as fast as unbounded spinning on a quiet machine, and no
+// kernel call of the same step, short enough that a descheduled thread costs little). Measured:
+// as fast as unbounded spinning on a quiet machine, and no
 // slower than passive waiting under a load of 12 busy processes on the 2 cores, where the default
 // 300,000 took 28 ms per attention call instead of 1.3-7.6.
 //

@@ -12,8 +12,8 @@ int kernel_threads();
 void set_kernel_threads(int n);
 
 // Work below which a kernel call stays on the calling thread, in multiply-adds. Waking the team
-// and putting it back to sleep costs tens of microseconds with passive waiting (the CLI's default
-// until session 14; it now spins briefly first, tools/pagedkv/openmp_defaults.cpp), so a second
+// and putting it back to sleep costs tens of microseconds with passive waiting (the CLI
+// spins briefly first instead, tools/pagedkv/openmp_defaults.cpp), so a second
 // thread only pays for calls of a few million multiply-adds (~100 us of one core). Measured on
 // stories260K, 32 requests decoding, passive waiting, 2 threads: 12,011 tokens per CPU-second with
 // a 262,144 threshold, 27,144 with this one, 27,303 with one thread (docs/benchmarks.md, "Serving
