@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "pagedkv/server/peer_connection.h"
+#include "pagedkv/api/peer_connection.h"
 
 namespace pagedkv::server {
 namespace {
@@ -66,7 +66,7 @@ void BM_PeerConnectionFind(benchmark::State& state) {
     size_t i = 0;
     for (auto _ : state) {
       const int client_port = client_ports[client_ports.size() - 1 - (same_again ? 0 : i++ % 2)];
-      benchmark::DoNotOptimize(PeerConnection::find(port, "127.0.0.1", client_port).fd());
+      benchmark::DoNotOptimize(api::PeerConnection::find(port, "127.0.0.1", client_port).fd());
     }
     state.SetItemsProcessed(static_cast<int64_t>(state.iterations()));
   } else {

@@ -18,15 +18,19 @@ ALLOWED = {
     "engine": {"core", "block", "prefix", "manager", "tiers", "scheduler", "storage", "kernels", "model", "memory"},
     "workload": {"core", "block", "prefix", "manager", "scheduler", "memory"},
     "replay": {"core", "block", "prefix", "manager", "scheduler", "memory", "workload"},
-    # The OpenAI-compatible server: HTTP, metrics and the engine thread, on top of the engine.
-    "server": {"core", "block", "prefix", "manager", "tiers", "scheduler", "storage", "kernels", "model", "memory", "engine"},
+    # The HTTP/API layer both front ends stand on: the API's error shape, the HTTP listener, peer
+    # connections, OpenAI request parsing, chat templates, the KV-event log and its wire format.
+    # It tokenizes (model) and reads block events (block), never an engine.
+    "api": {"core", "block", "prefix", "model"},
+    # The OpenAI-compatible server: metrics and the engine thread behind the API layer.
+    "server": {"core", "block", "prefix", "manager", "tiers", "scheduler", "storage", "kernels", "model", "memory", "engine", "api"},
     # The HTTP load generator: a client of the server's API, so it needs nothing of the engine.
     "loadgen": {"core"},
     # The remote KV tier's Redis client (hiredis): implements tiers/' RemoteStore.
     "remote": {"core", "tiers"},
     # The KV-aware router: an HTTP front over servers; it tokenizes and hashes prompts as they do
-    # and reuses the server's request parsing, never the engine.
-    "router": {"core", "block", "prefix", "model", "server"},
+    # and parses requests with the API layer, never the engine or the server.
+    "router": {"core", "block", "prefix", "model", "api"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"pagedkv/([a-z_]+)/')
 

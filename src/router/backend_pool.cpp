@@ -5,8 +5,8 @@
 
 #include <algorithm>
 
+#include "pagedkv/api/kv_events_wire.h"
 #include "pagedkv/core/error.h"
-#include "pagedkv/server/kv_events_wire.h"
 
 namespace pagedkv::router {
 namespace {
@@ -149,21 +149,21 @@ void BackendPool::read_events(int i, httplib::Client& client) {
     const std::string path =
         fmt::format("/kv_events?epoch={:x}&since={}&max={}", epoch, since, options_.max_events_per_poll);
     httplib::Result r = client.Get(path, auth_headers(options_.api_key));
-    server::KVEventsWirePage wire;
+    api::KVEventsWirePage wire;
     std::string error;
     if (!r) error = fmt::format("GET /kv_events: {}", httplib::to_string(r.error()));
     else if (r->status != 200) error = fmt::format("GET /kv_events: HTTP {}", r->status);
     else {
       try {
-        wire = server::parse_kv_events_page(r->body);
+        wire = api::parse_kv_events_page(r->body);
         // Events continue exactly where this reader stopped (a gap would be answered with a snapshot).
         if (!wire.page.snapshot && !wire.page.events.empty() && (wire.page.epoch != epoch || wire.page.events.front().seq != since + 1))
-          throw server::WireError(fmt::format("events start at {} after {} of epoch {:x}", wire.page.events.front().seq, since, epoch));
-      } catch (const server::WireError& e) {
+          throw api::WireError(fmt::format("events start at {} after {} of epoch {:x}", wire.page.events.front().seq, since, epoch));
+      } catch (const api::WireError& e) {
         error = fmt::format("GET /kv_events: malformed page: {}", e.what());
       }
     }
-    const server::KVEventsPage& page = wire.page;
+    const api::KVEventsPage& page = wire.page;
     std::lock_guard lock(mutex_);
     Backend& b = backends_[static_cast<size_t>(i)];
     if (!error.empty()) {
@@ -189,12 +189,12 @@ void BackendPool::read_events(int i, httplib::Client& client) {
     if (page.snapshot) {
       std::vector<std::pair<BlockHash, MediumMask>> blocks;
       blocks.reserve(page.blocks.size());
-      for (const server::KVSnapshotBlock& sb : page.blocks)
+      for (const api::KVSnapshotBlock& sb : page.blocks)
         if (sb.group == routing) blocks.emplace_back(sb.hash, sb.media);
       index_.replace(i, blocks);
       ++b.state.snapshots;
     } else {
-      for (const server::KVEventRecord& e : page.events)
+      for (const api::KVEventRecord& e : page.events)
         if (e.group == routing) index_.apply(i, e.hash, e.medium, e.present);
       b.state.events += page.events.size();
     }

@@ -6,18 +6,18 @@
 
 #include <climits>
 
+#include "pagedkv/api/api_error.h"
+#include "pagedkv/api/http_listener.h"
+#include "pagedkv/api/peer_connection.h"
 #include "pagedkv/core/error.h"
 #include "pagedkv/prefix/block_hasher.h"
-#include "pagedkv/server/api_error.h"
-#include "pagedkv/server/http_listener.h"
-#include "pagedkv/server/peer_connection.h"
 
 namespace pagedkv::router {
 namespace {
 
 using nlohmann::json;
-using server::ApiEndpoint;
-using server::ApiError;
+using api::ApiEndpoint;
+using api::ApiError;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
@@ -56,7 +56,7 @@ RouterServer::RouterServer(RouterOptions options, BackendPool& pool, BackendChoo
       chooser_(std::move(chooser)),
       model_(model),
       metrics_(metrics),
-      http_(std::make_unique<server::HttpListener>()) {
+      http_(std::make_unique<api::HttpListener>()) {
   const size_t threads = static_cast<size_t>(std::max(2, options_.http_threads));
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http_->set_payload_max_length(options_.max_body_bytes);
@@ -67,7 +67,7 @@ RouterServer::RouterServer(RouterOptions options, BackendPool& pool, BackendChoo
 RouterServer::~RouterServer() = default;
 
 int RouterServer::bind() {
-  return static_cast<server::HttpListener&>(*http_).bind_with_backlog(options_.host, options_.port, options_.listen_backlog);
+  return static_cast<api::HttpListener&>(*http_).bind_with_backlog(options_.host, options_.port, options_.listen_backlog);
 }
 
 void RouterServer::serve() { http_->listen_after_bind(); }
@@ -80,22 +80,22 @@ RoutingPlan RouterServer::plan(const std::string& body, ApiEndpoint endpoint) co
   // Blocks of the routing group (its block may span several hash blocks: see PrefixHashing).
   const int block_size = hashing ? hashing->routing_block_size() : 16;
   try {
-    const server::CompletionRequest request = server::parse_completion_request(body, endpoint, options_.limits);
+    const api::CompletionRequest request = api::parse_completion_request(body, endpoint, options_.limits);
     if (!model_.tokenizer) {
       // Token-id prompts need no tokenizer; text prompts are then routed by load.
       bool all_ids = endpoint == ApiEndpoint::kCompletions;
-      for (const server::PromptInput& in : request.prompts) all_ids = all_ids && !in.is_text;
+      for (const api::PromptInput& in : request.prompts) all_ids = all_ids && !in.is_text;
       if (!all_ids) return p;
     }
-    server::ModelLimits limits{request.model, model_.max_model_len > 0 ? model_.max_model_len : INT_MAX / 2,
+    api::ModelLimits limits{request.model, model_.max_model_len > 0 ? model_.max_model_len : INT_MAX / 2,
                                model_.vocab_size > 0 ? model_.vocab_size : INT_MAX};
-    std::vector<server::PreparedPrompt> prompts;
+    std::vector<api::PreparedPrompt> prompts;
     if (model_.tokenizer) {
-      prompts = server::prepare_request(request, *model_.tokenizer, limits);
+      prompts = api::prepare_request(request, *model_.tokenizer, limits);
     } else {
-      for (const server::PromptInput& in : request.prompts) prompts.push_back({in.token_ids, request.max_tokens.value_or(16)});
+      for (const api::PromptInput& in : request.prompts) prompts.push_back({in.token_ids, request.max_tokens.value_or(16)});
     }
-    for (const server::PreparedPrompt& prompt : prompts) {
+    for (const api::PreparedPrompt& prompt : prompts) {
       const int64_t tokens = static_cast<int64_t>(prompt.token_ids.size()) + prompt.max_tokens;
       p.load_blocks += request.n * ((tokens + block_size - 1) / block_size);
     }
@@ -139,14 +139,14 @@ int RouterServer::choose(const RoutingPlan& plan, const std::vector<bool>& exclu
 void RouterServer::install_routes() {
   httplib::Server& http = *http_;
 
-  auto& listener = static_cast<server::HttpListener&>(http);
+  auto& listener = static_cast<api::HttpListener&>(http);
   listener.use_api_errors("router");
   listener.require_api_key(options_.api_key, needs_api_key);
 
   http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     int healthy = 0;
     for (const BackendState& s : pool_.states()) healthy += s.healthy;
-    if (healthy == 0) server::send_api_error(res, ApiError(503, "no backend is healthy", "", "no_backend"));
+    if (healthy == 0) api::send_api_error(res, ApiError(503, "no backend is healthy", "", "no_backend"));
     else res.set_content(json{{"healthy_backends", healthy}}.dump(), "application/json");
   });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
@@ -205,7 +205,7 @@ void RouterServer::install_routes() {
                                                                                : r->get_header_value("Content-Type").c_str());
       return;
     }
-    server::send_api_error(res, ApiError(503, "no backend is healthy", "", "no_backend"));
+    api::send_api_error(res, ApiError(503, "no backend is healthy", "", "no_backend"));
   };
   http.Get("/v1/models", forward_simple);
   http.Get("/version", forward_simple);
@@ -237,8 +237,8 @@ void RouterServer::install_routes() {
     return [this, endpoint](const httplib::Request& req, httplib::Response& res) {
       const auto received = Clock::now();
       const RoutingPlan routing = plan(req.body, endpoint);
-      auto watch = std::make_shared<server::DisconnectCheck>(
-          server::PeerConnection::find(req.local_port, req.remote_addr, req.remote_port), kPollInterval);
+      auto watch = std::make_shared<api::DisconnectCheck>(
+          api::PeerConnection::find(req.local_port, req.remote_addr, req.remote_port), kPollInterval);
       std::vector<bool> excluded(static_cast<size_t>(pool_.size()), false);
       std::shared_ptr<UpstreamCall> call;
       std::shared_ptr<Placement> placement;

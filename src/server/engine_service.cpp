@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "pagedkv/api/peer_connection.h"
 #include "pagedkv/core/error.h"
-#include "pagedkv/server/peer_connection.h"
 
 namespace pagedkv::server {
 namespace {
@@ -54,10 +54,10 @@ std::shared_ptr<RequestStream> EngineService::submit(std::vector<GenerationReque
   auto stream = std::make_shared<RequestStream>(choices);
   {
     std::lock_guard lock(mutex_);
-    if (draining_ || stop_) throw ApiError(503, "the server is shutting down and accepts no new requests", "", "shutting_down");
+    if (draining_ || stop_) throw api::ApiError(503, "the server is shutting down and accepts no new requests", "", "shutting_down");
     const int queued = inbox_prompts_ + engine_waiting_.load();
     if (queued + static_cast<int>(prompts.size()) > options_.max_waiting)
-      throw ApiError(503, fmt::format("the server is overloaded: {} requests are waiting (limit {}); retry later", queued,
+      throw api::ApiError(503, fmt::format("the server is overloaded: {} requests are waiting (limit {}); retry later", queued,
                                       options_.max_waiting),
                      "", "server_overloaded");
     inbox_prompts_ += static_cast<int>(prompts.size());
@@ -190,7 +190,7 @@ bool EngineService::abort_disconnected_clients() {
   // number may by now name another connection if the handler returned; aborting by stream only
   // ever touches this request, so a stale number cannot hurt another.)
   for (size_t i = watched_.size(); i-- > 0;) {
-    if (!peer_closed(poll_fds_[i].fd, poll_fds_[i].revents)) continue;
+    if (!api::peer_closed(poll_fds_[i].fd, poll_fds_[i].revents)) continue;
     aborted |= abort_requests_of(watched_[i].stream);
     watched_[i] = std::move(watched_.back());
     watched_.pop_back();

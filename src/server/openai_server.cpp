@@ -14,15 +14,15 @@
 #include <cstdlib>
 #include <set>
 
-#include "pagedkv/version.h"
+#include "pagedkv/api/api_error.h"
+#include "pagedkv/api/http_listener.h"
+#include "pagedkv/api/kv_events_wire.h"
+#include "pagedkv/api/peer_connection.h"
 #include "pagedkv/core/error.h"
-#include "pagedkv/server/api_error.h"
 #include "pagedkv/server/dashboard_page.h"
 #include "pagedkv/server/dashboard_state.h"
-#include "pagedkv/server/http_listener.h"
-#include "pagedkv/server/kv_events_wire.h"
-#include "pagedkv/server/peer_connection.h"
 #include "pagedkv/server/response_builder.h"
+#include "pagedkv/version.h"
 
 namespace pagedkv::server {
 namespace {
@@ -75,7 +75,7 @@ OpenAIServer::OpenAIServer(ServerOptions options, EngineService& service, const 
       tokenizer_(tokenizer),
       model_(std::move(model)),
       metrics_(metrics),
-      http_(std::make_unique<HttpListener>()),
+      http_(std::make_unique<api::HttpListener>()),
       snapshots_(std::make_unique<DashboardSnapshots>(service, options_.dashboard_period)) {
   const size_t threads = static_cast<size_t>(std::max(2, options_.http_threads));
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
@@ -88,7 +88,7 @@ OpenAIServer::OpenAIServer(ServerOptions options, EngineService& service, const 
 OpenAIServer::~OpenAIServer() = default;
 
 int OpenAIServer::bind() {
-  return static_cast<HttpListener&>(*http_).bind_with_backlog(options_.host, options_.port, options_.listen_backlog);
+  return static_cast<api::HttpListener&>(*http_).bind_with_backlog(options_.host, options_.port, options_.listen_backlog);
 }
 
 void OpenAIServer::serve() { http_->listen_after_bind(); }
@@ -98,7 +98,7 @@ void OpenAIServer::stop() { http_->stop(); }
 void OpenAIServer::install_routes() {
   httplib::Server& http = *http_;
 
-  static_cast<HttpListener&>(http).use_api_errors("server");
+  static_cast<api::HttpListener&>(http).use_api_errors("server");
   http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     // Known routes only: a label per arbitrary path would let clients grow the metrics without bound.
     static const std::set<std::string> kRoutes{"/v1/completions", "/v1/chat/completions", "/v1/models", "/health",
@@ -107,10 +107,10 @@ void OpenAIServer::install_routes() {
     metrics_.count_http_request(kRoutes.contains(req.path) ? req.path : "other");
     if (res.status >= 400) metrics_.count_http_error(res.status);
   });
-  static_cast<HttpListener&>(http).require_api_key(options_.api_key, needs_api_key);
+  static_cast<api::HttpListener&>(http).require_api_key(options_.api_key, needs_api_key);
 
   http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    if (service_.draining()) send_api_error(res, ApiError(503, "the server is shutting down", "", "shutting_down"));
+    if (service_.draining()) api::send_api_error(res, api::ApiError(503, "the server is shutting down", "", "shutting_down"));
     else send_json(res, 200, json::object());
   });
   http.Get("/version", [](const httplib::Request&, httplib::Response& res) { send_json(res, 200, {{"version", PAGEDKV_VERSION_STRING}}); });
@@ -139,7 +139,7 @@ void OpenAIServer::install_routes() {
   // The KV events of this instance for routers (docs/router.md, "The events"): everything after
   // sequence number `since` of epoch `epoch`, or a snapshot when that cannot be had.
   http.Get("/kv_events", [this](const httplib::Request& req, httplib::Response& res) {
-    if (!options_.kv_events) throw ApiError(404, "this server does not publish KV events", "", "not_found");
+    if (!options_.kv_events) throw api::ApiError(404, "this server does not publish KV events", "", "not_found");
     auto number = [&req](const char* name, int base, uint64_t fallback) {
       if (!req.has_param(name)) return fallback;
       const std::string text = req.get_param_value(name);
@@ -147,15 +147,15 @@ void OpenAIServer::install_routes() {
       errno = 0;
       const unsigned long long v = std::strtoull(text.c_str(), &end, base);
       if (text.empty() || text[0] == '-' || *end != '\0' || errno == ERANGE)
-        throw ApiError(400, fmt::format("'{}' must be a non-negative integer{}", name, base == 16 ? " in hex" : ""), name,
+        throw api::ApiError(400, fmt::format("'{}' must be a non-negative integer{}", name, base == 16 ? " in hex" : ""), name,
                        "invalid_value");
       return static_cast<uint64_t>(v);
     };
     const uint64_t epoch = number("epoch", 16, 0);
     const uint64_t since = number("since", 10, 0);
     const uint64_t max_events = std::clamp<uint64_t>(number("max", 10, 10000), 1, 100000);
-    const KVEventsPage log_page = options_.kv_events->read(epoch, since, static_cast<size_t>(max_events));
-    res.set_content(format_kv_events_page(log_page, options_.prefix_hashing), "application/json");
+    const api::KVEventsPage log_page = options_.kv_events->read(epoch, since, static_cast<size_t>(max_events));
+    res.set_content(api::format_kv_events_page(log_page, options_.prefix_hashing), "application/json");
   });
   http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     const std::string& name = model_.limits.served_model_name;
@@ -170,21 +170,21 @@ void OpenAIServer::install_routes() {
   });
 
   http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
-    const TokenizeRequest request = parse_tokenize_request(req.body);
+    const api::TokenizeRequest request = api::parse_tokenize_request(req.body);
     // Messages: the same rendering /v1/chat/completions uses.
     const std::vector<TokenId> tokens =
-        request.prompt ? encode_bounded(tokenizer_, *request.prompt, request.add_special_tokens, model_.limits.max_model_len, "prompt")
-                       : encode_bounded(tokenizer_, render_chat(model_.chat_template, request.messages), request.add_special_tokens,
+        request.prompt ? api::encode_bounded(tokenizer_, *request.prompt, request.add_special_tokens, model_.limits.max_model_len, "prompt")
+                       : api::encode_bounded(tokenizer_, api::render_chat(model_.chat_template, request.messages), request.add_special_tokens,
                                         model_.limits.max_model_len, "messages");
     send_json(res, 200, {{"tokens", tokens}, {"count", tokens.size()}, {"max_model_len", model_.limits.max_model_len}});
   });
   http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
-    const std::vector<TokenId> tokens = parse_detokenize_request(req.body, model_.limits.vocab_size);
+    const std::vector<TokenId> tokens = api::parse_detokenize_request(req.body, model_.limits.vocab_size);
     send_json(res, 200, {{"prompt", detokenize(tokenizer_, tokens)}});
   });
   http.Post("/reset_prefix_cache", [this](const httplib::Request&, httplib::Response& res) {
     if (!options_.admin_endpoints) {
-      send_api_error(res, ApiError(403, "admin endpoints are disabled on this server (--disable-admin-endpoints)", "",
+      api::send_api_error(res, api::ApiError(403, "admin endpoints are disabled on this server (--disable-admin-endpoints)", "",
                                "admin_disabled"));
       return;
     }
@@ -192,13 +192,13 @@ void OpenAIServer::install_routes() {
     send_json(res, 200, {{"removed_blocks", r.removed}, {"kept_in_use", r.kept_in_use}, {"complete", r.complete()}});
   });
 
-  auto completion = [this](ApiEndpoint endpoint) {
+  auto completion = [this](api::ApiEndpoint endpoint) {
     return [this, endpoint](const httplib::Request& req, httplib::Response& res) {
-      auto request = std::make_shared<CompletionRequest>(parse_completion_request(req.body, endpoint, options_.limits));
-      std::vector<PreparedPrompt> prompts = prepare_request(*request, tokenizer_, model_.limits, model_.chat_template);
+      auto request = std::make_shared<api::CompletionRequest>(api::parse_completion_request(req.body, endpoint, options_.limits));
+      std::vector<api::PreparedPrompt> prompts = api::prepare_request(*request, tokenizer_, model_.limits, model_.chat_template);
       const uint64_t seed = request->seed.value_or(ids().next());
       std::vector<GenerationRequest> generations;
-      for (PreparedPrompt& p : prompts) {
+      for (api::PreparedPrompt& p : prompts) {
         GenerationRequest g;
         g.prompt = std::move(p.token_ids);
         g.sampling.temperature = request->temperature;
@@ -223,13 +223,13 @@ void OpenAIServer::install_routes() {
       const int num_prompts = static_cast<int>(generations.size());
       // The client's socket, found once: the engine thread aborts the request within a step of
       // its closing, the handler below stops waiting at its next check.
-      const PeerConnection peer = PeerConnection::find(req.local_port, req.remote_addr, req.remote_port);
+      const api::PeerConnection peer = api::PeerConnection::find(req.local_port, req.remote_addr, req.remote_port);
       std::shared_ptr<RequestStream> stream = service_.submit(std::move(generations), peer.fd());
-      const bool chat = endpoint == ApiEndpoint::kChatCompletions;
+      const bool chat = endpoint == api::ApiEndpoint::kChatCompletions;
       auto builder = std::make_shared<ResponseBuilder>(*request, tokenizer_,
                                                        fmt::format("{}-{:016x}", chat ? "chatcmpl" : "cmpl", ids().next()),
                                                        model_.limits.served_model_name, unix_now(), num_prompts);
-      auto disconnect = std::make_shared<DisconnectCheck>(peer, kPollInterval);
+      auto disconnect = std::make_shared<api::DisconnectCheck>(peer, kPollInterval);
 
       if (!request->stream) {
         while (!builder->done()) {
@@ -242,7 +242,7 @@ void OpenAIServer::install_routes() {
             return;
           }
         }
-        if (builder->error()) throw ApiError(400, *builder->error(), "prompt", "request_rejected");
+        if (builder->error()) throw api::ApiError(400, *builder->error(), "prompt", "request_rejected");
         send_json(res, 200, builder->response());
         return;
       }
@@ -261,7 +261,7 @@ void OpenAIServer::install_routes() {
             for (RequestId id : builder->take_stop_requests()) service_.stop_choice(id);
             if (builder->done()) {
               if (builder->error())
-                out += "data: " + json_text(ApiError(400, *builder->error(), "prompt", "request_rejected").to_json()) + "\n\n";
+                out += "data: " + json_text(api::ApiError(400, *builder->error(), "prompt", "request_rejected").to_json()) + "\n\n";
               if (include_usage) out += "data: " + builder->usage_chunk() + "\n\n";
               out += "data: [DONE]\n\n";
             }
@@ -285,8 +285,8 @@ void OpenAIServer::install_routes() {
           });
     };
   };
-  http.Post("/v1/completions", completion(ApiEndpoint::kCompletions));
-  http.Post("/v1/chat/completions", completion(ApiEndpoint::kChatCompletions));
+  http.Post("/v1/completions", completion(api::ApiEndpoint::kCompletions));
+  http.Post("/v1/chat/completions", completion(api::ApiEndpoint::kChatCompletions));
 }
 
 }  // namespace pagedkv::server

@@ -32,14 +32,14 @@ std::string detokenize(const TextTokenizer& tokenizer, std::span<const TokenId> 
   return ids.front() == tokenizer.bos_id() ? tokenizer.render(ids) : tokenizer.detokenize(ids);
 }
 
-ResponseBuilder::ResponseBuilder(const CompletionRequest& request, const TextTokenizer& tokenizer, std::string id,
+ResponseBuilder::ResponseBuilder(const api::CompletionRequest& request, const TextTokenizer& tokenizer, std::string id,
                                  std::string model, int64_t created, int num_prompts)
     : request_(request),
       tokenizer_(tokenizer),
       id_(std::move(id)),
       model_(std::move(model)),
       created_(created),
-      chat_(request.endpoint == ApiEndpoint::kChatCompletions),
+      chat_(request.endpoint == api::ApiEndpoint::kChatCompletions),
       streaming_(request.stream),
       prompt_tokens_(static_cast<size_t>(num_prompts), 0),
       cached_tokens_(static_cast<size_t>(num_prompts), 0) {

@@ -1,5 +1,5 @@
 // libFuzzer target: the GET /kv_events page a router reads from each backend
-// (server/kv_events_wire.h). Any input must end in a page or a WireError; a page the parser
+// (api/kv_events_wire.h). Any input must end in a page or a WireError; a page the parser
 // accepts keeps the promises the router relies on (events numbered in increasing order up to
 // `last`, a snapshot carries blocks and no events) and survives formatting and parsing again
 // unchanged. Built and run by scripts/fuzz.sh.
@@ -8,11 +8,12 @@
 #include <string_view>
 
 #include "fuzz_support.h"
-#include "pagedkv/server/kv_events_wire.h"
+#include "pagedkv/api/kv_events_wire.h"
 
 namespace {
 
 using namespace pagedkv;
+using namespace pagedkv::api;
 using namespace pagedkv::server;
 
 using pagedkv::fuzz::check;

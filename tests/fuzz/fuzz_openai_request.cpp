@@ -10,12 +10,13 @@
 #include <vector>
 
 #include "fuzz_support.h"
-#include "pagedkv/server/api_error.h"
-#include "pagedkv/server/openai_request.h"
-#include "pagedkv/server/stop_string_matcher.h"
+#include "pagedkv/api/api_error.h"
+#include "pagedkv/api/openai_request.h"
+#include "pagedkv/api/stop_string_matcher.h"
 
 namespace {
 
+using namespace pagedkv::api;
 using namespace pagedkv::server;
 
 using pagedkv::fuzz::check;

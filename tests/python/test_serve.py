@@ -292,7 +292,7 @@ def test_non_streaming_disconnect_aborts(server):
 
 def test_disconnect_during_a_keep_alive_connections_second_request_aborts(server):
     # The second request of a connection finds its socket through the HTTP thread's memory of the
-    # first (server/peer_connection.h), not a scan: the disconnect must still be seen.
+    # first (api/peer_connection.h), not a scan: the disconnect must still be seen.
     aborted = ("vllm:request_success_total", frozenset({("finished_reason", "abort")}))
     sock = socket.create_connection(("127.0.0.1", int(server.base_url.rsplit(":", 1)[1])))
 

@@ -7,11 +7,11 @@
 #include <map>
 #include <thread>
 
+#include "pagedkv/api/kv_events_wire.h"
 #include "pagedkv/core/error.h"
 #include "pagedkv/router/backend_pool.h"
 #include "pagedkv/router/kv_index.h"
 #include "pagedkv/router/routing_policy.h"
-#include "pagedkv/server/kv_events_wire.h"
 
 namespace pagedkv::router {
 namespace {
@@ -164,16 +164,16 @@ TEST(BackendAddress, ParsesHttpHostPortOnly) {
 TEST(BackendPool, IndexesOnlyTheRoutingGroupOfAHybridBackend) {
   using namespace std::chrono_literals;
   PrefixHashing hashing;
-  hashing.groups = {server::KVGroupInfo{AttentionKind::kSlidingWindow, 64, 16}, server::KVGroupInfo{AttentionKind::kFull, 0, 16}};
+  hashing.groups = {api::KVGroupInfo{AttentionKind::kSlidingWindow, 64, 16}, api::KVGroupInfo{AttentionKind::kFull, 0, 16}};
   hashing.routing_group = 1;
   const BlockHash full_only{1, 1}, sliding_only{2, 2}, both{3, 3}, later{4, 4};
-  server::KVEventsPage snapshot;
+  api::KVEventsPage snapshot;
   snapshot.epoch = 5;
   snapshot.last_seq = 4;
   snapshot.snapshot = true;
   const MediumMask device = medium_bit(Medium::kDevice);
   snapshot.blocks = {{full_only, device, 1}, {sliding_only, device, 0}, {both, device, 0}, {both, device, 1}};
-  server::KVEventsPage events;  // after the snapshot: `later` in the sliding group only
+  api::KVEventsPage events;  // after the snapshot: `later` in the sliding group only
   events.epoch = 5;
   events.last_seq = 5;
   events.events = {{5, true, later, Medium::kDevice, 0}};
@@ -181,12 +181,12 @@ TEST(BackendPool, IndexesOnlyTheRoutingGroupOfAHybridBackend) {
   backend.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok", "text/plain"); });
   backend.Get("/kv_events", [&](const httplib::Request& req, httplib::Response& res) {
     const bool caught_up = req.get_param_value("epoch") == "5" && req.get_param_value("since") == "4";
-    server::KVEventsPage page = caught_up ? events : snapshot;
+    api::KVEventsPage page = caught_up ? events : snapshot;
     if (req.get_param_value("since") == "5" && req.get_param_value("epoch") == "5") {
       page = events;
       page.events.clear();
     }
-    res.set_content(server::format_kv_events_page(page, hashing), "application/json");
+    res.set_content(api::format_kv_events_page(page, hashing), "application/json");
   });
   const int port = backend.bind_to_any_port("127.0.0.1");
   std::thread serving([&] { backend.listen_after_bind(); });

@@ -19,11 +19,11 @@
 #include <vector>
 
 #include "golden_engine_test.h"
+#include "pagedkv/api/kv_event_log.h"
 #include "pagedkv/router/backend_pool.h"
 #include "pagedkv/router/router_metrics.h"
 #include "pagedkv/router/router_server.h"
 #include "pagedkv/server/engine_service.h"
-#include "pagedkv/server/kv_event_log.h"
 #include "pagedkv/server/openai_server.h"
 #include "pagedkv/server/server_metrics.h"
 
@@ -48,7 +48,7 @@ class InProcessBackend {
     options.port = 0;
     options.http_threads = 16;
     options.kv_events = &events_;
-    options.prefix_hashing = server::prefix_hashing_for(engine_->manager().cache_config(), std::string(hash_algorithm_name(config.hash_algorithm)), config.hash_seed);
+    options.prefix_hashing = api::prefix_hashing_for(engine_->manager().cache_config(), std::string(hash_algorithm_name(config.hash_algorithm)), config.hash_seed);
     server::ServedModel served;
     served.limits = {"stories260K", engine_->max_model_len(), model.config().vocab_size};
     served.eos_token_id = Tokenizer::kBos;
@@ -69,7 +69,7 @@ class InProcessBackend {
   size_t cached_device_blocks() { return events_.num_present(); }
 
  private:
-  server::KVEventLog events_;
+  api::KVEventLog events_;
   std::unique_ptr<LLMEngine> engine_;
   std::unique_ptr<server::ServerMetrics> metrics_;
   std::unique_ptr<server::EngineService> service_;

@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 #include "golden_engine_test.h"
+#include "pagedkv/api/api_error.h"
 #include "pagedkv/engine/llama2c_run_request.h"
-#include "pagedkv/server/api_error.h"
 #include "pagedkv/server/engine_service.h"
 
 namespace pagedkv::server {
@@ -238,7 +238,7 @@ TEST_F(EngineServiceTest, OverloadAndDrainAnswer503) {
   try {
     service.submit(std::move(three));
     ADD_FAILURE() << "three prompts over a limit of two were accepted";
-  } catch (const ApiError& e) {
+  } catch (const api::ApiError& e) {
     EXPECT_EQ(e.status(), 503);
     EXPECT_EQ(e.code(), "server_overloaded");
   }
@@ -247,7 +247,7 @@ TEST_F(EngineServiceTest, OverloadAndDrainAnswer503) {
   EXPECT_EQ(collect(*ok).reasons.size(), 2u);
   service.begin_drain();
   EXPECT_TRUE(service.draining());
-  EXPECT_THROW(service.submit({long_request(1, 4)}), ApiError);
+  EXPECT_THROW(service.submit({long_request(1, 4)}), api::ApiError);
   // The engine thread publishes its load after handing out the last tokens: idle soon after.
   const auto deadline = std::chrono::steady_clock::now() + 30s;
   while (!service.idle() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
@@ -266,7 +266,7 @@ TEST_F(EngineServiceTest, StopAnswersEverythingInFlight) {
   EXPECT_EQ(cb.reasons.size(), 1u);
   EXPECT_EQ(engine_->manager().pool().num_usable_blocks() - engine_->manager().num_free_blocks(), 0);
   engine_->check_invariants();
-  EXPECT_THROW(service.call([](LLMEngine&) { return 0; }), ApiError) << "a stopped service takes no commands";
+  EXPECT_THROW(service.call([](LLMEngine&) { return 0; }), api::ApiError) << "a stopped service takes no commands";
 }
 
 TEST_F(EngineServiceTest, ManyThreadsSubmitCancelAndStop) {

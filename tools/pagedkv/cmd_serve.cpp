@@ -87,7 +87,7 @@ int run_serve(ServeOptions o) {
 
   server::ServerMetrics metrics(o.served_model_name, engine.max_model_len());
   if (o.kv_events_capacity < 1) throw ConfigError("--kv-events-capacity must be at least 1");
-  server::KVEventLog kv_events(o.kv_events_capacity);
+  api::KVEventLog kv_events(o.kv_events_capacity);
   server::EngineService service(engine, metrics, {o.max_waiting, stream_interval, &kv_events});
   server::ServerOptions options;
   options.host = o.host;
@@ -97,20 +97,20 @@ int run_serve(ServeOptions o) {
   options.max_body_bytes = parse_byte_size(o.max_body_bytes);
   options.http_threads = o.http_threads;
   options.kv_events = &kv_events;
-  options.prefix_hashing = server::prefix_hashing_for(engine.manager().cache_config(), std::string(hash_algorithm_name(config.hash_algorithm)), config.hash_seed);
+  options.prefix_hashing = api::prefix_hashing_for(engine.manager().cache_config(), std::string(hash_algorithm_name(config.hash_algorithm)), config.hash_seed);
   server::ServedModel served;
   served.limits = {o.served_model_name, engine.max_model_len(), model.config().vocab_size};
   // llama2.c checkpoints end a story by starting the next (run.c stops on BOS); GGUF files name
   // their end-of-generation token.
   served.eos_token_id = loaded.is_gguf ? tokenizer.eos_id() : Tokenizer::kBos;
   if (loaded.is_gguf) served.end_of_generation_ids = tokenizer.end_of_generation_ids();  // EOT, EOM, <|im_end|>...
-  served.chat_template = server::detect_chat_template(loaded.chat_template);
+  served.chat_template = api::detect_chat_template(loaded.chat_template);
   server::OpenAIServer http(options, service, tokenizer, served, metrics);
   const int port = http.bind();
 
   fmt::print("{}\n", engine.describe());
   fmt::print("Model: {} (served as '{}'), max_model_len {}, chat template {}\n", o.model, o.served_model_name,
-             engine.max_model_len(), server::chat_template_name(served.chat_template));
+             engine.max_model_len(), api::chat_template_name(served.chat_template));
   fmt::print("pagedkv serve: listening on http://{}:{}\n", o.host, port);
   std::fflush(stdout);
 

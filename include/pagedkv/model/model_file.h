@@ -25,7 +25,7 @@ struct LoadedModel {
   std::unique_ptr<TextTokenizer> tokenizer;
   std::string tokenizer_error;
   // The file's tokenizer.chat_template (a Jinja source; empty if none): the server recognises the
-  // common ones (server/chat_template.h).
+  // common ones (api/chat_template.h).
   std::string chat_template;
   bool is_gguf = false;
 };

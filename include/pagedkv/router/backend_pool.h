@@ -23,9 +23,9 @@
 #include <thread>
 #include <vector>
 
+#include "pagedkv/api/kv_event_log.h"
 #include "pagedkv/router/kv_index.h"
 #include "pagedkv/router/routing_policy.h"
-#include "pagedkv/server/kv_event_log.h"
 
 namespace httplib {
 class Client;
@@ -33,7 +33,7 @@ class Client;
 
 namespace pagedkv::router {
 
-using server::PrefixHashing;
+using api::PrefixHashing;
 
 // http://host:port (a trailing slash is dropped). Throws ConfigError for anything else.
 struct BackendAddress {

@@ -30,12 +30,12 @@
 #include <string>
 #include <vector>
 
+#include "pagedkv/api/openai_request.h"
 #include "pagedkv/model/text_tokenizer.h"
 #include "pagedkv/router/backend_pool.h"
-#include "pagedkv/router/routing_policy.h"
 #include "pagedkv/router/router_metrics.h"
+#include "pagedkv/router/routing_policy.h"
 #include "pagedkv/router/upstream_call.h"
-#include "pagedkv/server/openai_request.h"
 
 namespace httplib {
 class Server;
@@ -51,7 +51,7 @@ struct RouterOptions {
   int listen_backlog = 1024;
   size_t max_body_bytes = 8u << 20;
   UpstreamOptions upstream;
-  server::RequestLimits limits;
+  api::RequestLimits limits;
 };
 
 // What the router knows of the served model: enough to tokenize prompts as the backends do.
@@ -82,7 +82,7 @@ class RouterServer {
 
   // Tokenizes and hashes one request body for `endpoint` (never throws: a request the router
   // cannot read is routed by load; its backend answers the error).
-  RoutingPlan plan(const std::string& body, server::ApiEndpoint endpoint) const;
+  RoutingPlan plan(const std::string& body, api::ApiEndpoint endpoint) const;
 
  private:
   void install_routes();

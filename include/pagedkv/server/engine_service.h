@@ -21,9 +21,9 @@
 #include <unordered_set>
 #include <vector>
 
+#include "pagedkv/api/api_error.h"
+#include "pagedkv/api/kv_event_log.h"
 #include "pagedkv/engine/llm_engine.h"
-#include "pagedkv/server/api_error.h"
-#include "pagedkv/server/kv_event_log.h"
 #include "pagedkv/server/request_stream.h"
 #include "pagedkv/server/server_metrics.h"
 
@@ -39,7 +39,7 @@ struct EngineServiceOptions {
   int stream_interval = 1;
   // Where the engine's KV events go after every step (the engine must record them:
   // EngineConfig::enable_kv_events); null: nowhere. It starts with the blocks cached at start.
-  KVEventLog* kv_events = nullptr;
+  api::KVEventLog* kv_events = nullptr;
 };
 
 // The stream interval `auto` picks: as few tokens per chunk as keep the hand-over to the HTTP
@@ -181,7 +181,7 @@ auto EngineService::call(F f) -> decltype(f(std::declval<LLMEngine&>())) {
   std::future<R> result = task->get_future();
   {
     std::lock_guard lock(mutex_);
-    if (stop_) throw ApiError(503, "the server is shutting down", "", "shutting_down");
+    if (stop_) throw api::ApiError(503, "the server is shutting down", "", "shutting_down");
     calls_.push_back([task] { (*task)(); });
   }
   wake_.notify_one();

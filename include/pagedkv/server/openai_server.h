@@ -16,11 +16,11 @@
 #include <string>
 #include <vector>
 
+#include "pagedkv/api/kv_event_log.h"
+#include "pagedkv/api/openai_request.h"
 #include "pagedkv/core/ids.h"
 #include "pagedkv/model/text_tokenizer.h"
 #include "pagedkv/server/engine_service.h"
-#include "pagedkv/server/kv_event_log.h"
-#include "pagedkv/server/openai_request.h"
 #include "pagedkv/server/server_metrics.h"
 
 namespace httplib {
@@ -43,20 +43,20 @@ struct ServerOptions {
   int listen_backlog = 1024;               // connections waiting to be accepted
   // The dashboard's snapshot of the engine is taken at most this often, however many viewers.
   std::chrono::milliseconds dashboard_period{250};
-  RequestLimits limits;
+  api::RequestLimits limits;
   // GET /kv_events serves this log (null: the route answers 404), with the engine's hashing.
-  const KVEventLog* kv_events = nullptr;
-  PrefixHashing prefix_hashing;
+  const api::KVEventLog* kv_events = nullptr;
+  api::PrefixHashing prefix_hashing;
 };
 
 // What the server needs to know of the served model.
 struct ServedModel {
-  ModelLimits limits;                      // name, max_model_len, vocab size
+  api::ModelLimits limits;                      // name, max_model_len, vocab size
   TokenId eos_token_id = -1;               // ends a generation unless ignore_eos
   // More tokens that end a generation unless ignore_eos: a GGUF vocabulary's end-of-turn tokens
   // (EOT, EOM, <|im_end|>, <end_of_turn>, ...; TextTokenizer::end_of_generation_ids).
   std::vector<TokenId> end_of_generation_ids;
-  ChatTemplate chat_template = ChatTemplate::kDefault;  // how /v1/chat/completions renders messages
+  api::ChatTemplate chat_template = api::ChatTemplate::kDefault;  // how /v1/chat/completions renders messages
 };
 
 class OpenAIServer {

@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "pagedkv/api/openai_request.h"
+#include "pagedkv/api/stop_string_matcher.h"
 #include "pagedkv/model/text_tokenizer.h"
-#include "pagedkv/server/openai_request.h"
 #include "pagedkv/server/request_stream.h"
-#include "pagedkv/server/stop_string_matcher.h"
 
 namespace pagedkv::server {
 
@@ -33,7 +33,7 @@ std::string detokenize(const TextTokenizer& tokenizer, std::span<const TokenId> 
 class ResponseBuilder {
  public:
   // `id`: the response id ("cmpl-..." / "chatcmpl-..."); `created`: Unix seconds.
-  ResponseBuilder(const CompletionRequest& request, const TextTokenizer& tokenizer, std::string id, std::string model,
+  ResponseBuilder(const api::CompletionRequest& request, const TextTokenizer& tokenizer, std::string id, std::string model,
                   int64_t created, int num_prompts);
 
   // Applies one update; when streaming, returns the chunks it produced as JSON text (none when
@@ -54,7 +54,7 @@ class ResponseBuilder {
   struct Choice {
     explicit Choice(const std::vector<std::string>& stops) : matcher(stops) {}
     TokenId prev = -1;  // the last token decoded (context for the next piece)
-    StopStringMatcher matcher;
+    api::StopStringMatcher matcher;
     std::string text;   // everything emitted (non-streaming response)
     bool started = false;
     bool finished = false;
@@ -74,7 +74,7 @@ class ResponseBuilder {
                     bool first) const;
   std::string piece(TokenId prev, TokenId token) const;
 
-  const CompletionRequest& request_;
+  const api::CompletionRequest& request_;
   const TextTokenizer& tokenizer_;
   std::string id_, model_;
   int64_t created_;

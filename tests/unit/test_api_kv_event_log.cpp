@@ -12,10 +12,10 @@
 #include <tuple>
 
 #include "golden_engine_test.h"
-#include "pagedkv/server/kv_event_log.h"
-#include "pagedkv/server/kv_events_wire.h"
+#include "pagedkv/api/kv_event_log.h"
+#include "pagedkv/api/kv_events_wire.h"
 
-namespace pagedkv::server {
+namespace pagedkv::api {
 namespace {
 
 KVEvent stored(uint64_t h, Medium m = Medium::kDevice, uint16_t group = 0) {
@@ -371,4 +371,4 @@ TEST_F(EngineKVEventsTest, EventsAgreeWithTheCensus) {
 }
 
 }  // namespace
-}  // namespace pagedkv::server
+}  // namespace pagedkv::api

@@ -1,4 +1,4 @@
-#include "pagedkv/server/kv_events_wire.h"
+#include "pagedkv/api/kv_events_wire.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <utility>
 
-namespace pagedkv::server {
+namespace pagedkv::api {
 namespace {
 
 using nlohmann::json;
@@ -186,4 +186,4 @@ KVEventsWirePage parse_kv_events_page(std::string_view body) {
   return out;
 }
 
-}  // namespace pagedkv::server
+}  // namespace pagedkv::api

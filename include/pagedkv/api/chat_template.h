@@ -36,7 +36,7 @@
 
 #include "pagedkv/model/text_tokenizer.h"
 
-namespace pagedkv::server {
+namespace pagedkv::api {
 
 struct ChatMessage {
   std::string role;     // system, developer (treated as system), user, assistant
@@ -55,4 +55,4 @@ std::vector<PromptPart> render_chat(ChatTemplate t, std::span<const ChatMessage>
 // The default template's text (render_chat(kDefault, ...) as one string).
 std::string render_chat_prompt(std::span<const ChatMessage> messages);
 
-}  // namespace pagedkv::server
+}  // namespace pagedkv::api

@@ -1,8 +1,8 @@
-#include "pagedkv/server/stop_string_matcher.h"
+#include "pagedkv/api/stop_string_matcher.h"
 
 #include <algorithm>
 
-namespace pagedkv::server {
+namespace pagedkv::api {
 
 StopStringMatcher::StopStringMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {
   std::erase_if(stops_, [](const std::string& s) { return s.empty(); });
@@ -62,4 +62,4 @@ std::string StopStringMatcher::finish() {
   return rest;
 }
 
-}  // namespace pagedkv::server
+}  // namespace pagedkv::api

@@ -28,7 +28,7 @@
 #include "pagedkv/core/block_hash.h"
 #include "pagedkv/core/kv_cache_spec.h"
 
-namespace pagedkv::server {
+namespace pagedkv::api {
 
 // One KV-cache group as the events name it.
 struct KVGroupInfo {
@@ -127,4 +127,4 @@ class KVEventLog {
   uint64_t last_seq_ = 0;
 };
 
-}  // namespace pagedkv::server
+}  // namespace pagedkv::api

@@ -6,12 +6,12 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "pagedkv/api/chat_template.h"
+#include "pagedkv/api/openai_request.h"
 #include "pagedkv/model/gguf_bpe_tokenizer.h"
 #include "pagedkv/model/gguf_tokenizer.h"
-#include "pagedkv/server/chat_template.h"
-#include "pagedkv/server/openai_request.h"
 
-namespace pagedkv::server {
+namespace pagedkv::api {
 namespace {
 
 namespace fs = std::filesystem;
@@ -117,4 +117,4 @@ TEST(ChatTemplate, MarkersBecomeControlTokensOnRealVocabularies) {
 }
 
 }  // namespace
-}  // namespace pagedkv::server
+}  // namespace pagedkv::api

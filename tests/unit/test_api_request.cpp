@@ -1,6 +1,5 @@
-// The server's request handling without a server: parsing and validation of every bad input
-// (status, field, message), the chat template, stop strings over split pieces, and the response
-// shapes the ResponseBuilder assembles from engine updates.
+// The API layer's request handling without a server: parsing and validation of every bad input
+// (status, field, message), the chat template, and stop strings over split pieces.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -8,13 +7,13 @@
 #include <string>
 
 #include "golden_support.h"
+#include "tok512_fixture.h"
+#include "pagedkv/api/api_error.h"
+#include "pagedkv/api/openai_request.h"
+#include "pagedkv/api/stop_string_matcher.h"
 #include "pagedkv/model/tokenizer.h"
-#include "pagedkv/server/api_error.h"
-#include "pagedkv/server/openai_request.h"
-#include "pagedkv/server/response_builder.h"
-#include "pagedkv/server/stop_string_matcher.h"
 
-namespace pagedkv::server {
+namespace pagedkv::api {
 namespace {
 
 using nlohmann::json;
@@ -200,24 +199,7 @@ TEST(ServerRequest, DetokenizeBodies) {
                    "invalid_token_id");
 }
 
-// ---- with the stories260K tokenizer -------------------------------------------------------------
-
-class ServerWithTokenizer : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const auto dir = testing::models_dir();
-    if (dir.empty()) GTEST_SKIP() << "PAGEDKV_SHARED_DIR/models is absent (ctest sets it)";
-    tokenizer_ = std::make_unique<Tokenizer>((dir / "tok512.bin").string(), 512);
-  }
-  ModelLimits limits() const { return {"stories260K", 512, 512}; }
-  // The tokens that follow `prompt` when `text` (which starts with the prompt's text) is encoded.
-  std::vector<TokenId> continuation(const std::vector<TokenId>& prompt, const std::string& text) const {
-    std::vector<TokenId> all = tokenizer_->encode(text, true, false);
-    EXPECT_TRUE(std::equal(prompt.begin(), prompt.end(), all.begin()));
-    return {all.begin() + static_cast<ptrdiff_t>(prompt.size()), all.end()};
-  }
-  std::unique_ptr<Tokenizer> tokenizer_;
-};
+// ---- with the stories260K tokenizer (tok512_fixture.h) ------------------------------------------
 
 void expect_prepare_rejected(const CompletionRequest& r, const Tokenizer& t, const ModelLimits& m, const std::string& param,
                              const std::string& fragment) {
@@ -231,7 +213,7 @@ void expect_prepare_rejected(const CompletionRequest& r, const Tokenizer& t, con
   }
 }
 
-TEST_F(ServerWithTokenizer, PreparesPrompts) {
+TEST_F(Tok512Fixture, PreparesPrompts) {
   const auto p = prepare_request(parse({{"prompt", "Once upon a time"}}), *tokenizer_, limits());
   ASSERT_EQ(p.size(), 1u);
   EXPECT_EQ(p[0].token_ids, (std::vector<TokenId>{1, 403, 407, 261, 378}));
@@ -244,7 +226,7 @@ TEST_F(ServerWithTokenizer, PreparesPrompts) {
   EXPECT_EQ(ids[0].token_ids, (std::vector<TokenId>{5, 6})) << "token prompts are used as given";
 }
 
-TEST_F(ServerWithTokenizer, RejectsWhatTheModelCannotServe) {
+TEST_F(Tok512Fixture, RejectsWhatTheModelCannotServe) {
   expect_prepare_rejected(parse({{"prompt", "x"}, {"model", "gpt-4"}}), *tokenizer_, limits(), "model", "does not exist");
   expect_prepare_rejected(parse({{"prompt", {1, 512}}}), *tokenizer_, limits(), "prompt", "outside the vocabulary [0, 512)");
   expect_prepare_rejected(parse({{"prompt", {1, 2}}, {"max_tokens", 511}}), *tokenizer_, limits(), "max_tokens",
@@ -258,7 +240,7 @@ TEST_F(ServerWithTokenizer, RejectsWhatTheModelCannotServe) {
 // The llama2c tokenizer's encoding is quadratic in the text: 32K characters took 0.5 s here, the
 // 8 MiB a body may hold would take hours. A text longer than max_model_len x the longest piece (tok512: 7 bytes) cannot
 // fit whatever its tokens, and is refused before it is encoded.
-TEST_F(ServerWithTokenizer, RefusesTextsTooLongToFitBeforeEncodingThem) {
+TEST_F(Tok512Fixture, RefusesTextsTooLongToFitBeforeEncodingThem) {
   ASSERT_EQ(tokenizer_->max_piece_bytes(), 7);
   const std::string fits(512 * 7, '\n');  // the longest text that might still fit: it is encoded
   expect_prepare_rejected(parse({{"prompt", fits}}), *tokenizer_, limits(), "prompt", "leaving no room to generate");
@@ -307,123 +289,5 @@ TEST(StopStrings, WholeUtf8CharactersOnly) {
   EXPECT_EQ(utf8_complete_prefix("\x80\x80"), 2u) << "stray continuation bytes pass through";
 }
 
-// ---- responses ----------------------------------------------------------------------------------
-
-ChoiceUpdate update(int choice, std::vector<TokenId> tokens, bool finished = false, FinishReason reason = FinishReason::kNone) {
-  ChoiceUpdate u;
-  u.choice = choice;
-  u.engine_id = RequestId{static_cast<uint64_t>(100 + choice)};
-  u.tokens = std::move(tokens);
-  u.finished = finished;
-  u.finish_reason = reason;
-  return u;
-}
-
-std::vector<json> parsed(const std::vector<std::string>& chunks) {
-  std::vector<json> out;
-  for (const std::string& c : chunks) out.push_back(json::parse(c));
-  return out;
-}
-
-TEST_F(ServerWithTokenizer, CompletionResponseAndChunks) {
-  CompletionRequest req = parse({{"prompt", "Once upon a time"}, {"n", 2}, {"echo", true}, {"stream", true}});
-  ResponseBuilder b(req, *tokenizer_, "cmpl-1", "stories260K", 1700000000, 1);
-  const std::vector<TokenId> prompt{1, 403, 407, 261, 378};
-  const std::vector<TokenId> out = continuation(prompt, "Once upon a time, there was");
-  ChoiceUpdate first = update(0, {out[0]});
-  first.first = true;
-  first.prompt = prompt;
-  first.cached_tokens = 0;
-  const auto chunks = parsed(b.apply(first));
-  ASSERT_EQ(chunks.size(), 1u);
-  EXPECT_EQ(chunks[0]["object"], "text_completion");
-  EXPECT_EQ(chunks[0]["id"], "cmpl-1");
-  EXPECT_EQ(chunks[0]["created"], 1700000000);
-  EXPECT_EQ(chunks[0]["model"], "stories260K");
-  EXPECT_EQ(chunks[0]["choices"][0]["index"], 0);
-  EXPECT_EQ(chunks[0]["choices"][0]["text"], "Once upon a time" + tokenizer_->render(std::vector<TokenId>{378, out[0]}));
-  EXPECT_TRUE(chunks[0]["choices"][0]["finish_reason"].is_null());
-  b.apply(update(0, std::vector<TokenId>(out.begin() + 1, out.end()), true, FinishReason::kLength));
-  EXPECT_FALSE(b.done());
-  ChoiceUpdate second = update(1, {}, true, FinishReason::kStop);
-  second.first = true;
-  second.prompt = prompt;
-  b.apply(second);
-  ASSERT_TRUE(b.done());
-  const json r = b.response();
-  EXPECT_EQ(r["choices"][0]["text"], "Once upon a time, there was");
-  EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
-  EXPECT_EQ(r["choices"][1]["text"], "Once upon a time");
-  EXPECT_EQ(r["choices"][1]["finish_reason"], "stop");
-  EXPECT_EQ(r["usage"]["prompt_tokens"], 5) << "a prompt counts once, whatever n";
-  EXPECT_EQ(r["usage"]["completion_tokens"], static_cast<int>(out.size()));
-  EXPECT_EQ(json::parse(b.usage_chunk())["choices"].size(), 0u);
-  EXPECT_EQ(json::parse(b.usage_chunk())["usage"], r["usage"]);
-  // Not streaming: the same response, and no chunks built on the way.
-  CompletionRequest whole_req = req;
-  whole_req.stream = false;
-  ResponseBuilder whole(whole_req, *tokenizer_, "cmpl-1", "stories260K", 1700000000, 1);
-  EXPECT_TRUE(whole.apply(first).empty());
-}
-
-TEST_F(ServerWithTokenizer, StopStringEndsChoiceAndAsksEngineToStop) {
-  CompletionRequest req = parse({{"prompt", "x"}, {"stop", "there"}});
-  ResponseBuilder b(req, *tokenizer_, "cmpl-2", "m", 0, 1);
-  const std::vector<TokenId> prompt{1, 403, 407, 261, 378};
-  const std::vector<TokenId> out = continuation(prompt, "Once upon a time, there was a dog");
-  ChoiceUpdate u = update(0, out);
-  u.first = true;
-  u.prompt = prompt;
-  const auto chunks = b.apply(u);
-  ASSERT_TRUE(b.done());
-  EXPECT_EQ(b.response()["choices"][0]["text"], ", ");
-  EXPECT_EQ(b.response()["choices"][0]["finish_reason"], "stop");
-  const auto stops = b.take_stop_requests();
-  ASSERT_EQ(stops.size(), 1u);
-  EXPECT_EQ(stops[0].value, 100u);
-  EXPECT_TRUE(b.take_stop_requests().empty());
-  EXPECT_TRUE(b.apply(update(0, {5}, true, FinishReason::kStop)).empty()) << "the engine's late end is ignored";
-}
-
-TEST_F(ServerWithTokenizer, ChatChunksAndLogprobs) {
-  CompletionRequest req = parse({{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"logprobs", true}, {"top_logprobs", 1},
-                                 {"stream", true}},
-                                ApiEndpoint::kChatCompletions);
-  ResponseBuilder b(req, *tokenizer_, "chatcmpl-1", "m", 0, 1);
-  ChoiceUpdate u = update(0, {403});
-  u.first = true;
-  u.prompt = {1, 5};
-  u.logprobs.push_back(TokenLogprobs{{403, -0.5f}, {{403, -0.5f}}});
-  const auto chunks = parsed(b.apply(u));
-  ASSERT_EQ(chunks.size(), 1u);
-  EXPECT_EQ(chunks[0]["object"], "chat.completion.chunk");
-  EXPECT_EQ(chunks[0]["choices"][0]["delta"]["role"], "assistant");
-  EXPECT_EQ(chunks[0]["choices"][0]["logprobs"]["content"][0]["logprob"], -0.5f);
-  const auto last = parsed(b.apply(update(0, {}, true, FinishReason::kAborted)));
-  ASSERT_EQ(last.size(), 1u);
-  EXPECT_EQ(last[0]["choices"][0]["finish_reason"], "abort");
-  EXPECT_TRUE(last[0]["choices"][0]["delta"].empty());
-  const json r = b.response();
-  EXPECT_EQ(r["choices"][0]["message"]["content"], std::string(Tokenizer::safe_piece(tokenizer_->decode(5, 403))));
-  EXPECT_EQ(r["choices"][0]["logprobs"]["content"].size(), 1u);
-}
-
-TEST_F(ServerWithTokenizer, RejectedRequestIsAnError) {
-  CompletionRequest req = parse({{"prompt", "x"}});
-  ResponseBuilder b(req, *tokenizer_, "cmpl-3", "m", 0, 1);
-  ChoiceUpdate u = update(0, {}, true, FinishReason::kRejected);
-  u.error = "too large";
-  b.apply(u);
-  EXPECT_TRUE(b.done());
-  ASSERT_TRUE(b.error().has_value());
-  EXPECT_EQ(*b.error(), "too large");
-}
-
-TEST_F(ServerWithTokenizer, Detokenize) {
-  EXPECT_EQ(detokenize(*tokenizer_, std::vector<TokenId>{1, 403, 407}), "Once upon");
-  EXPECT_EQ(detokenize(*tokenizer_, std::vector<TokenId>{403, 407}), " Once upon") << "no BOS: the first piece is printed";
-  EXPECT_EQ(detokenize(*tokenizer_, std::vector<TokenId>{}), "");
-}
-
 }  // namespace
-}  // namespace pagedkv::server
+}  // namespace pagedkv::api

@@ -16,10 +16,10 @@
 #include <functional>
 #include <string>
 
+#include "pagedkv/api/api_error.h"
 #include "pagedkv/core/error.h"
-#include "pagedkv/server/api_error.h"
 
-namespace pagedkv::server {
+namespace pagedkv::api {
 
 // OpenAI's error object as the response, with Retry-After on 503. Invalid UTF-8 in a message (a
 // piece of the client's input) is replaced, never thrown on.
@@ -83,4 +83,4 @@ class HttpListener : public httplib::Server {
   }
 };
 
-}  // namespace pagedkv::server
+}  // namespace pagedkv::api

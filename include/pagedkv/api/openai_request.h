@@ -14,11 +14,11 @@
 #include <string_view>
 #include <vector>
 
+#include "pagedkv/api/chat_template.h"
 #include "pagedkv/core/ids.h"
 #include "pagedkv/model/text_tokenizer.h"
-#include "pagedkv/server/chat_template.h"
 
-namespace pagedkv::server {
+namespace pagedkv::api {
 
 enum class ApiEndpoint { kCompletions, kChatCompletions };
 
@@ -101,4 +101,4 @@ std::vector<TokenId> encode_bounded(const TextTokenizer& tokenizer, std::span<co
 std::vector<PreparedPrompt> prepare_request(const CompletionRequest& request, const TextTokenizer& tokenizer,
                                             const ModelLimits& model, ChatTemplate chat_template = ChatTemplate::kDefault);
 
-}  // namespace pagedkv::server
+}  // namespace pagedkv::api

@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace pagedkv::server {
+namespace pagedkv::api {
 
 class ApiError : public std::runtime_error {
  public:
@@ -29,4 +29,4 @@ class ApiError : public std::runtime_error {
   std::string code_;
 };
 
-}  // namespace pagedkv::server
+}  // namespace pagedkv::api

@@ -1,4 +1,4 @@
-#include "pagedkv/server/openai_request.h"
+#include "pagedkv/api/openai_request.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -7,9 +7,9 @@
 #include <cmath>
 #include <limits>
 
-#include "pagedkv/server/api_error.h"
+#include "pagedkv/api/api_error.h"
 
-namespace pagedkv::server {
+namespace pagedkv::api {
 namespace {
 
 using nlohmann::json;
@@ -310,4 +310,4 @@ std::vector<PreparedPrompt> prepare_request(const CompletionRequest& request, co
   return out;
 }
 
-}  // namespace pagedkv::server
+}  // namespace pagedkv::api

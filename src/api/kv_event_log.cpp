@@ -1,10 +1,10 @@
-#include "pagedkv/server/kv_event_log.h"
+#include "pagedkv/api/kv_event_log.h"
 
 #include <random>
 
 #include "pagedkv/core/error.h"
 
-namespace pagedkv::server {
+namespace pagedkv::api {
 namespace {
 
 uint64_t random_epoch() {
@@ -122,4 +122,4 @@ size_t KVEventLog::num_records() const {
   return records_.size();
 }
 
-}  // namespace pagedkv::server
+}  // namespace pagedkv::api

@@ -1,6 +1,6 @@
-#include "pagedkv/server/api_error.h"
+#include "pagedkv/api/api_error.h"
 
-namespace pagedkv::server {
+namespace pagedkv::api {
 
 ApiError::ApiError(int status, std::string message, std::string param, std::string code)
     : std::runtime_error(std::move(message)), status_(status), param_(std::move(param)), code_(std::move(code)) {}
@@ -22,4 +22,4 @@ nlohmann::json ApiError::to_json() const {
   return {{"error", e}};
 }
 
-}  // namespace pagedkv::server
+}  // namespace pagedkv::api

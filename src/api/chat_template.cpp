@@ -1,6 +1,6 @@
-#include "pagedkv/server/chat_template.h"
+#include "pagedkv/api/chat_template.h"
 
-namespace pagedkv::server {
+namespace pagedkv::api {
 
 namespace {
 
@@ -158,4 +158,4 @@ std::string render_chat_prompt(std::span<const ChatMessage> messages) {
   return text + "Assistant:";
 }
 
-}  // namespace pagedkv::server
+}  // namespace pagedkv::api

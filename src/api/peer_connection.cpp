@@ -1,4 +1,4 @@
-#include "pagedkv/server/peer_connection.h"
+#include "pagedkv/api/peer_connection.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <string>
 
-namespace pagedkv::server {
+namespace pagedkv::api {
 namespace {
 
 // The port of a socket end (-1 if not IPv4 or IPv6).
@@ -99,4 +99,4 @@ bool PeerConnection::closed() const {
   return peer_closed(fd_, p.revents);
 }
 
-}  // namespace pagedkv::server
+}  // namespace pagedkv::api

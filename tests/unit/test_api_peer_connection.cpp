@@ -1,4 +1,4 @@
-// PeerConnection (server/peer_connection.h) over real loopback connections: the server-side
+// PeerConnection (api/peer_connection.h) over real loopback connections: the server-side
 // socket found by its endpoints among many, never a closed or foreign one (also when the thread's
 // last lookup names a socket number that was closed and reused), from any thread; closed() for
 // a peer that is there, one that sent more bytes, one that shut its end, one that reset it; and
@@ -14,9 +14,9 @@
 #include <thread>
 #include <vector>
 
-#include "pagedkv/server/peer_connection.h"
+#include "pagedkv/api/peer_connection.h"
 
-namespace pagedkv::server {
+namespace pagedkv::api {
 namespace {
 
 // A listening socket on 127.0.0.1 (a free port) and the connections made to it: each pair's
@@ -207,4 +207,4 @@ TEST(DisconnectCheck, PollsAtMostOncePerInterval) {
 }
 
 }  // namespace
-}  // namespace pagedkv::server
+}  // namespace pagedkv::api

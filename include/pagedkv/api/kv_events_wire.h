@@ -19,10 +19,10 @@
 #include <string>
 #include <string_view>
 
+#include "pagedkv/api/kv_event_log.h"
 #include "pagedkv/core/error.h"
-#include "pagedkv/server/kv_event_log.h"
 
-namespace pagedkv::server {
+namespace pagedkv::api {
 
 struct KVEventsWirePage {
   PrefixHashing hashing;  // how the sender hashes prompt blocks
@@ -37,4 +37,4 @@ class WireError : public Error {
 std::string format_kv_events_page(const KVEventsPage& page, const PrefixHashing& hashing);
 KVEventsWirePage parse_kv_events_page(std::string_view body);
 
-}  // namespace pagedkv::server
+}  // namespace pagedkv::api

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-namespace pagedkv::server {
+namespace pagedkv::api {
 
 class StopStringMatcher {
  public:
@@ -34,4 +34,4 @@ class StopStringMatcher {
 // The length of the longest prefix of `s` that does not end inside a UTF-8 sequence.
 size_t utf8_complete_prefix(std::string_view s);
 
-}  // namespace pagedkv::server
+}  // namespace pagedkv::api

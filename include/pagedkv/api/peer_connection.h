@@ -11,7 +11,7 @@
 #include <chrono>
 #include <string>
 
-namespace pagedkv::server {
+namespace pagedkv::api {
 
 // Whether poll()'s `revents` for connected socket `fd` (asked for POLLIN | POLLRDHUP) show that
 // the peer closed or reset it. Never blocks; leaves pending request bytes unread.
@@ -55,4 +55,4 @@ class DisconnectCheck {
   std::chrono::steady_clock::time_point next_{};
 };
 
-}  // namespace pagedkv::server
+}  // namespace pagedkv::api

@@ -1,0 +1,146 @@
+// The response shapes the ResponseBuilder assembles from engine updates: completion and chat
+// objects and their streamed chunks, stop strings that end a choice, logprobs, errors.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tok512_fixture.h"
+#include "pagedkv/api/api_error.h"
+#include "pagedkv/api/openai_request.h"
+#include "pagedkv/server/response_builder.h"
+
+namespace pagedkv::server {
+namespace {
+
+using nlohmann::json;
+using api::ApiEndpoint;
+using api::CompletionRequest;
+using api::Tok512Fixture;
+
+api::CompletionRequest parse(const json& body, api::ApiEndpoint e = api::ApiEndpoint::kCompletions) {
+  return api::parse_completion_request(body.dump(), e, api::RequestLimits{});
+}
+
+// ---- responses ----------------------------------------------------------------------------------
+
+ChoiceUpdate update(int choice, std::vector<TokenId> tokens, bool finished = false, FinishReason reason = FinishReason::kNone) {
+  ChoiceUpdate u;
+  u.choice = choice;
+  u.engine_id = RequestId{static_cast<uint64_t>(100 + choice)};
+  u.tokens = std::move(tokens);
+  u.finished = finished;
+  u.finish_reason = reason;
+  return u;
+}
+
+std::vector<json> parsed(const std::vector<std::string>& chunks) {
+  std::vector<json> out;
+  for (const std::string& c : chunks) out.push_back(json::parse(c));
+  return out;
+}
+
+TEST_F(Tok512Fixture, CompletionResponseAndChunks) {
+  api::CompletionRequest req = parse({{"prompt", "Once upon a time"}, {"n", 2}, {"echo", true}, {"stream", true}});
+  ResponseBuilder b(req, *tokenizer_, "cmpl-1", "stories260K", 1700000000, 1);
+  const std::vector<TokenId> prompt{1, 403, 407, 261, 378};
+  const std::vector<TokenId> out = continuation(prompt, "Once upon a time, there was");
+  ChoiceUpdate first = update(0, {out[0]});
+  first.first = true;
+  first.prompt = prompt;
+  first.cached_tokens = 0;
+  const auto chunks = parsed(b.apply(first));
+  ASSERT_EQ(chunks.size(), 1u);
+  EXPECT_EQ(chunks[0]["object"], "text_completion");
+  EXPECT_EQ(chunks[0]["id"], "cmpl-1");
+  EXPECT_EQ(chunks[0]["created"], 1700000000);
+  EXPECT_EQ(chunks[0]["model"], "stories260K");
+  EXPECT_EQ(chunks[0]["choices"][0]["index"], 0);
+  EXPECT_EQ(chunks[0]["choices"][0]["text"], "Once upon a time" + tokenizer_->render(std::vector<TokenId>{378, out[0]}));
+  EXPECT_TRUE(chunks[0]["choices"][0]["finish_reason"].is_null());
+  b.apply(update(0, std::vector<TokenId>(out.begin() + 1, out.end()), true, FinishReason::kLength));
+  EXPECT_FALSE(b.done());
+  ChoiceUpdate second = update(1, {}, true, FinishReason::kStop);
+  second.first = true;
+  second.prompt = prompt;
+  b.apply(second);
+  ASSERT_TRUE(b.done());
+  const json r = b.response();
+  EXPECT_EQ(r["choices"][0]["text"], "Once upon a time, there was");
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(r["choices"][1]["text"], "Once upon a time");
+  EXPECT_EQ(r["choices"][1]["finish_reason"], "stop");
+  EXPECT_EQ(r["usage"]["prompt_tokens"], 5) << "a prompt counts once, whatever n";
+  EXPECT_EQ(r["usage"]["completion_tokens"], static_cast<int>(out.size()));
+  EXPECT_EQ(json::parse(b.usage_chunk())["choices"].size(), 0u);
+  EXPECT_EQ(json::parse(b.usage_chunk())["usage"], r["usage"]);
+  // Not streaming: the same response, and no chunks built on the way.
+  api::CompletionRequest whole_req = req;
+  whole_req.stream = false;
+  ResponseBuilder whole(whole_req, *tokenizer_, "cmpl-1", "stories260K", 1700000000, 1);
+  EXPECT_TRUE(whole.apply(first).empty());
+}
+
+TEST_F(Tok512Fixture, StopStringEndsChoiceAndAsksEngineToStop) {
+  api::CompletionRequest req = parse({{"prompt", "x"}, {"stop", "there"}});
+  ResponseBuilder b(req, *tokenizer_, "cmpl-2", "m", 0, 1);
+  const std::vector<TokenId> prompt{1, 403, 407, 261, 378};
+  const std::vector<TokenId> out = continuation(prompt, "Once upon a time, there was a dog");
+  ChoiceUpdate u = update(0, out);
+  u.first = true;
+  u.prompt = prompt;
+  const auto chunks = b.apply(u);
+  ASSERT_TRUE(b.done());
+  EXPECT_EQ(b.response()["choices"][0]["text"], ", ");
+  EXPECT_EQ(b.response()["choices"][0]["finish_reason"], "stop");
+  const auto stops = b.take_stop_requests();
+  ASSERT_EQ(stops.size(), 1u);
+  EXPECT_EQ(stops[0].value, 100u);
+  EXPECT_TRUE(b.take_stop_requests().empty());
+  EXPECT_TRUE(b.apply(update(0, {5}, true, FinishReason::kStop)).empty()) << "the engine's late end is ignored";
+}
+
+TEST_F(Tok512Fixture, ChatChunksAndLogprobs) {
+  api::CompletionRequest req = parse({{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"logprobs", true}, {"top_logprobs", 1},
+                                 {"stream", true}},
+                                api::ApiEndpoint::kChatCompletions);
+  ResponseBuilder b(req, *tokenizer_, "chatcmpl-1", "m", 0, 1);
+  ChoiceUpdate u = update(0, {403});
+  u.first = true;
+  u.prompt = {1, 5};
+  u.logprobs.push_back(TokenLogprobs{{403, -0.5f}, {{403, -0.5f}}});
+  const auto chunks = parsed(b.apply(u));
+  ASSERT_EQ(chunks.size(), 1u);
+  EXPECT_EQ(chunks[0]["object"], "chat.completion.chunk");
+  EXPECT_EQ(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(chunks[0]["choices"][0]["logprobs"]["content"][0]["logprob"], -0.5f);
+  const auto last = parsed(b.apply(update(0, {}, true, FinishReason::kAborted)));
+  ASSERT_EQ(last.size(), 1u);
+  EXPECT_EQ(last[0]["choices"][0]["finish_reason"], "abort");
+  EXPECT_TRUE(last[0]["choices"][0]["delta"].empty());
+  const json r = b.response();
+  EXPECT_EQ(r["choices"][0]["message"]["content"], std::string(Tokenizer::safe_piece(tokenizer_->decode(5, 403))));
+  EXPECT_EQ(r["choices"][0]["logprobs"]["content"].size(), 1u);
+}
+
+TEST_F(Tok512Fixture, RejectedRequestIsAnError) {
+  api::CompletionRequest req = parse({{"prompt", "x"}});
+  ResponseBuilder b(req, *tokenizer_, "cmpl-3", "m", 0, 1);
+  ChoiceUpdate u = update(0, {}, true, FinishReason::kRejected);
+  u.error = "too large";
+  b.apply(u);
+  EXPECT_TRUE(b.done());
+  ASSERT_TRUE(b.error().has_value());
+  EXPECT_EQ(*b.error(), "too large");
+}
+
+TEST_F(Tok512Fixture, Detokenize) {
+  EXPECT_EQ(detokenize(*tokenizer_, std::vector<TokenId>{1, 403, 407}), "Once upon");
+  EXPECT_EQ(detokenize(*tokenizer_, std::vector<TokenId>{403, 407}), " Once upon") << "no BOS: the first piece is printed";
+  EXPECT_EQ(detokenize(*tokenizer_, std::vector<TokenId>{}), "");
+}
+
+}  // namespace
+}  // namespace pagedkv::server
