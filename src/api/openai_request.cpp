@@ -122,9 +122,37 @@ std::vector<ChatMessage> parse_messages(const json& m) {
   return messages;
 }
 
+// The byte offset of the first byte of `s` that is not part of well-formed UTF-8 (RFC 3629: no
+// overlong forms, no surrogates, nothing above U+10FFFF), or npos.
+size_t first_invalid_utf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    size_t len = 0;
+    unsigned lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
+    if (b < 0x80) len = 1;
+    else if (b >= 0xC2 && b <= 0xDF) len = 2;
+    else if (b >= 0xE0 && b <= 0xEF) len = 3, lo = b == 0xE0 ? 0xA0 : 0x80, hi = b == 0xED ? 0x9F : 0xBF;
+    else if (b >= 0xF0 && b <= 0xF4) len = 4, lo = b == 0xF0 ? 0x90 : 0x80, hi = b == 0xF4 ? 0x8F : 0xBF;
+    else return i;
+    if (i + len > s.size()) return i;
+    for (size_t k = 1; k < len; ++k) {
+      const auto c = static_cast<unsigned char>(s[i + k]);
+      if (k == 1 ? (c < lo || c > hi) : (c < 0x80 || c > 0xBF)) return i;
+    }
+    i += len;
+  }
+  return std::string_view::npos;
+}
+
 json parse_object(std::string_view body) {
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) throw ApiError(400, "the request body is not valid JSON", "", "invalid_json");
+  if (j.is_discarded()) {
+    // JSON text is UTF-8 (RFC 8259): say so rather than "not JSON" when that is what broke it.
+    if (const size_t at = first_invalid_utf8(body); at != std::string_view::npos)
+      throw ApiError(400, fmt::format("the request body is not valid UTF-8 (byte {} of {})", at, body.size()), "",
+                     "invalid_utf8");
+    throw ApiError(400, "the request body is not valid JSON", "", "invalid_json");
+  }
   if (!j.is_object()) throw ApiError(400, "the request body must be a JSON object", "", "invalid_json");
   return j;
 }
@@ -272,7 +300,7 @@ std::vector<TokenId> encode_bounded(const TextTokenizer& tokenizer, std::span<co
 std::vector<PreparedPrompt> prepare_request(const CompletionRequest& request, const TextTokenizer& tokenizer,
                                             const ModelLimits& model, ChatTemplate chat_template) {
   if (!request.model.empty() && request.model != model.served_model_name)
-    throw ApiError(400, fmt::format("the model '{}' does not exist; this server serves '{}'", request.model, model.served_model_name),
+    throw ApiError(404, fmt::format("the model '{}' does not exist; this server serves '{}'", request.model, model.served_model_name),
                    "model", "model_not_found");
   std::vector<std::vector<TokenId>> prompts;
   if (request.endpoint == ApiEndpoint::kChatCompletions) {

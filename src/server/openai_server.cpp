@@ -182,7 +182,7 @@ void OpenAIServer::install_routes() {
     const std::vector<TokenId> tokens = api::parse_detokenize_request(req.body, model_.limits.vocab_size);
     send_json(res, 200, {{"prompt", detokenize(tokenizer_, tokens)}});
   });
-  http.Post("/reset_prefix_cache", [this](const httplib::Request&, httplib::Response& res) {
+  auto reset_prefix_cache = [this](const httplib::Request&, httplib::Response& res) {
     if (!options_.admin_endpoints) {
       api::send_api_error(res, api::ApiError(403, "admin endpoints are disabled on this server (--disable-admin-endpoints)", "",
                                "admin_disabled"));
@@ -190,7 +190,9 @@ void OpenAIServer::install_routes() {
     }
     const ResetResult r = service_.call([](LLMEngine& engine) { return engine.reset_prefix_cache(); });
     send_json(res, 200, {{"removed_blocks", r.removed}, {"kept_in_use", r.kept_in_use}, {"complete", r.complete()}});
-  });
+  };
+  http.Post("/reset_prefix_cache", reset_prefix_cache);
+  static_cast<api::HttpListener&>(http).post_without_body("/reset_prefix_cache", reset_prefix_cache);
 
   auto completion = [this](api::ApiEndpoint endpoint) {
     return [this, endpoint](const httplib::Request& req, httplib::Response& res) {

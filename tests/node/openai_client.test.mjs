@@ -79,7 +79,7 @@ test('n > 1 and stop strings', async () => {
 
 test('bad requests raise the client error classes', async () => {
   await assert.rejects(client.completions.create({ model: 'no-such-model', prompt: 'x', max_tokens: 4 }),
-    (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && /does not exist/.test(e.message));
+    (e) => e instanceof OpenAI.NotFoundError && e.status === 404 && e.code === 'model_not_found');
   await assert.rejects(client.completions.create({ model, prompt: 'x', max_tokens: 100000 }),
     (e) => e instanceof OpenAI.BadRequestError && e.code === 'context_length_exceeded');
 });

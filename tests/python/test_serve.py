@@ -339,7 +339,6 @@ def test_disconnect_during_a_keep_alive_connections_second_request_aborts(server
     ({"prompt": "x", "n": 1000}, "n", "between 1"),
     ({"prompt": "x", "temperature": -1}, "temperature", "at least 0"),
     ({"prompt": "x", "top_p": 0}, "top_p", "(0, 1]"),
-    ({"prompt": "x", "model": "gpt-4"}, "model", "does not exist"),
     ({"prompt": [1, 2, 70000]}, "prompt", "outside the vocabulary"),
     ({"prompt": [1, -2]}, "prompt", "outside the vocabulary"),
     ({"prompt": []}, "prompt", "empty list"),
@@ -359,6 +358,21 @@ def test_bad_completion_requests(server, body, param, fragment):
     err = r.json()["error"]
     assert err["type"] == "invalid_request_error" and err["param"] == param and fragment in err["message"], err
     assert set(err) == {"message", "type", "param", "code"}
+
+
+def test_unknown_model_is_404_model_not_found(server):
+    # OpenAI's and vLLM's answer, which clients map to NotFoundError.
+    r = server.post("/v1/completions", {"prompt": "x", "model": "gpt-4"})
+    assert r.status_code == 404, r.text
+    err = r.json()["error"]
+    assert err["code"] == "model_not_found" and err["param"] == "model" and err["type"] == "not_found_error", err
+
+
+def test_invalid_utf8_body_says_so(server):
+    r = requests.post(server.url("/v1/completions"), data=b'{"prompt": "ab\xff"}',
+                      headers={"Content-Type": "application/json"}, timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_utf8", r.text
+    assert "not valid UTF-8" in r.json()["error"]["message"]
 
 
 def test_bad_bodies(server):
@@ -729,3 +743,64 @@ def test_dashboard_in_chromium_under_load(tmp_path):
         # The load overflowed the device pool: evicted prefixes went down to the host tier.
         assert state["counters"]["evictions"] > 0 and state["tiers"]["host"]["stored_blocks"] > 0, state["tiers"]
         assert all(r["swapped_blocks"] == 0 for r in state["requests"])
+
+
+# ---- serving hygiene: ports, keep-alive, bodyless admin calls ---------------------------------
+
+def _raw_http(host, port, request: bytes, timeout=30) -> bytes:
+    """Sends `request` as written and returns the first response's bytes (headers and body)."""
+    with socket.create_connection((host, port), timeout=timeout) as s:
+        s.sendall(request)
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                       if line.lower().startswith(b"content-length:")), 0)
+        while len(body) < length:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            body += chunk
+        return head + b"\r\n\r\n" + body
+
+
+@pytest.mark.parametrize("command", ["serve", "router"])
+def test_a_port_in_use_is_an_error_at_start(server, command):
+    port = int(server.base_url.rsplit(":", 1)[1])
+    args = ["--backend", server.base_url] if command == "router" else []
+    proc = subprocess.run([str(pagedkv_bin()), command, "--host", "127.0.0.1", "--port", str(port), *args],
+                          capture_output=True, text=True, timeout=60, env={**os.environ, "OMP_WAIT_POLICY": "passive"})
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert "address in use" in proc.stdout + proc.stderr
+    assert server.get("/health").status_code == 200  # the first one still serves
+
+
+def test_keep_alive_connections_serve_many_requests(server):
+    # One TCP connection for 20 requests (cpp-httplib's default closed it after 5).
+    with requests.Session() as session:
+        for _ in range(20):
+            assert session.get(server.url("/health"), timeout=30).status_code == 200
+        conn = session.get_adapter(server.base_url).poolmanager.connection_from_url(server.base_url)
+        assert conn.num_connections == 1, conn.num_connections
+
+
+def test_reset_prefix_cache_without_a_body(server):
+    host, port = server.base_url.split("//", 1)[1].rsplit(":", 1)
+    reply = _raw_http(host, int(port), f"POST /reset_prefix_cache HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+    assert reply.startswith(b"HTTP/1.1 200"), reply
+    assert json.loads(reply.split(b"\r\n\r\n", 1)[1])["complete"] is True
+
+
+def test_reset_prefix_cache_without_a_body_still_needs_the_key():
+    models_dir()
+    with Server("--api-key", "s3cret") as s:
+        host, port = s.base_url.split("//", 1)[1].rsplit(":", 1)
+        request = "POST /reset_prefix_cache HTTP/1.1\r\nHost: {}\r\n{}\r\n"
+        denied = _raw_http(host, int(port), request.format(host, "").encode())
+        assert denied.startswith(b"HTTP/1.1 401"), denied
+        allowed = _raw_http(host, int(port), request.format(host, "Authorization: Bearer s3cret\r\n").encode())
+        assert allowed.startswith(b"HTTP/1.1 200"), allowed

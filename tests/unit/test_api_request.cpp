@@ -97,6 +97,11 @@ TEST(ServerRequest, ChatFields) {
 
 TEST(ServerRequest, RejectsBadInput) {
   expect_rejected("{not json", "", "not valid JSON");
+  // Invalid UTF-8 is named as such (JSON text is UTF-8), with the offending byte's offset.
+  expect_rejected("{\"prompt\": \"ab\xff\"}", "", "not valid UTF-8 (byte 14 of 17)");
+  expect_rejected("{\"prompt\": \"\xed\xa0\x80\"}", "", "not valid UTF-8");      // a UTF-16 surrogate
+  expect_rejected("{\"prompt\": \"\xc0\xaf\"}", "", "not valid UTF-8");          // an overlong '/'
+  EXPECT_NO_THROW(parse({{"prompt", "caf\xc3\xa9 \xf0\x9f\x98\x80"}}));           // é and an emoji
   expect_rejected("[1]", "", "must be a JSON object");
   expect_rejected("{}", "prompt", "is required");
   expect_rejected(R"({"prompt": 3})", "prompt", "must be a string");
@@ -202,12 +207,12 @@ TEST(ServerRequest, DetokenizeBodies) {
 // ---- with the stories260K tokenizer (tok512_fixture.h) ------------------------------------------
 
 void expect_prepare_rejected(const CompletionRequest& r, const Tokenizer& t, const ModelLimits& m, const std::string& param,
-                             const std::string& fragment) {
+                             const std::string& fragment, int status = 400) {
   try {
     prepare_request(r, t, m);
     ADD_FAILURE() << "accepted";
   } catch (const ApiError& e) {
-    EXPECT_EQ(e.status(), 400);
+    EXPECT_EQ(e.status(), status);
     EXPECT_EQ(e.param(), param);
     EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
   }
@@ -227,7 +232,7 @@ TEST_F(Tok512Fixture, PreparesPrompts) {
 }
 
 TEST_F(Tok512Fixture, RejectsWhatTheModelCannotServe) {
-  expect_prepare_rejected(parse({{"prompt", "x"}, {"model", "gpt-4"}}), *tokenizer_, limits(), "model", "does not exist");
+  expect_prepare_rejected(parse({{"prompt", "x"}, {"model", "gpt-4"}}), *tokenizer_, limits(), "model", "does not exist", 404);
   expect_prepare_rejected(parse({{"prompt", {1, 512}}}), *tokenizer_, limits(), "prompt", "outside the vocabulary [0, 512)");
   expect_prepare_rejected(parse({{"prompt", {1, 2}}, {"max_tokens", 511}}), *tokenizer_, limits(), "max_tokens",
                           "maximum context length is 512 tokens; you requested 513 tokens (2 in the prompt, 511 for the completion)");

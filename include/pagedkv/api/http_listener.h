@@ -14,7 +14,9 @@
 #include <cerrno>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <string>
+#include <vector>
 
 #include "pagedkv/api/api_error.h"
 #include "pagedkv/core/error.h"
@@ -31,6 +33,19 @@ inline void send_api_error(httplib::Response& res, const ApiError& e) {
 
 class HttpListener : public httplib::Server {
  public:
+  HttpListener() {
+    // cpp-httplib's default socket options set SO_REUSEPORT, with which a second server binds the
+    // same port and the kernel splits connections between the two: a port in use must fail at
+    // start. SO_REUSEADDR alone still lets a restart bind while old connections sit in TIME_WAIT.
+    set_socket_options([](socket_t sock) {
+      int yes = 1;
+      ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    });
+    // Its default also closes a keep-alive connection after 5 requests, which makes pooling
+    // clients reconnect; a connection lives until it idles past the keep-alive timeout.
+    set_keep_alive_max_count(std::numeric_limits<size_t>::max());
+  }
+
   // Errors httplib raises itself (no route, body too large, malformed HTTP) and exceptions thrown
   // by handlers (ApiError: its status; anything else: 500) get OpenAI's shape. `program` names
   // whose --max-body-bytes a 413 points to.
@@ -61,11 +76,31 @@ class HttpListener : public httplib::Server {
   // request sends "Authorization: Bearer <key>".
   void require_api_key(std::string key, std::function<bool(const std::string&)> needs_key) {
     if (key.empty()) return;
-    set_pre_routing_handler([key = std::move(key), needs_key = std::move(needs_key)](const httplib::Request& req,
-                                                                                     httplib::Response& res) {
+    add_pre_routing([key = std::move(key), needs_key = std::move(needs_key)](const httplib::Request& req,
+                                                                             httplib::Response& res) {
       if (!needs_key(req.path) || req.get_header_value("Authorization") == "Bearer " + key) return HandlerResponse::Unhandled;
       res.set_header("WWW-Authenticate", "Bearer");
       send_api_error(res, ApiError(401, "a valid API key is required: send 'Authorization: Bearer <key>'", "", "invalid_api_key"));
+      return HandlerResponse::Handled;
+    });
+  }
+
+  // A POST route whose request may come without a body and without Content-Length (`curl -X
+  // POST URL`, as vLLM documents /reset_prefix_cache): cpp-httplib would answer such a POST 400
+  // before routing, so it is answered from the pre-routing step. Call after require_api_key, so
+  // the key is checked first. A POST that does say its length goes through the route as usual.
+  void post_without_body(std::string path, std::function<void(const httplib::Request&, httplib::Response&)> handler) {
+    add_pre_routing([path = std::move(path), handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {
+      if (req.method != "POST" || req.path != path || req.has_header("Content-Length") ||
+          req.has_header("Transfer-Encoding"))
+        return HandlerResponse::Unhandled;
+      try {
+        handler(req, res);
+      } catch (const ApiError& e) {
+        send_api_error(res, e);
+      } catch (const std::exception& e) {
+        send_api_error(res, ApiError(500, fmt::format("internal error: {}", e.what()), "", "internal_error"));
+      }
       return HandlerResponse::Handled;
     });
   }
@@ -81,6 +116,21 @@ class HttpListener : public httplib::Server {
       throw Error(fmt::format("cannot raise the listen backlog to {}: {}", backlog, std::strerror(errno)));
     return bound;
   }
+
+ private:
+  // cpp-httplib keeps one pre-routing handler: the steps run in the order they were added, the
+  // first that answers ends the chain.
+  using PreRouting = std::function<HandlerResponse(const httplib::Request&, httplib::Response&)>;
+  void add_pre_routing(PreRouting step) {
+    pre_routing_.push_back(std::move(step));
+    if (pre_routing_.size() == 1)
+      set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+        for (const PreRouting& s : pre_routing_)
+          if (s(req, res) == HandlerResponse::Handled) return HandlerResponse::Handled;
+        return HandlerResponse::Unhandled;
+      });
+  }
+  std::vector<PreRouting> pre_routing_;
 };
 
 }  // namespace pagedkv::api
