@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 
 declare -A SOURCES=(
   # target           sources it needs besides its own file (kept small: no engine, no model)
-  [openai_request]="src/api/openai_request.cpp src/api/api_error.cpp src/api/chat_template.cpp src/api/stop_string_matcher.cpp src/model/text_tokenizer.cpp"
+  [openai_request]="src/api/openai_request.cpp src/api/request_fields.cpp src/api/api_error.cpp src/api/chat_template.cpp src/api/stop_string_matcher.cpp src/model/text_tokenizer.cpp"
   [gguf_file]="src/model/gguf_file.cpp src/model/tensor_type.cpp"
   [llama2c_tokenizer]="src/model/tokenizer.cpp src/model/text_tokenizer.cpp"
   [llama2c_checkpoint]="src/model/llama2c_checkpoint.cpp src/model/model.cpp src/model/model_config.cpp src/model/tensor_type.cpp src/core/kv_cache_spec.cpp src/core/dtype.cpp"

@@ -1,4 +1,5 @@
 #include "pagedkv/api/openai_request.h"
+#include "pagedkv/api/request_fields.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -161,6 +162,8 @@ json parse_object(std::string_view body) {
 
 CompletionRequest parse_completion_request(std::string_view body, ApiEndpoint endpoint, const RequestLimits& limits) {
   const json j = parse_object(body);
+  refuse_unimplemented_fields(j, endpoint);
+  report_unknown_fields_once(unknown_fields(j, endpoint));
 
   CompletionRequest r;
   r.endpoint = endpoint;

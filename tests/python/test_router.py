@@ -104,7 +104,7 @@ def test_answers_pass_through_whole_streamed_and_errors():
         assert chat.status_code == 200 and chat.json()["object"] == "chat.completion"
         bad = r.post("/v1/completions", {"prompt": "x", "max_tokens": -3})
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "max_tokens"
-        assert r.post("/v1/completions", {"prompt": "x", "model": "nope"}).status_code == 400
+        assert r.post("/v1/completions", {"prompt": "x", "model": "nope"}).status_code == 404
         assert r.get("/v1/models").json()["data"][0]["id"] == "stories260K"
         assert r.post("/tokenize", {"prompt": "Once"}).json()["count"] >= 2
         assert r.get("/health").json() == {"healthy_backends": 2}

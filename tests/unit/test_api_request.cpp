@@ -10,6 +10,7 @@
 #include "tok512_fixture.h"
 #include "pagedkv/api/api_error.h"
 #include "pagedkv/api/openai_request.h"
+#include "pagedkv/api/request_fields.h"
 #include "pagedkv/api/stop_string_matcher.h"
 #include "pagedkv/model/tokenizer.h"
 
@@ -202,6 +203,66 @@ TEST(ServerRequest, DetokenizeBodies) {
   expect_api_error([] { parse_detokenize_request(R"({"tokens": [-1]})", 512); }, "tokens", "invalid_token_id");
   expect_api_error([] { parse_detokenize_request(R"({"tokens": [18446744073709551615]})", 512); }, "tokens",
                    "invalid_token_id");
+}
+
+// ---- fields of the schemas that pagedkv does not implement ---------------------------------------
+
+TEST(RequestFields, UnimplementedFieldsAreRefusedByNameUnlessNeutral) {
+  const json chat_base = {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}};
+  struct Case {
+    const char* field;
+    json value;
+    ApiEndpoint endpoint;
+  };
+  const Case refused[] = {
+      {"best_of", 3, ApiEndpoint::kCompletions},
+      {"suffix", "end", ApiEndpoint::kCompletions},
+      {"presence_penalty", 0.5, ApiEndpoint::kCompletions},
+      {"frequency_penalty", -1, ApiEndpoint::kChatCompletions},
+      {"logit_bias", {{"50", 100}}, ApiEndpoint::kChatCompletions},
+      {"tools", json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}}), ApiEndpoint::kChatCompletions},
+      {"tool_choice", "required", ApiEndpoint::kChatCompletions},
+      {"response_format", {{"type", "json_object"}}, ApiEndpoint::kChatCompletions},
+      {"audio", {{"voice", "alloy"}}, ApiEndpoint::kChatCompletions},
+      {"modalities", {"text", "audio"}, ApiEndpoint::kChatCompletions},
+      {"min_p", 0.1, ApiEndpoint::kCompletions},
+      {"repetition_penalty", 1.2, ApiEndpoint::kCompletions},
+      {"stop_token_ids", {5}, ApiEndpoint::kCompletions},
+      {"guided_json", {{"type", "object"}}, ApiEndpoint::kCompletions},
+      {"echo", true, ApiEndpoint::kChatCompletions},
+  };
+  for (const Case& c : refused) {
+    json body = c.endpoint == ApiEndpoint::kChatCompletions ? chat_base : json{{"prompt", "x"}};
+    body[c.field] = c.value;
+    try {
+      parse_completion_request(body.dump(), c.endpoint, RequestLimits{});
+      ADD_FAILURE() << "accepted: " << body.dump();
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400) << c.field;
+      EXPECT_EQ(e.param(), c.field);
+      EXPECT_EQ(e.code(), "unsupported_field") << c.field;
+      EXPECT_NE(std::string(e.what()).find(c.field), std::string::npos) << e.what();
+    }
+  }
+  // What clients send by default changes nothing and is accepted.
+  json neutral = chat_base;
+  neutral.update({{"presence_penalty", 0},   {"frequency_penalty", 0.0}, {"logit_bias", json::object()},
+                  {"tools", json::array()},  {"tool_choice", "none"},    {"response_format", {{"type", "text"}}},
+                  {"modalities", {"text"}},  {"user", "u-1"},            {"metadata", {{"k", "v"}}},
+                  {"parallel_tool_calls", true}, {"audio", nullptr}, {"min_p", 0}, {"repetition_penalty", 1}});
+  EXPECT_NO_THROW(parse_completion_request(neutral.dump(), ApiEndpoint::kChatCompletions, RequestLimits{}));
+  EXPECT_NO_THROW(parse({{"prompt", "x"}, {"n", 2}, {"best_of", 2}})) << "best_of equal to n asks for nothing more";
+  EXPECT_NO_THROW(parse({{"prompt", "x"}, {"suffix", ""}}));
+}
+
+TEST(RequestFields, FieldsNoSchemaDefinesAreIgnoredAndNamed) {
+  const json body = {{"prompt", "x"}, {"max_tokens", 2}, {"temprature", 0.5}, {"my_field", 1}};
+  EXPECT_NO_THROW(parse(body));
+  EXPECT_EQ(unknown_fields(body, ApiEndpoint::kCompletions), (std::vector<std::string>{"my_field", "temprature"}));
+  // A chat-only field is unknown to completions.
+  EXPECT_EQ(unknown_fields(json{{"prompt", "x"}, {"messages", json::array()}}, ApiEndpoint::kCompletions),
+            (std::vector<std::string>{"messages"}));
+  EXPECT_TRUE(unknown_fields(json{{"messages", json::array()}, {"top_logprobs", 2}}, ApiEndpoint::kChatCompletions).empty());
 }
 
 // ---- with the stories260K tokenizer (tok512_fixture.h) ------------------------------------------

@@ -5,7 +5,9 @@
 //   prepare_request: CompletionRequest -> token ids and output budgets for the served model
 //                    (vocabulary, model length, model name).
 // Both throw ApiError with the status the API answers (400 for everything here) and the field at
-// fault. Unknown fields are ignored, as OpenAI's and vLLM's servers ignore them.
+// fault. Fields of OpenAI's or vLLM's schema that pagedkv does not implement are refused unless
+// neutral; fields no schema defines are ignored, as OpenAI's and vLLM's servers ignore them
+// (request_fields.h).
 #pragma once
 
 #include <cstdint>
