@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <limits>
 
@@ -194,6 +195,46 @@ CompletionRequest parse_completion_request(std::string_view body, ApiEndpoint en
     r.top_k = integer_in(*v, "top_k", -1, std::numeric_limits<int>::max());
     if (r.top_k < 0) r.top_k = 0;
   }
+  if (const json* v = field(j, "min_p")) {
+    const double p = number(*v, "min_p");
+    if (!(p >= 0 && p <= 1)) throw bad("min_p", fmt::format("'min_p' must be in [0, 1], got {}", p));
+    r.min_p = static_cast<float>(p);
+  }
+  for (const auto& [name, out] : {std::pair{"presence_penalty", &r.presence_penalty}, std::pair{"frequency_penalty", &r.frequency_penalty}})
+    if (const json* v = field(j, name)) {
+      const double p = number(*v, name);
+      if (!(p >= -2 && p <= 2)) throw bad(name, fmt::format("'{}' must be between -2 and 2, got {}", name, p));
+      *out = static_cast<float>(p);
+    }
+  if (const json* v = field(j, "repetition_penalty")) {
+    const double p = number(*v, "repetition_penalty");
+    if (!(p > 0 && p <= 100)) throw bad("repetition_penalty", fmt::format("'repetition_penalty' must be in (0, 100], got {}", p));
+    r.repetition_penalty = static_cast<float>(p);
+  }
+  if (const json* v = field(j, "logit_bias"); v != nullptr && !v->is_null()) {
+    if (!v->is_object()) throw bad("logit_bias", "'logit_bias' must be an object of token ids to biases", "invalid_type");
+    if (v->size() > static_cast<size_t>(limits.max_logit_bias))
+      throw bad("logit_bias", fmt::format("at most {} logit_bias entries, got {}", limits.max_logit_bias, v->size()));
+    for (const auto& [key, value] : v->items()) {
+      TokenId id = -1;
+      const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+      if (ec != std::errc() || end != key.data() + key.size() || id < 0)
+        throw bad("logit_bias", fmt::format("logit_bias keys are token ids, got '{}'", key.substr(0, 32)), "invalid_type");
+      const double bias = number(value, "logit_bias");
+      if (!(bias >= -100 && bias <= 100)) throw bad("logit_bias", fmt::format("a logit bias must be between -100 and 100, got {}", bias));
+      r.logit_bias.emplace_back(id, static_cast<float>(bias));
+    }
+    std::sort(r.logit_bias.begin(), r.logit_bias.end());
+  }
+  if (const json* v = field(j, "stop_token_ids"); v != nullptr && !v->is_null()) {
+    if (!v->is_array()) throw bad("stop_token_ids", "'stop_token_ids' must be a list of token ids", "invalid_type");
+    if (static_cast<int>(v->size()) > limits.max_stop_strings * 4)
+      throw bad("stop_token_ids", fmt::format("at most {} stop_token_ids", limits.max_stop_strings * 4));
+    for (const json& t : *v) r.stop_token_ids.push_back(integer_in(t, "stop_token_ids", 0, std::numeric_limits<TokenId>::max()));
+  }
+  if (const json* v = field(j, "min_tokens")) r.min_tokens = integer_in(*v, "min_tokens", 0, std::numeric_limits<int>::max());
+  if (r.max_tokens && r.min_tokens > *r.max_tokens)
+    throw bad("min_tokens", fmt::format("'min_tokens' ({}) must not exceed the maximum tokens ({})", r.min_tokens, *r.max_tokens));
   if (const json* v = field(j, "seed")) r.seed = static_cast<uint64_t>(integer(*v, "seed"));
   if (const json* v = field(j, "n")) r.n = integer_in(*v, "n", 1, limits.max_n);
   if (const json* v = field(j, "stop")) {
@@ -305,6 +346,14 @@ std::vector<PreparedPrompt> prepare_request(const CompletionRequest& request, co
   if (!request.model.empty() && request.model != model.served_model_name)
     throw ApiError(404, fmt::format("the model '{}' does not exist; this server serves '{}'", request.model, model.served_model_name),
                    "model", "model_not_found");
+  for (const auto& [id, bias] : request.logit_bias)
+    if (id >= model.vocab_size)
+      throw ApiError(400, fmt::format("logit_bias names token {}, outside the vocabulary [0, {})", id, model.vocab_size),
+                     "logit_bias", "invalid_token_id");
+  for (TokenId id : request.stop_token_ids)
+    if (id >= model.vocab_size)
+      throw ApiError(400, fmt::format("stop_token_ids names token {}, outside the vocabulary [0, {})", id, model.vocab_size),
+                     "stop_token_ids", "invalid_token_id");
   std::vector<std::vector<TokenId>> prompts;
   if (request.endpoint == ApiEndpoint::kChatCompletions) {
     prompts.push_back(

@@ -9,6 +9,7 @@
 #include "pagedkv/core/error.h"
 #include "pagedkv/engine/beam_search.h"
 #include "pagedkv/memory/kv_memory.h"
+#include "pagedkv/model/logits_processing.h"
 #include "pagedkv/storage/kv_ops.h"
 
 namespace pagedkv {
@@ -168,6 +169,9 @@ RequestId LLMEngine::add_request(GenerationRequest g) {
     throw UsageError(fmt::format("beam search (beam_width = {}) needs the paged KV reservation, not {}", g.beam_width,
                                  kv_reservation_name(config_.scheduler.kv_reservation)));
   g.sampling.validate();
+  for (const auto& [token, bias] : g.sampling.logit_bias)
+    if (token >= vocab) throw UsageError(fmt::format("logit_bias names token {}, outside the vocabulary [0, {})", token, vocab));
+  if (g.stop.min_tokens < 0) throw UsageError(fmt::format("min_tokens must be at least 0, got {}", g.stop.min_tokens));
   auto r = std::make_unique<SchedulerRequest>();
   r->kv = Request(RequestId{next_id_++}, std::move(g.prompt));
   r->kv.cache_salt = std::move(g.cache_salt);
@@ -223,6 +227,22 @@ void LLMEngine::sync_block_table_row(const SchedulerRequest& r, bool rewritten) 
   const int have = block_table_.num_blocks(row);
   if (rewritten || have > static_cast<int>(blocks.size())) block_table_.set_row(row, blocks);
   else if (have < static_cast<int>(blocks.size())) block_table_.append_row(row, blocks.subspan(static_cast<size_t>(have)));
+}
+
+std::span<const float> LLMEngine::adjusted_logits(const SchedulerRequest& r, const SamplingParams& params,
+                                                  std::span<const float> row) {
+  const std::span<const TokenId> tokens(r.kv.tokens);
+  const auto prompt = tokens.first(static_cast<size_t>(r.kv.num_prompt_tokens));
+  const auto output = tokens.subspan(static_cast<size_t>(r.kv.num_prompt_tokens));
+  banned_tokens_.clear();
+  if (static_cast<int>(output.size()) < r.stop.min_tokens) {
+    banned_tokens_ = r.stop.stop_token_ids;
+    if (!r.stop.ignore_eos && r.stop.eos_token_id >= 0) banned_tokens_.push_back(r.stop.eos_token_id);
+  }
+  if (banned_tokens_.empty() && !params.adjusts_logits()) return row;
+  adjusted_logits_.assign(row.begin(), row.end());
+  adjust_logits(adjusted_logits_, params, prompt, output, banned_tokens_);
+  return adjusted_logits_;
 }
 
 RequestOutput LLMEngine::make_output(const SchedulerRequest& r, bool finished) {
@@ -381,9 +401,13 @@ std::vector<RequestOutput> LLMEngine::step() {
         sampled[i].token = -1;
         continue;
       }
-      sampled[i].token = samplers_.at({root, r.sample_index}).sample(row);
+      Sampler& sampler = samplers_.at({root, r.sample_index});
+      // Penalties, logit bias and min_tokens act on a copy; logprobs below report the model's own.
+      const std::span<const float> adjusted = adjusted_logits(r, sampler.params(), row);
+      sampled[i].token = sampler.sample(adjusted);
+      // The forks' first tokens: the same prompt, no output yet, the same parameters.
       if (r.n > 1 && !r.forked)
-        for (int k = 1; k < r.n; ++k) sampled[i].fork_tokens.push_back(samplers_.at({root, k}).sample(row));
+        for (int k = 1; k < r.n; ++k) sampled[i].fork_tokens.push_back(samplers_.at({root, k}).sample(adjusted));
       if (auto lp = logprobs_.find(root); lp != logprobs_.end()) {
         pending_logprobs_[{root, r.sample_index}].push_back(compute_logprobs(row, sampled[i].token, lp->second));
         for (size_t k = 0; k < sampled[i].fork_tokens.size(); ++k)

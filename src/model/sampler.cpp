@@ -16,12 +16,22 @@ void SamplingParams::validate() const {
   if (top_k < 0) throw ConfigError(fmt::format("top_k must be >= 0 (0 = off), got {}", top_k));
   if (!(top_p >= 0.0f && top_p <= 1.0f))
     throw ConfigError(fmt::format("top_p must be in [0, 1] (0 or 1 = off), got {}", top_p));
+  if (!(min_p >= 0.0f && min_p <= 1.0f)) throw ConfigError(fmt::format("min_p must be in [0, 1] (0 = off), got {}", min_p));
+  if (!std::isfinite(presence_penalty) || !std::isfinite(frequency_penalty))
+    throw ConfigError("presence_penalty and frequency_penalty must be finite");
+  if (!(std::isfinite(repetition_penalty) && repetition_penalty > 0.0f))
+    throw ConfigError(fmt::format("repetition_penalty must be finite and > 0 (1 = off), got {}", repetition_penalty));
+  for (const auto& [token, bias] : logit_bias)
+    if (token < 0 || !std::isfinite(bias)) throw ConfigError(fmt::format("logit_bias: bad entry for token {}", token));
 }
 
 Sampler::Sampler(int vocab_size, const SamplingParams& params)
     : vocab_size_(vocab_size), params_(params), rng_state_(params.seed != 0 ? params.seed : kZeroSeedReplacement) {
   if (vocab_size <= 0) throw ConfigError(fmt::format("sampler vocab_size must be positive, got {}", vocab_size));
   params_.validate();
+  for (const auto& [token, bias] : params_.logit_bias)
+    if (token >= vocab_size)
+      throw ConfigError(fmt::format("logit_bias names token {}, outside the vocabulary [0, {})", token, vocab_size));
 }
 
 TokenId Sampler::argmax(std::span<const float> values) {
@@ -62,6 +72,15 @@ TokenId Sampler::sample(std::span<const float> logits) {
     sum += p;
   }
   for (float& p : probs_) p /= sum;
+  if (params_.min_p > 0.0f) {
+    const float threshold = params_.min_p * *std::max_element(probs_.begin(), probs_.end());
+    float kept = 0.0f;
+    for (float& p : probs_) {
+      if (p < threshold) p = 0.0f;
+      kept += p;
+    }
+    for (float& p : probs_) p /= kept;
+  }
 
   const float coin = random_f32(rng_state_);
   if (vocab_size_ == 1) return 0;

@@ -206,11 +206,20 @@ void OpenAIServer::install_routes() {
         g.sampling.temperature = request->temperature;
         g.sampling.top_p = request->top_p;
         g.sampling.top_k = request->top_k;
+        g.sampling.min_p = request->min_p;
         g.sampling.seed = seed;
+        g.sampling.logit_bias = request->logit_bias;
+        g.sampling.presence_penalty = request->presence_penalty;
+        g.sampling.frequency_penalty = request->frequency_penalty;
+        g.sampling.repetition_penalty = request->repetition_penalty;
         g.stop.max_tokens = p.max_tokens;
+        g.stop.min_tokens = std::min(request->min_tokens, p.max_tokens);
         g.stop.eos_token_id = model_.eos_token_id;
         g.stop.ignore_eos = request->ignore_eos;
         if (!request->ignore_eos) g.stop.stop_token_ids = model_.end_of_generation_ids;
+        // The client's stop tokens end a choice even with ignore_eos (vLLM's rule).
+        g.stop.stop_token_ids.insert(g.stop.stop_token_ids.end(), request->stop_token_ids.begin(),
+                                     request->stop_token_ids.end());
         g.n = request->n;
         if (request->use_beam_search) {  // vLLM's convention: n is the beam width
           g.beam_width = request->n;

@@ -804,3 +804,48 @@ def test_reset_prefix_cache_without_a_body_still_needs_the_key():
         assert denied.startswith(b"HTTP/1.1 401"), denied
         allowed = _raw_http(host, int(port), request.format(host, "Authorization: Bearer s3cret\r\n").encode())
         assert allowed.startswith(b"HTTP/1.1 200"), allowed
+
+
+# ---- sampling fields: logit_bias, stop_token_ids, min_tokens, penalties, min_p ------------------
+
+def test_logit_bias_stop_token_ids_and_min_tokens(server):
+    favourite = server.post("/tokenize", {"prompt": "Once upon a time"}).json()["tokens"][-1]  # " time"
+    # +100 makes the token win every greedy step.
+    one = server.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 1, "temperature": 0,
+                                          "logit_bias": {str(favourite): 100}}).json()["choices"][0]["text"]
+    r = server.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 6, "temperature": 0,
+                                        "logit_bias": {str(favourite): 100}}).json()
+    assert r["usage"]["completion_tokens"] == 6 and r["choices"][0]["text"] == one * 6 and one.strip(), r
+    # The same token as a stop token ends the choice at once ...
+    r = server.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 6, "temperature": 0,
+                                        "logit_bias": {str(favourite): 100}, "stop_token_ids": [favourite]}).json()
+    assert r["usage"]["completion_tokens"] == 0 and r["choices"][0]["finish_reason"] == "stop", r
+    # ... unless min_tokens holds it back: then another token comes first, min_tokens of them.
+    r = server.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0,
+                                        "logit_bias": {str(favourite): 100}, "stop_token_ids": [favourite],
+                                        "min_tokens": 3}).json()
+    assert r["usage"]["completion_tokens"] == 3 and r["choices"][0]["finish_reason"] == "stop", r
+    assert one not in r["choices"][0]["text"], r
+    for body, param in [({"logit_bias": {"70000": 1}}, "logit_bias"), ({"logit_bias": {"x": 1}}, "logit_bias"),
+                        ({"logit_bias": {"5": 500}}, "logit_bias"), ({"stop_token_ids": [70000]}, "stop_token_ids"),
+                        ({"min_tokens": 9, "max_tokens": 4}, "min_tokens"), ({"presence_penalty": 3}, "presence_penalty"),
+                        ({"min_p": 2}, "min_p"), ({"repetition_penalty": 0}, "repetition_penalty")]:
+        bad = server.post("/v1/completions", {"prompt": "x", **body})
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == param, (body, bad.text)
+
+
+def test_penalties_change_greedy_output_as_defined(server):
+    base = {"prompt": "Once upon a time", "max_tokens": 40, "temperature": 0}
+    plain = server.post("/v1/completions", base).json()["choices"][0]
+    # stories260K's greedy story repeats words; a strong frequency penalty keeps any token from
+    # coming back more than a couple of times, presence and repetition penalties likewise.
+    for field, value in [("frequency_penalty", 2.0), ("presence_penalty", 2.0), ("repetition_penalty", 100.0)]:
+        r = server.post("/v1/completions", {**base, field: value, "logprobs": 0}).json()["choices"][0]
+        assert r["text"] != plain["text"], field
+        tokens = r["logprobs"]["tokens"]
+        counts = {t: tokens.count(t) for t in tokens}
+        if field == "repetition_penalty":
+            assert max(counts.values()) <= 2, (field, counts)
+    # min_p 1 keeps only the most probable token: greedy output at temperature 1.
+    r = server.post("/v1/completions", {**base, "temperature": 1.0, "min_p": 1.0, "seed": 7}).json()["choices"][0]
+    assert r["text"] == plain["text"]

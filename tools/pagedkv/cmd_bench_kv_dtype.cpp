@@ -239,8 +239,11 @@ nlohmann::json measure_model(const Model& model, const KVDtypeOptions& o, const 
     const int n = std::min(o.batch, o.sequences - first);
     Lockstep run(runner, DType::kF32, n, length, o.block_size);
     std::vector<Sampler> samplers;
-    for (int s = 0; s < n; ++s)
-      samplers.emplace_back(vocab, SamplingParams{1.0f, 0, 1.0f, o.seed + static_cast<uint64_t>(first + s)});
+    for (int s = 0; s < n; ++s) {
+      SamplingParams params;  // temperature 1, no top-k / top-p
+      params.seed = o.seed + static_cast<uint64_t>(first + s);
+      samplers.emplace_back(vocab, params);
+    }
     std::vector<std::vector<TokenId>> seqs(static_cast<size_t>(n), std::vector<TokenId>{Tokenizer::kBos});
     std::vector<TokenId> step_tokens(static_cast<size_t>(n));
     for (int p = 0; p + 1 < length; ++p) {

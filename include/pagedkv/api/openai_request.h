@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "pagedkv/api/chat_template.h"
@@ -40,6 +41,13 @@ struct CompletionRequest {
   float temperature = 1.0f;
   float top_p = 1.0f;
   int top_k = 0;                      // vLLM extension; 0 or -1: off
+  float min_p = 0.0f;                 // vLLM extension; 0: off
+  float presence_penalty = 0.0f;      // [-2, 2]
+  float frequency_penalty = 0.0f;     // [-2, 2]
+  float repetition_penalty = 1.0f;    // vLLM extension; > 0, 1: off
+  std::vector<std::pair<TokenId, float>> logit_bias;  // token id -> [-100, 100], sorted by id
+  std::vector<TokenId> stop_token_ids;  // vLLM extension: more tokens that end a choice
+  int min_tokens = 0;                 // vLLM extension: output tokens before a stop token may end it
   std::optional<uint64_t> seed;
   int n = 1;
   std::vector<std::string> stop;
@@ -60,6 +68,7 @@ struct RequestLimits {
   int max_logprobs = 20;
   int max_prompts = 64;        // prompts in one /v1/completions request
   int max_stop_strings = 16;
+  int max_logit_bias = 1024;   // logit_bias entries (OpenAI allows 300; vLLM any)
 };
 
 CompletionRequest parse_completion_request(std::string_view body, ApiEndpoint endpoint, const RequestLimits& limits);

@@ -187,6 +187,10 @@ class LLMEngine {
   // A finished beam member: records it in its group; the group's outputs once none is live.
   void finish_beam(SchedulerRequest& r, std::vector<RequestOutput>& results);
   void sync_block_table_row(const SchedulerRequest& r, bool rewritten);
+  // `row` as r's sampler sees it: adjusted for its penalties, logit bias and min_tokens
+  // (logits_processing.h) in a scratch copy, or `row` itself when none applies.
+  std::span<const float> adjusted_logits(const SchedulerRequest& r, const SamplingParams& params,
+                                         std::span<const float> row);
 
   EngineConfig config_;
   ModelRunner runner_;
@@ -211,6 +215,8 @@ class LLMEngine {
   uint64_t next_id_ = 1;
   EngineStats stats_;
   // Per-step scratch.
+  std::vector<float> adjusted_logits_;
+  std::vector<TokenId> banned_tokens_;
   std::vector<TokenId> tokens_;
   std::vector<int32_t> positions_, query_start_, context_lens_, batch_tables_, logits_rows_;
   std::vector<int64_t> slots_;

@@ -13,6 +13,10 @@
 // top_k > 0 (not in run.c) keeps the k most probable ids (ties to the lower id), renormalises
 // them, then applies top-p over those the same way.
 //
+// min_p > 0 (vLLM's) then zeroes the tokens whose probability is below min_p times the most
+// probable one's and renormalises, before top-k / top-p. The logits adjustments that come before
+// temperature (logit bias, penalties) are logits_processing.h's, applied by the caller.
+//
 // The generator is run.c's xorshift64* (state ^= state >> 12, << 25, >> 27; output
 // (state * 0x2545F4914F6CDD1D) >> 32; random_f32 = (u32 >> 8) / 2^24), seeded with `seed`.
 // xorshift needs a non-zero state; seed 0 is replaced by kZeroSeedReplacement (run.c instead
@@ -21,6 +25,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "pagedkv/core/ids.h"
@@ -32,8 +37,18 @@ struct SamplingParams {
   int top_k = 0;             // 0 = off; else keep the k most probable tokens
   float top_p = 1.0f;        // nucleus mass in [0, 1]; 0 or 1 = off (run.c's convention)
   uint64_t seed = 0;
+  float min_p = 0.0f;        // in [0, 1]; 0 = off
+  // Applied to the logits before temperature (logits_processing.h), as OpenAI and vLLM define them.
+  std::vector<std::pair<TokenId, float>> logit_bias;  // added to a token's logit
+  float presence_penalty = 0.0f;    // subtracted from each token the output already holds
+  float frequency_penalty = 0.0f;   // subtracted once per occurrence in the output
+  float repetition_penalty = 1.0f;  // a prompt or output token's logit: / p when positive, x p when not
 
   bool greedy() const { return temperature == 0.0f; }
+  // Whether any adjustment before temperature is on (else the logits are sampled as they are).
+  bool adjusts_logits() const {
+    return !logit_bias.empty() || presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f;
+  }
   void validate() const;  // throws ConfigError naming the bad field
 };
 

@@ -21,6 +21,9 @@ struct StopConditions {
   std::vector<TokenId> stop_token_ids;  // finishing tokens, not part of the output
   TokenId eos_token_id = -1;            // -1: none
   bool ignore_eos = false;
+  // The first min_tokens output tokens cannot be a stop token or EOS (vLLM's min_tokens): the
+  // engine masks them out of the logits until then.
+  int min_tokens = 0;
   // Benchmarks replaying a dataset's output lengths: the request ends after this many output
   // tokens (finish reason stop, the last token kept), as if it had sampled EOS there; the oracle
   // and pow2 KV reservations read it as the output length known in advance. -1: unknown.
