@@ -13,7 +13,7 @@
 #include "pagedkv/core/error.h"
 #include "pagedkv/engine/llama2c_run_request.h"
 #include "pagedkv/engine/llm_engine.h"
-#include "pagedkv/model/gguf_writer.h"
+#include "pagedkv/model/format/gguf_writer.h"
 #include "pagedkv/model/model_file.h"
 #include "pagedkv/model/gguf_model.h"
 #include "test_model_support.h"

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "pagedkv/core/error.h"
-#include "pagedkv/model/gguf_writer.h"
-#include "pagedkv/model/linear_layer.h"
-#include "pagedkv/model/quantized_matrix.h"
+#include "pagedkv/model/format/gguf_writer.h"
+#include "pagedkv/model/quant/linear_layer.h"
+#include "pagedkv/model/quant/quantized_matrix.h"
 #include "pagedkv/storage/float_convert.h"
 
 namespace pagedkv {

@@ -12,8 +12,8 @@
 #include <unistd.h>
 
 #include "pagedkv/core/error.h"
-#include "pagedkv/model/gguf_file.h"
-#include "pagedkv/model/gguf_writer.h"
+#include "pagedkv/model/format/gguf_file.h"
+#include "pagedkv/model/format/gguf_writer.h"
 #include "pagedkv/storage/float_convert.h"
 
 namespace pagedkv {

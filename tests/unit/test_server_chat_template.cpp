@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "pagedkv/model/gguf_bpe_tokenizer.h"
-#include "pagedkv/model/gguf_tokenizer.h"
+#include "pagedkv/model/tokenizer/gguf_bpe_tokenizer.h"
+#include "pagedkv/model/tokenizer/gguf_tokenizer.h"
 #include "pagedkv/server/chat_template.h"
 #include "pagedkv/server/openai_request.h"
 

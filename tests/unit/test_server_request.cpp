@@ -8,7 +8,7 @@
 #include <string>
 
 #include "golden_support.h"
-#include "pagedkv/model/tokenizer.h"
+#include "pagedkv/model/tokenizer/tokenizer.h"
 #include "pagedkv/server/api_error.h"
 #include "pagedkv/server/openai_request.h"
 #include "pagedkv/server/response_builder.h"

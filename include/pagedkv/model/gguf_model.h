@@ -20,7 +20,7 @@
 #include <memory>
 #include <string>
 
-#include "pagedkv/model/gguf_file.h"
+#include "pagedkv/model/format/gguf_file.h"
 #include "pagedkv/model/model.h"
 
 namespace pagedkv {

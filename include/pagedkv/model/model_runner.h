@@ -52,7 +52,7 @@
 #include "pagedkv/core/ids.h"
 #include "pagedkv/kernels/paged_attention.h"
 #include "pagedkv/model/forward_batch.h"
-#include "pagedkv/model/linear_layer.h"
+#include "pagedkv/model/quant/linear_layer.h"
 #include "pagedkv/model/model.h"
 #include "pagedkv/storage/kv_arena.h"
 

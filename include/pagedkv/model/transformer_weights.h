@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "pagedkv/model/model_config.h"
-#include "pagedkv/model/tensor_type.h"
+#include "pagedkv/model/format/tensor_type.h"
 
 namespace pagedkv {
 

@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "pagedkv/model/text_tokenizer.h"
+#include "pagedkv/model/tokenizer/text_tokenizer.h"
 #include "pagedkv/router/backend_pool.h"
 #include "pagedkv/router/routing_policy.h"
 #include "pagedkv/router/router_metrics.h"

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "pagedkv/core/ids.h"
-#include "pagedkv/model/text_tokenizer.h"
+#include "pagedkv/model/tokenizer/text_tokenizer.h"
 #include "pagedkv/server/engine_service.h"
 #include "pagedkv/server/kv_event_log.h"
 #include "pagedkv/server/openai_request.h"

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "pagedkv/model/text_tokenizer.h"
+#include "pagedkv/model/tokenizer/text_tokenizer.h"
 #include "pagedkv/server/openai_request.h"
 #include "pagedkv/server/request_stream.h"
 #include "pagedkv/server/stop_string_matcher.h"

@@ -20,7 +20,7 @@
 // product per row and token, the reference the others are tested against); AVX2+FMA+F16C (the
 // file's rows in place, tiles of 4 rows x 2 tokens); AVX-512 with VNNI (a CPU with AVX-512 but no
 // VNNI runs the AVX2 build), which reads a copy of the weights repacked by the constructor into
-// panels of 16 interleaved rows (src/model/quantized_panels.h): one FMA or vpdpbusd with a
+// panels of 16 interleaved rows (src/model/quant/quantized_panels.h): one FMA or vpdpbusd with a
 // broadcast activation serves 16 rows, in tiles of 16 rows x up to 16 tokens. A tile loads each
 // weight vector once for all its tokens, so a batch of decode tokens costs little more weight
 // traffic than one token.

@@ -1,4 +1,4 @@
-#include "pagedkv/model/quantized_matrix.h"
+#include "pagedkv/model/quant/quantized_matrix.h"
 
 #include <sys/mman.h>
 

@@ -1,4 +1,4 @@
-#include "pagedkv/model/tensor_type.h"
+#include "pagedkv/model/format/tensor_type.h"
 
 #include <algorithm>
 #include <cmath>
