@@ -55,8 +55,8 @@ class Loader {
     if (vector && t->type != TensorType::kF32)
       fail(fmt::format("tensor '{}' is {}; norms and biases must be F32", name, tensor_type_name(t->type)));
     if (!is_runnable_weight_type(t->type))
-      fail(fmt::format("tensor '{}' has type {}, which pagedkv cannot run (supported: F32, F16, BF16, Q8_0, Q4_0)",
-                       name, tensor_type_name(t->type)));
+      fail(fmt::format("tensor '{}' has type {}, which pagedkv cannot run (supported: {})", name,
+                       tensor_type_name(t->type), runnable_weight_type_names()));
     return WeightTensor{t->type, t->data, rows, cols};
   }
 
