@@ -202,14 +202,16 @@ INSTANTIATE_TEST_SUITE_P(
 // for K-quants and IQ4_XS, Q8_0 for IQ4_NL), so the first steps match llama.cpp to float rounding;
 // later steps differ by up to the 0.5 of the Q8_0 files once an activation rounds the other way
 // (llama.cpp itself moves by up to 0.2 between its own kernel paths: its README, "internal noise").
+// The Q5_K files' first steps of the 5-token prompt match to 6e-6 in the AVX2 and AVX-512 builds,
+// but in the all-scalar runner (PAGEDKV_ISA=scalar) one activation rounds the other way (0.18).
 INSTANTIATE_TEST_SUITE_P(
     SmallLlama, GgufReference,
     ::testing::Values(Case{"small-llama", "f32", 1e-3, 1e-3}, Case{"small-llama", "f16", 0.04, 0.04},
                       Case{"small-llama", "q8_0", 0.5, 0.5, true}, Case{"small-llama", "q2_k", 0.5, 0.5, true},
                       Case{"small-llama", "q3_k_m", 0.5, 0.5, true}, Case{"small-llama", "q4_k_m", 0.5, 0.5, true},
-                      Case{"small-llama", "q5_k_m", 0.5, 0.5, true}, Case{"small-llama", "q6_k", 0.5, 0.5, true},
+                      Case{"small-llama", "q5_k_m", 0.5, 0.5, true, false}, Case{"small-llama", "q6_k", 0.5, 0.5, true},
                       Case{"small-llama", "iq4_nl", 0.5, 0.5, true}, Case{"small-llama", "iq4_xs", 0.5, 0.5, true},
-                      Case{"small-llama", "q4_k", 0.5, 0.5, true}, Case{"small-llama", "q5_k", 0.5, 0.5, true}),
+                      Case{"small-llama", "q4_k", 0.5, 0.5, true}, Case{"small-llama", "q5_k", 0.5, 0.5, true, false}),
     [](const ::testing::TestParamInfo<Case>& param_info) {
       std::string n = param_info.param.model + "_" + param_info.param.type;
       for (char& ch : n)

@@ -152,4 +152,21 @@ float block_dot(TensorType weight, const std::byte* w_row, const std::byte* x_ro
   }
 }
 
+namespace {
+
+void scalar_block_rows(TensorType type, const std::byte* w, size_t row_bytes, int cols, int r0, int r1,
+                       const std::byte* acts, size_t act_stride, int num_tokens, float* y, size_t y_stride) {
+  for (int r = r0; r < r1; ++r)
+    for (int t = 0; t < num_tokens; ++t)
+      y[static_cast<size_t>(t) * y_stride + static_cast<size_t>(r)] =
+          block_dot(type, w + static_cast<size_t>(r) * row_bytes, acts + static_cast<size_t>(t) * act_stride, cols);
+}
+
+}  // namespace
+
+const BlockRowsKernel& scalar_block_kernel() {
+  static const BlockRowsKernel k{scalar_block_rows};
+  return k;
+}
+
 }  // namespace pagedkv::quant_detail

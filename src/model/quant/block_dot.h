@@ -28,4 +28,14 @@ void quantize_activations(TensorType weight, const float* x, int cols, std::byte
 // The dot product of a weight row with quantized activations (`cols` values).
 float block_dot(TensorType weight, const std::byte* w_row, const std::byte* x_row, int cols);
 
+// A build of the products over rows [r0, r1) of a matrix (row r at w + r * row_bytes) and every
+// token's quantized activations (token t at acts + t * act_stride): y[t * y_stride + r].
+struct BlockRowsKernel {
+  void (*multiply_rows)(TensorType type, const std::byte* w, size_t row_bytes, int cols, int r0, int r1,
+                        const std::byte* acts, size_t act_stride, int num_tokens, float* y, size_t y_stride);
+};
+const BlockRowsKernel& scalar_block_kernel();
+const BlockRowsKernel& avx2_block_kernel();    // only after a run-time AVX2+FMA+F16C check
+const BlockRowsKernel& avx512_block_kernel();  // only after a run-time AVX-512 F/VL/BW/DQ + VNNI check
+
 }  // namespace pagedkv::quant_detail

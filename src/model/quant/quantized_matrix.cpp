@@ -201,7 +201,12 @@ void QuantizedMatrix::multiply(const float* x, size_t x_stride, int num_tokens, 
 // activation format, then groups of rows over the threads, one block_dot per (row, token).
 void QuantizedMatrix::multiply_blocks(const float* x, size_t x_stride, int num_tokens, float* y, size_t y_stride,
                                       KernelIsa isa) const {
-  (void)isa;  // one build so far: the scalar reference
+  // The AVX-512 build multiplies bytes with VNNI; without it the AVX2 build runs (as for Q8_0).
+  const KernelIsa resolved = resolve_isa(isa);
+  const quant_detail::BlockRowsKernel& k = resolved == KernelIsa::kAvx512 && cpu_has_avx512_vnni()
+                                               ? quant_detail::avx512_block_kernel()
+                                           : has_avx2(resolved) ? quant_detail::avx2_block_kernel()
+                                                                : quant_detail::scalar_block_kernel();
   const int rows = this->rows(), cols = this->cols();
   const size_t per_token = quant_detail::activation_row_bytes(w_.type, cols);
   thread_local std::vector<std::byte> prepared;
@@ -221,10 +226,8 @@ void QuantizedMatrix::multiply_blocks(const float* x, size_t x_stride, int num_t
   const TensorType type = w_.type;
 #pragma omp parallel for schedule(static) if (parallel) num_threads(kernel_threads())
   for (int g = 0; g < groups; ++g)
-    for (int r = g * kRowGroup; r < std::min(rows, (g + 1) * kRowGroup); ++r)
-      for (int t = 0; t < num_tokens; ++t)
-        y[static_cast<size_t>(t) * y_stride + static_cast<size_t>(r)] = quant_detail::block_dot(
-            type, base + static_cast<size_t>(r) * row_bytes, acts + static_cast<size_t>(t) * per_token, cols);
+    k.multiply_rows(type, base, row_bytes, cols, g * kRowGroup, std::min(rows, (g + 1) * kRowGroup), acts, per_token,
+                    num_tokens, y, y_stride);
 }
 
 }  // namespace pagedkv
