@@ -95,11 +95,12 @@ struct Comparison {
   double max_top8 = 0;        // llama.cpp's top-8 ids at every step
   int steps = 0;
   int argmax_differs = 0;     // steps where our argmax is not llama.cpp's
-  int argmax_differs_clear = 0;  // ... where llama.cpp's top-2 gap is >= 0.005
+  int argmax_differs_clear = 0;  // ... where llama.cpp's top-2 gap is >= clear_gap
   int exact_steps = 0;        // steps whose top-8 logits are all within 1e-4 of llama.cpp's
 };
 
-Comparison compare_with_reference(const Model& model, const nlohmann::json& ref, KernelIsa isa = KernelIsa::kAuto) {
+Comparison compare_with_reference(const Model& model, const nlohmann::json& ref, KernelIsa isa = KernelIsa::kAuto,
+                                  double clear_gap = 0.005) {
   const std::vector<TokenId> prompt = ref["prompt_ids"].get<std::vector<TokenId>>();
   const std::vector<TokenId> generated = ref["generated_ids"].get<std::vector<TokenId>>();
   SingleSequence seq(model, static_cast<int>(prompt.size() + generated.size()) + 1, isa);
@@ -120,7 +121,7 @@ Comparison compare_with_reference(const Model& model, const nlohmann::json& ref,
     const double gap = step["top"][0][1].get<double>() - step["top"][1][1].get<double>();
     if (Sampler::argmax(logits) != generated[k]) {
       ++c.argmax_differs;
-      if (gap >= 0.005) ++c.argmax_differs_clear;
+      if (gap >= clear_gap) ++c.argmax_differs_clear;
     }
     ++c.steps;
     if (k + 1 < generated.size()) logits = seq.feed({generated[k]});
@@ -150,6 +151,10 @@ struct Case {
   // block order: there one activation lands on the other side of a Q8_0 rounding boundary in
   // those steps (0.155), as the scalar twin always did.
   bool first_steps_exact = true;
+  // Unquantized files: our argmax must be llama.cpp's wherever its top-2 gap is at least this.
+  // small-phi3.f16 allows 0.035, twice its largest top-8 difference (0.017: llama.cpp rounds the
+  // activations of F16 products to F16, we keep them f32).
+  double clear_gap = 0.005;
 };
 
 class GgufReference : public ::testing::TestWithParam<Case> {};
@@ -163,11 +168,11 @@ TEST_P(GgufReference, LogitsAndGreedyIdsMatchLlamaCpp) {
   for (const char* prompt : {"p5_once_upon_a_time", "p40_no_prompt", "p150_tom_and_lily"}) {
     SCOPED_TRACE(prompt);
     const auto ref = load_json(dir / "ref" / (cs.model + "." + cs.type + "." + prompt + ".json"));
-    const Comparison c = compare_with_reference(model, ref);
+    const Comparison c = compare_with_reference(model, ref, KernelIsa::kAuto, cs.clear_gap);
     std::printf("%s.%s %s: max |logit diff| full %.3g top-8 %.3g; %d of %d steps exact (1e-4); argmax differs at %d "
-                "(%d with llama.cpp's gap >= 0.005)\n",
+                "(%d with llama.cpp's gap >= %g)\n",
                 cs.model.c_str(), cs.type.c_str(), prompt, c.max_full, c.max_top8, c.exact_steps, c.steps,
-                c.argmax_differs, c.argmax_differs_clear);
+                c.argmax_differs, c.argmax_differs_clear, cs.clear_gap);
     EXPECT_LE(c.max_full, cs.full_tol);
     EXPECT_LE(c.max_top8, cs.top8_tol);
     if (!cs.quantized) {
@@ -212,6 +217,26 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"small-llama", "q5_k_m", 0.5, 0.5, true, false}, Case{"small-llama", "q6_k", 0.5, 0.5, true},
                       Case{"small-llama", "iq4_nl", 0.5, 0.5, true}, Case{"small-llama", "iq4_xs", 0.5, 0.5, true},
                       Case{"small-llama", "q4_k", 0.5, 0.5, true}, Case{"small-llama", "q5_k", 0.5, 0.5, true, false}),
+    [](const ::testing::TestParamInfo<Case>& param_info) {
+      std::string n = param_info.param.model + "_" + param_info.param.type;
+      for (char& ch : n)
+        if (ch == '-') ch = '_';
+      return n;
+    });
+
+// The other small families: qwen3 (per-head q/k RMSNorm, head_dim 64 != dim / heads, tied output),
+// phi3 (fused attn_qkv and gate+up, q scaled before the product) and qwen3moe (8 experts, top 2
+// renormalised), each in F32, F16 and llama.cpp's Q4_K_M mix. F16 within 0.04, or 0.08 for the
+// qwen3 families (measured <= 0.054: their sharp q/k-norm attention amplifies llama.cpp's F16
+// activation rounding, which its README measures at up to 0.035 against f32 activations).
+INSTANTIATE_TEST_SUITE_P(
+    SmallArchitectures, GgufReference,
+    ::testing::Values(Case{"small-qwen3", "f32", 1e-3, 1e-3}, Case{"small-qwen3", "f16", 0.08, 0.08},
+                      Case{"small-qwen3", "q4_k_m", 0.5, 0.5, true},
+                      Case{"small-phi3", "f32", 1e-3, 1e-3}, Case{"small-phi3", "f16", 0.04, 0.04, false, true, 0.035},
+                      Case{"small-phi3", "q4_k_m", 0.5, 0.5, true},
+                      Case{"small-qwen3moe", "f32", 1e-3, 1e-3}, Case{"small-qwen3moe", "f16", 0.08, 0.08},
+                      Case{"small-qwen3moe", "q4_k_m", 0.5, 0.5, true}),
     [](const ::testing::TestParamInfo<Case>& param_info) {
       std::string n = param_info.param.model + "_" + param_info.param.type;
       for (char& ch : n)

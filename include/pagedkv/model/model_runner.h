@@ -96,6 +96,10 @@ class ModelRunner {
     LinearLayer wo;                         //                         -> [T][dim]
     LinearLayer gate_up;                    // [gate; up]              -> [T][2 hidden_dim]
     LinearLayer down;                       //                         -> [T][dim]
+    // Mixture of experts (ModelConfig::is_moe; gate_up and down are then empty).
+    LinearLayer router;                     //                         -> [T][n_experts]
+    std::vector<LinearLayer> expert_gate_up;  // per expert: [gate; up] -> [n][2 expert_hidden_dim]
+    std::vector<LinearLayer> expert_down;     // per expert:            -> [n][dim]
     AttentionShape attention;               // per layer: sliding window or not
     int group = 0;                          // KV-cache group
     int arena_layer = 0;                    // layer index in the KV arena
@@ -104,6 +108,8 @@ class ModelRunner {
   void rmsnorm_rows(const float* x, const float* weight, int rows, float* out) const;
   void apply_rope(float* x, int num_heads, const float* cos_sin) const;
   void rmsnorm_heads(float* x, int num_heads, const float* weight) const;
+  // out[t] = the mixture-of-experts FFN of xb[t] for every token.
+  void moe_ffn(const Layer& layer, const float* xb, int num_tokens, float* out);
 
   ModelConfig config_;
   WeightTensor token_embedding_;
@@ -116,6 +122,10 @@ class ModelRunner {
 
   // Scratch, grown to the largest batch seen.
   std::vector<float> x_, xb_, qkv_, q_, k_, v_, att_, proj_, gate_up_, hidden_, rope_, rope_sliding_, final_, logits_;
+  std::vector<float> router_logits_, expert_in_, expert_gate_up_, expert_hidden_, expert_out_, expert_slots_;
+  std::vector<int> expert_choice_;      // [T][n_experts_used]: the chosen experts, most probable first
+  std::vector<float> expert_weight_;    // [T][n_experts_used]: their weights
+  std::vector<int> expert_tokens_;      // the tokens routed to one expert (scratch)
 };
 
 }  // namespace pagedkv
