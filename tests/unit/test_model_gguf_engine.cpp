@@ -196,8 +196,9 @@ TEST(GgufModelLoader, NamesWhatIsWrong) {
   unsupported.add_string("general.architecture", "llama");
   for (const char* k : {"context_length", "embedding_length", "block_count", "feed_forward_length", "attention.head_count"})
     unsupported.add_u32(std::string("llama.") + k, std::string(k) == "embedding_length" ? 256 : 4);
-  unsupported.add_tensor("token_embd.weight", TensorType::kQ4_K, {256, 4}, std::span(block).first(144 * 4));
-  EXPECT_NE(load_error(unsupported).find("type Q4_K, which pagedkv cannot run"), std::string::npos);
+  // Q8_K is only ever an activation format in ggml: no weight of that type can be run.
+  unsupported.add_tensor("token_embd.weight", TensorType::kQ8_K, {256, 4}, std::span(block).first(292 * 4));
+  EXPECT_NE(load_error(unsupported).find("type Q8_K, which pagedkv cannot run"), std::string::npos);
 }
 
 }  // namespace

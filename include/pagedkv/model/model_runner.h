@@ -25,9 +25,10 @@
 //     Logits out = runner.forward(batch, arena);   // out.row(0): A's next token, out.row(1): B's
 // ForwardBatchBuilder (model/forward_batch.h) assembles these arrays from per-request pieces.
 //
-// Architectures (ModelConfig): llama2.c's and GGUF's llama, qwen2 and gemma2 — RoPE on adjacent
-// pairs or halves with the model's theta (and Llama 3 frequency divisors), q/k/v biases, post
-// norms, GeGLU, embedding scale, attention and final soft-caps, and sliding-window layers. A
+// Architectures (ModelConfig): llama2.c's and GGUF's llama, qwen2, qwen3, phi3, gemma2, gemma3 and
+// qwen3moe — RoPE on adjacent pairs or halves with the model's theta (and Llama 3 frequency
+// divisors), q/k/v biases, per-head q/k norms, post norms, GeGLU, embedding scale, attention and
+// final soft-caps, sliding-window layers, and mixture-of-experts feed-forward blocks (moe_ffn). A
 // model with sliding and full layers keeps two KV-cache groups: group 1's block tables and slots
 // come in ForwardBatch::extra_groups, and every layer lives at ModelConfig::arena_layer(l) of the
 // arena (kv_arena_layers() layers).
@@ -61,7 +62,7 @@ namespace pagedkv {
 class ModelRunner {
  public:
   // `model` must outlive the runner. Repacks the F32 weights for the batched matmuls (a copy of
-  // every F32 matrix: packed_weight_bytes()); F16/BF16/Q8_0/Q4_0 matrices are read in place, as
+  // every F32 matrix: packed_weight_bytes()); matrices of other types are read in place, as
   // are the embedding, norms and biases. Throws UsageError for weights it cannot run. `isa` selects the matmul and attention builds (kAuto:
   // the best this CPU runs; kScalar forces the baseline build, for comparisons).
   explicit ModelRunner(const Model& model, KernelIsa isa = KernelIsa::kAuto);
