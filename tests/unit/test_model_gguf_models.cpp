@@ -244,6 +244,55 @@ INSTANTIATE_TEST_SUITE_P(
       return n;
     });
 
+// Two requests in one step through qwen3moe: the experts run once over both requests' tokens
+// (grouped by expert), and each request's logits must be those of its run alone.
+TEST(GgufSmallMoe, BatchedRequestsEqualTheirSingleRuns) {
+  REQUIRE_GGUF_DATA();
+  testing::ScopedKernelThreads threads(1);
+  const fs::path dir = shared_models() / "gguf";
+  for (const char* type : {"f32", "q4_k_m"}) {
+    SCOPED_TRACE(type);
+    GgufModel model((dir / (std::string("small-qwen3moe.") + type + ".gguf")).string());
+    const auto a = load_json(dir / "ref" / (std::string("small-qwen3moe.") + type + ".p5_once_upon_a_time.json"))["prompt_ids"].get<std::vector<TokenId>>();
+    const auto b = load_json(dir / "ref" / (std::string("small-qwen3moe.") + type + ".p40_no_prompt.json"))["prompt_ids"].get<std::vector<TokenId>>();
+    SingleSequence sa(model, static_cast<int>(a.size())), sb(model, static_cast<int>(b.size()));
+    const std::vector<float> alone_a = sa.feed(a), alone_b = sb.feed(b);
+
+    constexpr int kBlock = 16, kStride = 4;  // request r owns blocks 1 + r*4 .. 4 + r*4
+    ModelRunner runner(model);
+    KVArena arena(runner.kv_cache_spec(kBlock), model.config().kv_arena_layers(), 1 + 2 * kStride);
+    const int na = static_cast<int>(a.size()), nb = static_cast<int>(b.size());
+    std::vector<TokenId> ids = a;
+    ids.insert(ids.end(), b.begin(), b.end());
+    std::vector<int32_t> positions, tables(2 * kStride), query_start{0, na, na + nb}, context{na, nb}, rows{na - 1, na + nb - 1};
+    std::vector<int64_t> slots;
+    for (int r = 0; r < 2; ++r)
+      for (int k = 0; k < kStride; ++k) tables[static_cast<size_t>(r * kStride + k)] = 1 + r * kStride + k;
+    for (int i = 0; i < na + nb; ++i) {
+      const int r = i < na ? 0 : 1, p = i < na ? i : i - na;
+      positions.push_back(p);
+      slots.push_back(static_cast<int64_t>(tables[static_cast<size_t>(r * kStride + p / kBlock)]) * kBlock + p % kBlock);
+    }
+    ForwardBatch batch;
+    batch.token_ids = ids;
+    batch.positions = positions;
+    batch.slot_mapping = slots;
+    batch.attention.num_requests = 2;
+    batch.attention.query_start = query_start.data();
+    batch.attention.context_lens = context.data();
+    batch.attention.block_tables = tables.data();
+    batch.attention.block_table_stride = kStride;
+    batch.logits_rows = rows;
+    const Logits out = runner.forward(batch, arena);
+    double max_diff = 0;
+    for (size_t i = 0; i < alone_a.size(); ++i) {
+      max_diff = std::max(max_diff, std::fabs(static_cast<double>(out.row(0)[i]) - alone_a[i]));
+      max_diff = std::max(max_diff, std::fabs(static_cast<double>(out.row(1)[i]) - alone_b[i]));
+    }
+    EXPECT_LE(max_diff, 1e-5);
+  }
+}
+
 // stories260Ktok512.gguf holds stories260K.bin's weights: its greedy runs must reproduce the three
 // llama2.c goldens byte for byte (ids; the text is the llama2.c path's business), and llama.cpp's
 // logits along them.
