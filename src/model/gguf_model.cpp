@@ -100,7 +100,10 @@ class Loader {
     c.architecture = arch_name;
     c.dim = hparam("embedding_length");
     c.n_layers = hparam("block_count");
-    c.hidden_dim = hparam("feed_forward_length");
+    // A mixture of experts does not use feed_forward_length (real Qwen3-MoE files carry it anyway).
+    c.hidden_dim = arch == Arch::kQwen3Moe && !f_.find(prefix_ + "feed_forward_length")
+                       ? hparam("expert_feed_forward_length")
+                       : hparam("feed_forward_length");
     c.n_heads = hparam("attention.head_count");
     c.n_kv_heads = hparam("attention.head_count_kv", c.n_heads);
     c.seq_len = context_length > 0 ? context_length : hparam("context_length");

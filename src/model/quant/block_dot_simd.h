@@ -31,9 +31,9 @@ int hsum_i32(__m256i v) {
   return _mm_cvtsi128_si32(s);
 }
 
-// Sum over 32 bytes of u[i] * s[i] (u unsigned, s signed), as 8 lanes of int32 pairs... added into
-// `acc` after multiplying the low 16 and high 16 bytes' sums by the 16-bit scales in `scales`
-// (low 128 bits: the first 16 values' scale, high: the second's).
+// acc + the products u[i] * s[i] of 32 bytes (u unsigned, s signed), those of the first 16 bytes
+// times the scale in the low 128 bits of `scales`, those of the last 16 times the one in the high
+// 128 bits, in 8 int32 lanes (lanes 0-3 hold the first 16 bytes' products).
 __m256i scaled_dot(__m256i acc, __m256i u, __m256i s, __m256i scales) {
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
   // vpdpbusd sums groups of 4 byte products into int32 lanes: lanes 0-3 are the first 16 values.
