@@ -201,9 +201,10 @@ void QuantizedMatrix::multiply(const float* x, size_t x_stride, int num_tokens, 
 // activation format, then groups of rows over the threads, one block_dot per (row, token).
 void QuantizedMatrix::multiply_blocks(const float* x, size_t x_stride, int num_tokens, float* y, size_t y_stride,
                                       KernelIsa isa) const {
-  // The AVX-512 build multiplies bytes with VNNI; without it the AVX2 build runs (as for Q8_0).
+  // The AVX-512 build multiplies bytes with VNNI; without it (or with PAGEDKV_VNNI=0, for
+  // comparisons: both give the scalar twin's results bit for bit) the AVX2 build runs.
   const KernelIsa resolved = resolve_isa(isa);
-  const quant_detail::BlockRowsKernel& k = resolved == KernelIsa::kAvx512 && cpu_has_avx512_vnni()
+  const quant_detail::BlockRowsKernel& k = resolved == KernelIsa::kAvx512 && has_avx512_vnni()
                                                ? quant_detail::avx512_block_kernel()
                                            : has_avx2(resolved) ? quant_detail::avx2_block_kernel()
                                                                 : quant_detail::scalar_block_kernel();
