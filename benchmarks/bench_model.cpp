@@ -23,11 +23,11 @@
 #include <vector>
 
 #include "pagedkv/kernels/thread_pool.h"
-#include "pagedkv/model/llama2c_checkpoint.h"
+#include "pagedkv/model/format/llama2c_checkpoint.h"
 #include "pagedkv/model/model_runner.h"
-#include "pagedkv/model/gguf_writer.h"
-#include "pagedkv/model/packed_matrix.h"
-#include "pagedkv/model/quantized_matrix.h"
+#include "pagedkv/model/format/gguf_writer.h"
+#include "pagedkv/model/quant/packed_matrix.h"
+#include "pagedkv/model/quant/quantized_matrix.h"
 #include "pagedkv/model/random_model.h"
 
 namespace {

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "pagedkv/engine/llm_engine.h"
-#include "pagedkv/model/llama2c_checkpoint.h"
+#include "pagedkv/model/format/llama2c_checkpoint.h"
 #include "pagedkv/model/random_model.h"
 #include "pagedkv/remote/redis_store.h"
 #include "pagedkv/tiers/block_copy.h"

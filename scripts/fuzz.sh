@@ -10,11 +10,11 @@ cd "$(dirname "$0")/.."
 
 declare -A SOURCES=(
   # target           sources it needs besides its own file (kept small: no engine, no model)
-  [openai_request]="src/api/openai_request.cpp src/api/request_fields.cpp src/api/api_error.cpp src/api/chat_template.cpp src/api/stop_string_matcher.cpp src/model/text_tokenizer.cpp"
-  [gguf_file]="src/model/gguf_file.cpp src/model/tensor_type.cpp"
-  [llama2c_tokenizer]="src/model/tokenizer.cpp src/model/text_tokenizer.cpp"
-  [llama2c_checkpoint]="src/model/llama2c_checkpoint.cpp src/model/model.cpp src/model/model_config.cpp src/model/tensor_type.cpp src/core/kv_cache_spec.cpp src/core/dtype.cpp"
-  [bpe_tokenizer]="src/model/gguf_bpe_tokenizer.cpp src/model/bpe_pretokenizer.cpp src/model/text_tokenizer.cpp src/model/gguf_file.cpp src/model/gguf_writer.cpp src/model/tensor_type.cpp src/storage/float_convert.cpp src/storage/float_convert_avx2.cpp src/storage/cpu_isa.cpp src/core/dtype.cpp"
+  [openai_request]="src/api/openai_request.cpp src/api/request_fields.cpp src/api/api_error.cpp src/api/chat_template.cpp src/api/stop_string_matcher.cpp src/model/tokenizer/text_tokenizer.cpp"
+  [gguf_file]="src/model/format/gguf_file.cpp src/model/format/tensor_type.cpp src/model/format/block_formats.cpp"
+  [llama2c_tokenizer]="src/model/tokenizer/tokenizer.cpp src/model/tokenizer/text_tokenizer.cpp"
+  [llama2c_checkpoint]="src/model/format/llama2c_checkpoint.cpp src/model/model.cpp src/model/model_config.cpp src/model/format/tensor_type.cpp src/model/format/block_formats.cpp src/core/kv_cache_spec.cpp src/core/dtype.cpp"
+  [bpe_tokenizer]="src/model/tokenizer/gguf_bpe_tokenizer.cpp src/model/tokenizer/bpe_pretokenizer.cpp src/model/tokenizer/text_tokenizer.cpp src/model/format/gguf_file.cpp src/model/format/gguf_writer.cpp src/model/format/tensor_type.cpp src/model/format/block_formats.cpp src/storage/float_convert.cpp src/storage/float_convert_avx2.cpp src/storage/cpu_isa.cpp src/core/dtype.cpp"
   [traces]="src/replay/trace_reader.cpp src/replay/trace.cpp src/core/block_hash.cpp"
   [manager_ops]="src/manager/kv_cache_manager.cpp src/block/block_pool.cpp src/block/cached_block_map.cpp src/block/eviction_policies.cpp src/block/kv_events.cpp src/prefix/block_hasher.cpp src/prefix/extra_keys.cpp src/prefix/sha256.cpp src/prefix/sha256_avx512.cpp src/core/block_hash.cpp src/core/dtype.cpp src/core/kv_cache_spec.cpp"
   [disk_index]="src/storage/key_rotation.cpp src/tiers/disk_tier.cpp src/tiers/slot_index.cpp src/block/cached_block_map.cpp src/block/kv_events.cpp src/tiers/disk_slot_format.cpp src/tiers/tier_types.cpp src/tiers/circuit_breaker.cpp src/tiers/payload_checksum_avx2.cpp src/storage/cpu_isa.cpp src/core/block_hash.cpp src/core/kv_cache_spec.cpp src/core/dtype.cpp"

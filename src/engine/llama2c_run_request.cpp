@@ -1,6 +1,6 @@
 #include "pagedkv/engine/llama2c_run_request.h"
 
-#include "pagedkv/model/tokenizer.h"
+#include "pagedkv/model/tokenizer/tokenizer.h"
 
 namespace pagedkv {
 

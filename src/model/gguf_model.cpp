@@ -11,7 +11,7 @@ namespace pagedkv {
 
 namespace {
 
-enum class Arch { kLlama, kQwen2, kGemma2, kGemma3 };
+enum class Arch { kLlama, kQwen2, kQwen3, kPhi3, kGemma2, kGemma3, kQwen3Moe };
 
 class Loader {
  public:
@@ -55,9 +55,33 @@ class Loader {
     if (vector && t->type != TensorType::kF32)
       fail(fmt::format("tensor '{}' is {}; norms and biases must be F32", name, tensor_type_name(t->type)));
     if (!is_runnable_weight_type(t->type))
-      fail(fmt::format("tensor '{}' has type {}, which pagedkv cannot run (supported: F32, F16, BF16, Q8_0, Q4_0)",
-                       name, tensor_type_name(t->type)));
+      fail(fmt::format("tensor '{}' has type {}, which pagedkv cannot run (supported: {})", name,
+                       tensor_type_name(t->type), runnable_weight_type_names()));
     return WeightTensor{t->type, t->data, rows, cols};
+  }
+
+  // A 3-D tensor [cols, rows, n] (n matrices stacked, GGUF's expert tensors) as one matrix of
+  // n * rows rows.
+  WeightTensor stacked_tensor(const std::string& name, int64_t cols, int64_t rows, int64_t n) const {
+    const GgufTensor* t = f_.find_tensor(name);
+    if (t == nullptr) fail(fmt::format("lacks the tensor '{}'", name));
+    if (t->ne.size() != 3 || t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != n) {
+      std::string ne;
+      for (int64_t dim : t->ne) ne += (ne.empty() ? "" : ", ") + std::to_string(dim);
+      fail(fmt::format("tensor '{}' has shape [{}], expected [{}, {}, {}]", name, ne, cols, rows, n));
+    }
+    if (!is_runnable_weight_type(t->type))
+      fail(fmt::format("tensor '{}' has type {}, which pagedkv cannot run (supported: {})", name,
+                       tensor_type_name(t->type), runnable_weight_type_names()));
+    return WeightTensor{t->type, t->data, rows * n, cols};
+  }
+
+  // Keys an architecture may carry that change the computation in ways pagedkv does not
+  // implement: refused, naming the key, unless they hold the value that means "nothing special".
+  void refuse_key_unless(const std::string& key, double harmless) const {
+    const std::string full = prefix_ + key;
+    if (f_.find(full) && f_.get_float(full, harmless) != harmless)
+      fail(fmt::format("{} = {} is not supported", full, f_.get_float(full, harmless)));
   }
 
   void load(ModelConfig& c, TransformerWeights& w, int context_length) {
@@ -67,13 +91,19 @@ class Loader {
     else if (arch_name == "qwen2") arch = Arch::kQwen2;
     else if (arch_name == "gemma2") arch = Arch::kGemma2;
     else if (arch_name == "gemma3") arch = Arch::kGemma3;
+    else if (arch_name == "qwen3") arch = Arch::kQwen3;
+    else if (arch_name == "phi3") arch = Arch::kPhi3;
+    else if (arch_name == "qwen3moe") arch = Arch::kQwen3Moe;
     else fail(fmt::format("unsupported architecture '{}' (supported: {})", arch_name, supported_gguf_architectures()));
     prefix_ = arch_name + ".";
 
     c.architecture = arch_name;
     c.dim = hparam("embedding_length");
     c.n_layers = hparam("block_count");
-    c.hidden_dim = hparam("feed_forward_length");
+    // A mixture of experts does not use feed_forward_length (real Qwen3-MoE files carry it anyway).
+    c.hidden_dim = arch == Arch::kQwen3Moe && !f_.find(prefix_ + "feed_forward_length")
+                       ? hparam("expert_feed_forward_length")
+                       : hparam("feed_forward_length");
     c.n_heads = hparam("attention.head_count");
     c.n_kv_heads = hparam("attention.head_count_kv", c.n_heads);
     c.seq_len = context_length > 0 ? context_length : hparam("context_length");
@@ -93,6 +123,36 @@ class Loader {
       case Arch::kQwen2:
         c.rope_style = RopeStyle::kHalves;
         c.qkv_bias = true;
+        break;
+      case Arch::kQwen3:
+        c.rope_style = RopeStyle::kHalves;
+        c.qk_norm = true;
+        break;
+      case Arch::kQwen3Moe:
+        // qwen3's attention; the FFN is a mixture of experts (llama.cpp's build_moe_ffn as its
+        // qwen3moe graph calls it: softmax router, top-k, weights renormalised, no shared expert).
+        c.rope_style = RopeStyle::kHalves;
+        c.qk_norm = true;
+        c.n_experts = hparam("expert_count");
+        c.n_experts_used = hparam("expert_used_count");
+        c.expert_hidden_dim = hparam("expert_feed_forward_length");
+        if (c.n_experts_used > c.n_experts)
+          fail(fmt::format("{}expert_used_count = {} exceeds expert_count = {}", prefix_, c.n_experts_used, c.n_experts));
+        c.expert_weights_norm = f_.get_bool(prefix_ + "expert_weights_norm", true);
+        c.expert_weights_scale = fparam("expert_weights_scale", 1.0);
+        if (c.expert_weights_scale <= 0) fail(fmt::format("{}expert_weights_scale must be positive", prefix_));
+        refuse_key_unless("expert_gating_func", 1);  // 1: softmax
+        refuse_key_unless("expert_shared_count", 0);
+        break;
+      case Arch::kPhi3:
+        // Fused attn_qkv and gate+up (split below); q scaled before the product. llama.cpp
+        // ignores phi3's attention.sliding_window (its SWA is disabled), and so do we.
+        c.rope_style = RopeStyle::kHalves;
+        c.scale_queries = true;
+        for (const char* name : {"rope_factors_long.weight", "rope_factors_short.weight"})
+          if (f_.find_tensor(name) != nullptr)
+            fail(fmt::format("has the tensor '{}': LongRoPE scaling is not supported", name));
+        refuse_key_unless("rope.scaling.factor", 1);
         break;
       case Arch::kGemma2:
         c.rope_style = RopeStyle::kHalves;
@@ -148,9 +208,16 @@ class Loader {
       const std::string b = fmt::format("blk.{}.", l);
       LayerWeights lw;
       lw.attn_norm = tensor(b + "attn_norm.weight", d, 1);
-      lw.wq = tensor(b + "attn_q.weight", d, q);
-      lw.wk = tensor(b + "attn_k.weight", d, kv);
-      lw.wv = tensor(b + "attn_v.weight", d, kv);
+      if (arch == Arch::kPhi3) {  // attn_qkv: rows 0..q-1 are Q, then K, then V
+        const WeightTensor qkv = tensor(b + "attn_qkv.weight", d, q + 2 * kv);
+        lw.wq = qkv.row_range(0, q);
+        lw.wk = qkv.row_range(q, kv);
+        lw.wv = qkv.row_range(q + kv, kv);
+      } else {
+        lw.wq = tensor(b + "attn_q.weight", d, q);
+        lw.wk = tensor(b + "attn_k.weight", d, kv);
+        lw.wv = tensor(b + "attn_v.weight", d, kv);
+      }
       lw.wo = tensor(b + "attn_output.weight", q, d);
       if (c.qkv_bias) {
         lw.bq = tensor(b + "attn_q.bias", q, 1);
@@ -158,9 +225,24 @@ class Loader {
         lw.bv = tensor(b + "attn_v.bias", kv, 1);
       }
       lw.ffn_norm = tensor(b + "ffn_norm.weight", d, 1);
-      lw.gate = tensor(b + "ffn_gate.weight", d, h);
-      lw.up = tensor(b + "ffn_up.weight", d, h);
-      lw.down = tensor(b + "ffn_down.weight", h, d);
+      if (c.is_moe()) {
+        const int64_t e = c.n_experts, eh = c.expert_hidden_dim;
+        lw.router = tensor(b + "ffn_gate_inp.weight", d, e);
+        if (lw.router.type != TensorType::kF32)
+          fail(fmt::format("tensor '{}ffn_gate_inp.weight' is {}; the router must be F32", b, tensor_type_name(lw.router.type)));
+        lw.gate_exps = stacked_tensor(b + "ffn_gate_exps.weight", d, eh, e);
+        lw.up_exps = stacked_tensor(b + "ffn_up_exps.weight", d, eh, e);
+        lw.down_exps = stacked_tensor(b + "ffn_down_exps.weight", eh, d, e);
+      } else if (arch == Arch::kPhi3) {  // ffn_up: rows 0..h-1 are the gate, then the up projection
+        const WeightTensor gate_up = tensor(b + "ffn_up.weight", d, 2 * h);
+        lw.gate = gate_up.row_range(0, h);
+        lw.up = gate_up.row_range(h, h);
+        lw.down = tensor(b + "ffn_down.weight", h, d);
+      } else {
+        lw.gate = tensor(b + "ffn_gate.weight", d, h);
+        lw.up = tensor(b + "ffn_up.weight", d, h);
+        lw.down = tensor(b + "ffn_down.weight", h, d);
+      }
       if (c.qk_norm) {
         lw.q_norm = tensor(b + "attn_q_norm.weight", c.head_dim(), 1);
         lw.k_norm = tensor(b + "attn_k_norm.weight", c.head_dim(), 1);
@@ -180,7 +262,7 @@ class Loader {
 
 }  // namespace
 
-const char* supported_gguf_architectures() { return "llama, qwen2, gemma2, gemma3"; }
+const char* supported_gguf_architectures() { return "llama, qwen2, qwen3, qwen3moe, phi3, gemma2, gemma3"; }
 
 GgufModel::GgufModel(const std::string& path, int context_length)
     : GgufModel(std::make_unique<GgufFile>(path), context_length) {}

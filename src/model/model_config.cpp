@@ -15,7 +15,8 @@ int64_t ModelConfig::num_parameters() const {
                             + q * d * 2               // wq, wo
                             + kv * d * 2              // wk, wv
                             + (qkv_bias ? q + 2 * kv : 0)
-                            + h * d * 3               // w1, w2, w3
+                            + (n_experts > 0 ? n_experts * (expert_hidden_dim * d * 3 + d)  // experts, router
+                                             : h * d * 3)  // w1, w2, w3
                             + (qk_norm ? 2 * static_cast<int64_t>(head_dim()) : 0);
   return v * d + l * per_layer + d + (shared_classifier ? 0 : v * d);
 }

@@ -4,9 +4,9 @@
 
 #include "pagedkv/core/error.h"
 #include "pagedkv/model/gguf_model.h"
-#include "pagedkv/model/gguf_tokenizer.h"
-#include "pagedkv/model/llama2c_checkpoint.h"
-#include "pagedkv/model/tokenizer.h"
+#include "pagedkv/model/tokenizer/gguf_tokenizer.h"
+#include "pagedkv/model/format/llama2c_checkpoint.h"
+#include "pagedkv/model/tokenizer/tokenizer.h"
 
 namespace pagedkv {
 

@@ -1,5 +1,6 @@
 #include "pagedkv/model/model_runner.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -58,12 +59,24 @@ ModelRunner::ModelRunner(const Model& model, KernelIsa isa) : config_(model.conf
       throw UsageError(fmt::format("ModelRunner: layer {} lacks its q/k norm weights", l));
     layer.wqkv = LinearLayer({lw.wq, lw.wk, lw.wv}, {lw.bq, lw.bk, lw.bv});
     layer.wo = LinearLayer({lw.wo});
-    layer.gate_up = LinearLayer({lw.gate, lw.up});
-    layer.down = LinearLayer({lw.down});
+    if (c.is_moe()) {
+      if (!lw.router.present() || !lw.gate_exps.present() || !lw.up_exps.present() || !lw.down_exps.present())
+        throw UsageError(fmt::format("ModelRunner: layer {} lacks its experts", l));
+      layer.router = LinearLayer({lw.router});
+      const int64_t eh = c.expert_hidden_dim;
+      for (int e = 0; e < c.n_experts; ++e) {
+        layer.expert_gate_up.push_back(LinearLayer({lw.gate_exps.row_range(e * eh, eh), lw.up_exps.row_range(e * eh, eh)}));
+        layer.expert_down.push_back(LinearLayer({lw.down_exps.row_range(static_cast<int64_t>(e) * c.dim, c.dim)}));
+      }
+    } else {
+      layer.gate_up = LinearLayer({lw.gate, lw.up});
+      layer.down = LinearLayer({lw.down});
+    }
     layer.attention.num_q_heads = c.n_heads;
     layer.attention.num_kv_heads = c.n_kv_heads;
     layer.attention.head_dim = hd;
-    layer.attention.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    // phi3 scales q itself before the product (forward), llama.cpp's order of operations.
+    layer.attention.scale = c.scale_queries ? 1.0f : 1.0f / std::sqrt(static_cast<float>(hd));
     layer.attention.logit_softcap = c.attn_logit_softcap;
     layer.attention.sliding_window = c.is_sliding_layer(l) ? c.sliding_window : 0;
     layer.group = c.kv_cache_group(l);
@@ -93,7 +106,11 @@ ModelRunner::ModelRunner(const Model& model, KernelIsa isa) : config_(model.conf
 
 size_t ModelRunner::packed_weight_bytes() const {
   size_t bytes = output_.bytes();
-  for (const Layer& l : layers_) bytes += l.wqkv.bytes() + l.wo.bytes() + l.gate_up.bytes() + l.down.bytes();
+  for (const Layer& l : layers_) {
+    bytes += l.wqkv.bytes() + l.wo.bytes() + l.gate_up.bytes() + l.down.bytes() + l.router.bytes();
+    for (const LinearLayer& e : l.expert_gate_up) bytes += e.bytes();
+    for (const LinearLayer& e : l.expert_down) bytes += e.bytes();
+  }
   return bytes;
 }
 
@@ -181,6 +198,81 @@ void ModelRunner::rmsnorm_heads(float* x, int num_heads, const float* weight) co
   }
 }
 
+// llama.cpp's build_moe_ffn as qwen3moe calls it. Per token: p = softmax(router logits) (exp(l -
+// max) times the inverse of their sum, summed in double, as ggml's soft_max); the n_experts_used
+// largest p, most probable first; their weights p / (sum of the chosen p) when
+// expert_weights_norm, times expert_weights_scale. Then each expert runs once for all the tokens
+// routed to it (its weights read once per step), and each token's output is the sum of its
+// experts' outputs times their weights, in the order they were chosen (ggml's order).
+void ModelRunner::moe_ffn(const Layer& layer, const float* xb, int num_tokens, float* out) {
+  const ModelConfig& c = config_;
+  const size_t t_count = sz(num_tokens), d = sz(c.dim), eh = sz(c.expert_hidden_dim);
+  const size_t n_exp = sz(c.n_experts), k_used = sz(c.n_experts_used);
+  float* logits = grow(router_logits_, t_count * n_exp);
+  layer.router.multiply(xb, d, num_tokens, logits, n_exp, isa_);
+  int* choice = grow(expert_choice_, t_count * k_used);
+  float* weight = grow(expert_weight_, t_count * k_used);
+  std::vector<float> p(n_exp);
+  std::vector<int> order(n_exp);
+  for (size_t t = 0; t < t_count; ++t) {
+    const float* l = logits + t * n_exp;
+    const float max = *std::max_element(l, l + n_exp);
+    double sum = 0;
+    for (size_t e = 0; e < n_exp; ++e) {
+      p[e] = std::exp(l[e] - max);
+      sum += static_cast<double>(p[e]);
+    }
+    const auto inv = static_cast<float>(1.0 / sum);
+    for (size_t e = 0; e < n_exp; ++e) p[e] *= inv;
+    for (size_t e = 0; e < n_exp; ++e) order[e] = static_cast<int>(e);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return p[sz(a)] > p[sz(b)]; });
+    float chosen_sum = 0.0f;
+    for (size_t j = 0; j < k_used; ++j) {
+      choice[t * k_used + j] = order[j];
+      weight[t * k_used + j] = p[sz(order[j])];
+      chosen_sum += p[sz(order[j])];
+    }
+    for (size_t j = 0; j < k_used; ++j) {
+      if (c.expert_weights_norm) weight[t * k_used + j] /= chosen_sum;
+      if (c.expert_weights_scale != 1.0f) weight[t * k_used + j] *= c.expert_weights_scale;
+    }
+  }
+  // Each expert over its tokens; a token's j-th expert output lands in slots[t][j].
+  float* slots = grow(expert_slots_, t_count * k_used * d);
+  float* in = grow(expert_in_, t_count * d);
+  float* gate_up = grow(expert_gate_up_, t_count * 2 * eh);
+  float* hidden = grow(expert_hidden_, t_count * eh);
+  float* y = grow(expert_out_, t_count * d);
+  for (size_t e = 0; e < n_exp; ++e) {
+    expert_tokens_.clear();
+    for (size_t t = 0; t < t_count; ++t)
+      for (size_t j = 0; j < k_used; ++j)
+        if (choice[t * k_used + j] == static_cast<int>(e)) expert_tokens_.push_back(static_cast<int>(t * k_used + j));
+    if (expert_tokens_.empty()) continue;
+    const size_t n = expert_tokens_.size();
+    for (size_t i = 0; i < n; ++i) {
+      const size_t t = sz(expert_tokens_[i]) / k_used;
+      std::copy(xb + t * d, xb + t * d + d, in + i * d);
+    }
+    layer.expert_gate_up[e].multiply(in, d, static_cast<int>(n), gate_up, 2 * eh, isa_);
+    for (size_t i = 0; i < n; ++i) {
+      const float* g = gate_up + i * 2 * eh;
+      const float* u = g + eh;
+      for (size_t j = 0; j < eh; ++j) hidden[i * eh + j] = g[j] * (1.0f / (1.0f + std::exp(-g[j]))) * u[j];
+    }
+    layer.expert_down[e].multiply(hidden, eh, static_cast<int>(n), y, d, isa_);
+    for (size_t i = 0; i < n; ++i) std::copy(y + i * d, y + i * d + d, slots + sz(expert_tokens_[i]) * d);
+  }
+  for (size_t t = 0; t < t_count; ++t) {
+    float* o = out + t * d;
+    for (size_t j = 0; j < k_used; ++j) {
+      const float w = weight[t * k_used + j];
+      const float* s = slots + (t * k_used + j) * d;
+      for (size_t i = 0; i < d; ++i) o[i] = j == 0 ? s[i] * w : o[i] + s[i] * w;
+    }
+  }
+}
+
 // Rotates the first rotary_dims of each of `num_heads` heads of one token by the angles whose
 // (cos, sin) pairs are in cos_sin: adjacent pairs (llama, run.c) or halves (NeoX: qwen2, gemma).
 void ModelRunner::apply_rope(float* x, int num_heads, const float* cos_sin) const {
@@ -255,6 +347,10 @@ Logits ModelRunner::forward(const ForwardBatch& batch, KVArena& kv) {
       const float* table = (layer.sliding_rope ? rope_sliding : rope) + t * half * 2;
       apply_rope(q + t * qd, c.n_heads, table);
       apply_rope(k + t * kvd, c.n_kv_heads, table);
+      if (c.scale_queries) {
+        const float s = 1.0f / std::sqrt(static_cast<float>(c.head_dim()));
+        for (size_t i = 0; i < qd; ++i) q[t * qd + i] *= s;
+      }
     }
     PagedAttentionBatch attention = batch.attention;
     std::span<const int64_t> slots = batch.slot_mapping;
@@ -271,8 +367,13 @@ Logits ModelRunner::forward(const ForwardBatch& batch, KVArena& kv) {
     if (layer.post_attn_norm) rmsnorm_rows(proj, layer.post_attn_norm, num_tokens, proj);
     for (size_t i = 0; i < t_count * d; ++i) x[i] += proj[i];
 
-    // Feed-forward block: x += down(act(gate xb) * (up xb)).
+    // Feed-forward block: x += down(act(gate xb) * (up xb)), or the experts' mixture of it.
     rmsnorm_rows(x, layer.ffn_norm, num_tokens, xb);
+    if (c.is_moe()) {
+      moe_ffn(layer, xb, num_tokens, proj);
+      for (size_t i = 0; i < t_count * d; ++i) x[i] += proj[i];
+      continue;
+    }
     layer.gate_up.multiply(xb, d, num_tokens, gate_up, 2 * h, isa_);
     for (size_t t = 0; t < t_count; ++t) {
       const float* g = gate_up + t * 2 * h;

@@ -13,9 +13,9 @@
 
 #include "fuzz_support.h"
 #include "pagedkv/core/error.h"
-#include "pagedkv/model/bpe_pretokenizer.h"
-#include "pagedkv/model/gguf_bpe_tokenizer.h"
-#include "pagedkv/model/gguf_writer.h"
+#include "pagedkv/model/tokenizer/bpe_pretokenizer.h"
+#include "pagedkv/model/tokenizer/gguf_bpe_tokenizer.h"
+#include "pagedkv/model/format/gguf_writer.h"
 
 namespace {
 

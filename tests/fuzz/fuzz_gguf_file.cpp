@@ -11,7 +11,7 @@
 
 #include "fuzz_support.h"
 #include "pagedkv/core/error.h"
-#include "pagedkv/model/gguf_file.h"
+#include "pagedkv/model/format/gguf_file.h"
 
 namespace {
 

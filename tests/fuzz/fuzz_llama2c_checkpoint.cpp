@@ -11,7 +11,7 @@
 
 #include "fuzz_support.h"
 #include "pagedkv/core/error.h"
-#include "pagedkv/model/llama2c_checkpoint.h"
+#include "pagedkv/model/format/llama2c_checkpoint.h"
 
 namespace {
 

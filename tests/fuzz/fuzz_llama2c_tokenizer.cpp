@@ -12,7 +12,7 @@
 
 #include "fuzz_support.h"
 #include "pagedkv/core/error.h"
-#include "pagedkv/model/tokenizer.h"
+#include "pagedkv/model/tokenizer/tokenizer.h"
 
 namespace {
 

@@ -11,8 +11,8 @@
 
 #include "golden_support.h"
 #include "pagedkv/engine/llm_engine.h"
-#include "pagedkv/model/llama2c_checkpoint.h"
-#include "pagedkv/model/tokenizer.h"
+#include "pagedkv/model/format/llama2c_checkpoint.h"
+#include "pagedkv/model/tokenizer/tokenizer.h"
 
 namespace pagedkv::testing {
 

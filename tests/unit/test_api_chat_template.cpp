@@ -8,8 +8,8 @@
 
 #include "pagedkv/api/chat_template.h"
 #include "pagedkv/api/openai_request.h"
-#include "pagedkv/model/gguf_bpe_tokenizer.h"
-#include "pagedkv/model/gguf_tokenizer.h"
+#include "pagedkv/model/tokenizer/gguf_bpe_tokenizer.h"
+#include "pagedkv/model/tokenizer/gguf_tokenizer.h"
 
 namespace pagedkv::api {
 namespace {

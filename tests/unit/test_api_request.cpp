@@ -12,7 +12,7 @@
 #include "pagedkv/api/openai_request.h"
 #include "pagedkv/api/request_fields.h"
 #include "pagedkv/api/stop_string_matcher.h"
-#include "pagedkv/model/tokenizer.h"
+#include "pagedkv/model/tokenizer/tokenizer.h"
 
 namespace pagedkv::api {
 namespace {
@@ -217,17 +217,17 @@ TEST(RequestFields, UnimplementedFieldsAreRefusedByNameUnlessNeutral) {
   const Case refused[] = {
       {"best_of", 3, ApiEndpoint::kCompletions},
       {"suffix", "end", ApiEndpoint::kCompletions},
-      {"presence_penalty", 0.5, ApiEndpoint::kCompletions},
-      {"frequency_penalty", -1, ApiEndpoint::kChatCompletions},
-      {"logit_bias", {{"50", 100}}, ApiEndpoint::kChatCompletions},
+      {"include_stop_str_in_output", true, ApiEndpoint::kCompletions},
+      {"prompt_logprobs", 1, ApiEndpoint::kChatCompletions},
+      {"skip_special_tokens", false, ApiEndpoint::kChatCompletions},
       {"tools", json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}}), ApiEndpoint::kChatCompletions},
       {"tool_choice", "required", ApiEndpoint::kChatCompletions},
       {"response_format", {{"type", "json_object"}}, ApiEndpoint::kChatCompletions},
       {"audio", {{"voice", "alloy"}}, ApiEndpoint::kChatCompletions},
       {"modalities", {"text", "audio"}, ApiEndpoint::kChatCompletions},
-      {"min_p", 0.1, ApiEndpoint::kCompletions},
-      {"repetition_penalty", 1.2, ApiEndpoint::kCompletions},
-      {"stop_token_ids", {5}, ApiEndpoint::kCompletions},
+      {"length_penalty", 2, ApiEndpoint::kCompletions},
+      {"return_token_ids", true, ApiEndpoint::kCompletions},
+      {"bad_words", {"x"}, ApiEndpoint::kCompletions},
       {"guided_json", {{"type", "object"}}, ApiEndpoint::kCompletions},
       {"echo", true, ApiEndpoint::kChatCompletions},
   };

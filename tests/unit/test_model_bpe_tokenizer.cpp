@@ -9,10 +9,10 @@
 #include <random>
 
 #include "pagedkv/core/error.h"
-#include "pagedkv/model/bpe_pretokenizer.h"
-#include "pagedkv/model/gguf_bpe_tokenizer.h"
-#include "pagedkv/model/gguf_tokenizer.h"
-#include "pagedkv/model/gguf_writer.h"
+#include "pagedkv/model/tokenizer/bpe_pretokenizer.h"
+#include "pagedkv/model/tokenizer/gguf_bpe_tokenizer.h"
+#include "pagedkv/model/tokenizer/gguf_tokenizer.h"
+#include "pagedkv/model/format/gguf_writer.h"
 
 namespace pagedkv {
 namespace {

@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "pagedkv/core/error.h"
-#include "pagedkv/model/llama2c_checkpoint.h"
+#include "pagedkv/model/format/llama2c_checkpoint.h"
 #include "pagedkv/model/random_model.h"
 #include "test_model_support.h"
 

@@ -13,7 +13,7 @@
 #include "pagedkv/core/error.h"
 #include "pagedkv/engine/llama2c_run_request.h"
 #include "pagedkv/engine/llm_engine.h"
-#include "pagedkv/model/gguf_writer.h"
+#include "pagedkv/model/format/gguf_writer.h"
 #include "pagedkv/model/model_file.h"
 #include "pagedkv/model/gguf_model.h"
 #include "test_model_support.h"
@@ -178,6 +178,11 @@ std::string load_error(const GgufWriter& w) {
   }
 }
 
+const std::vector<float>& v_small() {
+  static const std::vector<float> v(64, 1.0f);
+  return v;
+}
+
 TEST(GgufModelLoader, NamesWhatIsWrong) {
   EXPECT_EQ(load_error(tiny_llama_writer()), "");
   EXPECT_EQ(load_error(tiny_llama_writer("llama", TensorType::kQ8_0)), "");
@@ -196,8 +201,20 @@ TEST(GgufModelLoader, NamesWhatIsWrong) {
   unsupported.add_string("general.architecture", "llama");
   for (const char* k : {"context_length", "embedding_length", "block_count", "feed_forward_length", "attention.head_count"})
     unsupported.add_u32(std::string("llama.") + k, std::string(k) == "embedding_length" ? 256 : 4);
-  unsupported.add_tensor("token_embd.weight", TensorType::kQ4_K, {256, 4}, std::span(block).first(144 * 4));
-  EXPECT_NE(load_error(unsupported).find("type Q4_K, which pagedkv cannot run"), std::string::npos);
+  // What an architecture may carry but pagedkv does not compute is refused by name.
+  GgufWriter long_rope = tiny_llama_writer("phi3");
+  long_rope.add_tensor_f32("rope_factors_long.weight", TensorType::kF32, {8}, std::span(v_small()).first(8));
+  EXPECT_NE(load_error(long_rope).find("'rope_factors_long.weight': LongRoPE scaling is not supported"), std::string::npos);
+  GgufWriter moe = tiny_llama_writer("qwen3moe");
+  EXPECT_NE(load_error(moe).find("lacks the key 'qwen3moe.expert_count'"), std::string::npos);
+  moe.add_u32("qwen3moe.expert_count", 4);
+  moe.add_u32("qwen3moe.expert_used_count", 2);
+  moe.add_u32("qwen3moe.expert_feed_forward_length", 32);
+  moe.add_u32("qwen3moe.expert_gating_func", 2);  // sigmoid
+  EXPECT_NE(load_error(moe).find("qwen3moe.expert_gating_func = 2 is not supported"), std::string::npos);
+  // Q8_K is only ever an activation format in ggml: no weight of that type can be run.
+  unsupported.add_tensor("token_embd.weight", TensorType::kQ8_K, {256, 4}, std::span(block).first(292 * 4));
+  EXPECT_NE(load_error(unsupported).find("type Q8_K, which pagedkv cannot run"), std::string::npos);
 }
 
 }  // namespace

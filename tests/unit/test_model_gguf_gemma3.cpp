@@ -14,7 +14,7 @@
 
 #include "pagedkv/engine/llm_engine.h"
 #include "pagedkv/model/gguf_model.h"
-#include "pagedkv/model/gguf_writer.h"
+#include "pagedkv/model/format/gguf_writer.h"
 #include "pagedkv/storage/float_convert.h"
 #include "test_model_support.h"
 

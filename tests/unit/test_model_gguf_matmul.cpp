@@ -1,5 +1,6 @@
-// QuantizedMatrix (F16, BF16, Q8_0, Q4_0 weights read in place) against a float64 reference of the
-// same arithmetic, every available ISA against the scalar twin, and LinearLayer's mixing of parts.
+// QuantizedMatrix (F16, BF16, Q8_0, Q4_0 and the block formats of block_formats.h, weights read in
+// place) against a float64 reference of the same arithmetic, every available ISA against the scalar
+// twin, the activation quantizers, and LinearLayer's mixing of parts.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,9 +10,10 @@
 #include <vector>
 
 #include "pagedkv/core/error.h"
-#include "pagedkv/model/gguf_writer.h"
-#include "pagedkv/model/linear_layer.h"
-#include "pagedkv/model/quantized_matrix.h"
+#include "pagedkv/model/format/block_formats.h"
+#include "pagedkv/model/format/gguf_writer.h"
+#include "pagedkv/model/quant/linear_layer.h"
+#include "pagedkv/model/quant/quantized_matrix.h"
 #include "pagedkv/storage/float_convert.h"
 
 namespace pagedkv {
@@ -168,6 +170,204 @@ TEST(QuantizedMatrix, ExtremeBlocksStayExact) {
   }
 }
 
+// Weights in a block format: random bytes (every bit pattern is a valid block) with sane fp16
+// scales, so that every level, scale and min of the format is exercised.
+Weights make_block_weights(TensorType type, int rows, int cols, uint32_t seed) {
+  const auto traits = *tensor_type_traits(static_cast<uint32_t>(type));
+  const size_t block_bytes = static_cast<size_t>(traits.block_bytes);
+  const size_t blocks = static_cast<size_t>(rows) * static_cast<size_t>(cols / traits.block_elements);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> scale(0.001f, 0.01f);
+  Weights w{type, rows, cols, std::vector<std::byte>(blocks * block_bytes)};
+  for (std::byte& b : w.bytes) b = static_cast<std::byte>(rng() & 0xFF);
+  // Byte offsets of the fp16 scale fields: d, then m / dmin where the format has one.
+  std::vector<size_t> fields;
+  switch (type) {
+    case TensorType::kQ4_1: case TensorType::kQ5_1: case TensorType::kQ4_K: case TensorType::kQ5_K: fields = {0, 2}; break;
+    case TensorType::kQ2_K: fields = {80, 82}; break;
+    case TensorType::kQ3_K: fields = {108}; break;
+    case TensorType::kQ6_K: fields = {208}; break;
+    default: fields = {0}; break;  // Q5_0, IQ4_NL, IQ4_XS
+  }
+  for (size_t k = 0; k < blocks; ++k)
+    for (size_t f : fields) {
+      const float v = scale(rng) * ((type == TensorType::kQ4_1 || type == TensorType::kQ5_1) && f == 2 && (rng() & 1) ? -1.0f : 1.0f);
+      const uint16_t h = f32_to_f16(v);
+      std::memcpy(w.bytes.data() + k * block_bytes + f, &h, 2);
+    }
+  return w;
+}
+
+// ggml's activation format of each block format (its vec_dot_type), stated here independently.
+TensorType activation_format(TensorType weight) {
+  switch (weight) {
+    case TensorType::kQ5_0: case TensorType::kIQ4_NL: return TensorType::kQ8_0;
+    case TensorType::kQ4_1: case TensorType::kQ5_1: return TensorType::kQ8_1;
+    default: return TensorType::kQ8_K;
+  }
+}
+
+// The product of a block-format row with x as ggml defines it: x quantized to the activation
+// format, then the dequantized weights times the dequantized activations, in double. Q4_1 / Q5_1
+// take the weight's m against the Q8_1 block's stored s (fp16 of d * sum q), as ggml does.
+double reference_block_dot(const Weights& w, int r, const float* x) {
+  const size_t n = static_cast<size_t>(w.cols);
+  std::vector<float> row(n);
+  dequantize_row(w.type, w.view().row(r), row);
+  double s = 0;
+  switch (activation_format(w.type)) {
+    case TensorType::kQ8_0: {
+      std::vector<BlockQ8_0> xq(n / 32);
+      quantize_row_q8_0({x, n}, xq.data());
+      for (size_t j = 0; j < n; ++j) s += static_cast<double>(row[j]) * f16_to_f32(xq[j / 32].d) * xq[j / 32].q[j % 32];
+      break;
+    }
+    case TensorType::kQ8_1: {
+      std::vector<BlockQ8_1> xq(n / 32);
+      quantize_row_q8_1({x, n}, xq.data());
+      std::vector<int8_t> level(32);
+      for (size_t b = 0; b < n / 32; ++b) {
+        const std::byte* block = static_cast<const std::byte*>(w.view().row(r)) + b * (w.type == TensorType::kQ4_1 ? 20 : 24);
+        uint16_t dm[2];
+        std::memcpy(dm, block, 4);
+        for (size_t j = 0; j < 32; ++j) {
+          const double wd = static_cast<double>(row[b * 32 + j]) - f16_to_f32(dm[1]);  // d * level
+          s += wd * f16_to_f32(xq[b].d) * xq[b].qs[j];
+        }
+        s += static_cast<double>(f16_to_f32(dm[1])) * f16_to_f32(xq[b].s);
+      }
+      break;
+    }
+    default: {
+      std::vector<BlockQ8_K> xq(n / 256);
+      quantize_row_q8_k({x, n}, xq.data());
+      for (size_t j = 0; j < n; ++j) s += static_cast<double>(row[j]) * xq[j / 256].d * xq[j / 256].qs[j % 256];
+      break;
+    }
+  }
+  return s;
+}
+
+class BlockFormatTest : public ::testing::TestWithParam<TensorType> {};
+
+// Every build against the float64 reference (bounded by float rounding of the block sums), and
+// the SIMD builds against the scalar twin, bit for bit; odd row counts, a tile of 8 tokens and a
+// remainder, strided x / y.
+TEST_P(BlockFormatTest, EveryIsaMatchesTheReference) {
+  const TensorType type = GetParam();
+  // Legacy 32-value blocks: 19 per row, so the SIMD builds' groups of 8 blocks leave a remainder.
+  const int rows = 19, cols = tensor_type_traits(static_cast<uint32_t>(type))->block_elements == 32 ? 608 : 512;
+  const int tokens = 11;
+  const Weights w = make_block_weights(type, rows, cols, 5);
+  const QuantizedMatrix m(w.view());
+  std::mt19937 rng(11);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const size_t x_stride = cols + 3, y_stride = rows + 2;
+  std::vector<float> x(tokens * x_stride);
+  for (float& f : x) f = dist(rng);
+  std::vector<KernelIsa> isas{KernelIsa::kScalar};
+  if (has_avx2(best_available_isa())) isas.push_back(KernelIsa::kAvx2);
+  if (best_available_isa() == KernelIsa::kAvx512) isas.push_back(KernelIsa::kAvx512);
+  std::vector<float> scalar;
+  for (KernelIsa isa : isas) {
+    std::vector<float> y(tokens * y_stride, -1.0f);
+    m.multiply(x.data(), x_stride, tokens, y.data(), y_stride, isa);
+    for (int t = 0; t < tokens; ++t) {
+      for (int r = 0; r < rows; ++r) {
+        const float* xt = x.data() + static_cast<size_t>(t) * x_stride;
+        std::vector<float> row(static_cast<size_t>(cols));
+        dequantize_row(type, w.view().row(r), row);
+        double magnitude = 0;
+        for (int j = 0; j < cols; ++j) magnitude += std::fabs(row[static_cast<size_t>(j)] * xt[j]);
+        const size_t i = static_cast<size_t>(t) * y_stride + static_cast<size_t>(r);
+        ASSERT_NEAR(y[i], reference_block_dot(w, r, xt), 2e-5 * (1 + magnitude)) << isa_name(isa) << " t " << t << " r " << r;
+        if (!scalar.empty()) {  // exact integer block sums, combined with the same float operations
+          ASSERT_EQ(y[i], scalar[i]) << isa_name(isa) << " t " << t << " r " << r;
+        }
+      }
+      for (size_t pad = static_cast<size_t>(rows); pad < y_stride; ++pad)
+        ASSERT_EQ(y[static_cast<size_t>(t) * y_stride + pad], -1.0f) << "padding of y written";
+    }
+    if (scalar.empty()) scalar = y;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, BlockFormatTest,
+                         ::testing::Values(TensorType::kQ4_1, TensorType::kQ5_0, TensorType::kQ5_1, TensorType::kQ2_K,
+                                           TensorType::kQ3_K, TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K,
+                                           TensorType::kIQ4_NL, TensorType::kIQ4_XS),
+                         [](const ::testing::TestParamInfo<TensorType>& param_info) {
+                           return tensor_type_name(param_info.param);
+                         });
+
+// Hand-made blocks with known values: where each level sits in the block and how scales apply.
+TEST(BlockFormats, KnownBlocksDequantizeToTheirValues) {
+  {  // Q4_1: element j in the low nibble of byte j, element j + 16 in its high nibble.
+    BlockQ4_1 b{};
+    b.d = f32_to_f16(0.5f);
+    b.m = f32_to_f16(-1.0f);
+    b.qs[3] = 0x72;  // element 3 = 2, element 19 = 7
+    std::vector<float> y(32);
+    dequantize_row(TensorType::kQ4_1, &b, y);
+    EXPECT_EQ(y[3], 0.0f);
+    EXPECT_EQ(y[19], 2.5f);
+    EXPECT_EQ(y[0], -1.0f);
+  }
+  {  // Q5_0: bit j of qh is element j's fifth bit; values biased by 16.
+    BlockQ5_0 b{};
+    b.d = f32_to_f16(1.0f);
+    b.qh[2] = 0x02;  // bit 17: element 17
+    b.qs[1] = 0x30;  // element 17's low nibble 3
+    std::vector<float> y(32);
+    dequantize_row(TensorType::kQ5_0, &b, y);
+    EXPECT_EQ(y[17], 3.0f);  // 16 + 3 - 16
+    EXPECT_EQ(y[1], -16.0f);
+  }
+  {  // Q4_K: sub-block 5's scale and min come from the high bits of bytes 1 / 5 and byte 9.
+    BlockQ4_K b{};
+    b.d = f32_to_f16(1.0f);
+    b.dmin = f32_to_f16(0.25f);
+    b.scales[9] = 0x23;                  // sub-block 5: scale low 4 bits 3, min low 4 bits 2
+    b.scales[1] = 0x40;                  // scale's bits 4-5 = 1 -> scale 19
+    b.scales[5] = 0x80;                  // min's bits 4-5 = 2 -> min 34
+    b.qs[2 * 32 + 4] = 0x50;             // sub-block 5 = high nibbles of bytes 64..95: element 164 = 5
+    std::vector<float> y(256);
+    dequantize_row(TensorType::kQ4_K, &b, y);
+    EXPECT_EQ(y[164], 19.0f * 5 - 0.25f * 34);
+    EXPECT_EQ(y[165], -0.25f * 34);
+  }
+  {  // Q6_K: element 200 = second half, quarter 2 (high nibbles of ql[64..95]), qh bits 4-5.
+    BlockQ6_K b{};
+    b.d = f32_to_f16(2.0f);
+    b.scales[200 / 16] = -3;
+    b.ql[64 + 8] = 0xA0;   // 200 = 128 + 64 + 8: high nibble of ql[64 + 8] = 10
+    b.qh[32 + 8] = 0x30;   // bits 4-5 = 3 -> level 10 | 48 = 58, minus 32 = 26
+    std::vector<float> y(256);
+    dequantize_row(TensorType::kQ6_K, &b, y);
+    EXPECT_EQ(y[200], 2.0f * -3 * 26);
+  }
+}
+
+TEST(BlockFormats, Q8KQuantizesAsGgml) {
+  std::vector<float> x(256, 0.0f);
+  x[7] = -2.0f;
+  x[9] = 2.0f;  // the same magnitude later: the first one (negative) sets the scale
+  x[100] = 0.5f;
+  x[101] = 0.0236220472f;  // 1.5 levels of 2/127: rounds to even
+  BlockQ8_K b{};
+  quantize_row_q8_k(x, &b);
+  EXPECT_EQ(b.qs[7], -127);
+  EXPECT_EQ(b.qs[9], 127);
+  EXPECT_EQ(b.qs[100], 32);  // 0.5 * 63.5 = 31.75
+  EXPECT_EQ(b.d, 1.0f / (-127.0f / -2.0f));
+  EXPECT_EQ(b.bsums[0], 0);  // -127 + 127
+  EXPECT_EQ(b.bsums[6], 32 + b.qs[101]);
+  std::vector<float> zeros(256, 0.0f);
+  quantize_row_q8_k(zeros, &b);
+  EXPECT_EQ(b.d, 0.0f);
+  EXPECT_EQ(b.qs[0], 0);
+}
+
 TEST(LinearLayer, MixedPartsAndBiasesLandInTheirRows) {
   const Weights a = make_weights(TensorType::kQ8_0, 8, 64, 1);
   const Weights b = make_weights(TensorType::kF16, 4, 64, 2);
@@ -190,7 +390,8 @@ TEST(LinearLayer, MixedPartsAndBiasesLandInTheirRows) {
     EXPECT_NEAR(y[12 + static_cast<size_t>(r)], s, 1e-4);
   }
   EXPECT_THROW(LinearLayer({a.view(), WeightTensor{TensorType::kF32, c_values.data(), 3, 32}}), UsageError);
-  EXPECT_THROW(QuantizedMatrix(WeightTensor{TensorType::kQ4_K, c_values.data(), 1, 256}), UsageError);
+  EXPECT_THROW(QuantizedMatrix(WeightTensor{TensorType::kQ8_K, c_values.data(), 1, 256}), UsageError);
+  EXPECT_THROW(QuantizedMatrix(WeightTensor{TensorType::kQ4_K, c_values.data(), 1, 128}), UsageError);  // half a block
 }
 
 }  // namespace

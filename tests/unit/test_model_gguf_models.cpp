@@ -5,7 +5,9 @@
 //
 // Each reference run is replayed with the prompt as one batch (as llama.cpp ran it) and then
 // llama.cpp's own greedy ids fed back one at a time, so every step's logits are compared even
-// after a near-tie; our argmax must equal llama.cpp's wherever its top-1/top-2 gap is >= 0.005.
+// after a near-tie; our argmax must equal llama.cpp's wherever its top-1/top-2 gap is >= 0.005
+// (unquantized files), and on every file wherever that gap exceeds twice the step's largest top-8
+// logit difference.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -95,11 +97,15 @@ struct Comparison {
   double max_top8 = 0;        // llama.cpp's top-8 ids at every step
   int steps = 0;
   int argmax_differs = 0;     // steps where our argmax is not llama.cpp's
-  int argmax_differs_clear = 0;  // ... where llama.cpp's top-2 gap is >= 0.005
+  int argmax_differs_clear = 0;  // ... where llama.cpp's top-2 gap is >= clear_gap
   int exact_steps = 0;        // steps whose top-8 logits are all within 1e-4 of llama.cpp's
+  // Steps where our argmax differs although llama.cpp's top-2 gap exceeds twice that step's
+  // largest top-8 difference (so the difference alone cannot explain the flip): must be none.
+  int argmax_differs_unexplained = 0;
 };
 
-Comparison compare_with_reference(const Model& model, const nlohmann::json& ref, KernelIsa isa = KernelIsa::kAuto) {
+Comparison compare_with_reference(const Model& model, const nlohmann::json& ref, KernelIsa isa = KernelIsa::kAuto,
+                                  double clear_gap = 0.005) {
   const std::vector<TokenId> prompt = ref["prompt_ids"].get<std::vector<TokenId>>();
   const std::vector<TokenId> generated = ref["generated_ids"].get<std::vector<TokenId>>();
   SingleSequence seq(model, static_cast<int>(prompt.size() + generated.size()) + 1, isa);
@@ -120,7 +126,8 @@ Comparison compare_with_reference(const Model& model, const nlohmann::json& ref,
     const double gap = step["top"][0][1].get<double>() - step["top"][1][1].get<double>();
     if (Sampler::argmax(logits) != generated[k]) {
       ++c.argmax_differs;
-      if (gap >= 0.005) ++c.argmax_differs_clear;
+      if (gap >= clear_gap) ++c.argmax_differs_clear;
+      if (gap > 2 * step_top8 + 1e-6) ++c.argmax_differs_unexplained;
     }
     ++c.steps;
     if (k + 1 < generated.size()) logits = seq.feed({generated[k]});
@@ -150,6 +157,10 @@ struct Case {
   // block order: there one activation lands on the other side of a Q8_0 rounding boundary in
   // those steps (0.155), as the scalar twin always did.
   bool first_steps_exact = true;
+  // Unquantized files: our argmax must be llama.cpp's wherever its top-2 gap is at least this.
+  // small-phi3.f16 allows 0.035, twice its largest top-8 difference (0.017: llama.cpp rounds the
+  // activations of F16 products to F16, we keep them f32).
+  double clear_gap = 0.005;
 };
 
 class GgufReference : public ::testing::TestWithParam<Case> {};
@@ -163,13 +174,14 @@ TEST_P(GgufReference, LogitsAndGreedyIdsMatchLlamaCpp) {
   for (const char* prompt : {"p5_once_upon_a_time", "p40_no_prompt", "p150_tom_and_lily"}) {
     SCOPED_TRACE(prompt);
     const auto ref = load_json(dir / "ref" / (cs.model + "." + cs.type + "." + prompt + ".json"));
-    const Comparison c = compare_with_reference(model, ref);
+    const Comparison c = compare_with_reference(model, ref, KernelIsa::kAuto, cs.clear_gap);
     std::printf("%s.%s %s: max |logit diff| full %.3g top-8 %.3g; %d of %d steps exact (1e-4); argmax differs at %d "
-                "(%d with llama.cpp's gap >= 0.005)\n",
+                "(%d with llama.cpp's gap >= %g)\n",
                 cs.model.c_str(), cs.type.c_str(), prompt, c.max_full, c.max_top8, c.exact_steps, c.steps,
-                c.argmax_differs, c.argmax_differs_clear);
+                c.argmax_differs, c.argmax_differs_clear, cs.clear_gap);
     EXPECT_LE(c.max_full, cs.full_tol);
     EXPECT_LE(c.max_top8, cs.top8_tol);
+    EXPECT_EQ(c.argmax_differs_unexplained, 0) << "greedy ids differ where llama.cpp's top-2 gap allows no flip";
     if (!cs.quantized) {
       EXPECT_EQ(c.argmax_differs_clear, 0);
     }
@@ -196,6 +208,97 @@ INSTANTIATE_TEST_SUITE_P(
         if (ch == '-') ch = '_';
       return n;
     });
+
+// The small-llama files (every row a multiple of 256): llama.cpp's K-quant and IQ4 mixes, read tensor
+// by tensor in each tensor's own type. Activations are quantized per weight type as ggml does (Q8_K
+// for K-quants and IQ4_XS, Q8_0 for IQ4_NL), so the first steps match llama.cpp to float rounding;
+// later steps differ by up to the 0.5 of the Q8_0 files once an activation rounds the other way
+// (llama.cpp itself moves by up to 0.2 between its own kernel paths: its README, "internal noise").
+// The Q5_K files' first steps of the 5-token prompt match to 6e-6 in the AVX2 and AVX-512 builds,
+// but in the all-scalar runner (PAGEDKV_ISA=scalar) one activation rounds the other way (0.18).
+INSTANTIATE_TEST_SUITE_P(
+    SmallLlama, GgufReference,
+    ::testing::Values(Case{"small-llama", "f32", 1e-3, 1e-3}, Case{"small-llama", "f16", 0.04, 0.04},
+                      Case{"small-llama", "q8_0", 0.5, 0.5, true}, Case{"small-llama", "q2_k", 0.5, 0.5, true},
+                      Case{"small-llama", "q3_k_m", 0.5, 0.5, true}, Case{"small-llama", "q4_k_m", 0.5, 0.5, true},
+                      Case{"small-llama", "q5_k_m", 0.5, 0.5, true, false}, Case{"small-llama", "q6_k", 0.5, 0.5, true},
+                      Case{"small-llama", "iq4_nl", 0.5, 0.5, true}, Case{"small-llama", "iq4_xs", 0.5, 0.5, true},
+                      Case{"small-llama", "q4_k", 0.5, 0.5, true}, Case{"small-llama", "q5_k", 0.5, 0.5, true, false}),
+    [](const ::testing::TestParamInfo<Case>& param_info) {
+      std::string n = param_info.param.model + "_" + param_info.param.type;
+      for (char& ch : n)
+        if (ch == '-') ch = '_';
+      return n;
+    });
+
+// The other small families: qwen3 (per-head q/k RMSNorm, head_dim 64 != dim / heads, tied output),
+// phi3 (fused attn_qkv and gate+up, q scaled before the product) and qwen3moe (8 experts, top 2
+// renormalised), each in F32, F16 and llama.cpp's Q4_K_M mix. F16 within 0.04, or 0.08 for the
+// qwen3 families (measured <= 0.054: their sharp q/k-norm attention amplifies llama.cpp's F16
+// activation rounding, which its README measures at up to 0.035 against f32 activations).
+INSTANTIATE_TEST_SUITE_P(
+    SmallArchitectures, GgufReference,
+    ::testing::Values(Case{"small-qwen3", "f32", 1e-3, 1e-3}, Case{"small-qwen3", "f16", 0.08, 0.08},
+                      Case{"small-qwen3", "q4_k_m", 0.5, 0.5, true},
+                      Case{"small-phi3", "f32", 1e-3, 1e-3}, Case{"small-phi3", "f16", 0.04, 0.04, false, true, 0.035},
+                      Case{"small-phi3", "q4_k_m", 0.5, 0.5, true},
+                      Case{"small-qwen3moe", "f32", 1e-3, 1e-3}, Case{"small-qwen3moe", "f16", 0.08, 0.08},
+                      Case{"small-qwen3moe", "q4_k_m", 0.5, 0.5, true}),
+    [](const ::testing::TestParamInfo<Case>& param_info) {
+      std::string n = param_info.param.model + "_" + param_info.param.type;
+      for (char& ch : n)
+        if (ch == '-') ch = '_';
+      return n;
+    });
+
+// Two requests in one step through qwen3moe: the experts run once over both requests' tokens
+// (grouped by expert), and each request's logits must be those of its run alone.
+TEST(GgufSmallMoe, BatchedRequestsEqualTheirSingleRuns) {
+  REQUIRE_GGUF_DATA();
+  testing::ScopedKernelThreads threads(1);
+  const fs::path dir = shared_models() / "gguf";
+  for (const char* type : {"f32", "q4_k_m"}) {
+    SCOPED_TRACE(type);
+    GgufModel model((dir / (std::string("small-qwen3moe.") + type + ".gguf")).string());
+    const auto a = load_json(dir / "ref" / (std::string("small-qwen3moe.") + type + ".p5_once_upon_a_time.json"))["prompt_ids"].get<std::vector<TokenId>>();
+    const auto b = load_json(dir / "ref" / (std::string("small-qwen3moe.") + type + ".p40_no_prompt.json"))["prompt_ids"].get<std::vector<TokenId>>();
+    SingleSequence sa(model, static_cast<int>(a.size())), sb(model, static_cast<int>(b.size()));
+    const std::vector<float> alone_a = sa.feed(a), alone_b = sb.feed(b);
+
+    constexpr int kBlock = 16, kStride = 4;  // request r owns blocks 1 + r*4 .. 4 + r*4
+    ModelRunner runner(model);
+    KVArena arena(runner.kv_cache_spec(kBlock), model.config().kv_arena_layers(), 1 + 2 * kStride);
+    const int na = static_cast<int>(a.size()), nb = static_cast<int>(b.size());
+    std::vector<TokenId> ids = a;
+    ids.insert(ids.end(), b.begin(), b.end());
+    std::vector<int32_t> positions, tables(2 * kStride), query_start{0, na, na + nb}, context{na, nb}, rows{na - 1, na + nb - 1};
+    std::vector<int64_t> slots;
+    for (int r = 0; r < 2; ++r)
+      for (int k = 0; k < kStride; ++k) tables[static_cast<size_t>(r * kStride + k)] = 1 + r * kStride + k;
+    for (int i = 0; i < na + nb; ++i) {
+      const int r = i < na ? 0 : 1, p = i < na ? i : i - na;
+      positions.push_back(p);
+      slots.push_back(static_cast<int64_t>(tables[static_cast<size_t>(r * kStride + p / kBlock)]) * kBlock + p % kBlock);
+    }
+    ForwardBatch batch;
+    batch.token_ids = ids;
+    batch.positions = positions;
+    batch.slot_mapping = slots;
+    batch.attention.num_requests = 2;
+    batch.attention.query_start = query_start.data();
+    batch.attention.context_lens = context.data();
+    batch.attention.block_tables = tables.data();
+    batch.attention.block_table_stride = kStride;
+    batch.logits_rows = rows;
+    const Logits out = runner.forward(batch, arena);
+    double max_diff = 0;
+    for (size_t i = 0; i < alone_a.size(); ++i) {
+      max_diff = std::max(max_diff, std::fabs(static_cast<double>(out.row(0)[i]) - alone_a[i]));
+      max_diff = std::max(max_diff, std::fabs(static_cast<double>(out.row(1)[i]) - alone_b[i]));
+    }
+    EXPECT_LE(max_diff, 1e-5);
+  }
+}
 
 // stories260Ktok512.gguf holds stories260K.bin's weights: its greedy runs must reproduce the three
 // llama2.c goldens byte for byte (ids; the text is the llama2.c path's business), and llama.cpp's

@@ -12,8 +12,8 @@
 #include <unistd.h>
 
 #include "pagedkv/core/error.h"
-#include "pagedkv/model/gguf_file.h"
-#include "pagedkv/model/gguf_writer.h"
+#include "pagedkv/model/format/gguf_file.h"
+#include "pagedkv/model/format/gguf_writer.h"
 #include "pagedkv/storage/float_convert.h"
 
 namespace pagedkv {
@@ -254,6 +254,17 @@ TEST(GgufReader, TensorInfoErrorsAreNamed) {
   b = good;
   poke<uint64_t>(b, bq.offset, 0);  // b starts where a does
   EXPECT_NE(parse_error(b).find("overlap"), std::string::npos);
+  // A K-quant tensor: rows must be whole super-blocks of 256, its bytes what its blocks take.
+  GgufWriter k;
+  const std::vector<std::byte> two_blocks(2 * 144);
+  k.add_tensor("blk.0.ffn_up.weight", TensorType::kQ4_K, {128, 4}, two_blocks);
+  const std::string half_rows = parse_error(k.bytes());
+  EXPECT_NE(half_rows.find("blk.0.ffn_up.weight"), std::string::npos) << half_rows;
+  EXPECT_NE(half_rows.find("(Q4_K) has rows of 128 values, not a multiple of its block size 256"), std::string::npos);
+  GgufWriter k2;
+  k2.add_tensor("output.weight", TensorType::kIQ4_XS, {256, 3}, std::vector<std::byte>(2 * 136));  // 3 rows, 2 blocks
+  const std::string short_data = parse_error(k2.bytes());
+  EXPECT_NE(short_data.find("'output.weight' (408 bytes"), std::string::npos) << short_data;
   // Duplicate tensor names.
   GgufWriter d;
   const float v[32] = {};

@@ -13,10 +13,10 @@
 #include <sstream>
 
 #include "pagedkv/core/error.h"
-#include "pagedkv/model/gguf_bpe_tokenizer.h"
-#include "pagedkv/model/gguf_tokenizer.h"
-#include "pagedkv/model/gguf_writer.h"
-#include "pagedkv/model/tokenizer.h"
+#include "pagedkv/model/tokenizer/gguf_bpe_tokenizer.h"
+#include "pagedkv/model/tokenizer/gguf_tokenizer.h"
+#include "pagedkv/model/format/gguf_writer.h"
+#include "pagedkv/model/tokenizer/tokenizer.h"
 
 namespace pagedkv {
 namespace {

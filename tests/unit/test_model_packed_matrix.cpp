@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "pagedkv/core/error.h"
-#include "pagedkv/model/packed_matrix.h"
+#include "pagedkv/model/quant/packed_matrix.h"
 #include "test_model_support.h"
 
 namespace pagedkv {

@@ -6,10 +6,10 @@
 #include <cmath>
 
 #include "pagedkv/core/error.h"
-#include "pagedkv/model/llama2c_checkpoint.h"
+#include "pagedkv/model/format/llama2c_checkpoint.h"
 #include "pagedkv/model/model_runner.h"
 #include "pagedkv/model/random_model.h"
-#include "pagedkv/model/tokenizer.h"
+#include "pagedkv/model/tokenizer/tokenizer.h"
 #include "test_model_support.h"
 
 namespace pagedkv {

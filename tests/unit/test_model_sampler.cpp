@@ -7,9 +7,9 @@
 #include <map>
 
 #include "pagedkv/core/error.h"
-#include "pagedkv/model/llama2c_checkpoint.h"
+#include "pagedkv/model/format/llama2c_checkpoint.h"
 #include "pagedkv/model/sampler.h"
-#include "pagedkv/model/tokenizer.h"
+#include "pagedkv/model/tokenizer/tokenizer.h"
 #include "test_model_support.h"
 
 namespace pagedkv {

@@ -8,7 +8,7 @@
 #include <memory>
 
 #include "pagedkv/core/error.h"
-#include "pagedkv/model/tokenizer.h"
+#include "pagedkv/model/tokenizer/tokenizer.h"
 #include "test_model_support.h"
 
 namespace pagedkv {

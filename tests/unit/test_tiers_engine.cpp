@@ -12,8 +12,8 @@
 #include "golden_engine_test.h"
 #include "pagedkv/engine/llama2c_run_request.h"
 #include "pagedkv/engine/llm_engine.h"
-#include "pagedkv/model/llama2c_checkpoint.h"
-#include "pagedkv/model/tokenizer.h"
+#include "pagedkv/model/format/llama2c_checkpoint.h"
+#include "pagedkv/model/tokenizer/tokenizer.h"
 #include "tiers_test_support.h"
 
 namespace pagedkv {

@@ -11,7 +11,7 @@
 
 #include "golden_support.h"
 #include "pagedkv/api/openai_request.h"
-#include "pagedkv/model/tokenizer.h"
+#include "pagedkv/model/tokenizer/tokenizer.h"
 
 namespace pagedkv::api {
 

@@ -27,7 +27,7 @@
 #include "pagedkv/core/error.h"
 #include "pagedkv/kernels/thread_pool.h"
 #include "pagedkv/model/gguf_model.h"
-#include "pagedkv/model/llama2c_checkpoint.h"
+#include "pagedkv/model/format/llama2c_checkpoint.h"
 #include "pagedkv/model/random_model.h"
 
 namespace pagedkv::cli {

@@ -28,13 +28,13 @@
 #include "engine_options.h"
 #include "pagedkv/core/error.h"
 #include "pagedkv/model/forward_batch.h"
-#include "pagedkv/model/gguf_file.h"
+#include "pagedkv/model/format/gguf_file.h"
 #include "pagedkv/model/gguf_model.h"
-#include "pagedkv/model/llama2c_checkpoint.h"
+#include "pagedkv/model/format/llama2c_checkpoint.h"
 #include "pagedkv/model/model_runner.h"
 #include "pagedkv/model/random_model.h"
 #include "pagedkv/model/sampler.h"
-#include "pagedkv/model/tokenizer.h"
+#include "pagedkv/model/tokenizer/tokenizer.h"
 #include "pagedkv/storage/kv_arena.h"
 
 namespace pagedkv::cli {

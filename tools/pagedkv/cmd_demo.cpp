@@ -23,9 +23,9 @@
 #include "engine_options.h"
 #include "pagedkv/core/error.h"
 #include "pagedkv/kernels/thread_pool.h"
-#include "pagedkv/model/llama2c_checkpoint.h"
+#include "pagedkv/model/format/llama2c_checkpoint.h"
 #include "pagedkv/model/random_model.h"
-#include "pagedkv/model/tokenizer.h"
+#include "pagedkv/model/tokenizer/tokenizer.h"
 
 namespace pagedkv::cli {
 namespace {

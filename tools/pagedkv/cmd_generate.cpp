@@ -14,7 +14,7 @@
 #include "engine_options.h"
 #include "pagedkv/core/error.h"
 #include "pagedkv/engine/llama2c_run_request.h"
-#include "pagedkv/model/gguf_file.h"
+#include "pagedkv/model/format/gguf_file.h"
 #include "pagedkv/model/model_file.h"
 
 namespace pagedkv::cli {

@@ -20,7 +20,7 @@
 #include "pagedkv/engine/llm_engine.h"
 #include "pagedkv/memory/byte_size.h"
 #include "pagedkv/model/model_file.h"
-#include "pagedkv/model/tokenizer.h"
+#include "pagedkv/model/tokenizer/tokenizer.h"
 #include "pagedkv/server/engine_service.h"
 #include "pagedkv/server/openai_server.h"
 

@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "pagedkv/core/error.h"
-#include "pagedkv/model/tokenizer.h"
+#include "pagedkv/model/tokenizer/tokenizer.h"
 
 namespace pagedkv::cli {
 namespace {

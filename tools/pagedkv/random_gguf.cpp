@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 
 #include "pagedkv/core/error.h"
-#include "pagedkv/model/gguf_writer.h"
+#include "pagedkv/model/format/gguf_writer.h"
 
 namespace pagedkv::cli {
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "pagedkv/model/tensor_type.h"
+#include "pagedkv/model/format/tensor_type.h"
 
 namespace pagedkv::cli {
 

@@ -34,7 +34,7 @@
 #include <string_view>
 #include <vector>
 
-#include "pagedkv/model/text_tokenizer.h"
+#include "pagedkv/model/tokenizer/text_tokenizer.h"
 
 namespace pagedkv::api {
 

@@ -19,7 +19,7 @@
 
 #include "pagedkv/api/chat_template.h"
 #include "pagedkv/core/ids.h"
-#include "pagedkv/model/text_tokenizer.h"
+#include "pagedkv/model/tokenizer/text_tokenizer.h"
 
 namespace pagedkv::api {
 

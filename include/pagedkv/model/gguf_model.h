@@ -11,16 +11,24 @@
 //           each head before RoPE); sliding window on five layers of six (llama.cpp's pattern 6,
 //           or attention.sliding_window_pattern); sliding layers use RoPE base 10000 unscaled,
 //           the others rope.freq_base (default 1e6) with linear rope.scaling.factor; output.weight
-//           or tied. Attention scale 1/sqrt(head_dim) (llama.cpp uses 1/sqrt(dim/heads) for 27B only).
-// Anything else is a FormatError naming the architecture. Weight matrices may be F32, F16, BF16,
-// Q8_0 or Q4_0; norms and biases must be F32 (as llama.cpp writes them). A missing tensor, a
+//           or tied. Attention scale 1/sqrt(head_dim) (llama.cpp uses 1/sqrt(dim/heads) for 27B only);
+//   qwen3   qwen2 without biases plus qk-norm; head_dim from attention.key_length; tied output
+//           when output.weight is absent;
+//   phi3    fused attn_qkv [q; k; v] and ffn_up [gate; up], split into row ranges of the one
+//           tensor; q scaled by 1/sqrt(head_dim) before q.k; LongRoPE factors refused;
+//   qwen3moe  qwen3's attention with a mixture-of-experts FFN: router ffn_gate_inp (F32),
+//           softmax, expert_used_count of expert_count experts, renormalised (expert_weights_norm,
+//           default true) and scaled (expert_weights_scale); stacked 3-D ffn_{gate,up,down}_exps.
+// Anything else is a FormatError naming the architecture. Weight matrices may be of any type
+// is_runnable_weight_type accepts (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, the K-quants,
+// IQ4_NL, IQ4_XS), tensor by tensor; norms and biases must be F32 (as llama.cpp writes them). A missing tensor, a
 // wrong shape, a type pagedkv cannot run or a missing key is a FormatError naming it.
 #pragma once
 
 #include <memory>
 #include <string>
 
-#include "pagedkv/model/gguf_file.h"
+#include "pagedkv/model/format/gguf_file.h"
 #include "pagedkv/model/model.h"
 
 namespace pagedkv {

@@ -1,6 +1,7 @@
 // The shape of a LLaMA-family decoder: llama2.c's Config (widths, head counts, vocabulary,
-// maximum context) plus the variations of the GGUF architectures (llama, qwen2, gemma2): RoPE
-// style and base, biases, extra norms, activation, soft-caps and sliding-window layers. The
+// maximum context) plus the variations of the GGUF architectures (llama, qwen2, qwen3, phi3,
+// gemma2, gemma3, qwen3moe): RoPE style and base, biases, extra norms, activation, soft-caps,
+// sliding-window layers and mixture-of-experts feed-forward blocks. The
 // defaults are llama2.c's, so a config read from a llama2.c header means exactly what it did.
 // Everything else the model runner, the KV cache and the engine need about the model's shape is
 // derived from it here, in one place.
@@ -52,7 +53,17 @@ struct ModelConfig {
   // Which layers slide: layer l does when l % period < period - 1 (gemma2: 2, even layers slide;
   // gemma3: 6). 0 with a window: every layer slides.
   int sliding_window_period = 0;
-  bool qk_norm = false;              // gemma3: per-head RMSNorm of q and k (weights [head_dim]) before RoPE
+  bool qk_norm = false;              // gemma3, qwen3: per-head RMSNorm of q and k (weights [head_dim]) before RoPE
+  bool scale_queries = false;        // phi3: q multiplied by 1/sqrt(head_dim) before q.k (scores then unscaled)
+  // Mixture of experts (qwen3moe): n_experts > 0 replaces the dense feed-forward block by
+  // n_experts SwiGLU experts of expert_hidden_dim, a router [n_experts][dim] (softmax), the
+  // n_experts_used most probable experts per token, their probabilities renormalised to sum 1
+  // when expert_weights_norm, then times expert_weights_scale.
+  int n_experts = 0;
+  int n_experts_used = 0;
+  int expert_hidden_dim = 0;
+  bool expert_weights_norm = false;
+  float expert_weights_scale = 1;
   float rope_theta_sliding = 0;      // gemma3: the sliding layers' RoPE base; 0: rope_theta
   float rope_scale_full = 1;         // gemma3: linear RoPE scaling of the other layers (frequencies / factor)
   // Allocate every layer for every token in one full-attention KV-cache group even when layers
@@ -65,6 +76,7 @@ struct ModelConfig {
   int kv_dim() const { return n_kv_heads * head_dim(); }  // K (or V) floats per token per layer
   int queries_per_kv_head() const { return n_heads / n_kv_heads; }
   int rotary_dims() const { return rope_dims > 0 ? rope_dims : head_dim(); }
+  bool is_moe() const { return n_experts > 0; }
 
   // KV-cache groups (vLLM's hybrid allocator): layers that share one block table per request.
   // A model with one kind of layer (or uniform_kv_allocation) has one group of every layer.

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "pagedkv/model/model.h"
-#include "pagedkv/model/text_tokenizer.h"
+#include "pagedkv/model/tokenizer/text_tokenizer.h"
 
 namespace pagedkv {
 

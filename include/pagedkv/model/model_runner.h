@@ -25,9 +25,10 @@
 //     Logits out = runner.forward(batch, arena);   // out.row(0): A's next token, out.row(1): B's
 // ForwardBatchBuilder (model/forward_batch.h) assembles these arrays from per-request pieces.
 //
-// Architectures (ModelConfig): llama2.c's and GGUF's llama, qwen2 and gemma2 — RoPE on adjacent
-// pairs or halves with the model's theta (and Llama 3 frequency divisors), q/k/v biases, post
-// norms, GeGLU, embedding scale, attention and final soft-caps, and sliding-window layers. A
+// Architectures (ModelConfig): llama2.c's and GGUF's llama, qwen2, qwen3, phi3, gemma2, gemma3 and
+// qwen3moe — RoPE on adjacent pairs or halves with the model's theta (and Llama 3 frequency
+// divisors), q/k/v biases, per-head q/k norms, post norms, GeGLU, embedding scale, attention and
+// final soft-caps, sliding-window layers, and mixture-of-experts feed-forward blocks (moe_ffn). A
 // model with sliding and full layers keeps two KV-cache groups: group 1's block tables and slots
 // come in ForwardBatch::extra_groups, and every layer lives at ModelConfig::arena_layer(l) of the
 // arena (kv_arena_layers() layers).
@@ -52,7 +53,7 @@
 #include "pagedkv/core/ids.h"
 #include "pagedkv/kernels/paged_attention.h"
 #include "pagedkv/model/forward_batch.h"
-#include "pagedkv/model/linear_layer.h"
+#include "pagedkv/model/quant/linear_layer.h"
 #include "pagedkv/model/model.h"
 #include "pagedkv/storage/kv_arena.h"
 
@@ -61,7 +62,7 @@ namespace pagedkv {
 class ModelRunner {
  public:
   // `model` must outlive the runner. Repacks the F32 weights for the batched matmuls (a copy of
-  // every F32 matrix: packed_weight_bytes()); F16/BF16/Q8_0/Q4_0 matrices are read in place, as
+  // every F32 matrix: packed_weight_bytes()); matrices of other types are read in place, as
   // are the embedding, norms and biases. Throws UsageError for weights it cannot run. `isa` selects the matmul and attention builds (kAuto:
   // the best this CPU runs; kScalar forces the baseline build, for comparisons).
   explicit ModelRunner(const Model& model, KernelIsa isa = KernelIsa::kAuto);
@@ -96,6 +97,10 @@ class ModelRunner {
     LinearLayer wo;                         //                         -> [T][dim]
     LinearLayer gate_up;                    // [gate; up]              -> [T][2 hidden_dim]
     LinearLayer down;                       //                         -> [T][dim]
+    // Mixture of experts (ModelConfig::is_moe; gate_up and down are then empty).
+    LinearLayer router;                     //                         -> [T][n_experts]
+    std::vector<LinearLayer> expert_gate_up;  // per expert: [gate; up] -> [n][2 expert_hidden_dim]
+    std::vector<LinearLayer> expert_down;     // per expert:            -> [n][dim]
     AttentionShape attention;               // per layer: sliding window or not
     int group = 0;                          // KV-cache group
     int arena_layer = 0;                    // layer index in the KV arena
@@ -104,6 +109,8 @@ class ModelRunner {
   void rmsnorm_rows(const float* x, const float* weight, int rows, float* out) const;
   void apply_rope(float* x, int num_heads, const float* cos_sin) const;
   void rmsnorm_heads(float* x, int num_heads, const float* weight) const;
+  // out[t] = the mixture-of-experts FFN of xb[t] for every token.
+  void moe_ffn(const Layer& layer, const float* xb, int num_tokens, float* out);
 
   ModelConfig config_;
   WeightTensor token_embedding_;
@@ -116,6 +123,10 @@ class ModelRunner {
 
   // Scratch, grown to the largest batch seen.
   std::vector<float> x_, xb_, qkv_, q_, k_, v_, att_, proj_, gate_up_, hidden_, rope_, rope_sliding_, final_, logits_;
+  std::vector<float> router_logits_, expert_in_, expert_gate_up_, expert_hidden_, expert_out_, expert_slots_;
+  std::vector<int> expert_choice_;      // [T][n_experts_used]: the chosen experts, most probable first
+  std::vector<float> expert_weight_;    // [T][n_experts_used]: their weights
+  std::vector<int> expert_tokens_;      // the tokens routed to one expert (scratch)
 };
 
 }  // namespace pagedkv

@@ -1,6 +1,6 @@
 // Read-only views of a decoder's weights in their stored element types: the model runner's input.
 // A llama2.c model's fp32 weights (ModelWeights) become F32 views of the same memory; a GGUF
-// model's views point into its memory-mapped file, F32, F16, BF16, Q8_0 or Q4_0.
+// model's views point into its memory-mapped file, in any type is_runnable_weight_type accepts.
 #pragma once
 
 #include <cstdint>
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "pagedkv/model/model_config.h"
-#include "pagedkv/model/tensor_type.h"
+#include "pagedkv/model/format/tensor_type.h"
 
 namespace pagedkv {
 
@@ -27,6 +27,8 @@ struct WeightTensor {
   const void* row(int64_t r) const {
     return static_cast<const char*>(data) + static_cast<size_t>(r) * tensor_row_bytes(type, cols);
   }
+  // The matrix of rows first .. first + count - 1 (a part of a fused or stacked tensor).
+  WeightTensor row_range(int64_t first, int64_t count) const { return {type, row(first), count, cols}; }
 };
 
 struct LayerWeights {
@@ -39,7 +41,13 @@ struct LayerWeights {
   WeightTensor gate, up;                    // [hidden][dim]
   WeightTensor down;                        // [dim][hidden]
   WeightTensor post_ffn_norm;               // gemma2, or absent
-  WeightTensor q_norm, k_norm;              // gemma3: [head_dim] per-head RMSNorm gains, or absent
+  WeightTensor q_norm, k_norm;              // gemma3, qwen3: [head_dim] per-head RMSNorm gains, or absent
+  // Mixture of experts (ModelConfig::n_experts > 0; gate, up and down are then absent): the router
+  // [n_experts][dim] (F32), and every expert's matrices stacked: expert e's gate and up are rows
+  // e*H .. e*H + H - 1 of [n_experts * H][dim], its down rows e*dim .. of [n_experts * dim][H]
+  // (H = expert_hidden_dim; GGUF's 3-D [cols, rows, n_experts] tensors, expert index last).
+  WeightTensor router;
+  WeightTensor gate_exps, up_exps, down_exps;
 };
 
 struct TransformerWeights {
@@ -60,7 +68,7 @@ struct TransformerWeights {
     // Tensors added after the digests above were first taken: only when present, so that the
     // digests of models without them stay what they were.
     for (const LayerWeights& l : layers)
-      for (const WeightTensor* t : {&l.q_norm, &l.k_norm})
+      for (const WeightTensor* t : {&l.q_norm, &l.k_norm, &l.router, &l.gate_exps, &l.up_exps, &l.down_exps})
         if (t->present()) f(*t);
     f(output_norm);
     f(output);

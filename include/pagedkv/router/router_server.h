@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "pagedkv/api/openai_request.h"
-#include "pagedkv/model/text_tokenizer.h"
+#include "pagedkv/model/tokenizer/text_tokenizer.h"
 #include "pagedkv/router/backend_pool.h"
 #include "pagedkv/router/router_metrics.h"
 #include "pagedkv/router/routing_policy.h"

@@ -19,7 +19,7 @@
 #include "pagedkv/api/kv_event_log.h"
 #include "pagedkv/api/openai_request.h"
 #include "pagedkv/core/ids.h"
-#include "pagedkv/model/text_tokenizer.h"
+#include "pagedkv/model/tokenizer/text_tokenizer.h"
 #include "pagedkv/server/engine_service.h"
 #include "pagedkv/server/server_metrics.h"
 

@@ -18,7 +18,7 @@
 
 #include "pagedkv/api/openai_request.h"
 #include "pagedkv/api/stop_string_matcher.h"
-#include "pagedkv/model/text_tokenizer.h"
+#include "pagedkv/model/tokenizer/text_tokenizer.h"
 #include "pagedkv/server/request_stream.h"
 
 namespace pagedkv::server {

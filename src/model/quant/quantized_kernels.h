@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "pagedkv/model/tensor_type.h"
+#include "pagedkv/model/format/tensor_type.h"
 #include "quantized_panels.h"
 
 namespace pagedkv::quant_detail {

@@ -1,4 +1,4 @@
-#include "pagedkv/model/gguf_bpe_tokenizer.h"
+#include "pagedkv/model/tokenizer/gguf_bpe_tokenizer.h"
 
 #include <algorithm>
 #include <array>

@@ -1,4 +1,4 @@
-#include "pagedkv/model/bpe_pretokenizer.h"
+#include "pagedkv/model/tokenizer/bpe_pretokenizer.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>

@@ -11,8 +11,8 @@
 #include <initializer_list>
 #include <vector>
 
-#include "pagedkv/model/packed_matrix.h"
-#include "pagedkv/model/quantized_matrix.h"
+#include "pagedkv/model/quant/packed_matrix.h"
+#include "pagedkv/model/quant/quantized_matrix.h"
 #include "pagedkv/model/transformer_weights.h"
 
 namespace pagedkv {

@@ -23,8 +23,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "pagedkv/model/gguf_file.h"
-#include "pagedkv/model/text_tokenizer.h"
+#include "pagedkv/model/format/gguf_file.h"
+#include "pagedkv/model/tokenizer/text_tokenizer.h"
 
 namespace pagedkv {
 

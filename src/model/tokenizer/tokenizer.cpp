@@ -1,4 +1,4 @@
-#include "pagedkv/model/tokenizer.h"
+#include "pagedkv/model/tokenizer/tokenizer.h"
 
 #include <cmath>
 #include <cstring>

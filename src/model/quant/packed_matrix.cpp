@@ -1,4 +1,4 @@
-#include "pagedkv/model/packed_matrix.h"
+#include "pagedkv/model/quant/packed_matrix.h"
 
 #include <algorithm>
 

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "pagedkv/model/gguf_file.h"
+#include "pagedkv/model/format/gguf_file.h"
 
 namespace pagedkv {
 

@@ -1,4 +1,4 @@
-#include "pagedkv/model/gguf_tokenizer.h"
+#include "pagedkv/model/tokenizer/gguf_tokenizer.h"
 
 #include <algorithm>
 #include <queue>
@@ -7,7 +7,7 @@
 
 #include "gguf_vocab_common.h"
 #include "pagedkv/core/error.h"
-#include "pagedkv/model/gguf_bpe_tokenizer.h"
+#include "pagedkv/model/tokenizer/gguf_bpe_tokenizer.h"
 
 namespace pagedkv {
 

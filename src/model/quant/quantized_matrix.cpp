@@ -1,4 +1,4 @@
-#include "pagedkv/model/quantized_matrix.h"
+#include "pagedkv/model/quant/quantized_matrix.h"
 
 #include <sys/mman.h>
 
@@ -12,6 +12,7 @@
 #include "pagedkv/core/error.h"
 #include "pagedkv/kernels/thread_pool.h"
 #include "pagedkv/storage/float_convert.h"
+#include "block_dot.h"
 #include "quantized_kernels.h"
 
 namespace pagedkv {
@@ -114,11 +115,15 @@ struct QuantizedMatrix::Panels {
 
 QuantizedMatrix::QuantizedMatrix(const WeightTensor& w) : w_(w) {
   if (w.type != TensorType::kF16 && w.type != TensorType::kBF16 && w.type != TensorType::kQ8_0 &&
-      w.type != TensorType::kQ4_0)
+      w.type != TensorType::kQ4_0 && !quant_detail::is_block_format(w.type))
     throw UsageError(fmt::format("QuantizedMatrix: {} weights are not supported", tensor_type_name(w.type)));
   if (w.rows <= 0 || w.cols <= 0 || w.rows > INT32_MAX || w.cols > INT32_MAX || w.data == nullptr)
     throw UsageError(fmt::format("QuantizedMatrix: bad shape {} x {}", w.rows, w.cols));
-  if (!quant_detail::runs_panels(KernelIsa::kAuto)) return;
+  const auto traits = tensor_type_traits(static_cast<uint32_t>(w.type));
+  if (w.cols % traits->block_elements != 0)
+    throw UsageError(fmt::format("QuantizedMatrix: {} rows of {} values are not whole blocks of {}",
+                                 tensor_type_name(w.type), w.cols, traits->block_elements));
+  if (quant_detail::is_block_format(w.type) || !quant_detail::runs_panels(KernelIsa::kAuto)) return;
   // The AVX-512 build reads a row-interleaved copy, made once here (see quantized_panels.h).
   auto panels = std::make_shared<Panels>();
   panels->layout = quant_detail::panel_layout(w.type, rows(), cols());
@@ -143,6 +148,7 @@ QuantizedMatrix::QuantizedMatrix(const WeightTensor& w) : w_(w) {
 void QuantizedMatrix::multiply(const float* x, size_t x_stride, int num_tokens, float* y, size_t y_stride,
                                KernelIsa isa) const {
   if (num_tokens <= 0) return;
+  if (quant_detail::is_block_format(w_.type)) return multiply_blocks(x, x_stride, num_tokens, y, y_stride, isa);
   const bool panels = quant_detail::runs_panels(isa);
   if (panels && !panels_)  // cannot happen: kAuto resolves to AVX-512 whenever AVX-512 may be asked for
     throw UsageError("QuantizedMatrix: the AVX-512 build needs the repacked weights, made only where it is the default");
@@ -189,6 +195,40 @@ void QuantizedMatrix::multiply(const float* x, size_t x_stride, int num_tokens, 
 #pragma omp parallel for schedule(static) if (parallel) num_threads(kernel_threads())
   for (int g = 0; g < groups; ++g)
     k.multiply_rows(w, g * row_group, std::min(rows, (g + 1) * row_group), acts, y, y_stride);
+}
+
+// The block formats of block_formats.h: every token's activations quantized once to the type's
+// activation format, then groups of rows over the threads, one block_dot per (row, token).
+void QuantizedMatrix::multiply_blocks(const float* x, size_t x_stride, int num_tokens, float* y, size_t y_stride,
+                                      KernelIsa isa) const {
+  // The AVX-512 build multiplies bytes with VNNI; without it (or with PAGEDKV_VNNI=0, for
+  // comparisons: both give the scalar twin's results bit for bit) the AVX2 build runs.
+  const KernelIsa resolved = resolve_isa(isa);
+  const quant_detail::BlockRowsKernel& k = resolved == KernelIsa::kAvx512 && has_avx512_vnni()
+                                               ? quant_detail::avx512_block_kernel()
+                                           : has_avx2(resolved) ? quant_detail::avx2_block_kernel()
+                                                                : quant_detail::scalar_block_kernel();
+  const int rows = this->rows(), cols = this->cols();
+  const size_t per_token = quant_detail::activation_row_bytes(w_.type, cols);
+  thread_local std::vector<std::byte> prepared;
+  prepared.resize(per_token * static_cast<size_t>(num_tokens));
+  for (int t = 0; t < num_tokens; ++t)
+    quant_detail::quantize_activations(w_.type, x + static_cast<size_t>(t) * x_stride, cols,
+                                       prepared.data() + static_cast<size_t>(t) * per_token);
+  const std::byte* acts = prepared.data();
+  const std::byte* base = static_cast<const std::byte*>(w_.data);
+  const size_t row_bytes = tensor_row_bytes(w_.type, cols);
+  constexpr int kRowGroup = 16;
+  constexpr double kMinParallelWeightBytes = 1024.0 * 1024;
+  const int groups = (rows + kRowGroup - 1) / kRowGroup;
+  const double macs = static_cast<double>(num_tokens) * rows * cols;
+  const bool parallel =
+      groups > 1 && (macs >= kMinParallelMultiplyAdds || static_cast<double>(bytes()) >= kMinParallelWeightBytes);
+  const TensorType type = w_.type;
+#pragma omp parallel for schedule(static) if (parallel) num_threads(kernel_threads())
+  for (int g = 0; g < groups; ++g)
+    k.multiply_rows(type, base, row_bytes, cols, g * kRowGroup, std::min(rows, (g + 1) * kRowGroup), acts, per_token,
+                    num_tokens, y, y_stride);
 }
 
 }  // namespace pagedkv

@@ -1,4 +1,4 @@
-#include "pagedkv/model/llama2c_checkpoint.h"
+#include "pagedkv/model/format/llama2c_checkpoint.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -14,7 +14,7 @@
 
 #include <fmt/format.h>
 
-#include "model_internal.h"
+#include "../model_internal.h"
 #include "pagedkv/core/error.h"
 
 namespace pagedkv {

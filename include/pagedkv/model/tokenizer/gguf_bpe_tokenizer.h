@@ -21,9 +21,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "pagedkv/model/bpe_pretokenizer.h"
-#include "pagedkv/model/gguf_file.h"
-#include "pagedkv/model/text_tokenizer.h"
+#include "pagedkv/model/tokenizer/bpe_pretokenizer.h"
+#include "pagedkv/model/format/gguf_file.h"
+#include "pagedkv/model/tokenizer/text_tokenizer.h"
 
 namespace pagedkv {
 

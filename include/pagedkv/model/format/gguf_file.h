@@ -23,7 +23,7 @@
 #include <string_view>
 #include <vector>
 
-#include "pagedkv/model/tensor_type.h"
+#include "pagedkv/model/format/tensor_type.h"
 
 namespace pagedkv {
 

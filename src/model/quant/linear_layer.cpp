@@ -1,4 +1,4 @@
-#include "pagedkv/model/linear_layer.h"
+#include "pagedkv/model/quant/linear_layer.h"
 
 #include <fmt/format.h>
 

@@ -25,7 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "pagedkv/model/tensor_type.h"
+#include "pagedkv/model/format/tensor_type.h"
 #include "pagedkv/model/transformer_weights.h"
 
 namespace pagedkv::quant_detail {

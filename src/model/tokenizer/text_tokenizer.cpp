@@ -1,4 +1,4 @@
-#include "pagedkv/model/text_tokenizer.h"
+#include "pagedkv/model/tokenizer/text_tokenizer.h"
 
 namespace pagedkv {
 

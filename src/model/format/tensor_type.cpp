@@ -1,4 +1,4 @@
-#include "pagedkv/model/tensor_type.h"
+#include "pagedkv/model/format/tensor_type.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "pagedkv/core/error.h"
+#include "pagedkv/model/format/block_formats.h"
 #include "pagedkv/storage/float_convert.h"
 
 namespace pagedkv {
@@ -27,6 +28,8 @@ std::optional<TensorTypeTraits> tensor_type_traits(uint32_t raw_type) {
     case TensorType::kQ5_K: return TensorTypeTraits{"Q5_K", 256, 176};
     case TensorType::kQ6_K: return TensorTypeTraits{"Q6_K", 256, 210};
     case TensorType::kQ8_K: return TensorTypeTraits{"Q8_K", 256, 292};
+    case TensorType::kIQ4_NL: return TensorTypeTraits{"IQ4_NL", 32, 18};
+    case TensorType::kIQ4_XS: return TensorTypeTraits{"IQ4_XS", 256, 136};
     case TensorType::kI8: return TensorTypeTraits{"I8", 1, 1};
     case TensorType::kI16: return TensorTypeTraits{"I16", 1, 2};
     case TensorType::kI32: return TensorTypeTraits{"I32", 1, 4};
@@ -43,8 +46,17 @@ std::string tensor_type_name(TensorType t) {
 }
 
 bool is_runnable_weight_type(TensorType t) {
-  return t == TensorType::kF32 || t == TensorType::kF16 || t == TensorType::kBF16 || t == TensorType::kQ8_0 ||
-         t == TensorType::kQ4_0;
+  switch (t) {
+    case TensorType::kF32: case TensorType::kF16: case TensorType::kBF16: case TensorType::kQ8_0:
+    case TensorType::kQ4_0: case TensorType::kQ4_1: case TensorType::kQ5_0: case TensorType::kQ5_1:
+    case TensorType::kQ2_K: case TensorType::kQ3_K: case TensorType::kQ4_K: case TensorType::kQ5_K:
+    case TensorType::kQ6_K: case TensorType::kIQ4_NL: case TensorType::kIQ4_XS: return true;
+    default: return false;
+  }
+}
+
+const char* runnable_weight_type_names() {
+  return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS";
 }
 
 size_t tensor_row_bytes(TensorType t, int64_t elements) {
@@ -83,7 +95,9 @@ void dequantize_row(TensorType t, const void* row, std::span<float> out) {
       }
       return;
     }
-    default: break;
+    default:
+      if (is_runnable_weight_type(t)) return dequantize_blocks(t, row, out);
+      break;
   }
   throw UsageError(fmt::format("dequantize_row: {} weights are not supported", tensor_type_name(t)));
 }

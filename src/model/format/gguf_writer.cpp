@@ -1,4 +1,4 @@
-#include "pagedkv/model/gguf_writer.h"
+#include "pagedkv/model/format/gguf_writer.h"
 
 #include <cstring>
 #include <fstream>

@@ -11,7 +11,7 @@
 
 #include "pagedkv/core/error.h"
 #include "pagedkv/core/ids.h"
-#include "pagedkv/model/gguf_file.h"
+#include "pagedkv/model/format/gguf_file.h"
 
 namespace pagedkv::gguf_vocab {
 

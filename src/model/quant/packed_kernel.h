@@ -4,7 +4,7 @@
 // here has internal linkage (anonymous namespace), so the ISA builds of the same template never
 // merge at link time.
 //
-// Layout (see pagedkv/model/packed_matrix.h): panels of kPanelRows = 8 output rows, each stored
+// Layout (see pagedkv/model/quant/packed_matrix.h): panels of kPanelRows = 8 output rows, each stored
 // [cols][8]; panel p starts at panels + p * panel_stride. For every input column j in order and
 // every accumulator lane (one output row of one token), acc += W[row][j] * x[t][j]: one rounding
 // for the product and one for the sum, exactly as the scalar loop of llama2.c's matmul. The AVX2

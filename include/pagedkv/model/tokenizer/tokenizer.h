@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "pagedkv/core/ids.h"
-#include "pagedkv/model/text_tokenizer.h"
+#include "pagedkv/model/tokenizer/text_tokenizer.h"
 
 namespace pagedkv {
 

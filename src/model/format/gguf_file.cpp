@@ -1,4 +1,4 @@
-#include "pagedkv/model/gguf_file.h"
+#include "pagedkv/model/format/gguf_file.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -1,5 +1,6 @@
 // Batched y = x · Wᵀ for a weight matrix kept in its stored 16-bit or quantized type (F16, BF16,
-// Q8_0, Q4_0), read in place from the model file or (AVX-512 build) from a copy of the same size
+// Q8_0, Q4_0, and the block formats of block_formats.h: Q4_1, Q5_0, Q5_1, Q2_K..Q6_K, IQ4_NL,
+// IQ4_XS), read in place from the model file or (AVX-512 build) from a copy of the same size
 // repacked at load time: a model's weights stay as small in memory as on disk, and a decode step
 // reads each weight byte once.
 //
@@ -16,11 +17,14 @@
 // (column) order, the AVX-512 build with fused multiply-adds; the AVX2 build adds 8-lane partial
 // sums, as llama.cpp does. They agree to float rounding, not bit for bit.
 //
-// Builds (src/model/quantized_kernels*.{h,cpp}), chosen at run time: a scalar twin (one dot
+//   - The block formats: activations quantized to the type's own format (Q8_K for K-quants and
+//     IQ4_XS, Q8_0 for Q5_0 / IQ4_NL, Q8_1 for Q4_1 / Q5_1) and integer products per block, as
+//     src/model/quant/block_dot.h describes.
+// Builds (src/model/quant/quantized_kernels*.{h,cpp}), chosen at run time: a scalar twin (one dot
 // product per row and token, the reference the others are tested against); AVX2+FMA+F16C (the
 // file's rows in place, tiles of 4 rows x 2 tokens); AVX-512 with VNNI (a CPU with AVX-512 but no
 // VNNI runs the AVX2 build), which reads a copy of the weights repacked by the constructor into
-// panels of 16 interleaved rows (src/model/quantized_panels.h): one FMA or vpdpbusd with a
+// panels of 16 interleaved rows (src/model/quant/quantized_panels.h): one FMA or vpdpbusd with a
 // broadcast activation serves 16 rows, in tiles of 16 rows x up to 16 tokens. A tile loads each
 // weight vector once for all its tokens, so a batch of decode tokens costs little more weight
 // traffic than one token.
@@ -42,7 +46,7 @@ class QuantizedMatrix {
  public:
   QuantizedMatrix() = default;
   // A view of `w` (which must outlive this object); throws UsageError unless its type is F16,
-  // BF16, Q8_0 or Q4_0. Where the AVX-512 build is the default (kAuto), also the repacked copy
+  // BF16, Q8_0, Q4_0 or a block format, with rows of whole blocks. Where the AVX-512 build is the default (kAuto), also the repacked copy
   // it reads (as many bytes as `w`, up to padding), shared by copies of this object.
   explicit QuantizedMatrix(const WeightTensor& w);
 
@@ -58,6 +62,8 @@ class QuantizedMatrix {
 
  private:
   struct Panels;
+  void multiply_blocks(const float* x, size_t x_stride, int num_tokens, float* y, size_t y_stride,
+                       KernelIsa isa) const;
   WeightTensor w_;
   std::shared_ptr<const Panels> panels_;  // the AVX-512 build's repacked copy, or null; shared by copies
 };

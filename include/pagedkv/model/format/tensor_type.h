@@ -1,7 +1,8 @@
 // Element types of model weight tensors, numbered as GGUF (ggml) numbers them, and their block
 // formats. A quantized type stores a row as blocks of `block_elements` values; the model runner
-// computes with F32, F16, BF16, Q8_0 and Q4_0, the reader merely knows the sizes of the others so
-// that it can walk any GGUF file and name what it cannot run.
+// computes with F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K..Q6_K, IQ4_NL and IQ4_XS
+// (block_formats.h describes the others), the reader merely knows the sizes of the rest so that
+// it can walk any GGUF file and name what it cannot run.
 //
 // The two block formats the runner computes with (little-endian, no padding):
 //   Q8_0: fp16 scale d, then 32 int8 q;           value i = d * q[i]                      (34 bytes)
@@ -32,6 +33,8 @@ enum class TensorType : uint32_t {
   kQ5_K = 13,
   kQ6_K = 14,
   kQ8_K = 15,
+  kIQ4_NL = 20,
+  kIQ4_XS = 23,
   kI8 = 24,
   kI16 = 25,
   kI32 = 26,
@@ -50,8 +53,10 @@ struct TensorTypeTraits {
 std::optional<TensorTypeTraits> tensor_type_traits(uint32_t raw_type);
 std::string tensor_type_name(TensorType t);
 
-// True for the types the model runner computes with (F32, F16, BF16, Q8_0, Q4_0).
+// True for the types the model runner computes with (see above).
 bool is_runnable_weight_type(TensorType t);
+// The runnable types, named, for messages ("F32, F16, ...").
+const char* runnable_weight_type_names();
 
 // Bytes of one row of `elements` values (elements must be a multiple of the block size).
 size_t tensor_row_bytes(TensorType t, int64_t elements);
@@ -68,7 +73,7 @@ struct BlockQ4_0 {
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18);
 
 // Writes the `out.size()` values of one row of type `t` starting at `row` as floats (exact: every
-// runnable type converts to f32 without rounding). Throws UsageError for a type that is not runnable.
+// runnable type converts to f32 as ggml's dequantization does). Throws UsageError for a type that is not runnable.
 void dequantize_row(TensorType t, const void* row, std::span<float> out);
 
 // Quantizes a row of floats to Q8_0 blocks (x.size() a multiple of 32), as ggml quantizes
