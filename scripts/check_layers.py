@@ -15,11 +15,13 @@ ALLOWED = {
     "model": {"core", "storage", "kernels"},
     "tiers": {"core", "block", "prefix", "manager", "storage"},
     "scheduler": {"core", "block", "prefix", "manager", "tiers"},
-    "engine": {"core", "block", "prefix", "manager", "tiers", "scheduler", "storage", "kernels", "model", "memory"},
+    # Structured output: grammars -> per-token masks over a vocabulary given as bytes (no model/).
+    "grammar": {"core"},
+    "engine": {"core", "block", "prefix", "manager", "tiers", "scheduler", "storage", "kernels", "model", "memory", "grammar"},
     "workload": {"core", "block", "prefix", "manager", "scheduler", "memory"},
     "replay": {"core", "block", "prefix", "manager", "scheduler", "memory", "workload"},
     # The OpenAI-compatible server: HTTP, metrics and the engine thread, on top of the engine.
-    "server": {"core", "block", "prefix", "manager", "tiers", "scheduler", "storage", "kernels", "model", "memory", "engine"},
+    "server": {"core", "block", "prefix", "manager", "tiers", "scheduler", "storage", "kernels", "model", "memory", "grammar", "engine"},
     # The HTTP load generator: a client of the server's API, so it needs nothing of the engine.
     "loadgen": {"core"},
     # The remote KV tier's Redis client (hiredis): implements tiers/' RemoteStore.

@@ -1,0 +1,169 @@
+#include "pagedkv/grammar/compiled_grammar.h"
+
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "compiled_grammar_impl.h"
+#include "pagedkv/grammar/grammar_front_ends.h"
+
+namespace pagedkv::grammar {
+
+const char* grammar_kind_name(GrammarKind kind) {
+  switch (kind) {
+    case GrammarKind::kJsonSchema: return "json_schema";
+    case GrammarKind::kJsonObject: return "json_object";
+    case GrammarKind::kRegex: return "regex";
+    case GrammarKind::kChoice: return "choice";
+    case GrammarKind::kGbnf: return "gbnf";
+  }
+  return "unknown";
+}
+
+Grammar build_grammar(GrammarKind kind, std::string_view text, const GrammarOptions& options) {
+  if (static_cast<int64_t>(text.size()) > options.limits.max_text_bytes)
+    throw GrammarError(limit_message("max_text_bytes", options.limits.max_text_bytes,
+                                     fmt::format("the {} text is {} bytes", grammar_kind_name(kind), text.size())));
+  switch (kind) {
+    case GrammarKind::kJsonSchema: return json_schema_grammar(text, options.json, options.limits);
+    case GrammarKind::kJsonObject: return json_object_grammar(options.json, options.limits);
+    case GrammarKind::kRegex: return regex_grammar(text, options.limits);
+    case GrammarKind::kChoice: return choice_grammar_from_json(text, options.limits);
+    case GrammarKind::kGbnf: return parse_gbnf(text, options.limits);
+  }
+  throw GrammarError("unknown grammar kind");
+}
+
+StateTokens classify_tokens(const ByteAutomaton& automaton, const TokenVocabulary& vocabulary, int32_t state,
+                            StackPool& pool) {
+  const auto& trie = vocabulary.trie();
+  const auto& trie_tokens = vocabulary.trie_tokens();
+  StackStepper stepper(automaton, pool);
+  const auto depth_count = static_cast<size_t>(vocabulary.max_token_bytes()) + 1;
+  std::vector<StackSet> sets(depth_count);
+  std::vector<uint8_t> left_rule(depth_count, 0);  // some prefix of this length let the rule end
+  sets[0].tops.push_back(pool.node(state, -1));
+  std::vector<int32_t> accepted, uncertain;
+  auto mark_subtree_uncertain = [&](size_t node) {
+    const auto& n = trie[node];
+    const int32_t first = n.token_begin;
+    // Every token of the subtree: the tokens of its nodes are contiguous in trie order.
+    int32_t last = first;
+    for (size_t m = node; m < static_cast<size_t>(n.subtree_end); ++m) last = std::max(last, trie[m].token_end);
+    for (int32_t t = first; t < last; ++t) uncertain.push_back(trie_tokens[static_cast<size_t>(t)]);
+  };
+  size_t i = 1;
+  while (i < trie.size()) {
+    const auto& n = trie[i];
+    const size_t d = n.depth;
+    stepper.step(sets[d - 1], n.byte, sets[d]);
+    left_rule[d] = left_rule[d - 1] || sets[d].can_end;
+    if (!sets[d].empty()) {
+      for (int32_t t = n.token_begin; t < n.token_end; ++t) accepted.push_back(trie_tokens[static_cast<size_t>(t)]);
+      // A set with no tops has nothing to read: the subtree below is left to the caller.
+      if (sets[d].tops.empty()) {
+        for (size_t m = i + 1; m < static_cast<size_t>(n.subtree_end); ++m)
+          for (int32_t t = trie[m].token_begin; t < trie[m].token_end; ++t) uncertain.push_back(trie_tokens[static_cast<size_t>(t)]);
+        i = static_cast<size_t>(n.subtree_end);
+        continue;
+      }
+      ++i;
+    } else {
+      if (left_rule[d - 1]) mark_subtree_uncertain(i);
+      i = static_cast<size_t>(n.subtree_end);
+    }
+  }
+  StateTokens out;
+  const int32_t v = vocabulary.size();
+  if (static_cast<int64_t>(accepted.size()) * 32 > v) {
+    out.accepted_bits.assign(static_cast<size_t>(vocabulary.bitmask_words()), 0u);
+    for (int32_t t : accepted) out.accepted_bits[static_cast<size_t>(t) / 32] |= 1u << (static_cast<uint32_t>(t) % 32);
+  } else {
+    out.accepted_ids = std::move(accepted);
+  }
+  out.uncertain = std::move(uncertain);
+  return out;
+}
+
+CompiledGrammar::Impl::Impl(std::shared_ptr<const TokenVocabulary> v, ByteAutomaton a)
+    : vocabulary(std::move(v)), automaton(std::move(a)) {
+  tokens.reset(new std::atomic<const StateTokens*>[static_cast<size_t>(automaton.num_states())]);
+  for (int32_t s = 0; s < automaton.num_states(); ++s) tokens[static_cast<size_t>(s)].store(nullptr, std::memory_order_relaxed);
+}
+
+CompiledGrammar::Impl::~Impl() {
+  for (int32_t s = 0; s < automaton.num_states(); ++s) delete tokens[static_cast<size_t>(s)].load(std::memory_order_relaxed);
+}
+
+const StateTokens& CompiledGrammar::Impl::tokens_for(int32_t state) const {
+  std::atomic<const StateTokens*>& slot = tokens[static_cast<size_t>(state)];
+  const StateTokens* have = slot.load(std::memory_order_acquire);
+  if (have) return *have;
+  StackPool pool;
+  auto* fresh = new StateTokens(classify_tokens(automaton, *vocabulary, state, pool));
+  const StateTokens* expected = nullptr;
+  if (slot.compare_exchange_strong(expected, fresh, std::memory_order_acq_rel)) return *fresh;
+  delete fresh;
+  return *expected;
+}
+
+CompiledGrammar::CompiledGrammar(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CompiledGrammar::~CompiledGrammar() = default;
+const TokenVocabulary& CompiledGrammar::vocabulary() const { return *impl_->vocabulary; }
+const std::shared_ptr<const TokenVocabulary>& CompiledGrammar::vocabulary_ptr() const { return impl_->vocabulary; }
+int32_t CompiledGrammar::num_states() const { return impl_->automaton.num_states(); }
+int32_t CompiledGrammar::num_rules() const { return impl_->automaton.num_rules(); }
+int32_t CompiledGrammar::num_precomputed_states() const { return impl_->precomputed; }
+double CompiledGrammar::compile_ms() const { return impl_->compile_ms; }
+
+std::shared_ptr<const CompiledGrammar> compile_grammar(const Grammar& grammar,
+                                                       std::shared_ptr<const TokenVocabulary> vocabulary,
+                                                       const GrammarLimits& limits) {
+  if (!vocabulary) throw GrammarError("compile_grammar needs a vocabulary");
+  const CompileDeadline deadline(limits.compile_budget_ms);
+  auto impl = std::make_unique<CompiledGrammar::Impl>(vocabulary, ByteAutomaton(grammar, limits, deadline));
+  // Precompute the token classes of every state a token can start from (reachable, with byte
+  // edges), within the precompute budget; the rest are computed on first use.
+  const ByteAutomaton& a = impl->automaton;
+  std::vector<uint8_t> reachable(static_cast<size_t>(a.num_states()), 0);
+  std::vector<int32_t> work{a.rule_start(a.root())};
+  while (!work.empty()) {
+    const int32_t s = work.back();
+    work.pop_back();
+    if (reachable[static_cast<size_t>(s)]) continue;
+    reachable[static_cast<size_t>(s)] = 1;
+    for (int b = 0; b < 256; ++b) {
+      const int32_t t = a.step(s, static_cast<uint8_t>(b));
+      if (t >= 0 && !reachable[static_cast<size_t>(t)]) work.push_back(t);
+    }
+    for (const CallEdge* c = a.calls_begin(s); c != a.calls_end(s); ++c) {
+      work.push_back(a.rule_start(c->rule));
+      work.push_back(c->return_state);
+    }
+  }
+  StackPool pool;
+  const CompileDeadline precompute_deadline(limits.precompute_budget_ms);
+  for (int32_t s = 0; s < a.num_states(); ++s) {
+    if (!reachable[static_cast<size_t>(s)] || !a.has_byte_edges(s)) continue;
+    if (deadline.expired() || precompute_deadline.expired()) break;
+    if (pool.size() > (1u << 20)) pool.clear();
+    impl->tokens[static_cast<size_t>(s)].store(new StateTokens(classify_tokens(a, *vocabulary, s, pool)),
+                                               std::memory_order_relaxed);
+    ++impl->precomputed;
+  }
+  impl->compile_ms = deadline.elapsed_ms();
+  return std::shared_ptr<const CompiledGrammar>(new CompiledGrammar(std::move(impl)));
+}
+
+std::shared_ptr<const CompiledGrammar> compile_grammar(GrammarKind kind, std::string_view text,
+                                                       std::shared_ptr<const TokenVocabulary> vocabulary,
+                                                       const GrammarOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  const Grammar g = build_grammar(kind, text, options);
+  GrammarLimits rest = options.limits;
+  const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+  rest.compile_budget_ms = static_cast<int32_t>(std::max<int64_t>(1, rest.compile_budget_ms - spent));
+  return compile_grammar(g, std::move(vocabulary), rest);
+}
+
+}  // namespace pagedkv::grammar
