@@ -40,36 +40,66 @@ StateTokens classify_tokens(const ByteAutomaton& automaton, const TokenVocabular
   const auto& trie_tokens = vocabulary.trie_tokens();
   StackStepper stepper(automaton, pool);
   const auto depth_count = static_cast<size_t>(vocabulary.max_token_bytes()) + 1;
+  // The set after each depth of the current trie path. Most steps stay inside one rule's DFA
+  // (string content, digits, a key): while the set is one stack whose top has no calls and
+  // cannot end, it is kept as just (state, parent) in `single` and stepped without the pool.
+  struct Single {
+    int32_t state = -1;  // -1: the set is in `sets`
+    int32_t parent = -1;
+  };
+  std::vector<Single> single(depth_count);
   std::vector<StackSet> sets(depth_count);
   std::vector<uint8_t> left_rule(depth_count, 0);  // some prefix of this length let the rule end
-  sets[0].tops.push_back(pool.node(state, -1));
+  auto is_plain = [&](int32_t s) {
+    return automaton.has_byte_edges(s) && !automaton.state(s).final && automaton.calls_begin(s) == automaton.calls_end(s);
+  };
+  single[0] = {state, -1};
   std::vector<int32_t> accepted, uncertain;
-  auto mark_subtree_uncertain = [&](size_t node) {
-    const auto& n = trie[node];
-    const int32_t first = n.token_begin;
-    // Every token of the subtree: the tokens of its nodes are contiguous in trie order.
-    int32_t last = first;
-    for (size_t m = node; m < static_cast<size_t>(n.subtree_end); ++m) last = std::max(last, trie[m].token_end);
-    for (int32_t t = first; t < last; ++t) uncertain.push_back(trie_tokens[static_cast<size_t>(t)]);
+  auto add_tokens = [&](std::vector<int32_t>& to, size_t from_node, size_t to_node) {
+    for (size_t m = from_node; m < to_node; ++m)
+      for (int32_t t = trie[m].token_begin; t < trie[m].token_end; ++t) to.push_back(trie_tokens[static_cast<size_t>(t)]);
   };
   size_t i = 1;
   while (i < trie.size()) {
     const auto& n = trie[i];
     const size_t d = n.depth;
-    stepper.step(sets[d - 1], n.byte, sets[d]);
-    left_rule[d] = left_rule[d - 1] || sets[d].can_end;
-    if (!sets[d].empty()) {
-      for (int32_t t = n.token_begin; t < n.token_end; ++t) accepted.push_back(trie_tokens[static_cast<size_t>(t)]);
-      // A set with no tops has nothing to read: the subtree below is left to the caller.
-      if (sets[d].tops.empty()) {
-        for (size_t m = i + 1; m < static_cast<size_t>(n.subtree_end); ++m)
-          for (int32_t t = trie[m].token_begin; t < trie[m].token_end; ++t) uncertain.push_back(trie_tokens[static_cast<size_t>(t)]);
+    // Step depth d-1 -> d by n.byte.
+    bool alive = false, has_tops = false, can_end = false;
+    if (single[d - 1].state >= 0) {
+      const int32_t t = automaton.step(single[d - 1].state, n.byte);
+      if (t >= 0 && is_plain(t)) {
+        single[d] = {t, single[d - 1].parent};
+        alive = has_tops = true;
+      } else if (t >= 0) {
+        single[d].state = -1;
+        stepper.start(pool.node(t, single[d - 1].parent), sets[d]);
+      } else {
+        single[d].state = -1;
+        sets[d].clear();
+      }
+    } else {
+      single[d].state = -1;
+      stepper.step(sets[d - 1], n.byte, sets[d]);
+    }
+    if (single[d].state < 0) {
+      alive = !sets[d].empty();
+      has_tops = !sets[d].tops.empty();
+      can_end = sets[d].can_end;
+      if (has_tops && !can_end && sets[d].tops.size() == 1 && is_plain(pool.state(sets[d].tops[0]))) {
+        single[d] = {pool.state(sets[d].tops[0]), pool.parent(sets[d].tops[0])};
+      }
+    }
+    left_rule[d] = left_rule[d - 1] || can_end;
+    if (alive) {
+      add_tokens(accepted, i, i + 1);
+      if (!has_tops) {  // nothing left to read in the rule: the subtree below is the caller's
+        add_tokens(uncertain, i + 1, static_cast<size_t>(n.subtree_end));
         i = static_cast<size_t>(n.subtree_end);
         continue;
       }
       ++i;
     } else {
-      if (left_rule[d - 1]) mark_subtree_uncertain(i);
+      if (left_rule[d - 1]) add_tokens(uncertain, i, static_cast<size_t>(n.subtree_end));
       i = static_cast<size_t>(n.subtree_end);
     }
   }

@@ -78,9 +78,17 @@ class SchemaConverter {
     const ExprId hex = g_.char_class({{'0', '9'}, {'A', 'F'}, {'a', 'f'}});
     const ExprId escape = seq({lit("\\"), g_.choice({g_.char_class({{'"', '"'}, {'\\', '\\'}, {'/', '/'}, {'b', 'b'},
                                                                      {'f', 'f'}, {'n', 'n'}, {'r', 'r'}, {'t', 't'}}),
-                                                      seq({lit("u"), g_.repeat(hex, 4, 4)})})});
+                                                      seq({lit("u"), unicode_escape_digits(hex)})})});
     json_char_ = g_.choice({plain, escape});
     return json_char_;
+  }
+
+  // The four hex digits of \uXXXX, surrogates (D800-DFFF) excluded: a surrogate pair would be
+  // one character written as two escapes, which would break minLength / maxLength counting.
+  ExprId unicode_escape_digits(ExprId hex) {
+    const ExprId hex3 = g_.repeat(hex, 3, 3);
+    const ExprId not_d = g_.char_class({{'0', '9'}, {'A', 'C'}, {'E', 'F'}, {'a', 'c'}, {'e', 'f'}});
+    return g_.choice({seq({not_d, hex3}), seq({g_.char_class({{'D', 'D'}, {'d', 'd'}}), g_.char_class({{'0', '7'}}), g_.repeat(hex, 2, 2)})});
   }
 
   ExprId string_rule_expr(int32_t min_len, int32_t max_len) {
@@ -117,7 +125,7 @@ class SchemaConverter {
           {"date-time",
            R"([0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9]))"},
           {"uuid", R"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"},
-          {"email", R"([a-zA-Z0-9._%+-]{1,64}@[a-zA-Z0-9-]{1,63}(\.[a-zA-Z0-9-]{1,63}){0,8}\.[a-zA-Z]{2,24})"},
+          {"email", R"([a-zA-Z0-9._%+-]+@[a-zA-Z0-9-]+(\.[a-zA-Z0-9-]+)*\.[a-zA-Z]{2,})"},
       };
       auto it = kFormats.find(f);
       if (it == kFormats.end()) unsupported(fmt::format("keyword 'format' value '{}'", f));
