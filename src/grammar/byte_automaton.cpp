@@ -73,7 +73,7 @@ class NfaBuilder {
   int32_t add_state() {
     if (++total_ > limits_.max_automaton_states)
       throw GrammarError(limit_message("max_automaton_states", limits_.max_automaton_states, "the grammar's automaton is too large"));
-    if ((total_ & 1023) == 0) deadline_.check("automaton construction");
+    if ((total_ & 255) == 0) deadline_.check("automaton construction");
     states.emplace_back();
     return static_cast<int32_t>(states.size() - 1);
   }
@@ -220,7 +220,7 @@ RuleDfa determinize(const std::vector<NfaState>& nfa, int32_t start, int32_t acc
     if (inserted) {
       if (++total_states > limits.max_automaton_states)
         throw GrammarError(limit_message("max_automaton_states", limits.max_automaton_states, "the grammar's automaton is too large"));
-      if ((total_states & 255) == 0) deadline.check("automaton construction");
+      if ((total_states & 63) == 0) deadline.check("automaton construction");
       sets.push_back(it->first);
     }
     return it->second;

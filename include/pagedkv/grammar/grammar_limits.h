@@ -28,11 +28,11 @@ struct GrammarLimits {
   int32_t max_expressions = 200'000;      // expression nodes of the grammar
   int32_t max_repeat_bound = 10'000;      // m, n of {m,n}, minLength/maxLength, minItems/maxItems
   int32_t max_enum_values = 4'096;        // values of one enum / choice
-  int32_t max_automaton_states = 200'000; // NFA and DFA states of the compiled automaton, each
-  int32_t compile_budget_ms = 1'000;      // wall time of one compilation before it gives up
+  int32_t max_automaton_states = 100'000; // NFA and DFA states of the compiled automaton, each
+  int32_t compile_budget_ms = 500;        // wall time of one compilation before it gives up
   // Per-state token masks are precomputed during compilation for at most this long; the states
   // left over are computed on first use (the result is the same, only the first step is slower).
-  int32_t precompute_budget_ms = 500;
+  int32_t precompute_budget_ms = 250;
 };
 
 // Builds the message "grammar limit <name> (<limit>) exceeded: <what>" used for every limit.
