@@ -3,7 +3,8 @@
 // tokens, with some pull toward closing so that outputs finish) until a stop token or a length
 // cap. Finished outputs are checked by Debian's Python — jsonschema's Draft 2020-12 validator, and
 // re.fullmatch — in one batch per test; an output cut by the cap must have left the matcher alive.
-// PAGEDKV_GRAMMAR_SCHEMAS sets the schema count (default 200 on tok512, a fortieth of it per big vocabulary).
+// PAGEDKV_GRAMMAR_SCHEMAS sets the schema count (default 200 on tok512, a twentieth of it on the 128K vocabulary;
+// PAGEDKV_GRAMMAR_ALL_VOCABULARIES=1 adds the 32K and 152K ones).
 #include "grammar_test_support.h"
 
 namespace pagedkv::testing {
@@ -178,7 +179,7 @@ struct Run {
 };
 
 void sample_and_validate(const LoadedVocabulary& vocab, int schema_count, int outputs_per_schema, int max_tokens,
-                         uint64_t seed) {
+                         int outputs_per_regex, uint64_t seed) {
   SchemaGenerator gen(seed);
   std::mt19937_64 rng(seed ^ 0x9E3779B97F4A7C15ull);
   nlohmann::json batch = nlohmann::json::array();
@@ -208,7 +209,7 @@ void sample_and_validate(const LoadedVocabulary& vocab, int schema_count, int ou
   for (const char* re : {R"(\d{3}-\d{4})", R"([a-z]+(, [a-z]+)*\.)", R"((yes|no|maybe)!{0,3})", R"(\w{2,8}@\w{2,8}\.(com|org))",
                          R"(([01]\d|2[0-3]):[0-5]\d)", R"([^\n"]{1,10})", R"(é[αβγ]{2}\s?)"}) {
     auto compiled = g::compile_grammar(g::GrammarKind::kRegex, re, vocab.vocabulary);
-    for (int o = 0; o < 4; ++o) {
+    for (int o = 0; o < outputs_per_regex; ++o) {
       g::GrammarMatcher m(compiled);
       const SampledOutput out = sample_toward_end(m, rng, max_tokens);
       ASSERT_TRUE(out.alive) << vocab.name << " regex " << re;
@@ -231,15 +232,20 @@ TEST(GrammarSampling, RandomSchemasOnTok512ValidateWithJsonschema) {
   const auto paths = shared_vocabulary_paths(false);
   if (paths.empty()) GTEST_SKIP() << "PAGEDKV_SHARED_DIR/models/stories260Ktok512.gguf is absent";
   if (!python_has_jsonschema()) GTEST_SKIP() << "/usr/bin/python3 has no jsonschema";
-  sample_and_validate(load_gguf_vocabulary(paths[0]), env_int("PAGEDKV_GRAMMAR_SCHEMAS", 200), 2, 400, 42);
+  sample_and_validate(load_gguf_vocabulary(paths[0]), env_int("PAGEDKV_GRAMMAR_SCHEMAS", 200), 2, 400, 4, 42);
 }
 
 TEST(GrammarSampling, RandomSchemasOnLargeVocabulariesValidateWithJsonschema) {
   const auto paths = shared_vocabulary_paths(true);
   if (paths.size() < 2) GTEST_SKIP() << "the shared big vocabularies (models/gguf/vocab) are absent";
   if (!python_has_jsonschema()) GTEST_SKIP() << "/usr/bin/python3 has no jsonschema";
-  for (size_t i = 1; i < paths.size(); ++i)
-    sample_and_validate(load_gguf_vocabulary(paths[i]), env_int("PAGEDKV_GRAMMAR_SCHEMAS", 200) / 40, 1, 300, 7 + i);
+  // The 128K vocabulary by default (the matcher test covers all three); every one with
+  // PAGEDKV_GRAMMAR_ALL_VOCABULARIES=1.
+  const bool all = env_int("PAGEDKV_GRAMMAR_ALL_VOCABULARIES", 0) != 0;
+  for (size_t i = 1; i < paths.size(); ++i) {
+    if (!all && paths[i].filename() != "ggml-vocab-llama-bpe.gguf") continue;
+    sample_and_validate(load_gguf_vocabulary(paths[i]), env_int("PAGEDKV_GRAMMAR_SCHEMAS", 200) / 20, 1, 200, 1, 7 + i);
+  }
 }
 
 }  // namespace
