@@ -34,8 +34,8 @@ Grammar build_grammar(GrammarKind kind, std::string_view text, const GrammarOpti
   throw GrammarError("unknown grammar kind");
 }
 
-StateTokens classify_tokens(const ByteAutomaton& automaton, const TokenVocabulary& vocabulary, int32_t state,
-                            StackPool& pool) {
+std::optional<StateTokens> classify_tokens(const ByteAutomaton& automaton, const TokenVocabulary& vocabulary,
+                                           int32_t state, StackPool& pool, const CompileDeadline* deadline) {
   const auto& trie = vocabulary.trie();
   const auto& trie_tokens = vocabulary.trie_tokens();
   StackStepper stepper(automaton, pool);
@@ -60,7 +60,9 @@ StateTokens classify_tokens(const ByteAutomaton& automaton, const TokenVocabular
       for (int32_t t = trie[m].token_begin; t < trie[m].token_end; ++t) to.push_back(trie_tokens[static_cast<size_t>(t)]);
   };
   size_t i = 1;
+  size_t steps = 0;
   while (i < trie.size()) {
+    if (deadline && (++steps & 4095) == 0 && deadline->expired()) return std::nullopt;
     const auto& n = trie[i];
     const size_t d = n.depth;
     // Step depth d-1 -> d by n.byte.
@@ -130,7 +132,7 @@ const StateTokens& CompiledGrammar::Impl::tokens_for(int32_t state) const {
   const StateTokens* have = slot.load(std::memory_order_acquire);
   if (have) return *have;
   StackPool pool;
-  auto* fresh = new StateTokens(classify_tokens(automaton, *vocabulary, state, pool));
+  auto* fresh = new StateTokens(*classify_tokens(automaton, *vocabulary, state, pool));
   const StateTokens* expected = nullptr;
   if (slot.compare_exchange_strong(expected, fresh, std::memory_order_acq_rel)) return *fresh;
   delete fresh;
@@ -177,8 +179,9 @@ std::shared_ptr<const CompiledGrammar> compile_grammar(const Grammar& grammar,
     if (!reachable[static_cast<size_t>(s)] || !a.has_byte_edges(s)) continue;
     if (deadline.expired() || precompute_deadline.expired()) break;
     if (pool.size() > (1u << 20)) pool.clear();
-    impl->tokens[static_cast<size_t>(s)].store(new StateTokens(classify_tokens(a, *vocabulary, s, pool)),
-                                               std::memory_order_relaxed);
+    std::optional<StateTokens> tokens = classify_tokens(a, *vocabulary, s, pool, &precompute_deadline);
+    if (!tokens) break;  // out of precompute time: this state and the rest are classified on first use
+    impl->tokens[static_cast<size_t>(s)].store(new StateTokens(std::move(*tokens)), std::memory_order_relaxed);
     ++impl->precomputed;
   }
   impl->compile_ms = deadline.elapsed_ms();

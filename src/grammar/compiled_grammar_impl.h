@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "byte_automaton.h"
@@ -21,9 +22,9 @@ struct StateTokens {
 };
 
 // Splits the vocabulary for one automaton state (one that has byte edges) by walking the token
-// trie from it with `pool` as scratch.
-StateTokens classify_tokens(const ByteAutomaton& automaton, const TokenVocabulary& vocabulary, int32_t state,
-                            StackPool& pool);
+// trie from it with `pool` as scratch. With a deadline, gives up (nullopt) once it has expired.
+std::optional<StateTokens> classify_tokens(const ByteAutomaton& automaton, const TokenVocabulary& vocabulary,
+                                           int32_t state, StackPool& pool, const CompileDeadline* deadline = nullptr);
 
 struct CompiledGrammar::Impl {
   Impl(std::shared_ptr<const TokenVocabulary> v, ByteAutomaton a);
