@@ -369,6 +369,21 @@ ByteAutomaton::ByteAutomaton(const Grammar& grammar, const GrammarLimits& limits
     }
   }
 
+  byte_table_.assign(states_.size(), -1);
+  constexpr size_t kMaxTableBytes = size_t{8} << 20;
+  for (size_t s = 0; s < states_.size(); ++s) {
+    const AutomatonState& st = states_[s];
+    const uint32_t count = st.edges_end - st.edges_begin;
+    if (count <= 3 || count >= kNoEdge || edge_of_byte_.size() + 256 > kMaxTableBytes) continue;
+    byte_table_[s] = static_cast<int32_t>(edge_of_byte_.size());
+    edge_of_byte_.resize(edge_of_byte_.size() + 256, kNoEdge);
+    uint8_t* row = edge_of_byte_.data() + byte_table_[s];
+    for (uint32_t k = 0; k < count; ++k) {
+      const ByteEdge& e = edges_[st.edges_begin + k];
+      for (int b = e.lo; b <= e.hi; ++b) row[b] = static_cast<uint8_t>(k);
+    }
+  }
+
   // Left recursion: a rule that can call itself before reading a byte would grow the stack forever.
   std::vector<uint8_t> nullable(rule_start_.size(), 0);
   auto left_reachable = [&](RuleId r, std::vector<RuleId>* callees) {

@@ -64,6 +64,11 @@ class ByteAutomaton {
   // The target of byte b from state s, or -1.
   int32_t step(int32_t s, uint8_t b) const {
     const AutomatonState& st = states_[static_cast<size_t>(s)];
+    const int32_t table = byte_table_[static_cast<size_t>(s)];
+    if (table >= 0) {  // a state with many edges: one look-up
+      const uint8_t k = edge_of_byte_[static_cast<size_t>(table) + b];
+      return k == kNoEdge ? -1 : edges_[st.edges_begin + k].target;
+    }
     uint32_t lo = st.edges_begin, hi = st.edges_end;
     while (lo < hi) {  // binary search over disjoint, sorted ranges
       const uint32_t mid = (lo + hi) / 2;
@@ -86,6 +91,12 @@ class ByteAutomaton {
   std::vector<CallEdge> calls_;
   std::vector<int32_t> rule_start_;
   RuleId root_ = 0;
+  // For states with more than a few edges (string content, classes), a 256-entry table of edge
+  // indexes (relative to edges_begin; kNoEdge: none) at byte_table_[s]; -1 elsewhere. Capped in
+  // total so a huge automaton does not pay 256 bytes a state.
+  static constexpr uint8_t kNoEdge = 255;
+  std::vector<int32_t> byte_table_;
+  std::vector<uint8_t> edge_of_byte_;
 };
 
 }  // namespace pagedkv::grammar
