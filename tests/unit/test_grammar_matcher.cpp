@@ -171,6 +171,40 @@ TEST(GrammarMatcher, ApplyBitmaskSetsDisallowedToMinusInfinity) {
   }
 }
 
+// With no precompute budget every state is classified on first use; threads racing over the
+// same states must see exactly the masks of a fully precomputed compilation.
+TEST(GrammarMatcher, LazyStateClassificationIsThreadSafe) {
+  const auto paths = shared_vocabulary_paths(false);
+  const std::shared_ptr<const g::TokenVocabulary> vocab =
+      paths.empty() ? byte_vocabulary() : load_gguf_vocabulary(paths[0]).vocabulary;
+  const GrammarCase& c = grammar_cases()[0];
+  g::GrammarOptions lazy_options;
+  lazy_options.limits.precompute_budget_ms = 0;
+  auto eager = g::compile_grammar(c.kind, c.text, vocab);
+  auto lazy = g::compile_grammar(c.kind, c.text, vocab, lazy_options);
+  EXPECT_GT(eager->num_precomputed_states(), 0);
+  EXPECT_EQ(lazy->num_precomputed_states(), 0);
+  std::vector<std::thread> threads;
+  std::vector<int> mismatches(4, 0);
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(static_cast<uint64_t>(t % 2));  // two pairs of threads walk the same path
+      g::GrammarMatcher a(eager), b(lazy);
+      std::vector<uint32_t> ma(static_cast<size_t>(vocab->bitmask_words())), mb(ma.size());
+      for (int step = 0; step < 60; ++step) {
+        a.fill_next_token_bitmask(ma);
+        b.fill_next_token_bitmask(mb);
+        if (ma != mb) ++mismatches[static_cast<size_t>(t)];
+        const std::vector<int32_t> ids = allowed_ids(ma, vocab->size());
+        if (ids.empty()) break;
+        const int32_t id = ids[std::uniform_int_distribution<size_t>(0, ids.size() - 1)(rng)];
+        if (vocab->is_stop(id) || !a.accept_token(id) || !b.accept_token(id)) break;
+      }
+    });
+  for (auto& th : threads) th.join();
+  for (int m : mismatches) EXPECT_EQ(m, 0);
+}
+
 TEST(GrammarCache, HitsShareOneCompilationAcrossThreads) {
   g::GrammarCache cache(byte_vocabulary(), 2);
   const std::string schema = R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]})";
