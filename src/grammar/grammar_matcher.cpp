@@ -61,6 +61,10 @@ struct GrammarMatcher::State {
 
   // Steps `bytes` from the current set; true (result in `scratch_a`) when the set stays non-empty.
   bool run(std::string_view bytes) {
+    if (bytes.empty()) {  // a step that reads nothing
+      scratch_a = current();
+      return true;
+    }
     const StackSet* from = &current();
     StackSet* to = &scratch_a;
     for (char c : bytes) {

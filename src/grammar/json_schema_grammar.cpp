@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -34,8 +35,6 @@ const std::set<std::string>& supported_keywords() {
   return k;
 }
 
-// Decimal helpers for integer ranges: numbers as digit strings, no leading zeros.
-std::string digits_of(int64_t v) { return std::to_string(v); }
 
 class SchemaConverter {
  public:
@@ -172,11 +171,11 @@ class SchemaConverter {
     std::vector<ExprId> parts;
     int64_t start = lo;
     while (start <= hi) {
-      const std::string s = digits_of(start);
+      const std::string s = std::to_string(start);
       int64_t end_of_length = 9;
       for (size_t i = 1; i < s.size(); ++i) end_of_length = end_of_length * 10 + 9;
       const int64_t end = std::min(hi, end_of_length);
-      parts.push_back(same_length_range(s, digits_of(end)));
+      parts.push_back(same_length_range(s, std::to_string(end)));
       if (end == hi) break;
       start = end + 1;
     }
@@ -185,7 +184,7 @@ class SchemaConverter {
 
   // Non-negative integers >= lo.
   ExprId natural_at_least(int64_t lo) {
-    const std::string s = digits_of(lo);
+    const std::string s = std::to_string(lo);
     int64_t end_of_length = 9;
     for (size_t i = 1; i < s.size(); ++i) end_of_length = end_of_length * 10 + 9;
     const ExprId longer = seq({digit_class('1', '9'), g_.repeat(digit_class('0', '9'), static_cast<int32_t>(s.size()), kUnbounded)});
@@ -564,7 +563,7 @@ class SchemaConverter {
       if (!schema["$ref"].is_string()) throw GrammarError("JSON Schema '$ref' must be a string");
       return g_.ref(ref_rule(schema["$ref"].get<std::string>(), depth));
     }
-    if (schema.contains("allOf")) return expr_for_merged(merge_all_of(schema), depth);
+    if (schema.contains("allOf")) return expr_for(merge_all_of(schema), depth + 1);
     for (const char* k : {"anyOf", "oneOf"}) {
       if (!schema.contains(k)) continue;
       only(k);
@@ -613,8 +612,6 @@ class SchemaConverter {
     for (const std::string& t : types) options.push_back(type_expr(schema, t, depth));
     return g_.choice(std::move(options));
   }
-
-  ExprId expr_for_merged(const Json& merged, int depth) { return expr_for(merged, depth + 1); }
 
   ExprId type_expr(const Json& schema, const std::string& type, int depth) {
     if (type == "string") return string_expr(schema);

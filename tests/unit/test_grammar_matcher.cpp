@@ -132,6 +132,9 @@ TEST(GrammarMatcher, StopTokensOnlyWhenComplete) {
   EXPECT_FALSE(m.accept_token(256));
   EXPECT_TRUE(m.accept_bytes("ab"));
   EXPECT_TRUE(m.can_terminate());
+  EXPECT_TRUE(m.accept_bytes(""));  // reads nothing: one step, same position
+  EXPECT_TRUE(m.can_terminate());
+  m.rollback(1);
   EXPECT_FALSE(m.accept_bytes("x"));
   EXPECT_EQ(m.num_steps(), 1);
   EXPECT_TRUE(m.accept_token('c'));
