@@ -39,6 +39,13 @@ const NamedSchema kSchemas[] = {
          "email":{"type":"string","format":"email"},"city":{"type":"string","maxLength":40},
          "tags":{"type":"array","items":{"type":"string"},"maxItems":5},"active":{"type":"boolean"}},
          "required":["name","age","active"]})"},
+    // The same without the length bound: bounded repetition is unrolled, one classified state per
+    // position, which is most of the compile time above.
+    {"person_unbounded", g::GrammarKind::kJsonSchema,
+     R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer","minimum":0,"maximum":150},
+         "email":{"type":"string","format":"email"},"city":{"type":"string"},
+         "tags":{"type":"array","items":{"type":"string"},"maxItems":5},"active":{"type":"boolean"}},
+         "required":["name","age","active"]})"},
     {"tool_call", g::GrammarKind::kJsonSchema,
      R"({"type":"object","properties":{"name":{"enum":["get_weather","search","send_email","calendar"]},
          "arguments":{"type":"object","properties":{"query":{"type":"string"},"location":{"type":"string"},
