@@ -192,6 +192,7 @@ class SchemaConverter {
   }
 
   static constexpr double kMaxIntegerBound = 1e17;
+  static constexpr int64_t kMaxExcludedNameBytes = 1024;
 
   ExprId integer_expr(const Json& schema) {
     std::optional<int64_t> lo, hi;
@@ -363,6 +364,10 @@ class SchemaConverter {
       std::vector<std::string> names;
       std::vector<size_t> all;
       for (const Property& p : props) {
+        // key_not_in recurses once per character of a name.
+        if (p.name.size() > kMaxExcludedNameBytes)
+          throw GrammarError(limit_message("excluded_property_name_bytes", kMaxExcludedNameBytes,
+                                           "a property name next to additionalProperties is too long"));
         all.push_back(names.size());
         names.push_back(p.name);
       }

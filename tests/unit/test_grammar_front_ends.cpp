@@ -312,6 +312,12 @@ TEST(GrammarLimits, HostileInputsFailFastWithTheLimitNamed) {
   for (int i = 0; i < 100; ++i) chain += "\"d" + std::to_string(i) + "\":{\"$ref\":\"#/$defs/d" + std::to_string(i + 1) + "\"},";
   chain += R"("d100":{"type":"null"}},"$ref":"#/$defs/d0"})";
   cases.push_back({GrammarKind::kJsonSchema, chain, "max_ref_depth"});
+  std::string wide_object = R"({"type":"object","properties":{)";
+  for (int i = 0; i < 3000; ++i) wide_object += (i ? ",\"p" : "\"p") + std::to_string(i) + R"(":{"type":"null"})";
+  wide_object += "}}";
+  cases.push_back({GrammarKind::kJsonSchema, wide_object, "expression_depth|compile_budget_ms"});
+  cases.push_back({GrammarKind::kJsonSchema, R"({"properties":{")" + std::string(100'000, 'n') + R"(":{}},"additionalProperties":true})",
+                   "excluded_property_name_bytes"});
   for (const Case& c : cases) {
     const auto start = std::chrono::steady_clock::now();
     const std::string error = compile_error(c.kind, c.text);
