@@ -25,7 +25,9 @@ struct GrammarMatcher::State {
   // Drops pool nodes no history entry reaches once the pool has grown (uncertain-token checks
   // intern nodes that are never used again).
   void maybe_compact() {
-    if (pool.size() < compact_at) return;
+    if (pool.size() >= compact_at) compact();
+  }
+  void compact() {
     StackPool fresh;
     std::unordered_map<int32_t, int32_t> remap;
     std::vector<int32_t> chain;
@@ -201,5 +203,7 @@ void GrammarMatcher::rollback(int32_t n) {
 }
 
 void GrammarMatcher::reset() { rollback(num_steps()); }
+
+void GrammarMatcher::compact() { state_->compact(); }
 
 }  // namespace pagedkv::grammar

@@ -3,7 +3,7 @@
 // grammar must either fail with a GrammarError or drive a matcher on a small synthetic
 // vocabulary where, at every step: the mask is never empty unless a stop token ended the output,
 // every token the mask allows is accepted by stepping its bytes one at a time (and a sample of
-// the others is refused), and rollback restores the mask exactly. Anything else (another
+// the others is refused), and rollback restores the mask exactly, compactions included. Anything else (another
 // exception, a crash, a sanitizer report) is a bug. Built and run by scripts/fuzz.sh.
 #include <cstddef>
 #include <cstdint>
@@ -97,6 +97,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     const int32_t id = allowed[rng() % allowed.size()];
     check(m.accept_token(id));
+    if (rng() % 8 == 0) m.compact();
     if (m.num_steps() > 0 && rng() % 6 == 0) {
       const auto back = static_cast<int32_t>(1 + rng() % static_cast<uint64_t>(m.num_steps()));
       m.rollback(back);

@@ -208,6 +208,38 @@ TEST(GrammarMatcher, LazyStateClassificationIsThreadSafe) {
   for (int m : mismatches) EXPECT_EQ(m, 0);
 }
 
+// A long output: the matcher's node pool is compacted several times on the way (it keeps what
+// the history reaches); masks stay exact and old positions stay reachable by rollback.
+TEST(GrammarMatcher, LongGenerationsStayExact) {
+  const auto paths = shared_vocabulary_paths(false);
+  const std::shared_ptr<const g::TokenVocabulary> vocab =
+      paths.empty() ? byte_vocabulary() : load_gguf_vocabulary(paths[0]).vocabulary;
+  auto compiled = g::compile_grammar(GrammarKind::kGbnf, R"gbnf(root ::= ("[" item ("," item)* "]")+
+      item ::= [a-z]+ | "[" item ("," item)* "]" | "{" [a-z]* "}")gbnf", vocab);
+  g::GrammarMatcher m(compiled);
+  std::mt19937_64 rng(99);
+  std::vector<uint32_t> mask(static_cast<size_t>(vocab->bitmask_words())), early;
+  std::vector<int32_t> all(static_cast<size_t>(vocab->size()));
+  for (int32_t id = 0; id < vocab->size(); ++id) all[static_cast<size_t>(id)] = id;
+  for (int step = 0; step < 3000; ++step) {
+    m.fill_next_token_bitmask(mask);
+    if (step == 10) early = mask;
+    if (step % 250 == 0) {
+      expect_mask_matches_reference(m, mask, all, "long walk step " + std::to_string(step));
+      if (HasFatalFailure()) return;
+    }
+    std::vector<int32_t> ids;
+    for (int32_t id : allowed_ids(mask, vocab->size()))
+      if (!vocab->is_stop(id)) ids.push_back(id);
+    ASSERT_FALSE(ids.empty()) << step;
+    ASSERT_TRUE(m.accept_token(ids[std::uniform_int_distribution<size_t>(0, ids.size() - 1)(rng)]));
+    if (step % 97 == 0) m.compact();  // also done on its own once the pool grows
+  }
+  m.rollback(m.num_steps() - 10);
+  m.fill_next_token_bitmask(mask);
+  EXPECT_EQ(mask, early);
+}
+
 TEST(GrammarCache, HitsShareOneCompilationAcrossThreads) {
   g::GrammarCache cache(byte_vocabulary(), 2);
   const std::string schema = R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]})";

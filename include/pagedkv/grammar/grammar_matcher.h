@@ -55,6 +55,9 @@ class GrammarMatcher {
   void rollback(int32_t n);
   int32_t num_steps() const;
   void reset();  // back to the start of the grammar
+  // Drops the stack nodes no remembered step reaches (done automatically as they accumulate;
+  // positions, masks and rollback are unchanged).
+  void compact();
 
   const CompiledGrammar& grammar() const { return *grammar_; }
 
