@@ -3,8 +3,9 @@
 // grammar must either fail with a GrammarError or drive a matcher on a small synthetic
 // vocabulary where, at every step: the mask is never empty unless a stop token ended the output,
 // every token the mask allows is accepted by stepping its bytes one at a time (and a sample of
-// the others is refused), and rollback restores the mask exactly, compactions included. Anything else (another
-// exception, a crash, a sanitizer report) is a bug. Built and run by scripts/fuzz.sh.
+// the others is refused), and rollback restores the mask exactly, compactions included.
+// Anything else (another exception, a crash, a sanitizer report) is a bug. Built and run by
+// scripts/fuzz.sh.
 #include <cstddef>
 #include <cstdint>
 #include <random>
