@@ -165,6 +165,7 @@ TEST(GrammarMatcher, ApplyBitmaskSetsDisallowedToMinusInfinity) {
   for (int32_t id : {0, 5, 31, 32, 64, 69}) mask[static_cast<size_t>(id) / 32] |= 1u << (id % 32);
   mask[2] |= 1u << 31;  // past the logits: ignored
   g::apply_token_bitmask(logits, mask);
+  EXPECT_THROW(g::apply_token_bitmask(logits, std::span<const uint32_t>(mask).first(2)), UsageError);
   for (size_t i = 0; i < logits.size(); ++i) {
     const bool allowed = i == 0 || i == 5 || i == 31 || i == 32 || i == 64 || i == 69;
     if (allowed)

@@ -13,7 +13,7 @@ inline bool bitmask_allows(std::span<const uint32_t> mask, int32_t id) {
 }
 
 // logits[i] = -inf for every i < logits.size() whose bit is clear. `mask` must have at least
-// (logits.size() + 31) / 32 words; bits past the logits are ignored.
+// (logits.size() + 31) / 32 words (else UsageError); bits past the logits are ignored.
 void apply_token_bitmask(std::span<float> logits, std::span<const uint32_t> mask);
 
 }  // namespace pagedkv::grammar
