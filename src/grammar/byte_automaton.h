@@ -82,6 +82,8 @@ class ByteAutomaton {
     }
     return -1;
   }
+  const ByteEdge* edges_begin(int32_t s) const { return edges_.data() + state(s).edges_begin; }
+  const ByteEdge* edges_end(int32_t s) const { return edges_.data() + state(s).edges_end; }
   const CallEdge* calls_begin(int32_t s) const { return calls_.data() + state(s).calls_begin; }
   const CallEdge* calls_end(int32_t s) const { return calls_.data() + state(s).calls_end; }
 

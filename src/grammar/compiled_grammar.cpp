@@ -1,6 +1,8 @@
 #include "pagedkv/grammar/compiled_grammar.h"
 
 #include <chrono>
+#include <unordered_map>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -8,6 +10,16 @@
 #include "pagedkv/grammar/grammar_front_ends.h"
 
 namespace pagedkv::grammar {
+
+namespace {
+struct StateKeyHash {
+  size_t operator()(const std::vector<int32_t>& v) const {
+    uint64_t h = 1469598103934665603ull;
+    for (int32_t x : v) h = (h ^ static_cast<uint32_t>(x)) * 1099511628211ull;
+    return static_cast<size_t>(h);
+  }
+};
+}  // namespace
 
 const char* grammar_kind_name(GrammarKind kind) {
   switch (kind) {
@@ -35,7 +47,8 @@ Grammar build_grammar(GrammarKind kind, std::string_view text, const GrammarOpti
 }
 
 std::optional<StateTokens> classify_tokens(const ByteAutomaton& automaton, const TokenVocabulary& vocabulary,
-                                           int32_t state, StackPool& pool, const CompileDeadline* deadline) {
+                                           int32_t state, StackPool& pool, const CompileDeadline* deadline,
+                                           int32_t min_token_bytes) {
   const auto& trie = vocabulary.trie();
   const auto& trie_tokens = vocabulary.trie_tokens();
   StackStepper stepper(automaton, pool);
@@ -56,14 +69,20 @@ std::optional<StateTokens> classify_tokens(const ByteAutomaton& automaton, const
   single[0] = {state, -1};
   std::vector<int32_t> accepted, uncertain;
   auto add_tokens = [&](std::vector<int32_t>& to, size_t from_node, size_t to_node) {
-    for (size_t m = from_node; m < to_node; ++m)
+    for (size_t m = from_node; m < to_node; ++m) {
+      if (trie[m].depth < min_token_bytes) continue;
       for (int32_t t = trie[m].token_begin; t < trie[m].token_end; ++t) to.push_back(trie_tokens[static_cast<size_t>(t)]);
+    }
   };
   size_t i = 1;
   size_t steps = 0;
   while (i < trie.size()) {
     if (deadline && (++steps & 4095) == 0 && deadline->expired()) return std::nullopt;
     const auto& n = trie[i];
+    if (n.max_depth < min_token_bytes) {  // no token here is long enough to be asked about
+      i = static_cast<size_t>(n.subtree_end);
+      continue;
+    }
     const size_t d = n.depth;
     // Step depth d-1 -> d by n.byte.
     bool alive = false, has_tops = false, can_end = false;
@@ -127,12 +146,91 @@ CompiledGrammar::Impl::~Impl() {
   for (int32_t s = 0; s < automaton.num_states(); ++s) delete tokens[static_cast<size_t>(s)].load(std::memory_order_relaxed);
 }
 
+std::vector<int32_t> shared_classification_states(const ByteAutomaton& a, const CompileDeadline& deadline) {
+  const auto n = static_cast<size_t>(a.num_states());
+  std::vector<int32_t> shares(n);
+  for (size_t s = 0; s < n; ++s) shares[s] = static_cast<int32_t>(s);
+  if (n > 50'000) return shares;
+  // Round 0: states that end the rule, have no byte edges, or call (each its own class) differ.
+  std::vector<int32_t> cls(n);
+  for (size_t s = 0; s < n; ++s) {
+    const auto st = static_cast<int32_t>(s);
+    const bool calls = a.calls_begin(st) != a.calls_end(st);
+    cls[s] = calls ? 3 + st : (a.state(st).final ? 1 : 0) + (a.has_byte_edges(st) ? 0 : 2);
+  }
+  std::unordered_map<std::vector<int32_t>, int32_t, StateKeyHash> ids;
+  std::vector<int32_t> key, next(n);
+  for (int32_t round = 0; round < kSharedHorizonBytes; ++round) {
+    if (deadline.expired()) return shares;
+    ids.clear();
+    for (size_t s = 0; s < n; ++s) {
+      key.clear();
+      key.push_back(cls[s]);
+      for (const ByteEdge* e = a.edges_begin(static_cast<int32_t>(s)); e != a.edges_end(static_cast<int32_t>(s)); ++e) {
+        key.push_back(e->lo);
+        key.push_back(e->hi);
+        key.push_back(cls[static_cast<size_t>(e->target)]);
+      }
+      next[s] = ids.emplace(key, static_cast<int32_t>(ids.size())).first->second;
+    }
+    const bool stable = ids.size() == std::unordered_set<int32_t>(cls.begin(), cls.end()).size();
+    cls.swap(next);
+    if (stable) break;
+  }
+  std::unordered_map<int32_t, int32_t> first_of_class;
+  for (size_t s = 0; s < n; ++s) shares[s] = first_of_class.emplace(cls[s], static_cast<int32_t>(s)).first->second;
+  return shares;
+}
+
+StateTokens CompiledGrammar::Impl::classify(int32_t state, StackPool& pool, const CompileDeadline* deadline,
+                                            bool& gave_up) const {
+  gave_up = false;
+  const int32_t shared = shares_with.empty() ? state : shares_with[static_cast<size_t>(state)];
+  if (shared == state) {
+    std::optional<StateTokens> own = classify_tokens(automaton, *vocabulary, state, pool, deadline);
+    if (!own) gave_up = true;
+    return own ? std::move(*own) : StateTokens{};
+  }
+  // Short tokens as the state it shares with; long ones walked here.
+  const StateTokens& base = tokens_for(shared);
+  std::optional<StateTokens> long_tokens =
+      classify_tokens(automaton, *vocabulary, state, pool, deadline, kSharedHorizonBytes + 1);
+  if (!long_tokens) {
+    gave_up = true;
+    return {};
+  }
+  const TokenVocabulary& v = *vocabulary;
+  auto is_short = [&](int32_t id) { return static_cast<int32_t>(v.bytes(id).size()) <= kSharedHorizonBytes; };
+  StateTokens out;
+  if (!base.accepted_bits.empty()) {
+    out.accepted_bits = base.accepted_bits;
+    for (int32_t id : long_token_ids) out.accepted_bits[static_cast<size_t>(id) / 32] &= ~(1u << (static_cast<uint32_t>(id) % 32));
+    for (int32_t id : long_tokens->accepted_ids) out.accepted_bits[static_cast<size_t>(id) / 32] |= 1u << (static_cast<uint32_t>(id) % 32);
+    for (size_t w = 0; w < long_tokens->accepted_bits.size(); ++w) out.accepted_bits[w] |= long_tokens->accepted_bits[w];
+  } else {
+    for (int32_t id : base.accepted_ids)
+      if (is_short(id)) out.accepted_ids.push_back(id);
+    if (!long_tokens->accepted_bits.empty()) {
+      out.accepted_bits = long_tokens->accepted_bits;
+      for (int32_t id : out.accepted_ids) out.accepted_bits[static_cast<size_t>(id) / 32] |= 1u << (static_cast<uint32_t>(id) % 32);
+      out.accepted_ids.clear();
+    } else {
+      out.accepted_ids.insert(out.accepted_ids.end(), long_tokens->accepted_ids.begin(), long_tokens->accepted_ids.end());
+    }
+  }
+  for (int32_t id : base.uncertain)
+    if (is_short(id)) out.uncertain.push_back(id);
+  out.uncertain.insert(out.uncertain.end(), long_tokens->uncertain.begin(), long_tokens->uncertain.end());
+  return out;
+}
+
 const StateTokens& CompiledGrammar::Impl::tokens_for(int32_t state) const {
   std::atomic<const StateTokens*>& slot = tokens[static_cast<size_t>(state)];
   const StateTokens* have = slot.load(std::memory_order_acquire);
   if (have) return *have;
   StackPool pool;
-  auto* fresh = new StateTokens(*classify_tokens(automaton, *vocabulary, state, pool));
+  bool gave_up = false;
+  auto* fresh = new StateTokens(classify(state, pool, nullptr, gave_up));
   const StateTokens* expected = nullptr;
   if (slot.compare_exchange_strong(expected, fresh, std::memory_order_acq_rel)) return *fresh;
   delete fresh;
@@ -175,15 +273,21 @@ std::shared_ptr<const CompiledGrammar> compile_grammar(const Grammar& grammar,
   }
   StackPool pool;
   const CompileDeadline precompute_deadline(limits.precompute_budget_ms);
+  impl->shares_with = shared_classification_states(a, precompute_deadline);
+  for (int32_t id : vocabulary->trie_tokens())
+    if (static_cast<int32_t>(vocabulary->bytes(id).size()) > kSharedHorizonBytes) impl->long_token_ids.push_back(id);
   for (int32_t s = 0; s < a.num_states(); ++s) {
     if (!reachable[static_cast<size_t>(s)] || !a.has_byte_edges(s)) continue;
     if (deadline.expired() || precompute_deadline.expired()) break;
     if (pool.size() > (1u << 20)) pool.clear();
-    std::optional<StateTokens> tokens = classify_tokens(a, *vocabulary, s, pool, &precompute_deadline);
-    if (!tokens) break;  // out of precompute time: this state and the rest are classified on first use
-    impl->tokens[static_cast<size_t>(s)].store(new StateTokens(std::move(*tokens)), std::memory_order_relaxed);
-    ++impl->precomputed;
+    if (impl->tokens[static_cast<size_t>(s)].load(std::memory_order_relaxed)) continue;  // computed as a base
+    bool gave_up = false;
+    StateTokens tokens = impl->classify(s, pool, &precompute_deadline, gave_up);
+    if (gave_up) break;  // out of precompute time: this state and the rest are classified on first use
+    impl->tokens[static_cast<size_t>(s)].store(new StateTokens(std::move(tokens)), std::memory_order_release);
   }
+  for (int32_t s = 0; s < a.num_states(); ++s)
+    if (impl->tokens[static_cast<size_t>(s)].load(std::memory_order_relaxed)) ++impl->precomputed;
   impl->compile_ms = deadline.elapsed_ms();
   return std::shared_ptr<const CompiledGrammar>(new CompiledGrammar(std::move(impl)));
 }

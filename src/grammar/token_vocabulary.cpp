@@ -55,6 +55,13 @@ std::shared_ptr<const TokenVocabulary> TokenVocabulary::create(std::vector<std::
     v->trie_[static_cast<size_t>(path.back())].subtree_end = static_cast<int32_t>(v->trie_.size());
     path.pop_back();
   }
+  // Deepest node below each node: every leaf ends a token, so this is the longest token there.
+  for (size_t i = v->trie_.size(); i-- > 0;) {
+    TrieNode& n = v->trie_[i];
+    n.max_depth = n.depth;
+    for (size_t c = i + 1; c < static_cast<size_t>(n.subtree_end); c = static_cast<size_t>(v->trie_[c].subtree_end))
+      n.max_depth = std::max(n.max_depth, v->trie_[c].max_depth);
+  }
   if (v->max_token_bytes_ > 65535) throw GrammarError("a token is longer than 65535 bytes");
   return v;
 }

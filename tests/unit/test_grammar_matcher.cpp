@@ -28,6 +28,9 @@ const std::vector<GrammarCase>& grammar_cases() {
       {GrammarKind::kJsonSchema,
        R"({"$defs":{"n":{"type":"object","properties":{"v":{"type":"integer"},"kids":{"type":"array","items":{"$ref":"#/$defs/n"},"maxItems":2}},"required":["v"]}},"$ref":"#/$defs/n"})"},
       {GrammarKind::kJsonObject, ""},
+      // Long bounded repetitions: positions far from the bound share their short tokens' classes.
+      {GrammarKind::kJsonSchema, R"({"type":"array","items":{"type":"string","minLength":2,"maxLength":40},"maxItems":3})"},
+      {GrammarKind::kRegex, R"([a-zé ]{3,50}x|\d{20,30})"},
       {GrammarKind::kRegex, R"((\d{1,3}\.){3}\d{1,3}|[a-z]+@[a-z]+\.(com|org))"},
       {GrammarKind::kChoice, R"(["positive", "negative", "neutral", "pos"])"},
       {GrammarKind::kGbnf, R"gbnf(root ::= expr
