@@ -54,6 +54,8 @@ class CompiledGrammar {
   int32_t num_precomputed_states() const;  // states whose token classes were built at compile time
   double compile_ms() const;           // wall time compile_grammar took
 
+  // The automaton and per-state token classes: private to grammar/ (src/grammar/), read by
+  // GrammarMatcher.
   struct Impl;
   const Impl& impl() const { return *impl_; }
 
