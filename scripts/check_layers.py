@@ -15,7 +15,9 @@ ALLOWED = {
     "model": {"core", "storage", "kernels"},
     "tiers": {"core", "block", "prefix", "manager", "storage"},
     "scheduler": {"core", "block", "prefix", "manager", "tiers"},
-    "engine": {"core", "block", "prefix", "manager", "tiers", "scheduler", "storage", "kernels", "model", "memory"},
+    # Structured output: grammars -> per-token masks over a vocabulary given as bytes (no model/).
+    "grammar": {"core"},
+    "engine": {"core", "block", "prefix", "manager", "tiers", "scheduler", "storage", "kernels", "model", "memory", "grammar"},
     "workload": {"core", "block", "prefix", "manager", "scheduler", "memory"},
     "replay": {"core", "block", "prefix", "manager", "scheduler", "memory", "workload"},
     # The HTTP/API layer both front ends stand on: the API's error shape, the HTTP listener, peer
@@ -23,7 +25,7 @@ ALLOWED = {
     # It tokenizes (model) and reads block events (block), never an engine.
     "api": {"core", "block", "prefix", "model"},
     # The OpenAI-compatible server: metrics and the engine thread behind the API layer.
-    "server": {"core", "block", "prefix", "manager", "tiers", "scheduler", "storage", "kernels", "model", "memory", "engine", "api"},
+    "server": {"core", "block", "prefix", "manager", "tiers", "scheduler", "storage", "kernels", "model", "memory", "grammar", "engine", "api"},
     # The HTTP load generator: a client of the server's API, so it needs nothing of the engine.
     "loadgen": {"core"},
     # The remote KV tier's Redis client (hiredis): implements tiers/' RemoteStore.

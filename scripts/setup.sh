@@ -14,6 +14,7 @@ PACKAGES=(build-essential cmake ninja-build pkg-config
           prometheus python3-requests python3-prometheus-client curl
           libhiredis-dev redis-server
           libpcre2-dev   # the BPE tokenizer's pre-tokenizer patterns
+          python3-jsonschema   # the grammar tests validate sampled JSON against its schema
           chromium    # the dashboard test drives it headless (playwright-core from npm)
           clang-14 libclang-rt-14-dev)   # libFuzzer (scripts/fuzz.sh)
 

@@ -1,0 +1,306 @@
+#include "pagedkv/grammar/compiled_grammar.h"
+
+#include <chrono>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <fmt/format.h>
+
+#include "compiled_grammar_impl.h"
+#include "pagedkv/grammar/grammar_front_ends.h"
+
+namespace pagedkv::grammar {
+
+namespace {
+struct StateKeyHash {
+  size_t operator()(const std::vector<int32_t>& v) const {
+    uint64_t h = 1469598103934665603ull;
+    for (int32_t x : v) h = (h ^ static_cast<uint32_t>(x)) * 1099511628211ull;
+    return static_cast<size_t>(h);
+  }
+};
+}  // namespace
+
+const char* grammar_kind_name(GrammarKind kind) {
+  switch (kind) {
+    case GrammarKind::kJsonSchema: return "json_schema";
+    case GrammarKind::kJsonObject: return "json_object";
+    case GrammarKind::kRegex: return "regex";
+    case GrammarKind::kChoice: return "choice";
+    case GrammarKind::kGbnf: return "gbnf";
+  }
+  return "unknown";
+}
+
+Grammar build_grammar(GrammarKind kind, std::string_view text, const GrammarOptions& options) {
+  if (static_cast<int64_t>(text.size()) > options.limits.max_text_bytes)
+    throw GrammarError(limit_message("max_text_bytes", options.limits.max_text_bytes,
+                                     fmt::format("the {} text is {} bytes", grammar_kind_name(kind), text.size())));
+  switch (kind) {
+    case GrammarKind::kJsonSchema: return json_schema_grammar(text, options.json, options.limits);
+    case GrammarKind::kJsonObject: return json_object_grammar(options.json, options.limits);
+    case GrammarKind::kRegex: return regex_grammar(text, options.limits);
+    case GrammarKind::kChoice: return choice_grammar_from_json(text, options.limits);
+    case GrammarKind::kGbnf: return parse_gbnf(text, options.limits);
+  }
+  throw GrammarError("unknown grammar kind");
+}
+
+std::optional<StateTokens> classify_tokens(const ByteAutomaton& automaton, const TokenVocabulary& vocabulary,
+                                           int32_t state, StackPool& pool, const CompileDeadline* deadline,
+                                           int32_t min_token_bytes) {
+  const auto& trie = vocabulary.trie();
+  const auto& trie_tokens = vocabulary.trie_tokens();
+  StackStepper stepper(automaton, pool);
+  const auto depth_count = static_cast<size_t>(vocabulary.max_token_bytes()) + 1;
+  // The set after each depth of the current trie path. Most steps stay inside one rule's DFA
+  // (string content, digits, a key): while the set is one stack whose top has no calls and
+  // cannot end, it is kept as just (state, parent) in `single` and stepped without the pool.
+  struct Single {
+    int32_t state = -1;  // -1: the set is in `sets`
+    int32_t parent = -1;
+  };
+  std::vector<Single> single(depth_count);
+  std::vector<StackSet> sets(depth_count);
+  std::vector<uint8_t> left_rule(depth_count, 0);  // some prefix of this length let the rule end
+  auto is_plain = [&](int32_t s) {
+    return automaton.has_byte_edges(s) && !automaton.state(s).final && automaton.calls_begin(s) == automaton.calls_end(s);
+  };
+  single[0] = {state, -1};
+  std::vector<int32_t> accepted, uncertain;
+  auto add_tokens = [&](std::vector<int32_t>& to, size_t from_node, size_t to_node) {
+    for (size_t m = from_node; m < to_node; ++m) {
+      if (trie[m].depth < min_token_bytes) continue;
+      for (int32_t t = trie[m].token_begin; t < trie[m].token_end; ++t) to.push_back(trie_tokens[static_cast<size_t>(t)]);
+    }
+  };
+  size_t i = 1;
+  size_t steps = 0;
+  while (i < trie.size()) {
+    if (deadline && (++steps & 4095) == 0 && deadline->expired()) return std::nullopt;
+    const auto& n = trie[i];
+    if (n.max_depth < min_token_bytes) {  // no token here is long enough to be asked about
+      i = static_cast<size_t>(n.subtree_end);
+      continue;
+    }
+    const size_t d = n.depth;
+    // Step depth d-1 -> d by n.byte.
+    bool alive = false, has_tops = false, can_end = false;
+    if (single[d - 1].state >= 0) {
+      const int32_t t = automaton.step(single[d - 1].state, n.byte);
+      if (t >= 0 && is_plain(t)) {
+        single[d] = {t, single[d - 1].parent};
+        alive = has_tops = true;
+      } else if (t >= 0) {
+        single[d].state = -1;
+        stepper.start(pool.node(t, single[d - 1].parent), sets[d]);
+      } else {
+        single[d].state = -1;
+        sets[d].clear();
+      }
+    } else {
+      single[d].state = -1;
+      stepper.step(sets[d - 1], n.byte, sets[d]);
+    }
+    if (single[d].state < 0) {
+      alive = !sets[d].empty();
+      has_tops = !sets[d].tops.empty();
+      can_end = sets[d].can_end;
+      if (has_tops && !can_end && sets[d].tops.size() == 1 && is_plain(pool.state(sets[d].tops[0]))) {
+        single[d] = {pool.state(sets[d].tops[0]), pool.parent(sets[d].tops[0])};
+      }
+    }
+    left_rule[d] = left_rule[d - 1] || can_end;
+    if (alive) {
+      add_tokens(accepted, i, i + 1);
+      if (!has_tops) {  // nothing left to read in the rule: the subtree below is the caller's
+        add_tokens(uncertain, i + 1, static_cast<size_t>(n.subtree_end));
+        i = static_cast<size_t>(n.subtree_end);
+        continue;
+      }
+      ++i;
+    } else {
+      if (left_rule[d - 1]) add_tokens(uncertain, i, static_cast<size_t>(n.subtree_end));
+      i = static_cast<size_t>(n.subtree_end);
+    }
+  }
+  StateTokens out;
+  const int32_t v = vocabulary.size();
+  if (static_cast<int64_t>(accepted.size()) * 32 > v) {
+    out.accepted_bits.assign(static_cast<size_t>(vocabulary.bitmask_words()), 0u);
+    for (int32_t t : accepted) out.accepted_bits[static_cast<size_t>(t) / 32] |= 1u << (static_cast<uint32_t>(t) % 32);
+  } else {
+    out.accepted_ids = std::move(accepted);
+  }
+  out.uncertain = std::move(uncertain);
+  return out;
+}
+
+CompiledGrammar::Impl::Impl(std::shared_ptr<const TokenVocabulary> v, ByteAutomaton a)
+    : vocabulary(std::move(v)), automaton(std::move(a)) {
+  tokens.reset(new std::atomic<const StateTokens*>[static_cast<size_t>(automaton.num_states())]);
+  for (int32_t s = 0; s < automaton.num_states(); ++s) tokens[static_cast<size_t>(s)].store(nullptr, std::memory_order_relaxed);
+}
+
+CompiledGrammar::Impl::~Impl() {
+  for (int32_t s = 0; s < automaton.num_states(); ++s) delete tokens[static_cast<size_t>(s)].load(std::memory_order_relaxed);
+}
+
+std::vector<int32_t> shared_classification_states(const ByteAutomaton& a, const CompileDeadline& deadline) {
+  const auto n = static_cast<size_t>(a.num_states());
+  std::vector<int32_t> shares(n);
+  for (size_t s = 0; s < n; ++s) shares[s] = static_cast<int32_t>(s);
+  if (n > 50'000) return shares;
+  // Round 0: states that end the rule, have no byte edges, or call (each its own class) differ.
+  std::vector<int32_t> cls(n);
+  for (size_t s = 0; s < n; ++s) {
+    const auto st = static_cast<int32_t>(s);
+    const bool calls = a.calls_begin(st) != a.calls_end(st);
+    cls[s] = calls ? 3 + st : (a.state(st).final ? 1 : 0) + (a.has_byte_edges(st) ? 0 : 2);
+  }
+  std::unordered_map<std::vector<int32_t>, int32_t, StateKeyHash> ids;
+  std::vector<int32_t> key, next(n);
+  for (int32_t round = 0; round < kSharedHorizonBytes; ++round) {
+    if (deadline.expired()) return shares;
+    ids.clear();
+    for (size_t s = 0; s < n; ++s) {
+      key.clear();
+      key.push_back(cls[s]);
+      for (const ByteEdge* e = a.edges_begin(static_cast<int32_t>(s)); e != a.edges_end(static_cast<int32_t>(s)); ++e) {
+        key.push_back(e->lo);
+        key.push_back(e->hi);
+        key.push_back(cls[static_cast<size_t>(e->target)]);
+      }
+      next[s] = ids.emplace(key, static_cast<int32_t>(ids.size())).first->second;
+    }
+    const bool stable = ids.size() == std::unordered_set<int32_t>(cls.begin(), cls.end()).size();
+    cls.swap(next);
+    if (stable) break;
+  }
+  std::unordered_map<int32_t, int32_t> first_of_class;
+  for (size_t s = 0; s < n; ++s) shares[s] = first_of_class.emplace(cls[s], static_cast<int32_t>(s)).first->second;
+  return shares;
+}
+
+StateTokens CompiledGrammar::Impl::classify(int32_t state, StackPool& pool, const CompileDeadline* deadline,
+                                            bool& gave_up) const {
+  gave_up = false;
+  const int32_t shared = shares_with.empty() ? state : shares_with[static_cast<size_t>(state)];
+  if (shared == state) {
+    std::optional<StateTokens> own = classify_tokens(automaton, *vocabulary, state, pool, deadline);
+    if (!own) gave_up = true;
+    return own ? std::move(*own) : StateTokens{};
+  }
+  // Short tokens as the state it shares with; long ones walked here.
+  const StateTokens& base = tokens_for(shared);
+  std::optional<StateTokens> long_tokens =
+      classify_tokens(automaton, *vocabulary, state, pool, deadline, kSharedHorizonBytes + 1);
+  if (!long_tokens) {
+    gave_up = true;
+    return {};
+  }
+  const TokenVocabulary& v = *vocabulary;
+  auto is_short = [&](int32_t id) { return static_cast<int32_t>(v.bytes(id).size()) <= kSharedHorizonBytes; };
+  StateTokens out;
+  if (!base.accepted_bits.empty()) {
+    out.accepted_bits = base.accepted_bits;
+    for (int32_t id : long_token_ids) out.accepted_bits[static_cast<size_t>(id) / 32] &= ~(1u << (static_cast<uint32_t>(id) % 32));
+    for (int32_t id : long_tokens->accepted_ids) out.accepted_bits[static_cast<size_t>(id) / 32] |= 1u << (static_cast<uint32_t>(id) % 32);
+    for (size_t w = 0; w < long_tokens->accepted_bits.size(); ++w) out.accepted_bits[w] |= long_tokens->accepted_bits[w];
+  } else {
+    for (int32_t id : base.accepted_ids)
+      if (is_short(id)) out.accepted_ids.push_back(id);
+    if (!long_tokens->accepted_bits.empty()) {
+      out.accepted_bits = long_tokens->accepted_bits;
+      for (int32_t id : out.accepted_ids) out.accepted_bits[static_cast<size_t>(id) / 32] |= 1u << (static_cast<uint32_t>(id) % 32);
+      out.accepted_ids.clear();
+    } else {
+      out.accepted_ids.insert(out.accepted_ids.end(), long_tokens->accepted_ids.begin(), long_tokens->accepted_ids.end());
+    }
+  }
+  for (int32_t id : base.uncertain)
+    if (is_short(id)) out.uncertain.push_back(id);
+  out.uncertain.insert(out.uncertain.end(), long_tokens->uncertain.begin(), long_tokens->uncertain.end());
+  return out;
+}
+
+const StateTokens& CompiledGrammar::Impl::tokens_for(int32_t state) const {
+  std::atomic<const StateTokens*>& slot = tokens[static_cast<size_t>(state)];
+  const StateTokens* have = slot.load(std::memory_order_acquire);
+  if (have) return *have;
+  StackPool pool;
+  bool gave_up = false;
+  auto* fresh = new StateTokens(classify(state, pool, nullptr, gave_up));
+  const StateTokens* expected = nullptr;
+  if (slot.compare_exchange_strong(expected, fresh, std::memory_order_acq_rel)) return *fresh;
+  delete fresh;
+  return *expected;
+}
+
+CompiledGrammar::CompiledGrammar(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CompiledGrammar::~CompiledGrammar() = default;
+const TokenVocabulary& CompiledGrammar::vocabulary() const { return *impl_->vocabulary; }
+const std::shared_ptr<const TokenVocabulary>& CompiledGrammar::vocabulary_ptr() const { return impl_->vocabulary; }
+int32_t CompiledGrammar::num_states() const { return impl_->automaton.num_states(); }
+int32_t CompiledGrammar::num_rules() const { return impl_->automaton.num_rules(); }
+int32_t CompiledGrammar::num_precomputed_states() const { return impl_->precomputed; }
+double CompiledGrammar::compile_ms() const { return impl_->compile_ms; }
+
+std::shared_ptr<const CompiledGrammar> compile_grammar(const Grammar& grammar,
+                                                       std::shared_ptr<const TokenVocabulary> vocabulary,
+                                                       const GrammarLimits& limits) {
+  if (!vocabulary) throw GrammarError("compile_grammar needs a vocabulary");
+  const CompileDeadline deadline(limits.compile_budget_ms);
+  auto impl = std::make_unique<CompiledGrammar::Impl>(vocabulary, ByteAutomaton(grammar, limits, deadline));
+  // Precompute the token classes of every state a token can start from (reachable, with byte
+  // edges), within the precompute budget; the rest are computed on first use.
+  const ByteAutomaton& a = impl->automaton;
+  std::vector<uint8_t> reachable(static_cast<size_t>(a.num_states()), 0);
+  std::vector<int32_t> work{a.rule_start(a.root())};
+  while (!work.empty()) {
+    const int32_t s = work.back();
+    work.pop_back();
+    if (reachable[static_cast<size_t>(s)]) continue;
+    reachable[static_cast<size_t>(s)] = 1;
+    for (int b = 0; b < 256; ++b) {
+      const int32_t t = a.step(s, static_cast<uint8_t>(b));
+      if (t >= 0 && !reachable[static_cast<size_t>(t)]) work.push_back(t);
+    }
+    for (const CallEdge* c = a.calls_begin(s); c != a.calls_end(s); ++c) {
+      work.push_back(a.rule_start(c->rule));
+      work.push_back(c->return_state);
+    }
+  }
+  StackPool pool;
+  const CompileDeadline precompute_deadline(limits.precompute_budget_ms);
+  impl->shares_with = shared_classification_states(a, precompute_deadline);
+  for (int32_t id : vocabulary->trie_tokens())
+    if (static_cast<int32_t>(vocabulary->bytes(id).size()) > kSharedHorizonBytes) impl->long_token_ids.push_back(id);
+  for (int32_t s = 0; s < a.num_states(); ++s) {
+    if (!reachable[static_cast<size_t>(s)] || !a.has_byte_edges(s)) continue;
+    if (deadline.expired() || precompute_deadline.expired()) break;
+    if (pool.size() > (1u << 20)) pool.clear();
+    if (impl->tokens[static_cast<size_t>(s)].load(std::memory_order_relaxed)) continue;  // computed as a base
+    bool gave_up = false;
+    StateTokens tokens = impl->classify(s, pool, &precompute_deadline, gave_up);
+    if (gave_up) break;  // out of precompute time: this state and the rest are classified on first use
+    impl->tokens[static_cast<size_t>(s)].store(new StateTokens(std::move(tokens)), std::memory_order_release);
+  }
+  for (int32_t s = 0; s < a.num_states(); ++s)
+    if (impl->tokens[static_cast<size_t>(s)].load(std::memory_order_relaxed)) ++impl->precomputed;
+  impl->compile_ms = deadline.elapsed_ms();
+  return std::shared_ptr<const CompiledGrammar>(new CompiledGrammar(std::move(impl)));
+}
+
+std::shared_ptr<const CompiledGrammar> compile_grammar(GrammarKind kind, std::string_view text,
+                                                       std::shared_ptr<const TokenVocabulary> vocabulary,
+                                                       const GrammarOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  const Grammar g = build_grammar(kind, text, options);
+  GrammarLimits rest = options.limits;
+  const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+  rest.compile_budget_ms = static_cast<int32_t>(std::max<int64_t>(1, rest.compile_budget_ms - spent));
+  return compile_grammar(g, std::move(vocabulary), rest);
+}
+
+}  // namespace pagedkv::grammar

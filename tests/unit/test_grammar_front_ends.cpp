@@ -1,0 +1,353 @@
+// The front ends (GBNF, regex, choice, JSON Schema) and the limits: each grammar is compiled on a
+// byte vocabulary and asked which whole strings it accepts (accept_bytes, then can_terminate).
+#include <chrono>
+
+#include "grammar_test_support.h"
+#include "pagedkv/grammar/grammar_front_ends.h"
+#include "pagedkv/grammar/json_schema_grammar.h"
+
+namespace pagedkv::testing {
+namespace {
+
+using g::GrammarKind;
+
+struct Language {
+  std::shared_ptr<const g::CompiledGrammar> compiled;
+
+  Language(GrammarKind kind, std::string_view text, g::GrammarOptions options = {})
+      : compiled(g::compile_grammar(kind, text, byte_vocabulary(), options)) {}
+
+  bool accepts(std::string_view s) const {
+    g::GrammarMatcher m(compiled);
+    return m.accept_bytes(s) && m.can_terminate();
+  }
+  bool accepts_prefix(std::string_view s) const {
+    g::GrammarMatcher m(compiled);
+    return m.accept_bytes(s);
+  }
+};
+
+// The message of the GrammarError that compiling throws ("" if none).
+std::string compile_error(GrammarKind kind, std::string_view text, g::GrammarOptions options = {}) {
+  try {
+    g::compile_grammar(kind, text, byte_vocabulary(), options);
+  } catch (const g::GrammarError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(GrammarGbnf, LiteralsClassesRepetitionAndRecursion) {
+  const Language l(GrammarKind::kGbnf, R"(
+    # a comment
+    root ::= greeting " " list
+    greeting ::= "hi" | "hello"
+    list ::= "[" (item ("," item)*)? "]"
+    item ::= [a-c]+ | list   # recursion
+  )");
+  EXPECT_TRUE(l.accepts("hi []"));
+  EXPECT_TRUE(l.accepts("hello [a,bb,[c,[]]]"));
+  EXPECT_FALSE(l.accepts("hi [d]"));
+  EXPECT_FALSE(l.accepts("hi [a,]"));
+  EXPECT_FALSE(l.accepts("hey []"));
+  EXPECT_TRUE(l.accepts_prefix("hello [[a"));
+}
+
+TEST(GrammarGbnf, BoundsNegatedClassesEscapesAndUnicode) {
+  const Language l(GrammarKind::kGbnf, R"(root ::= [0-9]{2,3} "-" [^\n"]{0,2} "\x41\u00e9" [α-ω]?)");
+  EXPECT_TRUE(l.accepts("12-Aé"));
+  EXPECT_TRUE(l.accepts("123-xyAéβ"));
+  EXPECT_FALSE(l.accepts("1-Aé"));
+  EXPECT_FALSE(l.accepts("1234-Aé"));
+  EXPECT_FALSE(l.accepts("12-xyzAé"));
+  EXPECT_FALSE(l.accepts("12-\"Aé"));
+  EXPECT_FALSE(l.accepts("12-Aéa"));
+  // A negated class takes whole UTF-8 characters, never a lone continuation byte.
+  const Language any(GrammarKind::kGbnf, R"(root ::= [^a]*)");
+  EXPECT_TRUE(any.accepts("bé€😀"));
+  EXPECT_FALSE(any.accepts("\xA9"));
+  EXPECT_FALSE(any.accepts("\xC3"));
+  EXPECT_TRUE(any.accepts_prefix("\xC3"));
+}
+
+TEST(GrammarGbnf, ErrorsNameTheProblem) {
+  EXPECT_NE(compile_error(GrammarKind::kGbnf, "root ::= a\na ::= a \"x\" | \"y\"").find("left-recursive"), std::string::npos);
+  EXPECT_NE(compile_error(GrammarKind::kGbnf, "root ::= missing").find("never defined"), std::string::npos);
+  EXPECT_NE(compile_error(GrammarKind::kGbnf, "start ::= \"x\"").find("root"), std::string::npos);
+  EXPECT_NE(compile_error(GrammarKind::kGbnf, "root ::= \"x").find("unterminated"), std::string::npos);
+  EXPECT_NE(compile_error(GrammarKind::kGbnf, "root ::= \"x\"{3,1}").find("bounds"), std::string::npos);
+  EXPECT_NE(compile_error(GrammarKind::kGbnf, "root ::= \"(\" root \")\"").find("matches no string"), std::string::npos);
+}
+
+TEST(GrammarGbnf, ToGbnfRoundTrips) {
+  const g::Grammar a = g::parse_gbnf(R"(root ::= "a" [b-d]* x{1,2} | x
+                                        x ::= [^\x00-\x20] "é")");
+  const g::Grammar b = g::parse_gbnf(a.to_gbnf());
+  const auto vocab = byte_vocabulary();
+  auto ca = g::compile_grammar(a, vocab), cb = g::compile_grammar(b, vocab);
+  for (const char* s : {"abx\xC3\xA9", "x\xC3\xA9", "a!\xC3\xA9!\xC3\xA9", "a", "ab", "abbd!\xC3\xA9"}) {
+    g::GrammarMatcher ma(ca), mb(cb);
+    const bool ra = ma.accept_bytes(s) && ma.can_terminate();
+    const bool rb = mb.accept_bytes(s) && mb.can_terminate();
+    EXPECT_EQ(ra, rb) << s;
+  }
+}
+
+TEST(GrammarRegex, Features) {
+  const Language l(GrammarKind::kRegex, R"(^(\d{3}-)?[A-Z][a-z]+(?:,\s\w+)*\.?$)");
+  EXPECT_TRUE(l.accepts("Hello"));
+  EXPECT_TRUE(l.accepts("555-Hello, w0rld, x."));
+  EXPECT_FALSE(l.accepts("55-Hello"));
+  EXPECT_FALSE(l.accepts("hello"));
+  EXPECT_FALSE(l.accepts("Hello,"));
+  const Language dot(GrammarKind::kRegex, "a.c|x{2,}|[^abc]{1,2}|\\.\\*\\x41");
+  EXPECT_TRUE(dot.accepts("abc"));
+  EXPECT_TRUE(dot.accepts("a€c"));
+  EXPECT_FALSE(dot.accepts("a\nc"));
+  EXPECT_TRUE(dot.accepts("xxxxx"));
+  EXPECT_TRUE(dot.accepts("x"));  // [^abc]{1,2}
+  EXPECT_FALSE(dot.accepts("aa"));
+  EXPECT_TRUE(dot.accepts("dé"));
+  EXPECT_FALSE(dot.accepts("da"));
+  EXPECT_TRUE(dot.accepts(".*A"));
+  const Language brace(GrammarKind::kRegex, "a{,2}b{x");  // '{' that is no quantifier is literal
+  EXPECT_TRUE(brace.accepts("aab{x"));
+  EXPECT_TRUE(brace.accepts("b{x"));
+}
+
+TEST(GrammarRegex, RefusesWhatItCannotExpress) {
+  EXPECT_NE(compile_error(GrammarKind::kRegex, "(a)\\1").find("back-references"), std::string::npos);
+  EXPECT_NE(compile_error(GrammarKind::kRegex, "a(?=b)").find("look-around"), std::string::npos);
+  EXPECT_NE(compile_error(GrammarKind::kRegex, "\\bword").find("word boundary"), std::string::npos);
+  EXPECT_NE(compile_error(GrammarKind::kRegex, "a$b").find("'$'"), std::string::npos);
+  EXPECT_NE(compile_error(GrammarKind::kRegex, "(ab").find("')'"), std::string::npos);
+  EXPECT_NE(compile_error(GrammarKind::kRegex, "*a").find("nothing to repeat"), std::string::npos);
+}
+
+TEST(GrammarChoice, OneOfTheStrings) {
+  const Language l(GrammarKind::kChoice, R"(["yes", "no", "not sure", "ño"])");
+  EXPECT_TRUE(l.accepts("yes"));
+  EXPECT_TRUE(l.accepts("not sure"));
+  EXPECT_TRUE(l.accepts("ño"));
+  EXPECT_FALSE(l.accepts("not"));
+  EXPECT_FALSE(l.accepts("yesno"));
+  EXPECT_NE(compile_error(GrammarKind::kChoice, R"(["a", 1])").find("array of strings"), std::string::npos);
+}
+
+TEST(GrammarJsonSchema, ObjectsWithRequiredOptionalAndOrder) {
+  const Language l(GrammarKind::kJsonSchema, R"({
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}, "tags": {"type": "array", "items": {"type": "string"}}},
+    "required": ["name"]})");
+  EXPECT_TRUE(l.accepts(R"({"name":"Bo"})"));
+  EXPECT_TRUE(l.accepts(R"({"name":"Bo","age":-3})"));
+  EXPECT_TRUE(l.accepts(R"({"name":"Bo","tags":[]})"));
+  EXPECT_TRUE(l.accepts(R"({"name":"Bo","age":0,"tags":["a","b\"\\\u00e9"]})"));
+  EXPECT_FALSE(l.accepts(R"({"age":3})"));
+  EXPECT_FALSE(l.accepts(R"({"name":"Bo",})"));
+  EXPECT_FALSE(l.accepts(R"({"age":3,"name":"Bo"})"));      // schema order
+  EXPECT_FALSE(l.accepts(R"({"name":"Bo","other":1})"));    // additionalProperties defaults to false
+  EXPECT_FALSE(l.accepts(R"({"name":"Bo","age":01})"));
+  EXPECT_FALSE(l.accepts(R"({ "name":"Bo"})"));             // compact by default
+  EXPECT_FALSE(l.accepts("{\"name\":\"a\nb\"}"));          // raw control characters
+  EXPECT_FALSE(l.accepts(R"({"name":"\x"})"));              // invalid escape
+}
+
+TEST(GrammarJsonSchema, WhitespaceWhenAllowed) {
+  g::GrammarOptions options;
+  options.json.allow_whitespace = true;
+  options.json.max_whitespace = 2;
+  const Language l(GrammarKind::kJsonSchema, R"({"type":"object","properties":{"a":{"type":"array","items":{"type":"boolean"}}},"required":["a"]})", options);
+  EXPECT_TRUE(l.accepts("{ \"a\" :\n[ true ,false ] }"));
+  EXPECT_TRUE(l.accepts("{\"a\":[]}"));
+  EXPECT_FALSE(l.accepts("{   \"a\":[]}"));  // more than max_whitespace
+}
+
+TEST(GrammarJsonSchema, AdditionalPropertiesSchemaAvoidsNamedKeys) {
+  const Language l(GrammarKind::kJsonSchema, R"({"type":"object","properties":{"ab":{"type":"null"}},"additionalProperties":{"type":"integer"}})");
+  EXPECT_TRUE(l.accepts(R"({"ab":null,"x":1,"a":2,"abc":3,"":4})"));
+  EXPECT_TRUE(l.accepts(R"({"b":1})"));
+  EXPECT_FALSE(l.accepts(R"({"ab":null,"ab":1})"));
+  EXPECT_FALSE(l.accepts(R"({"ab":1})"));
+  EXPECT_FALSE(l.accepts(R"({"x":"s"})"));
+}
+
+TEST(GrammarJsonSchema, ScalarsEnumsConstAndUnions) {
+  const Language e(GrammarKind::kJsonSchema, R"({"enum":["red", 1, null, {"a":[1]}]})");
+  EXPECT_TRUE(e.accepts(R"("red")"));
+  EXPECT_TRUE(e.accepts("1"));
+  EXPECT_TRUE(e.accepts("null"));
+  EXPECT_TRUE(e.accepts(R"({"a":[1]})"));
+  EXPECT_FALSE(e.accepts(R"("blue")"));
+  const Language c(GrammarKind::kJsonSchema, R"({"const":"x"})");
+  EXPECT_TRUE(c.accepts(R"("x")"));
+  EXPECT_FALSE(c.accepts(R"("y")"));
+  const Language u(GrammarKind::kJsonSchema, R"({"type":["number","null","boolean"]})");
+  for (const char* s : {"null", "true", "false", "0", "-0.5", "1e10", "2.5E-3"}) EXPECT_TRUE(u.accepts(s)) << s;
+  for (const char* s : {"01", ".5", "1.", "+1", "\"1\"", "nul"}) EXPECT_FALSE(u.accepts(s)) << s;
+  const Language any(GrammarKind::kJsonSchema, R"({"anyOf":[{"type":"string","maxLength":1},{"type":"array","maxItems":1}]})");
+  EXPECT_TRUE(any.accepts(R"("a")"));
+  EXPECT_TRUE(any.accepts(R"([{"x":[1,2]}])"));
+  EXPECT_FALSE(any.accepts(R"("ab")"));
+  EXPECT_FALSE(any.accepts("[1,2]"));
+}
+
+TEST(GrammarJsonSchema, IntegerRanges) {
+  struct Case {
+    const char* schema;
+    int64_t lo, hi;
+  };
+  for (const Case& c : {Case{R"({"type":"integer","minimum":-17,"maximum":123})", -17, 123},
+                        Case{R"({"type":"integer","exclusiveMinimum":5,"exclusiveMaximum":1000})", 6, 999},
+                        Case{R"({"type":"integer","minimum":-250,"maximum":-3})", -250, -3},
+                        Case{R"({"type":"integer","minimum":0,"maximum":0})", 0, 0}}) {
+    const Language l(GrammarKind::kJsonSchema, c.schema);
+    for (int64_t v = -1100; v <= 1100; ++v)
+      ASSERT_EQ(l.accepts(std::to_string(v)), v >= c.lo && v <= c.hi) << c.schema << " " << v;
+  }
+  const Language open(GrammarKind::kJsonSchema, R"({"type":"integer","minimum":95})");
+  for (int64_t v = 0; v <= 2000; ++v) ASSERT_EQ(open.accepts(std::to_string(v)), v >= 95) << v;
+  EXPECT_TRUE(open.accepts("123456789012"));
+  const Language below(GrammarKind::kJsonSchema, R"({"type":"integer","maximum":-95})");
+  for (int64_t v = -2000; v <= 100; ++v) ASSERT_EQ(below.accepts(std::to_string(v)), v <= -95) << v;
+}
+
+TEST(GrammarJsonSchema, StringsLengthPatternFormat) {
+  const Language len(GrammarKind::kJsonSchema, R"({"type":"string","minLength":2,"maxLength":3})");
+  EXPECT_TRUE(len.accepts(R"("ab")"));
+  EXPECT_TRUE(len.accepts(R"("a\nb")"));   // an escape is one character
+  EXPECT_TRUE(len.accepts(R"("éé")"));
+  EXPECT_FALSE(len.accepts(R"("a")"));
+  EXPECT_FALSE(len.accepts(R"("abcd")"));
+  const Language pat(GrammarKind::kJsonSchema, R"({"type":"string","pattern":"^[a-z]+\\d$"})");
+  EXPECT_TRUE(pat.accepts(R"("abc1")"));
+  EXPECT_FALSE(pat.accepts(R"("abc")"));
+  const Language date(GrammarKind::kJsonSchema, R"({"type":"string","format":"date"})");
+  EXPECT_TRUE(date.accepts(R"("2024-02-29")"));
+  EXPECT_FALSE(date.accepts(R"("2024-13-01")"));
+  const Language uuid(GrammarKind::kJsonSchema, R"({"format":"uuid"})");
+  EXPECT_TRUE(uuid.accepts(R"("123e4567-e89b-12d3-a456-426614174000")"));
+  EXPECT_FALSE(uuid.accepts(R"("123e4567")"));
+  const Language dt(GrammarKind::kJsonSchema, R"({"type":"string","format":"date-time"})");
+  EXPECT_TRUE(dt.accepts(R"("2024-01-31T23:59:60Z")") == false);
+  EXPECT_TRUE(dt.accepts(R"("2024-01-31T23:59:59.123+01:00")"));
+}
+
+TEST(GrammarJsonSchema, ArraysPrefixItemsAndBounds) {
+  const Language l(GrammarKind::kJsonSchema, R"({"type":"array","prefixItems":[{"type":"integer"},{"type":"string"}],"items":{"type":"boolean"},"minItems":1,"maxItems":4})");
+  EXPECT_TRUE(l.accepts("[1]"));
+  EXPECT_TRUE(l.accepts(R"([1,"a"])"));
+  EXPECT_TRUE(l.accepts(R"([1,"a",true,false])"));
+  EXPECT_FALSE(l.accepts("[]"));
+  EXPECT_FALSE(l.accepts(R"([1,"a",true,false,true])"));
+  EXPECT_FALSE(l.accepts(R"(["a"])"));
+  const Language strict(GrammarKind::kJsonSchema, R"({"prefixItems":[{"type":"null"}]})");
+  EXPECT_TRUE(strict.accepts("[]"));
+  EXPECT_TRUE(strict.accepts("[null]"));
+  EXPECT_FALSE(strict.accepts("[null,null]"));
+  const Language bounded(GrammarKind::kJsonSchema, R"({"type":"array","items":{"const":0},"minItems":2,"maxItems":3})");
+  EXPECT_FALSE(bounded.accepts("[0]"));
+  EXPECT_TRUE(bounded.accepts("[0,0]"));
+  EXPECT_TRUE(bounded.accepts("[0,0,0]"));
+  EXPECT_FALSE(bounded.accepts("[0,0,0,0]"));
+}
+
+TEST(GrammarJsonSchema, RefsRecursionAndAllOf) {
+  const Language tree(GrammarKind::kJsonSchema, R"({
+    "$defs": {"node": {"type":"object","properties":{"v":{"type":"integer"},"kids":{"type":"array","items":{"$ref":"#/$defs/node"}}},"required":["v"]}},
+    "$ref": "#/$defs/node"})");
+  EXPECT_TRUE(tree.accepts(R"({"v":1})"));
+  EXPECT_TRUE(tree.accepts(R"({"v":1,"kids":[{"v":2,"kids":[{"v":3}]},{"v":4}]})"));
+  EXPECT_FALSE(tree.accepts(R"({"v":1,"kids":[{}]})"));
+  const Language all(GrammarKind::kJsonSchema, R"({
+    "definitions": {"named": {"type":"object","properties":{"name":{"type":"string"}},"required":["name"]}},
+    "allOf": [{"$ref":"#/definitions/named"}, {"properties":{"id":{"type":"integer"}},"required":["id"]}]})");
+  EXPECT_TRUE(all.accepts(R"({"name":"x","id":3})"));
+  EXPECT_FALSE(all.accepts(R"({"name":"x"})"));
+  const Language obj(GrammarKind::kJsonObject, "");
+  EXPECT_TRUE(obj.accepts(R"({"a":[1,{"b":null}],"c":"d"})"));
+  EXPECT_TRUE(obj.accepts("{}"));
+  EXPECT_FALSE(obj.accepts("[]"));
+}
+
+TEST(GrammarJsonSchema, UnsupportedKeywordsAreNamed) {
+  EXPECT_NE(compile_error(GrammarKind::kJsonSchema, R"({"type":"object","patternProperties":{}})").find("'patternProperties'"), std::string::npos);
+  EXPECT_NE(compile_error(GrammarKind::kJsonSchema, R"({"type":"number","minimum":1.5})").find("'minimum'"), std::string::npos);
+  EXPECT_NE(compile_error(GrammarKind::kJsonSchema, R"({"type":"string","format":"hostname"})").find("'hostname'"), std::string::npos);
+  EXPECT_NE(compile_error(GrammarKind::kJsonSchema, R"({"$ref":"http://x/y"})").find("$ref"), std::string::npos);
+  EXPECT_NE(compile_error(GrammarKind::kJsonSchema, R"({"not":{}})").find("'not'"), std::string::npos);
+  EXPECT_NE(compile_error(GrammarKind::kJsonSchema, R"({"type":"strin"})").find("'strin'"), std::string::npos);
+  EXPECT_NE(compile_error(GrammarKind::kJsonSchema, R"({"type":"object")").find("not valid JSON"), std::string::npos);
+}
+
+// Every limit ends in a GrammarError naming it, within a second.
+TEST(GrammarLimits, HostileInputsFailFastWithTheLimitNamed) {
+  struct Case {
+    GrammarKind kind;
+    std::string text;
+    const char* limit;
+  };
+  std::vector<Case> cases;
+  std::string deep;
+  for (int i = 0; i < 10000; ++i) deep += R"({"type":"array","items":)";
+  deep += R"({"type":"null"})";
+  for (int i = 0; i < 10000; ++i) deep += "}";
+  cases.push_back({GrammarKind::kJsonSchema, deep, "max_nesting_depth"});
+  std::string big_enum = R"({"enum":[)";
+  for (int i = 0; big_enum.size() < 1'000'000; ++i) big_enum += (i ? "," : "") + std::string("\"value") + std::to_string(i) + "\"";
+  big_enum += "]}";
+  cases.push_back({GrammarKind::kJsonSchema, big_enum, "max_text_bytes"});
+  std::string many_values = R"({"enum":[)";
+  for (int i = 0; i < 5000; ++i) many_values += (i ? "," : "") + std::to_string(i);
+  many_values += "]}";
+  cases.push_back({GrammarKind::kJsonSchema, many_values, "max_enum_values"});
+  // Exponential DFAs stop at the state limit or the time budget, whichever comes first here.
+  cases.push_back({GrammarKind::kRegex, "(a|b)*a(a|b){40}", "max_automaton_states|compile_budget_ms"});
+  cases.push_back({GrammarKind::kRegex, "((a{0,1000}){0,1000}){0,1000}", "max_automaton_states"});
+  cases.push_back({GrammarKind::kRegex, "a{100000}", "max_repeat_bound"});
+  cases.push_back({GrammarKind::kRegex, std::string(100, '(') + "a" + std::string(100, ')'), "max_nesting_depth"});
+  cases.push_back({GrammarKind::kGbnf, "root ::= " + std::string(100, '(') + "\"a\"" + std::string(100, ')'), "max_nesting_depth"});
+  cases.push_back({GrammarKind::kJsonSchema, R"({"type":"string","maxLength":100000})", "max_repeat_bound"});
+  std::string chain = R"({"$defs":{)";
+  for (int i = 0; i < 100; ++i) chain += "\"d" + std::to_string(i) + "\":{\"$ref\":\"#/$defs/d" + std::to_string(i + 1) + "\"},";
+  chain += R"("d100":{"type":"null"}},"$ref":"#/$defs/d0"})";
+  cases.push_back({GrammarKind::kJsonSchema, chain, "max_ref_depth"});
+  std::string wide_object = R"({"type":"object","properties":{)";
+  for (int i = 0; i < 3000; ++i) wide_object += (i ? ",\"p" : "\"p") + std::to_string(i) + R"(":{"type":"null"})";
+  wide_object += "}}";
+  cases.push_back({GrammarKind::kJsonSchema, wide_object, "expression_depth|compile_budget_ms"});
+  cases.push_back({GrammarKind::kJsonSchema, R"({"properties":{")" + std::string(100'000, 'n') + R"(":{}},"additionalProperties":true})",
+                   "excluded_property_name_bytes"});
+  for (const Case& c : cases) {
+    const auto start = std::chrono::steady_clock::now();
+    const std::string error = compile_error(c.kind, c.text);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    bool named = false;
+    for (std::string_view rest = c.limit; !rest.empty();) {  // any of the '|'-separated names
+      const size_t bar = rest.find('|');
+      named |= error.find(rest.substr(0, bar)) != std::string::npos;
+      rest = bar == std::string_view::npos ? std::string_view() : rest.substr(bar + 1);
+    }
+    EXPECT_TRUE(named) << c.text.substr(0, 80) << " -> '" << error << "'";
+    EXPECT_LT(seconds, 1.0) << c.text.substr(0, 80);
+  }
+  // Regexes that blow up backtracking engines are small automata here.
+  for (auto [re, matches_as] : {std::pair{"(a*)*b", false}, {"(a|a)*b", false}, {"(a+)+$", true}, {"(.*a){12}", true}}) {
+    const auto start = std::chrono::steady_clock::now();
+    const Language l(GrammarKind::kRegex, re);
+    EXPECT_EQ(l.accepts(std::string(30, 'a')), matches_as) << re;
+    EXPECT_FALSE(l.accepts(std::string(30, 'a') + "c")) << re;
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 1.0) << re;
+  }
+}
+
+TEST(GrammarLimits, CompileBudget) {
+  g::GrammarOptions options;
+  options.limits.compile_budget_ms = 1;
+  options.limits.max_automaton_states = 10'000'000;
+  const std::string error = compile_error(GrammarKind::kRegex, "(a|b)*a(a|b){18}", options);
+  EXPECT_NE(error.find("compile_budget_ms"), std::string::npos) << error;
+}
+
+}  // namespace
+}  // namespace pagedkv::testing
