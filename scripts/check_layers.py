@@ -12,6 +12,8 @@ ALLOWED = {
     "storage": {"core"},
     "kernels": {"core", "storage"},
     "memory": {"core"},
+    # The sandboxed Jinja interpreter for the model files' chat templates.
+    "template": {"core"},
     "model": {"core", "storage", "kernels"},
     "tiers": {"core", "block", "prefix", "manager", "storage"},
     "scheduler": {"core", "block", "prefix", "manager", "tiers"},
@@ -19,7 +21,7 @@ ALLOWED = {
     "workload": {"core", "block", "prefix", "manager", "scheduler", "memory"},
     "replay": {"core", "block", "prefix", "manager", "scheduler", "memory", "workload"},
     # The OpenAI-compatible server: HTTP, metrics and the engine thread, on top of the engine.
-    "server": {"core", "block", "prefix", "manager", "tiers", "scheduler", "storage", "kernels", "model", "memory", "engine"},
+    "server": {"core", "block", "prefix", "manager", "tiers", "scheduler", "storage", "kernels", "model", "memory", "engine", "template"},
     # The HTTP load generator: a client of the server's API, so it needs nothing of the engine.
     "loadgen": {"core"},
     # The remote KV tier's Redis client (hiredis): implements tiers/' RemoteStore.
