@@ -222,7 +222,11 @@ class Parser {
     if (is_name("recursive")) fail("recursive for loops are not supported");
     expect_block_end();
     ++loop_depth_;
+    const bool outer_seen = loop_name_seen_;
+    loop_name_seen_ = false;
     s->body = parse_body({"endfor", "else"});
+    s->uses_loop_variable = loop_name_seen_;
+    loop_name_seen_ = outer_seen || loop_name_seen_;
     --loop_depth_;
     if (cur().text == "else") {
       next();
@@ -550,6 +554,7 @@ class Parser {
         else {
           e = make_expr(ExprKind::kName, line);
           e->name = n;
+          if (n == "loop") loop_name_seen_ = true;
         }
         next();
         return e;
@@ -760,6 +765,7 @@ class Parser {
   size_t pos_ = 0;
   int depth_ = 0;
   int loop_depth_ = 0;
+  bool loop_name_seen_ = false;  // the name `loop` appeared since the innermost for began
 };
 
 }  // namespace

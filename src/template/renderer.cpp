@@ -87,7 +87,7 @@ Value get_attribute(Renderer& r, const Value& obj, std::string_view name, int li
 // obj[key]: the item first, then (for a string key) the attribute, as jinja2's getitem.
 Value get_item(Renderer& r, const Value& obj, const Value& key, int line) {
   if (obj.is_undefined()) r.fail_undefined(line, obj);
-  if (key.is_undefined()) r.fail_undefined(line, key);
+  if (key.is_undefined()) return Value::undefined(fmt::format("'{} object' has no element Undefined", type_name(obj)));
   const auto index_of = [&](size_t size) -> std::optional<size_t> {
     if (!key.is_int() && !key.is_bool()) return std::nullopt;
     int64_t i = key.as_int();
@@ -355,20 +355,22 @@ void Renderer::exec_for(const ast::Stmt& s, Scope& scope, std::string& out) {
     Scope iteration;  // a fresh scope per iteration: sets inside the body do not survive it
     iteration.parent = &scope;
     bind_targets(*this, s.targets, seq[static_cast<size_t>(i)], iteration, s.line);
-    auto loop = std::make_shared<Dict>();
-    loop->set("index", Value::integer(i + 1));
-    loop->set("index0", Value::integer(i));
-    loop->set("revindex", Value::integer(n - i));
-    loop->set("revindex0", Value::integer(n - i - 1));
-    loop->set("first", Value::boolean(i == 0));
-    loop->set("last", Value::boolean(i == n - 1));
-    loop->set("length", Value::integer(n));
-    loop->set("depth", Value::integer(1));
-    loop->set("depth0", Value::integer(0));
-    if (i > 0) loop->set("previtem", seq[static_cast<size_t>(i - 1)]);
-    if (i + 1 < n) loop->set("nextitem", seq[static_cast<size_t>(i + 1)]);
-    loop->set("cycle", Value::callable(std::make_shared<LoopCycle>(static_cast<size_t>(i))));
-    iteration.set("loop", Value::dict(std::move(loop)));
+    if (s.uses_loop_variable) {  // building loop costs more than a simple body: only when it is read
+      auto loop = std::make_shared<Dict>();
+      loop->set("index", Value::integer(i + 1));
+      loop->set("index0", Value::integer(i));
+      loop->set("revindex", Value::integer(n - i));
+      loop->set("revindex0", Value::integer(n - i - 1));
+      loop->set("first", Value::boolean(i == 0));
+      loop->set("last", Value::boolean(i == n - 1));
+      loop->set("length", Value::integer(n));
+      loop->set("depth", Value::integer(1));
+      loop->set("depth0", Value::integer(0));
+      if (i > 0) loop->set("previtem", seq[static_cast<size_t>(i - 1)]);
+      if (i + 1 < n) loop->set("nextitem", seq[static_cast<size_t>(i + 1)]);
+      loop->set("cycle", Value::callable(std::make_shared<LoopCycle>(static_cast<size_t>(i))));
+      iteration.set("loop", Value::dict(std::move(loop)));
+    }
     if (exec_body(s.body, iteration, out) == Flow::kBreak) break;
   }
 }

@@ -96,6 +96,7 @@ struct Stmt {
   std::vector<Parameter> params;
   ExprPtr filter;  // a kFilter chain applied to the body's text (its innermost target is null)
   std::vector<std::pair<std::string, ExprPtr>> assignments;
+  bool uses_loop_variable = false;  // kFor: the body names `loop` (else it is not built)
 };
 
 struct Program {
