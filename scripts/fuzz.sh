@@ -19,13 +19,14 @@ declare -A SOURCES=(
   [manager_ops]="src/manager/kv_cache_manager.cpp src/block/block_pool.cpp src/block/cached_block_map.cpp src/block/eviction_policies.cpp src/block/kv_events.cpp src/prefix/block_hasher.cpp src/prefix/extra_keys.cpp src/prefix/sha256.cpp src/prefix/sha256_avx512.cpp src/core/block_hash.cpp src/core/dtype.cpp src/core/kv_cache_spec.cpp"
   [disk_index]="src/storage/key_rotation.cpp src/tiers/disk_tier.cpp src/tiers/slot_index.cpp src/block/cached_block_map.cpp src/block/kv_events.cpp src/tiers/disk_slot_format.cpp src/tiers/tier_types.cpp src/tiers/circuit_breaker.cpp src/tiers/payload_checksum_avx2.cpp src/storage/cpu_isa.cpp src/core/block_hash.cpp src/core/kv_cache_spec.cpp src/core/dtype.cpp"
   [kv_events_page]="src/server/kv_events_wire.cpp src/server/kv_event_log.cpp src/block/kv_events.cpp src/core/block_hash.cpp src/core/kv_cache_spec.cpp src/core/dtype.cpp"
+  [chat_template]="src/template/lexer.cpp src/template/parser.cpp src/template/value.cpp src/template/value_format.cpp src/template/renderer.cpp src/template/filters.cpp src/template/methods.cpp src/template/unicode_text.cpp src/template/template.cpp"
   [tier_values]="src/storage/key_rotation.cpp src/tiers/disk_slot_format.cpp src/tiers/remote_value_format.cpp src/tiers/tier_types.cpp src/tiers/payload_checksum_avx2.cpp src/storage/cpu_isa.cpp src/core/block_hash.cpp src/core/kv_cache_spec.cpp src/core/dtype.cpp"
 )
 # Libraries (pkg-config names) a target links besides fmt.
 declare -A LIBS=([manager_ops]="libcrypto libxxhash" [disk_index]="liburing libxxhash" [bpe_tokenizer]="libpcre2-8")
 # Longest input each target is given (libFuzzer's -max_len): a GGUF header with metadata, a
 # tokenizer file with its vocabulary, need more than a request body.
-declare -A MAX_LEN=([gguf_file]=65536 [llama2c_tokenizer]=16384)
+declare -A MAX_LEN=([gguf_file]=65536 [llama2c_tokenizer]=16384 [chat_template]=20000)
 
 # Seeds taken from ../shared at run time (never copied into the tree): the starts of the real
 # files each parser reads.
@@ -33,6 +34,10 @@ shared_seeds() {
   local target=$1 dir=$2 shared=../shared
   [ -d "$shared" ] || return 0
   case $target in
+    chat_template)
+      for f in "$shared"/chat_templates/templates/*.jinja; do
+        [ -f "$f" ] && cp "$f" "$dir/shared-$(basename "$f")"
+      done ;;
     traces)
       for f in "$shared"/traces/*.jsonl "$shared"/traces/*.csv; do
         [ -f "$f" ] && head -n 12 "$f" > "$dir/shared-$(basename "$f")"

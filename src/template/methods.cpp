@@ -390,10 +390,11 @@ Value global_namespace(Renderer& r, CallArgs& args, int line) {
     if (!p.is_dict()) r.fail(line, "TypeError: namespace() takes keyword arguments or a dict");
     for (const auto& [k, v] : p.as_dict().entries()) attributes.emplace_back(k, v);
   }
-  for (auto& [k, v] : args.keyword) {
-    auto it = std::find_if(attributes.begin(), attributes.end(), [&](const auto& a) { return a.first == k; });
-    if (it != attributes.end()) it->second = std::move(v);
-    else attributes.emplace_back(k, std::move(v));
+  for (auto& keyword : args.keyword) {
+    const std::string& key = keyword.first;
+    auto it = std::find_if(attributes.begin(), attributes.end(), [&](const auto& a) { return a.first == key; });
+    if (it != attributes.end()) it->second = std::move(keyword.second);
+    else attributes.emplace_back(key, std::move(keyword.second));
   }
   return Value::new_namespace(std::move(attributes));
 }

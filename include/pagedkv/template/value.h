@@ -17,56 +17,10 @@
 namespace pagedkv::jinja {
 
 class Renderer;
-class Value;
-
-// A list, or a tuple (printed with parentheses; items() yields tuples).
-struct List {
-  std::vector<Value> items;
-  bool is_tuple = false;
-};
-
-// An insertion-ordered str -> value map. Built once, then read: large dicts get a hash index.
-class Dict {
- public:
-  Dict() = default;
-  Dict(const Dict&) = delete;
-  Dict& operator=(const Dict&) = delete;
-
-  // Sets `key` (keeping its first position if it is already there).
-  void set(std::string key, Value value);
-  const Value* find(std::string_view key) const;
-  const std::vector<std::pair<std::string, Value>>& entries() const { return entries_; }
-  size_t size() const { return entries_.size(); }
-
- private:
-  std::vector<std::pair<std::string, Value>> entries_;
-  // Heterogeneous lookup: find() takes a string_view without building a std::string.
-  struct KeyHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-  };
-  std::unordered_map<std::string, size_t, KeyHash, std::equal_to<>> index_;  // only past a few entries
-};
-
-// jinja2's namespace(): the one mutable object, so loops can carry state out of their scope.
-struct Namespace {
-  std::vector<std::pair<std::string, Value>> attributes;
-  Value* find(std::string_view name);
-};
-
-// Arguments of a call: positional, then keyword in the order written.
-struct CallArgs {
-  std::vector<Value> positional;
-  std::vector<std::pair<std::string, Value>> keyword;
-};
-
-// Anything a template can call: macros, the documented globals, bound methods.
-class Callable {
- public:
-  virtual ~Callable() = default;
-  virtual Value call(Renderer& renderer, CallArgs args, int line) const = 0;
-  virtual std::string describe() const = 0;  // how str() prints it
-};
+struct List;
+class Dict;
+struct Namespace;
+class Callable;
 
 class Value {
  public:
@@ -124,6 +78,57 @@ class Value {
   };
   std::shared_ptr<const void> ptr_;  // the string, list, dict, namespace, callable or undefined hint
 };
+
+
+// A list, or a tuple (printed with parentheses; items() yields tuples).
+struct List {
+  std::vector<Value> items;
+  bool is_tuple = false;
+};
+
+// An insertion-ordered str -> value map. Built once, then read: large dicts get a hash index.
+class Dict {
+ public:
+  Dict() = default;
+  Dict(const Dict&) = delete;
+  Dict& operator=(const Dict&) = delete;
+
+  // Sets `key` (keeping its first position if it is already there).
+  void set(std::string key, Value value);
+  const Value* find(std::string_view key) const;
+  const std::vector<std::pair<std::string, Value>>& entries() const { return entries_; }
+  size_t size() const { return entries_.size(); }
+
+ private:
+  std::vector<std::pair<std::string, Value>> entries_;
+  // Heterogeneous lookup: find() takes a string_view without building a std::string.
+  struct KeyHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, size_t, KeyHash, std::equal_to<>> index_;  // only past a few entries
+};
+
+// jinja2's namespace(): the one mutable object, so loops can carry state out of their scope.
+struct Namespace {
+  std::vector<std::pair<std::string, Value>> attributes;
+  Value* find(std::string_view name);
+};
+
+// Arguments of a call: positional, then keyword in the order written.
+struct CallArgs {
+  std::vector<Value> positional;
+  std::vector<std::pair<std::string, Value>> keyword;
+};
+
+// Anything a template can call: macros, the documented globals, bound methods.
+class Callable {
+ public:
+  virtual ~Callable() = default;
+  virtual Value call(Renderer& renderer, CallArgs args, int line) const = 0;
+  virtual std::string describe() const = 0;  // how str() prints it
+};
+
 
 // Python's type name of a value ("str", "int", "list", "dict", "NoneType", ...), for messages.
 std::string_view type_name(const Value& v);
