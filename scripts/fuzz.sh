@@ -8,9 +8,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The template layer (the chat templates' Jinja interpreter), whole.
+TEMPLATE_SOURCES="src/template/lexer.cpp src/template/parser.cpp src/template/value.cpp src/template/value_format.cpp src/template/renderer.cpp src/template/filters.cpp src/template/methods.cpp src/template/unicode_text.cpp src/template/template.cpp"
 declare -A SOURCES=(
   # target           sources it needs besides its own file (kept small: no engine, no model)
-  [openai_request]="src/server/openai_request.cpp src/server/api_error.cpp src/server/chat_template.cpp src/server/stop_string_matcher.cpp src/model/text_tokenizer.cpp"
+  [openai_request]="src/server/openai_request.cpp src/server/api_error.cpp src/server/chat_template.cpp src/server/model_chat_template.cpp src/server/stop_string_matcher.cpp src/model/text_tokenizer.cpp $TEMPLATE_SOURCES"
   [gguf_file]="src/model/gguf_file.cpp src/model/tensor_type.cpp"
   [llama2c_tokenizer]="src/model/tokenizer.cpp src/model/text_tokenizer.cpp"
   [llama2c_checkpoint]="src/model/llama2c_checkpoint.cpp src/model/model.cpp src/model/model_config.cpp src/model/tensor_type.cpp src/core/kv_cache_spec.cpp src/core/dtype.cpp"
@@ -19,7 +21,7 @@ declare -A SOURCES=(
   [manager_ops]="src/manager/kv_cache_manager.cpp src/block/block_pool.cpp src/block/cached_block_map.cpp src/block/eviction_policies.cpp src/block/kv_events.cpp src/prefix/block_hasher.cpp src/prefix/extra_keys.cpp src/prefix/sha256.cpp src/prefix/sha256_avx512.cpp src/core/block_hash.cpp src/core/dtype.cpp src/core/kv_cache_spec.cpp"
   [disk_index]="src/storage/key_rotation.cpp src/tiers/disk_tier.cpp src/tiers/slot_index.cpp src/block/cached_block_map.cpp src/block/kv_events.cpp src/tiers/disk_slot_format.cpp src/tiers/tier_types.cpp src/tiers/circuit_breaker.cpp src/tiers/payload_checksum_avx2.cpp src/storage/cpu_isa.cpp src/core/block_hash.cpp src/core/kv_cache_spec.cpp src/core/dtype.cpp"
   [kv_events_page]="src/server/kv_events_wire.cpp src/server/kv_event_log.cpp src/block/kv_events.cpp src/core/block_hash.cpp src/core/kv_cache_spec.cpp src/core/dtype.cpp"
-  [chat_template]="src/template/lexer.cpp src/template/parser.cpp src/template/value.cpp src/template/value_format.cpp src/template/renderer.cpp src/template/filters.cpp src/template/methods.cpp src/template/unicode_text.cpp src/template/template.cpp"
+  [chat_template]="$TEMPLATE_SOURCES"
   [tier_values]="src/storage/key_rotation.cpp src/tiers/disk_slot_format.cpp src/tiers/remote_value_format.cpp src/tiers/tier_types.cpp src/tiers/payload_checksum_avx2.cpp src/storage/cpu_isa.cpp src/core/block_hash.cpp src/core/kv_cache_spec.cpp src/core/dtype.cpp"
 )
 # Libraries (pkg-config names) a target links besides fmt.
