@@ -1,11 +1,12 @@
 // Randomized comparison with the reference: seeded random conversations (random roles, contents
 // with Unicode, whitespace, Jinja-looking text and special-token text, tools, tool calls with
-// nested arguments) rendered through several of ../shared/chat_templates by this interpreter and
+// nested arguments) rendered through the 14 templates of ../shared/chat_templates by this interpreter and
 // by Python's jinja2 (Debian's python3-jinja2 under /usr/bin/python3, configured as transformers
 // configures it), compared byte for byte. Skipped when python3-jinja2 is missing.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -78,15 +79,19 @@ class ConversationGenerator {
         for (int c = 0; c < calls; ++c)
           tool_calls.push_back({{"id", call_id()},
                                 {"type", "function"},
-                                {"function", {{"name", chance(0.5) ? "get_weather" : "search"}, {"arguments", arguments(0)}}}});
+                                {"function", {{"name", chance(0.5) ? "get_weather" : "search"},
+                                              {"arguments", chance(0.15) ? ordered_json(arguments(0).dump()) : arguments(0)}}}});
         ordered_json call = {{"role", "assistant"}, {"content", chance(0.7) ? std::string() : text()}};
         call["tool_calls"] = tool_calls;
         messages.push_back(call);
         for (const auto& tc : tool_calls)
           messages.push_back({{"role", "tool"}, {"tool_call_id", tc["id"]}, {"name", tc["function"]["name"]}, {"content", text()}});
       }
-      messages.push_back({{"role", "assistant"}, {"content", text()}});
+      ordered_json reply = {{"role", "assistant"}, {"content", text()}};
+      if (chance(0.15)) reply["reasoning_content"] = text();
+      messages.push_back(reply);
     }
+    if (chance(0.05)) messages.push_back({{"role", "user"}, {"content", ordered_json::array({{{"type", "text"}, {"text", text()}}})}});
     ordered_json conv = {{"messages", messages}, {"add_generation_prompt", chance(0.7)}};
     if (tools) conv["tools"] = tool_list();
     if (chance(0.2)) conv["template_kwargs"] = {{"enable_thinking", chance(0.5)}};
@@ -169,14 +174,19 @@ TEST(TemplateRandom, MatchesPythonJinja2) {
       "meta-llama-Llama-3.1-8B-Instruct", "meta-llama-Llama-3.2-3B-Instruct", "Qwen-Qwen3-0.6B",
       "Qwen-Qwen2.5-7B-Instruct", "Mistral-Small-3.2-24B-Instruct-2506", "mistralai-Mistral-Nemo-Instruct-2407",
       "google-gemma-2-2b-it", "HuggingFaceTB-SmolLM3-3B", "openai-gpt-oss-120b", "ibm-granite-granite-3.3-2B-Instruct",
-      "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "microsoft-Phi-3.5-mini-instruct"};
-  constexpr int kConversationsPerTemplate = 25;
+      "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "microsoft-Phi-3.5-mini-instruct", "Qwen-QwQ-32B",
+      "NousResearch-Hermes-3-Llama-3.1-8B-tool_use"};
+  // PAGEDKV_TEMPLATE_RANDOM_CASES / _SEED scale a run up or vary it (a soak); the defaults keep it ~1 s.
+  const char* cases_env = std::getenv("PAGEDKV_TEMPLATE_RANDOM_CASES");
+  const char* seed_env = std::getenv("PAGEDKV_TEMPLATE_RANDOM_SEED");
+  const int per_template = cases_env ? std::max(1, std::atoi(cases_env)) : 25;
+  const uint32_t seed = seed_env ? static_cast<uint32_t>(std::strtoul(seed_env, nullptr, 10)) : 20260115u;
 
   ordered_json job = {{"templates", ordered_json::object()}, {"cases", ordered_json::array()}};
   for (const auto& name : names) job["templates"][name] = (dir / "templates" / (name + ".jinja")).string();
-  ConversationGenerator gen(20260115);
+  ConversationGenerator gen(seed);
   for (const auto& name : names) {
-    for (int i = 0; i < kConversationsPerTemplate; ++i)
+    for (int i = 0; i < per_template; ++i)
       job["cases"].push_back({{"template", name}, {"vars", render_variables(gen.conversation(), oracle.tokens_of(name))}});
   }
 
