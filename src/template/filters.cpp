@@ -53,7 +53,7 @@ std::vector<Value> items_of(Renderer& r, const Value& v, int line) { return r.it
 // A sort / unique / min / max key: the item or its attribute, lower-cased strings unless case-sensitive.
 Value sort_key(Renderer& r, const Value& item, const Value& attribute, bool case_sensitive, int line) {
   Value key = attribute.is_string() ? lookup_path(r, item, attribute.as_string(), line) : item;
-  if (!case_sensitive && key.is_string()) return Value::string(ascii_lower(key.as_string()));
+  if (!case_sensitive && key.is_string()) return Value::string(python_lower(key.as_string()));
   return key;
 }
 
@@ -123,7 +123,10 @@ Value filter_indent(Renderer& r, const Value& input, CallArgs& args, int line) {
   auto a = bind_args(r, "indent", args, {"width", "first", "blank"}, line);
   const std::string indention =
       a[0].is_string() ? a[0].as_string() : std::string(static_cast<size_t>(std::clamp<int64_t>(int_arg(r, a[0], 4, "width", line), 0, 1024)), ' ');
-  std::string s = str_of(input) + "\n";  // jinja2 appends a newline before splitting lines
+  // jinja2 appends a newline to the value itself before splitting lines: only a string can take it.
+  if (input.is_undefined()) r.fail_undefined(line, input);
+  if (!input.is_string()) r.fail(line, fmt::format("TypeError: unsupported operand type(s) for +=: '{}' and 'str'", type_name(input)));
+  std::string s = input.as_string() + "\n";
   std::vector<std::string> lines = split_lines(s);
   std::string out;
   if (truthy(a[2])) {
@@ -308,28 +311,22 @@ Value apply_filter(Renderer& r, std::string_view name, const Value& input, CallA
     }
     return Value::string(std::move(out));
   }
-  if (name == "upper") return no_args(), Value::string(ascii_upper(str_of(input)));
-  if (name == "lower") return no_args(), Value::string(ascii_lower(str_of(input)));
-  if (name == "capitalize") {
+  if (name == "upper") return no_args(), Value::string(python_upper(str_of(input)));
+  if (name == "lower") return no_args(), Value::string(python_lower(str_of(input)));
+  if (name == "capitalize" || name == "title") {
     no_args();
-    std::string s = ascii_lower(str_of(input));
-    if (!s.empty() && s[0] >= 'a' && s[0] <= 'z') s[0] = static_cast<char>(s[0] - 'a' + 'A');
-    return Value::string(std::move(s));
-  }
-  if (name == "title") {
-    no_args();
-    std::string s = str_of(input);
+    // capitalize: the first code point upper, the rest lower. title (jinja2's): the same for each
+    // word, words starting after whitespace, '-', '(', '{', '[' or '<'.
+    const std::string s = str_of(input);
+    std::string out;
     bool word_start = true;
-    for (char& c : s) {
-      if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '-' || c == '(' || c == '{' || c == '[' || c == '<') {
-        word_start = true;
-        continue;
-      }
-      if (word_start && c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
-      else if (!word_start && c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-      word_start = false;
+    for (size_t pos = 0; pos < s.size();) {
+      const char32_t c = decode_utf8(s, pos);
+      const bool boundary = name == "title" && (is_python_space(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<');
+      append_utf8(out, boundary ? c : (word_start ? upper_case(c) : lower_case(c)));
+      word_start = boundary;
     }
-    return Value::string(std::move(s));
+    return Value::string(std::move(out));
   }
   if (name == "replace") {
     CallArgs method_args = std::move(args);
@@ -350,6 +347,7 @@ Value apply_filter(Renderer& r, std::string_view name, const Value& input, CallA
   }
   if (name == "list") return no_args(), Value::list(items_of(r, input, line));
   if (name == "indent") return filter_indent(r, input, args, line);
+  if ((name == "int" || name == "float") && input.is_undefined()) r.fail_undefined(line, input);
   if (name == "int") {
     auto a = bind_args(r, "int", args, {"default", "base"}, line);
     return to_int(r, input, a[0], a[1], line);
@@ -381,7 +379,10 @@ Value apply_filter(Renderer& r, std::string_view name, const Value& input, CallA
     const int64_t precision = std::clamp<int64_t>(int_arg(r, a[0], 0, "precision", line), -300, 300);
     const std::string method = a[1].is_string() ? a[1].as_string() : "common";
     const double scale = std::pow(10.0, static_cast<double>(precision));
-    if (method == "common") return Value::number(python_round(input.as_float(), precision));
+    if (method == "common") {  // Python's round(): an int stays an int
+      if (!input.is_float()) return Value::integer(precision >= 0 ? input.as_int() : static_cast<int64_t>(python_round(input.as_float(), precision)));
+      return Value::number(python_round(input.as_float(), precision));
+    }
     if (method == "ceil") return Value::number(std::ceil(input.as_float() * scale) / scale);
     if (method == "floor") return Value::number(std::floor(input.as_float() * scale) / scale);
     r.fail(line, "FilterArgumentError: method must be common, ceil or floor");
@@ -412,6 +413,22 @@ Value apply_filter(Renderer& r, std::string_view name, const Value& input, CallA
     return Value::list(std::move(items));
   }
   if (name == "sort") return filter_sort(r, input, args, line);
+  if (name == "batch") {
+    auto a = bind_args(r, "batch", args, {"linecount", "fill_with"}, line);
+    const int64_t size = int_arg(r, a[0], 0, "linecount", line);
+    if (size <= 0) r.fail(line, "ValueError: batch size must be positive");
+    std::vector<Value> batches, current;
+    for (const Value& item : items_of(r, input, line)) {
+      current.push_back(item);
+      if (static_cast<int64_t>(current.size()) == size) batches.push_back(Value::list(std::move(current))), current.clear();
+    }
+    if (!current.empty()) {
+      if (!a[1].is_undefined() && !a[1].is_none())
+        while (static_cast<int64_t>(current.size()) < size) current.push_back(a[1]);
+      batches.push_back(Value::list(std::move(current)));
+    }
+    return Value::list(std::move(batches));
+  }
   if (name == "min") return filter_min_max(r, input, args, false, line);
   if (name == "max") return filter_min_max(r, input, args, true, line);
   if (name == "sum") {
@@ -499,7 +516,7 @@ bool apply_test(Renderer& r, std::string_view name, const Value& input, CallArgs
   if (name == "mapping") return input.is_dict();
   if (name == "iterable") return input.is_string() || input.is_list() || input.is_dict() || input.is_undefined();
   if (name == "sequence") return input.is_string() || input.is_list() || input.is_dict() || input.is_undefined();
-  if (name == "callable") return input.is_callable();
+  if (name == "callable") return input.is_callable() || input.is_undefined();  // Undefined defines __call__
   if (name == "escaped") return false;
   if (name == "sameas") {
     const Value& other = arg();
@@ -522,16 +539,28 @@ bool apply_test(Renderer& r, std::string_view name, const Value& input, CallArgs
   }
   if (name == "odd" || name == "even" || name == "divisibleby") {
     if (input.is_undefined()) r.fail_undefined(line, input);
-    if (!input.is_int() && !input.is_bool()) r.fail(line, fmt::format("TypeError: test '{}' needs an integer", name));
+    if (!input.is_number()) r.fail(line, fmt::format("TypeError: test '{}' needs a number", name));
+    if (input.is_float() && name != "divisibleby") {  // Python: value % 2 == 1 (odd), == 0 (even)
+      const double m = std::fmod(std::fmod(input.as_float(), 2.0) + 2.0, 2.0);
+      return name == "odd" ? m == 1.0 : m == 0.0;
+    }
     if (name == "odd") return input.as_int() % 2 != 0;
     if (name == "even") return input.as_int() % 2 == 0;
     const Value& d = arg();
-    if (!d.is_int() || d.as_int() == 0) r.fail(line, "ZeroDivisionError: divisibleby needs a non-zero integer");
+    if (!d.is_number() || d.as_float() == 0.0) r.fail(line, "ZeroDivisionError: divisibleby needs a non-zero number");
+    if (input.is_float() || d.is_float()) return std::fmod(input.as_float(), d.as_float()) == 0.0;
     return d.as_int() == -1 || input.as_int() % d.as_int() == 0;
   }
-  if (name == "lower" || name == "upper") {
+  if (name == "lower" || name == "upper") {  // str.islower() / isupper() of str(value)
     const std::string s = python_str(input);
-    return name == "lower" ? ascii_lower(s) == s && ascii_upper(s) != s : ascii_upper(s) == s && ascii_lower(s) != s;
+    bool cased = false;
+    for (size_t pos = 0; pos < s.size();) {
+      const char32_t c = decode_utf8(s, pos);
+      if (!is_cased(c)) continue;
+      cased = true;
+      if (name == "lower" ? lower_case(c) != c : upper_case(c) != c) return false;
+    }
+    return cased;
   }
   r.fail(line, fmt::format("TemplateAssertionError: no test named '{}'", name));
 }

@@ -253,8 +253,8 @@ Value string_method(Renderer& r, const std::string& s, std::string_view name, Ca
   if (name == "isdigit" || name == "isalpha" || name == "isalnum" || name == "isspace" || name == "isupper" || name == "islower") {
     bind_args(r, name, args, {}, line);
     if (name == "isupper" || name == "islower") {
-      const bool has_cased = std::any_of(s.begin(), s.end(), [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); });
-      return Value::boolean(has_cased && (name == "isupper" ? ascii_upper(s) == s : ascii_lower(s) == s));
+      CallArgs none;
+      return Value::boolean(apply_test(r, name == "isupper" ? "upper" : "lower", Value::string(s), std::move(none), line));
     }
     if (s.empty()) return Value::boolean(false);
     if (name == "isspace") {
@@ -339,6 +339,115 @@ Value list_method(Renderer& r, const Value& receiver, std::string_view name, Cal
   }
   r.fail(line, fmt::format("SecurityError: access to attribute '{}' of '{}' object is unsafe.", name, type_name(receiver)));
 }
+
+// One %-conversion's text with its flags, width and precision applied.
+std::string convert_one(Renderer& r, char type, const std::string& flags, int width, int precision, const Value& v, int line) {
+  std::string body;
+  const auto c_format = [&](const char* length, char conversion) {
+    std::string spec = "%" + flags;
+    if (width > 0) spec += std::to_string(width);
+    if (precision >= 0) spec += "." + std::to_string(precision);
+    return spec + length + conversion;
+  };
+  switch (type) {
+    case 's':
+    case 'r':
+    case 'a': {
+      std::string text = type == 's' ? python_str(v) : python_repr(v);
+      if (v.is_undefined() && type != 's') text = "Undefined";
+      if (precision >= 0) {
+        const auto offsets = code_point_offsets(text);
+        if (static_cast<size_t>(precision) + 1 < offsets.size()) text.resize(offsets[static_cast<size_t>(precision)]);
+      }
+      const size_t len = code_point_count(text);
+      if (width > 0 && len < static_cast<size_t>(width)) {
+        const std::string pad(static_cast<size_t>(width) - len, ' ');
+        text = flags.find('-') != std::string::npos ? text + pad : pad + text;
+      }
+      return text;
+    }
+    case 'd': case 'i': case 'u': case 'x': case 'X': case 'o': case 'c': {
+      if (!v.is_number()) r.fail(line, fmt::format("TypeError: %{} format: a real number is required, not {}", type, type_name(v)));
+      const long long n = v.is_float() ? static_cast<long long>(v.as_float()) : static_cast<long long>(v.as_int());
+      if (type == 'c') {
+        std::string ch;
+        append_utf8(ch, static_cast<char32_t>(n & 0x1FFFFF));
+        return ch;
+      }
+      char buf[128];
+      std::snprintf(buf, sizeof buf, c_format("ll", type == 'i' || type == 'u' ? 'd' : type).c_str(), n);
+      return buf;
+    }
+    case 'f': case 'F': case 'e': case 'E': case 'g': case 'G': {
+      if (!v.is_number()) r.fail(line, fmt::format("TypeError: must be real number, not {}", type_name(v)));
+      char buf[512];
+      std::snprintf(buf, sizeof buf, c_format("", type).c_str(), v.as_float());
+      return buf;
+    }
+    default: r.fail(line, fmt::format("ValueError: unsupported format character '{}'", type));
+  }
+}
+
+}  // namespace
+
+Value percent_format(Renderer& r, const std::string& f, const Value& args, int line) {
+  std::vector<Value> positional;
+  const Dict* mapping = args.is_dict() ? &args.as_dict() : nullptr;
+  // Python: a tuple supplies the arguments; anything else is the one argument, and one that is a
+  // mapping or a sequence other than str may go unused without error.
+  const bool lenient = mapping != nullptr || (args.is_list() && !args.as_list().is_tuple) || args.is_undefined();
+  if (args.is_list() && args.as_list().is_tuple) positional = args.as_list().items;
+  else positional.push_back(args);
+  size_t next = 0;
+  std::string out;
+  for (size_t i = 0; i < f.size(); ++i) {
+    if (f[i] != '%') {
+      out.push_back(f[i]);
+      continue;
+    }
+    if (++i >= f.size()) r.fail(line, "ValueError: incomplete format");
+    std::string key;
+    bool keyed = false;
+    if (f[i] == '(') {
+      const size_t close = f.find(')', i);
+      if (close == std::string::npos) r.fail(line, "ValueError: incomplete format key");
+      key = f.substr(i + 1, close - i - 1);
+      keyed = true;
+      i = close + 1;
+    }
+    std::string flags;
+    while (i < f.size() && std::string_view("-+ 0#").find(f[i]) != std::string_view::npos) flags.push_back(f[i++]);
+    int width = 0, precision = -1;
+    while (i < f.size() && f[i] >= '0' && f[i] <= '9') width = std::min(width * 10 + (f[i++] - '0'), 4096);
+    if (i < f.size() && f[i] == '.') {
+      precision = 0;
+      ++i;
+      while (i < f.size() && f[i] >= '0' && f[i] <= '9') precision = std::min(precision * 10 + (f[i++] - '0'), 4096);
+    }
+    while (i < f.size() && (f[i] == 'h' || f[i] == 'l' || f[i] == 'L')) ++i;
+    if (i >= f.size()) r.fail(line, "ValueError: incomplete format");
+    if (f[i] == '%') {
+      out.push_back('%');
+      continue;
+    }
+    Value v;
+    if (keyed) {
+      if (mapping == nullptr) r.fail(line, "TypeError: format requires a mapping");
+      const Value* found = mapping->find(key);
+      if (found == nullptr) r.fail(line, fmt::format("KeyError: '{}'", key));
+      v = *found;
+    } else {
+      if (next >= positional.size()) r.fail(line, "TypeError: not enough arguments for format string");
+      v = positional[next++];
+    }
+    out += convert_one(r, f[i], flags, width, precision, v, line);
+    r.check_size(out.size(), line);
+  }
+  if (!lenient && next < positional.size()) r.fail(line, "TypeError: not all arguments converted during string formatting");
+  return Value::string(std::move(out));
+}
+
+namespace {
 
 // ---- globals --------------------------------------------------------------------------------------
 

@@ -486,6 +486,8 @@ Value Renderer::eval(const ast::Expr& e, Scope& scope) {
 Value Renderer::eval_binary(const ast::Expr& e, Scope& scope) {
   const Value a = eval(*e.operands[0], scope);
   const Value b = eval(*e.operands[1], scope);
+  // str % args formats (an undefined argument prints as ""), before the undefined checks.
+  if (e.binary_op == ast::BinaryOp::kMod && a.is_string()) return percent_format(*this, a.as_string(), b, e.line);
   if (a.is_undefined()) fail_undefined(e.line, a);
   if (b.is_undefined()) fail_undefined(e.line, b);
   static constexpr std::string_view kSymbols[] = {"+", "-", "*", "/", "//", "%", "**"};
@@ -565,13 +567,13 @@ Value Renderer::eval_binary(const ast::Expr& e, Scope& scope) {
         return Value::integer(q);
       }
     case ast::BinaryOp::kMod:
-      if (a.is_string()) fail(e.line, "printf-style string formatting with % is not supported");
       if (!numbers) unsupported();
       if (b.as_float() == 0.0) fail(e.line, "ZeroDivisionError: integer division or modulo by zero");
       if (floats) {
         const double x = a.as_float(), y = b.as_float();
         double m = std::fmod(x, y);
         if (m != 0.0 && ((m < 0) != (y < 0))) m += y;
+        if (m == 0.0) m = std::copysign(0.0, y);  // Python: the zero takes the divisor's sign
         return Value::number(m);
       }
       {
@@ -613,7 +615,10 @@ bool contains(Renderer& r, const Value& container, const Value& item, int line) 
       for (const Value& v : container.as_list().items)
         if (values_equal(v, item)) return true;
       return false;
-    case Value::Kind::kDict: return item.is_string() && container.as_dict().find(item.as_string()) != nullptr;
+    case Value::Kind::kDict:
+      if (item.is_list() || item.is_dict())
+        r.fail(line, fmt::format("TypeError: unhashable type: '{}'", type_name(item)));
+      return item.is_string() && container.as_dict().find(item.as_string()) != nullptr;
     case Value::Kind::kUndefined: return false;
     default: r.fail(line, fmt::format("TypeError: argument of type '{}' is not iterable", type_name(container)));
   }

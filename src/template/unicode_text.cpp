@@ -124,18 +124,92 @@ std::string_view python_strip(std::string_view s, const std::string_view* chars,
   return s.substr(begin, end - begin);
 }
 
-std::string ascii_upper(std::string_view s) {
-  std::string out(s);
-  for (char& ch : out)
-    if (ch >= 'a' && ch <= 'z') ch = static_cast<char>(ch - 'a' + 'A');
+char32_t upper_case(char32_t c) {
+  if (c >= 'a' && c <= 'z') return c - 32;
+  if (c < 0xB5) return c;
+  if (c == 0xB5) return 0x39C;  // micro sign -> Greek capital mu
+  if (c >= 0xE0 && c <= 0xFE && c != 0xF7) return c - 32;
+  if (c == 0xFF) return 0x178;
+  if (c >= 0x100 && c <= 0x17F && c != 0x130 && c != 0x131 && c != 0x138 && c != 0x149 && c != 0x17F) {
+    // Latin Extended-A pairs: even upper / odd lower, except 0x139-0x148 and 0x179-0x17E (odd upper).
+    const bool odd_upper = (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E);
+    if (odd_upper) return (c % 2 == 0) ? c - 1 : c;
+    return (c % 2 == 1) ? c - 1 : c;
+  }
+  if (c == 0x131) return 'I';
+  if (c == 0x17F) return 'S';
+  if (c >= 0x3B1 && c <= 0x3C9 && c != 0x3C2) return c - 32;
+  if (c == 0x3C2) return 0x3A3;  // final sigma
+  if (c >= 0x3AC && c <= 0x3CE) {
+    switch (c) {
+      case 0x3AC: return 0x386;
+      case 0x3AD: return 0x388;
+      case 0x3AE: return 0x389;
+      case 0x3AF: return 0x38A;
+      case 0x3CC: return 0x38C;
+      case 0x3CD: return 0x38E;
+      case 0x3CE: return 0x38F;
+      default: return c;
+    }
+  }
+  if (c >= 0x430 && c <= 0x44F) return c - 32;
+  if (c >= 0x450 && c <= 0x45F) return c - 80;
+  return c;
+}
+
+char32_t lower_case(char32_t c) {
+  if (c >= 'A' && c <= 'Z') return c + 32;
+  if (c < 0xC0) return c;
+  if (c >= 0xC0 && c <= 0xDE && c != 0xD7) return c + 32;
+  if (c == 0x178) return 0xFF;
+  if (c == 0x130) return 'i';  // Python gives "i̇"; the dot is dropped here
+  if (c >= 0x100 && c <= 0x17F && c != 0x131 && c != 0x138 && c != 0x149 && c != 0x17F) {
+    const bool odd_upper = (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E);
+    if (odd_upper) return (c % 2 == 1) ? c + 1 : c;
+    return (c % 2 == 0) ? c + 1 : c;
+  }
+  if (c >= 0x391 && c <= 0x3A9 && c != 0x3A2) return c + 32;
+  switch (c) {
+    case 0x386: return 0x3AC;
+    case 0x388: return 0x3AD;
+    case 0x389: return 0x3AE;
+    case 0x38A: return 0x3AF;
+    case 0x38C: return 0x3CC;
+    case 0x38E: return 0x3CD;
+    case 0x38F: return 0x3CE;
+    default: break;
+  }
+  if (c >= 0x410 && c <= 0x42F) return c + 32;
+  if (c >= 0x400 && c <= 0x40F) return c + 80;
+  return c;
+}
+
+bool is_cased(char32_t c) { return upper_case(c) != c || lower_case(c) != c || c == 0xDF || c == 0x138 || c == 0x149; }
+
+namespace {
+
+template <typename Map>
+std::string map_case(std::string_view s, Map map) {
+  if (is_ascii(s)) {
+    std::string out(s);
+    for (char& ch : out) ch = static_cast<char>(map(static_cast<char32_t>(static_cast<unsigned char>(ch))));
+    return out;
+  }
+  std::string out;
+  out.reserve(s.size());
+  for (size_t pos = 0; pos < s.size();) {
+    const size_t start = pos;
+    const char32_t c = decode_utf8(s, pos);
+    const char32_t m = map(c);
+    if (m == c) out.append(s.substr(start, pos - start));  // keeps malformed bytes as they were
+    else append_utf8(out, m);
+  }
   return out;
 }
 
-std::string ascii_lower(std::string_view s) {
-  std::string out(s);
-  for (char& ch : out)
-    if (ch >= 'A' && ch <= 'Z') ch = static_cast<char>(ch - 'A' + 'a');
-  return out;
-}
+}  // namespace
+
+std::string python_upper(std::string_view s) { return map_case(s, upper_case); }
+std::string python_lower(std::string_view s) { return map_case(s, lower_case); }
 
 }  // namespace pagedkv::jinja

@@ -141,7 +141,7 @@ void append_container_repr(std::string& out, const Value& v, int depth) {
 void append_repr(std::string& out, const Value& v, int depth) {
   switch (v.kind()) {
     case Value::Kind::kString: append_repr_string(out, v.as_string()); return;
-    case Value::Kind::kUndefined: return;
+    case Value::Kind::kUndefined: out += "Undefined"; return;  // repr(), e.g. inside a printed list
     case Value::Kind::kList:
     case Value::Kind::kDict: append_container_repr(out, v, depth); return;
     default: append_python_str(out, v);

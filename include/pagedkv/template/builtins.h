@@ -24,6 +24,9 @@ Value call_method(Renderer& r, const Value& receiver, std::string_view name, Cal
 // receiver.name as a value (a bound method), for when it is not called at once.
 Value bound_method(const Value& receiver, std::string_view name);
 
+// Python's printf-style `format % args` (args: a tuple of values, a dict for %(name)s, or one value).
+Value percent_format(Renderer& r, const std::string& format, const Value& args, int line);
+
 // A global function by name, or null.
 const Value* find_global_function(std::string_view name);
 

@@ -27,8 +27,15 @@ bool is_python_space(char32_t c);
 // str.strip / lstrip / rstrip: with `chars` null, Python whitespace; else any code point of *chars.
 std::string_view python_strip(std::string_view s, const std::string_view* chars, bool left, bool right);
 
-// ASCII-only case mapping (other code points are copied unchanged).
-std::string ascii_upper(std::string_view s);
-std::string ascii_lower(std::string_view s);
+// Case mapping of one code point, as Python's str.upper() / str.lower() for ASCII, Latin-1,
+// Latin Extended-A, Greek and Cyrillic (other code points map to themselves; 'ß' stays 'ß').
+char32_t upper_case(char32_t c);
+char32_t lower_case(char32_t c);
+// str.upper() / str.lower() over a whole string with that mapping.
+std::string python_upper(std::string_view s);
+std::string python_lower(std::string_view s);
+// Whether c has case (upper_case or lower_case changes it), for isupper() / islower().
+bool is_cased(char32_t c);
+
 
 }  // namespace pagedkv::jinja
