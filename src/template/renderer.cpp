@@ -19,31 +19,36 @@ using ast::ExprKind;
 using ast::Stmt;
 using ast::StmtKind;
 
-// A macro defined with {% macro %}: calling it renders its body in a fresh scope.
+// A macro defined with {% macro %}: calling it renders its body in a fresh scope whose parent is
+// where it was defined. A macro defined at the top level sees the template's names as they are
+// when it runs; one defined inside a loop or another macro holds a copy of that scope's names
+// (`closure`), so it stays valid if it outlives the scope (stored in a namespace, say).
 class MacroCallable final : public Callable {
  public:
-  explicit MacroCallable(const Stmt& macro) : macro_(macro) {}
+  MacroCallable(const Stmt& macro, std::shared_ptr<Renderer::Scope> closure) : macro_(macro), closure_(std::move(closure)) {}
   Value call(Renderer& r, CallArgs args, int line) const override {
-    return r.call_macro(macro_, macro_.params, macro_.body, nullptr, std::move(args), Value(), line);
+    return r.call_macro(macro_, macro_.params, macro_.body, closure_.get(), std::move(args), Value(), line);
   }
   std::string describe() const override { return fmt::format("<Macro '{}'>", macro_.name); }
 
  private:
   const Stmt& macro_;
+  std::shared_ptr<Renderer::Scope> closure_;
 };
 
-// caller() inside a macro invoked by {% call %}: the call block's body, in the block's scope.
+// caller() inside a macro invoked by {% call %}: the call block's body, in the block's scope
+// (captured as a macro's is).
 class CallerCallable final : public Callable {
  public:
-  CallerCallable(const Stmt& block, Renderer::Scope* scope) : block_(block), scope_(scope) {}
+  CallerCallable(const Stmt& block, std::shared_ptr<Renderer::Scope> closure) : block_(block), closure_(std::move(closure)) {}
   Value call(Renderer& r, CallArgs args, int line) const override {
-    return r.call_macro(block_, block_.params, block_.body, scope_, std::move(args), Value(), line);
+    return r.call_macro(block_, block_.params, block_.body, closure_.get(), std::move(args), Value(), line);
   }
   std::string describe() const override { return "<Macro 'caller'>"; }
 
  private:
   const Stmt& block_;
-  Renderer::Scope* scope_;
+  std::shared_ptr<Renderer::Scope> closure_;
 };
 
 // loop.cycle(a, b, ...): the argument at the iteration's index, round robin.
@@ -251,6 +256,16 @@ Value Renderer::call_macro(const ast::Stmt& macro, const std::vector<ast::Parame
   return Value::string(std::move(out));
 }
 
+std::shared_ptr<Renderer::Scope> Renderer::capture(Scope& scope) const {
+  if (&scope == root_) return nullptr;
+  auto closure = std::make_shared<Scope>();
+  closure->parent = root_;
+  for (Scope* s = &scope; s != nullptr && s != root_; s = s->parent)
+    for (const auto& [name, value] : s->vars)
+      if (closure->find(name) == nullptr) closure->vars.emplace_back(name, value);
+  return closure;
+}
+
 // ---- statements -----------------------------------------------------------------------------------
 
 Renderer::Flow Renderer::exec_body(const ast::Body& body, Scope& scope, std::string& out) {
@@ -283,11 +298,15 @@ Renderer::Flow Renderer::exec(const ast::Stmt& s, Scope& scope, std::string& out
       scope.set(s.targets[0], std::move(v));
       return Flow::kNormal;
     }
-    case StmtKind::kMacro: scope.set(s.name, Value::callable(std::make_shared<MacroCallable>(s))); return Flow::kNormal;
+    case StmtKind::kMacro: {
+      auto macro = std::make_shared<MacroCallable>(s, capture(scope));
+      scope.set(s.name, Value::callable(std::move(macro)));
+      return Flow::kNormal;
+    }
     case StmtKind::kCallBlock: {
       const Expr& call = *s.expr;
       CallArgs args = eval_args(call, scope);
-      args.keyword.emplace_back("caller", Value::callable(std::make_shared<CallerCallable>(s, &scope)));
+      args.keyword.emplace_back("caller", Value::callable(std::make_shared<CallerCallable>(s, capture(scope))));
       Value callee = eval(*call.target, scope);
       if (!callee.is_callable()) fail(s.line, fmt::format("TypeError: '{}' object is not callable", type_name(callee)));
       append_output(out, callee.as_callable().call(*this, std::move(args), s.line), s.line);

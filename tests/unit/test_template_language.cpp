@@ -106,6 +106,10 @@ const RenderCase kRenderCases[] = {
      "{% macro m() %}{{ g }}{% endmacro %}{% set g = 'late' %}{{ m() }}",
      "{}",
      "late"},
+    {"macro_closure",
+     "{% set ns = namespace(f=none) %}{% for i in [1, 2] %}{% macro m() %}{{ i }}-{{ loop.index }}{% endmacro %}{{ m() }} {% set ns.f = m %}{{ ns.f() }};{% endfor %}",
+     "{}",
+     "1-1 1-1;2-2 2-2;"},
     {"macro_concat",
      "{% macro t(x) %}{{ x|upper }}{% endmacro %}{{ 'list[' + t('a') + ']' }}",
      "{}",
@@ -327,6 +331,16 @@ TEST(TemplateLanguage, KeyOrderOfTheDataIsKept) {
   const std::string vars = R"({"tool": {"zeta": 1, "alpha": {"y": 2, "b": 3}}})";
   EXPECT_EQ(render("{{ tool|tojson }}|{% for k in tool %}{{ k }}{% endfor %}", vars),
             R"({"zeta": 1, "alpha": {"y": 2, "b": 3}}|zetaalpha)");
+}
+
+// A macro defined in a loop iteration keeps a copy of that iteration's names, so calling it after
+// the loop (jinja2 prints its internal "missing" marker there) is safe and sees the last values.
+TEST(TemplateLanguage, MacroOutlivingItsLoopIsSafe) {
+  EXPECT_EQ(render("{% set ns = namespace(f=none) %}{% for i in [1, 2] %}{% macro m() %}{{ i }}-{{ loop.index }}{% endmacro %}"
+                   "{% set ns.f = m %}{% endfor %}{{ ns.f() }}|{% macro w() %}<{{ caller() }}>{% endmacro %}"
+                   "{% for i in [3] %}{% call w() %}{{ i }}{% endcall %}{% endfor %}",
+                   "{}"),
+            "2-2|<3>");
 }
 
 TEST(TemplateLanguage, TemplateIsReusableAndThreadSafe) {

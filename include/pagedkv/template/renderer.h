@@ -6,6 +6,7 @@
 
 #include <ctime>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -49,8 +50,12 @@ class Renderer {
   // points; nothing for undefined; TypeError otherwise.
   std::shared_ptr<const List> iterate(const Value& v, int line);
 
-  // Calls a macro defined by `macro` (or, for a call block's caller(), its body), binding `args`.
+  // Calls a macro defined by `macro` (or, for a call block's caller(), its body), binding `args`,
+  // in a scope whose parent is `parent` (null: the top level).
   struct Scope;
+  // The names visible in `scope` below the top level, copied (null when `scope` is the top level):
+  // what a macro or caller() defined there sees when it runs.
+  std::shared_ptr<Scope> capture(Scope& scope) const;
   Value call_macro(const ast::Stmt& macro, const std::vector<ast::Parameter>& params, const ast::Body& body,
                    Scope* parent, CallArgs args, const Value& caller, int line);
 
