@@ -635,7 +635,7 @@ bool contains(Renderer& r, const Value& container, const Value& item, int line) 
         if (values_equal(v, item)) return true;
       return false;
     case Value::Kind::kDict:
-      if (item.is_list() || item.is_dict())
+      if ((item.is_list() && !item.as_list().is_tuple) || item.is_dict())  // tuples hash; lists and dicts do not
         r.fail(line, fmt::format("TypeError: unhashable type: '{}'", type_name(item)));
       return item.is_string() && container.as_dict().find(item.as_string()) != nullptr;
     case Value::Kind::kUndefined: return false;
