@@ -311,8 +311,14 @@ Value apply_filter(Renderer& r, std::string_view name, const Value& input, CallA
     }
     return Value::string(std::move(out));
   }
-  if (name == "upper") return no_args(), Value::string(python_upper(str_of(input)));
-  if (name == "lower") return no_args(), Value::string(python_lower(str_of(input)));
+  if (name == "upper") {
+    no_args();
+    return Value::string(python_upper(str_of(input)));
+  }
+  if (name == "lower") {
+    no_args();
+    return Value::string(python_lower(str_of(input)));
+  }
   if (name == "capitalize" || name == "title") {
     no_args();
     // capitalize: the first code point upper, the rest lower. title (jinja2's): the same for each
@@ -338,14 +344,20 @@ Value apply_filter(Renderer& r, std::string_view name, const Value& input, CallA
     if (input.is_undefined() || (truthy(a[1]) && !truthy(input))) return fallback;
     return input;
   }
-  if (name == "string") return no_args(), Value::string(str_of(input));
+  if (name == "string") {
+    no_args();
+    return Value::string(str_of(input));
+  }
   if (name == "first" || name == "last") {
     no_args();
     std::vector<Value> items = items_of(r, input, line);
     if (items.empty()) return Value::undefined(fmt::format("No {} item, sequence was empty.", name));
     return name == "first" ? items.front() : items.back();
   }
-  if (name == "list") return no_args(), Value::list(items_of(r, input, line));
+  if (name == "list") {
+    no_args();
+    return Value::list(items_of(r, input, line));
+  }
   if (name == "indent") return filter_indent(r, input, args, line);
   if ((name == "int" || name == "float") && input.is_undefined()) r.fail_undefined(line, input);
   if (name == "int") {
@@ -472,8 +484,14 @@ Value apply_filter(Renderer& r, std::string_view name, const Value& input, CallA
     }
     return Value::integer(words);
   }
-  if (name == "safe") return no_args(), input.is_undefined() ? Value::string("") : input;
-  if (name == "escape" || name == "e" || name == "forceescape") return no_args(), Value::string(html_escape(str_of(input)));
+  if (name == "safe") {
+    no_args();
+    return input.is_undefined() ? Value::string("") : input;
+  }
+  if (name == "escape" || name == "e" || name == "forceescape") {
+    no_args();
+    return Value::string(html_escape(str_of(input)));
+  }
   if (name == "attr") {
     auto a = bind_args(r, "attr", args, {"name"}, line);
     if (!a[0].is_string()) r.fail(line, "TypeError: attr needs a name");

@@ -130,12 +130,8 @@ class Lexer {
       emit_text(std::move(text));
       pos_ = open + 2;
       if (modifier == '-' || (modifier == '+' && kind != '{')) ++pos_;
-      if (kind == '#') {
-        lex_comment();
-      } else if (kind == '%' && try_raw()) {
-      } else {
-        lex_tag(kind == '{');
-      }
+      if (kind == '#') lex_comment();
+      else if (kind != '%' || !try_raw()) lex_tag(kind == '{');  // try_raw lexes a whole raw block
     }
     tokens_.push_back(Token{TokenType::kEnd, {}, line_});
     return std::move(tokens_);

@@ -203,18 +203,34 @@ Value string_method(Renderer& r, const std::string& s, std::string_view name, Ca
       if (count != 0) out += new_text;
       return Value::string(std::move(out));
     }
+    // Count first, so a result past the output limit fails before it is built.
+    size_t occurrences = 0;
+    if (old_text.size() == 1 && count < 0) {
+      occurrences = static_cast<size_t>(std::count(s.begin(), s.end(), old_text[0]));
+    } else {
+      for (size_t at = s.find(old_text); at != std::string::npos && (count < 0 || static_cast<int64_t>(occurrences) < count);
+           at = s.find(old_text, at + old_text.size()))
+        ++occurrences;
+    }
+    const size_t result_size = s.size() - occurrences * old_text.size();
+    if (!new_text.empty() && occurrences > (r.limits().max_output_bytes - std::min(result_size, r.limits().max_output_bytes)) / new_text.size())
+      r.limit_exceeded(line, "max_output_bytes", r.limits().max_output_bytes);
+    out.reserve(result_size + occurrences * new_text.size());
+    if (old_text.size() == 1 && count < 0) {  // one byte replaced everywhere: a single scan
+      for (char c : s) {
+        if (c == old_text[0]) out += new_text;
+        else out.push_back(c);
+      }
+      return Value::string(std::move(out));
+    }
     size_t start = 0;
-    while (count != 0) {
+    for (size_t n = 0; n < occurrences; ++n) {
       const size_t at = s.find(old_text, start);
-      if (at == std::string::npos) break;
       out.append(s, start, at - start);
       out += new_text;
-      r.check_size(out.size(), line);
       start = at + old_text.size();
-      --count;
     }
     out.append(s, start);
-    r.check_size(out.size(), line);
     return Value::string(std::move(out));
   }
   if (name == "upper" || name == "lower" || name == "title" || name == "capitalize") {

@@ -3,7 +3,11 @@
 // (raise_exception's message exactly; other errors as any TemplateError).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include "template_test_support.h"
 
@@ -76,6 +80,31 @@ TEST(TemplateShared, RenderingIsFast) {
     std::printf("%s, c07_tool_roundtrip: %.1f us per render (%zu bytes)\n", name.c_str(), us, bytes / runs);
     EXPECT_LT(us, 5000.0) << name;  // generous for sanitizer and loaded CI machines
   }
+}
+
+// One parsed Template rendered from several threads at once gives every thread the oracle's text.
+TEST(TemplateShared, ConcurrentRendersOfOneTemplate) {
+  PAGEDKV_REQUIRE_CHAT_TEMPLATES(dir);
+  ChatTemplateOracle oracle(dir);
+  const std::string name = "openai-gpt-oss-120b";
+  const jinja::Template t(oracle.templates.at(name));
+  std::vector<std::pair<ordered_json, std::string>> cases;
+  for (const auto& row : oracle.expected)
+    if (row["template"] == name && row["ok"].get<bool>())
+      cases.emplace_back(render_variables(oracle.conversations.at(row["conversation"].get<std::string>()), oracle.tokens_of(name)),
+                         row["text"].get<std::string>());
+  std::atomic<int> mismatches{0};
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 4; ++k)
+    threads.emplace_back([&, k] {
+      for (int round = 0; round < 5; ++round)
+        for (size_t i = static_cast<size_t>(k); i < cases.size() + static_cast<size_t>(k); ++i) {
+          const auto& [vars, text] = cases[i % cases.size()];
+          if (t.render(vars, oracle_options()) != text) ++mismatches;
+        }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(mismatches.load(), 0);
 }
 
 }  // namespace
