@@ -59,6 +59,7 @@ class Value {
   const List& as_list() const { return *static_cast<const List*>(ptr_.get()); }
   std::shared_ptr<const List> list_ptr() const { return std::static_pointer_cast<const List>(ptr_); }
   const Dict& as_dict() const { return *static_cast<const Dict*>(ptr_.get()); }
+  // A namespace stays mutable through a const Value, as a Python object does through any reference.
   Namespace& as_namespace() const { return *static_cast<Namespace*>(const_cast<void*>(ptr_.get())); }
   const Callable& as_callable() const { return *static_cast<const Callable*>(ptr_.get()); }
   // Why a value is undefined ("'x' is undefined"), for the error raised when it is used.
