@@ -12,6 +12,8 @@ ALLOWED = {
     "storage": {"core"},
     "kernels": {"core", "storage"},
     "memory": {"core"},
+    # The sandboxed Jinja interpreter for the model files' chat templates.
+    "template": {"core"},
     "model": {"core", "storage", "kernels"},
     "tiers": {"core", "block", "prefix", "manager", "storage"},
     "scheduler": {"core", "block", "prefix", "manager", "tiers"},
@@ -23,9 +25,9 @@ ALLOWED = {
     # The HTTP/API layer both front ends stand on: the API's error shape, the HTTP listener, peer
     # connections, OpenAI request parsing, chat templates, the KV-event log and its wire format.
     # It tokenizes (model) and reads block events (block), never an engine.
-    "api": {"core", "block", "prefix", "model"},
+    "api": {"core", "block", "prefix", "model", "template"},
     # The OpenAI-compatible server: metrics and the engine thread behind the API layer.
-    "server": {"core", "block", "prefix", "manager", "tiers", "scheduler", "storage", "kernels", "model", "memory", "grammar", "engine", "api"},
+    "server": {"core", "block", "prefix", "manager", "tiers", "scheduler", "storage", "kernels", "model", "memory", "grammar", "engine", "template", "api"},
     # The HTTP load generator: a client of the server's API, so it needs nothing of the engine.
     "loadgen": {"core"},
     # The remote KV tier's Redis client (hiredis): implements tiers/' RemoteStore.

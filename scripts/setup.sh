@@ -9,6 +9,7 @@ PACKAGES=(build-essential cmake ninja-build pkg-config
           libxxhash-dev liburing-dev libssl-dev libfmt-dev nlohmann-json3-dev libcli11-dev
           libgtest-dev libgmock-dev libbenchmark-dev libomp-dev
           python3 python3-dev pybind11-dev python3-numpy python3-pytest gnuplot-nox
+          python3-jinja2   # the chat-template tests compare with Python's jinja2
           python3-pip python3-setuptools python3-wheel python3-venv python3-mypy
           libcpp-httplib-dev prometheus-cpp-dev libcurl4-openssl-dev
           prometheus python3-requests python3-prometheus-client curl

@@ -174,6 +174,7 @@ CompletionRequest parse_completion_request(std::string_view body, ApiEndpoint en
     const json* m = field(j, "messages");
     if (m == nullptr) throw bad("messages", "'messages' is required", "missing_field");
     r.messages = parse_messages(*m);
+    r.chat_input = parse_chat_template_input(body);
   } else {
     const json* p = field(j, "prompt");
     if (p == nullptr) throw bad("prompt", "'prompt' is required", "missing_field");
@@ -289,6 +290,7 @@ TokenizeRequest parse_tokenize_request(std::string_view body) {
     r.prompt = string(*p, "prompt");
   } else if (const json* m = field(j, "messages")) {
     r.messages = parse_messages(*m);
+    r.chat_input = parse_chat_template_input(body);
   } else {
     throw bad("prompt", "'prompt' (a string) or 'messages' is required", "missing_field");
   }
@@ -342,7 +344,8 @@ std::vector<TokenId> encode_bounded(const TextTokenizer& tokenizer, std::span<co
 }
 
 std::vector<PreparedPrompt> prepare_request(const CompletionRequest& request, const TextTokenizer& tokenizer,
-                                            const ModelLimits& model, ChatTemplate chat_template) {
+                                            const ModelLimits& model, ChatTemplate chat_template,
+                                            const ModelChatTemplate* model_template) {
   if (!request.model.empty() && request.model != model.served_model_name)
     throw ApiError(404, fmt::format("the model '{}' does not exist; this server serves '{}'", request.model, model.served_model_name),
                    "model", "model_not_found");
@@ -356,8 +359,11 @@ std::vector<PreparedPrompt> prepare_request(const CompletionRequest& request, co
                      "stop_token_ids", "invalid_token_id");
   std::vector<std::vector<TokenId>> prompts;
   if (request.endpoint == ApiEndpoint::kChatCompletions) {
-    prompts.push_back(
-        encode_bounded(tokenizer, render_chat(chat_template, request.messages), true, model.max_model_len, "messages"));
+    if (model_template != nullptr)
+      prompts.push_back(encode_bounded(tokenizer, model_template->render(request.chat_input), false, model.max_model_len, "messages"));
+    else
+      prompts.push_back(
+          encode_bounded(tokenizer, render_chat(chat_template, request.messages), true, model.max_model_len, "messages"));
   } else {
     for (const PromptInput& p : request.prompts) {
       if (p.is_text) {

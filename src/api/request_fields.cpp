@@ -105,10 +105,11 @@ const std::vector<FieldRule>& rules() {
         {"guided_whitespace_pattern", kBoth, Support::kUnimplemented},
         {"add_special_tokens", kCompletionsOnly, Support::kUnimplemented, {true}},
         {"add_special_tokens", kChatOnly, Support::kUnimplemented, {false}},
-        {"add_generation_prompt", kChatOnly, Support::kUnimplemented, {true}},
+        // Passed to the model's own chat template (the built-in renderings have no such switch).
+        {"add_generation_prompt", kChatOnly, Support::kImplemented},
         {"continue_final_message", kChatOnly, Support::kUnimplemented, {false}},
         {"chat_template", kChatOnly, Support::kUnimplemented},
-        {"chat_template_kwargs", kChatOnly, Support::kUnimplemented, {empty_object}},
+        {"chat_template_kwargs", kChatOnly, Support::kImplemented},
         {"documents", kChatOnly, Support::kUnimplemented},
         {"mm_processor_kwargs", kBoth, Support::kUnimplemented},
         {"kv_transfer_params", kBoth, Support::kUnimplemented},

@@ -174,6 +174,9 @@ void OpenAIServer::install_routes() {
     // Messages: the same rendering /v1/chat/completions uses.
     const std::vector<TokenId> tokens =
         request.prompt ? api::encode_bounded(tokenizer_, *request.prompt, request.add_special_tokens, model_.limits.max_model_len, "prompt")
+                   : model_.model_template
+                       ? api::encode_bounded(tokenizer_, model_.model_template->render(request.chat_input), false,
+                                        model_.limits.max_model_len, "messages")
                        : api::encode_bounded(tokenizer_, api::render_chat(model_.chat_template, request.messages), request.add_special_tokens,
                                         model_.limits.max_model_len, "messages");
     send_json(res, 200, {{"tokens", tokens}, {"count", tokens.size()}, {"max_model_len", model_.limits.max_model_len}});
@@ -197,7 +200,8 @@ void OpenAIServer::install_routes() {
   auto completion = [this](api::ApiEndpoint endpoint) {
     return [this, endpoint](const httplib::Request& req, httplib::Response& res) {
       auto request = std::make_shared<api::CompletionRequest>(api::parse_completion_request(req.body, endpoint, options_.limits));
-      std::vector<api::PreparedPrompt> prompts = api::prepare_request(*request, tokenizer_, model_.limits, model_.chat_template);
+      std::vector<api::PreparedPrompt> prompts = api::prepare_request(*request, tokenizer_, model_.limits, model_.chat_template,
+                                                                  model_.model_template.get());
       const uint64_t seed = request->seed.value_or(ids().next());
       std::vector<GenerationRequest> generations;
       for (api::PreparedPrompt& p : prompts) {

@@ -12,6 +12,8 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "command.h"
@@ -19,9 +21,12 @@
 #include "pagedkv/core/error.h"
 #include "pagedkv/engine/llm_engine.h"
 #include "pagedkv/memory/byte_size.h"
+#include "pagedkv/model/tokenizer/gguf_bpe_tokenizer.h"
+#include "pagedkv/model/tokenizer/gguf_tokenizer.h"
 #include "pagedkv/model/model_file.h"
 #include "pagedkv/model/tokenizer/tokenizer.h"
 #include "pagedkv/server/engine_service.h"
+#include "pagedkv/api/model_chat_template.h"
 #include "pagedkv/server/openai_server.h"
 
 namespace pagedkv::cli {
@@ -29,6 +34,7 @@ namespace {
 
 struct ServeOptions {
   std::string model, tokenizer, served_model_name;
+  std::string chat_template;  // a Jinja file replacing the model's tokenizer.chat_template
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string api_key;
@@ -52,6 +58,39 @@ int parse_stream_interval(const std::string& text) {
   if (ec != std::errc() || end != text.data() + text.size() || n < 1)
     throw ConfigError(fmt::format("--stream-interval must be 'auto' or a whole number of at least 1, got '{}'", text));
   return n;
+}
+
+// The vocabulary's text of token `id` as a chat template prints it ("<s>", "<|begin_of_text|>"):
+// the raw piece, which decoding would drop for control tokens. Empty when there is none.
+std::string token_text(const TextTokenizer& tokenizer, TokenId id) {
+  if (id < 0 || id >= tokenizer.vocab_size()) return {};
+  if (const auto* spm = dynamic_cast<const GgufTokenizer*>(&tokenizer)) return std::string(spm->piece(id));
+  if (const auto* bpe = dynamic_cast<const GgufBpeTokenizer*>(&tokenizer)) return std::string(bpe->piece(id));
+  return tokenizer.decode_piece(-1, id);
+}
+
+// The model's own chat template (--chat-template FILE, else the GGUF's tokenizer.chat_template),
+// checked with a dry render; null when there is none (the hard-coded families render then).
+std::shared_ptr<const api::ModelChatTemplate> load_model_template(const ServeOptions& o, const LoadedModel& loaded,
+                                                                      const TextTokenizer& tokenizer) {
+  std::string source = loaded.chat_template;
+  if (!o.chat_template.empty()) {
+    std::ifstream in(o.chat_template, std::ios::binary);
+    if (!in) throw ConfigError(fmt::format("--chat-template: cannot read {}", o.chat_template));
+    std::stringstream text;
+    text << in.rdbuf();
+    source = text.str();
+  }
+  if (source.empty()) return nullptr;
+  try {
+    auto t = std::make_shared<const api::ModelChatTemplate>(source, token_text(tokenizer, tokenizer.bos_id()),
+                                                               token_text(tokenizer, tokenizer.eos_id()));
+    t->check();
+    return t;
+  } catch (const ConfigError& e) {
+    throw ConfigError(fmt::format("{}: {}", o.chat_template.empty() ? o.model + " (tokenizer.chat_template)" : o.chat_template,
+                                  e.what()));
+  }
 }
 
 int run_serve(ServeOptions o) {
@@ -105,12 +144,15 @@ int run_serve(ServeOptions o) {
   served.eos_token_id = loaded.is_gguf ? tokenizer.eos_id() : Tokenizer::kBos;
   if (loaded.is_gguf) served.end_of_generation_ids = tokenizer.end_of_generation_ids();  // EOT, EOM, <|im_end|>...
   served.chat_template = api::detect_chat_template(loaded.chat_template);
+  served.model_template = load_model_template(o, loaded, tokenizer);
   server::OpenAIServer http(options, service, tokenizer, served, metrics);
   const int port = http.bind();
 
   fmt::print("{}\n", engine.describe());
   fmt::print("Model: {} (served as '{}'), max_model_len {}, chat template {}\n", o.model, o.served_model_name,
-             engine.max_model_len(), api::chat_template_name(served.chat_template));
+             engine.max_model_len(),
+             served.model_template ? (o.chat_template.empty() ? std::string("the model's own (Jinja)") : o.chat_template)
+                                   : std::string(api::chat_template_name(served.chat_template)));
   fmt::print("pagedkv serve: listening on http://{}:{}\n", o.host, port);
   std::fflush(stdout);
 
@@ -163,6 +205,8 @@ const CommandRegistration kServeCommand{Command{
       sub.add_option("--tokenizer,-z", o->tokenizer,
                      "llama2.c tok*.bin or a GGUF file's tokenizer (default: the GGUF model's own; tok512.bin for the default model)");
       sub.add_option("--context-length", o->context_length, "GGUF: replaces the file's context length (llama.cpp's n_ctx)");
+      sub.add_option("--chat-template", o->chat_template,
+                     "a Jinja chat template file replacing the model's own (tokenizer.chat_template)");
       sub.add_option("--served-model-name", o->served_model_name, "the model name clients use (default: the file's stem)");
       sub.add_option("--host", o->host, "address to listen on")->capture_default_str();
       sub.add_option("--port", o->port, "port to listen on (0: any free port, printed at start)")->capture_default_str();

@@ -20,6 +20,7 @@
 #include "pagedkv/api/chat_template.h"
 #include "pagedkv/core/ids.h"
 #include "pagedkv/model/tokenizer/text_tokenizer.h"
+#include "pagedkv/api/model_chat_template.h"
 
 namespace pagedkv::api {
 
@@ -37,6 +38,7 @@ struct CompletionRequest {
   std::string model;                  // empty: the served model
   std::vector<PromptInput> prompts;   // /v1/completions: one or more
   std::vector<ChatMessage> messages;  // /v1/chat/completions
+  ChatTemplateInput chat_input;       // the same, as sent, for a model's own chat template
   std::optional<int> max_tokens;      // absent: 16 for completions, the rest of the context for chat
   float temperature = 1.0f;
   float top_p = 1.0f;
@@ -79,6 +81,7 @@ struct TokenizeRequest {
   bool add_special_tokens = true;
   std::optional<std::string> prompt;  // absent: `messages` (non-empty)
   std::vector<ChatMessage> messages;
+  ChatTemplateInput chat_input;
 };
 
 TokenizeRequest parse_tokenize_request(std::string_view body);
@@ -107,9 +110,11 @@ std::vector<TokenId> encode_bounded(const TextTokenizer& tokenizer, std::string_
 std::vector<TokenId> encode_bounded(const TextTokenizer& tokenizer, std::span<const PromptPart> parts, bool add_bos,
                                     int max_model_len, const char* param);
 
-// Tokenizes text prompts (BOS first) and chat messages (rendered with `chat_template`), checks
-// the model name, token ids and that prompt + max_tokens fits the model length.
+// Tokenizes text prompts (BOS first) and chat messages (rendered with the model's own template
+// when `model_template` is given, which prints BOS itself, else with `chat_template`), checks the
+// model name, token ids and that prompt + max_tokens fits the model length.
 std::vector<PreparedPrompt> prepare_request(const CompletionRequest& request, const TextTokenizer& tokenizer,
-                                            const ModelLimits& model, ChatTemplate chat_template = ChatTemplate::kDefault);
+                                            const ModelLimits& model, ChatTemplate chat_template = ChatTemplate::kDefault,
+                                            const ModelChatTemplate* model_template = nullptr);
 
 }  // namespace pagedkv::api

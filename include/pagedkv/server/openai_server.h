@@ -57,6 +57,8 @@ struct ServedModel {
   // (EOT, EOM, <|im_end|>, <end_of_turn>, ...; TextTokenizer::end_of_generation_ids).
   std::vector<TokenId> end_of_generation_ids;
   api::ChatTemplate chat_template = api::ChatTemplate::kDefault;  // how /v1/chat/completions renders messages
+  // The model's own (Jinja) chat template; when set, it renders chat messages instead.
+  std::shared_ptr<const api::ModelChatTemplate> model_template;
 };
 
 class OpenAIServer {

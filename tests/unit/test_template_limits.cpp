@@ -1,0 +1,99 @@
+// The sandbox's bounds: templates that would loop for ever, recurse without end, build gigabytes
+// or nest without limit stop with a TemplateLimitError that names the limit, within a second, and
+// the limits are far above what real templates use.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+
+#include "template_test_support.h"
+
+namespace pagedkv::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Parses and renders `source`; expects a TemplateLimitError mentioning `limit`, within a second.
+void expect_limit(const std::string& source, const std::string& limit, const ordered_json& vars = ordered_json::object(),
+                  const jinja::RenderOptions& options = {}) {
+  const auto start = Clock::now();
+  try {
+    jinja::Template(source).render(vars, options);
+    ADD_FAILURE() << "rendered; expected the " << limit << " limit";
+  } catch (const jinja::TemplateLimitError& e) {
+    EXPECT_NE(std::string(e.what()).find(limit), std::string::npos) << e.what();
+  } catch (const jinja::TemplateError& e) {
+    ADD_FAILURE() << "expected the " << limit << " limit, got: " << e.what();
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  EXPECT_LT(seconds, 1.0) << limit;
+}
+
+TEST(TemplateLimits, EndlessLoopsStop) {
+  expect_limit("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "max_loop_iterations");
+  expect_limit("{% for i in range(1000000000000) %}{% endfor %}", "max_loop_iterations");
+  // Few iterations but heavy bodies: the step budget.
+  expect_limit("{% for i in range(900000) %}{% set x = (i + i * 2 - i // 3) > 0 and i or 0 %}{% endfor %}", "max_steps");
+}
+
+TEST(TemplateLimits, EndlessRecursionStops) {
+  expect_limit("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "max_call_depth");
+  expect_limit("{% macro f(n) %}{{ n }}{{ f(n + 1) }}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "max_call_depth");
+}
+
+TEST(TemplateLimits, HugeOutputStops) {
+  expect_limit("{{ 'x' * 1000000000000 }}", "max_output_bytes");
+  expect_limit("{% set s = 'x' * 1000000 %}{% for i in range(100000) %}{{ s }}{% endfor %}", "max_output_bytes");
+  expect_limit("{% set ns = namespace(s='ab') %}{% for i in range(100) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+               "max_output_bytes");
+  expect_limit("{% set ns = namespace(s='ab') %}{% for i in range(100) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
+               "max_output_bytes");
+  expect_limit("{{ [1, 2, 3] * 1000000000000 }}", "max_output_bytes");
+  expect_limit("{% set ns = namespace(s='ab') %}{% for i in range(60) %}{% set ns.s = ns.s.replace('a', 'aa') ~ ns.s %}{% endfor %}",
+               "max_output_bytes");
+}
+
+TEST(TemplateLimits, DeepNestingInTheSourceStops) {
+  expect_limit("{{ " + std::string(100000, '(') + "1" + std::string(100000, ')') + " }}", "max_nesting_depth");
+  expect_limit("{{ " + std::string(100000, '[') + std::string(100000, ']') + " }}", "max_nesting_depth");
+  std::string nots = "{{ ";
+  for (int i = 0; i < 100000; ++i) nots += "not ";
+  expect_limit(nots + "x }}", "max_nesting_depth");
+  expect_limit("{{ " + std::string(100000, '-') + "1 }}", "max_nesting_depth");
+  std::string ifs;
+  for (int i = 0; i < 20000; ++i) ifs += "{% if true %}";
+  expect_limit(ifs, "max_nesting_depth");
+}
+
+TEST(TemplateLimits, OversizedSourceAndDataStop) {
+  expect_limit(std::string(2 << 20, 'x'), "max_source_bytes");
+  ordered_json deep = 1;
+  for (int i = 0; i < 1000; ++i) deep = ordered_json::array({deep});
+  expect_limit("{{ data }}", "max_data_depth", ordered_json{{"data", deep}});
+}
+
+TEST(TemplateLimits, LimitsAreConfigurable) {
+  jinja::RenderOptions tight;
+  tight.limits.max_loop_iterations = 10;
+  expect_limit("{% for i in range(11) %}{% endfor %}", "max_loop_iterations", ordered_json::object(), tight);
+  EXPECT_EQ(jinja::Template("{% for i in range(10) %}{{ i }}{% endfor %}").render(ordered_json::object(), tight), "0123456789");
+  tight.limits.max_output_bytes = 5;
+  expect_limit("{{ 'abcdef' }}", "max_output_bytes", ordered_json::object(), tight);
+  jinja::ParseLimits parse;
+  parse.max_nesting_depth = 8;
+  EXPECT_THROW(jinja::Template("{{ ((((((((1)))))))) }}", parse), jinja::TemplateLimitError);
+}
+
+// Hermes 3's json_to_python_type recurses for ever on a union type (the string "null" is iterable,
+// one character at a time): Python's jinja2 raises RecursionError; the call-depth limit stops it.
+TEST(TemplateLimits, RealRunawayTemplateStops) {
+  PAGEDKV_REQUIRE_CHAT_TEMPLATES(dir);
+  ChatTemplateOracle oracle(dir);
+  const std::string name = "NousResearch-Hermes-3-Llama-3.1-8B-tool_use";
+  expect_limit(oracle.templates.at(name), "max_call_depth",
+               render_variables(oracle.conversations.at("c23_nested_tool_schema"), oracle.tokens_of(name)),
+               oracle_options());
+}
+
+}  // namespace
+}  // namespace pagedkv::testing
