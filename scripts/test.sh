@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Sets everything up, then runs every test: the unit and integration tests (ctest), the core
-# and kernel tests again under ASan+UBSan, the tier tests under TSan, the Python tests, the
+# Sets everything up, then runs every test: the unit and integration tests (ctest), the tests
+# of tests/asan_tests.txt again under ASan+UBSan, the tier tests under TSan, the Python tests, the
 # install test (tests/install: the installed package and pip's module, used by both examples),
 # every fuzz target briefly (FUZZ_SECONDS, 10) and a soak with faults (SOAK_MINUTES, 8).
 set -euo pipefail
@@ -14,11 +14,11 @@ stage "tests (release build)"
 ctest --test-dir build --output-on-failure -j "$JOBS"
 
 stage "core, kernel and template-interpreter tests under ASan+UBSan"
-sanitized_tests=$(cd tests/unit && ls test_core_*.cpp test_attention_paged.cpp test_attention_query_codes.cpp test_storage_*.cpp test_remote_url.cpp test_model_gguf_matmul.cpp test_template_shared.cpp test_template_language.cpp test_model_logits_processing.cpp | sed 's/\.cpp$//' | tr '\n' ' ')
+sanitized_tests=$(grep -E '^test_' tests/asan_tests.txt | tr '\n' ' ')
 BUILD_DIR=build-asan SANITIZE=address,undefined TARGETS="$sanitized_tests" \
   CMAKE_ARGS="-DPAGEDKV_BUILD_BENCHMARKS=OFF -DPAGEDKV_BUILD_PYTHON=OFF" scripts/setup.sh
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan --output-on-failure -L 'core|kernels|sandbox' -j "$JOBS"
+  ctest --test-dir build-asan --output-on-failure -L asan -j "$JOBS"
 
 stage "tier, server and router tests under TSan (transfer engine lanes; the engine thread and its HTTP-side callers; the router's monitors and upstream calls)"
 # The kernels' OpenMP runtime (libgomp) is not instrumented: its barriers look like races to

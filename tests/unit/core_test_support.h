@@ -1,4 +1,4 @@
-// Shared helpers of the core tests (test_core_*.cpp): small configurations, token sequences,
+// Shared helpers of the core tests (block, prefix and manager tests): small configurations, token sequences,
 // and a manager wrapper that runs the invariant checker after every operation, so that no test
 // can forget it.
 #pragma once

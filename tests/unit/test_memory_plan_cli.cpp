@@ -1,5 +1,5 @@
 // End to end: runs the built `pagedkv plan` (ctest sets PAGEDKV_BIN) and checks its output.
-// Not a test_core_* file: the sanitizer stage builds only the core tests, not the tool.
+// Not in tests/asan_tests.txt: the sanitizer stage builds the tests listed there, not the tool.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
