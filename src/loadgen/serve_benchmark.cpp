@@ -1,3 +1,4 @@
+#include "pagedkv/core/percentile.h"
 #include "pagedkv/loadgen/serve_benchmark.h"
 
 #include <curl/curl.h>
@@ -233,12 +234,7 @@ LatencySummary summarize_ms(std::vector<double> seconds) {
   LatencySummary s;
   if (seconds.empty()) return s;
   std::sort(seconds.begin(), seconds.end());
-  auto at = [&](double p) {  // linear interpolation between ranks, as numpy's percentile
-    const double rank = p / 100.0 * static_cast<double>(seconds.size() - 1);
-    const size_t lo = static_cast<size_t>(rank);
-    const size_t hi = std::min(lo + 1, seconds.size() - 1);
-    return 1e3 * (seconds[lo] + (seconds[hi] - seconds[lo]) * (rank - static_cast<double>(lo)));
-  };
+  auto at = [&](double p) { return 1e3 * percentile_of_sorted(seconds, p); };
   s.mean = 1e3 * std::accumulate(seconds.begin(), seconds.end(), 0.0) / static_cast<double>(seconds.size());
   s.median = at(50);
   s.p99 = at(99);

@@ -1,3 +1,4 @@
+#include "pagedkv/core/percentile.h"
 #include "pagedkv/replay/timed_replay.h"
 
 #include <fmt/format.h>
@@ -29,11 +30,7 @@ struct RequestTimes {
   int outputs = 0;
 };
 
-double percentile(const std::vector<double>& sorted, double p) {
-  if (sorted.empty()) return 0;
-  const auto rank = static_cast<size_t>(std::ceil(p * static_cast<double>(sorted.size())));
-  return sorted[std::min(sorted.size(), std::max<size_t>(rank, 1)) - 1];
-}
+double percentile(const std::vector<double>& sorted, double p) { return percentile_of_sorted(sorted, 100 * p); }
 
 }  // namespace
 

@@ -8,6 +8,7 @@
 #include <limits>
 #include <set>
 
+#include "pagedkv/core/percentile.h"
 #include "pagedkv/engine/llm_engine.h"
 
 namespace pagedkv::cli {
@@ -266,12 +267,9 @@ std::string progress_bar(double fraction, int width) {
 }
 
 double percentile(std::vector<double> values, double p) {
-  if (values.empty()) return std::numeric_limits<double>::quiet_NaN();
+  if (values.empty()) return std::numeric_limits<double>::quiet_NaN();  // the report prints "-"
   std::sort(values.begin(), values.end());
-  const double rank = std::clamp(p, 0.0, 100.0) / 100.0 * static_cast<double>(values.size() - 1);
-  const auto lo = static_cast<size_t>(std::floor(rank));
-  const size_t hi = std::min(lo + 1, values.size() - 1);
-  return values[lo] + (values[hi] - values[lo]) * (rank - static_cast<double>(lo));
+  return percentile_of_sorted(values, p);
 }
 
 }  // namespace pagedkv::cli
