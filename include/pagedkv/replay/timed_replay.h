@@ -32,7 +32,7 @@ struct TimedReplayConfig {
   std::function<void(size_t, size_t)> progress;  // (requests finished, total)
 };
 
-// Nearest-rank percentiles of one latency, in seconds.
+// Percentiles of one latency (core/percentile.h), in seconds.
 struct LatencySummary {
   int64_t count = 0;
   double mean = 0, p50 = 0, p90 = 0, p99 = 0, max = 0;
