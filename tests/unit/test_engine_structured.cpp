@@ -176,6 +176,30 @@ TEST(EngineStructured, RandomGgufOutputsValidate) {
   }
 }
 
+TEST(EngineStructured, VocabularyHoldsEachTokensRawBytes) {
+  PAGEDKV_REQUIRE_MODELS(dir);
+  LoadedModel loaded = load_model_file((dir / "gguf" / "tiny-llama.q8_0.gguf").string());
+  ASSERT_TRUE(loaded.tokenizer);
+  const TextTokenizer& tok = *loaded.tokenizer;
+  const std::vector<TokenId> stops{tok.eos_id()};
+  const std::vector<std::string> bytes = grammar_token_bytes(tok, stops, loaded.model->config().vocab_size + 3);
+  ASSERT_EQ(bytes.size(), static_cast<size_t>(loaded.model->config().vocab_size + 3));
+  EXPECT_TRUE(bytes[static_cast<size_t>(tok.bos_id())].empty());
+  EXPECT_TRUE(bytes[static_cast<size_t>(tok.eos_id())].empty());
+  EXPECT_TRUE(bytes.back().empty());  // past the tokenizer: never allowed
+  // SentencePiece: "▁Once" is " Once" in the middle of a text; a <0xNN> piece is that byte.
+  const std::vector<TokenId> ids = tok.encode("Hi Once", false);
+  std::string joined;
+  for (TokenId id : ids) joined += bytes[static_cast<size_t>(id)];
+  EXPECT_EQ(joined, " Hi Once");
+  const std::vector<TokenId> byte_ids = tok.encode("\x01", false);
+  ASSERT_FALSE(byte_ids.empty());
+  EXPECT_EQ(bytes[static_cast<size_t>(byte_ids.back())], std::string("\x01"));
+  // A stop id outside the vocabulary is a configuration error.
+  EXPECT_THROW(make_grammar_vocabulary(tok, {loaded.model->config().vocab_size + 5}, loaded.model->config().vocab_size),
+               ConfigError);
+}
+
 TEST(EngineStructured, GrammarEndsTheRequestAndRefusesBeamSearch) {
   PAGEDKV_REQUIRE_MODELS(dir);
   LoadedModel loaded = load_model_file((dir / "stories260K.bin").string(), (dir / "tok512.bin").string());
