@@ -1,6 +1,6 @@
 // Structured output through the engine: requests carrying a compiled grammar (JSON Schema,
 // json_object, regex, choice) on stories260K and a random-weight GGUF, at temperature 1 and
-// greedy, n = 2, with prefix caching and a pool small enough to preempt. Every output that
+// greedy, n = 2, with prefix caching and a pool small enough to preempt (swap and recompute). Every output that
 // finished on a stop token parses and validates (Debian's python3 with jsonschema, re.fullmatch,
 // in one batch); one cut by max_tokens is a prefix the grammar still accepts.
 #include <gtest/gtest.h>
@@ -59,8 +59,8 @@ struct ServedFile {
 };
 
 // Generates every format at temperature 1 and 0 with n = 2 on `model`; checks the outputs.
-void generate_and_check(const ServedFile& f, const std::string& name) {
-  SCOPED_TRACE(name);
+void generate_and_check(const ServedFile& f, const std::string& name, PreemptionMode preemption) {
+  SCOPED_TRACE(name + (preemption == PreemptionMode::kSwap ? " (swap)" : " (recompute)"));
   const Model& model = *f.loaded.model;
   const TextTokenizer& tokenizer = *f.loaded.tokenizer;
   auto vocabulary = make_grammar_vocabulary(tokenizer, f.stops, model.config().vocab_size);
@@ -71,6 +71,7 @@ void generate_and_check(const ServedFile& f, const std::string& name) {
   cfg.num_blocks = 40;  // 156 tokens for 20 sequences: preemption
   cfg.enable_prefix_caching = true;
   cfg.check_invariants = true;
+  cfg.scheduler.preemption_mode = preemption;
   LLMEngine engine(model, cfg);
   const std::vector<TokenId> prompt = tokenizer.encode("Once upon a time, there was a little", true);
   struct Asked {
@@ -94,7 +95,9 @@ void generate_and_check(const ServedFile& f, const std::string& name) {
     }
   std::vector<RequestOutput> done = engine.run_to_completion();
   ASSERT_EQ(done.size(), 2 * asked.size());
-  EXPECT_GT(engine.scheduler().stats().preemptions_recompute + engine.scheduler().stats().preemptions_swap, 0u)
+  EXPECT_GT(preemption == PreemptionMode::kSwap ? engine.scheduler().stats().preemptions_swap
+                                                : engine.scheduler().stats().preemptions_recompute,
+            0u)
       << "the pool was meant to be small enough to preempt";
 
   json batch = json::array();
@@ -160,7 +163,7 @@ print(json.dumps(out))
 TEST(EngineStructured, Stories260KOutputsValidate) {
   PAGEDKV_REQUIRE_MODELS(dir);
   ServedFile f{load_model_file((dir / "stories260K.bin").string(), (dir / "tok512.bin").string()), {Tokenizer::kBos}};
-  generate_and_check(f, "stories260K");
+  for (const PreemptionMode mode : {PreemptionMode::kSwap, PreemptionMode::kRecompute}) generate_and_check(f, "stories260K", mode);
 }
 
 TEST(EngineStructured, RandomGgufOutputsValidate) {
@@ -172,7 +175,7 @@ TEST(EngineStructured, RandomGgufOutputsValidate) {
     ASSERT_TRUE(f.loaded.tokenizer) << f.loaded.tokenizer_error;
     f.stops = f.loaded.tokenizer->end_of_generation_ids();
     f.stops.insert(f.stops.begin(), f.loaded.tokenizer->eos_id());
-    generate_and_check(f, name);
+    generate_and_check(f, name, name[5] == 'l' ? PreemptionMode::kSwap : PreemptionMode::kRecompute);
   }
 }
 
