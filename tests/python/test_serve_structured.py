@@ -1,5 +1,5 @@
 """Structured output through pagedkv serve: response_format (json_schema, json_object),
-structured_outputs (regex, choice, json), guided_json / guided_choice, whole and streamed, on
+structured_outputs (regex, choice, grammar), guided_json / guided_choice / guided_grammar, whole and streamed, on
 stories260K. Every choice that ends on a stop token parses and validates; refused grammars and
 conflicting fields are 400s that name the field and the keyword."""
 
@@ -117,6 +117,17 @@ def test_structured_outputs_regex_and_choice_on_completions(server):
     # vLLM's older field names.
     r = post(server, "/v1/completions", {"prompt": "Lily was", "max_tokens": 10, "guided_choice": choices})
     assert r["choices"][0]["text"] in choices
+
+
+def test_gbnf_grammar(server):
+    gbnf = 'root ::= animal " " count\nanimal ::= "cat" | "dog"\ncount ::= [1-9] [0-9]?'
+    pattern = r"(cat|dog) [1-9][0-9]?"
+    for field in ({"structured_outputs": {"grammar": gbnf}}, {"guided_grammar": gbnf}):
+        body = dict({"prompt": "Once upon a time", "max_tokens": 12, "temperature": 1.0, "n": 2, "seed": 8}, **field)
+        for c in post(server, "/v1/completions", body)["choices"]:
+            assert c["finish_reason"] == "stop" and re.fullmatch(pattern, c["text"]), c
+    bad = server.post("/v1/completions", {"prompt": "x", "guided_grammar": "root ::= missing"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "guided_grammar", bad.text
 
 
 def test_guided_json_streamed(server):
