@@ -69,6 +69,9 @@ def check_json(text, reason, schema):
         assert isinstance(value, dict)
     else:
         jsonschema.validate(value, schema)
+        # Properties come in the schema's order, as the client wrote it.
+        order = list(schema["properties"])
+        assert list(value) == sorted(value, key=order.index), text
 
 
 CHAT = {"messages": [{"role": "user", "content": "Describe a toy as JSON."}], "max_tokens": 120}

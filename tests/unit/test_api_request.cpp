@@ -292,6 +292,13 @@ TEST(StructuredOutput, EachFieldGivesItsGrammar) {
       EXPECT_EQ(r.structured_output->text, c.text) << body.dump();
       EXPECT_EQ(r.structured_output->param, c.param) << body.dump();
     }
+  // The schema keeps the client's key order (properties are generated in it).
+  const std::string body =
+      R"({"prompt": "x", "guided_json": {"type": "object", "properties": {"zeta": {"type": "integer"}, "alpha": {"type": "string"}}}})";
+  const CompletionRequest ordered = parse_completion_request(body, ApiEndpoint::kCompletions, RequestLimits{});
+  ASSERT_TRUE(ordered.structured_output);
+  EXPECT_EQ(ordered.structured_output->text,
+            R"({"type":"object","properties":{"zeta":{"type":"integer"},"alpha":{"type":"string"}}})");
   EXPECT_FALSE(parse({{"prompt", "x"}, {"response_format", {{"type", "text"}}}}).structured_output);
   EXPECT_FALSE(parse({{"prompt", "x"}}).structured_output);
 }
