@@ -398,7 +398,11 @@ CompletionRequest parse_completion_request(std::string_view body, ApiEndpoint en
   bool structured = false;
   for (const char* name : {"response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar"})
     structured = structured || field(j, name) != nullptr;
-  if (structured) r.structured_output = parse_structured_output(ojson::parse(body));
+  if (structured) {
+    const ojson ordered = ojson::parse(body, nullptr, /*allow_exceptions=*/false);  // parsed once already
+    if (ordered.is_discarded()) throw ApiError(400, "the request body is not valid JSON", "", "invalid_json");
+    r.structured_output = parse_structured_output(ordered);
+  }
   if (r.use_beam_search && r.structured_output)
     throw bad(r.structured_output->param, "structured output does not work with beam search ('use_beam_search')");
   return r;
