@@ -106,7 +106,11 @@ std::shared_ptr<const grammar::CompiledGrammar> OpenAIServer::compile(const api:
         make_grammar_vocabulary(tokenizer_, std::move(stops), model_.limits.vocab_size), model_.grammar_cache_capacity);
   });
   try {
-    return grammars_->get(spec.kind, spec.text);
+    const auto t0 = std::chrono::steady_clock::now();
+    std::shared_ptr<const grammar::CompiledGrammar> compiled = grammars_->get(spec.kind, spec.text);
+    metrics_.count_structured_output(grammar::grammar_kind_name(spec.kind),
+                                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    return compiled;
   } catch (const grammar::GrammarError& e) {
     throw api::ApiError(400, fmt::format("invalid {}: {}", spec.param, e.what()), spec.param, "invalid_grammar");
   }

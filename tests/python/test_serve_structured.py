@@ -154,3 +154,11 @@ def test_refused_grammars_and_conflicting_fields(server):
     assert beam.status_code == 400 and beam.json()["error"]["param"] == "guided_regex", beam.text
     # The server still serves after them.
     assert post(server, "/v1/completions", {"prompt": "x", "max_tokens": 2})["choices"]
+
+
+def test_metrics_count_structured_requests(server):
+    post(server, "/v1/completions", {"prompt": "x", "max_tokens": 4, "guided_regex": "[a-z]+"})
+    text = server.get("/metrics").text
+    regex = [l for l in text.splitlines() if l.startswith("pagedkv:structured_output_requests_total") and 'kind="regex"' in l]
+    assert regex and float(regex[0].split()[-1]) >= 1, text
+    assert any(l.startswith("pagedkv:grammar_compile_seconds_total") for l in text.splitlines())
