@@ -25,7 +25,8 @@ ALLOWED = {
     # The HTTP/API layer both front ends stand on: the API's error shape, the HTTP listener, peer
     # connections, OpenAI request parsing, chat templates, the KV-event log and its wire format.
     # It tokenizes (model) and reads block events (block), never an engine.
-    "api": {"core", "block", "prefix", "model", "template"},
+    # It names structured-output grammars (grammar's GrammarKind) in parsed requests.
+    "api": {"core", "block", "prefix", "model", "template", "grammar"},
     # The OpenAI-compatible server: metrics and the engine thread behind the API layer.
     "server": {"core", "block", "prefix", "manager", "tiers", "scheduler", "storage", "kernels", "model", "memory", "grammar", "engine", "template", "api"},
     # The HTTP load generator: a client of the server's API, so it needs nothing of the engine.

@@ -146,6 +146,122 @@ size_t first_invalid_utf8(std::string_view s) {
   return std::string_view::npos;
 }
 
+// The structured-output fields are read from the body parsed again keeping its key order: a
+// schema's `properties` are generated in the order the client wrote them.
+using ojson = nlohmann::ordered_json;
+
+const ojson* field(const ojson& body, const char* name) {
+  auto it = body.find(name);
+  return it == body.end() || it->is_null() ? nullptr : &*it;
+}
+
+// A JSON Schema given as an object (or a boolean schema), or as a string holding one.
+std::string schema_text(const ojson& v, const std::string& param) {
+  if (v.is_object() || v.is_boolean()) return v.dump();
+  if (v.is_string()) {
+    const ojson parsed = ojson::parse(v.get<std::string>(), nullptr, /*allow_exceptions=*/false);
+    if (parsed.is_discarded() || !(parsed.is_object() || parsed.is_boolean()))
+      throw bad(param, fmt::format("'{}' must be a JSON Schema (an object, or a string holding one)", param), "invalid_type");
+    return parsed.dump();
+  }
+  throw bad(param, fmt::format("'{}' must be a JSON Schema (an object, or a string holding one)", param), "invalid_type");
+}
+
+std::string choice_text(const ojson& v, const std::string& param) {
+  if (!v.is_array() || v.empty())
+    throw bad(param, fmt::format("'{}' must be a non-empty list of strings", param), "invalid_type");
+  for (const ojson& c : v)
+    if (!c.is_string()) throw bad(param, fmt::format("'{}' must be a non-empty list of strings", param), "invalid_type");
+  return v.dump();
+}
+
+std::string text_field(const ojson& v, const std::string& param) {
+  if (!v.is_string()) throw bad(param, fmt::format("'{}' must be a string", param), "invalid_type");
+  return v.get<std::string>();
+}
+
+// OpenAI's response_format: {"type": "text" | "json_object" | "json_schema", "json_schema": {...}}.
+std::optional<StructuredOutputRequest> parse_response_format(const ojson& v) {
+  const std::string param = "response_format";
+  if (!v.is_object() || !v.contains("type") || !v["type"].is_string())
+    throw bad(param, "'response_format' must be an object with a 'type' (\"text\", \"json_object\" or \"json_schema\")",
+              "invalid_type");
+  const std::string type = v["type"].get<std::string>();
+  if (type == "text") return std::nullopt;
+  if (type == "json_object") return StructuredOutputRequest{grammar::GrammarKind::kJsonObject, "", param};
+  if (type == "json_schema") {
+    const ojson* spec = field(v, "json_schema");
+    if (spec == nullptr || !spec->is_object())
+      throw bad(param, "'response_format.json_schema' must be an object holding 'name' and 'schema'", "invalid_type");
+    const ojson* schema = field(*spec, "schema");
+    if (schema == nullptr) throw bad(param, "'response_format.json_schema.schema' is required", "missing_field");
+    if (const ojson* strict = field(*spec, "strict"); strict != nullptr && !strict->is_boolean())
+      throw bad(param, "'response_format.json_schema.strict' must be a boolean", "invalid_type");
+    return StructuredOutputRequest{grammar::GrammarKind::kJsonSchema, schema_text(*schema, "response_format.json_schema.schema"),
+                                   param};
+  }
+  throw bad(param, fmt::format("'response_format.type' must be \"text\", \"json_object\" or \"json_schema\", got \"{}\"",
+                               type.substr(0, 32)));
+}
+
+// vLLM's structured_outputs: exactly one of json, regex, choice, grammar, json_object.
+StructuredOutputRequest parse_structured_outputs(const ojson& v) {
+  const std::string param = "structured_outputs";
+  if (!v.is_object()) throw bad(param, "'structured_outputs' must be an object", "invalid_type");
+  std::optional<StructuredOutputRequest> out;
+  auto set = [&](grammar::GrammarKind kind, std::string text, const char* name) {
+    if (out)
+      throw bad(param, fmt::format("'structured_outputs' takes exactly one of json, regex, choice, grammar, json_object; "
+                                   "got more ('{}')", name));
+    out = StructuredOutputRequest{kind, std::move(text), param};
+  };
+  for (const auto& [key, value] : v.items()) {
+    if (value.is_null()) continue;
+    if (key == "json") set(grammar::GrammarKind::kJsonSchema, schema_text(value, "structured_outputs.json"), "json");
+    else if (key == "regex") set(grammar::GrammarKind::kRegex, text_field(value, "structured_outputs.regex"), "regex");
+    else if (key == "choice") set(grammar::GrammarKind::kChoice, choice_text(value, "structured_outputs.choice"), "choice");
+    else if (key == "grammar") set(grammar::GrammarKind::kGbnf, text_field(value, "structured_outputs.grammar"), "grammar");
+    else if (key == "json_object") {
+      if (value != true) throw bad(param, "'structured_outputs.json_object' must be true when given", "invalid_value");
+      set(grammar::GrammarKind::kJsonObject, "", "json_object");
+    }
+    // Options pagedkv's grammars already behave by (compact JSON, no properties beyond the
+    // schema's) or that choose an implementation.
+    else if (key == "disable_fallback" || key == "disable_any_whitespace" || key == "disable_additional_properties" ||
+             key == "backend") continue;
+    else
+      throw bad(param, fmt::format("'structured_outputs.{}' is not supported by this server", key.substr(0, 64)),
+                "unsupported_field");
+  }
+  if (!out) throw bad(param, "'structured_outputs' needs one of json, regex, choice, grammar, json_object", "missing_field");
+  return *out;
+}
+
+// The request's structured-output field, if any: at most one of them (400 naming the second).
+std::optional<StructuredOutputRequest> parse_structured_output(const ojson& j) {
+  std::optional<StructuredOutputRequest> out;
+  auto take = [&](std::optional<StructuredOutputRequest> s, const char* name) {
+    if (!s) return;
+    if (out)
+      throw bad(name, fmt::format("'{}' and '{}' both ask for structured output; give at most one", out->param, name),
+                "conflicting_fields");
+    out = std::move(s);
+  };
+  if (const ojson* v = field(j, "response_format")) take(parse_response_format(*v), "response_format");
+  if (const ojson* v = field(j, "structured_outputs")) take(parse_structured_outputs(*v), "structured_outputs");
+  if (const ojson* v = field(j, "guided_json"))
+    take(StructuredOutputRequest{grammar::GrammarKind::kJsonSchema, schema_text(*v, "guided_json"), "guided_json"}, "guided_json");
+  if (const ojson* v = field(j, "guided_regex"))
+    take(StructuredOutputRequest{grammar::GrammarKind::kRegex, text_field(*v, "guided_regex"), "guided_regex"}, "guided_regex");
+  if (const ojson* v = field(j, "guided_choice"))
+    take(StructuredOutputRequest{grammar::GrammarKind::kChoice, choice_text(*v, "guided_choice"), "guided_choice"},
+         "guided_choice");
+  if (const ojson* v = field(j, "guided_grammar"))
+    take(StructuredOutputRequest{grammar::GrammarKind::kGbnf, text_field(*v, "guided_grammar"), "guided_grammar"},
+         "guided_grammar");
+  return out;
+}
+
 json parse_object(std::string_view body) {
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) {
@@ -279,6 +395,16 @@ CompletionRequest parse_completion_request(std::string_view body, ApiEndpoint en
   if (r.use_beam_search && r.stream)
     throw bad("use_beam_search", "beam search does not stream: its hypotheses are known only at the end");
   if (r.use_beam_search && r.logprobs >= 0) throw bad("use_beam_search", "beam search does not return logprobs");
+  bool structured = false;
+  for (const char* name : {"response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar"})
+    structured = structured || field(j, name) != nullptr;
+  if (structured) {
+    const ojson ordered = ojson::parse(body, nullptr, /*allow_exceptions=*/false);  // parsed once already
+    if (ordered.is_discarded()) throw ApiError(400, "the request body is not valid JSON", "", "invalid_json");
+    r.structured_output = parse_structured_output(ordered);
+  }
+  if (r.use_beam_search && r.structured_output)
+    throw bad(r.structured_output->param, "structured output does not work with beam search ('use_beam_search')");
   return r;
 }
 

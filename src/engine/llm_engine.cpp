@@ -5,9 +5,11 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "pagedkv/core/error.h"
 #include "pagedkv/engine/beam_search.h"
+#include "pagedkv/grammar/token_bitmask.h"
 #include "pagedkv/memory/kv_memory.h"
 #include "pagedkv/model/logits_processing.h"
 #include "pagedkv/storage/kv_ops.h"
@@ -16,6 +18,21 @@ namespace pagedkv {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Whether `token` ends request `s` (Scheduler::check_stop's test).
+bool is_stop_token(const StopConditions& s, TokenId token) {
+  return (!s.ignore_eos && token == s.eos_token_id) ||
+         std::find(s.stop_token_ids.begin(), s.stop_token_ids.end(), token) != s.stop_token_ids.end();
+}
+
+void allow_token(std::vector<uint32_t>& mask, TokenId id) {
+  if (id >= 0 && static_cast<size_t>(id) / 32 < mask.size())
+    mask[static_cast<size_t>(id) / 32] |= 1u << (static_cast<uint32_t>(id) % 32);
+}
+
+bool any_finite(std::span<const float> values) {
+  return std::any_of(values.begin(), values.end(), [](float v) { return v > -std::numeric_limits<float>::infinity(); });
+}
 
 double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
@@ -172,6 +189,16 @@ RequestId LLMEngine::add_request(GenerationRequest g) {
   for (const auto& [token, bias] : g.sampling.logit_bias)
     if (token >= vocab) throw UsageError(fmt::format("logit_bias names token {}, outside the vocabulary [0, {})", token, vocab));
   if (g.stop.min_tokens < 0) throw UsageError(fmt::format("min_tokens must be at least 0, got {}", g.stop.min_tokens));
+  if (g.grammar) {
+    if (g.beam_width > 1)
+      throw UsageError(fmt::format("structured output (a grammar) does not work with beam search (beam_width = {})", g.beam_width));
+    if (g.grammar->vocabulary().size() > vocab)
+      throw UsageError(fmt::format("the grammar was compiled for a vocabulary of {} tokens; this model has {}",
+                                   g.grammar->vocabulary().size(), vocab));
+    // The grammar ends only with its vocabulary's stop ids: they end this request (ignore_eos too).
+    for (int32_t id : g.grammar->vocabulary().stop_ids())
+      if (!is_stop_token(g.stop, id)) g.stop.stop_token_ids.push_back(id);
+  }
   auto r = std::make_unique<SchedulerRequest>();
   r->kv = Request(RequestId{next_id_++}, std::move(g.prompt));
   r->kv.cache_salt = std::move(g.cache_salt);
@@ -192,6 +219,7 @@ RequestId LLMEngine::add_request(GenerationRequest g) {
     return id;
   }
   samplers_.emplace(std::pair(id.value, 0), Sampler(vocab, g.sampling));
+  if (g.grammar) matchers_.emplace(std::pair(id.value, 0), grammar::GrammarMatcher(std::move(g.grammar)));
   // Children draw from their own generators: seed + sample index.
   for (int k = 1; k < g.n; ++k) {
     SamplingParams p = g.sampling;
@@ -243,6 +271,51 @@ std::span<const float> LLMEngine::adjusted_logits(const SchedulerRequest& r, con
   adjusted_logits_.assign(row.begin(), row.end());
   adjust_logits(adjusted_logits_, params, prompt, output, banned_tokens_);
   return adjusted_logits_;
+}
+
+std::span<const float> LLMEngine::grammar_logits(const SchedulerRequest& r, const SamplingParams& params,
+                                                 std::span<const float> row, grammar::GrammarMatcher& matcher) {
+  const std::span<const TokenId> tokens(r.kv.tokens);
+  const auto prompt = tokens.first(static_cast<size_t>(r.kv.num_prompt_tokens));
+  const auto output = tokens.subspan(static_cast<size_t>(r.kv.num_prompt_tokens));
+  grammar_mask_.assign((row.size() + 31) / 32, 0);
+  matcher.fill_next_token_bitmask(grammar_mask_);
+  const bool can_end = matcher.can_terminate();
+  if (can_end) {  // the request's own stop tokens end a complete output too
+    if (!r.stop.ignore_eos) allow_token(grammar_mask_, r.stop.eos_token_id);
+    for (TokenId id : r.stop.stop_token_ids) allow_token(grammar_mask_, id);
+  }
+  for (const bool with_min_tokens : {true, false}) {
+    banned_tokens_.clear();
+    if (with_min_tokens && static_cast<int>(output.size()) < r.stop.min_tokens) {
+      banned_tokens_ = r.stop.stop_token_ids;
+      if (!r.stop.ignore_eos && r.stop.eos_token_id >= 0) banned_tokens_.push_back(r.stop.eos_token_id);
+    }
+    adjusted_logits_.assign(row.begin(), row.end());
+    if (!banned_tokens_.empty() || params.adjusts_logits())
+      adjust_logits(adjusted_logits_, params, prompt, output, banned_tokens_);
+    grammar::apply_token_bitmask(adjusted_logits_, grammar_mask_);
+    if (any_finite(adjusted_logits_)) return adjusted_logits_;
+    // Nothing left: min_tokens banned the stop tokens of an output the grammar says is complete.
+    // The grammar wins (retry without the ban).
+    if (banned_tokens_.empty()) break;
+  }
+  // The grammar allows nothing (it never does while the output can go on): end the output.
+  adjusted_logits_.assign(row.begin(), row.end());
+  grammar_mask_.assign(grammar_mask_.size(), 0);
+  for (int32_t id : matcher.grammar().vocabulary().stop_ids()) allow_token(grammar_mask_, id);
+  grammar::apply_token_bitmask(adjusted_logits_, grammar_mask_);
+  return adjusted_logits_;
+}
+
+void LLMEngine::advance_matcher(const SchedulerRequest& r, grammar::GrammarMatcher& matcher, TokenId token) {
+  if (is_stop_token(r.stop, token)) {  // ends the request; the matcher is dropped with it
+    if (matcher.can_terminate() && matcher.grammar().vocabulary().is_stop(token)) matcher.accept_token(token);
+    return;
+  }
+  if (!matcher.accept_token(token))
+    throw InvariantError(fmt::format("request {}: token {} was sampled under a grammar mask that does not allow it",
+                                     r.kv.id.value, token));
 }
 
 RequestOutput LLMEngine::make_output(const SchedulerRequest& r, bool finished) {
@@ -402,12 +475,24 @@ std::vector<RequestOutput> LLMEngine::step() {
         continue;
       }
       Sampler& sampler = samplers_.at({root, r.sample_index});
+      // A structured-output request: its grammar masks the logits (always a copy).
+      auto matcher = matchers_.empty() ? matchers_.end() : matchers_.find({root, r.sample_index});
+      const bool constrained = matcher != matchers_.end();
       // Penalties, logit bias and min_tokens act on a copy; logprobs below report the model's own.
-      const std::span<const float> adjusted = adjusted_logits(r, sampler.params(), row);
+      const std::span<const float> adjusted =
+          constrained ? grammar_logits(r, sampler.params(), row, matcher->second) : adjusted_logits(r, sampler.params(), row);
       sampled[i].token = sampler.sample(adjusted);
-      // The forks' first tokens: the same prompt, no output yet, the same parameters.
+      // The forks' first tokens: the same prompt, no output yet, the same parameters (and the
+      // same grammar position: each fork starts from a copy of the parent's matcher).
       if (r.n > 1 && !r.forked)
-        for (int k = 1; k < r.n; ++k) sampled[i].fork_tokens.push_back(samplers_.at({root, k}).sample(adjusted));
+        for (int k = 1; k < r.n; ++k) {
+          sampled[i].fork_tokens.push_back(samplers_.at({root, k}).sample(adjusted));
+          if (constrained) {
+            grammar::GrammarMatcher& fork = matchers_.insert_or_assign({root, k}, matcher->second).first->second;
+            advance_matcher(r, fork, sampled[i].fork_tokens.back());
+          }
+        }
+      if (constrained) advance_matcher(r, matcher->second, sampled[i].token);
       if (auto lp = logprobs_.find(root); lp != logprobs_.end()) {
         pending_logprobs_[{root, r.sample_index}].push_back(compute_logprobs(row, sampled[i].token, lp->second));
         for (size_t k = 0; k < sampled[i].fork_tokens.size(); ++k)
@@ -473,10 +558,13 @@ std::vector<RequestOutput> LLMEngine::step() {
     }
     const uint64_t root = r->sample_index == 0 ? r->kv.id.value : r->parent.value;
     samplers_.erase({root, r->sample_index});
+    if (!matchers_.empty()) matchers_.erase({root, r->sample_index});
     pending_logprobs_.erase({root, r->sample_index});
     timing_.erase(r->kv.id);
     scheduler_.release_finished(r->kv.id);
   }
+  // A fork's matcher made for a child that never came to be (its parent went first).
+  if (!matchers_.empty()) std::erase_if(matchers_, [&](const auto& e) { return !samplers_.contains(e.first); });
   // The root's logprobs setting outlives it while its samples run.
   std::erase_if(logprobs_, [&](const auto& e) {
     auto s = samplers_.lower_bound({e.first, 0});

@@ -19,6 +19,8 @@
 #include "pagedkv/api/kv_events_wire.h"
 #include "pagedkv/api/peer_connection.h"
 #include "pagedkv/core/error.h"
+#include "pagedkv/engine/grammar_vocabulary.h"
+#include "pagedkv/grammar/grammar_limits.h"
 #include "pagedkv/server/dashboard_page.h"
 #include "pagedkv/server/dashboard_state.h"
 #include "pagedkv/server/response_builder.h"
@@ -94,6 +96,25 @@ int OpenAIServer::bind() {
 void OpenAIServer::serve() { http_->listen_after_bind(); }
 
 void OpenAIServer::stop() { http_->stop(); }
+
+std::shared_ptr<const grammar::CompiledGrammar> OpenAIServer::compile(const api::StructuredOutputRequest& spec) {
+  std::call_once(grammar_once_, [this] {
+    // The tokens that end a generation of this model: the grammar allows them where it can end.
+    std::vector<TokenId> stops = model_.end_of_generation_ids;
+    if (model_.eos_token_id >= 0) stops.push_back(model_.eos_token_id);
+    grammars_ = std::make_unique<grammar::GrammarCache>(
+        make_grammar_vocabulary(tokenizer_, std::move(stops), model_.limits.vocab_size), model_.grammar_cache_capacity);
+  });
+  try {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::shared_ptr<const grammar::CompiledGrammar> compiled = grammars_->get(spec.kind, spec.text);
+    metrics_.count_structured_output(grammar::grammar_kind_name(spec.kind),
+                                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    return compiled;
+  } catch (const grammar::GrammarError& e) {
+    throw api::ApiError(400, fmt::format("invalid {}: {}", spec.param, e.what()), spec.param, "invalid_grammar");
+  }
+}
 
 void OpenAIServer::install_routes() {
   httplib::Server& http = *http_;
@@ -202,6 +223,9 @@ void OpenAIServer::install_routes() {
       auto request = std::make_shared<api::CompletionRequest>(api::parse_completion_request(req.body, endpoint, options_.limits));
       std::vector<api::PreparedPrompt> prompts = api::prepare_request(*request, tokenizer_, model_.limits, model_.chat_template,
                                                                   model_.model_template.get());
+      // Structured output: compiled here (the cache's, or now), never on the engine thread.
+      std::shared_ptr<const grammar::CompiledGrammar> grammar;
+      if (request->structured_output) grammar = compile(*request->structured_output);
       const uint64_t seed = request->seed.value_or(ids().next());
       std::vector<GenerationRequest> generations;
       for (api::PreparedPrompt& p : prompts) {
@@ -233,6 +257,7 @@ void OpenAIServer::install_routes() {
         g.priority = request->priority;
         g.cache_salt = request->cache_salt;
         g.logprobs = request->logprobs;
+        g.grammar = grammar;
         generations.push_back(std::move(g));
       }
       const int num_prompts = static_cast<int>(generations.size());

@@ -79,6 +79,12 @@ ServerMetrics::ServerMetrics(std::string model_name, int max_model_len)
                        .Register(*registry_)),
       http_requests_(BuildCounter().Name("pagedkv:http_requests_total").Help("HTTP requests, by endpoint.")
                          .Register(*registry_)),
+      structured_requests_(BuildCounter().Name("pagedkv:structured_output_requests_total")
+                               .Help("Requests with structured output (a grammar), by grammar kind.")
+                               .Register(*registry_)),
+      grammar_seconds_(BuildCounter().Name("pagedkv:grammar_compile_seconds_total")
+                           .Help("Seconds HTTP threads spent getting compiled grammars (compiling, or waiting for a cache entry).")
+                           .Register(*registry_).Add(labels_)),
       ttft_(BuildHistogram().Name("vllm:time_to_first_token_seconds").Help("Histogram of time to first token in seconds.")
                 .Register(*registry_).Add(labels_, ttft_buckets())),
       inter_token_(BuildHistogram().Name("vllm:inter_token_latency_seconds").Help("Histogram of inter-token latency in seconds.")
@@ -182,6 +188,11 @@ void ServerMetrics::count_prompt(int prompt_tokens, const TierHitTokens& hits) {
 
 void ServerMetrics::count_http_error(int status) {
   http_errors_.Add({{"model_name", model_name_}, {"status", std::to_string(status)}}).Increment();
+}
+
+void ServerMetrics::count_structured_output(const std::string& kind, double grammar_seconds) {
+  structured_requests_.Add({{"model_name", model_name_}, {"kind", kind}}).Increment();
+  grammar_seconds_.Increment(grammar_seconds);
 }
 
 void ServerMetrics::count_http_request(const std::string& endpoint) {

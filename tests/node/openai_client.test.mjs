@@ -83,3 +83,27 @@ test('bad requests raise the client error classes', async () => {
   await assert.rejects(client.completions.create({ model, prompt: 'x', max_tokens: 100000 }),
     (e) => e instanceof OpenAI.BadRequestError && e.code === 'context_length_exceeded');
 });
+
+test('structured output: response_format json_schema, whole and streamed; a refused schema', async () => {
+  const schema = {
+    type: 'object',
+    properties: { color: { enum: ['red', 'green'] }, count: { type: 'integer', minimum: 0, maximum: 9 } },
+    required: ['color', 'count'],
+  };
+  const response_format = { type: 'json_schema', json_schema: { name: 'toy', schema, strict: true } };
+  const messages = [{ role: 'user', content: 'A toy, as JSON' }];
+  const whole = await client.chat.completions.create({ model, messages, max_tokens: 60, temperature: 1.0, seed: 4, response_format });
+  assert.equal(whole.choices[0].finish_reason, 'stop');
+  const value = JSON.parse(whole.choices[0].message.content);
+  assert.deepEqual(Object.keys(value).sort(), ['color', 'count']);
+  assert.ok(['red', 'green'].includes(value.color) && Number.isInteger(value.count) && value.count >= 0 && value.count <= 9);
+  const stream = await client.chat.completions.create({ model, messages, max_tokens: 60, temperature: 1.0, seed: 4, response_format, stream: true });
+  let content = '';
+  for await (const chunk of stream) for (const c of chunk.choices) content += c.delta.content ?? '';
+  assert.equal(content, whole.choices[0].message.content);
+  await assert.rejects(
+    client.chat.completions.create({ model, messages, max_tokens: 8,
+      response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', minProperties: 1 } } } }),
+    (e) => e instanceof OpenAI.BadRequestError && e.code === 'invalid_grammar' && e.param === 'response_format' &&
+      e.message.includes('minProperties'));
+});

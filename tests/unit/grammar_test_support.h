@@ -1,6 +1,6 @@
 // Shared helpers of the grammar tests: vocabularies (a synthetic byte vocabulary, and the real
-// ones of the shared GGUF files, read through the model layer's tokenizers: the only place these
-// tests include model/), a slow reference for the token mask, sampling under the mask, and a
+// ones of the shared GGUF files, read through the model layer's tokenizers and the engine's
+// vocabulary builder: the only place these tests include model/ and engine/), a slow reference for the token mask, sampling under the mask, and a
 // batch check of outputs with Debian's Python (jsonschema, re).
 #pragma once
 
@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "pagedkv/engine/grammar_vocabulary.h"
 #include "pagedkv/grammar/compiled_grammar.h"
 #include "pagedkv/grammar/grammar_matcher.h"
 #include "pagedkv/grammar/token_bitmask.h"
@@ -55,17 +56,12 @@ struct LoadedVocabulary {
   std::string name;
 };
 
-// The bytes each token of a GGUF tokenizer stands for (decode_piece after a token that is not
-// BOS, so SentencePiece's leading space is kept) and its end-of-generation ids as stop tokens.
+// The bytes each token of a GGUF tokenizer stands for and its end-of-generation ids as stop
+// tokens, as the server builds them (engine/grammar_vocabulary.h).
 inline LoadedVocabulary load_gguf_vocabulary(const fs::path& path) {
   GgufFile file(path.string());
   std::unique_ptr<TextTokenizer> tok = make_gguf_tokenizer(file);
-  const TokenId prev = tok->bos_id() == 0 ? 1 : 0;
-  std::vector<std::string> bytes;
-  bytes.reserve(static_cast<size_t>(tok->vocab_size()));
-  for (TokenId id = 0; id < tok->vocab_size(); ++id) bytes.push_back(tok->decode_piece(prev, id));
-  std::vector<int32_t> stops = tok->end_of_generation_ids();
-  return {g::TokenVocabulary::create(std::move(bytes), std::move(stops)), path.filename().string()};
+  return {make_grammar_vocabulary(*tok, tok->end_of_generation_ids(), tok->vocab_size()), path.filename().string()};
 }
 
 // The vocabularies the property tests run on that exist here: tok512 always first.

@@ -222,13 +222,12 @@ TEST(RequestFields, UnimplementedFieldsAreRefusedByNameUnlessNeutral) {
       {"skip_special_tokens", false, ApiEndpoint::kChatCompletions},
       {"tools", json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}}), ApiEndpoint::kChatCompletions},
       {"tool_choice", "required", ApiEndpoint::kChatCompletions},
-      {"response_format", {{"type", "json_object"}}, ApiEndpoint::kChatCompletions},
       {"audio", {{"voice", "alloy"}}, ApiEndpoint::kChatCompletions},
       {"modalities", {"text", "audio"}, ApiEndpoint::kChatCompletions},
       {"length_penalty", 2, ApiEndpoint::kCompletions},
       {"return_token_ids", true, ApiEndpoint::kCompletions},
       {"bad_words", {"x"}, ApiEndpoint::kCompletions},
-      {"guided_json", {{"type", "object"}}, ApiEndpoint::kCompletions},
+      {"guided_whitespace_pattern", "[ ]*", ApiEndpoint::kCompletions},
       {"echo", true, ApiEndpoint::kChatCompletions},
   };
   for (const Case& c : refused) {
@@ -253,6 +252,83 @@ TEST(RequestFields, UnimplementedFieldsAreRefusedByNameUnlessNeutral) {
   EXPECT_NO_THROW(parse_completion_request(neutral.dump(), ApiEndpoint::kChatCompletions, RequestLimits{}));
   EXPECT_NO_THROW(parse({{"prompt", "x"}, {"n", 2}, {"best_of", 2}})) << "best_of equal to n asks for nothing more";
   EXPECT_NO_THROW(parse({{"prompt", "x"}, {"suffix", ""}}));
+}
+
+// ---- structured output: response_format, structured_outputs, guided_* --------------------------
+
+TEST(StructuredOutput, EachFieldGivesItsGrammar) {
+  using grammar::GrammarKind;
+  const json chat_base = {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}};
+  const json schema = {{"type", "object"}, {"properties", {{"a", {{"type", "integer"}}}}}};
+  struct Case {
+    json fields;
+    GrammarKind kind;
+    std::string text;
+    std::string param;
+  };
+  const Case cases[] = {
+      {{{"response_format", {{"type", "json_object"}}}}, GrammarKind::kJsonObject, "", "response_format"},
+      {{{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "n"}, {"schema", schema}, {"strict", true}}}}}},
+       GrammarKind::kJsonSchema, schema.dump(), "response_format"},
+      {{{"structured_outputs", {{"json", schema}}}}, GrammarKind::kJsonSchema, schema.dump(), "structured_outputs"},
+      {{{"structured_outputs", {{"json", schema.dump()}, {"backend", "auto"}}}}, GrammarKind::kJsonSchema, schema.dump(),
+       "structured_outputs"},
+      {{{"structured_outputs", {{"regex", "[a-z]+"}}}}, GrammarKind::kRegex, "[a-z]+", "structured_outputs"},
+      {{{"structured_outputs", {{"choice", {"yes", "no"}}}}}, GrammarKind::kChoice, R"(["yes","no"])", "structured_outputs"},
+      {{{"structured_outputs", {{"grammar", "root ::= \"x\""}}}}, GrammarKind::kGbnf, "root ::= \"x\"", "structured_outputs"},
+      {{{"structured_outputs", {{"json_object", true}}}}, GrammarKind::kJsonObject, "", "structured_outputs"},
+      {{{"guided_json", schema}, {"guided_decoding_backend", "xgrammar"}}, GrammarKind::kJsonSchema, schema.dump(), "guided_json"},
+      {{{"guided_regex", "\\d+"}}, GrammarKind::kRegex, "\\d+", "guided_regex"},
+      {{{"guided_choice", {"a", "b"}}}, GrammarKind::kChoice, R"(["a","b"])", "guided_choice"},
+      {{{"guided_grammar", "root ::= [a-z]+"}}, GrammarKind::kGbnf, "root ::= [a-z]+", "guided_grammar"},
+  };
+  for (const Case& c : cases)
+    for (const ApiEndpoint endpoint : {ApiEndpoint::kCompletions, ApiEndpoint::kChatCompletions}) {
+      json body = endpoint == ApiEndpoint::kChatCompletions ? chat_base : json{{"prompt", "x"}};
+      body.update(c.fields);
+      const CompletionRequest r = parse_completion_request(body.dump(), endpoint, RequestLimits{});
+      ASSERT_TRUE(r.structured_output) << body.dump();
+      EXPECT_EQ(r.structured_output->kind, c.kind) << body.dump();
+      EXPECT_EQ(r.structured_output->text, c.text) << body.dump();
+      EXPECT_EQ(r.structured_output->param, c.param) << body.dump();
+    }
+  // The schema keeps the client's key order (properties are generated in it).
+  const std::string body =
+      R"({"prompt": "x", "guided_json": {"type": "object", "properties": {"zeta": {"type": "integer"}, "alpha": {"type": "string"}}}})";
+  const CompletionRequest ordered = parse_completion_request(body, ApiEndpoint::kCompletions, RequestLimits{});
+  ASSERT_TRUE(ordered.structured_output);
+  EXPECT_EQ(ordered.structured_output->text,
+            R"({"type":"object","properties":{"zeta":{"type":"integer"},"alpha":{"type":"string"}}})");
+  EXPECT_FALSE(parse({{"prompt", "x"}, {"response_format", {{"type", "text"}}}}).structured_output);
+  EXPECT_FALSE(parse({{"prompt", "x"}}).structured_output);
+}
+
+TEST(StructuredOutput, RefusesTwoFieldsAndMalformedOnes) {
+  auto refused = [](const json& fields, const std::string& param, const std::string& fragment) {
+    json body = {{"prompt", "x"}};
+    body.update(fields);
+    try {
+      parse_completion_request(body.dump(), ApiEndpoint::kCompletions, RequestLimits{});
+      ADD_FAILURE() << "accepted: " << body.dump();
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400);
+      EXPECT_EQ(e.param(), param) << e.what();
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  refused({{"response_format", {{"type", "json_object"}}}, {"guided_regex", "a"}}, "guided_regex", "at most one");
+  refused({{"structured_outputs", {{"regex", "a"}}}, {"guided_json", {{"type", "object"}}}}, "guided_json", "at most one");
+  refused({{"structured_outputs", {{"regex", "a"}, {"choice", {"a"}}}}}, "structured_outputs", "exactly one");
+  refused({{"structured_outputs", json::object()}}, "structured_outputs", "needs one of");
+  refused({{"structured_outputs", {{"structural_tag", "x"}}}}, "structured_outputs", "structural_tag");
+  refused({{"response_format", {{"type", "json_schema"}}}}, "response_format", "json_schema");
+  refused({{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "n"}}}}}}, "response_format", "schema");
+  refused({{"response_format", {{"type", "yaml"}}}}, "response_format", "yaml");
+  refused({{"guided_choice", json::array()}}, "guided_choice", "non-empty list");
+  refused({{"guided_choice", {1, 2}}}, "guided_choice", "list of strings");
+  refused({{"guided_json", "{not json"}}, "guided_json", "JSON Schema");
+  refused({{"guided_regex", 3}}, "guided_regex", "string");
+  refused({{"guided_json", {{"type", "object"}}}, {"use_beam_search", true}, {"n", 2}}, "guided_json", "beam search");
 }
 
 TEST(RequestFields, FieldsNoSchemaDefinesAreIgnoredAndNamed) {

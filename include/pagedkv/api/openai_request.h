@@ -19,6 +19,7 @@
 
 #include "pagedkv/api/chat_template.h"
 #include "pagedkv/core/ids.h"
+#include "pagedkv/grammar/compiled_grammar.h"
 #include "pagedkv/model/tokenizer/text_tokenizer.h"
 #include "pagedkv/api/model_chat_template.h"
 
@@ -31,6 +32,15 @@ struct PromptInput {
   bool is_text = true;
   std::string text;
   std::vector<TokenId> token_ids;
+};
+
+// What a request asks its output to be (OpenAI's response_format; vLLM's structured_outputs and
+// its older guided_json / guided_regex / guided_choice / guided_grammar): a grammar of the given
+// kind, compiled by the server (grammar::GrammarCache), never on the engine thread.
+struct StructuredOutputRequest {
+  grammar::GrammarKind kind = grammar::GrammarKind::kJsonObject;
+  std::string text;   // the schema (JSON), the regex, the choices (a JSON array), the GBNF
+  std::string param;  // the field it came from ("response_format", "structured_outputs", "guided_json"...)
 };
 
 struct CompletionRequest {
@@ -63,6 +73,8 @@ struct CompletionRequest {
   // vLLM extension: beam search of width n (the choices are its hypotheses, best first);
   // sampling fields are unused; not with stream or logprobs.
   bool use_beam_search = false;
+  // At most one structured-output field per request (else 400); absent: free text.
+  std::optional<StructuredOutputRequest> structured_output;
 };
 
 struct RequestLimits {

@@ -14,6 +14,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "pagedkv/grammar/compiled_grammar.h"
+#include "pagedkv/grammar/grammar_matcher.h"
 #include "pagedkv/manager/kv_cache_manager.h"
 #include "pagedkv/model/logprobs.h"
 #include "pagedkv/model/model.h"
@@ -67,6 +69,13 @@ struct GenerationRequest {
   // -1: none. k >= 0: each sampled token's log-probability and the k most likely tokens'
   // (RequestOutput::new_logprobs).
   int logprobs = -1;
+  // Structured output (docs/structured_output.md): when set, every sample's output is a prefix of
+  // a sentence of this grammar. Before each draw the tokens the grammar does not allow next are
+  // masked out of the (adjusted) logits; a stop token is allowed only where the output is
+  // complete, and the grammar's stop ids (its vocabulary's) end the request whatever ignore_eos
+  // says, with finish reason stop. Compile it off the engine thread (grammar::GrammarCache). Its
+  // vocabulary must not be larger than the model's; not with beam search.
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
 
   // The finished outputs the request reports: its n samples, or its beam search's hypotheses.
   int num_outputs() const { return beam_width > 1 ? beam_width : n; }
@@ -191,6 +200,12 @@ class LLMEngine {
   // (logits_processing.h) in a scratch copy, or `row` itself when none applies.
   std::span<const float> adjusted_logits(const SchedulerRequest& r, const SamplingParams& params,
                                          std::span<const float> row);
+  // The same for a request with a grammar, always a copy: adjusted, then the tokens `matcher`
+  // does not allow next set to -inf (the request's stop tokens only where the grammar can end).
+  std::span<const float> grammar_logits(const SchedulerRequest& r, const SamplingParams& params,
+                                        std::span<const float> row, grammar::GrammarMatcher& matcher);
+  // Advances `matcher` past `token`, sampled under its mask (a stop token of the request ends it).
+  static void advance_matcher(const SchedulerRequest& r, grammar::GrammarMatcher& matcher, TokenId token);
 
   EngineConfig config_;
   ModelRunner runner_;
@@ -206,6 +221,9 @@ class LLMEngine {
   std::vector<int> free_rows_;
   std::map<std::pair<uint64_t, int>, Sampler> samplers_;  // (root request, sample index)
   std::map<uint64_t, int> logprobs_;                      // root request -> top-k asked (absent: none)
+  // Requests with a grammar: (root request, sample index) -> its position in the grammar. Forks
+  // start from a copy of the parent's matcher taken before it accepts its first token.
+  std::map<std::pair<uint64_t, int>, grammar::GrammarMatcher> matchers_;
   std::map<uint64_t, BeamGroup> beams_;                   // root request -> its beams
   std::unordered_map<RequestId, uint64_t> beam_root_;     // beam (live or finishing) -> root
   std::unordered_set<RequestId> pruned_;                  // beams dropped, until their finish is seen
@@ -217,6 +235,7 @@ class LLMEngine {
   // Per-step scratch.
   std::vector<float> adjusted_logits_;
   std::vector<TokenId> banned_tokens_;
+  std::vector<uint32_t> grammar_mask_;
   std::vector<TokenId> tokens_;
   std::vector<int32_t> positions_, query_start_, context_lens_, batch_tables_, logits_rows_;
   std::vector<int64_t> slots_;

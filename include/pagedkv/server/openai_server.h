@@ -13,12 +13,14 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "pagedkv/api/kv_event_log.h"
 #include "pagedkv/api/openai_request.h"
 #include "pagedkv/core/ids.h"
+#include "pagedkv/grammar/grammar_cache.h"
 #include "pagedkv/model/tokenizer/text_tokenizer.h"
 #include "pagedkv/server/engine_service.h"
 #include "pagedkv/server/server_metrics.h"
@@ -56,6 +58,8 @@ struct ServedModel {
   // More tokens that end a generation unless ignore_eos: a GGUF vocabulary's end-of-turn tokens
   // (EOT, EOM, <|im_end|>, <end_of_turn>, ...; TextTokenizer::end_of_generation_ids).
   std::vector<TokenId> end_of_generation_ids;
+  // Compiled structured-output grammars kept for reuse (response_format, structured_outputs).
+  size_t grammar_cache_capacity = 256;
   api::ChatTemplate chat_template = api::ChatTemplate::kDefault;  // how /v1/chat/completions renders messages
   // The model's own (Jinja) chat template; when set, it renders chat messages instead.
   std::shared_ptr<const api::ModelChatTemplate> model_template;
@@ -82,6 +86,10 @@ class OpenAIServer {
 
  private:
   void install_routes();
+  // The compiled grammar of a request's structured output, from the process's cache (compiled
+  // here, on the HTTP thread, on a miss). Throws ApiError 400 naming the field for a grammar the
+  // grammar layer refuses.
+  std::shared_ptr<const grammar::CompiledGrammar> compile(const api::StructuredOutputRequest& spec);
 
   ServerOptions options_;
   EngineService& service_;
@@ -91,6 +99,9 @@ class OpenAIServer {
   std::unique_ptr<httplib::Server> http_;
   std::unique_ptr<DashboardSnapshots> snapshots_;
   std::atomic<int> open_streams_{0};
+  // Built on the first structured-output request: the vocabulary's bytes, then the cache.
+  std::once_flag grammar_once_;
+  std::unique_ptr<grammar::GrammarCache> grammars_;
 };
 
 }  // namespace pagedkv::server

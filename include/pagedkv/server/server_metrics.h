@@ -43,6 +43,9 @@ class ServerMetrics {
   // HTTP threads.
   void count_http_error(int status);
   void count_http_request(const std::string& endpoint);
+  // A request with structured output: its grammar kind, and the seconds its HTTP thread spent
+  // getting the compiled grammar (a compilation, a wait for another thread's, or a cache hit).
+  void count_structured_output(const std::string& kind, double grammar_seconds);
 
   // Bucket bounds (exposed for tests).
   static std::vector<double> ttft_buckets();
@@ -77,6 +80,8 @@ class ServerMetrics {
   prometheus::Family<prometheus::Counter>& hit_tokens_by_tier_;
   prometheus::Family<prometheus::Counter>& http_errors_;
   prometheus::Family<prometheus::Counter>& http_requests_;
+  prometheus::Family<prometheus::Counter>& structured_requests_;
+  prometheus::Counter& grammar_seconds_;
   // Histograms.
   prometheus::Histogram& ttft_;
   prometheus::Histogram& inter_token_;
