@@ -14,7 +14,6 @@ namespace {
 
 using namespace pagedkv;
 using namespace pagedkv::api;
-using namespace pagedkv::server;
 
 using pagedkv::fuzz::check;
 

@@ -17,7 +17,6 @@
 namespace {
 
 using namespace pagedkv::api;
-using namespace pagedkv::server;
 
 using pagedkv::fuzz::check;
 
