@@ -10,24 +10,6 @@ std::string limit_message(const char* name, int64_t limit, const std::string& wh
   return fmt::format("grammar limit {} ({}) exceeded: {}", name, limit, what);
 }
 
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
 ExprId Grammar::add(Expr e) {
   if (static_cast<int64_t>(exprs_.size()) >= limits_.max_expressions)
     throw GrammarError(limit_message("max_expressions", limits_.max_expressions, "the grammar has too many expressions"));

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "pagedkv/core/utf8.h"
 #include "pagedkv/grammar/grammar_limits.h"
 
 namespace pagedkv::grammar {
@@ -99,7 +100,6 @@ class Grammar {
   RuleId root_ = -1;
 };
 
-// Appends the UTF-8 encoding of `cp` (a scalar value) to `out`.
-void append_utf8(std::string& out, uint32_t cp);
+// append_utf8: core/utf8.h.
 
 }  // namespace pagedkv::grammar

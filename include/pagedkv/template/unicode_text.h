@@ -9,11 +9,13 @@
 #include <string_view>
 #include <vector>
 
+#include "pagedkv/core/utf8.h"
+
 namespace pagedkv::jinja {
 
 // The code point starting at byte `pos`; advances `pos` past it.
 char32_t decode_utf8(std::string_view s, size_t& pos);
-void append_utf8(std::string& out, char32_t c);
+using pagedkv::append_utf8;  // core/utf8.h
 
 bool is_ascii(std::string_view s);
 size_t code_point_count(std::string_view s);
