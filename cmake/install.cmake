@@ -4,7 +4,7 @@
 #   DIR/include/pagedkv/<layer>/*.h, pagedkv/version.h  the public headers of the installed layers
 #   DIR/lib/cmake/pagedkv/                              find_package(pagedkv CONFIG)
 #   DIR/lib/pkgconfig/pagedkv.pc                        pkg-config
-# Only the core library is installed. The network layers (server/, loadgen/, remote/, and any
+# Only the core library is installed. The network layers (api/, server/, router/, loadgen/, remote/, and any
 # later one with its own client library) are not: they are reached through the CLI (`pagedkv
 # serve`, `bench serve`, `--remote-cache`), and installing them would make the package carry
 # cpp-httplib, prometheus-cpp, libcurl and hiredis.
@@ -14,7 +14,7 @@ include(CMakePackageConfigHelpers)
 # Layers whose headers are installed: every layer compiled into pagedkv_lib. A new layer is
 # installed only once it is listed here (tests/install checks each header compiles alone).
 set(PAGEDKV_INSTALLED_LAYERS core block prefix manager storage kernels memory model tiers
-    scheduler engine workload replay)
+    scheduler engine workload replay grammar template)
 
 # ---- the shared library: libpagedkv.a linked whole into a .so --------------------------------
 # The static library's objects are position-independent already (for the Python module), so the
