@@ -115,19 +115,21 @@ struct SampledOutput {
   bool alive = true;   // the mask never came up empty
 };
 
-// Samples uniformly among the allowed tokens until a stop token or max_tokens.
-inline SampledOutput sample_under_mask(g::GrammarMatcher& m, std::mt19937_64& rng, int max_tokens) {
+// Samples under the mask until a stop token or max_tokens: `pick` chooses among the allowed ids
+// (never empty); by default uniformly, like a random-weight model at temperature 1.
+template <class Pick>
+SampledOutput sample_under_mask(g::GrammarMatcher& m, std::mt19937_64& rng, int max_tokens, Pick pick) {
   const g::TokenVocabulary& v = m.grammar().vocabulary();
   std::vector<uint32_t> mask(static_cast<size_t>(v.bitmask_words()));
   SampledOutput out;
   for (int step = 0; step < max_tokens; ++step) {
     m.fill_next_token_bitmask(mask);
-    std::vector<int32_t> ids = allowed_ids(mask, v.size());
+    const std::vector<int32_t> ids = allowed_ids(mask, v.size());
     if (ids.empty()) {
       out.alive = false;
       return out;
     }
-    const int32_t id = ids[std::uniform_int_distribution<size_t>(0, ids.size() - 1)(rng)];
+    const int32_t id = pick(ids, rng);
     if (!m.accept_token(id)) {
       out.alive = false;
       return out;
@@ -139,6 +141,12 @@ inline SampledOutput sample_under_mask(g::GrammarMatcher& m, std::mt19937_64& rn
     out.text += v.bytes(id);
   }
   return out;
+}
+
+inline SampledOutput sample_under_mask(g::GrammarMatcher& m, std::mt19937_64& rng, int max_tokens) {
+  return sample_under_mask(m, rng, max_tokens, [](const std::vector<int32_t>& ids, std::mt19937_64& r) {
+    return ids[std::uniform_int_distribution<size_t>(0, ids.size() - 1)(r)];
+  });
 }
 
 // Runs `script` with Debian's Python on a JSON file holding `input`; returns the JSON it prints.

@@ -119,35 +119,17 @@ class SchemaGenerator {
 // when allowed, else uniform over the allowed tokens.
 SampledOutput sample_toward_end(g::GrammarMatcher& m, std::mt19937_64& rng, int max_tokens) {
   const g::TokenVocabulary& v = m.grammar().vocabulary();
-  std::vector<uint32_t> mask(static_cast<size_t>(v.bitmask_words()));
-  SampledOutput out;
-  for (int step = 0; step < max_tokens; ++step) {
-    m.fill_next_token_bitmask(mask);
-    const std::vector<int32_t> ids = allowed_ids(mask, v.size());
-    if (ids.empty()) {
-      out.alive = false;
-      return out;
-    }
+  return sample_under_mask(m, rng, max_tokens, [&v](const std::vector<int32_t>& ids, std::mt19937_64& r) {
     std::vector<int32_t> preferred;
-    const int mode = static_cast<int>(rng() % 4);
+    const int mode = static_cast<int>(r() % 4);
     for (int32_t id : ids) {
       if (mode == 0 && v.is_stop(id)) preferred.push_back(id);
       if (mode == 1 && !v.is_stop(id) && std::string_view("\"]},0123456789").find(v.bytes(id)[0]) != std::string_view::npos)
         preferred.push_back(id);
     }
     const std::vector<int32_t>& from = preferred.empty() ? ids : preferred;
-    const int32_t id = from[std::uniform_int_distribution<size_t>(0, from.size() - 1)(rng)];
-    if (!m.accept_token(id)) {
-      out.alive = false;
-      return out;
-    }
-    if (v.is_stop(id)) {
-      out.ended = true;
-      return out;
-    }
-    out.text += v.bytes(id);
-  }
-  return out;
+    return from[std::uniform_int_distribution<size_t>(0, from.size() - 1)(r)];
+  });
 }
 
 const char* kValidateScript = R"PY(
