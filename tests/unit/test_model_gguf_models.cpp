@@ -191,6 +191,14 @@ TEST_P(GgufReference, LogitsAndGreedyIdsMatchLlamaCpp) {
   }
 }
 
+// A case's test name: "tiny_llama_q8_0".
+std::string case_name(const ::testing::TestParamInfo<Case>& param_info) {
+  std::string n = param_info.param.model + "_" + param_info.param.type;
+  for (char& ch : n)
+    if (ch == '-') ch = '_';
+  return n;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     TinyModels, GgufReference,
     // F32: llama / qwen2 within 2e-4 (measured <= 6.3e-5), gemma2 within 2e-3 (measured <= 9.7e-4;
@@ -202,12 +210,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"tiny-qwen2", "q8_0", 0.5, 0.5, true}, Case{"tiny-qwen2", "q4_0", 0.5, 0.5, true, false},
                       Case{"tiny-gemma2", "f32", 2e-3, 2e-3}, Case{"tiny-gemma2", "f16", 0.04, 0.04},
                       Case{"tiny-gemma2", "q8_0", 0.5, 0.5, true}, Case{"tiny-gemma2", "q4_0", 0.5, 0.5, true}),
-    [](const ::testing::TestParamInfo<Case>& param_info) {
-      std::string n = param_info.param.model + "_" + param_info.param.type;
-      for (char& ch : n)
-        if (ch == '-') ch = '_';
-      return n;
-    });
+    case_name);
 
 // The small-llama files (every row a multiple of 256): llama.cpp's K-quant and IQ4 mixes, read tensor
 // by tensor in each tensor's own type. Activations are quantized per weight type as ggml does (Q8_K
@@ -224,12 +227,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"small-llama", "q5_k_m", 0.5, 0.5, true, false}, Case{"small-llama", "q6_k", 0.5, 0.5, true},
                       Case{"small-llama", "iq4_nl", 0.5, 0.5, true}, Case{"small-llama", "iq4_xs", 0.5, 0.5, true},
                       Case{"small-llama", "q4_k", 0.5, 0.5, true}, Case{"small-llama", "q5_k", 0.5, 0.5, true, false}),
-    [](const ::testing::TestParamInfo<Case>& param_info) {
-      std::string n = param_info.param.model + "_" + param_info.param.type;
-      for (char& ch : n)
-        if (ch == '-') ch = '_';
-      return n;
-    });
+    case_name);
 
 // The other small families: qwen3 (per-head q/k RMSNorm, head_dim 64 != dim / heads, tied output),
 // phi3 (fused attn_qkv and gate+up, q scaled before the product) and qwen3moe (8 experts, top 2
@@ -244,12 +242,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"small-phi3", "q4_k_m", 0.5, 0.5, true},
                       Case{"small-qwen3moe", "f32", 1e-3, 1e-3}, Case{"small-qwen3moe", "f16", 0.08, 0.08},
                       Case{"small-qwen3moe", "q4_k_m", 0.5, 0.5, true}),
-    [](const ::testing::TestParamInfo<Case>& param_info) {
-      std::string n = param_info.param.model + "_" + param_info.param.type;
-      for (char& ch : n)
-        if (ch == '-') ch = '_';
-      return n;
-    });
+    case_name);
 
 // Two requests in one step through qwen3moe: the experts run once over both requests' tokens
 // (grouped by expert), and each request's logits must be those of its run alone.
