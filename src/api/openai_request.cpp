@@ -1,5 +1,6 @@
 #include "pagedkv/api/openai_request.h"
 #include "pagedkv/api/request_fields.h"
+#include "pagedkv/core/utf8.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -122,28 +123,6 @@ std::vector<ChatMessage> parse_messages(const json& m) {
     messages.push_back({r, content == nullptr ? std::string() : message_content(*content)});
   }
   return messages;
-}
-
-// The byte offset of the first byte of `s` that is not part of well-formed UTF-8 (RFC 3629: no
-// overlong forms, no surrogates, nothing above U+10FFFF), or npos.
-size_t first_invalid_utf8(std::string_view s) {
-  for (size_t i = 0; i < s.size();) {
-    const auto b = static_cast<unsigned char>(s[i]);
-    size_t len = 0;
-    unsigned lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
-    if (b < 0x80) len = 1;
-    else if (b >= 0xC2 && b <= 0xDF) len = 2;
-    else if (b >= 0xE0 && b <= 0xEF) len = 3, lo = b == 0xE0 ? 0xA0 : 0x80, hi = b == 0xED ? 0x9F : 0xBF;
-    else if (b >= 0xF0 && b <= 0xF4) len = 4, lo = b == 0xF0 ? 0x90 : 0x80, hi = b == 0xF4 ? 0x8F : 0xBF;
-    else return i;
-    if (i + len > s.size()) return i;
-    for (size_t k = 1; k < len; ++k) {
-      const auto c = static_cast<unsigned char>(s[i + k]);
-      if (k == 1 ? (c < lo || c > hi) : (c < 0x80 || c > 0xBF)) return i;
-    }
-    i += len;
-  }
-  return std::string_view::npos;
 }
 
 // The structured-output fields are read from the body parsed again keeping its key order: a
