@@ -10,9 +10,12 @@ cd "$(dirname "$0")/.."
 
 # The template layer (the chat templates' Jinja interpreter), whole.
 TEMPLATE_SOURCES="src/template/lexer.cpp src/template/parser.cpp src/template/value.cpp src/template/value_format.cpp src/template/renderer.cpp src/template/filters.cpp src/template/methods.cpp src/template/unicode_text.cpp src/template/template.cpp"
+# The model from its GGUF file through a forward pass: formats, quantized kernels, attention, KV storage.
+MODEL_SOURCES="$(ls src/model/*.cpp | grep -v model_file.cpp | tr "\n" " ") $(echo src/model/format/*.cpp src/model/quant/*.cpp src/kernels/*.cpp src/storage/*.cpp src/core/*.cpp)"
 declare -A SOURCES=(
-  # target           sources it needs besides its own file (kept small: no engine, no model)
+  # target           sources it needs besides its own file (kept small: no engine)
   [openai_request]="src/api/openai_request.cpp src/api/request_fields.cpp src/api/api_error.cpp src/api/chat_template.cpp src/api/model_chat_template.cpp src/api/stop_string_matcher.cpp src/model/tokenizer/text_tokenizer.cpp $TEMPLATE_SOURCES"
+  [gguf_model]="$MODEL_SOURCES"
   [gguf_file]="src/model/format/gguf_file.cpp src/model/format/tensor_type.cpp src/model/format/block_formats.cpp"
   [llama2c_tokenizer]="src/model/tokenizer/tokenizer.cpp src/model/tokenizer/text_tokenizer.cpp"
   [llama2c_checkpoint]="src/model/format/llama2c_checkpoint.cpp src/model/model.cpp src/model/model_config.cpp src/model/format/tensor_type.cpp src/model/format/block_formats.cpp src/core/kv_cache_spec.cpp src/core/dtype.cpp"
@@ -29,7 +32,7 @@ declare -A SOURCES=(
 declare -A LIBS=([manager_ops]="libcrypto libxxhash" [disk_index]="liburing libxxhash" [bpe_tokenizer]="libpcre2-8")
 # Longest input each target is given (libFuzzer's -max_len): a GGUF header with metadata, a
 # tokenizer file with its vocabulary, need more than a request body.
-declare -A MAX_LEN=([gguf_file]=65536 [llama2c_tokenizer]=16384 [chat_template]=20000)
+declare -A MAX_LEN=([gguf_model]=65536 [gguf_file]=65536 [llama2c_tokenizer]=16384 [chat_template]=20000)
 
 # Seeds taken from ../shared at run time (never copied into the tree): the starts of the real
 # files each parser reads.
@@ -82,7 +85,7 @@ out=build-fuzz
 shared_objects="$out/obj/shared-$(basename "$CXX")"
 mkdir -p "$out/corpus/$target" "$out/obj/$target" "$shared_objects"
 binary="$out/fuzz_$target"
-flags=(-std=c++20 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -Iinclude)
+flags=(-std=c++20 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fopenmp -Iinclude)
 objects=()
 # shellcheck disable=SC2086
 for src in "tests/fuzz/fuzz_$target.cpp" ${SOURCES[$target]}; do
@@ -98,6 +101,10 @@ for src in "tests/fuzz/fuzz_$target.cpp" ${SOURCES[$target]}; do
     *_avx2.cpp) extra=(-mavx2 -mfma -mf16c) ;;
     *_avx512.cpp) extra=(-mavx2 -mfma -mf16c -mavx512f -mavx512vl -mavx512bw -mavx512dq) ;;
   esac
+  case $src in  # the VNNI builds
+    *_vnni_avx2.cpp) extra+=(-mavxvnni) ;;
+    *quantized_kernels_avx512.cpp | *block_dot_avx512.cpp | *_vnni_avx512.cpp) extra+=(-mavx512vnni) ;;
+  esac
   if [ ! "$obj" -nt "$src" ] || [ -n "$(find include src tests/fuzz -name '*.h' -newer "$obj" -print -quit)" ]; then
     "$CXX" "${flags[@]}" "${extra[@]}" $(pkg-config --cflags fmt) -c "$src" -o "$obj.$$.tmp"
     mv -f "$obj.$$.tmp" "$obj"
@@ -105,7 +112,7 @@ for src in "tests/fuzz/fuzz_$target.cpp" ${SOURCES[$target]}; do
   objects+=("$obj")
 done
 # shellcheck disable=SC2086
-"$CXX" -fsanitize=fuzzer,address,undefined "${objects[@]}" $(pkg-config --libs fmt ${LIBS[$target]:-}) -o "$binary"
+"$CXX" -fsanitize=fuzzer,address,undefined -fopenmp "${objects[@]}" $(pkg-config --libs fmt ${LIBS[$target]:-}) -o "$binary"
 cp -n tests/fuzz/corpus/"$target"/* "$out/corpus/$target/" 2>/dev/null || true
 shared_seeds "$target" "$out/corpus/$target"
 echo "fuzz.sh: running $target for $seconds s"

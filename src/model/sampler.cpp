@@ -71,6 +71,9 @@ TokenId Sampler::sample(std::span<const float> logits) {
     p = std::exp(p - max_value);
     sum += p;
   }
+  // Logits holding NaN or infinity (a model file's broken weights) have no distribution; their
+  // argmax is still a token (sorting NaN probabilities below would not be defined).
+  if (!(sum > 0.0f && std::isfinite(sum))) return argmax(logits);
   for (float& p : probs_) p /= sum;
   if (params_.min_p > 0.0f) {
     const float threshold = params_.min_p * *std::max_element(probs_.begin(), probs_.end());

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "pagedkv/core/error.h"
+#include "int8_rounding.h"
 #include "pagedkv/storage/float_convert.h"
 
 namespace pagedkv {
@@ -214,7 +215,7 @@ void quantize_row_q8_1(std::span<const float> x, BlockQ8_1* out) {
     const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
     int sum = 0;
     for (int j = 0; j < 32; ++j) {
-      out[k].qs[j] = static_cast<int8_t>(std::nearbyint(v[j] * id));
+      out[k].qs[j] = rounded_int8(v[j] * id);
       sum += out[k].qs[j];
     }
     out[k].d = f32_to_f16(d);
@@ -240,7 +241,7 @@ void quantize_row_q8_k(std::span<const float> x, BlockQ8_K* out) {
     }
     const float iscale = -127.0f / max;
     for (int j = 0; j < kSuperBlock; ++j)
-      b.qs[j] = static_cast<int8_t>(std::min(127, static_cast<int>(std::nearbyint(iscale * v[j]))));
+      b.qs[j] = rounded_int8(iscale * v[j]);  // at most 127: |iscale * v| <= 127
     for (int g = 0; g < kSuperBlock / 16; ++g) {
       int sum = 0;
       for (int j = 0; j < 16; ++j) sum += b.qs[g * 16 + j];

@@ -8,6 +8,7 @@
 
 #include "pagedkv/core/error.h"
 #include "pagedkv/model/format/block_formats.h"
+#include "int8_rounding.h"
 #include "pagedkv/storage/float_convert.h"
 
 namespace pagedkv {
@@ -111,7 +112,7 @@ void quantize_row_q8_0(std::span<const float> x, BlockQ8_0* out) {
     const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
     out[k].d = f32_to_f16(d);
     // nearbyint rounds ties to even in the default rounding mode, as the SIMD conversion does.
-    for (int j = 0; j < kQuantBlock; ++j) out[k].q[j] = static_cast<int8_t>(std::nearbyint(v[j] * id));
+    for (int j = 0; j < kQuantBlock; ++j) out[k].q[j] = rounded_int8(v[j] * id);
   }
 }
 
@@ -128,8 +129,8 @@ void quantize_row_q4_0(std::span<const float> x, BlockQ4_0* out) {
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     out[k].d = f32_to_f16(d);
     for (int j = 0; j < kQuantBlock / 2; ++j) {
-      const int lo = std::min(15, static_cast<int>(static_cast<int8_t>(v[j] * id + 8.5f)));
-      const int hi = std::min(15, static_cast<int>(static_cast<int8_t>(v[j + 16] * id + 8.5f)));
+      const int lo = std::min(15, static_cast<int>(truncated_int8(v[j] * id + 8.5f)));
+      const int hi = std::min(15, static_cast<int>(truncated_int8(v[j + 16] * id + 8.5f)));
       out[k].q[j] = static_cast<uint8_t>(lo | (hi << 4));
     }
   }

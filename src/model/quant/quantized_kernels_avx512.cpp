@@ -109,7 +109,11 @@ void quantize_records(const float* x, int blocks, int tokens, QuantRecord* recor
     _mm_storeu_si128(reinterpret_cast<__m128i*>(r.q), _mm512_cvtepi32_epi8(q_lo));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(r.q + 16), _mm512_cvtepi32_epi8(q_hi));
     r.d = _cvtsh_ss(d);
-    const int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q_lo, q_hi));
+    // The sum of the codes as stored: for finite inputs the same as of q_lo and q_hi, and for NaN
+    // (an overflowing lane conversion) still within 32 * 127, so the products below cannot overflow.
+    const __m512i stored_lo = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r.q)));
+    const __m512i stored_hi = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r.q + 16)));
+    const int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(stored_lo, stored_hi));
     r.start_q8 = -128 * sum;
     r.start_q4 = -8 * sum;
     r.unused = 0;
