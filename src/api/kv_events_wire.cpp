@@ -88,7 +88,8 @@ Medium parse_medium_name(const json& v) {
 
 }  // namespace
 
-std::string format_kv_events_page(const KVEventsPage& page, const PrefixHashing& hashing) {
+std::string format_kv_events_page(const KVEventsPage& page, const PrefixHashing& hashing,
+                                  const std::optional<InstanceLoad>& load) {
   json body = {{"epoch", fmt::format("{:016x}", page.epoch)},
                {"block_size", hashing.block_size},
                {"hash_algorithm", hashing.algorithm},
@@ -101,6 +102,12 @@ std::string format_kv_events_page(const KVEventsPage& page, const PrefixHashing&
   for (const KVGroupInfo& g : hashing.groups)
     groups.push_back({{"kind", attention_kind_name(g.kind)}, {"sliding_window", g.sliding_window}, {"block_size", g.block_size}});
   body["groups"] = std::move(groups);
+  if (load)
+    body["load"] = {{"running", load->running},
+                    {"waiting", load->waiting},
+                    {"kv_blocks_used", load->kv_blocks_used},
+                    {"kv_blocks_total", load->kv_blocks_total},
+                    {"waiting_blocks", load->waiting_blocks}};
   if (page.snapshot) {
     json blocks = json::array();
     for (const KVSnapshotBlock& b : page.blocks) {
@@ -153,6 +160,21 @@ KVEventsWirePage parse_kv_events_page(std::string_view body) {
     if (g >= std::max<size_t>(num_groups, 1))
       throw WireError(fmt::format("'routing_group' {} is not one of the page's {} groups", g, std::max<size_t>(num_groups, 1)));
     out.hashing.routing_group = static_cast<int>(g);
+  }
+  if (const auto it = j.find("load"); it != j.end()) {
+    if (!it->is_object()) throw WireError(fmt::format("'load' must be an object, got {}", it->dump()));
+    constexpr uint64_t kLimit = uint64_t{1} << 40;  // far beyond any pool, and no overflow when summed
+    auto count = [&](const char* name) {
+      const uint64_t v = unsigned_field(member(*it, name), name);
+      if (v > kLimit) throw WireError(fmt::format("'load.{}' {} is out of range", name, v));
+      return static_cast<int64_t>(v);
+    };
+    InstanceLoad& l = out.load.emplace();
+    l.running = static_cast<int>(std::min<int64_t>(count("running"), 1 << 30));
+    l.waiting = static_cast<int>(std::min<int64_t>(count("waiting"), 1 << 30));
+    l.kv_blocks_used = count("kv_blocks_used");
+    l.kv_blocks_total = count("kv_blocks_total");
+    l.waiting_blocks = count("waiting_blocks");
   }
   if (p.snapshot) {
     for (const json& b : array_field(member(j, "blocks"), "blocks")) {

@@ -114,6 +114,7 @@ void BackendPool::take_down(Backend& b, const std::string& why) {
   b.state.last_error = why;
   b.state.epoch = 0;  // whatever it held is gone or unknown: start again from a snapshot
   b.state.last_seq = 0;
+  b.state.reported.reset();
   index_.clear(static_cast<int>(&b - backends_.data()));
 }
 
@@ -173,6 +174,7 @@ void BackendPool::read_events(int i, httplib::Client& client) {
       return;
     }
     if (b.state.epoch != epoch || b.state.last_seq != since) return;  // taken down meanwhile
+    if (wire.load) b.state.reported = wire.load;
     if (!b.state.hashing || *b.state.hashing != wire.hashing) {
       b.state.hashing = wire.hashing;
       std::optional<PrefixHashing> first;
@@ -219,6 +221,10 @@ std::vector<BackendView> BackendPool::views(std::span<const BlockHash> hashes) c
     out[i].healthy = s.healthy;
     out[i].in_flight = s.in_flight;
     out[i].load_blocks = s.load_blocks;
+    if (s.reported) {
+      out[i].in_flight = std::max(out[i].in_flight, s.reported->running + s.reported->waiting);
+      out[i].load_blocks = std::max(out[i].load_blocks, s.reported->load_blocks());
+    }
     if (!s.hashing_mismatch) out[i].overlap = index_.overlap(static_cast<int>(i), hashes);
   }
   return out;

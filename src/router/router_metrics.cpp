@@ -25,6 +25,10 @@ RouterMetrics::RouterMetrics(const BackendPool& pool, std::string policy)
       in_flight_(BuildGauge().Name("pagedkv_router_in_flight").Help("Requests in flight at each backend.").Register(*registry_)),
       healthy_(BuildGauge().Name("pagedkv_router_backend_healthy").Help("1 while the backend is in the rotation.")
                    .Register(*registry_)),
+      reported_load_blocks_(BuildGauge().Name("pagedkv_router_backend_reported_load_blocks")
+                                .Help("KV blocks each backend reported holding or promised to its waiting prompts "
+                                      "(every router's requests and direct clients' alike).")
+                                .Register(*registry_)),
       index_blocks_(BuildGauge().Name("pagedkv_router_index_blocks").Help("Block hashes the router's index holds, by backend and medium.")
                         .Register(*registry_)),
       no_backend_(BuildCounter().Name("pagedkv_router_no_backend_total").Help("Requests answered 503: no healthy backend.")
@@ -56,6 +60,7 @@ std::string RouterMetrics::render() {
   for (const BackendState& s : pool_.states()) {
     in_flight_.Add({{"backend", s.address.url}}).Set(s.in_flight);
     healthy_.Add({{"backend", s.address.url}}).Set(s.healthy ? 1 : 0);
+    reported_load_blocks_.Add({{"backend", s.address.url}}).Set(s.reported ? static_cast<double>(s.reported->load_blocks()) : 0.0);
     for (int m = 0; m < kNumMedia; ++m)
       index_blocks_.Add({{"backend", s.address.url}, {"medium", std::string(medium_name(static_cast<Medium>(m)))}})
           .Set(static_cast<double>(s.index_blocks[m]));

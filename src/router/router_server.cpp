@@ -170,6 +170,12 @@ void RouterServer::install_routes() {
                           {"hashing_mismatch", s.hashing_mismatch},
                           {"in_flight", s.in_flight},
                           {"load_blocks", s.load_blocks},
+                          {"reported_load", s.reported ? json{{"running", s.reported->running},
+                                                              {"waiting", s.reported->waiting},
+                                                              {"kv_blocks_used", s.reported->kv_blocks_used},
+                                                              {"kv_blocks_total", s.reported->kv_blocks_total},
+                                                              {"waiting_blocks", s.reported->waiting_blocks}}
+                                                       : json(nullptr)},
                           {"routed", s.routed},
                           {"failed", s.failed},
                           {"snapshots", s.snapshots},

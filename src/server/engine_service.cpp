@@ -117,6 +117,9 @@ EngineLoad EngineService::load() const {
   }
   l.swapped = swapped_;
   l.steps = steps_;
+  l.kv_blocks_used = kv_blocks_used_;
+  l.kv_blocks_total = kv_blocks_total_;
+  l.waiting_blocks = waiting_blocks_;
   return l;
 }
 
@@ -126,6 +129,14 @@ void EngineService::publish_load() {
   engine_waiting_ = s.num_waiting();
   swapped_ = s.num_swapped();
   steps_ = engine_.stats().steps;
+  const BlockPool& pool = engine_.manager().pool();
+  kv_blocks_total_ = pool.num_usable_blocks();
+  kv_blocks_used_ = pool.num_usable_blocks() - pool.num_free_blocks();
+  const int64_t block_size = engine_.manager().block_size();
+  int64_t waiting_blocks = 0;
+  for (const SchedulerRequest* r : s.waiting())
+    waiting_blocks += (std::max(0, r->kv.num_tokens() - r->kv.num_computed_tokens) + block_size - 1) / block_size;
+  waiting_blocks_ = waiting_blocks;
   metrics_.on_step(engine_);
 }
 

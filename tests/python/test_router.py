@@ -118,6 +118,30 @@ def test_answers_pass_through_whole_streamed_and_errors():
         assert reset.status_code == 200 and len(reset.json()["backends"]) == 2
 
 
+def test_routers_weigh_the_load_a_backend_reports():
+    """A backend kept busy by clients the router never saw (another router's, or direct ones):
+    its own load rides on its events pages, so a second router sends new requests to the idle
+    backend. With only its own accounting the router would read zero on both and alternate."""
+    models_dir()
+    with Server("--max-num-seqs", "1", "--check-invariants") as busy, Server() as idle, \
+            router(busy, idle, policy="least-load") as least_load, router(busy, idle) as kv:
+        body = {"prompt": "Once upon a time", "max_tokens": 200, "min_tokens": 200, "ignore_eos": True}
+        threads = [threading.Thread(target=lambda: busy.post("/v1/completions", body)) for _ in range(8)]
+        for t in threads:
+            t.start()
+        try:
+            for r in (least_load, kv):
+                assert wait_until(lambda: (state(r)["backends"][0]["reported_load"] or {}).get("waiting", 0) >= 3, 30), state(r)
+                for i in range(6):
+                    complete(r, STORIES[i % len(STORIES)])
+                assert routed(r) == [0, 6], state(r)
+            metrics = least_load.get("/metrics").text
+            assert f'pagedkv_router_backend_reported_load_blocks{{backend="{busy.base_url}"}}' in metrics
+        finally:
+            for t in threads:
+                t.join(timeout=120)
+
+
 def test_router_rejects_bad_options():
     models_dir()
     for args in (["--backend", "localhost:1"], ["--backend", "http://127.0.0.1:1", "--policy", "fastest"],

@@ -242,9 +242,24 @@ TEST(KVEventsWire, RefusesMalformedPages) {
            "{" + head + R"("groups": [{"kind": "full", "sliding_window": 0, "block_size": 24}], "epoch": "1", "last": 0, "snapshot": true, "blocks": []})",
            "{" + head + R"("groups": [{"kind": "full", "block_size": 16}], "epoch": "1", "last": 0, "snapshot": true, "blocks": []})",
            "{" + head + R"("routing_group": 2, "epoch": "1", "last": 0, "snapshot": true, "blocks": []})",
+           // load: not an object, a field missing, negative, or beyond any pool
+           "{" + head + R"("load": 3, "epoch": "1", "last": 0, "snapshot": true, "blocks": []})",
+           "{" + head + R"("load": {"running": 1, "waiting": 0, "kv_blocks_used": 2, "kv_blocks_total": 9}, "epoch": "1", "last": 0, "snapshot": true, "blocks": []})",
+           "{" + head + R"("load": {"running": -1, "waiting": 0, "kv_blocks_used": 2, "kv_blocks_total": 9, "waiting_blocks": 0}, "epoch": "1", "last": 0, "snapshot": true, "blocks": []})",
+           "{" + head + R"("load": {"running": 1, "waiting": 0, "kv_blocks_used": 18446744073709551615, "kv_blocks_total": 9, "waiting_blocks": 0}, "epoch": "1", "last": 0, "snapshot": true, "blocks": []})",
        }) {
     EXPECT_THROW(parse_kv_events_page(body), WireError) << body;
   }
+}
+
+// An instance's load rides on its pages: written, read back equal; absent when not given.
+TEST(KVEventsWire, LoadRoundTrips) {
+  const InstanceLoad load{3, 2, 120, 4096, 17};
+  const KVEventsWirePage with = parse_kv_events_page(format_kv_events_page(KVEventsPage{}, kHashing, load));
+  ASSERT_TRUE(with.load.has_value());
+  EXPECT_EQ(*with.load, load);
+  EXPECT_EQ(with.load->load_blocks(), 137);
+  EXPECT_FALSE(parse_kv_events_page(format_kv_events_page(KVEventsPage{}, kHashing)).load.has_value());
 }
 
 TEST(KVEventLog, RandomReaderAlwaysConverges) {

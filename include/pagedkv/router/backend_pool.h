@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "pagedkv/api/instance_load.h"
 #include "pagedkv/api/kv_event_log.h"
 #include "pagedkv/router/kv_index.h"
 #include "pagedkv/router/routing_policy.h"
@@ -61,8 +62,11 @@ struct BackendState {
   uint64_t last_seq = 0;
   std::optional<PrefixHashing> hashing;
   bool hashing_mismatch = false;  // hashes blocks unlike the first backend: no prefix credit
-  int in_flight = 0;
-  int64_t load_blocks = 0;
+  int in_flight = 0;         // the requests this router placed there and that have not finished
+  int64_t load_blocks = 0;   // their KV blocks, as estimated when placed
+  // The backend's own load from its last events page (every router's requests and direct
+  // clients' alike); none while it is down or has not reported.
+  std::optional<api::InstanceLoad> reported;
   uint64_t routed = 0, failed = 0, snapshots = 0, events = 0, poll_errors = 0, went_down = 0;
   size_t index_blocks[kNumMedia] = {0, 0, 0};
 };
@@ -84,7 +88,9 @@ class BackendPool {
   const BackendAddress& address(int backend) const;
   // The block hashing the backends use (the first one that reported it), if any has.
   std::optional<PrefixHashing> hashing() const;
-  // Every backend's view for one request whose block hashes (under hashing()) are `hashes`.
+  // Every backend's view for one request whose block hashes (under hashing()) are `hashes`. Its
+  // load is the larger of this router's own accounting (it includes requests placed since the
+  // backend last reported) and the backend's reported load (it includes everyone else's).
   std::vector<BackendView> views(std::span<const BlockHash> hashes) const;
 
   // The router's own accounting of what it placed: a request sent to `backend` holding about

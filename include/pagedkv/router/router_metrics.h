@@ -39,6 +39,7 @@ class RouterMetrics {
   prometheus::Family<prometheus::Counter>& prompt_blocks_;
   prometheus::Family<prometheus::Gauge>& in_flight_;
   prometheus::Family<prometheus::Gauge>& healthy_;
+  prometheus::Family<prometheus::Gauge>& reported_load_blocks_;
   prometheus::Family<prometheus::Gauge>& index_blocks_;
   prometheus::Counter& no_backend_;
   prometheus::Histogram& decision_seconds_;

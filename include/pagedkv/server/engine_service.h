@@ -62,6 +62,9 @@ struct EngineLoad {
   int waiting = 0;   // queued in the engine plus submitted but not yet taken by the engine thread
   int swapped = 0;
   uint64_t steps = 0;
+  int64_t kv_blocks_used = 0;   // device blocks held by requests
+  int64_t kv_blocks_total = 0;  // the device pool's usable blocks
+  int64_t waiting_blocks = 0;   // blocks the engine's waiting prompts still need (not the inbox's)
 };
 
 class EngineService {
@@ -171,6 +174,7 @@ class EngineService {
   std::atomic<bool> draining_{false};
   std::atomic<int> running_{0}, engine_waiting_{0}, swapped_{0};
   std::atomic<uint64_t> steps_{0};
+  std::atomic<int64_t> kv_blocks_used_{0}, kv_blocks_total_{0}, waiting_blocks_{0};
   std::thread thread_;
 };
 
