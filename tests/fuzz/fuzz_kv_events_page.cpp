@@ -46,7 +46,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     check(e.seq > previous && e.seq <= p.last_seq);
     previous = e.seq;
   }
-  const KVEventsWirePage again = parse_kv_events_page(format_kv_events_page(p, wire.hashing));
-  check(again.hashing == wire.hashing && same(again.page, p));
+  if (wire.load) check(wire.load->load_blocks() >= 0);
+  const KVEventsWirePage again = parse_kv_events_page(format_kv_events_page(p, wire.hashing, wire.load));
+  check(again.hashing == wire.hashing && same(again.page, p) && again.load == wire.load);
   return 0;
 }
