@@ -38,7 +38,26 @@ RouterMetrics::RouterMetrics(const BackendPool& pool, std::string policy)
                             .Register(*registry_)
                             .Add({}, prometheus::Histogram::BucketBoundaries{1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3,
                                                                              2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1})),
+      ttft_seconds_(BuildHistogram().Name("pagedkv_router_time_to_first_token_seconds")
+                        .Help("From a streamed request's arrival at the router to the first bytes of its answer relayed.")
+                        .Register(*registry_)
+                        .Add({}, prometheus::Histogram::BucketBoundaries{0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
+                                                                         0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80})),
+      itl_seconds_(BuildHistogram().Name("pagedkv_router_inter_token_latency_seconds")
+                       .Help("Gaps between the relayed chunks of streamed answers (a chunk may hold several tokens).")
+                       .Register(*registry_)
+                       .Add({}, prometheus::Histogram::BucketBoundaries{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15,
+                                                                        0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5, 5})),
+      e2e_seconds_(BuildHistogram().Name("pagedkv_router_e2e_request_latency_seconds")
+                       .Help("From a request's arrival at the router to the end of its answer, streamed or not.")
+                       .Register(*registry_)
+                       .Add({}, prometheus::Histogram::BucketBoundaries{0.01, 0.03, 0.1, 0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10,
+                                                                        15, 20, 30, 40, 60, 120, 240, 480})),
       policy_(std::move(policy)) {}
+
+void RouterMetrics::first_chunk(double seconds) { ttft_seconds_.Observe(seconds); }
+void RouterMetrics::chunk_gap(double seconds) { itl_seconds_.Observe(seconds); }
+void RouterMetrics::answered(double seconds) { e2e_seconds_.Observe(seconds); }
 
 void RouterMetrics::routed(int backend, const PrefixOverlap& overlap, int prompt_blocks, double decision_seconds) {
   const std::string& url = pool_.address(backend).url;

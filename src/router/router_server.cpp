@@ -5,10 +5,12 @@
 #include <nlohmann/json.hpp>
 
 #include <climits>
+#include <random>
 
 #include "pagedkv/api/api_error.h"
 #include "pagedkv/api/http_listener.h"
 #include "pagedkv/api/peer_connection.h"
+#include "pagedkv/api/request_id.h"
 #include "pagedkv/core/error.h"
 #include "pagedkv/prefix/block_hasher.h"
 
@@ -35,6 +37,24 @@ struct Placement {
 
 bool needs_api_key(const std::string& path) { return path != "/health"; }
 
+// The header that names the instance an answer came from (clients and tests see where it went).
+constexpr const char* kBackendHeader = "X-Pagedkv-Backend";
+
+// The request's session, for affinity: the X-Session-Id header, else the body's `user` field
+// (OpenAI's end-user id). Empty: none. The body is parsed again only when the header is absent.
+std::string session_key(const httplib::Request& req) {
+  if (std::string header = req.get_header_value("X-Session-Id"); !header.empty()) return "h:" + header.substr(0, 256);
+  if (req.body.find("\"user\"") == std::string::npos) return {};
+  const json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  if (!body.is_object()) return {};
+  const auto user = body.find("user");
+  return user != body.end() && user->is_string() && !user->get_ref<const std::string&>().empty()
+             ? "u:" + user->get_ref<const std::string&>().substr(0, 256)
+             : std::string();
+}
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
 // One plain request to a backend (GET, or POST of a JSON body) with the router's upstream
 // timeouts and key: the routes that are not completions.
 httplib::Result backend_request(const BackendAddress& backend, const UpstreamOptions& options, const std::string& method,
@@ -56,7 +76,11 @@ RouterServer::RouterServer(RouterOptions options, BackendPool& pool, BackendChoo
       chooser_(std::move(chooser)),
       model_(model),
       metrics_(metrics),
-      http_(std::make_unique<api::HttpListener>()) {
+      http_(std::make_unique<api::HttpListener>()),
+      id_salt_([] {
+        std::random_device rd;
+        return (uint64_t{rd()} << 32) | rd();
+      }()) {
   const size_t threads = static_cast<size_t>(std::max(2, options_.http_threads));
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http_->set_payload_max_length(options_.max_body_bytes);
@@ -123,17 +147,37 @@ RoutingPlan RouterServer::plan(const std::string& body, ApiEndpoint endpoint) co
   return p;
 }
 
-int RouterServer::choose(const RoutingPlan& plan, const std::vector<bool>& excluded, PrefixOverlap& overlap) {
+int RouterServer::choose(const RoutingPlan& plan, const std::vector<bool>& excluded, PrefixOverlap& overlap,
+                         int session_backend) {
   std::vector<BackendView> views = pool_.views(plan.hashes);
   for (size_t i = 0; i < views.size(); ++i)
     if (excluded[i]) views[i].healthy = false;
   int chosen;
   {
     std::lock_guard lock(chooser_mutex_);
-    chosen = chooser_.choose(views, plan.prompt_blocks);
+    chosen = chooser_.choose(views, plan.prompt_blocks, session_backend);
   }
   if (chosen >= 0) overlap = views[static_cast<size_t>(chosen)].overlap;
   return chosen;
+}
+
+int RouterServer::session_backend(const std::string& session) const {
+  if (session.empty()) return -1;
+  std::lock_guard lock(sessions_mutex_);
+  const auto it = sessions_.find(session);
+  return it == sessions_.end() ? -1 : it->second;
+}
+
+void RouterServer::remember_session(const std::string& session, int backend) {
+  if (session.empty()) return;
+  std::lock_guard lock(sessions_mutex_);
+  const auto [it, inserted] = sessions_.insert_or_assign(session, backend);
+  if (!inserted) return;
+  session_order_.push_back(session);
+  if (session_order_.size() > kMaxSessions) {  // forget the oldest session first
+    sessions_.erase(session_order_.front());
+    session_order_.pop_front();
+  }
 }
 
 void RouterServer::install_routes() {
@@ -243,6 +287,12 @@ void RouterServer::install_routes() {
     return [this, endpoint](const httplib::Request& req, httplib::Response& res) {
       const auto received = Clock::now();
       const RoutingPlan routing = plan(req.body, endpoint);
+      const std::string client_id = req.get_header_value(api::kRequestIdHeader);
+      const std::string request_id =
+          api::is_valid_request_id(client_id) ? client_id : fmt::format("router-{:016x}", request_ids_.fetch_add(1) ^ id_salt_);
+      res.set_header(api::kRequestIdHeader, request_id);
+      const std::string session = session_key(req);
+      const int previous_backend = session_backend(session);
       auto watch = std::make_shared<api::DisconnectCheck>(
           api::PeerConnection::find(req.local_port, req.remote_addr, req.remote_port), kPollInterval);
       std::vector<bool> excluded(static_cast<size_t>(pool_.size()), false);
@@ -251,7 +301,7 @@ void RouterServer::install_routes() {
       bool retried_unanswered = false;
       for (;;) {
         PrefixOverlap overlap;
-        const int backend = choose(routing, excluded, overlap);
+        const int backend = choose(routing, excluded, overlap, previous_backend);
         if (backend < 0) {
           metrics_.no_backend();
           throw ApiError(503, "no backend is healthy", "", "no_backend");
@@ -260,7 +310,7 @@ void RouterServer::install_routes() {
                         std::chrono::duration<double>(Clock::now() - received).count());
         pool_.dispatched(backend, routing.load_blocks);
         placement.reset(new Placement{pool_, backend, routing.load_blocks});
-        call = std::make_shared<UpstreamCall>(pool_.address(backend), req.path, req.body, options_.upstream);
+        call = std::make_shared<UpstreamCall>(pool_.address(backend), req.path, req.body, options_.upstream, request_id);
         UpstreamCall::State state;
         while ((state = call->wait_headers(kPollInterval)) == UpstreamCall::State::kWaiting) {
           if (watch->client_gone()) {
@@ -286,6 +336,7 @@ void RouterServer::install_routes() {
             continue;
           }
           metrics_.failed(backend, "upstream_error");
+          fmt::print(stderr, "router: request {} to {} failed: {}\n", request_id, pool_.address(backend).url, call->error());
           throw ApiError(502, fmt::format("backend {} failed: {}", pool_.address(backend).url, call->error()), "", "bad_gateway");
         }
         if (call->status() == 503 &&
@@ -297,6 +348,8 @@ void RouterServer::install_routes() {
         break;
       }
 
+      remember_session(session, placement->backend);
+      res.set_header(kBackendHeader, pool_.address(placement->backend).url);
       const bool streamed = call->content_type().rfind("text/event-stream", 0) == 0;
       res.status = call->status();
       if (!call->retry_after().empty()) res.set_header("Retry-After", call->retry_after());
@@ -309,6 +362,8 @@ void RouterServer::install_routes() {
           if (state == UpstreamCall::State::kFailed) {
             placement->failed = true;
             metrics_.failed(placement->backend, "upstream_error");
+            fmt::print(stderr, "router: request {} to {} failed: {}\n", request_id, pool_.address(placement->backend).url,
+                       call->error());
             throw ApiError(502, fmt::format("backend {} failed: {}", pool_.address(placement->backend).url, call->error()), "",
                            "bad_gateway");
           }
@@ -322,21 +377,38 @@ void RouterServer::install_routes() {
         }
         const std::string type = call->content_type();
         res.set_content(body, type.empty() ? "application/json" : type.c_str());
+        if (res.status == 200) metrics_.answered(seconds_since(received));
         return;
       }
 
       res.set_header("Cache-Control", "no-cache");
       res.set_header("X-Accel-Buffering", "no");
       ++open_streams_;
+      // When the stream's first and latest chunks were relayed (TTFT, ITL).
+      struct StreamTimes {
+        Clock::time_point received, last;
+        bool any = false;
+      };
+      auto times = std::make_shared<StreamTimes>(StreamTimes{received, received});
+      const bool counted = res.status == 200;
       res.set_chunked_content_provider(
           call->content_type(),
-          [this, call, placement, watch](size_t, httplib::DataSink& sink) {
+          [this, call, placement, watch, times, counted, request_id](size_t, httplib::DataSink& sink) {
             UpstreamCall::State state;
             std::string out = call->take_body(kPollInterval, state);
+            if (!out.empty() && counted && state != UpstreamCall::State::kFailed) {
+              const auto now = Clock::now();
+              if (!times->any) metrics_.first_chunk(std::chrono::duration<double>(now - times->received).count());
+              else metrics_.chunk_gap(std::chrono::duration<double>(now - times->last).count());
+              times->any = true;
+              times->last = now;
+            }
             if (state == UpstreamCall::State::kFailed) {
               // The backend died mid-stream: end the stream with an error the client can read.
               placement->failed = true;
               metrics_.failed(placement->backend, "upstream_error");
+              fmt::print(stderr, "router: request {} to {} failed mid-stream: {}\n", request_id,
+                         pool_.address(placement->backend).url, call->error());
               const ApiError e(502, fmt::format("backend {} failed mid-stream: {}", pool_.address(placement->backend).url,
                                                 call->error()),
                                "", "bad_gateway");
@@ -347,6 +419,7 @@ void RouterServer::install_routes() {
               return false;
             }
             if (state == UpstreamCall::State::kDone || state == UpstreamCall::State::kFailed) {
+              if (state == UpstreamCall::State::kDone && counted) metrics_.answered(seconds_since(times->received));
               sink.done();
               return true;
             }

@@ -33,7 +33,7 @@ double kv_cost(int prompt_blocks, const BackendView& b, const RoutingWeights& w)
 BackendChooser::BackendChooser(RoutingPolicy policy, RoutingWeights weights, uint64_t seed)
     : policy_(policy), weights_(weights), rng_(seed) {}
 
-int BackendChooser::choose(std::span<const BackendView> backends, int prompt_blocks) {
+int BackendChooser::choose(std::span<const BackendView> backends, int prompt_blocks, int session_backend) {
   const int n = static_cast<int>(backends.size());
   std::vector<int> healthy;
   for (int i = 0; i < n; ++i)
@@ -61,8 +61,11 @@ int BackendChooser::choose(std::span<const BackendView> backends, int prompt_blo
   for (size_t k = 0; k < healthy.size(); ++k) {
     const int i = healthy[(start + k) % healthy.size()];
     const double c = cost(i);
-    if (best < 0 || c < best_cost ||
-        (c == best_cost && backends[static_cast<size_t>(i)].in_flight < backends[static_cast<size_t>(best)].in_flight)) {
+    const bool tie = best >= 0 && c == best_cost;
+    const bool better_tie =
+        tie && best != session_backend &&
+        (i == session_backend || backends[static_cast<size_t>(i)].in_flight < backends[static_cast<size_t>(best)].in_flight);
+    if (best < 0 || c < best_cost || better_tie) {
       best = i;
       best_cost = c;
     }

@@ -2,16 +2,19 @@
 
 #include <httplib.h>
 
+#include "pagedkv/api/request_id.h"
+
 namespace pagedkv::router {
 
-UpstreamCall::UpstreamCall(const BackendAddress& backend, std::string path, std::string body, const UpstreamOptions& options)
+UpstreamCall::UpstreamCall(const BackendAddress& backend, std::string path, std::string body, const UpstreamOptions& options,
+                           std::string request_id)
     : client_(std::make_unique<httplib::Client>(backend.host, backend.port)) {
   client_->set_connection_timeout(std::chrono::duration_cast<std::chrono::microseconds>(options.connect_timeout));
   client_->set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(options.read_timeout));
   client_->set_write_timeout(std::chrono::duration_cast<std::chrono::microseconds>(options.connect_timeout) * 10);
   client_->set_tcp_nodelay(true);
-  thread_ = std::thread([this, p = std::move(path), b = std::move(body), k = options.api_key]() mutable {
-    run(std::move(p), std::move(b), std::move(k));
+  thread_ = std::thread([this, p = std::move(path), b = std::move(body), k = options.api_key, id = std::move(request_id)]() mutable {
+    run(std::move(p), std::move(b), std::move(k), std::move(id));
   });
 }
 
@@ -20,7 +23,7 @@ UpstreamCall::~UpstreamCall() {
   thread_.join();
 }
 
-void UpstreamCall::run(std::string path, std::string body, std::string api_key) {
+void UpstreamCall::run(std::string path, std::string body, std::string api_key, std::string request_id) {
   httplib::Request req;
   req.method = "POST";
   req.path = std::move(path);
@@ -28,6 +31,7 @@ void UpstreamCall::run(std::string path, std::string body, std::string api_key) 
   req.set_header("Content-Type", "application/json");
   req.set_header("Accept", "application/json, text/event-stream");
   if (!api_key.empty()) req.set_header("Authorization", "Bearer " + api_key);
+  if (!request_id.empty()) req.set_header(api::kRequestIdHeader, request_id);
   req.response_handler = [this](const httplib::Response& r) {
     std::lock_guard lock(mutex_);
     status_ = r.status;

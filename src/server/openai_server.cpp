@@ -18,6 +18,7 @@
 #include "pagedkv/api/http_listener.h"
 #include "pagedkv/api/kv_events_wire.h"
 #include "pagedkv/api/peer_connection.h"
+#include "pagedkv/api/request_id.h"
 #include "pagedkv/core/error.h"
 #include "pagedkv/engine/grammar_vocabulary.h"
 #include "pagedkv/grammar/grammar_limits.h"
@@ -268,8 +269,11 @@ void OpenAIServer::install_routes() {
       const api::PeerConnection peer = api::PeerConnection::find(req.local_port, req.remote_addr, req.remote_port);
       std::shared_ptr<RequestStream> stream = service_.submit(std::move(generations), peer.fd());
       const bool chat = endpoint == api::ApiEndpoint::kChatCompletions;
+      const std::string client_id = req.get_header_value(api::kRequestIdHeader);
+      const std::string request_id = api::is_valid_request_id(client_id) ? client_id : fmt::format("{:016x}", ids().next());
+      res.set_header(api::kRequestIdHeader, request_id);
       auto builder = std::make_shared<ResponseBuilder>(*request, tokenizer_,
-                                                       fmt::format("{}-{:016x}", chat ? "chatcmpl" : "cmpl", ids().next()),
+                                                       fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", request_id),
                                                        model_.limits.served_model_name, unix_now(), num_prompts);
       auto disconnect = std::make_shared<api::DisconnectCheck>(peer, kPollInterval);
 

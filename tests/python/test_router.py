@@ -125,21 +125,56 @@ def test_routers_weigh_the_load_a_backend_reports():
     models_dir()
     with Server("--max-num-seqs", "1", "--check-invariants") as busy, Server() as idle, \
             router(busy, idle, policy="least-load") as least_load, router(busy, idle) as kv:
-        body = {"prompt": "Once upon a time", "max_tokens": 200, "min_tokens": 200, "ignore_eos": True}
-        threads = [threading.Thread(target=lambda: busy.post("/v1/completions", body)) for _ in range(8)]
-        for t in threads:
-            t.start()
-        try:
-            for r in (least_load, kv):
-                assert wait_until(lambda: (state(r)["backends"][0]["reported_load"] or {}).get("waiting", 0) >= 3, 30), state(r)
+        body = {"prompt": "Once upon a time", "max_tokens": 400, "min_tokens": 400, "ignore_eos": True}
+        for r in (least_load, kv):
+            # A wave of requests straight to the busy instance: one runs, the others wait.
+            threads = [threading.Thread(target=lambda: busy.post("/v1/completions", body)) for _ in range(8)]
+            for t in threads:
+                t.start()
+            try:
+                wait_until(lambda: (state(r)["backends"][0]["reported_load"] or {}).get("waiting", 0) >= 2, 30,
+                           what="the busy instance's reported queue")
+                before = routed(r)
                 for i in range(6):
                     complete(r, STORIES[i % len(STORIES)])
-                assert routed(r) == [0, 6], state(r)
-            metrics = least_load.get("/metrics").text
-            assert f'pagedkv_router_backend_reported_load_blocks{{backend="{busy.base_url}"}}' in metrics
-        finally:
-            for t in threads:
-                t.join(timeout=120)
+                after = routed(r)
+                assert [a - b for a, b in zip(after, before)] == [0, 6], state(r)
+            finally:
+                for t in threads:
+                    t.join(timeout=120)
+        metrics = least_load.get("/metrics").text
+        assert f'pagedkv_router_backend_reported_load_blocks{{backend="{busy.base_url}"}}' in metrics
+
+
+def test_request_ids_backend_header_session_affinity_and_client_latencies():
+    """X-Request-Id passes through to the instance, which names its response with it; an invalid
+    one is replaced. X-Pagedkv-Backend names the instance. Requests of one session (X-Session-Id,
+    or the body's `user`) stay on one instance of an idle cluster, which others alternate over.
+    The router's /metrics count what its clients saw (TTFT, ITL, E2E)."""
+    models_dir()
+    with Server() as b0, Server() as b1, router(b0, b1, policy="least-load") as r:
+        body = {"prompt": "Once upon a time", "max_tokens": 4}
+        resp = r.post("/v1/completions", body, headers={"X-Request-Id": "trace-7.a:b_c"})
+        assert resp.status_code == 200, resp.text
+        assert resp.headers["X-Request-Id"] == "trace-7.a:b_c" and resp.json()["id"] == "cmpl-trace-7.a:b_c"
+        assert resp.headers["X-Pagedkv-Backend"] in (b0.base_url, b1.base_url)
+        resp = r.post("/v1/completions", body, headers={"X-Request-Id": "no spaces allowed"})
+        assert resp.headers["X-Request-Id"].startswith("router-") and resp.json()["id"] == "cmpl-" + resp.headers["X-Request-Id"]
+
+        def backends(headers=None, extra=None, n=6):
+            return [r.post("/v1/completions", {**body, **(extra or {})}, headers=headers or {}).headers["X-Pagedkv-Backend"]
+                    for _ in range(n)]
+        assert len(set(backends())) == 2  # an idle cluster is spread
+        assert len(set(backends({"X-Session-Id": "alice"}))) == 1
+        assert len(set(backends(extra={"user": "bob"}))) == 1
+
+        events = list(sse_events(requests.post(r.url("/v1/completions"), json={**body, "stream": True, "max_tokens": 300, "min_tokens": 300, "ignore_eos": True},
+                                               stream=True, timeout=60)))
+        assert events[-1] == "[DONE]"
+        metrics = r.get("/metrics").text
+        for name in ("time_to_first_token", "inter_token_latency", "e2e_request_latency"):
+            count = next(line for line in metrics.splitlines() if line.startswith(f"pagedkv_router_{name}_seconds_count"))
+            assert float(count.split()[-1]) >= 1, count
 
 
 def test_router_rejects_bad_options():

@@ -119,6 +119,22 @@ TEST(RoutingPolicy, TiesGoToFewerInFlightThenRotate) {
   EXPECT_EQ(count[2], 10);
 }
 
+TEST(RoutingPolicy, ASessionsBackendWinsTiesOnly) {
+  for (RoutingPolicy p : {RoutingPolicy::kKv, RoutingPolicy::kLeastLoad}) {
+    BackendChooser c(p);
+    std::vector<BackendView> idle(3);
+    for (int i = 0; i < 6; ++i) EXPECT_EQ(c.choose(idle, 3, 2), 2) << routing_policy_name(p);
+    // Even with more requests in flight there: affinity comes before the in-flight tie-break.
+    idle[2].in_flight = 5;
+    EXPECT_EQ(c.choose(idle, 3, 2), 2) << routing_policy_name(p);
+    // Not when it costs more, nor when it is down.
+    std::vector<BackendView> loaded{view({}, 0), view({}, 0), view({}, 8)};
+    EXPECT_NE(c.choose(loaded, 3, 2), 2) << routing_policy_name(p);
+    idle[2].healthy = false;
+    EXPECT_NE(c.choose(idle, 3, 2), 2) << routing_policy_name(p);
+  }
+}
+
 TEST(RoutingPolicy, RoundRobinLeastLoadAndRandom) {
   BackendChooser rr(RoutingPolicy::kRoundRobin);
   std::vector<BackendView> v{view({9, 0, 0}), view({}, 0, 0, false), view({}), view({})};

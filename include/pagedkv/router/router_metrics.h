@@ -3,7 +3,8 @@
 // Per backend: requests routed, failed (by reason), in flight, healthy, the blocks the router's
 // index holds for it (by medium) and the prefix blocks it was credited with when chosen. For the
 // router itself: the time a routing decision takes (parse, tokenize, hash, score), which is the
-// router's added latency before the backend sees the request.
+// router's added latency before the backend sees the request, and the latencies its clients saw
+// (time to first token, inter-token latency, end to end).
 #pragma once
 
 #include <prometheus/counter.h>
@@ -27,6 +28,13 @@ class RouterMetrics {
   void routed(int backend, const PrefixOverlap& overlap, int prompt_blocks, double decision_seconds);
   void failed(int backend, const std::string& reason);  // connect, upstream_error, client_gone
   void no_backend();                                    // 503: nothing healthy
+  // What the router's clients saw, timed at the router from the request's arrival: the first body
+  // bytes of a streamed answer (TTFT), each later chunk's gap from the one before (ITL, per
+  // relayed chunk: an instance may send several tokens a chunk), and the whole answer (E2E),
+  // streamed or not. Only answers that ended well are counted.
+  void first_chunk(double seconds);
+  void chunk_gap(double seconds);
+  void answered(double seconds);
   // Refreshes the gauges from the pool and renders the text format.
   std::string render();
 
@@ -43,6 +51,9 @@ class RouterMetrics {
   prometheus::Family<prometheus::Gauge>& index_blocks_;
   prometheus::Counter& no_backend_;
   prometheus::Histogram& decision_seconds_;
+  prometheus::Histogram& ttft_seconds_;
+  prometheus::Histogram& itl_seconds_;
+  prometheus::Histogram& e2e_seconds_;
   std::string policy_;
 };
 

@@ -20,14 +20,21 @@
 // two). A backend that fails after the answer began fails that request: 502 if nothing was
 // relayed yet, else the stream ends with an error event. A client that goes away has its backend
 // connection closed, which cancels the engine request there.
+//
+// Every routed answer carries X-Request-Id (the client's, when valid, else one the router makes;
+// the backend gets it too and names its response with it: api/request_id.h) and
+// X-Pagedkv-Backend, the instance that answered. Requests of one session (X-Session-Id header,
+// else the body's `user`) prefer the instance their session last used when costs tie.
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "pagedkv/api/openai_request.h"
@@ -86,8 +93,12 @@ class RouterServer {
 
  private:
   void install_routes();
-  // Picks a backend not in `excluded`: its index, or -1.
-  int choose(const RoutingPlan& plan, const std::vector<bool>& excluded, PrefixOverlap& overlap);
+  // Picks a backend not in `excluded`: its index, or -1. `session_backend` breaks ties (-1: none).
+  int choose(const RoutingPlan& plan, const std::vector<bool>& excluded, PrefixOverlap& overlap, int session_backend);
+  // Session affinity: where each recent session's last request went.
+  int session_backend(const std::string& session) const;
+  void remember_session(const std::string& session, int backend);
+  static constexpr size_t kMaxSessions = 65536;
 
   RouterOptions options_;
   BackendPool& pool_;
@@ -98,6 +109,11 @@ class RouterServer {
   std::unique_ptr<httplib::Server> http_;
   std::atomic<int> open_streams_{0};
   std::atomic<uint64_t> turn_{0};  // which healthy backend answers the simple forwarded routes
+  std::atomic<uint64_t> request_ids_{0};
+  const uint64_t id_salt_;  // makes ids of different routers (and restarts) differ
+  mutable std::mutex sessions_mutex_;
+  std::unordered_map<std::string, int> sessions_;
+  std::deque<std::string> session_order_;  // insertion order, for forgetting the oldest
 };
 
 }  // namespace pagedkv::router

@@ -8,7 +8,8 @@
 //     Lowest cost wins. With an empty index every credit is 0 and kv is least-load.
 // round-robin: the next healthy backend in turn. least-load: the lowest load_blocks.
 // random: uniform over the healthy backends (seeded: runs repeat).
-// Ties go to the backend with fewer requests in flight, then to the next in rotation (so an idle
+// Ties go to the session's backend (the one its previous request went to: session affinity),
+// then to the backend with fewer requests in flight, then to the next in rotation (so an idle
 // cluster is not all sent to the first backend). Unhealthy backends are never chosen.
 #pragma once
 
@@ -51,8 +52,9 @@ class BackendChooser {
   BackendChooser(RoutingPolicy policy, RoutingWeights weights = {}, uint64_t seed = 0);
   RoutingPolicy policy() const { return policy_; }
   const RoutingWeights& weights() const { return weights_; }
-  // The chosen backend's index in `backends`, or -1 if none is healthy. Not thread-safe.
-  int choose(std::span<const BackendView> backends, int prompt_blocks);
+  // The chosen backend's index in `backends`, or -1 if none is healthy. `session_backend`: where
+  // the request's session went last (-1: none), preferred among equal costs. Not thread-safe.
+  int choose(std::span<const BackendView> backends, int prompt_blocks, int session_backend = -1);
 
  private:
   RoutingPolicy policy_;

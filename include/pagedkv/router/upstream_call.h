@@ -34,8 +34,10 @@ class UpstreamCall {
  public:
   enum class State { kWaiting, kHeaders, kDone, kFailed };
 
-  // Starts the exchange: POST `path` with `body` (JSON) to `backend`.
-  UpstreamCall(const BackendAddress& backend, std::string path, std::string body, const UpstreamOptions& options);
+  // Starts the exchange: POST `path` with `body` (JSON) to `backend`, as request `request_id`
+  // (sent as X-Request-Id; api/request_id.h).
+  UpstreamCall(const BackendAddress& backend, std::string path, std::string body, const UpstreamOptions& options,
+               std::string request_id = {});
   ~UpstreamCall();  // cancel() and join
   UpstreamCall(const UpstreamCall&) = delete;
   UpstreamCall& operator=(const UpstreamCall&) = delete;
@@ -62,7 +64,7 @@ class UpstreamCall {
   void cancel();
 
  private:
-  void run(std::string path, std::string body, std::string api_key);
+  void run(std::string path, std::string body, std::string api_key, std::string request_id);
 
   std::unique_ptr<httplib::Client> client_;
   mutable std::mutex mutex_;
