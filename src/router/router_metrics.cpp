@@ -33,6 +33,10 @@ RouterMetrics::RouterMetrics(const BackendPool& pool, std::string policy)
                         .Register(*registry_)),
       no_backend_(BuildCounter().Name("pagedkv_router_no_backend_total").Help("Requests answered 503: no healthy backend.")
                       .Register(*registry_).Add({})),
+      rejected_(BuildCounter().Name("pagedkv_router_rejected_total")
+                    .Help("Requests answered 429 because every instance was saturated: the router's queue was full "
+                          "(queue_full) or the wait ran out (queue_timeout).")
+                    .Register(*registry_)),
       decision_seconds_(BuildHistogram().Name("pagedkv_router_decision_seconds")
                             .Help("Time to route one request (parse, tokenize, hash, score), before the backend is called.")
                             .Register(*registry_)
@@ -74,6 +78,8 @@ void RouterMetrics::failed(int backend, const std::string& reason) {
 }
 
 void RouterMetrics::no_backend() { no_backend_.Increment(); }
+
+void RouterMetrics::rejected(const std::string& reason) { rejected_.Add({{"reason", reason}}).Increment(); }
 
 std::string RouterMetrics::render() {
   for (const BackendState& s : pool_.states()) {

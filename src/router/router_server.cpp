@@ -6,6 +6,7 @@
 
 #include <climits>
 #include <random>
+#include <thread>
 
 #include "pagedkv/api/api_error.h"
 #include "pagedkv/api/http_listener.h"
@@ -24,6 +25,7 @@ using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 constexpr auto kPollInterval = 20ms;  // how often a waiting handler checks that its client is still there
+constexpr auto kQueueRetryInterval = 100ms;  // how often a queued request tries the saturated backends again
 
 
 // Holds a backend's load for one request until the answer is relayed (or fails).
@@ -230,6 +232,7 @@ void RouterServer::install_routes() {
     }
     const RoutingWeights& w = chooser_.weights();
     res.set_content(json{{"policy", routing_policy_name(chooser_.policy())},
+                         {"queued", queued_.load()},
                          {"weights",
                           {{"prefill_scale", w.prefill_scale},
                            {"device_credit", w.device_credit},
@@ -299,6 +302,8 @@ void RouterServer::install_routes() {
       std::shared_ptr<UpstreamCall> call;
       std::shared_ptr<Placement> placement;
       bool retried_unanswered = false;
+      std::shared_ptr<void> queue_slot;  // held while this request waits in the router's queue
+      Clock::time_point queued_since;
       for (;;) {
         PrefixOverlap overlap;
         const int backend = choose(routing, excluded, overlap, previous_backend);
@@ -339,10 +344,38 @@ void RouterServer::install_routes() {
           fmt::print(stderr, "router: request {} to {} failed: {}\n", request_id, pool_.address(backend).url, call->error());
           throw ApiError(502, fmt::format("backend {} failed: {}", pool_.address(backend).url, call->error()), "", "bad_gateway");
         }
-        if (call->status() == 503 &&
-            std::count(excluded.begin(), excluded.end(), false) > 1) {  // overloaded or draining: another may take it
+        if (call->status() == 503) {  // overloaded or draining: another may take it, or this one later
           excluded[static_cast<size_t>(backend)] = true;
           metrics_.failed(backend, "busy");
+          if (std::count(excluded.begin(), excluded.end(), false) > 0) continue;
+          // Every healthy backend is saturated: wait in the router's queue, then try them all again.
+          if (!queue_slot) {
+            if (queued_.fetch_add(1) >= options_.max_queued) {
+              --queued_;
+              metrics_.rejected("queue_full");
+              throw ApiError(429, fmt::format("every instance is saturated and {} requests already wait in the router; retry later",
+                                              options_.max_queued),
+                             "", "server_saturated");
+            }
+            queue_slot = std::shared_ptr<void>(nullptr, [this](void*) { --queued_; });
+            queued_since = Clock::now();
+          }
+          if (Clock::now() - queued_since > options_.queue_timeout) {
+            metrics_.rejected("queue_timeout");
+            throw ApiError(429, fmt::format("every instance stayed saturated for {} s; retry later",
+                                            std::chrono::duration<double>(options_.queue_timeout).count()),
+                           "", "server_saturated");
+          }
+          call.reset();
+          placement.reset();
+          for (int waited = 0; waited < kQueueRetryInterval / kPollInterval; ++waited) {
+            std::this_thread::sleep_for(kPollInterval);
+            if (watch->client_gone()) {
+              res.status = 499;
+              return;
+            }
+          }
+          std::fill(excluded.begin(), excluded.end(), false);
           continue;
         }
         break;

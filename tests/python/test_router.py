@@ -177,6 +177,39 @@ def test_request_ids_backend_header_session_affinity_and_client_latencies():
             assert float(count.split()[-1]) >= 1, count
 
 
+def test_saturated_cluster_queues_in_the_router_then_answers_429():
+    """Two instances with room for two requests each (one running, one waiting) behind a router
+    whose queue holds two: of ten simultaneous requests, those that find every instance full wait
+    in the router and are served as room appears; beyond the queue they get 429 with Retry-After
+    at once. Every 200 is a whole answer; nothing else is returned."""
+    models_dir()
+    small = ("--max-num-seqs", "1", "--max-waiting", "1")
+    with Server(*small) as b0, Server(*small) as b1, \
+            router(b0, b1, policy="least-load", extra=("--max-queued-requests", "2", "--queue-timeout-s", "60")) as r:
+        body = {"prompt": "Once upon a time", "max_tokens": 150, "min_tokens": 150, "ignore_eos": True}
+        answers = [None] * 10
+
+        def send(i):
+            answers[i] = requests.post(r.url("/v1/completions"), json=body, timeout=120)
+        threads = [threading.Thread(target=send, args=(i,)) for i in range(10)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=150)
+        codes = sorted(a.status_code for a in answers)
+        assert set(codes) <= {200, 429}, codes
+        assert codes.count(429) >= 1 and codes.count(200) >= 4, codes
+        for a in answers:
+            if a.status_code == 200:
+                assert a.json()["usage"]["completion_tokens"] == 150
+            else:
+                assert a.headers["Retry-After"] == "1" and a.json()["error"]["code"] == "server_saturated", a.text
+        assert state(r)["queued"] == 0
+        rejected = [line for line in r.get("/metrics").text.splitlines()
+                    if line.startswith('pagedkv_router_rejected_total{reason="queue_full"}')]
+        assert rejected and float(rejected[0].split()[-1]) == codes.count(429), rejected
+
+
 def test_router_rejects_bad_options():
     models_dir()
     for args in (["--backend", "localhost:1"], ["--backend", "http://127.0.0.1:1", "--policy", "fastest"],

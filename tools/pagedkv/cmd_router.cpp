@@ -41,6 +41,8 @@ struct RouterCliOptions {
   double upstream_timeout_s = 600;
   int http_threads = 256;
   std::string max_body_bytes = "8MiB";
+  int max_queued_requests = 256;
+  double queue_timeout_s = 30;
   bool no_tokenizer = false;
 };
 
@@ -104,6 +106,10 @@ int run_router(RouterCliOptions o) {
   options.upstream.connect_timeout = std::chrono::milliseconds(o.connect_timeout_ms);
   options.upstream.read_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.upstream_timeout_s * 1000));
   options.upstream.api_key = o.backend_api_key;
+  if (o.max_queued_requests < 0) throw ConfigError("--max-queued-requests must be 0 or more");
+  if (!(o.queue_timeout_s >= 0)) throw ConfigError("--queue-timeout-s must be 0 or more");
+  options.max_queued = o.max_queued_requests;
+  options.queue_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.queue_timeout_s * 1000));
   router::RouterServer http(options, pool, router::BackendChooser(*policy, weights, o.seed), routed, metrics);
   const int port = http.bind();
 
@@ -166,6 +172,11 @@ const CommandRegistration kRouterCommand{Command{
           ->capture_default_str();
       sub.add_option("--http-threads", o->http_threads, "HTTP worker threads (each open stream holds one)")->capture_default_str();
       sub.add_option("--max-body-bytes", o->max_body_bytes, "larger request bodies get 413")->capture_default_str();
+      sub.add_option("--max-queued-requests", o->max_queued_requests,
+                     "requests that may wait in the router while every backend is saturated (beyond: 429)")
+          ->capture_default_str();
+      sub.add_option("--queue-timeout-s", o->queue_timeout_s, "seconds a request may wait for a backend with room (then 429)")
+          ->capture_default_str();
       return [o] { return run_router(*o); };
     }}};
 

@@ -23,10 +23,10 @@
 
 namespace pagedkv::api {
 
-// OpenAI's error object as the response, with Retry-After on 503. Invalid UTF-8 in a message (a
+// OpenAI's error object as the response, with Retry-After on 503 and 429. Invalid UTF-8 in a message (a
 // piece of the client's input) is replaced, never thrown on.
 inline void send_api_error(httplib::Response& res, const ApiError& e) {
-  if (e.status() == 503) res.set_header("Retry-After", "1");
+  if (e.status() == 503 || e.status() == 429) res.set_header("Retry-After", "1");
   res.status = e.status();
   res.set_content(e.to_json().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
 }

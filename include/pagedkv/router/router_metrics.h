@@ -28,6 +28,7 @@ class RouterMetrics {
   void routed(int backend, const PrefixOverlap& overlap, int prompt_blocks, double decision_seconds);
   void failed(int backend, const std::string& reason);  // connect, upstream_error, client_gone
   void no_backend();                                    // 503: nothing healthy
+  void rejected(const std::string& reason);             // 429: queue_full, queue_timeout
   // What the router's clients saw, timed at the router from the request's arrival: the first body
   // bytes of a streamed answer (TTFT), each later chunk's gap from the one before (ITL, per
   // relayed chunk: an instance may send several tokens a chunk), and the whole answer (E2E),
@@ -50,6 +51,7 @@ class RouterMetrics {
   prometheus::Family<prometheus::Gauge>& reported_load_blocks_;
   prometheus::Family<prometheus::Gauge>& index_blocks_;
   prometheus::Counter& no_backend_;
+  prometheus::Family<prometheus::Counter>& rejected_;
   prometheus::Histogram& decision_seconds_;
   prometheus::Histogram& ttft_seconds_;
   prometheus::Histogram& itl_seconds_;

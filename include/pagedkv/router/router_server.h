@@ -19,7 +19,10 @@
 // completions have no side effects; once, so a request that crashes backends takes down at most
 // two). A backend that fails after the answer began fails that request: 502 if nothing was
 // relayed yet, else the stream ends with an error event. A client that goes away has its backend
-// connection closed, which cancels the engine request there.
+// connection closed, which cancels the engine request there. When every healthy backend is
+// saturated (answers 503), the request waits in a bounded queue in the router and is tried again
+// as room appears; a full queue or a long wait is a 429 with Retry-After, which OpenAI clients
+// retry after the pause.
 //
 // Every routed answer carries X-Request-Id (the client's, when valid, else one the router makes;
 // the backend gets it too and names its response with it: api/request_id.h) and
@@ -59,6 +62,11 @@ struct RouterOptions {
   size_t max_body_bytes = 8u << 20;
   UpstreamOptions upstream;
   api::RequestLimits limits;
+  // When every healthy backend answers 503 (overloaded or draining), a request waits in the
+  // router, trying again as they free up, for up to queue_timeout; at most max_queued wait at
+  // once. Beyond either: 429 with Retry-After.
+  int max_queued = 256;
+  std::chrono::milliseconds queue_timeout{30'000};
 };
 
 // What the router knows of the served model: enough to tokenize prompts as the backends do.
@@ -86,6 +94,7 @@ class RouterServer {
   void serve();  // until stop()
   void stop();
   int open_streams() const { return open_streams_.load(); }
+  int queued() const { return queued_.load(); }
 
   // Tokenizes and hashes one request body for `endpoint` (never throws: a request the router
   // cannot read is routed by load; its backend answers the error).
@@ -108,6 +117,7 @@ class RouterServer {
   RouterMetrics& metrics_;
   std::unique_ptr<httplib::Server> http_;
   std::atomic<int> open_streams_{0};
+  std::atomic<int> queued_{0};  // requests waiting for a backend with room
   std::atomic<uint64_t> turn_{0};  // which healthy backend answers the simple forwarded routes
   std::atomic<uint64_t> request_ids_{0};
   const uint64_t id_salt_;  // makes ids of different routers (and restarts) differ
