@@ -1,0 +1,414 @@
+#include "pagedkv/remote/redis_cluster_store.h"
+
+#include <fmt/format.h>
+#include <hiredis/hiredis.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+#include <numeric>
+#include <set>
+
+#include "pagedkv/core/error.h"
+#include "pagedkv/remote/sigpipe_blocked.h"
+
+namespace pagedkv::remote {
+namespace {
+
+constexpr int kNoNode = ClusterTopology::kNoNode;
+
+bool starts_with(const redisReply& r, std::string_view prefix) {
+  return r.len >= prefix.size() && std::memcmp(r.str, prefix.data(), prefix.size()) == 0;
+}
+
+// "MOVED 3999 127.0.0.1:6381" / "ASK 3999 127.0.0.1:6381": the slot and the node to go to. An
+// empty host means the host of the node that answered.
+bool parse_redirection(std::string_view e, const std::string& answered_by, int& slot, ClusterNodeAddress& to) {
+  const size_t a = e.find(' ');
+  const size_t b = a == std::string_view::npos ? a : e.find(' ', a + 1);
+  if (b == std::string_view::npos) return false;
+  const std::string_view slot_s = e.substr(a + 1, b - a - 1);
+  std::string_view addr = e.substr(b + 1);
+  const size_t colon = addr.rfind(':');
+  if (colon == std::string_view::npos) return false;
+  std::string_view host = addr.substr(0, colon);
+  const std::string_view port_s = addr.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  int port = 0;
+  if (std::from_chars(slot_s.data(), slot_s.data() + slot_s.size(), slot).ec != std::errc() || slot < 0 ||
+      slot >= kClusterSlots)
+    return false;
+  if (std::from_chars(port_s.data(), port_s.data() + port_s.size(), port).ec != std::errc() || port < 1 || port > 65535)
+    return false;
+  to.host = host.empty() ? answered_by : std::string(host);
+  to.port = port;
+  return true;
+}
+
+}  // namespace
+
+struct RedisClusterStore::Node {
+  Node(ClusterNodeAddress a, RedisUrl url, RedisConnectionOptions o, const RedisClusterStoreOptions& s)
+      : address(std::move(a)), conn(std::move(url), o), breaker(s.node_backoff_initial, s.node_backoff_max) {}
+  ClusterNodeAddress address;
+  RedisConnection conn;
+  CircuitBreaker breaker;
+};
+
+RedisClusterStore::RedisClusterStore(RedisClusterStoreOptions options) : options_(std::move(options)) {
+  if (options_.seeds.empty()) throw ConfigError("a Redis Cluster store needs at least one node to start from");
+}
+
+RedisClusterStore::~RedisClusterStore() = default;
+
+RedisClusterStore::Node& RedisClusterStore::node(const ClusterNodeAddress& address) {
+  std::unique_ptr<Node>& slot = nodes_[address.name()];
+  if (!slot) {
+    RedisUrl url = options_.seeds.front();  // the credentials
+    url.host = address.host;
+    url.port = address.port;
+    url.db = 0;  // a cluster has only database 0
+    slot = std::make_unique<Node>(address, std::move(url),
+                                  RedisConnectionOptions{options_.connect_timeout, options_.io_timeout,
+                                                         options_.keep_read_buffer},
+                                  options_);
+  }
+  return *slot;
+}
+
+RedisClusterStore::Node& RedisClusterStore::node(int index) {
+  return node(map_->nodes()[static_cast<size_t>(index)]);
+}
+
+void RedisClusterStore::node_failed(Node& n) {
+  ++stats_.node_failures;
+  error_ = fmt::format("cluster node {}: {}", n.address.name(), n.conn.error());
+  n.breaker.on_failure(n.conn.error());
+  map_stale_ = true;
+}
+
+bool RedisClusterStore::connect(Node& n) {
+  if (n.conn.connected()) return true;
+  if (!n.conn.connect()) {
+    node_failed(n);
+    return false;
+  }
+  if (options_.read_from_replicas) {
+    // Lets a replica answer reads of its master's slots (a master ignores it).
+    RedisReply r = n.conn.command({"READONLY"});
+    if (!r) {
+      node_failed(n);
+      return false;
+    }
+  }
+  return true;
+}
+
+bool RedisClusterStore::some_master_up() {
+  if (!map_) return false;
+  for (int m : map_->masters())
+    if (!node(m).breaker.open()) return true;
+  return false;
+}
+
+int RedisClusterStore::route(Op op, int slot) {
+  const int master = map_->master_of(slot);
+  if (op == Op::kSet || !options_.read_from_replicas) return master;
+  const std::span<const int> replicas = map_->replicas_of(slot);
+  for (size_t k = 0; k < replicas.size(); ++k) {
+    const int r = replicas[(rotation_ + k) % replicas.size()];
+    if (node(r).breaker.allow()) {
+      ++rotation_;
+      return r;
+    }
+  }
+  return master;
+}
+
+void RedisClusterStore::refresh_if_due() {
+  if (map_ && !map_stale_) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next_map_read_) return;
+  next_map_read_ = now + options_.refresh_interval;
+  read_map();
+}
+
+bool RedisClusterStore::read_map() {
+  // Ask the nodes of the current map (masters first), then the seeds; the first slot map wins.
+  std::vector<ClusterNodeAddress> ask;
+  if (map_) {
+    for (int m : map_->masters()) ask.push_back(map_->nodes()[static_cast<size_t>(m)]);
+    for (const ClusterNodeAddress& a : map_->nodes())
+      if (std::find(ask.begin(), ask.end(), a) == ask.end()) ask.push_back(a);
+  }
+  for (const RedisUrl& s : options_.seeds) {
+    ClusterNodeAddress a{s.host, s.port};
+    if (std::find(ask.begin(), ask.end(), a) == ask.end()) ask.push_back(a);
+  }
+  std::string last_why;
+  for (const ClusterNodeAddress& a : ask) {
+    Node& n = node(a);
+    if (!n.breaker.allow()) continue;
+    if (!connect(n)) {
+      last_why = error_;
+      continue;
+    }
+    RedisReply r = n.conn.command({"CLUSTER", "SLOTS"});
+    if (!r) {
+      node_failed(n);
+      last_why = error_;
+      continue;
+    }
+    std::string why;
+    std::optional<ClusterTopology> t = ClusterTopology::from_cluster_slots(*r, a.host, why);
+    if (!t) {
+      last_why = fmt::format("{}: {}", a.name(), why);
+      continue;
+    }
+    n.breaker.on_success();
+    map_ = std::move(t);
+    ++stats_.map_reads;
+    // A master still failing keeps the map stale: reread until a replica has taken its slots.
+    map_stale_ = false;
+    for (int m : map_->masters())
+      if (node(m).breaker.open()) map_stale_ = true;
+    return true;
+  }
+  error_ = fmt::format("no slot map from the cluster ({} nodes asked): {}", ask.size(), last_why);
+  return false;
+}
+
+RemoteStatus RedisClusterStore::run(Op op, std::span<const std::string> keys,
+                                    std::span<const std::span<const std::byte>> values, const OnReply& on_reply) {
+  const SigpipeBlockedInThisThread no_sigpipe;
+  if (keys.empty()) return RemoteStatus::kOk;
+  refresh_if_due();
+  if (!map_) return RemoteStatus::kUnavailable;
+  const size_t n = keys.size();
+  std::vector<int> slot(n), ask_to(n, kNoNode), redirections(n, 0);
+  for (size_t i = 0; i < n; ++i) slot[i] = cluster_key_slot(keys[i]);
+  std::vector<size_t> pending(n);
+  std::iota(pending.begin(), pending.end(), size_t{0});
+  size_t answered = 0, skipped = 0;
+  std::set<std::string> reconnected;  // nodes already given a new connection in this call
+  const size_t depth = op == Op::kGet ? std::max<size_t>(1, options_.get_pipeline_depth) : n;
+
+  struct Flight {
+    Node* node = nullptr;
+    std::vector<size_t> keys;
+    size_t first = 0, count = 0;  // the part of `keys` in the air
+    bool reused = false, sent = false;
+  };
+  while (!pending.empty()) {
+    std::map<int, Flight> flights;  // by node index
+    for (size_t i : pending) {
+      const int to = ask_to[i] != kNoNode ? ask_to[i] : route(op, slot[i]);
+      if (to == kNoNode) {  // no node serves the slot (a cluster being set up or failing over)
+        ++skipped;
+        continue;
+      }
+      flights[to].keys.push_back(i);
+    }
+    pending.clear();
+    for (auto& [index, f] : flights) f.node = &node(index);
+
+    // A node that failed: its keys in the air are resent once on a new connection when a kept one
+    // turned out dead before answering anything (a restart); otherwise they are skipped.
+    auto failed = [&](Flight& f, size_t replies) {
+      const size_t from = f.first + replies, to = f.first + f.count;
+      if (f.reused && replies == 0 && !f.node->conn.timed_out() && reconnected.insert(f.node->address.name()).second) {
+        pending.insert(pending.end(), f.keys.begin() + static_cast<ptrdiff_t>(from), f.keys.end());
+      } else {
+        node_failed(*f.node);
+        skipped += f.keys.size() - from;
+        (void)to;
+      }
+      f.keys.resize(from);  // nothing more for this node in this round
+    };
+
+    for (size_t first = 0;; first += depth) {
+      bool any = false;
+      for (auto& [index, f] : flights) {  // send a piece of every node's keys...
+        f.sent = false;
+        if (first >= f.keys.size()) continue;
+        any = true;
+        f.first = first;
+        f.count = std::min(depth, f.keys.size() - first);
+        Node& nd = *f.node;
+        if (!nd.breaker.allow()) {
+          skipped += f.keys.size() - first;
+          f.keys.resize(first);
+          continue;
+        }
+        f.reused = nd.conn.connected();
+        if (!connect(nd)) {
+          skipped += f.keys.size() - first;
+          f.keys.resize(first);
+          continue;
+        }
+        bool ok = true;
+        for (size_t k = first; k < first + f.count && ok; ++k) {
+          const size_t i = f.keys[k];
+          if (ask_to[i] != kNoNode) nd.conn.append({"ASKING"});
+          switch (op) {
+            case Op::kExists: nd.conn.append({"EXISTS", keys[i]}); break;
+            case Op::kGet: nd.conn.append({"GET", keys[i]}); break;
+            case Op::kSet:
+              nd.conn.append({"SET", keys[i],
+                              std::string_view(reinterpret_cast<const char*>(values[i].data()), values[i].size())});
+              if (options_.write_chunk_bytes > 0 && nd.conn.queued_bytes() >= options_.write_chunk_bytes)
+                ok = nd.conn.write_queued();
+              break;
+          }
+        }
+        if (ok) ok = nd.conn.write_queued();  // the node starts while the next one is written to
+        if (!ok) {
+          failed(f, 0);
+          continue;
+        }
+        f.sent = true;
+      }
+      if (!any) break;
+      for (auto& [index, f] : flights) {  // ...then read every node's replies
+        if (!f.sent) continue;
+        Node& nd = *f.node;
+        size_t replies = 0;
+        bool ok = true;
+        for (size_t k = f.first; k < f.first + f.count; ++k, ++replies) {
+          const size_t i = f.keys[k];
+          if (ask_to[i] != kNoNode && !nd.conn.read_reply()) {
+            ok = false;
+            break;
+          }
+          RedisReply r = nd.conn.read_reply();
+          if (!r) {
+            ok = false;
+            break;
+          }
+          if (r->type == REDIS_REPLY_ERROR) {
+            const std::string_view e(r->str, r->len);
+            const bool moved = starts_with(*r, "MOVED "), ask = starts_with(*r, "ASK ");
+            int s = 0;
+            ClusterNodeAddress to;
+            if ((moved || ask) && parse_redirection(e, nd.address.host, s, to)) {
+              if (++redirections[i] > options_.max_redirections) {
+                error_ = fmt::format("more than {} redirections for a key (last: {})", options_.max_redirections, e);
+                ++skipped;
+                continue;
+              }
+              if (moved) {
+                ++stats_.moved;
+                map_->move_slot(s, to);
+                map_stale_ = true;  // other slots may have moved too: reread the map after this call
+                ask_to[i] = kNoNode;
+              } else {
+                ++stats_.asked;
+                ask_to[i] = map_->node_index(to);
+              }
+              pending.push_back(i);
+              continue;
+            }
+            // The slot is not served right now (a failover, a migration of a multi-key command,
+            // a replica loading): a miss for this key, and a fresh map soon.
+            if (starts_with(*r, "CLUSTERDOWN") || starts_with(*r, "TRYAGAIN") || starts_with(*r, "LOADING") ||
+                starts_with(*r, "MASTERDOWN")) {
+              error_ = fmt::format("cluster node {}: {}", nd.address.name(), e);
+              map_stale_ = true;
+              ++skipped;
+              continue;
+            }
+          }
+          ++answered;
+          on_reply(i, *r);
+        }
+        if (!ok) failed(f, replies);
+        else nd.breaker.on_success();
+      }
+    }
+  }
+  stats_.skipped_keys += skipped;
+  // A failing node turns its keys into misses; only a cluster with no master answering is down.
+  if (answered == 0 && skipped > 0 && !some_master_up()) return RemoteStatus::kUnavailable;
+  return RemoteStatus::kOk;
+}
+
+RemoteStatus RedisClusterStore::exists(std::span<const std::string> keys, std::vector<uint8_t>& present) {
+  present.assign(keys.size(), 0);
+  bool error_reply = false;
+  const RemoteStatus st = run(Op::kExists, keys, {}, [&](size_t i, const redisReply& r) {
+    if (r.type == REDIS_REPLY_INTEGER) present[i] = r.integer > 0 ? 1 : 0;
+    else if (r.type == REDIS_REPLY_ERROR) {
+      error_reply = true;
+      error_ = r.str;
+    }
+  });
+  if (st != RemoteStatus::kOk) return st;
+  return error_reply ? RemoteStatus::kError : RemoteStatus::kOk;
+}
+
+RemoteStatus RedisClusterStore::get(std::span<const std::string> keys,
+                                    const std::function<void(size_t, std::span<const std::byte>)>& on_value) {
+  bool error_reply = false;
+  const RemoteStatus st = run(Op::kGet, keys, {}, [&](size_t i, const redisReply& r) {
+    if (r.type == REDIS_REPLY_STRING)
+      on_value(i, std::span<const std::byte>(reinterpret_cast<const std::byte*>(r.str), r.len));
+    else if (r.type == REDIS_REPLY_ERROR) {
+      error_reply = true;
+      error_ = r.str;
+    }
+  });
+  if (st != RemoteStatus::kOk) return st;
+  return error_reply ? RemoteStatus::kError : RemoteStatus::kOk;
+}
+
+RemoteStatus RedisClusterStore::set(std::span<const std::string> keys,
+                                    std::span<const std::span<const std::byte>> values, std::vector<uint8_t>& stored) {
+  stored.assign(keys.size(), 0);
+  bool full = false, error_reply = false;
+  const RemoteStatus st = run(Op::kSet, keys, values, [&](size_t i, const redisReply& r) {
+    if (r.type == REDIS_REPLY_STATUS) {
+      stored[i] = 1;
+    } else if (r.type == REDIS_REPLY_ERROR) {
+      (std::strncmp(r.str, "OOM", 3) == 0 ? full : error_reply) = true;
+      error_ = r.str;
+    }
+  });
+  if (st != RemoteStatus::kOk) return st;
+  return full ? RemoteStatus::kFull : error_reply ? RemoteStatus::kError : RemoteStatus::kOk;
+}
+
+RemoteStatus RedisClusterStore::ping() {
+  const SigpipeBlockedInThisThread no_sigpipe;
+  refresh_if_due();
+  if (!map_) return RemoteStatus::kUnavailable;
+  for (int m : map_->masters()) {
+    Node& nd = node(m);
+    if (!nd.breaker.allow() || !connect(nd)) continue;
+    RedisReply r = nd.conn.command({"PING"});
+    if (!r) {
+      node_failed(nd);
+      continue;
+    }
+    if (r->type == REDIS_REPLY_STATUS) return RemoteStatus::kOk;
+  }
+  return RemoteStatus::kUnavailable;
+}
+
+std::string RedisClusterStore::master_of(std::string_view key) const {
+  if (!map_) return "";
+  const int m = map_->master_of(cluster_key_slot(key));
+  return m == kNoNode ? "" : map_->nodes()[static_cast<size_t>(m)].name();
+}
+
+std::vector<std::string> RedisClusterStore::masters() const {
+  std::vector<std::string> out;
+  if (map_)
+    for (int m : map_->masters()) out.push_back(map_->nodes()[static_cast<size_t>(m)].name());
+  return out;
+}
+
+RemoteStoreFactory redis_cluster_store_factory(RedisClusterStoreOptions options) {
+  return [options] { return std::make_unique<RedisClusterStore>(options); };
+}
+
+}  // namespace pagedkv::remote
