@@ -27,14 +27,55 @@ using namespace pagedkv::testing;
 using remote::RedisClusterStore;
 using Clock = std::chrono::steady_clock;
 
+// Started by the first test that needs it, stopped by the environment below (or, should the test
+// crash, by the servers' parent-death signal).
+RedisTestCluster* started_cluster = nullptr;
 RedisTestCluster& cluster() {
-  static RedisTestCluster* c = new RedisTestCluster();  // stopped by the environment below
-  return *c;
+  if (!started_cluster) started_cluster = new RedisTestCluster();
+  return *started_cluster;
 }
 struct StopCluster : ::testing::Environment {
-  void TearDown() override { delete &cluster(); }
+  void TearDown() override {
+    delete started_cluster;
+    started_cluster = nullptr;
+  }
 };
 [[maybe_unused]] const auto* const kStop = ::testing::AddGlobalTestEnvironment(new StopCluster);
+
+// A TCP server on loopback that answers every connection with an HTTP error page, then closes it.
+class GarbageServer {
+ public:
+  GarbageServer() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || ::listen(fd_, 16) != 0 ||
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+      throw std::runtime_error("cannot listen on loopback");
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] {
+      for (;;) {
+        const int c = ::accept(fd_, nullptr, nullptr);
+        if (c < 0) return;  // shut down
+        const char page[] = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
+        [[maybe_unused]] const ssize_t n = ::send(c, page, sizeof(page) - 1, MSG_NOSIGNAL);
+        ::close(c);
+      }
+    });
+  }
+  ~GarbageServer() {
+    ::shutdown(fd_, SHUT_RDWR);
+    thread_.join();
+    ::close(fd_);
+  }
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1, port_ = 0;
+  std::thread thread_;
+};
 
 remote::RedisClusterStoreOptions cluster_options(bool replicas = false) {
   remote::RedisClusterStoreOptions o;
@@ -170,6 +211,18 @@ TEST(RedisCluster, UnreachableAndGarbageAreClearErrors) {
   EXPECT_EQ(not_a_cluster.ping(), RemoteStatus::kUnavailable);
   EXPECT_NE(not_a_cluster.last_error().find("cluster support disabled"), std::string::npos)
       << not_a_cluster.last_error();
+  // A node answering garbage (not RESP): a protocol error, for the cluster store and for the
+  // detection behind redis://.
+  GarbageServer garbage;
+  o.seeds = remote::parse_redis_cluster_url(fmt::format("redis-cluster://127.0.0.1:{}", garbage.port()));
+  RedisClusterStore confused(o);
+  EXPECT_EQ(confused.exists(block_keys(3, 3), present), RemoteStatus::kUnavailable);
+  EXPECT_NE(confused.last_error().find("Protocol error"), std::string::npos) << confused.last_error();
+  TierConfig tiers;
+  remote::use_redis_tier(tiers, {.url = fmt::format("redis://127.0.0.1:{}", garbage.port())});
+  std::unique_ptr<RemoteStore> detecting = tiers.remote_store();
+  EXPECT_EQ(detecting->exists(block_keys(3, 3), present), RemoteStatus::kUnavailable);
+  EXPECT_NE(detecting->last_error().find("Protocol error"), std::string::npos) << detecting->last_error();
 }
 
 // Two migrations with the store working through them: one slot moved by hand (SETSLOT MIGRATING
