@@ -153,14 +153,29 @@ bool RedisClusterStore::read_map() {
       last_why = error_;
       continue;
     }
-    RedisReply r = n.conn.command({"CLUSTER", "SLOTS"});
-    if (!r) {
-      node_failed(n);
-      last_why = error_;
-      continue;
-    }
+    // CLUSTER SHARDS where the server has it (Redis 7), else (or when its answer is not a map)
+    // CLUSTER SLOTS.
+    std::optional<ClusterTopology> t;
     std::string why;
-    std::optional<ClusterTopology> t = ClusterTopology::from_cluster_slots(*r, a.host, why);
+    if (!no_cluster_shards_) {
+      RedisReply r = n.conn.command({"CLUSTER", "SHARDS"});
+      if (!r) {
+        node_failed(n);
+        last_why = error_;
+        continue;
+      }
+      if (r->type == REDIS_REPLY_ERROR && starts_with(*r, "ERR Unknown subcommand")) no_cluster_shards_ = true;
+      else t = ClusterTopology::from_cluster_shards(*r, a.host, why);
+    }
+    if (!t) {
+      RedisReply r = n.conn.command({"CLUSTER", "SLOTS"});
+      if (!r) {
+        node_failed(n);
+        last_why = error_;
+        continue;
+      }
+      t = ClusterTopology::from_cluster_slots(*r, a.host, why);
+    }
     if (!t) {
       last_why = fmt::format("{}: {}", a.name(), why);
       continue;
@@ -215,13 +230,12 @@ RemoteStatus RedisClusterStore::run(Op op, std::span<const std::string> keys,
     // A node that failed: its keys in the air are resent once on a new connection when a kept one
     // turned out dead before answering anything (a restart); otherwise they are skipped.
     auto failed = [&](Flight& f, size_t replies) {
-      const size_t from = f.first + replies, to = f.first + f.count;
+      const size_t from = f.first + replies;
       if (f.reused && replies == 0 && !f.node->conn.timed_out() && reconnected.insert(f.node->address.name()).second) {
         pending.insert(pending.end(), f.keys.begin() + static_cast<ptrdiff_t>(from), f.keys.end());
       } else {
         node_failed(*f.node);
         skipped += f.keys.size() - from;
-        (void)to;
       }
       f.keys.resize(from);  // nothing more for this node in this round
     };

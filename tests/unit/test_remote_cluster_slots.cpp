@@ -1,5 +1,5 @@
-// Redis Cluster's key slots (CRC16 XMODEM, hash tags), the slot map read from CLUSTER SLOTS
-// replies (fed through hiredis' own protocol reader, as the store receives them) and the
+// Redis Cluster's key slots (CRC16 XMODEM, hash tags), the slot map read from CLUSTER SHARDS and
+// CLUSTER SLOTS replies (fed through hiredis' own protocol reader, as the store receives them) and the
 // redis-cluster:// URL. No server: the cluster itself is test_remote_cluster's.
 #include <gtest/gtest.h>
 #include <hiredis/hiredis.h>
@@ -89,6 +89,48 @@ TEST(ClusterTopology, ThreeMastersWithReplicasFromClusterSlots) {
   EXPECT_EQ(t->nodes()[static_cast<size_t>(t->master_of(101))].name(), "127.0.0.1:7000");
   t->move_slot(101, ClusterNodeAddress{"::1", 7010});
   EXPECT_EQ(t->nodes()[static_cast<size_t>(t->master_of(101))].name(), "[::1]:7010");
+}
+
+// A CLUSTER SHARDS node as Redis 7 sends it over RESP2 (a map as a flat array).
+std::string shard_node(const std::string& endpoint, int port, const std::string& role, const std::string& health) {
+  return "*14\r\n" + bulk("id") + bulk("x") + bulk("port") + ":" + std::to_string(port) + "\r\n" + bulk("ip") +
+         bulk("127.0.0.1") + bulk("endpoint") + bulk(endpoint) + bulk("role") + bulk(role) +
+         bulk("replication-offset") + ":0\r\n" + bulk("health") + bulk(health);
+}
+std::string shard(const std::string& slots, int n_slots, const std::string& nodes, int n_nodes) {
+  return "*4\r\n" + bulk("slots") + "*" + std::to_string(n_slots) + "\r\n" + slots + bulk("nodes") + "*" +
+         std::to_string(n_nodes) + "\r\n" + nodes;
+}
+
+TEST(ClusterTopology, FromClusterShards) {
+  const std::string resp =
+      "*3\r\n" +
+      shard(":0\r\n:5460\r\n", 2,
+            shard_node("10.0.0.1", 7000, "master", "online") + shard_node("10.0.0.4", 7003, "replica", "online"), 2) +
+      // Two ranges; the master listed after its replica; a replica still loading is left out.
+      shard(":5461\r\n:10000\r\n:10001\r\n:10922\r\n", 4,
+            shard_node("10.0.0.5", 7004, "replica", "loading") + shard_node("", 7001, "master", "online"), 2) +
+      shard(":10923\r\n:16383\r\n", 2, shard_node("10.0.0.3", 7002, "master", "online"), 1);
+  ParsedReply r(resp);
+  std::string error;
+  auto t = ClusterTopology::from_cluster_shards(*r.reply, "10.0.0.9", error);
+  ASSERT_TRUE(t) << error;
+  EXPECT_EQ(t->covered_slots(), kClusterSlots);
+  EXPECT_EQ(t->masters().size(), 3u);
+  EXPECT_EQ(t->nodes()[static_cast<size_t>(t->master_of(0))].name(), "10.0.0.1:7000");
+  ASSERT_EQ(t->replicas_of(0).size(), 1u);
+  EXPECT_EQ(t->nodes()[static_cast<size_t>(t->replicas_of(0)[0])].name(), "10.0.0.4:7003");
+  // An empty endpoint falls back to the node's ip.
+  EXPECT_EQ(t->nodes()[static_cast<size_t>(t->master_of(10001))].name(), "127.0.0.1:7001");
+  EXPECT_TRUE(t->replicas_of(10001).empty());
+  EXPECT_EQ(t->nodes()[static_cast<size_t>(t->master_of(16383))].name(), "10.0.0.3:7002");
+  for (const std::string& bad : {std::string("*1\r\n*2\r\n$5\r\nslots\r\n*0\r\n"),
+                                "*1\r\n" + shard(":0\r\n", 1, shard_node("h", 1, "master", "online"), 1),
+                                "*1\r\n" + shard(":9\r\n:3\r\n", 2, shard_node("h", 1, "master", "online"), 1)}) {
+    ParsedReply b(bad);
+    EXPECT_FALSE(ClusterTopology::from_cluster_shards(*b.reply, "h", error)) << bad;
+    EXPECT_NE(error.find("CLUSTER SHARDS: shard 0"), std::string::npos) << error;
+  }
 }
 
 TEST(ClusterTopology, PartialMapsAndUnknownEndpoints) {

@@ -1,6 +1,7 @@
 // A Redis Cluster's slot map, as a client sees it: which node serves each of the 16384 slots
-// (its master, and the replicas that may answer reads), read from a node's CLUSTER SLOTS reply
-// and corrected one slot at a time by MOVED redirections until the next full read.
+// (its master, and the replicas that may answer reads), read from a node's CLUSTER SHARDS reply
+// (Redis 7) or CLUSTER SLOTS reply (older servers), and corrected one slot at a time by MOVED
+// redirections until the next full read.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +33,11 @@ class ClusterTopology {
   static std::optional<ClusterTopology> from_cluster_slots(const redisReply& reply, const std::string& answered_by,
                                                            std::string& error);
 
+  // Parses a CLUSTER SHARDS reply (Redis 7: per shard its slot ranges and its nodes, with role
+  // and health); replicas not "online" are left out. Endpoints and errors as above.
+  static std::optional<ClusterTopology> from_cluster_shards(const redisReply& reply, const std::string& answered_by,
+                                                            std::string& error);
+
   // Every node the map names, masters and replicas; indexes are stable for this map's lifetime.
   const std::vector<ClusterNodeAddress>& nodes() const { return nodes_; }
   int master_of(int slot) const { return master_[static_cast<size_t>(slot)]; }
@@ -47,6 +53,8 @@ class ClusterTopology {
 
  private:
   ClusterTopology();
+  // Gives slots [first, last] to `master` with `replicas`.
+  void assign(int first, int last, int master, std::vector<int> replicas);
   std::vector<ClusterNodeAddress> nodes_;
   std::vector<int16_t> master_;             // per slot: node index or kNoNode
   std::vector<int16_t> shard_;              // per slot: index into replicas_, or kNoNode

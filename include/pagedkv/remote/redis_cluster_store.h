@@ -49,7 +49,7 @@ struct RedisClusterStoreOptions {
 struct RedisClusterStats {
   uint64_t moved = 0;          // MOVED redirections followed
   uint64_t asked = 0;          // ASK redirections followed
-  uint64_t map_reads = 0;      // slot maps read (CLUSTER SLOTS)
+  uint64_t map_reads = 0;      // slot maps read (CLUSTER SHARDS or SLOTS)
   uint64_t node_failures = 0;  // connect, write or read failures of a node
   uint64_t skipped_keys = 0;   // keys answered "absent"/"not stored" because their node was failing
 };
@@ -97,6 +97,7 @@ class RedisClusterStore final : public RemoteStore {
   std::optional<ClusterTopology> map_;
   std::map<std::string, std::unique_ptr<Node>> nodes_;  // by host:port
   bool map_stale_ = false;
+  bool no_cluster_shards_ = false;  // the servers predate CLUSTER SHARDS: CLUSTER SLOTS
   std::chrono::steady_clock::time_point next_map_read_{};
   std::string error_;
   RedisClusterStats stats_;
