@@ -145,10 +145,16 @@ bool RedisClusterStore::read_map() {
     ClusterNodeAddress a{s.host, s.port};
     if (std::find(ask.begin(), ask.end(), a) == ask.end()) ask.push_back(a);
   }
+  if (options_.learned)
+    for (const ClusterNodeAddress& a : options_.learned->nodes())
+      if (std::find(ask.begin(), ask.end(), a) == ask.end()) ask.push_back(a);
   std::string last_why;
   for (const ClusterNodeAddress& a : ask) {
     Node& n = node(a);
-    if (!n.breaker.allow()) continue;
+    if (!n.breaker.allow()) {
+      last_why = fmt::format("cluster node {}: backing off after: {}", a.name(), n.breaker.reason());
+      continue;
+    }
     if (!connect(n)) {
       last_why = error_;
       continue;
@@ -183,6 +189,7 @@ bool RedisClusterStore::read_map() {
     n.breaker.on_success();
     map_ = std::move(t);
     ++stats_.map_reads;
+    if (options_.learned) options_.learned->remember(map_->nodes());
     // A master still failing keeps the map stale: reread until a replica has taken its slots.
     map_stale_ = false;
     for (int m : map_->masters())
@@ -422,6 +429,7 @@ std::vector<std::string> RedisClusterStore::masters() const {
 }
 
 RemoteStoreFactory redis_cluster_store_factory(RedisClusterStoreOptions options) {
+  if (!options.learned) options.learned = std::make_shared<LearnedClusterNodes>();
   return [options] { return std::make_unique<RedisClusterStore>(options); };
 }
 

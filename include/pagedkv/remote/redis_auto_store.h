@@ -2,9 +2,11 @@
 // a node of a Redis Cluster. Its first connection asks CLUSTER INFO: a server with cluster support
 // disabled answers an error and gets a RedisStore; a cluster node gets a RedisClusterStore
 // starting from it. Until a connection succeeds every call is kUnavailable (the tier's breaker
-// backs off), and the question is asked again on the next call.
+// backs off), and the question is asked again on the next call. The stores one factory makes (a
+// tier's lanes) share the answer, and what they learn of a cluster's nodes.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -14,10 +16,15 @@
 
 namespace pagedkv::remote {
 
+// What the URL turned out to name, shared by the stores of one factory.
+enum class RedisServerKind : uint8_t { kUnknown, kSingle, kCluster };
+
 class RedisAutoStore final : public RemoteStore {
  public:
-  // `cluster` supplies the timeouts and cluster knobs; its seeds are `single.url`.
-  RedisAutoStore(RedisStoreOptions single, RedisClusterStoreOptions cluster);
+  // `cluster` supplies the timeouts and cluster knobs; its seeds are `single.url`. `kind` may be
+  // shared with sibling stores (null: this store's own).
+  RedisAutoStore(RedisStoreOptions single, RedisClusterStoreOptions cluster,
+                 std::shared_ptr<std::atomic<RedisServerKind>> kind = nullptr);
   ~RedisAutoStore() override;
 
   RemoteStatus exists(std::span<const std::string> keys, std::vector<uint8_t>& present) override;
@@ -33,9 +40,11 @@ class RedisAutoStore final : public RemoteStore {
 
  private:
   bool detect();
+  void become(RedisServerKind kind);
 
   RedisStoreOptions single_;
   RedisClusterStoreOptions cluster_options_;
+  std::shared_ptr<std::atomic<RedisServerKind>> kind_;
   std::unique_ptr<RemoteStore> store_;
   RedisClusterStore* cluster_ = nullptr;  // store_, when it is a cluster's
   std::string error_;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "pagedkv/remote/cluster_topology.h"
+#include "pagedkv/remote/learned_cluster_nodes.h"
 #include "pagedkv/remote/redis_connection.h"
 #include "pagedkv/remote/redis_url.h"
 #include "pagedkv/tiers/circuit_breaker.h"
@@ -44,6 +45,8 @@ struct RedisClusterStoreOptions {
   // over its slots within the cluster's cluster-node-timeout plus an election).
   std::chrono::milliseconds refresh_interval{200};
   int max_redirections = 5;  // per key and call
+  // Nodes learned by sibling stores, asked after the seeds (redis_cluster_store_factory shares one).
+  std::shared_ptr<LearnedClusterNodes> learned;
 };
 
 struct RedisClusterStats {
@@ -104,7 +107,8 @@ class RedisClusterStore final : public RemoteStore {
   uint64_t rotation_ = 0;  // spreads replica reads
 };
 
-// Connections for the remote tier on a cluster; each call opens a new, unconnected store.
+// Connections for the remote tier on a cluster; each call opens a new, unconnected store. The
+// stores share what they learn of the cluster's nodes.
 RemoteStoreFactory redis_cluster_store_factory(RedisClusterStoreOptions options);
 
 }  // namespace pagedkv::remote
