@@ -27,7 +27,9 @@ class RedisTestCluster {
           std::vector<std::string>{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                                    "--cluster-node-timeout", std::to_string(node_timeout_ms),
                                    // A dead master's slots fail; the others keep serving.
-                                   "--cluster-require-full-coverage", "no"},
+                                   "--cluster-require-full-coverage", "no",
+                                   // A node back from a kill syncs from its new master at once.
+                                   "--repl-diskless-sync-delay", "0"},
           free_cluster_port));
     std::string cmd = "timeout 60 redis-cli --cluster create";
     for (const auto& s : nodes_) cmd += fmt::format(" 127.0.0.1:{}", s->port());
