@@ -55,7 +55,7 @@ nlohmann::json rate(const Series& seconds, int blocks, size_t value_bytes) {
 
 // Raw pipelined SET then GET of `blocks` values of `bytes`, `batch` keys per round trip.
 // One warmed-up connection for all rounds (a fresh one pays a warm-up that long-lived lanes do not).
-nlohmann::json raw_store(remote::RedisStore& s, size_t bytes, int blocks, int batch, int rounds, const std::string& tag = "") {
+nlohmann::json raw_store(RemoteStore& s, size_t bytes, int blocks, int batch, int rounds, const std::string& tag = "") {
   std::vector<std::byte> value(bytes, std::byte{7});
   Series set_s, get_s;
   for (int round = 0; round < rounds; ++round) {
@@ -207,7 +207,7 @@ int main(int argc, char** argv) {
   using namespace pagedkv;
   std::string url, model_path;
   int blocks = 256, rounds = 5, batch = 32;
-  bool random_model = true, tier_only = false;
+  bool random_model = true, tier_only = false, raw_cluster = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--url") url = argv[i + 1];
@@ -217,10 +217,11 @@ int main(int argc, char** argv) {
     else if (a == "--batch") batch = std::atoi(argv[i + 1]);
     else if (a == "--random-model") random_model = std::atoi(argv[i + 1]) != 0;
     else if (a == "--tier-only") tier_only = std::atoi(argv[i + 1]) != 0;
+    else if (a == "--raw-cluster") raw_cluster = std::atoi(argv[i + 1]) != 0;
   }
   if (url.empty()) {
     fmt::print(stderr, "usage: bench_remote_tier --url redis://127.0.0.1:PORT/0|redis-cluster://H:P,... [--model M.bin] [--blocks N] [--rounds N] "
-                       "[--batch N] [--random-model 0|1] [--tier-only 0|1]\n");
+                       "[--batch N] [--random-model 0|1] [--tier-only 0|1] [--raw-cluster 0|1]\n");
     return 2;
   }
   const bool cluster = url.starts_with(remote::kRedisClusterScheme);
@@ -262,6 +263,12 @@ int main(int argc, char** argv) {
     nlohmann::json m;
     // Throughput on `blocks` blocks of this layout; the prefill of as many as the model's context holds.
     m["tier"] = tier_round_trip(connect, spec, mc.n_layers, blocks, rounds);
+    if (cluster && raw_cluster) {  // the store alone, without the tier's packing and checks
+      std::unique_ptr<RemoteStore> store = connect();
+      const size_t value = m["tier"]["value_bytes"].get<size_t>();
+      raw_store(*store, value, blocks, batch, 1, "warmup:");
+      m["raw_cluster_store"] = raw_store(*store, value, blocks, batch, rounds, "raw:");
+    }
     if (tier_only) {  // the like-for-like rounds of remote_tier.sh: nothing else between them
       out["models"][name] = m;
       continue;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
+#include <deque>
 #include <numeric>
 #include <set>
 
@@ -215,11 +216,14 @@ RemoteStatus RedisClusterStore::run(Op op, std::span<const std::string> keys,
   std::set<std::string> reconnected;  // nodes already given a new connection in this call
   const size_t depth = op == Op::kGet ? std::max<size_t>(1, options_.get_pipeline_depth) : n;
 
+  // One node's share of the keys: sent in pieces of `depth`, the next piece going out before the
+  // replies of the current one are read, so the node works while this thread parses.
   struct Flight {
     Node* node = nullptr;
     std::vector<size_t> keys;
-    size_t first = 0, count = 0;  // the part of `keys` in the air
-    bool reused = false, sent = false;
+    size_t sent = 0, read = 0;      // keys[0, sent) went out; keys[0, read) were answered
+    std::deque<size_t> piece_ends;  // ends of the pieces in the air (at most two)
+    bool reused = false, done = false;
   };
   while (!pending.empty()) {
     std::map<int, Flight> flights;  // by node index
@@ -234,116 +238,111 @@ RemoteStatus RedisClusterStore::run(Op op, std::span<const std::string> keys,
     pending.clear();
     for (auto& [index, f] : flights) f.node = &node(index);
 
-    // A node that failed: its keys in the air are resent once on a new connection when a kept one
+    // A node that failed: its unanswered keys are resent once on a new connection when a kept one
     // turned out dead before answering anything (a restart); otherwise they are skipped.
-    auto failed = [&](Flight& f, size_t replies) {
-      const size_t from = f.first + replies;
-      if (f.reused && replies == 0 && !f.node->conn.timed_out() && reconnected.insert(f.node->address.name()).second) {
-        pending.insert(pending.end(), f.keys.begin() + static_cast<ptrdiff_t>(from), f.keys.end());
+    auto failed = [&](Flight& f) {
+      if (f.reused && f.read == 0 && !f.node->conn.timed_out() && reconnected.insert(f.node->address.name()).second) {
+        pending.insert(pending.end(), f.keys.begin() + static_cast<ptrdiff_t>(f.read), f.keys.end());
       } else {
         node_failed(*f.node);
-        skipped += f.keys.size() - from;
+        skipped += f.keys.size() - f.read;
       }
-      f.keys.resize(from);  // nothing more for this node in this round
+      f.done = true;
+      f.piece_ends.clear();
     };
-
-    for (size_t first = 0;; first += depth) {
-      bool any = false;
-      for (auto& [index, f] : flights) {  // send a piece of every node's keys...
-        f.sent = false;
-        if (first >= f.keys.size()) continue;
-        any = true;
-        f.first = first;
-        f.count = std::min(depth, f.keys.size() - first);
-        Node& nd = *f.node;
-        if (!nd.breaker.allow()) {
-          skipped += f.keys.size() - first;
-          f.keys.resize(first);
-          continue;
-        }
+    auto skip_rest = [&](Flight& f) {
+      skipped += f.keys.size() - f.read;
+      f.done = true;
+    };
+    auto send_piece = [&](Flight& f) {
+      if (f.done || f.sent == f.keys.size() || f.piece_ends.size() >= 2) return;
+      Node& nd = *f.node;
+      if (f.sent == 0) {
+        if (!nd.breaker.allow()) return skip_rest(f);
         f.reused = nd.conn.connected();
-        if (!connect(nd)) {
-          skipped += f.keys.size() - first;
-          f.keys.resize(first);
-          continue;
-        }
-        bool ok = true;
-        for (size_t k = first; k < first + f.count && ok; ++k) {
-          const size_t i = f.keys[k];
-          if (ask_to[i] != kNoNode) nd.conn.append({"ASKING"});
-          switch (op) {
-            case Op::kExists: nd.conn.append({"EXISTS", keys[i]}); break;
-            case Op::kGet: nd.conn.append({"GET", keys[i]}); break;
-            case Op::kSet:
-              nd.conn.append({"SET", keys[i],
-                              std::string_view(reinterpret_cast<const char*>(values[i].data()), values[i].size())});
-              if (options_.write_chunk_bytes > 0 && nd.conn.queued_bytes() >= options_.write_chunk_bytes)
-                ok = nd.conn.write_queued();
-              break;
-          }
-        }
-        if (ok) ok = nd.conn.write_queued();  // the node starts while the next one is written to
-        if (!ok) {
-          failed(f, 0);
-          continue;
-        }
-        f.sent = true;
+        if (!connect(nd)) return skip_rest(f);
       }
-      if (!any) break;
-      for (auto& [index, f] : flights) {  // ...then read every node's replies
-        if (!f.sent) continue;
-        Node& nd = *f.node;
-        size_t replies = 0;
-        bool ok = true;
-        for (size_t k = f.first; k < f.first + f.count; ++k, ++replies) {
-          const size_t i = f.keys[k];
-          if (ask_to[i] != kNoNode && !nd.conn.read_reply()) {
-            ok = false;
+      const size_t end = std::min(f.keys.size(), f.sent + depth);
+      bool ok = true;
+      for (size_t k = f.sent; k < end && ok; ++k) {
+        const size_t i = f.keys[k];
+        if (ask_to[i] != kNoNode) nd.conn.append({"ASKING"});
+        switch (op) {
+          case Op::kExists: nd.conn.append({"EXISTS", keys[i]}); break;
+          case Op::kGet: nd.conn.append({"GET", keys[i]}); break;
+          case Op::kSet:
+            nd.conn.append({"SET", keys[i],
+                            std::string_view(reinterpret_cast<const char*>(values[i].data()), values[i].size())});
+            if (options_.write_chunk_bytes > 0 && nd.conn.queued_bytes() >= options_.write_chunk_bytes)
+              ok = nd.conn.write_queued();
             break;
-          }
-          RedisReply r = nd.conn.read_reply();
-          if (!r) {
-            ok = false;
-            break;
-          }
-          if (r->type == REDIS_REPLY_ERROR) {
-            const std::string_view e(r->str, r->len);
-            const bool moved = starts_with(*r, "MOVED "), ask = starts_with(*r, "ASK ");
-            int s = 0;
-            ClusterNodeAddress to;
-            if ((moved || ask) && parse_redirection(e, nd.address.host, s, to)) {
-              if (++redirections[i] > options_.max_redirections) {
-                error_ = fmt::format("more than {} redirections for a key (last: {})", options_.max_redirections, e);
-                ++skipped;
-                continue;
-              }
-              if (moved) {
-                ++stats_.moved;
-                map_->move_slot(s, to);
-                map_stale_ = true;  // other slots may have moved too: reread the map after this call
-                ask_to[i] = kNoNode;
-              } else {
-                ++stats_.asked;
-                ask_to[i] = map_->node_index(to);
-              }
-              pending.push_back(i);
-              continue;
-            }
-            // The slot is not served right now (a failover, a migration of a multi-key command,
-            // a replica loading): a miss for this key, and a fresh map soon.
-            if (starts_with(*r, "CLUSTERDOWN") || starts_with(*r, "TRYAGAIN") || starts_with(*r, "LOADING") ||
-                starts_with(*r, "MASTERDOWN")) {
-              error_ = fmt::format("cluster node {}: {}", nd.address.name(), e);
-              map_stale_ = true;
+        }
+      }
+      if (ok) ok = nd.conn.write_queued();  // the node starts while the next one is written to
+      if (!ok) return failed(f);
+      f.sent = end;
+      f.piece_ends.push_back(end);
+    };
+    auto read_piece = [&](Flight& f) {
+      if (f.piece_ends.empty()) return;  // sending the next piece failed: the node is done with
+      Node& nd = *f.node;
+      const size_t end = f.piece_ends.front();
+      f.piece_ends.pop_front();
+      for (; f.read < end; ++f.read) {
+        const size_t i = f.keys[f.read];
+        if (ask_to[i] != kNoNode && !nd.conn.read_reply()) return failed(f);
+        RedisReply r = nd.conn.read_reply();
+        if (!r) return failed(f);
+        if (r->type == REDIS_REPLY_ERROR) {
+          const std::string_view e(r->str, r->len);
+          const bool moved = starts_with(*r, "MOVED "), ask = starts_with(*r, "ASK ");
+          int s = 0;
+          ClusterNodeAddress to;
+          if ((moved || ask) && parse_redirection(e, nd.address.host, s, to)) {
+            if (++redirections[i] > options_.max_redirections) {
+              error_ = fmt::format("more than {} redirections for a key (last: {})", options_.max_redirections, e);
               ++skipped;
               continue;
             }
+            if (moved) {
+              ++stats_.moved;
+              map_->move_slot(s, to);
+              map_stale_ = true;  // other slots may have moved too: reread the map after this call
+              ask_to[i] = kNoNode;
+            } else {
+              ++stats_.asked;
+              ask_to[i] = map_->node_index(to);
+            }
+            pending.push_back(i);
+            continue;
           }
-          ++answered;
-          on_reply(i, *r);
+          // The slot is not served right now (a failover, a migration of a multi-key command,
+          // a replica loading): a miss for this key, and a fresh map soon.
+          if (starts_with(*r, "CLUSTERDOWN") || starts_with(*r, "TRYAGAIN") || starts_with(*r, "LOADING") ||
+              starts_with(*r, "MASTERDOWN")) {
+            error_ = fmt::format("cluster node {}: {}", nd.address.name(), e);
+            map_stale_ = true;
+            ++skipped;
+            continue;
+          }
         }
-        if (!ok) failed(f, replies);
-        else nd.breaker.on_success();
+        ++answered;
+        on_reply(i, *r);
+      }
+      if (f.read == f.keys.size()) {
+        f.done = true;
+        nd.breaker.on_success();
+      }
+    };
+
+    for (auto& [index, f] : flights) send_piece(f);  // every node starts...
+    for (bool more = true; more;) {                   // ...and is read in turn, one piece ahead
+      more = false;
+      for (auto& [index, f] : flights) {
+        if (f.piece_ends.empty()) continue;
+        send_piece(f);
+        read_piece(f);
+        more = true;
       }
     }
   }
@@ -413,6 +412,11 @@ RemoteStatus RedisClusterStore::ping() {
     if (r->type == REDIS_REPLY_STATUS) return RemoteStatus::kOk;
   }
   return RemoteStatus::kUnavailable;
+}
+
+size_t RedisClusterStore::preferred_batch() const {
+  constexpr size_t kPerNode = 32;
+  return map_ ? kPerNode * map_->masters().size() : kPerNode;
 }
 
 std::string RedisClusterStore::master_of(std::string_view key) const {

@@ -34,6 +34,7 @@ class RedisAutoStore final : public RemoteStore {
                    std::vector<uint8_t>& stored) override;
   RemoteStatus ping() override;
   std::string last_error() const override { return store_ ? store_->last_error() : error_; }
+  size_t preferred_batch() const override { return store_ ? store_->preferred_batch() : 0; }
 
   // Which store the URL turned out to need (false until known).
   bool is_cluster() const { return cluster_ != nullptr; }

@@ -73,6 +73,8 @@ class RedisClusterStore final : public RemoteStore {
                    std::vector<uint8_t>& stored) override;
   RemoteStatus ping() override;
   std::string last_error() const override { return error_; }
+  // 32 keys per master of the current map, so each node's pipeline is as deep as one server's.
+  size_t preferred_batch() const override;
 
   RedisClusterStats stats() const { return stats_; }
   // The master serving `key` in the current map ("" when none is known): for reports and tests.
