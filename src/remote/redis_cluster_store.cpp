@@ -5,6 +5,9 @@
 
 #include <algorithm>
 #include <charconv>
+#include <poll.h>
+
+#include <cerrno>
 #include <cstring>
 #include <deque>
 #include <numeric>
@@ -216,14 +219,15 @@ RemoteStatus RedisClusterStore::run(Op op, std::span<const std::string> keys,
   std::set<std::string> reconnected;  // nodes already given a new connection in this call
   const size_t depth = op == Op::kGet ? std::max<size_t>(1, options_.get_pipeline_depth) : n;
 
-  // One node's share of the keys: sent in pieces of `depth`, the next piece going out before the
-  // replies of the current one are read, so the node works while this thread parses.
+  // One node's share of the keys: sent in pieces of `depth`, two pieces ahead of the replies
+  // taken, so the node works while this thread parses.
   struct Flight {
     Node* node = nullptr;
     std::vector<size_t> keys;
     size_t sent = 0, read = 0;      // keys[0, sent) went out; keys[0, read) were answered
     std::deque<size_t> piece_ends;  // ends of the pieces in the air (at most two)
     bool reused = false, done = false;
+    bool asking_answered = false;   // the key at `read` went with ASKING, whose +OK came
   };
   while (!pending.empty()) {
     std::map<int, Flight> flights;  // by node index
@@ -283,66 +287,95 @@ RemoteStatus RedisClusterStore::run(Op op, std::span<const std::string> keys,
       f.sent = end;
       f.piece_ends.push_back(end);
     };
-    auto read_piece = [&](Flight& f) {
-      if (f.piece_ends.empty()) return;  // sending the next piece failed: the node is done with
+    // One reply for the key at f.read (its ASKING's +OK first, when it went with one).
+    auto on_node_reply = [&](Flight& f, RedisReply r) {
       Node& nd = *f.node;
-      const size_t end = f.piece_ends.front();
-      f.piece_ends.pop_front();
-      for (; f.read < end; ++f.read) {
-        const size_t i = f.keys[f.read];
-        if (ask_to[i] != kNoNode && !nd.conn.read_reply()) return failed(f);
-        RedisReply r = nd.conn.read_reply();
-        if (!r) return failed(f);
-        if (r->type == REDIS_REPLY_ERROR) {
-          const std::string_view e(r->str, r->len);
-          const bool moved = starts_with(*r, "MOVED "), ask = starts_with(*r, "ASK ");
-          int s = 0;
-          ClusterNodeAddress to;
-          if ((moved || ask) && parse_redirection(e, nd.address.host, s, to)) {
-            if (++redirections[i] > options_.max_redirections) {
-              error_ = fmt::format("more than {} redirections for a key (last: {})", options_.max_redirections, e);
-              ++skipped;
-              continue;
-            }
-            if (moved) {
-              ++stats_.moved;
-              map_->move_slot(s, to);
-              map_stale_ = true;  // other slots may have moved too: reread the map after this call
-              ask_to[i] = kNoNode;
-            } else {
-              ++stats_.asked;
-              ask_to[i] = map_->node_index(to);
-            }
-            pending.push_back(i);
-            continue;
-          }
-          // The slot is not served right now (a failover, a migration of a multi-key command,
-          // a replica loading): a miss for this key, and a fresh map soon.
-          if (starts_with(*r, "CLUSTERDOWN") || starts_with(*r, "TRYAGAIN") || starts_with(*r, "LOADING") ||
-              starts_with(*r, "MASTERDOWN")) {
-            error_ = fmt::format("cluster node {}: {}", nd.address.name(), e);
-            map_stale_ = true;
-            ++skipped;
-            continue;
-          }
-        }
-        ++answered;
-        on_reply(i, *r);
+      const size_t i = f.keys[f.read];
+      if (ask_to[i] != kNoNode && !f.asking_answered) {
+        f.asking_answered = true;
+        return;
       }
-      if (f.read == f.keys.size()) {
+      f.asking_answered = false;
+      ++f.read;
+      if (f.read == f.piece_ends.front()) f.piece_ends.pop_front();
+      if (r->type == REDIS_REPLY_ERROR) {
+        const std::string_view e(r->str, r->len);
+        const bool moved = starts_with(*r, "MOVED "), ask = starts_with(*r, "ASK ");
+        int s = 0;
+        ClusterNodeAddress to;
+        if ((moved || ask) && parse_redirection(e, nd.address.host, s, to)) {
+          if (++redirections[i] > options_.max_redirections) {
+            error_ = fmt::format("more than {} redirections for a key (last: {})", options_.max_redirections, e);
+            ++skipped;
+            return;
+          }
+          if (moved) {
+            ++stats_.moved;
+            map_->move_slot(s, to);
+            map_stale_ = true;  // other slots may have moved too: reread the map after this call
+            ask_to[i] = kNoNode;
+          } else {
+            ++stats_.asked;
+            ask_to[i] = map_->node_index(to);
+          }
+          pending.push_back(i);
+          return;
+        }
+        // The slot is not served right now (a failover, a migration of a multi-key command, a
+        // replica loading): a miss for this key, and a fresh map soon.
+        if (starts_with(*r, "CLUSTERDOWN") || starts_with(*r, "TRYAGAIN") || starts_with(*r, "LOADING") ||
+            starts_with(*r, "MASTERDOWN")) {
+          error_ = fmt::format("cluster node {}: {}", nd.address.name(), e);
+          map_stale_ = true;
+          ++skipped;
+          return;
+        }
+      }
+      ++answered;
+      on_reply(i, *r);
+    };
+    // Takes every reply `f`'s node has delivered; sends its next piece as each one completes.
+    auto drain = [&](Flight& f) {
+      while (!f.done && !f.piece_ends.empty()) {
+        RedisReply r;
+        if (!f.node->conn.buffered_reply(r)) return failed(f);
+        if (!r) return;
+        on_node_reply(f, std::move(r));
+        send_piece(f);
+      }
+      if (!f.done && f.read == f.keys.size()) {
         f.done = true;
-        nd.breaker.on_success();
+        f.node->breaker.on_success();
       }
     };
 
-    for (auto& [index, f] : flights) send_piece(f);  // every node starts...
-    for (bool more = true; more;) {                   // ...and is read in turn, one piece ahead
-      more = false;
+    for (auto& [index, f] : flights) {  // every node starts, two pieces ahead...
+      send_piece(f);
+      send_piece(f);
+    }
+    // ...and whichever has replies is read: a slow node does not hold up the others'.
+    std::vector<pollfd> fds;
+    std::vector<Flight*> polled;
+    for (;;) {
+      fds.clear();
+      polled.clear();
       for (auto& [index, f] : flights) {
-        if (f.piece_ends.empty()) continue;
-        send_piece(f);
-        read_piece(f);
-        more = true;
+        drain(f);
+        if (f.done || f.piece_ends.empty()) continue;
+        fds.push_back(pollfd{f.node->conn.fd(), POLLIN, 0});
+        polled.push_back(&f);
+      }
+      if (fds.empty()) break;
+      const int ready = ::poll(fds.data(), fds.size(), static_cast<int>(options_.io_timeout.count()));
+      if (ready < 0 && errno == EINTR) continue;
+      for (size_t k = 0; k < fds.size(); ++k) {
+        Flight& f = *polled[k];
+        if (ready <= 0) {  // no node answered within the timeout: the waiting ones are slow
+          f.node->conn.time_out();
+          failed(f);
+        } else if (fds[k].revents != 0 && !f.node->conn.read_available()) {
+          failed(f);
+        }
       }
     }
   }

@@ -109,4 +109,30 @@ RedisReply RedisConnection::command(std::initializer_list<std::string_view> args
   return read_reply();
 }
 
+int RedisConnection::fd() const { return c_ ? c_->fd : -1; }
+
+bool RedisConnection::buffered_reply(RedisReply& out) {
+  void* raw = nullptr;
+  if (redisGetReplyFromReader(c_, &raw) != REDIS_OK) {
+    timed_out_ = false;
+    close(c_->errstr[0] ? std::string(c_->errstr) : std::string("protocol error"));
+    return false;
+  }
+  out.reset(static_cast<redisReply*>(raw));
+  return true;
+}
+
+bool RedisConnection::read_available() {
+  if (redisBufferRead(c_) != REDIS_OK) {
+    io_failed();
+    return false;
+  }
+  return true;
+}
+
+void RedisConnection::time_out() {
+  timed_out_ = true;
+  close("timed out");
+}
+
 }  // namespace pagedkv::remote

@@ -301,6 +301,34 @@ TEST(RedisCluster, SlotMigrationUnderLoadFollowsRedirections) {
   ASSERT_TRUE(cluster().wait_healthy(std::chrono::seconds(10)));
 }
 
+// A master that hangs (SIGSTOP, shorter than the cluster-node-timeout, so no failover): a call
+// waits one socket timeout for it while the other masters' replies are taken, returns their keys,
+// and once the node is back and its breaker lets a call through, its keys hit again.
+TEST(RedisCluster, HungMasterCostsOneTimeoutAndOnlyItsKeys) {
+  remote::RedisClusterStoreOptions o = cluster_options();
+  o.io_timeout = std::chrono::milliseconds(150);
+  RedisClusterStore s(o);
+  const std::vector<std::string> keys = block_keys(150, 8);
+  std::vector<uint8_t> stored;
+  ASSERT_EQ(set_all(s, keys, 4000, stored), RemoteStatus::kOk);
+  const std::string hung = s.master_of(keys[0]);
+  const int hi = cluster().index_of_port(std::atoi(hung.substr(hung.rfind(':') + 1).c_str()));
+  int elsewhere = 0;
+  for (const std::string& k : keys) elsewhere += s.master_of(k) != hung;
+  cluster().node(hi).pause();
+  const auto t0 = Clock::now();
+  const Loaded l = get_all(s, keys, 4000);
+  const auto waited = Clock::now() - t0;
+  cluster().node(hi).resume();
+  EXPECT_EQ(l.status, RemoteStatus::kOk) << s.last_error();
+  EXPECT_EQ(l.found, elsewhere);
+  EXPECT_EQ(l.wrong, 0);
+  EXPECT_LT(waited, std::chrono::milliseconds(1500));  // a bound, not a measurement
+  EXPECT_NE(s.last_error().find("timed out"), std::string::npos) << s.last_error();
+  EXPECT_TRUE(eventually([&] { return get_all(s, keys, 4000).found == 150; }, std::chrono::seconds(5)));
+  ASSERT_TRUE(cluster().wait_healthy(std::chrono::seconds(10)));
+}
+
 // kill -9 of a master mid-run: every call still returns (no exception, bounded time), the other
 // masters' keys keep hitting, its keys miss until its replica is promoted, then hit again (the
 // replica had them); stores into its slots resume. The killed node restarts as a replica.

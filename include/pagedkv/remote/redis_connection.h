@@ -50,6 +50,16 @@ class RedisConnection {
   // One command, sent and answered; null on an I/O failure.
   RedisReply command(std::initializer_list<std::string_view> args);
 
+  // Reading several connections in one thread (poll() on their sockets):
+  int fd() const;
+  // The next reply already received, without touching the socket: `out` stays null when none is
+  // complete yet. False on a protocol error (closed).
+  bool buffered_reply(RedisReply& out);
+  // Reads what the socket holds (after poll() said it is readable). False on EOF or an error (closed).
+  bool read_available();
+  // Closes after a wait for this socket ran out (timed_out() is then true).
+  void time_out();
+
   void close(std::string why);
   const std::string& error() const { return error_; }
   // The last I/O failure was a socket timeout (a slow or stopped server, not a dead socket).
