@@ -111,7 +111,9 @@ def main():
             # the tier's warm lanes do not.
             set_rate = bench_rate(ports[0], masters, "set", size, 16 * blocks, 100000000)
             flush()
-            bench_rate(ports[0], masters, "set", size, 4 * blocks, blocks)  # a keyspace of stored keys for the GETs
+            # The GETs' keyspace (-r: BLOCKS keys per master's hash tag) filled first, 8 SETs per key,
+            # so every GET returns a value (with 4 per key over all masters, a third were misses).
+            bench_rate(ports[0], masters, "set", size, 8 * masters * blocks, blocks)
             get_rate = bench_rate(ports[0], masters, "get", size, 32 * blocks, blocks)
             print(f"round {r}: tier store {store:.0f}/s, redis-benchmark --cluster SET (new keys) {set_rate:.0f}/s; "
                   f"tier load {load:.0f}/s, redis-benchmark --cluster GET {get_rate:.0f}/s (values of {size} bytes); "
