@@ -141,7 +141,8 @@ nlohmann::json tier_round_trip(const RemoteStoreFactory& connect, const KVCacheS
     while (tier.stats().stored_blocks + tier.stats().dropped < settled_before + static_cast<uint64_t>(blocks))
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     const double store_seconds = seconds_since(t0);
-    if (tier.stats().dropped) throw std::runtime_error("stores dropped");
+    if (tier.stats().dropped)
+      throw std::runtime_error(fmt::format("{} stores dropped ({})", tier.stats().dropped, tier.stats().degraded_reason));
     auto run = [&](RemoteFetchJob job) {
       tier.submit(std::move(job));
       while (true) {
