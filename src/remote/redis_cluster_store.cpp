@@ -49,6 +49,30 @@ bool parse_redirection(std::string_view e, const std::string& answered_by, int& 
   return true;
 }
 
+// What a node's reply to one key's command means for where the key lives.
+struct Routing {
+  enum Kind : uint8_t {
+    kAnswer,     // the command's own reply (a value, a status, an error of the command)
+    kMoved,      // the slot lives at `to` now
+    kAsk,        // the slot is migrating and the key may be at `to`: ask there once, after ASKING
+    kNotServed,  // the slot is not served right now (a failover, a migration, a replica loading)
+  } kind = kAnswer;
+  int slot = 0;
+  ClusterNodeAddress to;
+};
+
+Routing routing_of(const redisReply& r, const std::string& answered_by) {
+  Routing out;
+  if (r.type != REDIS_REPLY_ERROR) return out;
+  const bool moved = starts_with(r, "MOVED "), ask = starts_with(r, "ASK ");
+  if ((moved || ask) && parse_redirection(std::string_view(r.str, r.len), answered_by, out.slot, out.to))
+    out.kind = moved ? Routing::kMoved : Routing::kAsk;
+  else if (starts_with(r, "CLUSTERDOWN") || starts_with(r, "TRYAGAIN") || starts_with(r, "LOADING") ||
+           starts_with(r, "MASTERDOWN"))
+    out.kind = Routing::kNotServed;
+  return out;
+}
+
 }  // namespace
 
 struct RedisClusterStore::Node {
@@ -298,38 +322,33 @@ RemoteStatus RedisClusterStore::run(Op op, std::span<const std::string> keys,
       f.asking_answered = false;
       ++f.read;
       if (f.read == f.piece_ends.front()) f.piece_ends.pop_front();
-      if (r->type == REDIS_REPLY_ERROR) {
-        const std::string_view e(r->str, r->len);
-        const bool moved = starts_with(*r, "MOVED "), ask = starts_with(*r, "ASK ");
-        int s = 0;
-        ClusterNodeAddress to;
-        if ((moved || ask) && parse_redirection(e, nd.address.host, s, to)) {
+      const Routing routing = routing_of(*r, nd.address.host);
+      switch (routing.kind) {
+        case Routing::kAnswer: break;
+        case Routing::kMoved:
+        case Routing::kAsk:
           if (++redirections[i] > options_.max_redirections) {
-            error_ = fmt::format("more than {} redirections for a key (last: {})", options_.max_redirections, e);
+            error_ = fmt::format("more than {} redirections for a key (last: {})", options_.max_redirections,
+                                 std::string_view(r->str, r->len));
             ++skipped;
             return;
           }
-          if (moved) {
+          if (routing.kind == Routing::kMoved) {
             ++stats_.moved;
-            map_->move_slot(s, to);
+            map_->move_slot(routing.slot, routing.to);
             map_stale_ = true;  // other slots may have moved too: reread the map after this call
             ask_to[i] = kNoNode;
           } else {
             ++stats_.asked;
-            ask_to[i] = map_->node_index(to);
+            ask_to[i] = map_->node_index(routing.to);
           }
           pending.push_back(i);
           return;
-        }
-        // The slot is not served right now (a failover, a migration of a multi-key command, a
-        // replica loading): a miss for this key, and a fresh map soon.
-        if (starts_with(*r, "CLUSTERDOWN") || starts_with(*r, "TRYAGAIN") || starts_with(*r, "LOADING") ||
-            starts_with(*r, "MASTERDOWN")) {
-          error_ = fmt::format("cluster node {}: {}", nd.address.name(), e);
+        case Routing::kNotServed:
+          error_ = fmt::format("cluster node {}: {}", nd.address.name(), std::string_view(r->str, r->len));
           map_stale_ = true;
           ++skipped;
           return;
-        }
       }
       ++answered;
       on_reply(i, *r);
