@@ -5,6 +5,8 @@
 //   the time to load N blocks of a prefix (probe + load) against the time to prefill them.
 // Prints one JSON object; medians and minima over --rounds.
 //   bench_remote_tier --url redis://127.0.0.1:PORT/0 [--model stories260K.bin] [--blocks 256]
+// With --url redis-cluster://h:p,... the tier runs on a Redis Cluster (RedisClusterStore), and
+// only the tier's figures are measured (--tier-only).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -20,6 +22,7 @@
 #include "pagedkv/engine/llm_engine.h"
 #include "pagedkv/model/format/llama2c_checkpoint.h"
 #include "pagedkv/model/random_model.h"
+#include "pagedkv/remote/redis_cluster_store.h"
 #include "pagedkv/remote/redis_store.h"
 #include "pagedkv/tiers/block_copy.h"
 #include "pagedkv/tiers/remote_tier.h"
@@ -52,7 +55,7 @@ nlohmann::json rate(const Series& seconds, int blocks, size_t value_bytes) {
 
 // Raw pipelined SET then GET of `blocks` values of `bytes`, `batch` keys per round trip.
 // One warmed-up connection for all rounds (a fresh one pays a warm-up that long-lived lanes do not).
-nlohmann::json raw_store(remote::RedisStore& s, size_t bytes, int blocks, int batch, int rounds, const std::string& tag = "") {
+nlohmann::json raw_store(RemoteStore& s, size_t bytes, int blocks, int batch, int rounds, const std::string& tag = "") {
   std::vector<std::byte> value(bytes, std::byte{7});
   Series set_s, get_s;
   for (int round = 0; round < rounds; ++round) {
@@ -112,7 +115,7 @@ nlohmann::json chunked_writes_ab(const remote::RedisStoreOptions& o, size_t byte
 
 // Through the tier: `blocks` blocks of `arena` stored (pack + EXISTS + SET), then loaded (probe
 // + GET + verify + scatter) into another arena.
-nlohmann::json tier_round_trip(const remote::RedisStoreOptions& o, const KVCacheSpec& spec, int layers, int blocks,
+nlohmann::json tier_round_trip(const RemoteStoreFactory& connect, const KVCacheSpec& spec, int layers, int blocks,
                                int rounds) {
   KVArena src(spec, layers, blocks), dst(spec, layers, blocks);
   std::memset(src.data(), 3, src.bytes());
@@ -120,7 +123,7 @@ nlohmann::json tier_round_trip(const remote::RedisStoreOptions& o, const KVCache
   // One tier (its lanes keep their connections, as in a server) for every round; round 0 warms
   // them up and is not counted; each round stores blocks of new hashes, so new keys.
   RemoteTierOptions to;
-  to.connect = remote::redis_store_factory(o);
+  to.connect = connect;
   // New keys in every process too (benchmarks/remote_tier.sh runs this several times against one Redis).
   to.fingerprint = BlockHash{std::random_device{}(), static_cast<uint64_t>(Clock::now().time_since_epoch().count())};
   to.log_degraded = false;
@@ -138,7 +141,8 @@ nlohmann::json tier_round_trip(const remote::RedisStoreOptions& o, const KVCache
     while (tier.stats().stored_blocks + tier.stats().dropped < settled_before + static_cast<uint64_t>(blocks))
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     const double store_seconds = seconds_since(t0);
-    if (tier.stats().dropped) throw std::runtime_error("stores dropped");
+    if (tier.stats().dropped)
+      throw std::runtime_error(fmt::format("{} stores dropped ({})", tier.stats().dropped, tier.stats().degraded_reason));
     auto run = [&](RemoteFetchJob job) {
       tier.submit(std::move(job));
       while (true) {
@@ -204,7 +208,7 @@ int main(int argc, char** argv) {
   using namespace pagedkv;
   std::string url, model_path;
   int blocks = 256, rounds = 5, batch = 32;
-  bool random_model = true, tier_only = false;
+  bool random_model = true, tier_only = false, raw_cluster = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--url") url = argv[i + 1];
@@ -214,15 +218,27 @@ int main(int argc, char** argv) {
     else if (a == "--batch") batch = std::atoi(argv[i + 1]);
     else if (a == "--random-model") random_model = std::atoi(argv[i + 1]) != 0;
     else if (a == "--tier-only") tier_only = std::atoi(argv[i + 1]) != 0;
+    else if (a == "--raw-cluster") raw_cluster = std::atoi(argv[i + 1]) != 0;
   }
   if (url.empty()) {
-    fmt::print(stderr, "usage: bench_remote_tier --url redis://127.0.0.1:PORT/0 [--model M.bin] [--blocks N] [--rounds N] "
-                       "[--batch N] [--random-model 0|1] [--tier-only 0|1]\n");
+    fmt::print(stderr, "usage: bench_remote_tier --url redis://127.0.0.1:PORT/0|redis-cluster://H:P,... [--model M.bin] [--blocks N] [--rounds N] "
+                       "[--batch N] [--random-model 0|1] [--tier-only 0|1] [--raw-cluster 0|1]\n");
     return 2;
   }
+  const bool cluster = url.starts_with(remote::kRedisClusterScheme);
   remote::RedisStoreOptions o;
-  o.url = remote::parse_redis_url(url);
-  o.io_timeout = o.connect_timeout = std::chrono::milliseconds(5000);
+  RemoteStoreFactory connect;
+  if (cluster) {
+    remote::RedisClusterStoreOptions c;
+    c.seeds = remote::parse_redis_cluster_url(url);
+    c.io_timeout = c.connect_timeout = std::chrono::milliseconds(5000);
+    connect = remote::redis_cluster_store_factory(c);
+    tier_only = true;  // the raw figures below are a single server's
+  } else {
+    o.url = remote::parse_redis_url(url);
+    o.io_timeout = o.connect_timeout = std::chrono::milliseconds(5000);
+    connect = remote::redis_store_factory(o);
+  }
   nlohmann::json out;
   out["blocks"] = blocks;
   out["rounds"] = rounds;
@@ -247,7 +263,13 @@ int main(int argc, char** argv) {
     spec.dtype = DType::kF32;
     nlohmann::json m;
     // Throughput on `blocks` blocks of this layout; the prefill of as many as the model's context holds.
-    m["tier"] = tier_round_trip(o, spec, mc.n_layers, blocks, rounds);
+    m["tier"] = tier_round_trip(connect, spec, mc.n_layers, blocks, rounds);
+    if (cluster && raw_cluster) {  // the store alone, without the tier's packing and checks
+      std::unique_ptr<RemoteStore> store = connect();
+      const size_t value = m["tier"]["value_bytes"].get<size_t>();
+      raw_store(*store, value, blocks, batch, 1, "warmup:");
+      m["raw_cluster_store"] = raw_store(*store, value, blocks, batch, rounds, "raw:");
+    }
     if (tier_only) {  // the like-for-like rounds of remote_tier.sh: nothing else between them
       out["models"][name] = m;
       continue;

@@ -8,9 +8,17 @@
 # (new keys stored, then loaded) with redis-benchmark doing the same work (SETs of new keys:
 # -r 100000000; GETs of as many stored keys), and prints each round's ratios and their medians
 # and minima: the target ">= 70 % of redis-benchmark", measured side by side.
+# With CLUSTER=M it does those like-for-like rounds on a Redis Cluster of its own instead (M
+# masters, CLUSTER_REPLICAS replicas each, default 0; free loopback ports, temporary
+# directories): the tier through redis-cluster:// against `redis-benchmark --cluster` (one
+# connection per master, the same pipeline depth and value size).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${1:-build}
+if [ "${CLUSTER:-0}" -gt 0 ]; then
+  exec /usr/bin/python3 benchmarks/remote_tier_cluster.py "$BUILD_DIR" "$CLUSTER" "${CLUSTER_REPLICAS:-0}" \
+    "${LIKE_FOR_LIKE:-5}" "${LIKE_BLOCKS:-2048}"
+fi
 dir=$(mktemp -d /tmp/pagedkv-redis-bench-XXXXXX)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" --save '' --appendonly no --daemonize no \

@@ -532,14 +532,15 @@ void bind_llm(py::module_& m) {
                        const py::object& host_cache_memory, const std::optional<std::string>& disk_cache_dir,
                        const py::object& disk_cache_memory, bool lazy_swap_copies,
                        const std::optional<std::string>& remote_cache, const std::string& remote_cache_prefix,
-                       bool remote_write_through, int remote_timeout_ms, int remote_min_blocks) {
+                       bool remote_write_through, int remote_timeout_ms, int remote_min_blocks,
+                       bool remote_read_replicas) {
              EngineConfig c = engine_config(block_size, num_blocks, kv_cache_memory, kv_cache_dtype, swap_space,
                                             enable_prefix_caching, hash_algorithm, hash_seed, max_model_len,
                                             max_num_seqs, max_num_batched_tokens, preemption_mode, check_invariants,
                                             host_cache_memory, disk_cache_dir, disk_cache_memory, lazy_swap_copies);
              if (remote_cache)
                remote::use_redis_tier(c.tiers, {*remote_cache, remote_cache_prefix, remote_write_through, remote_timeout_ms,
-                                                remote_min_blocks});
+                                                remote_min_blocks, remote_read_replicas});
              return std::make_unique<PyLLM>(model, tokenizer, std::move(c), eos_token_id);
            }),
            py::arg("model"), py::arg("tokenizer") = py::none(), py::kw_only(), py::arg("block_size") = 16,
@@ -553,6 +554,7 @@ void bind_llm(py::module_& m) {
            py::arg("lazy_swap_copies") = false, py::arg("remote_cache") = py::none(),
            py::arg("remote_cache_prefix") = "pagedkv", py::arg("remote_write_through") = true,
            py::arg("remote_timeout_ms") = 200, py::arg("remote_min_blocks") = 1,
+           py::arg("remote_read_replicas") = false,
            "model: a llama2.c checkpoint or a GGUF file; tokenizer: the checkpoint's tok*.bin (needed for text "
            "prompts and output text; a GGUF file brings its own).\n"
            "num_blocks: KV pool size (null block included); 0 sizes it from kv_cache_memory (bytes or '16MiB').\n"
@@ -563,10 +565,12 @@ void bind_llm(py::module_& m) {
            "host_cache_memory / disk_cache_dir (+ disk_cache_memory): KV tiers below the arena. Evicted "
            "prefixes are offloaded there and promoted back on a hit; the disk tier survives restarts "
            "(cached blocks are written down when the LLM is destroyed).\n"
-           "remote_cache: 'redis://[user:password@]host:port[/db]', a KV tier shared with other processes on "
+           "remote_cache: 'redis://[user:password@]host:port[/db]' (a server or a Redis Cluster node) or "
+           "'redis-cluster://host1:port1,host2:port2', a KV tier shared with other processes on "
            "the same Redis (docs/tiers.md), under keys that start with remote_cache_prefix; remote_write_through "
            "stores each computed block at once (else when evicted); remote_timeout_ms bounds connects and socket "
-           "I/O; remote_min_blocks: ask Redis only when at least this many blocks missed above.\n"
+           "I/O; remote_min_blocks: ask Redis only when at least this many blocks missed above; "
+           "remote_read_replicas: on a cluster, load from the slots' replicas.\n"
            "lazy_swap_copies: copy a swapped-out block only if the device prefix cache drops it before its "
            "request resumes (blocks resumed from the cache are never copied).")
       .def("generate",

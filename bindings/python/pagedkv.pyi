@@ -526,6 +526,7 @@ class LLM:
         remote_write_through: bool = True,
         remote_timeout_ms: int = 200,
         remote_min_blocks: int = 1,
+        remote_read_replicas: bool = False,
     ) -> None: ...
     def generate(
         self,

@@ -2,133 +2,47 @@
 
 #include <fmt/format.h>
 #include <hiredis/hiredis.h>
-#include <hiredis/sds.h>
-
-#include <pthread.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <csignal>
 #include <cstring>
 
 #include "pagedkv/core/error.h"
+#include "pagedkv/remote/redis_auto_store.h"
+#include "pagedkv/remote/sigpipe_blocked.h"
 
 namespace pagedkv::remote {
 namespace {
 
-timeval to_timeval(std::chrono::milliseconds ms) {
-  timeval tv{};
-  tv.tv_sec = static_cast<time_t>(ms.count() / 1000);
-  tv.tv_usec = static_cast<suseconds_t>((ms.count() % 1000) * 1000);
-  return tv;
-}
-
-struct ReplyDeleter {
-  void operator()(redisReply* r) const { freeReplyObject(r); }
-};
-using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
-
 bool is_oom(const redisReply& r) { return r.type == REDIS_REPLY_ERROR && std::strncmp(r.str, "OOM", 3) == 0; }
 
-// A blocking call on `c` failed because the socket timed out (hiredis reports EAGAIN).
-bool timed_out(const redisContext* c) { return c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK); }
-
-// hiredis sends with write(), so writing into a socket the server has closed raises SIGPIPE, whose
-// default action ends the process. A library must not change the process's signal handling, and
-// that signal goes to the writing thread: block it in this thread for one call, and take back a
-// SIGPIPE the call raised (the write itself fails with EPIPE, which the call handles).
-class SigpipeBlockedInThisThread {
- public:
-  SigpipeBlockedInThisThread() {
-    sigemptyset(&pipe_);
-    sigaddset(&pipe_, SIGPIPE);
-    sigset_t pending;
-    already_pending_ = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
-    pthread_sigmask(SIG_BLOCK, &pipe_, &previous_);
-  }
-  ~SigpipeBlockedInThisThread() {
-    const int saved_errno = errno;
-    sigset_t pending;
-    if (!already_pending_ && sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1) {
-      const timespec no_wait{};
-      while (sigtimedwait(&pipe_, nullptr, &no_wait) < 0 && errno == EINTR) {
-      }
-    }
-    pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
-    errno = saved_errno;
-  }
-  SigpipeBlockedInThisThread(const SigpipeBlockedInThisThread&) = delete;
-  SigpipeBlockedInThisThread& operator=(const SigpipeBlockedInThisThread&) = delete;
-
- private:
-  sigset_t pipe_{}, previous_{};
-  bool already_pending_ = false;
-};
+RedisConnectionOptions connection_options(const RedisStoreOptions& o) {
+  return {o.connect_timeout, o.io_timeout, o.keep_read_buffer};
+}
 
 }  // namespace
 
-RedisStore::RedisStore(RedisStoreOptions options) : options_(std::move(options)) {}
+RedisStore::RedisStore(RedisStoreOptions options)
+    : options_(std::move(options)), conn_(options_.url, connection_options(options_)) {}
 
-RedisStore::~RedisStore() {
-  if (c_) redisFree(c_);
-}
+RedisStore::~RedisStore() = default;
 
-RemoteStatus RedisStore::fail(std::string why) {
-  error_ = std::move(why);
-  if (c_) {
-    redisFree(c_);
-    c_ = nullptr;
-  }
+RemoteStatus RedisStore::fail_io() {
+  io_timed_out_ = conn_.timed_out();
+  error_ = conn_.error();
   return RemoteStatus::kUnavailable;
 }
 
-RemoteStatus RedisStore::fail_io() {
-  io_timed_out_ = timed_out(c_);
-  return fail(io_timed_out_ ? "timed out" : std::string(c_->errstr));
-}
-
-bool RedisStore::refuse(std::string why) {
-  fail(std::move(why));
-  return false;
-}
-
 bool RedisStore::connect() {
-  if (c_) return true;
-  const RedisUrl& u = options_.url;
-  c_ = redisConnectWithTimeout(u.host.c_str(), u.port, to_timeval(options_.connect_timeout));
-  if (c_ == nullptr) return refuse("cannot allocate a connection");
-  if (c_->err) return refuse(fmt::format("connect to {}:{}: {}", u.host, u.port, c_->errstr));
-  if (redisSetTimeout(c_, to_timeval(options_.io_timeout)) != REDIS_OK)
-    return refuse("cannot set the socket timeout");
-  redisEnableKeepAlive(c_);
-  if (options_.keep_read_buffer) c_->reader->maxbuf = 0;
-  auto command = [&](std::initializer_list<std::string_view> args) -> Reply {
-    std::vector<const char*> argv;
-    std::vector<size_t> lens;
-    for (std::string_view a : args) {
-      argv.push_back(a.data());
-      lens.push_back(a.size());
-    }
-    return Reply(static_cast<redisReply*>(redisCommandArgv(c_, static_cast<int>(argv.size()), argv.data(), lens.data())));
-  };
-  if (!u.password.empty()) {
-    Reply r = u.user.empty() ? command({"AUTH", u.password}) : command({"AUTH", u.user, u.password});
-    if (!r) return refuse(fmt::format("AUTH: {}", c_->errstr));
-    if (r->type == REDIS_REPLY_ERROR) return refuse(fmt::format("AUTH refused: {}", r->str));
-  }
-  if (u.db != 0) {
-    const std::string db = std::to_string(u.db);
-    Reply r = command({"SELECT", db});
-    if (!r) return refuse(fmt::format("SELECT: {}", c_->errstr));
-    if (r->type == REDIS_REPLY_ERROR) return refuse(fmt::format("SELECT {}: {}", db, r->str));
-  }
-  return true;
+  if (conn_.connect()) return true;
+  error_ = conn_.error();
+  io_timed_out_ = false;
+  return false;
 }
 
 template <typename Attempt>
 RemoteStatus RedisStore::with_reconnect(Attempt&& attempt) {
   const SigpipeBlockedInThisThread no_sigpipe;
-  const bool reused = c_ != nullptr;
+  const bool reused = conn_.connected();
   replies_read_ = 0;
   io_timed_out_ = false;
   RemoteStatus st = attempt();
@@ -142,10 +56,9 @@ RemoteStatus RedisStore::with_reconnect(Attempt&& attempt) {
 template <typename OnReply>
 RemoteStatus RedisStore::read_replies(size_t n, OnReply&& on_reply) {
   for (size_t i = 0; i < n; ++i) {
-    void* raw = nullptr;
-    if (redisGetReply(c_, &raw) != REDIS_OK || raw == nullptr) return fail_io();
+    RedisReply r = conn_.read_reply();
+    if (!r) return fail_io();
     ++replies_read_;
-    Reply r(static_cast<redisReply*>(raw));
     on_reply(i, *r);
   }
   return RemoteStatus::kOk;
@@ -159,11 +72,7 @@ RemoteStatus RedisStore::exists_once(std::span<const std::string> keys, std::vec
   present.assign(keys.size(), 0);
   if (keys.empty()) return RemoteStatus::kOk;
   if (!connect()) return RemoteStatus::kUnavailable;
-  for (const std::string& k : keys) {
-    const char* argv[] = {"EXISTS", k.data()};
-    const size_t lens[] = {6, k.size()};
-    redisAppendCommandArgv(c_, 2, argv, lens);
-  }
+  for (const std::string& k : keys) conn_.append({"EXISTS", k});
   bool error_reply = false;
   const RemoteStatus st = read_replies(keys.size(), [&](size_t i, const redisReply& r) {
     if (r.type == REDIS_REPLY_INTEGER) present[i] = r.integer > 0 ? 1 : 0;
@@ -189,11 +98,7 @@ RemoteStatus RedisStore::get_once(std::span<const std::string> keys,
   const size_t depth = std::max<size_t>(1, options_.get_pipeline_depth);
   for (size_t first = 0; first < keys.size(); first += depth) {
     const size_t n = std::min(depth, keys.size() - first);
-    for (size_t i = first; i < first + n; ++i) {
-      const char* argv[] = {"GET", keys[i].data()};
-      const size_t lens[] = {3, keys[i].size()};
-      redisAppendCommandArgv(c_, 2, argv, lens);
-    }
+    for (size_t i = first; i < first + n; ++i) conn_.append({"GET", keys[i]});
     const RemoteStatus st = read_replies(n, [&](size_t i, const redisReply& r) {
       if (r.type == REDIS_REPLY_STRING)
         on_value(first + i, std::span<const std::byte>(reinterpret_cast<const std::byte*>(r.str), r.len));
@@ -218,13 +123,9 @@ RemoteStatus RedisStore::set_once(std::span<const std::string> keys, std::span<c
   if (keys.empty()) return RemoteStatus::kOk;
   if (!connect()) return RemoteStatus::kUnavailable;
   for (size_t i = 0; i < keys.size(); ++i) {
-    const char* argv[] = {"SET", keys[i].data(), reinterpret_cast<const char*>(values[i].data())};
-    const size_t lens[] = {3, keys[i].size(), values[i].size()};
-    redisAppendCommandArgv(c_, 3, argv, lens);
-    if (options_.write_chunk_bytes > 0 && sdslen(c_->obuf) >= options_.write_chunk_bytes) {  // see RedisStoreOptions
-      for (int done = 0; !done;)
-        if (redisBufferWrite(c_, &done) != REDIS_OK) return fail_io();
-    }
+    conn_.append({"SET", keys[i], std::string_view(reinterpret_cast<const char*>(values[i].data()), values[i].size())});
+    if (options_.write_chunk_bytes > 0 && conn_.queued_bytes() >= options_.write_chunk_bytes)  // see RedisStoreOptions
+      if (!conn_.write_queued()) return fail_io();
   }
   bool full = false, error_reply = false;
   const RemoteStatus st = read_replies(keys.size(), [&](size_t i, const redisReply& r) {
@@ -245,9 +146,7 @@ RemoteStatus RedisStore::ping() {
 
 RemoteStatus RedisStore::ping_once() {
   if (!connect()) return RemoteStatus::kUnavailable;
-  const char* argv[] = {"PING"};
-  const size_t lens[] = {4};
-  redisAppendCommandArgv(c_, 1, argv, lens);
+  conn_.append({"PING"});
   bool ok = false;
   const RemoteStatus st = read_replies(1, [&](size_t, const redisReply& r) { ok = r.type == REDIS_REPLY_STATUS; });
   if (st != RemoteStatus::kOk) return st;
@@ -261,12 +160,25 @@ RemoteStoreFactory redis_store_factory(RedisStoreOptions options) {
 void use_redis_tier(TierConfig& tiers, const RedisTierSettings& settings) {
   if (settings.timeout_ms < 1)
     throw ConfigError(fmt::format("the remote tier's timeout must be at least 1 ms, got {}", settings.timeout_ms));
-  RedisStoreOptions r;
-  r.url = parse_redis_url(settings.url);
-  r.connect_timeout = std::chrono::milliseconds(settings.timeout_ms);
-  r.io_timeout = std::chrono::milliseconds(settings.timeout_ms);
-  tiers.remote_description = r.url.redacted();
-  tiers.remote_store = redis_store_factory(std::move(r));
+  // A hash tag in the prefix would put every block in one slot, on one node of a cluster.
+  if (settings.key_prefix.find_first_of("{}") != std::string::npos)
+    throw ConfigError(fmt::format("--remote-cache-prefix '{}' must not contain '{{' or '}}' (a Redis Cluster hash tag "
+                                  "would put every block on one node)", settings.key_prefix));
+  const auto timeout = std::chrono::milliseconds(settings.timeout_ms);
+  RedisClusterStoreOptions cluster;
+  cluster.connect_timeout = cluster.io_timeout = timeout;
+  cluster.read_from_replicas = settings.read_from_replicas;
+  if (settings.url.starts_with(kRedisClusterScheme)) {
+    cluster.seeds = parse_redis_cluster_url(settings.url);
+    tiers.remote_description = redacted_cluster_url(cluster.seeds);
+    tiers.remote_store = redis_cluster_store_factory(std::move(cluster));
+  } else {
+    RedisStoreOptions r;
+    r.url = parse_redis_url(settings.url);
+    r.connect_timeout = r.io_timeout = timeout;
+    tiers.remote_description = r.url.redacted();
+    tiers.remote_store = redis_auto_store_factory(std::move(r), std::move(cluster));
+  }
   tiers.remote_key_prefix = settings.key_prefix;
   tiers.remote_write_through = settings.write_through;
   tiers.remote_min_blocks = settings.min_blocks;

@@ -19,6 +19,15 @@ namespace {
                                 shown, why));
 }
 
+[[noreturn]] void bad_cluster_url(std::string_view url, std::string_view why) {
+  std::string shown(url);
+  if (auto at = shown.rfind('@'); at != std::string::npos)
+    shown = std::string(kRedisClusterScheme) + "***" + shown.substr(at);
+  throw ConfigError(fmt::format(
+      "--remote-cache: '{}' is not a Redis Cluster URL redis-cluster://[user:password@]host1:port1,host2:port2: {}",
+      shown, why));
+}
+
 bool parse_int(std::string_view s, int lo, int hi, int& out) {
   if (s.empty() || s.size() > 10) return false;
   int v = 0;
@@ -103,6 +112,45 @@ RedisUrl parse_redis_url(std::string_view url) {
   if (u.host.find_first_of(" \t\r\n/@") != std::string::npos) bad(url, "bad character in the host");
   if (!port.empty() && !parse_int(port, 1, 65535, u.port)) bad(url, fmt::format("port '{}' is not in 1..65535", port));
   return u;
+}
+
+std::vector<RedisUrl> parse_redis_cluster_url(std::string_view url) {
+  auto bad_cluster = [&](std::string_view why) { bad_cluster_url(url, why); };
+  if (!url.starts_with(kRedisClusterScheme)) bad_cluster("it must start with redis-cluster://");
+  std::string_view rest = url.substr(kRedisClusterScheme.size());
+  std::string auth;
+  if (auto at = rest.rfind('@'); at != std::string_view::npos) {
+    auth = std::string(rest.substr(0, at + 1));
+    rest = rest.substr(at + 1);
+  }
+  if (rest.ends_with("/0")) rest.remove_suffix(2);
+  else if (rest.ends_with('/')) rest.remove_suffix(1);
+  if (rest.find('/') != std::string_view::npos) bad_cluster("a cluster has only database 0");
+  std::vector<RedisUrl> nodes;
+  while (true) {
+    const size_t comma = rest.find(',');
+    const std::string_view host = rest.substr(0, comma);
+    if (host.empty()) bad_cluster("an empty node in the list");
+    try {
+      nodes.push_back(parse_redis_url("redis://" + auth + std::string(host)));
+    } catch (const ConfigError&) {
+      bad_cluster(fmt::format("bad node '{}'", host));
+    }
+    if (comma == std::string_view::npos) break;
+    rest = rest.substr(comma + 1);
+  }
+  return nodes;
+}
+
+std::string redacted_cluster_url(const std::vector<RedisUrl>& nodes) {
+  std::string out(kRedisClusterScheme);
+  if (!nodes.empty() && (!nodes[0].user.empty() || !nodes[0].password.empty()))
+    out += fmt::format("{}:***@", nodes[0].user);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const bool v6 = nodes[i].host.find(':') != std::string::npos;
+    out += fmt::format("{}{}{}{}:{}", i ? "," : "", v6 ? "[" : "", nodes[i].host, v6 ? "]" : "", nodes[i].port);
+  }
+  return out;
 }
 
 }  // namespace pagedkv::remote

@@ -272,6 +272,7 @@ void RemoteTier::store_lane() {
   std::unique_ptr<RemoteStore> conn = options_.connect();
   std::vector<PendingStore> batch;
   for (;;) {
+    const size_t max_batch = std::max(options_.max_store_batch, conn->preferred_batch());
     {
       std::unique_lock lock(store_m_);
       store_busy_ = false;
@@ -284,7 +285,7 @@ void RemoteTier::store_lane() {
         store_idle_cv_.notify_all();
         return;
       }
-      while (!store_queue_.empty() && batch.size() < options_.max_store_batch) {
+      while (!store_queue_.empty() && batch.size() < max_batch) {
         queued_bytes_ -= store_queue_.front().value.size();
         batch.push_back(std::move(store_queue_.front()));
         store_queue_.pop_front();

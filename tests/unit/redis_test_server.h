@@ -35,15 +35,33 @@ inline int free_loopback_port() {
   return ntohs(a.sin_port);
 }
 
+// A free loopback port whose Redis Cluster bus port (port + 10000) is free too.
+inline int free_cluster_port() {
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    const int port = free_loopback_port();
+    if (port + 10000 > 65535) continue;
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(port + 10000));
+    const bool bus_free = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+    if (fd >= 0) ::close(fd);
+    if (bus_free) return port;
+  }
+  throw std::runtime_error("no free loopback port pair for a cluster node");
+}
+
 class RedisTestServer {
  public:
-  // `extra` are redis-server options, e.g. {"--maxmemory", "2mb"}.
-  explicit RedisTestServer(std::vector<std::string> extra = {}) : extra_(std::move(extra)) {
+  // `extra` are redis-server options, e.g. {"--maxmemory", "2mb"}; `pick_port` chooses the port.
+  explicit RedisTestServer(std::vector<std::string> extra = {}, int (*pick_port)() = free_loopback_port)
+      : extra_(std::move(extra)) {
     std::string tmpl = (std::filesystem::temp_directory_path() / "pagedkv-redis-XXXXXX").string();
     if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
     dir_ = tmpl;
     for (int attempt = 0; attempt < 5; ++attempt) {
-      port_ = free_loopback_port();
+      port_ = pick_port();
       if (start()) return;
     }
     throw std::runtime_error("redis-server did not start (is it installed? scripts/setup.sh)");
@@ -57,6 +75,8 @@ class RedisTestServer {
   RedisTestServer& operator=(const RedisTestServer&) = delete;
 
   int port() const { return port_; }
+  const std::filesystem::path& dir() const { return dir_; }
+  bool running() const { return pid_ > 0; }
   std::string url(const std::string& auth = "", int db = 0) const {
     return "redis://" + auth + "127.0.0.1:" + std::to_string(port_) + "/" + std::to_string(db);
   }

@@ -51,7 +51,8 @@ void EngineOptions::add_to(CLI::App& app) {
                "resumed from the device cache are never copied); --eager-swap-copies copies all at once")
       ->capture_default_str();
   app.add_option("--remote-cache", remote_cache,
-                 "shared remote KV tier below disk: redis://[user:password@]host:port[/db] (docs/tiers.md)");
+                 "shared remote KV tier below disk: redis://[user:password@]host:port[/db] (a server or a "
+                 "cluster node), or redis-cluster://host1:port1,host2:port2 (docs/tiers.md)");
   app.add_option("--remote-cache-prefix", remote_cache_prefix, "namespace of the remote tier's keys")
       ->capture_default_str();
   app.add_flag("--remote-write-through,!--no-remote-write-through", remote_write_through,
@@ -62,6 +63,8 @@ void EngineOptions::add_to(CLI::App& app) {
   app.add_option("--remote-min-blocks", remote_min_blocks,
                  "ask the remote tier only when at least this many blocks missed above (the cost rule)")
       ->capture_default_str();
+  app.add_flag("--remote-read-replicas", remote_read_replicas,
+               "on a Redis Cluster, load and probe from the slots' replicas (READONLY); stores go to masters");
 }
 
 void EngineOptions::apply_threads() const {
@@ -102,7 +105,8 @@ EngineConfig EngineOptions::to_config() const {
   c.tiers.lazy_swap_copies = lazy_swap_copies;
   c.scheduler.lazy_swap_copies = lazy_swap_copies;
   if (!remote_cache.empty())
-    remote::use_redis_tier(c.tiers, {remote_cache, remote_cache_prefix, remote_write_through, remote_timeout_ms, remote_min_blocks});
+    remote::use_redis_tier(c.tiers, {remote_cache, remote_cache_prefix, remote_write_through, remote_timeout_ms, remote_min_blocks,
+                                     remote_read_replicas});
   return c;
 }
 

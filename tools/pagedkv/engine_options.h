@@ -33,12 +33,13 @@ struct EngineOptions {
   unsigned offload_min_hits = 0;
   bool disk_write_through = false;
   bool lazy_swap_copies = true;
-  // Remote tier (a Redis server shared by many processes; off unless --remote-cache is set).
+  // Remote tier (a Redis server or cluster shared by many processes; off unless --remote-cache is set).
   std::string remote_cache;
   std::string remote_cache_prefix = "pagedkv";
   bool remote_write_through = true;
   int remote_timeout_ms = 200;
   int remote_min_blocks = 1;
+  bool remote_read_replicas = false;
 
   void add_to(CLI::App& app);
   EngineConfig to_config() const;  // throws ConfigError

@@ -1,17 +1,17 @@
-// RedisStore: the remote tier's RemoteStore on a Redis server, through hiredis (blocking context,
-// pipelined commands, socket timeouts). Keys are plain strings, one command per key (EXISTS,
-// GET, SET), so the same code works against a Redis Cluster's per-key routing if one fronts it.
+// RedisStore: the remote tier's RemoteStore on one Redis server, through hiredis (a blocking
+// connection, pipelined commands, socket timeouts). Keys are plain strings, one command per key
+// (EXISTS, GET, SET). A Redis Cluster has its own store (redis_cluster_store.h); use_redis_tier
+// picks the one the URL needs.
 #pragma once
 
 #include <chrono>
 #include <memory>
 #include <string>
 
+#include "pagedkv/remote/redis_connection.h"
 #include "pagedkv/remote/redis_url.h"
 #include "pagedkv/tiers/remote_store.h"
 #include "pagedkv/tiers/tiered_kv_cache.h"
-
-struct redisContext;
 
 namespace pagedkv::remote {
 
@@ -48,13 +48,11 @@ class RedisStore final : public RemoteStore {
                    std::vector<uint8_t>& stored) override;
   RemoteStatus ping() override;
   std::string last_error() const override { return error_; }
-  bool connected() const { return c_ != nullptr; }
+  bool connected() const { return conn_.connected(); }
 
  private:
   bool connect();
-  RemoteStatus fail(std::string why);  // drops the connection: replies may still be in flight
-  RemoteStatus fail_io();              // fail() after hiredis' I/O on the connection failed
-  bool refuse(std::string why);        // fail() for connect()
+  RemoteStatus fail_io();  // the connection failed (and is closed): its error becomes the store's
   // Sends what was appended and reads `n` replies, calling on_reply(i, reply) for each.
   template <typename OnReply>
   RemoteStatus read_replies(size_t n, OnReply&& on_reply);
@@ -69,7 +67,7 @@ class RedisStore final : public RemoteStore {
   RemoteStatus ping_once();
 
   RedisStoreOptions options_;
-  redisContext* c_ = nullptr;
+  RedisConnection conn_;
   std::string error_;
   size_t replies_read_ = 0;    // in the current call
   bool io_timed_out_ = false;  // the current call's I/O failure was a socket timeout
@@ -81,15 +79,18 @@ RemoteStoreFactory redis_store_factory(RedisStoreOptions options);
 // What a user says about the shared Redis tier: the CLI's --remote-* options and Python's
 // remote_* arguments, turned into a TierConfig by one function.
 struct RedisTierSettings {
-  std::string url;                   // redis://[user:password@]host:port[/db]
+  // redis://[user:password@]host:port[/db] (a single server, or a cluster node: detected), or
+  // redis-cluster://[user:password@]host1:port1,host2:port2 (a cluster, these nodes to start from)
+  std::string url;
   std::string key_prefix = "pagedkv";
   bool write_through = true;         // store each computed block at once (else when evicted)
   int timeout_ms = 200;              // connect and socket timeout
   int min_blocks = 1;                // the cost rule: ask only when this many blocks missed above
+  bool read_from_replicas = false;   // on a cluster: loads and probes from the slots' replicas
 };
 
 // Turns the remote tier on in `tiers`. Throws ConfigError naming a bad setting (the URL, a
-// timeout below 1 ms).
+// timeout below 1 ms, a key prefix with a hash tag).
 void use_redis_tier(TierConfig& tiers, const RedisTierSettings& settings);
 
 }  // namespace pagedkv::remote

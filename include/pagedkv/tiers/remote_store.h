@@ -39,6 +39,9 @@ class RemoteStore {
   virtual RemoteStatus ping() = 0;
   // The last failure, for logs and stats ("connection refused", "OOM command not allowed...").
   virtual std::string last_error() const = 0;
+  // How many keys one call should carry to fill the store's pipelines (a sharded store pipelines
+  // to each node a share of a call's keys); 0: no preference, the caller's batch size stands.
+  virtual size_t preferred_batch() const { return 0; }
 };
 
 // Opens a new, not yet connected store; called once per RemoteTier lane.

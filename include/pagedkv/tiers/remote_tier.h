@@ -41,7 +41,7 @@ struct RemoteTierOptions {
   std::string description;                     // the store's address for messages (no password)
   BlockHash fingerprint;                       // kv_layout_fingerprint of the running engine
   size_t max_queued_store_bytes = size_t{64} << 20;  // stores beyond this are dropped
-  size_t max_store_batch = 32;                 // values per pipelined round
+  size_t max_store_batch = 32;                 // values per pipelined round (more when the store prefers)
   std::chrono::milliseconds backoff_initial{200};
   std::chrono::milliseconds backoff_max{5000};
   bool log_degraded = true;
