@@ -6,11 +6,13 @@ for MINUTES while a fault schedule runs; then the checks. Started by scripts/soa
 Load: `pagedkv bench serve` rounds over both instances (round-robin) and through the router,
 plus worker threads whose every request is accounted for, sent to an instance or to the router:
 accepted (HTTP 200) requests must end in [DONE] — an answer, possibly cut short by a drain
-(finish_reason "abort") — never in a dropped connection.
+(finish_reason "abort") — never in a dropped connection. One more thread sends completions
+constrained by JSON Schemas and a regex: every answer that stopped on its own must parse and
+validate (jsonschema) or match.
 Canaries: the three llama2.c goldens, greedy, sent to both instances and the router every few
 seconds; their text must stay byte-identical to the goldens the whole time.
 Faults, in turn: clients that disconnect mid-stream; a burst beyond --max-waiting (503s);
-malformed requests mixed in (each must get a 400); the disk tier's filesystem filled up and
+malformed requests and hostile schemas, regexes and grammars mixed in (each must get a 400); the disk tier's filesystem filled up and
 freed; Redis killed and restarted; SIGTERM of instance B and a warm restart on its disk tier.
 Checks after the load: no accepted request lost, no canary mismatch, no unexpected status, both
 instances idle and their pools empty (metrics and /health), instance A's and the router's RSS
@@ -53,6 +55,18 @@ PREFIXES = ["Once upon a time there was a little girl named Lily who loved to pl
 MALFORMED = [b"{not json", b'{"prompt": 7}', b'{"prompt": "x", "max_tokens": -1}', b'{"prompt": "x", "n": 100000}',
              b'{"prompt": [999999999]}', b'{"prompt": "x", "temperature": "hot"}', b'[]',
              b'{"prompt": "x", "max_tokens": 100000}', b'{"messages": "hi"}', b"\xff\xfe\x00"]
+# Structured output: schemas and patterns a client may send (each answer must parse and match, or
+# stop at max_tokens), and hostile ones built to explode (each must be a 400).
+SCHEMAS = [{"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"},
+                                             "pets": {"type": "array", "items": {"enum": ["dog", "cat"]}, "maxItems": 3}},
+            "required": ["name", "age"]},
+           {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 99}, "maxItems": 8},
+           {"anyOf": [{"type": "boolean"}, {"type": "string", "format": "date"}]}]
+HOSTILE_STRUCTURED = [{"guided_regex": "(a|b)*a(a|b){40}"},
+                      {"guided_json": json.loads("".join('{"type":"array","items":' for _ in range(300)) + "{}" + "}" * 300)},
+                      {"guided_json": {"enum": [f"v{i}" for i in range(20000)]}},
+                      {"guided_grammar": "root ::= " + "(" * 200 + '"a"' + ")" * 200},
+                      {"guided_json": {"type": "object", "patternProperties": {"a": {}}}}]
 RSS_SLACK_MIB = 64     # instance A's and the router's RSS may grow this much (plus 25 %) over the soak
 FD_SLACK = 16          # and hold this many more open descriptors
 
@@ -223,6 +237,47 @@ class Soak:
                     self.n.add("lost")
                     self.n.note(f"accepted request lost on {name}: {events[-1:]}")
 
+    def structured_worker(self, seed):
+        """Completions constrained by a JSON Schema or a regex, one at a time: every answer that
+        stopped on its own parses and validates (or matches); one cut by max_tokens is a prefix."""
+        import jsonschema  # Debian's python3-jsonschema (scripts/setup.sh)
+        import re
+        rng = random.Random(seed)
+        while not self.done.is_set():
+            name, url = rng.choice(self.targets())
+            if rng.random() < 0.75:
+                schema = rng.choice(SCHEMAS)
+                constraint, check = {"guided_json": schema}, ("json", schema)
+            else:
+                constraint, check = {"guided_regex": "[a-z]+( [a-z]+){0,6}"}, ("regex", "[a-z]+( [a-z]+){0,6}")
+            body = {"prompt": rng.choice(PREFIXES), "max_tokens": rng.randrange(8, 64), "temperature": 0.8,
+                    "seed": rng.randrange(1000), **constraint}
+            try:
+                r = post(url + "/v1/completions", body)
+            except requests.RequestException:
+                self.n.add("refused")
+                time.sleep(0.05)
+                continue
+            if r.status_code == 503:
+                self.n.add("shed")
+                continue
+            if r.status_code != 200:
+                self.n.add("unexpected_status")
+                self.n.note(f"a structured request to {name} got {r.status_code}: {r.text[:200]}")
+                continue
+            choice = r.json()["choices"][0]
+            self.n.add("structured_answered")
+            if choice["finish_reason"] != "stop":
+                continue  # cut by max_tokens: a prefix, not judged
+            try:
+                if check[0] == "json":
+                    jsonschema.validate(json.loads(choice["text"]), check[1])
+                elif not re.fullmatch(check[1], choice["text"]):
+                    raise ValueError("no match")
+            except (ValueError, jsonschema.ValidationError) as e:
+                self.n.add("structured_invalid")
+                self.n.note(f"structured answer from {name} does not conform: {choice['text'][:80]!r}: {e}")
+
     def tool(self):
         """The pagedkv binary of the whole soak: --server-binary's (a copy the soak can rely on
         while build/ is rebuilt beside it), else build/pagedkv."""
@@ -304,6 +359,15 @@ class Soak:
                 if r.status_code != 400:
                     self.n.add("unexpected_status")
                     self.n.note(f"malformed body {body[:40]!r} got {r.status_code}")
+            for fields in HOSTILE_STRUCTURED:
+                try:
+                    r = post(inst.url + "/v1/completions", {"prompt": "x", "max_tokens": 4, **fields}, timeout=30)
+                except requests.RequestException:
+                    continue
+                self.n.add("hostile_structured_sent")
+                if r.status_code != 400:
+                    self.n.add("unexpected_status")
+                    self.n.note(f"hostile structured request {str(fields)[:60]} got {r.status_code}")
 
     def fault_disk_full(self):
         if not self.filesystems.available:
@@ -388,6 +452,7 @@ class Soak:
             threads = [threading.Thread(target=self.bench_rounds), threading.Thread(target=self.canaries),
                        threading.Thread(target=self.faults)]
             threads += [threading.Thread(target=self.accounted_worker, args=(s,)) for s in range(self.a.workers)]
+            threads.append(threading.Thread(target=self.structured_worker, args=(99,)))
             for t in threads:
                 t.start()
             time.sleep(min(20, 6 * self.a.minutes))  # warm-up: pools, caches, thread stacks
@@ -420,6 +485,10 @@ class Soak:
             failures.append(f"{c['lost']} accepted requests lost")
         if c["canary_mismatches"]:
             failures.append(f"{c['canary_mismatches']} canary mismatches")
+        if c["structured_invalid"]:
+            failures.append(f"{c['structured_invalid']} structured answers that do not conform")
+        if c["structured_answered"] == 0:
+            failures.append("no structured request was answered")
         if c["unexpected_status"]:
             failures.append(f"{c['unexpected_status']} unexpected statuses")
         if c["bad_exits"] or any(e != 0 for e in exits):
@@ -442,7 +511,9 @@ class Soak:
         faults = ", ".join(f"{k[6:]} {v}" for k, v in sorted(c.items()) if k.startswith("fault_"))
         print(f"soak: {self.a.minutes:g} min; requests accepted {c['accepted']}, answered {c['answered']}, "
               f"lost {c['lost']}; shed {c['shed']} (503), refused {c['refused']} (restarts); bench serve "
-              f"{c['bench_completed']} completed, {c['bench_failed']} failed; malformed {c['malformed_sent']} (all 400: "
+              f"{c['bench_completed']} completed, {c['bench_failed']} failed; structured {c['structured_answered']} answered, "
+              f"{c['structured_invalid']} not conforming; malformed {c['malformed_sent']} and hostile structured "
+              f"{c['hostile_structured_sent']} (all 400: "
               f"{'no' if c['unexpected_status'] else 'yes'}); faults: {faults}"
               f"{'; disk-full skipped (no mount namespace)' if c['disk_full_skipped'] else ''}; canaries "
               f"{c['canaries']}, mismatches {c['canary_mismatches']}; RSS A {before[0][0]} -> {after[0][0]} MiB, "
