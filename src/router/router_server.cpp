@@ -233,6 +233,7 @@ void RouterServer::install_routes() {
     const RoutingWeights& w = chooser_.weights();
     res.set_content(json{{"policy", routing_policy_name(chooser_.policy())},
                          {"queued", queued_.load()},
+                         {"connections", {{"idle", connections_.idle()}, {"reused", connections_.reused()}}},
                          {"weights",
                           {{"prefill_scale", w.prefill_scale},
                            {"device_credit", w.device_credit},
@@ -315,7 +316,8 @@ void RouterServer::install_routes() {
                         std::chrono::duration<double>(Clock::now() - received).count());
         pool_.dispatched(backend, routing.load_blocks);
         placement.reset(new Placement{pool_, backend, routing.load_blocks});
-        call = std::make_shared<UpstreamCall>(pool_.address(backend), req.path, req.body, options_.upstream, request_id);
+        call = std::make_shared<UpstreamCall>(pool_.address(backend), req.path, req.body, options_.upstream, request_id,
+                                              options_.reuse_connections ? &connections_ : nullptr);
         UpstreamCall::State state;
         while ((state = call->wait_headers(kPollInterval)) == UpstreamCall::State::kWaiting) {
           if (watch->client_gone()) {

@@ -6,13 +6,26 @@
 
 namespace pagedkv::router {
 
+namespace {
+
+std::unique_ptr<httplib::Client> new_client(const BackendAddress& backend, const UpstreamOptions& options, bool keep_alive) {
+  auto client = std::make_unique<httplib::Client>(backend.host, backend.port);
+  client->set_connection_timeout(std::chrono::duration_cast<std::chrono::microseconds>(options.connect_timeout));
+  client->set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(options.read_timeout));
+  client->set_write_timeout(std::chrono::duration_cast<std::chrono::microseconds>(options.connect_timeout) * 10);
+  client->set_tcp_nodelay(true);
+  client->set_keep_alive(keep_alive);
+  return client;
+}
+
+}  // namespace
+
 UpstreamCall::UpstreamCall(const BackendAddress& backend, std::string path, std::string body, const UpstreamOptions& options,
-                           std::string request_id)
-    : client_(std::make_unique<httplib::Client>(backend.host, backend.port)) {
-  client_->set_connection_timeout(std::chrono::duration_cast<std::chrono::microseconds>(options.connect_timeout));
-  client_->set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(options.read_timeout));
-  client_->set_write_timeout(std::chrono::duration_cast<std::chrono::microseconds>(options.connect_timeout) * 10);
-  client_->set_tcp_nodelay(true);
+                           std::string request_id, ConnectionPool* pool)
+    : backend_(backend), options_(options), pool_(pool) {
+  if (pool_) client_ = pool_->take(backend_);
+  reused_connection_ = client_ != nullptr;
+  if (!client_) client_ = new_client(backend_, options_, pool_ != nullptr);
   thread_ = std::thread([this, p = std::move(path), b = std::move(body), k = options.api_key, id = std::move(request_id)]() mutable {
     run(std::move(p), std::move(b), std::move(k), std::move(id));
   });
@@ -21,6 +34,8 @@ UpstreamCall::UpstreamCall(const BackendAddress& backend, std::string path, std:
 UpstreamCall::~UpstreamCall() {
   cancel();
   thread_.join();
+  // Only a connection whose exchange ended cleanly is reused: the answer was read to its end.
+  if (pool_ && state_ == State::kDone && !cancelled_) pool_->give_back(backend_, std::move(client_));
 }
 
 void UpstreamCall::run(std::string path, std::string body, std::string api_key, std::string request_id) {
@@ -49,7 +64,21 @@ void UpstreamCall::run(std::string path, std::string body, std::string api_key, 
   };
   httplib::Response res;
   httplib::Error error = httplib::Error::Success;
-  const bool ok = client_->send(req, res, error);
+  bool ok = client_->send(req, res, error);
+  if (!ok && reused_connection_) {
+    // A kept-alive connection the backend had closed fails before any byte of answer; the
+    // request was never read there. Once more, on a fresh connection.
+    std::unique_lock lock(mutex_);
+    if (state_ == State::kWaiting && !cancelled_) {
+      retired_client_ = std::move(client_);  // cancel() may still be stopping it: freed with this call
+      client_ = new_client(backend_, options_, true);
+      reused_connection_ = false;
+      lock.unlock();
+      res = httplib::Response();
+      error = httplib::Error::Success;
+      ok = client_->send(req, res, error);
+    }
+  }
   std::lock_guard lock(mutex_);
   if (ok) {
     if (state_ == State::kWaiting) {  // no body: the handler was still called, but be safe
@@ -110,12 +139,14 @@ std::string UpstreamCall::error() const {
 }
 
 void UpstreamCall::cancel() {
+  httplib::Client* client;
   {
     std::lock_guard lock(mutex_);
     if (state_ == State::kDone || state_ == State::kFailed) return;
     cancelled_ = true;
+    client = client_.get();
   }
-  client_->stop();  // shuts the socket down: a blocked read returns at once
+  client->stop();  // shuts the socket down: a blocked read returns at once
 }
 
 }  // namespace pagedkv::router

@@ -42,6 +42,7 @@ struct RouterCliOptions {
   int http_threads = 256;
   std::string max_body_bytes = "8MiB";
   int max_queued_requests = 256;
+  bool no_connection_reuse = false;
   double queue_timeout_s = 30;
   bool no_tokenizer = false;
 };
@@ -109,6 +110,7 @@ int run_router(RouterCliOptions o) {
   if (o.max_queued_requests < 0) throw ConfigError("--max-queued-requests must be 0 or more");
   if (!(o.queue_timeout_s >= 0)) throw ConfigError("--queue-timeout-s must be 0 or more");
   options.max_queued = o.max_queued_requests;
+  options.reuse_connections = !o.no_connection_reuse;
   options.queue_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.queue_timeout_s * 1000));
   router::RouterServer http(options, pool, router::BackendChooser(*policy, weights, o.seed), routed, metrics);
   const int port = http.bind();
@@ -175,6 +177,8 @@ const CommandRegistration kRouterCommand{Command{
       sub.add_option("--max-queued-requests", o->max_queued_requests,
                      "requests that may wait in the router while every backend is saturated (beyond: 429)")
           ->capture_default_str();
+      sub.add_flag("--no-connection-reuse", o->no_connection_reuse,
+                   "open a new connection to the backend for every request (default: reuse kept-alive ones)");
       sub.add_option("--queue-timeout-s", o->queue_timeout_s, "seconds a request may wait for a backend with room (then 429)")
           ->capture_default_str();
       return [o] { return run_router(*o); };

@@ -43,6 +43,7 @@
 #include "pagedkv/api/openai_request.h"
 #include "pagedkv/model/tokenizer/text_tokenizer.h"
 #include "pagedkv/router/backend_pool.h"
+#include "pagedkv/router/connection_pool.h"
 #include "pagedkv/router/router_metrics.h"
 #include "pagedkv/router/routing_policy.h"
 #include "pagedkv/router/upstream_call.h"
@@ -67,6 +68,7 @@ struct RouterOptions {
   // once. Beyond either: 429 with Retry-After.
   int max_queued = 256;
   std::chrono::milliseconds queue_timeout{30'000};
+  bool reuse_connections = true;  // kept-alive connections to the backends (connection_pool.h)
 };
 
 // What the router knows of the served model: enough to tokenize prompts as the backends do.
@@ -95,6 +97,7 @@ class RouterServer {
   void stop();
   int open_streams() const { return open_streams_.load(); }
   int queued() const { return queued_.load(); }
+  const ConnectionPool& connections() const { return connections_; }
 
   // Tokenizes and hashes one request body for `endpoint` (never throws: a request the router
   // cannot read is routed by load; its backend answers the error).
@@ -116,6 +119,7 @@ class RouterServer {
   RoutedModel model_;
   RouterMetrics& metrics_;
   std::unique_ptr<httplib::Server> http_;
+  ConnectionPool connections_;
   std::atomic<int> open_streams_{0};
   std::atomic<int> queued_{0};  // requests waiting for a backend with room
   std::atomic<uint64_t> turn_{0};  // which healthy backend answers the simple forwarded routes

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "pagedkv/router/backend_pool.h"
+#include "pagedkv/router/connection_pool.h"
 
 namespace httplib {
 class Client;
@@ -36,8 +37,10 @@ class UpstreamCall {
 
   // Starts the exchange: POST `path` with `body` (JSON) to `backend`, as request `request_id`
   // (sent as X-Request-Id; api/request_id.h).
+  // With `pool`, the exchange reuses a kept-alive connection (retried once on a fresh one if the
+  // backend had closed it) and hands its connection back when it ends cleanly.
   UpstreamCall(const BackendAddress& backend, std::string path, std::string body, const UpstreamOptions& options,
-               std::string request_id = {});
+               std::string request_id = {}, ConnectionPool* pool = nullptr);
   ~UpstreamCall();  // cancel() and join
   UpstreamCall(const UpstreamCall&) = delete;
   UpstreamCall& operator=(const UpstreamCall&) = delete;
@@ -66,7 +69,12 @@ class UpstreamCall {
  private:
   void run(std::string path, std::string body, std::string api_key, std::string request_id);
 
+  BackendAddress backend_;
+  UpstreamOptions options_;
+  ConnectionPool* pool_ = nullptr;
+  bool reused_connection_ = false;
   std::unique_ptr<httplib::Client> client_;
+  std::unique_ptr<httplib::Client> retired_client_;  // a reused connection replaced by a fresh one
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   State state_ = State::kWaiting;
