@@ -457,6 +457,16 @@ std::vector<TokenId> encode_bounded(const TextTokenizer& tokenizer, std::span<co
   return tokenizer.encode_parts(parts, add_bos);
 }
 
+void refuse_tools_in_built_in_template(const ChatTemplateInput& input, ChatTemplate chat_template) {
+  const bool tools = input.tools.is_array() && !input.tools.empty();
+  if (!tools && !has_tool_history(input.messages)) return;
+  throw ApiError(400,
+                 fmt::format("the served model's chat template (built-in '{}') has no tool format; serve a model whose "
+                             "file has a chat template with tools, or pass one with --chat-template",
+                             chat_template_name(chat_template)),
+                 tools ? "tools" : "messages", "unsupported_tools");
+}
+
 std::vector<PreparedPrompt> prepare_request(const CompletionRequest& request, const TextTokenizer& tokenizer,
                                             const ModelLimits& model, ChatTemplate chat_template,
                                             const ModelChatTemplate* model_template) {
@@ -472,13 +482,8 @@ std::vector<PreparedPrompt> prepare_request(const CompletionRequest& request, co
       throw ApiError(400, fmt::format("stop_token_ids names token {}, outside the vocabulary [0, {})", id, model.vocab_size),
                      "stop_token_ids", "invalid_token_id");
   std::vector<std::vector<TokenId>> prompts;
-  if (request.endpoint == ApiEndpoint::kChatCompletions && model_template == nullptr &&
-      (!request.tools.tools.empty() || has_tool_history(request.chat_input.messages)))
-    throw ApiError(400,
-                   fmt::format("the served model's chat template (built-in '{}') has no tool format; serve a model whose "
-                               "file has a chat template with tools, or pass one with --chat-template",
-                               chat_template_name(chat_template)),
-                   request.tools.tools.empty() ? "messages" : "tools", "unsupported_tools");
+  if (request.endpoint == ApiEndpoint::kChatCompletions && model_template == nullptr)
+    refuse_tools_in_built_in_template(request.chat_input, chat_template);
   if (request.endpoint == ApiEndpoint::kChatCompletions) {
     if (model_template != nullptr)
       prompts.push_back(encode_bounded(tokenizer, model_template->render(request.chat_input), false, model.max_model_len, "messages"));

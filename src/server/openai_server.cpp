@@ -192,6 +192,7 @@ void OpenAIServer::install_routes() {
 
   http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
     const api::TokenizeRequest request = api::parse_tokenize_request(req.body);
+    if (!request.prompt && !model_.model_template) api::refuse_tools_in_built_in_template(request.chat_input, model_.chat_template);
     // Messages: the same rendering /v1/chat/completions uses.
     const std::vector<TokenId> tokens =
         request.prompt ? api::encode_bounded(tokenizer_, *request.prompt, request.add_special_tokens, model_.limits.max_model_len, "prompt")

@@ -202,6 +202,8 @@ def test_built_in_template_refuses_tools():
         r = s.post("/v1/chat/completions", {"messages": MESSAGES, "tools": TOOLS, "max_tokens": 5})
         assert r.status_code == 400, r.text
         assert r.json()["error"]["code"] == "unsupported_tools"
+        r = s.post("/tokenize", {"messages": MESSAGES + [{"role": "tool", "tool_call_id": "a", "content": "x"}]})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "messages", r.text
 
 
 def test_openai_node_client_tool_calls(server):

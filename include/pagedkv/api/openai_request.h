@@ -129,6 +129,10 @@ std::vector<TokenId> encode_bounded(const TextTokenizer& tokenizer, std::span<co
 // when `model_template` is given, which prints BOS itself, else with `chat_template`), checks the
 // model name, token ids and that prompt + max_tokens fits the model length. The built-in
 // templates have no tool format: tools or tool-calling history with them are a 400.
+// ApiError 400 (code unsupported_tools) when a chat request rendered by a built-in template
+// (chat_template.h: none has a tool format) has tools or tool-calling history.
+void refuse_tools_in_built_in_template(const ChatTemplateInput& input, ChatTemplate chat_template);
+
 std::vector<PreparedPrompt> prepare_request(const CompletionRequest& request, const TextTokenizer& tokenizer,
                                             const ModelLimits& model, ChatTemplate chat_template = ChatTemplate::kDefault,
                                             const ModelChatTemplate* model_template = nullptr);
