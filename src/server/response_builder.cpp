@@ -146,6 +146,10 @@ std::vector<std::string> ResponseBuilder::apply(const ChoiceUpdate& u) {
       out.content += rest.content;
       for (api::ToolCall& call : rest.calls) out.calls.push_back(std::move(call));
     }
+    // parallel_tool_calls: false returns the first call only (vLLM's rule; the grammar of a
+    // forced call already allows just one).
+    if (!request_.tools.parallel_calls && out.calls.size() + c.calls.size() > 1)
+      out.calls.resize(c.calls.empty() ? 1 : 0);
     const size_t first_call = c.calls.size();
     c.calls.insert(c.calls.end(), out.calls.begin(), out.calls.end());
     // OpenAI's reason when the answer calls tools (a length cut keeps "length").

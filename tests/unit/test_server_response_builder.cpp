@@ -152,10 +152,12 @@ struct ToolAnswer {
   std::vector<json> chunks;
 };
 
-ToolAnswer tool_answer(const Tokenizer& tokenizer, const std::string& output, bool stream, FinishReason end) {
+ToolAnswer tool_answer(const Tokenizer& tokenizer, const std::string& output, bool stream, FinishReason end,
+                       bool parallel = true) {
   const json body = {{"messages", {{{"role", "user"}, {"content", "Hi"}}}},
                      {"tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}}},
-                     {"stream", stream}};
+                     {"stream", stream},
+                     {"parallel_tool_calls", parallel}};
   const CompletionRequest req = parse(body, ApiEndpoint::kChatCompletions);
   const auto parser = api::make_tool_call_parser("hermes");
   ResponseBuilder b(req, tokenizer, "chatcmpl-1", "m", 1, 1, parser.get(), 42);
@@ -207,6 +209,22 @@ TEST_F(Tok512Fixture, ToolCallsWholeAndStreamed) {
   EXPECT_EQ(call_deltas[1]["function"]["arguments"], R"({"a":1})");
   EXPECT_EQ(streamed.chunks.back()["choices"][0]["finish_reason"], "tool_calls");
   EXPECT_EQ(streamed.chunks.front()["choices"][0]["delta"]["role"], "assistant");
+}
+
+TEST_F(Tok512Fixture, ParallelToolCallsFalseKeepsTheFirstCall) {
+  const std::string call = "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>";
+  for (const bool stream : {false, true}) {
+    const ToolAnswer two = tool_answer(*tokenizer_, call + call, stream, FinishReason::kStop);
+    EXPECT_EQ(two.response["choices"][0]["message"]["tool_calls"].size(), 2u);
+    const ToolAnswer one = tool_answer(*tokenizer_, call + call + call, stream, FinishReason::kStop, false);
+    EXPECT_EQ(one.response["choices"][0]["message"]["tool_calls"].size(), 1u);
+    size_t streamed_calls = 0;
+    for (const json& c : one.chunks)
+      if (c["choices"][0]["delta"].contains("tool_calls") && c["choices"][0]["delta"]["tool_calls"][0].contains("id"))
+        ++streamed_calls;
+    EXPECT_EQ(streamed_calls, stream ? 1u : 0u);
+    EXPECT_EQ(one.response["choices"][0]["message"]["content"], nullptr);  // the dropped calls are not text
+  }
 }
 
 TEST_F(Tok512Fixture, ToolCallCutByLengthStaysText) {

@@ -6,8 +6,8 @@
 //                        Schema object (absent: no arguments).
 //   tool_choice:         "none" | "auto" | "required" | {"type": "function", "function": {"name"}}
 //                        (default "auto" with tools, "none" without).
-//   parallel_tool_calls: false allows one call per answer (only enforceable when the call is
-//                        forced; with "auto" the parsed calls are returned as the model wrote them).
+//   parallel_tool_calls: false allows one call per answer (forced: the grammar allows one; "auto":
+//                        the first call the model wrote is returned, as vLLM does).
 #pragma once
 
 #include <cstddef>
