@@ -351,6 +351,107 @@ class TaggedArrayParser final : public ToolCallParser {
   bool mistral_;
 };
 
+// DeepSeek V3 / R1: the calls in one block of the vocabulary's markers,
+//   <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```<｜tool▁call▁end｜>
+//   (\n and more calls)<｜tool▁calls▁end｜>
+class DeepSeekParser final : public ToolCallParser {
+ public:
+  static constexpr std::string_view kBlockOpen = "<｜tool▁calls▁begin｜>", kBlockClose = "<｜tool▁calls▁end｜>";
+  static constexpr std::string_view kCallOpen = "<｜tool▁call▁begin｜>", kCallClose = "<｜tool▁call▁end｜>";
+  static constexpr std::string_view kSep = "<｜tool▁sep｜>";
+
+  std::string_view name() const override { return "deepseek_v3"; }
+
+  ToolCallScan scan(std::string_view rest, bool, bool at_end) const override {
+    const size_t open = rest.find(kBlockOpen);
+    if (open == std::string_view::npos) {
+      if (at_end) return text_until(rest.size());
+      const size_t partial = partial_tag_start(rest, kBlockOpen);
+      if (partial == std::string_view::npos) return text_until(rest.size());
+      return partial > 0 ? text_until(partial) : need_more();
+    }
+    if (open > 0) return text_until(open);
+    const size_t close = rest.find(kBlockClose, kBlockOpen.size());
+    if (close == std::string_view::npos) {
+      if (!at_end) return need_more();
+      // The output ended inside the block (max_tokens): its complete calls are calls, the rest text.
+      size_t used = 0;
+      std::optional<std::vector<ToolCall>> c = calls_in(rest.substr(kBlockOpen.size()), &used);
+      return c ? calls_until(kBlockOpen.size() + used, std::move(*c)) : text_until(kBlockOpen.size());
+    }
+    const size_t end = close + kBlockClose.size();
+    if (std::optional<std::vector<ToolCall>> c = calls_in(rest.substr(kBlockOpen.size(), close - kBlockOpen.size())))
+      return calls_until(end, std::move(*c));
+    return text_until(end);
+  }
+
+  std::string forced_call_grammar(std::span<const ToolDefinition> tools, bool parallel) const override {
+    // The name is outside the JSON: each tool's arguments grammar follows its own name.
+    try {
+      grammar::Grammar g;
+      std::vector<grammar::ExprId> alternatives;
+      for (size_t i = 0; i < tools.size(); ++i) {
+        ordered_json params = tools[i].parameters;
+        if (params.empty()) params = {{"type", "object"}, {"properties", ordered_json::object()}};
+        const grammar::Grammar args = grammar::json_schema_grammar(params.dump(), {}, {});
+        const grammar::RuleId root = g.import_grammar(args, fmt::format("t{}-", i));
+        alternatives.push_back(g.sequence({g.literal(fmt::format("{}function{}{}\n```json\n", kCallOpen, kSep, tools[i].name)),
+                                           g.ref(root), g.literal(fmt::format("\n```{}", kCallClose))}));
+      }
+      const grammar::ExprId call = g.choice(std::move(alternatives));
+      const grammar::RuleId root = g.rule_named("root");
+      g.define_rule(root, g.sequence({g.literal(kBlockOpen), calls_expr(g, call, "\n", parallel), g.literal(kBlockClose)}));
+      g.set_root(root);
+      return g.to_gbnf();
+    } catch (const grammar::GrammarError& e) {
+      throw ApiError(400, fmt::format("a tool's parameters cannot constrain a forced call: {}", e.what()), "tools",
+                     "invalid_grammar");
+    }
+  }
+
+ private:
+  // The calls between the block's markers (white space between calls allowed). With `used`, the
+  // block may end in an incomplete call: the complete ones before it are returned and `used` says
+  // where they end.
+  static std::optional<std::vector<ToolCall>> calls_in(std::string_view block, size_t* used = nullptr) {
+    static constexpr std::string_view kFence = "```json", kFenceEnd = "```";
+    std::vector<ToolCall> out;
+    size_t i = skip_space(block, 0);
+    while (i < block.size()) {
+      if (block.substr(i, kCallOpen.size()) != kCallOpen) break;
+      const size_t close = block.find(kCallClose, i);
+      if (close == std::string_view::npos) break;
+      std::string_view call = block.substr(i + kCallOpen.size(), close - i - kCallOpen.size());
+      const size_t sep = call.find(kSep);
+      if (sep == std::string_view::npos) return std::nullopt;  // the type before it ("function") is not checked
+      call.remove_prefix(sep + kSep.size());
+      const size_t newline = call.find('\n');
+      if (newline == std::string_view::npos || newline == 0) return std::nullopt;
+      ToolCall c;
+      c.name = std::string(call.substr(0, newline));
+      const auto trim = [](std::string_view t) {
+        t.remove_prefix(skip_space(t, 0));
+        while (!t.empty() && is_space(t.back())) t.remove_suffix(1);
+        return t;
+      };
+      std::string_view args = trim(call.substr(newline + 1));
+      if (args.starts_with(kFence) && args.ends_with(kFenceEnd) && args.size() >= kFence.size() + kFenceEnd.size())
+        args = trim(args.substr(kFence.size(), args.size() - kFence.size() - kFenceEnd.size()));
+      size_t end = 0;
+      if (args.empty() || args[0] != '{' || json_container_span(args, end) != JsonSpan::kComplete || end != args.size())
+        return std::nullopt;
+      std::optional<ordered_json> parsed = parse_json(args);
+      if (!parsed || !parsed->is_object() || c.name.find_first_of(" \t\r<>") != std::string::npos) return std::nullopt;
+      c.arguments = parsed->dump(-1, ' ', false, ordered_json::error_handler_t::replace);
+      out.push_back(std::move(c));
+      if (used != nullptr) *used = close + kCallClose.size();
+      i = skip_space(block, close + kCallClose.size());
+    }
+    if (out.empty() || (used == nullptr && i < block.size())) return std::nullopt;
+    return out;
+  }
+};
+
 }  // namespace
 
 std::string ToolCallParser::new_call_id(std::mt19937_64& random) const { return "call_" + random_alnum(random, 24); }
@@ -389,16 +490,18 @@ std::shared_ptr<const ToolCallParser> make_tool_call_parser(std::string_view nam
   if (name == "llama3_json") return std::make_shared<Llama3JsonParser>();
   if (name == "mistral") return std::make_shared<TaggedArrayParser>("mistral", "[TOOL_CALLS]", true);
   if (name == "granite") return std::make_shared<TaggedArrayParser>("granite", "<|tool_call|>", false);
+  if (name == "deepseek_v3") return std::make_shared<DeepSeekParser>();
   throw ConfigError(fmt::format("unknown tool-call parser '{}' (known: {})", name, tool_call_parser_names()));
 }
 
-std::string_view tool_call_parser_names() { return "auto, hermes, llama3_json, mistral, granite, none"; }
+std::string_view tool_call_parser_names() { return "auto, hermes, llama3_json, mistral, granite, deepseek_v3, none"; }
 
 std::string_view detect_tool_call_syntax(std::string_view source) {
   const auto has = [source](std::string_view s) { return source.find(s) != std::string_view::npos; };
   if (has("<tool_call>")) return "hermes";
   if (has("[TOOL_CALLS]")) return "mistral";
   if (has("<|tool_call|>")) return "granite";
+  if (has("<｜tool▁calls▁begin｜>")) return "deepseek_v3";
   if (has("<|python_tag|>") || (has("<|start_header_id|>") && has("\"parameters\""))) return "llama3_json";
   return "";
 }

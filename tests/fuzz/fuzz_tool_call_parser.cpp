@@ -1,9 +1,9 @@
 // libFuzzer target: the tool-call parsers reading model output (hermes, llama3_json, mistral,
-// granite), and the tools of a request turned into the grammars that force a call. Properties:
+// granite, deepseek_v3), and the tools of a request turned into the grammars that force a call. Properties:
 // never a crash; the output read whole and read in pieces gives the same content and calls;
 // every call's arguments are a JSON object; a forced-call grammar either is GBNF the grammar
 // layer reads back or the request is refused with an ApiError (a 400).
-// Input: byte 0 picks the parser (low 2 bits) and the mode (bit 7: tools JSON, else model
+// Input: byte 0 picks the parser (low 7 bits, modulo their number) and the mode (bit 7: tools JSON, else model
 // output); byte 1 seeds the piece sizes; the rest is the text.
 #include <cstddef>
 #include <cstdint>
@@ -85,13 +85,13 @@ void forced_grammar(const ToolCallParser& parser, std::string_view text) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
-  static const char* kNames[] = {"hermes", "llama3_json", "mistral", "granite"};
+  static const char* kNames[] = {"hermes", "llama3_json", "mistral", "granite", "deepseek_v3"};
   static const auto parsers = [] {
     std::vector<std::shared_ptr<const ToolCallParser>> out;
     for (const char* name : kNames) out.push_back(make_tool_call_parser(name));
     return out;
   }();
-  const ToolCallParser& parser = *parsers[data[0] & 3];
+  const ToolCallParser& parser = *parsers[(data[0] & 0x7f) % parsers.size()];
   const std::string_view text(reinterpret_cast<const char*>(data + 2), size - 2);
   if (data[0] & 0x80) forced_grammar(parser, text);
   else read_output(parser, text, data[1]);

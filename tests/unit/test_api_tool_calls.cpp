@@ -182,6 +182,35 @@ TEST(ToolCallParser, Granite) {
   EXPECT_EQ(p.calls[0].arguments, R"({"q":"x"})");
 }
 
+TEST(ToolCallParser, DeepSeek) {
+  const auto parser = make_tool_call_parser("deepseek_v3");
+  const std::string block =
+      "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Oslo\"}\n```"
+      "<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{}\n```<｜tool▁call▁end｜>"
+      "<｜tool▁calls▁end｜>";
+  Parsed p = read_checked(*parser, "Checking." + block);
+  EXPECT_EQ(p.content, "Checking.");
+  ASSERT_EQ(p.calls.size(), 2u);
+  EXPECT_EQ(p.calls[0].name, "get_weather");
+  EXPECT_EQ(p.calls[0].arguments, R"({"city":"Oslo"})");
+  EXPECT_EQ(p.calls[1].name, "get_time");
+  for (const std::string text : {"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{\"a\": }\n```"
+                                 "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+                                 "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{}, \"x\": {}\n```"
+                                 "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+                                 "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n{}"}) {
+    p = read_checked(*parser, text);
+    EXPECT_TRUE(p.calls.empty()) << text;
+    EXPECT_EQ(p.content, text);
+  }
+  // Cut by max_tokens inside the block: the complete calls are calls, the rest text.
+  p = read_checked(*parser, block.substr(0, block.find("get_time") + 4));
+  ASSERT_EQ(p.calls.size(), 1u);
+  EXPECT_EQ(p.calls[0].name, "get_weather");
+  EXPECT_EQ(p.content, "<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_");
+  EXPECT_EQ(detect_tool_call_syntax("{{'<｜tool▁calls▁begin｜>'}}"), "deepseek_v3");
+}
+
 TEST(ToolCallParser, NamesAndDetection) {
   EXPECT_EQ(make_tool_call_parser("none"), nullptr);
   EXPECT_THROW(make_tool_call_parser("pythonic"), ConfigError);
@@ -235,6 +264,14 @@ TEST(ForcedToolCall, GrammarsAcceptExactlyValidCalls) {
       {"llama3_json", "{\"name\":\"get_weather\",\"parameters\":{\"city\":\"Oslo\",\"days\":3}}",
        "{\"name\":\"get_time\",\"parameters\":{}}; {\"name\":\"get_time\",\"parameters\":{}}",
        "{\"name\":\"get_weather\",\"parameters\":{\"city\":\"Oslo\"}}", "{\"name\":\"other\",\"parameters\":{}}"},
+      {"deepseek_v3",
+       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\":\"Oslo\",\"days\":3}"
+       "\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{}\n```<｜tool▁call▁end｜>\n"
+       "<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{\"city\":\"Oslo\",\"days\":3}"
+       "\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>other\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"},
       {"mistral", "[TOOL_CALLS][{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Oslo\",\"days\":3}}]",
        "[TOOL_CALLS][{\"name\":\"get_time\",\"arguments\":{}},{\"name\":\"get_time\",\"arguments\":{}}]",
        "[TOOL_CALLS][{\"name\":\"get_weather\",\"arguments\":{\"days\":3}}]", "[TOOL_CALLS][{\"name\":\"x\",\"arguments\":{}}]"},

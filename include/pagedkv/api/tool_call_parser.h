@@ -8,6 +8,9 @@
 //   mistral      [TOOL_CALLS][{"name": "f", "arguments": {...}}, ...]   and the newer
 //                [TOOL_CALLS]f[ARGS]{...} (Mistral Small 3.2); ids are 9 letters and digits, which
 //                Mistral's templates require when the call comes back in the history.
+//   granite      <|tool_call|>[{"name": "f", "arguments": {...}}]   (Granite 3.x)
+//   deepseek_v3  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{...}\n```
+//                <｜tool▁call▁end｜>...<｜tool▁calls▁end｜>   (DeepSeek V3, R1 and its distillations)
 //
 // A parser reads the output piece by piece (ToolCallReader drives it), so streamed and whole
 // answers split the same text the same way: scan() decides a prefix of the undecided text only
@@ -64,12 +67,14 @@ class ToolCallParser {
   virtual std::string new_call_id(std::mt19937_64& random) const;
 };
 
-// The parser named `name` ("hermes", "llama3_json", "mistral"); nullptr for "none". Throws
+// The parser named `name` ("hermes", "llama3_json", "mistral", "granite", "deepseek_v3"); nullptr
+// for "none". Throws
 // ConfigError for an unknown name.
 std::shared_ptr<const ToolCallParser> make_tool_call_parser(std::string_view name);
 
 // The syntax a Jinja chat template writes calls in, from its text (<tool_call>, [TOOL_CALLS],
-// <|python_tag|> or Llama 3's "parameters" JSON); "" when it shows none.
+// <|tool_call|>, DeepSeek's markers, <|python_tag|> or Llama 3's "parameters" JSON); "" when it
+// shows none.
 std::string_view detect_tool_call_syntax(std::string_view template_source);
 
 // The names make_tool_call_parser knows, for --help and error messages.
