@@ -274,7 +274,7 @@ class TaggedArrayParser final : public ToolCallParser {
     if (rest[i] == '[') {
       size_t end = 0;
       switch (json_container_span(rest.substr(i), end)) {
-        case JsonSpan::kIncomplete: return at_end ? text_until(tag_.size()) : need_more();
+        case JsonSpan::kIncomplete: return at_end ? complete_calls_of_cut_list(rest, i) : need_more();
         case JsonSpan::kInvalid: return text_until(tag_.size());
         case JsonSpan::kComplete: break;
       }
@@ -303,6 +303,26 @@ class TaggedArrayParser final : public ToolCallParser {
     if (json_container_span(rest.substr(start), end) != JsonSpan::kComplete) return std::nullopt;
     if (whole && skip_space(rest, start + end) != rest.size()) return std::nullopt;
     return calls_from_array(rest.substr(start, end), {"arguments", "parameters"});
+  }
+
+  // The output ended inside the list starting at `i` (max_tokens): its complete calls are calls,
+  // the rest text.
+  ToolCallScan complete_calls_of_cut_list(std::string_view rest, size_t i) const {
+    std::vector<ToolCall> out;
+    size_t used = 0;
+    for (size_t k = skip_space(rest, i + 1); k < rest.size() && rest[k] == '{';) {
+      size_t end = 0;
+      if (json_container_span(rest.substr(k), end) != JsonSpan::kComplete) break;
+      std::optional<ordered_json> j = parse_json(rest.substr(k, end));
+      std::optional<ToolCall> c = j ? call_from_object(*j, {"arguments", "parameters"}) : std::nullopt;
+      if (!c) break;
+      out.push_back(std::move(*c));
+      used = k + end;
+      k = skip_space(rest, used);
+      if (k >= rest.size() || rest[k] != ',') break;
+      k = skip_space(rest, k + 1);
+    }
+    return out.empty() ? text_until(tag_.size()) : calls_until(used, std::move(out));
   }
 
   // [TOOL_CALLS]name[ARGS]{...} or [TOOL_CALLS]name[CALL_ID]id[ARGS]{...}, the name at `i`.

@@ -164,6 +164,11 @@ TEST(ToolCallParser, MistralBothForms) {
   EXPECT_EQ(p.calls[0].name, "get_weather");
   EXPECT_EQ(p.calls[0].arguments, R"({"city":"Rome"})");
   EXPECT_EQ(p.calls[1].name, "get_time");
+  // Cut by max_tokens inside the list: the complete calls are calls, the rest text.
+  p = read_checked(*parser, "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {}}, {\"name\": \"b\", \"argu");
+  ASSERT_EQ(p.calls.size(), 1u);
+  EXPECT_EQ(p.calls[0].name, "a");
+  EXPECT_EQ(p.content, ", {\"name\": \"b\", \"argu");
   // The control token left out of the decoded text: a bare array of calls.
   p = read_checked(*parser, "[{\"name\": \"a\", \"arguments\": {}}]");
   ASSERT_EQ(p.calls.size(), 1u);
