@@ -14,7 +14,7 @@ TEMPLATE_SOURCES="src/template/lexer.cpp src/template/parser.cpp src/template/va
 MODEL_SOURCES="$(ls src/model/*.cpp | grep -v model_file.cpp | tr "\n" " ") $(echo src/model/format/*.cpp src/model/quant/*.cpp src/kernels/*.cpp src/storage/*.cpp src/core/*.cpp)"
 declare -A SOURCES=(
   # target           sources it needs besides its own file (kept small: no engine)
-  [openai_request]="src/api/openai_request.cpp src/api/request_fields.cpp src/api/api_error.cpp src/api/chat_template.cpp src/api/model_chat_template.cpp src/api/stop_string_matcher.cpp src/model/tokenizer/text_tokenizer.cpp $TEMPLATE_SOURCES"
+  [openai_request]="src/api/openai_request.cpp src/api/request_fields.cpp src/api/tool_definitions.cpp src/api/api_error.cpp src/api/chat_template.cpp src/api/model_chat_template.cpp src/api/stop_string_matcher.cpp src/model/tokenizer/text_tokenizer.cpp $TEMPLATE_SOURCES"
   [gguf_model]="$MODEL_SOURCES"
   [gguf_file]="src/model/format/gguf_file.cpp src/model/format/tensor_type.cpp src/model/format/block_formats.cpp"
   [llama2c_tokenizer]="src/model/tokenizer/tokenizer.cpp src/model/tokenizer/text_tokenizer.cpp"
@@ -26,6 +26,7 @@ declare -A SOURCES=(
   [kv_events_page]="src/api/kv_events_wire.cpp src/api/kv_event_log.cpp src/block/kv_events.cpp src/core/block_hash.cpp src/core/kv_cache_spec.cpp src/core/dtype.cpp"
   [grammar]="src/grammar/grammar.cpp src/grammar/regex_grammar.cpp src/grammar/gbnf_grammar.cpp src/grammar/json_schema_grammar.cpp src/grammar/byte_automaton.cpp src/grammar/compiled_grammar.cpp src/grammar/grammar_matcher.cpp src/grammar/token_vocabulary.cpp src/grammar/token_bitmask.cpp"
   [chat_template]="$TEMPLATE_SOURCES"
+  [tool_call_parser]="src/api/tool_call_parser.cpp src/api/tool_call_reader.cpp src/api/tool_definitions.cpp src/api/api_error.cpp src/grammar/grammar.cpp src/grammar/regex_grammar.cpp src/grammar/gbnf_grammar.cpp src/grammar/json_schema_grammar.cpp src/grammar/byte_automaton.cpp src/grammar/compiled_grammar.cpp src/grammar/grammar_matcher.cpp src/grammar/token_vocabulary.cpp src/grammar/token_bitmask.cpp"
   [tier_values]="src/storage/key_rotation.cpp src/tiers/disk_slot_format.cpp src/tiers/remote_value_format.cpp src/tiers/tier_types.cpp src/tiers/payload_checksum_avx2.cpp src/storage/cpu_isa.cpp src/core/block_hash.cpp src/core/kv_cache_spec.cpp src/core/dtype.cpp"
 )
 # Libraries (pkg-config names) a target links besides fmt.

@@ -6,6 +6,7 @@
 
 #include "pagedkv/core/error.h"
 #include "pagedkv/api/api_error.h"
+#include "pagedkv/api/tool_definitions.h"
 
 namespace pagedkv::api {
 
@@ -41,7 +42,7 @@ ChatTemplateInput parse_chat_template_input(std::string_view body) {
   const ordered_json j = ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
   ChatTemplateInput in;
   if (!j.is_object()) return in;
-  if (auto it = j.find("messages"); it != j.end()) in.messages = *it;
+  if (auto it = j.find("messages"); it != j.end()) in.messages = messages_for_template(*it);
   if (auto it = j.find("tools"); it != j.end() && !it->is_null()) {
     if (!it->is_array()) throw ApiError(400, "'tools' must be a list", "tools", "invalid_type");
     if (!it->empty()) in.tools = *it;

@@ -117,8 +117,8 @@ std::vector<ChatMessage> parse_messages(const json& m) {
     const json* role = field(e, "role");
     if (role == nullptr || !role->is_string()) throw bad("messages", "each message needs a string 'role'", "invalid_type");
     const std::string r = role->get<std::string>();
-    if (r != "system" && r != "developer" && r != "user" && r != "assistant")
-      throw bad("messages", fmt::format("unsupported message role '{}' (system, developer, user, assistant)", r));
+    if (r != "system" && r != "developer" && r != "user" && r != "assistant" && r != "tool")
+      throw bad("messages", fmt::format("unsupported message role '{}' (system, developer, user, assistant, tool)", r));
     const json* content = field(e, "content");
     messages.push_back({r, content == nullptr ? std::string() : message_content(*content)});
   }
@@ -270,6 +270,7 @@ CompletionRequest parse_completion_request(std::string_view body, ApiEndpoint en
     if (m == nullptr) throw bad("messages", "'messages' is required", "missing_field");
     r.messages = parse_messages(*m);
     r.chat_input = parse_chat_template_input(body);
+    r.tools = parse_tool_request(ojson::parse(body, nullptr, /*allow_exceptions=*/false));
   } else {
     const json* p = field(j, "prompt");
     if (p == nullptr) throw bad("prompt", "'prompt' is required", "missing_field");
@@ -384,6 +385,14 @@ CompletionRequest parse_completion_request(std::string_view body, ApiEndpoint en
   }
   if (r.use_beam_search && r.structured_output)
     throw bad(r.structured_output->param, "structured output does not work with beam search ('use_beam_search')");
+  if (r.tools.parses_calls() && r.use_beam_search)
+    throw bad("tools", "tool calls are not parsed from beam search hypotheses; leave out 'use_beam_search' or set "
+                       "'tool_choice' to \"none\"");
+  if (r.tools.forces_calls() && r.structured_output)
+    throw bad(r.structured_output->param,
+              fmt::format("'tool_choice' forces a tool call, which '{}' would constrain too; give one of them",
+                          r.structured_output->param),
+              "conflicting_fields");
   return r;
 }
 
@@ -448,6 +457,16 @@ std::vector<TokenId> encode_bounded(const TextTokenizer& tokenizer, std::span<co
   return tokenizer.encode_parts(parts, add_bos);
 }
 
+void refuse_tools_in_built_in_template(const ChatTemplateInput& input, ChatTemplate chat_template) {
+  const bool tools = input.tools.is_array() && !input.tools.empty();
+  if (!tools && !has_tool_history(input.messages)) return;
+  throw ApiError(400,
+                 fmt::format("the served model's chat template (built-in '{}') has no tool format; serve a model whose "
+                             "file has a chat template with tools, or pass one with --chat-template",
+                             chat_template_name(chat_template)),
+                 tools ? "tools" : "messages", "unsupported_tools");
+}
+
 std::vector<PreparedPrompt> prepare_request(const CompletionRequest& request, const TextTokenizer& tokenizer,
                                             const ModelLimits& model, ChatTemplate chat_template,
                                             const ModelChatTemplate* model_template) {
@@ -463,6 +482,8 @@ std::vector<PreparedPrompt> prepare_request(const CompletionRequest& request, co
       throw ApiError(400, fmt::format("stop_token_ids names token {}, outside the vocabulary [0, {})", id, model.vocab_size),
                      "stop_token_ids", "invalid_token_id");
   std::vector<std::vector<TokenId>> prompts;
+  if (request.endpoint == ApiEndpoint::kChatCompletions && model_template == nullptr)
+    refuse_tools_in_built_in_template(request.chat_input, chat_template);
   if (request.endpoint == ApiEndpoint::kChatCompletions) {
     if (model_template != nullptr)
       prompts.push_back(encode_bounded(tokenizer, model_template->render(request.chat_input), false, model.max_model_len, "messages"));

@@ -62,9 +62,9 @@ const std::vector<FieldRule>& rules() {
         {"service_tier", kChatOnly, Support::kInformational},
         {"prompt_cache_key", kChatOnly, Support::kInformational},
         {"safety_identifier", kChatOnly, Support::kInformational},
-        {"parallel_tool_calls", kChatOnly, Support::kInformational},  // meaningful only with tools
-        {"tools", kChatOnly, Support::kUnimplemented, {empty_list}},
-        {"tool_choice", kChatOnly, Support::kUnimplemented, {"none"}},
+        {"parallel_tool_calls", kChatOnly, Support::kImplemented},
+        {"tools", kChatOnly, Support::kImplemented},
+        {"tool_choice", kChatOnly, Support::kImplemented},
         {"functions", kChatOnly, Support::kUnimplemented, {empty_list}},
         {"function_call", kChatOnly, Support::kUnimplemented, {"none"}},
         {"response_format", kBoth, Support::kImplemented},

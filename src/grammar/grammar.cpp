@@ -125,6 +125,23 @@ RuleId Grammar::add_rule(std::string_view name_prefix) {
 
 void Grammar::define_rule(RuleId rule, ExprId body) { rules_[static_cast<size_t>(rule)].body = body; }
 
+RuleId Grammar::import_grammar(const Grammar& other, std::string_view name_prefix) {
+  other.check_complete();
+  std::vector<RuleId> rules;
+  for (const Rule& r : other.rules_) rules.push_back(add_rule(fmt::format("{}{}", name_prefix, r.name)));
+  // Appended in order, expression i of `other` becomes base + i (children come before parents
+  // or anywhere else in the arena: every index shifts by the same amount).
+  const ExprId base = num_exprs();
+  for (const Expr& from : other.exprs_) {
+    Expr e = from;
+    for (ExprId& c : e.children) c += base;
+    if (e.kind == ExprKind::kRuleRef) e.rule = rules[static_cast<size_t>(e.rule)];
+    add(std::move(e));
+  }
+  for (size_t i = 0; i < other.rules_.size(); ++i) define_rule(rules[i], other.rules_[i].body + base);
+  return rules[static_cast<size_t>(other.root_)];
+}
+
 void Grammar::check_complete() const {
   if (root_ < 0) throw GrammarError("the grammar has no root rule");
   for (const Rule& r : rules_)

@@ -195,6 +195,7 @@ void OpenAIServer::install_routes() {
 
   http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
     const api::TokenizeRequest request = api::parse_tokenize_request(req.body);
+    if (!request.prompt && !model_.model_template) api::refuse_tools_in_built_in_template(request.chat_input, model_.chat_template);
     // Messages: the same rendering /v1/chat/completions uses.
     const std::vector<TokenId> tokens =
         request.prompt ? api::encode_bounded(tokenizer_, *request.prompt, request.add_special_tokens, model_.limits.max_model_len, "prompt")
@@ -226,6 +227,23 @@ void OpenAIServer::install_routes() {
       auto request = std::make_shared<api::CompletionRequest>(api::parse_completion_request(req.body, endpoint, options_.limits));
       std::vector<api::PreparedPrompt> prompts = api::prepare_request(*request, tokenizer_, model_.limits, model_.chat_template,
                                                                   model_.model_template.get());
+      // Tool calls: read out of the output, and forced by a grammar of the model's call syntax
+      // with tool_choice "required" or a named function.
+      const api::ToolCallParser* tool_parser = nullptr;
+      if (request->tools.parses_calls()) {
+        if (!model_.tool_parser)
+          throw api::ApiError(400,
+                              "the served model's chat template shows no tool-call format this server reads; start it "
+                              "with --tool-call-parser NAME (or send tool_choice \"none\")",
+                              "tools", "unsupported_tools");
+        tool_parser = model_.tool_parser.get();
+        if (request->tools.forces_calls()) {
+          const std::vector<api::ToolDefinition> callable = request->tools.callable();
+          request->structured_output = api::StructuredOutputRequest{
+              grammar::GrammarKind::kGbnf, tool_parser->forced_call_grammar(callable, request->tools.parallel_calls),
+              "tool_choice"};
+        }
+      }
       // Structured output: compiled here (the cache's, or now), never on the engine thread.
       std::shared_ptr<const grammar::CompiledGrammar> grammar;
       if (request->structured_output) grammar = compile(*request->structured_output);
@@ -274,7 +292,8 @@ void OpenAIServer::install_routes() {
       res.set_header(api::kRequestIdHeader, request_id);
       auto builder = std::make_shared<ResponseBuilder>(*request, tokenizer_,
                                                        fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", request_id),
-                                                       model_.limits.served_model_name, unix_now(), num_prompts);
+                                                       model_.limits.served_model_name, unix_now(), num_prompts,
+                                                       tool_parser, ids().next());
       auto disconnect = std::make_shared<api::DisconnectCheck>(peer, kPollInterval);
 
       if (!request->stream) {

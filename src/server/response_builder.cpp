@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <utility>
+
 namespace pagedkv::server {
 
 std::string json_text(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
@@ -33,7 +35,8 @@ std::string detokenize(const TextTokenizer& tokenizer, std::span<const TokenId> 
 }
 
 ResponseBuilder::ResponseBuilder(const api::CompletionRequest& request, const TextTokenizer& tokenizer, std::string id,
-                                 std::string model, int64_t created, int num_prompts)
+                                 std::string model, int64_t created, int num_prompts,
+                                 const api::ToolCallParser* tool_parser, uint64_t call_id_seed)
     : request_(request),
       tokenizer_(tokenizer),
       id_(std::move(id)),
@@ -45,7 +48,10 @@ ResponseBuilder::ResponseBuilder(const api::CompletionRequest& request, const Te
       cached_tokens_(static_cast<size_t>(num_prompts), 0) {
   const size_t n = static_cast<size_t>(num_prompts) * static_cast<size_t>(request.n);
   choices_.reserve(n);
-  for (size_t i = 0; i < n; ++i) choices_.emplace_back(request.stop);
+  for (size_t i = 0; i < n; ++i) {
+    choices_.emplace_back(request.stop);
+    if (tool_parser != nullptr && chat_) choices_.back().tool_reader.emplace(*tool_parser, call_id_seed + i);
+  }
   completion_chunk_head_ = fmt::format(R"({{"id":{},"object":"text_completion","created":{},"model":{},"choices":[{{"index":)",
                                        json_text(id_), created_, json_text(model_));
 }
@@ -133,6 +139,32 @@ std::vector<std::string> ResponseBuilder::apply(const ChoiceUpdate& u) {
     emitted += c.matcher.finish();
     reason = finish_reason_text(u.finish_reason);
   }
+  if (c.tool_reader) {
+    api::ToolCallReader::Output out = c.tool_reader->append(emitted);
+    if (reason != nullptr) {
+      api::ToolCallReader::Output rest = c.tool_reader->finish();
+      out.content += rest.content;
+      for (api::ToolCall& call : rest.calls) out.calls.push_back(std::move(call));
+    }
+    // parallel_tool_calls: false returns the first call only (vLLM's rule; the grammar of a
+    // forced call already allows just one).
+    if (!request_.tools.parallel_calls && out.calls.size() + c.calls.size() > 1)
+      out.calls.resize(c.calls.empty() ? 1 : 0);
+    const size_t first_call = c.calls.size();
+    c.calls.insert(c.calls.end(), out.calls.begin(), out.calls.end());
+    // OpenAI's reason when the answer calls tools (a length cut keeps "length").
+    if (reason != nullptr && std::string_view(reason) == "stop" && !c.calls.empty()) reason = "tool_calls";
+    if (reason != nullptr) {
+      c.finished = true;
+      c.finish_reason = reason;
+      ++finished_choices_;
+    }
+    c.text += out.content;
+    const bool first = !c.started;
+    c.started = true;
+    if (!streaming_) return {};
+    return tool_chunks(u.choice, out, first_call, lp, reason, first);
+  }
   if (reason != nullptr) {
     c.finished = true;
     c.finish_reason = reason;
@@ -177,6 +209,42 @@ std::string ResponseBuilder::chunk(int index, const std::string& text, const jso
                {"choices", json::array({choice})}});
 }
 
+std::string ResponseBuilder::chat_chunk(int index, json delta, const json& logprobs, const char* finish_reason) const {
+  json choice{{"index", index},
+              {"delta", std::move(delta)},
+              {"logprobs", logprobs.is_null() ? json(nullptr) : logprobs},
+              {"finish_reason", finish_reason ? json(finish_reason) : json(nullptr)}};
+  return json_text({{"id", id_},
+                    {"object", "chat.completion.chunk"},
+                    {"created", created_},
+                    {"model", model_},
+                    {"choices", json::array({std::move(choice)})}});
+}
+
+std::vector<std::string> ResponseBuilder::tool_chunks(int index, const api::ToolCallReader::Output& out, size_t first_call,
+                                                      const json& logprobs, const char* finish_reason, bool first) const {
+  std::vector<std::string> chunks;
+  json lp = logprobs;  // the update's logprobs go with its first chunk
+  auto take_logprobs = [&lp] { return std::exchange(lp, json(nullptr)); };
+  if (first || !out.content.empty()) {
+    json delta = json::object();
+    if (first) delta["role"] = "assistant";
+    delta["content"] = out.content;
+    chunks.push_back(chat_chunk(index, std::move(delta), take_logprobs(), nullptr));
+  }
+  for (size_t k = 0; k < out.calls.size(); ++k) {
+    const api::ToolCall& call = out.calls[k];
+    const size_t at = first_call + k;
+    // As OpenAI streams a call: id, type and name with empty arguments, then the arguments.
+    json head = {{"index", at}, {"id", call.id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", ""}}}};
+    chunks.push_back(chat_chunk(index, {{"tool_calls", json::array({std::move(head)})}}, take_logprobs(), nullptr));
+    json args = {{"index", at}, {"function", {{"arguments", call.arguments}}}};
+    chunks.push_back(chat_chunk(index, {{"tool_calls", json::array({std::move(args)})}}, nullptr, nullptr));
+  }
+  if (finish_reason != nullptr) chunks.push_back(chat_chunk(index, json::object(), take_logprobs(), finish_reason));
+  return chunks;
+}
+
 json ResponseBuilder::usage() const {
   int prompt = 0, cached = 0, completion = 0;
   for (int p : prompt_tokens_) prompt += p;
@@ -211,8 +279,20 @@ json ResponseBuilder::response() const {
                               {"text_offset", c.text_offsets}};
     }
     choice["logprobs"] = logprobs;
-    if (chat_) choice["message"] = {{"role", "assistant"}, {"content", c.text}};
-    else choice["text"] = c.text;
+    if (chat_ && c.tool_reader) {
+      json message = {{"role", "assistant"}, {"content", c.calls.empty() || !c.text.empty() ? json(c.text) : json(nullptr)}};
+      if (!c.calls.empty()) {
+        json calls = json::array();
+        for (const api::ToolCall& call : c.calls)
+          calls.push_back({{"id", call.id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+        message["tool_calls"] = std::move(calls);
+      }
+      choice["message"] = std::move(message);
+    } else if (chat_) {
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    } else {
+      choice["text"] = c.text;
+    }
     choices.push_back(choice);
   }
   return {{"id", id_},

@@ -31,8 +31,8 @@ TEST(ModelChatTemplate, RequestFieldsReachTheTemplate) {
         "function": {"name": "get_weather", "arguments": {"zeta": 1, "alpha": 2}}}]}],
     "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"z": 1, "a": 2}}}],
     "add_generation_prompt": false, "chat_template_kwargs": {"enable_thinking": false}})";
-  // (parse_chat_template_input: the fields as the template sees them; the request parser refuses
-  // `tools` while tool calls are not parsed back out of the output, request_fields.h.)
+  // (parse_chat_template_input: the fields as the template sees them; tool calls' argument text
+  // becomes an object there, tool_definitions.h.)
   const ChatTemplateInput input = parse_chat_template_input(body);
   const ModelChatTemplate t(
       "{{ tools[0].function.parameters|tojson }}|{{ messages[1].tool_calls[0].function.arguments|tojson }}|"

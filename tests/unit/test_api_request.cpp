@@ -152,7 +152,8 @@ TEST(ServerRequest, RejectsBadInput) {
   expect_rejected(R"({"messages": []})", "messages", "non-empty list", chat);
   expect_rejected(R"({"messages": [3]})", "messages", "must be an object", chat);
   expect_rejected(R"({"messages": [{"content": "x"}]})", "messages", "string 'role'", chat);
-  expect_rejected(R"({"messages": [{"role": "tool", "content": "x"}]})", "messages", "unsupported message role", chat);
+  expect_rejected(R"({"messages": [{"role": "robot", "content": "x"}]})", "messages", "unsupported message role", chat);
+  expect_rejected(R"({"messages": [{"role": "tool", "content": "x"}]})", "messages", "tool_call_id", chat);
   expect_rejected(R"({"messages": [{"role": "user", "content": 5}]})", "messages", "string or a list of text parts", chat);
   expect_rejected(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", "messages", "only text content", chat);
   expect_rejected(R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", "top_logprobs", "needs 'logprobs'", chat);
@@ -220,8 +221,8 @@ TEST(RequestFields, UnimplementedFieldsAreRefusedByNameUnlessNeutral) {
       {"include_stop_str_in_output", true, ApiEndpoint::kCompletions},
       {"prompt_logprobs", 1, ApiEndpoint::kChatCompletions},
       {"skip_special_tokens", false, ApiEndpoint::kChatCompletions},
-      {"tools", json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}}), ApiEndpoint::kChatCompletions},
-      {"tool_choice", "required", ApiEndpoint::kChatCompletions},
+      {"functions", json::array({{{"name", "f"}}}), ApiEndpoint::kChatCompletions},
+      {"function_call", "auto", ApiEndpoint::kChatCompletions},
       {"audio", {{"voice", "alloy"}}, ApiEndpoint::kChatCompletions},
       {"modalities", {"text", "audio"}, ApiEndpoint::kChatCompletions},
       {"length_penalty", 2, ApiEndpoint::kCompletions},

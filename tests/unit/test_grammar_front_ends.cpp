@@ -93,6 +93,37 @@ TEST(GrammarGbnf, ToGbnfRoundTrips) {
   }
 }
 
+// Two front ends' grammars side by side in a third: each keeps its own language (its rules are
+// renamed, so both "root"s and same-named inner rules live apart), and the whole round-trips as GBNF.
+TEST(GrammarGbnf, ImportGrammarKeepsEachLanguage) {
+  const g::Grammar number = g::json_schema_grammar(R"({"type": "integer", "minimum": 1, "maximum": 9})");
+  const g::Grammar word = g::parse_gbnf(R"(root ::= "w" x
+                                           x ::= [a-c]+)");
+  g::Grammar whole;
+  const g::RuleId n = whole.import_grammar(number, "n-");
+  const g::RuleId w = whole.import_grammar(word, "w-");
+  const g::RuleId root = whole.rule_named("root");
+  whole.define_rule(root, whole.choice({whole.sequence({whole.literal("N="), whole.ref(n)}),
+                                        whole.sequence({whole.literal("W="), whole.ref(w)})}));
+  whole.set_root(root);
+  const auto vocab = byte_vocabulary();
+  for (const auto& compiled : {g::compile_grammar(whole, vocab), g::compile_grammar(g::parse_gbnf(whole.to_gbnf()), vocab)}) {
+    auto accepts = [&](std::string_view s) {
+      g::GrammarMatcher m(compiled);
+      return m.accept_bytes(s) && m.can_terminate();
+    };
+    EXPECT_TRUE(accepts("N=7"));
+    EXPECT_TRUE(accepts("W=wabc"));
+    EXPECT_FALSE(accepts("N=0"));
+    EXPECT_FALSE(accepts("N=wab"));
+    EXPECT_FALSE(accepts("W=7"));
+    EXPECT_FALSE(accepts("W=w"));
+  }
+  g::Grammar incomplete;
+  incomplete.rule_named("root");
+  EXPECT_THROW(whole.import_grammar(incomplete, "i-"), g::GrammarError);
+}
+
 TEST(GrammarRegex, Features) {
   const Language l(GrammarKind::kRegex, R"(^(\d{3}-)?[A-Z][a-z]+(?:,\s\w+)*\.?$)");
   EXPECT_TRUE(l.accepts("Hello"));

@@ -10,6 +10,7 @@
 #include "tok512_fixture.h"
 #include "pagedkv/api/api_error.h"
 #include "pagedkv/api/openai_request.h"
+#include "pagedkv/api/tool_call_parser.h"
 #include "pagedkv/server/response_builder.h"
 
 namespace pagedkv::server {
@@ -140,6 +141,102 @@ TEST_F(Tok512Fixture, Detokenize) {
   EXPECT_EQ(detokenize(*tokenizer_, std::vector<TokenId>{1, 403, 407}), "Once upon");
   EXPECT_EQ(detokenize(*tokenizer_, std::vector<TokenId>{403, 407}), " Once upon") << "no BOS: the first piece is printed";
   EXPECT_EQ(detokenize(*tokenizer_, std::vector<TokenId>{}), "");
+}
+
+// ---- tool calls -----------------------------------------------------------------------------
+
+// A chat answer read for tool calls (hermes syntax), one token per update: the whole message and
+// the streamed deltas as OpenAI's clients read them.
+struct ToolAnswer {
+  json response;
+  std::vector<json> chunks;
+};
+
+ToolAnswer tool_answer(const Tokenizer& tokenizer, const std::string& output, bool stream, FinishReason end,
+                       bool parallel = true) {
+  const json body = {{"messages", {{{"role", "user"}, {"content", "Hi"}}}},
+                     {"tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}}},
+                     {"stream", stream},
+                     {"parallel_tool_calls", parallel}};
+  const CompletionRequest req = parse(body, ApiEndpoint::kChatCompletions);
+  const auto parser = api::make_tool_call_parser("hermes");
+  ResponseBuilder b(req, tokenizer, "chatcmpl-1", "m", 1, 1, parser.get(), 42);
+  const std::vector<TokenId> tokens = tokenizer.encode(output, false, false);
+  ToolAnswer a;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    ChoiceUpdate u = update(0, {tokens[i]}, i + 1 == tokens.size(), i + 1 == tokens.size() ? end : FinishReason::kNone);
+    if (i == 0) {
+      u.first = true;
+      u.prompt = {1};
+    }
+    for (json& c : parsed(b.apply(u))) a.chunks.push_back(std::move(c));
+  }
+  EXPECT_TRUE(b.done());
+  a.response = b.response();
+  return a;
+}
+
+TEST_F(Tok512Fixture, ToolCallsWholeAndStreamed) {
+  const std::string output = "Sure.<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1}}</tool_call>";
+  const json message = tool_answer(*tokenizer_, output, false, FinishReason::kStop).response["choices"][0]["message"];
+  EXPECT_EQ(message["content"], "Sure.");
+  ASSERT_EQ(message["tool_calls"].size(), 1u);
+  const json& call = message["tool_calls"][0];
+  EXPECT_EQ(call["type"], "function");
+  EXPECT_EQ(call["function"]["name"], "f");
+  EXPECT_EQ(call["function"]["arguments"], R"({"a":1})");
+  EXPECT_TRUE(call["id"].get<std::string>().starts_with("call_"));
+  EXPECT_EQ(tool_answer(*tokenizer_, output, false, FinishReason::kStop).response["choices"][0]["finish_reason"], "tool_calls");
+
+  const ToolAnswer streamed = tool_answer(*tokenizer_, output, true, FinishReason::kStop);
+  std::string content;
+  std::vector<json> call_deltas;
+  for (const json& c : streamed.chunks) {
+    const json& delta = c["choices"][0]["delta"];
+    EXPECT_EQ(c["object"], "chat.completion.chunk");
+    if (delta.contains("content")) content += delta["content"].get<std::string>();
+    if (delta.contains("tool_calls")) call_deltas.push_back(delta["tool_calls"][0]);
+  }
+  EXPECT_EQ(content, "Sure.");  // the markup never streams as content
+  ASSERT_EQ(call_deltas.size(), 2u);
+  EXPECT_EQ(call_deltas[0]["index"], 0);
+  EXPECT_TRUE(call_deltas[0].contains("id"));
+  EXPECT_EQ(call_deltas[0]["type"], "function");
+  EXPECT_EQ(call_deltas[0]["function"]["name"], "f");
+  EXPECT_EQ(call_deltas[0]["function"]["arguments"], "");
+  EXPECT_EQ(call_deltas[1]["index"], 0);
+  EXPECT_FALSE(call_deltas[1].contains("id"));
+  EXPECT_EQ(call_deltas[1]["function"]["arguments"], R"({"a":1})");
+  EXPECT_EQ(streamed.chunks.back()["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(streamed.chunks.front()["choices"][0]["delta"]["role"], "assistant");
+}
+
+TEST_F(Tok512Fixture, ParallelToolCallsFalseKeepsTheFirstCall) {
+  const std::string call = "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>";
+  for (const bool stream : {false, true}) {
+    const ToolAnswer two = tool_answer(*tokenizer_, call + call, stream, FinishReason::kStop);
+    EXPECT_EQ(two.response["choices"][0]["message"]["tool_calls"].size(), 2u);
+    const ToolAnswer one = tool_answer(*tokenizer_, call + call + call, stream, FinishReason::kStop, false);
+    EXPECT_EQ(one.response["choices"][0]["message"]["tool_calls"].size(), 1u);
+    size_t streamed_calls = 0;
+    for (const json& c : one.chunks)
+      if (c["choices"][0]["delta"].contains("tool_calls") && c["choices"][0]["delta"]["tool_calls"][0].contains("id"))
+        ++streamed_calls;
+    EXPECT_EQ(streamed_calls, stream ? 1u : 0u);
+    EXPECT_EQ(one.response["choices"][0]["message"]["content"], nullptr);  // the dropped calls are not text
+  }
+}
+
+TEST_F(Tok512Fixture, ToolCallCutByLengthStaysText) {
+  const std::string output = "<tool_call>{\"name\": \"f\", \"argu";
+  const json choice = tool_answer(*tokenizer_, output, false, FinishReason::kLength).response["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "length");
+  EXPECT_FALSE(choice["message"].contains("tool_calls"));
+  EXPECT_NE(choice["message"]["content"].get<std::string>().find("<tool_call>"), std::string::npos);
+  // Plain text without calls: content as written (trimmed), finish_reason stop.
+  const json plain = tool_answer(*tokenizer_, "Hello there", false, FinishReason::kStop).response["choices"][0];
+  EXPECT_EQ(plain["message"]["content"], "Hello there");
+  EXPECT_EQ(plain["finish_reason"], "stop");
 }
 
 }  // namespace

@@ -27,6 +27,7 @@
 #include "pagedkv/model/tokenizer/tokenizer.h"
 #include "pagedkv/server/engine_service.h"
 #include "pagedkv/api/model_chat_template.h"
+#include "pagedkv/api/tool_call_parser.h"
 #include "pagedkv/server/openai_server.h"
 
 namespace pagedkv::cli {
@@ -35,6 +36,7 @@ namespace {
 struct ServeOptions {
   std::string model, tokenizer, served_model_name;
   std::string chat_template;  // a Jinja file replacing the model's tokenizer.chat_template
+  std::string tool_call_parser = "auto";  // a syntax name, "auto" (from the template) or "none"
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string api_key;
@@ -71,16 +73,17 @@ std::string token_text(const TextTokenizer& tokenizer, TokenId id) {
 
 // The model's own chat template (--chat-template FILE, else the GGUF's tokenizer.chat_template),
 // checked with a dry render; null when there is none (the hard-coded families render then).
-std::shared_ptr<const api::ModelChatTemplate> load_model_template(const ServeOptions& o, const LoadedModel& loaded,
+std::string model_template_source(const ServeOptions& o, const LoadedModel& loaded) {
+  if (o.chat_template.empty()) return loaded.chat_template;
+  std::ifstream in(o.chat_template, std::ios::binary);
+  if (!in) throw ConfigError(fmt::format("--chat-template: cannot read {}", o.chat_template));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::shared_ptr<const api::ModelChatTemplate> load_model_template(const ServeOptions& o, const std::string& source,
                                                                       const TextTokenizer& tokenizer) {
-  std::string source = loaded.chat_template;
-  if (!o.chat_template.empty()) {
-    std::ifstream in(o.chat_template, std::ios::binary);
-    if (!in) throw ConfigError(fmt::format("--chat-template: cannot read {}", o.chat_template));
-    std::stringstream text;
-    text << in.rdbuf();
-    source = text.str();
-  }
   if (source.empty()) return nullptr;
   try {
     auto t = std::make_shared<const api::ModelChatTemplate>(source, token_text(tokenizer, tokenizer.bos_id()),
@@ -144,7 +147,16 @@ int run_serve(ServeOptions o) {
   served.eos_token_id = loaded.is_gguf ? tokenizer.eos_id() : Tokenizer::kBos;
   if (loaded.is_gguf) served.end_of_generation_ids = tokenizer.end_of_generation_ids();  // EOT, EOM, <|im_end|>...
   served.chat_template = api::detect_chat_template(loaded.chat_template);
-  served.model_template = load_model_template(o, loaded, tokenizer);
+  const std::string template_source = model_template_source(o, loaded);
+  served.model_template = load_model_template(o, template_source, tokenizer);
+  // Tool calls are read in the syntax the model's own template writes them (the built-in
+  // templates have none), unless --tool-call-parser names one.
+  if (o.tool_call_parser != "auto") {
+    served.tool_parser = api::make_tool_call_parser(o.tool_call_parser);
+  } else if (served.model_template) {
+    const std::string_view syntax = api::detect_tool_call_syntax(template_source);
+    if (!syntax.empty()) served.tool_parser = api::make_tool_call_parser(syntax);
+  }
   server::OpenAIServer http(options, service, tokenizer, served, metrics);
   const int port = http.bind();
 
@@ -153,6 +165,8 @@ int run_serve(ServeOptions o) {
              engine.max_model_len(),
              served.model_template ? (o.chat_template.empty() ? std::string("the model's own (Jinja)") : o.chat_template)
                                    : std::string(api::chat_template_name(served.chat_template)));
+  fmt::print("Tool calls: {}\n", served.tool_parser ? fmt::format("parsed as '{}'", served.tool_parser->name())
+                                                     : std::string("not parsed (no known syntax; --tool-call-parser)"));
   fmt::print("pagedkv serve: listening on http://{}:{}\n", o.host, port);
   std::fflush(stdout);
 
@@ -207,6 +221,10 @@ const CommandRegistration kServeCommand{Command{
       sub.add_option("--context-length", o->context_length, "GGUF: replaces the file's context length (llama.cpp's n_ctx)");
       sub.add_option("--chat-template", o->chat_template,
                      "a Jinja chat template file replacing the model's own (tokenizer.chat_template)");
+      sub.add_option("--tool-call-parser", o->tool_call_parser,
+                     fmt::format("how the model writes tool calls ({}; auto: from the chat template)",
+                                 api::tool_call_parser_names()))
+          ->capture_default_str();
       sub.add_option("--served-model-name", o->served_model_name, "the model name clients use (default: the file's stem)");
       sub.add_option("--host", o->host, "address to listen on")->capture_default_str();
       sub.add_option("--port", o->port, "port to listen on (0: any free port, printed at start)")->capture_default_str();

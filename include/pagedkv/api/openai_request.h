@@ -22,6 +22,7 @@
 #include "pagedkv/grammar/compiled_grammar.h"
 #include "pagedkv/model/tokenizer/text_tokenizer.h"
 #include "pagedkv/api/model_chat_template.h"
+#include "pagedkv/api/tool_definitions.h"
 
 namespace pagedkv::api {
 
@@ -75,6 +76,8 @@ struct CompletionRequest {
   bool use_beam_search = false;
   // At most one structured-output field per request (else 400); absent: free text.
   std::optional<StructuredOutputRequest> structured_output;
+  // Chat: tools, tool_choice, parallel_tool_calls (tool_definitions.h).
+  ToolRequest tools;
 };
 
 struct RequestLimits {
@@ -124,7 +127,12 @@ std::vector<TokenId> encode_bounded(const TextTokenizer& tokenizer, std::span<co
 
 // Tokenizes text prompts (BOS first) and chat messages (rendered with the model's own template
 // when `model_template` is given, which prints BOS itself, else with `chat_template`), checks the
-// model name, token ids and that prompt + max_tokens fits the model length.
+// model name, token ids and that prompt + max_tokens fits the model length. The built-in
+// templates have no tool format: tools or tool-calling history with them are a 400.
+// ApiError 400 (code unsupported_tools) when a chat request rendered by a built-in template
+// (chat_template.h: none has a tool format) has tools or tool-calling history.
+void refuse_tools_in_built_in_template(const ChatTemplateInput& input, ChatTemplate chat_template);
+
 std::vector<PreparedPrompt> prepare_request(const CompletionRequest& request, const TextTokenizer& tokenizer,
                                             const ModelLimits& model, ChatTemplate chat_template = ChatTemplate::kDefault,
                                             const ModelChatTemplate* model_template = nullptr);

@@ -76,6 +76,10 @@ class Grammar {
   RuleId add_rule(std::string_view name_prefix);  // a new rule with a fresh name
   void define_rule(RuleId rule, ExprId body);
   void set_root(RuleId rule) { root_ = rule; }
+  // Copies every rule and expression of `other` into this grammar (rule names get `name_prefix`
+  // in front, so two imports never clash) and returns the rule that was `other`'s root: how a
+  // grammar built by a front end becomes one part of a larger one.
+  RuleId import_grammar(const Grammar& other, std::string_view name_prefix);
 
   // ---- reading ---------------------------------------------------------------------------------
   const Expr& expr(ExprId id) const { return exprs_[static_cast<size_t>(id)]; }

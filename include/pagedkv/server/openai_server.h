@@ -19,6 +19,7 @@
 
 #include "pagedkv/api/kv_event_log.h"
 #include "pagedkv/api/openai_request.h"
+#include "pagedkv/api/tool_call_parser.h"
 #include "pagedkv/core/ids.h"
 #include "pagedkv/grammar/grammar_cache.h"
 #include "pagedkv/model/tokenizer/text_tokenizer.h"
@@ -63,6 +64,9 @@ struct ServedModel {
   api::ChatTemplate chat_template = api::ChatTemplate::kDefault;  // how /v1/chat/completions renders messages
   // The model's own (Jinja) chat template; when set, it renders chat messages instead.
   std::shared_ptr<const api::ModelChatTemplate> model_template;
+  // How the model writes tool calls (--tool-call-parser, or detected from its template); null:
+  // requests that would parse calls are refused.
+  std::shared_ptr<const api::ToolCallParser> tool_parser;
 };
 
 class OpenAIServer {

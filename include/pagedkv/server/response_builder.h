@@ -5,7 +5,10 @@
 // Per choice it detokenizes incrementally (the piece of each token given the one before, exactly
 // as the tokenizer's render() prints a sequence), applies stop strings (StopStringMatcher), and
 // collects logprobs. A stop string ends a choice in the response at once; the caller then tells
-// the engine to stop that sample (stop_requests()).
+// the engine to stop that sample (stop_requests()). Given a tool-call parser (a chat request whose
+// tool_choice is not "none"), each choice's text is read for calls: message.tool_calls and
+// finish_reason "tool_calls" whole, OpenAI's tool_calls deltas streamed (a call's id, type and
+// name first, then its arguments), the markup never sent as content.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -18,6 +21,7 @@
 
 #include "pagedkv/api/openai_request.h"
 #include "pagedkv/api/stop_string_matcher.h"
+#include "pagedkv/api/tool_call_reader.h"
 #include "pagedkv/model/tokenizer/text_tokenizer.h"
 #include "pagedkv/server/request_stream.h"
 
@@ -33,8 +37,11 @@ std::string detokenize(const TextTokenizer& tokenizer, std::span<const TokenId> 
 class ResponseBuilder {
  public:
   // `id`: the response id ("cmpl-..." / "chatcmpl-..."); `created`: Unix seconds.
+  // `tool_parser`: reads tool calls out of each choice (must outlive the builder); `call_id_seed`
+  // seeds their ids.
   ResponseBuilder(const api::CompletionRequest& request, const TextTokenizer& tokenizer, std::string id, std::string model,
-                  int64_t created, int num_prompts);
+                  int64_t created, int num_prompts, const api::ToolCallParser* tool_parser = nullptr,
+                  uint64_t call_id_seed = 0);
 
   // Applies one update; when streaming, returns the chunks it produced as JSON text (none when
   // nothing new is visible).
@@ -55,7 +62,9 @@ class ResponseBuilder {
     explicit Choice(const std::vector<std::string>& stops) : matcher(stops) {}
     TokenId prev = -1;  // the last token decoded (context for the next piece)
     api::StopStringMatcher matcher;
-    std::string text;   // everything emitted (non-streaming response)
+    std::string text;   // everything emitted (non-streaming response); with tools, the content
+    std::optional<api::ToolCallReader> tool_reader;
+    std::vector<api::ToolCall> calls;
     bool started = false;
     bool finished = false;
     std::string finish_reason;
@@ -73,6 +82,11 @@ class ResponseBuilder {
   std::string chunk(int index, const std::string& text, const nlohmann::json& logprobs, const char* finish_reason,
                     bool first) const;
   std::string piece(TokenId prev, TokenId token) const;
+  // A chat chunk with `delta` (the tool-calling path).
+  std::string chat_chunk(int index, nlohmann::json delta, const nlohmann::json& logprobs, const char* finish_reason) const;
+  // The chunks of one update of a choice read for tool calls.
+  std::vector<std::string> tool_chunks(int index, const api::ToolCallReader::Output& out, size_t first_call,
+                                       const nlohmann::json& logprobs, const char* finish_reason, bool first) const;
 
   const api::CompletionRequest& request_;
   const TextTokenizer& tokenizer_;
