@@ -142,10 +142,15 @@ void BackendPool::check_health(int i, httplib::Client& client) {
 void BackendPool::read_events(int i, httplib::Client& client) {
   for (int pages = 0; pages < 100 && !stopping_; ++pages) {
     uint64_t epoch, since;
+    int64_t finished_blocks;
+    int finished;
     {
       std::lock_guard lock(mutex_);
-      epoch = backends_[static_cast<size_t>(i)].state.epoch;
-      since = backends_[static_cast<size_t>(i)].state.last_seq;
+      const BackendState& s = backends_[static_cast<size_t>(i)].state;
+      epoch = s.epoch;
+      since = s.last_seq;
+      finished_blocks = s.finished_blocks_total;
+      finished = s.finished_total;
     }
     const std::string path =
         fmt::format("/kv_events?epoch={:x}&since={}&max={}", epoch, since, options_.max_events_per_poll);
@@ -174,7 +179,11 @@ void BackendPool::read_events(int i, httplib::Client& client) {
       return;
     }
     if (b.state.epoch != epoch || b.state.last_seq != since) return;  // taken down meanwhile
-    if (wire.load) b.state.reported = wire.load;
+    if (wire.load) {
+      b.state.reported = wire.load;
+      b.state.finished_blocks_at_report = finished_blocks;
+      b.state.finished_at_report = finished;
+    }
     if (!b.state.hashing || *b.state.hashing != wire.hashing) {
       b.state.hashing = wire.hashing;
       std::optional<PrefixHashing> first;
@@ -222,8 +231,12 @@ std::vector<BackendView> BackendPool::views(std::span<const BlockHash> hashes) c
     out[i].in_flight = s.in_flight;
     out[i].load_blocks = s.load_blocks;
     if (s.reported) {
-      out[i].in_flight = std::max(out[i].in_flight, s.reported->running + s.reported->waiting);
-      out[i].load_blocks = std::max(out[i].load_blocks, s.reported->load_blocks());
+      const int reported_requests =
+          std::max(0, s.reported->running + s.reported->waiting - (s.finished_total - s.finished_at_report));
+      const int64_t reported_blocks =
+          std::max<int64_t>(0, s.reported->load_blocks() - (s.finished_blocks_total - s.finished_blocks_at_report));
+      out[i].in_flight = std::max(out[i].in_flight, reported_requests);
+      out[i].load_blocks = std::max(out[i].load_blocks, reported_blocks);
     }
     if (!s.hashing_mismatch) out[i].overlap = index_.overlap(static_cast<int>(i), hashes);
   }
@@ -244,6 +257,8 @@ void BackendPool::finished(int backend, int64_t blocks, bool failed) {
   --s.in_flight;
   s.load_blocks -= blocks;
   if (failed) ++s.failed;
+  s.finished_blocks_total += blocks;
+  ++s.finished_total;
 }
 
 void BackendPool::mark_down(int backend, const std::string& why) {

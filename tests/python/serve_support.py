@@ -136,7 +136,10 @@ def wait_until(predicate, timeout=30.0, interval=0.05, what="condition"):
 
 
 def sse_events(response):
-    """The `data:` payloads of a server-sent-event response, as they arrive."""
+    """The `data:` payloads of a server-sent-event response, as they arrive. The stream is UTF-8
+    (as the SSE standard says) though its content type names no charset: a charset parameter
+    would make cpp-httplib gzip the stream, which then arrives only at its end."""
+    response.encoding = "utf-8"
     for line in response.iter_lines(decode_unicode=True):
         if line and line.startswith("data: "):
             yield line[len("data: "):]

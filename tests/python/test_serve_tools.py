@@ -82,7 +82,6 @@ def streamed(server, **fields):
     body = {"messages": MESSAGES, "tools": TOOLS, "max_tokens": 200, "seed": 3, "stream": True, **fields}
     with requests.post(server.url("/v1/chat/completions"), json=body, stream=True, timeout=120) as r:
         assert r.status_code == 200, r.text
-        r.encoding = "utf-8"  # the stream's content type names no charset; requests would guess Latin-1
         events = list(sse_events(r))
     assert events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]

@@ -67,6 +67,12 @@ struct BackendState {
   // The backend's own load from its last events page (every router's requests and direct
   // clients' alike); none while it is down or has not reported.
   std::optional<api::InstanceLoad> reported;
+  // This router's requests there that finished, all told and when the reported page was asked
+  // for: those that finished since still count in the report (it is up to one events interval
+  // old), so their blocks are taken off it — without that, a session's next turn would find its
+  // own previous turn still counted there.
+  int64_t finished_blocks_total = 0, finished_blocks_at_report = 0;
+  int finished_total = 0, finished_at_report = 0;
   uint64_t routed = 0, failed = 0, snapshots = 0, events = 0, poll_errors = 0, went_down = 0;
   size_t index_blocks[kNumMedia] = {0, 0, 0};
 };
