@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <malloc.h>
 #include <ctime>
 #include <random>
 #include <algorithm>
@@ -106,13 +107,21 @@ std::shared_ptr<const grammar::CompiledGrammar> OpenAIServer::compile(const api:
     grammars_ = std::make_unique<grammar::GrammarCache>(
         make_grammar_vocabulary(tokenizer_, std::move(stops), model_.limits.vocab_size), model_.grammar_cache_capacity);
   });
+  // A compile that ran long (a cache miss of a large grammar, or one stopped at a limit) may have
+  // used tens of MiB of scratch on this HTTP thread's malloc arena; glibc keeps an arena's freed
+  // memory, and each of the many HTTP threads has its own, so a client repeating such requests
+  // would grow the process by that much per thread. Give it back.
+  const auto t0 = std::chrono::steady_clock::now();
+  auto seconds = [&t0] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  constexpr double kLongCompileSeconds = 0.02;
   try {
-    const auto t0 = std::chrono::steady_clock::now();
     std::shared_ptr<const grammar::CompiledGrammar> compiled = grammars_->get(spec.kind, spec.text);
-    metrics_.count_structured_output(grammar::grammar_kind_name(spec.kind),
-                                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    const double took = seconds();
+    metrics_.count_structured_output(grammar::grammar_kind_name(spec.kind), took);
+    if (took > kLongCompileSeconds) malloc_trim(0);
     return compiled;
   } catch (const grammar::GrammarError& e) {
+    if (seconds() > kLongCompileSeconds) malloc_trim(0);
     throw api::ApiError(400, fmt::format("invalid {}: {}", spec.param, e.what()), spec.param, "invalid_grammar");
   }
 }

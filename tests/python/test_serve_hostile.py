@@ -134,6 +134,25 @@ def test_hostile_schema_is_a_400_naming_the_limit(picky_server, kind):
     assert_normal_request_answered(picky_server)
 
 
+def rss_mib(server):
+    with open(f"/proc/{server.proc.pid}/status") as f:
+        return next(int(line.split()[1]) // 1024 for line in f if line.startswith("VmRSS:"))
+
+
+def test_repeated_exploding_regexes_do_not_grow_the_server(picky_server):
+    """A compile stopped at its limit uses tens of MiB of scratch on the HTTP thread that ran it;
+    the server gives it back to the system, so a client repeating such requests (each landing on
+    another thread, with its own malloc arena) does not grow the process by that much each time."""
+    body = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 2,
+            "structured_outputs": {"regex": "(a|b)*a(a|b){40}"}}
+    assert picky_server.post("/v1/chat/completions", body).status_code == 400
+    before = rss_mib(picky_server)
+    for _ in range(8):
+        assert picky_server.post("/v1/chat/completions", body).status_code == 400
+    assert rss_mib(picky_server) < before + 60, (before, rss_mib(picky_server))
+    assert_normal_request_answered(picky_server)
+
+
 def tensor_infos(data):
     """(name, type, offset of the type field) of each tensor info of a GGUF v3 file."""
     assert data[:4] == b"GGUF"

@@ -67,6 +67,24 @@ HOSTILE_STRUCTURED = [{"guided_regex": "(a|b)*a(a|b){40}"},
                       {"guided_json": {"enum": [f"v{i}" for i in range(20000)]}},
                       {"guided_grammar": "root ::= " + "(" * 200 + '"a"' + ")" * 200},
                       {"guided_json": {"type": "object", "patternProperties": {"a": {}}}}]
+# Tool calling: the instances render chats with this small Hermes-style template (the default
+# model has none with tools) and parse calls as hermes; forced calls must name a tool and carry
+# arguments valid under its parameters, and hostile tool definitions must be 400s.
+SOAK_TEMPLATE = ("{%- if tools %}<|im_start|>system\n<tools>{% for t in tools %}{{ t.function.name }} {% endfor %}</tools>"
+                 "<|im_end|>\n{% endif %}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content or '' }}<|im_end|>\n"
+                 "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+             "type": "object", "properties": {"city": {"type": "string", "maxLength": 8},
+                                              "unit": {"enum": ["celsius", "fahrenheit"]}},
+             "required": ["city", "unit"]}}},
+         {"type": "function", "function": {"name": "add", "parameters": {
+             "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}}]
+HOSTILE_TOOLS = [{"tools": [{"type": "function", "function": {"name": "bad name!", "parameters": {"type": "object"}}}]},
+                 {"tools": [{"type": "function", "function": {"name": f"t{i}"}} for i in range(200)]},
+                 {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "missing"}}},
+                 {"tools": [{"type": "function", "function": {"name": "x", "parameters": {
+                     "type": "object", "properties": {"p": {"type": "string", "pattern": "(a|b)*a(a|b){40}"}}}}}],
+                  "tool_choice": "required"}]
 RSS_SLACK_MIB = 64     # instance A's and the router's RSS may grow this much (plus 25 %) over the soak
 FD_SLACK = 16          # and hold this many more open descriptors
 
@@ -145,6 +163,8 @@ class Instance:
 
     def __init__(self, name, disk, workdir, redis_url, binary, filesystems):
         self.name = name
+        self.template = workdir / "soak-template.jinja"
+        self.template.write_text(SOAK_TEMPLATE)
         self.disk = disk
         self.log = open(workdir / f"serve-{name}.log", "ab")
         self.redis_url = redis_url
@@ -157,6 +177,7 @@ class Instance:
         self.server = Server("--remote-cache", self.redis_url, "--remote-cache-prefix", "soak",
                              "--disk-cache-dir", self.disk, "--disk-cache-bytes", "64MiB", "--host-cache-bytes", "4MiB",
                              "--num-blocks", "256", "--max-waiting", "32", "--drain-timeout-s", "20",
+                             "--chat-template", self.template, "--tool-call-parser", "hermes",
                              wrap=self.fs.wrap(), binary=self.binary, port=self.port)
         drain_into(self.log, self.server)
 
@@ -245,6 +266,9 @@ class Soak:
         rng = random.Random(seed)
         while not self.done.is_set():
             name, url = rng.choice(self.targets())
+            if rng.random() < 0.3:
+                self.tool_request(rng, name, url)
+                continue
             if rng.random() < 0.75:
                 schema = rng.choice(SCHEMAS)
                 constraint, check = {"guided_json": schema}, ("json", schema)
@@ -277,6 +301,39 @@ class Soak:
             except (ValueError, jsonschema.ValidationError) as e:
                 self.n.add("structured_invalid")
                 self.n.note(f"structured answer from {name} does not conform: {choice['text'][:80]!r}: {e}")
+
+    def tool_request(self, rng, name, url):
+        """A chat that must call a tool (required, or a named one): the call names a tool and its
+        arguments validate under that tool's parameters, unless max_tokens cut it."""
+        import jsonschema
+        choice = "required" if rng.random() < 0.5 else {"type": "function", "function": {"name": rng.choice(TOOLS)["function"]["name"]}}
+        body = {"messages": [{"role": "user", "content": "What is the weather in Paris?"}], "tools": TOOLS,
+                "tool_choice": choice, "max_tokens": 80, "temperature": 0.8, "seed": rng.randrange(1000)}
+        try:
+            r = post(url + "/v1/chat/completions", body)
+        except requests.RequestException:
+            self.n.add("refused")
+            return
+        if r.status_code == 503:
+            self.n.add("shed")
+            return
+        if r.status_code != 200:
+            self.n.add("unexpected_status")
+            self.n.note(f"a tool request to {name} got {r.status_code}: {r.text[:200]}")
+            return
+        self.n.add("tool_answered")
+        answer = r.json()["choices"][0]
+        if answer["finish_reason"] == "length":
+            return
+        try:
+            calls = answer["message"]["tool_calls"]
+            assert calls, "no call"
+            for call in calls:
+                tool = next(t for t in TOOLS if t["function"]["name"] == call["function"]["name"])
+                jsonschema.validate(json.loads(call["function"]["arguments"]), tool["function"]["parameters"])
+        except (AssertionError, KeyError, StopIteration, ValueError, jsonschema.ValidationError) as e:
+            self.n.add("structured_invalid")
+            self.n.note(f"tool call from {name} does not conform: {str(answer)[:120]}: {e!r}")
 
     def tool(self):
         """The pagedkv binary of the whole soak: --server-binary's (a copy the soak can rely on
@@ -359,6 +416,16 @@ class Soak:
                 if r.status_code != 400:
                     self.n.add("unexpected_status")
                     self.n.note(f"malformed body {body[:40]!r} got {r.status_code}")
+            for fields in HOSTILE_TOOLS:
+                try:
+                    r = post(inst.url + "/v1/chat/completions",
+                             {"messages": [{"role": "user", "content": "x"}], "max_tokens": 4, **fields}, timeout=30)
+                except requests.RequestException:
+                    continue
+                self.n.add("hostile_structured_sent")
+                if r.status_code != 400:
+                    self.n.add("unexpected_status")
+                    self.n.note(f"hostile tool request {str(fields)[:60]} got {r.status_code}")
             for fields in HOSTILE_STRUCTURED:
                 try:
                     r = post(inst.url + "/v1/completions", {"prompt": "x", "max_tokens": 4, **fields}, timeout=30)
@@ -487,8 +554,8 @@ class Soak:
             failures.append(f"{c['canary_mismatches']} canary mismatches")
         if c["structured_invalid"]:
             failures.append(f"{c['structured_invalid']} structured answers that do not conform")
-        if c["structured_answered"] == 0:
-            failures.append("no structured request was answered")
+        if c["structured_answered"] == 0 or c["tool_answered"] == 0:
+            failures.append("no structured or no tool request was answered")
         if c["unexpected_status"]:
             failures.append(f"{c['unexpected_status']} unexpected statuses")
         if c["bad_exits"] or any(e != 0 for e in exits):
@@ -511,7 +578,8 @@ class Soak:
         faults = ", ".join(f"{k[6:]} {v}" for k, v in sorted(c.items()) if k.startswith("fault_"))
         print(f"soak: {self.a.minutes:g} min; requests accepted {c['accepted']}, answered {c['answered']}, "
               f"lost {c['lost']}; shed {c['shed']} (503), refused {c['refused']} (restarts); bench serve "
-              f"{c['bench_completed']} completed, {c['bench_failed']} failed; structured {c['structured_answered']} answered, "
+              f"{c['bench_completed']} completed, {c['bench_failed']} failed; structured {c['structured_answered']} and "
+              f"tool calls {c['tool_answered']} answered, "
               f"{c['structured_invalid']} not conforming; malformed {c['malformed_sent']} and hostile structured "
               f"{c['hostile_structured_sent']} (all 400: "
               f"{'no' if c['unexpected_status'] else 'yes'}); faults: {faults}"
