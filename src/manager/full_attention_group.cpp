@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "pagedkv/core/block_footprint.h"
-#include "pagedkv/core/ceil_div.h"
 
 namespace pagedkv {
 
@@ -19,10 +18,6 @@ int FullAttentionGroup::find_longest_cache_hit(const Request& request, int max_t
     out.push_back(*hit);
   }
   return static_cast<int>(out.size()) * spec_.block_size;
-}
-
-int FullAttentionGroup::blocks_to_add(const Request&, int held, int num_tokens) const {
-  return ceil_div(num_tokens, spec_.block_size) - held;
 }
 
 void FullAttentionGroup::cache_full_blocks(const Request& request, std::span<const BlockId> blocks, int& num_cached,

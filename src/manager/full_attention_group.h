@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kv_cache_group_base.h"
+#include "pagedkv/core/ceil_div.h"
 
 namespace pagedkv {
 
@@ -30,7 +31,9 @@ class FullAttentionGroup : public KVCacheGroupBase {
     return blocks_needed_for_tokens(held, may_share_writable, num_tokens, new_computed, num_computed_tokens);
   }
   // New blocks a table of `held` blocks takes to hold `num_tokens` slots (negative: none).
-  int blocks_to_add(const Request&, int held, int num_tokens) const;
+  int blocks_to_add(const Request&, int held, int num_tokens) const {
+    return ceil_div(num_tokens, spec_.block_size) - held;
+  }
   // Every block stays attended to: none is released early.
   bool remove_skipped_blocks(std::vector<BlockId>&, int, std::vector<BlockId>&) { return false; }
   // Caches the full blocks among the first `num_tokens` tokens past the `num_cached` already

@@ -46,10 +46,6 @@ int SlidingWindowGroup::find_longest_cache_hit(const Request& request, int max_t
   return 0;
 }
 
-int SlidingWindowGroup::blocks_to_add(const Request&, int held, int num_tokens) const {
-  return ceil_div(num_tokens, spec_.block_size) - held;
-}
-
 bool SlidingWindowGroup::remove_skipped_blocks(std::vector<BlockId>& blocks, int num_computed_tokens,
                                                std::vector<BlockId>& scratch) {
   // Tokens before (num_computed - window + 1) are never attended to again.

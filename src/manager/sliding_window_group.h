@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kv_cache_group_base.h"
+#include "pagedkv/core/ceil_div.h"
 
 namespace pagedkv {
 
@@ -39,7 +40,9 @@ class SlidingWindowGroup : public KVCacheGroupBase {
                     std::span<const BlockId> new_computed, int num_computed_tokens) const {
     return blocks_needed_for_tokens(held, may_share_writable, num_tokens, new_computed, num_computed_tokens);
   }
-  int blocks_to_add(const Request&, int held, int num_tokens) const;
+  int blocks_to_add(const Request&, int held, int num_tokens) const {
+    return ceil_div(num_tokens, spec_.block_size) - held;
+  }
   // Releases the blocks no window after `num_computed_tokens` reaches (nulling their entries;
   // `scratch` is working space). Returns whether the table changed.
   bool remove_skipped_blocks(std::vector<BlockId>& blocks, int num_computed_tokens, std::vector<BlockId>& scratch);

@@ -48,7 +48,8 @@ struct KVCacheManagerConfig {
   int sliding_window_checkpoint_interval = 0;  // tokens, a multiple of every group's block size
   // The largest prefill chunk the scheduler hands allocate_slots (vLLM's max_num_batched_tokens);
   // can_allocate sizes a request by its first chunk and a sliding group by its real footprint,
-  // cdiv(min(window - 1 + chunk, max_model_len), block_size) + 1 blocks. 0: the whole prompt at once.
+  // ceil(min(window - 1 + chunk, tokens) / block_size) + 1 blocks (core/block_footprint.h).
+  // 0: the whole prompt at once.
   int max_num_batched_tokens = 0;
 };
 
