@@ -28,8 +28,6 @@ void FullAttentionGroup::cache_full_blocks(const Request& request, std::span<con
   num_cached = num_full;
 }
 
-void FullAttentionGroup::free(std::vector<BlockId>& blocks, int) { pool_->free_blocks_tail_first(blocks); }
-
 int FullAttentionGroup::footprint_blocks(const Request& request, int chunk_tokens) const {
   return static_cast<int>(block_footprint(spec_, request.num_tokens(), chunk_tokens));
 }

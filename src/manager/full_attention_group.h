@@ -41,7 +41,7 @@ class FullAttentionGroup : public KVCacheGroupBase {
   void cache_full_blocks(const Request& request, std::span<const BlockId> blocks, int& num_cached, int num_tokens,
                          int divergence_tokens);
   // Releases the request's table, tail first (its private tail is evicted before its shared head).
-  void free(std::vector<BlockId>& blocks, int num_cached);
+  void free(std::vector<BlockId>& blocks, int) { pool_->free_blocks_tail_first(blocks); }
   // Blocks held at the largest: all of them (chunks accumulate).
   int footprint_blocks(const Request& request, int chunk_tokens) const;
   bool caches_every_full_block() const { return true; }
