@@ -5,31 +5,14 @@
 #include <algorithm>
 #include <limits>
 #include <tuple>
-#include <numeric>
 
+#include "kv_cache_coordinator.h"
+#include "pagedkv/core/block_footprint.h"
+#include "pagedkv/core/ceil_div.h"
 #include "pagedkv/core/error.h"
 
 namespace pagedkv {
 namespace {
-
-int cdiv(int a, int b) { return (a + b - 1) / b; }
-
-// The least common multiple of the cacheable groups' block sizes (every one a multiple of the
-// smallest, so this is at most their product over it).
-int cacheable_block_lcm(const KVCacheConfig& c) {
-  int l = 1;
-  for (const auto& g : c.groups)
-    if (g.spec.kind != AttentionKind::kCrossAttention) l = std::lcm(l, g.spec.block_size);
-  return l;
-}
-
-// Walks over a request's blocks (lookup, caching) prefetch the pool records of the block this
-// many positions ahead, so that its cache misses overlap this block's work (a distance of 2
-// measured no better than 1).
-constexpr int kPrefetchDistance = 1;
-// Caching a prefill chunk's blocks does less work per block than a lookup: 4 ahead measured
-// 2-3 % faster on the whole peer replay than 1 (3 A/B rounds each hash).
-constexpr int kCachingPrefetchDistance = 4;
 
 // Index nodes of released requests kept for reuse (entries themselves are always kept, with
 // their tables' capacity: live plus released never exceed the peak number of live requests).
@@ -43,9 +26,9 @@ BlockPoolOptions pool_options(KVCacheManagerConfig& c) {
   if (c.watermark < 0.0 || c.watermark >= 1.0)
     throw ConfigError(fmt::format("watermark must be in [0, 1), got {}", c.watermark));
   if (c.sliding_window_checkpoint_interval < 0 ||
-      c.sliding_window_checkpoint_interval % cacheable_block_lcm(c.cache) != 0)
+      c.sliding_window_checkpoint_interval % KVCacheCoordinator::hit_alignment(c.cache) != 0)
     throw ConfigError(fmt::format("sliding_window_checkpoint_interval must be a non-negative multiple of the block size {}, got {}",
-                                  cacheable_block_lcm(c.cache), c.sliding_window_checkpoint_interval));
+                                  KVCacheCoordinator::hit_alignment(c.cache), c.sliding_window_checkpoint_interval));
   if (c.max_num_batched_tokens < 0)
     throw ConfigError(fmt::format("max_num_batched_tokens must not be negative, got {}", c.max_num_batched_tokens));
   BlockPoolOptions o;
@@ -91,13 +74,18 @@ KVCacheManager::KVCacheManager(KVCacheManagerConfig config)
       pool_(pool_options(config_)),
       hasher_(make_hasher(config_)) {
   block_size_ = config_.cache.block_size();
-  hit_alignment_ = cacheable_block_lcm(config_.cache);
+  hit_alignment_ = KVCacheCoordinator::hit_alignment(config_.cache);
   num_groups_ = static_cast<int>(config_.cache.groups.size());
+  coordinator_ = std::make_unique<KVCacheCoordinator>(
+      config_.cache, KVCacheGroupPlace{.pool = &pool_, .hash_block_size = block_size_, .root = hasher_.root()},
+      SlidingWindowRetention{.enabled = config_.sliding_window_retention,
+                             .checkpoint_interval = config_.sliding_window_checkpoint_interval,
+                             .hit_alignment = hit_alignment_});
   stats_.num_groups = num_groups_;
   no_new_blocks_.emplace().num_groups = num_groups_;
   no_new_blocks_->blocks = no_block_views_;
-  all_full_attention_ = std::all_of(config_.cache.groups.begin(), config_.cache.groups.end(),
-                                    [](const KVCacheGroupSpec& g) { return g.spec.kind == AttentionKind::kFull; });
+  all_full_attention_ = true;
+  for (int g = 0; g < num_groups_; ++g) all_full_attention_ = all_full_attention_ && coordinator_->group(g).is_full_attention();
   hash_per_block_ = std::all_of(config_.cache.groups.begin(), config_.cache.groups.end(),
                                 [this](const KVCacheGroupSpec& g) { return g.spec.block_size == block_size_; });
   const int usable_tokens = (config_.cache.num_blocks - 1) * block_size_;
@@ -112,13 +100,15 @@ KVCacheManager::KVCacheManager(KVCacheManagerConfig config)
   scratch_blocks_.reserve(256);
 }
 
+KVCacheManager::~KVCacheManager() = default;
+
 KVCacheManager::RequestBlocks& KVCacheManager::add_entry(RequestId id) {
   uint32_t slot;
   if (released_entries_.empty()) {
     slot = static_cast<uint32_t>(entries_.size());
     RequestBlocks& fresh = entries_.emplace_back();
     for (int g = 0; g < num_groups(); ++g)
-      fresh.blocks[static_cast<size_t>(g)].reserve(static_cast<size_t>(cdiv(max_model_len_, spec(g).block_size)));
+      fresh.blocks[static_cast<size_t>(g)].reserve(static_cast<size_t>(ceil_div(max_model_len_, spec(g).block_size)));
   } else {
     slot = released_entries_.back();
     released_entries_.pop_back();
@@ -168,143 +158,15 @@ void KVCacheManager::hash_requests(std::span<Request* const> requests) {
   hasher_.extend_many(scratch_hash_jobs_);
 }
 
-// Inline: built once per block of every lookup and every caching.
-inline BlockContentKey KVCacheManager::content_key(const Request& request, int g, int i, int32_t parent_block) const {
-  // Group g's block i is hash blocks [i * r, (i + 1) * r): named by the last one's chained hash,
-  // its parent the hash before the first (r = 1 with one block size).
-  const int r = hash_ratio(g);
-  const size_t last = static_cast<size_t>((i + 1) * r - 1);
-  const size_t bs = static_cast<size_t>(spec(g).block_size);
-  BlockContentKey key;
-  key.hash = request.block_hashes[last];
-  key.parent = i == 0 ? hasher_.root() : request.block_hashes[static_cast<size_t>(i * r - 1)];
-  key.tokens = std::span<const TokenId>(request.tokens).subspan(static_cast<size_t>(i) * bs, bs);
-  key.extra_digest = request.block_extra_digest(last);
-  for (int k = 1; k < r; ++k)  // every hash block's extra keys, not only the last one's
-    key.extra_digest = key.extra_digest * 0x9E3779B97F4A7C15ull ^ request.block_extra_digest(last - static_cast<size_t>(k));
-  key.group = static_cast<uint16_t>(g);
-  key.parent_block = parent_block;
-  return key;
-}
-
-int KVCacheManager::find_longest_cache_hit(int g, const Request& request, int max_length,
-                                           std::vector<BlockId>& out) const {
-  out.clear();
-  const int max_blocks = std::min(max_length / spec(g).block_size, hashed_blocks(g, request));
-  if (spec(g).kind == AttentionKind::kFull) {
-    for (int i = 0; i < max_blocks; ++i) {
-      if (i + kPrefetchDistance < max_blocks)
-        pool_.prefetch_lookup(group_block_hash(request, g, i + kPrefetchDistance), static_cast<uint16_t>(g));
-      auto hit = pool_.find_cached(content_key(request, g, i, i == 0 ? kNoLink : out.back().value));
-      if (!hit) break;
-      out.push_back(*hit);
-    }
-    return static_cast<int>(out.size());
-  }
-  return find_sliding_window_hit(g, request, max_blocks, out);
-}
-
-int KVCacheManager::find_sliding_window_hit(int g, const Request& request, int max_blocks,
-                                            std::vector<BlockId>& out) const {
-  // A hit of `end` blocks needs only the window before it cached: blocks [end - needed, end)
-  // (clamped at 0); earlier positions become the null block. Candidates are tried right to left
-  // (vLLM's SlidingWindowManager), each window's leftmost block first: a miss there rules out
-  // every window ending after it, so the search skips a whole window per miss.
-  const int needed = window_blocks(g);
-  out.assign(static_cast<size_t>(max_blocks), pool_.null_block());
-  if (needed == 0) return max_blocks;  // a window of one token needs no earlier block
-  int end = max_blocks;
-  while (end > 0) {
-    const int first = std::max(0, end - needed);
-    int miss = -1;
-    for (int k = 0; k < end - first && miss < 0; ++k) {
-      const int i = k == 0 ? first : end - k;  // leftmost, then right to left
-      if (out[static_cast<size_t>(i)] != pool_.null_block()) continue;  // known from a wider candidate
-      ++window_probes_;
-      // Scanning right to left, the previous block is not known yet: confirmed by hash only.
-      auto hit = pool_.find_cached(content_key(request, g, i, kUnknownParent));
-      if (hit) out[static_cast<size_t>(i)] = *hit; else miss = i;
-    }
-    if (miss < 0) {
-      out.resize(static_cast<size_t>(end));
-      return end;
-    }
-    end = miss;  // every window that holds the missing block is out
-  }
-  out.clear();
-  return 0;
-}
-
-bool KVCacheManager::is_window_checkpoint(int g, const Request& request, const RequestBlocks& state, int i) const {
-  // Block i is in the window before hit point P (in blocks) when i + 1 <= P <= i + needed.
-  const int needed = window_blocks(g);
-  if (needed == 0) return false;
-  // Hit points are multiples of hit_alignment() tokens: a point in blocks of this group.
-  const int bs = spec(g).block_size;
-  const auto hit_point = [&](int tokens) { return tokens / hit_alignment_ * hit_alignment_ / bs; };
-  // The prompt's aligned end, and the start of its last block: where a request repeating the
-  // prompt (lookups stop one token short) or editing its last block hits.
-  const int prompt_end = hit_point(request.num_prompt_tokens);
-  const int last_block = hit_point(std::max(0, request.num_prompt_tokens - 1));
-  if (i + 1 <= prompt_end && prompt_end <= i + needed) return true;
-  if (i + 1 <= last_block && last_block <= i + needed) return true;
-  const int divergence = hit_point(state.divergence_tokens);
-  if (divergence > 0 && i + 1 <= divergence && divergence <= i + needed) return true;
-  const int interval = config_.sliding_window_checkpoint_interval / bs;
-  return interval > 0 && (i + needed) / interval >= cdiv(i + 1, interval);
-}
-
-int KVCacheManager::find_common_hit(const Request& request, int max_tokens, ComputedBlocks& out) const {
-  const auto align = [&](int tokens) { return tokens / hit_alignment_ * hit_alignment_; };
-  // First every group on its own (what it would confirm alone: group_hit_tokens).
-  std::array<int, kMaxKVCacheGroups> confirmed{};
-  int hit = -1, most = 0;
-  for (int g = 0; g < num_groups(); ++g) {
-    if (!cacheable(g)) continue;
-    const auto gi = static_cast<size_t>(g);
-    confirmed[gi] = find_longest_cache_hit(g, request, max_tokens, out.blocks[gi]) * spec(g).block_size;
-    out.group_hit_tokens[gi] = confirmed[gi];
-    if (hit < 0 || confirmed[gi] < hit) {
-      hit = confirmed[gi];
-      out.limiting_group = g;
-    }
-    most = std::max(most, confirmed[gi]);
-  }
-  if (hit < 0) return 0;  // no cacheable group
-  if (most == hit) out.limiting_group = -1;  // the groups agree: none cut the others short
-  hit = align(hit);
-  // Then the fixed point: a full group's prefix shortens by truncation; a sliding group must
-  // find a window ending exactly at the shorter point, and may confirm less there.
-  for (bool reduced = true; reduced;) {
-    reduced = false;
-    for (int g = 0; g < num_groups(); ++g) {
-      const auto gi = static_cast<size_t>(g);
-      if (!cacheable(g) || confirmed[gi] == hit) continue;
-      if (spec(g).kind == AttentionKind::kFull) {
-        out.blocks[gi].resize(static_cast<size_t>(hit / spec(g).block_size));
-        confirmed[gi] = hit;
-        continue;
-      }
-      confirmed[gi] = find_longest_cache_hit(g, request, hit, out.blocks[gi]) * spec(g).block_size;
-      if (confirmed[gi] < hit) {
-        hit = align(confirmed[gi]);
-        out.limiting_group = g;
-        reduced = true;
-      }
-    }
-  }
-  return hit;
-}
-
 void KVCacheManager::get_computed_blocks(Request& request, ComputedBlocks& out) {
   out.clear();
   out.num_groups = num_groups();
   if (!pool_.caching_enabled() || request.skip_prefix_cache || request.num_tokens() == 0) return;
   hash_request(request);
-  window_probes_ = 0;
-  const int hit = find_common_hit(request, request.num_tokens() - 1, out);
+  HitSearchStats search;
+  const int hit = coordinator_->find_common_hit(request, request.num_tokens() - 1, out, search);
   out.num_computed_tokens = hit;
-  stats_.window_search_probes += window_probes_;
+  stats_.window_search_probes += search.window_probes;
   if (request.num_preemptions > 0) {
     ++stats_.preempted_requests;
     stats_.preempted_queries += static_cast<uint64_t>(request.num_tokens());
@@ -327,28 +189,6 @@ ComputedBlocks KVCacheManager::get_computed_blocks(Request& request) {
   return out;
 }
 
-int KVCacheManager::blocks_needed(int g, const Request& request, const RequestBlocks* state, int num_tokens,
-                                  std::span<const BlockId> new_computed, int num_computed_tokens) const {
-  const auto gi = static_cast<size_t>(g);
-  const int bs = spec(g).block_size;
-  const int held = state ? static_cast<int>(state->blocks[gi].size()) : 0;
-  if (spec(g).kind == AttentionKind::kCrossAttention)
-    return held > 0 ? 0 : cdiv(request.num_encoder_tokens, bs);
-  const int required = cdiv(num_tokens, bs);
-  int n = std::max(0, required - static_cast<int>(new_computed.size()) - held);
-  for (BlockId b : new_computed) {
-    const KVCacheBlock& blk = pool_.block(b);
-    if (!blk.is_null && blk.ref_cnt == 0) ++n;  // touching it takes it out of the free set
-  }
-  if (state && state->may_share_writable) {  // copy-on-write: a shared block to be written needs a private copy
-    for (int i = num_computed_tokens / bs; i < held; ++i) {
-      const KVCacheBlock& blk = pool_.block(state->blocks[gi][static_cast<size_t>(i)]);
-      if (!blk.is_null && blk.ref_cnt > 1) ++n;
-    }
-  }
-  return n;
-}
-
 int KVCacheManager::get_num_blocks_to_allocate(const Request& request, int num_tokens,
                                                const ComputedBlocks* new_computed_blocks) const {
   return blocks_to_allocate(request, find_entry(request), num_tokens, new_computed_blocks);
@@ -359,31 +199,13 @@ int KVCacheManager::blocks_to_allocate(const Request& request, const RequestBloc
   const int num_computed = request.num_computed_tokens + (new_computed_blocks ? new_computed_blocks->num_computed_tokens : 0);
   int total = 0;
   for (int g = 0; g < num_groups(); ++g) {
-    std::span<const BlockId> nc;
+    std::span<const BlockId> held, nc;
+    if (state) held = state->blocks[static_cast<size_t>(g)];
     if (new_computed_blocks) nc = new_computed_blocks->blocks[static_cast<size_t>(g)];
-    total += blocks_needed(g, request, state, num_tokens, nc, num_computed);
+    total += coordinator_->group(g).blocks_needed(request, held, state && state->may_share_writable, num_tokens, nc,
+                                                  num_computed);
   }
   return total;
-}
-
-void KVCacheManager::remove_skipped_blocks(int g, RequestBlocks& state, int num_computed_tokens) {
-  if (spec(g).kind != AttentionKind::kSlidingWindow) return;
-  // Tokens before (num_computed - window + 1) are never attended to again.
-  const int last_useful_token = num_computed_tokens - spec(g).sliding_window + 1;
-  const int last_useful_block = last_useful_token / spec(g).block_size;
-  auto& blocks = state.blocks[static_cast<size_t>(g)];
-  scratch_blocks_.clear();
-  for (int i = std::min(last_useful_block, static_cast<int>(blocks.size())) - 1; i >= 0; --i) {
-    BlockId& b = blocks[static_cast<size_t>(i)];
-    if (b == pool_.null_block()) break;
-    scratch_blocks_.push_back(b);
-    b = pool_.null_block();
-  }
-  if (!scratch_blocks_.empty()) {
-    // Retention: checkpoints stay cached at the back, the rest go to the front (evicted first).
-    if (retains_checkpoints(g)) pool_.free_window_blocks(scratch_blocks_); else pool_.free_blocks(scratch_blocks_);
-    table_rewritten_ = true;
-  }
 }
 
 void KVCacheManager::copy_on_write(int g, RequestBlocks& state, int num_computed_tokens) {
@@ -405,46 +227,12 @@ void KVCacheManager::copy_on_write(int g, RequestBlocks& state, int num_computed
   }
 }
 
-void KVCacheManager::cache_full_blocks(int g, const Request& request, RequestBlocks& state, int num_tokens) {
-  const auto gi = static_cast<size_t>(g);
-  const int num_full = std::min(num_tokens / spec(g).block_size, hashed_blocks(g, request));
-  int& num_cached = state.num_cached[gi];
-  if (num_cached >= num_full) return;
-  const auto& blocks = state.blocks[gi];
-  if (retains_checkpoints(g)) {
-    // Only blocks a lookup can reach: checkpoints, and the window before the current end (the
-    // sequence's last checkpoint if it ends here; dropped when it slides out otherwise), that
-    // end taken at a hit point (a multiple of every group's block size).
-    const int bs = spec(g).block_size;
-    const int end_window = std::min(num_full, num_tokens / hit_alignment_ * hit_alignment_ / bs) - window_blocks(g);
-    for (int i = num_cached; i < num_full; ++i) {
-      const BlockId b = blocks[static_cast<size_t>(i)];
-      if (b == pool_.null_block()) continue;
-      const bool checkpoint = is_window_checkpoint(g, request, state, i);
-      if (!checkpoint && i < end_window) continue;
-      pool_.cache_block(b, content_key(request, g, i, i == 0 ? kNoLink : blocks[static_cast<size_t>(i) - 1].value));
-      if (checkpoint) pool_.mark_window_checkpoint(b);
-    }
-    num_cached = num_full;
-    return;
-  }
-  for (int i = num_cached; i < num_full; ++i) {
-    const BlockId b = blocks[static_cast<size_t>(i)];
-    if (i + kCachingPrefetchDistance < num_full)
-      pool_.prefetch_caching(blocks[static_cast<size_t>(i + kCachingPrefetchDistance)],
-                             group_block_hash(request, g, i + kCachingPrefetchDistance), static_cast<uint16_t>(g));
-    if (b == pool_.null_block()) continue;
-    pool_.cache_block(b, content_key(request, g, i, i == 0 ? kNoLink : blocks[static_cast<size_t>(i) - 1].value));
-  }
-  num_cached = num_full;
-}
-
 std::pair<int, int> KVCacheManager::steady_limits(const RequestBlocks& entry) const {
   int slots = std::numeric_limits<int>::max(), cache = std::numeric_limits<int>::max();
   for (int g = 0; g < num_groups(); ++g) {
     const auto gi = static_cast<size_t>(g);
     const int bs = spec(g).block_size;
-    // cdiv(n, bs) > blocks  <=>  n > blocks * bs;  cached < n / bs  <=>  n >= (cached + 1) * bs.
+    // ceil_div(n, bs) > blocks  <=>  n > blocks * bs;  cached < n / bs  <=>  n >= (cached + 1) * bs.
     slots = std::min(slots, static_cast<int>(entry.blocks[gi].size()) * bs);
     cache = std::min(cache, (entry.num_cached[gi] + 1) * bs);
   }
@@ -476,7 +264,9 @@ void KVCacheManager::refuse_allocate_slots(const Request& request, int num_new_t
     const ComputedBlocks* new_computed_blocks, bool delay_cache_blocks) {
   if (state)
     for (int g = 0; g < num_groups(); ++g)
-      if (spec(g).kind == AttentionKind::kSlidingWindow) remove_skipped_blocks(g, *state, request.num_computed_tokens);
+      if (coordinator_->group(g).remove_skipped_blocks(state->blocks[static_cast<size_t>(g)], request.num_computed_tokens,
+                                                       scratch_blocks_))
+        table_rewritten_ = true;
 
   const int needed = blocks_to_allocate(request, state, num_tokens_need_slot, new_computed_blocks);
   if (needed > pool_.num_free_blocks()) {
@@ -493,7 +283,7 @@ void KVCacheManager::refuse_allocate_slots(const Request& request, int num_new_t
     // to there, and the window before it is worth a checkpoint.
     int full_hit = 0;
     for (int g = 0; g < num_groups(); ++g)
-      if (spec(g).kind == AttentionKind::kFull)
+      if (coordinator_->group(g).is_full_attention())
         full_hit = std::max(full_hit, new_computed_blocks->group_hit_tokens[static_cast<size_t>(g)]);
     if (full_hit > new_computed_blocks->num_computed_tokens) state->divergence_tokens = full_hit;
   }
@@ -517,18 +307,21 @@ void KVCacheManager::refuse_allocate_slots(const Request& request, int num_new_t
   for (int g = 0; g < num_groups(); ++g) {
     const auto gi = static_cast<size_t>(g);
     auto& blocks = state->blocks[gi];
-    if (state->may_share_writable && cacheable(g)) copy_on_write(g, *state, num_computed);
+    KVCacheGroup& group = coordinator_->group(g);
+    if (state->may_share_writable && group.cacheable()) copy_on_write(g, *state, num_computed);
     first_new[gi] = blocks.size();
-    const int want = spec(g).kind == AttentionKind::kCrossAttention
-                         ? (blocks.empty() ? cdiv(request.num_encoder_tokens, spec(g).block_size) : 0)
-                         : cdiv(num_tokens_need_slot, spec(g).block_size) - static_cast<int>(blocks.size());
+    const int want = group.blocks_to_add(request, static_cast<int>(blocks.size()), num_tokens_need_slot);
     if (want > 0 && !pool_.allocate(want, blocks))
       throw InvariantError("allocate_slots: the pool refused blocks it reported free");
   }
   if (pool_.caching_enabled() && !delay_cache_blocks) {
     if (num_tokens_to_cache / block_size_ > static_cast<int>(request.block_hashes.size())) hash_request(request);
-    for (int g = 0; g < num_groups(); ++g)
-      if (cacheable(g) && !request.skip_prefix_cache) cache_full_blocks(g, request, *state, num_tokens_to_cache);
+    if (!request.skip_prefix_cache)
+      for (int g = 0; g < num_groups(); ++g) {
+        const auto gi = static_cast<size_t>(g);
+        coordinator_->group(g).cache_full_blocks(request, state->blocks[gi], state->num_cached[gi], num_tokens_to_cache,
+                                                 state->divergence_tokens);
+      }
   }
   for (int g = 0; g < num_groups(); ++g) {
     const auto gi = static_cast<size_t>(g);
@@ -544,20 +337,8 @@ bool KVCacheManager::free(const Request& request) {
   RequestBlocks* entry = find_entry(request);
   if (!entry) return false;
   for (int g = 0; g < num_groups(); ++g) {
-    auto& blocks = entry->blocks[static_cast<size_t>(g)];
-    if (!retains_checkpoints(g)) {
-      pool_.free_blocks_tail_first(blocks);
-      continue;
-    }
-    // The window before the aligned end of what was cached (a hit point: a multiple of every
-    // group's block size) is the sequence's last reachable hit point (the next turn of a
-    // conversation extends it): a checkpoint. Everything else the table still holds (partial or
-    // uncomputed blocks) is worthless to a lookup.
-    const int bs = spec(g).block_size;
-    const int end = entry->num_cached[static_cast<size_t>(g)] * bs / hit_alignment_ * hit_alignment_ / bs;
-    for (int i = std::max(0, end - window_blocks(g)); i < end; ++i) pool_.mark_window_checkpoint(blocks[static_cast<size_t>(i)]);
-    std::reverse(blocks.begin(), blocks.end());  // tail first; the table is released below
-    pool_.free_window_blocks(blocks);
+    const auto gi = static_cast<size_t>(g);
+    coordinator_->group(g).free(entry->blocks[gi], entry->num_cached[gi]);
   }
   release_entry(*entry);
   return true;
@@ -586,31 +367,20 @@ AllocStatus KVCacheManager::can_allocate(Request& request) {
   const int chunk = config_.max_num_batched_tokens > 0 ? std::min(config_.max_num_batched_tokens, request.num_tokens())
                                                        : request.num_tokens();
   int required = 0;
-  for (int g = 0; g < num_groups(); ++g) required += footprint_blocks(g, request, chunk);
+  for (int g = 0; g < num_groups(); ++g) required += coordinator_->group(g).footprint_blocks(request, chunk);
   if (pool_.num_usable_blocks() - required < watermark_blocks_) return AllocStatus::kNever;
   // Cached prefix blocks already in use cost nothing; cached free ones are taken from the free set.
   ComputedBlocks hits;
   hits.num_groups = num_groups();
   if (pool_.caching_enabled() && !request.skip_prefix_cache && request.num_tokens() > 0) {
     hash_request(request);
-    hits.num_computed_tokens = find_common_hit(request, request.num_tokens() - 1, hits);
+    HitSearchStats search;  // not counted: an admission check, not a lookup
+    hits.num_computed_tokens = coordinator_->find_common_hit(request, request.num_tokens() - 1, hits, search);
   }
   const int first_chunk_end =
       config_.max_num_batched_tokens > 0 ? std::min(request.num_tokens(), hits.num_computed_tokens + chunk) : request.num_tokens();
   const int need = get_num_blocks_to_allocate(request, first_chunk_end, &hits);
   return pool_.num_free_blocks() - need >= watermark_blocks_ ? AllocStatus::kOk : AllocStatus::kLater;
-}
-
-int KVCacheManager::footprint_blocks(int g, const Request& request, int chunk) const {
-  const AttentionKind kind = spec(g).kind;
-  const int bs = spec(g).block_size;
-  if (kind == AttentionKind::kCrossAttention) return cdiv(request.num_encoder_tokens, bs);
-  const int all = cdiv(request.num_tokens(), bs);
-  if (kind == AttentionKind::kFull) return all;  // keeps every block: chunks accumulate
-  // vLLM's SlidingWindowSpec.max_memory_usage_bytes: the window before the chunk, the chunk,
-  // and one block of misalignment.
-  const int tokens = std::min(spec(g).sliding_window - 1 + chunk, max_model_len_);
-  return std::min(all, cdiv(tokens, bs) + 1);
 }
 
 void KVCacheManager::fork(const Request& parent, const Request& child) {
@@ -700,7 +470,8 @@ void KVCacheManager::check_invariants() const {
           throw InvariantError(fmt::format("request {} group {} (block size {}) holds block {} cached by group {} with {} tokens",
                                            id.value, g, spec(g).block_size, b.value, blk.group, blk.num_tokens));
         // Sliding groups under retention cache only reachable blocks (see cache_full_blocks).
-        if (pool_.caching_enabled() && !retains_checkpoints(g) && static_cast<int>(i) < state.num_cached[gi] &&
+        if (pool_.caching_enabled() && coordinator_->group(g).caches_every_full_block() &&
+            static_cast<int>(i) < state.num_cached[gi] &&
             !pool_.block(b).has_hash)
           throw InvariantError(fmt::format("request {} block {} (#{}) should be cached but has no hash", id.value,
                                            b.value, i));

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "pagedkv/core/block_footprint.h"
+#include "pagedkv/core/ceil_div.h"
 #include "pagedkv/core/error.h"
 
 namespace pagedkv {
@@ -18,8 +20,6 @@ void require_utilization(double gpu_memory_utilization) {
   if (!(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0))
     throw ConfigError(fmt::format("gpu_memory_utilization must be in (0, 1], got {}", gpu_memory_utilization));
 }
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
@@ -71,7 +71,7 @@ int64_t blocks_per_request(const KVCacheSpec& spec, int64_t context_len) {
   if (spec.kind != AttentionKind::kSlidingWindow) return all_blocks;
   // The last token sees `sliding_window` tokens (itself included); at the worst alignment those
   // span ceil((window - 1) / block_size) + 1 blocks.
-  const int64_t window_blocks = ceil_div(spec.sliding_window - 1, block_size) + 1;
+  const int64_t window_blocks = ceil_div(int64_t{spec.sliding_window} - 1, block_size) + 1;
   return std::min(all_blocks, window_blocks);
 }
 
@@ -82,8 +82,7 @@ int64_t blocks_per_request(const KVCacheSpec& spec, int64_t context_len, int64_t
                                                   context_len);
   if (spec.kind != AttentionKind::kSlidingWindow) return all_blocks;
   if (chunk_tokens <= 0) throw ConfigError(fmt::format("prefill chunk must be positive, got {}", chunk_tokens));
-  const int64_t tokens = std::min(spec.sliding_window - 1 + chunk_tokens, context_len);
-  return std::min(all_blocks, ceil_div(tokens, int64_t{spec.block_size}) + 1);
+  return block_footprint(spec, context_len, chunk_tokens);
 }
 
 double max_concurrency(int64_t num_blocks, const KVCacheSpec& spec, int64_t context_len) {

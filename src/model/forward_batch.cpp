@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "pagedkv/core/ceil_div.h"
 #include "pagedkv/core/error.h"
 
 namespace pagedkv {
@@ -27,7 +28,7 @@ int ForwardBatchBuilder::add_request(std::span<const TokenId> tokens, int first_
   if (tokens.empty()) throw UsageError("add_request: a request must run at least one token");
   if (first_position < 0) throw UsageError(fmt::format("add_request: first_position {} is negative", first_position));
   const int64_t end = static_cast<int64_t>(first_position) + static_cast<int64_t>(tokens.size());
-  const int64_t blocks_needed = (end + block_size_ - 1) / block_size_;
+  const int64_t blocks_needed = ceil_div<int64_t>(end, block_size_);
   if (static_cast<int64_t>(block_ids.size()) < blocks_needed)
     throw UsageError(fmt::format("add_request: positions up to {} need {} blocks of {} tokens, the block table has {}",
                                  end - 1, blocks_needed, block_size_, block_ids.size()));

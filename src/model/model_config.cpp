@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "pagedkv/core/ceil_div.h"
 #include "pagedkv/core/error.h"
 
 namespace pagedkv {
@@ -37,8 +38,6 @@ struct LayerGrouping {
   int sliding_groups = 0;
   int groups() const { return full_groups + sliding_groups; }
 };
-
-int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 LayerGrouping layer_grouping(const ModelConfig& c) {
   int sliding = 0;

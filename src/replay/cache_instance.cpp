@@ -4,6 +4,7 @@
 
 #include <limits>
 
+#include "pagedkv/core/ceil_div.h"
 #include "pagedkv/core/error.h"
 
 namespace pagedkv {
@@ -54,7 +55,7 @@ int64_t CacheInstance::peek_hit_blocks(Request& request) {
 ServeOutcome CacheInstance::serve(Request& request) {
   ServeOutcome out;
   const int n = request.num_tokens();
-  out.blocks = (n + block_size_ - 1) / block_size_;
+  out.blocks = ceil_div(n, block_size_);
   if (out.blocks > capacity_blocks_ || n > manager_.max_model_len()) return out;  // can never fit
   manager_.get_computed_blocks(request, computed_);
   const int hit_tokens = computed_.num_computed_tokens;

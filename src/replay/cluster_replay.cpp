@@ -8,6 +8,7 @@
 #include <memory>
 #include <queue>
 
+#include "pagedkv/core/ceil_div.h"
 #include "pagedkv/core/cpu_clock.h"
 #include "pagedkv/core/error.h"
 
@@ -83,7 +84,7 @@ class Router {
         load_blocks_[k] -= in_flight_[k].top().blocks;
         in_flight_[k].pop();
       }
-    const int64_t prompt_blocks = (request.num_tokens() + block_size_ - 1) / block_size_;
+    const int64_t prompt_blocks = ceil_div<int64_t>(request.num_tokens(), block_size_);
     const size_t n = instances.size();
     const size_t start = static_cast<size_t>(turn_++ % n);
     size_t pick = start;
@@ -98,7 +99,7 @@ class Router {
       }
     }
     if (record.latency_ms > 0) {
-      const int64_t blocks = (static_cast<int64_t>(record.input_tokens) + record.output_tokens + block_size_ - 1) / block_size_;
+      const int64_t blocks = ceil_div<int64_t>(static_cast<int64_t>(record.input_tokens) + record.output_tokens, block_size_);
       in_flight_[pick].push({now + record.latency_ms, blocks});
       load_blocks_[pick] += blocks;
     }

@@ -4,13 +4,10 @@
 
 #include <algorithm>
 
+#include "pagedkv/core/ceil_div.h"
 #include "pagedkv/core/error.h"
 
 namespace pagedkv {
-namespace {
-int cdiv(int a, int b) { return (a + b - 1) / b; }
-}  // namespace
-
 std::string_view preemption_mode_name(PreemptionMode m) {
   switch (m) {
     case PreemptionMode::kRecompute: return "recompute";
@@ -172,7 +169,7 @@ void Scheduler::finish(SchedulerRequest* r, FinishReason reason) {
     waiting_.erase(std::find(waiting_.begin(), waiting_.end(), r));
     if (tiers_) tiers_->cancel_prefix(r->kv.id);
   } else if (r->status == RequestStatus::kSwapped) {
-    if (!r->swap_in_pending) stats_.blocks_swap_dropped += static_cast<uint64_t>(cdiv(r->swapped_tokens, manager_.block_size()));
+    if (!r->swap_in_pending) stats_.blocks_swap_dropped += static_cast<uint64_t>(ceil_div(r->swapped_tokens, manager_.block_size()));
     if (tiers_) {
       tiers_->drop_swap(r->kv.id);  // waits for loads still writing into its device blocks
       if (r->swap_in_pending) manager_.free(r->kv);
@@ -214,7 +211,7 @@ void Scheduler::release_finished(RequestId id) {
 uint64_t Scheduler::swapped_blocks() const {
   uint64_t n = 0;
   for (const SchedulerRequest* r : swapped_)
-    if (!r->swap_in_pending) n += static_cast<uint64_t>(cdiv(r->swapped_tokens, manager_.block_size()));
+    if (!r->swap_in_pending) n += static_cast<uint64_t>(ceil_div(r->swapped_tokens, manager_.block_size()));
   return n;
 }
 
@@ -228,7 +225,7 @@ SchedulerRequest* Scheduler::pick_victim() {
 void Scheduler::preempt(SchedulerRequest* victim, SchedulerOutput& out) {
   const int computed = victim->kv.num_computed_tokens;
   const auto blocks = manager_.get_block_ids(victim->kv);
-  const int needed = cdiv(computed, manager_.block_size());
+  const int needed = ceil_div(computed, manager_.block_size());
   bool swap = false;
   if (config_.preemption_mode != PreemptionMode::kRecompute && computed > 0 && manager_.num_groups() == 1 &&
       (config_.preemption_mode == PreemptionMode::kSwap || computed >= config_.swap_threshold_tokens)) {
@@ -288,7 +285,7 @@ bool Scheduler::try_resume_swapped_from_tiers(SchedulerRequest* r, SchedulerOutp
     // As below: blocks still in the prefix cache need no copy; the rest load from the tiers.
     manager_.get_computed_blocks(r->kv, hits_);
     const int hit = hits_.num_computed_tokens;
-    const int swapped_blocks = cdiv(r->swapped_tokens, manager_.block_size());
+    const int swapped_blocks = ceil_div(r->swapped_tokens, manager_.block_size());
     if (hit >= r->swapped_tokens) {
       if (!manager_.allocate_slots(r->kv, 1, hit, &hits_)) return false;
       tiers_->drop_swap(r->kv.id);
@@ -516,7 +513,7 @@ bool Scheduler::admit_reserved(SchedulerRequest* r, int& budget, SchedulerOutput
   const int tokens = kv_reservation_tokens(config_.kv_reservation, r->kv.num_prompt_tokens, r->stop.max_tokens,
                                            r->stop.known_output_tokens, manager_.max_model_len());
   // At least the prompt and the first output token's slot: a prompt the model cannot hold is rejected.
-  const int blocks = cdiv(std::max(tokens, r->kv.num_tokens()), bs);
+  const int blocks = ceil_div(std::max(tokens, r->kv.num_tokens()), bs);
   if (blocks > ranges_->max_allocation() || r->kv.num_tokens() > manager_.max_model_len()) {
     finish(r, FinishReason::kRejected);  // larger than the whole cache: it can never run
     return true;

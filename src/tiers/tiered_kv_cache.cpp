@@ -118,12 +118,7 @@ void TieredKVCache::on_device_evict(const KVCacheBlock& b) {
     return;
   }
   const BlockPool& pool = manager_.pool();
-  BlockContentKey key;
-  key.hash = b.hash;
-  key.parent = pool.cached_parent(b.id);
-  key.tokens = pool.cached_tokens(b.id);
-  key.extra_digest = pool.cached_extra_digest(b.id);
-  key.group = b.group;
+  const BlockContentKey key = pool.cached_key(b.id);
   if (remote_) queue_remote_put(TierKind::kDevice, b.id.value, key);  // inclusive: also below
   if (host_) {
     TierStats& hs = host_->mutable_stats();
@@ -737,12 +732,7 @@ void TieredKVCache::write_through() {
     const bool disk_due = to_disk && written_through_[i] != b.hash;
     const bool remote_due = to_remote && remote_written_[i] != b.hash;
     if (!disk_due && !remote_due) continue;
-    BlockContentKey key;
-    key.hash = b.hash;
-    key.parent = pool.cached_parent(b.id);
-    key.tokens = pool.cached_tokens(b.id);
-    key.extra_digest = pool.cached_extra_digest(b.id);
-    key.group = b.group;
+    const BlockContentKey key = pool.cached_key(b.id);
     if (disk_due) {
       written_through_[i] = b.hash;
       store_on_disk(TierKind::kDevice, b.id.value, key, TransferPurpose::kFlush);
@@ -774,12 +764,7 @@ void TieredKVCache::flush_to_disk() {
   const BlockPool& pool = manager_.pool();
   for (const KVCacheBlock& b : pool.blocks()) {
     if (!b.has_hash) continue;
-    BlockContentKey key;
-    key.hash = b.hash;
-    key.parent = pool.cached_parent(b.id);
-    key.tokens = pool.cached_tokens(b.id);
-    key.extra_digest = pool.cached_extra_digest(b.id);
-    key.group = b.group;
+    const BlockContentKey key = pool.cached_key(b.id);
     store_on_disk(TierKind::kDevice, b.id.value, key, TransferPurpose::kFlush);
     maybe_submit();
   }

@@ -6,6 +6,7 @@
 #include <deque>
 #include <memory>
 
+#include "pagedkv/core/ceil_div.h"
 #include "pagedkv/core/error.h"
 #include "pagedkv/workload/kvcache_peer.h"
 
@@ -131,7 +132,7 @@ HybridSessionsResult run_hybrid_sessions(const HybridSessionsConfig& c, const st
     const int64_t bs = m.group_block_size(g);
     const int64_t shared = c.system_prompt_tokens / bs;
     int64_t blocks = shared;
-    for (const auto& conv : conversation) blocks += (static_cast<int64_t>(conv.size()) + bs - 1) / bs - shared;
+    for (const auto& conv : conversation) blocks += ceil_div(static_cast<int64_t>(conv.size()), bs) - shared;
     out.full_working_set_blocks += blocks;
   }
   out.stats = m.prefix_cache_stats();

@@ -267,6 +267,23 @@ TEST(CoreBlockPool, CachedLookupConfirmsEveryPartOfTheContent) {
   EXPECT_EQ(pool->cached_parent(a[0]), (BlockHash{1009, 0}));
 }
 
+TEST(CoreBlockPool, ACachedBlocksKeyIsTheOneItWasCachedUnder) {
+  BlockPoolOptions o = pool_options(8, 4);
+  o.group_specs = {KVCacheSpec{.block_size = 4}, KVCacheSpec{.block_size = 4}};
+  CheckedPool pool(std::move(o));
+  const std::vector<TokenId> tokens{5, 6, 7, 8};
+  auto a = pool.allocate(1);
+  pool.cache_block(a[0], key_for(21, tokens, /*extra_digest=*/5, /*group=*/1));
+  const BlockContentKey key = pool->cached_key(a[0]);
+  EXPECT_EQ(key.hash, (BlockHash{21, 0}));
+  EXPECT_EQ(key.parent, (BlockHash{1021, 0}));
+  EXPECT_TRUE(std::equal(tokens.begin(), tokens.end(), key.tokens.begin(), key.tokens.end()));
+  EXPECT_EQ(key.extra_digest, 5u);
+  EXPECT_EQ(key.group, 1);
+  EXPECT_EQ(key.parent_block, kUnknownParent);
+  EXPECT_EQ(pool->find_cached(key), a[0]) << "a lower tier's copy of the key finds the block again";
+}
+
 TEST(CoreBlockPool, CacheBlockRefusesFreeBlocksAndPartialBlocks) {
   CheckedPool pool(pool_options(8, 4));
   const std::vector<TokenId> tokens{1, 2, 3, 4};

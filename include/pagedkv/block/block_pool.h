@@ -159,6 +159,14 @@ class BlockPool {
   std::span<const TokenId> cached_tokens(BlockId id) const;
   const BlockHash& cached_parent(BlockId id) const { return meta_[static_cast<size_t>(id.value)].parent; }
   uint64_t cached_extra_digest(BlockId id) const { return meta_[static_cast<size_t>(id.value)].extra_digest; }
+  // The key block `id` is cached under, as a lookup would present it (valid while
+  // block(id).has_hash): for a lower tier that stores the block's content. It names no parent
+  // block (kUnknownParent): the parent is confirmed by its hash.
+  BlockContentKey cached_key(BlockId id) const {
+    const KVCacheBlock& b = block(id);
+    return BlockContentKey{.hash = b.hash, .parent = cached_parent(id), .tokens = cached_tokens(id),
+                           .extra_digest = cached_extra_digest(id), .group = b.group, .parent_block = kUnknownParent};
+  }
 
   // Called just before a cached block loses its content key: evicted to reuse the block
   // (RemovalReason::kEvicted), invalidated, or dropped by a prefix-cache reset. Its bytes stay

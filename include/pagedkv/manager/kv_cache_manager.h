@@ -48,7 +48,8 @@ struct KVCacheManagerConfig {
   int sliding_window_checkpoint_interval = 0;  // tokens, a multiple of every group's block size
   // The largest prefill chunk the scheduler hands allocate_slots (vLLM's max_num_batched_tokens);
   // can_allocate sizes a request by its first chunk and a sliding group by its real footprint,
-  // cdiv(min(window - 1 + chunk, max_model_len), block_size) + 1 blocks. 0: the whole prompt at once.
+  // ceil(min(window - 1 + chunk, tokens) / block_size) + 1 blocks (core/block_footprint.h).
+  // 0: the whole prompt at once.
   int max_num_batched_tokens = 0;
 };
 
@@ -108,9 +109,12 @@ struct PrefixCacheStats {
   double hit_rate() const { return queries ? static_cast<double>(hits) / static_cast<double>(queries) : 0.0; }
 };
 
+class KVCacheCoordinator;  // the groups' policies and the common prefix hit (src/manager/)
+
 class KVCacheManager {
  public:
   explicit KVCacheManager(KVCacheManagerConfig config);
+  ~KVCacheManager();
 
   // Prefix lookup: the longest run of cached full blocks from the start of the request
   // (at most num_tokens - 1 tokens, so at least one token is computed), and the number of
@@ -240,31 +244,6 @@ class KVCacheManager {
   uint32_t slot_of(const RequestBlocks& entry) const { return static_cast<uint32_t>(&entry - entries_.data()); }
 
   const KVCacheSpec& spec(int g) const { return config_.cache.groups[static_cast<size_t>(g)].spec; }
-  bool cacheable(int g) const { return spec(g).kind != AttentionKind::kCrossAttention; }
-  // A sliding group under the retention policy (see KVCacheManagerConfig).
-  bool retains_checkpoints(int g) const {
-    return config_.sliding_window_retention && spec(g).kind == AttentionKind::kSlidingWindow;
-  }
-  // Blocks before a hit point that a sliding group's window needs: ceil((window - 1) / block_size).
-  int window_blocks(int g) const { return (spec(g).sliding_window - 1 + spec(g).block_size - 1) / spec(g).block_size; }
-  // Group g's block i spans hash blocks [i * r, (i + 1) * r), r its block size over block_size_;
-  // the chained hash of the last one names the whole prefix up to the block's end.
-  int hash_ratio(int g) const { return spec(g).block_size / block_size_; }
-  const BlockHash& group_block_hash(const Request& request, int g, int i) const {
-    return request.block_hashes[static_cast<size_t>((i + 1) * hash_ratio(g) - 1)];
-  }
-  // Full blocks of group g the request's hashes cover.
-  int hashed_blocks(int g, const Request& request) const {
-    return static_cast<int>(request.block_hashes.size()) / hash_ratio(g);
-  }
-  // The longest prefix every cacheable group confirms (a fixed point over the groups' answers,
-  // aligned to hit_alignment()), each group's blocks in `out`, at most `max_tokens` tokens.
-  int find_common_hit(const Request& request, int max_tokens, ComputedBlocks& out) const;
-  // Block `i` of `request` lies in the window before one of its reachable hit points.
-  bool is_window_checkpoint(int g, const Request& request, const RequestBlocks& state, int i) const;
-  // Blocks group g holds for `request` at its largest when admitted `chunk` tokens at a time.
-  int footprint_blocks(int g, const Request& request, int chunk) const;
-  int find_sliding_window_hit(int g, const Request& request, int max_blocks, std::vector<BlockId>& out) const;
   // allocate_slots' fast path: true when the call needs no new block, caches no block, hashes
   // nothing and frees nothing, so the general path would change nothing but return no blocks.
   bool is_steady_state(const Request& request, const RequestBlocks& state, int num_tokens_need_slot,
@@ -283,16 +262,9 @@ class KVCacheManager {
   // Recomputes the entry's steady-state bounds from its tables and num_cached.
   void refresh_steady_limits(RequestBlocks& entry) const;
   std::pair<int, int> steady_limits(const RequestBlocks& entry) const;
-  int find_longest_cache_hit(int g, const Request& request, int max_length, std::vector<BlockId>& out) const;
-  int blocks_needed(int g, const Request& request, const RequestBlocks* state, int num_tokens,
-                    std::span<const BlockId> new_computed, int num_computed_tokens) const;
   int blocks_to_allocate(const Request& request, const RequestBlocks* state, int num_tokens,
                          const ComputedBlocks* new_computed_blocks) const;
-  void remove_skipped_blocks(int g, RequestBlocks& state, int num_computed_tokens);
   void copy_on_write(int g, RequestBlocks& state, int num_computed_tokens);
-  void cache_full_blocks(int g, const Request& request, RequestBlocks& state, int num_tokens);
-  // parent_block: see BlockContentKey (the previous hit or table entry; kNoLink for block 0).
-  BlockContentKey content_key(const Request& request, int g, int block_index, int32_t parent_block) const;
 
   KVCacheManagerConfig config_;
   int block_size_;
@@ -313,7 +285,9 @@ class KVCacheManager {
   std::vector<BlockHashJob> scratch_hash_jobs_;
   bool table_rewritten_ = false;
   uint64_t steady_state_calls_ = 0;
-  mutable uint64_t window_probes_ = 0;  // find_sliding_window_hit's probes since the last lookup
+  // One policy per group, by attention kind (hit search, blocks needed, release of blocks that
+  // left a window, caching, footprint), and the prefix hit they share.
+  std::unique_ptr<KVCacheCoordinator> coordinator_;
   std::optional<NewBlocks> no_new_blocks_;  // the steady-state answer: no group gained a block
   // What NewBlocks::blocks views: the last general call's new blocks, and no blocks at all.
   std::array<std::span<const BlockId>, kMaxKVCacheGroups> new_block_views_{};
