@@ -38,15 +38,17 @@ WRITTEN_TYPES = {"F16", "BF16", "Q8_0", "Q4_0"}  # what `bench decode` writes; t
 
 # Serving workloads: `pagedkv bench serve` options (the multi-turn one replays the Mooncake
 # conversation trace: turns of one conversation share their earlier turns as a prefix).
-WORKLOADS = {
-    "random": ["--dataset", "random", "--random-input-len", "128", "--random-output-len", "64"],
-    "prefix": ["--dataset", "prefix-repetition", "--prefix-repetition-num-prefixes", "4",
-               "--prefix-repetition-prefix-len", "512", "--prefix-repetition-suffix-len", "32",
-               "--prefix-repetition-output-len", "64"],
-    "warm-up": ["--dataset", "random", "--random-input-len", "16", "--random-output-len", "8"],
-    "multi-turn": ["--dataset", "mooncake", "--mooncake-block-tokens", "16", "--time-scale", "0", "--dataset-path",
-                   os.path.join(REPO, "..", "shared", "traces", "mooncake_conversation_trace.jsonl")],
-}
+def workload_options(name, args):
+    out = str(args.serve_output_len)
+    return {
+        "random": ["--dataset", "random", "--random-input-len", str(args.serve_input_len), "--random-output-len", out],
+        "prefix": ["--dataset", "prefix-repetition", "--prefix-repetition-num-prefixes", "4",
+                   "--prefix-repetition-prefix-len", str(args.serve_prefix_len), "--prefix-repetition-suffix-len", "32",
+                   "--prefix-repetition-output-len", out],
+        "multi-turn": ["--dataset", "mooncake", "--mooncake-block-tokens", "16", "--time-scale", "0", "--dataset-path",
+                       os.path.join(REPO, "..", "shared", "traces", "mooncake_conversation_trace.jsonl")],
+        "warm-up": ["--dataset", "random", "--random-input-len", "16", "--random-output-len", "8"],
+    }[name]
 SLOT_CONTEXT = 2048  # tokens per llama-server slot; pagedkv serve gets the same --max-model-len
 
 
@@ -193,7 +195,7 @@ def bench_serve(args, port, workload, concurrency, seed, num_prompts=None):
     n = num_prompts or max(args.serve_prompts_min, args.serve_waves * concurrency)
     out = run([args.pagedkv, "bench", "serve", "--base-url", f"http://127.0.0.1:{port}", "--num-prompts", str(n),
                "--max-concurrency", str(concurrency), "--seed", str(seed), "--ignore-eos", "--json"]
-              + WORKLOADS[workload], timeout=3600)
+              + workload_options(workload, args), timeout=3600)
     r = json.loads(out)
     if r["failed"]:
         raise RuntimeError(f"bench serve on port {port}: {r['failed']} requests failed: {r['errors']}")
@@ -261,6 +263,9 @@ def main():
     ap.add_argument("--serve-types", default="Q8_0", help="types of the first shape measured serving")
     ap.add_argument("--concurrency", default="1,8,32")
     ap.add_argument("--workloads", default="random,prefix,multi-turn")
+    ap.add_argument("--serve-input-len", type=int, default=128, help="random workload: prompt tokens")
+    ap.add_argument("--serve-prefix-len", type=int, default=512, help="prefix workload: shared prefix tokens")
+    ap.add_argument("--serve-output-len", type=int, default=64, help="random and prefix workloads: output tokens")
     ap.add_argument("--serve-waves", type=int, default=4, help="requests per run = waves x concurrency")
     ap.add_argument("--serve-prompts-min", type=int, default=8)
     ap.add_argument("--only", default="decode,prefill,serve", help="row kinds to measure")
