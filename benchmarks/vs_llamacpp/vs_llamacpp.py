@@ -42,7 +42,7 @@ def workload_options(name, args):
     out = str(args.serve_output_len)
     return {
         "random": ["--dataset", "random", "--random-input-len", str(args.serve_input_len), "--random-output-len", out],
-        "prefix": ["--dataset", "prefix-repetition", "--prefix-repetition-num-prefixes", "4",
+        "prefix": ["--dataset", "prefix-repetition", "--prefix-repetition-num-prefixes", "2",
                    "--prefix-repetition-prefix-len", str(args.serve_prefix_len), "--prefix-repetition-suffix-len", "32",
                    "--prefix-repetition-output-len", out],
         "multi-turn": ["--dataset", "mooncake", "--mooncake-block-tokens", "16", "--time-scale", "0", "--dataset-path",
@@ -99,12 +99,15 @@ def free_port():
 
 # ---- model files ---------------------------------------------------------------------------------
 
-def model_files(args):
-    """{(shape, type): path}, writing the missing ones."""
+def model_files(args, only):
+    """{(shape, type): path} of the files the selected rows use, writing the missing ones."""
     os.makedirs(args.models_dir, exist_ok=True)
     files = {}
     for shape in args.shapes:
-        for t in args.types if shape == args.shapes[0] else args.moe_types:
+        types = args.types if shape == args.shapes[0] else args.moe_types
+        if not only & {"decode", "prefill"}:  # serving only
+            types = args.serve_types.split(",") if shape == args.shapes[0] else []
+        for t in types:
             path = os.path.join(args.models_dir, f"{shape}-{t}.gguf")
             files[(shape, t)] = path
             if os.path.exists(path):
@@ -238,10 +241,10 @@ def summarize(pairs):
 
 def print_table(rows, header):
     print(header)
-    print(f"| {'row':<44} | {'pagedkv':>9} | {'llama.cpp':>9} | {'ratio':>6} | {'min-max':>11} | n |")
-    print(f"|{'-' * 46}|{'-' * 11}|{'-' * 11}|{'-' * 8}|{'-' * 13}|---|")
+    print(f"| {'row':<52} | {'pagedkv':>9} | {'llama.cpp':>9} | {'ratio':>6} | {'min-max':>11} | n |")
+    print(f"|{'-' * 54}|{'-' * 11}|{'-' * 11}|{'-' * 8}|{'-' * 13}|---|")
     for name, unit, s in rows:
-        print(f"| {name + ' (' + unit + ')':<44} | {s['pagedkv']:>9.2f} | {s['llama']:>9.2f} | {s['ratio']:>5.2f}x |"
+        print(f"| {name + ' (' + unit + ')':<52} | {s['pagedkv']:>9.2f} | {s['llama']:>9.2f} | {s['ratio']:>5.2f}x |"
               f" {s['min']:>5.2f}-{s['max']:<5.2f} | {s['n']} |")
     sys.stdout.flush()
 
@@ -278,7 +281,8 @@ def main():
                          "GOMP_SPINCOUNT=3000 for both")
     args = ap.parse_args()
     if args.quick:
-        args.reps, args.decode_tokens, args.serve_waves, args.serve_prompts_min = 1, 32, 1, 4
+        args.reps, args.decode_tokens, args.serve_waves = 1, 32, 1
+        args.serve_prompts_min = min(args.serve_prompts_min, 4)
         args.prefill_long_types = args.prefill_long_types or "Q8_0"
     if args.omp_defaults:
         OMP_ENV.clear()
@@ -350,9 +354,9 @@ def main():
             servers.stop(ll)
 
     try:
-        files = model_files(args)
+        files = model_files(args, only)
         long_types = set(args.prefill_long_types.split(",")) if args.prefill_long_types else None
-        for (shape, t), path in files.items():
+        for (shape, t), path in files.items() if only & {"decode", "prefill"} else ():
             label = f"{shape} {t}"
             if "decode" in only:
                 attempt(f"decode b1 {label}", lambda: record(
