@@ -128,7 +128,8 @@ def model_files(args, only):
                 if not os.path.exists(f16):
                     raise SystemExit(f"{t} is made from {f16}: put F16 in the types before it")
                 log(f"quantizing {path} with llama-quantize")
-                run([os.path.join(args.llama_build, "bin", "llama-quantize"), f16, path, t, str(args.threads)])
+                run([os.path.join(args.llama_build, "bin", "llama-quantize"), f16, path + ".part", t, str(args.threads)])
+                os.rename(path + ".part", path)  # an interrupted run leaves no half-written file behind
     return files
 
 
