@@ -254,8 +254,9 @@ int fetch_max_model_len(const std::string& base_url, const std::string& api_key)
 
 TokenPool fetch_token_pool(const std::string& base_url, const std::string& api_key) {
   auto tokenize = [&](const char* text, bool special) {
-    const HttpReply r =
-        http_call("POST", base_url + "/tokenize", json{{"prompt", text}, {"add_special_tokens", special}}.dump(), api_key);
+    // vLLM's and pagedkv's fields, and llama-server's (content, add_special): each server reads its own.
+    const json body{{"prompt", text}, {"add_special_tokens", special}, {"content", text}, {"add_special", special}};
+    const HttpReply r = http_call("POST", base_url + "/tokenize", body.dump(), api_key);
     if (r.status != 200) throw Error(fmt::format("bench serve: {}/tokenize answered {}: {}", base_url, r.status, r.body));
     return json::parse(r.body)["tokens"].get<std::vector<TokenId>>();
   };

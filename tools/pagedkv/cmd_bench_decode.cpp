@@ -1,7 +1,8 @@
 // pagedkv bench decode: decode speed of a GGUF model against the memory-bandwidth limit.
 //   A random-weight GGUF of a real model's shape (--shape, default Llama-3.2-1B) is written in each
-//   of --types to a temporary directory with the project's GgufWriter (or --model names a file),
-//   loaded as `serve` loads it (memory-mapped, weights kept in their stored type), and decoded
+//   of --types to a temporary directory with the project's GgufWriter (or --model names a file;
+//   --tokenizer-from copies a GGUF's tokenizer into the generated files, so that servers can run
+//   them), loaded as `serve` loads it (memory-mapped, weights kept in their stored type), and decoded
 //   through the serving engine: B requests with --prompt-tokens-token prompts, greedy, and the
 //   wall-clock time of --steps decode steps after the prefill step, for B in --batch-sizes.
 //   The limit: a decode step reads every weight matrix once (the tied embedding as the output
@@ -10,6 +11,9 @@
 //   passes: the machine's share of it moves on a shared machine). Reported per batch size: medians and best of --rounds rounds of
 //   tokens/s, the share of the bandwidth limit, and the throughput ratio to the first batch size
 //   of the same round.
+//   --prefill N measures the prefill instead: one request with an N-token prompt, the wall-clock
+//   time from its admission to its first token (chunks of --max-num-batched-tokens, as `serve`
+//   schedules it), reported as prompt tokens/s per round (llama-bench -p N's measure).
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -41,11 +45,14 @@ using Clock = std::chrono::steady_clock;
 struct BenchDecodeOptions {
   std::string model;  // an existing GGUF; empty: generate --shape in each of --types
   std::string shape = "llama-3.2-1b";
+  std::string tokenizer_from;  // a GGUF whose tokenizer.* keys the generated files get
   std::vector<std::string> types{"F16", "Q8_0"};
   std::string dir;  // where generated files go (default: the system's temporary directory)
   std::vector<int> batch_sizes{1, 32};
   int prompt_tokens = 8;  // short: the prefill of 32 prompts is not what is measured
   int steps = 8;
+  int prefill = 0;  // > 0: measure the prefill of one prompt of this many tokens instead of decode
+  int max_num_batched_tokens = 2048;  // --prefill: tokens per step (serve's default)
   int rounds = 5;
   double bandwidth_mib = 1024;
   int threads = 0;
@@ -67,13 +74,16 @@ TensorType parse_weight_type(const std::string& name) {
   throw ConfigError(fmt::format("--types: '{}' is not F32, F16, BF16, Q8_0 or Q4_0", name));
 }
 
-// Bytes a decode step reads from the weights: every matrix once; the token embedding only when it
-// doubles as the output matrix (otherwise a step reads just its batch's rows of it).
-double weight_bytes_per_step(const GgufFile& f) {
+// Bytes a batch-1 decode step reads from the weights: every matrix once, of a mixture of experts
+// only the experts a token uses; the token embedding only when it doubles as the output matrix
+// (otherwise a step reads just its batch's rows of it).
+double weight_bytes_per_step(const GgufFile& f, const ModelConfig& c) {
   const bool tied = f.find_tensor("output.weight") == nullptr;
+  const double expert_share = c.n_experts > 0 ? static_cast<double>(c.n_experts_used) / c.n_experts : 1.0;
   double bytes = 0;
   for (const GgufTensor& t : f.tensors())
-    if (t.name != "token_embd.weight" || tied) bytes += static_cast<double>(t.bytes);
+    if (t.name != "token_embd.weight" || tied)
+      bytes += static_cast<double>(t.bytes) * (t.name.find("_exps.") != std::string::npos ? expert_share : 1.0);
   return bytes;
 }
 
@@ -112,6 +122,31 @@ double decode_seconds(const Model& model, int batch, int prompt_tokens, int step
   return secs;
 }
 
+// Seconds from the admission of one `prompt_tokens`-token request to its first sampled token: the
+// prefill, in chunks of `max_batched` tokens per step.
+double prefill_seconds(const Model& model, int prompt_tokens, int max_batched, uint64_t seed, bool cpu_clock) {
+  EngineConfig c;
+  c.block_size = 16;
+  c.num_blocks = model.config().num_kv_cache_groups() * ((prompt_tokens + 2) / c.block_size + 2) + 2;
+  c.swap_space_bytes = 0;
+  c.enable_prefix_caching = false;
+  c.scheduler.max_num_seqs = 1;
+  c.scheduler.max_num_batched_tokens = max_batched;
+  LLMEngine engine(model, c);
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::uniform_int_distribution<int> token(3, model.config().vocab_size - 1);
+  GenerationRequest g;
+  g.prompt.push_back(1);
+  for (int t = 1; t < prompt_tokens; ++t) g.prompt.push_back(token(rng));
+  g.sampling.temperature = 0.0f;
+  g.stop.max_tokens = 1;
+  const auto t0 = Clock::now();
+  const double cpu0 = thread_cpu_seconds();
+  engine.add_request(std::move(g));
+  while (engine.has_unfinished()) engine.step();
+  return cpu_clock ? thread_cpu_seconds() - cpu0 : std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
 struct BatchResult {
   int batch = 0;
   std::vector<double> tokens_per_s, fraction_of_limit, vs_first;
@@ -121,6 +156,8 @@ int run_bench_decode(BenchDecodeOptions o) {
   if (o.threads > 0) set_kernel_threads(o.threads);
   if (o.rounds < 1 || o.steps < 1 || o.prompt_tokens < 1)
     throw ConfigError("--rounds, --steps and --prompt-tokens must be positive");
+  if (o.prefill < 0 || o.max_num_batched_tokens < 1)
+    throw ConfigError("--prefill must not be negative, --max-num-batched-tokens must be positive");
   if (o.clock != "wall" && o.clock != "cpu") throw ConfigError(fmt::format("--clock must be wall or cpu, got '{}'", o.clock));
   const bool cpu_clock = o.clock == "cpu";
   if (cpu_clock && kernel_threads() != 1)
@@ -130,7 +167,14 @@ int run_bench_decode(BenchDecodeOptions o) {
   for (int b : o.batch_sizes)
     if (b < 1) throw ConfigError(fmt::format("--batch-sizes must be positive, got {}", b));
   if (!o.model.empty() && !std::filesystem::exists(o.model)) throw ConfigError(fmt::format("--model '{}' does not exist", o.model));
-  const LlamaShape shape = llama_shape(o.shape);
+  const ModelShape shape = model_shape(o.shape);
+  std::unique_ptr<GgufFile> tokenizer;
+  if (!o.tokenizer_from.empty()) {
+    if (!o.model.empty()) throw ConfigError("--tokenizer-from applies to generated models, not to --model");
+    if (!std::filesystem::exists(o.tokenizer_from))
+      throw ConfigError(fmt::format("--tokenizer-from '{}' does not exist", o.tokenizer_from));
+    tokenizer = std::make_unique<GgufFile>(o.tokenizer_from);
+  }
   std::vector<TensorType> types;
   for (const std::string& t : o.types) types.push_back(parse_weight_type(t));
   const std::filesystem::path dir = o.dir.empty() ? std::filesystem::temp_directory_path() : std::filesystem::path(o.dir);
@@ -141,8 +185,16 @@ int run_bench_decode(BenchDecodeOptions o) {
   report["rounds"] = o.rounds;
   report["steps"] = o.steps;
   report["prompt_tokens"] = o.prompt_tokens;
+  if (o.prefill > 0) {
+    report["prefill_tokens"] = o.prefill;
+    report["max_num_batched_tokens"] = o.max_num_batched_tokens;
+  }
   report["clock"] = o.clock;
-  if (!o.json)
+  if (!o.json && o.prefill > 0)
+    fmt::print("pagedkv bench decode --prefill: {} kernel threads, {} clock, {} rounds of one {}-token prompt's prefill "
+               "(admission to first token, {} tokens per step)\n",
+               kernel_threads(), o.clock, o.rounds, o.prefill, o.max_num_batched_tokens);
+  else if (!o.json)
     fmt::print("pagedkv bench decode: {} kernel threads, {} clock, {} rounds of {} decode steps after a {}-token prompt; "
                "limit = weight bytes per step / read bandwidth (median of {} passes over {} MiB before each round)\n",
                kernel_threads(), o.clock, o.rounds, o.steps, o.prompt_tokens, kProbePasses, probe.bytes() >> 20);
@@ -154,7 +206,7 @@ int run_bench_decode(BenchDecodeOptions o) {
     if (o.model.empty()) {
       path = (dir / fmt::format("pagedkv-bench-{}-{}-{}.gguf", shape.name, tensor_type_name(types[ci]), ::getpid())).string();
       const auto t0 = Clock::now();
-      write_random_llama_gguf(shape, types[ci], 42, path);
+      write_random_gguf(shape, types[ci], 42, path, tokenizer.get());
       write_s = std::chrono::duration<double>(Clock::now() - t0).count();
     }
     struct RemoveFile {
@@ -164,10 +216,30 @@ int run_bench_decode(BenchDecodeOptions o) {
         if (active) std::filesystem::remove(path);
       }
     } remover{path, o.model.empty() && !o.keep};
-    const GgufModel model(path, std::max(256, o.prompt_tokens + o.steps + 16));
-    const double bytes = weight_bytes_per_step(model.file());
+    const GgufModel model(path, std::max({256, o.prompt_tokens + o.steps + 16, o.prefill + 16}));
+    const double bytes = weight_bytes_per_step(model.file(), model.config());
     const std::string name = o.model.empty() ? fmt::format("random {} {}", shape.name, tensor_type_name(types[ci]))
                                              : std::filesystem::path(o.model).filename().string();
+    if (o.prefill > 0) {
+      prefill_seconds(model, std::min(o.prefill, 64), o.max_num_batched_tokens, 7, cpu_clock);  // touch every weight page once
+      std::vector<double> tokens_per_s;
+      for (int round = 0; round < o.rounds; ++round)
+        tokens_per_s.push_back(o.prefill / prefill_seconds(model, o.prefill, o.max_num_batched_tokens,
+                                                           1000 + static_cast<uint64_t>(round), cpu_clock));
+      report["models"].push_back({{"model", name},
+                                  {"write_seconds", write_s},
+                                  {"prefill", {{"tokens", o.prefill},
+                                               {"tokens_per_s_median", median(tokens_per_s)},
+                                               {"tokens_per_s_best", best(tokens_per_s)},
+                                               {"runs_tokens_per_s", tokens_per_s}}}});
+      if (!o.json)
+        fmt::print("\n{} ({}){}\n  prefill of {} tokens: {:.1f} tokens/s median, {:.1f} best ({:.2f} s median)\n", name,
+                   model.config().describe(),
+                   o.model.empty() ? fmt::format(", written in {:.1f} s to {}", write_s, path) : "", o.prefill,
+                   median(tokens_per_s), best(tokens_per_s), o.prefill / median(tokens_per_s));
+      std::fflush(stdout);
+      continue;
+    }
     if (!o.json) {
       fmt::print("\n{} ({}){}\n  weights read per decode step: {:.3f} GB\n", name, model.config().describe(),
                  o.model.empty() ? fmt::format(", written in {:.1f} s to {}", write_s, path) : "", bytes / 1e9);
@@ -234,13 +306,19 @@ const CommandRegistration kBenchDecodeCommand{Command{
     [](CLI::App& sub) -> std::function<int()> {
       auto o = std::make_shared<BenchDecodeOptions>();
       sub.add_option("--model", o->model, "an existing GGUF file (default: generate --shape in each of --types)");
-      sub.add_option("--shape", o->shape, "shape of the generated model: llama-3.2-1b or tiny")->capture_default_str();
+      sub.add_option("--shape", o->shape, "shape of the generated model: llama-3.2-1b, qwen3moe-8l-32e, tiny or tiny-moe")
+          ->capture_default_str();
+      sub.add_option("--tokenizer-from", o->tokenizer_from,
+                     "a GGUF whose tokenizer the generated files get (its token count must be the shape's vocabulary)");
       sub.add_option("--types", o->types, "weight types of the generated models")->delimiter(',')->capture_default_str();
       sub.add_option("--dir", o->dir, "directory for the generated files (default: the temporary directory)");
       sub.add_flag("--keep", o->keep, "keep the generated files");
       sub.add_option("--batch-sizes", o->batch_sizes, "concurrent requests")->delimiter(',')->capture_default_str();
       sub.add_option("--prompt-tokens", o->prompt_tokens, "prompt length of each request")->capture_default_str();
       sub.add_option("--steps", o->steps, "timed decode steps per run")->capture_default_str();
+      sub.add_option("--prefill", o->prefill, "measure the prefill of one prompt of this many tokens instead of decode");
+      sub.add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "--prefill: tokens per step (chunks)")
+          ->capture_default_str();
       sub.add_option("--rounds", o->rounds, "rounds (bandwidth, then every batch size)")->capture_default_str();
       sub.add_option("--bandwidth-mib", o->bandwidth_mib, "buffer streamed to measure the read bandwidth")
           ->capture_default_str();
