@@ -13,6 +13,7 @@
 #include <numeric>
 #include <set>
 
+#include "batch_replies.h"
 #include "pagedkv/core/error.h"
 #include "pagedkv/remote/sigpipe_blocked.h"
 
@@ -406,47 +407,21 @@ RemoteStatus RedisClusterStore::run(Op op, std::span<const std::string> keys,
 
 RemoteStatus RedisClusterStore::exists(std::span<const std::string> keys, std::vector<uint8_t>& present) {
   present.assign(keys.size(), 0);
-  bool error_reply = false;
-  const RemoteStatus st = run(Op::kExists, keys, {}, [&](size_t i, const redisReply& r) {
-    if (r.type == REDIS_REPLY_INTEGER) present[i] = r.integer > 0 ? 1 : 0;
-    else if (r.type == REDIS_REPLY_ERROR) {
-      error_reply = true;
-      error_ = r.str;
-    }
-  });
-  if (st != RemoteStatus::kOk) return st;
-  return error_reply ? RemoteStatus::kError : RemoteStatus::kOk;
+  BatchReplies replies(error_);
+  return replies.status(run(Op::kExists, keys, {}, [&](size_t i, const redisReply& r) { replies.exists(i, r, present); }));
 }
 
 RemoteStatus RedisClusterStore::get(std::span<const std::string> keys,
                                     const std::function<void(size_t, std::span<const std::byte>)>& on_value) {
-  bool error_reply = false;
-  const RemoteStatus st = run(Op::kGet, keys, {}, [&](size_t i, const redisReply& r) {
-    if (r.type == REDIS_REPLY_STRING)
-      on_value(i, std::span<const std::byte>(reinterpret_cast<const std::byte*>(r.str), r.len));
-    else if (r.type == REDIS_REPLY_ERROR) {
-      error_reply = true;
-      error_ = r.str;
-    }
-  });
-  if (st != RemoteStatus::kOk) return st;
-  return error_reply ? RemoteStatus::kError : RemoteStatus::kOk;
+  BatchReplies replies(error_);
+  return replies.status(run(Op::kGet, keys, {}, [&](size_t i, const redisReply& r) { replies.get(i, r, on_value); }));
 }
 
 RemoteStatus RedisClusterStore::set(std::span<const std::string> keys,
                                     std::span<const std::span<const std::byte>> values, std::vector<uint8_t>& stored) {
   stored.assign(keys.size(), 0);
-  bool full = false, error_reply = false;
-  const RemoteStatus st = run(Op::kSet, keys, values, [&](size_t i, const redisReply& r) {
-    if (r.type == REDIS_REPLY_STATUS) {
-      stored[i] = 1;
-    } else if (r.type == REDIS_REPLY_ERROR) {
-      (std::strncmp(r.str, "OOM", 3) == 0 ? full : error_reply) = true;
-      error_ = r.str;
-    }
-  });
-  if (st != RemoteStatus::kOk) return st;
-  return full ? RemoteStatus::kFull : error_reply ? RemoteStatus::kError : RemoteStatus::kOk;
+  BatchReplies replies(error_);
+  return replies.status(run(Op::kSet, keys, values, [&](size_t i, const redisReply& r) { replies.set(i, r, stored); }));
 }
 
 RemoteStatus RedisClusterStore::ping() {

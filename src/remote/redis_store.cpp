@@ -4,16 +4,14 @@
 #include <hiredis/hiredis.h>
 
 #include <algorithm>
-#include <cstring>
 
+#include "batch_replies.h"
 #include "pagedkv/core/error.h"
 #include "pagedkv/remote/redis_auto_store.h"
 #include "pagedkv/remote/sigpipe_blocked.h"
 
 namespace pagedkv::remote {
 namespace {
-
-bool is_oom(const redisReply& r) { return r.type == REDIS_REPLY_ERROR && std::strncmp(r.str, "OOM", 3) == 0; }
 
 RedisConnectionOptions connection_options(const RedisStoreOptions& o) {
   return {o.connect_timeout, o.io_timeout, o.keep_read_buffer};
@@ -73,16 +71,8 @@ RemoteStatus RedisStore::exists_once(std::span<const std::string> keys, std::vec
   if (keys.empty()) return RemoteStatus::kOk;
   if (!connect()) return RemoteStatus::kUnavailable;
   for (const std::string& k : keys) conn_.append({"EXISTS", k});
-  bool error_reply = false;
-  const RemoteStatus st = read_replies(keys.size(), [&](size_t i, const redisReply& r) {
-    if (r.type == REDIS_REPLY_INTEGER) present[i] = r.integer > 0 ? 1 : 0;
-    else if (r.type == REDIS_REPLY_ERROR) {
-      error_reply = true;
-      error_ = r.str;
-    }
-  });
-  if (st != RemoteStatus::kOk) return st;
-  return error_reply ? RemoteStatus::kError : RemoteStatus::kOk;
+  BatchReplies replies(error_);
+  return replies.status(read_replies(keys.size(), [&](size_t i, const redisReply& r) { replies.exists(i, r, present); }));
 }
 
 RemoteStatus RedisStore::get(std::span<const std::string> keys,
@@ -94,22 +84,15 @@ RemoteStatus RedisStore::get_once(std::span<const std::string> keys,
                              const std::function<void(size_t, std::span<const std::byte>)>& on_value) {
   if (keys.empty()) return RemoteStatus::kOk;
   if (!connect()) return RemoteStatus::kUnavailable;
-  bool error_reply = false;
+  BatchReplies replies(error_);
   const size_t depth = std::max<size_t>(1, options_.get_pipeline_depth);
   for (size_t first = 0; first < keys.size(); first += depth) {
     const size_t n = std::min(depth, keys.size() - first);
     for (size_t i = first; i < first + n; ++i) conn_.append({"GET", keys[i]});
-    const RemoteStatus st = read_replies(n, [&](size_t i, const redisReply& r) {
-      if (r.type == REDIS_REPLY_STRING)
-        on_value(first + i, std::span<const std::byte>(reinterpret_cast<const std::byte*>(r.str), r.len));
-      else if (r.type == REDIS_REPLY_ERROR) {
-        error_reply = true;
-        error_ = r.str;
-      }
-    });
+    const RemoteStatus st = read_replies(n, [&](size_t i, const redisReply& r) { replies.get(first + i, r, on_value); });
     if (st != RemoteStatus::kOk) return st;
   }
-  return error_reply ? RemoteStatus::kError : RemoteStatus::kOk;
+  return replies.status();
 }
 
 RemoteStatus RedisStore::set(std::span<const std::string> keys, std::span<const std::span<const std::byte>> values,
@@ -127,17 +110,8 @@ RemoteStatus RedisStore::set_once(std::span<const std::string> keys, std::span<c
     if (options_.write_chunk_bytes > 0 && conn_.queued_bytes() >= options_.write_chunk_bytes)  // see RedisStoreOptions
       if (!conn_.write_queued()) return fail_io();
   }
-  bool full = false, error_reply = false;
-  const RemoteStatus st = read_replies(keys.size(), [&](size_t i, const redisReply& r) {
-    if (r.type == REDIS_REPLY_STATUS) {
-      stored[i] = 1;
-    } else if (r.type == REDIS_REPLY_ERROR) {
-      (is_oom(r) ? full : error_reply) = true;
-      error_ = r.str;
-    }
-  });
-  if (st != RemoteStatus::kOk) return st;
-  return full ? RemoteStatus::kFull : error_reply ? RemoteStatus::kError : RemoteStatus::kOk;
+  BatchReplies replies(error_);
+  return replies.status(read_replies(keys.size(), [&](size_t i, const redisReply& r) { replies.set(i, r, stored); }));
 }
 
 RemoteStatus RedisStore::ping() {
