@@ -258,45 +258,48 @@ class Soak:
                     self.n.add("lost")
                     self.n.note(f"accepted request lost on {name}: {events[-1:]}")
 
+    def answer(self, name, url, path, body, what):
+        """POSTs one request that must be answered; returns its first choice, or None after
+        counting a refusal (a restart), a shed request (503) or an unexpected status."""
+        try:
+            r = post(url + path, body)
+        except requests.RequestException:
+            self.n.add("refused")
+            time.sleep(0.05)
+            return None
+        if r.status_code == 503:
+            self.n.add("shed")
+            return None
+        if r.status_code != 200:
+            self.n.add("unexpected_status")
+            self.n.note(f"a {what} request to {name} got {r.status_code}: {r.text[:200]}")
+            return None
+        self.n.add(f"{what}_answered")
+        return r.json()["choices"][0]
+
     def structured_worker(self, seed):
         """Completions constrained by a JSON Schema or a regex, one at a time: every answer that
-        stopped on its own parses and validates (or matches); one cut by max_tokens is a prefix."""
+        stopped on its own parses and validates (or matches); one cut by max_tokens is a prefix.
+        A third of the requests are chats that must call a tool (tool_request)."""
         import jsonschema  # Debian's python3-jsonschema (scripts/setup.sh)
         import re
+        regex = "[a-z]+( [a-z]+){0,6}"
         rng = random.Random(seed)
         while not self.done.is_set():
             name, url = rng.choice(self.targets())
             if rng.random() < 0.3:
                 self.tool_request(rng, name, url)
                 continue
-            if rng.random() < 0.75:
-                schema = rng.choice(SCHEMAS)
-                constraint, check = {"guided_json": schema}, ("json", schema)
-            else:
-                constraint, check = {"guided_regex": "[a-z]+( [a-z]+){0,6}"}, ("regex", "[a-z]+( [a-z]+){0,6}")
+            schema = rng.choice(SCHEMAS) if rng.random() < 0.75 else None
             body = {"prompt": rng.choice(PREFIXES), "max_tokens": rng.randrange(8, 64), "temperature": 0.8,
-                    "seed": rng.randrange(1000), **constraint}
+                    "seed": rng.randrange(1000), **({"guided_json": schema} if schema else {"guided_regex": regex})}
+            choice = self.answer(name, url, "/v1/completions", body, "structured")
+            if choice is None or choice["finish_reason"] != "stop":
+                continue  # not answered, or cut by max_tokens: a prefix, not judged
             try:
-                r = post(url + "/v1/completions", body)
-            except requests.RequestException:
-                self.n.add("refused")
-                time.sleep(0.05)
-                continue
-            if r.status_code == 503:
-                self.n.add("shed")
-                continue
-            if r.status_code != 200:
-                self.n.add("unexpected_status")
-                self.n.note(f"a structured request to {name} got {r.status_code}: {r.text[:200]}")
-                continue
-            choice = r.json()["choices"][0]
-            self.n.add("structured_answered")
-            if choice["finish_reason"] != "stop":
-                continue  # cut by max_tokens: a prefix, not judged
-            try:
-                if check[0] == "json":
-                    jsonschema.validate(json.loads(choice["text"]), check[1])
-                elif not re.fullmatch(check[1], choice["text"]):
+                if schema:
+                    jsonschema.validate(json.loads(choice["text"]), schema)
+                elif not re.fullmatch(regex, choice["text"]):
                     raise ValueError("no match")
             except (ValueError, jsonschema.ValidationError) as e:
                 self.n.add("structured_invalid")
@@ -309,21 +312,8 @@ class Soak:
         choice = "required" if rng.random() < 0.5 else {"type": "function", "function": {"name": rng.choice(TOOLS)["function"]["name"]}}
         body = {"messages": [{"role": "user", "content": "What is the weather in Paris?"}], "tools": TOOLS,
                 "tool_choice": choice, "max_tokens": 80, "temperature": 0.8, "seed": rng.randrange(1000)}
-        try:
-            r = post(url + "/v1/chat/completions", body)
-        except requests.RequestException:
-            self.n.add("refused")
-            return
-        if r.status_code == 503:
-            self.n.add("shed")
-            return
-        if r.status_code != 200:
-            self.n.add("unexpected_status")
-            self.n.note(f"a tool request to {name} got {r.status_code}: {r.text[:200]}")
-            return
-        self.n.add("tool_answered")
-        answer = r.json()["choices"][0]
-        if answer["finish_reason"] == "length":
+        answer = self.answer(name, url, "/v1/chat/completions", body, "tool")
+        if answer is None or answer["finish_reason"] == "length":
             return
         try:
             calls = answer["message"]["tool_calls"]
@@ -416,25 +406,18 @@ class Soak:
                 if r.status_code != 400:
                     self.n.add("unexpected_status")
                     self.n.note(f"malformed body {body[:40]!r} got {r.status_code}")
-            for fields in HOSTILE_TOOLS:
+            hostile = [("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": 4, **f})
+                       for f in HOSTILE_TOOLS] + [("/v1/completions", {"prompt": "x", "max_tokens": 4, **f})
+                                                  for f in HOSTILE_STRUCTURED]
+            for path, body in hostile:
                 try:
-                    r = post(inst.url + "/v1/chat/completions",
-                             {"messages": [{"role": "user", "content": "x"}], "max_tokens": 4, **fields}, timeout=30)
+                    r = post(inst.url + path, body, timeout=30)
                 except requests.RequestException:
                     continue
                 self.n.add("hostile_structured_sent")
                 if r.status_code != 400:
                     self.n.add("unexpected_status")
-                    self.n.note(f"hostile tool request {str(fields)[:60]} got {r.status_code}")
-            for fields in HOSTILE_STRUCTURED:
-                try:
-                    r = post(inst.url + "/v1/completions", {"prompt": "x", "max_tokens": 4, **fields}, timeout=30)
-                except requests.RequestException:
-                    continue
-                self.n.add("hostile_structured_sent")
-                if r.status_code != 400:
-                    self.n.add("unexpected_status")
-                    self.n.note(f"hostile structured request {str(fields)[:60]} got {r.status_code}")
+                    self.n.note(f"hostile request to {path} {str(body)[:60]} got {r.status_code}")
 
     def fault_disk_full(self):
         if not self.filesystems.available:
