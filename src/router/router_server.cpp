@@ -37,6 +37,12 @@ struct Placement {
   ~Placement() { pool.finished(backend, blocks, failed); }
 };
 
+// Holds a place in the router's queue while a request waits for a backend with room.
+struct QueuePlace {
+  std::atomic<int>& queued;
+  ~QueuePlace() { --queued; }
+};
+
 bool needs_api_key(const std::string& path) { return path != "/health"; }
 
 // The header that names the instance an answer came from (clients and tests see where it went).
@@ -303,7 +309,7 @@ void RouterServer::install_routes() {
       std::shared_ptr<UpstreamCall> call;
       std::shared_ptr<Placement> placement;
       bool retried_unanswered = false;
-      std::shared_ptr<void> queue_slot;  // held while this request waits in the router's queue
+      std::unique_ptr<QueuePlace> queue_place;
       Clock::time_point queued_since;
       for (;;) {
         PrefixOverlap overlap;
@@ -351,15 +357,14 @@ void RouterServer::install_routes() {
           metrics_.failed(backend, "busy");
           if (std::count(excluded.begin(), excluded.end(), false) > 0) continue;
           // Every healthy backend is saturated: wait in the router's queue, then try them all again.
-          if (!queue_slot) {
+          if (!queue_place) {
+            queue_place.reset(new QueuePlace{queued_});
             if (queued_.fetch_add(1) >= options_.max_queued) {
-              --queued_;
               metrics_.rejected("queue_full");
               throw ApiError(429, fmt::format("every instance is saturated and {} requests already wait in the router; retry later",
                                               options_.max_queued),
                              "", "server_saturated");
             }
-            queue_slot = std::shared_ptr<void>(nullptr, [this](void*) { --queued_; });
             queued_since = Clock::now();
           }
           if (Clock::now() - queued_since > options_.queue_timeout) {
