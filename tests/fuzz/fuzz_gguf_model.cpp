@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -51,7 +52,7 @@ class ModelDescription {
     layers_ = 1 + r_.next() % 2;
     flaws_ = r_.next();  // a bit per kind of inconsistency
     flaws_ = flaws_ >= 192 ? flaws_ & 63 : 0;  // a quarter of the inputs have some
-    payload_ = {r_.data + std::min(r_.at + 32, r_.size), r_.size - std::min(r_.at + 32, r_.size)};
+    payload_ = std::span(r_.data, r_.size).subspan(std::min(r_.at + 32, r_.size));
   }
 
   std::vector<std::byte> bytes() {
@@ -95,7 +96,7 @@ class ModelDescription {
         vector(w, b + "attn_k_norm.weight", kHeadDim);
       }
       if (a == "qwen3moe") {
-        vector_matrix_f32(w, b + "ffn_gate_inp.weight", kDim, kExperts);
+        f32_matrix(w, b + "ffn_gate_inp.weight", kDim, kExperts);
         const int64_t rank_flaw = flaw(5) ? 1 : 0;  // a 3-D tensor written with one expert less
         stacked(w, b + "ffn_gate_exps.weight", kDim, kHidden, kExperts - rank_flaw);
         stacked(w, b + "ffn_up_exps.weight", kDim, kHidden, kExperts);
@@ -117,8 +118,8 @@ class ModelDescription {
 
   std::vector<std::byte> contents(size_t n) {
     std::vector<std::byte> out(n);
-    if (payload_.size() == 0) return out;
-    for (size_t i = 0; i < n; ++i) out[i] = static_cast<std::byte>(payload_.data[(offset_ + i) % payload_.size()]);
+    if (payload_.empty()) return out;
+    for (size_t i = 0; i < n; ++i) out[i] = static_cast<std::byte>(payload_[(offset_ + i) % payload_.size()]);
     offset_ = (offset_ + n) % payload_.size();
     return out;
   }
@@ -135,7 +136,7 @@ class ModelDescription {
   void stacked(pagedkv::GgufWriter& w, const std::string& name, int64_t cols, int64_t rows, int64_t n) {
     add(w, name, next_type(), {cols, rows, n});
   }
-  void vector_matrix_f32(pagedkv::GgufWriter& w, const std::string& name, int64_t cols, int64_t rows) {
+  void f32_matrix(pagedkv::GgufWriter& w, const std::string& name, int64_t cols, int64_t rows) {
     add(w, name, TensorType::kF32, {cols, rows});
   }
   void vector(pagedkv::GgufWriter& w, const std::string& name, int64_t n) { add(w, name, TensorType::kF32, {n}); }
@@ -144,11 +145,7 @@ class ModelDescription {
   std::string arch_;
   int layers_ = 1;
   unsigned flaws_ = 0;
-  struct {
-    const uint8_t* data;
-    size_t n;
-    size_t size() const { return n; }
-  } payload_{};
+  std::span<const uint8_t> payload_;  // the tensors' contents, cycled
   size_t offset_ = 0;
 };
 
