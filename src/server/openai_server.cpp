@@ -186,9 +186,8 @@ void OpenAIServer::install_routes() {
     const uint64_t since = number("since", 10, 0);
     const uint64_t max_events = std::clamp<uint64_t>(number("max", 10, 10000), 1, 100000);
     const api::KVEventsPage log_page = options_.kv_events->read(epoch, since, static_cast<size_t>(max_events));
-    const EngineLoad load = service_.load();
-    const api::InstanceLoad instance{load.running, load.waiting, load.kv_blocks_used, load.kv_blocks_total, load.waiting_blocks};
-    res.set_content(api::format_kv_events_page(log_page, options_.prefix_hashing, instance), "application/json");
+    const api::InstanceLoad load = service_.load();
+    res.set_content(api::format_kv_events_page(log_page, options_.prefix_hashing, load), "application/json");
   });
   http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     const std::string& name = model_.limits.served_model_name;

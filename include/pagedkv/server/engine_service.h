@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "pagedkv/api/api_error.h"
+#include "pagedkv/api/instance_load.h"
 #include "pagedkv/api/kv_event_log.h"
 #include "pagedkv/engine/llm_engine.h"
 #include "pagedkv/server/request_stream.h"
@@ -56,15 +57,12 @@ inline constexpr int kAutoPerTokenStreams = 8;
 inline constexpr int kMaxAutoStreamInterval = 16;
 int auto_stream_interval(int running, double step_seconds);
 
-// A snapshot of the engine's load, updated after every step (read from any thread).
-struct EngineLoad {
-  int running = 0;
-  int waiting = 0;   // queued in the engine plus submitted but not yet taken by the engine thread
+// A snapshot of the engine's load, updated after every step (read from any thread): what the
+// instance reports to routers (waiting: queued in the engine plus submitted but not yet taken by
+// the engine thread; waiting_blocks: the engine's waiting prompts only), and more.
+struct EngineLoad : api::InstanceLoad {
   int swapped = 0;
   uint64_t steps = 0;
-  int64_t kv_blocks_used = 0;   // device blocks held by requests
-  int64_t kv_blocks_total = 0;  // the device pool's usable blocks
-  int64_t waiting_blocks = 0;   // blocks the engine's waiting prompts still need (not the inbox's)
 };
 
 class EngineService {
