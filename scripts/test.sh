@@ -5,7 +5,14 @@
 # every fuzz target briefly (FUZZ_SECONDS, 10) and a soak with faults (SOAK_MINUTES, 4).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-stage() { echo "== $1 == (at $((SECONDS / 60)) min $((SECONDS % 60)) s)"; }
+# Each stage line says when it starts and how much CPU the stages before it used (user+system of
+# every child process: on two cores a build's wall time is about half its CPU time).
+stage() {
+  # cutime and cstime (fields 16 and 17 of /proc/PID/stat, in clock ticks): the children waited for.
+  local cpu
+  cpu=$(awk -v hz="$(getconf CLK_TCK)" '{ printf "%d", ($16 + $17) / hz }' "/proc/$$/stat")
+  echo "== $1 == (at $((SECONDS / 60)) min $((SECONDS % 60)) s, ${cpu} s CPU so far)"
+}
 stage "setup and release build"
 scripts/setup.sh
 JOBS=${JOBS:-$(nproc)}
