@@ -12,10 +12,13 @@ cd "$(dirname "$0")/.."
 TEMPLATE_SOURCES="src/template/lexer.cpp src/template/parser.cpp src/template/value.cpp src/template/value_format.cpp src/template/renderer.cpp src/template/filters.cpp src/template/methods.cpp src/template/unicode_text.cpp src/template/template.cpp"
 # The model from its GGUF file through a forward pass: formats, quantized kernels, attention, KV storage.
 MODEL_SOURCES="$(ls src/model/*.cpp | grep -v model_file.cpp | tr "\n" " ") $(echo src/model/format/*.cpp src/model/quant/*.cpp src/kernels/*.cpp src/storage/*.cpp src/core/*.cpp)"
+# The GGUF tokenizers (SentencePiece and byte-level BPE, with their pre-tokenizer patterns).
+TOKENIZER_SOURCES="src/model/tokenizer/gguf_tokenizer.cpp src/model/tokenizer/gguf_bpe_tokenizer.cpp src/model/tokenizer/bpe_pretokenizer.cpp src/model/tokenizer/text_tokenizer.cpp"
 declare -A SOURCES=(
   # target           sources it needs besides its own file (kept small: no engine)
   [openai_request]="src/api/openai_request.cpp src/api/request_fields.cpp src/api/tool_definitions.cpp src/api/api_error.cpp src/api/chat_template.cpp src/api/model_chat_template.cpp src/api/stop_string_matcher.cpp src/model/tokenizer/text_tokenizer.cpp $TEMPLATE_SOURCES"
   [gguf_model]="$MODEL_SOURCES"
+  [gguf_download]="$MODEL_SOURCES $TOKENIZER_SOURCES"
   [gguf_file]="src/model/format/gguf_file.cpp src/model/format/tensor_type.cpp src/model/format/block_formats.cpp"
   [llama2c_tokenizer]="src/model/tokenizer/tokenizer.cpp src/model/tokenizer/text_tokenizer.cpp"
   [llama2c_checkpoint]="src/model/format/llama2c_checkpoint.cpp src/model/model.cpp src/model/model_config.cpp src/model/format/tensor_type.cpp src/model/format/block_formats.cpp src/core/kv_cache_spec.cpp src/core/dtype.cpp"
@@ -30,10 +33,10 @@ declare -A SOURCES=(
   [tier_values]="src/storage/key_rotation.cpp src/tiers/disk_slot_format.cpp src/tiers/remote_value_format.cpp src/tiers/tier_types.cpp src/tiers/payload_checksum_avx2.cpp src/storage/cpu_isa.cpp src/core/block_hash.cpp src/core/kv_cache_spec.cpp src/core/dtype.cpp"
 )
 # Libraries (pkg-config names) a target links besides fmt.
-declare -A LIBS=([manager_ops]="libcrypto libxxhash" [disk_index]="liburing libxxhash" [bpe_tokenizer]="libpcre2-8")
+declare -A LIBS=([manager_ops]="libcrypto libxxhash" [disk_index]="liburing libxxhash" [bpe_tokenizer]="libpcre2-8" [gguf_download]="libpcre2-8")
 # Longest input each target is given (libFuzzer's -max_len): a GGUF header with metadata, a
 # tokenizer file with its vocabulary, need more than a request body.
-declare -A MAX_LEN=([gguf_model]=65536 [gguf_file]=65536 [llama2c_tokenizer]=16384 [chat_template]=20000)
+declare -A MAX_LEN=([gguf_download]=512 [gguf_model]=65536 [gguf_file]=65536 [llama2c_tokenizer]=16384 [chat_template]=20000)
 
 # Seeds taken from ../shared at run time (never copied into the tree): the starts of the real
 # files each parser reads.
