@@ -43,22 +43,119 @@ BackendAddress BackendAddress::parse(std::string_view url) {
 }
 
 BackendPool::BackendPool(std::vector<BackendAddress> backends, BackendPoolOptions options)
-    : options_(std::move(options)), index_(std::max<int>(1, static_cast<int>(backends.size()))) {
-  if (backends.empty()) throw ConfigError("the router needs at least one backend");
-  for (BackendAddress& a : backends) {
-    Backend b;
-    b.state.address = std::move(a);
-    backends_.push_back(std::move(b));
+    : options_(std::move(options)), index_(0) {
+  backends_.reserve(kMaxBackends);  // slots never move (address() hands out references)
+  for (const BackendAddress& a : backends) {
+    if (add(a) == Added::kPresent) continue;
+    backends_.back()->pinned = true;
   }
 }
 
 BackendPool::~BackendPool() { stop(); }
 
-const BackendAddress& BackendPool::address(int backend) const { return backends_.at(static_cast<size_t>(backend)).state.address; }
+BackendPool::Backend& BackendPool::at(int backend) {
+  if (backend < 0 || static_cast<size_t>(backend) >= backends_.size())
+    throw UsageError(fmt::format("BackendPool: backend {} out of range [0, {})", backend, backends_.size()));
+  return *backends_[static_cast<size_t>(backend)];
+}
+
+const BackendPool::Backend& BackendPool::at(int backend) const { return const_cast<BackendPool*>(this)->at(backend); }
+
+int BackendPool::size() const {
+  std::lock_guard lock(mutex_);
+  return static_cast<int>(backends_.size());
+}
+
+const BackendAddress& BackendPool::address(int backend) const {
+  std::lock_guard lock(mutex_);
+  return at(backend).state.address;
+}
+
+int BackendPool::find(const std::string& url) const {
+  for (size_t i = 0; i < backends_.size(); ++i)
+    if (backends_[i]->state.address.url == url) return static_cast<int>(i);
+  return -1;
+}
+
+BackendPool::Added BackendPool::add(const BackendAddress& address) {
+  std::thread retired;  // a revived slot's old monitor, joined outside the lock
+  Added result = Added::kAdded;
+  {
+    std::lock_guard lock(mutex_);
+    int i = find(address.url);
+    if (i >= 0 && !at(i).state.removed) return Added::kPresent;
+    if (i >= 0) {
+      Backend& b = at(i);
+      b.state.removed = false;
+      b.state.last_error.clear();
+      b.checked = false;
+      retired = std::move(b.monitor);  // stopped already: remove() ended its generation
+      result = Added::kRestored;
+    } else {
+      if (backends_.size() >= static_cast<size_t>(kMaxBackends))
+        throw ConfigError(fmt::format("the router holds at most {} backend addresses", kMaxBackends));
+      auto b = std::make_unique<Backend>();
+      b->state.address = address;
+      backends_.push_back(std::move(b));
+      index_.add_backend();
+      i = static_cast<int>(backends_.size()) - 1;
+    }
+    if (started_) start_monitor(i);
+  }
+  if (retired.joinable()) retired.join();
+  return result;
+}
+
+bool BackendPool::remove(const std::string& url) {
+  std::string wanted = url;
+  while (!wanted.empty() && wanted.back() == '/') wanted.pop_back();
+  {
+    std::lock_guard lock(mutex_);
+    const int i = find(wanted);
+    if (i < 0 || at(i).state.removed) return false;
+    Backend& b = at(i);
+    take_down(i, "removed from the pool");
+    b.state.removed = true;
+    b.state.reachable = false;
+    b.checked = true;
+    ++b.generation;  // its monitor stops at its next look (joined at a revival or at stop())
+  }
+  sleep_.notify_all();
+  return true;
+}
+
+std::pair<int, int> BackendPool::sync(const std::vector<BackendAddress>& addresses) {
+  int added = 0, removed = 0;
+  for (const BackendAddress& a : addresses) added += add(a) != Added::kPresent;
+  std::vector<std::string> gone;
+  {
+    std::lock_guard lock(mutex_);
+    for (const std::unique_ptr<Backend>& b : backends_)
+      if (!b->pinned && !b->state.removed &&
+          std::none_of(addresses.begin(), addresses.end(), [&](const BackendAddress& a) { return a.url == b->state.address.url; }))
+        gone.push_back(b->state.address.url);
+  }
+  for (const std::string& url : gone) removed += remove(url);
+  return {added, removed};
+}
+
+void BackendPool::pin(int backend) {
+  std::lock_guard lock(mutex_);
+  at(backend).pinned = true;
+}
+
+void BackendPool::start_monitor(int i) {
+  Backend& b = at(i);
+  const uint64_t generation = b.generation;
+  b.monitor = std::thread([this, i, generation] { monitor(i, generation); });
+}
 
 void BackendPool::start() {
-  if (!threads_.empty()) return;
-  for (int i = 0; i < size(); ++i) threads_.emplace_back([this, i] { monitor(i); });
+  std::lock_guard lock(mutex_);
+  if (started_) return;
+  started_ = true;
+  for (size_t i = 0; i < backends_.size(); ++i)
+    if (!backends_[i]->state.removed) start_monitor(static_cast<int>(i));
 }
 
 void BackendPool::stop() {
@@ -67,8 +164,13 @@ void BackendPool::stop() {
     stopping_ = true;
   }
   sleep_.notify_all();
-  for (std::thread& t : threads_) t.join();
-  threads_.clear();
+  std::vector<std::thread> monitors;
+  {
+    std::lock_guard lock(mutex_);
+    for (const std::unique_ptr<Backend>& b : backends_)
+      if (b->monitor.joinable()) monitors.push_back(std::move(b->monitor));
+  }
+  for (std::thread& t : monitors) t.join();
 }
 
 bool BackendPool::wait_until_checked(std::chrono::milliseconds timeout) const {
@@ -76,14 +178,20 @@ bool BackendPool::wait_until_checked(std::chrono::milliseconds timeout) const {
   for (;;) {
     {
       std::lock_guard lock(mutex_);
-      if (std::all_of(backends_.begin(), backends_.end(), [](const Backend& b) { return b.checked; })) return true;
+      if (std::all_of(backends_.begin(), backends_.end(), [](const std::unique_ptr<Backend>& b) { return b->checked; }))
+        return true;
     }
     if (Clock::now() >= deadline) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 }
 
-void BackendPool::monitor(int i) {
+bool BackendPool::current(int backend, uint64_t generation) const {
+  const Backend& b = at(backend);
+  return b.generation == generation && !b.state.removed;
+}
+
+void BackendPool::monitor(int i, uint64_t generation) {
   // One client, kept across polls: its connection is reused (httplib reconnects after an error).
   const BackendAddress& a = address(i);
   httplib::Client client(a.host, a.port);
@@ -94,38 +202,41 @@ void BackendPool::monitor(int i) {
   auto next_health = Clock::now();
   while (!stopping_) {
     if (Clock::now() >= next_health) {
-      check_health(i, client);
+      check_health(i, generation, client);
       next_health = Clock::now() + options_.health_interval;
     }
     bool reachable;
     {
       std::lock_guard lock(mutex_);
-      reachable = backends_[static_cast<size_t>(i)].state.reachable;
+      if (!current(i, generation)) return;
+      reachable = at(i).state.reachable;
     }
-    if (reachable) read_events(i, client);
+    if (reachable) read_events(i, generation, client);
     std::unique_lock lock(sleep_mutex_);
     sleep_.wait_for(lock, options_.events_interval, [this] { return stopping_.load(); });
   }
 }
 
-void BackendPool::take_down(Backend& b, const std::string& why) {
+void BackendPool::take_down(int i, const std::string& why) {
+  Backend& b = at(i);
   if (b.state.healthy) ++b.state.went_down;
   b.state.healthy = false;
   b.state.last_error = why;
   b.state.epoch = 0;  // whatever it held is gone or unknown: start again from a snapshot
   b.state.last_seq = 0;
   b.state.reported.reset();
-  index_.clear(static_cast<int>(&b - backends_.data()));
+  index_.clear(i);
 }
 
-void BackendPool::check_health(int i, httplib::Client& client) {
+void BackendPool::check_health(int i, uint64_t generation, httplib::Client& client) {
   httplib::Result r = client.Get("/health", auth_headers(options_.api_key));
   std::lock_guard lock(mutex_);
-  Backend& b = backends_[static_cast<size_t>(i)];
+  if (!current(i, generation)) return;  // removed meanwhile: its state stays as remove() left it
+  Backend& b = at(i);
   b.checked = true;
   if (!r) {
     b.state.reachable = false;
-    take_down(b, fmt::format("GET /health: {}", httplib::to_string(r.error())));
+    take_down(i, fmt::format("GET /health: {}", httplib::to_string(r.error())));
     return;
   }
   b.state.reachable = true;
@@ -139,14 +250,15 @@ void BackendPool::check_health(int i, httplib::Client& client) {
   }
 }
 
-void BackendPool::read_events(int i, httplib::Client& client) {
+void BackendPool::read_events(int i, uint64_t generation, httplib::Client& client) {
   for (int pages = 0; pages < 100 && !stopping_; ++pages) {
     uint64_t epoch, since;
     int64_t finished_blocks;
     int finished;
     {
       std::lock_guard lock(mutex_);
-      const BackendState& s = backends_[static_cast<size_t>(i)].state;
+      if (!current(i, generation)) return;
+      const BackendState& s = at(i).state;
       epoch = s.epoch;
       since = s.last_seq;
       finished_blocks = s.finished_blocks_total;
@@ -171,7 +283,8 @@ void BackendPool::read_events(int i, httplib::Client& client) {
     }
     const api::KVEventsPage& page = wire.page;
     std::lock_guard lock(mutex_);
-    Backend& b = backends_[static_cast<size_t>(i)];
+    if (!current(i, generation)) return;
+    Backend& b = at(i);
     if (!error.empty()) {
       ++b.state.poll_errors;
       b.state.last_error = error;
@@ -187,12 +300,13 @@ void BackendPool::read_events(int i, httplib::Client& client) {
     if (!b.state.hashing || *b.state.hashing != wire.hashing) {
       b.state.hashing = wire.hashing;
       std::optional<PrefixHashing> first;
-      for (const Backend& other : backends_)
-        if (other.state.hashing) {
-          first = other.state.hashing;
+      for (const std::unique_ptr<Backend>& other : backends_)
+        if (other->state.hashing) {
+          first = other->state.hashing;
           break;
         }
-      for (Backend& other : backends_) other.state.hashing_mismatch = other.state.hashing && *other.state.hashing != *first;
+      for (std::unique_ptr<Backend>& other : backends_)
+        other->state.hashing_mismatch = other->state.hashing && *other->state.hashing != *first;
     }
     // Only the routing group is indexed (its blocks form the prefix chains a request's hashes
     // walk); the other groups' events are counted and skipped.
@@ -217,8 +331,8 @@ void BackendPool::read_events(int i, httplib::Client& client) {
 
 std::optional<PrefixHashing> BackendPool::hashing() const {
   std::lock_guard lock(mutex_);
-  for (const Backend& b : backends_)
-    if (b.state.hashing) return b.state.hashing;
+  for (const std::unique_ptr<Backend>& b : backends_)
+    if (b->state.hashing) return b->state.hashing;
   return std::nullopt;
 }
 
@@ -226,8 +340,8 @@ std::vector<BackendView> BackendPool::views(std::span<const BlockHash> hashes) c
   std::lock_guard lock(mutex_);
   std::vector<BackendView> out(backends_.size());
   for (size_t i = 0; i < backends_.size(); ++i) {
-    const BackendState& s = backends_[i].state;
-    out[i].healthy = s.healthy;
+    const BackendState& s = backends_[i]->state;
+    out[i].healthy = s.healthy && !s.removed;
     out[i].in_flight = s.in_flight;
     out[i].load_blocks = s.load_blocks;
     if (s.reported) {
@@ -245,7 +359,7 @@ std::vector<BackendView> BackendPool::views(std::span<const BlockHash> hashes) c
 
 void BackendPool::dispatched(int backend, int64_t blocks) {
   std::lock_guard lock(mutex_);
-  BackendState& s = backends_.at(static_cast<size_t>(backend)).state;
+  BackendState& s = at(backend).state;
   ++s.in_flight;
   s.load_blocks += blocks;
   ++s.routed;
@@ -253,7 +367,7 @@ void BackendPool::dispatched(int backend, int64_t blocks) {
 
 void BackendPool::finished(int backend, int64_t blocks, bool failed) {
   std::lock_guard lock(mutex_);
-  BackendState& s = backends_.at(static_cast<size_t>(backend)).state;
+  BackendState& s = at(backend).state;
   --s.in_flight;
   s.load_blocks -= blocks;
   if (failed) ++s.failed;
@@ -263,14 +377,14 @@ void BackendPool::finished(int backend, int64_t blocks, bool failed) {
 
 void BackendPool::mark_down(int backend, const std::string& why) {
   std::lock_guard lock(mutex_);
-  take_down(backends_.at(static_cast<size_t>(backend)), why);
+  if (!at(backend).state.removed) take_down(backend, why);
 }
 
 std::vector<BackendState> BackendPool::states() const {
   std::lock_guard lock(mutex_);
   std::vector<BackendState> out;
   for (size_t i = 0; i < backends_.size(); ++i) {
-    BackendState s = backends_[i].state;
+    BackendState s = backends_[i]->state;
     for (int m = 0; m < kNumMedia; ++m) s.index_blocks[m] = index_.size(static_cast<int>(i), static_cast<Medium>(m));
     out.push_back(std::move(s));
   }

@@ -7,7 +7,7 @@
 namespace pagedkv::router {
 
 KVIndex::KVIndex(int num_backends) {
-  if (num_backends < 1) throw ConfigError("KVIndex: at least one backend");
+  if (num_backends < 0) throw ConfigError("KVIndex: a negative number of backends");
   backends_.resize(static_cast<size_t>(num_backends));
 }
 

@@ -43,7 +43,9 @@ struct QueuePlace {
   ~QueuePlace() { --queued; }
 };
 
-bool needs_api_key(const std::string& path) { return path != "/health"; }
+// /health is open; the membership endpoints check the admin key themselves.
+constexpr const char* kBackendsPath = "/router/backends";
+bool needs_api_key(const std::string& path) { return path != "/health" && path != kBackendsPath; }
 
 // The header that names the instance an answer came from (clients and tests see where it went).
 constexpr const char* kBackendHeader = "X-Pagedkv-Backend";
@@ -158,7 +160,7 @@ RoutingPlan RouterServer::plan(const std::string& body, ApiEndpoint endpoint) co
 int RouterServer::choose(const RoutingPlan& plan, const std::vector<bool>& excluded, PrefixOverlap& overlap,
                          int session_backend) {
   std::vector<BackendView> views = pool_.views(plan.hashes);
-  for (size_t i = 0; i < views.size(); ++i)
+  for (size_t i = 0; i < views.size() && i < excluded.size(); ++i)  // a backend added meanwhile: not excluded
     if (excluded[i]) views[i].healthy = false;
   int chosen;
   {
@@ -167,6 +169,31 @@ int RouterServer::choose(const RoutingPlan& plan, const std::vector<bool>& exclu
   }
   if (chosen >= 0) overlap = views[static_cast<size_t>(chosen)].overlap;
   return chosen;
+}
+
+void RouterServer::check_admin_key(const httplib::Request& req) const {
+  const std::string& key = options_.admin_api_key.empty() ? options_.api_key : options_.admin_api_key;
+  if (key.empty())
+    throw ApiError(403, "the membership endpoints are off: start the router with --admin-api-key (or --api-key)", "",
+                   "admin_disabled");
+  if (req.get_header_value("Authorization") != "Bearer " + key)
+    throw ApiError(401, "the membership endpoints need the admin key: send 'Authorization: Bearer <key>'", "",
+                   "invalid_api_key");
+}
+
+BackendAddress RouterServer::admin_backend_address(const httplib::Request& req) {
+  std::string url = req.get_param_value("url");
+  if (url.empty()) {
+    const json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    if (!body.is_object() || !body.contains("url") || !body["url"].is_string())
+      throw ApiError(400, "expected a JSON body {\"url\": \"http://host:port\"} (or ?url=)", "url", "invalid_request_error");
+    url = body["url"].get<std::string>();
+  }
+  try {
+    return BackendAddress::parse(url);
+  } catch (const ConfigError& e) {
+    throw ApiError(400, e.what(), "url", "invalid_request_error");
+  }
 }
 
 int RouterServer::session_backend(const std::string& session) const {
@@ -210,6 +237,7 @@ void RouterServer::install_routes() {
       json index = json::object();
       for (int m = 0; m < kNumMedia; ++m) index[std::string(medium_name(static_cast<Medium>(m)))] = s.index_blocks[m];
       backends.push_back({{"url", s.address.url},
+                          {"removed", s.removed},
                           {"healthy", s.healthy},
                           {"reachable", s.reachable},
                           {"last_error", s.last_error},
@@ -250,6 +278,38 @@ void RouterServer::install_routes() {
                     "application/json");
   });
 
+  // Membership: GET lists the backends, POST {"url": ...} adds one, DELETE {"url": ...} (or
+  // ?url=...) removes one. Only with the admin key (RouterOptions::admin_api_key).
+  http.Get(kBackendsPath, [this](const httplib::Request& req, httplib::Response& res) {
+    check_admin_key(req);
+    json list = json::array();
+    for (const BackendState& s : pool_.states())
+      list.push_back({{"url", s.address.url}, {"removed", s.removed}, {"healthy", s.healthy}});
+    res.set_content(json{{"backends", std::move(list)}}.dump(), "application/json");
+  });
+  http.Post(kBackendsPath, [this](const httplib::Request& req, httplib::Response& res) {
+    check_admin_key(req);
+    const BackendAddress address = admin_backend_address(req);
+    const BackendPool::Added added = pool_.add(address);
+    fmt::print(stderr, "router: backend {} {} by the admin endpoint\n", address.url,
+               added == BackendPool::Added::kPresent ? "was already present (add)" : "added");
+    res.status = added == BackendPool::Added::kPresent ? 200 : 201;
+    res.set_content(json{{"url", address.url},
+                         {"status", added == BackendPool::Added::kAdded      ? "added"
+                                    : added == BackendPool::Added::kRestored ? "restored"
+                                                                             : "present"}}
+                        .dump(),
+                    "application/json");
+  });
+  http.Delete(kBackendsPath, [this](const httplib::Request& req, httplib::Response& res) {
+    check_admin_key(req);
+    const BackendAddress address = admin_backend_address(req);
+    if (!pool_.remove(address.url))
+      throw ApiError(404, fmt::format("no backend {} in the pool", address.url), "url", "backend_not_found");
+    fmt::print(stderr, "router: backend {} removed by the admin endpoint\n", address.url);
+    res.set_content(json{{"url", address.url}, {"status", "removed"}}.dump(), "application/json");
+  });
+
   // The routes whose answer does not depend on the backend: any healthy one, in turn.
   auto forward_simple = [this](const httplib::Request& req, httplib::Response& res) {
     const std::vector<BackendState> states = pool_.states();
@@ -275,8 +335,9 @@ void RouterServer::install_routes() {
   http.Post("/reset_prefix_cache", [this](const httplib::Request&, httplib::Response& res) {
     json results = json::array();
     bool all_ok = true;
-    for (int i = 0; i < pool_.size(); ++i) {
-      const BackendAddress& a = pool_.address(i);
+    for (const BackendState& s : pool_.states()) {
+      if (s.removed) continue;
+      const BackendAddress& a = s.address;
       httplib::Result r = backend_request(a, options_.upstream, "POST", "/reset_prefix_cache", "");
       json entry = {{"backend", a.url}};
       if (!r) {

@@ -371,3 +371,61 @@ def test_router_behind_the_event_log_resyncs_from_a_snapshot():
             got = state(r)["backends"][0]
             return got["snapshots"] >= 2 and got["index_blocks"]["device"] == len(truth["blocks"]) > 0
         wait_until(matches, timeout=20, what="the router's index to match the backend after a snapshot")
+
+
+def test_backends_join_and_leave_without_a_restart(tmp_path):
+    """Membership changes while the router serves: a watched backends file (added, removed, a bad
+    line changes nothing) and the admin endpoint (its own key; add, remove, revive). A stream in
+    flight on a removed backend still finishes."""
+    models_dir()
+    listing = tmp_path / "backends.txt"
+    with Server() as b0, Server() as b1:
+        listing.write_text(f"# the fleet\n{b0.base_url}\n")
+        extra = ["--backends-file", str(listing), "--backends-file-interval-s", "0.05", "--admin-api-key", "s3cret"]
+        with router(policy="least-load", extra=extra) as r:
+            def members():
+                return {b["url"]: (b["healthy"], b["removed"]) for b in state(r)["backends"]}
+
+            def served(n=4):
+                return {r.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 2}).headers["X-Pagedkv-Backend"]
+                        for _ in range(n)}
+            assert served() == {b0.base_url}
+            listing.write_text(f"{b0.base_url}\n{b1.base_url}  # joined\n")
+            wait_until(lambda: members().get(b1.base_url) == (True, False), 10, what="b1 joining from the file")
+            assert served(6) == {b0.base_url, b1.base_url}
+            listing.write_text(f"{b1.base_url}\n")
+            wait_until(lambda: members()[b0.base_url] == (False, True), 10, what="b0 leaving by the file")
+            assert served() == {b1.base_url}
+            listing.write_text(f"{b1.base_url}\nlocalhost:1\n")  # a bad line: the last good list stays
+            time.sleep(0.3)
+            assert members() == {b0.base_url: (False, True), b1.base_url: (True, False)}
+            assert served() == {b1.base_url}
+
+            admin = {"Authorization": "Bearer s3cret"}
+            assert r.get("/router/backends").status_code == 401
+            assert r.get("/router/backends", headers={"Authorization": "Bearer nope"}).status_code == 401
+            listed = r.get("/router/backends", headers=admin).json()["backends"]
+            assert {b["url"]: b["removed"] for b in listed} == {b0.base_url: True, b1.base_url: False}
+            resp = r.post("/router/backends", {"url": b0.base_url + "/"}, headers=admin)
+            assert resp.status_code == 201 and resp.json()["status"] == "restored", resp.text
+            assert r.post("/router/backends", {"url": b0.base_url}, headers=admin).json()["status"] == "present"
+            assert r.post("/router/backends", {"url": "ftp://x"}, headers=admin).status_code == 400
+            assert r.post("/router/backends", {"address": b0.base_url}, headers=admin).status_code == 400
+            wait_until(lambda: members()[b0.base_url] == (True, False), 10, what="b0 revived by the admin endpoint")
+
+            # A long stream on b1, then b1 removed: the stream ends normally, new requests go to b0.
+            body = {"prompt": "Once upon a time", "max_tokens": 200, "min_tokens": 200, "ignore_eos": True, "stream": True}
+            stream = requests.post(r.url("/v1/completions"), json=body, stream=True, timeout=60,
+                                   headers={"X-Session-Id": "long"})
+            on = stream.headers["X-Pagedkv-Backend"]
+            other = b0.base_url if on == b1.base_url else b1.base_url
+            resp = requests.delete(r.url("/router/backends"), params={"url": on}, headers=admin, timeout=10)
+            assert resp.status_code == 200 and resp.json()["status"] == "removed", resp.text
+            assert served() == {other}
+            events = list(sse_events(stream))
+            assert events[-1] == "[DONE]" and len(events) > 100
+            assert requests.delete(r.url("/router/backends"), params={"url": on}, headers=admin, timeout=10).status_code == 404
+        # Without an admin key the membership endpoints are off.
+        with router(b0) as plain:
+            assert plain.post("/router/backends", {"url": b1.base_url}).status_code == 403
+            assert plain.get("/router/backends").status_code == 403

@@ -17,6 +17,7 @@
 #include "pagedkv/memory/byte_size.h"
 #include "pagedkv/model/model_file.h"
 #include "pagedkv/router/backend_pool.h"
+#include "pagedkv/router/backends_file.h"
 #include "pagedkv/router/router_metrics.h"
 #include "pagedkv/router/router_server.h"
 
@@ -31,7 +32,9 @@ struct RouterCliOptions {
   int max_model_len = 0;
   std::string host = "127.0.0.1";
   int port = 8080;
-  std::string api_key, backend_api_key;
+  std::string api_key, backend_api_key, admin_api_key;
+  std::string backends_file;
+  double backends_file_interval_s = 1;
   // The defaults of RoutingWeights (router/routing_policy.h says why).
   double prefill_scale = router::RoutingWeights{}.prefill_scale, device_credit = router::RoutingWeights{}.device_credit,
          host_credit = router::RoutingWeights{}.host_credit, disk_credit = router::RoutingWeights{}.disk_credit;
@@ -50,7 +53,9 @@ struct RouterCliOptions {
 int run_router(RouterCliOptions o) {
   const auto policy = router::parse_routing_policy(o.policy);
   if (!policy) throw ConfigError(fmt::format("--policy must be kv, round-robin, least-load or random, got '{}'", o.policy));
-  if (o.backends.empty()) throw ConfigError("give at least one --backend http://host:port");
+  if (o.backends.empty() && o.backends_file.empty())
+    throw ConfigError("give at least one --backend http://host:port, or --backends-file");
+  if (!(o.backends_file_interval_s > 0)) throw ConfigError("--backends-file-interval-s must be positive");
   if (o.port < 0 || o.port > 65535) throw ConfigError(fmt::format("--port must be in [0, 65535], got {}", o.port));
   for (double w : {o.prefill_scale, o.device_credit, o.host_credit, o.disk_credit})
     if (!(w >= 0)) throw ConfigError("--prefill-scale and the credits must be at least 0");
@@ -92,8 +97,18 @@ int run_router(RouterCliOptions o) {
   pool_options.health_interval = std::chrono::milliseconds(o.health_interval_ms);
   pool_options.timeout = std::chrono::milliseconds(o.poll_timeout_ms);
   pool_options.api_key = o.backend_api_key;
-  router::BackendPool pool(addresses, pool_options);
+  router::BackendPool pool(addresses, pool_options);  // the command line's backends stay (pinned)
+  std::unique_ptr<router::BackendsFileWatcher> watcher;
+  if (!o.backends_file.empty()) {
+    // Read at start (an unreadable file or a bad line is an error here); later changes apply live.
+    router::BackendsList listed = router::read_backends_file(o.backends_file);
+    pool.sync(listed.addresses);
+    watcher = std::make_unique<router::BackendsFileWatcher>(
+        o.backends_file, std::move(listed.text), pool,
+        std::chrono::milliseconds(static_cast<int64_t>(o.backends_file_interval_s * 1000)));
+  }
   pool.start();
+  if (watcher) watcher->start();
   pool.wait_until_checked(std::chrono::milliseconds(o.poll_timeout_ms) * 2);
 
   router::RoutingWeights weights{o.prefill_scale, o.device_credit, o.host_credit, o.disk_credit};
@@ -102,6 +117,7 @@ int run_router(RouterCliOptions o) {
   options.host = o.host;
   options.port = o.port;
   options.api_key = o.api_key;
+  options.admin_api_key = o.admin_api_key;
   options.http_threads = o.http_threads;
   options.max_body_bytes = parse_byte_size(o.max_body_bytes);
   options.upstream.connect_timeout = std::chrono::milliseconds(o.connect_timeout_ms);
@@ -137,6 +153,7 @@ int run_router(RouterCliOptions o) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   http.stop();
   serve_thread.join();
+  if (watcher) watcher->stop();
   pool.stop();
   fmt::print("pagedkv router: stopped\n");
   return 0;
@@ -146,7 +163,11 @@ const CommandRegistration kRouterCommand{Command{
     "router", "a KV-cache-aware router in front of several pagedkv serve instances (docs/router.md)",
     [](CLI::App& sub) -> std::function<int()> {
       auto o = std::make_shared<RouterCliOptions>();
-      sub.add_option("--backend,-b", o->backends, "a pagedkv serve instance, http://host:port (repeat for each)")->required();
+      sub.add_option("--backend,-b", o->backends, "a pagedkv serve instance, http://host:port (repeat for each)");
+      sub.add_option("--backends-file", o->backends_file,
+                     "a file listing backends, one http://host:port a line ('#' comments); re-read while running");
+      sub.add_option("--backends-file-interval-s", o->backends_file_interval_s, "how often the backends file is checked")
+          ->capture_default_str();
       sub.add_option("--policy", o->policy, "kv, round-robin, least-load or random")->capture_default_str();
       sub.add_option("--model,-m", o->model, "the backends' model file, for its tokenizer (default: stories260K)");
       sub.add_option("--tokenizer,-z", o->tokenizer, "the backends' tokenizer (as pagedkv serve's --tokenizer)");
@@ -157,6 +178,8 @@ const CommandRegistration kRouterCommand{Command{
       sub.add_option("--port", o->port, "port to listen on (0: any free port, printed at start)")->capture_default_str();
       sub.add_option("--api-key", o->api_key, "require 'Authorization: Bearer KEY' from clients (all but /health)");
       sub.add_option("--backend-api-key", o->backend_api_key, "the key the backends require");
+      sub.add_option("--admin-api-key", o->admin_api_key,
+                     "the key for /router/backends (add and remove backends; default: --api-key; neither: off)");
       sub.add_option("--prefill-scale", o->prefill_scale, "kv policy: weight of the blocks left to prefill")->capture_default_str();
       sub.add_option("--device-credit", o->device_credit, "kv policy: credit of a prefix block in the device pool")
           ->capture_default_str();

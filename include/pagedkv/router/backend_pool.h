@@ -8,6 +8,12 @@
 // block by at most one events_interval (plus a poll) while the backend lives; a backend that
 // stops answering is taken out of the rotation and its index dropped within one health_interval
 // plus the timeout, and comes back (from a snapshot) once /health answers 200 again.
+//
+// Membership changes while the router runs (a watched backends file, the admin endpoint): add()
+// starts a backend's monitor, remove() takes it out of the rotation, drops its index and stops
+// its monitor; requests already there finish. A backend keeps its index for the pool's life (a
+// removed one is a retired slot, revived if its address comes back), so an index held by a
+// request in flight never names another instance.
 #pragma once
 
 #include <atomic>
@@ -44,6 +50,9 @@ struct BackendAddress {
   static BackendAddress parse(std::string_view url);
 };
 
+// At most this many distinct addresses over the pool's life (removed ones included).
+inline constexpr int kMaxBackends = 1024;
+
 struct BackendPoolOptions {
   std::chrono::milliseconds events_interval{50};
   std::chrono::milliseconds health_interval{500};
@@ -55,6 +64,7 @@ struct BackendPoolOptions {
 // One backend as the router sees it (a copy: for /router/state and the metrics).
 struct BackendState {
   BackendAddress address;
+  bool removed = false;     // taken out by remove(): never in the rotation until added again
   bool healthy = false;     // in the rotation: /health answered 200 and no request failed to connect since
   bool reachable = false;   // answered at all (a draining backend is reachable, not healthy)
   std::string last_error;
@@ -79,6 +89,7 @@ struct BackendState {
 
 class BackendPool {
  public:
+  // `backends` may be empty when members are added later (the router answers 503 meanwhile).
   BackendPool(std::vector<BackendAddress> backends, BackendPoolOptions options);
   ~BackendPool();  // stop()
   BackendPool(const BackendPool&) = delete;
@@ -86,11 +97,22 @@ class BackendPool {
 
   void start();  // the monitor threads
   void stop();
-  // True once every backend has been checked at least once (answered or failed).
+  // True once every backend in the pool has been checked at least once (answered or failed).
   bool wait_until_checked(std::chrono::milliseconds timeout) const;
 
-  int size() const { return static_cast<int>(backends_.size()); }
-  // Immutable after construction: read without the lock.
+  // Membership. add() of a present address changes nothing; of a removed one revives its slot
+  // (its index starts again from a snapshot). Throws ConfigError past kMaxBackends addresses.
+  enum class Added { kAdded, kRestored, kPresent };
+  Added add(const BackendAddress& address);
+  bool remove(const std::string& url);  // false: no such backend in the pool (or removed already)
+  // Makes the pool's members the given addresses plus those added by add() with pinned = true
+  // (the command line's): others are removed. Returns how many were added and removed.
+  std::pair<int, int> sync(const std::vector<BackendAddress>& addresses);
+  void pin(int backend);
+
+  // Slots, removed ones included: backend indices are [0, size()).
+  int size() const;
+  // A slot's address never changes: the reference stays valid for the pool's life.
   const BackendAddress& address(int backend) const;
   // The block hashing the backends use (the first one that reported it), if any has.
   std::optional<PrefixHashing> hashing() const;
@@ -111,24 +133,34 @@ class BackendPool {
 
  private:
   struct Backend;
-  void monitor(int backend);
-  void check_health(int backend, httplib::Client& client);
-  void read_events(int backend, httplib::Client& client);
-  void take_down(Backend& b, const std::string& why);  // mutex_ held
+  int find(const std::string& url) const;  // a slot's index or -1 (mutex_ held)
+  void start_monitor(int backend);  // mutex_ held
+  void monitor(int backend, uint64_t generation);
+  // Whether the monitor of `generation` still owns `backend` (mutex_ held).
+  bool current(int backend, uint64_t generation) const;
+  void check_health(int backend, uint64_t generation, httplib::Client& client);
+  void read_events(int backend, uint64_t generation, httplib::Client& client);
+  void take_down(int backend, const std::string& why);  // mutex_ held
+  Backend& at(int backend);              // mutex_ held
+  const Backend& at(int backend) const;  // mutex_ held
 
   BackendPoolOptions options_;
-  std::vector<Backend> backends_;
-  mutable std::mutex mutex_;  // backends_' state and index_
+  // Slots are never erased or moved: address() hands out references into them.
+  std::vector<std::unique_ptr<Backend>> backends_;
+  mutable std::mutex mutex_;  // backends_ (the vector and every slot's state) and index_
   KVIndex index_;
+  bool started_ = false;  // mutex_
   std::atomic<bool> stopping_{false};
   std::mutex sleep_mutex_;
   std::condition_variable sleep_;
-  std::vector<std::thread> threads_;
 };
 
 struct BackendPool::Backend {
   BackendState state;
   bool checked = false;
+  bool pinned = false;      // given on the command line: sync() leaves it
+  uint64_t generation = 0;  // bumped by remove() and a revival: an older monitor stops
+  std::thread monitor;
 };
 
 }  // namespace pagedkv::router

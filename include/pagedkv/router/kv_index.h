@@ -32,6 +32,8 @@ class KVIndex {
   explicit KVIndex(int num_backends);
 
   int num_backends() const { return static_cast<int>(backends_.size()); }
+  // One more backend, knowing nothing yet: its index is the old num_backends().
+  void add_backend() { backends_.emplace_back(); }
   // A snapshot replaces what the index knew of `backend`.
   void replace(int backend, std::span<const std::pair<BlockHash, MediumMask>> blocks);
   // One event: `hash` became present in (or absent from) `medium` on `backend`.

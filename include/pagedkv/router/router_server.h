@@ -10,6 +10,8 @@
 //   /health                                 200 while at least one backend is healthy, else 503.
 //   /metrics                                the router's own metrics (router_metrics.h).
 //   /router/state                           backends, health, index sizes, event positions (JSON).
+//   /router/backends                        membership: GET lists, POST {"url"} adds, DELETE removes
+//                                           (admin key only; backends_file.h watches a file too).
 //
 // Failure handling: a backend that refuses the connection is taken out of the rotation and the
 // request goes to the next choice (nothing reached the refusing backend, so nothing is done
@@ -50,6 +52,7 @@
 
 namespace httplib {
 class Server;
+struct Request;
 }
 
 namespace pagedkv::router {
@@ -58,6 +61,7 @@ struct RouterOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                   // 0: any free port (bind() returns it)
   std::string api_key;               // clients must send it (as pagedkv serve's --api-key)
+  std::string admin_api_key;         // for /router/backends (empty: api_key; both empty: off)
   int http_threads = 256;            // each open stream holds one
   int listen_backlog = 1024;
   size_t max_body_bytes = 8u << 20;
@@ -105,6 +109,8 @@ class RouterServer {
 
  private:
   void install_routes();
+  void check_admin_key(const httplib::Request& req) const;  // throws ApiError 401/403
+  static BackendAddress admin_backend_address(const httplib::Request& req);
   // Picks a backend not in `excluded`: its index, or -1. `session_backend` breaks ties (-1: none).
   int choose(const RoutingPlan& plan, const std::vector<bool>& excluded, PrefixOverlap& overlap, int session_backend);
   // Session affinity: where each recent session's last request went.
