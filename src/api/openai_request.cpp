@@ -347,6 +347,11 @@ CompletionRequest parse_completion_request(std::string_view body, ApiEndpoint en
     for (const std::string& s : r.stop)
       if (s.empty()) throw bad("stop", "stop strings must not be empty");
   }
+  for (const auto& [name, out] : {std::pair{"include_stop_str_in_output", &r.include_stop_str_in_output},
+                                  std::pair{"skip_special_tokens", &r.skip_special_tokens},
+                                  std::pair{"return_token_ids", &r.return_token_ids},
+                                  std::pair{"return_tokens_as_token_ids", &r.return_tokens_as_token_ids}})
+    if (const json* v = field(j, name)) *out = boolean(*v, name);
   if (const json* v = field(j, "stream")) r.stream = boolean(*v, "stream");
   if (const json* v = field(j, "stream_options")) {
     if (!r.stream) throw bad("stream_options", "'stream_options' is only allowed when 'stream' is true");

@@ -218,15 +218,15 @@ TEST(RequestFields, UnimplementedFieldsAreRefusedByNameUnlessNeutral) {
   const Case refused[] = {
       {"best_of", 3, ApiEndpoint::kCompletions},
       {"suffix", "end", ApiEndpoint::kCompletions},
-      {"include_stop_str_in_output", true, ApiEndpoint::kCompletions},
+      {"spaces_between_special_tokens", false, ApiEndpoint::kCompletions},
       {"prompt_logprobs", 1, ApiEndpoint::kChatCompletions},
-      {"skip_special_tokens", false, ApiEndpoint::kChatCompletions},
+      {"truncate_prompt_tokens", 8, ApiEndpoint::kChatCompletions},
       {"functions", json::array({{{"name", "f"}}}), ApiEndpoint::kChatCompletions},
       {"function_call", "auto", ApiEndpoint::kChatCompletions},
       {"audio", {{"voice", "alloy"}}, ApiEndpoint::kChatCompletions},
       {"modalities", {"text", "audio"}, ApiEndpoint::kChatCompletions},
       {"length_penalty", 2, ApiEndpoint::kCompletions},
-      {"return_token_ids", true, ApiEndpoint::kCompletions},
+      {"allowed_token_ids", {1, 2}, ApiEndpoint::kCompletions},
       {"bad_words", {"x"}, ApiEndpoint::kCompletions},
       {"guided_whitespace_pattern", "[ ]*", ApiEndpoint::kCompletions},
       {"echo", true, ApiEndpoint::kChatCompletions},
@@ -419,6 +419,18 @@ TEST(StopStrings, SpanningPiecesAndHoldBack) {
   EXPECT_EQ(n.finish(), "W") << "the end releases the held-back text";
   StopStringMatcher earliest({"cd", "bcd"});
   EXPECT_EQ(earliest.append("abcde").text, "a") << "the earliest match wins";
+}
+
+TEST(StopStrings, IncludeStopStringKeepsTheMatch) {
+  StopStringMatcher m({"World", "xyz"}, /*include_stop=*/true);
+  EXPECT_EQ(m.append("Hello W").text, "Hello ");
+  const auto r = m.append("orld! more");
+  EXPECT_TRUE(r.stopped);
+  EXPECT_EQ(r.text, "World") << "the stop string ends the text, nothing after it";
+  StopStringMatcher earliest({"cd", "bcd"}, true);
+  EXPECT_EQ(earliest.append("abcde").text, "abcd") << "the earliest match, whole";
+  StopStringMatcher listed({"ab", "abc"}, true);
+  EXPECT_EQ(listed.append("xabcd").text, "xab") << "of matches starting at one place, the one listed first";
 }
 
 TEST(StopStrings, WholeUtf8CharactersOnly) {

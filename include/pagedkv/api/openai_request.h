@@ -64,6 +64,13 @@ struct CompletionRequest {
   std::optional<uint64_t> seed;
   int n = 1;
   std::vector<std::string> stop;
+  bool include_stop_str_in_output = false;  // vLLM extension: a matched stop string ends the text
+  // vLLM extension: false keeps the text of special (control) tokens, e.g. "</s>", in the output.
+  bool skip_special_tokens = true;
+  // vLLM extensions: the prompt's and each choice's token ids in the response (return_token_ids);
+  // logprobs name tokens "token_id:N" instead of their text (return_tokens_as_token_ids).
+  bool return_token_ids = false;
+  bool return_tokens_as_token_ids = false;
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage
   bool echo = false;                  // completions: the prompt text precedes the completion

@@ -212,6 +212,11 @@ std::string GgufTokenizer::decode_piece(TokenId prev, TokenId token) const {
   return text;
 }
 
+std::string GgufTokenizer::special_text(TokenId token) const {
+  (void)piece(token);  // range check
+  return types_[static_cast<size_t>(token)] == kControl ? pieces_[static_cast<size_t>(token)] : std::string();
+}
+
 std::unique_ptr<TextTokenizer> make_gguf_tokenizer(const GgufFile& file) {
   if (file.find("tokenizer.ggml.model") && file.get_string("tokenizer.ggml.model") == "gpt2")
     return std::make_unique<GgufBpeTokenizer>(file);

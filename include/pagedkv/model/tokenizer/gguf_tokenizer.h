@@ -42,6 +42,7 @@ class GgufTokenizer final : public TextTokenizer {
   std::vector<TokenId> end_of_generation_ids() const override { return end_of_generation_; }
   int max_piece_bytes() const override { return max_piece_bytes_; }
   std::string decode_piece(TokenId prev, TokenId token) const override;
+  std::string special_text(TokenId token) const override;
 
   const std::string& model_name() const { return model_; }
   std::string_view piece(TokenId id) const;  // the raw vocabulary piece; throws UsageError if out of range

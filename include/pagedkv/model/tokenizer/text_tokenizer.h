@@ -52,6 +52,12 @@ class TextTokenizer {
   // a multi-byte character may arrive over several tokens, one byte each.
   virtual std::string decode_piece(TokenId prev, TokenId token) const = 0;
 
+  // The text of a control token as the vocabulary writes it ("</s>", "<|im_end|>"), which
+  // decode_piece leaves out: what an output keeping special tokens shows (vLLM's
+  // skip_special_tokens false). Empty for every other token; the default (a vocabulary without
+  // control tokens) is always empty.
+  virtual std::string special_text(TokenId token) const;
+
   // The text of ids[1..] with ids[0] as context only (run.c's convention: ids[0] is normally BOS):
   // decode_piece(ids[i-1], ids[i]) for i = 1 .. size-1.
   std::string render(std::span<const TokenId> ids) const;
