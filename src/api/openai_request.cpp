@@ -353,6 +353,11 @@ CompletionRequest parse_completion_request(std::string_view body, ApiEndpoint en
                                   std::pair{"return_tokens_as_token_ids", &r.return_tokens_as_token_ids}})
     if (const json* v = field(j, name)) *out = boolean(*v, name);
   if (const json* v = field(j, "stream")) r.stream = boolean(*v, "stream");
+  if (const json* v = field(j, "timeout")) {
+    const double seconds = number(*v, "timeout");
+    if (!(seconds > 0 && seconds <= 1e6)) throw bad("timeout", fmt::format("'timeout' must be in (0, 1e6] seconds, got {}", seconds));
+    r.timeout = std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(std::llround(seconds * 1e3))));
+  }
   if (const json* v = field(j, "stream_options")) {
     if (!r.stream) throw bad("stream_options", "'stream_options' is only allowed when 'stream' is true");
     if (!v->is_object()) throw bad("stream_options", "'stream_options' must be an object", "invalid_type");

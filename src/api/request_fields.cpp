@@ -81,6 +81,8 @@ const std::vector<FieldRule>& rules() {
         {"ignore_eos", kBoth, Support::kImplemented},
         {"use_beam_search", kBoth, Support::kImplemented},
         {"request_id", kBoth, Support::kInformational},
+        // pagedkv's extension: a per-request deadline in seconds (docs/serve.md).
+        {"timeout", kBoth, Support::kImplemented},
         {"min_p", kBoth, Support::kImplemented},
         {"repetition_penalty", kBoth, Support::kImplemented},
         {"length_penalty", kBoth, Support::kUnimplemented, {1}},

@@ -62,6 +62,20 @@ TEST(ServerRequest, ParsesEveryField) {
   EXPECT_EQ(r.cache_salt, "t1");
   EXPECT_FALSE(r.use_beam_search);
   EXPECT_TRUE(parse({{"prompt", "hi"}, {"n", 4}, {"use_beam_search", true}}).use_beam_search);
+  EXPECT_FALSE(r.include_stop_str_in_output || r.return_token_ids || r.return_tokens_as_token_ids || r.timeout);
+  EXPECT_TRUE(r.skip_special_tokens);
+}
+
+TEST(ServerRequest, OutputSwitchesAndTimeout) {
+  const CompletionRequest r = parse({{"prompt", "hi"}, {"include_stop_str_in_output", true}, {"skip_special_tokens", false},
+                                     {"return_token_ids", true}, {"return_tokens_as_token_ids", true}, {"timeout", 2.5}});
+  EXPECT_TRUE(r.include_stop_str_in_output && r.return_token_ids && r.return_tokens_as_token_ids);
+  EXPECT_FALSE(r.skip_special_tokens);
+  ASSERT_TRUE(r.timeout);
+  EXPECT_EQ(r.timeout->count(), 2500);
+  for (const json& bad : {json(0), json(-1), json("5"), json(1e9)})
+    EXPECT_THROW(parse({{"prompt", "hi"}, {"timeout", bad}}), ApiError) << bad.dump();
+  EXPECT_THROW(parse({{"prompt", "hi"}, {"return_token_ids", "yes"}}), ApiError);
 }
 
 TEST(ServerRequest, PromptForms) {

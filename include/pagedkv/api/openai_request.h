@@ -10,6 +10,7 @@
 // (request_fields.h).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -72,6 +73,9 @@ struct CompletionRequest {
   bool return_token_ids = false;
   bool return_tokens_as_token_ids = false;
   bool stream = false;
+  // pagedkv extension: the longest the request may take, in seconds (the server's
+  // --request-timeout-s when that is shorter); past it it is aborted and answered 408.
+  std::optional<std::chrono::milliseconds> timeout;
   bool include_usage = false;         // stream_options.include_usage
   bool echo = false;                  // completions: the prompt text precedes the completion
   int logprobs = -1;                  // top-k alternatives per token; -1: no logprobs
