@@ -52,7 +52,7 @@ const std::vector<FieldRule>& rules() {
         {"prompt", kCompletionsOnly, Support::kImplemented},
         {"echo", kBoth, Support::kImplemented},  // vLLM's chat takes it too (checked below)
         {"best_of", kCompletionsOnly, Support::kUnimplemented, {1}},
-        {"suffix", kCompletionsOnly, Support::kUnimplemented, {""}},
+        {"suffix", kCompletionsOnly, Support::kImplemented},  // needs fill-in-the-middle tokens (prepare_request)
         // OpenAI, chat.
         {"messages", kChatOnly, Support::kImplemented},
         {"max_completion_tokens", kChatOnly, Support::kImplemented},

@@ -10,7 +10,7 @@ import pytest
 import requests
 
 from conftest import shared_dir
-from serve_support import Server, pagedkv_bin, sse_events, wait_until
+from serve_support import Server, gguf_with_metadata_u32, pagedkv_bin, sse_events, wait_until
 
 pytestmark = pytest.mark.skipif(not pagedkv_bin().exists(), reason=f"{pagedkv_bin()} is not built")
 
@@ -138,6 +138,44 @@ def test_return_token_ids_chat_and_tokens_as_ids(server):
     lp = complete(server, prompt="Once upon a time", max_tokens=4, temperature=0, logprobs=1, return_token_ids=True,
                   return_tokens_as_token_ids=True)["choices"][0]
     assert lp["logprobs"]["tokens"] == [f"token_id:{t}" for t in lp["token_ids"]]
+
+
+# ---- suffix: fill-in-the-middle -----------------------------------------------------------------
+
+
+def test_suffix_without_fill_in_middle_tokens_is_a_400(server):
+    r = server.post("/v1/completions", {"prompt": "Once upon", "suffix": " and they lived happily."})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "suffix", r.text
+    assert r.json()["error"]["code"] == "unsupported_field" and "fill-in-the-middle" in r.json()["error"]["message"]
+    assert complete(server, prompt="Once", suffix="", max_tokens=1)["usage"]["completion_tokens"] == 1
+
+
+def test_suffix_builds_the_fill_in_middle_prompt(tmp_path):
+    """No shared model has fill-in-the-middle tokens: tiny-llama gets three through GGUF's
+    tokenizer.ggml.fim_*_token_id keys (llama.cpp's), and the prompt the server builds is read back
+    with return_token_ids."""
+    gguf = shared_dir() / "models" / "gguf" / "tiny-llama.f32.gguf"
+    if not gguf.exists():
+        pytest.skip(f"{gguf} is absent (set PAGEDKV_SHARED_DIR)")
+    pre, suf, mid = 500, 501, 502
+    src = gguf
+    for i, (key, value) in enumerate((("fim_pre", pre), ("fim_suf", suf), ("fim_mid", mid))):
+        dst = tmp_path / f"fim{i}.gguf"
+        gguf_with_metadata_u32(src, dst, f"tokenizer.ggml.{key}_token_id", value)
+        src = dst
+    with Server("--model", src) as s:
+        prefix, suffix = "Once upon a time", " and they lived happily."
+        bos = s.post("/tokenize", {"prompt": ""}).json()["tokens"]
+        plain = lambda text: s.post("/tokenize", {"prompt": text, "add_special_tokens": False}).json()["tokens"]
+        expected = bos + [pre] + plain(prefix) + [suf] + plain(suffix) + [mid]
+        r = complete(s, prompt=prefix, suffix=suffix, max_tokens=4, temperature=0, return_token_ids=True)
+        assert r["choices"][0]["prompt_token_ids"] == expected
+        assert r["usage"]["prompt_tokens"] == len(expected)
+        # The same as sending that prompt's ids.
+        by_ids = complete(s, prompt=expected, max_tokens=4, temperature=0)
+        assert by_ids["choices"][0]["text"] == r["choices"][0]["text"]
+        bad = s.post("/v1/completions", {"prompt": expected, "suffix": suffix})
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "suffix"
 
 
 # ---- request deadlines --------------------------------------------------------------------------

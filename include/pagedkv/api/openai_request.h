@@ -49,6 +49,9 @@ struct CompletionRequest {
   ApiEndpoint endpoint = ApiEndpoint::kCompletions;
   std::string model;                  // empty: the served model
   std::vector<PromptInput> prompts;   // /v1/completions: one or more
+  // /v1/completions: the text after the completion; non-empty asks for fill-in-the-middle (each
+  // text prompt is the prefix), which needs a vocabulary with fill-in-the-middle tokens.
+  std::string suffix;
   std::vector<ChatMessage> messages;  // /v1/chat/completions
   ChatTemplateInput chat_input;       // the same, as sent, for a model's own chat template
   std::optional<int> max_tokens;      // absent: 16 for completions, the rest of the context for chat
@@ -136,7 +139,10 @@ std::vector<TokenId> encode_bounded(const TextTokenizer& tokenizer, std::string_
 std::vector<TokenId> encode_bounded(const TextTokenizer& tokenizer, std::span<const PromptPart> parts, bool add_bos,
                                     int max_model_len, const char* param);
 
-// Tokenizes text prompts (BOS first) and chat messages (rendered with the model's own template
+// Tokenizes text prompts (BOS first; with a `suffix`, the fill-in-the-middle prompt in
+// prefix-suffix-middle order: BOS where the vocabulary adds one, the prefix token, the prompt, the
+// suffix token, the suffix, the middle token; a 400 naming `suffix` when the vocabulary has no
+// such tokens or a prompt is token ids) and chat messages (rendered with the model's own template
 // when `model_template` is given, which prints BOS itself, else with `chat_template`), checks the
 // model name, token ids and that prompt + max_tokens fits the model length. The built-in
 // templates have no tool format: tools or tool-calling history with them are a 400.

@@ -109,6 +109,7 @@ GgufBpeTokenizer::GgufBpeTokenizer(const GgufFile& f)
   add_unique(end_of_generation_, eos_);
   add_unique(end_of_generation_, eot);
   add_unique(end_of_generation_, eom);
+  fim_ = find_fill_in_middle_tokens(f, n, [this](std::string_view text) { return token_of(text); });
   for (size_t i = 0; i < n; ++i) {
     const auto id = static_cast<TokenId>(i);
     auto type = types ? static_cast<int32_t>(types->int_at(i)) : static_cast<int32_t>(kNormal);

@@ -69,6 +69,7 @@ GgufTokenizer::GgufTokenizer(const GgufFile& f) {
   gguf_vocab::add_unique(end_of_generation_, eos_);
   gguf_vocab::add_unique(end_of_generation_, eot);
   gguf_vocab::add_unique(end_of_generation_, eom);
+  fim_ = gguf_vocab::find_fill_in_middle_tokens(f, n, [this](std::string_view text) { return lookup(text); });
   add_bos_ = f.get_bool("tokenizer.ggml.add_bos_token", true);
   add_eos_ = f.get_bool("tokenizer.ggml.add_eos_token", false);
   add_space_prefix_ = f.get_bool("tokenizer.ggml.add_space_prefix", true);
