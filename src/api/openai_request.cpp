@@ -347,7 +347,17 @@ CompletionRequest parse_completion_request(std::string_view body, ApiEndpoint en
     for (const std::string& s : r.stop)
       if (s.empty()) throw bad("stop", "stop strings must not be empty");
   }
+  for (const auto& [name, out] : {std::pair{"include_stop_str_in_output", &r.include_stop_str_in_output},
+                                  std::pair{"skip_special_tokens", &r.skip_special_tokens},
+                                  std::pair{"return_token_ids", &r.return_token_ids},
+                                  std::pair{"return_tokens_as_token_ids", &r.return_tokens_as_token_ids}})
+    if (const json* v = field(j, name)) *out = boolean(*v, name);
   if (const json* v = field(j, "stream")) r.stream = boolean(*v, "stream");
+  if (const json* v = field(j, "timeout")) {
+    const double seconds = number(*v, "timeout");
+    if (!(seconds > 0 && seconds <= 1e6)) throw bad("timeout", fmt::format("'timeout' must be in (0, 1e6] seconds, got {}", seconds));
+    r.timeout = std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(std::llround(seconds * 1e3))));
+  }
   if (const json* v = field(j, "stream_options")) {
     if (!r.stream) throw bad("stream_options", "'stream_options' is only allowed when 'stream' is true");
     if (!v->is_object()) throw bad("stream_options", "'stream_options' must be an object", "invalid_type");
@@ -363,6 +373,7 @@ CompletionRequest parse_completion_request(std::string_view body, ApiEndpoint en
     }
   } else {
     if (const json* v = field(j, "echo")) r.echo = boolean(*v, "echo");
+    if (const json* v = field(j, "suffix")) r.suffix = string(*v, "suffix");
     if (const json* v = field(j, "logprobs")) r.logprobs = integer_in(*v, "logprobs", 0, limits.max_logprobs);
   }
   if (const json* v = field(j, "priority")) r.priority = integer_in(*v, "priority", std::numeric_limits<int>::min(), std::numeric_limits<int>::max());
@@ -491,7 +502,32 @@ std::vector<PreparedPrompt> prepare_request(const CompletionRequest& request, co
       prompts.push_back(
           encode_bounded(tokenizer, render_chat(chat_template, request.messages), true, model.max_model_len, "messages"));
   } else {
+    std::optional<FillInMiddleTokens> fim;
+    if (!request.suffix.empty()) {
+      fim = tokenizer.fill_in_middle_tokens();
+      if (!fim)
+        throw ApiError(400,
+                       "'suffix' asks for fill-in-the-middle, which needs a vocabulary with fill-in-the-middle tokens "
+                       "(<|fim_prefix|>, <|fim_suffix|>, <|fim_middle|> or the like, or GGUF's "
+                       "tokenizer.ggml.fim_pre/suf/mid_token_id); the served model's has none",
+                       "suffix", "unsupported_field");
+    }
     for (const PromptInput& p : request.prompts) {
+      if (fim) {
+        if (!p.is_text)
+          throw bad("suffix", "'suffix' needs text prompts: fill-in-the-middle encodes the prompt (the prefix) itself");
+        // BOS where the vocabulary adds one (encoding nothing gives just that).
+        std::vector<TokenId> ids;
+        const std::vector<TokenId> start = tokenizer.encode("", true);
+        if (!start.empty() && start.front() == tokenizer.bos_id()) ids.push_back(start.front());
+        ids.push_back(fim->prefix);
+        for (TokenId t : encode_bounded(tokenizer, p.text, false, model.max_model_len, "prompt")) ids.push_back(t);
+        ids.push_back(fim->suffix);
+        for (TokenId t : encode_bounded(tokenizer, request.suffix, false, model.max_model_len, "suffix")) ids.push_back(t);
+        ids.push_back(fim->middle);
+        prompts.push_back(std::move(ids));
+        continue;
+      }
       if (p.is_text) {
         prompts.push_back(encode_bounded(tokenizer, p.text, true, model.max_model_len, "prompt"));
         continue;

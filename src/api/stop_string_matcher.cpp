@@ -4,7 +4,8 @@
 
 namespace pagedkv::api {
 
-StopStringMatcher::StopStringMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {
+StopStringMatcher::StopStringMatcher(std::vector<std::string> stops, bool include_stop)
+    : stops_(std::move(stops)), include_stop_(include_stop) {
   std::erase_if(stops_, [](const std::string& s) { return s.empty(); });
 }
 
@@ -30,11 +31,16 @@ StopStringMatcher::Result StopStringMatcher::append(std::string_view text) {
   Result r;
   if (stopped_) return r;
   pending_.append(text);
-  // The earliest stop string anywhere in the pending text (held-back text included).
-  size_t first = std::string::npos;
-  for (const std::string& s : stops_) first = std::min(first, pending_.find(s));
+  // The earliest stop string anywhere in the pending text (held-back text included); of several
+  // starting there, the one listed first.
+  size_t first = std::string::npos, matched = 0;
+  for (const std::string& s : stops_)
+    if (const size_t at = pending_.find(s); at < first) {
+      first = at;
+      matched = s.size();
+    }
   if (first != std::string::npos) {
-    r.text = pending_.substr(0, first);
+    r.text = pending_.substr(0, include_stop_ ? first + matched : first);
     r.stopped = stopped_ = true;
     pending_.clear();
     return r;

@@ -82,6 +82,8 @@ struct RequestResult {
 // One streamed completion in flight: its curl handle, and what its server-sent events said.
 struct Transfer {
   size_t index = 0;
+  // How a chunk that carries text starts its text: completions' "text", chat's "content".
+  std::string_view text_key = "\"text\":", empty_text = "\"text\":\"\"";
   std::string body;
   std::string buffer;  // received bytes not yet split into events
   std::string error_body;
@@ -117,7 +119,7 @@ struct Transfer {
         }
         continue;
       }
-      if (payload.find("\"text\":\"\"") != std::string_view::npos || payload.find("\"text\":") == std::string_view::npos) continue;
+      if (payload.find(empty_text) != std::string_view::npos || payload.find(text_key) == std::string_view::npos) continue;
       const Clock::time_point now = Clock::now();
       if (!saw_first) {
         result.ttft_s = std::chrono::duration<double>(now - start).count();
@@ -147,6 +149,15 @@ std::vector<RequestResult> run_transfers(const std::vector<BenchRequest>& reques
   std::unique_ptr<curl_slist, decltype(&curl_slist_free_all)> header_list(headers, curl_slist_free_all);
   std::vector<std::string> urls;
   for (const std::string& base : o.base_urls) urls.push_back(base + o.endpoint);
+  // Chat takes text: each prompt's, from the server that tokenized it, before the clock starts.
+  const bool chat = o.endpoint == "/v1/chat/completions";
+  std::vector<std::string> chat_texts;
+  if (chat)
+    for (const BenchRequest& req : requests) {
+      const HttpReply r = http_call("POST", o.base_urls.front() + "/detokenize", json{{"tokens", req.prompt}}.dump(), o.api_key);
+      if (r.status != 200) throw Error(fmt::format("bench serve: {}/detokenize answered {}: {}", o.base_urls.front(), r.status, r.body));
+      chat_texts.push_back(json::parse(r.body).value("prompt", std::string()));
+    }
 
   std::vector<RequestResult> results(requests.size());
   std::deque<Transfer> transfers;  // stable addresses: curl holds pointers to them
@@ -163,9 +174,16 @@ std::vector<RequestResult> run_transfers(const std::vector<BenchRequest>& reques
       t.index = next++;
       t.result.prompt_tokens = static_cast<int>(req.prompt.size());
       t.result.server = t.index % urls.size();
-      t.body = json{{"model", model}, {"prompt", req.prompt}, {"max_tokens", req.max_tokens}, {"stream", true},
-                    {"stream_options", {{"include_usage", true}}}, {"ignore_eos", o.ignore_eos}, {"temperature", 0.0}}
-                   .dump();
+      json body{{"model", model}, {"max_tokens", req.max_tokens}, {"stream", true},
+                {"stream_options", {{"include_usage", true}}}, {"ignore_eos", o.ignore_eos}, {"temperature", 0.0}};
+      if (chat) {
+        body["messages"] = json::array({{{"role", "user"}, {"content", chat_texts[t.index]}}});
+        t.text_key = "\"content\":";
+        t.empty_text = "\"content\":\"\"";
+      } else {
+        body["prompt"] = req.prompt;
+      }
+      t.body = body.dump();
       t.curl.reset(curl_easy_init());
       CURL* c = t.curl.get();
       curl_easy_setopt(c, CURLOPT_URL, urls[t.result.server].c_str());
@@ -215,6 +233,21 @@ std::vector<RequestResult> run_transfers(const std::vector<BenchRequest>& reques
 }
 
 }  // namespace
+
+std::string normalize_base_url(std::string url) {
+  if (url.rfind("http://", 0) != 0 && url.rfind("https://", 0) != 0)
+    throw ConfigError(fmt::format("--base-url must start with http:// or https://, got '{}'", url));
+  while (!url.empty() && url.back() == '/') url.pop_back();
+  if (url.size() >= 3 && url.compare(url.size() - 3, 3, "/v1") == 0) url.resize(url.size() - 3);
+  while (!url.empty() && url.back() == '/') url.pop_back();
+  return url;
+}
+
+std::string endpoint_path(const std::string& name) {
+  if (name == "completions" || name == "/v1/completions") return "/v1/completions";
+  if (name == "chat" || name == "chat/completions" || name == "/v1/chat/completions") return "/v1/chat/completions";
+  throw ConfigError(fmt::format("--endpoint must be completions or chat (/v1/completions, /v1/chat/completions), got '{}'", name));
+}
 
 double metric_value(const std::string& text, const std::string& name, const std::string& label) {
   std::istringstream in(text);

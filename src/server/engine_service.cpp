@@ -153,9 +153,17 @@ void EngineService::admit(Submission& s) {
     GenerationRequest& g = s.prompts[i];
     const int n = g.num_outputs();
     const int prompt_tokens = static_cast<int>(g.prompt.size());
+    const int max_tokens = g.stop.max_tokens;
     try {
       const RequestId id = engine_.add_request(std::move(g));
-      roots_[id.value] = Root{s.stream, first_choice, n, prompt_tokens, 0, 0, false, s.arrival};
+      Root root;
+      root.stream = s.stream;
+      root.first_choice = first_choice;
+      root.n = n;
+      root.prompt_tokens = prompt_tokens;
+      root.arrival = s.arrival;
+      root.max_tokens = max_tokens;
+      roots_[id.value] = std::move(root);
       samples_[id.value] = Sample{id.value, 0, 0, false, s.arrival, {}};
       ++admitted;
     } catch (const Error& e) {  // validated before submit; anything left is reported per choice
@@ -245,6 +253,9 @@ void EngineService::run() {
       const auto t0 = Clock::now();
       std::vector<RequestOutput> outputs = engine_.step();
       const double step = seconds_between(t0, Clock::now());
+      const EngineStepWork& work = engine_.stats().last_step;
+      if (const int64_t tokens = work.prefill_tokens + work.decode_seqs; tokens > 0)
+        metrics_.observe_step_tokens(static_cast<int>(tokens));
       step_seconds_ = step_seconds_ == 0 ? step : 0.875 * step_seconds_ + 0.125 * step;
       dispatch(outputs);
     }
@@ -295,6 +306,8 @@ void EngineService::dispatch(std::vector<RequestOutput>& outputs) {
       const int fresh = static_cast<int>(produced - sample.seen);
       if (sample.seen == 0 && o.sample_index == 0) {
         metrics_.observe_first_token(o.ttft_ms / 1e3, o.queue_ms >= 0 ? o.queue_ms / 1e3 : -1.0);
+        root.prefill_seconds = std::max(0.0, (o.ttft_ms - std::max(0.0, o.queue_ms)) / 1e3);
+        root.first_token = now;
         metrics_.count_prompt(static_cast<int>(o.prompt.size()), o.hit_tokens_by_tier);
       } else if (sample.seen > 0) {
         metrics_.observe_inter_token(seconds_between(sample.last_token, now), fresh);
@@ -352,7 +365,11 @@ void EngineService::dispatch(std::vector<RequestOutput>& outputs) {
       root.finished_samples = root.n;
     }
     if (root.finished_samples >= root.n) {
-      metrics_.observe_finished_request(seconds_between(root.arrival, now), root.prompt_tokens, root.generated_tokens);
+      // A request that ended before its first token (aborted, rejected) completed no phase: 0 and 0.
+      const double decode = root.first_token ? seconds_between(*root.first_token, now) : 0.0;
+      const double prefill = root.first_token ? root.prefill_seconds : 0.0;
+      metrics_.observe_finished_request(seconds_between(root.arrival, now), root.prompt_tokens, root.generated_tokens,
+                                        prefill, decode, root.max_tokens);
       const std::shared_ptr<RequestStream> finished_stream = root.stream;
       roots_.erase(rit);
       root_finished(finished_stream);

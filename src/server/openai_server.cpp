@@ -138,7 +138,9 @@ void OpenAIServer::install_routes() {
     metrics_.count_http_request(kRoutes.contains(req.path) ? req.path : "other");
     if (res.status >= 400) metrics_.count_http_error(res.status);
   });
-  static_cast<api::HttpListener&>(http).require_api_key(options_.api_key, needs_api_key);
+  // CORS first: a browser's preflight carries no key.
+  static_cast<api::HttpListener&>(http).allow_origins(options_.allowed_origins);
+  static_cast<api::HttpListener&>(http).require_api_key(options_.api_keys, needs_api_key);
 
   http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     if (service_.draining()) api::send_api_error(res, api::ApiError(503, "the server is shutting down", "", "shutting_down"));
@@ -232,6 +234,7 @@ void OpenAIServer::install_routes() {
 
   auto completion = [this](api::ApiEndpoint endpoint) {
     return [this, endpoint](const httplib::Request& req, httplib::Response& res) {
+      const auto arrival = std::chrono::steady_clock::now();
       auto request = std::make_shared<api::CompletionRequest>(api::parse_completion_request(req.body, endpoint, options_.limits));
       std::vector<api::PreparedPrompt> prompts = api::prepare_request(*request, tokenizer_, model_.limits, model_.chat_template,
                                                                   model_.model_template.get());
@@ -303,6 +306,14 @@ void OpenAIServer::install_routes() {
                                                        model_.limits.served_model_name, unix_now(), num_prompts,
                                                        tool_parser, ids().next());
       auto disconnect = std::make_shared<api::DisconnectCheck>(peer, kPollInterval);
+      // The deadline: the server's limit, or the request's own `timeout` if that is sooner.
+      std::chrono::milliseconds limit = options_.request_timeout;
+      if (request->timeout) limit = limit.count() > 0 ? std::min(limit, *request->timeout) : *request->timeout;
+      const auto deadline = limit.count() > 0 ? arrival + limit : std::chrono::steady_clock::time_point::max();
+      const api::ApiError timed_out(408,
+                                    fmt::format("the request did not finish within its time limit of {} s and was aborted",
+                                                static_cast<double>(limit.count()) / 1e3),
+                                    request->timeout && *request->timeout == limit ? "timeout" : "", "request_timeout");
 
       if (!request->stream) {
         while (!builder->done()) {
@@ -314,6 +325,10 @@ void OpenAIServer::install_routes() {
             res.status = 499;  // never sent; counted in the metrics as a client disconnect
             return;
           }
+          if (!builder->done() && std::chrono::steady_clock::now() >= deadline) {
+            service_.cancel(stream);  // its blocks return before the engine's next step
+            throw timed_out;
+          }
         }
         if (builder->error()) throw api::ApiError(400, *builder->error(), "prompt", "request_rejected");
         send_json(res, 200, builder->response());
@@ -323,15 +338,36 @@ void OpenAIServer::install_routes() {
       res.set_header("Cache-Control", "no-cache");
       res.set_header("X-Accel-Buffering", "no");
       const bool include_usage = request->include_usage;
+      // When the stream last wrote (for the keep-alive pings), and whether it ended at its deadline.
+      struct StreamClock {
+        std::chrono::steady_clock::time_point last_write;
+        bool timed_out = false;
+      };
+      auto clock = std::make_shared<StreamClock>(StreamClock{arrival});
+      const auto ping_interval = options_.sse_ping_interval;
       ++open_streams_;  // until the releaser below: httplib calls it once, however the stream ends
       res.set_chunked_content_provider(
           "text/event-stream",
-          [this, stream, builder, disconnect, include_usage, request](size_t, httplib::DataSink& sink) {
+          [this, stream, builder, disconnect, include_usage, request, clock, ping_interval, deadline,
+           timed_out](size_t, httplib::DataSink& sink) {
             const std::vector<ChoiceUpdate> updates = stream->wait(kPollInterval);
             std::string out;
             for (const ChoiceUpdate& u : updates)
               for (const std::string& chunk : builder->apply(u)) out += "data: " + chunk + "\n\n";
             for (RequestId id : builder->take_stop_requests()) service_.stop_choice(id);
+            const auto now = std::chrono::steady_clock::now();
+            if (!builder->done() && now >= deadline) {
+              // Aborted at its deadline: the error as an event, then the end of the stream.
+              service_.cancel(stream);
+              clock->timed_out = true;
+              out += "data: " + json_text(timed_out.to_json()) + "\n\ndata: [DONE]\n\n";
+              if (!sink.write(out.data(), out.size())) return false;
+              sink.done();
+              return true;
+            }
+            if (out.empty() && !builder->done() && ping_interval.count() > 0 && now - clock->last_write >= ping_interval)
+              out = ": ping\n\n";  // an SSE comment: keeps proxies and clients from timing the stream out
+            if (!out.empty()) clock->last_write = now;
             if (builder->done()) {
               if (builder->error())
                 out += "data: " + json_text(api::ApiError(400, *builder->error(), "prompt", "request_rejected").to_json()) + "\n\n";
@@ -352,8 +388,9 @@ void OpenAIServer::install_routes() {
             }
             return true;
           },
-          [this, stream, builder](bool success) {
+          [this, stream, builder, clock](bool success) {
             if (!success || !builder->done()) service_.cancel(stream);
+            if (clock->timed_out) metrics_.count_http_error(408);  // the stream's status was 200
             --open_streams_;
           });
     };

@@ -45,18 +45,48 @@ ResponseBuilder::ResponseBuilder(const api::CompletionRequest& request, const Te
       chat_(request.endpoint == api::ApiEndpoint::kChatCompletions),
       streaming_(request.stream),
       prompt_tokens_(static_cast<size_t>(num_prompts), 0),
+      prompt_ids_(static_cast<size_t>(num_prompts)),
       cached_tokens_(static_cast<size_t>(num_prompts), 0) {
   const size_t n = static_cast<size_t>(num_prompts) * static_cast<size_t>(request.n);
   choices_.reserve(n);
   for (size_t i = 0; i < n; ++i) {
-    choices_.emplace_back(request.stop);
+    choices_.emplace_back(request.stop, request.include_stop_str_in_output);
     if (tool_parser != nullptr && chat_) choices_.back().tool_reader.emplace(*tool_parser, call_id_seed + i);
   }
   completion_chunk_head_ = fmt::format(R"({{"id":{},"object":"text_completion","created":{},"model":{},"choices":[{{"index":)",
                                        json_text(id_), created_, json_text(model_));
 }
 
-std::string ResponseBuilder::piece(TokenId prev, TokenId token) const { return tokenizer_.decode_piece(prev, token); }
+std::string ResponseBuilder::piece(TokenId prev, TokenId token) const {
+  if (!request_.skip_special_tokens)
+    if (std::string special = tokenizer_.special_text(token); !special.empty()) return special;
+  return tokenizer_.decode_piece(prev, token);
+}
+
+std::string ResponseBuilder::logprob_token(TokenId prev, TokenId token) const {
+  return request_.return_tokens_as_token_ids ? fmt::format("token_id:{}", token) : piece(prev, token);
+}
+
+std::string ResponseBuilder::prompt_text(std::span<const TokenId> prompt) const {
+  if (request_.skip_special_tokens || prompt.empty()) return detokenize(tokenizer_, prompt);
+  // Kept special tokens: a leading BOS is shown too (it is context only otherwise).
+  const std::string first = tokenizer_.special_text(prompt.front());
+  if (first.empty()) return detokenize(tokenizer_, prompt);
+  std::string text = first;
+  for (size_t i = 1; i < prompt.size(); ++i) text += piece(prompt[i - 1], prompt[i]);
+  return text;
+}
+
+void ResponseBuilder::take_token_ids(Choice& c, int index, json& choice, json& top) {
+  if (!request_.return_token_ids) return;
+  choice = json::object();
+  choice["token_ids"] = std::exchange(c.unsent_token_ids, {});
+  if (c.prompt_ids_sent) return;
+  c.prompt_ids_sent = true;
+  const json ids = prompt_ids_[static_cast<size_t>(index / request_.n)];
+  if (chat_) top = {{"prompt_token_ids", ids}};  // vLLM's chat: on the response, not the choice
+  else choice["prompt_token_ids"] = ids;
+}
 
 std::string ResponseBuilder::take_tokens(Choice& c, const ChoiceUpdate& u, json& chunk_logprobs) {
   std::string emitted;
@@ -67,19 +97,24 @@ std::string ResponseBuilder::take_tokens(Choice& c, const ChoiceUpdate& u, json&
     const std::string text = piece(prev, token);
     c.prev = token;
     ++c.completion_tokens;
+    if (request_.return_token_ids) {
+      c.token_ids.push_back(token);
+      c.unsent_token_ids.push_back(token);
+    }
     if (i < u.logprobs.size() && request_.logprobs >= 0) {
       const TokenLogprobs& lp = u.logprobs[i];
       if (chat_) {
         json alts = json::array();
         for (const TokenLogprob& t : lp.top) {
-          const std::string s = piece(prev, t.token);
+          const std::string s = logprob_token(prev, t.token);
           alts.push_back({{"token", s}, {"logprob", t.logprob}, {"bytes", bytes_of(s)}});
         }
-        content.push_back({{"token", text}, {"logprob", lp.chosen.logprob}, {"bytes", bytes_of(text)}, {"top_logprobs", alts}});
+        const std::string name = logprob_token(prev, token);
+        content.push_back({{"token", name}, {"logprob", lp.chosen.logprob}, {"bytes", bytes_of(name)}, {"top_logprobs", alts}});
       } else {
         json alts = json::object();
-        for (const TokenLogprob& t : lp.top) alts[piece(prev, t.token)] = t.logprob;
-        tokens.push_back(text);
+        for (const TokenLogprob& t : lp.top) alts[logprob_token(prev, t.token)] = t.logprob;
+        tokens.push_back(logprob_token(prev, token));
         values.push_back(lp.chosen.logprob);
         tops.push_back(alts);
         offsets.push_back(c.text.size() + emitted.size());
@@ -113,11 +148,12 @@ std::vector<std::string> ResponseBuilder::apply(const ChoiceUpdate& u) {
   if (u.first) {
     const size_t p = static_cast<size_t>(u.choice / request_.n);
     prompt_tokens_[p] = static_cast<int>(u.prompt.size());
+    if (request_.return_token_ids) prompt_ids_[p] = u.prompt;
     cached_tokens_[p] = u.cached_tokens;
     if (!u.prompt.empty()) {
       c.prev = u.prompt.back();
       if (request_.echo && !chat_) {
-        echo = detokenize(tokenizer_, u.prompt);
+        echo = prompt_text(u.prompt);
       }
     }
     c.text += echo;
@@ -163,7 +199,7 @@ std::vector<std::string> ResponseBuilder::apply(const ChoiceUpdate& u) {
     const bool first = !c.started;
     c.started = true;
     if (!streaming_) return {};
-    return tool_chunks(u.choice, out, first_call, lp, reason, first);
+    return tool_chunks(u.choice, out, first_call, lp, reason, first, c);
   }
   if (reason != nullptr) {
     c.finished = true;
@@ -177,7 +213,7 @@ std::vector<std::string> ResponseBuilder::apply(const ChoiceUpdate& u) {
   if (!streaming_) return {};
   if (text.empty() && reason == nullptr && !first) return {};
   if (text.empty() && reason == nullptr && first && !chat_) return {};  // nothing visible yet
-  return {chunk(u.choice, text, lp, reason, first)};
+  return {chunk(u.choice, text, lp, reason, first, c)};
 }
 
 std::vector<RequestId> ResponseBuilder::take_stop_requests() {
@@ -187,8 +223,10 @@ std::vector<RequestId> ResponseBuilder::take_stop_requests() {
 }
 
 std::string ResponseBuilder::chunk(int index, const std::string& text, const json& logprobs, const char* finish_reason,
-                                   bool first) const {
-  if (!chat_ && logprobs.is_null()) {  // one chunk per token and stream: written directly
+                                   bool first, Choice& c) {
+  json ids_fields, top_fields;
+  take_token_ids(c, index, ids_fields, top_fields);
+  if (!chat_ && logprobs.is_null() && ids_fields.is_null()) {  // one chunk per token and stream: written directly
     return fmt::format(R"({}{},"text":{},"logprobs":null,"finish_reason":{}}}]}})", completion_chunk_head_, index, json_text(json(text)),
                        finish_reason ? fmt::format("\"{}\"", finish_reason) : std::string("null"));
   }
@@ -202,46 +240,58 @@ std::string ResponseBuilder::chunk(int index, const std::string& text, const jso
   } else {
     choice["text"] = text;
   }
-  return json_text({{"id", id_},
-               {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
-               {"created", created_},
-               {"model", model_},
-               {"choices", json::array({choice})}});
+  if (ids_fields.is_object()) choice.update(ids_fields);
+  json out = {{"id", id_},
+              {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
+              {"created", created_},
+              {"model", model_},
+              {"choices", json::array({choice})}};
+  if (top_fields.is_object()) out.update(top_fields);
+  return json_text(out);
 }
 
-std::string ResponseBuilder::chat_chunk(int index, json delta, const json& logprobs, const char* finish_reason) const {
+std::string ResponseBuilder::chat_chunk(int index, json delta, const json& logprobs, const char* finish_reason,
+                                        Choice* ids_of) {
   json choice{{"index", index},
               {"delta", std::move(delta)},
               {"logprobs", logprobs.is_null() ? json(nullptr) : logprobs},
               {"finish_reason", finish_reason ? json(finish_reason) : json(nullptr)}};
-  return json_text({{"id", id_},
-                    {"object", "chat.completion.chunk"},
-                    {"created", created_},
-                    {"model", model_},
-                    {"choices", json::array({std::move(choice)})}});
+  json ids_fields, top_fields;
+  if (ids_of != nullptr) take_token_ids(*ids_of, index, ids_fields, top_fields);
+  if (ids_fields.is_object()) choice.update(ids_fields);
+  json out = {{"id", id_},
+              {"object", "chat.completion.chunk"},
+              {"created", created_},
+              {"model", model_},
+              {"choices", json::array({std::move(choice)})}};
+  if (top_fields.is_object()) out.update(top_fields);
+  return json_text(out);
 }
 
 std::vector<std::string> ResponseBuilder::tool_chunks(int index, const api::ToolCallReader::Output& out, size_t first_call,
-                                                      const json& logprobs, const char* finish_reason, bool first) const {
+                                                      const json& logprobs, const char* finish_reason, bool first,
+                                                      Choice& c) {
   std::vector<std::string> chunks;
-  json lp = logprobs;  // the update's logprobs go with its first chunk
+  json lp = logprobs;  // the update's logprobs (and token ids) go with its first chunk
   auto take_logprobs = [&lp] { return std::exchange(lp, json(nullptr)); };
+  Choice* ids = &c;
+  auto take_ids = [&ids] { return std::exchange(ids, nullptr); };
   if (first || !out.content.empty()) {
     json delta = json::object();
     if (first) delta["role"] = "assistant";
     delta["content"] = out.content;
-    chunks.push_back(chat_chunk(index, std::move(delta), take_logprobs(), nullptr));
+    chunks.push_back(chat_chunk(index, std::move(delta), take_logprobs(), nullptr, take_ids()));
   }
   for (size_t k = 0; k < out.calls.size(); ++k) {
     const api::ToolCall& call = out.calls[k];
     const size_t at = first_call + k;
     // As OpenAI streams a call: id, type and name with empty arguments, then the arguments.
     json head = {{"index", at}, {"id", call.id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", ""}}}};
-    chunks.push_back(chat_chunk(index, {{"tool_calls", json::array({std::move(head)})}}, take_logprobs(), nullptr));
+    chunks.push_back(chat_chunk(index, {{"tool_calls", json::array({std::move(head)})}}, take_logprobs(), nullptr, take_ids()));
     json args = {{"index", at}, {"function", {{"arguments", call.arguments}}}};
     chunks.push_back(chat_chunk(index, {{"tool_calls", json::array({std::move(args)})}}, nullptr, nullptr));
   }
-  if (finish_reason != nullptr) chunks.push_back(chat_chunk(index, json::object(), take_logprobs(), finish_reason));
+  if (finish_reason != nullptr) chunks.push_back(chat_chunk(index, json::object(), take_logprobs(), finish_reason, take_ids()));
   return chunks;
 }
 
@@ -293,14 +343,21 @@ json ResponseBuilder::response() const {
     } else {
       choice["text"] = c.text;
     }
+    if (request_.return_token_ids) {
+      choice["token_ids"] = c.token_ids;
+      if (!chat_) choice["prompt_token_ids"] = prompt_ids_[i / static_cast<size_t>(request_.n)];
+    }
     choices.push_back(choice);
   }
-  return {{"id", id_},
-          {"object", chat_ ? "chat.completion" : "text_completion"},
-          {"created", created_},
-          {"model", model_},
-          {"choices", choices},
-          {"usage", usage()}};
+  json out = {{"id", id_},
+              {"object", chat_ ? "chat.completion" : "text_completion"},
+              {"created", created_},
+              {"model", model_},
+              {"choices", choices},
+              {"usage", usage()}};
+  // vLLM's chat response carries the (one) prompt's ids beside the choices.
+  if (request_.return_token_ids && chat_) out["prompt_token_ids"] = prompt_ids_.empty() ? json(nullptr) : json(prompt_ids_[0]);
+  return out;
 }
 
 }  // namespace pagedkv::server

@@ -35,6 +35,10 @@ std::vector<double> ServerMetrics::token_count_buckets(int max_model_len) {
     }
 }
 
+std::vector<double> ServerMetrics::step_token_buckets() {
+  return {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384};
+}
+
 ServerMetrics::ServerMetrics(std::string model_name, int max_model_len)
     : model_name_(std::move(model_name)),
       registry_(std::make_shared<prometheus::Registry>()),
@@ -96,7 +100,16 @@ ServerMetrics::ServerMetrics(std::string model_name, int max_model_len)
       request_prompt_tokens_(BuildHistogram().Name("vllm:request_prompt_tokens").Help("Number of prefill tokens processed.")
                                  .Register(*registry_).Add(labels_, token_count_buckets(max_model_len))),
       request_generation_tokens_(BuildHistogram().Name("vllm:request_generation_tokens").Help("Number of generation tokens processed.")
-                                     .Register(*registry_).Add(labels_, token_count_buckets(max_model_len))) {
+                                     .Register(*registry_).Add(labels_, token_count_buckets(max_model_len))),
+      prefill_time_(BuildHistogram().Name("vllm:request_prefill_time_seconds").Help("Histogram of time spent in PREFILL phase for request.")
+                        .Register(*registry_).Add(labels_, request_latency_buckets())),
+      decode_time_(BuildHistogram().Name("vllm:request_decode_time_seconds").Help("Histogram of time spent in DECODE phase for request.")
+                       .Register(*registry_).Add(labels_, request_latency_buckets())),
+      max_generation_tokens_(BuildHistogram().Name("vllm:request_max_num_generation_tokens")
+                                 .Help("Histogram of maximum number of requested generation tokens.")
+                                 .Register(*registry_).Add(labels_, token_count_buckets(max_model_len))),
+      iteration_tokens_(BuildHistogram().Name("vllm:iteration_tokens_total").Help("Histogram of number of tokens per engine_step.")
+                            .Register(*registry_).Add(labels_, step_token_buckets())) {
   // Series that exist from the start, so a dashboard sees zeros rather than nothing.
   for (const char* reason : {"stop", "length", "abort"}) request_success_.Add({{"model_name", model_name_}, {"finished_reason", reason}});
   for (const char* tier : {"device", "host", "disk", "remote"}) hit_tokens_by_tier_.Add({{"model_name", model_name_}, {"tier", tier}});
@@ -172,11 +185,17 @@ void ServerMetrics::observe_finished_sample(const std::string& finished_reason, 
   generation_tokens_.Increment(generation_tokens);
 }
 
-void ServerMetrics::observe_finished_request(double e2e_seconds, int prompt_tokens, int generation_tokens) {
+void ServerMetrics::observe_finished_request(double e2e_seconds, int prompt_tokens, int generation_tokens,
+                                             double prefill_seconds, double decode_seconds, int max_tokens) {
   e2e_.Observe(e2e_seconds);
   request_prompt_tokens_.Observe(prompt_tokens);
   request_generation_tokens_.Observe(generation_tokens);
+  prefill_time_.Observe(prefill_seconds);
+  decode_time_.Observe(decode_seconds);
+  max_generation_tokens_.Observe(max_tokens);
 }
+
+void ServerMetrics::observe_step_tokens(int tokens) { iteration_tokens_.Observe(tokens); }
 
 void ServerMetrics::count_prompt(int prompt_tokens, const TierHitTokens& hits) {
   prompt_tokens_.Increment(prompt_tokens);

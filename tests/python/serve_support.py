@@ -10,6 +10,7 @@ import pathlib
 import select
 import signal
 import socket
+import struct
 import subprocess
 import time
 
@@ -143,3 +144,21 @@ def sse_events(response):
     for line in response.iter_lines(decode_unicode=True):
         if line and line.startswith("data: "):
             yield line[len("data: "):]
+
+
+def gguf_with_metadata_u32(src, dst, key, value):
+    """Copies a GGUF file with one more UINT32 key/value. The new key goes right after the header,
+    followed by a padding string key that makes the insertion 128 bytes long: everything after it
+    moves by a multiple of the file's alignment (32 unless general.alignment says 64 or 128), so
+    the tensor data needs no other change (its offsets count from the aligned data start)."""
+    data = pathlib.Path(src).read_bytes()
+    assert data[:4] == b"GGUF" and struct.unpack_from("<I", data, 4)[0] in (2, 3)
+    n_kv = struct.unpack_from("<Q", data, 16)[0]
+    k = key.encode()
+    added = struct.pack("<Q", len(k)) + k + struct.pack("<II", 4, value)  # type 4: UINT32
+    pad_key = b"pagedkv.test.padding." + k  # one per added key: a file may get several
+    fixed = len(added) + 8 + len(pad_key) + 4 + 8  # the padding entry without its string bytes
+    pad = b"x" * (-fixed % 128)
+    added += struct.pack("<Q", len(pad_key)) + pad_key + struct.pack("<IQ", 8, len(pad)) + pad  # type 8: STRING
+    assert len(added) % 128 == 0
+    pathlib.Path(dst).write_bytes(data[:16] + struct.pack("<Q", n_kv + 2) + added + data[24:])

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -12,6 +13,9 @@
 #include "pagedkv/api/openai_request.h"
 #include "pagedkv/api/request_fields.h"
 #include "pagedkv/api/stop_string_matcher.h"
+#include "pagedkv/model/format/gguf_file.h"
+#include "pagedkv/model/tokenizer/gguf_bpe_tokenizer.h"
+#include "pagedkv/model/tokenizer/gguf_tokenizer.h"
 #include "pagedkv/model/tokenizer/tokenizer.h"
 
 namespace pagedkv::api {
@@ -62,6 +66,20 @@ TEST(ServerRequest, ParsesEveryField) {
   EXPECT_EQ(r.cache_salt, "t1");
   EXPECT_FALSE(r.use_beam_search);
   EXPECT_TRUE(parse({{"prompt", "hi"}, {"n", 4}, {"use_beam_search", true}}).use_beam_search);
+  EXPECT_FALSE(r.include_stop_str_in_output || r.return_token_ids || r.return_tokens_as_token_ids || r.timeout);
+  EXPECT_TRUE(r.skip_special_tokens);
+}
+
+TEST(ServerRequest, OutputSwitchesAndTimeout) {
+  const CompletionRequest r = parse({{"prompt", "hi"}, {"include_stop_str_in_output", true}, {"skip_special_tokens", false},
+                                     {"return_token_ids", true}, {"return_tokens_as_token_ids", true}, {"timeout", 2.5}});
+  EXPECT_TRUE(r.include_stop_str_in_output && r.return_token_ids && r.return_tokens_as_token_ids);
+  EXPECT_FALSE(r.skip_special_tokens);
+  ASSERT_TRUE(r.timeout);
+  EXPECT_EQ(r.timeout->count(), 2500);
+  for (const json& bad : {json(0), json(-1), json("5"), json(1e9)})
+    EXPECT_THROW(parse({{"prompt", "hi"}, {"timeout", bad}}), ApiError) << bad.dump();
+  EXPECT_THROW(parse({{"prompt", "hi"}, {"return_token_ids", "yes"}}), ApiError);
 }
 
 TEST(ServerRequest, PromptForms) {
@@ -217,16 +235,16 @@ TEST(RequestFields, UnimplementedFieldsAreRefusedByNameUnlessNeutral) {
   };
   const Case refused[] = {
       {"best_of", 3, ApiEndpoint::kCompletions},
-      {"suffix", "end", ApiEndpoint::kCompletions},
-      {"include_stop_str_in_output", true, ApiEndpoint::kCompletions},
+      {"continue_final_message", true, ApiEndpoint::kChatCompletions},
+      {"spaces_between_special_tokens", false, ApiEndpoint::kCompletions},
       {"prompt_logprobs", 1, ApiEndpoint::kChatCompletions},
-      {"skip_special_tokens", false, ApiEndpoint::kChatCompletions},
+      {"truncate_prompt_tokens", 8, ApiEndpoint::kChatCompletions},
       {"functions", json::array({{{"name", "f"}}}), ApiEndpoint::kChatCompletions},
       {"function_call", "auto", ApiEndpoint::kChatCompletions},
       {"audio", {{"voice", "alloy"}}, ApiEndpoint::kChatCompletions},
       {"modalities", {"text", "audio"}, ApiEndpoint::kChatCompletions},
       {"length_penalty", 2, ApiEndpoint::kCompletions},
-      {"return_token_ids", true, ApiEndpoint::kCompletions},
+      {"allowed_token_ids", {1, 2}, ApiEndpoint::kCompletions},
       {"bad_words", {"x"}, ApiEndpoint::kCompletions},
       {"guided_whitespace_pattern", "[ ]*", ApiEndpoint::kCompletions},
       {"echo", true, ApiEndpoint::kChatCompletions},
@@ -402,6 +420,60 @@ TEST_F(Tok512Fixture, RefusesTextsTooLongToFitBeforeEncodingThem) {
   }
 }
 
+// ---- suffix: fill-in-the-middle -----------------------------------------------------------------
+
+TEST(FillInTheMiddle, QwenVocabularyBuildsThePrefixSuffixMiddlePrompt) {
+  const auto vocab = pagedkv::testing::models_dir() / "gguf" / "vocab" / "ggml-vocab-qwen3.gguf";
+  if (!std::filesystem::exists(vocab)) GTEST_SKIP() << vocab << " is absent (PAGEDKV_SHARED_DIR)";
+  GgufFile file(vocab.string());
+  const GgufBpeTokenizer tokenizer(file);
+  const std::optional<FillInMiddleTokens> fim = tokenizer.fill_in_middle_tokens();
+  ASSERT_TRUE(fim.has_value());
+  EXPECT_EQ(fim->prefix, tokenizer.token_of("<|fim_prefix|>"));
+  EXPECT_EQ(fim->suffix, tokenizer.token_of("<|fim_suffix|>"));
+  EXPECT_EQ(fim->middle, tokenizer.token_of("<|fim_middle|>"));
+  EXPECT_GE(fim->prefix, 0);
+  const std::string prefix = "def add(a, b):\n    return ", suffix = "\n\nprint(add(1, 2))\n";
+  const CompletionRequest r = parse({{"prompt", {prefix, prefix + "a"}}, {"suffix", suffix}});
+  const ModelLimits limits{"m", 4096, tokenizer.vocab_size()};
+  const std::vector<PreparedPrompt> prepared = prepare_request(r, tokenizer, limits);
+  ASSERT_EQ(prepared.size(), 2u);
+  std::vector<TokenId> expected{fim->prefix};  // Qwen's vocabulary adds no BOS
+  for (TokenId t : tokenizer.encode(prefix, false)) expected.push_back(t);
+  expected.push_back(fim->suffix);
+  for (TokenId t : tokenizer.encode(suffix, false)) expected.push_back(t);
+  expected.push_back(fim->middle);
+  EXPECT_EQ(prepared[0].token_ids, expected);
+  EXPECT_EQ(tokenizer.special_text(prepared[0].token_ids.front()), "<|fim_prefix|>") << "a control token";
+  // Token-id prompts cannot be split into prefix and suffix.
+  try {
+    prepare_request(parse({{"prompt", {1, 2, 3}}, {"suffix", suffix}}), tokenizer, limits);
+    ADD_FAILURE() << "a token-id prompt with a suffix was accepted";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.param(), "suffix");
+  }
+  // An empty suffix is no suffix.
+  EXPECT_EQ(prepare_request(parse({{"prompt", prefix}, {"suffix", ""}}), tokenizer, limits)[0].token_ids,
+            tokenizer.encode(prefix, true));
+}
+
+TEST(FillInTheMiddle, VocabularyWithoutTheTokensRefusesSuffixByName) {
+  const auto model = pagedkv::testing::models_dir() / "stories260Ktok512.gguf";
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << model << " is absent (PAGEDKV_SHARED_DIR)";
+  GgufFile file(model.string());
+  const GgufTokenizer tokenizer(file);
+  EXPECT_FALSE(tokenizer.fill_in_middle_tokens().has_value());
+  try {
+    prepare_request(parse({{"prompt", "Once"}, {"suffix", " the end"}}), tokenizer, {"m", 256, tokenizer.vocab_size()});
+    ADD_FAILURE() << "accepted";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status(), 400);
+    EXPECT_EQ(e.param(), "suffix");
+    EXPECT_EQ(e.code(), "unsupported_field");
+    EXPECT_NE(std::string(e.what()).find("fill-in-the-middle"), std::string::npos) << e.what();
+  }
+}
+
 // ---- stop strings -------------------------------------------------------------------------------
 
 TEST(StopStrings, SpanningPiecesAndHoldBack) {
@@ -419,6 +491,18 @@ TEST(StopStrings, SpanningPiecesAndHoldBack) {
   EXPECT_EQ(n.finish(), "W") << "the end releases the held-back text";
   StopStringMatcher earliest({"cd", "bcd"});
   EXPECT_EQ(earliest.append("abcde").text, "a") << "the earliest match wins";
+}
+
+TEST(StopStrings, IncludeStopStringKeepsTheMatch) {
+  StopStringMatcher m({"World", "xyz"}, /*include_stop=*/true);
+  EXPECT_EQ(m.append("Hello W").text, "Hello ");
+  const auto r = m.append("orld! more");
+  EXPECT_TRUE(r.stopped);
+  EXPECT_EQ(r.text, "World") << "the stop string ends the text, nothing after it";
+  StopStringMatcher earliest({"cd", "bcd"}, true);
+  EXPECT_EQ(earliest.append("abcde").text, "abcd") << "the earliest match, whole";
+  StopStringMatcher listed({"ab", "abc"}, true);
+  EXPECT_EQ(listed.append("xabcd").text, "xab") << "of matches starting at one place, the one listed first";
 }
 
 TEST(StopStrings, WholeUtf8CharactersOnly) {

@@ -11,6 +11,8 @@
 #include "pagedkv/api/api_error.h"
 #include "pagedkv/api/openai_request.h"
 #include "pagedkv/api/tool_call_parser.h"
+#include "pagedkv/model/format/gguf_file.h"
+#include "pagedkv/model/tokenizer/gguf_tokenizer.h"
 #include "pagedkv/server/response_builder.h"
 
 namespace pagedkv::server {
@@ -101,6 +103,143 @@ TEST_F(Tok512Fixture, StopStringEndsChoiceAndAsksEngineToStop) {
   EXPECT_EQ(stops[0].value, 100u);
   EXPECT_TRUE(b.take_stop_requests().empty());
   EXPECT_TRUE(b.apply(update(0, {5}, true, FinishReason::kStop)).empty()) << "the engine's late end is ignored";
+}
+
+// The text of a whole response's choice `i` and of the same choice's streamed chunks.
+std::string streamed_text(const std::vector<json>& chunks, int index, bool chat) {
+  std::string text;
+  for (const json& c : chunks)
+    for (const json& choice : c["choices"])
+      if (choice["index"] == index)
+        text += chat ? choice["delta"].value("content", std::string()) : choice["text"].get<std::string>();
+  return text;
+}
+
+TEST_F(Tok512Fixture, IncludeStopStringWholeAndStreamed) {
+  const std::vector<TokenId> prompt{1, 403, 407, 261, 378};
+  const std::vector<TokenId> out = continuation(prompt, "Once upon a time, there was a dog");
+  for (const bool stream : {false, true})
+    for (const bool include : {false, true}) {
+      api::CompletionRequest req = parse({{"prompt", "x"}, {"stop", {"the", "dog"}}, {"stream", stream},
+                                          {"include_stop_str_in_output", include}});
+      ResponseBuilder b(req, *tokenizer_, "cmpl-2", "m", 0, 1);
+      std::vector<json> chunks;
+      for (size_t i = 0; i < out.size() && !b.done(); ++i) {  // token by token, as streamed
+        ChoiceUpdate u = update(0, {out[i]});
+        u.first = i == 0;
+        u.prompt = prompt;
+        for (json& c : parsed(b.apply(u))) chunks.push_back(std::move(c));
+      }
+      ASSERT_TRUE(b.done());
+      const std::string expected = include ? ", the" : ", ";
+      EXPECT_EQ(b.response()["choices"][0]["text"], expected) << include;
+      EXPECT_EQ(b.response()["choices"][0]["finish_reason"], "stop");
+      if (stream) {
+        EXPECT_EQ(streamed_text(chunks, 0, false), expected) << include;
+      }
+    }
+}
+
+TEST_F(Tok512Fixture, ReturnTokenIdsWholeAndStreamed) {
+  const std::vector<TokenId> prompt{1, 403, 407, 261, 378};
+  const std::vector<TokenId> out = continuation(prompt, "Once upon a time, there was a dog");
+  for (const auto endpoint : {api::ApiEndpoint::kCompletions, api::ApiEndpoint::kChatCompletions}) {
+    const bool chat = endpoint == api::ApiEndpoint::kChatCompletions;
+    json body = {{"return_token_ids", true}, {"n", 2}, {"stream", true}};
+    if (chat) body["messages"] = {{{"role", "user"}, {"content", "Hi"}}};
+    else body["prompt"] = "x";
+    api::CompletionRequest req = parse(body, endpoint);
+    ResponseBuilder b(req, *tokenizer_, "id", "m", 0, 1);
+    std::vector<json> chunks;
+    for (int choice = 0; choice < 2; ++choice)
+      for (size_t i = 0; i < out.size(); ++i) {
+        ChoiceUpdate u = update(choice, {out[i]}, i + 1 == out.size(), FinishReason::kLength);
+        u.first = i == 0;
+        u.prompt = prompt;
+        for (json& c : parsed(b.apply(u))) chunks.push_back(std::move(c));
+      }
+    ASSERT_TRUE(b.done());
+    const json r = b.response();
+    for (int choice = 0; choice < 2; ++choice) {
+      EXPECT_EQ(r["choices"][choice]["token_ids"], json(out)) << chat;
+      json streamed_ids = json::array(), prompt_ids;
+      int prompt_ids_seen = 0;
+      for (const json& c : chunks) {
+        if (c["choices"][0]["index"] != choice) continue;
+        for (const json& id : c["choices"][0]["token_ids"]) streamed_ids.push_back(id);
+        const json& holder = chat ? c : c["choices"][0];
+        if (holder.contains("prompt_token_ids")) {
+          prompt_ids = holder["prompt_token_ids"];
+          ++prompt_ids_seen;
+        }
+      }
+      EXPECT_EQ(streamed_ids, json(out)) << "the streamed deltas add up to the whole, chat " << chat;
+      EXPECT_EQ(prompt_ids, json(prompt));
+      EXPECT_EQ(prompt_ids_seen, 1) << "the prompt's ids come once per choice";
+    }
+    if (chat) EXPECT_EQ(r["prompt_token_ids"], json(prompt));
+    else EXPECT_EQ(r["choices"][1]["prompt_token_ids"], json(prompt));
+  }
+  // Not asked: no such fields.
+  api::CompletionRequest plain = parse({{"prompt", "x"}});
+  ResponseBuilder b(plain, *tokenizer_, "id", "m", 0, 1);
+  ChoiceUpdate u = update(0, out, true, FinishReason::kLength);
+  u.first = true;
+  u.prompt = prompt;
+  b.apply(u);
+  EXPECT_FALSE(b.response()["choices"][0].contains("token_ids"));
+  EXPECT_FALSE(b.response()["choices"][0].contains("prompt_token_ids"));
+}
+
+TEST_F(Tok512Fixture, TokensAsTokenIdsInLogprobs) {
+  for (const auto endpoint : {api::ApiEndpoint::kCompletions, api::ApiEndpoint::kChatCompletions}) {
+    const bool chat = endpoint == api::ApiEndpoint::kChatCompletions;
+    json body = {{"return_tokens_as_token_ids", true}};
+    if (chat) body.update({{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"logprobs", true}, {"top_logprobs", 2}});
+    else body.update({{"prompt", "x"}, {"logprobs", 2}});
+    api::CompletionRequest req = parse(body, endpoint);
+    ResponseBuilder b(req, *tokenizer_, "id", "m", 0, 1);
+    ChoiceUpdate u = update(0, {403}, true, FinishReason::kLength);
+    u.first = true;
+    u.prompt = {1, 5};
+    u.logprobs.push_back(TokenLogprobs{{403, -0.5f}, {{403, -0.5f}, {17, -1.5f}}});
+    b.apply(u);
+    const json lp = b.response()["choices"][0]["logprobs"];
+    if (chat) {
+      EXPECT_EQ(lp["content"][0]["token"], "token_id:403");
+      EXPECT_EQ(lp["content"][0]["top_logprobs"][1]["token"], "token_id:17");
+      EXPECT_EQ(lp["content"][0]["bytes"].size(), std::string("token_id:403").size());
+    } else {
+      EXPECT_EQ(lp["tokens"][0], "token_id:403");
+      EXPECT_EQ(lp["top_logprobs"][0]["token_id:17"], -1.5f);
+    }
+    EXPECT_NE(b.response()["choices"][0][chat ? "message" : "text"], json("")) << "the text itself stays text";
+  }
+}
+
+TEST(ResponseBuilderSpecialTokens, SkipSpecialTokensFalseKeepsControlTokens) {
+  const auto dir = pagedkv::testing::models_dir();
+  if (dir.empty()) GTEST_SKIP() << "PAGEDKV_SHARED_DIR/models is absent";
+  GgufFile file((dir / "stories260Ktok512.gguf").string());
+  const GgufTokenizer tokenizer(file);
+  const TokenId eos = tokenizer.eos_id(), bos = tokenizer.bos_id();
+  ASSERT_EQ(tokenizer.decode_piece(5, eos), "") << "a control token decodes to nothing";
+  const std::vector<TokenId> prompt = tokenizer.encode("Once upon", true);
+  const std::vector<TokenId> words = tokenizer.encode("a time", false);
+  std::vector<TokenId> out = {words[0], eos, words[1], eos};
+  for (const bool skip : {true, false}) {
+    api::CompletionRequest req = parse({{"prompt", "x"}, {"skip_special_tokens", skip}, {"echo", true}});
+    ResponseBuilder b(req, tokenizer, "id", "m", 0, 1);
+    ChoiceUpdate u = update(0, out, true, FinishReason::kLength);
+    u.first = true;
+    u.prompt = prompt;
+    b.apply(u);
+    const std::string eos_text(tokenizer.piece(eos)), bos_text(tokenizer.piece(bos));
+    const std::string expected = skip ? "Once upon a time"
+                                      : bos_text + "Once upon" + tokenizer.decode_piece(prompt.back(), words[0]) +
+                                            eos_text + tokenizer.decode_piece(eos, words[1]) + eos_text;
+    EXPECT_EQ(b.response()["choices"][0]["text"], expected) << skip;
+  }
 }
 
 TEST_F(Tok512Fixture, ChatChunksAndLogprobs) {

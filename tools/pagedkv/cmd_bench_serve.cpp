@@ -20,6 +20,7 @@ namespace {
 struct BenchServeOptions {
   loadgen::ServeBenchOptions run;
   std::string request_rate = "inf";
+  std::string endpoint = "completions";
   std::string dataset = "random";
   int num_prompts = 200;
   loadgen::RandomDatasetOptions random;
@@ -50,6 +51,8 @@ void save_requests(const std::vector<loadgen::BenchRequest>& requests, const loa
 int run_bench_serve(BenchServeOptions o) {
   o.run.request_rate = o.request_rate == "inf" ? std::numeric_limits<double>::infinity() : std::stod(o.request_rate);
   if (o.num_prompts < 1) throw ConfigError("--num-prompts must be at least 1");
+  for (std::string& url : o.run.base_urls) url = loadgen::normalize_base_url(url);
+  o.run.endpoint = loadgen::endpoint_path(o.endpoint);
   const loadgen::TokenPool pool = loadgen::fetch_token_pool(o.run.base_urls.front(), o.run.api_key);
   std::vector<loadgen::BenchRequest> requests;
   if (o.dataset == "random") {
@@ -77,7 +80,12 @@ const CommandRegistration kBenchServeCommand{Command{
     "bench serve", "load an OpenAI-compatible server like vllm bench serve: throughput, TTFT, TPOT, ITL, E2E",
     [](CLI::App& sub) -> std::function<int()> {
       auto o = std::make_shared<BenchServeOptions>();
-      sub.add_option("--base-url", o->run.base_urls, "the server; repeat it for a cluster (requests round-robin over them)")
+      sub.add_option("--base-url", o->run.base_urls,
+                     "the server's root (a trailing /v1 is dropped); repeat it for a cluster (requests round-robin over them)")
+          ->capture_default_str();
+      sub.add_option("--endpoint", o->endpoint,
+                     "completions (/v1/completions, token-id prompts) or chat (/v1/chat/completions, each prompt's "
+                     "text as a user message)")
           ->capture_default_str();
       sub.add_option("--model", o->run.model, "model name (default: the server's first)");
       sub.add_option("--api-key", o->run.api_key, "sent as 'Authorization: Bearer KEY'");

@@ -39,7 +39,11 @@ struct ServeOptions {
   std::string tool_call_parser = "auto";  // a syntax name, "auto" (from the template) or "none"
   std::string host = "127.0.0.1";
   int port = 8000;
-  std::string api_key;
+  std::vector<std::string> api_keys;
+  std::string api_key_file;
+  std::vector<std::string> allowed_origins;
+  double sse_ping_interval_seconds = 0;
+  double request_timeout_seconds = 0;
   bool disable_admin_endpoints = false;
   std::string max_body_bytes = "8MiB";
   int max_waiting = 512;
@@ -60,6 +64,28 @@ int parse_stream_interval(const std::string& text) {
   if (ec != std::errc() || end != text.data() + text.size() || n < 1)
     throw ConfigError(fmt::format("--stream-interval must be 'auto' or a whole number of at least 1, got '{}'", text));
   return n;
+}
+
+// --api-key-file: one key a line; blank lines and lines starting with '#' are skipped, spaces
+// around a key dropped. A file without keys is an error (it would silently open the server).
+std::vector<std::string> read_api_key_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError(fmt::format("--api-key-file: cannot read {}", path));
+  std::vector<std::string> keys;
+  for (std::string line; std::getline(in, line);) {
+    const size_t begin = line.find_first_not_of(" \t\r");
+    if (begin == std::string::npos || line[begin] == '#') continue;
+    const size_t end = line.find_last_not_of(" \t\r");
+    keys.push_back(line.substr(begin, end - begin + 1));
+  }
+  if (keys.empty()) throw ConfigError(fmt::format("--api-key-file: {} holds no key", path));
+  return keys;
+}
+
+std::chrono::milliseconds seconds_option(double seconds, const char* name) {
+  if (!(seconds >= 0 && seconds <= 1e6)) throw ConfigError(fmt::format("{} must be in [0, 1e6] seconds, got {}", name, seconds));
+  if (seconds > 0 && seconds < 1e-3) throw ConfigError(fmt::format("{} must be 0 (off) or at least 0.001", name));
+  return std::chrono::milliseconds(static_cast<int64_t>(std::llround(seconds * 1e3)));
 }
 
 // The vocabulary's text of token `id` as a chat template prints it ("<s>", "<|begin_of_text|>"):
@@ -134,7 +160,14 @@ int run_serve(ServeOptions o) {
   server::ServerOptions options;
   options.host = o.host;
   options.port = o.port;
-  options.api_key = o.api_key;
+  options.api_keys = o.api_keys;
+  if (!o.api_key_file.empty())
+    for (std::string& k : read_api_key_file(o.api_key_file)) options.api_keys.push_back(std::move(k));
+  for (const std::string& k : options.api_keys)
+    if (k.empty()) throw ConfigError("--api-key must not be empty");
+  options.allowed_origins = o.allowed_origins;
+  options.sse_ping_interval = seconds_option(o.sse_ping_interval_seconds, "--sse-ping-interval-s");
+  options.request_timeout = seconds_option(o.request_timeout_seconds, "--request-timeout-s");
   options.admin_endpoints = !o.disable_admin_endpoints;
   options.max_body_bytes = parse_byte_size(o.max_body_bytes);
   options.http_threads = o.http_threads;
@@ -228,8 +261,23 @@ const CommandRegistration kServeCommand{Command{
       sub.add_option("--served-model-name", o->served_model_name, "the model name clients use (default: the file's stem)");
       sub.add_option("--host", o->host, "address to listen on")->capture_default_str();
       sub.add_option("--port", o->port, "port to listen on (0: any free port, printed at start)")->capture_default_str();
-      sub.add_option("--api-key", o->api_key,
-                     "require 'Authorization: Bearer KEY' on every endpoint but /health (the dashboard: open /dashboard#key=KEY)");
+      sub.add_option("--api-key", o->api_keys,
+                     "require 'Authorization: Bearer KEY' on every endpoint but /health (the dashboard: open "
+                     "/dashboard#key=KEY); repeat it for several keys, any of which works");
+      sub.add_option("--api-key-file", o->api_key_file,
+                     "more API keys, one a line ('#' starts a comment line); with --api-key, all of them work");
+      sub.add_option("--allowed-origins", o->allowed_origins,
+                     "CORS: origins browsers may call the API from, comma-separated or repeated ('*': any); "
+                     "preflight requests are answered. Default: none (no CORS headers)")
+          ->delimiter(',');
+      sub.add_option("--sse-ping-interval-s", o->sse_ping_interval_seconds,
+                     "a streamed response that has sent nothing for this long (queued, long prefill) gets an SSE "
+                     "comment line ': ping' (0: never)")
+          ->capture_default_str();
+      sub.add_option("--request-timeout-s", o->request_timeout_seconds,
+                     "a completion running longer is aborted and answered 408 (streamed: an error event, then "
+                     "[DONE]); a request's own 'timeout' field may ask for less (0: no limit)")
+          ->capture_default_str();
       sub.add_flag("--disable-admin-endpoints", o->disable_admin_endpoints, "answer /reset_prefix_cache with 403");
       sub.add_option("--max-body-bytes", o->max_body_bytes, "larger request bodies get 413")->capture_default_str();
       sub.add_option("--max-waiting", o->max_waiting, "queued prompts beyond which requests get 503 with Retry-After")

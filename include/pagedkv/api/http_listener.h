@@ -1,5 +1,5 @@
 // HttpListener: cpp-httplib's server with a listen backlog that survives bursts, OpenAI-shaped
-// errors and the bearer-key check: what pagedkv serve and pagedkv router share.
+// errors, the bearer-key check and CORS: what pagedkv serve and pagedkv router share.
 //
 // Debian's cpp-httplib (0.11) listens with a backlog of 5 connections, compiled into the library:
 // a burst of clients (a benchmark at an infinite request rate, a reconnect storm) overflows it and
@@ -11,6 +11,7 @@
 #include <httplib.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <functional>
@@ -76,11 +77,47 @@ class HttpListener : public httplib::Server {
   // request sends "Authorization: Bearer <key>".
   void require_api_key(std::string key, std::function<bool(const std::string&)> needs_key) {
     if (key.empty()) return;
-    add_pre_routing([key = std::move(key), needs_key = std::move(needs_key)](const httplib::Request& req,
-                                                                             httplib::Response& res) {
-      if (!needs_key(req.path) || req.get_header_value("Authorization") == "Bearer " + key) return HandlerResponse::Unhandled;
+    require_api_key(std::vector<std::string>{std::move(key)}, std::move(needs_key));
+  }
+  // The same with several keys, any of which is accepted (none: no check; empty keys are ignored).
+  void require_api_key(std::vector<std::string> keys, std::function<bool(const std::string&)> needs_key) {
+    std::erase_if(keys, [](const std::string& k) { return k.empty(); });
+    if (keys.empty()) return;
+    for (std::string& k : keys) k.insert(0, "Bearer ");
+    add_pre_routing([keys = std::move(keys), needs_key = std::move(needs_key)](const httplib::Request& req,
+                                                                               httplib::Response& res) {
+      if (!needs_key(req.path) || req.method == "OPTIONS") return HandlerResponse::Unhandled;
+      const std::string sent = req.get_header_value("Authorization");
+      // Every key is compared in full, whatever matched, so the time taken tells nothing about them.
+      bool match = false;
+      for (const std::string& k : keys) match |= constant_time_equal(sent, k);
+      if (match) return HandlerResponse::Unhandled;
       res.set_header("WWW-Authenticate", "Bearer");
       send_api_error(res, ApiError(401, "a valid API key is required: send 'Authorization: Bearer <key>'", "", "invalid_api_key"));
+      return HandlerResponse::Handled;
+    });
+  }
+
+  // CORS for browsers on other origins: with `origins` non-empty ("*": any), a request whose
+  // Origin is allowed gets Access-Control-Allow-Origin (and Vary: Origin) on its answer, and a
+  // preflight (OPTIONS with Access-Control-Request-Method) is answered 204 with the methods and
+  // headers allowed, before any key check (browsers send no credentials on a preflight). Others
+  // get no CORS headers, which browsers read as a refusal. Call before require_api_key.
+  void allow_origins(std::vector<std::string> origins) {
+    if (origins.empty()) return;
+    add_pre_routing([origins = std::move(origins)](const httplib::Request& req, httplib::Response& res) {
+      const std::string origin = req.get_header_value("Origin");
+      if (origin.empty()) return HandlerResponse::Unhandled;
+      const bool any = std::find(origins.begin(), origins.end(), "*") != origins.end();
+      if (!any && std::find(origins.begin(), origins.end(), origin) == origins.end()) return HandlerResponse::Unhandled;
+      res.set_header("Access-Control-Allow-Origin", any ? "*" : origin);
+      if (!any) res.set_header("Vary", "Origin");
+      if (req.method != "OPTIONS" || !req.has_header("Access-Control-Request-Method")) return HandlerResponse::Unhandled;
+      res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+      const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+      res.set_header("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type" : asked);
+      res.set_header("Access-Control-Max-Age", "600");
+      res.status = 204;
       return HandlerResponse::Handled;
     });
   }
@@ -131,6 +168,12 @@ class HttpListener : public httplib::Server {
       });
   }
   std::vector<PreRouting> pre_routing_;
+
+  static bool constant_time_equal(const std::string& a, const std::string& b) {
+    unsigned char diff = a.size() == b.size() ? 0 : 1;
+    for (size_t i = 0; i < b.size(); ++i) diff |= static_cast<unsigned char>(b[i] ^ (i < a.size() ? a[i] : 0));
+    return diff == 0;
+  }
 };
 
 }  // namespace pagedkv::api

@@ -10,6 +10,7 @@
 // (request_fields.h).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -48,6 +49,9 @@ struct CompletionRequest {
   ApiEndpoint endpoint = ApiEndpoint::kCompletions;
   std::string model;                  // empty: the served model
   std::vector<PromptInput> prompts;   // /v1/completions: one or more
+  // /v1/completions: the text after the completion; non-empty asks for fill-in-the-middle (each
+  // text prompt is the prefix), which needs a vocabulary with fill-in-the-middle tokens.
+  std::string suffix;
   std::vector<ChatMessage> messages;  // /v1/chat/completions
   ChatTemplateInput chat_input;       // the same, as sent, for a model's own chat template
   std::optional<int> max_tokens;      // absent: 16 for completions, the rest of the context for chat
@@ -64,7 +68,17 @@ struct CompletionRequest {
   std::optional<uint64_t> seed;
   int n = 1;
   std::vector<std::string> stop;
+  bool include_stop_str_in_output = false;  // vLLM extension: a matched stop string ends the text
+  // vLLM extension: false keeps the text of special (control) tokens, e.g. "</s>", in the output.
+  bool skip_special_tokens = true;
+  // vLLM extensions: the prompt's and each choice's token ids in the response (return_token_ids);
+  // logprobs name tokens "token_id:N" instead of their text (return_tokens_as_token_ids).
+  bool return_token_ids = false;
+  bool return_tokens_as_token_ids = false;
   bool stream = false;
+  // pagedkv extension: the longest the request may take, in seconds (the server's
+  // --request-timeout-s when that is shorter); past it it is aborted and answered 408.
+  std::optional<std::chrono::milliseconds> timeout;
   bool include_usage = false;         // stream_options.include_usage
   bool echo = false;                  // completions: the prompt text precedes the completion
   int logprobs = -1;                  // top-k alternatives per token; -1: no logprobs
@@ -125,7 +139,10 @@ std::vector<TokenId> encode_bounded(const TextTokenizer& tokenizer, std::string_
 std::vector<TokenId> encode_bounded(const TextTokenizer& tokenizer, std::span<const PromptPart> parts, bool add_bos,
                                     int max_model_len, const char* param);
 
-// Tokenizes text prompts (BOS first) and chat messages (rendered with the model's own template
+// Tokenizes text prompts (BOS first; with a `suffix`, the fill-in-the-middle prompt in
+// prefix-suffix-middle order: BOS where the vocabulary adds one, the prefix token, the prompt, the
+// suffix token, the suffix, the middle token; a 400 naming `suffix` when the vocabulary has no
+// such tokens or a prompt is token ids) and chat messages (rendered with the model's own template
 // when `model_template` is given, which prints BOS itself, else with `chat_template`), checks the
 // model name, token ids and that prompt + max_tokens fits the model length. The built-in
 // templates have no tool format: tools or tool-calling history with them are a 400.

@@ -24,7 +24,9 @@ namespace pagedkv::loadgen {
 
 struct ServeBenchOptions {
   std::vector<std::string> base_urls = {"http://127.0.0.1:8000"};  // requests round-robin over them
-  std::string endpoint = "/v1/completions";  // an OpenAI completions endpoint (token-id prompts)
+  // "/v1/completions" (token-id prompts) or "/v1/chat/completions" (each prompt's text, from the
+  // server's /detokenize, as one user message).
+  std::string endpoint = "/v1/completions";
   std::string model;          // empty: the server's first model
   std::string api_key;
   double request_rate = std::numeric_limits<double>::infinity();
@@ -64,6 +66,13 @@ struct ServeBenchReport {
   nlohmann::json to_json() const;
   std::string to_text() const;  // vllm bench serve's table
 };
+
+// A server's root URL as --base-url may give it: trailing slashes and an OpenAI-style "/v1" are
+// dropped ("http://h:8000/v1/" -> "http://h:8000"), since the benchmark also calls /tokenize and
+// /metrics beside /v1. Throws ConfigError for a URL that is not http:// or https://.
+std::string normalize_base_url(std::string url);
+// --endpoint: "completions" or "chat", or the path itself; the path. Throws ConfigError otherwise.
+std::string endpoint_path(const std::string& name);
 
 // What the benchmark needs from the server before it starts. Throw Error when it is unreachable.
 std::string fetch_model_name(const std::string& base_url, const std::string& api_key);

@@ -16,6 +16,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -110,6 +111,10 @@ class EngineService {
     int generated_tokens = 0;
     bool child_seen = false;
     std::chrono::steady_clock::time_point arrival;
+    int max_tokens = 0;
+    // Set with the first token: the prefill's time (first scheduled to first token), and when.
+    double prefill_seconds = 0;
+    std::optional<std::chrono::steady_clock::time_point> first_token;
   };
   struct Sample {
     uint64_t root = 0;

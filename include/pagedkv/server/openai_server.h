@@ -37,8 +37,17 @@ class DashboardSnapshots;
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;                         // 0: any free port (bind() returns it)
-  std::string api_key;                     // non-empty: "Authorization: Bearer <key>" on every route
-                                           // but /health and the dashboard's static page
+  // Non-empty: "Authorization: Bearer <one of these>" on every route but /health and the
+  // dashboard's static page (any key works; the rest get 401).
+  std::vector<std::string> api_keys;
+  // CORS: the origins browsers may call from ("*": any); empty: no CORS headers (HttpListener).
+  std::vector<std::string> allowed_origins;
+  // A streamed response that has written nothing for this long (queued, in a long prefill) gets an
+  // SSE comment (": ping"), which clients ignore and proxies see as traffic. 0: never.
+  std::chrono::milliseconds sse_ping_interval{0};
+  // The longest a completion may take, from its arrival, unless its `timeout` field asks for less
+  // (0: no limit). Past it the request is aborted (its KV blocks freed) and answered 408.
+  std::chrono::milliseconds request_timeout{0};
   bool admin_endpoints = true;             // false: /reset_prefix_cache answers 403
   size_t max_body_bytes = 8u << 20;        // larger request bodies get 413
   int http_threads = 128;                  // concurrent connections served (each stream holds one)

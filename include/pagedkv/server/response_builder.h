@@ -59,7 +59,7 @@ class ResponseBuilder {
 
  private:
   struct Choice {
-    explicit Choice(const std::vector<std::string>& stops) : matcher(stops) {}
+    Choice(const std::vector<std::string>& stops, bool include_stop) : matcher(stops, include_stop) {}
     TokenId prev = -1;  // the last token decoded (context for the next piece)
     api::StopStringMatcher matcher;
     std::string text;   // everything emitted (non-streaming response); with tools, the content
@@ -70,6 +70,10 @@ class ResponseBuilder {
     std::string finish_reason;
     int completion_tokens = 0;
     RequestId engine_id;
+    // return_token_ids: every output token taken (the response), and those not yet in a chunk.
+    std::vector<TokenId> token_ids;
+    std::vector<TokenId> unsent_token_ids;
+    bool prompt_ids_sent = false;  // streamed: the first chunk carries the prompt's ids
     // logprobs, completions shape: tokens, token_logprobs, top_logprobs, text_offset; chat: content.
     nlohmann::json logprob_tokens = nlohmann::json::array();
     nlohmann::json logprob_values = nlohmann::json::array();
@@ -80,13 +84,22 @@ class ResponseBuilder {
   // Decodes `tokens` into the choice; returns the text it emits. Stops at a stop string.
   std::string take_tokens(Choice& c, const ChoiceUpdate& u, nlohmann::json& chunk_logprobs);
   std::string chunk(int index, const std::string& text, const nlohmann::json& logprobs, const char* finish_reason,
-                    bool first) const;
+                    bool first, Choice& c);
+  // The text token `token` adds after `prev`; with skip_special_tokens false a control token's text.
   std::string piece(TokenId prev, TokenId token) const;
+  // How logprobs name a token: its piece, or "token_id:N" (return_tokens_as_token_ids).
+  std::string logprob_token(TokenId prev, TokenId token) const;
+  // The echoed prompt's text.
+  std::string prompt_text(std::span<const TokenId> prompt) const;
+  // return_token_ids, streamed: the fields a chunk of `c` adds, to its choice and to the chunk
+  // itself (the prompt's ids with a choice's first chunk); both null without return_token_ids.
+  void take_token_ids(Choice& c, int index, nlohmann::json& choice, nlohmann::json& top);
   // A chat chunk with `delta` (the tool-calling path).
-  std::string chat_chunk(int index, nlohmann::json delta, const nlohmann::json& logprobs, const char* finish_reason) const;
+  std::string chat_chunk(int index, nlohmann::json delta, const nlohmann::json& logprobs, const char* finish_reason,
+                         Choice* ids_of = nullptr);
   // The chunks of one update of a choice read for tool calls.
   std::vector<std::string> tool_chunks(int index, const api::ToolCallReader::Output& out, size_t first_call,
-                                       const nlohmann::json& logprobs, const char* finish_reason, bool first) const;
+                                       const nlohmann::json& logprobs, const char* finish_reason, bool first, Choice& c);
 
   const api::CompletionRequest& request_;
   const TextTokenizer& tokenizer_;
@@ -97,6 +110,7 @@ class ResponseBuilder {
   std::string completion_chunk_head_;  // a text chunk's JSON up to the choice index (the hot path)
   std::vector<Choice> choices_;
   std::vector<int> prompt_tokens_;   // per prompt
+  std::vector<std::vector<TokenId>> prompt_ids_;  // per prompt, for return_token_ids
   std::vector<int> cached_tokens_;   // per prompt
   int finished_choices_ = 0;
   std::vector<RequestId> stop_requests_;

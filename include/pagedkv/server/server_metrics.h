@@ -38,7 +38,12 @@ class ServerMetrics {
   void observe_first_token(double ttft_seconds, double queue_seconds);
   void observe_inter_token(double seconds, int tokens);  // `tokens` arrived together after `seconds`
   void observe_finished_sample(const std::string& finished_reason, int generation_tokens);
-  void observe_finished_request(double e2e_seconds, int prompt_tokens, int generation_tokens);
+  // `prefill_seconds`: first scheduled to first token; `decode_seconds`: first token to the end;
+  // `max_tokens`: the output tokens the request allowed (each prompt once, as vLLM counts).
+  void observe_finished_request(double e2e_seconds, int prompt_tokens, int generation_tokens, double prefill_seconds,
+                                double decode_seconds, int max_tokens);
+  // One engine step's scheduled tokens (prefill chunks and decodes together).
+  void observe_step_tokens(int tokens);
   void count_prompt(int prompt_tokens, const TierHitTokens& hits);
   // HTTP threads.
   void count_http_error(int status);
@@ -52,6 +57,7 @@ class ServerMetrics {
   static std::vector<double> inter_token_buckets();
   static std::vector<double> request_latency_buckets();
   static std::vector<double> token_count_buckets(int max_model_len);  // 1, 2, 5, 10, 20, 50, ... <= max
+  static std::vector<double> step_token_buckets();  // 1, 8, 16, 32, ..., 16384
 
  private:
   std::string model_name_;
@@ -89,6 +95,10 @@ class ServerMetrics {
   prometheus::Histogram& queue_time_;
   prometheus::Histogram& request_prompt_tokens_;
   prometheus::Histogram& request_generation_tokens_;
+  prometheus::Histogram& prefill_time_;
+  prometheus::Histogram& decode_time_;
+  prometheus::Histogram& max_generation_tokens_;
+  prometheus::Histogram& iteration_tokens_;
   std::chrono::steady_clock::time_point last_block_census_{};  // kv_blocks' cached/free split
   // The engine's cumulative values at the previous on_step (to turn them into increments).
   struct EngineTotals {

@@ -100,6 +100,7 @@ GgufBpeTokenizer::GgufBpeTokenizer(const GgufFile& f)
 
   pieces_.reserve(n);
   decoded_.resize(n);
+  control_.assign(n, false);
   ids_by_piece_.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     pieces_.emplace_back(tokens[i]);
@@ -108,6 +109,7 @@ GgufBpeTokenizer::GgufBpeTokenizer(const GgufFile& f)
   add_unique(end_of_generation_, eos_);
   add_unique(end_of_generation_, eot);
   add_unique(end_of_generation_, eom);
+  fim_ = find_fill_in_middle_tokens(f, n, [this](std::string_view text) { return token_of(text); });
   for (size_t i = 0; i < n; ++i) {
     const auto id = static_cast<TokenId>(i);
     auto type = types ? static_cast<int32_t>(types->int_at(i)) : static_cast<int32_t>(kNormal);
@@ -116,6 +118,7 @@ GgufBpeTokenizer::GgufBpeTokenizer(const GgufFile& f)
     const bool ends = is_end_of_generation_text(pieces_[i]);
     if (ends) add_unique(end_of_generation_, id);
     if (type == kUserDefined && (id == bos_ || id == eos_ || id == eot || id == eom || ends)) type = kControl;
+    control_[i] = type == kControl;
     if (type == kNormal) decoded_[i] = bytes_of_piece(pieces_[i]);
     else if (type == kUserDefined) decoded_[i] = pieces_[i];
     if (type == kUserDefined && !pieces_[i].empty()) user_defined_.push_back(id);
@@ -252,6 +255,11 @@ std::vector<TokenId> GgufBpeTokenizer::encode_parts(std::span<const PromptPart> 
 std::string GgufBpeTokenizer::decode_piece(TokenId /*prev*/, TokenId token) const {
   (void)piece(token);  // range check
   return decoded_[static_cast<size_t>(token)];
+}
+
+std::string GgufBpeTokenizer::special_text(TokenId token) const {
+  (void)piece(token);  // range check
+  return control_[static_cast<size_t>(token)] ? pieces_[static_cast<size_t>(token)] : std::string();
 }
 
 }  // namespace pagedkv

@@ -69,6 +69,7 @@ GgufTokenizer::GgufTokenizer(const GgufFile& f) {
   gguf_vocab::add_unique(end_of_generation_, eos_);
   gguf_vocab::add_unique(end_of_generation_, eot);
   gguf_vocab::add_unique(end_of_generation_, eom);
+  fim_ = gguf_vocab::find_fill_in_middle_tokens(f, n, [this](std::string_view text) { return lookup(text); });
   add_bos_ = f.get_bool("tokenizer.ggml.add_bos_token", true);
   add_eos_ = f.get_bool("tokenizer.ggml.add_eos_token", false);
   add_space_prefix_ = f.get_bool("tokenizer.ggml.add_space_prefix", true);
@@ -210,6 +211,11 @@ std::string GgufTokenizer::decode_piece(TokenId prev, TokenId token) const {
   const bool at_start = prev < 0 || prev == bos_;
   if (at_start && add_space_prefix_ && !text.empty() && text.front() == ' ') return text.substr(1);
   return text;
+}
+
+std::string GgufTokenizer::special_text(TokenId token) const {
+  (void)piece(token);  // range check
+  return types_[static_cast<size_t>(token)] == kControl ? pieces_[static_cast<size_t>(token)] : std::string();
 }
 
 std::unique_ptr<TextTokenizer> make_gguf_tokenizer(const GgufFile& file) {

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "pagedkv/core/error.h"
 #include "pagedkv/core/ids.h"
 #include "pagedkv/model/format/gguf_file.h"
+#include "pagedkv/model/tokenizer/text_tokenizer.h"
 
 namespace pagedkv::gguf_vocab {
 
@@ -35,6 +38,31 @@ inline TokenId special_id(const GgufFile& f, const char* key, int64_t fallback, 
   if (v >= static_cast<int64_t>(n))
     throw FormatError(fmt::format("GGUF tokenizer in '{}': {} = {} is outside the vocabulary of {}", f.name(), key, v, n));
   return static_cast<TokenId>(v);
+}
+
+// A vocabulary's fill-in-the-middle tokens: the ones tokenizer.ggml.fim_pre_token_id,
+// fim_suf_token_id and fim_mid_token_id name when the file gives all three, else the first family
+// of the known spellings (Qwen's and StarCoder's, DeepSeek's, Code Llama's) whose three texts are all
+// tokens (`lookup`: a text's token id, -1 when none). None when neither.
+template <class Lookup>
+std::optional<FillInMiddleTokens> find_fill_in_middle_tokens(const GgufFile& f, size_t n, Lookup lookup) {
+  const FillInMiddleTokens named{special_id(f, "tokenizer.ggml.fim_pre_token_id", -1, n),
+                                 special_id(f, "tokenizer.ggml.fim_suf_token_id", -1, n),
+                                 special_id(f, "tokenizer.ggml.fim_mid_token_id", -1, n)};
+  if (named.prefix >= 0 && named.suffix >= 0 && named.middle >= 0) return named;
+  static constexpr std::array<std::array<std::string_view, 3>, 6> kSpellings{{
+      {"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"},
+      {"<fim_prefix>", "<fim_suffix>", "<fim_middle>"},
+      {"<fim-prefix>", "<fim-suffix>", "<fim-middle>"},
+      {"<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>"},
+      {"<PRE>", "<SUF>", "<MID>"},
+      {"▁<PRE>", "▁<SUF>", "▁<MID>"},
+  }};
+  for (const auto& family : kSpellings) {
+    const FillInMiddleTokens t{lookup(family[0]), lookup(family[1]), lookup(family[2])};
+    if (t.prefix >= 0 && t.suffix >= 0 && t.middle >= 0) return t;
+  }
+  return std::nullopt;
 }
 
 // A piece of text after special tokens are cut out: a token, or a span of the text.

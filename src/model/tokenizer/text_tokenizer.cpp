@@ -13,6 +13,10 @@ std::vector<TokenId> TextTokenizer::end_of_generation_ids() const {
   return {eos_id()};
 }
 
+std::string TextTokenizer::special_text(TokenId) const { return {}; }
+
+std::optional<FillInMiddleTokens> TextTokenizer::fill_in_middle_tokens() const { return std::nullopt; }
+
 std::string TextTokenizer::render(std::span<const TokenId> ids) const {
   std::string out;
   for (size_t i = 1; i < ids.size(); ++i) out += decode_piece(ids[i - 1], ids[i]);

@@ -40,6 +40,8 @@ class GgufBpeTokenizer final : public TextTokenizer {
   std::vector<TokenId> encode_parts(std::span<const PromptPart> parts, bool add_bos) const override;
   int max_piece_bytes() const override { return max_piece_bytes_; }
   std::string decode_piece(TokenId prev, TokenId token) const override;
+  std::string special_text(TokenId token) const override;
+  std::optional<FillInMiddleTokens> fill_in_middle_tokens() const override { return fim_; }
   std::vector<TokenId> end_of_generation_ids() const override { return end_of_generation_; }
 
   const std::string& pre_tokenizer() const { return pre_.name(); }
@@ -63,10 +65,12 @@ class GgufBpeTokenizer final : public TextTokenizer {
   BpePreTokenizer pre_;
   std::vector<std::string> pieces_;
   std::vector<std::string> decoded_;   // the bytes each token stands for
+  std::vector<bool> control_;          // control tokens (type 3, or BOS/EOS/end-of-turn)
   StringMap ids_by_piece_;
   StringMap merge_ranks_;              // "left right" -> rank
   std::vector<TokenId> user_defined_;  // longest first
   std::vector<TokenId> end_of_generation_;
+  std::optional<FillInMiddleTokens> fim_;
   int max_piece_bytes_ = 1;
   TokenId bos_ = -1, eos_ = -1;
   bool add_bos_ = false, add_eos_ = false, ignore_merges_ = false;

@@ -42,6 +42,8 @@ class GgufTokenizer final : public TextTokenizer {
   std::vector<TokenId> end_of_generation_ids() const override { return end_of_generation_; }
   int max_piece_bytes() const override { return max_piece_bytes_; }
   std::string decode_piece(TokenId prev, TokenId token) const override;
+  std::string special_text(TokenId token) const override;
+  std::optional<FillInMiddleTokens> fill_in_middle_tokens() const override { return fim_; }
 
   const std::string& model_name() const { return model_; }
   std::string_view piece(TokenId id) const;  // the raw vocabulary piece; throws UsageError if out of range
@@ -62,6 +64,7 @@ class GgufTokenizer final : public TextTokenizer {
   std::vector<std::string> decoded_;           // piece as text (U+2581 -> ' ', <0xXX> -> byte, control -> "")
   std::vector<TokenId> user_defined_;          // longest first
   std::vector<TokenId> end_of_generation_;
+  std::optional<FillInMiddleTokens> fim_;
   TokenId byte_tokens_[256];
   TokenId bos_ = -1, eos_ = -1, unk_ = -1;
   bool add_bos_ = true, add_eos_ = false, add_space_prefix_ = true;

@@ -3,6 +3,7 @@
 // implement it, so generate, serve and the Python module work with either.
 #pragma once
 
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -18,6 +19,12 @@ namespace pagedkv {
 struct PromptPart {
   std::string text;
   bool special = false;
+};
+
+// The tokens of fill-in-the-middle prompting (code models): the prompt is
+// prefix-token <prefix text> suffix-token <suffix text> middle-token, and the model writes the middle.
+struct FillInMiddleTokens {
+  TokenId prefix = -1, suffix = -1, middle = -1;
 };
 
 class TextTokenizer {
@@ -51,6 +58,15 @@ class TextTokenizer {
   // (-1 for the first token of a text). Concatenating these for a sequence gives its text;
   // a multi-byte character may arrive over several tokens, one byte each.
   virtual std::string decode_piece(TokenId prev, TokenId token) const = 0;
+
+  // The text of a control token as the vocabulary writes it ("</s>", "<|im_end|>"), which
+  // decode_piece leaves out: what an output keeping special tokens shows (vLLM's
+  // skip_special_tokens false). Empty for every other token; the default (a vocabulary without
+  // control tokens) is always empty.
+  virtual std::string special_text(TokenId token) const;
+
+  // The vocabulary's fill-in-the-middle tokens when it has all three; the default: none.
+  virtual std::optional<FillInMiddleTokens> fill_in_middle_tokens() const;
 
   // The text of ids[1..] with ids[0] as context only (run.c's convention: ids[0] is normally BOS):
   // decode_piece(ids[i-1], ids[i]) for i = 1 .. size-1.
