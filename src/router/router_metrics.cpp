@@ -33,6 +33,11 @@ RouterMetrics::RouterMetrics(const BackendPool& pool, std::string policy)
                         .Register(*registry_)),
       no_backend_(BuildCounter().Name("pagedkv_router_no_backend_total").Help("Requests answered 503: no healthy backend.")
                       .Register(*registry_).Add({})),
+      migrations_(BuildCounter().Name("pagedkv_router_stream_migrations_total")
+                      .Help("Streams whose instance died mid-answer: continued on another instance (continued), or "
+                            "ended with an error event (limit: --migration-limit reached; not_continuable: "
+                            "nothing to continue from; no_backend: no other instance took it).")
+                      .Register(*registry_)),
       rejected_(BuildCounter().Name("pagedkv_router_rejected_total")
                     .Help("Requests answered 429 because every instance was saturated: the router's queue was full "
                           "(queue_full) or the wait ran out (queue_timeout).")
@@ -78,6 +83,8 @@ void RouterMetrics::failed(int backend, const std::string& reason) {
 }
 
 void RouterMetrics::no_backend() { no_backend_.Increment(); }
+
+void RouterMetrics::migration(const std::string& result) { migrations_.Add({{"result", result}}).Increment(); }
 
 void RouterMetrics::rejected(const std::string& reason) { rejected_.Add({{"reason", reason}}).Increment(); }
 

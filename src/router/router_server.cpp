@@ -28,15 +28,6 @@ constexpr auto kPollInterval = 20ms;  // how often a waiting handler checks that
 constexpr auto kQueueRetryInterval = 100ms;  // how often a queued request tries the saturated backends again
 
 
-// Holds a backend's load for one request until the answer is relayed (or fails).
-struct Placement {
-  BackendPool& pool;
-  int backend;
-  int64_t blocks;
-  bool failed = false;
-  ~Placement() { pool.finished(backend, blocks, failed); }
-};
-
 // Holds a place in the router's queue while a request waits for a backend with room.
 struct QueuePlace {
   std::atomic<int>& queued;
@@ -78,6 +69,70 @@ httplib::Result backend_request(const BackendAddress& backend, const UpstreamOpt
 }
 
 }  // namespace
+
+// Holds a backend's load for one request until the answer is relayed (or fails).
+struct RouterServer::Placement {
+  BackendPool& pool;
+  int backend;
+  int64_t blocks;
+  bool failed = false;
+  ~Placement() { pool.finished(backend, blocks, failed); }
+};
+
+// A streamed answer being relayed: the instance producing it now, and what moves it elsewhere.
+struct RouterServer::RelayedStream {
+  std::shared_ptr<UpstreamCall> call;
+  std::shared_ptr<Placement> placement;
+  std::shared_ptr<StreamMigration> migration;  // null: the stream cannot move
+  RoutingPlan routing;
+  std::vector<bool> excluded;  // instances that failed this request
+};
+
+bool RouterServer::continue_elsewhere(RelayedStream& relay, const std::string& request_id, api::DisconnectCheck& watch) {
+  StreamMigration& m = *relay.migration;
+  const int dead = relay.placement->backend;
+  if (!m.can_continue() || m.migrations() >= options_.migration_limit) {
+    metrics_.migration(m.can_continue() ? "limit" : "not_continuable");
+    return false;
+  }
+  relay.placement->failed = true;
+  metrics_.failed(dead, "upstream_error");
+  pool_.mark_down(dead, fmt::format("failed mid-stream: {}", relay.call->error()));
+  if (static_cast<size_t>(dead) < relay.excluded.size()) relay.excluded[static_cast<size_t>(dead)] = true;
+  const std::string body = m.continue_elsewhere();
+  for (;;) {
+    relay.excluded.resize(static_cast<size_t>(pool_.size()), false);
+    PrefixOverlap overlap;
+    const int backend = choose(relay.routing, relay.excluded, overlap, -1);
+    if (backend < 0) {
+      metrics_.migration("no_backend");
+      return false;
+    }
+    pool_.dispatched(backend, relay.routing.load_blocks);
+    auto placement = std::shared_ptr<Placement>(new Placement{pool_, backend, relay.routing.load_blocks});
+    auto call = std::make_shared<UpstreamCall>(pool_.address(backend), "/v1/completions", body, options_.upstream, request_id,
+                                               options_.reuse_connections ? &connections_ : nullptr);
+    UpstreamCall::State state;
+    while ((state = call->wait_headers(kPollInterval)) == UpstreamCall::State::kWaiting)
+      if (watch.client_gone()) {
+        call->cancel();
+        placement->failed = true;
+        return false;
+      }
+    if (state != UpstreamCall::State::kFailed && call->status() == 200 &&
+        call->content_type().rfind("text/event-stream", 0) == 0) {
+      fmt::print(stderr, "router: request {} continues on {} after {} tokens ({} of {} migrations)\n", request_id,
+                 pool_.address(backend).url, m.generated_tokens(), m.migrations(), options_.migration_limit);
+      metrics_.migration("continued");
+      relay.call = std::move(call);
+      relay.placement = std::move(placement);
+      return true;
+    }
+    placement->failed = true;
+    relay.excluded[static_cast<size_t>(backend)] = true;  // refused, busy or failing: the next one
+    if (state == UpstreamCall::State::kFailed) pool_.mark_down(backend, fmt::format("continuation: {}", call->error()));
+  }
+}
 
 RouterServer::RouterServer(RouterOptions options, BackendPool& pool, BackendChooser chooser, RoutedModel model,
                            RouterMetrics& metrics)
@@ -366,6 +421,13 @@ void RouterServer::install_routes() {
       const int previous_backend = session_backend(session);
       auto watch = std::make_shared<api::DisconnectCheck>(
           api::PeerConnection::find(req.local_port, req.remote_addr, req.remote_port), kPollInterval);
+      // A streamed answer that may move to another instance if its own dies (stream_migration.h).
+      std::shared_ptr<StreamMigration> migration;
+      if (options_.migration_limit > 0) {
+        std::string why;
+        migration = StreamMigration::begin(req.body, endpoint, why);
+      }
+      const std::string& upstream_body = migration ? migration->upstream_body() : req.body;
       std::vector<bool> excluded(static_cast<size_t>(pool_.size()), false);
       std::shared_ptr<UpstreamCall> call;
       std::shared_ptr<Placement> placement;
@@ -383,7 +445,7 @@ void RouterServer::install_routes() {
                         std::chrono::duration<double>(Clock::now() - received).count());
         pool_.dispatched(backend, routing.load_blocks);
         placement.reset(new Placement{pool_, backend, routing.load_blocks});
-        call = std::make_shared<UpstreamCall>(pool_.address(backend), req.path, req.body, options_.upstream, request_id,
+        call = std::make_shared<UpstreamCall>(pool_.address(backend), req.path, upstream_body, options_.upstream, request_id,
                                               options_.reuse_connections ? &connections_ : nullptr);
         UpstreamCall::State state;
         while ((state = call->wait_headers(kPollInterval)) == UpstreamCall::State::kWaiting) {
@@ -492,11 +554,26 @@ void RouterServer::install_routes() {
       };
       auto times = std::make_shared<StreamTimes>(StreamTimes{received, received});
       const bool counted = res.status == 200;
+      auto relay = std::make_shared<RelayedStream>(RelayedStream{call, placement, migration, routing, std::move(excluded)});
       res.set_chunked_content_provider(
           call->content_type(),
-          [this, call, placement, watch, times, counted, request_id](size_t, httplib::DataSink& sink) {
+          [this, relay, watch, times, counted, request_id](size_t, httplib::DataSink& sink) {
             UpstreamCall::State state;
-            std::string out = call->take_body(kPollInterval, state);
+            std::string out = relay->call->take_body(kPollInterval, state);
+            if (relay->migration) out = relay->migration->relay(out);
+            if (state == UpstreamCall::State::kFailed && relay->migration && counted && continue_elsewhere(*relay, request_id, *watch)) {
+              state = UpstreamCall::State::kWaiting;  // the stream goes on from the next instance
+            } else if (state == UpstreamCall::State::kFailed) {
+              // The backend died mid-stream: end the stream with an error the client can read.
+              relay->placement->failed = true;
+              metrics_.failed(relay->placement->backend, "upstream_error");
+              fmt::print(stderr, "router: request {} to {} failed mid-stream: {}\n", request_id,
+                         pool_.address(relay->placement->backend).url, relay->call->error());
+              const ApiError e(502, fmt::format("backend {} failed mid-stream: {}", pool_.address(relay->placement->backend).url,
+                                                relay->call->error()),
+                               "", "bad_gateway");
+              out += "data: " + e.to_json().dump() + "\n\n";
+            }
             if (!out.empty() && counted && state != UpstreamCall::State::kFailed) {
               const auto now = Clock::now();
               if (!times->any) metrics_.first_chunk(std::chrono::duration<double>(now - times->received).count());
@@ -504,19 +581,8 @@ void RouterServer::install_routes() {
               times->any = true;
               times->last = now;
             }
-            if (state == UpstreamCall::State::kFailed) {
-              // The backend died mid-stream: end the stream with an error the client can read.
-              placement->failed = true;
-              metrics_.failed(placement->backend, "upstream_error");
-              fmt::print(stderr, "router: request {} to {} failed mid-stream: {}\n", request_id,
-                         pool_.address(placement->backend).url, call->error());
-              const ApiError e(502, fmt::format("backend {} failed mid-stream: {}", pool_.address(placement->backend).url,
-                                                call->error()),
-                               "", "bad_gateway");
-              out += "data: " + e.to_json().dump() + "\n\n";
-            }
             if (!out.empty() && !sink.write(out.data(), out.size())) {
-              call->cancel();
+              relay->call->cancel();
               return false;
             }
             if (state == UpstreamCall::State::kDone || state == UpstreamCall::State::kFailed) {
@@ -525,15 +591,15 @@ void RouterServer::install_routes() {
               return true;
             }
             if (watch->client_gone()) {
-              call->cancel();
+              relay->call->cancel();
               return false;
             }
             return true;
           },
-          [this, call, placement](bool success) {
+          [this, relay](bool success) {
             if (!success) {
-              call->cancel();
-              placement->failed = true;
+              relay->call->cancel();
+              relay->placement->failed = true;
             }
             --open_streams_;
           });

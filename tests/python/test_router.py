@@ -429,3 +429,64 @@ def test_backends_join_and_leave_without_a_restart(tmp_path):
         with router(b0) as plain:
             assert plain.post("/router/backends", {"url": b1.base_url}).status_code == 403
             assert plain.get("/router/backends").status_code == 403
+
+
+def test_stream_moves_to_another_instance_when_its_instance_dies():
+    """--migration-limit: an instance frozen then SIGKILLed mid-stream; the router sends the
+    prompt's ids and the tokens already relayed to another instance and goes on with the same
+    stream. Greedy, so the client gets exactly the uninterrupted answer: completions and chat,
+    with and without the client asking for token ids; usage counts the whole answer. With the
+    limit spent the stream ends with an error event as without migration."""
+    models_dir()
+    servers = [Server() for _ in range(3)]
+    try:
+        with router(*servers, policy="round-robin", extra=["--migration-limit", "1"]) as r:
+            def killed_mid_stream(path, body):
+                chunks = []
+                with requests.post(r.url(path), json={**body, "stream": True}, stream=True, timeout=60) as stream:
+                    events = sse_events(stream)
+                    chunks.append(next(events))  # the first token arrived: the request runs on a backend
+                    victim = in_flight_backend(r)
+                    assert victim is not None
+                    servers[victim].proc.send_signal(signal.SIGSTOP)  # nothing more from it
+                    servers[victim].kill()
+                    chunks += list(events)
+                return victim, chunks
+
+            def joined(chunks, key):
+                assert chunks[-1] == "[DONE]", chunks[-3:]
+                parsed = [json.loads(c) for c in chunks[:-1]]
+                assert not any("error" in p for p in parsed), chunks
+                return parsed, "".join(key(p["choices"][0]) for p in parsed if p["choices"])
+
+            completion = {"prompt": "Once upon a time", "max_tokens": 300, "ignore_eos": True, "temperature": 0}
+            alive = [s for s in servers]
+            expected = alive[0].post("/v1/completions", {**completion, "return_token_ids": True}).json()["choices"][0]
+            victim, chunks = killed_mid_stream("/v1/completions", {**completion, "stream_options": {"include_usage": True}})
+            alive.remove(servers[victim])
+            parsed, text = joined(chunks, lambda c: c["text"])
+            assert text == expected["text"]
+            assert not any("token_ids" in p["choices"][0] or "prompt_token_ids" in p["choices"][0]
+                           for p in parsed if p["choices"])
+            assert len({p["id"] for p in parsed}) == 1
+            usage = parsed[-1]["usage"]
+            assert usage["completion_tokens"] == 300 and usage["prompt_tokens"] == len(expected["prompt_token_ids"])
+
+            chat = {"messages": [{"role": "user", "content": "Tell me a story about a cat"}], "max_tokens": 250,
+                    "ignore_eos": True, "temperature": 0, "return_token_ids": True}
+            reference = alive[0].post("/v1/chat/completions", chat).json()
+            victim, chunks = killed_mid_stream("/v1/chat/completions", chat)
+            alive.remove(servers[victim])
+            parsed, text = joined(chunks, lambda c: c["delta"].get("content", ""))
+            assert text == reference["choices"][0]["message"]["content"]
+            ids = [t for p in parsed if p["choices"] for t in p["choices"][0].get("token_ids", [])]
+            assert ids == reference["choices"][0]["token_ids"]
+            assert parsed[0]["prompt_token_ids"] == reference["prompt_token_ids"]
+            assert r.metrics()[("pagedkv_router_stream_migrations_total", frozenset({("result", "continued")}))] == 2
+
+            # The last instance dies too: no other instance, so the stream ends with an error event.
+            victim, chunks = killed_mid_stream("/v1/completions", completion)
+            assert chunks[-1] != "[DONE]" and json.loads(chunks[-1])["error"]["code"] == "bad_gateway"
+    finally:
+        for s in servers:
+            s.stop()

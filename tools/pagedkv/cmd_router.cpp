@@ -46,6 +46,7 @@ struct RouterCliOptions {
   std::string max_body_bytes = "8MiB";
   int max_queued_requests = 256;
   bool no_connection_reuse = false;
+  int migration_limit = 0;
   double queue_timeout_s = 30;
   bool no_tokenizer = false;
 };
@@ -127,6 +128,8 @@ int run_router(RouterCliOptions o) {
   if (!(o.queue_timeout_s >= 0)) throw ConfigError("--queue-timeout-s must be 0 or more");
   options.max_queued = o.max_queued_requests;
   options.reuse_connections = !o.no_connection_reuse;
+  if (o.migration_limit < 0) throw ConfigError("--migration-limit must be 0 or more");
+  options.migration_limit = o.migration_limit;
   options.queue_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.queue_timeout_s * 1000));
   router::RouterServer http(options, pool, router::BackendChooser(*policy, weights, o.seed), routed, metrics);
   const int port = http.bind();
@@ -199,6 +202,9 @@ const CommandRegistration kRouterCommand{Command{
       sub.add_option("--max-body-bytes", o->max_body_bytes, "larger request bodies get 413")->capture_default_str();
       sub.add_option("--max-queued-requests", o->max_queued_requests,
                      "requests that may wait in the router while every backend is saturated (beyond: 429)")
+          ->capture_default_str();
+      sub.add_option("--migration-limit", o->migration_limit,
+                     "times a streamed answer may move to another instance when its own dies mid-stream (0: never)")
           ->capture_default_str();
       sub.add_flag("--no-connection-reuse", o->no_connection_reuse,
                    "open a new connection to the backend for every request (default: reuse kept-alive ones)");

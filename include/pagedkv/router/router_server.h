@@ -48,7 +48,12 @@
 #include "pagedkv/router/connection_pool.h"
 #include "pagedkv/router/router_metrics.h"
 #include "pagedkv/router/routing_policy.h"
+#include "pagedkv/router/stream_migration.h"
 #include "pagedkv/router/upstream_call.h"
+
+namespace pagedkv::api {
+class DisconnectCheck;
+}
 
 namespace httplib {
 class Server;
@@ -73,6 +78,9 @@ struct RouterOptions {
   int max_queued = 256;
   std::chrono::milliseconds queue_timeout{30'000};
   bool reuse_connections = true;  // kept-alive connections to the backends (connection_pool.h)
+  // How many times a streamed answer may move to another instance when its own dies mid-stream
+  // (stream_migration.h); 0: it ends with an error event.
+  int migration_limit = 0;
 };
 
 // What the router knows of the served model: enough to tokenize prompts as the backends do.
@@ -108,7 +116,12 @@ class RouterServer {
   RoutingPlan plan(const std::string& body, api::ApiEndpoint endpoint) const;
 
  private:
+  struct Placement;
+  struct RelayedStream;
   void install_routes();
+  // Moves a stream whose instance died to another one (up to migration_limit times); false: it
+  // cannot go on (the caller ends it with an error event).
+  bool continue_elsewhere(RelayedStream& relay, const std::string& request_id, api::DisconnectCheck& watch);
   void check_admin_key(const httplib::Request& req) const;  // throws ApiError 401/403
   static BackendAddress admin_backend_address(const httplib::Request& req);
   // Picks a backend not in `excluded`: its index, or -1. `session_backend` breaks ties (-1: none).
