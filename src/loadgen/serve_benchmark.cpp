@@ -73,7 +73,8 @@ struct RequestResult {
   int prompt_tokens = 0;
   int output_tokens = 0;
   int cached_tokens = 0;   // usage.prompt_tokens_details.cached_tokens
-  size_t server = 0;       // index of the base URL it went to
+  size_t server = 0;       // index of the base URL it went to (the last attempt's)
+  int retries = 0;         // attempts sent again elsewhere
   double ttft_s = 0;
   double e2e_s = 0;
   std::vector<double> itl_s;
@@ -89,6 +90,7 @@ struct Transfer {
   std::string error_body;
   Clock::time_point start, last;
   bool saw_first = false;
+  bool saw_done = false;  // the stream's [DONE]
   RequestResult result;
   std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> curl{nullptr, curl_easy_cleanup};
 
@@ -106,7 +108,10 @@ struct Transfer {
         continue;
       }
       const std::string_view payload = event.substr(6);
-      if (payload == "[DONE]") continue;
+      if (payload == "[DONE]") {
+        saw_done = true;
+        continue;
+      }
       if (payload.find("\"usage\"") != std::string_view::npos || payload.find("\"error\"") != std::string_view::npos) {
         const json chunk = json::parse(payload, nullptr, false);
         if (chunk.is_discarded()) continue;
@@ -161,6 +166,22 @@ std::vector<RequestResult> run_transfers(const std::vector<BenchRequest>& reques
 
   std::vector<RequestResult> results(requests.size());
   std::deque<Transfer> transfers;  // stable addresses: curl holds pointers to them
+  // Starts (or starts again) a transfer's request to its server.
+  auto start_request = [&](Transfer& t) {
+    t.curl.reset(curl_easy_init());
+    CURL* c = t.curl.get();
+    curl_easy_setopt(c, CURLOPT_URL, urls[t.result.server].c_str());
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, t.body.c_str());
+    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, static_cast<long>(t.body.size()));
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &t);
+    curl_easy_setopt(c, CURLOPT_PRIVATE, &t);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(o.timeout_s * 1000));
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
+    curl_multi_add_handle(multi.get(), c);
+  };
   size_t next = 0, running = 0, finished = 0;
   const Clock::time_point start = Clock::now();
   auto due = [&](size_t i) {
@@ -184,20 +205,8 @@ std::vector<RequestResult> run_transfers(const std::vector<BenchRequest>& reques
         body["prompt"] = req.prompt;
       }
       t.body = body.dump();
-      t.curl.reset(curl_easy_init());
-      CURL* c = t.curl.get();
-      curl_easy_setopt(c, CURLOPT_URL, urls[t.result.server].c_str());
-      curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
-      curl_easy_setopt(c, CURLOPT_POSTFIELDS, t.body.c_str());
-      curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, static_cast<long>(t.body.size()));
-      curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
-      curl_easy_setopt(c, CURLOPT_WRITEDATA, &t);
-      curl_easy_setopt(c, CURLOPT_PRIVATE, &t);
-      curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(o.timeout_s * 1000));
-      curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-      curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
       t.start = Clock::now();
-      curl_multi_add_handle(multi.get(), c);
+      start_request(t);
       ++running;
     }
     int still = 0;
@@ -214,8 +223,22 @@ std::vector<RequestResult> run_transfers(const std::vector<BenchRequest>& reques
       if (m->data.result != CURLE_OK) r.error = fmt::format("transfer failed: {}", curl_easy_strerror(m->data.result));
       else if (status != 200) r.error = fmt::format("HTTP {}: {}{}", status, t->error_body, t->buffer);
       else if (r.error.empty() && !t->saw_first) r.error = "no tokens received";
+      else if (r.error.empty() && !t->saw_done) r.error = "the stream ended before [DONE]";
       r.ok = r.error.empty();
       curl_multi_remove_handle(multi.get(), m->easy_handle);
+      // No whole answer, and not the request's fault (a 4xx): the next base URL gets it again.
+      if (!r.ok && (status == 0 || status >= 500 || status == 200) && r.retries < o.failover && urls.size() > 1) {
+        RequestResult again;
+        again.prompt_tokens = r.prompt_tokens;
+        again.server = (r.server + 1) % urls.size();
+        again.retries = r.retries + 1;
+        t->result = std::move(again);
+        t->buffer.clear();
+        t->error_body.clear();
+        t->saw_first = t->saw_done = false;
+        start_request(*t);
+        continue;
+      }
       results[t->index] = std::move(r);
       t->curl.reset();
       --running;
@@ -319,6 +342,7 @@ ServeBenchReport run_serve_benchmark(const std::vector<BenchRequest>& requests, 
   report.completed_by_server.assign(o.base_urls.size(), 0);
   for (const RequestResult& r : results) {
     report.e2e_ms_by_request.push_back(r.ok ? 1e3 * r.e2e_s : -1);
+    report.retried += r.retries;
     if (!r.ok) {
       ++report.failed;
       if (report.errors.size() < 5) report.errors.push_back(r.error);
@@ -360,6 +384,7 @@ json ServeBenchReport::to_json() const {
   return {{"model", model},
           {"completed", completed},
           {"failed", failed},
+          {"retried", retried},
           {"errors", errors},
           {"duration_s", duration_s},
           {"total_input_tokens", total_input_tokens},
@@ -391,6 +416,7 @@ std::string ServeBenchReport::to_text() const {
   s += fmt::format("{:=^52}\n", " Serving Benchmark Result ");
   row("Successful requests:", std::to_string(completed));
   row("Failed requests:", std::to_string(failed));
+  if (retried > 0) row("Retried elsewhere:", std::to_string(retried));
   row("Benchmark duration (s):", fmt::format("{:.2f}", duration_s));
   row("Total input tokens:", std::to_string(total_input_tokens));
   row("Total generated tokens:", std::to_string(total_output_tokens));

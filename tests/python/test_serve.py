@@ -691,6 +691,25 @@ def test_bench_serve_round_robin_over_two_servers(tmp_path):
     assert len({tuple(r["tokens"][:64]) for r in lines}) == 1
 
 
+def test_bench_serve_fails_over_to_the_next_base_url():
+    """--failover: requests whose base URL is dead are sent again to the next one and all are
+    answered; without it they fail."""
+    models_dir()
+    dead = f"http://127.0.0.1:{free_port()}"
+    with Server() as live:
+        def bench(*extra, exit_code=0):
+            out = subprocess.run([str(pagedkv_bin()), "bench", "serve", "--base-url", live.base_url, "--base-url", dead,
+                                  "--num-prompts", "8", "--random-input-len", "16", "--random-output-len", "4",
+                                  "--json", *extra], capture_output=True, text=True, timeout=120)
+            assert out.returncode == exit_code, out.stdout + out.stderr  # 1: some requests failed
+            return json.loads(out.stdout)
+        report = bench("--failover", "1")
+        assert (report["completed"], report["failed"], report["retried"]) == (8, 0, 4), report
+        assert report["completed_by_server"] == [8, 0]
+        report = bench(exit_code=1)
+        assert (report["completed"], report["failed"], report["retried"]) == (4, 4, 0), report
+
+
 # ---- the dashboard, in a real browser ------------------------------------------------------------
 
 def test_dashboard_in_chromium_under_load(tmp_path):

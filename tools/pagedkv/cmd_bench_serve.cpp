@@ -93,6 +93,10 @@ const CommandRegistration kBenchServeCommand{Command{
       sub.add_option("--request-rate", o->request_rate, "mean requests per second, or inf (all at once)")->capture_default_str();
       sub.add_option("--burstiness", o->run.burstiness, "gamma shape of the gaps (1 = Poisson)")->capture_default_str();
       sub.add_option("--max-concurrency", o->run.max_concurrency, "requests in flight at most (0: no cap)")->capture_default_str();
+      sub.add_option("--failover", o->run.failover,
+                     "send a request that got no whole answer (transport error, 5xx, error event, cut stream) again "
+                     "to the next --base-url, up to N times")
+          ->capture_default_str();
       sub.add_option("--seed", o->run.seed, "seed of the dataset and the arrivals")->capture_default_str();
       sub.add_flag("--ignore-eos,!--no-ignore-eos", o->run.ignore_eos, "generate exactly the requested output lengths")
           ->capture_default_str();

@@ -35,6 +35,10 @@ struct ServeBenchOptions {
   bool ignore_eos = true;     // every request generates exactly max_tokens (vLLM's benchmark default)
   uint64_t seed = 0;
   double timeout_s = 600;     // per request
+  // A request that gets no whole answer — a transport error, a 5xx, an error event, or a stream
+  // cut before [DONE] — is sent again, whole, to the next base URL, up to this many times (a
+  // client of a fleet retrying on another router). Its latencies count from the first attempt.
+  int failover = 0;
 };
 
 struct LatencySummary {      // milliseconds
@@ -45,6 +49,7 @@ struct ServeBenchReport {
   std::string model;
   int completed = 0;
   int failed = 0;
+  int retried = 0;                  // attempts sent again to another base URL (ServeBenchOptions::failover)
   std::vector<std::string> errors;  // the first few failures
   double duration_s = 0;
   int64_t total_input_tokens = 0;
