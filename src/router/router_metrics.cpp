@@ -34,7 +34,8 @@ RouterMetrics::RouterMetrics(const BackendPool& pool, std::string policy)
       no_backend_(BuildCounter().Name("pagedkv_router_no_backend_total").Help("Requests answered 503: no healthy backend.")
                       .Register(*registry_).Add({})),
       migrations_(BuildCounter().Name("pagedkv_router_stream_migrations_total")
-                      .Help("Streams whose instance died mid-answer: continued on another instance (continued), or "
+                      .Help("Streams whose instance died mid-answer: continued on another instance (continued), sent there "
+                            "whole when nothing had been relayed yet (restarted), or "
                             "ended with an error event (limit: --migration-limit reached; not_continuable: "
                             "nothing to continue from; no_backend: no other instance took it).")
                       .Register(*registry_)),

@@ -86,20 +86,23 @@ struct RouterServer::RelayedStream {
   std::shared_ptr<StreamMigration> migration;  // null: the stream cannot move
   RoutingPlan routing;
   std::vector<bool> excluded;  // instances that failed this request
+  std::string path;            // the client's endpoint
 };
 
 bool RouterServer::continue_elsewhere(RelayedStream& relay, const std::string& request_id, api::DisconnectCheck& watch) {
   StreamMigration& m = *relay.migration;
   const int dead = relay.placement->backend;
-  if (!m.can_continue() || m.migrations() >= options_.migration_limit) {
-    metrics_.migration(m.can_continue() ? "limit" : "not_continuable");
+  const bool restart = m.nothing_relayed();  // no chunk yet: the request itself goes elsewhere
+  if (!(restart || m.can_continue()) || m.migrations() >= options_.migration_limit) {
+    metrics_.migration(restart || m.can_continue() ? "limit" : "not_continuable");
     return false;
   }
   relay.placement->failed = true;
   metrics_.failed(dead, "upstream_error");
   pool_.mark_down(dead, fmt::format("failed mid-stream: {}", relay.call->error()));
   if (static_cast<size_t>(dead) < relay.excluded.size()) relay.excluded[static_cast<size_t>(dead)] = true;
-  const std::string body = m.continue_elsewhere();
+  const std::string body = restart ? m.restart_elsewhere() : m.continue_elsewhere();
+  const std::string path = restart ? relay.path : "/v1/completions";
   for (;;) {
     relay.excluded.resize(static_cast<size_t>(pool_.size()), false);
     PrefixOverlap overlap;
@@ -110,7 +113,7 @@ bool RouterServer::continue_elsewhere(RelayedStream& relay, const std::string& r
     }
     pool_.dispatched(backend, relay.routing.load_blocks);
     auto placement = std::shared_ptr<Placement>(new Placement{pool_, backend, relay.routing.load_blocks});
-    auto call = std::make_shared<UpstreamCall>(pool_.address(backend), "/v1/completions", body, options_.upstream, request_id,
+    auto call = std::make_shared<UpstreamCall>(pool_.address(backend), path, body, options_.upstream, request_id,
                                                options_.reuse_connections ? &connections_ : nullptr);
     UpstreamCall::State state;
     while ((state = call->wait_headers(kPollInterval)) == UpstreamCall::State::kWaiting)
@@ -123,7 +126,7 @@ bool RouterServer::continue_elsewhere(RelayedStream& relay, const std::string& r
         call->content_type().rfind("text/event-stream", 0) == 0) {
       fmt::print(stderr, "router: request {} continues on {} after {} tokens ({} of {} migrations)\n", request_id,
                  pool_.address(backend).url, m.generated_tokens(), m.migrations(), options_.migration_limit);
-      metrics_.migration("continued");
+      metrics_.migration(restart ? "restarted" : "continued");
       relay.call = std::move(call);
       relay.placement = std::move(placement);
       return true;
@@ -554,7 +557,7 @@ void RouterServer::install_routes() {
       };
       auto times = std::make_shared<StreamTimes>(StreamTimes{received, received});
       const bool counted = res.status == 200;
-      auto relay = std::make_shared<RelayedStream>(RelayedStream{call, placement, migration, routing, std::move(excluded)});
+      auto relay = std::make_shared<RelayedStream>(RelayedStream{call, placement, migration, routing, std::move(excluded), req.path});
       res.set_chunked_content_provider(
           call->content_type(),
           [this, relay, watch, times, counted, request_id](size_t, httplib::DataSink& sink) {

@@ -87,9 +87,18 @@ StreamMigration::StreamMigration(OJson body, ApiEndpoint endpoint) : body_(std::
 
 bool StreamMigration::can_continue() const { return prompt_ids_.has_value() && !finished_ && !done_; }
 
+bool StreamMigration::nothing_relayed() const { return id_.is_null() && !done_; }
+
+std::string StreamMigration::restart_elsewhere() {
+  buffer_.clear();
+  ++migrations_;
+  return upstream_body_;
+}
+
 std::string StreamMigration::continue_elsewhere() {
   buffer_.clear();
   ++migrations_;
+  continuing_ = true;
   generated_at_switch_ = generated_.size();
   OJson c = OJson::object();
   for (const char* key : kCarried)
@@ -137,15 +146,15 @@ std::string StreamMigration::event(std::string_view text) {
 
 std::string StreamMigration::chunk(OJson j) {
   if (j.contains("prompt_token_ids")) {  // chat: on the chunk
-    if (!prompt_ids_ && migrations_ == 0) prompt_ids_ = ids_of(j["prompt_token_ids"]);
-    if (!client_wants_ids_ || migrations_ > 0) j.erase("prompt_token_ids");
+    if (!prompt_ids_ && !continuing_) prompt_ids_ = ids_of(j["prompt_token_ids"]);
+    if (!client_wants_ids_ || continuing_) j.erase("prompt_token_ids");
   }
   OJson* choice = j.contains("choices") && j["choices"].is_array() && !j["choices"].empty() ? &j["choices"][0] : nullptr;
   std::vector<int64_t> new_ids;
   if (choice != nullptr) {
     if (choice->contains("prompt_token_ids")) {  // completions: on the choice
-      if (!prompt_ids_ && migrations_ == 0) prompt_ids_ = ids_of((*choice)["prompt_token_ids"]);
-      if (!client_wants_ids_ || migrations_ > 0) choice->erase("prompt_token_ids");
+      if (!prompt_ids_ && !continuing_) prompt_ids_ = ids_of((*choice)["prompt_token_ids"]);
+      if (!client_wants_ids_ || continuing_) choice->erase("prompt_token_ids");
     }
     if (choice->contains("token_ids")) {
       new_ids = ids_of((*choice)["token_ids"]);
@@ -154,7 +163,7 @@ std::string StreamMigration::chunk(OJson j) {
     }
     if (choice->contains("finish_reason") && !(*choice)["finish_reason"].is_null()) finished_ = true;
   }
-  if (migrations_ == 0) {
+  if (!continuing_) {
     if (id_.is_null()) {
       id_ = j.value("id", OJson());
       created_ = j.value("created", OJson());

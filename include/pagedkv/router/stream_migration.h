@@ -45,6 +45,11 @@ class StreamMigration {
   // unfinished event of the dead stream is dropped (its tokens were never relayed).
   std::string continue_elsewhere();
 
+  // Nothing of the answer reached the client yet (the instance died before its first chunk):
+  // the request itself can go elsewhere, as it is.
+  bool nothing_relayed() const;
+  std::string restart_elsewhere();  // the body to send again, to the client's endpoint
+
   int migrations() const { return migrations_; }
   size_t generated_tokens() const { return generated_.size(); }
 
@@ -64,6 +69,7 @@ class StreamMigration {
   nlohmann::ordered_json id_, created_, model_;  // of the client's stream, from its first chunk
   bool finished_ = false;
   bool done_ = false;  // [DONE] relayed
+  bool continuing_ = false;  // chunks come from a continuation (completions-shaped)
   int migrations_ = 0;
 };
 
