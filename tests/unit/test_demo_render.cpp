@@ -1,6 +1,5 @@
 // The demo's renderers (block grid as text, SVG and HTML; charts; progress bar; percentiles) and
-// its workload generator. They live in the CLI's sources, which are not part of pagedkv_lib, so
-// this test compiles them in.
+// its workload generator.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,10 +9,11 @@
 #include <regex>
 #include <set>
 
-#include "../../tools/pagedkv/demo_render.cpp"
-#include "../../tools/pagedkv/demo_workload.cpp"
+#include "pagedkv/demo/demo_render.h"
+#include "pagedkv/demo/demo_workload.h"
+#include "pagedkv/model/tokenizer/tokenizer.h"
 
-namespace pagedkv::cli {
+namespace pagedkv::demo {
 namespace {
 
 PoolSnapshot sample_pool() {
@@ -216,4 +216,4 @@ TEST(DemoWorkload, TextPromptsWithTheStoriesTokenizer) {
 }
 
 }  // namespace
-}  // namespace pagedkv::cli
+}  // namespace pagedkv::demo

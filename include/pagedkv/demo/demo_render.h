@@ -13,7 +13,7 @@ namespace pagedkv {
 class LLMEngine;
 }
 
-namespace pagedkv::cli {
+namespace pagedkv::demo {
 
 enum class BlockState : uint8_t {
   kNull,        // block 0, reserved by the pool
@@ -66,4 +66,4 @@ std::string progress_bar(double fraction, int width);
 // no values.
 double percentile(std::vector<double> values, double p);
 
-}  // namespace pagedkv::cli
+}  // namespace pagedkv::demo

@@ -1,4 +1,4 @@
-#include "demo_render.h"
+#include "pagedkv/demo/demo_render.h"
 
 #include <fmt/format.h>
 
@@ -11,7 +11,7 @@
 #include "pagedkv/core/percentile.h"
 #include "pagedkv/engine/llm_engine.h"
 
-namespace pagedkv::cli {
+namespace pagedkv::demo {
 namespace {
 
 constexpr std::string_view kOwnerGlyphs = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
@@ -272,4 +272,4 @@ double percentile(std::vector<double> values, double p) {
   return percentile_of_sorted(values, p);
 }
 
-}  // namespace pagedkv::cli
+}  // namespace pagedkv::demo
