@@ -23,7 +23,7 @@
 #include "run_statistics.h"
 #include "pagedkv/core/cpu_clock.h"
 #include "pagedkv/core/error.h"
-#include "pagedkv/demo/demo_render.h"
+#include "pagedkv/core/percentile.h"
 #include "pagedkv/demo/demo_workload.h"
 #include "pagedkv/kernels/thread_pool.h"
 #include "pagedkv/model/gguf_model.h"
@@ -34,7 +34,6 @@ namespace pagedkv::cli {
 namespace {
 
 using demo::DemoRng;
-using demo::percentile;
 
 using Clock = std::chrono::steady_clock;
 

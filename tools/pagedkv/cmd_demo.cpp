@@ -20,6 +20,8 @@
 #include "command.h"
 #include "engine_options.h"
 #include "pagedkv/core/error.h"
+#include "pagedkv/core/percentile.h"
+#include "pagedkv/core/progress_bar.h"
 #include "pagedkv/demo/demo_render.h"
 #include "pagedkv/demo/demo_workload.h"
 #include "pagedkv/kernels/thread_pool.h"
@@ -37,8 +39,6 @@ using demo::PoolSnapshot;
 using demo::block_chart;
 using demo::block_grid_legend;
 using demo::make_demo_workload;
-using demo::percentile;
-using demo::progress_bar;
 using demo::render_block_grid;
 using demo::render_block_html;
 using demo::render_block_svg;
