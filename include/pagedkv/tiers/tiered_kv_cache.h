@@ -64,7 +64,7 @@ struct TierConfig {
   bool use_io_uring = true;
   bool use_o_direct = true;
   bool log_degraded = true;
-  bool lazy_swap_copies = false;        // defer swap-out copies of device-cached blocks (see above)
+  bool lazy_swap_copies = false;        // defer swap-out copies of device-cached blocks (swap_store.h)
   std::function<int(const DiskIoRequest&)> disk_fault_injection;  // tests
   // After a failed disk write (a full disk), writes pause this long, doubling while they fail.
   std::chrono::milliseconds disk_write_retry_initial{1000};
@@ -108,7 +108,7 @@ class TieredKVCache {
   // ---- swap preemption ---------------------------------------------------------------------
   // Copies the victim's blocks down (they may be reused by the pool right after this returns:
   // the copies run before the next forward). With lazy_swap_copies, blocks cached on the device
-  // are copied only once the pool drops them (see above): only reuse through the pool is safe.
+  // are copied only once the pool drops them (swap_store.h): only reuse through the pool is safe.
   // False, with nothing changed, when there is no room.
   bool swap_out(RequestId id, std::span<const BlockId> blocks);
   using SwapInState = SwapStore::SwapInState;
