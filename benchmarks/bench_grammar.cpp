@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "pagedkv/core/percentile.h"
 #include "pagedkv/grammar/compiled_grammar.h"
 #include "pagedkv/grammar/grammar_matcher.h"
 #include "pagedkv/grammar/token_bitmask.h"
@@ -133,8 +134,8 @@ void BM_GrammarMask(benchmark::State& state, const NamedSchema* schema, const ch
   }
   std::sort(micros.begin(), micros.end());
   if (!micros.empty()) {
-    state.counters["median_us"] = micros[micros.size() / 2];
-    state.counters["p99_us"] = micros[std::min(micros.size() - 1, micros.size() * 99 / 100)];
+    state.counters["median_us"] = pagedkv::percentile_of_sorted(micros, 50);
+    state.counters["p99_us"] = pagedkv::percentile_of_sorted(micros, 99);
     state.counters["max_us"] = micros.back();
   }
 }

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "pagedkv/core/percentile.h"
 #include "pagedkv/engine/llm_engine.h"
 #include "pagedkv/model/format/llama2c_checkpoint.h"
 #include "pagedkv/model/random_model.h"
@@ -39,7 +40,7 @@ struct Series {
   double median() const {
     auto v = s;
     std::sort(v.begin(), v.end());
-    return v.empty() ? 0 : v[v.size() / 2];
+    return percentile_of_sorted(v, 50);
   }
   double min() const { return s.empty() ? 0 : *std::min_element(s.begin(), s.end()); }
 };

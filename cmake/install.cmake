@@ -7,14 +7,15 @@
 # Only the core library is installed. The network layers (api/, server/, router/, loadgen/, remote/, and any
 # later one with its own client library) are not: they are reached through the CLI (`pagedkv
 # serve`, `bench serve`, `--remote-cache`), and installing them would make the package carry
-# cpp-httplib, prometheus-cpp, libcurl and hiredis.
+# cpp-httplib, prometheus-cpp, libcurl and hiredis. Nor is bench/ (the experiments of `pagedkv bench
+# paper`), which stands on loadgen/.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 # Layers whose headers are installed: every layer compiled into pagedkv_lib. A new layer is
 # installed only once it is listed here (tests/install checks each header compiles alone).
 set(PAGEDKV_INSTALLED_LAYERS core block prefix manager storage kernels memory model tiers
-    scheduler engine workload replay grammar template)
+    scheduler engine workload replay grammar template demo)
 
 # ---- the shared library: libpagedkv.a linked whole into a .so --------------------------------
 # The static library's objects are position-independent already (for the Python module), so the

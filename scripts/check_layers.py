@@ -22,6 +22,8 @@ ALLOWED = {
     "engine": {"core", "block", "prefix", "manager", "tiers", "scheduler", "storage", "kernels", "model", "memory", "grammar"},
     "workload": {"core", "block", "prefix", "manager", "scheduler", "memory"},
     "replay": {"core", "block", "prefix", "manager", "scheduler", "memory", "workload"},
+    # What `pagedkv demo` shows and serves: the pool drawn as a grid, text charts, its workload.
+    "demo": {"core", "block", "prefix", "manager", "tiers", "scheduler", "storage", "kernels", "model", "memory", "grammar", "engine"},
     # The HTTP/API layer both front ends stand on: the API's error shape, the HTTP listener, peer
     # connections, OpenAI request parsing, chat templates, the KV-event log and its wire format.
     # It tokenizes (model) and reads block events (block), never an engine.
@@ -36,6 +38,9 @@ ALLOWED = {
     # The KV-aware router: an HTTP front over servers; it tokenizes and hashes prompts as they do
     # and parses requests with the API layer, never the engine or the server.
     "router": {"core", "block", "prefix", "model", "api"},
+    # The experiments of `pagedkv bench paper`: the engine on a modelled clock (replay's step cost
+    # model) under the load generator's arrivals, with the demo's random numbers.
+    "bench": {"core", "block", "prefix", "manager", "tiers", "scheduler", "storage", "kernels", "model", "memory", "grammar", "engine", "replay", "loadgen", "demo"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"pagedkv/([a-z_]+)/')
 

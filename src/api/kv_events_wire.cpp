@@ -88,6 +88,14 @@ Medium parse_medium_name(const json& v) {
 
 }  // namespace
 
+json format_instance_load(const InstanceLoad& load) {
+  return {{"running", load.running},
+          {"waiting", load.waiting},
+          {"kv_blocks_used", load.kv_blocks_used},
+          {"kv_blocks_total", load.kv_blocks_total},
+          {"waiting_blocks", load.waiting_blocks}};
+}
+
 std::string format_kv_events_page(const KVEventsPage& page, const PrefixHashing& hashing,
                                   const std::optional<InstanceLoad>& load) {
   json body = {{"epoch", fmt::format("{:016x}", page.epoch)},
@@ -102,12 +110,7 @@ std::string format_kv_events_page(const KVEventsPage& page, const PrefixHashing&
   for (const KVGroupInfo& g : hashing.groups)
     groups.push_back({{"kind", attention_kind_name(g.kind)}, {"sliding_window", g.sliding_window}, {"block_size", g.block_size}});
   body["groups"] = std::move(groups);
-  if (load)
-    body["load"] = {{"running", load->running},
-                    {"waiting", load->waiting},
-                    {"kv_blocks_used", load->kv_blocks_used},
-                    {"kv_blocks_total", load->kv_blocks_total},
-                    {"waiting_blocks", load->waiting_blocks}};
+  if (load) body["load"] = format_instance_load(*load);
   if (page.snapshot) {
     json blocks = json::array();
     for (const KVSnapshotBlock& b : page.blocks) {

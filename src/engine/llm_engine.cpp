@@ -355,8 +355,38 @@ std::vector<RequestOutput> LLMEngine::step() {
   if (tiers_) tiers_->on_step_begin();  // finished transfers; write-through of last step's blocks
   SchedulerOutput out = scheduler_.schedule();
   ++stats_.steps;
+  release_stale_rows();
+  const double copy_seconds = move_blocks(out);
+  count_step_work(out);
 
-  // Release block-table rows of requests no longer running (finished, preempted, swapped).
+  std::vector<SampledTokens> sampled(out.chunks.size());
+  if (!out.chunks.empty()) {
+    const ForwardBatch batch = flatten_batch(out, t0);
+    const auto f0 = Clock::now();
+    stats_.schedule_seconds += std::chrono::duration<double>(f0 - t0).count() - copy_seconds;
+    Logits logits = runner_.forward(batch, arena_);
+    const auto f1 = Clock::now();
+    stats_.forward_seconds += std::chrono::duration<double>(f1 - f0).count();
+    sample(out, logits, sampled);
+  } else {
+    stats_.schedule_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    // Nothing could run: the waiting requests' blocks are still loading from the disk tier.
+    // Sleep until a transfer finishes rather than spin through empty steps.
+    if (tiers_ && scheduler_.has_unfinished()) tiers_->wait_for_progress();
+  }
+
+  const auto now = Clock::now();
+  std::vector<SchedulerRequest*> finished = update_requests(out, sampled);
+  std::vector<RequestOutput> results;
+  report_sampled(out, sampled, finished, now, results);
+  retire_finished(finished, results);
+  forget_orphaned_sampling_state();
+  record_block_usage();
+  if (config_.check_invariants) check_invariants();
+  return results;
+}
+
+void LLMEngine::release_stale_rows() {
   for (auto it = rows_.begin(); it != rows_.end();) {
     SchedulerRequest* r = scheduler_.find(it->first);
     if (r == nullptr || r->status != RequestStatus::kRunning) {
@@ -367,7 +397,9 @@ std::vector<RequestOutput> LLMEngine::step() {
       ++it;
     }
   }
-  // Byte movements, in order: swap-outs read blocks that this step may hand to others.
+}
+
+double LLMEngine::move_blocks(const SchedulerOutput& out) {
   const auto c0 = Clock::now();
   // Tier copies first: they read blocks that were evicted or swapped out in this schedule.
   if (tiers_) tiers_->before_forward();
@@ -375,7 +407,12 @@ std::vector<RequestOutput> LLMEngine::step() {
   if (!out.swap_in.empty()) copy_blocks_between(*host_arena_, arena_, out.swap_in);
   if (!out.cow_copies.empty()) copy_blocks(arena_, out.cow_copies);
   stats_.cow_copies += out.cow_copies.size();
-  const auto c1 = Clock::now();
+  const double seconds = std::chrono::duration<double>(Clock::now() - c0).count();
+  stats_.copy_seconds += seconds;
+  return seconds;
+}
+
+void LLMEngine::count_step_work(const SchedulerOutput& out) {
   EngineStepWork& work = stats_.last_step;
   work = EngineStepWork{};
   work.copied_blocks = static_cast<int64_t>(out.swap_out.size() + out.swap_in.size());
@@ -388,131 +425,126 @@ std::vector<RequestOutput> LLMEngine::step() {
       work.prefill_token_pairs += c.num_new_tokens * (c.first_position + (c.num_new_tokens + 1) / 2.0);
     }
   }
-  stats_.copy_seconds += std::chrono::duration<double>(c1 - c0).count();
+}
 
-  std::vector<RequestOutput> results;
-  std::vector<SampledTokens> sampled(out.chunks.size());
-  if (!out.chunks.empty()) {
-    // Flatten the batch.
-    const size_t R = out.chunks.size();
-    const int stride = block_table_.stride();
-    tokens_.clear();
-    positions_.clear();
-    slots_.clear();
-    logits_rows_.clear();
-    query_start_.assign(1, 0);
-    context_lens_.clear();
-    batch_tables_.assign(R * static_cast<size_t>(stride), 0);
-    for (size_t g = 1; g < group_tables_.size(); ++g) group_tables_[g].assign(R * static_cast<size_t>(stride), 0);
-    for (size_t i = 0; i < R; ++i) {
-      const ScheduledChunk& c = out.chunks[i];
-      const SchedulerRequest& r = *c.request;
-      if (Timing& t = timing_[r.kv.id]; !t.scheduled) {
-        t.first_scheduled = t0;
-        t.scheduled = true;
-      }
-      const bool rewritten =
-          std::find(out.rewritten_tables.begin(), out.rewritten_tables.end(), r.kv.id) != out.rewritten_tables.end();
-      sync_block_table_row(r, rewritten);
-      const int32_t* row = block_table_.row(rows_.at(r.kv.id));
-      std::copy(row, row + stride, batch_tables_.begin() + static_cast<ptrdiff_t>(i) * stride);
-      const size_t base = tokens_.size();
-      for (int k = 0; k < c.num_new_tokens; ++k) {
-        tokens_.push_back(r.kv.tokens[static_cast<size_t>(c.first_position + k)]);
-        positions_.push_back(c.first_position + k);
-      }
-      slots_.resize(tokens_.size());
-      compute_slot_mapping(row, config_.block_size, c.first_position, c.num_new_tokens, slots_.data() + base);
-      // Other KV-cache groups (sliding-window layers): their tables rebuilt from the manager's.
-      for (size_t g = 1; g < group_tables_.size(); ++g) {
-        std::vector<int32_t>& table = group_tables_[g];
-        table.resize((i + 1) * static_cast<size_t>(stride), 0);
-        const auto ids = manager_.get_block_ids(r.kv, static_cast<int>(g));
-        int32_t* dst = table.data() + i * static_cast<size_t>(stride);
-        for (size_t b = 0; b < ids.size() && b < static_cast<size_t>(stride); ++b) dst[b] = ids[b].value;
-        group_slots_[g].resize(tokens_.size());
-        compute_slot_mapping(dst, config_.block_size, c.first_position, c.num_new_tokens, group_slots_[g].data() + base);
-      }
-      query_start_.push_back(static_cast<int32_t>(tokens_.size()));
-      context_lens_.push_back(c.first_position + c.num_new_tokens);
-      if (c.samples) logits_rows_.push_back(static_cast<int32_t>(tokens_.size() - 1));
+ForwardBatch LLMEngine::flatten_batch(const SchedulerOutput& out, Clock::time_point step_start) {
+  const size_t R = out.chunks.size();
+  const int stride = block_table_.stride();
+  tokens_.clear();
+  positions_.clear();
+  slots_.clear();
+  logits_rows_.clear();
+  query_start_.assign(1, 0);
+  context_lens_.clear();
+  batch_tables_.assign(R * static_cast<size_t>(stride), 0);
+  for (size_t g = 1; g < group_tables_.size(); ++g) group_tables_[g].assign(R * static_cast<size_t>(stride), 0);
+  for (size_t i = 0; i < R; ++i) {
+    const ScheduledChunk& c = out.chunks[i];
+    const SchedulerRequest& r = *c.request;
+    if (Timing& t = timing_[r.kv.id]; !t.scheduled) {
+      t.first_scheduled = step_start;
+      t.scheduled = true;
     }
-    ForwardBatch batch;
-    batch.token_ids = tokens_;
-    batch.positions = positions_;
-    batch.slot_mapping = slots_;
-    batch.attention.num_requests = static_cast<int>(R);
-    batch.attention.query_start = query_start_.data();
-    batch.attention.context_lens = context_lens_.data();
-    batch.attention.block_tables = batch_tables_.data();
-    batch.attention.block_table_stride = stride;
-    batch.logits_rows = logits_rows_;
-    for (size_t g = 1; g < group_tables_.size(); ++g)
-      group_batches_[g - 1] = KVGroupTables{group_tables_[g].data(), stride, group_slots_[g]};
-    batch.extra_groups = group_batches_;
-    const auto f0 = Clock::now();
-    stats_.schedule_seconds += std::chrono::duration<double>(f0 - t0).count() -
-                               std::chrono::duration<double>(c1 - c0).count();
-    Logits logits = runner_.forward(batch, arena_);
-    const auto f1 = Clock::now();
-    stats_.forward_seconds += std::chrono::duration<double>(f1 - f0).count();
-
-    // Sample.
-    int li = 0;
-    for (size_t i = 0; i < R; ++i) {
-      const ScheduledChunk& c = out.chunks[i];
-      // Every token of a chunk but the one that samples is prefill (or re-prefill after a
-      // recompute preemption), including the rest of a final prefill chunk.
-      stats_.prompt_tokens_computed += static_cast<uint64_t>(c.num_new_tokens - (c.samples ? 1 : 0));
-      if (!c.samples) continue;
-      const SchedulerRequest& r = *c.request;
-      const uint64_t root = r.sample_index == 0 ? r.kv.id.value : r.parent.value;
-      auto row = logits.row(li++);
-      if (auto b = beam_root_.find(r.kv.id); b != beam_root_.end()) {
-        // A beam: its candidates wait for its siblings' (advance_beams); it appends nothing now.
-        log_softmax(row, beams_.at(b->second).pending[r.kv.id]);
-        sampled[i].token = -1;
-        continue;
-      }
-      Sampler& sampler = samplers_.at({root, r.sample_index});
-      // A structured-output request: its grammar masks the logits (always a copy).
-      auto matcher = matchers_.empty() ? matchers_.end() : matchers_.find({root, r.sample_index});
-      const bool constrained = matcher != matchers_.end();
-      // Penalties, logit bias and min_tokens act on a copy; logprobs below report the model's own.
-      const std::span<const float> adjusted =
-          constrained ? grammar_logits(r, sampler.params(), row, matcher->second) : adjusted_logits(r, sampler.params(), row);
-      sampled[i].token = sampler.sample(adjusted);
-      // The forks' first tokens: the same prompt, no output yet, the same parameters (and the
-      // same grammar position: each fork starts from a copy of the parent's matcher).
-      if (r.n > 1 && !r.forked)
-        for (int k = 1; k < r.n; ++k) {
-          sampled[i].fork_tokens.push_back(samplers_.at({root, k}).sample(adjusted));
-          if (constrained) {
-            grammar::GrammarMatcher& fork = matchers_.insert_or_assign({root, k}, matcher->second).first->second;
-            advance_matcher(r, fork, sampled[i].fork_tokens.back());
-          }
-        }
-      if (constrained) advance_matcher(r, matcher->second, sampled[i].token);
-      if (auto lp = logprobs_.find(root); lp != logprobs_.end()) {
-        pending_logprobs_[{root, r.sample_index}].push_back(compute_logprobs(row, sampled[i].token, lp->second));
-        for (size_t k = 0; k < sampled[i].fork_tokens.size(); ++k)
-          pending_logprobs_[{root, static_cast<int>(k) + 1}].push_back(
-              compute_logprobs(row, sampled[i].fork_tokens[k], lp->second));
-      }
+    const bool rewritten =
+        std::find(out.rewritten_tables.begin(), out.rewritten_tables.end(), r.kv.id) != out.rewritten_tables.end();
+    sync_block_table_row(r, rewritten);
+    const int32_t* row = block_table_.row(rows_.at(r.kv.id));
+    std::copy(row, row + stride, batch_tables_.begin() + static_cast<ptrdiff_t>(i) * stride);
+    const size_t base = tokens_.size();
+    for (int k = 0; k < c.num_new_tokens; ++k) {
+      tokens_.push_back(r.kv.tokens[static_cast<size_t>(c.first_position + k)]);
+      positions_.push_back(c.first_position + k);
     }
-  } else {
-    stats_.schedule_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
-    // Nothing could run: the waiting requests' blocks are still loading from the disk tier.
-    // Sleep until a transfer finishes rather than spin through empty steps.
-    if (tiers_ && scheduler_.has_unfinished()) tiers_->wait_for_progress();
+    slots_.resize(tokens_.size());
+    compute_slot_mapping(row, config_.block_size, c.first_position, c.num_new_tokens, slots_.data() + base);
+    // Other KV-cache groups (sliding-window layers): their tables rebuilt from the manager's.
+    for (size_t g = 1; g < group_tables_.size(); ++g) {
+      std::vector<int32_t>& table = group_tables_[g];
+      table.resize((i + 1) * static_cast<size_t>(stride), 0);
+      const auto ids = manager_.get_block_ids(r.kv, static_cast<int>(g));
+      int32_t* dst = table.data() + i * static_cast<size_t>(stride);
+      for (size_t b = 0; b < ids.size() && b < static_cast<size_t>(stride); ++b) dst[b] = ids[b].value;
+      group_slots_[g].resize(tokens_.size());
+      compute_slot_mapping(dst, config_.block_size, c.first_position, c.num_new_tokens, group_slots_[g].data() + base);
+    }
+    query_start_.push_back(static_cast<int32_t>(tokens_.size()));
+    context_lens_.push_back(c.first_position + c.num_new_tokens);
+    if (c.samples) logits_rows_.push_back(static_cast<int32_t>(tokens_.size() - 1));
   }
+  ForwardBatch batch;
+  batch.token_ids = tokens_;
+  batch.positions = positions_;
+  batch.slot_mapping = slots_;
+  batch.attention.num_requests = static_cast<int>(R);
+  batch.attention.query_start = query_start_.data();
+  batch.attention.context_lens = context_lens_.data();
+  batch.attention.block_tables = batch_tables_.data();
+  batch.attention.block_table_stride = stride;
+  batch.logits_rows = logits_rows_;
+  for (size_t g = 1; g < group_tables_.size(); ++g)
+    group_batches_[g - 1] = KVGroupTables{group_tables_[g].data(), stride, group_slots_[g]};
+  batch.extra_groups = group_batches_;
+  return batch;
+}
 
-  const auto now = Clock::now();
+void LLMEngine::sample(const SchedulerOutput& out, const Logits& logits, std::vector<SampledTokens>& sampled) {
+  int li = 0;
+  for (size_t i = 0; i < out.chunks.size(); ++i) {
+    const ScheduledChunk& c = out.chunks[i];
+    // Every token of a chunk but the one that samples is prefill (or re-prefill after a
+    // recompute preemption), including the rest of a final prefill chunk.
+    stats_.prompt_tokens_computed += static_cast<uint64_t>(c.num_new_tokens - (c.samples ? 1 : 0));
+    if (!c.samples) continue;
+    const SchedulerRequest& r = *c.request;
+    const uint64_t root = r.sample_index == 0 ? r.kv.id.value : r.parent.value;
+    auto row = logits.row(li++);
+    if (auto b = beam_root_.find(r.kv.id); b != beam_root_.end()) {
+      // A beam: its candidates wait for its siblings' (advance_beams); it appends nothing now.
+      log_softmax(row, beams_.at(b->second).pending[r.kv.id]);
+      sampled[i].token = -1;
+      continue;
+    }
+    Sampler& sampler = samplers_.at({root, r.sample_index});
+    // A structured-output request: its grammar masks the logits (always a copy).
+    auto matcher = matchers_.empty() ? matchers_.end() : matchers_.find({root, r.sample_index});
+    const bool constrained = matcher != matchers_.end();
+    // Penalties, logit bias and min_tokens act on a copy; logprobs below report the model's own.
+    const std::span<const float> adjusted =
+        constrained ? grammar_logits(r, sampler.params(), row, matcher->second) : adjusted_logits(r, sampler.params(), row);
+    sampled[i].token = sampler.sample(adjusted);
+    // The forks' first tokens: the same prompt, no output yet, the same parameters (and the
+    // same grammar position: each fork starts from a copy of the parent's matcher).
+    if (r.n > 1 && !r.forked)
+      for (int k = 1; k < r.n; ++k) {
+        sampled[i].fork_tokens.push_back(samplers_.at({root, k}).sample(adjusted));
+        if (constrained) {
+          grammar::GrammarMatcher& fork = matchers_.insert_or_assign({root, k}, matcher->second).first->second;
+          advance_matcher(r, fork, sampled[i].fork_tokens.back());
+        }
+      }
+    if (constrained) advance_matcher(r, matcher->second, sampled[i].token);
+    if (auto lp = logprobs_.find(root); lp != logprobs_.end()) {
+      pending_logprobs_[{root, r.sample_index}].push_back(compute_logprobs(row, sampled[i].token, lp->second));
+      for (size_t k = 0; k < sampled[i].fork_tokens.size(); ++k)
+        pending_logprobs_[{root, static_cast<int>(k) + 1}].push_back(
+            compute_logprobs(row, sampled[i].fork_tokens[k], lp->second));
+    }
+  }
+}
+
+std::vector<SchedulerRequest*> LLMEngine::update_requests(const SchedulerOutput& out,
+                                                          const std::vector<SampledTokens>& sampled) {
   std::vector<SchedulerRequest*> finished = scheduler_.update(out, sampled);
   if (!beams_.empty()) {
     advance_beams();
     for (SchedulerRequest* r : scheduler_.take_finished()) finished.push_back(r);
   }
+  return finished;
+}
+
+void LLMEngine::report_sampled(const SchedulerOutput& out, const std::vector<SampledTokens>& sampled,
+                               const std::vector<SchedulerRequest*>& finished, Clock::time_point now,
+                               std::vector<RequestOutput>& results) {
   for (size_t i = 0; i < out.chunks.size(); ++i) {
     if (!out.chunks[i].samples) continue;
     SchedulerRequest* r = out.chunks[i].request;
@@ -541,6 +573,9 @@ std::vector<RequestOutput> LLMEngine::step() {
     }
     if (r->status == RequestStatus::kRunning && !beam_root_.contains(r->kv.id)) results.push_back(make_output(*r, false));
   }
+}
+
+void LLMEngine::retire_finished(std::vector<SchedulerRequest*>& finished, std::vector<RequestOutput>& results) {
   for (size_t fi = 0;; ++fi) {
     if (fi == finished.size()) {  // finish_beam may end a group's other beams
       std::vector<SchedulerRequest*> more = scheduler_.take_finished();
@@ -563,6 +598,9 @@ std::vector<RequestOutput> LLMEngine::step() {
     timing_.erase(r->kv.id);
     scheduler_.release_finished(r->kv.id);
   }
+}
+
+void LLMEngine::forget_orphaned_sampling_state() {
   // A fork's matcher made for a child that never came to be (its parent went first).
   if (!matchers_.empty()) std::erase_if(matchers_, [&](const auto& e) { return !samplers_.contains(e.first); });
   // The root's logprobs setting outlives it while its samples run.
@@ -570,12 +608,13 @@ std::vector<RequestOutput> LLMEngine::step() {
     auto s = samplers_.lower_bound({e.first, 0});
     return s == samplers_.end() || s->first.first != e.first;
   });
+}
+
+void LLMEngine::record_block_usage() {
   const int in_use =
       manager_.pool().num_usable_blocks() - manager_.num_free_blocks() + scheduler_.reserved_blocks_in_use();
   if (config_.record_block_usage) stats_.blocks_in_use.push_back(in_use);
   stats_.peak_blocks_in_use = std::max(stats_.peak_blocks_in_use, in_use);
-  if (config_.check_invariants) check_invariants();
-  return results;
 }
 
 void LLMEngine::advance_beams() {

@@ -14,6 +14,7 @@
 #include "memory_bandwidth_simd.h"
 #include "pagedkv/core/cpu_clock.h"
 #include "pagedkv/core/error.h"
+#include "pagedkv/core/percentile.h"
 #include "pagedkv/storage/cpu_isa.h"
 
 namespace pagedkv {
@@ -97,7 +98,7 @@ ReadBandwidth measure_read_bandwidth(ReadBandwidthProbe& probe, int repeats) {
   for (int r = 0; r < repeats; ++r) gbps.push_back(probe.gbps());
   std::sort(gbps.begin(), gbps.end());
   ReadBandwidth result;
-  result.gbps_median = gbps[gbps.size() / 2];
+  result.gbps_median = percentile_of_sorted(gbps, 50);
   result.gbps_best = gbps.back();
   result.bytes = probe.bytes();
   result.threads = probe.threads();

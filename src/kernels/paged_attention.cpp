@@ -12,7 +12,7 @@
 //    split into partitions (flash-decoding) whose partial softmax states are merged afterwards,
 //    and short decode batches are also split by KV head.
 // Tasks are handed out largest first, from one list with the int8 query codes ahead of them and
-// no barrier inside the call (step 3 below).
+// no barrier inside the call (step 5 below).
 #include "pagedkv/kernels/paged_attention.h"
 
 #include <fmt/format.h>
@@ -147,35 +147,33 @@ void wait_until_set(int& flag) {
   }
 }
 
-}  // namespace
+using AttendRows = void (*)(const RowGroupTask&);
 
-void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& batch, const KVLayerView& kv,
-                     const float* query, float* out, KernelIsa isa) {
-  validate(shape, batch, kv);
-  if (batch.num_requests == 0) return;
-  // The SIMD kernels have no masked tails: a head_dim that is not a whole number of vectors
-  // steps down to the next narrower path.
-  KernelIsa chosen = resolve_isa(isa);
+// The ISA the call runs and its row kernel. The SIMD kernels have no masked tails: a head_dim that
+// is not a whole number of vectors steps down to the next narrower path. int8 K/V takes the
+// integer path (query codes), with VNNI where the CPU has it.
+KernelIsa choose_isa(const AttentionShape& shape, KernelIsa requested) {
+  KernelIsa chosen = resolve_isa(requested);
   if (chosen == KernelIsa::kAvx512 && shape.head_dim % 16 != 0) chosen = KernelIsa::kAvx2;
   if (chosen == KernelIsa::kAvx2 && shape.head_dim % 8 != 0) chosen = KernelIsa::kScalar;
-  const bool int8 = kv.dtype == DType::kInt8;  // the integer path: query codes, VNNI if present
-  const auto kernel = chosen == KernelIsa::kAvx512
-                          ? (int8 && has_avx512_vnni() ? attention_detail::attend_rows_avx512_vnni
-                                                       : attention_detail::attend_rows_avx512)
-                      : chosen == KernelIsa::kAvx2
-                          ? (int8 && has_avx_vnni() ? attention_detail::attend_rows_avx2_vnni
-                                                    : attention_detail::attend_rows_avx2)
-                          : attention_detail::attend_rows_scalar;
+  return chosen;
+}
+AttendRows choose_kernel(KernelIsa chosen, bool int8) {
+  return chosen == KernelIsa::kAvx512
+             ? (int8 && has_avx512_vnni() ? attention_detail::attend_rows_avx512_vnni
+                                          : attention_detail::attend_rows_avx512)
+         : chosen == KernelIsa::kAvx2
+             ? (int8 && has_avx_vnni() ? attention_detail::attend_rows_avx2_vnni : attention_detail::attend_rows_avx2)
+             : attention_detail::attend_rows_scalar;
+}
 
-  const int group = shape.num_q_heads / shape.num_kv_heads;  // query heads per KV head
-  const bool rotated_keys = keys_are_rotated(kv.dtype, shape.head_dim);
-  const int queries_per_tile = std::max(1, kRowsPerTask / group);
-  const auto dim = static_cast<size_t>(shape.head_dim);
-  const int window = shape.sliding_window;
-
-  // 1. Query tiles.
-  thread_local std::vector<QueryTile> tiles;
+// Phase 1: every request's query tokens cut into tiles of up to `queries_per_tile` tokens, each
+// with the context range its tokens attend to. Decode tiles (one token) take all KV heads in one
+// task, prefill tiles one head each.
+void make_query_tiles(const AttentionShape& shape, const PagedAttentionBatch& batch, int queries_per_tile,
+                      std::vector<QueryTile>& tiles) {
   tiles.clear();
+  const int window = shape.sliding_window;
   for (int r = 0; r < batch.num_requests; ++r) {
     const int q_len = batch.query_start[r + 1] - batch.query_start[r];
     const int context = batch.context_lens[r];
@@ -191,10 +189,12 @@ void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& bat
       tiles.push_back(t);
     }
   }
-  if (tiles.empty()) return;
+}
 
-  // 2. Partitions: split long ranges only as far as needed to give every thread enough tasks.
-  // Work is counted in (context token, query token, KV head) triples.
+// Phase 2: the threads the call uses, and each tile's partitions: long ranges split only as far
+// as needed to give every thread enough tasks (short decode batches also split their KV heads).
+// Work is counted in (context token, query token, KV head) triples.
+int plan_partitions(const AttentionShape& shape, int group, std::vector<QueryTile>& tiles) {
   long long total_work = 0;
   for (const QueryTile& t : tiles)
     total_work += static_cast<long long>(t.token_end - t.token_begin) * t.num_queries * shape.num_kv_heads;
@@ -220,32 +220,42 @@ void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& bat
       if (t.heads_per_task > 1)
         t.heads_per_task = static_cast<int>(std::max<long long>(1, (t.heads_per_task + groups - 1) / groups));
   }
+  return threads;
+}
 
-  // int8: each tile's query codes, made once (a tile split into partitions used to rotate and
-  // quantize its rows once per partition: 5-8 % of a 4K-token decode call).
-  const size_t code_stride = padded_query_dim(dim);
+// The call's int8 query-code buffers: codes ([heads][rows][code_stride] per tile), scales and row
+// sums ([heads][rows] per tile), each tile's made once and read by all its tasks.
+struct QueryCodeBuffers {
+  int16_t* codes = nullptr;
+  float* scales = nullptr;
+  float* sums = nullptr;  // each row's sum: times each key row's offset
+};
+
+// Phase 3 (int8 K/V): where each tile's query codes go, and room for them in this thread's buffers.
+QueryCodeBuffers place_query_codes(const AttentionShape& shape, int group, size_t code_stride,
+                                   std::vector<QueryTile>& tiles) {
   thread_local std::vector<int16_t> query_codes;
   thread_local std::vector<float> query_code_scales;
-  thread_local std::vector<float> query_sums;  // each row's sum: times each key row's offset
-  if (int8) {
-    size_t codes = 0, scales = 0;
-    for (QueryTile& t : tiles) {
-      const size_t rows = static_cast<size_t>(t.num_queries) * static_cast<size_t>(group);
-      t.code_offset = codes;
-      t.code_scale_offset = scales;
-      codes += static_cast<size_t>(shape.num_kv_heads) * rows * code_stride;
-      scales += static_cast<size_t>(shape.num_kv_heads) * rows;
-    }
-    if (query_codes.size() < codes) query_codes.resize(codes);
-    if (query_code_scales.size() < scales) query_code_scales.resize(scales);
-    if (query_sums.size() < scales) query_sums.resize(scales);
+  thread_local std::vector<float> query_sums;
+  size_t codes = 0, scales = 0;
+  for (QueryTile& t : tiles) {
+    const size_t rows = static_cast<size_t>(t.num_queries) * static_cast<size_t>(group);
+    t.code_offset = codes;
+    t.code_scale_offset = scales;
+    codes += static_cast<size_t>(shape.num_kv_heads) * rows * code_stride;
+    scales += static_cast<size_t>(shape.num_kv_heads) * rows;
   }
-  int16_t* const code_base = query_codes.data();
-  float* const code_scale_base = query_code_scales.data();
-  float* const query_sum_base = query_sums.data();
+  if (query_codes.size() < codes) query_codes.resize(codes);
+  if (query_code_scales.size() < scales) query_code_scales.resize(scales);
+  if (query_sums.size() < scales) query_sums.resize(scales);
+  return QueryCodeBuffers{query_codes.data(), query_code_scales.data(), query_sums.data()};
+}
 
+// Phase 4: the tasks (tile, KV head group, partition), largest first, and where each split
+// tile's partial results start. Returns the floats the partial results take.
+size_t list_tasks(const AttentionShape& shape, int group, size_t dim, std::vector<QueryTile>& tiles,
+                  std::vector<TaskRef>& tasks) {
   size_t partial_floats = 0;
-  thread_local std::vector<TaskRef> tasks;
   tasks.clear();
   for (int i = 0; i < static_cast<int>(tiles.size()); ++i) {
     QueryTile& t = tiles[static_cast<size_t>(i)];
@@ -263,133 +273,209 @@ void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& bat
       }
   }
   std::stable_sort(tasks.begin(), tasks.end(), [](const TaskRef& a, const TaskRef& b) { return a.cost > b.cost; });
-  thread_local std::vector<float> partials;
-  if (partials.size() < partial_floats) partials.resize(partial_floats);
-  float* const partial_base = partials.data();
+  return partial_floats;
+}
 
-  const size_t q_token_stride = static_cast<size_t>(shape.num_q_heads) * dim;
-  const size_t kv_heads = static_cast<size_t>(shape.num_kv_heads);
-  const int num_tasks = static_cast<int>(tasks.size());
-  const QueryTile* const tile_list = tiles.data();
-  const TaskRef* const task_list = tasks.data();
+// What the work items of one call read and write (phase 5): the inputs, the kernel, the planned
+// tiles and tasks, and the shared buffers and completion counters.
+struct AttentionCall {
+  const AttentionShape& shape;
+  const PagedAttentionBatch& batch;
+  const KVLayerView& kv;
+  const float* query;
+  float* out;
+  KernelIsa isa;
+  AttendRows kernel;
+  bool int8;
+  bool rotated_keys;
+  int group;  // query heads per KV head
+  size_t dim;
+  size_t kv_heads;
+  size_t q_token_stride;
+  size_t code_stride;
+  const QueryTile* tiles;
+  const TaskRef* tasks;
+  int num_code_tiles;  // tiles whose query codes are work items (int8: all, else none)
+  QueryCodeBuffers codes;
+  float* partials;
+  int* codes_ready;         // per tile: 1 once its query codes are made
+  int* parts_left;          // per (split tile, head group): partitions not finished
+  const int* group_offset;  // per tile: its first head group's counter in parts_left
 
+  size_t rows_of(const QueryTile& t) const { return static_cast<size_t>(t.num_queries) * static_cast<size_t>(group); }
   // Row `row` of KV head `kv_head` in tile t: query token row / G, query head kv_head * G + row % G.
-  auto token_head_offset = [&](const QueryTile& t, size_t kv_head, size_t row) {
+  size_t token_head_offset(const QueryTile& t, size_t kv_head, size_t row) const {
     const size_t qi = row / static_cast<size_t>(group), g = row % static_cast<size_t>(group);
     return (static_cast<size_t>(t.first_query) + qi) * q_token_stride + (kv_head * static_cast<size_t>(group) + g) * dim;
-  };
+  }
+};
 
-  // The int16 codes, scales and sums of every row of tile t, all KV heads.
-  auto make_query_codes = [&](const QueryTile& t) {
-    const size_t rows = static_cast<size_t>(t.num_queries) * static_cast<size_t>(group);
-    for (size_t h = 0; h < kv_heads; ++h)
-      for (size_t row = 0; row < rows; ++row) {
-        const size_t i = h * rows + row;
-        const QueryRowCodes made = make_query_row_codes(query + token_head_offset(t, h, row), dim, shape.scale,
-                                                        rotated_keys, code_base + t.code_offset + i * code_stride, chosen);
-        code_scale_base[t.code_scale_offset + i] = made.scale;
-        query_sum_base[t.code_scale_offset + i] = made.sum;  // int8 keys are scale * code + offset
-      }
-  };
-
-  auto run_task = [&](const TaskRef& ref, TaskScratch& scratch) {
-    const QueryTile& t = tile_list[ref.tile];
-    const size_t rows = static_cast<size_t>(t.num_queries) * static_cast<size_t>(group);
-    const auto heads = static_cast<size_t>(ref.num_kv_heads);
-    scratch.reserve(heads, rows, dim, !int8);
-    if (!int8)
-      for (size_t h = 0; h < heads; ++h)
-        for (size_t row = 0; row < rows; ++row) {
-          const float* src = query + token_head_offset(t, static_cast<size_t>(ref.first_kv_head) + h, row);
-          float* dst = scratch.query.data() + (h * rows + row) * dim;
-          for (size_t d = 0; d < dim; ++d) dst[d] = src[d] * shape.scale;
-        }
+// The int16 codes, scales and sums of every row of tile t, all KV heads.
+void make_query_codes(const AttentionCall& c, const QueryTile& t) {
+  const size_t rows = c.rows_of(t);
+  for (size_t h = 0; h < c.kv_heads; ++h)
     for (size_t row = 0; row < rows; ++row) {
-      const int position = t.first_position + static_cast<int>(row / static_cast<size_t>(group));
-      scratch.row_end[row] = position + 1;
-      scratch.row_begin[row] = window > 0 ? std::max(0, position + 1 - window) : 0;
+      const size_t i = h * rows + row;
+      const QueryRowCodes made =
+          make_query_row_codes(c.query + c.token_head_offset(t, h, row), c.dim, c.shape.scale, c.rotated_keys,
+                               c.codes.codes + t.code_offset + i * c.code_stride, c.isa);
+      c.codes.scales[t.code_scale_offset + i] = made.scale;
+      c.codes.sums[t.code_scale_offset + i] = made.sum;  // int8 keys are scale * code + offset
     }
-    RowGroupTask task;
-    task.kv = &kv;
-    task.block_table = batch.block_tables + static_cast<size_t>(t.request) * static_cast<size_t>(batch.block_table_stride);
-    task.first_kv_head = ref.first_kv_head;
-    task.num_kv_heads = ref.num_kv_heads;
-    task.token_begin = t.token_begin + ref.partition * t.partition_tokens;
-    task.token_end = std::min(t.token_end, task.token_begin + t.partition_tokens);
-    task.num_rows = static_cast<int>(rows);
-    task.query = int8 ? nullptr : scratch.query.data();
-    if (int8) {  // the integer kernels read the codes instead
-      const auto first = static_cast<size_t>(ref.first_kv_head);
-      task.query_codes = code_base + t.code_offset + first * rows * code_stride;
-      task.query_scale = code_scale_base + t.code_scale_offset + first * rows;
-      task.query_sum = query_sum_base + t.code_scale_offset + first * rows;
-    }
-    task.row_begin = scratch.row_begin.data();
-    task.row_end = scratch.row_end.data();
-    task.rows_share_range = t.num_queries == 1;
-    task.logit_softcap = shape.logit_softcap;
-    if (t.partitions > 1) {
-      float* base = partial_base + t.partial_offset + static_cast<size_t>(ref.partition) * kv_heads * rows * (dim + 2);
-      const auto first = static_cast<size_t>(ref.first_kv_head);
-      task.acc = base + first * rows * dim;
-      task.row_max = base + kv_heads * rows * dim + first * rows;
-      task.row_sum = base + kv_heads * rows * (dim + 1) + first * rows;
-      kernel(task);
-      return;
-    }
-    task.acc = scratch.acc.data();
-    task.row_max = scratch.row_max.data();
-    task.row_sum = scratch.row_sum.data();
-    kernel(task);
+}
+
+// One task: its rows attend to its context range. An unsplit tile's results are normalized into
+// `out`; a partition's stay in the partial buffers for merge_partitions.
+void run_task(const AttentionCall& c, const TaskRef& ref, TaskScratch& scratch) {
+  const QueryTile& t = c.tiles[ref.tile];
+  const size_t rows = c.rows_of(t);
+  const size_t dim = c.dim;
+  const auto heads = static_cast<size_t>(ref.num_kv_heads);
+  const int window = c.shape.sliding_window;
+  scratch.reserve(heads, rows, dim, !c.int8);
+  if (!c.int8)
     for (size_t h = 0; h < heads; ++h)
       for (size_t row = 0; row < rows; ++row) {
-        float* dst = out + token_head_offset(t, static_cast<size_t>(ref.first_kv_head) + h, row);
-        const float inv = 1.0f / scratch.row_sum[h * rows + row];
-        const float* acc = scratch.acc.data() + (h * rows + row) * dim;
-        for (size_t d = 0; d < dim; ++d) dst[d] = acc[d] * inv;
+        const float* src = c.query + c.token_head_offset(t, static_cast<size_t>(ref.first_kv_head) + h, row);
+        float* dst = scratch.query.data() + (h * rows + row) * dim;
+        for (size_t d = 0; d < dim; ++d) dst[d] = src[d] * c.shape.scale;
       }
-  };
-
-  // Merges the partitions of one (split tile, KV head): the log-sum-exp combination.
-  auto merge = [&](const QueryTile& t, size_t kv_head) {
-    const size_t rows = static_cast<size_t>(t.num_queries) * static_cast<size_t>(group);
-    const size_t part_floats = kv_heads * rows * (dim + 2);
-    const float* first = partial_base + t.partial_offset;
+  for (size_t row = 0; row < rows; ++row) {
+    const int position = t.first_position + static_cast<int>(row / static_cast<size_t>(c.group));
+    scratch.row_end[row] = position + 1;
+    scratch.row_begin[row] = window > 0 ? std::max(0, position + 1 - window) : 0;
+  }
+  RowGroupTask task;
+  task.kv = &c.kv;
+  task.block_table =
+      c.batch.block_tables + static_cast<size_t>(t.request) * static_cast<size_t>(c.batch.block_table_stride);
+  task.first_kv_head = ref.first_kv_head;
+  task.num_kv_heads = ref.num_kv_heads;
+  task.token_begin = t.token_begin + ref.partition * t.partition_tokens;
+  task.token_end = std::min(t.token_end, task.token_begin + t.partition_tokens);
+  task.num_rows = static_cast<int>(rows);
+  task.query = c.int8 ? nullptr : scratch.query.data();
+  if (c.int8) {  // the integer kernels read the codes instead
+    const auto first = static_cast<size_t>(ref.first_kv_head);
+    task.query_codes = c.codes.codes + t.code_offset + first * rows * c.code_stride;
+    task.query_scale = c.codes.scales + t.code_scale_offset + first * rows;
+    task.query_sum = c.codes.sums + t.code_scale_offset + first * rows;
+  }
+  task.row_begin = scratch.row_begin.data();
+  task.row_end = scratch.row_end.data();
+  task.rows_share_range = t.num_queries == 1;
+  task.logit_softcap = c.shape.logit_softcap;
+  if (t.partitions > 1) {
+    float* base = c.partials + t.partial_offset + static_cast<size_t>(ref.partition) * c.kv_heads * rows * (dim + 2);
+    const auto first = static_cast<size_t>(ref.first_kv_head);
+    task.acc = base + first * rows * dim;
+    task.row_max = base + c.kv_heads * rows * dim + first * rows;
+    task.row_sum = base + c.kv_heads * rows * (dim + 1) + first * rows;
+    c.kernel(task);
+    return;
+  }
+  task.acc = scratch.acc.data();
+  task.row_max = scratch.row_max.data();
+  task.row_sum = scratch.row_sum.data();
+  c.kernel(task);
+  for (size_t h = 0; h < heads; ++h)
     for (size_t row = 0; row < rows; ++row) {
-      const size_t max_index = kv_heads * rows * dim + kv_head * rows + row;
-      const size_t sum_index = kv_heads * rows * (dim + 1) + kv_head * rows + row;
-      float global_max = -std::numeric_limits<float>::infinity();
-      for (int p = 0; p < t.partitions; ++p)
-        global_max = std::max(global_max, first[static_cast<size_t>(p) * part_floats + max_index]);
-      float* dst = out + token_head_offset(t, kv_head, row);
-      std::fill(dst, dst + dim, 0.0f);
-      float total = 0;
-      for (int p = 0; p < t.partitions; ++p) {
-        const float* part = first + static_cast<size_t>(p) * part_floats;
-        const float part_max = part[max_index];
-        if (part_max == -std::numeric_limits<float>::infinity()) continue;  // row saw no token here
-        const float weight = std::exp(part_max - global_max);
-        total += weight * part[sum_index];
-        const float* acc = part + (kv_head * rows + row) * dim;
-        for (size_t d = 0; d < dim; ++d) dst[d] += weight * acc[d];
-      }
-      const float inv = 1.0f / total;
-      for (size_t d = 0; d < dim; ++d) dst[d] *= inv;
+      float* dst = c.out + c.token_head_offset(t, static_cast<size_t>(ref.first_kv_head) + h, row);
+      const float inv = 1.0f / scratch.row_sum[h * rows + row];
+      const float* acc = scratch.acc.data() + (h * rows + row) * dim;
+      for (size_t d = 0; d < dim; ++d) dst[d] = acc[d] * inv;
     }
-  };
+}
 
-  // 3. One pass over a single list of work items, claimed in order from a shared counter: first
+// Merges the partitions of one (split tile, KV head) into `out`: the log-sum-exp combination.
+void merge_partitions(const AttentionCall& c, const QueryTile& t, size_t kv_head) {
+  const size_t rows = c.rows_of(t);
+  const size_t dim = c.dim;
+  const size_t kv_heads = c.kv_heads;
+  const size_t part_floats = kv_heads * rows * (dim + 2);
+  const float* first = c.partials + t.partial_offset;
+  for (size_t row = 0; row < rows; ++row) {
+    const size_t max_index = kv_heads * rows * dim + kv_head * rows + row;
+    const size_t sum_index = kv_heads * rows * (dim + 1) + kv_head * rows + row;
+    float global_max = -std::numeric_limits<float>::infinity();
+    for (int p = 0; p < t.partitions; ++p)
+      global_max = std::max(global_max, first[static_cast<size_t>(p) * part_floats + max_index]);
+    float* dst = c.out + c.token_head_offset(t, kv_head, row);
+    std::fill(dst, dst + dim, 0.0f);
+    float total = 0;
+    for (int p = 0; p < t.partitions; ++p) {
+      const float* part = first + static_cast<size_t>(p) * part_floats;
+      const float part_max = part[max_index];
+      if (part_max == -std::numeric_limits<float>::infinity()) continue;  // row saw no token here
+      const float weight = std::exp(part_max - global_max);
+      total += weight * part[sum_index];
+      const float* acc = part + (kv_head * rows + row) * dim;
+      for (size_t d = 0; d < dim; ++d) dst[d] += weight * acc[d];
+    }
+    const float inv = 1.0f / total;
+    for (size_t d = 0; d < dim; ++d) dst[d] *= inv;
+  }
+}
+
+// One work item: a tile's query codes (items [0, num_code_tiles)), else a task, which waits only
+// for its own tile's codes; the last partition of a split (tile, head group) to finish merges it.
+void run_item(const AttentionCall& c, int item, TaskScratch& scratch) {
+  if (item < c.num_code_tiles) {
+    make_query_codes(c, c.tiles[item]);
+    std::atomic_ref<int>(c.codes_ready[item]).store(1, std::memory_order_release);
+    return;
+  }
+  const TaskRef& ref = c.tasks[item - c.num_code_tiles];
+  const QueryTile& t = c.tiles[ref.tile];
+  if (c.int8) wait_until_set(c.codes_ready[ref.tile]);
+  run_task(c, ref, scratch);
+  if (t.partitions == 1) return;
+  int& parts = c.parts_left[c.group_offset[ref.tile] + ref.first_kv_head / t.heads_per_task];
+  if (std::atomic_ref<int>(parts).fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  for (int h = ref.first_kv_head; h < ref.first_kv_head + ref.num_kv_heads; ++h)
+    merge_partitions(c, t, static_cast<size_t>(h));
+}
+
+}  // namespace
+
+void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& batch, const KVLayerView& kv,
+                     const float* query, float* out, KernelIsa isa) {
+  validate(shape, batch, kv);
+  if (batch.num_requests == 0) return;
+  const KernelIsa chosen = choose_isa(shape, isa);
+  const bool int8 = kv.dtype == DType::kInt8;  // the integer path: query codes, VNNI if present
+  const int group = shape.num_q_heads / shape.num_kv_heads;  // query heads per KV head
+  const auto dim = static_cast<size_t>(shape.head_dim);
+
+  // 1. Query tiles.
+  thread_local std::vector<QueryTile> tiles;
+  make_query_tiles(shape, batch, std::max(1, kRowsPerTask / group), tiles);
+  if (tiles.empty()) return;
+  // 2. Partitions and threads.
+  const int threads = plan_partitions(shape, group, tiles);
+  // 3. int8: each tile's query codes, made once per tile, not once per partition (rotating and
+  // quantizing a tile's rows per partition costs 5-8 % of a 4K-token decode call).
+  const size_t code_stride = padded_query_dim(dim);
+  const QueryCodeBuffers codes = int8 ? place_query_codes(shape, group, code_stride, tiles) : QueryCodeBuffers{};
+  // 4. Tasks, and room for the partial results of split tiles.
+  thread_local std::vector<TaskRef> tasks;
+  const size_t partial_floats = list_tasks(shape, group, dim, tiles, tasks);
+  thread_local std::vector<float> partials;
+  if (partials.size() < partial_floats) partials.resize(partial_floats);
+
+  // 5. One pass over a single list of work items, claimed in order from a shared counter: first
   // each int8 tile's query codes, then the tasks, largest first. No barrier inside the call: a
   // task waits only for its own tile's codes (claimed before any task, so already being made),
   // and the last partition of a split (tile, head group) to finish merges it. With passive
-  // waiting every barrier put an idle thread to sleep and woke it again (three per call before:
-  // up to 80 us of a 0.4 ms 4K-token decode call on two threads).
-  const int num_tiles = int8 ? static_cast<int>(tiles.size()) : 0;  // tiles whose query codes to make
-  const int num_items = num_tiles + num_tasks;
-  thread_local std::vector<int> codes_ready;   // per tile: 1 once its query codes are made
-  thread_local std::vector<int> group_offset;  // per tile: its first head group's counter
-  thread_local std::vector<int> parts_left;    // per (split tile, head group): partitions not finished
-  codes_ready.assign(static_cast<size_t>(num_tiles), 0);
+  // waiting a barrier puts an idle thread to sleep and wakes it again (three barriers a call
+  // cost up to 80 us of a 0.4 ms 4K-token decode call on two threads).
+  const int num_code_tiles = int8 ? static_cast<int>(tiles.size()) : 0;
+  const int num_tasks = static_cast<int>(tasks.size());
+  const int num_items = num_code_tiles + num_tasks;
+  thread_local std::vector<int> codes_ready;
+  thread_local std::vector<int> group_offset;
+  thread_local std::vector<int> parts_left;
+  codes_ready.assign(static_cast<size_t>(num_code_tiles), 0);
   group_offset.resize(tiles.size());
   parts_left.clear();
   for (size_t i = 0; i < tiles.size(); ++i) {
@@ -399,30 +485,33 @@ void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& bat
       parts_left.insert(parts_left.end(), static_cast<size_t>((shape.num_kv_heads + t.heads_per_task - 1) / t.heads_per_task),
                         t.partitions);
   }
-  int* const ready = codes_ready.data();
-  int* const left = parts_left.data();
-  const int* const offsets = group_offset.data();
-
-  auto run_item = [&](int item, TaskScratch& scratch) {
-    if (item < num_tiles) {
-      make_query_codes(tile_list[item]);
-      std::atomic_ref<int>(ready[item]).store(1, std::memory_order_release);
-      return;
-    }
-    const TaskRef& ref = task_list[item - num_tiles];
-    const QueryTile& t = tile_list[ref.tile];
-    if (int8) wait_until_set(ready[ref.tile]);
-    run_task(ref, scratch);
-    if (t.partitions == 1) return;
-    int& parts = left[offsets[ref.tile] + ref.first_kv_head / t.heads_per_task];
-    if (std::atomic_ref<int>(parts).fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-    for (int h = ref.first_kv_head; h < ref.first_kv_head + ref.num_kv_heads; ++h) merge(t, static_cast<size_t>(h));
-  };
+  const AttentionCall call{.shape = shape,
+                           .batch = batch,
+                           .kv = kv,
+                           .query = query,
+                           .out = out,
+                           .isa = chosen,
+                           .kernel = choose_kernel(chosen, int8),
+                           .int8 = int8,
+                           .rotated_keys = keys_are_rotated(kv.dtype, shape.head_dim),
+                           .group = group,
+                           .dim = dim,
+                           .kv_heads = static_cast<size_t>(shape.num_kv_heads),
+                           .q_token_stride = static_cast<size_t>(shape.num_q_heads) * dim,
+                           .code_stride = code_stride,
+                           .tiles = tiles.data(),
+                           .tasks = tasks.data(),
+                           .num_code_tiles = num_code_tiles,
+                           .codes = codes,
+                           .partials = partials.data(),
+                           .codes_ready = codes_ready.data(),
+                           .parts_left = parts_left.data(),
+                           .group_offset = group_offset.data()};
 
   const int team = std::max(1, std::min(threads, num_tasks));
   if (team == 1) {
     thread_local TaskScratch scratch;
-    for (int i = 0; i < num_items; ++i) run_item(i, scratch);
+    for (int i = 0; i < num_items; ++i) run_item(call, i, scratch);
     return;
   }
   std::atomic<int> next_item{0};
@@ -431,7 +520,7 @@ void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& bat
     thread_local TaskScratch scratch;
     for (int i = next_item.fetch_add(1, std::memory_order_relaxed); i < num_items;
          i = next_item.fetch_add(1, std::memory_order_relaxed))
-      run_item(i, scratch);
+      run_item(call, i, scratch);
   }
 }
 

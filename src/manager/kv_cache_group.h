@@ -52,6 +52,9 @@ class KVCacheGroup {
   bool cacheable() const { return visit([](const auto& p) { return p.kCacheable; }); }
   bool is_full_attention() const { return std::holds_alternative<FullAttentionGroup>(policy_); }
   int block_size() const { return visit([](const auto& p) { return p.block_size(); }); }
+  BlockContentKey content_key(const Request& request, int i, int32_t parent_block) const {
+    return visit([&](const auto& p) { return p.content_key(request, i, parent_block); });
+  }
 
   // The operations every policy provides (see full_attention_group.h for their contracts).
   int find_longest_cache_hit(const Request& request, int max_tokens, std::vector<BlockId>& out,

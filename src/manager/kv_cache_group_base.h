@@ -48,6 +48,9 @@ class KVCacheGroupBase {
   int index() const { return index_; }
   const KVCacheSpec& spec() const { return spec_; }
   int block_size() const { return spec_.block_size; }
+  // What block i of the request holds. parent_block: see BlockContentKey (the previous hit or
+  // table entry; kNoLink for block 0).
+  BlockContentKey content_key(const Request& request, int i, int32_t parent_block) const;
 
  protected:
   uint16_t tag() const { return static_cast<uint16_t>(index_); }  // the group as the pool names it
@@ -60,10 +63,6 @@ class KVCacheGroupBase {
   int hashed_blocks(const Request& request) const {
     return static_cast<int>(request.block_hashes.size()) / hash_ratio_;
   }
-  // What block i of the request holds. parent_block: see BlockContentKey (the previous hit or
-  // table entry; kNoLink for block 0).
-  BlockContentKey content_key(const Request& request, int i, int32_t parent_block) const;
-
   // Blocks to take from the free set so that `held` plus `new_computed` cover `num_tokens`
   // tokens: new ones, free cached hits (touching one takes it out of the free set) and, for a
   // request that may share writable blocks, private copies of shared blocks past

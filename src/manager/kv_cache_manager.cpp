@@ -140,6 +140,10 @@ void KVCacheManager::release_entry(RequestBlocks& entry) {
   released_entries_.push_back(slot_of(entry));
 }
 
+BlockContentKey KVCacheManager::content_key(const Request& request, int i, int32_t parent_block, int group) const {
+  return coordinator_->group(group).content_key(request, i, parent_block);
+}
+
 void KVCacheManager::hash_request(Request& request) const {
   if (!pool_.caching_enabled()) return;
   if (request.block_hashes.size() >= static_cast<size_t>(request.num_tokens() / block_size_)) return;

@@ -30,8 +30,6 @@ struct RequestTimes {
   int outputs = 0;
 };
 
-double percentile(const std::vector<double>& sorted, double p) { return percentile_of_sorted(sorted, 100 * p); }
-
 }  // namespace
 
 LatencySummary summarize_latencies(std::vector<double> values) {
@@ -42,9 +40,9 @@ LatencySummary summarize_latencies(std::vector<double> values) {
   double sum = 0;
   for (double v : values) sum += v;
   s.mean = sum / static_cast<double>(values.size());
-  s.p50 = percentile(values, 0.50);
-  s.p90 = percentile(values, 0.90);
-  s.p99 = percentile(values, 0.99);
+  s.p50 = percentile_of_sorted(values, 50);
+  s.p90 = percentile_of_sorted(values, 90);
+  s.p99 = percentile_of_sorted(values, 99);
   s.max = values.back();
   return s;
 }

@@ -10,6 +10,7 @@
 
 #include "pagedkv/api/api_error.h"
 #include "pagedkv/api/http_listener.h"
+#include "pagedkv/api/kv_events_wire.h"
 #include "pagedkv/api/peer_connection.h"
 #include "pagedkv/api/request_id.h"
 #include "pagedkv/core/error.h"
@@ -308,12 +309,7 @@ void RouterServer::install_routes() {
                           {"hashing_mismatch", s.hashing_mismatch},
                           {"in_flight", s.in_flight},
                           {"load_blocks", s.load_blocks},
-                          {"reported_load", s.reported ? json{{"running", s.reported->running},
-                                                              {"waiting", s.reported->waiting},
-                                                              {"kv_blocks_used", s.reported->kv_blocks_used},
-                                                              {"kv_blocks_total", s.reported->kv_blocks_total},
-                                                              {"waiting_blocks", s.reported->waiting_blocks}}
-                                                       : json(nullptr)},
+                          {"reported_load", s.reported ? api::format_instance_load(*s.reported) : json(nullptr)},
                           {"routed", s.routed},
                           {"failed", s.failed},
                           {"snapshots", s.snapshots},

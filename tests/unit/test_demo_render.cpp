@@ -1,6 +1,4 @@
-// The demo's renderers (block grid as text, SVG and HTML; charts; progress bar; percentiles) and
-// its workload generator. They live in the CLI's sources, which are not part of pagedkv_lib, so
-// this test compiles them in.
+// The demo's renderers (block grid as text, SVG and HTML; charts) and its workload generator.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,10 +8,11 @@
 #include <regex>
 #include <set>
 
-#include "../../tools/pagedkv/demo_render.cpp"
-#include "../../tools/pagedkv/demo_workload.cpp"
+#include "pagedkv/demo/demo_render.h"
+#include "pagedkv/demo/demo_workload.h"
+#include "pagedkv/model/tokenizer/tokenizer.h"
 
-namespace pagedkv::cli {
+namespace pagedkv::demo {
 namespace {
 
 PoolSnapshot sample_pool() {
@@ -98,26 +97,6 @@ TEST(DemoRender, BlockChartStacksEighths) {
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ(rows[0], "█  ▄");  // top row
   EXPECT_EQ(rows[1], "█▄ █");  // bottom row
-}
-
-TEST(DemoRender, ProgressBar) {
-  EXPECT_EQ(progress_bar(0.0, 4), "[    ]");
-  EXPECT_EQ(progress_bar(0.5, 4), "[██  ]");
-  EXPECT_EQ(progress_bar(1.0, 4), "[████]");
-  EXPECT_EQ(progress_bar(2.0, 2), "[██]");
-  EXPECT_EQ(progress_bar(std::nan(""), 2), "[  ]");
-  EXPECT_EQ(progress_bar(0.25, 1), "[▎]");
-}
-
-TEST(DemoRender, PercentileInterpolates) {
-  EXPECT_TRUE(std::isnan(percentile({}, 50)));
-  EXPECT_DOUBLE_EQ(percentile({4, 1, 3, 2}, 50), 2.5);
-  EXPECT_DOUBLE_EQ(percentile({4, 1, 3, 2}, 0), 1);
-  EXPECT_DOUBLE_EQ(percentile({4, 1, 3, 2}, 100), 4);
-  std::vector<double> v;
-  for (int i = 1; i <= 100; ++i) v.push_back(i);
-  EXPECT_NEAR(percentile(v, 99), 99.01, 1e-9);
-  EXPECT_DOUBLE_EQ(percentile({7}, 99), 7);
 }
 
 TEST(DemoWorkload, DeterministicAndWithinTheModel) {
@@ -216,4 +195,4 @@ TEST(DemoWorkload, TextPromptsWithTheStoriesTokenizer) {
 }
 
 }  // namespace
-}  // namespace pagedkv::cli
+}  // namespace pagedkv::demo

@@ -33,8 +33,8 @@
 #include "pagedkv/engine/llm_engine.h"
 #include "pagedkv/kernels/memory_bandwidth.h"
 #include "pagedkv/kernels/thread_pool.h"
+#include "pagedkv/model/format/random_gguf.h"
 #include "pagedkv/model/gguf_model.h"
-#include "random_gguf.h"
 #include "run_statistics.h"
 
 namespace pagedkv::cli {
@@ -167,7 +167,7 @@ int run_bench_decode(BenchDecodeOptions o) {
   for (int b : o.batch_sizes)
     if (b < 1) throw ConfigError(fmt::format("--batch-sizes must be positive, got {}", b));
   if (!o.model.empty() && !std::filesystem::exists(o.model)) throw ConfigError(fmt::format("--model '{}' does not exist", o.model));
-  const ModelShape shape = model_shape(o.shape);
+  const RandomModelShape shape = random_model_shape(o.shape);
   std::unique_ptr<GgufFile> tokenizer;
   if (!o.tokenizer_from.empty()) {
     if (!o.model.empty()) throw ConfigError("--tokenizer-from applies to generated models, not to --model");

@@ -19,12 +19,12 @@
 #include <vector>
 
 #include "command.h"
-#include "demo_render.h"
-#include "demo_workload.h"
 #include "engine_options.h"
 #include "run_statistics.h"
 #include "pagedkv/core/cpu_clock.h"
 #include "pagedkv/core/error.h"
+#include "pagedkv/core/percentile.h"
+#include "pagedkv/demo/demo_workload.h"
 #include "pagedkv/kernels/thread_pool.h"
 #include "pagedkv/model/gguf_model.h"
 #include "pagedkv/model/format/llama2c_checkpoint.h"
@@ -32,6 +32,8 @@
 
 namespace pagedkv::cli {
 namespace {
+
+using demo::DemoRng;
 
 using Clock = std::chrono::steady_clock;
 

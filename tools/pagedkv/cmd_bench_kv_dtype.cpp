@@ -27,6 +27,7 @@
 #include "command.h"
 #include "engine_options.h"
 #include "pagedkv/core/error.h"
+#include "pagedkv/core/percentile.h"
 #include "pagedkv/model/forward_batch.h"
 #include "pagedkv/model/format/gguf_file.h"
 #include "pagedkv/model/gguf_model.h"
@@ -176,14 +177,10 @@ struct Comparison {
     double mean = 0;
     for (double x : kl) mean += x;
     const auto n = static_cast<double>(std::max<long long>(1, positions));
-    const auto p999_index = static_cast<size_t>(0.999 * static_cast<double>(sorted.size()));
-    const double p999 = sorted.empty() ? 0 : sorted[std::min(sorted.size() - 1, p999_index)];
+    const double p999 = percentile_of_sorted(sorted, 99.9);
     const double ppl_ref = std::exp(nll_ref / n), ppl = std::exp(nll / n);
     std::vector<double> margins = flip_margins;
     std::sort(margins.begin(), margins.end());
-    auto margin_quantile = [&](double q) {
-      return margins.empty() ? 0.0 : margins[std::min(margins.size() - 1, static_cast<size_t>(q * static_cast<double>(margins.size())))];
-    };
     return {{"positions", positions},
             {"kl_mean", mean / n},
             {"kl_p999", p999},
@@ -195,8 +192,8 @@ struct Comparison {
             {"perplexity", ppl},
             {"perplexity_change", ppl / ppl_ref - 1},
             {"top1_flips", static_cast<long long>(margins.size())},
-            {"flip_margin_median", margin_quantile(0.5)},
-            {"flip_margin_p90", margin_quantile(0.9)},
+            {"flip_margin_median", percentile_of_sorted(margins, 50)},
+            {"flip_margin_p90", percentile_of_sorted(margins, 90)},
             {"flip_margin_max", margins.empty() ? 0.0 : margins.back()}};
   }
 };

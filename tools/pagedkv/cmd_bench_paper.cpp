@@ -18,13 +18,25 @@
 #include <vector>
 
 #include "command.h"
-#include "paper_bench.h"
+#include "pagedkv/bench/paper_bench.h"
 #include "pagedkv/core/error.h"
 #include "pagedkv/kernels/thread_pool.h"
 #include "pagedkv/model/random_model.h"
 
 namespace pagedkv::cli {
 namespace {
+
+using bench::BenchRequest;
+using bench::LengthDistribution;
+using bench::MemoryShares;
+using bench::PaperSetup;
+using bench::RunResult;
+using bench::alpaca_like;
+using bench::make_requests;
+using bench::paper_model_config;
+using bench::run_stream;
+using bench::scaled;
+using bench::sharegpt_like;
 
 struct PaperOptions {
   bool quick = false;

@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "command.h"
-#include "demo_workload.h"
 #include "engine_options.h"
 #include "run_statistics.h"
 #include "pagedkv/core/error.h"
+#include "pagedkv/demo/demo_workload.h"
 #include "pagedkv/engine/grammar_vocabulary.h"
 #include "pagedkv/engine/llm_engine.h"
 #include "pagedkv/grammar/compiled_grammar.h"
@@ -28,6 +28,8 @@
 
 namespace pagedkv::cli {
 namespace {
+
+using demo::DemoRng;
 
 using Clock = std::chrono::steady_clock;
 

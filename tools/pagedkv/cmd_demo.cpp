@@ -18,10 +18,12 @@
 #include <optional>
 
 #include "command.h"
-#include "demo_render.h"
-#include "demo_workload.h"
 #include "engine_options.h"
 #include "pagedkv/core/error.h"
+#include "pagedkv/core/percentile.h"
+#include "pagedkv/core/progress_bar.h"
+#include "pagedkv/demo/demo_render.h"
+#include "pagedkv/demo/demo_workload.h"
 #include "pagedkv/kernels/thread_pool.h"
 #include "pagedkv/model/format/llama2c_checkpoint.h"
 #include "pagedkv/model/random_model.h"
@@ -29,6 +31,19 @@
 
 namespace pagedkv::cli {
 namespace {
+
+using demo::BlockState;
+using demo::DemoRequest;
+using demo::DemoWorkloadConfig;
+using demo::PoolSnapshot;
+using demo::block_chart;
+using demo::block_grid_legend;
+using demo::make_demo_workload;
+using demo::render_block_grid;
+using demo::render_block_html;
+using demo::render_block_svg;
+using demo::snapshot_pool;
+using demo::sparkline;
 
 using Clock = std::chrono::steady_clock;
 

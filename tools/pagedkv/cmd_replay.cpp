@@ -21,6 +21,7 @@
 #include "command.h"
 #include "pagedkv/block/eviction_policies.h"
 #include "pagedkv/core/error.h"
+#include "pagedkv/core/progress_bar.h"
 #include "pagedkv/replay/cache_replay.h"
 #include "pagedkv/replay/cluster_replay.h"
 #include "pagedkv/replay/hit_rate_plot.h"
@@ -202,9 +203,7 @@ class ProgressBar {
   void draw(size_t done, size_t total) {
     constexpr int kWidth = 30;
     const double f = total ? static_cast<double>(done) / static_cast<double>(total) : 1.0;
-    const int filled = static_cast<int>(f * kWidth);
-    fmt::print(stderr, "\r\033[K{} [{}{}] {:3.0f}% {}/{}", label_, std::string(static_cast<size_t>(filled), '#'),
-               std::string(static_cast<size_t>(kWidth - filled), '.'), 100 * f, done, total);
+    fmt::print(stderr, "\r\033[K{} {} {:3.0f}% {}/{}", label_, progress_bar(f, kWidth), 100 * f, done, total);
     std::fflush(stderr);
     drawn_ = true;
   }

@@ -6,14 +6,15 @@
 #include <cstddef>
 #include <vector>
 
+#include "pagedkv/core/percentile.h"
+
 namespace pagedkv::cli {
 
-// The middle run, or the mean of the two middle runs for an even count; 0 for no runs.
+// The middle run, or the mean of the two middle runs for an even count (core/percentile.h's
+// 50th percentile); 0 for no runs.
 inline double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
-  const size_t mid = v.size() / 2;
-  return v.size() % 2 ? v[mid] : (v[mid - 1] + v[mid]) / 2;
+  return percentile_of_sorted(v, 50);
 }
 
 inline double minimum(const std::vector<double>& v) {

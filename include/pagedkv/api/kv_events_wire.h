@@ -19,6 +19,8 @@
 // `last`, a block lists each medium at most once. Anything else is a WireError naming it.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <optional>
 #include <string>
 #include <string_view>
@@ -43,5 +45,8 @@ class WireError : public Error {
 std::string format_kv_events_page(const KVEventsPage& page, const PrefixHashing& hashing,
                                   const std::optional<InstanceLoad>& load = std::nullopt);
 KVEventsWirePage parse_kv_events_page(std::string_view body);
+// A page's "load" object: the one JSON form of an instance's load (the router's /router/state
+// reports each backend's in it too).
+nlohmann::json format_instance_load(const InstanceLoad& load);
 
 }  // namespace pagedkv::api

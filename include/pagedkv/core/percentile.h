@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <limits>
 #include <span>
+#include <vector>
 
 namespace pagedkv {
 
@@ -17,6 +19,13 @@ inline double percentile_of_sorted(std::span<const double> sorted, double p) {
   const auto lo = static_cast<size_t>(std::floor(rank));
   const size_t hi = std::min(lo + 1, sorted.size() - 1);
   return sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - static_cast<double>(lo));
+}
+
+// The same of unsorted `values`; NaN for none (a report shows it as missing).
+inline double percentile(std::vector<double> values, double p) {
+  if (values.empty()) return std::numeric_limits<double>::quiet_NaN();
+  std::sort(values.begin(), values.end());
+  return percentile_of_sorted(values, p);
 }
 
 }  // namespace pagedkv

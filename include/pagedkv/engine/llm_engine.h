@@ -190,6 +190,40 @@ class LLMEngine {
     std::optional<RequestOutput> failed;  // aborted or rejected: reported instead of hypotheses
     int next_index = 1;
   };
+  // ---- the phases of step(), in order ----
+  // Clears and frees the block-table rows of requests no longer running (finished, preempted,
+  // swapped out).
+  void release_stale_rows();
+  // The step's byte movements, in order: the tiers' pending copies (they read blocks evicted or
+  // swapped out in this schedule), swap-outs (they read blocks this step may hand to others),
+  // swap-ins, copy-on-write copies. Returns the seconds they took (also added to the stats).
+  double move_blocks(const SchedulerOutput& out);
+  // The step's work as the stats report it (EngineStepWork): copies, decodes, prefill tokens.
+  void count_step_work(const SchedulerOutput& out);
+  // The scheduled chunks flattened into one forward batch (tokens, positions, slots, block
+  // tables of every KV-cache group), viewing this engine's per-step scratch: valid until the next
+  // call. Stamps requests scheduled for the first time with `step_start`.
+  ForwardBatch flatten_batch(const SchedulerOutput& out, std::chrono::steady_clock::time_point step_start);
+  // Samples every chunk that samples (`sampled[i]` for chunk i; a beam's candidates wait for
+  // advance_beams instead), with its grammar and logprobs; counts the prompt tokens computed.
+  void sample(const SchedulerOutput& out, const Logits& logits, std::vector<SampledTokens>& sampled);
+  // Appends the sampled tokens in the scheduler, steps the beam groups; returns the requests
+  // that finished.
+  std::vector<SchedulerRequest*> update_requests(const SchedulerOutput& out, const std::vector<SampledTokens>& sampled);
+  // Stamps the token times (`now`) of requests that sampled (their new forks inherit the
+  // parent's arrival) and reports those still running.
+  void report_sampled(const SchedulerOutput& out, const std::vector<SampledTokens>& sampled,
+                      const std::vector<SchedulerRequest*>& finished, std::chrono::steady_clock::time_point now,
+                      std::vector<RequestOutput>& results);
+  // Reports the finished requests (beam groups once they end; finishing one beam may end the
+  // rest of its group, so the list grows) and releases their rows, samplers and state.
+  void retire_finished(std::vector<SchedulerRequest*>& finished, std::vector<RequestOutput>& results);
+  // Drops the grammar matchers of forks that never came to be and the logprobs settings of roots
+  // with no sample left.
+  void forget_orphaned_sampling_state();
+  // Blocks in use after the step: the peak, and the per-step record when configured.
+  void record_block_usage();
+
   RequestOutput make_output(const SchedulerRequest& r, bool finished);
   // Steps every beam group whose live beams all hold their next-token log-probabilities.
   void advance_beams();

@@ -176,6 +176,10 @@ class KVCacheManager {
 
   // Computes any missing full-block hashes of the request (also done lazily by lookups).
   void hash_request(Request& request) const;
+  // What block i (of group `group`) of the hashed request holds, as that group's lookups and
+  // caching name it: for a caller that looks blocks up or caches them itself (a lower tier's
+  // promotion). parent_block: see BlockContentKey.
+  BlockContentKey content_key(const Request& request, int i, int32_t parent_block, int group = 0) const;
   // hash_request for a batch (requests arriving together): the same hashes, with the chains of
   // different requests interleaved where the hash allows it (BlockHasher::extend_many).
   void hash_requests(std::span<Request* const> requests);

@@ -15,15 +15,9 @@
 //  memcpy-fast and awaited at once (the request is admitted in the same step); disk loads are
 //  asynchronous and the request is admitted in a later step, while others run.
 //
-//  Swap preemption. A victim's blocks go to pinned host slots, and to pinned disk slots when the
-//  host tier is full (host cached blocks are demoted to make room first); swap-in loads them
-//  into new device blocks. A disk block that fails verification makes the swap-in fail: the
-//  scheduler then recomputes the request (never feeds it bad KV). With lazy_swap_copies, a
-//  victim block that stays in the device prefix cache after the victim frees it is not copied
-//  at swap-out: its slot is reserved, and the copy is made only when the device cache drops the
-//  block (the pool's uncache listener, while its bytes are intact) or when the swap-in needs it
-//  past the prefix the device cache still holds. Blocks resumed from the device cache are then
-//  never copied at all.
+//  Swap preemption. A victim's blocks go to pinned host and disk slots and come back into new
+//  device blocks at swap-in: the swap store (swap_store.h) keeps them; this class moves their
+//  bytes.
 //
 //  Remote tier (optional, below disk): a key-value store shared by many engine processes
 //  (remote_tier.h). Newly computed blocks are stored there at once (remote_write_through) or when
@@ -54,6 +48,7 @@
 #include "pagedkv/tiers/host_tier.h"
 #include "pagedkv/tiers/remote_store.h"
 #include "pagedkv/tiers/remote_tier.h"
+#include "pagedkv/tiers/swap_store.h"
 #include "pagedkv/tiers/tier_types.h"
 #include "pagedkv/tiers/transfer_engine.h"
 
@@ -69,7 +64,7 @@ struct TierConfig {
   bool use_io_uring = true;
   bool use_o_direct = true;
   bool log_degraded = true;
-  bool lazy_swap_copies = false;        // defer swap-out copies of device-cached blocks (see above)
+  bool lazy_swap_copies = false;        // defer swap-out copies of device-cached blocks (swap_store.h)
   std::function<int(const DiskIoRequest&)> disk_fault_injection;  // tests
   // After a failed disk write (a full disk), writes pause this long, doubling while they fail.
   std::chrono::milliseconds disk_write_retry_initial{1000};
@@ -113,17 +108,17 @@ class TieredKVCache {
   // ---- swap preemption ---------------------------------------------------------------------
   // Copies the victim's blocks down (they may be reused by the pool right after this returns:
   // the copies run before the next forward). With lazy_swap_copies, blocks cached on the device
-  // are copied only once the pool drops them (see above): only reuse through the pool is safe.
+  // are copied only once the pool drops them (swap_store.h): only reuse through the pool is safe.
   // False, with nothing changed, when there is no room.
   bool swap_out(RequestId id, std::span<const BlockId> blocks);
-  enum class SwapInState { kDone, kLoading, kFailed };
+  using SwapInState = SwapStore::SwapInState;
   // Loads swapped blocks [first_block, first_block + dst.size()) into `dst`; blocks before
   // `first_block` are not needed (found in the device prefix cache) and are released.
   SwapInState start_swap_in(RequestId id, int first_block, std::span<const BlockId> dst);
   // kDone or kFailed once (then the swap is forgotten); kLoading while blocks are in flight.
   SwapInState poll_swap_in(RequestId id);
   void drop_swap(RequestId id);  // finished or aborted while swapped
-  bool has_swap(RequestId id) const { return swaps_.contains(id); }
+  bool has_swap(RequestId id) const { return swaps_->contains(id); }
   // Blocks swap_out() could take now.
   int swap_capacity_blocks() const;
 
@@ -161,25 +156,16 @@ class TieredKVCache {
   void check_invariants() const;
 
  private:
+  // Where a promotion finds a block below the device (slot -1 for the remote tier).
   struct Location {
     TierKind tier;
     int32_t slot;
-    int32_t deferred_block = -1;  // lazy_swap_copies: the device block still to copy into the slot
-  };
-  struct SwapRecord {
-    std::vector<Location> blocks;
-    int in_flight = 0;         // swap-in loads not yet applied
-    bool loading = false;
-    bool failed = false;       // a block could not be written or failed verification
   };
   struct Promotion {
     Request holder;            // private manager request holding the device blocks
     int first_block = 0;
     std::vector<TierKind> source;
     int in_flight = 0;
-  };
-  struct Outstanding {
-    TransferHandle handle;
   };
   // A request's question to the remote tier: which of blocks [first, first + hashes.size()) it holds.
   struct RemoteProbe {
@@ -190,28 +176,29 @@ class TieredKVCache {
     std::chrono::steady_clock::time_point deadline;
   };
 
-  void on_device_evict(const KVCacheBlock& b);
+  // ---- offload (tiered_offload.cpp) ----
   void on_device_uncache(const KVCacheBlock& b, RemovalReason why);
-  void forget_deferred(int32_t block, RequestId owner);  // `owner` no longer waits for `block`'s copy
-  // Queues the copy of swapped block `index` of `owner` from `device_block` into its slot.
-  void queue_swap_copy(RequestId owner, int index, int32_t device_block, const Location& l);
+  void on_device_evict(const KVCacheBlock& b);
   void on_host_evict(int32_t slot);
   bool store_on_disk(TierKind source, int32_t source_block, const BlockContentKey& key, TransferPurpose purpose);
+  void write_through();
+
+  // ---- transfers (tiered_kv_cache.cpp) ----
   TransferHandle submit_pending();
   void apply(const TransferBatch& batch);
-  void apply_remote(std::vector<RemoteFetchJob> jobs);
+  void collect_pins(const TransferBatch& b, std::vector<int32_t>& host, std::vector<int32_t>& disk) const;
+
+  // ---- promotion (tiered_promotion.cpp) ----
   // One promoted block's bytes arrived (ok) or failed; collects promotions with none left in flight.
   void promotion_block_done(RequestId owner, int32_t device_block, bool ok, std::vector<RequestId>& finished);
+  void finish_promotion(RequestId id);
+
+  // ---- remote tier (tiered_remote.cpp) ----
+  void apply_remote(std::vector<RemoteFetchJob> jobs);
   // Continues `found` (the blocks below the device from block `next` on) into the remote tier.
   // False: a probe is in flight and the request should wait.
   bool extend_from_remote(const Request& r, int next, int max_blocks, std::vector<Location>& found);
   void queue_remote_put(TierKind source, int32_t source_block, const BlockContentKey& key);
-  void finish_promotion(RequestId id);
-  // `parent_block`: the device block holding block i - 1 (BlockContentKey::parent_block).
-  BlockContentKey key_of(const Request& r, int i, int32_t parent_block = kUnknownParent) const;
-  void write_through();
-  std::vector<int32_t> expected_pins(TierKind tier) const;
-  void collect_pins(const TransferBatch& b, std::vector<int32_t>& host, std::vector<int32_t>& disk) const;
 
   TierConfig config_;
   KVCacheManager& manager_;
@@ -223,19 +210,12 @@ class TieredKVCache {
   std::unique_ptr<TransferEngine> transfers_;  // last: destroyed first, while the tiers still exist
   TransferBatch pending_;
   std::vector<TransferHandle> outstanding_;
-  std::unordered_map<RequestId, SwapRecord> swaps_;
-  struct DeferredCopy {
-    RequestId owner;
-    int index = 0;
-  };
-  // Device block -> the swapped blocks (of one or more victims sharing it) awaiting its copy.
-  std::unordered_map<int32_t, std::vector<DeferredCopy>> deferred_;
+  std::optional<SwapStore> swaps_;  // made once the tiers whose slots it holds exist
   std::unordered_map<RequestId, Promotion> promotions_;
   std::unordered_map<RequestId, std::vector<std::pair<int, TierKind>>> promoted_blocks_;  // block index -> source
   std::vector<BlockHash> written_through_;     // per device block: hash last written through
   std::vector<BlockHash> remote_written_;      // per device block: hash last stored remotely (write-through)
   std::unordered_map<RequestId, RemoteProbe> remote_probes_;
-  int disk_reserve_ = 0;                       // disk slots a swap-out in progress needs
   uint64_t next_holder_id_ = 0;
   uint64_t promotions_started_ = 0;
   uint64_t skipped_low_hits_ = 0;

@@ -1,6 +1,6 @@
 // What `pagedkv demo` draws: the KV block pool as a grid (the picture of the PagedAttention
 // papers — blocks marked by the request that owns them, shared, cached-free or free), as terminal
-// text or an SVG/HTML snapshot, plus the small text charts and the progress bar of its report.
+// text or an SVG/HTML snapshot, plus the small text charts of its report.
 // Everything here is pure formatting of plain data, so it is unit-tested without an engine.
 #pragma once
 
@@ -13,7 +13,7 @@ namespace pagedkv {
 class LLMEngine;
 }
 
-namespace pagedkv::cli {
+namespace pagedkv::demo {
 
 enum class BlockState : uint8_t {
   kNull,        // block 0, reserved by the pool
@@ -59,11 +59,4 @@ std::string sparkline(std::span<const int> values, int max_value, int width);
 // The same as a `height`-row chart (top row first) drawn with full and partial blocks.
 std::vector<std::string> block_chart(std::span<const int> values, int max_value, int width, int height);
 
-// "[██████▌     ]" for fraction in [0, 1] (clamped), `width` cells inside the brackets.
-std::string progress_bar(double fraction, int width);
-
-// The p-th percentile (p in [0, 100]) by linear interpolation between order statistics; NaN for
-// no values.
-double percentile(std::vector<double> values, double p);
-
-}  // namespace pagedkv::cli
+}  // namespace pagedkv::demo

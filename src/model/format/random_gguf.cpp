@@ -1,4 +1,4 @@
-#include "random_gguf.h"
+#include "pagedkv/model/format/random_gguf.h"
 
 #include <cmath>
 #include <vector>
@@ -8,7 +8,7 @@
 #include "pagedkv/core/error.h"
 #include "pagedkv/model/format/gguf_writer.h"
 
-namespace pagedkv::cli {
+namespace pagedkv {
 
 namespace {
 
@@ -19,7 +19,7 @@ uint64_t mix64(uint64_t z) {  // splitmix64's finaliser
 }
 
 // Copies every `tokenizer.*` key of `source` into `w`, each in its own GGUF type.
-void copy_tokenizer_keys(const GgufFile& source, const ModelShape& s, GgufWriter& w) {
+void copy_tokenizer_keys(const GgufFile& source, const RandomModelShape& s, GgufWriter& w) {
   const GgufValue* tokens = source.find("tokenizer.ggml.tokens");
   if (tokens == nullptr || tokens->type() != GgufType::kArray)
     throw ConfigError(fmt::format("{} has no tokenizer (no tokenizer.ggml.tokens array)", source.name()));
@@ -58,8 +58,8 @@ void copy_tokenizer_keys(const GgufFile& source, const ModelShape& s, GgufWriter
 
 }  // namespace
 
-ModelShape model_shape(const std::string& name) {
-  ModelShape s;
+RandomModelShape random_model_shape(const std::string& name) {
+  RandomModelShape s;
   s.name = name;
   if (name == "llama-3.2-1b") {
     s.dim = 2048, s.layers = 16, s.heads = 32, s.kv_heads = 8, s.ffn = 8192, s.vocab = 128256, s.context = 131072;
@@ -81,7 +81,7 @@ ModelShape model_shape(const std::string& name) {
   return s;
 }
 
-void write_random_gguf(const ModelShape& s, TensorType type, uint64_t seed, const std::string& path,
+void write_random_gguf(const RandomModelShape& s, TensorType type, uint64_t seed, const std::string& path,
                        const GgufFile* tokenizer) {
   const bool moe = s.architecture == "qwen3moe";
   if (!moe && s.architecture != "llama") throw ConfigError(fmt::format("cannot write architecture '{}'", s.architecture));
@@ -157,4 +157,4 @@ void write_random_gguf(const ModelShape& s, TensorType type, uint64_t seed, cons
   w.write(path);
 }
 
-}  // namespace pagedkv::cli
+}  // namespace pagedkv

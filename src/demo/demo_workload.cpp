@@ -1,4 +1,4 @@
-#include "demo_workload.h"
+#include "pagedkv/demo/demo_workload.h"
 
 #include <fmt/format.h>
 
@@ -9,7 +9,7 @@
 #include "pagedkv/core/error.h"
 #include "pagedkv/model/tokenizer/tokenizer.h"
 
-namespace pagedkv::cli {
+namespace pagedkv::demo {
 namespace {
 
 // System prompts and user turns in the TinyStories style, for real checkpoints.
@@ -149,4 +149,4 @@ std::vector<DemoRequest> make_demo_workload(const DemoWorkloadConfig& c, const T
   return out;
 }
 
-}  // namespace pagedkv::cli
+}  // namespace pagedkv::demo

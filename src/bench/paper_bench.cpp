@@ -1,4 +1,4 @@
-#include "paper_bench.h"
+#include "pagedkv/bench/paper_bench.h"
 
 #include <fmt/format.h>
 
@@ -7,12 +7,14 @@
 #include <cmath>
 #include <unordered_map>
 
-#include "demo_workload.h"
+#include "pagedkv/demo/demo_workload.h"
 #include "pagedkv/core/error.h"
 #include "pagedkv/loadgen/arrival_process.h"
 
-namespace pagedkv::cli {
+namespace pagedkv::bench {
 namespace {
+
+using demo::DemoRng;
 
 // A log-normal draw with the given mean and log-space sigma (Box-Muller on the portable generator).
 double lognormal(DemoRng& rng, double mean, double sigma) {
@@ -187,4 +189,4 @@ RunResult run_stream(const Model& model, const PaperSetup& setup, KVReservation 
   return res;
 }
 
-}  // namespace pagedkv::cli
+}  // namespace pagedkv::bench

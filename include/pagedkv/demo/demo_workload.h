@@ -15,7 +15,7 @@ namespace pagedkv {
 class Tokenizer;
 }
 
-namespace pagedkv::cli {
+namespace pagedkv::demo {
 
 struct DemoWorkloadConfig {
   int num_requests = 64;
@@ -58,4 +58,4 @@ class DemoRng {
 // output is not language anyway) and only max_tokens stops them.
 std::vector<DemoRequest> make_demo_workload(const DemoWorkloadConfig& config, const Tokenizer* tokenizer = nullptr);
 
-}  // namespace pagedkv::cli
+}  // namespace pagedkv::demo

@@ -10,9 +10,9 @@
 #include "pagedkv/model/format/gguf_file.h"
 #include "pagedkv/model/format/tensor_type.h"
 
-namespace pagedkv::cli {
+namespace pagedkv {
 
-struct ModelShape {
+struct RandomModelShape {
   std::string name;
   std::string architecture = "llama";  // llama, or qwen3moe (qk-norm attention, mixture-of-experts FFN)
   int dim = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, context = 0;
@@ -30,13 +30,13 @@ struct ModelShape {
 // 151936, tied) at 8 layers of 32 experts (1.7 B weights, 0.7 B read per token). "tiny" and
 // "tiny-moe": the same structures at dim 64 / 2 layers / vocab 512, for tests. Anything else
 // throws ConfigError.
-ModelShape model_shape(const std::string& name);
+RandomModelShape random_model_shape(const std::string& name);
 
 // Writes a GGUF of `shape` with its matrices (token_embd included) in `type` (F32, F16, BF16, Q8_0
 // or Q4_0) and its norms and router in F32. With `tokenizer`, every `tokenizer.*` key of that file
 // is copied (so that servers can tokenize text; its token count must equal shape.vocab, else
 // ConfigError). Throws Error when the file cannot be written.
-void write_random_gguf(const ModelShape& shape, TensorType type, uint64_t seed, const std::string& path,
+void write_random_gguf(const RandomModelShape& shape, TensorType type, uint64_t seed, const std::string& path,
                        const GgufFile* tokenizer = nullptr);
 
-}  // namespace pagedkv::cli
+}  // namespace pagedkv

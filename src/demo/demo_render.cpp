@@ -1,4 +1,4 @@
-#include "demo_render.h"
+#include "pagedkv/demo/demo_render.h"
 
 #include <fmt/format.h>
 
@@ -8,10 +8,9 @@
 #include <limits>
 #include <set>
 
-#include "pagedkv/core/percentile.h"
 #include "pagedkv/engine/llm_engine.h"
 
-namespace pagedkv::cli {
+namespace pagedkv::demo {
 namespace {
 
 constexpr std::string_view kOwnerGlyphs = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
@@ -251,25 +250,4 @@ std::vector<std::string> block_chart(std::span<const int> values, int max_value,
   return rows;
 }
 
-std::string progress_bar(double fraction, int width) {
-  width = std::max(1, width);
-  if (!(fraction >= 0)) fraction = 0;
-  fraction = std::min(1.0, fraction);
-  const int eighths = static_cast<int>(fraction * 8 * width);
-  std::string out = "[";
-  for (int i = 0; i < width; ++i) {
-    const int level = std::clamp(eighths - 8 * i, 0, 8);
-    // Partial cells use the left-aligned eighth blocks ▏▎▍▌▋▊▉.
-    static constexpr std::array<std::string_view, 9> kLeft = {" ", "▏", "▎", "▍", "▌", "▋", "▊", "▉", "█"};
-    out += kLeft[static_cast<size_t>(level)];
-  }
-  return out + "]";
-}
-
-double percentile(std::vector<double> values, double p) {
-  if (values.empty()) return std::numeric_limits<double>::quiet_NaN();  // the report prints "-"
-  std::sort(values.begin(), values.end());
-  return percentile_of_sorted(values, p);
-}
-
-}  // namespace pagedkv::cli
+}  // namespace pagedkv::demo

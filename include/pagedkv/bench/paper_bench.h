@@ -19,7 +19,7 @@
 #include "pagedkv/model/model.h"
 #include "pagedkv/replay/step_cost_model.h"
 
-namespace pagedkv::cli {
+namespace pagedkv::bench {
 
 // Prompt and output lengths drawn from log-normal distributions with the given means and log-space
 // standard deviations, rounded, at least 1 token, the prompt at most max_prompt_tokens and
@@ -101,4 +101,4 @@ struct RunResult {
 RunResult run_stream(const Model& model, const PaperSetup& setup, KVReservation policy,
                      const std::vector<BenchRequest>& requests, int n_samples = 1, int beam_width = 1);
 
-}  // namespace pagedkv::cli
+}  // namespace pagedkv::bench
