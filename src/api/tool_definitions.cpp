@@ -138,6 +138,15 @@ ordered_json messages_for_template(const ordered_json& messages) {
     const std::string at = fmt::format("messages[{}]", i);
     const std::string role = m.contains("role") && m["role"].is_string() ? m["role"].get<std::string>() : "";
     if (auto c = m.find("content"); c != m.end() && c->is_null()) *c = "";
+    // Text parts reach the template as one string, their texts joined as for the built-in
+    // renderings: templates add content to strings ('\n' + message.content), which a list breaks.
+    // (parse_messages has already refused parts of any type but text.)
+    if (auto c = m.find("content"); c != m.end() && c->is_array()) {
+      std::string text;
+      for (const ordered_json& part : *c)
+        if (part.is_object() && part.contains("text") && part["text"].is_string()) text += part["text"].get<std::string>();
+      *c = std::move(text);
+    }
     if (role == "tool") {
       const auto id = m.find("tool_call_id");
       if (id == m.end() || !id->is_string())

@@ -300,7 +300,9 @@ std::span<const float> LLMEngine::grammar_logits(const SchedulerRequest& r, cons
     // The grammar wins (retry without the ban).
     if (banned_tokens_.empty()) break;
   }
-  // The grammar allows nothing (it never does while the output can go on): end the output.
+  // The grammar allows nothing: a dead end, where the output cannot go on with this vocabulary's
+  // tokens (a character no token spells). A stop token ends the output; make_output reports it
+  // aborted.
   adjusted_logits_.assign(row.begin(), row.end());
   grammar_mask_.assign(grammar_mask_.size(), 0);
   for (int32_t id : matcher.grammar().vocabulary().stop_ids()) allow_token(grammar_mask_, id);
@@ -333,6 +335,13 @@ RequestOutput LLMEngine::make_output(const SchedulerRequest& r, bool finished) {
   o.hit_tokens_by_tier = r.hit_tokens_by_tier;
   o.num_preemptions = r.num_preemptions;
   const uint64_t root = r.sample_index == 0 ? r.kv.id.value : r.parent.value;
+  // A structured output that a stop token ended while its grammar could not end is incomplete: the
+  // grammar came to a dead end (no token of this vocabulary continues it, grammar_logits) and the
+  // output is reported aborted, never as complete.
+  if (finished && r.finish_reason == FinishReason::kStop && r.stopped_on_stop_token && !matchers_.empty())
+    if (auto m = matchers_.find({root, r.sample_index});
+        m != matchers_.end() && !m->second.is_terminated() && !m->second.can_terminate())
+      o.finish_reason = FinishReason::kAborted;
   if (auto lp = pending_logprobs_.find({root, r.sample_index}); lp != pending_logprobs_.end()) {
     o.new_logprobs = std::move(lp->second);
     pending_logprobs_.erase(lp);

@@ -116,7 +116,13 @@ class SchemaConverter {
   ExprId string_expr(const Json& schema) {
     const bool has_len = schema.contains("minLength") || schema.contains("maxLength");
     std::string pattern;
-    if (schema.contains("format")) {
+    // A pattern beside a format is what is generated: Draft 2020-12 asserts the pattern and reads
+    // the format as an annotation, and writers that give both (zod's z.email(), z.iso.date(), ...)
+    // spell the format out in the pattern.
+    if (schema.contains("pattern")) {
+      if (!schema["pattern"].is_string()) throw GrammarError("JSON Schema 'pattern' must be a string");
+      pattern = schema["pattern"].get<std::string>();
+    } else if (schema.contains("format")) {
       const std::string f = schema["format"].is_string() ? schema["format"].get<std::string>() : "";
       static const std::map<std::string, std::string> kFormats = {
           {"date", R"([0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01]))"},
@@ -129,10 +135,6 @@ class SchemaConverter {
       auto it = kFormats.find(f);
       if (it == kFormats.end()) unsupported(fmt::format("keyword 'format' value '{}'", f));
       pattern = it->second;
-      if (schema.contains("pattern")) unsupported("keyword 'pattern' together with 'format'");
-    } else if (schema.contains("pattern")) {
-      if (!schema["pattern"].is_string()) throw GrammarError("JSON Schema 'pattern' must be a string");
-      pattern = schema["pattern"].get<std::string>();
     }
     if (!pattern.empty() || schema.contains("pattern")) {
       if (has_len) unsupported("keyword 'minLength'/'maxLength' together with 'pattern' or 'format'");

@@ -346,8 +346,10 @@ void EngineService::dispatch(std::vector<RequestOutput>& outputs) {
       ++root.finished_samples;
     }
     // A stop string ends a choice only after its first token, when its siblings exist already.
+    // The samples fork at the root's first token: a root aborted with tokens out (a grammar's dead
+    // end) has forked them, and they report their own ends.
     const bool ended_before_fork = o.finished && o.sample_index == 0 && root.n > 1 && !root.child_seen &&
-                                   u.finish_reason != FinishReason::kStop &&
+                                   produced == 0 && u.finish_reason != FinishReason::kStop &&
                                    (o.finish_reason == FinishReason::kAborted || o.finish_reason == FinishReason::kRejected);
     std::shared_ptr<RequestStream> stream = root.stream;
     stream->push(std::move(u));

@@ -162,3 +162,15 @@ def test_metrics_count_structured_requests(server):
     regex = [l for l in text.splitlines() if l.startswith("pagedkv:structured_output_requests_total") and 'kind="regex"' in l]
     assert regex and float(regex[0].split()[-1]) >= 1, text
     assert any(l.startswith("pagedkv:grammar_compile_seconds_total") for l in text.splitlines())
+
+
+def test_grammar_dead_end_is_abort_not_stop(server):
+    # stories260K's tok512.bin spells "é" (a piece of its own) but no Greek letter (run.c prints no
+    # lone byte above 0x7F): after "é" nothing continues the regex. The output is incomplete, so
+    # its finish_reason is "abort", never "stop".
+    body = {"prompt": "Once upon a time", "max_tokens": 20, "temperature": 1.0, "n": 2, "seed": 4,
+            "structured_outputs": {"regex": "é[αβγ]{2}"}}
+    for c in post(server, "/v1/completions", body)["choices"]:
+        assert c["finish_reason"] == "abort" and c["text"] == "é", c
+    for text, reason in streamed_texts(stream(server, "/v1/completions", body), chat=False):
+        assert reason == "abort" and text == "é", (text, reason)

@@ -51,6 +51,18 @@ TEST(ModelChatTemplate, RequestFieldsReachTheTemplate) {
   EXPECT_THROW(parse_chat_template_input(R"({"messages": [{"role": "user", "content": "x"}], "tools": 3})"), ApiError);
 }
 
+TEST(ModelChatTemplate, TextPartsReachTheTemplateAsOneString) {
+  // LangChain sends a message's content blocks as parts, a tool's result included; templates add
+  // content to strings.
+  const ChatTemplateInput input = parse_chat_template_input(R"({"messages": [
+      {"role": "user", "content": [{"type": "text", "text": "Hi "}, {"type": "text", "text": "there"}]},
+      {"role": "assistant", "content": [], "tool_calls": [{"id": "c1", "type": "function",
+        "function": {"name": "f", "arguments": "{}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "12:00"}]}]})");
+  const ModelChatTemplate t("{% for m in messages %}[{{ m.role + ':' + m.content }}]{% endfor %}", "", "");
+  EXPECT_EQ(t.render_text(input), "[user:Hi there][assistant:][tool:12:00]");
+}
+
 TEST(ModelChatTemplate, TemplateErrorsAre400s) {
   const ModelChatTemplate gemma_like(
       "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"

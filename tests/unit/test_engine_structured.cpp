@@ -203,6 +203,37 @@ TEST(EngineStructured, VocabularyHoldsEachTokensRawBytes) {
                ConfigError);
 }
 
+TEST(EngineStructured, GrammarDeadEndIsAbortedNotStopped) {
+  // tok512.bin prints no lone byte above 0x7F (run.c's safe_printf), so its vocabulary spells é
+  // (a piece of its own) but no Greek letter: after "é" nothing continues the regex.
+  PAGEDKV_REQUIRE_MODELS(dir);
+  LoadedModel loaded = load_model_file((dir / "stories260K.bin").string(), (dir / "tok512.bin").string());
+  auto vocabulary = make_grammar_vocabulary(*loaded.tokenizer, {Tokenizer::kBos}, loaded.model->config().vocab_size);
+  auto dead_end = g::compile_grammar(g::GrammarKind::kRegex, "é[αβγ]{2}", vocabulary);
+  EngineConfig cfg;
+  cfg.check_invariants = true;
+  LLMEngine engine(*loaded.model, cfg);
+  for (const int n : {1, 3}) {
+    GenerationRequest r;
+    r.prompt = loaded.tokenizer->encode("Once upon a time", true);
+    r.stop.max_tokens = 20;
+    r.stop.eos_token_id = Tokenizer::kBos;
+    r.sampling.temperature = 1.0f;
+    r.sampling.seed = 7;
+    r.n = n;
+    r.grammar = dead_end;
+    engine.add_request(std::move(r));
+  }
+  const std::vector<RequestOutput> done = engine.run_to_completion();
+  ASSERT_EQ(done.size(), 4u);
+  for (const RequestOutput& o : done) {
+    EXPECT_EQ(o.finish_reason, FinishReason::kAborted) << finish_reason_name(o.finish_reason);
+    std::string text;
+    for (TokenId id : o.output) text += vocabulary->bytes(id);
+    EXPECT_EQ(text, "é");
+  }
+}
+
 TEST(EngineStructured, GrammarEndsTheRequestAndRefusesBeamSearch) {
   PAGEDKV_REQUIRE_MODELS(dir);
   LoadedModel loaded = load_model_file((dir / "stories260K.bin").string(), (dir / "tok512.bin").string());

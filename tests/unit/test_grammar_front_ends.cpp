@@ -262,6 +262,12 @@ TEST(GrammarJsonSchema, StringsLengthPatternFormat) {
   const Language dt(GrammarKind::kJsonSchema, R"({"type":"string","format":"date-time"})");
   EXPECT_TRUE(dt.accepts(R"("2024-01-31T23:59:60Z")") == false);
   EXPECT_TRUE(dt.accepts(R"("2024-01-31T23:59:59.123+01:00")"));
+  // Beside a pattern, a format (even one not known here) is an annotation: the pattern decides.
+  const Language both(GrammarKind::kJsonSchema, R"({"type":"string","format":"email","pattern":"^[a-z]{2}@x\\.io$"})");
+  EXPECT_TRUE(both.accepts(R"("ab@x.io")"));
+  EXPECT_FALSE(both.accepts(R"("abc@x.io")"));
+  const Language unknown(GrammarKind::kJsonSchema, R"({"type":"string","format":"hostname","pattern":"^h[0-9]$"})");
+  EXPECT_TRUE(unknown.accepts(R"("h1")"));
 }
 
 TEST(GrammarJsonSchema, ArraysPrefixItemsAndBounds) {

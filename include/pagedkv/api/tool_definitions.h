@@ -55,7 +55,8 @@ ToolRequest parse_tool_request(const nlohmann::ordered_json& body, const ToolLim
 // Checks the tool-calling fields of chat messages (role "tool" with "tool_call_id"; an assistant's
 // "tool_calls" with id, type "function", function.name and function.arguments) and rewrites the
 // messages as chat templates expect them, as vLLM does: an argument string holding a JSON object
-// becomes that object (templates print it with tojson), a null content becomes "".
+// becomes that object (templates print it with tojson), a null content becomes "", a list of
+// text parts one string.
 // ApiError 400 (param "messages") for a malformed tool call or tool message.
 nlohmann::ordered_json messages_for_template(const nlohmann::ordered_json& messages);
 

@@ -73,8 +73,10 @@ struct GenerationRequest {
   // a sentence of this grammar. Before each draw the tokens the grammar does not allow next are
   // masked out of the (adjusted) logits; a stop token is allowed only where the output is
   // complete, and the grammar's stop ids (its vocabulary's) end the request whatever ignore_eos
-  // says, with finish reason stop. Compile it off the engine thread (grammar::GrammarCache). Its
-  // vocabulary must not be larger than the model's; not with beam search.
+  // says, with finish reason stop. Where the grammar comes to a dead end (what must come next is
+  // spelled by no token of the vocabulary) a stop token ends the output, with finish reason
+  // aborted. Compile it off the engine thread (grammar::GrammarCache). Its vocabulary must not be
+  // larger than the model's; not with beam search.
   std::shared_ptr<const grammar::CompiledGrammar> grammar;
 
   // The finished outputs the request reports: its n samples, or its beam search's hypotheses.
