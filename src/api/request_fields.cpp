@@ -94,7 +94,7 @@ const std::vector<FieldRule>& rules() {
         {"truncate_prompt_tokens", kBoth, Support::kUnimplemented},
         {"allowed_token_ids", kBoth, Support::kUnimplemented},
         {"bad_words", kBoth, Support::kUnimplemented, {empty_list}},
-        {"prompt_logprobs", kBoth, Support::kUnimplemented},
+        {"prompt_logprobs", kBoth, Support::kImplemented},
         {"return_tokens_as_token_ids", kBoth, Support::kImplemented},
         {"return_token_ids", kBoth, Support::kImplemented},
         {"logits_processors", kBoth, Support::kUnimplemented},
