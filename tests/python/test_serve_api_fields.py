@@ -91,6 +91,9 @@ def test_skip_special_tokens_false_keeps_control_tokens(gguf_server):
     body = dict(prompt="Once upon a time", max_tokens=3, temperature=0, ignore_eos=True, logit_bias={str(eos): 100})
     kept = complete(s, skip_special_tokens=False, **body)["choices"][0]["text"]
     assert kept == eos_text * 3
+    for spaces in (True, False):  # joined with nothing between either way (vLLM's fast-tokenizer path)
+        assert complete(s, skip_special_tokens=False, spaces_between_special_tokens=spaces, **body)["choices"][0][
+            "text"] == kept
     assert complete(s, **body)["choices"][0]["text"] == "", "the default drops control tokens' text"
     assert streamed_text(stream(s, skip_special_tokens=False, **body)) == eos_text * 3
     # Echo shows the prompt's BOS too.

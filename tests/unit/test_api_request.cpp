@@ -236,7 +236,7 @@ TEST(RequestFields, UnimplementedFieldsAreRefusedByNameUnlessNeutral) {
   const Case refused[] = {
       {"best_of", 3, ApiEndpoint::kCompletions},
       {"continue_final_message", true, ApiEndpoint::kChatCompletions},
-      {"spaces_between_special_tokens", false, ApiEndpoint::kCompletions},
+      {"logits_processors", {"x"}, ApiEndpoint::kCompletions},
       {"chat_template", "{{ messages }}", ApiEndpoint::kChatCompletions},
       {"truncate_prompt_tokens", 8, ApiEndpoint::kChatCompletions},
       {"functions", json::array({{{"name", "f"}}}), ApiEndpoint::kChatCompletions},
