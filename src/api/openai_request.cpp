@@ -386,6 +386,10 @@ CompletionRequest parse_completion_request(std::string_view body, ApiEndpoint en
   if (r.use_beam_search && r.stream)
     throw bad("use_beam_search", "beam search does not stream: its hypotheses are known only at the end");
   if (r.use_beam_search && r.logprobs >= 0) throw bad("use_beam_search", "beam search does not return logprobs");
+  if (const json* v = field(j, "prompt_logprobs")) {
+    r.prompt_logprobs = integer_in(*v, "prompt_logprobs", 0, limits.max_logprobs);
+    if (r.use_beam_search) throw bad("prompt_logprobs", "beam search does not return prompt logprobs");
+  }
   bool structured = false;
   for (const char* name : {"response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar"})
     structured = structured || field(j, name) != nullptr;

@@ -90,11 +90,13 @@ const std::vector<FieldRule>& rules() {
         {"min_tokens", kBoth, Support::kImplemented},
         {"include_stop_str_in_output", kBoth, Support::kImplemented},
         {"skip_special_tokens", kBoth, Support::kImplemented},
-        {"spaces_between_special_tokens", kBoth, Support::kUnimplemented, {true}},
+        // Special tokens' text is joined with nothing between, whatever this says: vLLM's detokenizer
+        // does the same for fast (tokenizers-library) tokenizers, where the flag changes nothing.
+        {"spaces_between_special_tokens", kBoth, Support::kInformational},
         {"truncate_prompt_tokens", kBoth, Support::kUnimplemented},
         {"allowed_token_ids", kBoth, Support::kUnimplemented},
         {"bad_words", kBoth, Support::kUnimplemented, {empty_list}},
-        {"prompt_logprobs", kBoth, Support::kUnimplemented},
+        {"prompt_logprobs", kBoth, Support::kImplemented},
         {"return_tokens_as_token_ids", kBoth, Support::kImplemented},
         {"return_token_ids", kBoth, Support::kImplemented},
         {"logits_processors", kBoth, Support::kUnimplemented},

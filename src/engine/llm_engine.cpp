@@ -180,6 +180,10 @@ RequestId LLMEngine::add_request(GenerationRequest g) {
                                  kv_reservation_name(config_.scheduler.kv_reservation)));
   if (g.logprobs < -1) throw UsageError(fmt::format("logprobs must be -1 (none) or at least 0, got {}", g.logprobs));
   if (g.beam_width < 1) throw UsageError(fmt::format("beam_width must be at least 1, got {}", g.beam_width));
+  if (g.prompt_logprobs < -1)
+    throw UsageError(fmt::format("prompt_logprobs must be -1 (none) or at least 0, got {}", g.prompt_logprobs));
+  if (g.beam_width > 1 && g.prompt_logprobs >= 0)
+    throw UsageError(fmt::format("beam search (beam_width = {}) takes no prompt logprobs", g.beam_width));
   if (g.beam_width > 1 && (g.n > 1 || g.logprobs >= 0))
     throw UsageError(fmt::format("beam search (beam_width = {}) takes n = 1 and no logprobs", g.beam_width));
   if (g.beam_width > 1 && config_.scheduler.kv_reservation != KVReservation::kPaged)
@@ -203,6 +207,8 @@ RequestId LLMEngine::add_request(GenerationRequest g) {
   r->kv = Request(RequestId{next_id_++}, std::move(g.prompt));
   r->kv.cache_salt = std::move(g.cache_salt);
   r->kv.lora_id = g.lora_id;
+  // Prompt logprobs need the logits of every prompt position: nothing may come from the cache.
+  r->kv.skip_prefix_cache = g.prompt_logprobs >= 0;
   r->kv.tokens.reserve(static_cast<size_t>(max_model_len_) + 1);
   r->priority = g.priority;
   r->stop = std::move(g.stop);
@@ -227,6 +233,7 @@ RequestId LLMEngine::add_request(GenerationRequest g) {
     samplers_.emplace(std::pair(id.value, k), Sampler(vocab, p));
   }
   if (g.logprobs >= 0) logprobs_[id.value] = g.logprobs;
+  if (g.prompt_logprobs >= 0) prompt_logprobs_[id.value].top_k = g.prompt_logprobs;
   timing_[id].arrival = Clock::now();
   scheduler_.add_request(std::move(r));
   return id;
@@ -347,6 +354,12 @@ RequestOutput LLMEngine::make_output(const SchedulerRequest& r, bool finished) {
     pending_logprobs_.erase(lp);
     if (finished && r.stopped_on_stop_token && !o.new_logprobs.empty()) o.new_logprobs.pop_back();
   }
+  if (r.sample_index == 0 && !prompt_logprobs_.empty())
+    if (auto p = prompt_logprobs_.find(r.kv.id.value); p != prompt_logprobs_.end() && !p->second.reported &&
+                                                       static_cast<int>(p->second.entries.size()) >= r.kv.num_prompt_tokens - 1) {
+      o.prompt_logprobs = std::move(p->second.entries);
+      p->second.reported = true;
+    }
   auto t = timing_.find(r.kv.id);
   if (t != timing_.end() && t->second.scheduled)
     o.queue_ms = ms_between(t->second.arrival, t->second.first_scheduled);
@@ -376,6 +389,7 @@ std::vector<RequestOutput> LLMEngine::step() {
     Logits logits = runner_.forward(batch, arena_);
     const auto f1 = Clock::now();
     stats_.forward_seconds += std::chrono::duration<double>(f1 - f0).count();
+    record_prompt_logprobs(out, logits);
     sample(out, logits, sampled);
   } else {
     stats_.schedule_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
@@ -443,6 +457,8 @@ ForwardBatch LLMEngine::flatten_batch(const SchedulerOutput& out, Clock::time_po
   positions_.clear();
   slots_.clear();
   logits_rows_.clear();
+  prompt_rows_.clear();
+  sample_rows_.assign(R, -1);
   query_start_.assign(1, 0);
   context_lens_.clear();
   batch_tables_.assign(R * static_cast<size_t>(stride), 0);
@@ -478,7 +494,23 @@ ForwardBatch LLMEngine::flatten_batch(const SchedulerOutput& out, Clock::time_po
     }
     query_start_.push_back(static_cast<int32_t>(tokens_.size()));
     context_lens_.push_back(c.first_position + c.num_new_tokens);
-    if (c.samples) logits_rows_.push_back(static_cast<int32_t>(tokens_.size() - 1));
+    // Prompt logprobs: the rows of prompt positions whose next prompt token has no entry yet (a
+    // recomputed prefill after a preemption finds them all there).
+    if (!prompt_logprobs_.empty() && r.sample_index == 0)
+      if (auto p = prompt_logprobs_.find(r.kv.id.value); p != prompt_logprobs_.end() && !p->second.reported) {
+        int next = static_cast<int>(p->second.entries.size()) + 1;  // the prompt index lacking an entry
+        for (int k = 0; k < c.num_new_tokens; ++k) {
+          const int target = c.first_position + k + 1;
+          if (target != next || target >= r.kv.num_prompt_tokens) continue;
+          prompt_rows_.push_back({i, static_cast<int32_t>(logits_rows_.size()), target});
+          logits_rows_.push_back(static_cast<int32_t>(base) + k);
+          ++next;
+        }
+      }
+    if (c.samples) {
+      sample_rows_[i] = static_cast<int32_t>(logits_rows_.size());
+      logits_rows_.push_back(static_cast<int32_t>(tokens_.size() - 1));
+    }
   }
   ForwardBatch batch;
   batch.token_ids = tokens_;
@@ -496,8 +528,16 @@ ForwardBatch LLMEngine::flatten_batch(const SchedulerOutput& out, Clock::time_po
   return batch;
 }
 
+void LLMEngine::record_prompt_logprobs(const SchedulerOutput& out, const Logits& logits) {
+  for (const PromptRow& p : prompt_rows_) {
+    const SchedulerRequest& r = *out.chunks[p.chunk].request;
+    PromptLogprobs& state = prompt_logprobs_.at(r.kv.id.value);
+    state.entries.push_back(
+        compute_logprobs(logits.row(p.logits_index), r.kv.tokens[static_cast<size_t>(p.target)], state.top_k));
+  }
+}
+
 void LLMEngine::sample(const SchedulerOutput& out, const Logits& logits, std::vector<SampledTokens>& sampled) {
-  int li = 0;
   for (size_t i = 0; i < out.chunks.size(); ++i) {
     const ScheduledChunk& c = out.chunks[i];
     // Every token of a chunk but the one that samples is prefill (or re-prefill after a
@@ -506,7 +546,7 @@ void LLMEngine::sample(const SchedulerOutput& out, const Logits& logits, std::ve
     if (!c.samples) continue;
     const SchedulerRequest& r = *c.request;
     const uint64_t root = r.sample_index == 0 ? r.kv.id.value : r.parent.value;
-    auto row = logits.row(li++);
+    auto row = logits.row(sample_rows_[i]);
     if (auto b = beam_root_.find(r.kv.id); b != beam_root_.end()) {
       // A beam: its candidates wait for its siblings' (advance_beams); it appends nothing now.
       log_softmax(row, beams_.at(b->second).pending[r.kv.id]);
@@ -604,6 +644,7 @@ void LLMEngine::retire_finished(std::vector<SchedulerRequest*>& finished, std::v
     samplers_.erase({root, r->sample_index});
     if (!matchers_.empty()) matchers_.erase({root, r->sample_index});
     pending_logprobs_.erase({root, r->sample_index});
+    if (r->sample_index == 0) prompt_logprobs_.erase(r->kv.id.value);
     timing_.erase(r->kv.id);
     scheduler_.release_finished(r->kv.id);
   }

@@ -333,6 +333,7 @@ void EngineService::dispatch(std::vector<RequestOutput>& outputs) {
       u.first = true;
       u.prompt = o.prompt;
       u.cached_tokens = o.prefix_hit_tokens;
+      u.prompt_logprobs = std::move(o.prompt_logprobs);
       sample.announced = true;
     }
     if (o.finished) {

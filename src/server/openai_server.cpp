@@ -289,6 +289,7 @@ void OpenAIServer::install_routes() {
         g.priority = request->priority;
         g.cache_salt = request->cache_salt;
         g.logprobs = request->logprobs;
+        g.prompt_logprobs = request->prompt_logprobs;
         g.grammar = grammar;
         generations.push_back(std::move(g));
       }

@@ -46,6 +46,7 @@ ResponseBuilder::ResponseBuilder(const api::CompletionRequest& request, const Te
       streaming_(request.stream),
       prompt_tokens_(static_cast<size_t>(num_prompts), 0),
       prompt_ids_(static_cast<size_t>(num_prompts)),
+      prompt_logprobs_(static_cast<size_t>(num_prompts)),
       cached_tokens_(static_cast<size_t>(num_prompts), 0) {
   const size_t n = static_cast<size_t>(num_prompts) * static_cast<size_t>(request.n);
   choices_.reserve(n);
@@ -77,15 +78,43 @@ std::string ResponseBuilder::prompt_text(std::span<const TokenId> prompt) const 
   return text;
 }
 
-void ResponseBuilder::take_token_ids(Choice& c, int index, json& choice, json& top) {
-  if (!request_.return_token_ids) return;
-  choice = json::object();
-  choice["token_ids"] = std::exchange(c.unsent_token_ids, {});
-  if (c.prompt_ids_sent) return;
-  c.prompt_ids_sent = true;
-  const json ids = prompt_ids_[static_cast<size_t>(index / request_.n)];
-  if (chat_) top = {{"prompt_token_ids", ids}};  // vLLM's chat: on the response, not the choice
-  else choice["prompt_token_ids"] = ids;
+void ResponseBuilder::take_extra_fields(Choice& c, int index, json& choice, json& top) {
+  const size_t p = static_cast<size_t>(index / request_.n);
+  // vLLM's chat has the prompt's fields on the response, completions on each choice.
+  auto prompt_field = [&](const char* name, json value) {
+    json& holder = chat_ ? top : choice;
+    if (holder.is_null()) holder = json::object();
+    holder[name] = std::move(value);
+  };
+  if (request_.return_token_ids) {
+    if (choice.is_null()) choice = json::object();
+    choice["token_ids"] = std::exchange(c.unsent_token_ids, {});
+    if (!c.prompt_ids_sent) {
+      c.prompt_ids_sent = true;
+      prompt_field("prompt_token_ids", prompt_ids_[p]);
+    }
+  }
+  if (request_.prompt_logprobs >= 0 && !c.prompt_logprobs_sent && !prompt_logprobs_[p].is_null()) {
+    c.prompt_logprobs_sent = true;
+    prompt_field("prompt_logprobs", prompt_logprobs_[p]);
+  }
+}
+
+json ResponseBuilder::prompt_logprobs_json(std::span<const TokenId> prompt, std::span<const TokenLogprobs> entries) const {
+  json out = json::array({nullptr});
+  for (size_t i = 0; i < entries.size() && i + 1 < prompt.size(); ++i) {
+    const TokenId prev = prompt[i];
+    const TokenLogprobs& e = entries[i];
+    json position = json::object();
+    for (size_t k = 0; k < e.top.size(); ++k)
+      position[std::to_string(e.top[k].token)] = {
+          {"logprob", e.top[k].logprob}, {"rank", k + 1}, {"decoded_token", logprob_token(prev, e.top[k].token)}};
+    // The prompt's own token, with its rank among all (it may be one of the top ones too).
+    position[std::to_string(e.chosen.token)] = {
+        {"logprob", e.chosen.logprob}, {"rank", e.chosen_rank}, {"decoded_token", logprob_token(prev, e.chosen.token)}};
+    out.push_back(std::move(position));
+  }
+  return out;
 }
 
 std::string ResponseBuilder::take_tokens(Choice& c, const ChoiceUpdate& u, json& chunk_logprobs) {
@@ -149,6 +178,10 @@ std::vector<std::string> ResponseBuilder::apply(const ChoiceUpdate& u) {
     const size_t p = static_cast<size_t>(u.choice / request_.n);
     prompt_tokens_[p] = static_cast<int>(u.prompt.size());
     if (request_.return_token_ids) prompt_ids_[p] = u.prompt;
+    // Sample 0's first update carries them (all, or none when it ended before its first token).
+    if (request_.prompt_logprobs >= 0 && prompt_logprobs_[p].is_null() && !u.prompt.empty() &&
+        u.prompt_logprobs.size() + 1 == u.prompt.size())
+      prompt_logprobs_[p] = prompt_logprobs_json(u.prompt, u.prompt_logprobs);
     cached_tokens_[p] = u.cached_tokens;
     if (!u.prompt.empty()) {
       c.prev = u.prompt.back();
@@ -225,7 +258,7 @@ std::vector<RequestId> ResponseBuilder::take_stop_requests() {
 std::string ResponseBuilder::chunk(int index, const std::string& text, const json& logprobs, const char* finish_reason,
                                    bool first, Choice& c) {
   json ids_fields, top_fields;
-  take_token_ids(c, index, ids_fields, top_fields);
+  take_extra_fields(c, index, ids_fields, top_fields);
   if (!chat_ && logprobs.is_null() && ids_fields.is_null()) {  // one chunk per token and stream: written directly
     return fmt::format(R"({}{},"text":{},"logprobs":null,"finish_reason":{}}}]}})", completion_chunk_head_, index, json_text(json(text)),
                        finish_reason ? fmt::format("\"{}\"", finish_reason) : std::string("null"));
@@ -257,7 +290,7 @@ std::string ResponseBuilder::chat_chunk(int index, json delta, const json& logpr
               {"logprobs", logprobs.is_null() ? json(nullptr) : logprobs},
               {"finish_reason", finish_reason ? json(finish_reason) : json(nullptr)}};
   json ids_fields, top_fields;
-  if (ids_of != nullptr) take_token_ids(*ids_of, index, ids_fields, top_fields);
+  if (ids_of != nullptr) take_extra_fields(*ids_of, index, ids_fields, top_fields);
   if (ids_fields.is_object()) choice.update(ids_fields);
   json out = {{"id", id_},
               {"object", "chat.completion.chunk"},
@@ -347,6 +380,7 @@ json ResponseBuilder::response() const {
       choice["token_ids"] = c.token_ids;
       if (!chat_) choice["prompt_token_ids"] = prompt_ids_[i / static_cast<size_t>(request_.n)];
     }
+    if (request_.prompt_logprobs >= 0 && !chat_) choice["prompt_logprobs"] = prompt_logprobs_[i / static_cast<size_t>(request_.n)];
     choices.push_back(choice);
   }
   json out = {{"id", id_},
@@ -357,6 +391,7 @@ json ResponseBuilder::response() const {
               {"usage", usage()}};
   // vLLM's chat response carries the (one) prompt's ids beside the choices.
   if (request_.return_token_ids && chat_) out["prompt_token_ids"] = prompt_ids_.empty() ? json(nullptr) : json(prompt_ids_[0]);
+  if (request_.prompt_logprobs >= 0 && chat_) out["prompt_logprobs"] = prompt_logprobs_.empty() ? json(nullptr) : prompt_logprobs_[0];
   return out;
 }
 

@@ -91,6 +91,9 @@ def test_skip_special_tokens_false_keeps_control_tokens(gguf_server):
     body = dict(prompt="Once upon a time", max_tokens=3, temperature=0, ignore_eos=True, logit_bias={str(eos): 100})
     kept = complete(s, skip_special_tokens=False, **body)["choices"][0]["text"]
     assert kept == eos_text * 3
+    for spaces in (True, False):  # joined with nothing between either way (vLLM's fast-tokenizer path)
+        assert complete(s, skip_special_tokens=False, spaces_between_special_tokens=spaces, **body)["choices"][0][
+            "text"] == kept
     assert complete(s, **body)["choices"][0]["text"] == "", "the default drops control tokens' text"
     assert streamed_text(stream(s, skip_special_tokens=False, **body)) == eos_text * 3
     # Echo shows the prompt's BOS too.
@@ -138,6 +141,89 @@ def test_return_token_ids_chat_and_tokens_as_ids(server):
     lp = complete(server, prompt="Once upon a time", max_tokens=4, temperature=0, logprobs=1, return_token_ids=True,
                   return_tokens_as_token_ids=True)["choices"][0]
     assert lp["logprobs"]["tokens"] == [f"token_id:{t}" for t in lp["token_ids"]]
+
+
+# ---- prompt_logprobs ----------------------------------------------------------------------------
+
+
+def check_prompt_logprobs_shape(entries, prompt_ids, k):
+    assert len(entries) == len(prompt_ids) and entries[0] is None
+    for i, position in enumerate(entries[1:], start=1):
+        assert str(prompt_ids[i]) in position, i  # the prompt's token, whatever its rank
+        assert sorted(v["rank"] for v in position.values())[:k] == list(range(1, k + 1)), (i, position)
+
+
+def test_prompt_logprobs_match_the_engine_run_token_by_token(server):
+    prompt = "Once upon a time there was a little dog"
+    ids = server.post("/tokenize", {"prompt": prompt}).json()["tokens"]
+    text = lambda tokens: server.post("/detokenize", {"tokens": tokens}).json()["prompt"]
+    r = complete(server, prompt=prompt, max_tokens=1, temperature=0, prompt_logprobs=3)
+    entries = r["choices"][0]["prompt_logprobs"]
+    check_prompt_logprobs_shape(entries, ids, 3)
+    for i in range(1, len(ids)):
+        # The engine's own next-token distribution after ids[:i], as a generation's logprobs.
+        ref = complete(server, prompt=ids[:i], max_tokens=1, temperature=0, logprobs=3,
+                       return_tokens_as_token_ids=True)["choices"][0]["logprobs"]["top_logprobs"][0]
+        top = {f"token_id:{t}": v["logprob"] for t, v in entries[i].items() if v["rank"] <= 3}
+        assert top.keys() == ref.keys(), i
+        for t in top:
+            assert top[t] == pytest.approx(ref[t], abs=1e-4), (i, t)
+        mine = entries[i][str(ids[i])]
+        assert mine["decoded_token"] == text(ids[:i + 1])[len(text(ids[:i])):], i  # the piece it adds to the text
+        if mine["rank"] <= 3:
+            assert mine["logprob"] == pytest.approx(ref[f"token_id:{ids[i]}"], abs=1e-4)
+    # Streamed: the same list, once, with the choice's first chunk.
+    chunks = stream(server, prompt=prompt, max_tokens=3, temperature=0, prompt_logprobs=3)
+    carried = [c["choices"][0]["prompt_logprobs"] for c in chunks if "prompt_logprobs" in c["choices"][0]]
+    assert carried == [entries]
+
+
+def test_prompt_logprobs_match_llama_cpp_logits(tmp_path):
+    """llama.cpp's full logits of its first two greedy steps are the next-token distributions after
+    the prompt and after its first token: the prompt extended by two generated tokens has them as
+    its last two prompt logprobs."""
+    import math
+    gguf = shared_dir() / "models" / "gguf"
+    ref_file = gguf / "ref" / "tiny-llama.f32.p5_once_upon_a_time.json"
+    if not ref_file.exists():
+        pytest.skip(f"{ref_file} is absent (set PAGEDKV_SHARED_DIR)")
+    ref = json.loads(ref_file.read_text())
+    prompt = ref["prompt_ids"] + ref["generated_ids"][:2]
+    with Server("--model", gguf / "tiny-llama.f32.gguf") as s:
+        entries = complete(s, prompt=prompt, max_tokens=1, temperature=0, prompt_logprobs=5)["choices"][0]["prompt_logprobs"]
+    check_prompt_logprobs_shape(entries, prompt, 5)
+    for step in range(2):
+        logits = ref["full_logits"][step]
+        top = max(logits)
+        log_z = top + math.log(sum(math.exp(x - top) for x in logits))
+        position = entries[len(ref["prompt_ids"]) + step]
+        token = ref["generated_ids"][step]
+        assert position[str(token)]["rank"] == 1, "llama.cpp's greedy token is the most likely"
+        for t, v in position.items():
+            assert v["logprob"] == pytest.approx(logits[int(t)] - log_z, abs=1e-3), (step, t)
+            assert v["rank"] == 1 + sum(x > logits[int(t)] for x in logits), (step, t)
+
+
+def test_prompt_logprobs_compute_the_whole_prompt(server):
+    prompt = " ".join(["The little bird sang a happy song in the tall green tree"] * 4)
+    ids = server.post("/tokenize", {"prompt": prompt}).json()["tokens"]
+    assert len(ids) > 40
+    complete(server, prompt=prompt, max_tokens=1)
+    warm = complete(server, prompt=prompt, max_tokens=1)
+    assert warm["usage"]["prompt_tokens_details"]["cached_tokens"] >= 32, "the prefix cache holds it"
+    r = complete(server, prompt=prompt, max_tokens=1, prompt_logprobs=0)
+    assert r["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    entries = r["choices"][0]["prompt_logprobs"]
+    assert len(entries) == len(ids) and all(e is not None and str(t) in e for e, t in zip(entries[1:], ids[1:]))
+    for bad in (dict(prompt_logprobs=21), dict(prompt_logprobs=-1), dict(prompt_logprobs=1, use_beam_search=True, n=2)):
+        b = server.post("/v1/completions", dict(prompt="Once", **bad))
+        assert b.status_code == 400 and b.json()["error"]["param"] in ("prompt_logprobs", "use_beam_search"), bad
+
+
+def test_prompt_logprobs_chat(server):
+    ids = server.post("/tokenize", {"messages": CHAT}).json()["tokens"]
+    r = complete(server, "/v1/chat/completions", messages=CHAT, max_tokens=2, prompt_logprobs=1)
+    check_prompt_logprobs_shape(r["prompt_logprobs"], ids, 1)
 
 
 # ---- suffix: fill-in-the-middle -----------------------------------------------------------------

@@ -236,8 +236,8 @@ TEST(RequestFields, UnimplementedFieldsAreRefusedByNameUnlessNeutral) {
   const Case refused[] = {
       {"best_of", 3, ApiEndpoint::kCompletions},
       {"continue_final_message", true, ApiEndpoint::kChatCompletions},
-      {"spaces_between_special_tokens", false, ApiEndpoint::kCompletions},
-      {"prompt_logprobs", 1, ApiEndpoint::kChatCompletions},
+      {"logits_processors", {"x"}, ApiEndpoint::kCompletions},
+      {"chat_template", "{{ messages }}", ApiEndpoint::kChatCompletions},
       {"truncate_prompt_tokens", 8, ApiEndpoint::kChatCompletions},
       {"functions", json::array({{{"name", "f"}}}), ApiEndpoint::kChatCompletions},
       {"function_call", "auto", ApiEndpoint::kChatCompletions},

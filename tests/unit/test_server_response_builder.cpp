@@ -217,6 +217,54 @@ TEST_F(Tok512Fixture, TokensAsTokenIdsInLogprobs) {
   }
 }
 
+TEST_F(Tok512Fixture, PromptLogprobsInVllmsShape) {
+  const std::vector<TokenId> prompt{1, 403, 407};
+  const std::vector<TokenLogprobs> entries{TokenLogprobs{{403, -0.25f}, {{403, -0.25f}, {385, -1.5f}}, 1},
+                                           TokenLogprobs{{407, -3.0f}, {{383, -0.1f}, {261, -2.0f}}, 4}};
+  for (const auto endpoint : {api::ApiEndpoint::kCompletions, api::ApiEndpoint::kChatCompletions}) {
+    const bool chat = endpoint == api::ApiEndpoint::kChatCompletions;
+    for (const bool stream : {false, true}) {
+      json body = {{"prompt_logprobs", 2}, {"stream", stream}, {"n", 2}};
+      if (chat) body["messages"] = {{{"role", "user"}, {"content", "Hi"}}};
+      else body["prompt"] = "x";
+      api::CompletionRequest req = parse(body, endpoint);
+      ResponseBuilder b(req, *tokenizer_, "id", "m", 0, 1);
+      std::vector<json> chunks;
+      for (int choice = 0; choice < 2; ++choice) {
+        ChoiceUpdate u = update(choice, {378}, true, FinishReason::kLength);
+        u.first = true;
+        u.prompt = prompt;
+        if (choice == 0) u.prompt_logprobs = entries;  // sample 0's first update carries them
+        for (json& c : parsed(b.apply(u))) chunks.push_back(std::move(c));
+      }
+      ASSERT_TRUE(b.done());
+      const json expected = json::array(
+          {nullptr,
+           {{"403", {{"logprob", -0.25f}, {"rank", 1}, {"decoded_token", tokenizer_->decode_piece(1, 403)}}},
+            {"385", {{"logprob", -1.5f}, {"rank", 2}, {"decoded_token", tokenizer_->decode_piece(1, 385)}}}},
+           {{"383", {{"logprob", -0.1f}, {"rank", 1}, {"decoded_token", tokenizer_->decode_piece(403, 383)}}},
+            {"261", {{"logprob", -2.0f}, {"rank", 2}, {"decoded_token", tokenizer_->decode_piece(403, 261)}}},
+            {"407", {{"logprob", -3.0f}, {"rank", 4}, {"decoded_token", tokenizer_->decode_piece(403, 407)}}}}});
+      const json r = b.response();
+      if (chat) {
+        EXPECT_EQ(r["prompt_logprobs"], expected);
+      } else {
+        EXPECT_EQ(r["choices"][0]["prompt_logprobs"], expected);
+        EXPECT_EQ(r["choices"][1]["prompt_logprobs"], expected) << "every choice of the prompt";
+      }
+      if (!stream) continue;
+      int carried = 0;
+      for (const json& c : chunks) {
+        const json& holder = chat ? c : c["choices"][0];
+        if (!holder.contains("prompt_logprobs")) continue;
+        EXPECT_EQ(holder["prompt_logprobs"], expected);
+        ++carried;
+      }
+      EXPECT_EQ(carried, 2) << "once per choice, chat " << chat;
+    }
+  }
+}
+
 TEST(ResponseBuilderSpecialTokens, SkipSpecialTokensFalseKeepsControlTokens) {
   const auto dir = pagedkv::testing::models_dir();
   if (dir.empty()) GTEST_SKIP() << "PAGEDKV_SHARED_DIR/models is absent";

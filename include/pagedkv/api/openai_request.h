@@ -82,6 +82,9 @@ struct CompletionRequest {
   bool include_usage = false;         // stream_options.include_usage
   bool echo = false;                  // completions: the prompt text precedes the completion
   int logprobs = -1;                  // top-k alternatives per token; -1: no logprobs
+  // vLLM extension: each prompt token's logprob and the top-k there; -1: none. The whole prompt
+  // is computed (no prefix-cache hit).
+  int prompt_logprobs = -1;
   int priority = 0;                   // vLLM extension: lower runs first
   std::string cache_salt;             // vLLM extension: prefix-cache isolation between tenants
   bool ignore_eos = false;            // vLLM extension

@@ -69,6 +69,11 @@ struct GenerationRequest {
   // -1: none. k >= 0: each sampled token's log-probability and the k most likely tokens'
   // (RequestOutput::new_logprobs).
   int logprobs = -1;
+  // -1: none. k >= 0: every prompt token after the first gets its log-probability given the
+  // tokens before it, and the k most likely tokens' there (RequestOutput::prompt_logprobs). The
+  // whole prompt is then computed: the request neither reads nor fills the prefix cache. Not with
+  // beam search.
+  int prompt_logprobs = -1;
   // Structured output (docs/structured_output.md): when set, every sample's output is a prefix of
   // a sentence of this grammar. Before each draw the tokens the grammar does not allow next are
   // masked out of the (adjusted) logits; a stop token is allowed only where the output is
@@ -102,6 +107,9 @@ struct RequestOutput {
   // When the request asked for logprobs: one entry per token added to `output` since this
   // request's previous RequestOutput, in order (a forked sample's first token comes with its second).
   std::vector<TokenLogprobs> new_logprobs;
+  // With the request's first output (sample 0's), when it asked for prompt_logprobs: entry i is
+  // prompt token i + 1's, given prompt tokens 0..i.
+  std::vector<TokenLogprobs> prompt_logprobs;
 };
 
 // One step's work in the terms of a step cost model (replay/step_cost_model.h's StepWork):
@@ -206,7 +214,10 @@ class LLMEngine {
   // tables of every KV-cache group), viewing this engine's per-step scratch: valid until the next
   // call. Stamps requests scheduled for the first time with `step_start`.
   ForwardBatch flatten_batch(const SchedulerOutput& out, std::chrono::steady_clock::time_point step_start);
-  // Samples every chunk that samples (`sampled[i]` for chunk i; a beam's candidates wait for
+  // The log-probabilities of the prompt positions flatten_batch asked logits for (prompt_rows_),
+  // appended to their requests' prompt logprobs.
+  void record_prompt_logprobs(const SchedulerOutput& out, const Logits& logits);
+  // Samples every chunk that samples (`sampled[i]` for chunk i, its logits row sample_rows_[i]; a beam's candidates wait for
   // advance_beams instead), with its grammar and logprobs; counts the prompt tokens computed.
   void sample(const SchedulerOutput& out, const Logits& logits, std::vector<SampledTokens>& sampled);
   // Appends the sampled tokens in the scheduler, steps the beam groups; returns the requests
@@ -263,6 +274,22 @@ class LLMEngine {
   std::map<uint64_t, BeamGroup> beams_;                   // root request -> its beams
   std::unordered_map<RequestId, uint64_t> beam_root_;     // beam (live or finishing) -> root
   std::unordered_set<RequestId> pruned_;                  // beams dropped, until their finish is seen
+  // Requests asking for prompt logprobs (root request -> top-k asked, and the entries so far:
+  // entry i is prompt token i + 1's), until their first output hands them over.
+  struct PromptLogprobs {
+    int top_k = 0;
+    std::vector<TokenLogprobs> entries;
+    bool reported = false;
+  };
+  std::unordered_map<uint64_t, PromptLogprobs> prompt_logprobs_;
+  // Per-step scratch: the logits rows of prompt positions (chunk, row in the logits, prompt index).
+  struct PromptRow {
+    size_t chunk;
+    int32_t logits_index;
+    int target;
+  };
+  std::vector<PromptRow> prompt_rows_;
+  std::vector<int32_t> sample_rows_;  // per chunk: its sampling row's index in the logits, or -1
   // Logprobs of tokens sampled this step, until make_output hands them over.
   std::map<std::pair<uint64_t, int>, std::vector<TokenLogprobs>> pending_logprobs_;
   std::unordered_map<RequestId, Timing> timing_;

@@ -18,6 +18,7 @@ struct TokenLogprob {
 struct TokenLogprobs {
   TokenLogprob chosen;
   std::vector<TokenLogprob> top;  // the k most likely, most likely first (ties: lower id first)
+  int chosen_rank = 0;  // 1 + the number of tokens strictly more likely than the chosen one (vLLM's rank)
 };
 
 // `logits`: one row (vocab_size values). `top_k` is clamped to the vocabulary; 0 gives no `top`.

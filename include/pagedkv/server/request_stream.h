@@ -30,6 +30,9 @@ struct ChoiceUpdate {
   bool first = false;
   std::vector<TokenId> prompt;
   int cached_tokens = 0;
+  // With the first update of a prompt's sample 0, when prompt logprobs were asked for: entry i is
+  // prompt token i + 1's (GenerationRequest::prompt_logprobs).
+  std::vector<TokenLogprobs> prompt_logprobs;
   std::string error;                   // the engine refused the request (finish_reason kRejected)
 };
 

@@ -74,6 +74,7 @@ class ResponseBuilder {
     std::vector<TokenId> token_ids;
     std::vector<TokenId> unsent_token_ids;
     bool prompt_ids_sent = false;  // streamed: the first chunk carries the prompt's ids
+    bool prompt_logprobs_sent = false;  // streamed: the first chunk once they are known
     // logprobs, completions shape: tokens, token_logprobs, top_logprobs, text_offset; chat: content.
     nlohmann::json logprob_tokens = nlohmann::json::array();
     nlohmann::json logprob_values = nlohmann::json::array();
@@ -91,9 +92,13 @@ class ResponseBuilder {
   std::string logprob_token(TokenId prev, TokenId token) const;
   // The echoed prompt's text.
   std::string prompt_text(std::span<const TokenId> prompt) const;
-  // return_token_ids, streamed: the fields a chunk of `c` adds, to its choice and to the chunk
-  // itself (the prompt's ids with a choice's first chunk); both null without return_token_ids.
-  void take_token_ids(Choice& c, int index, nlohmann::json& choice, nlohmann::json& top);
+  // Streamed: the fields a chunk of `c` adds besides text and logprobs, to its choice and to the
+  // chunk itself (return_token_ids: the new tokens' ids, and the prompt's with a choice's first
+  // chunk; prompt_logprobs: once); both null when there are none.
+  void take_extra_fields(Choice& c, int index, nlohmann::json& choice, nlohmann::json& top);
+  // vLLM's prompt_logprobs list: null for the first token, then per token a dict of token id ->
+  // {logprob, rank, decoded_token} holding the prompt's token and the top-k.
+  nlohmann::json prompt_logprobs_json(std::span<const TokenId> prompt, std::span<const TokenLogprobs> entries) const;
   // A chat chunk with `delta` (the tool-calling path).
   std::string chat_chunk(int index, nlohmann::json delta, const nlohmann::json& logprobs, const char* finish_reason,
                          Choice* ids_of = nullptr);
@@ -111,6 +116,7 @@ class ResponseBuilder {
   std::vector<Choice> choices_;
   std::vector<int> prompt_tokens_;   // per prompt
   std::vector<std::vector<TokenId>> prompt_ids_;  // per prompt, for return_token_ids
+  std::vector<nlohmann::json> prompt_logprobs_;   // per prompt, once known (null before)
   std::vector<int> cached_tokens_;   // per prompt
   int finished_choices_ = 0;
   std::vector<RequestId> stop_requests_;
