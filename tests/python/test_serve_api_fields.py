@@ -11,15 +11,9 @@ import requests
 
 from conftest import shared_dir
 from serve_support import Server, gguf_with_metadata_u32, pagedkv_bin, sse_events, wait_until
+from test_serve import models_dir
 
 pytestmark = pytest.mark.skipif(not pagedkv_bin().exists(), reason=f"{pagedkv_bin()} is not built")
-
-
-def models_dir():
-    d = shared_dir() / "models"
-    if not (d / "stories260K.bin").exists():
-        pytest.skip(f"{d}/stories260K.bin is absent (set PAGEDKV_SHARED_DIR)")
-    return d
 
 
 @pytest.fixture(scope="module")
