@@ -133,7 +133,7 @@ void OpenAIServer::install_routes() {
   http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     // Known routes only: a label per arbitrary path would let clients grow the metrics without bound.
     static const std::set<std::string> kRoutes{"/v1/completions", "/v1/chat/completions", "/v1/models", "/health",
-                                               "/metrics", "/tokenize", "/detokenize", "/reset_prefix_cache", "/version",
+                                               "/metrics", "/tokenize", "/detokenize", "/apply-template", "/reset_prefix_cache", "/version",
                                                "/kv_events", "/dashboard", "/dashboard/state", "/"};
     metrics_.count_http_request(kRoutes.contains(req.path) ? req.path : "other");
     if (res.status >= 400) metrics_.count_http_error(res.status);
@@ -215,6 +215,19 @@ void OpenAIServer::install_routes() {
                        : api::encode_bounded(tokenizer_, api::render_chat(model_.chat_template, request.messages), request.add_special_tokens,
                                         model_.limits.max_model_len, "messages");
     send_json(res, 200, {{"tokens", tokens}, {"count", tokens.size()}, {"max_model_len", model_.limits.max_model_len}});
+  });
+  // llama-server's /apply-template: a chat request's template fields in, the rendered prompt out.
+  http.Post("/apply-template", [this](const httplib::Request& req, httplib::Response& res) {
+    api::TokenizeRequest request = api::parse_tokenize_request(req.body);
+    if (request.prompt) throw api::ApiError(400, "'messages' is required", "messages", "missing_field");
+    if (!model_.model_template) api::refuse_tools_in_built_in_template(request.chat_input, model_.chat_template);
+    std::string prompt;
+    if (model_.model_template) {
+      prompt = model_.model_template->render_text(request.chat_input);
+    } else {
+      for (const PromptPart& part : api::render_chat(model_.chat_template, request.messages)) prompt += part.text;
+    }
+    send_json(res, 200, {{"prompt", prompt}});
   });
   http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
     const std::vector<TokenId> tokens = api::parse_detokenize_request(req.body, model_.limits.vocab_size);

@@ -411,3 +411,34 @@ def test_bench_serve_base_url_with_v1_and_chat_endpoint(server):
     bad = subprocess.run([str(pagedkv_bin()), "bench", "serve", "--base-url", server.base_url, "--endpoint", "embeddings"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0 and "--endpoint" in bad.stdout + bad.stderr
+
+
+# ---- the rendered prompt: /apply-template, --bos-token / --eos-token, markers the vocabulary lacks --
+
+def test_apply_template_bos_eos_tokens_and_missing_markers(tmp_path):
+    """POST /apply-template answers the prompt the chat template renders (llama-server's shape:
+    tools and add_generation_prompt honoured); --bos-token / --eos-token replace the vocabulary's
+    texts in the template; markers the vocabulary has no token for are named in a warning at start."""
+    model = models_dir() / "stories260Ktok512.gguf"
+    template = tmp_path / "t.jinja"
+    template.write_text("{{ bos_token }}|{% for m in messages %}<|im_start|>{{ m.role }}:{{ m.content }}{% endfor %}"
+                        "{% if tools %}[{{ tools | length }} tools]{% endif %}"
+                        "{% if add_generation_prompt %}<|im_start|>assistant:{% endif %}|{{ eos_token }}")
+    messages = [{"role": "user", "content": "Hi"}]
+    with Server("--model", model, "--context-length", "256", "--chat-template", template) as s:
+        out = s.post("/apply-template", {"messages": messages})
+        assert out.status_code == 200, out.text
+        assert out.json() == {"prompt": "<s>|<|im_start|>user:Hi<|im_start|>assistant:|</s>"}
+        tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+        out = s.post("/apply-template", {"messages": messages, "tools": [tool], "add_generation_prompt": False})
+        assert out.json() == {"prompt": "<s>|<|im_start|>user:Hi[1 tools]|</s>"}
+        assert s.post("/apply-template", {"prompt": "Hi"}).status_code == 400
+        assert s.post("/apply-template", {"messages": "Hi"}).status_code == 400
+        log = s.read_output()
+        assert "warning: the chat template writes a marker that the vocabulary has no token for " \
+               "(rendered as plain text): <|im_start|>\n" in log, log
+    with Server("--model", model, "--context-length", "256", "--chat-template", template,
+                "--bos-token", "[BOS]", "--eos-token", "[EOS]") as s:
+        out = s.post("/apply-template", {"messages": messages})
+        assert out.json() == {"prompt": "[BOS]|<|im_start|>user:Hi<|im_start|>assistant:|[EOS]"}
+        assert "has no token for (rendered as plain text): <|im_start|> [BOS] [EOS]\n" in s.read_output()

@@ -5,6 +5,7 @@
 // new requests get 503, accepted requests get --drain-timeout-s to finish (the rest are aborted and
 // still answered), the KV tiers are flushed (a warm restart finds the disk tier), exit 0.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <signal.h>
 
 #include <atomic>
@@ -36,6 +37,7 @@ namespace {
 struct ServeOptions {
   std::string model, tokenizer, served_model_name;
   std::string chat_template;  // a Jinja file replacing the model's tokenizer.chat_template
+  std::string bos_token, eos_token;  // the template's bos_token / eos_token where the vocabulary names none
   std::string tool_call_parser = "auto";  // a syntax name, "auto" (from the template) or "none"
   std::string host = "127.0.0.1";
   int port = 8000;
@@ -112,9 +114,20 @@ std::shared_ptr<const api::ModelChatTemplate> load_model_template(const ServeOpt
                                                                       const TextTokenizer& tokenizer) {
   if (source.empty()) return nullptr;
   try {
-    auto t = std::make_shared<const api::ModelChatTemplate>(source, token_text(tokenizer, tokenizer.bos_id()),
-                                                               token_text(tokenizer, tokenizer.eos_id()));
+    const std::string bos = o.bos_token.empty() ? token_text(tokenizer, tokenizer.bos_id()) : o.bos_token;
+    const std::string eos = o.eos_token.empty() ? token_text(tokenizer, tokenizer.eos_id()) : o.eos_token;
+    auto t = std::make_shared<const api::ModelChatTemplate>(source, bos, eos);
     t->check();
+    // A marker the vocabulary has no token for is rendered as plain text: the model sees
+    // something other than what it was trained on (a template meant for another model).
+    std::vector<std::string> missing;
+    for (const std::string& m : t->markers()) {
+      const PromptPart part{m, true};
+      if (tokenizer.encode_parts(std::span(&part, 1), false).size() != 1) missing.push_back(m);
+    }
+    if (!missing.empty())
+      fmt::print(stderr, "pagedkv serve: warning: the chat template writes {} that the vocabulary has no token for "
+                         "(rendered as plain text): {}\n", missing.size() == 1 ? "a marker" : "markers", fmt::join(missing, " "));
     return t;
   } catch (const ConfigError& e) {
     throw ConfigError(fmt::format("{}: {}", o.chat_template.empty() ? o.model + " (tokenizer.chat_template)" : o.chat_template,
@@ -254,6 +267,8 @@ const CommandRegistration kServeCommand{Command{
       sub.add_option("--context-length", o->context_length, "GGUF: replaces the file's context length (llama.cpp's n_ctx)");
       sub.add_option("--chat-template", o->chat_template,
                      "a Jinja chat template file replacing the model's own (tokenizer.chat_template)");
+      sub.add_option("--bos-token", o->bos_token, "the chat template's bos_token (default: the vocabulary's BOS text)");
+      sub.add_option("--eos-token", o->eos_token, "the chat template's eos_token (default: the vocabulary's EOS text)");
       sub.add_option("--tool-call-parser", o->tool_call_parser,
                      fmt::format("how the model writes tool calls ({}; auto: from the chat template)",
                                  api::tool_call_parser_names()))

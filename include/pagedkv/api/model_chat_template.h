@@ -48,6 +48,8 @@ class ModelChatTemplate {
   // Renders a one-message conversation; ConfigError naming the template's failure if it cannot.
   void check() const;
 
+  // The special-token texts the template writes (its string literals that look like markers,
+  // bos_token and eos_token), longest first: render() makes each one a special part.
   const std::vector<std::string>& markers() const { return markers_; }
 
  private:
