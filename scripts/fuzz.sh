@@ -3,6 +3,8 @@
 #   scripts/fuzz.sh                  lists the targets, one a line
 #   scripts/fuzz.sh TARGET SECONDS   builds build-fuzz/TARGET and runs it for SECONDS; exits
 #                                    non-zero on a crash (the crashing input is left in build-fuzz/)
+#   scripts/fuzz.sh TARGET 0         builds it only
+# Objects compile JOBS at a time (default: the cores).
 # Seeds come from tests/fuzz/corpus/TARGET; new inputs the fuzzer finds go to a working copy in
 # build-fuzz/corpus/TARGET, never into the source tree.
 set -euo pipefail
@@ -93,9 +95,9 @@ flags=(-std=c++20 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,addre
 objects=()
 # shellcheck disable=SC2086
 for src in "tests/fuzz/fuzz_$target.cpp" ${SOURCES[$target]}; do
-  # The targets share the library's objects (same flags; CI builds two targets at a time). An
-  # object newer than its source and every header is reused; a new one appears under its name
-  # only whole (built aside, then renamed), so no target links another's half-written object.
+  # The targets share the library's objects (same flags). An object newer than its source and
+  # every header is reused; a new one appears under its name only whole (built aside, then
+  # renamed), so no target links another's half-written object.
   case $src in
     tests/fuzz/*) obj="$out/obj/$target/$(basename "${src%.cpp}").o" ;;
     *) obj="$shared_objects/$(echo "${src%.cpp}" | tr / _).o" ;;
@@ -110,15 +112,18 @@ for src in "tests/fuzz/fuzz_$target.cpp" ${SOURCES[$target]}; do
     *quantized_kernels_avx512.cpp | *block_dot_avx512.cpp | *_vnni_avx512.cpp) extra+=(-mavx512vnni) ;;
   esac
   if [ ! "$obj" -nt "$src" ] || [ -n "$(find include src tests/fuzz -name '*.h' -newer "$obj" -print -quit)" ]; then
-    "$CXX" "${flags[@]}" "${extra[@]}" $(pkg-config --cflags fmt) -c "$src" -o "$obj.$$.tmp"
-    mv -f "$obj.$$.tmp" "$obj"
+    while [ "$(jobs -rp | wc -l)" -ge "${JOBS:-$(nproc)}" ]; do wait -n; done
+    "$CXX" "${flags[@]}" "${extra[@]}" $(pkg-config --cflags fmt) -c "$src" -o "$obj.$$.tmp" && mv -f "$obj.$$.tmp" "$obj" &
   fi
   objects+=("$obj")
 done
+# Every compile must have succeeded (wait -n reports each job's status).
+while [ -n "$(jobs -rp)" ]; do wait -n || { echo "fuzz.sh: a compile failed" >&2; exit 1; }; done
 # shellcheck disable=SC2086
 "$CXX" -fsanitize=fuzzer,address,undefined -fopenmp "${objects[@]}" $(pkg-config --libs fmt ${LIBS[$target]:-}) -o "$binary"
 cp -n tests/fuzz/corpus/"$target"/* "$out/corpus/$target/" 2>/dev/null || true
 shared_seeds "$target" "$out/corpus/$target"
+[ "$seconds" = 0 ] && exit 0
 echo "fuzz.sh: running $target for $seconds s"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   "$binary" -max_total_time="$seconds" -print_final_stats=1 -artifact_prefix="$out/$target-" \

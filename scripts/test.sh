@@ -47,7 +47,11 @@ stage "install: cmake --install, find_package, pkg-config, pip install ., both e
 tests/install/test_install.sh build
 stage "fuzzing: every target of scripts/fuzz.sh for ${FUZZ_SECONDS:=10} s (libFuzzer, ASan+UBSan)"
 mkdir -p build-fuzz
-# JOBS targets at a time (each builds its own objects, then fuzzes on one core).
+# Built one target at a time (its objects JOBS at a time, shared with the next targets: each
+# object compiles once), then fuzzed JOBS targets at a time, one core each.
+for target in $(scripts/fuzz.sh); do
+  scripts/fuzz.sh "$target" 0 > "build-fuzz/$target.build.log" 2>&1 || { echo "$target: build FAILED"; tail -40 "build-fuzz/$target.build.log"; exit 1; }
+done
 export FUZZ_SECONDS
 scripts/fuzz.sh | xargs -P "$JOBS" -I{} bash -c \
   'scripts/fuzz.sh {} "$FUZZ_SECONDS" > build-fuzz/{}.log 2>&1 || { echo "{}: FAILED"; tail -40 build-fuzz/{}.log; exit 255; }'
