@@ -163,9 +163,9 @@ int RouterServer::bind() {
   return static_cast<api::HttpListener&>(*http_).bind_with_backlog(options_.host, options_.port, options_.listen_backlog);
 }
 
-void RouterServer::serve() { http_->listen_after_bind(); }
+void RouterServer::serve() { static_cast<api::HttpListener&>(*http_).serve_until_stopped(); }
 
-void RouterServer::stop() { http_->stop(); }
+void RouterServer::stop() { static_cast<api::HttpListener&>(*http_).stop_serving(); }
 
 RoutingPlan RouterServer::plan(const std::string& body, ApiEndpoint endpoint) const {
   RoutingPlan p;

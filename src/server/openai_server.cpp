@@ -95,9 +95,9 @@ int OpenAIServer::bind() {
   return static_cast<api::HttpListener&>(*http_).bind_with_backlog(options_.host, options_.port, options_.listen_backlog);
 }
 
-void OpenAIServer::serve() { http_->listen_after_bind(); }
+void OpenAIServer::serve() { static_cast<api::HttpListener&>(*http_).serve_until_stopped(); }
 
-void OpenAIServer::stop() { http_->stop(); }
+void OpenAIServer::stop() { static_cast<api::HttpListener&>(*http_).stop_serving(); }
 
 std::shared_ptr<const grammar::CompiledGrammar> OpenAIServer::compile(const api::StructuredOutputRequest& spec) {
   std::call_once(grammar_once_, [this] {

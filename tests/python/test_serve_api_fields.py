@@ -374,10 +374,15 @@ def test_phase_and_step_metrics_appear_and_move(server):
     prompt = "A cat named Zed sat"  # a salt of its own: no prefix-cache hit, the whole prompt is computed
     prompt_tokens = len(server.post("/tokenize", {"prompt": prompt}).json()["tokens"])
     complete(server, prompt=prompt, max_tokens=9, ignore_eos=True, cache_salt="metrics-test", temperature=0)
-    after = server.metrics()
+    after = {}
 
     def delta(name):
-        return after[(name, frozenset())] - before.get((name, frozenset()), 0)
+        return after.get((name, frozenset()), 0) - before.get((name, frozenset()), 0)
+
+    def recorded():  # the engine thread records a finished request's figures as its answer leaves
+        after.update(server.metrics())
+        return delta("vllm:request_decode_time_seconds_count") >= 1
+    wait_until(recorded, 10, what="the request's phase metrics")
 
     assert delta("vllm:request_prefill_time_seconds_count") == 1
     assert delta("vllm:request_decode_time_seconds_count") == 1

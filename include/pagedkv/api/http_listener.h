@@ -12,11 +12,14 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "pagedkv/api/api_error.h"
@@ -154,7 +157,25 @@ class HttpListener : public httplib::Server {
     return bound;
   }
 
+  // Serves on the bound socket until stop_serving(). httplib's own stop() does nothing before its
+  // listener runs, so a stop that comes first (a signal right after start-up) would leave the
+  // listener accepting for ever: a stop asked for before serving starts makes it return at once,
+  // and one asked for meanwhile is repeated until the listener has taken it.
+  void serve_until_stopped() {
+    serving_ = true;
+    if (!stop_requested_) listen_after_bind();
+    serving_ = false;
+  }
+  void stop_serving() {
+    stop_requested_ = true;
+    while (serving_) {
+      stop();
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+
  private:
+  std::atomic<bool> serving_{false}, stop_requested_{false};
   // cpp-httplib keeps one pre-routing handler: the steps run in the order they were added, the
   // first that answers ends the chain.
   using PreRouting = std::function<HandlerResponse(const httplib::Request&, httplib::Response&)>;
