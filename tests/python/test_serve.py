@@ -513,6 +513,21 @@ def test_prometheus_scrapes_the_server(server, tmp_path):
 
 # ---- shutdown -----------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("command", ["serve", "router"])
+def test_sigterm_right_after_start_up_stops_the_process(command):
+    """A SIGTERM in the moment after 'listening on' (before the listener thread runs) still stops
+    the process, several times over."""
+    models_dir()
+    for _ in range(5):
+        args = ["--backend", "http://127.0.0.1:1"] if command == "router" else []
+        s = Server(*args, command=command)
+        s.proc.send_signal(signal.SIGTERM)
+        try:
+            assert s.proc.wait(timeout=15) == 0
+        finally:
+            s.kill()
+
+
 def test_sigterm_drains_in_flight_requests(tmp_path):
     models_dir()
     s = Server("--disk-cache-dir", tmp_path / "disk", "--drain-timeout-s", "60")
