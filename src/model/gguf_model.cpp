@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <limits>
+#include <span>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -149,10 +151,14 @@ class Loader {
         // ignores phi3's attention.sliding_window (its SWA is disabled), and so do we.
         c.rope_style = RopeStyle::kHalves;
         c.scale_queries = true;
-        for (const char* name : {"rope_factors_long.weight", "rope_factors_short.weight"})
-          if (f_.find_tensor(name) != nullptr)
-            fail(fmt::format("has the tensor '{}': LongRoPE scaling is not supported", name));
         refuse_key_unless("rope.scaling.factor", 1);
+        // LongRoPE (Phi-3 128k, Phi-3.5, Phi-4-mini), as llama.cpp runs it: the frequency
+        // divisors are the long factors when the context (seq_len, llama.cpp's n_ctx_seq) exceeds
+        // rope.scaling.original_context_length (default: the file's context_length), else the
+        // short ones, fixed at load; rope.scaling.attn_factor (default 1) scales cos and sin.
+        if (f_.find_tensor("rope_factors_long.weight") || f_.find_tensor("rope_factors_short.weight"))
+          c.rope_original_context = hparam("rope.scaling.original_context_length", hparam("context_length"));
+        c.rope_attn_factor = fparam("rope.scaling.attn_factor", 1.0);
         break;
       case Arch::kGemma2:
         c.rope_style = RopeStyle::kHalves;
@@ -204,6 +210,16 @@ class Loader {
     w.output = tied ? w.token_embedding : tensor("output.weight", d, c.vocab_size);
     c.shared_classifier = tied;
     if (arch == Arch::kLlama) w.rope_freqs = tensor("rope_freqs.weight", c.rotary_dims() / 2, 1, false);
+    if (c.rope_original_context > 0) {  // phi3 LongRoPE: both sets required, one used
+      const WeightTensor long_factors = tensor("rope_factors_long.weight", c.rotary_dims() / 2, 1);
+      const WeightTensor short_factors = tensor("rope_factors_short.weight", c.rotary_dims() / 2, 1);
+      for (const auto& [name, factors] : {std::pair{"rope_factors_long.weight", &long_factors},
+                                          std::pair{"rope_factors_short.weight", &short_factors}})
+        for (const float f : std::span(factors->f32(), static_cast<size_t>(c.rotary_dims() / 2)))
+          if (!(f > 0.0f) || !std::isfinite(f))
+            fail(fmt::format("tensor '{}' holds {}; RoPE frequency factors must be positive", name, f));
+      w.rope_freqs = c.uses_long_rope_factors() ? long_factors : short_factors;
+    }
     for (int l = 0; l < c.n_layers; ++l) {
       const std::string b = fmt::format("blk.{}.", l);
       LayerWeights lw;

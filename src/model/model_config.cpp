@@ -124,6 +124,9 @@ void ModelConfig::validate() const {
       !std::isfinite(rope_scale_full))
     throw ConfigError(fmt::format("model config: rope_theta_sliding {} must be >= 0 and rope_scale_full {} positive",
                                   rope_theta_sliding, rope_scale_full));
+  if (rope_original_context < 0 || !(rope_attn_factor > 0.0f) || !std::isfinite(rope_attn_factor))
+    throw ConfigError(fmt::format("model config: rope_original_context {} must be >= 0 and rope_attn_factor {} positive",
+                                  rope_original_context, rope_attn_factor));
   if (!(rope_theta > 0.0f) || !std::isfinite(rope_theta))
     throw ConfigError(fmt::format("model config: rope_theta must be positive, got {}", rope_theta));
   if (!(attn_logit_softcap >= 0.0f) || !(final_logit_softcap >= 0.0f) || !(embedding_scale >= 0.0f))
@@ -140,6 +143,9 @@ std::string ModelConfig::describe() const {
   if (architecture != "llama" || explicit_head_dim > 0 || sliding_window > 0)
     s += fmt::format(" {} head_dim={}{}", architecture, head_dim(),
                      sliding_window > 0 ? fmt::format(" sliding_window={}", sliding_window) : std::string());
+  if (rope_original_context > 0)
+    s += fmt::format(" longrope={} original_context={} attn_factor={}", uses_long_rope_factors() ? "long" : "short",
+                     rope_original_context, rope_attn_factor);
   return s;
 }
 

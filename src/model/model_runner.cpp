@@ -86,7 +86,8 @@ ModelRunner::ModelRunner(const Model& model, KernelIsa isa) : config_(model.conf
   output_ = LinearLayer({w.output});
 
   // run.c: freq = 1.0f / powf(10000.0f, head_dim_index / (float)head_size) for even indices;
-  // with a rope_freqs tensor (Llama 3) each frequency is divided by its factor.
+  // with a rope_freqs tensor (Llama 3's divisors, or the LongRoPE set phi3's loader chose) each
+  // frequency is divided by its factor.
   // gemma3: full-attention layers scale theirs linearly (positions / factor), sliding layers
   // have their own base and no scaling.
   const int rot = c.rotary_dims();
@@ -319,16 +320,18 @@ Logits ModelRunner::forward(const ForwardBatch& batch, KVArena& kv) {
     dequantize_row(token_embedding_.type, token_embedding_.row(id), {x + t * d, d});
     if (c.embedding_scale > 0)
       for (size_t j = 0; j < d; ++j) x[t * d + j] *= c.embedding_scale;
-    // run.c: val = pos * freq; fcr = cosf(val); fci = sinf(val).
+    // run.c: val = pos * freq; fcr = cosf(val); fci = sinf(val); both times the attention
+    // factor (LongRoPE's magnitude scaling; 1 otherwise), so rotated dims grow by it.
     const auto pos = static_cast<float>(batch.positions[t]);
+    const float m = c.rope_attn_factor;
     for (size_t i = 0; i < half; ++i) {
       const float angle = pos * rope_inv_freq_[i];
-      rope[(t * half + i) * 2] = std::cos(angle);
-      rope[(t * half + i) * 2 + 1] = std::sin(angle);
+      rope[(t * half + i) * 2] = std::cos(angle) * m;
+      rope[(t * half + i) * 2 + 1] = std::sin(angle) * m;
       if (two_tables) {
         const float a = pos * rope_inv_freq_sliding_[i];
-        rope_sliding[(t * half + i) * 2] = std::cos(a);
-        rope_sliding[(t * half + i) * 2 + 1] = std::sin(a);
+        rope_sliding[(t * half + i) * 2] = std::cos(a) * m;
+        rope_sliding[(t * half + i) * 2 + 1] = std::sin(a) * m;
       }
     }
   }

@@ -28,6 +28,7 @@ struct InspectOptions {
   std::string kv_memory = "4GiB";
   std::string kv_dtype = "fp16";
   bool json = false;
+  int context_length = 0;
 };
 
 std::string metadata_string(const GgufFile& f, std::string_view key) {
@@ -74,7 +75,7 @@ int run_inspect(const InspectOptions& o) {
   std::vector<std::string> missing;
   std::unique_ptr<GgufModel> model;
   try {
-    model = std::make_unique<GgufModel>(o.path);
+    model = std::make_unique<GgufModel>(o.path, o.context_length);
   } catch (const Error& e) {
     missing.push_back(e.what());
   }
@@ -109,6 +110,12 @@ int run_inspect(const InspectOptions& o) {
     j["embedding"] = c.dim;
     if (c.n_experts > 0) j["experts"] = {{"count", c.n_experts}, {"used_per_token", c.n_experts_used}};
     if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
+    if (c.rope_original_context > 0)
+      j["rope_scaling"] = {{"type", "longrope"},
+                           {"original_context_length", c.rope_original_context},
+                           {"context_length", c.seq_len},
+                           {"factors", c.uses_long_rope_factors() ? "long" : "short"},
+                           {"attn_factor", c.rope_attn_factor}};
     j["kv_cache"] = {{"dtype", std::string(dtype_name(*dtype))},
                      {"bytes_per_token", per_token},
                      {"budget_bytes", budget},
@@ -134,6 +141,10 @@ int run_inspect(const InspectOptions& o) {
                j.contains("experts") ? fmt::format(", {} experts ({} per token)", j["experts"]["count"].get<int>(),
                                                    j["experts"]["used_per_token"].get<int>())
                                      : "");
+  if (j.contains("rope_scaling"))
+    fmt::print("  rope scaling    LongRoPE from original context {}: {} factors at context {}, attention factor {:.4f}\n",
+               j["rope_scaling"]["original_context_length"].get<int>(), j["rope_scaling"]["factors"].get<std::string>(),
+               j["rope_scaling"]["context_length"].get<int>(), j["rope_scaling"]["attn_factor"].get<float>());
   fmt::print("  tensor types   ");
   for (const auto& [name, u] : types) fmt::print(" {} x{} ({})", name, u.tensors, human_bytes(static_cast<double>(u.bytes)));
   fmt::print("\n  tokenizer       {} (pre-tokenizer {}), {} tokens\n", j["tokenizer"]["model"].get<std::string>(),
@@ -159,6 +170,9 @@ const CommandRegistration kInspectCommand{Command{
       sub.add_option("file", o->path, "the GGUF model file")->required();
       sub.add_option("--kv-memory", o->kv_memory, "KV budget to count tokens in, e.g. 16GiB")->capture_default_str();
       sub.add_option("--kv-dtype", o->kv_dtype, "KV element type: fp32, fp16, bf16, int8, fp8")->capture_default_str();
+      sub.add_option("--context-length", o->context_length,
+                     "the context to load the model at (as generate's; decides LongRoPE's factor set); 0 = the file's")
+          ->capture_default_str();
       sub.add_flag("--json", o->json, "print JSON");
       return [o] { return run_inspect(*o); };
     }}};

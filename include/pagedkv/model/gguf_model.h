@@ -15,7 +15,11 @@
 //   qwen3   qwen2 without biases plus qk-norm; head_dim from attention.key_length; tied output
 //           when output.weight is absent;
 //   phi3    fused attn_qkv [q; k; v] and ffn_up [gate; up], split into row ranges of the one
-//           tensor; q scaled by 1/sqrt(head_dim) before q.k; LongRoPE factors refused;
+//           tensor; q scaled by 1/sqrt(head_dim) before q.k; LongRoPE (rope_factors_long /
+//           rope_factors_short, both required): frequencies divided by the long set when the
+//           context exceeds rope.scaling.original_context_length (default context_length), else
+//           by the short set, chosen at load as llama.cpp does; cos and sin times
+//           rope.scaling.attn_factor (default 1);
 //   qwen3moe  qwen3's attention with a mixture-of-experts FFN: router ffn_gate_inp (F32),
 //           softmax, expert_used_count of expert_count experts, renormalised (expert_weights_norm,
 //           default true) and scaled (expert_weights_scale); stacked 3-D ffn_{gate,up,down}_exps.
@@ -36,7 +40,8 @@ namespace pagedkv {
 class GgufModel final : public Model {
  public:
   // Maps and validates `path`. `context_length` > 0 replaces the file's context length (the
-  // model's seq_len), as llama.cpp's n_ctx does: RoPE has no built-in limit.
+  // model's seq_len), as llama.cpp's n_ctx does: RoPE has no built-in limit. It also decides
+  // phi3's LongRoPE factor set.
   explicit GgufModel(const std::string& path, int context_length = 0);
   // A model over an already opened file (which the model keeps).
   explicit GgufModel(std::unique_ptr<GgufFile> file, int context_length = 0);

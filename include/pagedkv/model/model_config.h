@@ -66,6 +66,11 @@ struct ModelConfig {
   float expert_weights_scale = 1;
   float rope_theta_sliding = 0;      // gemma3: the sliding layers' RoPE base; 0: rope_theta
   float rope_scale_full = 1;         // gemma3: linear RoPE scaling of the other layers (frequencies / factor)
+  // phi3 LongRoPE (rope_factors_long / rope_factors_short): the context the model was trained at
+  // before its extension. The frequencies are divided by the long factors when seq_len exceeds it
+  // (uses_long_rope_factors), else by the short ones; 0: no LongRoPE.
+  int rope_original_context = 0;
+  float rope_attn_factor = 1;        // every RoPE cos and sin multiplied by it (rope.scaling.attn_factor)
   // Allocate every layer for every token in one full-attention KV-cache group even when layers
   // slide (the uniform allocation hybrid groups are measured against); sliding layers still
   // attend only to their window, through the attention mask.
@@ -77,6 +82,7 @@ struct ModelConfig {
   int queries_per_kv_head() const { return n_heads / n_kv_heads; }
   int rotary_dims() const { return rope_dims > 0 ? rope_dims : head_dim(); }
   bool is_moe() const { return n_experts > 0; }
+  bool uses_long_rope_factors() const { return rope_original_context > 0 && seq_len > rope_original_context; }
 
   // KV-cache groups (vLLM's hybrid allocator): layers that share one block table per request.
   // A model with one kind of layer (or uniform_kv_allocation) has one group of every layer.
