@@ -395,9 +395,9 @@ std::vector<RequestOutput> LLMEngine::step() {
   std::vector<SampledTokens> sampled(out.chunks.size());
   if (!out.chunks.empty()) {
     const ForwardBatch batch = flatten_batch(out, t0);
+    post_grammar_masks(out);
     const auto f0 = Clock::now();
     stats_.schedule_seconds += std::chrono::duration<double>(f0 - t0).count() - copy_seconds;
-    post_grammar_masks(out);
     Logits logits;
     try {
       logits = runner_.forward(batch, arena_);
