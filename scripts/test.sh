@@ -27,11 +27,11 @@ BUILD_DIR=build-asan SANITIZE=address,undefined TARGETS="$sanitized_tests" \
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -L asan -j "$JOBS"
 
-stage "tier, server and router tests under TSan (transfer engine lanes; the engine thread and its HTTP-side callers; the router's monitors and upstream calls)"
+stage "tier, server, router and grammar-mask tests under TSan (transfer engine lanes; the engine thread and its HTTP-side callers; the router's monitors and upstream calls; the grammar mask worker)"
 # The kernels' OpenMP runtime (libgomp) is not instrumented: its barriers look like races to
 # TSan, so the model runs single-threaded here (PAGEDKV_NUM_THREADS=1); the tiers' own threads
 # (transfer engine lanes, io_uring completions) are what this stage checks.
-tier_tests="test_tiers_store test_tiers_cache test_tiers_engine test_tiers_crash test_tiers_remote test_remote_redis test_remote_cluster test_server_engine_service test_api_kv_event_log test_api_peer_connection test_router_server test_router_connection_pool test_router_backend_pool"
+tier_tests="test_tiers_store test_tiers_cache test_tiers_engine test_tiers_crash test_tiers_remote test_remote_redis test_remote_cluster test_server_engine_service test_api_kv_event_log test_api_peer_connection test_router_server test_router_connection_pool test_router_backend_pool test_engine_grammar_overlap"
 BUILD_DIR=build-tsan SANITIZE=thread TARGETS="$tier_tests" \
   CMAKE_ARGS="-DPAGEDKV_BUILD_BENCHMARKS=OFF -DPAGEDKV_BUILD_PYTHON=OFF" scripts/setup.sh
 PAGEDKV_NUM_THREADS=1 OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp \

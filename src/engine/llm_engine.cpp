@@ -9,6 +9,7 @@
 
 #include "pagedkv/core/error.h"
 #include "pagedkv/engine/beam_search.h"
+#include "pagedkv/engine/grammar_mask_worker.h"
 #include "pagedkv/grammar/token_bitmask.h"
 #include "pagedkv/memory/kv_memory.h"
 #include "pagedkv/model/logits_processing.h"
@@ -101,6 +102,7 @@ LLMEngine::LLMEngine(const Model& model, EngineConfig config)
 }
 
 LLMEngine::~LLMEngine() {
+  mask_worker_.reset();  // joins its thread before the matchers it may read go
   if (!tiers_) return;
   try {
     tiers_->shutdown();
@@ -281,13 +283,22 @@ std::span<const float> LLMEngine::adjusted_logits(const SchedulerRequest& r, con
 }
 
 std::span<const float> LLMEngine::grammar_logits(const SchedulerRequest& r, const SamplingParams& params,
-                                                 std::span<const float> row, grammar::GrammarMatcher& matcher) {
+                                                 std::span<const float> row, grammar::GrammarMatcher& matcher,
+                                                 GrammarMaskJob* precomputed) {
   const std::span<const TokenId> tokens(r.kv.tokens);
   const auto prompt = tokens.first(static_cast<size_t>(r.kv.num_prompt_tokens));
   const auto output = tokens.subspan(static_cast<size_t>(r.kv.num_prompt_tokens));
-  grammar_mask_.assign((row.size() + 31) / 32, 0);
-  matcher.fill_next_token_bitmask(grammar_mask_);
-  const bool can_end = matcher.can_terminate();
+  bool can_end = false;
+  if (precomputed != nullptr) {
+    if (precomputed->matcher != &matcher || precomputed->mask.size() != (row.size() + 31) / 32)
+      throw InvariantError(fmt::format("request {}: its precomputed grammar mask is not its own", r.kv.id.value));
+    grammar_mask_.swap(precomputed->mask);  // the job's storage becomes next step's scratch
+    can_end = precomputed->can_terminate;
+  } else {
+    grammar_mask_.assign((row.size() + 31) / 32, 0);
+    matcher.fill_next_token_bitmask(grammar_mask_);
+    can_end = matcher.can_terminate();
+  }
   if (can_end) {  // the request's own stop tokens end a complete output too
     if (!r.stop.ignore_eos) allow_token(grammar_mask_, r.stop.eos_token_id);
     for (TokenId id : r.stop.stop_token_ids) allow_token(grammar_mask_, id);
@@ -384,9 +395,16 @@ std::vector<RequestOutput> LLMEngine::step() {
   std::vector<SampledTokens> sampled(out.chunks.size());
   if (!out.chunks.empty()) {
     const ForwardBatch batch = flatten_batch(out, t0);
+    post_grammar_masks(out);
     const auto f0 = Clock::now();
     stats_.schedule_seconds += std::chrono::duration<double>(f0 - t0).count() - copy_seconds;
-    Logits logits = runner_.forward(batch, arena_);
+    Logits logits;
+    try {
+      logits = runner_.forward(batch, arena_);
+    } catch (...) {
+      wait_grammar_masks();  // the worker lets go of the matchers before anyone else may touch them
+      throw;
+    }
     const auto f1 = Clock::now();
     stats_.forward_seconds += std::chrono::duration<double>(f1 - f0).count();
     record_prompt_logprobs(out, logits);
@@ -537,7 +555,31 @@ void LLMEngine::record_prompt_logprobs(const SchedulerOutput& out, const Logits&
   }
 }
 
+void LLMEngine::post_grammar_masks(const SchedulerOutput& out) {
+  mask_job_of_chunk_.clear();
+  if (!config_.grammar_mask_overlap || matchers_.empty()) return;
+  if (mask_worker_) mask_worker_->clear();
+  for (size_t i = 0; i < out.chunks.size(); ++i) {
+    const ScheduledChunk& c = out.chunks[i];
+    if (!c.samples) continue;
+    const SchedulerRequest& r = *c.request;
+    const uint64_t root = r.sample_index == 0 ? r.kv.id.value : r.parent.value;
+    auto m = matchers_.find({root, r.sample_index});
+    if (m == matchers_.end() || beam_root_.contains(r.kv.id)) continue;
+    if (!mask_worker_) mask_worker_ = std::make_unique<GrammarMaskWorker>((runner_.config().vocab_size + 31) / 32);
+    if (mask_job_of_chunk_.empty()) mask_job_of_chunk_.assign(out.chunks.size(), -1);
+    mask_job_of_chunk_[i] = static_cast<int>(mask_worker_->size());
+    mask_worker_->add(i, m->second);
+  }
+  if (!mask_job_of_chunk_.empty()) mask_worker_->post();
+}
+
+void LLMEngine::wait_grammar_masks() {
+  if (!mask_job_of_chunk_.empty()) mask_worker_->wait();
+}
+
 void LLMEngine::sample(const SchedulerOutput& out, const Logits& logits, std::vector<SampledTokens>& sampled) {
+  wait_grammar_masks();
   for (size_t i = 0; i < out.chunks.size(); ++i) {
     const ScheduledChunk& c = out.chunks[i];
     // Every token of a chunk but the one that samples is prefill (or re-prefill after a
@@ -559,7 +601,11 @@ void LLMEngine::sample(const SchedulerOutput& out, const Logits& logits, std::ve
     const bool constrained = matcher != matchers_.end();
     // Penalties, logit bias and min_tokens act on a copy; logprobs below report the model's own.
     const std::span<const float> adjusted =
-        constrained ? grammar_logits(r, sampler.params(), row, matcher->second) : adjusted_logits(r, sampler.params(), row);
+        constrained ? grammar_logits(r, sampler.params(), row, matcher->second,
+                                     mask_job_of_chunk_.empty() || mask_job_of_chunk_[i] < 0
+                                         ? nullptr
+                                         : &mask_worker_->job(static_cast<size_t>(mask_job_of_chunk_[i])))
+                    : adjusted_logits(r, sampler.params(), row);
     sampled[i].token = sampler.sample(adjusted);
     // The forks' first tokens: the same prompt, no output yet, the same parameters (and the
     // same grammar position: each fork starts from a copy of the parent's matcher).

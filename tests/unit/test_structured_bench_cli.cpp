@@ -1,6 +1,8 @@
 // End to end: runs the built `pagedkv bench structured` (ctest sets PAGEDKV_BIN) on a small GGUF
 // model of ../shared, checks the JSON report (every schema at every batch size, constrained
-// outputs of at least one token, rates and compile times positive), and that bad options are named.
+// outputs of at least one token, rates and compile times positive), --mask-overlap both (a row per
+// setting, the same constrained tokens: the masks are the same) with --only, and that bad options
+// are named.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -39,6 +41,26 @@ TEST_F(StructuredBenchCli, ReportsEverySchemaAtEveryBatchSize) {
 
   const pagedkv::testing::CliResult bad = pagedkv("bench structured --batch-sizes 0");
   EXPECT_NE(bad.output.find("--batch-sizes"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.exit_code, 0);
+}
+
+TEST_F(StructuredBenchCli, MaskOverlapBothGivesOneRowPerSetting) {
+  const char* shared = std::getenv("PAGEDKV_SHARED_DIR");
+  const std::string model = std::string(shared ? shared : "../shared") + "/models/gguf/small-llama.q8_0.gguf";
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << model << " is absent (set PAGEDKV_SHARED_DIR)";
+  const auto [code, out] = pagedkv("bench structured --json --model '" + model +
+                                       "' --mask-overlap both --only regex --batch-sizes 2 --max-tokens 6 --repeats 1 --threads 1",
+                                   false);
+  ASSERT_EQ(code, 0) << out;
+  const nlohmann::json j = nlohmann::json::parse(out);
+  ASSERT_EQ(j["results"].size(), 2u);
+  EXPECT_EQ(j["results"][0]["schema"], "regex [a-z ]+");
+  EXPECT_TRUE(j["results"][0]["mask_overlap"].get<bool>());
+  EXPECT_FALSE(j["results"][1]["mask_overlap"].get<bool>());
+  EXPECT_EQ(j["results"][0]["constrained_tokens"], j["results"][1]["constrained_tokens"]);
+
+  const pagedkv::testing::CliResult bad = pagedkv("bench structured --mask-overlap sometimes");
+  EXPECT_NE(bad.output.find("--mask-overlap"), std::string::npos) << bad.output;
   EXPECT_NE(bad.exit_code, 0);
 }
 

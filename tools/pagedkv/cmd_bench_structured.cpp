@@ -6,6 +6,9 @@
 // their ratio (the target is >= 0.95), the time the grammar adds per output token, and the
 // grammar's compile time (cold) over the model's vocabulary. With random weights a constrained
 // output may end early (its JSON closes); rates are per token actually generated.
+// --mask-overlap both also runs every constrained case with the grammar masks filled inline after
+// the forward pass (EngineConfig::grammar_mask_overlap off), alternated with the others: one row
+// per setting, against the same unconstrained runs.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -13,6 +16,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "command.h"
@@ -40,6 +44,8 @@ struct BenchStructuredOptions {
   int max_tokens = 64;
   int repeats = 3;
   int threads = 0;
+  std::string mask_overlap = "on";  // on, off or both
+  std::string only;                 // run only the schemas whose name contains this
   bool json = false;
 };
 
@@ -71,12 +77,13 @@ struct Run {
 
 // B requests through one engine; the grammar (if any) constrains each.
 Run run_batch(const Model& model, TokenId eos, int batch, int max_tokens, const std::shared_ptr<const grammar::CompiledGrammar>& g,
-              uint64_t seed) {
+              uint64_t seed, bool mask_overlap) {
   const int prompt = 4;
   EngineConfig c;
   c.block_size = 16;
   c.num_blocks = batch * ((prompt + max_tokens) / c.block_size + 2) + 2;
   c.swap_space_bytes = 0;
+  c.grammar_mask_overlap = mask_overlap;
   c.scheduler.max_num_seqs = batch;
   c.scheduler.max_num_batched_tokens = std::max(2048, batch * (prompt + max_tokens));
   LLMEngine engine(model, c);
@@ -104,6 +111,10 @@ int run_bench_structured(BenchStructuredOptions o) {
   if (o.repeats < 1 || o.max_tokens < 1) throw ConfigError("--repeats and --max-tokens must be at least 1");
   for (int b : o.batch_sizes)
     if (b < 1) throw ConfigError(fmt::format("--batch-sizes must be positive, got {}", b));
+  std::vector<bool> overlaps;
+  if (o.mask_overlap == "on" || o.mask_overlap == "both") overlaps.push_back(true);
+  if (o.mask_overlap == "off" || o.mask_overlap == "both") overlaps.push_back(false);
+  if (overlaps.empty()) throw ConfigError(fmt::format("--mask-overlap is on, off or both, not '{}'", o.mask_overlap));
   if (o.model.empty()) o.model = default_shared_dir() + "/models/gguf/small-llama.q8_0.gguf";
   const LoadedModel loaded = load_model_file(o.model, o.tokenizer, {});
   if (!loaded.tokenizer)
@@ -121,38 +132,46 @@ int run_bench_structured(BenchStructuredOptions o) {
     fmt::print("pagedkv bench structured: {} ({} tokens in the vocabulary), {} kernel threads, medians of {} alternated runs, "
                "up to {} output tokens a request\n",
                o.model, model.config().vocab_size, kernel_threads(), o.repeats, o.max_tokens);
-    fmt::print("  {:<18} {:>10} {:>5}  {:>13} {:>13} {:>8} {:>13} {:>10}\n", "schema", "compile ms", "batch", "free tok/s",
-               "schema tok/s", "ratio", "added us/tok", "tokens");
+    fmt::print("  {:<18} {:>10} {:>5} {:>7}  {:>13} {:>13} {:>8} {:>13} {:>10}\n", "schema", "compile ms", "batch",
+               "overlap", "free tok/s", "schema tok/s", "ratio", "added us/tok", "tokens");
   }
   for (const Schema& s : schemas()) {
+    if (std::string_view(s.name).find(o.only) == std::string_view::npos) continue;
     const auto c0 = Clock::now();
     const auto compiled = grammar::compile_grammar(s.kind, s.text, vocabulary);
     const double compile_ms = std::chrono::duration<double, std::milli>(Clock::now() - c0).count();
     for (int b : o.batch_sizes) {
-      std::vector<double> free_tps, schema_tps;
-      uint64_t schema_tokens = 0;
-      for (int r = 0; r < o.repeats; ++r) {  // alternated: the machine's drift hits both alike
+      std::vector<double> free_tps;
+      std::vector<std::vector<double>> schema_tps(overlaps.size());
+      std::vector<uint64_t> schema_tokens(overlaps.size());
+      for (int r = 0; r < o.repeats; ++r) {  // alternated: the machine's drift hits all alike
         const uint64_t seed = 1000 + static_cast<uint64_t>(r);
-        free_tps.push_back(run_batch(model, eos, b, o.max_tokens, nullptr, seed).tokens_per_s);
-        const Run constrained = run_batch(model, eos, b, o.max_tokens, compiled, seed);
-        schema_tps.push_back(constrained.tokens_per_s);
-        schema_tokens = constrained.tokens;
+        free_tps.push_back(run_batch(model, eos, b, o.max_tokens, nullptr, seed, true).tokens_per_s);
+        for (size_t m = 0; m < overlaps.size(); ++m) {
+          const Run constrained = run_batch(model, eos, b, o.max_tokens, compiled, seed, overlaps[m]);
+          schema_tps[m].push_back(constrained.tokens_per_s);
+          schema_tokens[m] = constrained.tokens;
+        }
       }
-      const double f = median(free_tps), c = median(schema_tps);
-      const double added_us = 1e6 * (1.0 / c - 1.0 / f);
-      report["results"].push_back({{"schema", s.name},
-                                   {"compile_ms", compile_ms},
-                                   {"batch", b},
-                                   {"unconstrained_tokens_per_s", f},
-                                   {"constrained_tokens_per_s", c},
-                                   {"ratio", c / f},
-                                   {"added_us_per_token", added_us},
-                                   {"constrained_tokens", schema_tokens},
-                                   {"runs_unconstrained", free_tps},
-                                   {"runs_constrained", schema_tps}});
-      if (!o.json)
-        fmt::print("  {:<18} {:>10.1f} {:>5}  {:>13.0f} {:>13.0f} {:>7.2f}x {:>13.1f} {:>10}\n", s.name, compile_ms, b, f, c,
-                   c / f, added_us, schema_tokens);
+      const double f = median(free_tps);
+      for (size_t m = 0; m < overlaps.size(); ++m) {
+        const double c = median(schema_tps[m]);
+        const double added_us = 1e6 * (1.0 / c - 1.0 / f);
+        report["results"].push_back({{"schema", s.name},
+                                     {"compile_ms", compile_ms},
+                                     {"batch", b},
+                                     {"mask_overlap", static_cast<bool>(overlaps[m])},
+                                     {"unconstrained_tokens_per_s", f},
+                                     {"constrained_tokens_per_s", c},
+                                     {"ratio", c / f},
+                                     {"added_us_per_token", added_us},
+                                     {"constrained_tokens", schema_tokens[m]},
+                                     {"runs_unconstrained", free_tps},
+                                     {"runs_constrained", schema_tps[m]}});
+        if (!o.json)
+          fmt::print("  {:<18} {:>10.1f} {:>5} {:>7}  {:>13.0f} {:>13.0f} {:>7.2f}x {:>13.1f} {:>10}\n", s.name, compile_ms, b,
+                     overlaps[m] ? "on" : "off", f, c, c / f, added_us, schema_tokens[m]);
+      }
       std::fflush(stdout);
     }
   }
@@ -170,6 +189,10 @@ const CommandRegistration kBenchStructuredCommand{Command{
       sub.add_option("--max-tokens", o->max_tokens, "output tokens a request may generate")->capture_default_str();
       sub.add_option("--repeats", o->repeats, "alternated runs per case (the median is reported)")->capture_default_str();
       sub.add_option("--threads", o->threads, "kernel threads (default: PAGEDKV_NUM_THREADS or the CPU count)");
+      sub.add_option("--mask-overlap", o->mask_overlap,
+                     "grammar masks filled during the forward pass (on), after it (off), or both alternated")
+          ->capture_default_str();
+      sub.add_option("--only", o->only, "run only the schemas whose name contains this text");
       sub.add_flag("--json", o->json, "print the results as JSON");
       return [o] { return run_bench_structured(*o); };
     }}};

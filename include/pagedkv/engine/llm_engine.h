@@ -28,6 +28,9 @@
 
 namespace pagedkv {
 
+class GrammarMaskWorker;
+struct GrammarMaskJob;
+
 struct EngineConfig {
   int block_size = 16;
   int num_blocks = 0;                  // explicit pool size (null block included); 0: from kv_cache_bytes
@@ -48,6 +51,10 @@ struct EngineConfig {
   bool enable_kv_events = false;
   // Keep EngineStats::blocks_in_use (one entry per step): off for long-running servers.
   bool record_block_usage = true;
+  // Structured output: fill the grammar masks of a step's samples on a worker thread while the
+  // forward pass runs (their matchers are final before it), not after it on the engine thread.
+  // The same masks either way: seeded runs give the same tokens on or off.
+  bool grammar_mask_overlap = true;
 };
 
 struct GenerationRequest {
@@ -217,6 +224,13 @@ class LLMEngine {
   // The log-probabilities of the prompt positions flatten_batch asked logits for (prompt_rows_),
   // appended to their requests' prompt logprobs.
   void record_prompt_logprobs(const SchedulerOutput& out, const Logits& logits);
+  // With grammar_mask_overlap: hands the step's constrained samples (chunks that sample under a
+  // matcher) to the mask worker, started on first use. Nothing may touch their matchers until
+  // wait_grammar_masks().
+  void post_grammar_masks(const SchedulerOutput& out);
+  // Waits for the posted masks (a no-op when none were posted); mask_job_of_chunk_ then names
+  // each chunk's filled job.
+  void wait_grammar_masks();
   // Samples every chunk that samples (`sampled[i]` for chunk i, its logits row sample_rows_[i]; a beam's candidates wait for
   // advance_beams instead), with its grammar and logprobs; counts the prompt tokens computed.
   void sample(const SchedulerOutput& out, const Logits& logits, std::vector<SampledTokens>& sampled);
@@ -249,8 +263,11 @@ class LLMEngine {
                                          std::span<const float> row);
   // The same for a request with a grammar, always a copy: adjusted, then the tokens `matcher`
   // does not allow next set to -inf (the request's stop tokens only where the grammar can end).
+  // `precomputed`: the matcher's mask and can_terminate() filled by the mask worker (its mask is
+  // taken over as scratch); null: computed here.
   std::span<const float> grammar_logits(const SchedulerRequest& r, const SamplingParams& params,
-                                        std::span<const float> row, grammar::GrammarMatcher& matcher);
+                                        std::span<const float> row, grammar::GrammarMatcher& matcher,
+                                        GrammarMaskJob* precomputed);
   // Advances `matcher` past `token`, sampled under its mask (a stop token of the request ends it).
   static void advance_matcher(const SchedulerRequest& r, grammar::GrammarMatcher& matcher, TokenId token);
 
@@ -308,6 +325,11 @@ class LLMEngine {
   std::vector<KVGroupTables> group_batches_;
   // Last: destroyed first, while the arena and the manager it copies from still exist.
   std::unique_ptr<TieredKVCache> tiers_;
+  // The grammar mask worker (grammar_mask_overlap), from the first constrained step on; per
+  // chunk of the step, the index of its posted job or -1. Its thread reads matchers_' entries
+  // only between post_grammar_masks and wait_grammar_masks, within one step().
+  std::unique_ptr<GrammarMaskWorker> mask_worker_;
+  std::vector<int> mask_job_of_chunk_;
 };
 
 // A digest of a model's shape and weights: part of the disk tier's fingerprint, so blocks written
