@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "command.h"
+#include "on_off_flag.h"
 #include "engine_options.h"
 #include "pagedkv/core/error.h"
 #include "pagedkv/loadgen/bench_dataset.h"
@@ -98,8 +99,8 @@ const CommandRegistration kBenchServeCommand{Command{
                      "to the next --base-url, up to N times")
           ->capture_default_str();
       sub.add_option("--seed", o->run.seed, "seed of the dataset and the arrivals")->capture_default_str();
-      sub.add_flag("--ignore-eos,!--no-ignore-eos", o->run.ignore_eos, "generate exactly the requested output lengths")
-          ->capture_default_str();
+      add_on_off_flag(sub, "--ignore-eos", "--no-ignore-eos", o->run.ignore_eos,
+                      "generate exactly the requested output lengths, as vllm bench serve does");
       sub.add_option("--dataset", o->dataset, "random, prefix-repetition or mooncake")->capture_default_str();
       sub.add_option("--random-input-len", o->random.input_len, "random: prompt tokens")->capture_default_str();
       sub.add_option("--random-output-len", o->random.output_len, "random: output tokens")->capture_default_str();

@@ -1,4 +1,5 @@
 #include "engine_options.h"
+#include "on_off_flag.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -37,6 +38,9 @@ void EngineOptions::add_to(CLI::App& app) {
   app.add_option("--max-num-batched-tokens", max_num_batched_tokens, "tokens per step")->capture_default_str();
   app.add_flag("--check-invariants,--check", check, "run the invariant checker after every step (slow)")->capture_default_str();
   app.add_option("--threads", threads, "kernel threads (default: PAGEDKV_NUM_THREADS or the CPU count)");
+  add_on_off_flag(app, "--grammar-mask-overlap", "--no-grammar-mask-overlap", grammar_mask_overlap,
+                  "structured output: fill the next tokens' masks on a worker thread while the forward pass runs "
+                  "(off: on the engine thread, after it; for tiny models, where the hand-over costs more than it hides)");
   app.add_option("--host-cache-bytes", host_cache_bytes,
                  "host-memory tier for evicted prefix blocks, e.g. 64MiB (0: none)")->capture_default_str();
   app.add_option("--disk-cache-dir", disk_cache_dir,
@@ -46,18 +50,16 @@ void EngineOptions::add_to(CLI::App& app) {
                  "offload only evicted blocks with at least this many prefix hits")->capture_default_str();
   app.add_flag("--disk-write-through", disk_write_through,
                "write every computed block to the disk tier at once (default: at eviction and at exit)");
-  app.add_flag("--lazy-swap-copies,!--eager-swap-copies", lazy_swap_copies,
-               "with tiers, copy a swapped-out block only when the device prefix cache drops it (blocks "
-               "resumed from the device cache are never copied); --eager-swap-copies copies all at once")
-      ->capture_default_str();
+  add_on_off_flag(app, "--lazy-swap-copies", "--eager-swap-copies", lazy_swap_copies,
+                  "with tiers, copy a swapped-out block only when the device prefix cache drops it (blocks "
+                  "resumed from the device cache are never copied); --eager-swap-copies copies all at once");
   app.add_option("--remote-cache", remote_cache,
                  "shared remote KV tier below disk: redis://[user:password@]host:port[/db] (a server or a "
                  "cluster node), or redis-cluster://host1:port1,host2:port2 (docs/tiers.md)");
   app.add_option("--remote-cache-prefix", remote_cache_prefix, "namespace of the remote tier's keys")
       ->capture_default_str();
-  app.add_flag("--remote-write-through,!--no-remote-write-through", remote_write_through,
-               "store every computed block in the remote tier at once (else only evicted blocks)")
-      ->capture_default_str();
+  add_on_off_flag(app, "--remote-write-through", "--no-remote-write-through", remote_write_through,
+                  "store every computed block in the remote tier at once (else only evicted blocks)");
   app.add_option("--remote-timeout-ms", remote_timeout_ms, "connect and socket timeout of the remote tier")
       ->capture_default_str();
   app.add_option("--remote-min-blocks", remote_min_blocks,
@@ -76,6 +78,7 @@ EngineConfig EngineOptions::to_config() const {
   EngineConfig c;
   c.block_size = block_size;
   c.num_blocks = num_blocks;
+  c.grammar_mask_overlap = grammar_mask_overlap;
   c.kv_cache_bytes = parse_byte_size(kv_cache_bytes);
   c.swap_space_bytes = parse_byte_size(swap_space);
   auto dt = parse_dtype(kv_dtype);
