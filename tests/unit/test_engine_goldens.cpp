@@ -99,6 +99,35 @@ TEST_F(EngineGoldens, PrefixCachingOnAndOff) {
   }
 }
 
+// Requests decoding together over the same cached blocks: the attention kernel groups them
+// (cascade attention, the shared blocks read once per step for all of them). Three requests with
+// a 100-token golden prompt after a first one cached it (96 tokens, six whole blocks, hit by
+// each), and four greedy samples of one prompt (forked: the same blocks): every output is still
+// the golden.
+TEST_F(EngineGoldens, RequestsSharingCachedBlocksDecodeTogether) {
+  EngineConfig cfg;
+  cfg.check_invariants = true;
+  LLMEngine engine(*model_, cfg);
+  const Golden& g = goldens_[2];
+  const GenerationRequest r = llama2c_run_request({g.ids.begin(), g.ids.begin() + 100}, g.steps, greedy());
+  engine.add_request(r);
+  auto first = engine.run_to_completion();
+  ASSERT_EQ(first.size(), 1u);
+  for (int i = 0; i < 3; ++i) engine.add_request(r);
+  auto outs = engine.run_to_completion();
+  ASSERT_EQ(outs.size(), 3u);
+  for (const RequestOutput& o : outs) {
+    EXPECT_EQ(o.prefix_hit_tokens, 96);
+    EXPECT_EQ(full_ids(o), g.ids);
+  }
+  GenerationRequest samples = r;
+  samples.n = 4;
+  engine.add_request(samples);
+  outs = engine.run_to_completion();
+  ASSERT_EQ(outs.size(), 4u);
+  for (const RequestOutput& o : outs) EXPECT_EQ(full_ids(o), g.ids);
+}
+
 TEST_F(EngineGoldens, SmallPoolPreemptsEachGoldenWithRecomputeAndWithSwap) {
   for (PreemptionMode mode : {PreemptionMode::kRecompute, PreemptionMode::kSwap}) {
     EngineConfig cfg;
