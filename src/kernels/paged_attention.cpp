@@ -49,7 +49,8 @@ using attention_detail::RowGroupTask;
 constexpr int kRowsPerTask = 64;      // query rows (heads x tokens) sharing one pass over K/V
 constexpr int kMinPartition = 512;    // shortest context range worth a separate task
 constexpr int kTasksPerThread = 8;    // aim for this many tasks per thread before splitting
-constexpr int kMinCascadeBlocks = 2;  // shortest shared run of whole blocks that forms a group
+constexpr int kMinCascadeBlocks = 2;  // shortest shared run of whole blocks that forms a group (and
+                                      // PagedAttentionBatch::cascade_min_tokens)
 constexpr int kMaxCascadeRows = 64;   // query rows (G x members) of one group's prefix tasks
 
 // A query tile of one request: its tokens attend to context positions [token_begin, token_end).
@@ -117,6 +118,9 @@ void validate(const AttentionShape& shape, const PagedAttentionBatch& batch, con
     throw UsageError(fmt::format("paged_attention: logit_softcap must be >= 0 and finite, got {}", shape.logit_softcap));
   if (batch.num_requests < 0)
     throw UsageError(fmt::format("paged_attention: num_requests must be >= 0, got {}", batch.num_requests));
+  if (batch.cascade_min_tokens < 0)
+    throw UsageError(
+        fmt::format("paged_attention: cascade_min_tokens must be >= 0, got {}", batch.cascade_min_tokens));
   if (batch.num_requests == 0) return;
   if (batch.query_start == nullptr || batch.context_lens == nullptr || batch.block_tables == nullptr)
     throw UsageError("paged_attention: query_start, context_lens and block_tables must be set");
@@ -238,6 +242,7 @@ void find_cascade_groups(const AttentionShape& shape, const PagedAttentionBatch&
   members.clear();
   if (!batch.cascade || shape.sliding_window > 0) return;
   const int block_size = kv.block_size;
+  const int min_blocks = std::max(kMinCascadeBlocks, (batch.cascade_min_tokens + block_size - 1) / block_size);
   const auto table = [&](int tile) {
     return batch.block_tables +
            static_cast<size_t>(tiles[static_cast<size_t>(tile)].request) * static_cast<size_t>(batch.block_table_stride);
@@ -246,7 +251,7 @@ void find_cascade_groups(const AttentionShape& shape, const PagedAttentionBatch&
   candidates.clear();
   for (int i = 0; i < static_cast<int>(tiles.size()); ++i) {
     const QueryTile& t = tiles[static_cast<size_t>(i)];
-    if (t.num_queries == 1 && t.token_begin == 0 && whole_blocks(t, block_size) >= kMinCascadeBlocks)
+    if (t.num_queries == 1 && t.token_begin == 0 && whole_blocks(t, block_size) >= min_blocks)
       candidates.emplace_back(table(i)[0], i);
   }
   if (candidates.size() < 2) return;
@@ -283,7 +288,7 @@ void find_cascade_groups(const AttentionShape& shape, const PagedAttentionBatch&
         const int tile = candidates[end].second;
         const int n = common(lead, tile, std::min(shared, whole_blocks(tiles[static_cast<size_t>(tile)], block_size)));
         const auto m = static_cast<long long>(end - first);  // members so far
-        if (n < kMinCascadeBlocks || m * n < (m - 1) * shared) break;
+        if (n < min_blocks || m * n < (m - 1) * shared) break;
         shared = n;
       }
       if (end - first >= 2) {

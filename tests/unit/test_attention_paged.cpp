@@ -168,6 +168,7 @@ class Fixture {
   PagedAttentionBatch batch(bool cascade = true) const {
     PagedAttentionBatch b;
     b.cascade = cascade;
+    b.cascade_min_tokens = 0;  // groups from two shared blocks on, so that short cases form them
     b.num_requests = static_cast<int>(c_.requests.size());
     b.query_start = query_start_.data();
     b.context_lens = context_lens_.data();
@@ -638,6 +639,9 @@ TEST(AttentionPaged, RejectsInconsistentInputs) {
   bb.block_tables = bad_table;
   bb.block_table_stride = 2;
   expect_usage_error(s, bb, "block 4");
+  bb = b;
+  bb.cascade_min_tokens = -1;
+  expect_usage_error(s, bb, "cascade_min_tokens");
 }
 
 }  // namespace

@@ -39,9 +39,14 @@ struct PagedAttentionBatch {
   const int32_t* block_tables = nullptr;  // [num_requests][block_table_stride]
   int block_table_stride = 0;
   // Cascade attention (see above): on, the call looks for decode requests (q_len = 1, no sliding
-  // window) whose block tables share a leading run of at least two whole blocks and reads those
-  // blocks once per group. The results match cascade off up to the order of f32 sums.
+  // window) whose block tables share a leading run of whole blocks, at least two blocks and
+  // cascade_min_tokens tokens, and reads those blocks once per group. The results match cascade
+  // off up to the order of f32 sums (and, for int8 K/V, the rounding of each tile's weights), so
+  // a grouped request's output depends on its batch within that rounding; below the minimum a
+  // request keeps the single pass it has alone: the shared reads saved there are small next to
+  // the extra partial state and merge, and short shared prompts stay batch-invariant.
   bool cascade = true;
+  int cascade_min_tokens = 256;
 };
 
 // KernelIsa and best_available_isa() (run-time CPU check, AVX2+FMA+F16C) come from
