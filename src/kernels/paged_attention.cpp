@@ -13,6 +13,15 @@
 //    and short decode batches are also split by KV head.
 // Tasks are handed out largest first, from one list with the int8 query codes ahead of them and
 // no barrier inside the call (step 5 below).
+//
+// Cascade attention (decode). Decode requests whose block tables begin with the same physical
+// blocks form a cascade group (find_cascade_groups): a prefix task attends the G rows of every
+// member to the shared blocks at once, one row group of G x members rows, so each tile of the
+// shared prefix is read (and, for 16-bit K/V, converted) once for the group instead of once per
+// member; each member's own tile covers only its suffix. Both write partial softmax states, which
+// the last of them to finish merges into the member's output exactly as partitions are merged.
+// The scan costs a sort of the decode requests by their first block id; with no first block
+// shared it stops there.
 #include "pagedkv/kernels/paged_attention.h"
 
 #include <fmt/format.h>
@@ -40,6 +49,9 @@ using attention_detail::RowGroupTask;
 constexpr int kRowsPerTask = 64;      // query rows (heads x tokens) sharing one pass over K/V
 constexpr int kMinPartition = 512;    // shortest context range worth a separate task
 constexpr int kTasksPerThread = 8;    // aim for this many tasks per thread before splitting
+constexpr int kMinCascadeBlocks = 2;  // shortest shared run of whole blocks that forms a group (and
+                                      // PagedAttentionBatch::cascade_min_tokens)
+constexpr int kMaxCascadeRows = 64;   // query rows (G x members) of one group's prefix tasks
 
 // A query tile of one request: its tokens attend to context positions [token_begin, token_end).
 struct QueryTile {
@@ -49,19 +61,38 @@ struct QueryTile {
   int first_position = 0;
   int token_begin = 0, token_end = 0;
   int heads_per_task = 1;
-  int partitions = 1;
+  int partitions = 1;  // 0: a cascade member whose whole context is the shared prefix
   int partition_tokens = 0;
-  // When partitions > 1: where the partial results start. Per partition, [heads][rows][dim]
+  // A cascade member (decode tile): its group, and its place among the group's members.
+  int cascade = -1, member = 0;
+  // When split(): where the partial results start. Per partition, [heads][rows][dim]
   // accumulators, then [heads][rows] maxima, then [heads][rows] sums.
   size_t partial_offset = 0;
   // int8 K/V: where its query rows' codes ([heads][rows][padded dim]) and scales ([heads][rows])
   // start in the call's buffers; made once per tile, read by all its tasks.
   size_t code_offset = 0, code_scale_offset = 0;
+
+  // Whether the results go through the partial buffers and a merge rather than straight to out.
+  bool split() const { return partitions != 1 || cascade >= 0; }
+};
+
+// Decode tiles (one query token each) whose requests read the same first prefix_tokens context
+// tokens from the same physical blocks. Its prefix tasks split the shared range into partitions
+// and the KV heads into groups of heads_per_task, as its members' tiles do.
+struct CascadeGroup {
+  int first_member = 0, num_members = 0;  // member tiles: cascade_members[first_member, + num_members)
+  int prefix_tokens = 0;
+  int heads_per_task = 1;
+  int partitions = 1, partition_tokens = 0;
+  // Partial results, per partition as a split tile's, with rows = members x G (member m's G rows
+  // from m x G on).
+  size_t partial_offset = 0;
 };
 
 struct TaskRef {
   int tile = 0, first_kv_head = 0, num_kv_heads = 1, partition = 0;
-  long long cost = 0;  // tokens x rows x heads; larger tasks are scheduled first
+  long long cost = 0;   // tokens x rows x heads; larger tasks are scheduled first
+  bool prefix = false;  // a cascade group's prefix task: `tile` is the group's index
 };
 
 void validate(const AttentionShape& shape, const PagedAttentionBatch& batch, const KVLayerView& kv) {
@@ -87,6 +118,9 @@ void validate(const AttentionShape& shape, const PagedAttentionBatch& batch, con
     throw UsageError(fmt::format("paged_attention: logit_softcap must be >= 0 and finite, got {}", shape.logit_softcap));
   if (batch.num_requests < 0)
     throw UsageError(fmt::format("paged_attention: num_requests must be >= 0, got {}", batch.num_requests));
+  if (batch.cascade_min_tokens < 0)
+    throw UsageError(
+        fmt::format("paged_attention: cascade_min_tokens must be >= 0, got {}", batch.cascade_min_tokens));
   if (batch.num_requests == 0) return;
   if (batch.query_start == nullptr || batch.context_lens == nullptr || batch.block_tables == nullptr)
     throw UsageError("paged_attention: query_start, context_lens and block_tables must be set");
@@ -121,6 +155,8 @@ void validate(const AttentionShape& shape, const PagedAttentionBatch& batch, con
 struct TaskScratch {
   std::vector<float> query, acc, row_max, row_sum;
   std::vector<int32_t> row_begin, row_end;
+  std::vector<int16_t> codes;  // int8 K/V prefix tasks: the members' query codes, gathered
+  std::vector<float> code_scale, code_sum;
   void reserve(size_t heads, size_t rows, size_t dim, bool float_query) {
     if (float_query) query.resize(heads * rows * dim);
     acc.resize(heads * rows * dim);
@@ -191,13 +227,100 @@ void make_query_tiles(const AttentionShape& shape, const PagedAttentionBatch& ba
   }
 }
 
+// The whole blocks of a tile's context: the blocks a cascade group may share.
+int whole_blocks(const QueryTile& t, int block_size) { return t.token_end / block_size; }
+
+// Phase 1b: cascade groups among the decode tiles (see the top of the file). Tiles are sorted by
+// their first block id; runs sharing it are sorted by block table, so that a prefix shared by a
+// subset lies in consecutive tiles, and cut greedily into groups: a tile joins while the group's
+// saved block reads ((members - 1) x shared blocks) do not drop. A member's tile then covers only
+// its suffix. No decode requests sharing a first block: one sort of (block id, tile) pairs.
+void find_cascade_groups(const AttentionShape& shape, const PagedAttentionBatch& batch, const KVLayerView& kv,
+                         int group, std::vector<QueryTile>& tiles, std::vector<CascadeGroup>& groups,
+                         std::vector<int>& members) {
+  groups.clear();
+  members.clear();
+  if (!batch.cascade || shape.sliding_window > 0) return;
+  const int block_size = kv.block_size;
+  const int min_blocks = std::max(kMinCascadeBlocks, (batch.cascade_min_tokens + block_size - 1) / block_size);
+  const auto table = [&](int tile) {
+    return batch.block_tables +
+           static_cast<size_t>(tiles[static_cast<size_t>(tile)].request) * static_cast<size_t>(batch.block_table_stride);
+  };
+  thread_local std::vector<std::pair<int32_t, int>> candidates;  // (first block id, tile)
+  candidates.clear();
+  for (int i = 0; i < static_cast<int>(tiles.size()); ++i) {
+    const QueryTile& t = tiles[static_cast<size_t>(i)];
+    if (t.num_queries == 1 && t.token_begin == 0 && whole_blocks(t, block_size) >= min_blocks)
+      candidates.emplace_back(table(i)[0], i);
+  }
+  if (candidates.size() < 2) return;
+  std::sort(candidates.begin(), candidates.end());
+  const int max_members = std::max(2, kMaxCascadeRows / group);
+  // Common leading blocks of two tiles, at most `limit`.
+  const auto common = [&](int a, int b, int limit) {
+    const int32_t* ta = table(a);
+    const int32_t* tb = table(b);
+    int n = 0;
+    while (n < limit && ta[n] == tb[n]) ++n;
+    return n;
+  };
+  for (size_t run = 0; run < candidates.size();) {
+    size_t run_end = run + 1;
+    while (run_end < candidates.size() && candidates[run_end].first == candidates[run].first) ++run_end;
+    if (run_end - run < 2) {
+      run = run_end;
+      continue;
+    }
+    std::sort(candidates.begin() + static_cast<std::ptrdiff_t>(run),
+              candidates.begin() + static_cast<std::ptrdiff_t>(run_end), [&](const auto& x, const auto& y) {
+                const int wx = whole_blocks(tiles[static_cast<size_t>(x.second)], block_size);
+                const int wy = whole_blocks(tiles[static_cast<size_t>(y.second)], block_size);
+                const int n = common(x.second, y.second, std::min(wx, wy));
+                if (n < std::min(wx, wy)) return table(x.second)[n] < table(y.second)[n];
+                return wx != wy ? wx < wy : x.second < y.second;
+              });
+    for (size_t first = run; first < run_end;) {
+      const int lead = candidates[first].second;
+      int shared = whole_blocks(tiles[static_cast<size_t>(lead)], block_size);
+      size_t end = first + 1;
+      for (; end < run_end && static_cast<int>(end - first) < max_members; ++end) {
+        const int tile = candidates[end].second;
+        const int n = common(lead, tile, std::min(shared, whole_blocks(tiles[static_cast<size_t>(tile)], block_size)));
+        const auto m = static_cast<long long>(end - first);  // members so far
+        if (n < min_blocks || m * n < (m - 1) * shared) break;
+        shared = n;
+      }
+      if (end - first >= 2) {
+        CascadeGroup g;
+        g.first_member = static_cast<int>(members.size());
+        g.num_members = static_cast<int>(end - first);
+        g.prefix_tokens = shared * block_size;
+        for (size_t k = first; k < end; ++k) {
+          QueryTile& t = tiles[static_cast<size_t>(candidates[k].second)];
+          t.cascade = static_cast<int>(groups.size());
+          t.member = static_cast<int>(k - first);
+          t.token_begin = g.prefix_tokens;
+          members.push_back(candidates[k].second);
+        }
+        groups.push_back(g);
+      }
+      first = end;
+    }
+    run = run_end;
+  }
+}
+
 // Phase 2: the threads the call uses, and each tile's partitions: long ranges split only as far
 // as needed to give every thread enough tasks (short decode batches also split their KV heads).
 // Work is counted in (context token, query token, KV head) triples.
-int plan_partitions(const AttentionShape& shape, int group, std::vector<QueryTile>& tiles) {
+int plan_partitions(const AttentionShape& shape, int group, std::vector<QueryTile>& tiles,
+                    std::vector<CascadeGroup>& groups, const std::vector<int>& members) {
   long long total_work = 0;
   for (const QueryTile& t : tiles)
     total_work += static_cast<long long>(t.token_end - t.token_begin) * t.num_queries * shape.num_kv_heads;
+  for (const CascadeGroup& g : groups)
+    total_work += static_cast<long long>(g.prefix_tokens) * g.num_members * shape.num_kv_heads;
   // Small batches run on the calling thread (kernels/thread_pool.h): waking the team costs more
   // than they take (a tiny model's decode step is a few thousand multiply-adds per layer).
   const double multiply_adds = 2.0 * static_cast<double>(total_work) * group * shape.head_dim;  // QK and PV
@@ -205,21 +328,33 @@ int plan_partitions(const AttentionShape& shape, int group, std::vector<QueryTil
   const long long target_tasks = static_cast<long long>(threads) * kTasksPerThread;
   const long long work_per_task = (total_work + target_tasks - 1) / target_tasks;
   long long num_tasks_planned = 0;
+  // Partitions of `span` tokens, each a task of `rows_per_token` query tokens x heads.
+  const auto partitions_of = [&](int span, long long rows_per_token) {
+    if (span == 0) return 0;
+    const long long tokens = std::max<long long>(kMinPartition, work_per_task / rows_per_token);
+    return threads > 1 ? static_cast<int>(std::max<long long>(1, (span + tokens - 1) / tokens)) : 1;
+  };
   for (QueryTile& t : tiles) {
     const int span = t.token_end - t.token_begin;
-    const long long work_per_token = static_cast<long long>(t.num_queries) * t.heads_per_task;
-    const long long tokens = std::max<long long>(kMinPartition, work_per_task / work_per_token);
-    t.partitions = threads > 1 ? static_cast<int>(std::max<long long>(1, (span + tokens - 1) / tokens)) : 1;
-    t.partition_tokens = (span + t.partitions - 1) / t.partitions;
+    t.partitions = partitions_of(span, static_cast<long long>(t.num_queries) * t.heads_per_task);
+    t.partition_tokens = t.partitions > 0 ? (span + t.partitions - 1) / t.partitions : 0;
     num_tasks_planned += static_cast<long long>(t.partitions) * (shape.num_kv_heads / t.heads_per_task);
+  }
+  for (CascadeGroup& g : groups) {
+    g.heads_per_task = shape.num_kv_heads;  // as its members' (decode) tiles
+    g.partitions = partitions_of(g.prefix_tokens, static_cast<long long>(g.num_members) * g.heads_per_task);
+    g.partition_tokens = (g.prefix_tokens + g.partitions - 1) / g.partitions;
+    num_tasks_planned += g.partitions;
   }
   // Short decode batches: also split the KV heads, so every thread has a couple of tasks.
   if (threads > 1 && num_tasks_planned < 2LL * threads) {
-    const long long groups = (2LL * threads + num_tasks_planned - 1) / num_tasks_planned;
+    const long long head_groups = (2LL * threads + num_tasks_planned - 1) / num_tasks_planned;
     for (QueryTile& t : tiles)
       if (t.heads_per_task > 1)
-        t.heads_per_task = static_cast<int>(std::max<long long>(1, (t.heads_per_task + groups - 1) / groups));
+        t.heads_per_task = static_cast<int>(std::max<long long>(1, (t.heads_per_task + head_groups - 1) / head_groups));
   }
+  // A prefix task counts down its members' (tile, head group) counters: the same head groups.
+  for (CascadeGroup& g : groups) g.heads_per_task = tiles[static_cast<size_t>(members[g.first_member])].heads_per_task;
   return threads;
 }
 
@@ -254,13 +389,26 @@ QueryCodeBuffers place_query_codes(const AttentionShape& shape, int group, size_
 // Phase 4: the tasks (tile, KV head group, partition), largest first, and where each split
 // tile's partial results start. Returns the floats the partial results take.
 size_t list_tasks(const AttentionShape& shape, int group, size_t dim, std::vector<QueryTile>& tiles,
-                  std::vector<TaskRef>& tasks) {
+                  std::vector<CascadeGroup>& groups, std::vector<TaskRef>& tasks) {
   size_t partial_floats = 0;
   tasks.clear();
+  for (int i = 0; i < static_cast<int>(groups.size()); ++i) {
+    CascadeGroup& g = groups[static_cast<size_t>(i)];
+    const size_t rows = static_cast<size_t>(g.num_members) * static_cast<size_t>(group);
+    g.partial_offset = partial_floats;
+    partial_floats += static_cast<size_t>(g.partitions) * static_cast<size_t>(shape.num_kv_heads) * rows * (dim + 2);
+    for (int h = 0; h < shape.num_kv_heads; h += g.heads_per_task)
+      for (int p = 0; p < g.partitions; ++p) {
+        const int begin = p * g.partition_tokens;
+        const int end = std::min(g.prefix_tokens, begin + g.partition_tokens);
+        const int heads = std::min(g.heads_per_task, shape.num_kv_heads - h);
+        tasks.push_back(TaskRef{i, h, heads, p, static_cast<long long>(end - begin) * g.num_members * heads, true});
+      }
+  }
   for (int i = 0; i < static_cast<int>(tiles.size()); ++i) {
     QueryTile& t = tiles[static_cast<size_t>(i)];
     const size_t rows = static_cast<size_t>(t.num_queries) * static_cast<size_t>(group);
-    if (t.partitions > 1) {
+    if (t.split()) {
       t.partial_offset = partial_floats;
       partial_floats += static_cast<size_t>(t.partitions) * static_cast<size_t>(shape.num_kv_heads) * rows * (dim + 2);
     }
@@ -294,6 +442,8 @@ struct AttentionCall {
   size_t q_token_stride;
   size_t code_stride;
   const QueryTile* tiles;
+  const CascadeGroup* groups;
+  const int* cascade_members;  // per group: its member tiles (CascadeGroup::first_member)
   const TaskRef* tasks;
   int num_code_tiles;  // tiles whose query codes are work items (int8: all, else none)
   QueryCodeBuffers codes;
@@ -365,7 +515,7 @@ void run_task(const AttentionCall& c, const TaskRef& ref, TaskScratch& scratch) 
   task.row_end = scratch.row_end.data();
   task.rows_share_range = t.num_queries == 1;
   task.logit_softcap = c.shape.logit_softcap;
-  if (t.partitions > 1) {
+  if (t.split()) {
     float* base = c.partials + t.partial_offset + static_cast<size_t>(ref.partition) * c.kv_heads * rows * (dim + 2);
     const auto first = static_cast<size_t>(ref.first_kv_head);
     task.acc = base + first * rows * dim;
@@ -387,34 +537,123 @@ void run_task(const AttentionCall& c, const TaskRef& ref, TaskScratch& scratch) 
     }
 }
 
-// Merges the partitions of one (split tile, KV head) into `out`: the log-sum-exp combination.
+// A cascade group's prefix task: the G rows of every member, gathered into one row group, attend
+// to one partition of the shared prefix, read through the first member's block table (the
+// members' tables agree there). The results stay in the group's partial buffers.
+void run_prefix_task(const AttentionCall& c, const TaskRef& ref, TaskScratch& scratch) {
+  const CascadeGroup& g = c.groups[ref.tile];
+  const auto group = static_cast<size_t>(c.group);
+  const size_t rows = static_cast<size_t>(g.num_members) * group;
+  const size_t dim = c.dim;
+  const auto heads = static_cast<size_t>(ref.num_kv_heads);
+  const auto first_head = static_cast<size_t>(ref.first_kv_head);
+  scratch.reserve(heads, rows, dim, !c.int8);
+  if (c.int8) {
+    scratch.codes.resize(heads * rows * c.code_stride);
+    scratch.code_scale.resize(heads * rows);
+    scratch.code_sum.resize(heads * rows);
+  }
+  for (int m = 0; m < g.num_members; ++m) {
+    const int tile = c.cascade_members[g.first_member + m];
+    const QueryTile& t = c.tiles[tile];
+    if (c.int8) wait_until_set(c.codes_ready[tile]);
+    for (size_t h = 0; h < heads; ++h)
+      for (size_t r = 0; r < group; ++r) {
+        const size_t dst_row = h * rows + static_cast<size_t>(m) * group + r;
+        if (c.int8) {  // the tile's codes: [all heads][G rows], decode tiles having G rows
+          const size_t src_row = (first_head + h) * group + r;
+          const int16_t* src = c.codes.codes + t.code_offset + src_row * c.code_stride;
+          std::copy(src, src + c.code_stride, scratch.codes.data() + dst_row * c.code_stride);
+          scratch.code_scale[dst_row] = c.codes.scales[t.code_scale_offset + src_row];
+          scratch.code_sum[dst_row] = c.codes.sums[t.code_scale_offset + src_row];
+        } else {
+          const float* src = c.query + c.token_head_offset(t, first_head + h, r);
+          float* dst = scratch.query.data() + dst_row * dim;
+          for (size_t d = 0; d < dim; ++d) dst[d] = src[d] * c.shape.scale;
+        }
+      }
+  }
+  RowGroupTask task;
+  task.kv = &c.kv;
+  task.block_table = c.batch.block_tables + static_cast<size_t>(c.tiles[c.cascade_members[g.first_member]].request) *
+                                                static_cast<size_t>(c.batch.block_table_stride);
+  task.first_kv_head = ref.first_kv_head;
+  task.num_kv_heads = ref.num_kv_heads;
+  task.token_begin = ref.partition * g.partition_tokens;
+  task.token_end = std::min(g.prefix_tokens, task.token_begin + g.partition_tokens);
+  std::fill(scratch.row_begin.begin(), scratch.row_begin.begin() + static_cast<std::ptrdiff_t>(rows), task.token_begin);
+  std::fill(scratch.row_end.begin(), scratch.row_end.begin() + static_cast<std::ptrdiff_t>(rows), task.token_end);
+  task.num_rows = static_cast<int>(rows);
+  task.query = c.int8 ? nullptr : scratch.query.data();
+  if (c.int8) {
+    task.query_codes = scratch.codes.data();
+    task.query_scale = scratch.code_scale.data();
+    task.query_sum = scratch.code_sum.data();
+  }
+  task.row_begin = scratch.row_begin.data();
+  task.row_end = scratch.row_end.data();
+  task.rows_share_range = true;  // decode rows: every member's query follows the whole prefix
+  task.logit_softcap = c.shape.logit_softcap;
+  float* base = c.partials + g.partial_offset + static_cast<size_t>(ref.partition) * c.kv_heads * rows * (dim + 2);
+  task.acc = base + first_head * rows * dim;
+  task.row_max = base + c.kv_heads * rows * dim + first_head * rows;
+  task.row_sum = base + c.kv_heads * rows * (dim + 1) + first_head * rows;
+  c.kernel(task);
+}
+
+// Calls f(max, sum, accumulator) for each partial result of row `row` of (split tile t, KV head):
+// the tile's partitions, then, for a cascade member, its rows of its group's prefix partitions.
+template <class F>
+void for_each_partial(const AttentionCall& c, const QueryTile& t, size_t kv_head, size_t row, F&& f) {
+  const size_t dim = c.dim;
+  const size_t kv_heads = c.kv_heads;
+  const auto visit = [&](size_t offset, int partitions, size_t rows, size_t r) {
+    const size_t part_floats = kv_heads * rows * (dim + 2);
+    for (int p = 0; p < partitions; ++p) {
+      const float* part = c.partials + offset + static_cast<size_t>(p) * part_floats;
+      f(part[kv_heads * rows * dim + kv_head * rows + r], part[kv_heads * rows * (dim + 1) + kv_head * rows + r],
+        part + (kv_head * rows + r) * dim);
+    }
+  };
+  visit(t.partial_offset, t.partitions, c.rows_of(t), row);
+  if (t.cascade >= 0) {
+    const CascadeGroup& g = c.groups[t.cascade];
+    const auto group = static_cast<size_t>(c.group);
+    visit(g.partial_offset, g.partitions, static_cast<size_t>(g.num_members) * group,
+          static_cast<size_t>(t.member) * group + row);
+  }
+}
+
+// Merges the partial results of one (split tile, KV head) into `out`: the log-sum-exp combination.
 void merge_partitions(const AttentionCall& c, const QueryTile& t, size_t kv_head) {
   const size_t rows = c.rows_of(t);
   const size_t dim = c.dim;
-  const size_t kv_heads = c.kv_heads;
-  const size_t part_floats = kv_heads * rows * (dim + 2);
-  const float* first = c.partials + t.partial_offset;
   for (size_t row = 0; row < rows; ++row) {
-    const size_t max_index = kv_heads * rows * dim + kv_head * rows + row;
-    const size_t sum_index = kv_heads * rows * (dim + 1) + kv_head * rows + row;
     float global_max = -std::numeric_limits<float>::infinity();
-    for (int p = 0; p < t.partitions; ++p)
-      global_max = std::max(global_max, first[static_cast<size_t>(p) * part_floats + max_index]);
+    for_each_partial(c, t, kv_head, row,
+                     [&](float part_max, float, const float*) { global_max = std::max(global_max, part_max); });
     float* dst = c.out + c.token_head_offset(t, kv_head, row);
     std::fill(dst, dst + dim, 0.0f);
     float total = 0;
-    for (int p = 0; p < t.partitions; ++p) {
-      const float* part = first + static_cast<size_t>(p) * part_floats;
-      const float part_max = part[max_index];
-      if (part_max == -std::numeric_limits<float>::infinity()) continue;  // row saw no token here
+    for_each_partial(c, t, kv_head, row, [&](float part_max, float part_sum, const float* acc) {
+      if (part_max == -std::numeric_limits<float>::infinity()) return;  // row saw no token here
       const float weight = std::exp(part_max - global_max);
-      total += weight * part[sum_index];
-      const float* acc = part + (kv_head * rows + row) * dim;
+      total += weight * part_sum;
       for (size_t d = 0; d < dim; ++d) dst[d] += weight * acc[d];
-    }
+    });
     const float inv = 1.0f / total;
     for (size_t d = 0; d < dim; ++d) dst[d] *= inv;
   }
+}
+
+// One partial result of split tile `tile` done for the KV heads of `ref`; the last of the
+// (tile, head group)'s partitions and prefix partitions to finish merges them.
+void finish_partial(const AttentionCall& c, int tile, const TaskRef& ref) {
+  const QueryTile& t = c.tiles[tile];
+  int& parts = c.parts_left[c.group_offset[tile] + ref.first_kv_head / t.heads_per_task];
+  if (std::atomic_ref<int>(parts).fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  for (int h = ref.first_kv_head; h < ref.first_kv_head + ref.num_kv_heads; ++h)
+    merge_partitions(c, t, static_cast<size_t>(h));
 }
 
 // One work item: a tile's query codes (items [0, num_code_tiles)), else a task, which waits only
@@ -426,14 +665,16 @@ void run_item(const AttentionCall& c, int item, TaskScratch& scratch) {
     return;
   }
   const TaskRef& ref = c.tasks[item - c.num_code_tiles];
+  if (ref.prefix) {
+    run_prefix_task(c, ref, scratch);
+    const CascadeGroup& g = c.groups[ref.tile];
+    for (int m = 0; m < g.num_members; ++m) finish_partial(c, c.cascade_members[g.first_member + m], ref);
+    return;
+  }
   const QueryTile& t = c.tiles[ref.tile];
   if (c.int8) wait_until_set(c.codes_ready[ref.tile]);
   run_task(c, ref, scratch);
-  if (t.partitions == 1) return;
-  int& parts = c.parts_left[c.group_offset[ref.tile] + ref.first_kv_head / t.heads_per_task];
-  if (std::atomic_ref<int>(parts).fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-  for (int h = ref.first_kv_head; h < ref.first_kv_head + ref.num_kv_heads; ++h)
-    merge_partitions(c, t, static_cast<size_t>(h));
+  if (t.split()) finish_partial(c, ref.tile, ref);
 }
 
 }  // namespace
@@ -451,15 +692,18 @@ void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& bat
   thread_local std::vector<QueryTile> tiles;
   make_query_tiles(shape, batch, std::max(1, kRowsPerTask / group), tiles);
   if (tiles.empty()) return;
+  thread_local std::vector<CascadeGroup> groups;
+  thread_local std::vector<int> cascade_members;
+  find_cascade_groups(shape, batch, kv, group, tiles, groups, cascade_members);
   // 2. Partitions and threads.
-  const int threads = plan_partitions(shape, group, tiles);
+  const int threads = plan_partitions(shape, group, tiles, groups, cascade_members);
   // 3. int8: each tile's query codes, made once per tile, not once per partition (rotating and
   // quantizing a tile's rows per partition costs 5-8 % of a 4K-token decode call).
   const size_t code_stride = padded_query_dim(dim);
   const QueryCodeBuffers codes = int8 ? place_query_codes(shape, group, code_stride, tiles) : QueryCodeBuffers{};
   // 4. Tasks, and room for the partial results of split tiles.
   thread_local std::vector<TaskRef> tasks;
-  const size_t partial_floats = list_tasks(shape, group, dim, tiles, tasks);
+  const size_t partial_floats = list_tasks(shape, group, dim, tiles, groups, tasks);
   thread_local std::vector<float> partials;
   if (partials.size() < partial_floats) partials.resize(partial_floats);
 
@@ -481,9 +725,9 @@ void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& bat
   for (size_t i = 0; i < tiles.size(); ++i) {
     const QueryTile& t = tiles[i];
     group_offset[i] = static_cast<int>(parts_left.size());
-    if (t.partitions > 1)
+    if (t.split())
       parts_left.insert(parts_left.end(), static_cast<size_t>((shape.num_kv_heads + t.heads_per_task - 1) / t.heads_per_task),
-                        t.partitions);
+                        t.partitions + (t.cascade >= 0 ? groups[static_cast<size_t>(t.cascade)].partitions : 0));
   }
   const AttentionCall call{.shape = shape,
                            .batch = batch,
@@ -500,6 +744,8 @@ void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& bat
                            .q_token_stride = static_cast<size_t>(shape.num_q_heads) * dim,
                            .code_stride = code_stride,
                            .tiles = tiles.data(),
+                           .groups = groups.data(),
+                           .cascade_members = cascade_members.data(),
                            .tasks = tasks.data(),
                            .num_code_tiles = num_code_tiles,
                            .codes = codes,

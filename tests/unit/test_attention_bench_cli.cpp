@@ -69,6 +69,29 @@ TEST_F(BenchAttentionCli, IsaOptionNamesThePathItRan) {
   EXPECT_NE(bad.find("avx512"), std::string::npos) << bad;  // the message lists the choices
 }
 
+// --shared-prefix: the requests' tables share their first blocks and the comparison is the same
+// paged batch with cascade attention off; a prefix leaving no private suffix is refused.
+TEST_F(BenchAttentionCli, SharedPrefixComparesCascadeOnAndOff) {
+  int code = -1;
+  const std::string out = run("'" + bin_ + "' bench attention --quick --json --shared-prefix 300 2>/dev/null", code);
+  ASSERT_EQ(code, 0) << out;
+  const nlohmann::json j = nlohmann::json::parse(out);
+  ASSERT_EQ(j["cases"].size(), 4u);
+  for (const auto& c : j["cases"]) {
+    EXPECT_EQ(c["shared_prefix"], 288) << c.dump();  // whole blocks of 16
+    EXPECT_EQ(c["cascade"], true) << c.dump();
+    EXPECT_GT(c["cascade_off_ms"].get<double>(), 0.0) << c.dump();
+    EXPECT_GT(c["cascade_over_off"].get<double>(), 0.0) << c.dump();
+    EXPECT_FALSE(c.contains("paged_over_contiguous")) << c.dump();
+  }
+  const std::string off = run("'" + bin_ + "' bench attention --quick --shared-prefix 300 --no-cascade 2>&1", code);
+  EXPECT_EQ(code, 0) << off;
+  EXPECT_NE(off.find("cascade off vs off"), std::string::npos) << off;
+  const std::string bad = run("'" + bin_ + "' bench attention --quick --shared-prefix 512 2>&1", code);
+  EXPECT_EQ(code, 2) << bad;
+  EXPECT_NE(bad.find("no private suffix"), std::string::npos) << bad;
+}
+
 }  // namespace
 
 namespace {

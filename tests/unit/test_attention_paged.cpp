@@ -15,6 +15,9 @@
 // The scalar path and every SIMD path this CPU has (AVX2, AVX-512) run each case, and each SIMD
 // output is also compared with the scalar one (int8: the same tiles, the same exp, so the same
 // 8-bit weights and integer sums, < 1e-5 too).
+// Requests may share leading blocks with an earlier request (a cached prefix: the same physical
+// blocks, the same K/V); then each path also runs with cascade attention off, and the two agree
+// (< 1e-5; int8, whose tiles round their softmax weights, within its stored tolerance).
 // ctest runs the file a second time with PAGEDKV_VNNI=0, for int8's path without VNNI.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -40,6 +43,8 @@ namespace {
 struct RequestSpec {
   int q_len = 1;
   int context = 1;
+  int share_from = -1;    // an earlier request whose first shared_blocks blocks this one shares
+  int shared_blocks = 0;  // (its K/V for those tokens are that request's)
 };
 
 struct Case {
@@ -62,7 +67,11 @@ struct Case {
     if (softcap > 0) s += fmt::format(" softcap={}", softcap);
     if (key_shift != 0) s += fmt::format(" key_shift={}", key_shift);
     s += " requests=";
-    for (const auto& r : requests) s += fmt::format("({},{})", r.q_len, r.context);
+    for (const auto& r : requests) {
+      s += fmt::format("({},{}", r.q_len, r.context);
+      if (r.share_from >= 0) s += fmt::format(" shares {} blocks of {}", r.shared_blocks, r.share_from);
+      s += ")";
+    }
     return s;
   }
 };
@@ -95,8 +104,12 @@ class Fixture {
     for (int i = 0; i < n; ++i) {
       const RequestSpec& r = c.requests[static_cast<size_t>(i)];
       const int blocks = (r.context + c.block_size - 1) / c.block_size;
+      const int shared = r.share_from >= 0 ? r.shared_blocks : 0;
       std::vector<BlockId> ids;
-      for (int b = 0; b < blocks; ++b) ids.emplace_back(free_ids[next_free++]);
+      for (int b = 0; b < blocks; ++b)
+        ids.emplace_back(b < shared ? row_ids_[static_cast<size_t>(r.share_from)][static_cast<size_t>(b)]
+                                    : BlockId(free_ids[next_free++]));
+      row_ids_.push_back(ids);
       // Grow the row in two steps, as a running request does.
       table.append_row(i, std::span(ids).first(static_cast<size_t>(blocks / 2)));
       table.append_row(i, std::span(ids).subspan(static_cast<size_t>(blocks / 2)));
@@ -106,6 +119,13 @@ class Fixture {
       for (auto& x : v) x = normal(rng);
       for (size_t e = 0; e < k.size() && c.key_shift != 0; ++e)
         k[e] += c.key_shift * (e % static_cast<size_t>(c.head_dim) == 0 ? 5.0f : 1.0f);
+      if (shared > 0) {  // the shared tokens' K/V are the source request's
+        const size_t shared_elems = static_cast<size_t>(shared * c.block_size) * token_elems;
+        const auto& src_k = keys_[static_cast<size_t>(r.share_from)];
+        const auto& src_v = values_[static_cast<size_t>(r.share_from)];
+        std::copy(src_k.begin(), src_k.begin() + static_cast<std::ptrdiff_t>(shared_elems), k.begin());
+        std::copy(src_v.begin(), src_v.begin() + static_cast<std::ptrdiff_t>(shared_elems), v.begin());
+      }
       std::vector<int64_t> slots(static_cast<size_t>(r.context));
       compute_slot_mapping(table.row(i), c.block_size, 0, r.context, slots.data());
       write_kv(kv_, k.data(), v.data(), slots.data(), r.context);
@@ -141,8 +161,14 @@ class Fixture {
     return s;
   }
 
-  PagedAttentionBatch batch() const {
+  bool shares_blocks() const {
+    return std::any_of(c_.requests.begin(), c_.requests.end(), [](const RequestSpec& r) { return r.shared_blocks > 0; });
+  }
+
+  PagedAttentionBatch batch(bool cascade = true) const {
     PagedAttentionBatch b;
+    b.cascade = cascade;
+    b.cascade_min_tokens = 0;  // groups from two shared blocks on, so that short cases form them
     b.num_requests = static_cast<int>(c_.requests.size());
     b.query_start = query_start_.data();
     b.context_lens = context_lens_.data();
@@ -151,9 +177,9 @@ class Fixture {
     return b;
   }
 
-  std::vector<float> run(KernelIsa isa) const {
+  std::vector<float> run(KernelIsa isa, bool cascade = true) const {
     std::vector<float> out(query_.size(), -12345.0f);
-    paged_attention(shape(), batch(), kv_, query_.data(), out.data(), isa);
+    paged_attention(shape(), batch(cascade), kv_, query_.data(), out.data(), isa);
     return out;
   }
 
@@ -224,6 +250,7 @@ class Fixture {
   std::vector<int32_t> query_start_, context_lens_, tables_;
   std::vector<float> query_;
   std::vector<std::vector<float>> keys_, values_, stored_keys_, stored_values_;
+  std::vector<std::vector<BlockId>> row_ids_;
 };
 
 double relative_error(const std::vector<float>& out, const std::vector<double>& ref) {
@@ -292,6 +319,11 @@ void check(const Case& c) {
         << "NaN in the output: the kernel read a slot outside the request's mapped tokens";
     EXPECT_LT(relative_error(out, exact), tolerance);
     EXPECT_LT(relative_error(out, stored), stored_tolerance(c));
+    if (f.shares_blocks()) {
+      const std::vector<float> plain = f.run(isa, false);
+      EXPECT_LT(relative_difference(out, plain), c.dtype == DType::kInt8 ? stored_tolerance(c) : 1e-5)
+          << "cascade on vs off";
+    }
     outputs.push_back(std::move(out));
   }
   for (size_t i = 1; i < outputs.size(); ++i)
@@ -476,6 +508,82 @@ TEST(AttentionPaged, ShortDecodeBatchesSplitHeadsAndPartitions) {
   set_kernel_threads(2);
 }
 
+// Decode requests sharing cached prefixes: cascade groups (the shared blocks read once for the
+// group) merged with each request's suffix. Prefixes of several lengths, a request sharing fewer
+// blocks than a group member, two groups with different prefixes, a request whose whole context
+// is shared (no suffix), one sharing a single block (below the minimum), a prefill request on a
+// shared prefix (not grouped), and requests alone.
+std::vector<RequestSpec> shared_prefix_requests(int block_size) {
+  const int b = block_size;
+  std::vector<RequestSpec> r;
+  r.push_back({1, 10 * b + 5});           // 0: the first prefix's owner
+  r.push_back({1, 9 * b + 3, 0, 8});      // 1: 8 blocks of 0
+  r.push_back({1, 12 * b, 0, 10});        // 2: 10 blocks of 0, ends on a block boundary
+  r.push_back({1, 7 * b + 1, 0, 4});      // 3: 4 blocks of 0
+  r.push_back({1, 3 * b + 7});            // 4: alone
+  r.push_back({1, 6 * b + 2});            // 5: the second prefix's owner
+  r.push_back({1, 5 * b + 9, 5, 3});      // 6: 3 blocks of 5
+  r.push_back({1, 4 * b, 5, 4});          // 7: its whole context is 5's first 4 blocks
+  r.push_back({1, 2 * b + 1, 5, 1});      // 8: one block of 5
+  r.push_back({5, 9 * b + 2, 0, 6});      // 9: prefill on 6 blocks of 0
+  r.push_back({1, 10 * b + 5, 0, 10});    // 10: 0's whole blocks
+  return r;
+}
+
+TEST(AttentionPaged, CascadeSharedPrefixes) {
+  for (int threads : {1, 2, 3}) {
+    set_kernel_threads(threads);
+    for (DType dtype : kTypes)
+      for (int bs : {1, 16, 64}) {
+        Case c;
+        c.dtype = dtype;
+        c.block_size = bs;
+        c.requests = shared_prefix_requests(bs);
+        check(c);
+      }
+  }
+  set_kernel_threads(2);
+}
+
+TEST(AttentionPaged, CascadeGqaRatiosAndLargeGroups) {
+  // G = 1 to 16: groups of up to 64 rows (G x members), so 20 requests on one prefix make one
+  // group at G <= 3 and several at larger G; softcap on the merged partial states.
+  const std::pair<int, int> heads[] = {{4, 4}, {8, 2}, {8, 1}, {12, 2}, {32, 2}, {32, 8}};
+  for (auto [q, kv] : heads)
+    for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kInt8, DType::kFP8}) {
+      Case c;
+      c.dtype = dtype;
+      c.q_heads = q;
+      c.kv_heads = kv;
+      c.head_dim = 32;
+      c.requests.push_back({1, 200});
+      for (int i = 1; i < 20; ++i) c.requests.push_back({1, 160 + 7 * i, 0, 8 + i % 3});
+      check(c);
+      c.softcap = 20.0f;
+      check(c);
+    }
+}
+
+TEST(AttentionPaged, CascadeLongPrefixSplitAcrossThreads) {
+  // A long shared prefix: with several threads the group's prefix is cut into partitions, its
+  // members' suffixes too, and all partial states of a request merge into its row.
+  for (int threads : {1, 2, 3, 16}) {
+    set_kernel_threads(threads);
+    for (DType dtype : {DType::kF32, DType::kF16, DType::kInt8}) {
+      Case c;
+      c.dtype = dtype;
+      c.q_heads = 16;
+      c.kv_heads = 4;
+      c.requests.push_back({1, 3000});
+      for (int i = 1; i < 6; ++i) c.requests.push_back({1, 3000 + 600 * i, 0, 3000 / 16});
+      check(c);
+      c.requests = {{1, 2100}, {1, 2100, 0, 131}};  // two requests: heads split too
+      check(c);
+    }
+  }
+  set_kernel_threads(2);
+}
+
 TEST(AttentionPaged, EmptyBatchAndIdleRequestsWriteNothing) {
   Case c;
   c.requests = {{0, 10}, {0, 0}};
@@ -531,6 +639,9 @@ TEST(AttentionPaged, RejectsInconsistentInputs) {
   bb.block_tables = bad_table;
   bb.block_table_stride = 2;
   expect_usage_error(s, bb, "block 4");
+  bb = b;
+  bb.cascade_min_tokens = -1;
+  expect_usage_error(s, bb, "cascade_min_tokens");
 }
 
 }  // namespace

@@ -99,6 +99,40 @@ TEST_F(EngineGoldens, PrefixCachingOnAndOff) {
   }
 }
 
+// Requests decoding together over the same cached blocks: the attention kernel groups them
+// (cascade attention, the shared blocks read once per step for all of them; from 256 shared
+// tokens on). A 300-token prompt (a golden's ids, then its start again) run alone, then by three
+// requests at once that hit its 288 cached tokens (18 whole blocks), then as four greedy samples
+// (forked: the same blocks): every output is the lone run's.
+TEST_F(EngineGoldens, RequestsSharingCachedBlocksDecodeTogether) {
+  EngineConfig cfg;
+  cfg.check_invariants = true;
+  LLMEngine engine(*model_, cfg);
+  const Golden& g = goldens_[2];
+  std::vector<TokenId> prompt = g.ids;
+  prompt.insert(prompt.end(), g.ids.begin() + 1, g.ids.begin() + 1 + static_cast<std::ptrdiff_t>(300 - prompt.size()));
+  ASSERT_EQ(prompt.size(), 300u);
+  const GenerationRequest r = llama2c_run_request(prompt, 340, greedy());
+  engine.add_request(r);
+  auto first = engine.run_to_completion();
+  ASSERT_EQ(first.size(), 1u);
+  const std::vector<TokenId> alone = full_ids(first[0]);
+  ASSERT_GT(first[0].output.size(), 10u);
+  for (int i = 0; i < 3; ++i) engine.add_request(r);
+  auto outs = engine.run_to_completion();
+  ASSERT_EQ(outs.size(), 3u);
+  for (const RequestOutput& o : outs) {
+    EXPECT_EQ(o.prefix_hit_tokens, 288);
+    EXPECT_EQ(full_ids(o), alone);
+  }
+  GenerationRequest samples = r;
+  samples.n = 4;
+  engine.add_request(samples);
+  outs = engine.run_to_completion();
+  ASSERT_EQ(outs.size(), 4u);
+  for (const RequestOutput& o : outs) EXPECT_EQ(full_ids(o), alone);
+}
+
 TEST_F(EngineGoldens, SmallPoolPreemptsEachGoldenWithRecomputeAndWithSwap) {
   for (PreemptionMode mode : {PreemptionMode::kRecompute, PreemptionMode::kSwap}) {
     EngineConfig cfg;

@@ -8,6 +8,10 @@
 //      context), so paged_over_contiguous = paged time / contiguous time is what paging costs.
 // Each call reads one layer of an arena with enough layers that a pass over them is at least
 // --rotate-mib, as a model's layers would be, so small contexts are not served from the L3.
+// With --shared-prefix N the requests' block tables start with the same N / block size blocks (a
+// cached system prompt, each request with a private suffix after it), and (3) is instead the same
+// paged batch with cascade attention off: cascade/off = time with cascade on / time with it off.
+// --no-cascade turns cascade attention off in (2).
 // The three are measured in interleaved rounds (bandwidth, paged, contiguous; then the reverse),
 // and the ratios are medians of per-round ratios: on a shared machine the bandwidth moves by up to
 // 2x between seconds, so only measurements taken side by side compare.
@@ -55,6 +59,8 @@ struct BenchOptions {
   int rounds = 7;            // interleaved rounds; times and ratios are medians over them
   std::string isa = "auto";
   std::string clock = "wall";  // or "cpu": the one kernel thread's CPU time (needs --threads 1)
+  int shared_prefix = 0;       // tokens (whole blocks) every request's block table shares
+  bool no_cascade = false;     // cascade attention off in the paged run
   bool json = false;
 };
 
@@ -69,7 +75,7 @@ struct CaseResult {
   double kv_bytes = 0;
   int layers = 0;
   std::optional<std::string> skipped;
-  Measured paged, contiguous;
+  Measured paged, contiguous;  // with --shared-prefix, `contiguous` is paged with cascade off
   double read_bandwidth = 0;         // median of the probes taken between this case's rounds
   double fraction_of_bandwidth = 0;  // median over rounds of paged GB/s / that round's bandwidth
   double paged_over_contiguous = 0;  // median over rounds of paged time / contiguous time
@@ -138,7 +144,7 @@ class KVBuffer {
 class DecodeRun {
  public:
   DecodeRun(const BenchOptions& o, KVBuffer& buffer, DType dtype, int context, int batch, bool paged, int layers,
-            KernelIsa isa, std::mt19937_64& rng)
+            KernelIsa isa, std::mt19937_64& rng, bool cascade)
       : layers_(layers), isa_(isa), cpu_clock_(o.clock == "cpu") {
     const int blocks_per_request = paged ? (context + o.block_size - 1) / o.block_size : 1;
     const int block_size = paged ? o.block_size : context;
@@ -163,6 +169,10 @@ class DecodeRun {
     ids_.resize(static_cast<size_t>(num_blocks - 1));
     std::iota(ids_.begin(), ids_.end(), 1);
     if (paged) std::shuffle(ids_.begin(), ids_.end(), rng);
+    // A shared prefix: every request's first blocks are request 0's.
+    const int shared_blocks = paged ? std::min(o.shared_prefix / o.block_size, blocks_per_request) : 0;
+    for (int r = 1; r < batch; ++r)
+      std::copy_n(ids_.begin(), shared_blocks, ids_.begin() + static_cast<std::ptrdiff_t>(r) * blocks_per_request);
     query_start_.resize(static_cast<size_t>(batch) + 1);
     std::iota(query_start_.begin(), query_start_.end(), 0);
     context_lens_.assign(static_cast<size_t>(batch), context);
@@ -171,6 +181,7 @@ class DecodeRun {
     batch_.context_lens = context_lens_.data();
     batch_.block_tables = ids_.data();
     batch_.block_table_stride = blocks_per_request;
+    batch_.cascade = cascade;
     shape_ = o.shape;
     shape_.scale = 1.0f / std::sqrt(static_cast<float>(shape_.head_dim));
     query_.resize(static_cast<size_t>(batch) * static_cast<size_t>(shape_.num_q_heads) *
@@ -213,8 +224,8 @@ class DecodeRun {
 // Interleaved rounds of the bandwidth probe, the paged run and the contiguous run.
 void measure_case(const BenchOptions& o, KVBuffer& buffer, ReadBandwidthProbe& probe, DType dtype, KernelIsa isa,
                   std::mt19937_64& rng, CaseResult& r) {
-  DecodeRun paged(o, buffer, dtype, r.context, r.batch, true, r.layers, isa, rng);
-  DecodeRun contiguous(o, buffer, dtype, r.context, r.batch, false, r.layers, isa, rng);
+  DecodeRun paged(o, buffer, dtype, r.context, r.batch, true, r.layers, isa, rng, !o.no_cascade);
+  DecodeRun contiguous(o, buffer, dtype, r.context, r.batch, o.shared_prefix > 0, r.layers, isa, rng, false);
   const double round_seconds = o.seconds / o.rounds;
   std::vector<double> bandwidth, paged_s, contiguous_s, fraction, ratio;
   for (int i = 0; i < o.rounds; ++i) {
@@ -274,6 +285,11 @@ int run_bench_attention(BenchOptions o, bool quick) {
                                   kernel_threads()));
   if (o.rounds < 1) throw ConfigError(fmt::format("--rounds must be at least 1, got {}", o.rounds));
   if (o.block_size < 1) throw ConfigError(fmt::format("--block-size must be positive, got {}", o.block_size));
+  if (o.shared_prefix < 0) throw ConfigError(fmt::format("--shared-prefix must be >= 0, got {}", o.shared_prefix));
+  for (int context : o.contexts)
+    if (o.shared_prefix > 0 && o.shared_prefix / o.block_size * o.block_size >= context)
+      throw ConfigError(fmt::format("--shared-prefix {}: context {} leaves no private suffix after the shared blocks",
+                                    o.shared_prefix, context));
   parse_head_counts(o.heads, o.shape);
   if (o.shape.head_dim < 1 || o.shape.head_dim > 1024)
     throw ConfigError(fmt::format("--head-dim must be between 1 and 1024, got {}", o.shape.head_dim));
@@ -292,10 +308,14 @@ int run_bench_attention(BenchOptions o, bool quick) {
   if (!o.json) {
     fmt::print("decode attention, {} query heads / {} KV heads, head dim {}, {} threads, {} path, {} clock\n",
                o.shape.num_q_heads, o.shape.num_kv_heads, o.shape.head_dim, threads, isa_name(isa), o.clock);
+    if (o.shared_prefix > 0)
+      fmt::print("shared prefix: the first {} tokens' blocks of every request are the same; cascade {} vs off\n",
+                 o.shared_prefix / o.block_size * o.block_size, o.no_cascade ? "off" : "on");
     fmt::print("read bandwidth ({} MiB streamed, {} threads): {:.1f} GB/s median, {:.1f} best\n",
                bw.bytes >> 20, threads, bw.gbps_median, bw.gbps_best);
     fmt::print("{:>5} {:>7} {:>5} {:>9} {:>6} | {:>6} | {:>9} {:>8} {:>6} | {:>9} {:>8} | {:>8}\n", "dtype", "context",
-               "batch", "KV MiB", "layers", "bw", "paged ms", "GB/s", "of bw", "contig ms", "GB/s", "paged/c");
+               "batch", "KV MiB", "layers", "bw", "paged ms", "GB/s", "of bw",
+               o.shared_prefix > 0 ? "off ms" : "contig ms", "GB/s", o.shared_prefix > 0 ? "on/off" : "paged/c");
   }
   // The buffer: room for the rotated layers of the largest case.
   const double rotate_bytes = o.rotate_mib * (1 << 20);
@@ -357,6 +377,8 @@ int run_bench_attention(BenchOptions o, bool quick) {
                        {"kv_heads", o.shape.num_kv_heads},
                        {"head_dim", o.shape.head_dim},
                        {"clock", o.clock},
+                       {"shared_prefix", o.shared_prefix / o.block_size * o.block_size},
+                       {"cascade", !o.no_cascade},
                        {"isa", isa_name(isa)}};
       if (r.skipped) {
         c["skipped"] = *r.skipped;
@@ -365,9 +387,14 @@ int run_bench_attention(BenchOptions o, bool quick) {
         c["paged_ms"] = r.paged.ms;
         c["gbps"] = r.paged.gbps;
         c["fraction_of_bandwidth"] = r.fraction_of_bandwidth;
-        c["contiguous_ms"] = r.contiguous.ms;
-        c["contiguous_gbps"] = r.contiguous.gbps;
-        c["paged_over_contiguous"] = r.paged_over_contiguous;
+        if (o.shared_prefix > 0) {
+          c["cascade_off_ms"] = r.contiguous.ms;
+          c["cascade_over_off"] = r.paged_over_contiguous;
+        } else {
+          c["contiguous_ms"] = r.contiguous.ms;
+          c["contiguous_gbps"] = r.contiguous.gbps;
+          c["paged_over_contiguous"] = r.paged_over_contiguous;
+        }
       }
       cases.push_back(std::move(c));
     }
@@ -378,7 +405,10 @@ int run_bench_attention(BenchOptions o, bool quick) {
   } else {
     fmt::print("bw: read bandwidth probed between this case's rounds (median); GB/s: bytes of K and V read once per "
                "call / median time per call; of bw: median over rounds of paged GB/s over that round's bandwidth; "
-               "paged/c: median over rounds of paged time over contiguous time\n");
+               "paged/c: median over rounds of paged time over contiguous time{}\n",
+               o.shared_prefix > 0 ? "; with --shared-prefix: off = paged with cascade off, on/off = median over rounds "
+                                     "of cascade-on time over cascade-off time, GB/s counts each request's K/V once"
+                                   : "");
   }
   return 0;
 }
@@ -406,6 +436,11 @@ const CommandRegistration kBenchAttentionCommand{Command{
       sub.add_option("--seconds", o->seconds, "measuring time per case and layout")->capture_default_str();
       sub.add_option("--rounds", o->rounds, "rounds per measurement; the median is reported")->capture_default_str();
       sub.add_option("--isa", o->isa, "auto, scalar, avx2 or avx512 (auto: the best this CPU has)")->capture_default_str();
+      sub.add_option("--shared-prefix", o->shared_prefix,
+                     "tokens (whole blocks) at the start of every request's context in the same blocks; compares "
+                     "cascade attention on and off")
+          ->capture_default_str();
+      sub.add_flag("--no-cascade", o->no_cascade, "cascade (shared-prefix) attention off in the paged run");
       sub.add_option("--clock", o->clock,
                      "wall, or cpu: the kernel thread's CPU time (with --threads 1; for a machine busy with other jobs)")
           ->capture_default_str();

@@ -7,7 +7,12 @@
 //    times up to a tile of query tokens, so each KV page is read once for all of them;
 //  - decode rows (q_len = 1) of a long context are split into partitions handled by different
 //    threads (flash-decoding) and merged by a final log-sum-exp reduction;
-//  - softmax is computed online (running max and sum), one tile of tokens at a time.
+//  - softmax is computed online (running max and sum), one tile of tokens at a time;
+//  - cascade attention: decode requests whose block tables start with the same physical blocks
+//    (a prefix-cached system prompt) are grouped; the shared blocks are read once per call for
+//    the whole group (its queries form one matrix against each tile of the shared prefix), each
+//    request's own suffix is read as before, and the two partial results are merged by the same
+//    log-sum-exp reduction.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +38,15 @@ struct PagedAttentionBatch {
   const int32_t* context_lens = nullptr;  // [num_requests]
   const int32_t* block_tables = nullptr;  // [num_requests][block_table_stride]
   int block_table_stride = 0;
+  // Cascade attention (see above): on, the call looks for decode requests (q_len = 1, no sliding
+  // window) whose block tables share a leading run of whole blocks, at least two blocks and
+  // cascade_min_tokens tokens, and reads those blocks once per group. The results match cascade
+  // off up to the order of f32 sums (and, for int8 K/V, the rounding of each tile's weights), so
+  // a grouped request's output depends on its batch within that rounding; below the minimum a
+  // request keeps the single pass it has alone: the shared reads saved there are small next to
+  // the extra partial state and merge, and short shared prompts stay batch-invariant.
+  bool cascade = true;
+  int cascade_min_tokens = 256;
 };
 
 // KernelIsa and best_available_isa() (run-time CPU check, AVX2+FMA+F16C) come from
