@@ -309,8 +309,9 @@ int run_bench_attention(BenchOptions o, bool quick) {
     fmt::print("decode attention, {} query heads / {} KV heads, head dim {}, {} threads, {} path, {} clock\n",
                o.shape.num_q_heads, o.shape.num_kv_heads, o.shape.head_dim, threads, isa_name(isa), o.clock);
     if (o.shared_prefix > 0)
-      fmt::print("shared prefix: the first {} tokens' blocks of every request are the same; cascade {} vs off\n",
-                 o.shared_prefix / o.block_size * o.block_size, o.no_cascade ? "off" : "on");
+      fmt::print("shared prefix: the first {} tokens' blocks of every request are the same; {}\n",
+                 o.shared_prefix / o.block_size * o.block_size,
+                 o.no_cascade ? "cascade attention off (no comparison)" : "cascade attention on vs off");
     fmt::print("read bandwidth ({} MiB streamed, {} threads): {:.1f} GB/s median, {:.1f} best\n",
                bw.bytes >> 20, threads, bw.gbps_median, bw.gbps_best);
     fmt::print("{:>5} {:>7} {:>5} {:>9} {:>6} | {:>6} | {:>9} {:>8} {:>6} | {:>9} {:>8} | {:>8}\n", "dtype", "context",
