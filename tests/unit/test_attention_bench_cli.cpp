@@ -86,7 +86,7 @@ TEST_F(BenchAttentionCli, SharedPrefixComparesCascadeOnAndOff) {
   }
   const std::string off = run("'" + bin_ + "' bench attention --quick --shared-prefix 300 --no-cascade 2>&1", code);
   EXPECT_EQ(code, 0) << off;
-  EXPECT_NE(off.find("cascade off vs off"), std::string::npos) << off;
+  EXPECT_NE(off.find("cascade attention off (no comparison)"), std::string::npos) << off;
   const std::string bad = run("'" + bin_ + "' bench attention --quick --shared-prefix 512 2>&1", code);
   EXPECT_EQ(code, 2) << bad;
   EXPECT_NE(bad.find("no private suffix"), std::string::npos) << bad;
