@@ -121,8 +121,8 @@ void BM_PrefillWithPrefix(benchmark::State& state) {
   }
   // Causal pairs: query i of the chunk sees prefix + i + 1 tokens. 4 FLOPs per pair per dim.
   const double pairs = static_cast<double>(chunk) * prefix + chunk * (chunk + 1) / 2.0;
-  state.SetItemsProcessed(static_cast<int64_t>(static_cast<double>(state.iterations()) * pairs * shape.num_q_heads *
-                                               kHeadDim * 4));
+  state.SetItemsProcessed(
+      static_cast<int64_t>(static_cast<double>(state.iterations()) * pairs * shape.num_q_heads * kHeadDim * 4));
   state.SetLabel(std::string(dtype_name(dtype)) + " FLOP/s");
 }
 BENCHMARK(BM_PrefillWithPrefix)->DenseRange(0, 2);
@@ -159,7 +159,8 @@ void BM_WriteKV(benchmark::State& state) {
     write_kv(kv, k.data(), v.data(), slots.data(), tokens, isa);
     benchmark::ClobberMemory();
   }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(k.size() * 2 * sizeof(float)));
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(k.size() * 2 * sizeof(float)));
   state.SetLabel(std::string(dtype_name(dtype)) + " " + std::to_string(heads) + "x" + std::to_string(dim) + " " +
                  isa_label(state.range(3)));
 }

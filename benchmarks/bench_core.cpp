@@ -46,8 +46,10 @@ KVCacheManagerConfig manager_config(int num_blocks) {
 class NaiveManager {
  public:
   explicit NaiveManager(int num_blocks)
-      : ref_(static_cast<size_t>(num_blocks), 0), hash_(static_cast<size_t>(num_blocks)),
-        cached_(static_cast<size_t>(num_blocks), false), where_(static_cast<size_t>(num_blocks)) {
+      : ref_(static_cast<size_t>(num_blocks), 0),
+        hash_(static_cast<size_t>(num_blocks)),
+        cached_(static_cast<size_t>(num_blocks), false),
+        where_(static_cast<size_t>(num_blocks)) {
     for (int b = 1; b < num_blocks; ++b) where_[static_cast<size_t>(b)] = free_.insert(free_.end(), b);
   }
 
@@ -225,8 +227,7 @@ struct LookupFixture {
   Request cached{RequestId{1}, tokens_from(2048, 11)};
   Request probe;
   ComputedBlocks out;
-  explicit LookupFixture(bool hits)
-      : probe(RequestId{2}, hits ? tokens_from(2048, 11) : tokens_from(2048, 5)) {
+  explicit LookupFixture(bool hits) : probe(RequestId{2}, hits ? tokens_from(2048, 11) : tokens_from(2048, 5)) {
     manager.allocate_slots(cached, cached.num_tokens());
     manager.hash_request(probe);
   }

@@ -44,7 +44,8 @@ const Model* stories260k() {
       if (dir == dir.parent_path()) break;
     }
     for (const auto& c : candidates)
-      if (fs::exists(c / "stories260K.bin")) return std::unique_ptr<Model>(new Llama2cCheckpoint((c / "stories260K.bin").string()));
+      if (fs::exists(c / "stories260K.bin"))
+        return std::unique_ptr<Model>(new Llama2cCheckpoint((c / "stories260K.bin").string()));
     return std::unique_ptr<Model>();
   }();
   return model.get();
@@ -80,7 +81,8 @@ class DecodeBatch {
       query_start.push_back(static_cast<int32_t>(tokens.size()));
       context_lens.push_back(context);
     }
-    ForwardBatch prefill{tokens, positions, slots, {batch, query_start.data(), context_lens.data(), tables_.data(), stride_}, {}, {}};
+    ForwardBatch prefill{
+        tokens, positions, slots, {batch, query_start.data(), context_lens.data(), tables_.data(), stride_}, {}, {}};
     runner_.forward(prefill, *arena_);
     // The decode step.
     for (int r = 0; r < batch; ++r) {
@@ -94,7 +96,9 @@ class DecodeBatch {
     query_start_.push_back(batch);
   }
   Logits step() {
-    ForwardBatch b{tokens_, positions_, slots_, {batch_, query_start_.data(), context_lens_.data(), tables_.data(), stride_}, rows_, {}};
+    ForwardBatch b{tokens_, positions_,
+                   slots_,  {batch_, query_start_.data(), context_lens_.data(), tables_.data(), stride_},
+                   rows_,   {}};
     return runner_.forward(b, *arena_);
   }
 
@@ -167,14 +171,19 @@ void BM_PrefillStories260K(benchmark::State& state) {
   for (int p = 0; p < n; ++p) tokens[p] = 3 + p % 500, positions[p] = p, slots[p] = table[p / 16] * 16 + p % 16;
   const auto start = std::chrono::steady_clock::now();
   for (auto _ : state) {
-    ForwardBatch b{tokens, positions, slots, {1, qs.data(), ctx.data(), table.data(), static_cast<int>(table.size())}, rows, {}};
+    ForwardBatch b{tokens, positions, slots, {1, qs.data(), ctx.data(), table.data(), static_cast<int>(table.size())},
+                   rows,   {}};
     benchmark::DoNotOptimize(runner.forward(b, arena).data);
   }
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   state.SetItemsProcessed(state.iterations() * n);
   state.counters["wall_tok/s"] = static_cast<double>(state.iterations()) * n / wall;
 }
-BENCHMARK(BM_PrefillStories260K)->ArgNames({"tokens", "threads"})->Args({512, 1})->Args({512, 2})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_PrefillStories260K)
+    ->ArgNames({"tokens", "threads"})
+    ->Args({512, 1})
+    ->Args({512, 2})
+    ->Unit(benchmark::kMicrosecond);
 
 // ---- the in-run baseline: run.c's single-stream forward, written as run.c writes it ----------
 
@@ -290,7 +299,8 @@ void BM_PackedMatmul(benchmark::State& state) {
   const KernelIsa isa = state.range(3) == 0 ? KernelIsa::kScalar : KernelIsa::kAuto;
   state.SetLabel(isa_name(resolve_isa(isa)));
   set_kernel_threads(1);
-  std::vector<float> w(static_cast<size_t>(rows) * cols), x(static_cast<size_t>(tokens) * cols), y(static_cast<size_t>(tokens) * rows);
+  std::vector<float> w(static_cast<size_t>(rows) * cols), x(static_cast<size_t>(tokens) * cols),
+      y(static_cast<size_t>(tokens) * rows);
   for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i % 13) * 0.01f;
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) * 0.1f;
   const PackedMatrix packed(w.data(), rows, cols);
@@ -304,12 +314,14 @@ void BM_PackedMatmul(benchmark::State& state) {
 void BM_RunCStyleMatmul(benchmark::State& state) {
   const int rows = static_cast<int>(state.range(0)), cols = static_cast<int>(state.range(1));
   const int tokens = static_cast<int>(state.range(2));
-  std::vector<float> w(static_cast<size_t>(rows) * cols), x(static_cast<size_t>(tokens) * cols), y(static_cast<size_t>(tokens) * rows);
+  std::vector<float> w(static_cast<size_t>(rows) * cols), x(static_cast<size_t>(tokens) * cols),
+      y(static_cast<size_t>(tokens) * rows);
   for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i % 13) * 0.01f;
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) * 0.1f;
   for (auto _ : state) {
     for (int t = 0; t < tokens; ++t)
-      RunCStyleForward::matmul(y.data() + static_cast<size_t>(t) * rows, x.data() + static_cast<size_t>(t) * cols, w.data(), cols, rows);
+      RunCStyleForward::matmul(y.data() + static_cast<size_t>(t) * rows, x.data() + static_cast<size_t>(t) * cols,
+                               w.data(), cols, rows);
     benchmark::DoNotOptimize(y.data());
   }
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * rows * cols * tokens * static_cast<double>(state.iterations()),
@@ -320,9 +332,9 @@ void matmul_args(benchmark::internal::Benchmark* b, bool with_isa) {
   b->ArgNames({"rows", "cols", "tokens", "isa"});
   for (int isa : with_isa ? std::vector<int>{0, 1} : std::vector<int>{0})
     for (int tokens : {1, 8, 32}) {
-      b->Args({64, 64, tokens, isa});    // stories260K wq / wo
-      b->Args({344, 64, tokens, isa});   // stories260K [w1; w3]
-      b->Args({512, 64, tokens, isa});   // stories260K classifier
+      b->Args({64, 64, tokens, isa});  // stories260K wq / wo
+      b->Args({344, 64, tokens, isa});  // stories260K [w1; w3]
+      b->Args({512, 64, tokens, isa});  // stories260K classifier
       b->Args({704, 128, tokens, isa});  // built-in [w1; w3]
     }
 }
@@ -339,7 +351,8 @@ void BM_QuantizedMatmul(benchmark::State& state) {
   const KernelIsa isa = isas[state.range(1)];
   const int tokens = static_cast<int>(state.range(2));
   const int rows = 8192, cols = 2048;  // ffn_gate / ffn_up: 16-32 MB, about the L3 cache
-  if (isa != KernelIsa::kScalar && !(best_available_isa() == isa || (isa == KernelIsa::kAvx2 && has_avx2(best_available_isa())))) {
+  if (isa != KernelIsa::kScalar &&
+      !(best_available_isa() == isa || (isa == KernelIsa::kAvx2 && has_avx2(best_available_isa())))) {
     state.SkipWithError("ISA not available");
     return;
   }

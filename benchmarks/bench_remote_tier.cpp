@@ -143,7 +143,8 @@ nlohmann::json tier_round_trip(const RemoteStoreFactory& connect, const KVCacheS
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     const double store_seconds = seconds_since(t0);
     if (tier.stats().dropped)
-      throw std::runtime_error(fmt::format("{} stores dropped ({})", tier.stats().dropped, tier.stats().degraded_reason));
+      throw std::runtime_error(
+          fmt::format("{} stores dropped ({})", tier.stats().dropped, tier.stats().degraded_reason));
     auto run = [&](RemoteFetchJob job) {
       tier.submit(std::move(job));
       while (true) {
@@ -222,8 +223,10 @@ int main(int argc, char** argv) {
     else if (a == "--raw-cluster") raw_cluster = std::atoi(argv[i + 1]) != 0;
   }
   if (url.empty()) {
-    fmt::print(stderr, "usage: bench_remote_tier --url redis://127.0.0.1:PORT/0|redis-cluster://H:P,... [--model M.bin] [--blocks N] [--rounds N] "
-                       "[--batch N] [--random-model 0|1] [--tier-only 0|1] [--raw-cluster 0|1]\n");
+    fmt::print(stderr,
+               "usage: bench_remote_tier --url redis://127.0.0.1:PORT/0|redis-cluster://H:P,... [--model M.bin] "
+               "[--blocks N] [--rounds N] "
+               "[--batch N] [--random-model 0|1] [--tier-only 0|1] [--raw-cluster 0|1]\n");
     return 2;
   }
   const bool cluster = url.starts_with(remote::kRedisClusterScheme);
@@ -294,8 +297,8 @@ int main(int argc, char** argv) {
     m["prefill_median_s"] = prefill.median();
     m["prefill_min_s"] = prefill.min();
     // Loading those n blocks: one probe round trip plus n blocks at the tier's load rate.
-    const double load_n = m["tier"]["probe"]["median_s"].get<double>() +
-                          n * m["tier"]["load"]["median_s"].get<double>() / blocks;
+    const double load_n =
+        m["tier"]["probe"]["median_s"].get<double>() + n * m["tier"]["load"]["median_s"].get<double>() / blocks;
     m["remote_load_n_blocks_s"] = load_n;
     m["remote_over_prefill"] = load_n / prefill.median();
     out["models"][name] = m;

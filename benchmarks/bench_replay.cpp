@@ -49,8 +49,10 @@ void BM_ParseConversation(benchmark::State& state) {
     requests = t.size();
     benchmark::DoNotOptimize(t.requests.data());
   }
-  state.counters["requests/s"] = benchmark::Counter(static_cast<double>(requests), benchmark::Counter::kIsIterationInvariantRate);
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(std::filesystem::file_size(*path)));
+  state.counters["requests/s"] =
+      benchmark::Counter(static_cast<double>(requests), benchmark::Counter::kIsIterationInvariantRate);
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(std::filesystem::file_size(*path)));
 }
 BENCHMARK(BM_ParseConversation)->Unit(benchmark::kMillisecond)->MeasureProcessCPUTime();
 
@@ -75,7 +77,8 @@ void BM_PromptsAndHashes(benchmark::State& state) {
     }
     benchmark::DoNotOptimize(hashes.data());
   }
-  state.counters["tokens_hashed/s"] = benchmark::Counter(static_cast<double>(hashed), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["tokens_hashed/s"] =
+      benchmark::Counter(static_cast<double>(hashed), benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_PromptsAndHashes)->Arg(16)->Arg(512)->Unit(benchmark::kMillisecond)->MeasureProcessCPUTime();
 
@@ -87,16 +90,18 @@ void BM_ReplayCache(benchmark::State& state) {
   c.capacity_blocks = state.range(1);
   CacheReplayResult r;
   for (auto _ : state) r = replay_cache(*trace, c);
-  state.counters["tokens_hashed/s"] = benchmark::Counter(static_cast<double>(r.hashed_tokens), benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["block_ops/s"] = benchmark::Counter(static_cast<double>(r.block_ops), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["tokens_hashed/s"] =
+      benchmark::Counter(static_cast<double>(r.hashed_tokens), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["block_ops/s"] =
+      benchmark::Counter(static_cast<double>(r.block_ops), benchmark::Counter::kIsIterationInvariantRate);
   state.counters["token_hit_rate"] = r.token_hit_rate();
   state.counters["evictions"] = static_cast<double>(r.evictions);
 }
 BENCHMARK(BM_ReplayCache)
-    ->Args({16, 187500})     // 3 M tokens: the paper's per-node cache
-    ->Args({16, 625000})     // 10 M tokens
-    ->Args({16, 10000000})   // no eviction
-    ->Args({512, 5859})      // 3 M tokens at the trace's own block size
+    ->Args({16, 187500})  // 3 M tokens: the paper's per-node cache
+    ->Args({16, 625000})  // 10 M tokens
+    ->Args({16, 10000000})  // no eviction
+    ->Args({512, 5859})  // 3 M tokens at the trace's own block size
     ->Unit(benchmark::kMillisecond)
     ->MeasureProcessCPUTime()
     ->Iterations(1);

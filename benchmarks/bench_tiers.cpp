@@ -70,7 +70,8 @@ void BM_HostTierCopy(benchmark::State& state) {
   for (auto _ : state) {
     TransferBatch b;
     for (int i = 0; i < kBatchBlocks; ++i)
-      b.device_to_host.push_back(MemoryCopy{src[static_cast<size_t>(i)], dst[static_cast<size_t>(i)], TransferPurpose::kOffload, {}});
+      b.device_to_host.push_back(
+          MemoryCopy{src[static_cast<size_t>(i)], dst[static_cast<size_t>(i)], TransferPurpose::kOffload, {}});
     engine.submit(std::move(b)).wait();
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * kBatchBlocks *
@@ -333,7 +334,14 @@ void BM_PrefixWorkload(benchmark::State& state) {
   state.counters["host_hit_share"] = host / std::max(hit, 1.0);
   state.counters["disk_hit_share"] = disk / std::max(hit, 1.0);
 }
-BENCHMARK(BM_PrefixWorkload)->ArgName("tiers")->Arg(0)->Arg(1)->Arg(2)->Iterations(1)->UseRealTime()->Unit(benchmark::kSecond);
+BENCHMARK(BM_PrefixWorkload)
+    ->ArgName("tiers")
+    ->Arg(0)
+    ->Arg(1)
+    ->Arg(2)
+    ->Iterations(1)
+    ->UseRealTime()
+    ->Unit(benchmark::kSecond);
 
 }  // namespace
 }  // namespace pagedkv

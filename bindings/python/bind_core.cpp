@@ -72,15 +72,18 @@ void bind_specs(py::module_& m) {
       .def_property_readonly("bytes_per_block_per_layer", &KVCacheSpec::bytes_per_block_per_layer,
                              "K plus V bytes of one block in one layer (vLLM's page_size_bytes).")
       .def("__repr__", [](const KVCacheSpec& s) {
-        return fmt::format("KVCacheSpec(kind={}, block_size={}, num_kv_heads={}, head_dim={}, dtype='{}', "
-                           "sliding_window={})",
-                           attention_kind_name(s.kind), s.block_size, s.num_kv_heads, s.head_dim,
-                           dtype_name(s.dtype), s.sliding_window);
+        return fmt::format(
+            "KVCacheSpec(kind={}, block_size={}, num_kv_heads={}, head_dim={}, dtype='{}', "
+            "sliding_window={})",
+            attention_kind_name(s.kind), s.block_size, s.num_kv_heads, s.head_dim, dtype_name(s.dtype),
+            s.sliding_window);
       });
 
   py::class_<KVCacheGroupSpec>(m, "KVCacheGroupSpec",
                                "A set of layers that share one block table per request (vLLM's KVCacheGroupSpec).")
-      .def(py::init([](const KVCacheSpec& spec, int num_layers) { return KVCacheGroupSpec{spec, num_layers}; }),
+      .def(py::init([](const KVCacheSpec& spec, int num_layers) {
+             return KVCacheGroupSpec{spec, num_layers};
+           }),
            py::arg("spec"), py::arg("num_layers") = 1)
       .def_readonly("spec", &KVCacheGroupSpec::spec)
       .def_readonly("num_layers", &KVCacheGroupSpec::num_layers)
@@ -108,24 +111,28 @@ void bind_blocks(py::module_& m) {
   py::class_<KVEvent>(m, "KVEvent",
                       "A prefix-cache change for routers and external indexes (vLLM's BlockStored / "
                       "BlockRemoved / AllBlocksCleared).")
-      .def_property_readonly("kind", [](const KVEvent& e) { return std::string(kv_event_kind_name(e.kind)); },
-                             "'stored', 'removed' or 'all_cleared'.")
+      .def_property_readonly(
+          "kind", [](const KVEvent& e) { return std::string(kv_event_kind_name(e.kind)); },
+          "'stored', 'removed' or 'all_cleared'.")
       .def_property_readonly("block_hash", [](const KVEvent& e) { return e.hash.hex(); })
-      .def_property_readonly("parent_block_hash",
-                             [](const KVEvent& e) {
-                               return e.has_parent ? py::object(py::str(e.parent_hash.hex())) : py::object(py::none());
-                             },
-                             "Stored events: the previous block's hash (the root hash for a first block).")
+      .def_property_readonly(
+          "parent_block_hash",
+          [](const KVEvent& e) {
+            return e.has_parent ? py::object(py::str(e.parent_hash.hex())) : py::object(py::none());
+          },
+          "Stored events: the previous block's hash (the root hash for a first block).")
       .def_readonly("token_count", &KVEvent::token_count)
       .def_property_readonly("block_id", [](const KVEvent& e) { return e.block.value; })
       .def_readonly("group", &KVEvent::group)
-      .def_property_readonly("attention_kind", [](const KVEvent& e) { return std::string(attention_kind_name(e.attention_kind)); },
-                             "The group's kind: 'full', 'sliding_window' or 'cross_attention'.")
+      .def_property_readonly(
+          "attention_kind", [](const KVEvent& e) { return std::string(attention_kind_name(e.attention_kind)); },
+          "The group's kind: 'full', 'sliding_window' or 'cross_attention'.")
       .def_readonly("sliding_window", &KVEvent::sliding_window, "The group's window in tokens (0 unless sliding).")
-      .def_property_readonly("reason", [](const KVEvent& e) { return std::string(removal_reason_name(e.reason)); },
-                             "Removed events: 'evicted' or 'reset'; otherwise 'none'.")
-      .def_property_readonly("medium", [](const KVEvent& e) { return std::string(medium_name(e.medium)); },
-                             "'device', 'host' or 'disk'.")
+      .def_property_readonly(
+          "reason", [](const KVEvent& e) { return std::string(removal_reason_name(e.reason)); },
+          "Removed events: 'evicted' or 'reset'; otherwise 'none'.")
+      .def_property_readonly(
+          "medium", [](const KVEvent& e) { return std::string(medium_name(e.medium)); }, "'device', 'host' or 'disk'.")
       .def("__repr__", [](const KVEvent& e) {
         return fmt::format("KVEvent(kind='{}', block_hash='{}', block_id={}, reason='{}', medium='{}')",
                            kv_event_kind_name(e.kind), e.hash.hex(), e.block.value, removal_reason_name(e.reason),
@@ -146,8 +153,9 @@ void bind_blocks(py::module_& m) {
       .def_readonly("window_checkpoints_evicted", &BlockPoolStats::window_checkpoints_evicted,
                     "Retention checkpoints later evicted to reuse their block.")
       .def("__repr__", [](const BlockPoolStats& s) {
-        return fmt::format("BlockPoolStats(allocated_blocks={}, evictions={}, cached_blocks_stored={}, reset_removals={})",
-                           s.allocated_blocks, s.evictions, s.cached_blocks_stored, s.reset_removals);
+        return fmt::format(
+            "BlockPoolStats(allocated_blocks={}, evictions={}, cached_blocks_stored={}, reset_removals={})",
+            s.allocated_blocks, s.evictions, s.cached_blocks_stored, s.reset_removals);
       });
 
   py::class_<ResetResult>(m, "ResetResult",
@@ -179,28 +187,32 @@ void bind_blocks(py::module_& m) {
       .def_property_readonly("num_free_blocks", &BlockPool::num_free_blocks)
       .def_property_readonly("num_cached_blocks", &BlockPool::num_cached_blocks)
       .def_property_readonly("usage", &BlockPool::usage, "Fraction of usable blocks not free.")
-      .def("allocate",
-           [](BlockPool& p, int n) -> py::object {
-             std::vector<BlockId> out;
-             if (!p.allocate(n, out)) return py::none();
-             return block_ids_to_list(out.data(), out.size());
-           },
-           py::arg("n"),
-           "Hands out n free blocks (ref 1 each), least recently freed first; None (nothing changed) "
-           "when fewer than n are free.")
-      .def("touch", [](BlockPool& p, const std::vector<int32_t>& ids) { p.touch(to_block_ids(ids)); },
-           py::arg("block_ids"), "Adds one reference to each block; a free block leaves the free queue.")
-      .def("free_blocks", [](BlockPool& p, const std::vector<int32_t>& ids) { p.free_blocks(to_block_ids(ids)); },
-           py::arg("block_ids"),
-           "Drops one reference from each block in the given order (pass a request's blocks tail first). "
-           "Raises UsageError, changing nothing, on a double free or an id out of range.")
-      .def("block",
-           [](const BlockPool& p, int32_t id) {
-             if (id < 0 || id >= p.num_blocks())
-               throw UsageError(fmt::format("block id {} out of range [0, {})", id, p.num_blocks()));
-             return p.block(BlockId{id});
-           },
-           py::arg("block_id"), "A snapshot of one block's metadata.")
+      .def(
+          "allocate",
+          [](BlockPool& p, int n) -> py::object {
+            std::vector<BlockId> out;
+            if (!p.allocate(n, out)) return py::none();
+            return block_ids_to_list(out.data(), out.size());
+          },
+          py::arg("n"),
+          "Hands out n free blocks (ref 1 each), least recently freed first; None (nothing changed) "
+          "when fewer than n are free.")
+      .def(
+          "touch", [](BlockPool& p, const std::vector<int32_t>& ids) { p.touch(to_block_ids(ids)); },
+          py::arg("block_ids"), "Adds one reference to each block; a free block leaves the free queue.")
+      .def(
+          "free_blocks", [](BlockPool& p, const std::vector<int32_t>& ids) { p.free_blocks(to_block_ids(ids)); },
+          py::arg("block_ids"),
+          "Drops one reference from each block in the given order (pass a request's blocks tail first). "
+          "Raises UsageError, changing nothing, on a double free or an id out of range.")
+      .def(
+          "block",
+          [](const BlockPool& p, int32_t id) {
+            if (id < 0 || id >= p.num_blocks())
+              throw UsageError(fmt::format("block id {} out of range [0, {})", id, p.num_blocks()));
+            return p.block(BlockId{id});
+          },
+          py::arg("block_id"), "A snapshot of one block's metadata.")
       .def_property_readonly("stats", &BlockPool::stats, py::return_value_policy::copy)
       .def("take_events", &BlockPool::take_events)
       .def("check_invariants", &BlockPool::check_invariants, "Raises InvariantError describing the first violation.");
@@ -230,35 +242,39 @@ void bind_prefix(py::module_& m) {
                           "byte-identical to the hashes KVCacheManager caches under and reports in events.")
       .def(py::init([](int block_size, const std::string& algorithm, uint64_t seed) {
              auto a = parse_hash_algorithm(algorithm);
-             if (!a) throw ConfigError(fmt::format("unknown hash algorithm '{}' (expected xxh3_128 or sha256)", algorithm));
+             if (!a)
+               throw ConfigError(fmt::format("unknown hash algorithm '{}' (expected xxh3_128 or sha256)", algorithm));
              return BlockHasher(block_size, *a, seed);
            }),
            py::kw_only(), py::arg("block_size") = 16, py::arg("algorithm") = "xxh3_128", py::arg("seed") = 0)
       .def_property_readonly("block_size", &BlockHasher::block_size)
-      .def_property_readonly("algorithm", [](const BlockHasher& h) { return std::string(hash_algorithm_name(h.algorithm())); })
+      .def_property_readonly("algorithm",
+                             [](const BlockHasher& h) { return std::string(hash_algorithm_name(h.algorithm())); })
       .def_property_readonly("seed", &BlockHasher::seed)
-      .def_property_readonly("root", [](const BlockHasher& h) { return h.root().hex(); }, "Parent hash of block 0.")
-      .def("hash_tokens",
-           [](const BlockHasher& self, const py::object& tokens, uint64_t lora_id, const std::string& cache_salt,
-              std::vector<MultiModalInput> mm_inputs) {
-             std::vector<TokenId> toks = to_tokens(tokens, "hash_tokens");
-             std::sort(mm_inputs.begin(), mm_inputs.end(),
-                       [](const MultiModalInput& a, const MultiModalInput& b) { return a.offset < b.offset; });
-             std::vector<BlockHash> hashes;
-             std::vector<uint64_t> digests;
-             {
-               // A private hasher (its scratch buffer is not shared) lets other threads run meanwhile.
-               BlockHasher local = self;
-               py::gil_scoped_release release;
-               local.extend(toks, PrefixKeys{lora_id, mm_inputs, cache_salt}, hashes, digests);
-             }
-             py::list out(hashes.size());
-             for (size_t i = 0; i < hashes.size(); ++i) out[i] = py::str(hashes[i].hex());
-             return out;
-           },
-           py::arg("tokens"), py::kw_only(), py::arg("lora_id") = 0, py::arg("cache_salt") = "",
-           py::arg("mm_inputs") = std::vector<MultiModalInput>{},
-           "Hex hashes of every full block of `tokens` (the GIL is released while hashing).");
+      .def_property_readonly(
+          "root", [](const BlockHasher& h) { return h.root().hex(); }, "Parent hash of block 0.")
+      .def(
+          "hash_tokens",
+          [](const BlockHasher& self, const py::object& tokens, uint64_t lora_id, const std::string& cache_salt,
+             std::vector<MultiModalInput> mm_inputs) {
+            std::vector<TokenId> toks = to_tokens(tokens, "hash_tokens");
+            std::sort(mm_inputs.begin(), mm_inputs.end(),
+                      [](const MultiModalInput& a, const MultiModalInput& b) { return a.offset < b.offset; });
+            std::vector<BlockHash> hashes;
+            std::vector<uint64_t> digests;
+            {
+              // A private hasher (its scratch buffer is not shared) lets other threads run meanwhile.
+              BlockHasher local = self;
+              py::gil_scoped_release release;
+              local.extend(toks, PrefixKeys{lora_id, mm_inputs, cache_salt}, hashes, digests);
+            }
+            py::list out(hashes.size());
+            for (size_t i = 0; i < hashes.size(); ++i) out[i] = py::str(hashes[i].hex());
+            return out;
+          },
+          py::arg("tokens"), py::kw_only(), py::arg("lora_id") = 0, py::arg("cache_salt") = "",
+          py::arg("mm_inputs") = std::vector<MultiModalInput>{},
+          "Hex hashes of every full block of `tokens` (the GIL is released while hashing).");
 }
 
 }  // namespace

@@ -38,7 +38,7 @@ struct PySamplingParams {
   int n = 1;
   float temperature = 1.0f;
   float top_p = 1.0f;
-  int top_k = 0;                 // 0 or -1: off
+  int top_k = 0;  // 0 or -1: off
   std::optional<uint64_t> seed;  // None: 0, which the sampler replaces by a fixed constant
   int max_tokens = 16;
   std::vector<TokenId> stop_token_ids;
@@ -66,7 +66,7 @@ struct PyRequestOutput {
   bool finished = false;
   int num_cached_tokens = 0;  // prompt tokens served from the prefix cache at first admission
   TierHitTokens cached_tokens_by_tier;  // the same, by the tier they were found in
-  RequestMetrics metrics;     // of sample 0
+  RequestMetrics metrics;  // of sample 0
 };
 
 // One prompt as the caller gave it: text (tokenized with BOS, as llama2.c's run does) or ids.
@@ -163,7 +163,8 @@ class PyLLM {
     g.sampling.seed = sp.seed.value_or(0);
     g.stop.max_tokens = sp.max_tokens;
     g.stop.stop_token_ids = sp.stop_token_ids;
-    if (!sp.ignore_eos) g.stop.stop_token_ids.insert(g.stop.stop_token_ids.end(), end_of_generation_.begin(), end_of_generation_.end());
+    if (!sp.ignore_eos)
+      g.stop.stop_token_ids.insert(g.stop.stop_token_ids.end(), end_of_generation_.begin(), end_of_generation_.end());
     g.stop.eos_token_id = eos_token_id_;
     g.stop.ignore_eos = sp.ignore_eos;
     g.n = sp.n;
@@ -279,8 +280,8 @@ class PyLLM {
   TokenId eos_token_id_ = -1;
   std::vector<TokenId> end_of_generation_;  // GGUF: more tokens that end a sample unless ignore_eos
   std::unique_ptr<Model> model_;
-  std::optional<Tokenizer> tokenizer_;               // a llama2.c checkpoint's tok*.bin
-  std::unique_ptr<TextTokenizer> file_tokenizer_;    // a GGUF model's tokenizer
+  std::optional<Tokenizer> tokenizer_;  // a llama2.c checkpoint's tok*.bin
+  std::unique_ptr<TextTokenizer> file_tokenizer_;  // a GGUF model's tokenizer
   std::unique_ptr<LLMEngine> engine_;
   std::mutex mu_;
   std::unordered_map<uint64_t, Tracked> tracked_;
@@ -338,13 +339,15 @@ void bind_outputs(py::module_& m) {
                        std::vector<TokenId> stop_token_ids, bool ignore_eos) {
              if (n < 1) throw ConfigError(fmt::format("n must be at least 1, got {}", n));
              if (max_tokens < 1) throw ConfigError(fmt::format("max_tokens must be at least 1, got {}", max_tokens));
-             if (top_k < -1) throw ConfigError(fmt::format("top_k must be -1 (off), 0 (off) or positive, got {}", top_k));
+             if (top_k < -1)
+               throw ConfigError(fmt::format("top_k must be -1 (off), 0 (off) or positive, got {}", top_k));
              SamplingParams check;
              check.temperature = temperature;
              check.top_p = top_p;
              check.top_k = top_k < 0 ? 0 : top_k;
              check.validate();
-             return PySamplingParams{n, temperature, top_p, top_k, seed, max_tokens, std::move(stop_token_ids), ignore_eos};
+             return PySamplingParams{n,         temperature, top_p, top_k, seed, max_tokens, std::move(stop_token_ids),
+                                     ignore_eos};
            }),
            py::kw_only(), py::arg("n") = 1, py::arg("temperature") = 1.0f, py::arg("top_p") = 1.0f,
            py::arg("top_k") = 0, py::arg("seed") = py::none(), py::arg("max_tokens") = 16,
@@ -393,16 +396,17 @@ void bind_outputs(py::module_& m) {
       .def_readonly("finished", &PyRequestOutput::finished)
       .def_readonly("num_cached_tokens", &PyRequestOutput::num_cached_tokens,
                     "Prompt tokens served from the prefix cache at first admission.")
-      .def_property_readonly("num_cached_tokens_by_tier",
-                             [](const PyRequestOutput& o) {
-                               py::dict d;
-                               d["device"] = o.cached_tokens_by_tier.device;
-                               d["host"] = o.cached_tokens_by_tier.host;
-                               d["disk"] = o.cached_tokens_by_tier.disk;
-                               d["remote"] = o.cached_tokens_by_tier.remote;
-                               return d;
-                             },
-                             "num_cached_tokens split by where they were found: 'device', 'host', 'disk'.")
+      .def_property_readonly(
+          "num_cached_tokens_by_tier",
+          [](const PyRequestOutput& o) {
+            py::dict d;
+            d["device"] = o.cached_tokens_by_tier.device;
+            d["host"] = o.cached_tokens_by_tier.host;
+            d["disk"] = o.cached_tokens_by_tier.disk;
+            d["remote"] = o.cached_tokens_by_tier.remote;
+            return d;
+          },
+          "num_cached_tokens split by where they were found: 'device', 'host', 'disk'.")
       .def_readonly("metrics", &PyRequestOutput::metrics)
       .def("__repr__", [](const PyRequestOutput& o) {
         return fmt::format("RequestOutput(request_id='{}', num_prompt_tokens={}, num_outputs={}, finished={})",
@@ -423,12 +427,16 @@ void bind_outputs(py::module_& m) {
   py::class_<Tokenizer>(m, "Tokenizer", "The llama2.c BPE tokenizer, encoding and decoding exactly as llama2.c's run.")
       .def(py::init<const std::string&, int>(), py::arg("path"), py::arg("vocab_size"))
       .def_property_readonly("vocab_size", &Tokenizer::vocab_size)
-      .def("encode", static_cast<std::vector<TokenId> (Tokenizer::*)(std::string_view, bool, bool) const>(&Tokenizer::encode), py::arg("text"), py::arg("add_bos") = true, py::arg("add_eos") = false)
-      .def("decode",
-           [](const Tokenizer& t, TokenId prev, TokenId token) { return py::bytes(std::string(t.decode(prev, token))); },
-           py::arg("prev"), py::arg("token"), "The raw piece bytes of `token` after `prev` (run.c's decode).")
-      .def("render", [](const Tokenizer& t, const std::vector<TokenId>& ids) { return t.render(ids); }, py::arg("ids"),
-           "The text run.c prints for a token sequence (ids[0], normally BOS, is context only).");
+      .def("encode",
+           static_cast<std::vector<TokenId> (Tokenizer::*)(std::string_view, bool, bool) const>(&Tokenizer::encode),
+           py::arg("text"), py::arg("add_bos") = true, py::arg("add_eos") = false)
+      .def(
+          "decode",
+          [](const Tokenizer& t, TokenId prev, TokenId token) { return py::bytes(std::string(t.decode(prev, token))); },
+          py::arg("prev"), py::arg("token"), "The raw piece bytes of `token` after `prev` (run.c's decode).")
+      .def(
+          "render", [](const Tokenizer& t, const std::vector<TokenId>& ids) { return t.render(ids); }, py::arg("ids"),
+          "The text run.c prints for a token sequence (ids[0], normally BOS, is context only).");
 }
 
 py::dict tier_stats_dict(const TierStats& s) {
@@ -488,7 +496,8 @@ EngineConfig engine_config(int block_size, int num_blocks, const py::object& kv_
   c.kv_dtype = *dt;
   c.enable_prefix_caching = enable_prefix_caching;
   auto algo = parse_hash_algorithm(hash_algorithm);
-  if (!algo) throw ConfigError(fmt::format("unknown hash_algorithm '{}' (expected xxh3_128 or sha256)", hash_algorithm));
+  if (!algo)
+    throw ConfigError(fmt::format("unknown hash_algorithm '{}' (expected xxh3_128 or sha256)", hash_algorithm));
   c.hash_algorithm = *algo;
   c.hash_seed = hash_seed;
   c.max_model_len = max_model_len;
@@ -539,17 +548,16 @@ void bind_llm(py::module_& m) {
                                             max_num_seqs, max_num_batched_tokens, preemption_mode, check_invariants,
                                             host_cache_memory, disk_cache_dir, disk_cache_memory, lazy_swap_copies);
              if (remote_cache)
-               remote::use_redis_tier(c.tiers, {*remote_cache, remote_cache_prefix, remote_write_through, remote_timeout_ms,
-                                                remote_min_blocks, remote_read_replicas});
+               remote::use_redis_tier(c.tiers, {*remote_cache, remote_cache_prefix, remote_write_through,
+                                                remote_timeout_ms, remote_min_blocks, remote_read_replicas});
              return std::make_unique<PyLLM>(model, tokenizer, std::move(c), eos_token_id);
            }),
            py::arg("model"), py::arg("tokenizer") = py::none(), py::kw_only(), py::arg("block_size") = 16,
            py::arg("num_blocks") = 0, py::arg("kv_cache_memory") = "16MiB", py::arg("kv_cache_dtype") = "fp32",
            py::arg("swap_space") = "4MiB", py::arg("enable_prefix_caching") = true,
            py::arg("hash_algorithm") = "xxh3_128", py::arg("hash_seed") = 0, py::arg("max_model_len") = 0,
-           py::arg("max_num_seqs") = 64, py::arg("max_num_batched_tokens") = 2048,
-           py::arg("preemption_mode") = "auto", py::arg("eos_token_id") = py::none(),
-           py::arg("check_invariants") = false, py::arg("host_cache_memory") = 0,
+           py::arg("max_num_seqs") = 64, py::arg("max_num_batched_tokens") = 2048, py::arg("preemption_mode") = "auto",
+           py::arg("eos_token_id") = py::none(), py::arg("check_invariants") = false, py::arg("host_cache_memory") = 0,
            py::arg("disk_cache_dir") = py::none(), py::arg("disk_cache_memory") = "1GiB",
            py::arg("lazy_swap_copies") = false, py::arg("remote_cache") = py::none(),
            py::arg("remote_cache_prefix") = "pagedkv", py::arg("remote_write_through") = true,
@@ -573,63 +581,69 @@ void bind_llm(py::module_& m) {
            "remote_read_replicas: on a cluster, load from the slots' replicas.\n"
            "lazy_swap_copies: copy a swapped-out block only if the device prefix cache drops it before its "
            "request resumes (blocks resumed from the cache are never copied).")
-      .def("generate",
-           [](py::object self, const py::object& prompts, const py::object& sampling_params) {
-             PyLLM& llm = self.cast<PyLLM&>();
-             std::vector<std::string> ids;
-             for (auto& [prompt, sp] : requests_of(llm, prompts, sampling_params))
-               ids.push_back(llm.add_locked(std::move(prompt), sp, 0, "", 0));
-             return run_to_completion(llm, ids);
-           },
-           py::arg("prompts"), py::arg("sampling_params") = py::none(),
-           "Runs the prompts (a str, a list of str, or {'prompt_token_ids': [...]} dicts) to completion; "
-           "returns one RequestOutput per prompt, in order. sampling_params: one for all, or one per prompt.")
-      .def("beam_search",
-           [](py::object self, const py::object& prompts, int beam_width, int max_tokens, bool ignore_eos,
-              const std::vector<TokenId>& stop_token_ids) {
-             PyLLM& llm = self.cast<PyLLM&>();
-             if (beam_width < 1) throw UsageError(fmt::format("beam_width must be at least 1, got {}", beam_width));
-             PySamplingParams sp;
-             sp.temperature = 0.0f;  // unused by beams; width 1 is greedy decoding
-             sp.max_tokens = max_tokens;
-             sp.ignore_eos = ignore_eos;
-             sp.stop_token_ids = stop_token_ids;
-             std::vector<std::string> ids;
-             for (auto& [prompt, unused] : requests_of(llm, prompts, py::none()))
-               ids.push_back(llm.add_locked(std::move(prompt), sp, 0, "", 0, beam_width));
-             return run_to_completion(llm, ids);
-           },
-           py::arg("prompts"), py::kw_only(), py::arg("beam_width"), py::arg("max_tokens") = 16,
-           py::arg("ignore_eos") = false, py::arg("stop_token_ids") = std::vector<TokenId>{},
-           "Beam search (vLLM's LLM.beam_search): keeps the beam_width continuations of highest summed "
-           "log-probability each step; beams share the prompt's and each other's blocks (fork, copy-on-write). "
-           "Returns one RequestOutput per prompt whose outputs are the hypotheses, best first, each with its "
-           "cumulative_logprob. Width 1 is plain greedy decoding (no score: cumulative_logprob is None).")
-      .def("stream",
-           [](py::object self, const py::object& prompts, const py::object& sampling_params) {
-             PyLLM& llm = self.cast<PyLLM&>();
-             for (auto& [prompt, sp] : requests_of(llm, prompts, sampling_params))
-               llm.add_locked(std::move(prompt), sp, 0, "", 0);
-             return OutputStream(self, llm);
-           },
-           py::arg("prompts"), py::arg("sampling_params") = py::none(),
-           "Like generate(), but yields each request's RequestOutput after every step that advanced it "
-           "(cumulative tokens and text); the last one for a request has finished=True.")
-      .def("add_request",
-           [](PyLLM& llm, const py::object& prompt, const std::optional<PySamplingParams>& sp, int priority,
-              const std::optional<std::string>& cache_salt, uint64_t lora_id) {
-             return llm.add_locked(llm.to_prompt(prompt), sp.value_or(PySamplingParams{}), priority,
-                                   cache_salt.value_or(""), lora_id);
-           },
-           py::arg("prompt"), py::arg("sampling_params") = py::none(), py::kw_only(), py::arg("priority") = 0,
-           py::arg("cache_salt") = py::none(), py::arg("lora_id") = 0,
-           "Queues one request; returns its request_id. Drive it with step() (vLLM's LLMEngine loop).")
+      .def(
+          "generate",
+          [](py::object self, const py::object& prompts, const py::object& sampling_params) {
+            PyLLM& llm = self.cast<PyLLM&>();
+            std::vector<std::string> ids;
+            for (auto& [prompt, sp] : requests_of(llm, prompts, sampling_params))
+              ids.push_back(llm.add_locked(std::move(prompt), sp, 0, "", 0));
+            return run_to_completion(llm, ids);
+          },
+          py::arg("prompts"), py::arg("sampling_params") = py::none(),
+          "Runs the prompts (a str, a list of str, or {'prompt_token_ids': [...]} dicts) to completion; "
+          "returns one RequestOutput per prompt, in order. sampling_params: one for all, or one per prompt.")
+      .def(
+          "beam_search",
+          [](py::object self, const py::object& prompts, int beam_width, int max_tokens, bool ignore_eos,
+             const std::vector<TokenId>& stop_token_ids) {
+            PyLLM& llm = self.cast<PyLLM&>();
+            if (beam_width < 1) throw UsageError(fmt::format("beam_width must be at least 1, got {}", beam_width));
+            PySamplingParams sp;
+            sp.temperature = 0.0f;  // unused by beams; width 1 is greedy decoding
+            sp.max_tokens = max_tokens;
+            sp.ignore_eos = ignore_eos;
+            sp.stop_token_ids = stop_token_ids;
+            std::vector<std::string> ids;
+            for (auto& [prompt, unused] : requests_of(llm, prompts, py::none()))
+              ids.push_back(llm.add_locked(std::move(prompt), sp, 0, "", 0, beam_width));
+            return run_to_completion(llm, ids);
+          },
+          py::arg("prompts"), py::kw_only(), py::arg("beam_width"), py::arg("max_tokens") = 16,
+          py::arg("ignore_eos") = false, py::arg("stop_token_ids") = std::vector<TokenId>{},
+          "Beam search (vLLM's LLM.beam_search): keeps the beam_width continuations of highest summed "
+          "log-probability each step; beams share the prompt's and each other's blocks (fork, copy-on-write). "
+          "Returns one RequestOutput per prompt whose outputs are the hypotheses, best first, each with its "
+          "cumulative_logprob. Width 1 is plain greedy decoding (no score: cumulative_logprob is None).")
+      .def(
+          "stream",
+          [](py::object self, const py::object& prompts, const py::object& sampling_params) {
+            PyLLM& llm = self.cast<PyLLM&>();
+            for (auto& [prompt, sp] : requests_of(llm, prompts, sampling_params))
+              llm.add_locked(std::move(prompt), sp, 0, "", 0);
+            return OutputStream(self, llm);
+          },
+          py::arg("prompts"), py::arg("sampling_params") = py::none(),
+          "Like generate(), but yields each request's RequestOutput after every step that advanced it "
+          "(cumulative tokens and text); the last one for a request has finished=True.")
+      .def(
+          "add_request",
+          [](PyLLM& llm, const py::object& prompt, const std::optional<PySamplingParams>& sp, int priority,
+             const std::optional<std::string>& cache_salt, uint64_t lora_id) {
+            return llm.add_locked(llm.to_prompt(prompt), sp.value_or(PySamplingParams{}), priority,
+                                  cache_salt.value_or(""), lora_id);
+          },
+          py::arg("prompt"), py::arg("sampling_params") = py::none(), py::kw_only(), py::arg("priority") = 0,
+          py::arg("cache_salt") = py::none(), py::arg("lora_id") = 0,
+          "Queues one request; returns its request_id. Drive it with step() (vLLM's LLMEngine loop).")
       .def("step", &PyLLM::step, "One scheduling step and forward pass (GIL released); the RequestOutputs it advanced.")
       .def("has_unfinished_requests", &PyLLM::has_unfinished)
       .def("abort_request", &PyLLM::abort, py::arg("request_id"))
-      .def("get_tokenizer",
-           [](const PyLLM& llm) -> const Tokenizer* { return llm.tokenizer() ? &*llm.tokenizer() : nullptr; },
-           py::return_value_policy::reference_internal, "The LLM's tokenizer (None without one); it lives as long as the LLM.")
+      .def(
+          "get_tokenizer",
+          [](const PyLLM& llm) -> const Tokenizer* { return llm.tokenizer() ? &*llm.tokenizer() : nullptr; },
+          py::return_value_policy::reference_internal,
+          "The LLM's tokenizer (None without one); it lives as long as the LLM.")
       .def_property_readonly("stats",
                              [](PyLLM& llm) {
                                std::lock_guard<std::mutex> lock(llm.mutex());
@@ -647,27 +661,30 @@ void bind_llm(py::module_& m) {
                              })
       .def_property_readonly("num_blocks", [](const PyLLM& llm) { return llm.engine().num_blocks(); })
       .def_property_readonly("max_model_len", [](const PyLLM& llm) { return llm.engine().max_model_len(); })
-      .def("describe", [](const PyLLM& llm) { return llm.engine().describe(); }, "The engine's start-up summary.")
-      .def_property_readonly("tier_stats",
-                             [](PyLLM& llm) {
-                               std::lock_guard<std::mutex> lock(llm.mutex());
-                               py::dict d;
-                               if (const TieredKVCache* t = llm.engine().tiers()) {
-                                 if (t->host()) d["host"] = tier_stats_dict(t->host()->stats());
-                                 if (t->disk()) d["disk"] = tier_stats_dict(t->disk()->stats());
-                                 if (t->remote()) d["remote"] = remote_tier_stats_dict(t->remote()->stats());
-                               }
-                               return d;
-                             },
-                             "Counters of the host, disk and remote tiers that are configured (lookups, hits, stored, "
-                             "loaded, evictions, ...).")
-      .def("flush_to_disk",
-           [](PyLLM& llm) {
-             py::gil_scoped_release release;
-             std::lock_guard<std::mutex> lock(llm.mutex());
-             if (TieredKVCache* t = llm.mutable_engine().tiers()) t->flush_to_disk();
-           },
-           "Writes every cached block the disk tier lacks and waits (GIL released); a no-op without one.")
+      .def(
+          "describe", [](const PyLLM& llm) { return llm.engine().describe(); }, "The engine's start-up summary.")
+      .def_property_readonly(
+          "tier_stats",
+          [](PyLLM& llm) {
+            std::lock_guard<std::mutex> lock(llm.mutex());
+            py::dict d;
+            if (const TieredKVCache* t = llm.engine().tiers()) {
+              if (t->host()) d["host"] = tier_stats_dict(t->host()->stats());
+              if (t->disk()) d["disk"] = tier_stats_dict(t->disk()->stats());
+              if (t->remote()) d["remote"] = remote_tier_stats_dict(t->remote()->stats());
+            }
+            return d;
+          },
+          "Counters of the host, disk and remote tiers that are configured (lookups, hits, stored, "
+          "loaded, evictions, ...).")
+      .def(
+          "flush_to_disk",
+          [](PyLLM& llm) {
+            py::gil_scoped_release release;
+            std::lock_guard<std::mutex> lock(llm.mutex());
+            if (TieredKVCache* t = llm.mutable_engine().tiers()) t->flush_to_disk();
+          },
+          "Writes every cached block the disk tier lacks and waits (GIL released); a no-op without one.")
       .def("check_invariants", [](PyLLM& llm) {
         std::lock_guard<std::mutex> lock(llm.mutex());
         llm.engine().check_invariants();
@@ -680,7 +697,8 @@ void register_engine(py::module_& m) {
   m.def("set_num_threads", &set_kernel_threads, py::arg("n"),
         "Threads each kernel call (matmuls, attention) uses; n >= 1. On a machine shared with other busy "
         "processes, 1 avoids OpenMP barriers that each cost a scheduler time slice.");
-  m.def("get_num_threads", &kernel_threads, "PAGEDKV_NUM_THREADS if set, else the online CPUs, unless set_num_threads() said otherwise.");
+  m.def("get_num_threads", &kernel_threads,
+        "PAGEDKV_NUM_THREADS if set, else the online CPUs, unless set_num_threads() said otherwise.");
   bind_outputs(m);
   bind_llm(m);
 }

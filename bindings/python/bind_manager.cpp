@@ -83,8 +83,8 @@ Request make_request(uint64_t request_id, const py::object& prompt, const std::o
                                    request_id, mm.offset, mm.length, r.num_prompt_tokens));
   r.mm_inputs = std::move(mm_inputs);
   if (num_encoder_tokens < 0)
-    throw UsageError(fmt::format("Request {}: num_encoder_tokens must not be negative, got {}", request_id,
-                                 num_encoder_tokens));
+    throw UsageError(
+        fmt::format("Request {}: num_encoder_tokens must not be negative, got {}", request_id, num_encoder_tokens));
   r.num_encoder_tokens = num_encoder_tokens;
   r.skip_prefix_cache = skip_prefix_cache;
   return r;
@@ -116,7 +116,8 @@ void hash_request(const KVCacheManager& m, Request& r) {
     return;
   }
   const size_t had = r.block_hashes.size();
-  std::vector<TokenId> tokens(r.tokens.begin(), r.tokens.begin() + static_cast<ptrdiff_t>(full_blocks) * m.block_size());
+  std::vector<TokenId> tokens(r.tokens.begin(),
+                              r.tokens.begin() + static_cast<ptrdiff_t>(full_blocks) * m.block_size());
   std::vector<BlockHash> hashes = r.block_hashes;
   std::vector<uint64_t> digests = r.block_extra_digests;
   std::string salt = r.cache_salt;
@@ -146,12 +147,12 @@ void bind_request(py::module_& m) {
            "cache_salt: requests with different salts never share blocks.\n"
            "mm_inputs: MultiModalInput list (any order; sorted by offset).")
       .def_property_readonly("num_output_tokens", [](const Request& r) { return r.num_tokens() - r.num_prompt_tokens; })
-      .def_property_readonly("prompt_token_ids",
-                             [](const Request& r) { return token_slice(r, 0, static_cast<size_t>(r.num_prompt_tokens)); })
-      .def_property_readonly("output_token_ids",
-                             [](const Request& r) {
-                               return token_slice(r, static_cast<size_t>(r.num_prompt_tokens), r.tokens.size());
-                             })
+      .def_property_readonly(
+          "prompt_token_ids",
+          [](const Request& r) { return token_slice(r, 0, static_cast<size_t>(r.num_prompt_tokens)); })
+      .def_property_readonly(
+          "output_token_ids",
+          [](const Request& r) { return token_slice(r, static_cast<size_t>(r.num_prompt_tokens), r.tokens.size()); })
       .def_property_readonly("all_token_ids", [](const Request& r) { return token_slice(r, 0, r.tokens.size()); })
       .def_property_readonly("cache_salt",
                              [](const Request& r) {
@@ -166,21 +167,24 @@ void bind_request(py::module_& m) {
                      "does). Lookups by a preempted request are counted apart in prefix_cache_stats.")
       .def_readwrite("skip_prefix_cache", &Request::skip_prefix_cache,
                      "Neither look up nor cache this request's blocks (e.g. it needs prompt logprobs).")
-      .def_property_readonly("block_hashes",
-                             [](const Request& r) {
-                               py::list out(r.block_hashes.size());
-                               for (size_t i = 0; i < r.block_hashes.size(); ++i) out[i] = py::str(r.block_hashes[i].hex());
-                               return out;
-                             },
-                             "Hex hashes of the full blocks hashed so far.")
-      .def("append_tokens", [](Request& r, const py::object& ids) { append_tokens(ids, "append_tokens", r.tokens); },
-           py::arg("token_ids"), "Appends output tokens (a sequence of ints or an integer NumPy array).")
-      .def("append_output_token_ids",
-           [](Request& r, const py::object& ids) {
-             if (PyLong_Check(ids.ptr())) append_token_checked(r, ids.cast<long long>());
-             else append_tokens(ids, "append_output_token_ids", r.tokens);
-           },
-           py::arg("token_ids"), "vLLM's name: appends one token id or a sequence of them.")
+      .def_property_readonly(
+          "block_hashes",
+          [](const Request& r) {
+            py::list out(r.block_hashes.size());
+            for (size_t i = 0; i < r.block_hashes.size(); ++i) out[i] = py::str(r.block_hashes[i].hex());
+            return out;
+          },
+          "Hex hashes of the full blocks hashed so far.")
+      .def(
+          "append_tokens", [](Request& r, const py::object& ids) { append_tokens(ids, "append_tokens", r.tokens); },
+          py::arg("token_ids"), "Appends output tokens (a sequence of ints or an integer NumPy array).")
+      .def(
+          "append_output_token_ids",
+          [](Request& r, const py::object& ids) {
+            if (PyLong_Check(ids.ptr())) append_token_checked(r, ids.cast<long long>());
+            else append_tokens(ids, "append_output_token_ids", r.tokens);
+          },
+          py::arg("token_ids"), "vLLM's name: appends one token id or a sequence of them.")
       .def("__len__", &Request::num_tokens)
       .def("__repr__", [](const Request& r) {
         return fmt::format("Request(request_id={}, num_tokens={}, num_prompt_tokens={}, num_computed_tokens={})",
@@ -219,16 +223,15 @@ void bind_results(py::module_& m) {
       .def_readonly("num_computed_tokens", &ComputedBlocks::num_computed_tokens, "Tokens the blocks cover.")
       .def_readonly("num_groups", &ComputedBlocks::num_groups)
       .def("get_block_ids", &computed_block_ids, "Block ids per group: tuple[list[int], ...].")
-      .def_property_readonly("group_hit_tokens",
-                             [](const ComputedBlocks& c) {
-                               return first_groups(c.group_hit_tokens, c.num_groups);
-                             },
-                             "Per group: the prefix it confirmed on its own (hybrid models; list[int]).")
-      .def_property_readonly("limiting_group",
-                             [](const ComputedBlocks& c) {
-                               return c.limiting_group < 0 ? py::object(py::none()) : py::object(py::int_(c.limiting_group));
-                             },
-                             "The group that cut the hit short of the others' (None: none did).")
+      .def_property_readonly(
+          "group_hit_tokens", [](const ComputedBlocks& c) { return first_groups(c.group_hit_tokens, c.num_groups); },
+          "Per group: the prefix it confirmed on its own (hybrid models; list[int]).")
+      .def_property_readonly(
+          "limiting_group",
+          [](const ComputedBlocks& c) {
+            return c.limiting_group < 0 ? py::object(py::none()) : py::object(py::int_(c.limiting_group));
+          },
+          "The group that cut the hit short of the others' (None: none did).")
       .def("__repr__", [](const ComputedBlocks& c) {
         return fmt::format("KVCacheBlocks(num_groups={}, num_blocks={}, num_computed_tokens={})", c.num_groups,
                            c.blocks[0].size(), c.num_computed_tokens);
@@ -246,23 +249,19 @@ void bind_results(py::module_& m) {
       .def_readonly("preempted_queries", &PrefixCacheStats::preempted_queries)
       .def_readonly("preempted_hits", &PrefixCacheStats::preempted_hits)
       .def_property_readonly("hit_rate", &PrefixCacheStats::hit_rate, "hits / queries (preempted lookups excluded).")
-      .def_property_readonly("group_hit_tokens",
-                             [](const PrefixCacheStats& s) {
-                               return first_groups(s.group_hit_tokens, s.num_groups);
-                             },
-                             "Per group: tokens it confirmed on its own, summed over lookups (list[int]).")
-      .def_property_readonly("limited_by_group",
-                             [](const PrefixCacheStats& s) {
-                               return first_groups(s.limited_by_group, s.num_groups);
-                             },
-                             "Per group: lookups whose hit that group cut short (list[int]).")
+      .def_property_readonly(
+          "group_hit_tokens", [](const PrefixCacheStats& s) { return first_groups(s.group_hit_tokens, s.num_groups); },
+          "Per group: tokens it confirmed on its own, summed over lookups (list[int]).")
+      .def_property_readonly(
+          "limited_by_group", [](const PrefixCacheStats& s) { return first_groups(s.limited_by_group, s.num_groups); },
+          "Per group: lookups whose hit that group cut short (list[int]).")
       .def_readonly("window_search_probes", &PrefixCacheStats::window_search_probes,
                     "Cache probes of the sliding-window groups' right-to-left search.")
       .def("__repr__", [](const PrefixCacheStats& s) {
-        return fmt::format("PrefixCacheStats(requests={}, queries={}, hits={}, hit_rate={:.4f}, preempted_requests={}, "
-                           "preempted_queries={}, preempted_hits={})",
-                           s.requests, s.queries, s.hits, s.hit_rate(), s.preempted_requests, s.preempted_queries,
-                           s.preempted_hits);
+        return fmt::format(
+            "PrefixCacheStats(requests={}, queries={}, hits={}, hit_rate={:.4f}, preempted_requests={}, "
+            "preempted_queries={}, preempted_hits={})",
+            s.requests, s.queries, s.hits, s.hit_rate(), s.preempted_requests, s.preempted_queries, s.preempted_hits);
       });
 }
 
@@ -272,7 +271,8 @@ KVCacheManagerConfig make_config(int num_blocks, std::optional<int> block_size, 
                                  const std::string& hash_algorithm, uint64_t hash_seed, double watermark,
                                  bool enable_events, int num_kv_heads, int head_dim, const std::string& dtype,
                                  int num_layers, std::optional<int> sliding_window,
-                                 std::optional<std::vector<KVCacheGroupSpec>> groups, const std::string& eviction_policy) {
+                                 std::optional<std::vector<KVCacheGroupSpec>> groups,
+                                 const std::string& eviction_policy) {
   KVCacheManagerConfig c;
   c.eviction_policy = make_eviction_policy(eviction_policy);  // null for "lru": the pool's own queue
   c.cache.num_blocks = num_blocks;
@@ -281,8 +281,8 @@ KVCacheManagerConfig make_config(int num_blocks, std::optional<int> block_size, 
     if (sliding_window) throw ConfigError("pass sliding_window inside a KVCacheGroupSpec when groups is given");
     c.cache.groups = *groups;
     if (block_size && *block_size != c.cache.block_size())
-      throw ConfigError(fmt::format("block_size {} disagrees with the groups' block size {}", *block_size,
-                                    c.cache.block_size()));
+      throw ConfigError(
+          fmt::format("block_size {} disagrees with the groups' block size {}", *block_size, c.cache.block_size()));
   } else {
     KVCacheSpec s;
     s.kind = sliding_window ? AttentionKind::kSlidingWindow : AttentionKind::kFull;
@@ -298,7 +298,8 @@ KVCacheManagerConfig make_config(int num_blocks, std::optional<int> block_size, 
   c.max_model_len = max_model_len;
   c.enable_caching = enable_caching;
   auto algo = parse_hash_algorithm(hash_algorithm);
-  if (!algo) throw ConfigError(fmt::format("unknown hash_algorithm '{}' (expected xxh3_128 or sha256)", hash_algorithm));
+  if (!algo)
+    throw ConfigError(fmt::format("unknown hash_algorithm '{}' (expected xxh3_128 or sha256)", hash_algorithm));
   c.hash_algorithm = *algo;
   c.hash_seed = hash_seed;
   c.watermark = watermark;
@@ -339,8 +340,7 @@ void bind_kv_cache_manager(py::module_& m) {
            py::arg("enable_caching") = true, py::arg("hash_algorithm") = "xxh3_128", py::arg("hash_seed") = 0,
            py::arg("watermark") = 0.01, py::arg("enable_events") = false, py::arg("num_kv_heads") = 1,
            py::arg("head_dim") = 1, py::arg("dtype") = "fp16", py::arg("num_layers") = 1,
-           py::arg("sliding_window") = py::none(), py::arg("groups") = py::none(),
-           py::arg("eviction_policy") = "lru",
+           py::arg("sliding_window") = py::none(), py::arg("groups") = py::none(), py::arg("eviction_policy") = "lru",
            "num_blocks counts the reserved null block 0 (num_blocks - 1 are usable).\n"
            "block_size: tokens per block (default 16, or the groups' block size).\n"
            "max_model_len: longest sequence; 0 = what the pool can hold.\n"
@@ -351,70 +351,89 @@ void bind_kv_cache_manager(py::module_& m) {
            "keywords.\n"
            "eviction_policy: which cached free block is reused first: 'lru' (vLLM's order), 'lfu', "
            "'s3fifo' or 'length-aware' (pagedkv.eviction_policies()). Raises ConfigError naming the bad value.")
-      .def("can_allocate", [](M& self, Request& request) { return self.manager.can_allocate(request); },
-           py::arg("request"), "v0 admission check with the watermark: AllocStatus.OK, LATER or NEVER.")
-      .def("fork", [](M& self, const Request& parent, const Request& child) { self.manager.fork(parent, child); },
-           py::arg("parent"), py::arg("child"),
-           "Parallel sampling / beam search: child shares all of parent's blocks. The first write into a "
-           "shared block copies it (copy-on-write; see take_pending_copies).")
-      .def("take_pending_copies",
-           [](M& self) {
-             auto copies = self.manager.take_pending_copies();
-             py::list out(copies.size());
-             for (size_t i = 0; i < copies.size(); ++i) out[i] = py::make_tuple(copies[i].first.value, copies[i].second.value);
-             return out;
-           },
-           "Copy-on-write (src, dst) block pairs queued since the last call; copy the bytes before running "
-           "the step.")
+      .def(
+          "can_allocate", [](M& self, Request& request) { return self.manager.can_allocate(request); },
+          py::arg("request"), "v0 admission check with the watermark: AllocStatus.OK, LATER or NEVER.")
+      .def(
+          "fork", [](M& self, const Request& parent, const Request& child) { self.manager.fork(parent, child); },
+          py::arg("parent"), py::arg("child"),
+          "Parallel sampling / beam search: child shares all of parent's blocks. The first write into a "
+          "shared block copies it (copy-on-write; see take_pending_copies).")
+      .def(
+          "take_pending_copies",
+          [](M& self) {
+            auto copies = self.manager.take_pending_copies();
+            py::list out(copies.size());
+            for (size_t i = 0; i < copies.size(); ++i)
+              out[i] = py::make_tuple(copies[i].first.value, copies[i].second.value);
+            return out;
+          },
+          "Copy-on-write (src, dst) block pairs queued since the last call; copy the bytes before running "
+          "the step.")
       .def_property_readonly("has_pending_copies", [](const M& self) { return self.manager.has_pending_copies(); })
-      .def("get_block_ids", [](const M& self, const Request& r) { return block_ids_of(self, r.id); }, py::arg("request"),
-           "The request's block table per group: tuple[list[int], ...] (empty lists if unknown).")
-      .def("get_block_ids", [](const M& self, uint64_t request_id) { return block_ids_of(self, RequestId{request_id}); },
-           py::arg("request_id"))
-      .def("has_request", [](const M& self, uint64_t id) { return self.manager.has_request(RequestId{id}); },
-           py::arg("request_id"))
+      .def(
+          "get_block_ids", [](const M& self, const Request& r) { return block_ids_of(self, r.id); }, py::arg("request"),
+          "The request's block table per group: tuple[list[int], ...] (empty lists if unknown).")
+      .def(
+          "get_block_ids", [](const M& self, uint64_t request_id) { return block_ids_of(self, RequestId{request_id}); },
+          py::arg("request_id"))
+      .def(
+          "has_request", [](const M& self, uint64_t id) { return self.manager.has_request(RequestId{id}); },
+          py::arg("request_id"))
       .def_property_readonly("num_requests", [](const M& self) { return self.manager.num_requests(); })
-      .def_property_readonly("last_table_rewritten", [](const M& self) { return self.last_table_rewritten; },
-                             "Whether the last successful allocate_slots changed entries before its new blocks "
-                             "(copy-on-write, sliding-window release): a worker-side table must re-read the "
-                             "whole row instead of appending.")
-      .def("hash_request", [](const M& self, Request& request) { hash_request(self.manager, request); },
-           py::arg("request"),
-           "Computes the request's missing full-block hashes now (vLLM hashes at request creation; lookups "
-           "do it lazily otherwise). Long runs are hashed with the GIL released.")
-      .def("reset_prefix_cache", [](M& self) { return self.manager.reset_prefix_cache(); },
-           "Drops every cached entry not in use; truthy when the cache is now empty.")
+      .def_property_readonly(
+          "last_table_rewritten", [](const M& self) { return self.last_table_rewritten; },
+          "Whether the last successful allocate_slots changed entries before its new blocks "
+          "(copy-on-write, sliding-window release): a worker-side table must re-read the "
+          "whole row instead of appending.")
+      .def(
+          "hash_request", [](const M& self, Request& request) { hash_request(self.manager, request); },
+          py::arg("request"),
+          "Computes the request's missing full-block hashes now (vLLM hashes at request creation; lookups "
+          "do it lazily otherwise). Long runs are hashed with the GIL released.")
+      .def(
+          "reset_prefix_cache", [](M& self) { return self.manager.reset_prefix_cache(); },
+          "Drops every cached entry not in use; truthy when the cache is now empty.")
       .def_property_readonly("num_cached_blocks", [](const M& self) { return self.manager.pool().num_cached_blocks(); })
       .def_property_readonly("prefix_cache_stats", [](const M& self) { return self.manager.prefix_cache_stats(); })
-      .def("group_block_size", [](const M& self, int group) {
-             if (group < 0 || group >= self.manager.num_groups())
-               throw UsageError(fmt::format("group {} out of range [0, {})", group, self.manager.num_groups()));
-             return self.manager.group_block_size(group);
-           }, py::arg("group"), "Tokens a block of that group holds (groups may differ: pages match).")
-      .def_property_readonly("hit_alignment", [](const M& self) { return self.manager.hit_alignment(); },
-                             "Prefix hits are multiples of this many tokens (the lcm of the groups' block sizes).")
-      .def_property_readonly("pool_stats", [](const M& self) { return self.manager.pool().stats(); },
-                             "allocated_blocks, evictions, cached_blocks_stored, reset_removals.")
-      .def("take_events", [](M& self) { return self.manager.take_events(); },
-           "KVEvents since the last call (empty unless enable_events).")
-      .def("block",
-           [](const M& self, int32_t id) {
-             const BlockPool& p = self.manager.pool();
-             if (id < 0 || id >= p.num_blocks())
-               throw UsageError(fmt::format("block id {} out of range [0, {})", id, p.num_blocks()));
-             return p.block(BlockId{id});
-           },
-           py::arg("block_id"), "A snapshot of one block's metadata (ref_cnt, cached hash, ...).")
-      .def("check_invariants", [](const M& self) { self.manager.check_invariants(); },
-           "Validates the pool and every block's ref count against the block tables; raises InvariantError.")
+      .def(
+          "group_block_size",
+          [](const M& self, int group) {
+            if (group < 0 || group >= self.manager.num_groups())
+              throw UsageError(fmt::format("group {} out of range [0, {})", group, self.manager.num_groups()));
+            return self.manager.group_block_size(group);
+          },
+          py::arg("group"), "Tokens a block of that group holds (groups may differ: pages match).")
+      .def_property_readonly(
+          "hit_alignment", [](const M& self) { return self.manager.hit_alignment(); },
+          "Prefix hits are multiples of this many tokens (the lcm of the groups' block sizes).")
+      .def_property_readonly(
+          "pool_stats", [](const M& self) { return self.manager.pool().stats(); },
+          "allocated_blocks, evictions, cached_blocks_stored, reset_removals.")
+      .def(
+          "take_events", [](M& self) { return self.manager.take_events(); },
+          "KVEvents since the last call (empty unless enable_events).")
+      .def(
+          "block",
+          [](const M& self, int32_t id) {
+            const BlockPool& p = self.manager.pool();
+            if (id < 0 || id >= p.num_blocks())
+              throw UsageError(fmt::format("block id {} out of range [0, {})", id, p.num_blocks()));
+            return p.block(BlockId{id});
+          },
+          py::arg("block_id"), "A snapshot of one block's metadata (ref_cnt, cached hash, ...).")
+      .def(
+          "check_invariants", [](const M& self) { self.manager.check_invariants(); },
+          "Validates the pool and every block's ref count against the block tables; raises InvariantError.")
       .def_property_readonly("num_blocks", [](const M& self) { return self.manager.pool().num_blocks(); })
       .def_property_readonly("block_size", [](const M& self) { return self.manager.block_size(); })
       .def_property_readonly("max_model_len", [](const M& self) { return self.manager.max_model_len(); })
       .def_property_readonly("num_groups", [](const M& self) { return self.manager.num_groups(); })
       .def_property_readonly("watermark_blocks", [](const M& self) { return self.manager.watermark_blocks(); })
       .def_property_readonly("enable_caching", [](const M& self) { return self.manager.pool().caching_enabled(); })
-      .def_property_readonly("hash_algorithm",
-                             [](const M& self) { return std::string(hash_algorithm_name(self.manager.hasher().algorithm())); })
+      .def_property_readonly(
+          "hash_algorithm",
+          [](const M& self) { return std::string(hash_algorithm_name(self.manager.hasher().algorithm())); })
       .def_property_readonly("groups", [](const M& self) { return self.manager.cache_config().groups; })
       .def_property_readonly("eviction_policy",
                              [](const M& self) { return std::string(self.manager.pool().policy_name()); })
@@ -465,8 +484,9 @@ PyObject* new_blocks_tuple(PyKVCacheManager& self, const NewBlocks& r) {
 }
 
 PyObject* fast_allocate_slots(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-  static const char* const kNames[] = {"request", "num_new_tokens", "num_new_computed_tokens", "new_computed_blocks",
-                                       "num_lookahead_tokens", "delay_cache_blocks"};
+  static const char* const kNames[] = {
+      "request",           "num_new_tokens", "num_new_computed_tokens", "new_computed_blocks", "num_lookahead_tokens",
+      "delay_cache_blocks"};
   constexpr const char* fn = "allocate_slots";
   constexpr long kMin = std::numeric_limits<int>::min(), kMax = std::numeric_limits<int>::max();
   PyObject* a[6];
@@ -564,7 +584,8 @@ PyObject* fast_get_num_blocks_to_allocate(PyObject* self, PyObject* const* args,
   if (!arg_to_int(a[1], fn, kNames[1], 0, std::numeric_limits<int>::max(), &num_tokens)) return nullptr;
   const ComputedBlocks* computed = nullptr;
   if (a[2] && a[2] != Py_None) {
-    computed = unwrap<ComputedBlocks>(a[2], g_computed_blocks_type, "get_num_blocks_to_allocate(): new_computed_blocks");
+    computed =
+        unwrap<ComputedBlocks>(a[2], g_computed_blocks_type, "get_num_blocks_to_allocate(): new_computed_blocks");
     if (!computed) return nullptr;
   }
   try {
@@ -647,8 +668,8 @@ int set_num_computed_tokens(PyObject* self, PyObject* value, void*) {
                   std::numeric_limits<int>::max(), &v))
     return -1;
   if (v < 0 || v > r->num_tokens()) {
-    set_usage_error(fmt::format("Request {}: num_computed_tokens must be in [0, {}], got {}", r->id.value,
-                                r->num_tokens(), v));
+    set_usage_error(
+        fmt::format("Request {}: num_computed_tokens must be in [0, {}], got {}", r->id.value, r->num_tokens(), v));
     return -1;
   }
   r->num_computed_tokens = v;
@@ -707,13 +728,14 @@ void install_fast_paths(const py::handle& request_cls, const py::handle& compute
 }  // namespace
 
 void register_manager(py::module_& m) {
-  m.def("eviction_policies",
-        [] {
-          std::vector<std::string> names;
-          for (std::string_view n : eviction_policy_names()) names.emplace_back(n);
-          return names;
-        },
-        "Names KVCacheManager(eviction_policy=...) accepts; 'lru' is vLLM's free-queue order.");
+  m.def(
+      "eviction_policies",
+      [] {
+        std::vector<std::string> names;
+        for (std::string_view n : eviction_policy_names()) names.emplace_back(n);
+        return names;
+      },
+      "Names KVCacheManager(eviction_policy=...) accepts; 'lru' is vLLM's free-queue order.");
   bind_request(m);
   bind_results(m);
   bind_kv_cache_manager(m);

@@ -104,11 +104,12 @@ void register_memory(py::module_& m) {
                                if (!s.dtype) return std::nullopt;
                                return std::string(dtype_name(*s.dtype));
                              })
-      .def("kv_cache_spec",
-           [](const ModelShape& s, int block_size, const std::string& kv_dtype) {
-             return s.kv_cache_spec(block_size, dtype_arg(kv_dtype, "kv_dtype"));
-           },
-           py::arg("block_size") = 16, py::arg("kv_dtype") = "fp16")
+      .def(
+          "kv_cache_spec",
+          [](const ModelShape& s, int block_size, const std::string& kv_dtype) {
+            return s.kv_cache_spec(block_size, dtype_arg(kv_dtype, "kv_dtype"));
+          },
+          py::arg("block_size") = 16, py::arg("kv_dtype") = "fp16")
       .def("__repr__", [](const ModelShape& s) {
         return fmt::format("ModelShape(name='{}', num_layers={}, num_kv_heads={}, head_dim={}, num_params={})", s.name,
                            s.num_layers, s.num_kv_heads, s.head_dim, s.num_params);
@@ -119,60 +120,64 @@ void register_memory(py::module_& m) {
       .def_readonly("description", &GpuSpec::description)
       .def_readonly("memory_bytes", &GpuSpec::memory_bytes);
 
-  m.def("model_presets", [] { return std::vector<ModelShape>(model_presets().begin(), model_presets().end()); },
-        "The built-in model presets, in a fixed order.");
+  m.def(
+      "model_presets", [] { return std::vector<ModelShape>(model_presets().begin(), model_presets().end()); },
+      "The built-in model presets, in a fixed order.");
   m.def("gpu_presets", [] { return std::vector<GpuSpec>(gpu_presets().begin(), gpu_presets().end()); });
-  m.def("load_hf_config", [](const std::string& path) { return load_hf_config(path); }, py::arg("path"),
-        "Reads a Hugging Face config.json (or a folder holding one) into a ModelShape.");
+  m.def(
+      "load_hf_config", [](const std::string& path) { return load_hf_config(path); }, py::arg("path"),
+      "Reads a Hugging Face config.json (or a folder holding one) into a ModelShape.");
 
   m.def("kv_bytes_per_token", &kv_bytes_per_token, py::arg("spec"), py::arg("num_layers"),
         "K plus V bytes of one token across num_layers layers.");
   m.def("kv_bytes_per_block", &kv_bytes_per_block, py::arg("spec"), py::arg("num_layers"),
         "Bytes one physical block takes across num_layers layers (vLLM's cache_block_size).");
-  m.def("blocks_per_request", static_cast<int64_t (*)(const KVCacheSpec&, int64_t)>(&blocks_per_request), py::arg("spec"),
-        py::arg("context_len"),
+  m.def("blocks_per_request", static_cast<int64_t (*)(const KVCacheSpec&, int64_t)>(&blocks_per_request),
+        py::arg("spec"), py::arg("context_len"),
         "Blocks one request of context_len tokens holds at its largest (sliding windows release older ones).");
   m.def("max_concurrency", &max_concurrency, py::arg("num_blocks"), py::arg("spec"), py::arg("context_len"),
         "Requests of context_len tokens that fit at once (vLLM's 'Maximum concurrency').");
-  m.def("num_gpu_blocks_vllm",
-        [](const py::object& total, double utilization, const py::object& peak, size_t bytes_per_block) {
-          return num_gpu_blocks_vllm(size_arg(total, "total_gpu_bytes"), utilization, size_arg(peak, "peak_bytes"),
-                                     bytes_per_block);
-        },
-        py::arg("total_gpu_bytes"), py::arg("gpu_memory_utilization"), py::arg("peak_bytes"), py::arg("bytes_per_block"),
-        "vLLM's block count after profiling: floor((total x utilization - peak) / bytes_per_block).");
+  m.def(
+      "num_gpu_blocks_vllm",
+      [](const py::object& total, double utilization, const py::object& peak, size_t bytes_per_block) {
+        return num_gpu_blocks_vllm(size_arg(total, "total_gpu_bytes"), utilization, size_arg(peak, "peak_bytes"),
+                                   bytes_per_block);
+      },
+      py::arg("total_gpu_bytes"), py::arg("gpu_memory_utilization"), py::arg("peak_bytes"), py::arg("bytes_per_block"),
+      "vLLM's block count after profiling: floor((total x utilization - peak) / bytes_per_block).");
   m.def("parse_byte_size", &parse_byte_size, py::arg("text"), "'43GB' = 43e9 bytes, '40GiB' = 40 x 2**30 bytes.");
   m.def("format_byte_size", &format_byte_size, py::arg("bytes"));
 
-  m.def("plan",
-        [](const py::object& model, const py::object& kv_memory, const std::optional<std::string>& gpu,
-           double gpu_memory_utilization, const std::optional<std::string>& weights_dtype, const py::object& overhead,
-           int block_size, const std::optional<std::string>& kv_dtype, std::optional<int64_t> context_len,
-           const py::object& swap_space) {
-          if (kv_memory.is_none() == !gpu.has_value())
-            throw UsageError("plan: give exactly one of kv_memory (a byte budget) or gpu (a preset name)");
-          PlanOptions o;
-          o.block_size = block_size;
-          if (kv_dtype) o.kv_dtype = dtype_arg(*kv_dtype, "kv_dtype");
-          if (!kv_memory.is_none()) o.kv_memory_bytes = size_arg(kv_memory, "kv_memory");
-          if (gpu) {
-            o.gpu = gpu_preset(*gpu);
-            o.gpu_memory_utilization = gpu_memory_utilization;
-            if (weights_dtype) o.weights_dtype = dtype_arg(*weights_dtype, "weights_dtype");
-            o.overhead_bytes = size_arg(overhead, "overhead");
-          }
-          o.swap_space_bytes = size_arg(swap_space, "swap_space");
-          o.context_len = context_len;
-          return plan_to_dict(plan_memory(resolve_model(model), o));
-        },
-        py::arg("model"), py::kw_only(), py::arg("kv_memory") = py::none(), py::arg("gpu") = py::none(),
-        py::arg("gpu_memory_utilization") = kDefaultGpuMemoryUtilization, py::arg("weights_dtype") = py::none(),
-        py::arg("overhead") = "2GiB", py::arg("block_size") = 16, py::arg("kv_dtype") = py::none(),
-        py::arg("context_len") = py::none(), py::arg("swap_space") = 0,
-        "What `pagedkv plan` computes, as a dict: model is a preset name, a config.json path or a ModelShape; "
-        "the budget is kv_memory (bytes or '40GiB') or a gpu preset (weights and overhead subtracted). "
-        "Keys: bytes_per_token, bytes_per_block, num_blocks, token_capacity, blocks_per_request, "
-        "max_concurrency, ...");
+  m.def(
+      "plan",
+      [](const py::object& model, const py::object& kv_memory, const std::optional<std::string>& gpu,
+         double gpu_memory_utilization, const std::optional<std::string>& weights_dtype, const py::object& overhead,
+         int block_size, const std::optional<std::string>& kv_dtype, std::optional<int64_t> context_len,
+         const py::object& swap_space) {
+        if (kv_memory.is_none() == !gpu.has_value())
+          throw UsageError("plan: give exactly one of kv_memory (a byte budget) or gpu (a preset name)");
+        PlanOptions o;
+        o.block_size = block_size;
+        if (kv_dtype) o.kv_dtype = dtype_arg(*kv_dtype, "kv_dtype");
+        if (!kv_memory.is_none()) o.kv_memory_bytes = size_arg(kv_memory, "kv_memory");
+        if (gpu) {
+          o.gpu = gpu_preset(*gpu);
+          o.gpu_memory_utilization = gpu_memory_utilization;
+          if (weights_dtype) o.weights_dtype = dtype_arg(*weights_dtype, "weights_dtype");
+          o.overhead_bytes = size_arg(overhead, "overhead");
+        }
+        o.swap_space_bytes = size_arg(swap_space, "swap_space");
+        o.context_len = context_len;
+        return plan_to_dict(plan_memory(resolve_model(model), o));
+      },
+      py::arg("model"), py::kw_only(), py::arg("kv_memory") = py::none(), py::arg("gpu") = py::none(),
+      py::arg("gpu_memory_utilization") = kDefaultGpuMemoryUtilization, py::arg("weights_dtype") = py::none(),
+      py::arg("overhead") = "2GiB", py::arg("block_size") = 16, py::arg("kv_dtype") = py::none(),
+      py::arg("context_len") = py::none(), py::arg("swap_space") = 0,
+      "What `pagedkv plan` computes, as a dict: model is a preset name, a config.json path or a ModelShape; "
+      "the budget is kv_memory (bytes or '40GiB') or a gpu preset (weights and overhead subtracted). "
+      "Keys: bytes_per_token, bytes_per_block, num_blocks, token_capacity, blocks_per_request, "
+      "max_concurrency, ...");
 }
 
 }  // namespace pagedkv::python

@@ -96,68 +96,72 @@ void register_replay(py::module_& m) {
       .def_readonly("total_output_tokens", &Trace::total_output_tokens)
       .def_readonly("skipped_lines", &Trace::skipped_lines)
       .def("__len__", &Trace::size)
-      .def("prompt_token_ids",
-           [](const Trace& t, size_t i) {
-             if (i >= t.size()) throw UsageError(fmt::format("request {} out of range [0, {})", i, t.size()));
-             std::vector<TokenId> ids;
-             t.append_prompt(i, ids);
-             return ids;
-           },
-           py::arg("index"), "Request `index`'s prompt, rebuilt as token ids (equal content, equal ids).")
+      .def(
+          "prompt_token_ids",
+          [](const Trace& t, size_t i) {
+            if (i >= t.size()) throw UsageError(fmt::format("request {} out of range [0, {})", i, t.size()));
+            std::vector<TokenId> ids;
+            t.append_prompt(i, ids);
+            return ids;
+          },
+          py::arg("index"), "Request `index`'s prompt, rebuilt as token ids (equal content, equal ids).")
       .def("__repr__", [](const Trace& t) {
         return fmt::format("Trace(name='{}', format='{}', requests={})", t.name, trace_format_name(t.format), t.size());
       });
 
-  m.def("read_trace",
-        [](const std::string& path, const std::string& format, bool lenient, int64_t limit) {
-          TraceReadOptions o;
-          auto f = parse_trace_format(format);
-          if (!f) throw ConfigError(fmt::format("unknown trace format '{}' (mooncake, azure, tokens or auto)", format));
-          o.format = *f;
-          o.lenient = lenient;
-          o.limit = limit;
+  m.def(
+      "read_trace",
+      [](const std::string& path, const std::string& format, bool lenient, int64_t limit) {
+        TraceReadOptions o;
+        auto f = parse_trace_format(format);
+        if (!f) throw ConfigError(fmt::format("unknown trace format '{}' (mooncake, azure, tokens or auto)", format));
+        o.format = *f;
+        o.lenient = lenient;
+        o.limit = limit;
+        py::gil_scoped_release release;
+        return std::make_shared<Trace>(read_trace(path, o));
+      },
+      py::arg("path"), py::kw_only(), py::arg("format") = "auto", py::arg("lenient") = false, py::arg("limit") = 0,
+      "Reads a Mooncake JSONL, Azure CSV or pagedkv token JSONL trace (GIL released). FormatError names "
+      "the file and line of a bad record.");
+
+  m.def(
+      "replay_cache",
+      [](const std::shared_ptr<Trace>& trace, int block_size, std::optional<int64_t> capacity_blocks,
+         const std::string& policy, const std::string& hash_algorithm) {
+        CacheReplayConfig c;
+        c.block_size = block_size;
+        c.capacity_blocks = capacity_blocks.value_or(kInfiniteCapacity);
+        c.policy = policy;
+        c.hash_algorithm = hash_algorithm_arg(hash_algorithm);
+        CacheReplayResult r;
+        {
           py::gil_scoped_release release;
-          return std::make_shared<Trace>(read_trace(path, o));
-        },
-        py::arg("path"), py::kw_only(), py::arg("format") = "auto", py::arg("lenient") = false, py::arg("limit") = 0,
-        "Reads a Mooncake JSONL, Azure CSV or pagedkv token JSONL trace (GIL released). FormatError names "
-        "the file and line of a bad record.");
+          r = replay_cache(*trace, c);
+        }
+        return cache_result_to_dict(r);
+      },
+      py::arg("trace"), py::kw_only(), py::arg("block_size") = 16, py::arg("capacity_blocks") = py::none(),
+      py::arg("policy") = "lru", py::arg("hash_algorithm") = "xxh3_128",
+      "The trace's requests in file order through one prefix cache of capacity_blocks usable blocks "
+      "(None: unbounded) and eviction policy; returns hit rates, evictions and timings as a dict. "
+      "Runs without the GIL.");
 
-  m.def("replay_cache",
-        [](const std::shared_ptr<Trace>& trace, int block_size, std::optional<int64_t> capacity_blocks,
-           const std::string& policy, const std::string& hash_algorithm) {
-          CacheReplayConfig c;
-          c.block_size = block_size;
-          c.capacity_blocks = capacity_blocks.value_or(kInfiniteCapacity);
-          c.policy = policy;
-          c.hash_algorithm = hash_algorithm_arg(hash_algorithm);
-          CacheReplayResult r;
-          {
-            py::gil_scoped_release release;
-            r = replay_cache(*trace, c);
-          }
-          return cache_result_to_dict(r);
-        },
-        py::arg("trace"), py::kw_only(), py::arg("block_size") = 16, py::arg("capacity_blocks") = py::none(),
-        py::arg("policy") = "lru", py::arg("hash_algorithm") = "xxh3_128",
-        "The trace's requests in file order through one prefix cache of capacity_blocks usable blocks "
-        "(None: unbounded) and eviction policy; returns hit rates, evictions and timings as a dict. "
-        "Runs without the GIL.");
-
-  m.def("replay_peer",
-        [](const std::string& scenario, const std::string& hash_algorithm) {
-          const PeerScenario s = PeerScenario::by_name(scenario);
-          const HashAlgorithm h = hash_algorithm_arg(hash_algorithm);
-          PeerResult r;
-          {
-            py::gil_scoped_release release;
-            r = replay_peer(PeerWorkload::generate(), s, h);
-          }
-          return peer_result_to_dict(r);
-        },
-        py::arg("scenario") = "A", py::arg("hash_algorithm") = "xxh3_128",
-        "kvcache-peer-v1 replayed by the native C++ driver (what `pagedkv bench peer` runs), without the "
-        "GIL: {'counters': ..., 'mean_us': per-category means, 'whole_s': an untimed replay}.");
+  m.def(
+      "replay_peer",
+      [](const std::string& scenario, const std::string& hash_algorithm) {
+        const PeerScenario s = PeerScenario::by_name(scenario);
+        const HashAlgorithm h = hash_algorithm_arg(hash_algorithm);
+        PeerResult r;
+        {
+          py::gil_scoped_release release;
+          r = replay_peer(PeerWorkload::generate(), s, h);
+        }
+        return peer_result_to_dict(r);
+      },
+      py::arg("scenario") = "A", py::arg("hash_algorithm") = "xxh3_128",
+      "kvcache-peer-v1 replayed by the native C++ driver (what `pagedkv bench peer` runs), without the "
+      "GIL: {'counters': ..., 'mean_us': per-category means, 'whole_s': an untimed replay}.");
 }
 
 }  // namespace pagedkv::python

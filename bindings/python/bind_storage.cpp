@@ -58,11 +58,12 @@ Int64Array slot_mapping(const BlockTable& t, int row, int first_position, int nu
 // concatenated in batch order (the flat slot_mapping vLLM's model runner hands its kernels).
 Int64Array batch_slot_mapping(const BlockTable& t, const Int32Array& rows, const Int32Array& first_positions,
                               const Int32Array& num_tokens, int block_size) {
-  if (rows.ndim() != 1 || first_positions.ndim() != 1 || num_tokens.ndim() != 1 || rows.size() != first_positions.size() ||
-      rows.size() != num_tokens.size())
-    throw UsageError(fmt::format("slot_mappings: rows, first_positions and num_tokens must be 1-D arrays of one length "
-                                 "(got {}, {}, {})",
-                                 rows.size(), first_positions.size(), num_tokens.size()));
+  if (rows.ndim() != 1 || first_positions.ndim() != 1 || num_tokens.ndim() != 1 ||
+      rows.size() != first_positions.size() || rows.size() != num_tokens.size())
+    throw UsageError(
+        fmt::format("slot_mappings: rows, first_positions and num_tokens must be 1-D arrays of one length "
+                    "(got {}, {}, {})",
+                    rows.size(), first_positions.size(), num_tokens.size()));
   const py::ssize_t n = rows.size();
   int64_t total = 0;
   for (py::ssize_t i = 0; i < n; ++i) {
@@ -101,30 +102,34 @@ void register_storage(py::module_& m) {
             BlockTable& t = self.cast<BlockTable&>();
             const auto stride = static_cast<py::ssize_t>(t.stride());
             // `self` is the array's base: the table lives as long as any view of it.
-            return py::array_t<int32_t>({static_cast<py::ssize_t>(t.max_requests()), stride},
-                                        {stride * static_cast<py::ssize_t>(sizeof(int32_t)),
-                                         static_cast<py::ssize_t>(sizeof(int32_t))},
-                                        t.data(), self);
+            return py::array_t<int32_t>(
+                {static_cast<py::ssize_t>(t.max_requests()), stride},
+                {stride * static_cast<py::ssize_t>(sizeof(int32_t)), static_cast<py::ssize_t>(sizeof(int32_t))},
+                t.data(), self);
           },
           "int32 [max_requests, max_blocks_per_request] view of the table (no copy). Writing into it "
           "changes the table but not the rows' block counts.")
-      .def("row_view",
-           [](py::object self, int row) {
-             BlockTable& t = self.cast<BlockTable&>();
-             const int n = t.num_blocks(row);
-             return py::array_t<int32_t>({static_cast<py::ssize_t>(n)}, {static_cast<py::ssize_t>(sizeof(int32_t))},
-                                         const_cast<int32_t*>(t.row(row)), self);
-           },
-           py::arg("row"), "int32 view of the blocks row `row` holds now (no copy).")
-      .def("append_row", [](BlockTable& t, int row, const py::object& ids) { t.append_row(row, block_ids_from(ids)); },
-           py::arg("row"), py::arg("block_ids"),
-           "Appends blocks to a row (e.g. what allocate_slots returned for one group). UsageError past "
-           "the row's capacity.")
-      .def("set_row", [](BlockTable& t, int row, const py::object& ids) { t.set_row(row, block_ids_from(ids)); },
-           py::arg("row"), py::arg("block_ids"),
-           "Replaces a row (after copy-on-write or a sliding-window release rewrote the request's table).")
-      .def("set_entry", [](BlockTable& t, int row, int index, int32_t b) { t.set_entry(row, index, BlockId{b}); },
-           py::arg("row"), py::arg("index"), py::arg("block_id"))
+      .def(
+          "row_view",
+          [](py::object self, int row) {
+            BlockTable& t = self.cast<BlockTable&>();
+            const int n = t.num_blocks(row);
+            return py::array_t<int32_t>({static_cast<py::ssize_t>(n)}, {static_cast<py::ssize_t>(sizeof(int32_t))},
+                                        const_cast<int32_t*>(t.row(row)), self);
+          },
+          py::arg("row"), "int32 view of the blocks row `row` holds now (no copy).")
+      .def(
+          "append_row", [](BlockTable& t, int row, const py::object& ids) { t.append_row(row, block_ids_from(ids)); },
+          py::arg("row"), py::arg("block_ids"),
+          "Appends blocks to a row (e.g. what allocate_slots returned for one group). UsageError past "
+          "the row's capacity.")
+      .def(
+          "set_row", [](BlockTable& t, int row, const py::object& ids) { t.set_row(row, block_ids_from(ids)); },
+          py::arg("row"), py::arg("block_ids"),
+          "Replaces a row (after copy-on-write or a sliding-window release rewrote the request's table).")
+      .def(
+          "set_entry", [](BlockTable& t, int row, int index, int32_t b) { t.set_entry(row, index, BlockId{b}); },
+          py::arg("row"), py::arg("index"), py::arg("block_id"))
       .def("clear_row", &BlockTable::clear_row, py::arg("row"))
       .def("move_row", &BlockTable::move_row, py::arg("src"), py::arg("dst"),
            "Row dst takes row src's blocks; src becomes empty (condensing a batch after a finish).")
@@ -144,23 +149,24 @@ void register_storage(py::module_& m) {
         return fmt::format("BlockTable(max_requests={}, max_blocks_per_request={})", t.max_requests(), t.stride());
       });
 
-  m.def("compute_slot_mapping",
-        [](const Int32Array& block_table_row, int block_size, int first_position, int num_tokens) {
-          if (block_table_row.ndim() != 1) throw UsageError("compute_slot_mapping: block_table_row must be 1-D");
-          if (block_size <= 0) throw UsageError(fmt::format("block_size must be positive, got {}", block_size));
-          if (first_position < 0 || num_tokens < 0)
-            throw UsageError("compute_slot_mapping: first_position and num_tokens must be non-negative");
-          const int64_t end = static_cast<int64_t>(first_position) + num_tokens;
-          if (num_tokens > 0 && (end + block_size - 1) / block_size > block_table_row.size())
-            throw UsageError(fmt::format("compute_slot_mapping: positions up to {} need {} blocks, the row has {}",
-                                         end - 1, (end + block_size - 1) / block_size, block_table_row.size()));
-          Int64Array out(num_tokens);
-          compute_slot_mapping(block_table_row.data(), block_size, first_position, num_tokens, out.mutable_data());
-          return out;
-        },
-        py::arg("block_table_row"), py::arg("block_size"), py::arg("first_position"), py::arg("num_tokens"),
-        "int64 slots of positions [first_position, first_position + num_tokens) for one row of block ids "
-        "(any 1-D integer array or sequence).");
+  m.def(
+      "compute_slot_mapping",
+      [](const Int32Array& block_table_row, int block_size, int first_position, int num_tokens) {
+        if (block_table_row.ndim() != 1) throw UsageError("compute_slot_mapping: block_table_row must be 1-D");
+        if (block_size <= 0) throw UsageError(fmt::format("block_size must be positive, got {}", block_size));
+        if (first_position < 0 || num_tokens < 0)
+          throw UsageError("compute_slot_mapping: first_position and num_tokens must be non-negative");
+        const int64_t end = static_cast<int64_t>(first_position) + num_tokens;
+        if (num_tokens > 0 && (end + block_size - 1) / block_size > block_table_row.size())
+          throw UsageError(fmt::format("compute_slot_mapping: positions up to {} need {} blocks, the row has {}",
+                                       end - 1, (end + block_size - 1) / block_size, block_table_row.size()));
+        Int64Array out(num_tokens);
+        compute_slot_mapping(block_table_row.data(), block_size, first_position, num_tokens, out.mutable_data());
+        return out;
+      },
+      py::arg("block_table_row"), py::arg("block_size"), py::arg("first_position"), py::arg("num_tokens"),
+      "int64 slots of positions [first_position, first_position + num_tokens) for one row of block ids "
+      "(any 1-D integer array or sequence).");
 }
 
 }  // namespace pagedkv::python

@@ -30,8 +30,7 @@ void* unwrap_instance(PyObject* obj, PyTypeObject* type, const char* what) {
   auto* inst = reinterpret_cast<py::detail::instance*>(obj);
   void* value = inst->simple_layout ? inst->simple_value_holder[0] : inst->get_value_and_holder().value_ptr();
   if (!value) {
-    PyErr_Format(PyExc_TypeError, "%s: the %s was never initialized (missing __init__ call?)", what,
-                 type->tp_name);
+    PyErr_Format(PyExc_TypeError, "%s: the %s was never initialized (missing __init__ call?)", what, type->tp_name);
     return nullptr;
   }
   return value;
@@ -69,13 +68,15 @@ void set_python_error_from_current_exception() {
 }
 
 void add_method(const py::handle& cls, PyMethodDef* def) {
-  py::object descr = py::reinterpret_steal<py::object>(PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(cls.ptr()), def));
+  py::object descr =
+      py::reinterpret_steal<py::object>(PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(cls.ptr()), def));
   if (!descr) throw py::error_already_set();
   py::setattr(cls, def->ml_name, descr);
 }
 
 void add_getset(const py::handle& cls, PyGetSetDef* def) {
-  py::object descr = py::reinterpret_steal<py::object>(PyDescr_NewGetSet(reinterpret_cast<PyTypeObject*>(cls.ptr()), def));
+  py::object descr =
+      py::reinterpret_steal<py::object>(PyDescr_NewGetSet(reinterpret_cast<PyTypeObject*>(cls.ptr()), def));
   if (!descr) throw py::error_already_set();
   py::setattr(cls, def->name, descr);
 }

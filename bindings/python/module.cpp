@@ -107,8 +107,7 @@ BlockHash to_block_hash(const py::handle& obj, const char* what) {
   std::string bytes;
   if (PyBytes_Check(obj.ptr()) || PyByteArray_Check(obj.ptr()) || PyMemoryView_Check(obj.ptr()))
     bytes = py::bytes(py::reinterpret_borrow<py::object>(obj));
-  else if (PyUnicode_Check(obj.ptr()))
-    bytes = obj.cast<std::string>();
+  else if (PyUnicode_Check(obj.ptr())) bytes = obj.cast<std::string>();
   else
     throw UsageError(fmt::format("{}: a hash must be an int, bytes or str, got {}", what,
                                  std::string(py::str(py::type::handle_of(obj).attr("__name__")))));

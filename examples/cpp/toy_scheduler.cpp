@@ -35,9 +35,7 @@ struct Sequence {
 };
 
 // The fake model: the next token follows from the last one and the position.
-pagedkv::TokenId next_token(const pagedkv::Request& r) {
-  return (r.tokens.back() * 31 + r.num_tokens()) % 1000 + 3000;
-}
+pagedkv::TokenId next_token(const pagedkv::Request& r) { return (r.tokens.back() * 31 + r.num_tokens()) % 1000 + 3000; }
 
 std::string join(std::span<const pagedkv::BlockId> blocks) {
   std::string s;
@@ -55,8 +53,8 @@ int main() {
   pagedkv::KVCacheManager manager(std::move(config));
   pagedkv::BlockTable table(kMaxRunning, kMaxModelLen / kBlockSize);
   std::vector<int32_t> kv(kNumBlocks * kBlockSize, -1);  // token stored in each slot
-  std::printf("pagedkv %s: %d requests, %d blocks of %d tokens\n", PAGEDKV_VERSION_STRING, kNumRequests,
-              kNumBlocks - 1, kBlockSize);
+  std::printf("pagedkv %s: %d requests, %d blocks of %d tokens\n", PAGEDKV_VERSION_STRING, kNumRequests, kNumBlocks - 1,
+              kBlockSize);
 
   std::vector<std::unique_ptr<Sequence>> all;
   std::deque<Sequence*> waiting;
@@ -64,8 +62,8 @@ int main() {
     std::vector<pagedkv::TokenId> prompt;
     for (int i = 0; i < kSystemPromptLen; ++i) prompt.push_back(1 + i);
     for (int i = 0; i < 6 + r; ++i) prompt.push_back(1000 + 100 * r + i);
-    all.push_back(std::make_unique<Sequence>(
-        Sequence{pagedkv::Request(pagedkv::RequestId(r), std::move(prompt)), 20 + 6 * r}));
+    all.push_back(
+        std::make_unique<Sequence>(Sequence{pagedkv::Request(pagedkv::RequestId(r), std::move(prompt)), 20 + 6 * r}));
     waiting.push_back(all.back().get());
   }
   std::vector<Sequence*> running;
@@ -76,7 +74,10 @@ int main() {
   int finished = 0;
   while (!waiting.empty() || !running.empty()) {
     ++step;
-    struct Scheduled { Sequence* seq; int num_tokens; };
+    struct Scheduled {
+      Sequence* seq;
+      int num_tokens;
+    };
     std::vector<Scheduled> scheduled;
 
     // Running requests first: a slot for the token each sampled last step. When the pool is
@@ -95,8 +96,7 @@ int main() {
         victim->request.num_preemptions += 1;
         waiting.push_front(victim);
         preempted = true;
-        std::printf("step %d: preempt request %llu\n", step,
-                    static_cast<unsigned long long>(victim->request.id.value));
+        std::printf("step %d: preempt request %llu\n", step, static_cast<unsigned long long>(victim->request.id.value));
         continue;  // retry seq, unless it was the victim (then the loop ends)
       }
       if (added->table_rewritten) {
@@ -135,15 +135,16 @@ int main() {
       for (int pos = 0; pos < r.num_computed_tokens; ++pos) {
         const int32_t slot = row[pos / kBlockSize] * kBlockSize + pos % kBlockSize;
         if (kv[static_cast<size_t>(slot)] != r.tokens[static_cast<size_t>(pos)]) {
-          std::printf("request %llu: position %d reads a wrong token\n",
-                      static_cast<unsigned long long>(r.id.value), pos);
+          std::printf("request %llu: position %d reads a wrong token\n", static_cast<unsigned long long>(r.id.value),
+                      pos);
           return 1;
         }
       }
       std::vector<int64_t> slots(static_cast<size_t>(n));
       pagedkv::compute_slot_mapping(row, kBlockSize, r.num_computed_tokens, n, slots.data());
       for (int j = 0; j < n; ++j) {
-        kv[static_cast<size_t>(slots[static_cast<size_t>(j)])] = r.tokens[static_cast<size_t>(r.num_computed_tokens + j)];
+        kv[static_cast<size_t>(slots[static_cast<size_t>(j)])] =
+            r.tokens[static_cast<size_t>(r.num_computed_tokens + j)];
       }
       r.num_computed_tokens += n;
       r.append_token(next_token(r));
@@ -168,11 +169,12 @@ int main() {
   }
 
   const auto& stats = manager.prefix_cache_stats();
-  std::printf("finished %d of %d requests in %d steps; prefix cache hits %llu of %llu tokens; "
-              "free blocks %d of %d\n",
-              finished, kNumRequests, step, static_cast<unsigned long long>(stats.hits + stats.preempted_hits),
-              static_cast<unsigned long long>(stats.queries + stats.preempted_queries),
-              manager.num_free_blocks(), kNumBlocks - 1);
+  std::printf(
+      "finished %d of %d requests in %d steps; prefix cache hits %llu of %llu tokens; "
+      "free blocks %d of %d\n",
+      finished, kNumRequests, step, static_cast<unsigned long long>(stats.hits + stats.preempted_hits),
+      static_cast<unsigned long long>(stats.queries + stats.preempted_queries), manager.num_free_blocks(),
+      kNumBlocks - 1);
   manager.check_invariants();
   return finished == kNumRequests && manager.num_free_blocks() == kNumBlocks - 1 ? 0 : 1;
 }

@@ -7,11 +7,16 @@ ApiError::ApiError(int status, std::string message, std::string param, std::stri
 
 std::string ApiError::type() const {
   switch (status_) {
-    case 401: return "authentication_error";
-    case 403: return "permission_error";  // OpenAI's PermissionDeniedError
-    case 404: return "not_found_error";
-    case 429: return "rate_limit_error";
-    default: return status_ >= 500 ? "server_error" : "invalid_request_error";
+    case 401:
+      return "authentication_error";
+    case 403:
+      return "permission_error";  // OpenAI's PermissionDeniedError
+    case 404:
+      return "not_found_error";
+    case 429:
+      return "rate_limit_error";
+    default:
+      return status_ >= 500 ? "server_error" : "invalid_request_error";
   }
 }
 

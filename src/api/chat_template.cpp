@@ -128,22 +128,32 @@ ChatTemplate detect_chat_template(std::string_view source) {
 
 std::string_view chat_template_name(ChatTemplate t) {
   switch (t) {
-    case ChatTemplate::kLlama2: return "llama-2";
-    case ChatTemplate::kLlama3: return "llama-3";
-    case ChatTemplate::kChatml: return "chatml";
-    case ChatTemplate::kGemma: return "gemma";
-    case ChatTemplate::kDefault: break;
+    case ChatTemplate::kLlama2:
+      return "llama-2";
+    case ChatTemplate::kLlama3:
+      return "llama-3";
+    case ChatTemplate::kChatml:
+      return "chatml";
+    case ChatTemplate::kGemma:
+      return "gemma";
+    case ChatTemplate::kDefault:
+      break;
   }
   return "default";
 }
 
 std::vector<PromptPart> render_chat(ChatTemplate t, std::span<const ChatMessage> messages) {
   switch (t) {
-    case ChatTemplate::kLlama2: return render_llama2(messages);
-    case ChatTemplate::kLlama3: return render_llama3(messages);
-    case ChatTemplate::kChatml: return render_chatml(messages);
-    case ChatTemplate::kGemma: return render_gemma(messages);
-    case ChatTemplate::kDefault: break;
+    case ChatTemplate::kLlama2:
+      return render_llama2(messages);
+    case ChatTemplate::kLlama3:
+      return render_llama3(messages);
+    case ChatTemplate::kChatml:
+      return render_chatml(messages);
+    case ChatTemplate::kGemma:
+      return render_gemma(messages);
+    case ChatTemplate::kDefault:
+      break;
   }
   return {PromptPart{render_chat_prompt(messages), false}};
 }

@@ -25,7 +25,8 @@ PrefixHashing prefix_hashing_for(const KVCacheConfig& cache, std::string algorit
   h.routing_group = -1;
   for (size_t g = 0; g < cache.groups.size(); ++g) {
     const KVCacheSpec& s = cache.groups[g].spec;
-    h.groups.push_back(KVGroupInfo{s.kind, s.kind == AttentionKind::kSlidingWindow ? s.sliding_window : 0, s.block_size});
+    h.groups.push_back(
+        KVGroupInfo{s.kind, s.kind == AttentionKind::kSlidingWindow ? s.sliding_window : 0, s.block_size});
     if (h.routing_group < 0 && s.kind == AttentionKind::kFull) h.routing_group = static_cast<int>(g);
   }
   if (h.routing_group < 0) h.routing_group = 0;
@@ -103,7 +104,8 @@ KVEventsPage KVEventLog::read(uint64_t epoch, uint64_t since, size_t max_events)
   const size_t from = static_cast<size_t>(since + 1 - first_kept);
   const size_t available = records_.size() - from;
   const size_t n = std::min(available, max_events);
-  page.events.assign(records_.begin() + static_cast<ptrdiff_t>(from), records_.begin() + static_cast<ptrdiff_t>(from + n));
+  page.events.assign(records_.begin() + static_cast<ptrdiff_t>(from),
+                     records_.begin() + static_cast<ptrdiff_t>(from + n));
   page.more = n < available;
   page.last_seq = n > 0 ? page.events.back().seq : since;
   return page;

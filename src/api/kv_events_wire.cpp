@@ -35,15 +35,17 @@ bool bool_field(const json& v, const char* name) {
 
 const json& array_field(const json& v, const char* name, size_t exact_size = 0) {
   if (!v.is_array() || (exact_size != 0 && v.size() != exact_size))
-    throw WireError(exact_size ? fmt::format("each of '{}' must be a list of {} items, got {}", name, exact_size, v.dump())
-                               : fmt::format("'{}' must be a list, got {}", name, v.dump()));
+    throw WireError(exact_size
+                        ? fmt::format("each of '{}' must be a list of {} items, got {}", name, exact_size, v.dump())
+                        : fmt::format("'{}' must be a list, got {}", name, v.dump()));
   return v;
 }
 
 // A list of `size` items, or `size + 1` with a KV-cache group last (see the header).
 const json& array_field_with_group(const json& v, const char* name, size_t size) {
   if (!v.is_array() || (v.size() != size && v.size() != size + 1))
-    throw WireError(fmt::format("each of '{}' must be a list of {} or {} items, got {}", name, size, size + 1, v.dump()));
+    throw WireError(
+        fmt::format("each of '{}' must be a list of {} or {} items, got {}", name, size, size + 1, v.dump()));
   return v;
 }
 
@@ -108,7 +110,8 @@ std::string format_kv_events_page(const KVEventsPage& page, const PrefixHashing&
                {"more", page.more}};
   json groups = json::array();
   for (const KVGroupInfo& g : hashing.groups)
-    groups.push_back({{"kind", attention_kind_name(g.kind)}, {"sliding_window", g.sliding_window}, {"block_size", g.block_size}});
+    groups.push_back(
+        {{"kind", attention_kind_name(g.kind)}, {"sliding_window", g.sliding_window}, {"block_size", g.block_size}});
   body["groups"] = std::move(groups);
   if (load) body["load"] = format_instance_load(*load);
   if (page.snapshot) {
@@ -139,7 +142,8 @@ KVEventsWirePage parse_kv_events_page(std::string_view body) {
   p.snapshot = bool_field(member(j, "snapshot"), "snapshot");
   if (const auto it = j.find("more"); it != j.end()) p.more = bool_field(*it, "more");
   const uint64_t block_size = unsigned_field(member(j, "block_size"), "block_size");
-  if (block_size < 1 || block_size > (1u << 20)) throw WireError(fmt::format("'block_size' {} is out of range", block_size));
+  if (block_size < 1 || block_size > (1u << 20))
+    throw WireError(fmt::format("'block_size' {} is out of range", block_size));
   out.hashing.block_size = static_cast<int>(block_size);
   out.hashing.algorithm = string_field(member(j, "hash_algorithm"), "hash_algorithm");
   out.hashing.seed = unsigned_field(member(j, "hash_seed"), "hash_seed");
@@ -161,7 +165,8 @@ KVEventsWirePage parse_kv_events_page(std::string_view body) {
   if (const auto it = j.find("routing_group"); it != j.end()) {
     const uint64_t g = unsigned_field(*it, "routing_group");
     if (g >= std::max<size_t>(num_groups, 1))
-      throw WireError(fmt::format("'routing_group' {} is not one of the page's {} groups", g, std::max<size_t>(num_groups, 1)));
+      throw WireError(
+          fmt::format("'routing_group' {} is not one of the page's {} groups", g, std::max<size_t>(num_groups, 1)));
     out.hashing.routing_group = static_cast<int>(g);
   }
   if (const auto it = j.find("load"); it != j.end()) {
@@ -197,7 +202,8 @@ KVEventsWirePage parse_kv_events_page(std::string_view body) {
       KVEventRecord r;
       r.seq = unsigned_field(e[0], "seq");
       if (r.seq <= previous || r.seq > p.last_seq)
-        throw WireError(fmt::format("event {} is out of order (after {}, up to 'last' {})", r.seq, previous, p.last_seq));
+        throw WireError(
+            fmt::format("event {} is out of order (after {}, up to 'last' {})", r.seq, previous, p.last_seq));
       previous = r.seq;
       const std::string& kind = string_field(e[1], "kind");
       if (kind != "stored" && kind != "removed") throw WireError(fmt::format("unknown event kind '{}'", kind));

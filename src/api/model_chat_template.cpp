@@ -14,7 +14,9 @@ namespace {
 
 using nlohmann::ordered_json;
 
-bool is_marker_char(char c) { return c != '<' && c != '>' && c != ' ' && c != '\n' && c != '\t' && c != '\r' && c != '\'' && c != '"'; }
+bool is_marker_char(char c) {
+  return c != '<' && c != '>' && c != ' ' && c != '\n' && c != '\t' && c != '\r' && c != '\'' && c != '"';
+}
 
 // The special-token-like strings of a template's source: <...> without spaces or quotes (<|im_start|>,
 // <start_of_turn>, </s>, <｜Assistant｜>) and [UPPER_CASE] / [/UPPER_CASE] ([INST], [TOOL_CALLS]).
@@ -48,11 +50,13 @@ ChatTemplateInput parse_chat_template_input(std::string_view body) {
     if (!it->empty()) in.tools = *it;
   }
   if (auto it = j.find("add_generation_prompt"); it != j.end()) {
-    if (!it->is_boolean()) throw ApiError(400, "'add_generation_prompt' must be a boolean", "add_generation_prompt", "invalid_type");
+    if (!it->is_boolean())
+      throw ApiError(400, "'add_generation_prompt' must be a boolean", "add_generation_prompt", "invalid_type");
     in.add_generation_prompt = it->get<bool>();
   }
   if (auto it = j.find("chat_template_kwargs"); it != j.end() && !it->is_null()) {
-    if (!it->is_object()) throw ApiError(400, "'chat_template_kwargs' must be an object", "chat_template_kwargs", "invalid_type");
+    if (!it->is_object())
+      throw ApiError(400, "'chat_template_kwargs' must be an object", "chat_template_kwargs", "invalid_type");
     in.kwargs = *it;
   }
   return in;

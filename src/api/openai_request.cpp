@@ -62,8 +62,11 @@ std::vector<TokenId> token_ids(const json& v, const char* name) {
   ids.reserve(v.size());
   for (const json& t : v) {
     if (!t.is_number_integer())
-      throw bad(name, fmt::format("'{}' must be a string, a list of strings, a list of token ids or a list of lists of token ids", name),
-                "invalid_type");
+      throw bad(
+          name,
+          fmt::format("'{}' must be a string, a list of strings, a list of token ids or a list of lists of token ids",
+                      name),
+          "invalid_type");
     const int64_t id = t.get<int64_t>();
     if (id < 0 || id > std::numeric_limits<TokenId>::max())
       throw bad(name, fmt::format("token id {} in '{}' is outside the vocabulary", id, name), "invalid_token_id");
@@ -83,12 +86,17 @@ std::vector<PromptInput> parse_prompts(const json& p, const RequestLimits& limit
     for (const json& e : p) {
       if (e.is_string()) prompts.push_back({true, e.get<std::string>(), {}});
       else if (e.is_array()) prompts.push_back({false, {}, token_ids(e, "prompt")});
-      else throw bad("prompt", "'prompt' must be a string, a list of strings, a list of token ids or a list of lists of token ids", "invalid_type");
+      else
+        throw bad("prompt",
+                  "'prompt' must be a string, a list of strings, a list of token ids or a list of lists of token ids",
+                  "invalid_type");
     }
   } else if (p.is_array()) {
     throw bad("prompt", "'prompt' must not be an empty list");
   } else {
-    throw bad("prompt", "'prompt' must be a string, a list of strings, a list of token ids or a list of lists of token ids", "invalid_type");
+    throw bad("prompt",
+              "'prompt' must be a string, a list of strings, a list of token ids or a list of lists of token ids",
+              "invalid_type");
   }
   if (static_cast<int>(prompts.size()) > limits.max_prompts)
     throw bad("prompt", fmt::format("at most {} prompts per request, got {}", limits.max_prompts, prompts.size()));
@@ -101,7 +109,8 @@ std::string message_content(const json& c) {
     std::string text;
     for (const json& part : c) {
       if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
-        throw bad("messages", "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported", "unsupported_content");
+        throw bad("messages", "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported",
+                  "unsupported_content");
       text += part["text"].get<std::string>();
     }
     return text;
@@ -113,9 +122,11 @@ std::vector<ChatMessage> parse_messages(const json& m) {
   if (!m.is_array() || m.empty()) throw bad("messages", "'messages' must be a non-empty list", "invalid_type");
   std::vector<ChatMessage> messages;
   for (const json& e : m) {
-    if (!e.is_object()) throw bad("messages", "each message must be an object with 'role' and 'content'", "invalid_type");
+    if (!e.is_object())
+      throw bad("messages", "each message must be an object with 'role' and 'content'", "invalid_type");
     const json* role = field(e, "role");
-    if (role == nullptr || !role->is_string()) throw bad("messages", "each message needs a string 'role'", "invalid_type");
+    if (role == nullptr || !role->is_string())
+      throw bad("messages", "each message needs a string 'role'", "invalid_type");
     const std::string r = role->get<std::string>();
     if (r != "system" && r != "developer" && r != "user" && r != "assistant" && r != "tool")
       throw bad("messages", fmt::format("unsupported message role '{}' (system, developer, user, assistant, tool)", r));
@@ -140,17 +151,20 @@ std::string schema_text(const ojson& v, const std::string& param) {
   if (v.is_string()) {
     const ojson parsed = ojson::parse(v.get<std::string>(), nullptr, /*allow_exceptions=*/false);
     if (parsed.is_discarded() || !(parsed.is_object() || parsed.is_boolean()))
-      throw bad(param, fmt::format("'{}' must be a JSON Schema (an object, or a string holding one)", param), "invalid_type");
+      throw bad(param, fmt::format("'{}' must be a JSON Schema (an object, or a string holding one)", param),
+                "invalid_type");
     return parsed.dump();
   }
-  throw bad(param, fmt::format("'{}' must be a JSON Schema (an object, or a string holding one)", param), "invalid_type");
+  throw bad(param, fmt::format("'{}' must be a JSON Schema (an object, or a string holding one)", param),
+            "invalid_type");
 }
 
 std::string choice_text(const ojson& v, const std::string& param) {
   if (!v.is_array() || v.empty())
     throw bad(param, fmt::format("'{}' must be a non-empty list of strings", param), "invalid_type");
   for (const ojson& c : v)
-    if (!c.is_string()) throw bad(param, fmt::format("'{}' must be a non-empty list of strings", param), "invalid_type");
+    if (!c.is_string())
+      throw bad(param, fmt::format("'{}' must be a non-empty list of strings", param), "invalid_type");
   return v.dump();
 }
 
@@ -176,11 +190,12 @@ std::optional<StructuredOutputRequest> parse_response_format(const ojson& v) {
     if (schema == nullptr) throw bad(param, "'response_format.json_schema.schema' is required", "missing_field");
     if (const ojson* strict = field(*spec, "strict"); strict != nullptr && !strict->is_boolean())
       throw bad(param, "'response_format.json_schema.strict' must be a boolean", "invalid_type");
-    return StructuredOutputRequest{grammar::GrammarKind::kJsonSchema, schema_text(*schema, "response_format.json_schema.schema"),
-                                   param};
+    return StructuredOutputRequest{grammar::GrammarKind::kJsonSchema,
+                                   schema_text(*schema, "response_format.json_schema.schema"), param};
   }
-  throw bad(param, fmt::format("'response_format.type' must be \"text\", \"json_object\" or \"json_schema\", got \"{}\"",
-                               type.substr(0, 32)));
+  throw bad(param,
+            fmt::format("'response_format.type' must be \"text\", \"json_object\" or \"json_schema\", got \"{}\"",
+                        type.substr(0, 32)));
 }
 
 // vLLM's structured_outputs: exactly one of json, regex, choice, grammar, json_object.
@@ -190,16 +205,20 @@ StructuredOutputRequest parse_structured_outputs(const ojson& v) {
   std::optional<StructuredOutputRequest> out;
   auto set = [&](grammar::GrammarKind kind, std::string text, const char* name) {
     if (out)
-      throw bad(param, fmt::format("'structured_outputs' takes exactly one of json, regex, choice, grammar, json_object; "
-                                   "got more ('{}')", name));
+      throw bad(param,
+                fmt::format("'structured_outputs' takes exactly one of json, regex, choice, grammar, json_object; "
+                            "got more ('{}')",
+                            name));
     out = StructuredOutputRequest{kind, std::move(text), param};
   };
   for (const auto& [key, value] : v.items()) {
     if (value.is_null()) continue;
     if (key == "json") set(grammar::GrammarKind::kJsonSchema, schema_text(value, "structured_outputs.json"), "json");
     else if (key == "regex") set(grammar::GrammarKind::kRegex, text_field(value, "structured_outputs.regex"), "regex");
-    else if (key == "choice") set(grammar::GrammarKind::kChoice, choice_text(value, "structured_outputs.choice"), "choice");
-    else if (key == "grammar") set(grammar::GrammarKind::kGbnf, text_field(value, "structured_outputs.grammar"), "grammar");
+    else if (key == "choice")
+      set(grammar::GrammarKind::kChoice, choice_text(value, "structured_outputs.choice"), "choice");
+    else if (key == "grammar")
+      set(grammar::GrammarKind::kGbnf, text_field(value, "structured_outputs.grammar"), "grammar");
     else if (key == "json_object") {
       if (value != true) throw bad(param, "'structured_outputs.json_object' must be true when given", "invalid_value");
       set(grammar::GrammarKind::kJsonObject, "", "json_object");
@@ -207,12 +226,14 @@ StructuredOutputRequest parse_structured_outputs(const ojson& v) {
     // Options pagedkv's grammars already behave by (compact JSON, no properties beyond the
     // schema's) or that choose an implementation.
     else if (key == "disable_fallback" || key == "disable_any_whitespace" || key == "disable_additional_properties" ||
-             key == "backend") continue;
+             key == "backend")
+      continue;
     else
       throw bad(param, fmt::format("'structured_outputs.{}' is not supported by this server", key.substr(0, 64)),
                 "unsupported_field");
   }
-  if (!out) throw bad(param, "'structured_outputs' needs one of json, regex, choice, grammar, json_object", "missing_field");
+  if (!out)
+    throw bad(param, "'structured_outputs' needs one of json, regex, choice, grammar, json_object", "missing_field");
   return *out;
 }
 
@@ -229,9 +250,11 @@ std::optional<StructuredOutputRequest> parse_structured_output(const ojson& j) {
   if (const ojson* v = field(j, "response_format")) take(parse_response_format(*v), "response_format");
   if (const ojson* v = field(j, "structured_outputs")) take(parse_structured_outputs(*v), "structured_outputs");
   if (const ojson* v = field(j, "guided_json"))
-    take(StructuredOutputRequest{grammar::GrammarKind::kJsonSchema, schema_text(*v, "guided_json"), "guided_json"}, "guided_json");
+    take(StructuredOutputRequest{grammar::GrammarKind::kJsonSchema, schema_text(*v, "guided_json"), "guided_json"},
+         "guided_json");
   if (const ojson* v = field(j, "guided_regex"))
-    take(StructuredOutputRequest{grammar::GrammarKind::kRegex, text_field(*v, "guided_regex"), "guided_regex"}, "guided_regex");
+    take(StructuredOutputRequest{grammar::GrammarKind::kRegex, text_field(*v, "guided_regex"), "guided_regex"},
+         "guided_regex");
   if (const ojson* v = field(j, "guided_choice"))
     take(StructuredOutputRequest{grammar::GrammarKind::kChoice, choice_text(*v, "guided_choice"), "guided_choice"},
          "guided_choice");
@@ -297,7 +320,8 @@ CompletionRequest parse_completion_request(std::string_view body, ApiEndpoint en
     if (!(p >= 0 && p <= 1)) throw bad("min_p", fmt::format("'min_p' must be in [0, 1], got {}", p));
     r.min_p = static_cast<float>(p);
   }
-  for (const auto& [name, out] : {std::pair{"presence_penalty", &r.presence_penalty}, std::pair{"frequency_penalty", &r.frequency_penalty}})
+  for (const auto& [name, out] :
+       {std::pair{"presence_penalty", &r.presence_penalty}, std::pair{"frequency_penalty", &r.frequency_penalty}})
     if (const json* v = field(j, name)) {
       const double p = number(*v, name);
       if (!(p >= -2 && p <= 2)) throw bad(name, fmt::format("'{}' must be between -2 and 2, got {}", name, p));
@@ -305,20 +329,24 @@ CompletionRequest parse_completion_request(std::string_view body, ApiEndpoint en
     }
   if (const json* v = field(j, "repetition_penalty")) {
     const double p = number(*v, "repetition_penalty");
-    if (!(p > 0 && p <= 100)) throw bad("repetition_penalty", fmt::format("'repetition_penalty' must be in (0, 100], got {}", p));
+    if (!(p > 0 && p <= 100))
+      throw bad("repetition_penalty", fmt::format("'repetition_penalty' must be in (0, 100], got {}", p));
     r.repetition_penalty = static_cast<float>(p);
   }
   if (const json* v = field(j, "logit_bias"); v != nullptr && !v->is_null()) {
-    if (!v->is_object()) throw bad("logit_bias", "'logit_bias' must be an object of token ids to biases", "invalid_type");
+    if (!v->is_object())
+      throw bad("logit_bias", "'logit_bias' must be an object of token ids to biases", "invalid_type");
     if (v->size() > static_cast<size_t>(limits.max_logit_bias))
       throw bad("logit_bias", fmt::format("at most {} logit_bias entries, got {}", limits.max_logit_bias, v->size()));
     for (const auto& [key, value] : v->items()) {
       TokenId id = -1;
       const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
       if (ec != std::errc() || end != key.data() + key.size() || id < 0)
-        throw bad("logit_bias", fmt::format("logit_bias keys are token ids, got '{}'", key.substr(0, 32)), "invalid_type");
+        throw bad("logit_bias", fmt::format("logit_bias keys are token ids, got '{}'", key.substr(0, 32)),
+                  "invalid_type");
       const double bias = number(value, "logit_bias");
-      if (!(bias >= -100 && bias <= 100)) throw bad("logit_bias", fmt::format("a logit bias must be between -100 and 100, got {}", bias));
+      if (!(bias >= -100 && bias <= 100))
+        throw bad("logit_bias", fmt::format("a logit bias must be between -100 and 100, got {}", bias));
       r.logit_bias.emplace_back(id, static_cast<float>(bias));
     }
     std::sort(r.logit_bias.begin(), r.logit_bias.end());
@@ -327,11 +355,14 @@ CompletionRequest parse_completion_request(std::string_view body, ApiEndpoint en
     if (!v->is_array()) throw bad("stop_token_ids", "'stop_token_ids' must be a list of token ids", "invalid_type");
     if (static_cast<int>(v->size()) > limits.max_stop_strings * 4)
       throw bad("stop_token_ids", fmt::format("at most {} stop_token_ids", limits.max_stop_strings * 4));
-    for (const json& t : *v) r.stop_token_ids.push_back(integer_in(t, "stop_token_ids", 0, std::numeric_limits<TokenId>::max()));
+    for (const json& t : *v)
+      r.stop_token_ids.push_back(integer_in(t, "stop_token_ids", 0, std::numeric_limits<TokenId>::max()));
   }
-  if (const json* v = field(j, "min_tokens")) r.min_tokens = integer_in(*v, "min_tokens", 0, std::numeric_limits<int>::max());
+  if (const json* v = field(j, "min_tokens"))
+    r.min_tokens = integer_in(*v, "min_tokens", 0, std::numeric_limits<int>::max());
   if (r.max_tokens && r.min_tokens > *r.max_tokens)
-    throw bad("min_tokens", fmt::format("'min_tokens' ({}) must not exceed the maximum tokens ({})", r.min_tokens, *r.max_tokens));
+    throw bad("min_tokens",
+              fmt::format("'min_tokens' ({}) must not exceed the maximum tokens ({})", r.min_tokens, *r.max_tokens));
   if (const json* v = field(j, "seed")) r.seed = static_cast<uint64_t>(integer(*v, "seed"));
   if (const json* v = field(j, "n")) r.n = integer_in(*v, "n", 1, limits.max_n);
   if (const json* v = field(j, "stop")) {
@@ -347,15 +378,16 @@ CompletionRequest parse_completion_request(std::string_view body, ApiEndpoint en
     for (const std::string& s : r.stop)
       if (s.empty()) throw bad("stop", "stop strings must not be empty");
   }
-  for (const auto& [name, out] : {std::pair{"include_stop_str_in_output", &r.include_stop_str_in_output},
-                                  std::pair{"skip_special_tokens", &r.skip_special_tokens},
-                                  std::pair{"return_token_ids", &r.return_token_ids},
-                                  std::pair{"return_tokens_as_token_ids", &r.return_tokens_as_token_ids}})
+  for (const auto& [name, out] :
+       {std::pair{"include_stop_str_in_output", &r.include_stop_str_in_output},
+        std::pair{"skip_special_tokens", &r.skip_special_tokens}, std::pair{"return_token_ids", &r.return_token_ids},
+        std::pair{"return_tokens_as_token_ids", &r.return_tokens_as_token_ids}})
     if (const json* v = field(j, name)) *out = boolean(*v, name);
   if (const json* v = field(j, "stream")) r.stream = boolean(*v, "stream");
   if (const json* v = field(j, "timeout")) {
     const double seconds = number(*v, "timeout");
-    if (!(seconds > 0 && seconds <= 1e6)) throw bad("timeout", fmt::format("'timeout' must be in (0, 1e6] seconds, got {}", seconds));
+    if (!(seconds > 0 && seconds <= 1e6))
+      throw bad("timeout", fmt::format("'timeout' must be in (0, 1e6] seconds, got {}", seconds));
     r.timeout = std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(std::llround(seconds * 1e3))));
   }
   if (const json* v = field(j, "stream_options")) {
@@ -376,7 +408,8 @@ CompletionRequest parse_completion_request(std::string_view body, ApiEndpoint en
     if (const json* v = field(j, "suffix")) r.suffix = string(*v, "suffix");
     if (const json* v = field(j, "logprobs")) r.logprobs = integer_in(*v, "logprobs", 0, limits.max_logprobs);
   }
-  if (const json* v = field(j, "priority")) r.priority = integer_in(*v, "priority", std::numeric_limits<int>::min(), std::numeric_limits<int>::max());
+  if (const json* v = field(j, "priority"))
+    r.priority = integer_in(*v, "priority", std::numeric_limits<int>::min(), std::numeric_limits<int>::max());
   if (const json* v = field(j, "cache_salt")) {
     r.cache_salt = string(*v, "cache_salt");
     if (r.cache_salt.empty()) throw bad("cache_salt", "'cache_salt' must not be empty when given");
@@ -391,7 +424,8 @@ CompletionRequest parse_completion_request(std::string_view body, ApiEndpoint en
     if (r.use_beam_search) throw bad("prompt_logprobs", "beam search does not return prompt logprobs");
   }
   bool structured = false;
-  for (const char* name : {"response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar"})
+  for (const char* name :
+       {"response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar"})
     structured = structured || field(j, name) != nullptr;
   if (structured) {
     const ojson ordered = ojson::parse(body, nullptr, /*allow_exceptions=*/false);  // parsed once already
@@ -401,8 +435,9 @@ CompletionRequest parse_completion_request(std::string_view body, ApiEndpoint en
   if (r.use_beam_search && r.structured_output)
     throw bad(r.structured_output->param, "structured output does not work with beam search ('use_beam_search')");
   if (r.tools.parses_calls() && r.use_beam_search)
-    throw bad("tools", "tool calls are not parsed from beam search hypotheses; leave out 'use_beam_search' or set "
-                       "'tool_choice' to \"none\"");
+    throw bad("tools",
+              "tool calls are not parsed from beam search hypotheses; leave out 'use_beam_search' or set "
+              "'tool_choice' to \"none\"");
   if (r.tools.forces_calls() && r.structured_output)
     throw bad(r.structured_output->param,
               fmt::format("'tool_choice' forces a tool call, which '{}' would constrain too; give one of them",
@@ -429,7 +464,8 @@ TokenizeRequest parse_tokenize_request(std::string_view body) {
 std::vector<TokenId> parse_detokenize_request(std::string_view body, int vocab_size) {
   const json j = parse_object(body);
   const json* t = field(j, "tokens");
-  if (t == nullptr || !t->is_array()) throw bad("tokens", "'tokens' (a list of token ids) is required", "missing_field");
+  if (t == nullptr || !t->is_array())
+    throw bad("tokens", "'tokens' (a list of token ids) is required", "missing_field");
   std::vector<TokenId> tokens;
   tokens.reserve(t->size());
   for (const json& e : *t) {
@@ -437,7 +473,8 @@ std::vector<TokenId> parse_detokenize_request(std::string_view body, int vocab_s
     const bool too_big = e.is_number_unsigned() && e.get<uint64_t>() >= static_cast<uint64_t>(std::max(vocab_size, 0));
     const int64_t id = too_big ? vocab_size : e.get<int64_t>();
     if (id < 0 || id >= vocab_size)
-      throw bad("tokens", fmt::format("token id {} is outside the vocabulary [0, {})", e.dump(), vocab_size), "invalid_token_id");
+      throw bad("tokens", fmt::format("token id {} is outside the vocabulary [0, {})", e.dump(), vocab_size),
+                "invalid_token_id");
     tokens.push_back(static_cast<TokenId>(id));
   }
   return tokens;
@@ -450,9 +487,10 @@ namespace {
 void check_encodable(const TextTokenizer& tokenizer, size_t bytes, int max_model_len, const char* param) {
   const int64_t most_bytes = static_cast<int64_t>(max_model_len) * std::max(1, tokenizer.max_piece_bytes());
   if (static_cast<int64_t>(bytes) > most_bytes)
-    throw ApiError(400, fmt::format("this model's maximum context length is {} tokens; a prompt of {} bytes cannot fit "
-                                    "(no token of this vocabulary is longer than {} bytes)",
-                                    max_model_len, bytes, tokenizer.max_piece_bytes()),
+    throw ApiError(400,
+                   fmt::format("this model's maximum context length is {} tokens; a prompt of {} bytes cannot fit "
+                               "(no token of this vocabulary is longer than {} bytes)",
+                               max_model_len, bytes, tokenizer.max_piece_bytes()),
                    param, "context_length_exceeded");
 }
 
@@ -486,25 +524,30 @@ std::vector<PreparedPrompt> prepare_request(const CompletionRequest& request, co
                                             const ModelLimits& model, ChatTemplate chat_template,
                                             const ModelChatTemplate* model_template) {
   if (!request.model.empty() && request.model != model.served_model_name)
-    throw ApiError(404, fmt::format("the model '{}' does not exist; this server serves '{}'", request.model, model.served_model_name),
-                   "model", "model_not_found");
+    throw ApiError(
+        404,
+        fmt::format("the model '{}' does not exist; this server serves '{}'", request.model, model.served_model_name),
+        "model", "model_not_found");
   for (const auto& [id, bias] : request.logit_bias)
     if (id >= model.vocab_size)
-      throw ApiError(400, fmt::format("logit_bias names token {}, outside the vocabulary [0, {})", id, model.vocab_size),
+      throw ApiError(400,
+                     fmt::format("logit_bias names token {}, outside the vocabulary [0, {})", id, model.vocab_size),
                      "logit_bias", "invalid_token_id");
   for (TokenId id : request.stop_token_ids)
     if (id >= model.vocab_size)
-      throw ApiError(400, fmt::format("stop_token_ids names token {}, outside the vocabulary [0, {})", id, model.vocab_size),
+      throw ApiError(400,
+                     fmt::format("stop_token_ids names token {}, outside the vocabulary [0, {})", id, model.vocab_size),
                      "stop_token_ids", "invalid_token_id");
   std::vector<std::vector<TokenId>> prompts;
   if (request.endpoint == ApiEndpoint::kChatCompletions && model_template == nullptr)
     refuse_tools_in_built_in_template(request.chat_input, chat_template);
   if (request.endpoint == ApiEndpoint::kChatCompletions) {
     if (model_template != nullptr)
-      prompts.push_back(encode_bounded(tokenizer, model_template->render(request.chat_input), false, model.max_model_len, "messages"));
+      prompts.push_back(encode_bounded(tokenizer, model_template->render(request.chat_input), false,
+                                       model.max_model_len, "messages"));
     else
-      prompts.push_back(
-          encode_bounded(tokenizer, render_chat(chat_template, request.messages), true, model.max_model_len, "messages"));
+      prompts.push_back(encode_bounded(tokenizer, render_chat(chat_template, request.messages), true,
+                                       model.max_model_len, "messages"));
   } else {
     std::optional<FillInMiddleTokens> fim;
     if (!request.suffix.empty()) {
@@ -527,7 +570,8 @@ std::vector<PreparedPrompt> prepare_request(const CompletionRequest& request, co
         ids.push_back(fim->prefix);
         for (TokenId t : encode_bounded(tokenizer, p.text, false, model.max_model_len, "prompt")) ids.push_back(t);
         ids.push_back(fim->suffix);
-        for (TokenId t : encode_bounded(tokenizer, request.suffix, false, model.max_model_len, "suffix")) ids.push_back(t);
+        for (TokenId t : encode_bounded(tokenizer, request.suffix, false, model.max_model_len, "suffix"))
+          ids.push_back(t);
         ids.push_back(fim->middle);
         prompts.push_back(std::move(ids));
         continue;
@@ -538,8 +582,8 @@ std::vector<PreparedPrompt> prepare_request(const CompletionRequest& request, co
       }
       for (TokenId id : p.token_ids)
         if (id >= model.vocab_size)
-          throw ApiError(400, fmt::format("token id {} is outside the vocabulary [0, {})", id, model.vocab_size), "prompt",
-                         "invalid_token_id");
+          throw ApiError(400, fmt::format("token id {} is outside the vocabulary [0, {})", id, model.vocab_size),
+                         "prompt", "invalid_token_id");
       prompts.push_back(p.token_ids);
     }
   }
@@ -548,14 +592,19 @@ std::vector<PreparedPrompt> prepare_request(const CompletionRequest& request, co
     const int len = static_cast<int>(ids.size());
     const char* param = request.endpoint == ApiEndpoint::kChatCompletions ? "messages" : "prompt";
     if (len >= model.max_model_len)
-      throw ApiError(400, fmt::format("this model's maximum context length is {} tokens; the prompt has {} tokens, leaving no room to generate",
-                                      model.max_model_len, len),
-                     param, "context_length_exceeded");
-    int max_tokens = request.max_tokens.value_or(
-        request.endpoint == ApiEndpoint::kChatCompletions ? model.max_model_len - len : 16);
+      throw ApiError(
+          400,
+          fmt::format(
+              "this model's maximum context length is {} tokens; the prompt has {} tokens, leaving no room to generate",
+              model.max_model_len, len),
+          param, "context_length_exceeded");
+    int max_tokens =
+        request.max_tokens.value_or(request.endpoint == ApiEndpoint::kChatCompletions ? model.max_model_len - len : 16);
     if (len + static_cast<int64_t>(max_tokens) > model.max_model_len)
-      throw ApiError(400, fmt::format("this model's maximum context length is {} tokens; you requested {} tokens ({} in the prompt, {} for the completion)",
-                                      model.max_model_len, len + static_cast<int64_t>(max_tokens), len, max_tokens),
+      throw ApiError(400,
+                     fmt::format("this model's maximum context length is {} tokens; you requested {} tokens ({} in the "
+                                 "prompt, {} for the completion)",
+                                 model.max_model_len, len + static_cast<int64_t>(max_tokens), len, max_tokens),
                      "max_tokens", "context_length_exceeded");
     out.push_back({std::move(ids), max_tokens});
   }

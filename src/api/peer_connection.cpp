@@ -22,9 +22,10 @@ int port_of(const sockaddr_storage& a) {
 // The address of a socket end in the text form httplib reports ("" if not IPv4 or IPv6).
 std::string address_of(const sockaddr_storage& a) {
   char buf[INET6_ADDRSTRLEN] = {};
-  const void* raw = a.ss_family == AF_INET    ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in&>(a).sin_addr)
-                    : a.ss_family == AF_INET6 ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in6&>(a).sin6_addr)
-                                              : nullptr;
+  const void* raw = a.ss_family == AF_INET ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in&>(a).sin_addr)
+                    : a.ss_family == AF_INET6
+                        ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in6&>(a).sin6_addr)
+                        : nullptr;
   if (raw == nullptr || inet_ntop(a.ss_family, raw, buf, sizeof buf) == nullptr) return {};
   return buf;
 }

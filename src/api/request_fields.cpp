@@ -15,7 +15,7 @@ namespace {
 using nlohmann::json;
 
 enum class Support {
-  kImplemented,    // parse_completion_request reads it
+  kImplemented,  // parse_completion_request reads it
   kInformational,  // accepted and changes nothing here (identifiers, storage hints)
   kUnimplemented,  // refused unless neutral
 };

@@ -82,7 +82,8 @@ std::optional<ToolCall> call_from_text(std::string_view s, std::initializer_list
 }
 
 // A JSON array of call objects.
-std::optional<std::vector<ToolCall>> calls_from_array(std::string_view s, std::initializer_list<const char*> argument_keys) {
+std::optional<std::vector<ToolCall>> calls_from_array(std::string_view s,
+                                                      std::initializer_list<const char*> argument_keys) {
   std::optional<ordered_json> j = parse_json(s);
   if (!j || !j->is_array() || j->empty()) return std::nullopt;
   std::vector<ToolCall> out;
@@ -113,10 +114,12 @@ ordered_json call_schema(std::span<const ToolDefinition> tools, const char* args
     for (const char* defs : {"$defs", "definitions"}) {
       const auto it = params.find(defs);
       if (it == params.end()) continue;
-      if (!it->is_object()) throw ApiError(400, fmt::format("tool '{}': '{}' must be an object", t.name, defs), "tools", "invalid_grammar");
+      if (!it->is_object())
+        throw ApiError(400, fmt::format("tool '{}': '{}' must be an object", t.name, defs), "tools", "invalid_grammar");
       for (const auto& [k, v] : it->items()) {
         if (root.contains(defs) && root[defs].contains(k) && root[defs][k] != v)
-          throw ApiError(400, fmt::format("tools define '{}/{}' differently; a forced call needs one definition", defs, k),
+          throw ApiError(400,
+                         fmt::format("tools define '{}/{}' differently; a forced call needs one definition", defs, k),
                          "tools", "invalid_grammar");
         root[defs][k] = v;
       }
@@ -187,7 +190,8 @@ class HermesParser final : public ToolCallParser {
       return text_until(kOpen.size());
     }
     const size_t end = close + kClose.size();
-    if (std::optional<ToolCall> c = call_from_text(rest.substr(kOpen.size(), close - kOpen.size()), {"arguments", "parameters"}))
+    if (std::optional<ToolCall> c =
+            call_from_text(rest.substr(kOpen.size(), close - kOpen.size()), {"arguments", "parameters"}))
       return calls_until(end, {std::move(*c)});
     return text_until(end);
   }
@@ -236,9 +240,9 @@ class Llama3JsonParser final : public ToolCallParser {
   }
 
   std::string forced_call_grammar(std::span<const ToolDefinition> tools, bool parallel) const override {
-    return wrapped_call_grammar(call_schema(tools, "parameters"), [parallel](grammar::Grammar& g, grammar::ExprId call) {
-      return calls_expr(g, call, "; ", parallel);
-    });
+    return wrapped_call_grammar(
+        call_schema(tools, "parameters"),
+        [parallel](grammar::Grammar& g, grammar::ExprId call) { return calls_expr(g, call, "; ", parallel); });
   }
 };
 
@@ -246,7 +250,8 @@ class Llama3JsonParser final : public ToolCallParser {
 // [TOOL_CALLS]name[ARGS]{...}), Granite's <|tool_call|>[...].
 class TaggedArrayParser final : public ToolCallParser {
  public:
-  TaggedArrayParser(std::string_view name, std::string_view tag, bool mistral) : name_(name), tag_(tag), mistral_(mistral) {}
+  TaggedArrayParser(std::string_view name, std::string_view tag, bool mistral)
+      : name_(name), tag_(tag), mistral_(mistral) {}
 
   std::string_view name() const override { return name_; }
 
@@ -260,7 +265,8 @@ class TaggedArrayParser final : public ToolCallParser {
         if (start == rest.size() && !at_end) return need_more();
         if (start < rest.size() && rest[start] == '[') {
           if (!at_end) return need_more();
-          if (std::optional<std::vector<ToolCall>> c = array_at(rest, start, true)) return calls_until(rest.size(), std::move(*c));
+          if (std::optional<std::vector<ToolCall>> c = array_at(rest, start, true))
+            return calls_until(rest.size(), std::move(*c));
         }
       }
       if (at_end) return text_until(rest.size());
@@ -274,9 +280,12 @@ class TaggedArrayParser final : public ToolCallParser {
     if (rest[i] == '[') {
       size_t end = 0;
       switch (json_container_span(rest.substr(i), end)) {
-        case JsonSpan::kIncomplete: return at_end ? complete_calls_of_cut_list(rest, i) : need_more();
-        case JsonSpan::kInvalid: return text_until(tag_.size());
-        case JsonSpan::kComplete: break;
+        case JsonSpan::kIncomplete:
+          return at_end ? complete_calls_of_cut_list(rest, i) : need_more();
+        case JsonSpan::kInvalid:
+          return text_until(tag_.size());
+        case JsonSpan::kComplete:
+          break;
       }
       if (std::optional<std::vector<ToolCall>> c = calls_from_array(rest.substr(i, end), {"arguments", "parameters"}))
         return calls_until(i + end, std::move(*c));
@@ -329,7 +338,8 @@ class TaggedArrayParser final : public ToolCallParser {
   ToolCallScan scan_named(std::string_view rest, size_t i, bool at_end) const {
     static constexpr std::string_view kArgs = "[ARGS]", kCallId = "[CALL_ID]";
     const auto name_char = [](char c) {
-      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
+      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+             c == '.';
     };
     size_t k = i;
     while (k < rest.size() && name_char(rest[k]) && k - i <= 64) ++k;
@@ -342,7 +352,8 @@ class TaggedArrayParser final : public ToolCallParser {
     } else if (after.starts_with(kCallId)) {
       const size_t found = rest.find(kArgs, k + kCallId.size());
       if (found == std::string_view::npos || found - (k + kCallId.size()) > 64) {
-        const bool may_come = found == std::string_view::npos && rest.size() - (k + kCallId.size()) <= 64 + kArgs.size();
+        const bool may_come =
+            found == std::string_view::npos && rest.size() - (k + kCallId.size()) <= 64 + kArgs.size();
         return !at_end && may_come ? need_more() : text_until(tag_.size());
       }
       args = found + kArgs.size();
@@ -355,9 +366,12 @@ class TaggedArrayParser final : public ToolCallParser {
     if (rest[a] != '{') return text_until(tag_.size());
     size_t end = 0;
     switch (json_container_span(rest.substr(a), end)) {
-      case JsonSpan::kIncomplete: return at_end ? text_until(tag_.size()) : need_more();
-      case JsonSpan::kInvalid: return text_until(tag_.size());
-      case JsonSpan::kComplete: break;
+      case JsonSpan::kIncomplete:
+        return at_end ? text_until(tag_.size()) : need_more();
+      case JsonSpan::kInvalid:
+        return text_until(tag_.size());
+      case JsonSpan::kComplete:
+        break;
     }
     std::optional<ordered_json> j = parse_json(rest.substr(a, end));
     if (!j || !j->is_object()) return text_until(tag_.size());
@@ -415,12 +429,14 @@ class DeepSeekParser final : public ToolCallParser {
         if (params.empty()) params = {{"type", "object"}, {"properties", ordered_json::object()}};
         const grammar::Grammar args = grammar::json_schema_grammar(params.dump(), {}, {});
         const grammar::RuleId root = g.import_grammar(args, fmt::format("t{}-", i));
-        alternatives.push_back(g.sequence({g.literal(fmt::format("{}function{}{}\n```json\n", kCallOpen, kSep, tools[i].name)),
-                                           g.ref(root), g.literal(fmt::format("\n```{}", kCallClose))}));
+        alternatives.push_back(
+            g.sequence({g.literal(fmt::format("{}function{}{}\n```json\n", kCallOpen, kSep, tools[i].name)),
+                        g.ref(root), g.literal(fmt::format("\n```{}", kCallClose))}));
       }
       const grammar::ExprId call = g.choice(std::move(alternatives));
       const grammar::RuleId root = g.rule_named("root");
-      g.define_rule(root, g.sequence({g.literal(kBlockOpen), calls_expr(g, call, "\n", parallel), g.literal(kBlockClose)}));
+      g.define_rule(root,
+                    g.sequence({g.literal(kBlockOpen), calls_expr(g, call, "\n", parallel), g.literal(kBlockClose)}));
       g.set_root(root);
       return g.to_gbnf();
     } catch (const grammar::GrammarError& e) {

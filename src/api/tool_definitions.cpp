@@ -18,7 +18,8 @@ ApiError tool_error(const std::string& param, const std::string& message, const 
 bool valid_name(std::string_view name) {
   if (name.empty() || name.size() > 64) return false;
   for (char c : name)
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-')) return false;
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-'))
+      return false;
   return true;
 }
 
@@ -36,9 +37,10 @@ ToolDefinition parse_tool(const ordered_json& t, size_t index, const ToolLimits&
   const auto type = t.find("type");
   if (type == t.end() || !type->is_string() || *type != "function")
     throw tool_error("tools", fmt::format("{}.type must be \"function\" (the only tool type this server runs)", at),
-              "invalid_type");
+                     "invalid_type");
   const auto fn = t.find("function");
-  if (fn == t.end() || !fn->is_object()) throw tool_error("tools", fmt::format("{}.function must be an object", at), "invalid_type");
+  if (fn == t.end() || !fn->is_object())
+    throw tool_error("tools", fmt::format("{}.function must be an object", at), "invalid_type");
   const auto name = fn->find("name");
   if (name == fn->end() || !name->is_string() || !valid_name(name->get<std::string>()))
     throw tool_error("tools", fmt::format("{}.function.name must be 1 to 64 letters, digits, '_' or '-'", at));
@@ -50,7 +52,8 @@ ToolDefinition parse_tool(const ordered_json& t, size_t index, const ToolLimits&
     if (!p->is_object())
       throw tool_error("tools", fmt::format("{}.function.parameters must be a JSON Schema object", at), "invalid_type");
     if (p->dump().size() > limits.max_parameters_bytes)
-      throw tool_error("tools", fmt::format("{}.function.parameters is larger than {} bytes", at, limits.max_parameters_bytes));
+      throw tool_error("tools",
+                       fmt::format("{}.function.parameters is larger than {} bytes", at, limits.max_parameters_bytes));
     d.parameters = *p;
   }
   if (const auto s = fn->find("strict"); s != fn->end() && !s->is_null() && !s->is_boolean())
@@ -89,9 +92,10 @@ ToolRequest parse_tool_request(const ordered_json& body, const ToolLimits& limit
       else if (c == "auto") r.choice = r.tools.empty() ? ToolChoice::kNone : ToolChoice::kAuto;
       else if (c == "required") r.choice = ToolChoice::kRequired;
       else
-        throw tool_error("tool_choice", fmt::format("'tool_choice' must be \"none\", \"auto\", \"required\" or "
-                                             "{{\"type\": \"function\", \"function\": {{\"name\": ...}}}}, got \"{}\"",
-                                             shown_name(c)));
+        throw tool_error("tool_choice",
+                         fmt::format("'tool_choice' must be \"none\", \"auto\", \"required\" or "
+                                     "{{\"type\": \"function\", \"function\": {{\"name\": ...}}}}, got \"{}\"",
+                                     shown_name(c)));
     } else if (it->is_object()) {
       const auto fn = it->find("function");
       const ordered_json* name = nullptr;
@@ -99,8 +103,9 @@ ToolRequest parse_tool_request(const ordered_json& body, const ToolLimits& limit
         if (const auto n = fn->find("name"); n != fn->end() && n->is_string()) name = &*n;
       const auto type = it->find("type");
       if (type == it->end() || *type != "function" || name == nullptr)
-        throw tool_error("tool_choice", "a named 'tool_choice' is {\"type\": \"function\", \"function\": {\"name\": ...}}",
-                  "invalid_type");
+        throw tool_error("tool_choice",
+                         "a named 'tool_choice' is {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                         "invalid_type");
       r.choice = ToolChoice::kNamed;
       r.named = name->get<std::string>();
     } else {
@@ -108,11 +113,14 @@ ToolRequest parse_tool_request(const ordered_json& body, const ToolLimits& limit
     }
   }
   if (r.forces_calls() && r.tools.empty())
-    throw tool_error("tool_choice", "'tool_choice' asks for a tool call but the request has no 'tools'", "missing_field");
+    throw tool_error("tool_choice", "'tool_choice' asks for a tool call but the request has no 'tools'",
+                     "missing_field");
   if (r.choice == ToolChoice::kNamed && r.callable().empty())
-    throw tool_error("tool_choice", fmt::format("'tool_choice' names the function '{}', which is not in 'tools'", shown_name(r.named)));
+    throw tool_error("tool_choice", fmt::format("'tool_choice' names the function '{}', which is not in 'tools'",
+                                                shown_name(r.named)));
   if (const auto it = body.find("parallel_tool_calls"); it != body.end() && !it->is_null()) {
-    if (!it->is_boolean()) throw tool_error("parallel_tool_calls", "'parallel_tool_calls' must be a boolean", "invalid_type");
+    if (!it->is_boolean())
+      throw tool_error("parallel_tool_calls", "'parallel_tool_calls' must be a boolean", "invalid_type");
     r.parallel_calls = it->get<bool>();
   }
   return r;
@@ -144,18 +152,22 @@ ordered_json messages_for_template(const ordered_json& messages) {
     if (auto c = m.find("content"); c != m.end() && c->is_array()) {
       std::string text;
       for (const ordered_json& part : *c)
-        if (part.is_object() && part.contains("text") && part["text"].is_string()) text += part["text"].get<std::string>();
+        if (part.is_object() && part.contains("text") && part["text"].is_string())
+          text += part["text"].get<std::string>();
       *c = std::move(text);
     }
     if (role == "tool") {
       const auto id = m.find("tool_call_id");
       if (id == m.end() || !id->is_string())
-        throw tool_error("messages", fmt::format("{} (role \"tool\") needs a string 'tool_call_id'", at), "missing_field");
+        throw tool_error("messages", fmt::format("{} (role \"tool\") needs a string 'tool_call_id'", at),
+                         "missing_field");
     }
     auto calls = m.find("tool_calls");
     if (calls == m.end() || calls->is_null()) continue;
-    if (role != "assistant") throw tool_error("messages", fmt::format("{}: only assistant messages have 'tool_calls'", at));
-    if (!calls->is_array()) throw tool_error("messages", fmt::format("{}.tool_calls must be a list", at), "invalid_type");
+    if (role != "assistant")
+      throw tool_error("messages", fmt::format("{}: only assistant messages have 'tool_calls'", at));
+    if (!calls->is_array())
+      throw tool_error("messages", fmt::format("{}.tool_calls must be a list", at), "invalid_type");
     for (size_t k = 0; k < calls->size(); ++k) {
       ordered_json& call = (*calls)[k];
       const std::string call_at = fmt::format("{}.tool_calls[{}]", at, k);
@@ -166,7 +178,8 @@ ordered_json messages_for_template(const ordered_json& messages) {
         throw tool_error("messages", fmt::format("{}.type must be \"function\"", call_at), "invalid_type");
       auto fn = call.find("function");
       if (fn == call.end() || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string())
-        throw tool_error("messages", fmt::format("{}.function must be an object with a string 'name'", call_at), "invalid_type");
+        throw tool_error("messages", fmt::format("{}.function must be an object with a string 'name'", call_at),
+                         "invalid_type");
       auto args = fn->find("arguments");
       if (args == fn->end() || args->is_null()) {
         (*fn)["arguments"] = ordered_json::object();
@@ -175,7 +188,8 @@ ordered_json messages_for_template(const ordered_json& messages) {
         ordered_json parsed = ordered_json::parse(args->get<std::string>(), nullptr, /*allow_exceptions=*/false);
         if (parsed.is_object()) *args = std::move(parsed);
       } else if (!args->is_object()) {
-        throw tool_error("messages", fmt::format("{}.function.arguments must be a JSON string or an object", call_at), "invalid_type");
+        throw tool_error("messages", fmt::format("{}.function.arguments must be a JSON string or an object", call_at),
+                         "invalid_type");
       }
     }
   }

@@ -55,7 +55,8 @@ double MemoryShares::token_state_share_of_used() const {
   return used > 0 ? token_states / used : 1.0;
 }
 
-std::vector<BenchRequest> make_requests(const LengthDistribution& d, int n, double rate, int max_model_len, uint64_t seed) {
+std::vector<BenchRequest> make_requests(const LengthDistribution& d, int n, double rate, int max_model_len,
+                                        uint64_t seed) {
   if (n < 1) throw ConfigError(fmt::format("a request stream needs at least one request, got {}", n));
   const std::vector<double> arrivals = loadgen::arrival_times(n, rate, 1.0, seed);
   DemoRng rng(seed ^ 0x5eed'1e57'0000'0000ull);
@@ -66,9 +67,9 @@ std::vector<BenchRequest> make_requests(const LengthDistribution& d, int n, doub
     const double p = lognormal(rng, d.prompt_mean, d.prompt_sigma);
     const double o = lognormal(rng, d.output_mean, d.output_sigma);
     r.shared_prefix_tokens = std::clamp(d.shared_prefix_tokens, 0, max_model_len / 2);
-    r.prompt_tokens = r.shared_prefix_tokens +
-                      std::clamp(static_cast<int>(std::lround(p)), 1,
-                                 std::min(d.max_prompt_tokens, max_model_len - 1 - r.shared_prefix_tokens));
+    r.prompt_tokens =
+        r.shared_prefix_tokens + std::clamp(static_cast<int>(std::lround(p)), 1,
+                                            std::min(d.max_prompt_tokens, max_model_len - 1 - r.shared_prefix_tokens));
     r.output_tokens = std::clamp(static_cast<int>(std::lround(o)), 1, max_model_len - r.prompt_tokens);
   }
   return out;
@@ -115,13 +116,14 @@ RunResult run_stream(const Model& model, const PaperSetup& setup, KVReservation 
       GenerationRequest g;
       g.prompt.resize(static_cast<size_t>(b.prompt_tokens));
       for (size_t k = 0; k < g.prompt.size(); ++k)
-        g.prompt[k] = static_cast<int>(k) < b.shared_prefix_tokens ? static_cast<TokenId>(1 + (37 * k + 11) % (vocab - 1))
-                                                                   : rng.uniform_int(1, vocab - 1);
+        g.prompt[k] = static_cast<int>(k) < b.shared_prefix_tokens
+                          ? static_cast<TokenId>(1 + (37 * k + 11) % (vocab - 1))
+                          : rng.uniform_int(1, vocab - 1);
       g.sampling.temperature = 0;
       g.n = n_samples;
       g.beam_width = beam_width;
       g.stop.max_tokens = max_len - b.prompt_tokens;  // the declared maximum: what Orca (Max) reserves
-      g.stop.known_output_tokens = b.output_tokens;   // the dataset's length: where the request ends
+      g.stop.known_output_tokens = b.output_tokens;  // the dataset's length: where the request ends
       const RequestId id = engine.add_request(std::move(g));
       live[id.value] = Live{b.arrival_s, b.output_tokens};
     }

@@ -116,14 +116,14 @@ void BlockPool::cache_block(BlockId id, const BlockContentKey& key) {
   if (b.has_hash) return;  // already registered (e.g. shared after a fork)
   const int group_tokens = group_block_size(key.group);
   if (key.tokens.size() != static_cast<size_t>(group_tokens))
-    throw UsageError(fmt::format("cache_block: only full blocks are cached ({} tokens given, block size {} in group {})",
-                                 key.tokens.size(), group_tokens, key.group));
+    throw UsageError(
+        fmt::format("cache_block: only full blocks are cached ({} tokens given, block size {} in group {})",
+                    key.tokens.size(), group_tokens, key.group));
   size_t i = static_cast<size_t>(id.value);
   TokenId* content = tokens_.data() + i * static_cast<size_t>(block_size_);
   if (group_tokens == 16)  // the common block size: a fixed-size copy compiles to a few moves, no libc call
     std::memcpy(content, key.tokens.data(), 16 * sizeof(TokenId));
-  else
-    std::memcpy(content, key.tokens.data(), key.tokens.size() * sizeof(TokenId));
+  else std::memcpy(content, key.tokens.data(), key.tokens.size() * sizeof(TokenId));
   CachedMeta& meta = meta_[i];
   meta.parent = key.parent;
   meta.extra_digest = key.extra_digest;
@@ -257,7 +257,8 @@ void BlockPool::check_invariants() const {
   } else {
     int32_t prev = kNoLink;
     for (int32_t i = free_queue_.front(); i != kNoLink; i = blocks_[static_cast<size_t>(i)].next_free) {
-      if (blocks_[static_cast<size_t>(i)].prev_free != prev) fail(fmt::format("free queue back-link of block {} is broken", i));
+      if (blocks_[static_cast<size_t>(i)].prev_free != prev)
+        fail(fmt::format("free queue back-link of block {} is broken", i));
       visit(blocks_[static_cast<size_t>(i)]);
       prev = i;
       if (count > num_blocks()) fail("free queue has a cycle");
@@ -271,14 +272,19 @@ void BlockPool::check_invariants() const {
     if (b.ref_cnt < 0) fail(fmt::format("block {} has negative ref_cnt {}", i, b.ref_cnt));
     if (!b.is_null && b.ref_cnt == 0 && !seen[i]) fail(fmt::format("block {} has ref_cnt 0 but is not free", i));
     if (b.in_free_queue && !seen[i]) fail(fmt::format("block {} is flagged free but not in the free set", i));
-    if (b.window_checkpoint && !b.has_hash) fail(fmt::format("block {} is a window checkpoint without cached content", i));
+    if (b.window_checkpoint && !b.has_hash)
+      fail(fmt::format("block {} is a window checkpoint without cached content", i));
     if (!b.has_hash) continue;
     ++cached;
     if (!enable_caching_) fail(fmt::format("block {} is cached with caching disabled", i));
     // The block must be reachable from its hash's chain.
     bool found = false;
-    for (int32_t j = cache_map_.find(map_key(b.hash, b.group)); j != kNoLink; j = blocks_[static_cast<size_t>(j)].next_same_hash)
-      if (j == b.id.value) { found = true; break; }
+    for (int32_t j = cache_map_.find(map_key(b.hash, b.group)); j != kNoLink;
+         j = blocks_[static_cast<size_t>(j)].next_same_hash)
+      if (j == b.id.value) {
+        found = true;
+        break;
+      }
     if (!found) fail(fmt::format("cached block {} (hash {}) is not in the cache map", i, b.hash.hex()));
   }
   if (cached != num_cached_) fail(fmt::format("{} blocks carry hashes but the count says {}", cached, num_cached_));
@@ -286,7 +292,8 @@ void BlockPool::check_invariants() const {
   cache_map_.for_each([&](const BlockHash& key, int32_t head) {
     for (int32_t j = head; j != kNoLink; j = blocks_[static_cast<size_t>(j)].next_same_hash) {
       const KVCacheBlock& b = blocks_[static_cast<size_t>(j)];
-      if (!b.has_hash || map_key(b.hash, b.group) != key) fail(fmt::format("cache map entry points at block {} with another hash", j));
+      if (!b.has_hash || map_key(b.hash, b.group) != key)
+        fail(fmt::format("cache map entry points at block {} with another hash", j));
       if (++chain_total > blocks_.size()) fail("cache map chains have a cycle");
     }
   });

@@ -80,7 +80,8 @@ void BuddyAllocator::check_invariants() const {
   auto add = [&](int32_t offset, int order, const char* what) {
     const int32_t len = int32_t{1} << order;
     if (offset < 0 || offset + len > count_ || offset % len != 0 || order > segment_order(offset))
-      throw InvariantError(fmt::format("buddy allocator: {} range at {} of order {} is misplaced", what, offset, order));
+      throw InvariantError(
+          fmt::format("buddy allocator: {} range at {} of order {} is misplaced", what, offset, order));
     if (!ranges.emplace(offset, len).second)
       throw InvariantError(fmt::format("buddy allocator: two ranges start at {}", offset));
   };
@@ -90,7 +91,8 @@ void BuddyAllocator::check_invariants() const {
       free_total += int32_t{1} << j;
       const int32_t buddy = offset ^ (int32_t{1} << j);
       if (static_cast<int>(j) < segment_order(offset) && free_[j].contains(buddy))
-        throw InvariantError(fmt::format("buddy allocator: free buddies at {} and {} of order {} did not merge", offset, buddy, j));
+        throw InvariantError(
+            fmt::format("buddy allocator: free buddies at {} and {} of order {} did not merge", offset, buddy, j));
     }
   for (const auto& [offset, order] : allocated_) add(offset, order, "allocated");
   int32_t next = 0;
@@ -98,9 +100,11 @@ void BuddyAllocator::check_invariants() const {
     if (offset != next) throw InvariantError(fmt::format("buddy allocator: ids {}..{} are in no range", next, offset));
     next = offset + len;
   }
-  if (next != count_) throw InvariantError(fmt::format("buddy allocator: ranges end at {}, the pool at {}", next, count_));
+  if (next != count_)
+    throw InvariantError(fmt::format("buddy allocator: ranges end at {}, the pool at {}", next, count_));
   if (free_total != num_free_)
-    throw InvariantError(fmt::format("buddy allocator: free ranges hold {} ids, num_free() says {}", free_total, num_free_));
+    throw InvariantError(
+        fmt::format("buddy allocator: free ranges hold {} ids, num_free() says {}", free_total, num_free_));
 }
 
 }  // namespace pagedkv

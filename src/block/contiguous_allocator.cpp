@@ -8,7 +8,8 @@
 
 namespace pagedkv {
 
-ContiguousAllocator::ContiguousAllocator(int32_t first, int32_t count) : first_(first), count_(count), num_free_(count) {
+ContiguousAllocator::ContiguousAllocator(int32_t first, int32_t count)
+    : first_(first), count_(count), num_free_(count) {
   if (first < 0 || count < 1)
     throw ConfigError(fmt::format("contiguous allocator: need first >= 0 and count >= 1, got {} and {}", first, count));
   free_.emplace(first, count);
@@ -31,7 +32,8 @@ std::optional<int32_t> ContiguousAllocator::allocate(int32_t length) {
 
 void ContiguousAllocator::free(int32_t start) {
   auto a = allocated_.find(start);
-  if (a == allocated_.end()) throw UsageError(fmt::format("contiguous allocator: no allocated range starts at {}", start));
+  if (a == allocated_.end())
+    throw UsageError(fmt::format("contiguous allocator: no allocated range starts at {}", start));
   int32_t begin = start;
   int32_t length = a->second;
   allocated_.erase(a);
@@ -75,8 +77,10 @@ void ContiguousAllocator::check_invariants() const {
     const bool take_free = a == allocated_.end() || (f != free_.end() && f->first < a->first);
     const auto [start, length] = take_free ? *f : *a;
     if (start != at || length < 1)
-      throw InvariantError(fmt::format("contiguous allocator: range [{}, +{}) where id {} was expected", start, length, at));
-    if (take_free && last_free) throw InvariantError(fmt::format("contiguous allocator: free range at {} not coalesced", start));
+      throw InvariantError(
+          fmt::format("contiguous allocator: range [{}, +{}) where id {} was expected", start, length, at));
+    if (take_free && last_free)
+      throw InvariantError(fmt::format("contiguous allocator: free range at {} not coalesced", start));
     last_free = take_free;
     if (take_free) {
       free_total += length;
@@ -89,7 +93,8 @@ void ContiguousAllocator::check_invariants() const {
   if (at != first_ + count_)
     throw InvariantError(fmt::format("contiguous allocator: ranges end at {}, not {}", at, first_ + count_));
   if (free_total != num_free_)
-    throw InvariantError(fmt::format("contiguous allocator: free ranges hold {} ids, counter says {}", free_total, num_free_));
+    throw InvariantError(
+        fmt::format("contiguous allocator: free ranges hold {} ids, counter says {}", free_total, num_free_));
 }
 
 }  // namespace pagedkv

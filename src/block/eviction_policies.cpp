@@ -22,7 +22,8 @@ void BlockLists::push_back(size_t list, KVCacheBlock& b) {
   Ends& e = heads_[list];
   b.prev_free = e.tail;
   b.next_free = kNoLink;
-  if (e.tail != kNoLink) blocks_[static_cast<size_t>(e.tail)].next_free = b.id.value; else e.head = b.id.value;
+  if (e.tail != kNoLink) blocks_[static_cast<size_t>(e.tail)].next_free = b.id.value;
+  else e.head = b.id.value;
   e.tail = b.id.value;
   ++e.size;
   b.in_free_queue = true;
@@ -31,8 +32,10 @@ void BlockLists::push_back(size_t list, KVCacheBlock& b) {
 
 void BlockLists::remove(size_t list, KVCacheBlock& b) {
   Ends& e = heads_[list];
-  if (b.prev_free != kNoLink) blocks_[static_cast<size_t>(b.prev_free)].next_free = b.next_free; else e.head = b.next_free;
-  if (b.next_free != kNoLink) blocks_[static_cast<size_t>(b.next_free)].prev_free = b.prev_free; else e.tail = b.prev_free;
+  if (b.prev_free != kNoLink) blocks_[static_cast<size_t>(b.prev_free)].next_free = b.next_free;
+  else e.head = b.next_free;
+  if (b.next_free != kNoLink) blocks_[static_cast<size_t>(b.next_free)].prev_free = b.prev_free;
+  else e.tail = b.prev_free;
   b.prev_free = b.next_free = kNoLink;
   --e.size;
   b.in_free_queue = false;
@@ -200,7 +203,7 @@ void LengthAwarePolicy::remove(KVCacheBlock& b) {
 KVCacheBlock& LengthAwarePolicy::pop() {
   size_t list = 0;
   if (lists_.empty(0)) {
-    const auto count = static_cast<size_t>(std::countr_zero(count_nonempty_));      // fewest hits
+    const auto count = static_cast<size_t>(std::countr_zero(count_nonempty_));  // fewest hits
     const auto depth = static_cast<size_t>(31 - std::countl_zero(depth_nonempty_[count]));  // deepest
     list = 1 + count * kDepthBuckets + depth;
   }
@@ -225,7 +228,8 @@ std::unique_ptr<EvictionPolicy> make_eviction_policy(std::string_view name) {
   if (name == "lru") return nullptr;
   if (name == "lfu") return std::make_unique<LfuPolicy>();
   if (name == "s3fifo" || name == "s3-fifo") return std::make_unique<S3FifoPolicy>();
-  if (name == "length-aware" || name == "length_aware" || name == "lengthaware") return std::make_unique<LengthAwarePolicy>();
+  if (name == "length-aware" || name == "length_aware" || name == "lengthaware")
+    return std::make_unique<LengthAwarePolicy>();
   throw ConfigError(fmt::format("unknown eviction policy '{}' (choose lru, lfu, s3fifo or length-aware)", name));
 }
 

@@ -8,7 +8,9 @@
 
 namespace pagedkv {
 
-std::string_view range_allocation_name(RangeAllocation a) { return a == RangeAllocation::kBuddy ? "buddy" : "first-fit"; }
+std::string_view range_allocation_name(RangeAllocation a) {
+  return a == RangeAllocation::kBuddy ? "buddy" : "first-fit";
+}
 
 RangeAllocation parse_range_allocation(std::string_view name) {
   if (name == "first-fit") return RangeAllocation::kFirstFit;

@@ -4,12 +4,18 @@ namespace pagedkv {
 
 std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::kF32: return "fp32";
-    case DType::kF16: return "fp16";
-    case DType::kBF16: return "bf16";
-    case DType::kFP8: return "fp8";
-    case DType::kInt8: return "int8";
-    case DType::kInt4: return "int4";
+    case DType::kF32:
+      return "fp32";
+    case DType::kF16:
+      return "fp16";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kFP8:
+      return "fp8";
+    case DType::kInt8:
+      return "int8";
+    case DType::kInt4:
+      return "int4";
   }
   return "?";
 }

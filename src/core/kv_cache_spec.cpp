@@ -10,9 +10,12 @@ namespace pagedkv {
 
 std::string_view attention_kind_name(AttentionKind k) {
   switch (k) {
-    case AttentionKind::kFull: return "full";
-    case AttentionKind::kSlidingWindow: return "sliding_window";
-    case AttentionKind::kCrossAttention: return "cross_attention";
+    case AttentionKind::kFull:
+      return "full";
+    case AttentionKind::kSlidingWindow:
+      return "sliding_window";
+    case AttentionKind::kCrossAttention:
+      return "cross_attention";
   }
   return "?";
 }
@@ -22,8 +25,7 @@ void KVCacheSpec::validate() const {
   if (num_kv_heads <= 0) throw ConfigError(fmt::format("num_kv_heads must be positive, got {}", num_kv_heads));
   if (head_dim <= 0) throw ConfigError(fmt::format("head_dim must be positive, got {}", head_dim));
   if (kind == AttentionKind::kSlidingWindow && sliding_window <= 0)
-    throw ConfigError(fmt::format("sliding_window must be positive for a sliding-window spec, got {}",
-                                  sliding_window));
+    throw ConfigError(fmt::format("sliding_window must be positive for a sliding-window spec, got {}", sliding_window));
 }
 
 int KVCacheConfig::block_size() const {
@@ -46,9 +48,7 @@ size_t KVCacheConfig::bytes_per_block() const {
   return bytes;
 }
 
-int uniform_group_layers(int fewest, int most) {
-  return static_cast<double>(most) < 1.25 * fewest ? most : fewest;
-}
+int uniform_group_layers(int fewest, int most) { return static_cast<double>(most) < 1.25 * fewest ? most : fewest; }
 
 void KVCacheConfig::validate() const {
   if (groups.empty()) throw ConfigError("KV cache config has no groups");

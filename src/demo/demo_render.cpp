@@ -32,7 +32,8 @@ std::vector<int> resample_max(std::span<const int> values, int width) {
   const size_t w = std::min(n, static_cast<size_t>(width));
   for (size_t i = 0; i < w; ++i) {
     const size_t begin = i * n / w, end = std::max(begin + 1, (i + 1) * n / w);
-    out.push_back(*std::max_element(values.begin() + static_cast<ptrdiff_t>(begin), values.begin() + static_cast<ptrdiff_t>(end)));
+    out.push_back(*std::max_element(values.begin() + static_cast<ptrdiff_t>(begin),
+                                    values.begin() + static_cast<ptrdiff_t>(end)));
   }
   return out;
 }
@@ -41,11 +42,20 @@ std::string xml_escape(std::string_view s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -111,15 +121,20 @@ std::string render_block_grid(const PoolSnapshot& pool, int columns, bool ansi) 
   for (size_t i = 0; i < pool.cells.size(); ++i) {
     const BlockCell& c = pool.cells[i];
     switch (c.state) {
-      case BlockState::kNull: out += ansi ? "\x1b[2m#\x1b[0m" : "#"; break;
-      case BlockState::kFree: out += ansi ? "\x1b[2m.\x1b[0m" : "."; break;
-      case BlockState::kCachedFree: out += ansi ? "\x1b[36m:\x1b[0m" : ":"; break;
+      case BlockState::kNull:
+        out += ansi ? "\x1b[2m#\x1b[0m" : "#";
+        break;
+      case BlockState::kFree:
+        out += ansi ? "\x1b[2m.\x1b[0m" : ".";
+        break;
+      case BlockState::kCachedFree:
+        out += ansi ? "\x1b[36m:\x1b[0m" : ":";
+        break;
       case BlockState::kOwned:
         if (ansi)
           out += fmt::format("\x1b[30;48;5;{}m{}\x1b[0m", kOwnerColours[owner_key(c.owner) % kOwnerColours.size()],
                              owner_glyph(c.owner));
-        else
-          out += owner_glyph(c.owner);
+        else out += owner_glyph(c.owner);
         break;
       case BlockState::kShared: {
         const char glyph = c.ref_count > 9 ? '+' : static_cast<char>('0' + c.ref_count);
@@ -181,9 +196,18 @@ std::string render_block_svg(const PoolSnapshot& pool, int columns, const std::s
     const int x = kPad + (i % columns) * (kCell + kGap), y = kTitle + kPad + (i / columns) * (kCell + kGap);
     std::string fill, tip, label;
     switch (c.state) {
-      case BlockState::kNull: fill = kNullFill; tip = "null block"; break;
-      case BlockState::kFree: fill = kFreeFill; tip = "free"; break;
-      case BlockState::kCachedFree: fill = kCachedFill; tip = "cached-free (reusable prefix)"; break;
+      case BlockState::kNull:
+        fill = kNullFill;
+        tip = "null block";
+        break;
+      case BlockState::kFree:
+        fill = kFreeFill;
+        tip = "free";
+        break;
+      case BlockState::kCachedFree:
+        fill = kCachedFill;
+        tip = "cached-free (reusable prefix)";
+        break;
       case BlockState::kOwned:
         fill = owner_fill(c.owner);
         tip = fmt::format("request {}", c.owner);
@@ -195,9 +219,10 @@ std::string render_block_svg(const PoolSnapshot& pool, int columns, const std::s
         label = c.ref_count > 9 ? "+" : std::to_string(c.ref_count);
         break;
     }
-    svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\" stroke=\"#999\" "
-                       "stroke-width=\"0.5\"><title>block {}: {}</title></rect>",
-                       x, y, kCell, kCell, fill, i, tip);
+    svg += fmt::format(
+        "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\" stroke=\"#999\" "
+        "stroke-width=\"0.5\"><title>block {}: {}</title></rect>",
+        x, y, kCell, kCell, fill, i, tip);
     if (!label.empty())
       svg += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"9\" text-anchor=\"middle\" fill=\"{}\">{}</text>",
                          x + kCell / 2, y + kCell - 4, c.state == BlockState::kShared ? "#fff" : "#000", label);
@@ -205,9 +230,10 @@ std::string render_block_svg(const PoolSnapshot& pool, int columns, const std::s
   }
   for (size_t k = 0; k < legend.size(); ++k) {
     const int x = placed[k].x, y = grid_bottom + 8 + placed[k].row * kLegendRow;
-    svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"12\" height=\"12\" fill=\"{}\" stroke=\"#999\" "
-                       "stroke-width=\"0.5\"/><text x=\"{}\" y=\"{}\" font-size=\"11\">{}</text>\n",
-                       x, y, legend[k].fill, x + 16, y + 10, legend[k].text);
+    svg += fmt::format(
+        "<rect x=\"{}\" y=\"{}\" width=\"12\" height=\"12\" fill=\"{}\" stroke=\"#999\" "
+        "stroke-width=\"0.5\"/><text x=\"{}\" y=\"{}\" font-size=\"11\">{}</text>\n",
+        x, y, legend[k].fill, x + 16, y + 10, legend[k].text);
   }
   svg += "</svg>\n";
   return svg;

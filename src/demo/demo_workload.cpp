@@ -22,12 +22,18 @@ constexpr std::array<const char*, 3> kSystemTexts = {
     "town. One day, a little boy named Ben came to his shop. Ben was sad because his toy was broken.",
 };
 constexpr std::array<const char*, 12> kUserTexts = {
-    " One day, she found a shiny key.",   " Then it started to rain.",
-    " They saw a big bird in the sky.",   " Mom said, \"Be careful!\"",
-    " The cat wanted to play too.",       " Suddenly, they heard a loud noise.",
-    " He was very happy.",                " She wanted to share her toys.",
-    " They went home and ate a big cake.", " The little duck was lost.",
-    " The sun went down and it was dark.", " A friendly frog jumped out of the water.",
+    " One day, she found a shiny key.",
+    " Then it started to rain.",
+    " They saw a big bird in the sky.",
+    " Mom said, \"Be careful!\"",
+    " The cat wanted to play too.",
+    " Suddenly, they heard a loud noise.",
+    " He was very happy.",
+    " She wanted to share her toys.",
+    " They went home and ate a big cake.",
+    " The little duck was lost.",
+    " The sun went down and it was dark.",
+    " A friendly frog jumped out of the water.",
 };
 constexpr const char* kStandaloneOpening = "Once upon a time";
 
@@ -51,7 +57,8 @@ void DemoWorkloadConfig::validate() const {
   fraction(shared_fraction, "shared_fraction");
   fraction(parallel_fraction, "parallel_fraction");
   fraction(cancel_fraction, "cancel_fraction");
-  if (initial_burst < 0) throw ConfigError(fmt::format("demo workload: initial_burst must be >= 0, got {}", initial_burst));
+  if (initial_burst < 0)
+    throw ConfigError(fmt::format("demo workload: initial_burst must be >= 0, got {}", initial_burst));
   if (!(arrivals_per_step > 0.0))
     throw ConfigError(fmt::format("demo workload: arrivals_per_step must be positive, got {}", arrivals_per_step));
   if (max_model_len < 64)

@@ -19,8 +19,8 @@ void log_softmax(std::span<const float> logits, std::vector<double>& out) {
   for (size_t i = 0; i < logits.size(); ++i) out[i] = static_cast<double>(logits[i]) - log_z;
 }
 
-std::vector<BeamCandidate> select_beams(std::span<const double> cumulative, std::span<const std::vector<double>> logprobs,
-                                        int width) {
+std::vector<BeamCandidate> select_beams(std::span<const double> cumulative,
+                                        std::span<const std::vector<double>> logprobs, int width) {
   if (width < 1) throw UsageError(fmt::format("select_beams: width must be at least 1, got {}", width));
   if (cumulative.size() != logprobs.size() || cumulative.empty())
     throw UsageError(fmt::format("select_beams: {} scores for {} logprob rows", cumulative.size(), logprobs.size()));

@@ -91,8 +91,8 @@ LLMEngine::LLMEngine(const Model& model, EngineConfig config)
     scheduler_.set_tiers(tiers_.get());
     if (config_.enable_kv_events) tiers_->enable_events();
   } else if (swap_blocks_ > 0) {
-    host_arena_.emplace(model.config().kv_cache_spec(config_.block_size, config_.kv_dtype), model.config().kv_arena_layers(),
-                        swap_blocks_);
+    host_arena_.emplace(model.config().kv_cache_spec(config_.block_size, config_.kv_dtype),
+                        model.config().kv_arena_layers(), swap_blocks_);
   }
   for (int r = block_table_.max_requests() - 1; r >= 0; --r) free_rows_.push_back(r);
   const int groups = model.config().num_kv_cache_groups();
@@ -116,22 +116,25 @@ uint64_t model_weights_digest(const Model& model) {
   const ModelWeights& w = model.weights();
   XXH3_state_t* state = XXH3_createState();
   XXH3_64bits_reset(state);
-  const int32_t shape[] = {c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, c.seq_len,
-                           c.shared_classifier ? 1 : 0};
+  const int32_t shape[] = {c.dim,        c.hidden_dim, c.n_layers, c.n_heads,
+                           c.n_kv_heads, c.vocab_size, c.seq_len,  c.shared_classifier ? 1 : 0};
   XXH3_64bits_update(state, shape, sizeof(shape));
   // Every weight in file order (not the legacy RoPE tables; wcls only when not shared).
   for_each_llama2c_tensor(c, [&](WeightField field, std::initializer_list<uint64_t> factors) {
-    if (field != nullptr && w.*field != nullptr) XXH3_64bits_update(state, w.*field, tensor_floats(factors) * sizeof(float));
+    if (field != nullptr && w.*field != nullptr)
+      XXH3_64bits_update(state, w.*field, tensor_floats(factors) * sizeof(float));
   });
   if (w.token_embedding == nullptr) {
     // Not a llama2.c model (GGUF): the architecture, then every tensor in its stored type.
     XXH3_64bits_update(state, c.architecture.data(), c.architecture.size());
-    const int32_t extra[] = {c.head_dim(), c.sliding_window, c.sliding_window_period, static_cast<int32_t>(c.rope_style)};
+    const int32_t extra[] = {c.head_dim(), c.sliding_window, c.sliding_window_period,
+                             static_cast<int32_t>(c.rope_style)};
     XXH3_64bits_update(state, extra, sizeof(extra));
     model.tensors().for_each_tensor([&](const WeightTensor& t) {
       const int64_t desc[] = {static_cast<int64_t>(t.type), t.rows, t.cols};
       XXH3_64bits_update(state, desc, sizeof(desc));
-      if (t.present()) XXH3_64bits_update(state, t.data, static_cast<size_t>(t.rows) * tensor_row_bytes(t.type, t.cols));
+      if (t.present())
+        XXH3_64bits_update(state, t.data, static_cast<size_t>(t.rows) * tensor_row_bytes(t.type, t.cols));
     });
   }
   const uint64_t digest = XXH3_64bits_digest(state);
@@ -155,18 +158,20 @@ std::string LLMEngine::describe() const {
   }
   const int num_groups = m.num_kv_cache_groups();
   const std::string group_line =
-      num_groups == 1 ? std::string()
-                      : fmt::format("\nKV-cache groups: {} of {} layers each [{}]; {} padding layers ({:.1f}% of the pool)",
-                                    num_groups, m.kv_arena_layers(), groups, m.kv_padding_layers(),
-                                    100.0 * m.kv_padding_layers() / (num_groups * m.kv_arena_layers()));
+      num_groups == 1
+          ? std::string()
+          : fmt::format("\nKV-cache groups: {} of {} layers each [{}]; {} padding layers ({:.1f}% of the pool)",
+                        num_groups, m.kv_arena_layers(), groups, m.kv_padding_layers(),
+                        100.0 * m.kv_padding_layers() / (num_groups * m.kv_arena_layers()));
   return fmt::format(
-      "KV cache: {} blocks x {} tokens ({} {} bytes per block, {:.2f} MiB), {} usable tokens{}\n"
-      "Maximum concurrency for {} tokens per request: {:.2f}x\n"
-      "Swap space: {} host blocks ({:.2f} MiB); prefix caching {}; preemption {}",
-      num_blocks_, config_.block_size, bpb, dtype_name(config_.kv_dtype),
-      static_cast<double>(bpb) * num_blocks_ / (1 << 20), usable * config_.block_size, group_line, max_model_len_,
-      static_cast<double>(usable) / static_cast<double>(per_request), swap_blocks_, static_cast<double>(bpb) * swap_blocks_ / (1 << 20),
-      config_.enable_prefix_caching ? "on" : "off", preemption_mode_name(config_.scheduler.preemption_mode)) +
+             "KV cache: {} blocks x {} tokens ({} {} bytes per block, {:.2f} MiB), {} usable tokens{}\n"
+             "Maximum concurrency for {} tokens per request: {:.2f}x\n"
+             "Swap space: {} host blocks ({:.2f} MiB); prefix caching {}; preemption {}",
+             num_blocks_, config_.block_size, bpb, dtype_name(config_.kv_dtype),
+             static_cast<double>(bpb) * num_blocks_ / (1 << 20), usable * config_.block_size, group_line,
+             max_model_len_, static_cast<double>(usable) / static_cast<double>(per_request), swap_blocks_,
+             static_cast<double>(bpb) * swap_blocks_ / (1 << 20), config_.enable_prefix_caching ? "on" : "off",
+             preemption_mode_name(config_.scheduler.preemption_mode)) +
          (tiers_ ? "\nKV tiers: " + tiers_->describe() : std::string());
 }
 
@@ -175,7 +180,8 @@ RequestId LLMEngine::add_request(GenerationRequest g) {
   if (g.prompt.empty()) throw UsageError("a request needs at least one prompt token");
   for (size_t i = 0; i < g.prompt.size(); ++i)
     if (g.prompt[i] < 0 || g.prompt[i] >= vocab)
-      throw UsageError(fmt::format("prompt token {} at index {} is outside the vocabulary [0, {})", g.prompt[i], i, vocab));
+      throw UsageError(
+          fmt::format("prompt token {} at index {} is outside the vocabulary [0, {})", g.prompt[i], i, vocab));
   if (g.n < 1) throw UsageError(fmt::format("n must be at least 1, got {}", g.n));
   if (g.n > 1 && config_.scheduler.kv_reservation != KVReservation::kPaged)
     throw UsageError(fmt::format("parallel sampling (n = {}) needs the paged KV reservation, not {}", g.n,
@@ -193,11 +199,13 @@ RequestId LLMEngine::add_request(GenerationRequest g) {
                                  kv_reservation_name(config_.scheduler.kv_reservation)));
   g.sampling.validate();
   for (const auto& [token, bias] : g.sampling.logit_bias)
-    if (token >= vocab) throw UsageError(fmt::format("logit_bias names token {}, outside the vocabulary [0, {})", token, vocab));
+    if (token >= vocab)
+      throw UsageError(fmt::format("logit_bias names token {}, outside the vocabulary [0, {})", token, vocab));
   if (g.stop.min_tokens < 0) throw UsageError(fmt::format("min_tokens must be at least 0, got {}", g.stop.min_tokens));
   if (g.grammar) {
     if (g.beam_width > 1)
-      throw UsageError(fmt::format("structured output (a grammar) does not work with beam search (beam_width = {})", g.beam_width));
+      throw UsageError(
+          fmt::format("structured output (a grammar) does not work with beam search (beam_width = {})", g.beam_width));
     if (g.grammar->vocabulary().size() > vocab)
       throw UsageError(fmt::format("the grammar was compiled for a vocabulary of {} tokens; this model has {}",
                                    g.grammar->vocabulary().size(), vocab));
@@ -259,11 +267,13 @@ void LLMEngine::sync_block_table_row(const SchedulerRequest& r, bool rewritten) 
   }
   auto blocks = scheduler_.block_ids(r);  // the manager's table, or a reserved range
   // A buddy reservation may round past the longest sequence; blocks there are never addressed.
-  if (blocks.size() > static_cast<size_t>(block_table_.stride())) blocks = blocks.first(static_cast<size_t>(block_table_.stride()));
+  if (blocks.size() > static_cast<size_t>(block_table_.stride()))
+    blocks = blocks.first(static_cast<size_t>(block_table_.stride()));
   const int row = it->second;
   const int have = block_table_.num_blocks(row);
   if (rewritten || have > static_cast<int>(blocks.size())) block_table_.set_row(row, blocks);
-  else if (have < static_cast<int>(blocks.size())) block_table_.append_row(row, blocks.subspan(static_cast<size_t>(have)));
+  else if (have < static_cast<int>(blocks.size()))
+    block_table_.append_row(row, blocks.subspan(static_cast<size_t>(have)));
 }
 
 std::span<const float> LLMEngine::adjusted_logits(const SchedulerRequest& r, const SamplingParams& params,
@@ -366,14 +376,14 @@ RequestOutput LLMEngine::make_output(const SchedulerRequest& r, bool finished) {
     if (finished && r.stopped_on_stop_token && !o.new_logprobs.empty()) o.new_logprobs.pop_back();
   }
   if (r.sample_index == 0 && !prompt_logprobs_.empty())
-    if (auto p = prompt_logprobs_.find(r.kv.id.value); p != prompt_logprobs_.end() && !p->second.reported &&
-                                                       static_cast<int>(p->second.entries.size()) >= r.kv.num_prompt_tokens - 1) {
+    if (auto p = prompt_logprobs_.find(r.kv.id.value);
+        p != prompt_logprobs_.end() && !p->second.reported &&
+        static_cast<int>(p->second.entries.size()) >= r.kv.num_prompt_tokens - 1) {
       o.prompt_logprobs = std::move(p->second.entries);
       p->second.reported = true;
     }
   auto t = timing_.find(r.kv.id);
-  if (t != timing_.end() && t->second.scheduled)
-    o.queue_ms = ms_between(t->second.arrival, t->second.first_scheduled);
+  if (t != timing_.end() && t->second.scheduled) o.queue_ms = ms_between(t->second.arrival, t->second.first_scheduled);
   if (t != timing_.end() && t->second.has_first) {
     o.ttft_ms = ms_between(t->second.arrival, t->second.first_token);
     o.latency_ms = ms_between(t->second.arrival, t->second.last_token);
@@ -666,7 +676,8 @@ void LLMEngine::report_sampled(const SchedulerOutput& out, const std::vector<Sam
           stamp(q);
         }
     }
-    if (r->status == RequestStatus::kRunning && !beam_root_.contains(r->kv.id)) results.push_back(make_output(*r, false));
+    if (r->status == RequestStatus::kRunning && !beam_root_.contains(r->kv.id))
+      results.push_back(make_output(*r, false));
   }
 }
 
@@ -792,8 +803,9 @@ void LLMEngine::finish_beam(SchedulerRequest& r, std::vector<RequestOutput>& res
     g.failed->sample_index = 0;
     results.push_back(std::move(*g.failed));
   } else {
-    std::stable_sort(g.hypotheses.begin(), g.hypotheses.end(),
-                     [](const RequestOutput& a, const RequestOutput& b) { return a.cumulative_logprob > b.cumulative_logprob; });
+    std::stable_sort(g.hypotheses.begin(), g.hypotheses.end(), [](const RequestOutput& a, const RequestOutput& b) {
+      return a.cumulative_logprob > b.cumulative_logprob;
+    });
     for (size_t i = 0; i < g.hypotheses.size(); ++i) {
       RequestOutput& h = g.hypotheses[i];
       h.sample_index = static_cast<int>(i);

@@ -14,7 +14,8 @@ namespace pagedkv::grammar {
 
 void CompileDeadline::check(const char* during) const {
   if (expired())
-    throw GrammarError(limit_message("compile_budget_ms", budget_ms_, fmt::format("compilation ran out of time during {}", during)));
+    throw GrammarError(
+        limit_message("compile_budget_ms", budget_ms_, fmt::format("compilation ran out of time during {}", during)));
 }
 
 namespace {
@@ -72,7 +73,8 @@ class NfaBuilder {
 
   int32_t add_state() {
     if (++total_ > limits_.max_automaton_states)
-      throw GrammarError(limit_message("max_automaton_states", limits_.max_automaton_states, "the grammar's automaton is too large"));
+      throw GrammarError(
+          limit_message("max_automaton_states", limits_.max_automaton_states, "the grammar's automaton is too large"));
     if ((total_ & 255) == 0) deadline_.check("automaton construction");
     states.emplace_back();
     return static_cast<int32_t>(states.size() - 1);
@@ -81,8 +83,9 @@ class NfaBuilder {
   // The start of a fragment that matches `e` and then goes on at `next`.
   int32_t build(ExprId id, int32_t next, int depth) {
     if (depth > kMaxExprDepth)
-      throw GrammarError(limit_message("expression_depth", kMaxExprDepth,
-                                       "expressions nest too deep to build (e.g. thousands of optional properties in one object)"));
+      throw GrammarError(
+          limit_message("expression_depth", kMaxExprDepth,
+                        "expressions nest too deep to build (e.g. thousands of optional properties in one object)"));
     const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(id)) << 32) | static_cast<uint32_t>(next);
     if (auto it = memo_.find(key); it != memo_.end()) return it->second;
     const int32_t start = build_uncached(id, next, depth);
@@ -222,7 +225,8 @@ RuleDfa determinize(const std::vector<NfaState>& nfa, int32_t start, int32_t acc
     auto [it, inserted] = ids.emplace(std::move(set), static_cast<int32_t>(sets.size()));
     if (inserted) {
       if (++total_states > limits.max_automaton_states)
-        throw GrammarError(limit_message("max_automaton_states", limits.max_automaton_states, "the grammar's automaton is too large"));
+        throw GrammarError(
+            limit_message("max_automaton_states", limits.max_automaton_states, "the grammar's automaton is too large"));
       if ((total_states & 63) == 0) deadline.check("automaton construction");
       sets.push_back(it->first);
     }
@@ -263,8 +267,7 @@ RuleDfa determinize(const std::vector<NfaState>& nfa, int32_t start, int32_t acc
       const int32_t target = id_of(closure(targets));
       if (!edges.empty() && edges.back().hi == lo - 1 && edges.back().target == target)
         edges.back().hi = static_cast<uint8_t>(hi);
-      else
-        edges.push_back({static_cast<uint8_t>(lo), static_cast<uint8_t>(hi), target});
+      else edges.push_back({static_cast<uint8_t>(lo), static_cast<uint8_t>(hi), target});
     }
     std::vector<CallEdge> dfa_calls;
     for (const CallEdge& c : calls) {

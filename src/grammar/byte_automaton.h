@@ -35,8 +35,7 @@ struct AutomatonState {
 // Wall-clock budget of one compilation; check() throws GrammarError once it is spent.
 class CompileDeadline {
  public:
-  explicit CompileDeadline(int32_t budget_ms)
-      : budget_ms_(budget_ms), start_(std::chrono::steady_clock::now()) {}
+  explicit CompileDeadline(int32_t budget_ms) : budget_ms_(budget_ms), start_(std::chrono::steady_clock::now()) {}
   bool expired() const { return elapsed_ms() > budget_ms_; }
   double elapsed_ms() const {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
@@ -73,12 +72,9 @@ class ByteAutomaton {
     while (lo < hi) {  // binary search over disjoint, sorted ranges
       const uint32_t mid = (lo + hi) / 2;
       const ByteEdge& e = edges_[mid];
-      if (b < e.lo)
-        hi = mid;
-      else if (b > e.hi)
-        lo = mid + 1;
-      else
-        return e.target;
+      if (b < e.lo) hi = mid;
+      else if (b > e.hi) lo = mid + 1;
+      else return e.target;
     }
     return -1;
   }

@@ -23,11 +23,16 @@ struct StateKeyHash {
 
 const char* grammar_kind_name(GrammarKind kind) {
   switch (kind) {
-    case GrammarKind::kJsonSchema: return "json_schema";
-    case GrammarKind::kJsonObject: return "json_object";
-    case GrammarKind::kRegex: return "regex";
-    case GrammarKind::kChoice: return "choice";
-    case GrammarKind::kGbnf: return "gbnf";
+    case GrammarKind::kJsonSchema:
+      return "json_schema";
+    case GrammarKind::kJsonObject:
+      return "json_object";
+    case GrammarKind::kRegex:
+      return "regex";
+    case GrammarKind::kChoice:
+      return "choice";
+    case GrammarKind::kGbnf:
+      return "gbnf";
   }
   return "unknown";
 }
@@ -37,11 +42,16 @@ Grammar build_grammar(GrammarKind kind, std::string_view text, const GrammarOpti
     throw GrammarError(limit_message("max_text_bytes", options.limits.max_text_bytes,
                                      fmt::format("the {} text is {} bytes", grammar_kind_name(kind), text.size())));
   switch (kind) {
-    case GrammarKind::kJsonSchema: return json_schema_grammar(text, options.json, options.limits);
-    case GrammarKind::kJsonObject: return json_object_grammar(options.json, options.limits);
-    case GrammarKind::kRegex: return regex_grammar(text, options.limits);
-    case GrammarKind::kChoice: return choice_grammar_from_json(text, options.limits);
-    case GrammarKind::kGbnf: return parse_gbnf(text, options.limits);
+    case GrammarKind::kJsonSchema:
+      return json_schema_grammar(text, options.json, options.limits);
+    case GrammarKind::kJsonObject:
+      return json_object_grammar(options.json, options.limits);
+    case GrammarKind::kRegex:
+      return regex_grammar(text, options.limits);
+    case GrammarKind::kChoice:
+      return choice_grammar_from_json(text, options.limits);
+    case GrammarKind::kGbnf:
+      return parse_gbnf(text, options.limits);
   }
   throw GrammarError("unknown grammar kind");
 }
@@ -64,14 +74,16 @@ std::optional<StateTokens> classify_tokens(const ByteAutomaton& automaton, const
   std::vector<StackSet> sets(depth_count);
   std::vector<uint8_t> left_rule(depth_count, 0);  // some prefix of this length let the rule end
   auto is_plain = [&](int32_t s) {
-    return automaton.has_byte_edges(s) && !automaton.state(s).final && automaton.calls_begin(s) == automaton.calls_end(s);
+    return automaton.has_byte_edges(s) && !automaton.state(s).final &&
+           automaton.calls_begin(s) == automaton.calls_end(s);
   };
   single[0] = {state, -1};
   std::vector<int32_t> accepted, uncertain;
   auto add_tokens = [&](std::vector<int32_t>& to, size_t from_node, size_t to_node) {
     for (size_t m = from_node; m < to_node; ++m) {
       if (trie[m].depth < min_token_bytes) continue;
-      for (int32_t t = trie[m].token_begin; t < trie[m].token_end; ++t) to.push_back(trie_tokens[static_cast<size_t>(t)]);
+      for (int32_t t = trie[m].token_begin; t < trie[m].token_end; ++t)
+        to.push_back(trie_tokens[static_cast<size_t>(t)]);
     }
   };
   size_t i = 1;
@@ -139,11 +151,13 @@ std::optional<StateTokens> classify_tokens(const ByteAutomaton& automaton, const
 CompiledGrammar::Impl::Impl(std::shared_ptr<const TokenVocabulary> v, ByteAutomaton a)
     : vocabulary(std::move(v)), automaton(std::move(a)) {
   tokens.reset(new std::atomic<const StateTokens*>[static_cast<size_t>(automaton.num_states())]);
-  for (int32_t s = 0; s < automaton.num_states(); ++s) tokens[static_cast<size_t>(s)].store(nullptr, std::memory_order_relaxed);
+  for (int32_t s = 0; s < automaton.num_states(); ++s)
+    tokens[static_cast<size_t>(s)].store(nullptr, std::memory_order_relaxed);
 }
 
 CompiledGrammar::Impl::~Impl() {
-  for (int32_t s = 0; s < automaton.num_states(); ++s) delete tokens[static_cast<size_t>(s)].load(std::memory_order_relaxed);
+  for (int32_t s = 0; s < automaton.num_states(); ++s)
+    delete tokens[static_cast<size_t>(s)].load(std::memory_order_relaxed);
 }
 
 std::vector<int32_t> shared_classification_states(const ByteAutomaton& a, const CompileDeadline& deadline) {
@@ -204,18 +218,23 @@ StateTokens CompiledGrammar::Impl::classify(int32_t state, StackPool& pool, cons
   StateTokens out;
   if (!base.accepted_bits.empty()) {
     out.accepted_bits = base.accepted_bits;
-    for (int32_t id : long_token_ids) out.accepted_bits[static_cast<size_t>(id) / 32] &= ~(1u << (static_cast<uint32_t>(id) % 32));
-    for (int32_t id : long_tokens->accepted_ids) out.accepted_bits[static_cast<size_t>(id) / 32] |= 1u << (static_cast<uint32_t>(id) % 32);
-    for (size_t w = 0; w < long_tokens->accepted_bits.size(); ++w) out.accepted_bits[w] |= long_tokens->accepted_bits[w];
+    for (int32_t id : long_token_ids)
+      out.accepted_bits[static_cast<size_t>(id) / 32] &= ~(1u << (static_cast<uint32_t>(id) % 32));
+    for (int32_t id : long_tokens->accepted_ids)
+      out.accepted_bits[static_cast<size_t>(id) / 32] |= 1u << (static_cast<uint32_t>(id) % 32);
+    for (size_t w = 0; w < long_tokens->accepted_bits.size(); ++w)
+      out.accepted_bits[w] |= long_tokens->accepted_bits[w];
   } else {
     for (int32_t id : base.accepted_ids)
       if (is_short(id)) out.accepted_ids.push_back(id);
     if (!long_tokens->accepted_bits.empty()) {
       out.accepted_bits = long_tokens->accepted_bits;
-      for (int32_t id : out.accepted_ids) out.accepted_bits[static_cast<size_t>(id) / 32] |= 1u << (static_cast<uint32_t>(id) % 32);
+      for (int32_t id : out.accepted_ids)
+        out.accepted_bits[static_cast<size_t>(id) / 32] |= 1u << (static_cast<uint32_t>(id) % 32);
       out.accepted_ids.clear();
     } else {
-      out.accepted_ids.insert(out.accepted_ids.end(), long_tokens->accepted_ids.begin(), long_tokens->accepted_ids.end());
+      out.accepted_ids.insert(out.accepted_ids.end(), long_tokens->accepted_ids.begin(),
+                              long_tokens->accepted_ids.end());
     }
   }
   for (int32_t id : base.uncertain)
@@ -298,7 +317,8 @@ std::shared_ptr<const CompiledGrammar> compile_grammar(GrammarKind kind, std::st
   const auto start = std::chrono::steady_clock::now();
   const Grammar g = build_grammar(kind, text, options);
   GrammarLimits rest = options.limits;
-  const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+  const auto spent =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
   rest.compile_budget_ms = static_cast<int32_t>(std::max<int64_t>(1, rest.compile_budget_ms - spent));
   return compile_grammar(g, std::move(vocabulary), rest);
 }

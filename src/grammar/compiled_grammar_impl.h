@@ -17,8 +17,8 @@ namespace pagedkv::grammar {
 
 struct StateTokens {
   std::vector<uint32_t> accepted_bits;  // a bitmask over the vocabulary, when many are accepted
-  std::vector<int32_t> accepted_ids;    // else the accepted ids
-  std::vector<int32_t> uncertain;       // ids in byte order (the trie's), so checks share prefixes
+  std::vector<int32_t> accepted_ids;  // else the accepted ids
+  std::vector<int32_t> uncertain;  // ids in byte order (the trie's), so checks share prefixes
 };
 
 // Splits the vocabulary for one automaton state (one that has byte edges) by walking the token
@@ -53,7 +53,7 @@ struct CompiledGrammar::Impl {
   std::shared_ptr<const TokenVocabulary> vocabulary;
   ByteAutomaton automaton;
   std::unique_ptr<std::atomic<const StateTokens*>[]> tokens;
-  std::vector<int32_t> shares_with;     // shared_classification_states()
+  std::vector<int32_t> shares_with;  // shared_classification_states()
   std::vector<int32_t> long_token_ids;  // tokens longer than kSharedHorizonBytes
   int32_t precomputed = 0;
   double compile_ms = 0;

@@ -77,7 +77,8 @@ class GbnfParser {
 
   ExprId alternatives(int depth) {
     if (depth > g_.limits().max_nesting_depth)
-      throw GrammarError(limit_message("max_nesting_depth", g_.limits().max_nesting_depth, "GBNF groups nest too deep"));
+      throw GrammarError(
+          limit_message("max_nesting_depth", g_.limits().max_nesting_depth, "GBNF groups nest too deep"));
     std::vector<ExprId> branches{sequence(depth)};
     while (!at_end() && peek() == '|') {
       ++pos_;
@@ -99,7 +100,8 @@ class GbnfParser {
   int32_t read_int() {
     int64_t v = 0;
     const size_t start = pos_;
-    while (!at_end() && peek() >= '0' && peek() <= '9') v = std::min<int64_t>(v * 10 + (s_[pos_++] - '0'), int64_t{1} << 40);
+    while (!at_end() && peek() >= '0' && peek() <= '9')
+      v = std::min<int64_t>(v * 10 + (s_[pos_++] - '0'), int64_t{1} << 40);
     if (pos_ == start) fail("expected a number");
     if (v > g_.limits().max_repeat_bound)
       throw GrammarError(limit_message("max_repeat_bound", g_.limits().max_repeat_bound, "GBNF repetition"));
@@ -159,18 +161,31 @@ class GbnfParser {
       return v;
     };
     switch (c) {
-      case 'n': return '\n';
-      case 'r': return '\r';
-      case 't': return '\t';
-      case '0': return 0;
-      case 'x': return hex(2);
-      case 'u': return hex(4);
+      case 'n':
+        return '\n';
+      case 'r':
+        return '\r';
+      case 't':
+        return '\t';
+      case '0':
+        return 0;
+      case 'x':
+        return hex(2);
+      case 'u':
+        return hex(4);
       case 'U': {
         const uint32_t v = hex(8);
         if (v > kMaxCodepoint) fail("code point out of range");
         return v;
       }
-      case '\\': case '"': case '[': case ']': case '-': case '^': case '/': case '\'':
+      case '\\':
+      case '"':
+      case '[':
+      case ']':
+      case '-':
+      case '^':
+      case '/':
+      case '\'':
         return static_cast<unsigned char>(c);
       default:
         fail(fmt::format("unknown escape '\\{}'", c));
@@ -190,10 +205,8 @@ class GbnfParser {
         const uint32_t cp = character();
         // \xHH stands for a raw byte (llama.cpp reads it as a code point below 256; for ASCII
         // both agree), anything else for its UTF-8 encoding.
-        if (escaped && s_[start + 1] == 'x' && cp >= 0x80)
-          bytes += static_cast<char>(cp);
-        else
-          append_utf8(bytes, cp);
+        if (escaped && s_[start + 1] == 'x' && cp >= 0x80) bytes += static_cast<char>(cp);
+        else append_utf8(bytes, cp);
       }
       ++pos_;
       return g_.literal(bytes);
@@ -254,7 +267,8 @@ Grammar parse_gbnf(std::string_view text, const GrammarLimits& limits) {
 
 Grammar choice_grammar(const std::vector<std::string>& choices, const GrammarLimits& limits) {
   if (static_cast<int64_t>(choices.size()) > limits.max_enum_values)
-    throw GrammarError(limit_message("max_enum_values", limits.max_enum_values, fmt::format("{} choices", choices.size())));
+    throw GrammarError(
+        limit_message("max_enum_values", limits.max_enum_values, fmt::format("{} choices", choices.size())));
   if (choices.empty()) throw GrammarError("choice needs at least one string");
   Grammar g(limits);
   std::vector<ExprId> options;

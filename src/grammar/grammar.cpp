@@ -12,7 +12,8 @@ std::string limit_message(const char* name, int64_t limit, const std::string& wh
 
 ExprId Grammar::add(Expr e) {
   if (static_cast<int64_t>(exprs_.size()) >= limits_.max_expressions)
-    throw GrammarError(limit_message("max_expressions", limits_.max_expressions, "the grammar has too many expressions"));
+    throw GrammarError(
+        limit_message("max_expressions", limits_.max_expressions, "the grammar has too many expressions"));
   exprs_.push_back(std::move(e));
   return static_cast<ExprId>(exprs_.size() - 1);
 }
@@ -38,10 +39,8 @@ ExprId Grammar::char_class(std::vector<CodepointRange> ranges, bool negated) {
   std::sort(in.begin(), in.end(), [](CodepointRange a, CodepointRange b) { return a.lo < b.lo; });
   std::vector<CodepointRange> merged;
   for (CodepointRange r : in) {
-    if (!merged.empty() && r.lo <= merged.back().hi + 1)
-      merged.back().hi = std::max(merged.back().hi, r.hi);
-    else
-      merged.push_back(r);
+    if (!merged.empty() && r.lo <= merged.back().hi + 1) merged.back().hi = std::max(merged.back().hi, r.hi);
+    else merged.push_back(r);
   }
   if (negated) {
     std::vector<CodepointRange> complement;
@@ -151,10 +150,8 @@ void Grammar::check_complete() const {
 namespace {
 
 void append_class_char(std::string& out, uint32_t cp) {
-  if (cp == ']' || cp == '\\' || cp == '-' || cp == '^' || cp < 0x20 || cp == 0x7F)
-    out += fmt::format("\\x{:02X}", cp) ;
-  else
-    append_utf8(out, cp);
+  if (cp == ']' || cp == '\\' || cp == '-' || cp == '^' || cp < 0x20 || cp == 0x7F) out += fmt::format("\\x{:02X}", cp);
+  else append_utf8(out, cp);
 }
 
 void append_expr(const Grammar& g, ExprId id, std::string& out) {
@@ -166,10 +163,8 @@ void append_expr(const Grammar& g, ExprId id, std::string& out) {
     case ExprKind::kLiteral:
       out += '"';
       for (unsigned char c : e.bytes) {
-        if (c == '"' || c == '\\' || c < 0x20 || c >= 0x7F)
-          out += fmt::format("\\x{:02X}", c);
-        else
-          out += static_cast<char>(c);
+        if (c == '"' || c == '\\' || c < 0x20 || c >= 0x7F) out += fmt::format("\\x{:02X}", c);
+        else out += static_cast<char>(c);
       }
       out += '"';
       break;
@@ -203,10 +198,8 @@ void append_expr(const Grammar& g, ExprId id, std::string& out) {
       out += '(';
       append_expr(g, e.children[0], out);
       out += ')';
-      if (e.max == kUnbounded)
-        out += fmt::format("{{{},}}", e.min);
-      else
-        out += fmt::format("{{{},{}}}", e.min, e.max);
+      if (e.max == kUnbounded) out += fmt::format("{{{},}}", e.min);
+      else out += fmt::format("{{{},{}}}", e.min, e.max);
       break;
     case ExprKind::kRuleRef:
       out += g.rule(e.rule).name;

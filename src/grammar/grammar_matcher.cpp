@@ -12,15 +12,19 @@ namespace pagedkv::grammar {
 
 struct GrammarMatcher::State {
   explicit State(const CompiledGrammar::Impl& g)
-      : grammar(&g), stepper(g.automaton, pool),
-        depth_sets(static_cast<size_t>(g.vocabulary->max_token_bytes()) + 1) {
+      : grammar(&g), stepper(g.automaton, pool), depth_sets(static_cast<size_t>(g.vocabulary->max_token_bytes()) + 1) {
     history.emplace_back();
     terminated.push_back(0);
     stepper.start(pool.node(g.automaton.rule_start(g.automaton.root()), -1), history.back());
   }
   State(const State& o)
-      : grammar(o.grammar), pool(o.pool), stepper(o.grammar->automaton, pool), history(o.history),
-        terminated(o.terminated), depth_sets(o.depth_sets.size()), compact_at(o.compact_at) {}
+      : grammar(o.grammar),
+        pool(o.pool),
+        stepper(o.grammar->automaton, pool),
+        history(o.history),
+        terminated(o.terminated),
+        depth_sets(o.depth_sets.size()),
+        compact_at(o.compact_at) {}
 
   // Drops pool nodes no history entry reaches once the pool has grown (uncertain-token checks
   // intern nodes that are never used again).
@@ -121,7 +125,8 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar) :
   state_ = std::make_unique<State>(grammar_->impl());
 }
 GrammarMatcher::~GrammarMatcher() = default;
-GrammarMatcher::GrammarMatcher(const GrammarMatcher& o) : grammar_(o.grammar_), state_(std::make_unique<State>(*o.state_)) {}
+GrammarMatcher::GrammarMatcher(const GrammarMatcher& o)
+    : grammar_(o.grammar_), state_(std::make_unique<State>(*o.state_)) {}
 GrammarMatcher& GrammarMatcher::operator=(const GrammarMatcher& o) {
   if (this != &o) {
     grammar_ = o.grammar_;
@@ -179,7 +184,8 @@ void GrammarMatcher::fill_next_token_bitmask(std::span<uint32_t> mask) {
       const size_t n = tokens.accepted_bits.size();
       for (size_t w = 0; w < n; ++w) out[w] |= bits[w];
     } else {
-      for (int32_t id : tokens.accepted_ids) mask[static_cast<size_t>(id) / 32] |= 1u << (static_cast<uint32_t>(id) % 32);
+      for (int32_t id : tokens.accepted_ids)
+        mask[static_cast<size_t>(id) / 32] |= 1u << (static_cast<uint32_t>(id) % 32);
     }
   }
   for (size_t i = 0; i < cur.tops.size(); ++i) {
@@ -196,8 +202,7 @@ bool GrammarMatcher::is_terminated() const { return state_->is_terminated(); }
 int32_t GrammarMatcher::num_steps() const { return static_cast<int32_t>(state_->history.size()) - 1; }
 
 void GrammarMatcher::rollback(int32_t n) {
-  if (n < 0 || n > num_steps())
-    throw UsageError(fmt::format("rollback({}) with {} steps to undo", n, num_steps()));
+  if (n < 0 || n > num_steps()) throw UsageError(fmt::format("rollback({}) with {} steps to undo", n, num_steps()));
   state_->history.resize(state_->history.size() - static_cast<size_t>(n));
   state_->terminated.resize(state_->history.size());
 }

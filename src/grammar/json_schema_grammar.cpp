@@ -21,25 +21,41 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 const std::set<std::string>& annotation_keywords() {
-  static const std::set<std::string> k = {"title", "description", "examples", "default", "$schema", "$id",
-                                          "$comment", "$defs", "definitions", "deprecated", "readOnly",
-                                          "writeOnly", "$anchor"};
+  static const std::set<std::string> k = {"title",    "description", "examples", "default",     "$schema",
+                                          "$id",      "$comment",    "$defs",    "definitions", "deprecated",
+                                          "readOnly", "writeOnly",   "$anchor"};
   return k;
 }
 
 const std::set<std::string>& supported_keywords() {
-  static const std::set<std::string> k = {
-      "type", "properties", "required", "additionalProperties", "enum", "const", "items", "prefixItems",
-      "minItems", "maxItems", "minLength", "maxLength", "pattern", "format", "minimum", "maximum",
-      "exclusiveMinimum", "exclusiveMaximum", "anyOf", "oneOf", "allOf", "$ref"};
+  static const std::set<std::string> k = {"type",
+                                          "properties",
+                                          "required",
+                                          "additionalProperties",
+                                          "enum",
+                                          "const",
+                                          "items",
+                                          "prefixItems",
+                                          "minItems",
+                                          "maxItems",
+                                          "minLength",
+                                          "maxLength",
+                                          "pattern",
+                                          "format",
+                                          "minimum",
+                                          "maximum",
+                                          "exclusiveMinimum",
+                                          "exclusiveMaximum",
+                                          "anyOf",
+                                          "oneOf",
+                                          "allOf",
+                                          "$ref"};
   return k;
 }
 
-
 class SchemaConverter {
  public:
-  SchemaConverter(Grammar& g, const Json& root, const JsonFormatOptions& format)
-      : g_(g), root_(root), format_(format) {
+  SchemaConverter(Grammar& g, const Json& root, const JsonFormatOptions& format) : g_(g), root_(root), format_(format) {
     if (format_.allow_whitespace) {
       if (format_.max_whitespace < 0 || format_.max_whitespace > g_.limits().max_repeat_bound)
         throw GrammarError(limit_message("max_repeat_bound", g_.limits().max_repeat_bound, "max_whitespace"));
@@ -63,7 +79,8 @@ class SchemaConverter {
 
   void check_depth(int depth) const {
     if (depth > g_.limits().max_nesting_depth)
-      throw GrammarError(limit_message("max_nesting_depth", g_.limits().max_nesting_depth, "the schema nests too deep"));
+      throw GrammarError(
+          limit_message("max_nesting_depth", g_.limits().max_nesting_depth, "the schema nests too deep"));
   }
 
   ExprId lit(std::string_view s) { return g_.literal(s); }
@@ -75,9 +92,12 @@ class SchemaConverter {
     if (json_char_ >= 0) return json_char_;
     const ExprId plain = g_.char_class({{0x20, 0x21}, {0x23, 0x5B}, {0x5D, kMaxCodepoint}});
     const ExprId hex = g_.char_class({{'0', '9'}, {'A', 'F'}, {'a', 'f'}});
-    const ExprId escape = seq({lit("\\"), g_.choice({g_.char_class({{'"', '"'}, {'\\', '\\'}, {'/', '/'}, {'b', 'b'},
-                                                                     {'f', 'f'}, {'n', 'n'}, {'r', 'r'}, {'t', 't'}}),
-                                                      seq({lit("u"), unicode_escape_digits(hex)})})});
+    const ExprId escape = seq(
+        {lit("\\"),
+         g_.choice(
+             {g_.char_class(
+                  {{'"', '"'}, {'\\', '\\'}, {'/', '/'}, {'b', 'b'}, {'f', 'f'}, {'n', 'n'}, {'r', 'r'}, {'t', 't'}}),
+              seq({lit("u"), unicode_escape_digits(hex)})})});
     json_char_ = g_.choice({plain, escape});
     return json_char_;
   }
@@ -87,7 +107,8 @@ class SchemaConverter {
   ExprId unicode_escape_digits(ExprId hex) {
     const ExprId hex3 = g_.repeat(hex, 3, 3);
     const ExprId not_d = g_.char_class({{'0', '9'}, {'A', 'C'}, {'E', 'F'}, {'a', 'c'}, {'e', 'f'}});
-    return g_.choice({seq({not_d, hex3}), seq({g_.char_class({{'D', 'D'}, {'d', 'd'}}), g_.char_class({{'0', '7'}}), g_.repeat(hex, 2, 2)})});
+    return g_.choice({seq({not_d, hex3}), seq({g_.char_class({{'D', 'D'}, {'d', 'd'}}), g_.char_class({{'0', '7'}}),
+                                               g_.repeat(hex, 2, 2)})});
   }
 
   ExprId string_rule_expr(int32_t min_len, int32_t max_len) {
@@ -109,7 +130,8 @@ class SchemaConverter {
     const double d = v.get<double>();
     if (d < 0) throw GrammarError(fmt::format("JSON Schema '{}' must be a non-negative integer", key));
     if (d > g_.limits().max_repeat_bound)
-      throw GrammarError(limit_message("max_repeat_bound", g_.limits().max_repeat_bound, fmt::format("'{}' is {}", key, v.dump())));
+      throw GrammarError(
+          limit_message("max_repeat_bound", g_.limits().max_repeat_bound, fmt::format("'{}' is {}", key, v.dump())));
     return static_cast<int32_t>(d);
   }
 
@@ -148,7 +170,9 @@ class SchemaConverter {
   }
 
   // ---- numbers -----------------------------------------------------------------------------------
-  ExprId digit_class(char lo, char hi) { return g_.char_class({{static_cast<uint32_t>(lo), static_cast<uint32_t>(hi)}}); }
+  ExprId digit_class(char lo, char hi) {
+    return g_.char_class({{static_cast<uint32_t>(lo), static_cast<uint32_t>(hi)}});
+  }
 
   // Decimal strings a..b of equal length, digit by digit.
   ExprId same_length_range(const std::string& a, const std::string& b) {
@@ -163,7 +187,8 @@ class SchemaConverter {
     const char last_mid = high_full ? b[0] : static_cast<char>(b[0] - 1);
     if (!low_full) parts.push_back(seq({lit(a.substr(0, 1)), same_length_range(a.substr(1), nines)}));
     if (first_mid <= last_mid)
-      parts.push_back(seq({digit_class(first_mid, last_mid), g_.repeat(digit_class('0', '9'), static_cast<int32_t>(rest), static_cast<int32_t>(rest))}));
+      parts.push_back(seq({digit_class(first_mid, last_mid),
+                           g_.repeat(digit_class('0', '9'), static_cast<int32_t>(rest), static_cast<int32_t>(rest))}));
     if (!high_full) parts.push_back(seq({lit(b.substr(0, 1)), same_length_range(zeros, b.substr(1))}));
     return g_.choice(std::move(parts));
   }
@@ -189,7 +214,8 @@ class SchemaConverter {
     const std::string s = std::to_string(lo);
     int64_t end_of_length = 9;
     for (size_t i = 1; i < s.size(); ++i) end_of_length = end_of_length * 10 + 9;
-    const ExprId longer = seq({digit_class('1', '9'), g_.repeat(digit_class('0', '9'), static_cast<int32_t>(s.size()), kUnbounded)});
+    const ExprId longer =
+        seq({digit_class('1', '9'), g_.repeat(digit_class('0', '9'), static_cast<int32_t>(s.size()), kUnbounded)});
     return g_.choice({natural_range(lo, end_of_length), longer});
   }
 
@@ -247,7 +273,10 @@ class SchemaConverter {
   RuleId any_integer_rule() {
     if (integer_rule_ < 0) {
       integer_rule_ = g_.add_rule("integer");
-      g_.define_rule(integer_rule_, seq({g_.optional(lit("-")), g_.choice({lit("0"), seq({digit_class('1', '9'), g_.repeat(digit_class('0', '9'), 0, kUnbounded)})})}));
+      g_.define_rule(
+          integer_rule_,
+          seq({g_.optional(lit("-")),
+               g_.choice({lit("0"), seq({digit_class('1', '9'), g_.repeat(digit_class('0', '9'), 0, kUnbounded)})})}));
     }
     return integer_rule_;
   }
@@ -256,11 +285,13 @@ class SchemaConverter {
     if (number_rule_ < 0) {
       number_rule_ = g_.add_rule("number");
       const ExprId digits = g_.repeat(digit_class('0', '9'), 1, kUnbounded);
-      g_.define_rule(number_rule_,
-                     seq({g_.optional(lit("-")),
-                          g_.choice({lit("0"), seq({digit_class('1', '9'), g_.repeat(digit_class('0', '9'), 0, kUnbounded)})}),
-                          g_.optional(seq({lit("."), digits})),
-                          g_.optional(seq({g_.char_class({{'e', 'e'}, {'E', 'E'}}), g_.optional(g_.char_class({{'+', '+'}, {'-', '-'}})), digits}))}));
+      g_.define_rule(
+          number_rule_,
+          seq({g_.optional(lit("-")),
+               g_.choice({lit("0"), seq({digit_class('1', '9'), g_.repeat(digit_class('0', '9'), 0, kUnbounded)})}),
+               g_.optional(seq({lit("."), digits})),
+               g_.optional(seq({g_.char_class({{'e', 'e'}, {'E', 'E'}}),
+                                g_.optional(g_.char_class({{'+', '+'}, {'-', '-'}})), digits}))}));
     }
     return number_rule_;
   }
@@ -275,10 +306,13 @@ class SchemaConverter {
     const ExprId key = string_rule_expr(0, kUnbounded);
     const ExprId member = seq({key, ws_, lit(":"), ws_, value});
     const ExprId sep = seq({ws_, lit(","), ws_});
-    g_.define_rule(any_object_, seq({lit("{"), ws_, g_.optional(seq({member, g_.repeat(seq({sep, member}), 0, kUnbounded)})), ws_, lit("}")}));
-    g_.define_rule(array, seq({lit("["), ws_, g_.optional(seq({value, g_.repeat(seq({sep, value}), 0, kUnbounded)})), ws_, lit("]")}));
-    g_.define_rule(any_value_, g_.choice({g_.ref(any_object_), g_.ref(array), g_.ref(plain_string_rule()), g_.ref(any_number_rule()),
-                                          lit("true"), lit("false"), lit("null")}));
+    g_.define_rule(
+        any_object_,
+        seq({lit("{"), ws_, g_.optional(seq({member, g_.repeat(seq({sep, member}), 0, kUnbounded)})), ws_, lit("}")}));
+    g_.define_rule(array, seq({lit("["), ws_, g_.optional(seq({value, g_.repeat(seq({sep, value}), 0, kUnbounded)})),
+                               ws_, lit("]")}));
+    g_.define_rule(any_value_, g_.choice({g_.ref(any_object_), g_.ref(array), g_.ref(plain_string_rule()),
+                                          g_.ref(any_number_rule()), lit("true"), lit("false"), lit("null")}));
     return any_value_;
   }
 
@@ -421,7 +455,8 @@ class SchemaConverter {
     if (max != kUnbounded && max < static_cast<int32_t>(prefix.size())) prefix.resize(static_cast<size_t>(max));
     const auto k = static_cast<int32_t>(prefix.size());
     if (!item) max = max == kUnbounded ? k : std::min(max, k);
-    if (max != kUnbounded && max < min) throw GrammarError("JSON Schema array bounds are empty (minItems > maxItems or more than prefixItems allow)");
+    if (max != kUnbounded && max < min)
+      throw GrammarError("JSON Schema array bounds are empty (minItems > maxItems or more than prefixItems allow)");
     const ExprId sep = seq({ws_, lit(","), ws_});
     // Elements from index i on, given that i elements came before (i >= 1 needs a comma).
     ExprId rest = g_.empty();
@@ -429,7 +464,8 @@ class SchemaConverter {
       const int32_t more_min = std::max(0, min - k);
       const int32_t more_max = max == kUnbounded ? kUnbounded : max - k;
       if (k == 0) {
-        const ExprId body = seq({*item, g_.repeat(seq({sep, *item}), std::max(0, more_min - 1), more_max == kUnbounded ? kUnbounded : more_max - 1)});
+        const ExprId body = seq({*item, g_.repeat(seq({sep, *item}), std::max(0, more_min - 1),
+                                                  more_max == kUnbounded ? kUnbounded : more_max - 1)});
         return seq({lit("["), ws_, more_min == 0 ? g_.optional(body) : body, ws_, lit("]")});
       }
       rest = g_.repeat(seq({sep, *item}), more_min, more_max);
@@ -477,13 +513,15 @@ class SchemaConverter {
     int chain = 0;
     while (target->is_object() && target->contains("$ref") && target->size() == 1) {
       if (++chain > g_.limits().max_ref_depth)
-        throw GrammarError(limit_message("max_ref_depth", g_.limits().max_ref_depth, fmt::format("$ref chain from '{}'", ref)));
+        throw GrammarError(
+            limit_message("max_ref_depth", g_.limits().max_ref_depth, fmt::format("$ref chain from '{}'", ref)));
       const Json& next = (*target)["$ref"];
       if (!next.is_string()) throw GrammarError("JSON Schema '$ref' must be a string");
       target = &resolve_ref(next.get<std::string>());
     }
     if (++ref_depth_ > g_.limits().max_ref_depth)
-      throw GrammarError(limit_message("max_ref_depth", g_.limits().max_ref_depth, fmt::format("$ref '{}' expands too deep", ref)));
+      throw GrammarError(
+          limit_message("max_ref_depth", g_.limits().max_ref_depth, fmt::format("$ref '{}' expands too deep", ref)));
     g_.define_rule(rule, expr_for(*target, depth + 1));
     --ref_depth_;
     return rule;
@@ -500,9 +538,7 @@ class SchemaConverter {
     return rule;
   }
 
-  ExprId literal_value(const Json& v) {
-    return lit(v.dump());
-  }
+  ExprId literal_value(const Json& v) { return lit(v.dump()); }
 
   // allOf of object schemas: properties and required merged, the other keywords of each kept.
   Json merge_all_of(const Json& schema) {
@@ -574,7 +610,8 @@ class SchemaConverter {
     for (const char* k : {"anyOf", "oneOf"}) {
       if (!schema.contains(k)) continue;
       only(k);
-      if (!schema[k].is_array() || schema[k].empty()) throw GrammarError(fmt::format("JSON Schema '{}' must be a non-empty array", k));
+      if (!schema[k].is_array() || schema[k].empty())
+        throw GrammarError(fmt::format("JSON Schema '{}' must be a non-empty array", k));
       std::vector<ExprId> options;
       for (const Json& s : schema[k]) options.push_back(g_.ref(rule_for(s, depth + 1)));
       return g_.choice(std::move(options));
@@ -584,7 +621,8 @@ class SchemaConverter {
       const Json& e = schema["enum"];
       if (!e.is_array() || e.empty()) throw GrammarError("JSON Schema 'enum' must be a non-empty array");
       if (static_cast<int64_t>(e.size()) > g_.limits().max_enum_values)
-        throw GrammarError(limit_message("max_enum_values", g_.limits().max_enum_values, fmt::format("an enum of {} values", e.size())));
+        throw GrammarError(limit_message("max_enum_values", g_.limits().max_enum_values,
+                                         fmt::format("an enum of {} values", e.size())));
       std::vector<ExprId> options;
       for (const Json& v : e) options.push_back(literal_value(v));
       return g_.choice(std::move(options));
@@ -649,7 +687,8 @@ class SchemaConverter {
 
 }  // namespace
 
-Grammar json_schema_grammar(std::string_view schema_json, const JsonFormatOptions& format, const GrammarLimits& limits) {
+Grammar json_schema_grammar(std::string_view schema_json, const JsonFormatOptions& format,
+                            const GrammarLimits& limits) {
   if (static_cast<int64_t>(schema_json.size()) > limits.max_text_bytes)
     throw GrammarError(limit_message("max_text_bytes", limits.max_text_bytes, "the JSON Schema is too long"));
   Json schema;
@@ -659,7 +698,8 @@ Grammar json_schema_grammar(std::string_view schema_json, const JsonFormatOption
     const int32_t max_depth = limits.max_nesting_depth * 2 + 8;  // a schema level is ~2 JSON levels
     schema = Json::parse(schema_json, [&](int depth, Json::parse_event_t, Json&) {
       if (depth > max_depth)
-        throw GrammarError(limit_message("max_nesting_depth", limits.max_nesting_depth, "the schema JSON nests too deep"));
+        throw GrammarError(
+            limit_message("max_nesting_depth", limits.max_nesting_depth, "the schema JSON nests too deep"));
       return true;
     });
   } catch (const GrammarError&) {

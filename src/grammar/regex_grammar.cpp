@@ -31,7 +31,8 @@ class RegexParser {
 
   ExprId alternation(int depth) {
     if (depth > g_.limits().max_nesting_depth)
-      throw GrammarError(limit_message("max_nesting_depth", g_.limits().max_nesting_depth, "regex groups nest too deep"));
+      throw GrammarError(
+          limit_message("max_nesting_depth", g_.limits().max_nesting_depth, "regex groups nest too deep"));
     std::vector<ExprId> branches{sequence(depth)};
     while (!at_end() && peek() == '|') {
       ++pos_;
@@ -136,18 +137,33 @@ class RegexParser {
     if (at_end()) fail("a trailing backslash");
     const char c = s_[pos_++];
     switch (c) {
-      case 'd': return {{'0', '9'}};
-      case 'D': negated = true; return {{'0', '9'}};
-      case 'w': return {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
-      case 'W': negated = true; return {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
-      case 's': return {{'\t', '\r'}, {' ', ' '}};
-      case 'S': negated = true; return {{'\t', '\r'}, {' ', ' '}};
-      case 'n': return {{'\n', '\n'}};
-      case 't': return {{'\t', '\t'}};
-      case 'r': return {{'\r', '\r'}};
-      case 'f': return {{'\f', '\f'}};
-      case 'v': return {{'\v', '\v'}};
-      case '0': return {{0, 0}};
+      case 'd':
+        return {{'0', '9'}};
+      case 'D':
+        negated = true;
+        return {{'0', '9'}};
+      case 'w':
+        return {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
+      case 'W':
+        negated = true;
+        return {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
+      case 's':
+        return {{'\t', '\r'}, {' ', ' '}};
+      case 'S':
+        negated = true;
+        return {{'\t', '\r'}, {' ', ' '}};
+      case 'n':
+        return {{'\n', '\n'}};
+      case 't':
+        return {{'\t', '\t'}};
+      case 'r':
+        return {{'\r', '\r'}};
+      case 'f':
+        return {{'\f', '\f'}};
+      case 'v':
+        return {{'\v', '\v'}};
+      case '0':
+        return {{0, 0}};
       case 'x': {
         const uint32_t cp = hex_digits(2);
         return {{cp, cp}};
@@ -159,7 +175,11 @@ class RegexParser {
       case 'b':
         if (in_class) return {{'\b', '\b'}};
         fail("'\\b' (word boundary) is not supported");
-      case 'B': case 'A': case 'Z': case 'z': case 'G':
+      case 'B':
+      case 'A':
+      case 'Z':
+      case 'z':
+      case 'G':
         fail(fmt::format("the anchor '\\{}' is not supported", c));
       default:
         if (c >= '1' && c <= '9') fail("back-references are not supported");
@@ -272,7 +292,9 @@ class RegexParser {
         std::vector<CodepointRange> r = escape(false, negated);
         return klass(std::move(r), negated);
       }
-      case '*': case '+': case '?':
+      case '*':
+      case '+':
+      case '?':
         fail("a quantifier with nothing to repeat");
       default: {
         const uint32_t cp = next_codepoint();

@@ -20,7 +20,8 @@ class StackPool {
   StackPool() { slots_.assign(1024, -1); }
 
   int32_t node(int32_t state, int32_t parent) {
-    const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(state)) << 32) | static_cast<uint32_t>(parent + 1);
+    const uint64_t key =
+        (static_cast<uint64_t>(static_cast<uint32_t>(state)) << 32) | static_cast<uint32_t>(parent + 1);
     size_t mask = slots_.size() - 1;
     size_t i = hash(key) & mask;
     while (true) {
@@ -123,10 +124,8 @@ class StackStepper {
       for (const CallEdge* c = a_->calls_begin(s); c != a_->calls_end(s); ++c)
         work_.push_back(pool_->node(a_->rule_start(c->rule), pool_->node(c->return_state, parent)));
       if (a_->state(s).final) {
-        if (parent < 0)
-          out.can_end = true;
-        else
-          work_.push_back(parent);
+        if (parent < 0) out.can_end = true;
+        else work_.push_back(parent);
       }
     }
   }

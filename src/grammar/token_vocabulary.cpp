@@ -24,7 +24,9 @@ std::shared_ptr<const TokenVocabulary> TokenVocabulary::create(std::vector<std::
   std::vector<int32_t> ids;
   for (size_t i = 0; i < v->bytes_.size(); ++i)
     if (!v->bytes_[i].empty() && !v->is_stop_[i]) ids.push_back(static_cast<int32_t>(i));
-  std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return v->bytes_[static_cast<size_t>(a)] < v->bytes_[static_cast<size_t>(b)]; });
+  std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
+    return v->bytes_[static_cast<size_t>(a)] < v->bytes_[static_cast<size_t>(b)];
+  });
   v->trie_.push_back(TrieNode{});
   std::vector<int32_t> path{0};  // path[d] = node at depth d
   std::string_view previous;

@@ -42,8 +42,7 @@ struct Avx512Isa {
   // As Avx2Isa::load_fp8, 16 lanes: fp8 e4m3 -> f16 bits -> f32, value * 2^-8.
   static Vec load_fp8(const uint8_t* p) {
     const __m256i wide = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    const __m256i half =
-        _mm256_and_si256(_mm256_slli_epi16(wide, 7), _mm256_set1_epi16(static_cast<short>(0xBF80)));
+    const __m256i half = _mm256_and_si256(_mm256_slli_epi16(wide, 7), _mm256_set1_epi16(static_cast<short>(0xBF80)));
     return _mm512_cvtph_ps(half);
   }
   static __m256 fold(Vec v) { return _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)); }
@@ -81,9 +80,7 @@ struct Avx512Isa {
     }
     return _mm512_add_epi32(acc, _mm512_madd_epi16(a, b));
   }
-  static __m256i fold_i(IVec v) {
-    return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
-  }
+  static __m256i fold_i(IVec v) { return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)); }
   // acc + the products of the unsigned bytes of a and the signed bytes of b, four per 32-bit lane.
   // Without VNNI: the even and the odd bytes widened to int16 (zero- and sign-extended), two
   // vpmaddwd (each product fits: 255 x 128), the same int32 sums.

@@ -49,19 +49,19 @@ struct RowGroupTask {
   const KVLayerView* kv = nullptr;
   const int32_t* block_table = nullptr;  // the request's row of the block table
   int first_kv_head = 0;
-  int num_kv_heads = 1;                 // heads first_kv_head, first_kv_head + 1, ...
+  int num_kv_heads = 1;  // heads first_kv_head, first_kv_head + 1, ...
   int token_begin = 0, token_end = 0;  // context tokens this task reads, [begin, end)
-  int num_rows = 0;                     // query rows per KV head
-  const float* query = nullptr;         // [num_kv_heads][num_rows][head_dim], times the scale (not int8)
+  int num_rows = 0;  // query rows per KV head
+  const float* query = nullptr;  // [num_kv_heads][num_rows][head_dim], times the scale (not int8)
   // int8 K/V only: the query as int16 codes, rows padded_query_dim(head_dim) apart, and a scale
   // per row (query = query_scale * code).
   const int16_t* query_codes = nullptr;  // [num_kv_heads][num_rows][padded_query_dim(head_dim)]
-  const float* query_scale = nullptr;    // [num_kv_heads][num_rows]
-  const float* query_sum = nullptr;      // [num_kv_heads][num_rows] sum of the row's elements (f32)
-  const int32_t* row_begin = nullptr;   // [num_rows] first position each row may attend to
-  const int32_t* row_end = nullptr;     // [num_rows] one past the last position it may attend to
-  bool rows_share_range = false;        // all rows attend to [token_begin, token_end): no masking
-  float logit_softcap = 0;              // 0 = none
+  const float* query_scale = nullptr;  // [num_kv_heads][num_rows]
+  const float* query_sum = nullptr;  // [num_kv_heads][num_rows] sum of the row's elements (f32)
+  const int32_t* row_begin = nullptr;  // [num_rows] first position each row may attend to
+  const int32_t* row_end = nullptr;  // [num_rows] one past the last position it may attend to
+  bool rows_share_range = false;  // all rows attend to [token_begin, token_end): no masking
+  float logit_softcap = 0;  // 0 = none
   // Outputs, [num_kv_heads][num_rows] and [num_kv_heads][num_rows][head_dim]. A row that
   // attended to no token of the range has max = -inf, sum = 0 and a zero accumulator.
   float* acc = nullptr;

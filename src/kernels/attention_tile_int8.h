@@ -92,8 +92,7 @@ void qk_rows_int8(const int16_t* q, size_t qstride, size_t dim, const int8_t* co
                   Prefetcher& pf) {
   constexpr int kTokens = NR >= 3 ? Isa::kIntScoreTokens : 8 / NR;
   int j = 0;
-  for (; j + kTokens <= n; j += kTokens)
-    qk_block_int8<Isa, NR, kTokens, kChunks>(q, qstride, dim, keys + j, s + j, pf);
+  for (; j + kTokens <= n; j += kTokens) qk_block_int8<Isa, NR, kTokens, kChunks>(q, qstride, dim, keys + j, s + j, pf);
   if constexpr (kTokens > 2) {
     if (j + 2 <= n) {
       qk_block_int8<Isa, NR, 2, kChunks>(q, qstride, dim, keys + j, s + j, pf);
@@ -130,8 +129,8 @@ void qk_tile_int8(const int16_t* q, int rows, size_t qstride, size_t dim, const 
 template <int NR>
 void softmax_weights_rows(const float* s, const int* lo, const int* hi, float softcap, const float* query_scale,
                           const float* query_sum, const float* key_scale, const float* key_offset,
-                          const float* value_scale, float* row_max, float* row_sum,
-                          float* acc, size_t dim, uint8_t* codes, float* step) {
+                          const float* value_scale, float* row_max, float* row_sum, float* acc, size_t dim,
+                          uint8_t* codes, float* step) {
   static_assert(kTileTokens == 24);
   constexpr int C = kTileTokens / 8;
   __m256 x[NR][C];

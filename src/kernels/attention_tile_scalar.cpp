@@ -67,7 +67,8 @@ float load_row(const KVLayerView& kv, const std::byte* slot, size_t h, float* ou
       std::memcpy(&scale, slot + kv.rows_bytes() + h * kKVScaleBytes, sizeof scale);
       return scale;
     }
-    default: return 0.0f;  // the driver accepts only storage types
+    default:
+      return 0.0f;  // the driver accepts only storage types
   }
 }
 
@@ -234,8 +235,8 @@ void attend_rows_scalar(const RowGroupTask& task) {
 
   // The SIMD kernel's walk (attention_tile_walk.h): the same tokens in each tile.
   const size_t read_offset = static_cast<size_t>(task.first_kv_head) * udim * kv.element_bytes();
-  const size_t read_bytes = static_cast<int>(heads) == kv.num_kv_heads ? kv.slot_bytes() - read_offset
-                                                                        : heads * udim * kv.element_bytes();
+  const size_t read_bytes =
+      static_cast<int>(heads) == kv.num_kv_heads ? kv.slot_bytes() - read_offset : heads * udim * kv.element_bytes();
   TileWalk walk(task, streams_from_memory(task, read_bytes), read_bytes);
   const std::byte* key_slots[kTileTokens];
   const std::byte* value_slots[kTileTokens];
@@ -267,8 +268,7 @@ void attend_rows_scalar(const RowGroupTask& task) {
         value_scale[j] = load_row(kv, value_slots[j], head, value_tile.data() + static_cast<size_t>(j) * udim);
       }
       attend_tile_head(task, tile, n, key_tile.data(), value_tile.data(), key_scale, value_scale, scores.data(),
-                       task.query + h * block, task.acc + h * block, task.row_max + h * rows,
-                       task.row_sum + h * rows);
+                       task.query + h * block, task.acc + h * block, task.row_max + h * rows, task.row_sum + h * rows);
     }
   }
 }

@@ -90,9 +90,13 @@ struct LoadFp8 {
 };
 
 template <class L>
-concept ScaledRows = requires { L::kScaleFactor; };
+concept ScaledRows = requires {
+  L::kScaleFactor;
+};
 template <class L>
-concept IntegerDot = requires { L::kIntegerDot; };
+concept IntegerDot = requires {
+  L::kIntegerDot;
+};
 
 // Horizontal sums of eight vectors, as the eight lanes of one vector.
 inline __m256 reduce8(const __m256 (&v)[8]) {
@@ -124,8 +128,8 @@ inline __m256 exp256(__m256 x) {
   const __m256 underflow = _mm256_cmp_ps(x, _mm256_set1_ps(kExpLow), _CMP_LT_OQ);
   x = _mm256_max_ps(x, _mm256_set1_ps(kExpLow));
   x = _mm256_min_ps(x, _mm256_set1_ps(kExpHigh));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kExpLog2e)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 n =
+      _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kExpLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kExpLn2High), x);
   r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kExpLn2Low), r);
   __m256 p = _mm256_set1_ps(kExpPoly[0]);
@@ -144,8 +148,8 @@ inline __m512 exp512(__m512 x) {
   const __mmask16 underflow = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kExpLow), _CMP_LT_OQ);
   x = _mm512_max_ps(x, _mm512_set1_ps(kExpLow));
   x = _mm512_min_ps(x, _mm512_set1_ps(kExpHigh));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kExpLog2e)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 n =
+      _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kExpLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kExpLn2High), x);
   r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kExpLn2Low), r);
   __m512 p = _mm512_set1_ps(kExpPoly[0]);
@@ -212,8 +216,7 @@ class Prefetcher {
  public:
   // The `bytes` bytes at `offset` in each of the n K and n V slots, over about `calls` steps.
   template <class T>
-  void start(const T* const* key_slots, const T* const* value_slots, int n, size_t offset, size_t bytes,
-             long calls) {
+  void start(const T* const* key_slots, const T* const* value_slots, int n, size_t offset, size_t bytes, long calls) {
     n_ = n;
     for (int j = 0; j < n; ++j) {
       slots_[2 * j] = reinterpret_cast<const char*>(key_slots[j]) + offset;
@@ -310,10 +313,18 @@ template <class F>
 void for_each_row_block(int rows, F&& f) {
   for (int r0 = 0; r0 < rows; r0 += kRowBlock) {
     switch (std::min(kRowBlock, rows - r0)) {
-      case 4: f(std::integral_constant<int, 4>{}, r0); break;
-      case 3: f(std::integral_constant<int, 3>{}, r0); break;
-      case 2: f(std::integral_constant<int, 2>{}, r0); break;
-      default: f(std::integral_constant<int, 1>{}, r0); break;
+      case 4:
+        f(std::integral_constant<int, 4>{}, r0);
+        break;
+      case 3:
+        f(std::integral_constant<int, 3>{}, r0);
+        break;
+      case 2:
+        f(std::integral_constant<int, 2>{}, r0);
+        break;
+      default:
+        f(std::integral_constant<int, 1>{}, r0);
+        break;
     }
   }
 }
@@ -498,8 +509,8 @@ inline void transpose8x8(__m256i (&r)[8]) {
 // a conversion and a store per value, one head at a time: 8 % of a 4K-token decode call on AVX-512.
 // scale_offset: the first head's scale in a slot.
 template <class Isa>
-void load_tile_scales_int8(const int8_t* const* key_slots, const int8_t* const* value_slots, int n,
-                           size_t scale_offset, int heads, TileScales* out) {
+void load_tile_scales_int8(const int8_t* const* key_slots, const int8_t* const* value_slots, int n, size_t scale_offset,
+                           int heads, TileScales* out) {
   static_assert(kTileTokens % 8 == 0 && LoadInt8<Isa>::kScaleFactor == 1.0f);
   int h0 = 0;
   for (; h0 + 8 <= heads; h0 += 8) {
@@ -537,8 +548,8 @@ void load_tile_scales_int8(const int8_t* const* key_slots, const int8_t* const* 
 // codes, values.
 template <class Isa>
 void attend_tile_int8(const RowGroupTask& task, int h, int tile, int n, const int8_t* const* keys,
-                      const int8_t* const* values, const TileScales& scale, float* scores,
-                      uint8_t* weight_codes, float* weight_step, size_t qstride, Prefetcher& pf) {
+                      const int8_t* const* values, const TileScales& scale, float* scores, uint8_t* weight_codes,
+                      float* weight_step, size_t qstride, Prefetcher& pf) {
   const size_t dim = static_cast<size_t>(task.kv->head_dim);
   const int rows = task.num_rows;
   const size_t head_rows = static_cast<size_t>(rows);
@@ -662,8 +673,8 @@ void attend(const RowGroupTask& task) {
 
     if constexpr (kInteger)
       load_tile_scales_int8<Isa>(key_slots[buffer], value_slots[buffer], n,
-                                 task.kv->rows_bytes() + static_cast<size_t>(task.first_kv_head) * kKVScaleBytes,
-                                 heads, int8_scales.data());
+                                 task.kv->rows_bytes() + static_cast<size_t>(task.first_kv_head) * kKVScaleBytes, heads,
+                                 int8_scales.data());
     for (int h = 0; h < heads; ++h) {
       const size_t head_offset = static_cast<size_t>(task.first_kv_head + h) * dim;
       for (int j = 0; j < n; ++j) {
@@ -686,8 +697,7 @@ void attend(const RowGroupTask& task) {
               _mm_prefetch(reinterpret_cast<const char*>(keys[j] + dim + b), _MM_HINT_T0);
       }
       if constexpr (ScaledRows<L> && !kInteger) {
-        const size_t scale_offset =
-            task.kv->rows_bytes() + static_cast<size_t>(task.first_kv_head + h) * kKVScaleBytes;
+        const size_t scale_offset = task.kv->rows_bytes() + static_cast<size_t>(task.first_kv_head + h) * kKVScaleBytes;
         load_tile_scales<L>(key_slots[buffer], value_slots[buffer], n, scale_offset, scales);
       }
       if constexpr (kInteger) {  // (task.query is unset: the integer path reads the query codes)
@@ -722,10 +732,8 @@ void attend(const RowGroupTask& task) {
           for (int j = 0; j < n; ++j) s[j] *= scales.value_scale[j];
       }
 
-      if (convert_tiles)
-        pv_tile<Isa, F32>(scores.data(), rows, converted_values, n, acc, dim, prefetcher);
-      else
-        pv_tile<Isa, L>(scores.data(), rows, values, n, acc, dim, prefetcher);
+      if (convert_tiles) pv_tile<Isa, F32>(scores.data(), rows, converted_values, n, acc, dim, prefetcher);
+      else pv_tile<Isa, L>(scores.data(), rows, values, n, acc, dim, prefetcher);
     }
     prefetcher.finish();
     buffer ^= 1;
@@ -739,12 +747,18 @@ void attend(const RowGroupTask& task) {
 template <class Isa>
 void attend_rows(const RowGroupTask& task) {
   switch (task.kv->dtype) {
-    case DType::kF32: return attend<Isa, LoadF32<Isa>>(task);
-    case DType::kF16: return attend<Isa, LoadF16<Isa>>(task);
-    case DType::kBF16: return attend<Isa, LoadBF16<Isa>>(task);
-    case DType::kInt8: return attend<Isa, LoadInt8<Isa>>(task);
-    case DType::kFP8: return attend<Isa, LoadFp8<Isa>>(task);
-    default: return;  // the driver accepts only storage types
+    case DType::kF32:
+      return attend<Isa, LoadF32<Isa>>(task);
+    case DType::kF16:
+      return attend<Isa, LoadF16<Isa>>(task);
+    case DType::kBF16:
+      return attend<Isa, LoadBF16<Isa>>(task);
+    case DType::kInt8:
+      return attend<Isa, LoadInt8<Isa>>(task);
+    case DType::kFP8:
+      return attend<Isa, LoadFp8<Isa>>(task);
+    default:
+      return;  // the driver accepts only storage types
   }
 }
 

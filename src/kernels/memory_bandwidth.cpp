@@ -47,8 +47,8 @@ ReadBandwidthProbe::ReadBandwidthProbe(size_t bytes, int threads, bool thread_cp
   if (thread_cpu_time && threads != 1)
     throw UsageError(fmt::format("read bandwidth: thread CPU time needs 1 thread, got {}", threads));
   if (threads < 1 || bytes < (size_t{1} << 20))
-    throw UsageError(fmt::format("read bandwidth: need >= 1 MiB and threads >= 1 (got {} bytes, {} threads)", bytes,
-                                 threads));
+    throw UsageError(
+        fmt::format("read bandwidth: need >= 1 MiB and threads >= 1 (got {} bytes, {} threads)", bytes, threads));
   const size_t alignment = size_t{2} << 20;
   bytes_ = (bytes + alignment - 1) / alignment * alignment;
   buffer_->data.reset(static_cast<float*>(std::aligned_alloc(alignment, bytes_)));

@@ -46,12 +46,12 @@ namespace {
 
 using attention_detail::RowGroupTask;
 
-constexpr int kRowsPerTask = 64;      // query rows (heads x tokens) sharing one pass over K/V
-constexpr int kMinPartition = 512;    // shortest context range worth a separate task
-constexpr int kTasksPerThread = 8;    // aim for this many tasks per thread before splitting
+constexpr int kRowsPerTask = 64;  // query rows (heads x tokens) sharing one pass over K/V
+constexpr int kMinPartition = 512;  // shortest context range worth a separate task
+constexpr int kTasksPerThread = 8;  // aim for this many tasks per thread before splitting
 constexpr int kMinCascadeBlocks = 2;  // shortest shared run of whole blocks that forms a group (and
                                       // PagedAttentionBatch::cascade_min_tokens)
-constexpr int kMaxCascadeRows = 64;   // query rows (G x members) of one group's prefix tasks
+constexpr int kMaxCascadeRows = 64;  // query rows (G x members) of one group's prefix tasks
 
 // A query tile of one request: its tokens attend to context positions [token_begin, token_end).
 struct QueryTile {
@@ -91,17 +91,19 @@ struct CascadeGroup {
 
 struct TaskRef {
   int tile = 0, first_kv_head = 0, num_kv_heads = 1, partition = 0;
-  long long cost = 0;   // tokens x rows x heads; larger tasks are scheduled first
+  long long cost = 0;  // tokens x rows x heads; larger tasks are scheduled first
   bool prefix = false;  // a cascade group's prefix task: `tile` is the group's index
 };
 
 void validate(const AttentionShape& shape, const PagedAttentionBatch& batch, const KVLayerView& kv) {
   if (shape.num_q_heads <= 0 || shape.num_kv_heads <= 0 || shape.head_dim <= 0)
-    throw UsageError(fmt::format("paged_attention: head counts and head_dim must be positive (q heads {}, kv heads {}, "
-                                 "head_dim {})", shape.num_q_heads, shape.num_kv_heads, shape.head_dim));
+    throw UsageError(
+        fmt::format("paged_attention: head counts and head_dim must be positive (q heads {}, kv heads {}, "
+                    "head_dim {})",
+                    shape.num_q_heads, shape.num_kv_heads, shape.head_dim));
   if (shape.num_q_heads % shape.num_kv_heads != 0)
-    throw UsageError(fmt::format("paged_attention: {} query heads is not a multiple of {} KV heads",
-                                 shape.num_q_heads, shape.num_kv_heads));
+    throw UsageError(fmt::format("paged_attention: {} query heads is not a multiple of {} KV heads", shape.num_q_heads,
+                                 shape.num_kv_heads));
   if (shape.num_kv_heads != kv.num_kv_heads || shape.head_dim != kv.head_dim)
     throw UsageError(fmt::format("paged_attention: shape has {} KV heads of dim {}, the KV layer {} of dim {}",
                                  shape.num_kv_heads, shape.head_dim, kv.num_kv_heads, kv.head_dim));
@@ -115,12 +117,12 @@ void validate(const AttentionShape& shape, const PagedAttentionBatch& batch, con
   if (shape.sliding_window < 0)
     throw UsageError(fmt::format("paged_attention: sliding_window must be >= 0, got {}", shape.sliding_window));
   if (!(shape.logit_softcap >= 0) || !std::isfinite(shape.logit_softcap))
-    throw UsageError(fmt::format("paged_attention: logit_softcap must be >= 0 and finite, got {}", shape.logit_softcap));
+    throw UsageError(
+        fmt::format("paged_attention: logit_softcap must be >= 0 and finite, got {}", shape.logit_softcap));
   if (batch.num_requests < 0)
     throw UsageError(fmt::format("paged_attention: num_requests must be >= 0, got {}", batch.num_requests));
   if (batch.cascade_min_tokens < 0)
-    throw UsageError(
-        fmt::format("paged_attention: cascade_min_tokens must be >= 0, got {}", batch.cascade_min_tokens));
+    throw UsageError(fmt::format("paged_attention: cascade_min_tokens must be >= 0, got {}", batch.cascade_min_tokens));
   if (batch.num_requests == 0) return;
   if (batch.query_start == nullptr || batch.context_lens == nullptr || batch.block_tables == nullptr)
     throw UsageError("paged_attention: query_start, context_lens and block_tables must be set");
@@ -133,20 +135,22 @@ void validate(const AttentionShape& shape, const PagedAttentionBatch& batch, con
       throw UsageError(fmt::format("paged_attention: query_start decreases at request {} ({} -> {})", i,
                                    batch.query_start[i], batch.query_start[i + 1]));
     if (q_len > context)
-      throw UsageError(fmt::format("paged_attention: request {} has {} query tokens but a context of only {}", i, q_len,
-                                   context));
+      throw UsageError(
+          fmt::format("paged_attention: request {} has {} query tokens but a context of only {}", i, q_len, context));
     if (q_len == 0) continue;
     const int blocks_needed = (context + kv.block_size - 1) / kv.block_size;
     if (blocks_needed > batch.block_table_stride)
-      throw UsageError(fmt::format("paged_attention: request {} needs {} blocks for {} tokens, the block table row "
-                                   "holds {}", i, blocks_needed, context, batch.block_table_stride));
+      throw UsageError(
+          fmt::format("paged_attention: request {} needs {} blocks for {} tokens, the block table row "
+                      "holds {}",
+                      i, blocks_needed, context, batch.block_table_stride));
     // Blocks wholly before the first query's window are never read (and may be the null block).
     const int first_read = shape.sliding_window > 0 ? std::max(0, context - q_len + 1 - shape.sliding_window) : 0;
     const int32_t* row = batch.block_tables + static_cast<size_t>(i) * static_cast<size_t>(batch.block_table_stride);
     for (int b = first_read / kv.block_size; b < blocks_needed; ++b)
       if (row[b] < 0 || row[b] >= kv.num_blocks)
-        throw UsageError(fmt::format("paged_attention: request {} block table entry {} is block {}, outside [0, {})",
-                                     i, b, row[b], kv.num_blocks));
+        throw UsageError(fmt::format("paged_attention: request {} block table entry {} is block {}, outside [0, {})", i,
+                                     b, row[b], kv.num_blocks));
   }
 }
 
@@ -195,9 +199,8 @@ KernelIsa choose_isa(const AttentionShape& shape, KernelIsa requested) {
   return chosen;
 }
 AttendRows choose_kernel(KernelIsa chosen, bool int8) {
-  return chosen == KernelIsa::kAvx512
-             ? (int8 && has_avx512_vnni() ? attention_detail::attend_rows_avx512_vnni
-                                          : attention_detail::attend_rows_avx512)
+  return chosen == KernelIsa::kAvx512 ? (int8 && has_avx512_vnni() ? attention_detail::attend_rows_avx512_vnni
+                                                                   : attention_detail::attend_rows_avx512)
          : chosen == KernelIsa::kAvx2
              ? (int8 && has_avx_vnni() ? attention_detail::attend_rows_avx2_vnni : attention_detail::attend_rows_avx2)
              : attention_detail::attend_rows_scalar;
@@ -244,8 +247,8 @@ void find_cascade_groups(const AttentionShape& shape, const PagedAttentionBatch&
   const int block_size = kv.block_size;
   const int min_blocks = std::max(kMinCascadeBlocks, (batch.cascade_min_tokens + block_size - 1) / block_size);
   const auto table = [&](int tile) {
-    return batch.block_tables +
-           static_cast<size_t>(tiles[static_cast<size_t>(tile)].request) * static_cast<size_t>(batch.block_table_stride);
+    return batch.block_tables + static_cast<size_t>(tiles[static_cast<size_t>(tile)].request) *
+                                    static_cast<size_t>(batch.block_table_stride);
   };
   thread_local std::vector<std::pair<int32_t, int>> candidates;  // (first block id, tile)
   candidates.clear();
@@ -448,15 +451,16 @@ struct AttentionCall {
   int num_code_tiles;  // tiles whose query codes are work items (int8: all, else none)
   QueryCodeBuffers codes;
   float* partials;
-  int* codes_ready;         // per tile: 1 once its query codes are made
-  int* parts_left;          // per (split tile, head group): partitions not finished
+  int* codes_ready;  // per tile: 1 once its query codes are made
+  int* parts_left;  // per (split tile, head group): partitions not finished
   const int* group_offset;  // per tile: its first head group's counter in parts_left
 
   size_t rows_of(const QueryTile& t) const { return static_cast<size_t>(t.num_queries) * static_cast<size_t>(group); }
   // Row `row` of KV head `kv_head` in tile t: query token row / G, query head kv_head * G + row % G.
   size_t token_head_offset(const QueryTile& t, size_t kv_head, size_t row) const {
     const size_t qi = row / static_cast<size_t>(group), g = row % static_cast<size_t>(group);
-    return (static_cast<size_t>(t.first_query) + qi) * q_token_stride + (kv_head * static_cast<size_t>(group) + g) * dim;
+    return (static_cast<size_t>(t.first_query) + qi) * q_token_stride +
+           (kv_head * static_cast<size_t>(group) + g) * dim;
   }
 };
 
@@ -726,7 +730,8 @@ void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& bat
     const QueryTile& t = tiles[i];
     group_offset[i] = static_cast<int>(parts_left.size());
     if (t.split())
-      parts_left.insert(parts_left.end(), static_cast<size_t>((shape.num_kv_heads + t.heads_per_task - 1) / t.heads_per_task),
+      parts_left.insert(parts_left.end(),
+                        static_cast<size_t>((shape.num_kv_heads + t.heads_per_task - 1) / t.heads_per_task),
                         t.partitions + (t.cascade >= 0 ? groups[static_cast<size_t>(t.cascade)].partitions : 0));
   }
   const AttentionCall call{.shape = shape,

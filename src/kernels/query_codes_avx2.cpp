@@ -33,7 +33,7 @@ QueryRowCodes make_query_row_codes_avx2(const float* query, size_t dim, float so
   }
   QueryRowCodes result;
   const __m128 quads = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps(sum, 1));  // l + l+4
-  const __m128 pairs = _mm_add_ps(quads, _mm_movehl_ps(quads, quads));                           // (0+4)+(2+6), (1+5)+(3+7)
+  const __m128 pairs = _mm_add_ps(quads, _mm_movehl_ps(quads, quads));  // (0+4)+(2+6), (1+5)+(3+7)
   result.sum = _mm_cvtss_f32(_mm_add_ss(pairs, _mm_shuffle_ps(pairs, pairs, 1)));
   __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
   m = _mm_max_ps(m, _mm_movehl_ps(m, m));

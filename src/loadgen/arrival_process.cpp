@@ -10,7 +10,8 @@
 namespace pagedkv::loadgen {
 
 std::vector<double> arrival_times(int n, double request_rate, double burstiness, uint64_t seed) {
-  if (!(request_rate > 0)) throw ConfigError(fmt::format("--request-rate must be positive or inf, got {}", request_rate));
+  if (!(request_rate > 0))
+    throw ConfigError(fmt::format("--request-rate must be positive or inf, got {}", request_rate));
   if (!(burstiness > 0) || std::isinf(burstiness))
     throw ConfigError(fmt::format("--burstiness must be a positive number, got {}", burstiness));
   std::vector<double> times(static_cast<size_t>(std::max(n, 0)), 0.0);

@@ -13,7 +13,8 @@ namespace pagedkv::loadgen {
 namespace {
 
 void check_pool(const std::vector<TokenId>& pool) {
-  if (pool.empty()) throw ConfigError("bench serve: the token pool is empty (the server's /tokenize returned no tokens)");
+  if (pool.empty())
+    throw ConfigError("bench serve: the token pool is empty (the server's /tokenize returned no tokens)");
 }
 
 // `len` ids drawn from the pool, appended to `out`.
@@ -32,8 +33,10 @@ int length_in_range(int len, double ratio, std::mt19937_64& rng) {
 
 std::vector<BenchRequest> random_dataset(const TokenPool& pool, const RandomDatasetOptions& o, uint64_t seed) {
   check_pool(pool.ids);
-  if (o.input_len < 1 || o.output_len < 1) throw ConfigError("--random-input-len and --random-output-len must be at least 1");
-  if (o.range_ratio < 0 || o.range_ratio >= 1) throw ConfigError(fmt::format("--random-range-ratio must be in [0, 1), got {}", o.range_ratio));
+  if (o.input_len < 1 || o.output_len < 1)
+    throw ConfigError("--random-input-len and --random-output-len must be at least 1");
+  if (o.range_ratio < 0 || o.range_ratio >= 1)
+    throw ConfigError(fmt::format("--random-range-ratio must be in [0, 1), got {}", o.range_ratio));
   std::mt19937_64 rng(seed);
   std::vector<BenchRequest> out(static_cast<size_t>(o.num_prompts));
   for (BenchRequest& r : out) {
@@ -49,7 +52,8 @@ std::vector<BenchRequest> prefix_repetition_dataset(const TokenPool& pool, const
                                                     uint64_t seed) {
   check_pool(pool.ids);
   if (o.num_prefixes < 1 || o.prefix_len < 1 || o.suffix_len < 0 || o.output_len < 1)
-    throw ConfigError("prefix-repetition: --prefix-repetition-num-prefixes and -prefix-len and -output-len must be at least 1");
+    throw ConfigError(
+        "prefix-repetition: --prefix-repetition-num-prefixes and -prefix-len and -output-len must be at least 1");
   std::mt19937_64 rng(seed);
   std::vector<std::vector<TokenId>> prefixes(static_cast<size_t>(o.num_prefixes));
   for (auto& p : prefixes) {
@@ -80,28 +84,28 @@ std::vector<BenchRequest> mooncake_dataset(const std::filesystem::path& trace, c
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const auto j = nlohmann::json::parse(line, nullptr, false);
-    auto bad = [&](const char* what) {
-      return FormatError(fmt::format("{}:{}: {}", trace.string(), line_no, what));
-    };
+    auto bad = [&](const char* what) { return FormatError(fmt::format("{}:{}: {}", trace.string(), line_no, what)); };
     if (j.is_discarded() || !j.is_object()) throw bad("not a JSON object");
     if (!j.contains("timestamp") || !j["timestamp"].is_number() || !j.contains("input_length") ||
-        !j["input_length"].is_number_integer() || !j.contains("output_length") || !j["output_length"].is_number_integer() ||
-        !j.contains("hash_ids") || !j["hash_ids"].is_array())
+        !j["input_length"].is_number_integer() || !j.contains("output_length") ||
+        !j["output_length"].is_number_integer() || !j.contains("hash_ids") || !j["hash_ids"].is_array())
       throw bad("a Mooncake record needs timestamp, input_length, output_length and hash_ids");
     BenchRequest r;
     r.arrival_s = j["timestamp"].get<double>() / 1000.0 * o.time_scale;
     const int64_t input = j["input_length"].get<int64_t>();
     if (input < 0) throw bad("negative input_length");
-    r.max_tokens = static_cast<int>(std::clamp<int64_t>(j["output_length"].get<int64_t>() * o.block_tokens / kTraceBlockTokens, 1,
-                                                        std::max(1, o.max_model_len / 4)));
+    r.max_tokens = static_cast<int>(std::clamp<int64_t>(
+        j["output_length"].get<int64_t>() * o.block_tokens / kTraceBlockTokens, 1, std::max(1, o.max_model_len / 4)));
     // Each hash id becomes the same block_tokens ids wherever it appears: equal ids, equal prefixes.
     const auto& ids = j["hash_ids"];
     const int64_t last_block = input - kTraceBlockTokens * (static_cast<int64_t>(ids.size()) - 1);
     for (size_t b = 0; b < ids.size(); ++b) {
       if (!ids[b].is_number_integer()) throw bad("hash_ids must be integers");
       std::mt19937_64 block_rng(seed ^ (0x9E3779B97F4A7C15ull * (static_cast<uint64_t>(ids[b].get<int64_t>()) + 1)));
-      const int64_t trace_len = b + 1 == ids.size() ? std::clamp<int64_t>(last_block, 1, kTraceBlockTokens) : kTraceBlockTokens;
-      draw(pool.ids, static_cast<int>(std::max<int64_t>(1, trace_len * o.block_tokens / kTraceBlockTokens)), block_rng, r.prompt);
+      const int64_t trace_len =
+          b + 1 == ids.size() ? std::clamp<int64_t>(last_block, 1, kTraceBlockTokens) : kTraceBlockTokens;
+      draw(pool.ids, static_cast<int>(std::max<int64_t>(1, trace_len * o.block_tokens / kTraceBlockTokens)), block_rng,
+           r.prompt);
     }
     r.prompt.insert(r.prompt.begin(), pool.lead.begin(), pool.lead.end());
     const size_t room = static_cast<size_t>(std::max(1, o.max_model_len - r.max_tokens));

@@ -17,8 +17,8 @@ size_t append_to_string(char* data, size_t size, size_t n, void* out) {
 
 }  // namespace
 
-HttpReply http_call(const std::string& method, const std::string& url, const std::string& body, const std::string& api_key,
-                    double timeout_s) {
+HttpReply http_call(const std::string& method, const std::string& url, const std::string& body,
+                    const std::string& api_key, double timeout_s) {
   std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> curl(curl_easy_init(), curl_easy_cleanup);
   if (!curl) throw Error("libcurl could not start a transfer");
   curl_slist* headers = curl_slist_append(nullptr, "Content-Type: application/json");

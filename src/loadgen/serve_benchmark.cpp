@@ -57,7 +57,8 @@ CacheCounters cache_counters(const ServeBenchOptions& o) {
       sum.hits += hits;
       sum.queries += queries;
       for (size_t t = 0; t < std::size(kTiers); ++t) {
-        const double v = metric_value(r.body, "pagedkv:prefix_cache_hit_tokens_total", fmt::format("tier=\"{}\"", kTiers[t]));
+        const double v =
+            metric_value(r.body, "pagedkv:prefix_cache_hit_tokens_total", fmt::format("tier=\"{}\"", kTiers[t]));
         sum.by_tier[t] = (v < 0 || sum.by_tier[t] < 0) ? -1 : sum.by_tier[t] + v;
       }
     } catch (const Error&) {
@@ -72,9 +73,9 @@ struct RequestResult {
   std::string error;
   int prompt_tokens = 0;
   int output_tokens = 0;
-  int cached_tokens = 0;   // usage.prompt_tokens_details.cached_tokens
-  size_t server = 0;       // index of the base URL it went to (the last attempt's)
-  int retries = 0;         // attempts sent again elsewhere
+  int cached_tokens = 0;  // usage.prompt_tokens_details.cached_tokens
+  size_t server = 0;  // index of the base URL it went to (the last attempt's)
+  int retries = 0;  // attempts sent again elsewhere
   double ttft_s = 0;
   double e2e_s = 0;
   std::vector<double> itl_s;
@@ -124,7 +125,8 @@ struct Transfer {
         }
         continue;
       }
-      if (payload.find(empty_text) != std::string_view::npos || payload.find(text_key) == std::string_view::npos) continue;
+      if (payload.find(empty_text) != std::string_view::npos || payload.find(text_key) == std::string_view::npos)
+        continue;
       const Clock::time_point now = Clock::now();
       if (!saw_first) {
         result.ttft_s = std::chrono::duration<double>(now - start).count();
@@ -159,8 +161,10 @@ std::vector<RequestResult> run_transfers(const std::vector<BenchRequest>& reques
   std::vector<std::string> chat_texts;
   if (chat)
     for (const BenchRequest& req : requests) {
-      const HttpReply r = http_call("POST", o.base_urls.front() + "/detokenize", json{{"tokens", req.prompt}}.dump(), o.api_key);
-      if (r.status != 200) throw Error(fmt::format("bench serve: {}/detokenize answered {}: {}", o.base_urls.front(), r.status, r.body));
+      const HttpReply r =
+          http_call("POST", o.base_urls.front() + "/detokenize", json{{"tokens", req.prompt}}.dump(), o.api_key);
+      if (r.status != 200)
+        throw Error(fmt::format("bench serve: {}/detokenize answered {}: {}", o.base_urls.front(), r.status, r.body));
       chat_texts.push_back(json::parse(r.body).value("prompt", std::string()));
     }
 
@@ -189,14 +193,19 @@ std::vector<RequestResult> run_transfers(const std::vector<BenchRequest>& reques
   };
   while (finished < requests.size()) {
     const Clock::time_point now = Clock::now();
-    while (next < requests.size() && due(next) <= now && (o.max_concurrency <= 0 || static_cast<int>(running) < o.max_concurrency)) {
+    while (next < requests.size() && due(next) <= now &&
+           (o.max_concurrency <= 0 || static_cast<int>(running) < o.max_concurrency)) {
       const BenchRequest& req = requests[next];
       Transfer& t = transfers.emplace_back();
       t.index = next++;
       t.result.prompt_tokens = static_cast<int>(req.prompt.size());
       t.result.server = t.index % urls.size();
-      json body{{"model", model}, {"max_tokens", req.max_tokens}, {"stream", true},
-                {"stream_options", {{"include_usage", true}}}, {"ignore_eos", o.ignore_eos}, {"temperature", 0.0}};
+      json body{{"model", model},
+                {"max_tokens", req.max_tokens},
+                {"stream", true},
+                {"stream_options", {{"include_usage", true}}},
+                {"ignore_eos", o.ignore_eos},
+                {"temperature", 0.0}};
       if (chat) {
         body["messages"] = json::array({{{"role", "user"}, {"content", chat_texts[t.index]}}});
         t.text_key = "\"content\":";
@@ -269,7 +278,8 @@ std::string normalize_base_url(std::string url) {
 std::string endpoint_path(const std::string& name) {
   if (name == "completions" || name == "/v1/completions") return "/v1/completions";
   if (name == "chat" || name == "chat/completions" || name == "/v1/chat/completions") return "/v1/chat/completions";
-  throw ConfigError(fmt::format("--endpoint must be completions or chat (/v1/completions, /v1/chat/completions), got '{}'", name));
+  throw ConfigError(
+      fmt::format("--endpoint must be completions or chat (/v1/completions, /v1/chat/completions), got '{}'", name));
 }
 
 double metric_value(const std::string& text, const std::string& name, const std::string& label) {
@@ -299,7 +309,8 @@ LatencySummary summarize_ms(std::vector<double> seconds) {
 
 std::string fetch_model_name(const std::string& base_url, const std::string& api_key) {
   const json models = get_json(base_url, "/v1/models", api_key);
-  if (!models.contains("data") || models["data"].empty()) throw Error(fmt::format("bench serve: {} serves no model", base_url));
+  if (!models.contains("data") || models["data"].empty())
+    throw Error(fmt::format("bench serve: {} serves no model", base_url));
   return models["data"][0]["id"].get<std::string>();
 }
 
@@ -313,7 +324,8 @@ TokenPool fetch_token_pool(const std::string& base_url, const std::string& api_k
     // vLLM's and pagedkv's fields, and llama-server's (content, add_special): each server reads its own.
     const json body{{"prompt", text}, {"add_special_tokens", special}, {"content", text}, {"add_special", special}};
     const HttpReply r = http_call("POST", base_url + "/tokenize", body.dump(), api_key);
-    if (r.status != 200) throw Error(fmt::format("bench serve: {}/tokenize answered {}: {}", base_url, r.status, r.body));
+    if (r.status != 200)
+      throw Error(fmt::format("bench serve: {}/tokenize answered {}: {}", base_url, r.status, r.body));
     return json::parse(r.body)["tokens"].get<std::vector<TokenId>>();
   };
   TokenPool pool{tokenize(kPoolText, false), tokenize("", true)};
@@ -367,7 +379,8 @@ ServeBenchReport run_serve_benchmark(const std::vector<BenchRequest>& requests, 
   report.itl = summarize_ms(itl);
   report.e2e = summarize_ms(e2e);
   if (report.total_input_tokens > 0)
-    report.cached_token_rate = static_cast<double>(report.total_cached_tokens) / static_cast<double>(report.total_input_tokens);
+    report.cached_token_rate =
+        static_cast<double>(report.total_cached_tokens) / static_cast<double>(report.total_input_tokens);
   const CacheCounters after = cache_counters(o);
   if (before.hits >= 0 && after.hits >= 0 && after.queries > before.queries)
     report.prefix_cache_hit_rate = (after.hits - before.hits) / (after.queries - before.queries);
@@ -405,7 +418,9 @@ json ServeBenchReport::to_json() const {
 
 std::string ServeBenchReport::to_text() const {
   std::string s;
-  auto row = [&](const std::string& label, const std::string& value) { s += fmt::format("{:<40}{:>12}\n", label, value); };
+  auto row = [&](const std::string& label, const std::string& value) {
+    s += fmt::format("{:<40}{:>12}\n", label, value);
+  };
   auto section = [&](const std::string& title) { s += fmt::format("{:-^52}\n", title); };
   auto latency = [&](const char* name, const char* title, const LatencySummary& l) {
     section(title);
@@ -423,7 +438,8 @@ std::string ServeBenchReport::to_text() const {
   row("Request throughput (req/s):", fmt::format("{:.2f}", request_throughput));
   row("Output token throughput (tok/s):", fmt::format("{:.2f}", output_throughput));
   row("Total token throughput (tok/s):", fmt::format("{:.2f}", total_token_throughput));
-  row("Prefix cache hit rate (server):", prefix_cache_hit_rate < 0 ? "n/a" : fmt::format("{:.1f}%", 100 * prefix_cache_hit_rate));
+  row("Prefix cache hit rate (server):",
+      prefix_cache_hit_rate < 0 ? "n/a" : fmt::format("{:.1f}%", 100 * prefix_cache_hit_rate));
   row("Cached prompt tokens (responses):", fmt::format("{} ({:.1f}%)", total_cached_tokens, 100 * cached_token_rate));
   for (const auto& [tier, tokens] : hit_tokens_by_tier)
     if (tokens > 0) row(fmt::format("  hit tokens from {}:", tier), fmt::format("{:.0f}", tokens));

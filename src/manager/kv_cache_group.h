@@ -21,17 +21,23 @@ class KVCacheGroup {
   template <typename F>
   decltype(auto) visit(F&& f) {
     switch (policy_.index()) {
-      case 0: return f(*std::get_if<0>(&policy_));
-      case 1: return f(*std::get_if<1>(&policy_));
-      default: return f(*std::get_if<2>(&policy_));
+      case 0:
+        return f(*std::get_if<0>(&policy_));
+      case 1:
+        return f(*std::get_if<1>(&policy_));
+      default:
+        return f(*std::get_if<2>(&policy_));
     }
   }
   template <typename F>
   decltype(auto) visit(F&& f) const {
     switch (policy_.index()) {
-      case 0: return f(*std::get_if<0>(&policy_));
-      case 1: return f(*std::get_if<1>(&policy_));
-      default: return f(*std::get_if<2>(&policy_));
+      case 0:
+        return f(*std::get_if<0>(&policy_));
+      case 1:
+        return f(*std::get_if<1>(&policy_));
+      default:
+        return f(*std::get_if<2>(&policy_));
     }
   }
 
@@ -43,15 +49,22 @@ class KVCacheGroup {
   // Whether groups of this kind hold prefix-cacheable blocks.
   static bool cacheable(AttentionKind kind) {
     switch (kind) {
-      case AttentionKind::kSlidingWindow: return SlidingWindowGroup::kCacheable;
-      case AttentionKind::kCrossAttention: return CrossAttentionGroup::kCacheable;
-      case AttentionKind::kFull: break;
+      case AttentionKind::kSlidingWindow:
+        return SlidingWindowGroup::kCacheable;
+      case AttentionKind::kCrossAttention:
+        return CrossAttentionGroup::kCacheable;
+      case AttentionKind::kFull:
+        break;
     }
     return FullAttentionGroup::kCacheable;
   }
-  bool cacheable() const { return visit([](const auto& p) { return p.kCacheable; }); }
+  bool cacheable() const {
+    return visit([](const auto& p) { return p.kCacheable; });
+  }
   bool is_full_attention() const { return std::holds_alternative<FullAttentionGroup>(policy_); }
-  int block_size() const { return visit([](const auto& p) { return p.block_size(); }); }
+  int block_size() const {
+    return visit([](const auto& p) { return p.block_size(); });
+  }
   BlockContentKey content_key(const Request& request, int i, int32_t parent_block) const {
     return visit([&](const auto& p) { return p.content_key(request, i, parent_block); });
   }
@@ -86,16 +99,21 @@ class KVCacheGroup {
   int footprint_blocks(const Request& request, int chunk_tokens) const {
     return visit([&](const auto& p) { return p.footprint_blocks(request, chunk_tokens); });
   }
-  bool caches_every_full_block() const { return visit([](const auto& p) { return p.caches_every_full_block(); }); }
+  bool caches_every_full_block() const {
+    return visit([](const auto& p) { return p.caches_every_full_block(); });
+  }
 
  private:
   // The one place the attention kind picks a policy.
   static Policy make_policy(int index, const KVCacheSpec& spec, const KVCacheGroupPlace& place,
                             const SlidingWindowRetention& retention) {
     switch (spec.kind) {
-      case AttentionKind::kSlidingWindow: return SlidingWindowGroup(index, spec, place, retention);
-      case AttentionKind::kCrossAttention: return CrossAttentionGroup(index, spec, place);
-      case AttentionKind::kFull: break;
+      case AttentionKind::kSlidingWindow:
+        return SlidingWindowGroup(index, spec, place, retention);
+      case AttentionKind::kCrossAttention:
+        return CrossAttentionGroup(index, spec, place);
+      case AttentionKind::kFull:
+        break;
     }
     return FullAttentionGroup(index, spec, place);
   }

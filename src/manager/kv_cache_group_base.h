@@ -33,7 +33,7 @@ struct HitSearchStats {
 struct KVCacheGroupPlace {
   BlockPool* pool = nullptr;
   int hash_block_size = 0;  // the request's prefix hashes cover blocks of this many tokens
-  BlockHash root;           // the hash chain's root: what block 0 follows
+  BlockHash root;  // the hash chain's root: what block 0 follows
 };
 
 class KVCacheGroupBase {
@@ -92,7 +92,8 @@ inline BlockContentKey KVCacheGroupBase::content_key(const Request& request, int
   key.tokens = std::span<const TokenId>(request.tokens).subspan(static_cast<size_t>(i) * bs, bs);
   key.extra_digest = request.block_extra_digest(last);
   for (int k = 1; k < r; ++k)  // every hash block's extra keys, not only the last one's
-    key.extra_digest = key.extra_digest * 0x9E3779B97F4A7C15ull ^ request.block_extra_digest(last - static_cast<size_t>(k));
+    key.extra_digest =
+        key.extra_digest * 0x9E3779B97F4A7C15ull ^ request.block_extra_digest(last - static_cast<size_t>(k));
   key.group = tag();
   key.parent_block = parent_block;
   return key;

@@ -21,14 +21,15 @@ constexpr size_t kMaxSpareRequests = 1024;
 BlockPoolOptions pool_options(KVCacheManagerConfig& c) {
   c.cache.validate();
   if (static_cast<int>(c.cache.groups.size()) > kMaxKVCacheGroups)
-    throw ConfigError(fmt::format("at most {} KV cache groups are supported, got {}", kMaxKVCacheGroups,
-                                  c.cache.groups.size()));
+    throw ConfigError(
+        fmt::format("at most {} KV cache groups are supported, got {}", kMaxKVCacheGroups, c.cache.groups.size()));
   if (c.watermark < 0.0 || c.watermark >= 1.0)
     throw ConfigError(fmt::format("watermark must be in [0, 1), got {}", c.watermark));
   if (c.sliding_window_checkpoint_interval < 0 ||
       c.sliding_window_checkpoint_interval % KVCacheCoordinator::hit_alignment(c.cache) != 0)
-    throw ConfigError(fmt::format("sliding_window_checkpoint_interval must be a non-negative multiple of the block size {}, got {}",
-                                  KVCacheCoordinator::hit_alignment(c.cache), c.sliding_window_checkpoint_interval));
+    throw ConfigError(
+        fmt::format("sliding_window_checkpoint_interval must be a non-negative multiple of the block size {}, got {}",
+                    KVCacheCoordinator::hit_alignment(c.cache), c.sliding_window_checkpoint_interval));
   if (c.max_num_batched_tokens < 0)
     throw ConfigError(fmt::format("max_num_batched_tokens must not be negative, got {}", c.max_num_batched_tokens));
   BlockPoolOptions o;
@@ -58,9 +59,12 @@ BlockHasher make_hasher(const KVCacheManagerConfig& c) {
 
 std::string_view alloc_status_name(AllocStatus s) {
   switch (s) {
-    case AllocStatus::kOk: return "OK";
-    case AllocStatus::kLater: return "LATER";
-    case AllocStatus::kNever: return "NEVER";
+    case AllocStatus::kOk:
+      return "OK";
+    case AllocStatus::kLater:
+      return "LATER";
+    case AllocStatus::kNever:
+      return "NEVER";
   }
   return "?";
 }
@@ -85,7 +89,8 @@ KVCacheManager::KVCacheManager(KVCacheManagerConfig config)
   no_new_blocks_.emplace().num_groups = num_groups_;
   no_new_blocks_->blocks = no_block_views_;
   all_full_attention_ = true;
-  for (int g = 0; g < num_groups_; ++g) all_full_attention_ = all_full_attention_ && coordinator_->group(g).is_full_attention();
+  for (int g = 0; g < num_groups_; ++g)
+    all_full_attention_ = all_full_attention_ && coordinator_->group(g).is_full_attention();
   hash_per_block_ = std::all_of(config_.cache.groups.begin(), config_.cache.groups.end(),
                                 [this](const KVCacheGroupSpec& g) { return g.spec.block_size == block_size_; });
   const int usable_tokens = (config_.cache.num_blocks - 1) * block_size_;
@@ -157,7 +162,8 @@ void KVCacheManager::hash_requests(std::span<Request* const> requests) {
   for (Request* r : requests)
     if (r->block_hashes.size() < static_cast<size_t>(r->num_tokens() / block_size_)) {
       reserve_hashes(*r, block_size_);
-      scratch_hash_jobs_.push_back(BlockHashJob{r->tokens, r->prefix_keys(), &r->block_hashes, &r->block_extra_digests});
+      scratch_hash_jobs_.push_back(
+          BlockHashJob{r->tokens, r->prefix_keys(), &r->block_hashes, &r->block_extra_digests});
     }
   hasher_.extend_many(scratch_hash_jobs_);
 }
@@ -181,7 +187,8 @@ void KVCacheManager::get_computed_blocks(Request& request, ComputedBlocks& out) 
     stats_.hits += static_cast<uint64_t>(hit);
     if (hit > 0) ++stats_.hit_requests;
     for (int g = 0; g < num_groups(); ++g) {
-      stats_.group_hit_tokens[static_cast<size_t>(g)] += static_cast<uint64_t>(out.group_hit_tokens[static_cast<size_t>(g)]);
+      stats_.group_hit_tokens[static_cast<size_t>(g)] +=
+          static_cast<uint64_t>(out.group_hit_tokens[static_cast<size_t>(g)]);
     }
     if (out.limiting_group >= 0) ++stats_.limited_by_group[static_cast<size_t>(out.limiting_group)];
   }
@@ -200,7 +207,8 @@ int KVCacheManager::get_num_blocks_to_allocate(const Request& request, int num_t
 
 int KVCacheManager::blocks_to_allocate(const Request& request, const RequestBlocks* state, int num_tokens,
                                        const ComputedBlocks* new_computed_blocks) const {
-  const int num_computed = request.num_computed_tokens + (new_computed_blocks ? new_computed_blocks->num_computed_tokens : 0);
+  const int num_computed =
+      request.num_computed_tokens + (new_computed_blocks ? new_computed_blocks->num_computed_tokens : 0);
   int total = 0;
   for (int g = 0; g < num_groups(); ++g) {
     std::span<const BlockId> held, nc;
@@ -257,9 +265,9 @@ void KVCacheManager::refuse_allocate_slots(const Request& request, int num_new_t
   if (holds_blocks)
     throw UsageError(fmt::format("allocate_slots: request {} already holds blocks; prefix hits apply only at admission",
                                  request.id.value));
-  throw UsageError(fmt::format("allocate_slots: request {} would hold {} tokens, more than max_model_len {}",
-                               request.id.value,
-                               int64_t{request.num_computed_tokens} + num_new_computed_tokens + num_new_tokens, max_model_len));
+  throw UsageError(
+      fmt::format("allocate_slots: request {} would hold {} tokens, more than max_model_len {}", request.id.value,
+                  int64_t{request.num_computed_tokens} + num_new_computed_tokens + num_new_tokens, max_model_len));
 }
 
 // Out of line, so that a steady-state call does not pay for its stack frame.
@@ -268,8 +276,8 @@ void KVCacheManager::refuse_allocate_slots(const Request& request, int num_new_t
     const ComputedBlocks* new_computed_blocks, bool delay_cache_blocks) {
   if (state)
     for (int g = 0; g < num_groups(); ++g)
-      if (coordinator_->group(g).remove_skipped_blocks(state->blocks[static_cast<size_t>(g)], request.num_computed_tokens,
-                                                       scratch_blocks_))
+      if (coordinator_->group(g).remove_skipped_blocks(state->blocks[static_cast<size_t>(g)],
+                                                       request.num_computed_tokens, scratch_blocks_))
         table_rewritten_ = true;
 
   const int needed = blocks_to_allocate(request, state, num_tokens_need_slot, new_computed_blocks);
@@ -381,8 +389,9 @@ AllocStatus KVCacheManager::can_allocate(Request& request) {
     HitSearchStats search;  // not counted: an admission check, not a lookup
     hits.num_computed_tokens = coordinator_->find_common_hit(request, request.num_tokens() - 1, hits, search);
   }
-  const int first_chunk_end =
-      config_.max_num_batched_tokens > 0 ? std::min(request.num_tokens(), hits.num_computed_tokens + chunk) : request.num_tokens();
+  const int first_chunk_end = config_.max_num_batched_tokens > 0
+                                  ? std::min(request.num_tokens(), hits.num_computed_tokens + chunk)
+                                  : request.num_tokens();
   const int need = get_num_blocks_to_allocate(request, first_chunk_end, &hits);
   return pool_.num_free_blocks() - need >= watermark_blocks_ ? AllocStatus::kOk : AllocStatus::kLater;
 }
@@ -390,7 +399,8 @@ AllocStatus KVCacheManager::can_allocate(Request& request) {
 void KVCacheManager::fork(const Request& parent, const Request& child) {
   const RequestBlocks* found = find_entry(parent);
   if (!found) throw UsageError(fmt::format("fork: parent request {} holds no blocks", parent.id.value));
-  if (index_.contains(child.id)) throw UsageError(fmt::format("fork: child request {} already holds blocks", child.id.value));
+  if (index_.contains(child.id))
+    throw UsageError(fmt::format("fork: child request {} already holds blocks", child.id.value));
   const uint32_t parent_slot = slot_of(*found);
   RequestBlocks& child_entry = add_entry(child.id);  // may move the parent's entry
   RequestBlocks& parent_entry = entries_[parent_slot];
@@ -471,14 +481,14 @@ void KVCacheManager::check_invariants() const {
         // A cached block in this table holds one of this group's blocks (its block size).
         if (const KVCacheBlock& blk = pool_.block(b);
             blk.has_hash && (blk.group != g || blk.num_tokens != spec(g).block_size))
-          throw InvariantError(fmt::format("request {} group {} (block size {}) holds block {} cached by group {} with {} tokens",
-                                           id.value, g, spec(g).block_size, b.value, blk.group, blk.num_tokens));
+          throw InvariantError(
+              fmt::format("request {} group {} (block size {}) holds block {} cached by group {} with {} tokens",
+                          id.value, g, spec(g).block_size, b.value, blk.group, blk.num_tokens));
         // Sliding groups under retention cache only reachable blocks (see cache_full_blocks).
         if (pool_.caching_enabled() && coordinator_->group(g).caches_every_full_block() &&
-            static_cast<int>(i) < state.num_cached[gi] &&
-            !pool_.block(b).has_hash)
-          throw InvariantError(fmt::format("request {} block {} (#{}) should be cached but has no hash", id.value,
-                                           b.value, i));
+            static_cast<int>(i) < state.num_cached[gi] && !pool_.block(b).has_hash)
+          throw InvariantError(
+              fmt::format("request {} block {} (#{}) should be cached but has no hash", id.value, b.value, i));
       }
     }
   }

@@ -34,7 +34,8 @@ int SlidingWindowGroup::find_longest_cache_hit(const Request& request, int max_t
       ++stats.window_probes;
       // Scanning right to left, the previous block is not known yet: confirmed by hash only.
       auto hit = pool_->find_cached(content_key(request, i, kUnknownParent));
-      if (hit) out[static_cast<size_t>(i)] = *hit; else miss = i;
+      if (hit) out[static_cast<size_t>(i)] = *hit;
+      else miss = i;
     }
     if (miss < 0) {
       out.resize(static_cast<size_t>(end));
@@ -60,7 +61,8 @@ bool SlidingWindowGroup::remove_skipped_blocks(std::vector<BlockId>& blocks, int
   }
   if (scratch.empty()) return false;
   // Retention: checkpoints stay cached at the back, the rest go to the front (evicted first).
-  if (retention_.enabled) pool_->free_window_blocks(scratch); else pool_->free_blocks(scratch);
+  if (retention_.enabled) pool_->free_window_blocks(scratch);
+  else pool_->free_blocks(scratch);
   return true;
 }
 

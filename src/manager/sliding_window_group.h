@@ -18,7 +18,7 @@ namespace pagedkv {
 struct SlidingWindowRetention {
   bool enabled = true;
   int checkpoint_interval = 0;  // tokens; 0: no periodic checkpoints
-  int hit_alignment = 1;        // prefix hits are multiples of this many tokens
+  int hit_alignment = 1;  // prefix hits are multiples of this many tokens
 };
 
 class SlidingWindowGroup : public KVCacheGroupBase {

@@ -39,8 +39,7 @@ std::string_view trim(std::string_view s) {
 
 [[noreturn]] void bad_size(std::string_view text, std::string_view why) {
   throw ConfigError(fmt::format(
-      "invalid size '{}': {} (write e.g. 43GB = 43e9 bytes, 40GiB = 40 x 2^30 bytes, or plain bytes)",
-      text, why));
+      "invalid size '{}': {} (write e.g. 43GB = 43e9 bytes, 40GiB = 40 x 2^30 bytes, or plain bytes)", text, why));
 }
 
 }  // namespace
@@ -82,8 +81,7 @@ uint64_t parse_byte_size(std::string_view text) {
     if (bytes > uint128{std::numeric_limits<uint64_t>::max()}) bad_size(text, "too large");
     return static_cast<uint64_t>(bytes);
   }
-  bad_size(text, fmt::format("unknown unit '{}' (units: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)",
-                             trim(s.substr(i))));
+  bad_size(text, fmt::format("unknown unit '{}' (units: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)", trim(s.substr(i))));
 }
 
 namespace {

@@ -22,14 +22,42 @@ bool same_spec(const KVCacheSpec& a, const KVCacheSpec& b) {
 // from a sliding layer), max_position_embeddings, bf16.
 std::vector<HybridModelShape> make_presets() {
   return {
-      {.name = "gemma-2-27b", .num_layers = 46, .num_q_heads = 32, .num_kv_heads = 16, .head_dim = 128,
-       .sliding_window = 4096, .full_attention_period = 2, .max_position_embeddings = 8192, .dtype = DType::kBF16},
-      {.name = "gemma-3-27b", .num_layers = 62, .num_q_heads = 32, .num_kv_heads = 16, .head_dim = 128,
-       .sliding_window = 1024, .full_attention_period = 6, .max_position_embeddings = 131072, .dtype = DType::kBF16},
-      {.name = "gpt-oss-20b", .num_layers = 24, .num_q_heads = 64, .num_kv_heads = 8, .head_dim = 64,
-       .sliding_window = 128, .full_attention_period = 2, .max_position_embeddings = 131072, .dtype = DType::kBF16},
-      {.name = "gpt-oss-120b", .num_layers = 36, .num_q_heads = 64, .num_kv_heads = 8, .head_dim = 64,
-       .sliding_window = 128, .full_attention_period = 2, .max_position_embeddings = 131072, .dtype = DType::kBF16},
+      {.name = "gemma-2-27b",
+       .num_layers = 46,
+       .num_q_heads = 32,
+       .num_kv_heads = 16,
+       .head_dim = 128,
+       .sliding_window = 4096,
+       .full_attention_period = 2,
+       .max_position_embeddings = 8192,
+       .dtype = DType::kBF16},
+      {.name = "gemma-3-27b",
+       .num_layers = 62,
+       .num_q_heads = 32,
+       .num_kv_heads = 16,
+       .head_dim = 128,
+       .sliding_window = 1024,
+       .full_attention_period = 6,
+       .max_position_embeddings = 131072,
+       .dtype = DType::kBF16},
+      {.name = "gpt-oss-20b",
+       .num_layers = 24,
+       .num_q_heads = 64,
+       .num_kv_heads = 8,
+       .head_dim = 64,
+       .sliding_window = 128,
+       .full_attention_period = 2,
+       .max_position_embeddings = 131072,
+       .dtype = DType::kBF16},
+      {.name = "gpt-oss-120b",
+       .num_layers = 36,
+       .num_q_heads = 64,
+       .num_kv_heads = 8,
+       .head_dim = 64,
+       .sliding_window = 128,
+       .full_attention_period = 2,
+       .max_position_embeddings = 131072,
+       .dtype = DType::kBF16},
   };
 }
 
@@ -69,17 +97,19 @@ std::vector<KVCacheSpec> unify_page_size(std::span<const KVCacheSpec> layers) {
   if (layers.empty()) throw ConfigError("no layers to group");
   for (const KVCacheSpec& s : layers)
     if (s.block_size != layers.front().block_size)
-      throw ConfigError(fmt::format("layers with block sizes {} and {}: give every layer the same block size; "
-                                    "the grouping scales them to one page",
-                                    s.block_size, layers.front().block_size));
+      throw ConfigError(
+          fmt::format("layers with block sizes {} and {}: give every layer the same block size; "
+                      "the grouping scales them to one page",
+                      s.block_size, layers.front().block_size));
   size_t page = 0;
   for (const KVCacheSpec& s : layers) page = std::max(page, s.bytes_per_block_per_layer());
   std::vector<KVCacheSpec> out(layers.begin(), layers.end());
   for (KVCacheSpec& s : out) {
     const size_t ratio = page / s.bytes_per_block_per_layer();  // >= 1: page is the largest
     if (ratio > static_cast<size_t>(1 << 20) / static_cast<size_t>(s.block_size))
-      throw ConfigError(fmt::format("a layer of {} bytes per token would need blocks of {} x {} tokens to fill a page of {} bytes",
-                                    s.bytes_per_token_per_layer(), ratio, s.block_size, page));
+      throw ConfigError(
+          fmt::format("a layer of {} bytes per token would need blocks of {} x {} tokens to fill a page of {} bytes",
+                      s.bytes_per_token_per_layer(), ratio, s.block_size, page));
     s.block_size *= static_cast<int>(ratio);
   }
   return out;
@@ -97,7 +127,8 @@ std::vector<PlannedKVGroup> group_layers_uniform_page(std::span<const KVCacheSpe
   std::vector<std::pair<KVCacheSpec, int>> kinds;  // spec, layers of it
   for (const KVCacheSpec& s : unified) {
     auto it = std::find_if(kinds.begin(), kinds.end(), [&](const auto& k) { return same_spec(k.first, s); });
-    if (it == kinds.end()) kinds.emplace_back(s, 1); else ++it->second;
+    if (it == kinds.end()) kinds.emplace_back(s, 1);
+    else ++it->second;
   }
   int fewest = kinds.front().second, most = kinds.front().second;
   for (const auto& k : kinds) {
@@ -109,7 +140,8 @@ std::vector<PlannedKVGroup> group_layers_uniform_page(std::span<const KVCacheSpe
   std::vector<PlannedKVGroup> out;
   for (const auto& [spec, n] : kinds)
     for (int left = n; left > 0; left -= group_size)
-      out.push_back(PlannedKVGroup{spec, std::min(left, group_size), group_size, page - spec.bytes_per_block_per_layer()});
+      out.push_back(
+          PlannedKVGroup{spec, std::min(left, group_size), group_size, page - spec.bytes_per_block_per_layer()});
   return out;
 }
 
@@ -125,9 +157,10 @@ std::string describe_page_padding(std::span<const PlannedKVGroup> groups) {
     const PlannedKVGroup& g = groups[i];
     if (g.page_padding_bytes == 0) continue;
     const size_t page = g.spec.bytes_per_block_per_layer() + g.page_padding_bytes;
-    out += fmt::format("{}group {} ({}, {} tokens a block): page padded by {} of {} bytes ({:.2f}%) to match the other groups",
-                       out.empty() ? "" : "\n", i, attention_kind_name(g.spec.kind), g.spec.block_size,
-                       g.page_padding_bytes, page, 100.0 * static_cast<double>(g.page_padding_bytes) / static_cast<double>(page));
+    out += fmt::format(
+        "{}group {} ({}, {} tokens a block): page padded by {} of {} bytes ({:.2f}%) to match the other groups",
+        out.empty() ? "" : "\n", i, attention_kind_name(g.spec.kind), g.spec.block_size, g.page_padding_bytes, page,
+        100.0 * static_cast<double>(g.page_padding_bytes) / static_cast<double>(page));
   }
   return out;
 }
@@ -142,8 +175,8 @@ HybridKVPlan plan_hybrid_kv(const HybridModelShape& model, int block_size, DType
   p.context_len = context_len;
   p.chunk_tokens = chunk_tokens;
   const PlannedKVGroup& first = p.groups.front();
-  p.bytes_per_block = (first.spec.bytes_per_block_per_layer() + first.page_padding_bytes) *
-                      static_cast<size_t>(first.padded_layers);
+  p.bytes_per_block =
+      (first.spec.bytes_per_block_per_layer() + first.page_padding_bytes) * static_cast<size_t>(first.padded_layers);
   // Padding per spec: the last group of each spec.
   for (size_t i = 0; i < p.groups.size(); ++i) {
     const PlannedKVGroup& g = p.groups[i];
@@ -151,8 +184,9 @@ HybridKVPlan plan_hybrid_kv(const HybridModelShape& model, int block_size, DType
     const int64_t blocks = blocks_per_request(g.spec, context_len, chunk_tokens);
     p.group_blocks_per_request.push_back(blocks);
     p.kv_bytes_per_request += static_cast<uint64_t>(blocks) * p.bytes_per_block;
-    p.page_padding_waste = std::max(p.page_padding_waste, static_cast<double>(g.page_padding_bytes) /
-                                                              static_cast<double>(p.bytes_per_block / static_cast<size_t>(g.padded_layers)));
+    p.page_padding_waste = std::max(p.page_padding_waste,
+                                    static_cast<double>(g.page_padding_bytes) /
+                                        static_cast<double>(p.bytes_per_block / static_cast<size_t>(g.padded_layers)));
     const int pad = g.padded_layers - g.num_layers;
     if (pad > 0) {
       int real = 0;

@@ -76,10 +76,13 @@ int64_t blocks_per_request(const KVCacheSpec& spec, int64_t context_len) {
 }
 
 int64_t blocks_per_request(const KVCacheSpec& spec, int64_t context_len, int64_t chunk_tokens) {
-  const int64_t all_blocks = blocks_per_request(KVCacheSpec{.kind = AttentionKind::kFull, .block_size = spec.block_size,
-                                                              .num_kv_heads = spec.num_kv_heads, .head_dim = spec.head_dim,
-                                                              .dtype = spec.dtype, .sliding_window = 0},
-                                                  context_len);
+  const int64_t all_blocks = blocks_per_request(KVCacheSpec{.kind = AttentionKind::kFull,
+                                                            .block_size = spec.block_size,
+                                                            .num_kv_heads = spec.num_kv_heads,
+                                                            .head_dim = spec.head_dim,
+                                                            .dtype = spec.dtype,
+                                                            .sliding_window = 0},
+                                                context_len);
   if (spec.kind != AttentionKind::kSlidingWindow) return all_blocks;
   if (chunk_tokens <= 0) throw ConfigError(fmt::format("prefill chunk must be positive, got {}", chunk_tokens));
   return block_footprint(spec, context_len, chunk_tokens);

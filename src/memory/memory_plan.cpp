@@ -42,14 +42,14 @@ MemoryPlan plan_memory(const ModelShape& model, const PlanOptions& options) {
     const double usable = static_cast<double>(gpu.memory_bytes) * util;
     const double kv_bytes = usable - static_cast<double>(peak);
     if (kv_bytes < static_cast<double>(plan.bytes_per_block)) {
-      throw ConfigError(fmt::format(
-          "{} does not fit on {}: weights {} ({} parameters in {}) + overhead {} = {}, leaving {} of "
-          "{:.0f}% x {} = {} for the KV cache, less than one {} block",
-          model.name, gpu.name, format_byte_size(budget.weights_bytes), format_grouped(model.num_params),
-          dtype_name(budget.weights_dtype), format_byte_size(budget.overhead_bytes), format_byte_size(peak),
-          kv_bytes <= 0 ? "nothing" : format_byte_size(static_cast<uint64_t>(kv_bytes)), util * 100,
-          format_byte_size(gpu.memory_bytes), format_byte_size(static_cast<uint64_t>(usable)),
-          format_byte_size(plan.bytes_per_block)));
+      throw ConfigError(
+          fmt::format("{} does not fit on {}: weights {} ({} parameters in {}) + overhead {} = {}, leaving {} of "
+                      "{:.0f}% x {} = {} for the KV cache, less than one {} block",
+                      model.name, gpu.name, format_byte_size(budget.weights_bytes), format_grouped(model.num_params),
+                      dtype_name(budget.weights_dtype), format_byte_size(budget.overhead_bytes), format_byte_size(peak),
+                      kv_bytes <= 0 ? "nothing" : format_byte_size(static_cast<uint64_t>(kv_bytes)), util * 100,
+                      format_byte_size(gpu.memory_bytes), format_byte_size(static_cast<uint64_t>(usable)),
+                      format_byte_size(plan.bytes_per_block)));
     }
     plan.kv_memory_bytes = static_cast<uint64_t>(std::floor(kv_bytes));
     plan.num_blocks = num_gpu_blocks_vllm(gpu.memory_bytes, util, peak, plan.bytes_per_block);
@@ -64,8 +64,8 @@ MemoryPlan plan_memory(const ModelShape& model, const PlanOptions& options) {
   }
   plan.token_capacity = plan.num_blocks * options.block_size;
 
-  plan.context_len = options.context_len.value_or(
-      std::min<int64_t>(model.max_position_embeddings, kDefaultContextLenCap));
+  plan.context_len =
+      options.context_len.value_or(std::min<int64_t>(model.max_position_embeddings, kDefaultContextLenCap));
   plan.blocks_per_request = blocks_per_request(plan.spec, plan.context_len);
   plan.max_concurrency = max_concurrency(plan.num_blocks, plan.spec, plan.context_len);
 

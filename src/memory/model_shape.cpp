@@ -26,47 +26,156 @@ bool equals_ignoring_case(std::string_view a, std::string_view b) {
 // exact totals of its checkpoint (they equal estimate_num_params, which a test checks).
 std::vector<ModelShape> make_presets() {
   std::vector<ModelShape> p;
-  p.push_back({.name = "stories260k", .num_layers = 5, .num_q_heads = 8, .num_kv_heads = 4, .head_dim = 8,
-               .hidden_size = 64, .intermediate_size = 172, .num_experts = 1, .vocab_size = 512,
-               .tie_word_embeddings = true, .attention_bias = false, .num_params = 260'032,
-               .max_position_embeddings = 512, .sliding_window = {}, .dtype = DType::kF32});
-  p.push_back({.name = "llama-2-7b", .num_layers = 32, .num_q_heads = 32, .num_kv_heads = 32, .head_dim = 128,
-               .hidden_size = 4096, .intermediate_size = 11008, .num_experts = 1, .vocab_size = 32000,
-               .tie_word_embeddings = false, .attention_bias = false, .num_params = 6'738'415'616,
-               .max_position_embeddings = 4096, .sliding_window = {}, .dtype = DType::kF16});
-  p.push_back({.name = "llama-2-13b", .num_layers = 40, .num_q_heads = 40, .num_kv_heads = 40, .head_dim = 128,
-               .hidden_size = 5120, .intermediate_size = 13824, .num_experts = 1, .vocab_size = 32000,
-               .tie_word_embeddings = false, .attention_bias = false, .num_params = 13'015'864'320,
-               .max_position_embeddings = 4096, .sliding_window = {}, .dtype = DType::kF16});
-  p.push_back({.name = "llama-2-70b", .num_layers = 80, .num_q_heads = 64, .num_kv_heads = 8, .head_dim = 128,
-               .hidden_size = 8192, .intermediate_size = 28672, .num_experts = 1, .vocab_size = 32000,
-               .tie_word_embeddings = false, .attention_bias = false, .num_params = 68'976'648'192,
-               .max_position_embeddings = 4096, .sliding_window = {}, .dtype = DType::kF16});
-  p.push_back({.name = "llama-3-8b", .num_layers = 32, .num_q_heads = 32, .num_kv_heads = 8, .head_dim = 128,
-               .hidden_size = 4096, .intermediate_size = 14336, .num_experts = 1, .vocab_size = 128256,
-               .tie_word_embeddings = false, .attention_bias = false, .num_params = 8'030'261'248,
-               .max_position_embeddings = 8192, .sliding_window = {}, .dtype = DType::kBF16});
-  p.push_back({.name = "llama-3-70b", .num_layers = 80, .num_q_heads = 64, .num_kv_heads = 8, .head_dim = 128,
-               .hidden_size = 8192, .intermediate_size = 28672, .num_experts = 1, .vocab_size = 128256,
-               .tie_word_embeddings = false, .attention_bias = false, .num_params = 70'553'706'496,
-               .max_position_embeddings = 8192, .sliding_window = {}, .dtype = DType::kBF16});
-  p.push_back({.name = "llama-3.1-405b", .num_layers = 126, .num_q_heads = 128, .num_kv_heads = 8,
-               .head_dim = 128, .hidden_size = 16384, .intermediate_size = 53248, .num_experts = 1,
-               .vocab_size = 128256, .tie_word_embeddings = false, .attention_bias = false,
-               .num_params = 405'853'388'800, .max_position_embeddings = 131072, .sliding_window = {},
+  p.push_back({.name = "stories260k",
+               .num_layers = 5,
+               .num_q_heads = 8,
+               .num_kv_heads = 4,
+               .head_dim = 8,
+               .hidden_size = 64,
+               .intermediate_size = 172,
+               .num_experts = 1,
+               .vocab_size = 512,
+               .tie_word_embeddings = true,
+               .attention_bias = false,
+               .num_params = 260'032,
+               .max_position_embeddings = 512,
+               .sliding_window = {},
+               .dtype = DType::kF32});
+  p.push_back({.name = "llama-2-7b",
+               .num_layers = 32,
+               .num_q_heads = 32,
+               .num_kv_heads = 32,
+               .head_dim = 128,
+               .hidden_size = 4096,
+               .intermediate_size = 11008,
+               .num_experts = 1,
+               .vocab_size = 32000,
+               .tie_word_embeddings = false,
+               .attention_bias = false,
+               .num_params = 6'738'415'616,
+               .max_position_embeddings = 4096,
+               .sliding_window = {},
+               .dtype = DType::kF16});
+  p.push_back({.name = "llama-2-13b",
+               .num_layers = 40,
+               .num_q_heads = 40,
+               .num_kv_heads = 40,
+               .head_dim = 128,
+               .hidden_size = 5120,
+               .intermediate_size = 13824,
+               .num_experts = 1,
+               .vocab_size = 32000,
+               .tie_word_embeddings = false,
+               .attention_bias = false,
+               .num_params = 13'015'864'320,
+               .max_position_embeddings = 4096,
+               .sliding_window = {},
+               .dtype = DType::kF16});
+  p.push_back({.name = "llama-2-70b",
+               .num_layers = 80,
+               .num_q_heads = 64,
+               .num_kv_heads = 8,
+               .head_dim = 128,
+               .hidden_size = 8192,
+               .intermediate_size = 28672,
+               .num_experts = 1,
+               .vocab_size = 32000,
+               .tie_word_embeddings = false,
+               .attention_bias = false,
+               .num_params = 68'976'648'192,
+               .max_position_embeddings = 4096,
+               .sliding_window = {},
+               .dtype = DType::kF16});
+  p.push_back({.name = "llama-3-8b",
+               .num_layers = 32,
+               .num_q_heads = 32,
+               .num_kv_heads = 8,
+               .head_dim = 128,
+               .hidden_size = 4096,
+               .intermediate_size = 14336,
+               .num_experts = 1,
+               .vocab_size = 128256,
+               .tie_word_embeddings = false,
+               .attention_bias = false,
+               .num_params = 8'030'261'248,
+               .max_position_embeddings = 8192,
+               .sliding_window = {},
                .dtype = DType::kBF16});
-  p.push_back({.name = "mistral-7b-v0.1", .num_layers = 32, .num_q_heads = 32, .num_kv_heads = 8, .head_dim = 128,
-               .hidden_size = 4096, .intermediate_size = 14336, .num_experts = 1, .vocab_size = 32000,
-               .tie_word_embeddings = false, .attention_bias = false, .num_params = 7'241'732'096,
-               .max_position_embeddings = 32768, .sliding_window = 4096, .dtype = DType::kBF16});
-  p.push_back({.name = "mixtral-8x7b", .num_layers = 32, .num_q_heads = 32, .num_kv_heads = 8, .head_dim = 128,
-               .hidden_size = 4096, .intermediate_size = 14336, .num_experts = 8, .vocab_size = 32000,
-               .tie_word_embeddings = false, .attention_bias = false, .num_params = 46'702'792'704,
-               .max_position_embeddings = 32768, .sliding_window = {}, .dtype = DType::kBF16});
-  p.push_back({.name = "qwen2.5-7b", .num_layers = 28, .num_q_heads = 28, .num_kv_heads = 4, .head_dim = 128,
-               .hidden_size = 3584, .intermediate_size = 18944, .num_experts = 1, .vocab_size = 152064,
-               .tie_word_embeddings = false, .attention_bias = true, .num_params = 7'615'616'512,
-               .max_position_embeddings = 131072, .sliding_window = {}, .dtype = DType::kBF16});
+  p.push_back({.name = "llama-3-70b",
+               .num_layers = 80,
+               .num_q_heads = 64,
+               .num_kv_heads = 8,
+               .head_dim = 128,
+               .hidden_size = 8192,
+               .intermediate_size = 28672,
+               .num_experts = 1,
+               .vocab_size = 128256,
+               .tie_word_embeddings = false,
+               .attention_bias = false,
+               .num_params = 70'553'706'496,
+               .max_position_embeddings = 8192,
+               .sliding_window = {},
+               .dtype = DType::kBF16});
+  p.push_back({.name = "llama-3.1-405b",
+               .num_layers = 126,
+               .num_q_heads = 128,
+               .num_kv_heads = 8,
+               .head_dim = 128,
+               .hidden_size = 16384,
+               .intermediate_size = 53248,
+               .num_experts = 1,
+               .vocab_size = 128256,
+               .tie_word_embeddings = false,
+               .attention_bias = false,
+               .num_params = 405'853'388'800,
+               .max_position_embeddings = 131072,
+               .sliding_window = {},
+               .dtype = DType::kBF16});
+  p.push_back({.name = "mistral-7b-v0.1",
+               .num_layers = 32,
+               .num_q_heads = 32,
+               .num_kv_heads = 8,
+               .head_dim = 128,
+               .hidden_size = 4096,
+               .intermediate_size = 14336,
+               .num_experts = 1,
+               .vocab_size = 32000,
+               .tie_word_embeddings = false,
+               .attention_bias = false,
+               .num_params = 7'241'732'096,
+               .max_position_embeddings = 32768,
+               .sliding_window = 4096,
+               .dtype = DType::kBF16});
+  p.push_back({.name = "mixtral-8x7b",
+               .num_layers = 32,
+               .num_q_heads = 32,
+               .num_kv_heads = 8,
+               .head_dim = 128,
+               .hidden_size = 4096,
+               .intermediate_size = 14336,
+               .num_experts = 8,
+               .vocab_size = 32000,
+               .tie_word_embeddings = false,
+               .attention_bias = false,
+               .num_params = 46'702'792'704,
+               .max_position_embeddings = 32768,
+               .sliding_window = {},
+               .dtype = DType::kBF16});
+  p.push_back({.name = "qwen2.5-7b",
+               .num_layers = 28,
+               .num_q_heads = 28,
+               .num_kv_heads = 4,
+               .head_dim = 128,
+               .hidden_size = 3584,
+               .intermediate_size = 18944,
+               .num_experts = 1,
+               .vocab_size = 152064,
+               .tie_word_embeddings = false,
+               .attention_bias = true,
+               .num_params = 7'615'616'512,
+               .max_position_embeddings = 131072,
+               .sliding_window = {},
+               .dtype = DType::kBF16});
   return p;
 }
 
@@ -166,8 +275,8 @@ uint64_t estimate_num_params(const ModelShape& m) {
   const uint64_t kv_width = static_cast<uint64_t>(m.num_kv_heads) * static_cast<uint64_t>(m.head_dim);
   const uint64_t experts = static_cast<uint64_t>(m.num_experts);
 
-  const uint64_t attention = hidden * q_width + 2 * hidden * kv_width + q_width * hidden +
-                             (m.attention_bias ? q_width + 2 * kv_width : 0);
+  const uint64_t attention =
+      hidden * q_width + 2 * hidden * kv_width + q_width * hidden + (m.attention_bias ? q_width + 2 * kv_width : 0);
   const uint64_t mlp = experts * 3 * hidden * static_cast<uint64_t>(m.intermediate_size) +
                        (experts > 1 ? hidden * experts : 0);  // the router
   const uint64_t norms = 2 * hidden;
@@ -200,7 +309,8 @@ ModelShape parse_hf_config(std::string_view json_text, std::string_view source) 
   } catch (const nlohmann::json::parse_error& e) {
     throw ConfigError(fmt::format("{}: not valid JSON: {}", source, e.what()));
   }
-  if (!config.is_object()) throw ConfigError(fmt::format("{}: expected a JSON object, got {}", source, config.type_name()));
+  if (!config.is_object())
+    throw ConfigError(fmt::format("{}: expected a JSON object, got {}", source, config.type_name()));
 
   ModelShape m;
   m.name = optional_string(config, source, "_name_or_path");
@@ -216,8 +326,10 @@ ModelShape parse_hf_config(std::string_view json_text, std::string_view source) 
     m.head_dim = *head_dim;
   } else {
     if (m.hidden_size % m.num_q_heads != 0)
-      bad_field(source, "head_dim", fmt::format("is missing and hidden_size ({}) is not a multiple of "
-                                                "num_attention_heads ({})", m.hidden_size, m.num_q_heads));
+      bad_field(source, "head_dim",
+                fmt::format("is missing and hidden_size ({}) is not a multiple of "
+                            "num_attention_heads ({})",
+                            m.hidden_size, m.num_q_heads));
     m.head_dim = m.hidden_size / m.num_q_heads;
   }
   if (m.num_q_heads % m.num_kv_heads != 0)

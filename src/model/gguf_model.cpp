@@ -46,8 +46,8 @@ class Loader {
       return {};
     }
     const bool vector = rows == 1;
-    const bool shape_ok = vector ? t->elements() == cols && t->ne[0] == cols
-                                 : t->ne.size() == 2 && t->ne[0] == cols && t->ne[1] == rows;
+    const bool shape_ok =
+        vector ? t->elements() == cols && t->ne[0] == cols : t->ne.size() == 2 && t->ne[0] == cols && t->ne[1] == rows;
     if (!shape_ok) {
       std::string ne;
       for (int64_t d : t->ne) ne += (ne.empty() ? "" : ", ") + std::to_string(d);
@@ -121,7 +121,8 @@ class Loader {
       if (c.rope_dims == c.head_dim()) c.rope_dims = 0;
     }
     switch (arch) {
-      case Arch::kLlama: break;
+      case Arch::kLlama:
+        break;
       case Arch::kQwen2:
         c.rope_style = RopeStyle::kHalves;
         c.qkv_bias = true;
@@ -139,7 +140,8 @@ class Loader {
         c.n_experts_used = hparam("expert_used_count");
         c.expert_hidden_dim = hparam("expert_feed_forward_length");
         if (c.n_experts_used > c.n_experts)
-          fail(fmt::format("{}expert_used_count = {} exceeds expert_count = {}", prefix_, c.n_experts_used, c.n_experts));
+          fail(fmt::format("{}expert_used_count = {} exceeds expert_count = {}", prefix_, c.n_experts_used,
+                           c.n_experts));
         c.expert_weights_norm = f_.get_bool(prefix_ + "expert_weights_norm", true);
         c.expert_weights_scale = fparam("expert_weights_scale", 1.0);
         if (c.expert_weights_scale <= 0) fail(fmt::format("{}expert_weights_scale must be positive", prefix_));
@@ -186,7 +188,8 @@ class Loader {
         c.sliding_window_period = hparam("attention.sliding_window_pattern", 6);
         if (f_.find(prefix_ + "rope.scaling.type")) {
           const std::string type = f_.get_string(prefix_ + "rope.scaling.type");
-          if (type != "linear" && type != "none") fail(fmt::format("RoPE scaling '{}' is not supported (linear is)", type));
+          if (type != "linear" && type != "none")
+            fail(fmt::format("RoPE scaling '{}' is not supported (linear is)", type));
         }
         if (const float factor = fparam("rope.scaling.factor", 1.0); factor > 0) c.rope_scale_full = factor;
         break;
@@ -245,7 +248,8 @@ class Loader {
         const int64_t e = c.n_experts, eh = c.expert_hidden_dim;
         lw.router = tensor(b + "ffn_gate_inp.weight", d, e);
         if (lw.router.type != TensorType::kF32)
-          fail(fmt::format("tensor '{}ffn_gate_inp.weight' is {}; the router must be F32", b, tensor_type_name(lw.router.type)));
+          fail(fmt::format("tensor '{}ffn_gate_inp.weight' is {}; the router must be F32", b,
+                           tensor_type_name(lw.router.type)));
         lw.gate_exps = stacked_tensor(b + "ffn_gate_exps.weight", d, eh, e);
         lw.up_exps = stacked_tensor(b + "ffn_up_exps.weight", d, eh, e);
         lw.down_exps = stacked_tensor(b + "ffn_down_exps.weight", eh, d, e);

@@ -23,7 +23,8 @@ TokenLogprobs compute_logprobs(std::span<const float> logits, TokenId chosen, in
   TokenLogprobs out;
   out.chosen = {chosen, logprob(chosen)};
   const float chosen_logit = logits[static_cast<size_t>(chosen)];
-  out.chosen_rank = 1 + static_cast<int>(std::count_if(logits.begin(), logits.end(), [&](float x) { return x > chosen_logit; }));
+  out.chosen_rank =
+      1 + static_cast<int>(std::count_if(logits.begin(), logits.end(), [&](float x) { return x > chosen_logit; }));
   const int k = std::clamp(top_k, 0, static_cast<int>(logits.size()));
   if (k == 0) return out;
   std::vector<TokenId> ids(logits.size());

@@ -35,7 +35,9 @@ size_t llama2c_body_floats(const ModelConfig& config) {
 
 TransformerWeights llama2c_transformer_weights(const ModelConfig& c, const ModelWeights& w) {
   const int64_t d = c.dim, h = c.hidden_dim, kv = c.kv_dim();
-  auto matrix = [](const float* p, int64_t rows, int64_t cols) { return WeightTensor{TensorType::kF32, p, rows, cols}; };
+  auto matrix = [](const float* p, int64_t rows, int64_t cols) {
+    return WeightTensor{TensorType::kF32, p, rows, cols};
+  };
   auto vec = [&](const float* p) { return matrix(p, 1, d); };
   TransformerWeights t;
   t.token_embedding = matrix(w.token_embedding, c.vocab_size, d);

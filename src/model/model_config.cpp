@@ -13,11 +13,11 @@ namespace pagedkv {
 int64_t ModelConfig::num_parameters() const {
   const int64_t d = dim, h = hidden_dim, l = n_layers, v = vocab_size, kv = kv_dim(), q = q_dim();
   const int64_t per_layer = (post_norms ? 4 : 2) * d  // RMSNorm gains
-                            + q * d * 2               // wq, wo
-                            + kv * d * 2              // wk, wv
-                            + (qkv_bias ? q + 2 * kv : 0)
-                            + (n_experts > 0 ? n_experts * (expert_hidden_dim * d * 3 + d)  // experts, router
-                                             : h * d * 3)  // w1, w2, w3
+                            + q * d * 2  // wq, wo
+                            + kv * d * 2  // wk, wv
+                            + (qkv_bias ? q + 2 * kv : 0) +
+                            (n_experts > 0 ? n_experts * (expert_hidden_dim * d * 3 + d)  // experts, router
+                                           : h * d * 3)  // w1, w2, w3
                             + (qk_norm ? 2 * static_cast<int64_t>(head_dim()) : 0);
   return v * d + l * per_layer + d + (shared_classifier ? 0 : v * d);
 }
@@ -101,8 +101,9 @@ KVCacheSpec ModelConfig::kv_cache_spec(int block_size, DType dtype) const {
 
 void ModelConfig::validate() const {
   const std::pair<const char*, int> fields[] = {
-      {"dim", dim},         {"hidden_dim", hidden_dim}, {"n_layers", n_layers}, {"n_heads", n_heads},
-      {"n_kv_heads", n_kv_heads}, {"vocab_size", vocab_size}, {"seq_len", seq_len}};
+      {"dim", dim},         {"hidden_dim", hidden_dim}, {"n_layers", n_layers},
+      {"n_heads", n_heads}, {"n_kv_heads", n_kv_heads}, {"vocab_size", vocab_size},
+      {"seq_len", seq_len}};
   for (const auto& [name, value] : fields)
     if (value <= 0) throw ConfigError(fmt::format("model config: {} must be positive, got {}", name, value));
   if (explicit_head_dim < 0)
@@ -110,14 +111,14 @@ void ModelConfig::validate() const {
   if (explicit_head_dim == 0 && dim % n_heads != 0)
     throw ConfigError(fmt::format("model config: dim ({}) is not divisible by n_heads ({})", dim, n_heads));
   if (n_heads % n_kv_heads != 0)
-    throw ConfigError(fmt::format("model config: n_heads ({}) is not divisible by n_kv_heads ({})",
-                                  n_heads, n_kv_heads));
+    throw ConfigError(
+        fmt::format("model config: n_heads ({}) is not divisible by n_kv_heads ({})", n_heads, n_kv_heads));
   if (head_dim() % 2 != 0)
-    throw ConfigError(fmt::format("model config: head_dim = dim / n_heads = {} must be even (RoPE rotates pairs)",
-                                  head_dim()));
+    throw ConfigError(
+        fmt::format("model config: head_dim = dim / n_heads = {} must be even (RoPE rotates pairs)", head_dim()));
   if (rope_dims < 0 || rope_dims > head_dim() || rope_dims % 2 != 0)
-    throw ConfigError(fmt::format("model config: rope dims {} must be even and at most head_dim {}", rope_dims,
-                                  head_dim()));
+    throw ConfigError(
+        fmt::format("model config: rope dims {} must be even and at most head_dim {}", rope_dims, head_dim()));
   if (!(rms_norm_eps > 0.0f) || !std::isfinite(rms_norm_eps))
     throw ConfigError(fmt::format("model config: rms_norm_eps must be positive, got {}", rms_norm_eps));
   if (!(rope_theta_sliding >= 0.0f) || !std::isfinite(rope_theta_sliding) || !(rope_scale_full > 0.0f) ||
@@ -125,8 +126,9 @@ void ModelConfig::validate() const {
     throw ConfigError(fmt::format("model config: rope_theta_sliding {} must be >= 0 and rope_scale_full {} positive",
                                   rope_theta_sliding, rope_scale_full));
   if (rope_original_context < 0 || !(rope_attn_factor > 0.0f) || !std::isfinite(rope_attn_factor))
-    throw ConfigError(fmt::format("model config: rope_original_context {} must be >= 0 and rope_attn_factor {} positive",
-                                  rope_original_context, rope_attn_factor));
+    throw ConfigError(
+        fmt::format("model config: rope_original_context {} must be >= 0 and rope_attn_factor {} positive",
+                    rope_original_context, rope_attn_factor));
   if (!(rope_theta > 0.0f) || !std::isfinite(rope_theta))
     throw ConfigError(fmt::format("model config: rope_theta must be positive, got {}", rope_theta));
   if (!(attn_logit_softcap >= 0.0f) || !(final_logit_softcap >= 0.0f) || !(embedding_scale >= 0.0f))

@@ -42,7 +42,8 @@ ModelRunner::ModelRunner(const Model& model, KernelIsa isa) : config_(model.conf
   const ModelConfig& c = config_;
   const TransformerWeights w = model.tensors();
   if (static_cast<int>(w.layers.size()) != c.n_layers)
-    throw UsageError(fmt::format("ModelRunner: {} layers of weights for a {}-layer model", w.layers.size(), c.n_layers));
+    throw UsageError(
+        fmt::format("ModelRunner: {} layers of weights for a {}-layer model", w.layers.size(), c.n_layers));
   token_embedding_ = w.token_embedding;
   output_norm_ = w.output_norm.f32();
   const int hd = c.head_dim();
@@ -65,7 +66,8 @@ ModelRunner::ModelRunner(const Model& model, KernelIsa isa) : config_(model.conf
       layer.router = LinearLayer({lw.router});
       const int64_t eh = c.expert_hidden_dim;
       for (int e = 0; e < c.n_experts; ++e) {
-        layer.expert_gate_up.push_back(LinearLayer({lw.gate_exps.row_range(e * eh, eh), lw.up_exps.row_range(e * eh, eh)}));
+        layer.expert_gate_up.push_back(
+            LinearLayer({lw.gate_exps.row_range(e * eh, eh), lw.up_exps.row_range(e * eh, eh)}));
         layer.expert_down.push_back(LinearLayer({lw.down_exps.row_range(static_cast<int64_t>(e) * c.dim, c.dim)}));
       }
     } else {
@@ -126,10 +128,11 @@ void ModelRunner::validate(const ForwardBatch& b, const KVArena& kv) const {
 
   if (kv.num_layers() != config_.kv_arena_layers() || kv.spec().num_kv_heads != config_.n_kv_heads ||
       kv.spec().head_dim != config_.head_dim())
-    throw UsageError(fmt::format("forward: the KV arena has {} layers of {} KV heads x {} dims, the model needs "
-                                 "{} layers of {} x {}",
-                                 kv.num_layers(), kv.spec().num_kv_heads, kv.spec().head_dim,
-                                 config_.kv_arena_layers(), config_.n_kv_heads, config_.head_dim()));
+    throw UsageError(
+        fmt::format("forward: the KV arena has {} layers of {} KV heads x {} dims, the model needs "
+                    "{} layers of {} x {}",
+                    kv.num_layers(), kv.spec().num_kv_heads, kv.spec().head_dim, config_.kv_arena_layers(),
+                    config_.n_kv_heads, config_.head_dim()));
   if (static_cast<int>(b.extra_groups.size()) != config_.num_kv_cache_groups() - 1)
     throw UsageError(fmt::format("forward: the model has {} KV-cache groups, the batch brings tables for {}",
                                  config_.num_kv_cache_groups(), b.extra_groups.size() + 1));
@@ -146,8 +149,8 @@ void ModelRunner::validate(const ForwardBatch& b, const KVArena& kv) const {
   if (a.num_requests <= 0 || a.query_start == nullptr || a.context_lens == nullptr)
     throw UsageError("forward: the attention batch has no requests");
   if (a.query_start[0] != 0 || a.query_start[a.num_requests] != num_tokens)
-    throw UsageError(fmt::format("forward: query_start must run from 0 to the token count {}, got {}..{}",
-                                 num_tokens, a.query_start[0], a.query_start[a.num_requests]));
+    throw UsageError(fmt::format("forward: query_start must run from 0 to the token count {}, got {}..{}", num_tokens,
+                                 a.query_start[0], a.query_start[a.num_requests]));
   for (int r = 0; r < a.num_requests; ++r) {
     const int begin = a.query_start[r], end = a.query_start[r + 1];
     if (end < begin || end > num_tokens)
@@ -161,13 +164,13 @@ void ModelRunner::validate(const ForwardBatch& b, const KVArena& kv) const {
                                    a.context_lens[r], config_.seq_len));
     for (int i = begin; i < end; ++i)
       if (b.positions[sz(i)] != first_position + (i - begin))
-        throw UsageError(fmt::format("forward: row {} (request {}) has position {}, expected {} (context length {})",
-                                     i, r, b.positions[sz(i)], first_position + (i - begin), a.context_lens[r]));
+        throw UsageError(fmt::format("forward: row {} (request {}) has position {}, expected {} (context length {})", i,
+                                     r, b.positions[sz(i)], first_position + (i - begin), a.context_lens[r]));
   }
   for (size_t i = 0; i < b.logits_rows.size(); ++i)
     if (b.logits_rows[i] < 0 || b.logits_rows[i] >= num_tokens)
-      throw UsageError(fmt::format("forward: logits row {} is outside the batch (0..{})", b.logits_rows[i],
-                                   num_tokens - 1));
+      throw UsageError(
+          fmt::format("forward: logits row {} is outside the batch (0..{})", b.logits_rows[i], num_tokens - 1));
 }
 
 // run.c rmsnorm, row by row: ss = sum x^2 (in order) / n + eps; out = w * (x / sqrt(ss)).

@@ -16,7 +16,8 @@ void SamplingParams::validate() const {
   if (top_k < 0) throw ConfigError(fmt::format("top_k must be >= 0 (0 = off), got {}", top_k));
   if (!(top_p >= 0.0f && top_p <= 1.0f))
     throw ConfigError(fmt::format("top_p must be in [0, 1] (0 or 1 = off), got {}", top_p));
-  if (!(min_p >= 0.0f && min_p <= 1.0f)) throw ConfigError(fmt::format("min_p must be in [0, 1] (0 = off), got {}", min_p));
+  if (!(min_p >= 0.0f && min_p <= 1.0f))
+    throw ConfigError(fmt::format("min_p must be in [0, 1] (0 = off), got {}", min_p));
   if (!std::isfinite(presence_penalty) || !std::isfinite(frequency_penalty))
     throw ConfigError("presence_penalty and frequency_penalty must be finite");
   if (!(std::isfinite(repetition_penalty) && repetition_penalty > 0.0f))

@@ -19,9 +19,7 @@ namespace pagedkv {
 
 static_assert(std::endian::native == std::endian::little, "pagedkv serializes little-endian");
 
-std::string_view hash_algorithm_name(HashAlgorithm a) {
-  return a == HashAlgorithm::kSha256 ? "sha256" : "xxh3_128";
-}
+std::string_view hash_algorithm_name(HashAlgorithm a) { return a == HashAlgorithm::kSha256 ? "sha256" : "xxh3_128"; }
 
 std::optional<HashAlgorithm> parse_hash_algorithm(std::string_view s) {
   if (s == "xxh3_128" || s == "xxh3" || s == "xxhash") return HashAlgorithm::kXxh3_128;
@@ -246,8 +244,7 @@ inline const std::byte* write_message(std::byte* message, const std::byte* paren
   std::memcpy(message, parent, 16);
   if (bs == 16)  // the common block size: a fixed-size copy is a few moves, not a libc call
     std::memcpy(message + 16, tokens, 16 * sizeof(TokenId));
-  else
-    std::memcpy(message + 16, tokens, bs * sizeof(TokenId));
+  else std::memcpy(message + 16, tokens, bs * sizeof(TokenId));
   return message;
 }
 

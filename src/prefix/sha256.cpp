@@ -135,7 +135,8 @@ void sha256_scalar(const std::byte* message, size_t num_blocks, std::byte* diges
     }
     uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], hh = h[7];
     for (int t = 0; t < 64; ++t) {
-      const uint32_t t1 = hh + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + kRoundConstants[t] + w[t];
+      const uint32_t t1 =
+          hh + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + kRoundConstants[t] + w[t];
       const uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
       hh = g;
       g = f;
@@ -146,7 +147,14 @@ void sha256_scalar(const std::byte* message, size_t num_blocks, std::byte* diges
       b = a;
       a = t1 + t2;
     }
-    h[0] += a; h[1] += b; h[2] += c; h[3] += d; h[4] += e; h[5] += f; h[6] += g; h[7] += hh;
+    h[0] += a;
+    h[1] += b;
+    h[2] += c;
+    h[3] += d;
+    h[4] += e;
+    h[5] += f;
+    h[6] += g;
+    h[7] += hh;
   }
   for (int i = 0; i < 8; ++i)
     for (int k = 0; k < 4; ++k) digest[4 * i + k] = static_cast<std::byte>(h[i] >> (24 - 8 * k));
@@ -163,11 +171,16 @@ void sha256_pad(std::byte* buf, size_t len) {
 void sha256_hardware_lanes(const std::byte* const* messages, int num_lanes, size_t num_blocks,
                            std::byte* const* digests) {
   switch (num_lanes) {
-    case 1: return compress_lanes<1>(messages, num_blocks, digests);
-    case 2: return compress_lanes<2>(messages, num_blocks, digests);
-    case 3: return compress_lanes<3>(messages, num_blocks, digests);
-    case 4: return compress_lanes<4>(messages, num_blocks, digests);
-    default: __builtin_trap();  // callers pass 1..kSha256MaxLanes
+    case 1:
+      return compress_lanes<1>(messages, num_blocks, digests);
+    case 2:
+      return compress_lanes<2>(messages, num_blocks, digests);
+    case 3:
+      return compress_lanes<3>(messages, num_blocks, digests);
+    case 4:
+      return compress_lanes<4>(messages, num_blocks, digests);
+    default:
+      __builtin_trap();  // callers pass 1..kSha256MaxLanes
   }
 }
 

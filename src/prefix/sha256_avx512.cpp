@@ -54,7 +54,8 @@ inline void transpose16(__m512i rows[16]) {
   // Column 4k + j: chunk m comes from chunk k of u[4m + j].
   for (int j = 0; j < 4; ++j) {
     const __m512i x0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x44), x1 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xee);
-    const __m512i y0 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x44), y1 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xee);
+    const __m512i y0 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x44),
+                  y1 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xee);
     rows[j] = _mm512_shuffle_i32x4(x0, y0, 0x88);
     rows[4 + j] = _mm512_shuffle_i32x4(x0, y0, 0xdd);
     rows[8 + j] = _mm512_shuffle_i32x4(x1, y1, 0x88);
@@ -95,7 +96,8 @@ inline void compress(__m512i h[8], __m512i w[16]) {
 }
 
 inline __m512i to_big_endian_words(__m512i x) {
-  return _mm512_shuffle_epi8(x, _mm512_broadcast_i32x4(_mm_set_epi8(12, 13, 14, 15, 8, 9, 10, 11, 4, 5, 6, 7, 0, 1, 2, 3)));
+  return _mm512_shuffle_epi8(
+      x, _mm512_broadcast_i32x4(_mm_set_epi8(12, 13, 14, 15, 8, 9, 10, 11, 4, 5, 6, 7, 0, 1, 2, 3)));
 }
 
 inline void initial_state(__m512i h[8]) {

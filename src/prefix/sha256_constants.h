@@ -19,6 +19,6 @@ alignas(64) inline constexpr uint32_t kRoundConstants[64] = {
 
 // FIPS 180-4, 5.3.3: the initial hash value H(0) = a..h.
 inline constexpr uint32_t kInitial[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                                  0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+                                         0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
 
 }  // namespace pagedkv::sha256_detail

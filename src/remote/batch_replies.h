@@ -26,7 +26,8 @@ class BatchReplies {
     else error(r, false);
   }
   void get(size_t i, const redisReply& r, const std::function<void(size_t, std::span<const std::byte>)>& on_value) {
-    if (r.type == REDIS_REPLY_STRING) on_value(i, std::span<const std::byte>(reinterpret_cast<const std::byte*>(r.str), r.len));
+    if (r.type == REDIS_REPLY_STRING)
+      on_value(i, std::span<const std::byte>(reinterpret_cast<const std::byte*>(r.str), r.len));
     else error(r, false);
   }
   void set(size_t i, const redisReply& r, std::vector<uint8_t>& stored) {

@@ -53,9 +53,9 @@ bool parse_redirection(std::string_view e, const std::string& answered_by, int& 
 // What a node's reply to one key's command means for where the key lives.
 struct Routing {
   enum Kind : uint8_t {
-    kAnswer,     // the command's own reply (a value, a status, an error of the command)
-    kMoved,      // the slot lives at `to` now
-    kAsk,        // the slot is migrating and the key may be at `to`: ask there once, after ASKING
+    kAnswer,  // the command's own reply (a value, a status, an error of the command)
+    kMoved,  // the slot lives at `to` now
+    kAsk,  // the slot is migrating and the key may be at `to`: ask there once, after ASKING
     kNotServed,  // the slot is not served right now (a failover, a migration, a replica loading)
   } kind = kAnswer;
   int slot = 0;
@@ -97,17 +97,14 @@ RedisClusterStore::Node& RedisClusterStore::node(const ClusterNodeAddress& addre
     url.host = address.host;
     url.port = address.port;
     url.db = 0;  // a cluster has only database 0
-    slot = std::make_unique<Node>(address, std::move(url),
-                                  RedisConnectionOptions{options_.connect_timeout, options_.io_timeout,
-                                                         options_.keep_read_buffer},
-                                  options_);
+    slot = std::make_unique<Node>(
+        address, std::move(url),
+        RedisConnectionOptions{options_.connect_timeout, options_.io_timeout, options_.keep_read_buffer}, options_);
   }
   return *slot;
 }
 
-RedisClusterStore::Node& RedisClusterStore::node(int index) {
-  return node(map_->nodes()[static_cast<size_t>(index)]);
-}
+RedisClusterStore::Node& RedisClusterStore::node(int index) { return node(map_->nodes()[static_cast<size_t>(index)]); }
 
 void RedisClusterStore::node_failed(Node& n) {
   ++stats_.node_failures;
@@ -249,10 +246,10 @@ RemoteStatus RedisClusterStore::run(Op op, std::span<const std::string> keys,
   struct Flight {
     Node* node = nullptr;
     std::vector<size_t> keys;
-    size_t sent = 0, read = 0;      // keys[0, sent) went out; keys[0, read) were answered
+    size_t sent = 0, read = 0;  // keys[0, sent) went out; keys[0, read) were answered
     std::deque<size_t> piece_ends;  // ends of the pieces in the air (at most two)
     bool reused = false, done = false;
-    bool asking_answered = false;   // the key at `read` went with ASKING, whose +OK came
+    bool asking_answered = false;  // the key at `read` went with ASKING, whose +OK came
   };
   while (!pending.empty()) {
     std::map<int, Flight> flights;  // by node index
@@ -297,11 +294,15 @@ RemoteStatus RedisClusterStore::run(Op op, std::span<const std::string> keys,
         const size_t i = f.keys[k];
         if (ask_to[i] != kNoNode) nd.conn.append({"ASKING"});
         switch (op) {
-          case Op::kExists: nd.conn.append({"EXISTS", keys[i]}); break;
-          case Op::kGet: nd.conn.append({"GET", keys[i]}); break;
+          case Op::kExists:
+            nd.conn.append({"EXISTS", keys[i]});
+            break;
+          case Op::kGet:
+            nd.conn.append({"GET", keys[i]});
+            break;
           case Op::kSet:
-            nd.conn.append({"SET", keys[i],
-                            std::string_view(reinterpret_cast<const char*>(values[i].data()), values[i].size())});
+            nd.conn.append(
+                {"SET", keys[i], std::string_view(reinterpret_cast<const char*>(values[i].data()), values[i].size())});
             if (options_.write_chunk_bytes > 0 && nd.conn.queued_bytes() >= options_.write_chunk_bytes)
               ok = nd.conn.write_queued();
             break;
@@ -325,7 +326,8 @@ RemoteStatus RedisClusterStore::run(Op op, std::span<const std::string> keys,
       if (f.read == f.piece_ends.front()) f.piece_ends.pop_front();
       const Routing routing = routing_of(*r, nd.address.host);
       switch (routing.kind) {
-        case Routing::kAnswer: break;
+        case Routing::kAnswer:
+          break;
         case Routing::kMoved:
         case Routing::kAsk:
           if (++redirections[i] > options_.max_redirections) {
@@ -408,7 +410,8 @@ RemoteStatus RedisClusterStore::run(Op op, std::span<const std::string> keys,
 RemoteStatus RedisClusterStore::exists(std::span<const std::string> keys, std::vector<uint8_t>& present) {
   present.assign(keys.size(), 0);
   BatchReplies replies(error_);
-  return replies.status(run(Op::kExists, keys, {}, [&](size_t i, const redisReply& r) { replies.exists(i, r, present); }));
+  return replies.status(
+      run(Op::kExists, keys, {}, [&](size_t i, const redisReply& r) { replies.exists(i, r, present); }));
 }
 
 RemoteStatus RedisClusterStore::get(std::span<const std::string> keys,

@@ -72,7 +72,8 @@ RemoteStatus RedisStore::exists_once(std::span<const std::string> keys, std::vec
   if (!connect()) return RemoteStatus::kUnavailable;
   for (const std::string& k : keys) conn_.append({"EXISTS", k});
   BatchReplies replies(error_);
-  return replies.status(read_replies(keys.size(), [&](size_t i, const redisReply& r) { replies.exists(i, r, present); }));
+  return replies.status(
+      read_replies(keys.size(), [&](size_t i, const redisReply& r) { replies.exists(i, r, present); }));
 }
 
 RemoteStatus RedisStore::get(std::span<const std::string> keys,
@@ -81,7 +82,7 @@ RemoteStatus RedisStore::get(std::span<const std::string> keys,
 }
 
 RemoteStatus RedisStore::get_once(std::span<const std::string> keys,
-                             const std::function<void(size_t, std::span<const std::byte>)>& on_value) {
+                                  const std::function<void(size_t, std::span<const std::byte>)>& on_value) {
   if (keys.empty()) return RemoteStatus::kOk;
   if (!connect()) return RemoteStatus::kUnavailable;
   BatchReplies replies(error_);
@@ -89,7 +90,8 @@ RemoteStatus RedisStore::get_once(std::span<const std::string> keys,
   for (size_t first = 0; first < keys.size(); first += depth) {
     const size_t n = std::min(depth, keys.size() - first);
     for (size_t i = first; i < first + n; ++i) conn_.append({"GET", keys[i]});
-    const RemoteStatus st = read_replies(n, [&](size_t i, const redisReply& r) { replies.get(first + i, r, on_value); });
+    const RemoteStatus st =
+        read_replies(n, [&](size_t i, const redisReply& r) { replies.get(first + i, r, on_value); });
     if (st != RemoteStatus::kOk) return st;
   }
   return replies.status();
@@ -101,7 +103,7 @@ RemoteStatus RedisStore::set(std::span<const std::string> keys, std::span<const 
 }
 
 RemoteStatus RedisStore::set_once(std::span<const std::string> keys, std::span<const std::span<const std::byte>> values,
-                             std::vector<uint8_t>& stored) {
+                                  std::vector<uint8_t>& stored) {
   stored.assign(keys.size(), 0);
   if (keys.empty()) return RemoteStatus::kOk;
   if (!connect()) return RemoteStatus::kUnavailable;
@@ -136,8 +138,10 @@ void use_redis_tier(TierConfig& tiers, const RedisTierSettings& settings) {
     throw ConfigError(fmt::format("the remote tier's timeout must be at least 1 ms, got {}", settings.timeout_ms));
   // A hash tag in the prefix would put every block in one slot, on one node of a cluster.
   if (settings.key_prefix.find_first_of("{}") != std::string::npos)
-    throw ConfigError(fmt::format("--remote-cache-prefix '{}' must not contain '{{' or '}}' (a Redis Cluster hash tag "
-                                  "would put every block on one node)", settings.key_prefix));
+    throw ConfigError(
+        fmt::format("--remote-cache-prefix '{}' must not contain '{{' or '}}' (a Redis Cluster hash tag "
+                    "would put every block on one node)",
+                    settings.key_prefix));
   const auto timeout = std::chrono::milliseconds(settings.timeout_ms);
   RedisClusterStoreOptions cluster;
   cluster.connect_timeout = cluster.io_timeout = timeout;

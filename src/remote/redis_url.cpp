@@ -15,8 +15,8 @@ namespace {
   if (auto at = shown.rfind('@'); at != std::string::npos)
     if (auto slashes = shown.find("//"); slashes != std::string::npos && slashes < at)
       shown = shown.substr(0, slashes + 2) + "***" + shown.substr(at);
-  throw ConfigError(fmt::format("--remote-cache: '{}' is not a Redis URL redis://[user:password@]host:port[/db]: {}",
-                                shown, why));
+  throw ConfigError(
+      fmt::format("--remote-cache: '{}' is not a Redis URL redis://[user:password@]host:port[/db]: {}", shown, why));
 }
 
 [[noreturn]] void bad_cluster_url(std::string_view url, std::string_view why) {

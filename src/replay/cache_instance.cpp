@@ -32,8 +32,8 @@ KVCacheManagerConfig replay_manager_config(const CacheInstanceConfig& c, LengthA
   m.cache.groups.push_back(group);
   // Bounds each request's block table; left at 0 the manager would size tables for the pool.
   const int64_t pool_tokens = c.capacity_blocks * c.block_size;
-  m.max_model_len = static_cast<int>(std::min<int64_t>(std::max(c.max_prompt_tokens, 1), std::min<int64_t>(
-      pool_tokens, std::numeric_limits<int>::max())));
+  m.max_model_len = static_cast<int>(std::min<int64_t>(
+      std::max(c.max_prompt_tokens, 1), std::min<int64_t>(pool_tokens, std::numeric_limits<int>::max())));
   m.enable_caching = true;
   m.hash_algorithm = c.hash_algorithm;
   m.watermark = 0.0;

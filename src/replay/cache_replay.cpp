@@ -21,7 +21,8 @@ CacheReplayResult replay_cache(const Trace& trace, const CacheReplayConfig& conf
   res.policy = config.policy;
   res.block_size = config.block_size;
   res.capacity_blocks = config.capacity_blocks;
-  res.pool_blocks = std::min(config.capacity_blocks, std::max<int64_t>(1, trace.total_prompt_blocks(config.block_size)));
+  res.pool_blocks =
+      std::min(config.capacity_blocks, std::max<int64_t>(1, trace.total_prompt_blocks(config.block_size)));
 
   CacheInstanceConfig ic;
   ic.block_size = config.block_size;

@@ -16,9 +16,12 @@ namespace pagedkv {
 
 std::string_view router_name(RouterKind r) {
   switch (r) {
-    case RouterKind::kRoundRobin: return "round-robin";
-    case RouterKind::kCacheAware: return "cache-aware";
-    case RouterKind::kKv: return "kv";
+    case RouterKind::kRoundRobin:
+      return "round-robin";
+    case RouterKind::kCacheAware:
+      return "cache-aware";
+    case RouterKind::kKv:
+      return "kv";
   }
   return "?";
 }
@@ -77,7 +80,8 @@ class Router {
   };
   using InFlightQueue = std::priority_queue<InFlight, std::vector<InFlight>, std::greater<>>;
 
-  size_t route_kv(const TraceRequest& record, Request& request, std::vector<std::unique_ptr<CacheInstance>>& instances) {
+  size_t route_kv(const TraceRequest& record, Request& request,
+                  std::vector<std::unique_ptr<CacheInstance>>& instances) {
     const double now = record.arrival_ms;
     for (size_t k = 0; k < instances.size(); ++k)
       while (!in_flight_[k].empty() && in_flight_[k].top().end_ms <= now) {
@@ -91,7 +95,8 @@ class Router {
     double best = 0;
     for (size_t j = 0; j < n; ++j) {
       const size_t k = (start + j) % n;
-      const double to_prefill = std::max<double>(0, static_cast<double>(prompt_blocks - instances[k]->peek_hit_blocks(request)));
+      const double to_prefill =
+          std::max<double>(0, static_cast<double>(prompt_blocks - instances[k]->peek_hit_blocks(request)));
       const double cost = prefill_scale_ * to_prefill + static_cast<double>(load_blocks_[k]);
       if (j == 0 || cost < best || (cost == best && in_flight_[k].size() < in_flight_[pick].size())) {
         best = cost;
@@ -99,7 +104,8 @@ class Router {
       }
     }
     if (record.latency_ms > 0) {
-      const int64_t blocks = ceil_div<int64_t>(static_cast<int64_t>(record.input_tokens) + record.output_tokens, block_size_);
+      const int64_t blocks =
+          ceil_div<int64_t>(static_cast<int64_t>(record.input_tokens) + record.output_tokens, block_size_);
       in_flight_[pick].push({now + record.latency_ms, blocks});
       load_blocks_[pick] += blocks;
     }
@@ -181,7 +187,8 @@ ClusterReplayResult replay_cluster(const Trace& trace, const ClusterReplayConfig
     local.allocated_blocks += static_cast<int64_t>(s.allocated_blocks);
     local.cached_blocks += static_cast<int64_t>(s.cached_blocks_stored);
   }
-  local.block_ops = local.hit_blocks + local.allocated_blocks + local.cached_blocks + (local.hit_blocks + local.allocated_blocks);
+  local.block_ops =
+      local.hit_blocks + local.allocated_blocks + local.cached_blocks + (local.hit_blocks + local.allocated_blocks);
   local.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   local.cpu_seconds = thread_cpu_seconds() - cpu_start;
   instances.clear();  // free the instances' pools before the global one is built

@@ -32,7 +32,8 @@ std::string quoted(std::string_view s) {
 
 std::string terminal_for(const std::filesystem::path& out, int width, int height) {
   const std::string ext = out.extension().string();
-  if (ext == ".svg") return fmt::format("svg size {},{} dynamic font 'Helvetica,13' background rgb 'white'", width, height);
+  if (ext == ".svg")
+    return fmt::format("svg size {},{} dynamic font 'Helvetica,13' background rgb 'white'", width, height);
   if (ext == ".png") return fmt::format("pngcairo size {},{} font 'Helvetica,12'", width * 11 / 9, height * 11 / 9);
   throw UsageError(fmt::format("plot: output '{}' must end in .svg or .png", out.string()));
 }
@@ -54,7 +55,8 @@ void run(const std::string& script, const TempDir& dir, const std::filesystem::p
   const auto script_path = dir.path() / "plot.gp";
   const auto err_path = dir.path() / "gnuplot.err";
   std::ofstream(script_path) << script;
-  const std::string cmd = fmt::format("gnuplot {} 2>{}", shell_quoted(script_path.string()), shell_quoted(err_path.string()));
+  const std::string cmd =
+      fmt::format("gnuplot {} 2>{}", shell_quoted(script_path.string()), shell_quoted(err_path.string()));
   if (std::system(cmd.c_str()) != 0) {
     std::ifstream err(err_path);
     const std::string msg((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());

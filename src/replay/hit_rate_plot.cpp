@@ -36,7 +36,8 @@ void write_hit_rate_plot(const std::vector<CacheReplayResult>& runs, const std::
   }
   std::map<std::string, const CacheReplayResult*> plateaus;
   for (auto& [trace, list] : plateaus_by_trace) {
-    const bool all_equal = std::all_of(list.begin(), list.end(), [&](auto* r) { return r->hit_blocks == list.front()->hit_blocks; });
+    const bool all_equal =
+        std::all_of(list.begin(), list.end(), [&](auto* r) { return r->hit_blocks == list.front()->hit_blocks; });
     if (all_equal) plateaus[traces.size() > 1 ? trace : std::string("all policies")] = list.front();
     else
       for (auto* r : list) plateaus[label(*r)] = r;
@@ -61,17 +62,20 @@ void write_hit_rate_plot(const std::vector<CacheReplayResult>& runs, const std::
     }
   }
   const std::string metric = options.token_hit_rate ? "token hit rate" : "block hit rate";
-  const std::string title = options.title.empty()
-      ? fmt::format("Prefix-cache {} vs capacity (block size {}, cache-only replay)", metric, block_size)
-      : options.title;
+  const std::string title =
+      options.title.empty()
+          ? fmt::format("Prefix-cache {} vs capacity (block size {}, cache-only replay)", metric, block_size)
+          : options.title;
   std::string script;
   script += fmt::format("set terminal {}\nset output {}\n", terminal, gnuplot::quoted(out.string()));
   // Trace names hold underscores: text from data is "noenhanced" (no sub/superscripts).
   script += fmt::format("set title {} noenhanced\n", gnuplot::quoted(title));
   script += fmt::format("set xlabel {}\n", gnuplot::quoted(options.x_in_tokens ? "cache capacity (tokens, log scale)"
-                                                                       : "cache capacity (blocks, log scale)"));
+                                                                               : "cache capacity (blocks, log scale)"));
   script += fmt::format("set ylabel {}\n", gnuplot::quoted(metric + " (%)"));
-  script += "set logscale x\nset format x '10^{%L}'\nset grid\nset key below left Left reverse maxrows 4 height 1.5\nset yrange [0:*]\n";
+  script +=
+      "set logscale x\nset format x '10^{%L}'\nset grid\nset key below left Left reverse maxrows 4 height 1.5\nset "
+      "yrange [0:*]\n";
   // The x range spans the finite capacities (and marks); plateaus are drawn across it.
   double x_min = 0, x_max = 0;
   for (const auto& [key, list] : curves)
@@ -85,7 +89,8 @@ void write_hit_rate_plot(const std::vector<CacheReplayResult>& runs, const std::
   }
   if (x_min > 0 && x_max > x_min) script += fmt::format("set xrange [{}:{}]\n", x_min, x_max);
   for (size_t i = 0; i < options.marks_x.size(); ++i) {
-    script += fmt::format("set arrow from {0},graph 0 to {0},graph 1 nohead dt 3 lc rgb 'gray40'\n", options.marks_x[i]);
+    script +=
+        fmt::format("set arrow from {0},graph 0 to {0},graph 1 nohead dt 3 lc rgb 'gray40'\n", options.marks_x[i]);
     if (i < options.marks_label.size())
       script += fmt::format("set label {} at {},graph 0.97 right offset -0.5,0 textcolor rgb 'gray30' noenhanced\n",
                             gnuplot::quoted(options.marks_label[i]), options.marks_x[i]);
@@ -100,7 +105,7 @@ void write_hit_rate_plot(const std::vector<CacheReplayResult>& runs, const std::
                                 gnuplot::quoted(data_path.string()), index++, color++, gnuplot::quoted(key)));
   }
   for (auto& [key, r] : plateaus) {
-    const std::string c = color_of.contains(key) ? fmt::format("{}", color_of[key])
+    const std::string c = color_of.contains(key)  ? fmt::format("{}", color_of[key])
                           : key == "all policies" ? std::string("rgb 'gray30'")
                                                   : fmt::format("{}", color++);
     plots.push_back(fmt::format("{:.4f} with lines dt 2 lc {} title {} noenhanced", y_of(*r), c,

@@ -58,7 +58,7 @@ const std::array<StepCostModel, 3>& presets() {
 
 double StepCostModel::step_seconds(const StepWork& w) const {
   const double gemm_ms = static_cast<double>(w.prefill_tokens) / prefill_tokens_per_s * 1e3 +
-                        static_cast<double>(w.decode_seqs) * decode_ms_per_seq;
+                         static_cast<double>(w.decode_seqs) * decode_ms_per_seq;
   double ms = overlap_weight_read ? std::max(step_overhead_ms, gemm_ms) : step_overhead_ms + gemm_ms;
   ms += w.prefill_token_pairs * prefill_attention_ms_per_mpair / 1e6;
   ms += static_cast<double>(w.decode_context_tokens) * decode_attention_ms_per_ktoken / 1e3;

@@ -49,7 +49,8 @@ LatencySummary summarize_latencies(std::vector<double> values) {
 
 TimedReplayResult replay_timed(const Trace& trace, const TimedReplayConfig& config) {
   config.cost.validate();
-  if (!(config.time_scale > 0)) throw ConfigError(fmt::format("time scale must be positive, got {}", config.time_scale));
+  if (!(config.time_scale > 0))
+    throw ConfigError(fmt::format("time scale must be positive, got {}", config.time_scale));
   if (!(config.timeline_interval_s > 0))
     throw ConfigError(fmt::format("timeline interval must be positive, got {}", config.timeline_interval_s));
   const double cpu_start = thread_cpu_seconds();
@@ -73,7 +74,8 @@ TimedReplayResult replay_timed(const Trace& trace, const TimedReplayConfig& conf
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return trace.requests[a].arrival_ms < trace.requests[b].arrival_ms; });
-  for (size_t i = 0; i < trace.size(); ++i) times[i].arrival = trace.requests[i].arrival_ms / 1000.0 * config.time_scale;
+  for (size_t i = 0; i < trace.size(); ++i)
+    times[i].arrival = trace.requests[i].arrival_ms / 1000.0 * config.time_scale;
 
   double now = order.empty() ? 0.0 : times[order.front()].arrival;
   const double start = now;

@@ -6,10 +6,14 @@ namespace pagedkv {
 
 std::string_view trace_format_name(TraceFormat f) {
   switch (f) {
-    case TraceFormat::kAuto: return "auto";
-    case TraceFormat::kMooncake: return "mooncake";
-    case TraceFormat::kAzure: return "azure";
-    case TraceFormat::kTokens: return "tokens";
+    case TraceFormat::kAuto:
+      return "auto";
+    case TraceFormat::kMooncake:
+      return "mooncake";
+    case TraceFormat::kAzure:
+      return "azure";
+    case TraceFormat::kTokens:
+      return "tokens";
   }
   return "?";
 }

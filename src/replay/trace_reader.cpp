@@ -120,7 +120,8 @@ TraceRequest json_record_header(const Json& j, int32_t line, const Trace& trace)
   if (auto it = j.find("latency_ms"); it != j.end() && !it->is_null()) {
     if (!it->is_number()) throw BadRecord{fmt::format("field \"latency_ms\" must be a number, got {}", it->dump())};
     const double l = it->get<double>();
-    if (!std::isfinite(l) || l < 0) throw BadRecord{fmt::format("field \"latency_ms\" = {} must be finite and >= 0", l)};
+    if (!std::isfinite(l) || l < 0)
+      throw BadRecord{fmt::format("field \"latency_ms\" = {} must be finite and >= 0", l)};
     r.latency_ms = l;
   }
   return r;
@@ -152,7 +153,8 @@ Trace parse_mooncake(std::string_view text, const std::string& name, const Trace
       ids.clear();
       for (const Json& id : *h) {
         if (id.is_number_unsigned()) ids.push_back(id.get<uint64_t>());
-        else if (id.is_number_integer() && id.get<int64_t>() >= 0) ids.push_back(static_cast<uint64_t>(id.get<int64_t>()));
+        else if (id.is_number_integer() && id.get<int64_t>() >= 0)
+          ids.push_back(static_cast<uint64_t>(id.get<int64_t>()));
         else throw BadRecord{fmt::format("hash id {} is not a non-negative integer", id.dump())};
       }
       const int64_t expected = (int64_t{r.input_tokens} + kMooncakeBlockTokens - 1) / kMooncakeBlockTokens;
@@ -166,8 +168,10 @@ Trace parse_mooncake(std::string_view text, const std::string& name, const Trace
         auto [it, inserted] = dense_ids.try_emplace(id, static_cast<uint32_t>(dense_ids.size()));
         const int64_t first = int64_t{it->second} * kMooncakeBlockTokens;
         if (first + kMooncakeBlockTokens - 1 > kMaxTokenValue)
-          throw FormatError(fmt::format("{}:{}: more than {} distinct hash ids; their token values no longer fit "
-                                        "a 32-bit token id", name, number, (kMaxTokenValue + 1) / kMooncakeBlockTokens));
+          throw FormatError(
+              fmt::format("{}:{}: more than {} distinct hash ids; their token values no longer fit "
+                          "a 32-bit token id",
+                          name, number, (kMaxTokenValue + 1) / kMooncakeBlockTokens));
         const int32_t len = std::min(left, kMooncakeBlockTokens);
         trace.runs.push_back(ContentRun{first, len, false});
         left -= len;
@@ -202,8 +206,7 @@ Trace parse_tokens(std::string_view text, const std::string& name, const TraceRe
           throw BadRecord{fmt::format("token {} is not an integer in [0, {}]", tok.dump(), kMaxTokenValue)};
         tokens.push_back(static_cast<TokenId>(tok.get<int64_t>()));
       }
-      if (tokens.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max()))
-        throw BadRecord{"prompt too long"};
+      if (tokens.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) throw BadRecord{"prompt too long"};
       r.input_tokens = static_cast<int32_t>(tokens.size());
       r.first_run = static_cast<uint32_t>(trace.runs.size());
       r.num_runs = 1;
@@ -270,8 +273,8 @@ int64_t days_from_civil(int64_t y, unsigned m, unsigned d) {
 // A timestamp split so that differences keep the traces' 100 ns resolution (a double of
 // milliseconds since 1970 only resolves about 0.2 us).
 struct Timestamp {
-  int64_t seconds = 0;   // since 1970-01-01, UTC assumed
-  double fraction = 0;   // [0, 1)
+  int64_t seconds = 0;  // since 1970-01-01, UTC assumed
+  double fraction = 0;  // [0, 1)
 };
 
 // "YYYY-MM-DD HH:MM:SS[.fraction]"
@@ -279,7 +282,8 @@ std::optional<Timestamp> parse_timestamp(std::string_view s) {
   if (s.size() < 19 || s[4] != '-' || s[7] != '-' || (s[10] != ' ' && s[10] != 'T') || s[13] != ':' || s[16] != ':')
     return std::nullopt;
   auto field = [&](size_t pos, size_t len) { return parse_number<int>(s.substr(pos, len)); };
-  const auto y = field(0, 4), mo = field(5, 2), d = field(8, 2), h = field(11, 2), mi = field(14, 2), sec = field(17, 2);
+  const auto y = field(0, 4), mo = field(5, 2), d = field(8, 2), h = field(11, 2), mi = field(14, 2),
+             sec = field(17, 2);
   if (!y || !mo || !d || !h || !mi || !sec) return std::nullopt;
   if (*mo < 1 || *mo > 12 || *d < 1 || *d > 31 || *h < 0 || *h > 23 || *mi < 0 || *mi > 59 || *sec < 0 || *sec > 60)
     return std::nullopt;
@@ -293,7 +297,8 @@ std::optional<Timestamp> parse_timestamp(std::string_view s) {
       scale /= 10;
     }
   }
-  t.seconds = days_from_civil(*y, static_cast<unsigned>(*mo), static_cast<unsigned>(*d)) * 86400 + *h * 3600 + *mi * 60 + *sec;
+  t.seconds =
+      days_from_civil(*y, static_cast<unsigned>(*mo), static_cast<unsigned>(*d)) * 86400 + *h * 3600 + *mi * 60 + *sec;
   return t;
 }
 
@@ -336,8 +341,10 @@ Trace parse_azure(std::string_view text, const std::string& name, const TraceRea
         else if (cells[c] == "GeneratedTokens") col_generated = static_cast<int>(c);
       }
       if (col_time < 0 || col_context < 0 || col_generated < 0)
-        throw FormatError(fmt::format("{}:{}: the header must name the columns TIMESTAMP, ContextTokens and "
-                                      "GeneratedTokens, got \"{}\"", name, number, line));
+        throw FormatError(
+            fmt::format("{}:{}: the header must name the columns TIMESTAMP, ContextTokens and "
+                        "GeneratedTokens, got \"{}\"",
+                        name, number, line));
       num_columns = cells.size();
       header_seen = true;
       return true;
@@ -350,11 +357,13 @@ Trace parse_azure(std::string_view text, const std::string& name, const TraceRea
       if (cells.size() != num_columns)
         throw BadRecord{fmt::format("{} columns where the header has {}", cells.size(), num_columns)};
       const auto when = parse_timestamp(cells[static_cast<size_t>(col_time)]);
-      if (!when) throw BadRecord{fmt::format("TIMESTAMP \"{}\" is not YYYY-MM-DD HH:MM:SS[.fraction]",
-                                           cells[static_cast<size_t>(col_time)])};
+      if (!when)
+        throw BadRecord{fmt::format("TIMESTAMP \"{}\" is not YYYY-MM-DD HH:MM:SS[.fraction]",
+                                    cells[static_cast<size_t>(col_time)])};
       const auto context = parse_number<int32_t>(cells[static_cast<size_t>(col_context)]);
       if (!context || *context < 1)
-        throw BadRecord{fmt::format("ContextTokens \"{}\" is not a positive integer", cells[static_cast<size_t>(col_context)])};
+        throw BadRecord{
+            fmt::format("ContextTokens \"{}\" is not a positive integer", cells[static_cast<size_t>(col_context)])};
       const auto generated = parse_number<int32_t>(cells[static_cast<size_t>(col_generated)]);
       if (!generated || *generated < 0)
         throw BadRecord{fmt::format("GeneratedTokens \"{}\" is not a non-negative integer",
@@ -369,14 +378,16 @@ Trace parse_azure(std::string_view text, const std::string& name, const TraceRea
       r.first_run = static_cast<uint32_t>(trace.runs.size());
       int32_t shared = 0;
       if (u_share < model.share_probability) {
-        const size_t k = static_cast<size_t>(std::lower_bound(zipf_cdf.begin(), zipf_cdf.end(), u_prompt) - zipf_cdf.begin());
+        const size_t k =
+            static_cast<size_t>(std::lower_bound(zipf_cdf.begin(), zipf_cdf.end(), u_prompt) - zipf_cdf.begin());
         const size_t kk = std::min(k, zipf_cdf.size() - 1);
         shared = std::min(prompt_len[kk], r.input_tokens);
         trace.runs.push_back(ContentRun{prompt_first[kk], shared, false});
       }
       if (r.input_tokens > shared) {
         if (next_value + (r.input_tokens - shared) - 1 > kMaxTokenValue)
-          throw FormatError(fmt::format("{}:{}: the trace's unique prompt tokens no longer fit 32-bit token ids", name, number));
+          throw FormatError(
+              fmt::format("{}:{}: the trace's unique prompt tokens no longer fit 32-bit token ids", name, number));
         trace.runs.push_back(ContentRun{next_value, r.input_tokens - shared, false});
         next_value += r.input_tokens - shared;
       }
@@ -406,8 +417,10 @@ TraceFormat detect_format(const std::filesystem::path& path, std::string_view te
     if (j.is_object() && j.contains("hash_ids")) found = TraceFormat::kMooncake;
     else if (j.is_object() && j.contains("tokens")) found = TraceFormat::kTokens;
     else
-      throw FormatError(fmt::format("{}:{}: cannot tell the trace format: the first record has neither \"hash_ids\" "
-                                    "(Mooncake) nor \"tokens\" (pagedkv JSONL); pass --format", path.string(), number));
+      throw FormatError(
+          fmt::format("{}:{}: cannot tell the trace format: the first record has neither \"hash_ids\" "
+                      "(Mooncake) nor \"tokens\" (pagedkv JSONL); pass --format",
+                      path.string(), number));
     return false;
   });
   if (found == TraceFormat::kAuto) throw FormatError(fmt::format("{}: the trace is empty", path.string()));
@@ -416,10 +429,14 @@ TraceFormat detect_format(const std::filesystem::path& path, std::string_view te
 
 Trace parse(TraceFormat format, std::string_view text, const std::string& name, const TraceReadOptions& options) {
   switch (format) {
-    case TraceFormat::kMooncake: return parse_mooncake(text, name, options);
-    case TraceFormat::kAzure: return parse_azure(text, name, options);
-    case TraceFormat::kTokens: return parse_tokens(text, name, options);
-    case TraceFormat::kAuto: break;
+    case TraceFormat::kMooncake:
+      return parse_mooncake(text, name, options);
+    case TraceFormat::kAzure:
+      return parse_azure(text, name, options);
+    case TraceFormat::kTokens:
+      return parse_tokens(text, name, options);
+    case TraceFormat::kAuto:
+      break;
   }
   throw UsageError("parse: the trace format must be resolved first");
 }
@@ -435,7 +452,8 @@ void AzurePrefixModel::validate() const {
     throw ConfigError(fmt::format("azure prefix model: prompt lengths need 1 <= min <= max, got [{}, {}]",
                                   min_prompt_tokens, max_prompt_tokens));
   if (!(share_probability >= 0 && share_probability <= 1))
-    throw ConfigError(fmt::format("azure prefix model: share_probability must be in [0, 1], got {}", share_probability));
+    throw ConfigError(
+        fmt::format("azure prefix model: share_probability must be in [0, 1], got {}", share_probability));
 }
 
 std::optional<TraceFormat> parse_trace_format(std::string_view s) {

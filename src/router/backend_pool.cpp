@@ -35,8 +35,9 @@ BackendAddress BackendAddress::parse(std::string_view url) {
   a.host = rest.substr(0, colon);
   if (a.host.size() > 2 && a.host.front() == '[' && a.host.back() == ']') a.host = a.host.substr(1, a.host.size() - 2);
   const std::string port = rest.substr(colon + 1);
-  if (port.empty() || port.size() > 5 || !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
-      std::stoi(port) < 1 || std::stoi(port) > 65535)
+  if (port.empty() || port.size() > 5 ||
+      !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }) || std::stoi(port) < 1 ||
+      std::stoi(port) > 65535)
     throw ConfigError(fmt::format("backend '{}': the port must be in [1, 65535]", url));
   a.port = std::stoi(port);
   return a;
@@ -132,7 +133,8 @@ std::pair<int, int> BackendPool::sync(const std::vector<BackendAddress>& address
     std::lock_guard lock(mutex_);
     for (const std::unique_ptr<Backend>& b : backends_)
       if (!b->pinned && !b->state.removed &&
-          std::none_of(addresses.begin(), addresses.end(), [&](const BackendAddress& a) { return a.url == b->state.address.url; }))
+          std::none_of(addresses.begin(), addresses.end(),
+                       [&](const BackendAddress& a) { return a.url == b->state.address.url; }))
         gone.push_back(b->state.address.url);
   }
   for (const std::string& url : gone) removed += remove(url);
@@ -275,8 +277,10 @@ void BackendPool::read_events(int i, uint64_t generation, httplib::Client& clien
       try {
         wire = api::parse_kv_events_page(r->body);
         // Events continue exactly where this reader stopped (a gap would be answered with a snapshot).
-        if (!wire.page.snapshot && !wire.page.events.empty() && (wire.page.epoch != epoch || wire.page.events.front().seq != since + 1))
-          throw api::WireError(fmt::format("events start at {} after {} of epoch {:x}", wire.page.events.front().seq, since, epoch));
+        if (!wire.page.snapshot && !wire.page.events.empty() &&
+            (wire.page.epoch != epoch || wire.page.events.front().seq != since + 1))
+          throw api::WireError(
+              fmt::format("events start at {} after {} of epoch {:x}", wire.page.events.front().seq, since, epoch));
       } catch (const api::WireError& e) {
         error = fmt::format("GET /kv_events: malformed page: {}", e.what());
       }

@@ -81,8 +81,8 @@ bool BackendsFileWatcher::poll() {
     const auto [added, removed] = pool_.sync(addresses);
     applied_text_ = std::move(text);
     last_error_.clear();
-    fmt::print(stderr, "router: {} changed: {} backend(s) listed, {} added, {} removed\n", path_, addresses.size(), added,
-               removed);
+    fmt::print(stderr, "router: {} changed: {} backend(s) listed, {} added, {} removed\n", path_, addresses.size(),
+               added, removed);
     return true;
   } catch (const Error& e) {
     if (e.what() != last_error_) fmt::print(stderr, "router: {} (keeping the backends as they are)\n", e.what());

@@ -19,15 +19,14 @@
 namespace pagedkv::router {
 namespace {
 
-using nlohmann::json;
 using api::ApiEndpoint;
 using api::ApiError;
+using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 constexpr auto kPollInterval = 20ms;  // how often a waiting handler checks that its client is still there
 constexpr auto kQueueRetryInterval = 100ms;  // how often a queued request tries the saturated backends again
-
 
 // Holds a place in the router's queue while a request waits for a backend with room.
 struct QueuePlace {
@@ -59,8 +58,8 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 
 // One plain request to a backend (GET, or POST of a JSON body) with the router's upstream
 // timeouts and key: the routes that are not completions.
-httplib::Result backend_request(const BackendAddress& backend, const UpstreamOptions& options, const std::string& method,
-                                const std::string& path, const std::string& body) {
+httplib::Result backend_request(const BackendAddress& backend, const UpstreamOptions& options,
+                                const std::string& method, const std::string& path, const std::string& body) {
   httplib::Client client(backend.host, backend.port);
   client.set_connection_timeout(std::chrono::duration_cast<std::chrono::microseconds>(options.connect_timeout));
   client.set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(options.read_timeout));
@@ -87,10 +86,11 @@ struct RouterServer::RelayedStream {
   std::shared_ptr<StreamMigration> migration;  // null: the stream cannot move
   RoutingPlan routing;
   std::vector<bool> excluded;  // instances that failed this request
-  std::string path;            // the client's endpoint
+  std::string path;  // the client's endpoint
 };
 
-bool RouterServer::continue_elsewhere(RelayedStream& relay, const std::string& request_id, api::DisconnectCheck& watch) {
+bool RouterServer::continue_elsewhere(RelayedStream& relay, const std::string& request_id,
+                                      api::DisconnectCheck& watch) {
   StreamMigration& m = *relay.migration;
   const int dead = relay.placement->backend;
   const bool restart = m.nothing_relayed();  // no chunk yet: the request itself goes elsewhere
@@ -160,7 +160,8 @@ RouterServer::RouterServer(RouterOptions options, BackendPool& pool, BackendChoo
 RouterServer::~RouterServer() = default;
 
 int RouterServer::bind() {
-  return static_cast<api::HttpListener&>(*http_).bind_with_backlog(options_.host, options_.port, options_.listen_backlog);
+  return static_cast<api::HttpListener&>(*http_).bind_with_backlog(options_.host, options_.port,
+                                                                   options_.listen_backlog);
 }
 
 void RouterServer::serve() { static_cast<api::HttpListener&>(*http_).serve_until_stopped(); }
@@ -181,12 +182,13 @@ RoutingPlan RouterServer::plan(const std::string& body, ApiEndpoint endpoint) co
       if (!all_ids) return p;
     }
     api::ModelLimits limits{request.model, model_.max_model_len > 0 ? model_.max_model_len : INT_MAX / 2,
-                               model_.vocab_size > 0 ? model_.vocab_size : INT_MAX};
+                            model_.vocab_size > 0 ? model_.vocab_size : INT_MAX};
     std::vector<api::PreparedPrompt> prompts;
     if (model_.tokenizer) {
       prompts = api::prepare_request(request, *model_.tokenizer, limits);
     } else {
-      for (const api::PromptInput& in : request.prompts) prompts.push_back({in.token_ids, request.max_tokens.value_or(16)});
+      for (const api::PromptInput& in : request.prompts)
+        prompts.push_back({in.token_ids, request.max_tokens.value_or(16)});
     }
     for (const api::PreparedPrompt& prompt : prompts) {
       const int64_t tokens = static_cast<int64_t>(prompt.token_ids.size()) + prompt.max_tokens;
@@ -194,7 +196,8 @@ RoutingPlan RouterServer::plan(const std::string& body, ApiEndpoint endpoint) co
     }
     if (prompts.empty()) return p;
     const std::vector<TokenId>& first = prompts.front().token_ids;
-    p.prompt_blocks = static_cast<int>((first.size() + static_cast<size_t>(block_size) - 1) / static_cast<size_t>(block_size));
+    p.prompt_blocks =
+        static_cast<int>((first.size() + static_cast<size_t>(block_size) - 1) / static_cast<size_t>(block_size));
     if (hashing) {
       const auto algorithm = parse_hash_algorithm(hashing->algorithm);
       if (algorithm) {
@@ -245,7 +248,8 @@ BackendAddress RouterServer::admin_backend_address(const httplib::Request& req) 
   if (url.empty()) {
     const json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
     if (!body.is_object() || !body.contains("url") || !body["url"].is_string())
-      throw ApiError(400, "expected a JSON body {\"url\": \"http://host:port\"} (or ?url=)", "url", "invalid_request_error");
+      throw ApiError(400, "expected a JSON body {\"url\": \"http://host:port\"} (or ?url=)", "url",
+                     "invalid_request_error");
     url = body["url"].get<std::string>();
   }
   try {
@@ -375,8 +379,9 @@ void RouterServer::install_routes() {
       httplib::Result r = backend_request(s.address, options_.upstream, req.method, req.path, req.body);
       if (!r) continue;  // try the next
       res.status = r->status;
-      res.set_content(r->body, r->get_header_value("Content-Type", 0).empty() ? "application/json"
-                                                                               : r->get_header_value("Content-Type").c_str());
+      res.set_content(r->body, r->get_header_value("Content-Type", 0).empty()
+                                   ? "application/json"
+                                   : r->get_header_value("Content-Type").c_str());
       return;
     }
     api::send_api_error(res, ApiError(503, "no backend is healthy", "", "no_backend"));
@@ -413,8 +418,9 @@ void RouterServer::install_routes() {
       const auto received = Clock::now();
       const RoutingPlan routing = plan(req.body, endpoint);
       const std::string client_id = req.get_header_value(api::kRequestIdHeader);
-      const std::string request_id =
-          api::is_valid_request_id(client_id) ? client_id : fmt::format("router-{:016x}", request_ids_.fetch_add(1) ^ id_salt_);
+      const std::string request_id = api::is_valid_request_id(client_id)
+                                         ? client_id
+                                         : fmt::format("router-{:016x}", request_ids_.fetch_add(1) ^ id_salt_);
       res.set_header(api::kRequestIdHeader, request_id);
       const std::string session = session_key(req);
       const int previous_backend = session_backend(session);
@@ -444,8 +450,8 @@ void RouterServer::install_routes() {
                         std::chrono::duration<double>(Clock::now() - received).count());
         pool_.dispatched(backend, routing.load_blocks);
         placement.reset(new Placement{pool_, backend, routing.load_blocks});
-        call = std::make_shared<UpstreamCall>(pool_.address(backend), req.path, upstream_body, options_.upstream, request_id,
-                                              options_.reuse_connections ? &connections_ : nullptr);
+        call = std::make_shared<UpstreamCall>(pool_.address(backend), req.path, upstream_body, options_.upstream,
+                                              request_id, options_.reuse_connections ? &connections_ : nullptr);
         UpstreamCall::State state;
         while ((state = call->wait_headers(kPollInterval)) == UpstreamCall::State::kWaiting) {
           if (watch->client_gone()) {
@@ -465,14 +471,17 @@ void RouterServer::install_routes() {
           const bool refused = call->never_connected();
           if (refused || (call->unanswered() && !retried_unanswered)) {
             metrics_.failed(backend, refused ? "connect" : "unanswered");
-            pool_.mark_down(backend, fmt::format("POST {}: {}{}", req.path, refused ? "" : "closed unanswered: ", call->error()));
+            pool_.mark_down(
+                backend, fmt::format("POST {}: {}{}", req.path, refused ? "" : "closed unanswered: ", call->error()));
             excluded[static_cast<size_t>(backend)] = true;
             retried_unanswered = retried_unanswered || !refused;
             continue;
           }
           metrics_.failed(backend, "upstream_error");
-          fmt::print(stderr, "router: request {} to {} failed: {}\n", request_id, pool_.address(backend).url, call->error());
-          throw ApiError(502, fmt::format("backend {} failed: {}", pool_.address(backend).url, call->error()), "", "bad_gateway");
+          fmt::print(stderr, "router: request {} to {} failed: {}\n", request_id, pool_.address(backend).url,
+                     call->error());
+          throw ApiError(502, fmt::format("backend {} failed: {}", pool_.address(backend).url, call->error()), "",
+                         "bad_gateway");
         }
         if (call->status() == 503) {  // overloaded or draining: another may take it, or this one later
           excluded[static_cast<size_t>(backend)] = true;
@@ -483,16 +492,19 @@ void RouterServer::install_routes() {
             queue_place.reset(new QueuePlace{queued_});
             if (queued_.fetch_add(1) >= options_.max_queued) {
               metrics_.rejected("queue_full");
-              throw ApiError(429, fmt::format("every instance is saturated and {} requests already wait in the router; retry later",
-                                              options_.max_queued),
-                             "", "server_saturated");
+              throw ApiError(
+                  429,
+                  fmt::format("every instance is saturated and {} requests already wait in the router; retry later",
+                              options_.max_queued),
+                  "", "server_saturated");
             }
             queued_since = Clock::now();
           }
           if (Clock::now() - queued_since > options_.queue_timeout) {
             metrics_.rejected("queue_timeout");
-            throw ApiError(429, fmt::format("every instance stayed saturated for {} s; retry later",
-                                            std::chrono::duration<double>(options_.queue_timeout).count()),
+            throw ApiError(429,
+                           fmt::format("every instance stayed saturated for {} s; retry later",
+                                       std::chrono::duration<double>(options_.queue_timeout).count()),
                            "", "server_saturated");
           }
           call.reset();
@@ -524,10 +536,11 @@ void RouterServer::install_routes() {
           if (state == UpstreamCall::State::kFailed) {
             placement->failed = true;
             metrics_.failed(placement->backend, "upstream_error");
-            fmt::print(stderr, "router: request {} to {} failed: {}\n", request_id, pool_.address(placement->backend).url,
-                       call->error());
-            throw ApiError(502, fmt::format("backend {} failed: {}", pool_.address(placement->backend).url, call->error()), "",
-                           "bad_gateway");
+            fmt::print(stderr, "router: request {} to {} failed: {}\n", request_id,
+                       pool_.address(placement->backend).url, call->error());
+            throw ApiError(502,
+                           fmt::format("backend {} failed: {}", pool_.address(placement->backend).url, call->error()),
+                           "", "bad_gateway");
           }
           if (watch->client_gone()) {
             call->cancel();
@@ -553,14 +566,16 @@ void RouterServer::install_routes() {
       };
       auto times = std::make_shared<StreamTimes>(StreamTimes{received, received});
       const bool counted = res.status == 200;
-      auto relay = std::make_shared<RelayedStream>(RelayedStream{call, placement, migration, routing, std::move(excluded), req.path});
+      auto relay = std::make_shared<RelayedStream>(
+          RelayedStream{call, placement, migration, routing, std::move(excluded), req.path});
       res.set_chunked_content_provider(
           call->content_type(),
           [this, relay, watch, times, counted, request_id](size_t, httplib::DataSink& sink) {
             UpstreamCall::State state;
             std::string out = relay->call->take_body(kPollInterval, state);
             if (relay->migration) out = relay->migration->relay(out);
-            if (state == UpstreamCall::State::kFailed && relay->migration && counted && continue_elsewhere(*relay, request_id, *watch)) {
+            if (state == UpstreamCall::State::kFailed && relay->migration && counted &&
+                continue_elsewhere(*relay, request_id, *watch)) {
               state = UpstreamCall::State::kWaiting;  // the stream goes on from the next instance
             } else if (state == UpstreamCall::State::kFailed) {
               // The backend died mid-stream: end the stream with an error the client can read.
@@ -568,8 +583,9 @@ void RouterServer::install_routes() {
               metrics_.failed(relay->placement->backend, "upstream_error");
               fmt::print(stderr, "router: request {} to {} failed mid-stream: {}\n", request_id,
                          pool_.address(relay->placement->backend).url, relay->call->error());
-              const ApiError e(502, fmt::format("backend {} failed mid-stream: {}", pool_.address(relay->placement->backend).url,
-                                                relay->call->error()),
+              const ApiError e(502,
+                               fmt::format("backend {} failed mid-stream: {}",
+                                           pool_.address(relay->placement->backend).url, relay->call->error()),
                                "", "bad_gateway");
               out += "data: " + e.to_json().dump() + "\n\n";
             }

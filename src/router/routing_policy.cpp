@@ -7,16 +7,21 @@ namespace pagedkv::router {
 
 std::string_view routing_policy_name(RoutingPolicy p) {
   switch (p) {
-    case RoutingPolicy::kKv: return "kv";
-    case RoutingPolicy::kRoundRobin: return "round-robin";
-    case RoutingPolicy::kLeastLoad: return "least-load";
-    case RoutingPolicy::kRandom: return "random";
+    case RoutingPolicy::kKv:
+      return "kv";
+    case RoutingPolicy::kRoundRobin:
+      return "round-robin";
+    case RoutingPolicy::kLeastLoad:
+      return "least-load";
+    case RoutingPolicy::kRandom:
+      return "random";
   }
   return "?";
 }
 
 std::optional<RoutingPolicy> parse_routing_policy(std::string_view s) {
-  for (RoutingPolicy p : {RoutingPolicy::kKv, RoutingPolicy::kRoundRobin, RoutingPolicy::kLeastLoad, RoutingPolicy::kRandom})
+  for (RoutingPolicy p :
+       {RoutingPolicy::kKv, RoutingPolicy::kRoundRobin, RoutingPolicy::kLeastLoad, RoutingPolicy::kRandom})
     if (s == routing_policy_name(p)) return p;
   return std::nullopt;
 }
@@ -62,9 +67,9 @@ int BackendChooser::choose(std::span<const BackendView> backends, int prompt_blo
     const int i = healthy[(start + k) % healthy.size()];
     const double c = cost(i);
     const bool tie = best >= 0 && c == best_cost;
-    const bool better_tie =
-        tie && best != session_backend &&
-        (i == session_backend || backends[static_cast<size_t>(i)].in_flight < backends[static_cast<size_t>(best)].in_flight);
+    const bool better_tie = tie && best != session_backend &&
+                            (i == session_backend || backends[static_cast<size_t>(i)].in_flight <
+                                                         backends[static_cast<size_t>(best)].in_flight);
     if (best < 0 || c < best_cost || better_tie) {
       best = i;
       best_cost = c;

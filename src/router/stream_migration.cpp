@@ -12,13 +12,33 @@ using OJson = nlohmann::ordered_json;
 using api::ApiEndpoint;
 
 // Fields a continuation reproduces as they are (copied into its body).
-constexpr std::array kCarried = {"model", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "stop_token_ids",
-                                 "ignore_eos", "repetition_penalty", "logit_bias", "skip_special_tokens",
-                                 "include_stop_str_in_output", "spaces_between_special_tokens", "stream_options"};
+constexpr std::array kCarried = {"model",
+                                 "temperature",
+                                 "top_p",
+                                 "top_k",
+                                 "min_p",
+                                 "seed",
+                                 "stop",
+                                 "stop_token_ids",
+                                 "ignore_eos",
+                                 "repetition_penalty",
+                                 "logit_bias",
+                                 "skip_special_tokens",
+                                 "include_stop_str_in_output",
+                                 "spaces_between_special_tokens",
+                                 "stream_options"};
 // Fields that only shape the prompt, which the continuation receives as ids, or the limits it
 // recomputes.
-constexpr std::array kPromptOrLimits = {"messages", "prompt", "add_generation_prompt", "chat_template_kwargs", "max_tokens",
-                                        "max_completion_tokens", "min_tokens", "stream", "user", "return_token_ids"};
+constexpr std::array kPromptOrLimits = {"messages",
+                                        "prompt",
+                                        "add_generation_prompt",
+                                        "chat_template_kwargs",
+                                        "max_tokens",
+                                        "max_completion_tokens",
+                                        "min_tokens",
+                                        "stream",
+                                        "user",
+                                        "return_token_ids"};
 
 bool is_listed(std::string_view key, auto const& list) {
   return std::find(list.begin(), list.end(), key) != list.end();
@@ -53,7 +73,8 @@ std::vector<int64_t> ids_of(const OJson& v) {
 
 }  // namespace
 
-std::unique_ptr<StreamMigration> StreamMigration::begin(const std::string& text, ApiEndpoint endpoint, std::string& why) {
+std::unique_ptr<StreamMigration> StreamMigration::begin(const std::string& text, ApiEndpoint endpoint,
+                                                        std::string& why) {
   OJson body = OJson::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!body.is_object()) {
     why = "the body is not a JSON object";
@@ -107,8 +128,9 @@ std::string StreamMigration::continue_elsewhere() {
   prompt.insert(prompt.end(), generated_.begin(), generated_.end());
   c["prompt"] = prompt;
   const auto done = static_cast<int64_t>(generated_.size());
-  const char* max_name =
-      endpoint_ == ApiEndpoint::kChatCompletions && body_.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  const char* max_name = endpoint_ == ApiEndpoint::kChatCompletions && body_.contains("max_completion_tokens")
+                             ? "max_completion_tokens"
+                             : "max_tokens";
   if (body_.contains(max_name) && body_[max_name].is_number_integer())
     c["max_tokens"] = std::max<int64_t>(1, body_[max_name].get<int64_t>() - done);
   else if (endpoint_ == ApiEndpoint::kCompletions)
@@ -149,7 +171,8 @@ std::string StreamMigration::chunk(OJson j) {
     if (!prompt_ids_ && !continuing_) prompt_ids_ = ids_of(j["prompt_token_ids"]);
     if (!client_wants_ids_ || continuing_) j.erase("prompt_token_ids");
   }
-  OJson* choice = j.contains("choices") && j["choices"].is_array() && !j["choices"].empty() ? &j["choices"][0] : nullptr;
+  OJson* choice =
+      j.contains("choices") && j["choices"].is_array() && !j["choices"].empty() ? &j["choices"][0] : nullptr;
   std::vector<int64_t> new_ids;
   if (choice != nullptr) {
     if (choice->contains("prompt_token_ids")) {  // completions: on the choice
@@ -183,7 +206,8 @@ std::string StreamMigration::chunk(OJson j) {
     OJson c = OJson::object();
     c["index"] = 0;
     const std::string text = choice->value("text", "");
-    if (endpoint_ == ApiEndpoint::kChatCompletions) c["delta"] = text.empty() ? OJson::object() : OJson{{"content", text}};
+    if (endpoint_ == ApiEndpoint::kChatCompletions)
+      c["delta"] = text.empty() ? OJson::object() : OJson{{"content", text}};
     else c["text"] = text;
     c["logprobs"] = nullptr;
     c["finish_reason"] = choice->value("finish_reason", OJson());

@@ -8,7 +8,8 @@ namespace pagedkv::router {
 
 namespace {
 
-std::unique_ptr<httplib::Client> new_client(const BackendAddress& backend, const UpstreamOptions& options, bool keep_alive) {
+std::unique_ptr<httplib::Client> new_client(const BackendAddress& backend, const UpstreamOptions& options,
+                                            bool keep_alive) {
   auto client = std::make_unique<httplib::Client>(backend.host, backend.port);
   client->set_connection_timeout(std::chrono::duration_cast<std::chrono::microseconds>(options.connect_timeout));
   client->set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(options.read_timeout));
@@ -20,15 +21,16 @@ std::unique_ptr<httplib::Client> new_client(const BackendAddress& backend, const
 
 }  // namespace
 
-UpstreamCall::UpstreamCall(const BackendAddress& backend, std::string path, std::string body, const UpstreamOptions& options,
-                           std::string request_id, ConnectionPool* pool)
+UpstreamCall::UpstreamCall(const BackendAddress& backend, std::string path, std::string body,
+                           const UpstreamOptions& options, std::string request_id, ConnectionPool* pool)
     : backend_(backend), options_(options), pool_(pool) {
   if (pool_) client_ = pool_->take(backend_);
   reused_connection_ = client_ != nullptr;
   if (!client_) client_ = new_client(backend_, options_, pool_ != nullptr);
-  thread_ = std::thread([this, p = std::move(path), b = std::move(body), k = options.api_key, id = std::move(request_id)]() mutable {
-    run(std::move(p), std::move(b), std::move(k), std::move(id));
-  });
+  thread_ = std::thread(
+      [this, p = std::move(path), b = std::move(body), k = options.api_key, id = std::move(request_id)]() mutable {
+        run(std::move(p), std::move(b), std::move(k), std::move(id));
+      });
 }
 
 UpstreamCall::~UpstreamCall() {
@@ -103,7 +105,8 @@ UpstreamCall::State UpstreamCall::wait_headers(std::chrono::milliseconds timeout
 
 std::string UpstreamCall::take_body(std::chrono::milliseconds timeout, State& state) {
   std::unique_lock lock(mutex_);
-  changed_.wait_for(lock, timeout, [this] { return !body_.empty() || state_ == State::kDone || state_ == State::kFailed; });
+  changed_.wait_for(lock, timeout,
+                    [this] { return !body_.empty() || state_ == State::kDone || state_ == State::kFailed; });
   state = state_;
   return std::exchange(body_, {});
 }

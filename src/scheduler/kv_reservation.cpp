@@ -10,10 +10,14 @@ namespace pagedkv {
 
 std::string_view kv_reservation_name(KVReservation r) {
   switch (r) {
-    case KVReservation::kPaged: return "paged";
-    case KVReservation::kMax: return "max";
-    case KVReservation::kPow2: return "pow2";
-    case KVReservation::kOracle: return "oracle";
+    case KVReservation::kPaged:
+      return "paged";
+    case KVReservation::kMax:
+      return "max";
+    case KVReservation::kPow2:
+      return "pow2";
+    case KVReservation::kOracle:
+      return "oracle";
   }
   return "?";
 }

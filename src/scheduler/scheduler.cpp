@@ -10,20 +10,28 @@
 namespace pagedkv {
 std::string_view preemption_mode_name(PreemptionMode m) {
   switch (m) {
-    case PreemptionMode::kRecompute: return "recompute";
-    case PreemptionMode::kSwap: return "swap";
-    case PreemptionMode::kAuto: return "auto";
+    case PreemptionMode::kRecompute:
+      return "recompute";
+    case PreemptionMode::kSwap:
+      return "swap";
+    case PreemptionMode::kAuto:
+      return "auto";
   }
   return "?";
 }
 
 std::string_view finish_reason_name(FinishReason r) {
   switch (r) {
-    case FinishReason::kNone: return "none";
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kAborted: return "abort";
-    case FinishReason::kRejected: return "rejected";
+    case FinishReason::kNone:
+      return "none";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kAborted:
+      return "abort";
+    case FinishReason::kRejected:
+      return "rejected";
   }
   return "?";
 }
@@ -44,9 +52,11 @@ Scheduler::Scheduler(SchedulerConfig config, KVCacheManager& manager, int swap_b
   running_.reserve(static_cast<size_t>(config_.max_num_seqs) * 2);
   if (config_.kv_reservation != KVReservation::kPaged) {
     if (manager_.num_groups() != 1)
-      throw ConfigError(fmt::format("the {} KV reservation supports one KV-cache group (full attention), the model has {}",
-                                    kv_reservation_name(config_.kv_reservation), manager_.num_groups()));
-    ranges_ = make_range_allocator(config_.range_allocation, 1, manager_.pool().num_usable_blocks());  // block 0: the null block
+      throw ConfigError(
+          fmt::format("the {} KV reservation supports one KV-cache group (full attention), the model has {}",
+                      kv_reservation_name(config_.kv_reservation), manager_.num_groups()));
+    ranges_ = make_range_allocator(config_.range_allocation, 1,
+                                   manager_.pool().num_usable_blocks());  // block 0: the null block
   }
 }
 
@@ -99,8 +109,9 @@ void Scheduler::check_invariants() const {
       held += static_cast<int>(b.size());
     }
     if (held != reserved_blocks_in_use() || ranges_->num_allocated() != static_cast<int>(running_.size()))
-      throw InvariantError(fmt::format("reservations: running requests hold {} blocks in {} ranges, the allocator {} in {}",
-                                       held, running_.size(), reserved_blocks_in_use(), ranges_->num_allocated()));
+      throw InvariantError(
+          fmt::format("reservations: running requests hold {} blocks in {} ranges, the allocator {} in {}", held,
+                      running_.size(), reserved_blocks_in_use(), ranges_->num_allocated()));
   }
   for (const auto& [block, copies] : deferred_swaps_) {
     if (copies.empty()) throw InvariantError(fmt::format("deferred swap copies of device block {}: none", block));
@@ -109,8 +120,7 @@ void Scheduler::check_invariants() const {
       if (r == nullptr || r->status != RequestStatus::kSwapped || d.index < 0 ||
           d.index >= static_cast<int>(r->deferred_swap_sources.size()) ||
           r->deferred_swap_sources[static_cast<size_t>(d.index)] != block)
-        throw InvariantError(
-            fmt::format("deferred swap copy of device block {} has no matching swapped block", block));
+        throw InvariantError(fmt::format("deferred swap copy of device block {} has no matching swapped block", block));
     }
     if (!manager_.pool().block(BlockId{block}).has_hash)
       throw InvariantError(
@@ -145,9 +155,10 @@ SchedulerRequest& Scheduler::add_request(std::unique_ptr<SchedulerRequest> reque
 
 void Scheduler::enqueue_waiting(SchedulerRequest* r) {
   r->status = RequestStatus::kWaiting;
-  auto pos = std::upper_bound(waiting_.begin(), waiting_.end(), r, [](const SchedulerRequest* a, const SchedulerRequest* b) {
-    return std::pair(a->priority, a->arrival_seq) < std::pair(b->priority, b->arrival_seq);
-  });
+  auto pos =
+      std::upper_bound(waiting_.begin(), waiting_.end(), r, [](const SchedulerRequest* a, const SchedulerRequest* b) {
+        return std::pair(a->priority, a->arrival_seq) < std::pair(b->priority, b->arrival_seq);
+      });
   waiting_.insert(pos, r);
 }
 
@@ -169,7 +180,8 @@ void Scheduler::finish(SchedulerRequest* r, FinishReason reason) {
     waiting_.erase(std::find(waiting_.begin(), waiting_.end(), r));
     if (tiers_) tiers_->cancel_prefix(r->kv.id);
   } else if (r->status == RequestStatus::kSwapped) {
-    if (!r->swap_in_pending) stats_.blocks_swap_dropped += static_cast<uint64_t>(ceil_div(r->swapped_tokens, manager_.block_size()));
+    if (!r->swap_in_pending)
+      stats_.blocks_swap_dropped += static_cast<uint64_t>(ceil_div(r->swapped_tokens, manager_.block_size()));
     if (tiers_) {
       tiers_->drop_swap(r->kv.id);  // waits for loads still writing into its device blocks
       if (r->swap_in_pending) manager_.free(r->kv);
@@ -242,7 +254,8 @@ void Scheduler::preempt(SchedulerRequest* victim, SchedulerOutput& out) {
         // A block the device cache keeps after the victim frees it is copied only if dropped there.
         if (config_.lazy_swap_copies && manager_.pool().block(b).has_hash) {
           if (!listening_) {
-            manager_.pool().set_uncache_listener([this](const KVCacheBlock& k, RemovalReason) { on_device_uncache(k); });
+            manager_.pool().set_uncache_listener(
+                [this](const KVCacheBlock& k, RemovalReason) { on_device_uncache(k); });
             listening_ = true;
           }
           deferred_swaps_[b.value].push_back(DeferredSwapCopy{victim, i});
@@ -299,8 +312,8 @@ bool Scheduler::try_resume_swapped_from_tiers(SchedulerRequest* r, SchedulerOutp
       stats_.blocks_swap_resumed_from_cache += static_cast<uint64_t>(first);
       r->kv.num_computed_tokens = r->swapped_tokens;
       r->swap_in_pending = true;
-      state = tiers_->start_swap_in(r->kv.id, first,
-                                    blocks.subspan(static_cast<size_t>(first), static_cast<size_t>(swapped_blocks - first)));
+      state = tiers_->start_swap_in(
+          r->kv.id, first, blocks.subspan(static_cast<size_t>(first), static_cast<size_t>(swapped_blocks - first)));
     }
   }
   if (state == SwapInState::kLoading) return false;  // disk loads in flight: it stays first in line
@@ -369,7 +382,8 @@ SchedulerOutput Scheduler::schedule() {
     }
     if (ranges_) {
       // Its reservation already covers the whole sequence: nothing to allocate, nothing to preempt.
-      out.chunks.push_back(ScheduledChunk{r, n, r->kv.num_computed_tokens, r->kv.num_computed_tokens + n == r->kv.num_tokens()});
+      out.chunks.push_back(
+          ScheduledChunk{r, n, r->kv.num_computed_tokens, r->kv.num_computed_tokens + n == r->kv.num_tokens()});
       out.num_batched_tokens += n;
       budget -= n;
       ++i;
@@ -380,7 +394,8 @@ SchedulerOutput Scheduler::schedule() {
     while (!(nb = manager_.allocate_slots(r->kv, n))) {
       SchedulerRequest* victim = pick_victim();
       // A victim scheduled earlier in this step gives back its chunk.
-      auto sched = std::find_if(out.chunks.begin(), out.chunks.end(), [&](const ScheduledChunk& c) { return c.request == victim; });
+      auto sched = std::find_if(out.chunks.begin(), out.chunks.end(),
+                                [&](const ScheduledChunk& c) { return c.request == victim; });
       if (sched != out.chunks.end()) {
         // Its chunk will not run: blocks allocate_slots cached for it hold no KV yet.
         manager_.uncache_uncomputed_blocks(victim->kv);
@@ -388,7 +403,8 @@ SchedulerOutput Scheduler::schedule() {
         out.num_batched_tokens -= sched->num_new_tokens;
         out.chunks.erase(sched);
       }
-      const size_t victim_index = static_cast<size_t>(std::find(running_.begin(), running_.end(), victim) - running_.begin());
+      const size_t victim_index =
+          static_cast<size_t>(std::find(running_.begin(), running_.end(), victim) - running_.begin());
       preempt(victim, out);
       preempted = true;
       if (victim == r) {
@@ -399,7 +415,8 @@ SchedulerOutput Scheduler::schedule() {
     }
     if (self_preempted) continue;  // running_[i] is now the next request
     if (nb->table_rewritten) out.rewritten_tables.push_back(r->kv.id);
-    out.chunks.push_back(ScheduledChunk{r, n, r->kv.num_computed_tokens, r->kv.num_computed_tokens + n == r->kv.num_tokens()});
+    out.chunks.push_back(
+        ScheduledChunk{r, n, r->kv.num_computed_tokens, r->kv.num_computed_tokens + n == r->kv.num_tokens()});
     out.num_batched_tokens += n;
     budget -= n;
     ++i;
@@ -553,8 +570,8 @@ KVMemoryBreakdown Scheduler::memory_breakdown() const {
       const int64_t slots = static_cast<int64_t>(r->reserved_blocks.size()) * bs;
       const int output = r->stop.known_output_tokens >= 0 ? r->stop.known_output_tokens : r->stop.max_tokens;
       // The slots it will fill: every token but the last sampled one is computed.
-      const int64_t will_fill = std::min<int64_t>(slots, std::max<int64_t>(r->kv.num_computed_tokens,
-                                                                           r->kv.num_prompt_tokens + output - 1));
+      const int64_t will_fill =
+          std::min<int64_t>(slots, std::max<int64_t>(r->kv.num_computed_tokens, r->kv.num_prompt_tokens + output - 1));
       m.token_states += r->kv.num_computed_tokens;
       m.reserved += will_fill - r->kv.num_computed_tokens;
       m.internal_fragmentation += slots - will_fill;
@@ -569,7 +586,8 @@ KVMemoryBreakdown Scheduler::memory_breakdown() const {
   for (const SchedulerRequest* r : running_) {
     const auto ids = manager_.get_block_ids(r->kv);
     for (size_t i = 0; i < ids.size(); ++i) {
-      const int in_block = static_cast<int>(std::clamp<int64_t>(r->kv.num_computed_tokens - static_cast<int64_t>(i) * bs, 0, bs));
+      const int in_block =
+          static_cast<int>(std::clamp<int64_t>(r->kv.num_computed_tokens - static_cast<int64_t>(i) * bs, 0, bs));
       int& f = filled[ids[i].value];
       f = std::max(f, in_block);
     }
@@ -600,7 +618,8 @@ bool Scheduler::check_stop(SchedulerRequest* r, TokenId token) {
   return false;
 }
 
-std::vector<SchedulerRequest*> Scheduler::update(const SchedulerOutput& output, const std::vector<SampledTokens>& sampled) {
+std::vector<SchedulerRequest*> Scheduler::update(const SchedulerOutput& output,
+                                                 const std::vector<SampledTokens>& sampled) {
   if (sampled.size() != output.chunks.size())
     throw UsageError(fmt::format("update: {} sampled entries for {} chunks", sampled.size(), output.chunks.size()));
   for (size_t i = 0; i < output.chunks.size(); ++i) {
@@ -631,8 +650,8 @@ std::vector<SchedulerRequest*> Scheduler::take_finished() {
 
 SchedulerRequest* Scheduler::fork_request(SchedulerRequest& from, RequestId root, int sample_index, TokenId token) {
   if (from.status != RequestStatus::kRunning || from.kv.num_computed_tokens != from.kv.num_tokens() || ranges_)
-    throw InvariantError(fmt::format("fork_request: request {} is not a paged, running request with every token computed",
-                                     from.kv.id.value));
+    throw InvariantError(fmt::format(
+        "fork_request: request {} is not a paged, running request with every token computed", from.kv.id.value));
   auto child = std::make_unique<SchedulerRequest>(from);
   child->kv.id = RequestId{next_child_id_++};
   child->parent = root;
@@ -652,7 +671,8 @@ SchedulerRequest* Scheduler::fork_request(SchedulerRequest& from, RequestId root
 
 bool Scheduler::append_token(SchedulerRequest& r, TokenId token) {
   if (r.status != RequestStatus::kRunning || r.kv.num_computed_tokens != r.kv.num_tokens())
-    throw InvariantError(fmt::format("append_token: request {} is not running with every token computed", r.kv.id.value));
+    throw InvariantError(
+        fmt::format("append_token: request {} is not running with every token computed", r.kv.id.value));
   r.kv.append_token(token);
   return check_stop(&r, token);
 }

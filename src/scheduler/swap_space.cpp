@@ -6,7 +6,8 @@
 
 namespace pagedkv {
 
-SwapSpace::SwapSpace(int num_blocks) : num_blocks_(num_blocks), in_use_(static_cast<size_t>(std::max(num_blocks, 0)), false) {
+SwapSpace::SwapSpace(int num_blocks)
+    : num_blocks_(num_blocks), in_use_(static_cast<size_t>(std::max(num_blocks, 0)), false) {
   if (num_blocks < 0) throw ConfigError(fmt::format("swap space blocks must not be negative, got {}", num_blocks));
   free_.reserve(static_cast<size_t>(num_blocks));
   for (int i = num_blocks - 1; i >= 0; --i) free_.push_back(BlockId{i});  // hands out 0, 1, ... first

@@ -79,12 +79,17 @@ json dashboard_state(const LLMEngine& engine) {
     if (t->has_disk()) tiers["disk"] = tier_json(*t->disk());
     if (t->has_remote()) {
       const RemoteTierStats r = t->remote()->stats();
-      tiers["remote"] = {{"capacity_blocks", nullptr}, {"cached_blocks", nullptr}, {"stored_blocks", r.stored_blocks},
-                         {"loaded_blocks", r.loaded_blocks}, {"hits", r.hits}, {"evictions", r.evictions},
+      tiers["remote"] = {{"capacity_blocks", nullptr},
+                         {"cached_blocks", nullptr},
+                         {"stored_blocks", r.stored_blocks},
+                         {"loaded_blocks", r.loaded_blocks},
+                         {"hits", r.hits},
+                         {"evictions", r.evictions},
                          {"degraded", r.degraded}};
     }
   }
-  return {{"time_ms", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count()},
+  return {{"time_ms",
+           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count()},
           {"block_size", manager.block_size()},
           {"num_blocks", blocks.size()},
           {"blocks", states},

@@ -13,14 +13,20 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 
 std::string metric_reason(FinishReason r) {
   switch (r) {
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kAborted: return "abort";
-    default: return std::string(finish_reason_name(r));
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kAborted:
+      return "abort";
+    default:
+      return std::string(finish_reason_name(r));
   }
 }
 
@@ -54,12 +60,14 @@ std::shared_ptr<RequestStream> EngineService::submit(std::vector<GenerationReque
   auto stream = std::make_shared<RequestStream>(choices);
   {
     std::lock_guard lock(mutex_);
-    if (draining_ || stop_) throw api::ApiError(503, "the server is shutting down and accepts no new requests", "", "shutting_down");
+    if (draining_ || stop_)
+      throw api::ApiError(503, "the server is shutting down and accepts no new requests", "", "shutting_down");
     const int queued = inbox_prompts_ + engine_waiting_.load();
     if (queued + static_cast<int>(prompts.size()) > options_.max_waiting)
-      throw api::ApiError(503, fmt::format("the server is overloaded: {} requests are waiting (limit {}); retry later", queued,
-                                      options_.max_waiting),
-                     "", "server_overloaded");
+      throw api::ApiError(503,
+                          fmt::format("the server is overloaded: {} requests are waiting (limit {}); retry later",
+                                      queued, options_.max_waiting),
+                          "", "server_overloaded");
     inbox_prompts_ += static_cast<int>(prompts.size());
     submissions_.push_back({stream, std::move(prompts), Clock::now(), client_socket});
   }
@@ -320,7 +328,8 @@ void EngineService::dispatch(std::vector<RequestOutput>& outputs) {
 
     // Hand over: a choice's first tokens and its end at once, otherwise every stream_interval tokens.
     const size_t pending = produced - std::min(sample.delivered, produced);
-    const bool hand_over = o.finished || (pending > 0 && (!sample.announced || static_cast<int>(pending) >= stream_interval));
+    const bool hand_over =
+        o.finished || (pending > 0 && (!sample.announced || static_cast<int>(pending) >= stream_interval));
     if (!hand_over) continue;
     ChoiceUpdate u;
     u.choice = root.first_choice + o.sample_index;
@@ -349,9 +358,10 @@ void EngineService::dispatch(std::vector<RequestOutput>& outputs) {
     // A stop string ends a choice only after its first token, when its siblings exist already.
     // The samples fork at the root's first token: a root aborted with tokens out (a grammar's dead
     // end) has forked them, and they report their own ends.
-    const bool ended_before_fork = o.finished && o.sample_index == 0 && root.n > 1 && !root.child_seen &&
-                                   produced == 0 && u.finish_reason != FinishReason::kStop &&
-                                   (o.finish_reason == FinishReason::kAborted || o.finish_reason == FinishReason::kRejected);
+    const bool ended_before_fork =
+        o.finished && o.sample_index == 0 && root.n > 1 && !root.child_seen && produced == 0 &&
+        u.finish_reason != FinishReason::kStop &&
+        (o.finish_reason == FinishReason::kAborted || o.finish_reason == FinishReason::kRejected);
     std::shared_ptr<RequestStream> stream = root.stream;
     stream->push(std::move(u));
     if (ended_before_fork) {  // its samples were never forked: they end with it

@@ -4,7 +4,6 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
-
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -36,12 +35,10 @@ using namespace std::chrono_literals;
 
 constexpr auto kPollInterval = 20ms;  // how often a waiting handler checks that its client is still there
 
-
 void send_json(httplib::Response& res, int status, const json& body) {
   res.status = status;
   res.set_content(json_text(body), "application/json");
 }
-
 
 int64_t unix_now() { return static_cast<int64_t>(std::time(nullptr)); }
 
@@ -72,8 +69,8 @@ bool needs_api_key(const std::string& path) { return path != "/health" && path !
 
 }  // namespace
 
-OpenAIServer::OpenAIServer(ServerOptions options, EngineService& service, const TextTokenizer& tokenizer, ServedModel model,
-                           ServerMetrics& metrics)
+OpenAIServer::OpenAIServer(ServerOptions options, EngineService& service, const TextTokenizer& tokenizer,
+                           ServedModel model, ServerMetrics& metrics)
     : options_(std::move(options)),
       service_(service),
       tokenizer_(tokenizer),
@@ -92,7 +89,8 @@ OpenAIServer::OpenAIServer(ServerOptions options, EngineService& service, const 
 OpenAIServer::~OpenAIServer() = default;
 
 int OpenAIServer::bind() {
-  return static_cast<api::HttpListener&>(*http_).bind_with_backlog(options_.host, options_.port, options_.listen_backlog);
+  return static_cast<api::HttpListener&>(*http_).bind_with_backlog(options_.host, options_.port,
+                                                                   options_.listen_backlog);
 }
 
 void OpenAIServer::serve() { static_cast<api::HttpListener&>(*http_).serve_until_stopped(); }
@@ -132,9 +130,20 @@ void OpenAIServer::install_routes() {
   static_cast<api::HttpListener&>(http).use_api_errors("server");
   http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     // Known routes only: a label per arbitrary path would let clients grow the metrics without bound.
-    static const std::set<std::string> kRoutes{"/v1/completions", "/v1/chat/completions", "/v1/models", "/health",
-                                               "/metrics", "/tokenize", "/detokenize", "/apply-template", "/reset_prefix_cache", "/version",
-                                               "/kv_events", "/dashboard", "/dashboard/state", "/"};
+    static const std::set<std::string> kRoutes{"/v1/completions",
+                                               "/v1/chat/completions",
+                                               "/v1/models",
+                                               "/health",
+                                               "/metrics",
+                                               "/tokenize",
+                                               "/detokenize",
+                                               "/apply-template",
+                                               "/reset_prefix_cache",
+                                               "/version",
+                                               "/kv_events",
+                                               "/dashboard",
+                                               "/dashboard/state",
+                                               "/"};
     metrics_.count_http_request(kRoutes.contains(req.path) ? req.path : "other");
     if (res.status >= 400) metrics_.count_http_error(res.status);
   });
@@ -143,10 +152,13 @@ void OpenAIServer::install_routes() {
   static_cast<api::HttpListener&>(http).require_api_key(options_.api_keys, needs_api_key);
 
   http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    if (service_.draining()) api::send_api_error(res, api::ApiError(503, "the server is shutting down", "", "shutting_down"));
+    if (service_.draining())
+      api::send_api_error(res, api::ApiError(503, "the server is shutting down", "", "shutting_down"));
     else send_json(res, 200, json::object());
   });
-  http.Get("/version", [](const httplib::Request&, httplib::Response& res) { send_json(res, 200, {{"version", PAGEDKV_VERSION_STRING}}); });
+  http.Get("/version", [](const httplib::Request&, httplib::Response& res) {
+    send_json(res, 200, {{"version", PAGEDKV_VERSION_STRING}});
+  });
   // The dashboard: the page, and the snapshot it polls (docs/serve.md, "Dashboard").
   auto page = [](const httplib::Request&, httplib::Response& res) {
     res.set_header("Cache-Control", "no-cache");
@@ -180,8 +192,9 @@ void OpenAIServer::install_routes() {
       errno = 0;
       const unsigned long long v = std::strtoull(text.c_str(), &end, base);
       if (text.empty() || text[0] == '-' || *end != '\0' || errno == ERANGE)
-        throw api::ApiError(400, fmt::format("'{}' must be a non-negative integer{}", name, base == 16 ? " in hex" : ""), name,
-                       "invalid_value");
+        throw api::ApiError(400,
+                            fmt::format("'{}' must be a non-negative integer{}", name, base == 16 ? " in hex" : ""),
+                            name, "invalid_value");
       return static_cast<uint64_t>(v);
     };
     const uint64_t epoch = number("epoch", 16, 0);
@@ -205,15 +218,17 @@ void OpenAIServer::install_routes() {
 
   http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
     const api::TokenizeRequest request = api::parse_tokenize_request(req.body);
-    if (!request.prompt && !model_.model_template) api::refuse_tools_in_built_in_template(request.chat_input, model_.chat_template);
+    if (!request.prompt && !model_.model_template)
+      api::refuse_tools_in_built_in_template(request.chat_input, model_.chat_template);
     // Messages: the same rendering /v1/chat/completions uses.
     const std::vector<TokenId> tokens =
-        request.prompt ? api::encode_bounded(tokenizer_, *request.prompt, request.add_special_tokens, model_.limits.max_model_len, "prompt")
-                   : model_.model_template
-                       ? api::encode_bounded(tokenizer_, model_.model_template->render(request.chat_input), false,
-                                        model_.limits.max_model_len, "messages")
-                       : api::encode_bounded(tokenizer_, api::render_chat(model_.chat_template, request.messages), request.add_special_tokens,
-                                        model_.limits.max_model_len, "messages");
+        request.prompt ? api::encode_bounded(tokenizer_, *request.prompt, request.add_special_tokens,
+                                             model_.limits.max_model_len, "prompt")
+        : model_.model_template
+            ? api::encode_bounded(tokenizer_, model_.model_template->render(request.chat_input), false,
+                                  model_.limits.max_model_len, "messages")
+            : api::encode_bounded(tokenizer_, api::render_chat(model_.chat_template, request.messages),
+                                  request.add_special_tokens, model_.limits.max_model_len, "messages");
     send_json(res, 200, {{"tokens", tokens}, {"count", tokens.size()}, {"max_model_len", model_.limits.max_model_len}});
   });
   // llama-server's /apply-template: a chat request's template fields in, the rendered prompt out.
@@ -235,8 +250,9 @@ void OpenAIServer::install_routes() {
   });
   auto reset_prefix_cache = [this](const httplib::Request&, httplib::Response& res) {
     if (!options_.admin_endpoints) {
-      api::send_api_error(res, api::ApiError(403, "admin endpoints are disabled on this server (--disable-admin-endpoints)", "",
-                               "admin_disabled"));
+      api::send_api_error(
+          res, api::ApiError(403, "admin endpoints are disabled on this server (--disable-admin-endpoints)", "",
+                             "admin_disabled"));
       return;
     }
     const ResetResult r = service_.call([](LLMEngine& engine) { return engine.reset_prefix_cache(); });
@@ -248,9 +264,10 @@ void OpenAIServer::install_routes() {
   auto completion = [this](api::ApiEndpoint endpoint) {
     return [this, endpoint](const httplib::Request& req, httplib::Response& res) {
       const auto arrival = std::chrono::steady_clock::now();
-      auto request = std::make_shared<api::CompletionRequest>(api::parse_completion_request(req.body, endpoint, options_.limits));
-      std::vector<api::PreparedPrompt> prompts = api::prepare_request(*request, tokenizer_, model_.limits, model_.chat_template,
-                                                                  model_.model_template.get());
+      auto request =
+          std::make_shared<api::CompletionRequest>(api::parse_completion_request(req.body, endpoint, options_.limits));
+      std::vector<api::PreparedPrompt> prompts =
+          api::prepare_request(*request, tokenizer_, model_.limits, model_.chat_template, model_.model_template.get());
       // Tool calls: read out of the output, and forced by a grammar of the model's call syntax
       // with tool_choice "required" or a named function.
       const api::ToolCallParser* tool_parser = nullptr;
@@ -313,21 +330,22 @@ void OpenAIServer::install_routes() {
       std::shared_ptr<RequestStream> stream = service_.submit(std::move(generations), peer.fd());
       const bool chat = endpoint == api::ApiEndpoint::kChatCompletions;
       const std::string client_id = req.get_header_value(api::kRequestIdHeader);
-      const std::string request_id = api::is_valid_request_id(client_id) ? client_id : fmt::format("{:016x}", ids().next());
+      const std::string request_id =
+          api::is_valid_request_id(client_id) ? client_id : fmt::format("{:016x}", ids().next());
       res.set_header(api::kRequestIdHeader, request_id);
-      auto builder = std::make_shared<ResponseBuilder>(*request, tokenizer_,
-                                                       fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", request_id),
-                                                       model_.limits.served_model_name, unix_now(), num_prompts,
-                                                       tool_parser, ids().next());
+      auto builder = std::make_shared<ResponseBuilder>(
+          *request, tokenizer_, fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", request_id),
+          model_.limits.served_model_name, unix_now(), num_prompts, tool_parser, ids().next());
       auto disconnect = std::make_shared<api::DisconnectCheck>(peer, kPollInterval);
       // The deadline: the server's limit, or the request's own `timeout` if that is sooner.
       std::chrono::milliseconds limit = options_.request_timeout;
       if (request->timeout) limit = limit.count() > 0 ? std::min(limit, *request->timeout) : *request->timeout;
       const auto deadline = limit.count() > 0 ? arrival + limit : std::chrono::steady_clock::time_point::max();
-      const api::ApiError timed_out(408,
-                                    fmt::format("the request did not finish within its time limit of {} s and was aborted",
-                                                static_cast<double>(limit.count()) / 1e3),
-                                    request->timeout && *request->timeout == limit ? "timeout" : "", "request_timeout");
+      const api::ApiError timed_out(
+          408,
+          fmt::format("the request did not finish within its time limit of {} s and was aborted",
+                      static_cast<double>(limit.count()) / 1e3),
+          request->timeout && *request->timeout == limit ? "timeout" : "", "request_timeout");
 
       if (!request->stream) {
         while (!builder->done()) {
@@ -362,8 +380,8 @@ void OpenAIServer::install_routes() {
       ++open_streams_;  // until the releaser below: httplib calls it once, however the stream ends
       res.set_chunked_content_provider(
           "text/event-stream",
-          [this, stream, builder, disconnect, include_usage, request, clock, ping_interval, deadline,
-           timed_out](size_t, httplib::DataSink& sink) {
+          [this, stream, builder, disconnect, include_usage, request, clock, ping_interval, deadline, timed_out](
+              size_t, httplib::DataSink& sink) {
             const std::vector<ChoiceUpdate> updates = stream->wait(kPollInterval);
             std::string out;
             for (const ChoiceUpdate& u : updates)
@@ -379,12 +397,15 @@ void OpenAIServer::install_routes() {
               sink.done();
               return true;
             }
-            if (out.empty() && !builder->done() && ping_interval.count() > 0 && now - clock->last_write >= ping_interval)
+            if (out.empty() && !builder->done() && ping_interval.count() > 0 &&
+                now - clock->last_write >= ping_interval)
               out = ": ping\n\n";  // an SSE comment: keeps proxies and clients from timing the stream out
             if (!out.empty()) clock->last_write = now;
             if (builder->done()) {
               if (builder->error())
-                out += "data: " + json_text(api::ApiError(400, *builder->error(), "prompt", "request_rejected").to_json()) + "\n\n";
+                out += "data: " +
+                       json_text(api::ApiError(400, *builder->error(), "prompt", "request_rejected").to_json()) +
+                       "\n\n";
               if (include_usage) out += "data: " + builder->usage_chunk() + "\n\n";
               out += "data: [DONE]\n\n";
             }

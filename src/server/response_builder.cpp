@@ -6,7 +6,9 @@
 
 namespace pagedkv::server {
 
-std::string json_text(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
+std::string json_text(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 
 namespace {
 
@@ -14,12 +16,14 @@ using nlohmann::json;
 
 const char* finish_reason_text(FinishReason r) {
   switch (r) {
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    default: return "abort";  // vLLM's reason for a request the server cut short
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    default:
+      return "abort";  // vLLM's reason for a request the server cut short
   }
 }
-
 
 json bytes_of(const std::string& s) {
   json b = json::array();
@@ -54,8 +58,9 @@ ResponseBuilder::ResponseBuilder(const api::CompletionRequest& request, const Te
     choices_.emplace_back(request.stop, request.include_stop_str_in_output);
     if (tool_parser != nullptr && chat_) choices_.back().tool_reader.emplace(*tool_parser, call_id_seed + i);
   }
-  completion_chunk_head_ = fmt::format(R"({{"id":{},"object":"text_completion","created":{},"model":{},"choices":[{{"index":)",
-                                       json_text(id_), created_, json_text(model_));
+  completion_chunk_head_ =
+      fmt::format(R"({{"id":{},"object":"text_completion","created":{},"model":{},"choices":[{{"index":)",
+                  json_text(id_), created_, json_text(model_));
 }
 
 std::string ResponseBuilder::piece(TokenId prev, TokenId token) const {
@@ -100,7 +105,8 @@ void ResponseBuilder::take_extra_fields(Choice& c, int index, json& choice, json
   }
 }
 
-json ResponseBuilder::prompt_logprobs_json(std::span<const TokenId> prompt, std::span<const TokenLogprobs> entries) const {
+json ResponseBuilder::prompt_logprobs_json(std::span<const TokenId> prompt,
+                                           std::span<const TokenLogprobs> entries) const {
   json out = json::array({nullptr});
   for (size_t i = 0; i < entries.size() && i + 1 < prompt.size(); ++i) {
     const TokenId prev = prompt[i];
@@ -139,7 +145,8 @@ std::string ResponseBuilder::take_tokens(Choice& c, const ChoiceUpdate& u, json&
           alts.push_back({{"token", s}, {"logprob", t.logprob}, {"bytes", bytes_of(s)}});
         }
         const std::string name = logprob_token(prev, token);
-        content.push_back({{"token", name}, {"logprob", lp.chosen.logprob}, {"bytes", bytes_of(name)}, {"top_logprobs", alts}});
+        content.push_back(
+            {{"token", name}, {"logprob", lp.chosen.logprob}, {"bytes", bytes_of(name)}, {"top_logprobs", alts}});
       } else {
         json alts = json::object();
         for (const TokenLogprob& t : lp.top) alts[logprob_token(prev, t.token)] = t.logprob;
@@ -162,7 +169,8 @@ std::string ResponseBuilder::take_tokens(Choice& c, const ChoiceUpdate& u, json&
         c.logprob_tops.push_back(tops[i]);
         c.text_offsets.push_back(offsets[i]);
       }
-      chunk_logprobs = {{"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", tops}, {"text_offset", offsets}};
+      chunk_logprobs = {
+          {"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", tops}, {"text_offset", offsets}};
     }
   }
   return emitted;
@@ -260,10 +268,12 @@ std::string ResponseBuilder::chunk(int index, const std::string& text, const jso
   json ids_fields, top_fields;
   take_extra_fields(c, index, ids_fields, top_fields);
   if (!chat_ && logprobs.is_null() && ids_fields.is_null()) {  // one chunk per token and stream: written directly
-    return fmt::format(R"({}{},"text":{},"logprobs":null,"finish_reason":{}}}]}})", completion_chunk_head_, index, json_text(json(text)),
+    return fmt::format(R"({}{},"text":{},"logprobs":null,"finish_reason":{}}}]}})", completion_chunk_head_, index,
+                       json_text(json(text)),
                        finish_reason ? fmt::format("\"{}\"", finish_reason) : std::string("null"));
   }
-  json choice{{"index", index}, {"logprobs", logprobs.is_null() ? json(nullptr) : logprobs},
+  json choice{{"index", index},
+              {"logprobs", logprobs.is_null() ? json(nullptr) : logprobs},
               {"finish_reason", finish_reason ? json(finish_reason) : json(nullptr)}};
   if (chat_) {
     json delta = json::object();
@@ -301,9 +311,9 @@ std::string ResponseBuilder::chat_chunk(int index, json delta, const json& logpr
   return json_text(out);
 }
 
-std::vector<std::string> ResponseBuilder::tool_chunks(int index, const api::ToolCallReader::Output& out, size_t first_call,
-                                                      const json& logprobs, const char* finish_reason, bool first,
-                                                      Choice& c) {
+std::vector<std::string> ResponseBuilder::tool_chunks(int index, const api::ToolCallReader::Output& out,
+                                                      size_t first_call, const json& logprobs,
+                                                      const char* finish_reason, bool first, Choice& c) {
   std::vector<std::string> chunks;
   json lp = logprobs;  // the update's logprobs (and token ids) go with its first chunk
   auto take_logprobs = [&lp] { return std::exchange(lp, json(nullptr)); };
@@ -319,12 +329,15 @@ std::vector<std::string> ResponseBuilder::tool_chunks(int index, const api::Tool
     const api::ToolCall& call = out.calls[k];
     const size_t at = first_call + k;
     // As OpenAI streams a call: id, type and name with empty arguments, then the arguments.
-    json head = {{"index", at}, {"id", call.id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", ""}}}};
-    chunks.push_back(chat_chunk(index, {{"tool_calls", json::array({std::move(head)})}}, take_logprobs(), nullptr, take_ids()));
+    json head = {
+        {"index", at}, {"id", call.id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", ""}}}};
+    chunks.push_back(
+        chat_chunk(index, {{"tool_calls", json::array({std::move(head)})}}, take_logprobs(), nullptr, take_ids()));
     json args = {{"index", at}, {"function", {{"arguments", call.arguments}}}};
     chunks.push_back(chat_chunk(index, {{"tool_calls", json::array({std::move(args)})}}, nullptr, nullptr));
   }
-  if (finish_reason != nullptr) chunks.push_back(chat_chunk(index, json::object(), take_logprobs(), finish_reason, take_ids()));
+  if (finish_reason != nullptr)
+    chunks.push_back(chat_chunk(index, json::object(), take_logprobs(), finish_reason, take_ids()));
   return chunks;
 }
 
@@ -341,11 +354,11 @@ json ResponseBuilder::usage() const {
 
 std::string ResponseBuilder::usage_chunk() const {
   return json_text({{"id", id_},
-               {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
-               {"created", created_},
-               {"model", model_},
-               {"choices", json::array()},
-               {"usage", usage()}});
+                    {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
+                    {"created", created_},
+                    {"model", model_},
+                    {"choices", json::array()},
+                    {"usage", usage()}});
 }
 
 json ResponseBuilder::response() const {
@@ -363,11 +376,14 @@ json ResponseBuilder::response() const {
     }
     choice["logprobs"] = logprobs;
     if (chat_ && c.tool_reader) {
-      json message = {{"role", "assistant"}, {"content", c.calls.empty() || !c.text.empty() ? json(c.text) : json(nullptr)}};
+      json message = {{"role", "assistant"},
+                      {"content", c.calls.empty() || !c.text.empty() ? json(c.text) : json(nullptr)}};
       if (!c.calls.empty()) {
         json calls = json::array();
         for (const api::ToolCall& call : c.calls)
-          calls.push_back({{"id", call.id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+          calls.push_back({{"id", call.id},
+                           {"type", "function"},
+                           {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
         message["tool_calls"] = std::move(calls);
       }
       choice["message"] = std::move(message);
@@ -380,18 +396,18 @@ json ResponseBuilder::response() const {
       choice["token_ids"] = c.token_ids;
       if (!chat_) choice["prompt_token_ids"] = prompt_ids_[i / static_cast<size_t>(request_.n)];
     }
-    if (request_.prompt_logprobs >= 0 && !chat_) choice["prompt_logprobs"] = prompt_logprobs_[i / static_cast<size_t>(request_.n)];
+    if (request_.prompt_logprobs >= 0 && !chat_)
+      choice["prompt_logprobs"] = prompt_logprobs_[i / static_cast<size_t>(request_.n)];
     choices.push_back(choice);
   }
-  json out = {{"id", id_},
-              {"object", chat_ ? "chat.completion" : "text_completion"},
-              {"created", created_},
-              {"model", model_},
-              {"choices", choices},
-              {"usage", usage()}};
+  json out = {{"id", id_},           {"object", chat_ ? "chat.completion" : "text_completion"},
+              {"created", created_}, {"model", model_},
+              {"choices", choices},  {"usage", usage()}};
   // vLLM's chat response carries the (one) prompt's ids beside the choices.
-  if (request_.return_token_ids && chat_) out["prompt_token_ids"] = prompt_ids_.empty() ? json(nullptr) : json(prompt_ids_[0]);
-  if (request_.prompt_logprobs >= 0 && chat_) out["prompt_logprobs"] = prompt_logprobs_.empty() ? json(nullptr) : prompt_logprobs_[0];
+  if (request_.return_token_ids && chat_)
+    out["prompt_token_ids"] = prompt_ids_.empty() ? json(nullptr) : json(prompt_ids_[0]);
+  if (request_.prompt_logprobs >= 0 && chat_)
+    out["prompt_logprobs"] = prompt_logprobs_.empty() ? json(nullptr) : prompt_logprobs_[0];
   return out;
 }
 

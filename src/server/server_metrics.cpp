@@ -14,8 +14,8 @@ using prometheus::BuildHistogram;
 }  // namespace
 
 std::vector<double> ServerMetrics::ttft_buckets() {
-  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
-          2.5,   5.0,   7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
+  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,  0.5,   0.75,
+          1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
 }
 
 std::vector<double> ServerMetrics::inter_token_buckets() {
@@ -23,7 +23,8 @@ std::vector<double> ServerMetrics::inter_token_buckets() {
 }
 
 std::vector<double> ServerMetrics::request_latency_buckets() {
-  return {0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+  return {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
+          30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
 }
 
 std::vector<double> ServerMetrics::token_count_buckets(int max_model_len) {
@@ -43,76 +44,164 @@ ServerMetrics::ServerMetrics(std::string model_name, int max_model_len)
     : model_name_(std::move(model_name)),
       registry_(std::make_shared<prometheus::Registry>()),
       labels_{{"model_name", model_name_}},
-      running_(BuildGauge().Name("vllm:num_requests_running").Help("Number of requests in model execution batches.")
-                   .Register(*registry_).Add(labels_)),
-      waiting_(BuildGauge().Name("vllm:num_requests_waiting").Help("Number of requests waiting to be processed.")
-                   .Register(*registry_).Add(labels_)),
-      swapped_(BuildGauge().Name("pagedkv:num_requests_swapped").Help("Number of requests swapped out to the host or disk tier.")
-                   .Register(*registry_).Add(labels_)),
-      kv_usage_(BuildGauge().Name("vllm:kv_cache_usage_perc").Help("KV-cache usage. 1 means 100 percent usage.")
-                    .Register(*registry_).Add(labels_)),
-      kv_blocks_(BuildGauge().Name("pagedkv:kv_blocks").Help("Device KV blocks by state: used (held by requests), cached_free (reusable prefix blocks in the LRU queue), free.")
+      running_(BuildGauge()
+                   .Name("vllm:num_requests_running")
+                   .Help("Number of requests in model execution batches.")
+                   .Register(*registry_)
+                   .Add(labels_)),
+      waiting_(BuildGauge()
+                   .Name("vllm:num_requests_waiting")
+                   .Help("Number of requests waiting to be processed.")
+                   .Register(*registry_)
+                   .Add(labels_)),
+      swapped_(BuildGauge()
+                   .Name("pagedkv:num_requests_swapped")
+                   .Help("Number of requests swapped out to the host or disk tier.")
+                   .Register(*registry_)
+                   .Add(labels_)),
+      kv_usage_(BuildGauge()
+                    .Name("vllm:kv_cache_usage_perc")
+                    .Help("KV-cache usage. 1 means 100 percent usage.")
+                    .Register(*registry_)
+                    .Add(labels_)),
+      kv_blocks_(BuildGauge()
+                     .Name("pagedkv:kv_blocks")
+                     .Help("Device KV blocks by state: used (held by requests), cached_free (reusable prefix blocks in "
+                           "the LRU queue), free.")
                      .Register(*registry_)),
-      tier_degraded_(BuildGauge().Name("pagedkv:tier_degraded").Help("1 when a KV tier stopped taking writes after an error.")
+      tier_degraded_(BuildGauge()
+                         .Name("pagedkv:tier_degraded")
+                         .Help("1 when a KV tier stopped taking writes after an error.")
                          .Register(*registry_)),
-      prefix_queries_(BuildCounter().Name("vllm:prefix_cache_queries_total").Help("Prefix-cache queries, in terms of number of queried tokens.")
-                          .Register(*registry_).Add(labels_)),
-      prefix_hits_(BuildCounter().Name("vllm:prefix_cache_hits_total").Help("Prefix-cache hits, in terms of number of cached tokens.")
-                       .Register(*registry_).Add(labels_)),
-      preemptions_(BuildCounter().Name("vllm:num_preemptions_total").Help("Cumulative number of preemptions from the engine.")
-                       .Register(*registry_).Add(labels_)),
-      steps_(BuildCounter().Name("pagedkv:engine_steps_total").Help("Engine steps (one forward pass each).")
-                 .Register(*registry_).Add(labels_)),
-      swapped_out_blocks_(BuildCounter().Name("pagedkv:swapped_out_blocks_total").Help("KV blocks swapped out by swap preemption.")
-                              .Register(*registry_).Add(labels_)),
-      swapped_in_blocks_(BuildCounter().Name("pagedkv:swapped_in_blocks_total").Help("KV blocks swapped back in.")
-                             .Register(*registry_).Add(labels_)),
-      cow_copies_(BuildCounter().Name("pagedkv:cow_copies_total").Help("Copy-on-write block copies.")
-                      .Register(*registry_).Add(labels_)),
-      evictions_(BuildCounter().Name("pagedkv:evictions_total").Help("Cached device blocks whose content was dropped to reuse them.")
-                     .Register(*registry_).Add(labels_)),
-      prompt_tokens_(BuildCounter().Name("vllm:prompt_tokens_total").Help("Number of prefill tokens processed.")
-                         .Register(*registry_).Add(labels_)),
-      generation_tokens_(BuildCounter().Name("vllm:generation_tokens_total").Help("Number of generation tokens processed.")
-                             .Register(*registry_).Add(labels_)),
-      request_success_(BuildCounter().Name("vllm:request_success_total").Help("Count of successfully processed requests (one per choice), by finish reason.")
+      prefix_queries_(BuildCounter()
+                          .Name("vllm:prefix_cache_queries_total")
+                          .Help("Prefix-cache queries, in terms of number of queried tokens.")
+                          .Register(*registry_)
+                          .Add(labels_)),
+      prefix_hits_(BuildCounter()
+                       .Name("vllm:prefix_cache_hits_total")
+                       .Help("Prefix-cache hits, in terms of number of cached tokens.")
+                       .Register(*registry_)
+                       .Add(labels_)),
+      preemptions_(BuildCounter()
+                       .Name("vllm:num_preemptions_total")
+                       .Help("Cumulative number of preemptions from the engine.")
+                       .Register(*registry_)
+                       .Add(labels_)),
+      steps_(BuildCounter()
+                 .Name("pagedkv:engine_steps_total")
+                 .Help("Engine steps (one forward pass each).")
+                 .Register(*registry_)
+                 .Add(labels_)),
+      swapped_out_blocks_(BuildCounter()
+                              .Name("pagedkv:swapped_out_blocks_total")
+                              .Help("KV blocks swapped out by swap preemption.")
+                              .Register(*registry_)
+                              .Add(labels_)),
+      swapped_in_blocks_(BuildCounter()
+                             .Name("pagedkv:swapped_in_blocks_total")
+                             .Help("KV blocks swapped back in.")
+                             .Register(*registry_)
+                             .Add(labels_)),
+      cow_copies_(BuildCounter()
+                      .Name("pagedkv:cow_copies_total")
+                      .Help("Copy-on-write block copies.")
+                      .Register(*registry_)
+                      .Add(labels_)),
+      evictions_(BuildCounter()
+                     .Name("pagedkv:evictions_total")
+                     .Help("Cached device blocks whose content was dropped to reuse them.")
+                     .Register(*registry_)
+                     .Add(labels_)),
+      prompt_tokens_(BuildCounter()
+                         .Name("vllm:prompt_tokens_total")
+                         .Help("Number of prefill tokens processed.")
+                         .Register(*registry_)
+                         .Add(labels_)),
+      generation_tokens_(BuildCounter()
+                             .Name("vllm:generation_tokens_total")
+                             .Help("Number of generation tokens processed.")
+                             .Register(*registry_)
+                             .Add(labels_)),
+      request_success_(BuildCounter()
+                           .Name("vllm:request_success_total")
+                           .Help("Count of successfully processed requests (one per choice), by finish reason.")
                            .Register(*registry_)),
-      hit_tokens_by_tier_(BuildCounter().Name("pagedkv:prefix_cache_hit_tokens_total").Help("Prompt tokens found in the prefix cache at admission, by the tier that held them.")
+      hit_tokens_by_tier_(BuildCounter()
+                              .Name("pagedkv:prefix_cache_hit_tokens_total")
+                              .Help("Prompt tokens found in the prefix cache at admission, by the tier that held them.")
                               .Register(*registry_)),
-      http_errors_(BuildCounter().Name("pagedkv:http_errors_total").Help("HTTP responses with an error status, by status.")
+      http_errors_(BuildCounter()
+                       .Name("pagedkv:http_errors_total")
+                       .Help("HTTP responses with an error status, by status.")
                        .Register(*registry_)),
-      http_requests_(BuildCounter().Name("pagedkv:http_requests_total").Help("HTTP requests, by endpoint.")
-                         .Register(*registry_)),
-      structured_requests_(BuildCounter().Name("pagedkv:structured_output_requests_total")
+      http_requests_(
+          BuildCounter().Name("pagedkv:http_requests_total").Help("HTTP requests, by endpoint.").Register(*registry_)),
+      structured_requests_(BuildCounter()
+                               .Name("pagedkv:structured_output_requests_total")
                                .Help("Requests with structured output (a grammar), by grammar kind.")
                                .Register(*registry_)),
-      grammar_seconds_(BuildCounter().Name("pagedkv:grammar_compile_seconds_total")
-                           .Help("Seconds HTTP threads spent getting compiled grammars (compiling, or waiting for a cache entry).")
-                           .Register(*registry_).Add(labels_)),
-      ttft_(BuildHistogram().Name("vllm:time_to_first_token_seconds").Help("Histogram of time to first token in seconds.")
-                .Register(*registry_).Add(labels_, ttft_buckets())),
-      inter_token_(BuildHistogram().Name("vllm:inter_token_latency_seconds").Help("Histogram of inter-token latency in seconds.")
-                       .Register(*registry_).Add(labels_, inter_token_buckets())),
-      e2e_(BuildHistogram().Name("vllm:e2e_request_latency_seconds").Help("Histogram of e2e request latency in seconds.")
-               .Register(*registry_).Add(labels_, request_latency_buckets())),
-      queue_time_(BuildHistogram().Name("vllm:request_queue_time_seconds").Help("Histogram of time spent in WAITING phase for request.")
-                      .Register(*registry_).Add(labels_, request_latency_buckets())),
-      request_prompt_tokens_(BuildHistogram().Name("vllm:request_prompt_tokens").Help("Number of prefill tokens processed.")
-                                 .Register(*registry_).Add(labels_, token_count_buckets(max_model_len))),
-      request_generation_tokens_(BuildHistogram().Name("vllm:request_generation_tokens").Help("Number of generation tokens processed.")
-                                     .Register(*registry_).Add(labels_, token_count_buckets(max_model_len))),
-      prefill_time_(BuildHistogram().Name("vllm:request_prefill_time_seconds").Help("Histogram of time spent in PREFILL phase for request.")
-                        .Register(*registry_).Add(labels_, request_latency_buckets())),
-      decode_time_(BuildHistogram().Name("vllm:request_decode_time_seconds").Help("Histogram of time spent in DECODE phase for request.")
-                       .Register(*registry_).Add(labels_, request_latency_buckets())),
-      max_generation_tokens_(BuildHistogram().Name("vllm:request_max_num_generation_tokens")
+      grammar_seconds_(
+          BuildCounter()
+              .Name("pagedkv:grammar_compile_seconds_total")
+              .Help("Seconds HTTP threads spent getting compiled grammars (compiling, or waiting for a cache entry).")
+              .Register(*registry_)
+              .Add(labels_)),
+      ttft_(BuildHistogram()
+                .Name("vllm:time_to_first_token_seconds")
+                .Help("Histogram of time to first token in seconds.")
+                .Register(*registry_)
+                .Add(labels_, ttft_buckets())),
+      inter_token_(BuildHistogram()
+                       .Name("vllm:inter_token_latency_seconds")
+                       .Help("Histogram of inter-token latency in seconds.")
+                       .Register(*registry_)
+                       .Add(labels_, inter_token_buckets())),
+      e2e_(BuildHistogram()
+               .Name("vllm:e2e_request_latency_seconds")
+               .Help("Histogram of e2e request latency in seconds.")
+               .Register(*registry_)
+               .Add(labels_, request_latency_buckets())),
+      queue_time_(BuildHistogram()
+                      .Name("vllm:request_queue_time_seconds")
+                      .Help("Histogram of time spent in WAITING phase for request.")
+                      .Register(*registry_)
+                      .Add(labels_, request_latency_buckets())),
+      request_prompt_tokens_(BuildHistogram()
+                                 .Name("vllm:request_prompt_tokens")
+                                 .Help("Number of prefill tokens processed.")
+                                 .Register(*registry_)
+                                 .Add(labels_, token_count_buckets(max_model_len))),
+      request_generation_tokens_(BuildHistogram()
+                                     .Name("vllm:request_generation_tokens")
+                                     .Help("Number of generation tokens processed.")
+                                     .Register(*registry_)
+                                     .Add(labels_, token_count_buckets(max_model_len))),
+      prefill_time_(BuildHistogram()
+                        .Name("vllm:request_prefill_time_seconds")
+                        .Help("Histogram of time spent in PREFILL phase for request.")
+                        .Register(*registry_)
+                        .Add(labels_, request_latency_buckets())),
+      decode_time_(BuildHistogram()
+                       .Name("vllm:request_decode_time_seconds")
+                       .Help("Histogram of time spent in DECODE phase for request.")
+                       .Register(*registry_)
+                       .Add(labels_, request_latency_buckets())),
+      max_generation_tokens_(BuildHistogram()
+                                 .Name("vllm:request_max_num_generation_tokens")
                                  .Help("Histogram of maximum number of requested generation tokens.")
-                                 .Register(*registry_).Add(labels_, token_count_buckets(max_model_len))),
-      iteration_tokens_(BuildHistogram().Name("vllm:iteration_tokens_total").Help("Histogram of number of tokens per engine_step.")
-                            .Register(*registry_).Add(labels_, step_token_buckets())) {
+                                 .Register(*registry_)
+                                 .Add(labels_, token_count_buckets(max_model_len))),
+      iteration_tokens_(BuildHistogram()
+                            .Name("vllm:iteration_tokens_total")
+                            .Help("Histogram of number of tokens per engine_step.")
+                            .Register(*registry_)
+                            .Add(labels_, step_token_buckets())) {
   // Series that exist from the start, so a dashboard sees zeros rather than nothing.
-  for (const char* reason : {"stop", "length", "abort"}) request_success_.Add({{"model_name", model_name_}, {"finished_reason", reason}});
-  for (const char* tier : {"device", "host", "disk", "remote"}) hit_tokens_by_tier_.Add({{"model_name", model_name_}, {"tier", tier}});
+  for (const char* reason : {"stop", "length", "abort"})
+    request_success_.Add({{"model_name", model_name_}, {"finished_reason", reason}});
+  for (const char* tier : {"device", "host", "disk", "remote"})
+    hit_tokens_by_tier_.Add({{"model_name", model_name_}, {"tier", tier}});
 }
 
 std::string ServerMetrics::render() const { return prometheus::TextSerializer().Serialize(registry_->Collect()); }

@@ -10,9 +10,11 @@ namespace pagedkv {
 
 BlockTable::BlockTable(int max_requests, int max_blocks_per_request)
     : max_requests_(max_requests), max_blocks_per_request_(max_blocks_per_request) {
-  if (max_requests <= 0) throw ConfigError(fmt::format("block table max_requests must be positive, got {}", max_requests));
+  if (max_requests <= 0)
+    throw ConfigError(fmt::format("block table max_requests must be positive, got {}", max_requests));
   if (max_blocks_per_request <= 0)
-    throw ConfigError(fmt::format("block table max_blocks_per_request must be positive, got {}", max_blocks_per_request));
+    throw ConfigError(
+        fmt::format("block table max_blocks_per_request must be positive, got {}", max_blocks_per_request));
   table_.assign(static_cast<size_t>(max_requests) * static_cast<size_t>(max_blocks_per_request), 0);
   num_blocks_.assign(static_cast<size_t>(max_requests), 0);
 }
@@ -27,8 +29,8 @@ void BlockTable::append_row(int row, std::span<const BlockId> new_blocks) {
   const auto r = static_cast<size_t>(row);
   const size_t have = static_cast<size_t>(num_blocks_[r]);
   if (have + new_blocks.size() > static_cast<size_t>(max_blocks_per_request_))
-    throw UsageError(fmt::format("block table row {} would hold {} blocks, more than its capacity of {}",
-                                 row, have + new_blocks.size(), max_blocks_per_request_));
+    throw UsageError(fmt::format("block table row {} would hold {} blocks, more than its capacity of {}", row,
+                                 have + new_blocks.size(), max_blocks_per_request_));
   int32_t* out = table_.data() + r * static_cast<size_t>(max_blocks_per_request_) + have;
   for (size_t i = 0; i < new_blocks.size(); ++i) out[i] = new_blocks[i].value;
   num_blocks_[r] = static_cast<int32_t>(have + new_blocks.size());
@@ -42,9 +44,10 @@ void BlockTable::set_row(int row, std::span<const BlockId> blocks) {
 void BlockTable::set_entry(int row, int index, BlockId b) {
   check_row(row);
   if (index < 0 || index >= num_blocks(row))
-    throw UsageError(fmt::format("block table entry {} of row {} out of range: the row holds {} blocks",
-                                 index, row, num_blocks(row)));
-  table_[static_cast<size_t>(row) * static_cast<size_t>(max_blocks_per_request_) + static_cast<size_t>(index)] = b.value;
+    throw UsageError(fmt::format("block table entry {} of row {} out of range: the row holds {} blocks", index, row,
+                                 num_blocks(row)));
+  table_[static_cast<size_t>(row) * static_cast<size_t>(max_blocks_per_request_) + static_cast<size_t>(index)] =
+      b.value;
 }
 
 void BlockTable::clear_row(int row) {

@@ -21,10 +21,10 @@ uint64_t read_xcr0() {
 }
 
 struct CpuFeatures {
-  bool avx2 = false;    // AVX2 + FMA + F16C, YMM state saved
+  bool avx2 = false;  // AVX2 + FMA + F16C, YMM state saved
   bool avx512 = false;  // and AVX-512 F/VL/BW/DQ, opmask + ZMM state saved
   bool avx512_vnni = false;  // with avx512
-  bool avx_vnni = false;     // with avx2
+  bool avx_vnni = false;  // with avx2
 };
 
 CpuFeatures query_cpu() {
@@ -86,8 +86,10 @@ KernelIsa best_available_isa() {
 
 KernelIsa resolve_isa(KernelIsa requested) {
   switch (requested) {
-    case KernelIsa::kAuto: return best_available_isa();
-    case KernelIsa::kScalar: return KernelIsa::kScalar;
+    case KernelIsa::kAuto:
+      return best_available_isa();
+    case KernelIsa::kScalar:
+      return KernelIsa::kScalar;
     case KernelIsa::kAvx2:
       if (!cpu().avx2) throw UsageError("the AVX2 kernel path was requested but this CPU lacks AVX2, FMA or F16C");
       return KernelIsa::kAvx2;
@@ -101,10 +103,14 @@ KernelIsa resolve_isa(KernelIsa requested) {
 
 const char* isa_name(KernelIsa isa) {
   switch (isa) {
-    case KernelIsa::kAuto: return "auto";
-    case KernelIsa::kScalar: return "scalar";
-    case KernelIsa::kAvx2: return "avx2";
-    case KernelIsa::kAvx512: return "avx512";
+    case KernelIsa::kAuto:
+      return "auto";
+    case KernelIsa::kScalar:
+      return "scalar";
+    case KernelIsa::kAvx2:
+      return "avx2";
+    case KernelIsa::kAvx512:
+      return "avx512";
   }
   return "?";
 }

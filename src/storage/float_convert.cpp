@@ -28,8 +28,8 @@ void convert_from_f32(DType dst_type, const float* src, void* dst, size_t n, Ker
       return;
     }
     default:
-      throw UsageError(fmt::format("cannot convert f32 to {}: KV storage holds f32, f16 or bf16",
-                                   dtype_name(dst_type)));
+      throw UsageError(
+          fmt::format("cannot convert f32 to {}: KV storage holds f32, f16 or bf16", dtype_name(dst_type)));
   }
 }
 
@@ -52,8 +52,8 @@ void convert_to_f32(DType src_type, const void* src, float* dst, size_t n, Kerne
       return;
     }
     default:
-      throw UsageError(fmt::format("cannot convert {} to f32: KV storage holds f32, f16 or bf16",
-                                   dtype_name(src_type)));
+      throw UsageError(
+          fmt::format("cannot convert {} to f32: KV storage holds f32, f16 or bf16", dtype_name(src_type)));
   }
 }
 

@@ -16,8 +16,8 @@ namespace {
 // x[j + d] = a - b).
 template <int D>
 __m256 butterfly_in_register(__m256 v) {
-  const __m256 partner = _mm256_permutevar8x32_ps(
-      v, _mm256_xor_si256(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(D)));
+  const __m256 partner =
+      _mm256_permutevar8x32_ps(v, _mm256_xor_si256(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(D)));
   constexpr int kHigh = D == 1 ? 0xAA : D == 2 ? 0xCC : 0xF0;
   return _mm256_blend_ps(_mm256_add_ps(v, partner), _mm256_sub_ps(partner, v), kHigh);
 }

@@ -13,7 +13,7 @@
 namespace pagedkv {
 namespace {
 
-constexpr size_t kPlaneAlignment = 64;              // a cache line: every K/V plane starts on one
+constexpr size_t kPlaneAlignment = 64;  // a cache line: every K/V plane starts on one
 constexpr size_t kHugePage = size_t{2} << 20;
 constexpr size_t kHugePageThreshold = size_t{8} << 20;  // big arenas: align to and ask for 2 MiB pages
 
@@ -74,18 +74,25 @@ KVLayerView KVArena::layer(int l) const {
   return view;
 }
 
-size_t KVArena::bytes_per_block() const {
-  return spec_.bytes_per_block_per_layer() * static_cast<size_t>(num_layers_);
-}
+size_t KVArena::bytes_per_block() const { return spec_.bytes_per_block_per_layer() * static_cast<size_t>(num_layers_); }
 
 void KVArena::fill_nan() {
   switch (spec_.dtype) {
-    case DType::kF32: fill_pattern<uint32_t>(data_.get(), bytes_, 0x7FC00000u); break;
-    case DType::kF16: fill_pattern<uint16_t>(data_.get(), bytes_, uint16_t{0x7E00}); break;
-    case DType::kBF16: fill_pattern<uint16_t>(data_.get(), bytes_, uint16_t{0x7FC0}); break;
+    case DType::kF32:
+      fill_pattern<uint32_t>(data_.get(), bytes_, 0x7FC00000u);
+      break;
+    case DType::kF16:
+      fill_pattern<uint16_t>(data_.get(), bytes_, uint16_t{0x7E00});
+      break;
+    case DType::kBF16:
+      fill_pattern<uint16_t>(data_.get(), bytes_, uint16_t{0x7FC0});
+      break;
     case DType::kInt8:
-    case DType::kFP8: std::memset(data_.get(), 0xFF, bytes_); break;  // every scale a NaN
-    default: break;  // unreachable: the constructor accepts only storage types
+    case DType::kFP8:
+      std::memset(data_.get(), 0xFF, bytes_);
+      break;  // every scale a NaN
+    default:
+      break;  // unreachable: the constructor accepts only storage types
   }
 }
 

@@ -79,9 +79,10 @@ void quantize_slot(const KVLayerView& layer, const float* src, std::byte* slot, 
       continue;
     }
     const bool int8 = layer.dtype == DType::kInt8;
-    const float scale = int8 && avx512                 ? detail::quantize_value_row_int8_avx512(row, dim, int8_codes)
-                        : int8 && isa == KernelIsa::kAvx2 ? detail::quantize_value_row_int8_avx2(row, dim, int8_codes)
-                                                          : quantize_row(layer.dtype, row, dim, codes, KernelIsa::kScalar);
+    const float scale = int8 && avx512 ? detail::quantize_value_row_int8_avx512(row, dim, int8_codes)
+                        : int8 && isa == KernelIsa::kAvx2
+                            ? detail::quantize_value_row_int8_avx2(row, dim, int8_codes)
+                            : quantize_row(layer.dtype, row, dim, codes, KernelIsa::kScalar);
     std::memcpy(scale_bytes, &scale, kKVScaleBytes);
   }
 }

@@ -47,7 +47,8 @@ float quantize_row(DType dtype, const float* x, size_t n, void* codes, KernelIsa
     throw UsageError(fmt::format("quantize_row: {} is not a quantized KV dtype (int8, fp8)", dtype_name(dtype)));
   if (dtype == DType::kInt8) {
     const KernelIsa resolved = resolve_isa(isa);
-    if (resolved == KernelIsa::kAvx512) return detail::quantize_value_row_int8_avx512(x, n, static_cast<int8_t*>(codes));
+    if (resolved == KernelIsa::kAvx512)
+      return detail::quantize_value_row_int8_avx512(x, n, static_cast<int8_t*>(codes));
     if (resolved == KernelIsa::kAvx2) return detail::quantize_value_row_int8_avx2(x, n, static_cast<int8_t*>(codes));
   }
   const float amax = row_amax(x, n);
@@ -147,7 +148,8 @@ void search_key_steps(const KeyRowSearch& r, float& best_error, float& best_scal
   for (int g = 0; g < G; ++g) {
     float top_codes[4];
     for (size_t l = 0; l < 4; ++l)
-      top_codes[l] = kInt8CodeMax - top_step * static_cast<float>(std::min(4 * static_cast<size_t>(g) + l, r.candidates - 1));
+      top_codes[l] =
+          kInt8CodeMax - top_step * static_cast<float>(std::min(4 * static_cast<size_t>(g) + l, r.candidates - 1));
     scale[g] = f16_at_least(_mm_div_ps(_mm_set1_ps(r.half), _mm_loadu_ps(top_codes)));
     inverse[g] = _mm_div_ps(one, scale[g]);
   }
@@ -168,7 +170,8 @@ void search_key_steps(const KeyRowSearch& r, float& best_error, float& best_scal
     // Σ (y - shift - refined code)² = Σy² - 2 shift Σy - 2 refined Σyc + n shift² + 2 refined shift Σc + refined² Σc².
     const __m128 shift = _mm_sub_ps(offset, mid);
     __m128 e = _mm_sub_ps(y_squares, _mm_mul_ps(two, _mm_add_ps(_mm_mul_ps(shift, y_sum), _mm_mul_ps(refined, yc))));
-    e = _mm_add_ps(e, _mm_mul_ps(shift, _mm_add_ps(_mm_mul_ps(count, shift), _mm_mul_ps(two, _mm_mul_ps(refined, cs)))));
+    e = _mm_add_ps(e,
+                   _mm_mul_ps(shift, _mm_add_ps(_mm_mul_ps(count, shift), _mm_mul_ps(two, _mm_mul_ps(refined, cs)))));
     e = _mm_add_ps(e, _mm_mul_ps(_mm_mul_ps(refined, refined), cc));
     float errors[4], scales[4], refined_errors[4], refined_scales[4], offsets[4];
     _mm_storeu_ps(errors, f.squared_error[g]);
@@ -240,13 +243,21 @@ uint32_t detail::quantize_key_row_int8_sse2(const float* x, size_t n, int8_t* co
     float best_error = std::numeric_limits<float>::infinity();
     float centred_squares = 0;
     for (size_t i = 0; i < n; ++i) centred_squares += (x[i] - mid_offset) * (x[i] - mid_offset);
-    const KeyRowSearch search{x,    n,           candidates, lo, hi, mid_offset, half,
-                              x_sum - static_cast<float>(n) * mid_offset, centred_squares};
+    const KeyRowSearch search{
+        x, n, candidates, lo, hi, mid_offset, half, x_sum - static_cast<float>(n) * mid_offset, centred_squares};
     switch ((candidates + 3) / 4) {  // groups of four candidates, one per SSE2 lane
-      case 1: search_key_steps<1>(search, best_error, best_scale, best_offset); break;
-      case 2: search_key_steps<2>(search, best_error, best_scale, best_offset); break;
-      case 3: search_key_steps<3>(search, best_error, best_scale, best_offset); break;
-      default: search_key_steps<4>(search, best_error, best_scale, best_offset); break;
+      case 1:
+        search_key_steps<1>(search, best_error, best_scale, best_offset);
+        break;
+      case 2:
+        search_key_steps<2>(search, best_error, best_scale, best_offset);
+        break;
+      case 3:
+        search_key_steps<3>(search, best_error, best_scale, best_offset);
+        break;
+      default:
+        search_key_steps<4>(search, best_error, best_scale, best_offset);
+        break;
     }
   }
   const float inverse = 1.0f / best_scale;

@@ -47,7 +47,8 @@ __m256 f16_at_least(__m256 need) {
 // the tail one by one with the same operations.
 void store_int8_codes(const float* x, size_t n, float offset, float inverse, int8_t* codes) {
   const __m256 off = _mm256_set1_ps(offset), inv = _mm256_set1_ps(inverse);
-  const __m256 magic = _mm256_set1_ps(12582912.0f), top = _mm256_set1_ps(kInt8CodeMax), bottom = _mm256_set1_ps(-kInt8CodeMax);
+  const __m256 magic = _mm256_set1_ps(12582912.0f), top = _mm256_set1_ps(kInt8CodeMax),
+               bottom = _mm256_set1_ps(-kInt8CodeMax);
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 scaled = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), off), inv);

@@ -53,14 +53,13 @@ __m512 f16_at_least(__m512 need) {
   return _mm512_cvtph_ps(_mm256_mask_add_epi16(h, short_of, h, _mm256_set1_epi16(1)));
 }
 
-__mmask16 tail_mask(size_t left) {
-  return left >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << left) - 1u);
-}
+__mmask16 tail_mask(size_t left) { return left >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << left) - 1u); }
 
 // codes = clamp(round_to_even((x - offset) * inverse)) into [-127, 127], 16 at a time, the tail
 // masked: the reference's loops (an offset of 0 for the values: x - 0 is x, also for -0).
 void store_int8_codes(const float* x, size_t n, __m512 offset, __m512 inverse, int8_t* codes) {
-  const __m512 magic = _mm512_set1_ps(12582912.0f), top = _mm512_set1_ps(kInt8CodeMax), bottom = _mm512_set1_ps(-kInt8CodeMax);
+  const __m512 magic = _mm512_set1_ps(12582912.0f), top = _mm512_set1_ps(kInt8CodeMax),
+               bottom = _mm512_set1_ps(-kInt8CodeMax);
   for (size_t i = 0; i < n; i += 16) {
     const __mmask16 m = tail_mask(n - i);
     const __m512 scaled = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), offset), inverse);
@@ -79,8 +78,8 @@ KeyRowRange key_row_midpoint(const float* x, size_t n) {
 // Then each row's codes and packed pair; a row where no pair's error is below infinity keeps
 // the midpoint and the smallest f16 step >= half / 127, as the reference does.
 template <int R>
-void search_and_store(const float* const* x, const KeyRowRange* range, size_t n, size_t candidates, int8_t* const* codes,
-                      uint32_t* packed) {
+void search_and_store(const float* const* x, const KeyRowRange* range, size_t n, size_t candidates,
+                      int8_t* const* codes, uint32_t* packed) {
   const __m512 top_codes = _mm512_load_ps(kKeyTopCodes.codes[candidates]);
   __m512 mid[R], scale[R], inverse[R];
   __m512 squared_error[R], yc[R], cc[R], cs[R], y_squares[R];
@@ -120,7 +119,8 @@ void search_and_store(const float* const* x, const KeyRowRange* range, size_t n,
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const __m512 y = _mm512_set1_ps(centred[r][i]);
-      const __m512 code = _mm512_roundscale_ps(_mm512_mul_ps(y, inverse[r]), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      const __m512 code =
+          _mm512_roundscale_ps(_mm512_mul_ps(y, inverse[r]), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
       const __m512 diff = _mm512_sub_ps(y, _mm512_mul_ps(scale[r], code));
       squared_error[r] = _mm512_add_ps(squared_error[r], _mm512_mul_ps(diff, diff));
       yc[r] = _mm512_add_ps(yc[r], _mm512_mul_ps(y, code));
@@ -142,7 +142,8 @@ void search_and_store(const float* const* x, const KeyRowRange* range, size_t n,
   for (int r = 0; r < R; ++r) {
     const __m512 y_sum = _mm512_set1_ps(range[r].sum - static_cast<float>(n) * range[r].mid);
     const __m512 det = _mm512_sub_ps(_mm512_mul_ps(count, cc[r]), _mm512_mul_ps(cs[r], cs[r]));
-    const __m512 fitted_scale = _mm512_div_ps(_mm512_sub_ps(_mm512_mul_ps(count, yc[r]), _mm512_mul_ps(cs[r], y_sum)), det);
+    const __m512 fitted_scale =
+        _mm512_div_ps(_mm512_sub_ps(_mm512_mul_ps(count, yc[r]), _mm512_mul_ps(cs[r], y_sum)), det);
     const __mmask16 valid = _mm512_cmp_ps_mask(det, _mm512_setzero_ps(), _CMP_GT_OS) &
                             _mm512_cmp_ps_mask(fitted_scale, _mm512_setzero_ps(), _CMP_GT_OS);
     const __m512 spare = _mm512_sub_ps(y_sum, _mm512_mul_ps(fitted_scale, cs[r]));
@@ -151,15 +152,18 @@ void search_and_store(const float* const* x, const KeyRowRange* range, size_t n,
     offset[r] = _mm512_mask_blend_ps(valid, mid[r], fitted_offset);
     const __m512 reach = _mm512_max_ps(_mm512_sub_ps(_mm512_set1_ps(range[r].hi), offset[r]),
                                        _mm512_sub_ps(offset[r], _mm512_set1_ps(range[r].lo)));
-    refined[r] = f16_at_least(
-        _mm512_max_ps(_mm512_maskz_mov_ps(valid, fitted_scale), _mm512_div_ps(reach, _mm512_set1_ps(kInt8CodeMax + 0.5f))));
+    refined[r] = f16_at_least(_mm512_max_ps(_mm512_maskz_mov_ps(valid, fitted_scale),
+                                            _mm512_div_ps(reach, _mm512_set1_ps(kInt8CodeMax + 0.5f))));
     const __m512 shift = _mm512_sub_ps(offset[r], mid[r]);
-    __m512 e = _mm512_sub_ps(y_squares[r], _mm512_mul_ps(two, _mm512_add_ps(_mm512_mul_ps(shift, y_sum), _mm512_mul_ps(refined[r], yc[r]))));
-    e = _mm512_add_ps(e, _mm512_mul_ps(shift, _mm512_add_ps(_mm512_mul_ps(count, shift), _mm512_mul_ps(two, _mm512_mul_ps(refined[r], cs[r])))));
+    __m512 e = _mm512_sub_ps(
+        y_squares[r], _mm512_mul_ps(two, _mm512_add_ps(_mm512_mul_ps(shift, y_sum), _mm512_mul_ps(refined[r], yc[r]))));
+    e = _mm512_add_ps(e, _mm512_mul_ps(shift, _mm512_add_ps(_mm512_mul_ps(count, shift),
+                                                            _mm512_mul_ps(two, _mm512_mul_ps(refined[r], cs[r])))));
     e = _mm512_add_ps(e, _mm512_mul_ps(_mm512_mul_ps(refined[r], refined[r]), cc[r]));
     refined_inverse[r] = _mm512_div_ps(_mm512_set1_ps(1.0f), refined[r]);  // beside the selection below
     // NaN never wins below: as infinity, which never does either.
-    own[r] = _mm512_mask_mov_ps(inf, _mm512_cmp_ps_mask(squared_error[r], squared_error[r], _CMP_ORD_Q), squared_error[r]);
+    own[r] =
+        _mm512_mask_mov_ps(inf, _mm512_cmp_ps_mask(squared_error[r], squared_error[r], _CMP_ORD_Q), squared_error[r]);
     fit[r] = _mm512_mask_mov_ps(inf, _mm512_cmp_ps_mask(e, e, _CMP_ORD_Q), e);
   }
   // The reference walks candidate 0's own error, its refined error, candidate 1's, ... and keeps
@@ -259,7 +263,9 @@ float quantize_value_row_int8_avx512(const float* x, size_t n, int8_t* codes) {
   return amax / kInt8CodeMax;
 }
 
-uint32_t quantize_key_row_int8_avx512(const float* x, size_t n, int8_t* codes) { return quantize_one_key_row(x, n, codes); }
+uint32_t quantize_key_row_int8_avx512(const float* x, size_t n, int8_t* codes) {
+  return quantize_one_key_row(x, n, codes);
+}
 
 void quantize_key_rows_int8_avx512(const float* x, size_t rows, size_t n, int8_t* codes, uint32_t* packed) {
   constexpr int kRows = 4;  // rows searched together

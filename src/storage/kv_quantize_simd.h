@@ -124,11 +124,11 @@ inline constexpr KeyTopCodeTable kKeyTopCodes = make_key_top_codes();
 // searches and stores kRows rows together, one_row(row, n, codes) does any single row (the rest,
 // and groups holding a NaN or constant row).
 template <int kRows>
-static inline void quantize_key_rows_grouped(
-    const float* x, size_t rows, size_t n, int8_t* codes, uint32_t* packed,
-    KeyRowRange (*midpoint)(const float*, size_t),
-    void (*search_rows)(const float* const*, const KeyRowRange*, size_t, size_t, int8_t* const*, uint32_t*),
-    uint32_t (*one_row)(const float*, size_t, int8_t*)) {
+static inline void quantize_key_rows_grouped(const float* x, size_t rows, size_t n, int8_t* codes, uint32_t* packed,
+                                             KeyRowRange (*midpoint)(const float*, size_t),
+                                             void (*search_rows)(const float* const*, const KeyRowRange*, size_t,
+                                                                 size_t, int8_t* const*, uint32_t*),
+                                             uint32_t (*one_row)(const float*, size_t, int8_t*)) {
   const size_t candidates = int8_key_fit_candidates(n);
   size_t r = 0;
   if (candidates > 1) {

@@ -26,7 +26,8 @@ inline std::vector<Value> bind_args(Renderer& r, std::string_view function, Call
       if (n == key) break;
       ++i;
     }
-    if (i == names.size()) r.fail(line, fmt::format("TypeError: {}() got an unexpected keyword argument '{}'", function, key));
+    if (i == names.size())
+      r.fail(line, fmt::format("TypeError: {}() got an unexpected keyword argument '{}'", function, key));
     bound[i] = std::move(value);
   }
   return bound;
@@ -35,7 +36,8 @@ inline std::vector<Value> bind_args(Renderer& r, std::string_view function, Call
 // An optional integer argument: its value, or `fallback` when not given (undefined or none).
 inline int64_t int_arg(Renderer& r, const Value& v, int64_t fallback, std::string_view what, int line) {
   if (v.is_undefined() || v.is_none()) return fallback;
-  if (!v.is_int() && !v.is_bool()) r.fail(line, fmt::format("TypeError: {} must be an integer, not '{}'", what, type_name(v)));
+  if (!v.is_int() && !v.is_bool())
+    r.fail(line, fmt::format("TypeError: {} must be an integer, not '{}'", what, type_name(v)));
   return v.as_int();
 }
 

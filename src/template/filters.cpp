@@ -34,7 +34,9 @@ Value lookup_path(Renderer& r, const Value& item, std::string_view path, int lin
       v = i < v.as_list().items.size() ? v.as_list().items[i] : Value::undefined("index out of range");
     } else if (v.is_dict()) {
       const Value* found = v.as_dict().find(part);
-      v = found ? *found : (has_method(v, part) ? bound_method(v, part) : Value::undefined(fmt::format("'dict object' has no attribute '{}'", part)));
+      v = found ? *found
+                : (has_method(v, part) ? bound_method(v, part)
+                                       : Value::undefined(fmt::format("'dict object' has no attribute '{}'", part)));
     } else if (v.is_namespace()) {
       Value* found = v.as_namespace().find(part);
       v = found ? *found : Value::undefined(fmt::format("'Namespace object' has no attribute '{}'", part));
@@ -62,12 +64,23 @@ std::string html_escape(std::string_view s) {
   out.reserve(s.size());
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out.push_back(c);
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out.push_back(c);
     }
   }
   return out;
@@ -122,10 +135,13 @@ Value filter_tojson(Renderer& r, const Value& input, CallArgs& args, int line) {
 Value filter_indent(Renderer& r, const Value& input, CallArgs& args, int line) {
   auto a = bind_args(r, "indent", args, {"width", "first", "blank"}, line);
   const std::string indention =
-      a[0].is_string() ? a[0].as_string() : std::string(static_cast<size_t>(std::clamp<int64_t>(int_arg(r, a[0], 4, "width", line), 0, 1024)), ' ');
+      a[0].is_string()
+          ? a[0].as_string()
+          : std::string(static_cast<size_t>(std::clamp<int64_t>(int_arg(r, a[0], 4, "width", line), 0, 1024)), ' ');
   // jinja2 appends a newline to the value itself before splitting lines: only a string can take it.
   if (input.is_undefined()) r.fail_undefined(line, input);
-  if (!input.is_string()) r.fail(line, fmt::format("TypeError: unsupported operand type(s) for +=: '{}' and 'str'", type_name(input)));
+  if (!input.is_string())
+    r.fail(line, fmt::format("TypeError: unsupported operand type(s) for +=: '{}' and 'str'", type_name(input)));
   std::string s = input.as_string() + "\n";
   std::vector<std::string> lines = split_lines(s);
   std::string out;
@@ -152,7 +168,8 @@ Value filter_select(Renderer& r, const Value& input, CallArgs& args, bool by_att
   size_t next = 0;
   std::string attribute;
   if (by_attribute) {
-    if (args.positional.empty() || !args.positional[0].is_string()) r.fail(line, "TypeError: selectattr/rejectattr need an attribute name");
+    if (args.positional.empty() || !args.positional[0].is_string())
+      r.fail(line, "TypeError: selectattr/rejectattr need an attribute name");
     attribute = args.positional[0].as_string();
     next = 1;
   }
@@ -189,7 +206,8 @@ Value filter_map(Renderer& r, const Value& input, CallArgs& args, int line) {
     }
     return Value::list(std::move(out));
   }
-  if (args.positional.empty() || !args.positional[0].is_string()) r.fail(line, "TypeError: map needs a filter name or attribute=");
+  if (args.positional.empty() || !args.positional[0].is_string())
+    r.fail(line, "TypeError: map needs a filter name or attribute=");
   const std::string filter = args.positional[0].as_string();
   CallArgs rest;
   rest.positional.assign(args.positional.begin() + 1, args.positional.end());
@@ -263,7 +281,8 @@ Value to_int(Renderer& r, const Value& v, const Value& fallback_arg, const Value
 
 Value apply_filter(Renderer& r, std::string_view name, const Value& input, CallArgs args, int line) {
   const auto no_args = [&]() {
-    if (!args.positional.empty() || !args.keyword.empty()) r.fail(line, fmt::format("TypeError: filter '{}' takes no arguments", name));
+    if (!args.positional.empty() || !args.keyword.empty())
+      r.fail(line, fmt::format("TypeError: filter '{}' takes no arguments", name));
   };
   if (name == "tojson") return filter_tojson(r, input, args, line);
   if (name == "trim") {
@@ -278,11 +297,16 @@ Value apply_filter(Renderer& r, std::string_view name, const Value& input, CallA
   if (name == "length" || name == "count") {
     no_args();
     switch (input.kind()) {
-      case Value::Kind::kString: return Value::integer(static_cast<int64_t>(code_point_count(input.as_string())));
-      case Value::Kind::kList: return Value::integer(static_cast<int64_t>(input.as_list().items.size()));
-      case Value::Kind::kDict: return Value::integer(static_cast<int64_t>(input.as_dict().size()));
-      case Value::Kind::kUndefined: return Value::integer(0);
-      default: r.fail(line, fmt::format("TypeError: object of type '{}' has no len()", type_name(input)));
+      case Value::Kind::kString:
+        return Value::integer(static_cast<int64_t>(code_point_count(input.as_string())));
+      case Value::Kind::kList:
+        return Value::integer(static_cast<int64_t>(input.as_list().items.size()));
+      case Value::Kind::kDict:
+        return Value::integer(static_cast<int64_t>(input.as_dict().size()));
+      case Value::Kind::kUndefined:
+        return Value::integer(0);
+      default:
+        r.fail(line, fmt::format("TypeError: object of type '{}' has no len()", type_name(input)));
     }
   }
   if (name == "items") {
@@ -328,7 +352,8 @@ Value apply_filter(Renderer& r, std::string_view name, const Value& input, CallA
     bool word_start = true;
     for (size_t pos = 0; pos < s.size();) {
       const char32_t c = decode_utf8(s, pos);
-      const bool boundary = name == "title" && (is_python_space(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<');
+      const bool boundary =
+          name == "title" && (is_python_space(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<');
       append_utf8(out, boundary ? c : (word_start ? upper_case(c) : lower_case(c)));
       word_start = boundary;
     }
@@ -387,12 +412,15 @@ Value apply_filter(Renderer& r, std::string_view name, const Value& input, CallA
   }
   if (name == "round") {
     auto a = bind_args(r, "round", args, {"precision", "method"}, line);
-    if (!input.is_number()) r.fail(line, fmt::format("TypeError: type {} doesn't define __round__ method", type_name(input)));
+    if (!input.is_number())
+      r.fail(line, fmt::format("TypeError: type {} doesn't define __round__ method", type_name(input)));
     const int64_t precision = std::clamp<int64_t>(int_arg(r, a[0], 0, "precision", line), -300, 300);
     const std::string method = a[1].is_string() ? a[1].as_string() : "common";
     const double scale = std::pow(10.0, static_cast<double>(precision));
     if (method == "common") {  // Python's round(): an int stays an int
-      if (!input.is_float()) return Value::integer(precision >= 0 ? input.as_int() : static_cast<int64_t>(python_round(input.as_float(), precision)));
+      if (!input.is_float())
+        return Value::integer(precision >= 0 ? input.as_int()
+                                             : static_cast<int64_t>(python_round(input.as_float(), precision)));
       return Value::number(python_round(input.as_float(), precision));
     }
     if (method == "ceil") return Value::number(std::ceil(input.as_float() * scale) / scale);
@@ -432,7 +460,8 @@ Value apply_filter(Renderer& r, std::string_view name, const Value& input, CallA
     std::vector<Value> batches, current;
     for (const Value& item : items_of(r, input, line)) {
       current.push_back(item);
-      if (static_cast<int64_t>(current.size()) == size) batches.push_back(Value::list(std::move(current))), current.clear();
+      if (static_cast<int64_t>(current.size()) == size)
+        batches.push_back(Value::list(std::move(current))), current.clear();
     }
     if (!current.empty()) {
       if (!a[1].is_undefined() && !a[1].is_none())
@@ -448,10 +477,13 @@ Value apply_filter(Renderer& r, std::string_view name, const Value& input, CallA
     Value total = a[1].is_undefined() ? Value::integer(0) : a[1];
     for (const Value& item : items_of(r, input, line)) {
       const Value v = a[0].is_string() ? lookup_path(r, item, a[0].as_string(), line) : item;
-      if (!v.is_number() || !total.is_number()) r.fail(line, fmt::format("TypeError: unsupported operand type(s) for +: '{}' and '{}'", type_name(total), type_name(v)));
+      if (!v.is_number() || !total.is_number())
+        r.fail(line, fmt::format("TypeError: unsupported operand type(s) for +: '{}' and '{}'", type_name(total),
+                                 type_name(v)));
       int64_t sum = 0;
       if (total.is_float() || v.is_float()) total = Value::number(total.as_float() + v.as_float());
-      else if (__builtin_add_overflow(total.as_int(), v.as_int(), &sum)) r.fail(line, "OverflowError: integer result too large");
+      else if (__builtin_add_overflow(total.as_int(), v.as_int(), &sum))
+        r.fail(line, "OverflowError: integer result too large");
       else total = Value::integer(sum);
     }
     return total;
@@ -511,14 +543,16 @@ Value apply_filter(Renderer& r, std::string_view name, const Value& input, CallA
     if (width <= len) return Value::string(s);
     const int64_t total = width - len;
     const int64_t left = total / 2 + (total & width & 1);
-    return Value::string(std::string(static_cast<size_t>(left), ' ') + s + std::string(static_cast<size_t>(total - left), ' '));
+    return Value::string(std::string(static_cast<size_t>(left), ' ') + s +
+                         std::string(static_cast<size_t>(total - left), ' '));
   }
   r.fail(line, fmt::format("TemplateAssertionError: no filter named '{}'", name));
 }
 
 bool apply_test(Renderer& r, std::string_view name, const Value& input, CallArgs args, int line) {
   const auto arg = [&]() -> const Value& {
-    if (args.positional.size() != 1 || !args.keyword.empty()) r.fail(line, fmt::format("TypeError: test '{}' takes one argument", name));
+    if (args.positional.size() != 1 || !args.keyword.empty())
+      r.fail(line, fmt::format("TypeError: test '{}' takes one argument", name));
     return args.positional[0];
   };
   if (name == "defined") return !input.is_undefined();
@@ -538,7 +572,8 @@ bool apply_test(Renderer& r, std::string_view name, const Value& input, CallArgs
   if (name == "escaped") return false;
   if (name == "sameas") {
     const Value& other = arg();
-    if (input.is_none() || input.is_bool() || input.is_undefined()) return values_equal(input, other) && input.kind() == other.kind();
+    if (input.is_none() || input.is_bool() || input.is_undefined())
+      return values_equal(input, other) && input.kind() == other.kind();
     return input.same_object(other);
   }
   if (name == "eq" || name == "equalto" || name == "==") return values_equal(input, arg());
@@ -549,7 +584,8 @@ bool apply_test(Renderer& r, std::string_view name, const Value& input, CallArgs
   if (name == "ge" || name == ">=") return compare_values(input, arg(), line) >= 0;
   if (name == "in") {
     const Value& container = arg();
-    if (container.is_string()) return input.is_string() && container.as_string().find(input.as_string()) != std::string::npos;
+    if (container.is_string())
+      return input.is_string() && container.as_string().find(input.as_string()) != std::string::npos;
     if (container.is_dict()) return input.is_string() && container.as_dict().find(input.as_string()) != nullptr;
     for (const Value& v : r.iterate(container, line)->items)
       if (values_equal(v, input)) return true;

@@ -63,24 +63,46 @@ std::string decode_string_literal(std::string_view body, int line) {
     }
     const char e = body[++i];
     switch (e) {
-      case '\n': break;  // a line continuation
-      case '\\': out.push_back('\\'); break;
-      case '\'': out.push_back('\''); break;
-      case '"': out.push_back('"'); break;
-      case 'a': out.push_back('\a'); break;
-      case 'b': out.push_back('\b'); break;
-      case 'f': out.push_back('\f'); break;
-      case 'n': out.push_back('\n'); break;
-      case 'r': out.push_back('\r'); break;
-      case 't': out.push_back('\t'); break;
-      case 'v': out.push_back('\v'); break;
+      case '\n':
+        break;  // a line continuation
+      case '\\':
+        out.push_back('\\');
+        break;
+      case '\'':
+        out.push_back('\'');
+        break;
+      case '"':
+        out.push_back('"');
+        break;
+      case 'a':
+        out.push_back('\a');
+        break;
+      case 'b':
+        out.push_back('\b');
+        break;
+      case 'f':
+        out.push_back('\f');
+        break;
+      case 'n':
+        out.push_back('\n');
+        break;
+      case 'r':
+        out.push_back('\r');
+        break;
+      case 't':
+        out.push_back('\t');
+        break;
+      case 'v':
+        out.push_back('\v');
+        break;
       case 'x':
       case 'u':
       case 'U': {
         const size_t n = e == 'x' ? 2 : (e == 'u' ? 4 : 8);
         char32_t cp = 0;
         for (size_t k = 1; k <= n; ++k) {
-          if (i + k >= body.size() || !is_hex(body[i + k])) syntax_error(line, "truncated \\x, \\u or \\U escape in a string");
+          if (i + k >= body.size() || !is_hex(body[i + k]))
+            syntax_error(line, "truncated \\x, \\u or \\U escape in a string");
           cp = cp * 16 + static_cast<char32_t>(std::strtoul(std::string(1, body[i + k]).c_str(), nullptr, 16));
         }
         if (cp > 0x10FFFF) syntax_error(line, "\\U escape beyond U+10FFFF in a string");
@@ -275,7 +297,8 @@ class Lexer {
   void lex_number() {
     const auto digits = [&](size_t at) {  // \d+(_\d+)*
       size_t end = at;
-      while (end < src_.size() && (is_digit(src_[end]) || (src_[end] == '_' && end + 1 < src_.size() && is_digit(src_[end + 1]) && end > at)))
+      while (end < src_.size() && (is_digit(src_[end]) ||
+                                   (src_[end] == '_' && end + 1 < src_.size() && is_digit(src_[end + 1]) && end > at)))
         ++end;
       return end;
     };

@@ -15,16 +15,16 @@ namespace pagedkv::jinja {
 namespace {
 
 constexpr std::array<std::string_view, 27> kStringMethods = {
-    "strip", "lstrip", "rstrip", "split", "rsplit", "startswith", "endswith", "replace", "upper",
-    "lower", "title", "capitalize", "find", "rfind", "index", "rindex", "count", "join", "isdigit",
-    "isalpha", "isalnum", "isspace", "isupper", "islower", "splitlines", "format", "removeprefix"};
+    "strip",   "lstrip",  "rstrip",     "split",   "rsplit",  "startswith", "endswith",   "replace", "upper",
+    "lower",   "title",   "capitalize", "find",    "rfind",   "index",      "rindex",     "count",   "join",
+    "isdigit", "isalpha", "isalnum",    "isspace", "isupper", "islower",    "splitlines", "format",  "removeprefix"};
 constexpr std::array<std::string_view, 1> kMoreStringMethods = {"removesuffix"};
 // Dict and list methods; the mutating ones exist (so attribute lookup finds them before items,
 // as in Python) but calling them is refused, as jinja2's immutable sandbox refuses it.
-constexpr std::array<std::string_view, 11> kDictMethods = {"items", "keys",   "values",     "get",   "copy", "pop",
+constexpr std::array<std::string_view, 11> kDictMethods = {"items",   "keys",   "values",     "get",   "copy",    "pop",
                                                            "popitem", "update", "setdefault", "clear", "fromkeys"};
-constexpr std::array<std::string_view, 12> kListMethods = {"index", "count", "copy",   "append",  "extend", "insert",
-                                                           "pop",   "remove", "reverse", "sort", "clear",  "__len__"};
+constexpr std::array<std::string_view, 12> kListMethods = {"index", "count",  "copy",    "append", "extend", "insert",
+                                                           "pop",   "remove", "reverse", "sort",   "clear",  "__len__"};
 
 template <size_t N>
 bool listed(const std::array<std::string_view, N>& names, std::string_view name) {
@@ -71,11 +71,13 @@ std::vector<Value> split_whitespace(std::string_view s, int64_t maxsplit, bool f
   }
   const size_t k = static_cast<size_t>(maxsplit);
   if (!from_right) {
-    for (size_t i = 0; i < k; ++i) out.push_back(Value::string(std::string(s.substr(words[i].first, words[i].second - words[i].first))));
+    for (size_t i = 0; i < k; ++i)
+      out.push_back(Value::string(std::string(s.substr(words[i].first, words[i].second - words[i].first))));
     out.push_back(Value::string(std::string(python_strip(s.substr(words[k].first), nullptr, false, true))));
   } else {
     const size_t first_kept = words.size() - k;
-    out.push_back(Value::string(std::string(python_strip(s.substr(0, words[first_kept - 1].second), nullptr, true, false))));
+    out.push_back(
+        Value::string(std::string(python_strip(s.substr(0, words[first_kept - 1].second), nullptr, true, false))));
     for (size_t i = first_kept; i < words.size(); ++i)
       out.push_back(Value::string(std::string(s.substr(words[i].first, words[i].second - words[i].first))));
   }
@@ -135,7 +137,8 @@ std::string python_format(Renderer& r, std::string_view fmt_text, const CallArgs
     const size_t close = fmt_text.find('}', i);
     if (close == std::string_view::npos) r.fail(line, "ValueError: Single '{' encountered in format string");
     const std::string_view field = fmt_text.substr(i + 1, close - i - 1);
-    if (field.find_first_of(":!.[") != std::string_view::npos) r.fail(line, "str.format: format specs are not supported");
+    if (field.find_first_of(":!.[") != std::string_view::npos)
+      r.fail(line, "str.format: format specs are not supported");
     const Value* v = nullptr;
     if (field.empty() || std::all_of(field.begin(), field.end(), [](char d) { return d >= '0' && d <= '9'; })) {
       const size_t index = field.empty() ? auto_index++ : std::stoul(std::string(field));
@@ -174,7 +177,8 @@ Value string_method(Renderer& r, const std::string& s, std::string_view name, Ca
   }
   if (name == "startswith" || name == "endswith") {
     auto a = bind_args(r, name, args, {"prefix", "start", "end"}, line);
-    if (!a[1].is_undefined() || !a[2].is_undefined()) r.fail(line, fmt::format("str.{}: start/end are not supported", name));
+    if (!a[1].is_undefined() || !a[2].is_undefined())
+      r.fail(line, fmt::format("str.{}: start/end are not supported", name));
     std::vector<Value> options = a[0].is_list() ? a[0].as_list().items : std::vector<Value>{a[0]};
     for (const Value& o : options) {
       const std::string& p = string_arg(o, name);
@@ -208,12 +212,15 @@ Value string_method(Renderer& r, const std::string& s, std::string_view name, Ca
     if (old_text.size() == 1 && count < 0) {
       occurrences = static_cast<size_t>(std::count(s.begin(), s.end(), old_text[0]));
     } else {
-      for (size_t at = s.find(old_text); at != std::string::npos && (count < 0 || static_cast<int64_t>(occurrences) < count);
+      for (size_t at = s.find(old_text);
+           at != std::string::npos && (count < 0 || static_cast<int64_t>(occurrences) < count);
            at = s.find(old_text, at + old_text.size()))
         ++occurrences;
     }
     const size_t result_size = s.size() - occurrences * old_text.size();
-    if (!new_text.empty() && occurrences > (r.limits().max_output_bytes - std::min(result_size, r.limits().max_output_bytes)) / new_text.size())
+    if (!new_text.empty() &&
+        occurrences >
+            (r.limits().max_output_bytes - std::min(result_size, r.limits().max_output_bytes)) / new_text.size())
       r.limit_exceeded(line, "max_output_bytes", r.limits().max_output_bytes);
     out.reserve(result_size + occurrences * new_text.size());
     if (old_text.size() == 1 && count < 0) {  // one byte replaced everywhere: a single scan
@@ -266,11 +273,13 @@ Value string_method(Renderer& r, const std::string& s, std::string_view name, Ca
     }
     return Value::string(std::move(out));
   }
-  if (name == "isdigit" || name == "isalpha" || name == "isalnum" || name == "isspace" || name == "isupper" || name == "islower") {
+  if (name == "isdigit" || name == "isalpha" || name == "isalnum" || name == "isspace" || name == "isupper" ||
+      name == "islower") {
     bind_args(r, name, args, {}, line);
     if (name == "isupper" || name == "islower") {
       CallArgs none;
-      return Value::boolean(apply_test(r, name == "isupper" ? "upper" : "lower", Value::string(s), std::move(none), line));
+      return Value::boolean(
+          apply_test(r, name == "isupper" ? "upper" : "lower", Value::string(s), std::move(none), line));
     }
     if (s.empty()) return Value::boolean(false);
     if (name == "isspace") {
@@ -304,7 +313,8 @@ Value string_method(Renderer& r, const std::string& s, std::string_view name, Ca
     const std::string& affix = string_arg(a[0], name);
     if (name == "removeprefix" && s.compare(0, affix.size(), affix) == 0 && s.size() >= affix.size())
       return Value::string(s.substr(affix.size()));
-    if (name == "removesuffix" && s.size() >= affix.size() && s.compare(s.size() - affix.size(), affix.size(), affix) == 0)
+    if (name == "removesuffix" && s.size() >= affix.size() &&
+        s.compare(s.size() - affix.size(), affix.size(), affix) == 0)
       return Value::string(s.substr(0, s.size() - affix.size()));
     return Value::string(s);
   }
@@ -353,11 +363,13 @@ Value list_method(Renderer& r, const Value& receiver, std::string_view name, Cal
     bind_args(r, name, args, {}, line);
     return receiver;
   }
-  r.fail(line, fmt::format("SecurityError: access to attribute '{}' of '{}' object is unsafe.", name, type_name(receiver)));
+  r.fail(line,
+         fmt::format("SecurityError: access to attribute '{}' of '{}' object is unsafe.", name, type_name(receiver)));
 }
 
 // One %-conversion's text with its flags, width and precision applied.
-std::string convert_one(Renderer& r, char type, const std::string& flags, int width, int precision, const Value& v, int line) {
+std::string convert_one(Renderer& r, char type, const std::string& flags, int width, int precision, const Value& v,
+                        int line) {
   std::string body;
   const auto c_format = [&](const char* length, char conversion) {
     std::string spec = "%" + flags;
@@ -382,8 +394,15 @@ std::string convert_one(Renderer& r, char type, const std::string& flags, int wi
       }
       return text;
     }
-    case 'd': case 'i': case 'u': case 'x': case 'X': case 'o': case 'c': {
-      if (!v.is_number()) r.fail(line, fmt::format("TypeError: %{} format: a real number is required, not {}", type, type_name(v)));
+    case 'd':
+    case 'i':
+    case 'u':
+    case 'x':
+    case 'X':
+    case 'o':
+    case 'c': {
+      if (!v.is_number())
+        r.fail(line, fmt::format("TypeError: %{} format: a real number is required, not {}", type, type_name(v)));
       const long long n = v.is_float() ? static_cast<long long>(v.as_float()) : static_cast<long long>(v.as_int());
       if (type == 'c') {
         std::string ch;
@@ -394,13 +413,19 @@ std::string convert_one(Renderer& r, char type, const std::string& flags, int wi
       std::snprintf(buf, sizeof buf, c_format("ll", type == 'i' || type == 'u' ? 'd' : type).c_str(), n);
       return buf;
     }
-    case 'f': case 'F': case 'e': case 'E': case 'g': case 'G': {
+    case 'f':
+    case 'F':
+    case 'e':
+    case 'E':
+    case 'g':
+    case 'G': {
       if (!v.is_number()) r.fail(line, fmt::format("TypeError: must be real number, not {}", type_name(v)));
       char buf[512];
       std::snprintf(buf, sizeof buf, c_format("", type).c_str(), v.as_float());
       return buf;
     }
-    default: r.fail(line, fmt::format("ValueError: unsupported format character '{}'", type));
+    default:
+      r.fail(line, fmt::format("ValueError: unsupported format character '{}'", type));
   }
 }
 
@@ -459,7 +484,8 @@ Value percent_format(Renderer& r, const std::string& f, const Value& args, int l
     out += convert_one(r, f[i], flags, width, precision, v, line);
     r.check_size(out.size(), line);
   }
-  if (!lenient && next < positional.size()) r.fail(line, "TypeError: not all arguments converted during string formatting");
+  if (!lenient && next < positional.size())
+    r.fail(line, "TypeError: not all arguments converted during string formatting");
   return Value::string(std::move(out));
 }
 
@@ -487,7 +513,8 @@ Value global_range(Renderer& r, CallArgs& args, int line) {
   int64_t v[3] = {0, 0, 1};
   for (size_t i = 0; i < args.positional.size(); ++i) {
     if (!args.positional[i].is_int() && !args.positional[i].is_bool())
-      r.fail(line, fmt::format("TypeError: '{}' object cannot be interpreted as an integer", type_name(args.positional[i])));
+      r.fail(line,
+             fmt::format("TypeError: '{}' object cannot be interpreted as an integer", type_name(args.positional[i])));
   }
   if (args.positional.size() == 1) {
     v[1] = args.positional[0].as_int();
@@ -549,20 +576,28 @@ Value global_strftime_now(Renderer& r, CallArgs& args, int line) {
 
 bool has_method(const Value& receiver, std::string_view name) {
   switch (receiver.kind()) {
-    case Value::Kind::kString: return listed(kStringMethods, name) || listed(kMoreStringMethods, name);
-    case Value::Kind::kDict: return listed(kDictMethods, name);
-    case Value::Kind::kList: return listed(kListMethods, name);
-    default: return false;
+    case Value::Kind::kString:
+      return listed(kStringMethods, name) || listed(kMoreStringMethods, name);
+    case Value::Kind::kDict:
+      return listed(kDictMethods, name);
+    case Value::Kind::kList:
+      return listed(kListMethods, name);
+    default:
+      return false;
   }
 }
 
 Value call_method(Renderer& r, const Value& receiver, std::string_view name, CallArgs args, int line) {
   r.tick(line);
   switch (receiver.kind()) {
-    case Value::Kind::kString: return string_method(r, receiver.as_string(), name, args, line);
-    case Value::Kind::kDict: return dict_method(r, receiver, name, args, line);
-    case Value::Kind::kList: return list_method(r, receiver, name, args, line);
-    default: r.fail(line, fmt::format("'{}' object has no method '{}'", type_name(receiver), name));
+    case Value::Kind::kString:
+      return string_method(r, receiver.as_string(), name, args, line);
+    case Value::Kind::kDict:
+      return dict_method(r, receiver, name, args, line);
+    case Value::Kind::kList:
+      return list_method(r, receiver, name, args, line);
+    default:
+      r.fail(line, fmt::format("'{}' object has no method '{}'", type_name(receiver), name));
   }
 }
 

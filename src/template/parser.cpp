@@ -68,17 +68,27 @@ class Parser {
 
   static std::string describe(const Token& t) {
     switch (t.type) {
-      case TokenType::kText: return "text";
-      case TokenType::kVarBegin: return "'{{'";
-      case TokenType::kVarEnd: return "'}}'";
-      case TokenType::kBlockBegin: return "'{%'";
-      case TokenType::kBlockEnd: return "'%}'";
-      case TokenType::kName: return fmt::format("'{}'", t.text);
-      case TokenType::kString: return "a string";
+      case TokenType::kText:
+        return "text";
+      case TokenType::kVarBegin:
+        return "'{{'";
+      case TokenType::kVarEnd:
+        return "'}}'";
+      case TokenType::kBlockBegin:
+        return "'{%'";
+      case TokenType::kBlockEnd:
+        return "'%}'";
+      case TokenType::kName:
+        return fmt::format("'{}'", t.text);
+      case TokenType::kString:
+        return "a string";
       case TokenType::kInteger:
-      case TokenType::kFloat: return "a number";
-      case TokenType::kOperator: return fmt::format("'{}'", t.text);
-      case TokenType::kEnd: return "the end of the template";
+      case TokenType::kFloat:
+        return "a number";
+      case TokenType::kOperator:
+        return fmt::format("'{}'", t.text);
+      case TokenType::kEnd:
+        return "the end of the template";
     }
     return "a token";
   }
@@ -146,7 +156,8 @@ class Parser {
         case TokenType::kEnd:
           if (end_tags.size() != 0) fail(fmt::format("unexpected end of template, expected '{}'", *end_tags.begin()));
           return body;
-        default: fail(fmt::format("unexpected {}", describe(t)));
+        default:
+          fail(fmt::format("unexpected {}", describe(t)));
       }
     }
   }
@@ -618,7 +629,8 @@ class Parser {
           return fold_constant(std::move(dict));
         }
         break;
-      default: break;
+      default:
+        break;
     }
     fail(fmt::format("unexpected {}", describe(t)));
   }

@@ -25,7 +25,8 @@ using ast::StmtKind;
 // (`closure`), so it stays valid if it outlives the scope (stored in a namespace, say).
 class MacroCallable final : public Callable {
  public:
-  MacroCallable(const Stmt& macro, std::shared_ptr<Renderer::Scope> closure) : macro_(macro), closure_(std::move(closure)) {}
+  MacroCallable(const Stmt& macro, std::shared_ptr<Renderer::Scope> closure)
+      : macro_(macro), closure_(std::move(closure)) {}
   Value call(Renderer& r, CallArgs args, int line) const override {
     return r.call_macro(macro_, macro_.params, macro_.body, closure_.get(), std::move(args), Value(), line);
   }
@@ -40,7 +41,8 @@ class MacroCallable final : public Callable {
 // (captured as a macro's is).
 class CallerCallable final : public Callable {
  public:
-  CallerCallable(const Stmt& block, std::shared_ptr<Renderer::Scope> closure) : block_(block), closure_(std::move(closure)) {}
+  CallerCallable(const Stmt& block, std::shared_ptr<Renderer::Scope> closure)
+      : block_(block), closure_(std::move(closure)) {}
   Value call(Renderer& r, CallArgs args, int line) const override {
     return r.call_macro(block_, block_.params, block_.body, closure_.get(), std::move(args), Value(), line);
   }
@@ -72,7 +74,8 @@ std::string attribute_hint(const Value& obj, std::string_view name) {
 // obj.name: the attribute (method) first, then the item, as jinja2's getattr.
 Value get_attribute(Renderer& r, const Value& obj, std::string_view name, int line) {
   switch (obj.kind()) {
-    case Value::Kind::kUndefined: r.fail_undefined(line, obj);
+    case Value::Kind::kUndefined:
+      r.fail_undefined(line, obj);
     case Value::Kind::kDict: {
       if (has_method(obj, name)) return bound_method(obj, name);
       if (const Value* v = obj.as_dict().find(name)) return *v;
@@ -85,7 +88,8 @@ Value get_attribute(Renderer& r, const Value& obj, std::string_view name, int li
     case Value::Kind::kList:
       if (has_method(obj, name)) return bound_method(obj, name);
       return Value::undefined(attribute_hint(obj, name));
-    default: return Value::undefined(attribute_hint(obj, name));
+    default:
+      return Value::undefined(attribute_hint(obj, name));
   }
 }
 
@@ -119,7 +123,8 @@ Value get_item(Renderer& r, const Value& obj, const Value& key, int line) {
         if (auto i = index_of(s.size())) return Value::string(std::string(1, s[*i]));
       } else if (key.is_int() || key.is_bool()) {
         const auto offsets = code_point_offsets(s);
-        if (auto i = index_of(offsets.size() - 1)) return Value::string(s.substr(offsets[*i], offsets[*i + 1] - offsets[*i]));
+        if (auto i = index_of(offsets.size() - 1))
+          return Value::string(s.substr(offsets[*i], offsets[*i + 1] - offsets[*i]));
       }
       if (key.is_string() && has_method(obj, key.as_string())) return bound_method(obj, key.as_string());
       return Value::undefined(fmt::format("'str object' has no element {}", python_repr(key)));
@@ -128,7 +133,8 @@ Value get_item(Renderer& r, const Value& obj, const Value& key, int line) {
       if (key.is_string())
         if (Value* v = obj.as_namespace().find(key.as_string())) return *v;
       return Value::undefined(fmt::format("'Namespace object' has no attribute {}", python_repr(key)));
-    default: return Value::undefined(fmt::format("'{} object' has no element {}", type_name(obj), python_repr(key)));
+    default:
+      return Value::undefined(fmt::format("'{} object' has no element {}", type_name(obj), python_repr(key)));
   }
 }
 
@@ -152,7 +158,8 @@ std::string Renderer::render() {
 
 void Renderer::count_iterations(uint64_t n, int line) {
   iterations_ += n;
-  if (iterations_ > limits_.max_loop_iterations) limit_exceeded(line, "max_loop_iterations", limits_.max_loop_iterations);
+  if (iterations_ > limits_.max_loop_iterations)
+    limit_exceeded(line, "max_loop_iterations", limits_.max_loop_iterations);
 }
 
 void Renderer::fail(int line, std::string_view message) const {
@@ -190,8 +197,10 @@ std::string Renderer::strftime_now(std::string_view format) const {
 
 std::shared_ptr<const List> Renderer::iterate(const Value& v, int line) {
   switch (v.kind()) {
-    case Value::Kind::kList: return v.list_ptr();
-    case Value::Kind::kUndefined: return std::make_shared<const List>();
+    case Value::Kind::kList:
+      return v.list_ptr();
+    case Value::Kind::kUndefined:
+      return std::make_shared<const List>();
     case Value::Kind::kDict: {
       auto keys = std::make_shared<List>();
       keys->items.reserve(v.as_dict().size());
@@ -208,13 +217,15 @@ std::shared_ptr<const List> Renderer::iterate(const Value& v, int line) {
       }
       return chars;
     }
-    default: fail(line, fmt::format("TypeError: '{}' object is not iterable", type_name(v)));
+    default:
+      fail(line, fmt::format("TypeError: '{}' object is not iterable", type_name(v)));
   }
 }
 
 Value Renderer::call_macro(const ast::Stmt& macro, const std::vector<ast::Parameter>& params, const ast::Body& body,
                            Scope* parent, CallArgs args, const Value& caller, int line) {
-  if (call_depth_ >= limits_.max_call_depth) limit_exceeded(line, "max_call_depth", static_cast<uint64_t>(limits_.max_call_depth));
+  if (call_depth_ >= limits_.max_call_depth)
+    limit_exceeded(line, "max_call_depth", static_cast<uint64_t>(limits_.max_call_depth));
   ++call_depth_;
   struct Restore {
     int& depth;
@@ -283,13 +294,19 @@ Renderer::Flow Renderer::exec(const ast::Stmt& s, Scope& scope, std::string& out
       check_size(out.size() + s.text.size(), s.line);
       out += s.text;
       return Flow::kNormal;
-    case StmtKind::kOutput: append_output(out, eval(*s.expr, scope), s.line); return Flow::kNormal;
+    case StmtKind::kOutput:
+      append_output(out, eval(*s.expr, scope), s.line);
+      return Flow::kNormal;
     case StmtKind::kIf:
       for (const auto& [cond, body] : s.branches)
         if (truthy(eval(*cond, scope))) return exec_body(body, scope, out);
       return exec_body(s.else_body, scope, out);
-    case StmtKind::kFor: exec_for(s, scope, out); return Flow::kNormal;
-    case StmtKind::kSet: exec_set(s, scope); return Flow::kNormal;
+    case StmtKind::kFor:
+      exec_for(s, scope, out);
+      return Flow::kNormal;
+    case StmtKind::kSet:
+      exec_set(s, scope);
+      return Flow::kNormal;
     case StmtKind::kSetBlock: {
       std::string text;
       exec_body(s.body, scope, text);
@@ -319,8 +336,10 @@ Renderer::Flow Renderer::exec(const ast::Stmt& s, Scope& scope, std::string& out
       append_output(out, eval_filter(*s.filter, scope, &input), s.line);
       return Flow::kNormal;
     }
-    case StmtKind::kBreak: return Flow::kBreak;
-    case StmtKind::kContinue: return Flow::kContinue;
+    case StmtKind::kBreak:
+      return Flow::kBreak;
+    case StmtKind::kContinue:
+      return Flow::kContinue;
     case StmtKind::kScope: {
       Scope inner;
       inner.parent = &scope;
@@ -399,7 +418,8 @@ void Renderer::exec_set(const ast::Stmt& s, Scope& scope) {
   if (!s.attribute.empty()) {
     Value target = lookup(s.targets[0], scope);
     if (!target.is_namespace())
-      fail(s.line, fmt::format("TemplateRuntimeError: cannot assign attribute on non-namespace object '{}'", s.targets[0]));
+      fail(s.line,
+           fmt::format("TemplateRuntimeError: cannot assign attribute on non-namespace object '{}'", s.targets[0]));
     Namespace& ns = target.as_namespace();
     if (Value* existing = ns.find(s.attribute)) *existing = std::move(value);
     else ns.attributes.emplace_back(s.attribute, std::move(value));
@@ -434,8 +454,10 @@ CallArgs Renderer::eval_args(const ast::Expr& e, Scope& scope) {
 Value Renderer::eval(const ast::Expr& e, Scope& scope) {
   tick(e.line);
   switch (e.kind) {
-    case ExprKind::kLiteral: return e.literal;
-    case ExprKind::kName: return lookup(e.name, scope);
+    case ExprKind::kLiteral:
+      return e.literal;
+    case ExprKind::kName:
+      return lookup(e.name, scope);
     case ExprKind::kList:
     case ExprKind::kTuple: {
       std::vector<Value> items;
@@ -456,13 +478,16 @@ Value Renderer::eval(const ast::Expr& e, Scope& scope) {
     case ExprKind::kPos: {
       Value v = eval(*e.target, scope);
       if (v.is_undefined()) fail_undefined(e.line, v);
-      if (!v.is_number()) fail(e.line, fmt::format("TypeError: bad operand type for unary {}: '{}'", e.kind == ExprKind::kNeg ? '-' : '+', type_name(v)));
+      if (!v.is_number())
+        fail(e.line, fmt::format("TypeError: bad operand type for unary {}: '{}'", e.kind == ExprKind::kNeg ? '-' : '+',
+                                 type_name(v)));
       if (e.kind == ExprKind::kPos) return v.is_bool() ? Value::integer(v.as_int()) : v;
       if (v.is_float()) return Value::number(-v.as_float());
       if (v.as_int() == std::numeric_limits<int64_t>::min()) fail(e.line, "OverflowError: integer too large");
       return Value::integer(-v.as_int());
     }
-    case ExprKind::kNot: return Value::boolean(!truthy(eval(*e.target, scope)));
+    case ExprKind::kNot:
+      return Value::boolean(!truthy(eval(*e.target, scope)));
     case ExprKind::kAnd: {
       Value left = eval(*e.operands[0], scope);
       return truthy(left) ? eval(*e.operands[1], scope) : left;
@@ -471,7 +496,8 @@ Value Renderer::eval(const ast::Expr& e, Scope& scope) {
       Value left = eval(*e.operands[0], scope);
       return truthy(left) ? left : eval(*e.operands[1], scope);
     }
-    case ExprKind::kBinary: return eval_binary(e, scope);
+    case ExprKind::kBinary:
+      return eval_binary(e, scope);
     case ExprKind::kConcat: {
       std::string s;
       for (const auto& part : e.operands) {
@@ -480,19 +506,24 @@ Value Renderer::eval(const ast::Expr& e, Scope& scope) {
       }
       return Value::string(std::move(s));
     }
-    case ExprKind::kCompare: return eval_compare(e, scope);
+    case ExprKind::kCompare:
+      return eval_compare(e, scope);
     case ExprKind::kCondition:
       if (truthy(eval(*e.operands[1], scope))) return eval(*e.operands[0], scope);
       if (e.operands[2]) return eval(*e.operands[2], scope);
       return Value::undefined("the inline if-expression evaluated to false and no else section was defined");
-    case ExprKind::kGetAttr: return get_attribute(*this, eval(*e.target, scope), e.name, e.line);
+    case ExprKind::kGetAttr:
+      return get_attribute(*this, eval(*e.target, scope), e.name, e.line);
     case ExprKind::kGetItem: {
       Value obj = eval(*e.target, scope);
       return get_item(*this, obj, eval(*e.operands[0], scope), e.line);
     }
-    case ExprKind::kSlice: return eval_slice(e, scope);
-    case ExprKind::kCall: return eval_call(e, scope);
-    case ExprKind::kFilter: return eval_filter(e, scope, nullptr);
+    case ExprKind::kSlice:
+      return eval_slice(e, scope);
+    case ExprKind::kCall:
+      return eval_call(e, scope);
+    case ExprKind::kFilter:
+      return eval_filter(e, scope, nullptr);
     case ExprKind::kTest: {
       Value subject = eval(*e.target, scope);
       const bool result = apply_test(*this, e.name, subject, eval_args(e, scope), e.line);
@@ -578,7 +609,8 @@ Value Renderer::eval_binary(const ast::Expr& e, Scope& scope) {
       if (!numbers) unsupported();
       if (b.as_float() == 0.0) fail(e.line, "ZeroDivisionError: integer division or modulo by zero");
       if (floats) return Value::number(std::floor(a.as_float() / b.as_float()));
-      if (a.as_int() == std::numeric_limits<int64_t>::min() && b.as_int() == -1) fail(e.line, "OverflowError: integer result too large");
+      if (a.as_int() == std::numeric_limits<int64_t>::min() && b.as_int() == -1)
+        fail(e.line, "OverflowError: integer result too large");
       {
         const int64_t x = a.as_int(), y = b.as_int();
         int64_t q = x / y;
@@ -615,7 +647,8 @@ Value Renderer::eval_binary(const ast::Expr& e, Scope& scope) {
         }
         return Value::integer(result);
       }
-      if (a.as_float() == 0.0 && b.as_float() < 0) fail(e.line, "ZeroDivisionError: 0.0 cannot be raised to a negative power");
+      if (a.as_float() == 0.0 && b.as_float() < 0)
+        fail(e.line, "ZeroDivisionError: 0.0 cannot be raised to a negative power");
       return Value::number(std::pow(a.as_float(), b.as_float()));
   }
   unsupported();
@@ -638,8 +671,10 @@ bool contains(Renderer& r, const Value& container, const Value& item, int line) 
       if ((item.is_list() && !item.as_list().is_tuple) || item.is_dict())  // tuples hash; lists and dicts do not
         r.fail(line, fmt::format("TypeError: unhashable type: '{}'", type_name(item)));
       return item.is_string() && container.as_dict().find(item.as_string()) != nullptr;
-    case Value::Kind::kUndefined: return false;
-    default: r.fail(line, fmt::format("TypeError: argument of type '{}' is not iterable", type_name(container)));
+    case Value::Kind::kUndefined:
+      return false;
+    default:
+      r.fail(line, fmt::format("TypeError: argument of type '{}' is not iterable", type_name(container)));
   }
 }
 
@@ -651,14 +686,30 @@ Value Renderer::eval_compare(const ast::Expr& e, Scope& scope) {
     Value right = eval(*e.operands[i + 1], scope);
     bool ok = false;
     switch (e.compare_ops[i]) {
-      case ast::CompareOp::kEq: ok = values_equal(left, right); break;
-      case ast::CompareOp::kNe: ok = !values_equal(left, right); break;
-      case ast::CompareOp::kLt: ok = compare_values(left, right, e.line) < 0; break;
-      case ast::CompareOp::kLe: ok = compare_values(left, right, e.line) <= 0; break;
-      case ast::CompareOp::kGt: ok = compare_values(left, right, e.line) > 0; break;
-      case ast::CompareOp::kGe: ok = compare_values(left, right, e.line) >= 0; break;
-      case ast::CompareOp::kIn: ok = contains(*this, right, left, e.line); break;
-      case ast::CompareOp::kNotIn: ok = !contains(*this, right, left, e.line); break;
+      case ast::CompareOp::kEq:
+        ok = values_equal(left, right);
+        break;
+      case ast::CompareOp::kNe:
+        ok = !values_equal(left, right);
+        break;
+      case ast::CompareOp::kLt:
+        ok = compare_values(left, right, e.line) < 0;
+        break;
+      case ast::CompareOp::kLe:
+        ok = compare_values(left, right, e.line) <= 0;
+        break;
+      case ast::CompareOp::kGt:
+        ok = compare_values(left, right, e.line) > 0;
+        break;
+      case ast::CompareOp::kGe:
+        ok = compare_values(left, right, e.line) >= 0;
+        break;
+      case ast::CompareOp::kIn:
+        ok = contains(*this, right, left, e.line);
+        break;
+      case ast::CompareOp::kNotIn:
+        ok = !contains(*this, right, left, e.line);
+        break;
     }
     if (!ok) return Value::boolean(false);
     left = std::move(right);
@@ -733,7 +784,8 @@ Value Renderer::eval_slice(const ast::Expr& e, Scope& scope) {
       for (size_t i : indices(static_cast<int64_t>(s.size()))) out.push_back(s[i]);
     } else {
       const auto offsets = code_point_offsets(s);
-      for (size_t i : indices(static_cast<int64_t>(offsets.size() - 1))) out.append(s, offsets[i], offsets[i + 1] - offsets[i]);
+      for (size_t i : indices(static_cast<int64_t>(offsets.size() - 1)))
+        out.append(s, offsets[i], offsets[i + 1] - offsets[i]);
     }
     return Value::string(std::move(out));
   }

@@ -62,9 +62,24 @@ std::vector<size_t> code_point_offsets(std::string_view s) {
 
 bool is_python_space(char32_t c) {
   switch (c) {
-    case 0x09: case 0x0A: case 0x0B: case 0x0C: case 0x0D: case 0x1C: case 0x1D: case 0x1E:
-    case 0x1F: case 0x20: case 0x85: case 0xA0: case 0x1680: case 0x2028: case 0x2029:
-    case 0x202F: case 0x205F: case 0x3000:
+    case 0x09:
+    case 0x0A:
+    case 0x0B:
+    case 0x0C:
+    case 0x0D:
+    case 0x1C:
+    case 0x1D:
+    case 0x1E:
+    case 0x1F:
+    case 0x20:
+    case 0x85:
+    case 0xA0:
+    case 0x1680:
+    case 0x2028:
+    case 0x2029:
+    case 0x202F:
+    case 0x205F:
+    case 0x3000:
       return true;
     default:
       return c >= 0x2000 && c <= 0x200A;
@@ -124,14 +139,22 @@ char32_t upper_case(char32_t c) {
   if (c == 0x3C2) return 0x3A3;  // final sigma
   if (c >= 0x3AC && c <= 0x3CE) {
     switch (c) {
-      case 0x3AC: return 0x386;
-      case 0x3AD: return 0x388;
-      case 0x3AE: return 0x389;
-      case 0x3AF: return 0x38A;
-      case 0x3CC: return 0x38C;
-      case 0x3CD: return 0x38E;
-      case 0x3CE: return 0x38F;
-      default: return c;
+      case 0x3AC:
+        return 0x386;
+      case 0x3AD:
+        return 0x388;
+      case 0x3AE:
+        return 0x389;
+      case 0x3AF:
+        return 0x38A;
+      case 0x3CC:
+        return 0x38C;
+      case 0x3CD:
+        return 0x38E;
+      case 0x3CE:
+        return 0x38F;
+      default:
+        return c;
     }
   }
   if (c >= 0x430 && c <= 0x44F) return c - 32;
@@ -152,14 +175,22 @@ char32_t lower_case(char32_t c) {
   }
   if (c >= 0x391 && c <= 0x3A9 && c != 0x3A2) return c + 32;
   switch (c) {
-    case 0x386: return 0x3AC;
-    case 0x388: return 0x3AD;
-    case 0x389: return 0x3AE;
-    case 0x38A: return 0x3AF;
-    case 0x38C: return 0x3CC;
-    case 0x38E: return 0x3CD;
-    case 0x38F: return 0x3CE;
-    default: break;
+    case 0x386:
+      return 0x3AC;
+    case 0x388:
+      return 0x3AD;
+    case 0x389:
+      return 0x3AE;
+    case 0x38A:
+      return 0x3AF;
+    case 0x38C:
+      return 0x3CC;
+    case 0x38E:
+      return 0x3CD;
+    case 0x38F:
+      return 0x3CE;
+    default:
+      break;
   }
   if (c >= 0x410 && c <= 0x42F) return c + 32;
   if (c >= 0x400 && c <= 0x40F) return c + 80;

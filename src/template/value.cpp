@@ -106,10 +106,14 @@ Value Value::callable(std::shared_ptr<const Callable> callable) {
 
 double Value::as_float() const {
   switch (kind_) {
-    case Kind::kFloat: return f_;
-    case Kind::kInt: return static_cast<double>(i_);
-    case Kind::kBool: return b_ ? 1.0 : 0.0;
-    default: return 0.0;
+    case Kind::kFloat:
+      return f_;
+    case Kind::kInt:
+      return static_cast<double>(i_);
+    case Kind::kBool:
+      return b_ ? 1.0 : 0.0;
+    default:
+      return 0.0;
   }
 }
 
@@ -120,16 +124,26 @@ std::string Value::undefined_message() const {
 
 std::string_view type_name(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return "Undefined";
-    case Value::Kind::kNone: return "NoneType";
-    case Value::Kind::kBool: return "bool";
-    case Value::Kind::kInt: return "int";
-    case Value::Kind::kFloat: return "float";
-    case Value::Kind::kString: return "str";
-    case Value::Kind::kList: return v.as_list().is_tuple ? "tuple" : "list";
-    case Value::Kind::kDict: return "dict";
-    case Value::Kind::kNamespace: return "Namespace";
-    case Value::Kind::kCallable: return "function";
+    case Value::Kind::kUndefined:
+      return "Undefined";
+    case Value::Kind::kNone:
+      return "NoneType";
+    case Value::Kind::kBool:
+      return "bool";
+    case Value::Kind::kInt:
+      return "int";
+    case Value::Kind::kFloat:
+      return "float";
+    case Value::Kind::kString:
+      return "str";
+    case Value::Kind::kList:
+      return v.as_list().is_tuple ? "tuple" : "list";
+    case Value::Kind::kDict:
+      return "dict";
+    case Value::Kind::kNamespace:
+      return "Namespace";
+    case Value::Kind::kCallable:
+      return "function";
   }
   return "object";
 }
@@ -137,15 +151,23 @@ std::string_view type_name(const Value& v) {
 bool truthy(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::kUndefined:
-    case Value::Kind::kNone: return false;
-    case Value::Kind::kBool: return v.as_bool();
-    case Value::Kind::kInt: return v.as_int() != 0;
-    case Value::Kind::kFloat: return v.as_float() != 0.0;
-    case Value::Kind::kString: return !v.as_string().empty();
-    case Value::Kind::kList: return !v.as_list().items.empty();
-    case Value::Kind::kDict: return v.as_dict().size() != 0;
+    case Value::Kind::kNone:
+      return false;
+    case Value::Kind::kBool:
+      return v.as_bool();
+    case Value::Kind::kInt:
+      return v.as_int() != 0;
+    case Value::Kind::kFloat:
+      return v.as_float() != 0.0;
+    case Value::Kind::kString:
+      return !v.as_string().empty();
+    case Value::Kind::kList:
+      return !v.as_list().items.empty();
+    case Value::Kind::kDict:
+      return v.as_dict().size() != 0;
     case Value::Kind::kNamespace:
-    case Value::Kind::kCallable: return true;
+    case Value::Kind::kCallable:
+      return true;
   }
   return false;
 }
@@ -158,8 +180,10 @@ bool values_equal(const Value& a, const Value& b) {
   if (a.kind() != b.kind()) return false;
   switch (a.kind()) {
     case Value::Kind::kUndefined:
-    case Value::Kind::kNone: return true;
-    case Value::Kind::kString: return a.as_string() == b.as_string();
+    case Value::Kind::kNone:
+      return true;
+    case Value::Kind::kString:
+      return a.as_string() == b.as_string();
     case Value::Kind::kList: {
       const List& x = a.as_list();
       const List& y = b.as_list();
@@ -178,7 +202,8 @@ bool values_equal(const Value& a, const Value& b) {
       }
       return true;
     }
-    default: return a.same_object(b);
+    default:
+      return a.same_object(b);
   }
 }
 
@@ -206,9 +231,10 @@ int compare_values(const Value& a, const Value& b, int line) {
   }
   if (a.is_undefined() || b.is_undefined())
     throw TemplateRenderError(fmt::format("line {}: {}", line, (a.is_undefined() ? a : b).undefined_message()), line);
-  throw TemplateRenderError(fmt::format("line {}: TypeError: comparison not supported between instances of '{}' and '{}'",
-                                        line, type_name(a), type_name(b)),
-                            line);
+  throw TemplateRenderError(
+      fmt::format("line {}: TypeError: comparison not supported between instances of '{}' and '{}'", line, type_name(a),
+                  type_name(b)),
+      line);
 }
 
 }  // namespace pagedkv::jinja

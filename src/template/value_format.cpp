@@ -140,11 +140,18 @@ void append_container_repr(std::string& out, const Value& v, int depth) {
 
 void append_repr(std::string& out, const Value& v, int depth) {
   switch (v.kind()) {
-    case Value::Kind::kString: append_repr_string(out, v.as_string()); return;
-    case Value::Kind::kUndefined: out += "Undefined"; return;  // repr(), e.g. inside a printed list
+    case Value::Kind::kString:
+      append_repr_string(out, v.as_string());
+      return;
+    case Value::Kind::kUndefined:
+      out += "Undefined";
+      return;  // repr(), e.g. inside a printed list
     case Value::Kind::kList:
-    case Value::Kind::kDict: append_container_repr(out, v, depth); return;
-    default: append_python_str(out, v);
+    case Value::Kind::kDict:
+      append_container_repr(out, v, depth);
+      return;
+    default:
+      append_python_str(out, v);
   }
 }
 
@@ -152,16 +159,31 @@ void append_repr(std::string& out, const Value& v, int depth) {
 
 void append_python_str(std::string& out, const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return;
-    case Value::Kind::kNone: out += "None"; return;
-    case Value::Kind::kBool: out += v.as_bool() ? "True" : "False"; return;
-    case Value::Kind::kInt: out += fmt::format("{}", v.as_int()); return;
-    case Value::Kind::kFloat: out += format_python_float(v.as_float()); return;
-    case Value::Kind::kString: out += v.as_string(); return;
+    case Value::Kind::kUndefined:
+      return;
+    case Value::Kind::kNone:
+      out += "None";
+      return;
+    case Value::Kind::kBool:
+      out += v.as_bool() ? "True" : "False";
+      return;
+    case Value::Kind::kInt:
+      out += fmt::format("{}", v.as_int());
+      return;
+    case Value::Kind::kFloat:
+      out += format_python_float(v.as_float());
+      return;
+    case Value::Kind::kString:
+      out += v.as_string();
+      return;
     case Value::Kind::kList:
     case Value::Kind::kDict:
-    case Value::Kind::kNamespace: append_container_repr(out, v, 0); return;
-    case Value::Kind::kCallable: out += v.as_callable().describe(); return;
+    case Value::Kind::kNamespace:
+      append_container_repr(out, v, 0);
+      return;
+    case Value::Kind::kCallable:
+      out += v.as_callable().describe();
+      return;
   }
 }
 
@@ -186,13 +208,27 @@ void append_json_string(std::string& out, std::string_view s, bool ensure_ascii)
     const size_t start = pos;
     const char32_t c = decode_utf8(s, pos);
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
       default:
         if (c < 0x20) {
           out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
@@ -225,12 +261,20 @@ struct JsonWriter {
 
   void write(const Value& v, int level) {
     if (out.size() > max_bytes)
-      throw TemplateLimitError(fmt::format("line {}: tojson output exceeds max_output_bytes ({})", line, max_bytes), line);
-    if (level > 512) throw TemplateRenderError(fmt::format("line {}: RecursionError: value nested too deeply for tojson", line), line);
+      throw TemplateLimitError(fmt::format("line {}: tojson output exceeds max_output_bytes ({})", line, max_bytes),
+                               line);
+    if (level > 512)
+      throw TemplateRenderError(fmt::format("line {}: RecursionError: value nested too deeply for tojson", line), line);
     switch (v.kind()) {
-      case Value::Kind::kNone: out += "null"; return;
-      case Value::Kind::kBool: out += v.as_bool() ? "true" : "false"; return;
-      case Value::Kind::kInt: out += fmt::format("{}", v.as_int()); return;
+      case Value::Kind::kNone:
+        out += "null";
+        return;
+      case Value::Kind::kBool:
+        out += v.as_bool() ? "true" : "false";
+        return;
+      case Value::Kind::kInt:
+        out += fmt::format("{}", v.as_int());
+        return;
       case Value::Kind::kFloat: {
         const double f = v.as_float();
         if (std::isnan(f)) out += "NaN";
@@ -238,7 +282,9 @@ struct JsonWriter {
         else out += format_python_float(f);
         return;
       }
-      case Value::Kind::kString: append_json_string(out, v.as_string(), style.ensure_ascii); return;
+      case Value::Kind::kString:
+        append_json_string(out, v.as_string(), style.ensure_ascii);
+        return;
       case Value::Kind::kList: {
         const auto& items = v.as_list().items;
         if (items.empty()) {
@@ -291,7 +337,8 @@ std::string to_json_text(const Value& v, const JsonStyle& style, size_t max_byte
   JsonWriter writer{style, max_bytes, line, {}};
   writer.write(v, 0);
   if (writer.out.size() > max_bytes)
-    throw TemplateLimitError(fmt::format("line {}: tojson output exceeds max_output_bytes ({})", line, max_bytes), line);
+    throw TemplateLimitError(fmt::format("line {}: tojson output exceeds max_output_bytes ({})", line, max_bytes),
+                             line);
   return std::move(writer.out);
 }
 
@@ -301,16 +348,21 @@ Value from_json(const nlohmann::ordered_json& json, int depth, int max_depth) {
   if (depth > max_depth)
     throw TemplateLimitError(fmt::format("template variables nest deeper than max_data_depth ({})", max_depth), 0);
   switch (json.type()) {
-    case nlohmann::ordered_json::value_t::null: return Value::none();
-    case nlohmann::ordered_json::value_t::boolean: return Value::boolean(json.get<bool>());
-    case nlohmann::ordered_json::value_t::number_integer: return Value::integer(json.get<int64_t>());
+    case nlohmann::ordered_json::value_t::null:
+      return Value::none();
+    case nlohmann::ordered_json::value_t::boolean:
+      return Value::boolean(json.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer:
+      return Value::integer(json.get<int64_t>());
     case nlohmann::ordered_json::value_t::number_unsigned: {
       const uint64_t u = json.get<uint64_t>();
       if (u <= static_cast<uint64_t>(INT64_MAX)) return Value::integer(static_cast<int64_t>(u));
       return Value::number(static_cast<double>(u));
     }
-    case nlohmann::ordered_json::value_t::number_float: return Value::number(json.get<double>());
-    case nlohmann::ordered_json::value_t::string: return Value::string(json.get<std::string>());
+    case nlohmann::ordered_json::value_t::number_float:
+      return Value::number(json.get<double>());
+    case nlohmann::ordered_json::value_t::string:
+      return Value::string(json.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
       std::vector<Value> items;
       items.reserve(json.size());
@@ -322,7 +374,8 @@ Value from_json(const nlohmann::ordered_json& json, int depth, int max_depth) {
       for (const auto& [k, item] : json.items()) dict->set(k, from_json(item, depth + 1, max_depth));
       return Value::dict(std::move(dict));
     }
-    default: return Value::none();  // binary / discarded: not produced by the JSON parser
+    default:
+      return Value::none();  // binary / discarded: not produced by the JSON parser
   }
 }
 

@@ -49,10 +49,11 @@ size_t copy_block_runs(const KVArena& from, KVArena& to, std::span<const std::pa
   const KVCacheSpec& b = to.spec();
   if (from.num_layers() != to.num_layers() || a.dtype != b.dtype || a.block_size != b.block_size ||
       a.num_kv_heads != b.num_kv_heads || a.head_dim != b.head_dim)
-    throw UsageError(fmt::format("copy_block_runs: arenas differ (layers {} vs {}, block_size {} vs {}, kv heads {} vs {}, "
-                                 "head_dim {} vs {})",
-                                 from.num_layers(), to.num_layers(), a.block_size, b.block_size, a.num_kv_heads,
-                                 b.num_kv_heads, a.head_dim, b.head_dim));
+    throw UsageError(
+        fmt::format("copy_block_runs: arenas differ (layers {} vs {}, block_size {} vs {}, kv heads {} vs {}, "
+                    "head_dim {} vs {})",
+                    from.num_layers(), to.num_layers(), a.block_size, b.block_size, a.num_kv_heads, b.num_kv_heads,
+                    a.head_dim, b.head_dim));
   if (src_dst.empty()) return 0;
   std::vector<std::pair<int32_t, int32_t>> pairs(src_dst.begin(), src_dst.end());
   for (const auto& [s, d] : pairs) {
@@ -68,8 +69,7 @@ size_t copy_block_runs(const KVArena& from, KVArena& to, std::span<const std::pa
   for (const auto& [s, d] : pairs) {
     if (!runs.empty() && runs.back().src + runs.back().len == s && runs.back().dst + runs.back().len == d)
       ++runs.back().len;
-    else
-      runs.push_back(Run{s, d, 1});
+    else runs.push_back(Run{s, d, 1});
   }
   const size_t page = page_bytes(from);
   for (int l = 0; l < from.num_layers(); ++l) {

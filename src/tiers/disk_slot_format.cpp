@@ -71,13 +71,20 @@ void encode_block_header(const DiskSlotHeader& h, std::span<std::byte> out, uint
 
 std::string_view slot_header_status_name(SlotHeaderStatus s) {
   switch (s) {
-    case SlotHeaderStatus::kOk: return "ok";
-    case SlotHeaderStatus::kEmpty: return "empty";
-    case SlotHeaderStatus::kBadMagic: return "bad magic";
-    case SlotHeaderStatus::kBadVersion: return "unknown format version";
-    case SlotHeaderStatus::kBadChecksum: return "header checksum mismatch";
-    case SlotHeaderStatus::kFingerprintMismatch: return "fingerprint mismatch";
-    case SlotHeaderStatus::kBadLayout: return "layout mismatch";
+    case SlotHeaderStatus::kOk:
+      return "ok";
+    case SlotHeaderStatus::kEmpty:
+      return "empty";
+    case SlotHeaderStatus::kBadMagic:
+      return "bad magic";
+    case SlotHeaderStatus::kBadVersion:
+      return "unknown format version";
+    case SlotHeaderStatus::kBadChecksum:
+      return "header checksum mismatch";
+    case SlotHeaderStatus::kFingerprintMismatch:
+      return "fingerprint mismatch";
+    case SlotHeaderStatus::kBadLayout:
+      return "layout mismatch";
   }
   return "?";
 }

@@ -60,19 +60,25 @@ DiskTier::DiskTier(DiskTierOptions options)
       write_breaker_(options_.write_retry_initial, options_.write_retry_max),
       backend_(std::make_unique<Backend>()) {
   options_.spec.validate();
-  if (options_.num_layers <= 0) throw ConfigError(fmt::format("disk tier: num_layers must be positive, got {}", options_.num_layers));
-  if (options_.queue_depth <= 0) throw ConfigError(fmt::format("disk tier: queue depth must be positive, got {}", options_.queue_depth));
+  if (options_.num_layers <= 0)
+    throw ConfigError(fmt::format("disk tier: num_layers must be positive, got {}", options_.num_layers));
+  if (options_.queue_depth <= 0)
+    throw ConfigError(fmt::format("disk tier: queue depth must be positive, got {}", options_.queue_depth));
   header_bytes_ = disk_header_bytes(options_.spec.block_size);
   payload_bytes_ = options_.spec.bytes_per_block_per_layer() * static_cast<size_t>(options_.num_layers);
   slot_bytes_ = header_bytes_ + round_up_to(payload_bytes_, kDiskAlignment);
   const size_t num_slots = options_.capacity_bytes / slot_bytes_;
-  path_ = (std::filesystem::path(options_.dir) / fmt::format("pagedkv-{}.kvslots", options_.fingerprint.hex())).string();
+  path_ =
+      (std::filesystem::path(options_.dir) / fmt::format("pagedkv-{}.kvslots", options_.fingerprint.hex())).string();
   stats_.io_backend = "none";
   if (num_slots == 0) {
-    degrade(fmt::format("capacity of {} bytes is smaller than one slot ({} bytes)", options_.capacity_bytes, slot_bytes_), true);
+    degrade(
+        fmt::format("capacity of {} bytes is smaller than one slot ({} bytes)", options_.capacity_bytes, slot_bytes_),
+        true);
     return;
   }
-  slots_ = std::make_unique<SlotIndex>(static_cast<int>(std::min<size_t>(num_slots, size_t{1} << 30)), options_.spec.block_size);
+  slots_ = std::make_unique<SlotIndex>(static_cast<int>(std::min<size_t>(num_slots, size_t{1} << 30)),
+                                       options_.spec.block_size);
   if (!open_file()) return;
   available_ = true;
   rebuild_index();
@@ -148,7 +154,8 @@ bool DiskTier::open_file() {
     if (static_cast<uint64_t>(st.st_size) > limit && ::ftruncate(fd_, static_cast<off_t>(limit)) != 0)
       stats_.io_errors++;  // harmless: slots past the capacity are never read
   }
-  if (options_.use_io_uring && io_uring_queue_init(static_cast<unsigned>(options_.queue_depth), &backend_->ring, 0) == 0)
+  if (options_.use_io_uring &&
+      io_uring_queue_init(static_cast<unsigned>(options_.queue_depth), &backend_->ring, 0) == 0)
     backend_->uring = true;
   stats_.io_backend = std::string(backend_->uring ? "io_uring" : "pread") + (direct ? "+O_DIRECT" : "");
   return true;
@@ -210,8 +217,8 @@ void DiskTier::rebuild_index() {
   struct stat st {};
   if (::fstat(fd_, &st) != 0) return;
   // A partly written last slot counts: its header may be whole and its payload short.
-  const int64_t in_file = std::min<int64_t>((st.st_size + static_cast<int64_t>(slot_bytes_) - 1) / static_cast<int64_t>(slot_bytes_),
-                                            slots_->num_slots());
+  const int64_t in_file = std::min<int64_t>(
+      (st.st_size + static_cast<int64_t>(slot_bytes_) - 1) / static_cast<int64_t>(slot_bytes_), slots_->num_slots());
   struct Found {
     uint64_t sequence;
     int32_t slot;

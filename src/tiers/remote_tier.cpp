@@ -32,13 +32,9 @@ RemoteTier::RemoteTier(RemoteTierOptions options, KVArena& device)
 
 RemoteTier::~RemoteTier() {
   stop_.store(true);
-  {
-    std::lock_guard lock(fetch_m_);
-  }
+  { std::lock_guard lock(fetch_m_); }
   fetch_cv_.notify_all();
-  {
-    std::lock_guard lock(store_m_);
-  }
+  { std::lock_guard lock(store_m_); }
   store_cv_.notify_all();
   fetch_thread_.join();
   store_thread_.join();
@@ -351,8 +347,8 @@ void RemoteTier::run_stores(RemoteStore& conn, std::vector<PendingStore>& batch)
   if (st == RemoteStatus::kFull) {
     counters_.full_refusals += failed.size();
     // Pause writes (reads go on), backing off while the store stays full.
-    full_backoff_ = full_backoff_.count() == 0 ? options_.backoff_initial
-                                               : std::min(options_.backoff_max, full_backoff_ * 2);
+    full_backoff_ =
+        full_backoff_.count() == 0 ? options_.backoff_initial : std::min(options_.backoff_max, full_backoff_ * 2);
     writes_paused_until_ = Clock::now() + full_backoff_;
     if (!full_logged_ && options_.log_degraded)
       fmt::print(stderr, "pagedkv: remote KV tier {} refuses writes for memory ({}); stores paused with back-off\n",
@@ -399,8 +395,8 @@ void RemoteTier::check_invariants() const {
     std::lock_guard lock(store_m_);
     for (const PendingStore& p : store_queue_) bytes += p.value.size();
     if (bytes != queued_bytes_)
-      throw InvariantError(fmt::format("remote tier: {} bytes queued for the store lane, accounted {}", bytes,
-                                       queued_bytes_));
+      throw InvariantError(
+          fmt::format("remote tier: {} bytes queued for the store lane, accounted {}", bytes, queued_bytes_));
     if (queued_bytes_ > options_.max_queued_store_bytes)
       throw InvariantError(fmt::format("remote tier: {} bytes queued, more than the limit {}", queued_bytes_,
                                        options_.max_queued_store_bytes));

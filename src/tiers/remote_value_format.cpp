@@ -27,12 +27,18 @@ void encode_remote_value_header(const StoredBlockKey& key, const BlockHash& fing
 
 std::string_view remote_value_status_name(RemoteValueStatus s) {
   switch (s) {
-    case RemoteValueStatus::kOk: return "ok";
-    case RemoteValueStatus::kTruncated: return "wrong size";
-    case RemoteValueStatus::kBadHeader: return "bad header";
-    case RemoteValueStatus::kFingerprintMismatch: return "fingerprint mismatch";
-    case RemoteValueStatus::kKeyMismatch: return "content key mismatch";
-    case RemoteValueStatus::kBadPayload: return "payload checksum mismatch";
+    case RemoteValueStatus::kOk:
+      return "ok";
+    case RemoteValueStatus::kTruncated:
+      return "wrong size";
+    case RemoteValueStatus::kBadHeader:
+      return "bad header";
+    case RemoteValueStatus::kFingerprintMismatch:
+      return "fingerprint mismatch";
+    case RemoteValueStatus::kKeyMismatch:
+      return "content key mismatch";
+    case RemoteValueStatus::kBadPayload:
+      return "payload checksum mismatch";
   }
   return "?";
 }
@@ -44,10 +50,14 @@ RemoteValueStatus verify_remote_value(std::span<const std::byte> value, const Bl
   const size_t header = remote_value_header_bytes(block_size);
   if (value.size() != header + payload_bytes) return RemoteValueStatus::kTruncated;
   DiskSlotHeader h;
-  switch (decode_block_header(value.first(header), kRemoteValueMagic, header, fingerprint, block_size, payload_bytes, h)) {
-    case SlotHeaderStatus::kOk: break;
-    case SlotHeaderStatus::kFingerprintMismatch: return RemoteValueStatus::kFingerprintMismatch;
-    default: return RemoteValueStatus::kBadHeader;
+  switch (
+      decode_block_header(value.first(header), kRemoteValueMagic, header, fingerprint, block_size, payload_bytes, h)) {
+    case SlotHeaderStatus::kOk:
+      break;
+    case SlotHeaderStatus::kFingerprintMismatch:
+      return RemoteValueStatus::kFingerprintMismatch;
+    default:
+      return RemoteValueStatus::kBadHeader;
   }
   if (h.flags != 0 || !expected.matches(h.key.view())) return RemoteValueStatus::kKeyMismatch;
   const auto body = value.subspan(header, payload_bytes);

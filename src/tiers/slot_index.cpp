@@ -181,7 +181,8 @@ void SlotIndex::unpin(int32_t slot) {
   if (b.ref_cnt <= 0) throw UsageError(fmt::format("tier slot {} is not pinned", slot));
   if (--b.ref_cnt > 0) return;
   --num_pinned_;
-  if (b.has_hash) lru_.push_back(b); else push_empty(slot);
+  if (b.has_hash) lru_.push_back(b);
+  else push_empty(slot);
 }
 
 void SlotIndex::touch(int32_t slot) {
@@ -234,7 +235,8 @@ void SlotIndex::check_invariants() const {
     if (!b.has_hash) continue;
     ++cached;
     bool found = false;
-    for (int32_t j = map_.find(map_key(b.hash, b.group)); j != kNoLink; j = slots_[static_cast<size_t>(j)].next_same_hash)
+    for (int32_t j = map_.find(map_key(b.hash, b.group)); j != kNoLink;
+         j = slots_[static_cast<size_t>(j)].next_same_hash)
       if (j == b.id.value) found = true;
     if (!found) fail(fmt::format("cached slot {} is not in the index", i));
   }

@@ -59,8 +59,7 @@ void SwapStore::queue_copy(RequestId owner, int index, int32_t device_block, con
   pending.disk_writes.push_back(std::move(w));
 }
 
-bool SwapStore::swap_out(RequestId id, std::span<const BlockId> blocks, const BlockPool& pool,
-                         TransferBatch& pending) {
+bool SwapStore::swap_out(RequestId id, std::span<const BlockId> blocks, const BlockPool& pool, TransferBatch& pending) {
   if (swaps_.contains(id)) throw UsageError(fmt::format("swap_out: request {} is already swapped out", id.value));
   const int n = static_cast<int>(blocks.size());
   const int host_avail = host_ ? host_->slots().num_allocatable() : 0;
@@ -233,12 +232,11 @@ void SwapStore::check_invariants(const BlockPool& pool) const {
       auto it = swaps_.find(d.owner);
       if (it == swaps_.end() || d.index < 0 || d.index >= static_cast<int>(it->second.blocks.size()) ||
           it->second.blocks[static_cast<size_t>(d.index)].deferred_block != block)
-        throw InvariantError(
-            fmt::format("deferred swap copy of device block {} has no matching swapped block", block));
+        throw InvariantError(fmt::format("deferred swap copy of device block {} has no matching swapped block", block));
     }
     if (!pool.block(BlockId{block}).has_hash)
-      throw InvariantError(fmt::format("deferred swap copy of device block {}: the device cache dropped it uncopied",
-                                       block));
+      throw InvariantError(
+          fmt::format("deferred swap copy of device block {}: the device cache dropped it uncopied", block));
   }
 }
 

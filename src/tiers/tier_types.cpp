@@ -6,10 +6,14 @@ namespace pagedkv {
 
 std::string_view tier_kind_name(TierKind t) {
   switch (t) {
-    case TierKind::kDevice: return "device";
-    case TierKind::kHost: return "host";
-    case TierKind::kDisk: return "disk";
-    case TierKind::kRemote: return "remote";
+    case TierKind::kDevice:
+      return "device";
+    case TierKind::kHost:
+      return "host";
+    case TierKind::kDisk:
+      return "disk";
+    case TierKind::kRemote:
+      return "remote";
   }
   return "?";
 }

@@ -40,8 +40,7 @@ TieredKVCache::TieredKVCache(TierConfig config, KVCacheManager& manager, KVArena
     disk_ = std::make_unique<DiskTier>(std::move(o));
   }
   if (config_.remote_store) {
-    if (config_.remote_key_prefix.empty() ||
-        config_.remote_key_prefix.find_first_of(" \t\r\n") != std::string::npos)
+    if (config_.remote_key_prefix.empty() || config_.remote_key_prefix.find_first_of(" \t\r\n") != std::string::npos)
       throw ConfigError(fmt::format("--remote-cache-prefix must be a non-empty name without spaces, got '{}'",
                                     config_.remote_key_prefix));
     if (config_.remote_min_blocks < 1)
@@ -245,8 +244,7 @@ std::string TieredKVCache::describe() const {
   if (host_)
     s += fmt::format("host tier: {} blocks ({:.2f} MiB)", host_->capacity_blocks(),
                      static_cast<double>(host_->arena().bytes()) / (1 << 20));
-  else
-    s += "host tier: none";
+  else s += "host tier: none";
   if (disk_) {
     s += fmt::format("; disk tier: {} ({} slots of {} bytes, {} blocks found, {})", disk_->path(),
                      disk_->capacity_blocks(), disk_->slot_bytes(), disk_->stats().rebuilt_blocks,
@@ -276,9 +274,10 @@ void TieredKVCache::check_invariants() const {
   auto compare = [](const SlotIndex& slots, const std::vector<int32_t>& owners, const char* tier) {
     for (int32_t s = 0; s < slots.num_slots(); ++s)
       if (slots.ref(s) != owners[static_cast<size_t>(s)])
-        throw InvariantError(fmt::format("{} tier slot {} is pinned {} times but has {} owners (transfers in flight "
-                                         "and swapped-out blocks)",
-                                         tier, s, slots.ref(s), owners[static_cast<size_t>(s)]));
+        throw InvariantError(
+            fmt::format("{} tier slot {} is pinned {} times but has {} owners (transfers in flight "
+                        "and swapped-out blocks)",
+                        tier, s, slots.ref(s), owners[static_cast<size_t>(s)]));
   };
   if (host_) compare(host_->slots(), host, "host");
   if (disk_ && disk_->capacity_blocks() > 0) compare(disk_->slots(), disk, "disk");

@@ -137,15 +137,18 @@ void TransferEngine::give_staging(AlignedBuffer buffer) {
 }
 
 TransferHandle TransferEngine::submit(TransferBatch batch) {
-  if (batch.has_disk_io() && disk_ == nullptr) throw UsageError("TransferEngine: disk I/O submitted without a disk tier");
+  if (batch.has_disk_io() && disk_ == nullptr)
+    throw UsageError("TransferEngine: disk I/O submitted without a disk tier");
   if ((!batch.device_to_host.empty() || !batch.host_to_device.empty()) && host_ == nullptr)
     throw UsageError("TransferEngine: host copies submitted without a host tier");
   for (const DiskWrite& w : batch.disk_writes)
-    if (w.source == TierKind::kHost && host_ == nullptr) throw UsageError("TransferEngine: host source without a host tier");
+    if (w.source == TierKind::kHost && host_ == nullptr)
+      throw UsageError("TransferEngine: host source without a host tier");
   if (!batch.remote_puts.empty() && remote_ == nullptr)
     throw UsageError("TransferEngine: remote stores submitted without a remote tier");
   for (const RemotePut& p : batch.remote_puts)
-    if (p.source == TierKind::kHost && host_ == nullptr) throw UsageError("TransferEngine: host source without a host tier");
+    if (p.source == TierKind::kHost && host_ == nullptr)
+      throw UsageError("TransferEngine: host source without a host tier");
   TransferHandle h;
   h.state_ = std::make_shared<TransferHandle::State>();
   h.state_->batch = std::move(batch);

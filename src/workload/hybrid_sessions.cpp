@@ -73,7 +73,9 @@ HybridSessionsResult run_hybrid_sessions(const HybridSessionsConfig& c, const st
   HybridSessionsResult out;
   std::vector<Running> running;
   uint64_t next_id = 1;
-  auto chunk_of = [&](int remaining) { return c.max_num_batched_tokens > 0 ? std::min(remaining, c.max_num_batched_tokens) : remaining; };
+  auto chunk_of = [&](int remaining) {
+    return c.max_num_batched_tokens > 0 ? std::min(remaining, c.max_num_batched_tokens) : remaining;
+  };
   while (!waiting.empty() || !running.empty()) {
     // Admission, in order; a request that does not fit waits for running ones to finish.
     while (!waiting.empty() && static_cast<int>(running.size()) < c.concurrency) {
@@ -83,12 +85,14 @@ HybridSessionsResult run_hybrid_sessions(const HybridSessionsConfig& c, const st
       auto r = std::make_unique<Request>(RequestId{next_id}, std::move(prompt));
       r->tokens.reserve(r->tokens.size() + static_cast<size_t>(c.output_tokens) + 1);
       if (m.can_allocate(*r) == AllocStatus::kNever)
-        throw ConfigError(fmt::format("hybrid sessions: a {}-token request can never fit in {} blocks", r->num_tokens(), c.num_blocks));
+        throw ConfigError(fmt::format("hybrid sessions: a {}-token request can never fit in {} blocks", r->num_tokens(),
+                                      c.num_blocks));
       ComputedBlocks hits = m.get_computed_blocks(*r);
       const int chunk = chunk_of(r->num_tokens() - hits.num_computed_tokens);
       if (!m.allocate_slots(*r, chunk, hits.num_computed_tokens, &hits)) {
         if (running.empty())
-          throw ConfigError(fmt::format("hybrid sessions: {} blocks cannot hold one {}-token request", c.num_blocks, r->num_tokens()));
+          throw ConfigError(fmt::format("hybrid sessions: {} blocks cannot hold one {}-token request", c.num_blocks,
+                                        r->num_tokens()));
         break;  // retried (and looked up again) once a running request finishes
       }
       ++next_id;
@@ -107,13 +111,15 @@ HybridSessionsResult run_hybrid_sessions(const HybridSessionsConfig& c, const st
       if (r.num_computed_tokens < r.num_prompt_tokens) {
         const int chunk = chunk_of(r.num_prompt_tokens - r.num_computed_tokens);
         if (!m.allocate_slots(r, chunk))
-          throw ConfigError(fmt::format("hybrid sessions: {} blocks cannot run {} requests at once", c.num_blocks, c.concurrency));
+          throw ConfigError(
+              fmt::format("hybrid sessions: {} blocks cannot run {} requests at once", c.num_blocks, c.concurrency));
         r.num_computed_tokens += chunk;
         continue;
       }
       r.append_token(static_cast<TokenId>(rng.uniform_int(0, kVocab - 1)));
       if (!m.allocate_slots(r, 1))
-        throw ConfigError(fmt::format("hybrid sessions: {} blocks cannot run {} requests at once", c.num_blocks, c.concurrency));
+        throw ConfigError(
+            fmt::format("hybrid sessions: {} blocks cannot run {} requests at once", c.num_blocks, c.concurrency));
       r.num_computed_tokens += 1;
       --run.outputs_left;
     }

@@ -105,7 +105,8 @@ template <bool kTimed>
 PeerCounters run(const PeerWorkload& w, const PeerScenario& sc, HashAlgorithm hash, bool check, PeerTimings* t) {
   KVCacheManagerConfig cfg;
   cfg.cache.num_blocks = sc.num_blocks;
-  cfg.cache.groups.push_back(KVCacheGroupSpec{KVCacheSpec{AttentionKind::kFull, PeerWorkload::kBlockSize, 8, 128, DType::kF16, 0}, 32});
+  cfg.cache.groups.push_back(
+      KVCacheGroupSpec{KVCacheSpec{AttentionKind::kFull, PeerWorkload::kBlockSize, 8, 128, DType::kF16, 0}, 32});
   cfg.max_model_len = 4096;
   cfg.hash_algorithm = hash;
   KVCacheManager mgr(std::move(cfg));

@@ -47,7 +47,8 @@ std::optional<double> leading_number(std::string_view cell) {
 
 PythonPeerReference read_python_peer_times(const std::string& readme_path, HashAlgorithm hash) {
   std::ifstream in(readme_path);
-  if (!in) throw FormatError(fmt::format("cannot read vLLM's peer times: {} does not exist or is unreadable", readme_path));
+  if (!in)
+    throw FormatError(fmt::format("cannot read vLLM's peer times: {} does not exist or is unreadable", readme_path));
   const std::string_view column = hash == HashAlgorithm::kSha256 ? "vLLM v1 (sha256)" : "vLLM v1 (xxhash)";
   // The first measurement's cell reads "sha256 / xxhash / nano".
   const size_t first_index = hash == HashAlgorithm::kSha256 ? 0 : 1;
@@ -81,7 +82,9 @@ PythonPeerReference read_python_peer_times(const std::string& readme_path, HashA
     for (size_t r = 0; r < kRows.size(); ++r) {
       if (row[0] != kRows[r].label || found[r]) continue;
       const auto v = *value_col < row.size() ? leading_number(row[*value_col]) : std::nullopt;
-      if (!v) throw FormatError(fmt::format("{}: row '{}' has no number in column '{}'", readme_path, kRows[r].label, column));
+      if (!v)
+        throw FormatError(
+            fmt::format("{}: row '{}' has no number in column '{}'", readme_path, kRows[r].label, column));
       ref.current.*kRows[r].field = *v;
       found[r] = true;
       std::optional<double> f;

@@ -28,8 +28,14 @@ using namespace pagedkv::jinja;
 nlohmann::ordered_json conversation(uint64_t seed) {
   std::mt19937_64 rng(seed);
   auto pick = [&rng](size_t n) { return static_cast<size_t>(rng() % n); };
-  static const char* const kTexts[] = {"", "Weather in Paris?", "You are terse. é 日本 👍🏽", "{{ not a tag }} <|im_end|>",
-                                       "  18 C\n", "[INST] </s> <s>", "line\nline\n\n", "\x01 x"};
+  static const char* const kTexts[] = {"",
+                                       "Weather in Paris?",
+                                       "You are terse. é 日本 👍🏽",
+                                       "{{ not a tag }} <|im_end|>",
+                                       "  18 C\n",
+                                       "[INST] </s> <s>",
+                                       "line\nline\n\n",
+                                       "\x01 x"};
   static const char* const kRoles[] = {"system", "user", "assistant", "tool", "developer", "user"};
   using json = nlohmann::ordered_json;
   const json call = json::parse(R"({"id": "call00001", "type": "function",
@@ -39,9 +45,15 @@ nlohmann::ordered_json conversation(uint64_t seed) {
   for (size_t i = 0; i < n; ++i) {
     json m = {{"role", kRoles[pick(std::size(kRoles))]}};
     switch (pick(4)) {
-      case 0: m["content"] = nullptr; break;
-      case 1: m["content"] = json::array({{{"type", "text"}, {"text", kTexts[pick(std::size(kTexts))]}}}); break;
-      default: m["content"] = kTexts[pick(std::size(kTexts))]; break;
+      case 0:
+        m["content"] = nullptr;
+        break;
+      case 1:
+        m["content"] = json::array({{{"type", "text"}, {"text", kTexts[pick(std::size(kTexts))]}}});
+        break;
+      default:
+        m["content"] = kTexts[pick(std::size(kTexts))];
+        break;
     }
     if (m["role"] == "assistant" && pick(2) == 0) m["tool_calls"] = json::array({call});
     if (m["role"] == "tool") {
@@ -50,8 +62,11 @@ nlohmann::ordered_json conversation(uint64_t seed) {
     }
     messages.push_back(std::move(m));
   }
-  json vars = {{"messages", std::move(messages)}, {"add_generation_prompt", pick(2) == 0}, {"bos_token", "<s>"},
-               {"eos_token", "</s>"}, {"documents", nullptr}};
+  json vars = {{"messages", std::move(messages)},
+               {"add_generation_prompt", pick(2) == 0},
+               {"bos_token", "<s>"},
+               {"eos_token", "</s>"},
+               {"documents", nullptr}};
   if (pick(2) == 0)
     vars["tools"] = json::parse(R"([{"type": "function", "function": {"name": "get_weather", "description": "Weather.",
       "parameters": {"type": "object", "properties": {"location": {"type": "string"}, "days": {"type": ["integer", "null"]}},

@@ -45,7 +45,8 @@ KVCacheSpec tiny_spec() {
 struct ScratchDir {
   std::string path;
   ScratchDir() {
-    const std::filesystem::path base = std::filesystem::is_directory("/dev/shm") ? "/dev/shm" : std::filesystem::temp_directory_path();
+    const std::filesystem::path base =
+        std::filesystem::is_directory("/dev/shm") ? "/dev/shm" : std::filesystem::temp_directory_path();
     path = (base / ("pagedkv-fuzz-disk-" + std::to_string(::getpid()))).string();
     std::filesystem::create_directories(path);
   }
@@ -126,8 +127,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if ((s * slot_bytes + header_bytes) > file_bytes) break;
     if (kinds[s] != SlotKind::kValid && kinds[s] != SlotKind::kPrivate) continue;
     DiskSlotHeader h;
-    check(decode_slot_header(std::span<const std::byte>(file.data() + s * slot_bytes, header_bytes), kFingerprint, kBlockSize,
-                             payload_bytes, h) == SlotHeaderStatus::kOk);
+    check(decode_slot_header(std::span<const std::byte>(file.data() + s * slot_bytes, header_bytes), kFingerprint,
+                             kBlockSize, payload_bytes, h) == SlotHeaderStatus::kOk);
     max_sequence = std::max(max_sequence, h.sequence);
     if (kinds[s] == SlotKind::kPrivate) continue;
     auto& [sequence, slots] = newest[static_cast<int>(h.key.tokens[0])];
@@ -138,7 +139,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
 
-  const std::string path = (std::filesystem::path(options.dir) / ("pagedkv-" + kFingerprint.hex() + ".kvslots")).string();
+  const std::string path =
+      (std::filesystem::path(options.dir) / ("pagedkv-" + kFingerprint.hex() + ".kvslots")).string();
   {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     out.write(reinterpret_cast<const char*>(file.data()), static_cast<std::streamsize>(file_bytes));

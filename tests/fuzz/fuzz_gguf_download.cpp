@@ -64,10 +64,9 @@ std::vector<SourceFile> load_sources() {
     s.bytes.resize(raw.size());
     std::transform(raw.begin(), raw.end(), s.bytes.begin(), [](char c) { return static_cast<std::byte>(c); });
     const pagedkv::GgufFile pristine(s.bytes, p.filename().string());
-    s.data_start = pristine.tensors().empty()
-                       ? s.bytes.size()
-                       : static_cast<size_t>(pristine.tensors().front().data - s.bytes.data()) -
-                             pristine.tensors().front().offset;
+    s.data_start = pristine.tensors().empty() ? s.bytes.size()
+                                              : static_cast<size_t>(pristine.tensors().front().data - s.bytes.data()) -
+                                                    pristine.tensors().front().offset;
     sources.push_back(std::move(s));
   }
   return sources;
@@ -84,7 +83,8 @@ std::vector<std::byte> damaged_copy(const SourceFile& source, pagedkv::fuzz::Byt
     const size_t span = (header ? source.data_start : bytes.size()) - begin;
     if (span == 0) continue;
     const size_t offset = begin + at % span;
-    for (size_t i = 0; i < length && offset + i < bytes.size(); ++i) bytes[offset + i] = static_cast<std::byte>(r.next());
+    for (size_t i = 0; i < length && offset + i < bytes.size(); ++i)
+      bytes[offset + i] = static_cast<std::byte>(r.next());
   }
   if ((mode & 7) == 0) bytes.resize(bytes.size() * (mode >> 3) / 32);  // cut at 0..97 % of the file
   return bytes;

@@ -21,7 +21,8 @@ using pagedkv::fuzz::check;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // A copy of exactly `size` bytes: ASan flags any read past the end.
-  const std::vector<std::byte> bytes(reinterpret_cast<const std::byte*>(data), reinterpret_cast<const std::byte*>(data) + size);
+  const std::vector<std::byte> bytes(reinterpret_cast<const std::byte*>(data),
+                                     reinterpret_cast<const std::byte*>(data) + size);
   try {
     const pagedkv::GgufFile file(std::span<const std::byte>(bytes), "fuzz");
     check(file.version() == 2 || file.version() == 3);

@@ -35,10 +35,10 @@ using pagedkv::TensorType;
 using pagedkv::fuzz::check;
 
 // Matrix types: every runnable one. Rows are 256 values (the K-quants' super-block) wide.
-constexpr TensorType kMatrixTypes[] = {
-    TensorType::kF32,  TensorType::kF16,  TensorType::kBF16, TensorType::kQ8_0, TensorType::kQ4_0,
-    TensorType::kQ4_1, TensorType::kQ5_0, TensorType::kQ5_1, TensorType::kQ2_K, TensorType::kQ3_K,
-    TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K, TensorType::kIQ4_NL, TensorType::kIQ4_XS};
+constexpr TensorType kMatrixTypes[] = {TensorType::kF32,  TensorType::kF16,    TensorType::kBF16,  TensorType::kQ8_0,
+                                       TensorType::kQ4_0, TensorType::kQ4_1,   TensorType::kQ5_0,  TensorType::kQ5_1,
+                                       TensorType::kQ2_K, TensorType::kQ3_K,   TensorType::kQ4_K,  TensorType::kQ5_K,
+                                       TensorType::kQ6_K, TensorType::kIQ4_NL, TensorType::kIQ4_XS};
 constexpr const char* kArchitectures[] = {"llama", "qwen2", "qwen3", "phi3", "qwen3moe"};
 
 constexpr int64_t kDim = 256, kHidden = 256, kVocab = 24, kHeads = 4, kKvHeads = 2, kHeadDim = kDim / kHeads;
@@ -68,7 +68,8 @@ class ModelDescription {
     w.add_f32(a + ".attention.layer_norm_rms_epsilon", 1e-6f);
     if (a == "qwen3" || a == "qwen3moe") w.add_u32(a + ".attention.key_length", kHeadDim);
     if (a == "qwen3moe") {
-      w.add_u32(a + ".expert_count", static_cast<uint32_t>(kExperts + (flaw(2) ? 4 : 0)));  // more than the tensors stack
+      w.add_u32(a + ".expert_count",
+                static_cast<uint32_t>(kExperts + (flaw(2) ? 4 : 0)));  // more than the tensors stack
       w.add_u32(a + ".expert_used_count", kExpertsUsed);
       w.add_u32(a + ".expert_feed_forward_length", kHidden);
     }

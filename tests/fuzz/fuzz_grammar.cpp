@@ -27,9 +27,10 @@ const std::shared_ptr<const g::TokenVocabulary>& vocabulary() {
     std::vector<std::string> tokens;
     for (int b = 0; b < 256; ++b) tokens.emplace_back(1, static_cast<char>(b));
     tokens.emplace_back();  // 256: the stop token
-    for (const char* t : {"\":", "\",\"", "\"}", "{\"", "true", "false", "null", "12", "ab", "abc", "\\u00", "\\n", "é",
-                          "\xC3", "\xA9\"", "],", "}]", " \"", "a\"", "-1", "0.5", "e+", "::=", "[a-z]", "()", "*", "aa",
-                          "aaa", "ba", "\u00e9t\u00e9", "\xE2\x82", "\xAC", "  ", "\n", "x\"}"})
+    for (const char* t :
+         {"\":", "\",\"", "\"}",    "{\"", "true", "false",         "null",     "12",   "ab",  "abc", "\\u00", "\\n",
+          "é",   "\xC3",  "\xA9\"", "],",  "}]",   " \"",           "a\"",      "-1",   "0.5", "e+",  "::=",   "[a-z]",
+          "()",  "*",     "aa",     "aaa", "ba",   "\u00e9t\u00e9", "\xE2\x82", "\xAC", "  ",  "\n",  "x\"}"})
       tokens.emplace_back(t);
     return g::TokenVocabulary::create(std::move(tokens), {256});
   }();
@@ -59,7 +60,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                          g::GrammarKind::kChoice};
   const g::GrammarKind kind = kinds[r.next() % 4];
   std::mt19937_64 rng(r.next());
-  const std::string text(reinterpret_cast<const char*>(data) + std::min<size_t>(r.at, size), size - std::min<size_t>(r.at, size));
+  const std::string text(reinterpret_cast<const char*>(data) + std::min<size_t>(r.at, size),
+                         size - std::min<size_t>(r.at, size));
 
   g::GrammarOptions options;
   options.limits.max_text_bytes = 4096;

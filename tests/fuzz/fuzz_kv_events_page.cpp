@@ -18,8 +18,8 @@ using namespace pagedkv::api;
 using pagedkv::fuzz::check;
 
 bool same(const KVEventsPage& a, const KVEventsPage& b) {
-  if (a.epoch != b.epoch || a.last_seq != b.last_seq || a.snapshot != b.snapshot || a.more != b.more || a.blocks != b.blocks ||
-      a.events.size() != b.events.size())
+  if (a.epoch != b.epoch || a.last_seq != b.last_seq || a.snapshot != b.snapshot || a.more != b.more ||
+      a.blocks != b.blocks || a.events.size() != b.events.size())
     return false;
   for (size_t i = 0; i < a.events.size(); ++i) {
     const KVEventRecord &x = a.events[i], &y = b.events[i];

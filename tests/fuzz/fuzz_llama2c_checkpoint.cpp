@@ -59,7 +59,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                          Llama2cCheckpoint::kHeaderBytes;
     const TransformerWeights tensors = model.tensors();
     check(static_cast<int>(tensors.layers.size()) == model.config().n_layers);
-    tensors.for_each_tensor([&](const WeightTensor& t) { check_inside(t, mapped + Llama2cCheckpoint::kHeaderBytes, mapped + size); });
+    tensors.for_each_tensor(
+        [&](const WeightTensor& t) { check_inside(t, mapped + Llama2cCheckpoint::kHeaderBytes, mapped + size); });
   } catch (const FormatError&) {
   }
   return 0;

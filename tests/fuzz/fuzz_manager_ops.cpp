@@ -39,7 +39,8 @@ constexpr TokenId kNoToken = -1;
 
 class Harness {
  public:
-  Harness(int num_blocks, int block_size, bool weak) : block_size_(block_size), written_(static_cast<size_t>(num_blocks)) {
+  Harness(int num_blocks, int block_size, bool weak)
+      : block_size_(block_size), written_(static_cast<size_t>(num_blocks)) {
     KVCacheManagerConfig c;
     c.cache.num_blocks = num_blocks;
     KVCacheGroupSpec g;
@@ -57,15 +58,33 @@ class Harness {
     const uint8_t op = in.next();
     Slot& s = slots_[op / 16 % kSlots];
     switch (op % 9) {
-      case 0: admit(s, in); break;
-      case 1: step(s, 1 + in.next() % 8); break;
-      case 2: decode(s, in); break;
-      case 3: release(s, /*preempt=*/false); break;
-      case 4: release(s, /*preempt=*/true); break;
-      case 5: fork(s, slots_[in.next() % kSlots]); break;
-      case 6: if (s.request) (void)manager_->can_allocate(*s.request); break;
-      case 7: uncache_and_free(s); break;
-      case 8: if (in.next() % 4 == 0) (void)manager_->reset_prefix_cache(); break;
+      case 0:
+        admit(s, in);
+        break;
+      case 1:
+        step(s, 1 + in.next() % 8);
+        break;
+      case 2:
+        decode(s, in);
+        break;
+      case 3:
+        release(s, /*preempt=*/false);
+        break;
+      case 4:
+        release(s, /*preempt=*/true);
+        break;
+      case 5:
+        fork(s, slots_[in.next() % kSlots]);
+        break;
+      case 6:
+        if (s.request) (void)manager_->can_allocate(*s.request);
+        break;
+      case 7:
+        uncache_and_free(s);
+        break;
+      case 8:
+        if (in.next() % 4 == 0) (void)manager_->reset_prefix_cache();
+        break;
     }
     verify();
   }
@@ -125,12 +144,14 @@ class Harness {
 
   // The step ran: apply copy-on-write copies, then record the chunk's tokens in their blocks.
   void write(Slot& s, int chunk) {
-    for (const auto& [src, dst] : manager_->take_pending_copies()) written_[static_cast<size_t>(dst.value)] = written_[static_cast<size_t>(src.value)];
+    for (const auto& [src, dst] : manager_->take_pending_copies())
+      written_[static_cast<size_t>(dst.value)] = written_[static_cast<size_t>(src.value)];
     Request& r = *s.request;
     const std::span<const BlockId> table = manager_->get_block_ids(r);
     for (int pos = r.num_computed_tokens; pos < r.num_computed_tokens + chunk; ++pos) {
       const BlockId b = table[static_cast<size_t>(pos / block_size_)];
-      written_[static_cast<size_t>(b.value)][static_cast<size_t>(pos % block_size_)] = r.tokens[static_cast<size_t>(pos)];
+      written_[static_cast<size_t>(b.value)][static_cast<size_t>(pos % block_size_)] =
+          r.tokens[static_cast<size_t>(pos)];
     }
     r.num_computed_tokens += chunk;
   }
@@ -165,7 +186,8 @@ class Harness {
 
   void expect_holds(BlockId b, const Request& r, int block_index) {
     const std::vector<TokenId>& held = written_[static_cast<size_t>(b.value)];
-    for (int k = 0; k < block_size_; ++k) check(held[static_cast<size_t>(k)] == r.tokens[static_cast<size_t>(block_index * block_size_ + k)]);
+    for (int k = 0; k < block_size_; ++k)
+      check(held[static_cast<size_t>(k)] == r.tokens[static_cast<size_t>(block_index * block_size_ + k)]);
   }
 
   void verify() {

@@ -24,21 +24,25 @@ using pagedkv::fuzz::check;
 constexpr BlockHash kFingerprint{0x0123456789abcdefull, 0xfedcba9876543210ull};
 
 bool same_key(const StoredBlockKey& a, const StoredBlockKey& b) {
-  return a.hash == b.hash && a.parent == b.parent && a.extra_digest == b.extra_digest && a.group == b.group && a.tokens == b.tokens;
+  return a.hash == b.hash && a.parent == b.parent && a.extra_digest == b.extra_digest && a.group == b.group &&
+         a.tokens == b.tokens;
 }
 
 void arbitrary_bytes(const uint8_t* data, size_t size, int block_size, size_t payload_bytes) {
   const std::span<const std::byte> in(reinterpret_cast<const std::byte*>(data), size);
   DiskSlotHeader header;
   if (in.size() >= disk_header_bytes(block_size)) {
-    const SlotHeaderStatus s = decode_slot_header(in.first(disk_header_bytes(block_size)), kFingerprint, block_size, payload_bytes, header);
-    if (s == SlotHeaderStatus::kOk) check(header.key.tokens.size() == static_cast<size_t>(block_size) && header.payload_bytes == payload_bytes);
+    const SlotHeaderStatus s =
+        decode_slot_header(in.first(disk_header_bytes(block_size)), kFingerprint, block_size, payload_bytes, header);
+    if (s == SlotHeaderStatus::kOk)
+      check(header.key.tokens.size() == static_cast<size_t>(block_size) && header.payload_bytes == payload_bytes);
   }
   StoredBlockKey expected;
   expected.tokens.assign(static_cast<size_t>(block_size), 7);
   std::span<const std::byte> payload;
   if (verify_remote_value(in, kFingerprint, expected, payload_bytes, payload) == RemoteValueStatus::kOk)
-    check(payload.size() == payload_bytes && payload.data() >= in.data() && payload.data() + payload.size() <= in.data() + in.size());
+    check(payload.size() == payload_bytes && payload.data() >= in.data() &&
+          payload.data() + payload.size() <= in.data() + in.size());
 }
 
 void written_then_flipped(fuzz::ByteReader& b, int block_size, size_t payload_bytes) {

@@ -33,7 +33,8 @@ void check_trace(const Trace& t) {
       const ContentRun& run = t.runs[k];
       check(run.length >= 0);
       if (run.is_explicit)
-        check(run.first >= 0 && static_cast<size_t>(run.first) + static_cast<size_t>(run.length) <= t.explicit_tokens.size());
+        check(run.first >= 0 &&
+              static_cast<size_t>(run.first) + static_cast<size_t>(run.length) <= t.explicit_tokens.size());
       covered += run.length;
     }
     check(covered == r.input_tokens);

@@ -82,8 +82,8 @@ class CheckedManager {
   std::optional<NewBlocks> allocate_slots(Request& r, int num_new_tokens, int num_new_computed_tokens = 0,
                                           const ComputedBlocks* hits = nullptr, int num_lookahead_tokens = 0,
                                           bool delay_cache_blocks = false) {
-    auto out = m_.allocate_slots(r, num_new_tokens, num_new_computed_tokens, hits, num_lookahead_tokens,
-                                 delay_cache_blocks);
+    auto out =
+        m_.allocate_slots(r, num_new_tokens, num_new_computed_tokens, hits, num_lookahead_tokens, delay_cache_blocks);
     check();
     return out;
   }

@@ -25,10 +25,11 @@ inline fs::path models_dir() {
   return fs::exists(dir / "stories260K.bin") && fs::exists(dir / "tok512.bin") ? dir : fs::path{};
 }
 
-#define PAGEDKV_REQUIRE_MODELS(dir)                                                                   \
-  const ::std::filesystem::path dir = ::pagedkv::testing::models_dir();                               \
-  if (dir.empty()) GTEST_SKIP() << "PAGEDKV_SHARED_DIR/models (stories260K.bin, tok512.bin) is absent; " \
-                                   "set PAGEDKV_SHARED_DIR to the shared folder (ctest does)"
+#define PAGEDKV_REQUIRE_MODELS(dir)                                                     \
+  const ::std::filesystem::path dir = ::pagedkv::testing::models_dir();                 \
+  if (dir.empty())                                                                      \
+  GTEST_SKIP() << "PAGEDKV_SHARED_DIR/models (stories260K.bin, tok512.bin) is absent; " \
+                  "set PAGEDKV_SHARED_DIR to the shared folder (ctest does)"
 
 inline std::string read_text(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -46,9 +47,9 @@ inline std::vector<TokenId> read_ids(const fs::path& p) {
 
 // The three goldens: `run -t 0.0 -n steps -i prompt`.
 struct Golden {
-  std::string name;          // file stem in golden/
-  std::string prompt;        // empty = no -i
-  int steps = 0;             // -n
+  std::string name;  // file stem in golden/
+  std::string prompt;  // empty = no -i
+  int steps = 0;  // -n
   std::vector<TokenId> ids;  // BOS + prompt + generated (the stopping BOS kept); empty until loaded
 };
 inline std::vector<Golden> goldens() {

@@ -1,7 +1,7 @@
 // Shared helpers of the grammar tests: vocabularies (a synthetic byte vocabulary, and the real
 // ones of the shared GGUF files, read through the model layer's tokenizers and the engine's
-// vocabulary builder: the only place these tests include model/ and engine/), a slow reference for the token mask, sampling under the mask, and a
-// batch check of outputs with Debian's Python (jsonschema, re).
+// vocabulary builder: the only place these tests include model/ and engine/), a slow reference for the token mask,
+// sampling under the mask, and a batch check of outputs with Debian's Python (jsonschema, re).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -45,8 +45,8 @@ inline std::shared_ptr<const g::TokenVocabulary> byte_vocabulary() {
   std::vector<std::string> tokens;
   for (int b = 0; b < 256; ++b) tokens.emplace_back(1, static_cast<char>(b));
   tokens.emplace_back();  // 256: stop
-  for (const char* t : {"\":", "\",\"", "\"}", "{\"", "true", "null", "12", "ab", "\\u00", "é", "],", "}]", " \"", "a\"",
-                        "\"a", "\xC3", "\xA9\"", "-1", "0.5", "e+"})
+  for (const char* t : {"\":", "\",\"", "\"}", "{\"", "true", "null", "12",     "ab", "\\u00", "é",
+                        "],",  "}]",    " \"", "a\"", "\"a",  "\xC3", "\xA9\"", "-1", "0.5",   "e+"})
     tokens.emplace_back(t);
   return g::TokenVocabulary::create(std::move(tokens), {256});
 }
@@ -112,7 +112,7 @@ inline std::vector<int32_t> allowed_ids(std::span<const uint32_t> mask, int32_t 
 struct SampledOutput {
   std::string text;
   bool ended = false;  // a stop token was sampled (else the length cap stopped it)
-  bool alive = true;   // the mask never came up empty
+  bool alive = true;  // the mask never came up empty
 };
 
 // Samples under the mask until a stop token or max_tokens: `pick` chooses among the allowed ids

@@ -47,7 +47,9 @@ class RedisTestCluster {
     return -1;
   }
   std::string url() const { return fmt::format("redis-cluster://127.0.0.1:{}", nodes_[0]->port()); }
-  std::string seed_url(int i) const { return fmt::format("redis://127.0.0.1:{}", nodes_[static_cast<size_t>(i)]->port()); }
+  std::string seed_url(int i) const {
+    return fmt::format("redis://127.0.0.1:{}", nodes_[static_cast<size_t>(i)]->port());
+  }
 
   // One command on node i; the reply as text (an error reply's message, an integer in decimal).
   std::string command(int i, std::initializer_list<std::string_view> args) {

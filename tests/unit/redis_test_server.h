@@ -91,10 +91,23 @@ class RedisTestServer {
   // (Re)starts on the same port; true once it answers PING (within 10 s).
   bool start() {
     stop();
-    std::vector<std::string> args = {"redis-server", "--port", std::to_string(port_), "--bind", "127.0.0.1",
-                                     "--dir", dir_.string(), "--save", "", "--appendonly", "no",
-                                     "--daemonize", "no", "--loglevel", "warning",
-                                     "--logfile", (dir_ / "redis.log").string()};
+    std::vector<std::string> args = {"redis-server",
+                                     "--port",
+                                     std::to_string(port_),
+                                     "--bind",
+                                     "127.0.0.1",
+                                     "--dir",
+                                     dir_.string(),
+                                     "--save",
+                                     "",
+                                     "--appendonly",
+                                     "no",
+                                     "--daemonize",
+                                     "no",
+                                     "--loglevel",
+                                     "warning",
+                                     "--logfile",
+                                     (dir_ / "redis.log").string()};
     args.insert(args.end(), extra_.begin(), extra_.end());
     pid_ = ::fork();
     if (pid_ == 0) {
@@ -127,8 +140,12 @@ class RedisTestServer {
   }
   void kill() { signal_and_reap(SIGKILL); }
   void stop() { signal_and_reap(SIGTERM); }
-  void pause() { if (pid_ > 0) ::kill(pid_, SIGSTOP); }
-  void resume() { if (pid_ > 0) ::kill(pid_, SIGCONT); }
+  void pause() {
+    if (pid_ > 0) ::kill(pid_, SIGSTOP);
+  }
+  void resume() {
+    if (pid_ > 0) ::kill(pid_, SIGCONT);
+  }
 
  private:
   void signal_and_reap(int sig) {

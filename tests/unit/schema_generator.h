@@ -42,7 +42,8 @@ class SchemaGenerator {
         return s;
       }
       case 1: {
-        static const char* patterns[] = {"^[a-z]{1,5}$", "\\d{3}-\\d{2}", "(ab|cd)+x?", "[A-Z][a-z]*( [A-Z][a-z]*){0,2}", "é+[^a-z\"]{0,3}"};
+        static const char* patterns[] = {"^[a-z]{1,5}$", "\\d{3}-\\d{2}", "(ab|cd)+x?",
+                                         "[A-Z][a-z]*( [A-Z][a-z]*){0,2}", "é+[^a-z\"]{0,3}"};
         return {{"type", "string"}, {"pattern", patterns[pick(5)]}};
       }
       case 2: {
@@ -56,12 +57,19 @@ class SchemaGenerator {
         if (coin(60)) s[coin(50) ? "maximum" : "exclusiveMaximum"] = lo + 2 + pick(3000);
         return s;
       }
-      case 4: return {{"type", "number"}};
-      case 5: return {{"type", "boolean"}};
-      case 6: return {{"type", coin(50) ? Json("null") : Json::array({"string", "null"})}};
-      case 7: return {{"enum", Json::array({"red", 7, nullptr, Json::object({{"k", Json::array({1, "two"})}}), "with \"quote\""})}};
-      case 8: return {{"const", coin(50) ? Json("fixed") : Json(42)}};
-      default: return {{"type", Json::array({"integer", "boolean", "string"})}, {"maxLength", 4}};
+      case 4:
+        return {{"type", "number"}};
+      case 5:
+        return {{"type", "boolean"}};
+      case 6:
+        return {{"type", coin(50) ? Json("null") : Json::array({"string", "null"})}};
+      case 7:
+        return {{"enum",
+                 Json::array({"red", 7, nullptr, Json::object({{"k", Json::array({1, "two"})}}), "with \"quote\""})}};
+      case 8:
+        return {{"const", coin(50) ? Json("fixed") : Json(42)}};
+      default:
+        return {{"type", Json::array({"integer", "boolean", "string"})}, {"maxLength", 4}};
     }
   }
 
@@ -97,18 +105,22 @@ class SchemaGenerator {
         if (coin(50)) s["maxItems"] = pick(3) + (s.contains("minItems") ? s["minItems"].get<int>() : 0);
         return s;
       }
-      case 3: return {{coin(50) ? "anyOf" : "oneOf", Json::array({node(depth + 1), leaf()})}};
+      case 3:
+        return {{coin(50) ? "anyOf" : "oneOf", Json::array({node(depth + 1), leaf()})}};
       case 4: {
         // A recursive definition: a tree whose children are the same definition.
         const std::string def = "t" + std::to_string(defs_.size());
-        defs_[def] = {{"type", "object"},
-                      {"properties", {{"v", leaf()}, {"kids", {{"type", "array"}, {"items", {{"$ref", "#/$defs/" + def}}}, {"maxItems", 2}}}}},
-                      {"required", Json::array({"v"})}};
+        defs_[def] = {
+            {"type", "object"},
+            {"properties",
+             {{"v", leaf()}, {"kids", {{"type", "array"}, {"items", {{"$ref", "#/$defs/" + def}}}, {"maxItems", 2}}}}},
+            {"required", Json::array({"v"})}};
         return {{"$ref", "#/$defs/" + def}};
       }
       default:
-        return {{"allOf", Json::array({{{"type", "object"}, {"properties", {{"p", leaf()}}}, {"required", Json::array({"p"})}},
-                                       {{"properties", {{"q", leaf()}}}}})}};
+        return {{"allOf",
+                 Json::array({{{"type", "object"}, {"properties", {{"p", leaf()}}}, {"required", Json::array({"p"})}},
+                              {{"properties", {{"q", leaf()}}}}})}};
     }
   }
 

@@ -31,10 +31,11 @@ inline fs::path chat_templates_dir() {
   return fs::exists(dir / "expected.jsonl") ? dir : fs::path();
 }
 
-#define PAGEDKV_REQUIRE_CHAT_TEMPLATES(dir)                                                              \
-  const ::std::filesystem::path dir = ::pagedkv::testing::chat_templates_dir();                           \
-  if (dir.empty()) GTEST_SKIP() << "PAGEDKV_SHARED_DIR/chat_templates is absent; set PAGEDKV_SHARED_DIR " \
-                                   "to the shared folder (ctest does)"
+#define PAGEDKV_REQUIRE_CHAT_TEMPLATES(dir)                                              \
+  const ::std::filesystem::path dir = ::pagedkv::testing::chat_templates_dir();          \
+  if (dir.empty())                                                                       \
+  GTEST_SKIP() << "PAGEDKV_SHARED_DIR/chat_templates is absent; set PAGEDKV_SHARED_DIR " \
+                  "to the shared folder (ctest does)"
 
 inline std::string read_text(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);

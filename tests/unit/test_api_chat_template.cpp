@@ -28,8 +28,9 @@ const std::vector<ChatMessage> kChat = {
 TEST(ChatTemplate, RecognisesTheCommonTemplatesByTheirMarkers) {
   EXPECT_EQ(detect_chat_template(""), ChatTemplate::kDefault);
   EXPECT_EQ(detect_chat_template("{{ messages }}"), ChatTemplate::kDefault);
-  EXPECT_EQ(detect_chat_template("{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>' }}{{ '<|eot_id|>' }}"),
-            ChatTemplate::kLlama3);
+  EXPECT_EQ(
+      detect_chat_template("{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>' }}{{ '<|eot_id|>' }}"),
+      ChatTemplate::kLlama3);
   EXPECT_EQ(detect_chat_template("{{'<|im_start|>' + message['role'] + '\\n'}}"), ChatTemplate::kChatml);
   EXPECT_EQ(detect_chat_template("{{ '<start_of_turn>' + role + '\\n' }}"), ChatTemplate::kGemma);
   EXPECT_EQ(detect_chat_template("{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"), ChatTemplate::kLlama2);
@@ -86,8 +87,14 @@ TEST(ChatTemplate, MarkersBecomeControlTokensOnRealVocabularies) {
     EXPECT_EQ(detect_chat_template(file.get_string("tokenizer.chat_template")), ChatTemplate::kLlama3);
     const auto ids = encode_bounded(*tok, render_chat(ChatTemplate::kLlama3, chat), true, 4096, "messages");
     // <|begin_of_text|> <|start_header_id|> user <|end_header_id|> \n\nHi <|im_end|> <|eot_id|> ...
-    EXPECT_EQ(ids, concat({{128000, 128006}, tok->encode("user", false), {128007}, tok->encode("\n\nHi <|im_end|>", false),
-                           {128009, 128006}, tok->encode("assistant", false), {128007}, tok->encode("\n\n", false)}));
+    EXPECT_EQ(ids, concat({{128000, 128006},
+                           tok->encode("user", false),
+                           {128007},
+                           tok->encode("\n\nHi <|im_end|>", false),
+                           {128009, 128006},
+                           tok->encode("assistant", false),
+                           {128007},
+                           tok->encode("\n\n", false)}));
     EXPECT_EQ(tok->detokenize(ids), "user\n\nHi <|im_end|>assistant\n\n");  // control tokens print nothing
     auto ends = tok->end_of_generation_ids();
     EXPECT_NE(std::find(ends.begin(), ends.end(), 128009), ends.end()) << "<|eot_id|> ends a generation";
@@ -99,8 +106,12 @@ TEST(ChatTemplate, MarkersBecomeControlTokensOnRealVocabularies) {
     EXPECT_EQ(detect_chat_template(file.get_string("tokenizer.chat_template")), ChatTemplate::kChatml);
     const auto ids = encode_bounded(*tok, render_chat(ChatTemplate::kChatml, chat), true, 4096, "messages");
     // No BOS for Qwen; the typed "<|im_end|>" stays text, the markers are 151644 / 151645.
-    EXPECT_EQ(ids, concat({{151644}, tok->encode("user\nHi <|im_end|>", false), {151645}, tok->encode("\n", false),
-                           {151644}, tok->encode("assistant\n", false)}));
+    EXPECT_EQ(ids, concat({{151644},
+                           tok->encode("user\nHi <|im_end|>", false),
+                           {151645},
+                           tok->encode("\n", false),
+                           {151644},
+                           tok->encode("assistant\n", false)}));
     EXPECT_EQ(std::count(ids.begin(), ids.end(), 151645), 1);
     auto ends = tok->end_of_generation_ids();
     EXPECT_NE(std::find(ends.begin(), ends.end(), 151645), ends.end()) << "<|im_end|> ends a generation";
@@ -112,7 +123,8 @@ TEST(ChatTemplate, MarkersBecomeControlTokensOnRealVocabularies) {
     const auto ids = encode_bounded(*tok, render_chat(ChatTemplate::kLlama2, turns), true, 4096, "messages");
     // <s> "[INST] Hi [/INST] Yo " </s> <s> "[INST] Bye [/INST]": SentencePiece gives a fragment
     // after a special token its leading space, as llama.cpp does.
-    EXPECT_EQ(ids, concat({tok->encode("[INST] Hi [/INST] Yo ", true), {2, 1}, tok->encode("[INST] Bye [/INST]", false)}));
+    EXPECT_EQ(ids,
+              concat({tok->encode("[INST] Hi [/INST] Yo ", true), {2, 1}, tok->encode("[INST] Bye [/INST]", false)}));
   }
 }
 

@@ -42,8 +42,12 @@ using Key = std::tuple<BlockHash, Medium, uint16_t>;
 using Index = std::set<Key>;
 
 // A hybrid engine's hashing: a full group of 16-token blocks and a sliding group of 32.
-const PrefixHashing kHashing{16, "xxh3_128", 42,
-                             {KVGroupInfo{AttentionKind::kFull, 0, 16}, KVGroupInfo{AttentionKind::kSlidingWindow, 512, 32}}, 0};
+const PrefixHashing kHashing{
+    16,
+    "xxh3_128",
+    42,
+    {KVGroupInfo{AttentionKind::kFull, 0, 16}, KVGroupInfo{AttentionKind::kSlidingWindow, 512, 32}},
+    0};
 
 // What a router receives: the page through the wire format.
 KVEventsPage over_the_wire(const KVEventsPage& page) {
@@ -120,13 +124,13 @@ TEST(KVEventLog, AllClearedRemovesDeviceCopiesOnly) {
 TEST(KVEventLog, SnapshotForNewReadersOtherEpochsLaggardsAndTheFuture) {
   KVEventLog log(4, 7);
   log.append(std::vector<KVEvent>{stored(1), stored(2)});
-  EXPECT_TRUE(log.read(0, 0, 10).snapshot);     // a new reader
-  EXPECT_TRUE(log.read(8, 2, 10).snapshot);     // another epoch (the instance restarted)
-  EXPECT_TRUE(log.read(7, 3, 10).snapshot);     // a number this log never gave
-  EXPECT_FALSE(log.read(7, 0, 10).snapshot);    // everything since 0 is still kept
+  EXPECT_TRUE(log.read(0, 0, 10).snapshot);  // a new reader
+  EXPECT_TRUE(log.read(8, 2, 10).snapshot);  // another epoch (the instance restarted)
+  EXPECT_TRUE(log.read(7, 3, 10).snapshot);  // a number this log never gave
+  EXPECT_FALSE(log.read(7, 0, 10).snapshot);  // everything since 0 is still kept
   log.append(std::vector<KVEvent>{stored(3), stored(4), stored(5)});  // records 1 and 2 dropped
   EXPECT_TRUE(log.read(7, 0, 10).snapshot);
-  EXPECT_FALSE(log.read(7, 1, 10).snapshot);    // 2.. are kept
+  EXPECT_FALSE(log.read(7, 1, 10).snapshot);  // 2.. are kept
   const KVEventsPage s = log.read(0, 0, 10);
   EXPECT_EQ(s.blocks.size(), 5u);
   EXPECT_EQ(s.last_seq, 5u);
@@ -172,7 +176,8 @@ TEST(KVEventsWire, RoundTripsEveryField) {
   KVEventsPage snapshot;
   snapshot.epoch = 1;
   snapshot.snapshot = true;
-  snapshot.blocks = {{BlockHash{3, 4}, medium_bit(Medium::kHost) | medium_bit(Medium::kDisk), 0}, {BlockHash{5, 6}, 0, 1}};
+  snapshot.blocks = {{BlockHash{3, 4}, medium_bit(Medium::kHost) | medium_bit(Medium::kDisk), 0},
+                     {BlockHash{5, 6}, 0, 1}};
   const KVEventsPage s = over_the_wire(snapshot);
   EXPECT_TRUE(s.snapshot && s.events.empty());
   EXPECT_EQ(s.blocks, snapshot.blocks);
@@ -183,7 +188,8 @@ TEST(KVEventsWire, RoundTripsEveryField) {
 TEST(KVEventsWire, PagesWithoutGroupsAreGroupZero) {
   const std::string head = R"({"block_size": 16, "hash_algorithm": "xxh3_128", "hash_seed": 0, "epoch": "1", )";
   const std::string hash = R"("0123456789abcdef0123456789abcdef")";
-  KVEventsWirePage w = parse_kv_events_page(head + R"("last": 1, "snapshot": false, "events": [[1, "stored", )" + hash + R"(, "device"]]})");
+  KVEventsWirePage w = parse_kv_events_page(head + R"("last": 1, "snapshot": false, "events": [[1, "stored", )" + hash +
+                                            R"(, "device"]]})");
   ASSERT_EQ(w.page.events.size(), 1u);
   EXPECT_EQ(w.page.events[0].group, 0);
   EXPECT_TRUE(w.hashing.groups.empty());
@@ -198,8 +204,9 @@ TEST(KVEventsWire, PagesWithoutGroupsAreGroupZero) {
 TEST(KVEventsWire, PrefixHashingNamesTheGroupsAndTheRoutingGroup) {
   KVCacheConfig cache;
   cache.num_blocks = 8;
-  cache.groups = {KVCacheGroupSpec{KVCacheSpec{.kind = AttentionKind::kSlidingWindow, .block_size = 32, .sliding_window = 100}, 2},
-                  KVCacheGroupSpec{KVCacheSpec{.kind = AttentionKind::kFull, .block_size = 16}, 2}};
+  cache.groups = {
+      KVCacheGroupSpec{KVCacheSpec{.kind = AttentionKind::kSlidingWindow, .block_size = 32, .sliding_window = 100}, 2},
+      KVCacheGroupSpec{KVCacheSpec{.kind = AttentionKind::kFull, .block_size = 16}, 2}};
   const PrefixHashing h = prefix_hashing_for(cache, "sha256", 7);
   EXPECT_EQ(h.block_size, 16);
   EXPECT_EQ(h.routing_group, 1);
@@ -213,41 +220,54 @@ TEST(KVEventsWire, PrefixHashingNamesTheGroupsAndTheRoutingGroup) {
 TEST(KVEventsWire, RefusesMalformedPages) {
   const std::string head = R"("block_size": 16, "hash_algorithm": "xxh3_128", "hash_seed": 0, )";
   const std::string hash = R"("0123456789abcdef0123456789abcdef")";
-  for (const std::string& body : {
-           std::string("[]"),
-           std::string("{"),
-           "{" + head + R"("epoch": "1", "last": 1, "snapshot": false})",                         // no events
-           "{" + head + R"("epoch": "-1", "last": 1, "snapshot": false, "events": []})",          // not hex
-           "{" + head + R"("epoch": "0x1", "last": 1, "snapshot": false, "events": []})",
-           "{" + head + R"("epoch": "12345678901234567", "last": 1, "snapshot": false, "events": []})",
-           "{" + head + R"("epoch": "1", "last": -1, "snapshot": false, "events": []})",
-           "{" + head + R"("epoch": "1", "last": 1, "snapshot": 0, "events": []})",
-           "{" + head + R"("epoch": "1", "last": 1, "snapshot": false, "more": "no", "events": []})",
-           "{" + head + R"("epoch": "1", "last": 1, "snapshot": false, "events": [[1, "stored", )" + hash + "]]}",
-           "{" + head + R"("epoch": "1", "last": 1, "snapshot": false, "events": [[2, "stored", )" + hash + R"(, "device"]]})",
-           "{" + head + R"("epoch": "1", "last": 3, "snapshot": false, "events": [[2, "stored", )" + hash + R"(, "device"], [2, "removed", )" +
-               hash + R"(, "device"]]})",
-           "{" + head + R"("epoch": "1", "last": 1, "snapshot": false, "events": [[1, "kept", )" + hash + R"(, "device"]]})",
-           "{" + head + R"("epoch": "1", "last": 1, "snapshot": false, "events": [[1, "stored", "xyz", "device"]]})",
-           "{" + head + R"("epoch": "1", "last": 1, "snapshot": false, "events": [[1, "stored", )" + hash + R"(, "tape"]]})",
-           "{" + head + R"("epoch": "1", "last": 1, "snapshot": true, "blocks": [[)" + hash + R"(, ["host", "host"]]]})",
-           "{" + head + R"("epoch": "1", "last": 1, "snapshot": true, "blocks": {"a": 1}})",
-           std::string(R"({"block_size": 0, "hash_algorithm": "xxh3_128", "hash_seed": 0, "epoch": "1", "last": 0, "snapshot": true, "blocks": []})"),
-           // groups: an event's group that the page does not list, an unknown kind, a block size
-           // that is not a multiple of the hash block, a routing group out of range
-           "{" + head + R"("epoch": "1", "last": 1, "snapshot": false, "events": [[1, "stored", )" + hash + R"(, "device", 1]]})",
-           "{" + head + R"("groups": [{"kind": "full", "sliding_window": 0, "block_size": 16}], "epoch": "1", "last": 1, "snapshot": true, "blocks": [[)" +
-               hash + R"(, ["host"], 1]]})",
-           "{" + head + R"("groups": [{"kind": "mamba", "sliding_window": 0, "block_size": 16}], "epoch": "1", "last": 0, "snapshot": true, "blocks": []})",
-           "{" + head + R"("groups": [{"kind": "full", "sliding_window": 0, "block_size": 24}], "epoch": "1", "last": 0, "snapshot": true, "blocks": []})",
-           "{" + head + R"("groups": [{"kind": "full", "block_size": 16}], "epoch": "1", "last": 0, "snapshot": true, "blocks": []})",
-           "{" + head + R"("routing_group": 2, "epoch": "1", "last": 0, "snapshot": true, "blocks": []})",
-           // load: not an object, a field missing, negative, or beyond any pool
-           "{" + head + R"("load": 3, "epoch": "1", "last": 0, "snapshot": true, "blocks": []})",
-           "{" + head + R"("load": {"running": 1, "waiting": 0, "kv_blocks_used": 2, "kv_blocks_total": 9}, "epoch": "1", "last": 0, "snapshot": true, "blocks": []})",
-           "{" + head + R"("load": {"running": -1, "waiting": 0, "kv_blocks_used": 2, "kv_blocks_total": 9, "waiting_blocks": 0}, "epoch": "1", "last": 0, "snapshot": true, "blocks": []})",
-           "{" + head + R"("load": {"running": 1, "waiting": 0, "kv_blocks_used": 18446744073709551615, "kv_blocks_total": 9, "waiting_blocks": 0}, "epoch": "1", "last": 0, "snapshot": true, "blocks": []})",
-       }) {
+  for (
+      const std::string& body : {
+          std::string("[]"),
+          std::string("{"),
+          "{" + head + R"("epoch": "1", "last": 1, "snapshot": false})",  // no events
+          "{" + head + R"("epoch": "-1", "last": 1, "snapshot": false, "events": []})",  // not hex
+          "{" + head + R"("epoch": "0x1", "last": 1, "snapshot": false, "events": []})",
+          "{" + head + R"("epoch": "12345678901234567", "last": 1, "snapshot": false, "events": []})",
+          "{" + head + R"("epoch": "1", "last": -1, "snapshot": false, "events": []})",
+          "{" + head + R"("epoch": "1", "last": 1, "snapshot": 0, "events": []})",
+          "{" + head + R"("epoch": "1", "last": 1, "snapshot": false, "more": "no", "events": []})",
+          "{" + head + R"("epoch": "1", "last": 1, "snapshot": false, "events": [[1, "stored", )" + hash + "]]}",
+          "{" + head + R"("epoch": "1", "last": 1, "snapshot": false, "events": [[2, "stored", )" + hash +
+              R"(, "device"]]})",
+          "{" + head + R"("epoch": "1", "last": 3, "snapshot": false, "events": [[2, "stored", )" + hash +
+              R"(, "device"], [2, "removed", )" + hash + R"(, "device"]]})",
+          "{" + head + R"("epoch": "1", "last": 1, "snapshot": false, "events": [[1, "kept", )" + hash +
+              R"(, "device"]]})",
+          "{" + head + R"("epoch": "1", "last": 1, "snapshot": false, "events": [[1, "stored", "xyz", "device"]]})",
+          "{" + head + R"("epoch": "1", "last": 1, "snapshot": false, "events": [[1, "stored", )" + hash +
+              R"(, "tape"]]})",
+          "{" + head + R"("epoch": "1", "last": 1, "snapshot": true, "blocks": [[)" + hash + R"(, ["host", "host"]]]})",
+          "{" + head + R"("epoch": "1", "last": 1, "snapshot": true, "blocks": {"a": 1}})",
+          std::string(
+              R"({"block_size": 0, "hash_algorithm": "xxh3_128", "hash_seed": 0, "epoch": "1", "last": 0, "snapshot": true, "blocks": []})"),
+          // groups: an event's group that the page does not list, an unknown kind, a block size
+          // that is not a multiple of the hash block, a routing group out of range
+          "{" + head + R"("epoch": "1", "last": 1, "snapshot": false, "events": [[1, "stored", )" + hash +
+              R"(, "device", 1]]})",
+          "{" + head +
+              R"("groups": [{"kind": "full", "sliding_window": 0, "block_size": 16}], "epoch": "1", "last": 1, "snapshot": true, "blocks": [[)" +
+              hash + R"(, ["host"], 1]]})",
+          "{" + head +
+              R"("groups": [{"kind": "mamba", "sliding_window": 0, "block_size": 16}], "epoch": "1", "last": 0, "snapshot": true, "blocks": []})",
+          "{" + head +
+              R"("groups": [{"kind": "full", "sliding_window": 0, "block_size": 24}], "epoch": "1", "last": 0, "snapshot": true, "blocks": []})",
+          "{" + head +
+              R"("groups": [{"kind": "full", "block_size": 16}], "epoch": "1", "last": 0, "snapshot": true, "blocks": []})",
+          "{" + head + R"("routing_group": 2, "epoch": "1", "last": 0, "snapshot": true, "blocks": []})",
+          // load: not an object, a field missing, negative, or beyond any pool
+          "{" + head + R"("load": 3, "epoch": "1", "last": 0, "snapshot": true, "blocks": []})",
+          "{" + head +
+              R"("load": {"running": 1, "waiting": 0, "kv_blocks_used": 2, "kv_blocks_total": 9}, "epoch": "1", "last": 0, "snapshot": true, "blocks": []})",
+          "{" + head +
+              R"("load": {"running": -1, "waiting": 0, "kv_blocks_used": 2, "kv_blocks_total": 9, "waiting_blocks": 0}, "epoch": "1", "last": 0, "snapshot": true, "blocks": []})",
+          "{" + head +
+              R"("load": {"running": 1, "waiting": 0, "kv_blocks_used": 18446744073709551615, "kv_blocks_total": 9, "waiting_blocks": 0}, "epoch": "1", "last": 0, "snapshot": true, "blocks": []})",
+      }) {
     EXPECT_THROW(parse_kv_events_page(body), WireError) << body;
   }
 }
@@ -292,7 +312,7 @@ TEST(KVEventLog, RandomReaderAlwaysConverges) {
       }
       log.append(batch);
       if (rng() % 50 == 0) epoch = 0, since = 0, index.clear();  // the router restarted
-      if (rng() % 3 == 0) continue;                             // reads less often than appends
+      if (rng() % 3 == 0) continue;  // reads less often than appends
       catch_up(log, epoch, since, index, 1 + rng() % 7);
       Index truth;
       for (const auto& [key, count] : copies) truth.insert(key);

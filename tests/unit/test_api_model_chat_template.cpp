@@ -45,9 +45,10 @@ TEST(ModelChatTemplate, RequestFieldsReachTheTemplate) {
   EXPECT_TRUE(parts.back().special);
 
   // Without tools in the request, the template sees none (as transformers passes it).
-  const CompletionRequest plain =
-      parse_completion_request(R"({"messages": [{"role": "user", "content": "Hi"}]})", ApiEndpoint::kChatCompletions, RequestLimits{});
-  EXPECT_EQ(ModelChatTemplate("{{ tools is none }} {{ add_generation_prompt }}", "", "").render_text(plain.chat_input), "True True");
+  const CompletionRequest plain = parse_completion_request(R"({"messages": [{"role": "user", "content": "Hi"}]})",
+                                                           ApiEndpoint::kChatCompletions, RequestLimits{});
+  EXPECT_EQ(ModelChatTemplate("{{ tools is none }} {{ add_generation_prompt }}", "", "").render_text(plain.chat_input),
+            "True True");
   EXPECT_THROW(parse_chat_template_input(R"({"messages": [{"role": "user", "content": "x"}], "tools": 3})"), ApiError);
 }
 
@@ -69,7 +70,8 @@ TEST(ModelChatTemplate, TemplateErrorsAre400s) {
       "{% for m in messages %}{{ m.content }}{% endfor %}",
       "<bos>", "<eos>");
   ChatTemplateInput in;
-  in.messages = nlohmann::ordered_json::parse(R"([{"role": "system", "content": "S"}, {"role": "user", "content": "U"}])");
+  in.messages =
+      nlohmann::ordered_json::parse(R"([{"role": "system", "content": "S"}, {"role": "user", "content": "U"}])");
   try {
     gemma_like.render(in);
     FAIL() << "rendered";
@@ -95,7 +97,8 @@ TEST(ModelChatTemplate, StartUpChecksTheTemplate) {
 }
 
 TEST(ModelChatTemplate, MarkersBecomeTokensOnRealVocabularies) {
-  if (!fs::exists(vocab("qwen3")) || !fs::exists(vocab("llama-bpe"))) GTEST_SKIP() << "../shared/models/gguf/vocab is absent; skipping";
+  if (!fs::exists(vocab("qwen3")) || !fs::exists(vocab("llama-bpe")))
+    GTEST_SKIP() << "../shared/models/gguf/vocab is absent; skipping";
   const ModelLimits limits{"m", 4096, 0};
   {
     const GgufFile file(vocab("qwen3").string());

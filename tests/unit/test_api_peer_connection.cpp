@@ -156,8 +156,7 @@ TEST(PeerConnection, AnyThreadFindsTheSameSocket) {
   for (int i = 0; i < 8; ++i) pairs.push_back(net.connect_one());
   std::vector<int> found(pairs.size(), -2);
   std::vector<std::thread> threads;
-  for (size_t i = 0; i < pairs.size(); ++i)
-    threads.emplace_back([&, i] { found[i] = net.find(pairs[i]).fd(); });
+  for (size_t i = 0; i < pairs.size(); ++i) threads.emplace_back([&, i] { found[i] = net.find(pairs[i]).fd(); });
   for (std::thread& t : threads) t.join();
   for (size_t i = 0; i < pairs.size(); ++i) EXPECT_EQ(found[i], pairs[i].server) << i;
 }

@@ -44,10 +44,22 @@ void expect_rejected(const std::string& body, const std::string& param, const st
 }
 
 TEST(ServerRequest, ParsesEveryField) {
-  const CompletionRequest r = parse({{"model", "m"}, {"prompt", "hi"}, {"max_tokens", 7}, {"temperature", 0.5},
-                                     {"top_p", 0.9}, {"top_k", 5}, {"seed", 42}, {"n", 3}, {"stop", {"a", "bc"}},
-                                     {"stream", true}, {"stream_options", {{"include_usage", true}}}, {"echo", true},
-                                     {"logprobs", 2}, {"priority", -1}, {"cache_salt", "t1"}, {"ignore_eos", true},
+  const CompletionRequest r = parse({{"model", "m"},
+                                     {"prompt", "hi"},
+                                     {"max_tokens", 7},
+                                     {"temperature", 0.5},
+                                     {"top_p", 0.9},
+                                     {"top_k", 5},
+                                     {"seed", 42},
+                                     {"n", 3},
+                                     {"stop", {"a", "bc"}},
+                                     {"stream", true},
+                                     {"stream_options", {{"include_usage", true}}},
+                                     {"echo", true},
+                                     {"logprobs", 2},
+                                     {"priority", -1},
+                                     {"cache_salt", "t1"},
+                                     {"ignore_eos", true},
                                      {"unknown_field", {1, 2}}});
   EXPECT_EQ(r.model, "m");
   ASSERT_EQ(r.prompts.size(), 1u);
@@ -71,8 +83,12 @@ TEST(ServerRequest, ParsesEveryField) {
 }
 
 TEST(ServerRequest, OutputSwitchesAndTimeout) {
-  const CompletionRequest r = parse({{"prompt", "hi"}, {"include_stop_str_in_output", true}, {"skip_special_tokens", false},
-                                     {"return_token_ids", true}, {"return_tokens_as_token_ids", true}, {"timeout", 2.5}});
+  const CompletionRequest r = parse({{"prompt", "hi"},
+                                     {"include_stop_str_in_output", true},
+                                     {"skip_special_tokens", false},
+                                     {"return_token_ids", true},
+                                     {"return_tokens_as_token_ids", true},
+                                     {"timeout", 2.5}});
   EXPECT_TRUE(r.include_stop_str_in_output && r.return_token_ids && r.return_tokens_as_token_ids);
   EXPECT_FALSE(r.skip_special_tokens);
   ASSERT_TRUE(r.timeout);
@@ -96,21 +112,26 @@ TEST(ServerRequest, PromptForms) {
 }
 
 TEST(ServerRequest, ChatFields) {
-  const CompletionRequest r =
-      parse({{"messages", {{{"role", "system"}, {"content", "S"}},
-                           {{"role", "user"}, {"content", {{{"type", "text"}, {"text", "a"}}, {{"type", "text"}, {"text", "b"}}}}}}},
-             {"max_completion_tokens", 9},
-             {"max_tokens", 3},
-             {"logprobs", true},
-             {"top_logprobs", 4}},
-            ApiEndpoint::kChatCompletions);
+  const CompletionRequest r = parse(
+      {{"messages",
+        {{{"role", "system"}, {"content", "S"}},
+         {{"role", "user"}, {"content", {{{"type", "text"}, {"text", "a"}}, {{"type", "text"}, {"text", "b"}}}}}}},
+       {"max_completion_tokens", 9},
+       {"max_tokens", 3},
+       {"logprobs", true},
+       {"top_logprobs", 4}},
+      ApiEndpoint::kChatCompletions);
   ASSERT_EQ(r.messages.size(), 2u);
   EXPECT_EQ(r.messages[1].content, "ab");
   EXPECT_EQ(r.max_tokens, 9) << "max_completion_tokens wins";
   EXPECT_EQ(r.logprobs, 4);
-  EXPECT_EQ(parse({{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"logprobs", true}}, ApiEndpoint::kChatCompletions).logprobs, 0);
+  EXPECT_EQ(
+      parse({{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"logprobs", true}}, ApiEndpoint::kChatCompletions)
+          .logprobs,
+      0);
   EXPECT_EQ(render_chat_prompt(r.messages), "S\nUser: ab\nAssistant:");
-  const std::vector<ChatMessage> turns{{"user", "hi"}, {"assistant", "hello"}, {"developer", "be kind"}, {"user", "go"}};
+  const std::vector<ChatMessage> turns{
+      {"user", "hi"}, {"assistant", "hello"}, {"developer", "be kind"}, {"user", "go"}};
   EXPECT_EQ(render_chat_prompt(turns), "User: hi\nAssistant: hello\nbe kind\nUser: go\nAssistant:");
 }
 
@@ -118,9 +139,9 @@ TEST(ServerRequest, RejectsBadInput) {
   expect_rejected("{not json", "", "not valid JSON");
   // Invalid UTF-8 is named as such (JSON text is UTF-8), with the offending byte's offset.
   expect_rejected("{\"prompt\": \"ab\xff\"}", "", "not valid UTF-8 (byte 14 of 17)");
-  expect_rejected("{\"prompt\": \"\xed\xa0\x80\"}", "", "not valid UTF-8");      // a UTF-16 surrogate
-  expect_rejected("{\"prompt\": \"\xc0\xaf\"}", "", "not valid UTF-8");          // an overlong '/'
-  EXPECT_NO_THROW(parse({{"prompt", "caf\xc3\xa9 \xf0\x9f\x98\x80"}}));           // é and an emoji
+  expect_rejected("{\"prompt\": \"\xed\xa0\x80\"}", "", "not valid UTF-8");  // a UTF-16 surrogate
+  expect_rejected("{\"prompt\": \"\xc0\xaf\"}", "", "not valid UTF-8");  // an overlong '/'
+  EXPECT_NO_THROW(parse({{"prompt", "caf\xc3\xa9 \xf0\x9f\x98\x80"}}));  // é and an emoji
   expect_rejected("[1]", "", "must be a JSON object");
   expect_rejected("{}", "prompt", "is required");
   expect_rejected(R"({"prompt": 3})", "prompt", "must be a string");
@@ -146,8 +167,8 @@ TEST(ServerRequest, RejectsBadInput) {
   expect_rejected(R"({"prompt": "x", "stop": [1]})", "stop", "must be a string");
   expect_rejected(R"({"prompt": "x", "stop": {}})", "stop", "string or a list");
   expect_rejected(R"({"prompt": "x", "stop": ""})", "stop", "must not be empty");
-  expect_rejected(R"({"prompt": "x", "stop": ["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"]})", "stop",
-                  "at most 16");
+  expect_rejected(R"({"prompt": "x", "stop": ["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"]})",
+                  "stop", "at most 16");
   expect_rejected(R"({"prompt": "x", "stream": "yes"})", "stream", "must be a boolean");
   expect_rejected(R"({"prompt": "x", "stream_options": {"include_usage": true}})", "stream_options", "only allowed");
   expect_rejected(R"({"prompt": "x", "stream": true, "stream_options": 1})", "stream_options", "must be an object");
@@ -172,11 +193,14 @@ TEST(ServerRequest, RejectsBadInput) {
   expect_rejected(R"({"messages": [{"content": "x"}]})", "messages", "string 'role'", chat);
   expect_rejected(R"({"messages": [{"role": "robot", "content": "x"}]})", "messages", "unsupported message role", chat);
   expect_rejected(R"({"messages": [{"role": "tool", "content": "x"}]})", "messages", "tool_call_id", chat);
-  expect_rejected(R"({"messages": [{"role": "user", "content": 5}]})", "messages", "string or a list of text parts", chat);
-  expect_rejected(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", "messages", "only text content", chat);
-  expect_rejected(R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", "top_logprobs", "needs 'logprobs'", chat);
-  expect_rejected(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 30})", "top_logprobs",
-                  "between 0 and 20", chat);
+  expect_rejected(R"({"messages": [{"role": "user", "content": 5}]})", "messages", "string or a list of text parts",
+                  chat);
+  expect_rejected(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", "messages",
+                  "only text content", chat);
+  expect_rejected(R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", "top_logprobs",
+                  "needs 'logprobs'", chat);
+  expect_rejected(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 30})",
+                  "top_logprobs", "between 0 and 20", chat);
 }
 
 // Expects `parse` to throw ApiError 400 naming `param` with `code`.
@@ -206,7 +230,8 @@ TEST(ServerRequest, TokenizeBodies) {
   expect_api_error([] { parse_tokenize_request("{\"prompt\": "); }, "", "invalid_json");
   expect_api_error([] { parse_tokenize_request("{}"); }, "prompt", "missing_field");
   expect_api_error([] { parse_tokenize_request(R"({"prompt": [1, 2]})"); }, "prompt", "invalid_type");
-  expect_api_error([] { parse_tokenize_request(R"({"prompt": "a", "add_special_tokens": 1})"); }, "add_special_tokens", "invalid_type");
+  expect_api_error([] { parse_tokenize_request(R"({"prompt": "a", "add_special_tokens": 1})"); }, "add_special_tokens",
+                   "invalid_type");
   expect_api_error([] { parse_tokenize_request(R"({"messages": []})"); }, "messages", "invalid_type");
   expect_api_error([] { parse_tokenize_request(R"({"messages": [{"role": "robot", "content": "x"}]})"); }, "messages",
                    "invalid_value");
@@ -264,10 +289,19 @@ TEST(RequestFields, UnimplementedFieldsAreRefusedByNameUnlessNeutral) {
   }
   // What clients send by default changes nothing and is accepted.
   json neutral = chat_base;
-  neutral.update({{"presence_penalty", 0},   {"frequency_penalty", 0.0}, {"logit_bias", json::object()},
-                  {"tools", json::array()},  {"tool_choice", "none"},    {"response_format", {{"type", "text"}}},
-                  {"modalities", {"text"}},  {"user", "u-1"},            {"metadata", {{"k", "v"}}},
-                  {"parallel_tool_calls", true}, {"audio", nullptr}, {"min_p", 0}, {"repetition_penalty", 1}});
+  neutral.update({{"presence_penalty", 0},
+                  {"frequency_penalty", 0.0},
+                  {"logit_bias", json::object()},
+                  {"tools", json::array()},
+                  {"tool_choice", "none"},
+                  {"response_format", {{"type", "text"}}},
+                  {"modalities", {"text"}},
+                  {"user", "u-1"},
+                  {"metadata", {{"k", "v"}}},
+                  {"parallel_tool_calls", true},
+                  {"audio", nullptr},
+                  {"min_p", 0},
+                  {"repetition_penalty", 1}});
   EXPECT_NO_THROW(parse_completion_request(neutral.dump(), ApiEndpoint::kChatCompletions, RequestLimits{}));
   EXPECT_NO_THROW(parse({{"prompt", "x"}, {"n", 2}, {"best_of", 2}})) << "best_of equal to n asks for nothing more";
   EXPECT_NO_THROW(parse({{"prompt", "x"}, {"suffix", ""}}));
@@ -287,16 +321,30 @@ TEST(StructuredOutput, EachFieldGivesItsGrammar) {
   };
   const Case cases[] = {
       {{{"response_format", {{"type", "json_object"}}}}, GrammarKind::kJsonObject, "", "response_format"},
-      {{{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "n"}, {"schema", schema}, {"strict", true}}}}}},
-       GrammarKind::kJsonSchema, schema.dump(), "response_format"},
+      {{{"response_format",
+         {{"type", "json_schema"}, {"json_schema", {{"name", "n"}, {"schema", schema}, {"strict", true}}}}}},
+       GrammarKind::kJsonSchema,
+       schema.dump(),
+       "response_format"},
       {{{"structured_outputs", {{"json", schema}}}}, GrammarKind::kJsonSchema, schema.dump(), "structured_outputs"},
-      {{{"structured_outputs", {{"json", schema.dump()}, {"backend", "auto"}}}}, GrammarKind::kJsonSchema, schema.dump(),
+      {{{"structured_outputs", {{"json", schema.dump()}, {"backend", "auto"}}}},
+       GrammarKind::kJsonSchema,
+       schema.dump(),
        "structured_outputs"},
       {{{"structured_outputs", {{"regex", "[a-z]+"}}}}, GrammarKind::kRegex, "[a-z]+", "structured_outputs"},
-      {{{"structured_outputs", {{"choice", {"yes", "no"}}}}}, GrammarKind::kChoice, R"(["yes","no"])", "structured_outputs"},
-      {{{"structured_outputs", {{"grammar", "root ::= \"x\""}}}}, GrammarKind::kGbnf, "root ::= \"x\"", "structured_outputs"},
+      {{{"structured_outputs", {{"choice", {"yes", "no"}}}}},
+       GrammarKind::kChoice,
+       R"(["yes","no"])",
+       "structured_outputs"},
+      {{{"structured_outputs", {{"grammar", "root ::= \"x\""}}}},
+       GrammarKind::kGbnf,
+       "root ::= \"x\"",
+       "structured_outputs"},
       {{{"structured_outputs", {{"json_object", true}}}}, GrammarKind::kJsonObject, "", "structured_outputs"},
-      {{{"guided_json", schema}, {"guided_decoding_backend", "xgrammar"}}, GrammarKind::kJsonSchema, schema.dump(), "guided_json"},
+      {{{"guided_json", schema}, {"guided_decoding_backend", "xgrammar"}},
+       GrammarKind::kJsonSchema,
+       schema.dump(),
+       "guided_json"},
       {{{"guided_regex", "\\d+"}}, GrammarKind::kRegex, "\\d+", "guided_regex"},
       {{{"guided_choice", {"a", "b"}}}, GrammarKind::kChoice, R"(["a","b"])", "guided_choice"},
       {{{"guided_grammar", "root ::= [a-z]+"}}, GrammarKind::kGbnf, "root ::= [a-z]+", "guided_grammar"},
@@ -336,12 +384,14 @@ TEST(StructuredOutput, RefusesTwoFieldsAndMalformedOnes) {
     }
   };
   refused({{"response_format", {{"type", "json_object"}}}, {"guided_regex", "a"}}, "guided_regex", "at most one");
-  refused({{"structured_outputs", {{"regex", "a"}}}, {"guided_json", {{"type", "object"}}}}, "guided_json", "at most one");
+  refused({{"structured_outputs", {{"regex", "a"}}}, {"guided_json", {{"type", "object"}}}}, "guided_json",
+          "at most one");
   refused({{"structured_outputs", {{"regex", "a"}, {"choice", {"a"}}}}}, "structured_outputs", "exactly one");
   refused({{"structured_outputs", json::object()}}, "structured_outputs", "needs one of");
   refused({{"structured_outputs", {{"structural_tag", "x"}}}}, "structured_outputs", "structural_tag");
   refused({{"response_format", {{"type", "json_schema"}}}}, "response_format", "json_schema");
-  refused({{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "n"}}}}}}, "response_format", "schema");
+  refused({{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "n"}}}}}}, "response_format",
+          "schema");
   refused({{"response_format", {{"type", "yaml"}}}}, "response_format", "yaml");
   refused({{"guided_choice", json::array()}}, "guided_choice", "non-empty list");
   refused({{"guided_choice", {1, 2}}}, "guided_choice", "list of strings");
@@ -357,13 +407,14 @@ TEST(RequestFields, FieldsNoSchemaDefinesAreIgnoredAndNamed) {
   // A chat-only field is unknown to completions.
   EXPECT_EQ(unknown_fields(json{{"prompt", "x"}, {"messages", json::array()}}, ApiEndpoint::kCompletions),
             (std::vector<std::string>{"messages"}));
-  EXPECT_TRUE(unknown_fields(json{{"messages", json::array()}, {"top_logprobs", 2}}, ApiEndpoint::kChatCompletions).empty());
+  EXPECT_TRUE(
+      unknown_fields(json{{"messages", json::array()}, {"top_logprobs", 2}}, ApiEndpoint::kChatCompletions).empty());
 }
 
 // ---- with the stories260K tokenizer (tok512_fixture.h) ------------------------------------------
 
-void expect_prepare_rejected(const CompletionRequest& r, const Tokenizer& t, const ModelLimits& m, const std::string& param,
-                             const std::string& fragment, int status = 400) {
+void expect_prepare_rejected(const CompletionRequest& r, const Tokenizer& t, const ModelLimits& m,
+                             const std::string& param, const std::string& fragment, int status = 400) {
   try {
     prepare_request(r, t, m);
     ADD_FAILURE() << "accepted";
@@ -379,8 +430,9 @@ TEST_F(Tok512Fixture, PreparesPrompts) {
   ASSERT_EQ(p.size(), 1u);
   EXPECT_EQ(p[0].token_ids, (std::vector<TokenId>{1, 403, 407, 261, 378}));
   EXPECT_EQ(p[0].max_tokens, 16) << "OpenAI's completions default";
-  const auto chat = prepare_request(parse({{"messages", {{{"role", "user"}, {"content", "Hi"}}}}}, ApiEndpoint::kChatCompletions),
-                                    *tokenizer_, limits());
+  const auto chat =
+      prepare_request(parse({{"messages", {{{"role", "user"}, {"content", "Hi"}}}}}, ApiEndpoint::kChatCompletions),
+                      *tokenizer_, limits());
   EXPECT_EQ(chat[0].token_ids, tokenizer_->encode("User: Hi\nAssistant:", true, false));
   EXPECT_EQ(chat[0].max_tokens, 512 - static_cast<int>(chat[0].token_ids.size())) << "chat: the rest of the context";
   const auto ids = prepare_request(parse({{"prompt", {5, 6}}, {"max_tokens", 510}}), *tokenizer_, limits());
@@ -388,13 +440,17 @@ TEST_F(Tok512Fixture, PreparesPrompts) {
 }
 
 TEST_F(Tok512Fixture, RejectsWhatTheModelCannotServe) {
-  expect_prepare_rejected(parse({{"prompt", "x"}, {"model", "gpt-4"}}), *tokenizer_, limits(), "model", "does not exist", 404);
-  expect_prepare_rejected(parse({{"prompt", {1, 512}}}), *tokenizer_, limits(), "prompt", "outside the vocabulary [0, 512)");
-  expect_prepare_rejected(parse({{"prompt", {1, 2}}, {"max_tokens", 511}}), *tokenizer_, limits(), "max_tokens",
-                          "maximum context length is 512 tokens; you requested 513 tokens (2 in the prompt, 511 for the completion)");
+  expect_prepare_rejected(parse({{"prompt", "x"}, {"model", "gpt-4"}}), *tokenizer_, limits(), "model",
+                          "does not exist", 404);
+  expect_prepare_rejected(parse({{"prompt", {1, 512}}}), *tokenizer_, limits(), "prompt",
+                          "outside the vocabulary [0, 512)");
+  expect_prepare_rejected(
+      parse({{"prompt", {1, 2}}, {"max_tokens", 511}}), *tokenizer_, limits(), "max_tokens",
+      "maximum context length is 512 tokens; you requested 513 tokens (2 in the prompt, 511 for the completion)");
   std::string long_text;
   for (int i = 0; i < 600; ++i) long_text += " a";
-  expect_prepare_rejected(parse({{"prompt", long_text}}), *tokenizer_, limits(), "prompt", "leaving no room to generate");
+  expect_prepare_rejected(parse({{"prompt", long_text}}), *tokenizer_, limits(), "prompt",
+                          "leaving no room to generate");
   EXPECT_NO_THROW(prepare_request(parse({{"prompt", "x"}, {"model", "stories260K"}}), *tokenizer_, limits()));
 }
 

@@ -78,10 +78,11 @@ Parsed read_checked(const ToolCallParser& parser, std::string_view text) {
 
 TEST(ToolCallParser, HermesCallsAfterText) {
   const auto parser = make_tool_call_parser("hermes");
-  const Parsed p = read_checked(*parser,
-                                "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", "
-                                "\"unit\": \"c\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": "
-                                "{}}\n</tool_call>");
+  const Parsed p =
+      read_checked(*parser,
+                   "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", "
+                   "\"unit\": \"c\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": "
+                   "{}}\n</tool_call>");
   EXPECT_EQ(p.content, "Let me check.");
   ASSERT_EQ(p.calls.size(), 2u);
   EXPECT_EQ(p.calls[0].name, "get_weather");
@@ -107,10 +108,11 @@ TEST(ToolCallParser, HermesArgumentsAsTextAndUnclosedBlock) {
 
 TEST(ToolCallParser, HermesMalformedStaysText) {
   const auto parser = make_tool_call_parser("hermes");
-  for (const std::string text : {"<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": }</tool_call>",
-                                 "<tool_call>{\"arguments\": {}}</tool_call>", "<tool_call>{\"name\": 3}</tool_call>",
-                                 "<tool_call>[1, 2]</tool_call>", "<tool_call>{\"name\": \"f\"} trailing</tool_call>",
-                                 "<tool_call>{\"name\": \"f\", \"arguments\": [1]}</tool_call>", "<tool_call>{\"name\": \"f\""}) {
+  for (const std::string text :
+       {"<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": }</tool_call>",
+        "<tool_call>{\"arguments\": {}}</tool_call>", "<tool_call>{\"name\": 3}</tool_call>",
+        "<tool_call>[1, 2]</tool_call>", "<tool_call>{\"name\": \"f\"} trailing</tool_call>",
+        "<tool_call>{\"name\": \"f\", \"arguments\": [1]}</tool_call>", "<tool_call>{\"name\": \"f\""}) {
     const Parsed p = read_checked(*parser, text);
     EXPECT_TRUE(p.calls.empty()) << text;
     EXPECT_EQ(p.content, text);
@@ -138,12 +140,14 @@ TEST(ToolCallParser, Llama3Json) {
   EXPECT_EQ(p.calls[0].name, "get_weather");
   EXPECT_EQ(p.calls[0].arguments, R"({"city":"Oslo"})");
   EXPECT_EQ(p.content, "");
-  p = read_checked(*parser, " <|python_tag|>{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\", \"arguments\": {\"k\": 1}}\n");
+  p = read_checked(
+      *parser, " <|python_tag|>{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\", \"arguments\": {\"k\": 1}}\n");
   ASSERT_EQ(p.calls.size(), 2u);
   EXPECT_EQ(p.calls[1].name, "b");
   EXPECT_EQ(p.calls[1].arguments, R"({"k":1})");
-  for (const std::string text : {"Hello {\"name\": \"a\", \"parameters\": {}}", "{\"name\": \"a\", \"parameters\": {}} and text",
-                                 "{not json}", "{\"name\": \"a\", \"parameters\": {", "<|python", "{\"parameters\": {}}"}) {
+  for (const std::string text :
+       {"Hello {\"name\": \"a\", \"parameters\": {}}", "{\"name\": \"a\", \"parameters\": {}} and text", "{not json}",
+        "{\"name\": \"a\", \"parameters\": {", "<|python", "{\"parameters\": {}}"}) {
     p = read_checked(*parser, text);
     EXPECT_TRUE(p.calls.empty()) << text;
   }
@@ -158,7 +162,9 @@ TEST(ToolCallParser, MistralBothForms) {
   ASSERT_EQ(p.calls.size(), 2u);
   EXPECT_EQ(p.calls[1].arguments, R"({"s":"]"})");
   EXPECT_EQ(p.calls[0].id.size(), 9u);  // Mistral's templates require 9 letters and digits
-  p = read_checked(*parser, "Calling.[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Rome\"}[TOOL_CALLS]get_time[CALL_ID]a1b2c3d4e[ARGS]{}");
+  p = read_checked(
+      *parser,
+      "Calling.[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Rome\"}[TOOL_CALLS]get_time[CALL_ID]a1b2c3d4e[ARGS]{}");
   EXPECT_EQ(p.content, "Calling.");
   ASSERT_EQ(p.calls.size(), 2u);
   EXPECT_EQ(p.calls[0].name, "get_weather");
@@ -199,11 +205,12 @@ TEST(ToolCallParser, DeepSeek) {
   EXPECT_EQ(p.calls[0].name, "get_weather");
   EXPECT_EQ(p.calls[0].arguments, R"({"city":"Oslo"})");
   EXPECT_EQ(p.calls[1].name, "get_time");
-  for (const std::string text : {"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{\"a\": }\n```"
-                                 "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
-                                 "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{}, \"x\": {}\n```"
-                                 "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
-                                 "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n{}"}) {
+  for (const std::string text :
+       {"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{\"a\": }\n```"
+        "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{}, \"x\": {}\n```"
+        "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n{}"}) {
     p = read_checked(*parser, text);
     EXPECT_TRUE(p.calls.empty()) << text;
     EXPECT_EQ(p.content, text);
@@ -270,16 +277,21 @@ TEST(ForcedToolCall, GrammarsAcceptExactlyValidCalls) {
        "{\"name\":\"get_time\",\"parameters\":{}}; {\"name\":\"get_time\",\"parameters\":{}}",
        "{\"name\":\"get_weather\",\"parameters\":{\"city\":\"Oslo\"}}", "{\"name\":\"other\",\"parameters\":{}}"},
       {"deepseek_v3",
-       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\":\"Oslo\",\"days\":3}"
+       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\":\"Oslo\","
+       "\"days\":3}"
        "\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
-       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{}\n```<｜tool▁call▁end｜>\n"
+       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{}\n```<｜tool▁call▁end｜>"
+       "\n"
        "<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
-       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{\"city\":\"Oslo\",\"days\":3}"
+       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{\"city\":\"Oslo\","
+       "\"days\":3}"
        "\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
-       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>other\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"},
+       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>other\n```json\n{}\n```<｜tool▁call▁end｜><"
+       "｜tool▁calls▁end｜>"},
       {"mistral", "[TOOL_CALLS][{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Oslo\",\"days\":3}}]",
        "[TOOL_CALLS][{\"name\":\"get_time\",\"arguments\":{}},{\"name\":\"get_time\",\"arguments\":{}}]",
-       "[TOOL_CALLS][{\"name\":\"get_weather\",\"arguments\":{\"days\":3}}]", "[TOOL_CALLS][{\"name\":\"x\",\"arguments\":{}}]"},
+       "[TOOL_CALLS][{\"name\":\"get_weather\",\"arguments\":{\"days\":3}}]",
+       "[TOOL_CALLS][{\"name\":\"x\",\"arguments\":{}}]"},
   };
   const std::vector<ToolDefinition> tools = weather_tools();
   for (const Case& c : cases) {
@@ -349,7 +361,8 @@ TEST(ToolRequest, Choices) {
   r = chat(fmt::format(R"(, "tools": [{}], "tool_choice": "required", "parallel_tool_calls": false)", kTool));
   EXPECT_EQ(r.tools.choice, ToolChoice::kRequired);
   EXPECT_FALSE(r.tools.parallel_calls);
-  r = chat(fmt::format(R"(, "tools": [{}], "tool_choice": {{"type": "function", "function": {{"name": "get_weather"}}}})", kTool));
+  r = chat(fmt::format(
+      R"(, "tools": [{}], "tool_choice": {{"type": "function", "function": {{"name": "get_weather"}}}})", kTool));
   EXPECT_EQ(r.tools.choice, ToolChoice::kNamed);
   EXPECT_EQ(r.tools.callable().size(), 1u);
   r = chat(fmt::format(R"(, "tools": [{}], "tool_choice": "none")", kTool));
@@ -367,11 +380,13 @@ TEST(ToolRequest, Refusals) {
   expect_400(R"(, "tools": [{"type": "function", "function": {"name": "f", "parameters": []}}])", "tools");
   expect_400(R"(, "tool_choice": "required")", "tool_choice");
   expect_400(fmt::format(R"(, "tools": [{}], "tool_choice": "sometimes")", kTool), "tool_choice");
-  expect_400(fmt::format(R"(, "tools": [{}], "tool_choice": {{"type": "function", "function": {{"name": "nope"}}}})", kTool),
-             "tool_choice");
+  expect_400(
+      fmt::format(R"(, "tools": [{}], "tool_choice": {{"type": "function", "function": {{"name": "nope"}}}})", kTool),
+      "tool_choice");
   expect_400(fmt::format(R"(, "tools": [{}], "parallel_tool_calls": 1)", kTool), "parallel_tool_calls");
-  expect_400(fmt::format(R"(, "tools": [{}], "tool_choice": "required", "response_format": {{"type": "json_object"}})", kTool),
-             "response_format");
+  expect_400(
+      fmt::format(R"(, "tools": [{}], "tool_choice": "required", "response_format": {{"type": "json_object"}})", kTool),
+      "response_format");
   std::string many = R"(, "tools": [)";
   for (int i = 0; i < 129; ++i)
     many += fmt::format(R"({}{{"type": "function", "function": {{"name": "f{}"}}}})", i ? "," : "", i);
@@ -389,12 +404,13 @@ TEST(ToolRequest, HistoryForTemplates) {
   EXPECT_EQ(m[1]["content"], "");
   EXPECT_EQ(m[1]["tool_calls"][0]["function"]["arguments"].dump(), R"({"z":1,"a":[true]})");
   EXPECT_TRUE(has_tool_history(m));
-  for (const std::string bad : {R"({"role": "tool", "content": "x"})",
-                                R"({"role": "user", "content": "x", "tool_calls": []})",
-                                R"({"role": "assistant", "tool_calls": [{"function": {"arguments": "{}"}}]})",
-                                R"({"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": 3}}]})"}) {
-    EXPECT_THROW(parse_completion_request(R"({"messages": [)" + bad + "]}", ApiEndpoint::kChatCompletions, RequestLimits{}),
-                 ApiError)
+  for (const std::string bad :
+       {R"({"role": "tool", "content": "x"})", R"({"role": "user", "content": "x", "tool_calls": []})",
+        R"({"role": "assistant", "tool_calls": [{"function": {"arguments": "{}"}}]})",
+        R"({"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": 3}}]})"}) {
+    EXPECT_THROW(
+        parse_completion_request(R"({"messages": [)" + bad + "]}", ApiEndpoint::kChatCompletions, RequestLimits{}),
+        ApiError)
         << bad;
   }
 }
@@ -403,7 +419,8 @@ TEST(ToolRequest, HistoryForTemplates) {
 TEST(ToolRequest, BuiltInTemplatesRefuseTools) {
   const char* shared = std::getenv("PAGEDKV_SHARED_DIR");
   const std::filesystem::path tok512 = std::filesystem::path(shared ? shared : "") / "models" / "tok512.bin";
-  if (shared == nullptr || !std::filesystem::exists(tok512)) GTEST_SKIP() << "PAGEDKV_SHARED_DIR/models/tok512.bin is absent";
+  if (shared == nullptr || !std::filesystem::exists(tok512))
+    GTEST_SKIP() << "PAGEDKV_SHARED_DIR/models/tok512.bin is absent";
   const Tokenizer tokenizer(tok512.string(), 512);
   const ModelLimits limits{"stories260K", 512, 512};
   const CompletionRequest with_tools = chat(fmt::format(R"(, "tools": [{}], "tool_choice": "none")", kTool));
@@ -441,7 +458,8 @@ TEST(ToolRequest, WireConversationsRenderAsTheOracle) {
         call["function"]["arguments"] = call["function"]["arguments"].dump(-1, ' ', false);
       if (m["content"] == "") m["content"] = nullptr;
     }
-    ordered_json body = {{"messages", wire}, {"tools", conversation["tools"]},
+    ordered_json body = {{"messages", wire},
+                         {"tools", conversation["tools"]},
                          {"add_generation_prompt", conversation["add_generation_prompt"]}};
     if (conversation.contains("template_kwargs")) body["chat_template_kwargs"] = conversation["template_kwargs"];
     const CompletionRequest r = parse_completion_request(body.dump(), ApiEndpoint::kChatCompletions, RequestLimits{});

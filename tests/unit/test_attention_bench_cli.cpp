@@ -46,8 +46,7 @@ TEST_F(BenchAttentionCli, QuickJsonReportHasOneObjectPerCase) {
 
 TEST_F(BenchAttentionCli, TextReportAndSkippedCases) {
   int code = -1;
-  const std::string out =
-      run("'" + bin_ + "' bench attention --quick --dtypes bf16 --max-gib 0.001 2>&1", code);
+  const std::string out = run("'" + bin_ + "' bench attention --quick --dtypes bf16 --max-gib 0.001 2>&1", code);
   ASSERT_EQ(code, 0) << out;
   EXPECT_NE(out.find("read bandwidth"), std::string::npos) << out;
   EXPECT_NE(out.find("skipped"), std::string::npos) << out;  // 4 MiB per layer > 1 MiB allowed
@@ -114,9 +113,8 @@ TEST_F(BenchAttentionCli, Int8AndFp8CasesCountTheScales) {
 // per KV head too), the report names it, and malformed shapes are usage errors naming the option.
 TEST_F(BenchAttentionCli, HeadsAndHeadDimSetTheShape) {
   int code = -1;
-  const std::string out =
-      run("'" + bin_ + "' bench attention --quick --json --dtypes fp16,int8 --heads 8/2 --head-dim 256 2>/dev/null",
-          code);
+  const std::string out = run(
+      "'" + bin_ + "' bench attention --quick --json --dtypes fp16,int8 --heads 8/2 --head-dim 256 2>/dev/null", code);
   ASSERT_EQ(code, 0) << out;
   const nlohmann::json j = nlohmann::json::parse(out);
   ASSERT_EQ(j["cases"].size(), 4u);
@@ -178,10 +176,11 @@ TEST_F(BenchAttentionCli, KVDtypeOnAGgufModelWithSlidingLayers) {
   const auto model = std::filesystem::path(shared ? shared : "../shared") / "models" / "gguf" / "tiny-gemma2.f32.gguf";
   if (!std::filesystem::exists(model)) GTEST_SKIP() << model << " not found";
   int code = -1;
-  const std::string out = run("'" + bin_ + "' bench kv-dtype --skip-builtin --model '" + model.string() +
-                                  "' --sequences 4 --batch 2 --length 64 --short-context 16 --kv-dtypes fp32,int8 --json "
-                                  "2>/dev/null",
-                              code);
+  const std::string out =
+      run("'" + bin_ + "' bench kv-dtype --skip-builtin --model '" + model.string() +
+              "' --sequences 4 --batch 2 --length 64 --short-context 16 --kv-dtypes fp32,int8 --json "
+              "2>/dev/null",
+          code);
   ASSERT_EQ(code, 0) << out;
   const nlohmann::json m = nlohmann::json::parse(out)["models"].at(0);
   ASSERT_EQ(m["teacher_forced"].size(), 2u);

@@ -43,7 +43,7 @@ namespace {
 struct RequestSpec {
   int q_len = 1;
   int context = 1;
-  int share_from = -1;    // an earlier request whose first shared_blocks blocks this one shares
+  int share_from = -1;  // an earlier request whose first shared_blocks blocks this one shares
   int shared_blocks = 0;  // (its K/V for those tokens are that request's)
 };
 
@@ -54,14 +54,14 @@ struct Case {
   int window = 0;
   float softcap = 0;
   float input_scale = 1;  // standard deviation of q, k and v entries
-  float key_shift = 0;    // added to every key element, and 4x more to each row's first element
+  float key_shift = 0;  // added to every key element, and 4x more to each row's first element
   std::vector<RequestSpec> requests;
   bool null_blocks_before_window = false;  // point unread blocks at the (NaN) null block 0
-  bool adjacent_blocks = false;            // physical ids in order: each request one contiguous run
+  bool adjacent_blocks = false;  // physical ids in order: each request one contiguous run
 
   std::string describe() const {
-    std::string s = fmt::format("{} bs={} heads={}/{} dim={}", dtype_name(dtype), block_size, q_heads, kv_heads,
-                                head_dim);
+    std::string s =
+        fmt::format("{} bs={} heads={}/{} dim={}", dtype_name(dtype), block_size, q_heads, kv_heads, head_dim);
     if (window > 0) s += fmt::format(" window={}", window);
     if (adjacent_blocks) s += " adjacent";
     if (softcap > 0) s += fmt::format(" softcap={}", softcap);
@@ -84,8 +84,7 @@ uint64_t fresh_seed() {
 // A batch built in a poisoned arena, with the f32 inputs kept for the references.
 class Fixture {
  public:
-  Fixture(const Case& c, uint64_t seed)
-      : c_(c), arena_(spec_of(c), 2, blocks_needed(c) + 3), kv_(arena_.layer(1)) {
+  Fixture(const Case& c, uint64_t seed) : c_(c), arena_(spec_of(c), 2, blocks_needed(c) + 3), kv_(arena_.layer(1)) {
     std::mt19937_64 rng(seed);
     std::normal_distribution<float> normal(0.0f, c.input_scale);
     arena_.fill_nan();
@@ -162,7 +161,8 @@ class Fixture {
   }
 
   bool shares_blocks() const {
-    return std::any_of(c_.requests.begin(), c_.requests.end(), [](const RequestSpec& r) { return r.shared_blocks > 0; });
+    return std::any_of(c_.requests.begin(), c_.requests.end(),
+                       [](const RequestSpec& r) { return r.shared_blocks > 0; });
   }
 
   PagedAttentionBatch batch(bool cascade = true) const {
@@ -204,8 +204,9 @@ class Fixture {
           scores.assign(static_cast<size_t>(position + 1 - lo), 0.0);
           double max_score = -INFINITY;
           for (int t = lo; t <= position; ++t) {
-            const float* k = keys.data() + (static_cast<size_t>(t) * static_cast<size_t>(c_.kv_heads) +
-                                            static_cast<size_t>(kvh)) * dim;
+            const float* k =
+                keys.data() +
+                (static_cast<size_t>(t) * static_cast<size_t>(c_.kv_heads) + static_cast<size_t>(kvh)) * dim;
             double dot = 0;
             for (size_t d = 0; d < dim; ++d) dot += static_cast<double>(q[d]) * static_cast<double>(k[d]);
             dot *= static_cast<double>(s.scale);
@@ -217,8 +218,9 @@ class Fixture {
           for (double& x : scores) sum += (x = std::exp(x - max_score));
           double* o = out.data() + (token * static_cast<size_t>(c_.q_heads) + static_cast<size_t>(h)) * dim;
           for (int t = lo; t <= position; ++t) {
-            const float* v = values.data() + (static_cast<size_t>(t) * static_cast<size_t>(c_.kv_heads) +
-                                              static_cast<size_t>(kvh)) * dim;
+            const float* v =
+                values.data() +
+                (static_cast<size_t>(t) * static_cast<size_t>(c_.kv_heads) + static_cast<size_t>(kvh)) * dim;
             const double p = scores[static_cast<size_t>(t - lo)] / sum;
             for (size_t d = 0; d < dim; ++d) o[d] += p * static_cast<double>(v[d]);
           }
@@ -286,10 +288,14 @@ std::vector<KernelIsa> isas() {
 double exact_tolerance(const Case& c) {
   const double spread = 1 + static_cast<double>(c.input_scale) * static_cast<double>(c.input_scale) / 4;
   switch (c.dtype) {
-    case DType::kF32: return 1e-5;
-    case DType::kInt8: return 1.5 * 0.009 * spread;
-    case DType::kFP8: return 1.5 * 0.036 * spread;
-    default: return 1e-2;
+    case DType::kF32:
+      return 1e-5;
+    case DType::kInt8:
+      return 1.5 * 0.009 * spread;
+    case DType::kFP8:
+      return 1.5 * 0.036 * spread;
+    default:
+      return 1e-2;
   }
 }
 
@@ -420,8 +426,8 @@ TEST(AttentionPaged, KeysFarFromZero) {
 TEST(AttentionPaged, GqaRatios) {
   // 8, 12 and 16 KV heads: the int8 tiles' scales are read eight heads at a time, the rest one
   // at a time.
-  const std::pair<int, int> heads[] = {{4, 4}, {8, 4}, {8, 2}, {8, 1}, {12, 2}, {16, 2}, {32, 1}, {16, 8}, {24, 12},
-                                       {32, 16}};
+  const std::pair<int, int> heads[] = {{4, 4},  {8, 4},  {8, 2},  {8, 1},   {12, 2},
+                                       {16, 2}, {32, 1}, {16, 8}, {24, 12}, {32, 16}};
   for (auto [q, kv] : heads)
     for (DType dtype : {DType::kF32, DType::kF16, DType::kInt8, DType::kFP8}) {
       Case c;
@@ -516,17 +522,17 @@ TEST(AttentionPaged, ShortDecodeBatchesSplitHeadsAndPartitions) {
 std::vector<RequestSpec> shared_prefix_requests(int block_size) {
   const int b = block_size;
   std::vector<RequestSpec> r;
-  r.push_back({1, 10 * b + 5});           // 0: the first prefix's owner
-  r.push_back({1, 9 * b + 3, 0, 8});      // 1: 8 blocks of 0
-  r.push_back({1, 12 * b, 0, 10});        // 2: 10 blocks of 0, ends on a block boundary
-  r.push_back({1, 7 * b + 1, 0, 4});      // 3: 4 blocks of 0
-  r.push_back({1, 3 * b + 7});            // 4: alone
-  r.push_back({1, 6 * b + 2});            // 5: the second prefix's owner
-  r.push_back({1, 5 * b + 9, 5, 3});      // 6: 3 blocks of 5
-  r.push_back({1, 4 * b, 5, 4});          // 7: its whole context is 5's first 4 blocks
-  r.push_back({1, 2 * b + 1, 5, 1});      // 8: one block of 5
-  r.push_back({5, 9 * b + 2, 0, 6});      // 9: prefill on 6 blocks of 0
-  r.push_back({1, 10 * b + 5, 0, 10});    // 10: 0's whole blocks
+  r.push_back({1, 10 * b + 5});  // 0: the first prefix's owner
+  r.push_back({1, 9 * b + 3, 0, 8});  // 1: 8 blocks of 0
+  r.push_back({1, 12 * b, 0, 10});  // 2: 10 blocks of 0, ends on a block boundary
+  r.push_back({1, 7 * b + 1, 0, 4});  // 3: 4 blocks of 0
+  r.push_back({1, 3 * b + 7});  // 4: alone
+  r.push_back({1, 6 * b + 2});  // 5: the second prefix's owner
+  r.push_back({1, 5 * b + 9, 5, 3});  // 6: 3 blocks of 5
+  r.push_back({1, 4 * b, 5, 4});  // 7: its whole context is 5's first 4 blocks
+  r.push_back({1, 2 * b + 1, 5, 1});  // 8: one block of 5
+  r.push_back({5, 9 * b + 2, 0, 6});  // 9: prefill on 6 blocks of 0
+  r.push_back({1, 10 * b + 5, 0, 10});  // 10: 0's whole blocks
   return r;
 }
 

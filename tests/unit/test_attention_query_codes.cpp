@@ -16,7 +16,9 @@
 namespace pagedkv {
 namespace {
 
-bool same_bits(float a, float b) { return (std::isnan(a) && std::isnan(b)) || std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b); }
+bool same_bits(float a, float b) {
+  return (std::isnan(a) && std::isnan(b)) || std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b);
+}
 
 // The scaled row rotated in float64: (H x)[i] = sum_j (-1)^popcount(i & j) x[j] / sqrt(n).
 std::vector<double> reference_row(const std::vector<float>& q, float scale, bool rotate) {
@@ -126,7 +128,8 @@ TEST(QueryRowCodes, CodesWithinHalfAStepOfTheRotatedRow) {
         const double step = amax / query_code_max(dim);
         EXPECT_NEAR(m.result.scale, step, step * 1e-5);
         for (size_t d = 0; d < dim; ++d)
-          EXPECT_NEAR(m.result.scale * m.codes[d], ref[d], step * 0.5 + amax * 1e-5) << "dim " << dim << " element " << d;
+          EXPECT_NEAR(m.result.scale * m.codes[d], ref[d], step * 0.5 + amax * 1e-5)
+              << "dim " << dim << " element " << d;
         EXPECT_NEAR(m.result.sum, sum, magnitude * 1e-5 + 1e-12);
       }
     }

@@ -71,7 +71,8 @@ void run_random(int32_t first, int32_t count, uint32_t seed) {
       auto it = live.begin();
       std::advance(it, static_cast<long>(rng() % live.size()));
       a.free(it->first);
-      for (int32_t i = it->first - first; i < it->first - first + it->second; ++i) m.used[static_cast<size_t>(i)] = false;
+      for (int32_t i = it->first - first; i < it->first - first + it->second; ++i)
+        m.used[static_cast<size_t>(i)] = false;
       live.erase(it);
     }
     a.check_invariants();

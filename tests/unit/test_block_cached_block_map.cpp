@@ -100,7 +100,6 @@ TEST(CoreCachedBlockMap, MatchesUnorderedMapUnderRandomOperations) {
   EXPECT_EQ(visited, model.size());
 }
 
-
 // The one-probe operations the pool uses agree with find/assign/erase.
 TEST(CoreCachedBlockMap, FindOrInsertAndSlotAccess) {
   CachedBlockMap map(8);

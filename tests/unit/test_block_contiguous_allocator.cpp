@@ -66,7 +66,7 @@ TEST(ContiguousAllocator, BadUseIsAnErrorAndChangesNothing) {
   const int32_t s = *a.allocate(4);
   EXPECT_THROW(a.free(s + 1), UsageError);  // not the start of a range
   a.free(s);
-  EXPECT_THROW(a.free(s), UsageError);      // double free
+  EXPECT_THROW(a.free(s), UsageError);  // double free
   a.check_invariants();
   EXPECT_EQ(a.num_free(), 8);
 }

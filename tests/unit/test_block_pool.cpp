@@ -34,7 +34,8 @@ std::vector<int32_t> cat(std::vector<int32_t> a, const std::vector<int32_t>& b) 
 }
 
 // A content key whose hash is (lo, 0); the tokens live in the caller's vector.
-BlockContentKey key_for(uint64_t lo, const std::vector<TokenId>& tokens, uint64_t extra_digest = 0, uint16_t group = 0) {
+BlockContentKey key_for(uint64_t lo, const std::vector<TokenId>& tokens, uint64_t extra_digest = 0,
+                        uint16_t group = 0) {
   BlockContentKey k;
   k.hash = BlockHash{lo, 0};
   k.parent = BlockHash{lo + 1000, 0};
@@ -114,7 +115,8 @@ TEST(CoreBlockPool, FreeJoinsTheBackInTheGivenOrder) {
 
 TEST(CoreBlockPool, FreeWindowBlocksKeepsCheckpointsAtTheBackAndDropsTheRestToTheFront) {
   BlockPoolOptions o = pool_options(8, 4, /*events=*/true);
-  o.group_specs = {KVCacheSpec{.block_size = 4}, KVCacheSpec{.kind = AttentionKind::kSlidingWindow, .block_size = 4, .sliding_window = 6}};
+  o.group_specs = {KVCacheSpec{.block_size = 4},
+                   KVCacheSpec{.kind = AttentionKind::kSlidingWindow, .block_size = 4, .sliding_window = 6}};
   CheckedPool pool(std::move(o));
   auto a = pool.allocate(4);  // 1 2 3 4
   const std::vector<TokenId> t1{1, 2, 3, 4}, t2{5, 6, 7, 8}, t3{9, 9, 9, 9};
@@ -346,8 +348,11 @@ TEST(CoreBlockPool, EvictionFollowsFreeOrderLeastRecentlyUsedFirst) {
   for (int i = 0; i < 6; ++i) content.push_back({i, i});
   auto a = pool.allocate(3);  // request A: 1 2 3
   auto b = pool.allocate(3);  // request B: 4 5 6
-  for (int i = 0; i < 3; ++i) pool.cache_block(a[static_cast<size_t>(i)], key_for(static_cast<uint64_t>(i), content[static_cast<size_t>(i)]));
-  for (int i = 0; i < 3; ++i) pool.cache_block(b[static_cast<size_t>(i)], key_for(static_cast<uint64_t>(i + 3), content[static_cast<size_t>(i + 3)]));
+  for (int i = 0; i < 3; ++i)
+    pool.cache_block(a[static_cast<size_t>(i)], key_for(static_cast<uint64_t>(i), content[static_cast<size_t>(i)]));
+  for (int i = 0; i < 3; ++i)
+    pool.cache_block(b[static_cast<size_t>(i)],
+                     key_for(static_cast<uint64_t>(i + 3), content[static_cast<size_t>(i + 3)]));
   pool.free_blocks({a[2], a[1], a[0]});  // A finishes first, tail first
   pool.free_blocks({b[2], b[1], b[0]});
   EXPECT_EQ(free_order(pool.raw()), (std::vector<int32_t>{3, 2, 1, 6, 5, 4}));
@@ -465,7 +470,6 @@ TEST(CoreBlockPool, CheckerCatchesACorruptedBlock) {
   forged.ref_cnt = 1;
   pool.check_invariants();
 }
-
 
 TEST(CoreBlockPool, FreeTailFirstReleasesTheTableBackwards) {
   CheckedPool pool(pool_options(8, 4));

@@ -116,7 +116,8 @@ TEST(CoreSpecs, SlidingWindowCheckpointIntervalKeepsWindowsEveryNTokens) {
   const std::vector<int> cached = {2, 3, 6, 7, 8, 9};  // before 16, 32 and 40 (block 9: the end window)
   for (int i = 0; i < 10; ++i)
     EXPECT_EQ(m->pool().block(BlockId{t[static_cast<size_t>(i)]}).has_hash,
-              std::find(cached.begin(), cached.end(), i) != cached.end()) << "block " << i;
+              std::find(cached.begin(), cached.end(), i) != cached.end())
+        << "block " << i;
   m.free(a);
   // A request sharing only the first 33 tokens hits at 32: the interval checkpoint.
   Request b(RequestId{2}, concat(iota_tokens(33, 0), {999, 998}));
@@ -203,7 +204,7 @@ TEST(CoreSpecs, SlidingWindowAdmissionFitsWhenAnEmptyCacheCouldHoldIt) {
   // forever. The whole prompt is allocated at admission (blocks leave the window only on the
   // next step), so a prompt longer than the pool can never be admitted whole.
   CheckedManager m(config(9, {group(AttentionKind::kSlidingWindow, 4, 8)}, /*max_model_len=*/1024));  // 8 usable
-  Request fits(RequestId{1}, iota_tokens(32, 0));   // 8 blocks
+  Request fits(RequestId{1}, iota_tokens(32, 0));  // 8 blocks
   Request long_prompt(RequestId{2}, iota_tokens(60, 100));  // 15 blocks, window of 2-3
   EXPECT_EQ(m.can_allocate(fits), AllocStatus::kOk);
   const AllocStatus s = m.can_allocate(long_prompt);
@@ -236,7 +237,8 @@ TEST(CoreSpecs, CrossAttentionBlocksAreAllocatedOnceAndNeverCached) {
     EXPECT_TRUE(d->blocks[1].empty()) << "the encoder output does not grow";
   }
   EXPECT_EQ(m.table(r, 1), encoder);
-  for (int32_t b : encoder) EXPECT_FALSE(m->pool().block(BlockId{b}).has_hash) << "cross-attention blocks are never cached";
+  for (int32_t b : encoder)
+    EXPECT_FALSE(m->pool().block(BlockId{b}).has_hash) << "cross-attention blocks are never cached";
   EXPECT_EQ(m->pool().num_cached_blocks(), 4) << "the decoder's 17 tokens: 4 full blocks";
   m.free(r);
   EXPECT_EQ(m->num_free_blocks(), 31);
@@ -264,7 +266,7 @@ TEST(CoreSpecs, CrossAttentionRequestsShareTheDecoderPrefixButNotTheEncoderOutpu
 TEST(CoreSpecs, CrossAttentionBlocksCountInAdmission) {
   CheckedManager m(encoder_decoder(9));  // 8 usable
   Request r(RequestId{1}, iota_tokens(8, 0));  // 2 decoder blocks
-  r.num_encoder_tokens = 24;                   // 6 encoder blocks
+  r.num_encoder_tokens = 24;  // 6 encoder blocks
   EXPECT_EQ(m.can_allocate(r), AllocStatus::kOk);
   r.num_encoder_tokens = 28;  // 7: 9 in all
   EXPECT_EQ(m.can_allocate(r), AllocStatus::kNever);

@@ -22,9 +22,11 @@ TEST_F(DecodeBenchCli, TinyModelsReportTheirBandwidthShare) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "pagedkv-decode-bench-cli";
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  const auto [code, out] = pagedkv("bench decode --json --shape tiny --types f16,Q8_0 --batch-sizes 1,3 --steps 2 "
-                                   "--rounds 2 --bandwidth-mib 8 --threads 1 --dir '" + dir.string() + "'",
-                                   false);
+  const auto [code, out] = pagedkv(
+      "bench decode --json --shape tiny --types f16,Q8_0 --batch-sizes 1,3 --steps 2 "
+      "--rounds 2 --bandwidth-mib 8 --threads 1 --dir '" +
+          dir.string() + "'",
+      false);
   ASSERT_EQ(code, 0) << out;
   const nlohmann::json j = nlohmann::json::parse(out);
   ASSERT_EQ(j["models"].size(), 2u);
@@ -41,7 +43,8 @@ TEST_F(DecodeBenchCli, TinyModelsReportTheirBandwidthShare) {
     }
   }
   // The F16 file holds twice the Q8_0 file's matrix bytes, near enough (Q8_0: 34 bytes per 32).
-  const double ratio = j["models"][0]["weight_bytes_per_step"].get<double>() / j["models"][1]["weight_bytes_per_step"].get<double>();
+  const double ratio =
+      j["models"][0]["weight_bytes_per_step"].get<double>() / j["models"][1]["weight_bytes_per_step"].get<double>();
   EXPECT_NEAR(ratio, 64.0 / 34.0, 0.05);
   EXPECT_TRUE(std::filesystem::is_empty(dir)) << "generated models were left behind";
   std::filesystem::remove_all(dir);
@@ -56,9 +59,10 @@ TEST_F(DecodeBenchCli, TinyModelsReportTheirBandwidthShare) {
 
 TEST_F(DecodeBenchCli, PrefillModeReportsPromptTokensPerSecond) {
   // 40 tokens in steps of 16: three chunks, as serve schedules a long prompt.
-  const auto [code, out] = pagedkv("bench decode --json --shape tiny --types q8_0 --prefill 40 --max-num-batched-tokens 16 "
-                                   "--rounds 2 --threads 1",
-                                   false);
+  const auto [code, out] = pagedkv(
+      "bench decode --json --shape tiny --types q8_0 --prefill 40 --max-num-batched-tokens 16 "
+      "--rounds 2 --threads 1",
+      false);
   ASSERT_EQ(code, 0) << out;
   const nlohmann::json j = nlohmann::json::parse(out);
   EXPECT_EQ(j["prefill_tokens"], 40);
@@ -77,14 +81,16 @@ TEST_F(DecodeBenchCli, PrefillModeReportsPromptTokensPerSecond) {
 TEST_F(DecodeBenchCli, MixtureOfExpertsShapeWithACopiedTokenizer) {
   const char* shared = std::getenv("PAGEDKV_SHARED_DIR");
   if (shared == nullptr) GTEST_SKIP() << "PAGEDKV_SHARED_DIR is not set";
-  const std::string tokenizer = std::string(shared) + "/models/stories260Ktok512.gguf";  // 512 tokens, as the tiny shapes
+  const std::string tokenizer =
+      std::string(shared) + "/models/stories260Ktok512.gguf";  // 512 tokens, as the tiny shapes
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "pagedkv-decode-bench-cli-moe";
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  const auto [code, out] = pagedkv("bench decode --json --shape tiny-moe --types f16 --batch-sizes 1 --steps 2 --rounds 1 "
-                                   "--bandwidth-mib 8 --threads 1 --keep --tokenizer-from '" + tokenizer + "' --dir '" +
-                                       dir.string() + "'",
-                                   false);
+  const auto [code, out] = pagedkv(
+      "bench decode --json --shape tiny-moe --types f16 --batch-sizes 1 --steps 2 --rounds 1 "
+      "--bandwidth-mib 8 --threads 1 --keep --tokenizer-from '" +
+          tokenizer + "' --dir '" + dir.string() + "'",
+      false);
   ASSERT_EQ(code, 0) << out;
   const nlohmann::json j = nlohmann::json::parse(out);
   ASSERT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()), 1);
@@ -95,7 +101,8 @@ TEST_F(DecodeBenchCli, MixtureOfExpertsShapeWithACopiedTokenizer) {
     EXPECT_EQ(file.get_string("general.architecture"), "qwen3moe");
     ASSERT_NE(file.find("tokenizer.ggml.tokens"), nullptr);
     EXPECT_EQ(file.find("tokenizer.ggml.tokens")->size(), 512u);
-    EXPECT_EQ(file.find("tokenizer.ggml.tokens")->strings("t")[300], source.find("tokenizer.ggml.tokens")->strings("t")[300]);
+    EXPECT_EQ(file.find("tokenizer.ggml.tokens")->strings("t")[300],
+              source.find("tokenizer.ggml.tokens")->strings("t")[300]);
     EXPECT_EQ(file.get_string("tokenizer.ggml.model"), source.get_string("tokenizer.ggml.model"));
     const pagedkv::GgufTensor* experts = file.find_tensor("blk.1.ffn_gate_exps.weight");
     ASSERT_NE(experts, nullptr);
@@ -106,7 +113,8 @@ TEST_F(DecodeBenchCli, MixtureOfExpertsShapeWithACopiedTokenizer) {
     EXPECT_LT(j["models"][0]["weight_bytes_per_step"].get<double>(), all_bytes);
   }
   // The file serves: its tokenizer encodes text.
-  const pagedkv::testing::CliResult generated = pagedkv("generate -m '" + path + "' --prompt 'Once upon a time' -n 12", false);
+  const pagedkv::testing::CliResult generated =
+      pagedkv("generate -m '" + path + "' --prompt 'Once upon a time' -n 12", false);
   EXPECT_EQ(generated.exit_code, 0) << generated.output;
   std::filesystem::remove_all(dir);
 

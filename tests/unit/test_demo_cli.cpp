@@ -56,7 +56,8 @@ TEST_F(DemoCli, JsonReportHasEveryFieldAndConsistentNumbers) {
   EXPECT_EQ(j["engine"]["num_blocks"], 48);
   EXPECT_EQ(j["requests"]["submitted"], 24);
   const auto& rq = j["requests"];
-  EXPECT_EQ(rq["completed"].get<int>(), rq["submitted"].get<int>() - rq["aborted"].get<int>() - rq["rejected"].get<int>());
+  EXPECT_EQ(rq["completed"].get<int>(),
+            rq["submitted"].get<int>() - rq["aborted"].get<int>() - rq["rejected"].get<int>());
   EXPECT_EQ(rq["completed"].get<int>(), rq["finished_stop"].get<int>() + rq["finished_length"].get<int>());
   EXPECT_GT(rq["cancelled"].get<int>(), 0);
   EXPECT_GT(rq["parallel_samples_completed"].get<int>(), 0);
@@ -77,9 +78,9 @@ TEST_F(DemoCli, JsonReportHasEveryFieldAndConsistentNumbers) {
   const auto& pool = j["pool_snapshot"];
   EXPECT_EQ(pool["moment"], "peak usage");
   EXPECT_EQ(pool["owned"].get<int>() + pool["shared"].get<int>(), j["blocks"]["peak_in_use"].get<int>());
-  EXPECT_EQ(pool["owned"].get<int>() + pool["shared"].get<int>() + pool["cached_free"].get<int>() +
-                pool["free"].get<int>(),
-            j["blocks"]["usable"].get<int>());
+  EXPECT_EQ(
+      pool["owned"].get<int>() + pool["shared"].get<int>() + pool["cached_free"].get<int>() + pool["free"].get<int>(),
+      j["blocks"]["usable"].get<int>());
   const double f = j["scheduler"]["fraction_of_step"].get<double>();
   EXPECT_GT(f, 0.0);
   EXPECT_LT(f, 1.0);
@@ -123,8 +124,8 @@ void check_records_and_totals(const json& j) {
   int hit_sum = 0;
   uint64_t last_id = 0;
   for (const json& r : recs) {
-    for (const char* key : {"id", "sample_index", "prompt_tokens", "output_tokens", "finish_reason", "prefix_hit_tokens",
-                            "hit_tokens_by_tier", "ttft_ms", "preemptions"})
+    for (const char* key : {"id", "sample_index", "prompt_tokens", "output_tokens", "finish_reason",
+                            "prefix_hit_tokens", "hit_tokens_by_tier", "ttft_ms", "preemptions"})
       EXPECT_TRUE(r.contains(key)) << key;
     EXPECT_GT(r["id"].get<uint64_t>(), last_id) << "records are in id order";
     last_id = r["id"].get<uint64_t>();
@@ -154,9 +155,9 @@ void check_records_and_totals(const json& j) {
   EXPECT_EQ(hit_sum, j["tokens"]["prompt_from_prefix_cache"].get<int>());
   EXPECT_EQ(sums, j["tokens"]["prompt_from_prefix_cache_by_tier"]);
   const auto& p = j["preemptions"];
-  EXPECT_EQ(p["blocks_swapped_out"].get<uint64_t>(),
-            p["blocks_swapped_in"].get<uint64_t>() + p["blocks_swap_resumed_from_cache"].get<uint64_t>() +
-                p["blocks_swap_dropped"].get<uint64_t>());
+  EXPECT_EQ(p["blocks_swapped_out"].get<uint64_t>(), p["blocks_swapped_in"].get<uint64_t>() +
+                                                         p["blocks_swap_resumed_from_cache"].get<uint64_t>() +
+                                                         p["blocks_swap_dropped"].get<uint64_t>());
 }
 
 TEST_F(DemoCli, RequestRecordsAndTotalsByTier) {
@@ -180,7 +181,8 @@ TEST_F(DemoCli, HostAndDiskTiersReportHitsByTier) {
   // The same command twice on one cache directory: the second run gets disk hits (warm restart).
   const auto dir = std::filesystem::temp_directory_path() / ("pagedkv_demo_disk_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
-  const std::string disk = std::string(kSmall) + kSeed3 + " --disk-cache-dir " + dir.string() + " --disk-cache-bytes 4MiB";
+  const std::string disk =
+      std::string(kSmall) + kSeed3 + " --disk-cache-dir " + dir.string() + " --disk-cache-bytes 4MiB";
   const json first = run_json(disk);
   const json second = run_json(disk);
   check_records_and_totals(second);
@@ -197,8 +199,8 @@ TEST_F(DemoCli, TextReportSaysWhichModelAndDrawsThePool) {
   const Result r = run(std::string(kSmall) + " --show-blocks");
   ASSERT_EQ(r.exit_code, 0);
   for (const char* s : {"built-in deterministic random-weight", "time to first token p50", "hit rate",
-                        "contiguous per-request reservation", "by recompute", "copy-on-write",
-                        "scheduler", "blocks in use over", "pool at peak usage"})
+                        "contiguous per-request reservation", "by recompute", "copy-on-write", "scheduler",
+                        "blocks in use over", "pool at peak usage"})
     EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
   EXPECT_EQ(r.out.find("\x1b["), std::string::npos) << "no terminal escapes when stdout is not a terminal";
 }
@@ -235,8 +237,9 @@ TEST_F(DemoCli, RealCheckpoint) {
 }
 
 TEST_F(DemoCli, BenchEngineQuick) {
-  const json j = run_json("bench engine --batch-sizes 1,4 --max-tokens 8 --repeats 1 --ttft-requests 4 "
-                          "--system-prompt-tokens 64");
+  const json j = run_json(
+      "bench engine --batch-sizes 1,4 --max-tokens 8 --repeats 1 --ttft-requests 4 "
+      "--system-prompt-tokens 64");
   ASSERT_GE(j["throughput"].size(), 2u);
   for (const json& t : j["throughput"]) {
     EXPECT_GT(t["output_tokens_per_s"].get<double>(), 0);

@@ -18,14 +18,16 @@ namespace {
 PoolSnapshot sample_pool() {
   PoolSnapshot p;
   p.block_size = 16;
-  p.cells = {BlockCell{BlockState::kNull, 0, 0},   BlockCell{BlockState::kOwned, 1, 1},
-             BlockCell{BlockState::kOwned, 1, 2},  BlockCell{BlockState::kShared, 3, 1},
+  p.cells = {BlockCell{BlockState::kNull, 0, 0},       BlockCell{BlockState::kOwned, 1, 1},
+             BlockCell{BlockState::kOwned, 1, 2},      BlockCell{BlockState::kShared, 3, 1},
              BlockCell{BlockState::kCachedFree, 0, 0}, BlockCell{BlockState::kFree, 0, 0},
-             BlockCell{BlockState::kShared, 12, 2}, BlockCell{BlockState::kOwned, 1, 1}};
+             BlockCell{BlockState::kShared, 12, 2},    BlockCell{BlockState::kOwned, 1, 1}};
   return p;
 }
 
-std::string strip_ansi(const std::string& s) { return std::regex_replace(s, std::regex("\x1b\\[[0-9;?]*[A-Za-z]"), ""); }
+std::string strip_ansi(const std::string& s) {
+  return std::regex_replace(s, std::regex("\x1b\\[[0-9;?]*[A-Za-z]"), "");
+}
 
 TEST(DemoRender, GridMarksOwnersSharedCachedFreeAndNull) {
   const PoolSnapshot p = sample_pool();
@@ -63,7 +65,8 @@ TEST(DemoRender, SvgHasOneCellPerBlockTooltipsAndEscapedTitle) {
   EXPECT_NE(svg.find("pool &lt;peak&gt; &amp; more"), std::string::npos);
   EXPECT_EQ(svg.find("<peak>"), std::string::npos);
   size_t tooltips = 0;
-  for (size_t at = svg.find("<title>block "); at != std::string::npos; at = svg.find("<title>block ", at + 1)) ++tooltips;
+  for (size_t at = svg.find("<title>block "); at != std::string::npos; at = svg.find("<title>block ", at + 1))
+    ++tooltips;
   EXPECT_EQ(tooltips, p.cells.size());
   EXPECT_NE(svg.find("<title>block 1: request 1</title>"), std::string::npos);
   EXPECT_NE(svg.find("<title>block 3: shared by 3 (first: request 1)</title>"), std::string::npos);

@@ -79,7 +79,8 @@ class Reference {
 };
 
 // Fixed-length beam search the plain way: expand every kept sequence by every token, sort, keep.
-std::vector<Hypothesis> reference_beam_search(Reference& ref, const std::vector<TokenId>& prompt, int width, int length) {
+std::vector<Hypothesis> reference_beam_search(Reference& ref, const std::vector<TokenId>& prompt, int width,
+                                              int length) {
   std::vector<Hypothesis> beams{{{}, 0.0}};
   for (int step = 0; step < length; ++step) {
     std::vector<Hypothesis> next;
@@ -94,7 +95,8 @@ std::vector<Hypothesis> reference_beam_search(Reference& ref, const std::vector<
         next.push_back(std::move(c));
       }
     }
-    std::stable_sort(next.begin(), next.end(), [](const Hypothesis& a, const Hypothesis& b) { return a.score > b.score; });
+    std::stable_sort(next.begin(), next.end(),
+                     [](const Hypothesis& a, const Hypothesis& b) { return a.score > b.score; });
     next.resize(std::min<size_t>(next.size(), static_cast<size_t>(width)));
     beams = std::move(next);
   }
@@ -110,7 +112,13 @@ std::vector<Hypothesis> brute_force(Reference& ref, const std::vector<TokenId>& 
       std::vector<TokenId> seq = prompt;
       seq.insert(seq.end(), h.output.begin(), h.output.end());
       const std::vector<double> lp = ref.next_logprobs(seq);
-      for (int t = 0; t < kVocab; ++t) next.push_back({[&] { auto o = h.output; o.push_back(t); return o; }(), h.score + lp[static_cast<size_t>(t)]});
+      for (int t = 0; t < kVocab; ++t)
+        next.push_back({[&] {
+                          auto o = h.output;
+                          o.push_back(t);
+                          return o;
+                        }(),
+                        h.score + lp[static_cast<size_t>(t)]});
     }
     all = std::move(next);
   }
@@ -148,7 +156,8 @@ EngineRun run_engine(const Model& model, const std::vector<std::vector<TokenId>>
     for (const SchedulerRequest* r : engine.scheduler().running())
       named += static_cast<int64_t>(engine.scheduler().block_ids(*r).size());
     const int in_use = engine.manager().pool().num_usable_blocks() - engine.manager().num_free_blocks();
-    if (named > 0) run.max_sharing = std::max(run.max_sharing, 1.0 - static_cast<double>(in_use) / static_cast<double>(named));
+    if (named > 0)
+      run.max_sharing = std::max(run.max_sharing, 1.0 - static_cast<double>(in_use) / static_cast<double>(named));
   }
   // Every beam's blocks came back: no request holds any, all blocks are free (or cached-free).
   EXPECT_EQ(engine.manager().num_requests(), 0);
@@ -170,7 +179,9 @@ void expect_same(const std::vector<RequestOutput>& got, const std::vector<Hypoth
   }
 }
 
-std::vector<std::vector<TokenId>> prompts() { return {{1, 2, 3, 4, 5}, {3, 1, 4, 1, 5, 2, 0}, {2}, {5, 5, 5, 0, 1, 2, 3, 4, 0}}; }
+std::vector<std::vector<TokenId>> prompts() {
+  return {{1, 2, 3, 4, 5}, {3, 1, 4, 1, 5, 2, 0}, {2}, {5, 5, 5, 0, 1, 2, 3, 4, 0}};
+}
 
 TEST(BeamSearch, SelectBeamsKeepsTheBestByCumulativeScoreWithStableTies) {
   // Exact binary fractions: beam 0 token 0 and beam 1 tokens 0 and 1 all score -1.25.
@@ -228,7 +239,8 @@ TEST(BeamSearch, UnderMemoryPressureBeamsArePreemptedAndStillAgree) {
   EXPECT_GT(run.preemptions, 0u);
   const auto ps = prompts();
   for (size_t i = 0; i < ps.size(); ++i)
-    expect_same(run.by_request.at(i + 1), reference_beam_search(ref, ps[i], width, length), fmt::format("prompt {}", i));
+    expect_same(run.by_request.at(i + 1), reference_beam_search(ref, ps[i], width, length),
+                fmt::format("prompt {}", i));
 }
 
 // Many width-4 beam searches arriving at once into a pool that holds a few of them: beams are
@@ -270,9 +282,9 @@ TEST(BeamSearch, ManyBeamSearchesArrivingAtOnceDoNotStall) {
       idle_steps = idle ? idle_steps + 1 : 0;
       longest_idle = std::max(longest_idle, idle_steps);
     }
-    EXPECT_FALSE(engine.has_unfinished()) << num_blocks << " blocks: stalled after " << steps << " steps, "
-                                          << engine.scheduler().num_running() << " running, the last " << idle_steps
-                                          << " steps computed nothing";
+    EXPECT_FALSE(engine.has_unfinished())
+        << num_blocks << " blocks: stalled after " << steps << " steps, " << engine.scheduler().num_running()
+        << " running, the last " << idle_steps << " steps computed nothing";
     EXPECT_LE(longest_idle, 1) << num_blocks << " blocks: consecutive steps that computed nothing";
     EXPECT_GT(engine.scheduler().stats().preemptions_recompute, 0u) << num_blocks << " blocks";
     held_preemptions += engine.scheduler().stats().held_preemptions;

@@ -52,7 +52,6 @@ class EngineGoldens : public testing::GoldenEngineTest {
     engine.check_invariants();
     return golden_outs;
   }
-
 };
 
 TEST_F(EngineGoldens, TextMatchesGoldenFilesAlone) {

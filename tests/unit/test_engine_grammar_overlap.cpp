@@ -36,31 +36,31 @@ struct Case {
 };
 
 std::vector<Case> cases() {
-  const std::string schema =
-      json{{"type", "object"},
-           {"properties",
-            {{"name", {{"type", "string"}, {"maxLength", 6}}},
-             {"age", {{"type", "integer"}, {"minimum", 0}, {"maximum", 120}}},
-             {"tags", {{"type", "array"}, {"items", {{"enum", {"a", "b", "c"}}}}, {"maxItems", 3}}}}},
-           {"required", {"name", "age"}}}
-          .dump();
+  const std::string schema = json{
+      {"type", "object"},
+      {"properties",
+       {{"name", {{"type", "string"}, {"maxLength", 6}}},
+        {"age", {{"type", "integer"}, {"minimum", 0}, {"maximum", 120}}},
+        {"tags", {{"type", "array"}, {"items", {{"enum", {"a", "b", "c"}}}}, {"maxItems", 3}}}}},
+      {"required",
+       {"name", "age"}}}.dump();
   return {
       {g::GrammarKind::kJsonSchema, schema, 1},
-      {g::GrammarKind::kJsonSchema, schema, 3},                  // forks copy the parent's matcher
-      {g::GrammarKind::kJsonSchema, schema, 2, 0.0f},            // greedy
+      {g::GrammarKind::kJsonSchema, schema, 3},  // forks copy the parent's matcher
+      {g::GrammarKind::kJsonSchema, schema, 2, 0.0f},  // greedy
       {g::GrammarKind::kJsonObject, "", 2},
       {g::GrammarKind::kRegex, "[a-z]{1,5}(-[0-9]{1,3}){0,2}", 2},
-      {g::GrammarKind::kRegex, "[a-z ]{1,40}", 1, 1.0f, 12},     // min_tokens bans the stop tokens
+      {g::GrammarKind::kRegex, "[a-z ]{1,40}", 1, 1.0f, 12},  // min_tokens bans the stop tokens
       {g::GrammarKind::kChoice, json{"cat", "dog"}.dump(), 2, 1.0f, 30},  // the grammar wins over it
-      {g::GrammarKind::kRegex, "é[αβγ]{2}", 2},                 // a dead end for tok512
-      {g::GrammarKind::kRegex, "", 2, 1.0f, 0, false},         // unconstrained neighbours
+      {g::GrammarKind::kRegex, "é[αβγ]{2}", 2},  // a dead end for tok512
+      {g::GrammarKind::kRegex, "", 2, 1.0f, 0, false},  // unconstrained neighbours
   };
 }
 
 using Outcome = std::vector<std::tuple<size_t, uint64_t, int, std::vector<TokenId>, FinishReason, size_t>>;
 
-// Runs every case (`stop`: the end-of-generation token) (twice, with different seeds) on one engine; the outputs as they were
-// reported: (step, root request, sample index, output, finish reason, logprobs entries).
+// Runs every case (`stop`: the end-of-generation token) (twice, with different seeds) on one engine; the outputs as
+// they were reported: (step, root request, sample index, output, finish reason, logprobs entries).
 Outcome run(const LoadedModel& loaded, TokenId stop, bool overlap) {
   const Model& model = *loaded.model;
   const TextTokenizer& tokenizer = *loaded.tokenizer;

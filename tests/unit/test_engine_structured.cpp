@@ -163,7 +163,8 @@ print(json.dumps(out))
 TEST(EngineStructured, Stories260KOutputsValidate) {
   PAGEDKV_REQUIRE_MODELS(dir);
   ServedFile f{load_model_file((dir / "stories260K.bin").string(), (dir / "tok512.bin").string()), {Tokenizer::kBos}};
-  for (const PreemptionMode mode : {PreemptionMode::kSwap, PreemptionMode::kRecompute}) generate_and_check(f, "stories260K", mode);
+  for (const PreemptionMode mode : {PreemptionMode::kSwap, PreemptionMode::kRecompute})
+    generate_and_check(f, "stories260K", mode);
 }
 
 TEST(EngineStructured, RandomGgufOutputsValidate) {
@@ -247,7 +248,7 @@ TEST(EngineStructured, GrammarEndsTheRequestAndRefusesBeamSearch) {
   r.stop.max_tokens = 100;
   r.stop.ignore_eos = true;  // the grammar's end still ends it
   r.stop.eos_token_id = Tokenizer::kBos;
-  r.stop.min_tokens = 50;    // and wins over min_tokens once the output is complete
+  r.stop.min_tokens = 50;  // and wins over min_tokens once the output is complete
   r.grammar = choice;
   GenerationRequest beam = r;
   beam.beam_width = 2;

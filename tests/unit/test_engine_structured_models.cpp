@@ -69,7 +69,8 @@ void generate(const LoadedModel& loaded, std::vector<TokenId> stops, const std::
       ADD_FAILURE() << "a generated schema did not compile: " << e.what() << "\n" << schema;
     }
   }
-  for (const char* re : kRegexes) formats.push_back({"regex", re, g::compile_grammar(g::GrammarKind::kRegex, re, vocabulary)});
+  for (const char* re : kRegexes)
+    formats.push_back({"regex", re, g::compile_grammar(g::GrammarKind::kRegex, re, vocabulary)});
 
   EngineConfig cfg;
   LLMEngine engine(model, cfg);
@@ -102,7 +103,8 @@ void generate(const LoadedModel& loaded, std::vector<TokenId> stops, const std::
           ++tally.capped;
         }
         g::GrammarMatcher m(a.grammar);
-        for (TokenId id : o.output) ASSERT_TRUE(m.accept_token(id)) << "token " << id << " after '" << text << "'\n" << a.text;
+        for (TokenId id : o.output)
+          ASSERT_TRUE(m.accept_token(id)) << "token " << id << " after '" << text << "'\n" << a.text;
         continue;
       }
       ASSERT_EQ(o.finish_reason, FinishReason::kStop) << finish_reason_name(o.finish_reason);
@@ -122,7 +124,9 @@ TEST(EngineStructuredModels, RandomSchemasOnEveryModelValidate) {
     if ((f.starts_with("tiny-") || f.starts_with("small-")) && f.ends_with(".gguf")) files.push_back(e.path());
   }
   std::sort(files.begin(), files.end());
-  if (files.empty()) GTEST_SKIP() << dir / "gguf" << " holds no tiny-* or small-* model";
+  if (files.empty())
+    GTEST_SKIP() << dir / "gguf"
+                 << " holds no tiny-* or small-* model";
   json batch = json::array();
   Tally all;
   int models = 0;
@@ -137,7 +141,8 @@ TEST(EngineStructuredModels, RandomSchemasOnEveryModelValidate) {
     all.dead_ends += t.dead_ends;
     ++models;
   };
-  run(load_model_file((dir / "stories260K.bin").string(), (dir / "tok512.bin").string()), {Tokenizer::kBos}, "stories260K");
+  run(load_model_file((dir / "stories260K.bin").string(), (dir / "tok512.bin").string()), {Tokenizer::kBos},
+      "stories260K");
   if (HasFatalFailure()) return;
   for (const fs::path& path : files) {
     LoadedModel loaded = load_model_file(path.string());
@@ -153,12 +158,13 @@ TEST(EngineStructuredModels, RandomSchemasOnEveryModelValidate) {
   EXPECT_EQ(result["checked"].get<size_t>(), batch.size());
   for (const auto& e : result["errors"]) {
     const auto& c = batch[e["case"].get<size_t>()];
-    ADD_FAILURE() << c["model"].get<std::string>() << ": " << e["error"].get<std::string>()
-                  << "\n  " << c["kind"].get<std::string>() << ": " << c["schema"].get<std::string>()
+    ADD_FAILURE() << c["model"].get<std::string>() << ": " << e["error"].get<std::string>() << "\n  "
+                  << c["kind"].get<std::string>() << ": " << c["schema"].get<std::string>()
                   << "\n  output: " << c["output"].get<std::string>();
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::fprintf(stderr, "%d models, %d schemas and %zu regexes each, temperature 1 and greedy: %d outputs stopped "
+  std::fprintf(stderr,
+               "%d models, %d schemas and %zu regexes each, temperature 1 and greedy: %d outputs stopped "
                "and validated (%zu errors), %d cut by max_tokens and %d ended at a dead end (stories260K) still "
                "accepted; %.1f s\n",
                models, schema_count, std::size(kRegexes), all.stopped, result["errors"].size(), all.capped,

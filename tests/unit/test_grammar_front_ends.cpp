@@ -72,12 +72,14 @@ TEST(GrammarGbnf, BoundsNegatedClassesEscapesAndUnicode) {
 }
 
 TEST(GrammarGbnf, ErrorsNameTheProblem) {
-  EXPECT_NE(compile_error(GrammarKind::kGbnf, "root ::= a\na ::= a \"x\" | \"y\"").find("left-recursive"), std::string::npos);
+  EXPECT_NE(compile_error(GrammarKind::kGbnf, "root ::= a\na ::= a \"x\" | \"y\"").find("left-recursive"),
+            std::string::npos);
   EXPECT_NE(compile_error(GrammarKind::kGbnf, "root ::= missing").find("never defined"), std::string::npos);
   EXPECT_NE(compile_error(GrammarKind::kGbnf, "start ::= \"x\"").find("root"), std::string::npos);
   EXPECT_NE(compile_error(GrammarKind::kGbnf, "root ::= \"x").find("unterminated"), std::string::npos);
   EXPECT_NE(compile_error(GrammarKind::kGbnf, "root ::= \"x\"{3,1}").find("bounds"), std::string::npos);
-  EXPECT_NE(compile_error(GrammarKind::kGbnf, "root ::= \"(\" root \")\"").find("matches no string"), std::string::npos);
+  EXPECT_NE(compile_error(GrammarKind::kGbnf, "root ::= \"(\" root \")\"").find("matches no string"),
+            std::string::npos);
 }
 
 TEST(GrammarGbnf, ToGbnfRoundTrips) {
@@ -108,7 +110,8 @@ TEST(GrammarGbnf, ImportGrammarKeepsEachLanguage) {
                                         whole.sequence({whole.literal("W="), whole.ref(w)})}));
   whole.set_root(root);
   const auto vocab = byte_vocabulary();
-  for (const auto& compiled : {g::compile_grammar(whole, vocab), g::compile_grammar(g::parse_gbnf(whole.to_gbnf()), vocab)}) {
+  for (const auto& compiled :
+       {g::compile_grammar(whole, vocab), g::compile_grammar(g::parse_gbnf(whole.to_gbnf()), vocab)}) {
     auto accepts = [&](std::string_view s) {
       g::GrammarMatcher m(compiled);
       return m.accept_bytes(s) && m.can_terminate();
@@ -177,26 +180,30 @@ TEST(GrammarJsonSchema, ObjectsWithRequiredOptionalAndOrder) {
   EXPECT_TRUE(l.accepts(R"({"name":"Bo","age":0,"tags":["a","b\"\\\u00e9"]})"));
   EXPECT_FALSE(l.accepts(R"({"age":3})"));
   EXPECT_FALSE(l.accepts(R"({"name":"Bo",})"));
-  EXPECT_FALSE(l.accepts(R"({"age":3,"name":"Bo"})"));      // schema order
-  EXPECT_FALSE(l.accepts(R"({"name":"Bo","other":1})"));    // additionalProperties defaults to false
+  EXPECT_FALSE(l.accepts(R"({"age":3,"name":"Bo"})"));  // schema order
+  EXPECT_FALSE(l.accepts(R"({"name":"Bo","other":1})"));  // additionalProperties defaults to false
   EXPECT_FALSE(l.accepts(R"({"name":"Bo","age":01})"));
-  EXPECT_FALSE(l.accepts(R"({ "name":"Bo"})"));             // compact by default
-  EXPECT_FALSE(l.accepts("{\"name\":\"a\nb\"}"));          // raw control characters
-  EXPECT_FALSE(l.accepts(R"({"name":"\x"})"));              // invalid escape
+  EXPECT_FALSE(l.accepts(R"({ "name":"Bo"})"));  // compact by default
+  EXPECT_FALSE(l.accepts("{\"name\":\"a\nb\"}"));  // raw control characters
+  EXPECT_FALSE(l.accepts(R"({"name":"\x"})"));  // invalid escape
 }
 
 TEST(GrammarJsonSchema, WhitespaceWhenAllowed) {
   g::GrammarOptions options;
   options.json.allow_whitespace = true;
   options.json.max_whitespace = 2;
-  const Language l(GrammarKind::kJsonSchema, R"({"type":"object","properties":{"a":{"type":"array","items":{"type":"boolean"}}},"required":["a"]})", options);
+  const Language l(
+      GrammarKind::kJsonSchema,
+      R"({"type":"object","properties":{"a":{"type":"array","items":{"type":"boolean"}}},"required":["a"]})", options);
   EXPECT_TRUE(l.accepts("{ \"a\" :\n[ true ,false ] }"));
   EXPECT_TRUE(l.accepts("{\"a\":[]}"));
   EXPECT_FALSE(l.accepts("{   \"a\":[]}"));  // more than max_whitespace
 }
 
 TEST(GrammarJsonSchema, AdditionalPropertiesSchemaAvoidsNamedKeys) {
-  const Language l(GrammarKind::kJsonSchema, R"({"type":"object","properties":{"ab":{"type":"null"}},"additionalProperties":{"type":"integer"}})");
+  const Language l(
+      GrammarKind::kJsonSchema,
+      R"({"type":"object","properties":{"ab":{"type":"null"}},"additionalProperties":{"type":"integer"}})");
   EXPECT_TRUE(l.accepts(R"({"ab":null,"x":1,"a":2,"abc":3,"":4})"));
   EXPECT_TRUE(l.accepts(R"({"b":1})"));
   EXPECT_FALSE(l.accepts(R"({"ab":null,"ab":1})"));
@@ -217,7 +224,8 @@ TEST(GrammarJsonSchema, ScalarsEnumsConstAndUnions) {
   const Language u(GrammarKind::kJsonSchema, R"({"type":["number","null","boolean"]})");
   for (const char* s : {"null", "true", "false", "0", "-0.5", "1e10", "2.5E-3"}) EXPECT_TRUE(u.accepts(s)) << s;
   for (const char* s : {"01", ".5", "1.", "+1", "\"1\"", "nul"}) EXPECT_FALSE(u.accepts(s)) << s;
-  const Language any(GrammarKind::kJsonSchema, R"({"anyOf":[{"type":"string","maxLength":1},{"type":"array","maxItems":1}]})");
+  const Language any(GrammarKind::kJsonSchema,
+                     R"({"anyOf":[{"type":"string","maxLength":1},{"type":"array","maxItems":1}]})");
   EXPECT_TRUE(any.accepts(R"("a")"));
   EXPECT_TRUE(any.accepts(R"([{"x":[1,2]}])"));
   EXPECT_FALSE(any.accepts(R"("ab")"));
@@ -247,7 +255,7 @@ TEST(GrammarJsonSchema, IntegerRanges) {
 TEST(GrammarJsonSchema, StringsLengthPatternFormat) {
   const Language len(GrammarKind::kJsonSchema, R"({"type":"string","minLength":2,"maxLength":3})");
   EXPECT_TRUE(len.accepts(R"("ab")"));
-  EXPECT_TRUE(len.accepts(R"("a\nb")"));   // an escape is one character
+  EXPECT_TRUE(len.accepts(R"("a\nb")"));  // an escape is one character
   EXPECT_TRUE(len.accepts(R"("éé")"));
   EXPECT_FALSE(len.accepts(R"("a")"));
   EXPECT_FALSE(len.accepts(R"("abcd")"));
@@ -272,7 +280,9 @@ TEST(GrammarJsonSchema, StringsLengthPatternFormat) {
 }
 
 TEST(GrammarJsonSchema, ArraysPrefixItemsAndBounds) {
-  const Language l(GrammarKind::kJsonSchema, R"({"type":"array","prefixItems":[{"type":"integer"},{"type":"string"}],"items":{"type":"boolean"},"minItems":1,"maxItems":4})");
+  const Language l(
+      GrammarKind::kJsonSchema,
+      R"({"type":"array","prefixItems":[{"type":"integer"},{"type":"string"}],"items":{"type":"boolean"},"minItems":1,"maxItems":4})");
   EXPECT_TRUE(l.accepts("[1]"));
   EXPECT_TRUE(l.accepts(R"([1,"a"])"));
   EXPECT_TRUE(l.accepts(R"([1,"a",true,false])"));
@@ -309,9 +319,13 @@ TEST(GrammarJsonSchema, RefsRecursionAndAllOf) {
 }
 
 TEST(GrammarJsonSchema, UnsupportedKeywordsAreNamed) {
-  EXPECT_NE(compile_error(GrammarKind::kJsonSchema, R"({"type":"object","patternProperties":{}})").find("'patternProperties'"), std::string::npos);
-  EXPECT_NE(compile_error(GrammarKind::kJsonSchema, R"({"type":"number","minimum":1.5})").find("'minimum'"), std::string::npos);
-  EXPECT_NE(compile_error(GrammarKind::kJsonSchema, R"({"type":"string","format":"hostname"})").find("'hostname'"), std::string::npos);
+  EXPECT_NE(compile_error(GrammarKind::kJsonSchema, R"({"type":"object","patternProperties":{}})")
+                .find("'patternProperties'"),
+            std::string::npos);
+  EXPECT_NE(compile_error(GrammarKind::kJsonSchema, R"({"type":"number","minimum":1.5})").find("'minimum'"),
+            std::string::npos);
+  EXPECT_NE(compile_error(GrammarKind::kJsonSchema, R"({"type":"string","format":"hostname"})").find("'hostname'"),
+            std::string::npos);
   EXPECT_NE(compile_error(GrammarKind::kJsonSchema, R"({"$ref":"http://x/y"})").find("$ref"), std::string::npos);
   EXPECT_NE(compile_error(GrammarKind::kJsonSchema, R"({"not":{}})").find("'not'"), std::string::npos);
   EXPECT_NE(compile_error(GrammarKind::kJsonSchema, R"({"type":"strin"})").find("'strin'"), std::string::npos);
@@ -332,7 +346,8 @@ TEST(GrammarLimits, HostileInputsFailFastWithTheLimitNamed) {
   for (int i = 0; i < 10000; ++i) deep += "}";
   cases.push_back({GrammarKind::kJsonSchema, deep, "max_nesting_depth"});
   std::string big_enum = R"({"enum":[)";
-  for (int i = 0; big_enum.size() < 1'000'000; ++i) big_enum += (i ? "," : "") + std::string("\"value") + std::to_string(i) + "\"";
+  for (int i = 0; big_enum.size() < 1'000'000; ++i)
+    big_enum += (i ? "," : "") + std::string("\"value") + std::to_string(i) + "\"";
   big_enum += "]}";
   cases.push_back({GrammarKind::kJsonSchema, big_enum, "max_text_bytes"});
   std::string many_values = R"({"enum":[)";
@@ -344,17 +359,20 @@ TEST(GrammarLimits, HostileInputsFailFastWithTheLimitNamed) {
   cases.push_back({GrammarKind::kRegex, "((a{0,1000}){0,1000}){0,1000}", "max_automaton_states"});
   cases.push_back({GrammarKind::kRegex, "a{100000}", "max_repeat_bound"});
   cases.push_back({GrammarKind::kRegex, std::string(100, '(') + "a" + std::string(100, ')'), "max_nesting_depth"});
-  cases.push_back({GrammarKind::kGbnf, "root ::= " + std::string(100, '(') + "\"a\"" + std::string(100, ')'), "max_nesting_depth"});
+  cases.push_back(
+      {GrammarKind::kGbnf, "root ::= " + std::string(100, '(') + "\"a\"" + std::string(100, ')'), "max_nesting_depth"});
   cases.push_back({GrammarKind::kJsonSchema, R"({"type":"string","maxLength":100000})", "max_repeat_bound"});
   std::string chain = R"({"$defs":{)";
-  for (int i = 0; i < 100; ++i) chain += "\"d" + std::to_string(i) + "\":{\"$ref\":\"#/$defs/d" + std::to_string(i + 1) + "\"},";
+  for (int i = 0; i < 100; ++i)
+    chain += "\"d" + std::to_string(i) + "\":{\"$ref\":\"#/$defs/d" + std::to_string(i + 1) + "\"},";
   chain += R"("d100":{"type":"null"}},"$ref":"#/$defs/d0"})";
   cases.push_back({GrammarKind::kJsonSchema, chain, "max_ref_depth"});
   std::string wide_object = R"({"type":"object","properties":{)";
   for (int i = 0; i < 3000; ++i) wide_object += (i ? ",\"p" : "\"p") + std::to_string(i) + R"(":{"type":"null"})";
   wide_object += "}}";
   cases.push_back({GrammarKind::kJsonSchema, wide_object, "expression_depth|compile_budget_ms"});
-  cases.push_back({GrammarKind::kJsonSchema, R"({"properties":{")" + std::string(100'000, 'n') + R"(":{}},"additionalProperties":true})",
+  cases.push_back({GrammarKind::kJsonSchema,
+                   R"({"properties":{")" + std::string(100'000, 'n') + R"(":{}},"additionalProperties":true})",
                    "excluded_property_name_bytes"});
   for (const Case& c : cases) {
     const double start = thread_cpu_seconds();  // the work done, whatever else the machine runs
@@ -370,7 +388,8 @@ TEST(GrammarLimits, HostileInputsFailFastWithTheLimitNamed) {
     EXPECT_LT(seconds, 1.0) << c.text.substr(0, 80);
   }
   // Regexes that blow up backtracking engines are small automata here.
-  for (auto [re, matches_as] : {std::pair{"(a*)*b", false}, {"(a|a)*b", false}, {"(a+)+$", true}, {"(.*a){12}", true}}) {
+  for (auto [re, matches_as] :
+       {std::pair{"(a*)*b", false}, {"(a|a)*b", false}, {"(a+)+$", true}, {"(.*a){12}", true}}) {
     const auto start = std::chrono::steady_clock::now();
     const Language l(GrammarKind::kRegex, re);
     EXPECT_EQ(l.accepts(std::string(30, 'a')), matches_as) << re;

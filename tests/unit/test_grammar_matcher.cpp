@@ -29,7 +29,8 @@ const std::vector<GrammarCase>& grammar_cases() {
        R"({"$defs":{"n":{"type":"object","properties":{"v":{"type":"integer"},"kids":{"type":"array","items":{"$ref":"#/$defs/n"},"maxItems":2}},"required":["v"]}},"$ref":"#/$defs/n"})"},
       {GrammarKind::kJsonObject, ""},
       // Long bounded repetitions: positions far from the bound share their short tokens' classes.
-      {GrammarKind::kJsonSchema, R"({"type":"array","items":{"type":"string","minLength":2,"maxLength":40},"maxItems":3})"},
+      {GrammarKind::kJsonSchema,
+       R"({"type":"array","items":{"type":"string","minLength":2,"maxLength":40},"maxItems":3})"},
       {GrammarKind::kRegex, R"([a-zé ]{3,50}x|\d{20,30})"},
       {GrammarKind::kRegex, R"((\d{1,3}\.){3}\d{1,3}|[a-z]+@[a-z]+\.(com|org))"},
       {GrammarKind::kChoice, R"(["positive", "negative", "neutral", "pos"])"},
@@ -41,8 +42,8 @@ const std::vector<GrammarCase>& grammar_cases() {
 }
 
 // Compares the mask with the reference on `ids` (all of them, or a sample).
-void expect_mask_matches_reference(g::GrammarMatcher& m, std::span<const uint32_t> mask, const std::vector<int32_t>& ids,
-                                   const std::string& where) {
+void expect_mask_matches_reference(g::GrammarMatcher& m, std::span<const uint32_t> mask,
+                                   const std::vector<int32_t>& ids, const std::string& where) {
   for (int32_t id : ids) {
     const bool fast = g::bitmask_allows(mask, id);
     const bool slow = reference_allows(m, id);
@@ -107,9 +108,7 @@ void random_walks(const std::shared_ptr<const g::TokenVocabulary>& vocab, const 
   }
 }
 
-TEST(GrammarMatcher, MaskEqualsReferenceOnByteVocabulary) {
-  random_walks(byte_vocabulary(), "bytes", 12, 40, 0);
-}
+TEST(GrammarMatcher, MaskEqualsReferenceOnByteVocabulary) { random_walks(byte_vocabulary(), "bytes", 12, 40, 0); }
 
 TEST(GrammarMatcher, MaskEqualsReferenceOnTok512) {
   const auto paths = shared_vocabulary_paths(false);
@@ -171,10 +170,8 @@ TEST(GrammarMatcher, ApplyBitmaskSetsDisallowedToMinusInfinity) {
   EXPECT_THROW(g::apply_token_bitmask(logits, std::span<const uint32_t>(mask).first(2)), UsageError);
   for (size_t i = 0; i < logits.size(); ++i) {
     const bool allowed = i == 0 || i == 5 || i == 31 || i == 32 || i == 64 || i == 69;
-    if (allowed)
-      EXPECT_EQ(logits[i], static_cast<float>(i));
-    else
-      EXPECT_TRUE(std::isinf(logits[i]) && logits[i] < 0) << i;
+    if (allowed) EXPECT_EQ(logits[i], static_cast<float>(i));
+    else EXPECT_TRUE(std::isinf(logits[i]) && logits[i] < 0) << i;
   }
 }
 
@@ -219,7 +216,8 @@ TEST(GrammarMatcher, LongGenerationsStayExact) {
   const std::shared_ptr<const g::TokenVocabulary> vocab =
       paths.empty() ? byte_vocabulary() : load_gguf_vocabulary(paths[0]).vocabulary;
   auto compiled = g::compile_grammar(GrammarKind::kGbnf, R"gbnf(root ::= ("[" item ("," item)* "]")+
-      item ::= [a-z]+ | "[" item ("," item)* "]" | "{" [a-z]* "}")gbnf", vocab);
+      item ::= [a-z]+ | "[" item ("," item)* "]" | "{" [a-z]* "}")gbnf",
+                                     vocab);
   g::GrammarMatcher m(compiled);
   std::mt19937_64 rng(99);
   std::vector<uint32_t> mask(static_cast<size_t>(vocab->bitmask_words())), early;

@@ -20,7 +20,8 @@ SampledOutput sample_toward_end(g::GrammarMatcher& m, std::mt19937_64& rng, int 
     const int mode = static_cast<int>(r() % 4);
     for (int32_t id : ids) {
       if (mode == 0 && v.is_stop(id)) preferred.push_back(id);
-      if (mode == 1 && !v.is_stop(id) && std::string_view("\"]},0123456789").find(v.bytes(id)[0]) != std::string_view::npos)
+      if (mode == 1 && !v.is_stop(id) &&
+          std::string_view("\"]},0123456789").find(v.bytes(id)[0]) != std::string_view::npos)
         preferred.push_back(id);
     }
     const std::vector<int32_t>& from = preferred.empty() ? ids : preferred;
@@ -50,7 +51,9 @@ void sample_and_validate(const LoadedVocabulary& vocab, int schema_count, int ou
     for (int o = 0; o < outputs_per_schema; ++o) {
       g::GrammarMatcher m(compiled);
       const SampledOutput out = sample_toward_end(m, rng, max_tokens);
-      ASSERT_TRUE(out.alive) << vocab.name << ": the mask came up empty or allowed a refused token\n" << schema << "\n" << out.text;
+      ASSERT_TRUE(out.alive) << vocab.name << ": the mask came up empty or allowed a refused token\n"
+                             << schema << "\n"
+                             << out.text;
       if (!out.ended) {
         ++run.capped;
         continue;
@@ -60,8 +63,9 @@ void sample_and_validate(const LoadedVocabulary& vocab, int schema_count, int ou
     }
   }
   // Regexes from a fixed list, sampled the same way.
-  for (const char* re : {R"(\d{3}-\d{4})", R"([a-z]+(, [a-z]+)*\.)", R"((yes|no|maybe)!{0,3})", R"(\w{2,8}@\w{2,8}\.(com|org))",
-                         R"(([01]\d|2[0-3]):[0-5]\d)", R"([^\n"]{1,10})", R"(é[αβγ]{2}\s?)"}) {
+  for (const char* re :
+       {R"(\d{3}-\d{4})", R"([a-z]+(, [a-z]+)*\.)", R"((yes|no|maybe)!{0,3})", R"(\w{2,8}@\w{2,8}\.(com|org))",
+        R"(([01]\d|2[0-3]):[0-5]\d)", R"([^\n"]{1,10})", R"(é[αβγ]{2}\s?)"}) {
     auto compiled = g::compile_grammar(g::GrammarKind::kRegex, re, vocab.vocabulary);
     for (int o = 0; o < outputs_per_regex; ++o) {
       g::GrammarMatcher m(compiled);
@@ -75,11 +79,13 @@ void sample_and_validate(const LoadedVocabulary& vocab, int schema_count, int ou
   EXPECT_EQ(result["checked"].get<size_t>(), batch.size());
   for (const auto& e : result["errors"]) {
     const auto& c = batch[e["case"].get<size_t>()];
-    ADD_FAILURE() << vocab.name << ": " << e["error"].get<std::string>() << "\n  schema: " << c["schema"].get<std::string>()
+    ADD_FAILURE() << vocab.name << ": " << e["error"].get<std::string>()
+                  << "\n  schema: " << c["schema"].get<std::string>()
                   << "\n  output: " << c["output"].get<std::string>();
   }
   // Most outputs must finish, or the check proves little.
-  EXPECT_GT(run.finished, (run.finished + run.capped) / 3) << vocab.name << " finished " << run.finished << " capped " << run.capped;
+  EXPECT_GT(run.finished, (run.finished + run.capped) / 3)
+      << vocab.name << " finished " << run.finished << " capped " << run.capped;
 }
 
 TEST(GrammarSampling, RandomSchemasOnTok512ValidateWithJsonschema) {

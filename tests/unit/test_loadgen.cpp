@@ -29,7 +29,9 @@ std::vector<double> gaps_of(const std::vector<double>& times) {
   return gaps;
 }
 
-double mean(const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size()); }
+double mean(const std::vector<double>& v) {
+  return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+}
 
 double coefficient_of_variation(const std::vector<double>& v) {
   const double m = mean(v);
@@ -115,7 +117,8 @@ TEST(BenchDataset, PromptsStartAsTheServersTextPromptsDo) {
   p.num_prefixes = 2;
   p.prefix_len = 8;
   p.suffix_len = 2;
-  for (const std::vector<TokenId>& lead : {std::vector<TokenId>{}, std::vector<TokenId>{128000}, std::vector<TokenId>{2, 3}}) {
+  for (const std::vector<TokenId>& lead :
+       {std::vector<TokenId>{}, std::vector<TokenId>{128000}, std::vector<TokenId>{2, 3}}) {
     const TokenPool pool{kPool.ids, lead};
     for (const BenchRequest& q : random_dataset(pool, r, 3)) {
       ASSERT_EQ(q.prompt.size(), 10u);
@@ -152,8 +155,8 @@ TEST(BenchDataset, PrefixRepetitionSharesExactlyItsPrefixes) {
 class MooncakeDataset : public ::testing::Test {
  protected:
   std::filesystem::path write(const std::string& text) {
-    const auto path = std::filesystem::temp_directory_path() /
-                      ("pagedkv_loadgen_" + std::to_string(::getpid()) + "_" + std::to_string(paths_.size()) + ".jsonl");
+    const auto path = std::filesystem::temp_directory_path() / ("pagedkv_loadgen_" + std::to_string(::getpid()) + "_" +
+                                                                std::to_string(paths_.size()) + ".jsonl");
     std::ofstream(path) << text;
     paths_.push_back(path);
     return path;
@@ -199,7 +202,8 @@ TEST_F(MooncakeDataset, EqualHashIdsGiveEqualTokenBlocks) {
 TEST_F(MooncakeDataset, LongPromptsAreCutToFitTheModel) {
   std::string ids;
   for (int i = 0; i < 64; ++i) ids += (i ? ", " : "") + std::to_string(i);
-  const auto path = write("{\"timestamp\": 0, \"input_length\": 32768, \"output_length\": 4096, \"hash_ids\": [" + ids + "]}\n");
+  const auto path =
+      write("{\"timestamp\": 0, \"input_length\": 32768, \"output_length\": 4096, \"hash_ids\": [" + ids + "]}\n");
   MooncakeDatasetOptions o;
   o.max_model_len = 512;
   const auto r = mooncake_dataset(path, kPool, o, 5);
@@ -209,8 +213,9 @@ TEST_F(MooncakeDataset, LongPromptsAreCutToFitTheModel) {
 }
 
 TEST_F(MooncakeDataset, MalformedRecordsNameTheirLine) {
-  const auto path = write("{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": [0]}\n"
-                          "{\"timestamp\": 1, \"input_length\": 10, \"hash_ids\": [0]}\n");
+  const auto path = write(
+      "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": [0]}\n"
+      "{\"timestamp\": 1, \"input_length\": 10, \"hash_ids\": [0]}\n");
   try {
     mooncake_dataset(path, kPool, MooncakeDatasetOptions{}, 0);
     FAIL() << "a record without output_length was accepted";
@@ -227,8 +232,8 @@ TEST(LatencySummary, PercentilesInterpolateBetweenRanksAsNumpy) {
   for (int i = 100; i >= 1; --i) seconds.push_back(i);  // unsorted on purpose
   const LatencySummary s = summarize_ms(seconds);
   EXPECT_DOUBLE_EQ(s.mean, 50.5e3);
-  EXPECT_DOUBLE_EQ(s.median, 50.5e3);    // numpy.percentile(range(1, 101), 50)
-  EXPECT_NEAR(s.p99, 99.01e3, 1e-6);     // numpy.percentile(range(1, 101), 99)
+  EXPECT_DOUBLE_EQ(s.median, 50.5e3);  // numpy.percentile(range(1, 101), 50)
+  EXPECT_NEAR(s.p99, 99.01e3, 1e-6);  // numpy.percentile(range(1, 101), 99)
   const LatencySummary one = summarize_ms({0.002});
   EXPECT_DOUBLE_EQ(one.median, 2.0);
   EXPECT_DOUBLE_EQ(one.p99, 2.0);

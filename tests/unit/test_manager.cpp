@@ -50,7 +50,7 @@ TEST(CoreManager, WorkedExampleTwoRequestsShareThreeBlocksOfASystemPrompt) {
 // A block shared by two requests survives the first owner's free; the second free returns it.
 TEST(CoreManager, WorkedExampleASharedBlockSurvivesOneOwnersFree) {
   CheckedManager m(full_attention_config(16, 4));
-  Request a(RequestId{1}, iota_tokens(10, 0));                   // blocks: [0-3] [4-7] [8-9]
+  Request a(RequestId{1}, iota_tokens(10, 0));  // blocks: [0-3] [4-7] [8-9]
   Request b(RequestId{2}, concat(iota_tokens(8, 0), {77, 78}));  // shares [0-3] [4-7]
   ASSERT_TRUE(m.admit(a).has_value());
   ASSERT_EQ(m.admit(b), 8);
@@ -77,8 +77,8 @@ TEST(CoreManager, WorkedExampleWatermarkAndNever) {
   // 101 blocks: 100 usable, watermark int(0.01 * 101) = 1 block.
   CheckedManager m(full_attention_config(101, 4, 0.01));
   EXPECT_EQ(m->watermark_blocks(), 1);
-  Request fits(RequestId{1}, iota_tokens(99 * 4, 0));            // 99 blocks: leaves exactly 1
-  Request too_big(RequestId{2}, iota_tokens(100 * 4, 10000));    // 100 blocks: would leave 0 < 1
+  Request fits(RequestId{1}, iota_tokens(99 * 4, 0));  // 99 blocks: leaves exactly 1
+  Request too_big(RequestId{2}, iota_tokens(100 * 4, 10000));  // 100 blocks: would leave 0 < 1
   Request small(RequestId{3}, iota_tokens(2 * 4, 20000));
   EXPECT_EQ(m.can_allocate(fits), AllocStatus::kOk);
   EXPECT_EQ(m.can_allocate(too_big), AllocStatus::kNever);
@@ -98,8 +98,8 @@ TEST(CoreManager, WorkedExampleWatermarkAndNever) {
 
 TEST(CoreManager, CanAllocateCountsPrefixHitsInUseAsFree) {
   CheckedManager m(full_attention_config(11, 4, 0.0));  // 10 usable, no watermark
-  Request a(RequestId{1}, iota_tokens(25, 0));            // 7 blocks
-  ASSERT_TRUE(m.admit(a).has_value());                    // 3 free
+  Request a(RequestId{1}, iota_tokens(25, 0));  // 7 blocks
+  ASSERT_TRUE(m.admit(a).has_value());  // 3 free
   Request b(RequestId{2}, concat(iota_tokens(24, 0), {999, 998, 997}));  // 7 blocks, 6 shared
   EXPECT_EQ(m.can_allocate(b), AllocStatus::kOk) << "6 of B's 7 blocks are held by A already";
   Request c(RequestId{3}, iota_tokens(25, 500));  // 7 blocks, nothing shared
@@ -107,7 +107,7 @@ TEST(CoreManager, CanAllocateCountsPrefixHitsInUseAsFree) {
   // Cached but free hit blocks do cost free blocks: touching takes them out of the free set.
   m.free(a);  // 10 free, 6 of them cached
   Request d(RequestId{4}, iota_tokens(3 * 4, 700));  // 3 unrelated blocks
-  ASSERT_TRUE(m.admit(d).has_value());               // 7 free, A's content still cached
+  ASSERT_TRUE(m.admit(d).has_value());  // 7 free, A's content still cached
   EXPECT_EQ(m.can_allocate(b), AllocStatus::kOk) << "7 free >= 6 touched + 1 new";
   Request e(RequestId{5}, iota_tokens(4, 900));
   ASSERT_TRUE(m.admit(e).has_value());  // takes A's uncached partial block: 6 free, all cached
@@ -220,9 +220,9 @@ TEST(CoreManager, AllocateSlotsReturnsOnlyTheNewBlocks) {
 // the allocation then needs and over-commit the pool.
 TEST(CoreManager, CachedFreeBlocksCountAsUnavailableAtAdmission) {
   CheckedManager m(full_attention_config(9, 4));  // 8 usable
-  Request a(RequestId{1}, iota_tokens(12, 0));     // 3 blocks, all full and cached
+  Request a(RequestId{1}, iota_tokens(12, 0));  // 3 blocks, all full and cached
   ASSERT_TRUE(m.admit(a).has_value());
-  m.free(a);                                       // 8 free, 3 of them A's cached blocks
+  m.free(a);  // 8 free, 3 of them A's cached blocks
   // The free queue is 4 5 6 7 8 3 2 1; a 4-block filler takes 4 5 6 7 and leaves 8 3 2 1.
   Request filler(RequestId{2}, iota_tokens(16, 5000));
   ASSERT_TRUE(m.admit(filler).has_value());
@@ -467,7 +467,7 @@ TEST(CoreManager, ResetPrefixCacheFullAndPartial) {
 
 TEST(CoreManager, FreeReleasesTailFirstSoTheSharedHeadIsEvictedLast) {
   CheckedManager m(full_attention_config(8, 4));  // 7 usable
-  Request a(RequestId{1}, iota_tokens(13, 0));      // 4 blocks: 1 2 3 4
+  Request a(RequestId{1}, iota_tokens(13, 0));  // 4 blocks: 1 2 3 4
   ASSERT_TRUE(m.admit(a).has_value());
   m.free(a);
   EXPECT_EQ(free_order(m->pool()), (Ids{5, 6, 7, 4, 3, 2, 1}));
@@ -491,7 +491,6 @@ TEST(CoreManager, UsageAndFreeBlocks) {
   m.free(a);
   EXPECT_DOUBLE_EQ(m->usage(), 0.0) << "cached free blocks count as free";
 }
-
 
 // A freed request's entry is kept for reuse (no allocation at the next admission); the next
 // request that gets it must start from an empty table with nothing cached and no fork state.

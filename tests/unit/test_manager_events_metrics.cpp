@@ -59,7 +59,7 @@ TEST(CoreEventsMetrics, EvictionAndResetAreReportedWithTheirReason) {
   CheckedManager m(with_events(5, 4));  // 4 usable
   Request a(RequestId{1}, iota_tokens(8, 0));
   ASSERT_TRUE(m.admit(a).has_value());  // blocks 1 2, both cached
-  m.free(a);                            // free: 3 4 2 1
+  m.free(a);  // free: 3 4 2 1
   (void)m->take_events();
   Request b(RequestId{2}, iota_tokens(12, 100));
   ASSERT_TRUE(m.admit(b).has_value());  // takes 3 4 2: evicts A's block 1 (table entry 1)
@@ -120,8 +120,8 @@ TEST(CoreEventsMetrics, PrefixCacheStatsCountTokensAndRequests) {
 
 TEST(CoreEventsMetrics, BlockCountsAndUsage) {
   CheckedManager m(full_attention_config(11, 4));  // 10 usable
-  Request a(RequestId{1}, iota_tokens(10, 0));      // 3 blocks, 2 cached
-  Request b(RequestId{2}, iota_tokens(9, 0));       // shares 2, 1 own
+  Request a(RequestId{1}, iota_tokens(10, 0));  // 3 blocks, 2 cached
+  Request b(RequestId{2}, iota_tokens(9, 0));  // shares 2, 1 own
   ASSERT_TRUE(m.admit(a).has_value());
   ASSERT_TRUE(m.admit(b).has_value());
   const BlockPool& p = m->pool();

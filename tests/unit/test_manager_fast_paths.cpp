@@ -87,9 +87,9 @@ void expect_same_state(Pair& p, const std::vector<Request>& fast_reqs, const std
 void run_random(Second second, uint64_t seed, int ops) {
   const bool sliding = second == Second::kSliding;
   SCOPED_TRACE(::testing::Message() << "seed " << seed
-                                    << (sliding                            ? ", sliding window"
+                                    << (sliding                           ? ", sliding window"
                                         : second == Second::kDoubleBlocks ? ", full attention, two block sizes"
-                                                                           : ", full attention"));
+                                                                          : ", full attention"));
   std::mt19937_64 rng(seed);
   auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint64_t>(n)); };
   const int bs = 4;
@@ -97,7 +97,7 @@ void run_random(Second second, uint64_t seed, int ops) {
   // Prompts share prefixes (three stems), so admissions hit the cache.
   std::vector<std::vector<TokenId>> stems = {testing::iota_tokens(12, 1000), testing::iota_tokens(9, 2000),
                                              testing::iota_tokens(20, 3000)};
-  std::vector<Request> fr, gr;       // the same requests, one copy per manager
+  std::vector<Request> fr, gr;  // the same requests, one copy per manager
   std::vector<bool> live;
   // Where each request's last scheduled chunk began (a preemption may undo it), and whether it
   // shares blocks through a fork (its chunks' blocks may be another request's computed ones).
@@ -207,10 +207,8 @@ void run_random(Second second, uint64_t seed, int ops) {
     expect_same_state(p, fr, gr);
     if (::testing::Test::HasFatalFailure()) return;
   }
-  if (sliding)
-    EXPECT_EQ(p.fast.steady_state_calls(), 0u);
-  else
-    EXPECT_GT(p.fast.steady_state_calls(), static_cast<uint64_t>(ops) / 10);
+  if (sliding) EXPECT_EQ(p.fast.steady_state_calls(), 0u);
+  else EXPECT_GT(p.fast.steady_state_calls(), static_cast<uint64_t>(ops) / 10);
   EXPECT_EQ(p.general.steady_state_calls(), 0u);
 }
 

@@ -109,8 +109,8 @@ struct Live {
 };
 
 struct OracleRun {
-  int nonzero = 0;      // lookups that hit something (the test must not pass on empty caches alone)
-  bool mixed = false;   // the pool's groups had different block sizes
+  int nonzero = 0;  // lookups that hit something (the test must not pass on empty caches alone)
+  bool mixed = false;  // the pool's groups had different block sizes
 };
 
 OracleRun run_oracle_seed(uint64_t seed, int max_groups = 3) {
@@ -165,7 +165,8 @@ OracleRun run_oracle_seed(uint64_t seed, int max_groups = 3) {
       EXPECT_EQ(hit.num_computed_tokens, want.tokens) << "op " << op;
       if (hit.num_computed_tokens != want.tokens) return run;
       for (int g = 0; g < m->num_groups(); ++g)
-        EXPECT_EQ(testing::ids_of(hit.blocks[static_cast<size_t>(g)]), testing::ids_of(want.blocks[static_cast<size_t>(g)]))
+        EXPECT_EQ(testing::ids_of(hit.blocks[static_cast<size_t>(g)]),
+                  testing::ids_of(want.blocks[static_cast<size_t>(g)]))
             << "op " << op << " group " << g;
       ++checked;
       if (want.tokens > 0) ++run.nonzero;
@@ -256,7 +257,8 @@ TEST(CoreHybrid, AnEditInsideThePromptsLastBlockStillHits) {
       CheckedManager m(std::move(c));
       Request a(RequestId{1}, iota_tokens(prompt_len, 1000));
       ASSERT_TRUE(m.admit(a).has_value());
-      for (int t = 0; t < 70; ++t) ASSERT_TRUE(m.decode(a, 5000 + t).has_value());  // the window moves far past the prompt
+      for (int t = 0; t < 70; ++t)
+        ASSERT_TRUE(m.decode(a, 5000 + t).has_value());  // the window moves far past the prompt
       m.free(a);
       std::vector<TokenId> edited = iota_tokens(prompt_len, 1000);
       const int last_block_start = (prompt_len - 1) / 16 * 16;
@@ -391,19 +393,19 @@ TEST(CoreHybrid, RoundRobinSessionsHitAsMuchAsTheFullAttentionTwin) {
   // vllm#48435's shape: many sessions take turns; each turn's prompt is the session's whole
   // conversation. The twin's working set is under half the pool.
   for (const int interval : {128, 0}) {
-  SCOPED_TRACE(::testing::Message() << "checkpoints every " << interval << " tokens");
-  HybridSessionsConfig c = sessions_config(2400, true);
-  c.checkpoint_interval = interval;
-  const HybridSessionsResult twin = run_hybrid_sessions(c, full_attention_twin(gemma_like()));
-  const HybridSessionsResult hybrid = run_hybrid_sessions(c, gemma_like());
-  ASSERT_LT(twin.full_working_set_blocks * 2, c.num_blocks) << "the scenario's premise";
-  EXPECT_EQ(hybrid.prompt_tokens, twin.prompt_tokens);
-  EXPECT_GT(twin.hit_tokens, twin.prompt_tokens / 2) << "the twin reuses most of every conversation";
-  EXPECT_GE(static_cast<double>(hybrid.hit_tokens), 0.95 * static_cast<double>(twin.hit_tokens))
-      << "hybrid " << hybrid.hit_tokens << " vs twin " << twin.hit_tokens;
-  EXPECT_LT(hybrid.peak_blocks_in_use, twin.peak_blocks_in_use) << "the sliding group holds only its window";
-  EXPECT_GT(hybrid.pool.window_blocks_slid_out, 0u);
-  EXPECT_GT(hybrid.pool.window_checkpoints_retained, 0u);
+    SCOPED_TRACE(::testing::Message() << "checkpoints every " << interval << " tokens");
+    HybridSessionsConfig c = sessions_config(2400, true);
+    c.checkpoint_interval = interval;
+    const HybridSessionsResult twin = run_hybrid_sessions(c, full_attention_twin(gemma_like()));
+    const HybridSessionsResult hybrid = run_hybrid_sessions(c, gemma_like());
+    ASSERT_LT(twin.full_working_set_blocks * 2, c.num_blocks) << "the scenario's premise";
+    EXPECT_EQ(hybrid.prompt_tokens, twin.prompt_tokens);
+    EXPECT_GT(twin.hit_tokens, twin.prompt_tokens / 2) << "the twin reuses most of every conversation";
+    EXPECT_GE(static_cast<double>(hybrid.hit_tokens), 0.95 * static_cast<double>(twin.hit_tokens))
+        << "hybrid " << hybrid.hit_tokens << " vs twin " << twin.hit_tokens;
+    EXPECT_LT(hybrid.peak_blocks_in_use, twin.peak_blocks_in_use) << "the sliding group holds only its window";
+    EXPECT_GT(hybrid.pool.window_blocks_slid_out, 0u);
+    EXPECT_GT(hybrid.pool.window_checkpoints_retained, 0u);
   }
 }
 
@@ -412,7 +414,8 @@ TEST(CoreHybrid, UnderPressureRetentionKeepsMoreHitsThanCachingEveryWindowBlock)
   // blocks and keeps more hits than the twin, with retention at least as many as without.
   for (const int blocks : {600, 450, 350}) {
     SCOPED_TRACE(::testing::Message() << blocks << " blocks");
-    const HybridSessionsResult twin = run_hybrid_sessions(sessions_config(blocks, true), full_attention_twin(gemma_like()));
+    const HybridSessionsResult twin =
+        run_hybrid_sessions(sessions_config(blocks, true), full_attention_twin(gemma_like()));
     const HybridSessionsResult with = run_hybrid_sessions(sessions_config(blocks, true), gemma_like());
     const HybridSessionsResult without = run_hybrid_sessions(sessions_config(blocks, false), gemma_like());
     EXPECT_GE(with.hit_tokens, twin.hit_tokens);
@@ -512,8 +515,11 @@ TEST(CoreHybrid, PlannedGroupsRunInOnePool) {
   }
   std::vector<KVCacheSpec> layers;
   for (int l = 0; l < 4; ++l)
-    layers.push_back(KVCacheSpec{.kind = l % 2 ? AttentionKind::kFull : AttentionKind::kSlidingWindow, .block_size = 16,
-                                 .num_kv_heads = l % 2 ? 8 : 2, .head_dim = 64, .dtype = DType::kBF16,
+    layers.push_back(KVCacheSpec{.kind = l % 2 ? AttentionKind::kFull : AttentionKind::kSlidingWindow,
+                                 .block_size = 16,
+                                 .num_kv_heads = l % 2 ? 8 : 2,
+                                 .head_dim = 64,
+                                 .dtype = DType::kBF16,
                                  .sliding_window = l % 2 ? 0 : 100});
   KVCacheManagerConfig c;
   c.watermark = 0;

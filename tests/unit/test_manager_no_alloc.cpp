@@ -115,7 +115,6 @@ TEST(CoreNoAlloc, DecodeStepAllocateSlotsDoesNotAllocate) {
   EXPECT_GT(m.pool().num_cached_blocks(), 32 * 6);
 }
 
-
 // Admission as a scheduler runs it (lookup into a reused result, the whole-sequence check,
 // allocate_slots with the hits, later free) allocates nothing once the manager has seen as many
 // live requests: released request entries keep their tables for the next admission.
@@ -124,7 +123,8 @@ TEST(CoreNoAlloc, AdmitAndFreeDoNotAllocateInSteadyState) {
   const std::vector<TokenId> shared = iota_tokens(160, 90000);  // 10 blocks every prompt shares
   std::vector<Request> requests;
   for (uint64_t i = 0; i < 48; ++i) {
-    Request r(RequestId{i}, testing::concat(shared, iota_tokens(100 + static_cast<int>(i), static_cast<TokenId>(i * 1000))));
+    Request r(RequestId{i},
+              testing::concat(shared, iota_tokens(100 + static_cast<int>(i), static_cast<TokenId>(i * 1000))));
     m.hash_request(r);  // hashed at creation, as vLLM does
     requests.push_back(std::move(r));
   }

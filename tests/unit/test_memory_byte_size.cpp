@@ -39,8 +39,8 @@ TEST(ByteSize, LargestValue) {
 }
 
 TEST(ByteSize, GarbageIsAConfigErrorNamingTheText) {
-  for (const char* bad : {"", "   ", "GB", "abc", "-4GB", "4 GBs", "4XB", "1.2.3GB", "4GB extra", "1e9", "4G",
-                          "4k", "nan", "0x10"}) {
+  for (const char* bad :
+       {"", "   ", "GB", "abc", "-4GB", "4 GBs", "4XB", "1.2.3GB", "4GB extra", "1e9", "4G", "4k", "nan", "0x10"}) {
     try {
       parse_byte_size(bad);
       ADD_FAILURE() << "accepted '" << bad << "'";

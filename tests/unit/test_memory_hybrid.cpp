@@ -17,7 +17,11 @@ const HybridModelShape& preset(std::string_view name) {
 }
 
 KVCacheSpec layer(AttentionKind kind, int window = 0) {
-  return KVCacheSpec{.kind = kind, .block_size = 16, .num_kv_heads = 8, .head_dim = 64, .dtype = DType::kBF16,
+  return KVCacheSpec{.kind = kind,
+                     .block_size = 16,
+                     .num_kv_heads = 8,
+                     .head_dim = 64,
+                     .dtype = DType::kBF16,
                      .sliding_window = window};
 }
 
@@ -36,7 +40,8 @@ TEST(MemoryHybrid, PresetsFollowThePublishedLayerPatterns) {
 TEST(MemoryHybrid, GroupingRuleOfVllm) {
   // Equal counts: one group per kind.
   std::vector<KVCacheSpec> layers;
-  for (int l = 0; l < 24; ++l) layers.push_back(l % 2 ? layer(AttentionKind::kFull) : layer(AttentionKind::kSlidingWindow, 128));
+  for (int l = 0; l < 24; ++l)
+    layers.push_back(l % 2 ? layer(AttentionKind::kFull) : layer(AttentionKind::kSlidingWindow, 128));
   auto g = group_layers_uniform_page(layers);
   ASSERT_EQ(g.size(), 2u);
   EXPECT_EQ(g[0].spec.kind, AttentionKind::kSlidingWindow);
@@ -90,7 +95,8 @@ TEST(MemoryHybrid, BlockSizesScaleSoPagesMatch) {
   EXPECT_EQ(g[0].page_padding_bytes, 8192u);
   EXPECT_EQ(g[1].page_padding_bytes, 0u);
   EXPECT_EQ(describe_page_padding(g),
-            "group 0 (sliding_window, 32 tokens a block): page padded by 8192 of 32768 bytes (25.00%) to match the other groups");
+            "group 0 (sliding_window, 32 tokens a block): page padded by 8192 of 32768 bytes (25.00%) to match the "
+            "other groups");
   // The manager takes them as they are: one pool, two block sizes.
   const std::vector<KVCacheGroupSpec> cache = to_cache_groups(g);
   ASSERT_EQ(cache.size(), 2u);
@@ -138,9 +144,9 @@ TEST(MemoryHybrid, GoldenBytesPerRequest) {
 
 TEST(MemoryHybrid, SlidingFootprintWithChunks) {
   const KVCacheSpec s = layer(AttentionKind::kSlidingWindow, 128);
-  EXPECT_EQ(blocks_per_request(s, 100000, 1), 9);             // cdiv(128, 16) + 1
-  EXPECT_EQ(blocks_per_request(s, 100000, 512), 41);          // cdiv(639, 16) + 1
-  EXPECT_EQ(blocks_per_request(s, 300, 512), 19);             // all 19 blocks of 300 tokens
+  EXPECT_EQ(blocks_per_request(s, 100000, 1), 9);  // cdiv(128, 16) + 1
+  EXPECT_EQ(blocks_per_request(s, 100000, 512), 41);  // cdiv(639, 16) + 1
+  EXPECT_EQ(blocks_per_request(s, 300, 512), 19);  // all 19 blocks of 300 tokens
   EXPECT_EQ(blocks_per_request(layer(AttentionKind::kFull), 300, 512), 19);
   EXPECT_THROW(blocks_per_request(s, 300, 0), ConfigError);
   EXPECT_THROW(plan_hybrid_kv(preset("gpt-oss-20b"), 16, DType::kBF16, 0), ConfigError);

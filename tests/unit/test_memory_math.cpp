@@ -45,8 +45,12 @@ TEST(KVMemoryReference, VLLMv0Example) {
   // 002's example: block_size 4, 4 layers, 8 heads, head size 128, fp16. Its own formula,
   // 4 x 4 x (2 x 8 x 128) x 2, and vLLM's get_cache_block_size give 65,536 bytes; the text's
   // "4 x 4 x 8 x 128 x 2 = 32,768" drops the factor 2 for K and V.
-  KVCacheSpec spec{.kind = AttentionKind::kFull, .block_size = 4, .num_kv_heads = 8, .head_dim = 128,
-                   .dtype = DType::kF16, .sliding_window = 0};
+  KVCacheSpec spec{.kind = AttentionKind::kFull,
+                   .block_size = 4,
+                   .num_kv_heads = 8,
+                   .head_dim = 128,
+                   .dtype = DType::kF16,
+                   .sliding_window = 0};
   EXPECT_EQ(kv_bytes_per_block(spec, 4), 65'536u);
 }
 
@@ -122,11 +126,15 @@ TEST(KVMemoryConcurrency, FullAttention) {
 TEST(KVMemoryConcurrency, SlidingWindowHoldsOnlyTheWindow) {
   KVCacheSpec spec = model_preset("mistral-7b-v0.1").kv_cache_spec(16, DType::kBF16);
   ASSERT_EQ(spec.kind, AttentionKind::kSlidingWindow);
-  EXPECT_EQ(blocks_per_request(spec, 1000), 63);           // shorter than the window: every block
-  EXPECT_EQ(blocks_per_request(spec, 32768), 257);         // ceil(4095 / 16) + 1
+  EXPECT_EQ(blocks_per_request(spec, 1000), 63);  // shorter than the window: every block
+  EXPECT_EQ(blocks_per_request(spec, 32768), 257);  // ceil(4095 / 16) + 1
   // The bound is tight: a window of block_size tokens starting mid-block spans two blocks.
-  KVCacheSpec small{.kind = AttentionKind::kSlidingWindow, .block_size = 4, .num_kv_heads = 1, .head_dim = 1,
-                    .dtype = DType::kF16, .sliding_window = 4};
+  KVCacheSpec small{.kind = AttentionKind::kSlidingWindow,
+                    .block_size = 4,
+                    .num_kv_heads = 1,
+                    .head_dim = 1,
+                    .dtype = DType::kF16,
+                    .sliding_window = 4};
   EXPECT_EQ(blocks_per_request(small, 100), 2);
   small.sliding_window = 1;
   EXPECT_EQ(blocks_per_request(small, 100), 1);

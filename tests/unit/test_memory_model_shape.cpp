@@ -77,8 +77,8 @@ TEST(ModelPresets, ParameterCountsMatchTheArchitecture) {
 }
 
 TEST(ModelPresets, TheRequiredModelsArePresent) {
-  for (const char* name : {"llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "llama-3-70b",
-                           "llama-3.1-405b", "mixtral-8x7b", "qwen2.5-7b", "stories260k"})
+  for (const char* name : {"llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "llama-3.1-405b",
+                           "mixtral-8x7b", "qwen2.5-7b", "stories260k"})
     EXPECT_NO_THROW(model_preset(name)) << name;
   EXPECT_EQ(model_preset("LLaMA-2-70B").name, "llama-2-70b");  // case-insensitive
 }
@@ -115,7 +115,8 @@ TEST(HFConfig, DefaultsAndOptionalFields) {
   // Llama-2-7B's config omits num_key_value_heads (= heads) and head_dim.
   ModelShape m = parse_hf_config(R"({"num_hidden_layers": 32, "num_attention_heads": 32, "hidden_size": 4096,
       "intermediate_size": 11008, "vocab_size": 32000, "max_position_embeddings": 4096,
-      "torch_dtype": "float16"})", "llama2.json");
+      "torch_dtype": "float16"})",
+                                 "llama2.json");
   EXPECT_EQ(m.name, "llama2.json");
   EXPECT_EQ(m.num_kv_heads, 32);
   EXPECT_EQ(m.head_dim, 128);
@@ -124,7 +125,8 @@ TEST(HFConfig, DefaultsAndOptionalFields) {
   // An explicit head_dim wins (Mistral-Nemo: 5120 hidden, 32 heads, head_dim 128).
   m = parse_hf_config(R"({"num_hidden_layers": 40, "num_attention_heads": 32, "num_key_value_heads": 8,
       "head_dim": 128, "hidden_size": 5120, "intermediate_size": 14336, "vocab_size": 131072,
-      "max_position_embeddings": 1024000, "dtype": "bfloat16"})", "nemo.json");
+      "max_position_embeddings": 1024000, "dtype": "bfloat16"})",
+                      "nemo.json");
   EXPECT_EQ(m.head_dim, 128);
   EXPECT_EQ(m.dtype, DType::kBF16);
   EXPECT_FALSE(m.tie_word_embeddings);
@@ -134,7 +136,8 @@ TEST(HFConfig, QwenBiasAndDisabledSlidingWindow) {
   ModelShape m = parse_hf_config(R"({"model_type": "qwen2", "num_hidden_layers": 28, "num_attention_heads": 28,
       "num_key_value_heads": 4, "hidden_size": 3584, "intermediate_size": 18944, "vocab_size": 152064,
       "max_position_embeddings": 131072, "sliding_window": 131072, "use_sliding_window": false,
-      "tie_word_embeddings": false, "torch_dtype": "bfloat16"})", "qwen.json");
+      "tie_word_embeddings": false, "torch_dtype": "bfloat16"})",
+                                 "qwen.json");
   EXPECT_TRUE(m.attention_bias);
   EXPECT_FALSE(m.sliding_window.has_value());
   EXPECT_EQ(m.num_params, model_preset("qwen2.5-7b").num_params);
@@ -143,21 +146,24 @@ TEST(HFConfig, QwenBiasAndDisabledSlidingWindow) {
 TEST(HFConfig, SlidingWindowAndTiedEmbeddings) {
   ModelShape m = parse_hf_config(R"({"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
       "hidden_size": 4096, "intermediate_size": 14336, "vocab_size": 32000, "max_position_embeddings": 32768,
-      "sliding_window": 4096, "torch_dtype": "bfloat16"})", "mistral.json");
+      "sliding_window": 4096, "torch_dtype": "bfloat16"})",
+                                 "mistral.json");
   EXPECT_EQ(m.sliding_window, 4096);
   EXPECT_EQ(m.kv_cache_spec(16, DType::kBF16).kind, AttentionKind::kSlidingWindow);
   EXPECT_EQ(m.num_params, model_preset("mistral-7b-v0.1").num_params);
 
   ModelShape tied = parse_hf_config(R"({"num_hidden_layers": 5, "num_attention_heads": 8, "num_key_value_heads": 4,
       "hidden_size": 64, "intermediate_size": 172, "vocab_size": 512, "max_position_embeddings": 512,
-      "tie_word_embeddings": true})", "stories.json");
+      "tie_word_embeddings": true})",
+                                    "stories.json");
   EXPECT_EQ(tied.num_params, 260'032u);
   EXPECT_FALSE(tied.dtype.has_value());
 
   // Interleaved full and windowed layers are planned as full attention.
   ModelShape mixed = parse_hf_config(R"({"num_hidden_layers": 2, "num_attention_heads": 8, "hidden_size": 64,
       "intermediate_size": 128, "vocab_size": 512, "max_position_embeddings": 8192, "sliding_window": 4096,
-      "layer_types": ["sliding_attention", "full_attention"]})", "mixed.json");
+      "layer_types": ["sliding_attention", "full_attention"]})",
+                                     "mixed.json");
   EXPECT_FALSE(mixed.sliding_window.has_value());
 }
 
@@ -174,18 +180,22 @@ TEST(HFConfig, MissingAndBadFieldsNameTheFieldAndFile) {
 
   EXPECT_NE(error_of(R"({"num_hidden_layers": -1, )" + base + "}").find("'num_hidden_layers'"), std::string::npos);
   EXPECT_NE(error_of(R"({"num_hidden_layers": 32.5, )" + base + "}").find("'num_hidden_layers'"), std::string::npos);
-  EXPECT_NE(error_of(R"({"num_hidden_layers": 32, "num_key_value_heads": 5, )" + base + "}")
-                .find("'num_key_value_heads'"), std::string::npos);
+  EXPECT_NE(
+      error_of(R"({"num_hidden_layers": 32, "num_key_value_heads": 5, )" + base + "}").find("'num_key_value_heads'"),
+      std::string::npos);
   EXPECT_NE(error_of(R"({"num_hidden_layers": 32, "torch_dtype": "float64", )" + base + "}").find("'torch_dtype'"),
             std::string::npos);
   EXPECT_NE(error_of(R"({"num_hidden_layers": 32, "tie_word_embeddings": "yes", )" + base + "}")
-                .find("'tie_word_embeddings'"), std::string::npos);
+                .find("'tie_word_embeddings'"),
+            std::string::npos);
   EXPECT_NE(error_of(R"({"num_hidden_layers": 32, "num_attention_heads": 0, "hidden_size": 4096,
       "intermediate_size": 11008, "vocab_size": 32000, "max_position_embeddings": 4096})")
-                .find("'num_attention_heads'"), std::string::npos);
+                .find("'num_attention_heads'"),
+            std::string::npos);
   // hidden_size not divisible by the heads and no head_dim.
   EXPECT_NE(error_of(R"({"num_hidden_layers": 2, "num_attention_heads": 3, "hidden_size": 64,
-      "intermediate_size": 128, "vocab_size": 512, "max_position_embeddings": 512})").find("'head_dim'"),
+      "intermediate_size": 128, "vocab_size": 512, "max_position_embeddings": 512})")
+                .find("'head_dim'"),
             std::string::npos);
 }
 

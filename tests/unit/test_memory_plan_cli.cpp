@@ -65,8 +65,8 @@ TEST_F(PlanCli, TheOtherReferenceModels) {
 }
 
 TEST_F(PlanCli, HuggingFaceConfigPath) {
-  std::filesystem::path file = std::filesystem::temp_directory_path() /
-                               ("pagedkv_plan_cli_" + std::to_string(::getpid()) + "_config.json");
+  std::filesystem::path file =
+      std::filesystem::temp_directory_path() / ("pagedkv_plan_cli_" + std::to_string(::getpid()) + "_config.json");
   std::ofstream(file) << R"({"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
       "hidden_size": 4096, "intermediate_size": 14336, "vocab_size": 128256, "max_position_embeddings": 8192,
       "torch_dtype": "bfloat16"})";

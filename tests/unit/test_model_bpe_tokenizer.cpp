@@ -21,8 +21,7 @@ using Words = std::vector<std::string_view>;
 
 TEST(BpePreTokenizer, Gpt2KeepsEveryCharacterAndSplitsAsItsPattern) {
   const BpePreTokenizer pre("gpt-2");
-  EXPECT_EQ(pre.split("Hello world's  123\n\nx"),
-            (Words{"Hello", " world", "'s", " ", " 123", "\n", "\n", "x"}));
+  EXPECT_EQ(pre.split("Hello world's  123\n\nx"), (Words{"Hello", " world", "'s", " ", " 123", "\n", "\n", "x"}));
   // Text no alternative matches (a lone newline before a letter) is a word of its own.
   EXPECT_EQ(pre.split("a\nb"), (Words{"a", "\n", "b"}));
   EXPECT_EQ(pre.split("don't"), (Words{"don", "'t"}));
@@ -56,11 +55,14 @@ TEST(BpePreTokenizer, UnknownNamesAreNamed) {
 
 TEST(BpePreTokenizer, SanitizeUtf8ReadsAsLlamaCpp) {
   EXPECT_EQ(sanitize_utf8("plain é 🙂"), "plain é 🙂");
-  EXPECT_EQ(sanitize_utf8("a\xFF" "b"), "a\uFFFD" "b");
-  EXPECT_EQ(sanitize_utf8("\xC3"), "\uFFFD");              // truncated at the end
-  EXPECT_EQ(sanitize_utf8("\xC3(x"), "\uFFFD(x");          // a bad continuation: one byte replaced
-  EXPECT_EQ(sanitize_utf8("\xC1\x81"), "A");               // overlong: the character it encodes
-  EXPECT_EQ(sanitize_utf8("\xED\xA0\x80"), "\uFFFD");      // a surrogate
+  EXPECT_EQ(sanitize_utf8("a\xFF"
+                          "b"),
+            "a\uFFFD"
+            "b");
+  EXPECT_EQ(sanitize_utf8("\xC3"), "\uFFFD");  // truncated at the end
+  EXPECT_EQ(sanitize_utf8("\xC3(x"), "\uFFFD(x");  // a bad continuation: one byte replaced
+  EXPECT_EQ(sanitize_utf8("\xC1\x81"), "A");  // overlong: the character it encodes
+  EXPECT_EQ(sanitize_utf8("\xED\xA0\x80"), "\uFFFD");  // a surrogate
   EXPECT_EQ(sanitize_utf8("\xF7\xBF\xBF\xBF"), "\uFFFD");  // above U+10FFFF
 }
 
@@ -127,9 +129,9 @@ int id_of_byte(char c) { return static_cast<unsigned char>(c); }
 
 TEST(GgufBpeTokenizer, MergesLowestRankFirst) {
   TinyVocab v;
-  const int he = v.merge("h", "e");      // rank 0
-  v.merge("t", "h");                     // rank 1: would make "th" if applied first
-  const int the = v.merge("t", "he");    // rank 2
+  const int he = v.merge("h", "e");  // rank 0
+  v.merge("t", "h");  // rank 1: would make "th" if applied first
+  const int the = v.merge("t", "he");  // rank 2
   const int sp_the = v.merge(" ", "the");  // rank 3
   const auto bytes = v.file("gpt-2");
   const GgufBpeTokenizer tok(GgufFile(bytes, "tiny"));
@@ -203,7 +205,7 @@ TEST(GgufBpeTokenizer, RandomTextsMatchNaiveMergesAndDecodeBack) {
 
 TEST(GgufBpeTokenizer, SpecialTokensBosEosAndEndOfGeneration) {
   TinyVocab v;
-  const int think = v.add("<think>", 4);        // user-defined: cut out of plain text
+  const int think = v.add("<think>", 4);  // user-defined: cut out of plain text
   const int im_start = v.add("<|im_start|>", 3);  // control: only as a template's marker
   const int im_end = v.add("<|im_end|>", 3);
   const int eot_text = v.add("<|eot_id|>", 4);  // an end-of-generation text typed user-defined: control
@@ -225,8 +227,8 @@ TEST(GgufBpeTokenizer, SpecialTokensBosEosAndEndOfGeneration) {
   for (TokenId id : plain("<|eot_id|>")) both.push_back(id);
   EXPECT_EQ(got, both);
   // Template markers become their tokens; a marker that is no token is text.
-  const std::vector<PromptPart> parts = {{"<|im_start|>", true}, {"user\nhi", false}, {"<|im_end|>", true},
-                                         {"<none>", true}, {"<|im_end|>", false}};
+  const std::vector<PromptPart> parts = {
+      {"<|im_start|>", true}, {"user\nhi", false}, {"<|im_end|>", true}, {"<none>", true}, {"<|im_end|>", false}};
   std::vector<TokenId> expected = {bos, im_start};
   for (TokenId id : plain("user\nhi")) expected.push_back(id);
   expected.push_back(im_end);

@@ -144,7 +144,7 @@ TEST(Llama2cCheckpoint, RejectsInconsistentHeaders) {
       {4, 3, {"n_heads (4) is not divisible by n_kv_heads (3)"}},
       {4, 8, {"n_heads (4) is not divisible by n_kv_heads (8)"}},  // more KV heads than query heads
       {0, 20, {"head_dim", "must be even"}},  // 20 / 4 = 5
-      {1, 0x7fffffff, {"truncated"}},          // a size far beyond the file
+      {1, 0x7fffffff, {"truncated"}},  // a size far beyond the file
   };
   for (const auto& c : cases) {
     auto bytes = good;

@@ -199,7 +199,8 @@ TEST(GgufModelLoader, NamesWhatIsWrong) {
   EXPECT_NE(load_error(q4k).find("shape"), std::string::npos);
   GgufWriter unsupported;
   unsupported.add_string("general.architecture", "llama");
-  for (const char* k : {"context_length", "embedding_length", "block_count", "feed_forward_length", "attention.head_count"})
+  for (const char* k :
+       {"context_length", "embedding_length", "block_count", "feed_forward_length", "attention.head_count"})
     unsupported.add_u32(std::string("llama.") + k, std::string(k) == "embedding_length" ? 256 : 4);
   // LongRoPE needs both factor sets.
   GgufWriter long_rope = tiny_llama_writer("phi3");

@@ -168,7 +168,8 @@ std::vector<float> naive_logits(const Weights& w, const std::vector<TokenId>& to
   const size_t n = tokens.size(), q_dim = kHeads * kHeadDim, kv_dim = kKvHeads * kHeadDim;
   std::vector<std::vector<float>> x(n);
   for (size_t t = 0; t < n; ++t) {
-    x[t].assign(w.embd.begin() + static_cast<long>(tokens[t]) * kDim, w.embd.begin() + (static_cast<long>(tokens[t]) + 1) * kDim);
+    x[t].assign(w.embd.begin() + static_cast<long>(tokens[t]) * kDim,
+                w.embd.begin() + (static_cast<long>(tokens[t]) + 1) * kDim);
     for (float& e : x[t]) e *= std::sqrt(static_cast<float>(kDim));
   }
   for (int l = 0; l < kLayers; ++l) {
@@ -201,7 +202,8 @@ std::vector<float> naive_logits(const Weights& w, const std::vector<TokenId>& to
         std::vector<double> s;
         for (size_t j = first; j <= t; ++j) {
           double dot = 0;
-          for (int i = 0; i < kHeadDim; ++i) dot += static_cast<double>(q[t][hd * kHeadDim + i]) * k[j][kvh * kHeadDim + i];
+          for (int i = 0; i < kHeadDim; ++i)
+            dot += static_cast<double>(q[t][hd * kHeadDim + i]) * k[j][kvh * kHeadDim + i];
           s.push_back(dot / std::sqrt(static_cast<double>(kHeadDim)));
         }
         const double mx = *std::max_element(s.begin(), s.end());
@@ -235,7 +237,8 @@ std::vector<TokenId> naive_greedy(const Weights& w, std::vector<TokenId> tokens,
     const auto logits = naive_logits(w, tokens, v);
     std::vector<int> order(kVocab);
     std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + 2, order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
+    std::partial_sort(order.begin(), order.begin() + 2, order.end(),
+                      [&](int a, int b) { return logits[a] > logits[b]; });
     if (logits[order[0]] - logits[order[1]] < min_gap) break;
     out.push_back(order[0]);
     tokens.push_back(order[0]);
@@ -293,8 +296,8 @@ TEST(Gemma3, EngineMatchesTheNaiveForwardAndEveryFeatureMatters) {
         << "block size " << block_size;
   }
   // Each feature changes the answer (otherwise the comparison above would not test it).
-  for (Variant v : {Variant{false, true, true, true}, Variant{true, false, true, true}, Variant{true, true, false, true},
-                    Variant{true, true, true, false}}) {
+  for (Variant v : {Variant{false, true, true, true}, Variant{true, false, true, true},
+                    Variant{true, true, false, true}, Variant{true, true, true, false}}) {
     EXPECT_NE(naive_greedy(w, prompt, kSteps, v, 0.0f), naive_greedy(w, prompt, kSteps, {}, 0.0f))
         << v.qk_norm << v.local_base << v.global_scale << v.window;
   }

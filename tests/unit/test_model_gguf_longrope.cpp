@@ -170,7 +170,8 @@ std::vector<float> naive_logits(const Weights& w, const std::vector<TokenId>& to
   const size_t n = tokens.size(), q_dim = kHeads * kHeadDim, kv_dim = kKvHeads * kHeadDim;
   std::vector<std::vector<float>> x(n);
   for (size_t t = 0; t < n; ++t)
-    x[t].assign(w.embd.begin() + static_cast<long>(tokens[t]) * kDim, w.embd.begin() + (static_cast<long>(tokens[t]) + 1) * kDim);
+    x[t].assign(w.embd.begin() + static_cast<long>(tokens[t]) * kDim,
+                w.embd.begin() + (static_cast<long>(tokens[t]) + 1) * kDim);
   for (int l = 0; l < kLayers; ++l) {
     const auto& L = w.layers[static_cast<size_t>(l)];
     std::vector<std::vector<float>> q(n), k(n), val(n);
@@ -189,7 +190,8 @@ std::vector<float> naive_logits(const Weights& w, const std::vector<TokenId>& to
         std::vector<double> s;
         for (size_t j = 0; j <= t; ++j) {
           double dot = 0;
-          for (int i = 0; i < kHeadDim; ++i) dot += static_cast<double>(q[t][hd * kHeadDim + i]) * k[j][kvh * kHeadDim + i];
+          for (int i = 0; i < kHeadDim; ++i)
+            dot += static_cast<double>(q[t][hd * kHeadDim + i]) * k[j][kvh * kHeadDim + i];
           s.push_back(dot / std::sqrt(static_cast<double>(kHeadDim)));
         }
         const double mx = *std::max_element(s.begin(), s.end());
@@ -297,7 +299,8 @@ TEST(LongRope, TheContextChoosesTheFactorSet) {
     ASSERT_TRUE(model.tensors().rope_freqs.present());
     const float* f = model.tensors().rope_freqs.f32();
     EXPECT_EQ(std::vector<float>(f, f + kRot / 2), cs.long_factors ? w.long_factors : w.short_factors);
-    EXPECT_NE(c.describe().find(cs.long_factors ? "longrope=long" : "longrope=short"), std::string::npos) << c.describe();
+    EXPECT_NE(c.describe().find(cs.long_factors ? "longrope=long" : "longrope=short"), std::string::npos)
+        << c.describe();
   }
   // Without the original-context key the file's context length is the original (llama.cpp's
   // default): short factors at it, long ones only when the run asks for more.
@@ -362,7 +365,8 @@ TEST(LongRope, EngineGeneratesTheNaiveGreedyTokensPastTheOriginalContext) {
     const auto logits = naive_logits(w, tokens, {});
     std::vector<int> order(kVocab);
     std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + 2, order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
+    std::partial_sort(order.begin(), order.begin() + 2, order.end(),
+                      [&](int a, int b) { return logits[a] > logits[b]; });
     if (logits[order[0]] - logits[order[1]] < 1e-2f) break;  // a near-tie either side may take
     expected.push_back(order[0]);
     tokens.push_back(order[0]);

@@ -83,7 +83,8 @@ TEST_P(QuantizedMatrixTest, EveryIsaMatchesTheReferenceAndTheScalarTwin) {
       continue;
     std::vector<float> simd(tokens * y_stride, -1.0f);
     m.multiply(x.data(), x_stride, tokens, simd.data(), y_stride, isa);
-    for (size_t i = 0; i < simd.size(); ++i) EXPECT_NEAR(simd[i], scalar[i], 1e-5 * (1 + std::fabs(scalar[i]))) << isa_name(isa);
+    for (size_t i = 0; i < simd.size(); ++i)
+      EXPECT_NEAR(simd[i], scalar[i], 1e-5 * (1 + std::fabs(scalar[i]))) << isa_name(isa);
   }
 }
 
@@ -122,7 +123,8 @@ TEST(QuantizedMatrix, BatchedSimdBuildsMatchTheScalarTwin) {
       // |w| . |x| per row and token bounds the rounding of either order of summation.
       std::vector<float> w_abs(static_cast<size_t>(shape.rows) * static_cast<size_t>(shape.cols));
       for (int r = 0; r < shape.rows; ++r)
-        dequantize_row(type, w.view().row(r), std::span(w_abs).subspan(static_cast<size_t>(r * shape.cols), static_cast<size_t>(shape.cols)));
+        dequantize_row(type, w.view().row(r),
+                       std::span(w_abs).subspan(static_cast<size_t>(r * shape.cols), static_cast<size_t>(shape.cols)));
       for (float& f : w_abs) f = std::fabs(f);
       for (int tokens = 1; tokens <= 40; ++tokens) {
         std::vector<float> scalar(static_cast<size_t>(tokens) * y_stride, -1.0f);
@@ -135,7 +137,8 @@ TEST(QuantizedMatrix, BatchedSimdBuildsMatchTheScalarTwin) {
               double magnitude = 0;
               for (int j = 0; j < shape.cols; ++j)
                 magnitude += static_cast<double>(w_abs[static_cast<size_t>(r * shape.cols + j)]) *
-                             std::fabs(x[static_cast<size_t>(t) * x_stride + static_cast<size_t>(j)]) * (quantized ? 1.01 : 1.0);
+                             std::fabs(x[static_cast<size_t>(t) * x_stride + static_cast<size_t>(j)]) *
+                             (quantized ? 1.01 : 1.0);
               const size_t i = static_cast<size_t>(t) * y_stride + static_cast<size_t>(r);
               ASSERT_NEAR(simd[i], scalar[i], 1e-5 * (1 + magnitude))
                   << tensor_type_name(type) << " " << isa_name(isa) << " " << shape.rows << "x" << shape.cols
@@ -183,15 +186,30 @@ Weights make_block_weights(TensorType type, int rows, int cols, uint32_t seed) {
   // Byte offsets of the fp16 scale fields: d, then m / dmin where the format has one.
   std::vector<size_t> fields;
   switch (type) {
-    case TensorType::kQ4_1: case TensorType::kQ5_1: case TensorType::kQ4_K: case TensorType::kQ5_K: fields = {0, 2}; break;
-    case TensorType::kQ2_K: fields = {80, 82}; break;
-    case TensorType::kQ3_K: fields = {108}; break;
-    case TensorType::kQ6_K: fields = {208}; break;
-    default: fields = {0}; break;  // Q5_0, IQ4_NL, IQ4_XS
+    case TensorType::kQ4_1:
+    case TensorType::kQ5_1:
+    case TensorType::kQ4_K:
+    case TensorType::kQ5_K:
+      fields = {0, 2};
+      break;
+    case TensorType::kQ2_K:
+      fields = {80, 82};
+      break;
+    case TensorType::kQ3_K:
+      fields = {108};
+      break;
+    case TensorType::kQ6_K:
+      fields = {208};
+      break;
+    default:
+      fields = {0};
+      break;  // Q5_0, IQ4_NL, IQ4_XS
   }
   for (size_t k = 0; k < blocks; ++k)
     for (size_t f : fields) {
-      const float v = scale(rng) * ((type == TensorType::kQ4_1 || type == TensorType::kQ5_1) && f == 2 && (rng() & 1) ? -1.0f : 1.0f);
+      const float v =
+          scale(rng) *
+          ((type == TensorType::kQ4_1 || type == TensorType::kQ5_1) && f == 2 && (rng() & 1) ? -1.0f : 1.0f);
       const uint16_t h = f32_to_f16(v);
       std::memcpy(w.bytes.data() + k * block_bytes + f, &h, 2);
     }
@@ -201,9 +219,14 @@ Weights make_block_weights(TensorType type, int rows, int cols, uint32_t seed) {
 // ggml's activation format of each block format (its vec_dot_type), stated here independently.
 TensorType activation_format(TensorType weight) {
   switch (weight) {
-    case TensorType::kQ5_0: case TensorType::kIQ4_NL: return TensorType::kQ8_0;
-    case TensorType::kQ4_1: case TensorType::kQ5_1: return TensorType::kQ8_1;
-    default: return TensorType::kQ8_K;
+    case TensorType::kQ5_0:
+    case TensorType::kIQ4_NL:
+      return TensorType::kQ8_0;
+    case TensorType::kQ4_1:
+    case TensorType::kQ5_1:
+      return TensorType::kQ8_1;
+    default:
+      return TensorType::kQ8_K;
   }
 }
 
@@ -227,7 +250,8 @@ double reference_block_dot(const Weights& w, int r, const float* x) {
       quantize_row_q8_1({x, n}, xq.data());
       std::vector<int8_t> level(32);
       for (size_t b = 0; b < n / 32; ++b) {
-        const std::byte* block = static_cast<const std::byte*>(w.view().row(r)) + b * (w.type == TensorType::kQ4_1 ? 20 : 24);
+        const std::byte* block =
+            static_cast<const std::byte*>(w.view().row(r)) + b * (w.type == TensorType::kQ4_1 ? 20 : 24);
         uint16_t dm[2];
         std::memcpy(dm, block, 4);
         for (size_t j = 0; j < 32; ++j) {
@@ -280,7 +304,8 @@ TEST_P(BlockFormatTest, EveryIsaMatchesTheReference) {
         double magnitude = 0;
         for (int j = 0; j < cols; ++j) magnitude += std::fabs(row[static_cast<size_t>(j)] * xt[j]);
         const size_t i = static_cast<size_t>(t) * y_stride + static_cast<size_t>(r);
-        ASSERT_NEAR(y[i], reference_block_dot(w, r, xt), 2e-5 * (1 + magnitude)) << isa_name(isa) << " t " << t << " r " << r;
+        ASSERT_NEAR(y[i], reference_block_dot(w, r, xt), 2e-5 * (1 + magnitude))
+            << isa_name(isa) << " t " << t << " r " << r;
         if (!scalar.empty()) {  // exact integer block sums, combined with the same float operations
           ASSERT_EQ(y[i], scalar[i]) << isa_name(isa) << " t " << t << " r " << r;
         }
@@ -327,10 +352,10 @@ TEST(BlockFormats, KnownBlocksDequantizeToTheirValues) {
     BlockQ4_K b{};
     b.d = f32_to_f16(1.0f);
     b.dmin = f32_to_f16(0.25f);
-    b.scales[9] = 0x23;                  // sub-block 5: scale low 4 bits 3, min low 4 bits 2
-    b.scales[1] = 0x40;                  // scale's bits 4-5 = 1 -> scale 19
-    b.scales[5] = 0x80;                  // min's bits 4-5 = 2 -> min 34
-    b.qs[2 * 32 + 4] = 0x50;             // sub-block 5 = high nibbles of bytes 64..95: element 164 = 5
+    b.scales[9] = 0x23;  // sub-block 5: scale low 4 bits 3, min low 4 bits 2
+    b.scales[1] = 0x40;  // scale's bits 4-5 = 1 -> scale 19
+    b.scales[5] = 0x80;  // min's bits 4-5 = 2 -> min 34
+    b.qs[2 * 32 + 4] = 0x50;  // sub-block 5 = high nibbles of bytes 64..95: element 164 = 5
     std::vector<float> y(256);
     dequantize_row(TensorType::kQ4_K, &b, y);
     EXPECT_EQ(y[164], 19.0f * 5 - 0.25f * 34);
@@ -340,8 +365,8 @@ TEST(BlockFormats, KnownBlocksDequantizeToTheirValues) {
     BlockQ6_K b{};
     b.d = f32_to_f16(2.0f);
     b.scales[200 / 16] = -3;
-    b.ql[64 + 8] = 0xA0;   // 200 = 128 + 64 + 8: high nibble of ql[64 + 8] = 10
-    b.qh[32 + 8] = 0x30;   // bits 4-5 = 3 -> level 10 | 48 = 58, minus 32 = 26
+    b.ql[64 + 8] = 0xA0;  // 200 = 128 + 64 + 8: high nibble of ql[64 + 8] = 10
+    b.qh[32 + 8] = 0x30;  // bits 4-5 = 3 -> level 10 | 48 = 58, minus 32 = 26
     std::vector<float> y(256);
     dequantize_row(TensorType::kQ6_K, &b, y);
     EXPECT_EQ(y[200], 2.0f * -3 * 26);
@@ -383,10 +408,12 @@ TEST(LinearLayer, MixedPartsAndBiasesLandInTheirRows) {
   std::vector<float> y(15);
   layer.multiply(x.data(), 64, 1, y.data(), 15, KernelIsa::kScalar);
   for (int r = 0; r < 8; ++r) EXPECT_NEAR(y[static_cast<size_t>(r)], reference_dot(a, r, x.data()), 1e-4);
-  for (int r = 0; r < 4; ++r) EXPECT_NEAR(y[8 + static_cast<size_t>(r)], reference_dot(b, r, x.data()) + bias_b[static_cast<size_t>(r)], 1e-4);
+  for (int r = 0; r < 4; ++r)
+    EXPECT_NEAR(y[8 + static_cast<size_t>(r)], reference_dot(b, r, x.data()) + bias_b[static_cast<size_t>(r)], 1e-4);
   for (int r = 0; r < 3; ++r) {
     double s = 0;
-    for (int j = 0; j < 64; ++j) s += static_cast<double>(c_values[static_cast<size_t>(r * 64 + j)]) * x[static_cast<size_t>(j)];
+    for (int j = 0; j < 64; ++j)
+      s += static_cast<double>(c_values[static_cast<size_t>(r * 64 + j)]) * x[static_cast<size_t>(j)];
     EXPECT_NEAR(y[12 + static_cast<size_t>(r)], s, 1e-4);
   }
   EXPECT_THROW(LinearLayer({a.view(), WeightTensor{TensorType::kF32, c_values.data(), 3, 32}}), UsageError);

@@ -33,8 +33,8 @@ fs::path shared_models() {
   return fs::path(env ? env : "../shared") / "models";
 }
 
-#define REQUIRE_GGUF_DATA()                                                                               \
-  if (!fs::exists(shared_models() / "gguf" / "ref"))                                                      \
+#define REQUIRE_GGUF_DATA()                          \
+  if (!fs::exists(shared_models() / "gguf" / "ref")) \
   GTEST_SKIP() << "PAGEDKV_SHARED_DIR/models/gguf (llama.cpp references) is absent; skipping"
 
 // One sequence through the runner, with its own blocks for each KV-cache group.
@@ -48,7 +48,8 @@ class SingleSequence {
     tables_.resize(static_cast<size_t>(groups_));
     // Group g owns blocks g*n+1 .. g*n+n, in reverse order so that a table is not the identity.
     for (int g = 0; g < groups_; ++g)
-      for (int b = 0; b < blocks_per_group_; ++b) tables_[static_cast<size_t>(g)].push_back(1 + g * blocks_per_group_ + (blocks_per_group_ - 1 - b));
+      for (int b = 0; b < blocks_per_group_; ++b)
+        tables_[static_cast<size_t>(g)].push_back(1 + g * blocks_per_group_ + (blocks_per_group_ - 1 - b));
   }
 
   // Runs `tokens` at the next positions; returns the logits after the last one.
@@ -60,11 +61,14 @@ class SingleSequence {
       const int p = pos_ + i;
       positions.push_back(p);
       for (int g = 0; g < groups_; ++g)
-        slots[static_cast<size_t>(g)].push_back(static_cast<int64_t>(tables_[static_cast<size_t>(g)][static_cast<size_t>(p / kBlock)]) * kBlock + p % kBlock);
+        slots[static_cast<size_t>(g)].push_back(
+            static_cast<int64_t>(tables_[static_cast<size_t>(g)][static_cast<size_t>(p / kBlock)]) * kBlock +
+            p % kBlock);
     }
     std::vector<KVGroupTables> extra;
     for (int g = 1; g < groups_; ++g)
-      extra.push_back(KVGroupTables{tables_[static_cast<size_t>(g)].data(), blocks_per_group_, slots[static_cast<size_t>(g)]});
+      extra.push_back(
+          KVGroupTables{tables_[static_cast<size_t>(g)].data(), blocks_per_group_, slots[static_cast<size_t>(g)]});
     ForwardBatch b;
     b.token_ids = tokens;
     b.positions = positions;
@@ -93,12 +97,12 @@ class SingleSequence {
 };
 
 struct Comparison {
-  double max_full = 0;        // full logit vectors, steps 0 and 1
-  double max_top8 = 0;        // llama.cpp's top-8 ids at every step
+  double max_full = 0;  // full logit vectors, steps 0 and 1
+  double max_top8 = 0;  // llama.cpp's top-8 ids at every step
   int steps = 0;
-  int argmax_differs = 0;     // steps where our argmax is not llama.cpp's
+  int argmax_differs = 0;  // steps where our argmax is not llama.cpp's
   int argmax_differs_clear = 0;  // ... where llama.cpp's top-2 gap is >= clear_gap
-  int exact_steps = 0;        // steps whose top-8 logits are all within 1e-4 of llama.cpp's
+  int exact_steps = 0;  // steps whose top-8 logits are all within 1e-4 of llama.cpp's
   // Steps where our argmax differs although llama.cpp's top-2 gap exceeds twice that step's
   // largest top-8 difference (so the difference alone cannot explain the flip): must be none.
   int argmax_differs_unexplained = 0;
@@ -115,7 +119,8 @@ Comparison compare_with_reference(const Model& model, const nlohmann::json& ref,
     const auto& step = ref["steps"][k];
     double step_top8 = 0;
     for (const auto& pair : step["top"])
-      step_top8 = std::max(step_top8, std::fabs(static_cast<double>(logits[pair[0].get<size_t>()]) - pair[1].get<double>()));
+      step_top8 =
+          std::max(step_top8, std::fabs(static_cast<double>(logits[pair[0].get<size_t>()]) - pair[1].get<double>()));
     c.max_top8 = std::max(c.max_top8, step_top8);
     c.exact_steps += step_top8 <= 1e-4 ? 1 : 0;
     if (k < ref["full_logits"].size()) {
@@ -175,10 +180,11 @@ TEST_P(GgufReference, LogitsAndGreedyIdsMatchLlamaCpp) {
     SCOPED_TRACE(prompt);
     const auto ref = load_json(dir / "ref" / (cs.model + "." + cs.type + "." + prompt + ".json"));
     const Comparison c = compare_with_reference(model, ref, KernelIsa::kAuto, cs.clear_gap);
-    std::printf("%s.%s %s: max |logit diff| full %.3g top-8 %.3g; %d of %d steps exact (1e-4); argmax differs at %d "
-                "(%d with llama.cpp's gap >= %g)\n",
-                cs.model.c_str(), cs.type.c_str(), prompt, c.max_full, c.max_top8, c.exact_steps, c.steps,
-                c.argmax_differs, c.argmax_differs_clear, cs.clear_gap);
+    std::printf(
+        "%s.%s %s: max |logit diff| full %.3g top-8 %.3g; %d of %d steps exact (1e-4); argmax differs at %d "
+        "(%d with llama.cpp's gap >= %g)\n",
+        cs.model.c_str(), cs.type.c_str(), prompt, c.max_full, c.max_top8, c.exact_steps, c.steps, c.argmax_differs,
+        c.argmax_differs_clear, cs.clear_gap);
     EXPECT_LE(c.max_full, cs.full_tol);
     EXPECT_LE(c.max_top8, cs.top8_tol);
     EXPECT_EQ(c.argmax_differs_unexplained, 0) << "greedy ids differ where llama.cpp's top-2 gap allows no flip";
@@ -237,11 +243,10 @@ INSTANTIATE_TEST_SUITE_P(
 INSTANTIATE_TEST_SUITE_P(
     SmallArchitectures, GgufReference,
     ::testing::Values(Case{"small-qwen3", "f32", 1e-3, 1e-3}, Case{"small-qwen3", "f16", 0.08, 0.08},
-                      Case{"small-qwen3", "q4_k_m", 0.5, 0.5, true},
-                      Case{"small-phi3", "f32", 1e-3, 1e-3}, Case{"small-phi3", "f16", 0.04, 0.04, false, true, 0.035},
-                      Case{"small-phi3", "q4_k_m", 0.5, 0.5, true},
-                      Case{"small-qwen3moe", "f32", 1e-3, 1e-3}, Case{"small-qwen3moe", "f16", 0.08, 0.08},
-                      Case{"small-qwen3moe", "q4_k_m", 0.5, 0.5, true}),
+                      Case{"small-qwen3", "q4_k_m", 0.5, 0.5, true}, Case{"small-phi3", "f32", 1e-3, 1e-3},
+                      Case{"small-phi3", "f16", 0.04, 0.04, false, true, 0.035},
+                      Case{"small-phi3", "q4_k_m", 0.5, 0.5, true}, Case{"small-qwen3moe", "f32", 1e-3, 1e-3},
+                      Case{"small-qwen3moe", "f16", 0.08, 0.08}, Case{"small-qwen3moe", "q4_k_m", 0.5, 0.5, true}),
     case_name);
 
 // Two requests in one step through qwen3moe: the experts run once over both requests' tokens
@@ -253,8 +258,12 @@ TEST(GgufSmallMoe, BatchedRequestsEqualTheirSingleRuns) {
   for (const char* type : {"f32", "q4_k_m"}) {
     SCOPED_TRACE(type);
     GgufModel model((dir / (std::string("small-qwen3moe.") + type + ".gguf")).string());
-    const auto a = load_json(dir / "ref" / (std::string("small-qwen3moe.") + type + ".p5_once_upon_a_time.json"))["prompt_ids"].get<std::vector<TokenId>>();
-    const auto b = load_json(dir / "ref" / (std::string("small-qwen3moe.") + type + ".p40_no_prompt.json"))["prompt_ids"].get<std::vector<TokenId>>();
+    const auto a =
+        load_json(dir / "ref" / (std::string("small-qwen3moe.") + type + ".p5_once_upon_a_time.json"))["prompt_ids"]
+            .get<std::vector<TokenId>>();
+    const auto b =
+        load_json(dir / "ref" / (std::string("small-qwen3moe.") + type + ".p40_no_prompt.json"))["prompt_ids"]
+            .get<std::vector<TokenId>>();
     SingleSequence sa(model, static_cast<int>(a.size())), sb(model, static_cast<int>(b.size()));
     const std::vector<float> alone_a = sa.feed(a), alone_b = sb.feed(b);
 
@@ -264,14 +273,16 @@ TEST(GgufSmallMoe, BatchedRequestsEqualTheirSingleRuns) {
     const int na = static_cast<int>(a.size()), nb = static_cast<int>(b.size());
     std::vector<TokenId> ids = a;
     ids.insert(ids.end(), b.begin(), b.end());
-    std::vector<int32_t> positions, tables(2 * kStride), query_start{0, na, na + nb}, context{na, nb}, rows{na - 1, na + nb - 1};
+    std::vector<int32_t> positions, tables(2 * kStride), query_start{0, na, na + nb}, context{na, nb},
+        rows{na - 1, na + nb - 1};
     std::vector<int64_t> slots;
     for (int r = 0; r < 2; ++r)
       for (int k = 0; k < kStride; ++k) tables[static_cast<size_t>(r * kStride + k)] = 1 + r * kStride + k;
     for (int i = 0; i < na + nb; ++i) {
       const int r = i < na ? 0 : 1, p = i < na ? i : i - na;
       positions.push_back(p);
-      slots.push_back(static_cast<int64_t>(tables[static_cast<size_t>(r * kStride + p / kBlock)]) * kBlock + p % kBlock);
+      slots.push_back(static_cast<int64_t>(tables[static_cast<size_t>(r * kStride + p / kBlock)]) * kBlock +
+                      p % kBlock);
     }
     ForwardBatch batch;
     batch.token_ids = ids;
@@ -317,8 +328,8 @@ TEST(GgufStories, GreedyRunsEqualTheLlama2cGoldens) {
     std::vector<TokenId> golden;
     for (TokenId id; in >> id;) golden.push_back(id);
     ASSERT_FALSE(golden.empty());
-    const auto ref = load_json(shared_models() / "gguf" / "ref" /
-                               (std::string("stories260Ktok512.") + run.ref + ".json"));
+    const auto ref =
+        load_json(shared_models() / "gguf" / "ref" / (std::string("stories260Ktok512.") + run.ref + ".json"));
     const auto prompt = ref["prompt_ids"].get<std::vector<TokenId>>();
     // run.c semantics: forwards at positions 0..steps-1, prompt forced, argmax after, stop on BOS.
     SingleSequence seq(model, run.steps + 1);
@@ -329,7 +340,8 @@ TEST(GgufStories, GreedyRunsEqualTheLlama2cGoldens) {
       const size_t k = static_cast<size_t>(pos + 1) - prompt.size();
       if (k < ref["steps"].size())
         for (const auto& pair : ref["steps"][k]["top"])
-          max_top8 = std::max(max_top8, std::fabs(static_cast<double>(logits[pair[0].get<size_t>()]) - pair[1].get<double>()));
+          max_top8 =
+              std::max(max_top8, std::fabs(static_cast<double>(logits[pair[0].get<size_t>()]) - pair[1].get<double>()));
       const TokenId next = Sampler::argmax(logits);
       ids.push_back(next);
       if (next == 1 || pos + 1 == run.steps) break;

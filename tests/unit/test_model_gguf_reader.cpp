@@ -122,12 +122,15 @@ TEST(GgufReader, EveryTruncationIsAFormatError) {
   }
   // Messages name the section.
   const auto l = small_writer().layout();
-  EXPECT_NE(parse_error(Bytes(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(l.header_end + 20))).find("metadata"),
-            std::string::npos);
-  EXPECT_NE(parse_error(Bytes(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(l.metadata_end + 10))).find("tensor"),
-            std::string::npos);
-  EXPECT_NE(parse_error(Bytes(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(needed - 1))).find("past the end"),
-            std::string::npos);
+  EXPECT_NE(
+      parse_error(Bytes(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(l.header_end + 20))).find("metadata"),
+      std::string::npos);
+  EXPECT_NE(
+      parse_error(Bytes(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(l.metadata_end + 10))).find("tensor"),
+      std::string::npos);
+  EXPECT_NE(
+      parse_error(Bytes(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(needed - 1))).find("past the end"),
+      std::string::npos);
 }
 
 TEST(GgufReader, HeaderErrorsAreNamed) {
@@ -363,8 +366,10 @@ TEST(GgufReaderShared, EverySharedFileParsesAndSurvivesCorruption) {
       GgufFile f(path.string());
       EXPECT_GE(f.version(), 2u);
       EXPECT_NE(f.find("general.architecture"), nullptr);
-      header_bytes = f.tensors().empty() ? good.size() : static_cast<size_t>(f.tensors().front().data - f.bytes().data());
-      for (const GgufTensor& t : f.tensors()) header_bytes = std::min(header_bytes, static_cast<size_t>(t.data - f.bytes().data()));
+      header_bytes =
+          f.tensors().empty() ? good.size() : static_cast<size_t>(f.tensors().front().data - f.bytes().data());
+      for (const GgufTensor& t : f.tensors())
+        header_bytes = std::min(header_bytes, static_cast<size_t>(t.data - f.bytes().data()));
     }
     // Truncated copies: at a spread of lengths, including inside the metadata and tensor infos.
     for (int k = 0; k < 40; ++k) {

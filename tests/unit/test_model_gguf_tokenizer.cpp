@@ -60,8 +60,8 @@ TEST_P(LlamaCppVocab, ReproducesLlamaCppOnEveryExpectedLine) {
     ++lines;
     if (got != expected) {
       ++mismatches;
-      ADD_FAILURE() << name << " " << j["id"].get<std::string>() << " " << nlohmann::json(text).dump() << "\n  expected "
-                    << ids_text(expected) << "\n  got      " << ids_text(got);
+      ADD_FAILURE() << name << " " << j["id"].get<std::string>() << " " << nlohmann::json(text).dump()
+                    << "\n  expected " << ids_text(expected) << "\n  got      " << ids_text(got);
     }
     // Decoding gives the text back: byte-level BPE always; SentencePiece wherever llama.cpp's ids
     // hold no <unk> (and the text has no U+2581 of its own, which it cannot tell from a space).
@@ -116,11 +116,13 @@ INSTANTIATE_TEST_SUITE_P(Vocabs, LlamaCppVocab,
                          });
 
 TEST(GgufTokenizer, Tok512MatchesTheLlama2cTokenizer) {
-  if (!fs::exists(vocab_file("tok512")) || !fs::exists(models_dir() / "tok512.bin")) GTEST_SKIP() << "shared models absent";
+  if (!fs::exists(vocab_file("tok512")) || !fs::exists(models_dir() / "tok512.bin"))
+    GTEST_SKIP() << "shared models absent";
   GgufFile file(vocab_file("tok512").string());
   GgufTokenizer gguf(file);
   Tokenizer bin((models_dir() / "tok512.bin").string(), 512);
-  for (const char* text : {"Once upon a time", "Tom and Lily went to the beach", "", "héllo wörld 🙂", "a  b\n\tc"}) {
+  for (const char* text :
+       {"Once upon a time", "Tom and Lily went to the beach", "", "héllo wörld 🙂", "a  b\n\tc"}) {
     EXPECT_EQ(gguf.encode(text, true), bin.encode(text, true)) << text;
     // Both through the one interface.
     const TextTokenizer& a = gguf;

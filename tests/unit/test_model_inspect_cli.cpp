@@ -75,7 +75,8 @@ TEST_F(InspectCli, AFileItCannotRunSaysWhatIsMissing) {
 
 TEST_F(InspectCli, ReportsLongRopeAndTheSetItsContextChooses) {
   // A one-layer phi3 with LongRoPE factors (and no tokenizer: loadable, not runnable).
-  const fs::path path = fs::temp_directory_path() / ("pagedkv-inspect-longrope-" + std::to_string(::getpid()) + ".gguf");
+  const fs::path path =
+      fs::temp_directory_path() / ("pagedkv-inspect-longrope-" + std::to_string(::getpid()) + ".gguf");
   pagedkv::GgufWriter w;
   w.add_string("general.architecture", "phi3");
   w.add_u32("phi3.context_length", 1024);
@@ -116,8 +117,9 @@ TEST_F(InspectCli, ReportsLongRopeAndTheSetItsContextChooses) {
     EXPECT_FLOAT_EQ(j["rope_scaling"]["attn_factor"].get<float>(), 1.25f);
   }
   const auto text = pagedkv("inspect " + path.string() + " --context-length 256", false);
-  EXPECT_NE(text.output.find("LongRoPE from original context 256: short factors at context 256, attention factor 1.2500"),
-            std::string::npos)
+  EXPECT_NE(
+      text.output.find("LongRoPE from original context 256: short factors at context 256, attention factor 1.2500"),
+      std::string::npos)
       << text.output;
   fs::remove(path);
 }

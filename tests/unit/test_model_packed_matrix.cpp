@@ -40,8 +40,8 @@ std::vector<KernelIsa> isas() {
 TEST(PackedMatrix, BitIdenticalToScalarMatmul) {
   for (int threads : {1, 2}) {
     testing::ScopedKernelThreads scoped(threads);
-    for (auto [rows, cols] : {std::pair{1, 1}, {7, 3}, {8, 64}, {13, 17}, {64, 64}, {100, 48}, {344, 64}, {512, 64},
-                              {1000, 300}}) {
+    for (auto [rows, cols] :
+         {std::pair{1, 1}, {7, 3}, {8, 64}, {13, 17}, {64, 64}, {100, 48}, {344, 64}, {512, 64}, {1000, 300}}) {
       const auto w = random_floats(static_cast<size_t>(rows) * cols, 1);
       const PackedMatrix packed(w.data(), rows, cols);
       EXPECT_EQ(packed.rows(), rows);

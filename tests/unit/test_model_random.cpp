@@ -74,7 +74,9 @@ class Model {
   };
 
   Model(int num_blocks, int block_size, int max_model_len)
-      : bs_(block_size), max_len_(max_model_len), ref_(static_cast<size_t>(num_blocks), 0),
+      : bs_(block_size),
+        max_len_(max_model_len),
+        ref_(static_cast<size_t>(num_blocks), 0),
         key_of_(static_cast<size_t>(num_blocks)) {
     for (int b = 1; b < num_blocks; ++b) free_.push_back(b);
   }
@@ -101,7 +103,8 @@ class Model {
     int needed = std::max(0, cdiv(slots, bs_) - static_cast<int>(hits.size()) - held);
     for (int h : hits) needed += ref_[static_cast<size_t>(h)] == 0;
     if (it != reqs_.end())
-      for (int i = num_computed / bs_; i < held; ++i) needed += ref_[static_cast<size_t>(it->second.table[static_cast<size_t>(i)])] > 1;
+      for (int i = num_computed / bs_; i < held; ++i)
+        needed += ref_[static_cast<size_t>(it->second.table[static_cast<size_t>(i)])] > 1;
     if (needed > static_cast<int>(free_.size())) return std::nullopt;
 
     Req& r = reqs_[id];
@@ -122,7 +125,8 @@ class Model {
       --ref_[static_cast<size_t>(old)];
     }
     const size_t first_new = r.table.size();
-    for (int want = cdiv(slots, bs_) - static_cast<int>(r.table.size()); want > 0; --want) r.table.push_back(pop_free());
+    for (int want = cdiv(slots, bs_) - static_cast<int>(r.table.size()); want > 0; --want)
+      r.table.push_back(pop_free());
     const int num_full = std::min(num_computed + num_new, static_cast<int>(r.tokens.size())) / bs_;
     for (int i = r.num_cached; i < num_full; ++i) {
       const int b = r.table[static_cast<size_t>(i)];
@@ -280,9 +284,7 @@ class RandomRun {
     uint64_t id = 0, other = 0;
     int tokens = 0, hit_or_at = 0, chunk = 0, lookahead = 0;
   };
-  void log(const OpRecord& r) {
-    history_[history_next_++ % history_.size()] = r;
-  }
+  void log(const OpRecord& r) { history_[history_next_++ % history_.size()] = r; }
   std::string describe(const OpRecord& r) const {
     std::ostringstream s;
     s << "op " << r.op << ": " << r.what << " " << r.id;
@@ -290,8 +292,7 @@ class RandomRun {
       s << " (" << r.tokens << " tokens, " << r.hit_or_at << " hit, chunk " << r.chunk << ")";
     else if (std::string_view(r.what) == "advance")
       s << " by " << r.chunk << " (+" << r.lookahead << " lookahead) at " << r.hit_or_at;
-    else if (std::string_view(r.what) == "fork")
-      s << " -> " << r.other;
+    else if (std::string_view(r.what) == "fork") s << " -> " << r.other;
     return s.str();
   }
 

@@ -22,7 +22,8 @@ struct Stories {
   Llama2cCheckpoint model;
   Tokenizer tokenizer;
   explicit Stories(const std::filesystem::path& dir)
-      : model((dir / "stories260K.bin").string()), tokenizer((dir / "tok512.bin").string(), model.config().vocab_size) {}
+      : model((dir / "stories260K.bin").string()),
+        tokenizer((dir / "tok512.bin").string(), model.config().vocab_size) {}
 };
 
 Sequence make_sequence(const Tokenizer& tok, const Golden& g) {
@@ -80,7 +81,8 @@ TEST_P(GoldenTest, AllGoldensInOneFlattenedBatchMatch) {
   arena.fill_nan();
   testing::generate(runner, arena, seqs, 1 << 20);
   for (size_t i = 0; i < seqs.size(); ++i)
-    expect_golden(dir, st.tokenizer, testing::goldens()[i], seqs[i], "batched, block size " + std::to_string(block_size));
+    expect_golden(dir, st.tokenizer, testing::goldens()[i], seqs[i],
+                  "batched, block size " + std::to_string(block_size));
 }
 
 INSTANTIATE_TEST_SUITE_P(BlockSizes, GoldenTest, ::testing::Values(1, 16, 64),
@@ -131,7 +133,7 @@ TEST(ForwardBatchBuilder, LaysOutRequestsLikeTheRunnerExpects) {
   const std::vector<TokenId> a_tokens = {10, 11, 12}, b_tokens = {20};
   const std::vector<int32_t> a_blocks = {7, 3}, b_blocks = {5, 9, 2};
   EXPECT_EQ(b.add_request(a_tokens, 2, a_blocks, false), 0);  // positions 2..4, no logits
-  EXPECT_EQ(b.add_request(b_tokens, 9, b_blocks, true), 1);   // decode at position 9
+  EXPECT_EQ(b.add_request(b_tokens, 9, b_blocks, true), 1);  // decode at position 9
   const ForwardBatch fb = b.batch();
   EXPECT_EQ(std::vector<TokenId>(fb.token_ids.begin(), fb.token_ids.end()), (std::vector<TokenId>{10, 11, 12, 20}));
   EXPECT_EQ(std::vector<int32_t>(fb.positions.begin(), fb.positions.end()), (std::vector<int32_t>{2, 3, 4, 9}));

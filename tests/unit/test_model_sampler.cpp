@@ -142,11 +142,14 @@ TEST(Sampler, RejectsInvalidParameters) {
 // vocabulary under every setting: the argmax, never a read past the candidates.
 TEST(Sampler, NonFiniteLogitsGiveTheArgmax) {
   const float inf = std::numeric_limits<float>::infinity();
-  const std::vector<std::vector<float>> rows = {
-      {NAN, NAN, NAN, NAN}, {0.5f, NAN, 2.0f, 1.0f}, {0.5f, inf, 2.0f, inf}, {-inf, -inf, -inf, -inf}, {1.0f, -inf, NAN, 3.0f}};
+  const std::vector<std::vector<float>> rows = {{NAN, NAN, NAN, NAN},
+                                                {0.5f, NAN, 2.0f, 1.0f},
+                                                {0.5f, inf, 2.0f, inf},
+                                                {-inf, -inf, -inf, -inf},
+                                                {1.0f, -inf, NAN, 3.0f}};
   for (const auto& row : rows)
-    for (const SamplingParams& p : {params(1.0f, 0, 0.0f, 7), params(0.8f, 2, 0.0f, 7), params(1.0f, 0, 0.5f, 7),
-                                    params(1.0f, 3, 0.9f, 7)}) {
+    for (const SamplingParams& p :
+         {params(1.0f, 0, 0.0f, 7), params(0.8f, 2, 0.0f, 7), params(1.0f, 0, 0.5f, 7), params(1.0f, 3, 0.9f, 7)}) {
       Sampler s(4, p);
       const TokenId t = s.sample(row);
       EXPECT_EQ(t, Sampler::argmax(row)) << p.temperature << " " << p.top_k << " " << p.top_p;

@@ -70,8 +70,8 @@ struct Sequence {
   std::vector<TokenId> prompt;  // BOS first
   int steps = 0;
   std::optional<Sampler> sampler;
-  std::vector<TokenId> ids;     // prompt, then every chosen token
-  int computed = 0;             // positions whose K/V are in the cache
+  std::vector<TokenId> ids;  // prompt, then every chosen token
+  int computed = 0;  // positions whose K/V are in the cache
   bool done = false;
   std::vector<int32_t> blocks;  // this sequence's block table row
 };
@@ -137,7 +137,8 @@ inline int generate(ModelRunner& runner, KVArena& arena, std::vector<Sequence>& 
     for (auto* s : active) stride = std::max(stride, s->blocks.size());
     tables.assign(active.size() * stride, 0);
     for (size_t i = 0; i < active.size(); ++i)
-      std::copy(active[i]->blocks.begin(), active[i]->blocks.end(), tables.begin() + static_cast<std::ptrdiff_t>(i * stride));
+      std::copy(active[i]->blocks.begin(), active[i]->blocks.end(),
+                tables.begin() + static_cast<std::ptrdiff_t>(i * stride));
 
     ForwardBatch batch;
     batch.token_ids = tokens;

@@ -95,8 +95,8 @@ TEST(Tokenizer, ValidatesTheFile) {
   EXPECT_NO_THROW(Tokenizer(good, 5, "good"));
 
   expect_format_error(std::span(good).first(3), 5, {"truncated", "max_token_length", "file has 3 bytes"});
-  expect_format_error(std::span(good).first(good.size() - 1), 5, {"truncated at token 4 of 5", "piece bytes",
-                                                                   std::to_string(good.size() - 1) + " bytes"});
+  expect_format_error(std::span(good).first(good.size() - 1), 5,
+                      {"truncated at token 4 of 5", "piece bytes", std::to_string(good.size() - 1) + " bytes"});
   expect_format_error(std::span(good).first(good.size() - 4), 5, {"truncated at token 4 of 5", "length"});
   expect_format_error(good, 4, {"oversized", "4 tokens end at byte", std::to_string(good.size()) + " bytes"});
   expect_format_error(good, 6, {"truncated at token 5 of 6", "score"});
@@ -121,12 +121,13 @@ TEST(Tokenizer, ValidatesTheFile) {
 }
 
 TEST(Tokenizer, DecodesLikeRunC) {
-  auto tok = make(with_specials({{0, " hi"}, {0, "<0x0A>"}, {0, "<0x41>"}, {0, " <0x42>"}, {0, "<0xe9>"}, {0, "<0x>"}}));
-  EXPECT_EQ(tok.decode(1, 3), "hi");   // after BOS the leading space goes
+  auto tok =
+      make(with_specials({{0, " hi"}, {0, "<0x0A>"}, {0, "<0x41>"}, {0, " <0x42>"}, {0, "<0xe9>"}, {0, "<0x>"}}));
+  EXPECT_EQ(tok.decode(1, 3), "hi");  // after BOS the leading space goes
   EXPECT_EQ(tok.decode(5, 3), " hi");
-  EXPECT_EQ(tok.decode(3, 4), "\n");   // <0xHH> is the raw byte
+  EXPECT_EQ(tok.decode(3, 4), "\n");  // <0xHH> is the raw byte
   EXPECT_EQ(tok.decode(3, 5), "A");
-  EXPECT_EQ(tok.decode(1, 6), "B");    // space stripped first, then parsed as a byte
+  EXPECT_EQ(tok.decode(1, 6), "B");  // space stripped first, then parsed as a byte
   EXPECT_EQ(tok.decode(3, 6), " <0x42>");
   EXPECT_EQ(tok.decode(3, 7), "\xe9");  // lower-case hex digits parse too (sscanf %X)
   EXPECT_EQ(tok.decode(3, 8), "<0x>");
@@ -162,7 +163,10 @@ TEST(Tokenizer, EncodesTheReadmePromptsOfStories260K) {
   EXPECT_EQ(tok.encode("\xe4\xb8\xad"), (std::vector<TokenId>{1, 410, 0xe4 + 3, 0xb8 + 3, 0xad + 3}));
   EXPECT_EQ(tok.render(tok.encode("\xe4\xb8\xad")), "");
   // A stray continuation byte stands alone; a run of five is grouped 4 + 1, like run.c.
-  EXPECT_EQ(tok.encode("\x80" "a", false), (std::vector<TokenId>{410, 0x80 + 3, tok.encode("a", false)[1]}));
+  EXPECT_EQ(tok.encode("\x80"
+                       "a",
+                       false),
+            (std::vector<TokenId>{410, 0x80 + 3, tok.encode("a", false)[1]}));
   EXPECT_EQ(tok.encode("\xf0\x80\x80\x80\x80", false).size(), 6u);
 }
 

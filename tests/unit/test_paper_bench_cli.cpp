@@ -23,10 +23,14 @@ class PaperBenchCli : public pagedkv::testing::CliTest {
 
 TEST_F(PaperBenchCli, QuickRunHasTheStructureThePoliciesImply) {
   int code = -1;
-  const std::string out = run("bench paper --quick --json --check-invariants --workloads sharegpt --parallel-n 2 --beam-widths 2,4 --parallel-workloads sharegpt", code);
+  const std::string out =
+      run("bench paper --quick --json --check-invariants --workloads sharegpt --parallel-n 2 --beam-widths 2,4 "
+          "--parallel-workloads sharegpt",
+          code);
   ASSERT_EQ(code, 0) << out;
   const nlohmann::json j = nlohmann::json::parse(out);
-  ASSERT_TRUE(j.contains("rate_ratio_vs_oracle") && j.contains("rate_ratio_vs_max") && j.contains("token_state_share_paged"));
+  ASSERT_TRUE(j.contains("rate_ratio_vs_oracle") && j.contains("rate_ratio_vs_max") &&
+              j.contains("token_state_share_paged"));
   // Paging wastes at most the tail of each sequence's last block.
   EXPECT_GE(j["token_state_share_paged"].get<double>(), 0.96);
   const nlohmann::json& w = j.at("workloads").at(0);
@@ -58,7 +62,8 @@ TEST_F(PaperBenchCli, QuickRunHasTheStructureThePoliciesImply) {
   // to a power of two of them, which wastes less than half of what it holds.
   const nlohmann::json& om = p["oracle"]["memory"];
   EXPECT_LT(om["internal_fragmentation"].get<double>(),
-            0.5 * (om["token_states"].get<double>() + om["reserved"].get<double>() + om["internal_fragmentation"].get<double>()));
+            0.5 * (om["token_states"].get<double>() + om["reserved"].get<double>() +
+                   om["internal_fragmentation"].get<double>()));
   EXPECT_EQ(j["setup"]["range_allocation"].get<std::string>(), "buddy");
   // More sequences fit when less is reserved, so the sustained rates are ordered too.
   const double paged = p["paged"]["sustained_rate"].get<double>();
@@ -76,7 +81,8 @@ TEST_F(PaperBenchCli, QuickRunHasTheStructureThePoliciesImply) {
   // share (they part after the prompt), and more at width 4 than at width 2.
   const nlohmann::json& beam = w.at("beam_search");
   ASSERT_TRUE(beam.is_array() && beam.size() == 2u) << beam.dump();
-  const double beam2 = beam.at(0).at("memory_saving").get<double>(), beam4 = beam.at(1).at("memory_saving").get<double>();
+  const double beam2 = beam.at(0).at("memory_saving").get<double>(),
+               beam4 = beam.at(1).at("memory_saving").get<double>();
   EXPECT_GT(beam2, saving);
   EXPECT_GT(beam4, beam2);
   EXPECT_LT(beam4, 1.0);

@@ -20,9 +20,7 @@
 namespace pagedkv {
 namespace {
 
-std::span<const std::byte> bytes_of(const char* s) {
-  return {reinterpret_cast<const std::byte*>(s), std::strlen(s)};
-}
+std::span<const std::byte> bytes_of(const char* s) { return {reinterpret_cast<const std::byte*>(s), std::strlen(s)}; }
 
 template <typename T>
 void put(std::vector<std::byte>& out, T v) {
@@ -63,25 +61,29 @@ struct PinnedVector {
 };
 
 const PinnedVector kPinned[] = {
-    {HashAlgorithm::kXxh3_128, 0,
+    {HashAlgorithm::kXxh3_128,
+     0,
      {0xaa02c50a7eca74dfull, 0xd2e93844f0612443ull},
      {0x46eb23752f216725ull, 0x94e88fff992cad01ull},
      {0xaff6a05b23af77e8ull, 0x362393aa6456bca2ull},
      {0xdd38ee4a6798babaull, 0x42bcc78bf3494997ull},
      {0xc3bbd3e0d5e4300dull, 0xa43a959fa6f89b15ull}},
-    {HashAlgorithm::kXxh3_128, 42,
+    {HashAlgorithm::kXxh3_128,
+     42,
      {0x7976ecaf366925c8ull, 0x550ce0a2bd7f66f8ull},
      {0xacc5653bcce71628ull, 0xebcccd998fd66fd4ull},
      {0xb42649a67afe6ee3ull, 0xf3a8b15647b117ebull},
      {0x7be400a7f66e0884ull, 0xb1049b18161a8a5full},
      {0xd7c9868ce429c15cull, 0xd0c0b1033df9d5fdull}},
-    {HashAlgorithm::kSha256, 0,
+    {HashAlgorithm::kSha256,
+     0,
      {0xd67a71508cba0260ull, 0xa6491da66ae62862ull},
      {0xf5a47ddb3102b187ull, 0x10d74fecaa7c2a42ull},
      {0x6d77a0c91317ba71ull, 0xd0630c9672101c9eull},
      {0x61c237047ceb6206ull, 0xfeca7a59ed2cc1d3ull},
      {0x05f3becd947753c6ull, 0x86d8680df0eb00a2ull}},
-    {HashAlgorithm::kSha256, 42,
+    {HashAlgorithm::kSha256,
+     42,
      {0xa2e158192b217fd9ull, 0x0af1d99cc93e4e28ull},
      {0x2ca0e0c72c0863deull, 0x152c734646cc061full},
      {0x26fe5209c5cd32edull, 0xbbaf5af4651ce12aull},
@@ -351,9 +353,7 @@ TEST(CoreHashing, RejectsNonPositiveBlockSize) {
   EXPECT_THROW(BlockHasher(-16, HashAlgorithm::kSha256, 0), ConfigError);
 }
 
-TEST(CoreHashing, HexIsHiThenLo) {
-  EXPECT_EQ((BlockHash{0x1, 0xabcdef}).hex(), "0000000000abcdef0000000000000001");
-}
+TEST(CoreHashing, HexIsHiThenLo) { EXPECT_EQ((BlockHash{0x1, 0xabcdef}).hex(), "0000000000abcdef0000000000000001"); }
 
 }  // namespace
 }  // namespace pagedkv

@@ -144,7 +144,7 @@ TEST(CoreCollision, ABlockIsNeverSplicedOntoAnotherPrefix) {
   const auto w = iota_tokens(4, 0), x = iota_tokens(4, 50);
   Request a(RequestId{1}, concat(concat(w, x), {9}));  // [W][X][9]
   ASSERT_EQ(m.admit(a), 0);
-  Request b(RequestId{2}, concat(x, {1, 2}));         // [X][1 2]
+  Request b(RequestId{2}, concat(x, {1, 2}));  // [X][1 2]
   auto hit = m.get_computed_blocks(b);
   EXPECT_EQ(hit.num_computed_tokens, 0) << "B must not get A's block 1: its KV depends on A's block 0";
   ASSERT_TRUE(m.allocate_slots(b, b.num_tokens() - hit.num_computed_tokens, hit.num_computed_tokens, &hit).has_value());
@@ -168,7 +168,7 @@ TEST(CoreCollision, TenantsStayIsolatedUnderCollisions) {
   const auto v = iota_tokens(4, 0), w = iota_tokens(4, 100), x = iota_tokens(4, 50);
   Request a(RequestId{1}, concat(concat(w, x), {1}));  // tenant A: [W][X]
   a.cache_salt = "a";
-  Request b_first(RequestId{2}, concat(v, {2}));       // tenant B caches [V]
+  Request b_first(RequestId{2}, concat(v, {2}));  // tenant B caches [V]
   b_first.cache_salt = "b";
   ASSERT_EQ(m.admit(a), 0);
   ASSERT_EQ(m.admit(b_first), 0);

@@ -101,7 +101,8 @@ TEST(CoreSha256, ScalarTwinPublishedVectorsAndEveryLength) {
 // 16 messages per call, lanes of different lengths with the same padded size (different
 // padding per lane), every padded size up to five blocks: each digest equals the twin's.
 TEST(CoreSha256, Avx512LanesMatchTheScalarTwin) {
-  if (!sha256_avx512_available()) GTEST_SKIP() << "this CPU has no AVX-512 (or PAGEDKV_SHA256/PAGEDKV_ISA turned it off)";
+  if (!sha256_avx512_available())
+    GTEST_SKIP() << "this CPU has no AVX-512 (or PAGEDKV_SHA256/PAGEDKV_ISA turned it off)";
   std::mt19937_64 rng(13);
   for (size_t blocks = 1; blocks <= 5; ++blocks) {
     for (int round = 0; round < 20; ++round) {
@@ -165,7 +166,8 @@ TEST(CoreSha256, LanesMatchOneLane) {
         std::byte* d[1] = {alone.data()};
         sha256_hardware_lanes(m, 1, padded / 64, d);
         EXPECT_EQ(alone, together[static_cast<size_t>(l)]) << "length " << len << ", lanes " << lanes << ", lane " << l;
-        const BlockHash reference = sha256_hash_openssl(std::span<const std::byte>(msgs[static_cast<size_t>(l)]).first(len), 0);
+        const BlockHash reference =
+            sha256_hash_openssl(std::span<const std::byte>(msgs[static_cast<size_t>(l)]).first(len), 0);
         EXPECT_EQ(std::memcmp(&reference.lo, alone.data(), 8), 0);
         EXPECT_EQ(std::memcmp(&reference.hi, alone.data() + 8, 8), 0);
       }
@@ -175,7 +177,9 @@ TEST(CoreSha256, LanesMatchOneLane) {
 
 // XXH3-128 behind a function pointer of its own: the hasher cannot recognise it, so it hashes
 // one block at a time through hash_block (the reference for the XXH3 lanes).
-BlockHash xxh3_one_block_at_a_time(std::span<const std::byte> bytes, uint64_t seed) { return xxh3_128_hash(bytes, seed); }
+BlockHash xxh3_one_block_at_a_time(std::span<const std::byte> bytes, uint64_t seed) {
+  return xxh3_128_hash(bytes, seed);
+}
 
 // Requests of many lengths (none, one, many blocks; partial tails), some already partly hashed,
 // some with extra keys (hashed one by one): extend_many must give each exactly the hashes the
@@ -184,55 +188,54 @@ TEST(CoreSha256, InterleavedChainsMatchTheOneBlockAtATimeHasher) {
   std::mt19937_64 rng(3);
   const MultiModalInput image{BlockHash{0x1234, 0x5678}, 5, 40};
   for (HashAlgorithm algorithm : {HashAlgorithm::kSha256, HashAlgorithm::kXxh3_128})
-  for (int block_size : {1, 3, 16, 17, 64}) {
-    for (uint64_t seed : {uint64_t{0}, uint64_t{99}}) {
-      SCOPED_TRACE(::testing::Message() << hash_algorithm_name(algorithm) << ", seed " << seed);
-      const BlockHasher hasher(block_size, algorithm, seed);
-      const BlockHasher reference(block_size,
-                                  algorithm == HashAlgorithm::kSha256 ? &sha256_hash_openssl : &xxh3_one_block_at_a_time,
-                                  seed);
-      ASSERT_EQ(hasher.root(), reference.root());
-      const int n = 71;  // more than the 16 AVX-512 lanes: lanes take new requests as they finish
-      std::vector<std::vector<TokenId>> tokens(n);
-      std::vector<PrefixKeys> keys(n);
-      std::vector<std::vector<BlockHash>> hashes(n), expected_hashes(n);
-      std::vector<std::vector<uint64_t>> digests(n), expected_digests(n);
-      std::vector<BlockHashJob> jobs;
-      for (size_t i = 0; i < tokens.size(); ++i) {
-        const size_t len = i % 5 == 0 ? rng() % 3 : rng() % 300;
-        for (size_t t = 0; t < len; ++t) tokens[i].push_back(static_cast<TokenId>(rng() % 32000));
-        if (i % 7 == 3) keys[i].lora_id = 5;
-        if (i % 7 == 4) keys[i].mm_inputs = std::span<const MultiModalInput>(&image, 1);
-        if (i % 7 == 5) keys[i].cache_salt = "tenant";
-        reference.extend(tokens[i], keys[i], expected_hashes[i], expected_digests[i]);
-        if (i % 4 == 1 && tokens[i].size() >= 2 * static_cast<size_t>(block_size)) {  // already partly hashed
-          const auto head = std::span<const TokenId>(tokens[i]).first(2 * static_cast<size_t>(block_size));
-          reference.extend(head, keys[i], hashes[i], digests[i]);
+    for (int block_size : {1, 3, 16, 17, 64}) {
+      for (uint64_t seed : {uint64_t{0}, uint64_t{99}}) {
+        SCOPED_TRACE(::testing::Message() << hash_algorithm_name(algorithm) << ", seed " << seed);
+        const BlockHasher hasher(block_size, algorithm, seed);
+        const BlockHasher reference(
+            block_size, algorithm == HashAlgorithm::kSha256 ? &sha256_hash_openssl : &xxh3_one_block_at_a_time, seed);
+        ASSERT_EQ(hasher.root(), reference.root());
+        const int n = 71;  // more than the 16 AVX-512 lanes: lanes take new requests as they finish
+        std::vector<std::vector<TokenId>> tokens(n);
+        std::vector<PrefixKeys> keys(n);
+        std::vector<std::vector<BlockHash>> hashes(n), expected_hashes(n);
+        std::vector<std::vector<uint64_t>> digests(n), expected_digests(n);
+        std::vector<BlockHashJob> jobs;
+        for (size_t i = 0; i < tokens.size(); ++i) {
+          const size_t len = i % 5 == 0 ? rng() % 3 : rng() % 300;
+          for (size_t t = 0; t < len; ++t) tokens[i].push_back(static_cast<TokenId>(rng() % 32000));
+          if (i % 7 == 3) keys[i].lora_id = 5;
+          if (i % 7 == 4) keys[i].mm_inputs = std::span<const MultiModalInput>(&image, 1);
+          if (i % 7 == 5) keys[i].cache_salt = "tenant";
+          reference.extend(tokens[i], keys[i], expected_hashes[i], expected_digests[i]);
+          if (i % 4 == 1 && tokens[i].size() >= 2 * static_cast<size_t>(block_size)) {  // already partly hashed
+            const auto head = std::span<const TokenId>(tokens[i]).first(2 * static_cast<size_t>(block_size));
+            reference.extend(head, keys[i], hashes[i], digests[i]);
+          }
+          jobs.push_back(BlockHashJob{tokens[i], keys[i], &hashes[i], &digests[i]});
         }
-        jobs.push_back(BlockHashJob{tokens[i], keys[i], &hashes[i], &digests[i]});
-      }
-      hasher.extend_many(jobs);
-      for (size_t i = 0; i < tokens.size(); ++i) {
-        EXPECT_EQ(hashes[i], expected_hashes[i]) << "block size " << block_size << ", request " << i;
-        EXPECT_EQ(digests[i], expected_digests[i]) << "block size " << block_size << ", request " << i;
-        // One request at a time (extend), and growing token by token, give the same.
-        std::vector<BlockHash> one;
-        std::vector<uint64_t> one_digests;
-        for (size_t t = 0; t <= tokens[i].size(); t += 1 + rng() % 40)
-          hasher.extend(std::span<const TokenId>(tokens[i]).first(t), keys[i], one, one_digests);
-        hasher.extend(tokens[i], keys[i], one, one_digests);
-        EXPECT_EQ(one, expected_hashes[i]) << "block size " << block_size << ", request " << i;
+        hasher.extend_many(jobs);
+        for (size_t i = 0; i < tokens.size(); ++i) {
+          EXPECT_EQ(hashes[i], expected_hashes[i]) << "block size " << block_size << ", request " << i;
+          EXPECT_EQ(digests[i], expected_digests[i]) << "block size " << block_size << ", request " << i;
+          // One request at a time (extend), and growing token by token, give the same.
+          std::vector<BlockHash> one;
+          std::vector<uint64_t> one_digests;
+          for (size_t t = 0; t <= tokens[i].size(); t += 1 + rng() % 40)
+            hasher.extend(std::span<const TokenId>(tokens[i]).first(t), keys[i], one, one_digests);
+          hasher.extend(tokens[i], keys[i], one, one_digests);
+          EXPECT_EQ(one, expected_hashes[i]) << "block size " << block_size << ", request " << i;
+        }
       }
     }
-  }
 }
 
 TEST(CoreSha256, ImplementationIsNamed) {
   EXPECT_EQ(BlockHasher(16, HashAlgorithm::kXxh3_128).implementation(), "xxh3_128");
-  EXPECT_EQ(BlockHasher(16, HashAlgorithm::kSha256).implementation(),
-            !sha256_hardware_available() ? "sha256 (OpenSSL)"
-            : sha256_avx512_available()  ? "sha256 (AVX-512 16 lanes, SHA extensions)"
-                                         : "sha256 (SHA extensions)");
+  EXPECT_EQ(BlockHasher(16, HashAlgorithm::kSha256).implementation(), !sha256_hardware_available() ? "sha256 (OpenSSL)"
+                                                                      : sha256_avx512_available()
+                                                                          ? "sha256 (AVX-512 16 lanes, SHA extensions)"
+                                                                          : "sha256 (SHA extensions)");
   EXPECT_EQ(BlockHasher(16, &sha256_hash_openssl, 0).implementation(), "custom");
 }
 

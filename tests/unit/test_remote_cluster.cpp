@@ -99,7 +99,8 @@ std::vector<std::byte> value_of(const std::string& key, size_t n) {
 std::vector<std::string> block_keys(int n, uint64_t seed) {
   std::vector<std::string> keys;
   BlockHash fp{0x1234, 0x5678};
-  for (int i = 0; i < n; ++i) keys.push_back(remote_block_key("pagedkv", fp, BlockHash{seed, static_cast<uint64_t>(i)}));
+  for (int i = 0; i < n; ++i)
+    keys.push_back(remote_block_key("pagedkv", fp, BlockHash{seed, static_cast<uint64_t>(i)}));
   return keys;
 }
 
@@ -248,8 +249,8 @@ TEST(RedisCluster, SlotMigrationUnderLoadFollowsRedirections) {
   ASSERT_EQ(cluster().command(di, {"CLUSTER", "SETSLOT", slot_s, "IMPORTING", src->id}), "OK");
   ASSERT_EQ(cluster().command(si, {"CLUSTER", "SETSLOT", slot_s, "MIGRATING", dst->id}), "OK");
   for (int i = 0; i < 20; ++i)
-    ASSERT_EQ(cluster().command(si, {"MIGRATE", "127.0.0.1", std::to_string(dst->port), tagged[static_cast<size_t>(i)],
-                                     "0", "5000"}),
+    ASSERT_EQ(cluster().command(
+                  si, {"MIGRATE", "127.0.0.1", std::to_string(dst->port), tagged[static_cast<size_t>(i)], "0", "5000"}),
               "OK");
   Loaded l = get_all(s, tagged, 5000);
   EXPECT_EQ(l.status, RemoteStatus::kOk);
@@ -260,8 +261,8 @@ TEST(RedisCluster, SlotMigrationUnderLoadFollowsRedirections) {
   ASSERT_EQ(set_all(s, fresh, 5000, stored), RemoteStatus::kOk);
   EXPECT_EQ(stored, (std::vector<uint8_t>{1, 1}));
   for (int i = 20; i < 40; ++i)
-    ASSERT_EQ(cluster().command(si, {"MIGRATE", "127.0.0.1", std::to_string(dst->port), tagged[static_cast<size_t>(i)],
-                                     "0", "5000"}),
+    ASSERT_EQ(cluster().command(
+                  si, {"MIGRATE", "127.0.0.1", std::to_string(dst->port), tagged[static_cast<size_t>(i)], "0", "5000"}),
               "OK");
   for (int i = 0; i < cluster().size(); ++i) cluster().command(i, {"CLUSTER", "SETSLOT", slot_s, "NODE", dst->id});
   tagged.insert(tagged.end(), fresh.begin(), fresh.end());
@@ -368,10 +369,10 @@ TEST(RedisCluster, MasterKilledReplicaPromotedHitsResume) {
   }
   EXPECT_TRUE(others_always_hit);
   ASSERT_GT(promoted_after, 0) << "the replica was not promoted, or the map not reread";
-  fmt::print("master {} ({} of 300 keys) killed: its replica {} serves them again after {:.2f} s ({} rounds, {} node "
-             "failures, {} keys skipped)\n",
-             victim, victims, s.master_of(keys[0]), promoted_after, rounds, s.stats().node_failures,
-             s.stats().skipped_keys);
+  fmt::print(
+      "master {} ({} of 300 keys) killed: its replica {} serves them again after {:.2f} s ({} rounds, {} node "
+      "failures, {} keys skipped)\n",
+      victim, victims, s.master_of(keys[0]), promoted_after, rounds, s.stats().node_failures, s.stats().skipped_keys);
   // Stores into the failed-over slots go through.
   const std::vector<std::string> more = block_keys(60, 6);
   ASSERT_EQ(set_all(s, more, 4000, stored), RemoteStatus::kOk);
@@ -432,17 +433,19 @@ TEST(RemoteTierOnCluster, SharedPrefixesWithAMasterKilledMidRun) {
     Request b = make_request(static_cast<uint64_t>(1001 + 2 * i), 33, first);
     const int remote = admit_and_verify(db, tb, b, /*write_through=*/true).remote;
     bool on_victim = false;
-    for (size_t k = 0; k < 8; ++k) on_victim |= before.master_of(tb.remote()->key_of(b.block_hashes[k])) == victim_address;
+    for (size_t k = 0; k < 8; ++k)
+      on_victim |= before.master_of(tb.remote()->key_of(b.block_hashes[k])) == victim_address;
     if (remote < 32) ++partial;
     else if (!on_victim) ++elsewhere;
     else resumed_at = i;
   }
   ASSERT_GE(resumed_at, 0) << "sharing did not resume after the promotion";
   EXPECT_EQ(ta.remote()->stats().corrupt_blocks + tb.remote()->stats().corrupt_blocks, 0u);
-  fmt::print("master {} killed: sharing through its slots resumed after {:.2f} s ({} request pairs: {} partly "
-             "computed, {} whole hits from the other masters); B's remote tier: {} blocks loaded, {} link failures\n",
-             victim_address, std::chrono::duration<double>(Clock::now() - killed).count(), resumed_at + 1, partial,
-             elsewhere, tb.remote()->stats().loaded_blocks, tb.remote()->stats().io_errors);
+  fmt::print(
+      "master {} killed: sharing through its slots resumed after {:.2f} s ({} request pairs: {} partly "
+      "computed, {} whole hits from the other masters); B's remote tier: {} blocks loaded, {} link failures\n",
+      victim_address, std::chrono::duration<double>(Clock::now() - killed).count(), resumed_at + 1, partial, elsewhere,
+      tb.remote()->stats().loaded_blocks, tb.remote()->stats().io_errors);
   ASSERT_TRUE(cluster().node(victim).start());
   ASSERT_TRUE(cluster().wait_healthy(std::chrono::seconds(15)));
 }

@@ -39,9 +39,9 @@ TEST(ClusterSlots, HashTagRules) {
   EXPECT_EQ(cluster_hash_tag("{user1000}.following"), "user1000");
   EXPECT_EQ(cluster_key_slot("{user1000}.following"), cluster_key_slot("{user1000}.followers"));
   EXPECT_EQ(cluster_hash_tag("foo{}{bar}"), "foo{}{bar}");  // an empty first tag: the whole key
-  EXPECT_EQ(cluster_hash_tag("foo{{bar}}zap"), "{bar");     // from the first '{' to the first '}'
-  EXPECT_EQ(cluster_hash_tag("foo{bar}{zap}"), "bar");      // only the first tag
-  EXPECT_EQ(cluster_hash_tag("foo{bar"), "foo{bar");        // unclosed: the whole key
+  EXPECT_EQ(cluster_hash_tag("foo{{bar}}zap"), "{bar");  // from the first '{' to the first '}'
+  EXPECT_EQ(cluster_hash_tag("foo{bar}{zap}"), "bar");  // only the first tag
+  EXPECT_EQ(cluster_hash_tag("foo{bar"), "foo{bar");  // unclosed: the whole key
   EXPECT_EQ(cluster_hash_tag("foo}bar{"), "foo}bar{");
   EXPECT_EQ(cluster_hash_tag("plain"), "plain");
 }
@@ -65,10 +65,12 @@ std::string node(const std::string& host, int port, const std::string& id) {
 }
 
 TEST(ClusterTopology, ThreeMastersWithReplicasFromClusterSlots) {
-  const std::string resp = "*3\r\n"
-                           "*4\r\n:0\r\n:5460\r\n" + node("127.0.0.1", 7000, "a") + node("127.0.0.1", 7003, "d") +
-                           "*4\r\n:5461\r\n:10922\r\n" + node("127.0.0.1", 7001, "b") + node("127.0.0.1", 7004, "e") +
-                           "*4\r\n:10923\r\n:16383\r\n" + node("127.0.0.1", 7002, "c") + node("", 7005, "f");
+  const std::string resp =
+      "*3\r\n"
+      "*4\r\n:0\r\n:5460\r\n" +
+      node("127.0.0.1", 7000, "a") + node("127.0.0.1", 7003, "d") + "*4\r\n:5461\r\n:10922\r\n" +
+      node("127.0.0.1", 7001, "b") + node("127.0.0.1", 7004, "e") + "*4\r\n:10923\r\n:16383\r\n" +
+      node("127.0.0.1", 7002, "c") + node("", 7005, "f");
   ParsedReply r(resp);
   std::string error;
   auto t = ClusterTopology::from_cluster_slots(*r.reply, "10.0.0.9", error);
@@ -125,8 +127,8 @@ TEST(ClusterTopology, FromClusterShards) {
   EXPECT_TRUE(t->replicas_of(10001).empty());
   EXPECT_EQ(t->nodes()[static_cast<size_t>(t->master_of(16383))].name(), "10.0.0.3:7002");
   for (const std::string& bad : {std::string("*1\r\n*2\r\n$5\r\nslots\r\n*0\r\n"),
-                                "*1\r\n" + shard(":0\r\n", 1, shard_node("h", 1, "master", "online"), 1),
-                                "*1\r\n" + shard(":9\r\n:3\r\n", 2, shard_node("h", 1, "master", "online"), 1)}) {
+                                 "*1\r\n" + shard(":0\r\n", 1, shard_node("h", 1, "master", "online"), 1),
+                                 "*1\r\n" + shard(":9\r\n:3\r\n", 2, shard_node("h", 1, "master", "online"), 1)}) {
     ParsedReply b(bad);
     EXPECT_FALSE(ClusterTopology::from_cluster_shards(*b.reply, "h", error)) << bad;
     EXPECT_NE(error.find("CLUSTER SHARDS: shard 0"), std::string::npos) << error;

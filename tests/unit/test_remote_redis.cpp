@@ -87,8 +87,8 @@ TEST(RedisStore, DownAtStartKilledRestartedAndPaused) {
   EXPECT_EQ(set_n(s, 4, 1000), RemoteStatus::kUnavailable);
   EXPECT_FALSE(s.connected());
   EXPECT_EQ(s.ping(), RemoteStatus::kUnavailable);  // refused at connect
-  ASSERT_TRUE(redis->start());                       // same port, empty (no persistence)
-  EXPECT_EQ(s.ping(), RemoteStatus::kOk);            // reconnected on the next call
+  ASSERT_TRUE(redis->start());  // same port, empty (no persistence)
+  EXPECT_EQ(s.ping(), RemoteStatus::kOk);  // reconnected on the next call
   // Paused (a hung server): every call ends at the socket timeout instead of waiting.
   redis->pause();
   const auto t0 = Clock::now();
@@ -111,7 +111,7 @@ TEST(RedisStore, ConnectionDroppedByARestartIsReplacedWithinTheCall) {
   for (int round = 0; round < 3; ++round) {
     redis->kill();
     ASSERT_TRUE(redis->start());  // same port, empty
-    ASSERT_TRUE(s.connected());    // still holding the pre-restart socket
+    ASSERT_TRUE(s.connected());  // still holding the pre-restart socket
     switch (round) {
       case 0:
         ASSERT_EQ(s.exists(keys, present), RemoteStatus::kOk) << s.last_error();

@@ -32,10 +32,27 @@ TEST(RedisUrl, AcceptedForms) {
 }
 
 TEST(RedisUrl, MalformedUrlsAreConfigErrorsNamingThemWithoutThePassword) {
-  for (const char* bad : {"", "redis:/h:1", "http://h:1", "rediss://h:1", "unix:///tmp/r.sock", "redis://", "redis://:1",
-                          "redis://h:", "redis://h:0", "redis://h:65536", "redis://h:12x", "redis://h:1/x",
-                          "redis://h:1/-1", "redis://user@h:1", "redis://u:@h:1", "redis://u:%zz@h:1", "redis://u:%4@h:1",
-                          "redis://[::1:1", "redis://[::1]x", "redis://h:1?db=2", "redis://h o:1",
+  for (const char* bad : {"",
+                          "redis:/h:1",
+                          "http://h:1",
+                          "rediss://h:1",
+                          "unix:///tmp/r.sock",
+                          "redis://",
+                          "redis://:1",
+                          "redis://h:",
+                          "redis://h:0",
+                          "redis://h:65536",
+                          "redis://h:12x",
+                          "redis://h:1/x",
+                          "redis://h:1/-1",
+                          "redis://user@h:1",
+                          "redis://u:@h:1",
+                          "redis://u:%zz@h:1",
+                          "redis://u:%4@h:1",
+                          "redis://[::1:1",
+                          "redis://[::1]x",
+                          "redis://h:1?db=2",
+                          "redis://h o:1",
                           "redis://h:99999999999999999999"}) {
     try {
       parse_redis_url(bad);

@@ -20,8 +20,8 @@ struct CliRun {
 
 // Runs the pagedkv binary with `args` (stdout captured; stderr merged when asked).
 CliRun pagedkv(const std::string& args, bool merge_stderr = false) {
-  const pagedkv::testing::CliResult r = pagedkv::testing::run_command(std::string(std::getenv("PAGEDKV_BIN")) + " " + args +
-                                                                      (merge_stderr ? " 2>&1" : " 2>/dev/null"));
+  const pagedkv::testing::CliResult r = pagedkv::testing::run_command(std::string(std::getenv("PAGEDKV_BIN")) + " " +
+                                                                      args + (merge_stderr ? " 2>&1" : " 2>/dev/null"));
   return {r.exit_code, r.output};
 }
 
@@ -34,8 +34,8 @@ class ReplayCli : public ::testing::Test {
     std::filesystem::create_directories(dir_);
     std::ofstream trace(dir_ / "t.jsonl");
     for (int i = 0; i < 40; ++i)
-      trace << "{\"timestamp\": " << i << ", \"input_length\": " << 600 + 10 * i << ", \"output_length\": 3, \"hash_ids\": [0, "
-            << 100 + i % 5 << "]}\n";
+      trace << "{\"timestamp\": " << i << ", \"input_length\": " << 600 + 10 * i
+            << ", \"output_length\": 3, \"hash_ids\": [0, " << 100 + i % 5 << "]}\n";
   }
   void TearDown() override {
     if (!dir_.empty()) std::filesystem::remove_all(dir_);
@@ -85,8 +85,9 @@ TEST_F(ReplayCli, UsageErrors) {
 }
 
 TEST_F(ReplayCli, ClusterModeComparesLocalAndGlobal) {
-  const CliRun r = pagedkv("replay " + path("t.jsonl") + " --mode cluster --instances 3 --router cache-aware "
-                        "--block-size 64 --capacity-blocks 40 --json");
+  const CliRun r = pagedkv("replay " + path("t.jsonl") +
+                           " --mode cluster --instances 3 --router cache-aware "
+                           "--block-size 64 --capacity-blocks 40 --json");
   ASSERT_EQ(r.status, 0) << r.out;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["instances"], 3);
@@ -96,8 +97,10 @@ TEST_F(ReplayCli, ClusterModeComparesLocalAndGlobal) {
 }
 
 TEST_F(ReplayCli, TimedModeReportsLatencies) {
-  const CliRun r = pagedkv("replay " + path("t.jsonl") + " --mode timed --block-size 16 --capacity-tokens 20000 "
-                           "--timeline " + path("tl.csv") + " --json");
+  const CliRun r = pagedkv("replay " + path("t.jsonl") +
+                           " --mode timed --block-size 16 --capacity-tokens 20000 "
+                           "--timeline " +
+                           path("tl.csv") + " --json");
   ASSERT_EQ(r.status, 0) << r.out;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["finished"], 40);
@@ -112,7 +115,7 @@ TEST_F(ReplayCli, TimedModeReportsLatencies) {
 TEST_F(ReplayCli, PlotWritesAnSvg) {
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) GTEST_SKIP() << "gnuplot not installed";
   const CliRun r = pagedkv("replay " + path("t.jsonl") + " --block-size 64 --unit tokens --sweep 1e3,1e4,inf --plot " +
-                        path("p.svg"));
+                           path("p.svg"));
   ASSERT_EQ(r.status, 0) << r.out;
   std::ifstream svg(path("p.svg"));
   const std::string text((std::istreambuf_iterator<char>(svg)), std::istreambuf_iterator<char>());

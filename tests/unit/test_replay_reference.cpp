@@ -69,24 +69,23 @@ class ReferenceBlock512 : public ::testing::TestWithParam<ReferenceRow> {};
 
 TEST_P(ReferenceBlock512, MatchesTheTable) { check_row(GetParam()); }
 
-INSTANTIATE_TEST_SUITE_P(
-    TracesReadme, ReferenceBlock512,
-    ::testing::Values(ReferenceRow{kConversation, 512, 200000, .3660, .3734, 0},
-                      ReferenceRow{kConversation, 512, 100000, .3633, .3706, 78452},
-                      ReferenceRow{kConversation, 512, 50000, .3541, .3613, 127455},
-                      ReferenceRow{kConversation, 512, 30000, .3253, .3319, 154380},
-                      ReferenceRow{kConversation, 512, 10000, .2113, .2156, 206017},
-                      ReferenceRow{kConversation, 512, 5859, .1359, .1386, 231740},
-                      ReferenceRow{kConversation, 512, 1000, .0445, .0454, 262697},
-                      ReferenceRow{kSynthetic, 512, 200000, .6379, .6504, 0},
-                      ReferenceRow{kSynthetic, 512, 30000, .6226, .6348, 14689},
-                      ReferenceRow{kSynthetic, 512, 10000, .4230, .4313, 57076},
-                      ReferenceRow{kSynthetic, 512, 5859, .3087, .3148, 74830},
-                      ReferenceRow{kSynthetic, 512, 1000, .0840, .0857, 106702},
-                      ReferenceRow{kArxiv, 512, 200000, .3794, .3905, 0},
-                      ReferenceRow{kArxiv, 512, 10000, .3780, .3891, 2021},
-                      ReferenceRow{kArxiv, 512, 5859, .3424, .3524, 6533},
-                      ReferenceRow{kArxiv, 512, 1000, .2827, .2910, 12215}));
+INSTANTIATE_TEST_SUITE_P(TracesReadme, ReferenceBlock512,
+                         ::testing::Values(ReferenceRow{kConversation, 512, 200000, .3660, .3734, 0},
+                                           ReferenceRow{kConversation, 512, 100000, .3633, .3706, 78452},
+                                           ReferenceRow{kConversation, 512, 50000, .3541, .3613, 127455},
+                                           ReferenceRow{kConversation, 512, 30000, .3253, .3319, 154380},
+                                           ReferenceRow{kConversation, 512, 10000, .2113, .2156, 206017},
+                                           ReferenceRow{kConversation, 512, 5859, .1359, .1386, 231740},
+                                           ReferenceRow{kConversation, 512, 1000, .0445, .0454, 262697},
+                                           ReferenceRow{kSynthetic, 512, 200000, .6379, .6504, 0},
+                                           ReferenceRow{kSynthetic, 512, 30000, .6226, .6348, 14689},
+                                           ReferenceRow{kSynthetic, 512, 10000, .4230, .4313, 57076},
+                                           ReferenceRow{kSynthetic, 512, 5859, .3087, .3148, 74830},
+                                           ReferenceRow{kSynthetic, 512, 1000, .0840, .0857, 106702},
+                                           ReferenceRow{kArxiv, 512, 200000, .3794, .3905, 0},
+                                           ReferenceRow{kArxiv, 512, 10000, .3780, .3891, 2021},
+                                           ReferenceRow{kArxiv, 512, 5859, .3424, .3524, 6533},
+                                           ReferenceRow{kArxiv, 512, 1000, .2827, .2910, 12215}));
 
 // Block size 16: each 512-token trace block becomes 32 blocks whose content depends on (hash
 // id, position); the whole conversation trace, about 9 M blocks per run.

@@ -39,11 +39,10 @@ std::string format_error(F&& f) {
 }
 
 TEST(MooncakeReader, RebuildsSharedPrefixesFromHashIds) {
-  const Trace t = mooncake(
-      R"({"timestamp": 0, "input_length": 1000, "output_length": 5, "hash_ids": [7, 8]})"
-      "\n"
-      R"({"timestamp": 12, "input_length": 600, "output_length": 1, "hash_ids": [7, 9]})"
-      "\n");
+  const Trace t = mooncake(R"({"timestamp": 0, "input_length": 1000, "output_length": 5, "hash_ids": [7, 8]})"
+                           "\n"
+                           R"({"timestamp": 12, "input_length": 600, "output_length": 1, "hash_ids": [7, 9]})"
+                           "\n");
   ASSERT_EQ(t.size(), 2u);
   EXPECT_EQ(t.format, TraceFormat::kMooncake);
   EXPECT_EQ(t.distinct_hash_ids, 3);
@@ -96,7 +95,9 @@ TEST(MooncakeReader, LenientSkipsAndCountsBadLines) {
 
 TEST(MooncakeReader, LimitStopsEarly) {
   std::string text;
-  for (int i = 0; i < 10; ++i) text += R"({"timestamp": 0, "input_length": 10, "hash_ids": [1]})" "\n";
+  for (int i = 0; i < 10; ++i)
+    text += R"({"timestamp": 0, "input_length": 10, "hash_ids": [1]})"
+            "\n";
   TraceReadOptions o;
   o.limit = 4;
   EXPECT_EQ(mooncake(text, o).size(), 4u);
@@ -210,10 +211,14 @@ TEST(AzureReader, BadRowsAndHeaders) {
 TEST(ReadTrace, DetectsTheFormat) {
   const auto dir = std::filesystem::temp_directory_path() / ("pagedkv_replay_trace_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
-  std::ofstream(dir / "m.jsonl") << R"({"timestamp": 0, "input_length": 3, "hash_ids": [0]})" "\n";
-  std::ofstream(dir / "t.jsonl") << "\n" R"({"tokens": [1, 2, 3]})" "\n";
+  std::ofstream(dir / "m.jsonl") << R"({"timestamp": 0, "input_length": 3, "hash_ids": [0]})"
+                                    "\n";
+  std::ofstream(dir / "t.jsonl") << "\n"
+                                    R"({"tokens": [1, 2, 3]})"
+                                    "\n";
   std::ofstream(dir / "a.csv") << azure_csv(2);
-  std::ofstream(dir / "u.jsonl") << R"({"prompt": "hi"})" "\n";
+  std::ofstream(dir / "u.jsonl") << R"({"prompt": "hi"})"
+                                    "\n";
   EXPECT_EQ(read_trace(dir / "m.jsonl").format, TraceFormat::kMooncake);
   EXPECT_EQ(read_trace(dir / "t.jsonl").format, TraceFormat::kTokens);
   EXPECT_EQ(read_trace(dir / "a.csv").format, TraceFormat::kAzure);
@@ -229,11 +234,14 @@ TEST(ReadTrace, DetectsTheFormat) {
 // The point of the token content: the manager's own hashing sees exactly the trace's sharing,
 // at any block size dividing 512.
 TEST(TraceContent, ManagerSeesTheTraceSharing) {
-  const Trace t = mooncake(
-      R"({"input_length": 1100, "hash_ids": [1, 2, 3]})" "\n"
-      R"({"input_length": 1100, "hash_ids": [1, 2, 4]})" "\n"
-      R"({"input_length": 700, "hash_ids": [1, 5]})" "\n"
-      R"({"input_length": 512, "hash_ids": [1]})" "\n");
+  const Trace t = mooncake(R"({"input_length": 1100, "hash_ids": [1, 2, 3]})"
+                           "\n"
+                           R"({"input_length": 1100, "hash_ids": [1, 2, 4]})"
+                           "\n"
+                           R"({"input_length": 700, "hash_ids": [1, 5]})"
+                           "\n"
+                           R"({"input_length": 512, "hash_ids": [1]})"
+                           "\n");
   for (int bs : {16, 64, 512}) {
     CacheInstanceConfig c;
     c.block_size = bs;
@@ -248,9 +256,9 @@ TEST(TraceContent, ManagerSeesTheTraceSharing) {
     }
     const int64_t per_id = 512 / bs;
     EXPECT_EQ(hits[0], 0) << bs;
-    EXPECT_EQ(hits[1], 2 * per_id) << bs;         // ids 1, 2 shared; id 3 vs 4 differ
-    EXPECT_EQ(hits[2], per_id) << bs;             // id 1 only
-    EXPECT_EQ(hits[3], (512 - 1) / bs) << bs;     // one token is always computed
+    EXPECT_EQ(hits[1], 2 * per_id) << bs;  // ids 1, 2 shared; id 3 vs 4 differ
+    EXPECT_EQ(hits[2], per_id) << bs;  // id 1 only
+    EXPECT_EQ(hits[3], (512 - 1) / bs) << bs;  // one token is always computed
     instance.manager().check_invariants();
   }
 }

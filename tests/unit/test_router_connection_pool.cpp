@@ -81,7 +81,7 @@ TEST(RouterConnectionPool, SequentialCallsShareOneConnection) {
 
 TEST(RouterConnectionPool, AConnectionTheBackendClosedIsReplacedWithoutFailing) {
   RecordingBackend backend(1);  // closes connections idle for a second
-  ConnectionPool pool(10s);     // which the pool would still hand out
+  ConnectionPool pool(10s);  // which the pool would still hand out
   ASSERT_EQ(call(backend.address(), pool), 200);
   std::this_thread::sleep_for(1600ms);
   ASSERT_EQ(call(backend.address(), pool), 200);  // the reused connection fails; a fresh one answers

@@ -39,7 +39,7 @@ TEST(KVIndex, OverlapIsTheLeadingRunByBestMedium) {
   EXPECT_EQ(index.size(0, Medium::kDisk), 2u);
   EXPECT_EQ(index.size(0, Medium::kDevice), 1u);
   index.apply(0, h[5], Medium::kHost, false);  // absent: ignored
-  index.apply(0, h[2], Medium::kDisk, true);   // twice: one entry
+  index.apply(0, h[2], Medium::kDisk, true);  // twice: one entry
   EXPECT_EQ(index.size(0, Medium::kDisk), 2u);
 }
 
@@ -97,7 +97,8 @@ TEST(RoutingPolicy, LowerTiersAreCreditedLess) {
 }
 
 TEST(RoutingPolicy, UnhealthyBackendsAreNeverChosen) {
-  for (RoutingPolicy p : {RoutingPolicy::kKv, RoutingPolicy::kRoundRobin, RoutingPolicy::kLeastLoad, RoutingPolicy::kRandom}) {
+  for (RoutingPolicy p :
+       {RoutingPolicy::kKv, RoutingPolicy::kRoundRobin, RoutingPolicy::kLeastLoad, RoutingPolicy::kRandom}) {
     BackendChooser c(p, {}, 9);
     std::vector<BackendView> v{view({9, 0, 0}, 0, 0, false), view({}, 50), view({}, 0, 0, false)};
     for (int i = 0; i < 20; ++i) EXPECT_EQ(c.choose(v, 10), 1) << routing_policy_name(p);
@@ -158,7 +159,8 @@ TEST(RoutingPolicy, RoundRobinLeastLoadAndRandom) {
 }
 
 TEST(RoutingPolicy, Names) {
-  for (RoutingPolicy p : {RoutingPolicy::kKv, RoutingPolicy::kRoundRobin, RoutingPolicy::kLeastLoad, RoutingPolicy::kRandom})
+  for (RoutingPolicy p :
+       {RoutingPolicy::kKv, RoutingPolicy::kRoundRobin, RoutingPolicy::kLeastLoad, RoutingPolicy::kRandom})
     EXPECT_EQ(parse_routing_policy(routing_policy_name(p)), p);
   EXPECT_FALSE(parse_routing_policy("cache-aware"));
 }
@@ -180,7 +182,8 @@ TEST(BackendAddress, ParsesHttpHostPortOnly) {
 TEST(BackendPool, IndexesOnlyTheRoutingGroupOfAHybridBackend) {
   using namespace std::chrono_literals;
   PrefixHashing hashing;
-  hashing.groups = {api::KVGroupInfo{AttentionKind::kSlidingWindow, 64, 16}, api::KVGroupInfo{AttentionKind::kFull, 0, 16}};
+  hashing.groups = {api::KVGroupInfo{AttentionKind::kSlidingWindow, 64, 16},
+                    api::KVGroupInfo{AttentionKind::kFull, 0, 16}};
   hashing.routing_group = 1;
   const BlockHash full_only{1, 1}, sliding_only{2, 2}, both{3, 3}, later{4, 4};
   api::KVEventsPage snapshot;

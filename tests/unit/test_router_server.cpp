@@ -43,12 +43,14 @@ class InProcessBackend {
     config.enable_kv_events = true;
     engine_ = std::make_unique<LLMEngine>(model, config);
     metrics_ = std::make_unique<server::ServerMetrics>("stories260K", engine_->max_model_len());
-    service_ = std::make_unique<server::EngineService>(*engine_, *metrics_, server::EngineServiceOptions{512, 1, &events_});
+    service_ =
+        std::make_unique<server::EngineService>(*engine_, *metrics_, server::EngineServiceOptions{512, 1, &events_});
     server::ServerOptions options;
     options.port = 0;
     options.http_threads = 16;
     options.kv_events = &events_;
-    options.prefix_hashing = api::prefix_hashing_for(engine_->manager().cache_config(), std::string(hash_algorithm_name(config.hash_algorithm)), config.hash_seed);
+    options.prefix_hashing = api::prefix_hashing_for(
+        engine_->manager().cache_config(), std::string(hash_algorithm_name(config.hash_algorithm)), config.hash_seed);
     server::ServedModel served;
     served.limits = {"stories260K", engine_->max_model_len(), model.config().vocab_size};
     served.eos_token_id = Tokenizer::kBos;
@@ -64,7 +66,8 @@ class InProcessBackend {
 
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   int used_blocks() {
-    return service_->call([](LLMEngine& e) { return e.manager().pool().num_usable_blocks() - e.manager().num_free_blocks(); });
+    return service_->call(
+        [](LLMEngine& e) { return e.manager().pool().num_usable_blocks() - e.manager().num_free_blocks(); });
   }
   size_t cached_device_blocks() { return events_.num_present(); }
 
@@ -127,7 +130,10 @@ class RouterServerTest : public testing::GoldenEngineTest {
   }
   json golden_body(const testing::Golden& g, bool stream) const {
     const int prompt_tokens = static_cast<int>(tokenizer_->encode(g.prompt, true, false).size());
-    return {{"prompt", g.prompt}, {"max_tokens", g.steps - prompt_tokens + 1}, {"temperature", 0}, {"echo", true},
+    return {{"prompt", g.prompt},
+            {"max_tokens", g.steps - prompt_tokens + 1},
+            {"temperature", 0},
+            {"echo", true},
             {"stream", stream}};
   }
 
@@ -191,7 +197,8 @@ TEST_F(RouterServerTest, ManyClientsThroughTheRouterGetTheGoldens) {
         httplib::Request req;
         req.method = "POST";
         req.path = "/v1/completions";
-        req.body = json{{"prompt", "Once upon a time"}, {"max_tokens", 200}, {"ignore_eos", true}, {"stream", true}}.dump();
+        req.body =
+            json{{"prompt", "Once upon a time"}, {"max_tokens", 200}, {"ignore_eos", true}, {"stream", true}}.dump();
         req.set_header("Content-Type", "application/json");
         req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 5; };
         httplib::Response res;

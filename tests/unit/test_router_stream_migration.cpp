@@ -10,8 +10,8 @@
 namespace pagedkv::router {
 namespace {
 
-using nlohmann::json;
 using api::ApiEndpoint;
+using nlohmann::json;
 
 std::unique_ptr<StreamMigration> begin(const json& body, ApiEndpoint endpoint = ApiEndpoint::kCompletions) {
   std::string why;
@@ -25,19 +25,23 @@ std::string sse(const json& j) { return "data: " + j.dump() + "\n\n"; }
 TEST(StreamMigration, OnlyAnswersWhoseContinuationIsTheSameComputation) {
   const json plain = {{"prompt", "Once"}, {"stream", true}, {"max_tokens", 8}, {"temperature", 0}, {"seed", 3}};
   EXPECT_NE(begin(plain), nullptr);
-  EXPECT_NE(begin({{"prompt", {"Once"}}, {"stream", true}, {"n", 1}, {"presence_penalty", 0}, {"logprobs", nullptr}}), nullptr);
-  EXPECT_NE(begin({{"messages", json::array()}, {"stream", true}, {"tools", json::array()}, {"tool_choice", "none"},
+  EXPECT_NE(begin({{"prompt", {"Once"}}, {"stream", true}, {"n", 1}, {"presence_penalty", 0}, {"logprobs", nullptr}}),
+            nullptr);
+  EXPECT_NE(begin({{"messages", json::array()},
+                   {"stream", true},
+                   {"tools", json::array()},
+                   {"tool_choice", "none"},
                    {"response_format", {{"type", "text"}}}},
                   ApiEndpoint::kChatCompletions),
             nullptr);
-  for (const json& refused : {json{{"prompt", "Once"}},  // not streamed
-                              json{{"prompt", "Once"}, {"stream", true}, {"n", 2}},
-                              json{{"prompt", {"a", "b"}}, {"stream", true}},
-                              json{{"prompt", "Once"}, {"stream", true}, {"logprobs", 2}},
-                              json{{"prompt", "Once"}, {"stream", true}, {"echo", true}},
-                              json{{"prompt", "Once"}, {"stream", true}, {"frequency_penalty", 0.5}},
-                              json{{"prompt", "Once"}, {"stream", true}, {"structured_outputs", {{"regex", "a+"}}}},
-                              json{{"prompt", "Once"}, {"stream", true}, {"some_future_field", 1}}})
+  for (const json& refused :
+       {json{{"prompt", "Once"}},  // not streamed
+        json{{"prompt", "Once"}, {"stream", true}, {"n", 2}}, json{{"prompt", {"a", "b"}}, {"stream", true}},
+        json{{"prompt", "Once"}, {"stream", true}, {"logprobs", 2}},
+        json{{"prompt", "Once"}, {"stream", true}, {"echo", true}},
+        json{{"prompt", "Once"}, {"stream", true}, {"frequency_penalty", 0.5}},
+        json{{"prompt", "Once"}, {"stream", true}, {"structured_outputs", {{"regex", "a+"}}}},
+        json{{"prompt", "Once"}, {"stream", true}, {"some_future_field", 1}}})
     EXPECT_EQ(begin(refused), nullptr) << refused.dump();
   EXPECT_EQ(begin({{"messages", json::array()}, {"stream", true}, {"tools", json::array({json::object()})}},
                   ApiEndpoint::kChatCompletions),
@@ -48,15 +52,27 @@ TEST(StreamMigration, OnlyAnswersWhoseContinuationIsTheSameComputation) {
 }
 
 TEST(StreamMigration, RecordsIdsTakesThemOutAndWaitsForWholeEvents) {
-  auto m = begin({{"prompt", "Once"}, {"stream", true}, {"max_tokens", 10}, {"min_tokens", 4}, {"temperature", 0},
+  auto m = begin({{"prompt", "Once"},
+                  {"stream", true},
+                  {"max_tokens", 10},
+                  {"min_tokens", 4},
+                  {"temperature", 0},
                   {"stop", {"x"}}});
   ASSERT_NE(m, nullptr);
   EXPECT_EQ(json::parse(m->upstream_body())["return_token_ids"], true);
   EXPECT_FALSE(m->can_continue());  // no ids yet
-  const std::string first = sse({{"id", "cmpl-1"}, {"object", "text_completion"}, {"created", 5}, {"model", "m"},
-                                 {"choices", {{{"index", 0}, {"text", " upon"}, {"finish_reason", nullptr},
-                                               {"prompt_token_ids", {1, 2}}, {"token_ids", {7}}}}}});
-  const std::string second = sse({{"id", "cmpl-1"}, {"choices", {{{"index", 0}, {"text", " a"}, {"token_ids", {8, 9}}}}}});
+  const std::string first = sse({{"id", "cmpl-1"},
+                                 {"object", "text_completion"},
+                                 {"created", 5},
+                                 {"model", "m"},
+                                 {"choices",
+                                  {{{"index", 0},
+                                    {"text", " upon"},
+                                    {"finish_reason", nullptr},
+                                    {"prompt_token_ids", {1, 2}},
+                                    {"token_ids", {7}}}}}});
+  const std::string second =
+      sse({{"id", "cmpl-1"}, {"choices", {{{"index", 0}, {"text", " a"}, {"token_ids", {8, 9}}}}}});
   // Split anywhere: nothing leaves before its event is whole.
   std::string out = m->relay(first.substr(0, 10));
   EXPECT_EQ(out, "");
@@ -76,12 +92,21 @@ TEST(StreamMigration, RecordsIdsTakesThemOutAndWaitsForWholeEvents) {
   EXPECT_EQ(c["stream"], true);
   EXPECT_FALSE(c.contains("min_p"));
 
-  const std::string more = m->relay(sse({{"id", "cmpl-other"}, {"object", "text_completion"}, {"created", 9}, {"model", "m"},
-                                         {"choices", {{{"index", 0}, {"text", " time"}, {"finish_reason", "length"},
-                                                       {"prompt_token_ids", {1, 2, 7, 8, 9}}, {"token_ids", {10}}}}}}) +
-                                    sse({{"id", "cmpl-other"}, {"choices", json::array()},
-                                         {"usage", {{"prompt_tokens", 5}, {"completion_tokens", 1}, {"total_tokens", 6}}}}) +
-                                    "data: [DONE]\n\n");
+  const std::string more =
+      m->relay(sse({{"id", "cmpl-other"},
+                    {"object", "text_completion"},
+                    {"created", 9},
+                    {"model", "m"},
+                    {"choices",
+                     {{{"index", 0},
+                       {"text", " time"},
+                       {"finish_reason", "length"},
+                       {"prompt_token_ids", {1, 2, 7, 8, 9}},
+                       {"token_ids", {10}}}}}}) +
+               sse({{"id", "cmpl-other"},
+                    {"choices", json::array()},
+                    {"usage", {{"prompt_tokens", 5}, {"completion_tokens", 1}, {"total_tokens", 6}}}}) +
+               "data: [DONE]\n\n");
   const size_t split = more.find("\n\n");
   const json chunk = json::parse(more.substr(6, split - 6));
   EXPECT_EQ(chunk["id"], "cmpl-1");  // the client's stream, not the continuation's
@@ -97,22 +122,32 @@ TEST(StreamMigration, RecordsIdsTakesThemOutAndWaitsForWholeEvents) {
 }
 
 TEST(StreamMigration, ChatContinuationsAreChatChunksAndKeepIdsTheClientAskedFor) {
-  auto m = begin({{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"stream", true}, {"return_token_ids", true},
+  auto m = begin({{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                  {"stream", true},
+                  {"return_token_ids", true},
                   {"max_completion_tokens", 5}},
                  ApiEndpoint::kChatCompletions);
   ASSERT_NE(m, nullptr);
-  const std::string out = m->relay(sse({{"id", "chatcmpl-1"}, {"object", "chat.completion.chunk"}, {"created", 1}, {"model", "m"},
-                                        {"prompt_token_ids", {3, 4}},
-                                        {"choices", {{{"index", 0}, {"delta", {{"role", "assistant"}, {"content", "A"}}},
-                                                      {"token_ids", {11}}}}}}));
+  const std::string out = m->relay(
+      sse({{"id", "chatcmpl-1"},
+           {"object", "chat.completion.chunk"},
+           {"created", 1},
+           {"model", "m"},
+           {"prompt_token_ids", {3, 4}},
+           {"choices", {{{"index", 0}, {"delta", {{"role", "assistant"}, {"content", "A"}}}, {"token_ids", {11}}}}}}));
   EXPECT_NE(out.find("\"prompt_token_ids\":[3,4]"), std::string::npos) << out;  // asked for: kept
   EXPECT_NE(out.find("\"token_ids\":[11]"), std::string::npos);
   const json c = json::parse(m->continue_elsewhere());
   EXPECT_EQ(c["prompt"], json({3, 4, 11}));
   EXPECT_EQ(c["max_tokens"], 4);
   EXPECT_FALSE(c.contains("messages"));
-  const std::string more = m->relay(sse({{"id", "cmpl-9"}, {"choices", {{{"index", 0}, {"text", "B"}, {"finish_reason", nullptr},
-                                                                          {"prompt_token_ids", {3, 4, 11}}, {"token_ids", {12}}}}}}));
+  const std::string more = m->relay(sse({{"id", "cmpl-9"},
+                                         {"choices",
+                                          {{{"index", 0},
+                                            {"text", "B"},
+                                            {"finish_reason", nullptr},
+                                            {"prompt_token_ids", {3, 4, 11}},
+                                            {"token_ids", {12}}}}}}));
   const json chunk = json::parse(more.substr(6, more.find("\n\n") - 6));
   EXPECT_EQ(chunk["object"], "chat.completion.chunk");
   EXPECT_EQ(chunk["id"], "chatcmpl-1");

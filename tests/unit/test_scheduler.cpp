@@ -336,7 +336,8 @@ struct KvModel {
       for (int p = 0; p < c.first_position; ++p)
         ASSERT_EQ(at(table, p), tokens[static_cast<size_t>(p)])
             << "request " << c.request->kv.id.value << " position " << p << ": its KV was lost";
-      for (int p = c.first_position; p < c.first_position + c.num_new_tokens; ++p) at(table, p) = tokens[static_cast<size_t>(p)];
+      for (int p = c.first_position; p < c.first_position + c.num_new_tokens; ++p)
+        at(table, p) = tokens[static_cast<size_t>(p)];
     }
   }
 };

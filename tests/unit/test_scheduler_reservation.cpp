@@ -24,7 +24,7 @@ TEST(KVReservation, SizesOfEachPolicy) {
   EXPECT_EQ(kv_reservation_tokens(KVReservation::kOracle, 10, 100, 25, 2048), 35);
   EXPECT_EQ(kv_reservation_tokens(KVReservation::kPow2, 10, 100, 32, 2048), 42);
   EXPECT_EQ(kv_reservation_tokens(KVReservation::kOracle, 10, 100, -1, 2048), 110);  // unknown: as max
-  EXPECT_EQ(kv_reservation_tokens(KVReservation::kMax, 10, 5000, 25, 2048), 2048);   // capped
+  EXPECT_EQ(kv_reservation_tokens(KVReservation::kMax, 10, 5000, 25, 2048), 2048);  // capped
   EXPECT_THROW(kv_reservation_tokens(KVReservation::kPaged, 10, 100, 25, 2048), UsageError);
   EXPECT_EQ(parse_kv_reservation("pow2"), KVReservation::kPow2);
   EXPECT_THROW(parse_kv_reservation("orca"), ConfigError);
@@ -88,11 +88,12 @@ TEST(SchedulerReservation, OracleHoldsOneContiguousRangeUntilItFinishes) {
   ASSERT_EQ(a.reserved_blocks.size(), 4u);
   EXPECT_EQ(h.scheduler.reserved_blocks_in_use(), 4);
   EXPECT_EQ(h.manager.num_free_blocks(), 16);  // the manager's pool is not touched
-  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(h.scheduler.block_ids(a)[i].value, a.reserved_blocks[0].value + static_cast<int32_t>(i));
+  for (size_t i = 0; i < 4; ++i)
+    EXPECT_EQ(h.scheduler.block_ids(a)[i].value, a.reserved_blocks[0].value + static_cast<int32_t>(i));
   KVMemoryBreakdown m = h.scheduler.memory_breakdown();
   EXPECT_EQ(m.token_states, 6);
-  EXPECT_EQ(m.reserved, 15 - 6);             // it will fill prompt + output - 1 slots
-  EXPECT_EQ(m.internal_fragmentation, 1);    // 16 reserved
+  EXPECT_EQ(m.reserved, 15 - 6);  // it will fill prompt + output - 1 slots
+  EXPECT_EQ(m.internal_fragmentation, 1);  // 16 reserved
   while (!a.finished()) h.step();
   EXPECT_EQ(a.finish_reason, FinishReason::kStop);
   EXPECT_EQ(a.num_output_tokens(), 10);
@@ -118,8 +119,8 @@ TEST(SchedulerReservation, MaxReservesTheDeclaredMaximumAndWaitsForARange) {
 
 TEST(SchedulerReservation, ExternalFragmentationBlocksTheHeadOfTheQueue) {
   Harness h(11, 1, KVReservation::kOracle, 64, 64);  // ten one-token blocks
-  SchedulerRequest& x = h.add(1, 1, 100, 2);   // 3 slots: ids 1..3
-  SchedulerRequest& y = h.add(2, 1, 100, 5);   // 6 slots: ids 4..9
+  SchedulerRequest& x = h.add(1, 1, 100, 2);  // 3 slots: ids 1..3
+  SchedulerRequest& y = h.add(2, 1, 100, 5);  // 6 slots: ids 4..9
   SchedulerRequest& big = h.add(3, 2, 100, 20);  // 22 > 10: rejected
   h.step();
   EXPECT_EQ(big.finish_reason, FinishReason::kRejected);

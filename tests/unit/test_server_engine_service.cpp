@@ -79,7 +79,8 @@ class EngineServiceTest : public testing::GoldenEngineTest {
     return g;
   }
   int used_blocks() {
-    return service_->call([](LLMEngine& e) { return e.manager().pool().num_usable_blocks() - e.manager().num_free_blocks(); });
+    return service_->call(
+        [](LLMEngine& e) { return e.manager().pool().num_usable_blocks() - e.manager().num_free_blocks(); });
   }
 
   std::unique_ptr<LLMEngine> engine_;
@@ -162,12 +163,12 @@ TEST_F(EngineServiceTest, AClosedClientSocketAbortsItsRequestWithinAStep) {
 
 // auto: tokens per chunk keep the hand-over under 3 % of a step.
 TEST(AutoStreamInterval, KeepsTheHandOverASmallShareOfAStep) {
-  EXPECT_EQ(auto_stream_interval(1, 1e-4), 1);   // a lone request: token by token, however fast
-  EXPECT_EQ(auto_stream_interval(8, 1e-5), 1);   // up to 8 running, always
-  EXPECT_EQ(auto_stream_interval(64, 0), 1);     // no step measured yet
-  EXPECT_EQ(auto_stream_interval(64, 1.28e-3), 9);   // stories260K at 64: ceil(64 x 5 us / 38.4 us)
-  EXPECT_EQ(auto_stream_interval(16, 1e-3), 3);      // ceil(80 / 30)
-  EXPECT_EQ(auto_stream_interval(64, 0.03), 1);      // a real model's 30 ms steps: every token
+  EXPECT_EQ(auto_stream_interval(1, 1e-4), 1);  // a lone request: token by token, however fast
+  EXPECT_EQ(auto_stream_interval(8, 1e-5), 1);  // up to 8 running, always
+  EXPECT_EQ(auto_stream_interval(64, 0), 1);  // no step measured yet
+  EXPECT_EQ(auto_stream_interval(64, 1.28e-3), 9);  // stories260K at 64: ceil(64 x 5 us / 38.4 us)
+  EXPECT_EQ(auto_stream_interval(16, 1e-3), 3);  // ceil(80 / 30)
+  EXPECT_EQ(auto_stream_interval(64, 0.03), 1);  // a real model's 30 ms steps: every token
   EXPECT_EQ(auto_stream_interval(256, 1e-4), kMaxAutoStreamInterval);
   for (int running = 9; running <= 256; running *= 2)  // more running or shorter steps: never smaller
     EXPECT_LE(auto_stream_interval(running, 2e-3), auto_stream_interval(running, 1e-3)) << running;
@@ -189,8 +190,7 @@ TEST_F(EngineServiceTest, AutoStreamIntervalFollowsTheBatch) {
     for (const auto& [choice, tokens] : c.tokens) EXPECT_EQ(tokens.size(), 24u) << "choice " << choice;
     return sizes;
   };
-  for (const auto& [choice, sizes] : update_sizes(1))
-    EXPECT_EQ(sizes, std::vector<size_t>(24, 1));
+  for (const auto& [choice, sizes] : update_sizes(1)) EXPECT_EQ(sizes, std::vector<size_t>(24, 1));
   for (const auto& [choice, sizes] : update_sizes(32)) {
     if (choice == 0) {
       EXPECT_EQ(sizes.front(), 1u) << "the first token goes out at once";

@@ -18,10 +18,10 @@
 namespace pagedkv::server {
 namespace {
 
-using nlohmann::json;
 using api::ApiEndpoint;
 using api::CompletionRequest;
 using api::Tok512Fixture;
+using nlohmann::json;
 
 api::CompletionRequest parse(const json& body, api::ApiEndpoint e = api::ApiEndpoint::kCompletions) {
   return api::parse_completion_request(body.dump(), e, api::RequestLimits{});
@@ -29,7 +29,8 @@ api::CompletionRequest parse(const json& body, api::ApiEndpoint e = api::ApiEndp
 
 // ---- responses ----------------------------------------------------------------------------------
 
-ChoiceUpdate update(int choice, std::vector<TokenId> tokens, bool finished = false, FinishReason reason = FinishReason::kNone) {
+ChoiceUpdate update(int choice, std::vector<TokenId> tokens, bool finished = false,
+                    FinishReason reason = FinishReason::kNone) {
   ChoiceUpdate u;
   u.choice = choice;
   u.engine_id = RequestId{static_cast<uint64_t>(100 + choice)};
@@ -61,7 +62,8 @@ TEST_F(Tok512Fixture, CompletionResponseAndChunks) {
   EXPECT_EQ(chunks[0]["created"], 1700000000);
   EXPECT_EQ(chunks[0]["model"], "stories260K");
   EXPECT_EQ(chunks[0]["choices"][0]["index"], 0);
-  EXPECT_EQ(chunks[0]["choices"][0]["text"], "Once upon a time" + tokenizer_->render(std::vector<TokenId>{378, out[0]}));
+  EXPECT_EQ(chunks[0]["choices"][0]["text"],
+            "Once upon a time" + tokenizer_->render(std::vector<TokenId>{378, out[0]}));
   EXPECT_TRUE(chunks[0]["choices"][0]["finish_reason"].is_null());
   b.apply(update(0, std::vector<TokenId>(out.begin() + 1, out.end()), true, FinishReason::kLength));
   EXPECT_FALSE(b.done());
@@ -120,8 +122,8 @@ TEST_F(Tok512Fixture, IncludeStopStringWholeAndStreamed) {
   const std::vector<TokenId> out = continuation(prompt, "Once upon a time, there was a dog");
   for (const bool stream : {false, true})
     for (const bool include : {false, true}) {
-      api::CompletionRequest req = parse({{"prompt", "x"}, {"stop", {"the", "dog"}}, {"stream", stream},
-                                          {"include_stop_str_in_output", include}});
+      api::CompletionRequest req = parse(
+          {{"prompt", "x"}, {"stop", {"the", "dog"}}, {"stream", stream}, {"include_stop_str_in_output", include}});
       ResponseBuilder b(req, *tokenizer_, "cmpl-2", "m", 0, 1);
       std::vector<json> chunks;
       for (size_t i = 0; i < out.size() && !b.done(); ++i) {  // token by token, as streamed
@@ -195,7 +197,8 @@ TEST_F(Tok512Fixture, TokensAsTokenIdsInLogprobs) {
   for (const auto endpoint : {api::ApiEndpoint::kCompletions, api::ApiEndpoint::kChatCompletions}) {
     const bool chat = endpoint == api::ApiEndpoint::kChatCompletions;
     json body = {{"return_tokens_as_token_ids", true}};
-    if (chat) body.update({{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"logprobs", true}, {"top_logprobs", 2}});
+    if (chat)
+      body.update({{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"logprobs", true}, {"top_logprobs", 2}});
     else body.update({{"prompt", "x"}, {"logprobs", 2}});
     api::CompletionRequest req = parse(body, endpoint);
     ResponseBuilder b(req, *tokenizer_, "id", "m", 0, 1);
@@ -291,9 +294,11 @@ TEST(ResponseBuilderSpecialTokens, SkipSpecialTokensFalseKeepsControlTokens) {
 }
 
 TEST_F(Tok512Fixture, ChatChunksAndLogprobs) {
-  api::CompletionRequest req = parse({{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"logprobs", true}, {"top_logprobs", 1},
-                                 {"stream", true}},
-                                api::ApiEndpoint::kChatCompletions);
+  api::CompletionRequest req = parse({{"messages", {{{"role", "user"}, {"content", "Hi"}}}},
+                                      {"logprobs", true},
+                                      {"top_logprobs", 1},
+                                      {"stream", true}},
+                                     api::ApiEndpoint::kChatCompletions);
   ResponseBuilder b(req, *tokenizer_, "chatcmpl-1", "m", 0, 1);
   ChoiceUpdate u = update(0, {403});
   u.first = true;
@@ -326,7 +331,8 @@ TEST_F(Tok512Fixture, RejectedRequestIsAnError) {
 
 TEST_F(Tok512Fixture, Detokenize) {
   EXPECT_EQ(detokenize(*tokenizer_, std::vector<TokenId>{1, 403, 407}), "Once upon");
-  EXPECT_EQ(detokenize(*tokenizer_, std::vector<TokenId>{403, 407}), " Once upon") << "no BOS: the first piece is printed";
+  EXPECT_EQ(detokenize(*tokenizer_, std::vector<TokenId>{403, 407}), " Once upon")
+      << "no BOS: the first piece is printed";
   EXPECT_EQ(detokenize(*tokenizer_, std::vector<TokenId>{}), "");
 }
 
@@ -373,7 +379,8 @@ TEST_F(Tok512Fixture, ToolCallsWholeAndStreamed) {
   EXPECT_EQ(call["function"]["name"], "f");
   EXPECT_EQ(call["function"]["arguments"], R"({"a":1})");
   EXPECT_TRUE(call["id"].get<std::string>().starts_with("call_"));
-  EXPECT_EQ(tool_answer(*tokenizer_, output, false, FinishReason::kStop).response["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(tool_answer(*tokenizer_, output, false, FinishReason::kStop).response["choices"][0]["finish_reason"],
+            "tool_calls");
 
   const ToolAnswer streamed = tool_answer(*tokenizer_, output, true, FinishReason::kStop);
   std::string content;

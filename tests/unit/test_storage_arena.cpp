@@ -192,8 +192,8 @@ TEST(StorageKVOps, CopyBlocksIsByteExactAndTouchesOnlyDestinations) {
     KVArena arena(testing::kv_spec(dtype, 16, 2, 24), 3, 10);
     randomize(arena, rng);
     const auto before = snapshot(arena);
-    const std::vector<std::pair<BlockId, BlockId>> pairs{{BlockId(1), BlockId(4)}, {BlockId(7), BlockId(2)},
-                                                         {BlockId(1), BlockId(9)}, {BlockId(3), BlockId(3)}};
+    const std::vector<std::pair<BlockId, BlockId>> pairs{
+        {BlockId(1), BlockId(4)}, {BlockId(7), BlockId(2)}, {BlockId(1), BlockId(9)}, {BlockId(3), BlockId(3)}};
     copy_blocks(arena, pairs);
     const auto after = snapshot(arena);
     // Expected: the old bytes with each destination block replaced by its source's, per plane.
@@ -231,9 +231,11 @@ TEST(StorageKVOps, CopyBetweenArenasIsByteExact) {
     const size_t bb = from.block_bytes();
     for (const auto& [s, d] : out) {
       EXPECT_EQ(std::memcmp(static_cast<const uint8_t*>(to.key) + static_cast<size_t>(d.value) * bb,
-                            static_cast<const uint8_t*>(from.key) + static_cast<size_t>(s.value) * bb, bb), 0);
+                            static_cast<const uint8_t*>(from.key) + static_cast<size_t>(s.value) * bb, bb),
+                0);
       EXPECT_EQ(std::memcmp(static_cast<const uint8_t*>(to.value) + static_cast<size_t>(d.value) * bb,
-                            static_cast<const uint8_t*>(from.value) + static_cast<size_t>(s.value) * bb, bb), 0);
+                            static_cast<const uint8_t*>(from.value) + static_cast<size_t>(s.value) * bb, bb),
+                0);
     }
     // Blocks 1..3 of the host arena are untouched.
     const auto* host_base = static_cast<const uint8_t*>(host.data());
@@ -244,7 +246,8 @@ TEST(StorageKVOps, CopyBetweenArenasIsByteExact) {
   copy_blocks_between(host, device, std::vector<std::pair<BlockId, BlockId>>{{BlockId(4), BlockId(7)}});
   const KVLayerView d1 = device.layer(1);
   const size_t bb = d1.block_bytes();
-  const size_t key_off = static_cast<size_t>(static_cast<const uint8_t*>(d1.key) - static_cast<const uint8_t*>(device.data()));
+  const size_t key_off =
+      static_cast<size_t>(static_cast<const uint8_t*>(d1.key) - static_cast<const uint8_t*>(device.data()));
   EXPECT_EQ(std::memcmp(static_cast<const uint8_t*>(d1.key) + 7 * bb, device_before.data() + key_off + 3 * bb, bb), 0);
 
   KVArena other(testing::kv_spec(DType::kF16, 8, 4, 32), 2, 5);

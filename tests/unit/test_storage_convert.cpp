@@ -28,7 +28,8 @@ class Reference16 {
   explicit Reference16(float (*decode)(uint16_t)) {
     for (uint32_t b = 0; b < 0x10000; ++b) {
       const float v = decode(static_cast<uint16_t>(b));
-      if (std::isfinite(v) && !(v == 0 && std::signbit(v))) finite_.push_back({static_cast<double>(v), static_cast<uint16_t>(b)});
+      if (std::isfinite(v) && !(v == 0 && std::signbit(v)))
+        finite_.push_back({static_cast<double>(v), static_cast<uint16_t>(b)});
     }
     std::sort(finite_.begin(), finite_.end(), [](auto a, auto b) { return a.first < b.first; });
     max_finite_ = finite_.back().first;
@@ -40,7 +41,8 @@ class Reference16 {
     const double v = std::fabs(static_cast<double>(x));
     const uint16_t sign = std::signbit(x) ? 0x8000 : 0;
     if (v >= overflow_at_) return static_cast<uint16_t>(sign | inf_bits);
-    if (v > max_finite_) return static_cast<uint16_t>(sign | finite_.back().second);  // under the overflow threshold: rounds down
+    if (v > max_finite_)
+      return static_cast<uint16_t>(sign | finite_.back().second);  // under the overflow threshold: rounds down
     auto it = std::lower_bound(finite_.begin(), finite_.end(), v, [](auto e, double val) { return e.first < val; });
     if (it->first == v) return static_cast<uint16_t>(sign | it->second);
     auto below = std::prev(it);
@@ -65,11 +67,12 @@ std::vector<float> interesting_floats(uint64_t seed) {
     for (float v : {f16_to_f32(static_cast<uint16_t>(b)), bf16_to_f32(static_cast<uint16_t>(b))}) {
       values.push_back(v);
       const uint32_t u = std::bit_cast<uint32_t>(v);
-      for (uint32_t delta : {0x1000u, 0x8000u, 0x0FFFu, 0x1001u, 0x7FFFu, 0x8001u}) values.push_back(std::bit_cast<float>(u + delta));
+      for (uint32_t delta : {0x1000u, 0x8000u, 0x0FFFu, 0x1001u, 0x7FFFu, 0x8001u})
+        values.push_back(std::bit_cast<float>(u + delta));
     }
   }
-  for (float v : {0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, 65536.0f, 5.96e-8f, 2.98e-8f, 2.99e-8f, 1e-10f,
-                  -1e-10f, 3.4028235e38f, -3.4028235e38f, std::numeric_limits<float>::infinity(),
+  for (float v : {0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, 65536.0f, 5.96e-8f, 2.98e-8f, 2.99e-8f, 1e-10f, -1e-10f,
+                  3.4028235e38f, -3.4028235e38f, std::numeric_limits<float>::infinity(),
                   -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::denorm_min()})
     values.push_back(v);
   return values;
@@ -107,10 +110,8 @@ TEST(StorageConvert, WideningIsExactAndRoundTrips) {
     } else {
       EXPECT_EQ(f32_to_f16(f), h) << std::hex << b;
     }
-    if (std::isnan(g))
-      EXPECT_EQ(f32_to_bf16(g), h | 0x0040) << "bf16 NaN is kept and quieted";
-    else
-      EXPECT_EQ(f32_to_bf16(g), h) << std::hex << b;
+    if (std::isnan(g)) EXPECT_EQ(f32_to_bf16(g), h | 0x0040) << "bf16 NaN is kept and quieted";
+    else EXPECT_EQ(f32_to_bf16(g), h) << std::hex << b;
   }
   EXPECT_EQ(f16_to_f32(0x3C00), 1.0f);
   EXPECT_EQ(f16_to_f32(0x0001), std::ldexp(1.0f, -24));

@@ -40,13 +40,23 @@ std::vector<KernelIsa> builds_to_compare() {
 }
 
 enum class RowKind {
-  kNormal, kUniform, kFarOffset, kOutlier, kFewValues, kHalfSteps, kConstant, kZeros, kNonFinite,
-  kSubnormal, kF16Edges, kCount
+  kNormal,
+  kUniform,
+  kFarOffset,
+  kOutlier,
+  kFewValues,
+  kHalfSteps,
+  kConstant,
+  kZeros,
+  kNonFinite,
+  kSubnormal,
+  kF16Edges,
+  kCount
 };
 
 const char* kind_name(RowKind k) {
-  static const char* const names[] = {"normal",  "uniform", "far offset", "outlier",      "few values", "half steps",
-                                      "constant", "zeros",  "non-finite", "f16 subnormal", "f16 edges"};
+  static const char* const names[] = {"normal",   "uniform", "far offset", "outlier",       "few values", "half steps",
+                                      "constant", "zeros",   "non-finite", "f16 subnormal", "f16 edges"};
   return names[static_cast<int>(k)];
 }
 
@@ -101,13 +111,18 @@ std::vector<float> make_row(RowKind kind, size_t n, std::mt19937_64& rng) {
       break;
     case RowKind::kF16Edges: {
       for (auto& v : x) v = kKeyF16Max * (2.0f * unit(rng) - 1.0f);
-      const float edges[] = {kKeyF16Max, -kKeyF16Max, std::nextafter(kKeyF16Max, 1e9f),
-                             std::nextafter(-kKeyF16Max, -1e9f), std::nextafter(kKeyF16Max, 0.0f), 65504.0f};
+      const float edges[] = {kKeyF16Max,
+                             -kKeyF16Max,
+                             std::nextafter(kKeyF16Max, 1e9f),
+                             std::nextafter(-kKeyF16Max, -1e9f),
+                             std::nextafter(kKeyF16Max, 0.0f),
+                             65504.0f};
       x[index(rng)] = edges[index(rng) % 6];
       if (unit(rng) < 0.3f) x[index(rng)] = edges[index(rng) % 6];
       break;
     }
-    case RowKind::kCount: break;
+    case RowKind::kCount:
+      break;
   }
   return x;
 }
@@ -198,8 +213,8 @@ TEST(QuantizeIsa, ANegativeZeroMidpointKeepsItsSign) {
 // kind side by side in one token, so that a NaN or constant head sits next to searched ones.
 TEST(QuantizeIsa, WriteKvStoresTheSameBytesWhicheverBuildItRuns) {
   // Rotated (power-of-two heads, 2 to 512: rows sharing a register, and whole registers) and not.
-  const std::pair<int, int> shapes[] = {{4, 8},  {5, 8},  {9, 16},  {2, 16},  {8, 128}, {3, 24},  {6, 12},
-                                        {4, 32}, {1, 7},  {3, 2},   {3, 4},   {2, 64},  {1, 256}, {1, 512}};
+  const std::pair<int, int> shapes[] = {{4, 8},  {5, 8}, {9, 16}, {2, 16}, {8, 128}, {3, 24},  {6, 12},
+                                        {4, 32}, {1, 7}, {3, 2},  {3, 4},  {2, 64},  {1, 256}, {1, 512}};
   for (const auto& [heads, dim] : shapes) {
     const int tokens = 40, block_size = 16;
     const KVCacheSpec spec = testing::kv_spec(DType::kInt8, block_size, heads, dim);
@@ -214,7 +229,8 @@ TEST(QuantizeIsa, WriteKvStoresTheSameBytesWhicheverBuildItRuns) {
         // Mostly plain rows, a quarter of them of any kind.
         const RowKind kind = rng() % 4 == 0 ? static_cast<RowKind>(pick_kind(rng)) : RowKind::kNormal;
         const std::vector<float> key_row = make_row(kind, static_cast<size_t>(dim), rng);
-        const std::vector<float> value_row = make_row(static_cast<RowKind>(pick_kind(rng)), static_cast<size_t>(dim), rng);
+        const std::vector<float> value_row =
+            make_row(static_cast<RowKind>(pick_kind(rng)), static_cast<size_t>(dim), rng);
         k.insert(k.end(), key_row.begin(), key_row.end());
         v.insert(v.end(), value_row.begin(), value_row.end());
       }

@@ -91,8 +91,8 @@ TEST(Fp8E4M3, SaturatesAndKeepsNaN) {
   EXPECT_EQ(f32_to_fp8_e4m3(-std::numeric_limits<float>::quiet_NaN()), 0xFF);
   EXPECT_EQ(f32_to_fp8_e4m3(0.0f), 0x00);
   EXPECT_EQ(f32_to_fp8_e4m3(-0.0f), 0x80);
-  EXPECT_EQ(f32_to_fp8_e4m3(0x1p-11f), 0x00);                    // a quarter step: down to zero
-  EXPECT_EQ(f32_to_fp8_e4m3(0x1p-10f), 0x00);                    // half of 2^-9: tie to even (0)
+  EXPECT_EQ(f32_to_fp8_e4m3(0x1p-11f), 0x00);  // a quarter step: down to zero
+  EXPECT_EQ(f32_to_fp8_e4m3(0x1p-10f), 0x00);  // half of 2^-9: tie to even (0)
   EXPECT_EQ(f32_to_fp8_e4m3(std::numeric_limits<float>::denorm_min()), 0x00);
 }
 
@@ -314,12 +314,12 @@ TEST(KVQuantize, WriteGatherAndCopyCarryTheScales) {
     }
     // Copy-on-write of the blocks, then swap to another arena and back: the same dequantized
     // values come out (the scales travel inside the blocks).
-    const std::pair<BlockId, BlockId> cow[] = {{BlockId(5), BlockId(1)}, {BlockId(2), BlockId(3)},
-                                               {BlockId(7), BlockId(4)}};
+    const std::pair<BlockId, BlockId> cow[] = {
+        {BlockId(5), BlockId(1)}, {BlockId(2), BlockId(3)}, {BlockId(7), BlockId(4)}};
     copy_blocks(arena, cow);
     KVArena host(testing::kv_spec(dtype, bs, heads, dim), 2, 8);
-    const std::pair<BlockId, BlockId> out[] = {{BlockId(1), BlockId(6)}, {BlockId(3), BlockId(2)},
-                                               {BlockId(4), BlockId(5)}};
+    const std::pair<BlockId, BlockId> out[] = {
+        {BlockId(1), BlockId(6)}, {BlockId(3), BlockId(2)}, {BlockId(4), BlockId(5)}};
     copy_blocks_between(arena, host, out);
     const int32_t host_table[] = {6, 2, 5};
     std::vector<float> k2(k.size()), v2(v.size());

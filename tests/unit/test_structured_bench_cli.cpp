@@ -22,8 +22,9 @@ TEST_F(StructuredBenchCli, ReportsEverySchemaAtEveryBatchSize) {
   const char* shared = std::getenv("PAGEDKV_SHARED_DIR");
   const std::string model = std::string(shared ? shared : "../shared") + "/models/gguf/small-llama.q8_0.gguf";
   if (!std::filesystem::exists(model)) GTEST_SKIP() << model << " is absent (set PAGEDKV_SHARED_DIR)";
-  const auto [code, out] =
-      pagedkv("bench structured --json --model '" + model + "' --batch-sizes 1,3 --max-tokens 8 --repeats 1 --threads 1", false);
+  const auto [code, out] = pagedkv(
+      "bench structured --json --model '" + model + "' --batch-sizes 1,3 --max-tokens 8 --repeats 1 --threads 1",
+      false);
   ASSERT_EQ(code, 0) << out;
   const nlohmann::json j = nlohmann::json::parse(out);
   EXPECT_EQ(j["vocabulary"], 512);
@@ -48,9 +49,10 @@ TEST_F(StructuredBenchCli, MaskOverlapBothGivesOneRowPerSetting) {
   const char* shared = std::getenv("PAGEDKV_SHARED_DIR");
   const std::string model = std::string(shared ? shared : "../shared") + "/models/gguf/small-llama.q8_0.gguf";
   if (!std::filesystem::exists(model)) GTEST_SKIP() << model << " is absent (set PAGEDKV_SHARED_DIR)";
-  const auto [code, out] = pagedkv("bench structured --json --model '" + model +
-                                       "' --mask-overlap both --only regex --batch-sizes 2 --max-tokens 6 --repeats 1 --threads 1",
-                                   false);
+  const auto [code, out] =
+      pagedkv("bench structured --json --model '" + model +
+                  "' --mask-overlap both --only regex --batch-sizes 2 --max-tokens 6 --repeats 1 --threads 1",
+              false);
   ASSERT_EQ(code, 0) << out;
   const nlohmann::json j = nlohmann::json::parse(out);
   ASSERT_EQ(j["results"].size(), 2u);

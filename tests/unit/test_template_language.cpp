@@ -336,15 +336,18 @@ TEST(TemplateLanguage, KeyOrderOfTheDataIsKept) {
 // A macro defined in a loop iteration keeps a copy of that iteration's names, so calling it after
 // the loop (jinja2 prints its internal "missing" marker there) is safe and sees the last values.
 TEST(TemplateLanguage, MacroOutlivingItsLoopIsSafe) {
-  EXPECT_EQ(render("{% set ns = namespace(f=none) %}{% for i in [1, 2] %}{% macro m() %}{{ i }}-{{ loop.index }}{% endmacro %}"
-                   "{% set ns.f = m %}{% endfor %}{{ ns.f() }}|{% macro w() %}<{{ caller() }}>{% endmacro %}"
-                   "{% for i in [3] %}{% call w() %}{{ i }}{% endcall %}{% endfor %}",
-                   "{}"),
-            "2-2|<3>");
+  EXPECT_EQ(
+      render(
+          "{% set ns = namespace(f=none) %}{% for i in [1, 2] %}{% macro m() %}{{ i }}-{{ loop.index }}{% endmacro %}"
+          "{% set ns.f = m %}{% endfor %}{{ ns.f() }}|{% macro w() %}<{{ caller() }}>{% endmacro %}"
+          "{% for i in [3] %}{% call w() %}{{ i }}{% endcall %}{% endfor %}",
+          "{}"),
+      "2-2|<3>");
 }
 
 TEST(TemplateLanguage, TemplateIsReusableAndThreadSafe) {
-  const jinja::Template t("{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}{% endfor %}{{ ns.n }}");
+  const jinja::Template t(
+      "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}{% endfor %}{{ ns.n }}");
   EXPECT_EQ(t.render(ordered_json::parse(R"({"messages": [1, 2, 3]})")), "3");
   EXPECT_EQ(t.render(ordered_json::parse(R"({"messages": [1]})")), "1");  // namespace state is per render
 }

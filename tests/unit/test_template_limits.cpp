@@ -13,8 +13,8 @@ namespace {
 
 // Parses and renders `source`; expects a TemplateLimitError mentioning `limit`, within a second
 // of this thread's CPU time.
-void expect_limit(const std::string& source, const std::string& limit, const ordered_json& vars = ordered_json::object(),
-                  const jinja::RenderOptions& options = {}) {
+void expect_limit(const std::string& source, const std::string& limit,
+                  const ordered_json& vars = ordered_json::object(), const jinja::RenderOptions& options = {}) {
   const double start = thread_cpu_seconds();
   try {
     jinja::Template(source).render(vars, options);
@@ -28,10 +28,12 @@ void expect_limit(const std::string& source, const std::string& limit, const ord
 }
 
 TEST(TemplateLimits, EndlessLoopsStop) {
-  expect_limit("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "max_loop_iterations");
+  expect_limit("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+               "max_loop_iterations");
   expect_limit("{% for i in range(1000000000000) %}{% endfor %}", "max_loop_iterations");
   // Few iterations but heavy bodies: the step budget.
-  expect_limit("{% for i in range(900000) %}{% set x = (i + i * 2 - i // 3) > 0 and i or 0 %}{% endfor %}", "max_steps");
+  expect_limit("{% for i in range(900000) %}{% set x = (i + i * 2 - i // 3) > 0 and i or 0 %}{% endfor %}",
+               "max_steps");
 }
 
 TEST(TemplateLimits, EndlessRecursionStops) {
@@ -47,8 +49,10 @@ TEST(TemplateLimits, HugeOutputStops) {
   expect_limit("{% set ns = namespace(s='ab') %}{% for i in range(100) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
                "max_output_bytes");
   expect_limit("{{ [1, 2, 3] * 1000000000000 }}", "max_output_bytes");
-  expect_limit("{% set ns = namespace(s='ab') %}{% for i in range(60) %}{% set ns.s = ns.s.replace('a', 'aa') ~ ns.s %}{% endfor %}",
-               "max_output_bytes");
+  expect_limit(
+      "{% set ns = namespace(s='ab') %}{% for i in range(60) %}{% set ns.s = ns.s.replace('a', 'aa') ~ ns.s %}{% "
+      "endfor %}",
+      "max_output_bytes");
 }
 
 TEST(TemplateLimits, DeepNestingInTheSourceStops) {
@@ -74,7 +78,8 @@ TEST(TemplateLimits, LimitsAreConfigurable) {
   jinja::RenderOptions tight;
   tight.limits.max_loop_iterations = 10;
   expect_limit("{% for i in range(11) %}{% endfor %}", "max_loop_iterations", ordered_json::object(), tight);
-  EXPECT_EQ(jinja::Template("{% for i in range(10) %}{{ i }}{% endfor %}").render(ordered_json::object(), tight), "0123456789");
+  EXPECT_EQ(jinja::Template("{% for i in range(10) %}{{ i }}{% endfor %}").render(ordered_json::object(), tight),
+            "0123456789");
   tight.limits.max_output_bytes = 5;
   expect_limit("{{ 'abcdef' }}", "max_output_bytes", ordered_json::object(), tight);
   jinja::ParseLimits parse;

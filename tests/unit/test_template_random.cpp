@@ -57,9 +57,7 @@ for case in job["cases"]:
 json.dump(results, open(sys.argv[2], "w", encoding="utf-8"), ensure_ascii=False)
 )PY";
 
-bool reference_available() {
-  return std::system("/usr/bin/python3 -c 'import jinja2' >/dev/null 2>&1") == 0;
-}
+bool reference_available() { return std::system("/usr/bin/python3 -c 'import jinja2' >/dev/null 2>&1") == 0; }
 
 class ConversationGenerator {
  public:
@@ -79,19 +77,22 @@ class ConversationGenerator {
         for (int c = 0; c < calls; ++c)
           tool_calls.push_back({{"id", call_id()},
                                 {"type", "function"},
-                                {"function", {{"name", chance(0.5) ? "get_weather" : "search"},
-                                              {"arguments", chance(0.15) ? ordered_json(arguments(0).dump()) : arguments(0)}}}});
+                                {"function",
+                                 {{"name", chance(0.5) ? "get_weather" : "search"},
+                                  {"arguments", chance(0.15) ? ordered_json(arguments(0).dump()) : arguments(0)}}}});
         ordered_json call = {{"role", "assistant"}, {"content", chance(0.7) ? std::string() : text()}};
         call["tool_calls"] = tool_calls;
         messages.push_back(call);
         for (const auto& tc : tool_calls)
-          messages.push_back({{"role", "tool"}, {"tool_call_id", tc["id"]}, {"name", tc["function"]["name"]}, {"content", text()}});
+          messages.push_back(
+              {{"role", "tool"}, {"tool_call_id", tc["id"]}, {"name", tc["function"]["name"]}, {"content", text()}});
       }
       ordered_json reply = {{"role", "assistant"}, {"content", text()}};
       if (chance(0.15)) reply["reasoning_content"] = text();
       messages.push_back(reply);
     }
-    if (chance(0.05)) messages.push_back({{"role", "user"}, {"content", ordered_json::array({{{"type", "text"}, {"text", text()}}})}});
+    if (chance(0.05))
+      messages.push_back({{"role", "user"}, {"content", ordered_json::array({{{"type", "text"}, {"text", text()}}})}});
     ordered_json conv = {{"messages", messages}, {"add_generation_prompt", chance(0.7)}};
     if (tools) conv["tools"] = tool_list();
     if (chance(0.2)) conv["template_kwargs"] = {{"enable_thinking", chance(0.5)}};
@@ -102,14 +103,44 @@ class ConversationGenerator {
   bool chance(double p) { return std::uniform_real_distribution<double>(0, 1)(rng_) < p; }
   int pick(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }
   template <typename T>
-  const T& one_of(const std::vector<T>& v) { return v[static_cast<size_t>(pick(0, static_cast<int>(v.size()) - 1))]; }
+  const T& one_of(const std::vector<T>& v) {
+    return v[static_cast<size_t>(pick(0, static_cast<int>(v.size()) - 1))];
+  }
 
   std::string text() {
-    static const std::vector<std::string> pieces = {
-        "hello", "What is 2+2?", "the weather", "Paris", " ", "  ", "\n", "\n\n", "\t", " trailing ",
-        "é", "naïve café", "日本語のテキスト", "Привет", "مرحبا", "👍🏽", "“quoted”", "'single'", "\"double\"",
-        "back\\slash", "{{ messages }}", "{% if true %}x{% endif %}", "{# c #}", "<|im_end|>", "<|eot_id|>",
-        "[INST]", "<think>\nreasoning\n</think>\n\n", "/no_think", "\u2028", "a\r\nb", "tab\there", "0", "None"};
+    static const std::vector<std::string> pieces = {"hello",
+                                                    "What is 2+2?",
+                                                    "the weather",
+                                                    "Paris",
+                                                    " ",
+                                                    "  ",
+                                                    "\n",
+                                                    "\n\n",
+                                                    "\t",
+                                                    " trailing ",
+                                                    "é",
+                                                    "naïve café",
+                                                    "日本語のテキスト",
+                                                    "Привет",
+                                                    "مرحبا",
+                                                    "👍🏽",
+                                                    "“quoted”",
+                                                    "'single'",
+                                                    "\"double\"",
+                                                    "back\\slash",
+                                                    "{{ messages }}",
+                                                    "{% if true %}x{% endif %}",
+                                                    "{# c #}",
+                                                    "<|im_end|>",
+                                                    "<|eot_id|>",
+                                                    "[INST]",
+                                                    "<think>\nreasoning\n</think>\n\n",
+                                                    "/no_think",
+                                                    "\u2028",
+                                                    "a\r\nb",
+                                                    "tab\there",
+                                                    "0",
+                                                    "None"};
     std::string s;
     const int n = pick(0, 6);
     for (int i = 0; i < n; ++i) s += one_of(pieces);
@@ -125,11 +156,16 @@ class ConversationGenerator {
 
   ordered_json scalar() {
     switch (pick(0, 5)) {
-      case 0: return pick(-100, 100000);
-      case 1: return pick(-1000, 1000) / 8.0;
-      case 2: return chance(0.5);
-      case 3: return nullptr;
-      default: return text();
+      case 0:
+        return pick(-100, 100000);
+      case 1:
+        return pick(-1000, 1000) / 8.0;
+      case 2:
+        return chance(0.5);
+      case 3:
+        return nullptr;
+      default:
+        return text();
     }
   }
 
@@ -152,7 +188,8 @@ class ConversationGenerator {
     for (int i = 0; i < n; ++i) {
       ordered_json props = ordered_json::object();
       props["location"] = {{"type", "string"}, {"description", text()}};
-      if (chance(0.5)) props["unit"] = {{"type", "string"}, {"enum", {"celsius", "fahrenheit"}}, {"description", "unit"}};
+      if (chance(0.5))
+        props["unit"] = {{"type", "string"}, {"enum", {"celsius", "fahrenheit"}}, {"description", "unit"}};
       if (chance(0.5)) props["days"] = {{"type", "integer"}, {"description", "days ahead"}};
       tools.push_back({{"type", "function"},
                        {"function",
@@ -170,12 +207,20 @@ TEST(TemplateRandom, MatchesPythonJinja2) {
   PAGEDKV_REQUIRE_CHAT_TEMPLATES(dir);
   if (!reference_available()) GTEST_SKIP() << "/usr/bin/python3 with jinja2 (Debian's python3-jinja2) is missing";
   ChatTemplateOracle oracle(dir);
-  const std::vector<std::string> names = {
-      "meta-llama-Llama-3.1-8B-Instruct", "meta-llama-Llama-3.2-3B-Instruct", "Qwen-Qwen3-0.6B",
-      "Qwen-Qwen2.5-7B-Instruct", "Mistral-Small-3.2-24B-Instruct-2506", "mistralai-Mistral-Nemo-Instruct-2407",
-      "google-gemma-2-2b-it", "HuggingFaceTB-SmolLM3-3B", "openai-gpt-oss-120b", "ibm-granite-granite-3.3-2B-Instruct",
-      "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "microsoft-Phi-3.5-mini-instruct", "Qwen-QwQ-32B",
-      "NousResearch-Hermes-3-Llama-3.1-8B-tool_use"};
+  const std::vector<std::string> names = {"meta-llama-Llama-3.1-8B-Instruct",
+                                          "meta-llama-Llama-3.2-3B-Instruct",
+                                          "Qwen-Qwen3-0.6B",
+                                          "Qwen-Qwen2.5-7B-Instruct",
+                                          "Mistral-Small-3.2-24B-Instruct-2506",
+                                          "mistralai-Mistral-Nemo-Instruct-2407",
+                                          "google-gemma-2-2b-it",
+                                          "HuggingFaceTB-SmolLM3-3B",
+                                          "openai-gpt-oss-120b",
+                                          "ibm-granite-granite-3.3-2B-Instruct",
+                                          "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B",
+                                          "microsoft-Phi-3.5-mini-instruct",
+                                          "Qwen-QwQ-32B",
+                                          "NousResearch-Hermes-3-Llama-3.1-8B-tool_use"};
   // PAGEDKV_TEMPLATE_RANDOM_CASES / _SEED scale a run up or vary it (a soak); the defaults keep it ~1 s.
   const char* cases_env = std::getenv("PAGEDKV_TEMPLATE_RANDOM_CASES");
   const char* seed_env = std::getenv("PAGEDKV_TEMPLATE_RANDOM_SEED");
@@ -187,7 +232,8 @@ TEST(TemplateRandom, MatchesPythonJinja2) {
   ConversationGenerator gen(seed);
   for (const auto& name : names) {
     for (int i = 0; i < per_template; ++i)
-      job["cases"].push_back({{"template", name}, {"vars", render_variables(gen.conversation(), oracle.tokens_of(name))}});
+      job["cases"].push_back(
+          {{"template", name}, {"vars", render_variables(gen.conversation(), oracle.tokens_of(name))}});
   }
 
   char work[] = "/tmp/pagedkv-template-random-XXXXXX";
@@ -197,8 +243,8 @@ TEST(TemplateRandom, MatchesPythonJinja2) {
     std::ofstream(base / "reference.py") << kReferenceScript;
     std::ofstream(base / "job.json") << job.dump();
   }
-  const std::string command = "/usr/bin/python3 " + (base / "reference.py").string() + " " + (base / "job.json").string() +
-                              " " + (base / "results.json").string();
+  const std::string command = "/usr/bin/python3 " + (base / "reference.py").string() + " " +
+                              (base / "job.json").string() + " " + (base / "results.json").string();
   ASSERT_EQ(std::system(command.c_str()), 0) << command;
   const ordered_json results = ordered_json::parse(read_text(base / "results.json"));
   fs::remove_all(base);
@@ -214,8 +260,8 @@ TEST(TemplateRandom, MatchesPythonJinja2) {
     SCOPED_TRACE(name + " case " + std::to_string(i) + ": " + c["vars"].dump().substr(0, 2000));
     try {
       const std::string text = parsed.at(name).render(c["vars"], oracle_options());
-      EXPECT_TRUE(expected["ok"].get<bool>()) << "rendered; jinja2 raised " << expected.value("error_type", "") << ": "
-                                              << expected.value("error", "");
+      EXPECT_TRUE(expected["ok"].get<bool>())
+          << "rendered; jinja2 raised " << expected.value("error_type", "") << ": " << expected.value("error", "");
       if (expected["ok"].get<bool>()) {
         EXPECT_EQ(text, expected["text"].get<std::string>());
       }
@@ -230,7 +276,8 @@ TEST(TemplateRandom, MatchesPythonJinja2) {
       ++errors;
     }
   }
-  std::printf("random comparison: %zu renders (%d texts, %d errors) matched Python's jinja2\n", results.size(), texts, errors);
+  std::printf("random comparison: %zu renders (%d texts, %d errors) matched Python's jinja2\n", results.size(), texts,
+              errors);
 }
 
 }  // namespace

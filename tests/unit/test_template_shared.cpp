@@ -60,8 +60,9 @@ TEST(TemplateShared, AllExpectationsMatchJinja2) {
       }
     }
   }
-  std::printf("chat-template oracle: %d of %zu expectations matched (%d texts, %d raise_exception messages, %d other errors)\n",
-              matched, oracle.expected.size(), ok_cases, raised_cases, other_errors);
+  std::printf(
+      "chat-template oracle: %d of %zu expectations matched (%d texts, %d raise_exception messages, %d other errors)\n",
+      matched, oracle.expected.size(), ok_cases, raised_cases, other_errors);
   EXPECT_EQ(matched, 350);
 }
 
@@ -76,7 +77,8 @@ TEST(TemplateShared, RenderingIsFast) {
     const auto start = std::chrono::steady_clock::now();
     size_t bytes = 0;
     for (int i = 0; i < runs; ++i) bytes += t.render(vars, oracle_options()).size();
-    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / runs;
+    const double us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / runs;
     std::printf("%s, c07_tool_roundtrip: %.1f us per render (%zu bytes)\n", name.c_str(), us, bytes / runs);
     EXPECT_LT(us, 5000.0) << name;  // generous for sanitizer and loaded CI machines
   }
@@ -91,8 +93,9 @@ TEST(TemplateShared, ConcurrentRendersOfOneTemplate) {
   std::vector<std::pair<ordered_json, std::string>> cases;
   for (const auto& row : oracle.expected)
     if (row["template"] == name && row["ok"].get<bool>())
-      cases.emplace_back(render_variables(oracle.conversations.at(row["conversation"].get<std::string>()), oracle.tokens_of(name)),
-                         row["text"].get<std::string>());
+      cases.emplace_back(
+          render_variables(oracle.conversations.at(row["conversation"].get<std::string>()), oracle.tokens_of(name)),
+          row["text"].get<std::string>());
   std::atomic<int> mismatches{0};
   std::vector<std::thread> threads;
   for (int k = 0; k < 4; ++k)

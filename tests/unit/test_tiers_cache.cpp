@@ -29,7 +29,8 @@ TierConfig host_only(int blocks) {
 TierConfig disk_only(const std::string& dir, int blocks) {
   TierConfig c;
   c.disk_cache_dir = dir;
-  const size_t slot = disk_header_bytes(4) + round_up_to(block_payload_bytes(KVArena(small_spec(), kLayers, 1)), kDiskAlignment);
+  const size_t slot =
+      disk_header_bytes(4) + round_up_to(block_payload_bytes(KVArena(small_spec(), kLayers, 1)), kDiskAlignment);
   c.disk_cache_bytes = static_cast<size_t>(blocks) * slot;
   c.log_degraded = false;
   return c;
@@ -147,8 +148,8 @@ TEST(TieredCache, HostVictimsAreDemotedToDiskAndPromotedFromThere) {
   ASSERT_TRUE(t.disk()->writable()) << t.disk()->stats().degraded_reason;
   Request a = make_request(1, 17, 0);
   compute_and_free(d, a);
-  evict_everything(d, t, 2);   // a's 4 blocks -> host
-  evict_everything(d, t, 3);   // filler 2's 8 blocks -> host, a's demoted to disk
+  evict_everything(d, t, 2);  // a's 4 blocks -> host
+  evict_everything(d, t, 3);  // filler 2's 8 blocks -> host, a's demoted to disk
   evict_everything(d, t, 4);
   EXPECT_GE(t.host()->stats().demotions, 4u);
   Request again = make_request(5, 17, 0);
@@ -227,14 +228,16 @@ TEST(TieredCache, CorruptDiskBlockIsAMissCountedAndReclaimed) {
   // The blocks after it were promoted and verified too: they are cached on the device now.
   Request later = make_request(3, 33, 0);
   d.manager.hash_request(later);
-  EXPECT_TRUE(d.manager.pool().find_cached([&] {
-    BlockContentKey k;
-    k.hash = later.block_hashes[3];
-    k.parent = later.block_hashes[2];
-    k.tokens = std::span<const TokenId>(later.tokens).subspan(12, 4);
-    k.extra_digest = later.block_extra_digest(3);
-    return k;
-  }()).has_value());
+  EXPECT_TRUE(d.manager.pool()
+                  .find_cached([&] {
+                    BlockContentKey k;
+                    k.hash = later.block_hashes[3];
+                    k.parent = later.block_hashes[2];
+                    k.tokens = std::span<const TokenId>(later.tokens).subspan(12, 4);
+                    k.extra_digest = later.block_extra_digest(3);
+                    return k;
+                  }())
+                  .has_value());
 }
 
 TEST(TieredCache, SwapOutGoesToHostThenDiskAndComesBackByteForByte) {

@@ -114,7 +114,8 @@ Verified verify_and_reuse(const std::string& dir, uint64_t fresh_base) {
     for (const DiskRead& r : h.batch().disk_reads) {
       if (r.result == ReadResult::kOk) {
         ++v.intact;
-        EXPECT_TRUE(block_holds(device, BlockId{r.device_block}, r.expected.hash)) << "slot " << r.slot << " served bad KV";
+        EXPECT_TRUE(block_holds(device, BlockId{r.device_block}, r.expected.hash))
+            << "slot " << r.slot << " served bad KV";
       } else {
         ++v.damaged;
         disk.slots().uncache(r.slot);

@@ -44,7 +44,6 @@ class TieredEngine : public testing::GoldenEngineTest {
     f.stop.max_tokens = 40;
     return f;
   }
-
 };
 
 TEST_F(TieredEngine, GoldenPrefixServedFromTheHostTier) {
@@ -169,9 +168,9 @@ TEST_F(TieredEngine, GenerateTwiceGetsDiskHitsInTheSecondProcess) {
   TempDir dir;
   const std::string model = (testing::models_dir() / "stories260K.bin").string();
   const std::string tok = (testing::models_dir() / "tok512.bin").string();
-  const std::string cmd = std::string(bin) + " generate -m " + model + " -z " + tok +
-                          " -t 0 -n 120 --json --disk-cache-dir " + dir.str() +
-                          " -i 'Once upon a time, there was a little girl named Lily. She loved to play outside in the park' 2>/dev/null";
+  const std::string cmd =
+      std::string(bin) + " generate -m " + model + " -z " + tok + " -t 0 -n 120 --json --disk-cache-dir " + dir.str() +
+      " -i 'Once upon a time, there was a little girl named Lily. She loved to play outside in the park' 2>/dev/null";
   std::vector<nlohmann::json> runs;
   for (int i = 0; i < 2; ++i) {
     FILE* pipe = ::popen(cmd.c_str(), "r");

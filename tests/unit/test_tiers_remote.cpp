@@ -36,7 +36,7 @@ TierConfig remote_only(std::shared_ptr<FakeRemoteBackend> b, bool write_through 
 // Computes `r` on `d` and lets write-through hand its blocks to the remote tier's store lane.
 void compute_and_store(Device& d, TieredKVCache& t, Request& r) {
   compute_and_free(d, r, &t);
-  t.on_step_begin();   // write-through queues the newly cached blocks
+  t.on_step_begin();  // write-through queues the newly cached blocks
   t.before_forward();  // the memory lane packs them
   check_all(d, t);
 }
@@ -358,8 +358,8 @@ TEST_F(RemoteEngine, GoldenPrefixComputedByOneEngineIsARemoteHitOnAnother) {
   cfg.tiers = remote_only(store);
   cfg.check_invariants = true;
   const auto& golden = goldens_[2];
-  const GenerationRequest prompt = llama2c_run_request({golden.ids.begin(), golden.ids.begin() + 100}, golden.steps,
-                                                       greedy());
+  const GenerationRequest prompt =
+      llama2c_run_request({golden.ids.begin(), golden.ids.begin() + 100}, golden.steps, greedy());
   LLMEngine a(*model_, cfg);
   LLMEngine b(*model_, cfg);
   const RequestOutput first = run_one(a, prompt);

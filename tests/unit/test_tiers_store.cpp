@@ -167,8 +167,8 @@ TEST(TierSlotFormat, RoundTripAndEveryKindOfDamage) {
 // builds did not write: pins that a float layout keeps the fingerprint blocks were stored under,
 // and that int8 blocks of the earlier layouts (unrotated; rotated with one f32 scale) never match
 // today's (rotated keys with an f16 scale and offset).
-BlockHash fingerprint_with_markers(uint64_t model_digest, const KVCacheSpec& spec, int num_layers,
-                                   HashAlgorithm hash, const BlockHash& root, std::initializer_list<uint32_t> markers) {
+BlockHash fingerprint_with_markers(uint64_t model_digest, const KVCacheSpec& spec, int num_layers, HashAlgorithm hash,
+                                   const BlockHash& root, std::initializer_list<uint32_t> markers) {
   std::byte buf[96] = {};
   size_t o = 0;
   auto add = [&](auto v) {
@@ -307,7 +307,7 @@ TEST(TierDisk, CorruptPayloadTornHeaderTruncationAndForeignFingerprint) {
     ASSERT_EQ(::pwrite(fd, &c, 1, at), 1);
   };
   flip(static_cast<off_t>(1 * slot_bytes + header_bytes + 100));  // slot 1: payload bit flip
-  flip(static_cast<off_t>(2 * slot_bytes + 110));                 // slot 2: header (torn) damage
+  flip(static_cast<off_t>(2 * slot_bytes + 110));  // slot 2: header (torn) damage
   ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(5 * slot_bytes + header_bytes + 10)), 0);  // slot 5: short
   ::close(fd);
   {
@@ -391,7 +391,8 @@ TEST(TierTransfer, CoalescesAdjacentBlocksAndRoundTripsThroughTheHostArena) {
   out.device_to_host.push_back(MemoryCopy{30, 5, TransferPurpose::kSwap, {}});
   engine.submit(std::move(out)).wait();
   EXPECT_EQ(engine.stats().memory_runs.load(), 3u);
-  for (int i = 0; i < 8; ++i) EXPECT_TRUE(block_holds(host, BlockId{20 + i}, BlockHash{static_cast<uint64_t>(4 + i), 1}));
+  for (int i = 0; i < 8; ++i)
+    EXPECT_TRUE(block_holds(host, BlockId{20 + i}, BlockHash{static_cast<uint64_t>(4 + i), 1}));
   EXPECT_TRUE(block_holds(host, BlockId{0}, BlockHash{2, 1}));
   // Back into other device blocks.
   TransferBatch in;
@@ -399,7 +400,8 @@ TEST(TierTransfer, CoalescesAdjacentBlocksAndRoundTripsThroughTheHostArena) {
   TransferHandle h = engine.submit(std::move(in));
   h.wait();
   EXPECT_TRUE(h.memory_done());
-  for (int i = 0; i < 8; ++i) EXPECT_TRUE(block_holds(device, BlockId{12 + i}, BlockHash{static_cast<uint64_t>(4 + i), 1}));
+  for (int i = 0; i < 8; ++i)
+    EXPECT_TRUE(block_holds(device, BlockId{12 + i}, BlockHash{static_cast<uint64_t>(4 + i), 1}));
 }
 
 }  // namespace

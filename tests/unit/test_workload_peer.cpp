@@ -19,7 +19,8 @@ TEST(PeerWorkload, GeneratedExactly) {
   ASSERT_EQ(w.prompts.size(), 2000u);
   EXPECT_EQ(std::vector<TokenId>(w.system_prompt.begin(), w.system_prompt.begin() + 4),
             (std::vector<TokenId>{105, 475, 31107, 28478}));
-  EXPECT_EQ(std::vector<TokenId>(w.prompts[1].begin(), w.prompts[1].begin() + 3), (std::vector<TokenId>{4888, 13200, 27}));
+  EXPECT_EQ(std::vector<TokenId>(w.prompts[1].begin(), w.prompts[1].begin() + 3),
+            (std::vector<TokenId>{4888, 13200, 27}));
   EXPECT_EQ(w.prompts[0][1024], 3424);
   EXPECT_EQ(w.prompts[0][1025], 9347);
   const size_t first5[] = {1729, 1225, 1374, 1121, 1887};

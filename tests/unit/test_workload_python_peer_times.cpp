@@ -70,7 +70,8 @@ TEST(PythonPeerTimes, NamesWhatIsMissing) {
   }
   std::filesystem::remove(path);
 
-  const std::string bad = write_temp("peer-bad.md", "| operation | vLLM v1 (xxhash) |\n| --- | --- |\n| admit (lookup + allocate) | fast |\n");
+  const std::string bad = write_temp(
+      "peer-bad.md", "| operation | vLLM v1 (xxhash) |\n| --- | --- |\n| admit (lookup + allocate) | fast |\n");
   try {
     read_python_peer_times(bad, HashAlgorithm::kXxh3_128);
     FAIL() << "a cell without a number was accepted";

@@ -46,21 +46,21 @@ namespace {
 
 struct BenchOptions {
   AttentionShape shape{32, 8, 128};  // every case's heads; the scale is set from head_dim
-  std::string heads = "32/8";        // --heads Q/KV, parsed into shape
+  std::string heads = "32/8";  // --heads Q/KV, parsed into shape
   std::vector<std::string> dtypes{"fp32", "fp16"};
   std::vector<int> contexts{1024, 4096, 32768, 65536};
   std::vector<int> batches{1, 8, 32};
   int block_size = 16;
-  int threads = 0;           // 0: the kernel default
-  double max_gib = 2.0;      // skip cases whose K/V per layer exceeds this
-  double rotate_mib = 256;   // rotate layers until one pass reads this much: 8x this machine's L3
+  int threads = 0;  // 0: the kernel default
+  double max_gib = 2.0;  // skip cases whose K/V per layer exceeds this
+  double rotate_mib = 256;  // rotate layers until one pass reads this much: 8x this machine's L3
   double bandwidth_mib = 1024;
-  double seconds = 0.25;     // measuring time per variant of a case
-  int rounds = 7;            // interleaved rounds; times and ratios are medians over them
+  double seconds = 0.25;  // measuring time per variant of a case
+  int rounds = 7;  // interleaved rounds; times and ratios are medians over them
   std::string isa = "auto";
   std::string clock = "wall";  // or "cpu": the one kernel thread's CPU time (needs --threads 1)
-  int shared_prefix = 0;       // tokens (whole blocks) every request's block table shares
-  bool no_cascade = false;     // cascade attention off in the paged run
+  int shared_prefix = 0;  // tokens (whole blocks) every request's block table shares
+  bool no_cascade = false;  // cascade attention off in the paged run
   bool json = false;
 };
 
@@ -76,7 +76,7 @@ struct CaseResult {
   int layers = 0;
   std::optional<std::string> skipped;
   Measured paged, contiguous;  // with --shared-prefix, `contiguous` is paged with cascade off
-  double read_bandwidth = 0;         // median of the probes taken between this case's rounds
+  double read_bandwidth = 0;  // median of the probes taken between this case's rounds
   double fraction_of_bandwidth = 0;  // median over rounds of paged GB/s / that round's bandwidth
   double paged_over_contiguous = 0;  // median over rounds of paged time / contiguous time
 };
@@ -281,8 +281,8 @@ int run_bench_attention(BenchOptions o, bool quick) {
   if (o.clock != "wall" && o.clock != "cpu")
     throw ConfigError(fmt::format("--clock must be wall or cpu, got '{}'", o.clock));
   if (o.clock == "cpu" && kernel_threads() != 1)
-    throw ConfigError(fmt::format("--clock cpu measures one thread's CPU time: add --threads 1 (now {} threads)",
-                                  kernel_threads()));
+    throw ConfigError(
+        fmt::format("--clock cpu measures one thread's CPU time: add --threads 1 (now {} threads)", kernel_threads()));
   if (o.rounds < 1) throw ConfigError(fmt::format("--rounds must be at least 1, got {}", o.rounds));
   if (o.block_size < 1) throw ConfigError(fmt::format("--block-size must be positive, got {}", o.block_size));
   if (o.shared_prefix < 0) throw ConfigError(fmt::format("--shared-prefix must be >= 0, got {}", o.shared_prefix));
@@ -312,8 +312,8 @@ int run_bench_attention(BenchOptions o, bool quick) {
       fmt::print("shared prefix: the first {} tokens' blocks of every request are the same; {}\n",
                  o.shared_prefix / o.block_size * o.block_size,
                  o.no_cascade ? "cascade attention off (no comparison)" : "cascade attention on vs off");
-    fmt::print("read bandwidth ({} MiB streamed, {} threads): {:.1f} GB/s median, {:.1f} best\n",
-               bw.bytes >> 20, threads, bw.gbps_median, bw.gbps_best);
+    fmt::print("read bandwidth ({} MiB streamed, {} threads): {:.1f} GB/s median, {:.1f} best\n", bw.bytes >> 20,
+               threads, bw.gbps_median, bw.gbps_best);
     fmt::print("{:>5} {:>7} {:>5} {:>9} {:>6} | {:>6} | {:>9} {:>8} {:>6} | {:>9} {:>8} | {:>8}\n", "dtype", "context",
                "batch", "KV MiB", "layers", "bw", "paged ms", "GB/s", "of bw",
                o.shared_prefix > 0 ? "off ms" : "contig ms", "GB/s", o.shared_prefix > 0 ? "on/off" : "paged/c");
@@ -345,7 +345,8 @@ int run_bench_attention(BenchOptions o, bool quick) {
         r.batch = batch;
         r.kv_bytes = case_bytes(o.shape, dtype, context, batch);
         if (r.kv_bytes > o.max_gib * (1 << 30)) {
-          r.skipped = fmt::format("K/V of {:.1f} GiB per layer exceeds --max-gib {}", r.kv_bytes / (1 << 30), o.max_gib);
+          r.skipped =
+              fmt::format("K/V of {:.1f} GiB per layer exceeds --max-gib {}", r.kv_bytes / (1 << 30), o.max_gib);
         } else {
           r.layers = layers_for(r.kv_bytes);
           measure_case(o, buffer, probe, dtype, isa, rng, r);
@@ -356,7 +357,8 @@ int run_bench_attention(BenchOptions o, bool quick) {
                        *r.skipped);
           } else {
             fmt::print(
-                "{:>5} {:>7} {:>5} {:>9.1f} {:>6} | {:>6.1f} | {:>9.3f} {:>8.2f} {:>5.0f}% | {:>9.3f} {:>8.2f} | {:>8.3f}\n",
+                "{:>5} {:>7} {:>5} {:>9.1f} {:>6} | {:>6.1f} | {:>9.3f} {:>8.2f} {:>5.0f}% | {:>9.3f} {:>8.2f} | "
+                "{:>8.3f}\n",
                 r.dtype, context, batch, r.kv_bytes / (1 << 20), r.layers, r.read_bandwidth, r.paged.ms, r.paged.gbps,
                 100 * r.fraction_of_bandwidth, r.contiguous.ms, r.contiguous.gbps, r.paged_over_contiguous);
           }
@@ -399,17 +401,19 @@ int run_bench_attention(BenchOptions o, bool quick) {
       }
       cases.push_back(std::move(c));
     }
-    nlohmann::json j{{"read_bandwidth", {{"gbps_median", bw.gbps_median}, {"gbps_best", bw.gbps_best},
-                                         {"bytes", bw.bytes}, {"threads", bw.threads}}},
-                     {"cases", std::move(cases)}};
+    nlohmann::json j{
+        {"read_bandwidth",
+         {{"gbps_median", bw.gbps_median}, {"gbps_best", bw.gbps_best}, {"bytes", bw.bytes}, {"threads", bw.threads}}},
+        {"cases", std::move(cases)}};
     fmt::print("{}\n", j.dump(2));
   } else {
-    fmt::print("bw: read bandwidth probed between this case's rounds (median); GB/s: bytes of K and V read once per "
-               "call / median time per call; of bw: median over rounds of paged GB/s over that round's bandwidth; "
-               "paged/c: median over rounds of paged time over contiguous time{}\n",
-               o.shared_prefix > 0 ? "; with --shared-prefix: off = paged with cascade off, on/off = median over rounds "
-                                     "of cascade-on time over cascade-off time, GB/s counts each request's K/V once"
-                                   : "");
+    fmt::print(
+        "bw: read bandwidth probed between this case's rounds (median); GB/s: bytes of K and V read once per "
+        "call / median time per call; of bw: median over rounds of paged GB/s over that round's bandwidth; "
+        "paged/c: median over rounds of paged time over contiguous time{}\n",
+        o.shared_prefix > 0 ? "; with --shared-prefix: off = paged with cascade off, on/off = median over rounds "
+                              "of cascade-on time over cascade-off time, GB/s counts each request's K/V once"
+                            : "");
   }
   return 0;
 }
@@ -436,14 +440,16 @@ const CommandRegistration kBenchAttentionCommand{Command{
           ->capture_default_str();
       sub.add_option("--seconds", o->seconds, "measuring time per case and layout")->capture_default_str();
       sub.add_option("--rounds", o->rounds, "rounds per measurement; the median is reported")->capture_default_str();
-      sub.add_option("--isa", o->isa, "auto, scalar, avx2 or avx512 (auto: the best this CPU has)")->capture_default_str();
+      sub.add_option("--isa", o->isa, "auto, scalar, avx2 or avx512 (auto: the best this CPU has)")
+          ->capture_default_str();
       sub.add_option("--shared-prefix", o->shared_prefix,
                      "tokens (whole blocks) at the start of every request's context in the same blocks; compares "
                      "cascade attention on and off")
           ->capture_default_str();
       sub.add_flag("--no-cascade", o->no_cascade, "cascade (shared-prefix) attention off in the paged run");
-      sub.add_option("--clock", o->clock,
-                     "wall, or cpu: the kernel thread's CPU time (with --threads 1; for a machine busy with other jobs)")
+      sub.add_option(
+             "--clock", o->clock,
+             "wall, or cpu: the kernel thread's CPU time (with --threads 1; for a machine busy with other jobs)")
           ->capture_default_str();
       return [o, quick] { return run_bench_attention(*o, *quick); };
     }}};

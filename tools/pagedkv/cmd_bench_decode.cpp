@@ -8,9 +8,9 @@
 //   The limit: a decode step reads every weight matrix once (the tied embedding as the output
 //   matrix), so at batch 1 it cannot beat (weight bytes per step) / (read bandwidth), the
 //   bandwidth being measured by a streaming read right before each round (the median of several
-//   passes: the machine's share of it moves on a shared machine). Reported per batch size: medians and best of --rounds rounds of
-//   tokens/s, the share of the bandwidth limit, and the throughput ratio to the first batch size
-//   of the same round.
+//   passes: the machine's share of it moves on a shared machine). Reported per batch size: medians and best of --rounds
+//   rounds of tokens/s, the share of the bandwidth limit, and the throughput ratio to the first batch size of the same
+//   round.
 //   --prefill N measures the prefill instead: one request with an N-token prompt, the wall-clock
 //   time from its admission to its first token (chunks of --max-num-batched-tokens, as `serve`
 //   schedules it), reported as prompt tokens/s per round (llama-bench -p N's measure).
@@ -116,7 +116,8 @@ double decode_seconds(const Model& model, int batch, int prompt_tokens, int step
     engine.step();
     ++decode_steps;
   }
-  const double secs = cpu_clock ? thread_cpu_seconds() - cpu0 : std::chrono::duration<double>(Clock::now() - t0).count();
+  const double secs =
+      cpu_clock ? thread_cpu_seconds() - cpu0 : std::chrono::duration<double>(Clock::now() - t0).count();
   if (decode_steps != steps)
     throw Error(fmt::format("bench decode: expected {} decode steps, ran {}", steps, decode_steps));
   return secs;
@@ -158,15 +159,17 @@ int run_bench_decode(BenchDecodeOptions o) {
     throw ConfigError("--rounds, --steps and --prompt-tokens must be positive");
   if (o.prefill < 0 || o.max_num_batched_tokens < 1)
     throw ConfigError("--prefill must not be negative, --max-num-batched-tokens must be positive");
-  if (o.clock != "wall" && o.clock != "cpu") throw ConfigError(fmt::format("--clock must be wall or cpu, got '{}'", o.clock));
+  if (o.clock != "wall" && o.clock != "cpu")
+    throw ConfigError(fmt::format("--clock must be wall or cpu, got '{}'", o.clock));
   const bool cpu_clock = o.clock == "cpu";
   if (cpu_clock && kernel_threads() != 1)
-    throw ConfigError(fmt::format("--clock cpu measures one thread's CPU time: add --threads 1 (now {} threads)",
-                                  kernel_threads()));
+    throw ConfigError(
+        fmt::format("--clock cpu measures one thread's CPU time: add --threads 1 (now {} threads)", kernel_threads()));
   if (o.batch_sizes.empty()) throw ConfigError("--batch-sizes is empty");
   for (int b : o.batch_sizes)
     if (b < 1) throw ConfigError(fmt::format("--batch-sizes must be positive, got {}", b));
-  if (!o.model.empty() && !std::filesystem::exists(o.model)) throw ConfigError(fmt::format("--model '{}' does not exist", o.model));
+  if (!o.model.empty() && !std::filesystem::exists(o.model))
+    throw ConfigError(fmt::format("--model '{}' does not exist", o.model));
   const RandomModelShape shape = random_model_shape(o.shape);
   std::unique_ptr<GgufFile> tokenizer;
   if (!o.tokenizer_from.empty()) {
@@ -177,7 +180,8 @@ int run_bench_decode(BenchDecodeOptions o) {
   }
   std::vector<TensorType> types;
   for (const std::string& t : o.types) types.push_back(parse_weight_type(t));
-  const std::filesystem::path dir = o.dir.empty() ? std::filesystem::temp_directory_path() : std::filesystem::path(o.dir);
+  const std::filesystem::path dir =
+      o.dir.empty() ? std::filesystem::temp_directory_path() : std::filesystem::path(o.dir);
 
   ReadBandwidthProbe probe(static_cast<size_t>(o.bandwidth_mib * (1 << 20)), kernel_threads(), cpu_clock);
   nlohmann::json report;
@@ -191,20 +195,23 @@ int run_bench_decode(BenchDecodeOptions o) {
   }
   report["clock"] = o.clock;
   if (!o.json && o.prefill > 0)
-    fmt::print("pagedkv bench decode --prefill: {} kernel threads, {} clock, {} rounds of one {}-token prompt's prefill "
-               "(admission to first token, {} tokens per step)\n",
-               kernel_threads(), o.clock, o.rounds, o.prefill, o.max_num_batched_tokens);
+    fmt::print(
+        "pagedkv bench decode --prefill: {} kernel threads, {} clock, {} rounds of one {}-token prompt's prefill "
+        "(admission to first token, {} tokens per step)\n",
+        kernel_threads(), o.clock, o.rounds, o.prefill, o.max_num_batched_tokens);
   else if (!o.json)
-    fmt::print("pagedkv bench decode: {} kernel threads, {} clock, {} rounds of {} decode steps after a {}-token prompt; "
-               "limit = weight bytes per step / read bandwidth (median of {} passes over {} MiB before each round)\n",
-               kernel_threads(), o.clock, o.rounds, o.steps, o.prompt_tokens, kProbePasses, probe.bytes() >> 20);
+    fmt::print(
+        "pagedkv bench decode: {} kernel threads, {} clock, {} rounds of {} decode steps after a {}-token prompt; "
+        "limit = weight bytes per step / read bandwidth (median of {} passes over {} MiB before each round)\n",
+        kernel_threads(), o.clock, o.rounds, o.steps, o.prompt_tokens, kProbePasses, probe.bytes() >> 20);
 
   const size_t cases = o.model.empty() ? types.size() : 1;
   for (size_t ci = 0; ci < cases; ++ci) {
     std::string path = o.model;
     double write_s = 0;
     if (o.model.empty()) {
-      path = (dir / fmt::format("pagedkv-bench-{}-{}-{}.gguf", shape.name, tensor_type_name(types[ci]), ::getpid())).string();
+      path = (dir / fmt::format("pagedkv-bench-{}-{}-{}.gguf", shape.name, tensor_type_name(types[ci]), ::getpid()))
+                 .string();
       const auto t0 = Clock::now();
       write_random_gguf(shape, types[ci], 42, path, tokenizer.get());
       write_s = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -221,17 +228,19 @@ int run_bench_decode(BenchDecodeOptions o) {
     const std::string name = o.model.empty() ? fmt::format("random {} {}", shape.name, tensor_type_name(types[ci]))
                                              : std::filesystem::path(o.model).filename().string();
     if (o.prefill > 0) {
-      prefill_seconds(model, std::min(o.prefill, 64), o.max_num_batched_tokens, 7, cpu_clock);  // touch every weight page once
+      prefill_seconds(model, std::min(o.prefill, 64), o.max_num_batched_tokens, 7,
+                      cpu_clock);  // touch every weight page once
       std::vector<double> tokens_per_s;
       for (int round = 0; round < o.rounds; ++round)
         tokens_per_s.push_back(o.prefill / prefill_seconds(model, o.prefill, o.max_num_batched_tokens,
                                                            1000 + static_cast<uint64_t>(round), cpu_clock));
       report["models"].push_back({{"model", name},
                                   {"write_seconds", write_s},
-                                  {"prefill", {{"tokens", o.prefill},
-                                               {"tokens_per_s_median", median(tokens_per_s)},
-                                               {"tokens_per_s_best", best(tokens_per_s)},
-                                               {"runs_tokens_per_s", tokens_per_s}}}});
+                                  {"prefill",
+                                   {{"tokens", o.prefill},
+                                    {"tokens_per_s_median", median(tokens_per_s)},
+                                    {"tokens_per_s_best", best(tokens_per_s)},
+                                    {"runs_tokens_per_s", tokens_per_s}}}});
       if (!o.json)
         fmt::print("\n{} ({}){}\n  prefill of {} tokens: {:.1f} tokens/s median, {:.1f} best ({:.2f} s median)\n", name,
                    model.config().describe(),
@@ -257,7 +266,8 @@ int run_bench_decode(BenchDecodeOptions o) {
       double first = 0;
       for (size_t i = 0; i < o.batch_sizes.size(); ++i) {
         const int b = o.batch_sizes[i];
-        const double secs = decode_seconds(model, b, o.prompt_tokens, o.steps, 1000 + static_cast<uint64_t>(round), cpu_clock);
+        const double secs =
+            decode_seconds(model, b, o.prompt_tokens, o.steps, 1000 + static_cast<uint64_t>(round), cpu_clock);
         const double tps = b * o.steps / secs;
         if (i == 0) first = tps;
         results[i].batch = b;
@@ -291,9 +301,10 @@ int run_bench_decode(BenchDecodeOptions o) {
                    100 * best(r.fraction_of_limit), median(r.vs_first));
     }
     if (!o.json)
-      fmt::print("  (bw: median read bandwidth of the rounds, {:.1f}-{:.1f} GB/s; of bw limit: median (best); vs first: "
-                 "median of the per-round ratios to batch {})\n",
-                 *std::min_element(bandwidth.begin(), bandwidth.end()), best(bandwidth), o.batch_sizes.front());
+      fmt::print(
+          "  (bw: median read bandwidth of the rounds, {:.1f}-{:.1f} GB/s; of bw limit: median (best); vs first: "
+          "median of the per-round ratios to batch {})\n",
+          *std::min_element(bandwidth.begin(), bandwidth.end()), best(bandwidth), o.batch_sizes.front());
     report["models"].push_back(std::move(entry));
     std::fflush(stdout);
   }
@@ -302,21 +313,26 @@ int run_bench_decode(BenchDecodeOptions o) {
 }
 
 const CommandRegistration kBenchDecodeCommand{Command{
-    "bench decode", "decode tokens/s of a GGUF model (by default a random Llama-3.2-1B) against the memory-bandwidth limit",
+    "bench decode",
+    "decode tokens/s of a GGUF model (by default a random Llama-3.2-1B) against the memory-bandwidth limit",
     [](CLI::App& sub) -> std::function<int()> {
       auto o = std::make_shared<BenchDecodeOptions>();
       sub.add_option("--model", o->model, "an existing GGUF file (default: generate --shape in each of --types)");
-      sub.add_option("--shape", o->shape, "shape of the generated model: llama-3.2-1b, qwen3moe-8l-32e, tiny or tiny-moe")
+      sub.add_option("--shape", o->shape,
+                     "shape of the generated model: llama-3.2-1b, qwen3moe-8l-32e, tiny or tiny-moe")
           ->capture_default_str();
       sub.add_option("--tokenizer-from", o->tokenizer_from,
                      "a GGUF whose tokenizer the generated files get (its token count must be the shape's vocabulary)");
-      sub.add_option("--types", o->types, "weight types of the generated models")->delimiter(',')->capture_default_str();
+      sub.add_option("--types", o->types, "weight types of the generated models")
+          ->delimiter(',')
+          ->capture_default_str();
       sub.add_option("--dir", o->dir, "directory for the generated files (default: the temporary directory)");
       sub.add_flag("--keep", o->keep, "keep the generated files");
       sub.add_option("--batch-sizes", o->batch_sizes, "concurrent requests")->delimiter(',')->capture_default_str();
       sub.add_option("--prompt-tokens", o->prompt_tokens, "prompt length of each request")->capture_default_str();
       sub.add_option("--steps", o->steps, "timed decode steps per run")->capture_default_str();
-      sub.add_option("--prefill", o->prefill, "measure the prefill of one prompt of this many tokens instead of decode");
+      sub.add_option("--prefill", o->prefill,
+                     "measure the prefill of one prompt of this many tokens instead of decode");
       sub.add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "--prefill: tokens per step (chunks)")
           ->capture_default_str();
       sub.add_option("--rounds", o->rounds, "rounds (bandwidth, then every batch size)")->capture_default_str();

@@ -52,13 +52,13 @@ struct BenchEngineOptions {
   bool json = false;
 };
 
-
 // A pool that never preempts: every request's whole sequence fits at once, in every KV-cache
 // group (a model with sliding-window layers has two).
 EngineConfig roomy_config(const Model& model, int block_size, int requests, int tokens_per_request) {
   EngineConfig c;
   c.block_size = block_size;
-  c.num_blocks = model.config().num_kv_cache_groups() * requests * ((tokens_per_request + block_size - 1) / block_size + 1) + 2;
+  c.num_blocks =
+      model.config().num_kv_cache_groups() * requests * ((tokens_per_request + block_size - 1) / block_size + 1) + 2;
   c.swap_space_bytes = 0;
   c.scheduler.max_num_seqs = std::max(requests, 1);
   c.scheduler.max_num_batched_tokens = std::max(2048, requests * tokens_per_request);
@@ -141,8 +141,8 @@ int run_bench_engine(BenchEngineOptions o) {
   for (int b : o.batch_sizes)
     if (b < 1) throw ConfigError(fmt::format("--batch-sizes must be positive, got {}", b));
   if (o.prompt_tokens < 1 || o.max_tokens < 1)
-    throw ConfigError(fmt::format("--prompt-tokens and --max-tokens must be positive (got {} and {})",
-                                  o.prompt_tokens, o.max_tokens));
+    throw ConfigError(fmt::format("--prompt-tokens and --max-tokens must be positive (got {} and {})", o.prompt_tokens,
+                                  o.max_tokens));
 
   struct Named {
     std::string name;
@@ -154,8 +154,7 @@ int run_bench_engine(BenchEngineOptions o) {
   if (std::filesystem::exists(checkpoint)) {
     if (GgufFile::has_gguf_magic(checkpoint)) models.push_back({name, std::make_unique<GgufModel>(checkpoint)});
     else models.push_back({name, std::make_unique<Llama2cCheckpoint>(checkpoint)});
-  }
-  else if (!o.model.empty()) throw ConfigError(fmt::format("--model '{}' does not exist", o.model));
+  } else if (!o.model.empty()) throw ConfigError(fmt::format("--model '{}' does not exist", o.model));
   else fmt::print(stderr, "bench engine: {} not found; only the built-in model runs\n", checkpoint);
   if (!o.skip_builtin) models.push_back({"builtin", make_random_model(builtin_random_model_config(), 7)});
   if (o.with_hybrid) models.push_back({"builtin-hybrid", make_random_model(builtin_random_hybrid_model_config(), 7)});
@@ -166,9 +165,10 @@ int run_bench_engine(BenchEngineOptions o) {
   report["prompt_tokens"] = o.prompt_tokens;
   report["max_tokens"] = o.max_tokens;
   if (!o.json)
-    fmt::print("pagedkv bench engine: {} kernel threads, medians of {} runs; each request: {}-token prompt, "
-               "{} output tokens\n",
-               kernel_threads(), o.repeats, o.prompt_tokens, o.max_tokens);
+    fmt::print(
+        "pagedkv bench engine: {} kernel threads, medians of {} runs; each request: {}-token prompt, "
+        "{} output tokens\n",
+        kernel_threads(), o.repeats, o.prompt_tokens, o.max_tokens);
   for (const Named& m : models) {
     if (!o.json) {
       fmt::print("\n{} ({})\n", m.name, m.model->config().describe());
@@ -219,10 +219,11 @@ int run_bench_engine(BenchEngineOptions o) {
                               {"prompt_tokens_computed_caching", computed_on},
                               {"prompt_tokens_computed_no_caching", computed_off}});
     if (!o.json)
-      fmt::print("  time to first token, {} requests behind a {}-token system prompt, one arriving per step:\n"
-                 "    prefix caching on  {:>8.2f} ms p50 ({} prompt tokens computed)\n"
-                 "    prefix caching off {:>8.2f} ms p50 ({} prompt tokens computed): {:.1f}x slower\n",
-                 o.ttft_requests, system, median(on), computed_on, median(off), computed_off, median(off) / median(on));
+      fmt::print(
+          "  time to first token, {} requests behind a {}-token system prompt, one arriving per step:\n"
+          "    prefix caching on  {:>8.2f} ms p50 ({} prompt tokens computed)\n"
+          "    prefix caching off {:>8.2f} ms p50 ({} prompt tokens computed): {:.1f}x slower\n",
+          o.ttft_requests, system, median(on), computed_on, median(off), computed_off, median(off) / median(on));
   }
   if (o.json) fmt::print("{}\n", report.dump(2));
   return 0;
@@ -232,7 +233,8 @@ const CommandRegistration kBenchEngineCommand{Command{
     "bench engine", "serving engine: output tokens/s vs batch size, scheduler share, TTFT with/without prefix caching",
     [](CLI::App& sub) -> std::function<int()> {
       auto o = std::make_shared<BenchEngineOptions>();
-      sub.add_option("--model", o->model, "llama2.c checkpoint or GGUF file (default: ../shared/models/stories260K.bin if present)");
+      sub.add_option("--model", o->model,
+                     "llama2.c checkpoint or GGUF file (default: ../shared/models/stories260K.bin if present)");
       sub.add_option("--batch-sizes", o->batch_sizes, "concurrent requests")->delimiter(',')->capture_default_str();
       sub.add_option("--prompt-tokens", o->prompt_tokens, "prompt length of each request")->capture_default_str();
       sub.add_option("--max-tokens", o->max_tokens, "output tokens of each request")->capture_default_str();

@@ -38,17 +38,20 @@ struct Row {
 };
 
 nlohmann::json result_json(const HybridSessionsResult& r) {
-  return {{"requests", r.requests},
-          {"prompt_tokens", r.prompt_tokens},
-          {"hit_tokens", r.hit_tokens},
-          {"hit_rate", r.prompt_tokens ? static_cast<double>(r.hit_tokens) / static_cast<double>(r.prompt_tokens) : 0.0},
-          {"peak_blocks_in_use", r.peak_blocks_in_use},
-          {"evictions", r.pool.evictions},
-          {"window_checkpoints_retained", r.pool.window_checkpoints_retained},
-          {"window_checkpoints_evicted", r.pool.window_checkpoints_evicted},
-          {"window_blocks_slid_out", r.pool.window_blocks_slid_out},
-          {"hit_tokens_per_group", std::vector<uint64_t>(r.stats.group_hit_tokens.begin(), r.stats.group_hit_tokens.begin() + 2)},
-          {"lookups_limited_by_group", std::vector<uint64_t>(r.stats.limited_by_group.begin(), r.stats.limited_by_group.begin() + 2)}};
+  return {
+      {"requests", r.requests},
+      {"prompt_tokens", r.prompt_tokens},
+      {"hit_tokens", r.hit_tokens},
+      {"hit_rate", r.prompt_tokens ? static_cast<double>(r.hit_tokens) / static_cast<double>(r.prompt_tokens) : 0.0},
+      {"peak_blocks_in_use", r.peak_blocks_in_use},
+      {"evictions", r.pool.evictions},
+      {"window_checkpoints_retained", r.pool.window_checkpoints_retained},
+      {"window_checkpoints_evicted", r.pool.window_checkpoints_evicted},
+      {"window_blocks_slid_out", r.pool.window_blocks_slid_out},
+      {"hit_tokens_per_group",
+       std::vector<uint64_t>(r.stats.group_hit_tokens.begin(), r.stats.group_hit_tokens.begin() + 2)},
+      {"lookups_limited_by_group",
+       std::vector<uint64_t>(r.stats.limited_by_group.begin(), r.stats.limited_by_group.begin() + 2)}};
 }
 
 int run_bench_hybrid(const Options& o) {
@@ -87,7 +90,7 @@ int run_bench_hybrid(const Options& o) {
       row.hybrid_no_retention = run_hybrid_sessions(c, hybrid);
     } catch (const ConfigError&) {
       if (rows.empty()) throw;  // the requested pool itself is too small: say why
-      break;                    // a sweep stops at the first pool that cannot run the workload
+      break;  // a sweep stops at the first pool that cannot run the workload
     }
     rows.push_back(std::move(row));
   }
@@ -95,11 +98,17 @@ int run_bench_hybrid(const Options& o) {
   const HybridSessionsConfig& w = o.workload;
   if (o.json) {
     nlohmann::json j;
-    j["workload"] = {{"sessions", w.sessions}, {"turns", w.turns}, {"system_prompt_tokens", w.system_prompt_tokens},
-                     {"user_tokens", w.user_tokens}, {"output_tokens", w.output_tokens}, {"concurrency", w.concurrency},
-                     {"block_size", o.block_size}, {"sliding_block_size", sliding.spec.block_size},
+    j["workload"] = {{"sessions", w.sessions},
+                     {"turns", w.turns},
+                     {"system_prompt_tokens", w.system_prompt_tokens},
+                     {"user_tokens", w.user_tokens},
+                     {"output_tokens", w.output_tokens},
+                     {"concurrency", w.concurrency},
+                     {"block_size", o.block_size},
+                     {"sliding_block_size", sliding.spec.block_size},
                      {"sliding_window", o.window},
-                     {"checkpoint_interval", w.checkpoint_interval}, {"seed", w.seed}};
+                     {"checkpoint_interval", w.checkpoint_interval},
+                     {"seed", w.seed}};
     j["full_working_set_blocks"] = working_set;
     j["pool_blocks"] = rows.front().num_blocks;
     j["hybrid"] = result_json(rows.front().hybrid);
@@ -108,24 +117,30 @@ int run_bench_hybrid(const Options& o) {
     j["hybrid_over_full_hit_tokens"] = rows.front().ratio();
     nlohmann::json sweep = nlohmann::json::array();
     for (const Row& r : rows)
-      sweep.push_back({{"pool_over_working_set", r.pool_over_working_set}, {"pool_blocks", r.num_blocks},
-                       {"full_hit_tokens", r.full.hit_tokens}, {"hybrid_hit_tokens", r.hybrid.hit_tokens},
+      sweep.push_back({{"pool_over_working_set", r.pool_over_working_set},
+                       {"pool_blocks", r.num_blocks},
+                       {"full_hit_tokens", r.full.hit_tokens},
+                       {"hybrid_hit_tokens", r.hybrid.hit_tokens},
                        {"hybrid_no_retention_hit_tokens", r.hybrid_no_retention.hit_tokens},
                        {"hybrid_over_full_hit_tokens", r.ratio()}});
     j["sweep"] = sweep;
     fmt::print("{}\n", j.dump(2));
     return 0;
   }
-  fmt::print("multi-session round robin (vllm#48435 shape): {} sessions x {} turns, system prompt {} tokens, "
-             "{} user + {} output tokens a turn, {} running at once\n",
-             w.sessions, w.turns, w.system_prompt_tokens, w.user_tokens, w.output_tokens, w.concurrency);
-  fmt::print("hybrid: a full-attention group (block {}) + a sliding-window group (window {}, block {}); interval checkpoints: {}\n",
-             o.block_size, o.window, sliding.spec.block_size,
-             w.checkpoint_interval > 0 ? fmt::format("every {} tokens", w.checkpoint_interval) : "none");
+  fmt::print(
+      "multi-session round robin (vllm#48435 shape): {} sessions x {} turns, system prompt {} tokens, "
+      "{} user + {} output tokens a turn, {} running at once\n",
+      w.sessions, w.turns, w.system_prompt_tokens, w.user_tokens, w.output_tokens, w.concurrency);
+  fmt::print(
+      "hybrid: a full-attention group (block {}) + a sliding-window group (window {}, block {}); interval checkpoints: "
+      "{}\n",
+      o.block_size, o.window, sliding.spec.block_size,
+      w.checkpoint_interval > 0 ? fmt::format("every {} tokens", w.checkpoint_interval) : "none");
   fmt::print("twin: both groups full attention. Working set of the twin: {} blocks\n\n", working_set);
   const Row& r = rows.front();
   fmt::print("pool {} blocks ({:.2f}x the twin's working set)\n", r.num_blocks, r.pool_over_working_set);
-  fmt::print("{:<28} {:>12} {:>10} {:>12} {:>12} {:>12}\n", "", "hit tokens", "hit rate", "peak blocks", "ckpt kept", "slid out");
+  fmt::print("{:<28} {:>12} {:>10} {:>12} {:>12} {:>12}\n", "", "hit tokens", "hit rate", "peak blocks", "ckpt kept",
+             "slid out");
   auto line = [](const char* name, const HybridSessionsResult& x) {
     fmt::print("{:<28} {:>12} {:>9.1f}% {:>12} {:>12} {:>12}\n", name, x.hit_tokens,
                100.0 * static_cast<double>(x.hit_tokens) / static_cast<double>(std::max<uint64_t>(x.prompt_tokens, 1)),
@@ -135,13 +150,14 @@ int run_bench_hybrid(const Options& o) {
   line("hybrid (retention)", r.hybrid);
   line("hybrid (no retention)", r.hybrid_no_retention);
   fmt::print("hybrid_over_full_hit_tokens {:.4f}\n", r.ratio());
-  fmt::print("hybrid lookups limited by the sliding group: {} (of {})\n", r.hybrid.stats.limited_by_group[1], r.hybrid.requests);
+  fmt::print("hybrid lookups limited by the sliding group: {} (of {})\n", r.hybrid.stats.limited_by_group[1],
+             r.hybrid.requests);
   if (rows.size() > 1) {
     fmt::print("\n{:>10} {:>10} {:>14} {:>14} {:>18} {:>8}\n", "pool/ws", "blocks", "full hits", "hybrid hits",
                "hybrid no-retain", "ratio");
     for (const Row& x : rows)
-      fmt::print("{:>10.2f} {:>10} {:>14} {:>14} {:>18} {:>8.4f}\n", x.pool_over_working_set, x.num_blocks, x.full.hit_tokens,
-                 x.hybrid.hit_tokens, x.hybrid_no_retention.hit_tokens, x.ratio());
+      fmt::print("{:>10.2f} {:>10} {:>14} {:>14} {:>18} {:>8.4f}\n", x.pool_over_working_set, x.num_blocks,
+                 x.full.hit_tokens, x.hybrid.hit_tokens, x.hybrid_no_retention.hit_tokens, x.ratio());
   }
   return 0;
 }
@@ -159,7 +175,8 @@ const CommandRegistration kBenchHybridCommand{Command{
       o->workload.checkpoint_interval = 0;
       sub.add_option("--sessions", o->workload.sessions, "chat sessions")->capture_default_str();
       sub.add_option("--turns", o->workload.turns, "turns per session")->capture_default_str();
-      sub.add_option("--system-tokens", o->workload.system_prompt_tokens, "shared system prompt")->capture_default_str();
+      sub.add_option("--system-tokens", o->workload.system_prompt_tokens, "shared system prompt")
+          ->capture_default_str();
       sub.add_option("--user-tokens", o->workload.user_tokens, "new user tokens per turn")->capture_default_str();
       sub.add_option("--output-tokens", o->workload.output_tokens, "decoded tokens per turn")->capture_default_str();
       sub.add_option("--concurrency", o->workload.concurrency, "requests running at once")->capture_default_str();
@@ -172,11 +189,14 @@ const CommandRegistration kBenchHybridCommand{Command{
       sub.add_option("--checkpoint-interval", o->workload.checkpoint_interval,
                      "sliding-window checkpoints every N tokens (a multiple of the block size; 0: prompt ends only)")
           ->capture_default_str();
-      sub.add_option("--chunk", o->workload.max_num_batched_tokens, "prefill chunk, tokens (0: whole prompt)")->capture_default_str();
-      sub.add_option("--pool", o->pool_over_working_set, "pool size as a multiple of the twin's working set")->capture_default_str();
+      sub.add_option("--chunk", o->workload.max_num_batched_tokens, "prefill chunk, tokens (0: whole prompt)")
+          ->capture_default_str();
+      sub.add_option("--pool", o->pool_over_working_set, "pool size as a multiple of the twin's working set")
+          ->capture_default_str();
       sub.add_option("--seed", o->workload.seed, "workload seed")->capture_default_str();
-      sub.add_flag("--sweep", o->sweep,
-                   "also smaller pools (1.5, 1, 0.75, 0.5, 0.35 x the working set), down to the first too small to run");
+      sub.add_flag(
+          "--sweep", o->sweep,
+          "also smaller pools (1.5, 1, 0.75, 0.5, 0.35 x the working set), down to the first too small to run");
       sub.add_flag("--json", o->json, "print JSON");
       return [o] { return run_bench_hybrid(*o); };
     }}};

@@ -41,7 +41,6 @@
 namespace pagedkv::cli {
 namespace {
 
-
 struct KVDtypeOptions {
   std::string model;  // default: ../shared/models/stories260K.bin
   bool skip_builtin = false;
@@ -345,10 +344,9 @@ void print_model(const std::string& name, const nlohmann::json& m) {
       const int below = t["positions_below"].get<int>();
       const std::string range = std::string(part) == "short" ? fmt::format("< {}", below) : fmt::format(">= {}", below);
       fmt::print("  {:>5} {:>10} | {:>10.3e} {:>10.3e} {:>7.3f}% {:>9.4f} {:>10.4f} {:>+9.4f}%\n",
-                 t["dtype"].get<std::string>(), range,
-                 r["kl_mean"].get<double>(), r["kl_p999"].get<double>(), 100 * r["top1_agreement"].get<double>(),
-                 r["max_logit_diff"].get<double>(), r["perplexity_f32"].get<double>(),
-                 100 * r["perplexity_change"].get<double>());
+                 t["dtype"].get<std::string>(), range, r["kl_mean"].get<double>(), r["kl_p999"].get<double>(),
+                 100 * r["top1_agreement"].get<double>(), r["max_logit_diff"].get<double>(),
+                 r["perplexity_f32"].get<double>(), 100 * r["perplexity_change"].get<double>());
     }
   fmt::print("  top-1 flips: the f32 logits' margin between its top two tokens where the format's top-1 differs\n");
   for (const auto& t : m["teacher_forced"])
@@ -356,9 +354,10 @@ void print_model(const std::string& name, const nlohmann::json& m) {
       const auto& r = t[part];
       const int below = t["positions_below"].get<int>();
       const std::string range = std::string(part) == "short" ? fmt::format("< {}", below) : fmt::format(">= {}", below);
-      fmt::print("  {:>5} {:>10} | {:>6} flips, margin median {:.4f}, p90 {:.4f}, max {:.4f}\n", t["dtype"].get<std::string>(),
-                 range, r["top1_flips"].get<long long>(), r["flip_margin_median"].get<double>(),
-                 r["flip_margin_p90"].get<double>(), r["flip_margin_max"].get<double>());
+      fmt::print("  {:>5} {:>10} | {:>6} flips, margin median {:.4f}, p90 {:.4f}, max {:.4f}\n",
+                 t["dtype"].get<std::string>(), range, r["top1_flips"].get<long long>(),
+                 r["flip_margin_median"].get<double>(), r["flip_margin_p90"].get<double>(),
+                 r["flip_margin_max"].get<double>());
     }
   if (m.contains("greedy")) {
     fmt::print("  greedy from the goldens' prompts, against the f32 cache:\n");
@@ -391,12 +390,11 @@ int run_bench_kv_dtype(const KVDtypeOptions& o) {
   const std::string checkpoint = o.model.empty() ? default_shared_dir() + "/models/stories260K.bin" : o.model;
   if (std::filesystem::exists(checkpoint))
     models.push_back({std::filesystem::path(checkpoint).stem().string(),
-                      GgufFile::has_gguf_magic(checkpoint) ? std::unique_ptr<Model>(std::make_unique<GgufModel>(checkpoint))
-                                                           : std::make_unique<Llama2cCheckpoint>(checkpoint)});
-  else if (!o.model.empty())
-    throw ConfigError(fmt::format("--model '{}' does not exist", o.model));
-  else
-    fmt::print(stderr, "bench kv-dtype: {} not found; only the built-in model runs\n", checkpoint);
+                      GgufFile::has_gguf_magic(checkpoint)
+                          ? std::unique_ptr<Model>(std::make_unique<GgufModel>(checkpoint))
+                          : std::make_unique<Llama2cCheckpoint>(checkpoint)});
+  else if (!o.model.empty()) throw ConfigError(fmt::format("--model '{}' does not exist", o.model));
+  else fmt::print(stderr, "bench kv-dtype: {} not found; only the built-in model runs\n", checkpoint);
   if (!o.skip_builtin) models.push_back({"builtin", make_random_model(builtin_random_model_config(), 7)});
 
   nlohmann::json report;
@@ -414,7 +412,8 @@ const CommandRegistration kBenchKvDtypeCommand{Command{
     "bench kv-dtype", "KV-cache formats against an f32 cache: KL divergence, top-1, perplexity, greedy divergence",
     [](CLI::App& sub) -> std::function<int()> {
       auto o = std::make_shared<KVDtypeOptions>();
-      sub.add_option("--model", o->model, "llama2.c checkpoint or GGUF model (default: ../shared/models/stories260K.bin if present)");
+      sub.add_option("--model", o->model,
+                     "llama2.c checkpoint or GGUF model (default: ../shared/models/stories260K.bin if present)");
       sub.add_flag("--skip-builtin", o->skip_builtin, "only the checkpoint");
       sub.add_option("--kv-dtypes", o->dtypes, "formats compared with fp32")->delimiter(',')->capture_default_str();
       sub.add_option("--sequences", o->sequences, "sampled sequences (teacher-forced text)")->capture_default_str();

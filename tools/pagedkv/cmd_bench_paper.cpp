@@ -26,30 +26,30 @@
 namespace pagedkv::cli {
 namespace {
 
+using bench::alpaca_like;
 using bench::BenchRequest;
 using bench::LengthDistribution;
-using bench::MemoryShares;
-using bench::PaperSetup;
-using bench::RunResult;
-using bench::alpaca_like;
 using bench::make_requests;
+using bench::MemoryShares;
 using bench::paper_model_config;
+using bench::PaperSetup;
 using bench::run_stream;
+using bench::RunResult;
 using bench::scaled;
 using bench::sharegpt_like;
 
 struct PaperOptions {
   bool quick = false;
   bool json = false;
-  int requests = 0;            // 0: 200 (100 with --quick)
-  double kv_mib = 0;           // 0: 16 (1.25 with --quick)
+  int requests = 0;  // 0: 200 (100 with --quick)
+  double kv_mib = 0;  // 0: 16 (1.25 with --quick)
   double latency_limit = 0.05;  // s per output token
   std::string cost_preset = "opt-13b-a100";
   std::string range_allocation = "buddy";
   bool additive_linear = false;  // ablation: weight read + GEMMs added, not overlapped
-  int bisections = 0;            // 0: 4 (2 with --quick)
+  int bisections = 0;  // 0: 4 (2 with --quick)
   std::vector<std::string> policies{"paged", "oracle", "pow2", "max"};
-  double start_rate = 0;         // 0: near Orca (Max)'s capacity; else where the searches start
+  double start_rate = 0;  // 0: near Orca (Max)'s capacity; else where the searches start
   std::vector<std::string> workloads{"sharegpt", "alpaca"};
   std::vector<int> parallel_n{2, 4, 6};
   std::vector<int> beam_widths{2, 4, 6};  // Fig. 14's beam search, on the parallel workloads
@@ -69,8 +69,8 @@ constexpr KVReservation kPolicies[] = {KVReservation::kPaged, KVReservation::kOr
 struct Curve {
   KVReservation policy{};
   std::vector<RunResult> points;  // in the order run
-  double sustained_rate = 0;      // highest rate run whose normalized latency met the limit
-  bool bounded = false;           // a rate above it missed the limit (else a lower bound)
+  double sustained_rate = 0;  // highest rate run whose normalized latency met the limit
+  bool bounded = false;  // a rate above it missed the limit (else a lower bound)
 };
 
 struct WorkloadResult {
@@ -103,8 +103,8 @@ struct Bench {
     RunResult r = run_stream(model, setup, policy, make_requests(d, o.requests, rate, max_model_len, o.seed), n, beam);
     r.rate = rate;
     if (o.verbose)
-      fmt::print(stderr, "  {} {} n={} beam={} at {:.3f} req/s: {:.4f} s/token, {:.1f} running ({:.1f} s here)\n", d.name,
-                 kv_reservation_name(policy), n, beam, rate, r.normalized_latency_s, r.mean_running, r.wall_s);
+      fmt::print(stderr, "  {} {} n={} beam={} at {:.3f} req/s: {:.4f} s/token, {:.1f} running ({:.1f} s here)\n",
+                 d.name, kv_reservation_name(policy), n, beam, rate, r.normalized_latency_s, r.mean_running, r.wall_s);
     return r;
   }
 
@@ -175,8 +175,7 @@ struct Bench {
     for (KVReservation p : kPolicies)
       if (p != KVReservation::kPaged && selected(p)) w.curves.push_back(sweep(d, p, fixed));
     for (const Curve& c : w.curves) w.breakdown.push_back(run_at(d, c.policy, fixed));
-    if (std::find(o.parallel_workloads.begin(), o.parallel_workloads.end(), d.name) != o.parallel_workloads.end())
-    {
+    if (std::find(o.parallel_workloads.begin(), o.parallel_workloads.end(), d.name) != o.parallel_workloads.end()) {
       for (int n : o.parallel_n) w.sharing.push_back({n, run_at(d, KVReservation::kPaged, fixed / n / 2, n)});
       for (int k : o.beam_widths) w.beam.push_back({k, run_at(d, KVReservation::kPaged, fixed / k / 2, 1, k)});
     }
@@ -185,7 +184,8 @@ struct Bench {
         LengthDistribution dp = d;
         dp.shared_prefix_tokens = k;
         dp.name = fmt::format("alpaca+prefix{}", k);
-        w.prefixed.push_back({k, sweep(dp, KVReservation::kPaged, start / 4), sweep(dp, KVReservation::kOracle, start / 4)});
+        w.prefixed.push_back(
+            {k, sweep(dp, KVReservation::kPaged, start / 4), sweep(dp, KVReservation::kOracle, start / 4)});
       }
     return w;
   }
@@ -215,7 +215,9 @@ nlohmann::json memory_json(const RunResult& r) {
           {"mean_running", r.mean_running}};
 }
 
-double sharing_saving(const RunResult& r) { return r.logical_blocks > 0 ? 1.0 - r.physical_blocks / r.logical_blocks : 0; }
+double sharing_saving(const RunResult& r) {
+  return r.logical_blocks > 0 ? 1.0 - r.physical_blocks / r.logical_blocks : 0;
+}
 
 void write_plots(const std::string& dir, const std::vector<WorkloadResult>& results, double limit) {
   // Without gnuplot the data and scripts are still written: `gnuplot FILE.gp` draws them elsewhere.
@@ -242,8 +244,8 @@ void write_plots(const std::string& dir, const std::vector<WorkloadResult>& resu
        << fmt::format("set title 'Normalized latency vs request rate ({}-like)'\n", w.dist.name)
        << "set xlabel 'request rate (req/s, modelled clock)'\nset ylabel 'normalized latency (s/token)'\n"
        << "set logscale y\nset key top left\nset grid\n"
-       << fmt::format("set arrow from graph 0, first {0} to graph 1, first {0} nohead dashtype 2\n", limit)
-       << "plot " << plot << "\n";
+       << fmt::format("set arrow from graph 0, first {0} to graph 1, first {0} nohead dashtype 2\n", limit) << "plot "
+       << plot << "\n";
     gp.close();
     gnuplot(base);
   }
@@ -262,9 +264,10 @@ void write_plots(const std::string& dir, const std::vector<WorkloadResult>& resu
        << fmt::format("set title 'KV memory saved by sharing blocks ({}-like, paged)'\n", w.dist.name)
        << "set xlabel 'parallel samples n / beam width k'\nset ylabel 'memory saving (%)'\n"
        << "set yrange [0:*]\nset xtics 1\nset key top left\nset grid\n"
-       << fmt::format("plot '{0}_parallel.dat' using 1:2 with linespoints title 'parallel sampling', "
-                      "'{0}_beam.dat' using 1:2 with linespoints title 'beam search'\n",
-                      base14);
+       << fmt::format(
+              "plot '{0}_parallel.dat' using 1:2 with linespoints title 'parallel sampling', "
+              "'{0}_beam.dat' using 1:2 with linespoints title 'beam search'\n",
+              base14);
     gp.close();
     gnuplot(base14);
   }
@@ -274,8 +277,8 @@ void write_plots(const std::string& dir, const std::vector<WorkloadResult>& resu
   for (const WorkloadResult& w : results)
     for (size_t i = 0; i < w.breakdown.size(); ++i) {
       const MemoryShares& m = w.breakdown[i].memory;
-      dat << fmt::format("\"{} {}\" {} {} {} {} {}\n", w.dist.name, kv_reservation_name(w.curves[i].policy), m.token_states,
-                         m.reserved, m.internal_fragmentation, m.external_fragmentation, m.free);
+      dat << fmt::format("\"{} {}\" {} {} {} {} {}\n", w.dist.name, kv_reservation_name(w.curves[i].policy),
+                         m.token_states, m.reserved, m.internal_fragmentation, m.external_fragmentation, m.free);
     }
   dat.close();
   std::ofstream gp(base + ".gp");
@@ -285,9 +288,10 @@ void write_plots(const std::string& dir, const std::vector<WorkloadResult>& resu
      << "set xtics rotate by -35 nomirror\nset bmargin 6\n"
      << "set style data histograms\nset style histogram rowstacked\nset style fill solid 0.8 border -1\n"
      << "set boxwidth 0.7\nset yrange [0:1]\nset key outside right\n"
-     << fmt::format("plot '{0}.dat' using 2:xtic(1) title 'token states', '' using 3 title 'reserved', "
-                    "'' using 4 title 'internal frag.', '' using 5 title 'external frag.', '' using 6 title 'free'\n",
-                    base);
+     << fmt::format(
+            "plot '{0}.dat' using 2:xtic(1) title 'token states', '' using 3 title 'reserved', "
+            "'' using 4 title 'internal frag.', '' using 5 title 'external frag.', '' using 6 title 'free'\n",
+            base);
   gp.close();
   gnuplot(base);
 }
@@ -312,8 +316,7 @@ int run_paper(PaperOptions o) {
   if (!(o.latency_limit > 0)) throw ConfigError("--latency-limit must be positive");
   for (int n : o.parallel_n)
     if (n < 2 || n > 16) throw ConfigError(fmt::format("--parallel-n values must be in 2..16, got {}", n));
-  for (const std::string& p : o.policies)
-    (void)parse_kv_reservation(p);  // ConfigError naming the choices
+  for (const std::string& p : o.policies) (void)parse_kv_reservation(p);  // ConfigError naming the choices
   if (o.policies.empty()) throw ConfigError("--policies needs at least one policy");
   if (o.start_rate < 0) throw ConfigError("--start-rate must be positive");
   for (int k : o.beam_widths)
@@ -344,9 +347,14 @@ int run_paper(PaperOptions o) {
   for (const LengthDistribution& d : dists) results.push_back(bench.run(d));
 
   nlohmann::json j;
-  j["setup"] = {{"model", {{"dim", shape.dim}, {"hidden_dim", shape.hidden_dim}, {"n_layers", shape.n_layers},
-                           {"n_heads", shape.n_heads}, {"n_kv_heads", shape.n_kv_heads}, {"vocab_size", shape.vocab_size},
-                           {"seq_len", shape.seq_len}}},
+  j["setup"] = {{"model",
+                 {{"dim", shape.dim},
+                  {"hidden_dim", shape.hidden_dim},
+                  {"n_layers", shape.n_layers},
+                  {"n_heads", shape.n_heads},
+                  {"n_kv_heads", shape.n_kv_heads},
+                  {"vocab_size", shape.vocab_size},
+                  {"seq_len", shape.seq_len}}},
                 {"kv_bytes_per_token", kv_per_token},
                 {"kv_cache_bytes", setup.kv_cache_bytes},
                 {"pool_tokens", pool_tokens},
@@ -361,9 +369,12 @@ int run_paper(PaperOptions o) {
   j["workloads"] = nlohmann::json::array();
   for (const WorkloadResult& w : results) {
     nlohmann::json jw = {{"name", w.dist.name},
-                         {"distribution", {{"family", "lognormal"}, {"prompt_mean", w.dist.prompt_mean},
-                                           {"prompt_sigma", w.dist.prompt_sigma}, {"output_mean", w.dist.output_mean},
-                                           {"output_sigma", w.dist.output_sigma}}},
+                         {"distribution",
+                          {{"family", "lognormal"},
+                           {"prompt_mean", w.dist.prompt_mean},
+                           {"prompt_sigma", w.dist.prompt_sigma},
+                           {"output_mean", w.dist.output_mean},
+                           {"output_sigma", w.dist.output_sigma}}},
                          {"sample_mean_prompt", w.mean_prompt},
                          {"sample_mean_output", w.mean_output}};
     std::map<KVReservation, double> rate;
@@ -382,18 +393,26 @@ int run_paper(PaperOptions o) {
     jw["rate_ratio_vs_oracle"] = ratio(rate[KVReservation::kPaged], rate[KVReservation::kOracle]);
     jw["rate_ratio_vs_pow2"] = ratio(rate[KVReservation::kPaged], rate[KVReservation::kPow2]);
     jw["rate_ratio_vs_max"] = ratio(rate[KVReservation::kPaged], rate[KVReservation::kMax]);
-    if (!w.curves.empty() && w.curves[0].policy == KVReservation::kPaged) jw["token_state_share_paged"] = w.breakdown[0].memory.token_state_share_of_used();
+    if (!w.curves.empty() && w.curves[0].policy == KVReservation::kPaged)
+      jw["token_state_share_paged"] = w.breakdown[0].memory.token_state_share_of_used();
     for (const auto& s : w.sharing)
-      jw["parallel_sampling"].push_back({{"n", s.n}, {"rate", s.run.rate}, {"memory_saving", sharing_saving(s.run)},
-                                         {"logical_blocks", s.run.logical_blocks}, {"physical_blocks", s.run.physical_blocks}});
+      jw["parallel_sampling"].push_back({{"n", s.n},
+                                         {"rate", s.run.rate},
+                                         {"memory_saving", sharing_saving(s.run)},
+                                         {"logical_blocks", s.run.logical_blocks},
+                                         {"physical_blocks", s.run.physical_blocks}});
     for (const auto& s : w.beam)
-      jw["beam_search"].push_back({{"beam_width", s.n}, {"rate", s.run.rate}, {"memory_saving", sharing_saving(s.run)},
-                                   {"logical_blocks", s.run.logical_blocks}, {"physical_blocks", s.run.physical_blocks}});
+      jw["beam_search"].push_back({{"beam_width", s.n},
+                                   {"rate", s.run.rate},
+                                   {"memory_saving", sharing_saving(s.run)},
+                                   {"logical_blocks", s.run.logical_blocks},
+                                   {"physical_blocks", s.run.physical_blocks}});
     for (const auto& pr : w.prefixed)
-      jw["shared_prefix"].push_back({{"prefix_tokens", pr.prefix_tokens},
-                                     {"paged_sustained_rate", pr.paged.sustained_rate},
-                                     {"oracle_sustained_rate", pr.oracle.sustained_rate},
-                                     {"rate_ratio_vs_oracle", ratio(pr.paged.sustained_rate, pr.oracle.sustained_rate)}});
+      jw["shared_prefix"].push_back(
+          {{"prefix_tokens", pr.prefix_tokens},
+           {"paged_sustained_rate", pr.paged.sustained_rate},
+           {"oracle_sustained_rate", pr.oracle.sustained_rate},
+           {"rate_ratio_vs_oracle", ratio(pr.paged.sustained_rate, pr.oracle.sustained_rate)}});
     if (w.dist.name == "sharegpt")
       for (const char* k : {"rate_ratio_vs_oracle", "rate_ratio_vs_max", "token_state_share_paged"})
         if (jw.contains(k)) j[k] = jw[k];
@@ -404,11 +423,11 @@ int run_paper(PaperOptions o) {
     fmt::print("{}\n", j.dump(2));
     return 0;
   }
-  fmt::print("pagedkv bench paper{}: model dim {} x {} layers, {} B of KV per token; KV pool {:.0f} MiB = {} tokens "
-             "(blocks of {}); {} requests per run; clock: {}; latency limit {} s/token; baselines' ranges: {}\n",
-             o.quick ? " --quick" : "", shape.dim, shape.n_layers, kv_per_token, o.kv_mib, pool_tokens, setup.block_size,
-             o.requests, setup.cost.name, o.latency_limit,
-             range_allocation_name(setup.range_allocation));
+  fmt::print(
+      "pagedkv bench paper{}: model dim {} x {} layers, {} B of KV per token; KV pool {:.0f} MiB = {} tokens "
+      "(blocks of {}); {} requests per run; clock: {}; latency limit {} s/token; baselines' ranges: {}\n",
+      o.quick ? " --quick" : "", shape.dim, shape.n_layers, kv_per_token, o.kv_mib, pool_tokens, setup.block_size,
+      o.requests, setup.cost.name, o.latency_limit, range_allocation_name(setup.range_allocation));
   for (const nlohmann::json& jw : j["workloads"]) {
     fmt::print("\n{}-like (lognormal; sample means {:.0f} in / {:.0f} out)\n", jw["name"].get<std::string>(),
                jw["sample_mean_prompt"].get<double>(), jw["sample_mean_output"].get<double>());
@@ -417,28 +436,29 @@ int run_paper(PaperOptions o) {
     for (const nlohmann::json& jc : jw["policies"]) {
       const nlohmann::json& m = jc["memory"];
       fmt::print("  {:<7} {:>9.3f}{} {:>7.1f}% {:>7.1f}% {:>7.1f}% {:>7.1f}% {:>7.1f}% {:>8.1f} {:>8.1f}%\n",
-                 jc["policy"].get<std::string>(), jc["sustained_rate"].get<double>(), jc["bounded"].get<bool>() ? " " : "+",
-                 100 * m["token_states"].get<double>(), 100 * m["reserved"].get<double>(),
-                 100 * m["internal_fragmentation"].get<double>(), 100 * m["external_fragmentation"].get<double>(),
-                 100 * m["free"].get<double>(), m["mean_running"].get<double>(),
-                 100 * m["token_state_share_of_used"].get<double>());
+                 jc["policy"].get<std::string>(), jc["sustained_rate"].get<double>(),
+                 jc["bounded"].get<bool>() ? " " : "+", 100 * m["token_states"].get<double>(),
+                 100 * m["reserved"].get<double>(), 100 * m["internal_fragmentation"].get<double>(),
+                 100 * m["external_fragmentation"].get<double>(), 100 * m["free"].get<double>(),
+                 m["mean_running"].get<double>(), 100 * m["token_state_share_of_used"].get<double>());
     }
-    fmt::print("  sustained rate, paged over: oracle {:.2f}x, pow2 {:.2f}x, max {:.2f}x (memory columns at {:.3f} req/s)\n",
-               jw["rate_ratio_vs_oracle"].get<double>(), jw["rate_ratio_vs_pow2"].get<double>(),
-               jw["rate_ratio_vs_max"].get<double>(), jw["policies"][0]["memory_at_rate"].get<double>());
+    fmt::print(
+        "  sustained rate, paged over: oracle {:.2f}x, pow2 {:.2f}x, max {:.2f}x (memory columns at {:.3f} req/s)\n",
+        jw["rate_ratio_vs_oracle"].get<double>(), jw["rate_ratio_vs_pow2"].get<double>(),
+        jw["rate_ratio_vs_max"].get<double>(), jw["policies"][0]["memory_at_rate"].get<double>());
     if (jw.contains("parallel_sampling"))
       for (const nlohmann::json& s : jw["parallel_sampling"])
-        fmt::print("  parallel sampling n={}: sharing saves {:.1f}% of KV blocks (at {:.3f} req/s)\n", s["n"].get<int>(),
-                   100 * s["memory_saving"].get<double>(), s["rate"].get<double>());
+        fmt::print("  parallel sampling n={}: sharing saves {:.1f}% of KV blocks (at {:.3f} req/s)\n",
+                   s["n"].get<int>(), 100 * s["memory_saving"].get<double>(), s["rate"].get<double>());
     if (jw.contains("beam_search"))
       for (const nlohmann::json& s : jw["beam_search"])
-        fmt::print("  beam search width {}: sharing saves {:.1f}% of KV blocks (at {:.3f} req/s)\n", s["beam_width"].get<int>(),
-                   100 * s["memory_saving"].get<double>(), s["rate"].get<double>());
+        fmt::print("  beam search width {}: sharing saves {:.1f}% of KV blocks (at {:.3f} req/s)\n",
+                   s["beam_width"].get<int>(), 100 * s["memory_saving"].get<double>(), s["rate"].get<double>());
     if (jw.contains("shared_prefix"))
       for (const nlohmann::json& s : jw["shared_prefix"])
-        fmt::print("  shared {}-token prefix: paged {:.3f} req/s, oracle {:.3f} req/s: {:.2f}x\n", s["prefix_tokens"].get<int>(),
-                   s["paged_sustained_rate"].get<double>(), s["oracle_sustained_rate"].get<double>(),
-                   s["rate_ratio_vs_oracle"].get<double>());
+        fmt::print("  shared {}-token prefix: paged {:.3f} req/s, oracle {:.3f} req/s: {:.2f}x\n",
+                   s["prefix_tokens"].get<int>(), s["paged_sustained_rate"].get<double>(),
+                   s["oracle_sustained_rate"].get<double>(), s["rate_ratio_vs_oracle"].get<double>());
   }
   return 0;
 }
@@ -448,28 +468,40 @@ const CommandRegistration kBenchPaperCommand{Command{
     [](CLI::App& sub) {
       auto o = std::make_shared<PaperOptions>();
       sub.add_flag("--quick", o->quick,
-                   "CI-sized: lengths, context (512), block size (4) and pool (1.25 MiB) scaled down, 100 requests per run, coarse search");
+                   "CI-sized: lengths, context (512), block size (4) and pool (1.25 MiB) scaled down, 100 requests per "
+                   "run, coarse search");
       sub.add_flag("--json", o->json, "print the results as JSON");
       sub.add_option("--requests", o->requests, "requests per run (default 1000; 100 with --quick)");
       sub.add_option("--kv-mib", o->kv_mib, "KV pool in MiB (default 16; 1.25 with --quick)");
-      sub.add_option("--threads", o->threads, "kernel threads (the model is tiny: one is fastest)")->capture_default_str();
-      sub.add_option("--latency-limit", o->latency_limit, "normalized latency (s per output token) a sustained rate meets")
+      sub.add_option("--threads", o->threads, "kernel threads (the model is tiny: one is fastest)")
+          ->capture_default_str();
+      sub.add_option("--latency-limit", o->latency_limit,
+                     "normalized latency (s per output token) a sustained rate meets")
           ->capture_default_str();
       sub.add_option("--cost-preset", o->cost_preset, "step cost model of the modelled clock")->capture_default_str();
       sub.add_option("--range-allocation", o->range_allocation,
                      "the baselines' contiguous ranges: buddy (the paper's assumption) or first-fit")
           ->capture_default_str();
-      sub.add_option("--policies", o->policies, "which policies to run (ratios need paged)")->delimiter(',')->capture_default_str();
-      sub.add_option("--start-rate", o->start_rate,
-                     "where the rate searches start (req/s; default near Orca (Max)'s capacity); baselines start at paged's "
-                     "sustained rate, or here when paged is not run");
+      sub.add_option("--policies", o->policies, "which policies to run (ratios need paged)")
+          ->delimiter(',')
+          ->capture_default_str();
+      sub.add_option(
+          "--start-rate", o->start_rate,
+          "where the rate searches start (req/s; default near Orca (Max)'s capacity); baselines start at paged's "
+          "sustained rate, or here when paged is not run");
       sub.add_flag("--additive-linear", o->additive_linear,
                    "ablation: a step pays the weight read plus the GEMMs instead of the longer of the two");
-      sub.add_option("--bisections", o->bisections, "bisections of each sustained-rate search (default 4; 2 with --quick)");
+      sub.add_option("--bisections", o->bisections,
+                     "bisections of each sustained-rate search (default 4; 2 with --quick)");
       sub.add_option("--workloads", o->workloads, "sharegpt, alpaca")->delimiter(',')->capture_default_str();
-      sub.add_option("--parallel-n", o->parallel_n, "parallel sampling widths (Fig. 14)")->delimiter(',')->capture_default_str();
-      sub.add_option("--beam-widths", o->beam_widths, "beam search widths (Fig. 14)")->delimiter(',')->capture_default_str();
-      sub.add_option("--parallel-workloads", o->parallel_workloads, "workloads of the parallel sampling and beam search runs")
+      sub.add_option("--parallel-n", o->parallel_n, "parallel sampling widths (Fig. 14)")
+          ->delimiter(',')
+          ->capture_default_str();
+      sub.add_option("--beam-widths", o->beam_widths, "beam search widths (Fig. 14)")
+          ->delimiter(',')
+          ->capture_default_str();
+      sub.add_option("--parallel-workloads", o->parallel_workloads,
+                     "workloads of the parallel sampling and beam search runs")
           ->delimiter(',')
           ->capture_default_str();
       sub.add_option("--plot-dir", o->plot_dir, "write gnuplot SVGs (Fig. 12 per workload, Fig. 2) here");
@@ -477,7 +509,9 @@ const CommandRegistration kBenchPaperCommand{Command{
                      "shared prefix lengths of the Alpaca-like Fig. 16 runs (default 80,341; none with --quick)")
           ->delimiter(',')
           ->each([o](const std::string&) { o->prefix_tokens_given = true; });
-      sub.add_flag("--check-invariants,--check", o->check_invariants, "run the engine's checkers after every step (slow)")->capture_default_str();
+      sub.add_flag("--check-invariants,--check", o->check_invariants,
+                   "run the engine's checkers after every step (slow)")
+          ->capture_default_str();
       sub.add_flag("-v,--verbose", o->verbose, "a line on stderr per run");
       sub.add_option("--seed", o->seed, "model weights and workload")->capture_default_str();
       return [o] { return run_paper(*o); };

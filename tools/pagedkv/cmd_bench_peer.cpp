@@ -22,7 +22,6 @@
 namespace pagedkv::cli {
 namespace {
 
-
 // The 1, 5 and 15-minute load averages: a busy machine explains a slow run.
 std::string load_average() {
   std::ifstream f("/proc/loadavg");
@@ -88,7 +87,8 @@ int run_bench_peer(const std::string& scenario_name, const std::string& hash_nam
   const bool has_reference = scenario.name == "A";
   const PeerCounters ref = peer_reference_counters_a();
   const bool match = has_reference && counters == ref;
-  const std::optional<PythonPeerReference> vllm = has_reference ? vllm_times(vllm_times_path, *hash, json) : std::nullopt;
+  const std::optional<PythonPeerReference> vllm =
+      has_reference ? vllm_times(vllm_times_path, *hash, json) : std::nullopt;
   const std::string implementation(BlockHasher(PeerWorkload::kBlockSize, *hash).implementation());
   const double m_admit = median(admit), m_decode = median(decode), m_decode_new_block = median(decode_new_block),
                m_free = median(free_), m_hash = median(hashing), m_chunk = median(chunk), m_whole = median(whole),
@@ -132,20 +132,21 @@ int run_bench_peer(const std::string& scenario_name, const std::string& hash_nam
                        {"whole_replay_cpu", m_whole_cpu / 1e3},
                        {"whole_replay_cpu_min", min_whole_cpu / 1e3}};
     auto us = [](const PythonPeerTimes& t) {
-      return nlohmann::json{{"admit", t.admit_us}, {"decode_allocate_slots", t.decode_us}, {"free", t.free_us},
-                            {"hash_prompt", t.hash_us}, {"whole_replay", t.whole_s * 1e6}};
+      return nlohmann::json{{"admit", t.admit_us},
+                            {"decode_allocate_slots", t.decode_us},
+                            {"free", t.free_us},
+                            {"hash_prompt", t.hash_us},
+                            {"whole_replay", t.whole_s * 1e6}};
     };
     if (vllm) {
       const PythonPeerTimes& peer = vllm->current;
       j["vllm_times_source"] = vllm_times_path;
       j["vllm_us"] = us(peer);
       if (vllm->first) j["vllm_first_measurement_us"] = us(*vllm->first);
-      j["speedup_vs_vllm"] = {{"admit", peer.admit_us * 1e3 / m_admit},
-                              {"decode_allocate_slots", peer.decode_us * 1e3 / m_decode},
-                              {"free", peer.free_us * 1e3 / m_free},
-                              {"hash_prompt", peer.hash_us * 1e3 / m_hash},
-                              {"whole_replay", peer.whole_s * 1e9 / m_whole},
-                              {"whole_replay_best", peer.whole_s * 1e9 / min_whole}};
+      j["speedup_vs_vllm"] = {
+          {"admit", peer.admit_us * 1e3 / m_admit},       {"decode_allocate_slots", peer.decode_us * 1e3 / m_decode},
+          {"free", peer.free_us * 1e3 / m_free},          {"hash_prompt", peer.hash_us * 1e3 / m_hash},
+          {"whole_replay", peer.whole_s * 1e9 / m_whole}, {"whole_replay_best", peer.whole_s * 1e9 / min_whole}};
     }
     fmt::print("{}\n", j.dump(2));
     return has_reference && !match ? 1 : 0;
@@ -175,7 +176,8 @@ int run_bench_peer(const std::string& scenario_name, const std::string& hash_nam
   row("hit tokens over every lookup", counters.lookup_hits, ref.lookup_hits);
   row("query tokens over every lookup", counters.lookup_queries, ref.lookup_queries);
   row("peak running", counters.peak_running, ref.peak_running);
-  row("free blocks at the end", static_cast<uint64_t>(counters.free_blocks_at_end), static_cast<uint64_t>(ref.free_blocks_at_end));
+  row("free blocks at the end", static_cast<uint64_t>(counters.free_blocks_at_end),
+      static_cast<uint64_t>(ref.free_blocks_at_end));
   if (has_reference) fmt::print("counters {} vLLM v1's\n", match ? "match" : "DO NOT match");
 
   // Our times always; vLLM's beside them (and the ratio) when its figures could be read.
@@ -191,7 +193,8 @@ int run_bench_peer(const std::string& scenario_name, const std::string& hash_nam
   wrow("wall clock", m_whole, min_whole);
   wrow("thread CPU time", m_whole_cpu, min_whole_cpu);
 
-  fmt::print("\nper operation (median of {} runs' means)  {:>12} {:>14} {:>9}\n", runs, "pagedkv", "vLLM v1 (py)", "speedup");
+  fmt::print("\nper operation (median of {} runs' means)  {:>12} {:>14} {:>9}\n", runs, "pagedkv", "vLLM v1 (py)",
+             "speedup");
   auto trow = [&](const char* name, double ours_ns, double PythonPeerTimes::*field) {
     if (!peer) return fmt::print("{:<40} {:>9.3f} µs\n", name, ours_ns / 1e3);
     fmt::print("{:<40} {:>9.3f} µs {:>11.2f} µs {}\n", name, ours_ns / 1e3, peer->*field,
@@ -203,35 +206,38 @@ int run_bench_peer(const std::string& scenario_name, const std::string& hash_nam
   trow("hash a prompt's blocks at creation", m_hash, &PythonPeerTimes::hash_us);
   fmt::print("{:<40} {:>9.3f} µs\n", "  decode steps that opened a block", m_decode_new_block / 1e3);
   fmt::print("{:<40} {:>9.3f} µs\n", "prefill-chunk allocate_slots", m_chunk / 1e3);
-  fmt::print("(per-operation times: a TSC read around each call, ~7 ns of it the timer; wall clock, so on a busy\n"
-             " machine they include time other processes ran. The whole replay is a run without those timers.)\n");
+  fmt::print(
+      "(per-operation times: a TSC read around each call, ~7 ns of it the timer; wall clock, so on a busy\n"
+      " machine they include time other processes ran. The whole replay is a run without those timers.)\n");
   if (peer)
-    fmt::print("(vLLM figures: its Python manager as measured in {}, on another machine than\n"
-               " this one: compare ratios, and expect drift.)\n",
-               vllm_times_path);
+    fmt::print(
+        "(vLLM figures: its Python manager as measured in {}, on another machine than\n"
+        " this one: compare ratios, and expect drift.)\n",
+        vllm_times_path);
   return has_reference && !match ? 1 : 0;
 }
 
-const CommandRegistration kBenchPeerCommand{Command{
-    "bench peer", "replay kvcache-peer-v1 with vLLM v1 semantics: counters vs vLLM's, time per operation",
-    [](CLI::App& sub) -> std::function<int()> {
-      auto scenario = std::make_shared<std::string>("A");
-      auto hash = std::make_shared<std::string>("xxh3_128");
-      auto runs = std::make_shared<int>(5);
-      auto json = std::make_shared<bool>(false);
-      auto check = std::make_shared<bool>(false);
-      auto times = std::make_shared<std::string>(default_shared_dir() + "/workloads/README.md");
-      sub.add_option("--scenario", *scenario, "A (4,096 blocks, 64 running) or B (2,048 blocks, 128 running)")
-          ->capture_default_str();
-      sub.add_option("--hash", *hash, "xxh3_128 or sha256")->capture_default_str();
-      sub.add_option("--runs", *runs, "runs; timings are medians")->capture_default_str();
-      sub.add_flag("--json", *json, "print JSON");
-      sub.add_flag("--check-invariants,--check", *check, "run the invariant checker after every operation (first run; slow)");
-      sub.add_option("--vllm-times", *times,
-                     "where vLLM's Python manager times are read from (its \"Python peers' speed\" table)")
-          ->capture_default_str();
-      return [=] { return run_bench_peer(*scenario, *hash, *runs, *json, *check, *times); };
-    }}};
+const CommandRegistration kBenchPeerCommand{
+    Command{"bench peer", "replay kvcache-peer-v1 with vLLM v1 semantics: counters vs vLLM's, time per operation",
+            [](CLI::App& sub) -> std::function<int()> {
+              auto scenario = std::make_shared<std::string>("A");
+              auto hash = std::make_shared<std::string>("xxh3_128");
+              auto runs = std::make_shared<int>(5);
+              auto json = std::make_shared<bool>(false);
+              auto check = std::make_shared<bool>(false);
+              auto times = std::make_shared<std::string>(default_shared_dir() + "/workloads/README.md");
+              sub.add_option("--scenario", *scenario, "A (4,096 blocks, 64 running) or B (2,048 blocks, 128 running)")
+                  ->capture_default_str();
+              sub.add_option("--hash", *hash, "xxh3_128 or sha256")->capture_default_str();
+              sub.add_option("--runs", *runs, "runs; timings are medians")->capture_default_str();
+              sub.add_flag("--json", *json, "print JSON");
+              sub.add_flag("--check-invariants,--check", *check,
+                           "run the invariant checker after every operation (first run; slow)");
+              sub.add_option("--vllm-times", *times,
+                             "where vLLM's Python manager times are read from (its \"Python peers' speed\" table)")
+                  ->capture_default_str();
+              return [=] { return run_bench_peer(*scenario, *hash, *runs, *json, *check, *times); };
+            }}};
 
 }  // namespace
 }  // namespace pagedkv::cli

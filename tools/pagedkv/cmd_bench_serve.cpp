@@ -42,8 +42,10 @@ void save_requests(const std::vector<loadgen::BenchRequest>& requests, const loa
   if (!out) throw Error(fmt::format("cannot write '{}'", path));
   const std::vector<double> times = loadgen::send_times(requests, run);
   for (size_t i = 0; i < requests.size(); ++i) {
-    nlohmann::json line{{"timestamp", 1e3 * times[i]}, {"tokens", requests[i].prompt}, {"output_length", requests[i].max_tokens}};
-    if (i < report.e2e_ms_by_request.size() && report.e2e_ms_by_request[i] >= 0) line["latency_ms"] = report.e2e_ms_by_request[i];
+    nlohmann::json line{
+        {"timestamp", 1e3 * times[i]}, {"tokens", requests[i].prompt}, {"output_length", requests[i].max_tokens}};
+    if (i < report.e2e_ms_by_request.size() && report.e2e_ms_by_request[i] >= 0)
+      line["latency_ms"] = report.e2e_ms_by_request[i];
     out << line.dump() << '\n';
   }
   if (!out.flush()) throw Error(fmt::format("cannot write '{}'", path));
@@ -81,8 +83,9 @@ const CommandRegistration kBenchServeCommand{Command{
     "bench serve", "load an OpenAI-compatible server like vllm bench serve: throughput, TTFT, TPOT, ITL, E2E",
     [](CLI::App& sub) -> std::function<int()> {
       auto o = std::make_shared<BenchServeOptions>();
-      sub.add_option("--base-url", o->run.base_urls,
-                     "the server's root (a trailing /v1 is dropped); repeat it for a cluster (requests round-robin over them)")
+      sub.add_option(
+             "--base-url", o->run.base_urls,
+             "the server's root (a trailing /v1 is dropped); repeat it for a cluster (requests round-robin over them)")
           ->capture_default_str();
       sub.add_option("--endpoint", o->endpoint,
                      "completions (/v1/completions, token-id prompts) or chat (/v1/chat/completions, each prompt's "
@@ -91,9 +94,11 @@ const CommandRegistration kBenchServeCommand{Command{
       sub.add_option("--model", o->run.model, "model name (default: the server's first)");
       sub.add_option("--api-key", o->run.api_key, "sent as 'Authorization: Bearer KEY'");
       sub.add_option("--num-prompts", o->num_prompts, "requests to send")->capture_default_str();
-      sub.add_option("--request-rate", o->request_rate, "mean requests per second, or inf (all at once)")->capture_default_str();
+      sub.add_option("--request-rate", o->request_rate, "mean requests per second, or inf (all at once)")
+          ->capture_default_str();
       sub.add_option("--burstiness", o->run.burstiness, "gamma shape of the gaps (1 = Poisson)")->capture_default_str();
-      sub.add_option("--max-concurrency", o->run.max_concurrency, "requests in flight at most (0: no cap)")->capture_default_str();
+      sub.add_option("--max-concurrency", o->run.max_concurrency, "requests in flight at most (0: no cap)")
+          ->capture_default_str();
       sub.add_option("--failover", o->run.failover,
                      "send a request that got no whole answer (transport error, 5xx, error event, cut stream) again "
                      "to the next --base-url, up to N times")
@@ -106,13 +111,19 @@ const CommandRegistration kBenchServeCommand{Command{
       sub.add_option("--random-output-len", o->random.output_len, "random: output tokens")->capture_default_str();
       sub.add_option("--random-range-ratio", o->random.range_ratio, "random: lengths uniform in len x [1-r, 1+r]")
           ->capture_default_str();
-      sub.add_option("--prefix-repetition-num-prefixes", o->prefix.num_prefixes, "distinct shared prefixes")->capture_default_str();
-      sub.add_option("--prefix-repetition-prefix-len", o->prefix.prefix_len, "tokens per prefix")->capture_default_str();
-      sub.add_option("--prefix-repetition-suffix-len", o->prefix.suffix_len, "distinct tokens after it")->capture_default_str();
+      sub.add_option("--prefix-repetition-num-prefixes", o->prefix.num_prefixes, "distinct shared prefixes")
+          ->capture_default_str();
+      sub.add_option("--prefix-repetition-prefix-len", o->prefix.prefix_len, "tokens per prefix")
+          ->capture_default_str();
+      sub.add_option("--prefix-repetition-suffix-len", o->prefix.suffix_len, "distinct tokens after it")
+          ->capture_default_str();
       sub.add_option("--prefix-repetition-output-len", o->prefix.output_len, "output tokens")->capture_default_str();
-      sub.add_option("--dataset-path", o->dataset_path, "mooncake: the trace (default ../shared/traces/mooncake_conversation_trace.jsonl)");
-      sub.add_option("--time-scale", o->mooncake.time_scale, "mooncake: arrival = timestamp x scale")->capture_default_str();
-      sub.add_option("--mooncake-block-tokens", o->mooncake.block_tokens, "mooncake: tokens per 512-token hash-id block")
+      sub.add_option("--dataset-path", o->dataset_path,
+                     "mooncake: the trace (default ../shared/traces/mooncake_conversation_trace.jsonl)");
+      sub.add_option("--time-scale", o->mooncake.time_scale, "mooncake: arrival = timestamp x scale")
+          ->capture_default_str();
+      sub.add_option("--mooncake-block-tokens", o->mooncake.block_tokens,
+                     "mooncake: tokens per 512-token hash-id block")
           ->capture_default_str();
       sub.add_option("--save-requests", o->save_requests,
                      "also write the requests sent as a pagedkv JSONL trace (for pagedkv replay)");

@@ -38,14 +38,14 @@ using demo::DemoRng;
 using Clock = std::chrono::steady_clock;
 
 struct BenchStructuredOptions {
-  std::string model;      // default: ../shared/models/gguf/small-llama.q8_0.gguf
+  std::string model;  // default: ../shared/models/gguf/small-llama.q8_0.gguf
   std::string tokenizer;  // default: the model file's own
   std::vector<int> batch_sizes{1, 16};
   int max_tokens = 64;
   int repeats = 3;
   int threads = 0;
   std::string mask_overlap = "on";  // on, off or both
-  std::string only;                 // run only the schemas whose name contains this
+  std::string only;  // run only the schemas whose name contains this
   bool json = false;
 };
 
@@ -76,8 +76,8 @@ struct Run {
 };
 
 // B requests through one engine; the grammar (if any) constrains each.
-Run run_batch(const Model& model, TokenId eos, int batch, int max_tokens, const std::shared_ptr<const grammar::CompiledGrammar>& g,
-              uint64_t seed, bool mask_overlap) {
+Run run_batch(const Model& model, TokenId eos, int batch, int max_tokens,
+              const std::shared_ptr<const grammar::CompiledGrammar>& g, uint64_t seed, bool mask_overlap) {
   const int prompt = 4;
   EngineConfig c;
   c.block_size = 16;
@@ -118,7 +118,8 @@ int run_bench_structured(BenchStructuredOptions o) {
   if (o.model.empty()) o.model = default_shared_dir() + "/models/gguf/small-llama.q8_0.gguf";
   const LoadedModel loaded = load_model_file(o.model, o.tokenizer, {});
   if (!loaded.tokenizer)
-    throw ConfigError(fmt::format("{} has no tokenizer pagedkv can use ({}); pass --tokenizer", o.model, loaded.tokenizer_error));
+    throw ConfigError(
+        fmt::format("{} has no tokenizer pagedkv can use ({}); pass --tokenizer", o.model, loaded.tokenizer_error));
   const Model& model = *loaded.model;
   const TokenId eos = loaded.tokenizer->eos_id();
   const auto vocabulary = make_grammar_vocabulary(*loaded.tokenizer, {eos}, model.config().vocab_size);
@@ -129,9 +130,10 @@ int run_bench_structured(BenchStructuredOptions o) {
                            {"repeats", o.repeats},
                            {"max_tokens", o.max_tokens}};
   if (!o.json) {
-    fmt::print("pagedkv bench structured: {} ({} tokens in the vocabulary), {} kernel threads, medians of {} alternated runs, "
-               "up to {} output tokens a request\n",
-               o.model, model.config().vocab_size, kernel_threads(), o.repeats, o.max_tokens);
+    fmt::print(
+        "pagedkv bench structured: {} ({} tokens in the vocabulary), {} kernel threads, medians of {} alternated runs, "
+        "up to {} output tokens a request\n",
+        o.model, model.config().vocab_size, kernel_threads(), o.repeats, o.max_tokens);
     fmt::print("  {:<18} {:>10} {:>5} {:>7}  {:>13} {:>13} {:>8} {:>13} {:>10}\n", "schema", "compile ms", "batch",
                "overlap", "free tok/s", "schema tok/s", "ratio", "added us/tok", "tokens");
   }
@@ -169,8 +171,8 @@ int run_bench_structured(BenchStructuredOptions o) {
                                      {"runs_unconstrained", free_tps},
                                      {"runs_constrained", schema_tps[m]}});
         if (!o.json)
-          fmt::print("  {:<18} {:>10.1f} {:>5} {:>7}  {:>13.0f} {:>13.0f} {:>7.2f}x {:>13.1f} {:>10}\n", s.name, compile_ms, b,
-                     overlaps[m] ? "on" : "off", f, c, c / f, added_us, schema_tokens[m]);
+          fmt::print("  {:<18} {:>10.1f} {:>5} {:>7}  {:>13.0f} {:>13.0f} {:>7.2f}x {:>13.1f} {:>10}\n", s.name,
+                     compile_ms, b, overlaps[m] ? "on" : "off", f, c, c / f, added_us, schema_tokens[m]);
       }
       std::fflush(stdout);
     }
@@ -183,11 +185,13 @@ const CommandRegistration kBenchStructuredCommand{Command{
     "bench structured", "structured output: decode tokens/s with a schema's grammar against without, and compile time",
     [](CLI::App& sub) -> std::function<int()> {
       auto o = std::make_shared<BenchStructuredOptions>();
-      sub.add_option("--model", o->model, "GGUF or llama2.c model (default: ../shared/models/gguf/small-llama.q8_0.gguf)");
+      sub.add_option("--model", o->model,
+                     "GGUF or llama2.c model (default: ../shared/models/gguf/small-llama.q8_0.gguf)");
       sub.add_option("--tokenizer", o->tokenizer, "its tokenizer, if not the model file's own");
       sub.add_option("--batch-sizes", o->batch_sizes, "concurrent requests")->delimiter(',')->capture_default_str();
       sub.add_option("--max-tokens", o->max_tokens, "output tokens a request may generate")->capture_default_str();
-      sub.add_option("--repeats", o->repeats, "alternated runs per case (the median is reported)")->capture_default_str();
+      sub.add_option("--repeats", o->repeats, "alternated runs per case (the median is reported)")
+          ->capture_default_str();
       sub.add_option("--threads", o->threads, "kernel threads (default: PAGEDKV_NUM_THREADS or the CPU count)");
       sub.add_option("--mask-overlap", o->mask_overlap,
                      "grammar masks filled during the forward pass (on), after it (off), or both alternated")

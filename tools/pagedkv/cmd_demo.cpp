@@ -32,13 +32,13 @@
 namespace pagedkv::cli {
 namespace {
 
+using demo::block_chart;
+using demo::block_grid_legend;
 using demo::BlockState;
 using demo::DemoRequest;
 using demo::DemoWorkloadConfig;
-using demo::PoolSnapshot;
-using demo::block_chart;
-using demo::block_grid_legend;
 using demo::make_demo_workload;
+using demo::PoolSnapshot;
 using demo::render_block_grid;
 using demo::render_block_html;
 using demo::render_block_svg;
@@ -76,7 +76,7 @@ struct DemoRun {
   std::vector<DemoRequest> workload;
   std::vector<RequestOutput> finished;  // every finished output, samples included
   std::vector<StepSample> steps;
-  PoolSnapshot pool;        // the pool drawn in the report and the snapshot
+  PoolSnapshot pool;  // the pool drawn in the report and the snapshot
   std::string pool_moment;  // "peak usage" or "step N"
   int cancelled = 0;  // cancellations that aborted something
   double wall_seconds = 0;
@@ -117,7 +117,8 @@ class Progress {
       const int fifth = done * 5 / std::max(1, total_);
       if (fifth <= last_fifth_) return;
       last_fifth_ = fifth;
-      fmt::print(stderr, "demo: {:>3}% ({}/{} requests done), step {}, {:.0f} tok/s, pool {:.0f}% used, {} preemptions\n",
+      fmt::print(stderr,
+                 "demo: {:>3}% ({}/{} requests done), step {}, {:.0f} tok/s, pool {:.0f}% used, {} preemptions\n",
                  100 * done / total_, done, total_, step, tokens_per_s, 100 * pool_usage, preemptions);
     }
   }
@@ -144,7 +145,7 @@ class LiveGrid {
     std::string text = status + "\n" + render_block_grid(pool, columns_, true) + block_grid_legend(true) + "\n";
     std::string out;
     if (lines_ > 0) out += fmt::format("\x1b[{}F\x1b[J", lines_);  // back to the first line, clear below
-    else out += "\x1b[?25l";                                          // hide the cursor while redrawing
+    else out += "\x1b[?25l";  // hide the cursor while redrawing
     out += text;
     lines_ = static_cast<int>(std::count(text.begin(), text.end(), '\n'));
     fmt::print("{}", out);
@@ -169,7 +170,7 @@ DemoRun run_workload(LLMEngine& engine, std::vector<DemoRequest> workload, const
   std::optional<LiveGrid> grid;
   if (live_grid) grid.emplace(o.columns);
 
-  std::multimap<int, RequestId> cancel_at;           // step -> request
+  std::multimap<int, RequestId> cancel_at;  // step -> request
   std::map<uint64_t, std::vector<RequestId>> samples;  // parent -> its parallel samples
   size_t next = 0;
   int step = 0, done = 0, peak = -1;
@@ -177,8 +178,7 @@ DemoRun run_workload(LLMEngine& engine, std::vector<DemoRequest> workload, const
   const int usable = engine.manager().pool().num_usable_blocks();
   while (next < run.workload.size() || engine.has_unfinished()) {
     // An idle engine jumps to the next arrival: steps count work, not waiting.
-    if (!engine.has_unfinished() && next < run.workload.size())
-      step = std::max(step, run.workload[next].arrival_step);
+    if (!engine.has_unfinished() && next < run.workload.size()) step = std::max(step, run.workload[next].arrival_step);
     for (; next < run.workload.size() && run.workload[next].arrival_step <= step; ++next) {
       const DemoRequest& d = run.workload[next];
       const RequestId id = engine.add_request(d.request);
@@ -253,11 +253,20 @@ nlohmann::json build_report(const LLMEngine& engine, const Model& model, const D
       continue;
     }
     switch (out.finish_reason) {
-      case FinishReason::kStop: ++by_stop; break;
-      case FinishReason::kLength: ++by_length; break;
-      case FinishReason::kAborted: ++aborted; break;
-      case FinishReason::kRejected: ++rejected; break;
-      case FinishReason::kNone: break;
+      case FinishReason::kStop:
+        ++by_stop;
+        break;
+      case FinishReason::kLength:
+        ++by_length;
+        break;
+      case FinishReason::kAborted:
+        ++aborted;
+        break;
+      case FinishReason::kRejected:
+        ++rejected;
+        break;
+      case FinishReason::kNone:
+        break;
     }
     if (!ok) continue;
     ++completed;
@@ -278,8 +287,8 @@ nlohmann::json build_report(const LLMEngine& engine, const Model& model, const D
     last_arrival = std::max(last_arrival, d.arrival_step);
   }
 
-  const size_t bytes_per_token = mc.kv_cache_spec(cfg.block_size, cfg.kv_dtype).bytes_per_token_per_layer() *
-                                 static_cast<size_t>(mc.n_layers);
+  const size_t bytes_per_token =
+      mc.kv_cache_spec(cfg.block_size, cfg.kv_dtype).bytes_per_token_per_layer() * static_cast<size_t>(mc.n_layers);
   const size_t bytes_per_block = bytes_per_token * static_cast<size_t>(cfg.block_size);
   int peak_running = 0, peak_blocks = 0;
   std::vector<int> in_use;
@@ -303,7 +312,8 @@ nlohmann::json build_report(const LLMEngine& engine, const Model& model, const D
     const size_t n = in_use.size(), w = std::min<size_t>(n, 120);
     for (size_t i = 0; i < w; ++i) {
       const size_t b = i * n / w, e = std::max(b + 1, (i + 1) * n / w);
-      out.push_back(*std::max_element(in_use.begin() + static_cast<ptrdiff_t>(b), in_use.begin() + static_cast<ptrdiff_t>(e)));
+      out.push_back(
+          *std::max_element(in_use.begin() + static_cast<ptrdiff_t>(b), in_use.begin() + static_cast<ptrdiff_t>(e)));
     }
     return out;
   }();
@@ -321,12 +331,9 @@ nlohmann::json build_report(const LLMEngine& engine, const Model& model, const D
                  {"max_num_seqs", cfg.scheduler.max_num_seqs},
                  {"max_num_batched_tokens", cfg.scheduler.max_num_batched_tokens},
                  {"kernel_threads", kernel_threads()}};
-  j["workload"] = {{"requests", run.workload.size()},
-                   {"seed", o.seed},
-                   {"system_prompts", o.system_prompts},
-                   {"behind_system_prompt", shared},
-                   {"parallel_sampling_requests", parallel},
-                   {"cancel_planned", planned_cancel},
+  j["workload"] = {{"requests", run.workload.size()},        {"seed", o.seed},
+                   {"system_prompts", o.system_prompts},     {"behind_system_prompt", shared},
+                   {"parallel_sampling_requests", parallel}, {"cancel_planned", planned_cancel},
                    {"last_arrival_step", last_arrival}};
   j["requests"] = {{"submitted", run.workload.size()},
                    {"completed", completed},
@@ -390,11 +397,16 @@ nlohmann::json build_report(const LLMEngine& engine, const Model& model, const D
                     {"forward_seconds", es.forward_seconds}};
   if (const TieredKVCache* tiers = engine.tiers()) {
     auto tier = [](const TierStats& t, int capacity) {
-      return json{{"capacity_blocks", capacity},     {"lookups", t.lookups},
-                  {"hits", t.hits},                  {"stored_blocks", t.stored_blocks},
-                  {"loaded_blocks", t.loaded_blocks}, {"evictions", t.evictions},
-                  {"demotions", t.demotions},        {"swapped_out_blocks", t.swapped_out_blocks},
-                  {"swapped_in_blocks", t.swapped_in_blocks}, {"corrupt_blocks", t.corrupt_blocks},
+      return json{{"capacity_blocks", capacity},
+                  {"lookups", t.lookups},
+                  {"hits", t.hits},
+                  {"stored_blocks", t.stored_blocks},
+                  {"loaded_blocks", t.loaded_blocks},
+                  {"evictions", t.evictions},
+                  {"demotions", t.demotions},
+                  {"swapped_out_blocks", t.swapped_out_blocks},
+                  {"swapped_in_blocks", t.swapped_in_blocks},
+                  {"corrupt_blocks", t.corrupt_blocks},
                   {"degraded", t.degraded}};
     };
     json t = {{"host", nullptr}, {"disk", nullptr}};
@@ -431,26 +443,28 @@ std::string format_report(const nlohmann::json& j, const DemoRun& run, const Dem
   const auto& mem = j["memory"];
   const auto& pre = j["preemptions"];
   std::string r;
-  r += fmt::format("requests      {} submitted: {} completed ({} at a stop token, {} at max tokens), {} cancelled "
-                   "mid-flight, {} rejected; {} extra parallel samples completed\n",
-                   req["submitted"].get<int>(), req["completed"].get<int>(), req["finished_stop"].get<int>(),
-                   req["finished_length"].get<int>(), req["aborted"].get<int>(), req["rejected"].get<int>(),
-                   req["parallel_samples_completed"].get<int>());
-  r += fmt::format("throughput    {:.1f} requests/s, {:.0f} output tokens/s, {:.0f} tokens/s computed (prefill + "
-                   "output); {:.1f} s, {} steps\n",
-                   d(j["throughput"]["requests_per_s"]), d(j["throughput"]["output_tokens_per_s"]),
-                   d(j["throughput"]["tokens_per_s"]), d(j["wall_seconds"]), j["steps"].get<uint64_t>());
+  r += fmt::format(
+      "requests      {} submitted: {} completed ({} at a stop token, {} at max tokens), {} cancelled "
+      "mid-flight, {} rejected; {} extra parallel samples completed\n",
+      req["submitted"].get<int>(), req["completed"].get<int>(), req["finished_stop"].get<int>(),
+      req["finished_length"].get<int>(), req["aborted"].get<int>(), req["rejected"].get<int>(),
+      req["parallel_samples_completed"].get<int>());
+  r += fmt::format(
+      "throughput    {:.1f} requests/s, {:.0f} output tokens/s, {:.0f} tokens/s computed (prefill + "
+      "output); {:.1f} s, {} steps\n",
+      d(j["throughput"]["requests_per_s"]), d(j["throughput"]["output_tokens_per_s"]),
+      d(j["throughput"]["tokens_per_s"]), d(j["wall_seconds"]), j["steps"].get<uint64_t>());
   r += fmt::format("latency       time to first token p50 {}, p99 {};  time per output token p50 {}, p99 {}\n",
                    ms(j["latency_ms"]["ttft_p50"]), ms(j["latency_ms"]["ttft_p99"]), ms(j["latency_ms"]["tpot_p50"]),
                    ms(j["latency_ms"]["tpot_p99"]));
   const auto& pc = j["prefix_cache"];
   const auto& tk = j["tokens"];
   const double prompt = std::max(1.0, tk["prompt"].get<double>());
-  r += fmt::format("prefix cache  {:.1f}% of prompt tokens came from the cache at admission ({} of {}); lookup hit "
-                   "rate {:.1f}% over {} lookups (retries of waiting requests included, as vLLM counts)\n",
-                   100 * tk["prompt_from_prefix_cache"].get<double>() / prompt,
-                   tk["prompt_from_prefix_cache"].get<uint64_t>(), tk["prompt"].get<uint64_t>(),
-                   100 * d(pc["hit_rate"]), pc["lookups"].get<uint64_t>());
+  r += fmt::format(
+      "prefix cache  {:.1f}% of prompt tokens came from the cache at admission ({} of {}); lookup hit "
+      "rate {:.1f}% over {} lookups (retries of waiting requests included, as vLLM counts)\n",
+      100 * tk["prompt_from_prefix_cache"].get<double>() / prompt, tk["prompt_from_prefix_cache"].get<uint64_t>(),
+      tk["prompt"].get<uint64_t>(), 100 * d(pc["hit_rate"]), pc["lookups"].get<uint64_t>());
   if (j.contains("tiers")) {
     const auto& bt = tk["prompt_from_prefix_cache_by_tier"];
     r += fmt::format("KV tiers      prefix-hit tokens by tier: device {}, host {}, disk {}\n", bt["device"].get<int>(),
@@ -459,14 +473,14 @@ std::string format_report(const nlohmann::json& j, const DemoRun& run, const Dem
   const std::string swapped =
       pre["swap"].get<uint64_t>() == 0
           ? std::string()
-          : fmt::format(" ({} blocks swapped out: {} copied back in, {} still in the device prefix cache at resume, "
-                        "{} dropped with cancelled requests; {} copied out to host, {} copies deferred and never "
-                        "needed)",
-                        pre["blocks_swapped_out"].get<uint64_t>(), pre["blocks_swapped_in"].get<uint64_t>(),
-                        pre["blocks_swap_resumed_from_cache"].get<uint64_t>(),
-                        pre["blocks_swap_dropped"].get<uint64_t>(),
-                        pre["blocks_swapped_out"].get<uint64_t>() - pre["blocks_swap_copies_skipped"].get<uint64_t>(),
-                        pre["blocks_swap_copies_skipped"].get<uint64_t>());
+          : fmt::format(
+                " ({} blocks swapped out: {} copied back in, {} still in the device prefix cache at resume, "
+                "{} dropped with cancelled requests; {} copied out to host, {} copies deferred and never "
+                "needed)",
+                pre["blocks_swapped_out"].get<uint64_t>(), pre["blocks_swapped_in"].get<uint64_t>(),
+                pre["blocks_swap_resumed_from_cache"].get<uint64_t>(), pre["blocks_swap_dropped"].get<uint64_t>(),
+                pre["blocks_swapped_out"].get<uint64_t>() - pre["blocks_swap_copies_skipped"].get<uint64_t>(),
+                pre["blocks_swap_copies_skipped"].get<uint64_t>());
   r += fmt::format("preemption    {} by recompute, {} by swap{}; admission paused {} times (high watermark)\n",
                    pre["recompute"].get<uint64_t>(), pre["swap"].get<uint64_t>(), swapped,
                    pre["admission_pauses"].get<uint64_t>());
@@ -474,19 +488,22 @@ std::string format_report(const nlohmann::json& j, const DemoRun& run, const Dem
                    j["cow_copies"].get<uint64_t>());
   const auto& sc = j["scheduler"];
   const double steps = std::max(1.0, j["steps"].get<double>());
-  r += fmt::format("scheduler     {:.1f}% of step time ({:.3f} ms of {:.3f} ms per step; the rest is the forward "
-                   "pass and block copies)\n",
-                   100 * d(sc["fraction_of_step"]), 1e3 * d(sc["seconds"]) / steps, 1e3 * d(sc["step_seconds"]) / steps);
+  r += fmt::format(
+      "scheduler     {:.1f}% of step time ({:.3f} ms of {:.3f} ms per step; the rest is the forward "
+      "pass and block copies)\n",
+      100 * d(sc["fraction_of_step"]), 1e3 * d(sc["seconds"]) / steps, 1e3 * d(sc["step_seconds"]) / steps);
 
-  r += fmt::format("\nmemory        at most {} requests were running at once\n", mem["peak_running_requests"].get<int>());
+  r += fmt::format("\nmemory        at most {} requests were running at once\n",
+                   mem["peak_running_requests"].get<int>());
   const int max_len = j["engine"]["max_model_len"].get<int>();
-  r += fmt::format("  contiguous per-request reservation ({} tokens each, as pre-paging servers reserve): "
-                   "{} x {} = {}\n",
-                   max_len, mem["peak_running_requests"].get<int>(),
-                   mib(d(mem["contiguous_reservation_bytes_per_request"])), mib(d(mem["contiguous_peak_bytes"])));
-  r += fmt::format("  paged, at peak: {} blocks x {} bytes = {}  ({:.1f}x less)\n", j["blocks"]["peak_in_use"].get<int>(),
-                   mem["bytes_per_block"].get<uint64_t>(), mib(d(mem["paged_peak_bytes"])),
-                   d(mem["contiguous_over_paged"]));
+  r += fmt::format(
+      "  contiguous per-request reservation ({} tokens each, as pre-paging servers reserve): "
+      "{} x {} = {}\n",
+      max_len, mem["peak_running_requests"].get<int>(), mib(d(mem["contiguous_reservation_bytes_per_request"])),
+      mib(d(mem["contiguous_peak_bytes"])));
+  r += fmt::format("  paged, at peak: {} blocks x {} bytes = {}  ({:.1f}x less)\n",
+                   j["blocks"]["peak_in_use"].get<int>(), mem["bytes_per_block"].get<uint64_t>(),
+                   mib(d(mem["paged_peak_bytes"])), d(mem["contiguous_over_paged"]));
   r += fmt::format("  this {} pool would hold {} contiguous reservation(s) at once\n", mib(d(mem["pool_bytes"])),
                    mem["contiguous_requests_fitting_pool"].get<int>());
 
@@ -504,15 +521,15 @@ std::string format_report(const nlohmann::json& j, const DemoRun& run, const Dem
   std::vector<int> running;
   for (const StepSample& s : run.steps) running.push_back(s.running);
   const int max_running = running.empty() ? 0 : *std::max_element(running.begin(), running.end());
-  r += fmt::format("  running |{}  (requests running at once, 0-{})\n", sparkline(running, max_running, 64), max_running);
+  r += fmt::format("  running |{}  (requests running at once, 0-{})\n", sparkline(running, max_running, 64),
+                   max_running);
 
   if (o.show_blocks) {
     r += fmt::format("\npool {}: {} blocks owned by {} requests, {} shared, {} cached-free, {} free\n",
                      o.snapshot_step < 0 ? fmt::format("at peak usage (after step {})", run.pool.step)
                                          : fmt::format("after step {}", run.pool.step),
-                     run.pool.count(BlockState::kOwned), run.pool.num_owners(),
-                     run.pool.count(BlockState::kShared), run.pool.count(BlockState::kCachedFree),
-                     run.pool.count(BlockState::kFree));
+                     run.pool.count(BlockState::kOwned), run.pool.num_owners(), run.pool.count(BlockState::kShared),
+                     run.pool.count(BlockState::kCachedFree), run.pool.count(BlockState::kFree));
     r += render_block_grid(run.pool, o.columns, false);
     r += block_grid_legend(false) + "\n";
   }
@@ -555,8 +572,8 @@ int run_demo(DemoOptions o, const CLI::App& sub) {
   // so the scheduler must preempt; --num-blocks or --kv-cache-bytes choose another.
   if (sub.count("--num-blocks") == 0 && sub.count("--kv-cache-bytes") == 0) {
     if (cfg.block_size <= 0) throw ConfigError(fmt::format("--block-size must be positive, got {}", cfg.block_size));
-    const int max_len = cfg.max_model_len > 0 ? std::min(cfg.max_model_len, model->config().seq_len)
-                                              : model->config().seq_len;
+    const int max_len =
+        cfg.max_model_len > 0 ? std::min(cfg.max_model_len, model->config().seq_len) : model->config().seq_len;
     const auto pool_tokens = static_cast<int>(std::ceil(max_len * kDefaultPoolSequences));
     cfg.num_blocks = (pool_tokens + cfg.block_size - 1) / cfg.block_size + 1;
   }
@@ -578,11 +595,11 @@ int run_demo(DemoOptions o, const CLI::App& sub) {
   if (!o.json) {
     fmt::print("pagedkv demo: a serving workload on the paged KV cache\n");
     if (builtin)
-      fmt::print("model: the built-in deterministic random-weight LLaMA-shaped model (seed {}; no --model given):\n"
-                 "       its tokens are not language, but its compute and KV footprint are a real model's\n",
-                 kBuiltinModelSeed);
-    else
-      fmt::print("model: {}\n", model->source());
+      fmt::print(
+          "model: the built-in deterministic random-weight LLaMA-shaped model (seed {}; no --model given):\n"
+          "       its tokens are not language, but its compute and KV footprint are a real model's\n",
+          kBuiltinModelSeed);
+    else fmt::print("model: {}\n", model->source());
     fmt::print("       {}\n{}\n", model->config().describe(), engine.describe());
     int shared = 0, parallel = 0, cancel = 0;
     for (const DemoRequest& d : workload) {
@@ -590,27 +607,29 @@ int run_demo(DemoOptions o, const CLI::App& sub) {
       parallel += d.request.n > 1;
       cancel += d.cancel_after_steps >= 0;
     }
-    fmt::print("workload: {} requests (seed {}): {} behind {} shared system prompts, {} with 2-4 parallel samples, "
-               "{} to be cancelled mid-flight; {} at once, the rest arriving over {} steps\n\n",
-               workload.size(), o.seed, shared, o.system_prompts, parallel, cancel, wc.initial_burst,
-               workload.back().arrival_step);
+    fmt::print(
+        "workload: {} requests (seed {}): {} behind {} shared system prompts, {} with 2-4 parallel samples, "
+        "{} to be cancelled mid-flight; {} at once, the rest arriving over {} steps\n\n",
+        workload.size(), o.seed, shared, o.system_prompts, parallel, cancel, wc.initial_burst,
+        workload.back().arrival_step);
     std::fflush(stdout);
   }
 
   DemoRun run = run_workload(engine, std::move(workload), o, live_grid);
   if (run.pool.cells.empty())
-    throw ConfigError(fmt::format("--snapshot-step {} is past the run's last step ({})", o.snapshot_step, run.steps.size()));
+    throw ConfigError(
+        fmt::format("--snapshot-step {} is past the run's last step ({})", o.snapshot_step, run.steps.size()));
   nlohmann::json report = build_report(engine, *model, run, o, builtin);
   const std::string text = format_report(report, run, o, tok.get());
   if (o.json) fmt::print("{}\n", report.dump(2));
   else fmt::print("{}", text);
 
   if (!o.snapshot.empty()) {
-    const std::string when = o.snapshot_step < 0 ? fmt::format("at peak usage (after step {} of {})", run.pool.step,
-                                                               run.steps.size())
-                                                 : fmt::format("after step {} of {}", run.pool.step, run.steps.size());
-    const std::string title = fmt::format("pagedkv block pool {}: {} blocks of {} tokens", when,
-                                          run.pool.cells.size(), run.pool.block_size);
+    const std::string when = o.snapshot_step < 0
+                                 ? fmt::format("at peak usage (after step {} of {})", run.pool.step, run.steps.size())
+                                 : fmt::format("after step {} of {}", run.pool.step, run.steps.size());
+    const std::string title =
+        fmt::format("pagedkv block pool {}: {} blocks of {} tokens", when, run.pool.cells.size(), run.pool.block_size);
     const std::string body = snapshot_ext == ".svg" ? render_block_svg(run.pool, o.columns, title)
                                                     : render_block_html(run.pool, o.columns, title, text);
     std::ofstream f(o.snapshot, std::ios::binary);

@@ -55,8 +55,7 @@ int run_generate(GenerateOptions o) {
   o.gguf = GgufFile::has_gguf_magic(o.model);
   if (o.tokenizer.empty() && !o.gguf) o.tokenizer = default_shared_dir() + "/models/tok512.bin";
   LoadedModel loaded = load_model_file(o.model, o.tokenizer, ModelFileOptions{o.context_length});
-  if (!loaded.tokenizer)
-    throw ConfigError(fmt::format("{}; pass --tokenizer", loaded.tokenizer_error));
+  if (!loaded.tokenizer) throw ConfigError(fmt::format("{}; pass --tokenizer", loaded.tokenizer_error));
   const Model& model = *loaded.model;
   const TextTokenizer& tok = *loaded.tokenizer;
   int steps = o.steps;
@@ -103,7 +102,9 @@ int run_generate(GenerateOptions o) {
     Slot& s = slots[i];
     std::sort(s.outputs.begin(), s.outputs.end(), [](auto& a, auto& b) { return a.sample_index < b.sample_index; });
     if (s.outputs.empty()) {  // steps <= prompt length: run.c prints the forced prompt tokens
-      std::vector<TokenId> ids(s.prompt_ids.begin(), s.prompt_ids.begin() + std::min<size_t>(s.prompt_ids.size(), static_cast<size_t>(steps) + 1));
+      std::vector<TokenId> ids(
+          s.prompt_ids.begin(),
+          s.prompt_ids.begin() + std::min<size_t>(s.prompt_ids.size(), static_cast<size_t>(steps) + 1));
       if (o.json) {
         // The same fields as a served request's record.
         nlohmann::json j{{"prompt", s.prompt},
@@ -148,19 +149,22 @@ int run_generate(GenerateOptions o) {
     }
   }
   std::fflush(stdout);
-  if (!o.quiet) fmt::print(stderr, "achieved tok/s: {:.1f} ({} tokens, {} requests, {} steps)\n",
-             static_cast<double>(generated) / secs, generated, slot_of.size(), engine.stats().steps);
+  if (!o.quiet)
+    fmt::print(stderr, "achieved tok/s: {:.1f} ({} tokens, {} requests, {} steps)\n",
+               static_cast<double>(generated) / secs, generated, slot_of.size(), engine.stats().steps);
   return 0;
 }
 
 const CommandRegistration kGenerateCommand{Command{
-    "generate", "generate text with a llama2.c checkpoint or GGUF model on the paged engine (prints what llama2.c's run prints)",
+    "generate",
+    "generate text with a llama2.c checkpoint or GGUF model on the paged engine (prints what llama2.c's run prints)",
     [](CLI::App& sub) -> std::function<int()> {
       auto o = std::make_shared<GenerateOptions>();
       sub.add_option("--model,-m", o->model,
                      "llama2.c checkpoint or GGUF file (default: ../shared/models/stories260K.bin)");
-      sub.add_option("--tokenizer,-z", o->tokenizer,
-                     "llama2.c tokenizer or GGUF file (default: tok512.bin for a checkpoint, the model's own for GGUF)");
+      sub.add_option(
+          "--tokenizer,-z", o->tokenizer,
+          "llama2.c tokenizer or GGUF file (default: tok512.bin for a checkpoint, the model's own for GGUF)");
       sub.add_option("--context-length", o->context_length,
                      "GGUF: replace the file's context length (llama.cpp's n_ctx); 0 = the file's");
       sub.add_option("-t,--temperature", o->temperature, "0 = greedy")->capture_default_str();
@@ -168,7 +172,8 @@ const CommandRegistration kGenerateCommand{Command{
       sub.add_option("-n,--steps", o->steps, "forward passes, prompt included (0 = seq_len)")->capture_default_str();
       sub.add_option("-i,--prompt", o->prompt, "prompt text");
       sub.add_option("-s,--seed", o->seed, "random seed (0 = time)");
-      sub.add_option("--samples", o->n, "parallel samples per prompt (n), sharing the prompt's blocks")->capture_default_str();
+      sub.add_option("--samples", o->n, "parallel samples per prompt (n), sharing the prompt's blocks")
+          ->capture_default_str();
       sub.add_option("--batch", o->batch_file, "file with one prompt per line, served concurrently");
       sub.add_flag("--json", o->json, "one JSON object per line per output");
       sub.add_flag("-q,--quiet", o->quiet, "do not print the engine's start-up summary to stderr");

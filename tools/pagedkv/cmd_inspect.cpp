@@ -129,7 +129,8 @@ int run_inspect(const InspectOptions& o) {
     return missing.empty() ? 0 : 3;
   }
   fmt::print("{}\n", o.path);
-  fmt::print("  architecture    {}{}\n", arch, j["name"].get<std::string>().empty() ? "" : " (" + j["name"].get<std::string>() + ")");
+  fmt::print("  architecture    {}{}\n", arch,
+             j["name"].get<std::string>().empty() ? "" : " (" + j["name"].get<std::string>() + ")");
   fmt::print("  parameters      {}, weights {}\n",
              params >= 1000000000 ? fmt::format("{:.2f} B", static_cast<double>(params) / 1e9)
                                   : fmt::format("{:.2f} M", static_cast<double>(params) / 1e6),
@@ -142,14 +143,17 @@ int run_inspect(const InspectOptions& o) {
                                                    j["experts"]["used_per_token"].get<int>())
                                      : "");
   if (j.contains("rope_scaling"))
-    fmt::print("  rope scaling    LongRoPE from original context {}: {} factors at context {}, attention factor {:.4f}\n",
-               j["rope_scaling"]["original_context_length"].get<int>(), j["rope_scaling"]["factors"].get<std::string>(),
-               j["rope_scaling"]["context_length"].get<int>(), j["rope_scaling"]["attn_factor"].get<float>());
+    fmt::print(
+        "  rope scaling    LongRoPE from original context {}: {} factors at context {}, attention factor {:.4f}\n",
+        j["rope_scaling"]["original_context_length"].get<int>(), j["rope_scaling"]["factors"].get<std::string>(),
+        j["rope_scaling"]["context_length"].get<int>(), j["rope_scaling"]["attn_factor"].get<float>());
   fmt::print("  tensor types   ");
-  for (const auto& [name, u] : types) fmt::print(" {} x{} ({})", name, u.tensors, human_bytes(static_cast<double>(u.bytes)));
+  for (const auto& [name, u] : types)
+    fmt::print(" {} x{} ({})", name, u.tensors, human_bytes(static_cast<double>(u.bytes)));
   fmt::print("\n  tokenizer       {} (pre-tokenizer {}), {} tokens\n", j["tokenizer"]["model"].get<std::string>(),
              j["tokenizer"]["pre"].get<std::string>().empty() ? "-" : j["tokenizer"]["pre"].get<std::string>(), vocab);
-  fmt::print("  chat template   {}\n", j["chat_template"].get<bool>() ? "yes (rendered with the file's own Jinja)" : "none");
+  fmt::print("  chat template   {}\n",
+             j["chat_template"].get<bool>() ? "yes (rendered with the file's own Jinja)" : "none");
   if (model)
     fmt::print("  KV cache        {} per token ({}), {} tokens in {}\n",
                human_bytes(static_cast<double>(j["kv_cache"]["bytes_per_token"].get<uint64_t>())), o.kv_dtype,

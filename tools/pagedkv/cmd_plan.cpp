@@ -135,7 +135,8 @@ void print_plan(const MemoryPlan& p) {
   }
   print_row("KV cache budget", format_grouped(p.kv_memory_bytes), both_units(p.kv_memory_bytes));
   print_row("number of blocks", format_grouped(static_cast<uint64_t>(p.num_blocks)));
-  print_row("token capacity", format_grouped(static_cast<uint64_t>(p.token_capacity)), "tokens in all requests together");
+  print_row("token capacity", format_grouped(static_cast<uint64_t>(p.token_capacity)),
+            "tokens in all requests together");
   print_row("max concurrency", fmt::format("{:.2f}x", p.max_concurrency),
             fmt::format("requests of {} tokens ({} blocks each)", format_grouped(static_cast<uint64_t>(p.context_len)),
                         format_grouped(static_cast<uint64_t>(p.blocks_per_request))));
@@ -143,11 +144,12 @@ void print_plan(const MemoryPlan& p) {
     print_row("CPU swap blocks", format_grouped(static_cast<uint64_t>(p.num_cpu_blocks)),
               fmt::format("in {} of swap space", both_units(p.swap_space_bytes)));
   if (p.max_concurrency < 1.0)
-    fmt::print("note: one request of {} tokens needs {} blocks but only {} fit; vLLM would refuse to start "
-               "at this context length (lower --context-len)\n",
-               format_grouped(static_cast<uint64_t>(p.context_len)),
-               format_grouped(static_cast<uint64_t>(p.blocks_per_request)),
-               format_grouped(static_cast<uint64_t>(p.num_blocks)));
+    fmt::print(
+        "note: one request of {} tokens needs {} blocks but only {} fit; vLLM would refuse to start "
+        "at this context length (lower --context-len)\n",
+        format_grouped(static_cast<uint64_t>(p.context_len)),
+        format_grouped(static_cast<uint64_t>(p.blocks_per_request)),
+        format_grouped(static_cast<uint64_t>(p.num_blocks)));
 }
 
 int list_presets(bool json) {
@@ -195,8 +197,8 @@ int list_presets(bool json) {
 int run_hybrid_plan(const PlanArgs& a, const HybridModelShape& m) {
   if (!a.gpu.empty()) throw UsageError(fmt::format("{} is a hybrid preset: give --kv-memory, not --gpu", m.name));
   const DType kv_dtype = a.kv_dtype == "auto" ? m.dtype : parse_dtype_option("--kv-dtype", a.kv_dtype);
-  const int64_t context = a.context_len_option->count() > 0 ? a.context_len
-                                                            : std::min<int64_t>(m.max_position_embeddings, 131072);
+  const int64_t context =
+      a.context_len_option->count() > 0 ? a.context_len : std::min<int64_t>(m.max_position_embeddings, 131072);
   const HybridKVPlan p = plan_hybrid_kv(m, a.block_size, kv_dtype, context, a.chunk_tokens);
   std::optional<uint64_t> budget;
   if (!a.kv_memory.empty()) budget = parse_byte_size(a.kv_memory);
@@ -211,14 +213,15 @@ int run_hybrid_plan(const PlanArgs& a, const HybridModelShape& m) {
     Json groups = Json::array();
     for (size_t i = 0; i < p.groups.size(); ++i) {
       const PlannedKVGroup& g = p.groups[i];
-      groups.push_back({{"kind", attention_kind_name(g.spec.kind)},
-                        {"sliding_window", g.spec.kind == AttentionKind::kSlidingWindow ? Json(g.spec.sliding_window) : nullptr},
-                        {"num_layers", g.num_layers},
-                        {"padded_layers", g.padded_layers},
-                        {"block_size", g.spec.block_size},
-                        {"page_padding_bytes", g.page_padding_bytes},
-                        {"bytes_per_token", p.group_bytes_per_token[i]},
-                        {"blocks_per_request", p.group_blocks_per_request[i]}});
+      groups.push_back(
+          {{"kind", attention_kind_name(g.spec.kind)},
+           {"sliding_window", g.spec.kind == AttentionKind::kSlidingWindow ? Json(g.spec.sliding_window) : nullptr},
+           {"num_layers", g.num_layers},
+           {"padded_layers", g.padded_layers},
+           {"block_size", g.spec.block_size},
+           {"page_padding_bytes", g.page_padding_bytes},
+           {"bytes_per_token", p.group_bytes_per_token[i]},
+           {"blocks_per_request", p.group_blocks_per_request[i]}});
     }
     Json j = {{"model", m.name},
               {"hybrid", true},
@@ -249,16 +252,20 @@ int run_hybrid_plan(const PlanArgs& a, const HybridModelShape& m) {
     fmt::print("{}\n", j.dump(2));
     return 0;
   }
-  fmt::print("KV-cache plan for {} (hybrid: {} sliding-window layers, window {}, and {} full-attention layers): "
-             "block size {}, KV dtype {}\n",
-             m.name, sliding_layers, m.sliding_window, m.num_layers - sliding_layers, a.block_size, dtype_name(kv_dtype));
+  fmt::print(
+      "KV-cache plan for {} (hybrid: {} sliding-window layers, window {}, and {} full-attention layers): "
+      "block size {}, KV dtype {}\n",
+      m.name, sliding_layers, m.sliding_window, m.num_layers - sliding_layers, a.block_size, dtype_name(kv_dtype));
   fmt::print("  KV-cache groups (vLLM's uniform-page grouping: {} layers a group)\n", p.groups.front().padded_layers);
   for (size_t i = 0; i < p.groups.size(); ++i) {
     const PlannedKVGroup& g = p.groups[i];
-    const std::string kind = g.spec.kind == AttentionKind::kSlidingWindow ? fmt::format("sliding {}", g.spec.sliding_window) : "full";
-    fmt::print("    group {:<3}{:<14}{:>4} layers{:<14}{:>14} bytes/token{:>10} blocks/request\n", i, kind, g.num_layers,
+    const std::string kind =
+        g.spec.kind == AttentionKind::kSlidingWindow ? fmt::format("sliding {}", g.spec.sliding_window) : "full";
+    fmt::print("    group {:<3}{:<14}{:>4} layers{:<14}{:>14} bytes/token{:>10} blocks/request\n", i, kind,
+               g.num_layers,
                g.padded_layers > g.num_layers ? fmt::format(" (+{} padding)", g.padded_layers - g.num_layers) : "",
-               format_grouped(p.group_bytes_per_token[i]), format_grouped(static_cast<uint64_t>(p.group_blocks_per_request[i])));
+               format_grouped(p.group_bytes_per_token[i]),
+               format_grouped(static_cast<uint64_t>(p.group_blocks_per_request[i])));
   }
   if (p.padding_layers > 0)
     fmt::print("  padding: {} layers, may waste at most {:.2f}% of their kind's KV memory\n", p.padding_layers,
@@ -268,16 +275,20 @@ int run_hybrid_plan(const PlanArgs& a, const HybridModelShape& m) {
   if (const std::string pad = describe_page_padding(p.groups); !pad.empty()) fmt::print("  page padding: {}\n", pad);
   print_row("bytes per token", format_grouped(bytes_per_token), "all layers");
   print_row("bytes per block", format_grouped(p.bytes_per_block), both_units(p.bytes_per_block));
-  fmt::print("  one request of {} tokens (prefill chunk {}):\n", format_grouped(static_cast<uint64_t>(context)), p.chunk_tokens);
+  fmt::print("  one request of {} tokens (prefill chunk {}):\n", format_grouped(static_cast<uint64_t>(context)),
+             p.chunk_tokens);
   print_row("KV bytes, hybrid groups", format_grouped(p.kv_bytes_per_request), both_units(p.kv_bytes_per_request));
-  print_row("KV bytes, uniform", format_grouped(p.kv_bytes_per_request_uniform), both_units(p.kv_bytes_per_request_uniform));
+  print_row("KV bytes, uniform", format_grouped(p.kv_bytes_per_request_uniform),
+            both_units(p.kv_bytes_per_request_uniform));
   print_row("hybrid / uniform", fmt::format("{:.3f}", static_cast<double>(p.kv_bytes_per_request) /
                                                           static_cast<double>(p.kv_bytes_per_request_uniform)));
   if (budget) {
     print_row("KV cache budget", format_grouped(*budget), both_units(*budget));
     print_row("number of blocks", format_grouped(static_cast<uint64_t>(num_blocks)));
-    print_row("max concurrency", fmt::format("{:.2f}x", static_cast<double>(num_blocks) / static_cast<double>(blocks_per_request)),
-              fmt::format("uniform: {:.2f}x", static_cast<double>(*budget) / static_cast<double>(p.kv_bytes_per_request_uniform)));
+    print_row("max concurrency",
+              fmt::format("{:.2f}x", static_cast<double>(num_blocks) / static_cast<double>(blocks_per_request)),
+              fmt::format("uniform: {:.2f}x",
+                          static_cast<double>(*budget) / static_cast<double>(p.kv_bytes_per_request_uniform)));
   }
   return 0;
 }
@@ -334,11 +345,14 @@ const CommandRegistration kPlan{Command{
                                    ->capture_default_str());
       sub.add_option("--block-size", args->block_size, "tokens per block")->capture_default_str();
       sub.add_option("--kv-dtype", args->kv_dtype, "KV-cache dtype; auto = the model's dtype")->capture_default_str();
-      args->context_len_option = sub.add_option("--context-len", args->context_len,
-                     "tokens per request for max concurrency (default: max_position_embeddings, at most 131072)");
-      args->chunk_option = sub.add_option("--chunk", args->chunk_tokens,
-                                          "hybrid presets: prefill chunk in tokens (a sliding group holds its window plus "
-                                          "the chunk); 1 = decode")->capture_default_str();
+      args->context_len_option =
+          sub.add_option("--context-len", args->context_len,
+                         "tokens per request for max concurrency (default: max_position_embeddings, at most 131072)");
+      args->chunk_option =
+          sub.add_option("--chunk", args->chunk_tokens,
+                         "hybrid presets: prefill chunk in tokens (a sliding group holds its window plus "
+                         "the chunk); 1 = decode")
+              ->capture_default_str();
       sub.add_option("--swap-space", args->swap_space, "CPU swap space for swapped-out blocks, e.g. 4GiB");
       sub.add_flag("--json", args->json, "print the plan as JSON");
       sub.add_flag("--list", args->list, "list the model and GPU presets");

@@ -127,32 +127,33 @@ nlohmann::json result_json(const CacheReplayResult& r) {
   const double cpu = r.cpu_seconds > 0 ? r.cpu_seconds : r.seconds;
   const double mtokens_per_s = cpu > 0 ? static_cast<double>(r.hashed_tokens) / cpu / 1e6 : 0.0;
   const double mops_per_s = cpu > 0 ? static_cast<double>(r.block_ops) / cpu / 1e6 : 0.0;
-  return {{"trace", r.trace},
-          {"policy", r.policy},
-          {"block_size", r.block_size},
-          {"capacity_blocks", capacity_json(r.capacity_blocks)},
-          {"capacity_tokens", r.infinite() ? nlohmann::json(nullptr) : nlohmann::json(r.capacity_blocks * r.block_size)},
-          {"pool_blocks", r.pool_blocks},
-          {"requests", r.requests},
-          {"unserved_requests", r.unserved_requests},
-          {"prompt_tokens", r.prompt_tokens},
-          {"prompt_blocks", r.prompt_blocks},
-          {"hit_blocks", r.hit_blocks},
-          {"hit_tokens", r.hit_tokens()},
-          {"block_hit_rate", r.block_hit_rate()},
-          {"token_hit_rate", r.token_hit_rate()},
-          {"request_hit_rate", r.request_hit_rate()},
-          {"mean_request_hit_fraction", r.mean_request_hit_fraction()},
-          {"evictions", r.evictions},
-          {"evicted_blocks", r.evicted_blocks},
-          {"allocated_blocks", r.allocated_blocks},
-          {"cached_blocks", r.cached_blocks},
-          {"hashed_tokens", r.hashed_tokens},
-          {"block_ops", r.block_ops},
-          {"seconds", r.seconds},
-          {"cpu_seconds", r.cpu_seconds},
-          {"hashed_tokens_per_second", mtokens_per_s * 1e6},
-          {"block_ops_per_second", mops_per_s * 1e6}};
+  return {
+      {"trace", r.trace},
+      {"policy", r.policy},
+      {"block_size", r.block_size},
+      {"capacity_blocks", capacity_json(r.capacity_blocks)},
+      {"capacity_tokens", r.infinite() ? nlohmann::json(nullptr) : nlohmann::json(r.capacity_blocks * r.block_size)},
+      {"pool_blocks", r.pool_blocks},
+      {"requests", r.requests},
+      {"unserved_requests", r.unserved_requests},
+      {"prompt_tokens", r.prompt_tokens},
+      {"prompt_blocks", r.prompt_blocks},
+      {"hit_blocks", r.hit_blocks},
+      {"hit_tokens", r.hit_tokens()},
+      {"block_hit_rate", r.block_hit_rate()},
+      {"token_hit_rate", r.token_hit_rate()},
+      {"request_hit_rate", r.request_hit_rate()},
+      {"mean_request_hit_fraction", r.mean_request_hit_fraction()},
+      {"evictions", r.evictions},
+      {"evicted_blocks", r.evicted_blocks},
+      {"allocated_blocks", r.allocated_blocks},
+      {"cached_blocks", r.cached_blocks},
+      {"hashed_tokens", r.hashed_tokens},
+      {"block_ops", r.block_ops},
+      {"seconds", r.seconds},
+      {"cpu_seconds", r.cpu_seconds},
+      {"hashed_tokens_per_second", mtokens_per_s * 1e6},
+      {"block_ops_per_second", mops_per_s * 1e6}};
 }
 
 constexpr const char* kCsvHeader =
@@ -160,11 +161,11 @@ constexpr const char* kCsvHeader =
     "token_hit_rate,request_hit_rate,mean_request_hit_fraction,evictions,seconds,cpu_seconds";
 
 std::string result_csv(const CacheReplayResult& r) {
-  return fmt::format("{},{},{},{},{},{},{},{},{:.6f},{:.6f},{:.6f},{:.6f},{},{:.3f},{:.3f}", r.trace, r.policy, r.block_size,
-                     capacity_text(r.capacity_blocks),
-                     r.infinite() ? std::string("inf") : fmt::format("{}", r.capacity_blocks * r.block_size), r.requests,
-                     r.prompt_blocks, r.hit_blocks, r.block_hit_rate(), r.token_hit_rate(), r.request_hit_rate(),
-                     r.mean_request_hit_fraction(), r.evictions, r.seconds, r.cpu_seconds);
+  return fmt::format("{},{},{},{},{},{},{},{},{:.6f},{:.6f},{:.6f},{:.6f},{},{:.3f},{:.3f}", r.trace, r.policy,
+                     r.block_size, capacity_text(r.capacity_blocks),
+                     r.infinite() ? std::string("inf") : fmt::format("{}", r.capacity_blocks * r.block_size),
+                     r.requests, r.prompt_blocks, r.hit_blocks, r.block_hit_rate(), r.token_hit_rate(),
+                     r.request_hit_rate(), r.mean_request_hit_fraction(), r.evictions, r.seconds, r.cpu_seconds);
 }
 
 void print_table(const std::vector<CacheReplayResult>& runs) {
@@ -173,8 +174,8 @@ void print_table(const std::vector<CacheReplayResult>& runs) {
   fmt::print("{:<34} {:<12} {:>5} {:>12} {:>13} {:>8} {:>8} {:>8} {:>11} {:>7} {:>7}\n", "", "", "size", "(blocks)", "",
              "hit", "hit", "hit", "", "(s)", "(s)");
   for (const CacheReplayResult& r : runs) {
-    fmt::print("{:<34} {:<12} {:>5} {:>12} {:>13} {:>8.4f} {:>8.4f} {:>8.4f} {:>11} {:>7.2f} {:>7.2f}\n", r.trace, r.policy,
-               r.block_size, capacity_text(r.capacity_blocks),
+    fmt::print("{:<34} {:<12} {:>5} {:>12} {:>13} {:>8.4f} {:>8.4f} {:>8.4f} {:>11} {:>7.2f} {:>7.2f}\n", r.trace,
+               r.policy, r.block_size, capacity_text(r.capacity_blocks),
                r.infinite() ? std::string("inf") : fmt::format("{}", r.capacity_blocks * r.block_size),
                r.block_hit_rate(), r.token_hit_rate(), r.request_hit_rate(), r.evictions, r.seconds, r.cpu_seconds);
   }
@@ -215,7 +216,8 @@ class ProgressBar {
 std::vector<Trace> load_traces(const ReplayArgs& a) {
   TraceReadOptions ro;
   const auto format = parse_trace_format(a.format);
-  if (!format) throw ConfigError(fmt::format("--format: unknown format '{}' (auto, mooncake, azure, tokens)", a.format));
+  if (!format)
+    throw ConfigError(fmt::format("--format: unknown format '{}' (auto, mooncake, azure, tokens)", a.format));
   ro.format = *format;
   ro.lenient = a.lenient;
   ro.limit = a.limit;
@@ -240,21 +242,26 @@ int run_cache(const ReplayArgs& a) {
   // Capacities in blocks: --sweep (in --unit), or the single --capacity-*.
   std::vector<int64_t> capacities;
   if (!a.sweep.empty()) {
-    if (a.unit != "blocks" && a.unit != "tokens") throw ConfigError(fmt::format("--unit must be blocks or tokens, got '{}'", a.unit));
+    if (a.unit != "blocks" && a.unit != "tokens")
+      throw ConfigError(fmt::format("--unit must be blocks or tokens, got '{}'", a.unit));
     for (const std::string& item : split_list(a.sweep))
       capacities.push_back(to_blocks(parse_count("--sweep", item), a.unit == "tokens", a.block_size, "--sweep"));
   } else if (!a.capacity_blocks.empty()) {
-    capacities.push_back(to_blocks(parse_count("--capacity-blocks", a.capacity_blocks), false, a.block_size, "--capacity-blocks"));
+    capacities.push_back(
+        to_blocks(parse_count("--capacity-blocks", a.capacity_blocks), false, a.block_size, "--capacity-blocks"));
   } else if (!a.capacity_tokens.empty()) {
-    capacities.push_back(to_blocks(parse_count("--capacity-tokens", a.capacity_tokens), true, a.block_size, "--capacity-tokens"));
+    capacities.push_back(
+        to_blocks(parse_count("--capacity-tokens", a.capacity_tokens), true, a.block_size, "--capacity-tokens"));
   } else {
     throw ConfigError("give a capacity: --capacity-blocks N, --capacity-tokens N or --sweep c1,c2,...");
   }
   const std::vector<Trace> traces = load_traces(a);
   for (const Trace& t : traces)
     if (t.format == TraceFormat::kMooncake && kMooncakeBlockTokens % a.block_size != 0)
-      fmt::print(stderr, "pagedkv replay: warning: block size {} does not divide the trace's 512-token blocks; "
-                         "sharing no longer lines up with hash ids\n", a.block_size);
+      fmt::print(stderr,
+                 "pagedkv replay: warning: block size {} does not divide the trace's 512-token blocks; "
+                 "sharing no longer lines up with hash ids\n",
+                 a.block_size);
 
   // Every (trace, policy, capacity) is an independent replay; --jobs runs several at once.
   struct Job {
@@ -341,8 +348,12 @@ int run_cluster(const ReplayArgs& a) {
   const auto router = parse_router(a.router);
   if (!router) throw ConfigError(fmt::format("--router: unknown router '{}' (round-robin, cache-aware, kv)", a.router));
   int64_t per_instance = 0;
-  if (!a.capacity_blocks.empty()) per_instance = to_blocks(parse_count("--capacity-blocks", a.capacity_blocks), false, a.block_size, "--capacity-blocks");
-  else if (!a.capacity_tokens.empty()) per_instance = to_blocks(parse_count("--capacity-tokens", a.capacity_tokens), true, a.block_size, "--capacity-tokens");
+  if (!a.capacity_blocks.empty())
+    per_instance =
+        to_blocks(parse_count("--capacity-blocks", a.capacity_blocks), false, a.block_size, "--capacity-blocks");
+  else if (!a.capacity_tokens.empty())
+    per_instance =
+        to_blocks(parse_count("--capacity-tokens", a.capacity_tokens), true, a.block_size, "--capacity-tokens");
   else throw ConfigError("cluster mode needs the per-instance capacity: --capacity-blocks N or --capacity-tokens N");
   if (per_instance == kInfiniteCapacity) throw ConfigError("cluster mode needs a finite per-instance capacity");
   if (!a.sweep.empty()) throw ConfigError("--sweep applies to --mode cache only");
@@ -355,7 +366,10 @@ int run_cluster(const ReplayArgs& a) {
   if (!a.json && !a.csv)
     fmt::print("{:<34} {:>9} {:<12} {:>14} {:>10} {:>10} {:>7} {:>13} {:>13} {:>7}\n", "", "", "", "", "(token)",
                "(token)", "", "local", "global", "");
-  if (a.csv) fmt::print("trace,instances,router,capacity_tokens_per_instance,local_token_hit_rate,global_token_hit_rate,local_prefill_tokens_per_request,global_prefill_tokens_per_request\n");
+  if (a.csv)
+    fmt::print(
+        "trace,instances,router,capacity_tokens_per_instance,local_token_hit_rate,global_token_hit_rate,local_prefill_"
+        "tokens_per_request,global_prefill_tokens_per_request\n");
   for (const Trace& trace : traces) {
     for (const std::string& policy : split_list(a.policy)) {
       ClusterReplayConfig c;
@@ -376,28 +390,33 @@ int run_cluster(const ReplayArgs& a) {
       if (a.json) {
         nlohmann::json per = nlohmann::json::array();
         for (const InstanceTotals& t : r.per_instance)
-          per.push_back({{"requests", t.requests}, {"prompt_tokens", t.prompt_tokens}, {"hit_blocks", t.hit_blocks},
+          per.push_back({{"requests", t.requests},
+                         {"prompt_tokens", t.prompt_tokens},
+                         {"hit_blocks", t.hit_blocks},
                          {"evictions", t.evictions}});
-        all.push_back({{"trace", trace.name},
-                       {"instances", a.instances},
-                       {"router", router_name(*router)},
-                       {"balance_slack", a.balance},
-                       {"capacity_blocks_per_instance", per_instance},
-                       {"capacity_tokens_per_instance", per_instance * a.block_size},
-                       {"local", result_json(r.local)},
-                       {"global", result_json(g)},
-                       {"hit_rate_ratio", r.local.token_hit_rate() > 0 ? g.token_hit_rate() / r.local.token_hit_rate() : 0.0},
-                       {"local_prefill_tokens_per_request", local_prefill},
-                       {"global_prefill_tokens_per_request", global_prefill},
-                       {"per_instance", per}});
+        all.push_back(
+            {{"trace", trace.name},
+             {"instances", a.instances},
+             {"router", router_name(*router)},
+             {"balance_slack", a.balance},
+             {"capacity_blocks_per_instance", per_instance},
+             {"capacity_tokens_per_instance", per_instance * a.block_size},
+             {"local", result_json(r.local)},
+             {"global", result_json(g)},
+             {"hit_rate_ratio", r.local.token_hit_rate() > 0 ? g.token_hit_rate() / r.local.token_hit_rate() : 0.0},
+             {"local_prefill_tokens_per_request", local_prefill},
+             {"global_prefill_tokens_per_request", global_prefill},
+             {"per_instance", per}});
       } else if (a.csv) {
         fmt::print("{},{},{},{},{:.6f},{:.6f},{:.1f},{:.1f}\n", trace.name, a.instances, router_name(*router),
-                   per_instance * a.block_size, r.local.token_hit_rate(), g.token_hit_rate(), local_prefill, global_prefill);
+                   per_instance * a.block_size, r.local.token_hit_rate(), g.token_hit_rate(), local_prefill,
+                   global_prefill);
       } else {
-        fmt::print("{:<34} {:>9} {:<12} {:>14} {:>10.4f} {:>10.4f} {:>6.2f}x {:>13.0f} {:>13.0f} {:>6.2f}x\n", trace.name,
-                   a.instances, router_name(*router), per_instance * a.block_size, r.local.token_hit_rate(),
-                   g.token_hit_rate(), r.local.token_hit_rate() > 0 ? g.token_hit_rate() / r.local.token_hit_rate() : 0.0,
-                   local_prefill, global_prefill, local_prefill > 0 ? global_prefill / local_prefill : 0.0);
+        fmt::print("{:<34} {:>9} {:<12} {:>14} {:>10.4f} {:>10.4f} {:>6.2f}x {:>13.0f} {:>13.0f} {:>6.2f}x\n",
+                   trace.name, a.instances, router_name(*router), per_instance * a.block_size, r.local.token_hit_rate(),
+                   g.token_hit_rate(),
+                   r.local.token_hit_rate() > 0 ? g.token_hit_rate() / r.local.token_hit_rate() : 0.0, local_prefill,
+                   global_prefill, local_prefill > 0 ? global_prefill / local_prefill : 0.0);
       }
     }
   }
@@ -406,13 +425,16 @@ int run_cluster(const ReplayArgs& a) {
 }
 
 nlohmann::json latency_json(const LatencySummary& l) {
-  return {{"count", l.count}, {"mean_s", l.mean}, {"p50_s", l.p50}, {"p90_s", l.p90}, {"p99_s", l.p99}, {"max_s", l.max}};
+  return {{"count", l.count}, {"mean_s", l.mean}, {"p50_s", l.p50},
+          {"p90_s", l.p90},   {"p99_s", l.p99},   {"max_s", l.max}};
 }
 
 int run_timed(const ReplayArgs& a) {
   int64_t capacity = 0;
-  if (!a.capacity_blocks.empty()) capacity = to_blocks(parse_count("--capacity-blocks", a.capacity_blocks), false, a.block_size, "--capacity-blocks");
-  else if (!a.capacity_tokens.empty()) capacity = to_blocks(parse_count("--capacity-tokens", a.capacity_tokens), true, a.block_size, "--capacity-tokens");
+  if (!a.capacity_blocks.empty())
+    capacity = to_blocks(parse_count("--capacity-blocks", a.capacity_blocks), false, a.block_size, "--capacity-blocks");
+  else if (!a.capacity_tokens.empty())
+    capacity = to_blocks(parse_count("--capacity-tokens", a.capacity_tokens), true, a.block_size, "--capacity-tokens");
   else throw ConfigError("timed mode needs the cache capacity: --capacity-blocks N or --capacity-tokens N");
   if (capacity == kInfiniteCapacity) throw ConfigError("timed mode needs a finite capacity (a real pool)");
   if (!a.sweep.empty()) throw ConfigError("--sweep applies to --mode cache only");
@@ -460,24 +482,40 @@ int run_timed(const ReplayArgs& a) {
   }
   if (a.json) {
     const auto& m = c.cost;
-    fmt::print("{}\n", nlohmann::json{
-        {"trace", r.trace}, {"block_size", a.block_size}, {"capacity_blocks", capacity}, {"policy", a.policy},
-        {"cost_model", {{"name", m.name}, {"step_overhead_ms", m.step_overhead_ms},
-                        {"prefill_tokens_per_s", m.prefill_tokens_per_s},
-                        {"prefill_attention_ms_per_mpair", m.prefill_attention_ms_per_mpair},
-                        {"decode_ms_per_seq", m.decode_ms_per_seq},
-                        {"decode_attention_ms_per_ktoken", m.decode_attention_ms_per_ktoken},
-                        {"swap_ms_per_block", m.swap_ms_per_block},
-                        {"overlap_weight_read", m.overlap_weight_read}}},
-        {"max_num_seqs", a.max_num_seqs}, {"max_num_batched_tokens", a.max_batched_tokens},
-        {"requests", r.requests}, {"finished", r.finished}, {"rejected", r.rejected},
-        {"duration_s", r.duration_s}, {"steps", r.steps},
-        {"token_hit_rate", r.hit_rate()}, {"prompt_tokens", r.prompt_tokens}, {"hit_tokens", r.hit_tokens},
-        {"prefill_tokens", r.prefill_tokens}, {"output_tokens", r.output_tokens},
-        {"preemptions_recompute", r.preemptions_recompute}, {"preemptions_swap", r.preemptions_swap},
-        {"max_pool_usage", r.max_pool_usage},
-        {"ttft", latency_json(r.ttft)}, {"tpot", latency_json(r.tpot)}, {"queueing", latency_json(r.queueing)},
-        {"e2e", latency_json(r.e2e)}, {"cpu_seconds", r.cpu_seconds}}.dump(2));
+    fmt::print("{}\n", nlohmann::json{{"trace", r.trace},
+                                      {"block_size", a.block_size},
+                                      {"capacity_blocks", capacity},
+                                      {"policy", a.policy},
+                                      {"cost_model",
+                                       {{"name", m.name},
+                                        {"step_overhead_ms", m.step_overhead_ms},
+                                        {"prefill_tokens_per_s", m.prefill_tokens_per_s},
+                                        {"prefill_attention_ms_per_mpair", m.prefill_attention_ms_per_mpair},
+                                        {"decode_ms_per_seq", m.decode_ms_per_seq},
+                                        {"decode_attention_ms_per_ktoken", m.decode_attention_ms_per_ktoken},
+                                        {"swap_ms_per_block", m.swap_ms_per_block},
+                                        {"overlap_weight_read", m.overlap_weight_read}}},
+                                      {"max_num_seqs", a.max_num_seqs},
+                                      {"max_num_batched_tokens", a.max_batched_tokens},
+                                      {"requests", r.requests},
+                                      {"finished", r.finished},
+                                      {"rejected", r.rejected},
+                                      {"duration_s", r.duration_s},
+                                      {"steps", r.steps},
+                                      {"token_hit_rate", r.hit_rate()},
+                                      {"prompt_tokens", r.prompt_tokens},
+                                      {"hit_tokens", r.hit_tokens},
+                                      {"prefill_tokens", r.prefill_tokens},
+                                      {"output_tokens", r.output_tokens},
+                                      {"preemptions_recompute", r.preemptions_recompute},
+                                      {"preemptions_swap", r.preemptions_swap},
+                                      {"max_pool_usage", r.max_pool_usage},
+                                      {"ttft", latency_json(r.ttft)},
+                                      {"tpot", latency_json(r.tpot)},
+                                      {"queueing", latency_json(r.queueing)},
+                                      {"e2e", latency_json(r.e2e)},
+                                      {"cpu_seconds", r.cpu_seconds}}
+                           .dump(2));
   } else {
     fmt::print("{}: {} requests ({} rejected as larger than the cache), {} finished in {:.1f} s simulated, {} steps\n",
                r.trace, r.requests, r.rejected, r.finished, r.duration_s, r.steps);
@@ -490,7 +528,8 @@ int run_timed(const ReplayArgs& a) {
     fmt::print("{:<24} {:>10} {:>10} {:>10} {:>10} {:>10}\n", "latency (s)", "mean", "p50", "p90", "p99", "max");
     for (const auto& [name, l] : {std::pair{"time to first token", r.ttft}, std::pair{"time per output token", r.tpot},
                                   std::pair{"queueing delay", r.queueing}, std::pair{"end to end", r.e2e}})
-      fmt::print("{:<24} {:>10.4f} {:>10.4f} {:>10.4f} {:>10.4f} {:>10.4f}\n", name, l.mean, l.p50, l.p90, l.p99, l.max);
+      fmt::print("{:<24} {:>10.4f} {:>10.4f} {:>10.4f} {:>10.4f} {:>10.4f}\n", name, l.mean, l.p50, l.p90, l.p99,
+                 l.max);
   }
   if (!a.plot.empty()) {
     write_timeline_plot(r, a.plot, a.plot_title);
@@ -500,32 +539,40 @@ int run_timed(const ReplayArgs& a) {
 }
 
 const CommandRegistration kReplay{Command{
-    "replay",
-    "replay serving traces (Mooncake JSONL, Azure CSV, token JSONL) through the KV-cache manager",
+    "replay", "replay serving traces (Mooncake JSONL, Azure CSV, token JSONL) through the KV-cache manager",
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<ReplayArgs>();
       sub.add_option("trace", a->traces, "trace files (several: one curve each)")->required()->check(CLI::ExistingFile);
-      sub.add_option("--mode", a->mode, "cache (cache-only, in order), cluster (instances vs a global pool), "
-                                        "timed (arrivals, the engine's scheduler, a step-time cost model)")
-          ->check(CLI::IsMember({"cache", "cluster", "timed"}))->capture_default_str();
+      sub.add_option("--mode", a->mode,
+                     "cache (cache-only, in order), cluster (instances vs a global pool), "
+                     "timed (arrivals, the engine's scheduler, a step-time cost model)")
+          ->check(CLI::IsMember({"cache", "cluster", "timed"}))
+          ->capture_default_str();
       sub.add_option("--format", a->format, "auto, mooncake, azure or tokens")->capture_default_str();
       sub.add_flag("--lenient", a->lenient, "skip malformed lines (counted) instead of failing");
       sub.add_option("--limit", a->limit, "replay only the first N requests");
-      sub.add_option("--block-size", a->block_size, "tokens per block (must divide 512 for Mooncake traces)")->capture_default_str();
-      auto* cb = sub.add_option("--capacity-blocks", a->capacity_blocks, "cache capacity in blocks (3M, 1e6, inf accepted)");
-      auto* ct = sub.add_option("--capacity-tokens", a->capacity_tokens, "cache capacity in tokens, rounded down to blocks");
+      sub.add_option("--block-size", a->block_size, "tokens per block (must divide 512 for Mooncake traces)")
+          ->capture_default_str();
+      auto* cb =
+          sub.add_option("--capacity-blocks", a->capacity_blocks, "cache capacity in blocks (3M, 1e6, inf accepted)");
+      auto* ct =
+          sub.add_option("--capacity-tokens", a->capacity_tokens, "cache capacity in tokens, rounded down to blocks");
       cb->excludes(ct);
       sub.add_option("--policy", a->policy, "eviction policy: lru, lfu, s3fifo, length-aware (comma list: compare)")
           ->capture_default_str();
       sub.add_option("--sweep", a->sweep, "comma list of capacities to run (in --unit)")->excludes(cb)->excludes(ct);
       sub.add_option("--unit", a->unit, "unit of --sweep values: blocks or tokens")->capture_default_str();
-      sub.add_option("--plot", a->plot, "write a plot to this .svg or .png (gnuplot): hit rate vs capacity (cache), pool usage and queues over time (timed)");
+      sub.add_option("--plot", a->plot,
+                     "write a plot to this .svg or .png (gnuplot): hit rate vs capacity (cache), pool usage and queues "
+                     "over time (timed)");
       sub.add_option("--plot-title", a->plot_title, "plot title");
-      sub.add_option("--plot-mark", a->plot_marks, "vertical reference line X[:label] (x in the plot's unit); repeatable");
+      sub.add_option("--plot-mark", a->plot_marks,
+                     "vertical reference line X[:label] (x in the plot's unit); repeatable");
       sub.add_flag("--json", a->json, "print JSON");
       sub.add_flag("--csv", a->csv, "print CSV");
       sub.add_option("--jobs,-j", a->jobs, "cache mode: replays to run at once (each holds its own pool)")
-          ->check(CLI::Range(1, 256))->capture_default_str();
+          ->check(CLI::Range(1, 256))
+          ->capture_default_str();
       sub.add_flag("--no-progress", a->no_progress, "no progress bar (it is only drawn on a terminal anyway)");
       sub.add_option("--instances", a->instances, "cluster: number of instances")->capture_default_str();
       sub.add_option("--router", a->router,
@@ -536,22 +583,30 @@ const CommandRegistration kReplay{Command{
           ->capture_default_str();
       sub.add_option("--balance", a->balance,
                      "cluster, cache-aware: an instance is eligible while its routed tokens are at most (1 + this) "
-                     "times the mean")->capture_default_str();
-      sub.add_option("--azure-prompts", a->azure.num_system_prompts, "Azure: shared system prompts")->capture_default_str();
-      sub.add_option("--azure-zipf", a->azure.zipf_exponent, "Azure: Zipf exponent of prompt popularity")->capture_default_str();
-      sub.add_option("--azure-prompt-min", a->azure.min_prompt_tokens, "Azure: shortest shared prompt (tokens)")->capture_default_str();
-      sub.add_option("--azure-prompt-max", a->azure.max_prompt_tokens, "Azure: longest shared prompt (tokens)")->capture_default_str();
-      sub.add_option("--azure-share", a->azure.share_probability, "Azure: probability a request starts with a shared prompt")
+                     "times the mean")
+          ->capture_default_str();
+      sub.add_option("--azure-prompts", a->azure.num_system_prompts, "Azure: shared system prompts")
+          ->capture_default_str();
+      sub.add_option("--azure-zipf", a->azure.zipf_exponent, "Azure: Zipf exponent of prompt popularity")
+          ->capture_default_str();
+      sub.add_option("--azure-prompt-min", a->azure.min_prompt_tokens, "Azure: shortest shared prompt (tokens)")
+          ->capture_default_str();
+      sub.add_option("--azure-prompt-max", a->azure.max_prompt_tokens, "Azure: longest shared prompt (tokens)")
+          ->capture_default_str();
+      sub.add_option("--azure-share", a->azure.share_probability,
+                     "Azure: probability a request starts with a shared prompt")
           ->capture_default_str();
       sub.add_option("--seed", a->azure.seed, "Azure: seed of the sharing model")->capture_default_str();
       sub.add_option("--max-num-seqs", a->max_num_seqs, "timed: requests running at once")->capture_default_str();
-      sub.add_option("--max-num-batched-tokens,--max-batched-tokens", a->max_batched_tokens, "timed: token budget per step (chunked prefill)")
+      sub.add_option("--max-num-batched-tokens,--max-batched-tokens", a->max_batched_tokens,
+                     "timed: token budget per step (chunked prefill)")
           ->capture_default_str();
       sub.add_option("--preemption", a->preemption, "timed: recompute, swap or auto")->capture_default_str();
       sub.add_option("--swap-blocks", a->swap_blocks, "timed: host swap-space blocks")->capture_default_str();
       std::string presets;
       for (const StepCostModel& m : step_cost_presets()) presets += "\n  " + m.name + ": " + m.description;
-      sub.add_option("--cost-preset", a->cost_preset, "timed: step-time cost model preset:" + presets)->capture_default_str();
+      sub.add_option("--cost-preset", a->cost_preset, "timed: step-time cost model preset:" + presets)
+          ->capture_default_str();
       sub.add_option("--step-overhead-ms", a->step_overhead_ms, "timed: fixed time per forward pass (ms)");
       sub.add_option("--prefill-tps", a->prefill_tps, "timed: prefill throughput (tokens/s)");
       sub.add_option("--prefill-attn-ms-per-mpair", a->prefill_attention_ms_per_mpair,
@@ -563,7 +618,8 @@ const CommandRegistration kReplay{Command{
       sub.add_option("--time-scale", a->time_scale, "timed: multiply arrival times (2 = half the request rate)")
           ->capture_default_str();
       sub.add_option("--timeline", a->timeline, "timed: write the pool/queue time series to this CSV");
-      sub.add_option("--timeline-interval-s,--timeline-interval", a->timeline_interval, "timed: seconds between time-series points")
+      sub.add_option("--timeline-interval-s,--timeline-interval", a->timeline_interval,
+                     "timed: seconds between time-series points")
           ->capture_default_str();
       return [a]() -> int {
         if (a->json && a->csv) throw ConfigError("choose one of --json and --csv");

@@ -53,7 +53,8 @@ struct RouterCliOptions {
 
 int run_router(RouterCliOptions o) {
   const auto policy = router::parse_routing_policy(o.policy);
-  if (!policy) throw ConfigError(fmt::format("--policy must be kv, round-robin, least-load or random, got '{}'", o.policy));
+  if (!policy)
+    throw ConfigError(fmt::format("--policy must be kv, round-robin, least-load or random, got '{}'", o.policy));
   if (o.backends.empty() && o.backends_file.empty())
     throw ConfigError("give at least one --backend http://host:port, or --backends-file");
   if (!(o.backends_file_interval_s > 0)) throw ConfigError("--backends-file-interval-s must be positive");
@@ -85,8 +86,8 @@ int run_router(RouterCliOptions o) {
     }
     loaded.emplace(load_model_file(o.model, o.tokenizer, ModelFileOptions{o.context_length}));
     if (!loaded->tokenizer)
-      throw ConfigError(fmt::format("{} has no tokenizer pagedkv can use ({}); pass --tokenizer or --no-tokenizer", o.model,
-                                    loaded->tokenizer_error));
+      throw ConfigError(fmt::format("{} has no tokenizer pagedkv can use ({}); pass --tokenizer or --no-tokenizer",
+                                    o.model, loaded->tokenizer_error));
     routed.tokenizer = loaded->tokenizer.get();
     routed.vocab_size = loaded->model->config().vocab_size;
     routed.max_model_len = o.max_model_len > 0 ? std::min(o.max_model_len, loaded->model->config().seq_len)
@@ -169,7 +170,8 @@ const CommandRegistration kRouterCommand{Command{
       sub.add_option("--backend,-b", o->backends, "a pagedkv serve instance, http://host:port (repeat for each)");
       sub.add_option("--backends-file", o->backends_file,
                      "a file listing backends, one http://host:port a line ('#' comments); re-read while running");
-      sub.add_option("--backends-file-interval-s", o->backends_file_interval_s, "how often the backends file is checked")
+      sub.add_option("--backends-file-interval-s", o->backends_file_interval_s,
+                     "how often the backends file is checked")
           ->capture_default_str();
       sub.add_option("--policy", o->policy, "kv, round-robin, least-load or random")->capture_default_str();
       sub.add_option("--model,-m", o->model, "the backends' model file, for its tokenizer (default: stories260K)");
@@ -178,27 +180,34 @@ const CommandRegistration kRouterCommand{Command{
       sub.add_option("--max-model-len", o->max_model_len, "as the backends' --max-model-len (0: the model's)");
       sub.add_flag("--no-tokenizer", o->no_tokenizer, "load no model: text prompts are routed by load alone");
       sub.add_option("--host", o->host, "address to listen on")->capture_default_str();
-      sub.add_option("--port", o->port, "port to listen on (0: any free port, printed at start)")->capture_default_str();
+      sub.add_option("--port", o->port, "port to listen on (0: any free port, printed at start)")
+          ->capture_default_str();
       sub.add_option("--api-key", o->api_key, "require 'Authorization: Bearer KEY' from clients (all but /health)");
       sub.add_option("--backend-api-key", o->backend_api_key, "the key the backends require");
       sub.add_option("--admin-api-key", o->admin_api_key,
                      "the key for /router/backends (add and remove backends; default: --api-key; neither: off)");
-      sub.add_option("--prefill-scale", o->prefill_scale, "kv policy: weight of the blocks left to prefill")->capture_default_str();
+      sub.add_option("--prefill-scale", o->prefill_scale, "kv policy: weight of the blocks left to prefill")
+          ->capture_default_str();
       sub.add_option("--device-credit", o->device_credit, "kv policy: credit of a prefix block in the device pool")
           ->capture_default_str();
-      sub.add_option("--host-credit", o->host_credit, "kv policy: credit of a prefix block in the host tier")->capture_default_str();
-      sub.add_option("--disk-credit", o->disk_credit, "kv policy: credit of a prefix block in the disk tier")->capture_default_str();
+      sub.add_option("--host-credit", o->host_credit, "kv policy: credit of a prefix block in the host tier")
+          ->capture_default_str();
+      sub.add_option("--disk-credit", o->disk_credit, "kv policy: credit of a prefix block in the disk tier")
+          ->capture_default_str();
       sub.add_option("--seed", o->seed, "random policy: the seed")->capture_default_str();
       sub.add_option("--events-interval-ms", o->events_interval_ms, "how often each backend's KV events are read")
           ->capture_default_str();
       sub.add_option("--health-interval-ms", o->health_interval_ms, "how often each backend's /health is checked")
           ->capture_default_str();
-      sub.add_option("--poll-timeout-ms", o->poll_timeout_ms, "timeout of a health check or events read")->capture_default_str();
+      sub.add_option("--poll-timeout-ms", o->poll_timeout_ms, "timeout of a health check or events read")
+          ->capture_default_str();
       sub.add_option("--connect-timeout-ms", o->connect_timeout_ms, "timeout to connect to a backend for a request")
           ->capture_default_str();
-      sub.add_option("--upstream-timeout-s,--upstream-timeout", o->upstream_timeout_s, "seconds a backend may stay silent mid-request")
+      sub.add_option("--upstream-timeout-s,--upstream-timeout", o->upstream_timeout_s,
+                     "seconds a backend may stay silent mid-request")
           ->capture_default_str();
-      sub.add_option("--http-threads", o->http_threads, "HTTP worker threads (each open stream holds one)")->capture_default_str();
+      sub.add_option("--http-threads", o->http_threads, "HTTP worker threads (each open stream holds one)")
+          ->capture_default_str();
       sub.add_option("--max-body-bytes", o->max_body_bytes, "larger request bodies get 413")->capture_default_str();
       sub.add_option("--max-queued-requests", o->max_queued_requests,
                      "requests that may wait in the router while every backend is saturated (beyond: 429)")
@@ -208,7 +217,8 @@ const CommandRegistration kRouterCommand{Command{
           ->capture_default_str();
       sub.add_flag("--no-connection-reuse", o->no_connection_reuse,
                    "open a new connection to the backend for every request (default: reuse kept-alive ones)");
-      sub.add_option("--queue-timeout-s", o->queue_timeout_s, "seconds a request may wait for a backend with room (then 429)")
+      sub.add_option("--queue-timeout-s", o->queue_timeout_s,
+                     "seconds a request may wait for a backend with room (then 429)")
           ->capture_default_str();
       return [o] { return run_router(*o); };
     }}};

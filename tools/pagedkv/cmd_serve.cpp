@@ -85,7 +85,8 @@ std::vector<std::string> read_api_key_file(const std::string& path) {
 }
 
 std::chrono::milliseconds seconds_option(double seconds, const char* name) {
-  if (!(seconds >= 0 && seconds <= 1e6)) throw ConfigError(fmt::format("{} must be in [0, 1e6] seconds, got {}", name, seconds));
+  if (!(seconds >= 0 && seconds <= 1e6))
+    throw ConfigError(fmt::format("{} must be in [0, 1e6] seconds, got {}", name, seconds));
   if (seconds > 0 && seconds < 1e-3) throw ConfigError(fmt::format("{} must be 0 (off) or at least 0.001", name));
   return std::chrono::milliseconds(static_cast<int64_t>(std::llround(seconds * 1e3)));
 }
@@ -111,7 +112,7 @@ std::string model_template_source(const ServeOptions& o, const LoadedModel& load
 }
 
 std::shared_ptr<const api::ModelChatTemplate> load_model_template(const ServeOptions& o, const std::string& source,
-                                                                      const TextTokenizer& tokenizer) {
+                                                                  const TextTokenizer& tokenizer) {
   if (source.empty()) return nullptr;
   try {
     const std::string bos = o.bos_token.empty() ? token_text(tokenizer, tokenizer.bos_id()) : o.bos_token;
@@ -126,12 +127,14 @@ std::shared_ptr<const api::ModelChatTemplate> load_model_template(const ServeOpt
       if (tokenizer.encode_parts(std::span(&part, 1), false).size() != 1) missing.push_back(m);
     }
     if (!missing.empty())
-      fmt::print(stderr, "pagedkv serve: warning: the chat template writes {} that the vocabulary has no token for "
-                         "(rendered as plain text): {}\n", missing.size() == 1 ? "a marker" : "markers", fmt::join(missing, " "));
+      fmt::print(stderr,
+                 "pagedkv serve: warning: the chat template writes {} that the vocabulary has no token for "
+                 "(rendered as plain text): {}\n",
+                 missing.size() == 1 ? "a marker" : "markers", fmt::join(missing, " "));
     return t;
   } catch (const ConfigError& e) {
-    throw ConfigError(fmt::format("{}: {}", o.chat_template.empty() ? o.model + " (tokenizer.chat_template)" : o.chat_template,
-                                  e.what()));
+    throw ConfigError(fmt::format(
+        "{}: {}", o.chat_template.empty() ? o.model + " (tokenizer.chat_template)" : o.chat_template, e.what()));
   }
 }
 
@@ -156,14 +159,15 @@ int run_serve(ServeOptions o) {
 
   LoadedModel loaded = load_model_file(o.model, o.tokenizer, ModelFileOptions{o.context_length});
   if (!loaded.tokenizer)
-    throw ConfigError(fmt::format("{} has no tokenizer pagedkv can use ({}); pass --tokenizer", o.model, loaded.tokenizer_error));
+    throw ConfigError(
+        fmt::format("{} has no tokenizer pagedkv can use ({}); pass --tokenizer", o.model, loaded.tokenizer_error));
   const Model& model = *loaded.model;
   const TextTokenizer& tokenizer = *loaded.tokenizer;
   o.engine.apply_threads();
   EngineConfig config = o.engine.to_config();
   config.max_model_len = o.max_model_len;
   config.record_block_usage = false;  // a server runs for days
-  config.enable_kv_events = true;      // for routers: GET /kv_events
+  config.enable_kv_events = true;  // for routers: GET /kv_events
   LLMEngine engine(model, config);
 
   server::ServerMetrics metrics(o.served_model_name, engine.max_model_len());
@@ -185,7 +189,8 @@ int run_serve(ServeOptions o) {
   options.max_body_bytes = parse_byte_size(o.max_body_bytes);
   options.http_threads = o.http_threads;
   options.kv_events = &kv_events;
-  options.prefix_hashing = api::prefix_hashing_for(engine.manager().cache_config(), std::string(hash_algorithm_name(config.hash_algorithm)), config.hash_seed);
+  options.prefix_hashing = api::prefix_hashing_for(
+      engine.manager().cache_config(), std::string(hash_algorithm_name(config.hash_algorithm)), config.hash_seed);
   server::ServedModel served;
   served.limits = {o.served_model_name, engine.max_model_len(), model.config().vocab_size};
   // llama2.c checkpoints end a story by starting the next (run.c stops on BOS); GGUF files name
@@ -209,10 +214,11 @@ int run_serve(ServeOptions o) {
   fmt::print("{}\n", engine.describe());
   fmt::print("Model: {} (served as '{}'), max_model_len {}, chat template {}\n", o.model, o.served_model_name,
              engine.max_model_len(),
-             served.model_template ? (o.chat_template.empty() ? std::string("the model's own (Jinja)") : o.chat_template)
-                                   : std::string(api::chat_template_name(served.chat_template)));
+             served.model_template
+                 ? (o.chat_template.empty() ? std::string("the model's own (Jinja)") : o.chat_template)
+                 : std::string(api::chat_template_name(served.chat_template)));
   fmt::print("Tool calls: {}\n", served.tool_parser ? fmt::format("parsed as '{}'", served.tool_parser->name())
-                                                     : std::string("not parsed (no known syntax; --tool-call-parser)"));
+                                                    : std::string("not parsed (no known syntax; --tool-call-parser)"));
   fmt::print("pagedkv serve: listening on http://{}:{}\n", o.host, port);
   std::fflush(stdout);
 
@@ -230,20 +236,21 @@ int run_serve(ServeOptions o) {
       break;
     }
   }
-  fmt::print("pagedkv serve: {}; draining for up to {} s\n", signal_number == 0 ? "the listener stopped" : strsignal(signal_number),
-             o.drain_seconds);
+  fmt::print("pagedkv serve: {}; draining for up to {} s\n",
+             signal_number == 0 ? "the listener stopped" : strsignal(signal_number), o.drain_seconds);
   std::fflush(stdout);
   // New requests now get 503 (and /health says so); the listener stays open until every accepted
   // request has its whole answer written: closing it earlier would cut streamed responses off.
   service.begin_drain();
   auto finished = [&] { return service.idle() && http.open_streams() == 0; };
   auto wait_until = [&](std::chrono::steady_clock::time_point deadline) {
-    while (!finished() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    while (!finished() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     return finished();
   };
-  const bool drained = wait_until(std::chrono::steady_clock::now() +
-                                  std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                      std::chrono::duration<double>(o.drain_seconds)));
+  const bool drained =
+      wait_until(std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                        std::chrono::duration<double>(o.drain_seconds)));
   if (!drained) {
     service.abort_all();  // the rest still get a final (aborted) answer
     wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(5));  // a client that stopped reading is cut off
@@ -251,8 +258,8 @@ int run_serve(ServeOptions o) {
   http.stop();
   serve_thread.join();
   service.stop();
-  fmt::print("pagedkv serve: {}; {} steps\n", drained ? "all requests finished" : "requests left at the deadline were aborted",
-             engine.stats().steps);
+  fmt::print("pagedkv serve: {}; {} steps\n",
+             drained ? "all requests finished" : "requests left at the deadline were aborted", engine.stats().steps);
   std::fflush(stdout);
   return 0;  // the engine's destructor flushes the KV tiers
 }
@@ -261,10 +268,13 @@ const CommandRegistration kServeCommand{Command{
     "serve", "an OpenAI-compatible HTTP server on the paged engine, with Prometheus metrics (docs/serve.md)",
     [](CLI::App& sub) -> std::function<int()> {
       auto o = std::make_shared<ServeOptions>();
-      sub.add_option("--model,-m", o->model, "llama2.c checkpoint or GGUF file (default: ../shared/models/stories260K.bin)");
+      sub.add_option("--model,-m", o->model,
+                     "llama2.c checkpoint or GGUF file (default: ../shared/models/stories260K.bin)");
       sub.add_option("--tokenizer,-z", o->tokenizer,
-                     "llama2.c tok*.bin or a GGUF file's tokenizer (default: the GGUF model's own; tok512.bin for the default model)");
-      sub.add_option("--context-length", o->context_length, "GGUF: replaces the file's context length (llama.cpp's n_ctx)");
+                     "llama2.c tok*.bin or a GGUF file's tokenizer (default: the GGUF model's own; tok512.bin for the "
+                     "default model)");
+      sub.add_option("--context-length", o->context_length,
+                     "GGUF: replaces the file's context length (llama.cpp's n_ctx)");
       sub.add_option("--chat-template", o->chat_template,
                      "a Jinja chat template file replacing the model's own (tokenizer.chat_template)");
       sub.add_option("--bos-token", o->bos_token, "the chat template's bos_token (default: the vocabulary's BOS text)");
@@ -273,9 +283,11 @@ const CommandRegistration kServeCommand{Command{
                      fmt::format("how the model writes tool calls ({}; auto: from the chat template)",
                                  api::tool_call_parser_names()))
           ->capture_default_str();
-      sub.add_option("--served-model-name", o->served_model_name, "the model name clients use (default: the file's stem)");
+      sub.add_option("--served-model-name", o->served_model_name,
+                     "the model name clients use (default: the file's stem)");
       sub.add_option("--host", o->host, "address to listen on")->capture_default_str();
-      sub.add_option("--port", o->port, "port to listen on (0: any free port, printed at start)")->capture_default_str();
+      sub.add_option("--port", o->port, "port to listen on (0: any free port, printed at start)")
+          ->capture_default_str();
       sub.add_option("--api-key", o->api_keys,
                      "require 'Authorization: Bearer KEY' on every endpoint but /health (the dashboard: open "
                      "/dashboard#key=KEY); repeat it for several keys, any of which works");
@@ -302,9 +314,12 @@ const CommandRegistration kServeCommand{Command{
                      "auto: every token while at most 8 choices run, beyond that as many as keep the hand-over to "
                      "the HTTP threads under 3 % of an engine step, at most 16)")
           ->capture_default_str();
-      sub.add_option("--http-threads", o->http_threads, "HTTP worker threads (each open stream holds one)")->capture_default_str();
-      sub.add_option("--max-model-len", o->max_model_len, "longest prompt + output (0: the model's)")->capture_default_str();
-      sub.add_option("--drain-timeout-s,--drain-seconds", o->drain_seconds, "on SIGTERM/SIGINT, time accepted requests get to finish")
+      sub.add_option("--http-threads", o->http_threads, "HTTP worker threads (each open stream holds one)")
+          ->capture_default_str();
+      sub.add_option("--max-model-len", o->max_model_len, "longest prompt + output (0: the model's)")
+          ->capture_default_str();
+      sub.add_option("--drain-timeout-s,--drain-seconds", o->drain_seconds,
+                     "on SIGTERM/SIGINT, time accepted requests get to finish")
           ->capture_default_str();
       sub.add_option("--kv-events-capacity", o->kv_events_capacity,
                      "KV events kept for routers (GET /kv_events); a router further behind reads a snapshot")

@@ -20,34 +20,41 @@ void EngineOptions::add_to(CLI::App& app) {
   app.add_option("--num-blocks", num_blocks, "KV pool size in blocks (overrides --kv-cache-bytes)");
   app.add_option("--kv-cache-bytes", kv_cache_bytes, "KV cache budget, e.g. 16MiB")->capture_default_str();
   app.add_option("--swap-space", swap_space, "host swap space for swap preemption (0 disables)")->capture_default_str();
-  app.add_option("--kv-dtype", kv_dtype, "KV element type: fp32, fp16, bf16, int8 or fp8 (per token and head scales)")->capture_default_str();
+  app.add_option("--kv-dtype", kv_dtype, "KV element type: fp32, fp16, bf16, int8 or fp8 (per token and head scales)")
+      ->capture_default_str();
   app.add_option("--preemption", preemption, "recompute, swap or auto")->capture_default_str();
   app.add_option("--kv-reservation", kv_reservation,
                  "paged, or a baseline that reserves each sequence contiguously at admission: max (prompt + "
                  "max_tokens), pow2, oracle (these two need the output length known; otherwise as max)")
       ->capture_default_str();
   app.add_option("--range-allocation", range_allocation,
-                 "where a reserving baseline's contiguous ranges go: buddy (power-of-two ranges, the paper's Orca) or first-fit")
+                 "where a reserving baseline's contiguous ranges go: buddy (power-of-two ranges, the paper's Orca) or "
+                 "first-fit")
       ->capture_default_str();
   app.add_flag("--no-prefix-caching", no_prefix_caching, "disable prefix caching");
-  app.add_option("--prefix-hash", prefix_hash, "block hash of the prefix cache: xxh3_128 or sha256")->capture_default_str();
+  app.add_option("--prefix-hash", prefix_hash, "block hash of the prefix cache: xxh3_128 or sha256")
+      ->capture_default_str();
   app.add_option("--hash-seed", hash_seed,
                  "seed of the chained block hashes (the same on every instance that shares blocks or a router)")
       ->capture_default_str();
   app.add_option("--max-num-seqs", max_num_seqs, "requests running at once")->capture_default_str();
   app.add_option("--max-num-batched-tokens", max_num_batched_tokens, "tokens per step")->capture_default_str();
-  app.add_flag("--check-invariants,--check", check, "run the invariant checker after every step (slow)")->capture_default_str();
+  app.add_flag("--check-invariants,--check", check, "run the invariant checker after every step (slow)")
+      ->capture_default_str();
   app.add_option("--threads", threads, "kernel threads (default: PAGEDKV_NUM_THREADS or the CPU count)");
-  add_on_off_flag(app, "--grammar-mask-overlap", "--no-grammar-mask-overlap", grammar_mask_overlap,
-                  "structured output: fill the next tokens' masks on a worker thread while the forward pass runs "
-                  "(off: on the engine thread, after it; for tiny models, where the hand-over costs more than it hides)");
+  add_on_off_flag(
+      app, "--grammar-mask-overlap", "--no-grammar-mask-overlap", grammar_mask_overlap,
+      "structured output: fill the next tokens' masks on a worker thread while the forward pass runs "
+      "(off: on the engine thread, after it; for tiny models, where the hand-over costs more than it hides)");
   app.add_option("--host-cache-bytes", host_cache_bytes,
-                 "host-memory tier for evicted prefix blocks, e.g. 64MiB (0: none)")->capture_default_str();
+                 "host-memory tier for evicted prefix blocks, e.g. 64MiB (0: none)")
+      ->capture_default_str();
   app.add_option("--disk-cache-dir", disk_cache_dir,
                  "directory of the disk (SSD) tier: evicted prefixes, swap overflow, kept across runs");
   app.add_option("--disk-cache-bytes", disk_cache_bytes, "capacity of the disk tier")->capture_default_str();
   app.add_option("--offload-min-hits", offload_min_hits,
-                 "offload only evicted blocks with at least this many prefix hits")->capture_default_str();
+                 "offload only evicted blocks with at least this many prefix hits")
+      ->capture_default_str();
   app.add_flag("--disk-write-through", disk_write_through,
                "write every computed block to the disk tier at once (default: at eviction and at exit)");
   add_on_off_flag(app, "--lazy-swap-copies", "--eager-swap-copies", lazy_swap_copies,
@@ -70,7 +77,8 @@ void EngineOptions::add_to(CLI::App& app) {
 }
 
 void EngineOptions::apply_threads() const {
-  if (threads < 0) throw ConfigError(fmt::format("--threads must be at least 1 (or 0 for the default), got {}", threads));
+  if (threads < 0)
+    throw ConfigError(fmt::format("--threads must be at least 1 (or 0 for the default), got {}", threads));
   if (threads > 0) set_kernel_threads(threads);
 }
 
@@ -108,8 +116,8 @@ EngineConfig EngineOptions::to_config() const {
   c.tiers.lazy_swap_copies = lazy_swap_copies;
   c.scheduler.lazy_swap_copies = lazy_swap_copies;
   if (!remote_cache.empty())
-    remote::use_redis_tier(c.tiers, {remote_cache, remote_cache_prefix, remote_write_through, remote_timeout_ms, remote_min_blocks,
-                                     remote_read_replicas});
+    remote::use_redis_tier(c.tiers, {remote_cache, remote_cache_prefix, remote_write_through, remote_timeout_ms,
+                                     remote_min_blocks, remote_read_replicas});
   return c;
 }
 

@@ -22,8 +22,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "pagedkv " PAGEDKV_VERSION_STRING);
   auto& registry = command_registry();
-  std::sort(registry.begin(), registry.end(),
-            [](const Command& a, const Command& b) { return a.name < b.name; });
+  std::sort(registry.begin(), registry.end(), [](const Command& a, const Command& b) { return a.name < b.name; });
   std::function<int()> run;
   std::map<std::string, CLI::App*> groups;
   for (auto& cmd : registry) {
@@ -35,7 +34,8 @@ int main(int argc, char** argv) {
       name = name.substr(space + 1);
       auto& slot = groups[group];
       if (slot == nullptr) {
-        slot = app.add_subcommand(group, group == "bench" ? "benchmarks that print ratios against an in-run baseline" : group);
+        slot = app.add_subcommand(group,
+                                  group == "bench" ? "benchmarks that print ratios against an in-run baseline" : group);
         slot->require_subcommand(1);
       }
       parent = slot;

@@ -12,8 +12,10 @@ namespace pagedkv::cli {
 inline void add_on_off_flag(CLI::App& app, const std::string& on, const std::string& off, bool& value,
                             const std::string& description) {
   const std::string help = description + " (default: " + (value ? on : off) + ")";
-  app.add_flag_callback(on, [&value] { value = true; }, help);
-  app.add_flag_callback(off, [&value] { value = false; }, "the opposite of " + on);
+  app.add_flag_callback(
+      on, [&value] { value = true; }, help);
+  app.add_flag_callback(
+      off, [&value] { value = false; }, "the opposite of " + on);
 }
 
 }  // namespace pagedkv::cli

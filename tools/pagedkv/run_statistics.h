@@ -17,8 +17,6 @@ inline double median(std::vector<double> v) {
   return percentile_of_sorted(v, 50);
 }
 
-inline double minimum(const std::vector<double>& v) {
-  return v.empty() ? 0.0 : *std::min_element(v.begin(), v.end());
-}
+inline double minimum(const std::vector<double>& v) { return v.empty() ? 0.0 : *std::min_element(v.begin(), v.end()); }
 
 }  // namespace pagedkv::cli

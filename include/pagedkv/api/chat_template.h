@@ -39,7 +39,7 @@
 namespace pagedkv::api {
 
 struct ChatMessage {
-  std::string role;     // system, developer (treated as system), user, assistant
+  std::string role;  // system, developer (treated as system), user, assistant
   std::string content;  // text parts of a multi-part content array are concatenated
 };
 

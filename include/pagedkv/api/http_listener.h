@@ -96,7 +96,8 @@ class HttpListener : public httplib::Server {
       for (const std::string& k : keys) match |= constant_time_equal(sent, k);
       if (match) return HandlerResponse::Unhandled;
       res.set_header("WWW-Authenticate", "Bearer");
-      send_api_error(res, ApiError(401, "a valid API key is required: send 'Authorization: Bearer <key>'", "", "invalid_api_key"));
+      send_api_error(
+          res, ApiError(401, "a valid API key is required: send 'Authorization: Bearer <key>'", "", "invalid_api_key"));
       return HandlerResponse::Handled;
     });
   }
@@ -115,7 +116,8 @@ class HttpListener : public httplib::Server {
       if (!any && std::find(origins.begin(), origins.end(), origin) == origins.end()) return HandlerResponse::Unhandled;
       res.set_header("Access-Control-Allow-Origin", any ? "*" : origin);
       if (!any) res.set_header("Vary", "Origin");
-      if (req.method != "OPTIONS" || !req.has_header("Access-Control-Request-Method")) return HandlerResponse::Unhandled;
+      if (req.method != "OPTIONS" || !req.has_header("Access-Control-Request-Method"))
+        return HandlerResponse::Unhandled;
       res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
       const std::string asked = req.get_header_value("Access-Control-Request-Headers");
       res.set_header("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type" : asked);
@@ -130,19 +132,20 @@ class HttpListener : public httplib::Server {
   // before routing, so it is answered from the pre-routing step. Call after require_api_key, so
   // the key is checked first. A POST that does say its length goes through the route as usual.
   void post_without_body(std::string path, std::function<void(const httplib::Request&, httplib::Response&)> handler) {
-    add_pre_routing([path = std::move(path), handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {
-      if (req.method != "POST" || req.path != path || req.has_header("Content-Length") ||
-          req.has_header("Transfer-Encoding"))
-        return HandlerResponse::Unhandled;
-      try {
-        handler(req, res);
-      } catch (const ApiError& e) {
-        send_api_error(res, e);
-      } catch (const std::exception& e) {
-        send_api_error(res, ApiError(500, fmt::format("internal error: {}", e.what()), "", "internal_error"));
-      }
-      return HandlerResponse::Handled;
-    });
+    add_pre_routing(
+        [path = std::move(path), handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {
+          if (req.method != "POST" || req.path != path || req.has_header("Content-Length") ||
+              req.has_header("Transfer-Encoding"))
+            return HandlerResponse::Unhandled;
+          try {
+            handler(req, res);
+          } catch (const ApiError& e) {
+            send_api_error(res, e);
+          } catch (const std::exception& e) {
+            send_api_error(res, ApiError(500, fmt::format("internal error: {}", e.what()), "", "internal_error"));
+          }
+          return HandlerResponse::Handled;
+        });
   }
 
   // Binds host:port (0: any free port) with a listen backlog of `backlog`; returns the bound

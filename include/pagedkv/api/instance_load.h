@@ -10,10 +10,10 @@ namespace pagedkv::api {
 
 struct InstanceLoad {
   int running = 0;
-  int waiting = 0;              // accepted prompts not yet admitted
-  int64_t kv_blocks_used = 0;   // device KV blocks held by requests
+  int waiting = 0;  // accepted prompts not yet admitted
+  int64_t kv_blocks_used = 0;  // device KV blocks held by requests
   int64_t kv_blocks_total = 0;  // the device pool's usable blocks
-  int64_t waiting_blocks = 0;   // blocks the waiting prompts' uncomputed tokens will need
+  int64_t waiting_blocks = 0;  // blocks the waiting prompts' uncomputed tokens will need
 
   // The KV the instance holds or has promised, in blocks: what the routers' cost rule adds.
   int64_t load_blocks() const { return kv_blocks_used + waiting_blocks; }

@@ -34,7 +34,7 @@ namespace pagedkv::api {
 struct KVGroupInfo {
   AttentionKind kind = AttentionKind::kFull;
   int sliding_window = 0;  // tokens; 0 unless kind is kSlidingWindow
-  int block_size = 16;     // tokens; a multiple of PrefixHashing::block_size
+  int block_size = 16;  // tokens; a multiple of PrefixHashing::block_size
   bool operator==(const KVGroupInfo&) const = default;
 };
 
@@ -68,7 +68,7 @@ struct KVEventRecord {
   bool present = true;  // false: the hash is no longer in this medium
   BlockHash hash;
   Medium medium = Medium::kDevice;
-  uint16_t group = 0;   // the KV-cache group whose block it is
+  uint16_t group = 0;  // the KV-cache group whose block it is
 };
 
 // A snapshot entry: a hash present in these media, in one group.
@@ -81,9 +81,9 @@ struct KVSnapshotBlock {
 
 struct KVEventsPage {
   uint64_t epoch = 0;
-  uint64_t last_seq = 0;       // the reader has everything up to here once it applies this page
-  bool snapshot = false;       // true: `blocks` replaces the reader's index; `events` is empty
-  bool more = false;           // events were cut at max_events: ask again from last_seq
+  uint64_t last_seq = 0;  // the reader has everything up to here once it applies this page
+  bool snapshot = false;  // true: `blocks` replaces the reader's index; `events` is empty
+  bool more = false;  // events were cut at max_events: ask again from last_seq
   std::vector<KVEventRecord> events;
   std::vector<KVSnapshotBlock> blocks;
 };

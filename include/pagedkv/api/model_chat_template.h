@@ -24,8 +24,8 @@ namespace pagedkv::api {
 // A chat request's fields for the template, as the client sent them.
 struct ChatTemplateInput {
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
-  nlohmann::ordered_json tools;                                          // null: the request has none
-  nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();     // chat_template_kwargs
+  nlohmann::ordered_json tools;  // null: the request has none
+  nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();  // chat_template_kwargs
   bool add_generation_prompt = true;
 };
 

@@ -41,30 +41,30 @@ struct PromptInput {
 // kind, compiled by the server (grammar::GrammarCache), never on the engine thread.
 struct StructuredOutputRequest {
   grammar::GrammarKind kind = grammar::GrammarKind::kJsonObject;
-  std::string text;   // the schema (JSON), the regex, the choices (a JSON array), the GBNF
+  std::string text;  // the schema (JSON), the regex, the choices (a JSON array), the GBNF
   std::string param;  // the field it came from ("response_format", "structured_outputs", "guided_json"...)
 };
 
 struct CompletionRequest {
   ApiEndpoint endpoint = ApiEndpoint::kCompletions;
-  std::string model;                  // empty: the served model
-  std::vector<PromptInput> prompts;   // /v1/completions: one or more
+  std::string model;  // empty: the served model
+  std::vector<PromptInput> prompts;  // /v1/completions: one or more
   // /v1/completions: the text after the completion; non-empty asks for fill-in-the-middle (each
   // text prompt is the prefix), which needs a vocabulary with fill-in-the-middle tokens.
   std::string suffix;
   std::vector<ChatMessage> messages;  // /v1/chat/completions
-  ChatTemplateInput chat_input;       // the same, as sent, for a model's own chat template
-  std::optional<int> max_tokens;      // absent: 16 for completions, the rest of the context for chat
+  ChatTemplateInput chat_input;  // the same, as sent, for a model's own chat template
+  std::optional<int> max_tokens;  // absent: 16 for completions, the rest of the context for chat
   float temperature = 1.0f;
   float top_p = 1.0f;
-  int top_k = 0;                      // vLLM extension; 0 or -1: off
-  float min_p = 0.0f;                 // vLLM extension; 0: off
-  float presence_penalty = 0.0f;      // [-2, 2]
-  float frequency_penalty = 0.0f;     // [-2, 2]
-  float repetition_penalty = 1.0f;    // vLLM extension; > 0, 1: off
+  int top_k = 0;  // vLLM extension; 0 or -1: off
+  float min_p = 0.0f;  // vLLM extension; 0: off
+  float presence_penalty = 0.0f;  // [-2, 2]
+  float frequency_penalty = 0.0f;  // [-2, 2]
+  float repetition_penalty = 1.0f;  // vLLM extension; > 0, 1: off
   std::vector<std::pair<TokenId, float>> logit_bias;  // token id -> [-100, 100], sorted by id
   std::vector<TokenId> stop_token_ids;  // vLLM extension: more tokens that end a choice
-  int min_tokens = 0;                 // vLLM extension: output tokens before a stop token may end it
+  int min_tokens = 0;  // vLLM extension: output tokens before a stop token may end it
   std::optional<uint64_t> seed;
   int n = 1;
   std::vector<std::string> stop;
@@ -79,15 +79,15 @@ struct CompletionRequest {
   // pagedkv extension: the longest the request may take, in seconds (the server's
   // --request-timeout-s when that is shorter); past it it is aborted and answered 408.
   std::optional<std::chrono::milliseconds> timeout;
-  bool include_usage = false;         // stream_options.include_usage
-  bool echo = false;                  // completions: the prompt text precedes the completion
-  int logprobs = -1;                  // top-k alternatives per token; -1: no logprobs
+  bool include_usage = false;  // stream_options.include_usage
+  bool echo = false;  // completions: the prompt text precedes the completion
+  int logprobs = -1;  // top-k alternatives per token; -1: no logprobs
   // vLLM extension: each prompt token's logprob and the top-k there; -1: none. The whole prompt
   // is computed (no prefix-cache hit).
   int prompt_logprobs = -1;
-  int priority = 0;                   // vLLM extension: lower runs first
-  std::string cache_salt;             // vLLM extension: prefix-cache isolation between tenants
-  bool ignore_eos = false;            // vLLM extension
+  int priority = 0;  // vLLM extension: lower runs first
+  std::string cache_salt;  // vLLM extension: prefix-cache isolation between tenants
+  bool ignore_eos = false;  // vLLM extension
   // vLLM extension: beam search of width n (the choices are its hypotheses, best first);
   // sampling fields are unused; not with stream or logprobs.
   bool use_beam_search = false;
@@ -100,9 +100,9 @@ struct CompletionRequest {
 struct RequestLimits {
   int max_n = 64;
   int max_logprobs = 20;
-  int max_prompts = 64;        // prompts in one /v1/completions request
+  int max_prompts = 64;  // prompts in one /v1/completions request
   int max_stop_strings = 16;
-  int max_logit_bias = 1024;   // logit_bias entries (OpenAI allows 300; vLLM any)
+  int max_logit_bias = 1024;  // logit_bias entries (OpenAI allows 300; vLLM any)
 };
 
 CompletionRequest parse_completion_request(std::string_view body, ApiEndpoint endpoint, const RequestLimits& limits);
@@ -154,7 +154,8 @@ std::vector<TokenId> encode_bounded(const TextTokenizer& tokenizer, std::span<co
 void refuse_tools_in_built_in_template(const ChatTemplateInput& input, ChatTemplate chat_template);
 
 std::vector<PreparedPrompt> prepare_request(const CompletionRequest& request, const TextTokenizer& tokenizer,
-                                            const ModelLimits& model, ChatTemplate chat_template = ChatTemplate::kDefault,
+                                            const ModelLimits& model,
+                                            ChatTemplate chat_template = ChatTemplate::kDefault,
                                             const ModelChatTemplate* model_template = nullptr);
 
 }  // namespace pagedkv::api

@@ -14,8 +14,8 @@ inline constexpr const char* kRequestIdHeader = "X-Request-Id";
 inline bool is_valid_request_id(std::string_view id) {
   if (id.empty() || id.size() > 128) return false;
   for (char c : id) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
-                    c == ':' || c == '-';
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                    c == '_' || c == ':' || c == '-';
     if (!ok) return false;
   }
   return true;

@@ -1,8 +1,8 @@
 // Stop strings over incrementally decoded text. Text arrives a token's piece at a time; a stop
 // string may span pieces, so text that could still become the start of a stop string is held
 // back until it cannot (or until the end). The stop string itself is emitted only when asked
-// (vLLM's include_stop_str_in_output; OpenAI's and vLLM's default leaves it out). Held-back text also includes an incomplete trailing UTF-8 sequence, so
-// what is emitted is always whole characters.
+// (vLLM's include_stop_str_in_output; OpenAI's and vLLM's default leaves it out). Held-back text also includes an
+// incomplete trailing UTF-8 sequence, so what is emitted is always whole characters.
 #pragma once
 
 #include <string>
@@ -17,7 +17,7 @@ class StopStringMatcher {
   explicit StopStringMatcher(std::vector<std::string> stops, bool include_stop = false);
 
   struct Result {
-    std::string text;      // safe to emit now
+    std::string text;  // safe to emit now
     bool stopped = false;  // a stop string was found; `text` ends right before it (or with it)
   };
   // Appends decoded text; after a stop, further text is ignored.

@@ -31,7 +31,7 @@
 namespace pagedkv::api {
 
 struct ToolCall {
-  std::string id;         // filled by ToolCallReader
+  std::string id;  // filled by ToolCallReader
   std::string name;
   std::string arguments;  // a JSON object, as compact JSON text (the model's key order)
 };
@@ -39,8 +39,8 @@ struct ToolCall {
 // What scan() decided about the start of the undecided text.
 struct ToolCallScan {
   enum class Kind {
-    kText,      // [0, end) is text
-    kCalls,     // [0, end) is markup holding `calls`
+    kText,  // [0, end) is text
+    kCalls,  // [0, end) is markup holding `calls`
     kNeedMore,  // nothing can be decided before more text (or the end) arrives
   };
   Kind kind = Kind::kNeedMore;

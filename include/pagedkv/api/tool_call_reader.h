@@ -19,7 +19,7 @@ namespace pagedkv::api {
 class ToolCallReader {
  public:
   struct Output {
-    std::string content;          // new content text
+    std::string content;  // new content text
     std::vector<ToolCall> calls;  // new complete calls, ids assigned
   };
 
@@ -38,10 +38,10 @@ class ToolCallReader {
 
   const ToolCallParser& parser_;
   std::mt19937_64 random_;
-  std::string rest_;            // undecided text
+  std::string rest_;  // undecided text
   bool at_output_start_ = true;
   bool content_started_ = false;
-  std::string pending_space_;   // white space of content not sent yet
+  std::string pending_space_;  // white space of content not sent yet
   int num_calls_ = 0;
 };
 

@@ -29,7 +29,7 @@ enum class ToolChoice { kNone, kAuto, kRequired, kNamed };
 struct ToolRequest {
   std::vector<ToolDefinition> tools;
   ToolChoice choice = ToolChoice::kNone;
-  std::string named;           // kNamed: the function's name (one of `tools`)
+  std::string named;  // kNamed: the function's name (one of `tools`)
   bool parallel_calls = true;  // parallel_tool_calls
 
   // The model's output is parsed for calls (auto, required, named).
@@ -41,7 +41,7 @@ struct ToolRequest {
 };
 
 struct ToolLimits {
-  size_t max_tools = 128;                // OpenAI's limit
+  size_t max_tools = 128;  // OpenAI's limit
   size_t max_parameters_bytes = 256 * 1024;  // one tool's schema (the grammar layer's text limit)
 };
 

@@ -36,7 +36,7 @@ struct LengthDistribution {
   int shared_prefix_tokens = 0;
 };
 LengthDistribution sharegpt_like();  // means 161 / 338 (the paper's ShareGPT), sigmas 1.0 / 0.8
-LengthDistribution alpaca_like();    // means 19 / 58 (the paper's Alpaca), sigmas 0.5 / 0.7
+LengthDistribution alpaca_like();  // means 19 / 58 (the paper's Alpaca), sigmas 0.5 / 0.7
 // The same shape with means and the prompt cap multiplied by `factor` (--quick runs a shorter model).
 LengthDistribution scaled(LengthDistribution d, double factor);
 
@@ -48,7 +48,8 @@ struct BenchRequest {
 };
 // `n` requests with Poisson arrivals at `rate` per second; the same seed gives the same lengths
 // at every rate (only the gaps scale).
-std::vector<BenchRequest> make_requests(const LengthDistribution& d, int n, double rate, int max_model_len, uint64_t seed);
+std::vector<BenchRequest> make_requests(const LengthDistribution& d, int n, double rate, int max_model_len,
+                                        uint64_t seed);
 
 struct PaperSetup {
   ModelConfig model;
@@ -83,10 +84,10 @@ struct RunResult {
   int completed = 0;
   int rejected = 0;
   double normalized_latency_s = 0;  // mean over requests of end-to-end latency / output tokens
-  double throughput_rps = 0;        // completed requests / time of the last finish
-  double mean_running = 0;          // sequences in the batch, time-weighted
-  double duration_s = 0;            // modelled time
-  double wall_s = 0;                // real time the run took here
+  double throughput_rps = 0;  // completed requests / time of the last finish
+  double mean_running = 0;  // sequences in the batch, time-weighted
+  double duration_s = 0;  // modelled time
+  double wall_s = 0;  // real time the run took here
   // Time-weighted shares of the pool while the stream is loading the engine: from the arrival of
   // the first tenth of the requests until the last one arrived and none is left waiting.
   MemoryShares memory;

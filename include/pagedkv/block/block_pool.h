@@ -32,9 +32,9 @@ inline constexpr int32_t kUnknownParent = -2;
 // so a hash collision can never hand one request another request's KV.
 struct BlockContentKey {
   BlockHash hash;
-  BlockHash parent;             // hash of the previous block (the root hash for block 0)
+  BlockHash parent;  // hash of the previous block (the root hash for block 0)
   std::span<const TokenId> tokens;
-  uint64_t extra_digest = 0;    // digest of the block's extra keys (LoRA, multimodal, salt)
+  uint64_t extra_digest = 0;  // digest of the block's extra keys (LoRA, multimodal, salt)
   uint16_t group = 0;
   // The block that holds the previous block of this sequence (the previous hit of a lookup, the
   // request's own previous table entry when caching); kNoLink for block 0. With it, a match also
@@ -45,8 +45,8 @@ struct BlockContentKey {
 };
 
 struct BlockPoolOptions {
-  int num_blocks = 0;           // including the reserved null block 0
-  int block_size = 16;           // tokens of the largest block (the stride of cached content)
+  int num_blocks = 0;  // including the reserved null block 0
+  int block_size = 16;  // tokens of the largest block (the stride of cached content)
   bool enable_caching = true;
   bool enable_events = false;
   // Null: LRU through the built-in free queue (vLLM's order).
@@ -59,7 +59,7 @@ struct BlockPoolOptions {
 
 struct BlockPoolStats {
   uint64_t allocated_blocks = 0;  // blocks handed out by allocate()
-  uint64_t evictions = 0;         // cached blocks whose content was dropped to reuse them
+  uint64_t evictions = 0;  // cached blocks whose content was dropped to reuse them
   // Evictions that dropped the last cached copy of a content, i.e. prefix-cache entries lost
   // (equal content cached twice is one entry; evicting one copy of two loses nothing).
   uint64_t evicted_entries = 0;
@@ -74,8 +74,8 @@ struct BlockPoolStats {
 };
 
 struct ResetResult {
-  int removed = 0;     // cached entries dropped
-  int kept_in_use = 0; // cached blocks kept because requests still hold them
+  int removed = 0;  // cached entries dropped
+  int kept_in_use = 0;  // cached blocks kept because requests still hold them
   bool complete() const { return kept_in_use == 0; }
 };
 
@@ -164,8 +164,12 @@ class BlockPool {
   // block (kUnknownParent): the parent is confirmed by its hash.
   BlockContentKey cached_key(BlockId id) const {
     const KVCacheBlock& b = block(id);
-    return BlockContentKey{.hash = b.hash, .parent = cached_parent(id), .tokens = cached_tokens(id),
-                           .extra_digest = cached_extra_digest(id), .group = b.group, .parent_block = kUnknownParent};
+    return BlockContentKey{.hash = b.hash,
+                           .parent = cached_parent(id),
+                           .tokens = cached_tokens(id),
+                           .extra_digest = cached_extra_digest(id),
+                           .group = b.group,
+                           .parent_block = kUnknownParent};
   }
 
   // Called just before a cached block loses its content key: evicted to reuse the block
@@ -189,10 +193,12 @@ class BlockPool {
   template <typename Ids>
   void release(const Ids& ordered);
   void push_free(KVCacheBlock& b) {
-    if (policy_) policy_->push(b); else free_queue_.push_back(b);
+    if (policy_) policy_->push(b);
+    else free_queue_.push_back(b);
   }
   void push_free_evict_first(KVCacheBlock& b) {
-    if (policy_) policy_->push_evict_first(b); else free_queue_.push_front(b);
+    if (policy_) policy_->push_evict_first(b);
+    else free_queue_.push_front(b);
   }
   // Drops one reference from each block (all or nothing: UsageError on a double free).
   template <typename Ids>
@@ -201,11 +207,13 @@ class BlockPool {
     e.group = group;
     if (group < group_specs_.size()) {
       e.attention_kind = group_specs_[group].kind;
-      e.sliding_window = group_specs_[group].kind == AttentionKind::kSlidingWindow ? group_specs_[group].sliding_window : 0;
+      e.sliding_window =
+          group_specs_[group].kind == AttentionKind::kSlidingWindow ? group_specs_[group].sliding_window : 0;
     }
   }
   void remove_free(KVCacheBlock& b) {
-    if (policy_) policy_->remove(b); else free_queue_.remove(b);
+    if (policy_) policy_->remove(b);
+    else free_queue_.remove(b);
   }
   KVCacheBlock& pop_free() { return policy_ ? policy_->pop() : free_queue_.pop_front(); }
   BlockHash map_key(const BlockHash& h, uint16_t group) const {
@@ -229,11 +237,11 @@ class BlockPool {
   std::unique_ptr<EvictionPolicy> policy_;
   std::vector<KVCacheSpec> group_specs_;
   CachedBlockMap cache_map_;
-  std::vector<TokenId> tokens_;      // [num_blocks][block_size] content of cached blocks
+  std::vector<TokenId> tokens_;  // [num_blocks][block_size] content of cached blocks
   // What confirms a cached block besides its tokens, together so that a lookup or a caching
   // touches one record per block instead of four arrays.
   struct CachedMeta {
-    BlockHash parent;                // parent hash
+    BlockHash parent;  // parent hash
     uint64_t extra_digest = 0;
     // Structural chain confirmation. Every cached block gets the id of its whole prefix (its own
     // content after its parent's prefix); equal content after an equal prefix shares the id, so
@@ -242,7 +250,7 @@ class BlockPool {
     uint64_t prefix_id = 0;
     uint64_t parent_prefix_id = 0;
   };
-  std::vector<CachedMeta> meta_;     // per block, valid while it is cached
+  std::vector<CachedMeta> meta_;  // per block, valid while it is cached
   uint64_t next_prefix_id_ = kRootPrefix + 1;
   int num_cached_ = 0;
   BlockPoolStats stats_;

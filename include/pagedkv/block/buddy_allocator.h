@@ -45,8 +45,8 @@ class BuddyAllocator final : public RangeAllocator {
   int32_t first_;
   int32_t count_;
   int32_t num_free_;
-  std::vector<std::set<int32_t>> free_;   // per order: offsets of free ranges of 2^order ids
-  std::map<int32_t, int> allocated_;      // offset -> order
+  std::vector<std::set<int32_t>> free_;  // per order: offsets of free ranges of 2^order ids
+  std::map<int32_t, int> allocated_;  // offset -> order
   std::vector<std::pair<int32_t, int>> segments_;  // (offset, order), by offset
 };
 

@@ -112,7 +112,8 @@ inline bool unlink_cached_block(CachedBlockMap& map, std::span<KVCacheBlock> blo
   const int32_t head = slot == CachedBlockMap::kAbsent ? kNoLink : map.head_at(slot);
   const bool last_copy = head == b.id.value && b.next_same_hash == kNoLink;
   if (head == b.id.value) {
-    if (b.next_same_hash == kNoLink) map.erase_at(slot); else map.set_head_at(slot, b.next_same_hash);
+    if (b.next_same_hash == kNoLink) map.erase_at(slot);
+    else map.set_head_at(slot, b.next_same_hash);
   } else {
     int32_t t = head;
     while (t != kNoLink && blocks[static_cast<size_t>(t)].next_same_hash != b.id.value)

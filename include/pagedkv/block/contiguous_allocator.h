@@ -42,7 +42,7 @@ class ContiguousAllocator final : public RangeAllocator {
   int32_t first_;
   int32_t count_;
   int32_t num_free_;
-  std::map<int32_t, int32_t> free_;       // start -> length, no two adjacent
+  std::map<int32_t, int32_t> free_;  // start -> length, no two adjacent
   std::map<int32_t, int32_t> allocated_;  // start -> length
 };
 

@@ -46,7 +46,8 @@ class BlockLists {
   size_t num_lists() const { return heads_.size(); }
   template <typename F>
   void for_each(size_t list, F&& f) const {
-    for (int32_t i = heads_[list].head; i != kNoLink; i = blocks_[static_cast<size_t>(i)].next_free) f(blocks_[static_cast<size_t>(i)]);
+    for (int32_t i = heads_[list].head; i != kNoLink; i = blocks_[static_cast<size_t>(i)].next_free)
+      f(blocks_[static_cast<size_t>(i)]);
   }
 
  private:
@@ -96,7 +97,7 @@ class S3FifoPolicy final : public EvictionPolicy {
  private:
   enum List : size_t { kEmpty = 0, kSmall = 1, kMain = 2 };
   void remember(const KVCacheBlock& b);  // adds b's hash to the ghost
-  bool recall(const KVCacheBlock& b);    // true (and forgets it) if b's hash is a ghost
+  bool recall(const KVCacheBlock& b);  // true (and forgets it) if b's hash is a ghost
 
   double small_fraction_;
   int small_target_ = 1;
@@ -131,8 +132,8 @@ class LengthAwarePolicy final : public EvictionPolicy {
   size_t list_of(const KVCacheBlock& b) const;
   // List 0: no cached content. List 1 + c * kDepthBuckets + d: c hits, depth bucket d.
   BlockLists lists_;
-  uint64_t count_nonempty_ = 0;                    // bit c: some list with c hits is not empty
-  std::vector<uint32_t> depth_nonempty_;           // per count, bit d: list (c, d) is not empty
+  uint64_t count_nonempty_ = 0;  // bit c: some list with c hits is not empty
+  std::vector<uint32_t> depth_nonempty_;  // per count, bit d: list (c, d) is not empty
   std::vector<int32_t> position_;
   int size_ = 0;
 };

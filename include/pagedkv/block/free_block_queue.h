@@ -22,7 +22,8 @@ class FreeBlockQueue {
   void push_back(KVCacheBlock& b) {
     b.prev_free = tail_;
     b.next_free = kNoLink;
-    if (tail_ != kNoLink) blocks_[tail_].next_free = b.id.value; else head_ = b.id.value;
+    if (tail_ != kNoLink) blocks_[tail_].next_free = b.id.value;
+    else head_ = b.id.value;
     tail_ = b.id.value;
     b.in_free_queue = true;
     ++size_;
@@ -32,7 +33,8 @@ class FreeBlockQueue {
   void push_front(KVCacheBlock& b) {
     b.prev_free = kNoLink;
     b.next_free = head_;
-    if (head_ != kNoLink) blocks_[head_].prev_free = b.id.value; else tail_ = b.id.value;
+    if (head_ != kNoLink) blocks_[head_].prev_free = b.id.value;
+    else tail_ = b.id.value;
     head_ = b.id.value;
     b.in_free_queue = true;
     ++size_;
@@ -47,8 +49,10 @@ class FreeBlockQueue {
 
   // Unlinks `b` from anywhere in the queue (it must be in this queue).
   void remove(KVCacheBlock& b) {
-    if (b.prev_free != kNoLink) blocks_[b.prev_free].next_free = b.next_free; else head_ = b.next_free;
-    if (b.next_free != kNoLink) blocks_[b.next_free].prev_free = b.prev_free; else tail_ = b.prev_free;
+    if (b.prev_free != kNoLink) blocks_[b.prev_free].next_free = b.next_free;
+    else head_ = b.next_free;
+    if (b.next_free != kNoLink) blocks_[b.next_free].prev_free = b.prev_free;
+    else tail_ = b.prev_free;
     b.prev_free = b.next_free = kNoLink;
     b.in_free_queue = false;
     --size_;

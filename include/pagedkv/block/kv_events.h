@@ -26,11 +26,11 @@ constexpr MediumMask medium_bit(Medium m) { return static_cast<MediumMask>(1u <<
 
 struct KVEvent {
   KVEventKind kind = KVEventKind::kBlockStored;
-  BlockHash hash;            // stored/removed block
-  BlockHash parent_hash;     // stored: the previous block's hash (or the root hash)
-  bool has_parent = false;   // false for a request's first block
-  int32_t token_count = 0;   // stored: tokens in the block
-  BlockId block;             // physical block id in its medium
+  BlockHash hash;  // stored/removed block
+  BlockHash parent_hash;  // stored: the previous block's hash (or the root hash)
+  bool has_parent = false;  // false for a request's first block
+  int32_t token_count = 0;  // stored: tokens in the block
+  BlockId block;  // physical block id in its medium
   uint16_t group = 0;
   // The group's attention kind and window (0 unless sliding), so that an external index can
   // tell a full-attention prefix block from a sliding-window checkpoint.

@@ -11,12 +11,18 @@ enum class DType { kF32, kF16, kBF16, kFP8, kInt8, kInt4 };
 
 constexpr size_t dtype_bits(DType t) {
   switch (t) {
-    case DType::kF32: return 32;
-    case DType::kF16: return 16;
-    case DType::kBF16: return 16;
-    case DType::kFP8: return 8;
-    case DType::kInt8: return 8;
-    case DType::kInt4: return 4;
+    case DType::kF32:
+      return 32;
+    case DType::kF16:
+      return 16;
+    case DType::kBF16:
+      return 16;
+    case DType::kFP8:
+      return 8;
+    case DType::kInt8:
+      return 8;
+    case DType::kInt4:
+      return 4;
   }
   return 0;
 }

@@ -30,7 +30,5 @@ using TokenId = int32_t;
 
 template <typename Tag, typename Rep>
 struct std::hash<pagedkv::StrongId<Tag, Rep>> {
-  size_t operator()(const pagedkv::StrongId<Tag, Rep>& id) const noexcept {
-    return std::hash<Rep>{}(id.value);
-  }
+  size_t operator()(const pagedkv::StrongId<Tag, Rep>& id) const noexcept { return std::hash<Rep>{}(id.value); }
 };

@@ -12,8 +12,8 @@
 namespace pagedkv {
 
 enum class AttentionKind {
-  kFull,            // every token attends to all earlier tokens; blocks prefix-cacheable
-  kSlidingWindow,   // tokens attend to the last `sliding_window` tokens; older blocks released
+  kFull,  // every token attends to all earlier tokens; blocks prefix-cacheable
+  kSlidingWindow,  // tokens attend to the last `sliding_window` tokens; older blocks released
   kCrossAttention,  // decoder attends to a fixed encoder output; allocated once, never cached
 };
 
@@ -21,11 +21,11 @@ std::string_view attention_kind_name(AttentionKind k);
 
 struct KVCacheSpec {
   AttentionKind kind = AttentionKind::kFull;
-  int block_size = 16;        // tokens per block
+  int block_size = 16;  // tokens per block
   int num_kv_heads = 1;
   int head_dim = 1;
   DType dtype = DType::kF16;
-  int sliding_window = 0;     // kSlidingWindow: window length in tokens (> 0)
+  int sliding_window = 0;  // kSlidingWindow: window length in tokens (> 0)
 
   // Bytes of K plus V for one token in one layer, the per-head scales of int8/fp8 included.
   size_t bytes_per_token_per_layer() const {
@@ -34,9 +34,7 @@ struct KVCacheSpec {
     return 2 * (dtype_bytes(dtype, heads * static_cast<size_t>(head_dim)) + scales);
   }
   // Bytes of K plus V for one block in one layer (vLLM's page_size_bytes).
-  size_t bytes_per_block_per_layer() const {
-    return bytes_per_token_per_layer() * static_cast<size_t>(block_size);
-  }
+  size_t bytes_per_block_per_layer() const { return bytes_per_token_per_layer() * static_cast<size_t>(block_size); }
   // Throws ConfigError naming the bad field.
   void validate() const;
 };
@@ -64,7 +62,7 @@ struct KVCacheGroupSpec {
 // group's page has the same bytes; see memory/hybrid_model.h), each a multiple of the smallest,
 // which is the granularity of the prefix hashes.
 struct KVCacheConfig {
-  int num_blocks = 0;              // including the reserved null block 0
+  int num_blocks = 0;  // including the reserved null block 0
   std::vector<KVCacheGroupSpec> groups;
 
   // The smallest group's block size: prefix hashes are computed per block of this many tokens.

@@ -29,7 +29,6 @@ inline void append_utf8(std::string& out, uint32_t cp) {
   }
 }
 
-
 // The byte offset of the first byte of `s` that is not part of well-formed UTF-8 (RFC 3629: no
 // overlong forms, no surrogates, nothing above U+10FFFF), or npos.
 inline size_t first_invalid_utf8(std::string_view s) {

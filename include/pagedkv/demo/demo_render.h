@@ -16,11 +16,11 @@ class LLMEngine;
 namespace pagedkv::demo {
 
 enum class BlockState : uint8_t {
-  kNull,        // block 0, reserved by the pool
-  kFree,        // free, holds nothing reusable
+  kNull,  // block 0, reserved by the pool
+  kFree,  // free, holds nothing reusable
   kCachedFree,  // free but still holds a cached prefix (reused on a hit, evicted last-used first)
-  kOwned,       // held by exactly one request
-  kShared,      // held by several requests (a shared prefix or parallel samples): ref count > 1
+  kOwned,  // held by exactly one request
+  kShared,  // held by several requests (a shared prefix or parallel samples): ref count > 1
 };
 
 struct BlockCell {

@@ -20,12 +20,12 @@ namespace pagedkv::demo {
 struct DemoWorkloadConfig {
   int num_requests = 64;
   int num_system_prompts = 3;
-  double shared_fraction = 0.8;    // requests that start with a system prompt
+  double shared_fraction = 0.8;  // requests that start with a system prompt
   double parallel_fraction = 0.1;  // requests with n = 2..4 parallel samples
-  double cancel_fraction = 0.08;   // requests cancelled 1..40 steps after they arrive
-  int initial_burst = 16;          // requests arriving at step 0; the rest arrive over time
+  double cancel_fraction = 0.08;  // requests cancelled 1..40 steps after they arrive
+  int initial_burst = 16;  // requests arriving at step 0; the rest arrive over time
   double arrivals_per_step = 0.1;  // mean arrival rate after the burst
-  int max_model_len = 512;         // every request fits: prompt + max_tokens <= max_model_len
+  int max_model_len = 512;  // every request fits: prompt + max_tokens <= max_model_len
   int vocab_size = 512;
   uint64_t seed = 1;
   void validate() const;  // throws ConfigError naming the bad field
@@ -34,7 +34,7 @@ struct DemoWorkloadConfig {
 struct DemoRequest {
   int arrival_step = 0;
   int cancel_after_steps = -1;  // steps after arrival; -1: never cancelled
-  int system_prompt = -1;       // index of the shared system prompt it starts with; -1: none
+  int system_prompt = -1;  // index of the shared system prompt it starts with; -1: none
   GenerationRequest request;
 };
 
@@ -44,9 +44,9 @@ class DemoRng {
  public:
   explicit DemoRng(uint64_t seed) : state_(seed) {}
   uint64_t next();
-  double uniform();                    // [0, 1)
-  int uniform_int(int lo, int hi);     // [lo, hi]
-  int log_uniform_int(int lo, int hi); // [lo, hi], uniform in log space: many short, a few long
+  double uniform();  // [0, 1)
+  int uniform_int(int lo, int hi);  // [lo, hi]
+  int log_uniform_int(int lo, int hi);  // [lo, hi], uniform in log space: many short, a few long
 
  private:
   uint64_t state_;

@@ -14,9 +14,9 @@
 namespace pagedkv {
 
 struct BeamCandidate {
-  int beam = 0;       // index into the step's beams
+  int beam = 0;  // index into the step's beams
   TokenId token = 0;
-  double score = 0;   // the beam's cumulative log-probability plus the token's
+  double score = 0;  // the beam's cumulative log-probability plus the token's
 };
 
 // log_softmax of one logits row, in double (the beams' scores add many of them).
@@ -25,7 +25,7 @@ void log_softmax(std::span<const float> logits, std::vector<double>& out);
 // The `width` best (beam, token) pairs, best first; ties go to the lower beam, then the lower
 // token, so the choice is a pure function of the inputs. `logprobs[b]` is beam b's log_softmax
 // row; every row has the same length. UsageError on mismatched sizes or width < 1.
-std::vector<BeamCandidate> select_beams(std::span<const double> cumulative, std::span<const std::vector<double>> logprobs,
-                                        int width);
+std::vector<BeamCandidate> select_beams(std::span<const double> cumulative,
+                                        std::span<const std::vector<double>> logprobs, int width);
 
 }  // namespace pagedkv

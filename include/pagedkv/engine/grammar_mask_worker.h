@@ -25,10 +25,10 @@ namespace pagedkv {
 
 // One constrained sample of a step.
 struct GrammarMaskJob {
-  size_t chunk = 0;                          // the scheduled chunk that samples under it
+  size_t chunk = 0;  // the scheduled chunk that samples under it
   grammar::GrammarMatcher* matcher = nullptr;
-  std::vector<uint32_t> mask;                // filled: the matcher's next-token bitmask
-  bool can_terminate = false;                // filled: the matcher's can_terminate()
+  std::vector<uint32_t> mask;  // filled: the matcher's next-token bitmask
+  bool can_terminate = false;  // filled: the matcher's can_terminate()
 };
 
 class GrammarMaskWorker {
@@ -59,14 +59,14 @@ class GrammarMaskWorker {
   void run();
 
   const size_t mask_words_;
-  std::vector<Job> jobs_;   // kept across steps: their masks' storage is reused
+  std::vector<Job> jobs_;  // kept across steps: their masks' storage is reused
   size_t num_jobs_ = 0;
   std::mutex mutex_;
   std::condition_variable cv_;
-  bool posted_ = false;     // jobs handed over and not yet filled
+  bool posted_ = false;  // jobs handed over and not yet filled
   bool stop_ = false;
   std::exception_ptr error_;
-  std::thread thread_;      // last: started once the members above exist
+  std::thread thread_;  // last: started once the members above exist
 };
 
 }  // namespace pagedkv

@@ -33,19 +33,19 @@ struct GrammarMaskJob;
 
 struct EngineConfig {
   int block_size = 16;
-  int num_blocks = 0;                  // explicit pool size (null block included); 0: from kv_cache_bytes
-  size_t kv_cache_bytes = 16u << 20;   // KV budget when num_blocks == 0
+  int num_blocks = 0;  // explicit pool size (null block included); 0: from kv_cache_bytes
+  size_t kv_cache_bytes = 16u << 20;  // KV budget when num_blocks == 0
   DType kv_dtype = DType::kF32;
   size_t swap_space_bytes = 4u << 20;  // host swap arena (0 disables swap preemption)
   bool enable_prefix_caching = true;
   HashAlgorithm hash_algorithm = HashAlgorithm::kXxh3_128;
   uint64_t hash_seed = 0;
-  int max_model_len = 0;               // 0: the model's seq_len
+  int max_model_len = 0;  // 0: the model's seq_len
   SchedulerConfig scheduler;
   // Host and disk tiers below the KV arena (off unless host_cache_bytes or disk_cache_dir is set):
   // offload of evicted prefixes, promotion on a lookup, swap preemption, warm restart.
   TierConfig tiers;
-  bool check_invariants = false;       // run the manager's checker after every step (tests)
+  bool check_invariants = false;  // run the manager's checker after every step (tests)
   // Record KV events (blocks stored in / removed from the device pool and the host and disk
   // tiers) for take_kv_events(): a server publishes them to routers. Drain them, or they pile up.
   bool enable_kv_events = false;
@@ -58,10 +58,10 @@ struct EngineConfig {
 };
 
 struct GenerationRequest {
-  std::vector<TokenId> prompt;         // token ids, BOS included if the model wants one
+  std::vector<TokenId> prompt;  // token ids, BOS included if the model wants one
   SamplingParams sampling;
   StopConditions stop;
-  int n = 1;                           // parallel samples sharing the prompt's blocks
+  int n = 1;  // parallel samples sharing the prompt's blocks
   // Beam search when > 1 (with n = 1, the paged reservation, no logprobs): every step keeps the
   // beam_width continuations with the highest cumulative log-probability (sampling params are
   // not used); beams share blocks through fork / copy-on-write, a dropped beam frees its own.
@@ -70,7 +70,7 @@ struct GenerationRequest {
   // hypotheses best first, the best under the request's id (sample_index 0), the others with
   // parent = the request's id and sample_index 1, 2, ...
   int beam_width = 1;
-  int priority = 0;                    // lower runs first
+  int priority = 0;  // lower runs first
   std::string cache_salt;
   uint64_t lora_id = 0;
   // -1: none. k >= 0: each sampled token's log-probability and the k most likely tokens'
@@ -97,20 +97,20 @@ struct GenerationRequest {
 
 struct RequestOutput {
   RequestId id;
-  RequestId parent{~0ull};             // for parallel samples 1..n-1: the request they forked from
+  RequestId parent{~0ull};  // for parallel samples 1..n-1: the request they forked from
   int sample_index = 0;
-  double cumulative_logprob = 0;       // beam search: the hypothesis's score (else 0)
+  double cumulative_logprob = 0;  // beam search: the hypothesis's score (else 0)
   std::vector<TokenId> prompt;
-  std::vector<TokenId> output;         // generated tokens (a finishing stop token excluded)
+  std::vector<TokenId> output;  // generated tokens (a finishing stop token excluded)
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
-  int prefix_hit_tokens = 0;           // tokens served from the prefix cache at first admission
-  TierHitTokens hit_tokens_by_tier;    // the same, by the tier they were found in
+  int prefix_hit_tokens = 0;  // tokens served from the prefix cache at first admission
+  TierHitTokens hit_tokens_by_tier;  // the same, by the tier they were found in
   int num_preemptions = 0;
-  double ttft_ms = -1;                 // arrival to first token
-  double latency_ms = -1;              // arrival to finish
-  double tpot_ms = -1;                 // mean time per output token after the first
-  double queue_ms = -1;                // arrival to first scheduled
+  double ttft_ms = -1;  // arrival to first token
+  double latency_ms = -1;  // arrival to finish
+  double tpot_ms = -1;  // mean time per output token after the first
+  double queue_ms = -1;  // arrival to first scheduled
   // When the request asked for logprobs: one entry per token added to `output` since this
   // request's previous RequestOutput, in order (a forked sample's first token comes with its second).
   std::vector<TokenLogprobs> new_logprobs;
@@ -122,11 +122,11 @@ struct RequestOutput {
 // One step's work in the terms of a step cost model (replay/step_cost_model.h's StepWork):
 // benchmarks that run the engine on a modelled clock read EngineStats::last_step after each step.
 struct EngineStepWork {
-  int64_t prefill_tokens = 0;       // new tokens of chunks longer than one token
-  double prefill_token_pairs = 0;   // Σ new tokens x the mean context they attend to
-  int64_t decode_seqs = 0;          // one-token chunks
+  int64_t prefill_tokens = 0;  // new tokens of chunks longer than one token
+  double prefill_token_pairs = 0;  // Σ new tokens x the mean context they attend to
+  int64_t decode_seqs = 0;  // one-token chunks
   int64_t decode_context_tokens = 0;
-  int64_t copied_blocks = 0;        // swap-out and swap-in copies
+  int64_t copied_blocks = 0;  // swap-out and swap-in copies
 };
 
 struct EngineStats {
@@ -135,10 +135,10 @@ struct EngineStats {
   uint64_t output_tokens = 0;
   uint64_t cow_copies = 0;
   double forward_seconds = 0;
-  double schedule_seconds = 0;         // scheduler + manager + batch building
+  double schedule_seconds = 0;  // scheduler + manager + batch building
   double copy_seconds = 0;
   int peak_blocks_in_use = 0;
-  std::vector<int> blocks_in_use;      // after every step
+  std::vector<int> blocks_in_use;  // after every step
   EngineStepWork last_step;
 };
 
@@ -200,8 +200,8 @@ class LLMEngine {
   // A beam search request: its live beams (scheduler requests) and finished hypotheses.
   struct BeamGroup {
     int width = 1;
-    std::vector<RequestId> live;                            // beam order: who wins ties
-    std::unordered_map<RequestId, double> cumulative;       // live beams' scores
+    std::vector<RequestId> live;  // beam order: who wins ties
+    std::unordered_map<RequestId, double> cumulative;  // live beams' scores
     std::unordered_map<RequestId, std::vector<double>> pending;  // log_softmax at the current length
     std::vector<RequestOutput> hypotheses;
     std::optional<RequestOutput> failed;  // aborted or rejected: reported instead of hypotheses
@@ -231,8 +231,8 @@ class LLMEngine {
   // Waits for the posted masks (a no-op when none were posted); mask_job_of_chunk_ then names
   // each chunk's filled job.
   void wait_grammar_masks();
-  // Samples every chunk that samples (`sampled[i]` for chunk i, its logits row sample_rows_[i]; a beam's candidates wait for
-  // advance_beams instead), with its grammar and logprobs; counts the prompt tokens computed.
+  // Samples every chunk that samples (`sampled[i]` for chunk i, its logits row sample_rows_[i]; a beam's candidates
+  // wait for advance_beams instead), with its grammar and logprobs; counts the prompt tokens computed.
   void sample(const SchedulerOutput& out, const Logits& logits, std::vector<SampledTokens>& sampled);
   // Appends the sampled tokens in the scheduler, steps the beam groups; returns the requests
   // that finished.
@@ -284,13 +284,13 @@ class LLMEngine {
   std::unordered_map<RequestId, int> rows_;
   std::vector<int> free_rows_;
   std::map<std::pair<uint64_t, int>, Sampler> samplers_;  // (root request, sample index)
-  std::map<uint64_t, int> logprobs_;                      // root request -> top-k asked (absent: none)
+  std::map<uint64_t, int> logprobs_;  // root request -> top-k asked (absent: none)
   // Requests with a grammar: (root request, sample index) -> its position in the grammar. Forks
   // start from a copy of the parent's matcher taken before it accepts its first token.
   std::map<std::pair<uint64_t, int>, grammar::GrammarMatcher> matchers_;
-  std::map<uint64_t, BeamGroup> beams_;                   // root request -> its beams
-  std::unordered_map<RequestId, uint64_t> beam_root_;     // beam (live or finishing) -> root
-  std::unordered_set<RequestId> pruned_;                  // beams dropped, until their finish is seen
+  std::map<uint64_t, BeamGroup> beams_;  // root request -> its beams
+  std::unordered_map<RequestId, uint64_t> beam_root_;  // beam (live or finishing) -> root
+  std::unordered_set<RequestId> pruned_;  // beams dropped, until their finish is seen
   // Requests asking for prompt logprobs (root request -> top-k asked, and the entries so far:
   // entry i is prompt token i + 1's), until their first output hands them over.
   struct PromptLogprobs {

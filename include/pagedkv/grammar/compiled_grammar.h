@@ -27,9 +27,9 @@ namespace pagedkv::grammar {
 enum class GrammarKind : uint8_t {
   kJsonSchema,  // text: a JSON Schema
   kJsonObject,  // text ignored: any JSON object
-  kRegex,       // text: a regex the whole output must match
-  kChoice,      // text: a JSON array of strings, the output is one of them
-  kGbnf,        // text: a GBNF grammar with a `root` rule
+  kRegex,  // text: a regex the whole output must match
+  kChoice,  // text: a JSON array of strings, the output is one of them
+  kGbnf,  // text: a GBNF grammar with a `root` rule
 };
 const char* grammar_kind_name(GrammarKind kind);
 
@@ -49,10 +49,10 @@ class CompiledGrammar {
 
   const TokenVocabulary& vocabulary() const;
   const std::shared_ptr<const TokenVocabulary>& vocabulary_ptr() const;
-  int32_t num_states() const;          // automaton states (all rules)
+  int32_t num_states() const;  // automaton states (all rules)
   int32_t num_rules() const;
   int32_t num_precomputed_states() const;  // states whose token classes were built at compile time
-  double compile_ms() const;           // wall time compile_grammar took
+  double compile_ms() const;  // wall time compile_grammar took
 
   // The automaton and per-state token classes: private to grammar/ (src/grammar/), read by
   // GrammarMatcher.
@@ -60,8 +60,8 @@ class CompiledGrammar {
   const Impl& impl() const { return *impl_; }
 
  private:
-  friend std::shared_ptr<const CompiledGrammar> compile_grammar(
-      const Grammar&, std::shared_ptr<const TokenVocabulary>, const GrammarLimits&);
+  friend std::shared_ptr<const CompiledGrammar> compile_grammar(const Grammar&, std::shared_ptr<const TokenVocabulary>,
+                                                                const GrammarLimits&);
   explicit CompiledGrammar(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

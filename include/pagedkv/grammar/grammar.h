@@ -32,13 +32,13 @@ inline constexpr uint32_t kMaxCodepoint = 0x10FFFF;
 inline constexpr int32_t kUnbounded = -1;  // Expr::max of `*` and `+`
 
 enum class ExprKind : uint8_t {
-  kEmpty,      // matches the empty string
-  kLiteral,    // the bytes in `bytes`
+  kEmpty,  // matches the empty string
+  kLiteral,  // the bytes in `bytes`
   kCharClass,  // one code point in `ranges` (sorted, disjoint, no surrogates), UTF-8 encoded
-  kSequence,   // children in order
-  kChoice,     // any one child
-  kRepeat,     // children[0] between min and max times (max == kUnbounded: no upper bound)
-  kRuleRef,    // the rule `rule`
+  kSequence,  // children in order
+  kChoice,  // any one child
+  kRepeat,  // children[0] between min and max times (max == kUnbounded: no upper bound)
+  kRuleRef,  // the rule `rule`
 };
 
 struct Expr {

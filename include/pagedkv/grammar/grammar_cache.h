@@ -21,8 +21,7 @@ namespace pagedkv::grammar {
 
 class GrammarCache {
  public:
-  GrammarCache(std::shared_ptr<const TokenVocabulary> vocabulary, size_t capacity,
-               GrammarOptions options = {});
+  GrammarCache(std::shared_ptr<const TokenVocabulary> vocabulary, size_t capacity, GrammarOptions options = {});
 
   // The compiled grammar of (kind, text) under this cache's options; compiles it on a miss.
   // Throws GrammarError as compile_grammar does.

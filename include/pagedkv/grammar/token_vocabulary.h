@@ -33,7 +33,7 @@ class TokenVocabulary {
   struct TrieNode {
     uint8_t byte = 0;
     uint16_t depth = 0;
-    uint16_t max_depth = 0;   // the longest token in this node's subtree, in bytes
+    uint16_t max_depth = 0;  // the longest token in this node's subtree, in bytes
     int32_t subtree_end = 0;  // one past the last node of this node's subtree
     int32_t token_begin = 0, token_end = 0;  // trie_tokens()[begin, end): the tokens ending here
   };

@@ -10,7 +10,7 @@ namespace pagedkv {
 struct ReadBandwidth {
   double gbps_median = 0;  // 1e9 bytes per second
   double gbps_best = 0;
-  size_t bytes = 0;        // buffer size read per repetition
+  size_t bytes = 0;  // buffer size read per repetition
   int threads = 0;
   int repeats = 0;
 };

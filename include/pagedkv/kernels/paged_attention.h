@@ -24,8 +24,8 @@ namespace pagedkv {
 
 struct AttentionShape {
   int num_q_heads = 0, num_kv_heads = 0, head_dim = 0;
-  float scale = 0;          // softmax scale, usually 1/sqrt(head_dim)
-  int sliding_window = 0;   // 0 = none; else attend to the last `sliding_window` tokens only
+  float scale = 0;  // softmax scale, usually 1/sqrt(head_dim)
+  int sliding_window = 0;  // 0 = none; else attend to the last `sliding_window` tokens only
   float logit_softcap = 0;  // 0 = none; else scores = softcap * tanh(scores / softcap)
 };
 
@@ -34,7 +34,7 @@ struct AttentionShape {
 // context_lens[i] tokens, read through block_tables[i * block_table_stride + ...].
 struct PagedAttentionBatch {
   int num_requests = 0;
-  const int32_t* query_start = nullptr;   // [num_requests + 1]
+  const int32_t* query_start = nullptr;  // [num_requests + 1]
   const int32_t* context_lens = nullptr;  // [num_requests]
   const int32_t* block_tables = nullptr;  // [num_requests][block_table_stride]
   int block_table_stride = 0;
@@ -55,8 +55,7 @@ struct PagedAttentionBatch {
 // query: [num_query_tokens][num_q_heads][head_dim] f32; out: same shape, f32.
 // Sliding window W: the query at position p attends to positions [p - W + 1, p].
 // Throws UsageError naming the bad value for inconsistent shapes or batch metadata.
-void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& batch,
-                     const KVLayerView& kv, const float* query, float* out,
-                     KernelIsa isa = KernelIsa::kAuto);
+void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& batch, const KVLayerView& kv,
+                     const float* query, float* out, KernelIsa isa = KernelIsa::kAuto);
 
 }  // namespace pagedkv

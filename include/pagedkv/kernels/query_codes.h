@@ -19,7 +19,9 @@ namespace pagedkv {
 // Query codes are stored in rows padded with zeros to a multiple of this many elements (one
 // AVX-512 vector of int16), so the kernels read whole vectors.
 inline constexpr size_t kQueryCodeAlign = 32;
-constexpr size_t padded_query_dim(size_t dim) { return (dim + kQueryCodeAlign - 1) / kQueryCodeAlign * kQueryCodeAlign; }
+constexpr size_t padded_query_dim(size_t dim) {
+  return (dim + kQueryCodeAlign - 1) / kQueryCodeAlign * kQueryCodeAlign;
+}
 
 // The largest query code for a head dimension: |sum code_q * code_k| <= dim * max * 128 must fit
 // in int32 (32767 up to head_dim 512; wider heads get a coarser query).
@@ -27,7 +29,7 @@ constexpr int query_code_max(size_t dim) { return dim <= 512 ? 32767 : static_ca
 
 struct QueryRowCodes {
   float scale = 0;  // query ~ scale * code; 0 for a zero row, NaN for a row with a NaN or an infinity
-  float sum = 0;    // sum of the scaled (and rotated) row's elements
+  float sum = 0;  // sum of the scaled (and rotated) row's elements
 };
 
 // Codes of one row of `dim` elements into codes[0, padded_query_dim(dim)) (the padding zero;

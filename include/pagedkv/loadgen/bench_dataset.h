@@ -52,10 +52,10 @@ std::vector<BenchRequest> prefix_repetition_dataset(const TokenPool& pool, const
                                                     uint64_t seed);
 
 struct MooncakeDatasetOptions {
-  int num_prompts = 200;       // the first N records
-  int block_tokens = 16;       // tokens each 512-token hash-id block becomes
-  double time_scale = 1.0;     // arrival = trace timestamp x time_scale
-  int max_model_len = 512;     // prompts are cut so that prompt + output fits
+  int num_prompts = 200;  // the first N records
+  int block_tokens = 16;  // tokens each 512-token hash-id block becomes
+  double time_scale = 1.0;  // arrival = trace timestamp x time_scale
+  int max_model_len = 512;  // prompts are cut so that prompt + output fits
 };
 // Throws FormatError naming the file and line of a malformed record.
 std::vector<BenchRequest> mooncake_dataset(const std::filesystem::path& trace, const TokenPool& pool,

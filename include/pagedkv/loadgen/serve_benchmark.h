@@ -27,21 +27,21 @@ struct ServeBenchOptions {
   // "/v1/completions" (token-id prompts) or "/v1/chat/completions" (each prompt's text, from the
   // server's /detokenize, as one user message).
   std::string endpoint = "/v1/completions";
-  std::string model;          // empty: the server's first model
+  std::string model;  // empty: the server's first model
   std::string api_key;
   double request_rate = std::numeric_limits<double>::infinity();
   double burstiness = 1.0;
-  int max_concurrency = 0;    // 0: no cap
-  bool ignore_eos = true;     // every request generates exactly max_tokens (vLLM's benchmark default)
+  int max_concurrency = 0;  // 0: no cap
+  bool ignore_eos = true;  // every request generates exactly max_tokens (vLLM's benchmark default)
   uint64_t seed = 0;
-  double timeout_s = 600;     // per request
+  double timeout_s = 600;  // per request
   // A request that gets no whole answer — a transport error, a 5xx, an error event, or a stream
   // cut before [DONE] — is sent again, whole, to the next base URL, up to this many times (a
   // client of a fleet retrying on another router). Its latencies count from the first attempt.
   int failover = 0;
 };
 
-struct LatencySummary {      // milliseconds
+struct LatencySummary {  // milliseconds
   double mean = 0, median = 0, p99 = 0;
 };
 
@@ -49,18 +49,18 @@ struct ServeBenchReport {
   std::string model;
   int completed = 0;
   int failed = 0;
-  int retried = 0;                  // attempts sent again to another base URL (ServeBenchOptions::failover)
+  int retried = 0;  // attempts sent again to another base URL (ServeBenchOptions::failover)
   std::vector<std::string> errors;  // the first few failures
   double duration_s = 0;
   int64_t total_input_tokens = 0;
   int64_t total_output_tokens = 0;
   double request_throughput = 0;  // completed requests per second
-  double output_throughput = 0;   // output tokens per second
+  double output_throughput = 0;  // output tokens per second
   double total_token_throughput = 0;
   LatencySummary ttft, tpot, itl, e2e;
   double prefix_cache_hit_rate = -1;  // hits / queries of the servers over the run (-1: unknown)
-  int64_t total_cached_tokens = 0;     // prompt tokens the responses said came from a prefix cache
-  double cached_token_rate = 0;        // total_cached_tokens / total_input_tokens (completed requests)
+  int64_t total_cached_tokens = 0;  // prompt tokens the responses said came from a prefix cache
+  double cached_token_rate = 0;  // total_cached_tokens / total_input_tokens (completed requests)
   // Hit tokens by the tier that held them (device, host, disk, remote), summed over the servers'
   // pagedkv:prefix_cache_hit_tokens_total over the run; empty for servers that lack the metric.
   std::vector<std::pair<std::string, double>> hit_tokens_by_tier;

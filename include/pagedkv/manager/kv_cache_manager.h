@@ -22,15 +22,15 @@
 namespace pagedkv {
 
 struct KVCacheManagerConfig {
-  KVCacheConfig cache;                 // pool size and KV-cache groups
-  int max_model_len = 0;               // longest sequence; 0 = what the pool can hold
-  bool enable_caching = true;          // prefix caching
+  KVCacheConfig cache;  // pool size and KV-cache groups
+  int max_model_len = 0;  // longest sequence; 0 = what the pool can hold
+  bool enable_caching = true;  // prefix caching
   HashAlgorithm hash_algorithm = HashAlgorithm::kXxh3_128;
-  uint64_t hash_seed = 0;              // part of the configuration: same seed, same hashes
-  double watermark = 0.01;             // can_allocate keeps this fraction of blocks free
+  uint64_t hash_seed = 0;  // part of the configuration: same seed, same hashes
+  double watermark = 0.01;  // can_allocate keeps this fraction of blocks free
   bool enable_events = false;
   std::unique_ptr<EvictionPolicy> eviction_policy;  // null: LRU (vLLM's free queue)
-  HashFunction hash_function = nullptr;             // tests: override the hash (collisions)
+  HashFunction hash_function = nullptr;  // tests: override the hash (collisions)
   // allocate_slots answers a call that adds no block and caches none (most decode steps) without
   // the general path. Off only in tests that compare the two paths.
   bool enable_steady_state_fast_path = true;
@@ -90,9 +90,9 @@ struct NewBlocks {
 // Lookups by requests never preempted, and (apart, as vLLM counts them) lookups by requests
 // re-admitted after a preemption, whose own earlier blocks inflate the hit rate.
 struct PrefixCacheStats {
-  uint64_t requests = 0;   // lookups
-  uint64_t queries = 0;    // tokens looked up
-  uint64_t hits = 0;       // tokens found
+  uint64_t requests = 0;  // lookups
+  uint64_t queries = 0;  // tokens looked up
+  uint64_t hits = 0;  // tokens found
   uint64_t hit_requests = 0;  // lookups that found at least one block (request-level hits)
   uint64_t preempted_requests = 0;
   uint64_t preempted_queries = 0;
@@ -119,7 +119,8 @@ class KVCacheManager {
   // Prefix lookup: the longest run of cached full blocks from the start of the request
   // (at most num_tokens - 1 tokens, so at least one token is computed), and the number of
   // tokens they cover. With groups of different block sizes the hit is a multiple of their
-  // least common multiple (every group's table must end on a block boundary there). Touches nothing; counts the lookup in the prefix-cache stats.
+  // least common multiple (every group's table must end on a block boundary there). Touches nothing; counts the lookup
+  // in the prefix-cache stats.
   void get_computed_blocks(Request& request, ComputedBlocks& out);
   ComputedBlocks get_computed_blocks(Request& request);
 
@@ -255,9 +256,9 @@ class KVCacheManager {
   // allocate_slots' refusals, out of line: their formatting would otherwise cost every decode
   // step a larger stack frame.
   [[noreturn, gnu::cold, gnu::noinline]] static void refuse_allocate_slots(const Request& request, int num_new_tokens,
-                                                                         int num_new_computed_tokens,
-                                                                         int num_lookahead_tokens, int max_model_len,
-                                                                         bool holds_blocks);
+                                                                           int num_new_computed_tokens,
+                                                                           int num_lookahead_tokens, int max_model_len,
+                                                                           bool holds_blocks);
   // allocate_slots past its checks and the steady-state answer (num_computed: the request's
   // computed tokens with the new prefix hits).
   std::optional<NewBlocks> allocate_slots_general(Request& request, RequestBlocks* state, int num_computed,
@@ -297,12 +298,13 @@ class KVCacheManager {
   std::array<std::span<const BlockId>, kMaxKVCacheGroups> new_block_views_{};
   const std::array<std::span<const BlockId>, kMaxKVCacheGroups> no_block_views_{};
   bool all_full_attention_ = false;  // every group is full attention (the fast path's domain)
-  bool hash_per_block_ = false;      // every group's block is one hash block (hash_ratio 1)
+  bool hash_per_block_ = false;  // every group's block is one hash block (hash_ratio 1)
 };
 
 // A decode step's whole test, on the entry's first cache line and the request's.
-inline bool KVCacheManager::is_steady_state(const Request& request, const RequestBlocks& state, int num_tokens_need_slot,
-                                            int num_tokens_to_cache, bool delay_cache_blocks) const {
+inline bool KVCacheManager::is_steady_state(const Request& request, const RequestBlocks& state,
+                                            int num_tokens_need_slot, int num_tokens_to_cache,
+                                            bool delay_cache_blocks) const {
   // Sliding-window and cross-attention groups release or size blocks by other rules; a forked
   // request may need copy-on-write.
   if (!all_full_attention_ || state.may_share_writable) return false;
@@ -353,6 +355,5 @@ inline std::optional<NewBlocks> KVCacheManager::allocate_slots(Request& request,
   return allocate_slots_general(request, state, num_computed, num_tokens_need_slot, num_tokens_to_cache,
                                 new_computed_blocks, delay_cache_blocks);
 }
-
 
 }  // namespace pagedkv

@@ -17,15 +17,15 @@ struct Request {
   // The fields a decode step reads (the manager's fast path and a scheduler's loop) come first,
   // within the first cache line of the struct.
   RequestId id;
-  std::vector<TokenId> tokens;     // prompt, then outputs as they are generated
-  int num_computed_tokens = 0;     // tokens whose KV is (or is being) written; caller-maintained
+  std::vector<TokenId> tokens;  // prompt, then outputs as they are generated
+  int num_computed_tokens = 0;  // tokens whose KV is (or is being) written; caller-maintained
   // Where the manager that holds this request's blocks keeps them: a lookup hint it maintains
   // and checks (a stale or foreign hint costs one hash lookup, nothing else). Not for callers.
   uint32_t manager_slot = ~uint32_t{0};
   int num_prompt_tokens = 0;
-  int num_preemptions = 0;         // caller-maintained; lookups after a preemption are counted apart
+  int num_preemptions = 0;  // caller-maintained; lookups after a preemption are counted apart
   bool skip_prefix_cache = false;  // e.g. requests that need prompt logprobs
-  int num_encoder_tokens = 0;      // cross-attention groups: encoder output length
+  int num_encoder_tokens = 0;  // cross-attention groups: encoder output length
   // Prefix-cache keys (see extra_keys.h).
   uint64_t lora_id = 0;
   std::string cache_salt;

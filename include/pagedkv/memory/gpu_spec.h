@@ -9,9 +9,9 @@
 namespace pagedkv {
 
 struct GpuSpec {
-  std::string name;          // "h100-80gb"
-  std::string description;   // "NVIDIA H100 SXM 80GB"
-  uint64_t memory_bytes = 0; // total memory as nvidia-smi reports it (memory.total, MiB x 2^20)
+  std::string name;  // "h100-80gb"
+  std::string description;  // "NVIDIA H100 SXM 80GB"
+  uint64_t memory_bytes = 0;  // total memory as nvidia-smi reports it (memory.total, MiB x 2^20)
 };
 
 std::span<const GpuSpec> gpu_presets();

@@ -32,7 +32,7 @@ struct HybridModelShape {
   int num_q_heads = 0;
   int num_kv_heads = 0;
   int head_dim = 0;
-  int sliding_window = 0;   // tokens
+  int sliding_window = 0;  // tokens
   // Layer l is a full-attention layer when l % period == period - 1, else it slides
   // (Gemma 2 and gpt-oss: 2; Gemma 3: 6).
   int full_attention_period = 2;
@@ -81,15 +81,15 @@ std::string describe_page_padding(std::span<const PlannedKVGroup> groups);
 struct HybridKVPlan {
   std::vector<PlannedKVGroup> groups;
   int padding_layers = 0;
-  double padding_waste = 0;              // padding layers / real layers of their spec, the worst spec
-  double page_padding_waste = 0;         // page padding / the common page, the worst group
-  size_t bytes_per_block = 0;            // one page of the pool: padded_layers layers' blocks
+  double padding_waste = 0;  // padding layers / real layers of their spec, the worst spec
+  double page_padding_waste = 0;  // page padding / the common page, the worst group
+  size_t bytes_per_block = 0;  // one page of the pool: padded_layers layers' blocks
   int64_t context_len = 0;
-  int64_t chunk_tokens = 1;              // the prefill chunk of the sliding footprint
-  std::vector<uint64_t> group_bytes_per_token;    // real layers of each group
+  int64_t chunk_tokens = 1;  // the prefill chunk of the sliding footprint
+  std::vector<uint64_t> group_bytes_per_token;  // real layers of each group
   std::vector<int64_t> group_blocks_per_request;  // blocks each group holds at its largest
-  uint64_t kv_bytes_per_request = 0;              // hybrid groups, pages as allocated (padding included)
-  uint64_t kv_bytes_per_request_uniform = 0;      // every layer keeps every token
+  uint64_t kv_bytes_per_request = 0;  // hybrid groups, pages as allocated (padding included)
+  uint64_t kv_bytes_per_request_uniform = 0;  // every layer keeps every token
 };
 
 // Plans `model` at this block size, KV dtype, context length and prefill chunk (a sliding group

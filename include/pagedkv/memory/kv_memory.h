@@ -25,16 +25,15 @@ int64_t num_blocks_in_budget(double budget_bytes, size_t bytes_per_block);
 // vLLM (Worker.profile_num_available_blocks): after a profiling forward pass, `peak_bytes` is
 // everything in use at its peak (weights, activations, CUDA context), so the cache gets
 //   floor((total x gpu_memory_utilization - peak) / bytes_per_block), at least 0.
-int64_t num_gpu_blocks_vllm(uint64_t total_gpu_bytes, double gpu_memory_utilization,
-                            uint64_t peak_bytes, size_t bytes_per_block);
+int64_t num_gpu_blocks_vllm(uint64_t total_gpu_bytes, double gpu_memory_utilization, uint64_t peak_bytes,
+                            size_t bytes_per_block);
 
 // nano-vllm (ModelRunner.allocate_kv_cache): `used` is what the device reports in use after
 // warm-up, `peak` and `current` are the allocator's peak and current bytes; peak - current is the
 // warm-up's transient activations, which the cache must leave room for:
 //   floor((total x gpu_memory_utilization - used - peak + current) / bytes_per_block), at least 0.
-int64_t num_gpu_blocks_nano_vllm(uint64_t total_gpu_bytes, double gpu_memory_utilization,
-                                 uint64_t used_bytes, uint64_t peak_bytes, uint64_t current_bytes,
-                                 size_t bytes_per_block);
+int64_t num_gpu_blocks_nano_vllm(uint64_t total_gpu_bytes, double gpu_memory_utilization, uint64_t used_bytes,
+                                 uint64_t peak_bytes, uint64_t current_bytes, size_t bytes_per_block);
 
 // vLLM's CPU swap blocks: floor(swap_space / bytes_per_block).
 int64_t num_cpu_swap_blocks(uint64_t swap_space_bytes, size_t bytes_per_block);

@@ -26,15 +26,15 @@ inline constexpr int64_t kDefaultContextLenCap = 131072;
 
 struct PlanOptions {
   int block_size = 16;
-  std::optional<DType> kv_dtype;            // default: the model's dtype, else fp16
+  std::optional<DType> kv_dtype;  // default: the model's dtype, else fp16
   // The KV budget: given directly, or derived from a GPU (exactly one of the two).
   std::optional<uint64_t> kv_memory_bytes;
   std::optional<GpuSpec> gpu;
   double gpu_memory_utilization = kDefaultGpuMemoryUtilization;  // with gpu
-  std::optional<DType> weights_dtype;       // with gpu; default: the model's dtype, else fp16
-  uint64_t overhead_bytes = kDefaultOverheadBytes;               // with gpu
-  uint64_t swap_space_bytes = 0;            // CPU swap space for swapped-out blocks
-  std::optional<int64_t> context_len;       // default: min(max_position_embeddings, cap)
+  std::optional<DType> weights_dtype;  // with gpu; default: the model's dtype, else fp16
+  uint64_t overhead_bytes = kDefaultOverheadBytes;  // with gpu
+  uint64_t swap_space_bytes = 0;  // CPU swap space for swapped-out blocks
+  std::optional<int64_t> context_len;  // default: min(max_position_embeddings, cap)
 };
 
 // How a GPU's memory was divided (present when the plan started from a GPU).
@@ -42,23 +42,23 @@ struct GpuBudget {
   GpuSpec gpu;
   double gpu_memory_utilization = 0;
   DType weights_dtype = DType::kF16;
-  uint64_t weights_bytes = 0;   // num_params x bytes of weights_dtype
+  uint64_t weights_bytes = 0;  // num_params x bytes of weights_dtype
   uint64_t overhead_bytes = 0;
 };
 
 struct MemoryPlan {
   ModelShape model;
-  KVCacheSpec spec;                  // one layer's spec (block size, KV heads, dtype, window)
-  size_t bytes_per_token = 0;        // all layers
+  KVCacheSpec spec;  // one layer's spec (block size, KV heads, dtype, window)
+  size_t bytes_per_token = 0;  // all layers
   size_t bytes_per_block_per_layer = 0;
-  size_t bytes_per_block = 0;        // all layers
-  uint64_t kv_memory_bytes = 0;      // the budget the blocks were carved from
+  size_t bytes_per_block = 0;  // all layers
+  uint64_t kv_memory_bytes = 0;  // the budget the blocks were carved from
   std::optional<GpuBudget> gpu;
   int64_t num_blocks = 0;
-  int64_t token_capacity = 0;        // num_blocks x block_size
+  int64_t token_capacity = 0;  // num_blocks x block_size
   int64_t context_len = 0;
-  int64_t blocks_per_request = 0;    // at context_len
-  double max_concurrency = 0;        // num_blocks / blocks_per_request
+  int64_t blocks_per_request = 0;  // at context_len
+  double max_concurrency = 0;  // num_blocks / blocks_per_request
   uint64_t swap_space_bytes = 0;
   int64_t num_cpu_blocks = 0;
 };

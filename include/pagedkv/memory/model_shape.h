@@ -18,18 +18,18 @@ struct ModelShape {
   std::string name;
   int num_layers = 0;
   int num_q_heads = 0;
-  int num_kv_heads = 0;           // < num_q_heads for grouped-query attention
+  int num_kv_heads = 0;  // < num_q_heads for grouped-query attention
   int head_dim = 0;
   int hidden_size = 0;
-  int intermediate_size = 0;      // MLP width (per expert for mixture-of-experts models)
-  int num_experts = 1;            // experts per MoE layer; 1 for a dense MLP
+  int intermediate_size = 0;  // MLP width (per expert for mixture-of-experts models)
+  int num_experts = 1;  // experts per MoE layer; 1 for a dense MLP
   int vocab_size = 0;
   bool tie_word_embeddings = false;  // the LM head reuses the embedding matrix
-  bool attention_bias = false;       // q/k/v projections carry biases (Qwen2)
-  uint64_t num_params = 0;           // total parameters, for weight memory
+  bool attention_bias = false;  // q/k/v projections carry biases (Qwen2)
+  uint64_t num_params = 0;  // total parameters, for weight memory
   int max_position_embeddings = 0;
   std::optional<int> sliding_window;  // tokens each token attends to, when attention is windowed
-  std::optional<DType> dtype;         // the checkpoint's dtype (config.json's torch_dtype)
+  std::optional<DType> dtype;  // the checkpoint's dtype (config.json's torch_dtype)
 
   // The per-layer KV-cache spec at this block size and KV dtype: full attention, or sliding
   // window when the model has one.

@@ -24,11 +24,11 @@ struct KVGroupTables {
 };
 
 struct ForwardBatch {
-  std::span<const TokenId> token_ids;     // [T]
-  std::span<const int32_t> positions;     // [T]
+  std::span<const TokenId> token_ids;  // [T]
+  std::span<const int32_t> positions;  // [T]
   std::span<const int64_t> slot_mapping;  // [T] block_id * block_size + position % block_size; -1 = skip
-  PagedAttentionBatch attention;          // covers exactly rows 0..T-1
-  std::span<const int32_t> logits_rows;   // row indices in [0, T), any order, may be empty
+  PagedAttentionBatch attention;  // covers exactly rows 0..T-1
+  std::span<const int32_t> logits_rows;  // row indices in [0, T), any order, may be empty
   // Groups 1.. of a model with several KV-cache groups (the fields above are group 0's); empty
   // for a model with one group.
   std::span<const KVGroupTables> extra_groups;
@@ -80,7 +80,7 @@ class ForwardBatchBuilder {
   std::vector<int32_t> context_lens_;
   std::vector<int32_t> logits_rows_;
   std::vector<std::vector<int32_t>> tables_;  // per request, as given
-  std::vector<int32_t> dense_tables_;         // [requests][stride], built by batch()
+  std::vector<int32_t> dense_tables_;  // [requests][stride], built by batch()
 };
 
 }  // namespace pagedkv

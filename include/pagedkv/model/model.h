@@ -18,17 +18,17 @@ namespace pagedkv {
 // Non-owning pointers into one model's weights. Valid while the owning Model lives.
 struct ModelWeights {
   const float* token_embedding = nullptr;  // [vocab_size][dim]
-  const float* rms_att = nullptr;          // [n_layers][dim]        attention RMSNorm gains
-  const float* wq = nullptr;               // [n_layers][dim][dim]
-  const float* wk = nullptr;               // [n_layers][kv_dim][dim]
-  const float* wv = nullptr;               // [n_layers][kv_dim][dim]
-  const float* wo = nullptr;               // [n_layers][dim][dim]
-  const float* rms_ffn = nullptr;          // [n_layers][dim]        feed-forward RMSNorm gains
-  const float* w1 = nullptr;               // [n_layers][hidden_dim][dim]   gate
-  const float* w2 = nullptr;               // [n_layers][dim][hidden_dim]   down
-  const float* w3 = nullptr;               // [n_layers][hidden_dim][dim]   up
-  const float* rms_final = nullptr;        // [dim]
-  const float* wcls = nullptr;             // [vocab_size][dim]; == token_embedding when shared
+  const float* rms_att = nullptr;  // [n_layers][dim]        attention RMSNorm gains
+  const float* wq = nullptr;  // [n_layers][dim][dim]
+  const float* wk = nullptr;  // [n_layers][kv_dim][dim]
+  const float* wv = nullptr;  // [n_layers][kv_dim][dim]
+  const float* wo = nullptr;  // [n_layers][dim][dim]
+  const float* rms_ffn = nullptr;  // [n_layers][dim]        feed-forward RMSNorm gains
+  const float* w1 = nullptr;  // [n_layers][hidden_dim][dim]   gate
+  const float* w2 = nullptr;  // [n_layers][dim][hidden_dim]   down
+  const float* w3 = nullptr;  // [n_layers][hidden_dim][dim]   up
+  const float* rms_final = nullptr;  // [dim]
+  const float* wcls = nullptr;  // [vocab_size][dim]; == token_embedding when shared
 };
 
 // The tensors of a llama2.c checkpoint body, in file order: calls f(field, factors) once per tensor,

@@ -21,13 +21,13 @@ enum class RopeStyle { kAdjacentPairs, kHalves };
 enum class FeedForwardActivation { kSilu, kGeluTanh };  // SwiGLU or GeGLU
 
 struct ModelConfig {
-  int dim = 0;         // width of the residual stream (= n_heads * head_dim)
+  int dim = 0;  // width of the residual stream (= n_heads * head_dim)
   int hidden_dim = 0;  // inner width of the SwiGLU feed-forward block
   int n_layers = 0;
-  int n_heads = 0;     // query heads
+  int n_heads = 0;  // query heads
   int n_kv_heads = 0;  // key/value heads; query head h reads KV head h / (n_heads / n_kv_heads)
   int vocab_size = 0;  // always positive here (llama2.c's sign convention is shared_classifier)
-  int seq_len = 0;     // maximum context: positions 0 .. seq_len - 1
+  int seq_len = 0;  // maximum context: positions 0 .. seq_len - 1
   // True when the logits reuse the token embedding (llama2.c: header vocab_size > 0);
   // false when the checkpoint carries its own classifier matrix after the other weights.
   bool shared_classifier = true;
@@ -42,19 +42,19 @@ struct ModelConfig {
   float rms_norm_eps = kRmsNormEps;
   float rope_theta = kRopeTheta;
   RopeStyle rope_style = RopeStyle::kAdjacentPairs;
-  int rope_dims = 0;                 // leading dims of each head that RoPE rotates; 0: all
-  bool qkv_bias = false;             // qwen2
-  bool post_norms = false;           // gemma2: RMSNorm after attention and after the FFN, before the residual add
+  int rope_dims = 0;  // leading dims of each head that RoPE rotates; 0: all
+  bool qkv_bias = false;  // qwen2
+  bool post_norms = false;  // gemma2: RMSNorm after attention and after the FFN, before the residual add
   FeedForwardActivation activation = FeedForwardActivation::kSilu;
-  float embedding_scale = 0;         // 0: none; gemma: sqrt(dim)
-  float attn_logit_softcap = 0;      // 0: none; else scores = cap * tanh(scores / cap)
-  float final_logit_softcap = 0;     // the same on the output logits
-  int sliding_window = 0;            // 0: none; else the window of the sliding layers, in tokens
+  float embedding_scale = 0;  // 0: none; gemma: sqrt(dim)
+  float attn_logit_softcap = 0;  // 0: none; else scores = cap * tanh(scores / cap)
+  float final_logit_softcap = 0;  // the same on the output logits
+  int sliding_window = 0;  // 0: none; else the window of the sliding layers, in tokens
   // Which layers slide: layer l does when l % period < period - 1 (gemma2: 2, even layers slide;
   // gemma3: 6). 0 with a window: every layer slides.
   int sliding_window_period = 0;
-  bool qk_norm = false;              // gemma3, qwen3: per-head RMSNorm of q and k (weights [head_dim]) before RoPE
-  bool scale_queries = false;        // phi3: q multiplied by 1/sqrt(head_dim) before q.k (scores then unscaled)
+  bool qk_norm = false;  // gemma3, qwen3: per-head RMSNorm of q and k (weights [head_dim]) before RoPE
+  bool scale_queries = false;  // phi3: q multiplied by 1/sqrt(head_dim) before q.k (scores then unscaled)
   // Mixture of experts (qwen3moe): n_experts > 0 replaces the dense feed-forward block by
   // n_experts SwiGLU experts of expert_hidden_dim, a router [n_experts][dim] (softmax), the
   // n_experts_used most probable experts per token, their probabilities renormalised to sum 1
@@ -64,20 +64,20 @@ struct ModelConfig {
   int expert_hidden_dim = 0;
   bool expert_weights_norm = false;
   float expert_weights_scale = 1;
-  float rope_theta_sliding = 0;      // gemma3: the sliding layers' RoPE base; 0: rope_theta
-  float rope_scale_full = 1;         // gemma3: linear RoPE scaling of the other layers (frequencies / factor)
+  float rope_theta_sliding = 0;  // gemma3: the sliding layers' RoPE base; 0: rope_theta
+  float rope_scale_full = 1;  // gemma3: linear RoPE scaling of the other layers (frequencies / factor)
   // phi3 LongRoPE (rope_factors_long / rope_factors_short): the context the model was trained at
   // before its extension. The frequencies are divided by the long factors when seq_len exceeds it
   // (uses_long_rope_factors), else by the short ones; 0: no LongRoPE.
   int rope_original_context = 0;
-  float rope_attn_factor = 1;        // every RoPE cos and sin multiplied by it (rope.scaling.attn_factor)
+  float rope_attn_factor = 1;  // every RoPE cos and sin multiplied by it (rope.scaling.attn_factor)
   // Allocate every layer for every token in one full-attention KV-cache group even when layers
   // slide (the uniform allocation hybrid groups are measured against); sliding layers still
   // attend only to their window, through the attention mask.
   bool uniform_kv_allocation = false;
 
   int head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : dim / n_heads; }
-  int q_dim() const { return n_heads * head_dim(); }       // width of the queries (= dim unless explicit)
+  int q_dim() const { return n_heads * head_dim(); }  // width of the queries (= dim unless explicit)
   int kv_dim() const { return n_kv_heads * head_dim(); }  // K (or V) floats per token per layer
   int queries_per_kv_head() const { return n_heads / n_kv_heads; }
   int rotary_dims() const { return rope_dims > 0 ? rope_dims : head_dim(); }

@@ -63,8 +63,8 @@ class ModelRunner {
  public:
   // `model` must outlive the runner. Repacks the F32 weights for the batched matmuls (a copy of
   // every F32 matrix: packed_weight_bytes()); matrices of other types are read in place, as
-  // are the embedding, norms and biases. Throws UsageError for weights it cannot run. `isa` selects the matmul and attention builds (kAuto:
-  // the best this CPU runs; kScalar forces the baseline build, for comparisons).
+  // are the embedding, norms and biases. Throws UsageError for weights it cannot run. `isa` selects the matmul and
+  // attention builds (kAuto: the best this CPU runs; kScalar forces the baseline build, for comparisons).
   explicit ModelRunner(const Model& model, KernelIsa isa = KernelIsa::kAuto);
 
   KernelIsa isa() const { return isa_; }
@@ -89,21 +89,21 @@ class ModelRunner {
     const float* attn_norm = nullptr;
     const float* post_attn_norm = nullptr;  // or null
     const float* ffn_norm = nullptr;
-    const float* post_ffn_norm = nullptr;   // or null
-    const float* q_norm = nullptr;          // gemma3: per-head gains, or null
+    const float* post_ffn_norm = nullptr;  // or null
+    const float* q_norm = nullptr;  // gemma3: per-head gains, or null
     const float* k_norm = nullptr;
-    bool sliding_rope = false;              // RoPE from the sliding layers' table (gemma3)
-    LinearLayer wqkv;                       // [wq; wk; wv] (+ biases) -> [T][q_dim + 2 kv_dim]
-    LinearLayer wo;                         //                         -> [T][dim]
-    LinearLayer gate_up;                    // [gate; up]              -> [T][2 hidden_dim]
-    LinearLayer down;                       //                         -> [T][dim]
+    bool sliding_rope = false;  // RoPE from the sliding layers' table (gemma3)
+    LinearLayer wqkv;  // [wq; wk; wv] (+ biases) -> [T][q_dim + 2 kv_dim]
+    LinearLayer wo;  //                         -> [T][dim]
+    LinearLayer gate_up;  // [gate; up]              -> [T][2 hidden_dim]
+    LinearLayer down;  //                         -> [T][dim]
     // Mixture of experts (ModelConfig::is_moe; gate_up and down are then empty).
-    LinearLayer router;                     //                         -> [T][n_experts]
+    LinearLayer router;  //                         -> [T][n_experts]
     std::vector<LinearLayer> expert_gate_up;  // per expert: [gate; up] -> [n][2 expert_hidden_dim]
-    std::vector<LinearLayer> expert_down;     // per expert:            -> [n][dim]
-    AttentionShape attention;               // per layer: sliding window or not
-    int group = 0;                          // KV-cache group
-    int arena_layer = 0;                    // layer index in the KV arena
+    std::vector<LinearLayer> expert_down;  // per expert:            -> [n][dim]
+    AttentionShape attention;  // per layer: sliding window or not
+    int group = 0;  // KV-cache group
+    int arena_layer = 0;  // layer index in the KV arena
   };
   void validate(const ForwardBatch& batch, const KVArena& kv) const;
   void rmsnorm_rows(const float* x, const float* weight, int rows, float* out) const;
@@ -116,17 +116,17 @@ class ModelRunner {
   WeightTensor token_embedding_;
   const float* output_norm_;
   std::vector<Layer> layers_;
-  LinearLayer output_;                 // -> [rows][vocab]
-  std::vector<float> rope_inv_freq_;   // [rotary_dims / 2]: 1 / theta^(2i / rotary_dims) (/ Llama 3 divisor)
+  LinearLayer output_;  // -> [rows][vocab]
+  std::vector<float> rope_inv_freq_;  // [rotary_dims / 2]: 1 / theta^(2i / rotary_dims) (/ Llama 3 divisor)
   std::vector<float> rope_inv_freq_sliding_;  // the sliding layers' own, or empty (gemma3)
   KernelIsa isa_;
 
   // Scratch, grown to the largest batch seen.
   std::vector<float> x_, xb_, qkv_, q_, k_, v_, att_, proj_, gate_up_, hidden_, rope_, rope_sliding_, final_, logits_;
   std::vector<float> router_logits_, expert_in_, expert_gate_up_, expert_hidden_, expert_out_, expert_slots_;
-  std::vector<int> expert_choice_;      // [T][n_experts_used]: the chosen experts, most probable first
-  std::vector<float> expert_weight_;    // [T][n_experts_used]: their weights
-  std::vector<int> expert_tokens_;      // the tokens routed to one expert (scratch)
+  std::vector<int> expert_choice_;  // [T][n_experts_used]: the chosen experts, most probable first
+  std::vector<float> expert_weight_;  // [T][n_experts_used]: their weights
+  std::vector<int> expert_tokens_;  // the tokens routed to one expert (scratch)
 };
 
 }  // namespace pagedkv

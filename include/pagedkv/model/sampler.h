@@ -34,14 +34,14 @@ namespace pagedkv {
 
 struct SamplingParams {
   float temperature = 1.0f;  // 0 = greedy; must be finite and >= 0
-  int top_k = 0;             // 0 = off; else keep the k most probable tokens
-  float top_p = 1.0f;        // nucleus mass in [0, 1]; 0 or 1 = off (run.c's convention)
+  int top_k = 0;  // 0 = off; else keep the k most probable tokens
+  float top_p = 1.0f;  // nucleus mass in [0, 1]; 0 or 1 = off (run.c's convention)
   uint64_t seed = 0;
-  float min_p = 0.0f;        // in [0, 1]; 0 = off
+  float min_p = 0.0f;  // in [0, 1]; 0 = off
   // Applied to the logits before temperature (logits_processing.h), as OpenAI and vLLM define them.
   std::vector<std::pair<TokenId, float>> logit_bias;  // added to a token's logit
-  float presence_penalty = 0.0f;    // subtracted from each token the output already holds
-  float frequency_penalty = 0.0f;   // subtracted once per occurrence in the output
+  float presence_penalty = 0.0f;  // subtracted from each token the output already holds
+  float frequency_penalty = 0.0f;  // subtracted once per occurrence in the output
   float repetition_penalty = 1.0f;  // a prompt or output token's logit: / p when positive, x p when not
 
   bool greedy() const { return temperature == 0.0f; }
@@ -84,7 +84,7 @@ class Sampler {
   int vocab_size_;
   SamplingParams params_;
   uint64_t rng_state_;
-  std::vector<float> probs_;           // scratch: softmax of the scaled logits
+  std::vector<float> probs_;  // scratch: softmax of the scaled logits
   std::vector<ProbIndex> candidates_;  // scratch: sorted top-p / top-k candidates
 };
 

@@ -32,16 +32,16 @@ struct WeightTensor {
 };
 
 struct LayerWeights {
-  WeightTensor attn_norm;                   // [dim]
-  WeightTensor wq, wk, wv;                  // [q_dim][dim], [kv_dim][dim], [kv_dim][dim]
-  WeightTensor bq, bk, bv;                  // biases (qwen2), or absent
-  WeightTensor wo;                          // [dim][q_dim]
-  WeightTensor post_attn_norm;              // gemma2, or absent
-  WeightTensor ffn_norm;                    // [dim]
-  WeightTensor gate, up;                    // [hidden][dim]
-  WeightTensor down;                        // [dim][hidden]
-  WeightTensor post_ffn_norm;               // gemma2, or absent
-  WeightTensor q_norm, k_norm;              // gemma3, qwen3: [head_dim] per-head RMSNorm gains, or absent
+  WeightTensor attn_norm;  // [dim]
+  WeightTensor wq, wk, wv;  // [q_dim][dim], [kv_dim][dim], [kv_dim][dim]
+  WeightTensor bq, bk, bv;  // biases (qwen2), or absent
+  WeightTensor wo;  // [dim][q_dim]
+  WeightTensor post_attn_norm;  // gemma2, or absent
+  WeightTensor ffn_norm;  // [dim]
+  WeightTensor gate, up;  // [hidden][dim]
+  WeightTensor down;  // [dim][hidden]
+  WeightTensor post_ffn_norm;  // gemma2, or absent
+  WeightTensor q_norm, k_norm;  // gemma3, qwen3: [head_dim] per-head RMSNorm gains, or absent
   // Mixture of experts (ModelConfig::n_experts > 0; gate, up and down are then absent): the router
   // [n_experts][dim] (F32), and every expert's matrices stacked: expert e's gate and up are rows
   // e*H .. e*H + H - 1 of [n_experts * H][dim], its down rows e*dim .. of [n_experts * dim][H]
@@ -51,11 +51,11 @@ struct LayerWeights {
 };
 
 struct TransformerWeights {
-  WeightTensor token_embedding;             // [vocab][dim]
+  WeightTensor token_embedding;  // [vocab][dim]
   std::vector<LayerWeights> layers;
-  WeightTensor output_norm;                 // [dim]
-  WeightTensor output;                      // [vocab][dim] (the embedding when tied)
-  WeightTensor rope_freqs;                  // Llama 3: [rotary_dims / 2] divisors of the RoPE frequencies, or absent
+  WeightTensor output_norm;  // [dim]
+  WeightTensor output;  // [vocab][dim] (the embedding when tied)
+  WeightTensor rope_freqs;  // Llama 3: [rotary_dims / 2] divisors of the RoPE frequencies, or absent
 
   // Calls f(tensor) for every tensor, absent ones included, in a fixed order (for digests).
   template <typename F>

@@ -21,13 +21,13 @@
 namespace pagedkv {
 
 struct MultiModalInput {
-  BlockHash hash;       // content hash of the image/audio/... (caller computed)
-  int32_t offset = 0;   // first placeholder token position in the prompt
-  int32_t length = 0;   // number of placeholder tokens
+  BlockHash hash;  // content hash of the image/audio/... (caller computed)
+  int32_t offset = 0;  // first placeholder token position in the prompt
+  int32_t length = 0;  // number of placeholder tokens
 };
 
 struct PrefixKeys {
-  uint64_t lora_id = 0;                        // 0: no adapter
+  uint64_t lora_id = 0;  // 0: no adapter
   std::span<const MultiModalInput> mm_inputs;  // sorted by offset
   std::string_view cache_salt;
   bool empty() const { return lora_id == 0 && mm_inputs.empty() && cache_salt.empty(); }

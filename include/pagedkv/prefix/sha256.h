@@ -31,7 +31,8 @@ void sha256_pad(std::byte* buf, size_t len);
 
 // SHA-256 of `num_lanes` (1..kSha256MaxLanes) padded messages of `num_blocks` 64-byte blocks
 // each, interleaved; digest i (32 bytes) goes to digests[i]. Only when sha256_hardware_available().
-void sha256_hardware_lanes(const std::byte* const* messages, int num_lanes, size_t num_blocks, std::byte* const* digests);
+void sha256_hardware_lanes(const std::byte* const* messages, int num_lanes, size_t num_blocks,
+                           std::byte* const* digests);
 
 // Run-time CPU check (cached): AVX-512 F and BW with the OS saving their state. Off with
 // PAGEDKV_SHA256=openssl or =sha-extensions (comparisons), and with PAGEDKV_ISA=scalar or avx2.

@@ -56,8 +56,8 @@ class ClusterTopology {
   // Gives slots [first, last] to `master` with `replicas`.
   void assign(int first, int last, int master, std::vector<int> replicas);
   std::vector<ClusterNodeAddress> nodes_;
-  std::vector<int16_t> master_;             // per slot: node index or kNoNode
-  std::vector<int16_t> shard_;              // per slot: index into replicas_, or kNoNode
+  std::vector<int16_t> master_;  // per slot: node index or kNoNode
+  std::vector<int16_t> shard_;  // per slot: index into replicas_, or kNoNode
   std::vector<std::vector<int>> replicas_;  // per slot range of the reply
 };
 

@@ -33,9 +33,9 @@ struct RedisClusterStoreOptions {
   std::vector<RedisUrl> seeds;  // where the slot map is first read; credentials apply to every node
   std::chrono::milliseconds connect_timeout{200};
   std::chrono::milliseconds io_timeout{200};
-  bool keep_read_buffer = false;           // as RedisStoreOptions
-  size_t write_chunk_bytes = 64 * 1024;    // as RedisStoreOptions, per node
-  size_t get_pipeline_depth = 32;          // as RedisStoreOptions, per node
+  bool keep_read_buffer = false;  // as RedisStoreOptions
+  size_t write_chunk_bytes = 64 * 1024;  // as RedisStoreOptions, per node
+  size_t get_pipeline_depth = 32;  // as RedisStoreOptions, per node
   // GET and EXISTS go to a replica of the slot (after READONLY; the master when none answers):
   // spreads reads, may miss what was written a moment ago (a miss, never a wrong value).
   bool read_from_replicas = false;
@@ -50,11 +50,11 @@ struct RedisClusterStoreOptions {
 };
 
 struct RedisClusterStats {
-  uint64_t moved = 0;          // MOVED redirections followed
-  uint64_t asked = 0;          // ASK redirections followed
-  uint64_t map_reads = 0;      // slot maps read (CLUSTER SHARDS or SLOTS)
+  uint64_t moved = 0;  // MOVED redirections followed
+  uint64_t asked = 0;  // ASK redirections followed
+  uint64_t map_reads = 0;  // slot maps read (CLUSTER SHARDS or SLOTS)
   uint64_t node_failures = 0;  // connect, write or read failures of a node
-  uint64_t skipped_keys = 0;   // keys answered "absent"/"not stored" because their node was failing
+  uint64_t skipped_keys = 0;  // keys answered "absent"/"not stored" because their node was failing
 };
 
 class RedisClusterStore final : public RemoteStore {

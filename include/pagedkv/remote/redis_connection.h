@@ -25,7 +25,7 @@ using RedisReply = std::unique_ptr<redisReply, RedisReplyDeleter>;
 struct RedisConnectionOptions {
   std::chrono::milliseconds connect_timeout{200};
   std::chrono::milliseconds io_timeout{200};  // every read and write on the socket
-  bool keep_read_buffer = false;              // see RedisStoreOptions
+  bool keep_read_buffer = false;  // see RedisStoreOptions
 };
 
 class RedisConnection {

@@ -69,7 +69,7 @@ class RedisStore final : public RemoteStore {
   RedisStoreOptions options_;
   RedisConnection conn_;
   std::string error_;
-  size_t replies_read_ = 0;    // in the current call
+  size_t replies_read_ = 0;  // in the current call
   bool io_timed_out_ = false;  // the current call's I/O failure was a socket timeout
 };
 
@@ -83,10 +83,10 @@ struct RedisTierSettings {
   // redis-cluster://[user:password@]host1:port1,host2:port2 (a cluster, these nodes to start from)
   std::string url;
   std::string key_prefix = "pagedkv";
-  bool write_through = true;         // store each computed block at once (else when evicted)
-  int timeout_ms = 200;              // connect and socket timeout
-  int min_blocks = 1;                // the cost rule: ask only when this many blocks missed above
-  bool read_from_replicas = false;   // on a cluster: loads and probes from the slots' replicas
+  bool write_through = true;  // store each computed block at once (else when evicted)
+  int timeout_ms = 200;  // connect and socket timeout
+  int min_blocks = 1;  // the cost rule: ask only when this many blocks missed above
+  bool read_from_replicas = false;  // on a cluster: loads and probes from the slots' replicas
 };
 
 // Turns the remote tier on in `tiers`. Throws ConfigError naming a bad setting (the URL, a

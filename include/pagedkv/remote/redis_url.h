@@ -15,7 +15,7 @@ struct RedisUrl {
   std::string host;
   int port = 6379;
   int db = 0;
-  std::string user;      // empty: the default user (AUTH password) or no AUTH
+  std::string user;  // empty: the default user (AUTH password) or no AUTH
   std::string password;  // empty: no AUTH
 
   // The URL without the password, for messages and logs.

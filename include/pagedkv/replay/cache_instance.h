@@ -21,22 +21,23 @@ namespace pagedkv {
 struct CacheInstanceConfig {
   int block_size = 16;
   int64_t capacity_blocks = 0;  // usable blocks (the pool adds its reserved null block)
-  std::string policy = "lru";   // make_eviction_policy name
-  int max_prompt_tokens = 0;    // longest prompt to be served (sizes per-request tables)
+  std::string policy = "lru";  // make_eviction_policy name
+  int max_prompt_tokens = 0;  // longest prompt to be served (sizes per-request tables)
   HashAlgorithm hash_algorithm = HashAlgorithm::kXxh3_128;
 };
 
 // What serving one request did.
 struct ServeOutcome {
-  int64_t blocks = 0;       // ceil(input / block_size)
-  int64_t hit_blocks = 0;   // prefix blocks found cached
-  bool served = false;      // false: the prompt needs more blocks than the whole pool
+  int64_t blocks = 0;  // ceil(input / block_size)
+  int64_t hit_blocks = 0;  // prefix blocks found cached
+  bool served = false;  // false: the prompt needs more blocks than the whole pool
 };
 
 // The manager configuration replay uses: one full-attention group of config.block_size, a pool of
 // config.capacity_blocks usable blocks (plus the null block), prefix caching on, the named
 // eviction policy. `length_aware` (if not null) is pointed at the policy when it is one.
-KVCacheManagerConfig replay_manager_config(const CacheInstanceConfig& config, LengthAwarePolicy** length_aware = nullptr);
+KVCacheManagerConfig replay_manager_config(const CacheInstanceConfig& config,
+                                           LengthAwarePolicy** length_aware = nullptr);
 
 // Loads trace request `i` into `out` (reusing its buffers): prompt tokens, no hashes yet.
 void load_trace_request(const Trace& trace, size_t i, RequestId id, Request& out);

@@ -29,14 +29,14 @@ struct CacheReplayResult {
   std::string trace;
   std::string policy;
   int block_size = 0;
-  int64_t capacity_blocks = 0;     // as asked (kInfiniteCapacity: unbounded)
-  int64_t pool_blocks = 0;         // instantiated (see replay_cache)
+  int64_t capacity_blocks = 0;  // as asked (kInfiniteCapacity: unbounded)
+  int64_t pool_blocks = 0;  // instantiated (see replay_cache)
   int64_t requests = 0;
-  int64_t unserved_requests = 0;   // prompts larger than the whole pool: counted as all-miss
-  int64_t requests_with_hit = 0;   // requests with at least one hit block
+  int64_t unserved_requests = 0;  // prompts larger than the whole pool: counted as all-miss
+  int64_t requests_with_hit = 0;  // requests with at least one hit block
   double sum_request_hit_fraction = 0;  // Σ over requests of hit tokens / prompt tokens
   int64_t prompt_tokens = 0;
-  int64_t prompt_blocks = 0;       // Σ ceil(input / block_size)
+  int64_t prompt_blocks = 0;  // Σ ceil(input / block_size)
   int64_t hit_blocks = 0;
   // Prefix-cache entries lost to eviction: a cached content whose last copy was reused. This is
   // the traces README's "evictions". Equal content can be cached twice (a request recomputes a
@@ -44,20 +44,28 @@ struct CacheReplayResult {
   int64_t evictions = 0;
   int64_t evicted_blocks = 0;
   int64_t allocated_blocks = 0;
-  int64_t cached_blocks = 0;       // blocks registered in the prefix cache
-  int64_t hashed_tokens = 0;       // tokens in full blocks, each hashed once
-  int64_t block_ops = 0;           // lookups + allocations + cache insertions + frees
-  double seconds = 0;              // wall time of the replay (the trace is already loaded)
-  double cpu_seconds = 0;          // CPU time of the replaying thread (robust on a busy machine)
+  int64_t cached_blocks = 0;  // blocks registered in the prefix cache
+  int64_t hashed_tokens = 0;  // tokens in full blocks, each hashed once
+  int64_t block_ops = 0;  // lookups + allocations + cache insertions + frees
+  double seconds = 0;  // wall time of the replay (the trace is already loaded)
+  double cpu_seconds = 0;  // CPU time of the replaying thread (robust on a busy machine)
 
   bool infinite() const { return capacity_blocks == kInfiniteCapacity; }
   int64_t hit_tokens() const { return hit_blocks * block_size; }
-  double block_hit_rate() const { return prompt_blocks ? static_cast<double>(hit_blocks) / static_cast<double>(prompt_blocks) : 0.0; }
-  double token_hit_rate() const { return prompt_tokens ? static_cast<double>(hit_tokens()) / static_cast<double>(prompt_tokens) : 0.0; }
-  double request_hit_rate() const { return requests ? static_cast<double>(requests_with_hit) / static_cast<double>(requests) : 0.0; }
+  double block_hit_rate() const {
+    return prompt_blocks ? static_cast<double>(hit_blocks) / static_cast<double>(prompt_blocks) : 0.0;
+  }
+  double token_hit_rate() const {
+    return prompt_tokens ? static_cast<double>(hit_tokens()) / static_cast<double>(prompt_tokens) : 0.0;
+  }
+  double request_hit_rate() const {
+    return requests ? static_cast<double>(requests_with_hit) / static_cast<double>(requests) : 0.0;
+  }
   // Mean over requests of each one's own token hit fraction: short prompts weigh as much as
   // long ones (one of the definitions the Mooncake paper's cache ratios may use).
-  double mean_request_hit_fraction() const { return requests ? sum_request_hit_fraction / static_cast<double>(requests) : 0.0; }
+  double mean_request_hit_fraction() const {
+    return requests ? sum_request_hit_fraction / static_cast<double>(requests) : 0.0;
+  }
 };
 
 // Replays `trace`. A pool larger than the trace's total block count behaves exactly like one of

@@ -52,8 +52,8 @@ struct InstanceTotals {
 };
 
 struct ClusterReplayResult {
-  ClusterReplayConfig config;   // progress cleared
-  CacheReplayResult local;      // all instances together (capacity = instances * per-instance)
+  ClusterReplayConfig config;  // progress cleared
+  CacheReplayResult local;  // all instances together (capacity = instances * per-instance)
   std::optional<CacheReplayResult> global;
   std::vector<InstanceTotals> per_instance;
 

@@ -11,10 +11,10 @@
 namespace pagedkv {
 
 struct HitRatePlotOptions {
-  std::string title;               // empty: a title naming the block size and metric
-  bool x_in_tokens = true;         // capacity axis in tokens (else blocks)
-  bool token_hit_rate = true;      // y: token hit rate (else block hit rate)
-  std::vector<double> marks_x;     // vertical reference lines (same unit as the x axis)
+  std::string title;  // empty: a title naming the block size and metric
+  bool x_in_tokens = true;  // capacity axis in tokens (else blocks)
+  bool token_hit_rate = true;  // y: token hit rate (else block hit rate)
+  std::vector<double> marks_x;  // vertical reference lines (same unit as the x axis)
   std::vector<std::string> marks_label;
 };
 

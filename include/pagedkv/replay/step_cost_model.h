@@ -28,11 +28,11 @@ namespace pagedkv {
 
 // The work of one step, as the cost model sees it.
 struct StepWork {
-  int64_t prefill_tokens = 0;       // new tokens of chunks that are not single decode tokens
-  double prefill_token_pairs = 0;   // Σ new tokens x mean context they attend to
-  int64_t decode_seqs = 0;          // sequences producing one decode token
+  int64_t prefill_tokens = 0;  // new tokens of chunks that are not single decode tokens
+  double prefill_token_pairs = 0;  // Σ new tokens x mean context they attend to
+  int64_t decode_seqs = 0;  // sequences producing one decode token
   int64_t decode_context_tokens = 0;
-  int64_t swapped_blocks = 0;       // blocks copied between device and host this step
+  int64_t swapped_blocks = 0;  // blocks copied between device and host this step
 };
 
 struct StepCostModel {

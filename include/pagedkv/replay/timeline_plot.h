@@ -10,6 +10,7 @@
 namespace pagedkv {
 
 // Throws Error if gnuplot is missing or fails, UsageError for an empty timeline.
-void write_timeline_plot(const TimedReplayResult& result, const std::filesystem::path& out, const std::string& title = "");
+void write_timeline_plot(const TimedReplayResult& result, const std::filesystem::path& out,
+                         const std::string& title = "");
 
 }  // namespace pagedkv

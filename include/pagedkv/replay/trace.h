@@ -29,18 +29,18 @@ enum class TraceFormat { kAuto, kMooncake, kAzure, kTokens };
 std::string_view trace_format_name(TraceFormat f);
 
 struct ContentRun {
-  int64_t first = 0;       // synthetic: first token value; explicit: offset into explicit_tokens
+  int64_t first = 0;  // synthetic: first token value; explicit: offset into explicit_tokens
   int32_t length = 0;
   bool is_explicit = false;
 };
 
 struct TraceRequest {
-  double arrival_ms = 0;   // relative to the trace's first request
+  double arrival_ms = 0;  // relative to the trace's first request
   int32_t input_tokens = 0;
   int32_t output_tokens = 0;
   uint32_t first_run = 0;  // runs [first_run, first_run + num_runs) of Trace::runs
   uint32_t num_runs = 0;
-  int32_t line = 0;        // 1-based line of the record in its file (0: not from a file)
+  int32_t line = 0;  // 1-based line of the record in its file (0: not from a file)
   // End-to-end time of the request when it was served (pagedkv JSONL "latency_ms", written by
   // `bench serve --save-requests`); -1: unknown. The cluster replay's kv router uses it to know
   // which requests were in flight when another arrived.
@@ -48,15 +48,15 @@ struct TraceRequest {
 };
 
 struct Trace {
-  std::string name;        // file stem, for tables and plot legends
+  std::string name;  // file stem, for tables and plot legends
   TraceFormat format = TraceFormat::kAuto;
   std::vector<TraceRequest> requests;
   std::vector<ContentRun> runs;
   std::vector<TokenId> explicit_tokens;
   int64_t total_input_tokens = 0;
   int64_t total_output_tokens = 0;
-  int64_t skipped_lines = 0;     // bad lines skipped under lenient reading
-  int64_t distinct_hash_ids = 0; // Mooncake only: distinct hash ids
+  int64_t skipped_lines = 0;  // bad lines skipped under lenient reading
+  int64_t distinct_hash_ids = 0;  // Mooncake only: distinct hash ids
 
   size_t size() const { return requests.size(); }
   // Appends request `i`'s prompt token ids to `out`.

@@ -38,8 +38,8 @@ struct AzurePrefixModel {
 
 struct TraceReadOptions {
   TraceFormat format = TraceFormat::kAuto;  // kAuto: by extension (.csv) and first record's keys
-  bool lenient = false;                     // skip bad lines (counted) instead of failing
-  int64_t limit = 0;                        // > 0: read at most this many requests
+  bool lenient = false;  // skip bad lines (counted) instead of failing
+  int64_t limit = 0;  // > 0: read at most this many requests
   AzurePrefixModel azure;
 };
 

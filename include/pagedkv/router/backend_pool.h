@@ -58,22 +58,22 @@ struct BackendPoolOptions {
   std::chrono::milliseconds health_interval{500};
   std::chrono::milliseconds timeout{2000};  // connect and read of one poll
   size_t max_events_per_poll = 10000;
-  std::string api_key;                      // sent to the backends as a bearer token
+  std::string api_key;  // sent to the backends as a bearer token
 };
 
 // One backend as the router sees it (a copy: for /router/state and the metrics).
 struct BackendState {
   BackendAddress address;
-  bool removed = false;     // taken out by remove(): never in the rotation until added again
-  bool healthy = false;     // in the rotation: /health answered 200 and no request failed to connect since
-  bool reachable = false;   // answered at all (a draining backend is reachable, not healthy)
+  bool removed = false;  // taken out by remove(): never in the rotation until added again
+  bool healthy = false;  // in the rotation: /health answered 200 and no request failed to connect since
+  bool reachable = false;  // answered at all (a draining backend is reachable, not healthy)
   std::string last_error;
-  uint64_t epoch = 0;       // of its event log; 0: none yet (the next read asks for a snapshot)
+  uint64_t epoch = 0;  // of its event log; 0: none yet (the next read asks for a snapshot)
   uint64_t last_seq = 0;
   std::optional<PrefixHashing> hashing;
   bool hashing_mismatch = false;  // hashes blocks unlike the first backend: no prefix credit
-  int in_flight = 0;         // the requests this router placed there and that have not finished
-  int64_t load_blocks = 0;   // their KV blocks, as estimated when placed
+  int in_flight = 0;  // the requests this router placed there and that have not finished
+  int64_t load_blocks = 0;  // their KV blocks, as estimated when placed
   // The backend's own load from its last events page (every router's requests and direct
   // clients' alike); none while it is down or has not reported.
   std::optional<api::InstanceLoad> reported;
@@ -141,7 +141,7 @@ class BackendPool {
   void check_health(int backend, uint64_t generation, httplib::Client& client);
   void read_events(int backend, uint64_t generation, httplib::Client& client);
   void take_down(int backend, const std::string& why);  // mutex_ held
-  Backend& at(int backend);              // mutex_ held
+  Backend& at(int backend);  // mutex_ held
   const Backend& at(int backend) const;  // mutex_ held
 
   BackendPoolOptions options_;
@@ -158,7 +158,7 @@ class BackendPool {
 struct BackendPool::Backend {
   BackendState state;
   bool checked = false;
-  bool pinned = false;      // given on the command line: sync() leaves it
+  bool pinned = false;  // given on the command line: sync() leaves it
   uint64_t generation = 0;  // bumped by remove() and a revival: an older monitor stops
   std::thread monitor;
 };

@@ -29,7 +29,8 @@ BackendsList read_backends_file(const std::string& path);
 class BackendsFileWatcher {
  public:
   // `applied_text`: the file's text as already applied to the pool (the next change is news).
-  BackendsFileWatcher(std::string path, std::string applied_text, BackendPool& pool, std::chrono::milliseconds interval);
+  BackendsFileWatcher(std::string path, std::string applied_text, BackendPool& pool,
+                      std::chrono::milliseconds interval);
   ~BackendsFileWatcher();  // stop()
   BackendsFileWatcher(const BackendsFileWatcher&) = delete;
   BackendsFileWatcher& operator=(const BackendsFileWatcher&) = delete;

@@ -27,7 +27,8 @@ struct BackendAddress;
 
 class ConnectionPool {
  public:
-  explicit ConnectionPool(std::chrono::milliseconds max_idle = std::chrono::milliseconds(1000), size_t max_per_backend = 64);
+  explicit ConnectionPool(std::chrono::milliseconds max_idle = std::chrono::milliseconds(1000),
+                          size_t max_per_backend = 64);
   ~ConnectionPool();
   ConnectionPool(const ConnectionPool&) = delete;
   ConnectionPool& operator=(const ConnectionPool&) = delete;
@@ -37,8 +38,8 @@ class ConnectionPool {
   // A connection whose last exchange ended cleanly, for the next request to `backend`.
   void give_back(const BackendAddress& backend, std::unique_ptr<httplib::Client> client);
 
-  size_t idle() const;                  // connections waiting in the pool now
-  uint64_t reused() const;              // take() calls that found one
+  size_t idle() const;  // connections waiting in the pool now
+  uint64_t reused() const;  // take() calls that found one
  private:
   struct Idle {
     std::unique_ptr<httplib::Client> client;

@@ -27,10 +27,10 @@ class RouterMetrics {
 
   void routed(int backend, const PrefixOverlap& overlap, int prompt_blocks, double decision_seconds);
   void failed(int backend, const std::string& reason);  // connect, upstream_error, client_gone
-  void no_backend();                                    // 503: nothing healthy
+  void no_backend();  // 503: nothing healthy
   // A stream whose instance died: continued elsewhere, or not (limit, not_continuable, no_backend).
   void migration(const std::string& result);
-  void rejected(const std::string& reason);             // 429: queue_full, queue_timeout
+  void rejected(const std::string& reason);  // 429: queue_full, queue_timeout
   // What the router's clients saw, timed at the router from the request's arrival: the first body
   // bytes of a streamed answer (TTFT), each later chunk's gap from the one before (ITL, per
   // relayed chunk: an instance may send several tokens a chunk), and the whole answer (E2E),

@@ -58,16 +58,16 @@ class DisconnectCheck;
 namespace httplib {
 class Server;
 struct Request;
-}
+}  // namespace httplib
 
 namespace pagedkv::router {
 
 struct RouterOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;                   // 0: any free port (bind() returns it)
-  std::string api_key;               // clients must send it (as pagedkv serve's --api-key)
-  std::string admin_api_key;         // for /router/backends (empty: api_key; both empty: off)
-  int http_threads = 256;            // each open stream holds one
+  int port = 8080;  // 0: any free port (bind() returns it)
+  std::string api_key;  // clients must send it (as pagedkv serve's --api-key)
+  std::string admin_api_key;  // for /router/backends (empty: api_key; both empty: off)
+  int http_threads = 256;  // each open stream holds one
   int listen_backlog = 1024;
   size_t max_body_bytes = 8u << 20;
   UpstreamOptions upstream;
@@ -94,17 +94,18 @@ struct RoutedModel {
 struct RoutingPlan {
   std::vector<BlockHash> hashes;  // of the first prompt's full blocks (empty: not tokenized)
   int prompt_blocks = 0;
-  int64_t load_blocks = 0;        // KV blocks the request will hold at most
+  int64_t load_blocks = 0;  // KV blocks the request will hold at most
 };
 
 class RouterServer {
  public:
-  RouterServer(RouterOptions options, BackendPool& pool, BackendChooser chooser, RoutedModel model, RouterMetrics& metrics);
+  RouterServer(RouterOptions options, BackendPool& pool, BackendChooser chooser, RoutedModel model,
+               RouterMetrics& metrics);
   ~RouterServer();
   RouterServer(const RouterServer&) = delete;
   RouterServer& operator=(const RouterServer&) = delete;
 
-  int bind();    // returns the bound port; throws Error
+  int bind();  // returns the bound port; throws Error
   void serve();  // until stop()
   void stop();
   int open_streams() const { return open_streams_.load(); }

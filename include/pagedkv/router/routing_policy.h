@@ -39,7 +39,7 @@ struct RoutingWeights {
 // What the router knows of one backend when a request arrives.
 struct BackendView {
   bool healthy = true;
-  PrefixOverlap overlap;    // the request's leading blocks it holds
+  PrefixOverlap overlap;  // the request's leading blocks it holds
   int64_t load_blocks = 0;  // KV blocks its in-flight requests will hold
   int in_flight = 0;
 };

@@ -55,7 +55,7 @@ class StreamMigration {
 
  private:
   StreamMigration(nlohmann::ordered_json body, api::ApiEndpoint endpoint);
-  std::string event(std::string_view text);         // one SSE event (without its blank line)
+  std::string event(std::string_view text);  // one SSE event (without its blank line)
   std::string chunk(nlohmann::ordered_json chunk);  // one data payload, parsed
 
   nlohmann::ordered_json body_;

@@ -28,7 +28,7 @@ namespace pagedkv::router {
 struct UpstreamOptions {
   std::chrono::milliseconds connect_timeout{1000};
   std::chrono::milliseconds read_timeout{600'000};  // between two reads: a long prefill is silent
-  std::string api_key;                              // sent to the backend as a bearer token
+  std::string api_key;  // sent to the backend as a bearer token
 };
 
 class UpstreamCall {

@@ -10,16 +10,16 @@
 namespace pagedkv {
 
 struct KVMemoryBreakdown {
-  int64_t total_slots = 0;   // usable blocks x block size
+  int64_t total_slots = 0;  // usable blocks x block size
   int64_t token_states = 0;  // slots holding a computed token's K and V (a shared block counts once)
-  int64_t reserved = 0;      // reserved now for tokens the request will still compute (reservations)
+  int64_t reserved = 0;  // reserved now for tokens the request will still compute (reservations)
   // Allocated but never to be filled: the tail of each sequence's last block (paged), slots
   // reserved beyond the final length (max, pow2) and rounding a reservation up to whole blocks.
   int64_t internal_fragmentation = 0;
   // Free slots outside the largest free contiguous range (reservations; 0 when paged: any free
   // block serves any request).
   int64_t external_fragmentation = 0;
-  int64_t free = 0;          // the largest free range (reservations), or every free slot (paged)
+  int64_t free = 0;  // the largest free range (reservations), or every free slot (paged)
 
   int64_t used() const { return token_states + reserved + internal_fragmentation; }
 };

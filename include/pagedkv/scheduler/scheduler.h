@@ -31,15 +31,15 @@ struct ScheduledChunk {
   SchedulerRequest* request = nullptr;
   int num_new_tokens = 0;
   int first_position = 0;  // position of the first new token
-  bool samples = false;    // reaches the end of the sequence: the step produces a token
+  bool samples = false;  // reaches the end of the sequence: the step produces a token
 };
 
 struct SchedulerOutput {
   std::vector<ScheduledChunk> chunks;
   int num_batched_tokens = 0;
   // Byte movements the engine must perform, in this order, before the forward pass.
-  std::vector<std::pair<BlockId, BlockId>> swap_out;    // device -> host
-  std::vector<std::pair<BlockId, BlockId>> swap_in;     // host -> device
+  std::vector<std::pair<BlockId, BlockId>> swap_out;  // device -> host
+  std::vector<std::pair<BlockId, BlockId>> swap_in;  // host -> device
   std::vector<std::pair<BlockId, BlockId>> cow_copies;  // device -> device
   int num_preempted_recompute = 0;
   int num_preempted_swap = 0;
@@ -197,7 +197,7 @@ class Scheduler {
   };
   // Device block -> the swapped blocks (of one or more victims sharing it) awaiting its copy.
   std::unordered_map<int32_t, std::vector<DeferredSwapCopy>> deferred_swaps_;
-  std::vector<std::pair<BlockId, BlockId>> due_swap_copies_;      // made due since the last schedule()
+  std::vector<std::pair<BlockId, BlockId>> due_swap_copies_;  // made due since the last schedule()
   bool listening_ = false;
   ComputedBlocks hits_;
   SchedulerStats stats_;

@@ -11,14 +11,14 @@ namespace pagedkv {
 // What happens to a running request's KV when the pool runs out.
 enum class PreemptionMode {
   kRecompute,  // free its blocks; re-prefill later (full blocks usually return from the prefix cache)
-  kSwap,       // copy its blocks to the host swap space; copy them back before it runs again
-  kAuto,       // swap long sequences while the host has room, recompute short ones
+  kSwap,  // copy its blocks to the host swap space; copy them back before it runs again
+  kAuto,  // swap long sequences while the host has room, recompute short ones
 };
 std::string_view preemption_mode_name(PreemptionMode m);
 
 struct SchedulerConfig {
-  int max_num_seqs = 64;               // requests running at once
-  int max_num_batched_tokens = 2048;   // tokens per step (decode tokens + prefill chunks)
+  int max_num_seqs = 64;  // requests running at once
+  int max_num_batched_tokens = 2048;  // tokens per step (decode tokens + prefill chunks)
   PreemptionMode preemption_mode = PreemptionMode::kAuto;
   // kAuto swaps a victim with at least this many computed tokens. Recompute costs a prefill
   // (compute grows with length, and quadratically in attention); swap costs two copies of the

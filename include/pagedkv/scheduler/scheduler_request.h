@@ -17,9 +17,9 @@ enum class FinishReason { kNone, kStop, kLength, kAborted, kRejected };
 std::string_view finish_reason_name(FinishReason r);
 
 struct StopConditions {
-  int max_tokens = 16;                  // output tokens
+  int max_tokens = 16;  // output tokens
   std::vector<TokenId> stop_token_ids;  // finishing tokens, not part of the output
-  TokenId eos_token_id = -1;            // -1: none
+  TokenId eos_token_id = -1;  // -1: none
   bool ignore_eos = false;
   // The first min_tokens output tokens cannot be a stop token or EOS (vLLM's min_tokens): the
   // engine masks them out of the logits until then.
@@ -31,17 +31,17 @@ struct StopConditions {
 };
 
 struct SchedulerRequest {
-  Request kv;                 // tokens, computed count, block hashes, cache keys
-  int priority = 0;           // lower runs first
-  uint64_t arrival_seq = 0;   // FCFS order within a priority
-  uint64_t admit_seq = 0;     // most recently admitted is preempted first
+  Request kv;  // tokens, computed count, block hashes, cache keys
+  int priority = 0;  // lower runs first
+  uint64_t arrival_seq = 0;  // FCFS order within a priority
+  uint64_t admit_seq = 0;  // most recently admitted is preempted first
   RequestStatus status = RequestStatus::kWaiting;
   FinishReason finish_reason = FinishReason::kNone;
   StopConditions stop;
-  int n = 1;                  // parallel samples; children fork from this request after its prefill
-  bool forked = false;        // children created
-  RequestId parent{~0ull};    // for children: the request they forked from
-  int sample_index = 0;       // 0 for the parent, 1..n-1 for its children
+  int n = 1;  // parallel samples; children fork from this request after its prefill
+  bool forked = false;  // children created
+  RequestId parent{~0ull};  // for children: the request they forked from
+  int sample_index = 0;  // 0 for the parent, 1..n-1 for its children
   // Swap state: host copies of the first ceil(swapped_tokens / block_size) blocks.
   std::vector<BlockId> host_blocks;
   // SchedulerConfig::lazy_swap_copies: per host block, the device block whose copy into it is

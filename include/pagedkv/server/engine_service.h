@@ -75,11 +75,10 @@ class EngineService {
   EngineService& operator=(const EngineService&) = delete;
 
   // Queues one API request: each prompt becomes one engine request with its `n` samples; the
-  // stream's choices number the samples of the first prompt, then the second's, and so on. Throws ApiError 503 (draining, or more than
-  // max_waiting prompts queued).
-  // `client_socket`, when known (>= 0; PeerConnection): the connection the answer goes to. The
-  // engine thread polls it before every step and aborts the request within that step once the
-  // client has closed it (a waiting handler may notice only later).
+  // stream's choices number the samples of the first prompt, then the second's, and so on. Throws ApiError 503
+  // (draining, or more than max_waiting prompts queued). `client_socket`, when known (>= 0; PeerConnection): the
+  // connection the answer goes to. The engine thread polls it before every step and aborts the request within that step
+  // once the client has closed it (a waiting handler may notice only later).
   std::shared_ptr<RequestStream> submit(std::vector<GenerationRequest> prompts, int client_socket = -1);
   // The client is gone: every engine request of `stream` is aborted before the next step.
   void cancel(const std::shared_ptr<RequestStream>& stream);
@@ -118,9 +117,9 @@ class EngineService {
   };
   struct Sample {
     uint64_t root = 0;
-    size_t seen = 0;        // output tokens the engine has reported
-    size_t delivered = 0;   // of those, handed to the stream
-    bool announced = false; // its first update (prompt, cached tokens) was handed over
+    size_t seen = 0;  // output tokens the engine has reported
+    size_t delivered = 0;  // of those, handed to the stream
+    bool announced = false;  // its first update (prompt, cached tokens) was handed over
     std::chrono::steady_clock::time_point last_token;
     std::vector<TokenLogprobs> held_logprobs;  // of tokens not yet handed over (stream_interval)
   };

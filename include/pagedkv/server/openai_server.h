@@ -1,7 +1,8 @@
 // OpenAIServer: the HTTP front of pagedkv serve (cpp-httplib), speaking OpenAI's API plus vLLM's
 // extras: /v1/completions, /v1/chat/completions (streamed as server-sent events or whole),
 // /v1/models, /health, /metrics, /tokenize, /detokenize, /reset_prefix_cache, /version, the KV
-// events routers index (/kv_events, docs/router.md), and a live dashboard of the KV cache (/dashboard, /dashboard/state; also / for browsers).
+// events routers index (/kv_events, docs/router.md), and a live dashboard of the KV cache (/dashboard,
+// /dashboard/state; also / for browsers).
 //
 // Each HTTP request runs on one of httplib's worker threads, which parses and validates it,
 // submits it to the EngineService and then waits on its RequestStream, writing chunks as tokens
@@ -36,7 +37,7 @@ class DashboardSnapshots;
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8000;                         // 0: any free port (bind() returns it)
+  int port = 8000;  // 0: any free port (bind() returns it)
   // Non-empty: "Authorization: Bearer <one of these>" on every route but /health and the
   // dashboard's static page (any key works; the rest get 401).
   std::vector<std::string> api_keys;
@@ -48,11 +49,11 @@ struct ServerOptions {
   // The longest a completion may take, from its arrival, unless its `timeout` field asks for less
   // (0: no limit). Past it the request is aborted (its KV blocks freed) and answered 408.
   std::chrono::milliseconds request_timeout{0};
-  bool admin_endpoints = true;             // false: /reset_prefix_cache answers 403
-  size_t max_body_bytes = 8u << 20;        // larger request bodies get 413
-  int http_threads = 128;                  // concurrent connections served (each stream holds one)
+  bool admin_endpoints = true;  // false: /reset_prefix_cache answers 403
+  size_t max_body_bytes = 8u << 20;  // larger request bodies get 413
+  int http_threads = 128;  // concurrent connections served (each stream holds one)
   int keep_alive_seconds = 5;
-  int listen_backlog = 1024;               // connections waiting to be accepted
+  int listen_backlog = 1024;  // connections waiting to be accepted
   // The dashboard's snapshot of the engine is taken at most this often, however many viewers.
   std::chrono::milliseconds dashboard_period{250};
   api::RequestLimits limits;
@@ -63,8 +64,8 @@ struct ServerOptions {
 
 // What the server needs to know of the served model.
 struct ServedModel {
-  api::ModelLimits limits;                      // name, max_model_len, vocab size
-  TokenId eos_token_id = -1;               // ends a generation unless ignore_eos
+  api::ModelLimits limits;  // name, max_model_len, vocab size
+  TokenId eos_token_id = -1;  // ends a generation unless ignore_eos
   // More tokens that end a generation unless ignore_eos: a GGUF vocabulary's end-of-turn tokens
   // (EOT, EOM, <|im_end|>, <end_of_turn>, ...; TextTokenizer::end_of_generation_ids).
   std::vector<TokenId> end_of_generation_ids;

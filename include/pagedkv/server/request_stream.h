@@ -20,10 +20,10 @@
 namespace pagedkv::server {
 
 struct ChoiceUpdate {
-  int choice = 0;                      // prompt index * n + sample index
-  RequestId engine_id;                 // the engine request producing this choice
-  std::vector<TokenId> tokens;         // new tokens, in order
-  std::vector<TokenLogprobs> logprobs; // one per new token when logprobs were asked for
+  int choice = 0;  // prompt index * n + sample index
+  RequestId engine_id;  // the engine request producing this choice
+  std::vector<TokenId> tokens;  // new tokens, in order
+  std::vector<TokenLogprobs> logprobs;  // one per new token when logprobs were asked for
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
   // Set on a choice's first update: its prompt (for echo and usage) and prefix-cache hit tokens.
@@ -33,7 +33,7 @@ struct ChoiceUpdate {
   // With the first update of a prompt's sample 0, when prompt logprobs were asked for: entry i is
   // prompt token i + 1's (GenerationRequest::prompt_logprobs).
   std::vector<TokenLogprobs> prompt_logprobs;
-  std::string error;                   // the engine refused the request (finish_reason kRejected)
+  std::string error;  // the engine refused the request (finish_reason kRejected)
 };
 
 class RequestStream {

@@ -39,8 +39,8 @@ class ResponseBuilder {
   // `id`: the response id ("cmpl-..." / "chatcmpl-..."); `created`: Unix seconds.
   // `tool_parser`: reads tool calls out of each choice (must outlive the builder); `call_id_seed`
   // seeds their ids.
-  ResponseBuilder(const api::CompletionRequest& request, const TextTokenizer& tokenizer, std::string id, std::string model,
-                  int64_t created, int num_prompts, const api::ToolCallParser* tool_parser = nullptr,
+  ResponseBuilder(const api::CompletionRequest& request, const TextTokenizer& tokenizer, std::string id,
+                  std::string model, int64_t created, int num_prompts, const api::ToolCallParser* tool_parser = nullptr,
                   uint64_t call_id_seed = 0);
 
   // Applies one update; when streaming, returns the chunks it produced as JSON text (none when
@@ -53,16 +53,16 @@ class ResponseBuilder {
   // The first engine refusal, if any (the whole request then fails with this message).
   const std::optional<std::string>& error() const { return error_; }
 
-  nlohmann::json response() const;     // the non-streaming body
-  nlohmann::json usage() const;        // prompt/completion/total tokens and cached prompt tokens
-  std::string usage_chunk() const;     // the final chunk of stream_options.include_usage, as JSON text
+  nlohmann::json response() const;  // the non-streaming body
+  nlohmann::json usage() const;  // prompt/completion/total tokens and cached prompt tokens
+  std::string usage_chunk() const;  // the final chunk of stream_options.include_usage, as JSON text
 
  private:
   struct Choice {
     Choice(const std::vector<std::string>& stops, bool include_stop) : matcher(stops, include_stop) {}
     TokenId prev = -1;  // the last token decoded (context for the next piece)
     api::StopStringMatcher matcher;
-    std::string text;   // everything emitted (non-streaming response); with tools, the content
+    std::string text;  // everything emitted (non-streaming response); with tools, the content
     std::optional<api::ToolCallReader> tool_reader;
     std::vector<api::ToolCall> calls;
     bool started = false;
@@ -104,7 +104,8 @@ class ResponseBuilder {
                          Choice* ids_of = nullptr);
   // The chunks of one update of a choice read for tool calls.
   std::vector<std::string> tool_chunks(int index, const api::ToolCallReader::Output& out, size_t first_call,
-                                       const nlohmann::json& logprobs, const char* finish_reason, bool first, Choice& c);
+                                       const nlohmann::json& logprobs, const char* finish_reason, bool first,
+                                       Choice& c);
 
   const api::CompletionRequest& request_;
   const TextTokenizer& tokenizer_;
@@ -114,10 +115,10 @@ class ResponseBuilder {
   bool streaming_;
   std::string completion_chunk_head_;  // a text chunk's JSON up to the choice index (the hot path)
   std::vector<Choice> choices_;
-  std::vector<int> prompt_tokens_;   // per prompt
+  std::vector<int> prompt_tokens_;  // per prompt
   std::vector<std::vector<TokenId>> prompt_ids_;  // per prompt, for return_token_ids
-  std::vector<nlohmann::json> prompt_logprobs_;   // per prompt, once known (null before)
-  std::vector<int> cached_tokens_;   // per prompt
+  std::vector<nlohmann::json> prompt_logprobs_;  // per prompt, once known (null before)
+  std::vector<int> cached_tokens_;  // per prompt
   int finished_choices_ = 0;
   std::vector<RequestId> stop_requests_;
   std::optional<std::string> error_;

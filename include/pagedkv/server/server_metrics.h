@@ -102,8 +102,8 @@ class ServerMetrics {
   std::chrono::steady_clock::time_point last_block_census_{};  // kv_blocks' cached/free split
   // The engine's cumulative values at the previous on_step (to turn them into increments).
   struct EngineTotals {
-    double prefix_queries = 0, prefix_hits = 0, preemptions = 0, steps = 0, swapped_out = 0, swapped_in = 0,
-           cow = 0, evictions = 0;
+    double prefix_queries = 0, prefix_hits = 0, preemptions = 0, steps = 0, swapped_out = 0, swapped_in = 0, cow = 0,
+           evictions = 0;
   } last_;
 };
 

@@ -40,13 +40,13 @@ class BlockTable {
   void check_row(int row) const;
   int max_requests_;
   int max_blocks_per_request_;
-  std::vector<int32_t> table_;        // [max_requests][max_blocks_per_request]
-  std::vector<int32_t> num_blocks_;   // [max_requests]
+  std::vector<int32_t> table_;  // [max_requests][max_blocks_per_request]
+  std::vector<int32_t> num_blocks_;  // [max_requests]
 };
 
 // slot = block_id * block_size + (position % block_size); the block is row[position / block_size].
 // Writes num_tokens slots for positions [first_position, first_position + num_tokens).
-void compute_slot_mapping(const int32_t* block_table_row, int block_size, int first_position,
-                          int num_tokens, int64_t* slots_out);
+void compute_slot_mapping(const int32_t* block_table_row, int block_size, int first_position, int num_tokens,
+                          int64_t* slots_out);
 
 }  // namespace pagedkv

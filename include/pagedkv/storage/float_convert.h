@@ -69,9 +69,7 @@ inline float bf16_to_f32(uint16_t b) { return std::bit_cast<float>(static_cast<u
 // Bulk conversions of n elements between f32 and a storage dtype (f32, f16 or bf16; f32 is a
 // copy). Throws UsageError for another dtype. `isa` picks the scalar or the AVX2 path; both
 // produce identical bits.
-void convert_from_f32(DType dst_type, const float* src, void* dst, size_t n,
-                      KernelIsa isa = KernelIsa::kAuto);
-void convert_to_f32(DType src_type, const void* src, float* dst, size_t n,
-                    KernelIsa isa = KernelIsa::kAuto);
+void convert_from_f32(DType dst_type, const float* src, void* dst, size_t n, KernelIsa isa = KernelIsa::kAuto);
+void convert_to_f32(DType src_type, const void* src, float* dst, size_t n, KernelIsa isa = KernelIsa::kAuto);
 
 }  // namespace pagedkv

@@ -76,7 +76,7 @@ class KVArena {
   KVCacheSpec spec_;
   int num_layers_ = 0;
   int num_blocks_ = 0;
-  size_t plane_bytes_ = 0;         // one layer's K (or V): num_blocks pages
+  size_t plane_bytes_ = 0;  // one layer's K (or V): num_blocks pages
   size_t plane_stride_bytes_ = 0;  // plane_bytes_ rounded up to 64
   size_t bytes_ = 0;
   std::unique_ptr<std::byte, FreeAligned> data_;

@@ -18,26 +18,26 @@ using StmtPtr = std::unique_ptr<Stmt>;
 using Body = std::vector<StmtPtr>;
 
 enum class ExprKind {
-  kLiteral,    // literal: a constant (also lists and dicts whose items are all constants)
-  kName,       // name
-  kList,       // operands: the items
-  kTuple,      // operands: the items
-  kDict,       // operands: key, value, key, value, ...
-  kNeg,        // -target
-  kPos,        // +target
-  kNot,        // not target
-  kAnd,        // operands[0] and operands[1]
-  kOr,         // operands[0] or operands[1]
-  kBinary,     // operands[0] binary_op operands[1]
-  kConcat,     // operands joined with ~
-  kCompare,    // operands[0] compare_ops[0] operands[1] compare_ops[1] operands[2] ... (a chain)
+  kLiteral,  // literal: a constant (also lists and dicts whose items are all constants)
+  kName,  // name
+  kList,  // operands: the items
+  kTuple,  // operands: the items
+  kDict,  // operands: key, value, key, value, ...
+  kNeg,  // -target
+  kPos,  // +target
+  kNot,  // not target
+  kAnd,  // operands[0] and operands[1]
+  kOr,  // operands[0] or operands[1]
+  kBinary,  // operands[0] binary_op operands[1]
+  kConcat,  // operands joined with ~
+  kCompare,  // operands[0] compare_ops[0] operands[1] compare_ops[1] operands[2] ... (a chain)
   kCondition,  // operands: then-value, condition, else-value (null: undefined)
-  kGetAttr,    // target.name: attribute first, then item
-  kGetItem,    // target[operands[0]]: item first, then attribute
-  kSlice,      // target[operands[0]:operands[1]:operands[2]] (each may be null)
-  kCall,       // target(operands..., keywords...)
-  kFilter,     // target | name(operands..., keywords...); target null inside {% filter %} / {% set %} blocks
-  kTest,       // target is [not] name(operands...)
+  kGetAttr,  // target.name: attribute first, then item
+  kGetItem,  // target[operands[0]]: item first, then attribute
+  kSlice,  // target[operands[0]:operands[1]:operands[2]] (each may be null)
+  kCall,  // target(operands..., keywords...)
+  kFilter,  // target | name(operands..., keywords...); target null inside {% filter %} / {% set %} blocks
+  kTest,  // target is [not] name(operands...)
 };
 
 enum class BinaryOp { kAdd, kSub, kMul, kDiv, kFloorDiv, kMod, kPow };
@@ -62,18 +62,18 @@ struct Expr {
 };
 
 enum class StmtKind {
-  kText,         // text: output as is
-  kOutput,       // {{ expr }}
-  kIf,           // branches: (condition, body)...; else_body
-  kFor,          // for targets in expr [if condition]: body [else: else_body]
-  kSet,          // set targets = expr, or set targets[0].attribute = expr
-  kSetBlock,     // set targets[0] [| filter]: body
-  kMacro,        // macro name(params): body
-  kCallBlock,    // call(params) expr: body (the body is the macro's caller())
+  kText,  // text: output as is
+  kOutput,  // {{ expr }}
+  kIf,  // branches: (condition, body)...; else_body
+  kFor,  // for targets in expr [if condition]: body [else: else_body]
+  kSet,  // set targets = expr, or set targets[0].attribute = expr
+  kSetBlock,  // set targets[0] [| filter]: body
+  kMacro,  // macro name(params): body
+  kCallBlock,  // call(params) expr: body (the body is the macro's caller())
   kFilterBlock,  // filter filter: body
   kBreak,
   kContinue,
-  kScope,        // with assignments: body; also generation: body (no assignments)
+  kScope,  // with assignments: body; also generation: body (no assignments)
 };
 
 struct Parameter {

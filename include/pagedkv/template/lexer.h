@@ -16,17 +16,17 @@
 namespace pagedkv::jinja {
 
 enum class TokenType : uint8_t {
-  kText,        // literal output
-  kVarBegin,    // {{
-  kVarEnd,      // }}
+  kText,  // literal output
+  kVarBegin,  // {{
+  kVarEnd,  // }}
   kBlockBegin,  // {%
-  kBlockEnd,    // %}
-  kName,        // identifiers and keywords (and, or, not, in, is, if, else, true, none, ...)
-  kString,      // text holds the decoded value
+  kBlockEnd,  // %}
+  kName,  // identifiers and keywords (and, or, not, in, is, if, else, true, none, ...)
+  kString,  // text holds the decoded value
   kInteger,
   kFloat,
-  kOperator,    // text holds it: + - * / // % ** ~ == != < <= > >= = ( ) [ ] { } , . : |
-  kEnd,         // end of the source
+  kOperator,  // text holds it: + - * / // % ** ~ == != < <= > >= = ( ) [ ] { } , . : |
+  kEnd,  // end of the source
 };
 
 struct Token {

@@ -13,15 +13,15 @@ namespace pagedkv::jinja {
 
 struct ParseLimits {
   size_t max_source_bytes = size_t{1} << 20;  // 1 MiB of template text
-  int max_nesting_depth = 128;                // nested blocks and sub-expressions together
+  int max_nesting_depth = 128;  // nested blocks and sub-expressions together
 };
 
 struct RenderLimits {
-  uint64_t max_steps = 5'000'000;             // statements and expression nodes evaluated
-  int max_call_depth = 64;                    // nested macro / caller() calls
-  uint64_t max_loop_iterations = 1'000'000;   // for-loop iterations, all loops together
-  size_t max_output_bytes = size_t{32} << 20; // rendered text; also bounds any one string or list built
-  int max_data_depth = 256;                   // nesting of the input variables (JSON)
+  uint64_t max_steps = 5'000'000;  // statements and expression nodes evaluated
+  int max_call_depth = 64;  // nested macro / caller() calls
+  uint64_t max_loop_iterations = 1'000'000;  // for-loop iterations, all loops together
+  size_t max_output_bytes = size_t{32} << 20;  // rendered text; also bounds any one string or list built
+  int max_data_depth = 256;  // nesting of the input variables (JSON)
 };
 
 }  // namespace pagedkv::jinja

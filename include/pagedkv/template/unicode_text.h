@@ -39,5 +39,4 @@ std::string python_lower(std::string_view s);
 // Whether c has case (upper_case or lower_case changes it), for isupper() / islower().
 bool is_cased(char32_t c);
 
-
 }  // namespace pagedkv::jinja

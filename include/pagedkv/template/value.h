@@ -80,7 +80,6 @@ class Value {
   std::shared_ptr<const void> ptr_;  // the string, list, dict, namespace, callable or undefined hint
 };
 
-
 // A list, or a tuple (printed with parentheses; items() yields tuples).
 struct List {
   std::vector<Value> items;
@@ -129,7 +128,6 @@ class Callable {
   virtual Value call(Renderer& renderer, CallArgs args, int line) const = 0;
   virtual std::string describe() const = 0;  // how str() prints it
 };
-
 
 // Python's type name of a value ("str", "int", "list", "dict", "NoneType", ...), for messages.
 std::string_view type_name(const Value& v);

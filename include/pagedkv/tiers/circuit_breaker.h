@@ -27,7 +27,7 @@ class CircuitBreaker {
 
   bool open() const;
   std::string reason() const;  // the failure that opened it ("" when closed)
-  uint64_t trips() const;      // episodes so far
+  uint64_t trips() const;  // episodes so far
 
  private:
   mutable std::mutex m_;

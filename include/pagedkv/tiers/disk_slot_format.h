@@ -61,12 +61,12 @@ void encode_slot_header(const DiskSlotHeader& h, std::span<std::byte> out);
 
 enum class SlotHeaderStatus {
   kOk,
-  kEmpty,                // never written (zero magic)
+  kEmpty,  // never written (zero magic)
   kBadMagic,
   kBadVersion,
-  kBadChecksum,          // torn or corrupted header
+  kBadChecksum,  // torn or corrupted header
   kFingerprintMismatch,  // written for another model or layout
-  kBadLayout,            // token count or payload size not this tier's
+  kBadLayout,  // token count or payload size not this tier's
 };
 std::string_view slot_header_status_name(SlotHeaderStatus s);
 

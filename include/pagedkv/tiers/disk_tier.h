@@ -45,15 +45,15 @@ struct DiskIoRequest {
 };
 
 struct DiskTierOptions {
-  std::string dir;                      // created if absent
+  std::string dir;  // created if absent
   size_t capacity_bytes = size_t{1} << 30;
-  BlockHash fingerprint;                // kv_layout_fingerprint of the running model and layout
-  KVCacheSpec spec;                     // the device arena's spec and layer count (payload size)
+  BlockHash fingerprint;  // kv_layout_fingerprint of the running model and layout
+  KVCacheSpec spec;  // the device arena's spec and layer count (payload size)
   int num_layers = 1;
   bool use_io_uring = true;
   bool use_o_direct = true;
   int queue_depth = 32;
-  bool log_degraded = true;             // print the one-line "degraded" notice to stderr
+  bool log_degraded = true;  // print the one-line "degraded" notice to stderr
   // How long to wait for the file lock: a process that just died may hold it for a moment
   // (the kernel releases an io_uring's files asynchronously).
   int lock_wait_ms = 2000;
@@ -78,7 +78,7 @@ class DiskTier final : public KVTier {
   const std::string& path() const { return path_; }
 
   size_t header_bytes() const { return header_bytes_; }
-  size_t payload_bytes() const { return payload_bytes_; }        // unpadded
+  size_t payload_bytes() const { return payload_bytes_; }  // unpadded
   size_t slot_bytes() const { return slot_bytes_; }
   uint64_t slot_offset(int32_t slot) const { return static_cast<uint64_t>(slot) * slot_bytes_; }
   const BlockHash& fingerprint() const { return options_.fingerprint; }

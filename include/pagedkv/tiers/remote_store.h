@@ -19,8 +19,8 @@ namespace pagedkv {
 enum class RemoteStatus : uint8_t {
   kOk,
   kUnavailable,  // connect, read or write failed or timed out: the connection is dropped
-  kFull,         // the store refused a write for memory (Redis: OOM under maxmemory noeviction)
-  kError,        // another error reply (wrong type, no permission): the call failed, the link is fine
+  kFull,  // the store refused a write for memory (Redis: OOM under maxmemory noeviction)
+  kError,  // another error reply (wrong type, no permission): the call failed, the link is fine
 };
 
 class RemoteStore {

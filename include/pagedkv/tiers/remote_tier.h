@@ -36,12 +36,12 @@
 namespace pagedkv {
 
 struct RemoteTierOptions {
-  RemoteStoreFactory connect;                  // one connection per lane
-  std::string key_prefix = "pagedkv";          // namespace of the keys
-  std::string description;                     // the store's address for messages (no password)
-  BlockHash fingerprint;                       // kv_layout_fingerprint of the running engine
+  RemoteStoreFactory connect;  // one connection per lane
+  std::string key_prefix = "pagedkv";  // namespace of the keys
+  std::string description;  // the store's address for messages (no password)
+  BlockHash fingerprint;  // kv_layout_fingerprint of the running engine
   size_t max_queued_store_bytes = size_t{64} << 20;  // stores beyond this are dropped
-  size_t max_store_batch = 32;                 // values per pipelined round (more when the store prefers)
+  size_t max_store_batch = 32;  // values per pipelined round (more when the store prefers)
   std::chrono::milliseconds backoff_initial{200};
   std::chrono::milliseconds backoff_max{5000};
   bool log_degraded = true;
@@ -50,18 +50,18 @@ struct RemoteTierOptions {
 // Counters of the remote tier; the TierStats fields mean what they do for host and disk
 // (lookups: blocks probed; hits: of those, present; dropped: stores not sent).
 struct RemoteTierStats : TierStats {
-  uint64_t probes = 0;              // probe round trips
-  uint64_t vanished = 0;            // blocks present at the probe but gone at the load (a miss)
-  uint64_t unavailable_loads = 0;   // blocks not loaded because the link failed (a miss)
-  uint64_t store_full_refusals = 0; // values the store refused for memory
-  uint64_t breaker_trips = 0;       // episodes of a failing link
+  uint64_t probes = 0;  // probe round trips
+  uint64_t vanished = 0;  // blocks present at the probe but gone at the load (a miss)
+  uint64_t unavailable_loads = 0;  // blocks not loaded because the link failed (a miss)
+  uint64_t store_full_refusals = 0;  // values the store refused for memory
+  uint64_t breaker_trips = 0;  // episodes of a failing link
 };
 
 enum class RemoteLoadResult : uint8_t { kPending, kOk, kMissing, kCorrupt, kFingerprintMismatch, kUnavailable };
 
 struct RemoteLoad {
-  StoredBlockKey expected;      // the value must carry exactly this key
-  int32_t device_block = 0;     // where the verified payload goes
+  StoredBlockKey expected;  // the value must carry exactly this key
+  int32_t device_block = 0;  // where the verified payload goes
   RemoteLoadResult result = RemoteLoadResult::kPending;
 };
 
@@ -69,8 +69,8 @@ struct RemoteFetchJob {
   enum class Kind : uint8_t { kProbe, kLoad };
   Kind kind = Kind::kProbe;
   RequestId owner{};
-  std::vector<BlockHash> probe;   // kProbe: the blocks asked about
-  std::vector<uint8_t> present;   // kProbe result: present[i] = 1 when probe[i] is stored
+  std::vector<BlockHash> probe;  // kProbe: the blocks asked about
+  std::vector<uint8_t> present;  // kProbe result: present[i] = 1 when probe[i] is stored
   std::vector<RemoteLoad> loads;  // kLoad
 };
 
@@ -144,21 +144,21 @@ class RemoteTier {
 
   // Fetch lane.
   mutable std::mutex fetch_m_;
-  std::condition_variable fetch_cv_;       // jobs queued
-  std::condition_variable finished_cv_;    // a job finished
+  std::condition_variable fetch_cv_;  // jobs queued
+  std::condition_variable finished_cv_;  // a job finished
   std::deque<RemoteFetchJob> fetch_queue_;
   std::vector<RemoteFetchJob> finished_;
-  int fetches_in_flight_ = 0;              // owner-side: submitted, not yet taken
+  int fetches_in_flight_ = 0;  // owner-side: submitted, not yet taken
 
   // Store lane.
   mutable std::mutex store_m_;
-  std::condition_variable store_cv_;       // values queued (or stop)
+  std::condition_variable store_cv_;  // values queued (or stop)
   std::condition_variable store_idle_cv_;  // the queue drained
   std::deque<PendingStore> store_queue_;
   size_t queued_bytes_ = 0;
   bool store_busy_ = false;
   std::vector<std::vector<std::byte>> spare_buffers_;
-  std::vector<BlockHash> forgotten_;       // stores that failed: no longer known stored
+  std::vector<BlockHash> forgotten_;  // stores that failed: no longer known stored
   Clock::time_point writes_paused_until_{};
   std::chrono::milliseconds full_backoff_{0};
   bool full_logged_ = false;

@@ -42,11 +42,11 @@ void encode_remote_value_header(const StoredBlockKey& key, const BlockHash& fing
 
 enum class RemoteValueStatus : uint8_t {
   kOk,
-  kTruncated,            // shorter or longer than a value of this layout
-  kBadHeader,            // magic, version, header checksum or layout
+  kTruncated,  // shorter or longer than a value of this layout
+  kBadHeader,  // magic, version, header checksum or layout
   kFingerprintMismatch,  // written for another model, layout or hashing
-  kKeyMismatch,          // another block's content (hash collision or a misfiled value)
-  kBadPayload,           // payload checksum
+  kKeyMismatch,  // another block's content (hash collision or a misfiled value)
+  kBadPayload,  // payload checksum
 };
 std::string_view remote_value_status_name(RemoteValueStatus s);
 

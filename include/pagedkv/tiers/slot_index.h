@@ -108,7 +108,7 @@ class SlotIndex {
   std::vector<int32_t> empty_;
   std::vector<uint8_t> in_empty_;
   int num_empty_ = 0;
-  std::vector<TokenId> tokens_;         // [num_slots][block_size]
+  std::vector<TokenId> tokens_;  // [num_slots][block_size]
   std::vector<BlockHash> parent_;
   std::vector<uint64_t> extra_digest_;
   int num_cached_ = 0;

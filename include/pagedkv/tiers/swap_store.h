@@ -78,8 +78,8 @@ class SwapStore {
   void drop(RequestId id);
 
   // Results of the queued transfers of purpose kSwap, by owner.
-  void write_done(RequestId owner, bool ok);    // a swap-out write to disk
-  void host_load_done(RequestId owner);          // a swap-in copy from the host
+  void write_done(RequestId owner, bool ok);  // a swap-out write to disk
+  void host_load_done(RequestId owner);  // a swap-in copy from the host
   void disk_load_done(RequestId owner, bool ok);  // a swap-in read from disk (ok: verified)
 
   // Adds the pins the swapped blocks own to the per-slot counts.
@@ -91,12 +91,12 @@ class SwapStore {
   // Where one swapped block waits.
   struct SwappedBlock {
     TierKind tier;
-    int32_t slot;                 // -1 once its load is queued (or the slot released)
+    int32_t slot;  // -1 once its load is queued (or the slot released)
     int32_t deferred_block = -1;  // lazy copies: the device block still to copy into the slot
   };
   struct SwapRecord {
     std::vector<SwappedBlock> blocks;
-    int in_flight = 0;    // swap-in loads not yet applied
+    int in_flight = 0;  // swap-in loads not yet applied
     bool loading = false;
     bool failed = false;  // a block could not be written or failed verification
   };

@@ -45,27 +45,27 @@ struct StoredBlockKey {
 
 // Counters of one lower tier. Blocks, not tokens, unless the name says bytes.
 struct TierStats {
-  uint64_t lookups = 0;            // blocks looked up (promotion)
-  uint64_t hits = 0;               // blocks found and confirmed
-  uint64_t stored_blocks = 0;      // blocks written into the tier (offload, demotion, flush)
+  uint64_t lookups = 0;  // blocks looked up (promotion)
+  uint64_t hits = 0;  // blocks found and confirmed
+  uint64_t stored_blocks = 0;  // blocks written into the tier (offload, demotion, flush)
   uint64_t stored_bytes = 0;
-  uint64_t loaded_blocks = 0;      // blocks read out of the tier into the device arena
+  uint64_t loaded_blocks = 0;  // blocks read out of the tier into the device arena
   uint64_t loaded_bytes = 0;
-  uint64_t duplicates = 0;         // stores skipped: the tier already held the block
-  uint64_t evictions = 0;          // cached blocks dropped from the tier to make room
-  uint64_t demotions = 0;          // of those, written down to the next tier first
-  uint64_t dropped = 0;            // stores refused: every slot pinned or in flight, or tier degraded
-  uint64_t swapped_out_blocks = 0; // swap preemption
+  uint64_t duplicates = 0;  // stores skipped: the tier already held the block
+  uint64_t evictions = 0;  // cached blocks dropped from the tier to make room
+  uint64_t demotions = 0;  // of those, written down to the next tier first
+  uint64_t dropped = 0;  // stores refused: every slot pinned or in flight, or tier degraded
+  uint64_t swapped_out_blocks = 0;  // swap preemption
   uint64_t swap_copies_deferred = 0;  // of those, cached on the device: copied only if dropped there
-  uint64_t swap_copies_skipped = 0;   // deferred copies never made (the device cache still held them)
+  uint64_t swap_copies_skipped = 0;  // deferred copies never made (the device cache still held them)
   uint64_t swapped_in_blocks = 0;
-  uint64_t corrupt_blocks = 0;     // failed verification (checksum, short read, key): a miss, reclaimed
-  uint64_t io_errors = 0;          // failed reads or writes
+  uint64_t corrupt_blocks = 0;  // failed verification (checksum, short read, key): a miss, reclaimed
+  uint64_t io_errors = 0;  // failed reads or writes
   uint64_t fingerprint_mismatches = 0;  // slots written for another model or layout: never used
-  uint64_t rebuilt_blocks = 0;     // blocks found in the slot headers at start-up
-  bool degraded = false;           // the tier stopped taking writes (or entirely) after an error
+  uint64_t rebuilt_blocks = 0;  // blocks found in the slot headers at start-up
+  bool degraded = false;  // the tier stopped taking writes (or entirely) after an error
   std::string degraded_reason;
-  std::string io_backend;          // disk tier: "io_uring+O_DIRECT", "io_uring", "pread+O_DIRECT", "pread"
+  std::string io_backend;  // disk tier: "io_uring+O_DIRECT", "io_uring", "pread+O_DIRECT", "pread"
 };
 
 // What every tier answers: a confirmed lookup, its size, its counters and its checker.

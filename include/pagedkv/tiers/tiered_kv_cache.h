@@ -55,16 +55,16 @@
 namespace pagedkv {
 
 struct TierConfig {
-  size_t host_cache_bytes = 0;          // host tier for evicted prefixes (0: none)
-  std::string disk_cache_dir;           // disk tier directory (empty: none)
+  size_t host_cache_bytes = 0;  // host tier for evicted prefixes (0: none)
+  std::string disk_cache_dir;  // disk tier directory (empty: none)
   size_t disk_cache_bytes = size_t{1} << 30;
-  uint32_t offload_min_hits = 0;        // offload only evicted blocks hit at least this often
-  bool flush_on_shutdown = true;        // write cached blocks to disk at a clean shutdown
-  bool write_through = false;           // write every newly computed full block to disk at once
+  uint32_t offload_min_hits = 0;  // offload only evicted blocks hit at least this often
+  bool flush_on_shutdown = true;  // write cached blocks to disk at a clean shutdown
+  bool write_through = false;  // write every newly computed full block to disk at once
   bool use_io_uring = true;
   bool use_o_direct = true;
   bool log_degraded = true;
-  bool lazy_swap_copies = false;        // defer swap-out copies of device-cached blocks (swap_store.h)
+  bool lazy_swap_copies = false;  // defer swap-out copies of device-cached blocks (swap_store.h)
   std::function<int(const DiskIoRequest&)> disk_fault_injection;  // tests
   // After a failed disk write (a full disk), writes pause this long, doubling while they fail.
   std::chrono::milliseconds disk_write_retry_initial{1000};
@@ -72,9 +72,9 @@ struct TierConfig {
   // Remote tier: on when remote_store is set (the CLI's --remote-cache makes Redis connections;
   // the tiers themselves depend on no client library).
   RemoteStoreFactory remote_store;
-  std::string remote_description;       // the store's address, for messages (no password)
+  std::string remote_description;  // the store's address, for messages (no password)
   std::string remote_key_prefix = "pagedkv";
-  bool remote_write_through = true;     // store each newly computed full block at once (else at eviction)
+  bool remote_write_through = true;  // store each newly computed full block at once (else at eviction)
   // The cost rule: ask the remote tier only when at least this many of a request's blocks missed
   // above (a load of fewer costs more than their prefill; see docs/tiers.md).
   int remote_min_blocks = 1;
@@ -123,15 +123,15 @@ class TieredKVCache {
   int swap_capacity_blocks() const;
 
   // ---- engine hooks ------------------------------------------------------------------------
-  void on_step_begin();   // applies finished transfers; write-through of newly computed blocks
+  void on_step_begin();  // applies finished transfers; write-through of newly computed blocks
   void before_forward();  // submits pending copies; returns once the device blocks they read are free
-  void poll();            // applies finished transfers (never blocks)
-  void drain();           // submits pending copies and waits for every transfer to finish
+  void poll();  // applies finished transfers (never blocks)
+  void drain();  // submits pending copies and waits for every transfer to finish
   // A step that had nothing to run while requests wait on loads: blocks until one transfer
   // finishes (instead of spinning through empty steps). False if nothing is in flight.
   bool wait_for_progress();
-  void flush_to_disk();   // writes every cached device and host block the disk lacks; waits
-  void shutdown();        // flush (if configured), wait for everything, sync the disk file
+  void flush_to_disk();  // writes every cached device and host block the disk lacks; waits
+  void shutdown();  // flush (if configured), wait for everything, sync the disk file
 
   // KV events of the host and disk tiers (Medium::kHost / kDisk): blocks that became findable in
   // a tier or stopped being findable there. Off until enabled; drain them with take_events().
@@ -162,7 +162,7 @@ class TieredKVCache {
     int32_t slot;
   };
   struct Promotion {
-    Request holder;            // private manager request holding the device blocks
+    Request holder;  // private manager request holding the device blocks
     int first_block = 0;
     std::vector<TierKind> source;
     int in_flight = 0;
@@ -213,8 +213,8 @@ class TieredKVCache {
   std::optional<SwapStore> swaps_;  // made once the tiers whose slots it holds exist
   std::unordered_map<RequestId, Promotion> promotions_;
   std::unordered_map<RequestId, std::vector<std::pair<int, TierKind>>> promoted_blocks_;  // block index -> source
-  std::vector<BlockHash> written_through_;     // per device block: hash last written through
-  std::vector<BlockHash> remote_written_;      // per device block: hash last stored remotely (write-through)
+  std::vector<BlockHash> written_through_;  // per device block: hash last written through
+  std::vector<BlockHash> remote_written_;  // per device block: hash last stored remotely (write-through)
   std::unordered_map<RequestId, RemoteProbe> remote_probes_;
   uint64_t next_holder_id_ = 0;
   uint64_t promotions_started_ = 0;

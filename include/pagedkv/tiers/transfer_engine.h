@@ -40,15 +40,15 @@ class RemoteTier;
 
 // Why a movement happens: decides what the owner does when it completes.
 enum class TransferPurpose : uint8_t {
-  kOffload,    // an evicted device block written down (device -> host, device/host -> disk)
-  kDemotion,   // a host LRU victim written to disk
-  kFlush,      // a cached block written to disk at shutdown or write-through
-  kSwap,       // a preempted request's block (out or in)
+  kOffload,  // an evicted device block written down (device -> host, device/host -> disk)
+  kDemotion,  // a host LRU victim written to disk
+  kFlush,  // a cached block written to disk at shutdown or write-through
+  kSwap,  // a preempted request's block (out or in)
   kPromotion,  // a lower-tier block loaded into the device for a waiting request
 };
 
 struct MemoryCopy {
-  int32_t src = 0;   // device block (device -> host) or host slot (host -> device)
+  int32_t src = 0;  // device block (device -> host) or host slot (host -> device)
   int32_t dst = 0;
   TransferPurpose purpose = TransferPurpose::kOffload;
   RequestId owner{};  // swap and promotion: the request
@@ -58,11 +58,11 @@ struct DiskWrite {
   TierKind source = TierKind::kDevice;  // kDevice or kHost
   int32_t source_block = 0;
   int32_t slot = 0;
-  DiskSlotHeader header;                 // key, sequence, flags; the engine fills the rest
+  DiskSlotHeader header;  // key, sequence, flags; the engine fills the rest
   TransferPurpose purpose = TransferPurpose::kOffload;
   RequestId owner{};
-  bool ok = false;                       // result
-  int error = 0;                         // errno of a failed write
+  bool ok = false;  // result
+  int error = 0;  // errno of a failed write
 };
 
 enum class ReadResult : uint8_t { kPending, kOk, kIoError, kShortRead, kCorrupt };
@@ -70,7 +70,7 @@ enum class ReadResult : uint8_t { kPending, kOk, kIoError, kShortRead, kCorrupt 
 struct DiskRead {
   int32_t slot = 0;
   int32_t device_block = 0;
-  StoredBlockKey expected;               // the block must carry exactly this key
+  StoredBlockKey expected;  // the block must carry exactly this key
   uint16_t expected_flags = 0;
   TransferPurpose purpose = TransferPurpose::kPromotion;
   RequestId owner{};
@@ -103,12 +103,12 @@ struct TransferBatch {
 
 struct TransferEngineStats {
   std::atomic<uint64_t> batches{0};
-  std::atomic<uint64_t> memory_runs{0};     // memcpy runs (after coalescing)
+  std::atomic<uint64_t> memory_runs{0};  // memcpy runs (after coalescing)
   std::atomic<uint64_t> memory_blocks{0};
-  std::atomic<uint64_t> disk_ios{0};        // I/O requests (after coalescing)
+  std::atomic<uint64_t> disk_ios{0};  // I/O requests (after coalescing)
   std::atomic<uint64_t> disk_blocks{0};
   std::atomic<uint64_t> disk_bytes{0};
-  std::atomic<uint64_t> remote_packed{0};   // values packed for the remote tier
+  std::atomic<uint64_t> remote_packed{0};  // values packed for the remote tier
 };
 
 class TransferHandle {

@@ -19,16 +19,16 @@ namespace pagedkv {
 struct HybridSessionsConfig {
   int sessions = 16;
   int turns = 6;
-  int system_prompt_tokens = 256;   // shared by every session
-  int user_tokens = 96;             // a new user message per turn
-  int output_tokens = 64;           // reply tokens decoded per turn
-  int concurrency = 4;              // requests running at once (decode steps interleave)
-  int num_blocks = 0;               // pool size, null block included
-  bool retention = true;            // KVCacheManagerConfig::sliding_window_retention
-  int checkpoint_interval = 0;      // KVCacheManagerConfig::sliding_window_checkpoint_interval
-  int max_num_batched_tokens = 0;   // prefill chunk (0: a prompt's uncached rest in one step)
+  int system_prompt_tokens = 256;  // shared by every session
+  int user_tokens = 96;  // a new user message per turn
+  int output_tokens = 64;  // reply tokens decoded per turn
+  int concurrency = 4;  // requests running at once (decode steps interleave)
+  int num_blocks = 0;  // pool size, null block included
+  bool retention = true;  // KVCacheManagerConfig::sliding_window_retention
+  int checkpoint_interval = 0;  // KVCacheManagerConfig::sliding_window_checkpoint_interval
+  int max_num_batched_tokens = 0;  // prefill chunk (0: a prompt's uncached rest in one step)
   uint64_t seed = 1;
-  bool check_invariants = false;    // run the manager's checker after every step (tests)
+  bool check_invariants = false;  // run the manager's checker after every step (tests)
 
   void validate() const;  // ConfigError naming the field
 };
@@ -47,7 +47,8 @@ struct HybridSessionsResult {
 
 // Replays the workload with `groups` (the model's KV-cache groups, each at its block size). Throws
 // ConfigError when the pool cannot hold `concurrency` requests at their largest.
-HybridSessionsResult run_hybrid_sessions(const HybridSessionsConfig& config, const std::vector<KVCacheGroupSpec>& groups);
+HybridSessionsResult run_hybrid_sessions(const HybridSessionsConfig& config,
+                                         const std::vector<KVCacheGroupSpec>& groups);
 
 // The full-attention-only twin of a model's groups: the same groups, every one full attention.
 std::vector<KVCacheGroupSpec> full_attention_twin(std::vector<KVCacheGroupSpec> groups);

@@ -77,7 +77,7 @@ struct PeerTimings {
   // decode_ns / decode_ops, split out because they cost what all the others together cost.
   double decode_new_block_ns = 0;
   uint64_t decode_new_block_ops = 0;
-  double whole_replay_ns = 0;   // a separate run without per-operation timers, hashing included
+  double whole_replay_ns = 0;  // a separate run without per-operation timers, hashing included
   double whole_replay_cpu_ns = 0;  // the same run's thread CPU time (immune to other processes)
 };
 

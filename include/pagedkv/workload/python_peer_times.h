@@ -17,8 +17,8 @@ struct PythonPeerTimes {
 };
 
 struct PythonPeerReference {
-  PythonPeerTimes current;                 // the measurement to compare against
-  std::optional<PythonPeerTimes> first;    // the README's first measurement, where it lists one
+  PythonPeerTimes current;  // the measurement to compare against
+  std::optional<PythonPeerTimes> first;  // the README's first measurement, where it lists one
 };
 
 // Reads vLLM v1's times for `hash` (the "vLLM v1 (sha256)" or "(xxhash)" column) from the

@@ -102,7 +102,9 @@ void unpack_q3_k_scales(const uint8_t packed[12], int8_t out[16]) {
 
 void unpack_levels(TensorType t, const void* block, int8_t* q) {
   switch (t) {
-    case TensorType::kQ4_1: unpack_nibbles(static_cast<const BlockQ4_1*>(block)->qs, q); return;
+    case TensorType::kQ4_1:
+      unpack_nibbles(static_cast<const BlockQ4_1*>(block)->qs, q);
+      return;
     case TensorType::kQ5_0: {
       const auto& b = *static_cast<const BlockQ5_0*>(block);
       unpack_nibbles(b.qs, q);
@@ -115,14 +117,29 @@ void unpack_levels(TensorType t, const void* block, int8_t* q) {
       add_fifth_bits(b.qh, 0, q);
       return;
     }
-    case TensorType::kIQ4_NL: unpack_iq4(static_cast<const BlockIQ4_NL*>(block)->qs, 1, q); return;
-    case TensorType::kQ2_K: unpack_q2_k(*static_cast<const BlockQ2_K*>(block), q); return;
-    case TensorType::kQ3_K: unpack_q3_k(*static_cast<const BlockQ3_K*>(block), q); return;
-    case TensorType::kQ4_K: unpack_q4_k(static_cast<const BlockQ4_K*>(block)->qs, q); return;
-    case TensorType::kQ5_K: unpack_q5_k(*static_cast<const BlockQ5_K*>(block), q); return;
-    case TensorType::kQ6_K: unpack_q6_k(*static_cast<const BlockQ6_K*>(block), q); return;
-    case TensorType::kIQ4_XS: unpack_iq4(static_cast<const BlockIQ4_XS*>(block)->qs, 8, q); return;
-    default: break;
+    case TensorType::kIQ4_NL:
+      unpack_iq4(static_cast<const BlockIQ4_NL*>(block)->qs, 1, q);
+      return;
+    case TensorType::kQ2_K:
+      unpack_q2_k(*static_cast<const BlockQ2_K*>(block), q);
+      return;
+    case TensorType::kQ3_K:
+      unpack_q3_k(*static_cast<const BlockQ3_K*>(block), q);
+      return;
+    case TensorType::kQ4_K:
+      unpack_q4_k(static_cast<const BlockQ4_K*>(block)->qs, q);
+      return;
+    case TensorType::kQ5_K:
+      unpack_q5_k(*static_cast<const BlockQ5_K*>(block), q);
+      return;
+    case TensorType::kQ6_K:
+      unpack_q6_k(*static_cast<const BlockQ6_K*>(block), q);
+      return;
+    case TensorType::kIQ4_XS:
+      unpack_iq4(static_cast<const BlockIQ4_XS*>(block)->qs, 8, q);
+      return;
+    default:
+      break;
   }
   throw UsageError(fmt::format("unpack_levels: {} is not a block format of block_formats.h", tensor_type_name(t)));
 }
@@ -150,7 +167,8 @@ void dequantize_blocks(TensorType t, const void* row, std::span<float> out) {
       case TensorType::kQ5_0:
       case TensorType::kIQ4_NL: {
         const float d = f16_to_f32(*static_cast<const uint16_t*>(block));
-        for (int j = 0; j < 32; ++j) y[j] = t == TensorType::kQ5_0 ? static_cast<float>(q[j]) * d : d * static_cast<float>(q[j]);
+        for (int j = 0; j < 32; ++j)
+          y[j] = t == TensorType::kQ5_0 ? static_cast<float>(q[j]) * d : d * static_cast<float>(q[j]);
         break;
       }
       case TensorType::kQ2_K: {
@@ -189,7 +207,8 @@ void dequantize_blocks(TensorType t, const void* row, std::span<float> out) {
       case TensorType::kQ6_K: {
         const auto& b = block_at<BlockQ6_K>(row, k);
         const float d = f16_to_f32(b.d);
-        for (int e = 0; e < kSuperBlock; ++e) y[e] = d * static_cast<float>(b.scales[e / 16]) * static_cast<float>(q[e]);
+        for (int e = 0; e < kSuperBlock; ++e)
+          y[e] = d * static_cast<float>(b.scales[e / 16]) * static_cast<float>(q[e]);
         break;
       }
       case TensorType::kIQ4_XS: {
@@ -201,7 +220,8 @@ void dequantize_blocks(TensorType t, const void* row, std::span<float> out) {
         }
         break;
       }
-      default: throw UsageError(fmt::format("dequantize_blocks: {} is not supported", tensor_type_name(t)));
+      default:
+        throw UsageError(fmt::format("dequantize_blocks: {} is not supported", tensor_type_name(t)));
     }
   }
 }
@@ -240,8 +260,7 @@ void quantize_row_q8_k(std::span<const float> x, BlockQ8_K* out) {
       continue;
     }
     const float iscale = -127.0f / max;
-    for (int j = 0; j < kSuperBlock; ++j)
-      b.qs[j] = rounded_int8(iscale * v[j]);  // at most 127: |iscale * v| <= 127
+    for (int j = 0; j < kSuperBlock; ++j) b.qs[j] = rounded_int8(iscale * v[j]);  // at most 127: |iscale * v| <= 127
     for (int g = 0; g < kSuperBlock / 16; ++g) {
       int sum = 0;
       for (int j = 0; j < 16; ++j) sum += b.qs[g * 16 + j];

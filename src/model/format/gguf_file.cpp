@@ -18,25 +18,45 @@ namespace pagedkv {
 
 namespace {
 
-constexpr uint32_t kMaxDims = 4;           // ggml's GGML_MAX_DIMS
+constexpr uint32_t kMaxDims = 4;  // ggml's GGML_MAX_DIMS
 constexpr uint64_t kMaxStringBytes = 1u << 30;
 
 bool is_integer_type(GgufType t) {
   switch (t) {
-    case GgufType::kU8: case GgufType::kI8: case GgufType::kU16: case GgufType::kI16:
-    case GgufType::kU32: case GgufType::kI32: case GgufType::kU64: case GgufType::kI64: return true;
-    default: return false;
+    case GgufType::kU8:
+    case GgufType::kI8:
+    case GgufType::kU16:
+    case GgufType::kI16:
+    case GgufType::kU32:
+    case GgufType::kI32:
+    case GgufType::kU64:
+    case GgufType::kI64:
+      return true;
+    default:
+      return false;
   }
 }
 
 // Bytes of one scalar of type t; 0 for strings and arrays.
 size_t scalar_bytes(GgufType t) {
   switch (t) {
-    case GgufType::kU8: case GgufType::kI8: case GgufType::kBool: return 1;
-    case GgufType::kU16: case GgufType::kI16: return 2;
-    case GgufType::kU32: case GgufType::kI32: case GgufType::kF32: return 4;
-    case GgufType::kU64: case GgufType::kI64: case GgufType::kF64: return 8;
-    default: return 0;
+    case GgufType::kU8:
+    case GgufType::kI8:
+    case GgufType::kBool:
+      return 1;
+    case GgufType::kU16:
+    case GgufType::kI16:
+      return 2;
+    case GgufType::kU32:
+    case GgufType::kI32:
+    case GgufType::kF32:
+      return 4;
+    case GgufType::kU64:
+    case GgufType::kI64:
+    case GgufType::kF64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
@@ -70,18 +90,41 @@ Number read_number(GgufType t, const std::byte* p) {
     n.f = static_cast<double>(v);
   };
   switch (t) {
-    case GgufType::kU8: set_unsigned(load<uint8_t>(p)); break;
-    case GgufType::kI8: set_signed(load<int8_t>(p)); break;
-    case GgufType::kU16: set_unsigned(load<uint16_t>(p)); break;
-    case GgufType::kI16: set_signed(load<int16_t>(p)); break;
-    case GgufType::kU32: set_unsigned(load<uint32_t>(p)); break;
-    case GgufType::kI32: set_signed(load<int32_t>(p)); break;
-    case GgufType::kU64: set_unsigned(load<uint64_t>(p)); break;
-    case GgufType::kI64: set_signed(load<int64_t>(p)); break;
-    case GgufType::kBool: set_unsigned(load<uint8_t>(p)); break;
-    case GgufType::kF32: n.f = static_cast<double>(load<float>(p)); break;
-    case GgufType::kF64: n.f = load<double>(p); break;
-    default: break;
+    case GgufType::kU8:
+      set_unsigned(load<uint8_t>(p));
+      break;
+    case GgufType::kI8:
+      set_signed(load<int8_t>(p));
+      break;
+    case GgufType::kU16:
+      set_unsigned(load<uint16_t>(p));
+      break;
+    case GgufType::kI16:
+      set_signed(load<int16_t>(p));
+      break;
+    case GgufType::kU32:
+      set_unsigned(load<uint32_t>(p));
+      break;
+    case GgufType::kI32:
+      set_signed(load<int32_t>(p));
+      break;
+    case GgufType::kU64:
+      set_unsigned(load<uint64_t>(p));
+      break;
+    case GgufType::kI64:
+      set_signed(load<int64_t>(p));
+      break;
+    case GgufType::kBool:
+      set_unsigned(load<uint8_t>(p));
+      break;
+    case GgufType::kF32:
+      n.f = static_cast<double>(load<float>(p));
+      break;
+    case GgufType::kF64:
+      n.f = load<double>(p);
+      break;
+    default:
+      break;
   }
   return n;
 }
@@ -127,19 +170,32 @@ std::string errno_text() { return std::strerror(errno); }
 
 const char* gguf_type_name(GgufType t) {
   switch (t) {
-    case GgufType::kU8: return "uint8";
-    case GgufType::kI8: return "int8";
-    case GgufType::kU16: return "uint16";
-    case GgufType::kI16: return "int16";
-    case GgufType::kU32: return "uint32";
-    case GgufType::kI32: return "int32";
-    case GgufType::kF32: return "float32";
-    case GgufType::kBool: return "bool";
-    case GgufType::kString: return "string";
-    case GgufType::kArray: return "array";
-    case GgufType::kU64: return "uint64";
-    case GgufType::kI64: return "int64";
-    case GgufType::kF64: return "float64";
+    case GgufType::kU8:
+      return "uint8";
+    case GgufType::kI8:
+      return "int8";
+    case GgufType::kU16:
+      return "uint16";
+    case GgufType::kI16:
+      return "int16";
+    case GgufType::kU32:
+      return "uint32";
+    case GgufType::kI32:
+      return "int32";
+    case GgufType::kF32:
+      return "float32";
+    case GgufType::kBool:
+      return "bool";
+    case GgufType::kString:
+      return "string";
+    case GgufType::kArray:
+      return "array";
+    case GgufType::kU64:
+      return "uint64";
+    case GgufType::kI64:
+      return "int64";
+    case GgufType::kF64:
+      return "float64";
   }
   return "unknown";
 }
@@ -252,7 +308,8 @@ void GgufFile::parse() {
   version_ = in.read<uint32_t>("the version");
   if (version_ == 1) in.fail("GGUF version 1 is not supported (only 2 and 3)");
   if (version_ != 2 && version_ != 3) {
-    const bool swapped = (version_ & 0xFFFFu) == 0 && (__builtin_bswap32(version_) == 2 || __builtin_bswap32(version_) == 3);
+    const bool swapped =
+        (version_ & 0xFFFFu) == 0 && (__builtin_bswap32(version_) == 2 || __builtin_bswap32(version_) == 3);
     in.fail(fmt::format("unsupported GGUF version {}{}", version_, swapped ? " (a big-endian file?)" : ""));
   }
   const auto n_tensors = in.read<uint64_t>("the tensor count");
@@ -306,7 +363,8 @@ void GgufFile::parse() {
   }
 
   if (const GgufValue* a = find("general.alignment")) {
-    if (a->type() != GgufType::kU32) in.fail(fmt::format("general.alignment is a {}, expected uint32", gguf_type_name(a->type())));
+    if (a->type() != GgufType::kU32)
+      in.fail(fmt::format("general.alignment is a {}, expected uint32", gguf_type_name(a->type())));
     const auto al = static_cast<uint32_t>(a->i_);
     if (al == 0 || (al & (al - 1)) != 0) in.fail(fmt::format("general.alignment {} is not a power of two", al));
     alignment_ = al;
@@ -318,7 +376,8 @@ void GgufFile::parse() {
     info.name = std::string(in.read_string(fmt::format("tensor info {} name", t)));
     const std::string where = fmt::format("tensor '{}'", info.name);
     const auto n_dims = in.read<uint32_t>(where + " dimension count");
-    if (n_dims == 0 || n_dims > kMaxDims) in.fail(fmt::format("{} has {} dimensions (1..{} allowed)", where, n_dims, kMaxDims));
+    if (n_dims == 0 || n_dims > kMaxDims)
+      in.fail(fmt::format("{} has {} dimensions (1..{} allowed)", where, n_dims, kMaxDims));
     int64_t elements = 1;
     for (uint32_t d = 0; d < n_dims; ++d) {
       const auto ne = in.read<uint64_t>(where + " dimensions");

@@ -35,12 +35,30 @@ void GgufWriter::key(std::string_view k, GgufType t) {
   ++num_kv_;
 }
 
-void GgufWriter::add_u32(std::string_view k, uint32_t v) { key(k, GgufType::kU32); put(metadata_, v); }
-void GgufWriter::add_i32(std::string_view k, int32_t v) { key(k, GgufType::kI32); put(metadata_, v); }
-void GgufWriter::add_u64(std::string_view k, uint64_t v) { key(k, GgufType::kU64); put(metadata_, v); }
-void GgufWriter::add_f32(std::string_view k, float v) { key(k, GgufType::kF32); put(metadata_, v); }
-void GgufWriter::add_bool(std::string_view k, bool v) { key(k, GgufType::kBool); put<uint8_t>(metadata_, v ? 1 : 0); }
-void GgufWriter::add_string(std::string_view k, std::string_view v) { key(k, GgufType::kString); put_string(metadata_, v); }
+void GgufWriter::add_u32(std::string_view k, uint32_t v) {
+  key(k, GgufType::kU32);
+  put(metadata_, v);
+}
+void GgufWriter::add_i32(std::string_view k, int32_t v) {
+  key(k, GgufType::kI32);
+  put(metadata_, v);
+}
+void GgufWriter::add_u64(std::string_view k, uint64_t v) {
+  key(k, GgufType::kU64);
+  put(metadata_, v);
+}
+void GgufWriter::add_f32(std::string_view k, float v) {
+  key(k, GgufType::kF32);
+  put(metadata_, v);
+}
+void GgufWriter::add_bool(std::string_view k, bool v) {
+  key(k, GgufType::kBool);
+  put<uint8_t>(metadata_, v ? 1 : 0);
+}
+void GgufWriter::add_string(std::string_view k, std::string_view v) {
+  key(k, GgufType::kString);
+  put_string(metadata_, v);
+}
 
 void GgufWriter::add_string_array(std::string_view k, const std::vector<std::string>& v) {
   key(k, GgufType::kArray);
@@ -80,7 +98,9 @@ void GgufWriter::add_tensor_f32(std::string_view name, TensorType type, std::vec
     const std::span<const float> x = values.subspan(r * cols, cols);
     std::byte* dst = data.data() + r * row_bytes;
     switch (type) {
-      case TensorType::kF32: std::memcpy(dst, x.data(), row_bytes); break;
+      case TensorType::kF32:
+        std::memcpy(dst, x.data(), row_bytes);
+        break;
       case TensorType::kF16:
         for (size_t j = 0; j < cols; ++j) {
           const uint16_t h = f32_to_f16(x[j]);
@@ -93,9 +113,14 @@ void GgufWriter::add_tensor_f32(std::string_view name, TensorType type, std::vec
           std::memcpy(dst + 2 * j, &h, 2);
         }
         break;
-      case TensorType::kQ8_0: quantize_row_q8_0(x, reinterpret_cast<BlockQ8_0*>(dst)); break;
-      case TensorType::kQ4_0: quantize_row_q4_0(x, reinterpret_cast<BlockQ4_0*>(dst)); break;
-      default: throw UsageError(fmt::format("add_tensor_f32: cannot write {}", tensor_type_name(type)));
+      case TensorType::kQ8_0:
+        quantize_row_q8_0(x, reinterpret_cast<BlockQ8_0*>(dst));
+        break;
+      case TensorType::kQ4_0:
+        quantize_row_q4_0(x, reinterpret_cast<BlockQ4_0*>(dst));
+        break;
+      default:
+        throw UsageError(fmt::format("add_tensor_f32: cannot write {}", tensor_type_name(type)));
     }
   }
   add_tensor(name, type, std::move(ne), data);
@@ -144,7 +169,9 @@ std::vector<std::byte> GgufWriter::bytes() const {
 // Streams the tensors instead of building bytes(): a model of a few GB is not held twice.
 void GgufWriter::write(const std::string& path) const {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  auto put_bytes = [&](const std::byte* p, size_t n) { f.write(reinterpret_cast<const char*>(p), static_cast<std::streamsize>(n)); };
+  auto put_bytes = [&](const std::byte* p, size_t n) {
+    f.write(reinterpret_cast<const char*>(p), static_cast<std::streamsize>(n));
+  };
   const std::vector<std::byte> header = header_bytes();
   put_bytes(header.data(), header.size());
   const std::byte zeros[GgufFile::kDefaultAlignment] = {};

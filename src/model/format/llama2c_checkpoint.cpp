@@ -21,8 +21,8 @@ namespace pagedkv {
 
 namespace {
 
-constexpr std::array<const char*, 7> kHeaderFieldNames = {
-    "dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "seq_len"};
+constexpr std::array<const char*, 7> kHeaderFieldNames = {"dim",        "hidden_dim", "n_layers", "n_heads",
+                                                          "n_kv_heads", "vocab_size", "seq_len"};
 
 // Turns the seven raw header ints into a config, or throws FormatError naming the bad field.
 ModelConfig parse_header(const std::array<int32_t, 7>& raw, const std::string& path) {
@@ -30,8 +30,8 @@ ModelConfig parse_header(const std::array<int32_t, 7>& raw, const std::string& p
     // vocab_size may be negative (separate classifier), never zero.
     const bool ok = (i == 5) ? raw[i] != 0 && raw[i] != INT32_MIN : raw[i] > 0;
     if (!ok)
-      throw FormatError(fmt::format("checkpoint '{}': header field {} must be {}, got {}", path,
-                                    kHeaderFieldNames[i], i == 5 ? "non-zero" : "positive", raw[i]));
+      throw FormatError(fmt::format("checkpoint '{}': header field {} must be {}, got {}", path, kHeaderFieldNames[i],
+                                    i == 5 ? "non-zero" : "positive", raw[i]));
   }
   ModelConfig c;
   c.dim = raw[0];
@@ -83,8 +83,8 @@ Llama2cCheckpoint::Llama2cCheckpoint(const std::string& path) {
   const size_t actual = static_cast<size_t>(st.st_size);
 
   if (actual < kHeaderBytes)
-    throw FormatError(fmt::format("checkpoint '{}' is truncated: the header needs {} bytes, the file has {}",
-                                  path, kHeaderBytes, actual));
+    throw FormatError(fmt::format("checkpoint '{}' is truncated: the header needs {} bytes, the file has {}", path,
+                                  kHeaderBytes, actual));
   std::array<int32_t, 7> raw{};
   if (::pread(fd, raw.data(), kHeaderBytes, 0) != static_cast<ssize_t>(kHeaderBytes))
     throw Error(fmt::format("cannot read the header of checkpoint '{}': {}", path, errno_text()));
@@ -95,8 +95,7 @@ Llama2cCheckpoint::Llama2cCheckpoint(const std::string& path) {
     const char* what = actual < expected ? "truncated" : "oversized";
     throw FormatError(fmt::format(
         "checkpoint '{}' is {}: its header ({}) implies {} bytes{}, the file has {} ({} {} bytes)", path, what,
-        config.describe(), expected,
-        config.shared_classifier ? "" : " including the separate classifier", actual,
+        config.describe(), expected, config.shared_classifier ? "" : " including the separate classifier", actual,
         actual < expected ? expected - actual : actual - expected, actual < expected ? "missing" : "extra"));
   }
 
@@ -125,10 +124,10 @@ void write_llama2c_checkpoint(const std::string& path, const ModelConfig& config
   };
   auto write_floats = [&](const float* data, size_t n) { write(data, n * sizeof(float)); };
 
-  const std::array<int32_t, 7> header = {config.dim,        config.hidden_dim,
-                                         config.n_layers,   config.n_heads,
-                                         config.n_kv_heads, config.shared_classifier ? config.vocab_size : -config.vocab_size,
-                                         config.seq_len};
+  const std::array<int32_t, 7> header = {
+      config.dim,     config.hidden_dim, config.n_layers,
+      config.n_heads, config.n_kv_heads, config.shared_classifier ? config.vocab_size : -config.vocab_size,
+      config.seq_len};
   write(header.data(), sizeof(header));
   for_each_llama2c_tensor(config, [&](WeightField field, std::initializer_list<uint64_t> factors) {
     const size_t n = tensor_floats(factors);
@@ -139,8 +138,7 @@ void write_llama2c_checkpoint(const std::string& path, const ModelConfig& config
       write_floats(legacy_rope.data(), n);
     }
   });
-  if (std::fflush(file.get()) != 0)
-    throw Error(fmt::format("cannot write checkpoint '{}': {}", path, errno_text()));
+  if (std::fflush(file.get()) != 0) throw Error(fmt::format("cannot write checkpoint '{}': {}", path, errno_text()));
 }
 
 }  // namespace pagedkv

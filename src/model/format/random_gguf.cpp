@@ -29,10 +29,16 @@ void copy_tokenizer_keys(const GgufFile& source, const RandomModelShape& s, Gguf
   for (const auto& [key, v] : source.metadata()) {
     if (key.rfind("tokenizer.", 0) != 0) continue;
     switch (v.type()) {
-      case GgufType::kString: w.add_string(key, v.as_string(key)); break;
-      case GgufType::kBool: w.add_bool(key, v.as_bool(key)); break;
+      case GgufType::kString:
+        w.add_string(key, v.as_string(key));
+        break;
+      case GgufType::kBool:
+        w.add_bool(key, v.as_bool(key));
+        break;
       case GgufType::kF32:
-      case GgufType::kF64: w.add_f32(key, static_cast<float>(v.as_float(key))); break;
+      case GgufType::kF64:
+        w.add_f32(key, static_cast<float>(v.as_float(key)));
+        break;
       case GgufType::kArray: {
         const uint64_t n = v.size();
         if (v.element_type() == GgufType::kString) {
@@ -76,7 +82,8 @@ RandomModelShape random_model_shape(const std::string& name) {
     s.dim = 64, s.layers = 2, s.heads = 4, s.kv_heads = 2, s.head_dim = 32, s.ffn = 32, s.vocab = 512, s.context = 256;
     s.rope_theta = 1000000.0f, s.experts = 4, s.experts_used = 2;
   } else {
-    throw ConfigError(fmt::format("unknown model shape '{}' (known: llama-3.2-1b, qwen3moe-8l-32e, tiny, tiny-moe)", name));
+    throw ConfigError(
+        fmt::format("unknown model shape '{}' (known: llama-3.2-1b, qwen3moe-8l-32e, tiny, tiny-moe)", name));
   }
   return s;
 }
@@ -84,7 +91,8 @@ RandomModelShape random_model_shape(const std::string& name) {
 void write_random_gguf(const RandomModelShape& s, TensorType type, uint64_t seed, const std::string& path,
                        const GgufFile* tokenizer) {
   const bool moe = s.architecture == "qwen3moe";
-  if (!moe && s.architecture != "llama") throw ConfigError(fmt::format("cannot write architecture '{}'", s.architecture));
+  if (!moe && s.architecture != "llama")
+    throw ConfigError(fmt::format("cannot write architecture '{}'", s.architecture));
   GgufWriter w;
   const std::string a = s.architecture + ".";
   w.add_string("general.architecture", s.architecture);
@@ -113,7 +121,8 @@ void write_random_gguf(const RandomModelShape& s, TensorType type, uint64_t seed
   uint64_t tensor = 0;
   // A [stack][rows][cols] tensor (GGUF ne = {cols, rows, stack}), amplitude * U[-1, 1), its own
   // counter stream.
-  auto add = [&](const std::string& name, TensorType t, int64_t cols, int64_t rows, float amplitude, int64_t stack = 1) {
+  auto add = [&](const std::string& name, TensorType t, int64_t cols, int64_t rows, float amplitude,
+                 int64_t stack = 1) {
     values.resize(static_cast<size_t>(cols * rows * stack));
     const uint64_t stream = mix64(seed ^ (++tensor * 0x9E3779B97F4A7C15ull));
     const auto n = static_cast<int64_t>(values.size());

@@ -15,28 +15,50 @@ namespace pagedkv {
 
 std::optional<TensorTypeTraits> tensor_type_traits(uint32_t raw_type) {
   switch (static_cast<TensorType>(raw_type)) {
-    case TensorType::kF32: return TensorTypeTraits{"F32", 1, 4};
-    case TensorType::kF16: return TensorTypeTraits{"F16", 1, 2};
-    case TensorType::kQ4_0: return TensorTypeTraits{"Q4_0", 32, 18};
-    case TensorType::kQ4_1: return TensorTypeTraits{"Q4_1", 32, 20};
-    case TensorType::kQ5_0: return TensorTypeTraits{"Q5_0", 32, 22};
-    case TensorType::kQ5_1: return TensorTypeTraits{"Q5_1", 32, 24};
-    case TensorType::kQ8_0: return TensorTypeTraits{"Q8_0", 32, 34};
-    case TensorType::kQ8_1: return TensorTypeTraits{"Q8_1", 32, 36};
-    case TensorType::kQ2_K: return TensorTypeTraits{"Q2_K", 256, 84};
-    case TensorType::kQ3_K: return TensorTypeTraits{"Q3_K", 256, 110};
-    case TensorType::kQ4_K: return TensorTypeTraits{"Q4_K", 256, 144};
-    case TensorType::kQ5_K: return TensorTypeTraits{"Q5_K", 256, 176};
-    case TensorType::kQ6_K: return TensorTypeTraits{"Q6_K", 256, 210};
-    case TensorType::kQ8_K: return TensorTypeTraits{"Q8_K", 256, 292};
-    case TensorType::kIQ4_NL: return TensorTypeTraits{"IQ4_NL", 32, 18};
-    case TensorType::kIQ4_XS: return TensorTypeTraits{"IQ4_XS", 256, 136};
-    case TensorType::kI8: return TensorTypeTraits{"I8", 1, 1};
-    case TensorType::kI16: return TensorTypeTraits{"I16", 1, 2};
-    case TensorType::kI32: return TensorTypeTraits{"I32", 1, 4};
-    case TensorType::kI64: return TensorTypeTraits{"I64", 1, 8};
-    case TensorType::kF64: return TensorTypeTraits{"F64", 1, 8};
-    case TensorType::kBF16: return TensorTypeTraits{"BF16", 1, 2};
+    case TensorType::kF32:
+      return TensorTypeTraits{"F32", 1, 4};
+    case TensorType::kF16:
+      return TensorTypeTraits{"F16", 1, 2};
+    case TensorType::kQ4_0:
+      return TensorTypeTraits{"Q4_0", 32, 18};
+    case TensorType::kQ4_1:
+      return TensorTypeTraits{"Q4_1", 32, 20};
+    case TensorType::kQ5_0:
+      return TensorTypeTraits{"Q5_0", 32, 22};
+    case TensorType::kQ5_1:
+      return TensorTypeTraits{"Q5_1", 32, 24};
+    case TensorType::kQ8_0:
+      return TensorTypeTraits{"Q8_0", 32, 34};
+    case TensorType::kQ8_1:
+      return TensorTypeTraits{"Q8_1", 32, 36};
+    case TensorType::kQ2_K:
+      return TensorTypeTraits{"Q2_K", 256, 84};
+    case TensorType::kQ3_K:
+      return TensorTypeTraits{"Q3_K", 256, 110};
+    case TensorType::kQ4_K:
+      return TensorTypeTraits{"Q4_K", 256, 144};
+    case TensorType::kQ5_K:
+      return TensorTypeTraits{"Q5_K", 256, 176};
+    case TensorType::kQ6_K:
+      return TensorTypeTraits{"Q6_K", 256, 210};
+    case TensorType::kQ8_K:
+      return TensorTypeTraits{"Q8_K", 256, 292};
+    case TensorType::kIQ4_NL:
+      return TensorTypeTraits{"IQ4_NL", 32, 18};
+    case TensorType::kIQ4_XS:
+      return TensorTypeTraits{"IQ4_XS", 256, 136};
+    case TensorType::kI8:
+      return TensorTypeTraits{"I8", 1, 1};
+    case TensorType::kI16:
+      return TensorTypeTraits{"I16", 1, 2};
+    case TensorType::kI32:
+      return TensorTypeTraits{"I32", 1, 4};
+    case TensorType::kI64:
+      return TensorTypeTraits{"I64", 1, 8};
+    case TensorType::kF64:
+      return TensorTypeTraits{"F64", 1, 8};
+    case TensorType::kBF16:
+      return TensorTypeTraits{"BF16", 1, 2};
   }
   return std::nullopt;
 }
@@ -48,11 +70,24 @@ std::string tensor_type_name(TensorType t) {
 
 bool is_runnable_weight_type(TensorType t) {
   switch (t) {
-    case TensorType::kF32: case TensorType::kF16: case TensorType::kBF16: case TensorType::kQ8_0:
-    case TensorType::kQ4_0: case TensorType::kQ4_1: case TensorType::kQ5_0: case TensorType::kQ5_1:
-    case TensorType::kQ2_K: case TensorType::kQ3_K: case TensorType::kQ4_K: case TensorType::kQ5_K:
-    case TensorType::kQ6_K: case TensorType::kIQ4_NL: case TensorType::kIQ4_XS: return true;
-    default: return false;
+    case TensorType::kF32:
+    case TensorType::kF16:
+    case TensorType::kBF16:
+    case TensorType::kQ8_0:
+    case TensorType::kQ4_0:
+    case TensorType::kQ4_1:
+    case TensorType::kQ5_0:
+    case TensorType::kQ5_1:
+    case TensorType::kQ2_K:
+    case TensorType::kQ3_K:
+    case TensorType::kQ4_K:
+    case TensorType::kQ5_K:
+    case TensorType::kQ6_K:
+    case TensorType::kIQ4_NL:
+    case TensorType::kIQ4_XS:
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -69,7 +104,9 @@ size_t tensor_row_bytes(TensorType t, int64_t elements) {
 void dequantize_row(TensorType t, const void* row, std::span<float> out) {
   const size_t n = out.size();
   switch (t) {
-    case TensorType::kF32: std::memcpy(out.data(), row, n * sizeof(float)); return;
+    case TensorType::kF32:
+      std::memcpy(out.data(), row, n * sizeof(float));
+      return;
     case TensorType::kF16: {
       const auto* h = static_cast<const uint16_t*>(row);
       for (size_t i = 0; i < n; ++i) out[i] = f16_to_f32(h[i]);

@@ -99,7 +99,8 @@ float dot_super_q8_k(TensorType t, const std::byte* w, const BlockQ8_K* x, int b
         d = f16_to_f32(blk.d);
         break;
       }
-      default: throw UsageError(fmt::format("block_dot: {} has no Q8_K product", tensor_type_name(t)));
+      default:
+        throw UsageError(fmt::format("block_dot: {} has no Q8_K product", tensor_type_name(t)));
     }
     acc += (d * a.d) * static_cast<float>(sum) - (dmin * a.d) * static_cast<float>(mins);
   }
@@ -110,20 +111,39 @@ float dot_super_q8_k(TensorType t, const std::byte* w, const BlockQ8_K* x, int b
 
 bool is_block_format(TensorType weight) {
   switch (weight) {
-    case TensorType::kQ4_1: case TensorType::kQ5_0: case TensorType::kQ5_1: case TensorType::kIQ4_NL:
-    case TensorType::kQ2_K: case TensorType::kQ3_K: case TensorType::kQ4_K: case TensorType::kQ5_K:
-    case TensorType::kQ6_K: case TensorType::kIQ4_XS: return true;
-    default: return false;
+    case TensorType::kQ4_1:
+    case TensorType::kQ5_0:
+    case TensorType::kQ5_1:
+    case TensorType::kIQ4_NL:
+    case TensorType::kQ2_K:
+    case TensorType::kQ3_K:
+    case TensorType::kQ4_K:
+    case TensorType::kQ5_K:
+    case TensorType::kQ6_K:
+    case TensorType::kIQ4_XS:
+      return true;
+    default:
+      return false;
   }
 }
 
 TensorType activation_type(TensorType weight) {
   switch (weight) {
-    case TensorType::kQ5_0: case TensorType::kIQ4_NL: return TensorType::kQ8_0;
-    case TensorType::kQ4_1: case TensorType::kQ5_1: return TensorType::kQ8_1;
-    case TensorType::kQ2_K: case TensorType::kQ3_K: case TensorType::kQ4_K: case TensorType::kQ5_K:
-    case TensorType::kQ6_K: case TensorType::kIQ4_XS: return TensorType::kQ8_K;
-    default: break;
+    case TensorType::kQ5_0:
+    case TensorType::kIQ4_NL:
+      return TensorType::kQ8_0;
+    case TensorType::kQ4_1:
+    case TensorType::kQ5_1:
+      return TensorType::kQ8_1;
+    case TensorType::kQ2_K:
+    case TensorType::kQ3_K:
+    case TensorType::kQ4_K:
+    case TensorType::kQ5_K:
+    case TensorType::kQ6_K:
+    case TensorType::kIQ4_XS:
+      return TensorType::kQ8_K;
+    default:
+      break;
   }
   throw UsageError(fmt::format("activation_type: {} is not a block format", tensor_type_name(weight)));
 }
@@ -133,9 +153,15 @@ size_t activation_row_bytes(TensorType weight, int cols) { return tensor_row_byt
 void quantize_activations(TensorType weight, const float* x, int cols, std::byte* out) {
   const std::span<const float> row{x, static_cast<size_t>(cols)};
   switch (activation_type(weight)) {
-    case TensorType::kQ8_0: quantize_row_q8_0(row, reinterpret_cast<BlockQ8_0*>(out)); return;
-    case TensorType::kQ8_1: quantize_row_q8_1(row, reinterpret_cast<BlockQ8_1*>(out)); return;
-    default: quantize_row_q8_k(row, reinterpret_cast<BlockQ8_K*>(out)); return;
+    case TensorType::kQ8_0:
+      quantize_row_q8_0(row, reinterpret_cast<BlockQ8_0*>(out));
+      return;
+    case TensorType::kQ8_1:
+      quantize_row_q8_1(row, reinterpret_cast<BlockQ8_1*>(out));
+      return;
+    default:
+      quantize_row_q8_k(row, reinterpret_cast<BlockQ8_K*>(out));
+      return;
   }
 }
 
@@ -148,7 +174,8 @@ float block_dot(TensorType weight, const std::byte* w_row, const std::byte* x_ro
       return dot_legacy_q8_0(weight, w_row, reinterpret_cast<const BlockQ8_0*>(x_row), blocks, block_bytes);
     case TensorType::kQ8_1:
       return dot_legacy_q8_1(weight, w_row, reinterpret_cast<const BlockQ8_1*>(x_row), blocks, block_bytes);
-    default: return dot_super_q8_k(weight, w_row, reinterpret_cast<const BlockQ8_K*>(x_row), blocks, block_bytes);
+    default:
+      return dot_super_q8_k(weight, w_row, reinterpret_cast<const BlockQ8_K*>(x_row), blocks, block_bytes);
   }
 }
 

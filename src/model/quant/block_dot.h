@@ -35,7 +35,7 @@ struct BlockRowsKernel {
                         const std::byte* acts, size_t act_stride, int num_tokens, float* y, size_t y_stride);
 };
 const BlockRowsKernel& scalar_block_kernel();
-const BlockRowsKernel& avx2_block_kernel();    // only after a run-time AVX2+FMA+F16C check
+const BlockRowsKernel& avx2_block_kernel();  // only after a run-time AVX2+FMA+F16C check
 const BlockRowsKernel& avx512_block_kernel();  // only after a run-time AVX-512 F/VL/BW/DQ + VNNI check
 
 }  // namespace pagedkv::quant_detail

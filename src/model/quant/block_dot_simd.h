@@ -45,7 +45,9 @@ __m256i scaled_dot(__m256i acc, __m256i u, __m256i s, __m256i scales) {
 __m256i nibbles_low(__m256i v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0F)); }
 __m256i nibbles_high(__m256i v) { return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F)); }
 // Bits k..k+width-1 of every byte (k + width <= 8), as the byte's value.
-__m256i bits(__m256i v, int k, int mask) { return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(k)), _mm256_set1_epi8(static_cast<char>(mask))); }
+__m256i bits(__m256i v, int k, int mask) {
+  return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(k)), _mm256_set1_epi8(static_cast<char>(mask)));
+}
 __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 __m128i load16(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
 
@@ -57,10 +59,14 @@ float half(uint16_t h) { return _cvtsh_ss(h); }
 // its high half group 2c + 1's.
 void scale_vectors(__m128i scales8, bool is_signed, __m256i* out) {
   alignas(16) static constexpr uint8_t kPairs[8][16] = {
-      {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1},         {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
-      {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5},         {6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
-      {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9},         {10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
-      {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13}, {14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15}};
+      {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1},
+      {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
+      {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5},
+      {6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
+      {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9},
+      {10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
+      {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13},
+      {14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15}};
   for (int c = 0; c < 8; ++c) {
     const __m128i pair = _mm_shuffle_epi8(scales8, load16(kPairs[c]));
     out[c] = is_signed ? _mm256_cvtepi8_epi16(pair) : _mm256_cvtepu8_epi16(pair);
@@ -87,11 +93,11 @@ __m128i q4_k_scales_and_mins(const uint8_t* packed) {
 
 // One K-quant / IQ4_XS super-block, unpacked.
 struct SuperBlock {
-  __m256i levels[8];   // values 32c..32c+31
-  __m256i scales[8];   // their 16-value groups' scales (scale_vectors)
-  __m256i corr;        // 16 int16 coefficients of the activation's 16-value sums
+  __m256i levels[8];  // values 32c..32c+31
+  __m256i scales[8];  // their 16-value groups' scales (scale_vectors)
+  __m256i corr;  // 16 int16 coefficients of the activation's 16-value sums
   bool signed_levels;  // IQ4_XS: levels are signed (the sign trick), else unsigned
-  bool corr_is_min;    // corr is the mins (times dmin) rather than an offset of the levels
+  bool corr_is_min;  // corr is the mins (times dmin) rather than an offset of the levels
   float d, dmin;
 };
 
@@ -135,7 +141,8 @@ void unpack_super(TensorType t, const std::byte* block, SuperBlock& u) {
       const uint16_t* dm = reinterpret_cast<const uint16_t*>(block);
       const uint8_t* packed = reinterpret_cast<const uint8_t*>(block) + 4;
       const bool five = t == TensorType::kQ5_K;
-      const uint8_t* qs = five ? reinterpret_cast<const BlockQ5_K*>(block)->qs : reinterpret_cast<const BlockQ4_K*>(block)->qs;
+      const uint8_t* qs =
+          five ? reinterpret_cast<const BlockQ5_K*>(block)->qs : reinterpret_cast<const BlockQ4_K*>(block)->qs;
       const __m256i qh = five ? load32(reinterpret_cast<const BlockQ5_K*>(block)->qh) : _mm256_setzero_si256();
       for (int c = 0; c < 4; ++c) {
         const __m256i q = load32(qs + c * 32);
@@ -170,7 +177,8 @@ void unpack_super(TensorType t, const std::byte* block, SuperBlock& u) {
     }
     case TensorType::kIQ4_XS: {
       const auto& b = *reinterpret_cast<const BlockIQ4_XS*>(block);
-      const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlValues)));
+      const __m256i table =
+          _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlValues)));
       for (int p = 0; p < 4; ++p) {  // 32 bytes: sub-blocks 2p (low 128 bits) and 2p + 1
         const __m256i q = load32(b.qs + p * 32);
         const __m256i lo = _mm256_shuffle_epi8(table, nibbles_low(q)), hi = _mm256_shuffle_epi8(table, nibbles_high(q));
@@ -216,18 +224,23 @@ void super_dot(const SuperBlock& u, const BlockQ8_K& a, int& sum, int& mins) {
 
 // One legacy 32-value block's levels: unsigned (Q4_1, Q5_1) or signed (Q5_0, IQ4_NL).
 __m256i unpack_legacy(TensorType t, const std::byte* block) {
-  const uint8_t* qs = reinterpret_cast<const uint8_t*>(block) + (t == TensorType::kQ4_1 ? 4 : t == TensorType::kQ5_0 ? 6 : t == TensorType::kQ5_1 ? 8 : 2);
+  const uint8_t* qs = reinterpret_cast<const uint8_t*>(block) + (t == TensorType::kQ4_1   ? 4
+                                                                 : t == TensorType::kQ5_0 ? 6
+                                                                 : t == TensorType::kQ5_1 ? 8
+                                                                                          : 2);
   const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
   const __m128i m = _mm_set1_epi8(0x0F);
   __m256i q = _mm256_setr_m128i(_mm_and_si128(v, m), _mm_and_si128(_mm_srli_epi16(v, 4), m));
   if (t == TensorType::kIQ4_NL)
-    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlValues))), q);
+    return _mm256_shuffle_epi8(
+        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlValues))), q);
   if (t == TensorType::kQ5_0 || t == TensorType::kQ5_1) {
     uint32_t qh = 0;
     std::memcpy(&qh, reinterpret_cast<const uint8_t*>(block) + (t == TensorType::kQ5_0 ? 2 : 4), 4);
     // Byte j gets bit j of qh: spread the 32 bits one per byte, then keep each byte's own bit.
-    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)),
-                                               _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL, 0x0303030303030303LL));
+    const __m256i spread =
+        _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)),
+                            _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL, 0x0303030303030303LL));
     const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
     const __m256i high = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(16));
     q = _mm256_or_si256(q, high);
@@ -276,8 +289,8 @@ void super_rows(TensorType type, const std::byte* w, int blocks, size_t block_by
 // reduced together, then added in block order as the scalar twin does. One instance per type, so
 // that the per-type choices are made at compile time.
 template <TensorType kType>
-void legacy_rows(const std::byte* w, int blocks, size_t block_bytes, const std::byte* acts, size_t act_stride,
-                 int t0, int tn, float* acc) {
+void legacy_rows(const std::byte* w, int blocks, size_t block_bytes, const std::byte* acts, size_t act_stride, int t0,
+                 int tn, float* acc) {
   constexpr TensorType type = kType;
   constexpr bool with_q8_1 = type == TensorType::kQ4_1 || type == TensorType::kQ5_1;
   constexpr bool signed_levels = type == TensorType::kQ5_0 || type == TensorType::kIQ4_NL;
@@ -298,8 +311,8 @@ void legacy_rows(const std::byte* w, int blocks, size_t block_bytes, const std::
       constexpr size_t x_bytes = with_q8_1 ? sizeof(BlockQ8_1) : sizeof(BlockQ8_0);
       __m256i products[8];
       for (int i = 0; i < nb; ++i)
-        products[i] = legacy_products<signed_levels>(levels[i],
-                                      load32(xt + static_cast<size_t>(b0 + i) * x_bytes + (x_bytes - 32)));
+        products[i] = legacy_products<signed_levels>(
+            levels[i], load32(xt + static_cast<size_t>(b0 + i) * x_bytes + (x_bytes - 32)));
       alignas(32) int sums[8];
       if (nb == 8) {
         _mm256_store_si256(reinterpret_cast<__m256i*>(sums), hsum8_i32(products));
@@ -331,9 +344,12 @@ void simd_block_rows(TensorType type, const std::byte* base, size_t row_bytes, i
       const int tn = std::min(kTileTokens, num_tokens - t0);
       float acc[kTileTokens] = {};
       if (super) super_rows(type, w, blocks, block_bytes, acts, act_stride, t0, tn, acc);
-      else if (type == TensorType::kQ4_1) legacy_rows<TensorType::kQ4_1>(w, blocks, block_bytes, acts, act_stride, t0, tn, acc);
-      else if (type == TensorType::kQ5_0) legacy_rows<TensorType::kQ5_0>(w, blocks, block_bytes, acts, act_stride, t0, tn, acc);
-      else if (type == TensorType::kQ5_1) legacy_rows<TensorType::kQ5_1>(w, blocks, block_bytes, acts, act_stride, t0, tn, acc);
+      else if (type == TensorType::kQ4_1)
+        legacy_rows<TensorType::kQ4_1>(w, blocks, block_bytes, acts, act_stride, t0, tn, acc);
+      else if (type == TensorType::kQ5_0)
+        legacy_rows<TensorType::kQ5_0>(w, blocks, block_bytes, acts, act_stride, t0, tn, acc);
+      else if (type == TensorType::kQ5_1)
+        legacy_rows<TensorType::kQ5_1>(w, blocks, block_bytes, acts, act_stride, t0, tn, acc);
       else legacy_rows<TensorType::kIQ4_NL>(w, blocks, block_bytes, acts, act_stride, t0, tn, acc);
       for (int t = 0; t < tn; ++t) y[static_cast<size_t>(t0 + t) * y_stride + static_cast<size_t>(r)] = acc[t];
     }

@@ -66,8 +66,8 @@ struct PackedKernel {
   // accumulators; leftover tokens run alone over kSoloPanels panels at a time, so they too keep
   // enough independent accumulators in flight to hide the add latency.
   template <int kTokens, int kPanels, int kSoloPanels>
-  static void run(const float* panels, size_t panel_stride, int num_panels, int cols, const float* x,
-                  size_t x_stride, int num_tokens, float* y, size_t y_stride, int rows) {
+  static void run(const float* panels, size_t panel_stride, int num_panels, int cols, const float* x, size_t x_stride,
+                  int num_tokens, float* y, size_t y_stride, int rows) {
     auto panel_at = [&](int p) { return panels + static_cast<size_t>(p) * panel_stride; };
     int t = 0;
     for (; t + kTokens <= num_tokens; t += kTokens) {

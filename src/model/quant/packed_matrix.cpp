@@ -31,8 +31,7 @@ void multiply_tiles_sse(const float* panels, size_t panel_stride, int num_panels
 
 PackedMatrix::PackedMatrix(const float* w, int rows, int cols) : PackedMatrix({w}, {rows}, cols) {}
 
-PackedMatrix::PackedMatrix(std::initializer_list<const float*> parts, std::initializer_list<int> part_rows,
-                           int cols)
+PackedMatrix::PackedMatrix(std::initializer_list<const float*> parts, std::initializer_list<int> part_rows, int cols)
     : cols_(cols) {
   if (parts.size() != part_rows.size() || parts.size() == 0)
     throw UsageError("PackedMatrix: one row count per part is required");
@@ -79,8 +78,8 @@ void PackedMatrix::multiply(const float* x, size_t x_stride, int num_tokens, flo
     const int t0 = tb * kTokenBlock, nt = std::min(kTokenBlock, num_tokens - t0);
     const int p0 = pg * kPanelGroup, np = std::min(kPanelGroup, num_panels_ - p0);
     tiles_fn(packed_.data() + static_cast<size_t>(p0) * panel_stride, panel_stride, np, cols_,
-                  x + static_cast<size_t>(t0) * x_stride, x_stride, nt, y + static_cast<size_t>(t0) * y_stride
-                  + static_cast<size_t>(p0) * kP, y_stride, rows_ - p0 * kP);
+             x + static_cast<size_t>(t0) * x_stride, x_stride, nt,
+             y + static_cast<size_t>(t0) * y_stride + static_cast<size_t>(p0) * kP, y_stride, rows_ - p0 * kP);
   }
 }
 

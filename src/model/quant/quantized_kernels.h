@@ -52,7 +52,7 @@ struct PanelsKernel {
 };
 
 const RowsKernel& scalar_rows_kernel();
-const RowsKernel& avx2_rows_kernel();      // only after a run-time AVX2+FMA+F16C check
+const RowsKernel& avx2_rows_kernel();  // only after a run-time AVX2+FMA+F16C check
 const PanelsKernel& avx512_panels_kernel();  // only after a run-time AVX-512 F/VL/BW/DQ + VNNI check
 
 }  // namespace pagedkv::quant_detail

@@ -27,7 +27,9 @@ float hsum(__m256 v) {
 }
 
 struct WidenF16 {
-  static __m256 load(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static __m256 load(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
   static float one(uint16_t h) { return _cvtsh_ss(h); }
 };
 
@@ -100,7 +102,7 @@ struct UnpackQ4_0 {
     d = _cvtsh_ss(blk.d);
     const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.q));
     const __m128i low_mask = _mm_set1_epi8(0x0F);
-    const __m128i lo = _mm_and_si128(packed, low_mask);                     // elements 0..15
+    const __m128i lo = _mm_and_si128(packed, low_mask);  // elements 0..15
     const __m128i hi = _mm_and_si128(_mm_srli_epi16(packed, 4), low_mask);  // elements 16..31
     return _mm256_sub_epi8(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(8));
   }
@@ -131,13 +133,14 @@ struct QuantTile {
         const __m256i q_abs = _mm256_sign_epi8(q, q);
         for (int t = 0; t < T; ++t) {
           const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xt[t][b].q));
-          acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx[t]), _mm256_cvtepi32_ps(block_products(q_abs, q, qx)),
-                                      acc[r][t]);
+          acc[r][t] =
+              _mm256_fmadd_ps(_mm256_set1_ps(dw * dx[t]), _mm256_cvtepi32_ps(block_products(q_abs, q, qx)), acc[r][t]);
         }
       }
     }
     for (int t = 0; t < T; ++t)
-      for (int r = 0; r < rows_out; ++r) y[static_cast<size_t>(t) * y_stride + static_cast<size_t>(r)] = hsum(acc[r][t]);
+      for (int r = 0; r < rows_out; ++r)
+        y[static_cast<size_t>(t) * y_stride + static_cast<size_t>(r)] = hsum(acc[r][t]);
   }
 };
 
@@ -149,10 +152,18 @@ void prepare(const float* x, int cols, std::byte* out) {
 
 void multiply_rows(const WeightRows& w, int r0, int r1, const Activations& x, float* y, size_t y_stride) {
   switch (w.type) {
-    case TensorType::kF16: multiply_rows_tiled<kRows, kTokens, FloatTile<WidenF16>>(w, r0, r1, x, y, y_stride); break;
-    case TensorType::kBF16: multiply_rows_tiled<kRows, kTokens, FloatTile<WidenBF16>>(w, r0, r1, x, y, y_stride); break;
-    case TensorType::kQ8_0: multiply_rows_tiled<kRows, kTokens, QuantTile<UnpackQ8_0>>(w, r0, r1, x, y, y_stride); break;
-    default: multiply_rows_tiled<kRows, kTokens, QuantTile<UnpackQ4_0>>(w, r0, r1, x, y, y_stride); break;
+    case TensorType::kF16:
+      multiply_rows_tiled<kRows, kTokens, FloatTile<WidenF16>>(w, r0, r1, x, y, y_stride);
+      break;
+    case TensorType::kBF16:
+      multiply_rows_tiled<kRows, kTokens, FloatTile<WidenBF16>>(w, r0, r1, x, y, y_stride);
+      break;
+    case TensorType::kQ8_0:
+      multiply_rows_tiled<kRows, kTokens, QuantTile<UnpackQ8_0>>(w, r0, r1, x, y, y_stride);
+      break;
+    default:
+      multiply_rows_tiled<kRows, kTokens, QuantTile<UnpackQ4_0>>(w, r0, r1, x, y, y_stride);
+      break;
   }
 }
 

@@ -131,7 +131,8 @@ void prepare(TensorType type, const float* x, size_t x_stride, int num_tokens, i
         quantize_records(xt, blocks, tokens, reinterpret_cast<QuantRecord*>(group) + t);
       } else {
         float* g = reinterpret_cast<float*>(group);
-        for (int k = 0; k < cols; ++k) g[static_cast<size_t>(k) * static_cast<size_t>(tokens) + static_cast<size_t>(t)] = xt[k];
+        for (int k = 0; k < cols; ++k)
+          g[static_cast<size_t>(k) * static_cast<size_t>(tokens) + static_cast<size_t>(t)] = xt[k];
       }
     }
   }
@@ -140,7 +141,9 @@ void prepare(TensorType type, const float* x, size_t x_stride, int num_tokens, i
 // ---- F16 / BF16 --------------------------------------------------------------------------------
 
 struct WidenF16 {
-  static __m512 load(const std::byte* p) { return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(p))); }
+  static __m512 load(const std::byte* p) {
+    return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(p)));
+  }
 };
 
 struct WidenBF16 {
@@ -240,7 +243,8 @@ void quant_tile(const std::byte* panel, const PanelLayout& l, const QuantRecord*
         __m512i isum = _mm512_set1_epi32(Unpack::start(xb[t]));
         if constexpr (T >= 4) {
 #pragma GCC unroll 8
-          for (int g = 0; g < 8; ++g) isum = _mm512_dpbusd_epi32(isum, w[g], _mm512_set1_epi32(group_of_4(xb[t].q + 4 * g)));
+          for (int g = 0; g < 8; ++g)
+            isum = _mm512_dpbusd_epi32(isum, w[g], _mm512_set1_epi32(group_of_4(xb[t].q + 4 * g)));
         } else {
           __m512i odd = _mm512_setzero_si512();
 #pragma GCC unroll 8
@@ -275,7 +279,8 @@ template <class Widen>
 struct FloatKernel {
   using X = float;
   template <int P, int T>
-  static void tile(const std::byte* panel, const PanelLayout& l, const X* x, float* y, size_t y_stride, const int* rows_out) {
+  static void tile(const std::byte* panel, const PanelLayout& l, const X* x, float* y, size_t y_stride,
+                   const int* rows_out) {
     float_tile<Widen, P, T>(panel, l.panel_bytes, l.cols, x, y, y_stride, rows_out);
   }
   // Panels per tile for T tokens: enough independent accumulator chains (>= 8 FMA chains) to hide
@@ -287,7 +292,8 @@ template <class Unpack>
 struct QuantKernel {
   using X = QuantRecord;
   template <int P, int T>
-  static void tile(const std::byte* panel, const PanelLayout& l, const X* x, float* y, size_t y_stride, const int* rows_out) {
+  static void tile(const std::byte* panel, const PanelLayout& l, const X* x, float* y, size_t y_stride,
+                   const int* rows_out) {
     quant_tile<Unpack, P, T>(panel, l, x, y, y_stride, rows_out);
   }
   // A few tokens on several panels: more independent chains and more streams in flight.
@@ -328,10 +334,18 @@ void multiply_panels_with(const WeightPanels& w, int p0, int p1, const Activatio
 
 void multiply_panels(const WeightPanels& w, int p0, int p1, const Activations& x, float* y, size_t y_stride) {
   switch (w.layout.type) {
-    case TensorType::kF16: multiply_panels_with<FloatKernel<WidenF16>>(w, p0, p1, x, y, y_stride); break;
-    case TensorType::kBF16: multiply_panels_with<FloatKernel<WidenBF16>>(w, p0, p1, x, y, y_stride); break;
-    case TensorType::kQ8_0: multiply_panels_with<QuantKernel<UnpackQ8_0>>(w, p0, p1, x, y, y_stride); break;
-    default: multiply_panels_with<QuantKernel<UnpackQ4_0>>(w, p0, p1, x, y, y_stride); break;
+    case TensorType::kF16:
+      multiply_panels_with<FloatKernel<WidenF16>>(w, p0, p1, x, y, y_stride);
+      break;
+    case TensorType::kBF16:
+      multiply_panels_with<FloatKernel<WidenBF16>>(w, p0, p1, x, y, y_stride);
+      break;
+    case TensorType::kQ8_0:
+      multiply_panels_with<QuantKernel<UnpackQ8_0>>(w, p0, p1, x, y, y_stride);
+      break;
+    default:
+      multiply_panels_with<QuantKernel<UnpackQ4_0>>(w, p0, p1, x, y, y_stride);
+      break;
   }
 }
 

@@ -141,7 +141,8 @@ QuantizedMatrix::QuantizedMatrix(const WeightTensor& w) : w_(w) {
   const int tasks = (l.panels + kPanelsPerTask - 1) / kPanelsPerTask;
 #pragma omp parallel for schedule(static) if (tasks > 1 && bytes >= (size_t{1} << 20)) num_threads(kernel_threads())
   for (int i = 0; i < tasks; ++i)
-    quant_detail::repack_panels(w, l, i * kPanelsPerTask, std::min(l.panels, (i + 1) * kPanelsPerTask), panels->data.get());
+    quant_detail::repack_panels(w, l, i * kPanelsPerTask, std::min(l.panels, (i + 1) * kPanelsPerTask),
+                                panels->data.get());
   panels_ = std::move(panels);
 }
 
@@ -151,7 +152,8 @@ void QuantizedMatrix::multiply(const float* x, size_t x_stride, int num_tokens, 
   if (quant_detail::is_block_format(w_.type)) return multiply_blocks(x, x_stride, num_tokens, y, y_stride, isa);
   const bool panels = quant_detail::runs_panels(isa);
   if (panels && !panels_)  // cannot happen: kAuto resolves to AVX-512 whenever AVX-512 may be asked for
-    throw UsageError("QuantizedMatrix: the AVX-512 build needs the repacked weights, made only where it is the default");
+    throw UsageError(
+        "QuantizedMatrix: the AVX-512 build needs the repacked weights, made only where it is the default");
   const quant_detail::RowsKernel& k = quant_detail::rows_kernel_for(isa);
   // Only touched after the run-time check: its translation unit is compiled for AVX-512.
   const quant_detail::PanelsKernel* pk = panels ? &quant_detail::avx512_panels_kernel() : nullptr;

@@ -57,7 +57,9 @@ void repack_panels(const WeightTensor& w, const PanelLayout& l, int p0, int p1, 
           if (!real) {  // w + 128 = 128: a zero weight (its scale is zero too)
             for (int b = 0; b < blocks; ++b)
               for (int g = 0; g < 8; ++g)
-                std::memset(panel + static_cast<size_t>(b) * 512 + static_cast<size_t>(g) * 64 + static_cast<size_t>(i) * 4, 0x80, 4);
+                std::memset(
+                    panel + static_cast<size_t>(b) * 512 + static_cast<size_t>(g) * 64 + static_cast<size_t>(i) * 4,
+                    0x80, 4);
             break;
           }
           const auto* src = static_cast<const BlockQ8_0*>(row);
@@ -68,7 +70,9 @@ void repack_panels(const WeightTensor& w, const PanelLayout& l, int p0, int p1, 
               uint32_t four;
               std::memcpy(&four, src[b].q + 4 * g, 4);
               four ^= 0x80808080u;
-              std::memcpy(panel + static_cast<size_t>(b) * 512 + static_cast<size_t>(g) * 64 + static_cast<size_t>(i) * 4, &four, 4);
+              std::memcpy(
+                  panel + static_cast<size_t>(b) * 512 + static_cast<size_t>(g) * 64 + static_cast<size_t>(i) * 4,
+                  &four, 4);
             }
             scales[static_cast<size_t>(b) * kPanelRows + static_cast<size_t>(i)] = src[b].d;
           }
@@ -79,7 +83,8 @@ void repack_panels(const WeightTensor& w, const PanelLayout& l, int p0, int p1, 
           const auto* src = static_cast<const BlockQ4_0*>(row);
           for (int b = 0; b < blocks; ++b) {
             for (int v = 0; v < 4; ++v) {
-              std::byte* dst = panel + static_cast<size_t>(b) * 256 + static_cast<size_t>(v) * 64 + static_cast<size_t>(i) * 4;
+              std::byte* dst =
+                  panel + static_cast<size_t>(b) * 256 + static_cast<size_t>(v) * 64 + static_cast<size_t>(i) * 4;
               if (real) std::memcpy(dst, src[b].q + 4 * v, 4);
               else std::memset(dst, 0x88, 4);  // nibbles 8 - 8: two zero weights per byte
             }

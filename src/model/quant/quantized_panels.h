@@ -35,9 +35,9 @@ inline constexpr int kPanelRows = 16;
 struct PanelLayout {
   TensorType type;
   int rows, cols;
-  int panels;          // ceil(rows / 16)
+  int panels;  // ceil(rows / 16)
   size_t panel_bytes;  // stride from one panel to the next, a multiple of 64
-  size_t scales_at;    // Q8_0 / Q4_0: where a panel's block scales start (0 for F16 / BF16)
+  size_t scales_at;  // Q8_0 / Q4_0: where a panel's block scales start (0 for F16 / BF16)
 
   // Bytes of one block's quants in a panel (Q8_0: 512, Q4_0: 256).
   static constexpr size_t quant_block_bytes(TensorType t) { return t == TensorType::kQ8_0 ? 512 : 256; }

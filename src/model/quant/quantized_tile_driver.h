@@ -47,8 +47,7 @@ void multiply_rows_tiled(const WeightRows& w, int r0, int r1, const Activations&
   for (int r = r0; r < r1; r += kRows) {
     const int rows_out = std::min(kRows, r1 - r);
     const std::byte* rows[kRows];
-    for (int i = 0; i < kRows; ++i)
-      rows[i] = w.base + static_cast<size_t>(r + std::min(i, rows_out - 1)) * w.row_bytes;
+    for (int i = 0; i < kRows; ++i) rows[i] = w.base + static_cast<size_t>(r + std::min(i, rows_out - 1)) * w.row_bytes;
     const std::byte* tokens[kTokens];
     int t = 0;
     // Points `tokens` at the next `count` tokens; their first output.
@@ -56,7 +55,8 @@ void multiply_rows_tiled(const WeightRows& w, int r0, int r1, const Activations&
       for (int i = 0; i < count; ++i) tokens[i] = x.data + static_cast<size_t>(t + i) * x.stride;
       return y + static_cast<size_t>(t) * y_stride + static_cast<size_t>(r);
     };
-    for (; t + kTokens <= n; t += kTokens) Tile::template tile<kTokens>(rows, tokens, w.cols, at(kTokens), y_stride, rows_out);
+    for (; t + kTokens <= n; t += kTokens)
+      Tile::template tile<kTokens>(rows, tokens, w.cols, at(kTokens), y_stride, rows_out);
     multiply_token_tail<kTokens - 1, Tile>(n - t, rows, tokens, w.cols, at, y_stride, rows_out);
   }
 }

@@ -60,12 +60,8 @@ struct Preset {
 
 const std::vector<Preset>& presets() {
   static const std::vector<Preset> all = {
-      {"gpt-2", {kGpt2}},
-      {"llama-bpe", {kLlama3}},
-      {"llama3", {kLlama3}},
-      {"llama-v3", {kLlama3}},
-      {"qwen2", {kQwen2}},
-      {"deepseek-r1-qwen", {kQwen2}},
+      {"gpt-2", {kGpt2}},      {"llama-bpe", {kLlama3}}, {"llama3", {kLlama3}},
+      {"llama-v3", {kLlama3}}, {"qwen2", {kQwen2}},      {"deepseek-r1-qwen", {kQwen2}},
   };
   return all;
 }

@@ -35,7 +35,7 @@ std::string utf8_of(uint32_t cp) {
 // is one visible character and no token holds a space.
 struct ByteCharacters {
   std::array<std::string, 256> of_byte;  // UTF-8 of the character standing for each byte
-  std::array<int, 324> byte_of{};        // inverse, by code point; -1 if none
+  std::array<int, 324> byte_of{};  // inverse, by code point; -1 if none
   ByteCharacters() {
     byte_of.fill(-1);
     uint32_t next = 256;
@@ -93,8 +93,8 @@ GgufBpeTokenizer::GgufBpeTokenizer(const GgufFile& f)
   eos_ = special_id(f, "tokenizer.ggml.eos_token_id", -1, n);
   const TokenId eot = special_id(f, "tokenizer.ggml.eot_token_id", -1, n);
   const TokenId eom = special_id(f, "tokenizer.ggml.eom_token_id", -1, n);
-  add_bos_ = f.get_bool("tokenizer.ggml.add_bos_token", pre_.name() == "llama-bpe" || pre_.name() == "llama3" ||
-                                                            pre_.name() == "llama-v3");
+  add_bos_ = f.get_bool("tokenizer.ggml.add_bos_token",
+                        pre_.name() == "llama-bpe" || pre_.name() == "llama3" || pre_.name() == "llama-v3");
   add_eos_ = f.get_bool("tokenizer.ggml.add_eos_token", false);
   ignore_merges_ = pre_.name() == "llama-bpe" || pre_.name() == "llama3" || pre_.name() == "llama-v3";
 
@@ -132,7 +132,8 @@ GgufBpeTokenizer::GgufBpeTokenizer(const GgufFile& f)
   for (size_t i = 0; i < merges.size(); ++i) {
     // "left right", split at the first space after the first byte (llama.cpp's reading).
     const std::string_view m = merges[i];
-    if (m.size() < 3 || m.find(' ', 1) == std::string_view::npos) fail(fmt::format("merge {} ('{}') is not 'left right'", i, m));
+    if (m.size() < 3 || m.find(' ', 1) == std::string_view::npos)
+      fail(fmt::format("merge {} ('{}') is not 'left right'", i, m));
     merge_ranks_.emplace(std::string(m), static_cast<int32_t>(std::min<size_t>(i, INT32_MAX)));  // the first rank wins
   }
 }

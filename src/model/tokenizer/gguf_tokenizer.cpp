@@ -80,10 +80,8 @@ GgufTokenizer::GgufTokenizer(const GgufFile& f) {
     const std::string& p = pieces_[i];
     if (types_[i] == kByte && p.size() == 6 && hex_value(p[3]) >= 0 && hex_value(p[4]) >= 0)
       decoded_[i] = std::string(1, static_cast<char>(hex_value(p[3]) * 16 + hex_value(p[4])));
-    else if (types_[i] == kControl || types_[i] == kUnused)
-      decoded_[i].clear();
-    else
-      decoded_[i] = replace_all(p, kSpaceMark, " ");
+    else if (types_[i] == kControl || types_[i] == kUnused) decoded_[i].clear();
+    else decoded_[i] = replace_all(p, kSpaceMark, " ");
   }
   // BOS / EOS / UNK and the end-of-generation texts llama.cpp recognises are control tokens even
   // when typed user-defined (llama.cpp overrides their type), so text never produces them.
@@ -99,8 +97,9 @@ GgufTokenizer::GgufTokenizer(const GgufFile& f) {
     }
     user_defined_.push_back(id);
   }
-  std::stable_sort(user_defined_.begin(), user_defined_.end(),
-                   [&](TokenId a, TokenId b) { return pieces_[static_cast<size_t>(a)].size() > pieces_[static_cast<size_t>(b)].size(); });
+  std::stable_sort(user_defined_.begin(), user_defined_.end(), [&](TokenId a, TokenId b) {
+    return pieces_[static_cast<size_t>(a)].size() > pieces_[static_cast<size_t>(b)].size();
+  });
 }
 
 TokenId GgufTokenizer::lookup(std::string_view s) const {
@@ -126,7 +125,9 @@ void GgufTokenizer::encode_text(std::string_view raw, std::vector<TokenId>& out)
     size_t len;
   };
   // Highest score first; on ties the leftmost pair.
-  auto worse = [](const Bigram& a, const Bigram& b) { return a.score < b.score || (a.score == b.score && a.left > b.left); };
+  auto worse = [](const Bigram& a, const Bigram& b) {
+    return a.score < b.score || (a.score == b.score && a.left > b.left);
+  };
   std::priority_queue<Bigram, std::vector<Bigram>, decltype(worse)> queue(worse);
   auto try_add = [&](int left, int right) {
     if (left < 0 || right < 0) return;

@@ -24,8 +24,9 @@ enum TokenType : int32_t { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined
 // The token texts llama.cpp treats as ending a generation (and therefore as control tokens, even
 // when a file types them user-defined).
 inline bool is_end_of_generation_text(std::string_view piece) {
-  for (std::string_view e : {"</s>", "<|endoftext|>", "<|im_end|>", "<|end|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>",
-                             "<|end_of_text|>", "<EOT>", "<|return|>", "<|call|>", "<end_of_utterance>"})
+  for (std::string_view e :
+       {"</s>", "<|endoftext|>", "<|im_end|>", "<|end|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>",
+        "<|end_of_text|>", "<EOT>", "<|return|>", "<|call|>", "<end_of_utterance>"})
     if (piece == e) return true;
   return false;
 }
@@ -36,7 +37,8 @@ inline TokenId special_id(const GgufFile& f, const char* key, int64_t fallback, 
   const int64_t v = f.get_int(key, fallback);
   if (v == 0xFFFFFFFFll || v < 0) return -1;
   if (v >= static_cast<int64_t>(n))
-    throw FormatError(fmt::format("GGUF tokenizer in '{}': {} = {} is outside the vocabulary of {}", f.name(), key, v, n));
+    throw FormatError(
+        fmt::format("GGUF tokenizer in '{}': {} = {} is outside the vocabulary of {}", f.name(), key, v, n));
   return static_cast<TokenId>(v);
 }
 

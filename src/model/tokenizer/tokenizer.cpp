@@ -64,12 +64,11 @@ Tokenizer::Tokenizer(std::span<const std::byte> file, int vocab_size, std::strin
   auto read4 = [&](void* out, const char* what, int token) {
     if (size - offset < 4) {
       throw FormatError(
-          token < 0
-              ? fmt::format("tokenizer '{}' is truncated: {} needs bytes {}..{}, the file has {} bytes", name_,
-                            what, offset, offset + 4, size)
-              : fmt::format("tokenizer '{}' is truncated at token {} of {}: its {} needs bytes {}..{}, the file "
-                            "has {} bytes",
-                            name_, token, vocab_size, what, offset, offset + 4, size));
+          token < 0 ? fmt::format("tokenizer '{}' is truncated: {} needs bytes {}..{}, the file has {} bytes", name_,
+                                  what, offset, offset + 4, size)
+                    : fmt::format("tokenizer '{}' is truncated at token {} of {}: its {} needs bytes {}..{}, the file "
+                                  "has {} bytes",
+                                  name_, token, vocab_size, what, offset, offset + 4, size));
     }
     std::memcpy(out, file.data() + offset, 4);
     offset += 4;
@@ -91,8 +90,8 @@ Tokenizer::Tokenizer(std::span<const std::byte> file, int vocab_size, std::strin
     if (!std::isfinite(score))
       throw FormatError(fmt::format("tokenizer '{}': token {} has a non-finite score", name_, i));
     if (len < 0 || len > max_len)
-      throw FormatError(fmt::format("tokenizer '{}': token {} has length {}, outside 0..max_token_length ({})",
-                                    name_, i, len, max_len));
+      throw FormatError(fmt::format("tokenizer '{}': token {} has length {}, outside 0..max_token_length ({})", name_,
+                                    i, len, max_len));
     const size_t n = static_cast<size_t>(len);
     if (size - offset < n)
       throw FormatError(fmt::format(
@@ -106,9 +105,10 @@ Tokenizer::Tokenizer(std::span<const std::byte> file, int vocab_size, std::strin
     scores_.push_back(score);
   }
   if (offset != size)
-    throw FormatError(fmt::format("tokenizer '{}' is oversized: {} tokens end at byte {}, the file has {} bytes "
-                                  "({} extra; is vocab_size right?)",
-                                  name_, vocab_size, offset, size, size - offset));
+    throw FormatError(
+        fmt::format("tokenizer '{}' is oversized: {} tokens end at byte {}, the file has {} bytes "
+                    "({} extra; is vocab_size right?)",
+                    name_, vocab_size, offset, size, size - offset));
 
   decoded_.reserve(pieces_.size());
   decoded_after_bos_.reserve(pieces_.size());

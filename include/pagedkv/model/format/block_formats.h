@@ -104,8 +104,7 @@ static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(Bloc
               sizeof(BlockQ8_K) == 292);
 
 // The 16 non-uniform levels of IQ4_NL and IQ4_XS.
-inline constexpr int8_t kIq4NlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                            1,    13,   25,  38,  53,  69,  89,  113};
+inline constexpr int8_t kIq4NlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 // Unpacking of the sub-block scales, shared by dequantization and the dot products.
 // Q3_K: the sixteen 6-bit scales, still biased by 32.

@@ -28,8 +28,19 @@
 namespace pagedkv {
 
 enum class GgufType : uint32_t {
-  kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7,
-  kString = 8, kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
+  kU8 = 0,
+  kI8 = 1,
+  kU16 = 2,
+  kI16 = 3,
+  kU32 = 4,
+  kI32 = 5,
+  kF32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kU64 = 10,
+  kI64 = 11,
+  kF64 = 12,
 };
 const char* gguf_type_name(GgufType t);
 
@@ -71,8 +82,8 @@ class GgufValue {
 struct GgufTensor {
   std::string name;
   TensorType type = TensorType::kF32;
-  std::vector<int64_t> ne;   // ne[0] innermost (a weight matrix is ne = {in, out})
-  uint64_t offset = 0;       // in the data section
+  std::vector<int64_t> ne;  // ne[0] innermost (a weight matrix is ne = {in, out})
+  uint64_t offset = 0;  // in the data section
   size_t bytes = 0;
   const std::byte* data = nullptr;
 
@@ -105,7 +116,7 @@ class GgufFile {
   const std::map<std::string, GgufValue, std::less<>>& metadata() const { return metadata_; }
   const GgufValue* find(std::string_view key) const;  // nullptr if absent
   // Typed access; `fallback` versions return it when the key is absent. Wrong types throw FormatError.
-  const GgufValue& at(std::string_view key) const;     // throws FormatError if absent
+  const GgufValue& at(std::string_view key) const;  // throws FormatError if absent
   int64_t get_int(std::string_view key) const { return at(key).as_int(key); }
   int64_t get_int(std::string_view key, int64_t fallback) const;
   double get_float(std::string_view key, double fallback) const;

@@ -39,8 +39,8 @@ class GgufWriter {
 
   // Byte offsets of the sections in bytes(), for tests that corrupt a particular field.
   struct Layout {
-    size_t header_end = 0;     // after magic, version and the two counts
-    size_t metadata_end = 0;   // after the last key/value
+    size_t header_end = 0;  // after magic, version and the two counts
+    size_t metadata_end = 0;  // after the last key/value
     size_t tensor_infos_end = 0;
     size_t data_start = 0;
   };

@@ -43,7 +43,6 @@ class Llama2cCheckpoint final : public Model {
 // Writes `weights` of `config` as a llama2.c checkpoint (a separate classifier when
 // !config.shared_classifier; zeros for the legacy RoPE tables). Tests and tools use it to make
 // checkpoints from generated models. Throws Error on I/O failure.
-void write_llama2c_checkpoint(const std::string& path, const ModelConfig& config,
-                              const ModelWeights& weights);
+void write_llama2c_checkpoint(const std::string& path, const ModelConfig& config, const ModelWeights& weights);
 
 }  // namespace pagedkv

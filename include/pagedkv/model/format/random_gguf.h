@@ -18,7 +18,7 @@ struct RandomModelShape {
   int dim = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, context = 0;
   float rope_theta = 10000.0f;
   bool tied_embeddings = true;  // no output.weight: the logits reuse token_embd
-  int head_dim = 0;             // 0: dim / heads
+  int head_dim = 0;  // 0: dim / heads
   int experts = 0, experts_used = 0;  // qwen3moe: experts per layer, and per token; ffn is one expert's width
 
   int attention_head_dim() const { return head_dim > 0 ? head_dim : dim / heads; }

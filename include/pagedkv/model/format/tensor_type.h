@@ -44,9 +44,9 @@ enum class TensorType : uint32_t {
 };
 
 struct TensorTypeTraits {
-  const char* name;       // "F32", "Q8_0", ...
-  int block_elements;     // values per block (1 for plain types)
-  int block_bytes;        // bytes per block
+  const char* name;  // "F32", "Q8_0", ...
+  int block_elements;  // values per block (1 for plain types)
+  int block_bytes;  // bytes per block
 };
 
 // The traits of a raw GGUF type number, or nullopt for a number this reader does not know.
@@ -63,11 +63,11 @@ size_t tensor_row_bytes(TensorType t, int64_t elements);
 
 inline constexpr int kQuantBlock = 32;  // values per Q8_0 / Q4_0 block
 struct BlockQ8_0 {
-  uint16_t d;           // fp16 scale
+  uint16_t d;  // fp16 scale
   int8_t q[kQuantBlock];
 };
 struct BlockQ4_0 {
-  uint16_t d;           // fp16 scale
+  uint16_t d;  // fp16 scale
   uint8_t q[kQuantBlock / 2];
 };
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18);

@@ -6,9 +6,9 @@
 // kernel keeps a small tile of tokens x panels of accumulators in registers and, for each input
 // column j in order, adds W[r][j] * x[t][j] to every accumulator: SIMD lanes run across output
 // rows (GNU vector types, no intrinsics: 4 lanes in the baseline build, 8 in the AVX2 and AVX-512
-// builds chosen at run time; the AVX-512 one tiles 8 tokens in its 32 registers), while each output is still the left-to-right float sum over j, rounded after
-// every multiply and add, that llama2.c's matmul computes. Results are therefore bit-identical to
-// run.c's matmul whatever the batch size, thread count or ISA.
+// builds chosen at run time; the AVX-512 one tiles 8 tokens in its 32 registers), while each output is still the
+// left-to-right float sum over j, rounded after every multiply and add, that llama2.c's matmul computes. Results are
+// therefore bit-identical to run.c's matmul whatever the batch size, thread count or ISA.
 //
 // Work is split over OpenMP threads by (token block, panel) tiles once the product is large
 // enough to pay for waking them.

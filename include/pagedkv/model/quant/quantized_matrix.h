@@ -46,8 +46,8 @@ class QuantizedMatrix {
  public:
   QuantizedMatrix() = default;
   // A view of `w` (which must outlive this object); throws UsageError unless its type is F16,
-  // BF16, Q8_0, Q4_0 or a block format, with rows of whole blocks. Where the AVX-512 build is the default (kAuto), also the repacked copy
-  // it reads (as many bytes as `w`, up to padding), shared by copies of this object.
+  // BF16, Q8_0, Q4_0 or a block format, with rows of whole blocks. Where the AVX-512 build is the default (kAuto), also
+  // the repacked copy it reads (as many bytes as `w`, up to padding), shared by copies of this object.
   explicit QuantizedMatrix(const WeightTensor& w);
 
   int rows() const { return static_cast<int>(w_.rows); }
@@ -62,8 +62,7 @@ class QuantizedMatrix {
 
  private:
   struct Panels;
-  void multiply_blocks(const float* x, size_t x_stride, int num_tokens, float* y, size_t y_stride,
-                       KernelIsa isa) const;
+  void multiply_blocks(const float* x, size_t x_stride, int num_tokens, float* y, size_t y_stride, KernelIsa isa) const;
   WeightTensor w_;
   std::shared_ptr<const Panels> panels_;  // the AVX-512 build's repacked copy, or null; shared by copies
 };

@@ -64,10 +64,10 @@ class GgufBpeTokenizer final : public TextTokenizer {
 
   BpePreTokenizer pre_;
   std::vector<std::string> pieces_;
-  std::vector<std::string> decoded_;   // the bytes each token stands for
-  std::vector<bool> control_;          // control tokens (type 3, or BOS/EOS/end-of-turn)
+  std::vector<std::string> decoded_;  // the bytes each token stands for
+  std::vector<bool> control_;  // control tokens (type 3, or BOS/EOS/end-of-turn)
   StringMap ids_by_piece_;
-  StringMap merge_ranks_;              // "left right" -> rank
+  StringMap merge_ranks_;  // "left right" -> rank
   std::vector<TokenId> user_defined_;  // longest first
   std::vector<TokenId> end_of_generation_;
   std::optional<FillInMiddleTokens> fim_;

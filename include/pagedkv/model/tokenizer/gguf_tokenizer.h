@@ -54,15 +54,15 @@ class GgufTokenizer final : public TextTokenizer {
 
  private:
   void encode_text(std::string_view text, std::vector<TokenId>& out) const;  // one fragment, SentencePiece merges
-  TokenId lookup(std::string_view s) const;                                  // -1 if not a piece
+  TokenId lookup(std::string_view s) const;  // -1 if not a piece
 
   std::string model_;
   std::vector<std::string> pieces_;
   int max_piece_bytes_ = 1;
   std::vector<float> scores_;
   std::vector<int32_t> types_;
-  std::vector<std::string> decoded_;           // piece as text (U+2581 -> ' ', <0xXX> -> byte, control -> "")
-  std::vector<TokenId> user_defined_;          // longest first
+  std::vector<std::string> decoded_;  // piece as text (U+2581 -> ' ', <0xXX> -> byte, control -> "")
+  std::vector<TokenId> user_defined_;  // longest first
   std::vector<TokenId> end_of_generation_;
   std::optional<FillInMiddleTokens> fim_;
   TokenId byte_tokens_[256];

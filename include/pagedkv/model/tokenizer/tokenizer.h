@@ -83,7 +83,7 @@ class Tokenizer final : public TextTokenizer {
   int max_token_length_ = 0;
   std::vector<std::string> pieces_;
   std::vector<float> scores_;
-  std::vector<std::string> decoded_;            // decode(prev != BOS, id)
+  std::vector<std::string> decoded_;  // decode(prev != BOS, id)
   std::vector<std::string> decoded_after_bos_;  // decode(BOS, id)
   // Heterogeneous lookup: find() takes a string_view without building a std::string.
   struct PieceHash {
