@@ -787,6 +787,24 @@ def _raw_http(host, port, request: bytes, timeout=30) -> bytes:
         return head + b"\r\n\r\n" + body
 
 
+def test_a_checkpoint_without_tokenizer_takes_the_one_beside_it(tmp_path):
+    """--model without --tokenizer: a llama2.c checkpoint takes tok<vocab>.bin (or tokenizer.bin)
+    from its own directory; with neither there, the error names both paths."""
+    models = models_dir()
+    shutil.copy(models / "stories260K.bin", tmp_path / "stories260K.bin")
+    generate = [str(pagedkv_bin()), "generate", "--model", str(tmp_path / "stories260K.bin"), "--steps", "8",
+                "--prompt", "Once upon a time"]
+    out = subprocess.run(generate, capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0
+    assert f"none at {tmp_path / 'tok512.bin'} or {tmp_path / 'tokenizer.bin'}; pass --tokenizer" in out.stderr, out.stderr
+    shutil.copy(models / "tok512.bin", tmp_path / "tokenizer.bin")
+    out = subprocess.run(generate, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "Once upon a time" in out.stdout
+    with Server("--model", tmp_path / "stories260K.bin") as s:
+        assert complete(s, prompt="Once upon a time", max_tokens=4)["choices"][0]["text"]
+
+
 @pytest.mark.parametrize("command", ["serve", "router"])
 def test_a_port_in_use_is_an_error_at_start(server, command):
     port = int(server.base_url.rsplit(":", 1)[1])

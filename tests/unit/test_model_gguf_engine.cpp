@@ -132,8 +132,15 @@ TEST(GgufEngine, LoadModelFileServesTheGoldenTextFromTheGgufAlone) {
   std::ifstream txt(models / "golden" / "once_upon_a_time.n200.txt");
   const std::string golden((std::istreambuf_iterator<char>(txt)), std::istreambuf_iterator<char>());
   EXPECT_EQ(m.tokenizer->render(ids) + "\n", golden);
-  // A llama2.c checkpoint has no tokenizer inside; with one it loads as before.
-  EXPECT_THROW(load_model_file((models / "stories260K.bin").string()), ConfigError);
+  // A llama2.c checkpoint has no tokenizer inside: the one given, else tok<vocab>.bin beside it
+  // (tok512.bin here); alone in a directory, it cannot load.
+  const std::filesystem::path alone = std::filesystem::path(::testing::TempDir()) / "pagedkv-checkpoint-alone";
+  std::filesystem::create_directories(alone);
+  std::filesystem::copy_file(models / "stories260K.bin", alone / "stories260K.bin",
+                             std::filesystem::copy_options::overwrite_existing);
+  EXPECT_THROW(load_model_file((alone / "stories260K.bin").string()), ConfigError);
+  std::filesystem::remove_all(alone);
+  EXPECT_EQ(load_model_file((models / "stories260K.bin").string()).tokenizer->vocab_size(), 512);
   LoadedModel bin = load_model_file((models / "stories260K.bin").string(), (models / "tok512.bin").string());
   EXPECT_FALSE(bin.is_gguf);
   EXPECT_EQ(bin.tokenizer->encode("Once upon a time", true), m.tokenizer->encode("Once upon a time", true));

@@ -53,7 +53,7 @@ GenerationRequest make_request(const TextTokenizer& tok, const std::string& text
 int run_generate(GenerateOptions o) {
   if (o.model.empty()) o.model = default_shared_dir() + "/models/stories260K.bin";
   o.gguf = GgufFile::has_gguf_magic(o.model);
-  if (o.tokenizer.empty() && !o.gguf) o.tokenizer = default_shared_dir() + "/models/tok512.bin";
+  // A llama2.c checkpoint without --tokenizer: the one beside it (load_model_file).
   LoadedModel loaded = load_model_file(o.model, o.tokenizer, ModelFileOptions{o.context_length});
   if (!loaded.tokenizer) throw ConfigError(fmt::format("{}; pass --tokenizer", loaded.tokenizer_error));
   const Model& model = *loaded.model;

@@ -32,7 +32,8 @@ struct LoadedModel {
 
 // Loads `model_path`. The tokenizer comes from `tokenizer_path` when it is not empty (a llama2.c
 // tok*.bin, or a GGUF file whose tokenizer.ggml.* keys are used), else from the GGUF model file
-// itself; a llama2.c checkpoint without tokenizer_path throws ConfigError (it has none inside).
+// itself; a llama2.c checkpoint without tokenizer_path takes tok<vocab>.bin or tokenizer.bin from
+// its own directory (as llama2.c keeps them), else throws ConfigError naming both paths.
 // Throws Error if a file cannot be read, FormatError if one is malformed or unsupported (naming
 // the file and the problem), ConfigError if the tokenizer's vocabulary is larger than the model's.
 LoadedModel load_model_file(const std::string& model_path, const std::string& tokenizer_path = "",
