@@ -238,7 +238,7 @@ void RouterServer::check_admin_key(const httplib::Request& req) const {
   if (key.empty())
     throw ApiError(403, "the membership endpoints are off: start the router with --admin-api-key (or --api-key)", "",
                    "admin_disabled");
-  if (req.get_header_value("Authorization") != "Bearer " + key)
+  if (!api::constant_time_equal(req.get_header_value("Authorization"), "Bearer " + key))
     throw ApiError(401, "the membership endpoints need the admin key: send 'Authorization: Bearer <key>'", "",
                    "invalid_api_key");
 }

@@ -35,6 +35,14 @@ inline void send_api_error(httplib::Response& res, const ApiError& e) {
   res.set_content(e.to_json().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
 }
 
+// Whether `sent` equals the secret `key`, in a time that depends on the key's length only, so
+// that timing a refused request tells nothing about the key.
+inline bool constant_time_equal(const std::string& sent, const std::string& key) {
+  unsigned char diff = sent.size() == key.size() ? 0 : 1;
+  for (size_t i = 0; i < key.size(); ++i) diff |= static_cast<unsigned char>(key[i] ^ (i < sent.size() ? sent[i] : 0));
+  return diff == 0;
+}
+
 class HttpListener : public httplib::Server {
  public:
   HttpListener() {
@@ -192,12 +200,6 @@ class HttpListener : public httplib::Server {
       });
   }
   std::vector<PreRouting> pre_routing_;
-
-  static bool constant_time_equal(const std::string& a, const std::string& b) {
-    unsigned char diff = a.size() == b.size() ? 0 : 1;
-    for (size_t i = 0; i < b.size(); ++i) diff |= static_cast<unsigned char>(b[i] ^ (i < a.size() ? a[i] : 0));
-    return diff == 0;
-  }
 };
 
 }  // namespace pagedkv::api
