@@ -562,13 +562,15 @@ def test_sigterm_drains_in_flight_requests(tmp_path):
         assert s.proc.wait(timeout=60) == 0
         out = s.read_output()
         assert "draining" in out and "all requests finished" in out
+        assert "Weights: " in out and "GB in memory" in out and "Loaded in " in out  # --preload-weights by default
     finally:
         s.kill()
     # Warm restart: the disk tier kept the long prompt's blocks.
-    with Server("--disk-cache-dir", tmp_path / "disk") as again:
+    with Server("--disk-cache-dir", tmp_path / "disk", "--no-preload-weights") as again:
         r = complete(again, prompt=prompt, max_tokens=2, temperature=0)
         assert r["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
         assert again.metrics()[("pagedkv:prefix_cache_hit_tokens_total", frozenset({("tier", "disk")}))] > 0
+    assert "Weights: " not in "".join(again.output)
 
 
 def test_drain_deadline_aborts_and_answers():

@@ -9,11 +9,14 @@
 #include <fstream>
 #include <random>
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "pagedkv/core/error.h"
 #include "pagedkv/model/format/gguf_file.h"
 #include "pagedkv/model/format/gguf_writer.h"
+#include "pagedkv/model/gguf_model.h"
+#include "pagedkv/model/weight_preload.h"
 #include "pagedkv/storage/float_convert.h"
 
 namespace pagedkv {
@@ -384,6 +387,68 @@ TEST(GgufReaderShared, EverySharedFileParsesAndSurvivesCorruption) {
       (void)parse_error(b);
     }
   }
+}
+
+// Preloading a mixed-type file with stacked experts: every page of every tensor counted once and
+// resident afterwards, progress monotonic up to (all, all).
+TEST(WeightPreload, BringsEveryTensorPageIntoMemoryOnce) {
+  const char* env = std::getenv("PAGEDKV_SHARED_DIR");
+  const std::filesystem::path path =
+      std::filesystem::path(env ? env : "../shared") / "models/gguf/small-qwen3moe.q4_k_m.gguf";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent; skipping";
+  const GgufModel model(path.string());
+  const TransformerWeights w = model.tensors();
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  std::set<uintptr_t> pages;
+  w.for_each_tensor([&](const WeightTensor& t) {
+    if (!t.present()) return;
+    const auto begin = reinterpret_cast<uintptr_t>(t.data);
+    const uintptr_t end = begin + static_cast<uintptr_t>(t.rows) * tensor_row_bytes(t.type, t.cols);
+    for (uintptr_t p = begin / page; p <= (end - 1) / page; ++p) pages.insert(p);
+  });
+  std::vector<std::pair<size_t, size_t>> calls;
+  WeightPreloadOptions options;
+  options.threads = 3;
+  options.progress_interval_seconds = 0.001;
+  options.progress = [&](size_t done, size_t total) { calls.emplace_back(done, total); };
+  const WeightPreloadReport r = preload_weights(w, options);
+  ASSERT_TRUE(r.preloaded) << r.skip_reason;
+  EXPECT_EQ(r.bytes, pages.size() * page);
+  ASSERT_FALSE(calls.empty());
+  EXPECT_EQ(calls.back(), std::make_pair(r.bytes, r.bytes));
+  for (size_t i = 0; i < calls.size(); ++i) {
+    EXPECT_EQ(calls[i].second, r.bytes);
+    EXPECT_LE(calls[i].first, r.bytes);
+    if (i > 0) {
+      EXPECT_GE(calls[i].first, calls[i - 1].first);
+    }
+  }
+  size_t missing = 0;
+  for (uintptr_t p : pages) {
+    unsigned char resident = 0;
+    ASSERT_EQ(mincore(reinterpret_cast<void*>(p * page), page, &resident), 0);
+    missing += (resident & 1) == 0;
+  }
+  EXPECT_EQ(missing, 0u);
+}
+
+TEST(WeightPreload, SkipsWeightsBeyondTheMemoryShareAndEmptyModels) {
+  std::vector<float> values(4096, 1.0f);
+  TransformerWeights w;
+  w.output = {TensorType::kF32, values.data(), 4, 1024};
+  WeightPreloadOptions options;
+  options.max_share_of_memory = 1e-12;
+  const WeightPreloadReport skipped = preload_weights(w, options);
+  EXPECT_FALSE(skipped.preloaded);
+  EXPECT_NE(skipped.skip_reason.find("exceed"), std::string::npos) << skipped.skip_reason;
+  const WeightPreloadReport none = preload_weights(TransformerWeights{}, WeightPreloadOptions{});
+  EXPECT_FALSE(none.preloaded);
+  EXPECT_EQ(none.bytes, 0u);
+  EXPECT_TRUE(none.skip_reason.empty());
+  options.max_share_of_memory = 0.9;
+  const WeightPreloadReport small = preload_weights(w, options);
+  EXPECT_TRUE(small.preloaded);
+  EXPECT_GE(small.bytes, values.size() * sizeof(float));
 }
 
 }  // namespace

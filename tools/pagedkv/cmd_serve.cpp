@@ -19,8 +19,11 @@
 
 #include "command.h"
 #include "engine_options.h"
+#include "on_off_flag.h"
+#include "preload_progress.h"
 #include "pagedkv/core/error.h"
 #include "pagedkv/engine/llm_engine.h"
+#include "pagedkv/kernels/thread_pool.h"
 #include "pagedkv/memory/byte_size.h"
 #include "pagedkv/model/tokenizer/gguf_bpe_tokenizer.h"
 #include "pagedkv/model/tokenizer/gguf_tokenizer.h"
@@ -55,6 +58,7 @@ struct ServeOptions {
   int context_length = 0;
   double drain_seconds = 30;
   size_t kv_events_capacity = 1u << 16;
+  bool preload_weights = true;
   EngineOptions engine;
 };
 
@@ -157,6 +161,7 @@ int run_serve(ServeOptions o) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  const auto load_start = std::chrono::steady_clock::now();
   LoadedModel loaded = load_model_file(o.model, o.tokenizer, ModelFileOptions{o.context_length});
   if (!loaded.tokenizer)
     throw ConfigError(
@@ -164,11 +169,14 @@ int run_serve(ServeOptions o) {
   const Model& model = *loaded.model;
   const TextTokenizer& tokenizer = *loaded.tokenizer;
   o.engine.apply_threads();
+  // The first request should not pay for reading the file (see weight_preload.h).
+  if (o.preload_weights) cli::preload_model_weights(model, std::max(2, kernel_threads()));
   EngineConfig config = o.engine.to_config();
   config.max_model_len = o.max_model_len;
   config.record_block_usage = false;  // a server runs for days
   config.enable_kv_events = true;  // for routers: GET /kv_events
   LLMEngine engine(model, config);
+  const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
 
   server::ServerMetrics metrics(o.served_model_name, engine.max_model_len());
   if (o.kv_events_capacity < 1) throw ConfigError("--kv-events-capacity must be at least 1");
@@ -212,6 +220,7 @@ int run_serve(ServeOptions o) {
   const int port = http.bind();
 
   fmt::print("{}\n", engine.describe());
+  fmt::print("Loaded in {:.2f} s (file, weights, repacking, KV cache)\n", load_seconds);
   fmt::print("Model: {} (served as '{}'), max_model_len {}, chat template {}\n", o.model, o.served_model_name,
              engine.max_model_len(),
              served.model_template
@@ -324,6 +333,9 @@ const CommandRegistration kServeCommand{Command{
       sub.add_option("--kv-events-capacity", o->kv_events_capacity,
                      "KV events kept for routers (GET /kv_events); a router further behind reads a snapshot")
           ->capture_default_str();
+      add_on_off_flag(sub, "--preload-weights", "--no-preload-weights", o->preload_weights,
+                      "read every weight into memory before listening, so that the first request does not pay for "
+                      "reading the model file (skipped when the weights exceed 90 % of the machine's memory)");
       o->engine.add_to(sub);
       return [o] { return run_serve(*o); };
     }}};
