@@ -239,7 +239,9 @@ RemoteStatus RedisClusterStore::run(Op op, std::span<const std::string> keys,
   std::iota(pending.begin(), pending.end(), size_t{0});
   size_t answered = 0, skipped = 0;
   std::set<std::string> reconnected;  // nodes already given a new connection in this call
-  const size_t depth = op == Op::kGet ? std::max<size_t>(1, options_.get_pipeline_depth) : n;
+  const size_t depth = op == Op::kGet   ? std::max<size_t>(1, options_.get_pipeline_depth)
+                       : op == Op::kSet ? std::max<size_t>(1, options_.set_pipeline_depth)
+                                        : n;
 
   // One node's share of the keys: sent in pieces of `depth`, two pieces ahead of the replies
   // taken, so the node works while this thread parses.

@@ -36,6 +36,9 @@ struct RedisClusterStoreOptions {
   bool keep_read_buffer = false;  // as RedisStoreOptions
   size_t write_chunk_bytes = 64 * 1024;  // as RedisStoreOptions, per node
   size_t get_pipeline_depth = 32;  // as RedisStoreOptions, per node
+  // SETs go out this many per node at a time, two such pieces ahead of the replies, every node
+  // in turn: a node's whole share written at once kept the others idle until it was written.
+  size_t set_pipeline_depth = 32;
   // GET and EXISTS go to a replica of the slot (after READONLY; the master when none answers):
   // spreads reads, may miss what was written a moment ago (a miss, never a wrong value).
   bool read_from_replicas = false;
