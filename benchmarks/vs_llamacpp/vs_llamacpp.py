@@ -10,6 +10,8 @@ machine falls on both:
   prefill  one P-token prompt, `pagedkv bench decode --prefill P` vs `llama-bench -p P -n 0`
   serve    `pagedkv bench serve` (random, prefix-repetition, multi-turn) against `pagedkv serve`
            and against `llama-server` on the same file, at each concurrency
+  scaling  decode and prefill at each of --scaling-threads, served output tokens/s at each of
+           --scaling-concurrency (random workload), both engines; with --plot-dir, as SVG plots
 
 and prints one table of ratios (pagedkv / llama.cpp; medians and min-max of the per-pair ratios),
 the CPU, and both engines' absolute medians. See README.md. Not run in CI (needs a llama.cpp build).
@@ -17,6 +19,7 @@ the CPU, and both engines' absolute medians. See README.md. Not run in CI (needs
 
 import argparse
 import contextlib
+import copy
 import datetime
 import json
 import os
@@ -105,8 +108,11 @@ def model_files(args, only):
     files = {}
     for shape in args.shapes:
         types = args.types if shape == args.shapes[0] else args.moe_types
-        if not only & {"decode", "prefill"}:  # serving only
-            types = args.serve_types.split(",") if shape == args.shapes[0] else []
+        if not only & {"decode", "prefill"}:  # serving and scaling only
+            types = []
+            if shape == args.shapes[0]:
+                types = (args.serve_types.split(",") if "serve" in only else []) + (
+                    [args.scaling_type] if "scaling" in only else [])
         for t in types:
             path = os.path.join(args.models_dir, f"{shape}-{t}.gguf")
             files[(shape, t)] = path
@@ -231,6 +237,48 @@ def reset_pagedkv_cache(port):
         urllib.request.urlopen(req, timeout=10).close()
 
 
+# ---- scaling plots (gnuplot) ------------------------------------------------------------------------
+
+def write_scaling_plots(plot_dir, cpu, scaling):
+    """scaling: {"threads": {kind: {threads: (pagedkv, llama)}}, "concurrency": {c: (pagedkv, llama)}}
+    -> plot_dir/scaling-threads.svg and scaling-concurrency.svg (gnuplot must be installed)."""
+    os.makedirs(plot_dir, exist_ok=True)
+    written = []
+    if scaling["threads"]:
+        kinds = sorted(scaling["threads"])
+        with open(os.path.join(plot_dir, "scaling-threads.dat"), "w") as f:
+            for i, kind in enumerate(kinds):
+                f.write(f"# {kind}: threads pagedkv llama.cpp\n")
+                for t, (a, b) in sorted(scaling["threads"][kind].items()):
+                    f.write(f"{t} {a} {b}\n")
+                f.write("\n\n")
+        plots = []
+        for i, kind in enumerate(kinds):
+            plots.append(f"'scaling-threads.dat' index {i} using 1:2 with linespoints lw 2 title 'pagedkv {kind}'")
+            plots.append(f"'scaling-threads.dat' index {i} using 1:3 with linespoints lw 2 dt 2 title 'llama.cpp {kind}'")
+        script = (f"set terminal svg size 800,500 dynamic\nset output 'scaling-threads.svg'\n"
+                  f"set title 'tokens/s against threads ({cpu})' noenhanced\nset xlabel 'threads'\n"
+                  f"set ylabel 'tokens/s'\nset logscale y\nset key outside right\nset xtics 1\n"
+                  f"plot {', '.join(plots)}\n")
+        written.append(("scaling-threads.gp", script))
+    if scaling["concurrency"]:
+        with open(os.path.join(plot_dir, "scaling-concurrency.dat"), "w") as f:
+            f.write("# concurrency pagedkv llama.cpp (served output tokens/s)\n")
+            for c, (a, b) in sorted(scaling["concurrency"].items()):
+                f.write(f"{c} {a} {b}\n")
+        script = (f"set terminal svg size 800,500 dynamic\nset output 'scaling-concurrency.svg'\n"
+                  f"set title 'served output tokens/s against concurrency ({cpu})' noenhanced\n"
+                  f"set xlabel 'concurrent requests'\nset ylabel 'output tokens/s'\nset logscale x 2\n"
+                  f"set key top left\nplot 'scaling-concurrency.dat' using 1:2 with linespoints lw 2 title 'pagedkv serve', "
+                  f"'scaling-concurrency.dat' using 1:3 with linespoints lw 2 dt 2 title 'llama-server'\n")
+        written.append(("scaling-concurrency.gp", script))
+    for name, script in written:
+        with open(os.path.join(plot_dir, name), "w") as f:
+            f.write(script)
+        subprocess.run(["gnuplot", name], cwd=plot_dir, check=True, capture_output=True, timeout=60)
+        log(f"wrote {os.path.join(plot_dir, name.replace('.gp', '.svg'))}")
+
+
 # ---- the table ----------------------------------------------------------------------------------------
 
 def summarize(pairs):
@@ -272,7 +320,12 @@ def main():
     ap.add_argument("--serve-output-len", type=int, default=64, help="random and prefix workloads: output tokens")
     ap.add_argument("--serve-waves", type=int, default=4, help="requests per run = waves x concurrency")
     ap.add_argument("--serve-prompts-min", type=int, default=8)
-    ap.add_argument("--only", default="decode,prefill,serve", help="row kinds to measure")
+    ap.add_argument("--only", default="decode,prefill,serve", help="row kinds to measure (and: scaling)")
+    ap.add_argument("--scaling-threads", default="1,2", help="scaling: thread counts of the decode/prefill rows")
+    ap.add_argument("--scaling-concurrency", default="1,2,4,8,16,32,64",
+                    help="scaling: concurrencies of the served rows (random workload)")
+    ap.add_argument("--scaling-type", default="Q8_0", help="scaling: the weight type (first shape)")
+    ap.add_argument("--plot-dir", help="scaling: write scaling-threads.svg and scaling-concurrency.svg here (gnuplot)")
     ap.add_argument("--quick", action="store_true",
                     help="a short run: 1 pair per row, 32 decode tokens, long prefill and serving on Q8_0 only, "
                          "one wave of requests")
@@ -306,6 +359,7 @@ def main():
               f"{cpu}; {started:%Y-%m-%d %H:%M} UTC; load average at start {os.getloadavg()[0]:.1f}")
     log(header)
     rows, raw = [], []
+    scaling = {"threads": {}, "concurrency": {}}
 
     def attempt(name, measure):
         """Runs one row's measurement; a failure is logged and the run goes on with the next row."""
@@ -376,6 +430,47 @@ def main():
                 path = files[(args.shapes[0], t)]
                 for c in (int(x) for x in args.concurrency.split(",")):
                     attempt(f"serve c={c} {t}", lambda: serve_rows(path, t, c))
+        if "scaling" in only:
+            t = args.scaling_type
+            path = files[(args.shapes[0], t)]
+            for n in (int(x) for x in args.scaling_threads.split(",")):
+                at = copy.copy(args)
+                at.threads = n
+                for kind, measure_pair in (
+                        ("decode b1", lambda: (pagedkv_decode(at, path, args.decode_tokens),
+                                               llama_bench(at, path, 0, args.decode_tokens)[0])),
+                        ("prefill 512", lambda: (pagedkv_prefill(at, path, 512), llama_bench(at, path, 512, 0)[0]))):
+                    def measure(kind=kind, measure_pair=measure_pair, n=n):
+                        pairs = [measure_pair() for _ in range(args.reps)]
+                        record(f"scaling {kind} {t} threads={n}", "tok/s", pairs)
+                        s = summarize(pairs)
+                        scaling["threads"].setdefault(kind, {})[n] = (s["pagedkv"], s["llama"])
+                    attempt(f"scaling {kind} threads={n}", measure)
+            for c in (int(x) for x in args.scaling_concurrency.split(",")):
+                def measure_served(c=c):
+                    pk, pk_port = start_pagedkv_server(args, servers, path, c)
+                    ll, ll_port = start_llama_server(args, servers, path, c)
+                    try:
+                        bench_serve(args, pk_port, "warm-up", 1, 999, num_prompts=2)
+                        bench_serve(args, ll_port, "warm-up", 1, 999, num_prompts=2)
+                        pairs = []
+                        for rep in range(args.reps):
+                            reset_pagedkv_cache(pk_port)
+                            a = bench_serve(args, pk_port, "random", c, rep + 1)
+                            b = bench_serve(args, ll_port, "random", c, rep + 1)
+                            pairs.append((a["output_throughput"], b["output_throughput"]))
+                    finally:
+                        servers.stop(pk)
+                        servers.stop(ll)
+                    record(f"scaling serve random c={c} {t} out", "tok/s", pairs)
+                    s = summarize(pairs)
+                    scaling["concurrency"][c] = (s["pagedkv"], s["llama"])
+                attempt(f"scaling serve c={c}", measure_served)
+            if args.plot_dir:
+                try:
+                    write_scaling_plots(args.plot_dir, cpu, scaling)
+                except (OSError, subprocess.SubprocessError) as e:
+                    log(f"scaling plots: FAILED: {e}")
     except KeyboardInterrupt:
         log("interrupted: the table of what was measured follows")
     finally:
