@@ -14,7 +14,11 @@
 
 #include "pagedkv/core/error.h"
 #include "pagedkv/model/format/gguf_file.h"
+#include "pagedkv/model/format/block_formats.h"
 #include "pagedkv/model/format/gguf_writer.h"
+#include "pagedkv/model/format/random_gguf.h"
+#include "pagedkv/model/format/weight_mix.h"
+#include "pagedkv/model/format/weight_quantizers.h"
 #include "pagedkv/model/gguf_model.h"
 #include "pagedkv/model/weight_preload.h"
 #include "pagedkv/storage/float_convert.h"
@@ -449,6 +453,159 @@ TEST(WeightPreload, SkipsWeightsBeyondTheMemoryShareAndEmptyModels) {
   const WeightPreloadReport small = preload_weights(w, options);
   EXPECT_TRUE(small.preloaded);
   EXPECT_GE(small.bytes, values.size() * sizeof(float));
+}
+
+// The weight quantizers against the (ggml-exact) dequantizers: any misplaced bit, scale or level
+// would show as an error of many steps. Blocks of varied ranges, signs and a zero block.
+TEST(WeightQuantizers, DequantizeBackWithinAboutHalfAStep) {
+  std::mt19937 rng(5);
+  std::vector<float> x(4 * kSuperBlock);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const size_t block = i / kSuperBlock;
+    const float spread = block == 0 ? 1.0f : block == 1 ? 0.01f : block == 2 ? 0.0f : 40.0f;
+    const float shift = block == 3 ? 25.0f : 0.0f;  // a block of positive values only
+    x[i] = shift + spread * std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+  }
+  x[7] = -3.0f;  // a spike in the first sub-block
+  // Bound per value: a fraction of its group's ideal step (half a step for the uniform types; half
+  // the widest gap of IQ4's level table, 24 levels) plus 1 % of its super-block's range (scales are
+  // multiples of a super-block unit, rounded up).
+  struct Case {
+    TensorType type;
+    int group;  // values sharing a step
+    double steps;
+  };
+  for (const Case c : {Case{TensorType::kQ4_K, 32, 0.55}, Case{TensorType::kQ5_K, 32, 0.55},
+                       Case{TensorType::kQ6_K, 16, 0.55}, Case{TensorType::kIQ4_XS, 32, 12.5}}) {
+    SCOPED_TRACE(tensor_type_name(c.type));
+    ASSERT_TRUE(can_quantize_weights(c.type));
+    std::vector<std::byte> blocks(tensor_row_bytes(c.type, static_cast<int64_t>(x.size())));
+    quantize_weight_row(c.type, x, blocks.data());
+    std::vector<float> back(x.size());
+    dequantize_blocks(c.type, blocks.data(), back);
+    double sq_err = 0, sq = 0;
+    for (size_t g = 0; g < x.size(); g += static_cast<size_t>(c.group)) {
+      const auto first = x.begin() + static_cast<ptrdiff_t>(g);
+      const auto [lo, hi] = std::minmax_element(first, first + c.group);
+      const double amax = std::max(std::fabs(*lo), std::fabs(*hi));
+      const double step = c.type == TensorType::kQ4_K   ? (std::max(0.0f, *hi) - std::min(0.0f, *lo)) / 15
+                          : c.type == TensorType::kQ5_K ? (std::max(0.0f, *hi) - std::min(0.0f, *lo)) / 31
+                          : c.type == TensorType::kQ6_K ? amax / 31
+                                                        : amax / 113;
+      const auto sb = x.begin() + static_cast<ptrdiff_t>(g / kSuperBlock * kSuperBlock);
+      const auto [sb_lo, sb_hi] = std::minmax_element(sb, sb + kSuperBlock);
+      const double sb_range = std::max(0.0f, *sb_hi) - std::min(0.0f, *sb_lo);
+      for (size_t i = g; i < g + static_cast<size_t>(c.group); ++i) {
+        EXPECT_LE(std::fabs(back[i] - x[i]), c.steps * step + 0.01 * sb_range + 1e-6) << "value " << i;
+        sq_err += (back[i] - x[i]) * (back[i] - x[i]);
+        sq += x[i] * x[i];
+      }
+    }
+    EXPECT_LT(std::sqrt(sq_err / sq), c.type == TensorType::kIQ4_XS ? 0.1 : 0.05);
+  }
+  std::vector<float> ragged(300);
+  std::vector<std::byte> out(1024);
+  EXPECT_THROW(quantize_weight_row(TensorType::kQ4_K, ragged, out.data()), UsageError);
+  EXPECT_THROW(quantize_weight_row(TensorType::kQ8_0, x, out.data()), UsageError);
+  EXPECT_FALSE(can_quantize_weights(TensorType::kQ3_K));
+}
+
+// The role of a tensor of a llama-style file, by name.
+WeightMix::Role role_of(const std::string& name, bool tied) {
+  using Role = WeightMix::Role;
+  if (name == "token_embd.weight") return tied ? Role::kOutput : Role::kEmbedding;
+  if (name == "output.weight") return Role::kOutput;
+  if (name.find("attn_q.") != std::string::npos) return Role::kAttnQ;
+  if (name.find("attn_k.") != std::string::npos) return Role::kAttnK;
+  if (name.find("attn_v.") != std::string::npos) return Role::kAttnV;
+  if (name.find("attn_output.") != std::string::npos) return Role::kAttnOutput;
+  if (name.find("ffn_down") != std::string::npos) return Role::kFfnDown;
+  return Role::kFfnGateUp;
+}
+
+// The mixes' rules give every matrix of llama-quantize's own files the type it has there.
+TEST(WeightMix, GivesEveryMatrixTheTypeLlamaQuantizeGaveIt) {
+  const char* env = std::getenv("PAGEDKV_SHARED_DIR");
+  const std::filesystem::path dir = std::filesystem::path(env ? env : "../shared") / "models/gguf";
+  if (!std::filesystem::exists(dir / "small-llama.q4_k_m.gguf")) GTEST_SKIP() << dir << " lacks the small models";
+  const std::pair<const char*, const char*> files[] = {
+      {"small-llama.q4_k_m.gguf", "Q4_K_M"}, {"small-llama.q5_k_m.gguf", "Q5_K_M"}, {"small-llama.q6_k.gguf", "Q6_K"},
+      {"small-llama.iq4_xs.gguf", "IQ4_XS"}, {"small-qwen3.q4_k_m.gguf", "Q4_K_M"}, {"small-llama.q8_0.gguf", "Q8_0"},
+  };
+  for (const auto& [file, mix_name] : files) {
+    SCOPED_TRACE(file);
+    const GgufFile f((dir / file).string());
+    const WeightMix mix = WeightMix::parse(mix_name);
+    const std::string arch = std::string(f.find("general.architecture")->as_string("general.architecture"));
+    const int layers = static_cast<int>(f.find(arch + ".block_count")->as_int("block_count"));
+    const int gqa = static_cast<int>(f.find(arch + ".attention.head_count")->as_int("heads") /
+                                     f.find(arch + ".attention.head_count_kv")->as_int("kv heads"));
+    bool tied = true;
+    for (const GgufTensor& t : f.tensors()) tied = tied && t.name != "output.weight";
+    int checked = 0;
+    for (const GgufTensor& t : f.tensors()) {
+      if (t.ne.size() < 2) continue;  // norms stay F32
+      int layer = 0;
+      std::sscanf(t.name.c_str(), "blk.%d.", &layer);
+      EXPECT_EQ(tensor_type_name(mix.type_of(role_of(t.name, tied), layer, layers, gqa)), tensor_type_name(t.type))
+          << t.name;
+      ++checked;
+    }
+    EXPECT_GE(checked, 8);
+    EXPECT_EQ(f.find("general.file_type")->as_int("file_type"), mix.file_type());
+  }
+  EXPECT_THROW(WeightMix::parse("Q3_K_M"), ConfigError);
+  EXPECT_EQ(WeightMix::parse("q4_k_m").name(), "Q4_K_M");
+}
+
+// A random-weight file in a mix: the same types as llama-quantize's file of that shape, and it
+// runs, its logits close to the F32 file's.
+TEST(WeightMix, RandomFilesInAMixLoadAndRunCloseToF32) {
+  RandomModelShape shape;  // small-llama's shape
+  shape.name = "small";
+  shape.dim = 256, shape.layers = 2, shape.heads = 4, shape.kv_heads = 1, shape.ffn = 768, shape.vocab = 512;
+  shape.context = 256, shape.tied_embeddings = false;
+  const std::filesystem::path dir = std::filesystem::temp_directory_path();
+  const std::string f32 = (dir / fmt::format("pagedkv-mix-f32-{}.gguf", getpid())).string();
+  write_random_gguf(shape, WeightMix::parse("F32"), 3, f32);
+  for (const char* name : {"Q4_K_M", "Q5_K_M", "Q6_K", "IQ4_XS"}) {
+    SCOPED_TRACE(name);
+    const std::string path = (dir / fmt::format("pagedkv-mix-{}-{}.gguf", name, getpid())).string();
+    write_random_gguf(shape, WeightMix::parse(name), 3, path);
+    {
+      const GgufFile f(path);
+      EXPECT_EQ(f.find("general.file_type")->as_int("file_type"), WeightMix::parse(name).file_type());
+      for (const GgufTensor& t : f.tensors()) {
+        if (t.ne.size() < 2) continue;
+        int layer = 0;
+        std::sscanf(t.name.c_str(), "blk.%d.", &layer);
+        EXPECT_EQ(t.type, WeightMix::parse(name).type_of(role_of(t.name, false), layer, 2, 4)) << t.name;
+      }
+      // Every matrix dequantizes close to the F32 file's values.
+      const GgufFile ref(f32);
+      for (const GgufTensor& t : f.tensors()) {
+        if (t.ne.size() < 2) continue;
+        const GgufTensor* r = nullptr;
+        for (const GgufTensor& u : ref.tensors())
+          if (u.name == t.name) r = &u;
+        ASSERT_NE(r, nullptr);
+        std::vector<float> row(static_cast<size_t>(t.ne[0]));
+        const float* want = reinterpret_cast<const float*>(r->data);
+        double err = 0, norm = 0;
+        for (int64_t k = 0; k < t.rows(); ++k) {
+          dequantize_blocks(t.type, t.data + static_cast<size_t>(k) * tensor_row_bytes(t.type, t.ne[0]), row);
+          for (size_t j = 0; j < row.size(); ++j) {
+            const double w = want[static_cast<size_t>(k) * row.size() + j];
+            err += (row[j] - w) * (row[j] - w);
+            norm += w * w;
+          }
+        }
+        EXPECT_LT(std::sqrt(err / norm), 0.12) << t.name;
+      }
+    }
+    std::filesystem::remove(path);
+  }
+  std::filesystem::remove(f32);
 }
 
 }  // namespace

@@ -65,15 +65,6 @@ constexpr int kProbePasses = 5;  // read-bandwidth passes per round (after one w
 
 double best(const std::vector<double>& v) { return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()); }
 
-TensorType parse_weight_type(const std::string& name) {
-  for (TensorType t : {TensorType::kF32, TensorType::kF16, TensorType::kBF16, TensorType::kQ8_0, TensorType::kQ4_0}) {
-    std::string upper = name;
-    for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    if (upper == tensor_type_name(t)) return t;
-  }
-  throw ConfigError(fmt::format("--types: '{}' is not F32, F16, BF16, Q8_0 or Q4_0", name));
-}
-
 // Bytes a batch-1 decode step reads from the weights: every matrix once, of a mixture of experts
 // only the experts a token uses; the token embedding only when it doubles as the output matrix
 // (otherwise a step reads just its batch's rows of it).
@@ -178,8 +169,8 @@ int run_bench_decode(BenchDecodeOptions o) {
       throw ConfigError(fmt::format("--tokenizer-from '{}' does not exist", o.tokenizer_from));
     tokenizer = std::make_unique<GgufFile>(o.tokenizer_from);
   }
-  std::vector<TensorType> types;
-  for (const std::string& t : o.types) types.push_back(parse_weight_type(t));
+  std::vector<WeightMix> types;
+  for (const std::string& t : o.types) types.push_back(WeightMix::parse(t));
   const std::filesystem::path dir =
       o.dir.empty() ? std::filesystem::temp_directory_path() : std::filesystem::path(o.dir);
 
@@ -210,8 +201,7 @@ int run_bench_decode(BenchDecodeOptions o) {
     std::string path = o.model;
     double write_s = 0;
     if (o.model.empty()) {
-      path = (dir / fmt::format("pagedkv-bench-{}-{}-{}.gguf", shape.name, tensor_type_name(types[ci]), ::getpid()))
-                 .string();
+      path = (dir / fmt::format("pagedkv-bench-{}-{}-{}.gguf", shape.name, types[ci].name(), ::getpid())).string();
       const auto t0 = Clock::now();
       write_random_gguf(shape, types[ci], 42, path, tokenizer.get());
       write_s = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -225,7 +215,7 @@ int run_bench_decode(BenchDecodeOptions o) {
     } remover{path, o.model.empty() && !o.keep};
     const GgufModel model(path, std::max({256, o.prompt_tokens + o.steps + 16, o.prefill + 16}));
     const double bytes = weight_bytes_per_step(model.file(), model.config());
-    const std::string name = o.model.empty() ? fmt::format("random {} {}", shape.name, tensor_type_name(types[ci]))
+    const std::string name = o.model.empty() ? fmt::format("random {} {}", shape.name, types[ci].name())
                                              : std::filesystem::path(o.model).filename().string();
     if (o.prefill > 0) {
       prefill_seconds(model, std::min(o.prefill, 64), o.max_num_batched_tokens, 7,
@@ -319,11 +309,15 @@ const CommandRegistration kBenchDecodeCommand{Command{
       auto o = std::make_shared<BenchDecodeOptions>();
       sub.add_option("--model", o->model, "an existing GGUF file (default: generate --shape in each of --types)");
       sub.add_option("--shape", o->shape,
-                     "shape of the generated model: llama-3.2-1b, qwen3moe-8l-32e, tiny or tiny-moe")
+                     "shape of the generated model: llama-3.2-1b, qwen3moe-8l-32e, qwen3moe-8l-32e-dense (its "
+                     "active weights as a dense model), tiny or tiny-moe")
           ->capture_default_str();
       sub.add_option("--tokenizer-from", o->tokenizer_from,
                      "a GGUF whose tokenizer the generated files get (its token count must be the shape's vocabulary)");
-      sub.add_option("--types", o->types, "weight types of the generated models")
+      sub.add_option("--types", o->types,
+                     fmt::format("weight types of the generated models: {} (the K-quant and IQ4 mixes with "
+                                 "llama-quantize's per-tensor rules)",
+                                 WeightMix::names()))
           ->delimiter(',')
           ->capture_default_str();
       sub.add_option("--dir", o->dir, "directory for the generated files (default: the temporary directory)");

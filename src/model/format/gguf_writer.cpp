@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "pagedkv/core/error.h"
+#include "pagedkv/model/format/weight_quantizers.h"
 #include "pagedkv/storage/float_convert.h"
 
 namespace pagedkv {
@@ -120,7 +121,9 @@ void GgufWriter::add_tensor_f32(std::string_view name, TensorType type, std::vec
         quantize_row_q4_0(x, reinterpret_cast<BlockQ4_0*>(dst));
         break;
       default:
-        throw UsageError(fmt::format("add_tensor_f32: cannot write {}", tensor_type_name(type)));
+        if (!can_quantize_weights(type))
+          throw UsageError(fmt::format("add_tensor_f32: cannot write {}", tensor_type_name(type)));
+        quantize_weight_row(type, x, dst);
     }
   }
   add_tensor(name, type, std::move(ne), data);

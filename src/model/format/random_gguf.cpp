@@ -77,18 +77,25 @@ RandomModelShape random_model_shape(const std::string& name) {
     s.architecture = "qwen3moe";
     s.dim = 2048, s.layers = 8, s.heads = 32, s.kv_heads = 4, s.head_dim = 128, s.ffn = 768, s.vocab = 151936;
     s.context = 40960, s.rope_theta = 1000000.0f, s.experts = 32, s.experts_used = 8;
+  } else if (name == "qwen3moe-8l-32e-dense") {
+    // The dense model with qwen3moe-8l-32e's active weights: its attention and one FFN as wide as
+    // the 8 experts a token uses (8 x 768), for "a MoE step against a dense one".
+    s.dim = 2048, s.layers = 8, s.heads = 32, s.kv_heads = 4, s.head_dim = 128, s.ffn = 8 * 768, s.vocab = 151936;
+    s.context = 40960, s.rope_theta = 1000000.0f;
   } else if (name == "tiny-moe") {
     s.architecture = "qwen3moe";
     s.dim = 64, s.layers = 2, s.heads = 4, s.kv_heads = 2, s.head_dim = 32, s.ffn = 32, s.vocab = 512, s.context = 256;
     s.rope_theta = 1000000.0f, s.experts = 4, s.experts_used = 2;
   } else {
     throw ConfigError(
-        fmt::format("unknown model shape '{}' (known: llama-3.2-1b, qwen3moe-8l-32e, tiny, tiny-moe)", name));
+        fmt::format("unknown model shape '{}' (known: llama-3.2-1b, qwen3moe-8l-32e, qwen3moe-8l-32e-dense, tiny, "
+                    "tiny-moe)",
+                    name));
   }
   return s;
 }
 
-void write_random_gguf(const RandomModelShape& s, TensorType type, uint64_t seed, const std::string& path,
+void write_random_gguf(const RandomModelShape& s, const WeightMix& mix, uint64_t seed, const std::string& path,
                        const GgufFile* tokenizer) {
   const bool moe = s.architecture == "qwen3moe";
   if (!moe && s.architecture != "llama")
@@ -97,6 +104,7 @@ void write_random_gguf(const RandomModelShape& s, TensorType type, uint64_t seed
   const std::string a = s.architecture + ".";
   w.add_string("general.architecture", s.architecture);
   w.add_string("general.name", fmt::format("random-{}", s.name));
+  w.add_u32("general.file_type", mix.file_type());
   w.add_u32(a + "context_length", static_cast<uint32_t>(s.context));
   w.add_u32(a + "embedding_length", static_cast<uint32_t>(s.dim));
   w.add_u32(a + "block_count", static_cast<uint32_t>(s.layers));
@@ -139,28 +147,32 @@ void write_random_gguf(const RandomModelShape& s, TensorType type, uint64_t seed
     w.add_tensor_f32(name, TensorType::kF32, {n}, values);
   };
   auto amplitude = [](int64_t in) { return std::sqrt(3.0f / static_cast<float>(in)); };
-  add("token_embd.weight", type, s.dim, s.vocab, 1.0f);
+  using Role = WeightMix::Role;
+  const int gqa = s.heads / s.kv_heads;
+  auto type_of = [&](Role role, int layer) { return mix.type_of(role, layer, s.layers, gqa); };
+  // Tied embeddings are the output matrix too, and get its type (as llama-quantize gives them).
+  add("token_embd.weight", type_of(s.tied_embeddings ? Role::kOutput : Role::kEmbedding, 0), s.dim, s.vocab, 1.0f);
   norm("output_norm.weight", s.dim);
-  if (!s.tied_embeddings) add("output.weight", type, s.dim, s.vocab, amplitude(s.dim));
+  if (!s.tied_embeddings) add("output.weight", type_of(Role::kOutput, 0), s.dim, s.vocab, amplitude(s.dim));
   for (int l = 0; l < s.layers; ++l) {
     const std::string b = fmt::format("blk.{}.", l);
     norm(b + "attn_norm.weight", s.dim);
     norm(b + "ffn_norm.weight", s.dim);
-    add(b + "attn_q.weight", type, s.dim, q_dim, amplitude(s.dim));
-    add(b + "attn_k.weight", type, s.dim, kv_dim, amplitude(s.dim));
-    add(b + "attn_v.weight", type, s.dim, kv_dim, amplitude(s.dim));
-    add(b + "attn_output.weight", type, q_dim, s.dim, amplitude(q_dim));
+    add(b + "attn_q.weight", type_of(Role::kAttnQ, l), s.dim, q_dim, amplitude(s.dim));
+    add(b + "attn_k.weight", type_of(Role::kAttnK, l), s.dim, kv_dim, amplitude(s.dim));
+    add(b + "attn_v.weight", type_of(Role::kAttnV, l), s.dim, kv_dim, amplitude(s.dim));
+    add(b + "attn_output.weight", type_of(Role::kAttnOutput, l), q_dim, s.dim, amplitude(q_dim));
     if (moe) {
       norm(b + "attn_q_norm.weight", head_dim);
       norm(b + "attn_k_norm.weight", head_dim);
       add(b + "ffn_gate_inp.weight", TensorType::kF32, s.dim, s.experts, amplitude(s.dim));
-      add(b + "ffn_gate_exps.weight", type, s.dim, s.ffn, amplitude(s.dim), s.experts);
-      add(b + "ffn_up_exps.weight", type, s.dim, s.ffn, amplitude(s.dim), s.experts);
-      add(b + "ffn_down_exps.weight", type, s.ffn, s.dim, amplitude(s.ffn), s.experts);
+      add(b + "ffn_gate_exps.weight", type_of(Role::kFfnGateUp, l), s.dim, s.ffn, amplitude(s.dim), s.experts);
+      add(b + "ffn_up_exps.weight", type_of(Role::kFfnGateUp, l), s.dim, s.ffn, amplitude(s.dim), s.experts);
+      add(b + "ffn_down_exps.weight", type_of(Role::kFfnDown, l), s.ffn, s.dim, amplitude(s.ffn), s.experts);
     } else {
-      add(b + "ffn_gate.weight", type, s.dim, s.ffn, amplitude(s.dim));
-      add(b + "ffn_up.weight", type, s.dim, s.ffn, amplitude(s.dim));
-      add(b + "ffn_down.weight", type, s.ffn, s.dim, amplitude(s.ffn));
+      add(b + "ffn_gate.weight", type_of(Role::kFfnGateUp, l), s.dim, s.ffn, amplitude(s.dim));
+      add(b + "ffn_up.weight", type_of(Role::kFfnGateUp, l), s.dim, s.ffn, amplitude(s.dim));
+      add(b + "ffn_down.weight", type_of(Role::kFfnDown, l), s.ffn, s.dim, amplitude(s.ffn));
     }
   }
   w.write(path);
