@@ -549,6 +549,7 @@ ForwardBatch LLMEngine::flatten_batch(const SchedulerOutput& out, Clock::time_po
   batch.attention.context_lens = context_lens_.data();
   batch.attention.block_tables = batch_tables_.data();
   batch.attention.block_table_stride = stride;
+  batch.attention.cascade = config_.cascade_attention;
   batch.logits_rows = logits_rows_;
   for (size_t g = 1; g < group_tables_.size(); ++g)
     group_batches_[g - 1] = KVGroupTables{group_tables_[g].data(), stride, group_slots_[g]};

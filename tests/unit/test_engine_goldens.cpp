@@ -130,6 +130,16 @@ TEST_F(EngineGoldens, RequestsSharingCachedBlocksDecodeTogether) {
   outs = engine.run_to_completion();
   ASSERT_EQ(outs.size(), 4u);
   for (const RequestOutput& o : outs) EXPECT_EQ(full_ids(o), alone);
+  // With cascade attention off (EngineConfig::cascade_attention, serve's --no-cascade-attention)
+  // each request reads its own table: the same outputs.
+  cfg.cascade_attention = false;
+  LLMEngine plain(*model_, cfg);
+  plain.add_request(r);
+  (void)plain.run_to_completion();
+  for (int i = 0; i < 3; ++i) plain.add_request(r);
+  outs = plain.run_to_completion();
+  ASSERT_EQ(outs.size(), 3u);
+  for (const RequestOutput& o : outs) EXPECT_EQ(full_ids(o), alone);
 }
 
 TEST_F(EngineGoldens, SmallPoolPreemptsEachGoldenWithRecomputeAndWithSwap) {

@@ -46,6 +46,9 @@ void EngineOptions::add_to(CLI::App& app) {
       app, "--grammar-mask-overlap", "--no-grammar-mask-overlap", grammar_mask_overlap,
       "structured output: fill the next tokens' masks on a worker thread while the forward pass runs "
       "(off: on the engine thread, after it; for tiny models, where the hand-over costs more than it hides)");
+  add_on_off_flag(app, "--cascade-attention", "--no-cascade-attention", cascade_attention,
+                  "decode requests that share cached prefix blocks (a system prompt) read them once per step "
+                  "for the group");
   app.add_option("--host-cache-bytes", host_cache_bytes,
                  "host-memory tier for evicted prefix blocks, e.g. 64MiB (0: none)")
       ->capture_default_str();
@@ -87,6 +90,7 @@ EngineConfig EngineOptions::to_config() const {
   c.block_size = block_size;
   c.num_blocks = num_blocks;
   c.grammar_mask_overlap = grammar_mask_overlap;
+  c.cascade_attention = cascade_attention;
   c.kv_cache_bytes = parse_byte_size(kv_cache_bytes);
   c.swap_space_bytes = parse_byte_size(swap_space);
   auto dt = parse_dtype(kv_dtype);

@@ -25,7 +25,9 @@ struct EngineOptions {
   int max_num_seqs = 64;
   int max_num_batched_tokens = 2048;
   bool check = false;
-  bool grammar_mask_overlap = true;  // structured output's masks filled while the forward pass runs
+  bool grammar_mask_overlap = true;
+  bool cascade_attention = true;  // shared prefix blocks read once per step for the requests sharing them  //
+                                  // structured output's masks filled while the forward pass runs
   int threads = 0;  // kernel threads; 0: PAGEDKV_NUM_THREADS or the CPU count
   // KV tiers (off unless one of the first two is set).
   std::string host_cache_bytes = "0";

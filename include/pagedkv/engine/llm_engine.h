@@ -55,6 +55,9 @@ struct EngineConfig {
   // forward pass runs (their matchers are final before it), not after it on the engine thread.
   // The same masks either way: seeded runs give the same tokens on or off.
   bool grammar_mask_overlap = true;
+  // Cascade attention (kernels/paged_attention.h): decode requests sharing cached prefix blocks
+  // read them once per step for the group. Off: every request reads its own table, for comparisons.
+  bool cascade_attention = true;
 };
 
 struct GenerationRequest {
