@@ -3,6 +3,7 @@
 // twin, the activation quantizers, and LinearLayer's mixing of parts.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -170,6 +171,48 @@ TEST(QuantizedMatrix, ExtremeBlocksStayExact) {
     std::vector<float> xs(5 * 32, -127.0f), ys(5, 0.0f);  // a full token tile and a remainder
     m.multiply(xs.data(), 32, 5, ys.data(), 1, isa);
     for (float v : ys) EXPECT_EQ(v, y_scalar) << isa_name(isa);
+  }
+}
+
+// A prompt-sized batch on F16 / BF16 weights, wide enough that the AVX-512 build splits it into
+// blocks of tokens (a few hundred KiB of f32 activations each: 2,048 columns give blocks of 3
+// token groups, 4,096 columns blocks of one), with a partial last group and a partial last
+// block: every output against the scalar twin, and every token bit for bit what it gives alone
+// (each output is one FMA chain over the columns, whatever tile or block it runs in).
+TEST(QuantizedMatrix, PromptBatchesMatchTheScalarTwinAndTheTokenAlone) {
+  if (best_available_isa() != KernelIsa::kAvx512) GTEST_SKIP() << "no AVX-512 on this CPU";
+  for (TensorType type : {TensorType::kF16, TensorType::kBF16}) {
+    for (const auto [rows, cols, tokens] : {std::array{33, 2048, 100}, std::array{17, 4096, 37}}) {
+      const Weights w = make_weights(type, rows, cols, static_cast<uint32_t>(cols + tokens));
+      const QuantizedMatrix m(w.view());
+      std::mt19937 rng(static_cast<uint32_t>(tokens));
+      std::normal_distribution<float> dist(0.0f, 1.0f);
+      const size_t x_stride = static_cast<size_t>(cols) + 1, y_stride = static_cast<size_t>(rows) + 2;
+      std::vector<float> x(static_cast<size_t>(tokens) * x_stride);
+      for (float& f : x) f = dist(rng);
+      std::vector<float> scalar(static_cast<size_t>(tokens) * y_stride, -1.0f), simd(scalar.size(), -1.0f);
+      m.multiply(x.data(), x_stride, tokens, scalar.data(), y_stride, KernelIsa::kScalar);
+      m.multiply(x.data(), x_stride, tokens, simd.data(), y_stride, KernelIsa::kAvx512);
+      for (int t = 0; t < tokens; ++t) {
+        std::vector<float> alone(static_cast<size_t>(rows));
+        m.multiply(x.data() + static_cast<size_t>(t) * x_stride, x_stride, 1, alone.data(), 0, KernelIsa::kAvx512);
+        for (int r = 0; r < rows; ++r) {
+          const size_t i = static_cast<size_t>(t) * y_stride + static_cast<size_t>(r);
+          double magnitude = 0;  // |w| . |x| bounds the rounding of either order of summation
+          std::vector<float> row(static_cast<size_t>(cols));
+          dequantize_row(type, w.view().row(r), row);
+          for (int j = 0; j < cols; ++j)
+            magnitude += std::fabs(static_cast<double>(row[static_cast<size_t>(j)]) *
+                                   x[static_cast<size_t>(t) * x_stride + static_cast<size_t>(j)]);
+          ASSERT_NEAR(simd[i], scalar[i], 1e-5 * (1 + magnitude))
+              << tensor_type_name(type) << " " << cols << " columns, token " << t << " row " << r;
+          ASSERT_EQ(simd[i], alone[static_cast<size_t>(r)])
+              << tensor_type_name(type) << " " << cols << " columns, token " << t << " row " << r;
+        }
+        for (size_t pad = static_cast<size_t>(rows); pad < y_stride; ++pad)
+          ASSERT_EQ(simd[static_cast<size_t>(t) * y_stride + pad], -1.0f) << "padding of y written";
+      }
+    }
   }
 }
 

@@ -32,6 +32,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 
 #include "quantized_kernels.h"
@@ -47,6 +48,9 @@ constexpr int kMaxTokens = 16;  // tokens per tile: a batch is prepared in group
 // batch-1 steps 10-15% slower).
 template <int P>
 constexpr size_t kPrefetchAhead = P == 1 ? 6144 : 2048;
+// A batch of F16 / BF16 products larger than this in prepared activations (f32, 4 bytes per
+// column and token) runs in blocks of tokens this size (see multiply_panels_with).
+constexpr size_t kFloatActivationBlockBytes = size_t{384} << 10;
 
 __mmask16 rows_mask(int rows_out) { return static_cast<__mmask16>((1u << rows_out) - 1); }
 
@@ -286,6 +290,7 @@ struct FloatKernel {
   // Panels per tile for T tokens: enough independent accumulator chains (>= 8 FMA chains) to hide
   // the FMA latency even for one decode token.
   static int panels_for(int tokens) { return tokens >= 8 ? 1 : tokens >= 4 ? 2 : 4; }
+  static constexpr size_t kActivationBlockBytes = kFloatActivationBlockBytes;
 };
 
 template <class Unpack>
@@ -298,6 +303,7 @@ struct QuantKernel {
   }
   // A few tokens on several panels: more independent chains and more streams in flight.
   static int panels_for(int tokens) { return tokens >= 4 ? 1 : tokens >= 2 ? 2 : 4; }  // >= 4 chains
+  static constexpr size_t kActivationBlockBytes = SIZE_MAX;  // Q8_0 records: no gain measured
 };
 
 // The tiles of one token group over panels [p0, p1).
@@ -324,12 +330,22 @@ void group_over_panels(const WeightPanels& w, int p0, int p1, const Activations&
 
 // Panels [p0, p1) for every token group. With several groups, panel by panel: every group passes
 // over a panel (up to 256 KiB) right after the first brought it in, while it is still in L2.
+// F16 / BF16 prompts go in blocks of tokens whose prepared activations stay in L2 too (a few
+// hundred KiB), each block over every panel: streaming the whole batch's f32 activations from L3
+// for every panel (4 MiB for 512 tokens of 2,048 columns, 64 bytes per 16 FMAs) left a 512-token
+// product 12-15 % slower per multiply-add than a 32-token one (bench_model, 8192 x 2048).
 template <class Kernel>
 void multiply_panels_with(const WeightPanels& w, int p0, int p1, const Activations& acts, float* y, size_t y_stride) {
   const int n = acts.num_tokens;
   if (n <= kMaxTokens) return group_over_panels<Kernel>(w, p0, p1, acts, 0, y, y_stride, 4);
-  for (int p = p0; p < p1; ++p)
-    for (int t0 = 0; t0 < n; t0 += kMaxTokens) group_over_panels<Kernel>(w, p, p + 1, acts, t0, y, y_stride, 1);
+  const size_t block_tokens = Kernel::kActivationBlockBytes / token_bytes(w.layout.type, w.layout.cols);
+  const int block =
+      static_cast<int>(std::clamp<size_t>(block_tokens / kMaxTokens, 1, (n + kMaxTokens - 1) / kMaxTokens)) *
+      kMaxTokens;
+  for (int b0 = 0; b0 < n; b0 += block)
+    for (int p = p0; p < p1; ++p)
+      for (int t0 = b0; t0 < std::min(n, b0 + block); t0 += kMaxTokens)
+        group_over_panels<Kernel>(w, p, p + 1, acts, t0, y, y_stride, 1);
 }
 
 void multiply_panels(const WeightPanels& w, int p0, int p1, const Activations& x, float* y, size_t y_stride) {
