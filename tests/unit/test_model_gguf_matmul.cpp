@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -171,6 +172,54 @@ TEST(QuantizedMatrix, ExtremeBlocksStayExact) {
     std::vector<float> xs(5 * 32, -127.0f), ys(5, 0.0f);  // a full token tile and a remainder
     m.multiply(xs.data(), 32, 5, ys.data(), 1, isa);
     for (float v : ys) EXPECT_EQ(v, y_scalar) << isa_name(isa);
+  }
+}
+
+// F16 / BF16 rows with one non-zero weight each, in a different column per row, set to the type's
+// extremes (largest finite of either sign, smallest normal, smallest subnormal, -0, infinity,
+// NaN): every output is that weight times one activation, exact in every build (no other term,
+// no rounding order), so each build must equal the scalar twin bit for bit; a build that reads a
+// panel's rows, columns or column pairs in the wrong place gets another weight or activation.
+// Odd row and column counts leave partial panels and (BF16) a zero column pairing the last one.
+TEST(QuantizedMatrix, ExtremeFloatWeightsLandInTheirRowAndColumn) {
+  const int rows = 19, cols = 35;
+  for (TensorType type : {TensorType::kF16, TensorType::kBF16}) {
+    const std::vector<uint16_t> extremes =
+        type == TensorType::kF16
+            ? std::vector<uint16_t>{0x7BFF, 0xFBFF, 0x0400, 0x0001, 0x8000, 0x3C00, 0x7C00, 0x7E00, 0xC500}
+            : std::vector<uint16_t>{0x7F7F, 0xFF7F, 0x0080, 0x0001, 0x8000, 0x3F80, 0x7F80, 0x7FC0, 0xC0A0};
+    Weights w{type, rows, cols, std::vector<std::byte>(static_cast<size_t>(rows) * cols * 2)};
+    auto* bits = reinterpret_cast<uint16_t*>(w.bytes.data());
+    for (int r = 0; r < rows; ++r)
+      bits[static_cast<size_t>(r) * cols + static_cast<size_t>((r * 7 + 3) % cols)] =
+          extremes[static_cast<size_t>(r) % extremes.size()];
+    const QuantizedMatrix m(w.view());
+    for (int tokens : {1, 2, 3, 5, 16, 17, 33}) {
+      const size_t x_stride = cols + 1, y_stride = rows + 1;
+      std::vector<float> x(static_cast<size_t>(tokens) * x_stride);
+      for (int t = 0; t < tokens; ++t)
+        for (int k = 0; k < cols; ++k)  // distinct per column and token, some zero, some large
+          x[static_cast<size_t>(t) * x_stride + static_cast<size_t>(k)] =
+              static_cast<float>((k * 5 + t * 3) % 11 - 5) * (k % 4 == 1 ? 3e5f : 0.37f) +
+              0.01f * static_cast<float>(k);
+      std::vector<float> scalar(static_cast<size_t>(tokens) * y_stride, -1.0f);
+      m.multiply(x.data(), x_stride, tokens, scalar.data(), y_stride, KernelIsa::kScalar);
+      for (KernelIsa isa : {KernelIsa::kAvx2, KernelIsa::kAvx512}) {
+        if (!has_avx2(best_available_isa()) || (isa == KernelIsa::kAvx512 && best_available_isa() != isa)) continue;
+        std::vector<float> simd(scalar.size(), -1.0f);
+        m.multiply(x.data(), x_stride, tokens, simd.data(), y_stride, isa);
+        for (size_t i = 0; i < simd.size(); ++i) {
+          if (std::isnan(scalar[i])) {
+            EXPECT_TRUE(std::isnan(simd[i]))
+                << tensor_type_name(type) << " " << isa_name(isa) << " tokens " << tokens << " output " << i;
+          } else {
+            EXPECT_EQ(std::bit_cast<uint32_t>(simd[i]), std::bit_cast<uint32_t>(scalar[i]))
+                << tensor_type_name(type) << " " << isa_name(isa) << " tokens " << tokens << " output " << i << ": "
+                << simd[i] << " vs " << scalar[i];
+          }
+        }
+      }
+    }
   }
 }
 

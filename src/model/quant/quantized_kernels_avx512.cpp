@@ -5,11 +5,14 @@
 // broadcast from memory into the instruction that meets it with 16 rows, and the accumulators are
 // stored as they are, with no horizontal sums.
 //
-// F16 / BF16: per column, the 16 rows' weights widened to f32 once, then one FMA per token with
-// the broadcast activation. Each row's sum runs over the columns in order, as in the scalar twin
-// (fused multiply-adds: one rounding per term instead of two). A tile is P panels x T tokens of
-// accumulators: T >= 8 tokens on one panel, fewer tokens on 2 or 4 panels, so that at least 8
-// independent FMA chains hide the FMA latency even for a single decode token.
+// F16 / BF16: per column, the 16 rows' weights widened to f32 once (F16: vcvtph2ps, 2 uops on the
+// FMA ports; BF16: a shift or a mask of the column pair, 1 uop), then one FMA per token with the
+// broadcast activation. vdpbf16ps is not used: on Sapphire / Emerald Rapids it issues one every
+// 2 cycles, 32 multiply-adds against the two FMA ports' 32 a cycle (BM_PeakMultiplyAdd: 43 against
+// 88 GMAC/s on one core), and it needs the activations rounded to BF16 first. Each row's sum runs over the columns in
+// order, as in the scalar twin (fused multiply-adds: one rounding per term instead of two). A tile is P panels x T
+// tokens of accumulators: T >= 8 tokens on one panel, fewer tokens on 2 or 4 panels, so that at least 8 independent FMA
+// chains hide the FMA latency even for a single decode token.
 //
 // Q8_0 / Q4_0: vpdpbusd multiplies unsigned by signed bytes. The panels hold w + 128 (Q8_0) or the
 // nibbles w + 8 (Q4_0) as the unsigned operand; the activations are plain signed Q8_0 values, and
@@ -82,9 +85,13 @@ static_assert(sizeof(QuantRecord) == 48);
 
 bool quantized(TensorType type) { return type == TensorType::kQ8_0 || type == TensorType::kQ4_0; }
 
+// F16 / BF16: the columns a token's prepared values cover; BF16 panels hold columns in pairs, so
+// an odd count gets a zero column (meeting the panels' zero pad column: adding 0 * 0 changes no sum).
+int float_columns(TensorType type, int cols) { return type == TensorType::kBF16 ? (cols + 1) / 2 * 2 : cols; }
+
 size_t token_bytes(TensorType type, int cols) {
   return quantized(type) ? static_cast<size_t>(cols / kQuantBlock) * sizeof(QuantRecord)
-                         : static_cast<size_t>(cols) * sizeof(float);
+                         : static_cast<size_t>(float_columns(type, cols)) * sizeof(float);
 }
 
 // Group g (tokens 16g..) starts at 16g tokens' worth of bytes: every earlier group is full.
@@ -137,6 +144,8 @@ void prepare(TensorType type, const float* x, size_t x_stride, int num_tokens, i
         float* g = reinterpret_cast<float*>(group);
         for (int k = 0; k < cols; ++k)
           g[static_cast<size_t>(k) * static_cast<size_t>(tokens) + static_cast<size_t>(t)] = xt[k];
+        for (int k = cols; k < float_columns(type, cols); ++k)
+          g[static_cast<size_t>(k) * static_cast<size_t>(tokens) + static_cast<size_t>(t)] = 0.0f;
       }
     }
   }
@@ -144,16 +153,23 @@ void prepare(TensorType type, const float* x, size_t x_stride, int num_tokens, i
 
 // ---- F16 / BF16 --------------------------------------------------------------------------------
 
-struct WidenF16 {
-  static __m512 load(const std::byte* p) {
-    return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(p)));
+// Widen::load(p, w): the panel's next kColumns columns (kStepBytes bytes at p), 16 rows each, as
+// f32 in w[0..kColumns).
+struct WidenF16 {  // one column: vcvtph2ps, 2 uops on the FMA ports
+  static constexpr int kColumns = 1;
+  static constexpr size_t kStepBytes = kPanelRows * sizeof(uint16_t);
+  static void load(const std::byte* p, __m512* w) {
+    w[0] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(p)));
   }
 };
 
-struct WidenBF16 {
-  static __m512 load(const std::byte* p) {
-    const __m512i wide = _mm512_cvtepu16_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(p)));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+struct WidenBF16 {  // a pair of columns per 32-bit lane: one shift and one mask, 1 uop a column
+  static constexpr int kColumns = 2;
+  static constexpr size_t kStepBytes = kPanelRows * 2 * sizeof(uint16_t);
+  static void load(const std::byte* p, __m512* w) {
+    const __m512i pairs = _mm512_load_si512(p);
+    w[0] = _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16));  // the even column: the low half
+    w[1] = _mm512_castsi512_ps(_mm512_and_si512(pairs, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
   }
 };
 
@@ -167,23 +183,26 @@ void float_tile(const std::byte* panel, size_t panel_bytes, int cols, const floa
   for (int p = 0; p < P; ++p)
 #pragma GCC unroll 16
     for (int t = 0; t < T; ++t) acc[p][t] = _mm512_setzero_ps();
-  constexpr size_t kColumnBytes = kPanelRows * sizeof(uint16_t);
-  for (int k = 0; k < cols; ++k) {
-    const std::byte* at = panel + static_cast<size_t>(k) * kColumnBytes;
-    const float* xk = x + static_cast<size_t>(k) * T;
-    if (k % 2 == 0)  // one 64-byte line per panel every two columns
+  constexpr int C = Widen::kColumns;
+  const int steps = (cols + C - 1) / C;
+  for (int s = 0; s < steps; ++s) {
+    const std::byte* at = panel + static_cast<size_t>(s) * Widen::kStepBytes;
+    const float* xs = x + static_cast<size_t>(s) * C * T;
+    if (s % (64 / Widen::kStepBytes) == 0)  // one 64-byte line per panel at a time
 #pragma GCC unroll 16
       for (int p = 0; p < P; ++p)
         _mm_prefetch(reinterpret_cast<const char*>(at + p * panel_bytes + kPrefetchAhead<P>), _MM_HINT_T0);
-    __m512 w[P];
+    __m512 w[P][C];
 #pragma GCC unroll 16
-    for (int p = 0; p < P; ++p) w[p] = Widen::load(at + p * panel_bytes);
+    for (int p = 0; p < P; ++p) Widen::load(at + p * panel_bytes, w[p]);
+#pragma GCC unroll 2
+    for (int c = 0; c < C; ++c)
 #pragma GCC unroll 16
-    for (int t = 0; t < T; ++t) {
-      const __m512 xv = _mm512_set1_ps(xk[t]);
+      for (int t = 0; t < T; ++t) {
+        const __m512 xv = _mm512_set1_ps(xs[c * T + t]);
 #pragma GCC unroll 16
-      for (int p = 0; p < P; ++p) acc[p][t] = _mm512_fmadd_ps(w[p], xv, acc[p][t]);
-    }
+        for (int p = 0; p < P; ++p) acc[p][t] = _mm512_fmadd_ps(w[p][c], xv, acc[p][t]);
+      }
   }
   store_tile<P, T>(acc, y, y_stride, rows_out);
 }
