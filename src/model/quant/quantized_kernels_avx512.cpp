@@ -6,13 +6,14 @@
 // stored as they are, with no horizontal sums.
 //
 // F16 / BF16: per column, the 16 rows' weights widened to f32 once (F16: vcvtph2ps, 2 uops on the
-// FMA ports; BF16: a shift or a mask of the column pair, 1 uop), then one FMA per token with the
-// broadcast activation. vdpbf16ps is not used: on Sapphire / Emerald Rapids it issues one every
-// 2 cycles, 32 multiply-adds against the two FMA ports' 32 a cycle (BM_PeakMultiplyAdd: 43 against
-// 88 GMAC/s on one core), and it needs the activations rounded to BF16 first. Each row's sum runs over the columns in
-// order, as in the scalar twin (fused multiply-adds: one rounding per term instead of two). A tile is P panels x T
-// tokens of accumulators: T >= 8 tokens on one panel, fewer tokens on 2 or 4 panels, so that at least 8 independent FMA
-// chains hide the FMA latency even for a single decode token.
+// FMA ports; BF16: a shift or a mask of a column pair, 1 uop), then one FMA per token with the
+// broadcast activation. Each row's sum runs over the columns in order, as in the scalar twin
+// (fused multiply-adds: one rounding per term instead of two). A tile is P panels x T tokens of
+// accumulators: T >= 8 tokens on one panel, fewer tokens on 2 or 4 panels, so that at least 8
+// independent FMA chains hide the FMA latency even for a single decode token. vdpbf16ps is not
+// used: on Emerald Rapids (family 6 model 207) it completes one every 2 cycles, 16 multiply-adds
+// per cycle against the two FMA ports' 32 (BM_PeakMultiplyAdd: 43 against 88 GMAC/s on one core),
+// and it needs the activations rounded to BF16 first.
 //
 // Q8_0 / Q4_0: vpdpbusd multiplies unsigned by signed bytes. The panels hold w + 128 (Q8_0) or the
 // nibbles w + 8 (Q4_0) as the unsigned operand; the activations are plain signed Q8_0 values, and
