@@ -326,7 +326,6 @@ struct QuantKernel {
   }
   // A few tokens on several panels: more independent chains and more streams in flight.
   static int panels_for(int tokens) { return tokens >= 4 ? 1 : tokens >= 2 ? 2 : 4; }  // >= 4 chains
-  static constexpr size_t kActivationBlockBytes = SIZE_MAX;  // Q8_0 records: no gain measured
 };
 
 // The tiles of one token group over panels [p0, p1).
@@ -351,6 +350,13 @@ void group_over_panels(const WeightPanels& w, int p0, int p1, const Activations&
   }
 }
 
+// A kernel's kActivationBlockBytes, or no blocks (the Q8_0 records: no gain measured).
+template <class Kernel>
+constexpr size_t activation_block_bytes() {
+  if constexpr (requires { Kernel::kActivationBlockBytes; }) return Kernel::kActivationBlockBytes;
+  else return SIZE_MAX;
+}
+
 // Panels [p0, p1) for every token group. With several groups, panel by panel: every group passes
 // over a panel (up to 256 KiB) right after the first brought it in, while it is still in L2.
 // F16 / BF16 prompts go in blocks of tokens whose prepared activations stay in L2 too (a few
@@ -361,7 +367,7 @@ template <class Kernel>
 void multiply_panels_with(const WeightPanels& w, int p0, int p1, const Activations& acts, float* y, size_t y_stride) {
   const int n = acts.num_tokens;
   if (n <= kMaxTokens) return group_over_panels<Kernel>(w, p0, p1, acts, 0, y, y_stride, 4);
-  const size_t block_tokens = Kernel::kActivationBlockBytes / token_bytes(w.layout.type, w.layout.cols);
+  const size_t block_tokens = activation_block_bytes<Kernel>() / token_bytes(w.layout.type, w.layout.cols);
   const int block =
       static_cast<int>(std::clamp<size_t>(block_tokens / kMaxTokens, 1, (n + kMaxTokens - 1) / kMaxTokens)) *
       kMaxTokens;
