@@ -14,6 +14,8 @@
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
+#include <immintrin.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -380,7 +382,89 @@ void BM_QuantizedMatmul(benchmark::State& state) {
   state.counters["weight GB/s"] = benchmark::Counter(static_cast<double>(m.bytes()) * iterations,
                                                      benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
-BENCHMARK(BM_QuantizedMatmul)->ArgNames({"type", "isa", "tokens"})->ArgsProduct({{0, 1, 2, 3}, {0, 1, 2}, {1, 32}});
+// 512 tokens: a prompt's prefill, whose activations (4 MiB here) no longer fit in L2.
+BENCHMARK(BM_QuantizedMatmul)
+    ->ArgNames({"type", "isa", "tokens"})
+    ->ArgsProduct({{0, 1, 2, 3}, {0, 1, 2}, {1, 32, 512}});
+
+// One core's peak of the three multiply-add instructions the AVX-512 matmuls could use, so that
+// QuantizedMatmul's GMAC/s read as a fraction of it: 16 independent accumulator chains (more than
+// latency x throughput), operands in registers, CPU time. MACs per instruction: vfmadd231ps 16
+// (f32), vdpbf16ps 32 (bf16 pairs), vpdpbusd 64 (u8 x s8 quads).
+constexpr int kPeakChains = 16;
+constexpr int64_t kPeakSteps = 1 << 20;  // per iteration: 16 Mi instructions
+
+__attribute__((target("avx512f"))) void peak_fma(benchmark::State& state) {
+  __m512 acc[kPeakChains];
+  __m512 a = _mm512_set1_ps(1.0001f);
+  const __m512 b = _mm512_set1_ps(0.9999f);
+  for (auto _ : state) {
+    for (int i = 0; i < kPeakChains; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
+    for (int64_t s = 0; s < kPeakSteps; ++s) {
+#pragma GCC unroll 16
+      for (int i = 0; i < kPeakChains; ++i) acc[i] = _mm512_fmadd_ps(a, b, acc[i]);
+      __asm__ volatile("" : "+v"(a));  // keeps the loop from being folded
+    }
+    for (int i = 0; i < kPeakChains; ++i) benchmark::DoNotOptimize(acc[i]);
+  }
+}
+
+__attribute__((target("avx512f,avx512bf16"))) void peak_bf16_dot(benchmark::State& state) {
+  __m512 acc[kPeakChains];
+  __m512bh a = reinterpret_cast<__m512bh>(_mm512_set1_epi32(0x3F803F80));  // bf16 1.0, 1.0
+  const __m512bh b = a;
+  for (auto _ : state) {
+    for (int i = 0; i < kPeakChains; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
+    for (int64_t s = 0; s < kPeakSteps; ++s) {
+#pragma GCC unroll 16
+      for (int i = 0; i < kPeakChains; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+      __asm__ volatile("" : "+v"(a));
+    }
+    for (int i = 0; i < kPeakChains; ++i) benchmark::DoNotOptimize(acc[i]);
+  }
+}
+
+__attribute__((target("avx512f,avx512vnni"))) void peak_vnni(benchmark::State& state) {
+  __m512i acc[kPeakChains];
+  __m512i a = _mm512_set1_epi8(1);
+  const __m512i b = _mm512_set1_epi8(1);
+  for (auto _ : state) {
+    for (int i = 0; i < kPeakChains; ++i) acc[i] = _mm512_set1_epi32(i);
+    for (int64_t s = 0; s < kPeakSteps; ++s) {
+#pragma GCC unroll 16
+      for (int i = 0; i < kPeakChains; ++i) acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
+      __asm__ volatile("" : "+v"(a));
+    }
+    for (int i = 0; i < kPeakChains; ++i) benchmark::DoNotOptimize(acc[i]);
+  }
+}
+
+void BM_PeakMultiplyAdd(benchmark::State& state) {
+  struct Kind {
+    const char* name;
+    bool available;
+    int macs;
+    void (*run)(benchmark::State&);
+  };
+  __builtin_cpu_init();
+  const bool avx512 = best_available_isa() == KernelIsa::kAvx512;
+  const Kind kinds[] = {
+      {"vfmadd231ps zmm (f32)", avx512, 16, peak_fma},
+      {"vdpbf16ps zmm (bf16 pairs)", avx512 && __builtin_cpu_supports("avx512bf16"), 32, peak_bf16_dot},
+      {"vpdpbusd zmm (u8 x s8)", avx512 && __builtin_cpu_supports("avx512vnni"), 64, peak_vnni}};
+  const Kind& k = kinds[state.range(0)];
+  if (!k.available) {
+    state.SkipWithError("instruction not available");
+    return;
+  }
+  state.SetLabel(k.name);
+  k.run(state);
+  const double instructions = static_cast<double>(state.iterations()) * kPeakSteps * kPeakChains;
+  state.counters["GMAC/s"] =
+      benchmark::Counter(instructions * k.macs, benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  state.counters["instr/ns"] = benchmark::Counter(instructions / 1e9, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_PeakMultiplyAdd)->ArgNames({"kind"})->DenseRange(0, 2)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -3,6 +3,8 @@
 // twin, the activation quantizers, and LinearLayer's mixing of parts.
 #include <gtest/gtest.h>
 
+#include <array>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -170,6 +172,96 @@ TEST(QuantizedMatrix, ExtremeBlocksStayExact) {
     std::vector<float> xs(5 * 32, -127.0f), ys(5, 0.0f);  // a full token tile and a remainder
     m.multiply(xs.data(), 32, 5, ys.data(), 1, isa);
     for (float v : ys) EXPECT_EQ(v, y_scalar) << isa_name(isa);
+  }
+}
+
+// F16 / BF16 rows with one non-zero weight each, in a different column per row, set to the type's
+// extremes (largest finite of either sign, smallest normal, smallest subnormal, -0, infinity,
+// NaN): every output is that weight times one activation, exact in every build (no other term,
+// no rounding order), so each build must equal the scalar twin bit for bit; a build that reads a
+// panel's rows, columns or column pairs in the wrong place gets another weight or activation.
+// Odd row and column counts leave partial panels and (BF16) a zero column pairing the last one.
+TEST(QuantizedMatrix, ExtremeFloatWeightsLandInTheirRowAndColumn) {
+  const int rows = 19, cols = 35;
+  for (TensorType type : {TensorType::kF16, TensorType::kBF16}) {
+    const std::vector<uint16_t> extremes =
+        type == TensorType::kF16
+            ? std::vector<uint16_t>{0x7BFF, 0xFBFF, 0x0400, 0x0001, 0x8000, 0x3C00, 0x7C00, 0x7E00, 0xC500}
+            : std::vector<uint16_t>{0x7F7F, 0xFF7F, 0x0080, 0x0001, 0x8000, 0x3F80, 0x7F80, 0x7FC0, 0xC0A0};
+    Weights w{type, rows, cols, std::vector<std::byte>(static_cast<size_t>(rows) * cols * 2)};
+    auto* bits = reinterpret_cast<uint16_t*>(w.bytes.data());
+    for (int r = 0; r < rows; ++r)
+      bits[static_cast<size_t>(r) * cols + static_cast<size_t>((r * 7 + 3) % cols)] =
+          extremes[static_cast<size_t>(r) % extremes.size()];
+    const QuantizedMatrix m(w.view());
+    for (int tokens : {1, 2, 3, 5, 16, 17, 33}) {
+      const size_t x_stride = cols + 1, y_stride = rows + 1;
+      std::vector<float> x(static_cast<size_t>(tokens) * x_stride);
+      for (int t = 0; t < tokens; ++t)
+        for (int k = 0; k < cols; ++k)  // distinct per column and token, some zero, some large
+          x[static_cast<size_t>(t) * x_stride + static_cast<size_t>(k)] =
+              static_cast<float>((k * 5 + t * 3) % 11 - 5) * (k % 4 == 1 ? 3e5f : 0.37f) +
+              0.01f * static_cast<float>(k);
+      std::vector<float> scalar(static_cast<size_t>(tokens) * y_stride, -1.0f);
+      m.multiply(x.data(), x_stride, tokens, scalar.data(), y_stride, KernelIsa::kScalar);
+      for (KernelIsa isa : {KernelIsa::kAvx2, KernelIsa::kAvx512}) {
+        if (!has_avx2(best_available_isa()) || (isa == KernelIsa::kAvx512 && best_available_isa() != isa)) continue;
+        std::vector<float> simd(scalar.size(), -1.0f);
+        m.multiply(x.data(), x_stride, tokens, simd.data(), y_stride, isa);
+        for (size_t i = 0; i < simd.size(); ++i) {
+          if (std::isnan(scalar[i])) {
+            EXPECT_TRUE(std::isnan(simd[i]))
+                << tensor_type_name(type) << " " << isa_name(isa) << " tokens " << tokens << " output " << i;
+          } else {
+            EXPECT_EQ(std::bit_cast<uint32_t>(simd[i]), std::bit_cast<uint32_t>(scalar[i]))
+                << tensor_type_name(type) << " " << isa_name(isa) << " tokens " << tokens << " output " << i << ": "
+                << simd[i] << " vs " << scalar[i];
+          }
+        }
+      }
+    }
+  }
+}
+
+// A prompt-sized batch on F16 / BF16 weights, wide enough that the AVX-512 build splits it into
+// blocks of tokens (a few hundred KiB of f32 activations each: 2,048 columns give blocks of 3
+// token groups, 4,096 columns blocks of one), with a partial last group and a partial last
+// block: every output against the scalar twin, and every token bit for bit what it gives alone
+// (each output is one FMA chain over the columns, whatever tile or block it runs in).
+TEST(QuantizedMatrix, PromptBatchesMatchTheScalarTwinAndTheTokenAlone) {
+  if (best_available_isa() != KernelIsa::kAvx512) GTEST_SKIP() << "no AVX-512 on this CPU";
+  for (TensorType type : {TensorType::kF16, TensorType::kBF16}) {
+    for (const auto [rows, cols, tokens] : {std::array{33, 2048, 100}, std::array{17, 4096, 37}}) {
+      const Weights w = make_weights(type, rows, cols, static_cast<uint32_t>(cols + tokens));
+      const QuantizedMatrix m(w.view());
+      std::mt19937 rng(static_cast<uint32_t>(tokens));
+      std::normal_distribution<float> dist(0.0f, 1.0f);
+      const size_t x_stride = static_cast<size_t>(cols) + 1, y_stride = static_cast<size_t>(rows) + 2;
+      std::vector<float> x(static_cast<size_t>(tokens) * x_stride);
+      for (float& f : x) f = dist(rng);
+      std::vector<float> scalar(static_cast<size_t>(tokens) * y_stride, -1.0f), simd(scalar.size(), -1.0f);
+      m.multiply(x.data(), x_stride, tokens, scalar.data(), y_stride, KernelIsa::kScalar);
+      m.multiply(x.data(), x_stride, tokens, simd.data(), y_stride, KernelIsa::kAvx512);
+      for (int t = 0; t < tokens; ++t) {
+        std::vector<float> alone(static_cast<size_t>(rows));
+        m.multiply(x.data() + static_cast<size_t>(t) * x_stride, x_stride, 1, alone.data(), 0, KernelIsa::kAvx512);
+        for (int r = 0; r < rows; ++r) {
+          const size_t i = static_cast<size_t>(t) * y_stride + static_cast<size_t>(r);
+          double magnitude = 0;  // |w| . |x| bounds the rounding of either order of summation
+          std::vector<float> row(static_cast<size_t>(cols));
+          dequantize_row(type, w.view().row(r), row);
+          for (int j = 0; j < cols; ++j)
+            magnitude += std::fabs(static_cast<double>(row[static_cast<size_t>(j)]) *
+                                   x[static_cast<size_t>(t) * x_stride + static_cast<size_t>(j)]);
+          ASSERT_NEAR(simd[i], scalar[i], 1e-5 * (1 + magnitude))
+              << tensor_type_name(type) << " " << cols << " columns, token " << t << " row " << r;
+          ASSERT_EQ(simd[i], alone[static_cast<size_t>(r)])
+              << tensor_type_name(type) << " " << cols << " columns, token " << t << " row " << r;
+        }
+        for (size_t pad = static_cast<size_t>(rows); pad < y_stride; ++pad)
+          ASSERT_EQ(simd[static_cast<size_t>(t) * y_stride + pad], -1.0f) << "padding of y written";
+      }
+    }
   }
 }
 

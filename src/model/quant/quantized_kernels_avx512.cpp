@@ -5,11 +5,15 @@
 // broadcast from memory into the instruction that meets it with 16 rows, and the accumulators are
 // stored as they are, with no horizontal sums.
 //
-// F16 / BF16: per column, the 16 rows' weights widened to f32 once, then one FMA per token with
-// the broadcast activation. Each row's sum runs over the columns in order, as in the scalar twin
+// F16 / BF16: per column, the 16 rows' weights widened to f32 once (F16: vcvtph2ps, 2 uops on the
+// FMA ports; BF16: a shift or a mask of a column pair, 1 uop), then one FMA per token with the
+// broadcast activation. Each row's sum runs over the columns in order, as in the scalar twin
 // (fused multiply-adds: one rounding per term instead of two). A tile is P panels x T tokens of
 // accumulators: T >= 8 tokens on one panel, fewer tokens on 2 or 4 panels, so that at least 8
-// independent FMA chains hide the FMA latency even for a single decode token.
+// independent FMA chains hide the FMA latency even for a single decode token. vdpbf16ps is not
+// used: on Emerald Rapids (family 6 model 207) it completes one every 2 cycles, 16 multiply-adds
+// per cycle against the two FMA ports' 32 (BM_PeakMultiplyAdd: 43 against 88 GMAC/s on one core),
+// and it needs the activations rounded to BF16 first.
 //
 // Q8_0 / Q4_0: vpdpbusd multiplies unsigned by signed bytes. The panels hold w + 128 (Q8_0) or the
 // nibbles w + 8 (Q4_0) as the unsigned operand; the activations are plain signed Q8_0 values, and
@@ -32,6 +36,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 
 #include "quantized_kernels.h"
@@ -47,6 +52,9 @@ constexpr int kMaxTokens = 16;  // tokens per tile: a batch is prepared in group
 // batch-1 steps 10-15% slower).
 template <int P>
 constexpr size_t kPrefetchAhead = P == 1 ? 6144 : 2048;
+// A batch of F16 / BF16 products larger than this in prepared activations (f32, 4 bytes per
+// column and token) runs in blocks of tokens this size (see multiply_panels_with).
+constexpr size_t kFloatActivationBlockBytes = size_t{384} << 10;
 
 __mmask16 rows_mask(int rows_out) { return static_cast<__mmask16>((1u << rows_out) - 1); }
 
@@ -78,9 +86,14 @@ static_assert(sizeof(QuantRecord) == 48);
 
 bool quantized(TensorType type) { return type == TensorType::kQ8_0 || type == TensorType::kQ4_0; }
 
+// F16 / BF16: the columns a token's prepared values cover. The tiles take two columns a step, so
+// an odd count gets a zero column, meeting the panels' zero pad column (F16 panels are padded to
+// 64 bytes, BF16 panels hold pairs): adding 0 * 0 changes no sum.
+int float_columns(int cols) { return (cols + 1) / 2 * 2; }
+
 size_t token_bytes(TensorType type, int cols) {
   return quantized(type) ? static_cast<size_t>(cols / kQuantBlock) * sizeof(QuantRecord)
-                         : static_cast<size_t>(cols) * sizeof(float);
+                         : static_cast<size_t>(float_columns(cols)) * sizeof(float);
 }
 
 // Group g (tokens 16g..) starts at 16g tokens' worth of bytes: every earlier group is full.
@@ -133,6 +146,8 @@ void prepare(TensorType type, const float* x, size_t x_stride, int num_tokens, i
         float* g = reinterpret_cast<float*>(group);
         for (int k = 0; k < cols; ++k)
           g[static_cast<size_t>(k) * static_cast<size_t>(tokens) + static_cast<size_t>(t)] = xt[k];
+        for (int k = cols; k < float_columns(cols); ++k)
+          g[static_cast<size_t>(k) * static_cast<size_t>(tokens) + static_cast<size_t>(t)] = 0.0f;
       }
     }
   }
@@ -140,16 +155,25 @@ void prepare(TensorType type, const float* x, size_t x_stride, int num_tokens, i
 
 // ---- F16 / BF16 --------------------------------------------------------------------------------
 
-struct WidenF16 {
-  static __m512 load(const std::byte* p) {
-    return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(p)));
+// Widen::load(p, w): the panel's next kColumns columns (kStepBytes bytes at p), 16 rows each, as
+// f32 in w[0..kColumns).
+// Two columns per step for F16 too (half the loop overhead: 4-5 % at 32 and 512 tokens).
+struct WidenF16 {  // vcvtph2ps per column, 2 uops on the FMA ports
+  static constexpr int kColumns = 2;
+  static constexpr size_t kStepBytes = kPanelRows * 2 * sizeof(uint16_t);
+  static void load(const std::byte* p, __m512* w) {
+    w[0] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(p)));
+    w[1] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(p + 32)));
   }
 };
 
-struct WidenBF16 {
-  static __m512 load(const std::byte* p) {
-    const __m512i wide = _mm512_cvtepu16_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(p)));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+struct WidenBF16 {  // a pair of columns per 32-bit lane: one shift and one mask, 1 uop a column
+  static constexpr int kColumns = 2;
+  static constexpr size_t kStepBytes = kPanelRows * 2 * sizeof(uint16_t);
+  static void load(const std::byte* p, __m512* w) {
+    const __m512i pairs = _mm512_load_si512(p);
+    w[0] = _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16));  // the even column: the low half
+    w[1] = _mm512_castsi512_ps(_mm512_and_si512(pairs, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
   }
 };
 
@@ -163,23 +187,26 @@ void float_tile(const std::byte* panel, size_t panel_bytes, int cols, const floa
   for (int p = 0; p < P; ++p)
 #pragma GCC unroll 16
     for (int t = 0; t < T; ++t) acc[p][t] = _mm512_setzero_ps();
-  constexpr size_t kColumnBytes = kPanelRows * sizeof(uint16_t);
-  for (int k = 0; k < cols; ++k) {
-    const std::byte* at = panel + static_cast<size_t>(k) * kColumnBytes;
-    const float* xk = x + static_cast<size_t>(k) * T;
-    if (k % 2 == 0)  // one 64-byte line per panel every two columns
+  constexpr int C = Widen::kColumns;
+  const int steps = (cols + C - 1) / C;
+  for (int s = 0; s < steps; ++s) {
+    const std::byte* at = panel + static_cast<size_t>(s) * Widen::kStepBytes;
+    const float* xs = x + static_cast<size_t>(s) * C * T;
+    if (s % (64 / Widen::kStepBytes) == 0)  // one 64-byte line per panel at a time
 #pragma GCC unroll 16
       for (int p = 0; p < P; ++p)
         _mm_prefetch(reinterpret_cast<const char*>(at + p * panel_bytes + kPrefetchAhead<P>), _MM_HINT_T0);
-    __m512 w[P];
+    __m512 w[P][C];
 #pragma GCC unroll 16
-    for (int p = 0; p < P; ++p) w[p] = Widen::load(at + p * panel_bytes);
+    for (int p = 0; p < P; ++p) Widen::load(at + p * panel_bytes, w[p]);
+#pragma GCC unroll 2
+    for (int c = 0; c < C; ++c)
 #pragma GCC unroll 16
-    for (int t = 0; t < T; ++t) {
-      const __m512 xv = _mm512_set1_ps(xk[t]);
+      for (int t = 0; t < T; ++t) {
+        const __m512 xv = _mm512_set1_ps(xs[c * T + t]);
 #pragma GCC unroll 16
-      for (int p = 0; p < P; ++p) acc[p][t] = _mm512_fmadd_ps(w[p], xv, acc[p][t]);
-    }
+        for (int p = 0; p < P; ++p) acc[p][t] = _mm512_fmadd_ps(w[p][c], xv, acc[p][t]);
+      }
   }
   store_tile<P, T>(acc, y, y_stride, rows_out);
 }
@@ -286,6 +313,7 @@ struct FloatKernel {
   // Panels per tile for T tokens: enough independent accumulator chains (>= 8 FMA chains) to hide
   // the FMA latency even for one decode token.
   static int panels_for(int tokens) { return tokens >= 8 ? 1 : tokens >= 4 ? 2 : 4; }
+  static constexpr size_t kActivationBlockBytes = kFloatActivationBlockBytes;
 };
 
 template <class Unpack>
@@ -322,14 +350,31 @@ void group_over_panels(const WeightPanels& w, int p0, int p1, const Activations&
   }
 }
 
+// A kernel's kActivationBlockBytes, or no blocks (the Q8_0 records: no gain measured).
+template <class Kernel>
+constexpr size_t activation_block_bytes() {
+  if constexpr (requires { Kernel::kActivationBlockBytes; }) return Kernel::kActivationBlockBytes;
+  else return SIZE_MAX;
+}
+
 // Panels [p0, p1) for every token group. With several groups, panel by panel: every group passes
 // over a panel (up to 256 KiB) right after the first brought it in, while it is still in L2.
+// F16 / BF16 prompts go in blocks of tokens whose prepared activations stay in L2 too (a few
+// hundred KiB), each block over every panel: streaming the whole batch's f32 activations from L3
+// for every panel (4 MiB for 512 tokens of 2,048 columns, 64 bytes per 16 FMAs) left a 512-token
+// product 12-15 % slower per multiply-add than a 32-token one (bench_model, 8192 x 2048).
 template <class Kernel>
 void multiply_panels_with(const WeightPanels& w, int p0, int p1, const Activations& acts, float* y, size_t y_stride) {
   const int n = acts.num_tokens;
   if (n <= kMaxTokens) return group_over_panels<Kernel>(w, p0, p1, acts, 0, y, y_stride, 4);
-  for (int p = p0; p < p1; ++p)
-    for (int t0 = 0; t0 < n; t0 += kMaxTokens) group_over_panels<Kernel>(w, p, p + 1, acts, t0, y, y_stride, 1);
+  const size_t block_tokens = activation_block_bytes<Kernel>() / token_bytes(w.layout.type, w.layout.cols);
+  const int block =
+      static_cast<int>(std::clamp<size_t>(block_tokens / kMaxTokens, 1, (n + kMaxTokens - 1) / kMaxTokens)) *
+      kMaxTokens;
+  for (int b0 = 0; b0 < n; b0 += block)
+    for (int p = p0; p < p1; ++p)
+      for (int t0 = b0; t0 < std::min(n, b0 + block); t0 += kMaxTokens)
+        group_over_panels<Kernel>(w, p, p + 1, acts, t0, y, y_stride, 1);
 }
 
 void multiply_panels(const WeightPanels& w, int p0, int p1, const Activations& x, float* y, size_t y_stride) {

@@ -19,8 +19,10 @@ PanelLayout panel_layout(TensorType type, int rows, int cols) {
   const size_t blocks = static_cast<size_t>(cols / kQuantBlock);
   switch (type) {
     case TensorType::kF16:
-    case TensorType::kBF16:
       l.panel_bytes = round_up_64(static_cast<size_t>(cols) * kPanelRows * sizeof(uint16_t));
+      break;
+    case TensorType::kBF16:  // pairs of columns: an odd count gets a zero column
+      l.panel_bytes = static_cast<size_t>((cols + 1) / 2) * kPanelRows * 2 * sizeof(uint16_t);
       break;
     case TensorType::kQ8_0:
     case TensorType::kQ4_0:
@@ -45,12 +47,21 @@ void repack_panels(const WeightTensor& w, const PanelLayout& l, int p0, int p1, 
       const bool real = i < rows_here;
       const void* row = real ? w.row(static_cast<int64_t>(p) * kPanelRows + i) : nullptr;
       switch (l.type) {
-        case TensorType::kF16:
-        case TensorType::kBF16: {
-          if (!real) break;  // zero bits are 0.0 in both
+        case TensorType::kF16: {
+          if (!real) break;  // zero bits are 0.0
           const auto* src = static_cast<const uint16_t*>(row);
           auto* dst = reinterpret_cast<uint16_t*>(panel);
           for (int k = 0; k < l.cols; ++k) dst[static_cast<size_t>(k) * kPanelRows + static_cast<size_t>(i)] = src[k];
+          break;
+        }
+        case TensorType::kBF16: {
+          if (!real) break;
+          // Column k of row i: 16-bit value k % 2 of lane i of pair k / 2.
+          const auto* src = static_cast<const uint16_t*>(row);
+          auto* dst = reinterpret_cast<uint16_t*>(panel);
+          for (int k = 0; k < l.cols; ++k)
+            dst[static_cast<size_t>(k / 2) * kPanelRows * 2 + static_cast<size_t>(i) * 2 + static_cast<size_t>(k % 2)] =
+                src[k];
           break;
         }
         case TensorType::kQ8_0: {

@@ -10,7 +10,11 @@
 // token reads it front to back), its size a multiple of 64. The last panel of a matrix whose row
 // count is not a multiple of 16 is padded with zero rows.
 //
-//   F16 / BF16: column k of the panel's 16 rows as 16 consecutive 16-bit values (32 bytes).
+//   F16: column k of the panel's 16 rows as 16 consecutive 16-bit values (32 bytes); with an odd
+//     column count the padding to 64 bytes is a zero column (the tiles read two columns a step).
+//   BF16: columns in pairs, 64 bytes a pair: 16 lanes of 32 bits, lane i holding row i's columns
+//     2j (low half) and 2j + 1 (high half), so that one shift and one mask widen two columns (a
+//     BF16 value is the top half of its f32); an odd column count is padded with a zero column.
 //   Q8_0: first the quants of every block, 512 bytes each: 8 groups of 4 columns, each group 16
 //     rows x 4 bytes (64 bytes, one register; vpdpbusd's 4-byte lanes), stored as w + 128 (an
 //     unsigned byte, vpdpbusd's unsigned operand); then the block scales, 16 F16 values (32 bytes)
