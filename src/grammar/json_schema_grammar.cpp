@@ -166,7 +166,14 @@ class SchemaConverter {
     const int32_t min = schema.contains("minLength") ? bound_value(schema, "minLength") : 0;
     const int32_t max = schema.contains("maxLength") ? bound_value(schema, "maxLength") : kUnbounded;
     if (max != kUnbounded && max < min) throw GrammarError("JSON Schema maxLength < minLength");
-    return string_rule_expr(min, max);
+    // A rule per bound pair: the rule ends at the closing quote, so the positions of every bounded
+    // string with the same number of characters left behave alike and share their token classes.
+    auto [it, inserted] = bounded_string_rules_.emplace(std::make_pair(min, max), -1);
+    if (inserted) {
+      it->second = g_.add_rule(fmt::format("string_{}_{}", min, max == kUnbounded ? -1 : max));
+      g_.define_rule(it->second, string_rule_expr(min, max));
+    }
+    return g_.ref(it->second);
   }
 
   // ---- numbers -----------------------------------------------------------------------------------
@@ -680,6 +687,7 @@ class SchemaConverter {
   ExprId json_char_ = -1;
   RuleId string_rule_ = -1, integer_rule_ = -1, number_rule_ = -1, any_value_ = -1, any_object_ = -1;
   std::map<std::string, RuleId> memo_;
+  std::map<std::pair<int32_t, int32_t>, RuleId> bounded_string_rules_;
   std::map<std::string, RuleId> ref_rules_;
   int ref_depth_ = 0;
   int64_t ref_expansions_ = 0;
