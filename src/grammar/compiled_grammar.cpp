@@ -332,7 +332,10 @@ std::shared_ptr<const CompiledGrammar> compile_grammar(const Grammar& grammar,
   std::vector<uint8_t> eligible(reachable.size(), 0);
   for (int32_t s = 0; s < a.num_states(); ++s)
     eligible[static_cast<size_t>(s)] = reachable[static_cast<size_t>(s)] && a.has_byte_edges(s);
-  impl->shares = shared_classifications(a, eligible, vocabulary->max_token_bytes(), precompute_deadline);
+  // The refinement gets at most half the precompute budget (its rounds done by then stay valid),
+  // so a huge automaton still has time left to classify its first states.
+  const CompileDeadline refine_deadline(limits.precompute_budget_ms / 2);
+  impl->shares = shared_classifications(a, eligible, vocabulary->max_token_bytes(), refine_deadline);
   // In index order: a state's base (lower index) is classified before it.
   for (int32_t s = 0; s < a.num_states(); ++s) {
     if (!eligible[static_cast<size_t>(s)] || impl->is_alias(s)) continue;
