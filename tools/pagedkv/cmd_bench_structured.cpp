@@ -1,7 +1,7 @@
 // pagedkv bench structured: what structured output costs while decoding. For each schema of a
-// built-in set (a tool call, a person record, a record with length and number bounds, a list of integers,
-// a lower-case regex), B requests
-// (B in --batch-sizes) with 4-token prompts decode up to --max-tokens tokens through one engine,
+// built-in set (a tool call, a person record, a record with length and number bounds, a list of
+// integers, a lower-case regex), B requests (B in --batch-sizes) with 4-token prompts decode up to
+// --max-tokens tokens through one engine,
 // constrained by the schema's grammar, and the same requests unconstrained, the two alternated
 // --repeats times. Reported per schema and batch size: output tokens per second of each (median),
 // their ratio (the target is >= 0.95), the time the grammar adds per output token, and the
