@@ -180,23 +180,30 @@ std::vector<SharedClassification> shared_classifications(const ByteAutomaton& a,
         return false;
     return true;
   };
-  std::unordered_map<uint64_t, int32_t> first_of_hash;
-  std::unordered_map<int32_t, int32_t> first_of_class;
-  std::vector<int32_t> same_hash(n), next(n);
+  // Open addressing from a key's hash to the first state with it (flat arrays, reused each round:
+  // a round is a few thousand look-ups, hash-map nodes would be most of its time).
+  size_t table_size = 16;
+  while (table_size < 2 * n) table_size *= 2;
+  std::vector<uint64_t> slot_hash(table_size);
+  std::vector<int32_t> slot_state(table_size), first_of_class(n), same_hash(n), next(n);
   size_t classes = std::unordered_set<int32_t>(cls.begin(), cls.end()).size();
   // After round r, states of one class agree on every path of r bytes.
   for (int32_t round = 1; round <= max_depth; ++round) {
     if (deadline.expired()) return shares;
-    first_of_hash.clear();
+    std::fill(slot_state.begin(), slot_state.end(), -1);
     int32_t ids = 0;
     for (size_t s = 0; s < n; ++s) {
       uint64_t h = StateKeyHash::mix(1469598103934665603ull, cls[s]);
       for (const ByteEdge* e = a.edges_begin(static_cast<int32_t>(s)); e != a.edges_end(static_cast<int32_t>(s)); ++e)
         h = StateKeyHash::mix(StateKeyHash::mix(h, e->lo | (e->hi << 8)), cls[static_cast<size_t>(e->target)]);
       same_hash[s] = -1;
-      auto [it, inserted] = first_of_hash.emplace(h, static_cast<int32_t>(s));
-      if (!inserted) {
-        int32_t r = it->second;  // earlier states of this hash, one per class
+      size_t slot = (h ^ (h >> 29)) & (table_size - 1);
+      while (slot_state[slot] >= 0 && slot_hash[slot] != h) slot = (slot + 1) & (table_size - 1);
+      if (slot_state[slot] < 0) {
+        slot_hash[slot] = h;
+        slot_state[slot] = static_cast<int32_t>(s);
+      } else {
+        int32_t r = slot_state[slot];  // earlier states of this hash, one per class
         while (!same_key(s, static_cast<size_t>(r)) && same_hash[static_cast<size_t>(r)] >= 0)
           r = same_hash[static_cast<size_t>(r)];
         if (same_key(s, static_cast<size_t>(r))) {
@@ -210,11 +217,12 @@ std::vector<SharedClassification> shared_classifications(const ByteAutomaton& a,
     const bool stable = static_cast<size_t>(ids) == classes;  // a round that splits nothing: every later one agrees
     classes = static_cast<size_t>(ids);
     cls.swap(next);
-    first_of_class.clear();
+    std::fill(first_of_class.begin(), first_of_class.begin() + ids, -1);
     for (size_t s = 0; s < n; ++s) {
       if (!eligible[s]) continue;
-      const int32_t first = first_of_class.emplace(cls[s], static_cast<int32_t>(s)).first->second;
-      if (first != static_cast<int32_t>(s)) shares[s] = {first, stable ? max_depth : round};
+      int32_t& first = first_of_class[static_cast<size_t>(cls[s])];
+      if (first < 0) first = static_cast<int32_t>(s);
+      else shares[s] = {first, stable ? max_depth : round};
     }
     if (stable) break;
   }
@@ -231,7 +239,15 @@ StateTokens CompiledGrammar::Impl::classify(int32_t state, StackPool& pool, cons
     return own ? std::move(*own) : StateTokens{};
   }
   // Tokens of at most share.depth bytes as the base; longer ones walked here.
-  const StateTokens& base = tokens_for(share.base);
+  const StateTokens* base_tokens = &tokens_for(share.base);
+  StateTokens full_base;  // a base stored as its own base's classes plus its long tokens, spelled out
+  if (base_tokens->base && base_tokens->base_depth >= share.depth) {
+    base_tokens = base_tokens->base;  // the short tokens are its base's anyway
+  } else if (base_tokens->base) {
+    full_base = spelled_out(*base_tokens);
+    base_tokens = &full_base;
+  }
+  const StateTokens& base = *base_tokens;
   std::optional<StateTokens> long_tokens =
       classify_tokens(automaton, *vocabulary, state, pool, deadline, share.depth + 1);
   if (!long_tokens) {
@@ -241,6 +257,17 @@ StateTokens CompiledGrammar::Impl::classify(int32_t state, StackPool& pool, cons
   const TokenVocabulary& v = *vocabulary;
   auto is_short = [&](int32_t id) { return static_cast<int32_t>(v.bytes(id).size()) <= share.depth; };
   StateTokens out;
+  if (&base != &full_base && !base.accepted_bits.empty() && !base.base &&
+      static_cast<int64_t>(v.tokens_longer_than(share.depth)) * 32 <= v.size()) {
+    out.base = &base;
+    out.base_depth = share.depth;
+    out.accepted_ids = std::move(long_tokens->accepted_ids);
+    for (size_t w = 0; w < long_tokens->accepted_bits.size(); ++w)
+      for (uint32_t bits = long_tokens->accepted_bits[w]; bits; bits &= bits - 1)
+        out.accepted_ids.push_back(static_cast<int32_t>(w * 32 + static_cast<size_t>(__builtin_ctz(bits))));
+    out.uncertain = std::move(long_tokens->uncertain);
+    return out;
+  }
   if (!base.accepted_bits.empty()) {
     out.accepted_bits = base.accepted_bits;
     const int32_t* longest = v.tokens_by_length().data();
@@ -271,6 +298,24 @@ StateTokens CompiledGrammar::Impl::classify(int32_t state, StackPool& pool, cons
   std::merge(short_uncertain.begin(), short_uncertain.end(), long_tokens->uncertain.begin(),
              long_tokens->uncertain.end(), out.uncertain.begin(),
              [&](int32_t x, int32_t y) { return v.trie_rank(x) < v.trie_rank(y); });
+  return out;
+}
+
+StateTokens CompiledGrammar::Impl::spelled_out(const StateTokens& t) const {
+  const TokenVocabulary& v = *vocabulary;
+  StateTokens out;
+  out.accepted_bits = t.base->accepted_bits;
+  const int32_t* longest = v.tokens_by_length().data();
+  for (const int32_t* id = longest; id != longest + v.tokens_longer_than(t.base_depth); ++id)
+    out.accepted_bits[static_cast<size_t>(*id) / 32] &= ~(1u << (static_cast<uint32_t>(*id) % 32));
+  for (int32_t id : t.accepted_ids)
+    out.accepted_bits[static_cast<size_t>(id) / 32] |= 1u << (static_cast<uint32_t>(id) % 32);
+  for (int32_t id : t.base->uncertain)
+    if (static_cast<int32_t>(v.bytes(id).size()) <= t.base_depth) out.uncertain.push_back(id);
+  const size_t mid = out.uncertain.size();
+  out.uncertain.insert(out.uncertain.end(), t.uncertain.begin(), t.uncertain.end());
+  std::inplace_merge(out.uncertain.begin(), out.uncertain.begin() + static_cast<std::ptrdiff_t>(mid),
+                     out.uncertain.end(), [&](int32_t x, int32_t y) { return v.trie_rank(x) < v.trie_rank(y); });
   return out;
 }
 

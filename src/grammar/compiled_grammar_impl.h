@@ -19,6 +19,12 @@ struct StateTokens {
   std::vector<uint32_t> accepted_bits;  // a bitmask over the vocabulary, when many are accepted
   std::vector<int32_t> accepted_ids;  // else the accepted ids
   std::vector<int32_t> uncertain;  // ids in byte order (the trie's), so checks share prefixes
+  // A state that shares a base's classes up to a depth past which few tokens are longer keeps only
+  // its own long tokens: its accepted tokens are the base's accepted bits for the tokens of at most
+  // `base_depth` bytes plus accepted_ids, its uncertain ones the base's of at most base_depth bytes
+  // plus `uncertain`. No copy of the base's bitmask per position of a long length bound.
+  const StateTokens* base = nullptr;
+  int32_t base_depth = 0;
 };
 
 // Splits the vocabulary for one automaton state (one that has byte edges) by walking the token
@@ -58,6 +64,8 @@ struct CompiledGrammar::Impl {
   // Classifies `state` (through the state it shares with, if any: its short tokens are the base's,
   // only longer ones are walked); gave_up when the deadline ran out.
   StateTokens classify(int32_t state, StackPool& pool, const CompileDeadline* deadline, bool& gave_up) const;
+  // The full classes of `t` when it is stored as its base's plus its own long tokens.
+  StateTokens spelled_out(const StateTokens& t) const;
   // The state shares its base's classification for every token (nothing is stored for it).
   bool is_alias(int32_t state) const;
 
