@@ -2,7 +2,6 @@
 // byte vocabulary and asked which whole strings it accepts (accept_bytes, then can_terminate).
 #include <chrono>
 #include <optional>
-#include <regex>
 
 #include "grammar_test_support.h"
 #include "thread_cpu_time.h"
@@ -262,8 +261,17 @@ struct TestDecimal {
 };
 
 std::optional<TestDecimal> parse_plain_number(const std::string& s) {
-  static const std::regex kPlain(R"(-?(0|[1-9][0-9]*)(\.[0-9]+)?)");
-  if (!std::regex_match(s, kPlain)) return std::nullopt;
+  // -?(0|[1-9][0-9]*)(\.[0-9]+)?, checked by hand.
+  auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  size_t i = s.size() > 0 && s[0] == '-' ? 1 : 0;
+  if (i >= s.size() || !digit(s[i])) return std::nullopt;
+  if (s[i] == '0' && i + 1 < s.size() && digit(s[i + 1])) return std::nullopt;
+  while (i < s.size() && digit(s[i])) ++i;
+  if (i < s.size()) {
+    if (s[i] != '.' || i + 1 == s.size()) return std::nullopt;
+    for (++i; i < s.size(); ++i)
+      if (!digit(s[i])) return std::nullopt;
+  }
   TestDecimal d;
   const bool negative = s[0] == '-';
   const std::string body = negative ? s.substr(1) : s;
