@@ -47,6 +47,12 @@ const NamedSchema kSchemas[] = {
          "email":{"type":"string","format":"email"},"city":{"type":"string"},
          "tags":{"type":"array","items":{"type":"string"},"maxItems":5},"active":{"type":"boolean"}},
          "required":["name","age","active"]})"},
+    // A zod-style record: strings with length bounds (three bound pairs), a number range.
+    {"bounded_record", g::GrammarKind::kJsonSchema,
+     R"({"type":"object","properties":{"title":{"type":"string","minLength":1,"maxLength":64},
+         "summary":{"type":"string","maxLength":200},"score":{"type":"number","minimum":0,"maximum":1},
+         "tags":{"type":"array","items":{"type":"string","maxLength":32},"maxItems":5}},
+         "required":["title","summary","score","tags"],"additionalProperties":false})"},
     {"tool_call", g::GrammarKind::kJsonSchema,
      R"({"type":"object","properties":{"name":{"enum":["get_weather","search","send_email","calendar"]},
          "arguments":{"type":"object","properties":{"query":{"type":"string"},"location":{"type":"string"},

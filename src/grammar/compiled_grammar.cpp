@@ -1,5 +1,6 @@
 #include "pagedkv/grammar/compiled_grammar.h"
 
+#include <algorithm>
 #include <chrono>
 #include <unordered_map>
 #include <unordered_set>
@@ -13,11 +14,7 @@ namespace pagedkv::grammar {
 
 namespace {
 struct StateKeyHash {
-  size_t operator()(const std::vector<int32_t>& v) const {
-    uint64_t h = 1469598103934665603ull;
-    for (int32_t x : v) h = (h ^ static_cast<uint32_t>(x)) * 1099511628211ull;
-    return static_cast<size_t>(h);
-  }
+  static uint64_t mix(uint64_t h, int32_t x) { return (h ^ static_cast<uint32_t>(x)) * 1099511628211ull; }
 };
 }  // namespace
 
@@ -160,10 +157,10 @@ CompiledGrammar::Impl::~Impl() {
     delete tokens[static_cast<size_t>(s)].load(std::memory_order_relaxed);
 }
 
-std::vector<int32_t> shared_classification_states(const ByteAutomaton& a, const CompileDeadline& deadline) {
+std::vector<SharedClassification> shared_classifications(const ByteAutomaton& a, const std::vector<uint8_t>& eligible,
+                                                         int32_t max_depth, const CompileDeadline& deadline) {
   const auto n = static_cast<size_t>(a.num_states());
-  std::vector<int32_t> shares(n);
-  for (size_t s = 0; s < n; ++s) shares[s] = static_cast<int32_t>(s);
+  std::vector<SharedClassification> shares(n);
   if (n > 50'000) return shares;
   // Round 0: states that end the rule, have no byte edges, or call (each its own class) differ.
   std::vector<int32_t> cls(n);
@@ -172,54 +169,110 @@ std::vector<int32_t> shared_classification_states(const ByteAutomaton& a, const 
     const bool calls = a.calls_begin(st) != a.calls_end(st);
     cls[s] = calls ? 3 + st : (a.state(st).final ? 1 : 0) + (a.has_byte_edges(st) ? 0 : 2);
   }
-  std::unordered_map<std::vector<int32_t>, int32_t, StateKeyHash> ids;
-  std::vector<int32_t> key, next(n);
-  for (int32_t round = 0; round < kSharedHorizonBytes; ++round) {
+  // A state's key in a round: its class and its edges with their targets' classes. Keys are
+  // hashed; states of equal hash are compared in full, so a collision never merges classes.
+  auto same_key = [&](size_t x, size_t y) {
+    const auto sx = static_cast<int32_t>(x), sy = static_cast<int32_t>(y);
+    if (cls[x] != cls[y] || a.edges_end(sx) - a.edges_begin(sx) != a.edges_end(sy) - a.edges_begin(sy)) return false;
+    for (const ByteEdge *e = a.edges_begin(sx), *f = a.edges_begin(sy); e != a.edges_end(sx); ++e, ++f)
+      if (e->lo != f->lo || e->hi != f->hi ||
+          cls[static_cast<size_t>(e->target)] != cls[static_cast<size_t>(f->target)])
+        return false;
+    return true;
+  };
+  // Open addressing from a key's hash to the first state with it (flat arrays, reused each round:
+  // a round is a few thousand look-ups, hash-map nodes would be most of its time).
+  size_t table_size = 16;
+  while (table_size < 2 * n) table_size *= 2;
+  std::vector<uint64_t> slot_hash(table_size);
+  std::vector<int32_t> slot_state(table_size), first_of_class(n), same_hash(n), next(n);
+  size_t classes = std::unordered_set<int32_t>(cls.begin(), cls.end()).size();
+  // After round r, states of one class agree on every path of r bytes.
+  for (int32_t round = 1; round <= max_depth; ++round) {
     if (deadline.expired()) return shares;
-    ids.clear();
+    std::fill(slot_state.begin(), slot_state.end(), -1);
+    int32_t ids = 0;
     for (size_t s = 0; s < n; ++s) {
-      key.clear();
-      key.push_back(cls[s]);
-      for (const ByteEdge* e = a.edges_begin(static_cast<int32_t>(s)); e != a.edges_end(static_cast<int32_t>(s)); ++e) {
-        key.push_back(e->lo);
-        key.push_back(e->hi);
-        key.push_back(cls[static_cast<size_t>(e->target)]);
+      uint64_t h = StateKeyHash::mix(1469598103934665603ull, cls[s]);
+      for (const ByteEdge* e = a.edges_begin(static_cast<int32_t>(s)); e != a.edges_end(static_cast<int32_t>(s)); ++e)
+        h = StateKeyHash::mix(StateKeyHash::mix(h, e->lo | (e->hi << 8)), cls[static_cast<size_t>(e->target)]);
+      same_hash[s] = -1;
+      size_t slot = (h ^ (h >> 29)) & (table_size - 1);
+      while (slot_state[slot] >= 0 && slot_hash[slot] != h) slot = (slot + 1) & (table_size - 1);
+      if (slot_state[slot] < 0) {
+        slot_hash[slot] = h;
+        slot_state[slot] = static_cast<int32_t>(s);
+      } else {
+        int32_t r = slot_state[slot];  // earlier states of this hash, one per class
+        while (!same_key(s, static_cast<size_t>(r)) && same_hash[static_cast<size_t>(r)] >= 0)
+          r = same_hash[static_cast<size_t>(r)];
+        if (same_key(s, static_cast<size_t>(r))) {
+          next[s] = next[static_cast<size_t>(r)];
+          continue;
+        }
+        same_hash[static_cast<size_t>(r)] = static_cast<int32_t>(s);
       }
-      next[s] = ids.emplace(key, static_cast<int32_t>(ids.size())).first->second;
+      next[s] = ids++;
     }
-    const bool stable = ids.size() == std::unordered_set<int32_t>(cls.begin(), cls.end()).size();
+    const bool stable = static_cast<size_t>(ids) == classes;  // a round that splits nothing: every later one agrees
+    classes = static_cast<size_t>(ids);
     cls.swap(next);
+    std::fill(first_of_class.begin(), first_of_class.begin() + ids, -1);
+    for (size_t s = 0; s < n; ++s) {
+      if (!eligible[s]) continue;
+      int32_t& first = first_of_class[static_cast<size_t>(cls[s])];
+      if (first < 0) first = static_cast<int32_t>(s);
+      else shares[s] = {first, stable ? max_depth : round};
+    }
     if (stable) break;
   }
-  std::unordered_map<int32_t, int32_t> first_of_class;
-  for (size_t s = 0; s < n; ++s) shares[s] = first_of_class.emplace(cls[s], static_cast<int32_t>(s)).first->second;
   return shares;
 }
 
 StateTokens CompiledGrammar::Impl::classify(int32_t state, StackPool& pool, const CompileDeadline* deadline,
                                             bool& gave_up) const {
   gave_up = false;
-  const int32_t shared = shares_with.empty() ? state : shares_with[static_cast<size_t>(state)];
-  if (shared == state) {
+  const SharedClassification share = shares.empty() ? SharedClassification{} : shares[static_cast<size_t>(state)];
+  if (share.base < 0) {
     std::optional<StateTokens> own = classify_tokens(automaton, *vocabulary, state, pool, deadline);
     if (!own) gave_up = true;
     return own ? std::move(*own) : StateTokens{};
   }
-  // Short tokens as the state it shares with; long ones walked here.
-  const StateTokens& base = tokens_for(shared);
+  // Tokens of at most share.depth bytes as the base; longer ones walked here.
+  const StateTokens* base_tokens = &tokens_for(share.base);
+  StateTokens full_base;  // a base stored as its own base's classes plus its long tokens, spelled out
+  if (base_tokens->base && base_tokens->base_depth >= share.depth) {
+    base_tokens = base_tokens->base;  // the short tokens are its base's anyway
+  } else if (base_tokens->base) {
+    full_base = spelled_out(*base_tokens);
+    base_tokens = &full_base;
+  }
+  const StateTokens& base = *base_tokens;
   std::optional<StateTokens> long_tokens =
-      classify_tokens(automaton, *vocabulary, state, pool, deadline, kSharedHorizonBytes + 1);
+      classify_tokens(automaton, *vocabulary, state, pool, deadline, share.depth + 1);
   if (!long_tokens) {
     gave_up = true;
     return {};
   }
   const TokenVocabulary& v = *vocabulary;
-  auto is_short = [&](int32_t id) { return static_cast<int32_t>(v.bytes(id).size()) <= kSharedHorizonBytes; };
+  auto is_short = [&](int32_t id) { return static_cast<int32_t>(v.bytes(id).size()) <= share.depth; };
   StateTokens out;
+  if (&base != &full_base && !base.accepted_bits.empty() && !base.base &&
+      static_cast<int64_t>(v.tokens_longer_than(share.depth)) * 32 <= v.size()) {
+    out.base = &base;
+    out.base_depth = share.depth;
+    out.accepted_ids = std::move(long_tokens->accepted_ids);
+    for (size_t w = 0; w < long_tokens->accepted_bits.size(); ++w)
+      for (uint32_t bits = long_tokens->accepted_bits[w]; bits; bits &= bits - 1)
+        out.accepted_ids.push_back(static_cast<int32_t>(w * 32 + static_cast<size_t>(__builtin_ctz(bits))));
+    out.uncertain = std::move(long_tokens->uncertain);
+    return out;
+  }
   if (!base.accepted_bits.empty()) {
     out.accepted_bits = base.accepted_bits;
-    for (int32_t id : long_token_ids)
-      out.accepted_bits[static_cast<size_t>(id) / 32] &= ~(1u << (static_cast<uint32_t>(id) % 32));
+    const int32_t* longest = v.tokens_by_length().data();
+    for (const int32_t* id = longest; id != longest + v.tokens_longer_than(share.depth); ++id)
+      out.accepted_bits[static_cast<size_t>(*id) / 32] &= ~(1u << (static_cast<uint32_t>(*id) % 32));
     for (int32_t id : long_tokens->accepted_ids)
       out.accepted_bits[static_cast<size_t>(id) / 32] |= 1u << (static_cast<uint32_t>(id) % 32);
     for (size_t w = 0; w < long_tokens->accepted_bits.size(); ++w)
@@ -237,13 +290,42 @@ StateTokens CompiledGrammar::Impl::classify(int32_t state, StackPool& pool, cons
                               long_tokens->accepted_ids.end());
     }
   }
+  // Uncertain tokens stay in trie order, so the matcher's checks share prefixes.
+  std::vector<int32_t> short_uncertain;
   for (int32_t id : base.uncertain)
-    if (is_short(id)) out.uncertain.push_back(id);
-  out.uncertain.insert(out.uncertain.end(), long_tokens->uncertain.begin(), long_tokens->uncertain.end());
+    if (is_short(id)) short_uncertain.push_back(id);
+  out.uncertain.resize(short_uncertain.size() + long_tokens->uncertain.size());
+  std::merge(short_uncertain.begin(), short_uncertain.end(), long_tokens->uncertain.begin(),
+             long_tokens->uncertain.end(), out.uncertain.begin(),
+             [&](int32_t x, int32_t y) { return v.trie_rank(x) < v.trie_rank(y); });
   return out;
 }
 
+StateTokens CompiledGrammar::Impl::spelled_out(const StateTokens& t) const {
+  const TokenVocabulary& v = *vocabulary;
+  StateTokens out;
+  out.accepted_bits = t.base->accepted_bits;
+  const int32_t* longest = v.tokens_by_length().data();
+  for (const int32_t* id = longest; id != longest + v.tokens_longer_than(t.base_depth); ++id)
+    out.accepted_bits[static_cast<size_t>(*id) / 32] &= ~(1u << (static_cast<uint32_t>(*id) % 32));
+  for (int32_t id : t.accepted_ids)
+    out.accepted_bits[static_cast<size_t>(id) / 32] |= 1u << (static_cast<uint32_t>(id) % 32);
+  for (int32_t id : t.base->uncertain)
+    if (static_cast<int32_t>(v.bytes(id).size()) <= t.base_depth) out.uncertain.push_back(id);
+  const size_t mid = out.uncertain.size();
+  out.uncertain.insert(out.uncertain.end(), t.uncertain.begin(), t.uncertain.end());
+  std::inplace_merge(out.uncertain.begin(), out.uncertain.begin() + static_cast<std::ptrdiff_t>(mid),
+                     out.uncertain.end(), [&](int32_t x, int32_t y) { return v.trie_rank(x) < v.trie_rank(y); });
+  return out;
+}
+
+bool CompiledGrammar::Impl::is_alias(int32_t state) const {
+  return !shares.empty() && shares[static_cast<size_t>(state)].base >= 0 &&
+         shares[static_cast<size_t>(state)].depth >= vocabulary->max_token_bytes();
+}
+
 const StateTokens& CompiledGrammar::Impl::tokens_for(int32_t state) const {
+  if (is_alias(state)) return tokens_for(shares[static_cast<size_t>(state)].base);
   std::atomic<const StateTokens*>& slot = tokens[static_cast<size_t>(state)];
   const StateTokens* have = slot.load(std::memory_order_acquire);
   if (have) return *have;
@@ -292,11 +374,16 @@ std::shared_ptr<const CompiledGrammar> compile_grammar(const Grammar& grammar,
   }
   StackPool pool;
   const CompileDeadline precompute_deadline(limits.precompute_budget_ms);
-  impl->shares_with = shared_classification_states(a, precompute_deadline);
-  for (int32_t id : vocabulary->trie_tokens())
-    if (static_cast<int32_t>(vocabulary->bytes(id).size()) > kSharedHorizonBytes) impl->long_token_ids.push_back(id);
+  std::vector<uint8_t> eligible(reachable.size(), 0);
+  for (int32_t s = 0; s < a.num_states(); ++s)
+    eligible[static_cast<size_t>(s)] = reachable[static_cast<size_t>(s)] && a.has_byte_edges(s);
+  // The refinement gets at most half the precompute budget (its rounds done by then stay valid),
+  // so a huge automaton still has time left to classify its first states.
+  const CompileDeadline refine_deadline(limits.precompute_budget_ms / 2);
+  impl->shares = shared_classifications(a, eligible, vocabulary->max_token_bytes(), refine_deadline);
+  // In index order: a state's base (lower index) is classified before it.
   for (int32_t s = 0; s < a.num_states(); ++s) {
-    if (!reachable[static_cast<size_t>(s)] || !a.has_byte_edges(s)) continue;
+    if (!eligible[static_cast<size_t>(s)] || impl->is_alias(s)) continue;
     if (deadline.expired() || precompute_deadline.expired()) break;
     if (pool.size() > (1u << 20)) pool.clear();
     if (impl->tokens[static_cast<size_t>(s)].load(std::memory_order_relaxed)) continue;  // computed as a base
@@ -305,8 +392,10 @@ std::shared_ptr<const CompiledGrammar> compile_grammar(const Grammar& grammar,
     if (gave_up) break;  // out of precompute time: this state and the rest are classified on first use
     impl->tokens[static_cast<size_t>(s)].store(new StateTokens(std::move(tokens)), std::memory_order_release);
   }
-  for (int32_t s = 0; s < a.num_states(); ++s)
-    if (impl->tokens[static_cast<size_t>(s)].load(std::memory_order_relaxed)) ++impl->precomputed;
+  for (int32_t s = 0; s < a.num_states(); ++s) {
+    const int32_t owner = impl->is_alias(s) ? impl->shares[static_cast<size_t>(s)].base : s;
+    if (impl->tokens[static_cast<size_t>(owner)].load(std::memory_order_relaxed)) ++impl->precomputed;
+  }
   impl->compile_ms = deadline.elapsed_ms();
   return std::shared_ptr<const CompiledGrammar>(new CompiledGrammar(std::move(impl)));
 }

@@ -83,7 +83,9 @@ struct GrammarMatcher::State {
     return true;
   }
 
-  void check_uncertain(int32_t top, const std::vector<int32_t>& tokens, std::span<uint32_t> mask) {
+  // Checks `tokens` (of at most max_bytes bytes; longer ones are skipped) against the real stack.
+  void check_uncertain(int32_t top, const std::vector<int32_t>& tokens, std::span<uint32_t> mask,
+                       size_t max_bytes = SIZE_MAX) {
     const TokenVocabulary& vocab = *grammar->vocabulary;
     depth_sets[0].clear();
     depth_sets[0].tops.push_back(top);
@@ -92,6 +94,7 @@ struct GrammarMatcher::State {
     for (int32_t id : tokens) {
       if ((mask[static_cast<size_t>(id) / 32] >> (static_cast<uint32_t>(id) % 32)) & 1u) continue;
       const std::string_view b = vocab.bytes(id);
+      if (b.size() > max_bytes) continue;
       size_t l = 0;
       while (l < b.size() && l < previous.size() && b[l] == previous[l]) ++l;
       if (dead_at && l >= dead_at) continue;  // shares the prefix that already failed
@@ -117,6 +120,7 @@ struct GrammarMatcher::State {
   std::vector<StackSet> depth_sets;
   StackSet scratch_a, scratch_b;
   std::vector<int32_t> seen_states;
+  std::vector<uint32_t> delta_bits;  // scratch: the accepted bits of a state stored as a base's plus its own
   size_t compact_at = size_t{1} << 16;
 };
 
@@ -178,7 +182,18 @@ void GrammarMatcher::fill_next_token_bitmask(std::span<uint32_t> mask) {
     if (std::find(s.seen_states.begin(), s.seen_states.end(), st) != s.seen_states.end()) continue;
     s.seen_states.push_back(st);
     const StateTokens& tokens = g.tokens_for(st);
-    if (!tokens.accepted_bits.empty()) {
+    if (tokens.base) {  // the base's bits without its long tokens, then this state's own
+      const std::vector<int32_t>& longest = vocab.tokens_by_length();
+      std::vector<uint32_t>& own = s.delta_bits;
+      own = tokens.base->accepted_bits;
+      for (int32_t k = 0; k < vocab.tokens_longer_than(tokens.base_depth); ++k) {
+        const auto id = static_cast<uint32_t>(longest[static_cast<size_t>(k)]);
+        own[id / 32] &= ~(1u << (id % 32));
+      }
+      for (int32_t id : tokens.accepted_ids)
+        own[static_cast<size_t>(id) / 32] |= 1u << (static_cast<uint32_t>(id) % 32);
+      for (size_t w = 0; w < own.size(); ++w) mask[w] |= own[w];
+    } else if (!tokens.accepted_bits.empty()) {
       const uint32_t* bits = tokens.accepted_bits.data();
       uint32_t* out = mask.data();
       const size_t n = tokens.accepted_bits.size();
@@ -191,6 +206,8 @@ void GrammarMatcher::fill_next_token_bitmask(std::span<uint32_t> mask) {
   for (size_t i = 0; i < cur.tops.size(); ++i) {
     const int32_t top = cur.tops[i];
     const StateTokens& tokens = g.tokens_for(s.pool.state(top));
+    if (tokens.base && !tokens.base->uncertain.empty())
+      s.check_uncertain(top, tokens.base->uncertain, mask, tokens.base_depth);
     if (!tokens.uncertain.empty()) s.check_uncertain(top, tokens.uncertain, mask);
   }
   if (cur.can_end)

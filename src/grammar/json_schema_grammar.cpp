@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "decimal_range.h"
 #include "pagedkv/grammar/grammar_front_ends.h"
 #include "text_scanning.h"
 
@@ -166,7 +167,14 @@ class SchemaConverter {
     const int32_t min = schema.contains("minLength") ? bound_value(schema, "minLength") : 0;
     const int32_t max = schema.contains("maxLength") ? bound_value(schema, "maxLength") : kUnbounded;
     if (max != kUnbounded && max < min) throw GrammarError("JSON Schema maxLength < minLength");
-    return string_rule_expr(min, max);
+    // A rule per bound pair: the rule ends at the closing quote, so the positions of every bounded
+    // string with the same number of characters left behave alike and share their token classes.
+    auto [it, inserted] = bounded_string_rules_.emplace(std::make_pair(min, max), -1);
+    if (inserted) {
+      it->second = g_.add_rule(fmt::format("string_{}_{}", min, max == kUnbounded ? -1 : max));
+      g_.define_rule(it->second, string_rule_expr(min, max));
+    }
+    return g_.ref(it->second);
   }
 
   // ---- numbers -----------------------------------------------------------------------------------
@@ -220,6 +228,9 @@ class SchemaConverter {
   }
 
   static constexpr double kMaxIntegerBound = 1e17;
+  // Number bounds: |bound| < 1e17 and at most 32 digits after the point keep their grammars short.
+  static constexpr int kMaxBoundIntegerDigits = 17;
+  static constexpr int kMaxBoundFractionDigits = 32;
   static constexpr int64_t kMaxExcludedNameBytes = 1024;
 
   ExprId integer_expr(const Json& schema) {
@@ -268,6 +279,41 @@ class SchemaConverter {
     if (*lo >= 0) return natural_range(*lo, *hi);
     if (*hi < 0) return seq({minus, natural_range(-*hi, -*lo)});
     return g_.choice({seq({minus, natural_range(1, -*lo)}), natural_range(0, *hi)});
+  }
+
+  // A number within decimal bounds: written without an exponent (the range is then a plain
+  // decimal one, exact); without bounds, any JSON number.
+  ExprId number_expr(const Json& schema) {
+    std::optional<DecimalBound> lo, hi;
+    auto read = [&](const char* key) {
+      const Json& v = schema[key];
+      if (!v.is_number()) throw GrammarError(fmt::format("JSON Schema '{}' must be a number", key));
+      try {
+        return parse_decimal(v.dump(), kMaxBoundIntegerDigits, kMaxBoundFractionDigits);
+      } catch (const GrammarError& e) {
+        throw GrammarError(fmt::format("unsupported JSON Schema keyword '{}': {}", key, e.what()));
+      }
+    };
+    auto draft4_exclusive = [&](const char* key) {
+      return schema.contains(key) && schema[key].is_boolean() && schema[key].get<bool>();
+    };
+    // The stricter of two bounds on one side (`minimum` beside `exclusiveMinimum`).
+    auto tighten = [](std::optional<DecimalBound>& have, DecimalBound b, int sign) {
+      if (!have) {
+        have = b;
+        return;
+      }
+      const int c = compare_decimals(b.value, have->value) * sign;
+      if (c > 0 || (c == 0 && b.exclusive)) have = b;
+    };
+    if (schema.contains("minimum")) tighten(lo, {read("minimum"), draft4_exclusive("exclusiveMinimum")}, 1);
+    if (schema.contains("exclusiveMinimum") && !schema["exclusiveMinimum"].is_boolean())
+      tighten(lo, {read("exclusiveMinimum"), true}, 1);
+    if (schema.contains("maximum")) tighten(hi, {read("maximum"), draft4_exclusive("exclusiveMaximum")}, -1);
+    if (schema.contains("exclusiveMaximum") && !schema["exclusiveMaximum"].is_boolean())
+      tighten(hi, {read("exclusiveMaximum"), true}, -1);
+    if (!lo && !hi) return g_.ref(any_number_rule());
+    return decimal_range_expr(g_, lo, hi);
   }
 
   RuleId any_integer_rule() {
@@ -650,7 +696,7 @@ class SchemaConverter {
       if (has({"properties", "required", "additionalProperties"})) types.push_back("object");
       if (has({"items", "prefixItems", "minItems", "maxItems"})) types.push_back("array");
       if (has({"minLength", "maxLength", "pattern", "format"})) types.push_back("string");
-      if (has({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})) types.push_back("integer");
+      if (has({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})) types.push_back("number");
       if (types.empty()) return g_.ref(any_value_rule());
     }
     std::vector<ExprId> options;
@@ -661,11 +707,7 @@ class SchemaConverter {
   ExprId type_expr(const Json& schema, const std::string& type, int depth) {
     if (type == "string") return string_expr(schema);
     if (type == "integer") return integer_expr(schema);
-    if (type == "number") {
-      for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
-        if (schema.contains(k)) unsupported(fmt::format("keyword '{}' on type 'number' (supported on integers)", k));
-      return g_.ref(any_number_rule());
-    }
+    if (type == "number") return number_expr(schema);
     if (type == "boolean") return g_.choice({lit("true"), lit("false")});
     if (type == "null") return lit("null");
     if (type == "object") return object_expr(schema, depth);
@@ -680,6 +722,7 @@ class SchemaConverter {
   ExprId json_char_ = -1;
   RuleId string_rule_ = -1, integer_rule_ = -1, number_rule_ = -1, any_value_ = -1, any_object_ = -1;
   std::map<std::string, RuleId> memo_;
+  std::map<std::pair<int32_t, int32_t>, RuleId> bounded_string_rules_;
   std::map<std::string, RuleId> ref_rules_;
   int ref_depth_ = 0;
   int64_t ref_expansions_ = 0;

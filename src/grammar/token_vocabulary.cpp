@@ -65,6 +65,16 @@ std::shared_ptr<const TokenVocabulary> TokenVocabulary::create(std::vector<std::
       n.max_depth = std::max(n.max_depth, v->trie_[c].max_depth);
   }
   if (v->max_token_bytes_ > 65535) throw GrammarError("a token is longer than 65535 bytes");
+  v->trie_rank_.assign(v->bytes_.size(), -1);
+  for (size_t r = 0; r < v->trie_tokens_.size(); ++r)
+    v->trie_rank_[static_cast<size_t>(v->trie_tokens_[r])] = static_cast<int32_t>(r);
+  v->tokens_by_length_ = v->trie_tokens_;
+  std::stable_sort(v->tokens_by_length_.begin(), v->tokens_by_length_.end(), [&](int32_t a, int32_t b) {
+    return v->bytes_[static_cast<size_t>(a)].size() > v->bytes_[static_cast<size_t>(b)].size();
+  });
+  v->longer_than_.assign(static_cast<size_t>(v->max_token_bytes_) + 1, 0);
+  for (int32_t id : v->trie_tokens_)
+    for (size_t n = 0; n < v->bytes_[static_cast<size_t>(id)].size(); ++n) ++v->longer_than_[n];
   return v;
 }
 

@@ -3,6 +3,7 @@ structured_outputs (regex, choice, grammar), guided_json / guided_choice / guide
 stories260K. Every choice that ends on a stop token parses and validates; refused grammars and
 conflicting fields are 400s that name the field and the keyword."""
 
+import decimal
 import json
 import re
 
@@ -138,6 +139,25 @@ def test_guided_json_streamed(server):
             "guided_decoding_backend": "xgrammar"}
     for text, reason in streamed_texts(stream(server, "/v1/completions", body), chat=False):
         check_json(text, reason, SCHEMA)
+
+
+def test_number_bounds(server):
+    # zod's z.number().min(-1.5).lt(2.25): an exact decimal range, numbers written without an
+    # exponent; read as Decimal so that the check is exact too. A bound that cannot be met, and
+    # multipleOf, are 400s that name the keyword.
+    schema = {"type": "object", "properties": {"score": {"type": "number", "minimum": -1.5, "exclusiveMaximum": 2.25}},
+              "required": ["score"]}
+    body = {"prompt": "The score:", "max_tokens": 40, "temperature": 1.0, "seed": 3, "n": 4, "guided_json": schema}
+    for choice in post(server, "/v1/completions", body)["choices"]:
+        text = choice["text"]
+        assert text.startswith('{"score":'), text
+        if choice["finish_reason"] == "stop":
+            value = json.loads(text, parse_float=decimal.Decimal)
+            assert "e" not in text.lower() and decimal.Decimal("-1.5") <= value["score"] < decimal.Decimal("2.25"), text
+    for bad_schema, word in (({"type": "number", "minimum": 2, "exclusiveMaximum": 2}, "empty"),
+                             ({"type": "number", "multipleOf": 0.5}, "multipleOf")):
+        bad = server.post("/v1/completions", {"prompt": "x", "guided_json": bad_schema})
+        assert bad.status_code == 400 and word in bad.json()["error"]["message"], bad.text
 
 
 def test_refused_grammars_and_conflicting_fields(server):

@@ -57,8 +57,14 @@ class SchemaGenerator {
         if (coin(60)) s[coin(50) ? "maximum" : "exclusiveMaximum"] = lo + 2 + pick(3000);
         return s;
       }
-      case 4:
-        return {{"type", "number"}};
+      case 4: {
+        // Bounds with up to two decimals, negative ones, exclusive ones, one side or both.
+        Json s = {{"type", "number"}};
+        const double lo = (pick(4001) - 2000) / 100.0;
+        if (coin(50)) s[coin(50) ? "minimum" : "exclusiveMinimum"] = lo;
+        if (coin(50)) s[coin(50) ? "maximum" : "exclusiveMaximum"] = lo + (1 + pick(5000)) / 100.0;
+        return s;
+      }
       case 5:
         return {{"type", "boolean"}};
       case 6:
@@ -131,11 +137,17 @@ class SchemaGenerator {
 // Reads a JSON list of {"kind": "schema" | "regex", "schema", "output"} (argv[1]): each output must
 // validate with jsonschema's Draft 2020-12 validator, oneOf read as anyOf as the grammar reads it,
 // or fullmatch its regex (ASCII classes, as JSON Schema's). Prints {"checked", "errors": [{"case",
-// "error"}]}.
+// "error"}]}. Numbers with a fraction are read as Decimal, in the schema and the output alike, so
+// bounds compare exactly (0.1 as a float is above the decimal 0.1 that the grammar allows).
 inline const char* const kSchemaValidateScript = R"PY(
-import json, re, sys
+import decimal, json, re, sys
 import jsonschema
 cases = json.load(open(sys.argv[1]))
+def exact(text):  # a float where Decimal cannot hold the exponent (bounded numbers have none)
+    try:
+        return decimal.Decimal(text)
+    except decimal.InvalidOperation:
+        return float(text)
 def any_of(s):  # the grammar reads oneOf as anyOf (docs/structured_output.md): check it so
     if isinstance(s, dict):
         return {("anyOf" if k == "oneOf" else k): any_of(v) for k, v in s.items()}
@@ -146,8 +158,9 @@ errors = []
 for i, c in enumerate(cases):
     try:
         if c["kind"] == "schema":
-            value = json.loads(c["output"])
-            jsonschema.Draft202012Validator(any_of(json.loads(c["schema"]))).validate(value)
+            value = json.loads(c["output"], parse_float=exact)
+            schema = json.loads(c["schema"], parse_float=exact)
+            jsonschema.Draft202012Validator(any_of(schema)).validate(value)
         else:
             if re.fullmatch(c["schema"], c["output"], re.ASCII) is None:
                 raise ValueError("no fullmatch")

@@ -1,6 +1,7 @@
 // The front ends (GBNF, regex, choice, JSON Schema) and the limits: each grammar is compiled on a
 // byte vocabulary and asked which whole strings it accepts (accept_bytes, then can_terminate).
 #include <chrono>
+#include <optional>
 
 #include "grammar_test_support.h"
 #include "thread_cpu_time.h"
@@ -252,6 +253,156 @@ TEST(GrammarJsonSchema, IntegerRanges) {
   for (int64_t v = -2000; v <= 100; ++v) ASSERT_EQ(below.accepts(std::to_string(v)), v <= -95) << v;
 }
 
+// The test's own exact decimal: a JSON number without exponent as (sign, integer digits, fraction
+// digits), compared digit by digit, never through a double.
+struct TestDecimal {
+  int sign = 0;  // -1, 0, 1
+  std::string integer, fraction;  // no leading / trailing zeros
+};
+
+std::optional<TestDecimal> parse_plain_number(const std::string& s) {
+  // -?(0|[1-9][0-9]*)(\.[0-9]+)?, checked by hand.
+  auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  size_t i = s.size() > 0 && s[0] == '-' ? 1 : 0;
+  if (i >= s.size() || !digit(s[i])) return std::nullopt;
+  if (s[i] == '0' && i + 1 < s.size() && digit(s[i + 1])) return std::nullopt;
+  while (i < s.size() && digit(s[i])) ++i;
+  if (i < s.size()) {
+    if (s[i] != '.' || i + 1 == s.size()) return std::nullopt;
+    for (++i; i < s.size(); ++i)
+      if (!digit(s[i])) return std::nullopt;
+  }
+  TestDecimal d;
+  const bool negative = s[0] == '-';
+  const std::string body = negative ? s.substr(1) : s;
+  const size_t dot = body.find('.');
+  d.integer = body.substr(0, dot);
+  d.fraction = dot == std::string::npos ? "" : body.substr(dot + 1);
+  d.integer.erase(
+      0, d.integer.find_first_not_of('0') == std::string::npos ? d.integer.size() : d.integer.find_first_not_of('0'));
+  while (!d.fraction.empty() && d.fraction.back() == '0') d.fraction.pop_back();
+  d.sign = d.integer.empty() && d.fraction.empty() ? 0 : negative ? -1 : 1;
+  return d;
+}
+
+int compare_test_decimals(const TestDecimal& a, const TestDecimal& b) {
+  if (a.sign != b.sign) return a.sign < b.sign ? -1 : 1;
+  int c = 0;
+  if (a.integer.size() != b.integer.size()) c = a.integer.size() < b.integer.size() ? -1 : 1;
+  else if (a.integer != b.integer) c = a.integer < b.integer ? -1 : 1;
+  else if (a.fraction != b.fraction) c = a.fraction < b.fraction ? -1 : 1;
+  return a.sign < 0 ? -c : c;
+}
+
+// Random bounds (negative, fractional, exclusive, one-sided) and random strings: the grammar
+// accepts a string iff it is a JSON number without exponent whose exact value is within them.
+TEST(GrammarJsonSchema, NumberRangesAreExact) {
+  std::mt19937_64 rng(2024);
+  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint64_t>(n)); };
+  auto random_decimal = [&]() {
+    std::string s = pick(3) == 0 ? "-" : "";
+    const int int_digits = pick(3);
+    s += int_digits == 0 ? "0" : std::to_string(1 + pick(9));
+    for (int i = 1; i < int_digits; ++i) s += static_cast<char>('0' + pick(10));
+    if (pick(2)) {
+      s += '.';
+      const int frac = 1 + pick(3);
+      for (int i = 0; i < frac; ++i) s += static_cast<char>('0' + pick(10));
+      if (s.back() == '0') s.back() = static_cast<char>('1' + pick(9));  // as a double prints it
+    }
+    return s;
+  };
+  // Strings near a bound: the bound itself, with trailing zeros, a digit more or less, other signs.
+  auto near = [&](const std::string& b) {
+    std::vector<std::string> out = {b,
+                                    b + (b.find('.') == std::string::npos ? ".0" : "0"),
+                                    b + "1",
+                                    b + "9",
+                                    b.size() > 1 ? b.substr(0, b.size() - 1) : "0",
+                                    "-" + b,
+                                    b + ".5",
+                                    b + "00"};
+    if (b[0] == '-') out.push_back(b.substr(1));
+    return out;
+  };
+  const std::string alphabet = "-0123456789.eE+";
+  int cases = 0;
+  for (int round = 0; round < 150; ++round) {
+    nlohmann::json schema = {{"type", "number"}};
+    std::optional<std::pair<TestDecimal, bool>> lo, hi;
+    std::vector<std::string> bound_texts;
+    for (int side = 0; side < 2; ++side) {
+      if (pick(4) == 0) continue;  // one-sided (or no bound at all)
+      const std::string text = random_decimal();
+      const bool exclusive = pick(2) == 0;
+      const char* key =
+          side == 0 ? (exclusive ? "exclusiveMinimum" : "minimum") : (exclusive ? "exclusiveMaximum" : "maximum");
+      schema[key] = nlohmann::json::parse(text);
+      bound_texts.push_back(text);
+      (side == 0 ? lo : hi) = std::make_pair(*parse_plain_number(text), exclusive);
+    }
+    if (!lo && !hi) continue;
+    bool empty = false;
+    if (lo && hi) {
+      const int c = compare_test_decimals(lo->first, hi->first);
+      empty = c > 0 || (c == 0 && (lo->second || hi->second));
+    }
+    const std::string text = schema.dump();
+    if (empty) {
+      EXPECT_NE(compile_error(GrammarKind::kJsonSchema, text).find("empty"), std::string::npos) << text;
+      continue;
+    }
+    const Language l(GrammarKind::kJsonSchema, text);
+    std::vector<std::string> strings = {"0", "-0", "0.0", "-0.00", "1e5", "1", "-1", "00", "01", ".5", "5.", "-"};
+    for (const std::string& b : bound_texts)
+      for (const std::string& s : near(b)) strings.push_back(s);
+    for (int i = 0; i < 60; ++i) strings.push_back(random_decimal());
+    for (int i = 0; i < 40; ++i) {
+      std::string s;
+      for (int k = 1 + pick(6); k > 0; --k) s += alphabet[static_cast<size_t>(pick(static_cast<int>(alphabet.size())))];
+      strings.push_back(s);
+    }
+    for (const std::string& s : strings) {
+      const std::optional<TestDecimal> v = parse_plain_number(s);
+      bool in = v.has_value();
+      if (in && lo) {
+        const int c = compare_test_decimals(*v, lo->first);
+        in = c > 0 || (c == 0 && !lo->second);
+      }
+      if (in && hi) {
+        const int c = compare_test_decimals(*v, hi->first);
+        in = c < 0 || (c == 0 && !hi->second);
+      }
+      ASSERT_EQ(l.accepts(s), in) << text << " '" << s << "'";
+      ++cases;
+    }
+  }
+  EXPECT_GT(cases, 10'000);
+  // Draft 4's boolean exclusives; a bound beside a stricter exclusive one; bounds written with exponents.
+  const Language d4(GrammarKind::kJsonSchema, R"({"type":"number","minimum":0.5,"exclusiveMinimum":true})");
+  EXPECT_FALSE(d4.accepts("0.5"));
+  EXPECT_TRUE(d4.accepts("0.5000001"));
+  const Language both(GrammarKind::kJsonSchema, R"({"type":"number","minimum":1,"exclusiveMinimum":1})");
+  EXPECT_FALSE(both.accepts("1"));
+  EXPECT_TRUE(both.accepts("1.01"));
+  const Language tiny(GrammarKind::kJsonSchema, R"({"type":"number","exclusiveMinimum":0,"maximum":2.5e-3})");
+  EXPECT_TRUE(tiny.accepts("0.0025"));
+  EXPECT_TRUE(tiny.accepts("0.00000001"));
+  EXPECT_FALSE(tiny.accepts("0.00251"));
+  EXPECT_FALSE(tiny.accepts("0"));
+  EXPECT_FALSE(tiny.accepts("2.5e-3"));  // no exponent in a bounded number
+  const Language big(GrammarKind::kJsonSchema, R"({"type":"number","minimum":-1.5e3,"maximum":12345678901234.5})");
+  EXPECT_TRUE(big.accepts("-1500"));
+  EXPECT_FALSE(big.accepts("-1500.01"));
+  EXPECT_TRUE(big.accepts("12345678901234.49"));
+  EXPECT_FALSE(big.accepts("12345678901234.51"));
+  // Without bounds, exponents as before; without a type, bounds mean a number.
+  EXPECT_TRUE(Language(GrammarKind::kJsonSchema, R"({"type":"number"})").accepts("1.5e-3"));
+  const Language untyped(GrammarKind::kJsonSchema, R"({"minimum":0.25})");
+  EXPECT_TRUE(untyped.accepts("0.25"));
+  EXPECT_FALSE(untyped.accepts("0.2"));
+}
+
 TEST(GrammarJsonSchema, StringsLengthPatternFormat) {
   const Language len(GrammarKind::kJsonSchema, R"({"type":"string","minLength":2,"maxLength":3})");
   EXPECT_TRUE(len.accepts(R"("ab")"));
@@ -322,7 +473,11 @@ TEST(GrammarJsonSchema, UnsupportedKeywordsAreNamed) {
   EXPECT_NE(compile_error(GrammarKind::kJsonSchema, R"({"type":"object","patternProperties":{}})")
                 .find("'patternProperties'"),
             std::string::npos);
-  EXPECT_NE(compile_error(GrammarKind::kJsonSchema, R"({"type":"number","minimum":1.5})").find("'minimum'"),
+  EXPECT_NE(compile_error(GrammarKind::kJsonSchema, R"({"type":"number","multipleOf":0.5})").find("'multipleOf'"),
+            std::string::npos);
+  EXPECT_NE(compile_error(GrammarKind::kJsonSchema, R"({"type":"number","minimum":1e30})").find("'minimum'"),
+            std::string::npos);
+  EXPECT_NE(compile_error(GrammarKind::kJsonSchema, R"({"type":"number","maximum":1e-40})").find("'maximum'"),
             std::string::npos);
   EXPECT_NE(compile_error(GrammarKind::kJsonSchema, R"({"type":"string","format":"hostname"})").find("'hostname'"),
             std::string::npos);

@@ -242,6 +242,126 @@ TEST(GrammarMatcher, LongGenerationsStayExact) {
   EXPECT_EQ(mask, early);
 }
 
+// Tokens whose lengths, in bytes and in characters, sit around the bounds of the length tests:
+// runs of 1-, 2-, 3- and 4-byte characters and of escapes, with and without a closing quote,
+// pieces of characters and escapes, and random mixes of all of these.
+std::shared_ptr<const g::TokenVocabulary> length_vocabulary() {
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b) tokens.emplace_back(1, static_cast<char>(b));
+  tokens.emplace_back();  // 256: stop
+  auto times = [](const std::string& unit, int n) {
+    std::string out;
+    for (int i = 0; i < n; ++i) out += unit;
+    return out;
+  };
+  for (int n : {2, 3, 4, 5, 6, 15, 16, 17, 18, 33, 63, 64, 65, 199, 200, 201}) {
+    tokens.push_back(times("a", n));
+    tokens.push_back(times("a", n - 1) + "\"");
+    tokens.push_back(times("a", n - 1) + "\",");
+  }
+  for (int n = 1; n <= 18; ++n) {
+    tokens.push_back(times("é", n));
+    tokens.push_back(times("é", n) + "\"");
+    if (n <= 8) tokens.push_back(times("中", n));
+    if (n <= 6) tokens.push_back(times("😀", n) + (n % 2 ? "\"" : ""));
+    if (n <= 6) tokens.push_back(times("\\n", n));
+    if (n <= 4) tokens.push_back(times("\\u00e9", n) + (n % 2 ? "" : "\""));
+  }
+  for (const char* t :
+       {"\\",       "\\u",      "\\u0",         "\\u00",      "\\u00e", "00e9", "e9",     "9\"",      "\\\"",  "\\\\",
+        "\\/",      "a\\",      "a\\u4e2d",     "4e2d\"",     "\xC3",   "\xA9", "\xA9\"", "\xE4\xB8", "\xAD",  "\xAD\"",
+        "\xF0\x9F", "\x98\x80", "\xF0\x9F\x98", "\"",         "\",",    "\"}",  "\"]",    "\":",      "\",\"", "{\"",
+        "[\"",      "}",        "\"t\":\"",     "\",\"t\":\""})
+    tokens.emplace_back(t);
+  std::mt19937_64 rng(5);
+  const std::vector<std::string> pieces = {"a", "é", "中", "😀", "\\n", "\\u00e9", "\\\"", "\"", ",", "b"};
+  for (int i = 0; i < 300; ++i) {
+    std::string t;
+    const int n = std::uniform_int_distribution<int>(1, 24)(rng);
+    for (int k = 0; k < n; ++k) t += pieces[std::uniform_int_distribution<size_t>(0, pieces.size() - 1)(rng)];
+    tokens.push_back(t);
+  }
+  return g::TokenVocabulary::create(std::move(tokens), {256});
+}
+
+// Code points of a decoded JSON string (valid UTF-8).
+int64_t count_code_points(const std::string& s) {
+  int64_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+// Length bounds near the tokens' lengths: on walks that prefer to go on writing (so they reach
+// the bounds), the mask equals the reference for every token, with the precomputed classes and
+// with classes computed on first use; finished outputs hold strings within the bounds, counted
+// in characters (an escape is one).
+TEST(GrammarMatcher, LengthBoundsNearTokenLengthsMatchReference) {
+  const auto vocab = length_vocabulary();
+  std::vector<int32_t> all(static_cast<size_t>(vocab->size()));
+  for (int32_t id = 0; id < vocab->size(); ++id) all[static_cast<size_t>(id)] = id;
+  std::vector<std::pair<std::string, std::pair<int, int>>> schemas;  // schema, (min, max) of "s"
+  for (int max : {0, 1, 2, 3, 5, 17, 64, 200}) {
+    schemas.push_back({fmt::format(R"({{"type":"string","maxLength":{}}})", max), {0, max}});
+    const int min = std::min(max, max / 2 + 1);
+    schemas.push_back({fmt::format(R"({{"type":"string","minLength":{},"maxLength":{}}})", min, max), {min, max}});
+    schemas.push_back({fmt::format(R"({{"type":"object","properties":{{"s":{{"type":"string","maxLength":{}}},)"
+                                   R"("t":{{"type":"string","minLength":1,"maxLength":{}}}}},"required":["s","t"]}})",
+                                   max, max + 2),
+                       {0, max}});
+  }
+  for (int min : {1, 3, 17}) schemas.push_back({fmt::format(R"({{"type":"string","minLength":{}}})", min), {min, -1}});
+  schemas.push_back({R"({"type":"array","items":{"type":"string","minLength":2,"maxLength":5},"maxItems":4})", {2, 5}});
+  std::mt19937_64 rng(77);
+  g::GrammarOptions lazy_options;
+  lazy_options.limits.precompute_budget_ms = 0;
+  for (const auto& [schema, bounds] : schemas) {
+    for (int lazy = 0; lazy < 2; ++lazy) {
+      auto compiled =
+          g::compile_grammar(GrammarKind::kJsonSchema, schema, vocab, lazy ? lazy_options : g::GrammarOptions{});
+      for (int walk = 0; walk < 2; ++walk) {
+        g::GrammarMatcher m(compiled);
+        std::vector<uint32_t> mask(static_cast<size_t>(vocab->bitmask_words()));
+        std::string text;
+        bool ended = false;
+        for (int step = 0; step < 120 && !ended; ++step) {
+          m.fill_next_token_bitmask(mask);
+          const std::string where =
+              schema + (lazy ? " lazy" : "") + " walk " + std::to_string(walk) + " after '" + text + "'";
+          expect_mask_matches_reference(m, mask, all, where);
+          if (HasFatalFailure()) return;
+          const std::vector<int32_t> allowed = allowed_ids(mask, vocab->size());
+          ASSERT_FALSE(allowed.empty()) << where;
+          // Mostly tokens without a quote (keep writing), longer ones first half the time.
+          std::vector<int32_t> writing;
+          for (int32_t id : allowed)
+            if (!vocab->is_stop(id) && vocab->bytes(id).find('"') == std::string_view::npos) writing.push_back(id);
+          const std::vector<int32_t>& pool = !writing.empty() && rng() % 8 != 0 ? writing : allowed;
+          int32_t id = pool[std::uniform_int_distribution<size_t>(0, pool.size() - 1)(rng)];
+          if (rng() % 2 == 0)
+            for (int32_t c : pool)
+              if (vocab->bytes(c).size() > vocab->bytes(id).size()) id = c;
+          ASSERT_TRUE(m.accept_token(id)) << where;
+          ended = vocab->is_stop(id);
+          if (!ended) text += vocab->bytes(id);
+        }
+        if (!ended) continue;
+        const nlohmann::json out = nlohmann::json::parse(text);
+        std::vector<std::string> strings;
+        if (out.is_string()) strings.push_back(out.get<std::string>());
+        if (out.is_object()) strings.push_back(out["s"].get<std::string>());
+        if (out.is_array())
+          for (const auto& e : out) strings.push_back(e.get<std::string>());
+        for (const std::string& str : strings) {
+          EXPECT_GE(count_code_points(str), bounds.first) << schema << " " << text;
+          if (bounds.second >= 0) {
+            EXPECT_LE(count_code_points(str), bounds.second) << schema << " " << text;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(GrammarCache, HitsShareOneCompilationAcrossThreads) {
   g::GrammarCache cache(byte_vocabulary(), 2);
   const std::string schema = R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]})";

@@ -28,7 +28,7 @@ TEST_F(StructuredBenchCli, ReportsEverySchemaAtEveryBatchSize) {
   ASSERT_EQ(code, 0) << out;
   const nlohmann::json j = nlohmann::json::parse(out);
   EXPECT_EQ(j["vocabulary"], 512);
-  ASSERT_EQ(j["results"].size(), 8u);
+  ASSERT_EQ(j["results"].size(), 10u);
   std::set<std::string> names;
   for (const auto& r : j["results"]) {
     names.insert(r["schema"].get<std::string>());
@@ -38,7 +38,7 @@ TEST_F(StructuredBenchCli, ReportsEverySchemaAtEveryBatchSize) {
     EXPECT_GE(r["constrained_tokens"].get<int>(), r["batch"].get<int>());  // at least one token a request
     EXPECT_LE(r["constrained_tokens"].get<int>(), 8 * r["batch"].get<int>());
   }
-  EXPECT_EQ(names.size(), 4u);
+  EXPECT_EQ(names.size(), 5u);
 
   const pagedkv::testing::CliResult bad = pagedkv("bench structured --batch-sizes 0");
   EXPECT_NE(bad.output.find("--batch-sizes"), std::string::npos) << bad.output;

@@ -1,6 +1,7 @@
 // pagedkv bench structured: what structured output costs while decoding. For each schema of a
-// built-in set (a tool call, a person record, a list of integers, a lower-case regex), B requests
-// (B in --batch-sizes) with 4-token prompts decode up to --max-tokens tokens through one engine,
+// built-in set (a tool call, a person record, a record with length and number bounds, a list of
+// integers, a lower-case regex), B requests (B in --batch-sizes) with 4-token prompts decode up to
+// --max-tokens tokens through one engine,
 // constrained by the schema's grammar, and the same requests unconstrained, the two alternated
 // --repeats times. Reported per schema and batch size: output tokens per second of each (median),
 // their ratio (the target is >= 0.95), the time the grammar adds per output token, and the
@@ -64,6 +65,12 @@ const std::vector<Schema>& schemas() {
       {"person", grammar::GrammarKind::kJsonSchema,
        R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"},"email":{"type":"string",)"
        R"("format":"email"},"tags":{"type":"array","items":{"type":"string"}}},"required":["name","age","tags"]})"},
+      // A zod-style record: strings with length bounds, a number range.
+      {"bounded record", grammar::GrammarKind::kJsonSchema,
+       R"({"type":"object","properties":{"title":{"type":"string","minLength":1,"maxLength":64},)"
+       R"("summary":{"type":"string","maxLength":200},"score":{"type":"number","minimum":0,"maximum":1},)"
+       R"("tags":{"type":"array","items":{"type":"string","maxLength":32},"maxItems":5}},)"
+       R"("required":["title","summary","score","tags"],"additionalProperties":false})"},
       {"list of integers", grammar::GrammarKind::kJsonSchema, R"({"type":"array","items":{"type":"integer"}})"},
       {"regex [a-z ]+", grammar::GrammarKind::kRegex, "[a-z ]+"},
   };

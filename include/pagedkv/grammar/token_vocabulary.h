@@ -40,6 +40,15 @@ class TokenVocabulary {
   const std::vector<TrieNode>& trie() const { return trie_; }
   const std::vector<int32_t>& trie_tokens() const { return trie_tokens_; }
   int32_t max_token_bytes() const { return max_token_bytes_; }
+  // Position of token id in trie_tokens() (-1 for tokens outside the trie): merges lists in trie order.
+  int32_t trie_rank(int32_t id) const { return trie_rank_[static_cast<size_t>(id)]; }
+  // The trie's tokens, longest first: the first tokens_longer_than(n) are those longer than n bytes.
+  const std::vector<int32_t>& tokens_by_length() const { return tokens_by_length_; }
+  int32_t tokens_longer_than(int32_t n) const {
+    return n >= max_token_bytes_ ? 0
+           : n < 0               ? static_cast<int32_t>(tokens_by_length_.size())
+                                 : longer_than_[static_cast<size_t>(n)];
+  }
 
  private:
   TokenVocabulary() = default;
@@ -49,6 +58,9 @@ class TokenVocabulary {
   std::vector<uint8_t> is_stop_;
   std::vector<TrieNode> trie_;
   std::vector<int32_t> trie_tokens_;
+  std::vector<int32_t> trie_rank_;
+  std::vector<int32_t> tokens_by_length_;
+  std::vector<int32_t> longer_than_;  // [n]: how many trie tokens are longer than n bytes
   int32_t max_token_bytes_ = 0;
 };
 
