@@ -16,6 +16,8 @@ TEMPLATE_SOURCES="src/template/lexer.cpp src/template/parser.cpp src/template/va
 MODEL_SOURCES="$(ls src/model/*.cpp | grep -v model_file.cpp | tr "\n" " ") $(echo src/model/format/*.cpp src/model/quant/*.cpp src/kernels/*.cpp src/storage/*.cpp src/core/*.cpp)"
 # The GGUF tokenizers (SentencePiece and byte-level BPE, with their pre-tokenizer patterns).
 TOKENIZER_SOURCES="src/model/tokenizer/gguf_tokenizer.cpp src/model/tokenizer/gguf_bpe_tokenizer.cpp src/model/tokenizer/bpe_pretokenizer.cpp src/model/tokenizer/text_tokenizer.cpp"
+# The grammar layer without its cache (structured output's schemas, regexes and GBNF to masks).
+GRAMMAR_SOURCES="$(ls src/grammar/*.cpp | grep -v grammar_cache.cpp | tr "\n" " ")"
 declare -A SOURCES=(
   # target           sources it needs besides its own file (kept small: no engine)
   [openai_request]="src/api/openai_request.cpp src/api/request_fields.cpp src/api/tool_definitions.cpp src/api/api_error.cpp src/api/chat_template.cpp src/api/model_chat_template.cpp src/api/stop_string_matcher.cpp src/model/tokenizer/text_tokenizer.cpp $TEMPLATE_SOURCES"
@@ -29,9 +31,9 @@ declare -A SOURCES=(
   [manager_ops]="$(echo src/manager/*.cpp) src/block/block_pool.cpp src/block/cached_block_map.cpp src/block/eviction_policies.cpp src/block/kv_events.cpp src/prefix/block_hasher.cpp src/prefix/extra_keys.cpp src/prefix/sha256.cpp src/prefix/sha256_avx512.cpp src/core/block_hash.cpp src/core/dtype.cpp src/core/kv_cache_spec.cpp"
   [disk_index]="src/storage/key_rotation.cpp src/tiers/disk_tier.cpp src/tiers/slot_index.cpp src/block/cached_block_map.cpp src/block/kv_events.cpp src/tiers/disk_slot_format.cpp src/tiers/tier_types.cpp src/tiers/circuit_breaker.cpp src/tiers/payload_checksum_avx2.cpp src/storage/cpu_isa.cpp src/core/block_hash.cpp src/core/kv_cache_spec.cpp src/core/dtype.cpp"
   [kv_events_page]="src/api/kv_events_wire.cpp src/api/kv_event_log.cpp src/block/kv_events.cpp src/core/block_hash.cpp src/core/kv_cache_spec.cpp src/core/dtype.cpp"
-  [grammar]="src/grammar/grammar.cpp src/grammar/regex_grammar.cpp src/grammar/gbnf_grammar.cpp src/grammar/json_schema_grammar.cpp src/grammar/byte_automaton.cpp src/grammar/compiled_grammar.cpp src/grammar/grammar_matcher.cpp src/grammar/token_vocabulary.cpp src/grammar/token_bitmask.cpp"
+  [grammar]="$GRAMMAR_SOURCES"
   [chat_template]="$TEMPLATE_SOURCES"
-  [tool_call_parser]="src/api/tool_call_parser.cpp src/api/tool_call_reader.cpp src/api/tool_definitions.cpp src/api/api_error.cpp src/grammar/grammar.cpp src/grammar/regex_grammar.cpp src/grammar/gbnf_grammar.cpp src/grammar/json_schema_grammar.cpp src/grammar/byte_automaton.cpp src/grammar/compiled_grammar.cpp src/grammar/grammar_matcher.cpp src/grammar/token_vocabulary.cpp src/grammar/token_bitmask.cpp"
+  [tool_call_parser]="src/api/tool_call_parser.cpp src/api/tool_call_reader.cpp src/api/tool_definitions.cpp src/api/api_error.cpp $GRAMMAR_SOURCES"
   [tier_values]="src/storage/key_rotation.cpp src/tiers/disk_slot_format.cpp src/tiers/remote_value_format.cpp src/tiers/tier_types.cpp src/tiers/payload_checksum_avx2.cpp src/storage/cpu_isa.cpp src/core/block_hash.cpp src/core/kv_cache_spec.cpp src/core/dtype.cpp"
 )
 # Libraries (pkg-config names) a target links besides fmt.
