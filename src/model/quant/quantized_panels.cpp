@@ -1,16 +1,60 @@
 #include "quantized_panels.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 
 #include <fmt/format.h>
 
 #include "pagedkv/core/error.h"
+#include "pagedkv/model/format/block_formats.h"
 
 namespace pagedkv::quant_detail {
 namespace {
 
 size_t round_up_64(size_t n) { return (n + 63) / 64 * 64; }
+
+// Row i of a K-quant panel, super-blocks from `src` (null: a padding row, all zero bytes already).
+// Every register of a chunk takes 4 bytes of the block, from the offsets listed here.
+void repack_k_quant_row(const PanelLayout& l, const std::byte* src, int i, std::byte* panel) {
+  if (src == nullptr) return;  // zero nibbles, scales and d: a zero row
+  const int blocks = l.cols / kSuperBlock;
+  const size_t chunk = PanelLayout::quant_block_bytes(l.type), scale_bytes = PanelLayout::scale_block_bytes(l.type);
+  const size_t block_bytes = tensor_row_bytes(l.type, kSuperBlock);
+  // Byte offsets within a block of: the nibbles, the high bits (Q5_K, Q6_K), the packed scales
+  // (Q4_K, Q5_K); register counts of each.
+  int nibbles_at = 0, high_at = 0, scales_at = 0, high_registers = 0;
+  switch (l.type) {
+    case TensorType::kQ4_K:
+      nibbles_at = 16, scales_at = 4;
+      break;
+    case TensorType::kQ5_K:
+      nibbles_at = 48, high_at = 16, scales_at = 4, high_registers = 8;
+      break;
+    default:  // Q6_K
+      nibbles_at = 0, high_at = 128, high_registers = 16;
+      break;
+  }
+  const size_t row_at = static_cast<size_t>(i) * 4;
+  for (int b = 0; b < blocks; ++b) {
+    const std::byte* blk = src + static_cast<size_t>(b) * block_bytes;
+    std::byte* dst = panel + static_cast<size_t>(b) * chunk;
+    int g = 0;
+    for (int v = 0; v < 32; ++v, ++g) std::memcpy(dst + g * 64 + row_at, blk + nibbles_at + 4 * v, 4);
+    for (int v = 0; v < high_registers; ++v, ++g) std::memcpy(dst + g * 64 + row_at, blk + high_at + 4 * v, 4);
+    std::byte* d = panel + l.scales_at + static_cast<size_t>(b) * scale_bytes;
+    if (l.type == TensorType::kQ6_K) {
+      for (int s = 0; s < 16; ++s)
+        dst[static_cast<size_t>(g) * 64 + static_cast<size_t>(s) * 16 + static_cast<size_t>(i)] =
+            blk[offsetof(BlockQ6_K, scales) + static_cast<size_t>(s)];
+      std::memcpy(d + 2 * i, blk + offsetof(BlockQ6_K, d), 2);
+    } else {
+      for (int v = 0; v < 3; ++v, ++g) std::memcpy(dst + g * 64 + row_at, blk + scales_at + 4 * v, 4);
+      std::memcpy(d + 2 * i, blk, 2);  // d
+      std::memcpy(d + 32 + 2 * i, blk + 2, 2);  // dmin
+    }
+  }
+}
 
 }  // namespace
 
@@ -29,6 +73,16 @@ PanelLayout panel_layout(TensorType type, int rows, int cols) {
       l.scales_at = blocks * PanelLayout::quant_block_bytes(type);
       l.panel_bytes = round_up_64(l.scales_at + blocks * kPanelRows * sizeof(uint16_t));
       break;
+    case TensorType::kQ4_K:
+    case TensorType::kQ5_K:
+    case TensorType::kQ6_K: {
+      if (cols % kSuperBlock != 0)
+        throw UsageError(fmt::format("panel layout: {} columns are not whole blocks of {}", cols, kSuperBlock));
+      const size_t super_blocks = static_cast<size_t>(cols / kSuperBlock);
+      l.scales_at = super_blocks * PanelLayout::quant_block_bytes(type);
+      l.panel_bytes = round_up_64(l.scales_at + super_blocks * PanelLayout::scale_block_bytes(type));
+      break;
+    }
     default:
       throw UsageError(fmt::format("panel layout: {} weights are not supported", tensor_type_name(type)));
   }
@@ -45,6 +99,11 @@ void repack_panels(const WeightTensor& w, const PanelLayout& l, int p0, int p1, 
       const bool real = i < rows_here;
       const void* row = real ? w.row(static_cast<int64_t>(p) * kPanelRows + i) : nullptr;
       switch (l.type) {
+        case TensorType::kQ4_K:
+        case TensorType::kQ5_K:
+        case TensorType::kQ6_K:
+          repack_k_quant_row(l, static_cast<const std::byte*>(row), i, panel);
+          break;
         case TensorType::kF16:
         case TensorType::kBF16: {
           if (!real) break;  // zero bits are 0.0 in both

@@ -18,8 +18,25 @@
 //   Q4_0: first the quants of every block, 256 bytes each: 4 registers of 16 rows x 4 bytes, byte j
 //     of row i in register v being the file's byte 4v + j of that row's block (low nibble: column
 //     4v + j, high nibble: column 16 + 4v + j, both 0..15, i.e. w + 8); then the scales as for Q8_0.
-// Sizes are those of the file's rows (34 bytes per 32 Q8_0 values, 18 per 32 Q4_0 values) up to the
-// padding, so a decode step reads as many bytes as from the file.
+//   Q4_K / Q5_K / Q6_K (super-blocks of 256 columns): first one chunk per super-block, registers of
+//     16 rows x 4 bytes each holding 4 consecutive bytes of the row's block as the file stores them,
+//     so that no value changes size:
+//       Q4_K: 32 registers of nibbles (register 8c + v: bytes 4v..4v+3 of qs[32c..]: low nibbles
+//         columns 64c + 4v.., high nibbles 64c + 32 + 4v..), then the 12 packed scale bytes as 3
+//         registers (bytes 0-3, 4-7, 8-11 of every row): 2240 bytes.
+//       Q5_K: the nibbles as Q4_K, 8 registers of high bits (register v: qh[4v..4v+3], bit 2c of a
+//         byte the fifth bit of the low nibble of register 8c + v, bit 2c + 1 of the high nibble),
+//         the 3 registers of scales: 2752 bytes.
+//       Q6_K: 32 registers of low nibbles (register 16n + 8h + v: ql[64n + 32h + 4v..], low nibbles
+//         columns 128n + 32h + 4v.., high nibbles 128n + 32(h + 2) + 4v..), 16 registers of high
+//         bits (register 8n + v: qh[32n + 4v..], bits 2s, 2s + 1 those of columns 128n + 32s + 4v..),
+//         then the int8 scales by sub-block: 16 bytes per sub-block of 16 values, one per row:
+//         3328 bytes.
+//     then, after every chunk, per super-block the 16 rows' fp16 d (and dmin for Q4_K / Q5_K): 32
+//     (64) bytes.
+// Sizes are those of the file's rows (34 bytes per 32 Q8_0 values, 18 per 32 Q4_0 values, 144 /
+// 176 / 210 per 256 Q4_K / Q5_K / Q6_K values) up to the padding, so a decode step reads as many
+// bytes as from the file.
 #pragma once
 
 #include <cstddef>
@@ -37,13 +54,36 @@ struct PanelLayout {
   int rows, cols;
   int panels;  // ceil(rows / 16)
   size_t panel_bytes;  // stride from one panel to the next, a multiple of 64
-  size_t scales_at;  // Q8_0 / Q4_0: where a panel's block scales start (0 for F16 / BF16)
+  size_t scales_at;  // quantized types: where a panel's block scales start (0 for F16 / BF16)
 
-  // Bytes of one block's quants in a panel (Q8_0: 512, Q4_0: 256).
-  static constexpr size_t quant_block_bytes(TensorType t) { return t == TensorType::kQ8_0 ? 512 : 256; }
+  // Bytes of one block's quants in a panel (Q8_0: 512, Q4_0: 256; K-quants: the super-block's
+  // chunk, quants and sub-block scales).
+  static constexpr size_t quant_block_bytes(TensorType t) {
+    switch (t) {
+      case TensorType::kQ8_0:
+        return 512;
+      case TensorType::kQ4_K:
+        return 35 * 64;
+      case TensorType::kQ5_K:
+        return 43 * 64;
+      case TensorType::kQ6_K:
+        return 52 * 64;
+      default:
+        return 256;
+    }
+  }
+  // Bytes of one block's scales in a panel: 16 fp16 d, plus 16 fp16 dmin for Q4_K / Q5_K.
+  static constexpr size_t scale_block_bytes(TensorType t) {
+    return t == TensorType::kQ4_K || t == TensorType::kQ5_K ? 64 : 32;
+  }
 };
 
-// The layout of a rows x cols matrix of `type` (F16, BF16, Q8_0 or Q4_0).
+// True for the K-quant types that have a panel layout (Q4_K, Q5_K, Q6_K).
+constexpr bool is_panelled_k_quant(TensorType t) {
+  return t == TensorType::kQ4_K || t == TensorType::kQ5_K || t == TensorType::kQ6_K;
+}
+
+// The layout of a rows x cols matrix of `type` (F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K or Q6_K).
 PanelLayout panel_layout(TensorType type, int rows, int cols);
 
 // Writes `w` in the panel layout to `out` (layout.panels * layout.panel_bytes bytes, 64-byte
