@@ -30,7 +30,7 @@
 #include <cstddef>
 #include <cstring>
 
-#include "pagedkv/model/format/block_formats.h"
+#include "pagedkv/model/format/block_formats.h"  // kSuperBlock, the Q8_K rule
 #include "quantized_kernels.h"
 
 namespace pagedkv::quant_detail {
@@ -62,7 +62,52 @@ size_t prepared_bytes(TensorType, int cols, int num_tokens) {
   return static_cast<size_t>(num_tokens) * token_bytes(cols);
 }
 
-// Quantized by quantize_row_q8_k itself, as the scalar twin's activations are.
+// One super-block of a token quantized to Q8_K as quantize_row_q8_k does, 16 lanes at a time (the
+// same values for every input, tested): the value of largest magnitude (the first on ties, NaN
+// skipped) sets iscale = -127 / max, q = iscale * x rounded half to even (the conversions' default
+// rounding, as nearbyint there), capped to [-128, 127], NaN to 0; d = 1 / iscale.
+void quantize_super(const float* v, SuperRecord& r) {
+  __m512 x[16];
+  __m512 amax = _mm512_setzero_ps();
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) {
+    x[i] = _mm512_loadu_ps(v + 16 * i);
+    // NaN lanes count as zero (|NaN| > amax is false there)
+    amax = _mm512_max_ps(amax, _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x[i], x[i], _CMP_ORD_Q), _mm512_abs_ps(x[i])));
+  }
+  const float m = _mm512_reduce_max_ps(amax);
+  std::memset(&r, 0, sizeof r);
+  if (m == 0.0f) return;  // d = 0, q = 0, sums 0
+  float max = 0.0f;
+  for (int i = 0; i < 16; ++i) {
+    const __mmask16 at = _mm512_cmp_ps_mask(_mm512_abs_ps(x[i]), _mm512_set1_ps(m), _CMP_EQ_OQ);
+    if (at != 0) {
+      max = v[16 * i + __builtin_ctz(at)];
+      break;
+    }
+  }
+  const float iscale = -127.0f / max;
+  const __m512 scale = _mm512_set1_ps(iscale);
+  int16_t bsums[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) {
+    const __m512 p = _mm512_mul_ps(scale, x[i]);
+    __m512 q = _mm512_roundscale_ps(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    q = _mm512_min_ps(_mm512_max_ps(q, _mm512_set1_ps(-128.0f)), _mm512_set1_ps(127.0f));
+    const __m512i qi = _mm512_cvtps_epi32(_mm512_maskz_mov_ps(_mm512_cmp_ps_mask(p, p, _CMP_ORD_Q), q));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(r.q + 16 * i), _mm512_cvtepi32_epi8(qi));
+    bsums[i] = static_cast<int16_t>(_mm512_reduce_add_epi32(qi));
+  }
+  r.d = 1.0f / iscale;
+  for (int c = 0; c < 4; ++c) {
+    // |sum of 32 values| <= 4096: an int16
+    const auto lo = static_cast<uint16_t>(bsums[4 * c] + bsums[4 * c + 1]);
+    const auto hi = static_cast<uint16_t>(bsums[4 * c + 2] + bsums[4 * c + 3]);
+    r.sum_pairs[c] = static_cast<int32_t>(static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16));
+  }
+  for (int s = 0; s < 16; ++s) r.start_q6[s] = -32 * bsums[s];
+}
+
 void prepare(TensorType, const float* x, size_t x_stride, int num_tokens, int cols, std::byte* out) {
   const int blocks = cols / kSuperBlock;
   for (int t0 = 0; t0 < num_tokens; t0 += kMaxTokens) {
@@ -70,21 +115,9 @@ void prepare(TensorType, const float* x, size_t x_stride, int num_tokens, int co
     auto* group = reinterpret_cast<SuperRecord*>(out + static_cast<size_t>(t0) * token_bytes(cols));
     for (int t = 0; t < tokens; ++t) {
       const float* xt = x + static_cast<size_t>(t0 + t) * x_stride;
-      for (int b = 0; b < blocks; ++b) {
-        BlockQ8_K a;
-        quantize_row_q8_k({xt + static_cast<size_t>(b) * kSuperBlock, kSuperBlock}, &a);
-        SuperRecord& r = group[static_cast<size_t>(b) * static_cast<size_t>(tokens) + static_cast<size_t>(t)];
-        std::memcpy(r.q, a.qs, sizeof r.q);
-        r.d = a.d;
-        for (int c = 0; c < 4; ++c) {
-          // |sum of 32 values| <= 4096: an int16
-          const auto lo = static_cast<uint16_t>(a.bsums[4 * c] + a.bsums[4 * c + 1]);
-          const auto hi = static_cast<uint16_t>(a.bsums[4 * c + 2] + a.bsums[4 * c + 3]);
-          r.sum_pairs[c] = static_cast<int32_t>(static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16));
-        }
-        for (int s = 0; s < 16; ++s) r.start_q6[s] = -32 * a.bsums[s];
-        r.unused[0] = r.unused[1] = r.unused[2] = 0;
-      }
+      for (int b = 0; b < blocks; ++b)
+        quantize_super(xt + static_cast<size_t>(b) * kSuperBlock,
+                       group[static_cast<size_t>(b) * static_cast<size_t>(tokens) + static_cast<size_t>(t)]);
     }
   }
 }
