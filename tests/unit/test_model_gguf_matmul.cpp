@@ -404,6 +404,42 @@ TEST(BlockFormats, PanelledKQuantsEqualTheScalarTwin) {
   }
 }
 
+// The largest sums the formats allow (every level, scale and min at its maximum, activations all
+// of one sign at full scale): the integer sums exceed 2^24, so the float they become is rounded,
+// and the panels must round them as the scalar twin does.
+TEST(BlockFormats, PanelledKQuantsEqualTheScalarTwinAtFullScale) {
+  if (best_available_isa() != KernelIsa::kAvx512) GTEST_SKIP() << "no AVX-512 build on this CPU";
+  const int rows = 20, cols = 512, tokens = 3;
+  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K}) {
+    Weights w{type, rows, cols, std::vector<std::byte>(static_cast<size_t>(rows) * tensor_row_bytes(type, cols))};
+    for (std::byte& b : w.bytes) b = std::byte{0xFF};
+    const size_t block_bytes = tensor_row_bytes(type, kSuperBlock);
+    for (size_t k = 0; k < w.bytes.size() / block_bytes; ++k) {
+      const uint16_t one = f32_to_f16(1.0f), tiny = f32_to_f16(0.0f);
+      if (type == TensorType::kQ6_K) {
+        // int8 scales of 127 in half the rows' blocks, -1 (0xFF) in the others
+        if (k % 2 == 0) std::memset(w.bytes.data() + k * block_bytes + 192, 0x7F, 16);
+        std::memcpy(w.bytes.data() + k * block_bytes + 208, &one, 2);
+      } else {
+        std::memcpy(w.bytes.data() + k * block_bytes, &one, 2);
+        std::memcpy(w.bytes.data() + k * block_bytes + 2, k % 3 == 0 ? &tiny : &one, 2);
+      }
+    }
+    const QuantizedMatrix m(w.view());
+    std::vector<float> x(static_cast<size_t>(tokens) * cols);
+    // Token 0: one level of 126 per 32 values makes every sub-block's sum odd (a sum above 2^24
+    // formed in another order would round elsewhere).
+    for (size_t j = 0; j < x.size(); ++j)
+      x[j] = j < static_cast<size_t>(cols) ? (j % 32 == 0 ? 126.0f / 127.0f : 1.0f) : j < 2u * cols ? -3.0f : 0.5f;
+    std::vector<float> scalar(static_cast<size_t>(tokens) * rows), simd(scalar.size());
+    m.multiply(x.data(), cols, tokens, scalar.data(), rows, KernelIsa::kScalar);
+    m.multiply(x.data(), cols, tokens, simd.data(), rows, KernelIsa::kAvx512);
+    for (size_t i = 0; i < scalar.size(); ++i)
+      ASSERT_TRUE(same_float(simd[i], scalar[i]))
+          << tensor_type_name(type) << " " << i << ": " << simd[i] << " vs " << scalar[i];
+  }
+}
+
 // Hand-made blocks with known values: where each level sits in the block and how scales apply.
 TEST(BlockFormats, KnownBlocksDequantizeToTheirValues) {
   {  // Q4_1: element j in the low nibble of byte j, element j + 16 in its high nibble.

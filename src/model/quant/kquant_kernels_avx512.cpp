@@ -193,11 +193,25 @@ __m512i dot_chain(__m512i start, const __m512i* w, const int8_t* x) {
 
 __mmask16 rows_mask(int rows_out) { return static_cast<__mmask16>((1u << rows_out) - 1); }
 
-// Q4_K / Q5_K: the integer sums of one super-block of one panel for the tile's tokens.
+// Q4_K / Q5_K: the sums of one super-block of one panel for the tile's tokens, as floats (each
+// the float of the exact integer sum: what the scalar twin converts), and the mins.
+//   Q5_K: each sub-block's chain times its scale (vpmulld) in int32, converted at the end.
+//   Q4_K: in float, with one conversion and one FMA per sub-block instead of vpmulld's two
+//     micro-ops on the port that runs vpdpbusd. Exact: a chain is at most 32 * 15 * 128 in
+//     magnitude, times a scale <= 63 that is 3.9 M, and two accumulators of 4 sub-blocks each stay
+//     below 2^24, so every FMA is exact; adding the two rounds their exact sum once, to nearest
+//     even, as the twin's conversion of the integer sum does.
 template <TensorType kType, int T>
-void sums_q4_k(const std::byte* chunk, const SuperRecord* xb, __m512i (&sum)[T], __m512i (&mins)[T]) {
+void sums_q4_k(const std::byte* chunk, const SuperRecord* xb, __m512 (&sum)[T], __m512i (&mins)[T]) {
   constexpr bool kFive = kType == TensorType::kQ5_K;
   const PackedScales packed = decode_scales(chunk + (kFive ? 40 : 32) * 64);
+  __m512i isum[T];
+  __m512 half[2][T];
+#pragma GCC unroll 16
+  for (int t = 0; t < T; ++t) {
+    isum[t] = _mm512_setzero_si512();
+    half[0][t] = half[1][t] = _mm512_setzero_ps();
+  }
 #pragma GCC unroll 8
   for (int s = 0; s < 8; ++s) {
     const int c = s / 2;
@@ -220,11 +234,21 @@ void sums_q4_k(const std::byte* chunk, const SuperRecord* xb, __m512i (&sum)[T],
       }
     }
     const __m512i scale = scale_of(packed, s);
+    if constexpr (kFive) {
 #pragma GCC unroll 16
-    for (int t = 0; t < T; ++t)
-      sum[t] = _mm512_add_epi32(sum[t],
-                                _mm512_mullo_epi32(dot_chain<8>(_mm512_setzero_si512(), w, xb[t].q + 32 * s), scale));
+      for (int t = 0; t < T; ++t)
+        isum[t] = _mm512_add_epi32(
+            isum[t], _mm512_mullo_epi32(dot_chain<8>(_mm512_setzero_si512(), w, xb[t].q + 32 * s), scale));
+    } else {
+      const __m512 scale_f = _mm512_cvtepi32_ps(scale);
+#pragma GCC unroll 16
+      for (int t = 0; t < T; ++t)
+        half[s / 4][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot_chain<8>(_mm512_setzero_si512(), w, xb[t].q + 32 * s)),
+                                         scale_f, half[s / 4][t]);
+    }
   }
+#pragma GCC unroll 16
+  for (int t = 0; t < T; ++t) sum[t] = kFive ? _mm512_cvtepi32_ps(isum[t]) : _mm512_add_ps(half[0][t], half[1][t]);
   __m512i pairs[4];
 #pragma GCC unroll 4
   for (int c = 0; c < 4; ++c) pairs[c] = min_pair(packed, c);
@@ -295,11 +319,18 @@ void k_tile(const std::byte* panel, const PanelLayout& l, const SuperRecord* x, 
       for (size_t line = 0; line < kChunk; line += 64)
         _mm_prefetch(reinterpret_cast<const char*>(chunk + line + kPrefetchAhead<P>), _MM_HINT_T0);
       _mm_prefetch(reinterpret_cast<const char*>(ds + 4 * 64), _MM_HINT_T0);
-      __m512i sum[T], mins[T];
+      __m512 sum[T];
+      __m512i mins[T];
+      if constexpr (kMins) {
+        sums_q4_k<kType, T>(chunk, xb, sum, mins);
+      } else {
+        __m512i isum[T];
 #pragma GCC unroll 16
-      for (int t = 0; t < T; ++t) sum[t] = mins[t] = _mm512_setzero_si512();
-      if constexpr (kMins) sums_q4_k<kType, T>(chunk, xb, sum, mins);
-      else sums_q6_k<T>(chunk, xb, sum);
+        for (int t = 0; t < T; ++t) isum[t] = mins[t] = _mm512_setzero_si512();
+        sums_q6_k<T>(chunk, xb, isum);
+#pragma GCC unroll 16
+        for (int t = 0; t < T; ++t) sum[t] = _mm512_cvtepi32_ps(isum[t]);
+      }
       // The scalar twin's float step: acc += (d * d_x) * sum - (dmin * d_x) * mins, dmin and mins
       // zero for Q6_K (still multiplied, as there).
       const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ds)));
@@ -308,7 +339,7 @@ void k_tile(const std::byte* panel, const PanelLayout& l, const SuperRecord* x, 
 #pragma GCC unroll 16
       for (int t = 0; t < T; ++t) {
         const __m512 dx = _mm512_set1_ps(xb[t].d);
-        const __m512 with_sum = _mm512_mul_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(sum[t]));
+        const __m512 with_sum = _mm512_mul_ps(_mm512_mul_ps(d, dx), sum[t]);
         const __m512 with_mins = _mm512_mul_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(mins[t]));
         acc[p][t] = _mm512_add_ps(acc[p][t], _mm512_sub_ps(with_sum, with_mins));
       }
