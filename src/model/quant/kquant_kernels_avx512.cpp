@@ -13,9 +13,10 @@
 //     sub-block's 6-bit scale, decoded once per super-block and panel from the 12 packed bytes
 //     of the 16 rows; the mins: 4 vpdpwssd of (min, min) int16 pairs against the activation's
 //     32-value sums, paired the same way.
-//   Q6_K: levels 0..63 (the file's q + 32) per 32 columns from a register of low nibbles and one
-//     of high bits; per sub-block of 16 columns a chain of 4 vpdpbusd that starts at -32 times
-//     the activation's 16-value sum (so that it sums (q - 32) * x), times the int8 scale.
+//   Q6_K: levels 0..63 (the file's q + 32), three of every four with one AND (the repacked
+//     layout keeps the fourth's bits in the top of the other three's bytes); per sub-block of 16 columns a chain of 4
+//     vpdpbusd that starts at -32 times the activation's 16-value sum (so that it sums (q - 32) * x), times the int8
+//     scale.
 // Tiles of one panel x up to 16 tokens reuse each unpacked register for all their tokens; a
 // single token takes 4 panels at once, 2-3 tokens 2 (more independent chains, more streams in
 // flight), with software prefetch ahead of each panel's stream as the Q8_0 panels do.
@@ -271,13 +272,16 @@ void sums_q6_k(const std::byte* chunk, const SuperRecord* xb, __m512i (&sum)[T])
       __m512i w[8];
 #pragma GCC unroll 8
       for (int v = 0; v < 8; ++v) {
-        const __m512i low = load(chunk + (16 * n + 8 * (s % 2) + v) * 64);
-        const __m512i high = load(chunk + (32 + 8 * n + v) * 64);
-        const __m512i moved = s == 0   ? shift_bits<4>(high)
-                              : s == 1 ? shift_bits<2>(high)
-                              : s == 2 ? shift_bits<0>(high)
-                                       : shift_bits<-2>(high);
-        w[v] = or_masked(s < 2 ? nibbles<0>(low) : nibbles<1>(low), moved, bytes(0x30));
+        const std::byte* triple = chunk + 3 * (8 * n + v) * 64;
+        if (s < 3) {
+          w[v] = _mm512_and_si512(load(triple + s * 64), bytes(0x3F));
+        } else {  // bits 6-7 of the three bytes, as bits 0-1, 2-3, 4-5
+          const __m512i low_mid = _mm512_ternarylogic_epi32(_mm512_srli_epi16(load(triple), 6),
+                                                            _mm512_srli_epi16(load(triple + 64), 4), bytes(0x03), 0xE4);
+          const __m512i all =
+              _mm512_ternarylogic_epi32(low_mid, _mm512_srli_epi16(load(triple + 128), 2), bytes(0x0F), 0xE4);
+          w[v] = _mm512_and_si512(all, bytes(0x3F));
+        }
       }
       const int sb = 8 * n + 2 * s;
       const std::byte* scales = chunk + 48 * 64 + sb * 16;

@@ -19,19 +19,20 @@
 //     of row i in register v being the file's byte 4v + j of that row's block (low nibble: column
 //     4v + j, high nibble: column 16 + 4v + j, both 0..15, i.e. w + 8); then the scales as for Q8_0.
 //   Q4_K / Q5_K / Q6_K (super-blocks of 256 columns): first one chunk per super-block, registers of
-//     16 rows x 4 bytes each holding 4 consecutive bytes of the row's block as the file stores them,
-//     so that no value changes size:
+//     16 rows x 4 bytes (Q4_K / Q5_K: 4 consecutive bytes of the row's block as the file stores
+//     them), no value changing size:
 //       Q4_K: 32 registers of nibbles (register 8c + v: bytes 4v..4v+3 of qs[32c..]: low nibbles
 //         columns 64c + 4v.., high nibbles 64c + 32 + 4v..), then the 12 packed scale bytes as 3
 //         registers (bytes 0-3, 4-7, 8-11 of every row): 2240 bytes.
 //       Q5_K: the nibbles as Q4_K, 8 registers of high bits (register v: qh[4v..4v+3], bit 2c of a
 //         byte the fifth bit of the low nibble of register 8c + v, bit 2c + 1 of the high nibble),
 //         the 3 registers of scales: 2752 bytes.
-//       Q6_K: 32 registers of low nibbles (register 16n + 8h + v: ql[64n + 32h + 4v..], low nibbles
-//         columns 128n + 32h + 4v.., high nibbles 128n + 32(h + 2) + 4v..), 16 registers of high
-//         bits (register 8n + v: qh[32n + 4v..], bits 2s, 2s + 1 those of columns 128n + 32s + 4v..),
-//         then the int8 scales by sub-block: 16 bytes per sub-block of 16 values, one per row:
-//         3328 bytes.
+//       Q6_K: the levels 0..63 (the file's q + 32) rearranged, 3 bytes per 4 values: per 128
+//         columns n and 4-column group v (0..7), registers 3(8n + v) + k (k = 0, 1, 2) hold, in
+//         bits 0-5 of their bytes, the levels of columns 128n + 32k + 4v.., and in bits 6-7 bits
+//         2k, 2k + 1 of the level of column 128n + 96 + 4v..: 48 registers, so that 3 of every 4
+//         levels come out with one AND; then the int8 scales by sub-block: 16 bytes per
+//         sub-block of 16 values, one per row: 3328 bytes.
 //     then, after every chunk, per super-block the 16 rows' fp16 d (and dmin for Q4_K / Q5_K): 32
 //     (64) bytes.
 // Sizes are those of the file's rows (34 bytes per 32 Q8_0 values, 18 per 32 Q4_0 values, 144 /
