@@ -201,7 +201,9 @@ __mmask16 rows_mask(int rows_out) { return static_cast<__mmask16>((1u << rows_ou
 //     micro-ops on the port that runs vpdpbusd. Exact: a chain is at most 32 * 15 * 128 in
 //     magnitude, times a scale <= 63 that is 3.9 M, and two accumulators of 4 sub-blocks each stay
 //     below 2^24, so every FMA is exact; adding the two rounds their exact sum once, to nearest
-//     even, as the twin's conversion of the integer sum does.
+//     even, as the twin's conversion of the integer sum does. The high nibbles are not shifted
+//     down: their chains are 16 times the sums (still exact in float), met by the scale / 16
+//     (exact too), which saves a shift per register on that same port.
 template <TensorType kType, int T>
 void sums_q4_k(const std::byte* chunk, const SuperRecord* xb, __m512 (&sum)[T], __m512i (&mins)[T]) {
   constexpr bool kFive = kType == TensorType::kQ5_K;
@@ -220,7 +222,8 @@ void sums_q4_k(const std::byte* chunk, const SuperRecord* xb, __m512 (&sum)[T], 
 #pragma GCC unroll 8
     for (int v = 0; v < 8; ++v) {
       const __m512i q = load(chunk + (8 * c + v) * 64);
-      w[v] = s % 2 ? nibbles<1>(q) : nibbles<0>(q);
+      // Q4_K's high nibbles stay in place (16 times the level; the scale is divided by 16 instead).
+      w[v] = s % 2 == 0 ? nibbles<0>(q) : kFive ? nibbles<1>(q) : _mm512_and_si512(q, bytes(0xF0));
       if constexpr (kFive) {  // the fifth bit: bit 2c (low nibbles) or 2c + 1 (high) of the qh byte
         const __m512i h = load(chunk + (32 + v) * 64);
         const __m512i moved = s == 0   ? shift_bits<4>(h)
@@ -241,7 +244,8 @@ void sums_q4_k(const std::byte* chunk, const SuperRecord* xb, __m512 (&sum)[T], 
         isum[t] = _mm512_add_epi32(
             isum[t], _mm512_mullo_epi32(dot_chain<8>(_mm512_setzero_si512(), w, xb[t].q + 32 * s), scale));
     } else {
-      const __m512 scale_f = _mm512_cvtepi32_ps(scale);
+      const __m512 scale_f =
+          s % 2 == 0 ? _mm512_cvtepi32_ps(scale) : _mm512_mul_ps(_mm512_cvtepi32_ps(scale), _mm512_set1_ps(1.0f / 16));
 #pragma GCC unroll 16
       for (int t = 0; t < T; ++t)
         half[s / 4][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot_chain<8>(_mm512_setzero_si512(), w, xb[t].q + 32 * s)),
