@@ -9,14 +9,14 @@
 // One 64-byte register of weights holds 4 columns of 16 rows, the unsigned operand of vpdpbusd;
 // the activation's 4 bytes are broadcast, and each of the 16 int32 lanes gathers one row's sum.
 //   Q4_K / Q5_K: per sub-block of 32 columns, 8 registers of levels (0..15, or 0..31 with the
-//     fifth bit) and 8 vpdpbusd per token into a fresh chain, multiplied (vpmulld) by the
-//     sub-block's 6-bit scale, decoded once per super-block and panel from the 12 packed bytes
-//     of the 16 rows; the mins: 4 vpdpwssd of (min, min) int16 pairs against the activation's
-//     32-value sums, paired the same way.
-//   Q6_K: levels 0..63 (the file's q + 32), three of every four with one AND (the repacked
-//     layout keeps the fourth's bits in the top of the other three's bytes); per sub-block of 16 columns a chain of 4
-//     vpdpbusd that starts at -32 times the activation's 16-value sum (so that it sums (q - 32) * x), times the int8
-//     scale.
+//     fifth bit) and 8 vpdpbusd per token into a fresh chain, times the sub-block's 6-bit scale
+//     (Q5_K: vpmulld; Q4_K: in float, exactly, see sums_q4_k), the scales decoded once per
+//     super-block and panel from the 12 packed bytes of the 16 rows; the mins: 4 vpdpwssd of
+//     (min, min) int16 pairs against the activation's 32-value sums, paired the same way.
+//   Q6_K: levels 0..63 (the file's q + 32), three of every four with one AND (the repacked layout
+//     keeps the fourth's bits in the top of the other three's bytes); per sub-block of 16 columns
+//     a chain of 4 vpdpbusd that starts at -32 times the activation's 16-value sum (so that it
+//     sums (q - 32) * x), times the int8 scale (vpmulld).
 // Tiles of one panel x up to 16 tokens reuse each unpacked register for all their tokens; a
 // single token takes 4 panels at once, 2-3 tokens 2 (more independent chains, more streams in
 // flight), with software prefetch ahead of each panel's stream as the Q8_0 panels do.
@@ -309,7 +309,7 @@ template <TensorType kType, int P, int T>
 void k_tile(const std::byte* panel, const PanelLayout& l, const SuperRecord* x, float* y, size_t y_stride,
             const int* rows_out) {
   constexpr bool kMins = kType != TensorType::kQ6_K;
-  constexpr size_t kChunk = PanelLayout::quant_block_bytes(kType), kScaleBytes = PanelLayout::scale_block_bytes(kType);
+  constexpr size_t kChunk = PanelLayout::quant_block_bytes(kType);
   const int blocks = l.cols / kSuperBlock;
   __m512 acc[P][T];
 #pragma GCC unroll 16
@@ -321,12 +321,13 @@ void k_tile(const std::byte* panel, const PanelLayout& l, const SuperRecord* x, 
 #pragma GCC unroll 4
     for (int p = 0; p < P; ++p) {
       const std::byte* base = panel + static_cast<size_t>(p) * l.panel_bytes;
-      const std::byte* chunk = base + static_cast<size_t>(b) * kChunk;
-      const std::byte* ds = base + l.scales_at + static_cast<size_t>(b) * kScaleBytes;
+      const std::byte* chunk = base + PanelLayout::chunk_at(kType, b);
+      const std::byte* ds = base + PanelLayout::k_scales_at(kType, b, blocks);
+      // The panel is one stream: a super-block's lines, its scales' included (Q6_K: on average
+      // 52.5 lines, so one line more than its chunk).
 #pragma GCC unroll 64
-      for (size_t line = 0; line < kChunk; line += 64)
+      for (size_t line = 0; line < kChunk + 64; line += 64)
         _mm_prefetch(reinterpret_cast<const char*>(chunk + line + kPrefetchAhead<P>), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(ds + 4 * 64), _MM_HINT_T0);
       __m512 sum[T];
       __m512i mins[T];
       if constexpr (kMins) {

@@ -20,7 +20,6 @@ size_t round_up_64(size_t n) { return (n + 63) / 64 * 64; }
 void repack_k_quant_row(const PanelLayout& l, const std::byte* src, int i, std::byte* panel) {
   if (src == nullptr) return;  // zero nibbles, scales and d: a zero row
   const int blocks = l.cols / kSuperBlock;
-  const size_t chunk = PanelLayout::quant_block_bytes(l.type), scale_bytes = PanelLayout::scale_block_bytes(l.type);
   const size_t block_bytes = tensor_row_bytes(l.type, kSuperBlock);
   // Byte offsets within a Q4_K / Q5_K block of: the nibbles, the high bits (Q5_K), the packed
   // scales; the number of registers of high bits.
@@ -29,7 +28,7 @@ void repack_k_quant_row(const PanelLayout& l, const std::byte* src, int i, std::
   const size_t row_at = static_cast<size_t>(i) * 4;
   for (int b = 0; b < blocks; ++b) {
     const std::byte* blk = src + static_cast<size_t>(b) * block_bytes;
-    std::byte* dst = panel + static_cast<size_t>(b) * chunk;
+    std::byte* dst = panel + PanelLayout::chunk_at(l.type, b);
     int g = 0;
     if (l.type == TensorType::kQ6_K) {
       // Columns 128n + 32s + 4v + j (s = 0..3) as three bytes: q_s = low nibble | high bits << 4
@@ -53,7 +52,7 @@ void repack_k_quant_row(const PanelLayout& l, const std::byte* src, int i, std::
       for (int v = 0; v < 32; ++v, ++g) std::memcpy(dst + g * 64 + row_at, blk + nibbles_at + 4 * v, 4);
       for (int v = 0; v < high_registers; ++v, ++g) std::memcpy(dst + g * 64 + row_at, blk + high_at + 4 * v, 4);
     }
-    std::byte* d = panel + l.scales_at + static_cast<size_t>(b) * scale_bytes;
+    std::byte* d = panel + PanelLayout::k_scales_at(l.type, b, blocks);
     if (l.type == TensorType::kQ6_K) {
       for (int s = 0; s < 16; ++s)
         dst[static_cast<size_t>(g) * 64 + static_cast<size_t>(s) * 16 + static_cast<size_t>(i)] =
@@ -90,8 +89,8 @@ PanelLayout panel_layout(TensorType type, int rows, int cols) {
       if (cols % kSuperBlock != 0)
         throw UsageError(fmt::format("panel layout: {} columns are not whole blocks of {}", cols, kSuperBlock));
       const size_t super_blocks = static_cast<size_t>(cols / kSuperBlock);
-      l.scales_at = super_blocks * PanelLayout::quant_block_bytes(type);
-      l.panel_bytes = round_up_64(l.scales_at + super_blocks * PanelLayout::scale_block_bytes(type));
+      l.panel_bytes =
+          round_up_64(super_blocks * (PanelLayout::quant_block_bytes(type) + PanelLayout::scale_block_bytes(type)));
       break;
     }
     default:
