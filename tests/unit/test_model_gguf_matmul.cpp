@@ -417,6 +417,121 @@ INSTANTIATE_TEST_SUITE_P(Types, BlockFormatTest,
                            return tensor_type_name(param_info.param);
                          });
 
+// Equal floats, NaN equal to NaN (extreme scales can make inf - inf in both builds).
+bool same_float(float a, float b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
+
+// The K-quants the AVX-512 build multiplies on repacked panels (Q4_K, Q5_K, Q6_K; the others take
+// block_dot per row) against the scalar twin, bit for bit: row counts around the panels of 16 and
+// the row groups of 4 panels, several super-blocks, 1..33 tokens (every tile shape: 4, 2 and 1
+// panels, a second group of 16 tokens), random bytes with ordinary and with extreme fp16 scales
+// (any finite value, subnormal, negative), and activations that are zero, tiny, huge or sparse.
+TEST(BlockFormats, PanelledKQuantsEqualTheScalarTwin) {
+  if (best_available_isa() != KernelIsa::kAvx512) GTEST_SKIP() << "no AVX-512 build on this CPU";
+  struct Shape {
+    int rows, cols;
+  };
+  const Shape shapes[] = {{1, 256}, {15, 512}, {16, 256}, {17, 768}, {33, 256}, {70, 1024}};
+  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K}) {
+    for (bool extreme : {false, true}) {
+      for (const Shape& shape : shapes) {
+        const uint32_t seed = static_cast<uint32_t>(shape.rows * 131 + shape.cols + (extreme ? 7 : 0));
+        Weights w = make_block_weights(type, shape.rows, shape.cols, seed);
+        if (extreme) {  // random finite fp16 d / dmin: any exponent but the top one, either sign
+          const size_t block_bytes = tensor_row_bytes(type, kSuperBlock);
+          const size_t fields[2] = {type == TensorType::kQ6_K ? size_t{208} : size_t{0},
+                                    type == TensorType::kQ6_K ? size_t{208} : size_t{2}};
+          std::mt19937 rng(seed);
+          for (size_t k = 0; k < w.bytes.size() / block_bytes; ++k)
+            for (size_t f : fields) {
+              uint16_t h = static_cast<uint16_t>(rng());
+              if ((h & 0x7C00) == 0x7C00) h = static_cast<uint16_t>(h & ~0x4000);  // no inf / NaN
+              std::memcpy(w.bytes.data() + k * block_bytes + f, &h, 2);
+            }
+        }
+        const QuantizedMatrix m(w.view());
+        const int max_tokens = 33;
+        const size_t x_stride = static_cast<size_t>(shape.cols) + 3, y_stride = static_cast<size_t>(shape.rows) + 5;
+        std::vector<float> x(static_cast<size_t>(max_tokens) * x_stride);
+        std::mt19937 rng(seed + 1);
+        std::normal_distribution<float> dist(0.0f, 1.0f);
+        for (int t = 0; t < max_tokens; ++t) {
+          float* xt = x.data() + static_cast<size_t>(t) * x_stride;
+          for (int j = 0; j < shape.cols; ++j) {
+            switch (t % 5) {
+              case 0:
+                xt[j] = dist(rng);
+                break;
+              case 1:  // a zero token: d_x = 0
+                xt[j] = 0.0f;
+                break;
+              case 2:  // tiny and huge values side by side: most levels round to zero
+                xt[j] = (j % 37 == 0 ? 1e4f : 1e-6f) * dist(rng);
+                break;
+              case 3:
+                xt[j] = extreme ? 1e-30f * dist(rng) : 127.0f * (j % 2 ? 1.0f : -1.0f);
+                break;
+              default:
+                xt[j] = dist(rng) * (extreme ? 1e6f : 3.0f);
+                break;
+            }
+          }
+        }
+        for (int tokens : {1, 2, 3, 5, 16, 17, 33}) {
+          std::vector<float> scalar(static_cast<size_t>(tokens) * y_stride, -1.0f), simd(scalar.size(), -1.0f);
+          m.multiply(x.data(), x_stride, tokens, scalar.data(), y_stride, KernelIsa::kScalar);
+          m.multiply(x.data(), x_stride, tokens, simd.data(), y_stride, KernelIsa::kAvx512);
+          for (int t = 0; t < tokens; ++t) {
+            for (int r = 0; r < shape.rows; ++r) {
+              const size_t i = static_cast<size_t>(t) * y_stride + static_cast<size_t>(r);
+              ASSERT_TRUE(same_float(simd[i], scalar[i]))
+                  << tensor_type_name(type) << (extreme ? " extreme " : " ") << shape.rows << "x" << shape.cols
+                  << " tokens " << tokens << " t " << t << " r " << r << ": " << simd[i] << " vs " << scalar[i];
+            }
+            for (size_t pad = static_cast<size_t>(shape.rows); pad < y_stride; ++pad)
+              ASSERT_EQ(simd[static_cast<size_t>(t) * y_stride + pad], -1.0f) << "padding of y written";
+          }
+        }
+      }
+    }
+  }
+}
+
+// The largest sums the formats allow (every level, scale and min at its maximum, activations all
+// of one sign at full scale): the integer sums exceed 2^24, so the float they become is rounded,
+// and the panels must round them as the scalar twin does.
+TEST(BlockFormats, PanelledKQuantsEqualTheScalarTwinAtFullScale) {
+  if (best_available_isa() != KernelIsa::kAvx512) GTEST_SKIP() << "no AVX-512 build on this CPU";
+  const int rows = 20, cols = 512, tokens = 3;
+  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K}) {
+    Weights w{type, rows, cols, std::vector<std::byte>(static_cast<size_t>(rows) * tensor_row_bytes(type, cols))};
+    for (std::byte& b : w.bytes) b = std::byte{0xFF};
+    const size_t block_bytes = tensor_row_bytes(type, kSuperBlock);
+    for (size_t k = 0; k < w.bytes.size() / block_bytes; ++k) {
+      const uint16_t one = f32_to_f16(1.0f), tiny = f32_to_f16(0.0f);
+      if (type == TensorType::kQ6_K) {
+        // int8 scales of 127 in half the rows' blocks, -1 (0xFF) in the others
+        if (k % 2 == 0) std::memset(w.bytes.data() + k * block_bytes + 192, 0x7F, 16);
+        std::memcpy(w.bytes.data() + k * block_bytes + 208, &one, 2);
+      } else {
+        std::memcpy(w.bytes.data() + k * block_bytes, &one, 2);
+        std::memcpy(w.bytes.data() + k * block_bytes + 2, k % 3 == 0 ? &tiny : &one, 2);
+      }
+    }
+    const QuantizedMatrix m(w.view());
+    std::vector<float> x(static_cast<size_t>(tokens) * cols);
+    // Token 0: one level of 126 per 32 values makes every sub-block's sum odd (a sum above 2^24
+    // formed in another order would round elsewhere).
+    for (size_t j = 0; j < x.size(); ++j)
+      x[j] = j < static_cast<size_t>(cols) ? (j % 32 == 0 ? 126.0f / 127.0f : 1.0f) : j < 2u * cols ? -3.0f : 0.5f;
+    std::vector<float> scalar(static_cast<size_t>(tokens) * rows), simd(scalar.size());
+    m.multiply(x.data(), cols, tokens, scalar.data(), rows, KernelIsa::kScalar);
+    m.multiply(x.data(), cols, tokens, simd.data(), rows, KernelIsa::kAvx512);
+    for (size_t i = 0; i < scalar.size(); ++i)
+      ASSERT_TRUE(same_float(simd[i], scalar[i]))
+          << tensor_type_name(type) << " " << i << ": " << simd[i] << " vs " << scalar[i];
+  }
+}
+
 // Hand-made blocks with known values: where each level sits in the block and how scales apply.
 TEST(BlockFormats, KnownBlocksDequantizeToTheirValues) {
   {  // Q4_1: element j in the low nibble of byte j, element j + 16 in its high nibble.

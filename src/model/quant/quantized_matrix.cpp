@@ -123,7 +123,8 @@ QuantizedMatrix::QuantizedMatrix(const WeightTensor& w) : w_(w) {
   if (w.cols % traits->block_elements != 0)
     throw UsageError(fmt::format("QuantizedMatrix: {} rows of {} values are not whole blocks of {}",
                                  tensor_type_name(w.type), w.cols, traits->block_elements));
-  if (quant_detail::is_block_format(w.type) || !quant_detail::runs_panels(KernelIsa::kAuto)) return;
+  const bool panelled = !quant_detail::is_block_format(w.type) || quant_detail::is_panelled_k_quant(w.type);
+  if (!panelled || !quant_detail::runs_panels(KernelIsa::kAuto)) return;
   // The AVX-512 build reads a row-interleaved copy, made once here (see quantized_panels.h).
   auto panels = std::make_shared<Panels>();
   panels->layout = quant_detail::panel_layout(w.type, rows(), cols());
@@ -149,14 +150,20 @@ QuantizedMatrix::QuantizedMatrix(const WeightTensor& w) : w_(w) {
 void QuantizedMatrix::multiply(const float* x, size_t x_stride, int num_tokens, float* y, size_t y_stride,
                                KernelIsa isa) const {
   if (num_tokens <= 0) return;
-  if (quant_detail::is_block_format(w_.type)) return multiply_blocks(x, x_stride, num_tokens, y, y_stride, isa);
   const bool panels = quant_detail::runs_panels(isa);
+  // The block formats without a panel layout, and every block format in the builds without
+  // panels, take one block_dot per row and token.
+  if (quant_detail::is_block_format(w_.type) && !(panels && quant_detail::is_panelled_k_quant(w_.type)))
+    return multiply_blocks(x, x_stride, num_tokens, y, y_stride, isa);
   if (panels && !panels_)  // cannot happen: kAuto resolves to AVX-512 whenever AVX-512 may be asked for
     throw UsageError(
         "QuantizedMatrix: the AVX-512 build needs the repacked weights, made only where it is the default");
   const quant_detail::RowsKernel& k = quant_detail::rows_kernel_for(isa);
   // Only touched after the run-time check: its translation unit is compiled for AVX-512.
-  const quant_detail::PanelsKernel* pk = panels ? &quant_detail::avx512_panels_kernel() : nullptr;
+  const quant_detail::PanelsKernel* pk = !panels ? nullptr
+                                         : quant_detail::is_panelled_k_quant(w_.type)
+                                             ? &quant_detail::avx512_k_quant_panels_kernel()
+                                             : &quant_detail::avx512_panels_kernel();
   const int rows = this->rows(), cols = this->cols();
   const quant_detail::WeightRows w{w_.type, static_cast<const std::byte*>(w_.data), tensor_row_bytes(w_.type, cols),
                                    cols};

@@ -1,16 +1,70 @@
 #include "quantized_panels.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 
 #include <fmt/format.h>
 
 #include "pagedkv/core/error.h"
+#include "pagedkv/model/format/block_formats.h"
 
 namespace pagedkv::quant_detail {
 namespace {
 
 size_t round_up_64(size_t n) { return (n + 63) / 64 * 64; }
+
+// Row i of a K-quant panel, super-blocks from `src` (null: a padding row, all zero bytes already).
+// Q4_K / Q5_K: every register of a chunk takes 4 bytes of the block, from the offsets listed here;
+// Q6_K: its levels rearranged as quantized_panels.h says.
+void repack_k_quant_row(const PanelLayout& l, const std::byte* src, int i, std::byte* panel) {
+  if (src == nullptr) return;  // zero nibbles, scales and d: a zero row
+  const int blocks = l.cols / kSuperBlock;
+  const size_t block_bytes = tensor_row_bytes(l.type, kSuperBlock);
+  // Byte offsets within a Q4_K / Q5_K block of: the nibbles, the high bits (Q5_K), the packed
+  // scales; the number of registers of high bits.
+  const bool five = l.type == TensorType::kQ5_K;
+  const int nibbles_at = five ? 48 : 16, high_at = 16, scales_at = 4, high_registers = five ? 8 : 0;
+  const size_t row_at = static_cast<size_t>(i) * 4;
+  for (int b = 0; b < blocks; ++b) {
+    const std::byte* blk = src + static_cast<size_t>(b) * block_bytes;
+    std::byte* dst = panel + PanelLayout::chunk_at(l.type, b);
+    int g = 0;
+    if (l.type == TensorType::kQ6_K) {
+      // Columns 128n + 32s + 4v + j (s = 0..3) as three bytes: q_s = low nibble | high bits << 4
+      // (0..63) in bits 0-5 of byte j of registers 3(8n + v) + 0, 1, 2 for s = 0, 1, 2, and q_3's
+      // bits 0-1, 2-3, 4-5 in bits 6-7 of those three bytes.
+      const auto* ql = reinterpret_cast<const uint8_t*>(blk);
+      const uint8_t* qh = ql + 128;
+      for (int n = 0; n < 2; ++n)
+        for (int v = 0; v < 8; ++v)
+          for (int j = 0; j < 4; ++j) {
+            int q[4];
+            for (int s = 0; s < 4; ++s) {
+              const int low = (ql[64 * n + 32 * (s % 2) + 4 * v + j] >> (s < 2 ? 0 : 4)) & 0xF;
+              q[s] = low | (((qh[32 * n + 4 * v + j] >> (2 * s)) & 3) << 4);
+            }
+            std::byte* at = dst + static_cast<size_t>(3 * (8 * n + v)) * 64 + row_at + static_cast<size_t>(j);
+            for (int k = 0; k < 3; ++k) at[64 * k] = static_cast<std::byte>(q[k] | (((q[3] >> (2 * k)) & 3) << 6));
+          }
+      g = 48;
+    } else {
+      for (int v = 0; v < 32; ++v, ++g) std::memcpy(dst + g * 64 + row_at, blk + nibbles_at + 4 * v, 4);
+      for (int v = 0; v < high_registers; ++v, ++g) std::memcpy(dst + g * 64 + row_at, blk + high_at + 4 * v, 4);
+    }
+    std::byte* d = panel + PanelLayout::k_scales_at(l.type, b, blocks);
+    if (l.type == TensorType::kQ6_K) {
+      for (int s = 0; s < 16; ++s)
+        dst[static_cast<size_t>(g) * 64 + static_cast<size_t>(s) * 16 + static_cast<size_t>(i)] =
+            blk[offsetof(BlockQ6_K, scales) + static_cast<size_t>(s)];
+      std::memcpy(d + 2 * i, blk + offsetof(BlockQ6_K, d), 2);
+    } else {
+      for (int v = 0; v < 3; ++v, ++g) std::memcpy(dst + g * 64 + row_at, blk + scales_at + 4 * v, 4);
+      std::memcpy(d + 2 * i, blk, 2);  // d
+      std::memcpy(d + 32 + 2 * i, blk + 2, 2);  // dmin
+    }
+  }
+}
 
 }  // namespace
 
@@ -31,6 +85,16 @@ PanelLayout panel_layout(TensorType type, int rows, int cols) {
       l.scales_at = blocks * PanelLayout::quant_block_bytes(type);
       l.panel_bytes = round_up_64(l.scales_at + blocks * kPanelRows * sizeof(uint16_t));
       break;
+    case TensorType::kQ4_K:
+    case TensorType::kQ5_K:
+    case TensorType::kQ6_K: {
+      if (cols % kSuperBlock != 0)
+        throw UsageError(fmt::format("panel layout: {} columns are not whole blocks of {}", cols, kSuperBlock));
+      const size_t super_blocks = static_cast<size_t>(cols / kSuperBlock);
+      l.panel_bytes =
+          round_up_64(super_blocks * (PanelLayout::quant_block_bytes(type) + PanelLayout::scale_block_bytes(type)));
+      break;
+    }
     default:
       throw UsageError(fmt::format("panel layout: {} weights are not supported", tensor_type_name(type)));
   }
@@ -47,6 +111,11 @@ void repack_panels(const WeightTensor& w, const PanelLayout& l, int p0, int p1, 
       const bool real = i < rows_here;
       const void* row = real ? w.row(static_cast<int64_t>(p) * kPanelRows + i) : nullptr;
       switch (l.type) {
+        case TensorType::kQ4_K:
+        case TensorType::kQ5_K:
+        case TensorType::kQ6_K:
+          repack_k_quant_row(l, static_cast<const std::byte*>(row), i, panel);
+          break;
         case TensorType::kF16: {
           if (!real) break;  // zero bits are 0.0
           const auto* src = static_cast<const uint16_t*>(row);

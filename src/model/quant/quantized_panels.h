@@ -22,8 +22,27 @@
 //   Q4_0: first the quants of every block, 256 bytes each: 4 registers of 16 rows x 4 bytes, byte j
 //     of row i in register v being the file's byte 4v + j of that row's block (low nibble: column
 //     4v + j, high nibble: column 16 + 4v + j, both 0..15, i.e. w + 8); then the scales as for Q8_0.
-// Sizes are those of the file's rows (34 bytes per 32 Q8_0 values, 18 per 32 Q4_0 values) up to the
-// padding, so a decode step reads as many bytes as from the file.
+//   Q4_K / Q5_K / Q6_K (super-blocks of 256 columns): one chunk per super-block, registers of
+//     16 rows x 4 bytes (Q4_K / Q5_K: 4 consecutive bytes of the row's block as the file stores
+//     them), no value changing size:
+//       Q4_K: 32 registers of nibbles (register 8c + v: bytes 4v..4v+3 of qs[32c..]: low nibbles
+//         columns 64c + 4v.., high nibbles 64c + 32 + 4v..), then the 12 packed scale bytes as 3
+//         registers (bytes 0-3, 4-7, 8-11 of every row): 2240 bytes.
+//       Q5_K: the nibbles as Q4_K, 8 registers of high bits (register v: qh[4v..4v+3], bit 2c of a
+//         byte the fifth bit of the low nibble of register 8c + v, bit 2c + 1 of the high nibble),
+//         the 3 registers of scales: 2752 bytes.
+//       Q6_K: the levels 0..63 (the file's q + 32) rearranged, 3 bytes per 4 values: per 128
+//         columns n and 4-column group v (0..7), registers 3(8n + v) + k (k = 0, 1, 2) hold, in
+//         bits 0-5 of their bytes, the levels of columns 128n + 32k + 4v.., and in bits 6-7 bits
+//         2k, 2k + 1 of the level of column 128n + 96 + 4v..: 48 registers, so that 3 of every 4
+//         levels come out with one AND; then the int8 scales by sub-block: 16 bytes per
+//         sub-block of 16 values, one per row: 3328 bytes.
+//     and per super-block the 16 rows' fp16 d (and dmin for Q4_K / Q5_K): 32 (64) bytes, right after
+//     the chunk (Q6_K: after the chunks of a pair of super-blocks), so that a panel is one stream
+//     of whole 64-byte lines.
+// Sizes are those of the file's rows (34 bytes per 32 Q8_0 values, 18 per 32 Q4_0 values, 144 /
+// 176 / 210 per 256 Q4_K / Q5_K / Q6_K values) up to the padding, so a decode step reads as many
+// bytes as from the file.
 #pragma once
 
 #include <cstddef>
@@ -41,13 +60,51 @@ struct PanelLayout {
   int rows, cols;
   int panels;  // ceil(rows / 16)
   size_t panel_bytes;  // stride from one panel to the next, a multiple of 64
-  size_t scales_at;  // Q8_0 / Q4_0: where a panel's block scales start (0 for F16 / BF16)
+  size_t scales_at;  // Q8_0 / Q4_0: where a panel's block scales start (0 for the others)
 
-  // Bytes of one block's quants in a panel (Q8_0: 512, Q4_0: 256).
-  static constexpr size_t quant_block_bytes(TensorType t) { return t == TensorType::kQ8_0 ? 512 : 256; }
+  // Bytes of one block's quants in a panel (Q8_0: 512, Q4_0: 256; K-quants: the super-block's
+  // chunk, quants and sub-block scales).
+  static constexpr size_t quant_block_bytes(TensorType t) {
+    switch (t) {
+      case TensorType::kQ8_0:
+        return 512;
+      case TensorType::kQ4_K:
+        return 35 * 64;
+      case TensorType::kQ5_K:
+        return 43 * 64;
+      case TensorType::kQ6_K:
+        return 52 * 64;
+      default:
+        return 256;
+    }
+  }
+  // Bytes of one block's scales in a panel: 16 fp16 d, plus 16 fp16 dmin for Q4_K / Q5_K.
+  static constexpr size_t scale_block_bytes(TensorType t) {
+    return t == TensorType::kQ4_K || t == TensorType::kQ5_K ? 64 : 32;
+  }
+  // K-quants: super-blocks in groups of this many (Q6_K: 2, whose chunks and scales make whole
+  // 64-byte lines), a group being its chunks, then their scale blocks.
+  static constexpr int super_block_group(TensorType t) { return t == TensorType::kQ6_K ? 2 : 1; }
+  // K-quants: offsets within a panel of super-block b's chunk and of its scale block.
+  static constexpr size_t chunk_at(TensorType t, int b) {
+    const int g = super_block_group(t);
+    return static_cast<size_t>(b / g) * static_cast<size_t>(g) * (quant_block_bytes(t) + scale_block_bytes(t)) +
+           static_cast<size_t>(b % g) * quant_block_bytes(t);
+  }
+  static constexpr size_t k_scales_at(TensorType t, int b, int super_blocks) {
+    const int g = super_block_group(t), first = b / g * g;
+    const int in_group = super_blocks - first < g ? super_blocks - first : g;
+    return chunk_at(t, first) + static_cast<size_t>(in_group) * quant_block_bytes(t) +
+           static_cast<size_t>(b % g) * scale_block_bytes(t);
+  }
 };
 
-// The layout of a rows x cols matrix of `type` (F16, BF16, Q8_0 or Q4_0).
+// True for the K-quant types that have a panel layout (Q4_K, Q5_K, Q6_K).
+constexpr bool is_panelled_k_quant(TensorType t) {
+  return t == TensorType::kQ4_K || t == TensorType::kQ5_K || t == TensorType::kQ6_K;
+}
+
+// The layout of a rows x cols matrix of `type` (F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K or Q6_K).
 PanelLayout panel_layout(TensorType type, int rows, int cols);
 
 // Writes `w` in the panel layout to `out` (layout.panels * layout.panel_bytes bytes, 64-byte

@@ -1,0 +1,428 @@
+// The AVX-512 build (F, VL, BW, DQ and VNNI) of QuantizedMatrix's K-quant products (Q4_K, Q5_K,
+// Q6_K), on the weights repacked in panels of 16 rows (quantized_panels.h); entered only after the
+// run-time check in quantized_matrix.cpp. The activations are quantized to Q8_K as the scalar twin
+// (block_dot.h) does, and the results equal the twin's bit for bit: inside a super-block every
+// product is an exact integer sum whatever its order, and the super-block's contribution,
+// (d * d_x) * sum - (dmin * d_x) * mins, is added to the row's float accumulator in block order
+// with the twin's very float operations (this file is compiled without fused multiply-adds).
+//
+// One 64-byte register of weights holds 4 columns of 16 rows, the unsigned operand of vpdpbusd;
+// the activation's 4 bytes are broadcast, and each of the 16 int32 lanes gathers one row's sum.
+//   Q4_K / Q5_K: per sub-block of 32 columns, 8 registers of levels (0..15, or 0..31 with the
+//     fifth bit) and 8 vpdpbusd per token into a fresh chain, times the sub-block's 6-bit scale
+//     (Q5_K: vpmulld; Q4_K: in float, exactly, see sums_q4_k), the scales decoded once per
+//     super-block and panel from the 12 packed bytes of the 16 rows; the mins: 4 vpdpwssd of
+//     (min, min) int16 pairs against the activation's 32-value sums, paired the same way.
+//   Q6_K: levels 0..63 (the file's q + 32), three of every four with one AND (the repacked layout
+//     keeps the fourth's bits in the top of the other three's bytes); per sub-block of 16 columns
+//     a chain of 4 vpdpbusd that starts at -32 times the activation's 16-value sum (so that it
+//     sums (q - 32) * x), times the int8 scale (vpmulld).
+// Tiles of one panel x up to 16 tokens reuse each unpacked register for all their tokens; a
+// single token takes 4 panels at once, 2-3 tokens 2 (more independent chains, more streams in
+// flight), with software prefetch ahead of each panel's stream as the Q8_0 panels do.
+//
+// GCC 12 flags the deliberately undefined pass-through operands inside some AVX-512 intrinsics as
+// uninitialized (GCC bug 105593, fixed in 13): silence only that.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+
+#include "pagedkv/model/format/block_formats.h"  // kSuperBlock, the Q8_K rule
+#include "quantized_kernels.h"
+
+namespace pagedkv::quant_detail {
+namespace {
+
+constexpr int kMaxTokens = 16;  // tokens per tile: a batch is prepared in groups of 16 tokens
+// Software prefetch distance within a panel's stream (as for the Q8_0 panels: far ahead for a
+// slow, compute-bound tile of one panel, nearer for the memory-bound tiles of several).
+template <int P>
+constexpr size_t kPrefetchAhead = P == 1 ? 6144 : 2048;
+
+// ---- prepared activations ------------------------------------------------------------------------
+// Per super-block, one record per token of the group (records of a group's tokens side by side):
+// the Q8_K values and d, and what the weights' offsets and mins meet, precomputed once per token.
+struct SuperRecord {
+  int8_t q[kSuperBlock];
+  float d;
+  // Q4_K / Q5_K: the sums of the 32-value sub-blocks 2c and 2c + 1 as an int16 pair (c = 0..3).
+  int32_t sum_pairs[4];
+  // Q6_K: -32 times each 16-value sum, the start of that sub-block's chain.
+  int32_t start_q6[16];
+  int32_t unused[3];
+};
+static_assert(sizeof(SuperRecord) == 352);
+
+size_t token_bytes(int cols) { return static_cast<size_t>(cols / kSuperBlock) * sizeof(SuperRecord); }
+
+size_t prepared_bytes(TensorType, int cols, int num_tokens) {
+  return static_cast<size_t>(num_tokens) * token_bytes(cols);
+}
+
+// One super-block of a token quantized to Q8_K as quantize_row_q8_k does, 16 lanes at a time (the
+// same values for every input, tested): the value of largest magnitude (the first on ties, NaN
+// skipped) sets iscale = -127 / max, q = iscale * x rounded half to even (the conversions' default
+// rounding, as nearbyint there), capped to [-128, 127], NaN to 0; d = 1 / iscale.
+void quantize_super(const float* v, SuperRecord& r) {
+  __m512 x[16];
+  __m512 amax = _mm512_setzero_ps();
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) {
+    x[i] = _mm512_loadu_ps(v + 16 * i);
+    // NaN lanes count as zero (|NaN| > amax is false there)
+    amax = _mm512_max_ps(amax, _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x[i], x[i], _CMP_ORD_Q), _mm512_abs_ps(x[i])));
+  }
+  const float m = _mm512_reduce_max_ps(amax);
+  std::memset(&r, 0, sizeof r);
+  if (m == 0.0f) return;  // d = 0, q = 0, sums 0
+  float max = 0.0f;
+  for (int i = 0; i < 16; ++i) {
+    const __mmask16 at = _mm512_cmp_ps_mask(_mm512_abs_ps(x[i]), _mm512_set1_ps(m), _CMP_EQ_OQ);
+    if (at != 0) {
+      max = v[16 * i + __builtin_ctz(at)];
+      break;
+    }
+  }
+  const float iscale = -127.0f / max;
+  const __m512 scale = _mm512_set1_ps(iscale);
+  int16_t bsums[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) {
+    const __m512 p = _mm512_mul_ps(scale, x[i]);
+    __m512 q = _mm512_roundscale_ps(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    q = _mm512_min_ps(_mm512_max_ps(q, _mm512_set1_ps(-128.0f)), _mm512_set1_ps(127.0f));
+    const __m512i qi = _mm512_cvtps_epi32(_mm512_maskz_mov_ps(_mm512_cmp_ps_mask(p, p, _CMP_ORD_Q), q));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(r.q + 16 * i), _mm512_cvtepi32_epi8(qi));
+    bsums[i] = static_cast<int16_t>(_mm512_reduce_add_epi32(qi));
+  }
+  r.d = 1.0f / iscale;
+  for (int c = 0; c < 4; ++c) {
+    // |sum of 32 values| <= 4096: an int16
+    const auto lo = static_cast<uint16_t>(bsums[4 * c] + bsums[4 * c + 1]);
+    const auto hi = static_cast<uint16_t>(bsums[4 * c + 2] + bsums[4 * c + 3]);
+    r.sum_pairs[c] = static_cast<int32_t>(static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16));
+  }
+  for (int s = 0; s < 16; ++s) r.start_q6[s] = -32 * bsums[s];
+}
+
+void prepare(TensorType, const float* x, size_t x_stride, int num_tokens, int cols, std::byte* out) {
+  const int blocks = cols / kSuperBlock;
+  for (int t0 = 0; t0 < num_tokens; t0 += kMaxTokens) {
+    const int tokens = std::min(kMaxTokens, num_tokens - t0);
+    auto* group = reinterpret_cast<SuperRecord*>(out + static_cast<size_t>(t0) * token_bytes(cols));
+    for (int t = 0; t < tokens; ++t) {
+      const float* xt = x + static_cast<size_t>(t0 + t) * x_stride;
+      for (int b = 0; b < blocks; ++b)
+        quantize_super(xt + static_cast<size_t>(b) * kSuperBlock,
+                       group[static_cast<size_t>(b) * static_cast<size_t>(tokens) + static_cast<size_t>(t)]);
+    }
+  }
+}
+
+// ---- unpacking -------------------------------------------------------------------------------------
+
+__m512i load(const std::byte* p) { return _mm512_load_si512(p); }
+__m512i bytes(int v) { return _mm512_set1_epi8(static_cast<char>(v)); }
+// Every byte's bits moved left by k (right for negative k); bits crossing into a neighbouring byte
+// are masked off by the callers (|k| <= 4 keeps the bits they keep within their own byte).
+template <int k>
+__m512i shift_bits(__m512i v) {
+  if constexpr (k > 0) return _mm512_slli_epi16(v, k);
+  else if constexpr (k < 0) return _mm512_srli_epi16(v, -k);
+  else return v;
+}
+// a | (b & c), one vpternlogd.
+__m512i or_masked(__m512i a, __m512i b, __m512i c) { return _mm512_ternarylogic_epi32(a, b, c, 0xF8); }
+template <int kHigh>
+__m512i nibbles(__m512i v) {
+  return _mm512_and_si512(kHigh ? _mm512_srli_epi16(v, 4) : v, bytes(0x0F));
+}
+// A pshufb pattern: byte j (0..3) of every dword takes byte src[j] of the same dword (-1: zero).
+__m512i dword_pattern(int s0, int s1, int s2, int s3) {
+  const int src[4] = {s0, s1, s2, s3};
+  alignas(16) int8_t idx[16];
+  for (int k = 0; k < 4; ++k)
+    for (int j = 0; j < 4; ++j) idx[4 * k + j] = static_cast<int8_t>(src[j] < 0 ? -128 : 4 * k + src[j]);
+  return _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(idx)));
+}
+
+// Q4_K / Q5_K's packed scales of 16 rows (3 registers: bytes 0-3, 4-7, 8-11 of each row) as two
+// registers of 4 bytes per row each: the scales of sub-blocks 0-3 / 4-7 (lo, hi) and the mins.
+struct PackedScales {
+  __m512i scales_lo, scales_hi, mins_lo, mins_hi;
+};
+
+PackedScales decode_scales(const std::byte* at) {
+  const __m512i w0 = load(at), w1 = load(at + 64), w2 = load(at + 128);
+  const __m512i low6 = bytes(0x3F), low4 = bytes(0x0F), bits45 = bytes(0x30);
+  // Sub-blocks 4-7: low 4 bits from bytes 8-11 (scales: low nibbles, mins: high nibbles), high 2
+  // bits from the top of bytes 0-3 (scales) or 4-7 (mins).
+  return {_mm512_and_si512(w0, low6), or_masked(_mm512_and_si512(w2, low4), _mm512_srli_epi32(w0, 2), bits45),
+          _mm512_and_si512(w1, low6),
+          or_masked(_mm512_and_si512(_mm512_srli_epi32(w2, 4), low4), _mm512_srli_epi32(w1, 2), bits45)};
+}
+
+// The 16 rows' scale of sub-block s as int32 lanes.
+__m512i scale_of(const PackedScales& p, int s) {
+  return _mm512_shuffle_epi8(s < 4 ? p.scales_lo : p.scales_hi, dword_pattern(s % 4, -1, -1, -1));
+}
+// The mins of sub-blocks 2c and 2c + 1 as an int16 pair per row.
+__m512i min_pair(const PackedScales& p, int c) {
+  const int j = 2 * (c % 2);
+  return _mm512_shuffle_epi8(c < 2 ? p.mins_lo : p.mins_hi, dword_pattern(j, -1, j + 1, -1));
+}
+
+__m512i broadcast4(const int8_t* q) {
+  int32_t v;
+  std::memcpy(&v, q, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// start + sum over the N registers w[i] (levels) and 4-byte groups x[4i..] of their products.
+template <int N>
+__m512i dot_chain(__m512i start, const __m512i* w, const int8_t* x) {
+#pragma GCC unroll 8
+  for (int i = 0; i < N; ++i) start = _mm512_dpbusd_epi32(start, w[i], broadcast4(x + 4 * i));
+  return start;
+}
+
+// ---- the tiles ---------------------------------------------------------------------------------------
+
+__mmask16 rows_mask(int rows_out) { return static_cast<__mmask16>((1u << rows_out) - 1); }
+
+// Q4_K / Q5_K: the sums of one super-block of one panel for the tile's tokens, as floats (each
+// the float of the exact integer sum: what the scalar twin converts), and the mins.
+//   Q5_K: each sub-block's chain times its scale (vpmulld) in int32, converted at the end.
+//   Q4_K: in float, with one conversion and one FMA per sub-block instead of vpmulld's two
+//     micro-ops on the port that runs vpdpbusd. Exact: a chain is at most 32 * 15 * 128 in
+//     magnitude, times a scale <= 63 that is 3.9 M, and two accumulators of 4 sub-blocks each stay
+//     below 2^24, so every FMA is exact; adding the two rounds their exact sum once, to nearest
+//     even, as the twin's conversion of the integer sum does. The high nibbles are not shifted
+//     down: their chains are 16 times the sums (still exact in float), met by the scale / 16
+//     (exact too), which saves a shift per register on that same port.
+template <TensorType kType, int T>
+void sums_q4_k(const std::byte* chunk, const SuperRecord* xb, __m512 (&sum)[T], __m512i (&mins)[T]) {
+  constexpr bool kFive = kType == TensorType::kQ5_K;
+  const PackedScales packed = decode_scales(chunk + (kFive ? 40 : 32) * 64);
+  __m512i isum[T];
+  __m512 half[2][T];
+#pragma GCC unroll 16
+  for (int t = 0; t < T; ++t) {
+    isum[t] = _mm512_setzero_si512();
+    half[0][t] = half[1][t] = _mm512_setzero_ps();
+  }
+#pragma GCC unroll 8
+  for (int s = 0; s < 8; ++s) {
+    const int c = s / 2;
+    __m512i w[8];
+#pragma GCC unroll 8
+    for (int v = 0; v < 8; ++v) {
+      const __m512i q = load(chunk + (8 * c + v) * 64);
+      // Q4_K's high nibbles stay in place (16 times the level; the scale is divided by 16 instead).
+      w[v] = s % 2 == 0 ? nibbles<0>(q) : kFive ? nibbles<1>(q) : _mm512_and_si512(q, bytes(0xF0));
+      if constexpr (kFive) {  // the fifth bit: bit 2c (low nibbles) or 2c + 1 (high) of the qh byte
+        const __m512i h = load(chunk + (32 + v) * 64);
+        const __m512i moved = s == 0   ? shift_bits<4>(h)
+                              : s == 1 ? shift_bits<3>(h)
+                              : s == 2 ? shift_bits<2>(h)
+                              : s == 3 ? shift_bits<1>(h)
+                              : s == 4 ? shift_bits<0>(h)
+                              : s == 5 ? shift_bits<-1>(h)
+                              : s == 6 ? shift_bits<-2>(h)
+                                       : shift_bits<-3>(h);
+        w[v] = or_masked(w[v], moved, bytes(0x10));
+      }
+    }
+    const __m512i scale = scale_of(packed, s);
+    if constexpr (kFive) {
+#pragma GCC unroll 16
+      for (int t = 0; t < T; ++t)
+        isum[t] = _mm512_add_epi32(
+            isum[t], _mm512_mullo_epi32(dot_chain<8>(_mm512_setzero_si512(), w, xb[t].q + 32 * s), scale));
+    } else {
+      const __m512 scale_f =
+          s % 2 == 0 ? _mm512_cvtepi32_ps(scale) : _mm512_mul_ps(_mm512_cvtepi32_ps(scale), _mm512_set1_ps(1.0f / 16));
+#pragma GCC unroll 16
+      for (int t = 0; t < T; ++t)
+        half[s / 4][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot_chain<8>(_mm512_setzero_si512(), w, xb[t].q + 32 * s)),
+                                         scale_f, half[s / 4][t]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int t = 0; t < T; ++t) sum[t] = kFive ? _mm512_cvtepi32_ps(isum[t]) : _mm512_add_ps(half[0][t], half[1][t]);
+  __m512i pairs[4];
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) pairs[c] = min_pair(packed, c);
+#pragma GCC unroll 16
+  for (int t = 0; t < T; ++t) {
+    __m512i m = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) m = _mm512_dpwssd_epi32(m, pairs[c], _mm512_set1_epi32(xb[t].sum_pairs[c]));
+    mins[t] = m;
+  }
+}
+
+// Q6_K: the integer sums (offset included) of one super-block of one panel for the tile's tokens.
+template <int T>
+void sums_q6_k(const std::byte* chunk, const SuperRecord* xb, __m512i (&sum)[T]) {
+#pragma GCC unroll 2
+  for (int n = 0; n < 2; ++n) {
+#pragma GCC unroll 4
+    for (int s = 0; s < 4; ++s) {  // columns 128n + 32s.., sub-blocks 8n + 2s and 8n + 2s + 1
+      __m512i w[8];
+#pragma GCC unroll 8
+      for (int v = 0; v < 8; ++v) {
+        const std::byte* triple = chunk + 3 * (8 * n + v) * 64;
+        if (s < 3) {
+          w[v] = _mm512_and_si512(load(triple + s * 64), bytes(0x3F));
+        } else {  // bits 6-7 of the three bytes, as bits 0-1, 2-3, 4-5
+          const __m512i low_mid = _mm512_ternarylogic_epi32(_mm512_srli_epi16(load(triple), 6),
+                                                            _mm512_srli_epi16(load(triple + 64), 4), bytes(0x03), 0xE4);
+          const __m512i all =
+              _mm512_ternarylogic_epi32(low_mid, _mm512_srli_epi16(load(triple + 128), 2), bytes(0x0F), 0xE4);
+          w[v] = _mm512_and_si512(all, bytes(0x3F));
+        }
+      }
+      const int sb = 8 * n + 2 * s;
+      const std::byte* scales = chunk + 48 * 64 + sb * 16;
+      const __m512i scale0 = _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(scales)));
+      const __m512i scale1 = _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(scales + 16)));
+#pragma GCC unroll 16
+      for (int t = 0; t < T; ++t) {
+        const int8_t* x = xb[t].q + 128 * n + 32 * s;
+        const __m512i first = dot_chain<4>(_mm512_set1_epi32(xb[t].start_q6[sb]), w, x);
+        const __m512i second = dot_chain<4>(_mm512_set1_epi32(xb[t].start_q6[sb + 1]), w + 4, x + 16);
+        sum[t] = _mm512_add_epi32(
+            sum[t], _mm512_add_epi32(_mm512_mullo_epi32(first, scale0), _mm512_mullo_epi32(second, scale1)));
+      }
+    }
+  }
+}
+
+// P panels x the T tokens of group `x` (SuperRecords, T per super-block); rows_out[p] real rows
+// in panel p.
+template <TensorType kType, int P, int T>
+void k_tile(const std::byte* panel, const PanelLayout& l, const SuperRecord* x, float* y, size_t y_stride,
+            const int* rows_out) {
+  constexpr bool kMins = kType != TensorType::kQ6_K;
+  constexpr size_t kChunk = PanelLayout::quant_block_bytes(kType);
+  const int blocks = l.cols / kSuperBlock;
+  __m512 acc[P][T];
+#pragma GCC unroll 16
+  for (int p = 0; p < P; ++p)
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) acc[p][t] = _mm512_setzero_ps();
+  for (int b = 0; b < blocks; ++b) {
+    const SuperRecord* xb = x + static_cast<size_t>(b) * T;
+#pragma GCC unroll 4
+    for (int p = 0; p < P; ++p) {
+      const std::byte* base = panel + static_cast<size_t>(p) * l.panel_bytes;
+      const std::byte* chunk = base + PanelLayout::chunk_at(kType, b);
+      const std::byte* ds = base + PanelLayout::k_scales_at(kType, b, blocks);
+      // The panel is one stream: a super-block's lines, its scales' included (Q6_K: on average
+      // 52.5 lines, so one line more than its chunk).
+#pragma GCC unroll 64
+      for (size_t line = 0; line < kChunk + 64; line += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(chunk + line + kPrefetchAhead<P>), _MM_HINT_T0);
+      __m512 sum[T];
+      __m512i mins[T];
+      if constexpr (kMins) {
+        sums_q4_k<kType, T>(chunk, xb, sum, mins);
+      } else {
+        __m512i isum[T];
+#pragma GCC unroll 16
+        for (int t = 0; t < T; ++t) isum[t] = mins[t] = _mm512_setzero_si512();
+        sums_q6_k<T>(chunk, xb, isum);
+#pragma GCC unroll 16
+        for (int t = 0; t < T; ++t) sum[t] = _mm512_cvtepi32_ps(isum[t]);
+      }
+      // The scalar twin's float step: acc += (d * d_x) * sum - (dmin * d_x) * mins, dmin and mins
+      // zero for Q6_K (still multiplied, as there).
+      const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ds)));
+      const __m512 dmin =
+          kMins ? _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ds + 32))) : _mm512_setzero_ps();
+#pragma GCC unroll 16
+      for (int t = 0; t < T; ++t) {
+        const __m512 dx = _mm512_set1_ps(xb[t].d);
+        const __m512 with_sum = _mm512_mul_ps(_mm512_mul_ps(d, dx), sum[t]);
+        const __m512 with_mins = _mm512_mul_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(mins[t]));
+        acc[p][t] = _mm512_add_ps(acc[p][t], _mm512_sub_ps(with_sum, with_mins));
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int p = 0; p < P; ++p)
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t)
+      _mm512_mask_storeu_ps(y + static_cast<size_t>(t) * y_stride + static_cast<size_t>(p) * kPanelRows,
+                            rows_mask(rows_out[p]), acc[p][t]);
+}
+
+// ---- the driver ----------------------------------------------------------------------------------
+
+// k_tile<kType, P, T> for a group of `tokens` (1..T) tokens.
+template <TensorType kType, int P, int T>
+void run_tile(int tokens, const std::byte* panel, const PanelLayout& l, const SuperRecord* x, float* y, size_t y_stride,
+              const int* rows_out) {
+  if constexpr (T > 1) {
+    if (tokens < T) return run_tile<kType, P, T - 1>(tokens, panel, l, x, y, y_stride, rows_out);
+  }
+  k_tile<kType, P, T>(panel, l, x, y, y_stride, rows_out);
+}
+
+// The tiles of one token group over panels [p0, p1): a few tokens on several panels (more
+// independent chains and streams in flight), 4 or more on one.
+template <TensorType kType>
+void group_over_panels(const WeightPanels& w, int p0, int p1, const Activations& acts, int t0, float* y,
+                       size_t y_stride, int max_panels) {
+  const PanelLayout& l = w.layout;
+  const int tokens = std::min(kMaxTokens, acts.num_tokens - t0);
+  const auto* x = reinterpret_cast<const SuperRecord*>(acts.data + static_cast<size_t>(t0) * token_bytes(l.cols));
+  const int want = std::min(max_panels, tokens >= 4 ? 1 : tokens >= 2 ? 2 : 4);
+  for (int p = p0; p < p1;) {
+    const int left = p1 - p;
+    const int panels = want >= 4 && left >= 4 ? 4 : want >= 2 && left >= 2 ? 2 : 1;
+    int rows_out[4];
+    for (int i = 0; i < panels; ++i) rows_out[i] = std::min(kPanelRows, l.rows - (p + i) * kPanelRows);
+    const std::byte* panel = w.base + static_cast<size_t>(p) * l.panel_bytes;
+    float* yp = y + static_cast<size_t>(t0) * y_stride + static_cast<size_t>(p) * kPanelRows;
+    if (panels == 4) run_tile<kType, 4, 1>(tokens, panel, l, x, yp, y_stride, rows_out);
+    else if (panels == 2) run_tile<kType, 2, 3>(tokens, panel, l, x, yp, y_stride, rows_out);
+    else run_tile<kType, 1, kMaxTokens>(tokens, panel, l, x, yp, y_stride, rows_out);
+    p += panels;
+  }
+}
+
+// Panels [p0, p1) for every token group; with several groups panel by panel, so that every group
+// passes over a panel while it is still in L2.
+template <TensorType kType>
+void multiply_with(const WeightPanels& w, int p0, int p1, const Activations& acts, float* y, size_t y_stride) {
+  const int n = acts.num_tokens;
+  if (n <= kMaxTokens) return group_over_panels<kType>(w, p0, p1, acts, 0, y, y_stride, 4);
+  for (int p = p0; p < p1; ++p)
+    for (int t0 = 0; t0 < n; t0 += kMaxTokens) group_over_panels<kType>(w, p, p + 1, acts, t0, y, y_stride, 1);
+}
+
+void multiply_panels(const WeightPanels& w, int p0, int p1, const Activations& x, float* y, size_t y_stride) {
+  switch (w.layout.type) {
+    case TensorType::kQ4_K:
+      return multiply_with<TensorType::kQ4_K>(w, p0, p1, x, y, y_stride);
+    case TensorType::kQ5_K:
+      return multiply_with<TensorType::kQ5_K>(w, p0, p1, x, y, y_stride);
+    default:
+      return multiply_with<TensorType::kQ6_K>(w, p0, p1, x, y, y_stride);
+  }
+}
+
+}  // namespace
+
+const PanelsKernel& avx512_k_quant_panels_kernel() {
+  static const PanelsKernel k{prepared_bytes, prepare, multiply_panels};
+  return k;
+}
+
+}  // namespace pagedkv::quant_detail
