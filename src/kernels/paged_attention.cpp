@@ -20,6 +20,8 @@
 // shared prefix is read (and, for 16-bit K/V, converted) once for the group instead of once per
 // member; each member's own tile covers only its suffix. Both write partial softmax states, which
 // the last of them to finish merges into the member's output exactly as partitions are merged.
+// A prefix task of 16-64 rows per KV head is compute-bound: on AVX-512 (and in the scalar twin)
+// it runs the kernel with the rows in vector lanes (attention_wide_rows.h), f32/f16/bf16 K/V.
 // The scan costs a sort of the decode requests by their first block id; with no first block
 // shared it stops there.
 #include "pagedkv/kernels/paged_attention.h"
