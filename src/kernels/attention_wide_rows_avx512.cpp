@@ -108,8 +108,8 @@ __attribute__((noinline)) void wide_scores(const float* qt, const float* const* 
 #pragma GCC unroll 4
       for (int i = 0; i < R; ++i) acc[i][t] = _mm512_fmadd_ps(q[i], kb, acc[i][t]);
     }
-    if (d % kLanes == kLanes - 1) pf.step();
   }
+  pf.step();  // once per block: inside the loop its state would take registers from the pointers
 #pragma GCC unroll 4
   for (int i = 0; i < R; ++i)
 #pragma GCC unroll 24
@@ -225,7 +225,7 @@ void attend_wide(const RowGroupTask& task) {
   const size_t read_offset = static_cast<size_t>(task.first_kv_head) * dim * sizeof(T);
   const size_t read_bytes = heads == task.kv->num_kv_heads ? task.kv->slot_bytes() - read_offset
                                                            : static_cast<size_t>(heads) * dim * sizeof(T);
-  const long steps_per_head = static_cast<long>((kTileTokens / NT) * (dim / kLanes) + dim / DT + 2);
+  const long steps_per_head = static_cast<long>(kTileTokens / NT + dim / DT + 2);
   const bool streaming = streams_from_memory(task, read_bytes);
   TileWalk walk(task, streaming, read_bytes);
   const T* key_slots[2][kTileTokens];
