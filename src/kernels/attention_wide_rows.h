@@ -13,8 +13,9 @@
 //   - the online softmax lane-wise: a running max and sum per row, exp as attention_exp.h;
 //   - O^T[d][rows] += sum_token V[token][d] * P[token][rows], in strips of dimensions whose
 //     accumulators stay in registers while the tile's tokens pass.
-// Its scalar twin (attention_wide_rows_scalar.cpp) walks the same tiles with the same arithmetic,
-// one row at a time; it is the reference the AVX-512 build is tested against.
+// Its scalar twin (attention_wide_rows_scalar.cpp) walks the same tiles with the same arithmetic
+// in the same order (products unfused), one row at a time; it is the reference the AVX-512 build
+// is tested against.
 // f32, f16 and bf16 K/V without a logit soft-cap; the driver keeps the row-group kernel for the rest.
 #pragma once
 

@@ -1,8 +1,10 @@
 // The scalar twin of the prefix kernel with the query rows in vector lanes (attention_wide_rows.h):
-// the same tiles (TileWalk), and per row the AVX-512 build's lane arithmetic in the same order (a
-// fused multiply-add per key or value element, the tile's exponentials summed token by token, the
-// running sum as one fused step), so the two agree but for nothing: it is the reference the
-// AVX-512 build is tested against.
+// the same tiles (TileWalk), and per row the AVX-512 build's lane arithmetic in the same order
+// (each dot product and each value sum token by token or element by element, the tile's
+// exponentials as exp_as_simd, summed token by token), so the two differ only where the AVX-512
+// build fuses a product and a sum: it is the reference that build is tested against. Products
+// are rounded before they are added: std::fma is a library call, and a slow one on the CPUs
+// without FMA where this path is the one that runs.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -52,7 +54,7 @@ void attend_wide_scalar(const RowGroupTask& task, Convert convert) {
         for (int j = 0; j < n; ++j) {
           const float* key = key_tile.data() + static_cast<size_t>(j) * dim;
           float s = 0;
-          for (size_t d = 0; d < dim; ++d) s = std::fma(q[d], key[d], s);
+          for (size_t d = 0; d < dim; ++d) s += q[d] * key[d];
           probs[static_cast<size_t>(j)] = s;
           tile_max = std::max(tile_max, s);
         }
@@ -66,11 +68,10 @@ void attend_wide_scalar(const RowGroupTask& task, Convert convert) {
         if (new_max != task.row_max[row])
           for (size_t d = 0; d < dim; ++d) acc[d] *= correction;
         task.row_max[row] = new_max;
-        task.row_sum[row] = std::fma(task.row_sum[row], correction, tile_sum);
+        task.row_sum[row] = task.row_sum[row] * correction + tile_sum;
         for (size_t d = 0; d < dim; ++d) {
           float o = acc[d];
-          for (int j = 0; j < n; ++j)
-            o = std::fma(probs[static_cast<size_t>(j)], value_tile[static_cast<size_t>(j) * dim + d], o);
+          for (int j = 0; j < n; ++j) o += probs[static_cast<size_t>(j)] * value_tile[static_cast<size_t>(j) * dim + d];
           acc[d] = o;
         }
       }
