@@ -72,27 +72,12 @@ float load_row(const KVLayerView& kv, const std::byte* slot, size_t h, float* ou
   }
 }
 
-// The SIMD kernels' exp256 and softcap256 (attention_tile_simd.h) for one lane: the same
-// operations in the same order (std::fma where they fuse; max and min as the vector
-// instructions take a NaN), so the same results. The int8 tiles use them: their weights are
-// rounded to 8-bit codes, and std::exp / std::tanh, an ulp away from the vector versions, would
-// now and then round a code the other way (1/255 of the tile's largest weight).
-float exp_as_simd(float x) {
-  const bool underflow = x < kExpLow;
-  x = x > kExpLow ? x : kExpLow;
-  x = x < kExpHigh ? x : kExpHigh;
-  const float n = std::nearbyint(x * kExpLog2e);
-  float r = std::fma(-n, kExpLn2High, x);
-  r = std::fma(-n, kExpLn2Low, r);
-  float p = kExpPoly[0];
-  for (int i = 1; i < 6; ++i) p = std::fma(p, r, kExpPoly[i]);
-  const float y = std::fma(p, r * r, r) + 1.0f;
-  const auto bits = static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23;
-  float two_n;
-  std::memcpy(&two_n, &bits, sizeof two_n);
-  return underflow ? 0.0f : y * two_n;
-}
-
+// The SIMD kernels' softcap256 (attention_tile_simd.h) for one lane, as exp_as_simd
+// (attention_exp.h) is their exp: the same operations in the same order (std::fma where they
+// fuse; max and min as the vector instructions take a NaN), so the same results. The int8 tiles
+// use them: their weights are rounded to 8-bit codes, and std::exp / std::tanh, an ulp away from
+// the vector versions, would now and then round a code the other way (1/255 of the tile's largest
+// weight).
 float softcap_as_simd(float x, float cap) {
   const float y = x * (1.0f / cap);
   const float ay = std::fabs(y);

@@ -20,6 +20,8 @@
 // shared prefix is read (and, for 16-bit K/V, converted) once for the group instead of once per
 // member; each member's own tile covers only its suffix. Both write partial softmax states, which
 // the last of them to finish merges into the member's output exactly as partitions are merged.
+// A prefix task of 16-64 rows per KV head is compute-bound: on AVX-512 (and in the scalar twin)
+// it runs the kernel with the rows in vector lanes (attention_wide_rows.h), f32/f16/bf16 K/V.
 // The scan costs a sort of the decode requests by their first block id; with no first block
 // shared it stops there.
 #include "pagedkv/kernels/paged_attention.h"
@@ -35,6 +37,7 @@
 #include <vector>
 
 #include "attention_tile.h"
+#include "attention_wide_rows.h"
 #include "pagedkv/core/error.h"
 #include "pagedkv/kernels/query_codes.h"
 #include "pagedkv/kernels/thread_pool.h"
@@ -204,6 +207,14 @@ AttendRows choose_kernel(KernelIsa chosen, bool int8) {
          : chosen == KernelIsa::kAvx2
              ? (int8 && has_avx_vnni() ? attention_detail::attend_rows_avx2_vnni : attention_detail::attend_rows_avx2)
              : attention_detail::attend_rows_scalar;
+}
+// The prefix tasks' kernel with the rows in vector lanes (attention_wide_rows.h), where the ISA has
+// one: AVX-512, and the scalar twin the tests compare it with; AVX2's 8 lanes and 16 registers
+// keep the row-group kernel.
+AttendRows choose_wide_kernel(KernelIsa chosen) {
+  return chosen == KernelIsa::kAvx512   ? attention_detail::attend_wide_rows_avx512
+         : chosen == KernelIsa::kScalar ? attention_detail::attend_wide_rows_scalar
+                                        : nullptr;
 }
 
 // Phase 1: every request's query tokens cut into tiles of up to `queries_per_tile` tokens, each
@@ -437,6 +448,7 @@ struct AttentionCall {
   float* out;
   KernelIsa isa;
   AttendRows kernel;
+  AttendRows wide_kernel;  // prefix tasks that fit it (attention_detail::wide_rows_fit), or null
   bool int8;
   bool rotated_keys;
   int group;  // query heads per KV head
@@ -602,7 +614,8 @@ void run_prefix_task(const AttentionCall& c, const TaskRef& ref, TaskScratch& sc
   task.acc = base + first_head * rows * dim;
   task.row_max = base + c.kv_heads * rows * dim + first_head * rows;
   task.row_sum = base + c.kv_heads * rows * (dim + 1) + first_head * rows;
-  c.kernel(task);
+  if (c.wide_kernel != nullptr && attention_detail::wide_rows_fit(task)) c.wide_kernel(task);
+  else c.kernel(task);
 }
 
 // Calls f(max, sum, accumulator) for each partial result of row `row` of (split tile t, KV head):
@@ -741,6 +754,7 @@ void paged_attention(const AttentionShape& shape, const PagedAttentionBatch& bat
                            .out = out,
                            .isa = chosen,
                            .kernel = choose_kernel(chosen, int8),
+                           .wide_kernel = choose_wide_kernel(chosen),
                            .int8 = int8,
                            .rotated_keys = keys_are_rotated(kv.dtype, shape.head_dim),
                            .group = group,

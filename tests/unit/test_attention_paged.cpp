@@ -570,6 +570,33 @@ TEST(AttentionPaged, CascadeGqaRatiosAndLargeGroups) {
     }
 }
 
+TEST(AttentionPaged, CascadeRowsInLanes) {
+  // The prefix kernel with the stacked rows in vector lanes (16 to 64 rows per KV head, f32/f16/
+  // bf16): G = 1, 2, 4, 8 and 2 to 17 members, so row counts that fill 1-4 vectors of 16 lanes
+  // partly or wholly, below 16 rows (the row-group kernel) and above 64 (several groups); a
+  // prefix of 5 blocks of 16 (80 tokens, not a whole number of 24-token tiles) and one of 22
+  // blocks (352), and head dims whose value strips end in a shorter strip (32, 80). Against the
+  // scalar twin, cascade off and the references at 1e-5 (check): swapped rows or keys fail it.
+  const std::pair<int, int> heads[] = {{8, 8}, {8, 4}, {8, 2}, {16, 2}};
+  for (int threads : {1, 2}) {
+    set_kernel_threads(threads);
+    for (auto [q, kv] : heads)
+      for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16})
+        for (int members : {2, 3, 4, 5, 8, 9, 16, 17})
+          for (int prefix_blocks : {5, 22}) {
+            Case c;
+            c.dtype = dtype;
+            c.q_heads = q;
+            c.kv_heads = kv;
+            c.head_dim = members % 2 == 0 ? 32 : 80;
+            c.requests.push_back({1, prefix_blocks * 16 + 3});
+            for (int i = 1; i < members; ++i) c.requests.push_back({1, prefix_blocks * 16 + 5 * i, 0, prefix_blocks});
+            check(c);
+          }
+  }
+  set_kernel_threads(2);
+}
+
 TEST(AttentionPaged, CascadeLongPrefixSplitAcrossThreads) {
   // A long shared prefix: with several threads the group's prefix is cut into partitions, its
   // members' suffixes too, and all partial states of a request merge into its row.
