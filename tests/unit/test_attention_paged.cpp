@@ -582,8 +582,9 @@ TEST(AttentionPaged, CascadeRowsInLanes) {
     set_kernel_threads(threads);
     for (auto [q, kv] : heads)
       for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16})
-        for (int members : {2, 3, 4, 5, 8, 9, 16, 17})
+        for (int members : {2, 4, 5, 9, 17})
           for (int prefix_blocks : {5, 22}) {
+            if (threads == 2 && prefix_blocks == 5) continue;  // with two threads, the long prefix only
             Case c;
             c.dtype = dtype;
             c.q_heads = q;
