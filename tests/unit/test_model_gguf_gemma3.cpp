@@ -35,36 +35,32 @@ struct Weights {
   std::vector<Layer> layers;
 };
 
-Matrix random(std::mt19937& rng, size_t n, float scale, float offset = 0) {
-  std::normal_distribution<float> d(0, scale);
-  Matrix m(n);
-  for (float& x : m) x = offset + d(rng);
-  return m;
-}
+using testing::naive_matvec;
+using testing::normal_values;
 
 Weights make_weights() {
   std::mt19937 rng(3);
   Weights w;
   // Scales as in ../shared/models/gguf's tiny-gemma2 (small embeddings, strong final norm), so
   // that greedy outputs vary instead of repeating one token.
-  w.embd = random(rng, kVocab * kDim, 0.02f);
-  w.out_norm = random(rng, kDim, 0.3f, 20.0f);
+  w.embd = normal_values(rng, kVocab * kDim, 0.02f);
+  w.out_norm = normal_values(rng, kDim, 0.3f, 20.0f);
   const size_t q = kHeads * kHeadDim, kv = kKvHeads * kHeadDim;
   for (int l = 0; l < kLayers; ++l) {
     Weights::Layer L;
-    L.attn_norm = random(rng, kDim, 0.3f, 1.0f);
-    L.q = random(rng, q * kDim, 0.3f);
-    L.k = random(rng, kv * kDim, 0.3f);
-    L.v = random(rng, kv * kDim, 0.3f);
-    L.o = random(rng, kDim * q, 0.3f);
-    L.q_norm = random(rng, kHeadDim, 0.3f, 1.0f);
-    L.k_norm = random(rng, kHeadDim, 0.3f, 1.0f);
-    L.post_attn_norm = random(rng, kDim, 0.3f, 1.0f);
-    L.ffn_norm = random(rng, kDim, 0.3f, 1.0f);
-    L.gate = random(rng, kHidden * kDim, 0.3f);
-    L.up = random(rng, kHidden * kDim, 0.3f);
-    L.down = random(rng, kDim * kHidden, 0.3f);
-    L.post_ffw_norm = random(rng, kDim, 0.3f, 1.0f);
+    L.attn_norm = normal_values(rng, kDim, 0.3f, 1.0f);
+    L.q = normal_values(rng, q * kDim, 0.3f);
+    L.k = normal_values(rng, kv * kDim, 0.3f);
+    L.v = normal_values(rng, kv * kDim, 0.3f);
+    L.o = normal_values(rng, kDim * q, 0.3f);
+    L.q_norm = normal_values(rng, kHeadDim, 0.3f, 1.0f);
+    L.k_norm = normal_values(rng, kHeadDim, 0.3f, 1.0f);
+    L.post_attn_norm = normal_values(rng, kDim, 0.3f, 1.0f);
+    L.ffn_norm = normal_values(rng, kDim, 0.3f, 1.0f);
+    L.gate = normal_values(rng, kHidden * kDim, 0.3f);
+    L.up = normal_values(rng, kHidden * kDim, 0.3f);
+    L.down = normal_values(rng, kDim * kHidden, 0.3f);
+    L.post_ffw_norm = normal_values(rng, kDim, 0.3f, 1.0f);
     w.layers.push_back(std::move(L));
   }
   return w;
@@ -130,16 +126,6 @@ std::vector<float> rmsnorm(const float* x, size_t n, const Matrix& w) {
   return out;
 }
 
-std::vector<float> matvec(const Matrix& m, const std::vector<float>& x, size_t rows) {
-  std::vector<float> out(rows, 0.0f);
-  for (size_t r = 0; r < rows; ++r) {
-    double acc = 0;
-    for (size_t c = 0; c < x.size(); ++c) acc += static_cast<double>(m[r * x.size() + c]) * x[c];
-    out[r] = static_cast<float>(acc);
-  }
-  return out;
-}
-
 // GELU, tanh form, as ggml evaluates it (inputs and results rounded to fp16).
 float gelu(float x) {
   if (x <= -10.0f) return 0.0f;
@@ -180,9 +166,9 @@ std::vector<float> naive_logits(const Weights& w, const std::vector<TokenId>& to
     std::vector<std::vector<float>> q(n), k(n), val(n);
     for (size_t t = 0; t < n; ++t) {
       const auto h = rmsnorm(x[t].data(), kDim, L.attn_norm);
-      q[t] = matvec(L.q, h, q_dim);
-      k[t] = matvec(L.k, h, kv_dim);
-      val[t] = matvec(L.v, h, kv_dim);
+      q[t] = naive_matvec(L.q, h, 0, q_dim);
+      k[t] = naive_matvec(L.k, h, 0, kv_dim);
+      val[t] = naive_matvec(L.v, h, 0, kv_dim);
       for (int hd = 0; hd < kHeads; ++hd) {
         float* head = q[t].data() + hd * kHeadDim;
         if (v.qk_norm) std::copy_n(rmsnorm(head, kHeadDim, L.q_norm).begin(), kHeadDim, head);
@@ -213,20 +199,20 @@ std::vector<float> naive_logits(const Weights& w, const std::vector<TokenId>& to
           for (int i = 0; i < kHeadDim; ++i)
             att[hd * kHeadDim + i] += static_cast<float>(s[j - first] / sum) * val[j][kvh * kHeadDim + i];
       }
-      auto o = matvec(L.o, att, kDim);
+      auto o = naive_matvec(L.o, att, 0, kDim);
       o = rmsnorm(o.data(), kDim, L.post_attn_norm);
       for (int i = 0; i < kDim; ++i) x[t][i] += o[i];
       const auto h = rmsnorm(x[t].data(), kDim, L.ffn_norm);
-      const auto g = matvec(L.gate, h, kHidden), u = matvec(L.up, h, kHidden);
+      const auto g = naive_matvec(L.gate, h, 0, kHidden), u = naive_matvec(L.up, h, 0, kHidden);
       std::vector<float> act(kHidden);
       for (int i = 0; i < kHidden; ++i) act[i] = gelu(g[i]) * u[i];
-      auto d = matvec(L.down, act, kDim);
+      auto d = naive_matvec(L.down, act, 0, kDim);
       d = rmsnorm(d.data(), kDim, L.post_ffw_norm);
       for (int i = 0; i < kDim; ++i) x[t][i] += d[i];
     }
   }
   const auto h = rmsnorm(x[n - 1].data(), kDim, w.out_norm);
-  return matvec(w.embd, h, kVocab);  // tied output, no soft-cap
+  return naive_matvec(w.embd, h, 0, kVocab);  // tied output, no soft-cap
 }
 
 // Greedy continuation of `prompt` by the naive forward; stops early (returning what it has) at

@@ -42,18 +42,14 @@ struct Weights {
   std::vector<Layer> layers;
 };
 
-Matrix random(std::mt19937& rng, size_t n, float scale, float offset = 0) {
-  std::normal_distribution<float> d(0, scale);
-  Matrix m(n);
-  for (float& x : m) x = offset + d(rng);
-  return m;
-}
+using testing::naive_matvec;
+using testing::normal_values;
 
 Weights make_weights() {
   std::mt19937 rng(11);
   Weights w;
-  w.embd = random(rng, kVocab * kDim, 1.0f);
-  w.out_norm = random(rng, kDim, 0.3f, 3.0f);
+  w.embd = normal_values(rng, kVocab * kDim, 1.0f);
+  w.out_norm = normal_values(rng, kDim, 0.3f, 3.0f);
   // Long factors stretch the low frequencies (as Phi-3's do, up to tens); short ones barely.
   for (int i = 0; i < kRot / 2; ++i) {
     w.long_factors.push_back(1.0f + 1.5f * static_cast<float>(i));
@@ -62,12 +58,12 @@ Weights make_weights() {
   const size_t q = kHeads * kHeadDim, kv = kKvHeads * kHeadDim;
   for (int l = 0; l < kLayers; ++l) {
     Weights::Layer L;
-    L.attn_norm = random(rng, kDim, 0.1f, 1.0f);
-    L.qkv = random(rng, (q + 2 * kv) * kDim, 0.4f);
-    L.o = random(rng, kDim * q, 0.2f);
-    L.ffn_norm = random(rng, kDim, 0.1f, 1.0f);
-    L.gate_up = random(rng, 2 * kHidden * kDim, 0.2f);
-    L.down = random(rng, kDim * kHidden, 0.2f);
+    L.attn_norm = normal_values(rng, kDim, 0.1f, 1.0f);
+    L.qkv = normal_values(rng, (q + 2 * kv) * kDim, 0.4f);
+    L.o = normal_values(rng, kDim * q, 0.2f);
+    L.ffn_norm = normal_values(rng, kDim, 0.1f, 1.0f);
+    L.gate_up = normal_values(rng, 2 * kHidden * kDim, 0.2f);
+    L.down = normal_values(rng, kDim * kHidden, 0.2f);
     w.layers.push_back(std::move(L));
   }
   return w;
@@ -136,17 +132,6 @@ std::vector<float> rmsnorm(const float* x, size_t n, const Matrix& w) {
   return out;
 }
 
-// Rows [first, first + rows) of m (cols = x.size()) times x.
-std::vector<float> matvec(const Matrix& m, const std::vector<float>& x, size_t first, size_t rows) {
-  std::vector<float> out(rows, 0.0f);
-  for (size_t r = 0; r < rows; ++r) {
-    double acc = 0;
-    for (size_t c = 0; c < x.size(); ++c) acc += static_cast<double>(m[(first + r) * x.size() + c]) * x[c];
-    out[r] = static_cast<float>(acc);
-  }
-  return out;
-}
-
 // NeoX RoPE on the first kRot dims of one head (pairs i, i + kRot/2), in double precision:
 // angle pos * base^(-2i / kRot) / factor_i, cos and sin times the attention factor; dims
 // kRot .. kHeadDim - 1 pass through unscaled.
@@ -177,9 +162,9 @@ std::vector<float> naive_logits(const Weights& w, const std::vector<TokenId>& to
     std::vector<std::vector<float>> q(n), k(n), val(n);
     for (size_t t = 0; t < n; ++t) {
       const auto h = rmsnorm(x[t].data(), kDim, L.attn_norm);
-      q[t] = matvec(L.qkv, h, 0, q_dim);
-      k[t] = matvec(L.qkv, h, q_dim, kv_dim);
-      val[t] = matvec(L.qkv, h, q_dim + kv_dim, kv_dim);
+      q[t] = naive_matvec(L.qkv, h, 0, q_dim);
+      k[t] = naive_matvec(L.qkv, h, q_dim, kv_dim);
+      val[t] = naive_matvec(L.qkv, h, q_dim + kv_dim, kv_dim);
       for (int hd = 0; hd < kHeads; ++hd) rope(q[t].data() + hd * kHeadDim, static_cast<int>(t), w, v);
       for (int hd = 0; hd < kKvHeads; ++hd) rope(k[t].data() + hd * kHeadDim, static_cast<int>(t), w, v);
     }
@@ -201,18 +186,18 @@ std::vector<float> naive_logits(const Weights& w, const std::vector<TokenId>& to
           for (int i = 0; i < kHeadDim; ++i)
             att[hd * kHeadDim + i] += static_cast<float>(s[j] / sum) * val[j][kvh * kHeadDim + i];
       }
-      const auto o = matvec(L.o, att, 0, kDim);
+      const auto o = naive_matvec(L.o, att, 0, kDim);
       for (int i = 0; i < kDim; ++i) x[t][i] += o[i];
       const auto h = rmsnorm(x[t].data(), kDim, L.ffn_norm);
-      const auto g = matvec(L.gate_up, h, 0, kHidden), u = matvec(L.gate_up, h, kHidden, kHidden);
+      const auto g = naive_matvec(L.gate_up, h, 0, kHidden), u = naive_matvec(L.gate_up, h, kHidden, kHidden);
       std::vector<float> act(kHidden);
       for (int i = 0; i < kHidden; ++i) act[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
-      const auto d = matvec(L.down, act, 0, kDim);
+      const auto d = naive_matvec(L.down, act, 0, kDim);
       for (int i = 0; i < kDim; ++i) x[t][i] += d[i];
     }
   }
   const auto h = rmsnorm(x[n - 1].data(), kDim, w.out_norm);
-  return matvec(w.embd, h, 0, kVocab);  // tied output
+  return naive_matvec(w.embd, h, 0, kVocab);  // tied output
 }
 
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {

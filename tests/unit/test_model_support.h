@@ -165,4 +165,26 @@ inline int generate(ModelRunner& runner, KVArena& arena, std::vector<Sequence>& 
   }
 }
 
+// The naive forwards' weights (test_model_gguf_gemma3.cpp, test_model_gguf_longrope.cpp): n values
+// offset + N(0, scale).
+inline std::vector<float> normal_values(std::mt19937& rng, size_t n, float scale, float offset = 0) {
+  std::normal_distribution<float> d(0, scale);
+  std::vector<float> m(n);
+  for (float& x : m) x = offset + d(rng);
+  return m;
+}
+
+// The naive forwards' products: rows [first, first + rows) of the row-major m (cols = x.size())
+// times x, each summed in double.
+inline std::vector<float> naive_matvec(const std::vector<float>& m, const std::vector<float>& x, size_t first,
+                                       size_t rows) {
+  std::vector<float> out(rows, 0.0f);
+  for (size_t r = 0; r < rows; ++r) {
+    double acc = 0;
+    for (size_t c = 0; c < x.size(); ++c) acc += static_cast<double>(m[(first + r) * x.size() + c]) * x[c];
+    out[r] = static_cast<float>(acc);
+  }
+  return out;
+}
+
 }  // namespace pagedkv::testing
