@@ -32,16 +32,11 @@
 #include <cstring>
 
 #include "pagedkv/model/format/block_formats.h"  // kSuperBlock, the Q8_K rule
+#include "panel_tiles_avx512.h"
 #include "quantized_kernels.h"
 
 namespace pagedkv::quant_detail {
 namespace {
-
-constexpr int kMaxTokens = 16;  // tokens per tile: a batch is prepared in groups of 16 tokens
-// Software prefetch distance within a panel's stream (as for the Q8_0 panels: far ahead for a
-// slow, compute-bound tile of one panel, nearer for the memory-bound tiles of several).
-template <int P>
-constexpr size_t kPrefetchAhead = P == 1 ? 6144 : 2048;
 
 // ---- prepared activations ------------------------------------------------------------------------
 // Per super-block, one record per token of the group (records of a group's tokens side by side):
@@ -191,8 +186,6 @@ __m512i dot_chain(__m512i start, const __m512i* w, const int8_t* x) {
 }
 
 // ---- the tiles ---------------------------------------------------------------------------------------
-
-__mmask16 rows_mask(int rows_out) { return static_cast<__mmask16>((1u << rows_out) - 1); }
 
 // Q4_K / Q5_K: the sums of one super-block of one panel for the tile's tokens, as floats (each
 // the float of the exact integer sum: what the scalar twin converts), and the mins.
@@ -354,67 +347,33 @@ void k_tile(const std::byte* panel, const PanelLayout& l, const SuperRecord* x, 
       }
     }
   }
-#pragma GCC unroll 16
-  for (int p = 0; p < P; ++p)
-#pragma GCC unroll 16
-    for (int t = 0; t < T; ++t)
-      _mm512_mask_storeu_ps(y + static_cast<size_t>(t) * y_stride + static_cast<size_t>(p) * kPanelRows,
-                            rows_mask(rows_out[p]), acc[p][t]);
+  store_tile<P, T>(acc, y, y_stride, rows_out);
 }
 
 // ---- the driver ----------------------------------------------------------------------------------
 
-// k_tile<kType, P, T> for a group of `tokens` (1..T) tokens.
-template <TensorType kType, int P, int T>
-void run_tile(int tokens, const std::byte* panel, const PanelLayout& l, const SuperRecord* x, float* y, size_t y_stride,
-              const int* rows_out) {
-  if constexpr (T > 1) {
-    if (tokens < T) return run_tile<kType, P, T - 1>(tokens, panel, l, x, y, y_stride, rows_out);
-  }
-  k_tile<kType, P, T>(panel, l, x, y, y_stride, rows_out);
-}
-
-// The tiles of one token group over panels [p0, p1): a few tokens on several panels (more
-// independent chains and streams in flight), 4 or more on one.
 template <TensorType kType>
-void group_over_panels(const WeightPanels& w, int p0, int p1, const Activations& acts, int t0, float* y,
-                       size_t y_stride, int max_panels) {
-  const PanelLayout& l = w.layout;
-  const int tokens = std::min(kMaxTokens, acts.num_tokens - t0);
-  const auto* x = reinterpret_cast<const SuperRecord*>(acts.data + static_cast<size_t>(t0) * token_bytes(l.cols));
-  const int want = std::min(max_panels, tokens >= 4 ? 1 : tokens >= 2 ? 2 : 4);
-  for (int p = p0; p < p1;) {
-    const int left = p1 - p;
-    const int panels = want >= 4 && left >= 4 ? 4 : want >= 2 && left >= 2 ? 2 : 1;
-    int rows_out[4];
-    for (int i = 0; i < panels; ++i) rows_out[i] = std::min(kPanelRows, l.rows - (p + i) * kPanelRows);
-    const std::byte* panel = w.base + static_cast<size_t>(p) * l.panel_bytes;
-    float* yp = y + static_cast<size_t>(t0) * y_stride + static_cast<size_t>(p) * kPanelRows;
-    if (panels == 4) run_tile<kType, 4, 1>(tokens, panel, l, x, yp, y_stride, rows_out);
-    else if (panels == 2) run_tile<kType, 2, 3>(tokens, panel, l, x, yp, y_stride, rows_out);
-    else run_tile<kType, 1, kMaxTokens>(tokens, panel, l, x, yp, y_stride, rows_out);
-    p += panels;
+struct KQuantKernel {
+  using X = SuperRecord;
+  template <int P, int T>
+  static void tile(const std::byte* panel, const PanelLayout& l, const X* x, float* y, size_t y_stride,
+                   const int* rows_out) {
+    k_tile<kType, P, T>(panel, l, x, y, y_stride, rows_out);
   }
-}
-
-// Panels [p0, p1) for every token group; with several groups panel by panel, so that every group
-// passes over a panel while it is still in L2.
-template <TensorType kType>
-void multiply_with(const WeightPanels& w, int p0, int p1, const Activations& acts, float* y, size_t y_stride) {
-  const int n = acts.num_tokens;
-  if (n <= kMaxTokens) return group_over_panels<kType>(w, p0, p1, acts, 0, y, y_stride, 4);
-  for (int p = p0; p < p1; ++p)
-    for (int t0 = 0; t0 < n; t0 += kMaxTokens) group_over_panels<kType>(w, p, p + 1, acts, t0, y, y_stride, 1);
-}
+  // A few tokens on several panels (more independent chains and streams in flight), 4 or more on one.
+  static int panels_for(int tokens) { return tokens >= 4 ? 1 : tokens >= 2 ? 2 : 4; }
+  static constexpr int kTokensOnFourPanels = 1, kTokensOnTwoPanels = 3;
+  static size_t token_bytes(const PanelLayout& l) { return quant_detail::token_bytes(l.cols); }
+};
 
 void multiply_panels(const WeightPanels& w, int p0, int p1, const Activations& x, float* y, size_t y_stride) {
   switch (w.layout.type) {
     case TensorType::kQ4_K:
-      return multiply_with<TensorType::kQ4_K>(w, p0, p1, x, y, y_stride);
+      return multiply_panels_with<KQuantKernel<TensorType::kQ4_K>>(w, p0, p1, x, y, y_stride);
     case TensorType::kQ5_K:
-      return multiply_with<TensorType::kQ5_K>(w, p0, p1, x, y, y_stride);
+      return multiply_panels_with<KQuantKernel<TensorType::kQ5_K>>(w, p0, p1, x, y, y_stride);
     default:
-      return multiply_with<TensorType::kQ6_K>(w, p0, p1, x, y, y_stride);
+      return multiply_panels_with<KQuantKernel<TensorType::kQ6_K>>(w, p0, p1, x, y, y_stride);
   }
 }
 

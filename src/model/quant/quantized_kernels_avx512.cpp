@@ -39,36 +39,15 @@
 #include <cstdint>
 #include <cstring>
 
+#include "panel_tiles_avx512.h"
 #include "quantized_kernels.h"
 
 namespace pagedkv::quant_detail {
 namespace {
 
-constexpr int kMaxTokens = 16;  // tokens per tile: a batch is prepared in groups of 16 tokens
-// Software prefetch distance within a panel's stream, ahead of the hardware prefetcher. A tile of
-// one panel and many tokens reads its stream slowly (it is compute-bound): far ahead, so that the
-// lines arrive in time (6 KiB: batch-32 steps 7-12% faster than 2 KiB, as fast as 12 KiB). Tiles
-// of 2-4 panels for few tokens are memory-bound, with a stream per panel: 2 KiB each (6 KiB made
-// batch-1 steps 10-15% slower).
-template <int P>
-constexpr size_t kPrefetchAhead = P == 1 ? 6144 : 2048;
 // A batch of F16 / BF16 products larger than this in prepared activations (f32, 4 bytes per
 // column and token) runs in blocks of tokens this size (see multiply_panels_with).
 constexpr size_t kFloatActivationBlockBytes = size_t{384} << 10;
-
-__mmask16 rows_mask(int rows_out) { return static_cast<__mmask16>((1u << rows_out) - 1); }
-
-// A tile's results: output (token t, row 16 p + i) is lane i of acc[p][t], for the panel's rows
-// that exist (rows_out[p] of them).
-template <int P, int T>
-void store_tile(const __m512 (&acc)[P][T], float* y, size_t y_stride, const int* rows_out) {
-#pragma GCC unroll 16
-  for (int p = 0; p < P; ++p)
-#pragma GCC unroll 16
-    for (int t = 0; t < T; ++t)
-      _mm512_mask_storeu_ps(y + static_cast<size_t>(t) * y_stride + static_cast<size_t>(p) * kPanelRows,
-                            rows_mask(rows_out[p]), acc[p][t]);
-}
 
 // ---- prepared activations ------------------------------------------------------------------------
 // The batch in groups of up to 16 tokens; within a group, the values every step of a tile needs
@@ -94,11 +73,6 @@ int float_columns(int cols) { return (cols + 1) / 2 * 2; }
 size_t token_bytes(TensorType type, int cols) {
   return quantized(type) ? static_cast<size_t>(cols / kQuantBlock) * sizeof(QuantRecord)
                          : static_cast<size_t>(float_columns(cols)) * sizeof(float);
-}
-
-// Group g (tokens 16g..) starts at 16g tokens' worth of bytes: every earlier group is full.
-const std::byte* group_at(const Activations& x, TensorType type, int cols, int t0) {
-  return x.data + static_cast<size_t>(t0) * token_bytes(type, cols);
 }
 
 size_t prepared_bytes(TensorType type, int cols, int num_tokens) {
@@ -290,18 +264,6 @@ void quant_tile(const std::byte* panel, const PanelLayout& l, const QuantRecord*
 
 // ---- the driver ----------------------------------------------------------------------------------
 
-// Tile<P, T>::run(...) for a group of `tokens` (1..16) tokens.
-template <class Kernel, int P, int T>
-struct Tiles {
-  template <class... Args>
-  static void run(int tokens, Args... args) {
-    if constexpr (T > 1) {
-      if (tokens < T) return Tiles<Kernel, P, T - 1>::run(tokens, args...);
-    }
-    Kernel::template tile<P, T>(args...);
-  }
-};
-
 template <class Widen>
 struct FloatKernel {
   using X = float;
@@ -313,6 +275,8 @@ struct FloatKernel {
   // Panels per tile for T tokens: enough independent accumulator chains (>= 8 FMA chains) to hide
   // the FMA latency even for one decode token.
   static int panels_for(int tokens) { return tokens >= 8 ? 1 : tokens >= 4 ? 2 : 4; }
+  static constexpr int kTokensOnFourPanels = 3, kTokensOnTwoPanels = 7;
+  static size_t token_bytes(const PanelLayout& l) { return quant_detail::token_bytes(l.type, l.cols); }
   static constexpr size_t kActivationBlockBytes = kFloatActivationBlockBytes;
 };
 
@@ -326,56 +290,9 @@ struct QuantKernel {
   }
   // A few tokens on several panels: more independent chains and more streams in flight.
   static int panels_for(int tokens) { return tokens >= 4 ? 1 : tokens >= 2 ? 2 : 4; }  // >= 4 chains
+  static constexpr int kTokensOnFourPanels = 3, kTokensOnTwoPanels = 7;
+  static size_t token_bytes(const PanelLayout& l) { return quant_detail::token_bytes(l.type, l.cols); }
 };
-
-// The tiles of one token group over panels [p0, p1).
-template <class Kernel>
-void group_over_panels(const WeightPanels& w, int p0, int p1, const Activations& acts, int t0, float* y,
-                       size_t y_stride, int max_panels) {
-  const PanelLayout& l = w.layout;
-  const int tokens = std::min(kMaxTokens, acts.num_tokens - t0);
-  const auto* x = reinterpret_cast<const typename Kernel::X*>(group_at(acts, l.type, l.cols, t0));
-  const int want = std::min(max_panels, Kernel::panels_for(tokens));
-  for (int p = p0; p < p1;) {
-    const int left = p1 - p;
-    const int panels = want >= 4 && left >= 4 ? 4 : want >= 2 && left >= 2 ? 2 : 1;
-    int rows_out[4];
-    for (int i = 0; i < panels; ++i) rows_out[i] = std::min(kPanelRows, l.rows - (p + i) * kPanelRows);
-    const std::byte* panel = w.base + static_cast<size_t>(p) * l.panel_bytes;
-    float* yp = y + static_cast<size_t>(t0) * y_stride + static_cast<size_t>(p) * kPanelRows;
-    if (panels == 4) Tiles<Kernel, 4, 3>::run(tokens, panel, l, x, yp, y_stride, rows_out);
-    else if (panels == 2) Tiles<Kernel, 2, 7>::run(tokens, panel, l, x, yp, y_stride, rows_out);
-    else Tiles<Kernel, 1, kMaxTokens>::run(tokens, panel, l, x, yp, y_stride, rows_out);
-    p += panels;
-  }
-}
-
-// A kernel's kActivationBlockBytes, or no blocks (the Q8_0 records: no gain measured).
-template <class Kernel>
-constexpr size_t activation_block_bytes() {
-  if constexpr (requires { Kernel::kActivationBlockBytes; }) return Kernel::kActivationBlockBytes;
-  else return SIZE_MAX;
-}
-
-// Panels [p0, p1) for every token group. With several groups, panel by panel: every group passes
-// over a panel (up to 256 KiB) right after the first brought it in, while it is still in L2.
-// F16 / BF16 prompts go in blocks of tokens whose prepared activations stay in L2 too (a few
-// hundred KiB), each block over every panel: streaming the whole batch's f32 activations from L3
-// for every panel (4 MiB for 512 tokens of 2,048 columns, 64 bytes per 16 FMAs) left a 512-token
-// product 12-15 % slower per multiply-add than a 32-token one (bench_model, 8192 x 2048).
-template <class Kernel>
-void multiply_panels_with(const WeightPanels& w, int p0, int p1, const Activations& acts, float* y, size_t y_stride) {
-  const int n = acts.num_tokens;
-  if (n <= kMaxTokens) return group_over_panels<Kernel>(w, p0, p1, acts, 0, y, y_stride, 4);
-  const size_t block_tokens = activation_block_bytes<Kernel>() / token_bytes(w.layout.type, w.layout.cols);
-  const int block =
-      static_cast<int>(std::clamp<size_t>(block_tokens / kMaxTokens, 1, (n + kMaxTokens - 1) / kMaxTokens)) *
-      kMaxTokens;
-  for (int b0 = 0; b0 < n; b0 += block)
-    for (int p = p0; p < p1; ++p)
-      for (int t0 = b0; t0 < std::min(n, b0 + block); t0 += kMaxTokens)
-        group_over_panels<Kernel>(w, p, p + 1, acts, t0, y, y_stride, 1);
-}
 
 void multiply_panels(const WeightPanels& w, int p0, int p1, const Activations& x, float* y, size_t y_stride) {
   switch (w.layout.type) {
