@@ -36,8 +36,8 @@ void write_hit_rate_plot(const std::vector<CacheReplayResult>& runs, const std::
   }
   std::map<std::string, const CacheReplayResult*> plateaus;
   for (auto& [trace, list] : plateaus_by_trace) {
-    const bool all_equal =
-        std::all_of(list.begin(), list.end(), [&](auto* r) { return r->hit_blocks == list.front()->hit_blocks; });
+    const bool all_equal = std::all_of(list.begin(), list.end(),
+                                       [first = list.front()](auto* r) { return r->hit_blocks == first->hit_blocks; });
     if (all_equal) plateaus[traces.size() > 1 ? trace : std::string("all policies")] = list.front();
     else
       for (auto* r : list) plateaus[label(*r)] = r;
