@@ -1,7 +1,8 @@
-// RedisClusterStore: the remote tier's RemoteStore on a Redis Cluster, through hiredis (one
-// blocking connection per node). Each key goes to the master serving its slot (cluster_slots.h)
-// in the slot map read from the cluster (cluster_topology.h); a call's keys are grouped per node
-// and pipelined to all of them before any reply is read. MOVED updates the map and resends there
+// RedisClusterStore: the remote tier's RemoteStore on a Redis Cluster (one connection per node).
+// Each key goes to the master serving its slot (cluster_slots.h) in the slot map read from the
+// cluster (cluster_topology.h); a call's keys are grouped per node and pipelined to all of them
+// from one thread, every node's socket written and read as it is ready (poll()), values written
+// from the caller's memory and read in place (RedisConnection's pipeline). MOVED updates the map and resends there
 // (the whole map is reread after the call); ASK resends once to the importing node, after
 // ASKING. Every node has its own circuit breaker: a node that fails is skipped while it is open,
 // so a dead master turns only its slots into misses and skipped stores; the map is reread while
@@ -33,11 +34,8 @@ struct RedisClusterStoreOptions {
   std::vector<RedisUrl> seeds;  // where the slot map is first read; credentials apply to every node
   std::chrono::milliseconds connect_timeout{200};
   std::chrono::milliseconds io_timeout{200};
-  bool keep_read_buffer = false;  // as RedisStoreOptions
-  size_t write_chunk_bytes = 64 * 1024;  // as RedisStoreOptions, per node
   size_t get_pipeline_depth = 32;  // as RedisStoreOptions, per node
-  // SETs go out this many per node at a time, two such pieces ahead of the replies, every node
-  // in turn: a node's whole share written at once kept the others idle until it was written.
+  // SETs go out this many per node at a time, two such pieces ahead of the replies.
   size_t set_pipeline_depth = 32;
   // GET and EXISTS go to a replica of the slot (after READONLY; the master when none answers):
   // spreads reads, may miss what was written a moment ago (a miss, never a wrong value).
@@ -88,7 +86,7 @@ class RedisClusterStore final : public RemoteStore {
  private:
   enum class Op : uint8_t { kExists, kGet, kSet };
   struct Node;
-  using OnReply = std::function<void(size_t, const redisReply&)>;
+  using OnReply = std::function<void(size_t, const RespReply&)>;
 
   RemoteStatus run(Op op, std::span<const std::string> keys, std::span<const std::span<const std::byte>> values,
                    const OnReply& on_reply);
