@@ -8,6 +8,7 @@
 // With --url redis-cluster://h:p,... the tier runs on a Redis Cluster (RedisClusterStore), and
 // only the tier's figures are measured (--tier-only).
 #include <fmt/format.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -34,6 +35,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+// This process' CPU time, all threads (the tier's lanes and the caller), in seconds.
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
 
 struct Series {
   std::vector<double> s;
@@ -120,7 +127,7 @@ nlohmann::json tier_round_trip(const RemoteStoreFactory& connect, const KVCacheS
                                int rounds) {
   KVArena src(spec, layers, blocks), dst(spec, layers, blocks);
   std::memset(src.data(), 3, src.bytes());
-  Series store_s, probe_s, load_s;
+  Series store_s, probe_s, load_s, store_cpu, load_cpu;
   // One tier (its lanes keep their connections, as in a server) for every round; round 0 warms
   // them up and is not counted; each round stores blocks of new hashes, so new keys.
   RemoteTierOptions to;
@@ -137,11 +144,13 @@ nlohmann::json tier_round_trip(const RemoteStoreFactory& connect, const KVCacheS
       keys[static_cast<size_t>(i)].tokens.assign(static_cast<size_t>(spec.block_size), i);
     }
     const uint64_t settled_before = tier.stats().stored_blocks + tier.stats().dropped;
+    double cpu0 = process_cpu_seconds();
     auto t0 = Clock::now();
     for (int i = 0; i < blocks; ++i) tier.store(src, i, keys[static_cast<size_t>(i)]);
     while (tier.stats().stored_blocks + tier.stats().dropped < settled_before + static_cast<uint64_t>(blocks))
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     const double store_seconds = seconds_since(t0);
+    const double store_cpu_seconds = process_cpu_seconds() - cpu0;
     if (tier.stats().dropped)
       throw std::runtime_error(
           fmt::format("{} stores dropped ({})", tier.stats().dropped, tier.stats().degraded_reason));
@@ -162,22 +171,29 @@ nlohmann::json tier_round_trip(const RemoteStoreFactory& connect, const KVCacheS
     RemoteFetchJob load;
     load.kind = RemoteFetchJob::Kind::kLoad;
     for (int i = 0; i < blocks; ++i) load.loads.push_back(RemoteLoad{keys[static_cast<size_t>(i)], i});
+    cpu0 = process_cpu_seconds();
     t0 = Clock::now();
     RemoteFetchJob loaded = run(std::move(load));
     const double load_seconds = seconds_since(t0);
+    const double load_cpu_seconds = process_cpu_seconds() - cpu0;
     for (const RemoteLoad& l : loaded.loads)
       if (l.result != RemoteLoadResult::kOk) throw std::runtime_error("a load failed");
     if (round == 0) continue;  // the warm-up
     store_s.s.push_back(store_seconds);
     probe_s.s.push_back(probe_seconds);
     load_s.s.push_back(load_seconds);
+    store_cpu.s.push_back(store_cpu_seconds);
+    load_cpu.s.push_back(load_cpu_seconds);
   }
   const size_t value = remote_value_bytes(spec.block_size, block_payload_bytes(src));
   return {{"value_bytes", value},
           {"store", rate(store_s, blocks, value)},
           {"probe", rate(probe_s, blocks, value)},
           {"load", rate(load_s, blocks, value)},
-          {"probe_plus_load_median_s", probe_s.median() + load_s.median()}};
+          {"probe_plus_load_median_s", probe_s.median() + load_s.median()},
+          // The client's CPU (this process, all threads) per block: what competes with the servers.
+          {"store_cpu_us_per_block_median", store_cpu.median() / blocks * 1e6},
+          {"load_cpu_us_per_block_median", load_cpu.median() / blocks * 1e6}};
 }
 
 // Prefill of `blocks` x block_size tokens on `model` (no cache hits): seconds to the first token.
