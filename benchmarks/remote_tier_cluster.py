@@ -118,16 +118,17 @@ def main():
             store_cpu, load_cpu = t.get("store_cpu_us_per_block_median", 0), t.get("load_cpu_us_per_block_median", 0)
             flush()
             # One client per master (redis-benchmark --cluster binds each client to one node), as the
-            # tier has one connection per master; 16x (SET) and 32x (GET) the tier's operations,
-            # since redis-benchmark's elapsed time moves in steps of about 256 ms in cluster mode
-            # (its rates at 8192 requests read 32k, 16k or 10.7k/s) and includes its start, which
+            # tier has one connection per master; 32x (SET) and 128x (GET) the tier's operations,
+            # since redis-benchmark's elapsed time moves in steps of about 250 ms in cluster mode
+            # (its threads stop on a 250 ms timer; its rates at 8192 requests read 32k, 16k or
+            # 10.7k/s): runs of 2-4 s keep that step within a tenth. It includes its start, which
             # the tier's warm lanes do not.
-            set_rate, set_cpu = bench_rate(ports[0], masters, "set", size, 16 * blocks, 100000000)
+            set_rate, set_cpu = bench_rate(ports[0], masters, "set", size, 32 * blocks, 100000000)
             flush()
             # The GETs' keyspace (-r: BLOCKS keys per master's hash tag) filled first, 8 SETs per key,
             # so every GET returns a value (with 4 per key over all masters, a third were misses).
             bench_rate(ports[0], masters, "set", size, 8 * masters * blocks, blocks)
-            get_rate, get_cpu = bench_rate(ports[0], masters, "get", size, 32 * blocks, blocks)
+            get_rate, get_cpu = bench_rate(ports[0], masters, "get", size, 128 * blocks, blocks)
             print(f"round {r}: tier store {store:.0f}/s, redis-benchmark --cluster SET (new keys) {set_rate:.0f}/s; "
                   f"tier load {load:.0f}/s, redis-benchmark --cluster GET {get_rate:.0f}/s (values of {size} bytes); "
                   f"the store alone: SET {raw['set']['blocks_per_s_median']:.0f}/s, "
