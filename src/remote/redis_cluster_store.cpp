@@ -449,7 +449,7 @@ RemoteStatus RedisClusterStore::ping() {
 }
 
 size_t RedisClusterStore::preferred_batch() const {
-  constexpr size_t kPerNode = 32;
+  constexpr size_t kPerNode = 128;
   return map_ ? kPerNode * map_->masters().size() : kPerNode;
 }
 
