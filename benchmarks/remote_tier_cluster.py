@@ -12,6 +12,10 @@ and the client's CPU time per block on each side (the tier's process, all its th
 redis-benchmark process): on a machine whose CPUs the servers share, that decides the rates.
 Stops every server at the end.
   benchmarks/remote_tier_cluster.py BUILD_DIR MASTERS REPLICAS ROUNDS BLOCKS
+With BASELINE=path/to/another/bench_remote_tier (e.g. a build of an earlier commit) each round
+also runs that binary, the two in alternating order, and prints the medians and ranges of
+this build's rates over the baseline's, store and load apart (before/after in the same
+conditions).
 """
 import json
 import os
@@ -103,19 +107,38 @@ def main():
             for p in ports:
                 cli(p, "flushall")
 
-        rows = []
-        for r in range(1, rounds + 1):
+        def tier_run(binary):
+            """The tier's figures: the medians of 3 runs of BLOCKS (after one that warms up)."""
             flush()
-            # The tier's figures are the medians of 3 runs of BLOCKS (after one that warms up).
-            out = subprocess.run([f"{build}/benchmarks/bench_remote_tier", "--url", url, "--model",
+            out = subprocess.run([binary, "--url", url, "--model",
                                   "../shared/models/stories260K.bin", "--blocks", str(blocks),
                                   "--random-model", "0", "--tier-only", "1", "--raw-cluster", "1",
                                   "--batch", str(32 * masters), "--rounds", "3"],
                                  capture_output=True, text=True, check=True, timeout=300).stdout
-            t = json.loads(out)["models"]["stories260K"]["tier"]
+            return json.loads(out)["models"]["stories260K"]
+
+        baseline = os.environ.get("BASELINE")
+        rows, ab = [], []
+        for r in range(1, rounds + 1):
+            binaries = [f"{build}/benchmarks/bench_remote_tier"] + ([baseline] if baseline else [])
+            if r % 2 == 0:
+                binaries.reverse()  # alternate which goes first
+            runs = {b: tier_run(b) for b in binaries}
+            m = runs[f"{build}/benchmarks/bench_remote_tier"]
+            t, raw = m["tier"], m["raw_cluster_store"]
             size, store, load = t["value_bytes"], t["store"]["blocks_per_s_median"], t["load"]["blocks_per_s_median"]
-            raw = json.loads(out)["models"]["stories260K"]["raw_cluster_store"]
             store_cpu, load_cpu = t.get("store_cpu_us_per_block_median", 0), t.get("load_cpu_us_per_block_median", 0)
+            if baseline:
+                b = runs[baseline]["tier"]
+                ab.append((store / b["store"]["blocks_per_s_median"], load / b["load"]["blocks_per_s_median"],
+                           store_cpu, b.get("store_cpu_us_per_block_median", 0), load_cpu,
+                           b.get("load_cpu_us_per_block_median", 0), t["store_pack_median_s"],
+                           b["store_pack_median_s"]))
+                print(f"round {r}: baseline store {b['store']['blocks_per_s_median']:.0f}/s, load "
+                      f"{b['load']['blocks_per_s_median']:.0f}/s; this build over the baseline: store {ab[-1][0]:.2f}, "
+                      f"load {ab[-1][1]:.2f}; client CPU us per block store {store_cpu:.1f} vs {ab[-1][3]:.1f}, "
+                      f"load {load_cpu:.1f} vs {ab[-1][5]:.1f}; caller's packing {ab[-1][6] * 1e3:.1f} vs "
+                      f"{ab[-1][7] * 1e3:.1f} ms", flush=True)
             flush()
             # One client per master (redis-benchmark --cluster binds each client to one node), as the
             # tier has one connection per master; 32x (SET) and 128x (GET) the tier's operations,
@@ -143,6 +166,16 @@ def main():
             tier, bench = statistics.median(r[a] for r in rows), statistics.median(r[b] for r in rows)
             print(f"client CPU per block, {name}: {tier:.1f} / {bench:.1f} us (medians; "
                   f"{tier / size * 1e3:.2f} / {bench / size * 1e3:.2f} CPU-s per GB)")
+        for name, a in (("store", 0), ("load", 1)):
+            if ab:
+                ratios = [row[a] for row in ab]
+                print(f"this build / baseline, {name} rate: median {statistics.median(ratios):.2f}, "
+                      f"min {min(ratios):.2f}, max {max(ratios):.2f} ({len(ratios)} rounds)")
+        for name, a in (("store", 2), ("load", 4), ("caller's packing (ms)", 6)):
+            if ab:
+                k = 1e3 if a == 6 else 1
+                print(f"this build / baseline, {name}: {statistics.median(r[a] for r in ab) * k:.1f} / "
+                      f"{statistics.median(r[a + 1] for r in ab) * k:.1f} (medians)")
     finally:
         for p in procs:
             p.kill()
