@@ -133,12 +133,13 @@ def main():
                 ab.append((store / b["store"]["blocks_per_s_median"], load / b["load"]["blocks_per_s_median"],
                            store_cpu, b.get("store_cpu_us_per_block_median", 0), load_cpu,
                            b.get("load_cpu_us_per_block_median", 0), t["store_pack_median_s"],
-                           b["store_pack_median_s"]))
+                           b["store_pack_median_s"], t.get("store_pack_cpu_us_per_block_median", 0),
+                           b.get("store_pack_cpu_us_per_block_median", 0)))
                 print(f"round {r}: baseline store {b['store']['blocks_per_s_median']:.0f}/s, load "
                       f"{b['load']['blocks_per_s_median']:.0f}/s; this build over the baseline: store {ab[-1][0]:.2f}, "
                       f"load {ab[-1][1]:.2f}; client CPU us per block store {store_cpu:.1f} vs {ab[-1][3]:.1f}, "
                       f"load {load_cpu:.1f} vs {ab[-1][5]:.1f}; caller's packing {ab[-1][6] * 1e3:.1f} vs "
-                      f"{ab[-1][7] * 1e3:.1f} ms", flush=True)
+                      f"{ab[-1][7] * 1e3:.1f} ms ({ab[-1][8]:.1f} vs {ab[-1][9]:.1f} us of its CPU per block)", flush=True)
             flush()
             # One client per master (redis-benchmark --cluster binds each client to one node), as the
             # tier has one connection per master; 32x (SET) and 128x (GET) the tier's operations,
@@ -171,7 +172,8 @@ def main():
                 ratios = [row[a] for row in ab]
                 print(f"this build / baseline, {name} rate: median {statistics.median(ratios):.2f}, "
                       f"min {min(ratios):.2f}, max {max(ratios):.2f} ({len(ratios)} rounds)")
-        for name, a in (("store", 2), ("load", 4), ("caller's packing (ms)", 6)):
+        for name, a in (("client CPU us per block stored", 2), ("client CPU us per block loaded", 4),
+                        ("caller's packing (ms)", 6), ("caller's packing CPU us per block", 8)):
             if ab:
                 k = 1e3 if a == 6 else 1
                 print(f"this build / baseline, {name}: {statistics.median(r[a] for r in ab) * k:.1f} / "
