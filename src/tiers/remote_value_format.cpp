@@ -66,6 +66,9 @@ void pack_remote_value(const KVArena& source, int32_t block, const StoredBlockKe
                        std::span<std::byte> out) {
   const size_t payload_bytes = block_payload_bytes(source);
   const size_t header = checked_header_bytes(key, payload_bytes, out);
+  // Exactly: the buffer is sent whole, and bytes the pack did not write would go out as they were.
+  if (out.size() != header + payload_bytes)
+    throw UsageError(fmt::format("remote value is {} bytes, buffer has {}", header + payload_bytes, out.size()));
   const uint64_t checksum = gather_block_checksummed(source, block, out.data() + header);
   encode_header(key, fingerprint, payload_bytes, checksum, out, header);
 }

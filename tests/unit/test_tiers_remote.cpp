@@ -118,6 +118,8 @@ TEST(RemoteValueFormat, PackAndLoadInOnePassMatchTheTwoPassForms) {
   EXPECT_EQ(packed, f.value);
   EXPECT_THROW(pack_remote_value(f.arena, 1, f.key, f.fingerprint, std::span(packed).first(packed.size() - 1)),
                UsageError);
+  packed.push_back(std::byte{0});
+  EXPECT_THROW(pack_remote_value(f.arena, 1, f.key, f.fingerprint, packed), UsageError);
   // load_remote_value: the block byte for byte, and the same verdict as verify_remote_value.
   KVArena out(small_spec(), kLayers, 2);
   ASSERT_EQ(load_remote_value(f.value, f.fingerprint, f.key, out, 1), RemoteValueStatus::kOk);

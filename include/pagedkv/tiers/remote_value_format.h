@@ -41,8 +41,9 @@ inline size_t remote_value_bytes(int block_size, size_t payload_bytes) {
 void encode_remote_value_header(const StoredBlockKey& key, const BlockHash& fingerprint, size_t payload_bytes,
                                 std::span<std::byte> out);
 
-// Packs block `block` of `source` under `key` into `out` (remote_value_bytes of it): the payload
-// copied and checksummed in one pass (remote_value_copy.h), then the header.
+// Packs block `block` of `source` under `key` into `out`, which must be exactly remote_value_bytes
+// long (every byte written): the payload copied and checksummed in one pass
+// (remote_value_copy.h), then the header. Throws UsageError for any other size.
 void pack_remote_value(const KVArena& source, int32_t block, const StoredBlockKey& key, const BlockHash& fingerprint,
                        std::span<std::byte> out);
 
