@@ -8,6 +8,8 @@
 // With --url redis-cluster://h:p,... the tier runs on a Redis Cluster (RedisClusterStore), and
 // only the tier's figures are measured (--tier-only).
 #include <fmt/format.h>
+#include <sys/resource.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -16,7 +18,6 @@
 #include <random>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "pagedkv/core/percentile.h"
@@ -34,6 +35,26 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+// This process' CPU time, all threads (the tier's lanes and the caller), in seconds.
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// The calling thread's CPU time, in seconds.
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// This process' minor page faults so far (first touches of fresh memory).
+double minor_faults() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_minflt);
+}
 
 struct Series {
   std::vector<double> s;
@@ -120,7 +141,7 @@ nlohmann::json tier_round_trip(const RemoteStoreFactory& connect, const KVCacheS
                                int rounds) {
   KVArena src(spec, layers, blocks), dst(spec, layers, blocks);
   std::memset(src.data(), 3, src.bytes());
-  Series store_s, probe_s, load_s;
+  Series store_s, pack_s, probe_s, load_s, store_cpu, load_cpu, store_faults, load_faults, pack_cpu;
   // One tier (its lanes keep their connections, as in a server) for every round; round 0 warms
   // them up and is not counted; each round stores blocks of new hashes, so new keys.
   RemoteTierOptions to;
@@ -137,11 +158,21 @@ nlohmann::json tier_round_trip(const RemoteStoreFactory& connect, const KVCacheS
       keys[static_cast<size_t>(i)].tokens.assign(static_cast<size_t>(spec.block_size), i);
     }
     const uint64_t settled_before = tier.stats().stored_blocks + tier.stats().dropped;
+    double cpu0 = process_cpu_seconds();
+    double faults0 = minor_faults();
+    const double pack_cpu0 = thread_cpu_seconds();
     auto t0 = Clock::now();
     for (int i = 0; i < blocks; ++i) tier.store(src, i, keys[static_cast<size_t>(i)]);
-    while (tier.stats().stored_blocks + tier.stats().dropped < settled_before + static_cast<uint64_t>(blocks))
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    const double pack_seconds = seconds_since(t0);  // the caller's part: every block packed and queued
+    const double pack_cpu_seconds = thread_cpu_seconds() - pack_cpu0;  // the same, on this thread's clock
+    // Waits on the store lane's own signal: polling the counters woke this thread every 50 us,
+    // taking the CPU from the lane and the servers it measures.
+    tier.flush(std::chrono::seconds(60));
     const double store_seconds = seconds_since(t0);
+    const double store_cpu_seconds = process_cpu_seconds() - cpu0;
+    const double store_fault_count = minor_faults() - faults0;
+    if (tier.stats().stored_blocks + tier.stats().dropped < settled_before + static_cast<uint64_t>(blocks))
+      throw std::runtime_error("the stores did not settle within a minute");
     if (tier.stats().dropped)
       throw std::runtime_error(
           fmt::format("{} stores dropped ({})", tier.stats().dropped, tier.stats().degraded_reason));
@@ -162,22 +193,43 @@ nlohmann::json tier_round_trip(const RemoteStoreFactory& connect, const KVCacheS
     RemoteFetchJob load;
     load.kind = RemoteFetchJob::Kind::kLoad;
     for (int i = 0; i < blocks; ++i) load.loads.push_back(RemoteLoad{keys[static_cast<size_t>(i)], i});
+    cpu0 = process_cpu_seconds();
+    faults0 = minor_faults();
     t0 = Clock::now();
     RemoteFetchJob loaded = run(std::move(load));
     const double load_seconds = seconds_since(t0);
+    const double load_cpu_seconds = process_cpu_seconds() - cpu0;
+    const double load_fault_count = minor_faults() - faults0;
     for (const RemoteLoad& l : loaded.loads)
       if (l.result != RemoteLoadResult::kOk) throw std::runtime_error("a load failed");
     if (round == 0) continue;  // the warm-up
     store_s.s.push_back(store_seconds);
+    pack_s.s.push_back(pack_seconds);
     probe_s.s.push_back(probe_seconds);
     load_s.s.push_back(load_seconds);
+    store_cpu.s.push_back(store_cpu_seconds);
+    load_cpu.s.push_back(load_cpu_seconds);
+    pack_cpu.s.push_back(pack_cpu_seconds);
+    store_faults.s.push_back(store_fault_count);
+    load_faults.s.push_back(load_fault_count);
   }
   const size_t value = remote_value_bytes(spec.block_size, block_payload_bytes(src));
   return {{"value_bytes", value},
           {"store", rate(store_s, blocks, value)},
           {"probe", rate(probe_s, blocks, value)},
           {"load", rate(load_s, blocks, value)},
-          {"probe_plus_load_median_s", probe_s.median() + load_s.median()}};
+          {"probe_plus_load_median_s", probe_s.median() + load_s.median()},
+          {"store_pack_median_s", pack_s.median()},
+          // The caller's CPU per block packed (its thread's clock: what other threads and
+          // processes take from it does not count).
+          {"store_pack_cpu_us_per_block_median", pack_cpu.median() / blocks * 1e6},
+          // The client's CPU (this process, all threads) per block: what competes with the servers.
+          {"store_cpu_us_per_block_median", store_cpu.median() / blocks * 1e6},
+          {"load_cpu_us_per_block_median", load_cpu.median() / blocks * 1e6},
+          // Minor page faults per block: the KV arenas are touched when built (KVArena), so
+          // these are the tier's own fresh buffers (and the stores' reply and read buffers).
+          {"store_faults_per_block_median", store_faults.median() / blocks},
+          {"load_faults_per_block_median", load_faults.median() / blocks}};
 }
 
 // Prefill of `blocks` x block_size tokens on `model` (no cache hits): seconds to the first token.

@@ -72,6 +72,7 @@ std::optional<ClusterTopology> ClusterTopology::from_cluster_slots(const redisRe
     error = "CLUSTER SLOTS: no slot is served (the cluster is not set up yet)";
     return std::nullopt;
   }
+  t.find_masters();
   return t;
 }
 
@@ -142,6 +143,7 @@ std::optional<ClusterTopology> ClusterTopology::from_cluster_shards(const redisR
     error = "CLUSTER SHARDS: no slot is served (the cluster is not set up yet)";
     return std::nullopt;
   }
+  t.find_masters();
   return t;
 }
 
@@ -170,20 +172,20 @@ int ClusterTopology::node_index(const ClusterNodeAddress& address) {
 void ClusterTopology::move_slot(int slot, const ClusterNodeAddress& address) {
   master_[static_cast<size_t>(slot)] = static_cast<int16_t>(node_index(address));
   shard_[static_cast<size_t>(slot)] = static_cast<int16_t>(kNoNode);
+  find_masters();
 }
 
 int ClusterTopology::covered_slots() const {
   return static_cast<int>(std::count_if(master_.begin(), master_.end(), [](int16_t m) { return m != kNoNode; }));
 }
 
-std::vector<int> ClusterTopology::masters() const {
+void ClusterTopology::find_masters() {
   std::vector<uint8_t> is_master(nodes_.size(), 0);
   for (int16_t m : master_)
     if (m != kNoNode) is_master[static_cast<size_t>(m)] = 1;
-  std::vector<int> out;
+  masters_.clear();
   for (size_t i = 0; i < is_master.size(); ++i)
-    if (is_master[i]) out.push_back(static_cast<int>(i));
-  return out;
+    if (is_master[i]) masters_.push_back(static_cast<int>(i));
 }
 
 }  // namespace pagedkv::remote

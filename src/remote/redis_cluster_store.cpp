@@ -62,14 +62,15 @@ struct Routing {
   ClusterNodeAddress to;
 };
 
-Routing routing_of(const redisReply& r, const std::string& answered_by) {
+Routing routing_of(const RespReply& r, const std::string& answered_by) {
   Routing out;
-  if (r.type != REDIS_REPLY_ERROR) return out;
-  const bool moved = starts_with(r, "MOVED "), ask = starts_with(r, "ASK ");
-  if ((moved || ask) && parse_redirection(std::string_view(r.str, r.len), answered_by, out.slot, out.to))
+  if (r.type != RespReply::Type::kError) return out;
+  const std::string_view e = r.str;
+  const bool moved = e.starts_with("MOVED "), ask = e.starts_with("ASK ");
+  if ((moved || ask) && parse_redirection(e, answered_by, out.slot, out.to))
     out.kind = moved ? Routing::kMoved : Routing::kAsk;
-  else if (starts_with(r, "CLUSTERDOWN") || starts_with(r, "TRYAGAIN") || starts_with(r, "LOADING") ||
-           starts_with(r, "MASTERDOWN"))
+  else if (e.starts_with("CLUSTERDOWN") || e.starts_with("TRYAGAIN") || e.starts_with("LOADING") ||
+           e.starts_with("MASTERDOWN"))
     out.kind = Routing::kNotServed;
   return out;
 }
@@ -97,9 +98,8 @@ RedisClusterStore::Node& RedisClusterStore::node(const ClusterNodeAddress& addre
     url.host = address.host;
     url.port = address.port;
     url.db = 0;  // a cluster has only database 0
-    slot = std::make_unique<Node>(
-        address, std::move(url),
-        RedisConnectionOptions{options_.connect_timeout, options_.io_timeout, options_.keep_read_buffer}, options_);
+    slot = std::make_unique<Node>(address, std::move(url),
+                                  RedisConnectionOptions{options_.connect_timeout, options_.io_timeout}, options_);
   }
   return *slot;
 }
@@ -291,32 +291,28 @@ RemoteStatus RedisClusterStore::run(Op op, std::span<const std::string> keys,
         if (!connect(nd)) return skip_rest(f);
       }
       const size_t end = std::min(f.keys.size(), f.sent + depth);
-      bool ok = true;
-      for (size_t k = f.sent; k < end && ok; ++k) {
+      for (size_t k = f.sent; k < end; ++k) {
         const size_t i = f.keys[k];
-        if (ask_to[i] != kNoNode) nd.conn.append({"ASKING"});
+        if (ask_to[i] != kNoNode) nd.conn.pipeline_append({"ASKING"});
         switch (op) {
           case Op::kExists:
-            nd.conn.append({"EXISTS", keys[i]});
+            nd.conn.pipeline_append({"EXISTS", keys[i]});
             break;
           case Op::kGet:
-            nd.conn.append({"GET", keys[i]});
+            nd.conn.pipeline_append({"GET", keys[i]});
             break;
-          case Op::kSet:
-            nd.conn.append(
+          case Op::kSet:  // the value is written from the caller's memory
+            nd.conn.pipeline_append(
                 {"SET", keys[i], std::string_view(reinterpret_cast<const char*>(values[i].data()), values[i].size())});
-            if (options_.write_chunk_bytes > 0 && nd.conn.queued_bytes() >= options_.write_chunk_bytes)
-              ok = nd.conn.write_queued();
             break;
         }
       }
-      if (ok) ok = nd.conn.write_queued();  // the node starts while the next one is written to
-      if (!ok) return failed(f);
       f.sent = end;
       f.piece_ends.push_back(end);
+      if (!nd.conn.pipeline_write()) return failed(f);  // what the socket takes now; the rest on POLLOUT
     };
     // One reply for the key at f.read (its ASKING's +OK first, when it went with one).
-    auto on_node_reply = [&](Flight& f, RedisReply r) {
+    auto on_node_reply = [&](Flight& f, const RespReply& r) {
       Node& nd = *f.node;
       const size_t i = f.keys[f.read];
       if (ask_to[i] != kNoNode && !f.asking_answered) {
@@ -326,15 +322,14 @@ RemoteStatus RedisClusterStore::run(Op op, std::span<const std::string> keys,
       f.asking_answered = false;
       ++f.read;
       if (f.read == f.piece_ends.front()) f.piece_ends.pop_front();
-      const Routing routing = routing_of(*r, nd.address.host);
+      const Routing routing = routing_of(r, nd.address.host);
       switch (routing.kind) {
         case Routing::kAnswer:
           break;
         case Routing::kMoved:
         case Routing::kAsk:
           if (++redirections[i] > options_.max_redirections) {
-            error_ = fmt::format("more than {} redirections for a key (last: {})", options_.max_redirections,
-                                 std::string_view(r->str, r->len));
+            error_ = fmt::format("more than {} redirections for a key (last: {})", options_.max_redirections, r.str);
             ++skipped;
             return;
           }
@@ -350,21 +345,23 @@ RemoteStatus RedisClusterStore::run(Op op, std::span<const std::string> keys,
           pending.push_back(i);
           return;
         case Routing::kNotServed:
-          error_ = fmt::format("cluster node {}: {}", nd.address.name(), std::string_view(r->str, r->len));
+          error_ = fmt::format("cluster node {}: {}", nd.address.name(), r.str);
           map_stale_ = true;
           ++skipped;
           return;
       }
       ++answered;
-      on_reply(i, *r);
+      on_reply(i, r);
     };
-    // Takes every reply `f`'s node has delivered; sends its next piece as each one completes.
+    // Takes every reply `f`'s node has delivered; queues its next piece as each one completes.
+    // A reply's value lives in the connection's read buffer: it is used before the next read.
     auto drain = [&](Flight& f) {
+      RespReply r;
       while (!f.done && !f.piece_ends.empty()) {
-        RedisReply r;
-        if (!f.node->conn.buffered_reply(r)) return failed(f);
-        if (!r) return;
-        on_node_reply(f, std::move(r));
+        const RespReader::Next got = f.node->conn.pipeline_reply(r);
+        if (got == RespReader::Next::kBad) return failed(f);
+        if (got == RespReader::Next::kIncomplete) break;
+        on_node_reply(f, r);
         send_piece(f);
       }
       if (!f.done && f.read == f.keys.size()) {
@@ -377,7 +374,8 @@ RemoteStatus RedisClusterStore::run(Op op, std::span<const std::string> keys,
       send_piece(f);
       send_piece(f);
     }
-    // ...and whichever has replies is read: a slow node does not hold up the others'.
+    // ...and all nodes' sockets are served as they become ready, written while the kernel takes
+    // more and read while replies come: a slow node holds up no other.
     std::vector<pollfd> fds;
     std::vector<Flight*> polled;
     for (;;) {
@@ -386,7 +384,8 @@ RemoteStatus RedisClusterStore::run(Op op, std::span<const std::string> keys,
       for (auto& [index, f] : flights) {
         drain(f);
         if (f.done || f.piece_ends.empty()) continue;
-        fds.push_back(pollfd{f.node->conn.fd(), POLLIN, 0});
+        const short events = static_cast<short>(POLLIN | (f.node->conn.pipeline_queued() ? POLLOUT : 0));
+        fds.push_back(pollfd{f.node->conn.fd(), events, 0});
         polled.push_back(&f);
       }
       if (fds.empty()) break;
@@ -394,12 +393,15 @@ RemoteStatus RedisClusterStore::run(Op op, std::span<const std::string> keys,
       if (ready < 0 && errno == EINTR) continue;
       for (size_t k = 0; k < fds.size(); ++k) {
         Flight& f = *polled[k];
+        Node& nd = *f.node;
         if (ready <= 0) {  // no node answered within the timeout: the waiting ones are slow
-          f.node->conn.time_out();
+          nd.conn.time_out();
           failed(f);
-        } else if (fds[k].revents != 0 && !f.node->conn.read_available()) {
-          failed(f);
+          continue;
         }
+        const short got = fds[k].revents;
+        if ((got & POLLOUT) && !nd.conn.pipeline_write()) failed(f);
+        else if ((got & (POLLIN | POLLHUP | POLLERR)) && !nd.conn.pipeline_read()) failed(f);
       }
     }
   }
@@ -413,20 +415,20 @@ RemoteStatus RedisClusterStore::exists(std::span<const std::string> keys, std::v
   present.assign(keys.size(), 0);
   BatchReplies replies(error_);
   return replies.status(
-      run(Op::kExists, keys, {}, [&](size_t i, const redisReply& r) { replies.exists(i, r, present); }));
+      run(Op::kExists, keys, {}, [&](size_t i, const RespReply& r) { replies.exists(i, r, present); }));
 }
 
 RemoteStatus RedisClusterStore::get(std::span<const std::string> keys,
                                     const std::function<void(size_t, std::span<const std::byte>)>& on_value) {
   BatchReplies replies(error_);
-  return replies.status(run(Op::kGet, keys, {}, [&](size_t i, const redisReply& r) { replies.get(i, r, on_value); }));
+  return replies.status(run(Op::kGet, keys, {}, [&](size_t i, const RespReply& r) { replies.get(i, r, on_value); }));
 }
 
 RemoteStatus RedisClusterStore::set(std::span<const std::string> keys,
                                     std::span<const std::span<const std::byte>> values, std::vector<uint8_t>& stored) {
   stored.assign(keys.size(), 0);
   BatchReplies replies(error_);
-  return replies.status(run(Op::kSet, keys, values, [&](size_t i, const redisReply& r) { replies.set(i, r, stored); }));
+  return replies.status(run(Op::kSet, keys, values, [&](size_t i, const RespReply& r) { replies.set(i, r, stored); }));
 }
 
 RemoteStatus RedisClusterStore::ping() {
@@ -447,7 +449,7 @@ RemoteStatus RedisClusterStore::ping() {
 }
 
 size_t RedisClusterStore::preferred_batch() const {
-  constexpr size_t kPerNode = 32;
+  constexpr size_t kPerNode = 128;
   return map_ ? kPerNode * map_->masters().size() : kPerNode;
 }
 

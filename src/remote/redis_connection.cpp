@@ -4,11 +4,18 @@
 #include <hiredis/hiredis.h>
 #include <hiredis/sds.h>
 
+#include <sys/socket.h>
+
 #include <cerrno>
+#include <cstring>
 #include <vector>
 
 namespace pagedkv::remote {
 namespace {
+
+// One recv() takes up to the read buffer's free room, at least this much: a pipeline of 20 KiB
+// values comes in a few large reads, not one per 16 KiB as with hiredis.
+constexpr size_t kMinReadBytes = size_t{128} << 10;
 
 timeval to_timeval(std::chrono::milliseconds ms) {
   timeval tv{};
@@ -30,6 +37,8 @@ RedisConnection::~RedisConnection() {
 
 void RedisConnection::close(std::string why) {
   error_ = std::move(why);
+  out_.clear();
+  in_.reset();
   if (c_) {
     redisFree(c_);
     c_ = nullptr;
@@ -111,23 +120,36 @@ RedisReply RedisConnection::command(std::initializer_list<std::string_view> args
 
 int RedisConnection::fd() const { return c_ ? c_->fd : -1; }
 
-bool RedisConnection::buffered_reply(RedisReply& out) {
-  void* raw = nullptr;
-  if (redisGetReplyFromReader(c_, &raw) != REDIS_OK) {
-    timed_out_ = false;
-    close(c_->errstr[0] ? std::string(c_->errstr) : std::string("protocol error"));
-    return false;
-  }
-  out.reset(static_cast<redisReply*>(raw));
-  return true;
+bool RedisConnection::pipeline_write() {
+  if (out_.write_to(c_->fd) != RespCommandQueue::Write::kFailed) return true;
+  timed_out_ = false;
+  close(fmt::format("write: {}", std::strerror(errno)));
+  return false;
 }
 
-bool RedisConnection::read_available() {
-  if (redisBufferRead(c_) != REDIS_OK) {
-    io_failed();
+bool RedisConnection::pipeline_read() {
+  for (;;) {
+    const std::span<char> room = in_.space(kMinReadBytes);
+    const ssize_t n = ::recv(c_->fd, room.data(), room.size(), MSG_DONTWAIT);
+    if (n > 0) {
+      in_.produced(static_cast<size_t>(n));
+      return true;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+    timed_out_ = false;
+    close(n == 0 ? std::string("server closed the connection") : fmt::format("read: {}", std::strerror(errno)));
     return false;
   }
-  return true;
+}
+
+RespReader::Next RedisConnection::pipeline_reply(RespReply& out) {
+  const RespReader::Next r = in_.next(out);
+  if (r == RespReader::Next::kBad) {
+    timed_out_ = false;
+    close(in_.error());
+  }
+  return r;
 }
 
 void RedisConnection::time_out() {

@@ -57,7 +57,7 @@ RemoteStatus RedisStore::read_replies(size_t n, OnReply&& on_reply) {
     RedisReply r = conn_.read_reply();
     if (!r) return fail_io();
     ++replies_read_;
-    on_reply(i, *r);
+    on_reply(i, resp_view(*r));
   }
   return RemoteStatus::kOk;
 }
@@ -73,7 +73,7 @@ RemoteStatus RedisStore::exists_once(std::span<const std::string> keys, std::vec
   for (const std::string& k : keys) conn_.append({"EXISTS", k});
   BatchReplies replies(error_);
   return replies.status(
-      read_replies(keys.size(), [&](size_t i, const redisReply& r) { replies.exists(i, r, present); }));
+      read_replies(keys.size(), [&](size_t i, const RespReply& r) { replies.exists(i, r, present); }));
 }
 
 RemoteStatus RedisStore::get(std::span<const std::string> keys,
@@ -90,8 +90,7 @@ RemoteStatus RedisStore::get_once(std::span<const std::string> keys,
   for (size_t first = 0; first < keys.size(); first += depth) {
     const size_t n = std::min(depth, keys.size() - first);
     for (size_t i = first; i < first + n; ++i) conn_.append({"GET", keys[i]});
-    const RemoteStatus st =
-        read_replies(n, [&](size_t i, const redisReply& r) { replies.get(first + i, r, on_value); });
+    const RemoteStatus st = read_replies(n, [&](size_t i, const RespReply& r) { replies.get(first + i, r, on_value); });
     if (st != RemoteStatus::kOk) return st;
   }
   return replies.status();
@@ -113,7 +112,7 @@ RemoteStatus RedisStore::set_once(std::span<const std::string> keys, std::span<c
       if (!conn_.write_queued()) return fail_io();
   }
   BatchReplies replies(error_);
-  return replies.status(read_replies(keys.size(), [&](size_t i, const redisReply& r) { replies.set(i, r, stored); }));
+  return replies.status(read_replies(keys.size(), [&](size_t i, const RespReply& r) { replies.set(i, r, stored); }));
 }
 
 RemoteStatus RedisStore::ping() {
@@ -124,7 +123,7 @@ RemoteStatus RedisStore::ping_once() {
   if (!connect()) return RemoteStatus::kUnavailable;
   conn_.append({"PING"});
   bool ok = false;
-  const RemoteStatus st = read_replies(1, [&](size_t, const redisReply& r) { ok = r.type == REDIS_REPLY_STATUS; });
+  const RemoteStatus st = read_replies(1, [&](size_t, const RespReply& r) { ok = r.type == RespReply::Type::kStatus; });
   if (st != RemoteStatus::kOk) return st;
   return ok ? RemoteStatus::kOk : RemoteStatus::kError;
 }

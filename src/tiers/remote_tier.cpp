@@ -15,17 +15,17 @@ namespace {
 // Known-stored hashes kept on the owner side to skip packing duplicates; past this many the set
 // starts over (a stale entry costs a skipped store, which the store's EXISTS round would catch).
 constexpr size_t kMaxKnownStored = size_t{1} << 18;
-constexpr size_t kMaxSpareBuffers = 64;
 
 }  // namespace
 
 RemoteTier::RemoteTier(RemoteTierOptions options, KVArena& device)
     : options_(std::move(options)),
       device_(device),
-      payload_bytes_(block_payload_bytes(device)),
       value_bytes_(remote_value_bytes(device.spec().block_size, block_payload_bytes(device))),
       breaker_(options_.backoff_initial, options_.backoff_max) {
   if (!options_.connect) throw ConfigError("the remote KV tier needs a store to connect to");
+  // As many as the queue may hold: a burst up to the limit finds its buffers allocated and mapped.
+  max_spare_buffers_ = options_.max_queued_store_bytes / value_bytes_;
   fetch_thread_ = std::thread([this] { fetch_lane(); });
   store_thread_ = std::thread([this] { store_lane(); });
 }
@@ -112,21 +112,24 @@ void RemoteTier::flush(std::chrono::milliseconds max_wait) {
 
 // ---- packing (memory lane) ----------------------------------------------------------------------
 
-std::vector<std::byte> RemoteTier::take_buffer() {
+RemoteTier::ValueBuffer RemoteTier::take_buffer() {
   {
     std::lock_guard lock(store_m_);
     if (!spare_buffers_.empty()) {
-      std::vector<std::byte> b = std::move(spare_buffers_.back());
+      ValueBuffer b = std::move(spare_buffers_.back());
       spare_buffers_.pop_back();
       return b;
     }
   }
-  return std::vector<std::byte>(value_bytes_);
+  // Not value-initialised: the pack overwrites every byte (a zero-fill was a third pass).
+  return std::make_unique_for_overwrite<std::byte[]>(value_bytes_);
 }
 
-void RemoteTier::give_buffer(std::vector<std::byte> b) {
+void RemoteTier::give_buffers(std::vector<PendingStore>& batch) {
   std::lock_guard lock(store_m_);
-  if (spare_buffers_.size() < kMaxSpareBuffers) spare_buffers_.push_back(std::move(b));
+  for (PendingStore& p : batch)
+    if (spare_buffers_.size() < max_spare_buffers_) spare_buffers_.push_back(std::move(p.value));
+  batch.clear();
 }
 
 void RemoteTier::store(const KVArena& source, int32_t block, const StoredBlockKey& key) {
@@ -138,14 +141,11 @@ void RemoteTier::store(const KVArena& source, int32_t block, const StoredBlockKe
       return;
     }
   }
-  std::vector<std::byte> value = take_buffer();
-  value.resize(value_bytes_);
-  const size_t header = remote_value_header_bytes(static_cast<int>(key.tokens.size()));
-  gather_block(source, block, value.data() + header);
-  encode_remote_value_header(key, options_.fingerprint, payload_bytes_, value);
+  ValueBuffer value = take_buffer();
+  pack_remote_value(source, block, key, options_.fingerprint, std::span(value.get(), value_bytes_));
   {
     std::lock_guard lock(store_m_);
-    queued_bytes_ += value.size();
+    queued_bytes_ += value_bytes_;
     store_queue_.push_back(PendingStore{key.hash, std::move(value)});
   }
   store_cv_.notify_one();
@@ -233,10 +233,10 @@ void RemoteTier::run_fetch(RemoteStore& conn, RemoteFetchJob& job) {
   for (const RemoteLoad& l : job.loads) keys.push_back(key_of(l.expected.hash));
   const RemoteStatus st = conn.get(keys, [&](size_t i, std::span<const std::byte> value) {
     RemoteLoad& l = job.loads[i];
-    std::span<const std::byte> payload;
-    const RemoteValueStatus v = verify_remote_value(value, options_.fingerprint, l.expected, payload_bytes_, payload);
+    // Verified as it is scattered: a block whose payload fails its checksum holds garbage, but
+    // its load fails and the owner never registers it (TieredKVCache::finish_promotion).
+    const RemoteValueStatus v = load_remote_value(value, options_.fingerprint, l.expected, device_, l.device_block);
     if (v == RemoteValueStatus::kOk) {
-      scatter_block(payload.data(), device_, l.device_block);
       l.result = RemoteLoadResult::kOk;
       ++counters_.loaded_blocks;
       counters_.loaded_bytes += value.size();
@@ -282,15 +282,14 @@ void RemoteTier::store_lane() {
         return;
       }
       while (!store_queue_.empty() && batch.size() < max_batch) {
-        queued_bytes_ -= store_queue_.front().value.size();
+        queued_bytes_ -= value_bytes_;
         batch.push_back(std::move(store_queue_.front()));
         store_queue_.pop_front();
       }
       store_busy_ = true;
     }
     run_stores(*conn, batch);
-    for (PendingStore& p : batch) give_buffer(std::move(p.value));
-    batch.clear();
+    give_buffers(batch);
   }
 }
 
@@ -321,7 +320,7 @@ void RemoteTier::run_stores(RemoteStore& conn, std::vector<PendingStore>& batch)
       continue;
     }
     send_keys.push_back(std::move(keys[i]));
-    send_values.emplace_back(batch[i].value);
+    send_values.emplace_back(batch[i].value.get(), value_bytes_);
     send_hashes.push_back(batch[i].hash);
   }
   if (send_keys.empty()) return link_ok();
@@ -393,7 +392,7 @@ void RemoteTier::check_invariants() const {
   size_t bytes = 0;
   {
     std::lock_guard lock(store_m_);
-    for (const PendingStore& p : store_queue_) bytes += p.value.size();
+    bytes = store_queue_.size() * value_bytes_;
     if (bytes != queued_bytes_)
       throw InvariantError(
           fmt::format("remote tier: {} bytes queued for the store lane, accounted {}", bytes, queued_bytes_));

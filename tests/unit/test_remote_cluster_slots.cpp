@@ -23,6 +23,26 @@ TEST(ClusterSlots, Crc16XmodemKnownVectors) {
   EXPECT_EQ(crc16_xmodem("A"), 0x58E5);
 }
 
+// The CRC bit by bit, as its definition reads (polynomial 0x1021, MSB first, initial value 0).
+uint16_t crc16_bit_by_bit(std::string_view data) {
+  uint16_t crc = 0;
+  for (char ch : data) {
+    crc = static_cast<uint16_t>(crc ^ (static_cast<uint8_t>(ch) << 8));
+    for (int bit = 0; bit < 8; ++bit) crc = static_cast<uint16_t>((crc & 0x8000) ? (crc << 1) ^ 0x1021 : crc << 1);
+  }
+  return crc;
+}
+
+TEST(ClusterSlots, Crc16EightBytesAtATimeEqualsBitByBit) {
+  std::string data;
+  uint32_t x = 12345;
+  for (size_t len = 0; len < 100; ++len) {  // every tail length after the 8-byte steps, all byte values
+    EXPECT_EQ(crc16_xmodem(data), crc16_bit_by_bit(data)) << len;
+    x = x * 1103515245u + 12345u;
+    data.push_back(static_cast<char>(x >> 24));
+  }
+}
+
 TEST(ClusterSlots, KeySlotsAsRedisComputesThem) {
   EXPECT_EQ(cluster_key_slot("foo"), 12182);
   EXPECT_EQ(cluster_key_slot("somekey"), 11058);

@@ -11,6 +11,8 @@
 #include "fake_remote_store.h"
 #include "golden_engine_test.h"
 #include "pagedkv/engine/llama2c_run_request.h"
+#include "pagedkv/storage/cpu_isa.h"
+#include "pagedkv/tiers/remote_value_copy.h"
 #include "pagedkv/tiers/remote_value_format.h"
 #include "tiers_test_support.h"
 
@@ -105,6 +107,80 @@ TEST(RemoteValueFormat, RoundTripAndEveryCorruptionIsRejected) {
     if (which == 1) other.parent.lo ^= 1;
     if (which == 2) other.extra_digest ^= 1;
     EXPECT_EQ(f.verify(f.value, f.fingerprint, other), RemoteValueStatus::kKeyMismatch) << which;
+  }
+}
+
+TEST(RemoteValueFormat, PackAndLoadInOnePassMatchTheTwoPassForms) {
+  FormatFixture f;
+  // pack_remote_value writes exactly the value gather_block + encode_remote_value_header write.
+  std::vector<std::byte> packed(f.value.size(), std::byte{0x5a});
+  pack_remote_value(f.arena, 1, f.key, f.fingerprint, packed);
+  EXPECT_EQ(packed, f.value);
+  EXPECT_THROW(pack_remote_value(f.arena, 1, f.key, f.fingerprint, std::span(packed).first(packed.size() - 1)),
+               UsageError);
+  packed.push_back(std::byte{0});
+  EXPECT_THROW(pack_remote_value(f.arena, 1, f.key, f.fingerprint, packed), UsageError);
+  // load_remote_value: the block byte for byte, and the same verdict as verify_remote_value.
+  KVArena out(small_spec(), kLayers, 2);
+  ASSERT_EQ(load_remote_value(f.value, f.fingerprint, f.key, out, 1), RemoteValueStatus::kOk);
+  EXPECT_TRUE(block_holds(out, BlockId{1}, f.key.hash));
+  for (size_t i = 0; i < f.value.size(); i += (i < 200 ? 1 : 13)) {
+    auto bad = f.value;
+    bad[i] ^= std::byte{0x40};
+    fill_block(out, BlockId{0}, BlockHash{77, 77});
+    const RemoteValueStatus st = load_remote_value(bad, f.fingerprint, f.key, out, 0);
+    EXPECT_NE(st, RemoteValueStatus::kOk) << "byte " << i;
+    EXPECT_EQ(st, f.verify(bad, f.fingerprint, f.key)) << "byte " << i;
+    // A value refused before its payload (header, key) leaves the block as it was.
+    if (st != RemoteValueStatus::kBadPayload) {
+      EXPECT_TRUE(block_holds(out, BlockId{0}, BlockHash{77, 77})) << i;
+    }
+  }
+  EXPECT_EQ(load_remote_value(std::span(f.value).first(f.value.size() - 1), f.fingerprint, f.key, out, 0),
+            RemoteValueStatus::kTruncated);
+  EXPECT_EQ(load_remote_value(f.value, BlockHash{11, 23}, f.key, out, 0), RemoteValueStatus::kFingerprintMismatch);
+  EXPECT_THROW(load_remote_value(f.value, f.fingerprint, f.key, out, 2), UsageError);
+}
+
+TEST(RemoteValueCopy, OnePassCopiesAndChecksumsAsGatherScatterAndPayloadChecksum) {
+  // Pages below, at and above the copy's 8 KiB pieces, and not multiples of them.
+  for (const auto& [heads, dim] : {std::pair{1, 2}, std::pair{2, 8}, std::pair{8, 64}, std::pair{3, 131}}) {
+    KVCacheSpec spec = small_spec(16);
+    spec.num_kv_heads = heads;
+    spec.head_dim = dim;
+    KVArena a(spec, 3, 4), b(spec, 3, 4);
+    fill_block(a, BlockId{2}, BlockHash{static_cast<uint64_t>(heads), static_cast<uint64_t>(dim)});
+    const size_t bytes = block_payload_bytes(a);
+    std::vector<std::byte> want(bytes), got(bytes);
+    gather_block(a, 2, want.data());
+    EXPECT_EQ(gather_block_checksummed(a, 2, got.data()), payload_checksum(want)) << heads << "x" << dim;
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(scatter_block_checksummed(got.data(), b, 3), payload_checksum(want));
+    EXPECT_TRUE(block_holds(b, BlockId{3}, BlockHash{static_cast<uint64_t>(heads), static_cast<uint64_t>(dim)}));
+    EXPECT_THROW(gather_block_checksummed(a, 4, got.data()), UsageError);
+    EXPECT_THROW(scatter_block_checksummed(got.data(), b, -1), UsageError);
+  }
+}
+
+TEST(RemoteValueCopy, Avx2AndPortableKernelsAgreeOnEverySplit) {
+  const std::vector<std::byte> src = payload_for(BlockHash{5, 6}, 40000);
+  // Pieces of sizes around XXH3's 16-, 128-, 240-byte and 1 KiB stripe boundaries and the 8 KiB chunk.
+  for (const std::vector<size_t>& sizes : std::vector<std::vector<size_t>>{
+           {0}, {1}, {16, 17}, {128, 129, 240, 241}, {1023, 1025}, {8192}, {8193, 3, 8191}, {40000}, {7, 0, 39993}}) {
+    std::vector<ChecksummedPiece> pieces;
+    std::vector<std::byte> a(40000), b(40000);
+    size_t at = 0;
+    for (size_t n : sizes) {
+      pieces.push_back(ChecksummedPiece{src.data() + at, a.data() + at, n});
+      at += n;
+    }
+    const uint64_t want = payload_checksum(std::span(src).first(at));
+    EXPECT_EQ(tiers_detail::copy_checksummed_portable(pieces), want) << at;
+    EXPECT_TRUE(std::equal(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(at), src.begin()));
+    if (!has_avx2(best_available_isa())) continue;
+    for (ChecksummedPiece& p : pieces) p.to = b.data() + (p.to - a.data());
+    EXPECT_EQ(tiers_detail::copy_checksummed_avx2(pieces), want) << at;
+    EXPECT_TRUE(std::equal(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(at), src.begin()));
   }
 }
 

@@ -48,17 +48,20 @@ class ClusterTopology {
   void move_slot(int slot, const ClusterNodeAddress& address);
   // Slots with a master; a healthy cluster covers all 16384.
   int covered_slots() const;
-  // The masters, once each, in node order.
-  std::vector<int> masters() const;
+  // The masters, once each, in node order (kept, not recounted over the slots: the store asks on
+  // every call).
+  const std::vector<int>& masters() const { return masters_; }
 
  private:
   ClusterTopology();
   // Gives slots [first, last] to `master` with `replicas`.
   void assign(int first, int last, int master, std::vector<int> replicas);
+  void find_masters();
   std::vector<ClusterNodeAddress> nodes_;
   std::vector<int16_t> master_;  // per slot: node index or kNoNode
   std::vector<int16_t> shard_;  // per slot: index into replicas_, or kNoNode
   std::vector<std::vector<int>> replicas_;  // per slot range of the reply
+  std::vector<int> masters_;
 };
 
 }  // namespace pagedkv::remote

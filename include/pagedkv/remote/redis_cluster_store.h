@@ -1,7 +1,8 @@
-// RedisClusterStore: the remote tier's RemoteStore on a Redis Cluster, through hiredis (one
-// blocking connection per node). Each key goes to the master serving its slot (cluster_slots.h)
-// in the slot map read from the cluster (cluster_topology.h); a call's keys are grouped per node
-// and pipelined to all of them before any reply is read. MOVED updates the map and resends there
+// RedisClusterStore: the remote tier's RemoteStore on a Redis Cluster (one connection per node).
+// Each key goes to the master serving its slot (cluster_slots.h) in the slot map read from the
+// cluster (cluster_topology.h); a call's keys are grouped per node and pipelined to all of them
+// from one thread, every node's socket written and read as it is ready (poll()), values written
+// from the caller's memory and read in place (RedisConnection's pipeline). MOVED updates the map and resends there
 // (the whole map is reread after the call); ASK resends once to the importing node, after
 // ASKING. Every node has its own circuit breaker: a node that fails is skipped while it is open,
 // so a dead master turns only its slots into misses and skipped stores; the map is reread while
@@ -33,12 +34,12 @@ struct RedisClusterStoreOptions {
   std::vector<RedisUrl> seeds;  // where the slot map is first read; credentials apply to every node
   std::chrono::milliseconds connect_timeout{200};
   std::chrono::milliseconds io_timeout{200};
-  bool keep_read_buffer = false;  // as RedisStoreOptions
-  size_t write_chunk_bytes = 64 * 1024;  // as RedisStoreOptions, per node
-  size_t get_pipeline_depth = 32;  // as RedisStoreOptions, per node
-  // SETs go out this many per node at a time, two such pieces ahead of the replies, every node
-  // in turn: a node's whole share written at once kept the others idle until it was written.
-  size_t set_pipeline_depth = 32;
+  // GETs and SETs go out this many per node at a time, two such pieces ahead of the replies: 32
+  // commands in flight per node, as many as one server's pipeline of 32. Pieces of 32 (64 in
+  // flight) measured 0.7x the GETs/s and 0.9x the SETs/s of pieces of 16 with 20 KiB values on 3
+  // masters (docs/benchmarks.md).
+  size_t get_pipeline_depth = 16;
+  size_t set_pipeline_depth = 16;
   // GET and EXISTS go to a replica of the slot (after READONLY; the master when none answers):
   // spreads reads, may miss what was written a moment ago (a miss, never a wrong value).
   bool read_from_replicas = false;
@@ -76,7 +77,9 @@ class RedisClusterStore final : public RemoteStore {
                    std::vector<uint8_t>& stored) override;
   RemoteStatus ping() override;
   std::string last_error() const override { return error_; }
-  // 32 keys per master of the current map, so each node's pipeline is as deep as one server's.
+  // 128 keys per master of the current map: every call waits for its slowest node (twice for a
+  // store: EXISTS, then SET), and on CPUs the servers share some node is often waiting for one;
+  // fewer, larger calls measured 1.35x the tier's stores/s of 32 per master (docs/benchmarks.md).
   size_t preferred_batch() const override;
 
   RedisClusterStats stats() const { return stats_; }
@@ -88,7 +91,7 @@ class RedisClusterStore final : public RemoteStore {
  private:
   enum class Op : uint8_t { kExists, kGet, kSet };
   struct Node;
-  using OnReply = std::function<void(size_t, const redisReply&)>;
+  using OnReply = std::function<void(size_t, const RespReply&)>;
 
   RemoteStatus run(Op op, std::span<const std::string> keys, std::span<const std::span<const std::byte>> values,
                    const OnReply& on_reply);

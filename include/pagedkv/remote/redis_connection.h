@@ -1,7 +1,9 @@
-// RedisConnection: one blocking hiredis connection to one Redis node, as the remote tier's stores
-// use it: connect with timeouts (and AUTH, SELECT), queue pipelined commands, write them out in
-// pieces, read the replies one by one. A failed connect, write or read closes it and error()
-// says why; the next connect() opens a new one. One thread at a time.
+// RedisConnection: one hiredis connection to one Redis node, as the remote tier's stores use it:
+// connect with timeouts (and AUTH, SELECT), queue pipelined commands, write them out in pieces,
+// read the replies one by one. Besides hiredis' blocking calls it has a pipeline of its own for
+// serving several nodes from one thread without blocking on any (resp_command_queue.h,
+// resp_reader.h): values are written from and read into place. A failed connect, write or read
+// closes it and error() says why; the next connect() opens a new one. One thread at a time.
 #pragma once
 
 #include <chrono>
@@ -11,6 +13,8 @@
 #include <string_view>
 
 #include "pagedkv/remote/redis_url.h"
+#include "pagedkv/remote/resp_command_queue.h"
+#include "pagedkv/remote/resp_reader.h"
 
 struct redisContext;
 struct redisReply;
@@ -50,13 +54,20 @@ class RedisConnection {
   // One command, sent and answered; null on an I/O failure.
   RedisReply command(std::initializer_list<std::string_view> args);
 
-  // Reading several connections in one thread (poll() on their sockets):
+  // The pipeline of one thread serving several connections (poll() on their sockets); not mixed
+  // with append() and read_reply() while replies are outstanding:
   int fd() const;
-  // The next reply already received, without touching the socket: `out` stays null when none is
-  // complete yet. False on a protocol error (closed).
-  bool buffered_reply(RedisReply& out);
-  // Reads what the socket holds (after poll() said it is readable). False on EOF or an error (closed).
-  bool read_available();
+  // Queues one command; arguments of RespCommandQueue::kReferencedBytes or more are written from
+  // the caller's memory, which must stay valid until pipeline_queued() is false.
+  void pipeline_append(std::initializer_list<std::string_view> args) { out_.add(args); }
+  bool pipeline_queued() const { return !out_.empty(); }
+  // Writes what the socket takes now. False on an error (closed).
+  bool pipeline_write();
+  // Reads what the socket holds now. False on EOF or an error (closed).
+  bool pipeline_read();
+  // The next reply already read: kReply, kIncomplete (none complete yet) or kBad (a protocol
+  // error: closed). The reply's string is valid until the next pipeline_read().
+  RespReader::Next pipeline_reply(RespReply& out);
   // Closes after a wait for this socket ran out (timed_out() is then true).
   void time_out();
 
@@ -73,6 +84,8 @@ class RedisConnection {
   RedisUrl url_;
   RedisConnectionOptions options_;
   redisContext* c_ = nullptr;
+  RespCommandQueue out_;
+  RespReader in_;
   std::string error_;
   bool timed_out_ = false;
 };

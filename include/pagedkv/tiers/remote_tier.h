@@ -21,6 +21,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -40,7 +41,9 @@ struct RemoteTierOptions {
   std::string key_prefix = "pagedkv";  // namespace of the keys
   std::string description;  // the store's address for messages (no password)
   BlockHash fingerprint;  // kv_layout_fingerprint of the running engine
-  size_t max_queued_store_bytes = size_t{64} << 20;  // stores beyond this are dropped
+  // Stores beyond this are dropped. Also the most the tier keeps of packed-value buffers for
+  // reuse: a burst's buffers stay allocated (and their pages mapped) for the next one.
+  size_t max_queued_store_bytes = size_t{64} << 20;
   size_t max_store_batch = 32;  // values per pipelined round (more when the store prefers)
   std::chrono::milliseconds backoff_initial{200};
   std::chrono::milliseconds backoff_max{5000};
@@ -115,9 +118,11 @@ class RemoteTier {
   void check_invariants() const;
 
  private:
+  // A packed value: value_bytes_ bytes, overwritten whole by every pack, so never initialised.
+  using ValueBuffer = std::unique_ptr<std::byte[]>;
   struct PendingStore {
     BlockHash hash;
-    std::vector<std::byte> value;
+    ValueBuffer value;
   };
   struct Counters {
     std::atomic<uint64_t> lookups{0}, hits{0}, probes{0}, loaded_blocks{0}, loaded_bytes{0}, stored_blocks{0},
@@ -132,12 +137,11 @@ class RemoteTier {
   bool writes_paused(Clock::time_point now) const;
   void link_failed(RemoteStore& conn);
   void link_ok();
-  std::vector<std::byte> take_buffer();
-  void give_buffer(std::vector<std::byte> b);
+  ValueBuffer take_buffer();
+  void give_buffers(std::vector<PendingStore>& batch);
 
   RemoteTierOptions options_;
   KVArena& device_;
-  size_t payload_bytes_ = 0;
   size_t value_bytes_ = 0;
   mutable Counters counters_;
   CircuitBreaker breaker_;
@@ -157,7 +161,8 @@ class RemoteTier {
   std::deque<PendingStore> store_queue_;
   size_t queued_bytes_ = 0;
   bool store_busy_ = false;
-  std::vector<std::vector<std::byte>> spare_buffers_;
+  std::vector<ValueBuffer> spare_buffers_;  // sent values' buffers, reused by the next packs
+  size_t max_spare_buffers_ = 0;
   std::vector<BlockHash> forgotten_;  // stores that failed: no longer known stored
   Clock::time_point writes_paused_until_{};
   std::chrono::milliseconds full_backoff_{0};

@@ -20,6 +20,7 @@
 #include <string_view>
 
 #include "pagedkv/core/block_hash.h"
+#include "pagedkv/storage/kv_arena.h"
 #include "pagedkv/tiers/disk_slot_format.h"
 #include "pagedkv/tiers/tier_types.h"
 
@@ -40,6 +41,12 @@ inline size_t remote_value_bytes(int block_size, size_t payload_bytes) {
 void encode_remote_value_header(const StoredBlockKey& key, const BlockHash& fingerprint, size_t payload_bytes,
                                 std::span<std::byte> out);
 
+// Packs block `block` of `source` under `key` into `out`, which must be exactly remote_value_bytes
+// long (every byte written): the payload copied and checksummed in one pass
+// (remote_value_copy.h), then the header. Throws UsageError for any other size.
+void pack_remote_value(const KVArena& source, int32_t block, const StoredBlockKey& key, const BlockHash& fingerprint,
+                       std::span<std::byte> out);
+
 enum class RemoteValueStatus : uint8_t {
   kOk,
   kTruncated,  // shorter or longer than a value of this layout
@@ -54,5 +61,11 @@ std::string_view remote_value_status_name(RemoteValueStatus s);
 RemoteValueStatus verify_remote_value(std::span<const std::byte> value, const BlockHash& fingerprint,
                                       const StoredBlockKey& expected, size_t payload_bytes,
                                       std::span<const std::byte>& payload);
+
+// The same checks, with the payload scattered into block `block` of `dest` as it is checksummed
+// (one pass, remote_value_copy.h). The block is written only once the header checks pass; on
+// kBadPayload it has been overwritten with the value's bytes and must not be used as KV.
+RemoteValueStatus load_remote_value(std::span<const std::byte> value, const BlockHash& fingerprint,
+                                    const StoredBlockKey& expected, KVArena& dest, int32_t block);
 
 }  // namespace pagedkv

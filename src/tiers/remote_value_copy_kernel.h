@@ -1,0 +1,33 @@
+// The loop under remote_value_copy.h, compiled once per instruction set (remote_value_copy.cpp,
+// remote_value_copy_avx2.cpp): each includes xxhash.h inline with its own flags first.
+#pragma once
+
+#include <algorithm>
+#include <cstring>
+#include <span>
+
+#include "pagedkv/tiers/remote_value_copy.h"
+
+namespace pagedkv::tiers_detail {
+namespace {
+
+// Pieces are copied and hashed this many bytes at a time: the copy is still in L1 when hashed.
+constexpr size_t kChecksummedChunkBytes = 8 << 10;
+
+inline uint64_t copy_checksummed_kernel(std::span<const ChecksummedPiece> pieces) {
+  XXH3_state_t state;
+  XXH3_INITSTATE(&state);
+  XXH3_64bits_reset(&state);
+  for (const ChecksummedPiece& p : pieces) {
+    for (size_t done = 0; done < p.bytes;) {
+      const size_t n = std::min(kChecksummedChunkBytes, p.bytes - done);
+      std::memcpy(p.to + done, p.from + done, n);
+      XXH3_64bits_update(&state, p.to + done, n);
+      done += n;
+    }
+  }
+  return XXH3_64bits_digest(&state);
+}
+
+}  // namespace
+}  // namespace pagedkv::tiers_detail
