@@ -1,5 +1,5 @@
 // The AVX-512 build (F, VL, BW, DQ and VNNI) of QuantizedMatrix's K-quant products (Q4_K, Q5_K,
-// Q6_K), on the weights repacked in panels of 16 rows (quantized_panels.h); entered only after the
+// Q6_K) and IQ4_XS's, on the weights repacked in panels of 16 rows (quantized_panels.h); entered only after the
 // run-time check in quantized_matrix.cpp. The activations are quantized to Q8_K as the scalar twin
 // (block_dot.h) does, and the results equal the twin's bit for bit: inside a super-block every
 // product is an exact integer sum whatever its order, and the super-block's contribution,
@@ -17,6 +17,9 @@
 //     keeps the fourth's bits in the top of the other three's bytes); per sub-block of 16 columns
 //     a chain of 4 vpdpbusd that starts at -32 times the activation's 16-value sum (so that it
 //     sums (q - 32) * x), times the int8 scale (vpmulld).
+//   IQ4_XS: levels looked up from the nibbles (vpshufb) as unsigned kIq4NlValues + 128; per
+//     sub-block of 32 columns a chain of 8 vpdpbusd that starts at -128 times the activation's
+//     32-value sum, times the 6-bit scale - 32 (vpmulld).
 // Tiles of one panel x up to 16 tokens reuse each unpacked register for all their tokens; a
 // single token takes 4 panels at once, 2-3 tokens 2 (more independent chains, more streams in
 // flight), with software prefetch ahead of each panel's stream as the Q8_0 panels do.
@@ -28,10 +31,11 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstring>
 
-#include "pagedkv/model/format/block_formats.h"  // kSuperBlock, the Q8_K rule
+#include "pagedkv/model/format/block_formats.h"  // kSuperBlock, the Q8_K rule, kIq4NlValues
 #include "panel_tiles_avx512.h"
 #include "quantized_kernels.h"
 
@@ -48,9 +52,11 @@ struct SuperRecord {
   int32_t sum_pairs[4];
   // Q6_K: -32 times each 16-value sum, the start of that sub-block's chain.
   int32_t start_q6[16];
+  // IQ4_XS: -128 times each 32-value sum, the start of that sub-block's chain.
+  int32_t start_iq4[8];
   int32_t unused[3];
 };
-static_assert(sizeof(SuperRecord) == 352);
+static_assert(sizeof(SuperRecord) == 384);
 
 size_t token_bytes(int cols) { return static_cast<size_t>(cols / kSuperBlock) * sizeof(SuperRecord); }
 
@@ -102,6 +108,7 @@ void quantize_super(const float* v, SuperRecord& r) {
     r.sum_pairs[c] = static_cast<int32_t>(static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16));
   }
   for (int s = 0; s < 16; ++s) r.start_q6[s] = -32 * bsums[s];
+  for (int s = 0; s < 8; ++s) r.start_iq4[s] = -128 * (bsums[2 * s] + bsums[2 * s + 1]);
 }
 
 void prepare(TensorType, const float* x, size_t x_stride, int num_tokens, int cols, std::byte* out) {
@@ -296,12 +303,48 @@ void sums_q6_k(const std::byte* chunk, const SuperRecord* xb, __m512i (&sum)[T])
   }
 }
 
+// IQ4_XS: the integer sums of one super-block of one panel for the tile's tokens. A level is
+// looked up (vpshufb) as kIq4NlValues + 128, unsigned for vpdpbusd; each sub-block's chain starts
+// at -128 times the activation's 32-value sum, so that it sums level * x, then meets the
+// sub-block's scale - 32 (vpmulld). `high` is the scale block's second half, the rows' scales_h.
+template <int T>
+void sums_iq4_xs(const std::byte* chunk, const std::byte* high, const SuperRecord* xb, __m512i (&sum)[T]) {
+  static constexpr auto kLevels = [] {
+    std::array<uint8_t, 16> u{};
+    for (int i = 0; i < 16; ++i) u[static_cast<size_t>(i)] = static_cast<uint8_t>(kIq4NlValues[i] + 128);
+    return u;
+  }();
+  const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kLevels.data())));
+  // Row i's scales_l (4 bytes: sub-block s's low 4 bits at bit 4s) and scales_h (bits 2s, 2s + 1).
+  const __m512i low = load(chunk + 32 * 64);
+  const __m512i top = _mm512_cvtepu16_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(high)));
+#pragma GCC unroll 8
+  for (int s = 0; s < 8; ++s) {
+    __m512i w[8];
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) {
+      const __m512i q = load(chunk + (4 * s + v) * 64);
+      w[v] = _mm512_shuffle_epi8(table, _mm512_and_si512(q, bytes(0x0F)));
+      w[4 + v] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(q, 4), bytes(0x0F)));
+    }
+    const __m512i top_bits = 2 * s <= 4 ? _mm512_slli_epi32(top, 4 - 2 * s) : _mm512_srli_epi32(top, 2 * s - 4);
+    const __m512i scale =
+        _mm512_sub_epi32(or_masked(_mm512_and_si512(_mm512_srli_epi32(low, 4 * s), _mm512_set1_epi32(0x0F)), top_bits,
+                                   _mm512_set1_epi32(0x30)),
+                         _mm512_set1_epi32(32));
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t)
+      sum[t] = _mm512_add_epi32(
+          sum[t], _mm512_mullo_epi32(dot_chain<8>(_mm512_set1_epi32(xb[t].start_iq4[s]), w, xb[t].q + 32 * s), scale));
+  }
+}
+
 // P panels x the T tokens of group `x` (SuperRecords, T per super-block); rows_out[p] real rows
 // in panel p.
 template <TensorType kType, int P, int T>
 void k_tile(const std::byte* panel, const PanelLayout& l, const SuperRecord* x, float* y, size_t y_stride,
             const int* rows_out) {
-  constexpr bool kMins = kType != TensorType::kQ6_K;
+  constexpr bool kMins = kType == TensorType::kQ4_K || kType == TensorType::kQ5_K;
   constexpr size_t kChunk = PanelLayout::quant_block_bytes(kType);
   const int blocks = l.cols / kSuperBlock;
   __m512 acc[P][T];
@@ -329,12 +372,13 @@ void k_tile(const std::byte* panel, const PanelLayout& l, const SuperRecord* x, 
         __m512i isum[T];
 #pragma GCC unroll 16
         for (int t = 0; t < T; ++t) isum[t] = mins[t] = _mm512_setzero_si512();
-        sums_q6_k<T>(chunk, xb, isum);
+        if constexpr (kType == TensorType::kIQ4_XS) sums_iq4_xs<T>(chunk, ds + 32, xb, isum);
+        else sums_q6_k<T>(chunk, xb, isum);
 #pragma GCC unroll 16
         for (int t = 0; t < T; ++t) sum[t] = _mm512_cvtepi32_ps(isum[t]);
       }
       // The scalar twin's float step: acc += (d * d_x) * sum - (dmin * d_x) * mins, dmin and mins
-      // zero for Q6_K (still multiplied, as there).
+      // zero for Q6_K and IQ4_XS (still multiplied, as there).
       const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ds)));
       const __m512 dmin =
           kMins ? _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ds + 32))) : _mm512_setzero_ps();
@@ -372,6 +416,8 @@ void multiply_panels(const WeightPanels& w, int p0, int p1, const Activations& x
       return multiply_panels_with<KQuantKernel<TensorType::kQ4_K>>(w, p0, p1, x, y, y_stride);
     case TensorType::kQ5_K:
       return multiply_panels_with<KQuantKernel<TensorType::kQ5_K>>(w, p0, p1, x, y, y_stride);
+    case TensorType::kIQ4_XS:
+      return multiply_panels_with<KQuantKernel<TensorType::kIQ4_XS>>(w, p0, p1, x, y, y_stride);
     default:
       return multiply_panels_with<KQuantKernel<TensorType::kQ6_K>>(w, p0, p1, x, y, y_stride);
   }
