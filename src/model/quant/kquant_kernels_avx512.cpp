@@ -184,12 +184,15 @@ __m512i broadcast4(const int8_t* q) {
   return _mm512_set1_epi32(v);
 }
 
-// start + sum over the N registers w[i] (levels) and 4-byte groups x[4i..] of their products.
-template <int N>
-__m512i dot_chain(__m512i start, const __m512i* w, const int8_t* x) {
+// chain[t] + the products of the N registers w[i] (levels) with token t's 4-byte groups
+// xb[t].q[at + 4i..], token by token within each register: the T chains are independent, so that
+// consecutive vpdpbusd never wait on one another's latency.
+template <int N, int T>
+void dot_chains(__m512i (&chain)[T], const __m512i* w, const SuperRecord* xb, int at) {
 #pragma GCC unroll 8
-  for (int i = 0; i < N; ++i) start = _mm512_dpbusd_epi32(start, w[i], broadcast4(x + 4 * i));
-  return start;
+  for (int i = 0; i < N; ++i)
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) chain[t] = _mm512_dpbusd_epi32(chain[t], w[i], broadcast4(xb[t].q + at + 4 * i));
 }
 
 // ---- the tiles ---------------------------------------------------------------------------------------
@@ -238,18 +241,19 @@ void sums_q4_k(const std::byte* chunk, const SuperRecord* xb, __m512 (&sum)[T], 
       }
     }
     const __m512i scale = scale_of(packed, s);
+    __m512i chain[T];
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) chain[t] = _mm512_setzero_si512();
+    dot_chains<8>(chain, w, xb, 32 * s);
     if constexpr (kFive) {
 #pragma GCC unroll 16
-      for (int t = 0; t < T; ++t)
-        isum[t] = _mm512_add_epi32(
-            isum[t], _mm512_mullo_epi32(dot_chain<8>(_mm512_setzero_si512(), w, xb[t].q + 32 * s), scale));
+      for (int t = 0; t < T; ++t) isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(chain[t], scale));
     } else {
       const __m512 scale_f =
           s % 2 == 0 ? _mm512_cvtepi32_ps(scale) : _mm512_mul_ps(_mm512_cvtepi32_ps(scale), _mm512_set1_ps(1.0f / 16));
 #pragma GCC unroll 16
       for (int t = 0; t < T; ++t)
-        half[s / 4][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot_chain<8>(_mm512_setzero_si512(), w, xb[t].q + 32 * s)),
-                                         scale_f, half[s / 4][t]);
+        half[s / 4][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(chain[t]), scale_f, half[s / 4][t]);
     }
   }
 #pragma GCC unroll 16
@@ -291,14 +295,24 @@ void sums_q6_k(const std::byte* chunk, const SuperRecord* xb, __m512i (&sum)[T])
       const std::byte* scales = chunk + 48 * 64 + sb * 16;
       const __m512i scale0 = _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(scales)));
       const __m512i scale1 = _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(scales + 16)));
-#pragma GCC unroll 16
-      for (int t = 0; t < T; ++t) {
-        const int8_t* x = xb[t].q + 128 * n + 32 * s;
-        const __m512i first = dot_chain<4>(_mm512_set1_epi32(xb[t].start_q6[sb]), w, x);
-        const __m512i second = dot_chain<4>(_mm512_set1_epi32(xb[t].start_q6[sb + 1]), w + 4, x + 16);
-        sum[t] = _mm512_add_epi32(
-            sum[t], _mm512_add_epi32(_mm512_mullo_epi32(first, scale0), _mm512_mullo_epi32(second, scale1)));
-      }
+      // Two tokens at a time: their 4 chains in flight, few enough registers beside the T sums.
+      const auto tokens = [&]<int G>(int t0) {
+        __m512i first[G], second[G];
+#pragma GCC unroll 2
+        for (int g = 0; g < G; ++g) {
+          first[g] = _mm512_set1_epi32(xb[t0 + g].start_q6[sb]);
+          second[g] = _mm512_set1_epi32(xb[t0 + g].start_q6[sb + 1]);
+        }
+        dot_chains<4>(first, w, xb + t0, 128 * n + 32 * s);
+        dot_chains<4>(second, w + 4, xb + t0, 128 * n + 32 * s + 16);
+#pragma GCC unroll 2
+        for (int g = 0; g < G; ++g)
+          sum[t0 + g] = _mm512_add_epi32(sum[t0 + g], _mm512_add_epi32(_mm512_mullo_epi32(first[g], scale0),
+                                                                       _mm512_mullo_epi32(second[g], scale1)));
+      };
+#pragma GCC unroll 8
+      for (int t0 = 0; t0 + 1 < T; t0 += 2) tokens.template operator()<2>(t0);
+      if constexpr (T % 2 == 1) tokens.template operator()<1>(T - 1);
     }
   }
 }
@@ -332,10 +346,12 @@ void sums_iq4_xs(const std::byte* chunk, const std::byte* high, const SuperRecor
         _mm512_sub_epi32(or_masked(_mm512_and_si512(_mm512_srli_epi32(low, 4 * s), _mm512_set1_epi32(0x0F)), top_bits,
                                    _mm512_set1_epi32(0x30)),
                          _mm512_set1_epi32(32));
+    __m512i chain[T];
 #pragma GCC unroll 16
-    for (int t = 0; t < T; ++t)
-      sum[t] = _mm512_add_epi32(
-          sum[t], _mm512_mullo_epi32(dot_chain<8>(_mm512_set1_epi32(xb[t].start_iq4[s]), w, xb[t].q + 32 * s), scale));
+    for (int t = 0; t < T; ++t) chain[t] = _mm512_set1_epi32(xb[t].start_iq4[s]);
+    dot_chains<8>(chain, w, xb, 32 * s);
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) sum[t] = _mm512_add_epi32(sum[t], _mm512_mullo_epi32(chain[t], scale));
   }
 }
 
