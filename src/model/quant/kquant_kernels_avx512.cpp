@@ -14,9 +14,11 @@
 //     super-block and panel from the 12 packed bytes of the 16 rows; the mins: 4 vpdpwssd of
 //     (min, min) int16 pairs against the activation's 32-value sums, paired the same way.
 //   Q6_K: levels 0..63 (the file's q + 32), three of every four with one AND (the repacked layout
-//     keeps the fourth's bits in the top of the other three's bytes); per sub-block of 16 columns
-//     a chain of 4 vpdpbusd that starts at -32 times the activation's 16-value sum (so that it
-//     sums (q - 32) * x), times the int8 scale (vpmulld).
+//     keeps the fourth's bits in the top of the other three's bytes); per 8 columns a chain of 2
+//     vpdpbusd that starts at -32 times the activation's 8-value sum, so that it sums (q - 32) * x:
+//     at most 8 * 32 * 127 in magnitude (Q8_K values lie in [-127, 127]), an int16. One vpdpwssd
+//     with the int8 scale in the low half of each lane (zero above) multiplies it and adds it to
+//     the sum: two micro-ops per sub-block where vpmulld and an add took three.
 //   IQ4_XS: levels looked up from the nibbles (vpshufb) as unsigned kIq4NlValues + 128; per
 //     sub-block of 32 columns a chain of 8 vpdpbusd that starts at -128 times the activation's
 //     32-value sum, times the 6-bit scale - 32 (vpmulld).
@@ -50,13 +52,13 @@ struct SuperRecord {
   float d;
   // Q4_K / Q5_K: the sums of the 32-value sub-blocks 2c and 2c + 1 as an int16 pair (c = 0..3).
   int32_t sum_pairs[4];
-  // Q6_K: -32 times each 16-value sum, the start of that sub-block's chain.
-  int32_t start_q6[16];
+  // Q6_K: -32 times each 8-value sum, the start of the chain of that half of a sub-block.
+  int32_t start_q6[32];
   // IQ4_XS: -128 times each 32-value sum, the start of that sub-block's chain.
   int32_t start_iq4[8];
   int32_t unused[3];
 };
-static_assert(sizeof(SuperRecord) == 384);
+static_assert(sizeof(SuperRecord) == 448);
 
 size_t token_bytes(int cols) { return static_cast<size_t>(cols / kSuperBlock) * sizeof(SuperRecord); }
 
@@ -91,6 +93,7 @@ void quantize_super(const float* v, SuperRecord& r) {
   const float iscale = -127.0f / max;
   const __m512 scale = _mm512_set1_ps(iscale);
   int16_t bsums[16];
+  int16_t halves[32];  // the 8-value sums
 #pragma GCC unroll 16
   for (int i = 0; i < 16; ++i) {
     const __m512 p = _mm512_mul_ps(scale, x[i]);
@@ -99,6 +102,8 @@ void quantize_super(const float* v, SuperRecord& r) {
     const __m512i qi = _mm512_cvtps_epi32(_mm512_maskz_mov_ps(_mm512_cmp_ps_mask(p, p, _CMP_ORD_Q), q));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(r.q + 16 * i), _mm512_cvtepi32_epi8(qi));
     bsums[i] = static_cast<int16_t>(_mm512_reduce_add_epi32(qi));
+    halves[2 * i] = static_cast<int16_t>(_mm512_mask_reduce_add_epi32(0x00FF, qi));
+    halves[2 * i + 1] = static_cast<int16_t>(bsums[i] - halves[2 * i]);
   }
   r.d = 1.0f / iscale;
   for (int c = 0; c < 4; ++c) {
@@ -107,7 +112,7 @@ void quantize_super(const float* v, SuperRecord& r) {
     const auto hi = static_cast<uint16_t>(bsums[4 * c + 2] + bsums[4 * c + 3]);
     r.sum_pairs[c] = static_cast<int32_t>(static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16));
   }
-  for (int s = 0; s < 16; ++s) r.start_q6[s] = -32 * bsums[s];
+  for (int h = 0; h < 32; ++h) r.start_q6[h] = -32 * halves[h];
   for (int s = 0; s < 8; ++s) r.start_iq4[s] = -128 * (bsums[2 * s] + bsums[2 * s + 1]);
 }
 
@@ -195,7 +200,22 @@ void dot_chains(__m512i (&chain)[T], const __m512i* w, const SuperRecord* xb, in
     for (int t = 0; t < T; ++t) chain[t] = _mm512_dpbusd_epi32(chain[t], w[i], broadcast4(xb[t].q + at + 4 * i));
 }
 
+// f.template operator()<G>(t0) for the tile's tokens in groups of G = min(T, kGroup) (the last
+// group the rest): a group's chains stay in registers beside the weights' registers, while the T
+// per-token sums, touched once per sub-block, may live in memory.
+template <int T, int kGroup, class F>
+void for_token_groups(F&& f) {
+  constexpr int G = T < kGroup ? T : kGroup;
+#pragma GCC unroll 4
+  for (int t0 = 0; t0 + G <= T; t0 += G) f.template operator()<G>(t0);
+  if constexpr (T % G != 0) f.template operator()<T % G>(T - T % G);
+}
+
 // ---- the tiles ---------------------------------------------------------------------------------------
+
+// Tokens whose chains run side by side: 8 (Q4_K, Q5_K, IQ4_XS: one chain per token), 2 (Q6_K: four
+// per token).
+constexpr int kChainGroup = 8, kQ6Group = 2;
 
 // Q4_K / Q5_K: the sums of one super-block of one panel for the tile's tokens, as floats (each
 // the float of the exact integer sum: what the scalar twin converts), and the mins.
@@ -212,11 +232,11 @@ void sums_q4_k(const std::byte* chunk, const SuperRecord* xb, __m512 (&sum)[T], 
   constexpr bool kFive = kType == TensorType::kQ5_K;
   const PackedScales packed = decode_scales(chunk + (kFive ? 40 : 32) * 64);
   __m512i isum[T];
-  __m512 half[2][T];
+  __m512 half[T];  // Q4_K: sub-blocks 0-3's accumulator parked in sum, then 4-7's
 #pragma GCC unroll 16
   for (int t = 0; t < T; ++t) {
     isum[t] = _mm512_setzero_si512();
-    half[0][t] = half[1][t] = _mm512_setzero_ps();
+    half[t] = _mm512_setzero_ps();
   }
 #pragma GCC unroll 8
   for (int s = 0; s < 8; ++s) {
@@ -241,23 +261,29 @@ void sums_q4_k(const std::byte* chunk, const SuperRecord* xb, __m512 (&sum)[T], 
       }
     }
     const __m512i scale = scale_of(packed, s);
-    __m512i chain[T];
+    const __m512 scale_f =
+        s % 2 == 0 ? _mm512_cvtepi32_ps(scale) : _mm512_mul_ps(_mm512_cvtepi32_ps(scale), _mm512_set1_ps(1.0f / 16));
+    for_token_groups<T, kChainGroup>([&]<int G>(int t0) {
+      __m512i chain[G];
 #pragma GCC unroll 16
-    for (int t = 0; t < T; ++t) chain[t] = _mm512_setzero_si512();
-    dot_chains<8>(chain, w, xb, 32 * s);
-    if constexpr (kFive) {
+      for (int g = 0; g < G; ++g) chain[g] = _mm512_setzero_si512();
+      dot_chains<8>(chain, w, xb + t0, 32 * s);
 #pragma GCC unroll 16
-      for (int t = 0; t < T; ++t) isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(chain[t], scale));
-    } else {
-      const __m512 scale_f =
-          s % 2 == 0 ? _mm512_cvtepi32_ps(scale) : _mm512_mul_ps(_mm512_cvtepi32_ps(scale), _mm512_set1_ps(1.0f / 16));
+      for (int g = 0; g < G; ++g) {
+        if constexpr (kFive) isum[t0 + g] = _mm512_add_epi32(isum[t0 + g], _mm512_mullo_epi32(chain[g], scale));
+        else half[t0 + g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(chain[g]), scale_f, half[t0 + g]);
+      }
+    });
+    if (!kFive && s == 3) {
 #pragma GCC unroll 16
-      for (int t = 0; t < T; ++t)
-        half[s / 4][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(chain[t]), scale_f, half[s / 4][t]);
+      for (int t = 0; t < T; ++t) {
+        sum[t] = half[t];
+        half[t] = _mm512_setzero_ps();
+      }
     }
   }
 #pragma GCC unroll 16
-  for (int t = 0; t < T; ++t) sum[t] = kFive ? _mm512_cvtepi32_ps(isum[t]) : _mm512_add_ps(half[0][t], half[1][t]);
+  for (int t = 0; t < T; ++t) sum[t] = kFive ? _mm512_cvtepi32_ps(isum[t]) : _mm512_add_ps(sum[t], half[t]);
   __m512i pairs[4];
 #pragma GCC unroll 4
   for (int c = 0; c < 4; ++c) pairs[c] = min_pair(packed, c);
@@ -293,26 +319,28 @@ void sums_q6_k(const std::byte* chunk, const SuperRecord* xb, __m512i (&sum)[T])
       }
       const int sb = 8 * n + 2 * s;
       const std::byte* scales = chunk + 48 * 64 + sb * 16;
-      const __m512i scale0 = _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(scales)));
-      const __m512i scale1 = _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(scales + 16)));
-      // Two tokens at a time: their 4 chains in flight, few enough registers beside the T sums.
-      const auto tokens = [&]<int G>(int t0) {
-        __m512i first[G], second[G];
-#pragma GCC unroll 2
-        for (int g = 0; g < G; ++g) {
-          first[g] = _mm512_set1_epi32(xb[t0 + g].start_q6[sb]);
-          second[g] = _mm512_set1_epi32(xb[t0 + g].start_q6[sb + 1]);
-        }
-        dot_chains<4>(first, w, xb + t0, 128 * n + 32 * s);
-        dot_chains<4>(second, w + 4, xb + t0, 128 * n + 32 * s + 16);
-#pragma GCC unroll 2
-        for (int g = 0; g < G; ++g)
-          sum[t0 + g] = _mm512_add_epi32(sum[t0 + g], _mm512_add_epi32(_mm512_mullo_epi32(first[g], scale0),
-                                                                       _mm512_mullo_epi32(second[g], scale1)));
+      // The int8 scales as int16 in the low half of each lane, zeros above (vpdpwssd's pairs).
+      const auto scale_words = [](const std::byte* at) {
+        return _mm512_cvtepu16_epi32(_mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(at))));
       };
-#pragma GCC unroll 8
-      for (int t0 = 0; t0 + 1 < T; t0 += 2) tokens.template operator()<2>(t0);
-      if constexpr (T % 2 == 1) tokens.template operator()<1>(T - 1);
+      const __m512i scale0 = scale_words(scales), scale1 = scale_words(scales + 16);
+      const auto tokens = [&]<int G>(int t0) {
+        __m512i half[4][G];
+#pragma GCC unroll 4
+        for (int h = 0; h < 4; ++h)
+#pragma GCC unroll 16
+          for (int g = 0; g < G; ++g) half[h][g] = _mm512_set1_epi32(xb[t0 + g].start_q6[2 * sb + h]);
+#pragma GCC unroll 4
+        for (int h = 0; h < 4; ++h) dot_chains<2>(half[h], w + 2 * h, xb + t0, 128 * n + 32 * s + 8 * h);
+#pragma GCC unroll 16
+        for (int g = 0; g < G; ++g) {
+          __m512i acc = sum[t0 + g];
+#pragma GCC unroll 4
+          for (int h = 0; h < 4; ++h) acc = _mm512_dpwssd_epi32(acc, half[h][g], h < 2 ? scale0 : scale1);
+          sum[t0 + g] = acc;
+        }
+      };
+      for_token_groups<T, kQ6Group>(tokens);
     }
   }
 }
@@ -346,12 +374,14 @@ void sums_iq4_xs(const std::byte* chunk, const std::byte* high, const SuperRecor
         _mm512_sub_epi32(or_masked(_mm512_and_si512(_mm512_srli_epi32(low, 4 * s), _mm512_set1_epi32(0x0F)), top_bits,
                                    _mm512_set1_epi32(0x30)),
                          _mm512_set1_epi32(32));
-    __m512i chain[T];
+    for_token_groups<T, kChainGroup>([&]<int G>(int t0) {
+      __m512i chain[G];
 #pragma GCC unroll 16
-    for (int t = 0; t < T; ++t) chain[t] = _mm512_set1_epi32(xb[t].start_iq4[s]);
-    dot_chains<8>(chain, w, xb, 32 * s);
+      for (int g = 0; g < G; ++g) chain[g] = _mm512_set1_epi32(xb[t0 + g].start_iq4[s]);
+      dot_chains<8>(chain, w, xb + t0, 32 * s);
 #pragma GCC unroll 16
-    for (int t = 0; t < T; ++t) sum[t] = _mm512_add_epi32(sum[t], _mm512_mullo_epi32(chain[t], scale));
+      for (int g = 0; g < G; ++g) sum[t0 + g] = _mm512_add_epi32(sum[t0 + g], _mm512_mullo_epi32(chain[g], scale));
+    });
   }
 }
 
