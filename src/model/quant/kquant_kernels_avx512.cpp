@@ -1,5 +1,5 @@
 // The AVX-512 build (F, VL, BW, DQ and VNNI) of QuantizedMatrix's K-quant products (Q4_K, Q5_K,
-// Q6_K), on the weights repacked in panels of 16 rows (quantized_panels.h); entered only after the
+// Q6_K) and IQ4_XS's, on the weights repacked in panels of 16 rows (quantized_panels.h); entered only after the
 // run-time check in quantized_matrix.cpp. The activations are quantized to Q8_K as the scalar twin
 // (block_dot.h) does, and the results equal the twin's bit for bit: inside a super-block every
 // product is an exact integer sum whatever its order, and the super-block's contribution,
@@ -14,9 +14,14 @@
 //     super-block and panel from the 12 packed bytes of the 16 rows; the mins: 4 vpdpwssd of
 //     (min, min) int16 pairs against the activation's 32-value sums, paired the same way.
 //   Q6_K: levels 0..63 (the file's q + 32), three of every four with one AND (the repacked layout
-//     keeps the fourth's bits in the top of the other three's bytes); per sub-block of 16 columns
-//     a chain of 4 vpdpbusd that starts at -32 times the activation's 16-value sum (so that it
-//     sums (q - 32) * x), times the int8 scale (vpmulld).
+//     keeps the fourth's bits in the top of the other three's bytes); per 8 columns a chain of 2
+//     vpdpbusd that starts at -32 times the activation's 8-value sum, so that it sums (q - 32) * x:
+//     at most 8 * 32 * 127 in magnitude (Q8_K values lie in [-127, 127]), an int16. One vpdpwssd
+//     with the int8 scale in the low half of each lane (zero above) multiplies it and adds it to
+//     the sum: two micro-ops per sub-block where vpmulld and an add took three.
+//   IQ4_XS: levels looked up from the nibbles (vpshufb) as unsigned kIq4NlValues + 128; per
+//     sub-block of 32 columns a chain of 8 vpdpbusd that starts at -128 times the activation's
+//     32-value sum, times the 6-bit scale - 32 (vpmulld).
 // Tiles of one panel x up to 16 tokens reuse each unpacked register for all their tokens; a
 // single token takes 4 panels at once, 2-3 tokens 2 (more independent chains, more streams in
 // flight), with software prefetch ahead of each panel's stream as the Q8_0 panels do.
@@ -28,10 +33,11 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstring>
 
-#include "pagedkv/model/format/block_formats.h"  // kSuperBlock, the Q8_K rule
+#include "pagedkv/model/format/block_formats.h"  // kSuperBlock, the Q8_K rule, kIq4NlValues
 #include "panel_tiles_avx512.h"
 #include "quantized_kernels.h"
 
@@ -46,11 +52,13 @@ struct SuperRecord {
   float d;
   // Q4_K / Q5_K: the sums of the 32-value sub-blocks 2c and 2c + 1 as an int16 pair (c = 0..3).
   int32_t sum_pairs[4];
-  // Q6_K: -32 times each 16-value sum, the start of that sub-block's chain.
-  int32_t start_q6[16];
+  // Q6_K: -32 times each 8-value sum, the start of the chain of that half of a sub-block.
+  int32_t start_q6[32];
+  // IQ4_XS: -128 times each 32-value sum, the start of that sub-block's chain.
+  int32_t start_iq4[8];
   int32_t unused[3];
 };
-static_assert(sizeof(SuperRecord) == 352);
+static_assert(sizeof(SuperRecord) == 448);
 
 size_t token_bytes(int cols) { return static_cast<size_t>(cols / kSuperBlock) * sizeof(SuperRecord); }
 
@@ -85,6 +93,7 @@ void quantize_super(const float* v, SuperRecord& r) {
   const float iscale = -127.0f / max;
   const __m512 scale = _mm512_set1_ps(iscale);
   int16_t bsums[16];
+  int16_t halves[32];  // the 8-value sums
 #pragma GCC unroll 16
   for (int i = 0; i < 16; ++i) {
     const __m512 p = _mm512_mul_ps(scale, x[i]);
@@ -93,6 +102,8 @@ void quantize_super(const float* v, SuperRecord& r) {
     const __m512i qi = _mm512_cvtps_epi32(_mm512_maskz_mov_ps(_mm512_cmp_ps_mask(p, p, _CMP_ORD_Q), q));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(r.q + 16 * i), _mm512_cvtepi32_epi8(qi));
     bsums[i] = static_cast<int16_t>(_mm512_reduce_add_epi32(qi));
+    halves[2 * i] = static_cast<int16_t>(_mm512_mask_reduce_add_epi32(0x00FF, qi));
+    halves[2 * i + 1] = static_cast<int16_t>(bsums[i] - halves[2 * i]);
   }
   r.d = 1.0f / iscale;
   for (int c = 0; c < 4; ++c) {
@@ -101,7 +112,8 @@ void quantize_super(const float* v, SuperRecord& r) {
     const auto hi = static_cast<uint16_t>(bsums[4 * c + 2] + bsums[4 * c + 3]);
     r.sum_pairs[c] = static_cast<int32_t>(static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16));
   }
-  for (int s = 0; s < 16; ++s) r.start_q6[s] = -32 * bsums[s];
+  for (int h = 0; h < 32; ++h) r.start_q6[h] = -32 * halves[h];
+  for (int s = 0; s < 8; ++s) r.start_iq4[s] = -128 * (bsums[2 * s] + bsums[2 * s + 1]);
 }
 
 void prepare(TensorType, const float* x, size_t x_stride, int num_tokens, int cols, std::byte* out) {
@@ -177,15 +189,33 @@ __m512i broadcast4(const int8_t* q) {
   return _mm512_set1_epi32(v);
 }
 
-// start + sum over the N registers w[i] (levels) and 4-byte groups x[4i..] of their products.
-template <int N>
-__m512i dot_chain(__m512i start, const __m512i* w, const int8_t* x) {
+// chain[t] + the products of the N registers w[i] (levels) with token t's 4-byte groups
+// xb[t].q[at + 4i..], token by token within each register: the T chains are independent, so that
+// consecutive vpdpbusd never wait on one another's latency.
+template <int N, int T>
+void dot_chains(__m512i (&chain)[T], const __m512i* w, const SuperRecord* xb, int at) {
 #pragma GCC unroll 8
-  for (int i = 0; i < N; ++i) start = _mm512_dpbusd_epi32(start, w[i], broadcast4(x + 4 * i));
-  return start;
+  for (int i = 0; i < N; ++i)
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) chain[t] = _mm512_dpbusd_epi32(chain[t], w[i], broadcast4(xb[t].q + at + 4 * i));
+}
+
+// f.template operator()<G>(t0) for the tile's tokens in groups of G = min(T, kGroup) (the last
+// group the rest): a group's chains stay in registers beside the weights' registers, while the T
+// per-token sums, touched once per sub-block, may live in memory.
+template <int T, int kGroup, class F>
+void for_token_groups(F&& f) {
+  constexpr int G = T < kGroup ? T : kGroup;
+#pragma GCC unroll 4
+  for (int t0 = 0; t0 + G <= T; t0 += G) f.template operator()<G>(t0);
+  if constexpr (T % G != 0) f.template operator()<T % G>(T - T % G);
 }
 
 // ---- the tiles ---------------------------------------------------------------------------------------
+
+// Tokens whose chains run side by side: 8 (Q4_K, Q5_K, IQ4_XS: one chain per token), 2 (Q6_K: four
+// per token).
+constexpr int kChainGroup = 8, kQ6Group = 2;
 
 // Q4_K / Q5_K: the sums of one super-block of one panel for the tile's tokens, as floats (each
 // the float of the exact integer sum: what the scalar twin converts), and the mins.
@@ -202,11 +232,11 @@ void sums_q4_k(const std::byte* chunk, const SuperRecord* xb, __m512 (&sum)[T], 
   constexpr bool kFive = kType == TensorType::kQ5_K;
   const PackedScales packed = decode_scales(chunk + (kFive ? 40 : 32) * 64);
   __m512i isum[T];
-  __m512 half[2][T];
+  __m512 half[T];  // Q4_K: sub-blocks 0-3's accumulator parked in sum, then 4-7's
 #pragma GCC unroll 16
   for (int t = 0; t < T; ++t) {
     isum[t] = _mm512_setzero_si512();
-    half[0][t] = half[1][t] = _mm512_setzero_ps();
+    half[t] = _mm512_setzero_ps();
   }
 #pragma GCC unroll 8
   for (int s = 0; s < 8; ++s) {
@@ -231,22 +261,29 @@ void sums_q4_k(const std::byte* chunk, const SuperRecord* xb, __m512 (&sum)[T], 
       }
     }
     const __m512i scale = scale_of(packed, s);
-    if constexpr (kFive) {
+    const __m512 scale_f =
+        s % 2 == 0 ? _mm512_cvtepi32_ps(scale) : _mm512_mul_ps(_mm512_cvtepi32_ps(scale), _mm512_set1_ps(1.0f / 16));
+    for_token_groups<T, kChainGroup>([&]<int G>(int t0) {
+      __m512i chain[G];
 #pragma GCC unroll 16
-      for (int t = 0; t < T; ++t)
-        isum[t] = _mm512_add_epi32(
-            isum[t], _mm512_mullo_epi32(dot_chain<8>(_mm512_setzero_si512(), w, xb[t].q + 32 * s), scale));
-    } else {
-      const __m512 scale_f =
-          s % 2 == 0 ? _mm512_cvtepi32_ps(scale) : _mm512_mul_ps(_mm512_cvtepi32_ps(scale), _mm512_set1_ps(1.0f / 16));
+      for (int g = 0; g < G; ++g) chain[g] = _mm512_setzero_si512();
+      dot_chains<8>(chain, w, xb + t0, 32 * s);
 #pragma GCC unroll 16
-      for (int t = 0; t < T; ++t)
-        half[s / 4][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot_chain<8>(_mm512_setzero_si512(), w, xb[t].q + 32 * s)),
-                                         scale_f, half[s / 4][t]);
+      for (int g = 0; g < G; ++g) {
+        if constexpr (kFive) isum[t0 + g] = _mm512_add_epi32(isum[t0 + g], _mm512_mullo_epi32(chain[g], scale));
+        else half[t0 + g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(chain[g]), scale_f, half[t0 + g]);
+      }
+    });
+    if (!kFive && s == 3) {
+#pragma GCC unroll 16
+      for (int t = 0; t < T; ++t) {
+        sum[t] = half[t];
+        half[t] = _mm512_setzero_ps();
+      }
     }
   }
 #pragma GCC unroll 16
-  for (int t = 0; t < T; ++t) sum[t] = kFive ? _mm512_cvtepi32_ps(isum[t]) : _mm512_add_ps(half[0][t], half[1][t]);
+  for (int t = 0; t < T; ++t) sum[t] = kFive ? _mm512_cvtepi32_ps(isum[t]) : _mm512_add_ps(sum[t], half[t]);
   __m512i pairs[4];
 #pragma GCC unroll 4
   for (int c = 0; c < 4; ++c) pairs[c] = min_pair(packed, c);
@@ -282,17 +319,69 @@ void sums_q6_k(const std::byte* chunk, const SuperRecord* xb, __m512i (&sum)[T])
       }
       const int sb = 8 * n + 2 * s;
       const std::byte* scales = chunk + 48 * 64 + sb * 16;
-      const __m512i scale0 = _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(scales)));
-      const __m512i scale1 = _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(scales + 16)));
+      // The int8 scales as int16 in the low half of each lane, zeros above (vpdpwssd's pairs).
+      const auto scale_words = [](const std::byte* at) {
+        return _mm512_cvtepu16_epi32(_mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(at))));
+      };
+      const __m512i scale0 = scale_words(scales), scale1 = scale_words(scales + 16);
+      const auto tokens = [&]<int G>(int t0) {
+        __m512i half[4][G];
+#pragma GCC unroll 4
+        for (int h = 0; h < 4; ++h)
 #pragma GCC unroll 16
-      for (int t = 0; t < T; ++t) {
-        const int8_t* x = xb[t].q + 128 * n + 32 * s;
-        const __m512i first = dot_chain<4>(_mm512_set1_epi32(xb[t].start_q6[sb]), w, x);
-        const __m512i second = dot_chain<4>(_mm512_set1_epi32(xb[t].start_q6[sb + 1]), w + 4, x + 16);
-        sum[t] = _mm512_add_epi32(
-            sum[t], _mm512_add_epi32(_mm512_mullo_epi32(first, scale0), _mm512_mullo_epi32(second, scale1)));
-      }
+          for (int g = 0; g < G; ++g) half[h][g] = _mm512_set1_epi32(xb[t0 + g].start_q6[2 * sb + h]);
+#pragma GCC unroll 4
+        for (int h = 0; h < 4; ++h) dot_chains<2>(half[h], w + 2 * h, xb + t0, 128 * n + 32 * s + 8 * h);
+#pragma GCC unroll 16
+        for (int g = 0; g < G; ++g) {
+          __m512i acc = sum[t0 + g];
+#pragma GCC unroll 4
+          for (int h = 0; h < 4; ++h) acc = _mm512_dpwssd_epi32(acc, half[h][g], h < 2 ? scale0 : scale1);
+          sum[t0 + g] = acc;
+        }
+      };
+      for_token_groups<T, kQ6Group>(tokens);
     }
+  }
+}
+
+// IQ4_XS: the integer sums of one super-block of one panel for the tile's tokens. A level is
+// looked up (vpshufb) as kIq4NlValues + 128, unsigned for vpdpbusd; each sub-block's chain starts
+// at -128 times the activation's 32-value sum, so that it sums level * x, then meets the
+// sub-block's scale - 32 (vpmulld). `high` is the scale block's second half, the rows' scales_h.
+template <int T>
+void sums_iq4_xs(const std::byte* chunk, const std::byte* high, const SuperRecord* xb, __m512i (&sum)[T]) {
+  static constexpr auto kLevels = [] {
+    std::array<uint8_t, 16> u{};
+    for (int i = 0; i < 16; ++i) u[static_cast<size_t>(i)] = static_cast<uint8_t>(kIq4NlValues[i] + 128);
+    return u;
+  }();
+  const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kLevels.data())));
+  // Row i's scales_l (4 bytes: sub-block s's low 4 bits at bit 4s) and scales_h (bits 2s, 2s + 1).
+  const __m512i low = load(chunk + 32 * 64);
+  const __m512i top = _mm512_cvtepu16_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(high)));
+#pragma GCC unroll 8
+  for (int s = 0; s < 8; ++s) {
+    __m512i w[8];
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) {
+      const __m512i q = load(chunk + (4 * s + v) * 64);
+      w[v] = _mm512_shuffle_epi8(table, _mm512_and_si512(q, bytes(0x0F)));
+      w[4 + v] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(q, 4), bytes(0x0F)));
+    }
+    const __m512i top_bits = 2 * s <= 4 ? _mm512_slli_epi32(top, 4 - 2 * s) : _mm512_srli_epi32(top, 2 * s - 4);
+    const __m512i scale =
+        _mm512_sub_epi32(or_masked(_mm512_and_si512(_mm512_srli_epi32(low, 4 * s), _mm512_set1_epi32(0x0F)), top_bits,
+                                   _mm512_set1_epi32(0x30)),
+                         _mm512_set1_epi32(32));
+    for_token_groups<T, kChainGroup>([&]<int G>(int t0) {
+      __m512i chain[G];
+#pragma GCC unroll 16
+      for (int g = 0; g < G; ++g) chain[g] = _mm512_set1_epi32(xb[t0 + g].start_iq4[s]);
+      dot_chains<8>(chain, w, xb + t0, 32 * s);
+#pragma GCC unroll 16
+      for (int g = 0; g < G; ++g) sum[t0 + g] = _mm512_add_epi32(sum[t0 + g], _mm512_mullo_epi32(chain[g], scale));
+    });
   }
 }
 
@@ -301,7 +390,7 @@ void sums_q6_k(const std::byte* chunk, const SuperRecord* xb, __m512i (&sum)[T])
 template <TensorType kType, int P, int T>
 void k_tile(const std::byte* panel, const PanelLayout& l, const SuperRecord* x, float* y, size_t y_stride,
             const int* rows_out) {
-  constexpr bool kMins = kType != TensorType::kQ6_K;
+  constexpr bool kMins = kType == TensorType::kQ4_K || kType == TensorType::kQ5_K;
   constexpr size_t kChunk = PanelLayout::quant_block_bytes(kType);
   const int blocks = l.cols / kSuperBlock;
   __m512 acc[P][T];
@@ -329,12 +418,13 @@ void k_tile(const std::byte* panel, const PanelLayout& l, const SuperRecord* x, 
         __m512i isum[T];
 #pragma GCC unroll 16
         for (int t = 0; t < T; ++t) isum[t] = mins[t] = _mm512_setzero_si512();
-        sums_q6_k<T>(chunk, xb, isum);
+        if constexpr (kType == TensorType::kIQ4_XS) sums_iq4_xs<T>(chunk, ds + 32, xb, isum);
+        else sums_q6_k<T>(chunk, xb, isum);
 #pragma GCC unroll 16
         for (int t = 0; t < T; ++t) sum[t] = _mm512_cvtepi32_ps(isum[t]);
       }
       // The scalar twin's float step: acc += (d * d_x) * sum - (dmin * d_x) * mins, dmin and mins
-      // zero for Q6_K (still multiplied, as there).
+      // zero for Q6_K and IQ4_XS (still multiplied, as there).
       const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ds)));
       const __m512 dmin =
           kMins ? _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ds + 32))) : _mm512_setzero_ps();
@@ -372,6 +462,8 @@ void multiply_panels(const WeightPanels& w, int p0, int p1, const Activations& x
       return multiply_panels_with<KQuantKernel<TensorType::kQ4_K>>(w, p0, p1, x, y, y_stride);
     case TensorType::kQ5_K:
       return multiply_panels_with<KQuantKernel<TensorType::kQ5_K>>(w, p0, p1, x, y, y_stride);
+    case TensorType::kIQ4_XS:
+      return multiply_panels_with<KQuantKernel<TensorType::kIQ4_XS>>(w, p0, p1, x, y, y_stride);
     default:
       return multiply_panels_with<KQuantKernel<TensorType::kQ6_K>>(w, p0, p1, x, y, y_stride);
   }

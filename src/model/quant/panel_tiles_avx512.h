@@ -1,5 +1,5 @@
 // The tile driver the AVX-512 panel builds share (quantized_kernels_avx512.cpp: F16, BF16, Q8_0,
-// Q4_0; kquant_kernels_avx512.cpp: Q4_K, Q5_K, Q6_K): how a batch's token groups and a row group's
+// Q4_0; kquant_kernels_avx512.cpp: Q4_K, Q5_K, Q6_K, IQ4_XS): how a batch's token groups and a row group's
 // panels are cut into tiles, and how a tile's accumulators are stored. Include it only from
 // translation units compiled for AVX-512; everything has internal linkage.
 //

@@ -54,7 +54,7 @@ struct PanelsKernel {
 const RowsKernel& scalar_rows_kernel();
 const RowsKernel& avx2_rows_kernel();  // only after a run-time AVX2+FMA+F16C check
 const PanelsKernel& avx512_panels_kernel();  // only after a run-time AVX-512 F/VL/BW/DQ + VNNI check
-// The same for Q4_K / Q5_K / Q6_K panels (kquant_kernels_avx512.cpp): activations quantized to
+// The same for Q4_K / Q5_K / Q6_K / IQ4_XS panels (kquant_kernels_avx512.cpp): activations quantized to
 // Q8_K, results equal to the scalar twin's block_dot bit for bit.
 const PanelsKernel& avx512_k_quant_panels_kernel();  // only after the same check
 

@@ -14,9 +14,9 @@ namespace {
 
 size_t round_up_64(size_t n) { return (n + 63) / 64 * 64; }
 
-// Row i of a K-quant panel, super-blocks from `src` (null: a padding row, all zero bytes already).
-// Q4_K / Q5_K: every register of a chunk takes 4 bytes of the block, from the offsets listed here;
-// Q6_K: its levels rearranged as quantized_panels.h says.
+// Row i of a K-quant / IQ4_XS panel, super-blocks from `src` (null: a padding row, all zero bytes
+// already). Q4_K / Q5_K / IQ4_XS: every register of a chunk takes 4 bytes of the block, from the
+// offsets listed here; Q6_K: its levels rearranged as quantized_panels.h says.
 void repack_k_quant_row(const PanelLayout& l, const std::byte* src, int i, std::byte* panel) {
   if (src == nullptr) return;  // zero nibbles, scales and d: a zero row
   const int blocks = l.cols / kSuperBlock;
@@ -48,6 +48,14 @@ void repack_k_quant_row(const PanelLayout& l, const std::byte* src, int i, std::
             for (int k = 0; k < 3; ++k) at[64 * k] = static_cast<std::byte>(q[k] | (((q[3] >> (2 * k)) & 3) << 6));
           }
       g = 48;
+    } else if (l.type == TensorType::kIQ4_XS) {
+      for (int v = 0; v < 32; ++v, ++g)
+        std::memcpy(dst + g * 64 + row_at, blk + offsetof(BlockIQ4_XS, qs) + 4 * static_cast<size_t>(v), 4);
+      std::memcpy(dst + g * 64 + row_at, blk + offsetof(BlockIQ4_XS, scales_l), 4);
+      std::byte* d = panel + PanelLayout::k_scales_at(l.type, b, blocks);
+      std::memcpy(d + 2 * i, blk + offsetof(BlockIQ4_XS, d), 2);
+      std::memcpy(d + 32 + 2 * i, blk + offsetof(BlockIQ4_XS, scales_h), 2);
+      continue;
     } else {
       for (int v = 0; v < 32; ++v, ++g) std::memcpy(dst + g * 64 + row_at, blk + nibbles_at + 4 * v, 4);
       for (int v = 0; v < high_registers; ++v, ++g) std::memcpy(dst + g * 64 + row_at, blk + high_at + 4 * v, 4);
@@ -87,7 +95,8 @@ PanelLayout panel_layout(TensorType type, int rows, int cols) {
       break;
     case TensorType::kQ4_K:
     case TensorType::kQ5_K:
-    case TensorType::kQ6_K: {
+    case TensorType::kQ6_K:
+    case TensorType::kIQ4_XS: {
       if (cols % kSuperBlock != 0)
         throw UsageError(fmt::format("panel layout: {} columns are not whole blocks of {}", cols, kSuperBlock));
       const size_t super_blocks = static_cast<size_t>(cols / kSuperBlock);
@@ -114,6 +123,7 @@ void repack_panels(const WeightTensor& w, const PanelLayout& l, int p0, int p1, 
         case TensorType::kQ4_K:
         case TensorType::kQ5_K:
         case TensorType::kQ6_K:
+        case TensorType::kIQ4_XS:
           repack_k_quant_row(l, static_cast<const std::byte*>(row), i, panel);
           break;
         case TensorType::kF16: {

@@ -22,7 +22,7 @@
 //   Q4_0: first the quants of every block, 256 bytes each: 4 registers of 16 rows x 4 bytes, byte j
 //     of row i in register v being the file's byte 4v + j of that row's block (low nibble: column
 //     4v + j, high nibble: column 16 + 4v + j, both 0..15, i.e. w + 8); then the scales as for Q8_0.
-//   Q4_K / Q5_K / Q6_K (super-blocks of 256 columns): one chunk per super-block, registers of
+//   Q4_K / Q5_K / Q6_K / IQ4_XS (super-blocks of 256 columns): one chunk per super-block, registers of
 //     16 rows x 4 bytes (Q4_K / Q5_K: 4 consecutive bytes of the row's block as the file stores
 //     them), no value changing size:
 //       Q4_K: 32 registers of nibbles (register 8c + v: bytes 4v..4v+3 of qs[32c..]: low nibbles
@@ -37,11 +37,14 @@
 //         2k, 2k + 1 of the level of column 128n + 96 + 4v..: 48 registers, so that 3 of every 4
 //         levels come out with one AND; then the int8 scales by sub-block: 16 bytes per
 //         sub-block of 16 values, one per row: 3328 bytes.
-//     and per super-block the 16 rows' fp16 d (and dmin for Q4_K / Q5_K): 32 (64) bytes, right after
-//     the chunk (Q6_K: after the chunks of a pair of super-blocks), so that a panel is one stream
-//     of whole 64-byte lines.
+//       IQ4_XS: 32 registers of nibbles (register g: bytes 4g..4g+3 of qs, i.e. sub-block g / 4's
+//         columns 32(g / 4) + 4(g % 4).. in the low nibbles and 16 further in the high ones), then
+//         the 4 bytes of scales_l as one register: 2112 bytes.
+//     and per super-block the 16 rows' fp16 d (and dmin for Q4_K / Q5_K, the 16-bit scales_h for
+//     IQ4_XS): 32 (64) bytes, right after the chunk (Q6_K: after the chunks of a pair of
+//     super-blocks), so that a panel is one stream of whole 64-byte lines.
 // Sizes are those of the file's rows (34 bytes per 32 Q8_0 values, 18 per 32 Q4_0 values, 144 /
-// 176 / 210 per 256 Q4_K / Q5_K / Q6_K values) up to the padding, so a decode step reads as many
+// 176 / 210 / 136 per 256 Q4_K / Q5_K / Q6_K / IQ4_XS values) up to the padding, so a decode step reads as many
 // bytes as from the file.
 #pragma once
 
@@ -74,13 +77,16 @@ struct PanelLayout {
         return 43 * 64;
       case TensorType::kQ6_K:
         return 52 * 64;
+      case TensorType::kIQ4_XS:
+        return 33 * 64;
       default:
         return 256;
     }
   }
-  // Bytes of one block's scales in a panel: 16 fp16 d, plus 16 fp16 dmin for Q4_K / Q5_K.
+  // Bytes of one block's scales in a panel: 16 fp16 d, plus 16 fp16 dmin for Q4_K / Q5_K or 16
+  // scales_h for IQ4_XS.
   static constexpr size_t scale_block_bytes(TensorType t) {
-    return t == TensorType::kQ4_K || t == TensorType::kQ5_K ? 64 : 32;
+    return t == TensorType::kQ4_K || t == TensorType::kQ5_K || t == TensorType::kIQ4_XS ? 64 : 32;
   }
   // K-quants: super-blocks in groups of this many (Q6_K: 2, whose chunks and scales make whole
   // 64-byte lines), a group being its chunks, then their scale blocks.
@@ -99,12 +105,12 @@ struct PanelLayout {
   }
 };
 
-// True for the K-quant types that have a panel layout (Q4_K, Q5_K, Q6_K).
+// True for the super-block types that have a panel layout (Q4_K, Q5_K, Q6_K, IQ4_XS).
 constexpr bool is_panelled_k_quant(TensorType t) {
-  return t == TensorType::kQ4_K || t == TensorType::kQ5_K || t == TensorType::kQ6_K;
+  return t == TensorType::kQ4_K || t == TensorType::kQ5_K || t == TensorType::kQ6_K || t == TensorType::kIQ4_XS;
 }
 
-// The layout of a rows x cols matrix of `type` (F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K or Q6_K).
+// The layout of a rows x cols matrix of `type` (F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K or IQ4_XS).
 PanelLayout panel_layout(TensorType type, int rows, int cols);
 
 // Writes `w` in the panel layout to `out` (layout.panels * layout.panel_bytes bytes, 64-byte
