@@ -197,8 +197,15 @@ void QuantizedMatrix::multiply(const float* x, size_t x_stride, int num_tokens, 
   if (panels) {
     const quant_detail::WeightPanels wp{panels_->layout, panels_->data.get()};
     const int total = panels_->layout.panels;
-#pragma omp parallel for schedule(static) if (parallel) num_threads(kernel_threads())
-    for (int g = 0; g < groups; ++g) pk->multiply_panels(wp, g * 4, std::min(total, (g + 1) * 4), acts, y, y_stride);
+    // Each thread's groups (the contiguous share schedule(static) would give it) in one call, so
+    // that a kernel can block over more rows than one group's.
+    const int tasks = parallel ? std::min(groups, kernel_threads()) : 1;
+#pragma omp parallel for schedule(static) if (tasks > 1) num_threads(tasks)
+    for (int i = 0; i < tasks; ++i) {
+      const int g0 = static_cast<int>(static_cast<int64_t>(groups) * i / tasks);
+      const int g1 = static_cast<int>(static_cast<int64_t>(groups) * (i + 1) / tasks);
+      pk->multiply_panels(wp, g0 * 4, std::min(total, g1 * 4), acts, y, y_stride);
+    }
     return;
   }
 #pragma omp parallel for schedule(static) if (parallel) num_threads(kernel_threads())
