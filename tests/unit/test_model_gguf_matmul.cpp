@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "pagedkv/core/error.h"
+#include "pagedkv/kernels/thread_pool.h"
 #include "pagedkv/model/format/block_formats.h"
 #include "pagedkv/model/format/gguf_writer.h"
 #include "pagedkv/model/quant/linear_layer.h"
@@ -223,15 +224,19 @@ TEST(QuantizedMatrix, ExtremeFloatWeightsLandInTheirRowAndColumn) {
   }
 }
 
-// A prompt-sized batch on F16 / BF16 weights, wide enough that the AVX-512 build splits it into
-// blocks of tokens (a few hundred KiB of f32 activations each: 2,048 columns give blocks of 3
-// token groups, 4,096 columns blocks of one), with a partial last group and a partial last
-// block: every output against the scalar twin, and every token bit for bit what it gives alone
-// (each output is one FMA chain over the columns, whatever tile or block it runs in).
+// A prompt-sized batch on F16 / BF16 weights, which the AVX-512 build cuts in blocks of 32
+// panels x 128 tokens and slices of 1,024 columns, carrying the sums through y from slice to
+// slice: a partial last group, block and slice (an odd column count: the zero pad column), and
+// (one thread, so that one call holds them all) more rows than one block with a partial last
+// panel: every output against the scalar twin, and every token bit for bit what it gives alone
+// (each output is one FMA chain over the columns, whatever tile, block or slice it runs in).
 TEST(QuantizedMatrix, PromptBatchesMatchTheScalarTwinAndTheTokenAlone) {
   if (best_available_isa() != KernelIsa::kAvx512) GTEST_SKIP() << "no AVX-512 on this CPU";
+  const int threads = kernel_threads();
+  set_kernel_threads(1);
   for (TensorType type : {TensorType::kF16, TensorType::kBF16}) {
-    for (const auto [rows, cols, tokens] : {std::array{33, 2048, 100}, std::array{17, 4096, 37}}) {
+    for (const auto [rows, cols, tokens] :
+         {std::array{33, 2048, 100}, std::array{17, 4096, 37}, std::array{531, 2061, 147}}) {
       const Weights w = make_weights(type, rows, cols, static_cast<uint32_t>(cols + tokens));
       const QuantizedMatrix m(w.view());
       std::mt19937 rng(static_cast<uint32_t>(tokens));
@@ -242,16 +247,17 @@ TEST(QuantizedMatrix, PromptBatchesMatchTheScalarTwinAndTheTokenAlone) {
       std::vector<float> scalar(static_cast<size_t>(tokens) * y_stride, -1.0f), simd(scalar.size(), -1.0f);
       m.multiply(x.data(), x_stride, tokens, scalar.data(), y_stride, KernelIsa::kScalar);
       m.multiply(x.data(), x_stride, tokens, simd.data(), y_stride, KernelIsa::kAvx512);
+      std::vector<float> dense(static_cast<size_t>(rows) * static_cast<size_t>(cols));
+      for (int r = 0; r < rows; ++r)
+        dequantize_row(type, w.view().row(r), std::span(dense).subspan(static_cast<size_t>(r) * cols, cols));
       for (int t = 0; t < tokens; ++t) {
         std::vector<float> alone(static_cast<size_t>(rows));
         m.multiply(x.data() + static_cast<size_t>(t) * x_stride, x_stride, 1, alone.data(), 0, KernelIsa::kAvx512);
         for (int r = 0; r < rows; ++r) {
           const size_t i = static_cast<size_t>(t) * y_stride + static_cast<size_t>(r);
           double magnitude = 0;  // |w| . |x| bounds the rounding of either order of summation
-          std::vector<float> row(static_cast<size_t>(cols));
-          dequantize_row(type, w.view().row(r), row);
           for (int j = 0; j < cols; ++j)
-            magnitude += std::fabs(static_cast<double>(row[static_cast<size_t>(j)]) *
+            magnitude += std::fabs(static_cast<double>(dense[static_cast<size_t>(r) * cols + static_cast<size_t>(j)]) *
                                    x[static_cast<size_t>(t) * x_stride + static_cast<size_t>(j)]);
           ASSERT_NEAR(simd[i], scalar[i], 1e-5 * (1 + magnitude))
               << tensor_type_name(type) << " " << cols << " columns, token " << t << " row " << r;
@@ -263,6 +269,7 @@ TEST(QuantizedMatrix, PromptBatchesMatchTheScalarTwinAndTheTokenAlone) {
       }
     }
   }
+  set_kernel_threads(threads);
 }
 
 // Weights in a block format: random bytes (every bit pattern is a valid block) with sane fp16
