@@ -368,11 +368,15 @@ void multiply_float_panels(const WeightPanels& w, int p0, int p1, const Activati
   const int cols = float_columns(l.cols);
   const size_t bytes_per_token = token_bytes(l.type, l.cols);
   // F16: each panel's part widened once to f32 for all the block's token groups (vcvtph2ps
-  // takes both FMA ports' slots: 2 per 16 FMAs of a tile).
+  // takes both FMA ports' slots: 2 per 16 FMAs of a tile), where a block has 4 groups or more
+  // (for 2 groups the widening pass cost more than it saved: 32 tokens ran at 53 GMAC/s instead
+  // of 62).
   constexpr bool kWidenOnce = std::is_same_v<Widen, WidenF16>;
+  constexpr int kWidenMinTokens = 3 * kMaxTokens + 1;
   alignas(64) float wide[kWidenOnce ? kSliceColumns * kPanelRows : 1];
   for (int b0 = 0; b0 < n; b0 += kBlockTokens) {
     const int b1 = std::min(n, b0 + kBlockTokens);
+    const bool widen = kWidenOnce && b1 - b0 >= kWidenMinTokens;
     for (int r0 = p0; r0 < p1; r0 += kRowBlockPanels) {
       const int r1 = std::min(p1, r0 + kRowBlockPanels);
       for (int c0 = 0; c0 < cols; c0 += kSliceColumns) {
@@ -381,7 +385,7 @@ void multiply_float_panels(const WeightPanels& w, int p0, int p1, const Activati
           const int rows_out = std::min(kPanelRows, l.rows - p * kPanelRows);
           const std::byte* panel = w.base + static_cast<size_t>(p) * l.panel_bytes +
                                    static_cast<size_t>(c0 / Widen::kColumns) * Widen::kStepBytes;
-          if constexpr (kWidenOnce) {
+          if (widen) {
             const int steps = (slice + 1) / 2;
             for (int st = 0; st < steps; ++st) {
               const std::byte* at = panel + static_cast<size_t>(st) * Widen::kStepBytes;
@@ -397,7 +401,7 @@ void multiply_float_panels(const WeightPanels& w, int p0, int p1, const Activati
             const float* x = reinterpret_cast<const float*>(acts.data + static_cast<size_t>(t0) * bytes_per_token) +
                              static_cast<size_t>(c0) * static_cast<size_t>(tokens);
             float* yp = y + static_cast<size_t>(t0) * y_stride + static_cast<size_t>(p) * kPanelRows;
-            if constexpr (kWidenOnce)
+            if (widen)
               Tiles<FloatSliceKernel<WidenF32>, 1, kMaxTokens>::run(tokens, reinterpret_cast<const std::byte*>(wide),
                                                                     l.panel_bytes, slice, x, yp, y_stride, &rows_out,
                                                                     c0 > 0);
