@@ -337,15 +337,14 @@ struct FloatKernel {
 
 // A prompt (more than one token group) is cut in blocks of kRowBlockPanels panels x up to
 // kBlockTokens tokens, and each block's columns in slices of kSliceColumns. Within a slice, each
-// panel's part (32 KiB) meets the block's token groups while it is in L1 (its tiles prefetch the
-// next panel's part), and the block's activations of the slice (512 KiB) stay in L2 for all the
-// block's panels; the tiles carry their sums through y (the block's outputs, 256 KiB, also in L2)
-// from one slice to the next, so each row's sum still runs over the columns in order. An
-// activation byte comes from L3 once per 512 rows, a weight byte once per 128 tokens. Whole
-// panels against blocks of 16-48 tokens instead (64 KiB a panel at 2,048 columns, 256 KiB at
-// 8,192, with the activations from L3 once per 64 rows) ran ffn_down's shape at 70 % of ffn_up's
-// rate. More tokens per block (512) or narrower slices (256 columns) were slower: a block's
-// outputs then span more pages than the TLB holds, or a tile's fixed costs weigh more.
+// panel's part (32 KiB) meets the block's token groups while it is in L1 or L2 (the tiles, or
+// F16's widening pass, prefetch the next panel's part), and the block's activations of the slice
+// (512 KiB) stay in L2 for all the block's panels; the tiles carry their sums through y (the
+// block's outputs, 256 KiB, also in L2) from one slice to the next, so each row's sum still runs
+// over the columns in order. An activation byte comes from L3 once per 512 rows, a weight byte
+// once per 128 tokens. Whole panels against blocks of 16-48 tokens instead (64 KiB a panel at
+// 2,048 columns, 256 KiB at 8,192, with the activations from L3 once per 64 rows) ran ffn_down's
+// shape at 70 % of ffn_up's rate. 512 tokens per block, or slices of 256 columns, measured slower.
 constexpr int kSliceColumns = 1024;
 constexpr int kRowBlockPanels = 32;
 constexpr int kBlockTokens = 128;
