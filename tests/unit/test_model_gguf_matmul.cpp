@@ -635,5 +635,56 @@ TEST(LinearLayer, MixedPartsAndBiasesLandInTheirRows) {
   EXPECT_THROW(QuantizedMatrix(WeightTensor{TensorType::kQ4_K, c_values.data(), 1, 128}), UsageError);  // half a block
 }
 
+// Parts of one type share the activations the first of them prepared: every part's rows must
+// still equal its matrix multiplied alone, bit for bit, on every build, for one token and a prompt
+// (F16 parts on either side of a BF16 one, Q8_0 then Q4_0, two K-quants of different types).
+TEST(LinearLayer, PartsSharingPreparedActivationsEqualEachPartAlone) {
+  std::vector<KernelIsa> isas{KernelIsa::kScalar};
+  if (has_avx2(best_available_isa())) isas.push_back(KernelIsa::kAvx2);
+  if (best_available_isa() == KernelIsa::kAvx512) isas.push_back(KernelIsa::kAvx512);
+  constexpr int kCols = 512;
+  std::vector<Weights> parts;
+  uint32_t seed = 11;
+  for (TensorType type :
+       {TensorType::kF16, TensorType::kF16, TensorType::kBF16, TensorType::kF16, TensorType::kQ8_0, TensorType::kQ4_0,
+        TensorType::kQ4_0, TensorType::kQ4_K, TensorType::kQ6_K, TensorType::kQ6_K}) {
+    const int rows = 24 + static_cast<int>(seed % 5) * 8;
+    parts.push_back(type == TensorType::kQ4_K || type == TensorType::kQ6_K ? make_block_weights(type, rows, kCols, seed)
+                                                                           : make_weights(type, rows, kCols, seed));
+    ++seed;
+  }
+  const LinearLayer layer({parts[0].view(), parts[1].view(), parts[2].view(), parts[3].view(), parts[4].view(),
+                           parts[5].view(), parts[6].view(), parts[7].view(), parts[8].view(), parts[9].view()});
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (int tokens : {1, 37}) {
+    const size_t x_stride = kCols + 3;
+    std::vector<float> x(static_cast<size_t>(tokens) * x_stride);
+    for (float& v : x) v = dist(rng);
+    const size_t y_stride = static_cast<size_t>(layer.rows()) + 1;
+    for (KernelIsa isa : isas) {
+      std::vector<float> y(static_cast<size_t>(tokens) * y_stride, -1.0f);
+      layer.multiply(x.data(), x_stride, tokens, y.data(), y_stride, isa);
+      int offset = 0;
+      for (const Weights& w : parts) {
+        std::vector<float> alone(static_cast<size_t>(tokens) * static_cast<size_t>(w.rows));
+        QuantizedMatrix(w.view()).multiply(x.data(), x_stride, tokens, alone.data(), static_cast<size_t>(w.rows), isa);
+        for (int t = 0; t < tokens; ++t)
+          for (int r = 0; r < w.rows; ++r)
+            ASSERT_EQ(std::bit_cast<uint32_t>(y[static_cast<size_t>(t) * y_stride + static_cast<size_t>(offset + r)]),
+                      std::bit_cast<uint32_t>(
+                          alone[static_cast<size_t>(t) * static_cast<size_t>(w.rows) + static_cast<size_t>(r)]))
+                << tensor_type_name(w.type) << " isa " << static_cast<int>(isa) << " token " << t << " row " << r;
+        offset += w.rows;
+      }
+    }
+  }
+  // Activations prepared for one type are refused by a matrix of another.
+  QuantizedMatrix::Prepared prepared;
+  std::vector<float> x(kCols, 0.5f), y(64);
+  QuantizedMatrix(parts[0].view()).prepare(x.data(), kCols, 1, prepared);
+  EXPECT_THROW(QuantizedMatrix(parts[4].view()).multiply(prepared, y.data(), 64), UsageError);
+}
+
 }  // namespace
 }  // namespace pagedkv
