@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "pagedkv/core/error.h"
+#include "pagedkv/kernels/thread_pool.h"
 #include "pagedkv/storage/float_convert.h"
 #include "pagedkv/storage/kv_ops.h"
 
@@ -22,6 +23,26 @@ T* grow(std::vector<T>& buffer, size_t n) {
 }
 
 const float* vector_or_null(const WeightTensor& w) { return w.present() ? w.f32() : nullptr; }
+
+// f(t) for every token of a batch, spread over the kernel threads once the batch has `values`
+// values in all (a prompt; a decode step's few tokens stay on the calling thread). The norms, RoPE,
+// the gated activation and the residual adds are independent from token to token and each token's
+// values are computed as on one thread: only the wall time changes, by what would otherwise run on
+// one core while the others wait for the next product.
+template <class F>
+void for_each_token(size_t num_tokens, size_t values, F&& f) {
+  constexpr size_t kMinParallelValues = size_t{1} << 16;
+  const bool parallel = num_tokens > 1 && values >= kMinParallelValues;
+#pragma omp parallel for schedule(static) if (parallel) num_threads(kernel_threads())
+  for (size_t t = 0; t < num_tokens; ++t) f(t);
+}
+
+// x[t * d + i] += y[t * d + i]: the residual stream's adds.
+void add_rows(float* x, const float* y, size_t num_tokens, size_t d) {
+  for_each_token(num_tokens, num_tokens * d, [&](size_t t) {
+    for (size_t i = t * d; i < (t + 1) * d; ++i) x[i] += y[i];
+  });
+}
 
 // ggml's GELU (tanh approximation) as llama.cpp's CPU backend computes it: looked up by the fp16
 // value of x in a table of fp16 results, and x itself (or 0) beyond |x| >= 10.
@@ -176,7 +197,7 @@ void ModelRunner::validate(const ForwardBatch& b, const KVArena& kv) const {
 // run.c rmsnorm, row by row: ss = sum x^2 (in order) / n + eps; out = w * (x / sqrt(ss)).
 void ModelRunner::rmsnorm_rows(const float* x, const float* weight, int rows, float* out) const {
   const size_t d = sz(config_.dim);
-  for (size_t r = 0; r < sz(rows); ++r) {
+  for_each_token(sz(rows), sz(rows) * d, [&](size_t r) {
     const float* xr = x + r * d;
     float* o = out + r * d;
     float ss = 0.0f;
@@ -185,7 +206,7 @@ void ModelRunner::rmsnorm_rows(const float* x, const float* weight, int rows, fl
     ss += config_.rms_norm_eps;
     ss = 1.0f / std::sqrt(ss);
     for (size_t j = 0; j < d; ++j) o[j] = weight[j] * (ss * xr[j]);
-  }
+  });
 }
 
 // RMSNorm of each head of one token on its own (gemma3's qk-norm), with per-dimension gains.
@@ -343,7 +364,7 @@ Logits ModelRunner::forward(const ForwardBatch& batch, KVArena& kv) {
     // Attention block.
     rmsnorm_rows(x, layer.attn_norm, num_tokens, xb);
     layer.wqkv.multiply(xb, d, num_tokens, qkv, qkv_width, isa_);
-    for (size_t t = 0; t < t_count; ++t) {
+    for_each_token(t_count, t_count * qkv_width, [&](size_t t) {
       const float* src = qkv + t * qkv_width;
       std::copy(src, src + qd, q + t * qd);
       std::copy(src + qd, src + qd + kvd, k + t * kvd);
@@ -357,7 +378,7 @@ Logits ModelRunner::forward(const ForwardBatch& batch, KVArena& kv) {
         const float s = 1.0f / std::sqrt(static_cast<float>(c.head_dim()));
         for (size_t i = 0; i < qd; ++i) q[t * qd + i] *= s;
       }
-    }
+    });
     PagedAttentionBatch attention = batch.attention;
     std::span<const int64_t> slots = batch.slot_mapping;
     if (layer.group > 0) {
@@ -371,17 +392,17 @@ Logits ModelRunner::forward(const ForwardBatch& batch, KVArena& kv) {
     paged_attention(layer.attention, attention, view, q, att, isa_);
     layer.wo.multiply(att, qd, num_tokens, proj, d, isa_);
     if (layer.post_attn_norm) rmsnorm_rows(proj, layer.post_attn_norm, num_tokens, proj);
-    for (size_t i = 0; i < t_count * d; ++i) x[i] += proj[i];
+    add_rows(x, proj, t_count, d);
 
     // Feed-forward block: x += down(act(gate xb) * (up xb)), or the experts' mixture of it.
     rmsnorm_rows(x, layer.ffn_norm, num_tokens, xb);
     if (c.is_moe()) {
       moe_ffn(layer, xb, num_tokens, proj);
-      for (size_t i = 0; i < t_count * d; ++i) x[i] += proj[i];
+      add_rows(x, proj, t_count, d);
       continue;
     }
     layer.gate_up.multiply(xb, d, num_tokens, gate_up, 2 * h, isa_);
-    for (size_t t = 0; t < t_count; ++t) {
+    for_each_token(t_count, t_count * h, [&](size_t t) {
       const float* g = gate_up + t * 2 * h;
       const float* u = g + h;
       float* out = hidden + t * h;
@@ -393,10 +414,10 @@ Logits ModelRunner::forward(const ForwardBatch& batch, KVArena& kv) {
           out[i] = val * u[i];
         }
       }
-    }
+    });
     layer.down.multiply(hidden, h, num_tokens, proj, d, isa_);
     if (layer.post_ffn_norm) rmsnorm_rows(proj, layer.post_ffn_norm, num_tokens, proj);
-    for (size_t i = 0; i < t_count * d; ++i) x[i] += proj[i];
+    add_rows(x, proj, t_count, d);
   }
 
   // Final norm and classifier, only for the rows that sample.

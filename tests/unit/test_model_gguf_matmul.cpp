@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "pagedkv/core/error.h"
+#include "pagedkv/kernels/thread_pool.h"
 #include "pagedkv/model/format/block_formats.h"
 #include "pagedkv/model/format/gguf_writer.h"
 #include "pagedkv/model/quant/linear_layer.h"
@@ -223,15 +224,19 @@ TEST(QuantizedMatrix, ExtremeFloatWeightsLandInTheirRowAndColumn) {
   }
 }
 
-// A prompt-sized batch on F16 / BF16 weights, wide enough that the AVX-512 build splits it into
-// blocks of tokens (a few hundred KiB of f32 activations each: 2,048 columns give blocks of 3
-// token groups, 4,096 columns blocks of one), with a partial last group and a partial last
-// block: every output against the scalar twin, and every token bit for bit what it gives alone
-// (each output is one FMA chain over the columns, whatever tile or block it runs in).
+// A prompt-sized batch on F16 / BF16 weights, which the AVX-512 build cuts in blocks of 32
+// panels x 128 tokens and slices of 1,024 columns, carrying the sums through y from slice to
+// slice: a partial last group, block and slice (an odd column count: the zero pad column), and
+// (one thread, so that one call holds them all) more rows than one block with a partial last
+// panel: every output against the scalar twin, and every token bit for bit what it gives alone
+// (each output is one FMA chain over the columns, whatever tile, block or slice it runs in).
 TEST(QuantizedMatrix, PromptBatchesMatchTheScalarTwinAndTheTokenAlone) {
   if (best_available_isa() != KernelIsa::kAvx512) GTEST_SKIP() << "no AVX-512 on this CPU";
+  const int threads = kernel_threads();
+  set_kernel_threads(1);
   for (TensorType type : {TensorType::kF16, TensorType::kBF16}) {
-    for (const auto [rows, cols, tokens] : {std::array{33, 2048, 100}, std::array{17, 4096, 37}}) {
+    for (const auto [rows, cols, tokens] :
+         {std::array{33, 2048, 100}, std::array{17, 4096, 37}, std::array{531, 2061, 147}}) {
       const Weights w = make_weights(type, rows, cols, static_cast<uint32_t>(cols + tokens));
       const QuantizedMatrix m(w.view());
       std::mt19937 rng(static_cast<uint32_t>(tokens));
@@ -242,16 +247,17 @@ TEST(QuantizedMatrix, PromptBatchesMatchTheScalarTwinAndTheTokenAlone) {
       std::vector<float> scalar(static_cast<size_t>(tokens) * y_stride, -1.0f), simd(scalar.size(), -1.0f);
       m.multiply(x.data(), x_stride, tokens, scalar.data(), y_stride, KernelIsa::kScalar);
       m.multiply(x.data(), x_stride, tokens, simd.data(), y_stride, KernelIsa::kAvx512);
+      std::vector<float> dense(static_cast<size_t>(rows) * static_cast<size_t>(cols));
+      for (int r = 0; r < rows; ++r)
+        dequantize_row(type, w.view().row(r), std::span(dense).subspan(static_cast<size_t>(r) * cols, cols));
       for (int t = 0; t < tokens; ++t) {
         std::vector<float> alone(static_cast<size_t>(rows));
         m.multiply(x.data() + static_cast<size_t>(t) * x_stride, x_stride, 1, alone.data(), 0, KernelIsa::kAvx512);
         for (int r = 0; r < rows; ++r) {
           const size_t i = static_cast<size_t>(t) * y_stride + static_cast<size_t>(r);
           double magnitude = 0;  // |w| . |x| bounds the rounding of either order of summation
-          std::vector<float> row(static_cast<size_t>(cols));
-          dequantize_row(type, w.view().row(r), row);
           for (int j = 0; j < cols; ++j)
-            magnitude += std::fabs(static_cast<double>(row[static_cast<size_t>(j)]) *
+            magnitude += std::fabs(static_cast<double>(dense[static_cast<size_t>(r) * cols + static_cast<size_t>(j)]) *
                                    x[static_cast<size_t>(t) * x_stride + static_cast<size_t>(j)]);
           ASSERT_NEAR(simd[i], scalar[i], 1e-5 * (1 + magnitude))
               << tensor_type_name(type) << " " << cols << " columns, token " << t << " row " << r;
@@ -263,6 +269,7 @@ TEST(QuantizedMatrix, PromptBatchesMatchTheScalarTwinAndTheTokenAlone) {
       }
     }
   }
+  set_kernel_threads(threads);
 }
 
 // Weights in a block format: random bytes (every bit pattern is a valid block) with sane fp16
@@ -634,6 +641,57 @@ TEST(LinearLayer, MixedPartsAndBiasesLandInTheirRows) {
   EXPECT_THROW(LinearLayer({a.view(), WeightTensor{TensorType::kF32, c_values.data(), 3, 32}}), UsageError);
   EXPECT_THROW(QuantizedMatrix(WeightTensor{TensorType::kQ8_K, c_values.data(), 1, 256}), UsageError);
   EXPECT_THROW(QuantizedMatrix(WeightTensor{TensorType::kQ4_K, c_values.data(), 1, 128}), UsageError);  // half a block
+}
+
+// Parts of one type share the activations the first of them prepared: every part's rows must
+// still equal its matrix multiplied alone, bit for bit, on every build, for one token and a prompt
+// (F16 parts on either side of a BF16 one, Q8_0 then Q4_0, two K-quants of different types).
+TEST(LinearLayer, PartsSharingPreparedActivationsEqualEachPartAlone) {
+  std::vector<KernelIsa> isas{KernelIsa::kScalar};
+  if (has_avx2(best_available_isa())) isas.push_back(KernelIsa::kAvx2);
+  if (best_available_isa() == KernelIsa::kAvx512) isas.push_back(KernelIsa::kAvx512);
+  constexpr int kCols = 512;
+  std::vector<Weights> parts;
+  uint32_t seed = 11;
+  for (TensorType type :
+       {TensorType::kF16, TensorType::kF16, TensorType::kBF16, TensorType::kF16, TensorType::kQ8_0, TensorType::kQ4_0,
+        TensorType::kQ4_0, TensorType::kQ4_K, TensorType::kQ6_K, TensorType::kQ6_K}) {
+    const int rows = 24 + static_cast<int>(seed % 5) * 8;
+    parts.push_back(type == TensorType::kQ4_K || type == TensorType::kQ6_K ? make_block_weights(type, rows, kCols, seed)
+                                                                           : make_weights(type, rows, kCols, seed));
+    ++seed;
+  }
+  const LinearLayer layer({parts[0].view(), parts[1].view(), parts[2].view(), parts[3].view(), parts[4].view(),
+                           parts[5].view(), parts[6].view(), parts[7].view(), parts[8].view(), parts[9].view()});
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (int tokens : {1, 37}) {
+    const size_t x_stride = kCols + 3;
+    std::vector<float> x(static_cast<size_t>(tokens) * x_stride);
+    for (float& v : x) v = dist(rng);
+    const size_t y_stride = static_cast<size_t>(layer.rows()) + 1;
+    for (KernelIsa isa : isas) {
+      std::vector<float> y(static_cast<size_t>(tokens) * y_stride, -1.0f);
+      layer.multiply(x.data(), x_stride, tokens, y.data(), y_stride, isa);
+      int offset = 0;
+      for (const Weights& w : parts) {
+        std::vector<float> alone(static_cast<size_t>(tokens) * static_cast<size_t>(w.rows));
+        QuantizedMatrix(w.view()).multiply(x.data(), x_stride, tokens, alone.data(), static_cast<size_t>(w.rows), isa);
+        for (int t = 0; t < tokens; ++t)
+          for (int r = 0; r < w.rows; ++r)
+            ASSERT_EQ(std::bit_cast<uint32_t>(y[static_cast<size_t>(t) * y_stride + static_cast<size_t>(offset + r)]),
+                      std::bit_cast<uint32_t>(
+                          alone[static_cast<size_t>(t) * static_cast<size_t>(w.rows) + static_cast<size_t>(r)]))
+                << tensor_type_name(w.type) << " isa " << static_cast<int>(isa) << " token " << t << " row " << r;
+        offset += w.rows;
+      }
+    }
+  }
+  // Activations prepared for one type are refused by a matrix of another.
+  QuantizedMatrix::Prepared prepared;
+  std::vector<float> x(kCols, 0.5f), y(64);
+  QuantizedMatrix(parts[0].view()).prepare(x.data(), kCols, 1, prepared);
+  EXPECT_THROW(QuantizedMatrix(parts[4].view()).multiply(prepared, y.data(), 64), UsageError);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // chunked prefill; plus checks against a plain run.c-style reference forward on random models.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 
 #include "pagedkv/core/error.h"
@@ -378,6 +379,35 @@ TEST(ModelRunnerRandom, MatchesReferenceForwardForPrefillAndBatchedDecode) {
       pb += nb;
     }
   }
+}
+
+// A prompt large enough that the per-token work between the products (norms, RoPE, the gated
+// activation, the residual adds) is spread over the threads: every logit as on one thread.
+TEST(ModelRunnerRandom, PromptLogitsDoNotDependOnTheThreadCount) {
+  ModelConfig c = odd_config(false);
+  c.dim = 512;
+  c.hidden_dim = 1040;
+  c.n_layers = 2;
+  c.n_heads = 8;
+  c.seq_len = 160;
+  auto model = make_random_model(c, 7);
+  const int n = 130;  // 130 x 512 values: past the threshold of the token-parallel loops
+  std::vector<TokenId> toks(n);
+  std::vector<int32_t> pos(n), rows(n), qs = {0, n}, ctx = {n}, table(9);
+  std::vector<int64_t> slots(n);
+  for (int p = 0; p < n; ++p) toks[p] = (p * 37 + 5) % c.vocab_size, pos[p] = rows[p] = p, slots[p] = p;
+  for (int b = 0; b < 9; ++b) table[b] = b;
+  std::vector<std::vector<float>> logits;
+  for (int threads : {1, 2}) {
+    testing::ScopedKernelThreads scoped(threads);
+    ModelRunner runner(*model);
+    KVArena arena(runner.kv_cache_spec(16), c.n_layers, 9);
+    ForwardBatch fb{toks, pos, slots, {1, qs.data(), ctx.data(), table.data(), 9}, rows, {}};
+    const Logits out = runner.forward(fb, arena);
+    logits.emplace_back(out.data, out.data + static_cast<size_t>(n) * c.vocab_size);
+  }
+  for (size_t i = 0; i < logits[0].size(); ++i)
+    ASSERT_EQ(std::bit_cast<uint32_t>(logits[0][i]), std::bit_cast<uint32_t>(logits[1][i])) << "logit " << i;
 }
 
 TEST(ModelRunnerRandom, RejectsInconsistentBatches) {

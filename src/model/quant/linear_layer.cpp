@@ -79,10 +79,20 @@ size_t LinearLayer::bytes() const {
 
 void LinearLayer::multiply(const float* x, size_t x_stride, int num_tokens, float* y, size_t y_stride,
                            KernelIsa isa) const {
+  // Parts of one type read the same prepared activations: prepared by the first, reused by the rest.
+  thread_local QuantizedMatrix::Prepared prepared;
+  bool have_prepared = false;
   for (const Part& p : parts_) {
     float* out = y + p.row_offset;
-    if (p.packed) p.f32.multiply(x, x_stride, num_tokens, out, y_stride, isa);
-    else p.quantized.multiply(x, x_stride, num_tokens, out, y_stride, isa);
+    if (p.packed) {
+      p.f32.multiply(x, x_stride, num_tokens, out, y_stride, isa);
+      continue;
+    }
+    if (!have_prepared || !p.quantized.reads(prepared, isa)) {
+      p.quantized.prepare(x, x_stride, num_tokens, prepared, isa);
+      have_prepared = true;
+    }
+    p.quantized.multiply(prepared, out, y_stride);
   }
   if (bias_.empty()) return;
   for (int t = 0; t < num_tokens; ++t) {

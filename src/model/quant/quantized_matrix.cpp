@@ -150,39 +150,80 @@ QuantizedMatrix::QuantizedMatrix(const WeightTensor& w) : w_(w) {
 void QuantizedMatrix::multiply(const float* x, size_t x_stride, int num_tokens, float* y, size_t y_stride,
                                KernelIsa isa) const {
   if (num_tokens <= 0) return;
+  thread_local Prepared prepared;
+  prepare(x, x_stride, num_tokens, prepared, isa);
+  multiply(prepared, y, y_stride);
+}
+
+namespace {
+
+// The block formats without a panel layout, and every block format in the builds without panels,
+// take one block_dot per row and token.
+bool runs_blocks(TensorType type, bool panels) {
+  return quant_detail::is_block_format(type) && !(panels && quant_detail::is_panelled_k_quant(type));
+}
+
+// Only touched after the run-time check: its translation unit is compiled for AVX-512.
+const quant_detail::PanelsKernel& panels_kernel_for(TensorType type) {
+  return quant_detail::is_panelled_k_quant(type) ? quant_detail::avx512_k_quant_panels_kernel()
+                                                 : quant_detail::avx512_panels_kernel();
+}
+
+}  // namespace
+
+void QuantizedMatrix::prepare(const float* x, size_t x_stride, int num_tokens, Prepared& out, KernelIsa isa) const {
+  out.type = w_.type;
+  out.cols = cols();
+  out.num_tokens = num_tokens;
+  out.isa = isa;
+  out.x = x;
+  out.x_stride = x_stride;
+  out.stride = 0;
+  if (num_tokens <= 0) return;
+  const int cols = this->cols();
   const bool panels = quant_detail::runs_panels(isa);
-  // The block formats without a panel layout, and every block format in the builds without
-  // panels, take one block_dot per row and token.
-  if (quant_detail::is_block_format(w_.type) && !(panels && quant_detail::is_panelled_k_quant(w_.type)))
-    return multiply_blocks(x, x_stride, num_tokens, y, y_stride, isa);
+  // Block formats: every token's activations quantized once to the type's activation format.
+  if (runs_blocks(w_.type, panels)) {
+    out.stride = quant_detail::activation_row_bytes(w_.type, cols);
+    out.bytes.resize(out.stride * static_cast<size_t>(num_tokens));
+    for (int t = 0; t < num_tokens; ++t)
+      quant_detail::quantize_activations(w_.type, x + static_cast<size_t>(t) * x_stride, cols,
+                                         out.bytes.data() + static_cast<size_t>(t) * out.stride);
+    return;
+  }
+  // Quantized weights multiply Q8_0 activations: quantize every token row once. The AVX-512
+  // build reorders f32 activations too.
+  if (panels) {
+    const quant_detail::PanelsKernel& pk = panels_kernel_for(w_.type);
+    out.bytes.resize(pk.prepared_bytes(w_.type, cols, num_tokens));
+    pk.prepare(w_.type, x, x_stride, num_tokens, cols, out.bytes.data());
+  } else if (w_.type == TensorType::kQ8_0 || w_.type == TensorType::kQ4_0) {
+    const quant_detail::RowsKernel& k = quant_detail::rows_kernel_for(isa);
+    out.stride = k.prepared_bytes(cols);
+    out.bytes.resize(out.stride * static_cast<size_t>(num_tokens));
+    for (int t = 0; t < num_tokens; ++t)
+      k.prepare(x + static_cast<size_t>(t) * x_stride, cols, out.bytes.data() + static_cast<size_t>(t) * out.stride);
+  }
+}
+
+void QuantizedMatrix::multiply(const Prepared& x, float* y, size_t y_stride) const {
+  if (!reads(x, x.isa)) throw UsageError("QuantizedMatrix: activations prepared for another type or shape");
+  const int num_tokens = x.num_tokens;
+  if (num_tokens <= 0) return;
+  const KernelIsa isa = x.isa;
+  const bool panels = quant_detail::runs_panels(isa);
+  if (runs_blocks(w_.type, panels)) return multiply_blocks(x, y, y_stride);
   if (panels && !panels_)  // cannot happen: kAuto resolves to AVX-512 whenever AVX-512 may be asked for
     throw UsageError(
         "QuantizedMatrix: the AVX-512 build needs the repacked weights, made only where it is the default");
   const quant_detail::RowsKernel& k = quant_detail::rows_kernel_for(isa);
-  // Only touched after the run-time check: its translation unit is compiled for AVX-512.
-  const quant_detail::PanelsKernel* pk = !panels ? nullptr
-                                         : quant_detail::is_panelled_k_quant(w_.type)
-                                             ? &quant_detail::avx512_k_quant_panels_kernel()
-                                             : &quant_detail::avx512_panels_kernel();
   const int rows = this->rows(), cols = this->cols();
   const quant_detail::WeightRows w{w_.type, static_cast<const std::byte*>(w_.data), tensor_row_bytes(w_.type, cols),
                                    cols};
-  quant_detail::Activations acts{reinterpret_cast<const std::byte*>(x), x_stride * sizeof(float), num_tokens};
-
-  // Quantized weights multiply Q8_0 activations: quantize every token row once. The AVX-512
-  // build reorders f32 activations too.
-  thread_local std::vector<std::byte> prepared;
-  if (panels) {
-    prepared.resize(pk->prepared_bytes(w_.type, cols, num_tokens));
-    pk->prepare(w_.type, x, x_stride, num_tokens, cols, prepared.data());
-    acts = {prepared.data(), 0, num_tokens};
-  } else if (w_.type == TensorType::kQ8_0 || w_.type == TensorType::kQ4_0) {
-    const size_t per_token = k.prepared_bytes(cols);
-    prepared.resize(per_token * static_cast<size_t>(num_tokens));
-    for (int t = 0; t < num_tokens; ++t)
-      k.prepare(x + static_cast<size_t>(t) * x_stride, cols, prepared.data() + static_cast<size_t>(t) * per_token);
-    acts = {prepared.data(), per_token, num_tokens};
-  }
+  const quant_detail::Activations acts =
+      panels || w_.type == TensorType::kQ8_0 || w_.type == TensorType::kQ4_0
+          ? quant_detail::Activations{x.bytes.data(), x.stride, num_tokens}
+          : quant_detail::Activations{reinterpret_cast<const std::byte*>(x.x), x.x_stride * sizeof(float), num_tokens};
 
   // Groups of rows, each read once from memory for the whole batch. A single decode token is
   // bound by memory bandwidth, which one core does not saturate: a matrix of a megabyte or more
@@ -195,10 +236,18 @@ void QuantizedMatrix::multiply(const float* x, size_t x_stride, int num_tokens, 
   const bool parallel =
       groups > 1 && (macs >= kMinParallelMultiplyAdds || static_cast<double>(bytes()) >= kMinParallelWeightBytes);
   if (panels) {
+    const quant_detail::PanelsKernel& pk = panels_kernel_for(w_.type);
     const quant_detail::WeightPanels wp{panels_->layout, panels_->data.get()};
     const int total = panels_->layout.panels;
-#pragma omp parallel for schedule(static) if (parallel) num_threads(kernel_threads())
-    for (int g = 0; g < groups; ++g) pk->multiply_panels(wp, g * 4, std::min(total, (g + 1) * 4), acts, y, y_stride);
+    // Each thread's groups (the contiguous share schedule(static) would give it) in one call, so
+    // that a kernel can block over more rows than one group's.
+    const int tasks = parallel ? std::min(groups, kernel_threads()) : 1;
+#pragma omp parallel for schedule(static) if (tasks > 1) num_threads(tasks)
+    for (int i = 0; i < tasks; ++i) {
+      const int g0 = static_cast<int>(static_cast<int64_t>(groups) * i / tasks);
+      const int g1 = static_cast<int>(static_cast<int64_t>(groups) * (i + 1) / tasks);
+      pk.multiply_panels(wp, g0 * 4, std::min(total, g1 * 4), acts, y, y_stride);
+    }
     return;
   }
 #pragma omp parallel for schedule(static) if (parallel) num_threads(kernel_threads())
@@ -206,25 +255,19 @@ void QuantizedMatrix::multiply(const float* x, size_t x_stride, int num_tokens, 
     k.multiply_rows(w, g * row_group, std::min(rows, (g + 1) * row_group), acts, y, y_stride);
 }
 
-// The block formats of block_formats.h: every token's activations quantized once to the type's
-// activation format, then groups of rows over the threads, one block_dot per (row, token).
-void QuantizedMatrix::multiply_blocks(const float* x, size_t x_stride, int num_tokens, float* y, size_t y_stride,
-                                      KernelIsa isa) const {
+// The block formats of block_formats.h: groups of rows over the threads, one block_dot per (row,
+// token), on the activations quantized by prepare() to the type's activation format.
+void QuantizedMatrix::multiply_blocks(const Prepared& x, float* y, size_t y_stride) const {
   // The AVX-512 build multiplies bytes with VNNI; without it (or with PAGEDKV_VNNI=0, for
   // comparisons: both give the scalar twin's results bit for bit) the AVX2 build runs.
-  const KernelIsa resolved = resolve_isa(isa);
+  const KernelIsa resolved = resolve_isa(x.isa);
   const quant_detail::BlockRowsKernel& k = resolved == KernelIsa::kAvx512 && has_avx512_vnni()
                                                ? quant_detail::avx512_block_kernel()
                                            : has_avx2(resolved) ? quant_detail::avx2_block_kernel()
                                                                 : quant_detail::scalar_block_kernel();
-  const int rows = this->rows(), cols = this->cols();
-  const size_t per_token = quant_detail::activation_row_bytes(w_.type, cols);
-  thread_local std::vector<std::byte> prepared;
-  prepared.resize(per_token * static_cast<size_t>(num_tokens));
-  for (int t = 0; t < num_tokens; ++t)
-    quant_detail::quantize_activations(w_.type, x + static_cast<size_t>(t) * x_stride, cols,
-                                       prepared.data() + static_cast<size_t>(t) * per_token);
-  const std::byte* acts = prepared.data();
+  const int rows = this->rows(), cols = this->cols(), num_tokens = x.num_tokens;
+  const std::byte* acts = x.bytes.data();
+  const size_t per_token = x.stride;
   const std::byte* base = static_cast<const std::byte*>(w_.data);
   const size_t row_bytes = tensor_row_bytes(w_.type, cols);
   constexpr int kRowGroup = 16;

@@ -3,8 +3,10 @@
 //
 // When every part is F32 the parts are packed together into one PackedMatrix, whose results are
 // bit-identical to llama2.c's matmul (the llama2.c goldens depend on it). Otherwise each part
-// multiplies on its own: F32 parts packed, F16/BF16/Q8_0/Q4_0 parts read in place
-// (QuantizedMatrix). Biases (f32) are added after the product, as llama.cpp adds them.
+// multiplies on its own: F32 parts packed, the others read in place (QuantizedMatrix), where
+// consecutive parts of one type share the activations the first of them prepared (quantized, or
+// reordered for the AVX-512 panels). Biases (f32) are added after the product, as llama.cpp adds
+// them.
 #pragma once
 
 #include <cstddef>

@@ -38,6 +38,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <vector>
 
 #include "pagedkv/model/transformer_weights.h"
 #include "pagedkv/storage/cpu_isa.h"
@@ -62,9 +63,30 @@ class QuantizedMatrix {
   void multiply(const float* x, size_t x_stride, int num_tokens, float* y, size_t y_stride,
                 KernelIsa isa = KernelIsa::kAuto) const;
 
+  // A batch's activations as the build reads them (quantized, or reordered for the AVX-512
+  // panels): prepared once, they serve every matrix of the same type and column count with the
+  // same `isa`, as q, k and v (or gate and up) read the same input.
+  class Prepared {
+   private:
+    friend class QuantizedMatrix;
+    TensorType type = TensorType::kF32;
+    int cols = 0;
+    int num_tokens = 0;
+    KernelIsa isa = KernelIsa::kAuto;
+    const float* x = nullptr;  // the f32 rows, where the build reads them as they are
+    size_t x_stride = 0;
+    std::vector<std::byte> bytes;
+    size_t stride = 0;  // bytes from one token's prepared values to the next (0: the build's own layout)
+  };
+  void prepare(const float* x, size_t x_stride, int num_tokens, Prepared& out, KernelIsa isa = KernelIsa::kAuto) const;
+  // Whether `x` was prepared for a matrix this one can share it with.
+  bool reads(const Prepared& x, KernelIsa isa) const { return x.type == w_.type && x.cols == cols() && x.isa == isa; }
+  // multiply() on activations prepared for a matrix this one reads() them from.
+  void multiply(const Prepared& x, float* y, size_t y_stride) const;
+
  private:
   struct Panels;
-  void multiply_blocks(const float* x, size_t x_stride, int num_tokens, float* y, size_t y_stride, KernelIsa isa) const;
+  void multiply_blocks(const Prepared& x, float* y, size_t y_stride) const;
   WeightTensor w_;
   std::shared_ptr<const Panels> panels_;  // the AVX-512 build's repacked copy, or null; shared by copies
 };
