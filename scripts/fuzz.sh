@@ -35,10 +35,10 @@ declare -A SOURCES=(
   [chat_template]="$TEMPLATE_SOURCES"
   [tool_call_parser]="src/api/tool_call_parser.cpp src/api/tool_call_reader.cpp src/api/tool_definitions.cpp src/api/api_error.cpp $GRAMMAR_SOURCES"
   [resp_reader]="src/remote/resp_reader.cpp"
-  [tier_values]="src/storage/key_rotation.cpp src/tiers/disk_slot_format.cpp src/tiers/remote_value_format.cpp src/tiers/tier_types.cpp src/tiers/payload_checksum_avx2.cpp src/storage/cpu_isa.cpp src/core/block_hash.cpp src/core/kv_cache_spec.cpp src/core/dtype.cpp"
+  [tier_values]="src/tiers/remote_value_copy.cpp src/tiers/remote_value_copy_avx2.cpp src/storage/kv_arena.cpp src/storage/key_rotation.cpp src/tiers/disk_slot_format.cpp src/tiers/remote_value_format.cpp src/tiers/tier_types.cpp src/tiers/payload_checksum_avx2.cpp src/storage/cpu_isa.cpp src/core/block_hash.cpp src/core/kv_cache_spec.cpp src/core/dtype.cpp"
 )
 # Libraries (pkg-config names) a target links besides fmt.
-declare -A LIBS=([manager_ops]="libcrypto libxxhash" [disk_index]="liburing libxxhash" [bpe_tokenizer]="libpcre2-8" [gguf_download]="libpcre2-8")
+declare -A LIBS=([manager_ops]="libcrypto libxxhash" [tier_values]="libxxhash" [disk_index]="liburing libxxhash" [bpe_tokenizer]="libpcre2-8" [gguf_download]="libpcre2-8")
 # Longest input each target is given (libFuzzer's -max_len): a GGUF header with metadata, a
 # tokenizer file with its vocabulary, need more than a request body.
 declare -A MAX_LEN=([gguf_download]=512 [gguf_model]=65536 [gguf_file]=65536 [llama2c_tokenizer]=16384 [chat_template]=20000)
