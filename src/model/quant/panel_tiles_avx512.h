@@ -92,7 +92,7 @@ constexpr size_t activation_block_bytes() {
 
 // Panels [p0, p1) for every token group. With several groups, panel by panel: every group passes
 // over a panel (up to 256 KiB) right after the first brought it in, while it is still in L2.
-// Kernels with kActivationBlockBytes (F16 / BF16) take a prompt in blocks of tokens whose prepared
+// Kernels that declare kActivationBlockBytes take a prompt in blocks of tokens whose prepared
 // activations stay in L2 too (a few hundred KiB), each block over every panel: streaming the
 // whole batch's f32 activations from L3 for every panel (4 MiB for 512 tokens of 2,048 columns,
 // 64 bytes per 16 FMAs) left a 512-token product 12-15 % slower per multiply-add than a 32-token
