@@ -242,14 +242,17 @@ RemoteStatus RedisClusterStore::run(Op op, std::span<const std::string> keys,
   const size_t depth = op == Op::kGet   ? std::max<size_t>(1, options_.get_pipeline_depth)
                        : op == Op::kSet ? std::max<size_t>(1, options_.set_pipeline_depth)
                                         : n;
+  const size_t ahead = std::max<size_t>(1, op == Op::kGet   ? options_.get_pieces_ahead
+                                           : op == Op::kSet ? options_.set_pieces_ahead
+                                                            : 1);
 
-  // One node's share of the keys: sent in pieces of `depth`, two pieces ahead of the replies
+  // One node's share of the keys: sent in pieces of `depth`, `ahead` pieces ahead of the replies
   // taken, so the node works while this thread parses.
   struct Flight {
     Node* node = nullptr;
     std::vector<size_t> keys;
     size_t sent = 0, read = 0;  // keys[0, sent) went out; keys[0, read) were answered
-    std::deque<size_t> piece_ends;  // ends of the pieces in the air (at most two)
+    std::deque<size_t> piece_ends;  // ends of the pieces in the air (at most `ahead`)
     bool reused = false, done = false;
     bool asking_answered = false;  // the key at `read` went with ASKING, whose +OK came
   };
@@ -283,7 +286,7 @@ RemoteStatus RedisClusterStore::run(Op op, std::span<const std::string> keys,
       f.done = true;
     };
     auto send_piece = [&](Flight& f) {
-      if (f.done || f.sent == f.keys.size() || f.piece_ends.size() >= 2) return;
+      if (f.done || f.sent == f.keys.size() || f.piece_ends.size() >= ahead) return;
       Node& nd = *f.node;
       if (f.sent == 0) {
         if (!nd.breaker.allow()) return skip_rest(f);
@@ -370,10 +373,8 @@ RemoteStatus RedisClusterStore::run(Op op, std::span<const std::string> keys,
       }
     };
 
-    for (auto& [index, f] : flights) {  // every node starts, two pieces ahead...
-      send_piece(f);
-      send_piece(f);
-    }
+    for (auto& [index, f] : flights)  // every node starts, `ahead` pieces ahead...
+      for (size_t k = 0; k < ahead; ++k) send_piece(f);
     // ...and all nodes' sockets are served as they become ready, written while the kernel takes
     // more and read while replies come: a slow node holds up no other.
     std::vector<pollfd> fds;
