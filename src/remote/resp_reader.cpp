@@ -118,8 +118,7 @@ RespReader::Next RespReader::next(RespReply& out) {
 }
 
 void RespReader::reset() {
-  buf_.reset();
-  capacity_ = begin_ = end_ = reply_bytes_ = 0;
+  begin_ = end_ = reply_bytes_ = 0;  // the memory stays: views handed out stay readable
   error_.clear();
 }
 

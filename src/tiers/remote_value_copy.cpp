@@ -12,14 +12,19 @@
 namespace pagedkv {
 namespace tiers_detail {
 
-uint64_t copy_checksummed_portable(std::span<const ChecksummedPiece> pieces) { return copy_checksummed_kernel(pieces); }
+uint64_t copy_checksummed_portable(std::span<const ChecksummedPiece> pieces) {
+  return copy_checksummed_kernel(pieces, [](std::byte* to, const std::byte* from, size_t n) -> const std::byte* {
+    std::memcpy(to, from, n);
+    return to;
+  });
+}
 
 }  // namespace tiers_detail
 namespace {
 
-uint64_t copy_checksummed(std::span<const ChecksummedPiece> pieces) {
+uint64_t copy_checksummed(std::span<const ChecksummedPiece> pieces, tiers_detail::CopyWrites writes) {
   static const bool avx2 = has_avx2(best_available_isa());
-  return avx2 ? tiers_detail::copy_checksummed_avx2(pieces) : tiers_detail::copy_checksummed_portable(pieces);
+  return avx2 ? tiers_detail::copy_checksummed_avx2(pieces, writes) : tiers_detail::copy_checksummed_portable(pieces);
 }
 
 // The block's 2 x num_layers pages, in payload order, each paired with its place in the payload.
@@ -42,7 +47,8 @@ void for_each_page(const KVArena& arena, int32_t block, const char* what, Piece&
 constexpr size_t kInlinePieces = 256;
 
 template <class MakePiece>
-uint64_t copy_block(const KVArena& arena, int32_t block, const char* what, MakePiece&& make) {
+uint64_t copy_block(const KVArena& arena, int32_t block, const char* what, tiers_detail::CopyWrites writes,
+                    MakePiece&& make) {
   ChecksummedPiece inline_pieces[kInlinePieces];
   std::vector<ChecksummedPiece> heap;
   const size_t n = 2 * static_cast<size_t>(arena.num_layers());
@@ -54,21 +60,25 @@ uint64_t copy_block(const KVArena& arena, int32_t block, const char* what, MakeP
   size_t i = 0;
   for_each_page(arena, block, what,
                 [&](std::byte* page, size_t at, size_t bytes) { pieces[i++] = make(page, at, bytes); });
-  return copy_checksummed(std::span(pieces, n));
+  return copy_checksummed(std::span(pieces, n), writes);
 }
 
 }  // namespace
 
+// A packed value is read next by the store lane's send, from the cache when the queue is short.
 uint64_t gather_block_checksummed(const KVArena& arena, int32_t block, std::byte* payload) {
-  return copy_block(arena, block, "gather_block_checksummed", [&](std::byte* page, size_t at, size_t bytes) {
-    return ChecksummedPiece{page, payload + at, bytes};
-  });
+  return copy_block(arena, block, "gather_block_checksummed", tiers_detail::CopyWrites::kThroughCache,
+                    [&](std::byte* page, size_t at, size_t bytes) {
+                      return ChecksummedPiece{page, payload + at, bytes};
+                    });
 }
 
+// A loaded block is one of a prefix's many, read when attention reaches it: streamed.
 uint64_t scatter_block_checksummed(const std::byte* payload, KVArena& arena, int32_t block) {
-  return copy_block(arena, block, "scatter_block_checksummed", [&](std::byte* page, size_t at, size_t bytes) {
-    return ChecksummedPiece{payload + at, page, bytes};
-  });
+  return copy_block(arena, block, "scatter_block_checksummed", tiers_detail::CopyWrites::kStreaming,
+                    [&](std::byte* page, size_t at, size_t bytes) {
+                      return ChecksummedPiece{payload + at, page, bytes};
+                    });
 }
 
 }  // namespace pagedkv

@@ -177,6 +177,26 @@ TEST(RedisCluster, StoreAndLoadAcrossMastersAndTheirShares) {
   EXPECT_EQ(from_replicas.wrong, 0);
 }
 
+// Pieces of one command with one in flight, and sizes that leave a short last piece per node:
+// every key is answered once, in its place, whatever the pipelines' shape.
+TEST(RedisCluster, AnyPieceSizeAndCountAheadAnswersEveryKey) {
+  int round = 0;
+  for (const auto& [depth, ahead] : std::vector<std::pair<size_t, size_t>>{{1, 1}, {3, 5}, {7, 1}, {64, 3}}) {
+    remote::RedisClusterStoreOptions o = cluster_options();
+    o.get_pipeline_depth = o.set_pipeline_depth = depth;
+    o.get_pieces_ahead = o.set_pieces_ahead = ahead;
+    RedisClusterStore s(o);
+    const std::vector<std::string> keys = block_keys(101, 50 + round++);
+    std::vector<uint8_t> stored;
+    ASSERT_EQ(set_all(s, keys, 3000, stored), RemoteStatus::kOk) << s.last_error();
+    EXPECT_EQ(std::count(stored.begin(), stored.end(), uint8_t{1}), 101) << depth << " x " << ahead;
+    const Loaded l = get_all(s, keys, 3000);
+    ASSERT_EQ(l.status, RemoteStatus::kOk) << s.last_error();
+    EXPECT_EQ(l.found, 101) << depth << " x " << ahead;
+    EXPECT_EQ(l.wrong, 0) << depth << " x " << ahead;
+  }
+}
+
 TEST(RedisCluster, PlainRedisUrlDetectsTheCluster) {
   TierConfig tiers;
   remote::use_redis_tier(tiers, {.url = cluster().seed_url(1)});

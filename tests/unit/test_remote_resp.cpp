@@ -157,6 +157,27 @@ std::string drain(int fd) {
   return out;
 }
 
+// The cluster store hands on the replies it took before a node failed (a protocol error, a
+// failed write): closing the connection resets the reader, and those views must still read
+// what came, while the reader starts over empty for the next connection.
+TEST(RespReader, ViewsTakenBeforeAResetStayReadable) {
+  RespReader r;
+  const std::string value = value_of(20000, 9);
+  feed(r, "$20000\r\n" + value + "\r\n+OK\r\n$5\r\nhel");
+  RespReply a, b;
+  ASSERT_EQ(r.next(a), Next::kReply);
+  ASSERT_EQ(r.next(b), Next::kReply);
+  r.reset();
+  EXPECT_EQ(a.str, value);
+  EXPECT_EQ(b.str, "OK");
+  EXPECT_EQ(r.buffered(), 0u);
+  RespReply c;
+  EXPECT_EQ(r.next(c), Next::kIncomplete);  // the half reply before the reset is gone
+  feed(r, ":7\r\n");
+  ASSERT_EQ(r.next(c), Next::kReply);
+  EXPECT_EQ(c.integer, 7);
+}
+
 TEST(RespCommandQueue, EncodesCommandsAndWritesThemInWhateverPiecesTheSocketTakes) {
   int fds[2];
   ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);

@@ -164,9 +164,21 @@ TEST(RemoteValueCopy, OnePassCopiesAndChecksumsAsGatherScatterAndPayloadChecksum
 
 TEST(RemoteValueCopy, Avx2AndPortableKernelsAgreeOnEverySplit) {
   const std::vector<std::byte> src = payload_for(BlockHash{5, 6}, 40000);
-  // Pieces of sizes around XXH3's 16-, 128-, 240-byte and 1 KiB stripe boundaries and the 8 KiB chunk.
-  for (const std::vector<size_t>& sizes : std::vector<std::vector<size_t>>{
-           {0}, {1}, {16, 17}, {128, 129, 240, 241}, {1023, 1025}, {8192}, {8193, 3, 8191}, {40000}, {7, 0, 39993}}) {
+  // Pieces of sizes around XXH3's 16-, 128-, 240-byte and 1 KiB stripe boundaries and the 8 KiB
+  // chunk, and around the AVX2 build's shortest streamed piece (256 bytes), most of them starting
+  // off its 32-byte stores' alignment.
+  const std::vector<std::vector<size_t>> splits = {{0},
+                                                   {1},
+                                                   {16, 17},
+                                                   {128, 129, 240, 241},
+                                                   {1023, 1025},
+                                                   {8192},
+                                                   {8193, 3, 8191},
+                                                   {40000},
+                                                   {7, 0, 39993},
+                                                   {255, 256, 257, 31, 2049, 33, 4099},
+                                                   {5, 288, 1, 319, 2, 4096}};
+  for (const std::vector<size_t>& sizes : splits) {
     std::vector<ChecksummedPiece> pieces;
     std::vector<std::byte> a(40000), b(40000);
     size_t at = 0;
@@ -179,8 +191,12 @@ TEST(RemoteValueCopy, Avx2AndPortableKernelsAgreeOnEverySplit) {
     EXPECT_TRUE(std::equal(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(at), src.begin()));
     if (!has_avx2(best_available_isa())) continue;
     for (ChecksummedPiece& p : pieces) p.to = b.data() + (p.to - a.data());
-    EXPECT_EQ(tiers_detail::copy_checksummed_avx2(pieces), want) << at;
-    EXPECT_TRUE(std::equal(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(at), src.begin()));
+    for (tiers_detail::CopyWrites writes :
+         {tiers_detail::CopyWrites::kThroughCache, tiers_detail::CopyWrites::kStreaming}) {
+      std::fill(b.begin(), b.end(), std::byte{0});
+      EXPECT_EQ(tiers_detail::copy_checksummed_avx2(pieces, writes), want) << at;
+      EXPECT_TRUE(std::equal(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(at), src.begin()));
+    }
   }
 }
 

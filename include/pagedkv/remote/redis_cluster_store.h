@@ -34,12 +34,16 @@ struct RedisClusterStoreOptions {
   std::vector<RedisUrl> seeds;  // where the slot map is first read; credentials apply to every node
   std::chrono::milliseconds connect_timeout{200};
   std::chrono::milliseconds io_timeout{200};
-  // GETs and SETs go out this many per node at a time, two such pieces ahead of the replies: 32
-  // commands in flight per node, as many as one server's pipeline of 32. Pieces of 32 (64 in
-  // flight) measured 0.7x the GETs/s and 0.9x the SETs/s of pieces of 16 with 20 KiB values on 3
-  // masters (docs/benchmarks.md).
-  size_t get_pipeline_depth = 16;
+  // GETs and SETs go out in pieces of this many per node, so many pieces ahead of the replies:
+  // 32 commands in flight per node either way, as many as one server's pipeline of 32. Pieces of
+  // 32 (64 in flight) measured 0.7x the GETs/s and 0.9x the SETs/s of 16 x 2 with 20 KiB values
+  // on 3 masters; GETs refilled 8 at a time (8 x 4) 1.13-1.48x the loads/s of 16 x 2 (medians of
+  // three alternated runs), 8 x 8 and 4 x 8 no better; SETs the same at 16 x 2, 8 x 4 and 4 x 8
+  // (docs/tiers.md, "How keys are spread").
+  size_t get_pipeline_depth = 8;
+  size_t get_pieces_ahead = 4;
   size_t set_pipeline_depth = 16;
+  size_t set_pieces_ahead = 2;
   // GET and EXISTS go to a replica of the slot (after READONLY; the master when none answers):
   // spreads reads, may miss what was written a moment ago (a miss, never a wrong value).
   bool read_from_replicas = false;

@@ -46,7 +46,9 @@ class RespReader {
   const std::string& error() const { return error_; }
 
   size_t buffered() const { return end_ - begin_; }
-  // Forgets everything (the connection closed); the buffer is freed.
+  // Forgets everything (the connection closed). The buffer's memory is kept: the views handed out
+  // before stay readable, unchanged, until the next space() (a caller may still hand on the
+  // replies it took before the connection failed).
   void reset();
 
  private:

@@ -4,7 +4,8 @@
 // Packing a value used to copy the block out of the arena and then read the copy again for its
 // checksum; loading one read the payload for its checksum and then again to scatter it. Here
 // each page is copied in pieces small enough to stay in L1, and each piece is hashed right after
-// it is copied, so the payload crosses memory once. The checksum is the same bits as
+// it is copied, so the payload crosses memory once. A load's copy into the arena is streamed
+// (CopyWrites below). The checksum is the same bits as
 // payload_checksum of the whole payload (XXH3's streaming form), so values stay compatible.
 #pragma once
 
@@ -33,10 +34,15 @@ struct ChecksummedPiece {
 };
 
 namespace tiers_detail {
-// Copies every piece in order and returns XXH3-64 of the concatenated bytes; the portable build
-// and the AVX2 build (chosen at run time) return the same bits.
+// How a copy writes its destination: through the cache, or with non-temporal stores, which
+// neither read each destination line first (read for ownership) nor leave it in the cache.
+enum class CopyWrites : uint8_t { kThroughCache, kStreaming };
+
+// Copies every piece in order and returns XXH3-64 of the concatenated bytes. The portable build
+// writes through the cache; the AVX2 build (chosen at run time) as `writes` says, fenced before
+// it returns. Both write and return the same bits.
 uint64_t copy_checksummed_portable(std::span<const ChecksummedPiece> pieces);
-uint64_t copy_checksummed_avx2(std::span<const ChecksummedPiece> pieces);
+uint64_t copy_checksummed_avx2(std::span<const ChecksummedPiece> pieces, CopyWrites writes);
 }  // namespace tiers_detail
 
 }  // namespace pagedkv
