@@ -427,8 +427,8 @@ INSTANTIATE_TEST_SUITE_P(Types, BlockFormatTest,
 // Equal floats, NaN equal to NaN (extreme scales can make inf - inf in both builds).
 bool same_float(float a, float b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
 
-// The super-block types the AVX-512 build multiplies on repacked panels (Q4_K, Q5_K, Q6_K, IQ4_XS;
-// the others take block_dot per row) against the scalar twin, bit for bit: row counts around the
+// The block formats the AVX-512 build multiplies on repacked panels (Q4_K, Q5_K, Q6_K, IQ4_XS, Q3_K,
+// Q2_K, IQ4_NL; the others take block_dot per row) against the scalar twin, bit for bit: row counts around the
 // panels of 16 and the row groups of 4 panels, several super-blocks, 1..33 tokens (every tile
 // shape: 4, 2 and 1 panels, a second group of 16 tokens), random bytes with ordinary and with extreme fp16 scales
 // (any finite value, subnormal, negative), and activations that are zero, tiny, huge or sparse.
@@ -438,16 +438,21 @@ TEST(BlockFormats, PanelledKQuantsEqualTheScalarTwin) {
     int rows, cols;
   };
   const Shape shapes[] = {{1, 256}, {15, 512}, {16, 256}, {17, 768}, {33, 256}, {70, 1024}};
-  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K, TensorType::kIQ4_XS}) {
+  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K, TensorType::kIQ4_XS,
+                          TensorType::kQ3_K, TensorType::kQ2_K, TensorType::kIQ4_NL}) {
     for (bool extreme : {false, true}) {
       for (const Shape& shape : shapes) {
         const uint32_t seed = static_cast<uint32_t>(shape.rows * 131 + shape.cols + (extreme ? 7 : 0));
         Weights w = make_block_weights(type, shape.rows, shape.cols, seed);
         if (extreme) {  // random finite fp16 d / dmin: any exponent but the top one, either sign
-          const size_t block_bytes = tensor_row_bytes(type, kSuperBlock);
-          const bool d_only = type == TensorType::kQ6_K || type == TensorType::kIQ4_XS;
-          const size_t d_at = type == TensorType::kQ6_K ? 208 : 0;
-          const size_t fields[2] = {d_at, d_only ? d_at : size_t{2}};
+          const size_t block_bytes = static_cast<size_t>(tensor_type_traits(static_cast<uint32_t>(type))->block_bytes);
+          const bool d_only = type == TensorType::kQ6_K || type == TensorType::kIQ4_XS || type == TensorType::kQ3_K ||
+                              type == TensorType::kIQ4_NL;
+          const size_t d_at = type == TensorType::kQ6_K   ? 208
+                              : type == TensorType::kQ3_K ? 108
+                              : type == TensorType::kQ2_K ? 80
+                                                          : 0;
+          const size_t fields[2] = {d_at, d_only ? d_at : d_at + 2};
           std::mt19937 rng(seed);
           for (size_t k = 0; k < w.bytes.size() / block_bytes; ++k)
             for (size_t f : fields) {
@@ -544,6 +549,36 @@ TEST(BlockFormats, PanelledKQuantsEqualTheScalarTwinAtFullScale) {
     for (size_t i = 0; i < scalar.size(); ++i)
       ASSERT_TRUE(same_float(simd[i], scalar[i]))
           << tensor_type_name(type) << " " << i << ": " << simd[i] << " vs " << scalar[i];
+  }
+}
+
+// Q3_K, Q2_K and IQ4_NL with every level, scale and min at its largest magnitude (Q3_K, IQ4_NL:
+// zero bytes, level -4 / -127 and scale -32; Q2_K: 0xFF, level 3, scale and min 15) and d = dmin
+// = 1, against activations of one sign at full scale: the panels' 16-value chains reach their
+// largest magnitude (Q3_K: 16 * 4 * 127, meant to fit the int16 that vpdpwssd multiplies).
+TEST(BlockFormats, PanelledLowBitFormatsEqualTheScalarTwinAtFullScale) {
+  if (best_available_isa() != KernelIsa::kAvx512) GTEST_SKIP() << "no AVX-512 build on this CPU";
+  const int rows = 20, cols = 512, tokens = 3;
+  for (TensorType type : {TensorType::kQ3_K, TensorType::kQ2_K, TensorType::kIQ4_NL}) {
+    Weights w{type, rows, cols, std::vector<std::byte>(static_cast<size_t>(rows) * tensor_row_bytes(type, cols))};
+    for (std::byte& b : w.bytes) b = type == TensorType::kQ2_K ? std::byte{0xFF} : std::byte{0};
+    const size_t block_bytes = static_cast<size_t>(tensor_type_traits(static_cast<uint32_t>(type))->block_bytes);
+    const uint16_t one = f32_to_f16(1.0f);
+    for (size_t k = 0; k < w.bytes.size() / block_bytes; ++k)
+      for (size_t f : type == TensorType::kQ3_K   ? std::vector<size_t>{108}
+                      : type == TensorType::kQ2_K ? std::vector<size_t>{80, 82}
+                                                  : std::vector<size_t>{0})
+        std::memcpy(w.bytes.data() + k * block_bytes + f, &one, 2);
+    const QuantizedMatrix m(w.view());
+    std::vector<float> x(static_cast<size_t>(tokens) * cols);
+    for (size_t j = 0; j < x.size(); ++j) x[j] = j < static_cast<size_t>(cols) ? 1.0f : j < 2u * cols ? -3.0f : 0.5f;
+    std::vector<float> scalar(static_cast<size_t>(tokens) * rows), simd(scalar.size());
+    m.multiply(x.data(), cols, tokens, scalar.data(), rows, KernelIsa::kScalar);
+    m.multiply(x.data(), cols, tokens, simd.data(), rows, KernelIsa::kAvx512);
+    for (size_t i = 0; i < scalar.size(); ++i)
+      ASSERT_TRUE(same_float(simd[i], scalar[i]))
+          << tensor_type_name(type) << " " << i << ": " << simd[i] << " vs " << scalar[i];
+    EXPECT_NE(scalar[0], 0.0f) << tensor_type_name(type);
   }
 }
 
