@@ -510,22 +510,32 @@ TEST(BlockFormats, PanelledKQuantsEqualTheScalarTwin) {
 }
 
 // The largest sums the formats allow (every level, scale and min at its largest magnitude,
-// activations all of one sign at full scale): the integer sums exceed 2^24, so the float they
-// become is rounded, and the panels must round them as the scalar twin does.
+// activations all of one sign at full scale): the integer sums exceed 2^24 (Q4_K..IQ4_XS), so the
+// float they become is rounded, and the panels must round them as the scalar twin does; Q3_K /
+// Q2_K's 16-value chains reach their largest magnitude (Q3_K: 16 * 4 * 127, meant to fit the int16
+// that vpdpwssd multiplies).
 TEST(BlockFormats, PanelledKQuantsEqualTheScalarTwinAtFullScale) {
   if (best_available_isa() != KernelIsa::kAvx512) GTEST_SKIP() << "no AVX-512 build on this CPU";
   const int rows = 20, cols = 512, tokens = 3;
-  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K, TensorType::kIQ4_XS}) {
+  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K, TensorType::kIQ4_XS,
+                          TensorType::kQ3_K, TensorType::kQ2_K, TensorType::kIQ4_NL}) {
     Weights w{type, rows, cols, std::vector<std::byte>(static_cast<size_t>(rows) * tensor_row_bytes(type, cols))};
-    // IQ4_XS: zero bytes are its largest magnitudes, level -127 and scale -32.
-    for (std::byte& b : w.bytes) b = type == TensorType::kIQ4_XS ? std::byte{0} : std::byte{0xFF};
-    const size_t block_bytes = tensor_row_bytes(type, kSuperBlock);
+    // IQ4_XS / IQ4_NL / Q3_K: zero bytes are their largest magnitudes, level -127 (Q3_K: -4) and
+    // scale -32; Q2_K: 0xFF, level 3, scale and min 15.
+    const bool zeros = type == TensorType::kIQ4_XS || type == TensorType::kIQ4_NL || type == TensorType::kQ3_K;
+    for (std::byte& b : w.bytes) b = zeros ? std::byte{0} : std::byte{0xFF};
+    const size_t block_bytes = static_cast<size_t>(tensor_type_traits(static_cast<uint32_t>(type))->block_bytes);
     for (size_t k = 0; k < w.bytes.size() / block_bytes; ++k) {
       const uint16_t one = f32_to_f16(1.0f), tiny = f32_to_f16(0.0f);
       if (type == TensorType::kQ6_K) {
         // int8 scales of 127 in half the rows' blocks, -1 (0xFF) in the others
         if (k % 2 == 0) std::memset(w.bytes.data() + k * block_bytes + 192, 0x7F, 16);
         std::memcpy(w.bytes.data() + k * block_bytes + 208, &one, 2);
+      } else if (type == TensorType::kQ3_K || type == TensorType::kIQ4_NL) {
+        std::memcpy(w.bytes.data() + k * block_bytes + (type == TensorType::kQ3_K ? 108 : 0), &one, 2);
+      } else if (type == TensorType::kQ2_K) {
+        std::memcpy(w.bytes.data() + k * block_bytes + 80, &one, 2);
+        std::memcpy(w.bytes.data() + k * block_bytes + 82, &one, 2);
       } else if (type == TensorType::kIQ4_XS) {
         std::memcpy(w.bytes.data() + k * block_bytes, &one, 2);
         if (k % 2 == 1) {  // sub-blocks 0 and 1 at scale 15 - 32, columns 0 and 16 at level 113
@@ -549,36 +559,6 @@ TEST(BlockFormats, PanelledKQuantsEqualTheScalarTwinAtFullScale) {
     for (size_t i = 0; i < scalar.size(); ++i)
       ASSERT_TRUE(same_float(simd[i], scalar[i]))
           << tensor_type_name(type) << " " << i << ": " << simd[i] << " vs " << scalar[i];
-  }
-}
-
-// Q3_K, Q2_K and IQ4_NL with every level, scale and min at its largest magnitude (Q3_K, IQ4_NL:
-// zero bytes, level -4 / -127 and scale -32; Q2_K: 0xFF, level 3, scale and min 15) and d = dmin
-// = 1, against activations of one sign at full scale: the panels' 16-value chains reach their
-// largest magnitude (Q3_K: 16 * 4 * 127, meant to fit the int16 that vpdpwssd multiplies).
-TEST(BlockFormats, PanelledLowBitFormatsEqualTheScalarTwinAtFullScale) {
-  if (best_available_isa() != KernelIsa::kAvx512) GTEST_SKIP() << "no AVX-512 build on this CPU";
-  const int rows = 20, cols = 512, tokens = 3;
-  for (TensorType type : {TensorType::kQ3_K, TensorType::kQ2_K, TensorType::kIQ4_NL}) {
-    Weights w{type, rows, cols, std::vector<std::byte>(static_cast<size_t>(rows) * tensor_row_bytes(type, cols))};
-    for (std::byte& b : w.bytes) b = type == TensorType::kQ2_K ? std::byte{0xFF} : std::byte{0};
-    const size_t block_bytes = static_cast<size_t>(tensor_type_traits(static_cast<uint32_t>(type))->block_bytes);
-    const uint16_t one = f32_to_f16(1.0f);
-    for (size_t k = 0; k < w.bytes.size() / block_bytes; ++k)
-      for (size_t f : type == TensorType::kQ3_K   ? std::vector<size_t>{108}
-                      : type == TensorType::kQ2_K ? std::vector<size_t>{80, 82}
-                                                  : std::vector<size_t>{0})
-        std::memcpy(w.bytes.data() + k * block_bytes + f, &one, 2);
-    const QuantizedMatrix m(w.view());
-    std::vector<float> x(static_cast<size_t>(tokens) * cols);
-    for (size_t j = 0; j < x.size(); ++j) x[j] = j < static_cast<size_t>(cols) ? 1.0f : j < 2u * cols ? -3.0f : 0.5f;
-    std::vector<float> scalar(static_cast<size_t>(tokens) * rows), simd(scalar.size());
-    m.multiply(x.data(), cols, tokens, scalar.data(), rows, KernelIsa::kScalar);
-    m.multiply(x.data(), cols, tokens, simd.data(), rows, KernelIsa::kAvx512);
-    for (size_t i = 0; i < scalar.size(); ++i)
-      ASSERT_TRUE(same_float(simd[i], scalar[i]))
-          << tensor_type_name(type) << " " << i << ": " << simd[i] << " vs " << scalar[i];
-    EXPECT_NE(scalar[0], 0.0f) << tensor_type_name(type);
   }
 }
 

@@ -1,26 +1,24 @@
-// The AVX-512 build (F, VL, BW, DQ and VNNI) of QuantizedMatrix's products of the low-bit block
-// formats Q3_K, Q2_K and IQ4_NL, on the weights repacked in panels of 16 rows (quantized_panels.h);
-// entered only after the run-time check in quantized_matrix.cpp. The activations are quantized as
-// the scalar twin (block_dot.h) does, by the very same functions (Q8_K for Q3_K / Q2_K, Q8_0 for
-// IQ4_NL), and the results equal the twin's bit for bit: inside a block every product is an exact
-// integer sum whatever its order, and the block's contribution is added to the row's float
-// accumulator in block order with the twin's float operations (this file is compiled without fused
+// The AVX-512 build (F, VL, BW, DQ and VNNI) of QuantizedMatrix's products of the low-bit
+// super-block formats Q3_K and Q2_K, on the weights repacked in panels of 16 rows
+// (quantized_panels.h); entered only after the run-time check in quantized_matrix.cpp. (IQ4_NL,
+// whose blocks are Q4_0's, runs Q4_0's tiles: quantized_kernels_avx512.cpp.) The activations are
+// quantized to Q8_K as the scalar twin (block_dot.h) does, by the very same function, and the
+// results equal the twin's bit for bit: inside a super-block every product is an exact integer sum
+// whatever its order, and the super-block's contribution is added to the row's float accumulator
+// in block order with the twin's float operations (this file is compiled without fused
 // multiply-adds).
 //
 // One 64-byte register of weights holds 4 columns of 16 rows as unsigned levels, vpdpbusd's
 // unsigned operand; the activation's 4 bytes are broadcast, and each int32 lane gathers one row's
-// sum. Each chain starts at minus the level offset times the activation's sum over the chain's
-// columns, so that it sums (level - offset) * x.
+// sum.
 //   Q3_K: levels q + 4 (0..7: two low bits | the hmask bit << 2), per 16-value sub-block a chain
-//     of 4 vpdpbusd from -4 times the activation's 16-value sum: at most 16 * 4 * 128 in
-//     magnitude, an int16, so one vpdpwssd with the 6-bit scale - 32 in the low half of each lane
-//     (zero above) multiplies it and adds it to the sum, as the Q6_K panels do.
-//   Q2_K: levels 0..3, no offset: chains of 4 vpdpbusd from zero (at most 16 * 3 * 128), times
+//     of 4 vpdpbusd from -4 times the activation's 16-value sum, so that it sums q * x: at most
+//     16 * 4 * 127 in magnitude (Q8_K values lie in [-127, 127]), an int16, so one vpdpwssd with
+//     the 6-bit scale - 32 in the low half of each lane (zero above) multiplies it and adds it to
+//     the sum, as the Q6_K panels do.
+//   Q2_K: levels 0..3, no offset: chains of 4 vpdpbusd from zero (at most 16 * 3 * 127), times
 //     the 4-bit scale with one vpdpwssd; the mins: 8 vpdpwssd of (min, min) int16 pairs against
 //     the activation's 16-value sums, paired the same way.
-//   IQ4_NL: the Q4_0 panels' layout; levels looked up from the nibbles (vpshufb) as unsigned
-//     kIq4NlValues + 128, a chain of 8 vpdpbusd per 32-value block from -128 times the block's
-//     activation sum, then float(sum) * (d * d_x) added to the accumulator.
 // Tiles of one panel x up to 16 tokens reuse each unpacked register for all their tokens; a single
 // token takes 4 panels at once, 2-3 tokens 2 (more independent chains, more streams in flight),
 // with software prefetch ahead of each panel's stream, through the driver the other panel builds
@@ -33,12 +31,12 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <array>
 #include <cstddef>
 #include <cstring>
+#include <span>
 #include <utility>
 
-#include "pagedkv/model/format/block_formats.h"  // Q8_K / Q8_0 quantizers, kIq4NlValues
+#include "pagedkv/model/format/block_formats.h"  // quantize_row_q8_k
 #include "panel_tiles_avx512.h"
 #include "quantized_kernels.h"
 
@@ -60,22 +58,10 @@ struct Q8KRecord {
 };
 static_assert(sizeof(Q8KRecord) == 384);
 
-// IQ4_NL: per 32-value block, the Q8_0 values, d as f32, -128 times their sum.
-struct Q8Record {
-  int8_t q[kQuantBlock];
-  float d;
-  int32_t start;
-  int32_t unused[2];
-};
-static_assert(sizeof(Q8Record) == 48);
+size_t token_bytes(int cols) { return static_cast<size_t>(cols / kSuperBlock) * sizeof(Q8KRecord); }
 
-size_t token_bytes(TensorType type, int cols) {
-  return type == TensorType::kIQ4_NL ? static_cast<size_t>(cols / kQuantBlock) * sizeof(Q8Record)
-                                     : static_cast<size_t>(cols / kSuperBlock) * sizeof(Q8KRecord);
-}
-
-size_t prepared_bytes(TensorType type, int cols, int num_tokens) {
-  return static_cast<size_t>(num_tokens) * token_bytes(type, cols);
+size_t prepared_bytes(TensorType, int cols, int num_tokens) {
+  return static_cast<size_t>(num_tokens) * token_bytes(cols);
 }
 
 void fill_record(const BlockQ8_K& a, Q8KRecord& r) {
@@ -88,41 +74,22 @@ void fill_record(const BlockQ8_K& a, Q8KRecord& r) {
   std::memset(r.unused, 0, sizeof r.unused);
 }
 
-void fill_record(const BlockQ8_0& a, Q8Record& r) {
-  std::memcpy(r.q, a.q, sizeof r.q);
-  r.d = _cvtsh_ss(a.d);  // exact, as f16_to_f32
-  int sum = 0;
-  for (int8_t v : a.q) sum += v;
-  r.start = -128 * sum;
-  std::memset(r.unused, 0, sizeof r.unused);
-}
-
-// Every token's blocks quantized by the twin's own quantizer (Block: BlockQ8_K or BlockQ8_0), then
-// stored as Records in the group layout.
-template <class Block, class Record>
-void prepare_records(void (*quantize)(std::span<const float>, Block*), int values_per_block, const float* x,
-                     size_t x_stride, int num_tokens, int cols, std::byte* out) {
-  const int blocks = cols / values_per_block;
+// Every token's super-blocks quantized by the twin's own quantize_row_q8_k, then stored as
+// records in the group layout.
+void prepare(TensorType, const float* x, size_t x_stride, int num_tokens, int cols, std::byte* out) {
+  const int blocks = cols / kSuperBlock;
   for (int t0 = 0; t0 < num_tokens; t0 += kMaxTokens) {
     const int tokens = std::min(kMaxTokens, num_tokens - t0);
-    auto* group = reinterpret_cast<Record*>(out) + static_cast<size_t>(t0) * static_cast<size_t>(blocks);
+    auto* group = reinterpret_cast<Q8KRecord*>(out) + static_cast<size_t>(t0) * static_cast<size_t>(blocks);
     for (int t = 0; t < tokens; ++t) {
       const float* xt = x + static_cast<size_t>(t0 + t) * x_stride;
       for (int b = 0; b < blocks; ++b) {
-        Block a;
-        quantize({xt + static_cast<size_t>(b) * static_cast<size_t>(values_per_block),
-                  static_cast<size_t>(values_per_block)},
-                 &a);
+        BlockQ8_K a;
+        quantize_row_q8_k({xt + static_cast<size_t>(b) * kSuperBlock, static_cast<size_t>(kSuperBlock)}, &a);
         fill_record(a, group[static_cast<size_t>(b) * static_cast<size_t>(tokens) + static_cast<size_t>(t)]);
       }
     }
   }
-}
-
-void prepare(TensorType type, const float* x, size_t x_stride, int num_tokens, int cols, std::byte* out) {
-  if (type == TensorType::kIQ4_NL)
-    prepare_records<BlockQ8_0, Q8Record>(quantize_row_q8_0, kQuantBlock, x, x_stride, num_tokens, cols, out);
-  else prepare_records<BlockQ8_K, Q8KRecord>(quantize_row_q8_k, kSuperBlock, x, x_stride, num_tokens, cols, out);
 }
 
 // ---- unpacking -------------------------------------------------------------------------------------
@@ -328,72 +295,6 @@ void super_block_tile(const std::byte* panel, const PanelLayout& l, const Q8KRec
   store_tile<P, T>(acc, y, y_stride, rows_out);
 }
 
-// ---- IQ4_NL ----------------------------------------------------------------------------------------
-
-// P panels x the T tokens of group `x` (Q8Records, T per block). Per block and panel, the 8
-// registers of levels are looked up once for all T tokens; each token's 8 products are one chain
-// (two for fewer than 4 tokens, where little else hides the latency).
-template <int P, int T>
-void iq4_nl_tile(const std::byte* panel, const PanelLayout& l, const Q8Record* x, float* y, size_t y_stride,
-                 const int* rows_out) {
-  static constexpr auto kLevels = [] {
-    std::array<uint8_t, 16> u{};
-    for (int i = 0; i < 16; ++i) u[static_cast<size_t>(i)] = static_cast<uint8_t>(kIq4NlValues[i] + 128);
-    return u;
-  }();
-  const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kLevels.data())));
-  const int blocks = l.cols / kQuantBlock;
-  constexpr size_t kBlockBytes = PanelLayout::quant_block_bytes(TensorType::kIQ4_NL);
-  __m512 acc[P][T];
-#pragma GCC unroll 16
-  for (int p = 0; p < P; ++p)
-#pragma GCC unroll 16
-    for (int t = 0; t < T; ++t) acc[p][t] = _mm512_setzero_ps();
-  for (int b = 0; b < blocks; ++b) {
-    const Q8Record* xb = x + static_cast<size_t>(b) * T;
-#pragma GCC unroll 4
-    for (int p = 0; p < P; ++p) {
-      const std::byte* base = panel + static_cast<size_t>(p) * l.panel_bytes;
-      const std::byte* quants = base + static_cast<size_t>(b) * kBlockBytes;
-#pragma GCC unroll 4
-      for (size_t line = 0; line < kBlockBytes; line += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(quants + line + kPrefetchAhead<P>), _MM_HINT_T0);
-      const auto* scales = reinterpret_cast<const __m256i*>(base + l.scales_at) + b;
-      if (b % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(scales) + kPrefetchAhead<P> / 8, _MM_HINT_T0);
-      // Register v holds columns 4v.. in its low nibbles and 16 + 4v.. in its high ones.
-      __m512i w[8];
-#pragma GCC unroll 4
-      for (int v = 0; v < 4; ++v) {
-        const __m512i q = load(quants + v * 64);
-        w[v] = _mm512_shuffle_epi8(table, _mm512_and_si512(q, bytes(0x0F)));
-        w[4 + v] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(q, 4), bytes(0x0F)));
-      }
-      const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(scales));
-#pragma GCC unroll 16
-      for (int t = 0; t < T; ++t) {
-        __m512i isum = _mm512_set1_epi32(xb[t].start);
-        if constexpr (T >= 4) {
-#pragma GCC unroll 8
-          for (int g = 0; g < 8; ++g)
-            isum = _mm512_dpbusd_epi32(isum, w[g], _mm512_set1_epi32(group_of_4(xb[t].q + 4 * g)));
-        } else {
-          __m512i odd = _mm512_setzero_si512();
-#pragma GCC unroll 8
-          for (int g = 0; g < 8; g += 2) {
-            isum = _mm512_dpbusd_epi32(isum, w[g], _mm512_set1_epi32(group_of_4(xb[t].q + 4 * g)));
-            odd = _mm512_dpbusd_epi32(odd, w[g + 1], _mm512_set1_epi32(group_of_4(xb[t].q + 4 * g + 4)));
-          }
-          isum = _mm512_add_epi32(isum, odd);
-        }
-        // The twin's acc += float(sum) * (d * d_x), unfused.
-        acc[p][t] = _mm512_add_ps(acc[p][t],
-                                  _mm512_mul_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(xb[t].d))));
-      }
-    }
-  }
-  store_tile<P, T>(acc, y, y_stride, rows_out);
-}
-
 // ---- the driver ----------------------------------------------------------------------------------
 
 template <TensorType kType>
@@ -407,29 +308,15 @@ struct SuperBlockKernel {
   // A few tokens on several panels (more independent chains and streams in flight), 4 or more on one.
   static int panels_for(int tokens) { return tokens >= 4 ? 1 : tokens >= 2 ? 2 : 4; }
   static constexpr int kTokensOnFourPanels = 1, kTokensOnTwoPanels = 3;
-  static size_t token_bytes(const PanelLayout& l) { return quant_detail::token_bytes(kType, l.cols); }
-};
-
-struct Iq4NlKernel {
-  using X = Q8Record;
-  template <int P, int T>
-  static void tile(const std::byte* panel, const PanelLayout& l, const X* x, float* y, size_t y_stride,
-                   const int* rows_out) {
-    iq4_nl_tile<P, T>(panel, l, x, y, y_stride, rows_out);
-  }
-  static int panels_for(int tokens) { return tokens >= 4 ? 1 : tokens >= 2 ? 2 : 4; }
-  static constexpr int kTokensOnFourPanels = 3, kTokensOnTwoPanels = 7;
-  static size_t token_bytes(const PanelLayout& l) { return quant_detail::token_bytes(TensorType::kIQ4_NL, l.cols); }
+  static size_t token_bytes(const PanelLayout& l) { return quant_detail::token_bytes(l.cols); }
 };
 
 void multiply_panels(const WeightPanels& w, int p0, int p1, const Activations& x, float* y, size_t y_stride) {
   switch (w.layout.type) {
     case TensorType::kQ3_K:
       return multiply_panels_with<SuperBlockKernel<TensorType::kQ3_K>>(w, p0, p1, x, y, y_stride);
-    case TensorType::kQ2_K:
-      return multiply_panels_with<SuperBlockKernel<TensorType::kQ2_K>>(w, p0, p1, x, y, y_stride);
     default:
-      return multiply_panels_with<Iq4NlKernel>(w, p0, p1, x, y, y_stride);
+      return multiply_panels_with<SuperBlockKernel<TensorType::kQ2_K>>(w, p0, p1, x, y, y_stride);
   }
 }
 

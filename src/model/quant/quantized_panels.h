@@ -124,14 +124,15 @@ constexpr bool is_panelled_k_quant(TensorType t) {
   return t == TensorType::kQ4_K || t == TensorType::kQ5_K || t == TensorType::kQ6_K || t == TensorType::kIQ4_XS;
 }
 
-// True for the low-bit block formats that have a panel layout (Q3_K, Q2_K, IQ4_NL), multiplied by
+// True for the low-bit super-block types that have a panel layout (Q3_K, Q2_K), multiplied by
 // low_bit_kernels_avx512.cpp.
-constexpr bool is_panelled_low_bit(TensorType t) {
-  return t == TensorType::kQ3_K || t == TensorType::kQ2_K || t == TensorType::kIQ4_NL;
-}
+constexpr bool is_panelled_low_bit(TensorType t) { return t == TensorType::kQ3_K || t == TensorType::kQ2_K; }
 
-// True for the block formats of block_formats.h that have a panel layout.
-constexpr bool is_panelled_block_format(TensorType t) { return is_panelled_k_quant(t) || is_panelled_low_bit(t); }
+// True for the block formats of block_formats.h that have a panel layout (IQ4_NL: Q4_0's, multiplied
+// with Q4_0's tiles).
+constexpr bool is_panelled_block_format(TensorType t) {
+  return is_panelled_k_quant(t) || is_panelled_low_bit(t) || t == TensorType::kIQ4_NL;
+}
 
 // The layout of a rows x cols matrix of `type` (F16, BF16, Q8_0, Q4_0, IQ4_NL, Q4_K, Q5_K, Q6_K,
 // IQ4_XS, Q3_K or Q2_K).
