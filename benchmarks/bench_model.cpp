@@ -348,12 +348,13 @@ BENCHMARK(BM_RunCStyleMatmul)->Apply([](auto* b) { matmul_args(b, false); });
 
 // ---- weights kept in their stored type (QuantizedMatrix): one Llama-3.2-1B FFN matrix -----------
 
-// type: 0 F16, 1 BF16, 2 Q8_0, 3 Q4_0, 4 Q4_K, 5 Q5_K, 6 Q6_K, 7 IQ4_XS (super-blocks: random
-// levels and scales, fp16 d / dmin of ordinary size: GgufWriter does not quantize to them); isa: 0
-// scalar twin, 1 AVX2, 2 AVX-512 (skipped where absent).
+// type: 0 F16, 1 BF16, 2 Q8_0, 3 Q4_0, 4 Q4_K, 5 Q5_K, 6 Q6_K, 7 IQ4_XS, 8 Q3_K, 9 Q2_K, 10 IQ4_NL
+// (4-10: random levels and scales, fp16 d / dmin of ordinary size: GgufWriter does not quantize to
+// most of them); isa: 0 scalar twin, 1 AVX2, 2 AVX-512 (skipped where absent).
 void BM_QuantizedMatmul(benchmark::State& state) {
-  const TensorType types[] = {TensorType::kF16,  TensorType::kBF16, TensorType::kQ8_0, TensorType::kQ4_0,
-                              TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K, TensorType::kIQ4_XS};
+  const TensorType types[] = {TensorType::kF16,  TensorType::kBF16, TensorType::kQ8_0,  TensorType::kQ4_0,
+                              TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K,  TensorType::kIQ4_XS,
+                              TensorType::kQ3_K, TensorType::kQ2_K, TensorType::kIQ4_NL};
   const KernelIsa isas[] = {KernelIsa::kScalar, KernelIsa::kAvx2, KernelIsa::kAvx512};
   const TensorType type = types[state.range(0)];
   const KernelIsa isa = isas[state.range(1)];
@@ -373,16 +374,17 @@ void BM_QuantizedMatmul(benchmark::State& state) {
   }
   std::vector<std::byte> file;
   const std::byte* data = nullptr;
-  if (type == TensorType::kQ4_K || type == TensorType::kQ5_K || type == TensorType::kQ6_K ||
-      type == TensorType::kIQ4_XS) {
-    const size_t block_bytes = tensor_row_bytes(type, 256);
+  if (state.range(0) >= 4) {
+    const size_t block_bytes = static_cast<size_t>(tensor_type_traits(static_cast<uint32_t>(type))->block_bytes);
     file.resize(static_cast<size_t>(rows) * tensor_row_bytes(type, cols));
     for (size_t i = 0; i < file.size(); ++i) file[i] = static_cast<std::byte>((i * 2654435761u) >> 13);
     const uint16_t d = f32_to_f16(0.004f);
     for (size_t k = 0; k < file.size() / block_bytes; ++k)
-      for (size_t f : type == TensorType::kQ6_K     ? std::vector<size_t>{208}
-                      : type == TensorType::kIQ4_XS ? std::vector<size_t>{0}
-                                                    : std::vector<size_t>{0, 2})
+      for (size_t f : type == TensorType::kQ6_K                                    ? std::vector<size_t>{208}
+                      : type == TensorType::kQ3_K                                  ? std::vector<size_t>{108}
+                      : type == TensorType::kQ2_K                                  ? std::vector<size_t>{80, 82}
+                      : type == TensorType::kIQ4_XS || type == TensorType::kIQ4_NL ? std::vector<size_t>{0}
+                                                                                   : std::vector<size_t>{0, 2})
         std::memcpy(file.data() + k * block_bytes + f, &d, 2);
     data = file.data();
   }
@@ -407,7 +409,7 @@ void BM_QuantizedMatmul(benchmark::State& state) {
 // 512 tokens: a prompt's prefill, whose activations (4 MiB here) no longer fit in L2.
 BENCHMARK(BM_QuantizedMatmul)
     ->ArgNames({"type", "isa", "tokens"})
-    ->ArgsProduct({{0, 1, 2, 3, 4, 5, 6, 7}, {0, 1, 2}, {1, 32, 512}});
+    ->ArgsProduct({{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, {0, 1, 2}, {1, 32, 512}});
 
 // One core's peak of the three multiply-add instructions the AVX-512 matmuls could use, so that
 // QuantizedMatmul's GMAC/s read as a fraction of it: 16 independent accumulator chains (more than

@@ -112,7 +112,7 @@ for src in "tests/fuzz/fuzz_$target.cpp" ${SOURCES[$target]}; do
   esac
   case $src in  # the VNNI builds
     *_vnni_avx2.cpp) extra+=(-mavxvnni) ;;
-    *quantized_kernels_avx512.cpp | *kquant_kernels_avx512.cpp | *block_dot_avx512.cpp | *_vnni_avx512.cpp) extra+=(-mavx512vnni) ;;
+    *quantized_kernels_avx512.cpp | *kquant_kernels_avx512.cpp | *low_bit_kernels_avx512.cpp | *block_dot_avx512.cpp | *_vnni_avx512.cpp) extra+=(-mavx512vnni) ;;
   esac
   if [ ! "$obj" -nt "$src" ] || [ -n "$(find include src tests/fuzz -name '*.h' -newer "$obj" -print -quit)" ]; then
     while [ "$(jobs -rp | wc -l)" -ge "${JOBS:-$(nproc)}" ]; do wait -n; done

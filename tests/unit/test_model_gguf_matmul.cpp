@@ -427,8 +427,8 @@ INSTANTIATE_TEST_SUITE_P(Types, BlockFormatTest,
 // Equal floats, NaN equal to NaN (extreme scales can make inf - inf in both builds).
 bool same_float(float a, float b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
 
-// The super-block types the AVX-512 build multiplies on repacked panels (Q4_K, Q5_K, Q6_K, IQ4_XS;
-// the others take block_dot per row) against the scalar twin, bit for bit: row counts around the
+// The block formats the AVX-512 build multiplies on repacked panels (Q4_K, Q5_K, Q6_K, IQ4_XS, Q3_K,
+// Q2_K, IQ4_NL; the others take block_dot per row) against the scalar twin, bit for bit: row counts around the
 // panels of 16 and the row groups of 4 panels, several super-blocks, 1..33 tokens (every tile
 // shape: 4, 2 and 1 panels, a second group of 16 tokens), random bytes with ordinary and with extreme fp16 scales
 // (any finite value, subnormal, negative), and activations that are zero, tiny, huge or sparse.
@@ -438,16 +438,21 @@ TEST(BlockFormats, PanelledKQuantsEqualTheScalarTwin) {
     int rows, cols;
   };
   const Shape shapes[] = {{1, 256}, {15, 512}, {16, 256}, {17, 768}, {33, 256}, {70, 1024}};
-  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K, TensorType::kIQ4_XS}) {
+  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K, TensorType::kIQ4_XS,
+                          TensorType::kQ3_K, TensorType::kQ2_K, TensorType::kIQ4_NL}) {
     for (bool extreme : {false, true}) {
       for (const Shape& shape : shapes) {
         const uint32_t seed = static_cast<uint32_t>(shape.rows * 131 + shape.cols + (extreme ? 7 : 0));
         Weights w = make_block_weights(type, shape.rows, shape.cols, seed);
         if (extreme) {  // random finite fp16 d / dmin: any exponent but the top one, either sign
-          const size_t block_bytes = tensor_row_bytes(type, kSuperBlock);
-          const bool d_only = type == TensorType::kQ6_K || type == TensorType::kIQ4_XS;
-          const size_t d_at = type == TensorType::kQ6_K ? 208 : 0;
-          const size_t fields[2] = {d_at, d_only ? d_at : size_t{2}};
+          const size_t block_bytes = static_cast<size_t>(tensor_type_traits(static_cast<uint32_t>(type))->block_bytes);
+          const bool d_only = type == TensorType::kQ6_K || type == TensorType::kIQ4_XS || type == TensorType::kQ3_K ||
+                              type == TensorType::kIQ4_NL;
+          const size_t d_at = type == TensorType::kQ6_K   ? 208
+                              : type == TensorType::kQ3_K ? 108
+                              : type == TensorType::kQ2_K ? 80
+                                                          : 0;
+          const size_t fields[2] = {d_at, d_only ? d_at : d_at + 2};
           std::mt19937 rng(seed);
           for (size_t k = 0; k < w.bytes.size() / block_bytes; ++k)
             for (size_t f : fields) {
@@ -505,22 +510,32 @@ TEST(BlockFormats, PanelledKQuantsEqualTheScalarTwin) {
 }
 
 // The largest sums the formats allow (every level, scale and min at its largest magnitude,
-// activations all of one sign at full scale): the integer sums exceed 2^24, so the float they
-// become is rounded, and the panels must round them as the scalar twin does.
+// activations all of one sign at full scale): the integer sums exceed 2^24 (Q4_K..IQ4_XS), so the
+// float they become is rounded, and the panels must round them as the scalar twin does; Q3_K /
+// Q2_K's 16-value chains reach their largest magnitude (Q3_K: 16 * 4 * 127, meant to fit the int16
+// that vpdpwssd multiplies).
 TEST(BlockFormats, PanelledKQuantsEqualTheScalarTwinAtFullScale) {
   if (best_available_isa() != KernelIsa::kAvx512) GTEST_SKIP() << "no AVX-512 build on this CPU";
   const int rows = 20, cols = 512, tokens = 3;
-  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K, TensorType::kIQ4_XS}) {
+  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K, TensorType::kIQ4_XS,
+                          TensorType::kQ3_K, TensorType::kQ2_K, TensorType::kIQ4_NL}) {
     Weights w{type, rows, cols, std::vector<std::byte>(static_cast<size_t>(rows) * tensor_row_bytes(type, cols))};
-    // IQ4_XS: zero bytes are its largest magnitudes, level -127 and scale -32.
-    for (std::byte& b : w.bytes) b = type == TensorType::kIQ4_XS ? std::byte{0} : std::byte{0xFF};
-    const size_t block_bytes = tensor_row_bytes(type, kSuperBlock);
+    // IQ4_XS / IQ4_NL / Q3_K: zero bytes are their largest magnitudes, level -127 (Q3_K: -4) and
+    // scale -32; Q2_K: 0xFF, level 3, scale and min 15.
+    const bool zeros = type == TensorType::kIQ4_XS || type == TensorType::kIQ4_NL || type == TensorType::kQ3_K;
+    for (std::byte& b : w.bytes) b = zeros ? std::byte{0} : std::byte{0xFF};
+    const size_t block_bytes = static_cast<size_t>(tensor_type_traits(static_cast<uint32_t>(type))->block_bytes);
     for (size_t k = 0; k < w.bytes.size() / block_bytes; ++k) {
       const uint16_t one = f32_to_f16(1.0f), tiny = f32_to_f16(0.0f);
       if (type == TensorType::kQ6_K) {
         // int8 scales of 127 in half the rows' blocks, -1 (0xFF) in the others
         if (k % 2 == 0) std::memset(w.bytes.data() + k * block_bytes + 192, 0x7F, 16);
         std::memcpy(w.bytes.data() + k * block_bytes + 208, &one, 2);
+      } else if (type == TensorType::kQ3_K || type == TensorType::kIQ4_NL) {
+        std::memcpy(w.bytes.data() + k * block_bytes + (type == TensorType::kQ3_K ? 108 : 0), &one, 2);
+      } else if (type == TensorType::kQ2_K) {
+        std::memcpy(w.bytes.data() + k * block_bytes + 80, &one, 2);
+        std::memcpy(w.bytes.data() + k * block_bytes + 82, &one, 2);
       } else if (type == TensorType::kIQ4_XS) {
         std::memcpy(w.bytes.data() + k * block_bytes, &one, 2);
         if (k % 2 == 1) {  // sub-blocks 0 and 1 at scale 15 - 32, columns 0 and 16 at level 113

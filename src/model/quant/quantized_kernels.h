@@ -57,5 +57,8 @@ const PanelsKernel& avx512_panels_kernel();  // only after a run-time AVX-512 F/
 // The same for Q4_K / Q5_K / Q6_K / IQ4_XS panels (kquant_kernels_avx512.cpp): activations quantized to
 // Q8_K, results equal to the scalar twin's block_dot bit for bit.
 const PanelsKernel& avx512_k_quant_panels_kernel();  // only after the same check
+// The same for Q3_K / Q2_K panels (low_bit_kernels_avx512.cpp): activations quantized to Q8_K by
+// the twin's quantizer, results equal to its block_dot's. (IQ4_NL panels: avx512_panels_kernel.)
+const PanelsKernel& avx512_low_bit_panels_kernel();  // only after the same check
 
 }  // namespace pagedkv::quant_detail

@@ -29,6 +29,9 @@
 // Tiles of one panel x up to 16 tokens (16 accumulators, the 8 weight registers, the 16 scales);
 // a single token on 4 panels, 2-3 tokens on 2 (more independent chains, more streams in flight).
 // The activations are quantized 16 lanes at a time, as quantize_row_q8_0 does.
+// IQ4_NL (the same blocks as Q4_0) runs Q4_0's tiles with each nibble looked up as kIq4NlValues +
+// 128 (vpshufb) and Q8_0's starting value, and adds each block's product unfused, as block_dot
+// does: its results equal that twin's bit for bit.
 //
 // The loops over a tile's panels, tokens and byte groups are unrolled by pragma: at -O2 GCC keeps
 // them as loops, with the accumulators and weights in memory instead of registers.
@@ -40,11 +43,13 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
 
+#include "pagedkv/model/format/block_formats.h"  // kIq4NlValues
 #include "panel_tiles_avx512.h"
 #include "quantized_kernels.h"
 
@@ -57,7 +62,7 @@ namespace {
 //   F16 / BF16: per column k, the group's T f32 values (T * 4 bytes).
 //   Q8_0 / Q4_0: per block, one 48-byte record per token: the 32 signed Q8_0 values, d_x (f32),
 //   then -128 * sum(x) and -8 * sum(x) (int32: the starting values of the integer accumulators of
-//   Q8_0 and Q4_0 weights), 4 bytes of padding.
+//   Q8_0 / IQ4_NL and Q4_0 weights), 4 bytes of padding.
 struct QuantRecord {
   int8_t q[kQuantBlock];
   float d;
@@ -65,7 +70,9 @@ struct QuantRecord {
 };
 static_assert(sizeof(QuantRecord) == 48);
 
-bool quantized(TensorType type) { return type == TensorType::kQ8_0 || type == TensorType::kQ4_0; }
+bool quantized(TensorType type) {
+  return type == TensorType::kQ8_0 || type == TensorType::kQ4_0 || type == TensorType::kIQ4_NL;
+}
 
 // F16 / BF16: the columns a token's prepared values cover. The tiles take two columns a step, so
 // an odd count gets a zero column, meeting the panels' zero pad column (F16 panels are padded to
@@ -261,6 +268,31 @@ struct UnpackQ4_0 {
   static int32_t start(const QuantRecord& r) { return r.start_q4; }
 };
 
+// IQ4_NL: Q4_0's registers, each nibble looked up (vpshufb) as kIq4NlValues + 128, unsigned, so
+// the chain starts where Q8_0's does. Its twin is block_dot's (unfused float steps): kFused false.
+struct UnpackIQ4_NL {
+  static constexpr TensorType kType = TensorType::kIQ4_NL;
+  static constexpr bool kFused = false;
+  static __m512i vector(const std::byte* quants, int g) {
+    static constexpr auto kLevels = [] {
+      std::array<uint8_t, 16> u{};
+      for (int i = 0; i < 16; ++i) u[static_cast<size_t>(i)] = static_cast<uint8_t>(kIq4NlValues[i] + 128);
+      return u;
+    }();
+    const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kLevels.data())));
+    return _mm512_shuffle_epi8(table, UnpackQ4_0::vector(quants, g));
+  }
+  static int32_t start(const QuantRecord& r) { return r.start_q8; }
+};
+
+// Whether a type's block steps are one FMA (Q8_0 / Q4_0, whose twin is the rows build's) or a
+// product then a sum, as the block formats' twin block_dot does.
+template <class Unpack>
+constexpr bool fused() {
+  if constexpr (requires { Unpack::kFused; }) return Unpack::kFused;
+  else return true;
+}
+
 int32_t group_of_4(const int8_t* q) {
   int32_t v;
   std::memcpy(&v, q, 4);
@@ -311,7 +343,9 @@ void quant_tile(const std::byte* panel, const PanelLayout& l, const QuantRecord*
           }
           isum = _mm512_add_epi32(isum, odd);
         }
-        acc[p][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(xb[t].d)), acc[p][t]);
+        const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(xb[t].d));
+        if constexpr (fused<Unpack>()) acc[p][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[p][t]);
+        else acc[p][t] = _mm512_add_ps(acc[p][t], _mm512_mul_ps(_mm512_cvtepi32_ps(isum), scale));
       }
     }
   }
@@ -438,6 +472,9 @@ void multiply_panels(const WeightPanels& w, int p0, int p1, const Activations& x
       break;
     case TensorType::kQ8_0:
       multiply_panels_with<QuantKernel<UnpackQ8_0>>(w, p0, p1, x, y, y_stride);
+      break;
+    case TensorType::kIQ4_NL:
+      multiply_panels_with<QuantKernel<UnpackIQ4_NL>>(w, p0, p1, x, y, y_stride);
       break;
     default:
       multiply_panels_with<QuantKernel<UnpackQ4_0>>(w, p0, p1, x, y, y_stride);

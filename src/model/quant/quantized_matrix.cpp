@@ -123,7 +123,7 @@ QuantizedMatrix::QuantizedMatrix(const WeightTensor& w) : w_(w) {
   if (w.cols % traits->block_elements != 0)
     throw UsageError(fmt::format("QuantizedMatrix: {} rows of {} values are not whole blocks of {}",
                                  tensor_type_name(w.type), w.cols, traits->block_elements));
-  const bool panelled = !quant_detail::is_block_format(w.type) || quant_detail::is_panelled_k_quant(w.type);
+  const bool panelled = !quant_detail::is_block_format(w.type) || quant_detail::is_panelled_block_format(w.type);
   if (!panelled || !quant_detail::runs_panels(KernelIsa::kAuto)) return;
   // The AVX-512 build reads a row-interleaved copy, made once here (see quantized_panels.h).
   auto panels = std::make_shared<Panels>();
@@ -160,11 +160,12 @@ namespace {
 // The block formats without a panel layout, and every block format in the builds without panels,
 // take one block_dot per row and token.
 bool runs_blocks(TensorType type, bool panels) {
-  return quant_detail::is_block_format(type) && !(panels && quant_detail::is_panelled_k_quant(type));
+  return quant_detail::is_block_format(type) && !(panels && quant_detail::is_panelled_block_format(type));
 }
 
 // Only touched after the run-time check: its translation unit is compiled for AVX-512.
 const quant_detail::PanelsKernel& panels_kernel_for(TensorType type) {
+  if (quant_detail::is_panelled_low_bit(type)) return quant_detail::avx512_low_bit_panels_kernel();
   return quant_detail::is_panelled_k_quant(type) ? quant_detail::avx512_k_quant_panels_kernel()
                                                  : quant_detail::avx512_panels_kernel();
 }

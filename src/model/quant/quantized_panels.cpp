@@ -74,6 +74,37 @@ void repack_k_quant_row(const PanelLayout& l, const std::byte* src, int i, std::
   }
 }
 
+// Row i of a Q3_K / Q2_K panel, super-blocks from `src` (null: a padding row, all zero bytes
+// already): every register of a chunk takes 4 bytes of the block, in the order quantized_panels.h
+// lists them.
+void repack_low_bit_row(const PanelLayout& l, const std::byte* src, int i, std::byte* panel) {
+  if (src == nullptr) return;
+  const int blocks = l.cols / kSuperBlock;
+  const size_t block_bytes = tensor_row_bytes(l.type, kSuperBlock);
+  const bool three = l.type == TensorType::kQ3_K;
+  // The file's byte ranges, 4 bytes per register, in register order; then d (and dmin).
+  const size_t qs_at = three ? offsetof(BlockQ3_K, qs) : offsetof(BlockQ2_K, qs);
+  const size_t d_at = three ? offsetof(BlockQ3_K, d) : offsetof(BlockQ2_K, d);
+  const struct {
+    size_t at;
+    int registers;
+  } ranges[] = {{qs_at, 16},
+                {three ? offsetof(BlockQ3_K, hmask) : offsetof(BlockQ2_K, scales), three ? 8 : 4},
+                {offsetof(BlockQ3_K, scales), three ? 3 : 0}};
+  const size_t row_at = static_cast<size_t>(i) * 4;
+  for (int b = 0; b < blocks; ++b) {
+    const std::byte* blk = src + static_cast<size_t>(b) * block_bytes;
+    std::byte* dst = panel + PanelLayout::chunk_at(l.type, b);
+    int g = 0;
+    for (const auto& range : ranges)
+      for (int v = 0; v < range.registers; ++v, ++g)
+        std::memcpy(dst + static_cast<size_t>(g) * 64 + row_at, blk + range.at + 4 * static_cast<size_t>(v), 4);
+    std::byte* d = panel + PanelLayout::k_scales_at(l.type, b, blocks);
+    std::memcpy(d + 2 * i, blk + d_at, 2);
+    if (!three) std::memcpy(d + 32 + 2 * i, blk + offsetof(BlockQ2_K, dmin), 2);
+  }
+}
+
 }  // namespace
 
 PanelLayout panel_layout(TensorType type, int rows, int cols) {
@@ -88,6 +119,7 @@ PanelLayout panel_layout(TensorType type, int rows, int cols) {
       break;
     case TensorType::kQ8_0:
     case TensorType::kQ4_0:
+    case TensorType::kIQ4_NL:
       if (cols % kQuantBlock != 0)
         throw UsageError(fmt::format("panel layout: {} columns are not whole blocks of {}", cols, kQuantBlock));
       l.scales_at = blocks * PanelLayout::quant_block_bytes(type);
@@ -96,7 +128,9 @@ PanelLayout panel_layout(TensorType type, int rows, int cols) {
     case TensorType::kQ4_K:
     case TensorType::kQ5_K:
     case TensorType::kQ6_K:
-    case TensorType::kIQ4_XS: {
+    case TensorType::kIQ4_XS:
+    case TensorType::kQ3_K:
+    case TensorType::kQ2_K: {
       if (cols % kSuperBlock != 0)
         throw UsageError(fmt::format("panel layout: {} columns are not whole blocks of {}", cols, kSuperBlock));
       const size_t super_blocks = static_cast<size_t>(cols / kSuperBlock);
@@ -125,6 +159,10 @@ void repack_panels(const WeightTensor& w, const PanelLayout& l, int p0, int p1, 
         case TensorType::kQ6_K:
         case TensorType::kIQ4_XS:
           repack_k_quant_row(l, static_cast<const std::byte*>(row), i, panel);
+          break;
+        case TensorType::kQ3_K:
+        case TensorType::kQ2_K:
+          repack_low_bit_row(l, static_cast<const std::byte*>(row), i, panel);
           break;
         case TensorType::kF16: {
           if (!real) break;  // zero bits are 0.0
@@ -168,7 +206,9 @@ void repack_panels(const WeightTensor& w, const PanelLayout& l, int p0, int p1, 
           }
           break;
         }
-        default: {  // Q4_0
+        default: {  // Q4_0, IQ4_NL (the same blocks: d, then the nibbles)
+          static_assert(sizeof(BlockIQ4_NL) == sizeof(BlockQ4_0) &&
+                        offsetof(BlockIQ4_NL, qs) == offsetof(BlockQ4_0, q));
           auto* scales = reinterpret_cast<uint16_t*>(panel + l.scales_at);
           const auto* src = static_cast<const BlockQ4_0*>(row);
           for (int b = 0; b < blocks; ++b) {
@@ -176,7 +216,7 @@ void repack_panels(const WeightTensor& w, const PanelLayout& l, int p0, int p1, 
               std::byte* dst =
                   panel + static_cast<size_t>(b) * 256 + static_cast<size_t>(v) * 64 + static_cast<size_t>(i) * 4;
               if (real) std::memcpy(dst, src[b].q + 4 * v, 4);
-              else std::memset(dst, 0x88, 4);  // nibbles 8 - 8: two zero weights per byte
+              else std::memset(dst, 0x88, 4);  // Q4_0: nibbles 8 - 8, zero weights (IQ4_NL: its d is 0)
             }
             if (real) scales[static_cast<size_t>(b) * kPanelRows + static_cast<size_t>(i)] = src[b].d;
           }

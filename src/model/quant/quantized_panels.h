@@ -22,9 +22,10 @@
 //   Q4_0: first the quants of every block, 256 bytes each: 4 registers of 16 rows x 4 bytes, byte j
 //     of row i in register v being the file's byte 4v + j of that row's block (low nibble: column
 //     4v + j, high nibble: column 16 + 4v + j, both 0..15, i.e. w + 8); then the scales as for Q8_0.
-//   Q4_K / Q5_K / Q6_K / IQ4_XS (super-blocks of 256 columns): one chunk per super-block, registers of
-//     16 rows x 4 bytes (Q4_K / Q5_K: 4 consecutive bytes of the row's block as the file stores
-//     them), no value changing size:
+//   IQ4_NL: as Q4_0 (the same 18-byte blocks: the nibbles index kIq4NlValues).
+//   Q4_K / Q5_K / Q6_K / IQ4_XS / Q3_K / Q2_K (super-blocks of 256 columns): one chunk per
+//     super-block, registers of 16 rows x 4 bytes (Q4_K / Q5_K / Q3_K / Q2_K: 4 consecutive bytes
+//     of the row's block as the file stores them), no value changing size:
 //       Q4_K: 32 registers of nibbles (register 8c + v: bytes 4v..4v+3 of qs[32c..]: low nibbles
 //         columns 64c + 4v.., high nibbles 64c + 32 + 4v..), then the 12 packed scale bytes as 3
 //         registers (bytes 0-3, 4-7, 8-11 of every row): 2240 bytes.
@@ -40,12 +41,18 @@
 //       IQ4_XS: 32 registers of nibbles (register g: bytes 4g..4g+3 of qs, i.e. sub-block g / 4's
 //         columns 32(g / 4) + 4(g % 4).. in the low nibbles and 16 further in the high ones), then
 //         the 4 bytes of scales_l as one register: 2112 bytes.
-//     and per super-block the 16 rows' fp16 d (and dmin for Q4_K / Q5_K, the 16-bit scales_h for
-//     IQ4_XS): 32 (64) bytes, right after the chunk (Q6_K: after the chunks of a pair of
-//     super-blocks), so that a panel is one stream of whole 64-byte lines.
-// Sizes are those of the file's rows (34 bytes per 32 Q8_0 values, 18 per 32 Q4_0 values, 144 /
-// 176 / 210 / 136 per 256 Q4_K / Q5_K / Q6_K / IQ4_XS values) up to the padding, so a decode step reads as many
-// bytes as from the file.
+//       Q3_K: 16 registers of 2-bit low bits (register 8n + v: qs[32n + 4v..], bits 2j, 2j + 1 of
+//         a byte those of column 128n + 32j + 4v..), 8 registers of high bits (register 16 + v:
+//         hmask[4v..], bit 4n + j of a byte that of the same column), then the 12 packed scale
+//         bytes as 3 registers: 1728 bytes.
+//       Q2_K: the 2-bit levels as Q3_K's low bits (16 registers), then the 16 bytes of scales and
+//         mins as 4 registers (bytes 4r..4r+3): 1280 bytes.
+//     and per super-block the 16 rows' fp16 d (and dmin for Q4_K / Q5_K / Q2_K, the 16-bit
+//     scales_h for IQ4_XS): 32 (64) bytes, right after the chunk (Q6_K, Q3_K: after the chunks of
+//     a pair of super-blocks), so that a panel is one stream of whole 64-byte lines.
+// Sizes are those of the file's rows (34 bytes per 32 Q8_0 values, 18 per 32 Q4_0 / IQ4_NL
+// values, 144 / 176 / 210 / 136 / 110 / 84 per 256 Q4_K / Q5_K / Q6_K / IQ4_XS / Q3_K / Q2_K
+// values) up to the padding, so a decode step reads as many bytes as from the file.
 #pragma once
 
 #include <cstddef>
@@ -63,9 +70,9 @@ struct PanelLayout {
   int rows, cols;
   int panels;  // ceil(rows / 16)
   size_t panel_bytes;  // stride from one panel to the next, a multiple of 64
-  size_t scales_at;  // Q8_0 / Q4_0: where a panel's block scales start (0 for the others)
+  size_t scales_at;  // Q8_0 / Q4_0 / IQ4_NL: where a panel's block scales start (0 for the others)
 
-  // Bytes of one block's quants in a panel (Q8_0: 512, Q4_0: 256; K-quants: the super-block's
+  // Bytes of one block's quants in a panel (Q8_0: 512, Q4_0 / IQ4_NL: 256; K-quants: the super-block's
   // chunk, quants and sub-block scales).
   static constexpr size_t quant_block_bytes(TensorType t) {
     switch (t) {
@@ -79,18 +86,25 @@ struct PanelLayout {
         return 52 * 64;
       case TensorType::kIQ4_XS:
         return 33 * 64;
+      case TensorType::kQ3_K:
+        return 27 * 64;
+      case TensorType::kQ2_K:
+        return 20 * 64;
       default:
         return 256;
     }
   }
-  // Bytes of one block's scales in a panel: 16 fp16 d, plus 16 fp16 dmin for Q4_K / Q5_K or 16
-  // scales_h for IQ4_XS.
+  // Bytes of one block's scales in a panel: 16 fp16 d, plus 16 fp16 dmin for Q4_K / Q5_K / Q2_K or
+  // 16 scales_h for IQ4_XS.
   static constexpr size_t scale_block_bytes(TensorType t) {
-    return t == TensorType::kQ4_K || t == TensorType::kQ5_K || t == TensorType::kIQ4_XS ? 64 : 32;
+    return t == TensorType::kQ4_K || t == TensorType::kQ5_K || t == TensorType::kIQ4_XS || t == TensorType::kQ2_K ? 64
+                                                                                                                  : 32;
   }
-  // K-quants: super-blocks in groups of this many (Q6_K: 2, whose chunks and scales make whole
-  // 64-byte lines), a group being its chunks, then their scale blocks.
-  static constexpr int super_block_group(TensorType t) { return t == TensorType::kQ6_K ? 2 : 1; }
+  // K-quants: super-blocks in groups of this many (Q6_K, Q3_K: 2, whose chunks and scales make
+  // whole 64-byte lines), a group being its chunks, then their scale blocks.
+  static constexpr int super_block_group(TensorType t) {
+    return t == TensorType::kQ6_K || t == TensorType::kQ3_K ? 2 : 1;
+  }
   // K-quants: offsets within a panel of super-block b's chunk and of its scale block.
   static constexpr size_t chunk_at(TensorType t, int b) {
     const int g = super_block_group(t);
@@ -110,7 +124,18 @@ constexpr bool is_panelled_k_quant(TensorType t) {
   return t == TensorType::kQ4_K || t == TensorType::kQ5_K || t == TensorType::kQ6_K || t == TensorType::kIQ4_XS;
 }
 
-// The layout of a rows x cols matrix of `type` (F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K or IQ4_XS).
+// True for the low-bit super-block types that have a panel layout (Q3_K, Q2_K), multiplied by
+// low_bit_kernels_avx512.cpp.
+constexpr bool is_panelled_low_bit(TensorType t) { return t == TensorType::kQ3_K || t == TensorType::kQ2_K; }
+
+// True for the block formats of block_formats.h that have a panel layout (IQ4_NL: Q4_0's, multiplied
+// with Q4_0's tiles).
+constexpr bool is_panelled_block_format(TensorType t) {
+  return is_panelled_k_quant(t) || is_panelled_low_bit(t) || t == TensorType::kIQ4_NL;
+}
+
+// The layout of a rows x cols matrix of `type` (F16, BF16, Q8_0, Q4_0, IQ4_NL, Q4_K, Q5_K, Q6_K,
+// IQ4_XS, Q3_K or Q2_K).
 PanelLayout panel_layout(TensorType type, int rows, int cols);
 
 // Writes `w` in the panel layout to `out` (layout.panels * layout.panel_bytes bytes, 64-byte

@@ -20,8 +20,8 @@
 //   - The block formats: activations quantized to the type's own format (Q8_K for K-quants and
 //     IQ4_XS, Q8_0 for Q5_0 / IQ4_NL, Q8_1 for Q4_1 / Q5_1) and integer products per block, as
 //     src/model/quant/block_dot.h describes; every build gives the scalar twin's results bit for
-//     bit. The AVX-512 build repacks Q4_K, Q5_K and Q6_K into panels too (the other block formats
-//     are read in place, one block_dot per row and token).
+//     bit. The AVX-512 build repacks Q4_K, Q5_K, Q6_K, IQ4_XS, Q3_K, Q2_K and IQ4_NL into panels
+//     too (Q4_1, Q5_0 and Q5_1 are read in place, one block_dot per row and token).
 // Builds (src/model/quant/quantized_kernels*.{h,cpp}), chosen at run time: a scalar twin (one dot
 // product per row and token, the reference the others are tested against); AVX2+FMA+F16C (the
 // file's rows in place, tiles of 4 rows x 2 tokens); AVX-512 with VNNI (a CPU with AVX-512 but no
