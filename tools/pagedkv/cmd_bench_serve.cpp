@@ -54,6 +54,7 @@ void save_requests(const std::vector<loadgen::BenchRequest>& requests, const loa
 int run_bench_serve(BenchServeOptions o) {
   o.run.request_rate = o.request_rate == "inf" ? std::numeric_limits<double>::infinity() : std::stod(o.request_rate);
   if (o.num_prompts < 1) throw ConfigError("--num-prompts must be at least 1");
+  if (!(o.run.timeout_s > 0)) throw ConfigError("--request-timeout-s must be positive");
   for (std::string& url : o.run.base_urls) url = loadgen::normalize_base_url(url);
   o.run.endpoint = loadgen::endpoint_path(o.endpoint);
   const loadgen::TokenPool pool = loadgen::fetch_token_pool(o.run.base_urls.front(), o.run.api_key);
@@ -102,6 +103,9 @@ const CommandRegistration kBenchServeCommand{Command{
       sub.add_option("--failover", o->run.failover,
                      "send a request that got no whole answer (transport error, 5xx, error event, cut stream) again "
                      "to the next --base-url, up to N times")
+          ->capture_default_str();
+      sub.add_option("--request-timeout-s", o->run.timeout_s,
+                     "seconds a request may take, first byte to last, before it counts as failed")
           ->capture_default_str();
       sub.add_option("--seed", o->run.seed, "seed of the dataset and the arrivals")->capture_default_str();
       add_on_off_flag(sub, "--ignore-eos", "--no-ignore-eos", o->run.ignore_eos,
