@@ -183,10 +183,12 @@ __m512i min_pair(const PackedScales& p, int c) {
   return _mm512_shuffle_epi8(c < 2 ? p.mins_lo : p.mins_hi, dword_pattern(j, -1, j + 1, -1));
 }
 
-__m512i broadcast4(const int8_t* q) {
-  int32_t v;
-  std::memcpy(&v, q, 4);
-  return _mm512_set1_epi32(v);
+// vpdpbusd of w with the 4 bytes at q broadcast, as one instruction with an embedded broadcast
+// ({1to16}): GCC 12 emits a separate vpbroadcastd for the intrinsics, two fused-domain micro-ops
+// per vpdpbusd instead of one.
+__m512i dpbusd_broadcast(__m512i acc, __m512i w, const int8_t* q) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*reinterpret_cast<const int32_t*>(q)));
+  return acc;
 }
 
 // chain[t] + the products of the N registers w[i] (levels) with token t's 4-byte groups
@@ -197,7 +199,7 @@ void dot_chains(__m512i (&chain)[T], const __m512i* w, const SuperRecord* xb, in
 #pragma GCC unroll 8
   for (int i = 0; i < N; ++i)
 #pragma GCC unroll 16
-    for (int t = 0; t < T; ++t) chain[t] = _mm512_dpbusd_epi32(chain[t], w[i], broadcast4(xb[t].q + at + 4 * i));
+    for (int t = 0; t < T; ++t) chain[t] = dpbusd_broadcast(chain[t], w[i], xb[t].q + at + 4 * i);
 }
 
 // f.template operator()<G>(t0) for the tile's tokens in groups of G = min(T, kGroup) (the last
@@ -213,9 +215,9 @@ void for_token_groups(F&& f) {
 
 // ---- the tiles ---------------------------------------------------------------------------------------
 
-// Tokens whose chains run side by side: 8 (Q4_K, Q5_K, IQ4_XS: one chain per token), 2 (Q6_K: four
-// per token).
-constexpr int kChainGroup = 8, kQ6Group = 2;
+// Tokens whose chains run side by side: 8 (Q4_K, Q5_K, IQ4_XS: one chain per token), 4 (Q6_K: four
+// per token; 16 chains, at 32 tokens 1.2x as fast as 2 tokens' 8).
+constexpr int kChainGroup = 8, kQ6Group = 4;
 
 // Q4_K / Q5_K: the sums of one super-block of one panel for the tile's tokens, as floats (each
 // the float of the exact integer sum: what the scalar twin converts), and the mins.
