@@ -56,7 +56,10 @@ struct SuperRecord {
   int32_t start_q6[32];
   // IQ4_XS: -128 times each 32-value sum, the start of that sub-block's chain.
   int32_t start_iq4[8];
-  int32_t unused[3];
+  // Q6_K / IQ4_XS: (0 * d) * 0, what the scalar twin subtracts for their zero dmin and mins (0 of
+  // d's sign, NaN where d is not finite), so that the tiles subtract it instead of multiplying.
+  float no_mins;
+  int32_t unused[2];
 };
 static_assert(sizeof(SuperRecord) == 448);
 
@@ -106,6 +109,7 @@ void quantize_super(const float* v, SuperRecord& r) {
     halves[2 * i + 1] = static_cast<int16_t>(bsums[i] - halves[2 * i]);
   }
   r.d = 1.0f / iscale;
+  r.no_mins = (0.0f * r.d) * 0.0f;
   for (int c = 0; c < 4; ++c) {
     // |sum of 32 values| <= 4096: an int16
     const auto lo = static_cast<uint16_t>(bsums[4 * c] + bsums[4 * c + 1]);
@@ -419,14 +423,14 @@ void k_tile(const std::byte* panel, const PanelLayout& l, const SuperRecord* x, 
       } else {
         __m512i isum[T];
 #pragma GCC unroll 16
-        for (int t = 0; t < T; ++t) isum[t] = mins[t] = _mm512_setzero_si512();
+        for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
         if constexpr (kType == TensorType::kIQ4_XS) sums_iq4_xs<T>(chunk, ds + 32, xb, isum);
         else sums_q6_k<T>(chunk, xb, isum);
 #pragma GCC unroll 16
         for (int t = 0; t < T; ++t) sum[t] = _mm512_cvtepi32_ps(isum[t]);
       }
-      // The scalar twin's float step: acc += (d * d_x) * sum - (dmin * d_x) * mins, dmin and mins
-      // zero for Q6_K and IQ4_XS (still multiplied, as there).
+      // The scalar twin's float step: acc += (d * d_x) * sum - (dmin * d_x) * mins; for Q6_K and
+      // IQ4_XS, whose dmin and mins are zero, the subtrahend is the token's no_mins.
       const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ds)));
       const __m512 dmin =
           kMins ? _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ds + 32))) : _mm512_setzero_ps();
@@ -434,7 +438,8 @@ void k_tile(const std::byte* panel, const PanelLayout& l, const SuperRecord* x, 
       for (int t = 0; t < T; ++t) {
         const __m512 dx = _mm512_set1_ps(xb[t].d);
         const __m512 with_sum = _mm512_mul_ps(_mm512_mul_ps(d, dx), sum[t]);
-        const __m512 with_mins = _mm512_mul_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(mins[t]));
+        const __m512 with_mins =
+            kMins ? _mm512_mul_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(mins[t])) : _mm512_set1_ps(xb[t].no_mins);
         acc[p][t] = _mm512_add_ps(acc[p][t], _mm512_sub_ps(with_sum, with_mins));
       }
     }
