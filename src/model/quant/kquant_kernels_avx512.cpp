@@ -52,16 +52,21 @@ struct SuperRecord {
   float d;
   // Q4_K / Q5_K: the sums of the 32-value sub-blocks 2c and 2c + 1 as an int16 pair (c = 0..3).
   int32_t sum_pairs[4];
-  // Q6_K: -32 times each 8-value sum, the start of the chain of that half of a sub-block.
+  // Q6_K: -32 times each 8-value sum, the start of the chain of that half of a sub-block; -32
+  // times each 16-value sum, the start of a whole sub-block's chain, taken where q6_narrow is set:
+  // every sub-block's sum of |q| is at most 1023, so a whole sub-block's chain, at most 32 times
+  // that in magnitude, is an int16 too.
   int32_t start_q6[32];
+  int32_t start16_q6[16];
   // IQ4_XS: -128 times each 32-value sum, the start of that sub-block's chain.
   int32_t start_iq4[8];
   // Q6_K / IQ4_XS: (0 * d) * 0, what the scalar twin subtracts for their zero dmin and mins (0 of
   // d's sign, NaN where d is not finite), so that the tiles subtract it instead of multiplying.
   float no_mins;
-  int32_t unused[2];
+  int32_t q6_narrow;
+  int32_t unused;
 };
-static_assert(sizeof(SuperRecord) == 448);
+static_assert(sizeof(SuperRecord) == 512);
 
 size_t token_bytes(int cols) { return static_cast<size_t>(cols / kSuperBlock) * sizeof(SuperRecord); }
 
@@ -97,6 +102,7 @@ void quantize_super(const float* v, SuperRecord& r) {
   const __m512 scale = _mm512_set1_ps(iscale);
   int16_t bsums[16];
   int16_t halves[32];  // the 8-value sums
+  int abs_max = 0;  // the largest 16-value sum of |q|
 #pragma GCC unroll 16
   for (int i = 0; i < 16; ++i) {
     const __m512 p = _mm512_mul_ps(scale, x[i]);
@@ -107,6 +113,7 @@ void quantize_super(const float* v, SuperRecord& r) {
     bsums[i] = static_cast<int16_t>(_mm512_reduce_add_epi32(qi));
     halves[2 * i] = static_cast<int16_t>(_mm512_mask_reduce_add_epi32(0x00FF, qi));
     halves[2 * i + 1] = static_cast<int16_t>(bsums[i] - halves[2 * i]);
+    abs_max = std::max(abs_max, _mm512_reduce_add_epi32(_mm512_abs_epi32(qi)));
   }
   r.d = 1.0f / iscale;
   r.no_mins = (0.0f * r.d) * 0.0f;
@@ -117,6 +124,8 @@ void quantize_super(const float* v, SuperRecord& r) {
     r.sum_pairs[c] = static_cast<int32_t>(static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16));
   }
   for (int h = 0; h < 32; ++h) r.start_q6[h] = -32 * halves[h];
+  for (int i = 0; i < 16; ++i) r.start16_q6[i] = -32 * bsums[i];
+  r.q6_narrow = abs_max <= 1023;
   for (int s = 0; s < 8; ++s) r.start_iq4[s] = -128 * (bsums[2 * s] + bsums[2 * s + 1]);
 }
 
@@ -331,6 +340,24 @@ void sums_q6_k(const std::byte* chunk, const SuperRecord* xb, __m512i (&sum)[T])
       };
       const __m512i scale0 = scale_words(scales), scale1 = scale_words(scales + 16);
       const auto tokens = [&]<int G>(int t0) {
+        // Tiles of a few tokens are bound by the weights' reading, not by vpdpwssd: one path there.
+        bool narrow = T >= 4;
+#pragma GCC unroll 16
+        for (int g = 0; g < G; ++g) narrow = narrow && xb[t0 + g].q6_narrow;
+        if (narrow) {  // a chain per sub-block and token: two vpdpwssd per 32 columns instead of four
+          __m512i whole[2][G];
+#pragma GCC unroll 2
+          for (int h = 0; h < 2; ++h)
+#pragma GCC unroll 16
+            for (int g = 0; g < G; ++g) whole[h][g] = _mm512_set1_epi32(xb[t0 + g].start16_q6[sb + h]);
+#pragma GCC unroll 2
+          for (int h = 0; h < 2; ++h) dot_chains<4>(whole[h], w + 4 * h, xb + t0, 128 * n + 32 * s + 16 * h);
+#pragma GCC unroll 16
+          for (int g = 0; g < G; ++g)
+            sum[t0 + g] =
+                _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(sum[t0 + g], whole[0][g], scale0), whole[1][g], scale1);
+          return;
+        }
         __m512i half[4][G];
 #pragma GCC unroll 4
         for (int h = 0; h < 4; ++h)
