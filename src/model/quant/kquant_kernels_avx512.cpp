@@ -18,13 +18,20 @@
 //     vpdpbusd that starts at -32 times the activation's 8-value sum, so that it sums (q - 32) * x:
 //     at most 8 * 32 * 127 in magnitude (Q8_K values lie in [-127, 127]), an int16. One vpdpwssd
 //     with the int8 scale in the low half of each lane (zero above) multiplies it and adds it to
-//     the sum: two micro-ops per sub-block where vpmulld and an add took three.
+//     the sum: two micro-ops per sub-block where vpmulld and an add took three. Where a token's
+//     16-value sums of |q| are at most 1023 (the activations of a forward pass, nearly always) a
+//     whole sub-block's chain is an int16 too, and tiles of 4+ tokens take one vpdpwssd per
+//     sub-block.
 //   IQ4_XS: levels looked up from the nibbles (vpshufb) as unsigned kIq4NlValues + 128; per
 //     sub-block of 32 columns a chain of 8 vpdpbusd that starts at -128 times the activation's
 //     32-value sum, times the 6-bit scale - 32 (vpmulld).
 // Tiles of one panel x up to 16 tokens reuse each unpacked register for all their tokens; a
 // single token takes 4 panels at once, 2-3 tokens 2 (more independent chains, more streams in
-// flight), with software prefetch ahead of each panel's stream as the Q8_0 panels do.
+// flight), with software prefetch ahead of each panel's stream as the Q8_0 panels do. Per 32
+// weights and token a tile of 16 tokens issues 8 vpdpbusd (the activation's 4 bytes an embedded
+// broadcast) and, on the same two ports, Q4_K 2 (conversion, FMA), Q5_K / IQ4_XS 3 (vpmulld's
+// two, an add), Q6_K 4 (2 on the narrow path) for the sub-block scales, plus about 1.5 for the
+// unpacking shared by the tile's tokens and the super-block's float step.
 //
 // GCC 12 flags the deliberately undefined pass-through operands inside some AVX-512 intrinsics as
 // uninitialized (GCC bug 105593, fixed in 13): silence only that.
