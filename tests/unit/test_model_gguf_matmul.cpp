@@ -516,7 +516,7 @@ TEST(BlockFormats, PanelledKQuantsEqualTheScalarTwin) {
 // that vpdpwssd multiplies).
 TEST(BlockFormats, PanelledKQuantsEqualTheScalarTwinAtFullScale) {
   if (best_available_isa() != KernelIsa::kAvx512) GTEST_SKIP() << "no AVX-512 build on this CPU";
-  const int rows = 20, cols = 512, tokens = 3;
+  const int rows = 20, cols = 512, tokens = 11;
   for (TensorType type : {TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K, TensorType::kIQ4_XS,
                           TensorType::kQ3_K, TensorType::kQ2_K, TensorType::kIQ4_NL}) {
     Weights w{type, rows, cols, std::vector<std::byte>(static_cast<size_t>(rows) * tensor_row_bytes(type, cols))};
@@ -550,9 +550,17 @@ TEST(BlockFormats, PanelledKQuantsEqualTheScalarTwinAtFullScale) {
     const QuantizedMatrix m(w.view());
     std::vector<float> x(static_cast<size_t>(tokens) * cols);
     // Token 0: one level of 126 per 32 values makes every sub-block's sum odd (a sum above 2^24
-    // formed in another order would round elsewhere).
-    for (size_t j = 0; j < x.size(); ++j)
-      x[j] = j < static_cast<size_t>(cols) ? (j % 32 == 0 ? 126.0f / 127.0f : 1.0f) : j < 2u * cols ? -3.0f : 0.5f;
+    // formed in another order would round elsewhere). Tokens 3-10 (in a tile, groups 0-3, 4-7,
+    // 8-10): in every 16 values 8 at full scale (token 4: 9), the rest 0, so that a 16-value sum of
+    // |q| is 1016 (Q6_K: a sub-block's chain, at most 32 times it, is an int16) or 1143 (it is not).
+    for (size_t j = 0; j < x.size(); ++j) {
+      const size_t t = j / cols, k = j % cols;
+      const size_t ones = t == 4 ? 9 : 8;
+      x[j] = t == 0   ? (k % 32 == 0 ? 126.0f / 127.0f : 1.0f)
+             : t == 1 ? -3.0f
+             : t == 2 ? 0.5f
+                      : (k % 16 < ones ? (t % 2 ? -1.0f : 1.0f) : 0.0f);
+    }
     std::vector<float> scalar(static_cast<size_t>(tokens) * rows), simd(scalar.size());
     m.multiply(x.data(), cols, tokens, scalar.data(), rows, KernelIsa::kScalar);
     m.multiply(x.data(), cols, tokens, simd.data(), rows, KernelIsa::kAvx512);
