@@ -47,6 +47,7 @@
 #include "pagedkv/model/format/block_formats.h"  // kSuperBlock, the Q8_K rule, kIq4NlValues
 #include "panel_tiles_avx512.h"
 #include "quantized_kernels.h"
+#include "vnni_panel_ops_avx512.h"
 
 namespace pagedkv::quant_detail {
 namespace {
@@ -152,29 +153,9 @@ void prepare(TensorType, const float* x, size_t x_stride, int num_tokens, int co
 
 // ---- unpacking -------------------------------------------------------------------------------------
 
-__m512i load(const std::byte* p) { return _mm512_load_si512(p); }
-__m512i bytes(int v) { return _mm512_set1_epi8(static_cast<char>(v)); }
-// Every byte's bits moved left by k (right for negative k); bits crossing into a neighbouring byte
-// are masked off by the callers (|k| <= 4 keeps the bits they keep within their own byte).
-template <int k>
-__m512i shift_bits(__m512i v) {
-  if constexpr (k > 0) return _mm512_slli_epi16(v, k);
-  else if constexpr (k < 0) return _mm512_srli_epi16(v, -k);
-  else return v;
-}
-// a | (b & c), one vpternlogd.
-__m512i or_masked(__m512i a, __m512i b, __m512i c) { return _mm512_ternarylogic_epi32(a, b, c, 0xF8); }
 template <int kHigh>
 __m512i nibbles(__m512i v) {
   return _mm512_and_si512(kHigh ? _mm512_srli_epi16(v, 4) : v, bytes(0x0F));
-}
-// A pshufb pattern: byte j (0..3) of every dword takes byte src[j] of the same dword (-1: zero).
-__m512i dword_pattern(int s0, int s1, int s2, int s3) {
-  const int src[4] = {s0, s1, s2, s3};
-  alignas(16) int8_t idx[16];
-  for (int k = 0; k < 4; ++k)
-    for (int j = 0; j < 4; ++j) idx[4 * k + j] = static_cast<int8_t>(src[j] < 0 ? -128 : 4 * k + src[j]);
-  return _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(idx)));
 }
 
 // Q4_K / Q5_K's packed scales of 16 rows (3 registers: bytes 0-3, 4-7, 8-11 of each row) as two
@@ -201,25 +182,6 @@ __m512i scale_of(const PackedScales& p, int s) {
 __m512i min_pair(const PackedScales& p, int c) {
   const int j = 2 * (c % 2);
   return _mm512_shuffle_epi8(c < 2 ? p.mins_lo : p.mins_hi, dword_pattern(j, -1, j + 1, -1));
-}
-
-// vpdpbusd of w with the 4 bytes at q broadcast, as one instruction with an embedded broadcast
-// ({1to16}): GCC 12 emits a separate vpbroadcastd for the intrinsics, two fused-domain micro-ops
-// per vpdpbusd instead of one.
-__m512i dpbusd_broadcast(__m512i acc, __m512i w, const int8_t* q) {
-  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*reinterpret_cast<const int32_t*>(q)));
-  return acc;
-}
-
-// chain[t] + the products of the N registers w[i] (levels) with token t's 4-byte groups
-// xb[t].q[at + 4i..], token by token within each register: the T chains are independent, so that
-// consecutive vpdpbusd never wait on one another's latency.
-template <int N, int T>
-void dot_chains(__m512i (&chain)[T], const __m512i* w, const SuperRecord* xb, int at) {
-#pragma GCC unroll 8
-  for (int i = 0; i < N; ++i)
-#pragma GCC unroll 16
-    for (int t = 0; t < T; ++t) chain[t] = dpbusd_broadcast(chain[t], w[i], xb[t].q + at + 4 * i);
 }
 
 // f.template operator()<G>(t0) for the tile's tokens in groups of G = min(T, kGroup) (the last
@@ -425,77 +387,52 @@ void sums_iq4_xs(const std::byte* chunk, const std::byte* high, const SuperRecor
   }
 }
 
-// P panels x the T tokens of group `x` (SuperRecords, T per super-block); rows_out[p] real rows
-// in panel p.
-template <TensorType kType, int P, int T>
-void k_tile(const std::byte* panel, const PanelLayout& l, const SuperRecord* x, float* y, size_t y_stride,
-            const int* rows_out) {
-  constexpr bool kMins = kType == TensorType::kQ4_K || kType == TensorType::kQ5_K;
-  constexpr size_t kChunk = PanelLayout::quant_block_bytes(kType);
-  const int blocks = l.cols / kSuperBlock;
-  __m512 acc[P][T];
-#pragma GCC unroll 16
-  for (int p = 0; p < P; ++p)
-#pragma GCC unroll 16
-    for (int t = 0; t < T; ++t) acc[p][t] = _mm512_setzero_ps();
-  for (int b = 0; b < blocks; ++b) {
-    const SuperRecord* xb = x + static_cast<size_t>(b) * T;
-#pragma GCC unroll 4
-    for (int p = 0; p < P; ++p) {
-      const std::byte* base = panel + static_cast<size_t>(p) * l.panel_bytes;
-      const std::byte* chunk = base + PanelLayout::chunk_at(kType, b);
-      const std::byte* ds = base + PanelLayout::k_scales_at(kType, b, blocks);
-      // The panel is one stream: a super-block's lines, its scales' included (Q6_K: on average
-      // 52.5 lines, so one line more than its chunk).
-#pragma GCC unroll 64
-      for (size_t line = 0; line < kChunk + 64; line += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(chunk + line + kPrefetchAhead<P>), _MM_HINT_T0);
-      __m512 sum[T];
-      __m512i mins[T];
-      if constexpr (kMins) {
-        sums_q4_k<kType, T>(chunk, xb, sum, mins);
-      } else {
-        __m512i isum[T];
-#pragma GCC unroll 16
-        for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
-        if constexpr (kType == TensorType::kIQ4_XS) sums_iq4_xs<T>(chunk, ds + 32, xb, isum);
-        else sums_q6_k<T>(chunk, xb, isum);
-#pragma GCC unroll 16
-        for (int t = 0; t < T; ++t) sum[t] = _mm512_cvtepi32_ps(isum[t]);
-      }
-      // The scalar twin's float step: acc += (d * d_x) * sum - (dmin * d_x) * mins; for Q6_K and
-      // IQ4_XS, whose dmin and mins are zero, the subtrahend is the token's no_mins.
-      const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ds)));
-      const __m512 dmin =
-          kMins ? _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ds + 32))) : _mm512_setzero_ps();
-#pragma GCC unroll 16
-      for (int t = 0; t < T; ++t) {
-        const __m512 dx = _mm512_set1_ps(xb[t].d);
-        const __m512 with_sum = _mm512_mul_ps(_mm512_mul_ps(d, dx), sum[t]);
-        const __m512 with_mins =
-            kMins ? _mm512_mul_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(mins[t])) : _mm512_set1_ps(xb[t].no_mins);
-        acc[p][t] = _mm512_add_ps(acc[p][t], _mm512_sub_ps(with_sum, with_mins));
-      }
-    }
-  }
-  store_tile<P, T>(acc, y, y_stride, rows_out);
-}
-
-// ---- the driver ----------------------------------------------------------------------------------
-
+// A format's tiles: P panels x the T tokens of group `x` (SuperRecords, T per super-block) through
+// super_block_tile; per super-block the format's sums, then the scalar twin's float step: acc +=
+// (d * d_x) * sum - (dmin * d_x) * mins; for Q6_K and IQ4_XS, whose dmin and mins are zero, the
+// subtrahend is the token's no_mins.
 template <TensorType kType>
-struct KQuantKernel {
+struct KQuantFormat {
   using X = SuperRecord;
   template <int P, int T>
   static void tile(const std::byte* panel, const PanelLayout& l, const X* x, float* y, size_t y_stride,
                    const int* rows_out) {
-    k_tile<kType, P, T>(panel, l, x, y, y_stride, rows_out);
+    constexpr bool kMins = kType == TensorType::kQ4_K || kType == TensorType::kQ5_K;
+    super_block_tile<kType, P, T>(
+        panel, l, x, y, y_stride, rows_out,
+        [](const std::byte* chunk, const std::byte* ds, const X* xb, __m512* acc) __attribute__((always_inline)) {
+          __m512 sum[T];
+          __m512i mins[T];
+          if constexpr (kMins) {
+            sums_q4_k<kType, T>(chunk, xb, sum, mins);
+          } else {
+            __m512i isum[T];
+#pragma GCC unroll 16
+            for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
+            if constexpr (kType == TensorType::kIQ4_XS) sums_iq4_xs<T>(chunk, ds + 32, xb, isum);
+            else sums_q6_k<T>(chunk, xb, isum);
+#pragma GCC unroll 16
+            for (int t = 0; t < T; ++t) sum[t] = _mm512_cvtepi32_ps(isum[t]);
+          }
+          const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ds)));
+          const __m512 dmin = kMins ? _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ds + 32)))
+                                    : _mm512_setzero_ps();
+#pragma GCC unroll 16
+          for (int t = 0; t < T; ++t) {
+            const __m512 dx = _mm512_set1_ps(xb[t].d);
+            const __m512 with_sum = _mm512_mul_ps(_mm512_mul_ps(d, dx), sum[t]);
+            const __m512 with_mins = kMins ? _mm512_mul_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(mins[t]))
+                                           : _mm512_set1_ps(xb[t].no_mins);
+            acc[t] = _mm512_add_ps(acc[t], _mm512_sub_ps(with_sum, with_mins));
+          }
+        });
   }
-  // A few tokens on several panels (more independent chains and streams in flight), 4 or more on one.
-  static int panels_for(int tokens) { return tokens >= 4 ? 1 : tokens >= 2 ? 2 : 4; }
-  static constexpr int kTokensOnFourPanels = 1, kTokensOnTwoPanels = 3;
-  static size_t token_bytes(const PanelLayout& l) { return quant_detail::token_bytes(l.cols); }
 };
+
+// ---- the driver ----------------------------------------------------------------------------------
+
+template <TensorType kType>
+using KQuantKernel = SuperBlockKernel<KQuantFormat<kType>>;
 
 void multiply_panels(const WeightPanels& w, int p0, int p1, const Activations& x, float* y, size_t y_stride) {
   switch (w.layout.type) {

@@ -39,6 +39,7 @@
 #include "pagedkv/model/format/block_formats.h"  // quantize_row_q8_k
 #include "panel_tiles_avx512.h"
 #include "quantized_kernels.h"
+#include "vnni_panel_ops_avx512.h"
 
 namespace pagedkv::quant_detail {
 namespace {
@@ -92,34 +93,6 @@ void prepare(TensorType, const float* x, size_t x_stride, int num_tokens, int co
   }
 }
 
-// ---- unpacking -------------------------------------------------------------------------------------
-
-__m512i load(const std::byte* p) { return _mm512_load_si512(p); }
-__m512i bytes(int v) { return _mm512_set1_epi8(static_cast<char>(v)); }
-// Every byte's bits moved left by k (right for negative k); the callers keep only bits that stay
-// within their own byte.
-template <int k>
-__m512i move_bits(__m512i v) {
-  if constexpr (k > 0) return _mm512_slli_epi16(v, k);
-  else if constexpr (k < 0) return _mm512_srli_epi16(v, -k);
-  else return v;
-}
-// a | (b & c), one vpternlogd.
-__m512i or_masked(__m512i a, __m512i b, __m512i c) { return _mm512_ternarylogic_epi32(a, b, c, 0xF8); }
-// A pshufb pattern: byte j (0..3) of every dword takes byte src[j] of the same dword (-1: zero).
-__m512i dword_pattern(int s0, int s1, int s2, int s3) {
-  const int src[4] = {s0, s1, s2, s3};
-  alignas(16) int8_t idx[16];
-  for (int k = 0; k < 4; ++k)
-    for (int j = 0; j < 4; ++j) idx[4 * k + j] = static_cast<int8_t>(src[j] < 0 ? -128 : 4 * k + src[j]);
-  return _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(idx)));
-}
-int32_t group_of_4(const int8_t* q) {
-  int32_t v;
-  std::memcpy(&v, q, 4);
-  return v;
-}
-
 // ---- Q3_K / Q2_K -----------------------------------------------------------------------------------
 
 // Q3_K's chunk (quantized_panels.h): registers 8n + v the low bits qs[32n + 4v..], 16 + v the
@@ -169,22 +142,11 @@ template <TensorType kType, int kN, int kJ>
 void unpack_levels(const std::byte* chunk, __m512i (&w)[8]) {
 #pragma GCC unroll 8
   for (int v = 0; v < 8; ++v) {
-    const __m512i low = _mm512_and_si512(move_bits<-2 * kJ>(load(chunk + (8 * kN + v) * 64)), bytes(0x03));
+    const __m512i low = _mm512_and_si512(shift_bits<-2 * kJ>(load(chunk + (8 * kN + v) * 64)), bytes(0x03));
     if constexpr (kType == TensorType::kQ3_K)  // the hmask bit 4n + j of the value, to bit 2
-      w[v] = or_masked(low, move_bits<2 - 4 * kN - kJ>(load(chunk + (kHmaskAt + v) * 64)), bytes(0x04));
+      w[v] = or_masked(low, shift_bits<2 - 4 * kN - kJ>(load(chunk + (kHmaskAt + v) * 64)), bytes(0x04));
     else w[v] = low;
   }
-}
-
-// chain[t] + the products of the N registers w[i] (levels) with token t's 4-byte groups
-// xb[t].q[at + 4i..], token by token within each register: the T chains are independent.
-template <int N, int T, class Record>
-void dot_chains(__m512i (&chain)[T], const __m512i* w, const Record* xb, int at) {
-#pragma GCC unroll 8
-  for (int i = 0; i < N; ++i)
-#pragma GCC unroll 16
-    for (int t = 0; t < T; ++t)
-      chain[t] = _mm512_dpbusd_epi32(chain[t], w[i], _mm512_set1_epi32(group_of_4(xb[t].q + at + 4 * i)));
 }
 
 // Tokens whose chains run side by side (two chains each: 8 in flight).
@@ -249,74 +211,48 @@ void low_bit_sums(const std::byte* chunk, const Q8KRecord* xb, __m512i (&sum)[T]
   }
 }
 
-// P panels x the T tokens of group `x` (Q8KRecords, T per super-block); rows_out[p] real rows in
-// panel p.
-template <TensorType kType, int P, int T>
-void super_block_tile(const std::byte* panel, const PanelLayout& l, const Q8KRecord* x, float* y, size_t y_stride,
-                      const int* rows_out) {
-  constexpr bool kMins = kType == TensorType::kQ2_K;
-  constexpr size_t kChunk = PanelLayout::quant_block_bytes(kType);
-  const int blocks = l.cols / kSuperBlock;
-  __m512 acc[P][T];
-#pragma GCC unroll 16
-  for (int p = 0; p < P; ++p)
-#pragma GCC unroll 16
-    for (int t = 0; t < T; ++t) acc[p][t] = _mm512_setzero_ps();
-  for (int b = 0; b < blocks; ++b) {
-    const Q8KRecord* xb = x + static_cast<size_t>(b) * T;
-#pragma GCC unroll 4
-    for (int p = 0; p < P; ++p) {
-      const std::byte* base = panel + static_cast<size_t>(p) * l.panel_bytes;
-      const std::byte* chunk = base + PanelLayout::chunk_at(kType, b);
-      const std::byte* ds = base + PanelLayout::k_scales_at(kType, b, blocks);
-      // The panel is one stream: a super-block's lines, its scales' included (Q3_K: on average
-      // 27.5 lines, so one line more than its chunk).
-#pragma GCC unroll 32
-      for (size_t line = 0; line < kChunk + 64; line += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(chunk + line + kPrefetchAhead<P>), _MM_HINT_T0);
-      __m512i isum[T], mins[T];
-#pragma GCC unroll 16
-      for (int t = 0; t < T; ++t) isum[t] = mins[t] = _mm512_setzero_si512();
-      low_bit_sums<kType, T>(chunk, xb, isum, mins);
-      // The scalar twin's float step: acc += (d * d_x) * sum - (dmin * d_x) * mins, dmin and mins
-      // zero for Q3_K (still multiplied, as there).
-      const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ds)));
-      const __m512 dmin =
-          kMins ? _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ds + 32))) : _mm512_setzero_ps();
-#pragma GCC unroll 16
-      for (int t = 0; t < T; ++t) {
-        const __m512 dx = _mm512_set1_ps(xb[t].d);
-        const __m512 with_sum = _mm512_mul_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(isum[t]));
-        const __m512 with_mins = _mm512_mul_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(mins[t]));
-        acc[p][t] = _mm512_add_ps(acc[p][t], _mm512_sub_ps(with_sum, with_mins));
-      }
-    }
-  }
-  store_tile<P, T>(acc, y, y_stride, rows_out);
-}
-
-// ---- the driver ----------------------------------------------------------------------------------
-
+// A format's tiles: P panels x the T tokens of group `x` (Q8KRecords, T per super-block) through
+// super_block_tile; per super-block the sums, then the scalar twin's float step: acc += (d * d_x)
+// * sum - (dmin * d_x) * mins, dmin and mins zero for Q3_K (still multiplied, as there).
 template <TensorType kType>
-struct SuperBlockKernel {
+struct LowBitFormat {
   using X = Q8KRecord;
   template <int P, int T>
   static void tile(const std::byte* panel, const PanelLayout& l, const X* x, float* y, size_t y_stride,
                    const int* rows_out) {
-    super_block_tile<kType, P, T>(panel, l, x, y, y_stride, rows_out);
+    constexpr bool kMins = kType == TensorType::kQ2_K;
+    super_block_tile<kType, P, T>(
+        panel, l, x, y, y_stride, rows_out,
+        [](const std::byte* chunk, const std::byte* ds, const X* xb, __m512* acc) __attribute__((always_inline)) {
+          __m512i isum[T], mins[T];
+#pragma GCC unroll 16
+          for (int t = 0; t < T; ++t) isum[t] = mins[t] = _mm512_setzero_si512();
+          low_bit_sums<kType, T>(chunk, xb, isum, mins);
+          const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ds)));
+          const __m512 dmin = kMins ? _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ds + 32)))
+                                    : _mm512_setzero_ps();
+#pragma GCC unroll 16
+          for (int t = 0; t < T; ++t) {
+            const __m512 dx = _mm512_set1_ps(xb[t].d);
+            const __m512 with_sum = _mm512_mul_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(isum[t]));
+            const __m512 with_mins = _mm512_mul_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(mins[t]));
+            acc[t] = _mm512_add_ps(acc[t], _mm512_sub_ps(with_sum, with_mins));
+          }
+        });
   }
-  // A few tokens on several panels (more independent chains and streams in flight), 4 or more on one.
-  static int panels_for(int tokens) { return tokens >= 4 ? 1 : tokens >= 2 ? 2 : 4; }
-  static constexpr int kTokensOnFourPanels = 1, kTokensOnTwoPanels = 3;
-  static size_t token_bytes(const PanelLayout& l) { return quant_detail::token_bytes(l.cols); }
 };
+
+// ---- the driver ----------------------------------------------------------------------------------
+
+template <TensorType kType>
+using LowBitKernel = SuperBlockKernel<LowBitFormat<kType>>;
 
 void multiply_panels(const WeightPanels& w, int p0, int p1, const Activations& x, float* y, size_t y_stride) {
   switch (w.layout.type) {
     case TensorType::kQ3_K:
-      return multiply_panels_with<SuperBlockKernel<TensorType::kQ3_K>>(w, p0, p1, x, y, y_stride);
+      return multiply_panels_with<LowBitKernel<TensorType::kQ3_K>>(w, p0, p1, x, y, y_stride);
     default:
-      return multiply_panels_with<SuperBlockKernel<TensorType::kQ2_K>>(w, p0, p1, x, y, y_stride);
+      return multiply_panels_with<LowBitKernel<TensorType::kQ2_K>>(w, p0, p1, x, y, y_stride);
   }
 }
 

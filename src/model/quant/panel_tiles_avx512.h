@@ -1,7 +1,8 @@
 // The tile driver the AVX-512 panel builds share (quantized_kernels_avx512.cpp: F16, BF16, Q8_0,
-// Q4_0; kquant_kernels_avx512.cpp: Q4_K, Q5_K, Q6_K, IQ4_XS): how a batch's token groups and a row group's
-// panels are cut into tiles, and how a tile's accumulators are stored. Include it only from
-// translation units compiled for AVX-512; everything has internal linkage.
+// Q4_0, IQ4_NL; kquant_kernels_avx512.cpp: Q4_K, Q5_K, Q6_K, IQ4_XS; low_bit_kernels_avx512.cpp:
+// Q3_K, Q2_K): how a batch's token groups and a row group's panels are cut into tiles, how a tile's
+// accumulators are stored, and the loop and Kernel of the super-block formats' tiles. Include it
+// only from translation units compiled for AVX-512; everything has internal linkage.
 //
 // A Kernel provides:
 //   using X                      its prepared record per token (a group's records side by side)
@@ -18,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "pagedkv/model/format/block_formats.h"  // kSuperBlock
 #include "quantized_kernels.h"
 
 namespace pagedkv::quant_detail {
@@ -110,6 +112,52 @@ void multiply_panels_with(const WeightPanels& w, int p0, int p1, const Activatio
       for (int t0 = b0; t0 < std::min(n, b0 + block); t0 += kMaxTokens)
         group_over_panels<Kernel>(w, p, p + 1, acts, t0, y, y_stride, 1);
 }
+
+// ---- super-block formats (Q4_K, Q5_K, Q6_K, IQ4_XS, Q3_K, Q2_K) ---------------------------------
+
+// The loop of their tiles: P panels x the T tokens of group `x` (T records per super-block, side
+// by side), super-block by super-block. Per panel it prefetches the stream ahead (a super-block's
+// lines, its scales' included: at most one line more than its chunk), then
+// add_super_block(chunk, scales, xb, acc[p]) adds the super-block's contribution to that panel's T
+// accumulators: the format's integer sums, then the scalar twin's float step. Always inlined, so
+// that the accumulators stay in registers across the call.
+template <TensorType kType, int P, int T, class Record, class AddSuperBlock>
+[[gnu::always_inline]] inline void super_block_tile(const std::byte* panel, const PanelLayout& l, const Record* x,
+                                                    float* y, size_t y_stride, const int* rows_out,
+                                                    AddSuperBlock add_super_block) {
+  constexpr size_t kChunk = PanelLayout::quant_block_bytes(kType);
+  const int blocks = l.cols / kSuperBlock;
+  __m512 acc[P][T];
+#pragma GCC unroll 16
+  for (int p = 0; p < P; ++p)
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) acc[p][t] = _mm512_setzero_ps();
+  for (int b = 0; b < blocks; ++b) {
+    const Record* xb = x + static_cast<size_t>(b) * T;
+#pragma GCC unroll 4
+    for (int p = 0; p < P; ++p) {
+      const std::byte* base = panel + static_cast<size_t>(p) * l.panel_bytes;
+      const std::byte* chunk = base + PanelLayout::chunk_at(kType, b);
+#pragma GCC unroll 64
+      for (size_t line = 0; line < kChunk + 64; line += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(chunk + line + kPrefetchAhead<P>), _MM_HINT_T0);
+      add_super_block(chunk, base + PanelLayout::k_scales_at(kType, b, blocks), xb, acc[p]);
+    }
+  }
+  store_tile<P, T>(acc, y, y_stride, rows_out);
+}
+
+// The Kernel of a super-block format: Format provides X (its per-token record, one per
+// super-block) and tile<P, T>; a few tokens run on several panels (more independent chains and
+// streams in flight), 4 or more on one.
+template <class Format>
+struct SuperBlockKernel : Format {
+  static int panels_for(int tokens) { return tokens >= 4 ? 1 : tokens >= 2 ? 2 : 4; }
+  static constexpr int kTokensOnFourPanels = 1, kTokensOnTwoPanels = 3;
+  static size_t token_bytes(const PanelLayout& l) {
+    return static_cast<size_t>(l.cols / kSuperBlock) * sizeof(typename Format::X);
+  }
+};
 
 }  // namespace
 }  // namespace pagedkv::quant_detail

@@ -1,0 +1,57 @@
+// The byte-lane operations the AVX-512 VNNI panel kernels of the super-block formats share
+// (kquant_kernels_avx512.cpp, low_bit_kernels_avx512.cpp): loading a panel register, unpacking
+// levels with shifts, masks and byte shuffles, and the vpdpbusd chains that multiply them with a
+// token's Q8_K values. Include it only from translation units compiled for AVX-512 with VNNI;
+// everything has internal linkage.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace pagedkv::quant_detail {
+namespace {
+
+__m512i load(const std::byte* p) { return _mm512_load_si512(p); }
+__m512i bytes(int v) { return _mm512_set1_epi8(static_cast<char>(v)); }
+// Every byte's bits moved left by k (right for negative k); bits crossing into a neighbouring byte
+// are masked off by the callers (|k| <= 4 keeps the bits they keep within their own byte).
+template <int k>
+__m512i shift_bits(__m512i v) {
+  if constexpr (k > 0) return _mm512_slli_epi16(v, k);
+  else if constexpr (k < 0) return _mm512_srli_epi16(v, -k);
+  else return v;
+}
+// a | (b & c), one vpternlogd.
+__m512i or_masked(__m512i a, __m512i b, __m512i c) { return _mm512_ternarylogic_epi32(a, b, c, 0xF8); }
+// A pshufb pattern: byte j (0..3) of every dword takes byte src[j] of the same dword (-1: zero).
+__m512i dword_pattern(int s0, int s1, int s2, int s3) {
+  const int src[4] = {s0, s1, s2, s3};
+  alignas(16) int8_t idx[16];
+  for (int k = 0; k < 4; ++k)
+    for (int j = 0; j < 4; ++j) idx[4 * k + j] = static_cast<int8_t>(src[j] < 0 ? -128 : 4 * k + src[j]);
+  return _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(idx)));
+}
+
+// vpdpbusd of w with the 4 bytes at q broadcast, as one instruction with an embedded broadcast
+// ({1to16}): GCC 12 emits a separate vpbroadcastd for the intrinsics, two fused-domain micro-ops
+// per vpdpbusd instead of one.
+__m512i dpbusd_broadcast(__m512i acc, __m512i w, const int8_t* q) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*reinterpret_cast<const int32_t*>(q)));
+  return acc;
+}
+
+// chain[t] + the products of the N registers w[i] (levels) with token t's 4-byte groups
+// xb[t].q[at + 4i..], token by token within each register: the T chains are independent, so that
+// consecutive vpdpbusd never wait on one another's latency.
+template <int N, int T, class Record>
+void dot_chains(__m512i (&chain)[T], const __m512i* w, const Record* xb, int at) {
+#pragma GCC unroll 8
+  for (int i = 0; i < N; ++i)
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) chain[t] = dpbusd_broadcast(chain[t], w[i], xb[t].q + at + 4 * i);
+}
+
+}  // namespace
+}  // namespace pagedkv::quant_detail
