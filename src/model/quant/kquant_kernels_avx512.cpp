@@ -414,17 +414,7 @@ struct KQuantFormat {
 #pragma GCC unroll 16
             for (int t = 0; t < T; ++t) sum[t] = _mm512_cvtepi32_ps(isum[t]);
           }
-          const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ds)));
-          const __m512 dmin = kMins ? _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ds + 32)))
-                                    : _mm512_setzero_ps();
-#pragma GCC unroll 16
-          for (int t = 0; t < T; ++t) {
-            const __m512 dx = _mm512_set1_ps(xb[t].d);
-            const __m512 with_sum = _mm512_mul_ps(_mm512_mul_ps(d, dx), sum[t]);
-            const __m512 with_mins = kMins ? _mm512_mul_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(mins[t]))
-                                           : _mm512_set1_ps(xb[t].no_mins);
-            acc[t] = _mm512_add_ps(acc[t], _mm512_sub_ps(with_sum, with_mins));
-          }
+          add_float_step<kMins, T>(acc, ds, xb, sum, mins);
         });
   }
 };

@@ -55,7 +55,10 @@ struct Q8KRecord {
   float d;
   int32_t start_q3[16];  // Q3_K: -4 times each 16-value sum, the start of that sub-block's chain
   int32_t sum_pairs[8];  // Q2_K: the 16-value sums of sub-blocks 2c and 2c + 1 as an int16 pair
-  int32_t unused[7];
+  // Q3_K: (0 * d) * 0, what the scalar twin subtracts for its zero dmin and mins (0 of d's sign,
+  // NaN where d is not finite), so that the tiles subtract it instead of multiplying.
+  float no_mins;
+  int32_t unused[6];
 };
 static_assert(sizeof(Q8KRecord) == 384);
 
@@ -68,6 +71,7 @@ size_t prepared_bytes(TensorType, int cols, int num_tokens) {
 void fill_record(const BlockQ8_K& a, Q8KRecord& r) {
   std::memcpy(r.q, a.qs, sizeof r.q);
   r.d = a.d;
+  r.no_mins = (0.0f * r.d) * 0.0f;
   for (int s = 0; s < 16; ++s) r.start_q3[s] = -4 * a.bsums[s];
   for (int c = 0; c < 8; ++c)
     r.sum_pairs[c] = static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(a.bsums[2 * c])) |
@@ -213,7 +217,7 @@ void low_bit_sums(const std::byte* chunk, const Q8KRecord* xb, __m512i (&sum)[T]
 
 // A format's tiles: P panels x the T tokens of group `x` (Q8KRecords, T per super-block) through
 // super_block_tile; per super-block the sums, then the scalar twin's float step: acc += (d * d_x)
-// * sum - (dmin * d_x) * mins, dmin and mins zero for Q3_K (still multiplied, as there).
+// * sum - (dmin * d_x) * mins (add_float_step; Q3_K has no mins and subtracts no_mins).
 template <TensorType kType>
 struct LowBitFormat {
   using X = Q8KRecord;
@@ -228,16 +232,10 @@ struct LowBitFormat {
 #pragma GCC unroll 16
           for (int t = 0; t < T; ++t) isum[t] = mins[t] = _mm512_setzero_si512();
           low_bit_sums<kType, T>(chunk, xb, isum, mins);
-          const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ds)));
-          const __m512 dmin = kMins ? _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ds + 32)))
-                                    : _mm512_setzero_ps();
+          __m512 sum[T];
 #pragma GCC unroll 16
-          for (int t = 0; t < T; ++t) {
-            const __m512 dx = _mm512_set1_ps(xb[t].d);
-            const __m512 with_sum = _mm512_mul_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(isum[t]));
-            const __m512 with_mins = _mm512_mul_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(mins[t]));
-            acc[t] = _mm512_add_ps(acc[t], _mm512_sub_ps(with_sum, with_mins));
-          }
+          for (int t = 0; t < T; ++t) sum[t] = _mm512_cvtepi32_ps(isum[t]);
+          add_float_step<kMins, T>(acc, ds, xb, sum, mins);
         });
   }
 };

@@ -147,6 +147,26 @@ template <TensorType kType, int P, int T, class Record, class AddSuperBlock>
   store_tile<P, T>(acc, y, y_stride, rows_out);
 }
 
+// The scalar twin's float step for one super-block of a panel: acc[t] += (d * d_x) * sum[t] - (dmin
+// * d_x) * mins[t], with the 16 rows' fp16 d at `ds` and dmin at ds + 32. A format without mins
+// (kMins false) subtracts the token's no_mins instead, (0 * d_x) * 0, the very value the twin's
+// zero dmin and mins give.
+template <bool kMins, int T, class Record>
+[[gnu::always_inline]] inline void add_float_step(__m512* acc, const std::byte* ds, const Record* xb,
+                                                  const __m512 (&sum)[T], const __m512i (&mins)[T]) {
+  const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ds)));
+  const __m512 dmin =
+      kMins ? _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ds + 32))) : _mm512_setzero_ps();
+#pragma GCC unroll 16
+  for (int t = 0; t < T; ++t) {
+    const __m512 dx = _mm512_set1_ps(xb[t].d);
+    const __m512 with_sum = _mm512_mul_ps(_mm512_mul_ps(d, dx), sum[t]);
+    const __m512 with_mins =
+        kMins ? _mm512_mul_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(mins[t])) : _mm512_set1_ps(xb[t].no_mins);
+    acc[t] = _mm512_add_ps(acc[t], _mm512_sub_ps(with_sum, with_mins));
+  }
+}
+
 // The Kernel of a super-block format: Format provides X (its per-token record, one per
 // super-block) and tile<P, T>; a few tokens run on several panels (more independent chains and
 // streams in flight), 4 or more on one.
