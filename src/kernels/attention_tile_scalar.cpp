@@ -12,7 +12,7 @@
 #include <limits>
 #include <vector>
 
-#include "attention_exp.h"
+#include "vector_exp.h"
 #include "attention_tile.h"
 #include "attention_tile_walk.h"
 #include "pagedkv/storage/float_convert.h"
@@ -20,6 +20,8 @@
 
 namespace pagedkv::attention_detail {
 namespace {
+
+using kernels_detail::exp_as_simd;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
@@ -73,7 +75,7 @@ float load_row(const KVLayerView& kv, const std::byte* slot, size_t h, float* ou
 }
 
 // The SIMD kernels' softcap256 (attention_tile_simd.h) for one lane, as exp_as_simd
-// (attention_exp.h) is their exp: the same operations in the same order (std::fma where they
+// (vector_exp.h) is their exp: the same operations in the same order (std::fma where they
 // fuse; max and min as the vector instructions take a NaN), so the same results. The int8 tiles
 // use them: their weights are rounded to 8-bit codes, and std::exp / std::tanh, an ulp away from
 // the vector versions, would now and then round a code the other way (1/255 of the tile's largest

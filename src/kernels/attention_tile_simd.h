@@ -46,12 +46,17 @@
 #include <type_traits>
 #include <vector>
 
-#include "attention_exp.h"
 #include "attention_tile.h"
 #include "attention_tile_walk.h"
+#include "vector_exp.h"
 
 namespace pagedkv::attention_detail {
 namespace {
+
+using kernels_detail::exp256;
+#ifdef __AVX512F__
+using kernels_detail::exp512;
+#endif
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int kRowBlock = 4;  // query rows whose accumulators share registers
@@ -122,44 +127,6 @@ inline float hsum(__m256 v) {
   s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
   return _mm_cvtss_f32(s);
 }
-
-// e^x for every lane (attention_exp.h); lanes below kExpLow (including -inf) give exactly 0.
-inline __m256 exp256(__m256 x) {
-  const __m256 underflow = _mm256_cmp_ps(x, _mm256_set1_ps(kExpLow), _CMP_LT_OQ);
-  x = _mm256_max_ps(x, _mm256_set1_ps(kExpLow));
-  x = _mm256_min_ps(x, _mm256_set1_ps(kExpHigh));
-  const __m256 n =
-      _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kExpLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kExpLn2High), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kExpLn2Low), r);
-  __m256 p = _mm256_set1_ps(kExpPoly[0]);
-  for (int i = 1; i < 6; ++i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kExpPoly[i]));
-  const __m256 r2 = _mm256_mul_ps(r, r);
-  const __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, r2, r), _mm256_set1_ps(1.0f));
-  // 2^n: n is in [-126, 127], so the biased exponent is a normal one.
-  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  const __m256 result = _mm256_mul_ps(y, _mm256_castsi256_ps(bits));
-  return _mm256_andnot_ps(underflow, result);
-}
-
-#ifdef __AVX512F__
-// exp256 on 16 lanes: the same operations lane for lane, so the same results.
-inline __m512 exp512(__m512 x) {
-  const __mmask16 underflow = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kExpLow), _CMP_LT_OQ);
-  x = _mm512_max_ps(x, _mm512_set1_ps(kExpLow));
-  x = _mm512_min_ps(x, _mm512_set1_ps(kExpHigh));
-  const __m512 n =
-      _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kExpLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kExpLn2High), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kExpLn2Low), r);
-  __m512 p = _mm512_set1_ps(kExpPoly[0]);
-  for (int i = 1; i < 6; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kExpPoly[i]));
-  const __m512 r2 = _mm512_mul_ps(r, r);
-  const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, r2, r), _mm512_set1_ps(1.0f));
-  const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-  return _mm512_maskz_mov_ps(static_cast<__mmask16>(~underflow), _mm512_mul_ps(y, _mm512_castsi512_ps(bits)));
-}
-#endif
 
 // out[i] = exp256(in[i]) for N 8-lane vectors; built with AVX-512, two of them per exp512.
 template <int N>

@@ -10,7 +10,7 @@
 //     of vectors with zero rows, whose results are dropped);
 //   - each key and value row converted to f32 once per tile, then every element of it broadcast
 //     against the vectors of rows: S[token][rows] = sum_d K[token][d] * Q^T[d][rows];
-//   - the online softmax lane-wise: a running max and sum per row, exp as attention_exp.h;
+//   - the online softmax lane-wise: a running max and sum per row, exp as vector_exp.h;
 //   - O^T[d][rows] += sum_token V[token][d] * P[token][rows], in strips of dimensions whose
 //     accumulators stay in registers while the tile's tokens pass.
 // Its scalar twin (attention_wide_rows_scalar.cpp) walks the same tiles with the same arithmetic

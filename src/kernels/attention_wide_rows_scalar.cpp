@@ -11,13 +11,15 @@
 #include <limits>
 #include <vector>
 
-#include "attention_exp.h"
+#include "vector_exp.h"
 #include "attention_tile_walk.h"
 #include "attention_wide_rows.h"
 #include "pagedkv/storage/float_convert.h"
 
 namespace pagedkv::attention_detail {
 namespace {
+
+using kernels_detail::exp_as_simd;
 
 template <class T, class Convert>
 void attend_wide_scalar(const RowGroupTask& task, Convert convert) {

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "pagedkv/core/error.h"
+#include "pagedkv/kernels/gated_activation.h"
 #include "pagedkv/kernels/thread_pool.h"
 #include "pagedkv/storage/float_convert.h"
 #include "pagedkv/storage/kv_ops.h"
@@ -282,8 +283,7 @@ void ModelRunner::moe_ffn(const Layer& layer, const float* xb, int num_tokens, f
     layer.expert_gate_up[e].multiply(in, d, static_cast<int>(n), gate_up, 2 * eh, isa_);
     for (size_t i = 0; i < n; ++i) {
       const float* g = gate_up + i * 2 * eh;
-      const float* u = g + eh;
-      for (size_t j = 0; j < eh; ++j) hidden[i * eh + j] = g[j] * (1.0f / (1.0f + std::exp(-g[j]))) * u[j];
+      silu_gate(g, g + eh, hidden + i * eh, eh, isa_);
     }
     layer.expert_down[e].multiply(hidden, eh, static_cast<int>(n), y, d, isa_);
     for (size_t i = 0; i < n; ++i) std::copy(y + i * d, y + i * d + d, slots + sz(expert_tokens_[i]) * d);
@@ -409,10 +409,7 @@ Logits ModelRunner::forward(const ForwardBatch& batch, KVArena& kv) {
       if (c.activation == FeedForwardActivation::kGeluTanh) {
         for (size_t i = 0; i < h; ++i) out[i] = gelu_ggml(g[i]) * u[i];
       } else {
-        for (size_t i = 0; i < h; ++i) {
-          const float val = g[i] * (1.0f / (1.0f + std::exp(-g[i])));
-          out[i] = val * u[i];
-        }
+        silu_gate(g, u, out, h, isa_);
       }
     });
     layer.down.multiply(hidden, h, num_tokens, proj, d, isa_);

@@ -82,6 +82,10 @@ size_t prepared_bytes(TensorType, int cols, int num_tokens) {
   return static_cast<size_t>(num_tokens) * token_bytes(cols);
 }
 
+// Lanes 2j and 2j + 1 added, as lane j of a vector of half the width.
+__m256i pairwise_sums(__m512i v) { return _mm512_cvtepi64_epi32(_mm512_add_epi32(v, _mm512_srli_epi64(v, 32))); }
+__m128i pairwise_sums(__m256i v) { return _mm256_cvtepi64_epi32(_mm256_add_epi32(v, _mm256_srli_epi64(v, 32))); }
+
 // One super-block of a token quantized to Q8_K as quantize_row_q8_k does, 16 lanes at a time (the
 // same values for every input, tested): the value of largest magnitude (the first on ties, NaN
 // skipped) sets iscale = -127 / max, q = iscale * x rounded half to even (the conversions' default
@@ -108,9 +112,6 @@ void quantize_super(const float* v, SuperRecord& r) {
   }
   const float iscale = -127.0f / max;
   const __m512 scale = _mm512_set1_ps(iscale);
-  int16_t bsums[16];
-  int16_t halves[32];  // the 8-value sums
-  int abs_max = 0;  // the largest 16-value sum of |q|
 #pragma GCC unroll 16
   for (int i = 0; i < 16; ++i) {
     const __m512 p = _mm512_mul_ps(scale, x[i]);
@@ -118,22 +119,36 @@ void quantize_super(const float* v, SuperRecord& r) {
     q = _mm512_min_ps(_mm512_max_ps(q, _mm512_set1_ps(-128.0f)), _mm512_set1_ps(127.0f));
     const __m512i qi = _mm512_cvtps_epi32(_mm512_maskz_mov_ps(_mm512_cmp_ps_mask(p, p, _CMP_ORD_Q), q));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(r.q + 16 * i), _mm512_cvtepi32_epi8(qi));
-    bsums[i] = static_cast<int16_t>(_mm512_reduce_add_epi32(qi));
-    halves[2 * i] = static_cast<int16_t>(_mm512_mask_reduce_add_epi32(0x00FF, qi));
-    halves[2 * i + 1] = static_cast<int16_t>(bsums[i] - halves[2 * i]);
-    abs_max = std::max(abs_max, _mm512_reduce_add_epi32(_mm512_abs_epi32(qi)));
   }
   r.d = 1.0f / iscale;
   r.no_mins = (0.0f * r.d) * 0.0f;
+  // The sums of the values and of their magnitudes, 64 bytes at a time: vpdpbusd with ones adds each
+  // 4 bytes, then neighbouring lanes are added pairwise (8-, 16-value sums).
+  const __m512i ones = _mm512_set1_epi8(1);
+  alignas(64) int32_t bsums[16];  // the 16-value sums
+  __m128i abs_max = _mm_setzero_si128();  // the largest 16-value sums of |q|, 4 lanes
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    const __m512i q = _mm512_loadu_si512(r.q + 64 * k);
+    const __m512i fours = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, q);
+    const __m512i abs_fours = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(q), ones);
+    const __m256i eights = pairwise_sums(fours);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(r.start_q6 + 8 * k),
+                        _mm256_mullo_epi32(eights, _mm256_set1_epi32(-32)));
+    const __m128i sixteens = pairwise_sums(eights);
+    _mm_store_si128(reinterpret_cast<__m128i*>(bsums + 4 * k), sixteens);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(r.start16_q6 + 4 * k), _mm_mullo_epi32(sixteens, _mm_set1_epi32(-32)));
+    abs_max = _mm_max_epi32(abs_max, pairwise_sums(pairwise_sums(abs_fours)));
+  }
+  abs_max = _mm_max_epi32(abs_max, _mm_shuffle_epi32(abs_max, 0x4E));
+  abs_max = _mm_max_epi32(abs_max, _mm_shuffle_epi32(abs_max, 0xB1));
+  r.q6_narrow = _mm_cvtsi128_si32(abs_max) <= 1023;
   for (int c = 0; c < 4; ++c) {
     // |sum of 32 values| <= 4096: an int16
     const auto lo = static_cast<uint16_t>(bsums[4 * c] + bsums[4 * c + 1]);
     const auto hi = static_cast<uint16_t>(bsums[4 * c + 2] + bsums[4 * c + 3]);
     r.sum_pairs[c] = static_cast<int32_t>(static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16));
   }
-  for (int h = 0; h < 32; ++h) r.start_q6[h] = -32 * halves[h];
-  for (int i = 0; i < 16; ++i) r.start16_q6[i] = -32 * bsums[i];
-  r.q6_narrow = abs_max <= 1023;
   for (int s = 0; s < 8; ++s) r.start_iq4[s] = -128 * (bsums[2 * s] + bsums[2 * s + 1]);
 }
 
