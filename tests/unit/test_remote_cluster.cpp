@@ -406,7 +406,7 @@ TEST(RedisCluster, MasterKilledReplicaPromotedHitsResume) {
 
 TierConfig cluster_tier() {
   TierConfig c;
-  remote::use_redis_tier(c, {.url = cluster().url(), .timeout_ms = 300});
+  remote::use_redis_tier(c, {.url = cluster().url(), .timeout_ms = 1000});  // room for a loaded or sanitized run
   c.remote_probe_wait = std::chrono::milliseconds(2000);
   c.log_degraded = false;
   return c;
