@@ -199,17 +199,6 @@ __m512i min_pair(const PackedScales& p, int c) {
   return _mm512_shuffle_epi8(c < 2 ? p.mins_lo : p.mins_hi, dword_pattern(j, -1, j + 1, -1));
 }
 
-// f.template operator()<G>(t0) for the tile's tokens in groups of G = min(T, kGroup) (the last
-// group the rest): a group's chains stay in registers beside the weights' registers, while the T
-// per-token sums, touched once per sub-block, may live in memory.
-template <int T, int kGroup, class F>
-void for_token_groups(F&& f) {
-  constexpr int G = T < kGroup ? T : kGroup;
-#pragma GCC unroll 4
-  for (int t0 = 0; t0 + G <= T; t0 += G) f.template operator()<G>(t0);
-  if constexpr (T % G != 0) f.template operator()<T % G>(T - T % G);
-}
-
 // ---- the tiles ---------------------------------------------------------------------------------------
 
 // Tokens whose chains run side by side: 8 (Q4_K, Q5_K, IQ4_XS: one chain per token), 4 (Q6_K: four

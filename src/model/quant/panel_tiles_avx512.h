@@ -36,6 +36,17 @@ constexpr size_t kPrefetchAhead = P == 1 ? 6144 : 2048;
 
 __mmask16 rows_mask(int rows_out) { return static_cast<__mmask16>((1u << rows_out) - 1); }
 
+// f.template operator()<G>(t0) for a tile's T tokens in groups of G = min(T, kGroup) (the last
+// group the rest): a group's chains stay in registers beside the weights' registers, while the T
+// per-token sums, touched once per sub-block, may live in memory.
+template <int T, int kGroup, class F>
+void for_token_groups(F&& f) {
+  constexpr int G = T < kGroup ? T : kGroup;
+#pragma GCC unroll 4
+  for (int t0 = 0; t0 + G <= T; t0 += G) f.template operator()<G>(t0);
+  if constexpr (T % G != 0) f.template operator()<T % G>(T - T % G);
+}
+
 // A tile's results: output (token t, row 16 p + i) is lane i of acc[p][t], for the panel's rows
 // that exist (rows_out[p] of them).
 template <int P, int T>

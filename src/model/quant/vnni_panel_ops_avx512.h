@@ -2,7 +2,7 @@
 // (kquant_kernels_avx512.cpp, low_bit_kernels_avx512.cpp): loading a panel register, unpacking
 // levels with shifts, masks and byte shuffles, and the vpdpbusd chains that multiply them with a
 // token's Q8_K values. Include it only from translation units compiled for AVX-512 with VNNI;
-// everything has internal linkage.
+// everything has internal linkage (inline: a file may use only some of it).
 #pragma once
 
 #include <immintrin.h>
@@ -13,8 +13,8 @@
 namespace pagedkv::quant_detail {
 namespace {
 
-__m512i load(const std::byte* p) { return _mm512_load_si512(p); }
-__m512i bytes(int v) { return _mm512_set1_epi8(static_cast<char>(v)); }
+inline __m512i load(const std::byte* p) { return _mm512_load_si512(p); }
+inline __m512i bytes(int v) { return _mm512_set1_epi8(static_cast<char>(v)); }
 // Every byte's bits moved left by k (right for negative k); bits crossing into a neighbouring byte
 // are masked off by the callers (|k| <= 4 keeps the bits they keep within their own byte).
 template <int k>
@@ -24,9 +24,9 @@ __m512i shift_bits(__m512i v) {
   else return v;
 }
 // a | (b & c), one vpternlogd.
-__m512i or_masked(__m512i a, __m512i b, __m512i c) { return _mm512_ternarylogic_epi32(a, b, c, 0xF8); }
+inline __m512i or_masked(__m512i a, __m512i b, __m512i c) { return _mm512_ternarylogic_epi32(a, b, c, 0xF8); }
 // A pshufb pattern: byte j (0..3) of every dword takes byte src[j] of the same dword (-1: zero).
-__m512i dword_pattern(int s0, int s1, int s2, int s3) {
+inline __m512i dword_pattern(int s0, int s1, int s2, int s3) {
   const int src[4] = {s0, s1, s2, s3};
   alignas(16) int8_t idx[16];
   for (int k = 0; k < 4; ++k)
@@ -37,7 +37,7 @@ __m512i dword_pattern(int s0, int s1, int s2, int s3) {
 // vpdpbusd of w with the 4 bytes at q broadcast, as one instruction with an embedded broadcast
 // ({1to16}): GCC 12 emits a separate vpbroadcastd for the intrinsics, two fused-domain micro-ops
 // per vpdpbusd instead of one.
-__m512i dpbusd_broadcast(__m512i acc, __m512i w, const int8_t* q) {
+inline __m512i dpbusd_broadcast(__m512i acc, __m512i w, const int8_t* q) {
   asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*reinterpret_cast<const int32_t*>(q)));
   return acc;
 }
