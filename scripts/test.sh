@@ -2,7 +2,7 @@
 # Sets everything up, then runs every test: the unit and integration tests (ctest), the tests
 # of tests/asan_tests.txt again under ASan+UBSan, the tier tests under TSan, the Python tests, the
 # install test (tests/install: the installed package and pip's module, used by both examples),
-# every fuzz target briefly (FUZZ_SECONDS, 10) and a soak with faults (SOAK_MINUTES, 2).
+# every fuzz target briefly (FUZZ_SECONDS, 10; built with the ASan tests) and a soak with faults (SOAK_MINUTES, 2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Each stage line says when it starts and how much CPU the stages before it used (user+system of
@@ -20,12 +20,16 @@ JOBS=${JOBS:-$(nproc)}
 stage "tests (release build)"
 ctest --test-dir build --output-on-failure -j "$JOBS"
 
-stage "core, kernel and template-interpreter tests under ASan+UBSan"
+stage "core, kernel and template-interpreter tests under ASan+UBSan (clang; the same build makes the fuzz targets)"
+# One clang build with libFuzzer's instrumentation serves the sanitized tests and every fuzz target
+# (scripts/fuzz.sh, below): the library compiles once for both. Warnings are the GCC builds' job.
 sanitized_tests=$(grep -E '^test_' tests/asan_tests.txt | tr '\n' ' ')
-BUILD_DIR=build-asan SANITIZE=address,undefined TARGETS="$sanitized_tests" \
-  CMAKE_ARGS="-DPAGEDKV_BUILD_BENCHMARKS=OFF -DPAGEDKV_BUILD_PYTHON=OFF" scripts/setup.sh
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan --output-on-failure -L asan -j "$JOBS"
+fuzz_targets=$(scripts/fuzz.sh | sed 's/^/fuzz_/' | tr '\n' ' ')
+CXX=clang++-14 BUILD_DIR=build-asan SANITIZE=address,undefined TARGETS="$sanitized_tests $fuzz_targets" \
+  CMAKE_ARGS="-DPAGEDKV_BUILD_FUZZERS=ON -DPAGEDKV_WERROR=OFF -DPAGEDKV_BUILD_BENCHMARKS=OFF -DPAGEDKV_BUILD_PYTHON=OFF" \
+  scripts/setup.sh
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --test-dir build-asan --output-on-failure -L asan -j "$JOBS"
 
 stage "tier, server, router and grammar-mask tests under TSan (transfer engine lanes; the engine thread and its HTTP-side callers; the router's monitors and upstream calls; the grammar mask worker)"
 # The kernels' OpenMP runtime (libgomp) is not instrumented: its barriers look like races to
@@ -45,14 +49,10 @@ if [ -d bindings/python ] && ls tests/python/test_*.py >/dev/null 2>&1; then
 fi
 stage "install: cmake --install, find_package, pkg-config, pip install ., both examples"
 tests/install/test_install.sh build
-stage "fuzzing: every target of scripts/fuzz.sh for ${FUZZ_SECONDS:=10} s (libFuzzer, ASan+UBSan)"
+stage "fuzzing: every target of scripts/fuzz.sh for ${FUZZ_SECONDS:=10} s (libFuzzer, ASan+UBSan; built above)"
 mkdir -p build-fuzz
-# Built one target at a time (its objects JOBS at a time, shared with the next targets: each
-# object compiles once), then fuzzed JOBS targets at a time, one core each.
-for target in $(scripts/fuzz.sh); do
-  scripts/fuzz.sh "$target" 0 > "build-fuzz/$target.build.log" 2>&1 || { echo "$target: build FAILED"; tail -40 "build-fuzz/$target.build.log"; exit 1; }
-done
-export FUZZ_SECONDS
+export FUZZ_SECONDS FUZZ_BUILD_DIR=build-asan FUZZ_BUILD=0
+# JOBS targets at a time, one core each.
 scripts/fuzz.sh | xargs -P "$JOBS" -I{} bash -c \
   'scripts/fuzz.sh {} "$FUZZ_SECONDS" > build-fuzz/{}.log 2>&1 || { echo "{}: FAILED"; tail -40 build-fuzz/{}.log; exit 255; }'
 for target in $(scripts/fuzz.sh); do echo "$target: $(grep -E '^Done' "build-fuzz/$target.log")"; done
