@@ -30,8 +30,8 @@
 // a single token on 4 panels, 2-3 tokens on 2 (more independent chains, more streams in flight).
 // The chains of 8 tokens run side by side, each vpdpbusd taking the activation's 4 bytes as an
 // embedded broadcast (vnni_panel_ops_avx512.h): against one token's chain at a time with a separate
-// vpbroadcastd, 32-token products ran 1.3-1.55x faster (bench_model QuantizedMatmul: Q8_0 155 ->
-// 202 GMAC/s on one core) and batch-16 / -32 decode 1.2-1.3x.
+// vpbroadcastd, 32- and 512-token products ran 1.27-1.39x faster (bench_model QuantizedMatmul:
+// Q8_0 158 -> 213 GMAC/s at 32 tokens on one core) and batch-16 / -32 decode 1.2-1.3x.
 // The activations are quantized 16 lanes at a time, as quantize_row_q8_0 does.
 // IQ4_NL (the same blocks as Q4_0) runs Q4_0's tiles with each nibble looked up as kIq4NlValues +
 // 128 (vpshufb) and Q8_0's starting value, and adds each block's product unfused, as block_dot
