@@ -25,6 +25,10 @@ stage "core, kernel and template-interpreter tests under ASan+UBSan (clang; the 
 # (scripts/fuzz.sh, below): the library compiles once for both. Warnings are the GCC builds' job.
 sanitized_tests=$(grep -E '^test_' tests/asan_tests.txt | tr '\n' ' ')
 fuzz_targets=$(scripts/fuzz.sh | sed 's/^/fuzz_/' | tr '\n' ' ')
+# A build-asan configured with another compiler cannot switch to clang in place: start it afresh.
+if [ -f build-asan/CMakeCache.txt ] && ! grep -qE '^CMAKE_CXX_COMPILER:[A-Z]+=.*clang' build-asan/CMakeCache.txt; then
+  rm -rf build-asan
+fi
 CXX=clang++-14 BUILD_DIR=build-asan SANITIZE=address,undefined TARGETS="$sanitized_tests $fuzz_targets" \
   CMAKE_ARGS="-DPAGEDKV_BUILD_FUZZERS=ON -DPAGEDKV_WERROR=OFF -DPAGEDKV_BUILD_BENCHMARKS=OFF -DPAGEDKV_BUILD_PYTHON=OFF" \
   scripts/setup.sh
