@@ -548,7 +548,7 @@ Value global_namespace(Renderer& r, CallArgs& args, int line) {
     if (it != attributes.end()) it->second = std::move(keyword.second);
     else attributes.emplace_back(key, std::move(keyword.second));
   }
-  return Value::new_namespace(std::move(attributes));
+  return r.new_namespace(std::move(attributes));
 }
 
 Value global_dict(Renderer& r, CallArgs& args, int line) {

@@ -147,6 +147,15 @@ bool checked_mul(int64_t a, int64_t b, int64_t& out) { return !__builtin_mul_ove
 Renderer::Renderer(const ast::Program& program, const Dict& variables, const RenderLimits& limits, TemplateClock clock)
     : program_(program), variables_(variables), limits_(limits), clock_(std::move(clock)) {}
 
+Renderer::~Renderer() {
+  for (Value& ns : namespaces_) ns.as_namespace().attributes.clear();
+}
+
+Value Renderer::new_namespace(std::vector<std::pair<std::string, Value>> attributes) {
+  namespaces_.push_back(Value::new_namespace(std::move(attributes)));
+  return namespaces_.back();
+}
+
 std::string Renderer::render() {
   Scope root;
   root_ = &root;

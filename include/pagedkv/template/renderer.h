@@ -26,6 +26,9 @@ class Renderer {
   // `variables` are the template's globals (messages, tools, bos_token, ...); they and `program`
   // must outlive the Renderer.
   Renderer(const ast::Program& program, const Dict& variables, const RenderLimits& limits, TemplateClock clock);
+  ~Renderer();
+  Renderer(const Renderer&) = delete;
+  Renderer& operator=(const Renderer&) = delete;
 
   std::string render();
 
@@ -45,6 +48,8 @@ class Renderer {
   [[noreturn]] void fail_undefined(int line, const Value& undefined) const;
   [[noreturn]] void limit_exceeded(int line, std::string_view limit, uint64_t value) const;
   std::string strftime_now(std::string_view format) const;
+  // namespace(): a new namespace with these attributes, emptied when the Renderer ends.
+  Value new_namespace(std::vector<std::pair<std::string, Value>> attributes);
 
   // The items a for loop (or a filter) iterates: a list's items, a dict's keys, a string's code
   // points; nothing for undefined; TypeError otherwise.
@@ -84,6 +89,10 @@ class Renderer {
   uint64_t iterations_ = 0;
   int call_depth_ = 0;
   Scope* root_ = nullptr;
+  // Every namespace this render made. A namespace is the one mutable value, so it can come to hold
+  // itself, directly (`set ns.n = ns`) or through a macro whose closure holds it: a cycle of shared
+  // pointers that would outlive the render. The destructor empties them all, which breaks any.
+  std::vector<Value> namespaces_;
 };
 
 // A scope of template variables: names assigned in it, then its parent's.
