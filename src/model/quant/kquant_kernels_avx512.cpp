@@ -40,11 +40,10 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <array>
 #include <cstddef>
 #include <cstring>
 
-#include "pagedkv/model/format/block_formats.h"  // kSuperBlock, the Q8_K rule, kIq4NlValues
+#include "pagedkv/model/format/block_formats.h"  // kSuperBlock, the Q8_K rule
 #include "panel_tiles_avx512.h"
 #include "quantized_kernels.h"
 #include "vnni_panel_ops_avx512.h"
@@ -167,11 +166,6 @@ void prepare(TensorType, const float* x, size_t x_stride, int num_tokens, int co
 }
 
 // ---- unpacking -------------------------------------------------------------------------------------
-
-template <int kHigh>
-__m512i nibbles(__m512i v) {
-  return _mm512_and_si512(kHigh ? _mm512_srli_epi16(v, 4) : v, bytes(0x0F));
-}
 
 // Q4_K / Q5_K's packed scales of 16 rows (3 registers: bytes 0-3, 4-7, 8-11 of each row) as two
 // registers of 4 bytes per row each: the scales of sub-blocks 0-3 / 4-7 (lo, hi) and the mins.
@@ -357,12 +351,7 @@ void sums_q6_k(const std::byte* chunk, const SuperRecord* xb, __m512i (&sum)[T])
 // sub-block's scale - 32 (vpmulld). `high` is the scale block's second half, the rows' scales_h.
 template <int T>
 void sums_iq4_xs(const std::byte* chunk, const std::byte* high, const SuperRecord* xb, __m512i (&sum)[T]) {
-  static constexpr auto kLevels = [] {
-    std::array<uint8_t, 16> u{};
-    for (int i = 0; i < 16; ++i) u[static_cast<size_t>(i)] = static_cast<uint8_t>(kIq4NlValues[i] + 128);
-    return u;
-  }();
-  const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kLevels.data())));
+  const __m512i table = iq4_level_table();
   // Row i's scales_l (4 bytes: sub-block s's low 4 bits at bit 4s) and scales_h (bits 2s, 2s + 1).
   const __m512i low = load(chunk + 32 * 64);
   const __m512i top = _mm512_cvtepu16_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(high)));

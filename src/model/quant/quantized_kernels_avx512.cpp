@@ -47,13 +47,10 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <array>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
 
-#include "pagedkv/model/format/block_formats.h"  // kIq4NlValues
 #include "panel_tiles_avx512.h"
 #include "quantized_kernels.h"
 #include "vnni_panel_ops_avx512.h"
@@ -258,7 +255,7 @@ void float_tile(const std::byte* panel, size_t panel_bytes, int cols, const floa
 // Register g (0..7) of a panel's block: 16 rows x 4 unsigned bytes, meeting columns 4g..4g+3.
 struct UnpackQ8_0 {
   static constexpr TensorType kType = TensorType::kQ8_0;
-  static __m512i vector(const std::byte* quants, int g) { return _mm512_load_si512(quants + g * 64); }
+  static __m512i vector(const std::byte* quants, int g) { return load(quants + g * 64); }
   static int32_t start(const QuantRecord& r) { return r.start_q8; }
 };
 
@@ -266,9 +263,8 @@ struct UnpackQ4_0 {
   static constexpr TensorType kType = TensorType::kQ4_0;
   // Register v = g % 4 of the block holds columns 4v.. in its low nibbles, 16 + 4v.. in its high.
   static __m512i vector(const std::byte* quants, int g) {
-    const __m512i packed = _mm512_load_si512(quants + (g % 4) * 64);
-    const __m512i nibble = _mm512_set1_epi8(0x0F);
-    return g < 4 ? _mm512_and_si512(packed, nibble) : _mm512_and_si512(_mm512_srli_epi16(packed, 4), nibble);
+    const __m512i packed = load(quants + (g % 4) * 64);
+    return g < 4 ? nibbles<0>(packed) : nibbles<1>(packed);
   }
   static int32_t start(const QuantRecord& r) { return r.start_q4; }
 };
@@ -279,13 +275,7 @@ struct UnpackIQ4_NL {
   static constexpr TensorType kType = TensorType::kIQ4_NL;
   static constexpr bool kFused = false;
   static __m512i vector(const std::byte* quants, int g) {
-    static constexpr auto kLevels = [] {
-      std::array<uint8_t, 16> u{};
-      for (int i = 0; i < 16; ++i) u[static_cast<size_t>(i)] = static_cast<uint8_t>(kIq4NlValues[i] + 128);
-      return u;
-    }();
-    const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kLevels.data())));
-    return _mm512_shuffle_epi8(table, UnpackQ4_0::vector(quants, g));
+    return _mm512_shuffle_epi8(iq4_level_table(), UnpackQ4_0::vector(quants, g));
   }
   static int32_t start(const QuantRecord& r) { return r.start_q8; }
 };

@@ -1,14 +1,17 @@
-// The byte-lane operations the AVX-512 VNNI panel kernels of the super-block formats share
-// (kquant_kernels_avx512.cpp, low_bit_kernels_avx512.cpp): loading a panel register, unpacking
+// The byte-lane operations the AVX-512 VNNI panel kernels share (kquant_kernels_avx512.cpp,
+// low_bit_kernels_avx512.cpp, quantized_kernels_avx512.cpp): loading a panel register, unpacking
 // levels with shifts, masks and byte shuffles, and the vpdpbusd chains that multiply them with a
-// token's Q8_K values. Include it only from translation units compiled for AVX-512 with VNNI;
+// token's Q8_K or Q8_0 values. Include it only from translation units compiled for AVX-512 with VNNI;
 // everything has internal linkage (inline: a file may use only some of it).
 #pragma once
 
 #include <immintrin.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+
+#include "pagedkv/model/format/block_formats.h"  // kIq4NlValues
 
 namespace pagedkv::quant_detail {
 namespace {
@@ -22,6 +25,21 @@ __m512i shift_bits(__m512i v) {
   if constexpr (k > 0) return _mm512_slli_epi16(v, k);
   else if constexpr (k < 0) return _mm512_srli_epi16(v, -k);
   else return v;
+}
+// The low (kHigh 0) or high nibble of every byte, as a level 0..15.
+template <int kHigh>
+__m512i nibbles(__m512i v) {
+  return _mm512_and_si512(kHigh ? _mm512_srli_epi16(v, 4) : v, bytes(0x0F));
+}
+// vpshufb's table from a nibble to its IQ4_NL level + 128 (unsigned, for vpdpbusd), in every
+// 16-byte lane: IQ4_NL's and IQ4_XS's levels.
+inline __m512i iq4_level_table() {
+  static constexpr auto kLevels = [] {
+    std::array<uint8_t, 16> u{};
+    for (int i = 0; i < 16; ++i) u[static_cast<size_t>(i)] = static_cast<uint8_t>(kIq4NlValues[i] + 128);
+    return u;
+  }();
+  return _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kLevels.data())));
 }
 // a | (b & c), one vpternlogd.
 inline __m512i or_masked(__m512i a, __m512i b, __m512i c) { return _mm512_ternarylogic_epi32(a, b, c, 0xF8); }
