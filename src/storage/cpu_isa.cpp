@@ -77,7 +77,8 @@ bool vnni_allowed() {
 
 bool cpu_has_avx512_vnni() { return cpu().avx512_vnni; }
 bool has_avx512_vnni() { return cpu_has_avx512_vnni() && vnni_allowed(); }
-bool has_avx_vnni() { return cpu().avx_vnni && vnni_allowed(); }
+bool cpu_has_avx_vnni() { return cpu().avx_vnni; }
+bool has_avx_vnni() { return cpu_has_avx_vnni() && vnni_allowed(); }
 
 KernelIsa best_available_isa() {
   static const KernelIsa best = detect();

@@ -427,13 +427,22 @@ INSTANTIATE_TEST_SUITE_P(Types, BlockFormatTest,
 // Equal floats, NaN equal to NaN (extreme scales can make inf - inf in both builds).
 bool same_float(float a, float b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
 
+// The SIMD builds of this CPU (AVX2, AVX-512) against the scalar twin, bit for bit.
+std::vector<KernelIsa> simd_isas() {
+  std::vector<KernelIsa> isas;
+  if (has_avx2(best_available_isa())) isas.push_back(KernelIsa::kAvx2);
+  if (best_available_isa() == KernelIsa::kAvx512) isas.push_back(KernelIsa::kAvx512);
+  return isas;
+}
+
 // The block formats the AVX-512 build multiplies on repacked panels (Q4_K, Q5_K, Q6_K, IQ4_XS, Q3_K,
-// Q2_K, IQ4_NL; the others take block_dot per row) against the scalar twin, bit for bit: row counts around the
+// Q2_K, IQ4_NL; the others take block_dot per row), and the AVX2 build too (Q4_K, Q5_K, Q6_K in panels, the others
+// by block_dot), against the scalar twin, bit for bit: row counts around the
 // panels of 16 and the row groups of 4 panels, several super-blocks, 1..33 tokens (every tile
 // shape: 4, 2 and 1 panels, a second group of 16 tokens), random bytes with ordinary and with extreme fp16 scales
 // (any finite value, subnormal, negative), and activations that are zero, tiny, huge or sparse.
 TEST(BlockFormats, PanelledKQuantsEqualTheScalarTwin) {
-  if (best_available_isa() != KernelIsa::kAvx512) GTEST_SKIP() << "no AVX-512 build on this CPU";
+  if (simd_isas().empty()) GTEST_SKIP() << "no SIMD build on this CPU";
   struct Shape {
     int rows, cols;
   };
@@ -490,18 +499,22 @@ TEST(BlockFormats, PanelledKQuantsEqualTheScalarTwin) {
           }
         }
         for (int tokens : {1, 2, 3, 5, 16, 17, 33}) {
-          std::vector<float> scalar(static_cast<size_t>(tokens) * y_stride, -1.0f), simd(scalar.size(), -1.0f);
+          std::vector<float> scalar(static_cast<size_t>(tokens) * y_stride, -1.0f);
           m.multiply(x.data(), x_stride, tokens, scalar.data(), y_stride, KernelIsa::kScalar);
-          m.multiply(x.data(), x_stride, tokens, simd.data(), y_stride, KernelIsa::kAvx512);
-          for (int t = 0; t < tokens; ++t) {
-            for (int r = 0; r < shape.rows; ++r) {
-              const size_t i = static_cast<size_t>(t) * y_stride + static_cast<size_t>(r);
-              ASSERT_TRUE(same_float(simd[i], scalar[i]))
-                  << tensor_type_name(type) << (extreme ? " extreme " : " ") << shape.rows << "x" << shape.cols
-                  << " tokens " << tokens << " t " << t << " r " << r << ": " << simd[i] << " vs " << scalar[i];
+          for (KernelIsa isa : simd_isas()) {
+            std::vector<float> simd(scalar.size(), -1.0f);
+            m.multiply(x.data(), x_stride, tokens, simd.data(), y_stride, isa);
+            for (int t = 0; t < tokens; ++t) {
+              for (int r = 0; r < shape.rows; ++r) {
+                const size_t i = static_cast<size_t>(t) * y_stride + static_cast<size_t>(r);
+                ASSERT_TRUE(same_float(simd[i], scalar[i]))
+                    << tensor_type_name(type) << " " << isa_name(isa) << (extreme ? " extreme " : " ") << shape.rows
+                    << "x" << shape.cols << " tokens " << tokens << " t " << t << " r " << r << ": " << simd[i]
+                    << " vs " << scalar[i];
+              }
+              for (size_t pad = static_cast<size_t>(shape.rows); pad < y_stride; ++pad)
+                ASSERT_EQ(simd[static_cast<size_t>(t) * y_stride + pad], -1.0f) << "padding of y written";
             }
-            for (size_t pad = static_cast<size_t>(shape.rows); pad < y_stride; ++pad)
-              ASSERT_EQ(simd[static_cast<size_t>(t) * y_stride + pad], -1.0f) << "padding of y written";
           }
         }
       }
@@ -515,7 +528,7 @@ TEST(BlockFormats, PanelledKQuantsEqualTheScalarTwin) {
 // Q2_K's 16-value chains reach their largest magnitude (Q3_K: 16 * 4 * 127, meant to fit the int16
 // that vpdpwssd multiplies).
 TEST(BlockFormats, PanelledKQuantsEqualTheScalarTwinAtFullScale) {
-  if (best_available_isa() != KernelIsa::kAvx512) GTEST_SKIP() << "no AVX-512 build on this CPU";
+  if (simd_isas().empty()) GTEST_SKIP() << "no SIMD build on this CPU";
   const int rows = 20, cols = 512, tokens = 11;
   for (TensorType type : {TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K, TensorType::kIQ4_XS,
                           TensorType::kQ3_K, TensorType::kQ2_K, TensorType::kIQ4_NL}) {
@@ -561,12 +574,15 @@ TEST(BlockFormats, PanelledKQuantsEqualTheScalarTwinAtFullScale) {
              : t == 2 ? 0.5f
                       : (k % 16 < ones ? (t % 2 ? -1.0f : 1.0f) : 0.0f);
     }
-    std::vector<float> scalar(static_cast<size_t>(tokens) * rows), simd(scalar.size());
+    std::vector<float> scalar(static_cast<size_t>(tokens) * rows);
     m.multiply(x.data(), cols, tokens, scalar.data(), rows, KernelIsa::kScalar);
-    m.multiply(x.data(), cols, tokens, simd.data(), rows, KernelIsa::kAvx512);
-    for (size_t i = 0; i < scalar.size(); ++i)
-      ASSERT_TRUE(same_float(simd[i], scalar[i]))
-          << tensor_type_name(type) << " " << i << ": " << simd[i] << " vs " << scalar[i];
+    for (KernelIsa isa : simd_isas()) {
+      std::vector<float> simd(scalar.size());
+      m.multiply(x.data(), cols, tokens, simd.data(), rows, isa);
+      for (size_t i = 0; i < scalar.size(); ++i)
+        ASSERT_TRUE(same_float(simd[i], scalar[i]))
+            << tensor_type_name(type) << " " << isa_name(isa) << " " << i << ": " << simd[i] << " vs " << scalar[i];
+    }
   }
 }
 

@@ -30,6 +30,7 @@ bool has_avx_vnni();
 // What the CPU (and OS) offers, whatever PAGEDKV_VNNI says: for a build that has no same-result
 // fallback to compare against (QuantizedMatrix's AVX-512 build needs VNNI, else AVX2 runs).
 bool cpu_has_avx512_vnni();
+bool cpu_has_avx_vnni();
 
 const char* isa_name(KernelIsa isa);
 

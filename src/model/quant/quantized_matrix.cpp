@@ -90,8 +90,12 @@ void scalar_multiply_rows(const WeightRows& w, int r0, int r1, const Activations
 }
 
 // The AVX-512 build multiplies Q8_0 blocks with VNNI's vpdpbusd; CPUs with AVX-512 but no VNNI
-// (Skylake-X) run the AVX2 build instead.
-bool runs_panels(KernelIsa requested) { return resolve_isa(requested) == KernelIsa::kAvx512 && cpu_has_avx512_vnni(); }
+// (Skylake-X) run the AVX2 builds instead, which read panels for Q4_K / Q5_K / Q6_K only.
+PanelBuild panel_build(TensorType type, KernelIsa requested) {
+  const KernelIsa resolved = resolve_isa(requested);
+  if (resolved == KernelIsa::kAvx512 && cpu_has_avx512_vnni()) return PanelBuild::kAvx512;
+  return has_avx2(resolved) && has_avx2_panels(type) ? PanelBuild::kAvx2 : PanelBuild::kNone;
+}
 
 const RowsKernel& rows_kernel_for(KernelIsa requested) {
   return has_avx2(resolve_isa(requested)) ? avx2_rows_kernel() : scalar_rows_kernel();
@@ -124,8 +128,9 @@ QuantizedMatrix::QuantizedMatrix(const WeightTensor& w) : w_(w) {
     throw UsageError(fmt::format("QuantizedMatrix: {} rows of {} values are not whole blocks of {}",
                                  tensor_type_name(w.type), w.cols, traits->block_elements));
   const bool panelled = !quant_detail::is_block_format(w.type) || quant_detail::is_panelled_block_format(w.type);
-  if (!panelled || !quant_detail::runs_panels(KernelIsa::kAuto)) return;
-  // The AVX-512 build reads a row-interleaved copy, made once here (see quantized_panels.h).
+  if (!panelled || quant_detail::panel_build(w.type, KernelIsa::kAuto) == quant_detail::PanelBuild::kNone) return;
+  // The AVX-512 build (and AVX2's for some types) reads a row-interleaved copy, made once here
+  // (see quantized_panels.h).
   auto panels = std::make_shared<Panels>();
   panels->layout = quant_detail::panel_layout(w.type, rows(), cols());
   const quant_detail::PanelLayout& l = panels->layout;
@@ -163,8 +168,9 @@ bool runs_blocks(TensorType type, bool panels) {
   return quant_detail::is_block_format(type) && !(panels && quant_detail::is_panelled_block_format(type));
 }
 
-// Only touched after the run-time check: its translation unit is compiled for AVX-512.
-const quant_detail::PanelsKernel& panels_kernel_for(TensorType type) {
+// Only touched after the run-time check: its translation unit is compiled for AVX-512 (or AVX2).
+const quant_detail::PanelsKernel& panels_kernel_for(TensorType type, quant_detail::PanelBuild build) {
+  if (build == quant_detail::PanelBuild::kAvx2) return quant_detail::avx2_k_quant_panels_kernel();
   if (quant_detail::is_panelled_low_bit(type)) return quant_detail::avx512_low_bit_panels_kernel();
   return quant_detail::is_panelled_k_quant(type) ? quant_detail::avx512_k_quant_panels_kernel()
                                                  : quant_detail::avx512_panels_kernel();
@@ -182,7 +188,8 @@ void QuantizedMatrix::prepare(const float* x, size_t x_stride, int num_tokens, P
   out.stride = 0;
   if (num_tokens <= 0) return;
   const int cols = this->cols();
-  const bool panels = quant_detail::runs_panels(isa);
+  const quant_detail::PanelBuild build = quant_detail::panel_build(w_.type, isa);
+  const bool panels = build != quant_detail::PanelBuild::kNone;
   // Block formats: every token's activations quantized once to the type's activation format.
   if (runs_blocks(w_.type, panels)) {
     out.stride = quant_detail::activation_row_bytes(w_.type, cols);
@@ -195,7 +202,7 @@ void QuantizedMatrix::prepare(const float* x, size_t x_stride, int num_tokens, P
   // Quantized weights multiply Q8_0 activations: quantize every token row once. The AVX-512
   // build reorders f32 activations too.
   if (panels) {
-    const quant_detail::PanelsKernel& pk = panels_kernel_for(w_.type);
+    const quant_detail::PanelsKernel& pk = panels_kernel_for(w_.type, build);
     out.bytes.resize(pk.prepared_bytes(w_.type, cols, num_tokens));
     pk.prepare(w_.type, x, x_stride, num_tokens, cols, out.bytes.data());
   } else if (w_.type == TensorType::kQ8_0 || w_.type == TensorType::kQ4_0) {
@@ -212,7 +219,8 @@ void QuantizedMatrix::multiply(const Prepared& x, float* y, size_t y_stride) con
   const int num_tokens = x.num_tokens;
   if (num_tokens <= 0) return;
   const KernelIsa isa = x.isa;
-  const bool panels = quant_detail::runs_panels(isa);
+  const quant_detail::PanelBuild build = quant_detail::panel_build(w_.type, isa);
+  const bool panels = build != quant_detail::PanelBuild::kNone;
   if (runs_blocks(w_.type, panels)) return multiply_blocks(x, y, y_stride);
   if (panels && !panels_)  // cannot happen: kAuto resolves to AVX-512 whenever AVX-512 may be asked for
     throw UsageError(
@@ -237,7 +245,7 @@ void QuantizedMatrix::multiply(const Prepared& x, float* y, size_t y_stride) con
   const bool parallel =
       groups > 1 && (macs >= kMinParallelMultiplyAdds || static_cast<double>(bytes()) >= kMinParallelWeightBytes);
   if (panels) {
-    const quant_detail::PanelsKernel& pk = panels_kernel_for(w_.type);
+    const quant_detail::PanelsKernel& pk = panels_kernel_for(w_.type, build);
     const quant_detail::WeightPanels wp{panels_->layout, panels_->data.get()};
     const int total = panels_->layout.panels;
     // Each thread's groups (the contiguous share schedule(static) would give it) in one call, so

@@ -1,0 +1,375 @@
+// The AVX2 build (with FMA and F16C) of QuantizedMatrix's Q4_K, Q5_K and Q6_K products, on the
+// weights repacked in panels of 16 rows (quantized_panels.h): the AVX-512 build's panels, each
+// 64-byte register of 16 rows x 4 bytes read as two 32-byte halves of 8 rows. It runs where
+// AVX-512 with VNNI does not (AMD Zen 2 / Zen 3, Intel client cores); the activations are
+// quantized to Q8_K by the scalar twin's own quantizer, and the results equal the twin's
+// (block_dot.h) bit for bit: inside a super-block every product is an exact integer sum whatever
+// its order, and the super-block's contribution, (d * d_x) * sum - (dmin * d_x) * mins, is added
+// to each row's float accumulator in block order with the twin's very float operations (this
+// file is compiled without fused multiply-adds).
+//
+// Lanes are rows, as in the AVX-512 build: a token's 4 activation bytes are broadcast against 8
+// rows x 4 columns of levels, so a tile's results need no horizontal sums and its unpacking and
+// block scales are shared by all its tokens. Without VNNI the byte products are vpmaddubsw
+// (unsigned level x signed activation byte, adjacent pairs summed to int16), several registers'
+// pairs are added as int16 while they cannot overflow, and vpmaddwd with the sub-block scale in
+// both halves of a lane (Q4_K / Q5_K: 6-bit scales; Q6_K: int8) widens them to int32 and scales
+// them in one instruction. With |x| <= 128 a pair is at most 2 * 15 * 128 = 3840 for Q4_K (a
+// whole 32-value sub-block, 8 registers, stays below 32767), 2 * 31 * 128 for Q5_K (4 registers)
+// and 2 * 63 * 128 for Q6_K (2 registers).
+//   Q4_K / Q5_K: the mins meet the activation's 32-value sums, as (min, min) int16 pairs
+//     against (sum, sum) pairs with vpmaddwd.
+//   Q6_K: the levels are the file's q + 32 (0..63, unsigned); the offset is taken out once per
+//     super-block and token: 32 times the scales against the activation's 16-value sums.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstring>
+#include <vector>
+
+#include "block_dot.h"
+#include "pagedkv/model/format/block_formats.h"
+#include "quantized_kernels.h"
+
+namespace pagedkv::quant_detail {
+namespace {
+
+// ---- prepared activations ------------------------------------------------------------------------
+
+// One token's Q8_K super-block (the twin's quantizer's values) with the sums the tiles meet.
+struct Q8KRecord {
+  int8_t q[kSuperBlock];
+  float d;
+  int32_t sum32_pairs[4];  // Q4_K / Q5_K: the sums of sub-blocks 2c and 2c + 1 (32 values each), an int16 pair
+  int32_t sum16_pairs[8];  // Q6_K: the sums of the 16-value groups 2k and 2k + 1, an int16 pair
+  int32_t unused[3];
+};
+static_assert(sizeof(Q8KRecord) == 320);
+
+// Records are stored token by token, each token's super-blocks in order.
+size_t prepared_bytes(TensorType, int cols, int num_tokens) {
+  return static_cast<size_t>(num_tokens) * static_cast<size_t>(cols / kSuperBlock) * sizeof(Q8KRecord);
+}
+
+int32_t int16_pair(int lo, int hi) {
+  // |a sum of 32 values| <= 4096: an int16
+  return static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(lo)) |
+                              (static_cast<uint32_t>(static_cast<uint16_t>(hi)) << 16));
+}
+
+void prepare(TensorType type, const float* x, size_t x_stride, int num_tokens, int cols, std::byte* out) {
+  const int blocks = cols / kSuperBlock;
+  thread_local std::vector<BlockQ8_K> q8k;
+  q8k.resize(static_cast<size_t>(blocks));
+  auto* records = reinterpret_cast<Q8KRecord*>(out);
+  for (int t = 0; t < num_tokens; ++t) {
+    quantize_activations(type, x + static_cast<size_t>(t) * x_stride, cols, reinterpret_cast<std::byte*>(q8k.data()));
+    for (int b = 0; b < blocks; ++b) {
+      const BlockQ8_K& a = q8k[static_cast<size_t>(b)];
+      Q8KRecord& r = records[static_cast<size_t>(t) * static_cast<size_t>(blocks) + static_cast<size_t>(b)];
+      std::memcpy(r.q, a.qs, sizeof r.q);
+      r.d = a.d;
+      for (int c = 0; c < 4; ++c)
+        r.sum32_pairs[c] = int16_pair(a.bsums[4 * c] + a.bsums[4 * c + 1], a.bsums[4 * c + 2] + a.bsums[4 * c + 3]);
+      for (int k = 0; k < 8; ++k) r.sum16_pairs[k] = int16_pair(a.bsums[2 * k], a.bsums[2 * k + 1]);
+      std::memset(r.unused, 0, sizeof r.unused);
+    }
+  }
+}
+
+// ---- byte-lane helpers -------------------------------------------------------------------------------
+
+// Half h (rows 8h..8h+7) of the 64-byte panel register at p.
+__m256i load_half(const std::byte* p, int h) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p + 32 * h)); }
+__m256i bytes(int v) { return _mm256_set1_epi8(static_cast<char>(v)); }
+// The 4 activation bytes at q in every lane.
+__m256i broadcast4(const int8_t* q) {
+  int32_t v;
+  std::memcpy(&v, q, 4);
+  return _mm256_set1_epi32(v);
+}
+// Pairs of adjacent products level * x summed as int16 (levels unsigned).
+__m256i byte_products(__m256i levels, const int8_t* q) { return _mm256_maddubs_epi16(levels, broadcast4(q)); }
+// pshufb patterns that spread one byte per dword into an int16 pair: byte j of every dword to
+// (byte j, byte j) (the sub-block scales, j = 0..3), and (byte j, byte j + 1) for j = 0, 2 (the
+// mins of two sub-blocks). Tables, not built in place: built on the stack they cost a store
+// forwarding stall per sub-block.
+__m256i repeat_pattern(int j) {
+  alignas(32) static constexpr auto kPatterns = [] {
+    std::array<std::array<int8_t, 32>, 4> p{};
+    for (int s = 0; s < 4; ++s)
+      for (int k = 0; k < 8; ++k) {
+        p[s][4 * k] = p[s][4 * k + 2] = static_cast<int8_t>((4 * k + s) % 16);
+        p[s][4 * k + 1] = p[s][4 * k + 3] = -128;
+      }
+    return p;
+  }();
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(kPatterns[static_cast<size_t>(j)].data()));
+}
+__m256i pair_pattern(int j) {
+  alignas(32) static constexpr auto kPatterns = [] {
+    std::array<std::array<int8_t, 32>, 2> p{};
+    for (int s = 0; s < 2; ++s)
+      for (int k = 0; k < 8; ++k) {
+        p[s][4 * k] = static_cast<int8_t>((4 * k + 2 * s) % 16);
+        p[s][4 * k + 2] = static_cast<int8_t>((4 * k + 2 * s + 1) % 16);
+        p[s][4 * k + 1] = p[s][4 * k + 3] = -128;
+      }
+    return p;
+  }();
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(kPatterns[static_cast<size_t>(j)].data()));
+}
+// Every byte's bits moved left by k (right for negative k), within 16-bit lanes.
+__m256i shift_bits(__m256i v, int k) {
+  return k >= 0 ? _mm256_sll_epi16(v, _mm_cvtsi32_si128(k)) : _mm256_srl_epi16(v, _mm_cvtsi32_si128(-k));
+}
+
+// ---- Q4_K / Q5_K ----------------------------------------------------------------------------------
+
+// The 6-bit scales and mins of 8 rows (one byte per sub-block, 4 per lane): sub-blocks 0-3 / 4-7.
+struct PackedScales {
+  __m256i scales_lo, scales_hi, mins_lo, mins_hi;
+};
+
+// From the 12 packed bytes of each row (3 registers: bytes 0-3, 4-7, 8-11), as q4_k_scale_min:
+// sub-blocks 0-3 keep the low 6 bits of bytes 0-3 (scales) and 4-7 (mins); sub-blocks 4-7 take
+// the nibbles of bytes 8-11 as their low 4 bits and the top 2 bits of bytes 0-3 / 4-7 as their high 2.
+PackedScales decode_scales(const std::byte* at, int h) {
+  const __m256i w0 = load_half(at, h), w1 = load_half(at + 64, h), w2 = load_half(at + 128, h);
+  const __m256i low6 = bytes(0x3F), low4 = bytes(0x0F), bits45 = bytes(0x30);
+  return {_mm256_and_si256(w0, low6),
+          _mm256_or_si256(_mm256_and_si256(w2, low4), _mm256_and_si256(_mm256_srli_epi32(w0, 2), bits45)),
+          _mm256_and_si256(w1, low6),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w2, 4), low4),
+                          _mm256_and_si256(_mm256_srli_epi32(w1, 2), bits45))};
+}
+
+template <TensorType kType, int T>
+void sums_q4_k(const std::byte* chunk, int h, const Q8KRecord* const* xb, __m256i (&isum)[T], __m256i (&imins)[T]) {
+  constexpr bool kFive = kType == TensorType::kQ5_K;
+  const PackedScales ps = decode_scales(chunk + (kFive ? 40 : 32) * 64, h);
+  // Only the registers of one sub-block and token live at a time (16 ymm registers): the loops
+  // over sub-blocks and tokens stay loops.
+#pragma GCC unroll 1
+  for (int c = 0; c < 4; ++c) {
+    __m256i q[8];
+#pragma GCC unroll 8
+    for (int v = 0; v < 8; ++v) q[v] = load_half(chunk + (8 * c + v) * 64, h);
+#pragma GCC unroll 1
+    for (int nib = 0; nib < 2; ++nib) {
+      const int s = 2 * c + nib;
+      __m256i w[8];
+#pragma GCC unroll 8
+      for (int v = 0; v < 8; ++v) {
+        w[v] = _mm256_and_si256(nib == 0 ? q[v] : _mm256_srli_epi16(q[v], 4), bytes(0x0F));
+        if constexpr (kFive)  // the fifth bit: bit s of the qh byte, moved to bit 4
+          w[v] = _mm256_or_si256(w[v],
+                                 _mm256_and_si256(shift_bits(load_half(chunk + (32 + v) * 64, h), 4 - s), bytes(0x10)));
+      }
+      // (scale, scale) as an int16 pair in every lane: byte s % 4 of the lane's 4 scales.
+      const __m256i scale = _mm256_shuffle_epi8(s < 4 ? ps.scales_lo : ps.scales_hi, repeat_pattern(s % 4));
+#pragma GCC unroll 1
+      for (int t = 0; t < T; ++t) {
+        const int8_t* x = xb[t]->q + 32 * s;
+        if constexpr (kFive) {  // 4 registers' pairs per int16 sum
+#pragma GCC unroll 2
+          for (int k = 0; k < 2; ++k) {
+            __m256i p = byte_products(w[4 * k], x + 16 * k);
+#pragma GCC unroll 3
+            for (int v = 1; v < 4; ++v) p = _mm256_add_epi16(p, byte_products(w[4 * k + v], x + 16 * k + 4 * v));
+            isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, scale));
+          }
+        } else {  // the whole sub-block's pairs in one int16 sum
+          __m256i p = byte_products(w[0], x);
+#pragma GCC unroll 7
+          for (int v = 1; v < 8; ++v) p = _mm256_add_epi16(p, byte_products(w[v], x + 4 * v));
+          isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, scale));
+        }
+      }
+    }
+  }
+  // The mins of sub-blocks 2c and 2c + 1 as an int16 pair per row, against the token's sums.
+  __m256i min_pairs[4];
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    min_pairs[c] = _mm256_shuffle_epi8(c < 2 ? ps.mins_lo : ps.mins_hi, pair_pattern(c % 2));
+  }
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) {
+    __m256i m = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c)
+      m = _mm256_add_epi32(m, _mm256_madd_epi16(min_pairs[c], _mm256_set1_epi32(xb[t]->sum32_pairs[c])));
+    imins[t] = m;
+  }
+}
+
+// ---- Q6_K ----------------------------------------------------------------------------------------
+
+// The int8 scales of sub-block sb for 8 rows, each as a (scale, scale) int16 pair.
+__m256i q6_scale(const std::byte* scales, int sb, int h) {
+  const __m128i s = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales + sb * 16 + 8 * h));
+  return _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s, s));
+}
+
+template <int T>
+void sums_q6_k(const std::byte* chunk, int h, const Q8KRecord* const* xb, __m256i (&isum)[T]) {
+  const std::byte* scales = chunk + 48 * 64;
+#pragma GCC unroll 1
+  for (int n = 0; n < 2; ++n) {
+#pragma GCC unroll 1
+    for (int s = 0; s < 4; ++s) {  // columns 128n + 32s.., sub-blocks 8n + 2s and 8n + 2s + 1
+      __m256i w[8];
+#pragma GCC unroll 8
+      for (int v = 0; v < 8; ++v) {
+        const std::byte* triple = chunk + 3 * (8 * n + v) * 64;
+        if (s < 3) {
+          w[v] = _mm256_and_si256(load_half(triple + s * 64, h), bytes(0x3F));
+        } else {  // bits 6-7 of the three bytes, as bits 0-1, 2-3, 4-5
+          const __m256i b0 = _mm256_and_si256(_mm256_srli_epi16(load_half(triple, h), 6), bytes(0x03));
+          const __m256i b1 = _mm256_and_si256(_mm256_srli_epi16(load_half(triple + 64, h), 4), bytes(0x0C));
+          const __m256i b2 = _mm256_and_si256(_mm256_srli_epi16(load_half(triple + 128, h), 2), bytes(0x30));
+          w[v] = _mm256_or_si256(_mm256_or_si256(b0, b1), b2);
+        }
+      }
+      const int sb = 8 * n + 2 * s;
+      const __m256i scale0 = q6_scale(scales, sb, h), scale1 = q6_scale(scales, sb + 1, h);
+#pragma GCC unroll 1
+      for (int t = 0; t < T; ++t) {
+        const int8_t* x = xb[t]->q + 128 * n + 32 * s;
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) {  // 8 columns: two registers' pairs per int16 sum
+          const __m256i p =
+              _mm256_add_epi16(byte_products(w[2 * k], x + 8 * k), byte_products(w[2 * k + 1], x + 8 * k + 4));
+          isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, k < 2 ? scale0 : scale1));
+        }
+      }
+    }
+  }
+  // The levels' offset: 32 times the scales against the 16-value sums, as (scale 2k, scale 2k + 1)
+  // int16 pairs against the token's (sum 2k, sum 2k + 1).
+  __m256i scale_pairs[8];
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) {
+    const __m128i a = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales + 2 * k * 16 + 8 * h));
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales + (2 * k + 1) * 16 + 8 * h));
+    scale_pairs[k] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(a, b));
+  }
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) {
+    __m256i corr = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k)
+      corr = _mm256_add_epi32(corr, _mm256_madd_epi16(scale_pairs[k], _mm256_set1_epi32(xb[t]->sum16_pairs[k])));
+    isum[t] = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(corr, 5));
+  }
+}
+
+// ---- the tiles ---------------------------------------------------------------------------------------
+
+// Software prefetch distance within a panel's stream (a single decode token is memory-bound).
+constexpr size_t kPrefetchAhead = 2048;
+
+// One panel (16 rows, as two halves of 8) x T tokens, super-block by super-block; per half the
+// format's integer sums, then the twin's float step acc += (d * d_x) * sum - (dmin * d_x) * mins
+// (Q6_K: dmin and mins zero, as in the twin).
+template <TensorType kType, int T>
+void tile(const std::byte* panel, const Q8KRecord* x, int blocks, float* y, size_t y_stride, int rows_out) {
+  constexpr size_t kChunk = PanelLayout::quant_block_bytes(kType);
+  constexpr bool kMins = kType != TensorType::kQ6_K;
+  __m256 acc[2][T];
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h)
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) acc[h][t] = _mm256_setzero_ps();
+  for (int b = 0; b < blocks; ++b) {
+    const std::byte* chunk = panel + PanelLayout::chunk_at(kType, b);
+    const std::byte* ds = panel + PanelLayout::k_scales_at(kType, b, blocks);
+#pragma GCC unroll 64
+    for (size_t line = 0; line < kChunk + 64; line += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(chunk + line + kPrefetchAhead), _MM_HINT_T0);
+    const Q8KRecord* xb[T];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) xb[t] = x + static_cast<size_t>(t) * static_cast<size_t>(blocks) + b;
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      __m256i isum[T], imins[T];
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) isum[t] = imins[t] = _mm256_setzero_si256();
+      if constexpr (kMins) sums_q4_k<kType, T>(chunk, h, xb, isum, imins);
+      else sums_q6_k<T>(chunk, h, xb, isum);
+      const __m256 d = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(ds + 16 * h)));
+      const __m256 dmin = kMins ? _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(ds + 32 + 16 * h)))
+                                : _mm256_setzero_ps();
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) {
+        const __m256 dx = _mm256_set1_ps(xb[t]->d);
+        const __m256 with_sum = _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum[t]));
+        const __m256 with_mins = _mm256_mul_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(imins[t]));
+        acc[h][t] = _mm256_add_ps(acc[h][t], _mm256_sub_ps(with_sum, with_mins));
+      }
+    }
+  }
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    const int n = std::clamp(rows_out - 8 * h, 0, 8);
+    if (n == 0) continue;
+    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) _mm256_maskstore_ps(y + static_cast<size_t>(t) * y_stride + 8 * h, mask, acc[h][t]);
+  }
+}
+
+// ---- the driver ----------------------------------------------------------------------------------
+
+// Tokens per tile: the weights are unpacked once per super-block for this many.
+constexpr int kTileTokens = 8;
+
+template <TensorType kType, int T>
+void tile_for(int tokens, const std::byte* panel, const Q8KRecord* x, int blocks, float* y, size_t y_stride,
+              int rows_out) {
+  if constexpr (T > 1) {
+    if (tokens < T) return tile_for<kType, T - 1>(tokens, panel, x, blocks, y, y_stride, rows_out);
+  }
+  tile<kType, T>(panel, x, blocks, y, y_stride, rows_out);
+}
+
+// Panel by panel, every group of tokens over a panel right after the first brought it in.
+template <TensorType kType>
+void multiply_with(const WeightPanels& w, int p0, int p1, const Activations& acts, float* y, size_t y_stride) {
+  const PanelLayout& l = w.layout;
+  const int blocks = l.cols / kSuperBlock;
+  const auto* x = reinterpret_cast<const Q8KRecord*>(acts.data);
+  for (int p = p0; p < p1; ++p) {
+    const std::byte* panel = w.base + static_cast<size_t>(p) * l.panel_bytes;
+    const int rows_out = std::min(kPanelRows, l.rows - p * kPanelRows);
+    for (int t0 = 0; t0 < acts.num_tokens; t0 += kTileTokens) {
+      const int tokens = std::min(kTileTokens, acts.num_tokens - t0);
+      tile_for<kType, kTileTokens>(tokens, panel, x + static_cast<size_t>(t0) * static_cast<size_t>(blocks), blocks,
+                                   y + static_cast<size_t>(t0) * y_stride + static_cast<size_t>(p) * kPanelRows,
+                                   y_stride, rows_out);
+    }
+  }
+}
+
+void multiply_panels(const WeightPanels& w, int p0, int p1, const Activations& x, float* y, size_t y_stride) {
+  switch (w.layout.type) {
+    case TensorType::kQ4_K:
+      return multiply_with<TensorType::kQ4_K>(w, p0, p1, x, y, y_stride);
+    case TensorType::kQ5_K:
+      return multiply_with<TensorType::kQ5_K>(w, p0, p1, x, y, y_stride);
+    default:
+      return multiply_with<TensorType::kQ6_K>(w, p0, p1, x, y, y_stride);
+  }
+}
+
+}  // namespace
+
+const PanelsKernel& avx2_k_quant_panels_kernel() {
+  static const PanelsKernel k{prepared_bytes, prepare, multiply_panels};
+  return k;
+}
+
+}  // namespace pagedkv::quant_detail
