@@ -126,6 +126,17 @@ __m256i shift_bits(__m256i v, int k) {
   return k >= 0 ? _mm256_sll_epi16(v, _mm_cvtsi32_si128(k)) : _mm256_srl_epi16(v, _mm_cvtsi32_si128(-k));
 }
 
+// The sum over k of pairs[k] . token[k]: int16 pairs of each row (lanes) against a token's int16
+// pairs (broadcast), as int32 (the mins against the 32-value sums, Q6_K's scales against the
+// 16-value sums).
+template <int K>
+__m256i pair_products(const __m256i (&pairs)[K], const int32_t* token) {
+  __m256i sum = _mm256_setzero_si256();
+#pragma GCC unroll 8
+  for (int k = 0; k < K; ++k) sum = _mm256_add_epi32(sum, _mm256_madd_epi16(pairs[k], _mm256_set1_epi32(token[k])));
+  return sum;
+}
+
 // ---- Q4_K / Q5_K ----------------------------------------------------------------------------------
 
 // The 6-bit scales and mins of 8 rows (one byte per sub-block, 4 per lane): sub-blocks 0-3 / 4-7.
@@ -197,13 +208,7 @@ void sums_q4_k(const std::byte* chunk, int h, const Q8KRecord* const* xb, __m256
     min_pairs[c] = _mm256_shuffle_epi8(c < 2 ? ps.mins_lo : ps.mins_hi, pair_pattern(c % 2));
   }
 #pragma GCC unroll 8
-  for (int t = 0; t < T; ++t) {
-    __m256i m = _mm256_setzero_si256();
-#pragma GCC unroll 4
-    for (int c = 0; c < 4; ++c)
-      m = _mm256_add_epi32(m, _mm256_madd_epi16(min_pairs[c], _mm256_set1_epi32(xb[t]->sum32_pairs[c])));
-    imins[t] = m;
-  }
+  for (int t = 0; t < T; ++t) imins[t] = pair_products(min_pairs, xb[t]->sum32_pairs);
 }
 
 // ---- Q6_K ----------------------------------------------------------------------------------------
@@ -258,13 +263,8 @@ void sums_q6_k(const std::byte* chunk, int h, const Q8KRecord* const* xb, __m256
     scale_pairs[k] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(a, b));
   }
 #pragma GCC unroll 8
-  for (int t = 0; t < T; ++t) {
-    __m256i corr = _mm256_setzero_si256();
-#pragma GCC unroll 8
-    for (int k = 0; k < 8; ++k)
-      corr = _mm256_add_epi32(corr, _mm256_madd_epi16(scale_pairs[k], _mm256_set1_epi32(xb[t]->sum16_pairs[k])));
-    isum[t] = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(corr, 5));
-  }
+  for (int t = 0; t < T; ++t)
+    isum[t] = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(pair_products(scale_pairs, xb[t]->sum16_pairs), 5));
 }
 
 // ---- the tiles ---------------------------------------------------------------------------------------
