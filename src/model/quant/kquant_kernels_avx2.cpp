@@ -1,4 +1,4 @@
-// The AVX2 build (with FMA and F16C) of QuantizedMatrix's Q4_K, Q5_K and Q6_K products, on the
+// The AVX2 build (with FMA and F16C) of QuantizedMatrix's Q4_K, Q5_K, Q6_K and IQ4_XS products, on the
 // weights repacked in panels of 16 rows (quantized_panels.h): the AVX-512 build's panels, each
 // 64-byte register of 16 rows x 4 bytes read as two 32-byte halves of 8 rows. It runs where
 // AVX-512 with VNNI does not (AMD Zen 2 / Zen 3, Intel client cores); the activations are
@@ -21,6 +21,7 @@
 //     against (sum, sum) pairs with vpmaddwd.
 //   Q6_K: the levels are the file's q + 32 (0..63, unsigned); the offset is taken out once per
 //     super-block and token: 32 times the scales against the activation's 16-value sums.
+//   IQ4_XS: signed levels (kIq4NlValues), with the sign trick; each register's pairs scaled.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -267,6 +268,51 @@ void sums_q6_k(const std::byte* chunk, int h, const Q8KRecord* const* xb, __m256
     isum[t] = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(pair_products(scale_pairs, xb[t]->sum16_pairs), 5));
 }
 
+// ---- IQ4_XS --------------------------------------------------------------------------------------
+
+// IQ4_XS: levels looked up (vpshufb) from the nibbles as the signed kIq4NlValues, multiplied with
+// the sign trick (|level| against x carrying the level's sign: a pair is at most 2 * 127 * 127),
+// each register's pairs scaled at once by vpmaddwd with the sub-block's scale - 32. The scale of
+// sub-block s: bits 4s..4s+3 of the row's scales_l (one register of the chunk) and bits 2s, 2s + 1
+// of its 16-bit scales_h (`high`, the scale block's second half).
+template <int T>
+void sums_iq4_xs(const std::byte* chunk, const std::byte* high, int h, const Q8KRecord* const* xb, __m256i (&isum)[T]) {
+  const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlValues)));
+  const __m256i low = load_half(chunk + 32 * 64, h);
+  const __m256i top = _mm256_cvtepu16_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(high + 16 * h)));
+#pragma GCC unroll 1
+  for (int s = 0; s < 8; ++s) {
+    const __m256i ls = _mm256_or_si256(
+        _mm256_and_si256(_mm256_srl_epi32(low, _mm_cvtsi32_si128(4 * s)), _mm256_set1_epi32(0x0F)),
+        _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(top, _mm_cvtsi32_si128(2 * s)), _mm256_set1_epi32(3)), 4));
+    const __m256i scale32 = _mm256_sub_epi32(ls, _mm256_set1_epi32(32));
+    // (scale, scale) as an int16 pair in every lane
+    const __m256i scale =
+        _mm256_or_si256(_mm256_and_si256(scale32, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(scale32, 16));
+#pragma GCC unroll 1
+    for (int part = 0; part < 2; ++part) {  // the low nibbles (columns 32s..), then the high (32s + 16..)
+      __m256i w[4], magnitude[4];
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v) {
+        const __m256i q = load_half(chunk + (4 * s + v) * 64, h);
+        w[v] = _mm256_shuffle_epi8(table, _mm256_and_si256(part == 0 ? q : _mm256_srli_epi16(q, 4), bytes(0x0F)));
+        magnitude[v] = _mm256_abs_epi8(w[v]);
+      }
+#pragma GCC unroll 1
+      for (int t = 0; t < T; ++t) {
+        const int8_t* x = xb[t]->q + 32 * s + 16 * part;
+        __m256i sum = isum[t];
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; ++v)
+          sum = _mm256_add_epi32(
+              sum, _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude[v], _mm256_sign_epi8(broadcast4(x + 4 * v), w[v])),
+                                     scale));
+        isum[t] = sum;
+      }
+    }
+  }
+}
+
 // ---- the tiles ---------------------------------------------------------------------------------------
 
 // Software prefetch distance within a panel's stream. One token is bound by the stream's latency
@@ -281,7 +327,7 @@ constexpr size_t kPrefetchAhead = T == 1 ? 12288 : 4096;
 template <TensorType kType, int T>
 void tile(const std::byte* panel, const Q8KRecord* x, int blocks, float* y, size_t y_stride, int rows_out) {
   constexpr size_t kChunk = PanelLayout::quant_block_bytes(kType);
-  constexpr bool kMins = kType != TensorType::kQ6_K;
+  constexpr bool kMins = kType == TensorType::kQ4_K || kType == TensorType::kQ5_K;
   __m256 acc[2][T];
 #pragma GCC unroll 2
   for (int h = 0; h < 2; ++h)
@@ -302,6 +348,7 @@ void tile(const std::byte* panel, const Q8KRecord* x, int blocks, float* y, size
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) isum[t] = imins[t] = _mm256_setzero_si256();
       if constexpr (kMins) sums_q4_k<kType, T>(chunk, h, xb, isum, imins);
+      else if constexpr (kType == TensorType::kIQ4_XS) sums_iq4_xs<T>(chunk, ds + 32, h, xb, isum);
       else sums_q6_k<T>(chunk, h, xb, isum);
       const __m256 d = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(ds + 16 * h)));
       const __m256 dmin = kMins ? _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(ds + 32 + 16 * h)))
@@ -363,6 +410,8 @@ void multiply_panels(const WeightPanels& w, int p0, int p1, const Activations& x
       return multiply_with<TensorType::kQ4_K>(w, p0, p1, x, y, y_stride);
     case TensorType::kQ5_K:
       return multiply_with<TensorType::kQ5_K>(w, p0, p1, x, y, y_stride);
+    case TensorType::kIQ4_XS:
+      return multiply_with<TensorType::kIQ4_XS>(w, p0, p1, x, y, y_stride);
     default:
       return multiply_with<TensorType::kQ6_K>(w, p0, p1, x, y, y_stride);
   }

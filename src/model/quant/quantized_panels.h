@@ -1,5 +1,5 @@
 // The row-interleaved copy of a weight matrix that QuantizedMatrix's AVX-512 build multiplies (and
-// its AVX2 build, for Q4_K / Q5_K / Q6_K: kquant_kernels_avx2.cpp),
+// its AVX2 build, for Q4_K / Q5_K / Q6_K / IQ4_XS: kquant_kernels_avx2.cpp),
 // private to src/model. Made once at load time (a file's weights are repacked into anonymous
 // memory, as llama.cpp's CPU back end repacks its Q4_0/Q8_0 weights); the file's own layout stays
 // what the scalar twin and the AVX2 build read.
@@ -127,7 +127,7 @@ constexpr bool is_panelled_k_quant(TensorType t) {
 
 // True for the types the AVX2 build also reads in panels (kquant_kernels_avx2.cpp).
 constexpr bool has_avx2_panels(TensorType t) {
-  return t == TensorType::kQ4_K || t == TensorType::kQ5_K || t == TensorType::kQ6_K;
+  return t == TensorType::kQ4_K || t == TensorType::kQ5_K || t == TensorType::kQ6_K || t == TensorType::kIQ4_XS;
 }
 
 // True for the low-bit super-block types that have a panel layout (Q3_K, Q2_K), multiplied by
