@@ -1,12 +1,10 @@
-// The AVX2 build (with FMA and F16C) of QuantizedMatrix's Q4_K, Q5_K, Q6_K and IQ4_XS products, on the
-// weights repacked in panels of 16 rows (quantized_panels.h): the AVX-512 build's panels, each
-// 64-byte register of 16 rows x 4 bytes read as two 32-byte halves of 8 rows. It runs where
-// AVX-512 with VNNI does not (AMD Zen 2 / Zen 3, Intel client cores); the activations are
-// quantized to Q8_K by the scalar twin's own quantizer, and the results equal the twin's
-// (block_dot.h) bit for bit: inside a super-block every product is an exact integer sum whatever
-// its order, and the super-block's contribution, (d * d_x) * sum - (dmin * d_x) * mins, is added
-// to each row's float accumulator in block order with the twin's very float operations (this
-// file is compiled without fused multiply-adds).
+// The AVX2 build (with FMA and F16C) of QuantizedMatrix's super-block products (Q4_K, Q5_K, Q6_K, IQ4_XS, Q3_K, Q2_K),
+// on the weights repacked in panels of 16 rows (quantized_panels.h): the AVX-512 build's panels, each 64-byte register
+// of 16 rows x 4 bytes read as two 32-byte halves of 8 rows. It runs where AVX-512 with VNNI does not (AMD Zen 2 / Zen
+// 3, Intel client cores); the activations are quantized to Q8_K by the scalar twin's own quantizer, and the results
+// equal the twin's (block_dot.h) bit for bit: inside a super-block every product is an exact integer sum whatever its
+// order, and the super-block's contribution, (d * d_x) * sum - (dmin * d_x) * mins, is added to each row's float
+// accumulator in block order with the twin's very float operations (this file is compiled without fused multiply-adds).
 //
 // Lanes are rows, as in the AVX-512 build: a token's 4 activation bytes are broadcast against 8
 // rows x 4 columns of levels, so a tile's results need no horizontal sums and its unpacking and
@@ -22,6 +20,8 @@
 //   Q6_K: the levels are the file's q + 32 (0..63, unsigned); the offset is taken out once per
 //     super-block and token: 32 times the scales against the activation's 16-value sums.
 //   IQ4_XS: signed levels (kIq4NlValues), with the sign trick; each register's pairs scaled.
+//   Q3_K (levels q + 4) / Q2_K: 16-value sub-blocks; Q3_K's offset and Q2_K's mins against the
+//     16-value sums.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -122,6 +122,35 @@ __m256i pair_pattern(int j) {
   }();
   return _mm256_load_si256(reinterpret_cast<const __m256i*>(kPatterns[static_cast<size_t>(j)].data()));
 }
+// The same with the byte in the high half of each int16 (an arithmetic shift by 8 then extends a
+// signed byte): (byte j, byte j), and (byte j, byte j + 1) for j = 0, 2.
+__m256i high_repeat_pattern(int j) {
+  alignas(32) static constexpr auto kPatterns = [] {
+    std::array<std::array<int8_t, 32>, 4> p{};
+    for (int s = 0; s < 4; ++s)
+      for (int k = 0; k < 8; ++k) {
+        p[s][4 * k + 1] = p[s][4 * k + 3] = static_cast<int8_t>((4 * k + s) % 16);
+        p[s][4 * k] = p[s][4 * k + 2] = -128;
+      }
+    return p;
+  }();
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(kPatterns[static_cast<size_t>(j)].data()));
+}
+__m256i high_pair_pattern(int j) {
+  alignas(32) static constexpr auto kPatterns = [] {
+    std::array<std::array<int8_t, 32>, 2> p{};
+    for (int s = 0; s < 2; ++s)
+      for (int k = 0; k < 8; ++k) {
+        p[s][4 * k + 1] = static_cast<int8_t>((4 * k + 2 * s) % 16);
+        p[s][4 * k + 3] = static_cast<int8_t>((4 * k + 2 * s + 1) % 16);
+        p[s][4 * k] = p[s][4 * k + 2] = -128;
+      }
+    return p;
+  }();
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(kPatterns[static_cast<size_t>(j)].data()));
+}
+// a | (b & c)
+__m256i or_masked(__m256i a, __m256i b, __m256i c) { return _mm256_or_si256(a, _mm256_and_si256(b, c)); }
 // Every byte's bits moved left by k (right for negative k), within 16-bit lanes.
 __m256i shift_bits(__m256i v, int k) {
   return k >= 0 ? _mm256_sll_epi16(v, _mm_cvtsi32_si128(k)) : _mm256_srl_epi16(v, _mm_cvtsi32_si128(-k));
@@ -313,6 +342,88 @@ void sums_iq4_xs(const std::byte* chunk, const std::byte* high, int h, const Q8K
   }
 }
 
+// ---- Q3_K / Q2_K ----------------------------------------------------------------------------------
+
+// Their chunks (quantized_panels.h): registers 8n + v the 2-bit levels (bits 2j, 2j + 1 of a byte
+// those of column 128n + 32j + 4v..); Q3_K: registers 16 + v the hmask bits (bit 4n + j of a byte
+// that of the same column), 24-26 the 12 packed scale bytes; Q2_K: 16-19 the 16 scale bytes
+// (scale in the low nibble, min in the high one).
+constexpr int kHmaskAt = 16, kQ3ScalesAt = 24, kQ2ScalesAt = 16;
+
+// Q3_K's 6-bit scales - 32 of 8 rows as signed bytes, sub-blocks 4g..4g+3 in register g: the low 4
+// bits from the low (g = 0, 1) or high (g = 2, 3) nibbles of bytes 0-3 (g even) or 4-7 (g odd),
+// the high 2 bits from bits 2g, 2g + 1 of bytes 8-11.
+void q3_k_scales(const std::byte* chunk, int h, __m256i (&g)[4]) {
+  const __m256i w0 = load_half(chunk + kQ3ScalesAt * 64, h), w1 = load_half(chunk + (kQ3ScalesAt + 1) * 64, h),
+                w2 = load_half(chunk + (kQ3ScalesAt + 2) * 64, h);
+  const __m256i low4 = bytes(0x0F), bits45 = bytes(0x30);
+  g[0] = or_masked(_mm256_and_si256(w0, low4), _mm256_slli_epi16(w2, 4), bits45);
+  g[1] = or_masked(_mm256_and_si256(w1, low4), _mm256_slli_epi16(w2, 2), bits45);
+  g[2] = or_masked(_mm256_and_si256(_mm256_srli_epi16(w0, 4), low4), w2, bits45);
+  g[3] = or_masked(_mm256_and_si256(_mm256_srli_epi16(w1, 4), low4), _mm256_srli_epi16(w2, 2), bits45);
+  for (__m256i& v : g) v = _mm256_sub_epi8(v, bytes(32));
+}
+
+// Q3_K (levels q + 4, 0..7) / Q2_K (levels 0..3): per 16-value sub-block 4 registers' pairs in one
+// int16 sum (at most 4 * 2 * 7 * 128), times the sub-block's scale; Q3_K's offset of 4 against the
+// 16-value sums, Q2_K's mins into imins.
+template <TensorType kType, int T>
+void sums_low_bit(const std::byte* chunk, int h, const Q8KRecord* const* xb, __m256i (&isum)[T], __m256i (&imins)[T]) {
+  constexpr bool kThree = kType == TensorType::kQ3_K;
+  __m256i q3[4];
+  __m256i packed[4];  // Q2_K: the scale bytes of sub-blocks 4r..4r+3
+  if constexpr (kThree) q3_k_scales(chunk, h, q3);
+  else
+    for (int r = 0; r < 4; ++r) packed[r] = load_half(chunk + (kQ2ScalesAt + r) * 64, h);
+  // (scale, scale) of sub-block sb as an int16 pair per row
+  const auto scale_of = [&](int sb) {
+    return kThree ? _mm256_srai_epi16(_mm256_shuffle_epi8(q3[sb / 4], high_repeat_pattern(sb % 4)), 8)
+                  : _mm256_shuffle_epi8(_mm256_and_si256(packed[sb / 4], bytes(0x0F)), repeat_pattern(sb % 4));
+  };
+#pragma GCC unroll 1
+  for (int n = 0; n < 2; ++n) {
+#pragma GCC unroll 1
+    for (int j = 0; j < 4; ++j) {  // columns 128n + 32j.., sub-blocks 8n + 2j and 8n + 2j + 1
+      __m256i w[8];
+#pragma GCC unroll 8
+      for (int v = 0; v < 8; ++v) {
+        w[v] = _mm256_and_si256(shift_bits(load_half(chunk + (8 * n + v) * 64, h), -2 * j), bytes(0x03));
+        if constexpr (kThree)  // the hmask bit 4n + j of the value, to bit 2
+          w[v] = or_masked(w[v], shift_bits(load_half(chunk + (kHmaskAt + v) * 64, h), 2 - 4 * n - j), bytes(0x04));
+      }
+      const int sb = 8 * n + 2 * j;
+      const __m256i scale0 = scale_of(sb), scale1 = scale_of(sb + 1);
+#pragma GCC unroll 1
+      for (int t = 0; t < T; ++t) {
+        const int8_t* x = xb[t]->q + 128 * n + 32 * j;
+        __m256i p[2];
+#pragma GCC unroll 2
+        for (int k = 0; k < 2; ++k) {
+          p[k] = byte_products(w[4 * k], x + 16 * k);
+#pragma GCC unroll 3
+          for (int v = 1; v < 4; ++v) p[k] = _mm256_add_epi16(p[k], byte_products(w[4 * k + v], x + 16 * k + 4 * v));
+        }
+        isum[t] = _mm256_add_epi32(isum[t],
+                                   _mm256_add_epi32(_mm256_madd_epi16(p[0], scale0), _mm256_madd_epi16(p[1], scale1)));
+      }
+    }
+  }
+  // Q3_K: the scales of sub-blocks 2k, 2k + 1 as int16 pairs, 4 times against the 16-value sums;
+  // Q2_K: the mins likewise, into imins.
+  __m256i pairs[8];
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k)
+    pairs[k] = kThree ? _mm256_srai_epi16(_mm256_shuffle_epi8(q3[k / 2], high_pair_pattern(k % 2)), 8)
+                      : _mm256_shuffle_epi8(_mm256_and_si256(_mm256_srli_epi16(packed[k / 2], 4), bytes(0x0F)),
+                                            pair_pattern(k % 2));
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) {
+    const __m256i products = pair_products(pairs, xb[t]->sum16_pairs);
+    if constexpr (kThree) isum[t] = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(products, 2));
+    else imins[t] = products;
+  }
+}
+
 // ---- the tiles ---------------------------------------------------------------------------------------
 
 // Software prefetch distance within a panel's stream. One token is bound by the stream's latency
@@ -327,7 +438,7 @@ constexpr size_t kPrefetchAhead = T == 1 ? 12288 : 4096;
 template <TensorType kType, int T>
 void tile(const std::byte* panel, const Q8KRecord* x, int blocks, float* y, size_t y_stride, int rows_out) {
   constexpr size_t kChunk = PanelLayout::quant_block_bytes(kType);
-  constexpr bool kMins = kType == TensorType::kQ4_K || kType == TensorType::kQ5_K;
+  constexpr bool kMins = kType == TensorType::kQ4_K || kType == TensorType::kQ5_K || kType == TensorType::kQ2_K;
   __m256 acc[2][T];
 #pragma GCC unroll 2
   for (int h = 0; h < 2; ++h)
@@ -347,7 +458,9 @@ void tile(const std::byte* panel, const Q8KRecord* x, int blocks, float* y, size
       __m256i isum[T], imins[T];
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) isum[t] = imins[t] = _mm256_setzero_si256();
-      if constexpr (kMins) sums_q4_k<kType, T>(chunk, h, xb, isum, imins);
+      if constexpr (kType == TensorType::kQ3_K || kType == TensorType::kQ2_K)
+        sums_low_bit<kType, T>(chunk, h, xb, isum, imins);
+      else if constexpr (kMins) sums_q4_k<kType, T>(chunk, h, xb, isum, imins);
       else if constexpr (kType == TensorType::kIQ4_XS) sums_iq4_xs<T>(chunk, ds + 32, h, xb, isum);
       else sums_q6_k<T>(chunk, h, xb, isum);
       const __m256 d = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(ds + 16 * h)));
@@ -412,6 +525,10 @@ void multiply_panels(const WeightPanels& w, int p0, int p1, const Activations& x
       return multiply_with<TensorType::kQ5_K>(w, p0, p1, x, y, y_stride);
     case TensorType::kIQ4_XS:
       return multiply_with<TensorType::kIQ4_XS>(w, p0, p1, x, y, y_stride);
+    case TensorType::kQ3_K:
+      return multiply_with<TensorType::kQ3_K>(w, p0, p1, x, y, y_stride);
+    case TensorType::kQ2_K:
+      return multiply_with<TensorType::kQ2_K>(w, p0, p1, x, y, y_stride);
     default:
       return multiply_with<TensorType::kQ6_K>(w, p0, p1, x, y, y_stride);
   }

@@ -60,7 +60,7 @@ const PanelsKernel& avx512_k_quant_panels_kernel();  // only after the same chec
 // The same for Q3_K / Q2_K panels (low_bit_kernels_avx512.cpp): activations quantized to Q8_K by
 // the twin's quantizer, results equal to its block_dot's. (IQ4_NL panels: avx512_panels_kernel.)
 const PanelsKernel& avx512_low_bit_panels_kernel();  // only after the same check
-// Q4_K / Q5_K / Q6_K / IQ4_XS panels without VNNI (kquant_kernels_avx2.cpp): the same results as the
+// The K-quant and IQ4_XS panels without VNNI (kquant_kernels_avx2.cpp): the same results as the
 // AVX-512 build's, for CPUs with AVX2 but not AVX-512 VNNI.
 const PanelsKernel& avx2_k_quant_panels_kernel();  // only after a run-time AVX2+FMA+F16C check
 

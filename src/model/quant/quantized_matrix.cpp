@@ -90,7 +90,7 @@ void scalar_multiply_rows(const WeightRows& w, int r0, int r1, const Activations
 }
 
 // The AVX-512 build multiplies Q8_0 blocks with VNNI's vpdpbusd; CPUs with AVX-512 but no VNNI
-// (Skylake-X) run the AVX2 builds instead, which read panels for Q4_K / Q5_K / Q6_K / IQ4_XS only.
+// (Skylake-X) run the AVX2 builds instead, which read panels for the K-quants and IQ4_XS only.
 PanelBuild panel_build(TensorType type, KernelIsa requested) {
   const KernelIsa resolved = resolve_isa(requested);
   if (resolved == KernelIsa::kAvx512 && cpu_has_avx512_vnni()) return PanelBuild::kAvx512;
