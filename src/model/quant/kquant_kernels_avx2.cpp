@@ -93,61 +93,27 @@ __m256i broadcast4(const int8_t* q) {
 }
 // Pairs of adjacent products level * x summed as int16 (levels unsigned).
 __m256i byte_products(__m256i levels, const int8_t* q) { return _mm256_maddubs_epi16(levels, broadcast4(q)); }
-// pshufb patterns that spread one byte per dword into an int16 pair: byte j of every dword to
-// (byte j, byte j) (the sub-block scales, j = 0..3), and (byte j, byte j + 1) for j = 0, 2 (the
-// mins of two sub-blocks). Tables, not built in place: built on the stack they cost a store
+// A pshufb pattern that makes every dword an int16 pair of two of its own bytes, (byte first, byte
+// second): each in the low byte of its int16 with zero above, or (kHigh) in the high byte, so that
+// an arithmetic shift by 8 extends a signed byte. The sub-block scales are (j, j), the scales or
+// mins of two sub-blocks (j, j + 1). From a table: built on the stack, a pattern costs a store
 // forwarding stall per sub-block.
-__m256i repeat_pattern(int j) {
+template <bool kHigh>
+__m256i int16_pair_pattern(int first, int second) {
   alignas(32) static constexpr auto kPatterns = [] {
-    std::array<std::array<int8_t, 32>, 4> p{};
-    for (int s = 0; s < 4; ++s)
-      for (int k = 0; k < 8; ++k) {
-        p[s][4 * k] = p[s][4 * k + 2] = static_cast<int8_t>((4 * k + s) % 16);
-        p[s][4 * k + 1] = p[s][4 * k + 3] = -128;
-      }
+    std::array<std::array<int8_t, 32>, 16> p{};
+    constexpr int at = kHigh ? 1 : 0;
+    for (int f = 0; f < 4; ++f)
+      for (int s = 0; s < 4; ++s)
+        for (int k = 0; k < 8; ++k) {  // dword k's bytes are 4k.. of its 128-bit lane
+          std::array<int8_t, 32>& q = p[static_cast<size_t>(4 * f + s)];
+          q[static_cast<size_t>(4 * k + at)] = static_cast<int8_t>((4 * k + f) % 16);
+          q[static_cast<size_t>(4 * k + 2 + at)] = static_cast<int8_t>((4 * k + s) % 16);
+          q[static_cast<size_t>(4 * k + 1 - at)] = q[static_cast<size_t>(4 * k + 3 - at)] = -128;
+        }
     return p;
   }();
-  return _mm256_load_si256(reinterpret_cast<const __m256i*>(kPatterns[static_cast<size_t>(j)].data()));
-}
-__m256i pair_pattern(int j) {
-  alignas(32) static constexpr auto kPatterns = [] {
-    std::array<std::array<int8_t, 32>, 2> p{};
-    for (int s = 0; s < 2; ++s)
-      for (int k = 0; k < 8; ++k) {
-        p[s][4 * k] = static_cast<int8_t>((4 * k + 2 * s) % 16);
-        p[s][4 * k + 2] = static_cast<int8_t>((4 * k + 2 * s + 1) % 16);
-        p[s][4 * k + 1] = p[s][4 * k + 3] = -128;
-      }
-    return p;
-  }();
-  return _mm256_load_si256(reinterpret_cast<const __m256i*>(kPatterns[static_cast<size_t>(j)].data()));
-}
-// The same with the byte in the high half of each int16 (an arithmetic shift by 8 then extends a
-// signed byte): (byte j, byte j), and (byte j, byte j + 1) for j = 0, 2.
-__m256i high_repeat_pattern(int j) {
-  alignas(32) static constexpr auto kPatterns = [] {
-    std::array<std::array<int8_t, 32>, 4> p{};
-    for (int s = 0; s < 4; ++s)
-      for (int k = 0; k < 8; ++k) {
-        p[s][4 * k + 1] = p[s][4 * k + 3] = static_cast<int8_t>((4 * k + s) % 16);
-        p[s][4 * k] = p[s][4 * k + 2] = -128;
-      }
-    return p;
-  }();
-  return _mm256_load_si256(reinterpret_cast<const __m256i*>(kPatterns[static_cast<size_t>(j)].data()));
-}
-__m256i high_pair_pattern(int j) {
-  alignas(32) static constexpr auto kPatterns = [] {
-    std::array<std::array<int8_t, 32>, 2> p{};
-    for (int s = 0; s < 2; ++s)
-      for (int k = 0; k < 8; ++k) {
-        p[s][4 * k + 1] = static_cast<int8_t>((4 * k + 2 * s) % 16);
-        p[s][4 * k + 3] = static_cast<int8_t>((4 * k + 2 * s + 1) % 16);
-        p[s][4 * k] = p[s][4 * k + 2] = -128;
-      }
-    return p;
-  }();
-  return _mm256_load_si256(reinterpret_cast<const __m256i*>(kPatterns[static_cast<size_t>(j)].data()));
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(kPatterns[static_cast<size_t>(4 * first + second)].data()));
 }
 // a | (b & c)
 __m256i or_masked(__m256i a, __m256i b, __m256i c) { return _mm256_or_si256(a, _mm256_and_si256(b, c)); }
@@ -210,7 +176,8 @@ void sums_q4_k(const std::byte* chunk, int h, const Q8KRecord* const* xb, __m256
                                  _mm256_and_si256(shift_bits(load_half(chunk + (32 + v) * 64, h), 4 - s), bytes(0x10)));
       }
       // (scale, scale) as an int16 pair in every lane: byte s % 4 of the lane's 4 scales.
-      const __m256i scale = _mm256_shuffle_epi8(s < 4 ? ps.scales_lo : ps.scales_hi, repeat_pattern(s % 4));
+      const __m256i scale =
+          _mm256_shuffle_epi8(s < 4 ? ps.scales_lo : ps.scales_hi, int16_pair_pattern<false>(s % 4, s % 4));
 #pragma GCC unroll 1
       for (int t = 0; t < T; ++t) {
         const int8_t* x = xb[t]->q + 32 * s;
@@ -235,7 +202,8 @@ void sums_q4_k(const std::byte* chunk, int h, const Q8KRecord* const* xb, __m256
   __m256i min_pairs[4];
 #pragma GCC unroll 4
   for (int c = 0; c < 4; ++c) {
-    min_pairs[c] = _mm256_shuffle_epi8(c < 2 ? ps.mins_lo : ps.mins_hi, pair_pattern(c % 2));
+    min_pairs[c] =
+        _mm256_shuffle_epi8(c < 2 ? ps.mins_lo : ps.mins_hi, int16_pair_pattern<false>(2 * (c % 2), 2 * (c % 2) + 1));
   }
 #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) imins[t] = pair_products(min_pairs, xb[t]->sum32_pairs);
@@ -377,8 +345,9 @@ void sums_low_bit(const std::byte* chunk, int h, const Q8KRecord* const* xb, __m
     for (int r = 0; r < 4; ++r) packed[r] = load_half(chunk + (kQ2ScalesAt + r) * 64, h);
   // (scale, scale) of sub-block sb as an int16 pair per row
   const auto scale_of = [&](int sb) {
-    return kThree ? _mm256_srai_epi16(_mm256_shuffle_epi8(q3[sb / 4], high_repeat_pattern(sb % 4)), 8)
-                  : _mm256_shuffle_epi8(_mm256_and_si256(packed[sb / 4], bytes(0x0F)), repeat_pattern(sb % 4));
+    return kThree ? _mm256_srai_epi16(_mm256_shuffle_epi8(q3[sb / 4], int16_pair_pattern<true>(sb % 4, sb % 4)), 8)
+                  : _mm256_shuffle_epi8(_mm256_and_si256(packed[sb / 4], bytes(0x0F)),
+                                        int16_pair_pattern<false>(sb % 4, sb % 4));
   };
 #pragma GCC unroll 1
   for (int n = 0; n < 2; ++n) {
@@ -413,9 +382,10 @@ void sums_low_bit(const std::byte* chunk, int h, const Q8KRecord* const* xb, __m
   __m256i pairs[8];
 #pragma GCC unroll 8
   for (int k = 0; k < 8; ++k)
-    pairs[k] = kThree ? _mm256_srai_epi16(_mm256_shuffle_epi8(q3[k / 2], high_pair_pattern(k % 2)), 8)
+    pairs[k] = kThree ? _mm256_srai_epi16(
+                            _mm256_shuffle_epi8(q3[k / 2], int16_pair_pattern<true>(2 * (k % 2), 2 * (k % 2) + 1)), 8)
                       : _mm256_shuffle_epi8(_mm256_and_si256(_mm256_srli_epi16(packed[k / 2], 4), bytes(0x0F)),
-                                            pair_pattern(k % 2));
+                                            int16_pair_pattern<false>(2 * (k % 2), 2 * (k % 2) + 1));
 #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) {
     const __m256i products = pair_products(pairs, xb[t]->sum16_pairs);

@@ -222,9 +222,10 @@ void QuantizedMatrix::multiply(const Prepared& x, float* y, size_t y_stride) con
   const quant_detail::PanelBuild build = quant_detail::panel_build(w_.type, isa);
   const bool panels = build != quant_detail::PanelBuild::kNone;
   if (runs_blocks(w_.type, panels)) return multiply_blocks(x, y, y_stride);
-  if (panels && !panels_)  // cannot happen: kAuto resolves to AVX-512 whenever AVX-512 may be asked for
+  if (panels &&
+      !panels_)  // cannot happen: the default build (kAuto) reads panels whenever a build that may be asked for does
     throw UsageError(
-        "QuantizedMatrix: the AVX-512 build needs the repacked weights, made only where it is the default");
+        "QuantizedMatrix: the panel builds need the repacked weights, made only where the default build reads them");
   const quant_detail::RowsKernel& k = quant_detail::rows_kernel_for(isa);
   const int rows = this->rows(), cols = this->cols();
   const quant_detail::WeightRows w{w_.type, static_cast<const std::byte*>(w_.data), tensor_row_bytes(w_.type, cols),
