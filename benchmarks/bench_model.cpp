@@ -411,7 +411,7 @@ BENCHMARK(BM_QuantizedMatmul)
     ->ArgNames({"type", "isa", "tokens"})
     ->ArgsProduct({{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, {0, 1, 2}, {1, 32, 512}});
 
-// One core's peak of the three multiply-add instructions the AVX-512 matmuls could use, so that
+// One core's peak of the multiply-add instructions the matmuls could use, so that
 // QuantizedMatmul's GMAC/s read as a fraction of it: 16 independent accumulator chains (more than
 // latency x throughput), operands in registers, CPU time. MACs per instruction: vfmadd231ps 16
 // (f32), vdpbf16ps 32 (bf16 pairs), vpdpbusd 64 (u8 x s8 quads).
@@ -463,19 +463,60 @@ __attribute__((target("avx512f,avx512vnni"))) void peak_vnni(benchmark::State& s
   }
 }
 
+// Without AVX-512 (AMD Zen 2 / 3, Intel client cores): vfmadd231ps ymm, 8 MACs, and the AVX2
+// K-quant kernels' byte product, vpmaddubsw ymm (u8 x s8, adjacent pairs summed to int16: 32 MACs)
+// with the vpaddw that sums its pairs, as their inner loops issue them. 12 chains: with the two
+// operands they fill 14 of the 16 ymm registers (16 chains would spill).
+constexpr int kPeakChainsYmm = 12;
+
+__attribute__((target("avx2,fma"))) void peak_fma_avx2(benchmark::State& state) {
+  __m256 acc[kPeakChainsYmm];
+  __m256 a = _mm256_set1_ps(1.0001f);
+  const __m256 b = _mm256_set1_ps(0.9999f);
+  for (auto _ : state) {
+    for (int i = 0; i < kPeakChainsYmm; ++i) acc[i] = _mm256_set1_ps(static_cast<float>(i));
+    for (int64_t s = 0; s < kPeakSteps; ++s) {
+#pragma GCC unroll 16
+      for (int i = 0; i < kPeakChainsYmm; ++i) acc[i] = _mm256_fmadd_ps(a, b, acc[i]);
+      __asm__ volatile("" : "+x"(a));
+    }
+    for (int i = 0; i < kPeakChainsYmm; ++i) benchmark::DoNotOptimize(acc[i]);
+  }
+}
+
+__attribute__((target("avx2"))) void peak_maddubs_avx2(benchmark::State& state) {
+  __m256i acc[kPeakChainsYmm];
+  __m256i a = _mm256_set1_epi8(1);
+  const __m256i b = _mm256_set1_epi8(1);
+  for (auto _ : state) {
+    for (int i = 0; i < kPeakChainsYmm; ++i) acc[i] = _mm256_set1_epi16(static_cast<short>(i));
+    for (int64_t s = 0; s < kPeakSteps; ++s) {
+#pragma GCC unroll 16
+      for (int i = 0; i < kPeakChainsYmm; ++i) acc[i] = _mm256_add_epi16(acc[i], _mm256_maddubs_epi16(a, b));
+      __asm__ volatile("" : "+x"(a));
+    }
+    for (int i = 0; i < kPeakChainsYmm; ++i) benchmark::DoNotOptimize(acc[i]);
+  }
+}
+
 void BM_PeakMultiplyAdd(benchmark::State& state) {
   struct Kind {
     const char* name;
     bool available;
     int macs;
+    int chains;
     void (*run)(benchmark::State&);
   };
   __builtin_cpu_init();
   const bool avx512 = best_available_isa() == KernelIsa::kAvx512;
   const Kind kinds[] = {
-      {"vfmadd231ps zmm (f32)", avx512, 16, peak_fma},
-      {"vdpbf16ps zmm (bf16 pairs)", avx512 && __builtin_cpu_supports("avx512bf16"), 32, peak_bf16_dot},
-      {"vpdpbusd zmm (u8 x s8)", avx512 && __builtin_cpu_supports("avx512vnni"), 64, peak_vnni}};
+      {"vfmadd231ps zmm (f32)", avx512, 16, kPeakChains, peak_fma},
+      {"vdpbf16ps zmm (bf16 pairs)", avx512 && __builtin_cpu_supports("avx512bf16"), 32, kPeakChains, peak_bf16_dot},
+      {"vpdpbusd zmm (u8 x s8)", avx512 && __builtin_cpu_supports("avx512vnni"), 64, kPeakChains, peak_vnni},
+      {"vfmadd231ps ymm (f32)", __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"), 8, kPeakChainsYmm,
+       peak_fma_avx2},
+      {"vpmaddubsw ymm + vpaddw (u8 x s8 pairs)", __builtin_cpu_supports("avx2") != 0, 32, kPeakChainsYmm,
+       peak_maddubs_avx2}};
   const Kind& k = kinds[state.range(0)];
   if (!k.available) {
     state.SkipWithError("instruction not available");
@@ -483,12 +524,12 @@ void BM_PeakMultiplyAdd(benchmark::State& state) {
   }
   state.SetLabel(k.name);
   k.run(state);
-  const double instructions = static_cast<double>(state.iterations()) * kPeakSteps * kPeakChains;
+  const double instructions = static_cast<double>(state.iterations()) * kPeakSteps * k.chains;
   state.counters["GMAC/s"] =
       benchmark::Counter(instructions * k.macs, benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
   state.counters["instr/ns"] = benchmark::Counter(instructions / 1e9, benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_PeakMultiplyAdd)->ArgNames({"kind"})->DenseRange(0, 2)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PeakMultiplyAdd)->ArgNames({"kind"})->DenseRange(0, 4)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
