@@ -224,14 +224,18 @@ TEST(QuantizedMatrix, ExtremeFloatWeightsLandInTheirRowAndColumn) {
   }
 }
 
-// A prompt-sized batch on F16 / BF16 weights, which the AVX-512 build cuts in blocks of 32
-// panels x 128 tokens and slices of 1,024 columns, carrying the sums through y from slice to
-// slice: a partial last group, block and slice (an odd column count: the zero pad column), and
-// (one thread, so that one call holds them all) more rows than one block with a partial last
-// panel: every output against the scalar twin, and every token bit for bit what it gives alone
-// (each output is one FMA chain over the columns, whatever tile, block or slice it runs in).
+// A prompt-sized batch on F16 / BF16 weights, which the panel builds cut in blocks of 32 panels x
+// 128 (AVX-512) or 48 (AVX2) tokens and slices of 1,024 columns, carrying the sums through y from
+// slice to slice: a partial last group, block and slice (an odd column count: the zero pad
+// column), and (one thread, so that one call holds them all) more rows than one block with a
+// partial last panel: every output against the scalar twin, every token bit for bit what it gives
+// alone (each output is one FMA chain over the columns, whatever tile, block or slice it runs in),
+// and the AVX2 build bit for bit the AVX-512 build where both run.
 TEST(QuantizedMatrix, PromptBatchesMatchTheScalarTwinAndTheTokenAlone) {
-  if (best_available_isa() != KernelIsa::kAvx512) GTEST_SKIP() << "no AVX-512 on this CPU";
+  std::vector<KernelIsa> isas;
+  if (has_avx2(best_available_isa())) isas.push_back(KernelIsa::kAvx2);
+  if (best_available_isa() == KernelIsa::kAvx512) isas.push_back(KernelIsa::kAvx512);
+  if (isas.empty()) GTEST_SKIP() << "no SIMD build on this CPU";
   const int threads = kernel_threads();
   set_kernel_threads(1);
   for (TensorType type : {TensorType::kF16, TensorType::kBF16}) {
@@ -244,28 +248,36 @@ TEST(QuantizedMatrix, PromptBatchesMatchTheScalarTwinAndTheTokenAlone) {
       const size_t x_stride = static_cast<size_t>(cols) + 1, y_stride = static_cast<size_t>(rows) + 2;
       std::vector<float> x(static_cast<size_t>(tokens) * x_stride);
       for (float& f : x) f = dist(rng);
-      std::vector<float> scalar(static_cast<size_t>(tokens) * y_stride, -1.0f), simd(scalar.size(), -1.0f);
+      std::vector<float> scalar(static_cast<size_t>(tokens) * y_stride, -1.0f), first_build;
       m.multiply(x.data(), x_stride, tokens, scalar.data(), y_stride, KernelIsa::kScalar);
-      m.multiply(x.data(), x_stride, tokens, simd.data(), y_stride, KernelIsa::kAvx512);
       std::vector<float> dense(static_cast<size_t>(rows) * static_cast<size_t>(cols));
       for (int r = 0; r < rows; ++r)
         dequantize_row(type, w.view().row(r), std::span(dense).subspan(static_cast<size_t>(r) * cols, cols));
-      for (int t = 0; t < tokens; ++t) {
-        std::vector<float> alone(static_cast<size_t>(rows));
-        m.multiply(x.data() + static_cast<size_t>(t) * x_stride, x_stride, 1, alone.data(), 0, KernelIsa::kAvx512);
-        for (int r = 0; r < rows; ++r) {
-          const size_t i = static_cast<size_t>(t) * y_stride + static_cast<size_t>(r);
-          double magnitude = 0;  // |w| . |x| bounds the rounding of either order of summation
-          for (int j = 0; j < cols; ++j)
-            magnitude += std::fabs(static_cast<double>(dense[static_cast<size_t>(r) * cols + static_cast<size_t>(j)]) *
-                                   x[static_cast<size_t>(t) * x_stride + static_cast<size_t>(j)]);
-          ASSERT_NEAR(simd[i], scalar[i], 1e-5 * (1 + magnitude))
-              << tensor_type_name(type) << " " << cols << " columns, token " << t << " row " << r;
-          ASSERT_EQ(simd[i], alone[static_cast<size_t>(r)])
-              << tensor_type_name(type) << " " << cols << " columns, token " << t << " row " << r;
+      for (KernelIsa isa : isas) {
+        std::vector<float> simd(scalar.size(), -1.0f);
+        m.multiply(x.data(), x_stride, tokens, simd.data(), y_stride, isa);
+        if (first_build.empty()) first_build = simd;
+        ASSERT_EQ(simd, first_build) << tensor_type_name(type) << " " << cols << " columns: " << isa_name(isa)
+                                     << " differs from " << isa_name(isas[0]);
+        for (int t = 0; t < tokens; ++t) {
+          std::vector<float> alone(static_cast<size_t>(rows));
+          m.multiply(x.data() + static_cast<size_t>(t) * x_stride, x_stride, 1, alone.data(), 0, isa);
+          for (int r = 0; r < rows; ++r) {
+            const size_t i = static_cast<size_t>(t) * y_stride + static_cast<size_t>(r);
+            double magnitude = 0;  // |w| . |x| bounds the rounding of either order of summation
+            for (int j = 0; j < cols; ++j)
+              magnitude +=
+                  std::fabs(static_cast<double>(dense[static_cast<size_t>(r) * cols + static_cast<size_t>(j)]) *
+                            x[static_cast<size_t>(t) * x_stride + static_cast<size_t>(j)]);
+            ASSERT_NEAR(simd[i], scalar[i], 1e-5 * (1 + magnitude))
+                << tensor_type_name(type) << " " << isa_name(isa) << " " << cols << " columns, token " << t << " row "
+                << r;
+            ASSERT_EQ(simd[i], alone[static_cast<size_t>(r)]) << tensor_type_name(type) << " " << isa_name(isa) << " "
+                                                              << cols << " columns, token " << t << " row " << r;
+          }
+          for (size_t pad = static_cast<size_t>(rows); pad < y_stride; ++pad)
+            ASSERT_EQ(simd[static_cast<size_t>(t) * y_stride + pad], -1.0f) << "padding of y written";
         }
-        for (size_t pad = static_cast<size_t>(rows); pad < y_stride; ++pad)
-          ASSERT_EQ(simd[static_cast<size_t>(t) * y_stride + pad], -1.0f) << "padding of y written";
       }
     }
   }

@@ -63,6 +63,9 @@ const PanelsKernel& avx512_low_bit_panels_kernel();  // only after the same chec
 // The K-quant and IQ4_XS panels without VNNI (kquant_kernels_avx2.cpp): the same results as the
 // AVX-512 build's, for CPUs with AVX2 but not AVX-512 VNNI.
 const PanelsKernel& avx2_k_quant_panels_kernel();  // only after a run-time AVX2+FMA+F16C check
+// The F16 / BF16 panels without AVX-512 (float_panels_avx2.cpp): f32 activations, the same results
+// as the AVX-512 build's bit for bit (one FMA per column, in column order).
+const PanelsKernel& avx2_float_panels_kernel();  // only after the same check
 
 // Which build multiplies a type's repacked panels for a requested ISA (quantized_matrix.cpp).
 enum class PanelBuild { kNone, kAvx512, kAvx2 };

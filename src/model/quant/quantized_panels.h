@@ -1,5 +1,6 @@
 // The row-interleaved copy of a weight matrix that QuantizedMatrix's AVX-512 build multiplies (and
-// its AVX2 build, for the K-quants and IQ4_XS: kquant_kernels_avx2.cpp),
+// its AVX2 build, for F16 / BF16 and the super-block types: float_panels_avx2.cpp,
+// kquant_kernels_avx2.cpp),
 // private to src/model. Made once at load time (a file's weights are repacked into anonymous
 // memory, as llama.cpp's CPU back end repacks its Q4_0/Q8_0 weights); the file's own layout stays
 // what the scalar twin and the AVX2 build read.
@@ -129,9 +130,11 @@ constexpr bool is_panelled_k_quant(TensorType t) {
 // low_bit_kernels_avx512.cpp.
 constexpr bool is_panelled_low_bit(TensorType t) { return t == TensorType::kQ3_K || t == TensorType::kQ2_K; }
 
-// True for the types the AVX2 build also reads in panels (kquant_kernels_avx2.cpp): every
-// super-block type with a panel layout.
-constexpr bool has_avx2_panels(TensorType t) { return is_panelled_k_quant(t) || is_panelled_low_bit(t); }
+// True for the types the AVX2 build also reads in panels: F16 and BF16 (float_panels_avx2.cpp) and
+// every super-block type with a panel layout (kquant_kernels_avx2.cpp).
+constexpr bool has_avx2_panels(TensorType t) {
+  return t == TensorType::kF16 || t == TensorType::kBF16 || is_panelled_k_quant(t) || is_panelled_low_bit(t);
+}
 
 // True for the block formats of block_formats.h that have a panel layout (IQ4_NL: Q4_0's, multiplied
 // with Q4_0's tiles).
