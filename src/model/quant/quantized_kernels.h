@@ -1,8 +1,8 @@
 // The per-ISA builds of QuantizedMatrix's product, private to src/model. A build computes a
 // group of weight rows against every token of the batch; the register-blocked builds (AVX2 on the
-// file's rows, AVX-512 on the repacked panels of quantized_panels.h) read each weight row once per
-// group of tokens and keep several rows x tokens of accumulators in registers, so a batch costs
-// little more weight traffic than one token.
+// file's Q8_0 / Q4_0 rows, AVX-512, and AVX2 for the other types, on the repacked panels of
+// quantized_panels.h) read each weight row once per group of tokens and keep several rows x
+// tokens of accumulators in registers, so a batch costs little more weight traffic than one token.
 #pragma once
 
 #include <cstddef>
@@ -52,7 +52,7 @@ struct PanelsKernel {
 };
 
 const RowsKernel& scalar_rows_kernel();
-const RowsKernel& avx2_rows_kernel();  // only after a run-time AVX2+FMA+F16C check
+const RowsKernel& avx2_rows_kernel();  // Q8_0 / Q4_0; only after a run-time AVX2+FMA+F16C check
 const PanelsKernel& avx512_panels_kernel();  // only after a run-time AVX-512 F/VL/BW/DQ + VNNI check
 // The same for Q4_K / Q5_K / Q6_K / IQ4_XS panels (kquant_kernels_avx512.cpp): activations quantized to
 // Q8_K, results equal to the scalar twin's block_dot bit for bit.

@@ -1,13 +1,12 @@
-// The AVX2+FMA+F16C build of QuantizedMatrix (entered only after best_available_isa() reported
-// AVX2). Tiles of 4 weight rows x up to 2 tokens: 8 accumulators of 8 floats plus the weight
-// vectors fit the 16 ymm registers.
+// The AVX2+FMA+F16C build of QuantizedMatrix for Q8_0 / Q4_0 rows as the file stores them (entered
+// only after best_available_isa() reported AVX2; F16 / BF16 and the super-block types read the
+// repacked panels instead: float_panels_avx2.cpp, kquant_kernels_avx2.cpp). Tiles of 4 weight rows
+// x up to 2 tokens: 8 accumulators of 8 floats plus the weight vectors fit the 16 ymm registers.
 //
-// F16 / BF16: 8 weights widened to f32 per step, FMA with the f32 activations; the columns past
-// the last multiple of 8 are added in scalar code.
-// Q8_0 / Q4_0: one 32-value block per register; the byte products use maddubs, which multiplies
-// unsigned by signed bytes, so |w| meets x carrying w's sign (-128 * -127 pairs stay below the
-// int16 limit). Integer block sums are exact, as in the scalar twin; each times d_w * d_x is
-// added in float, in 8 lanes. The activations are plain Q8_0 blocks, as in the scalar twin.
+// One 32-value block per register; the byte products use maddubs, which multiplies unsigned by
+// signed bytes, so |w| meets x carrying w's sign (-128 * -127 pairs stay below the int16 limit).
+// Integer block sums are exact, as in the scalar twin; each times d_w * d_x is added in float, in
+// 8 lanes. The activations are plain Q8_0 blocks, as in the scalar twin.
 #include <immintrin.h>
 
 #include "quantized_kernels.h"
@@ -25,60 +24,6 @@ float hsum(__m256 v) {
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
 }
-
-struct WidenF16 {
-  static __m256 load(const uint16_t* p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  }
-  static float one(uint16_t h) { return _cvtsh_ss(h); }
-};
-
-struct WidenBF16 {
-  static __m256 load(const uint16_t* p) {
-    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
-  }
-  static float one(uint16_t h) {
-    const uint32_t bits = static_cast<uint32_t>(h) << 16;
-    float f;
-    __builtin_memcpy(&f, &bits, 4);
-    return f;
-  }
-};
-
-template <class Widen>
-struct FloatTile {
-  template <int T>
-  static void tile(const std::byte* const* w, const std::byte* const* x, int cols, float* y, size_t y_stride,
-                   int rows_out) {
-    const uint16_t* wr[kRows];
-    for (int r = 0; r < kRows; ++r) wr[r] = reinterpret_cast<const uint16_t*>(w[r]);
-    const float* xt[T];
-    for (int t = 0; t < T; ++t) xt[t] = reinterpret_cast<const float*>(x[t]);
-    __m256 acc[kRows][T];
-    for (int r = 0; r < kRows; ++r)
-      for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
-    // Prefetch the tile below (see next_tile_offset), one 64-byte line per row every 32 columns.
-    const ptrdiff_t ahead = next_tile_offset<kRows>(w);
-    int j = 0;
-    for (; j + 8 <= cols; j += 8) {
-      if (j % 32 == 0)
-        for (int r = 0; r < kRows; ++r) _mm_prefetch(reinterpret_cast<const char*>(wr[r] + j) + ahead, _MM_HINT_T0);
-      __m256 wv[kRows];
-      for (int r = 0; r < kRows; ++r) wv[r] = Widen::load(wr[r] + j);
-      for (int t = 0; t < T; ++t) {
-        const __m256 xv = _mm256_loadu_ps(xt[t] + j);
-        for (int r = 0; r < kRows; ++r) acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
-      }
-    }
-    for (int t = 0; t < T; ++t)
-      for (int r = 0; r < rows_out; ++r) {
-        float v = hsum(acc[r][t]);
-        for (int i = j; i < cols; ++i) v += Widen::one(wr[r][i]) * xt[t][i];
-        y[static_cast<size_t>(t) * y_stride + static_cast<size_t>(r)] = v;
-      }
-  }
-};
 
 // Sum of products of 32 signed bytes, as 8 int32 lanes: |w| (unsigned) times x carrying w's sign.
 __m256i block_products(__m256i w_abs, __m256i w, __m256i x) {
@@ -152,12 +97,6 @@ void prepare(const float* x, int cols, std::byte* out) {
 
 void multiply_rows(const WeightRows& w, int r0, int r1, const Activations& x, float* y, size_t y_stride) {
   switch (w.type) {
-    case TensorType::kF16:
-      multiply_rows_tiled<kRows, kTokens, FloatTile<WidenF16>>(w, r0, r1, x, y, y_stride);
-      break;
-    case TensorType::kBF16:
-      multiply_rows_tiled<kRows, kTokens, FloatTile<WidenBF16>>(w, r0, r1, x, y, y_stride);
-      break;
     case TensorType::kQ8_0:
       multiply_rows_tiled<kRows, kTokens, QuantTile<UnpackQ8_0>>(w, r0, r1, x, y, y_stride);
       break;
