@@ -202,7 +202,6 @@ constexpr int kWidenMinTokens = 4 * kGroupTokens + 1;
 
 constexpr int kPair = 2;  // panels per tile: a group's 3 tokens on 2 panels
 constexpr size_t kWideBytes = kSliceColumns * kPanelRows * sizeof(float);
-alignas(64) thread_local float widened_slices[kPair * kSliceColumns * kPanelRows];
 
 template <class Widen>
 void multiply_with(const WeightPanels& w, int p0, int p1, const Activations& acts, float* y, size_t y_stride) {
@@ -213,7 +212,7 @@ void multiply_with(const WeightPanels& w, int p0, int p1, const Activations& act
   const auto panel_at = [&](int p) { return w.base + static_cast<size_t>(p) * l.panel_bytes; };
   if (n <= kGroupTokens)
     return run_group<Widen>(n, panel_at(p0), l.panel_bytes, l.rows, p0, p1, cols, x, y, y_stride, false, 0);
-  float* const wide = widened_slices;
+  alignas(64) float wide[kPair * kSliceColumns * kPanelRows];  // 128 KiB of stack, as the AVX-512 build's 64
   for (int b0 = 0; b0 < n; b0 += kBlockTokens) {
     const int b1 = std::min(n, b0 + kBlockTokens);
     const bool widen = b1 - b0 >= kWidenMinTokens;
