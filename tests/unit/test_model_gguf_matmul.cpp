@@ -61,6 +61,14 @@ double reference_dot(const Weights& w, int r, const float* x) {
   return s;
 }
 
+// The SIMD builds this CPU runs (AVX2, AVX-512), each tested against the scalar twin.
+std::vector<KernelIsa> simd_isas() {
+  std::vector<KernelIsa> isas;
+  if (has_avx2(best_available_isa())) isas.push_back(KernelIsa::kAvx2);
+  if (best_available_isa() == KernelIsa::kAvx512) isas.push_back(KernelIsa::kAvx512);
+  return isas;
+}
+
 class QuantizedMatrixTest : public ::testing::TestWithParam<TensorType> {};
 
 TEST_P(QuantizedMatrixTest, EveryIsaMatchesTheReferenceAndTheScalarTwin) {
@@ -81,9 +89,7 @@ TEST_P(QuantizedMatrixTest, EveryIsaMatchesTheReferenceAndTheScalarTwin) {
       EXPECT_NEAR(scalar[static_cast<size_t>(t) * y_stride + static_cast<size_t>(r)], ref, 1e-4 * (1 + std::fabs(ref)));
     }
   EXPECT_EQ(scalar[y_stride - 1], -1.0f) << "padding between rows of y was written";
-  for (KernelIsa isa : {KernelIsa::kAvx2, KernelIsa::kAvx512}) {
-    if (!(best_available_isa() == isa || (isa == KernelIsa::kAvx2 && best_available_isa() == KernelIsa::kAvx512)))
-      continue;
+  for (KernelIsa isa : simd_isas()) {
     std::vector<float> simd(tokens * y_stride, -1.0f);
     m.multiply(x.data(), x_stride, tokens, simd.data(), y_stride, isa);
     for (size_t i = 0; i < simd.size(); ++i)
@@ -103,9 +109,7 @@ INSTANTIATE_TEST_SUITE_P(Types, QuantizedMatrixTest,
 // (every token-tile remainder, and the AVX-512 build's 4-, 2- and 1-panel tiles), strided x and y.
 // The bound is float rounding of differently ordered (or fused) sums.
 TEST(QuantizedMatrix, BatchedSimdBuildsMatchTheScalarTwin) {
-  std::vector<KernelIsa> isas;
-  if (has_avx2(best_available_isa())) isas.push_back(KernelIsa::kAvx2);
-  if (best_available_isa() == KernelIsa::kAvx512) isas.push_back(KernelIsa::kAvx512);
+  const std::vector<KernelIsa> isas = simd_isas();
   if (isas.empty()) GTEST_SKIP() << "no SIMD build on this CPU";
   struct Shape {
     int rows, cols;
@@ -225,16 +229,14 @@ TEST(QuantizedMatrix, ExtremeFloatWeightsLandInTheirRowAndColumn) {
 }
 
 // A prompt-sized batch on F16 / BF16 weights, which the panel builds cut in blocks of 32 panels x
-// 128 (AVX-512) or 48 (AVX2) tokens and slices of 1,024 columns, carrying the sums through y from
+// 128 (AVX-512) or 96 (AVX2) tokens and slices of 1,024 columns, carrying the sums through y from
 // slice to slice: a partial last group, block and slice (an odd column count: the zero pad
 // column), and (one thread, so that one call holds them all) more rows than one block with a
 // partial last panel: every output against the scalar twin, every token bit for bit what it gives
 // alone (each output is one FMA chain over the columns, whatever tile, block or slice it runs in),
 // and the AVX2 build bit for bit the AVX-512 build where both run.
 TEST(QuantizedMatrix, PromptBatchesMatchTheScalarTwinAndTheTokenAlone) {
-  std::vector<KernelIsa> isas;
-  if (has_avx2(best_available_isa())) isas.push_back(KernelIsa::kAvx2);
-  if (best_available_isa() == KernelIsa::kAvx512) isas.push_back(KernelIsa::kAvx512);
+  const std::vector<KernelIsa> isas = simd_isas();
   if (isas.empty()) GTEST_SKIP() << "no SIMD build on this CPU";
   const int threads = kernel_threads();
   set_kernel_threads(1);
@@ -439,17 +441,9 @@ INSTANTIATE_TEST_SUITE_P(Types, BlockFormatTest,
 // Equal floats, NaN equal to NaN (extreme scales can make inf - inf in both builds).
 bool same_float(float a, float b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
 
-// The SIMD builds of this CPU (AVX2, AVX-512) against the scalar twin, bit for bit.
-std::vector<KernelIsa> simd_isas() {
-  std::vector<KernelIsa> isas;
-  if (has_avx2(best_available_isa())) isas.push_back(KernelIsa::kAvx2);
-  if (best_available_isa() == KernelIsa::kAvx512) isas.push_back(KernelIsa::kAvx512);
-  return isas;
-}
-
 // The block formats the AVX-512 build multiplies on repacked panels (Q4_K, Q5_K, Q6_K, IQ4_XS, Q3_K,
-// Q2_K, IQ4_NL; the others take block_dot per row), and the AVX2 build too (Q4_K, Q5_K, Q6_K in panels, the others
-// by block_dot), against the scalar twin, bit for bit: row counts around the
+// Q2_K, IQ4_NL; the others take block_dot per row), and the AVX2 build too (the super-block types in panels, the
+// others by block_dot), against the scalar twin, bit for bit: row counts around the
 // panels of 16 and the row groups of 4 panels, several super-blocks, 1..33 tokens (every tile
 // shape: 4, 2 and 1 panels, a second group of 16 tokens), random bytes with ordinary and with extreme fp16 scales
 // (any finite value, subnormal, negative), and activations that are zero, tiny, huge or sparse.

@@ -24,8 +24,8 @@
 //     too (Q4_1, Q5_0 and Q5_1 are read in place, one block_dot per row and token).
 // Builds (src/model/quant/quantized_kernels*.{h,cpp}), chosen at run time: a scalar twin (one dot
 // product per row and token, the reference the others are tested against); AVX2+FMA+F16C (the
-// file's rows in place, tiles of 4 rows x 2 tokens; the K-quants and IQ4_XS on the repacked panels
-// below, in tiles of 16 rows x up to 8 tokens); AVX-512 with VNNI (a CPU with AVX-512 but no
+// file's Q8_0 / Q4_0 rows in place, tiles of 4 rows x 2 tokens; F16, BF16 and the super-block
+// types on the repacked panels below); AVX-512 with VNNI (a CPU with AVX-512 but no
 // VNNI runs the AVX2 build), which reads a copy of the weights repacked by the constructor into
 // panels of 16 interleaved rows (src/model/quant/quantized_panels.h): one FMA or vpdpbusd with a
 // broadcast activation serves 16 rows, in tiles of 16 rows x up to 16 tokens. A tile loads each
@@ -51,8 +51,8 @@ class QuantizedMatrix {
   QuantizedMatrix() = default;
   // A view of `w` (which must outlive this object); throws UsageError unless its type is F16,
   // BF16, Q8_0, Q4_0 or a block format, with rows of whole blocks. Where the default build (kAuto) reads
-  // panels (AVX-512; AVX2 for the K-quants and IQ4_XS), also the repacked copy it reads (as many bytes as `w`,
-  // up to padding), shared by copies of this object.
+  // panels (AVX-512; AVX2 for F16, BF16 and the super-block types), also the repacked copy it reads (as many bytes as
+  // `w`, up to padding), shared by copies of this object.
   explicit QuantizedMatrix(const WeightTensor& w);
 
   int rows() const { return static_cast<int>(w_.rows); }
