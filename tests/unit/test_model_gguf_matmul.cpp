@@ -228,21 +228,23 @@ TEST(QuantizedMatrix, ExtremeFloatWeightsLandInTheirRowAndColumn) {
   }
 }
 
-// A prompt-sized batch on F16 / BF16 weights, which the panel builds cut in blocks of 32 panels x
-// 128 (AVX-512) or 96 (AVX2) tokens and slices of 1,024 columns, carrying the sums through y from
-// slice to slice: a partial last group, block and slice (an odd column count: the zero pad
-// column), and (one thread, so that one call holds them all) more rows than one block with a
-// partial last panel: every output against the scalar twin, every token bit for bit what it gives
-// alone (each output is one FMA chain over the columns, whatever tile, block or slice it runs in),
+// A prompt-sized batch, which the builds cut in blocks and column slices, carrying the sums through
+// y from slice to slice: F16 / BF16 panels in blocks of 32 panels x 128 (AVX-512) or 96 (AVX2)
+// tokens and slices of 1,024 columns; AVX2's Q8_0 / Q4_0 rows transposed 16 rows and 1,024 columns
+// at a time. A partial last group, block and slice (an odd column count: the zero pad column), and
+// (one thread, so that one call holds them all) more rows than one block with a partial last
+// panel: every output against the scalar twin, every token bit for bit what it gives alone (each
+// output is one FMA chain over the columns or blocks, whatever tile, block or slice it runs in),
 // and the AVX2 build bit for bit the AVX-512 build where both run.
 TEST(QuantizedMatrix, PromptBatchesMatchTheScalarTwinAndTheTokenAlone) {
   const std::vector<KernelIsa> isas = simd_isas();
   if (isas.empty()) GTEST_SKIP() << "no SIMD build on this CPU";
   const int threads = kernel_threads();
   set_kernel_threads(1);
-  for (TensorType type : {TensorType::kF16, TensorType::kBF16}) {
+  for (TensorType type : {TensorType::kF16, TensorType::kBF16, TensorType::kQ8_0, TensorType::kQ4_0}) {
+    const bool quantized = type == TensorType::kQ8_0 || type == TensorType::kQ4_0;
     for (const auto [rows, cols, tokens] :
-         {std::array{33, 2048, 100}, std::array{17, 4096, 37}, std::array{531, 2061, 147}}) {
+         {std::array{33, 2048, 100}, std::array{17, 4096, 37}, std::array{531, quantized ? 2080 : 2061, 147}}) {
       const Weights w = make_weights(type, rows, cols, static_cast<uint32_t>(cols + tokens));
       const QuantizedMatrix m(w.view());
       std::mt19937 rng(static_cast<uint32_t>(tokens));
@@ -270,7 +272,8 @@ TEST(QuantizedMatrix, PromptBatchesMatchTheScalarTwinAndTheTokenAlone) {
             for (int j = 0; j < cols; ++j)
               magnitude +=
                   std::fabs(static_cast<double>(dense[static_cast<size_t>(r) * cols + static_cast<size_t>(j)]) *
-                            x[static_cast<size_t>(t) * x_stride + static_cast<size_t>(j)]);
+                            x[static_cast<size_t>(t) * x_stride + static_cast<size_t>(j)]) *
+                  (quantized ? 1.01 : 1.0);
             ASSERT_NEAR(simd[i], scalar[i], 1e-5 * (1 + magnitude))
                 << tensor_type_name(type) << " " << isa_name(isa) << " " << cols << " columns, token " << t << " row "
                 << r;
