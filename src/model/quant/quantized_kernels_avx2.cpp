@@ -34,7 +34,13 @@
 namespace pagedkv::quant_detail {
 namespace {
 
+// Unpack::load(row, b, d): block b of a row as 32 bytes in column order, and its fp16 d_w.
+//   kOffset 0: the values themselves, signed (Q8_0).
+//   kOffset 8: the levels w + 8, 0..15, unsigned (Q4_0): maddubs takes them as they are (no sign
+//     trick), and each block's sum is corrected by -8 * sum(x); with |levels| <= 15 eight steps of
+//     pair products fit an int16 lane (8 * 2 * 15 * 127 = 30,480), so prompts sum a block in int16.
 struct UnpackQ8_0 {
+  static constexpr int kOffset = 0;
   static constexpr size_t kBlockBytes = sizeof(BlockQ8_0);
   static __m256i load(const std::byte* row, int b, uint16_t& d) {
     const BlockQ8_0& blk = reinterpret_cast<const BlockQ8_0*>(row)[b];
@@ -44,6 +50,7 @@ struct UnpackQ8_0 {
 };
 
 struct UnpackQ4_0 {
+  static constexpr int kOffset = 8;
   static constexpr size_t kBlockBytes = sizeof(BlockQ4_0);
   static __m256i load(const std::byte* row, int b, uint16_t& d) {
     const BlockQ4_0& blk = reinterpret_cast<const BlockQ4_0*>(row)[b];
@@ -52,14 +59,52 @@ struct UnpackQ4_0 {
     const __m128i low_mask = _mm_set1_epi8(0x0F);
     const __m128i lo = _mm_and_si128(packed, low_mask);  // elements 0..15
     const __m128i hi = _mm_and_si128(_mm_srli_epi16(packed, 4), low_mask);  // elements 16..31
-    return _mm256_sub_epi8(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(8));
+    return _mm256_set_m128i(hi, lo);
   }
+};
+
+// ---- prepared activations ------------------------------------------------------------------------
+// Per token: the row's Q8_0 blocks as quantize_row_q8_0 writes them (the scalar twin's), then,
+// 4-byte aligned, each block's sum of values (int32), for the offset of Q4_0's levels.
+
+size_t sums_offset(int blocks) { return (static_cast<size_t>(blocks) * sizeof(BlockQ8_0) + 3) / 4 * 4; }
+
+size_t prepared_bytes(int cols) {
+  const int blocks = cols / kQuantBlock;
+  return sums_offset(blocks) + static_cast<size_t>(blocks) * sizeof(int32_t);
+}
+
+void prepare(const float* x, int cols, std::byte* out) {
+  const int blocks = cols / kQuantBlock;
+  auto* q = reinterpret_cast<BlockQ8_0*>(out);
+  quantize_row_q8_0({x, static_cast<size_t>(cols)}, q);
+  auto* sums = reinterpret_cast<int32_t*>(out + sums_offset(blocks));
+  for (int b = 0; b < blocks; ++b) {
+    int32_t sum = 0;
+    for (int8_t v : q[b].q) sum += v;
+    sums[b] = sum;
+  }
+}
+
+// A token's prepared activations from block b0 on.
+struct TokenBlocks {
+  const BlockQ8_0* q;
+  const int32_t* sums;
+  TokenBlocks() = default;
+  TokenBlocks(const std::byte* token, int blocks, int b0)
+      : q(reinterpret_cast<const BlockQ8_0*>(token) + b0),
+        sums(reinterpret_cast<const int32_t*>(token + sums_offset(blocks)) + b0) {}
 };
 
 // Products of |w| (unsigned) and x carrying w's sign, summed in pairs and then in fours: 8 int32
 // lanes, each the sum of 4 consecutive products.
 __m256i products(__m256i w_abs, __m256i w, __m256i x) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(x, w)), _mm256_set1_epi16(1));
+}
+
+// The same for unsigned levels: no sign trick.
+__m256i level_products(__m256i levels, __m256i x) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(levels, x), _mm256_set1_epi16(1));
 }
 
 float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
@@ -101,8 +146,8 @@ struct RowTile {
     constexpr int kPairs = R * T;
     static_assert(kPairs == 4 || kPairs == 8);
     const int blocks = cols / kQuantBlock;
-    const BlockQ8_0* xt[T];
-    for (int t = 0; t < T; ++t) xt[t] = reinterpret_cast<const BlockQ8_0*>(x[t]);
+    TokenBlocks xt[T];
+    for (int t = 0; t < T; ++t) xt[t] = TokenBlocks(x[t], blocks, 0);
     __m256 acc8 = _mm256_setzero_ps();
     __m128 acc4 = _mm_setzero_ps();
     const ptrdiff_t ahead = next_tile_offset<R>(w);
@@ -115,27 +160,35 @@ struct RowTile {
       uint16_t d[R];
       for (int r = 0; r < R; ++r) {
         q[r] = Unpack::load(w[r], b, d[r]);
-        q_abs[r] = _mm256_sign_epi8(q[r], q[r]);
+        if constexpr (Unpack::kOffset == 0) q_abs[r] = _mm256_sign_epi8(q[r], q[r]);
       }
       __m256i p[kPairs];
       for (int t = 0; t < T; ++t) {
-        const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xt[t][b].q));
-        for (int r = 0; r < R; ++r) p[t * R + r] = products(q_abs[r], q[r], qx);
+        const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xt[t].q[b].q));
+        for (int r = 0; r < R; ++r)
+          p[t * R + r] = Unpack::kOffset == 0 ? products(q_abs[r], q[r], qx) : level_products(q[r], qx);
       }
+      // Per token, the offset's share of the block's sum: -kOffset * sum(x).
+      const auto offset = [&](int t) { return _mm_set1_epi32(-Unpack::kOffset * xt[t].sums[b]); };
       if constexpr (kPairs == 4) {
-        const __m128 scale = _mm_mul_ps(row_scales(d), _mm_set1_ps(half_to_float(xt[0][b].d)));
-        acc4 = _mm_fmadd_ps(_mm_cvtepi32_ps(sum_lanes(p)), scale, acc4);
+        __m128i sums = sum_lanes(p);
+        if constexpr (Unpack::kOffset != 0) sums = _mm_add_epi32(sums, offset(0));
+        const __m128 scale = _mm_mul_ps(row_scales(d), _mm_set1_ps(half_to_float(xt[0].q[b].d)));
+        acc4 = _mm_fmadd_ps(_mm_cvtepi32_ps(sums), scale, acc4);
       } else {
+        __m256i sums = sum_lanes(p);
         __m256 dw, dx;
         if constexpr (R == 8) {
+          if constexpr (Unpack::kOffset != 0) sums = _mm256_add_epi32(sums, _mm256_set_m128i(offset(0), offset(0)));
           dw = row_scales(d);
-          dx = _mm256_set1_ps(half_to_float(xt[0][b].d));
+          dx = _mm256_set1_ps(half_to_float(xt[0].q[b].d));
         } else {
+          if constexpr (Unpack::kOffset != 0) sums = _mm256_add_epi32(sums, _mm256_set_m128i(offset(1), offset(0)));
           const __m128 dw4 = row_scales(d);
           dw = _mm256_set_m128(dw4, dw4);
-          dx = _mm256_set_m128(_mm_set1_ps(half_to_float(xt[1][b].d)), _mm_set1_ps(half_to_float(xt[0][b].d)));
+          dx = _mm256_set_m128(_mm_set1_ps(half_to_float(xt[1].q[b].d)), _mm_set1_ps(half_to_float(xt[0].q[b].d)));
         }
-        acc8 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum_lanes(p)), _mm256_mul_ps(dw, dx), acc8);
+        acc8 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(dw, dx), acc8);
       }
     }
     alignas(32) float lanes[kPairs];
@@ -152,10 +205,13 @@ constexpr int kSliceRows = 16;  // two registers of 8 rows
 constexpr int kSliceBlocks = 32;  // 1,024 columns: 34 KiB transposed, in L1 / L2 for every token
 constexpr int kStepsPerBlock = kQuantBlock / 4;
 
-// A transposed block of the slice's 16 rows: per step s (columns 4s..4s+3), |w| of rows 0-7 and
-// 8-15, then w of rows 0-7 and 8-15 (the sign source); then the 16 rows' d_w as f32.
+// A transposed block of the slice's 16 rows: per step s (columns 4s..4s+3), Q8_0: |w| of rows 0-7
+// and 8-15, then w of rows 0-7 and 8-15 (the sign source); Q4_0: the levels of rows 0-7 and 8-15;
+// then the 16 rows' d_w as f32.
+template <class Unpack>
 struct alignas(32) TransposedBlock {
-  __m256i steps[kStepsPerBlock][4];
+  static constexpr int kRegisters = Unpack::kOffset == 0 ? 4 : 2;
+  __m256i steps[kStepsPerBlock][kRegisters];
   float d[kSliceRows];
 };
 
@@ -182,17 +238,21 @@ void transpose_8x8(const __m256i (&v)[8], __m256i (&out)[8]) {
 
 // Blocks [b0, b0 + count) of rows `rows[0..15]` into `out`.
 template <class Unpack>
-void transpose_slice(const std::byte* const* rows, int b0, int count, TransposedBlock* out) {
+void transpose_slice(const std::byte* const* rows, int b0, int count, TransposedBlock<Unpack>* out) {
   for (int b = 0; b < count; ++b) {
-    TransposedBlock& tb = out[b];
+    TransposedBlock<Unpack>& tb = out[b];
     for (int half = 0; half < 2; ++half) {
       __m256i v[8], t[8];
       uint16_t d[8];
       for (int i = 0; i < 8; ++i) v[i] = Unpack::load(rows[8 * half + i], b0 + b, d[i]);
       transpose_8x8(v, t);
       for (int s = 0; s < kStepsPerBlock; ++s) {
-        _mm256_store_si256(&tb.steps[s][half], _mm256_sign_epi8(t[s], t[s]));
-        _mm256_store_si256(&tb.steps[s][2 + half], t[s]);
+        if constexpr (Unpack::kOffset == 0) {
+          _mm256_store_si256(&tb.steps[s][half], _mm256_sign_epi8(t[s], t[s]));
+          _mm256_store_si256(&tb.steps[s][2 + half], t[s]);
+        } else {
+          _mm256_store_si256(&tb.steps[s][half], t[s]);
+        }
       }
       _mm256_store_ps(tb.d + 8 * half, row_scales(d));
     }
@@ -209,13 +269,14 @@ int32_t load_4_bytes(const int8_t* p) {
   return v;
 }
 
-// The slice's 16 rows x T tokens (x[t]: the token's Q8_0 blocks from the slice's first), over
-// `blocks` transposed blocks; with `resume` the sums start from y (the preceding slices'). The
-// registers hold the block's integer sums (2 T), the step's 4 weight registers, a broadcast and
-// the ones of maddwd; the float sums wait in L1 between blocks (a load and a store per block and
-// 8 rows).
-template <int T>
-void prompt_tile(const TransposedBlock* tb, int blocks, const BlockQ8_0* const* x, float* y, size_t y_stride,
+// The slice's 16 rows x T tokens (x[t]: the token's activations from the slice's first block),
+// over `blocks` transposed blocks; with `resume` the sums start from y (the preceding slices').
+// The registers hold the block's integer sums (2 T), the step's weight registers (4, or 2 levels),
+// a broadcast and the ones of maddwd; the float sums wait in L1 between blocks (a load and a store
+// per block and 8 rows). Q8_0 sums each step's products to int32 (sign, maddubs, maddwd, add);
+// Q4_0 sums the block's pair products in int16 and widens once per block (maddubs, add).
+template <class Unpack, int T>
+void prompt_tile(const TransposedBlock<Unpack>* tb, int blocks, const TokenBlocks* x, float* y, size_t y_stride,
                  int rows_out, bool resume) {
   alignas(32) float acc[2][T][8];
   for (int h = 0; h < 2; ++h) {
@@ -232,23 +293,39 @@ void prompt_tile(const TransposedBlock* tb, int blocks, const BlockQ8_0* const* 
         // Not unrolled further: fully unrolled, GCC computed every step's products first and spilled them.
 #pragma GCC unroll 2
     for (int s = 0; s < kStepsPerBlock; ++s) {
-      const __m256i w_abs0 = _mm256_load_si256(&tb[b].steps[s][0]), w_abs1 = _mm256_load_si256(&tb[b].steps[s][1]);
-      const __m256i w0 = _mm256_load_si256(&tb[b].steps[s][2]), w1 = _mm256_load_si256(&tb[b].steps[s][3]);
+      const __m256i* step = tb[b].steps[s];
+      const __m256i w0 = _mm256_load_si256(step), w1 = _mm256_load_si256(step + 1);
+      [[maybe_unused]] __m256i sign0, sign1;
+      if constexpr (Unpack::kOffset == 0) sign0 = _mm256_load_si256(step + 2), sign1 = _mm256_load_si256(step + 3);
 #pragma GCC unroll 4
       for (int t = 0; t < T; ++t) {
-        __m256i xv = _mm256_set1_epi32(load_4_bytes(x[t][b].q + 4 * s));
+        __m256i xv = _mm256_set1_epi32(load_4_bytes(x[t].q[b].q + 4 * s));
         asm volatile("" : "+x"(xv));  // one token after the other: GCC hoisted every token's signs and spilled
-        const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs0, _mm256_sign_epi8(xv, w0)), ones);
-        const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs1, _mm256_sign_epi8(xv, w1)), ones);
-        isum[0][t] = _mm256_add_epi32(isum[0][t], p0);
-        isum[1][t] = _mm256_add_epi32(isum[1][t], p1);
-        asm volatile("" : "+x"(isum[0][t]), "+x"(isum[1][t]));
+        if constexpr (Unpack::kOffset == 0) {
+          isum[0][t] = _mm256_add_epi32(isum[0][t],
+                                        _mm256_madd_epi16(_mm256_maddubs_epi16(w0, _mm256_sign_epi8(xv, sign0)), ones));
+          isum[1][t] = _mm256_add_epi32(isum[1][t],
+                                        _mm256_madd_epi16(_mm256_maddubs_epi16(w1, _mm256_sign_epi8(xv, sign1)), ones));
+        } else {
+          isum[0][t] = _mm256_add_epi16(isum[0][t], _mm256_maddubs_epi16(w0, xv));
+          isum[1][t] = _mm256_add_epi16(isum[1][t], _mm256_maddubs_epi16(w1, xv));
+        }
+        // (through locals: an array element as an asm operand kept the whole array in memory)
+        __m256i sum0 = isum[0][t], sum1 = isum[1][t];
+        asm volatile("" : "+x"(sum0), "+x"(sum1));
+        isum[0][t] = sum0;
+        isum[1][t] = sum1;
       }
     }
     const __m256 dw0 = _mm256_load_ps(tb[b].d), dw1 = _mm256_load_ps(tb[b].d + 8);
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) {
-      const __m256 dx = _mm256_set1_ps(half_to_float(x[t][b].d));
+      if constexpr (Unpack::kOffset != 0) {
+        const __m256i offset = _mm256_set1_epi32(-Unpack::kOffset * x[t].sums[b]);
+        isum[0][t] = _mm256_add_epi32(_mm256_madd_epi16(isum[0][t], ones), offset);
+        isum[1][t] = _mm256_add_epi32(_mm256_madd_epi16(isum[1][t], ones), offset);
+      }
+      const __m256 dx = _mm256_set1_ps(half_to_float(x[t].q[b].d));
       _mm256_store_ps(acc[0][t], _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[0][t]), _mm256_mul_ps(dw0, dx),
                                                  _mm256_load_ps(acc[0][t])));
       _mm256_store_ps(acc[1][t], _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[1][t]), _mm256_mul_ps(dw1, dx),
@@ -265,24 +342,11 @@ void prompt_tile(const TransposedBlock* tb, int blocks, const BlockQ8_0* const* 
 
 constexpr int kPromptTokens = 3;  // 6 integer sums + 4 weights + broadcast + ones + temporaries: 16 registers
 
-// The tiles of `tokens` (1..kPromptTokens) tokens.
-void prompt_tiles(int tokens, const TransposedBlock* tb, int blocks, const BlockQ8_0* const* x, float* y,
-                  size_t y_stride, int rows_out, bool resume) {
-  switch (tokens) {
-    case 3:
-      return prompt_tile<3>(tb, blocks, x, y, y_stride, rows_out, resume);
-    case 2:
-      return prompt_tile<2>(tb, blocks, x, y, y_stride, rows_out, resume);
-    default:
-      return prompt_tile<1>(tb, blocks, x, y, y_stride, rows_out, resume);
-  }
-}
-
 template <class Unpack>
 void multiply_prompt(const WeightRows& w, int r0, int r1, const Activations& x, float* y, size_t y_stride) {
   const int blocks = w.cols / kQuantBlock;
   const int n = x.num_tokens;
-  TransposedBlock slice[kSliceBlocks];
+  TransposedBlock<Unpack> slice[kSliceBlocks];
   for (int r = r0; r < r1; r += kSliceRows) {
     const int rows_out = std::min(kSliceRows, r1 - r);
     const std::byte* rows[kSliceRows];
@@ -293,23 +357,28 @@ void multiply_prompt(const WeightRows& w, int r0, int r1, const Activations& x, 
       transpose_slice<Unpack>(rows, b0, count, slice);
       for (int t = 0; t < n; t += kPromptTokens) {
         const int tokens = std::min(kPromptTokens, n - t);
-        const BlockQ8_0* xt[kPromptTokens];
+        TokenBlocks xt[kPromptTokens];
         for (int i = 0; i < tokens; ++i)
-          xt[i] = reinterpret_cast<const BlockQ8_0*>(x.data + static_cast<size_t>(t + i) * x.stride) + b0;
+          xt[i] = TokenBlocks(x.data + static_cast<size_t>(t + i) * x.stride, blocks, b0);
         float* yt = y + static_cast<size_t>(t) * y_stride + static_cast<size_t>(r);
-        prompt_tiles(tokens, slice, count, xt, yt, y_stride, rows_out, b0 > 0);
+        const bool resume = b0 > 0;
+        switch (tokens) {
+          case 3:
+            prompt_tile<Unpack, 3>(slice, count, xt, yt, y_stride, rows_out, resume);
+            break;
+          case 2:
+            prompt_tile<Unpack, 2>(slice, count, xt, yt, y_stride, rows_out, resume);
+            break;
+          default:
+            prompt_tile<Unpack, 1>(slice, count, xt, yt, y_stride, rows_out, resume);
+            break;
+        }
       }
     }
   }
 }
 
 // ---- the build -----------------------------------------------------------------------------------
-
-size_t prepared_bytes(int cols) { return static_cast<size_t>(cols / kQuantBlock) * sizeof(BlockQ8_0); }
-
-void prepare(const float* x, int cols, std::byte* out) {
-  quantize_row_q8_0({x, static_cast<size_t>(cols)}, reinterpret_cast<BlockQ8_0*>(out));
-}
 
 template <class Unpack>
 void multiply_with(const WeightRows& w, int r0, int r1, const Activations& x, float* y, size_t y_stride) {
