@@ -61,6 +61,15 @@ struct UnpackQ4_0 {
     const __m128i hi = _mm_and_si128(_mm_srli_epi16(packed, 4), low_mask);  // elements 16..31
     return _mm256_set_m128i(hi, lo);
   }
+  // The packed bytes of block b of two rows, row a's in the low lane.
+  static __m256i load_pair(const std::byte* row_a, const std::byte* row_b, int b, uint16_t& d_a, uint16_t& d_b) {
+    const BlockQ4_0& a = reinterpret_cast<const BlockQ4_0*>(row_a)[b];
+    const BlockQ4_0& c = reinterpret_cast<const BlockQ4_0*>(row_b)[b];
+    d_a = a.d;
+    d_b = c.d;
+    return _mm256_set_m128i(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c.q)),
+                            _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.q)));
+  }
 };
 
 // ---- prepared activations ------------------------------------------------------------------------
@@ -102,11 +111,6 @@ __m256i products(__m256i w_abs, __m256i w, __m256i x) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(x, w)), _mm256_set1_epi16(1));
 }
 
-// The same for unsigned levels: no sign trick.
-__m256i level_products(__m256i levels, __m256i x) {
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(levels, x), _mm256_set1_epi16(1));
-}
-
 float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
 
 // ---- few tokens: the rows in place ---------------------------------------------------------------
@@ -135,6 +139,57 @@ __m256 row_scales(const uint16_t (&d)[8]) {
       static_cast<int16_t>(d[4]), static_cast<int16_t>(d[5]), static_cast<int16_t>(d[6]), static_cast<int16_t>(d[7])));
 }
 
+// The integer sums of block b of each (row, token) pair of an R x T tile, lane t * R + r (4 lanes:
+// xmm, 8: ymm), without Q4_0's offset; d: the rows' d_w.
+//   Q8_0: a row's block is one register; each pair's 8 lanes of products are summed across lanes.
+//   Q4_0: two rows' blocks share a register (row a's 16 packed bytes in the low lane, row b's in
+//     the high), so that one and / shift / and yields both rows' levels of columns 0-15 (low
+//     nibbles) and 16-31 (high), meeting x's two halves broadcast to both lanes: 4 lanes per row,
+//     half the unpacking and lane sums of a register per row.
+template <class Unpack, int R, int T>
+auto block_sums(const std::byte* const* w, int b, const TokenBlocks* xt, uint16_t (&d)[R]) {
+  constexpr int kPairs = R * T;
+  if constexpr (Unpack::kOffset == 0) {
+    __m256i q[R], q_abs[R];
+    for (int r = 0; r < R; ++r) {
+      q[r] = Unpack::load(w[r], b, d[r]);
+      q_abs[r] = _mm256_sign_epi8(q[r], q[r]);
+    }
+    __m256i p[kPairs];
+    for (int t = 0; t < T; ++t) {
+      const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xt[t].q[b].q));
+      for (int r = 0; r < R; ++r) p[t * R + r] = products(q_abs[r], q[r], qx);
+    }
+    return sum_lanes(p);
+  } else {
+    __m256i packed[R / 2];
+    for (int j = 0; j < R / 2; ++j) packed[j] = Unpack::load_pair(w[2 * j], w[2 * j + 1], b, d[2 * j], d[2 * j + 1]);
+    const __m256i low_mask = _mm256_set1_epi8(0x0F);
+    __m256i v[kPairs / 2];  // v[k]: pairs 2k (low lane) and 2k + 1 (high lane)
+    for (int t = 0; t < T; ++t) {
+      const auto* xq = reinterpret_cast<const __m128i*>(xt[t].q[b].q);
+      const __m256i x_lo = _mm256_broadcastsi128_si256(_mm_loadu_si128(xq));
+      const __m256i x_hi = _mm256_broadcastsi128_si256(_mm_loadu_si128(xq + 1));
+      for (int j = 0; j < R / 2; ++j) {
+        const __m256i lo = _mm256_and_si256(packed[j], low_mask);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed[j], 4), low_mask);
+        // 2 * 15 * 127 per pair of products: the two halves' sum stays far from the int16 limit
+        const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(lo, x_lo), _mm256_maddubs_epi16(hi, x_hi));
+        v[(t * R) / 2 + j] = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+      }
+    }
+    if constexpr (kPairs == 4) {
+      const __m256i h1 = _mm256_hadd_epi32(v[0], v[1]);
+      const __m256i h = _mm256_hadd_epi32(h1, h1);  // pairs 0, 2, 0, 2 | 1, 3, 1, 3
+      return _mm_unpacklo_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    } else {
+      const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+      const __m128i lo = _mm256_castsi256_si128(h), hi = _mm256_extracti128_si256(h, 1);  // pairs 0 2 4 6, 1 3 5 7
+      return _mm256_set_m128i(_mm_unpackhi_epi32(lo, hi), _mm_unpacklo_epi32(lo, hi));
+    }
+  }
+}
+
 // R rows x T tokens, R * T = 4 or 8 (row, token) pairs, the lanes of one xmm or ymm register
 // (lane t * R + r): per block, each pair's 8 lanes of products are summed across lanes for all
 // pairs at once, then one float step for all of them.
@@ -156,39 +211,28 @@ struct RowTile {
         for (int r = 0; r < R; ++r)
           _mm_prefetch(reinterpret_cast<const char*>(w[r]) + static_cast<size_t>(b) * Unpack::kBlockBytes + ahead,
                        _MM_HINT_T0);
-      __m256i q[R], q_abs[R];
       uint16_t d[R];
-      for (int r = 0; r < R; ++r) {
-        q[r] = Unpack::load(w[r], b, d[r]);
-        if constexpr (Unpack::kOffset == 0) q_abs[r] = _mm256_sign_epi8(q[r], q[r]);
-      }
-      __m256i p[kPairs];
-      for (int t = 0; t < T; ++t) {
-        const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xt[t].q[b].q));
-        for (int r = 0; r < R; ++r)
-          p[t * R + r] = Unpack::kOffset == 0 ? products(q_abs[r], q[r], qx) : level_products(q[r], qx);
-      }
+      const auto sums = block_sums<Unpack, R, T>(w, b, xt, d);
       // Per token, the offset's share of the block's sum: -kOffset * sum(x).
       const auto offset = [&](int t) { return _mm_set1_epi32(-Unpack::kOffset * xt[t].sums[b]); };
       if constexpr (kPairs == 4) {
-        __m128i sums = sum_lanes(p);
-        if constexpr (Unpack::kOffset != 0) sums = _mm_add_epi32(sums, offset(0));
+        const __m128i total = Unpack::kOffset != 0 ? _mm_add_epi32(sums, offset(0)) : sums;
         const __m128 scale = _mm_mul_ps(row_scales(d), _mm_set1_ps(half_to_float(xt[0].q[b].d)));
-        acc4 = _mm_fmadd_ps(_mm_cvtepi32_ps(sums), scale, acc4);
+        acc4 = _mm_fmadd_ps(_mm_cvtepi32_ps(total), scale, acc4);
       } else {
-        __m256i sums = sum_lanes(p);
+        __m256i total = sums;
         __m256 dw, dx;
         if constexpr (R == 8) {
-          if constexpr (Unpack::kOffset != 0) sums = _mm256_add_epi32(sums, _mm256_set_m128i(offset(0), offset(0)));
+          if constexpr (Unpack::kOffset != 0) total = _mm256_add_epi32(total, _mm256_set_m128i(offset(0), offset(0)));
           dw = row_scales(d);
           dx = _mm256_set1_ps(half_to_float(xt[0].q[b].d));
         } else {
-          if constexpr (Unpack::kOffset != 0) sums = _mm256_add_epi32(sums, _mm256_set_m128i(offset(1), offset(0)));
+          if constexpr (Unpack::kOffset != 0) total = _mm256_add_epi32(total, _mm256_set_m128i(offset(1), offset(0)));
           const __m128 dw4 = row_scales(d);
           dw = _mm256_set_m128(dw4, dw4);
           dx = _mm256_set_m128(_mm_set1_ps(half_to_float(xt[1].q[b].d)), _mm_set1_ps(half_to_float(xt[0].q[b].d)));
         }
-        acc8 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(dw, dx), acc8);
+        acc8 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(dw, dx), acc8);
       }
     }
     alignas(32) float lanes[kPairs];
