@@ -13,9 +13,9 @@
 //     (sum of int8 products, exact) * d_w * d_x. Doing it the same way is what makes our greedy
 //     tokens follow llama.cpp's on quantized files; keeping f32 activations moves logits by 0.1-0.7
 //     on the reference models (their README, "same weights, F32 activations").
-// The scalar twin and the AVX-512 build sum a row's block (or element) contributions in block
-// (column) order, the AVX-512 build with fused multiply-adds; the AVX2 build adds 8-lane partial
-// sums, as llama.cpp does. They agree to float rounding, not bit for bit.
+// The scalar twin and the SIMD builds sum a row's block (or element) contributions in block
+// (column) order, the SIMD builds with fused multiply-adds: AVX2 and AVX-512 give the same results
+// bit for bit, and agree with the scalar twin to float rounding.
 //
 //   - The block formats: activations quantized to the type's own format (Q8_K for K-quants and
 //     IQ4_XS, Q8_0 for Q5_0 / IQ4_NL, Q8_1 for Q4_1 / Q5_1) and integer products per block, as
@@ -24,8 +24,8 @@
 //     too (Q4_1, Q5_0 and Q5_1 are read in place, one block_dot per row and token).
 // Builds (src/model/quant/quantized_kernels*.{h,cpp}), chosen at run time: a scalar twin (one dot
 // product per row and token, the reference the others are tested against); AVX2+FMA+F16C (the
-// file's Q8_0 / Q4_0 rows in place, tiles of 4 rows x 2 tokens; F16, BF16 and the super-block
-// types on the repacked panels below); AVX-512 with VNNI (a CPU with AVX-512 but no
+// file's Q8_0 / Q4_0 rows in place, tiles of 8 rows x 1 token or 4 x 2, and for prompts 16 rows
+// transposed a slice at a time; F16, BF16 and the super-block types on the repacked panels below); AVX-512 with VNNI (a CPU with AVX-512 but no
 // VNNI runs the AVX2 build), which reads a copy of the weights repacked by the constructor into
 // panels of 16 interleaved rows (src/model/quant/quantized_panels.h): one FMA or vpdpbusd with a
 // broadcast activation serves 16 rows, in tiles of 16 rows x up to 16 tokens. A tile loads each
