@@ -351,15 +351,15 @@ BENCHMARK(BM_RunCStyleMatmul)->Apply([](auto* b) { matmul_args(b, false); });
 // type: 0 F16, 1 BF16, 2 Q8_0, 3 Q4_0, 4 Q4_K, 5 Q5_K, 6 Q6_K, 7 IQ4_XS, 8 Q3_K, 9 Q2_K, 10 IQ4_NL
 // (4-10: random levels and scales, fp16 d / dmin of ordinary size: GgufWriter does not quantize to
 // most of them); isa: 0 scalar twin, 1 AVX2, 2 AVX-512 (skipped where absent).
-void BM_QuantizedMatmul(benchmark::State& state) {
-  const TensorType types[] = {TensorType::kF16,  TensorType::kBF16, TensorType::kQ8_0,  TensorType::kQ4_0,
-                              TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K,  TensorType::kIQ4_XS,
-                              TensorType::kQ3_K, TensorType::kQ2_K, TensorType::kIQ4_NL};
-  const KernelIsa isas[] = {KernelIsa::kScalar, KernelIsa::kAvx2, KernelIsa::kAvx512};
-  const TensorType type = types[state.range(0)];
-  const KernelIsa isa = isas[state.range(1)];
-  const int tokens = static_cast<int>(state.range(2));
-  const int rows = 8192, cols = 2048;  // ffn_gate / ffn_up: 16-32 MB, about the L3 cache
+constexpr TensorType kMatmulTypes[] = {TensorType::kF16,  TensorType::kBF16, TensorType::kQ8_0,  TensorType::kQ4_0,
+                                       TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K,  TensorType::kIQ4_XS,
+                                       TensorType::kQ3_K, TensorType::kQ2_K, TensorType::kIQ4_NL};
+
+// `rows` x 2048 weights of `type` (random blocks with sane scales where `random_blocks`, else the
+// values quantized by GgufWriter) times `tokens` tokens on one thread.
+void run_quantized_matmul(benchmark::State& state, TensorType type, KernelIsa isa, int tokens, int rows,
+                          bool random_blocks) {
+  const int cols = 2048;
   if (isa != KernelIsa::kScalar &&
       !(best_available_isa() == isa || (isa == KernelIsa::kAvx2 && has_avx2(best_available_isa())))) {
     state.SkipWithError("ISA not available");
@@ -367,14 +367,10 @@ void BM_QuantizedMatmul(benchmark::State& state) {
   }
   state.SetLabel(fmt::format("{} {}", tensor_type_name(type), isa_name(isa)));
   set_kernel_threads(1);
-  static std::vector<float> values;
-  if (values.empty()) {
-    values.resize(static_cast<size_t>(rows) * cols);
-    for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>((i * 2654435761u) % 1000) * 0.001f - 0.5f;
-  }
+  std::vector<float> values;
   std::vector<std::byte> file;
   const std::byte* data = nullptr;
-  if (state.range(0) >= 4) {
+  if (random_blocks) {
     const size_t block_bytes = static_cast<size_t>(tensor_type_traits(static_cast<uint32_t>(type))->block_bytes);
     file.resize(static_cast<size_t>(rows) * tensor_row_bytes(type, cols));
     for (size_t i = 0; i < file.size(); ++i) file[i] = static_cast<std::byte>((i * 2654435761u) >> 13);
@@ -387,6 +383,9 @@ void BM_QuantizedMatmul(benchmark::State& state) {
                                                                                    : std::vector<size_t>{0, 2})
         std::memcpy(file.data() + k * block_bytes + f, &d, 2);
     data = file.data();
+  } else {
+    values.resize(static_cast<size_t>(rows) * cols);
+    for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>((i * 2654435761u) % 1000) * 0.001f - 0.5f;
   }
   GgufWriter writer;
   if (data == nullptr) writer.add_tensor_f32("w", type, {cols, rows}, values);
@@ -406,10 +405,33 @@ void BM_QuantizedMatmul(benchmark::State& state) {
   state.counters["weight GB/s"] = benchmark::Counter(static_cast<double>(m.bytes()) * iterations,
                                                      benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
+
+// One Llama-3.2-1B FFN matrix, 8192 x 2048 (ffn_gate / ffn_up: 16-32 MB, about the L3 cache).
+void BM_QuantizedMatmul(benchmark::State& state) {
+  const KernelIsa isas[] = {KernelIsa::kScalar, KernelIsa::kAvx2, KernelIsa::kAvx512};
+  run_quantized_matmul(state, kMatmulTypes[state.range(0)], isas[state.range(1)], static_cast<int>(state.range(2)),
+                       8192, state.range(0) >= 4);
+}
 // 512 tokens: a prompt's prefill, whose activations (4 MiB here) no longer fit in L2.
 BENCHMARK(BM_QuantizedMatmul)
     ->ArgNames({"type", "isa", "tokens"})
     ->ArgsProduct({{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, {0, 1, 2}, {1, 32, 512}});
+
+// One decode token against 65536 x 2048 weights (70-140 MB: well past any L3), on the CPU's best
+// build: the one-token tiles as a decode step meets them, streaming from memory (random blocks
+// for every type; Q8_0 / Q4_0 too).
+void BM_QuantizedMatvecFromMemory(benchmark::State& state) {
+  const TensorType type = kMatmulTypes[state.range(0)];
+  run_quantized_matmul(state, type, best_available_isa(), 1, 65536, true);
+}
+BENCHMARK(BM_QuantizedMatvecFromMemory)
+    ->ArgNames({"type"})
+    ->Arg(2)
+    ->Arg(3)
+    ->Arg(4)
+    ->Arg(6)
+    ->Arg(7)
+    ->Unit(benchmark::kMillisecond);
 
 // One core's peak of the multiply-add instructions the matmuls could use, so that
 // QuantizedMatmul's GMAC/s read as a fraction of it: 16 independent accumulator chains (more than
