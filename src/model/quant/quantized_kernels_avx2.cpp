@@ -1,7 +1,7 @@
 // The AVX2+FMA+F16C build of QuantizedMatrix for Q8_0 / Q4_0 rows as the file stores them (entered
 // only after best_available_isa() reported AVX2; F16 / BF16 and the super-block types read the
 // repacked panels instead: float_panels_avx2.cpp, kquant_kernels_avx2.cpp). The activations are
-// plain Q8_0 blocks, as in the scalar twin.
+// the scalar twin's Q8_0 blocks, each block's sum appended (for Q4_0's offset, below).
 //
 // Arithmetic: per row and token, each 32-value block's products are summed exactly as integers,
 // then acc = fma(float(sum), d_w * d_x, acc), block after block, as the AVX-512 build does: the two
@@ -16,9 +16,9 @@
 //     one float step for them all. Bound by the memory bandwidth.
 //   Prompts: 16 rows at a time, a slice of their columns is first transposed so that a register
 //     holds 4 columns of 8 rows (lanes = rows, as the AVX-512 panels), then a token's 4 activation
-//     bytes, broadcast, meet 8 rows in one maddubs: 4 instructions per 32 products (sign, maddubs,
-//     maddwd, add) and a float step per block and 8 rows, where the row tiles spend 5.5 and a
-//     float step per row (or a lane sum). On Zen 3, sign, maddubs and maddwd share two ports;
+//     bytes, broadcast, meet 8 rows in one maddubs: for Q8_0 4 instructions per 32 products (sign,
+//     maddubs, maddwd, add; Q4_0: 2) and a float step per block and 8 rows, where the row tiles
+//     spend 5.5 and a lane sum per row. On Zen 3, sign, maddubs and maddwd share two ports;
 //     a 512-token product of 8192 x 2048 runs 1.6-1.8x the row tiles' speed on one core (about 45
 //     GMAC/s against 26), a 32-token one 1.5x. The transposition costs about what one token does,
 //     hence the threshold.
