@@ -24,6 +24,7 @@
 
 #include "quantized_kernels.h"
 #include "quantized_panels.h"
+#include "row_masks_avx2.h"
 
 namespace pagedkv::quant_detail {
 namespace {
@@ -83,10 +84,6 @@ struct WidenF32 {  // a prompt's panel slice widened beforehand (multiply_with):
 };
 
 // ---- tiles ---------------------------------------------------------------------------------------
-
-__m256i rows_mask(int rows) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(rows), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
 
 // P panels (`panel_bytes` apart) x the T tokens of group `x` (T values per column), over `cols`
 // columns (even); rows_out[p] real rows in panel p. With `resume` the accumulators start from y,

@@ -33,6 +33,7 @@
 #include "block_dot.h"
 #include "pagedkv/model/format/block_formats.h"
 #include "quantized_kernels.h"
+#include "row_masks_avx2.h"
 
 namespace pagedkv::quant_detail {
 namespace {
@@ -449,7 +450,7 @@ void tile(const std::byte* panel, const Q8KRecord* x, int blocks, float* y, size
   for (int h = 0; h < 2; ++h) {
     const int n = std::clamp(rows_out - 8 * h, 0, 8);
     if (n == 0) continue;
-    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256i mask = rows_mask(n);
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) _mm256_maskstore_ps(y + static_cast<size_t>(t) * y_stride + 8 * h, mask, acc[h][t]);
   }

@@ -30,6 +30,7 @@
 
 #include "quantized_kernels.h"
 #include "quantized_tile_driver.h"
+#include "row_masks_avx2.h"
 
 namespace pagedkv::quant_detail {
 namespace {
@@ -303,10 +304,6 @@ void transpose_slice(const std::byte* const* rows, int b0, int count, Transposed
   }
 }
 
-__m256i rows_mask(int rows) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(rows), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
 int32_t load_4_bytes(const int8_t* p) {
   int32_t v;
   std::memcpy(&v, p, sizeof v);
@@ -334,8 +331,7 @@ void prompt_tile(const TransposedBlock<Unpack>* tb, int blocks, const TokenBlock
     __m256i isum[2][T];
     for (int h = 0; h < 2; ++h)
       for (int t = 0; t < T; ++t) isum[h][t] = _mm256_setzero_si256();
-        // Not unrolled further: fully unrolled, GCC computed every step's products first and spilled them.
-#pragma GCC unroll 2
+#pragma GCC unroll 2  // no further: fully unrolled, GCC computed every step's products first and spilled them
     for (int s = 0; s < kStepsPerBlock; ++s) {
       const __m256i* step = tb[b].steps[s];
       const __m256i w0 = _mm256_load_si256(step), w1 = _mm256_load_si256(step + 1);

@@ -25,12 +25,12 @@
 // Builds (src/model/quant/quantized_kernels*.{h,cpp}), chosen at run time: a scalar twin (one dot
 // product per row and token, the reference the others are tested against); AVX2+FMA+F16C (the
 // file's Q8_0 / Q4_0 rows in place, tiles of 8 rows x 1 token or 4 x 2, and for prompts 16 rows
-// transposed a slice at a time; F16, BF16 and the super-block types on the repacked panels below); AVX-512 with VNNI (a CPU with AVX-512 but no
-// VNNI runs the AVX2 build), which reads a copy of the weights repacked by the constructor into
-// panels of 16 interleaved rows (src/model/quant/quantized_panels.h): one FMA or vpdpbusd with a
-// broadcast activation serves 16 rows, in tiles of 16 rows x up to 16 tokens. A tile loads each
-// weight vector once for all its tokens, so a batch of decode tokens costs little more weight
-// traffic than one token.
+// transposed a slice at a time; F16, BF16 and the super-block types on the repacked panels
+// below); AVX-512 with VNNI (a CPU with AVX-512 but no VNNI runs the AVX2 build), which reads a
+// copy of the weights repacked by the constructor into panels of 16 interleaved rows
+// (src/model/quant/quantized_panels.h): one FMA or vpdpbusd with a broadcast activation serves
+// 16 rows, in tiles of 16 rows x up to 16 tokens. A tile loads each weight vector once for all its
+// tokens, so a batch of decode tokens costs little more weight traffic than one token.
 //
 // Work is split over OpenMP threads by groups of rows (16, or 64 for the AVX-512 build) once the
 // product is large enough, or the matrix large enough that one core would not saturate the
