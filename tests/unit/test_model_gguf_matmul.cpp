@@ -332,6 +332,42 @@ Weights make_block_weights(TensorType type, int rows, int cols, uint32_t seed) {
   return w;
 }
 
+// Decode-sized calls (up to 8 tokens) split a matrix's row groups into chunks that the threads
+// claim in turn; prompts give each thread one share. Either way every row is computed once, by the
+// same tile as on one thread: bit for bit the one-thread result, every row written, the padding of
+// y untouched. Sizes past the quarter megabyte that makes a call parallel, with a partial last
+// group; 5 threads, so that chunks and shares do not divide the groups evenly.
+TEST(QuantizedMatrix, ChunksOverThreadsGiveTheOneThreadResult) {
+  const int threads = kernel_threads();
+  for (TensorType type : {TensorType::kF16, TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_K,
+                          TensorType::kQ6_K, TensorType::kIQ4_XS, TensorType::kQ5_0}) {
+    const bool block_format = type != TensorType::kF16 && type != TensorType::kQ8_0 && type != TensorType::kQ4_0;
+    const int rows = 1000, cols = 2048;
+    const Weights w = block_format ? make_block_weights(type, rows, cols, 11) : make_weights(type, rows, cols, 11);
+    const QuantizedMatrix m(w.view());
+    ASSERT_GE(m.bytes(), size_t{256} << 10);
+    for (int tokens : {1, 3, 8, 9}) {
+      std::mt19937 rng(static_cast<uint32_t>(tokens));
+      std::normal_distribution<float> dist(0.0f, 1.0f);
+      std::vector<float> x(static_cast<size_t>(tokens) * cols);
+      for (float& f : x) f = dist(rng);
+      const size_t y_stride = static_cast<size_t>(rows) + 3;
+      std::vector<std::vector<float>> results;
+      for (int n : {1, 5}) {
+        set_kernel_threads(n);
+        std::vector<float>& y = results.emplace_back(static_cast<size_t>(tokens) * y_stride, -1.0f);
+        m.multiply(x.data(), static_cast<size_t>(cols), tokens, y.data(), y_stride);
+      }
+      ASSERT_EQ(results[1], results[0]) << tensor_type_name(type) << ", " << tokens << " tokens: 5 threads differ";
+      for (int t = 0; t < tokens; ++t)
+        for (size_t r = 0; r < y_stride; ++r)
+          ASSERT_EQ(results[0][static_cast<size_t>(t) * y_stride + r] == -1.0f, r >= static_cast<size_t>(rows))
+              << tensor_type_name(type) << ", " << tokens << " tokens: token " << t << " row " << r;
+    }
+  }
+  set_kernel_threads(threads);
+}
+
 // ggml's activation format of each block format (its vec_dot_type), stated here independently.
 TensorType activation_format(TensorType weight) {
   switch (weight) {

@@ -163,6 +163,32 @@ void QuantizedMatrix::multiply(const float* x, size_t x_stride, int num_tokens, 
 
 namespace {
 
+// A matrix of this many bytes or more is split over the threads even when its multiply-adds alone
+// would not pay for waking them: one decode token is bound by memory bandwidth, which one core does
+// not saturate. Below a megabyte this matters too: Llama-3.2-1B's k and v (512 x 2048, 0.6-0.9 MB
+// in Q4_K / Q6_K) on one thread took ~90 us each, back to back, long enough for the idle thread to
+// stop spinning (the CLI's spin lasts ~85 us on a Zen 3) and to wake late for the next call.
+constexpr double kMinParallelWeightBytes = 256.0 * 1024;
+
+// Calls of at most this many tokens (decode steps) split their rows into kChunksPerThread chunks
+// per thread, which the threads claim in turn, rather than one contiguous share each: such a call
+// is short (0.1-1 ms) and bound by memory, so a thread that starts late (woken from sleep, or
+// descheduled on a shared machine) would otherwise hold the whole team at the closing barrier,
+// and the thread waiting there may fall asleep in turn. Prompts keep one share per thread (the
+// AVX-512 build blocks over a share's rows).
+constexpr int kBalancedMaxTokens = 8;
+constexpr int kChunksPerThread = 8;
+
+// How many chunks a call's `groups` row groups are split into (1: the calling thread alone).
+int chunk_count(int groups, int num_tokens, bool parallel) {
+  if (!parallel || groups <= 1) return 1;
+  const int threads = kernel_threads();
+  return std::min(groups, num_tokens <= kBalancedMaxTokens ? kChunksPerThread * threads : threads);
+}
+
+// The first group of chunk i of n, and one past its last.
+int chunk_begin(int groups, int i, int n) { return static_cast<int>(static_cast<int64_t>(groups) * i / n); }
+
 // The block formats without a panel layout, and every block format in the builds without panels,
 // take one block_dot per row and token.
 bool runs_blocks(TensorType type, bool panels) {
@@ -238,34 +264,29 @@ void QuantizedMatrix::multiply(const Prepared& x, float* y, size_t y_stride) con
           ? quant_detail::Activations{x.bytes.data(), x.stride, num_tokens}
           : quant_detail::Activations{reinterpret_cast<const std::byte*>(x.x), x.x_stride * sizeof(float), num_tokens};
 
-  // Groups of rows, each read once from memory for the whole batch. A single decode token is
-  // bound by memory bandwidth, which one core does not saturate: a matrix of a megabyte or more
-  // is split over the threads even when its multiply-adds alone would not pay for waking them.
-  // The AVX-512 build's groups are 4 panels of 16 rows (its tiles for few tokens span 4 panels).
+  // Groups of rows, each read once from memory for the whole batch, in chunks over the threads
+  // (chunk_count). The AVX-512 build's groups are 4 panels of 16 rows (its tiles for few tokens
+  // span 4 panels).
   const int row_group = panels ? 4 * quant_detail::kPanelRows : 16;
-  constexpr double kMinParallelWeightBytes = 1024.0 * 1024;
   const int groups = (rows + row_group - 1) / row_group;
   const double macs = static_cast<double>(num_tokens) * rows * cols;
-  const bool parallel =
-      groups > 1 && (macs >= kMinParallelMultiplyAdds || static_cast<double>(bytes()) >= kMinParallelWeightBytes);
+  const bool parallel = macs >= kMinParallelMultiplyAdds || static_cast<double>(bytes()) >= kMinParallelWeightBytes;
+  const int chunks = chunk_count(groups, num_tokens, parallel);
   if (panels) {
     const quant_detail::PanelsKernel& pk = panels_kernel_for(w_.type, build);
     const quant_detail::WeightPanels wp{panels_->layout, panels_->data.get()};
     const int total = panels_->layout.panels;
-    // Each thread's groups (the contiguous share schedule(static) would give it) in one call, so
-    // that a kernel can block over more rows than one group's.
-    const int tasks = parallel ? std::min(groups, kernel_threads()) : 1;
-#pragma omp parallel for schedule(static) if (tasks > 1) num_threads(tasks)
-    for (int i = 0; i < tasks; ++i) {
-      const int g0 = static_cast<int>(static_cast<int64_t>(groups) * i / tasks);
-      const int g1 = static_cast<int>(static_cast<int64_t>(groups) * (i + 1) / tasks);
-      pk.multiply_panels(wp, g0 * 4, std::min(total, g1 * 4), acts, y, y_stride);
-    }
+    // A chunk's groups in one call, so that a kernel can block over more rows than one group's.
+#pragma omp parallel for schedule(dynamic, 1) if (chunks > 1) num_threads(std::min(chunks, kernel_threads()))
+    for (int i = 0; i < chunks; ++i)
+      pk.multiply_panels(wp, chunk_begin(groups, i, chunks) * 4,
+                         std::min(total, chunk_begin(groups, i + 1, chunks) * 4), acts, y, y_stride);
     return;
   }
-#pragma omp parallel for schedule(static) if (parallel) num_threads(kernel_threads())
-  for (int g = 0; g < groups; ++g)
-    k.multiply_rows(w, g * row_group, std::min(rows, (g + 1) * row_group), acts, y, y_stride);
+#pragma omp parallel for schedule(dynamic, 1) if (chunks > 1) num_threads(std::min(chunks, kernel_threads()))
+  for (int i = 0; i < chunks; ++i)
+    for (int g = chunk_begin(groups, i, chunks); g < chunk_begin(groups, i + 1, chunks); ++g)
+      k.multiply_rows(w, g * row_group, std::min(rows, (g + 1) * row_group), acts, y, y_stride);
 }
 
 // The block formats of block_formats.h: groups of rows over the threads, one block_dot per (row,
@@ -284,16 +305,16 @@ void QuantizedMatrix::multiply_blocks(const Prepared& x, float* y, size_t y_stri
   const std::byte* base = static_cast<const std::byte*>(w_.data);
   const size_t row_bytes = tensor_row_bytes(w_.type, cols);
   constexpr int kRowGroup = 16;
-  constexpr double kMinParallelWeightBytes = 1024.0 * 1024;
   const int groups = (rows + kRowGroup - 1) / kRowGroup;
   const double macs = static_cast<double>(num_tokens) * rows * cols;
-  const bool parallel =
-      groups > 1 && (macs >= kMinParallelMultiplyAdds || static_cast<double>(bytes()) >= kMinParallelWeightBytes);
+  const bool parallel = macs >= kMinParallelMultiplyAdds || static_cast<double>(bytes()) >= kMinParallelWeightBytes;
+  const int chunks = chunk_count(groups, num_tokens, parallel);
   const TensorType type = w_.type;
-#pragma omp parallel for schedule(static) if (parallel) num_threads(kernel_threads())
-  for (int g = 0; g < groups; ++g)
-    k.multiply_rows(type, base, row_bytes, cols, g * kRowGroup, std::min(rows, (g + 1) * kRowGroup), acts, per_token,
-                    num_tokens, y, y_stride);
+#pragma omp parallel for schedule(dynamic, 1) if (chunks > 1) num_threads(std::min(chunks, kernel_threads()))
+  for (int i = 0; i < chunks; ++i)
+    for (int g = chunk_begin(groups, i, chunks); g < chunk_begin(groups, i + 1, chunks); ++g)
+      k.multiply_rows(type, base, row_bytes, cols, g * kRowGroup, std::min(rows, (g + 1) * kRowGroup), acts, per_token,
+                      num_tokens, y, y_stride);
 }
 
 }  // namespace pagedkv
