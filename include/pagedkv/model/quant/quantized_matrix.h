@@ -33,8 +33,10 @@
 // tokens, so a batch of decode tokens costs little more weight traffic than one token.
 //
 // Work is split over OpenMP threads by groups of rows (16, or 64 for the AVX-512 build) once the
-// product is large enough, or the matrix large enough that one core would not saturate the
-// memory bandwidth.
+// product is large enough, or the matrix large enough (a quarter megabyte) that one core would not
+// saturate the memory bandwidth: a prompt in one share per thread, a decode call (up to 8 tokens)
+// in 8 chunks per thread that the threads claim in turn, so that a thread woken late does not
+// hold the others at the closing barrier.
 #pragma once
 
 #include <cstddef>
