@@ -355,6 +355,23 @@ constexpr TensorType kMatmulTypes[] = {TensorType::kF16,  TensorType::kBF16, Ten
                                        TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K,  TensorType::kIQ4_XS,
                                        TensorType::kQ3_K, TensorType::kQ2_K, TensorType::kIQ4_NL};
 
+// rows x cols weights of a block format `type` as random bytes (every bit pattern is a valid
+// block) with sane fp16 scales (0.004); Q8_0 / Q4_0 too.
+std::vector<std::byte> random_blocks_of(TensorType type, int rows, int cols) {
+  const size_t block_bytes = static_cast<size_t>(tensor_type_traits(static_cast<uint32_t>(type))->block_bytes);
+  std::vector<std::byte> file(static_cast<size_t>(rows) * tensor_row_bytes(type, cols));
+  for (size_t i = 0; i < file.size(); ++i) file[i] = static_cast<std::byte>((i * 2654435761u) >> 13);
+  const uint16_t d = f32_to_f16(0.004f);
+  for (size_t k = 0; k < file.size() / block_bytes; ++k)
+    for (size_t f : type == TensorType::kQ6_K                                    ? std::vector<size_t>{208}
+                    : type == TensorType::kQ3_K                                  ? std::vector<size_t>{108}
+                    : type == TensorType::kQ2_K                                  ? std::vector<size_t>{80, 82}
+                    : type == TensorType::kIQ4_XS || type == TensorType::kIQ4_NL ? std::vector<size_t>{0}
+                                                                                 : std::vector<size_t>{0, 2})
+      std::memcpy(file.data() + k * block_bytes + f, &d, 2);
+  return file;
+}
+
 // `rows` x 2048 weights of `type` (random blocks with sane scales where `random_blocks`, else the
 // values quantized by GgufWriter) times `tokens` tokens on one thread.
 void run_quantized_matmul(benchmark::State& state, TensorType type, KernelIsa isa, int tokens, int rows,
@@ -371,17 +388,7 @@ void run_quantized_matmul(benchmark::State& state, TensorType type, KernelIsa is
   std::vector<std::byte> file;
   const std::byte* data = nullptr;
   if (random_blocks) {
-    const size_t block_bytes = static_cast<size_t>(tensor_type_traits(static_cast<uint32_t>(type))->block_bytes);
-    file.resize(static_cast<size_t>(rows) * tensor_row_bytes(type, cols));
-    for (size_t i = 0; i < file.size(); ++i) file[i] = static_cast<std::byte>((i * 2654435761u) >> 13);
-    const uint16_t d = f32_to_f16(0.004f);
-    for (size_t k = 0; k < file.size() / block_bytes; ++k)
-      for (size_t f : type == TensorType::kQ6_K                                    ? std::vector<size_t>{208}
-                      : type == TensorType::kQ3_K                                  ? std::vector<size_t>{108}
-                      : type == TensorType::kQ2_K                                  ? std::vector<size_t>{80, 82}
-                      : type == TensorType::kIQ4_XS || type == TensorType::kIQ4_NL ? std::vector<size_t>{0}
-                                                                                   : std::vector<size_t>{0, 2})
-        std::memcpy(file.data() + k * block_bytes + f, &d, 2);
+    file = random_blocks_of(type, rows, cols);
     data = file.data();
   } else {
     values.resize(static_cast<size_t>(rows) * cols);
@@ -432,6 +439,49 @@ BENCHMARK(BM_QuantizedMatvecFromMemory)
     ->Arg(6)
     ->Arg(7)
     ->Unit(benchmark::kMillisecond);
+
+// One decode token through a Llama-3.2-1B step's matrices, one after another as the model calls
+// them (16 layers of q, k, v, o, gate, up, down, then the 128256-row classifier; 0.7-1.3 GB, each
+// matrix its own allocation), on every kernel thread, wall time: what QuantizedMatvecFromMemory's
+// one matrix does not show, the per-call costs a step pays ~113 times (waking the threads, a
+// late thread at the closing barrier, k and v's small matrices). The activations are not
+// chained from call to call; the attention and norms between the calls are left out.
+void BM_DecodeLayerSequence(benchmark::State& state) {
+  const TensorType type = kMatmulTypes[state.range(0)];
+  state.SetLabel(fmt::format("{} {} threads", tensor_type_name(type), kernel_threads()));
+  struct Shape {
+    int rows, cols;
+  };
+  constexpr Shape kLayer[] = {{2048, 2048}, {512, 2048},  {512, 2048}, {2048, 2048},
+                              {8192, 2048}, {8192, 2048}, {2048, 8192}};
+  std::vector<std::unique_ptr<QuantizedMatrix>> step;
+  std::vector<std::vector<std::byte>> files;  // the weights the QuantizedMatrix views (Q8_0 / Q4_0 read them in place)
+  size_t bytes = 0;
+  const auto add = [&](int rows, int cols) {
+    files.push_back(random_blocks_of(type, rows, cols));
+    step.push_back(std::make_unique<QuantizedMatrix>(WeightTensor{type, files.back().data(), rows, cols}));
+    bytes += step.back()->bytes();
+  };
+  for (int layer = 0; layer < 16; ++layer)
+    for (const Shape& m : kLayer) add(m.rows, m.cols);
+  add(128256, 2048);
+  std::vector<float> x(8192), y(128256);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) * 0.1f - 0.3f;
+  for (auto _ : state) {
+    for (const auto& m : step) m->multiply(x.data(), static_cast<size_t>(m->cols()), 1, y.data(), 0);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["weight GB/s"] =
+      benchmark::Counter(static_cast<double>(bytes) * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_DecodeLayerSequence)
+    ->ArgNames({"type"})
+    ->Arg(2)
+    ->Arg(4)
+    ->Arg(6)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // One core's peak of the multiply-add instructions the matmuls could use, so that
 // QuantizedMatmul's GMAC/s read as a fraction of it: 16 independent accumulator chains (more than
