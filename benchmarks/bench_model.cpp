@@ -478,8 +478,10 @@ void BM_DecodeLayerSequence(benchmark::State& state) {
 BENCHMARK(BM_DecodeLayerSequence)
     ->ArgNames({"type"})
     ->Arg(2)
+    ->Arg(3)
     ->Arg(4)
     ->Arg(6)
+    ->Arg(7)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
