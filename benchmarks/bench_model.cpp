@@ -424,6 +424,9 @@ BENCHMARK(BM_QuantizedMatmul)
     ->ArgNames({"type", "isa", "tokens"})
     ->ArgsProduct({{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, {0, 1, 2}, {1, 32, 512}});
 
+// The types of the decode benchmarks below (kMatmulTypes' indices): Q8_0, Q4_0, Q4_K, Q6_K, IQ4_XS.
+const std::vector<int64_t> kDecodeTypeArgs = {2, 3, 4, 6, 7};
+
 // One decode token against 65536 x 2048 weights (70-140 MB: well past any L3), on the CPU's best
 // build: the one-token tiles as a decode step meets them, streaming from memory (random blocks
 // for every type; Q8_0 / Q4_0 too).
@@ -433,11 +436,7 @@ void BM_QuantizedMatvecFromMemory(benchmark::State& state) {
 }
 BENCHMARK(BM_QuantizedMatvecFromMemory)
     ->ArgNames({"type"})
-    ->Arg(2)
-    ->Arg(3)
-    ->Arg(4)
-    ->Arg(6)
-    ->Arg(7)
+    ->ArgsProduct({kDecodeTypeArgs})
     ->Unit(benchmark::kMillisecond);
 
 // One decode token through a Llama-3.2-1B step's matrices, one after another as the model calls
@@ -477,11 +476,7 @@ void BM_DecodeLayerSequence(benchmark::State& state) {
 }
 BENCHMARK(BM_DecodeLayerSequence)
     ->ArgNames({"type"})
-    ->Arg(2)
-    ->Arg(3)
-    ->Arg(4)
-    ->Arg(6)
-    ->Arg(7)
+    ->ArgsProduct({kDecodeTypeArgs})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

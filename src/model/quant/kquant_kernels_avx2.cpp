@@ -421,10 +421,9 @@ void sums_low_bit(const std::byte* chunk, int h, const Q8KRecord* const* xb, con
 // more than by its arithmetic: far ahead (a 1B Q4_K_M decode step on a Zen 3 core: 99.6 ms with
 // 2 KiB, 84 with 4 KiB, 67-73 with 8-16 KiB); a tile of several tokens reads slowly, 4 KiB.
 // A super-block's 21-53 lines are prefetched a few per step of its sums (SpreadPrefetch), not in
-// one burst at its start: a burst stalled the tile's own loads (presumably by taking all the
-// core's miss buffers; this VM has no counters to show it)
-// (one token from memory, 65536 x 2048, one Zen 3 core: Q6_K 11.6 -> 19.0 GB/s, Q5_K 11.2 ->
-// 17.3, Q4_K 14.9 -> 20.5).
+// one burst at its start: a burst stalled the tile's own loads, presumably by taking all the
+// core's miss buffers (one token from memory, 65536 x 2048, one Zen 3 core: Q6_K 11.6 -> 19.0
+// GB/s, Q5_K 11.2 -> 17.3, Q4_K 14.9 -> 20.5).
 template <int T>
 constexpr size_t kPrefetchAhead = T == 1 ? 12288 : 4096;
 

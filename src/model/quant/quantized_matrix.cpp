@@ -179,15 +179,23 @@ constexpr double kMinParallelWeightBytes = 256.0 * 1024;
 constexpr int kBalancedMaxTokens = 8;
 constexpr int kChunksPerThread = 8;
 
-// How many chunks a call's `groups` row groups are split into (1: the calling thread alone).
-int chunk_count(int groups, int num_tokens, bool parallel) {
+// How many chunks the `groups` row groups of a call of `num_tokens` tokens over `rows` x `cols`
+// weights of `bytes` bytes are split into (1: the calling thread alone).
+int chunk_count(int groups, int num_tokens, int rows, int cols, size_t bytes) {
+  const double macs = static_cast<double>(num_tokens) * rows * cols;
+  const bool parallel = macs >= kMinParallelMultiplyAdds || static_cast<double>(bytes) >= kMinParallelWeightBytes;
   if (!parallel || groups <= 1) return 1;
   const int threads = kernel_threads();
   return std::min(groups, num_tokens <= kBalancedMaxTokens ? kChunksPerThread * threads : threads);
 }
 
-// The first group of chunk i of n, and one past its last.
-int chunk_begin(int groups, int i, int n) { return static_cast<int>(static_cast<int64_t>(groups) * i / n); }
+// f(g0, g1) for every chunk's groups [g0, g1) of `chunks` chunks, which the threads claim in turn.
+template <class F>
+void for_each_chunk(int groups, int chunks, F&& f) {
+  const auto begin = [&](int i) { return static_cast<int>(static_cast<int64_t>(groups) * i / chunks); };
+#pragma omp parallel for schedule(dynamic, 1) if (chunks > 1) num_threads(std::min(chunks, kernel_threads()))
+  for (int i = 0; i < chunks; ++i) f(begin(i), begin(i + 1));
+}
 
 // The block formats without a panel layout, and every block format in the builds without panels,
 // take one block_dot per row and token.
@@ -269,24 +277,20 @@ void QuantizedMatrix::multiply(const Prepared& x, float* y, size_t y_stride) con
   // span 4 panels).
   const int row_group = panels ? 4 * quant_detail::kPanelRows : 16;
   const int groups = (rows + row_group - 1) / row_group;
-  const double macs = static_cast<double>(num_tokens) * rows * cols;
-  const bool parallel = macs >= kMinParallelMultiplyAdds || static_cast<double>(bytes()) >= kMinParallelWeightBytes;
-  const int chunks = chunk_count(groups, num_tokens, parallel);
+  const int chunks = chunk_count(groups, num_tokens, rows, cols, bytes());
   if (panels) {
     const quant_detail::PanelsKernel& pk = panels_kernel_for(w_.type, build);
     const quant_detail::WeightPanels wp{panels_->layout, panels_->data.get()};
     const int total = panels_->layout.panels;
     // A chunk's groups in one call, so that a kernel can block over more rows than one group's.
-#pragma omp parallel for schedule(dynamic, 1) if (chunks > 1) num_threads(std::min(chunks, kernel_threads()))
-    for (int i = 0; i < chunks; ++i)
-      pk.multiply_panels(wp, chunk_begin(groups, i, chunks) * 4,
-                         std::min(total, chunk_begin(groups, i + 1, chunks) * 4), acts, y, y_stride);
+    for_each_chunk(groups, chunks,
+                   [&](int g0, int g1) { pk.multiply_panels(wp, g0 * 4, std::min(total, g1 * 4), acts, y, y_stride); });
     return;
   }
-#pragma omp parallel for schedule(dynamic, 1) if (chunks > 1) num_threads(std::min(chunks, kernel_threads()))
-  for (int i = 0; i < chunks; ++i)
-    for (int g = chunk_begin(groups, i, chunks); g < chunk_begin(groups, i + 1, chunks); ++g)
+  for_each_chunk(groups, chunks, [&](int g0, int g1) {
+    for (int g = g0; g < g1; ++g)
       k.multiply_rows(w, g * row_group, std::min(rows, (g + 1) * row_group), acts, y, y_stride);
+  });
 }
 
 // The block formats of block_formats.h: groups of rows over the threads, one block_dot per (row,
@@ -306,15 +310,13 @@ void QuantizedMatrix::multiply_blocks(const Prepared& x, float* y, size_t y_stri
   const size_t row_bytes = tensor_row_bytes(w_.type, cols);
   constexpr int kRowGroup = 16;
   const int groups = (rows + kRowGroup - 1) / kRowGroup;
-  const double macs = static_cast<double>(num_tokens) * rows * cols;
-  const bool parallel = macs >= kMinParallelMultiplyAdds || static_cast<double>(bytes()) >= kMinParallelWeightBytes;
-  const int chunks = chunk_count(groups, num_tokens, parallel);
+  const int chunks = chunk_count(groups, num_tokens, rows, cols, bytes());
   const TensorType type = w_.type;
-#pragma omp parallel for schedule(dynamic, 1) if (chunks > 1) num_threads(std::min(chunks, kernel_threads()))
-  for (int i = 0; i < chunks; ++i)
-    for (int g = chunk_begin(groups, i, chunks); g < chunk_begin(groups, i + 1, chunks); ++g)
+  for_each_chunk(groups, chunks, [&](int g0, int g1) {
+    for (int g = g0; g < g1; ++g)
       k.multiply_rows(type, base, row_bytes, cols, g * kRowGroup, std::min(rows, (g + 1) * kRowGroup), acts, per_token,
                       num_tokens, y, y_stride);
+  });
 }
 
 }  // namespace pagedkv
