@@ -44,10 +44,10 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
-#include <vector>
 
 #include "attention_tile.h"
 #include "attention_tile_walk.h"
+#include "pagedkv/storage/thread_scratch.h"
 #include "vector_exp.h"
 
 namespace pagedkv::attention_detail {
@@ -558,18 +558,23 @@ void attend(const RowGroupTask& task) {
   const bool convert_tiles = kConverted && rows > kRowBlock;
   const size_t qstride = padded_query_dim(dim);
 
-  thread_local std::vector<float> scores, key_tile, value_tile, weight_step;
-  thread_local std::vector<uint8_t> weight_codes;
-  thread_local std::vector<TileScales> int8_scales;  // per head: the current tile's
-  scores.resize(head_rows * kTileTokens);
+  // Buffers from thread_scratch, not containers of this file's own (thread_scratch.h says why).
+  auto* scores =
+      static_cast<float*>(thread_scratch(ScratchBuffer::kTileScores, head_rows * kTileTokens * sizeof(float)));
+  uint8_t* weight_codes = nullptr;
+  float* weight_step = nullptr;
+  TileScales* int8_scales = nullptr;  // per head: the current tile's
   if constexpr (kInteger) {
-    weight_codes.resize(head_rows * kTileTokens);
-    weight_step.resize(head_rows);
-    int8_scales.resize(static_cast<size_t>(heads));
+    weight_codes = static_cast<uint8_t*>(thread_scratch(ScratchBuffer::kTileWeightCodes, head_rows * kTileTokens));
+    weight_step = static_cast<float*>(thread_scratch(ScratchBuffer::kTileWeightSteps, head_rows * sizeof(float)));
+    int8_scales = static_cast<TileScales*>(
+        thread_scratch(ScratchBuffer::kTileScales, static_cast<size_t>(heads) * sizeof(TileScales)));
   }
+  float* key_tile = nullptr;
+  float* value_tile = nullptr;
   if (convert_tiles) {
-    key_tile.resize(kTileTokens * dim);
-    value_tile.resize(kTileTokens * dim);
+    key_tile = static_cast<float*>(thread_scratch(ScratchBuffer::kTileKeys, kTileTokens * dim * sizeof(float)));
+    value_tile = static_cast<float*>(thread_scratch(ScratchBuffer::kTileValues, kTileTokens * dim * sizeof(float)));
   }
   std::fill(task.acc, task.acc + static_cast<size_t>(heads) * head_block, 0.0f);
   std::fill(task.row_max, task.row_max + static_cast<size_t>(heads) * head_rows, kNegInf);
@@ -582,8 +587,8 @@ void attend(const RowGroupTask& task) {
   const float* converted_keys[kTileTokens];
   const float* converted_values[kTileTokens];
   for (int j = 0; j < kTileTokens && convert_tiles; ++j) {
-    converted_keys[j] = key_tile.data() + static_cast<size_t>(j) * dim;
-    converted_values[j] = value_tile.data() + static_cast<size_t>(j) * dim;
+    converted_keys[j] = key_tile + static_cast<size_t>(j) * dim;
+    converted_values[j] = value_tile + static_cast<size_t>(j) * dim;
   }
   // The bytes of a slot this task reads: its heads' rows, adjacent in the slot, and with all heads
   // of a quantized slot, the scales after them (a task of fewer heads leaves their scale line to
@@ -641,7 +646,7 @@ void attend(const RowGroupTask& task) {
     if constexpr (kInteger)
       load_tile_scales_int8<Isa>(key_slots[buffer], value_slots[buffer], n,
                                  task.kv->rows_bytes() + static_cast<size_t>(task.first_kv_head) * kKVScaleBytes, heads,
-                                 int8_scales.data());
+                                 int8_scales);
     for (int h = 0; h < heads; ++h) {
       const size_t head_offset = static_cast<size_t>(task.first_kv_head + h) * dim;
       for (int j = 0; j < n; ++j) {
@@ -668,8 +673,8 @@ void attend(const RowGroupTask& task) {
         load_tile_scales<L>(key_slots[buffer], value_slots[buffer], n, scale_offset, scales);
       }
       if constexpr (kInteger) {  // (task.query is unset: the integer path reads the query codes)
-        attend_tile_int8<Isa>(task, h, tile, n, keys, values, int8_scales[static_cast<size_t>(h)], scores.data(),
-                              weight_codes.data(), weight_step.data(), qstride, prefetcher);
+        attend_tile_int8<Isa>(task, h, tile, n, keys, values, int8_scales[static_cast<size_t>(h)], scores, weight_codes,
+                              weight_step, qstride, prefetcher);
         continue;
       }
       const float* query = task.query + static_cast<size_t>(h) * head_block;
@@ -679,16 +684,16 @@ void attend(const RowGroupTask& task) {
       if (convert_tiles) {
         for (int j = 0; j < n; ++j)
           for (size_t d = 0; d < dim; d += Isa::kLanes) {
-            Isa::store(key_tile.data() + static_cast<size_t>(j) * dim + d, L::load(keys[j] + d));
-            Isa::store(value_tile.data() + static_cast<size_t>(j) * dim + d, L::load(values[j] + d));
+            Isa::store(key_tile + static_cast<size_t>(j) * dim + d, L::load(keys[j] + d));
+            Isa::store(value_tile + static_cast<size_t>(j) * dim + d, L::load(values[j] + d));
           }
-        qk_tile<Isa, F32>(query, rows, dim, converted_keys, n, scores.data(), prefetcher);
+        qk_tile<Isa, F32>(query, rows, dim, converted_keys, n, scores, prefetcher);
       } else {
-        qk_tile<Isa, L>(query, rows, dim, keys, n, scores.data(), prefetcher);
+        qk_tile<Isa, L>(query, rows, dim, keys, n, scores, prefetcher);
       }
 
       for (int r = 0; r < rows; ++r) {
-        float* s = scores.data() + static_cast<size_t>(r) * kTileTokens;
+        float* s = scores + static_cast<size_t>(r) * kTileTokens;
         if constexpr (ScaledRows<L>)
           for (int j = 0; j < n; ++j) s[j] *= scales.key_scale[j];
         const int lo = task.rows_share_range ? 0 : std::clamp(task.row_begin[r] - tile, 0, n);
@@ -699,8 +704,8 @@ void attend(const RowGroupTask& task) {
           for (int j = 0; j < n; ++j) s[j] *= scales.value_scale[j];
       }
 
-      if (convert_tiles) pv_tile<Isa, F32>(scores.data(), rows, converted_values, n, acc, dim, prefetcher);
-      else pv_tile<Isa, L>(scores.data(), rows, values, n, acc, dim, prefetcher);
+      if (convert_tiles) pv_tile<Isa, F32>(scores, rows, converted_values, n, acc, dim, prefetcher);
+      else pv_tile<Isa, L>(scores, rows, values, n, acc, dim, prefetcher);
     }
     prefetcher.finish();
     buffer ^= 1;

@@ -203,22 +203,29 @@ void attend_wide(const RowGroupTask& task) {
   const int heads = task.num_kv_heads;
   const size_t head_block = dim * P;
 
-  thread_local std::vector<float> qt, ot, key_tile, value_tile, zero_row, scores, running;
-  qt.assign(static_cast<size_t>(heads) * head_block, 0.0f);
-  ot.assign(static_cast<size_t>(heads) * head_block, 0.0f);
-  key_tile.resize(2 * kTileTokens * dim);
-  zero_row.assign(dim, 0.0f);
-  value_tile.resize(2 * kTileTokens * dim);
-  scores.resize(kTileTokens * P);
-  running.resize(2 * static_cast<size_t>(heads) * P);
-  float* run_max = running.data();
-  float* run_sum = running.data() + static_cast<size_t>(heads) * P;
+  // Buffers from thread_scratch, not containers of this file's own (thread_scratch.h says why).
+  const auto floats = [](ScratchBuffer buffer, size_t count) {
+    return static_cast<float*>(thread_scratch(buffer, count * sizeof(float)));
+  };
+  const auto zeroed_floats = [&](ScratchBuffer buffer, size_t count) {
+    float* p = floats(buffer, count);
+    std::memset(p, 0, count * sizeof(float));
+    return p;
+  };
+  float* qt = zeroed_floats(ScratchBuffer::kWideQueries, static_cast<size_t>(heads) * head_block);
+  float* ot = zeroed_floats(ScratchBuffer::kWideOutputs, static_cast<size_t>(heads) * head_block);
+  float* zero_row = zeroed_floats(ScratchBuffer::kWideZeroRow, dim);
+  float* key_tile = floats(ScratchBuffer::kWideKeys, 2 * kTileTokens * dim);
+  float* value_tile = floats(ScratchBuffer::kWideValues, 2 * kTileTokens * dim);
+  float* scores = floats(ScratchBuffer::kWideScores, kTileTokens * P);
+  float* run_max = floats(ScratchBuffer::kWideRunningStats, 2 * static_cast<size_t>(heads) * P);
+  float* run_sum = run_max + static_cast<size_t>(heads) * P;
   std::fill(run_max, run_max + static_cast<size_t>(heads) * P, kNegInf);
   std::fill(run_sum, run_sum + static_cast<size_t>(heads) * P, 0.0f);
   for (int h = 0; h < heads; ++h)
     for (size_t r = 0; r < rows; ++r) {
       const float* q = task.query + (static_cast<size_t>(h) * rows + r) * dim;
-      float* dst = qt.data() + static_cast<size_t>(h) * head_block + r;
+      float* dst = qt + static_cast<size_t>(h) * head_block + r;
       for (size_t d = 0; d < dim; ++d) dst[d * P] = q[d];
     }
 
@@ -247,8 +254,8 @@ void attend_wide(const RowGroupTask& task) {
     for (int k = 0; k < kTouchDistance && k < walk.num_tiles(); ++k) (void)ahead.next(ahead_keys, ahead_values);
   int next_n = walk.next(key_slots[0], value_slots[0]);
   if constexpr (kConverted) {  // the first tile's first head, before the loop
-    converter.start(key_slots[0], value_slots[0], next_n, static_cast<size_t>(task.first_kv_head) * dim,
-                    key_tile.data(), value_tile.data(), dim, 1);
+    converter.start(key_slots[0], value_slots[0], next_n, static_cast<size_t>(task.first_kv_head) * dim, key_tile,
+                    value_tile, dim, 1);
     converter.finish();
   }
   for (int k = 0; k < walk.num_tiles(); ++k) {
@@ -271,19 +278,19 @@ void attend_wide(const RowGroupTask& task) {
       // end read a zero row (their scores are not used).
       const float* krows[kTileTokens];
       const float* vrows[kTileTokens];
-      for (int j = n; j < kTileTokens; ++j) krows[j] = vrows[j] = zero_row.data();
+      for (int j = n; j < kTileTokens; ++j) krows[j] = vrows[j] = zero_row;
       for (int j = 0; j < n; ++j) {
         if constexpr (kConverted) {
-          krows[j] = key_tile.data() + (static_cast<size_t>(set) * kTileTokens + static_cast<size_t>(j)) * dim;
-          vrows[j] = value_tile.data() + (static_cast<size_t>(set) * kTileTokens + static_cast<size_t>(j)) * dim;
+          krows[j] = key_tile + (static_cast<size_t>(set) * kTileTokens + static_cast<size_t>(j)) * dim;
+          vrows[j] = value_tile + (static_cast<size_t>(set) * kTileTokens + static_cast<size_t>(j)) * dim;
         } else {
           krows[j] = key_slots[buffer][j] + head_offset;
           vrows[j] = value_slots[buffer][j] + head_offset;
         }
       }
       if constexpr (kConverted) {
-        float* kd = key_tile.data() + static_cast<size_t>(set ^ 1) * kTileTokens * dim;
-        float* vd = value_tile.data() + static_cast<size_t>(set ^ 1) * kTileTokens * dim;
+        float* kd = key_tile + static_cast<size_t>(set ^ 1) * kTileTokens * dim;
+        float* vd = value_tile + static_cast<size_t>(set ^ 1) * kTileTokens * dim;
         if (h + 1 < heads)
           converter.start(key_slots[buffer], value_slots[buffer], n, head_offset + dim, kd, vd, dim, steps_per_head);
         else if (next_n > 0)
@@ -291,13 +298,12 @@ void attend_wide(const RowGroupTask& task) {
                           static_cast<size_t>(task.first_kv_head) * dim, kd, vd, dim, steps_per_head);
         else converter.start(key_slots[buffer], value_slots[buffer], 0, 0, kd, vd, dim, steps_per_head);
       }
-      const float* q = qt.data() + static_cast<size_t>(h) * head_block;
-      float* o = ot.data() + static_cast<size_t>(h) * head_block;
+      const float* q = qt + static_cast<size_t>(h) * head_block;
+      float* o = ot + static_cast<size_t>(h) * head_block;
       for (int t0 = 0; t0 < kTileTokens; t0 += NT)
-        wide_scores<R, NT>(q, krows + t0, dim, scores.data() + static_cast<size_t>(t0) * P, steps);
-      wide_softmax<R>(scores.data(), n, run_max + static_cast<size_t>(h) * P, run_sum + static_cast<size_t>(h) * P, o,
-                      dim);
-      wide_value_strips<R, DT>(scores.data(), vrows, n, dim, o, steps);
+        wide_scores<R, NT>(q, krows + t0, dim, scores + static_cast<size_t>(t0) * P, steps);
+      wide_softmax<R>(scores, n, run_max + static_cast<size_t>(h) * P, run_sum + static_cast<size_t>(h) * P, o, dim);
+      wide_value_strips<R, DT>(scores, vrows, n, dim, o, steps);
       if constexpr (kConverted) {
         converter.finish();
         set ^= 1;
@@ -309,7 +315,7 @@ void attend_wide(const RowGroupTask& task) {
   for (int h = 0; h < heads; ++h)
     for (size_t r = 0; r < rows; ++r) {
       const size_t out_row = static_cast<size_t>(h) * rows + r;
-      const float* src = ot.data() + static_cast<size_t>(h) * head_block + r;
+      const float* src = ot + static_cast<size_t>(h) * head_block + r;
       float* dst = task.acc + out_row * dim;
       for (size_t d = 0; d < dim; ++d) dst[d] = src[d * P];
       task.row_max[out_row] = run_max[static_cast<size_t>(h) * P + r];

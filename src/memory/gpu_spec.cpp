@@ -18,7 +18,7 @@ constexpr uint64_t kMiB = uint64_t{1} << 20;
 // "80 GB". The total CUDA reports (cudaMemGetInfo, which vLLM multiplies by
 // gpu_memory_utilization) is often somewhat lower because the driver keeps memory back, so plans
 // from these presets can be slightly optimistic; docs/plan.md says how to get exact figures.
-std::vector<GpuSpec> make_presets() {
+std::vector<GpuSpec> make_gpu_presets() {
   return {
       {"a100-40gb", "NVIDIA A100 40GB", 40'960 * kMiB}, {"a100-80gb", "NVIDIA A100 80GB", 81'920 * kMiB},
       {"h100-80gb", "NVIDIA H100 80GB", 81'559 * kMiB}, {"h200-141gb", "NVIDIA H200 141GB", 143'771 * kMiB},
@@ -29,7 +29,7 @@ std::vector<GpuSpec> make_presets() {
 }  // namespace
 
 std::span<const GpuSpec> gpu_presets() {
-  static const std::vector<GpuSpec> presets = make_presets();
+  static const std::vector<GpuSpec> presets = make_gpu_presets();
   return presets;
 }
 

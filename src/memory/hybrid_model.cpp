@@ -20,7 +20,7 @@ bool same_spec(const KVCacheSpec& a, const KVCacheSpec& b) {
 // num_attention_heads, num_key_value_heads, head_dim, sliding_window, the layer pattern
 // (Gemma 2: alternating, Gemma 3: sliding_window_pattern 6, gpt-oss: layer_types alternating
 // from a sliding layer), max_position_embeddings, bf16.
-std::vector<HybridModelShape> make_presets() {
+std::vector<HybridModelShape> make_hybrid_presets() {
   return {
       {.name = "gemma-2-27b",
        .num_layers = 46,
@@ -80,7 +80,7 @@ std::vector<KVCacheSpec> HybridModelShape::layer_specs(int block_size, DType kv_
 }
 
 std::span<const HybridModelShape> hybrid_model_presets() {
-  static const std::vector<HybridModelShape> presets = make_presets();
+  static const std::vector<HybridModelShape> presets = make_hybrid_presets();
   return presets;
 }
 

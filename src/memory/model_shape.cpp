@@ -24,7 +24,7 @@ bool equals_ignoring_case(std::string_view a, std::string_view b) {
 
 // Architecture numbers from each model's published config.json; parameter counts are the
 // exact totals of its checkpoint (they equal estimate_num_params, which a test checks).
-std::vector<ModelShape> make_presets() {
+std::vector<ModelShape> make_model_shape_presets() {
   std::vector<ModelShape> p;
   p.push_back({.name = "stories260k",
                .num_layers = 5,
@@ -288,7 +288,7 @@ uint64_t estimate_num_params(const ModelShape& m) {
 }
 
 std::span<const ModelShape> model_presets() {
-  static const std::vector<ModelShape> presets = make_presets();
+  static const std::vector<ModelShape> presets = make_model_shape_presets();
   return presets;
 }
 

@@ -164,8 +164,6 @@ class Cursor {
   size_t pos_ = 0;
 };
 
-std::string errno_text() { return std::strerror(errno); }
-
 }  // namespace
 
 const char* gguf_type_name(GgufType t) {
@@ -262,18 +260,18 @@ int64_t GgufTensor::elements() const {
 
 GgufFile::GgufFile(const std::string& path) : name_(path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(fmt::format("cannot open GGUF file '{}': {}", path, errno_text()));
+  if (fd < 0) throw Error(fmt::format("cannot open GGUF file '{}': {}", path, std::strerror(errno)));
   struct CloseFd {
     int fd;
     ~CloseFd() { ::close(fd); }
   } closer{fd};
   struct stat st {};
-  if (::fstat(fd, &st) != 0) throw Error(fmt::format("cannot stat GGUF file '{}': {}", path, errno_text()));
+  if (::fstat(fd, &st) != 0) throw Error(fmt::format("cannot stat GGUF file '{}': {}", path, std::strerror(errno)));
   if (!S_ISREG(st.st_mode)) throw Error(fmt::format("GGUF file '{}' is not a regular file", path));
   const auto size = static_cast<size_t>(st.st_size);
   if (size == 0) throw FormatError(fmt::format("GGUF file '{}' is empty", path));
   void* m = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  if (m == MAP_FAILED) throw Error(fmt::format("cannot map GGUF file '{}': {}", path, errno_text()));
+  if (m == MAP_FAILED) throw Error(fmt::format("cannot map GGUF file '{}': {}", path, std::strerror(errno)));
   mapping_ = m;
   mapping_bytes_ = size;
   bytes_ = {static_cast<const std::byte*>(m), size};

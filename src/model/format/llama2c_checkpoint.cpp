@@ -50,8 +50,6 @@ ModelConfig parse_header(const std::array<int32_t, 7>& raw, const std::string& p
   return c;
 }
 
-std::string errno_text() { return std::strerror(errno); }
-
 }  // namespace
 
 size_t Llama2cCheckpoint::expected_file_bytes(const ModelConfig& config) {
@@ -70,7 +68,7 @@ size_t Llama2cCheckpoint::expected_file_bytes(const ModelConfig& config) {
 
 Llama2cCheckpoint::Llama2cCheckpoint(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(fmt::format("cannot open checkpoint '{}': {}", path, errno_text()));
+  if (fd < 0) throw Error(fmt::format("cannot open checkpoint '{}': {}", path, std::strerror(errno)));
   // The descriptor is only needed until the mapping exists.
   struct CloseFd {
     int fd;
@@ -78,7 +76,7 @@ Llama2cCheckpoint::Llama2cCheckpoint(const std::string& path) {
   } closer{fd};
 
   struct stat st {};
-  if (::fstat(fd, &st) != 0) throw Error(fmt::format("cannot stat checkpoint '{}': {}", path, errno_text()));
+  if (::fstat(fd, &st) != 0) throw Error(fmt::format("cannot stat checkpoint '{}': {}", path, std::strerror(errno)));
   if (!S_ISREG(st.st_mode)) throw Error(fmt::format("checkpoint '{}' is not a regular file", path));
   const size_t actual = static_cast<size_t>(st.st_size);
 
@@ -87,7 +85,7 @@ Llama2cCheckpoint::Llama2cCheckpoint(const std::string& path) {
                                   kHeaderBytes, actual));
   std::array<int32_t, 7> raw{};
   if (::pread(fd, raw.data(), kHeaderBytes, 0) != static_cast<ssize_t>(kHeaderBytes))
-    throw Error(fmt::format("cannot read the header of checkpoint '{}': {}", path, errno_text()));
+    throw Error(fmt::format("cannot read the header of checkpoint '{}': {}", path, std::strerror(errno)));
   ModelConfig config = parse_header(raw, path);
 
   const size_t expected = expected_file_bytes(config);
@@ -100,7 +98,7 @@ Llama2cCheckpoint::Llama2cCheckpoint(const std::string& path) {
   }
 
   void* map = ::mmap(nullptr, actual, PROT_READ, MAP_PRIVATE, fd, 0);
-  if (map == MAP_FAILED) throw Error(fmt::format("cannot mmap checkpoint '{}': {}", path, errno_text()));
+  if (map == MAP_FAILED) throw Error(fmt::format("cannot mmap checkpoint '{}': {}", path, std::strerror(errno)));
   mapping_ = map;
   file_bytes_ = actual;
 
@@ -117,10 +115,10 @@ Llama2cCheckpoint::~Llama2cCheckpoint() {
 void write_llama2c_checkpoint(const std::string& path, const ModelConfig& config, const ModelWeights& w) {
   config.validate();
   std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "wb"), &std::fclose);
-  if (!file) throw Error(fmt::format("cannot create checkpoint '{}': {}", path, errno_text()));
+  if (!file) throw Error(fmt::format("cannot create checkpoint '{}': {}", path, std::strerror(errno)));
   auto write = [&](const void* data, size_t bytes) {
     if (bytes != 0 && std::fwrite(data, 1, bytes, file.get()) != bytes)
-      throw Error(fmt::format("cannot write checkpoint '{}': {}", path, errno_text()));
+      throw Error(fmt::format("cannot write checkpoint '{}': {}", path, std::strerror(errno)));
   };
   auto write_floats = [&](const float* data, size_t n) { write(data, n * sizeof(float)); };
 
@@ -138,7 +136,8 @@ void write_llama2c_checkpoint(const std::string& path, const ModelConfig& config
       write_floats(legacy_rope.data(), n);
     }
   });
-  if (std::fflush(file.get()) != 0) throw Error(fmt::format("cannot write checkpoint '{}': {}", path, errno_text()));
+  if (std::fflush(file.get()) != 0)
+    throw Error(fmt::format("cannot write checkpoint '{}': {}", path, std::strerror(errno)));
 }
 
 }  // namespace pagedkv

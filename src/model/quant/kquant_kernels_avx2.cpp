@@ -28,10 +28,10 @@
 #include <array>
 #include <cstddef>
 #include <cstring>
-#include <vector>
 
 #include "block_dot.h"
 #include "pagedkv/model/format/block_formats.h"
+#include "pagedkv/storage/thread_scratch.h"
 #include "quantized_kernels.h"
 #include "row_masks_avx2.h"
 
@@ -63,11 +63,12 @@ int32_t int16_pair(int lo, int hi) {
 
 void prepare(TensorType type, const float* x, size_t x_stride, int num_tokens, int cols, std::byte* out) {
   const int blocks = cols / kSuperBlock;
-  thread_local std::vector<BlockQ8_K> q8k;
-  q8k.resize(static_cast<size_t>(blocks));
+  // Not a container of this file's own (thread_scratch.h says why).
+  auto* q8k = static_cast<BlockQ8_K*>(
+      thread_scratch(ScratchBuffer::kActivationBlocks, static_cast<size_t>(blocks) * sizeof(BlockQ8_K)));
   auto* records = reinterpret_cast<Q8KRecord*>(out);
   for (int t = 0; t < num_tokens; ++t) {
-    quantize_activations(type, x + static_cast<size_t>(t) * x_stride, cols, reinterpret_cast<std::byte*>(q8k.data()));
+    quantize_activations(type, x + static_cast<size_t>(t) * x_stride, cols, reinterpret_cast<std::byte*>(q8k));
     for (int b = 0; b < blocks; ++b) {
       const BlockQ8_K& a = q8k[static_cast<size_t>(b)];
       Q8KRecord& r = records[static_cast<size_t>(t) * static_cast<size_t>(blocks) + static_cast<size_t>(b)];
