@@ -230,8 +230,8 @@ TEST(QuantizedMatrix, ExtremeFloatWeightsLandInTheirRowAndColumn) {
 
 // A prompt-sized batch, which the builds cut in blocks and column slices, carrying the sums through
 // y from slice to slice: F16 / BF16 panels in blocks of 32 panels x 128 (AVX-512) or 96 (AVX2)
-// tokens and slices of 1,024 columns; AVX2's Q8_0 / Q4_0 rows transposed 16 rows and 1,024 columns
-// at a time. A partial last group, block and slice (an odd column count: the zero pad column), and
+// tokens and slices of 1,024 columns; AVX2's Q8_0 rows transposed 16 rows and 1,024 columns at a
+// time (its Q4_0 panels take a panel's columns at once). A partial last group, block and slice (an odd column count: the zero pad column), and
 // (one thread, so that one call holds them all) more rows than one block with a partial last
 // panel: every output against the scalar twin, every token bit for bit what it gives alone (each
 // output is one FMA chain over the columns or blocks, whatever tile, block or slice it runs in),

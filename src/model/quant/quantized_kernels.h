@@ -1,6 +1,6 @@
 // The per-ISA builds of QuantizedMatrix's product, private to src/model. A build computes a
 // group of weight rows against every token of the batch; the register-blocked builds (AVX2 on the
-// file's Q8_0 / Q4_0 rows, AVX-512, and AVX2 for the other types, on the repacked panels of
+// file's Q8_0 rows, AVX-512, and AVX2 for the other types, on the repacked panels of
 // quantized_panels.h) read each weight row once per group of tokens and keep several rows x
 // tokens of accumulators in registers, so a batch costs little more weight traffic than one token.
 #pragma once
@@ -52,7 +52,7 @@ struct PanelsKernel {
 };
 
 const RowsKernel& scalar_rows_kernel();
-const RowsKernel& avx2_rows_kernel();  // Q8_0 / Q4_0; only after a run-time AVX2+FMA+F16C check
+const RowsKernel& avx2_rows_kernel();  // Q8_0; only after a run-time AVX2+FMA+F16C check
 const PanelsKernel& avx512_panels_kernel();  // only after a run-time AVX-512 F/VL/BW/DQ + VNNI check
 // The same for Q4_K / Q5_K / Q6_K / IQ4_XS panels (kquant_kernels_avx512.cpp): activations quantized to
 // Q8_K, results equal to the scalar twin's block_dot bit for bit.
@@ -66,6 +66,10 @@ const PanelsKernel& avx2_k_quant_panels_kernel();  // only after a run-time AVX2
 // The F16 / BF16 panels without AVX-512 (float_panels_avx2.cpp): f32 activations, the same results
 // as the AVX-512 build's bit for bit (one FMA per column, in column order).
 const PanelsKernel& avx2_float_panels_kernel();  // only after the same check
+
+// Q4_0 panels without AVX-512 VNNI (quantized_kernels_avx2.cpp): the activations as avx2_rows_kernel
+// prepares them, token after token; the same results as the rows in place, bit for bit.
+const PanelsKernel& avx2_q4_0_panels_kernel();  // only after a run-time AVX2+FMA+F16C check
 
 // Which build multiplies a type's repacked panels for a requested ISA (quantized_matrix.cpp).
 enum class PanelBuild { kNone, kAvx512, kAvx2 };

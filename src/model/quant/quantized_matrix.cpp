@@ -90,8 +90,8 @@ void scalar_multiply_rows(const WeightRows& w, int r0, int r1, const Activations
 }
 
 // The AVX-512 build multiplies Q8_0 blocks with VNNI's vpdpbusd; CPUs with AVX-512 but no VNNI
-// (Skylake-X) run the AVX2 builds instead, which read panels for F16, BF16 and the super-block
-// types (Q8_0 and Q4_0 rows they read as the file stores them).
+// (Skylake-X) run the AVX2 builds instead, which read panels for F16, BF16, Q4_0 and the
+// super-block types (Q8_0 rows they read as the file stores them).
 PanelBuild panel_build(TensorType type, KernelIsa requested) {
   const KernelIsa resolved = resolve_isa(requested);
   if (resolved == KernelIsa::kAvx512 && cpu_has_avx512_vnni()) return PanelBuild::kAvx512;
@@ -205,9 +205,11 @@ bool runs_blocks(TensorType type, bool panels) {
 
 // Only touched after the run-time check: its translation unit is compiled for AVX-512 (or AVX2).
 const quant_detail::PanelsKernel& panels_kernel_for(TensorType type, quant_detail::PanelBuild build) {
-  if (build == quant_detail::PanelBuild::kAvx2)
-    return type == TensorType::kF16 || type == TensorType::kBF16 ? quant_detail::avx2_float_panels_kernel()
-                                                                 : quant_detail::avx2_k_quant_panels_kernel();
+  if (build == quant_detail::PanelBuild::kAvx2) {
+    if (type == TensorType::kF16 || type == TensorType::kBF16) return quant_detail::avx2_float_panels_kernel();
+    return type == TensorType::kQ4_0 ? quant_detail::avx2_q4_0_panels_kernel()
+                                     : quant_detail::avx2_k_quant_panels_kernel();
+  }
   if (quant_detail::is_panelled_low_bit(type)) return quant_detail::avx512_low_bit_panels_kernel();
   return quant_detail::is_panelled_k_quant(type) ? quant_detail::avx512_k_quant_panels_kernel()
                                                  : quant_detail::avx512_panels_kernel();

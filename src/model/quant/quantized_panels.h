@@ -1,9 +1,9 @@
 // The row-interleaved copy of a weight matrix that QuantizedMatrix's AVX-512 build multiplies (and
-// its AVX2 build, for F16 / BF16 and the super-block types: float_panels_avx2.cpp,
-// kquant_kernels_avx2.cpp),
-// private to src/model. Made once at load time (a file's weights are repacked into anonymous
-// memory, as llama.cpp's CPU back end repacks its Q4_0/Q8_0 weights); the file's own layout stays
-// what the scalar twin and the AVX2 build read.
+// its AVX2 build, for F16 / BF16, Q4_0 and the super-block types: float_panels_avx2.cpp,
+// quantized_kernels_avx2.cpp, kquant_kernels_avx2.cpp), private to src/model. Made once at load
+// time (a file's weights are repacked into anonymous memory, as llama.cpp's CPU back end repacks
+// its Q4_0/Q8_0 weights); the file's own layout stays what the scalar twin and the AVX2 build of
+// Q8_0 read.
 //
 // Rows are grouped in panels of 16, so that one 512-bit register holds the same columns of 16
 // rows: a broadcast activation then meets 16 rows in one instruction and the result lands as 16
@@ -130,10 +130,11 @@ constexpr bool is_panelled_k_quant(TensorType t) {
 // low_bit_kernels_avx512.cpp.
 constexpr bool is_panelled_low_bit(TensorType t) { return t == TensorType::kQ3_K || t == TensorType::kQ2_K; }
 
-// True for the types the AVX2 build also reads in panels: F16 and BF16 (float_panels_avx2.cpp) and
-// every super-block type with a panel layout (kquant_kernels_avx2.cpp).
+// True for the types the AVX2 build also reads in panels: F16 and BF16 (float_panels_avx2.cpp), Q4_0
+// (quantized_kernels_avx2.cpp) and every super-block type with a panel layout (kquant_kernels_avx2.cpp).
 constexpr bool has_avx2_panels(TensorType t) {
-  return t == TensorType::kF16 || t == TensorType::kBF16 || is_panelled_k_quant(t) || is_panelled_low_bit(t);
+  return t == TensorType::kF16 || t == TensorType::kBF16 || t == TensorType::kQ4_0 || is_panelled_k_quant(t) ||
+         is_panelled_low_bit(t);
 }
 
 // True for the block formats of block_formats.h that have a panel layout (IQ4_NL: Q4_0's, multiplied
