@@ -67,8 +67,9 @@ const PanelsKernel& avx2_k_quant_panels_kernel();  // only after a run-time AVX2
 // as the AVX-512 build's bit for bit (one FMA per column, in column order).
 const PanelsKernel& avx2_float_panels_kernel();  // only after the same check
 
-// Q4_0 panels without AVX-512 VNNI (quantized_kernels_avx2.cpp): the activations as avx2_rows_kernel
-// prepares them, token after token; the scalar twin's results (and the AVX-512 build's), bit for bit.
+// Q4_0 panels without AVX-512 VNNI (quantized_kernels_avx2.cpp): the activations quantized to Q8_0
+// with each block's sum, token after token; the scalar twin's results (and the AVX-512 build's),
+// bit for bit.
 const PanelsKernel& avx2_q4_0_panels_kernel();  // only after a run-time AVX2+FMA+F16C check
 
 // Which build multiplies a type's repacked panels for a requested ISA (quantized_matrix.cpp).

@@ -2,7 +2,7 @@
 // best_available_isa() reported AVX2): Q8_0 rows as the file stores them; Q4_0 on the AVX-512
 // build's panels (quantized_panels.h). F16 / BF16 and the super-block types read panels too:
 // float_panels_avx2.cpp, kquant_kernels_avx2.cpp. The activations are the scalar twin's Q8_0
-// blocks, each block's sum appended (for Q4_0's offset, below).
+// blocks, for Q4_0 each block's sum appended (for its offset, below).
 //
 // Arithmetic: per row and token, each 32-value block's products are summed exactly as integers,
 // then acc = fma(float(sum), d_w * d_x, acc), block after block, as the AVX-512 build does: the two
@@ -32,6 +32,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "quantized_kernels.h"
 #include "quantized_tile_driver.h"
@@ -62,36 +63,42 @@ struct UnpackQ4_0 {
 };
 
 // ---- prepared activations ------------------------------------------------------------------------
-// Per token: the row's Q8_0 blocks as quantize_row_q8_0 writes them (the scalar twin's), then,
-// 4-byte aligned, each block's sum of values (int32), for the offset of Q4_0's levels.
+// Per token: the row's Q8_0 blocks as quantize_row_q8_0 writes them (the scalar twin's); for a
+// type with an offset (Q4_0's levels) then, 4-byte aligned, each block's sum of values (int32).
 
 size_t sums_offset(int blocks) { return (static_cast<size_t>(blocks) * sizeof(BlockQ8_0) + 3) / 4 * 4; }
 
+template <class Unpack>
 size_t prepared_bytes(int cols) {
   const int blocks = cols / kQuantBlock;
-  return sums_offset(blocks) + static_cast<size_t>(blocks) * sizeof(int32_t);
+  if constexpr (Unpack::kOffset == 0) return static_cast<size_t>(blocks) * sizeof(BlockQ8_0);
+  else return sums_offset(blocks) + static_cast<size_t>(blocks) * sizeof(int32_t);
 }
 
+template <class Unpack>
 void prepare(const float* x, int cols, std::byte* out) {
   const int blocks = cols / kQuantBlock;
   auto* q = reinterpret_cast<BlockQ8_0*>(out);
   quantize_row_q8_0({x, static_cast<size_t>(cols)}, q);
-  auto* sums = reinterpret_cast<int32_t*>(out + sums_offset(blocks));
-  for (int b = 0; b < blocks; ++b) {
-    int32_t sum = 0;
-    for (int8_t v : q[b].q) sum += v;
-    sums[b] = sum;
+  if constexpr (Unpack::kOffset != 0) {
+    auto* sums = reinterpret_cast<int32_t*>(out + sums_offset(blocks));
+    for (int b = 0; b < blocks; ++b) {
+      int32_t sum = 0;
+      for (int8_t v : q[b].q) sum += v;
+      sums[b] = sum;
+    }
   }
 }
 
-// A token's prepared activations from block b0 on.
+// A token's prepared activations (for Unpack's type) from block b0 on.
 struct TokenBlocks {
   const BlockQ8_0* q;
-  const int32_t* sums;
-  TokenBlocks() = default;
-  TokenBlocks(const std::byte* token, int blocks, int b0)
-      : q(reinterpret_cast<const BlockQ8_0*>(token) + b0),
-        sums(reinterpret_cast<const int32_t*>(token + sums_offset(blocks)) + b0) {}
+  const int32_t* sums;  // null without an offset
+  template <class Unpack>
+  static TokenBlocks of(const std::byte* token, int blocks, int b0) {
+    return {reinterpret_cast<const BlockQ8_0*>(token) + b0,
+            Unpack::kOffset == 0 ? nullptr : reinterpret_cast<const int32_t*>(token + sums_offset(blocks)) + b0};
+  }
 };
 
 // Products of |w| (unsigned) and x carrying w's sign, summed in pairs and then in fours: 8 int32
@@ -158,7 +165,7 @@ struct RowTile {
     static_assert(kPairs == 4 || kPairs == 8);
     const int blocks = cols / kQuantBlock;
     TokenBlocks xt[T];
-    for (int t = 0; t < T; ++t) xt[t] = TokenBlocks(x[t], blocks, 0);
+    for (int t = 0; t < T; ++t) xt[t] = TokenBlocks::of<UnpackQ8_0>(x[t], blocks, 0);
     __m256 acc8 = _mm256_setzero_ps();
     __m128 acc4 = _mm_setzero_ps();
     const ptrdiff_t ahead = next_tile_offset<R>(w);
@@ -248,10 +255,11 @@ void transpose_slice(const std::byte* const* rows, int b0, int count, Transposed
   }
 }
 
-int32_t load_4_bytes(const int8_t* p) {
+// The 4 activation bytes at q in every lane.
+__m256i broadcast_4_bytes(const int8_t* q) {
   int32_t v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
+  std::memcpy(&v, q, sizeof v);
+  return _mm256_set1_epi32(v);
 }
 
 // The slice's 16 rows x T tokens (x[t]: the token's activations from the slice's first block),
@@ -283,7 +291,7 @@ void prompt_tile(const TransposedBlock<Unpack>* tb, int blocks, const TokenBlock
       if constexpr (Unpack::kOffset == 0) sign0 = _mm256_load_si256(step + 2), sign1 = _mm256_load_si256(step + 3);
 #pragma GCC unroll 4
       for (int t = 0; t < T; ++t) {
-        __m256i xv = _mm256_set1_epi32(load_4_bytes(x[t].q[b].q + 4 * s));
+        __m256i xv = broadcast_4_bytes(x[t].q[b].q + 4 * s);
         asm volatile("" : "+x"(xv));  // one token after the other: GCC hoisted every token's signs and spilled
         if constexpr (Unpack::kOffset == 0) {
           isum[0][t] = _mm256_add_epi32(isum[0][t],
@@ -326,6 +334,19 @@ void prompt_tile(const TransposedBlock<Unpack>* tb, int blocks, const TokenBlock
 
 constexpr int kPromptTokens = 3;  // 6 integer sums + 4 weights + broadcast + ones + temporaries: 16 registers
 
+// f(std::integral_constant<int, T>{}) for T = tokens, 1 to 3: the tiles' token counts as template arguments.
+template <class F>
+void with_token_count(int tokens, F&& f) {
+  switch (tokens) {
+    case 3:
+      return f(std::integral_constant<int, 3>{});
+    case 2:
+      return f(std::integral_constant<int, 2>{});
+    default:
+      return f(std::integral_constant<int, 1>{});
+  }
+}
+
 // Every token of the batch, kPromptTokens at a time, over one slice: blocks [b0, b0 + count) of
 // the 16 rows from r (rows_out of them real); a token's activations are x.data + t * token_bytes.
 template <class Unpack>
@@ -334,20 +355,12 @@ void prompt_slice(const TransposedBlock<Unpack>* slice, int b0, int count, int b
   for (int t = 0; t < x.num_tokens; t += kPromptTokens) {
     const int tokens = std::min(kPromptTokens, x.num_tokens - t);
     TokenBlocks xt[kPromptTokens];
-    for (int i = 0; i < tokens; ++i) xt[i] = TokenBlocks(x.data + static_cast<size_t>(t + i) * token_bytes, blocks, b0);
+    for (int i = 0; i < tokens; ++i)
+      xt[i] = TokenBlocks::of<Unpack>(x.data + static_cast<size_t>(t + i) * token_bytes, blocks, b0);
     float* yt = y + static_cast<size_t>(t) * y_stride + static_cast<size_t>(r);
-    const bool resume = b0 > 0;
-    switch (tokens) {
-      case 3:
-        prompt_tile<Unpack, 3>(slice, count, xt, yt, y_stride, rows_out, resume);
-        break;
-      case 2:
-        prompt_tile<Unpack, 2>(slice, count, xt, yt, y_stride, rows_out, resume);
-        break;
-      default:
-        prompt_tile<Unpack, 1>(slice, count, xt, yt, y_stride, rows_out, resume);
-        break;
-    }
+    with_token_count(tokens, [&](auto T) {
+      prompt_tile<Unpack, decltype(T)::value>(slice, count, xt, yt, y_stride, rows_out, b0 > 0);
+    });
   }
 }
 
@@ -391,8 +404,16 @@ constexpr int kPanelTileTokens = 3;
 template <int T>
 constexpr size_t kPanelPrefetchAhead = T == 1 ? 8192 : 2048;
 
-// The 4 activation bytes at q in every lane.
-__m256i broadcast_4_bytes(const int8_t* q) { return _mm256_set1_epi32(load_4_bytes(q)); }
+// The levels of half h (rows 8h..8h+7) of the panel register at `reg`: its low nibbles (columns
+// 4v..4v+3 of the block for register v) and its high nibbles (columns 16 + 4v..).
+struct PanelLevels {
+  __m256i lo, hi;
+};
+PanelLevels panel_levels(const std::byte* reg, int h) {
+  const __m256i q = _mm256_load_si256(reinterpret_cast<const __m256i*>(reg + 32 * h));
+  const __m256i low_mask = _mm256_set1_epi8(0x0F);
+  return {_mm256_and_si256(q, low_mask), _mm256_and_si256(_mm256_srli_epi16(q, 4), low_mask)};
+}
 
 // One panel's 16 rows x T tokens (x[t]: token t's activations), every block.
 template <int T>
@@ -401,7 +422,7 @@ void q4_0_panel_tile(const std::byte* panel, size_t scales_at, const TokenBlocks
   __m256 acc[2][T];
   for (int h = 0; h < 2; ++h)
     for (int t = 0; t < T; ++t) acc[h][t] = _mm256_setzero_ps();
-  const __m256i low_mask = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  const __m256i ones = _mm256_set1_epi16(1);
   for (int b = 0; b < blocks; ++b) {
     const std::byte* quants = panel + static_cast<size_t>(b) * 256;
     const std::byte* d_w = panel + scales_at + static_cast<size_t>(b) * 32;
@@ -412,19 +433,14 @@ void q4_0_panel_tile(const std::byte* panel, size_t scales_at, const TokenBlocks
 #pragma GCC unroll 4
     for (int v = 0; v < 4; ++v) {
       _mm_prefetch(reinterpret_cast<const char*>(quants + kPanelPrefetchAhead<T> + 64 * v), _MM_HINT_T0);
-      __m256i lo[2], hi[2];
-      for (int h = 0; h < 2; ++h) {
-        const __m256i q = _mm256_load_si256(reinterpret_cast<const __m256i*>(quants + 64 * v + 32 * h));
-        lo[h] = _mm256_and_si256(q, low_mask);
-        hi[h] = _mm256_and_si256(_mm256_srli_epi16(q, 4), low_mask);
-      }
+      const PanelLevels levels[2] = {panel_levels(quants + 64 * v, 0), panel_levels(quants + 64 * v, 1)};
 #pragma GCC unroll 3
       for (int t = 0; t < T; ++t) {
         const int8_t* xq = x[t].q[b].q;
         const __m256i x_lo = broadcast_4_bytes(xq + 4 * v), x_hi = broadcast_4_bytes(xq + 16 + 4 * v);
         for (int h = 0; h < 2; ++h)
-          isum[h][t] = _mm256_add_epi16(
-              isum[h][t], _mm256_add_epi16(_mm256_maddubs_epi16(lo[h], x_lo), _mm256_maddubs_epi16(hi[h], x_hi)));
+          isum[h][t] = _mm256_add_epi16(isum[h][t], _mm256_add_epi16(_mm256_maddubs_epi16(levels[h].lo, x_lo),
+                                                                     _mm256_maddubs_epi16(levels[h].hi, x_hi)));
       }
     }
     const __m256 dw[2] = {_mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(d_w))),
@@ -447,21 +463,20 @@ void q4_0_panel_tile(const std::byte* panel, size_t scales_at, const TokenBlocks
 }
 
 size_t q4_0_panels_prepared_bytes(TensorType, int cols, int num_tokens) {
-  return prepared_bytes(cols) * static_cast<size_t>(num_tokens);
+  return prepared_bytes<UnpackQ4_0>(cols) * static_cast<size_t>(num_tokens);
 }
 
 // Blocks [b0, b0 + count) of a panel's levels and scales into `out`.
 void unpack_panel_slice(const std::byte* panel, size_t scales_at, int b0, int count, TransposedBlock<UnpackQ4_0>* out) {
-  const __m256i low_mask = _mm256_set1_epi8(0x0F);
   for (int b = 0; b < count; ++b) {
     const std::byte* quants = panel + static_cast<size_t>(b0 + b) * 256;
     const std::byte* d_w = panel + scales_at + static_cast<size_t>(b0 + b) * 32;
     TransposedBlock<UnpackQ4_0>& tb = out[b];
     for (int v = 0; v < 4; ++v)
       for (int h = 0; h < 2; ++h) {
-        const __m256i q = _mm256_load_si256(reinterpret_cast<const __m256i*>(quants + 64 * v + 32 * h));
-        _mm256_store_si256(&tb.steps[v][h], _mm256_and_si256(q, low_mask));
-        _mm256_store_si256(&tb.steps[4 + v][h], _mm256_and_si256(_mm256_srli_epi16(q, 4), low_mask));
+        const PanelLevels levels = panel_levels(quants + 64 * v, h);
+        _mm256_store_si256(&tb.steps[v][h], levels.lo);
+        _mm256_store_si256(&tb.steps[4 + v][h], levels.hi);
       }
     for (int h = 0; h < 2; ++h)
       _mm256_store_ps(tb.d + 8 * h, _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(d_w + 16 * h))));
@@ -470,15 +485,16 @@ void unpack_panel_slice(const std::byte* panel, size_t scales_at, int b0, int co
 
 // Every token's activations as prepare() writes them, one after the other.
 void q4_0_panels_prepare(TensorType, const float* x, size_t x_stride, int num_tokens, int cols, std::byte* out) {
+  const size_t token_bytes = prepared_bytes<UnpackQ4_0>(cols);
   for (int t = 0; t < num_tokens; ++t)
-    prepare(x + static_cast<size_t>(t) * x_stride, cols, out + static_cast<size_t>(t) * prepared_bytes(cols));
+    prepare<UnpackQ4_0>(x + static_cast<size_t>(t) * x_stride, cols, out + static_cast<size_t>(t) * token_bytes);
 }
 
 // Panel by panel, every group of tokens over a panel right after the first brought it in.
 void q4_0_multiply_panels(const WeightPanels& w, int p0, int p1, const Activations& acts, float* y, size_t y_stride) {
   const PanelLayout& l = w.layout;
   const int blocks = l.cols / kQuantBlock;
-  const size_t token_bytes = prepared_bytes(l.cols);
+  const size_t token_bytes = prepared_bytes<UnpackQ4_0>(l.cols);
   if (acts.num_tokens >= kPromptMinTokens) {
     TransposedBlock<UnpackQ4_0> slice[kSliceBlocks];
     for (int p = p0; p < p1; ++p) {
@@ -499,19 +515,11 @@ void q4_0_multiply_panels(const WeightPanels& w, int p0, int p1, const Activatio
       const int tokens = std::min(kPanelTileTokens, acts.num_tokens - t0);
       TokenBlocks xt[kPanelTileTokens];
       for (int i = 0; i < tokens; ++i)
-        xt[i] = TokenBlocks(acts.data + static_cast<size_t>(t0 + i) * token_bytes, blocks, 0);
+        xt[i] = TokenBlocks::of<UnpackQ4_0>(acts.data + static_cast<size_t>(t0 + i) * token_bytes, blocks, 0);
       float* yt = y + static_cast<size_t>(t0) * y_stride + static_cast<size_t>(p) * kPanelRows;
-      switch (tokens) {
-        case 3:
-          q4_0_panel_tile<3>(panel, l.scales_at, xt, blocks, yt, y_stride, rows_out);
-          break;
-        case 2:
-          q4_0_panel_tile<2>(panel, l.scales_at, xt, blocks, yt, y_stride, rows_out);
-          break;
-        default:
-          q4_0_panel_tile<1>(panel, l.scales_at, xt, blocks, yt, y_stride, rows_out);
-          break;
-      }
+      with_token_count(tokens, [&](auto T) {
+        q4_0_panel_tile<decltype(T)::value>(panel, l.scales_at, xt, blocks, yt, y_stride, rows_out);
+      });
     }
   }
 }
@@ -528,7 +536,7 @@ void multiply_rows(const WeightRows& w, int r0, int r1, const Activations& x, fl
 }  // namespace
 
 const RowsKernel& avx2_rows_kernel() {
-  static const RowsKernel k{prepared_bytes, prepare, multiply_rows};
+  static const RowsKernel k{prepared_bytes<UnpackQ8_0>, prepare<UnpackQ8_0>, multiply_rows};
   return k;
 }
 
