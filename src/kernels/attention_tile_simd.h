@@ -559,22 +559,21 @@ void attend(const RowGroupTask& task) {
   const size_t qstride = padded_query_dim(dim);
 
   // Buffers from thread_scratch, not containers of this file's own (thread_scratch.h says why).
-  auto* scores =
-      static_cast<float*>(thread_scratch(ScratchBuffer::kTileScores, head_rows * kTileTokens * sizeof(float)));
+  float* scores = thread_scratch_floats(ScratchBuffer::kTileScores, head_rows * kTileTokens);
   uint8_t* weight_codes = nullptr;
   float* weight_step = nullptr;
   TileScales* int8_scales = nullptr;  // per head: the current tile's
   if constexpr (kInteger) {
     weight_codes = static_cast<uint8_t*>(thread_scratch(ScratchBuffer::kTileWeightCodes, head_rows * kTileTokens));
-    weight_step = static_cast<float*>(thread_scratch(ScratchBuffer::kTileWeightSteps, head_rows * sizeof(float)));
+    weight_step = thread_scratch_floats(ScratchBuffer::kTileWeightSteps, head_rows);
     int8_scales = static_cast<TileScales*>(
         thread_scratch(ScratchBuffer::kTileScales, static_cast<size_t>(heads) * sizeof(TileScales)));
   }
   float* key_tile = nullptr;
   float* value_tile = nullptr;
   if (convert_tiles) {
-    key_tile = static_cast<float*>(thread_scratch(ScratchBuffer::kTileKeys, kTileTokens * dim * sizeof(float)));
-    value_tile = static_cast<float*>(thread_scratch(ScratchBuffer::kTileValues, kTileTokens * dim * sizeof(float)));
+    key_tile = thread_scratch_floats(ScratchBuffer::kTileKeys, kTileTokens * dim);
+    value_tile = thread_scratch_floats(ScratchBuffer::kTileValues, kTileTokens * dim);
   }
   std::fill(task.acc, task.acc + static_cast<size_t>(heads) * head_block, 0.0f);
   std::fill(task.row_max, task.row_max + static_cast<size_t>(heads) * head_rows, kNegInf);

@@ -204,21 +204,18 @@ void attend_wide(const RowGroupTask& task) {
   const size_t head_block = dim * P;
 
   // Buffers from thread_scratch, not containers of this file's own (thread_scratch.h says why).
-  const auto floats = [](ScratchBuffer buffer, size_t count) {
-    return static_cast<float*>(thread_scratch(buffer, count * sizeof(float)));
-  };
-  const auto zeroed_floats = [&](ScratchBuffer buffer, size_t count) {
-    float* p = floats(buffer, count);
+  const auto zeroed_floats = [](ScratchBuffer buffer, size_t count) {
+    float* p = thread_scratch_floats(buffer, count);
     std::memset(p, 0, count * sizeof(float));
     return p;
   };
   float* qt = zeroed_floats(ScratchBuffer::kWideQueries, static_cast<size_t>(heads) * head_block);
   float* ot = zeroed_floats(ScratchBuffer::kWideOutputs, static_cast<size_t>(heads) * head_block);
   float* zero_row = zeroed_floats(ScratchBuffer::kWideZeroRow, dim);
-  float* key_tile = floats(ScratchBuffer::kWideKeys, 2 * kTileTokens * dim);
-  float* value_tile = floats(ScratchBuffer::kWideValues, 2 * kTileTokens * dim);
-  float* scores = floats(ScratchBuffer::kWideScores, kTileTokens * P);
-  float* run_max = floats(ScratchBuffer::kWideRunningStats, 2 * static_cast<size_t>(heads) * P);
+  float* key_tile = thread_scratch_floats(ScratchBuffer::kWideKeys, 2 * kTileTokens * dim);
+  float* value_tile = thread_scratch_floats(ScratchBuffer::kWideValues, 2 * kTileTokens * dim);
+  float* scores = thread_scratch_floats(ScratchBuffer::kWideScores, kTileTokens * P);
+  float* run_max = thread_scratch_floats(ScratchBuffer::kWideRunningStats, 2 * static_cast<size_t>(heads) * P);
   float* run_sum = run_max + static_cast<size_t>(heads) * P;
   std::fill(run_max, run_max + static_cast<size_t>(heads) * P, kNegInf);
   std::fill(run_sum, run_sum + static_cast<size_t>(heads) * P, 0.0f);

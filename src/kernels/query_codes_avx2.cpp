@@ -14,7 +14,7 @@ namespace pagedkv::detail {
 QueryRowCodes make_query_row_codes_avx2(const float* query, size_t dim, float softmax_scale, bool rotate_row,
                                         int16_t* codes) {
   // Not a container of this file's own (thread_scratch.h says why).
-  auto* x = static_cast<float*>(thread_scratch(ScratchBuffer::kQueryRow, dim * sizeof(float)));
+  float* x = thread_scratch_floats(ScratchBuffer::kQueryRow, dim);
   const __m256 scale = _mm256_set1_ps(softmax_scale);
   for (size_t i = 0; i < dim; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(query + i), scale));
   if (rotate_row) hadamard_rotate_rows(x, 1, dim, KernelIsa::kAvx2);  // hadamard_rotate's bits

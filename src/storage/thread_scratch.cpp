@@ -38,4 +38,8 @@ void* thread_scratch(ScratchBuffer buffer, size_t bytes) {
   return b.data.get();
 }
 
+float* thread_scratch_floats(ScratchBuffer buffer, size_t count) {
+  return static_cast<float*>(thread_scratch(buffer, count * sizeof(float)));
+}
+
 }  // namespace pagedkv

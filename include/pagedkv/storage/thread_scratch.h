@@ -42,5 +42,7 @@ enum class ScratchBuffer : uint8_t {
 // This thread's `buffer`, with room for at least `bytes` bytes, 64-byte aligned. Its contents are
 // unspecified. Valid until this thread asks for the same buffer again, or ends.
 void* thread_scratch(ScratchBuffer buffer, size_t bytes);
+// The same buffer as room for `count` floats.
+float* thread_scratch_floats(ScratchBuffer buffer, size_t count);
 
 }  // namespace pagedkv
