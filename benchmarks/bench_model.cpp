@@ -31,6 +31,7 @@
 #include "pagedkv/model/model_runner.h"
 #include "pagedkv/model/format/gguf_writer.h"
 #include "pagedkv/model/quant/packed_matrix.h"
+#include "pagedkv/model/quant/linear_layer.h"
 #include "pagedkv/model/quant/quantized_matrix.h"
 #include "pagedkv/model/random_model.h"
 #include "pagedkv/storage/float_convert.h"
@@ -424,8 +425,8 @@ BENCHMARK(BM_QuantizedMatmul)
     ->ArgNames({"type", "isa", "tokens"})
     ->ArgsProduct({{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, {0, 1, 2}, {1, 32, 512}});
 
-// The types of the decode benchmarks below (kMatmulTypes' indices): Q8_0, Q4_0, Q4_K, Q6_K, IQ4_XS.
-const std::vector<int64_t> kDecodeTypeArgs = {2, 3, 4, 6, 7};
+// The types of the decode benchmarks below (kMatmulTypes' indices): F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, IQ4_XS.
+const std::vector<int64_t> kDecodeTypeArgs = {0, 1, 2, 3, 4, 6, 7};
 
 // One decode token against 65536 x 2048 weights (70-140 MB: well past any L3), on the CPU's best
 // build: the one-token tiles as a decode step meets them, streaming from memory (random blocks
@@ -477,6 +478,60 @@ void BM_DecodeLayerSequence(benchmark::State& state) {
 BENCHMARK(BM_DecodeLayerSequence)
     ->ArgNames({"type"})
     ->ArgsProduct({kDecodeTypeArgs})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// One decode token through the experts a mixture of experts uses in a step (qwen3moe-8l-32e's
+// shape: 8 of 32 experts, gate and up 1536 x 2048, down 2048 x 768; 8 layers, each expert its own
+// allocation, 40 MB a layer in Q8_0), on every kernel thread, wall time: each expert's products as
+// their own calls (together:0), or each layer's gate / up and then its downs in one parallel region
+// (together:1, LinearLayer::multiply_all, as ModelRunner::moe_ffn runs them). The SiLU between
+// them is left out.
+void BM_ExpertProducts(benchmark::State& state) {
+  const TensorType type = kMatmulTypes[state.range(0)];
+  const bool together = state.range(1) != 0;
+  state.SetLabel(fmt::format("{} {} threads", tensor_type_name(type), kernel_threads()));
+  constexpr int kLayers = 8, kExperts = 8, kDim = 2048, kHidden = 768;
+  std::vector<std::vector<std::byte>> files;
+  std::vector<LinearLayer> gate_up, down;
+  size_t bytes = 0;
+  for (int i = 0; i < kLayers * kExperts; ++i) {
+    files.push_back(random_blocks_of(type, 2 * kHidden, kDim));
+    gate_up.emplace_back(std::initializer_list<WeightTensor>{{type, files.back().data(), 2 * kHidden, kDim}});
+    files.push_back(random_blocks_of(type, kDim, kHidden));
+    down.emplace_back(std::initializer_list<WeightTensor>{{type, files.back().data(), kDim, kHidden}});
+    bytes += gate_up.back().bytes() + down.back().bytes();
+  }
+  std::vector<float> x(kDim), hidden(static_cast<size_t>(kExperts) * 2 * kHidden),
+      y(static_cast<size_t>(kExperts) * kDim);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) * 0.1f - 0.3f;
+  std::vector<LinearLayer::Call> calls;
+  for (auto _ : state) {
+    for (int l = 0; l < kLayers; ++l) {
+      const auto run = [&](const std::vector<LinearLayer>& layers, const float* in, size_t in_stride, float* out,
+                           size_t out_stride) {
+        calls.clear();
+        for (int e = 0; e < kExperts; ++e) {
+          const LinearLayer& m = layers[static_cast<size_t>(l * kExperts + e)];
+          const float* xe = in + static_cast<size_t>(e) * in_stride;
+          float* ye = out + static_cast<size_t>(e) * out_stride;
+          if (together) calls.push_back({&m, xe, static_cast<size_t>(m.cols()), 1, ye, static_cast<size_t>(m.rows())});
+          else m.multiply(xe, static_cast<size_t>(m.cols()), 1, ye, static_cast<size_t>(m.rows()));
+        }
+        if (together) LinearLayer::multiply_all(calls);
+      };
+      run(gate_up, x.data(), 0, hidden.data(), 2 * kHidden);
+      run(down, hidden.data(), 2 * kHidden, y.data(), kDim);
+    }
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["weight GB/s"] =
+      benchmark::Counter(static_cast<double>(bytes) * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_ExpertProducts)
+    ->ArgNames({"type", "together"})
+    ->ArgsProduct({{2, 4}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

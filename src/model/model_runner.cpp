@@ -224,12 +224,17 @@ void ModelRunner::rmsnorm_heads(float* x, int num_heads, const float* weight) co
   }
 }
 
+// The (token, expert) pairs of one wave of moe_ffn's experts, at least: a decode batch's experts
+// run as one wave, in one parallel region.
+constexpr size_t kExpertWavePairs = 256;
+
 // llama.cpp's build_moe_ffn as qwen3moe calls it. Per token: p = softmax(router logits) (exp(l -
 // max) times the inverse of their sum, summed in double, as ggml's soft_max); the n_experts_used
 // largest p, most probable first; their weights p / (sum of the chosen p) when
 // expert_weights_norm, times expert_weights_scale. Then each expert runs once for all the tokens
-// routed to it (its weights read once per step), and each token's output is the sum of its
-// experts' outputs times their weights, in the order they were chosen (ggml's order).
+// routed to it (its weights read once per step, every expert in one parallel region), and each
+// token's output is the sum of its experts' outputs times their weights, in the order they were
+// chosen (ggml's order).
 void ModelRunner::moe_ffn(const Layer& layer, const float* xb, int num_tokens, float* out) {
   const ModelConfig& c = config_;
   const size_t t_count = sz(num_tokens), d = sz(c.dim), eh = sz(c.expert_hidden_dim);
@@ -263,30 +268,53 @@ void ModelRunner::moe_ffn(const Layer& layer, const float* xb, int num_tokens, f
       if (c.expert_weights_scale != 1.0f) weight[t * k_used + j] *= c.expert_weights_scale;
     }
   }
-  // Each expert over its tokens; a token's j-th expert output lands in slots[t][j].
-  float* slots = grow(expert_slots_, t_count * k_used * d);
-  float* in = grow(expert_in_, t_count * d);
-  float* gate_up = grow(expert_gate_up_, t_count * 2 * eh);
-  float* hidden = grow(expert_hidden_, t_count * eh);
-  float* y = grow(expert_out_, t_count * d);
-  for (size_t e = 0; e < n_exp; ++e) {
-    expert_tokens_.clear();
-    for (size_t t = 0; t < t_count; ++t)
-      for (size_t j = 0; j < k_used; ++j)
-        if (choice[t * k_used + j] == static_cast<int>(e)) expert_tokens_.push_back(static_cast<int>(t * k_used + j));
-    if (expert_tokens_.empty()) continue;
-    const size_t n = expert_tokens_.size();
+  // The (token, choice) pairs t * k_used + j grouped by expert, each expert's in token order (a
+  // counting sort): expert e's are expert_tokens_[first[e], first[e + 1]).
+  const size_t pairs = t_count * k_used;
+  std::vector<int>& first = expert_first_;
+  first.assign(n_exp + 1, 0);
+  for (size_t i = 0; i < pairs; ++i) ++first[sz(choice[i]) + 1];
+  for (size_t e = 0; e < n_exp; ++e) first[e + 1] += first[e];
+  expert_tokens_.resize(pairs);
+  expert_fill_.assign(first.begin(), first.end() - 1);
+  for (size_t i = 0; i < pairs; ++i) expert_tokens_[sz(expert_fill_[sz(choice[i])]++)] = static_cast<int>(i);
+  // Each used expert runs once for all its tokens (its weights read once per step), the experts in
+  // waves of up to `wave` pairs, each wave's in one parallel region (gate and up of every expert,
+  // then every down): a decode step's experts are one wave, and a long prompt's buffers stay the
+  // size of one expert's tokens at most (an expert takes a token once).
+  const size_t wave = std::max(t_count, kExpertWavePairs);
+  float* slots = grow(expert_slots_, pairs * d);  // a token's j-th expert output lands in slots[t][j]
+  float* in = grow(expert_in_, std::min(pairs, wave) * d);
+  float* gate_up = grow(expert_gate_up_, std::min(pairs, wave) * 2 * eh);
+  float* hidden = grow(expert_hidden_, std::min(pairs, wave) * eh);
+  float* y = grow(expert_out_, std::min(pairs, wave) * d);
+  for (size_t e0 = 0; e0 < n_exp;) {
+    size_t e1 = e0 + 1;
+    while (e1 < n_exp && sz(first[e1 + 1] - first[e0]) <= wave) ++e1;
+    const size_t p0 = sz(first[e0]), n = sz(first[e1]) - p0;
     for (size_t i = 0; i < n; ++i) {
-      const size_t t = sz(expert_tokens_[i]) / k_used;
+      const size_t t = sz(expert_tokens_[p0 + i]) / k_used;
       std::copy(xb + t * d, xb + t * d + d, in + i * d);
     }
-    layer.expert_gate_up[e].multiply(in, d, static_cast<int>(n), gate_up, 2 * eh, isa_);
+    const auto run = [&](const std::vector<LinearLayer>& experts, const float* x, size_t x_width, float* rows_out,
+                         size_t out_width) {
+      expert_calls_.clear();
+      for (size_t e = e0; e < e1; ++e) {
+        const size_t at = sz(first[e]) - p0, count = sz(first[e + 1] - first[e]);
+        if (count > 0)
+          expert_calls_.push_back(
+              {&experts[e], x + at * x_width, x_width, static_cast<int>(count), rows_out + at * out_width, out_width});
+      }
+      LinearLayer::multiply_all(expert_calls_, isa_);
+    };
+    run(layer.expert_gate_up, in, d, gate_up, 2 * eh);
     for (size_t i = 0; i < n; ++i) {
       const float* g = gate_up + i * 2 * eh;
       silu_gate(g, g + eh, hidden + i * eh, eh, isa_);
     }
-    layer.expert_down[e].multiply(hidden, eh, static_cast<int>(n), y, d, isa_);
-    for (size_t i = 0; i < n; ++i) std::copy(y + i * d, y + i * d + d, slots + sz(expert_tokens_[i]) * d);
+    run(layer.expert_down, hidden, eh, y, d);
+    for (size_t i = 0; i < n; ++i) std::copy(y + i * d, y + i * d + d, slots + sz(expert_tokens_[p0 + i]) * d);
+    e0 = e1;
   }
   for (size_t t = 0; t < t_count; ++t) {
     float* o = out + t * d;

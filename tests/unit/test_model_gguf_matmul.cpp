@@ -231,8 +231,8 @@ TEST(QuantizedMatrix, ExtremeFloatWeightsLandInTheirRowAndColumn) {
 // A prompt-sized batch, which the builds cut in blocks and column slices, carrying the sums through
 // y from slice to slice: F16 / BF16 panels in blocks of 32 panels x 128 (AVX-512) or 96 (AVX2)
 // tokens and slices of 1,024 columns; AVX2's Q8_0 rows transposed 16 rows and 1,024 columns at a
-// time (its Q4_0 panels take a panel's columns at once). A partial last group, block and slice (an odd column count: the zero pad column), and
-// (one thread, so that one call holds them all) more rows than one block with a partial last
+// time (its Q4_0 panels take a panel's columns at once). A partial last group, block and slice (an odd column count:
+// the zero pad column), and (one thread, so that one call holds them all) more rows than one block with a partial last
 // panel: every output against the scalar twin, every token bit for bit what it gives alone (each
 // output is one FMA chain over the columns or blocks, whatever tile, block or slice it runs in),
 // and the AVX2 build bit for bit the AVX-512 build where both run.
@@ -339,8 +339,8 @@ Weights make_block_weights(TensorType type, int rows, int cols, uint32_t seed) {
 // group; 5 threads, so that chunks and shares do not divide the groups evenly.
 TEST(QuantizedMatrix, ChunksOverThreadsGiveTheOneThreadResult) {
   const int threads = kernel_threads();
-  for (TensorType type : {TensorType::kF16, TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_K,
-                          TensorType::kQ6_K, TensorType::kIQ4_XS, TensorType::kQ5_0}) {
+  for (TensorType type : {TensorType::kF16, TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_K, TensorType::kQ6_K,
+                          TensorType::kIQ4_XS, TensorType::kQ5_0}) {
     const bool block_format = type != TensorType::kF16 && type != TensorType::kQ8_0 && type != TensorType::kQ4_0;
     const int rows = 1000, cols = 2048;
     const Weights w = block_format ? make_block_weights(type, rows, cols, 11) : make_weights(type, rows, cols, 11);
@@ -366,6 +366,59 @@ TEST(QuantizedMatrix, ChunksOverThreadsGiveTheOneThreadResult) {
     }
   }
   set_kernel_threads(threads);
+}
+
+// Several products in one parallel region (the experts of a mixture of experts): each equals its
+// own multiply() bit for bit, on every build and with 1 or 5 threads, whether its chunks run beside
+// other matrices' or it is too small to split at all (the panel, row and block paths, 1 to 9 tokens).
+TEST(QuantizedMatrix, ProductsInOneRegionEqualEachProductAlone) {
+  const int threads = kernel_threads();
+  std::vector<KernelIsa> isas{KernelIsa::kScalar};
+  for (KernelIsa isa : simd_isas()) isas.push_back(isa);
+  struct Case {
+    TensorType type;
+    int rows;
+  };
+  const std::vector<Case> cases{{TensorType::kF16, 1000},  {TensorType::kQ8_0, 40},  {TensorType::kQ4_0, 1000},
+                                {TensorType::kQ4_K, 520},  {TensorType::kQ6_K, 24},  {TensorType::kIQ4_XS, 1000},
+                                {TensorType::kQ5_0, 1000}, {TensorType::kQ8_0, 1000}};
+  constexpr int kCols = 2048;
+  std::vector<Weights> weights;
+  uint32_t seed = 21;
+  for (const Case& c : cases) {
+    const bool block_format = c.type != TensorType::kF16 && c.type != TensorType::kQ8_0 && c.type != TensorType::kQ4_0;
+    weights.push_back(block_format ? make_block_weights(c.type, c.rows, kCols, seed)
+                                   : make_weights(c.type, c.rows, kCols, seed));
+    ++seed;
+  }
+  std::vector<QuantizedMatrix> matrices;
+  for (const Weights& w : weights) matrices.emplace_back(w.view());
+  std::mt19937 rng(3);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (KernelIsa isa : isas)
+    for (int n : {1, 5}) {
+      set_kernel_threads(n);
+      std::vector<std::vector<float>> x, together, alone;
+      std::vector<QuantizedMatrix::Prepared> prepared(matrices.size());
+      std::vector<QuantizedMatrix::Product> products;
+      for (size_t i = 0; i < matrices.size(); ++i) {
+        const int tokens = 1 + static_cast<int>(i * 4 % 9);  // 1, 5, 9, 4, 8, 3, 7, 2
+        const size_t y_stride = static_cast<size_t>(matrices[i].rows()) + 2;
+        std::vector<float>& xi = x.emplace_back(static_cast<size_t>(tokens) * kCols);
+        for (float& v : xi) v = dist(rng);
+        together.emplace_back(static_cast<size_t>(tokens) * y_stride, -1.0f);
+        alone.emplace_back(static_cast<size_t>(tokens) * y_stride, -1.0f);
+        matrices[i].prepare(xi.data(), kCols, tokens, prepared[i], isa);
+        matrices[i].multiply(prepared[i], alone[i].data(), y_stride);
+        products.push_back({&matrices[i], &prepared[i], together[i].data(), y_stride});
+      }
+      QuantizedMatrix::multiply_all(products);
+      for (size_t i = 0; i < matrices.size(); ++i)
+        ASSERT_EQ(together[i], alone[i]) << tensor_type_name(matrices[i].type()) << ", " << matrices[i].rows()
+                                         << " rows, isa " << static_cast<int>(isa) << ", " << n << " threads";
+    }
+  set_kernel_threads(threads);
+  QuantizedMatrix::multiply_all({});  // nothing to do
 }
 
 // ggml's activation format of each block format (its vec_dot_type), stated here independently.
@@ -776,6 +829,42 @@ TEST(LinearLayer, PartsSharingPreparedActivationsEqualEachPartAlone) {
   std::vector<float> x(kCols, 0.5f), y(64);
   QuantizedMatrix(parts[0].view()).prepare(x.data(), kCols, 1, prepared);
   EXPECT_THROW(QuantizedMatrix(parts[4].view()).multiply(prepared, y.data(), 64), UsageError);
+}
+
+// LinearLayer::multiply_all: every call's rows (F32 and quantized parts, a bias, calls of different
+// token counts, one of none) as its own multiply() gives them.
+TEST(LinearLayer, CallsInOneRegionEqualEachCallAlone) {
+  const int threads = kernel_threads();
+  const Weights a = make_weights(TensorType::kQ8_0, 600, 256, 1), b = make_weights(TensorType::kF16, 40, 256, 2);
+  const Weights k = make_block_weights(TensorType::kQ4_K, 300, 256, 3);
+  std::vector<float> f32_values(24 * 256), bias_values(40);
+  for (size_t i = 0; i < f32_values.size(); ++i) f32_values[i] = static_cast<float>(i % 13) * 0.01f - 0.06f;
+  for (size_t i = 0; i < bias_values.size(); ++i) bias_values[i] = static_cast<float>(i) * 0.5f;
+  const WeightTensor f32{TensorType::kF32, f32_values.data(), 24, 256},
+      bias{TensorType::kF32, bias_values.data(), 1, 40};
+  const std::vector<LinearLayer> layers{LinearLayer({a.view(), b.view()}), LinearLayer({k.view(), f32}),
+                                        LinearLayer({b.view()}, {bias}), LinearLayer({a.view()})};
+  std::mt19937 rng(9);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (int n : {1, 2}) {
+    set_kernel_threads(n);
+    std::vector<std::vector<float>> x, together, alone;
+    std::vector<LinearLayer::Call> calls;
+    for (size_t i = 0; i < layers.size(); ++i) {
+      const int tokens = i == 3 ? 0 : 1 + static_cast<int>(i) * 5;
+      const size_t y_stride = static_cast<size_t>(layers[i].rows()) + 1;
+      std::vector<float>& xi = x.emplace_back(static_cast<size_t>(std::max(tokens, 1)) * 256);
+      for (float& v : xi) v = dist(rng);
+      together.emplace_back(static_cast<size_t>(std::max(tokens, 1)) * y_stride, -1.0f);
+      alone.emplace_back(together.back());
+      layers[i].multiply(xi.data(), 256, tokens, alone[i].data(), y_stride);
+      calls.push_back({&layers[i], xi.data(), 256, tokens, together[i].data(), y_stride});
+    }
+    LinearLayer::multiply_all(calls);
+    for (size_t i = 0; i < layers.size(); ++i)
+      ASSERT_EQ(together[i], alone[i]) << "layer " << i << ", " << n << " threads";
+  }
+  set_kernel_threads(threads);
 }
 
 }  // namespace

@@ -126,7 +126,10 @@ class ModelRunner {
   std::vector<float> router_logits_, expert_in_, expert_gate_up_, expert_hidden_, expert_out_, expert_slots_;
   std::vector<int> expert_choice_;  // [T][n_experts_used]: the chosen experts, most probable first
   std::vector<float> expert_weight_;  // [T][n_experts_used]: their weights
-  std::vector<int> expert_tokens_;  // the tokens routed to one expert (scratch)
+  std::vector<int> expert_tokens_;  // the (token, choice) pairs t * n_experts_used + j, grouped by expert
+  std::vector<int> expert_first_;  // [n_experts + 1]: where each expert's pairs start in expert_tokens_
+  std::vector<int> expert_fill_;  // scratch of the grouping
+  std::vector<LinearLayer::Call> expert_calls_;  // one per expert used in the step
 };
 
 }  // namespace pagedkv

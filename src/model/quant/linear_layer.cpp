@@ -79,25 +79,46 @@ size_t LinearLayer::bytes() const {
 
 void LinearLayer::multiply(const float* x, size_t x_stride, int num_tokens, float* y, size_t y_stride,
                            KernelIsa isa) const {
-  // Parts of one type read the same prepared activations: prepared by the first, reused by the rest.
-  thread_local QuantizedMatrix::Prepared prepared;
-  bool have_prepared = false;
-  for (const Part& p : parts_) {
-    float* out = y + p.row_offset;
-    if (p.packed) {
-      p.f32.multiply(x, x_stride, num_tokens, out, y_stride, isa);
-      continue;
+  const Call call{this, x, x_stride, num_tokens, y, y_stride};
+  multiply_all({&call, 1}, isa);
+}
+
+void LinearLayer::multiply_all(std::span<const Call> calls, KernelIsa isa) {
+  // Parts of one type read the same prepared activations: prepared by the first, reused by the
+  // parts after it. One slot per preparation, sized before any is taken (a slot must not move).
+  thread_local std::vector<QuantizedMatrix::Prepared> prepared;
+  thread_local std::vector<QuantizedMatrix::Product> products;
+  size_t slots = 0;
+  for (const Call& c : calls) slots += c.layer->parts_.size();
+  if (prepared.size() < slots) prepared.resize(slots);
+  products.clear();
+  size_t next = 0;
+  for (const Call& c : calls) {
+    if (c.num_tokens <= 0) continue;
+    const QuantizedMatrix::Prepared* shared = nullptr;
+    for (const Part& p : c.layer->parts_) {
+      float* out = c.y + p.row_offset;
+      if (p.packed) {
+        p.f32.multiply(c.x, c.x_stride, c.num_tokens, out, c.y_stride, isa);
+        continue;
+      }
+      if (shared == nullptr || !p.quantized.reads(*shared, isa)) {
+        QuantizedMatrix::Prepared& slot = prepared[next++];
+        p.quantized.prepare(c.x, c.x_stride, c.num_tokens, slot, isa);
+        shared = &slot;
+      }
+      products.push_back({&p.quantized, shared, out, c.y_stride});
     }
-    if (!have_prepared || !p.quantized.reads(prepared, isa)) {
-      p.quantized.prepare(x, x_stride, num_tokens, prepared, isa);
-      have_prepared = true;
-    }
-    p.quantized.multiply(prepared, out, y_stride);
   }
-  if (bias_.empty()) return;
-  for (int t = 0; t < num_tokens; ++t) {
-    float* yt = y + static_cast<size_t>(t) * y_stride;
-    for (int r = 0; r < rows_; ++r) yt[r] += bias_[static_cast<size_t>(r)];
+  // Every quantized part of every call in one parallel region.
+  QuantizedMatrix::multiply_all(products);
+  for (const Call& c : calls) {
+    const LinearLayer& layer = *c.layer;
+    if (layer.bias_.empty()) continue;
+    for (int t = 0; t < c.num_tokens; ++t) {
+      float* yt = c.y + static_cast<size_t>(t) * c.y_stride;
+      for (int r = 0; r < layer.rows_; ++r) yt[r] += layer.bias_[static_cast<size_t>(r)];
+    }
   }
 }
 

@@ -189,12 +189,19 @@ int chunk_count(int groups, int num_tokens, int rows, int cols, size_t bytes) {
   return std::min(groups, num_tokens <= kBalancedMaxTokens ? kChunksPerThread * threads : threads);
 }
 
+// The row groups calls are cut into: 4 panels of 16 rows in the panel builds (the AVX-512 tiles for
+// few tokens span 4 panels), 16 rows in the others.
+constexpr int kGroupPanels = 4;
+constexpr int kGroupRows = 16;
+
+// The first of `groups` groups that chunk i of `chunks` takes.
+int chunk_begin(int groups, int chunks, int i) { return static_cast<int>(static_cast<int64_t>(groups) * i / chunks); }
+
 // f(g0, g1) for every chunk's groups [g0, g1) of `chunks` chunks, which the threads claim in turn.
 template <class F>
 void for_each_chunk(int groups, int chunks, F&& f) {
-  const auto begin = [&](int i) { return static_cast<int>(static_cast<int64_t>(groups) * i / chunks); };
 #pragma omp parallel for schedule(dynamic, 1) if (chunks > 1) num_threads(std::min(chunks, kernel_threads()))
-  for (int i = 0; i < chunks; ++i) f(begin(i), begin(i + 1));
+  for (int i = 0; i < chunks; ++i) f(chunk_begin(groups, chunks, i), chunk_begin(groups, chunks, i + 1));
 }
 
 // The block formats without a panel layout, and every block format in the builds without panels,
@@ -253,72 +260,135 @@ void QuantizedMatrix::prepare(const float* x, size_t x_stride, int num_tokens, P
   }
 }
 
-void QuantizedMatrix::multiply(const Prepared& x, float* y, size_t y_stride) const {
+// One product cut into chunks of row groups: what multiply() runs, and multiply_all() runs several
+// of in one parallel region. Exactly one of the three paths' fields is set.
+struct QuantizedMatrix::Work {
+  int groups = 0;  // row groups: kGroupPanels panels (the panel builds) or kGroupRows rows
+  int chunks = 1;  // chunk_count's split of the groups
+  float* y = nullptr;
+  size_t y_stride = 0;
+  // The panel builds: kernel, panels, their count.
+  const quant_detail::PanelsKernel* panels_kernel = nullptr;
+  quant_detail::WeightPanels panels{};
+  int total_panels = 0;
+  // The rows in place (Q8_0 / Q4_0 without panels, F16 / BF16 in the scalar twin).
+  const quant_detail::RowsKernel* rows_kernel = nullptr;
+  quant_detail::WeightRows rows{};
+  int row_count = 0;
+  quant_detail::Activations acts{};
+  // The block formats read in place: one block_dot per row and token.
+  const quant_detail::BlockRowsKernel* block_kernel = nullptr;
+  TensorType type = TensorType::kF32;
+  const std::byte* block_base = nullptr;
+  size_t block_row_bytes = 0;
+  int cols = 0;
+
+  // Row groups [g0, g1), every token.
+  void run(int g0, int g1) const {
+    if (panels_kernel != nullptr) {
+      // A chunk's groups in one call, so that a kernel can block over more rows than one group's.
+      panels_kernel->multiply_panels(panels, g0 * kGroupPanels, std::min(total_panels, g1 * kGroupPanels), acts, y,
+                                     y_stride);
+    } else if (rows_kernel != nullptr) {
+      for (int g = g0; g < g1; ++g)
+        rows_kernel->multiply_rows(rows, g * kGroupRows, std::min(row_count, (g + 1) * kGroupRows), acts, y, y_stride);
+    } else {
+      for (int g = g0; g < g1; ++g)
+        block_kernel->multiply_rows(type, block_base, block_row_bytes, cols, g * kGroupRows,
+                                    std::min(row_count, (g + 1) * kGroupRows), acts.data, acts.stride, acts.num_tokens,
+                                    y, y_stride);
+    }
+  }
+};
+
+QuantizedMatrix::Work QuantizedMatrix::plan(const Prepared& x, float* y, size_t y_stride) const {
   if (!reads(x, x.isa)) throw UsageError("QuantizedMatrix: activations prepared for another type or shape");
+  Work work;
+  work.y = y;
+  work.y_stride = y_stride;
   const int num_tokens = x.num_tokens;
-  if (num_tokens <= 0) return;
+  if (num_tokens <= 0) return work;
   const KernelIsa isa = x.isa;
   const quant_detail::PanelBuild build = quant_detail::panel_build(w_.type, isa);
   const bool panels = build != quant_detail::PanelBuild::kNone;
-  if (runs_blocks(w_.type, panels)) return multiply_blocks(x, y, y_stride);
+  const int rows = this->rows(), cols = this->cols();
+  work.row_count = rows;
+  if (runs_blocks(w_.type, panels)) {
+    // The AVX-512 build multiplies bytes with VNNI; without it (or with PAGEDKV_VNNI=0, for
+    // comparisons: both give the scalar twin's results bit for bit) the AVX2 build runs.
+    const KernelIsa resolved = resolve_isa(isa);
+    work.block_kernel = resolved == KernelIsa::kAvx512 && has_avx512_vnni() ? &quant_detail::avx512_block_kernel()
+                        : has_avx2(resolved)                                ? &quant_detail::avx2_block_kernel()
+                                                                            : &quant_detail::scalar_block_kernel();
+    work.type = w_.type;
+    work.block_base = static_cast<const std::byte*>(w_.data);
+    work.block_row_bytes = tensor_row_bytes(w_.type, cols);
+    work.cols = cols;
+    work.acts = {x.bytes.data(), x.stride, num_tokens};
+    work.groups = (rows + kGroupRows - 1) / kGroupRows;
+    work.chunks = chunk_count(work.groups, num_tokens, rows, cols, bytes());
+    return work;
+  }
   if (panels &&
       !panels_)  // cannot happen: the default build (kAuto) reads panels whenever a build that may be asked for does
     throw UsageError(
         "QuantizedMatrix: the panel builds need the repacked weights, made only where the default build reads them");
-  const quant_detail::RowsKernel& k = quant_detail::rows_kernel_for(isa);
-  const int rows = this->rows(), cols = this->cols();
-  const quant_detail::WeightRows w{w_.type, static_cast<const std::byte*>(w_.data), tensor_row_bytes(w_.type, cols),
-                                   cols};
-  const quant_detail::Activations acts =
+  work.acts =
       panels || w_.type == TensorType::kQ8_0 || w_.type == TensorType::kQ4_0
           ? quant_detail::Activations{x.bytes.data(), x.stride, num_tokens}
           : quant_detail::Activations{reinterpret_cast<const std::byte*>(x.x), x.x_stride * sizeof(float), num_tokens};
-
   // Groups of rows, each read once from memory for the whole batch, in chunks over the threads
-  // (chunk_count). The AVX-512 build's groups are 4 panels of 16 rows (its tiles for few tokens
-  // span 4 panels).
-  const int row_group = panels ? 4 * quant_detail::kPanelRows : 16;
-  const int groups = (rows + row_group - 1) / row_group;
-  const int chunks = chunk_count(groups, num_tokens, rows, cols, bytes());
+  // (chunk_count).
+  const int row_group = panels ? kGroupPanels * quant_detail::kPanelRows : kGroupRows;
+  work.groups = (rows + row_group - 1) / row_group;
+  work.chunks = chunk_count(work.groups, num_tokens, rows, cols, bytes());
   if (panels) {
-    const quant_detail::PanelsKernel& pk = panels_kernel_for(w_.type, build);
-    const quant_detail::WeightPanels wp{panels_->layout, panels_->data.get()};
-    const int total = panels_->layout.panels;
-    // A chunk's groups in one call, so that a kernel can block over more rows than one group's.
-    for_each_chunk(groups, chunks,
-                   [&](int g0, int g1) { pk.multiply_panels(wp, g0 * 4, std::min(total, g1 * 4), acts, y, y_stride); });
-    return;
+    work.panels_kernel = &panels_kernel_for(w_.type, build);
+    work.panels = {panels_->layout, panels_->data.get()};
+    work.total_panels = panels_->layout.panels;
+  } else {
+    work.rows_kernel = &quant_detail::rows_kernel_for(isa);
+    work.rows = {w_.type, static_cast<const std::byte*>(w_.data), tensor_row_bytes(w_.type, cols), cols};
   }
-  for_each_chunk(groups, chunks, [&](int g0, int g1) {
-    for (int g = g0; g < g1; ++g)
-      k.multiply_rows(w, g * row_group, std::min(rows, (g + 1) * row_group), acts, y, y_stride);
-  });
+  return work;
 }
 
-// The block formats of block_formats.h: groups of rows over the threads, one block_dot per (row,
-// token), on the activations quantized by prepare() to the type's activation format.
-void QuantizedMatrix::multiply_blocks(const Prepared& x, float* y, size_t y_stride) const {
-  // The AVX-512 build multiplies bytes with VNNI; without it (or with PAGEDKV_VNNI=0, for
-  // comparisons: both give the scalar twin's results bit for bit) the AVX2 build runs.
-  const KernelIsa resolved = resolve_isa(x.isa);
-  const quant_detail::BlockRowsKernel& k = resolved == KernelIsa::kAvx512 && has_avx512_vnni()
-                                               ? quant_detail::avx512_block_kernel()
-                                           : has_avx2(resolved) ? quant_detail::avx2_block_kernel()
-                                                                : quant_detail::scalar_block_kernel();
-  const int rows = this->rows(), cols = this->cols(), num_tokens = x.num_tokens;
-  const std::byte* acts = x.bytes.data();
-  const size_t per_token = x.stride;
-  const std::byte* base = static_cast<const std::byte*>(w_.data);
-  const size_t row_bytes = tensor_row_bytes(w_.type, cols);
-  constexpr int kRowGroup = 16;
-  const int groups = (rows + kRowGroup - 1) / kRowGroup;
-  const int chunks = chunk_count(groups, num_tokens, rows, cols, bytes());
-  const TensorType type = w_.type;
-  for_each_chunk(groups, chunks, [&](int g0, int g1) {
-    for (int g = g0; g < g1; ++g)
-      k.multiply_rows(type, base, row_bytes, cols, g * kRowGroup, std::min(rows, (g + 1) * kRowGroup), acts, per_token,
-                      num_tokens, y, y_stride);
-  });
+void QuantizedMatrix::multiply(const Prepared& x, float* y, size_t y_stride) const {
+  const Work work = plan(x, y, y_stride);
+  if (work.groups == 0) return;
+  for_each_chunk(work.groups, work.chunks, [&](int g0, int g1) { work.run(g0, g1); });
+}
+
+void QuantizedMatrix::multiply_all(std::span<const Product> products) {
+  // The calling thread's scratch, named here: inside the parallel region a thread_local name would
+  // be each thread's own (empty) copy.
+  thread_local std::vector<Work> scratch_works;
+  thread_local std::vector<int> scratch_first;
+  std::vector<Work>& works = scratch_works;
+  std::vector<int>& first_chunk = scratch_first;  // works[i]'s chunks are [first_chunk[i], first_chunk[i + 1])
+  works.clear();
+  first_chunk.assign(1, 0);
+  bool parallel = false;
+  for (const Product& p : products) {
+    Work work = p.matrix->plan(*p.x, p.y, p.y_stride);
+    if (work.groups == 0) continue;
+    parallel = parallel || work.chunks > 1;
+    first_chunk.push_back(first_chunk.back() + work.chunks);
+    works.push_back(work);
+  }
+  const int total = first_chunk.back();
+  if (total == 0) return;
+  // Chunk i of all: which product's, and which of its chunks.
+  const auto run_chunk = [&works, &first_chunk](int i) {
+    const size_t w =
+        static_cast<size_t>(std::upper_bound(first_chunk.begin(), first_chunk.end(), i) - first_chunk.begin()) - 1;
+    const Work& work = works[w];
+    const int c = i - first_chunk[w];
+    work.run(chunk_begin(work.groups, work.chunks, c), chunk_begin(work.groups, work.chunks, c + 1));
+  };
+  // Products that none would split alone stay on the calling thread, as multiply() keeps them.
+#pragma omp parallel for schedule(dynamic, 1) if (parallel) num_threads(std::min(total, kernel_threads()))
+  for (int i = 0; i < total; ++i) run_chunk(i);
 }
 
 }  // namespace pagedkv

@@ -5,12 +5,13 @@
 // bit-identical to llama2.c's matmul (the llama2.c goldens depend on it). Otherwise each part
 // multiplies on its own: F32 parts packed, the others read in place (QuantizedMatrix), where
 // consecutive parts of one type share the activations the first of them prepared (quantized, or
-// reordered for the AVX-512 panels). Biases (f32) are added after the product, as llama.cpp adds
-// them.
+// reordered for the AVX-512 panels), all of them in one parallel region. Biases (f32) are added
+// after the product, as llama.cpp adds them.
 #pragma once
 
 #include <cstddef>
 #include <initializer_list>
+#include <span>
 #include <vector>
 
 #include "pagedkv/model/quant/packed_matrix.h"
@@ -31,9 +32,23 @@ class LinearLayer {
   // Bytes this layer owns (packed F32 copies) plus those it reads in place.
   size_t bytes() const;
 
-  // y[t * y_stride + r] for t < num_tokens, r < rows(); x and y must not overlap.
+  // y[t * y_stride + r] for t < num_tokens, r < rows(); x and y must not overlap. The quantized
+  // parts run in one parallel region (QuantizedMatrix::multiply_all).
   void multiply(const float* x, size_t x_stride, int num_tokens, float* y, size_t y_stride,
                 KernelIsa isa = KernelIsa::kAuto) const;
+
+  // One product of multiply_all(), with multiply()'s arguments.
+  struct Call {
+    const LinearLayer* layer;
+    const float* x;
+    size_t x_stride;
+    int num_tokens;
+    float* y;
+    size_t y_stride;
+  };
+  // Several layers' products, every quantized part of every call in one parallel region (the
+  // experts a mixture of experts runs in one step); each y is what multiply() gives, bit for bit.
+  static void multiply_all(std::span<const Call> calls, KernelIsa isa = KernelIsa::kAuto);
 
  private:
   struct Part {

@@ -36,11 +36,12 @@
 // product is large enough, or the matrix large enough (a quarter megabyte) that one core would not
 // saturate the memory bandwidth: a prompt in one share per thread, a decode call (up to 8 tokens)
 // in 8 chunks per thread that the threads claim in turn, so that a thread woken late does not
-// hold the others at the closing barrier.
+// hold the others at the closing barrier; multiply_all() runs several products' chunks together.
 #pragma once
 
 #include <cstddef>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "pagedkv/model/transformer_weights.h"
@@ -88,9 +89,23 @@ class QuantizedMatrix {
   // multiply() on activations prepared for a matrix this one reads() them from.
   void multiply(const Prepared& x, float* y, size_t y_stride) const;
 
+  // One product of multiply_all(): `matrix` times activations `x` prepared for it, into y.
+  struct Product {
+    const QuantizedMatrix* matrix;
+    const Prepared* x;
+    float* y;
+    size_t y_stride;
+  };
+  // Several products in one parallel region: the chunks each one's multiply() would cut it into,
+  // all claimed in turn by the threads, so that many small matrices (the experts a mixture of
+  // experts runs in one step) pay for one fork and one closing barrier, not one each. Each y is
+  // what multiply() gives, bit for bit.
+  static void multiply_all(std::span<const Product> products);
+
  private:
   struct Panels;
-  void multiply_blocks(const Prepared& x, float* y, size_t y_stride) const;
+  struct Work;  // one product cut into chunks of row groups
+  Work plan(const Prepared& x, float* y, size_t y_stride) const;
   WeightTensor w_;
   std::shared_ptr<const Panels> panels_;  // the panel builds' repacked copy, or null; shared by copies
 };
