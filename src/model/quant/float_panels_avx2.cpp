@@ -22,9 +22,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "lanes_avx2.h"
 #include "quantized_kernels.h"
 #include "quantized_panels.h"
-#include "row_masks_avx2.h"
 
 namespace pagedkv::quant_detail {
 namespace {

@@ -30,10 +30,10 @@
 #include <cstring>
 
 #include "block_dot.h"
+#include "lanes_avx2.h"
 #include "pagedkv/model/format/block_formats.h"
 #include "pagedkv/storage/thread_scratch.h"
 #include "quantized_kernels.h"
-#include "row_masks_avx2.h"
 
 namespace pagedkv::quant_detail {
 namespace {
@@ -87,14 +87,8 @@ void prepare(TensorType type, const float* x, size_t x_stride, int num_tokens, i
 // Half h (rows 8h..8h+7) of the 64-byte panel register at p.
 __m256i load_half(const std::byte* p, int h) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p + 32 * h)); }
 __m256i bytes(int v) { return _mm256_set1_epi8(static_cast<char>(v)); }
-// The 4 activation bytes at q in every lane.
-__m256i broadcast4(const int8_t* q) {
-  int32_t v;
-  std::memcpy(&v, q, 4);
-  return _mm256_set1_epi32(v);
-}
 // Pairs of adjacent products level * x summed as int16 (levels unsigned).
-__m256i byte_products(__m256i levels, const int8_t* q) { return _mm256_maddubs_epi16(levels, broadcast4(q)); }
+__m256i byte_products(__m256i levels, const int8_t* q) { return _mm256_maddubs_epi16(levels, broadcast_4_bytes(q)); }
 // A pshufb pattern that makes every dword an int16 pair of two of its own bytes, (byte first, byte
 // second): each in the low byte of its int16 with zero above, or (kHigh) in the high byte, so that
 // an arithmetic shift by 8 extends a signed byte. The sub-block scales are (j, j), the scales or
@@ -322,8 +316,9 @@ void sums_iq4_xs(const std::byte* chunk, const std::byte* high, int h, const Q8K
 #pragma GCC unroll 4
         for (int v = 0; v < 4; ++v)
           sum = _mm256_add_epi32(
-              sum, _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude[v], _mm256_sign_epi8(broadcast4(x + 4 * v), w[v])),
-                                     scale));
+              sum,
+              _mm256_madd_epi16(
+                  _mm256_maddubs_epi16(magnitude[v], _mm256_sign_epi8(broadcast_4_bytes(x + 4 * v), w[v])), scale));
         isum[t] = sum;
       }
     }

@@ -31,12 +31,11 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
 
+#include "lanes_avx2.h"
 #include "quantized_kernels.h"
 #include "quantized_tile_driver.h"
-#include "row_masks_avx2.h"
 
 namespace pagedkv::quant_detail {
 namespace {
@@ -253,13 +252,6 @@ void transpose_slice(const std::byte* const* rows, int b0, int count, Transposed
       _mm256_store_ps(tb.d + 8 * half, row_scales(d));
     }
   }
-}
-
-// The 4 activation bytes at q in every lane.
-__m256i broadcast_4_bytes(const int8_t* q) {
-  int32_t v;
-  std::memcpy(&v, q, sizeof v);
-  return _mm256_set1_epi32(v);
 }
 
 // The slice's 16 rows x T tokens (x[t]: the token's activations from the slice's first block),
