@@ -112,6 +112,10 @@ void LinearLayer::multiply_all(std::span<const Call> calls, KernelIsa isa) {
   }
   // Every quantized part of every call in one parallel region.
   QuantizedMatrix::multiply_all(products);
+  // A long prompt's wave of experts can take a slot per expert, each as large as its tokens'
+  // activations: past kKeptSlots they are not kept from one call to the next.
+  constexpr size_t kKeptSlots = 16;
+  if (prepared.size() > kKeptSlots) prepared.resize(kKeptSlots);
   for (const Call& c : calls) {
     const LinearLayer& layer = *c.layer;
     if (layer.bias_.empty()) continue;
