@@ -261,40 +261,35 @@ void QuantizedMatrix::prepare(const float* x, size_t x_stride, int num_tokens, P
 }
 
 // One product cut into chunks of row groups: what multiply() runs, and multiply_all() runs several
-// of in one parallel region. Exactly one of the three paths' fields is set.
+// of in one parallel region. Exactly one of the three kernels is set.
 struct QuantizedMatrix::Work {
   int groups = 0;  // row groups: kGroupPanels panels (the panel builds) or kGroupRows rows
   int chunks = 1;  // chunk_count's split of the groups
   float* y = nullptr;
   size_t y_stride = 0;
-  // The panel builds: kernel, panels, their count.
+  // The panel builds.
   const quant_detail::PanelsKernel* panels_kernel = nullptr;
   quant_detail::WeightPanels panels{};
-  int total_panels = 0;
-  // The rows in place (Q8_0 / Q4_0 without panels, F16 / BF16 in the scalar twin).
+  // The rows in place: the rows kernel (Q8_0 / Q4_0 without panels, F16 / BF16 in the scalar
+  // twin) or the block formats' (one block_dot per row and token).
   const quant_detail::RowsKernel* rows_kernel = nullptr;
+  const quant_detail::BlockRowsKernel* block_kernel = nullptr;
   quant_detail::WeightRows rows{};
   int row_count = 0;
   quant_detail::Activations acts{};
-  // The block formats read in place: one block_dot per row and token.
-  const quant_detail::BlockRowsKernel* block_kernel = nullptr;
-  TensorType type = TensorType::kF32;
-  const std::byte* block_base = nullptr;
-  size_t block_row_bytes = 0;
-  int cols = 0;
 
   // Row groups [g0, g1), every token.
   void run(int g0, int g1) const {
     if (panels_kernel != nullptr) {
       // A chunk's groups in one call, so that a kernel can block over more rows than one group's.
-      panels_kernel->multiply_panels(panels, g0 * kGroupPanels, std::min(total_panels, g1 * kGroupPanels), acts, y,
-                                     y_stride);
+      panels_kernel->multiply_panels(panels, g0 * kGroupPanels, std::min(panels.layout.panels, g1 * kGroupPanels), acts,
+                                     y, y_stride);
     } else if (rows_kernel != nullptr) {
       for (int g = g0; g < g1; ++g)
         rows_kernel->multiply_rows(rows, g * kGroupRows, std::min(row_count, (g + 1) * kGroupRows), acts, y, y_stride);
     } else {
       for (int g = g0; g < g1; ++g)
-        block_kernel->multiply_rows(type, block_base, block_row_bytes, cols, g * kGroupRows,
+        block_kernel->multiply_rows(rows.type, rows.base, rows.row_bytes, rows.cols, g * kGroupRows,
                                     std::min(row_count, (g + 1) * kGroupRows), acts.data, acts.stride, acts.num_tokens,
                                     y, y_stride);
     }
@@ -313,6 +308,7 @@ QuantizedMatrix::Work QuantizedMatrix::plan(const Prepared& x, float* y, size_t 
   const bool panels = build != quant_detail::PanelBuild::kNone;
   const int rows = this->rows(), cols = this->cols();
   work.row_count = rows;
+  work.rows = {w_.type, static_cast<const std::byte*>(w_.data), tensor_row_bytes(w_.type, cols), cols};
   if (runs_blocks(w_.type, panels)) {
     // The AVX-512 build multiplies bytes with VNNI; without it (or with PAGEDKV_VNNI=0, for
     // comparisons: both give the scalar twin's results bit for bit) the AVX2 build runs.
@@ -320,10 +316,6 @@ QuantizedMatrix::Work QuantizedMatrix::plan(const Prepared& x, float* y, size_t 
     work.block_kernel = resolved == KernelIsa::kAvx512 && has_avx512_vnni() ? &quant_detail::avx512_block_kernel()
                         : has_avx2(resolved)                                ? &quant_detail::avx2_block_kernel()
                                                                             : &quant_detail::scalar_block_kernel();
-    work.type = w_.type;
-    work.block_base = static_cast<const std::byte*>(w_.data);
-    work.block_row_bytes = tensor_row_bytes(w_.type, cols);
-    work.cols = cols;
     work.acts = {x.bytes.data(), x.stride, num_tokens};
     work.groups = (rows + kGroupRows - 1) / kGroupRows;
     work.chunks = chunk_count(work.groups, num_tokens, rows, cols, bytes());
@@ -345,10 +337,8 @@ QuantizedMatrix::Work QuantizedMatrix::plan(const Prepared& x, float* y, size_t 
   if (panels) {
     work.panels_kernel = &panels_kernel_for(w_.type, build);
     work.panels = {panels_->layout, panels_->data.get()};
-    work.total_panels = panels_->layout.panels;
   } else {
     work.rows_kernel = &quant_detail::rows_kernel_for(isa);
-    work.rows = {w_.type, static_cast<const std::byte*>(w_.data), tensor_row_bytes(w_.type, cols), cols};
   }
   return work;
 }
