@@ -95,14 +95,12 @@ void tile(const std::byte* panel, size_t panel_bytes, int cols, const float* x, 
 #pragma GCC unroll 4
   for (int p = 0; p < P; ++p)
 #pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      const __m256i mask = rows_mask(rows_out[p] - 8 * h);
+    for (int h = 0; h < 2; ++h)
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t)
-        acc[p][h][t] = resume ? _mm256_maskload_ps(
-                                    y + static_cast<size_t>(t) * y_stride + static_cast<size_t>(16 * p + 8 * h), mask)
+        acc[p][h][t] = resume ? load_rows(y + static_cast<size_t>(t) * y_stride + static_cast<size_t>(16 * p + 8 * h),
+                                          rows_out[p] - 8 * h)
                               : _mm256_setzero_ps();
-    }
   const int steps = cols / 2;
   for (int s = 0; s < steps; ++s) {
     const std::byte* at = panel + static_cast<size_t>(s) * Widen::kStepBytes;
@@ -146,14 +144,11 @@ void tile(const std::byte* panel, size_t panel_bytes, int cols, const float* x, 
 #pragma GCC unroll 4
   for (int p = 0; p < P; ++p)
 #pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      if (rows_out[p] <= 8 * h) continue;
-      const __m256i mask = rows_mask(rows_out[p] - 8 * h);
+    for (int h = 0; h < 2; ++h)
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t)
-        _mm256_maskstore_ps(y + static_cast<size_t>(t) * y_stride + static_cast<size_t>(16 * p + 8 * h), mask,
-                            acc[p][h][t]);
-    }
+        store_rows(y + static_cast<size_t>(t) * y_stride + static_cast<size_t>(16 * p + 8 * h), rows_out[p] - 8 * h,
+                   acc[p][h][t]);
 }
 
 // Prefetch distances: one token streams its panels from memory (a few KiB ahead of each); a

@@ -465,13 +465,9 @@ void tile(const std::byte* panel, const Q8KRecord* x, int blocks, float* y, size
     }
   }
 #pragma GCC unroll 2
-  for (int h = 0; h < 2; ++h) {
-    const int n = std::clamp(rows_out - 8 * h, 0, 8);
-    if (n == 0) continue;
-    const __m256i mask = rows_mask(n);
+  for (int h = 0; h < 2; ++h)
 #pragma GCC unroll 8
-    for (int t = 0; t < T; ++t) _mm256_maskstore_ps(y + static_cast<size_t>(t) * y_stride + 8 * h, mask, acc[h][t]);
-  }
+    for (int t = 0; t < T; ++t) store_rows(y + static_cast<size_t>(t) * y_stride + 8 * h, rows_out - 8 * h, acc[h][t]);
 }
 
 // ---- the driver ----------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 // best_available_isa() reported AVX2): Q8_0 rows as the file stores them; Q4_0 on the AVX-512
 // build's panels (quantized_panels.h). F16 / BF16 and the super-block types read panels too:
 // float_panels_avx2.cpp, kquant_kernels_avx2.cpp. The activations are the scalar twin's Q8_0
-// blocks, for Q4_0 each block's sum appended (for its offset, below).
+// blocks with their scales as f32, for Q4_0 each block's offset appended (below).
 //
 // Arithmetic: per row and token, each 32-value block's products are summed exactly as integers,
 // then acc = fma(float(sum), d_w * d_x, acc), block after block, as the AVX-512 build does: the two
@@ -62,29 +62,35 @@ struct UnpackQ4_0 {
 };
 
 // ---- prepared activations ------------------------------------------------------------------------
-// Per token: the row's Q8_0 blocks as quantize_row_q8_0 writes them (the scalar twin's); for a
-// type with an offset (Q4_0's levels) then, 4-byte aligned, each block's sum of values (int32).
+// Per token: the row's Q8_0 blocks as quantize_row_q8_0 writes them (the scalar twin's); then,
+// 4-byte aligned, each block's d_x as f32 (the tiles' float step broadcasts it from memory, in place
+// of a conversion per block and token); for a type with an offset (Q4_0's levels) then each
+// block's offset, -kOffset times the sum of its values (int32).
 
-size_t sums_offset(int blocks) { return (static_cast<size_t>(blocks) * sizeof(BlockQ8_0) + 3) / 4 * 4; }
+size_t scales_offset(int blocks) { return (static_cast<size_t>(blocks) * sizeof(BlockQ8_0) + 3) / 4 * 4; }
+size_t offsets_offset(int blocks) { return scales_offset(blocks) + static_cast<size_t>(blocks) * sizeof(float); }
 
 template <class Unpack>
 size_t prepared_bytes(int cols) {
   const int blocks = cols / kQuantBlock;
-  if constexpr (Unpack::kOffset == 0) return static_cast<size_t>(blocks) * sizeof(BlockQ8_0);
-  else return sums_offset(blocks) + static_cast<size_t>(blocks) * sizeof(int32_t);
+  return offsets_offset(blocks) + (Unpack::kOffset == 0 ? 0 : static_cast<size_t>(blocks) * sizeof(int32_t));
 }
+
+float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
 
 template <class Unpack>
 void prepare(const float* x, int cols, std::byte* out) {
   const int blocks = cols / kQuantBlock;
   auto* q = reinterpret_cast<BlockQ8_0*>(out);
   quantize_row_q8_0({x, static_cast<size_t>(cols)}, q);
+  auto* scales = reinterpret_cast<float*>(out + scales_offset(blocks));
+  for (int b = 0; b < blocks; ++b) scales[b] = half_to_float(q[b].d);
   if constexpr (Unpack::kOffset != 0) {
-    auto* sums = reinterpret_cast<int32_t*>(out + sums_offset(blocks));
+    auto* offsets = reinterpret_cast<int32_t*>(out + offsets_offset(blocks));
     for (int b = 0; b < blocks; ++b) {
       int32_t sum = 0;
       for (int8_t v : q[b].q) sum += v;
-      sums[b] = sum;
+      offsets[b] = -Unpack::kOffset * sum;
     }
   }
 }
@@ -92,11 +98,13 @@ void prepare(const float* x, int cols, std::byte* out) {
 // A token's prepared activations (for Unpack's type) from block b0 on.
 struct TokenBlocks {
   const BlockQ8_0* q;
-  const int32_t* sums;  // null without an offset
+  const float* d;  // each block's d_x
+  const int32_t* offsets;  // null without an offset
   template <class Unpack>
   static TokenBlocks of(const std::byte* token, int blocks, int b0) {
     return {reinterpret_cast<const BlockQ8_0*>(token) + b0,
-            Unpack::kOffset == 0 ? nullptr : reinterpret_cast<const int32_t*>(token + sums_offset(blocks)) + b0};
+            reinterpret_cast<const float*>(token + scales_offset(blocks)) + b0,
+            Unpack::kOffset == 0 ? nullptr : reinterpret_cast<const int32_t*>(token + offsets_offset(blocks)) + b0};
   }
 };
 
@@ -105,8 +113,6 @@ struct TokenBlocks {
 __m256i products(__m256i w_abs, __m256i w, __m256i x) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(x, w)), _mm256_set1_epi16(1));
 }
-
-float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
 
 // ---- few tokens: the rows in place ---------------------------------------------------------------
 
@@ -176,17 +182,17 @@ struct RowTile {
       uint16_t d[R];
       const auto total = block_sums<R, T>(w, b, xt, d);
       if constexpr (kPairs == 4) {
-        const __m128 scale = _mm_mul_ps(row_scales(d), _mm_set1_ps(half_to_float(xt[0].q[b].d)));
+        const __m128 scale = _mm_mul_ps(row_scales(d), _mm_set1_ps(xt[0].d[b]));
         acc4 = _mm_fmadd_ps(_mm_cvtepi32_ps(total), scale, acc4);
       } else {
         __m256 dw, dx;
         if constexpr (R == 8) {
           dw = row_scales(d);
-          dx = _mm256_set1_ps(half_to_float(xt[0].q[b].d));
+          dx = _mm256_set1_ps(xt[0].d[b]);
         } else {
           const __m128 dw4 = row_scales(d);
           dw = _mm256_set_m128(dw4, dw4);
-          dx = _mm256_set_m128(_mm_set1_ps(half_to_float(xt[1].q[b].d)), _mm_set1_ps(half_to_float(xt[0].q[b].d)));
+          dx = _mm256_set_m128(_mm_set1_ps(xt[1].d[b]), _mm_set1_ps(xt[0].d[b]));
         }
         acc8 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(dw, dx), acc8);
       }
@@ -264,12 +270,10 @@ template <class Unpack, int T>
 void prompt_tile(const TransposedBlock<Unpack>* tb, int blocks, const TokenBlocks* x, float* y, size_t y_stride,
                  int rows_out, bool resume) {
   alignas(32) float acc[2][T][8];
-  for (int h = 0; h < 2; ++h) {
-    const __m256i mask = rows_mask(rows_out - 8 * h);
+  for (int h = 0; h < 2; ++h)
     for (int t = 0; t < T; ++t)
-      _mm256_store_ps(acc[h][t], resume ? _mm256_maskload_ps(y + static_cast<size_t>(t) * y_stride + 8 * h, mask)
+      _mm256_store_ps(acc[h][t], resume ? load_rows(y + static_cast<size_t>(t) * y_stride + 8 * h, rows_out - 8 * h)
                                         : _mm256_setzero_ps());
-  }
   const __m256i ones = _mm256_set1_epi16(1);
   for (int b = 0; b < blocks; ++b) {
     __m256i isum[2][T];
@@ -305,23 +309,20 @@ void prompt_tile(const TransposedBlock<Unpack>* tb, int blocks, const TokenBlock
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) {
       if constexpr (Unpack::kOffset != 0) {
-        const __m256i offset = _mm256_set1_epi32(-Unpack::kOffset * x[t].sums[b]);
+        const __m256i offset = _mm256_set1_epi32(x[t].offsets[b]);
         isum[0][t] = _mm256_add_epi32(_mm256_madd_epi16(isum[0][t], ones), offset);
         isum[1][t] = _mm256_add_epi32(_mm256_madd_epi16(isum[1][t], ones), offset);
       }
-      const __m256 dx = _mm256_set1_ps(half_to_float(x[t].q[b].d));
+      const __m256 dx = _mm256_broadcast_ss(x[t].d + b);
       _mm256_store_ps(acc[0][t], _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[0][t]), _mm256_mul_ps(dw0, dx),
                                                  _mm256_load_ps(acc[0][t])));
       _mm256_store_ps(acc[1][t], _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[1][t]), _mm256_mul_ps(dw1, dx),
                                                  _mm256_load_ps(acc[1][t])));
     }
   }
-  for (int h = 0; h < 2; ++h) {
-    if (rows_out <= 8 * h) continue;
-    const __m256i mask = rows_mask(rows_out - 8 * h);
+  for (int h = 0; h < 2; ++h)
     for (int t = 0; t < T; ++t)
-      _mm256_maskstore_ps(y + static_cast<size_t>(t) * y_stride + 8 * h, mask, _mm256_load_ps(acc[h][t]));
-  }
+      store_rows(y + static_cast<size_t>(t) * y_stride + 8 * h, rows_out - 8 * h, _mm256_load_ps(acc[h][t]));
 }
 
 constexpr int kPromptTokens = 3;  // 6 integer sums + 4 weights + broadcast + ones + temporaries: 16 registers
@@ -439,19 +440,16 @@ void q4_0_panel_tile(const std::byte* panel, size_t scales_at, const TokenBlocks
                           _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(d_w + 16)))};
 #pragma GCC unroll 3
     for (int t = 0; t < T; ++t) {
-      const __m256i offset = _mm256_set1_epi32(-UnpackQ4_0::kOffset * x[t].sums[b]);
-      const __m256 dx = _mm256_set1_ps(half_to_float(x[t].q[b].d));
+      const __m256i offset = _mm256_set1_epi32(x[t].offsets[b]);
+      const __m256 dx = _mm256_broadcast_ss(x[t].d + b);
       for (int h = 0; h < 2; ++h) {
         const __m256i total = _mm256_add_epi32(_mm256_madd_epi16(isum[h][t], ones), offset);
         acc[h][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(dw[h], dx), acc[h][t]);
       }
     }
   }
-  for (int h = 0; h < 2; ++h) {
-    if (rows_out <= 8 * h) continue;
-    const __m256i mask = rows_mask(rows_out - 8 * h);
-    for (int t = 0; t < T; ++t) _mm256_maskstore_ps(y + static_cast<size_t>(t) * y_stride + 8 * h, mask, acc[h][t]);
-  }
+  for (int h = 0; h < 2; ++h)
+    for (int t = 0; t < T; ++t) store_rows(y + static_cast<size_t>(t) * y_stride + 8 * h, rows_out - 8 * h, acc[h][t]);
 }
 
 size_t q4_0_panels_prepared_bytes(TensorType, int cols, int num_tokens) {
