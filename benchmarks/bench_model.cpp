@@ -590,7 +590,7 @@ __attribute__((target("avx512f,avx512vnni"))) void peak_vnni(benchmark::State& s
 
 // Without AVX-512 (AMD Zen 2 / 3, Intel client cores): vfmadd231ps ymm, 8 MACs, and the AVX2
 // K-quant kernels' byte product, vpmaddubsw ymm (u8 x s8, adjacent pairs summed to int16: 32 MACs)
-// with the vpaddw that sums its pairs, as their inner loops issue them. 12 chains: with the two
+// with the vpaddw that sums its pairs, as their inner loops issue them. 12 FMA chains: with the two
 // operands they fill 14 of the 16 ymm registers (16 chains would spill).
 constexpr int kPeakChainsYmm = 12;
 
@@ -609,20 +609,71 @@ __attribute__((target("avx2,fma"))) void peak_fma_avx2(benchmark::State& state) 
   }
 }
 
+// The integer products in inline assembly: in C++ the compiler either computes a product shared by
+// all chains once or, kept from that, spills accumulators to the stack. 8 accumulators (ymm0-7),
+// each step's products from independent operand pairs (ymm10-15), temporaries ymm8-9.
+#define PAGEDKV_PEAK_CLOBBERS                                                                                         \
+  "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", \
+      "xmm14", "xmm15"
+constexpr int kPeakChainsInt = 8;
+
+// vpmaddubsw and the vpaddw that sums its pairs, as the K-quant and Q4_0 tiles issue them.
 __attribute__((target("avx2"))) void peak_maddubs_avx2(benchmark::State& state) {
-  __m256i acc[kPeakChainsYmm];
-  __m256i a = _mm256_set1_epi8(1);
-  const __m256i b = _mm256_set1_epi8(1);
   for (auto _ : state) {
-    for (int i = 0; i < kPeakChainsYmm; ++i) acc[i] = _mm256_set1_epi16(static_cast<short>(i));
-    for (int64_t s = 0; s < kPeakSteps; ++s) {
-#pragma GCC unroll 16
-      for (int i = 0; i < kPeakChainsYmm; ++i) acc[i] = _mm256_add_epi16(acc[i], _mm256_maddubs_epi16(a, b));
-      __asm__ volatile("" : "+x"(a));
-    }
-    for (int i = 0; i < kPeakChainsYmm; ++i) benchmark::DoNotOptimize(acc[i]);
+    int64_t steps = kPeakSteps;
+    __asm__ volatile(
+        "vpcmpeqb %%ymm15, %%ymm15, %%ymm15\n\t"
+        "vpabsb %%ymm15, %%ymm14\n\t"
+        "vpaddb %%ymm14, %%ymm14, %%ymm13\n\t"
+        "vpaddb %%ymm13, %%ymm14, %%ymm12\n\t"
+        "vpaddb %%ymm13, %%ymm13, %%ymm11\n\t"
+        "vpaddb %%ymm11, %%ymm14, %%ymm10\n\t"
+        "1:\n\t"
+        "vpmaddubsw %%ymm15, %%ymm14, %%ymm8\n\t vpaddw %%ymm8, %%ymm0, %%ymm0\n\t"
+        "vpmaddubsw %%ymm15, %%ymm13, %%ymm9\n\t vpaddw %%ymm9, %%ymm1, %%ymm1\n\t"
+        "vpmaddubsw %%ymm15, %%ymm12, %%ymm8\n\t vpaddw %%ymm8, %%ymm2, %%ymm2\n\t"
+        "vpmaddubsw %%ymm15, %%ymm11, %%ymm9\n\t vpaddw %%ymm9, %%ymm3, %%ymm3\n\t"
+        "vpmaddubsw %%ymm14, %%ymm10, %%ymm8\n\t vpaddw %%ymm8, %%ymm4, %%ymm4\n\t"
+        "vpmaddubsw %%ymm14, %%ymm13, %%ymm9\n\t vpaddw %%ymm9, %%ymm5, %%ymm5\n\t"
+        "vpmaddubsw %%ymm14, %%ymm12, %%ymm8\n\t vpaddw %%ymm8, %%ymm6, %%ymm6\n\t"
+        "vpmaddubsw %%ymm14, %%ymm11, %%ymm9\n\t vpaddw %%ymm9, %%ymm7, %%ymm7\n\t"
+        "dec %0\n\t"
+        "jnz 1b\n\t"
+        : "+r"(steps)
+        :
+        : PAGEDKV_PEAK_CLOBBERS);
   }
 }
+
+// The Q8_0 tiles' product without VNNI: vpmaddubsw's int16 pairs widened and summed by vpmaddwd,
+// then vpaddd (32 MACs per vpmaddubsw + vpmaddwd, both on the same two pipes of a Zen 3 core).
+__attribute__((target("avx2"))) void peak_maddubs_maddwd_avx2(benchmark::State& state) {
+  for (auto _ : state) {
+    int64_t steps = kPeakSteps;
+    __asm__ volatile(
+        "vpcmpeqb %%ymm15, %%ymm15, %%ymm15\n\t"
+        "vpabsb %%ymm15, %%ymm14\n\t"
+        "vpaddb %%ymm14, %%ymm14, %%ymm13\n\t"
+        "vpaddb %%ymm13, %%ymm14, %%ymm12\n\t"
+        "vpaddb %%ymm13, %%ymm13, %%ymm11\n\t"
+        "vpaddb %%ymm11, %%ymm14, %%ymm10\n\t"
+        "1:\n\t"
+        "vpmaddubsw %%ymm15, %%ymm14, %%ymm8\n\t vpmaddwd %%ymm8, %%ymm15, %%ymm8\n\t vpaddd %%ymm8, %%ymm0, %%ymm0\n\t"
+        "vpmaddubsw %%ymm15, %%ymm13, %%ymm9\n\t vpmaddwd %%ymm9, %%ymm15, %%ymm9\n\t vpaddd %%ymm9, %%ymm1, %%ymm1\n\t"
+        "vpmaddubsw %%ymm15, %%ymm12, %%ymm8\n\t vpmaddwd %%ymm8, %%ymm15, %%ymm8\n\t vpaddd %%ymm8, %%ymm2, %%ymm2\n\t"
+        "vpmaddubsw %%ymm15, %%ymm11, %%ymm9\n\t vpmaddwd %%ymm9, %%ymm15, %%ymm9\n\t vpaddd %%ymm9, %%ymm3, %%ymm3\n\t"
+        "vpmaddubsw %%ymm14, %%ymm10, %%ymm8\n\t vpmaddwd %%ymm8, %%ymm15, %%ymm8\n\t vpaddd %%ymm8, %%ymm4, %%ymm4\n\t"
+        "vpmaddubsw %%ymm14, %%ymm13, %%ymm9\n\t vpmaddwd %%ymm9, %%ymm15, %%ymm9\n\t vpaddd %%ymm9, %%ymm5, %%ymm5\n\t"
+        "vpmaddubsw %%ymm14, %%ymm12, %%ymm8\n\t vpmaddwd %%ymm8, %%ymm15, %%ymm8\n\t vpaddd %%ymm8, %%ymm6, %%ymm6\n\t"
+        "vpmaddubsw %%ymm14, %%ymm11, %%ymm9\n\t vpmaddwd %%ymm9, %%ymm15, %%ymm9\n\t vpaddd %%ymm9, %%ymm7, %%ymm7\n\t"
+        "dec %0\n\t"
+        "jnz 1b\n\t"
+        : "+r"(steps)
+        :
+        : PAGEDKV_PEAK_CLOBBERS);
+  }
+}
+#undef PAGEDKV_PEAK_CLOBBERS
 
 void BM_PeakMultiplyAdd(benchmark::State& state) {
   struct Kind {
@@ -640,8 +691,10 @@ void BM_PeakMultiplyAdd(benchmark::State& state) {
       {"vpdpbusd zmm (u8 x s8)", avx512 && __builtin_cpu_supports("avx512vnni"), 64, kPeakChains, peak_vnni},
       {"vfmadd231ps ymm (f32)", __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"), 8, kPeakChainsYmm,
        peak_fma_avx2},
-      {"vpmaddubsw ymm + vpaddw (u8 x s8 pairs)", __builtin_cpu_supports("avx2") != 0, 32, kPeakChainsYmm,
-       peak_maddubs_avx2}};
+      {"vpmaddubsw ymm + vpaddw (u8 x s8 pairs)", __builtin_cpu_supports("avx2") != 0, 32, kPeakChainsInt,
+       peak_maddubs_avx2},
+      {"vpmaddubsw + vpmaddwd ymm (u8 x s8, Q8_0's product)", __builtin_cpu_supports("avx2") != 0, 32, kPeakChainsInt,
+       peak_maddubs_maddwd_avx2}};
   const Kind& k = kinds[state.range(0)];
   if (!k.available) {
     state.SkipWithError("instruction not available");
@@ -654,7 +707,7 @@ void BM_PeakMultiplyAdd(benchmark::State& state) {
       benchmark::Counter(instructions * k.macs, benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
   state.counters["instr/ns"] = benchmark::Counter(instructions / 1e9, benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_PeakMultiplyAdd)->ArgNames({"kind"})->DenseRange(0, 4)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PeakMultiplyAdd)->ArgNames({"kind"})->DenseRange(0, 5)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
