@@ -180,6 +180,55 @@ TEST(QuantizedMatrix, ExtremeBlocksStayExact) {
   }
 }
 
+// Each SIMD build quantizes the activations itself; its codes must be the scalar twin's, ties
+// rounded to even as nearbyint does. Row r of 32 x 32 weights is 1 in column r and 0 elsewhere
+// (Q8_0: d = 1; Q4_0: level 9, offset 8), so output r is d_x times activation code r, one exact
+// product in every build. Token t's activations: +-127 in column 0 (d_x = 1, so codes are the values
+// rounded) and halves elsewhere, every one a tie; 1 token (the few-token tiles) and 9 (prompts).
+TEST(QuantizedMatrix, ActivationCodesRoundTiesAsTheScalarTwin) {
+  const std::vector<KernelIsa> isas = simd_isas();
+  if (isas.empty()) GTEST_SKIP() << "no SIMD build on this CPU";
+  constexpr int kSize = 32;
+  for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_0}) {
+    Weights w{type, kSize, kSize, {}};
+    for (int r = 0; r < kSize; ++r) {
+      if (type == TensorType::kQ8_0) {
+        BlockQ8_0 b{};
+        b.d = f32_to_f16(1.0f);
+        b.q[r] = 1;
+        const auto* p = reinterpret_cast<const std::byte*>(&b);
+        w.bytes.insert(w.bytes.end(), p, p + sizeof b);
+      } else {
+        BlockQ4_0 b{};
+        b.d = f32_to_f16(1.0f);
+        for (int j = 0; j < kSize / 2; ++j) {
+          const int lo = j == r ? 9 : 8, hi = j + kSize / 2 == r ? 9 : 8;
+          b.q[j] = static_cast<uint8_t>(lo | (hi << 4));
+        }
+        const auto* p = reinterpret_cast<const std::byte*>(&b);
+        w.bytes.insert(w.bytes.end(), p, p + sizeof b);
+      }
+    }
+    const QuantizedMatrix m(w.view());
+    for (int tokens : {1, 9}) {
+      std::vector<float> x(static_cast<size_t>(tokens) * kSize);
+      for (int t = 0; t < tokens; ++t) {
+        x[static_cast<size_t>(t) * kSize] = t % 2 == 0 ? 127.0f : -127.0f;
+        for (int j = 1; j < kSize; ++j)
+          x[static_cast<size_t>(t * kSize + j)] = static_cast<float>(j - 16 + 3 * t) + 0.5f;
+      }
+      std::vector<float> scalar(x.size()), simd(x.size());
+      m.multiply(x.data(), kSize, tokens, scalar.data(), kSize, KernelIsa::kScalar);
+      EXPECT_EQ(scalar[1], -14.0f);  // -14.5 to even
+      EXPECT_EQ(scalar[2], -14.0f);  // -13.5 to even
+      for (KernelIsa isa : isas) {
+        m.multiply(x.data(), kSize, tokens, simd.data(), kSize, isa);
+        EXPECT_EQ(simd, scalar) << tensor_type_name(type) << " " << isa_name(isa) << ", " << tokens << " tokens";
+      }
+    }
+  }
+}
+
 // F16 / BF16 rows with one non-zero weight each, in a different column per row, set to the type's
 // extremes (largest finite of either sign, smallest normal, smallest subnormal, -0, infinity,
 // NaN): every output is that weight times one activation, exact in every build (no other term,
