@@ -229,6 +229,33 @@ TEST(QuantizedMatrix, ActivationCodesRoundTiesAsTheScalarTwin) {
   }
 }
 
+// The same for the super-block types, whose SIMD builds quantize to Q8_K themselves and equal the
+// scalar twin bit for bit: activations whose value of largest magnitude is -127 (iscale 1, so
+// the codes are the values rounded) and halves elsewhere, every one a tie; a code rounded the
+// other way changes the random rows' sums.
+TEST(QuantizedMatrix, SuperBlockActivationCodesRoundTiesAsTheScalarTwin) {
+  const std::vector<KernelIsa> isas = simd_isas();
+  if (isas.empty()) GTEST_SKIP() << "no SIMD build on this CPU";
+  constexpr int kRows = 20, kCols = 512;
+  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ6_K, TensorType::kIQ4_XS}) {
+    const Weights w = make_weights(type, kRows, kCols, 7);
+    const QuantizedMatrix m(w.view());
+    for (int tokens : {1, 9}) {
+      std::vector<float> x(static_cast<size_t>(tokens) * kCols);
+      for (int t = 0; t < tokens; ++t)
+        for (int j = 0; j < kCols; ++j)
+          x[static_cast<size_t>(t * kCols + j)] =
+              j % 256 == 5 ? -127.0f : static_cast<float>((j * 7 + 3 * t) % 200 - 100) + 0.5f;
+      std::vector<float> scalar(static_cast<size_t>(tokens) * kRows), simd(scalar.size());
+      m.multiply(x.data(), kCols, tokens, scalar.data(), kRows, KernelIsa::kScalar);
+      for (KernelIsa isa : isas) {
+        m.multiply(x.data(), kCols, tokens, simd.data(), kRows, isa);
+        EXPECT_EQ(simd, scalar) << tensor_type_name(type) << " " << isa_name(isa) << ", " << tokens << " tokens";
+      }
+    }
+  }
+}
+
 // F16 / BF16 rows with one non-zero weight each, in a different column per row, set to the type's
 // extremes (largest finite of either sign, smallest normal, smallest subnormal, -0, infinity,
 // NaN): every output is that weight times one activation, exact in every build (no other term,

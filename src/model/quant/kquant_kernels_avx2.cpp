@@ -1,10 +1,11 @@
 // The AVX2 build (with FMA and F16C) of QuantizedMatrix's super-block products (Q4_K, Q5_K, Q6_K, IQ4_XS, Q3_K, Q2_K),
 // on the weights repacked in panels of 16 rows (quantized_panels.h): the AVX-512 build's panels, each 64-byte register
 // of 16 rows x 4 bytes read as two 32-byte halves of 8 rows. It runs where AVX-512 with VNNI does not (AMD Zen 2 / Zen
-// 3, Intel client cores); the activations are quantized to Q8_K by the scalar twin's own quantizer, and the results
-// equal the twin's (block_dot.h) bit for bit: inside a super-block every product is an exact integer sum whatever its
-// order, and the super-block's contribution, (d * d_x) * sum - (dmin * d_x) * mins, is added to each row's float
-// accumulator in block order with the twin's very float operations (this file is compiled without fused multiply-adds).
+// 3, Intel client cores); the activations are quantized to Q8_K as the scalar twin's quantizer does (the same codes),
+// and the results equal the twin's (block_dot.h) bit for bit: inside a super-block every product is an exact integer
+// sum whatever its order, and the super-block's contribution, (d * d_x) * sum - (dmin * d_x) * mins, is added to each
+// row's float accumulator in block order with the twin's very float operations (this file is compiled without fused
+// multiply-adds).
 //
 // Lanes are rows, as in the AVX-512 build: a token's 4 activation bytes are broadcast against 8
 // rows x 4 columns of levels, so a tile's results need no horizontal sums and its unpacking and
@@ -32,7 +33,6 @@
 #include "block_dot.h"
 #include "lanes_avx2.h"
 #include "pagedkv/model/format/block_formats.h"
-#include "pagedkv/storage/thread_scratch.h"
 #include "quantized_kernels.h"
 
 namespace pagedkv::quant_detail {
@@ -61,25 +61,62 @@ int32_t int16_pair(int lo, int hi) {
                               (static_cast<uint32_t>(static_cast<uint16_t>(hi)) << 16));
 }
 
-void prepare(TensorType type, const float* x, size_t x_stride, int num_tokens, int cols, std::byte* out) {
-  const int blocks = cols / kSuperBlock;
-  // Not a container of this file's own (thread_scratch.h says why).
-  auto* q8k = static_cast<BlockQ8_K*>(
-      thread_scratch(ScratchBuffer::kActivationBlocks, static_cast<size_t>(blocks) * sizeof(BlockQ8_K)));
-  auto* records = reinterpret_cast<Q8KRecord*>(out);
-  for (int t = 0; t < num_tokens; ++t) {
-    quantize_activations(type, x + static_cast<size_t>(t) * x_stride, cols, reinterpret_cast<std::byte*>(q8k));
-    for (int b = 0; b < blocks; ++b) {
-      const BlockQ8_K& a = q8k[static_cast<size_t>(b)];
-      Q8KRecord& r = records[static_cast<size_t>(t) * static_cast<size_t>(blocks) + static_cast<size_t>(b)];
-      std::memcpy(r.q, a.qs, sizeof r.q);
-      r.d = a.d;
-      for (int c = 0; c < 4; ++c)
-        r.sum32_pairs[c] = int16_pair(a.bsums[4 * c] + a.bsums[4 * c + 1], a.bsums[4 * c + 2] + a.bsums[4 * c + 3]);
-      for (int k = 0; k < 8; ++k) r.sum16_pairs[k] = int16_pair(a.bsums[2 * k], a.bsums[2 * k + 1]);
-      std::memset(r.unused, 0, sizeof r.unused);
+// One super-block of a token quantized to Q8_K as quantize_row_q8_k does (block_formats.cpp:
+// the first value of largest magnitude sets iscale = -127 / max, codes round(iscale * x) with ties
+// to even, d = 1 / iscale), 8 lanes at a time; equal to it for finite inputs (tested through the
+// products).
+void quantize_record(const float* v, Q8KRecord& r) {
+  constexpr int kVectors = kSuperBlock / 8;
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 amax8 = _mm256_setzero_ps();
+  for (int i = 0; i < kVectors; ++i) amax8 = _mm256_max_ps(amax8, _mm256_andnot_ps(sign, _mm256_loadu_ps(v + 8 * i)));
+  __m128 amax4 = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
+  amax4 = _mm_max_ps(amax4, _mm_movehl_ps(amax4, amax4));
+  const float amax = _mm_cvtss_f32(_mm_max_ss(amax4, _mm_movehdup_ps(amax4)));
+  int16_t bsums[kSuperBlock / 16] = {};
+  if (amax == 0.0f) {
+    std::memset(r.q, 0, sizeof r.q);
+    r.d = 0.0f;
+  } else {
+    float max = 0.0f;  // the first value of magnitude amax, with its sign
+    for (int i = 0; i < kVectors; ++i) {
+      const __m256 x = _mm256_loadu_ps(v + 8 * i);
+      const int hits = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, x), _mm256_set1_ps(amax), _CMP_EQ_OQ));
+      if (hits != 0) {
+        max = v[8 * i + __builtin_ctz(static_cast<unsigned>(hits))];
+        break;
+      }
     }
+    const float iscale = -127.0f / max;
+    const __m256 scale = _mm256_set1_ps(iscale);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);  // packs interleaves the 128-bit lanes
+    for (int i = 0; i < kVectors; i += 4) {
+      __m256i codes[4];
+      for (int k = 0; k < 4; ++k) codes[k] = _mm256_cvtps_epi32(_mm256_mul_ps(scale, _mm256_loadu_ps(v + 8 * (i + k))));
+      const __m256i packed =
+          _mm256_packs_epi16(_mm256_packs_epi32(codes[0], codes[1]), _mm256_packs_epi32(codes[2], codes[3]));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(r.q + 8 * i), _mm256_permutevar8x32_epi32(packed, order));
+    }
+    for (int g = 0; g < kSuperBlock / 16; ++g) {
+      int sum = 0;
+      for (int j = 0; j < 16; ++j) sum += r.q[16 * g + j];
+      bsums[g] = static_cast<int16_t>(sum);
+    }
+    r.d = 1.0f / iscale;
   }
+  for (int c = 0; c < 4; ++c)
+    r.sum32_pairs[c] = int16_pair(bsums[4 * c] + bsums[4 * c + 1], bsums[4 * c + 2] + bsums[4 * c + 3]);
+  for (int k = 0; k < 8; ++k) r.sum16_pairs[k] = int16_pair(bsums[2 * k], bsums[2 * k + 1]);
+  std::memset(r.unused, 0, sizeof r.unused);
+}
+
+void prepare(TensorType, const float* x, size_t x_stride, int num_tokens, int cols, std::byte* out) {
+  const int blocks = cols / kSuperBlock;
+  auto* records = reinterpret_cast<Q8KRecord*>(out);
+  for (int t = 0; t < num_tokens; ++t)
+    for (int b = 0; b < blocks; ++b)
+      quantize_record(x + static_cast<size_t>(t) * x_stride + static_cast<size_t>(b) * kSuperBlock,
+                      records[static_cast<size_t>(t) * static_cast<size_t>(blocks) + static_cast<size_t>(b)]);
 }
 
 // ---- byte-lane helpers -------------------------------------------------------------------------------
