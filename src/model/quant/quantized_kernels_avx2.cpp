@@ -48,7 +48,6 @@ namespace {
 //     pair products fit an int16 lane (8 * 2 * 15 * 127 = 30,480), so prompts sum a block in int16.
 struct UnpackQ8_0 {
   static constexpr int kOffset = 0;
-  static constexpr size_t kBlockBytes = sizeof(BlockQ8_0);
   static __m256i load(const std::byte* row, int b, uint16_t& d) {
     const BlockQ8_0& blk = reinterpret_cast<const BlockQ8_0*>(row)[b];
     d = blk.d;
