@@ -21,9 +21,10 @@
 //     holds 4 columns of 8 rows (lanes = rows, as the AVX-512 panels), then a token's 4 activation
 //     bytes, broadcast, meet 8 rows in one maddubs: 4 instructions per 32 products (sign, maddubs,
 //     maddwd, add) and a float step per block and 8 rows, where the row tiles spend 5.5 and a
-//     lane sum per row. On Zen 3, sign, maddubs and maddwd share two ports; a 512-token product
-//     of 8192 x 2048 runs 1.6-1.8x the row tiles' speed on one core (about 45 GMAC/s against 26),
-//     a 32-token one 1.5x. The transposition costs about what one token does, hence the threshold.
+//     lane sum per row. On Zen 3 maddubs and maddwd share two of the four vector pipes (83-94
+//     GMAC/s a core for the pair); a 512-token product of 8192 x 2048 runs at 53-57 GMAC/s on one
+//     core, twice the row tiles. The transposition costs about what one token does, hence the
+//     threshold (kPromptMinTokens).
 // Q4_0 reads its panels (below): tiles of up to 3 tokens on the panel for few tokens; for prompts,
 // the levels of a slice of the panel unpacked once to the transposed slices' layout, so that the
 // prompt tiles serve both types.
@@ -232,7 +233,9 @@ struct RowTile {
 
 // ---- prompts: slices transposed to lanes = rows --------------------------------------------------
 
-constexpr int kPromptMinTokens = 8;  // at 2 and 4 tokens the transposed path ran 1.2-2.3x slower
+// From 6 tokens on the transposed path: a 1B Q8_0 decode step on Zen 3 (2 threads) at 3 tokens ran
+// 1.0-1.25x slower than on the row tiles, at 5 as fast, at 6 and 7 10-25 % faster.
+constexpr int kPromptMinTokens = 6;
 constexpr int kSliceRows = 16;  // two registers of 8 rows
 constexpr int kSliceBlocks = 32;  // 1,024 columns: 34 KiB transposed, in L1 / L2 for every token
 constexpr int kStepsPerBlock = kQuantBlock / 4;
