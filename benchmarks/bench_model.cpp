@@ -611,69 +611,53 @@ __attribute__((target("avx2,fma"))) void peak_fma_avx2(benchmark::State& state) 
 
 // The integer products in inline assembly: in C++ the compiler either computes a product shared by
 // all chains once or, kept from that, spills accumulators to the stack. 8 accumulators (ymm0-7),
-// each step's products from independent operand pairs (ymm10-15), temporaries ymm8-9.
-#define PAGEDKV_PEAK_CLOBBERS                                                                                         \
-  "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", \
-      "xmm14", "xmm15"
+// each step's 8 products from independent operand pairs (ymm10-15), temporaries ymm8-9; STEP(a, b,
+// temporary, accumulator) is one chain's product and sum.
+// clang-format off
+#define PAGEDKV_PEAK_LOOP(STEP)                                                                    \
+  __asm__ volatile(                                                                                \
+      "vpcmpeqb %%ymm15, %%ymm15, %%ymm15\n\t"                                                     \
+      "vpabsb %%ymm15, %%ymm14\n\t"                                                                \
+      "vpaddb %%ymm14, %%ymm14, %%ymm13\n\t"                                                       \
+      "vpaddb %%ymm13, %%ymm14, %%ymm12\n\t"                                                       \
+      "vpaddb %%ymm13, %%ymm13, %%ymm11\n\t"                                                       \
+      "vpaddb %%ymm11, %%ymm14, %%ymm10\n\t"                                                       \
+      "1:\n\t"                                                                                     \
+      STEP(14, 15, 8, 0) STEP(13, 15, 9, 1) STEP(12, 15, 8, 2) STEP(11, 15, 9, 3)                  \
+      STEP(10, 14, 8, 4) STEP(13, 14, 9, 5) STEP(12, 14, 8, 6) STEP(11, 14, 9, 7)                  \
+      "dec %0\n\t"                                                                                 \
+      "jnz 1b\n\t"                                                                                 \
+      : "+r"(steps)                                                                                \
+      :                                                                                            \
+      : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",   \
+        "xmm11", "xmm12", "xmm13", "xmm14", "xmm15")
+// clang-format on
 constexpr int kPeakChainsInt = 8;
 
 // vpmaddubsw and the vpaddw that sums its pairs, as the K-quant and Q4_0 tiles issue them.
+#define PAGEDKV_MADDUBS_ADDW(a, b, t, acc) \
+  "vpmaddubsw %%ymm" #b ", %%ymm" #a ", %%ymm" #t "\n\tvpaddw %%ymm" #t ", %%ymm" #acc ", %%ymm" #acc "\n\t"
 __attribute__((target("avx2"))) void peak_maddubs_avx2(benchmark::State& state) {
   for (auto _ : state) {
     int64_t steps = kPeakSteps;
-    __asm__ volatile(
-        "vpcmpeqb %%ymm15, %%ymm15, %%ymm15\n\t"
-        "vpabsb %%ymm15, %%ymm14\n\t"
-        "vpaddb %%ymm14, %%ymm14, %%ymm13\n\t"
-        "vpaddb %%ymm13, %%ymm14, %%ymm12\n\t"
-        "vpaddb %%ymm13, %%ymm13, %%ymm11\n\t"
-        "vpaddb %%ymm11, %%ymm14, %%ymm10\n\t"
-        "1:\n\t"
-        "vpmaddubsw %%ymm15, %%ymm14, %%ymm8\n\t vpaddw %%ymm8, %%ymm0, %%ymm0\n\t"
-        "vpmaddubsw %%ymm15, %%ymm13, %%ymm9\n\t vpaddw %%ymm9, %%ymm1, %%ymm1\n\t"
-        "vpmaddubsw %%ymm15, %%ymm12, %%ymm8\n\t vpaddw %%ymm8, %%ymm2, %%ymm2\n\t"
-        "vpmaddubsw %%ymm15, %%ymm11, %%ymm9\n\t vpaddw %%ymm9, %%ymm3, %%ymm3\n\t"
-        "vpmaddubsw %%ymm14, %%ymm10, %%ymm8\n\t vpaddw %%ymm8, %%ymm4, %%ymm4\n\t"
-        "vpmaddubsw %%ymm14, %%ymm13, %%ymm9\n\t vpaddw %%ymm9, %%ymm5, %%ymm5\n\t"
-        "vpmaddubsw %%ymm14, %%ymm12, %%ymm8\n\t vpaddw %%ymm8, %%ymm6, %%ymm6\n\t"
-        "vpmaddubsw %%ymm14, %%ymm11, %%ymm9\n\t vpaddw %%ymm9, %%ymm7, %%ymm7\n\t"
-        "dec %0\n\t"
-        "jnz 1b\n\t"
-        : "+r"(steps)
-        :
-        : PAGEDKV_PEAK_CLOBBERS);
+    PAGEDKV_PEAK_LOOP(PAGEDKV_MADDUBS_ADDW);
   }
 }
 
 // The Q8_0 tiles' product without VNNI: vpmaddubsw's int16 pairs widened and summed by vpmaddwd,
 // then vpaddd (32 MACs per vpmaddubsw + vpmaddwd, both on the same two pipes of a Zen 3 core).
+#define PAGEDKV_MADDUBS_MADDWD_ADDD(a, b, t, acc)                                                                     \
+  "vpmaddubsw %%ymm" #b ", %%ymm" #a ", %%ymm" #t "\n\tvpmaddwd %%ymm" #t ", %%ymm15, %%ymm" #t "\n\tvpaddd %%ymm" #t \
+  ", %%ymm" #acc ", %%ymm" #acc "\n\t"
 __attribute__((target("avx2"))) void peak_maddubs_maddwd_avx2(benchmark::State& state) {
   for (auto _ : state) {
     int64_t steps = kPeakSteps;
-    __asm__ volatile(
-        "vpcmpeqb %%ymm15, %%ymm15, %%ymm15\n\t"
-        "vpabsb %%ymm15, %%ymm14\n\t"
-        "vpaddb %%ymm14, %%ymm14, %%ymm13\n\t"
-        "vpaddb %%ymm13, %%ymm14, %%ymm12\n\t"
-        "vpaddb %%ymm13, %%ymm13, %%ymm11\n\t"
-        "vpaddb %%ymm11, %%ymm14, %%ymm10\n\t"
-        "1:\n\t"
-        "vpmaddubsw %%ymm15, %%ymm14, %%ymm8\n\t vpmaddwd %%ymm8, %%ymm15, %%ymm8\n\t vpaddd %%ymm8, %%ymm0, %%ymm0\n\t"
-        "vpmaddubsw %%ymm15, %%ymm13, %%ymm9\n\t vpmaddwd %%ymm9, %%ymm15, %%ymm9\n\t vpaddd %%ymm9, %%ymm1, %%ymm1\n\t"
-        "vpmaddubsw %%ymm15, %%ymm12, %%ymm8\n\t vpmaddwd %%ymm8, %%ymm15, %%ymm8\n\t vpaddd %%ymm8, %%ymm2, %%ymm2\n\t"
-        "vpmaddubsw %%ymm15, %%ymm11, %%ymm9\n\t vpmaddwd %%ymm9, %%ymm15, %%ymm9\n\t vpaddd %%ymm9, %%ymm3, %%ymm3\n\t"
-        "vpmaddubsw %%ymm14, %%ymm10, %%ymm8\n\t vpmaddwd %%ymm8, %%ymm15, %%ymm8\n\t vpaddd %%ymm8, %%ymm4, %%ymm4\n\t"
-        "vpmaddubsw %%ymm14, %%ymm13, %%ymm9\n\t vpmaddwd %%ymm9, %%ymm15, %%ymm9\n\t vpaddd %%ymm9, %%ymm5, %%ymm5\n\t"
-        "vpmaddubsw %%ymm14, %%ymm12, %%ymm8\n\t vpmaddwd %%ymm8, %%ymm15, %%ymm8\n\t vpaddd %%ymm8, %%ymm6, %%ymm6\n\t"
-        "vpmaddubsw %%ymm14, %%ymm11, %%ymm9\n\t vpmaddwd %%ymm9, %%ymm15, %%ymm9\n\t vpaddd %%ymm9, %%ymm7, %%ymm7\n\t"
-        "dec %0\n\t"
-        "jnz 1b\n\t"
-        : "+r"(steps)
-        :
-        : PAGEDKV_PEAK_CLOBBERS);
+    PAGEDKV_PEAK_LOOP(PAGEDKV_MADDUBS_MADDWD_ADDD);
   }
 }
-#undef PAGEDKV_PEAK_CLOBBERS
+#undef PAGEDKV_MADDUBS_MADDWD_ADDD
+#undef PAGEDKV_MADDUBS_ADDW
+#undef PAGEDKV_PEAK_LOOP
 
 void BM_PeakMultiplyAdd(benchmark::State& state) {
   struct Kind {

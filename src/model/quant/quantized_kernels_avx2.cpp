@@ -21,7 +21,7 @@
 //     holds 4 columns of 8 rows (lanes = rows, as the AVX-512 panels), then a token's 4 activation
 //     bytes, broadcast, meet 8 rows in one maddubs: 4 instructions per 32 products (sign, maddubs,
 //     maddwd, add) and a float step per block and 8 rows, where the row tiles spend 5.5 and a
-//     lane sum per row. On Zen 3 maddubs and maddwd share two of the four vector pipes (83-94
+//     lane sum per row. On Zen 3 maddubs and maddwd share two of the four vector pipes (83-97
 //     GMAC/s a core for the pair); a 512-token product of 8192 x 2048 runs at 53-57 GMAC/s on one
 //     core, twice the row tiles. The transposition costs about what one token does, hence the
 //     threshold (kPromptMinTokens).
