@@ -1,9 +1,8 @@
 // Lane helpers of the AVX2 builds, whose tiles hold 8 rows in a register's 8 lanes
 // (float_panels_avx2.cpp, kquant_kernels_avx2.cpp, quantized_kernels_avx2.cpp): the mask of an
 // 8-row half whose last rows are absent, a half's outputs loaded and stored, and a token's 4
-// activation bytes in every lane. Include it
-// only from translation units compiled for AVX2; it has internal linkage (a file may use either
-// helper alone).
+// activation bytes in every lane. Include it only from translation units compiled for AVX2; it
+// has internal linkage (a file may use any of the helpers alone).
 #pragma once
 
 #include <immintrin.h>
