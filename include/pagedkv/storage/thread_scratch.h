@@ -34,8 +34,6 @@ enum class ScratchBuffer : uint8_t {
   kWideRunningStats,
   // One query row scaled (and rotated) before it becomes int8 codes (src/kernels/query_codes_*.cpp).
   kQueryRow,
-  // One token's activations as Q8_K blocks (src/model/quant/kquant_kernels_*.cpp).
-  kActivationBlocks,
   kCount
 };
 
