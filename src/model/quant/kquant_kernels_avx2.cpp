@@ -70,9 +70,7 @@ void quantize_record(const float* v, Q8KRecord& r) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   __m256 amax8 = _mm256_setzero_ps();
   for (int i = 0; i < kVectors; ++i) amax8 = _mm256_max_ps(amax8, _mm256_andnot_ps(sign, _mm256_loadu_ps(v + 8 * i)));
-  __m128 amax4 = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
-  amax4 = _mm_max_ps(amax4, _mm_movehl_ps(amax4, amax4));
-  const float amax = _mm_cvtss_f32(_mm_max_ss(amax4, _mm_movehdup_ps(amax4)));
+  const float amax = max_lane(amax8);
   int16_t bsums[kSuperBlock / 16] = {};
   if (amax == 0.0f) {
     std::memset(r.q, 0, sizeof r.q);
@@ -89,13 +87,10 @@ void quantize_record(const float* v, Q8KRecord& r) {
     }
     const float iscale = -127.0f / max;
     const __m256 scale = _mm256_set1_ps(iscale);
-    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);  // packs interleaves the 128-bit lanes
     for (int i = 0; i < kVectors; i += 4) {
       __m256i codes[4];
       for (int k = 0; k < 4; ++k) codes[k] = _mm256_cvtps_epi32(_mm256_mul_ps(scale, _mm256_loadu_ps(v + 8 * (i + k))));
-      const __m256i packed =
-          _mm256_packs_epi16(_mm256_packs_epi32(codes[0], codes[1]), _mm256_packs_epi32(codes[2], codes[3]));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(r.q + 8 * i), _mm256_permutevar8x32_epi32(packed, order));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(r.q + 8 * i), codes_as_bytes(codes));
     }
     for (int g = 0; g < kSuperBlock / 16; ++g) {
       int sum = 0;

@@ -89,7 +89,6 @@ void prepare(const float* x, int cols, std::byte* out) {
   auto* scales = reinterpret_cast<float*>(out + scales_offset(blocks));
   [[maybe_unused]] auto* offsets = reinterpret_cast<int32_t*>(out + offsets_offset(blocks));
   const __m256 sign = _mm256_set1_ps(-0.0f);
-  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);  // packs interleaves the 128-bit lanes
   for (int b = 0; b < blocks; ++b) {
     __m256 v[4];
     __m256 amax8 = _mm256_setzero_ps();
@@ -97,9 +96,7 @@ void prepare(const float* x, int cols, std::byte* out) {
       v[i] = _mm256_loadu_ps(x + static_cast<size_t>(b) * kQuantBlock + 8 * i);
       amax8 = _mm256_max_ps(amax8, _mm256_andnot_ps(sign, v[i]));
     }
-    __m128 amax4 = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
-    amax4 = _mm_max_ps(amax4, _mm_movehl_ps(amax4, amax4));
-    const float amax = _mm_cvtss_f32(_mm_max_ss(amax4, _mm_movehdup_ps(amax4)));
+    const float amax = max_lane(amax8);
     // F16C's conversion rounds to nearest even, as f32_to_f16 (float_convert.h, not included: its
     // inline body would be compiled for AVX2 here and could be the copy the linker keeps).
     q[b].d = _cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT);
@@ -107,9 +104,7 @@ void prepare(const float* x, int cols, std::byte* out) {
     const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
     __m256i codes[4];
     for (int i = 0; i < 4; ++i) codes[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], id));
-    const __m256i packed =
-        _mm256_packs_epi16(_mm256_packs_epi32(codes[0], codes[1]), _mm256_packs_epi32(codes[2], codes[3]));
-    const __m256i stored = _mm256_permutevar8x32_epi32(packed, order);
+    const __m256i stored = codes_as_bytes(codes);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(q[b].q), stored);
     if constexpr (Unpack::kOffset != 0) {
       // The sum of the codes as stored (pairs, then fours, then the 8 lanes).
