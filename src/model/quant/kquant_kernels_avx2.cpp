@@ -13,9 +13,9 @@
 // (unsigned level x signed activation byte, adjacent pairs summed to int16), several registers'
 // pairs are added as int16 while they cannot overflow, and vpmaddwd with the sub-block scale in
 // both halves of a lane (Q4_K / Q5_K: 6-bit scales; Q6_K: int8) widens them to int32 and scales
-// them in one instruction. With |x| <= 128 a pair is at most 2 * 15 * 128 = 3840 for Q4_K (a
-// whole 32-value sub-block, 8 registers, stays below 32767), 2 * 31 * 128 for Q5_K (4 registers)
-// and 2 * 63 * 128 for Q6_K (2 registers).
+// them in one instruction. With |x| <= 128 a pair is at most 2 * 15 * 128 = 3840 for Q4_K (8
+// registers would stay below 32767; the tile adds 4), 2 * 31 * 128 for Q5_K (4 registers) and
+// 2 * 63 * 128 for Q6_K (2 registers).
 //   Q4_K / Q5_K: the mins meet the activation's 32-value sums, as (min, min) int16 pairs
 //     against (sum, sum) pairs with vpmaddwd.
 //   Q6_K: the levels are the file's q + 32 (0..63, unsigned); the offset is taken out once per
@@ -161,14 +161,23 @@ __m256i pair_products(const __m256i (&pairs)[K], const int32_t* token) {
   return sum;
 }
 
+// The records of one super-block for a tile's tokens: token t's is stride records after token
+// t - 1's. An address computed in the token loops, not a pointer loaded there from an array.
+struct TokenRecords {
+  const Q8KRecord* first;
+  size_t stride;
+  const Q8KRecord* operator[](int t) const { return first + static_cast<size_t>(t) * stride; }
+};
+
 // The software prefetch of a super-block's lines ahead of the tile (see tile()), spread over the
 // steps of its sums: step i of half h (steps_per_half steps a half) issues its share of the lines.
 struct SpreadPrefetch {
   const std::byte* first;  // the first line to prefetch
   int lines;
-  void step(int h, int i, int steps_per_half) const {
-    const int steps = 2 * steps_per_half, k = h * steps_per_half + i;
-    for (int l = lines * k / steps; l < lines * (k + 1) / steps; ++l)
+  void step(int h, int i, int steps_per_half) const { share(h * steps_per_half + i, 2 * steps_per_half); }
+  // Part k of the lines split in parts.
+  void share(int k, int parts) const {
+    for (int l = lines * k / parts; l < lines * (k + 1) / parts; ++l)
       _mm_prefetch(reinterpret_cast<const char*>(first + 64 * static_cast<size_t>(l)), _MM_HINT_T0);
   }
 };
@@ -194,61 +203,73 @@ PackedScales decode_scales(const std::byte* at, int h) {
 }
 
 template <TensorType kType, int T>
-void sums_q4_k(const std::byte* chunk, int h, const Q8KRecord* const* xb, const SpreadPrefetch& prefetch,
-               __m256i (&isum)[T], __m256i (&imins)[T]) {
+void sums_q4_k(const std::byte* chunk, TokenRecords xb, const SpreadPrefetch& prefetch, __m256i (&isum)[2][T],
+               __m256i (&imins)[2][T]) {
   constexpr bool kFive = kType == TensorType::kQ5_K;
-  const PackedScales ps = decode_scales(chunk + (kFive ? 40 : 32) * 64, h);
-  // Only the registers of one sub-block and token live at a time (16 ymm registers): the loops
-  // over sub-blocks and tokens stay loops.
+  const std::byte* packed_scales = chunk + (kFive ? 40 : 32) * 64;
+  // Both halves of the panel in one token step, so that a broadcast of 4 activation bytes meets
+  // 16 rows (two registers of levels): the broadcasts take the same pipes as the adds. A step
+  // covers 16 of a sub-block's 32 columns (2 x 4 registers of levels): 32 would leave too few of
+  // the 16 ymm registers for the broadcasts and products, and the compiler would reload levels
+  // from the stack in every step.
 #pragma GCC unroll 1
   for (int c = 0; c < 4; ++c) {
-    prefetch.step(h, c, 4);
-    __m256i q[8];
-#pragma GCC unroll 8
-    for (int v = 0; v < 8; ++v) q[v] = load_half(chunk + (8 * c + v) * 64, h);
+    prefetch.share(c, 4);
 #pragma GCC unroll 1
     for (int nib = 0; nib < 2; ++nib) {
       const int s = 2 * c + nib;
-      __m256i w[8];
-#pragma GCC unroll 8
-      for (int v = 0; v < 8; ++v) {
-        w[v] = _mm256_and_si256(nib == 0 ? q[v] : _mm256_srli_epi16(q[v], 4), bytes(0x0F));
-        if constexpr (kFive)  // the fifth bit: bit s of the qh byte, moved to bit 4
-          w[v] = _mm256_or_si256(w[v],
-                                 _mm256_and_si256(shift_bits(load_half(chunk + (32 + v) * 64, h), 4 - s), bytes(0x10)));
-      }
       // (scale, scale) as an int16 pair in every lane: byte s % 4 of the lane's 4 scales.
-      const __m256i scale =
-          _mm256_shuffle_epi8(s < 4 ? ps.scales_lo : ps.scales_hi, int16_pair_pattern<false>(s % 4, s % 4));
-#pragma GCC unroll 1
-      for (int t = 0; t < T; ++t) {
-        const int8_t* x = xb[t]->q + 32 * s;
-        if constexpr (kFive) {  // 4 registers' pairs per int16 sum
+      __m256i scale[2];
 #pragma GCC unroll 2
-          for (int k = 0; k < 2; ++k) {
-            __m256i p = byte_products(w[4 * k], x + 16 * k);
-#pragma GCC unroll 3
-            for (int v = 1; v < 4; ++v) p = _mm256_add_epi16(p, byte_products(w[4 * k + v], x + 16 * k + 4 * v));
-            isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, scale));
+      for (int h = 0; h < 2; ++h) {
+        const PackedScales ps = decode_scales(packed_scales, h);
+        scale[h] = _mm256_shuffle_epi8(s < 4 ? ps.scales_lo : ps.scales_hi, int16_pair_pattern<false>(s % 4, s % 4));
+      }
+#pragma GCC unroll 1
+      for (int k = 0; k < 2; ++k) {  // columns 32s + 16k..
+        __m256i w[2][4];
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 4
+          for (int v = 0; v < 4; ++v) {
+            const __m256i q = load_half(chunk + (8 * c + 4 * k + v) * 64, h);
+            w[h][v] = _mm256_and_si256(nib == 0 ? q : _mm256_srli_epi16(q, 4), bytes(0x0F));
+            if constexpr (kFive)  // the fifth bit: bit s of the qh byte, moved to bit 4
+              w[h][v] = _mm256_or_si256(
+                  w[h][v],
+                  _mm256_and_si256(shift_bits(load_half(chunk + (32 + 4 * k + v) * 64, h), 4 - s), bytes(0x10)));
           }
-        } else {  // the whole sub-block's pairs in one int16 sum
-          __m256i p = byte_products(w[0], x);
-#pragma GCC unroll 7
-          for (int v = 1; v < 8; ++v) p = _mm256_add_epi16(p, byte_products(w[v], x + 4 * v));
-          isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, scale));
+        }
+#pragma GCC unroll 1
+        for (int t = 0; t < T; ++t) {
+          const int8_t* x = xb[t]->q + 32 * s + 16 * k;
+          const __m256i x0 = broadcast_4_bytes(x);
+          __m256i p0 = _mm256_maddubs_epi16(w[0][0], x0), p1 = _mm256_maddubs_epi16(w[1][0], x0);
+#pragma GCC unroll 3
+          for (int v = 1; v < 4; ++v) {
+            const __m256i xv = broadcast_4_bytes(x + 4 * v);
+            p0 = _mm256_add_epi16(p0, _mm256_maddubs_epi16(w[0][v], xv));
+            p1 = _mm256_add_epi16(p1, _mm256_maddubs_epi16(w[1][v], xv));
+          }
+          isum[0][t] = _mm256_add_epi32(isum[0][t], _mm256_madd_epi16(p0, scale[0]));
+          isum[1][t] = _mm256_add_epi32(isum[1][t], _mm256_madd_epi16(p1, scale[1]));
         }
       }
     }
   }
   // The mins of sub-blocks 2c and 2c + 1 as an int16 pair per row, against the token's sums.
-  __m256i min_pairs[4];
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    const PackedScales ps = decode_scales(packed_scales, h);
+    __m256i min_pairs[4];
 #pragma GCC unroll 4
-  for (int c = 0; c < 4; ++c) {
-    min_pairs[c] =
-        _mm256_shuffle_epi8(c < 2 ? ps.mins_lo : ps.mins_hi, int16_pair_pattern<false>(2 * (c % 2), 2 * (c % 2) + 1));
-  }
+    for (int c = 0; c < 4; ++c) {
+      min_pairs[c] =
+          _mm256_shuffle_epi8(c < 2 ? ps.mins_lo : ps.mins_hi, int16_pair_pattern<false>(2 * (c % 2), 2 * (c % 2) + 1));
+    }
 #pragma GCC unroll 8
-  for (int t = 0; t < T; ++t) imins[t] = pair_products(min_pairs, xb[t]->sum32_pairs);
+    for (int t = 0; t < T; ++t) imins[h][t] = pair_products(min_pairs, xb[t]->sum32_pairs);
+  }
 }
 
 // ---- Q6_K ----------------------------------------------------------------------------------------
@@ -260,8 +281,7 @@ __m256i q6_scale(const std::byte* scales, int sb, int h) {
 }
 
 template <int T>
-void sums_q6_k(const std::byte* chunk, int h, const Q8KRecord* const* xb, const SpreadPrefetch& prefetch,
-               __m256i (&isum)[T]) {
+void sums_q6_k(const std::byte* chunk, int h, TokenRecords xb, const SpreadPrefetch& prefetch, __m256i (&isum)[T]) {
   const std::byte* scales = chunk + 48 * 64;
 #pragma GCC unroll 1
   for (int n = 0; n < 2; ++n) {
@@ -317,8 +337,8 @@ void sums_q6_k(const std::byte* chunk, int h, const Q8KRecord* const* xb, const 
 // sub-block s: bits 4s..4s+3 of the row's scales_l (one register of the chunk) and bits 2s, 2s + 1
 // of its 16-bit scales_h (`high`, the scale block's second half).
 template <int T>
-void sums_iq4_xs(const std::byte* chunk, const std::byte* high, int h, const Q8KRecord* const* xb,
-                 const SpreadPrefetch& prefetch, __m256i (&isum)[T]) {
+void sums_iq4_xs(const std::byte* chunk, const std::byte* high, int h, TokenRecords xb, const SpreadPrefetch& prefetch,
+                 __m256i (&isum)[T]) {
   const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlValues)));
   const __m256i low = load_half(chunk + 32 * 64, h);
   const __m256i top = _mm256_cvtepu16_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(high + 16 * h)));
@@ -383,8 +403,8 @@ void q3_k_scales(const std::byte* chunk, int h, __m256i (&g)[4]) {
 // int16 sum (at most 4 * 2 * 7 * 128), times the sub-block's scale; Q3_K's offset of 4 against the
 // 16-value sums, Q2_K's mins into imins.
 template <TensorType kType, int T>
-void sums_low_bit(const std::byte* chunk, int h, const Q8KRecord* const* xb, const SpreadPrefetch& prefetch,
-                  __m256i (&isum)[T], __m256i (&imins)[T]) {
+void sums_low_bit(const std::byte* chunk, int h, TokenRecords xb, const SpreadPrefetch& prefetch, __m256i (&isum)[T],
+                  __m256i (&imins)[T]) {
   constexpr bool kThree = kType == TensorType::kQ3_K;
   __m256i q3[4];
   __m256i packed[4];  // Q2_K: the scale bytes of sub-blocks 4r..4r+3
@@ -471,27 +491,33 @@ void tile(const std::byte* panel, const Q8KRecord* x, int blocks, float* y, size
     const std::byte* chunk = panel + PanelLayout::chunk_at(kType, b);
     const std::byte* ds = panel + PanelLayout::k_scales_at(kType, b, blocks);
     const SpreadPrefetch prefetch{chunk + kPrefetchAhead<T>, static_cast<int>(kChunk / 64) + 1};
-    const Q8KRecord* xb[T];
+    const TokenRecords xb{x + b, static_cast<size_t>(blocks)};
+    __m256i isum[2][T], imins[2][T];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h)
 #pragma GCC unroll 8
-    for (int t = 0; t < T; ++t) xb[t] = x + static_cast<size_t>(t) * static_cast<size_t>(blocks) + b;
+      for (int t = 0; t < T; ++t) isum[h][t] = imins[h][t] = _mm256_setzero_si256();
+    if constexpr (kType == TensorType::kQ4_K || kType == TensorType::kQ5_K) {
+      sums_q4_k<kType, T>(chunk, xb, prefetch, isum, imins);
+    } else {
+#pragma GCC unroll 1
+      for (int h = 0; h < 2; ++h) {
+        if constexpr (kType == TensorType::kQ3_K || kType == TensorType::kQ2_K)
+          sums_low_bit<kType, T>(chunk, h, xb, prefetch, isum[h], imins[h]);
+        else if constexpr (kType == TensorType::kIQ4_XS) sums_iq4_xs<T>(chunk, ds + 32, h, xb, prefetch, isum[h]);
+        else sums_q6_k<T>(chunk, h, xb, prefetch, isum[h]);
+      }
+    }
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
-      __m256i isum[T], imins[T];
-#pragma GCC unroll 8
-      for (int t = 0; t < T; ++t) isum[t] = imins[t] = _mm256_setzero_si256();
-      if constexpr (kType == TensorType::kQ3_K || kType == TensorType::kQ2_K)
-        sums_low_bit<kType, T>(chunk, h, xb, prefetch, isum, imins);
-      else if constexpr (kMins) sums_q4_k<kType, T>(chunk, h, xb, prefetch, isum, imins);
-      else if constexpr (kType == TensorType::kIQ4_XS) sums_iq4_xs<T>(chunk, ds + 32, h, xb, prefetch, isum);
-      else sums_q6_k<T>(chunk, h, xb, prefetch, isum);
       const __m256 d = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(ds + 16 * h)));
       const __m256 dmin = kMins ? _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(ds + 32 + 16 * h)))
                                 : _mm256_setzero_ps();
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
         const __m256 dx = _mm256_set1_ps(xb[t]->d);
-        const __m256 with_sum = _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum[t]));
-        const __m256 with_mins = _mm256_mul_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(imins[t]));
+        const __m256 with_sum = _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum[h][t]));
+        const __m256 with_mins = _mm256_mul_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(imins[h][t]));
         acc[h][t] = _mm256_add_ps(acc[h][t], _mm256_sub_ps(with_sum, with_mins));
       }
     }
