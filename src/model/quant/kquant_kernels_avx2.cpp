@@ -212,19 +212,22 @@ void sums_q4_k(const std::byte* chunk, TokenRecords xb, const SpreadPrefetch& pr
   // covers 16 of a sub-block's 32 columns (2 x 4 registers of levels): 32 would leave too few of
   // the 16 ymm registers for the broadcasts and products, and the compiler would reload levels
   // from the stack in every step.
+  // (scale, scale) as an int16 pair in every lane for sub-block s and half h: byte s % 4 of the
+  // lane's 4 scales.
+  __m256i scale[8][2];
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    const PackedScales ps = decode_scales(packed_scales, h);
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; ++s)
+      scale[s][h] = _mm256_shuffle_epi8(s < 4 ? ps.scales_lo : ps.scales_hi, int16_pair_pattern<false>(s % 4, s % 4));
+  }
 #pragma GCC unroll 1
   for (int c = 0; c < 4; ++c) {
-    prefetch.share(c, 4);
 #pragma GCC unroll 1
     for (int nib = 0; nib < 2; ++nib) {
       const int s = 2 * c + nib;
-      // (scale, scale) as an int16 pair in every lane: byte s % 4 of the lane's 4 scales.
-      __m256i scale[2];
-#pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h) {
-        const PackedScales ps = decode_scales(packed_scales, h);
-        scale[h] = _mm256_shuffle_epi8(s < 4 ? ps.scales_lo : ps.scales_hi, int16_pair_pattern<false>(s % 4, s % 4));
-      }
+      prefetch.share(s, 8);
 #pragma GCC unroll 1
       for (int k = 0; k < 2; ++k) {  // columns 32s + 16k..
         __m256i w[2][4];
@@ -251,8 +254,8 @@ void sums_q4_k(const std::byte* chunk, TokenRecords xb, const SpreadPrefetch& pr
             p0 = _mm256_add_epi16(p0, _mm256_maddubs_epi16(w[0][v], xv));
             p1 = _mm256_add_epi16(p1, _mm256_maddubs_epi16(w[1][v], xv));
           }
-          isum[0][t] = _mm256_add_epi32(isum[0][t], _mm256_madd_epi16(p0, scale[0]));
-          isum[1][t] = _mm256_add_epi32(isum[1][t], _mm256_madd_epi16(p1, scale[1]));
+          isum[0][t] = _mm256_add_epi32(isum[0][t], _mm256_madd_epi16(p0, scale[s][0]));
+          isum[1][t] = _mm256_add_epi32(isum[1][t], _mm256_madd_epi16(p1, scale[s][1]));
         }
       }
     }
@@ -281,61 +284,67 @@ __m256i q6_scale(const std::byte* scales, int sb, int h) {
 }
 
 template <int T>
-void sums_q6_k(const std::byte* chunk, int h, TokenRecords xb, const SpreadPrefetch& prefetch, __m256i (&isum)[T]) {
+void sums_q6_k(const std::byte* chunk, TokenRecords xb, const SpreadPrefetch& prefetch, __m256i (&isum)[2][T]) {
   const std::byte* scales = chunk + 48 * 64;
+  // Both halves in one token step, 16 columns (one sub-block) a step, as in sums_q4_k.
 #pragma GCC unroll 1
   for (int n = 0; n < 2; ++n) {
 #pragma GCC unroll 1
-    for (int s = 0; s < 4; ++s) {  // columns 128n + 32s.., sub-blocks 8n + 2s and 8n + 2s + 1
-      prefetch.step(h, 4 * n + s, 8);
-      __m256i w[8];
-#pragma GCC unroll 8
-      for (int v = 0; v < 8; ++v) {
-        const std::byte* triple = chunk + 3 * (8 * n + v) * 64;
-        if (s < 3) {
-          w[v] = _mm256_and_si256(load_half(triple + s * 64, h), bytes(0x3F));
-        } else {  // bits 6-7 of the three bytes, as bits 0-1, 2-3, 4-5
-          const __m256i b0 = _mm256_and_si256(_mm256_srli_epi16(load_half(triple, h), 6), bytes(0x03));
-          const __m256i b1 = _mm256_and_si256(_mm256_srli_epi16(load_half(triple + 64, h), 4), bytes(0x0C));
-          const __m256i b2 = _mm256_and_si256(_mm256_srli_epi16(load_half(triple + 128, h), 2), bytes(0x30));
-          w[v] = _mm256_or_si256(_mm256_or_si256(b0, b1), b2);
-        }
-      }
-      const int sb = 8 * n + 2 * s;
-      const __m256i scale0 = q6_scale(scales, sb, h), scale1 = q6_scale(scales, sb + 1, h);
+    for (int s = 0; s < 4; ++s) {  // columns 128n + 32s..
+      prefetch.share(4 * n + s, 8);
 #pragma GCC unroll 1
-      for (int t = 0; t < T; ++t) {
-        const int8_t* x = xb[t]->q + 128 * n + 32 * s;
+      for (int j = 0; j < 2; ++j) {  // columns 128n + 32s + 16j.., sub-block 8n + 2s + j
+        __m256i w[2][4], scale[2];
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
 #pragma GCC unroll 4
-        for (int k = 0; k < 4; ++k) {  // 8 columns: two registers' pairs per int16 sum
-          const __m256i p =
-              _mm256_add_epi16(byte_products(w[2 * k], x + 8 * k), byte_products(w[2 * k + 1], x + 8 * k + 4));
-          isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, k < 2 ? scale0 : scale1));
+          for (int v = 0; v < 4; ++v) {
+            const std::byte* triple = chunk + 3 * (8 * n + 4 * j + v) * 64;
+            if (s < 3) {
+              w[h][v] = _mm256_and_si256(load_half(triple + s * 64, h), bytes(0x3F));
+            } else {  // bits 6-7 of the three bytes, as bits 0-1, 2-3, 4-5
+              const __m256i b0 = _mm256_and_si256(_mm256_srli_epi16(load_half(triple, h), 6), bytes(0x03));
+              const __m256i b1 = _mm256_and_si256(_mm256_srli_epi16(load_half(triple + 64, h), 4), bytes(0x0C));
+              const __m256i b2 = _mm256_and_si256(_mm256_srli_epi16(load_half(triple + 128, h), 2), bytes(0x30));
+              w[h][v] = _mm256_or_si256(_mm256_or_si256(b0, b1), b2);
+            }
+          }
+          scale[h] = q6_scale(scales, 8 * n + 2 * s + j, h);
+        }
+#pragma GCC unroll 1
+        for (int t = 0; t < T; ++t) {
+          const int8_t* x = xb[t]->q + 128 * n + 32 * s + 16 * j;
+#pragma GCC unroll 2
+          for (int k = 0; k < 2; ++k) {  // 8 columns: two registers' pairs per int16 sum
+            const __m256i x0 = broadcast_4_bytes(x + 8 * k), x1 = broadcast_4_bytes(x + 8 * k + 4);
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; ++h) {
+              const __m256i p =
+                  _mm256_add_epi16(_mm256_maddubs_epi16(w[h][2 * k], x0), _mm256_maddubs_epi16(w[h][2 * k + 1], x1));
+              isum[h][t] = _mm256_add_epi32(isum[h][t], _mm256_madd_epi16(p, scale[h]));
+            }
+          }
         }
       }
     }
   }
   // The levels' offset: 32 times the scales against the 16-value sums, as (scale 2k, scale 2k + 1)
   // int16 pairs against the token's (sum 2k, sum 2k + 1).
-  __m256i scale_pairs[8];
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    __m256i scale_pairs[8];
 #pragma GCC unroll 8
-  for (int k = 0; k < 8; ++k) {
-    const __m128i a = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales + 2 * k * 16 + 8 * h));
-    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales + (2 * k + 1) * 16 + 8 * h));
-    scale_pairs[k] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(a, b));
+    for (int k = 0; k < 8; ++k) {
+      const __m128i a = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales + 2 * k * 16 + 8 * h));
+      const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales + (2 * k + 1) * 16 + 8 * h));
+      scale_pairs[k] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(a, b));
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t)
+      isum[h][t] = _mm256_sub_epi32(isum[h][t], _mm256_slli_epi32(pair_products(scale_pairs, xb[t]->sum16_pairs), 5));
   }
-#pragma GCC unroll 8
-  for (int t = 0; t < T; ++t)
-    isum[t] = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(pair_products(scale_pairs, xb[t]->sum16_pairs), 5));
 }
 
-// ---- IQ4_XS --------------------------------------------------------------------------------------
-
-// IQ4_XS: levels looked up (vpshufb) from the nibbles as the signed kIq4NlValues, multiplied with
-// the sign trick (|level| against x carrying the level's sign: a pair is at most 2 * 127 * 127),
-// each register's pairs scaled at once by vpmaddwd with the sub-block's scale - 32. The scale of
-// sub-block s: bits 4s..4s+3 of the row's scales_l (one register of the chunk) and bits 2s, 2s + 1
-// of its 16-bit scales_h (`high`, the scale block's second half).
 template <int T>
 void sums_iq4_xs(const std::byte* chunk, const std::byte* high, int h, TokenRecords xb, const SpreadPrefetch& prefetch,
                  __m256i (&isum)[T]) {
@@ -499,13 +508,14 @@ void tile(const std::byte* panel, const Q8KRecord* x, int blocks, float* y, size
       for (int t = 0; t < T; ++t) isum[h][t] = imins[h][t] = _mm256_setzero_si256();
     if constexpr (kType == TensorType::kQ4_K || kType == TensorType::kQ5_K) {
       sums_q4_k<kType, T>(chunk, xb, prefetch, isum, imins);
+    } else if constexpr (kType == TensorType::kQ6_K) {
+      sums_q6_k<T>(chunk, xb, prefetch, isum);
     } else {
 #pragma GCC unroll 1
       for (int h = 0; h < 2; ++h) {
         if constexpr (kType == TensorType::kQ3_K || kType == TensorType::kQ2_K)
           sums_low_bit<kType, T>(chunk, h, xb, prefetch, isum[h], imins[h]);
-        else if constexpr (kType == TensorType::kIQ4_XS) sums_iq4_xs<T>(chunk, ds + 32, h, xb, prefetch, isum[h]);
-        else sums_q6_k<T>(chunk, h, xb, prefetch, isum[h]);
+        else sums_iq4_xs<T>(chunk, ds + 32, h, xb, prefetch, isum[h]);
       }
     }
 #pragma GCC unroll 2
