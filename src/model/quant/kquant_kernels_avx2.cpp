@@ -119,8 +119,6 @@ void prepare(TensorType, const float* x, size_t x_stride, int num_tokens, int co
 // Half h (rows 8h..8h+7) of the 64-byte panel register at p.
 __m256i load_half(const std::byte* p, int h) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p + 32 * h)); }
 __m256i bytes(int v) { return _mm256_set1_epi8(static_cast<char>(v)); }
-// Pairs of adjacent products level * x summed as int16 (levels unsigned).
-__m256i byte_products(__m256i levels, const int8_t* q) { return _mm256_maddubs_epi16(levels, broadcast_4_bytes(q)); }
 // A pshufb pattern that makes every dword an int16 pair of two of its own bytes, (byte first, byte
 // second): each in the low byte of its int16 with zero above, or (kHigh) in the high byte, so that
 // an arithmetic shift by 8 extends a signed byte. The sub-block scales are (j, j), the scales or
@@ -408,67 +406,93 @@ void q3_k_scales(const std::byte* chunk, int h, __m256i (&g)[4]) {
   for (__m256i& v : g) v = _mm256_sub_epi8(v, bytes(32));
 }
 
+// The scale bytes of 8 rows, sub-blocks 4r..4r+3 in register r: Q3_K's 6-bit scales - 32 as
+// signed bytes; Q2_K's packed bytes (scale in the low nibble, min in the high one).
+template <TensorType kType>
+void low_bit_scale_bytes(const std::byte* chunk, int h, __m256i (&r)[4]) {
+  if constexpr (kType == TensorType::kQ3_K) q3_k_scales(chunk, h, r);
+  else
+    for (int i = 0; i < 4; ++i) r[i] = load_half(chunk + (kQ2ScalesAt + i) * 64, h);
+}
+
 // Q3_K (levels q + 4, 0..7) / Q2_K (levels 0..3): per 16-value sub-block 4 registers' pairs in one
 // int16 sum (at most 4 * 2 * 7 * 128), times the sub-block's scale; Q3_K's offset of 4 against the
-// 16-value sums, Q2_K's mins into imins.
+// 16-value sums, Q2_K's mins into imins. Both halves in one token step, one sub-block a step, as
+// in sums_q4_k.
 template <TensorType kType, int T>
-void sums_low_bit(const std::byte* chunk, int h, TokenRecords xb, const SpreadPrefetch& prefetch, __m256i (&isum)[T],
-                  __m256i (&imins)[T]) {
+void sums_low_bit(const std::byte* chunk, TokenRecords xb, const SpreadPrefetch& prefetch, __m256i (&isum)[2][T],
+                  __m256i (&imins)[2][T]) {
   constexpr bool kThree = kType == TensorType::kQ3_K;
-  __m256i q3[4];
-  __m256i packed[4];  // Q2_K: the scale bytes of sub-blocks 4r..4r+3
-  if constexpr (kThree) q3_k_scales(chunk, h, q3);
-  else
-    for (int r = 0; r < 4; ++r) packed[r] = load_half(chunk + (kQ2ScalesAt + r) * 64, h);
-  // (scale, scale) of sub-block sb as an int16 pair per row
-  const auto scale_of = [&](int sb) {
-    return kThree ? _mm256_srai_epi16(_mm256_shuffle_epi8(q3[sb / 4], int16_pair_pattern<true>(sb % 4, sb % 4)), 8)
-                  : _mm256_shuffle_epi8(_mm256_and_si256(packed[sb / 4], bytes(0x0F)),
-                                        int16_pair_pattern<false>(sb % 4, sb % 4));
-  };
+  // (scale, scale) of sub-block sb and half h as an int16 pair per row
+  __m256i scale[16][2];
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    __m256i bytes_of[4];
+    low_bit_scale_bytes<kType>(chunk, h, bytes_of);
+#pragma GCC unroll 16
+    for (int sb = 0; sb < 16; ++sb)
+      scale[sb][h] =
+          kThree ? _mm256_srai_epi16(_mm256_shuffle_epi8(bytes_of[sb / 4], int16_pair_pattern<true>(sb % 4, sb % 4)), 8)
+                 : _mm256_shuffle_epi8(_mm256_and_si256(bytes_of[sb / 4], bytes(0x0F)),
+                                       int16_pair_pattern<false>(sb % 4, sb % 4));
+  }
 #pragma GCC unroll 1
   for (int n = 0; n < 2; ++n) {
 #pragma GCC unroll 1
-    for (int j = 0; j < 4; ++j) {  // columns 128n + 32j.., sub-blocks 8n + 2j and 8n + 2j + 1
-      prefetch.step(h, 4 * n + j, 8);
-      __m256i w[8];
-#pragma GCC unroll 8
-      for (int v = 0; v < 8; ++v) {
-        w[v] = _mm256_and_si256(shift_bits(load_half(chunk + (8 * n + v) * 64, h), -2 * j), bytes(0x03));
-        if constexpr (kThree)  // the hmask bit 4n + j of the value, to bit 2
-          w[v] = or_masked(w[v], shift_bits(load_half(chunk + (kHmaskAt + v) * 64, h), 2 - 4 * n - j), bytes(0x04));
-      }
-      const int sb = 8 * n + 2 * j;
-      const __m256i scale0 = scale_of(sb), scale1 = scale_of(sb + 1);
+    for (int j = 0; j < 4; ++j) {  // columns 128n + 32j..
+      prefetch.share(4 * n + j, 8);
 #pragma GCC unroll 1
-      for (int t = 0; t < T; ++t) {
-        const int8_t* x = xb[t]->q + 128 * n + 32 * j;
-        __m256i p[2];
+      for (int k = 0; k < 2; ++k) {  // columns 128n + 32j + 16k.., sub-block 8n + 2j + k
+        const int sb = 8 * n + 2 * j + k;
+        __m256i w[2][4];
 #pragma GCC unroll 2
-        for (int k = 0; k < 2; ++k) {
-          p[k] = byte_products(w[4 * k], x + 16 * k);
-#pragma GCC unroll 3
-          for (int v = 1; v < 4; ++v) p[k] = _mm256_add_epi16(p[k], byte_products(w[4 * k + v], x + 16 * k + 4 * v));
+        for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 4
+          for (int v = 0; v < 4; ++v) {
+            const int r = 4 * k + v;
+            w[h][v] = _mm256_and_si256(shift_bits(load_half(chunk + (8 * n + r) * 64, h), -2 * j), bytes(0x03));
+            if constexpr (kThree)  // the hmask bit 4n + j of the value, to bit 2
+              w[h][v] =
+                  or_masked(w[h][v], shift_bits(load_half(chunk + (kHmaskAt + r) * 64, h), 2 - 4 * n - j), bytes(0x04));
+          }
         }
-        isum[t] = _mm256_add_epi32(isum[t],
-                                   _mm256_add_epi32(_mm256_madd_epi16(p[0], scale0), _mm256_madd_epi16(p[1], scale1)));
+#pragma GCC unroll 1
+        for (int t = 0; t < T; ++t) {
+          const int8_t* x = xb[t]->q + 128 * n + 32 * j + 16 * k;
+          const __m256i x0 = broadcast_4_bytes(x);
+          __m256i p0 = _mm256_maddubs_epi16(w[0][0], x0), p1 = _mm256_maddubs_epi16(w[1][0], x0);
+#pragma GCC unroll 3
+          for (int v = 1; v < 4; ++v) {
+            const __m256i xv = broadcast_4_bytes(x + 4 * v);
+            p0 = _mm256_add_epi16(p0, _mm256_maddubs_epi16(w[0][v], xv));
+            p1 = _mm256_add_epi16(p1, _mm256_maddubs_epi16(w[1][v], xv));
+          }
+          isum[0][t] = _mm256_add_epi32(isum[0][t], _mm256_madd_epi16(p0, scale[sb][0]));
+          isum[1][t] = _mm256_add_epi32(isum[1][t], _mm256_madd_epi16(p1, scale[sb][1]));
+        }
       }
     }
   }
   // Q3_K: the scales of sub-blocks 2k, 2k + 1 as int16 pairs, 4 times against the 16-value sums;
   // Q2_K: the mins likewise, into imins.
-  __m256i pairs[8];
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    __m256i bytes_of[4];
+    low_bit_scale_bytes<kType>(chunk, h, bytes_of);
+    __m256i pairs[8];
 #pragma GCC unroll 8
-  for (int k = 0; k < 8; ++k)
-    pairs[k] = kThree ? _mm256_srai_epi16(
-                            _mm256_shuffle_epi8(q3[k / 2], int16_pair_pattern<true>(2 * (k % 2), 2 * (k % 2) + 1)), 8)
-                      : _mm256_shuffle_epi8(_mm256_and_si256(_mm256_srli_epi16(packed[k / 2], 4), bytes(0x0F)),
-                                            int16_pair_pattern<false>(2 * (k % 2), 2 * (k % 2) + 1));
+    for (int k = 0; k < 8; ++k)
+      pairs[k] =
+          kThree ? _mm256_srai_epi16(
+                       _mm256_shuffle_epi8(bytes_of[k / 2], int16_pair_pattern<true>(2 * (k % 2), 2 * (k % 2) + 1)), 8)
+                 : _mm256_shuffle_epi8(_mm256_and_si256(_mm256_srli_epi16(bytes_of[k / 2], 4), bytes(0x0F)),
+                                       int16_pair_pattern<false>(2 * (k % 2), 2 * (k % 2) + 1));
 #pragma GCC unroll 8
-  for (int t = 0; t < T; ++t) {
-    const __m256i products = pair_products(pairs, xb[t]->sum16_pairs);
-    if constexpr (kThree) isum[t] = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(products, 2));
-    else imins[t] = products;
+    for (int t = 0; t < T; ++t) {
+      const __m256i products = pair_products(pairs, xb[t]->sum16_pairs);
+      if constexpr (kThree) isum[h][t] = _mm256_sub_epi32(isum[h][t], _mm256_slli_epi32(products, 2));
+      else imins[h][t] = products;
+    }
   }
 }
 
@@ -510,13 +534,11 @@ void tile(const std::byte* panel, const Q8KRecord* x, int blocks, float* y, size
       sums_q4_k<kType, T>(chunk, xb, prefetch, isum, imins);
     } else if constexpr (kType == TensorType::kQ6_K) {
       sums_q6_k<T>(chunk, xb, prefetch, isum);
+    } else if constexpr (kType == TensorType::kQ3_K || kType == TensorType::kQ2_K) {
+      sums_low_bit<kType, T>(chunk, xb, prefetch, isum, imins);
     } else {
 #pragma GCC unroll 1
-      for (int h = 0; h < 2; ++h) {
-        if constexpr (kType == TensorType::kQ3_K || kType == TensorType::kQ2_K)
-          sums_low_bit<kType, T>(chunk, h, xb, prefetch, isum[h], imins[h]);
-        else sums_iq4_xs<T>(chunk, ds + 32, h, xb, prefetch, isum[h]);
-      }
+      for (int h = 0; h < 2; ++h) sums_iq4_xs<T>(chunk, ds + 32, h, xb, prefetch, isum[h]);
     }
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
