@@ -180,6 +180,29 @@ struct SpreadPrefetch {
   }
 };
 
+// The tiles' token step for unsigned levels: 16 columns of both 8-row halves of a panel
+// (w[h][v]: 4 columns of 8 rows; a broadcast of 4 activation bytes meets both halves), their
+// pairs summed as int16 over the 4 registers (the callers' levels keep that within int16), then
+// scaled by the sub-block's (scale, scale) pairs into each token's int32 sums.
+template <int T>
+inline __attribute__((always_inline)) void sixteen_columns(const __m256i (&w)[2][4], const __m256i (&scale)[2],
+                                                           TokenRecords xb, int column, __m256i (&isum)[2][T]) {
+#pragma GCC unroll 1
+  for (int t = 0; t < T; ++t) {
+    const int8_t* x = xb[t]->q + column;
+    const __m256i x0 = broadcast_4_bytes(x);
+    __m256i p0 = _mm256_maddubs_epi16(w[0][0], x0), p1 = _mm256_maddubs_epi16(w[1][0], x0);
+#pragma GCC unroll 3
+    for (int v = 1; v < 4; ++v) {
+      const __m256i xv = broadcast_4_bytes(x + 4 * v);
+      p0 = _mm256_add_epi16(p0, _mm256_maddubs_epi16(w[0][v], xv));
+      p1 = _mm256_add_epi16(p1, _mm256_maddubs_epi16(w[1][v], xv));
+    }
+    isum[0][t] = _mm256_add_epi32(isum[0][t], _mm256_madd_epi16(p0, scale[0]));
+    isum[1][t] = _mm256_add_epi32(isum[1][t], _mm256_madd_epi16(p1, scale[1]));
+  }
+}
+
 // ---- Q4_K / Q5_K ----------------------------------------------------------------------------------
 
 // The 6-bit scales and mins of 8 rows (one byte per sub-block, 4 per lane): sub-blocks 0-3 / 4-7.
@@ -241,20 +264,7 @@ void sums_q4_k(const std::byte* chunk, TokenRecords xb, const SpreadPrefetch& pr
                   _mm256_and_si256(shift_bits(load_half(chunk + (32 + 4 * k + v) * 64, h), 4 - s), bytes(0x10)));
           }
         }
-#pragma GCC unroll 1
-        for (int t = 0; t < T; ++t) {
-          const int8_t* x = xb[t]->q + 32 * s + 16 * k;
-          const __m256i x0 = broadcast_4_bytes(x);
-          __m256i p0 = _mm256_maddubs_epi16(w[0][0], x0), p1 = _mm256_maddubs_epi16(w[1][0], x0);
-#pragma GCC unroll 3
-          for (int v = 1; v < 4; ++v) {
-            const __m256i xv = broadcast_4_bytes(x + 4 * v);
-            p0 = _mm256_add_epi16(p0, _mm256_maddubs_epi16(w[0][v], xv));
-            p1 = _mm256_add_epi16(p1, _mm256_maddubs_epi16(w[1][v], xv));
-          }
-          isum[0][t] = _mm256_add_epi32(isum[0][t], _mm256_madd_epi16(p0, scale[s][0]));
-          isum[1][t] = _mm256_add_epi32(isum[1][t], _mm256_madd_epi16(p1, scale[s][1]));
-        }
+        sixteen_columns(w, scale[s], xb, 32 * s + 16 * k, isum);
       }
     }
   }
@@ -456,20 +466,7 @@ void sums_low_bit(const std::byte* chunk, TokenRecords xb, const SpreadPrefetch&
                   or_masked(w[h][v], shift_bits(load_half(chunk + (kHmaskAt + r) * 64, h), 2 - 4 * n - j), bytes(0x04));
           }
         }
-#pragma GCC unroll 1
-        for (int t = 0; t < T; ++t) {
-          const int8_t* x = xb[t]->q + 128 * n + 32 * j + 16 * k;
-          const __m256i x0 = broadcast_4_bytes(x);
-          __m256i p0 = _mm256_maddubs_epi16(w[0][0], x0), p1 = _mm256_maddubs_epi16(w[1][0], x0);
-#pragma GCC unroll 3
-          for (int v = 1; v < 4; ++v) {
-            const __m256i xv = broadcast_4_bytes(x + 4 * v);
-            p0 = _mm256_add_epi16(p0, _mm256_maddubs_epi16(w[0][v], xv));
-            p1 = _mm256_add_epi16(p1, _mm256_maddubs_epi16(w[1][v], xv));
-          }
-          isum[0][t] = _mm256_add_epi32(isum[0][t], _mm256_madd_epi16(p0, scale[sb][0]));
-          isum[1][t] = _mm256_add_epi32(isum[1][t], _mm256_madd_epi16(p1, scale[sb][1]));
-        }
+        sixteen_columns(w, scale[sb], xb, 128 * n + 32 * j + 16 * k, isum);
       }
     }
   }
