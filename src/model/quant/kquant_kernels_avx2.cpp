@@ -168,12 +168,10 @@ struct TokenRecords {
 };
 
 // The software prefetch of a super-block's lines ahead of the tile (see tile()), spread over the
-// steps of its sums: step i of half h (steps_per_half steps a half) issues its share of the lines.
+// steps of its sums: step k of `parts` issues its share of the lines.
 struct SpreadPrefetch {
   const std::byte* first;  // the first line to prefetch
   int lines;
-  void step(int h, int i, int steps_per_half) const { share(h * steps_per_half + i, 2 * steps_per_half); }
-  // Part k of the lines split in parts.
   void share(int k, int parts) const {
     for (int l = lines * k / parts; l < lines * (k + 1) / parts; ++l)
       _mm_prefetch(reinterpret_cast<const char*>(first + 64 * static_cast<size_t>(l)), _MM_HINT_T0);
@@ -234,7 +232,8 @@ void sums_q4_k(const std::byte* chunk, TokenRecords xb, const SpreadPrefetch& pr
   // the 16 ymm registers for the broadcasts and products, and the compiler would reload levels
   // from the stack in every step.
   // (scale, scale) as an int16 pair in every lane for sub-block s and half h: byte s % 4 of the
-  // lane's 4 scales.
+  // lane's 4 scales. The mins of sub-blocks 2c and 2c + 1, as an int16 pair per row, meet the
+  // token's sums here too.
   __m256i scale[8][2];
 #pragma GCC unroll 2
   for (int h = 0; h < 2; ++h) {
@@ -242,6 +241,14 @@ void sums_q4_k(const std::byte* chunk, TokenRecords xb, const SpreadPrefetch& pr
 #pragma GCC unroll 8
     for (int s = 0; s < 8; ++s)
       scale[s][h] = _mm256_shuffle_epi8(s < 4 ? ps.scales_lo : ps.scales_hi, int16_pair_pattern<false>(s % 4, s % 4));
+    __m256i min_pairs[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      min_pairs[c] =
+          _mm256_shuffle_epi8(c < 2 ? ps.mins_lo : ps.mins_hi, int16_pair_pattern<false>(2 * (c % 2), 2 * (c % 2) + 1));
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) imins[h][t] = pair_products(min_pairs, xb[t]->sum32_pairs);
   }
 #pragma GCC unroll 1
   for (int c = 0; c < 4; ++c) {
@@ -267,19 +274,6 @@ void sums_q4_k(const std::byte* chunk, TokenRecords xb, const SpreadPrefetch& pr
         sixteen_columns(w, scale[s], xb, 32 * s + 16 * k, isum);
       }
     }
-  }
-  // The mins of sub-blocks 2c and 2c + 1 as an int16 pair per row, against the token's sums.
-#pragma GCC unroll 2
-  for (int h = 0; h < 2; ++h) {
-    const PackedScales ps = decode_scales(packed_scales, h);
-    __m256i min_pairs[4];
-#pragma GCC unroll 4
-    for (int c = 0; c < 4; ++c) {
-      min_pairs[c] =
-          _mm256_shuffle_epi8(c < 2 ? ps.mins_lo : ps.mins_hi, int16_pair_pattern<false>(2 * (c % 2), 2 * (c % 2) + 1));
-    }
-#pragma GCC unroll 8
-    for (int t = 0; t < T; ++t) imins[h][t] = pair_products(min_pairs, xb[t]->sum32_pairs);
   }
 }
 
@@ -361,7 +355,7 @@ void sums_iq4_xs(const std::byte* chunk, const std::byte* high, int h, TokenReco
   const __m256i top = _mm256_cvtepu16_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(high + 16 * h)));
 #pragma GCC unroll 1
   for (int s = 0; s < 8; ++s) {
-    prefetch.step(h, s, 8);
+    prefetch.share(8 * h + s, 16);  // the super-block's steps: 8 a half
     const __m256i ls = _mm256_or_si256(
         _mm256_and_si256(_mm256_srl_epi32(low, _mm_cvtsi32_si128(4 * s)), _mm256_set1_epi32(0x0F)),
         _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(top, _mm_cvtsi32_si128(2 * s)), _mm256_set1_epi32(3)), 4));
@@ -433,7 +427,9 @@ template <TensorType kType, int T>
 void sums_low_bit(const std::byte* chunk, TokenRecords xb, const SpreadPrefetch& prefetch, __m256i (&isum)[2][T],
                   __m256i (&imins)[2][T]) {
   constexpr bool kThree = kType == TensorType::kQ3_K;
-  // (scale, scale) of sub-block sb and half h as an int16 pair per row
+  // (scale, scale) of sub-block sb and half h as an int16 pair per row. Q3_K: the scales of
+  // sub-blocks 2k, 2k + 1 as int16 pairs, 4 times against the 16-value sums, taken off here;
+  // Q2_K: the mins likewise, into imins.
   __m256i scale[16][2];
 #pragma GCC unroll 2
   for (int h = 0; h < 2; ++h) {
@@ -445,6 +441,20 @@ void sums_low_bit(const std::byte* chunk, TokenRecords xb, const SpreadPrefetch&
           kThree ? _mm256_srai_epi16(_mm256_shuffle_epi8(bytes_of[sb / 4], int16_pair_pattern<true>(sb % 4, sb % 4)), 8)
                  : _mm256_shuffle_epi8(_mm256_and_si256(bytes_of[sb / 4], bytes(0x0F)),
                                        int16_pair_pattern<false>(sb % 4, sb % 4));
+    __m256i pairs[8];
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k)
+      pairs[k] =
+          kThree ? _mm256_srai_epi16(
+                       _mm256_shuffle_epi8(bytes_of[k / 2], int16_pair_pattern<true>(2 * (k % 2), 2 * (k % 2) + 1)), 8)
+                 : _mm256_shuffle_epi8(_mm256_and_si256(_mm256_srli_epi16(bytes_of[k / 2], 4), bytes(0x0F)),
+                                       int16_pair_pattern<false>(2 * (k % 2), 2 * (k % 2) + 1));
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      const __m256i products = pair_products(pairs, xb[t]->sum16_pairs);
+      if constexpr (kThree) isum[h][t] = _mm256_sub_epi32(isum[h][t], _mm256_slli_epi32(products, 2));
+      else imins[h][t] = products;
+    }
   }
 #pragma GCC unroll 1
   for (int n = 0; n < 2; ++n) {
@@ -468,27 +478,6 @@ void sums_low_bit(const std::byte* chunk, TokenRecords xb, const SpreadPrefetch&
         }
         sixteen_columns(w, scale[sb], xb, 128 * n + 32 * j + 16 * k, isum);
       }
-    }
-  }
-  // Q3_K: the scales of sub-blocks 2k, 2k + 1 as int16 pairs, 4 times against the 16-value sums;
-  // Q2_K: the mins likewise, into imins.
-#pragma GCC unroll 2
-  for (int h = 0; h < 2; ++h) {
-    __m256i bytes_of[4];
-    low_bit_scale_bytes<kType>(chunk, h, bytes_of);
-    __m256i pairs[8];
-#pragma GCC unroll 8
-    for (int k = 0; k < 8; ++k)
-      pairs[k] =
-          kThree ? _mm256_srai_epi16(
-                       _mm256_shuffle_epi8(bytes_of[k / 2], int16_pair_pattern<true>(2 * (k % 2), 2 * (k % 2) + 1)), 8)
-                 : _mm256_shuffle_epi8(_mm256_and_si256(_mm256_srli_epi16(bytes_of[k / 2], 4), bytes(0x0F)),
-                                       int16_pair_pattern<false>(2 * (k % 2), 2 * (k % 2) + 1));
-#pragma GCC unroll 8
-    for (int t = 0; t < T; ++t) {
-      const __m256i products = pair_products(pairs, xb[t]->sum16_pairs);
-      if constexpr (kThree) isum[h][t] = _mm256_sub_epi32(isum[h][t], _mm256_slli_epi32(products, 2));
-      else imins[h][t] = products;
     }
   }
 }
