@@ -25,11 +25,15 @@ struct CpuFeatures {
   bool avx512 = false;  // and AVX-512 F/VL/BW/DQ, opmask + ZMM state saved
   bool avx512_vnni = false;  // with avx512
   bool avx_vnni = false;  // with avx2
+  bool avx512_bf16 = false;  // with avx512
+  bool amd = false;  // vendor "AuthenticAMD"
 };
 
 CpuFeatures query_cpu() {
   CpuFeatures f;
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) != 0)  // the vendor string is ebx, edx, ecx
+    f.amd = ebx == 0x68747541u && edx == 0x69746e65u && ecx == 0x444d4163u;
   if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return f;
   const bool fma = (ecx & (1u << 12)) != 0;
   const bool osxsave = (ecx & (1u << 27)) != 0;
@@ -45,7 +49,10 @@ CpuFeatures query_cpu() {
   f.avx512 = f.avx2 && avx512f && avx512dq && avx512bw && avx512vl && (xcr0 & 0xe6u) == 0xe6u;  // + opmask, ZMM
   f.avx512_vnni = f.avx512 && (ecx & (1u << 11)) != 0;
   unsigned eax1 = 0, ebx1 = 0, ecx1 = 0, edx1 = 0;
-  if (__get_cpuid_count(7, 1, &eax1, &ebx1, &ecx1, &edx1) != 0) f.avx_vnni = f.avx2 && (eax1 & (1u << 4)) != 0;
+  if (__get_cpuid_count(7, 1, &eax1, &ebx1, &ecx1, &edx1) != 0) {
+    f.avx_vnni = f.avx2 && (eax1 & (1u << 4)) != 0;
+    f.avx512_bf16 = f.avx512 && (eax1 & (1u << 5)) != 0;
+  }
   return f;
 }
 
@@ -79,6 +86,8 @@ bool cpu_has_avx512_vnni() { return cpu().avx512_vnni; }
 bool has_avx512_vnni() { return cpu_has_avx512_vnni() && vnni_allowed(); }
 bool cpu_has_avx_vnni() { return cpu().avx_vnni; }
 bool has_avx_vnni() { return cpu_has_avx_vnni() && vnni_allowed(); }
+bool cpu_has_avx512_bf16() { return cpu().avx512_bf16; }
+bool cpu_is_amd() { return cpu().amd; }
 
 KernelIsa best_available_isa() {
   static const KernelIsa best = detect();

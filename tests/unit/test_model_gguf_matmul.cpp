@@ -6,6 +6,7 @@
 #include <array>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <span>
@@ -21,6 +22,10 @@
 
 namespace pagedkv {
 namespace {
+
+// BF16 is held here to the widened contract of every build (bf16_products: each weight widened to
+// f32, f32 activations), set before anything asks; test_model_bf16_pairs.cpp tests the pair build.
+const bool kWidenedBf16 = [] { return setenv("PAGEDKV_BF16_PAIRS", "0", 1) == 0; }();
 
 struct Weights {
   TensorType type;

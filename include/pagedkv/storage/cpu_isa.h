@@ -31,6 +31,11 @@ bool has_avx_vnni();
 // fallback to compare against (QuantizedMatrix's AVX-512 build needs VNNI, else AVX2 runs).
 bool cpu_has_avx512_vnni();
 bool cpu_has_avx_vnni();
+// AVX512-BF16 (vdpbf16ps, with kAvx512's features), and whether the CPU is AMD's: where a faster
+// instruction changes results (QuantizedMatrix's BF16 products), the choice follows the vendor's
+// measured rates rather than the feature flag alone.
+bool cpu_has_avx512_bf16();
+bool cpu_is_amd();
 
 const char* isa_name(KernelIsa isa);
 

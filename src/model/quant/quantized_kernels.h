@@ -72,6 +72,10 @@ const PanelsKernel& avx2_float_panels_kernel();  // only after the same check
 // bit for bit.
 const PanelsKernel& avx2_q4_0_panels_kernel();  // only after a run-time AVX2+FMA+F16C check
 
+// BF16 panels multiplied with vdpbf16ps on activations rounded to BF16 (bf16_pair_kernels_avx512.cpp),
+// where bf16_products() says kPairs: only after the AVX-512 + VNNI check and one for AVX512-BF16.
+const PanelsKernel& avx512_bf16_pair_panels_kernel();
+
 // Which build multiplies a type's repacked panels for a requested ISA (quantized_matrix.cpp).
 enum class PanelBuild { kNone, kAvx512, kAvx2 };
 

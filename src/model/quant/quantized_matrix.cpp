@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -111,6 +112,17 @@ const RowsKernel& scalar_rows_kernel() {
 
 }  // namespace quant_detail
 
+Bf16Products bf16_products(KernelIsa isa) {
+  static const bool pairs = [] {
+    if (!cpu_has_avx512_bf16() || !cpu_has_avx512_vnni()) return false;  // (the AVX-512 build needs VNNI)
+    const char* forced = std::getenv("PAGEDKV_BF16_PAIRS");
+    if (forced != nullptr && (std::string_view(forced) == "0" || std::string_view(forced) == "1"))
+      return std::string_view(forced) == "1";
+    return cpu_is_amd();
+  }();
+  return pairs && resolve_isa(isa) == KernelIsa::kAvx512 ? Bf16Products::kPairs : Bf16Products::kWidened;
+}
+
 // The repacked copy of the weights, on transparent huge pages where it is large enough (fewer TLB
 // misses on a stream of gigabytes, as the KV arena asks for).
 struct QuantizedMatrix::Panels {
@@ -212,6 +224,9 @@ bool runs_blocks(TensorType type, bool panels) {
 
 // Only touched after the run-time check: its translation unit is compiled for AVX-512 (or AVX2).
 const quant_detail::PanelsKernel& panels_kernel_for(TensorType type, quant_detail::PanelBuild build) {
+  if (type == TensorType::kBF16 && build == quant_detail::PanelBuild::kAvx512 &&
+      bf16_products(KernelIsa::kAvx512) == Bf16Products::kPairs)
+    return quant_detail::avx512_bf16_pair_panels_kernel();
   if (build == quant_detail::PanelBuild::kAvx2) {
     if (type == TensorType::kF16 || type == TensorType::kBF16) return quant_detail::avx2_float_panels_kernel();
     return type == TensorType::kQ4_0 ? quant_detail::avx2_q4_0_panels_kernel()

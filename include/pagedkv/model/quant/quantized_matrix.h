@@ -7,7 +7,9 @@
 // Numerics follow llama.cpp's CPU kernels, so that a GGUF model gives llama.cpp's logits:
 //   - F16 / BF16 weights: each weight is widened to f32 exactly and multiplied by the f32
 //     activation (llama.cpp rounds the activation to F16/BF16 first; the difference is the F16
-//     noise its README reports, well under what the tests allow).
+//     noise its README reports, well under what the tests allow). Except BF16 in the AVX-512 build
+//     on CPUs where vdpbf16ps is the faster product (bf16_products below): there the activations
+//     are rounded to BF16 as llama.cpp does, and pairs of columns meet in one instruction.
 //   - Q8_0 / Q4_0 weights: every activation row is first quantized to Q8_0 blocks
 //     (quantize_row_q8_0: ties to even, as ggml's AVX code), then each block contributes
 //     (sum of int8 products, exact) * d_w * d_x. Doing it the same way is what makes our greedy
@@ -48,6 +50,20 @@
 #include "pagedkv/storage/cpu_isa.h"
 
 namespace pagedkv {
+
+// How a product with `isa` multiplies BF16 weights (the other types are unaffected).
+//   kWidened: each weight widened to f32, one FMA per column with the f32 activation, in column
+//             order (the scalar twin, the AVX2 build, and the AVX-512 build by default);
+//   kPairs:   the AVX-512 build with AVX512-BF16: the activations rounded to BF16 (to nearest
+//             even), then per pair of columns, as vdpbf16ps defines it, acc += w_odd * x_odd and
+//             acc += w_even * x_even, each a fused multiply-add, BF16 subnormals read as zero and
+//             subnormal sums flushed to zero.
+// kPairs is chosen on AMD CPUs with AVX512-BF16 (Zen 4 and later), where vdpbf16ps retires twice
+// the multiply-adds of the FMAs; Intel's cores retire it at half their FMA rate (Emerald Rapids:
+// 43 against 88 GMAC/s), so kWidened stays there. PAGEDKV_BF16_PAIRS=0 or 1 overrides the choice
+// (1 only where AVX512-BF16 runs). Fixed for the process.
+enum class Bf16Products { kWidened, kPairs };
+Bf16Products bf16_products(KernelIsa isa = KernelIsa::kAuto);
 
 class QuantizedMatrix {
  public:
