@@ -34,6 +34,7 @@
 #include "lanes_avx2.h"
 #include "pagedkv/model/format/block_formats.h"
 #include "quantized_kernels.h"
+#include "spread_prefetch.h"
 
 namespace pagedkv::quant_detail {
 namespace {
@@ -165,17 +166,6 @@ struct TokenRecords {
   const Q8KRecord* first;
   size_t stride;
   const Q8KRecord* operator[](int t) const { return first + static_cast<size_t>(t) * stride; }
-};
-
-// The software prefetch of a super-block's lines ahead of the tile (see tile()), spread over the
-// steps of its sums: step k of `parts` issues its share of the lines.
-struct SpreadPrefetch {
-  const std::byte* first;  // the first line to prefetch
-  int lines;
-  void share(int k, int parts) const {
-    for (int l = lines * k / parts; l < lines * (k + 1) / parts; ++l)
-      _mm_prefetch(reinterpret_cast<const char*>(first + 64 * static_cast<size_t>(l)), _MM_HINT_T0);
-  }
 };
 
 // The tiles' token step for unsigned levels: 16 columns of both 8-row halves of a panel

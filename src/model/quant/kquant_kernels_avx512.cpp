@@ -210,7 +210,8 @@ constexpr int kChainGroup = 8, kQ6Group = 4;
 //     down: their chains are 16 times the sums (still exact in float), met by the scale / 16
 //     (exact too), which saves a shift per register on that same port.
 template <TensorType kType, int T>
-void sums_q4_k(const std::byte* chunk, const SuperRecord* xb, __m512 (&sum)[T], __m512i (&mins)[T]) {
+void sums_q4_k(const std::byte* chunk, const SuperRecord* xb, const SpreadPrefetch& prefetch, __m512 (&sum)[T],
+               __m512i (&mins)[T]) {
   constexpr bool kFive = kType == TensorType::kQ5_K;
   const PackedScales packed = decode_scales(chunk + (kFive ? 40 : 32) * 64);
   __m512i isum[T];
@@ -222,6 +223,7 @@ void sums_q4_k(const std::byte* chunk, const SuperRecord* xb, __m512 (&sum)[T], 
   }
 #pragma GCC unroll 8
   for (int s = 0; s < 8; ++s) {
+    prefetch.share(s, 8);
     const int c = s / 2;
     __m512i w[8];
 #pragma GCC unroll 8
@@ -280,11 +282,12 @@ void sums_q4_k(const std::byte* chunk, const SuperRecord* xb, __m512 (&sum)[T], 
 
 // Q6_K: the integer sums (offset included) of one super-block of one panel for the tile's tokens.
 template <int T>
-void sums_q6_k(const std::byte* chunk, const SuperRecord* xb, __m512i (&sum)[T]) {
+void sums_q6_k(const std::byte* chunk, const SuperRecord* xb, const SpreadPrefetch& prefetch, __m512i (&sum)[T]) {
 #pragma GCC unroll 2
   for (int n = 0; n < 2; ++n) {
 #pragma GCC unroll 4
     for (int s = 0; s < 4; ++s) {  // columns 128n + 32s.., sub-blocks 8n + 2s and 8n + 2s + 1
+      prefetch.share(4 * n + s, 8);
       __m512i w[8];
 #pragma GCC unroll 8
       for (int v = 0; v < 8; ++v) {
@@ -350,13 +353,15 @@ void sums_q6_k(const std::byte* chunk, const SuperRecord* xb, __m512i (&sum)[T])
 // at -128 times the activation's 32-value sum, so that it sums level * x, then meets the
 // sub-block's scale - 32 (vpmulld). `high` is the scale block's second half, the rows' scales_h.
 template <int T>
-void sums_iq4_xs(const std::byte* chunk, const std::byte* high, const SuperRecord* xb, __m512i (&sum)[T]) {
+void sums_iq4_xs(const std::byte* chunk, const std::byte* high, const SuperRecord* xb, const SpreadPrefetch& prefetch,
+                 __m512i (&sum)[T]) {
   const __m512i table = iq4_level_table();
   // Row i's scales_l (4 bytes: sub-block s's low 4 bits at bit 4s) and scales_h (bits 2s, 2s + 1).
   const __m512i low = load(chunk + 32 * 64);
   const __m512i top = _mm512_cvtepu16_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(high)));
 #pragma GCC unroll 8
   for (int s = 0; s < 8; ++s) {
+    prefetch.share(s, 8);
     __m512i w[8];
 #pragma GCC unroll 4
     for (int v = 0; v < 4; ++v) {
@@ -393,22 +398,23 @@ struct KQuantFormat {
     constexpr bool kMins = kType == TensorType::kQ4_K || kType == TensorType::kQ5_K;
     super_block_tile<kType, P, T>(
         panel, l, x, y, y_stride, rows_out,
-        [](const std::byte* chunk, const std::byte* ds, const X* xb, __m512* acc) __attribute__((always_inline)) {
-          __m512 sum[T];
-          __m512i mins[T];
-          if constexpr (kMins) {
-            sums_q4_k<kType, T>(chunk, xb, sum, mins);
-          } else {
-            __m512i isum[T];
+        [](const std::byte* chunk, const std::byte* ds, const X* xb, __m512* acc, const SpreadPrefetch& prefetch)
+            __attribute__((always_inline)) {
+              __m512 sum[T];
+              __m512i mins[T];
+              if constexpr (kMins) {
+                sums_q4_k<kType, T>(chunk, xb, prefetch, sum, mins);
+              } else {
+                __m512i isum[T];
 #pragma GCC unroll 16
-            for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
-            if constexpr (kType == TensorType::kIQ4_XS) sums_iq4_xs<T>(chunk, ds + 32, xb, isum);
-            else sums_q6_k<T>(chunk, xb, isum);
+                for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
+                if constexpr (kType == TensorType::kIQ4_XS) sums_iq4_xs<T>(chunk, ds + 32, xb, prefetch, isum);
+                else sums_q6_k<T>(chunk, xb, prefetch, isum);
 #pragma GCC unroll 16
-            for (int t = 0; t < T; ++t) sum[t] = _mm512_cvtepi32_ps(isum[t]);
-          }
-          add_float_step<kMins, T>(acc, ds, xb, sum, mins);
-        });
+                for (int t = 0; t < T; ++t) sum[t] = _mm512_cvtepi32_ps(isum[t]);
+              }
+              add_float_step<kMins, T>(acc, ds, xb, sum, mins);
+            });
   }
 };
 

@@ -188,10 +188,11 @@ void sub_block_pair(const std::byte* chunk, const Q3Scales& q3_scales, const Q8K
 // Q3_K / Q2_K: the integer sums (offset included) of one super-block of one panel for the tile's
 // tokens, and Q2_K's mins.
 template <TensorType kType, int T>
-void low_bit_sums(const std::byte* chunk, const Q8KRecord* xb, __m512i (&sum)[T], __m512i (&mins)[T]) {
+void low_bit_sums(const std::byte* chunk, const Q8KRecord* xb, const SpreadPrefetch& prefetch, __m512i (&sum)[T],
+                  __m512i (&mins)[T]) {
   const Q3Scales q3_scales = kType == TensorType::kQ3_K ? q3_k_scales(chunk) : Q3Scales{};
   [&]<int... i>(std::integer_sequence<int, i...>) {
-    (sub_block_pair<kType, i / 4, i % 4, T>(chunk, q3_scales, xb, sum), ...);
+    ((prefetch.share(i, 8), sub_block_pair<kType, i / 4, i % 4, T>(chunk, q3_scales, xb, sum)), ...);
   }
   (std::make_integer_sequence<int, 8>{});
   if constexpr (kType == TensorType::kQ2_K) {
@@ -227,16 +228,17 @@ struct LowBitFormat {
     constexpr bool kMins = kType == TensorType::kQ2_K;
     super_block_tile<kType, P, T>(
         panel, l, x, y, y_stride, rows_out,
-        [](const std::byte* chunk, const std::byte* ds, const X* xb, __m512* acc) __attribute__((always_inline)) {
-          __m512i isum[T], mins[T];
+        [](const std::byte* chunk, const std::byte* ds, const X* xb, __m512* acc, const SpreadPrefetch& prefetch)
+            __attribute__((always_inline)) {
+              __m512i isum[T], mins[T];
 #pragma GCC unroll 16
-          for (int t = 0; t < T; ++t) isum[t] = mins[t] = _mm512_setzero_si512();
-          low_bit_sums<kType, T>(chunk, xb, isum, mins);
-          __m512 sum[T];
+              for (int t = 0; t < T; ++t) isum[t] = mins[t] = _mm512_setzero_si512();
+              low_bit_sums<kType, T>(chunk, xb, prefetch, isum, mins);
+              __m512 sum[T];
 #pragma GCC unroll 16
-          for (int t = 0; t < T; ++t) sum[t] = _mm512_cvtepi32_ps(isum[t]);
-          add_float_step<kMins, T>(acc, ds, xb, sum, mins);
-        });
+              for (int t = 0; t < T; ++t) sum[t] = _mm512_cvtepi32_ps(isum[t]);
+              add_float_step<kMins, T>(acc, ds, xb, sum, mins);
+            });
   }
 };
 
