@@ -1,5 +1,5 @@
 // BF16 weights multiplied with vdpbf16ps (AVX512-BF16): the build QuantizedMatrix runs for BF16
-// panels where bf16_pair_products() says so (quantized_matrix.h), entered only after the run-time
+// panels where bf16_products() says kPairs (quantized_matrix.h), entered only after the run-time
 // checks for AVX-512, VNNI and BF16.
 //
 // The panels are the AVX-512 build's BF16 panels (quantized_panels.h): a 32-bit lane holds one

@@ -474,16 +474,6 @@ void sums_low_bit(const std::byte* chunk, TokenRecords xb, const SpreadPrefetch&
 
 // ---- the tiles ---------------------------------------------------------------------------------------
 
-// Software prefetch distance within a panel's stream. One token is bound by the stream's latency
-// more than by its arithmetic: far ahead (a 1B Q4_K_M decode step on a Zen 3 core: 99.6 ms with
-// 2 KiB, 84 with 4 KiB, 67-73 with 8-16 KiB); a tile of several tokens reads slowly, 4 KiB.
-// A super-block's 21-53 lines are prefetched a few per step of its sums (SpreadPrefetch), not in
-// one burst at its start: a burst stalled the tile's own loads, presumably by taking all the
-// core's miss buffers (one token from memory, 65536 x 2048, one Zen 3 core: Q6_K 11.6 -> 19.0
-// GB/s, Q5_K 11.2 -> 17.3, Q4_K 14.9 -> 20.5).
-template <int T>
-constexpr size_t kPrefetchAhead = T == 1 ? 12288 : 4096;
-
 // One panel (16 rows, as two halves of 8) x T tokens, super-block by super-block; per half the
 // format's integer sums, then the twin's float step acc += (d * d_x) * sum - (dmin * d_x) * mins
 // (Q6_K: dmin and mins zero, as in the twin).
@@ -499,7 +489,7 @@ void tile(const std::byte* panel, const Q8KRecord* x, int blocks, float* y, size
   for (int b = 0; b < blocks; ++b) {
     const std::byte* chunk = panel + PanelLayout::chunk_at(kType, b);
     const std::byte* ds = panel + PanelLayout::k_scales_at(kType, b, blocks);
-    const SpreadPrefetch prefetch{chunk + kPrefetchAhead<T>, static_cast<int>(kChunk / 64) + 1};
+    const SpreadPrefetch prefetch = super_block_prefetch<T, kChunk>(chunk);
     const TokenRecords xb{x + b, static_cast<size_t>(blocks)};
     __m256i isum[2][T], imins[2][T];
 #pragma GCC unroll 2

@@ -396,25 +396,24 @@ struct KQuantFormat {
   static void tile(const std::byte* panel, const PanelLayout& l, const X* x, float* y, size_t y_stride,
                    const int* rows_out) {
     constexpr bool kMins = kType == TensorType::kQ4_K || kType == TensorType::kQ5_K;
-    super_block_tile<kType, P, T>(
-        panel, l, x, y, y_stride, rows_out,
-        [](const std::byte* chunk, const std::byte* ds, const X* xb, __m512* acc, const SpreadPrefetch& prefetch)
-            __attribute__((always_inline)) {
-              __m512 sum[T];
-              __m512i mins[T];
-              if constexpr (kMins) {
-                sums_q4_k<kType, T>(chunk, xb, prefetch, sum, mins);
-              } else {
-                __m512i isum[T];
+    const auto add_super_block = [](const std::byte* chunk, const std::byte* ds, const X* xb, __m512* acc,
+                                    const SpreadPrefetch& prefetch) __attribute__((always_inline)) {
+      __m512 sum[T];
+      __m512i mins[T];
+      if constexpr (kMins) {
+        sums_q4_k<kType, T>(chunk, xb, prefetch, sum, mins);
+      } else {
+        __m512i isum[T];
 #pragma GCC unroll 16
-                for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
-                if constexpr (kType == TensorType::kIQ4_XS) sums_iq4_xs<T>(chunk, ds + 32, xb, prefetch, isum);
-                else sums_q6_k<T>(chunk, xb, prefetch, isum);
+        for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
+        if constexpr (kType == TensorType::kIQ4_XS) sums_iq4_xs<T>(chunk, ds + 32, xb, prefetch, isum);
+        else sums_q6_k<T>(chunk, xb, prefetch, isum);
 #pragma GCC unroll 16
-                for (int t = 0; t < T; ++t) sum[t] = _mm512_cvtepi32_ps(isum[t]);
-              }
-              add_float_step<kMins, T>(acc, ds, xb, sum, mins);
-            });
+        for (int t = 0; t < T; ++t) sum[t] = _mm512_cvtepi32_ps(isum[t]);
+      }
+      add_float_step<kMins, T>(acc, ds, xb, sum, mins);
+    };
+    super_block_tile<kType, P, T>(panel, l, x, y, y_stride, rows_out, add_super_block);
   }
 };
 

@@ -226,19 +226,18 @@ struct LowBitFormat {
   static void tile(const std::byte* panel, const PanelLayout& l, const X* x, float* y, size_t y_stride,
                    const int* rows_out) {
     constexpr bool kMins = kType == TensorType::kQ2_K;
-    super_block_tile<kType, P, T>(
-        panel, l, x, y, y_stride, rows_out,
-        [](const std::byte* chunk, const std::byte* ds, const X* xb, __m512* acc, const SpreadPrefetch& prefetch)
-            __attribute__((always_inline)) {
-              __m512i isum[T], mins[T];
+    const auto add_super_block = [](const std::byte* chunk, const std::byte* ds, const X* xb, __m512* acc,
+                                    const SpreadPrefetch& prefetch) __attribute__((always_inline)) {
+      __m512i isum[T], mins[T];
 #pragma GCC unroll 16
-              for (int t = 0; t < T; ++t) isum[t] = mins[t] = _mm512_setzero_si512();
-              low_bit_sums<kType, T>(chunk, xb, prefetch, isum, mins);
-              __m512 sum[T];
+      for (int t = 0; t < T; ++t) isum[t] = mins[t] = _mm512_setzero_si512();
+      low_bit_sums<kType, T>(chunk, xb, prefetch, isum, mins);
+      __m512 sum[T];
 #pragma GCC unroll 16
-              for (int t = 0; t < T; ++t) sum[t] = _mm512_cvtepi32_ps(isum[t]);
-              add_float_step<kMins, T>(acc, ds, xb, sum, mins);
-            });
+      for (int t = 0; t < T; ++t) sum[t] = _mm512_cvtepi32_ps(isum[t]);
+      add_float_step<kMins, T>(acc, ds, xb, sum, mins);
+    };
+    super_block_tile<kType, P, T>(panel, l, x, y, y_stride, rows_out, add_super_block);
   }
 };
 

@@ -8,7 +8,7 @@
 //   using X                      its prepared record per token (a group's records side by side)
 //   tile<P, T>(panel, layout, x, y, y_stride, rows_out)   P panels x T tokens
 //   panels_for(tokens)           panels per tile for a group of that many tokens (1, 2 or 4)
-//   kTokensOnFourPanels, kTokensOnTwoPanels   the most tokens a 4- / 2-panel tile takes
+//   kTokensOnFourPanels, kTokensOnTwoPanels   the most tokens a 4- / 2-panel tile takes (0: none)
 //   token_bytes(layout)          prepared bytes per token
 //   kActivationBlockBytes        optional: see multiply_panels_with
 #pragma once
@@ -81,7 +81,9 @@ void group_over_panels(const WeightPanels& w, int p0, int p1, const Activations&
   const int tokens = std::min(kMaxTokens, acts.num_tokens - t0);
   const auto* x =
       reinterpret_cast<const typename Kernel::X*>(acts.data + static_cast<size_t>(t0) * Kernel::token_bytes(l));
-  const int want = std::min(max_panels, Kernel::panels_for(tokens));
+  // Kernels without 2- or 4-panel tiles (kTokensOn...Panels 0) get none compiled.
+  constexpr int kMostPanels = Kernel::kTokensOnFourPanels > 0 ? 4 : Kernel::kTokensOnTwoPanels > 0 ? 2 : 1;
+  const int want = std::min({max_panels, kMostPanels, Kernel::panels_for(tokens)});
   for (int p = p0; p < p1;) {
     const int left = p1 - p;
     const int panels = want >= 4 && left >= 4 ? 4 : want >= 2 && left >= 2 ? 2 : 1;
@@ -89,10 +91,15 @@ void group_over_panels(const WeightPanels& w, int p0, int p1, const Activations&
     for (int i = 0; i < panels; ++i) rows_out[i] = std::min(kPanelRows, l.rows - (p + i) * kPanelRows);
     const std::byte* panel = w.base + static_cast<size_t>(p) * l.panel_bytes;
     float* yp = y + static_cast<size_t>(t0) * y_stride + static_cast<size_t>(p) * kPanelRows;
-    if (panels == 4) Tiles<Kernel, 4, Kernel::kTokensOnFourPanels>::run(tokens, panel, l, x, yp, y_stride, rows_out);
-    else if (panels == 2)
-      Tiles<Kernel, 2, Kernel::kTokensOnTwoPanels>::run(tokens, panel, l, x, yp, y_stride, rows_out);
-    else Tiles<Kernel, 1, kMaxTokens>::run(tokens, panel, l, x, yp, y_stride, rows_out);
+    if (panels == 4) {
+      if constexpr (kMostPanels >= 4)
+        Tiles<Kernel, 4, Kernel::kTokensOnFourPanels>::run(tokens, panel, l, x, yp, y_stride, rows_out);
+    } else if (panels == 2) {
+      if constexpr (kMostPanels >= 2)
+        Tiles<Kernel, 2, Kernel::kTokensOnTwoPanels>::run(tokens, panel, l, x, yp, y_stride, rows_out);
+    } else {
+      Tiles<Kernel, 1, kMaxTokens>::run(tokens, panel, l, x, yp, y_stride, rows_out);
+    }
     p += panels;
   }
 }
@@ -127,19 +134,12 @@ void multiply_panels_with(const WeightPanels& w, int p0, int p1, const Activatio
 
 // ---- super-block formats (Q4_K, Q5_K, Q6_K, IQ4_XS, Q3_K, Q2_K) ---------------------------------
 
-// Prefetch distance within a panel's stream for the super-block tiles: one token is bound by the
-// stream's latency more than by its arithmetic, so far ahead; a tile of several tokens reads
-// slowly.
-template <int T>
-constexpr size_t kSuperBlockPrefetchAhead = T == 1 ? 12288 : 4096;
-
 // The loop of their tiles: P panels x the T tokens of group `x` (T records per super-block, side
 // by side), super-block by super-block. Per panel add_super_block(chunk, scales, xb, acc[p],
 // prefetch) adds the super-block's contribution to that panel's T accumulators: the format's
 // integer sums, then the scalar twin's float step; its 8 sub-block steps prefetch the stream
-// ahead, a share each (`prefetch.share(step, 8)`: a super-block's lines, its scales' included, at
-// most one line more than its chunk). Always inlined, so that the accumulators stay in registers
-// across the call.
+// ahead, a share each (`prefetch.share(step, 8)`, spread_prefetch.h). Always inlined, so that the
+// accumulators stay in registers across the call.
 template <TensorType kType, int P, int T, class Record, class AddSuperBlock>
 [[gnu::always_inline]] inline void super_block_tile(const std::byte* panel, const PanelLayout& l, const Record* x,
                                                     float* y, size_t y_stride, const int* rows_out,
@@ -157,8 +157,8 @@ template <TensorType kType, int P, int T, class Record, class AddSuperBlock>
     for (int p = 0; p < P; ++p) {
       const std::byte* base = panel + static_cast<size_t>(p) * l.panel_bytes;
       const std::byte* chunk = base + PanelLayout::chunk_at(kType, b);
-      const SpreadPrefetch prefetch{chunk + kSuperBlockPrefetchAhead<T>, static_cast<int>(kChunk / 64) + 1};
-      add_super_block(chunk, base + PanelLayout::k_scales_at(kType, b, blocks), xb, acc[p], prefetch);
+      add_super_block(chunk, base + PanelLayout::k_scales_at(kType, b, blocks), xb, acc[p],
+                      super_block_prefetch<T, kChunk>(chunk));
     }
   }
   store_tile<P, T>(acc, y, y_stride, rows_out);
@@ -192,7 +192,7 @@ template <bool kMins, int T, class Record>
 template <class Format>
 struct SuperBlockKernel : Format {
   static int panels_for(int) { return 1; }
-  static constexpr int kTokensOnFourPanels = 1, kTokensOnTwoPanels = 3;
+  static constexpr int kTokensOnFourPanels = 0, kTokensOnTwoPanels = 0;
   static size_t token_bytes(const PanelLayout& l) {
     return static_cast<size_t>(l.cols / kSuperBlock) * sizeof(typename Format::X);
   }
