@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -102,43 +103,61 @@ void append_repr_string(std::string& out, std::string_view s) {
   out.push_back(quote);
 }
 
-void append_repr(std::string& out, const Value& v, int depth);
+// The containers being printed, outermost first: Python's repr prints a container met again
+// inside itself as "[...]" or "{...}" (only a namespace can hold itself; lists and dicts are
+// immutable here), and refuses nesting past its recursion limit.
+struct ReprPath {
+  std::vector<const void*> open;
+  bool contains(const void* container) const { return std::find(open.begin(), open.end(), container) != open.end(); }
+};
 
-void append_container_repr(std::string& out, const Value& v, int depth) {
-  if (depth > 200) throw TemplateRenderError("RecursionError: value nested too deeply to print", 0);
+constexpr size_t kMaxReprDepth = 200;
+
+void append_repr(std::string& out, const Value& v, ReprPath& path);
+
+void append_container_repr(std::string& out, const Value& v, ReprPath& path) {
+  const void* container = v.is_list()   ? static_cast<const void*>(&v.as_list())
+                          : v.is_dict() ? static_cast<const void*>(&v.as_dict())
+                                        : static_cast<const void*>(&v.as_namespace());
+  if (v.is_namespace()) out += "<Namespace ";
+  if (path.contains(container)) {
+    out += v.is_list() ? (v.as_list().is_tuple ? "(...)" : "[...]") : "{...}";
+    if (v.is_namespace()) out += ">";
+    return;
+  }
+  if (path.open.size() >= kMaxReprDepth)
+    throw TemplateRenderError("RecursionError: value nested too deeply to print", 0);
+  path.open.push_back(container);
   if (v.is_list()) {
     const List& l = v.as_list();
     out.push_back(l.is_tuple ? '(' : '[');
     for (size_t i = 0; i < l.items.size(); ++i) {
       if (i) out += ", ";
-      append_repr(out, l.items[i], depth + 1);
+      append_repr(out, l.items[i], path);
     }
     if (l.is_tuple && l.items.size() == 1) out.push_back(',');
     out.push_back(l.is_tuple ? ')' : ']');
-    return;
-  }
-  const auto print_entries = [&](const auto& entries) {
-    out.push_back('{');
-    bool first = true;
-    for (const auto& [k, item] : entries) {
-      if (!first) out += ", ";
-      first = false;
-      append_repr_string(out, k);
-      out += ": ";
-      append_repr(out, item, depth + 1);
-    }
-    out.push_back('}');
-  };
-  if (v.is_dict()) {
-    print_entries(v.as_dict().entries());
   } else {
-    out += "<Namespace ";
-    print_entries(v.as_namespace().attributes);
-    out += ">";
+    const auto print_entries = [&](const auto& entries) {
+      out.push_back('{');
+      bool first = true;
+      for (const auto& [k, item] : entries) {
+        if (!first) out += ", ";
+        first = false;
+        append_repr_string(out, k);
+        out += ": ";
+        append_repr(out, item, path);
+      }
+      out.push_back('}');
+    };
+    if (v.is_dict()) print_entries(v.as_dict().entries());
+    else print_entries(v.as_namespace().attributes);
   }
+  if (v.is_namespace()) out += ">";
+  path.open.pop_back();
 }
 
-void append_repr(std::string& out, const Value& v, int depth) {
+void append_repr(std::string& out, const Value& v, ReprPath& path) {
   switch (v.kind()) {
     case Value::Kind::kString:
       append_repr_string(out, v.as_string());
@@ -148,7 +167,8 @@ void append_repr(std::string& out, const Value& v, int depth) {
       return;  // repr(), e.g. inside a printed list
     case Value::Kind::kList:
     case Value::Kind::kDict:
-      append_container_repr(out, v, depth);
+    case Value::Kind::kNamespace:
+      append_container_repr(out, v, path);
       return;
     default:
       append_python_str(out, v);
@@ -178,9 +198,11 @@ void append_python_str(std::string& out, const Value& v) {
       return;
     case Value::Kind::kList:
     case Value::Kind::kDict:
-    case Value::Kind::kNamespace:
-      append_container_repr(out, v, 0);
+    case Value::Kind::kNamespace: {
+      ReprPath path;
+      append_container_repr(out, v, path);
       return;
+    }
     case Value::Kind::kCallable:
       out += v.as_callable().describe();
       return;
@@ -196,7 +218,8 @@ std::string python_str(const Value& v) {
 
 std::string python_repr(const Value& v) {
   std::string out;
-  append_repr(out, v, 0);
+  ReprPath path;
+  append_repr(out, v, path);
   return out;
 }
 

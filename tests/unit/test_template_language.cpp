@@ -6,6 +6,7 @@
 // from /usr/bin/python3.
 #include <gtest/gtest.h>
 
+#include <regex>
 #include <string>
 
 #include "template_test_support.h"
@@ -356,6 +357,28 @@ TEST(TemplateLanguage, NamespaceCyclesAreFreed) {
             "True");
   const jinja::Template t("{% set a = namespace(b=none) %}{% set b = namespace(a=a) %}{% set a.b = b %}x");
   for (int i = 0; i < 3; ++i) EXPECT_EQ(t.render(ordered_json::parse("{}")), "x");
+}
+
+// Printing a container met again inside itself: Python marks the repeat ("{...}") instead of
+// recursing, whether the cycle is printed directly, inside a list, or concatenated with ~.
+TEST(TemplateLanguage, NamespaceCyclesPrintAsPythonDoes) {
+  EXPECT_EQ(render("{% set ns = namespace(n=0) %}{% set ns.n = ns %}{{ ns }}|{{ [ns, 1] }}|{{ 'a' ~ ns.n }}", "{}"),
+            "<Namespace {'n': <Namespace {...}>}>|[<Namespace {'n': <Namespace {...}>}>, 1]|"
+            "a<Namespace {'n': <Namespace {...}>}>");
+  EXPECT_EQ(render("{% set a = namespace(b=none) %}{% set b = namespace(a=a) %}{% set a.b = [b] %}{{ a }}", "{}"),
+            "<Namespace {'b': [<Namespace {'a': <Namespace {...}>}>]}>");
+  // The same namespace twice side by side is not a cycle.
+  EXPECT_EQ(render("{% set x = namespace(v=1) %}{{ [x, x] }}", "{}"), "[<Namespace {'v': 1}>, <Namespace {'v': 1}>]");
+  // Deep but acyclic nesting stops with Python's error, not the stack.
+  const std::string chain =
+      "{% set root = namespace(n=0) %}{% set last = namespace(at=root) %}{% for i in range(COUNT) %}"
+      "{% set next = namespace(n=0) %}{% set at = last.at %}{% set at.n = next %}{% set last.at = next %}"
+      "{% endfor %}";
+  const auto chain_of = [&](int count) {
+    return std::regex_replace(chain, std::regex("COUNT"), std::to_string(count));
+  };
+  EXPECT_EQ(render(chain_of(2) + "{{ root }}", "{}"), "<Namespace {'n': <Namespace {'n': <Namespace {'n': 0}>}>}>");
+  EXPECT_THROW(render(chain_of(300) + "{{ root }}", "{}"), jinja::TemplateError);
 }
 
 TEST(TemplateLanguage, TemplateIsReusableAndThreadSafe) {
