@@ -25,9 +25,9 @@
 //   IQ4_XS: levels looked up from the nibbles (vpshufb) as unsigned kIq4NlValues + 128; per
 //     sub-block of 32 columns a chain of 8 vpdpbusd that starts at -128 times the activation's
 //     32-value sum, times the 6-bit scale - 32 (vpmulld).
-// Tiles of one panel x up to 16 tokens reuse each unpacked register for all their tokens; a
-// single token takes 4 panels at once, 2-3 tokens 2 (more independent chains, more streams in
-// flight), with software prefetch ahead of each panel's stream as the Q8_0 panels do. Per 32
+// Tiles of one panel x up to 16 tokens reuse each unpacked register for all their tokens, one
+// panel even for a single token (one stream; SuperBlockKernel in panel_tiles_avx512.h says why),
+// with the super-block's prefetch spread over its sub-block steps (spread_prefetch.h). Per 32
 // weights and token a tile of 16 tokens issues 8 vpdpbusd (the activation's 4 bytes an embedded
 // broadcast) and, on the same two ports, Q4_K 2 (conversion, FMA), Q5_K / IQ4_XS 3 (vpmulld's
 // two, an add), Q6_K 4 (2 on the narrow path) for the sub-block scales, plus about 1.5 for the

@@ -19,10 +19,9 @@
 //   Q2_K: levels 0..3, no offset: chains of 4 vpdpbusd from zero (at most 16 * 3 * 127), times
 //     the 4-bit scale with one vpdpwssd; the mins: 8 vpdpwssd of (min, min) int16 pairs against
 //     the activation's 16-value sums, paired the same way.
-// Tiles of one panel x up to 16 tokens reuse each unpacked register for all their tokens; a single
-// token takes 4 panels at once, 2-3 tokens 2 (more independent chains, more streams in flight),
-// with software prefetch ahead of each panel's stream, through the driver the other panel builds
-// share (panel_tiles_avx512.h).
+// Tiles of one panel x up to 16 tokens reuse each unpacked register for all their tokens, one
+// panel even for a single token, with the super-block's prefetch spread over its sub-block steps,
+// through the driver the K-quant builds share (SuperBlockKernel, panel_tiles_avx512.h).
 //
 // GCC 12 flags the deliberately undefined pass-through operands inside some AVX-512 intrinsics as
 // uninitialized (GCC bug 105593, fixed in 13): silence only that.
