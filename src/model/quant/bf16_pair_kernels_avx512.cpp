@@ -20,7 +20,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <climits>
 #include <cstddef>
 #include <cstdint>
 
@@ -52,39 +51,71 @@ __m512i round_to_bf16(__m512 v) {
   return _mm512_mask_blend_epi32(nan, rounded, quiet);
 }
 
-// The same for one value (the tail of a batch whose rows are too far apart for a gather's 32-bit
-// offsets): the low 16 bits.
-uint32_t round_to_bf16(float v) {
-  alignas(64) float lanes[16] = {v};
-  alignas(64) uint32_t bf[16];
-  _mm512_store_si512(bf, round_to_bf16(_mm512_load_ps(lanes)));
-  return bf[0];
+// 16 x 16 32-bit lanes transposed in place: lane j of row t becomes lane t of row j. Three
+// rounds within 128-bit blocks and across them, 64 shuffles.
+[[gnu::always_inline]] inline void transpose_16x16(__m512i (&r)[16]) {
+  __m512i a[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 16; i += 2) {  // rows i, i + 1 interleaved: lanes (4b, 4b + 1) and (4b + 2, 4b + 3)
+    a[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    a[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 16; i += 4) {  // rows i..i + 3: row i + c holds their lane 4b + c in block b
+    r[i] = _mm512_unpacklo_epi64(a[i], a[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(a[i], a[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(a[i + 1], a[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(a[i + 1], a[i + 3]);
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {  // rows c of row groups (0, 1), then (2, 3): their blocks 0, 2 and 1, 3
+    const int row = i / 4 * 8 + i % 4;
+    a[i] = _mm512_shuffle_i32x4(r[row], r[row + 4], 0x88);
+    a[8 + i] = _mm512_shuffle_i32x4(r[row], r[row + 4], 0xDD);
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {  // lane 4b + c of the 16 rows, for blocks b = 0, 2 (k = 0) and 1, 3
+#pragma GCC unroll 2
+    for (int k = 0; k < 2; ++k) {
+      const __m512i groups01 = a[8 * k + c], groups23 = a[8 * k + 4 + c];
+      r[4 * k + c] = _mm512_shuffle_i32x4(groups01, groups23, 0x88);
+      r[8 + 4 * k + c] = _mm512_shuffle_i32x4(groups01, groups23, 0xDD);
+    }
+  }
 }
 
 // A group's tokens (x, x_stride apart) to its pairs: pair j of token t at g[j * tokens + t], the
 // even column in the low half, a zero column after an odd count (meeting the panels' zero pad
-// column: adding 0 * 0 changes no sum). A column's values of the group's tokens are gathered
-// across the tokens' rows, 16 tokens at a time.
+// column: adding 0 * 0 changes no sum). 16 pairs at a time: each token's 32 columns rounded and
+// packed into pairs in one register (a token's row read in order), the 16 tokens' registers then
+// transposed into the pairs' rows. Two gathers per pair and 16 tokens did the same: a 1B BF16
+// prefill of 512 tokens on Zen 4 went from 195.4 to 200.1 tokens/s (medians of 4 alternated runs).
 void prepare_group(const float* x, size_t x_stride, int tokens, int cols, uint32_t* g) {
   const int pairs = column_pairs(cols);
-  if (x_stride * kMaxTokens * sizeof(float) > INT32_MAX) {
-    for (int t = 0; t < tokens; ++t) {
-      const float* xt = x + static_cast<size_t>(t) * x_stride;
-      for (int j = 0; j < pairs; ++j)
-        g[static_cast<size_t>(j) * static_cast<size_t>(tokens) + static_cast<size_t>(t)] =
-            round_to_bf16(xt[2 * j]) | (2 * j + 1 < cols ? round_to_bf16(xt[2 * j + 1]) << 16 : 0u);
-    }
-    return;
-  }
   const __mmask16 live = rows_mask(tokens);
-  const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                          _mm512_set1_epi32(static_cast<int>(x_stride)));
-  for (int j = 0; j < pairs; ++j) {
-    const __m512 even = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, rows, x + 2 * j, 4);
-    const __m512 odd = 2 * j + 1 < cols ? _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, rows, x + 2 * j + 1, 4)
-                                        : _mm512_setzero_ps();
-    _mm512_mask_storeu_epi32(g + static_cast<size_t>(j) * static_cast<size_t>(tokens), live,
-                             _mm512_or_si512(round_to_bf16(even), _mm512_slli_epi32(round_to_bf16(odd), 16)));
+  // Word k of the packed register: the low half (the BF16) of lane k of the two rounded halves.
+  const __m512i even_words = _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34, 32, 30, 28,
+                                              26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  for (int j0 = 0; j0 < pairs; j0 += 16) {
+    const int c0 = 2 * j0, count = std::min(32, cols - c0);
+    const __mmask16 low = rows_mask(std::min(16, count)), high = rows_mask(std::max(0, count - 16));
+    __m512i r[16];
+#pragma GCC unroll 16
+    for (int t = 0; t < 16; ++t) {
+      if (t >= tokens) {
+        r[t] = _mm512_setzero_si512();
+        continue;
+      }
+      const float* xt = x + static_cast<size_t>(t) * x_stride + c0;
+      const __m512i a = round_to_bf16(_mm512_maskz_loadu_ps(low, xt));
+      const __m512i b = round_to_bf16(_mm512_maskz_loadu_ps(high, xt + 16));
+      r[t] = _mm512_permutex2var_epi16(a, even_words, b);
+    }
+    transpose_16x16(r);
+    const int rows = std::min(16, pairs - j0);
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j)
+      if (j < rows) _mm512_mask_storeu_epi32(g + static_cast<size_t>(j0 + j) * static_cast<size_t>(tokens), live, r[j]);
   }
 }
 
