@@ -283,8 +283,9 @@ void sums_q4_k(const std::byte* chunk, const SuperRecord* xb, const SpreadPrefet
 // Q6_K's repacked levels: triple v of half n (3 registers, 192 bytes) holds columns 128n + 4v..
 // in its four byte planes: plane s < 3 (columns + 32s) is the register's low 6 bits, plane 3
 // (columns + 96) the top 2 bits of the three registers together.
-[[gnu::always_inline]] inline __m512i q6_plane(const __m512i (&triple)[3], int s) {
-  if (s < 3) return _mm512_and_si512(triple[s], bytes(0x3F));
+[[gnu::always_inline]] inline __m512i q6_low_plane(__m512i reg) { return _mm512_and_si512(reg, bytes(0x3F)); }
+
+[[gnu::always_inline]] inline __m512i q6_top_plane(const __m512i (&triple)[3]) {
   // bits 6-7 of the three bytes, as bits 0-1, 2-3, 4-5
   const __m512i low_mid =
       _mm512_ternarylogic_epi32(_mm512_srli_epi16(triple[0], 6), _mm512_srli_epi16(triple[1], 4), bytes(0x03), 0xE4);
@@ -327,7 +328,9 @@ void sums_q6_k_few(const std::byte* chunk, const SuperRecord* xb, const SpreadPr
       load_q6_triple(chunk, n, 2 * h + 1, triples[1]);
 #pragma GCC unroll 4
       for (int s = 0; s < 4; ++s) {
-        const __m512i w[2] = {q6_plane(triples[0], s), q6_plane(triples[1], s)};
+        __m512i w[2];
+#pragma GCC unroll 2
+        for (int i = 0; i < 2; ++i) w[i] = s < 3 ? q6_low_plane(triples[i][s]) : q6_top_plane(triples[i]);
         const int sb = 8 * n + 2 * s + h / 2;
         __m512i chain[T];
 #pragma GCC unroll 4
@@ -340,11 +343,10 @@ void sums_q6_k_few(const std::byte* chunk, const SuperRecord* xb, const SpreadPr
   }
 }
 
-// Q6_K: the integer sums (offset included) of one super-block of one panel for the tile's tokens,
-// plane by plane: each unpacked register meets up to 16 tokens.
+// Q6_K for 4-16 tokens: the integer sums (offset included) of one super-block of one panel, plane
+// by plane: each unpacked register meets all the tile's tokens.
 template <int T>
 void sums_q6_k(const std::byte* chunk, const SuperRecord* xb, const SpreadPrefetch& prefetch, __m512i (&sum)[T]) {
-  if constexpr (T < 4) return sums_q6_k_few<T>(chunk, xb, prefetch, sum);
 #pragma GCC unroll 2
   for (int n = 0; n < 2; ++n) {
 #pragma GCC unroll 4
@@ -353,13 +355,13 @@ void sums_q6_k(const std::byte* chunk, const SuperRecord* xb, const SpreadPrefet
       __m512i w[8];
 #pragma GCC unroll 8
       for (int v = 0; v < 8; ++v) {
-        __m512i triple[3];
         if (s < 3) {
-          triple[s] = load(chunk + 3 * (8 * n + v) * 64 + s * 64);
+          w[v] = q6_low_plane(load(chunk + 3 * (8 * n + v) * 64 + s * 64));
         } else {
+          __m512i triple[3];
           load_q6_triple(chunk, n, v, triple);
+          w[v] = q6_top_plane(triple);
         }
-        w[v] = q6_plane(triple, s);
       }
       const int sb = 8 * n + 2 * s;
       const __m512i scale0 = q6_scale_words(chunk, sb), scale1 = q6_scale_words(chunk, sb + 1);
@@ -460,6 +462,7 @@ struct KQuantFormat {
 #pragma GCC unroll 16
         for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
         if constexpr (kType == TensorType::kIQ4_XS) sums_iq4_xs<T>(chunk, ds + 32, xb, prefetch, isum);
+        else if constexpr (T < 4) sums_q6_k_few<T>(chunk, xb, prefetch, isum);
         else sums_q6_k<T>(chunk, xb, prefetch, isum);
 #pragma GCC unroll 16
         for (int t = 0; t < T; ++t) sum[t] = _mm512_cvtepi32_ps(isum[t]);
