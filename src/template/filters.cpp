@@ -1,5 +1,8 @@
 // jinja2's filters and tests.
 #include <algorithm>
+#include <cstring>
+#include <optional>
+#include <unordered_set>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -57,6 +60,39 @@ Value sort_key(Renderer& r, const Value& item, const Value& attribute, bool case
   Value key = attribute.is_string() ? lookup_path(r, item, attribute.as_string(), line) : item;
   if (!case_sensitive && key.is_string()) return Value::string(python_lower(key.as_string()));
   return key;
+}
+
+// What a value is as a key of a Python set: equal keys for values Python's == calls equal (1, 1.0
+// and True; a string by its text; objects by identity), none for a NaN (equal to nothing, so
+// always kept); lists and dicts are unhashable, a TypeError as in Python (tuples are the caller's).
+std::optional<std::string> python_hash_key(Renderer& r, const Value& v, int line) {
+  switch (v.kind()) {
+    case Value::Kind::kUndefined:
+      return std::string("u");
+    case Value::Kind::kNone:
+      return std::string("n");
+    case Value::Kind::kBool:
+    case Value::Kind::kInt:
+      return fmt::format("i{}", v.as_int());
+    case Value::Kind::kFloat: {
+      const double f = v.as_float();
+      if (std::isnan(f)) return std::nullopt;
+      if (std::trunc(f) == f && std::fabs(f) < 9.2e18) return fmt::format("i{}", static_cast<int64_t>(f));
+      uint64_t bits;
+      std::memcpy(&bits, &f, sizeof bits);
+      return fmt::format("f{}", bits);
+    }
+    case Value::Kind::kString:
+      return "s" + v.as_string();
+    case Value::Kind::kNamespace:
+      return fmt::format("p{}", static_cast<const void*>(&v.as_namespace()));
+    case Value::Kind::kCallable:
+      return fmt::format("p{}", static_cast<const void*>(&v.as_callable()));
+    case Value::Kind::kList:
+    case Value::Kind::kDict:
+      break;
+  }
+  r.fail(line, fmt::format("TypeError: unhashable type: '{}'", v.is_dict() ? "dict" : "list"));
 }
 
 std::string html_escape(std::string_view s) {
@@ -330,7 +366,8 @@ Value apply_filter(Renderer& r, std::string_view name, const Value& input, CallA
     for (const Value& item : items_of(r, input, line)) {
       if (!first) out += sep;
       first = false;
-      append_python_str(out, a[1].is_string() ? lookup_path(r, item, a[1].as_string(), line) : item);
+      append_python_str(out, a[1].is_string() ? lookup_path(r, item, a[1].as_string(), line) : item,
+                        r.limits().max_output_bytes);
       r.check_size(out.size(), line);
     }
     return Value::string(std::move(out));
@@ -427,14 +464,20 @@ Value apply_filter(Renderer& r, std::string_view name, const Value& input, CallA
     if (method == "floor") return Value::number(std::floor(input.as_float() * scale) / scale);
     r.fail(line, "FilterArgumentError: method must be common, ceil or floor");
   }
-  if (name == "unique") {
+  if (name == "unique") {  // jinja2 keeps a set of the keys seen: one hash lookup per item
     auto a = bind_args(r, "unique", args, {"case_sensitive", "attribute"}, line);
-    std::vector<Value> out, seen;
+    std::vector<Value> out, seen_tuples;  // tuples (hashable in Python) compared one by one
+    std::unordered_set<std::string> seen;
     for (const Value& item : items_of(r, input, line)) {
       r.count_iterations(1, line);
       Value key = sort_key(r, item, a[1], truthy(a[0]), line);
-      if (std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return values_equal(s, key); })) continue;
-      seen.push_back(std::move(key));
+      if (key.is_list() && key.as_list().is_tuple) {
+        if (std::any_of(seen_tuples.begin(), seen_tuples.end(), [&](const Value& t) { return values_equal(t, key); }))
+          continue;
+        seen_tuples.push_back(std::move(key));
+      } else if (const std::optional<std::string> hash_key = python_hash_key(r, key, line)) {
+        if (!seen.insert(*hash_key).second) continue;
+      }
       out.push_back(item);
     }
     return Value::list(std::move(out));

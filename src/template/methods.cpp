@@ -148,7 +148,7 @@ std::string python_format(Renderer& r, std::string_view fmt_text, const CallArgs
         if (k == field) v = &kv;
     }
     if (v == nullptr) r.fail(line, fmt::format("IndexError: format field '{}' has no argument", field));
-    append_python_str(out, *v);
+    append_python_str(out, *v, r.limits().max_output_bytes);
     r.check_size(out.size(), line);
     i = close;
   }
@@ -381,7 +381,8 @@ std::string convert_one(Renderer& r, char type, const std::string& flags, int wi
     case 's':
     case 'r':
     case 'a': {
-      std::string text = type == 's' ? python_str(v) : python_repr(v);
+      std::string text =
+          type == 's' ? python_str(v, r.limits().max_output_bytes) : python_repr(v, r.limits().max_output_bytes);
       if (v.is_undefined() && type != 's') text = "Undefined";
       if (precision >= 0) {
         const auto offsets = code_point_offsets(text);

@@ -448,7 +448,7 @@ Value Renderer::lookup(std::string_view name, Scope& scope) const {
 }
 
 void Renderer::append_output(std::string& out, const Value& v, int line) {
-  append_python_str(out, v);
+  append_python_str(out, v, limits_.max_output_bytes);
   check_size(out.size(), line);
 }
 
@@ -510,7 +510,7 @@ Value Renderer::eval(const ast::Expr& e, Scope& scope) {
     case ExprKind::kConcat: {
       std::string s;
       for (const auto& part : e.operands) {
-        append_python_str(s, eval(*part, scope));
+        append_python_str(s, eval(*part, scope), limits_.max_output_bytes);
         check_size(s.size(), e.line);
       }
       return Value::string(std::move(s));

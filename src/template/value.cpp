@@ -172,12 +172,23 @@ bool truthy(const Value& v) {
   return false;
 }
 
-bool values_equal(const Value& a, const Value& b) {
+namespace {
+
+// Lists and dicts can share items (`[x, x]`), so a value of a few hundred nodes can stand for
+// 2^40 elements: comparing two such values element by element would never end. Python compares
+// an item with itself by identity, and so does this; past kMaxComparedItems the comparison stops.
+constexpr uint64_t kMaxComparedItems = 10'000'000;
+
+bool same_container(const Value& a, const Value& b) { return (a.is_list() || a.is_dict()) && a.same_object(b); }
+
+bool equal_within(const Value& a, const Value& b, uint64_t& budget) {
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) return a.as_float() == b.as_float();
     return a.as_int() == b.as_int();
   }
   if (a.kind() != b.kind()) return false;
+  if (budget-- == 0)
+    throw TemplateLimitError(fmt::format("comparison of values with more than {} items", kMaxComparedItems), 0);
   switch (a.kind()) {
     case Value::Kind::kUndefined:
     case Value::Kind::kNone:
@@ -189,7 +200,7 @@ bool values_equal(const Value& a, const Value& b) {
       const List& y = b.as_list();
       if (x.is_tuple != y.is_tuple || x.items.size() != y.items.size()) return false;
       for (size_t i = 0; i < x.items.size(); ++i)
-        if (!values_equal(x.items[i], y.items[i])) return false;
+        if (!same_container(x.items[i], y.items[i]) && !equal_within(x.items[i], y.items[i], budget)) return false;
       return true;
     }
     case Value::Kind::kDict: {
@@ -198,13 +209,20 @@ bool values_equal(const Value& a, const Value& b) {
       if (x.size() != y.size()) return false;
       for (const auto& [k, v] : x.entries()) {
         const Value* other = y.find(k);
-        if (other == nullptr || !values_equal(v, *other)) return false;
+        if (other == nullptr || (!same_container(v, *other) && !equal_within(v, *other, budget))) return false;
       }
       return true;
     }
     default:
       return a.same_object(b);
   }
+}
+
+}  // namespace
+
+bool values_equal(const Value& a, const Value& b) {
+  uint64_t budget = kMaxComparedItems;
+  return equal_within(a, b, budget);
 }
 
 int compare_values(const Value& a, const Value& b, int line) {

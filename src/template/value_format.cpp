@@ -108,6 +108,7 @@ void append_repr_string(std::string& out, std::string_view s) {
 // immutable here), and refuses nesting past its recursion limit.
 struct ReprPath {
   std::vector<const void*> open;
+  size_t max_bytes;  // the text may grow to this (items can be shared: [x, x] doubles per level)
   bool contains(const void* container) const { return std::find(open.begin(), open.end(), container) != open.end(); }
 };
 
@@ -128,12 +129,17 @@ void append_container_repr(std::string& out, const Value& v, ReprPath& path) {
   if (path.open.size() >= kMaxReprDepth)
     throw TemplateRenderError("RecursionError: value nested too deeply to print", 0);
   path.open.push_back(container);
+  const auto check_size = [&] {
+    if (out.size() > path.max_bytes)
+      throw TemplateLimitError(fmt::format("printed value longer than max_output_bytes ({})", path.max_bytes), 0);
+  };
   if (v.is_list()) {
     const List& l = v.as_list();
     out.push_back(l.is_tuple ? '(' : '[');
     for (size_t i = 0; i < l.items.size(); ++i) {
       if (i) out += ", ";
       append_repr(out, l.items[i], path);
+      check_size();
     }
     if (l.is_tuple && l.items.size() == 1) out.push_back(',');
     out.push_back(l.is_tuple ? ')' : ']');
@@ -147,6 +153,7 @@ void append_container_repr(std::string& out, const Value& v, ReprPath& path) {
         append_repr_string(out, k);
         out += ": ";
         append_repr(out, item, path);
+        check_size();
       }
       out.push_back('}');
     };
@@ -177,7 +184,7 @@ void append_repr(std::string& out, const Value& v, ReprPath& path) {
 
 }  // namespace
 
-void append_python_str(std::string& out, const Value& v) {
+void append_python_str(std::string& out, const Value& v, size_t max_bytes) {
   switch (v.kind()) {
     case Value::Kind::kUndefined:
       return;
@@ -199,7 +206,7 @@ void append_python_str(std::string& out, const Value& v) {
     case Value::Kind::kList:
     case Value::Kind::kDict:
     case Value::Kind::kNamespace: {
-      ReprPath path;
+      ReprPath path{{}, max_bytes};
       append_container_repr(out, v, path);
       return;
     }
@@ -209,16 +216,16 @@ void append_python_str(std::string& out, const Value& v) {
   }
 }
 
-std::string python_str(const Value& v) {
+std::string python_str(const Value& v, size_t max_bytes) {
   if (v.is_string()) return v.as_string();
   std::string out;
-  append_python_str(out, v);
+  append_python_str(out, v, max_bytes);
   return out;
 }
 
-std::string python_repr(const Value& v) {
+std::string python_repr(const Value& v, size_t max_bytes) {
   std::string out;
-  ReprPath path;
+  ReprPath path{{}, max_bytes};
   append_repr(out, v, path);
   return out;
 }

@@ -381,6 +381,17 @@ TEST(TemplateLanguage, NamespaceCyclesPrintAsPythonDoes) {
   EXPECT_THROW(render(chain_of(300) + "{{ root }}", "{}"), jinja::TemplateError);
 }
 
+// unique's keys are those of a Python set: 1, 1.0 and True are one key, a string is not a number,
+// tuples are hashable, lists and dicts are not (jinja2's TypeError).
+TEST(TemplateLanguage, UniqueKeysAreThoseOfAPythonSet) {
+  EXPECT_EQ(render("{{ [1, 1.0, True, '1', none, none, 2.5, 2.5, (1, 2), (1, 2), 0, False, -0.0]|unique|list }}", "{}"),
+            "[1, '1', None, 2.5, (1, 2), 0]");
+  EXPECT_EQ(render("{{ ['A', 'a', 'B']|unique|list }}|{{ ['A', 'a']|unique(case_sensitive=true)|list }}", "{}"),
+            "['A', 'B']|['A', 'a']");
+  EXPECT_THROW(render("{{ [[1], [1]]|unique|list }}", "{}"), jinja::TemplateError);
+  EXPECT_THROW(render("{{ [{'a': 1}]|unique|list }}", "{}"), jinja::TemplateError);
+}
+
 TEST(TemplateLanguage, TemplateIsReusableAndThreadSafe) {
   const jinja::Template t(
       "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}{% endfor %}{{ ns.n }}");

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "pagedkv/template/limits.h"
 #include "pagedkv/template/value.h"
 
 namespace pagedkv::jinja {
@@ -16,12 +17,13 @@ namespace pagedkv::jinja {
 // for exponents -4..15 and scientific ("1e+16", "1e-05") outside; "inf", "nan".
 std::string format_python_float(double f);
 
-// Python's str(v); undefined prints as "".
-std::string python_str(const Value& v);
-void append_python_str(std::string& out, const Value& v);
+// Python's str(v); undefined prints as "". A printed container stops with a TemplateLimitError once
+// the text passes max_bytes (shared items let a small value print as terabytes).
+std::string python_str(const Value& v, size_t max_bytes = RenderLimits{}.max_output_bytes);
+void append_python_str(std::string& out, const Value& v, size_t max_bytes = RenderLimits{}.max_output_bytes);
 
-// Python's repr(v).
-std::string python_repr(const Value& v);
+// Python's repr(v), bounded as python_str.
+std::string python_repr(const Value& v, size_t max_bytes = RenderLimits{}.max_output_bytes);
 
 // json.dumps's options.
 struct JsonStyle {
