@@ -19,7 +19,8 @@ namespace pagedkv::jinja {
 
 namespace {
 
-std::string str_of(const Value& v) { return python_str(v); }
+// str(v), bounded by the render's output limit.
+std::string str_of(const Renderer& r, const Value& v) { return python_str(v, r.limits().max_output_bytes); }
 
 // jinja2's attribute getter for map/selectattr/sort/...: a dotted path, each part an item lookup
 // first (integers index lists), then an attribute.
@@ -323,7 +324,7 @@ Value apply_filter(Renderer& r, std::string_view name, const Value& input, CallA
   if (name == "tojson") return filter_tojson(r, input, args, line);
   if (name == "trim") {
     auto a = bind_args(r, "trim", args, {"chars"}, line);
-    const std::string s = str_of(input);
+    const std::string s = str_of(r, input);
     if (a[0].is_string()) {
       const std::string_view chars = a[0].as_string();
       return Value::string(std::string(python_strip(s, &chars, true, true)));
@@ -360,7 +361,7 @@ Value apply_filter(Renderer& r, std::string_view name, const Value& input, CallA
   if (name == "map") return filter_map(r, input, args, line);
   if (name == "join") {
     auto a = bind_args(r, "join", args, {"d", "attribute"}, line);
-    const std::string sep = a[0].is_undefined() ? std::string() : str_of(a[0]);
+    const std::string sep = a[0].is_undefined() ? std::string() : str_of(r, a[0]);
     std::string out;
     bool first = true;
     for (const Value& item : items_of(r, input, line)) {
@@ -374,17 +375,17 @@ Value apply_filter(Renderer& r, std::string_view name, const Value& input, CallA
   }
   if (name == "upper") {
     no_args();
-    return Value::string(python_upper(str_of(input)));
+    return Value::string(python_upper(str_of(r, input)));
   }
   if (name == "lower") {
     no_args();
-    return Value::string(python_lower(str_of(input)));
+    return Value::string(python_lower(str_of(r, input)));
   }
   if (name == "capitalize" || name == "title") {
     no_args();
     // capitalize: the first code point upper, the rest lower. title (jinja2's): the same for each
     // word, words starting after whitespace, '-', '(', '{', '[' or '<'.
-    const std::string s = str_of(input);
+    const std::string s = str_of(r, input);
     std::string out;
     bool word_start = true;
     for (size_t pos = 0; pos < s.size();) {
@@ -398,7 +399,7 @@ Value apply_filter(Renderer& r, std::string_view name, const Value& input, CallA
   }
   if (name == "replace") {
     CallArgs method_args = std::move(args);
-    return call_method(r, Value::string(str_of(input)), "replace", std::move(method_args), line);
+    return call_method(r, Value::string(str_of(r, input)), "replace", std::move(method_args), line);
   }
   if (name == "default" || name == "d") {
     auto a = bind_args(r, "default", args, {"default_value", "boolean"}, line);
@@ -408,7 +409,7 @@ Value apply_filter(Renderer& r, std::string_view name, const Value& input, CallA
   }
   if (name == "string") {
     no_args();
-    return Value::string(str_of(input));
+    return Value::string(str_of(r, input));
   }
   if (name == "first" || name == "last") {
     no_args();
@@ -548,7 +549,7 @@ Value apply_filter(Renderer& r, std::string_view name, const Value& input, CallA
   }
   if (name == "wordcount") {
     no_args();
-    const std::string s = str_of(input);
+    const std::string s = str_of(r, input);
     int64_t words = 0;
     bool in_word = false;
     for (char c : s) {
@@ -565,7 +566,7 @@ Value apply_filter(Renderer& r, std::string_view name, const Value& input, CallA
   }
   if (name == "escape" || name == "e" || name == "forceescape") {
     no_args();
-    return Value::string(html_escape(str_of(input)));
+    return Value::string(html_escape(str_of(r, input)));
   }
   if (name == "attr") {
     auto a = bind_args(r, "attr", args, {"name"}, line);
@@ -580,7 +581,7 @@ Value apply_filter(Renderer& r, std::string_view name, const Value& input, CallA
   }
   if (name == "center") {
     auto a = bind_args(r, "center", args, {"width"}, line);
-    const std::string s = str_of(input);
+    const std::string s = str_of(r, input);
     const int64_t width = std::clamp<int64_t>(int_arg(r, a[0], 80, "width", line), 0, 1 << 20);
     const int64_t len = static_cast<int64_t>(code_point_count(s));
     if (width <= len) return Value::string(s);
@@ -649,7 +650,7 @@ bool apply_test(Renderer& r, std::string_view name, const Value& input, CallArgs
     return d.as_int() == -1 || input.as_int() % d.as_int() == 0;
   }
   if (name == "lower" || name == "upper") {  // str.islower() / isupper() of str(value)
-    const std::string s = python_str(input);
+    const std::string s = python_str(input, r.limits().max_output_bytes);
     bool cased = false;
     for (size_t pos = 0; pos < s.size();) {
       const char32_t c = decode_utf8(s, pos);

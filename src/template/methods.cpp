@@ -564,7 +564,7 @@ Value global_dict(Renderer& r, CallArgs& args, int line) {
 
 Value global_raise_exception(Renderer& r, CallArgs& args, int line) {
   auto a = bind_args(r, "raise_exception", args, {"message"}, line);
-  throw TemplateRaisedError(python_str(a[0]), line);
+  throw TemplateRaisedError(python_str(a[0], r.limits().max_output_bytes), line);
 }
 
 Value global_strftime_now(Renderer& r, CallArgs& args, int line) {
