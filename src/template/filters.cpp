@@ -650,7 +650,7 @@ bool apply_test(Renderer& r, std::string_view name, const Value& input, CallArgs
     return d.as_int() == -1 || input.as_int() % d.as_int() == 0;
   }
   if (name == "lower" || name == "upper") {  // str.islower() / isupper() of str(value)
-    const std::string s = python_str(input, r.limits().max_output_bytes);
+    const std::string s = str_of(r, input);
     bool cased = false;
     for (size_t pos = 0; pos < s.size();) {
       const char32_t c = decode_utf8(s, pos);

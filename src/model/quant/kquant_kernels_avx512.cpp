@@ -293,8 +293,12 @@ void sums_q4_k(const std::byte* chunk, const SuperRecord* xb, const SpreadPrefet
   return _mm512_and_si512(all, bytes(0x3F));
 }
 
+[[gnu::always_inline]] inline const std::byte* q6_triple_at(const std::byte* chunk, int n, int v) {
+  return chunk + 3 * (8 * n + v) * 64;
+}
+
 [[gnu::always_inline]] inline void load_q6_triple(const std::byte* chunk, int n, int v, __m512i (&triple)[3]) {
-  const std::byte* at = chunk + 3 * (8 * n + v) * 64;
+  const std::byte* at = q6_triple_at(chunk, n, v);
 #pragma GCC unroll 3
   for (int i = 0; i < 3; ++i) triple[i] = load(at + i * 64);
 }
@@ -317,7 +321,7 @@ template <int T>
 void sums_q6_k_few(const std::byte* chunk, const SuperRecord* xb, const SpreadPrefetch& prefetch, __m512i (&sum)[T]) {
 #pragma GCC unroll 2
   for (int n = 0; n < 2; ++n) {
-    __m512i scale[8];
+    __m512i scale[8];  // sub-blocks 8n.. 8n + 7
 #pragma GCC unroll 8
     for (int k = 0; k < 8; ++k) scale[k] = q6_scale_words(chunk, 8 * n + k);
 #pragma GCC unroll 4
@@ -331,13 +335,12 @@ void sums_q6_k_few(const std::byte* chunk, const SuperRecord* xb, const SpreadPr
         __m512i w[2];
 #pragma GCC unroll 2
         for (int i = 0; i < 2; ++i) w[i] = s < 3 ? q6_low_plane(triples[i][s]) : q6_top_plane(triples[i]);
-        const int sb = 8 * n + 2 * s + h / 2;
         __m512i chain[T];
 #pragma GCC unroll 4
         for (int t = 0; t < T; ++t) chain[t] = _mm512_set1_epi32(xb[t].start_q6[2 * (8 * n + 2 * s) + h]);
         dot_chains<2>(chain, w, xb, 128 * n + 32 * s + 8 * h);
 #pragma GCC unroll 4
-        for (int t = 0; t < T; ++t) sum[t] = _mm512_dpwssd_epi32(sum[t], chain[t], scale[sb - 8 * n]);
+        for (int t = 0; t < T; ++t) sum[t] = _mm512_dpwssd_epi32(sum[t], chain[t], scale[2 * s + h / 2]);
       }
     }
   }
@@ -356,7 +359,7 @@ void sums_q6_k(const std::byte* chunk, const SuperRecord* xb, const SpreadPrefet
 #pragma GCC unroll 8
       for (int v = 0; v < 8; ++v) {
         if (s < 3) {
-          w[v] = q6_low_plane(load(chunk + 3 * (8 * n + v) * 64 + s * 64));
+          w[v] = q6_low_plane(load(q6_triple_at(chunk, n, v) + s * 64));
         } else {
           __m512i triple[3];
           load_q6_triple(chunk, n, v, triple);

@@ -15,11 +15,12 @@
 // multiply-adds per cycle against the two FMA ports' 32 (BM_PeakMultiplyAdd: 43 against 88 GMAC/s
 // on one core), and it needs the activations rounded to BF16 first; where it is the faster
 // product (AMD), bf16_pair_kernels_avx512.cpp multiplies BF16 panels instead (Bf16Products). A
-// tile of one panel x 16 tokens issues 16 FMAs per column and the widening: with operands in cache, F16 tiles run at 88
-// % of the FMA peak (2 conversion uops per 16 FMAs), BF16 tiles at 96 %. A prompt's product runs in blocks of rows and
-// tokens and slices of columns (multiply_float_panels), so that weights and activations come from L1 and L2 rather than
-// from memory, and widens each F16 panel's slice once for all the block's tokens: its tiles then run at the FMA peak in
-// cache (85 against 75 GMAC/s on one core).
+// tile of one panel x 16 tokens issues 16 FMAs per column and the widening: with operands in
+// cache, F16 tiles run at 88 % of the FMA peak (2 conversion uops per 16 FMAs), BF16 tiles at
+// 96 %. A prompt's product runs in blocks of rows and tokens and slices of columns
+// (multiply_float_panels), so that weights and activations come from L1 and L2 rather than from
+// memory, and widens each F16 panel's slice once for all the block's tokens: its tiles then run
+// at the FMA peak in cache (85 against 75 GMAC/s on one core).
 //
 // Q8_0 / Q4_0: vpdpbusd multiplies unsigned by signed bytes. The panels hold w + 128 (Q8_0) or the
 // nibbles w + 8 (Q4_0) as the unsigned operand; the activations are plain signed Q8_0 values, and
