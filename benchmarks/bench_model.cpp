@@ -24,6 +24,7 @@
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <random>
 #include <vector>
 
 #include "pagedkv/kernels/thread_pool.h"
@@ -297,6 +298,16 @@ void BM_RunCStyleDecodeBuiltin(benchmark::State& state) { reference_decode(state
 BENCHMARK(BM_RunCStyleDecodeStories260K)->ArgNames({"context"})->Arg(128)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_RunCStyleDecodeBuiltin)->ArgNames({"context"})->Arg(128)->Unit(benchmark::kMicrosecond);
 
+// A quantized product's inputs: normally distributed, as a layer's inputs roughly are. Quantized per
+// block (Q8_0, Q8_K), the largest value of a block sets the scale and most codes are small, which
+// the K-quant tiles' int16 chains count on; a repeating ramp of seven values put every code near
+// the scale and sent them down their rarely taken wide path.
+void fill_layer_inputs(std::vector<float>& x) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& v : x) v = normal(rng);
+}
+
 // ---- the matmul alone: packed and batched vs one scalar dot product per output -------------
 
 void BM_PackedMatmul(benchmark::State& state) {
@@ -402,7 +413,7 @@ void run_quantized_matmul(benchmark::State& state, TensorType type, KernelIsa is
       data == nullptr ? std::optional<GgufFile>(std::in_place, gguf_bytes, "w") : std::nullopt;
   const QuantizedMatrix m(WeightTensor{type, data != nullptr ? data : gguf->tensors()[0].data, rows, cols});
   std::vector<float> x(static_cast<size_t>(tokens) * cols), y(static_cast<size_t>(tokens) * rows);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) * 0.1f - 0.3f;
+  fill_layer_inputs(x);
   for (auto _ : state) {
     m.multiply(x.data(), static_cast<size_t>(cols), tokens, y.data(), static_cast<size_t>(rows), isa);
     benchmark::DoNotOptimize(y.data());
@@ -466,7 +477,7 @@ void BM_DecodeLayerSequence(benchmark::State& state) {
     for (const Shape& m : kLayer) add(m.rows, m.cols);
   add(128256, 2048);
   std::vector<float> x(8192), y(128256);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) * 0.1f - 0.3f;
+  fill_layer_inputs(x);
   for (auto _ : state) {
     for (const auto& m : step) m->multiply(x.data(), static_cast<size_t>(m->cols()), 1, y.data(), 0);
     benchmark::DoNotOptimize(y.data());
@@ -505,7 +516,7 @@ void BM_ExpertProducts(benchmark::State& state) {
   }
   std::vector<float> x(kDim), hidden(static_cast<size_t>(kExperts) * 2 * kHidden),
       y(static_cast<size_t>(kExperts) * kDim);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) * 0.1f - 0.3f;
+  fill_layer_inputs(x);
   std::vector<LinearLayer::Call> calls;
   for (auto _ : state) {
     for (int l = 0; l < kLayers; ++l) {

@@ -186,10 +186,15 @@ constexpr double kMinParallelWeightBytes = 256.0 * 1024;
 // per thread, which the threads claim in turn, rather than one contiguous share each: such a call
 // is short (0.1-1 ms) and bound by memory, so a thread that starts late (woken from sleep, or
 // descheduled on a shared machine) would otherwise hold the whole team at the closing barrier,
-// and the thread waiting there may fall asleep in turn. Prompts keep one share per thread (the
-// AVX-512 build blocks over a share's rows).
+// and the thread waiting there may fall asleep in turn.
 constexpr int kBalancedMaxTokens = 8;
 constexpr int kChunksPerThread = 8;
+// Batched decode steps (up to this many tokens) take kBatchChunksPerThread chunks per thread: their
+// calls are compute-bound and equal halves still finish apart (on Zen 4, 2 threads, a 32-token Q5_K_M
+// step: the first thread waited at the closing barriers for 7-8 % of the step, 2-3 % with 4 chunks
+// a thread). Prompts keep one share per thread (the AVX-512 build blocks over a share's rows).
+constexpr int kBatchMaxTokens = 64;
+constexpr int kBatchChunksPerThread = 4;
 
 // How many chunks the `groups` row groups of a call of `num_tokens` tokens over `rows` x `cols`
 // weights of `bytes` bytes are split into (1: the calling thread alone).
@@ -198,7 +203,10 @@ int chunk_count(int groups, int num_tokens, int rows, int cols, size_t bytes) {
   const bool parallel = macs >= kMinParallelMultiplyAdds || static_cast<double>(bytes) >= kMinParallelWeightBytes;
   if (!parallel || groups <= 1) return 1;
   const int threads = kernel_threads();
-  return std::min(groups, num_tokens <= kBalancedMaxTokens ? kChunksPerThread * threads : threads);
+  const int per_thread = num_tokens <= kBalancedMaxTokens ? kChunksPerThread
+                         : num_tokens <= kBatchMaxTokens  ? kBatchChunksPerThread
+                                                          : 1;
+  return std::min(groups, per_thread * threads);
 }
 
 // The row groups calls are cut into: 4 panels of 16 rows in the panel builds (the AVX-512 tiles for
