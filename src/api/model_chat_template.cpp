@@ -6,6 +6,7 @@
 
 #include "pagedkv/core/error.h"
 #include "pagedkv/api/api_error.h"
+#include "pagedkv/api/json_in_order.h"
 #include "pagedkv/api/tool_definitions.h"
 
 namespace pagedkv::api {
@@ -41,7 +42,7 @@ std::vector<std::string> find_markers(std::string_view source) {
 }  // namespace
 
 ChatTemplateInput parse_chat_template_input(std::string_view body) {
-  const ordered_json j = ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
+  const ordered_json j = parse_json_in_order(body);
   ChatTemplateInput in;
   if (!j.is_object()) return in;
   if (auto it = j.find("messages"); it != j.end()) in.messages = messages_for_template(*it);

@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "pagedkv/api/api_error.h"
+#include "pagedkv/api/json_in_order.h"
 
 namespace pagedkv::api {
 namespace {
@@ -149,7 +150,7 @@ const ojson* field(const ojson& body, const char* name) {
 std::string schema_text(const ojson& v, const std::string& param) {
   if (v.is_object() || v.is_boolean()) return v.dump();
   if (v.is_string()) {
-    const ojson parsed = ojson::parse(v.get<std::string>(), nullptr, /*allow_exceptions=*/false);
+    const ojson parsed = parse_json_in_order(v.get<std::string>());
     if (parsed.is_discarded() || !(parsed.is_object() || parsed.is_boolean()))
       throw bad(param, fmt::format("'{}' must be a JSON Schema (an object, or a string holding one)", param),
                 "invalid_type");
@@ -293,7 +294,7 @@ CompletionRequest parse_completion_request(std::string_view body, ApiEndpoint en
     if (m == nullptr) throw bad("messages", "'messages' is required", "missing_field");
     r.messages = parse_messages(*m);
     r.chat_input = parse_chat_template_input(body);
-    r.tools = parse_tool_request(ojson::parse(body, nullptr, /*allow_exceptions=*/false));
+    r.tools = parse_tool_request(parse_json_in_order(body));
   } else {
     const json* p = field(j, "prompt");
     if (p == nullptr) throw bad("prompt", "'prompt' is required", "missing_field");
@@ -428,7 +429,7 @@ CompletionRequest parse_completion_request(std::string_view body, ApiEndpoint en
        {"response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar"})
     structured = structured || field(j, name) != nullptr;
   if (structured) {
-    const ojson ordered = ojson::parse(body, nullptr, /*allow_exceptions=*/false);  // parsed once already
+    const ojson ordered = parse_json_in_order(body);  // parsed once already
     if (ordered.is_discarded()) throw ApiError(400, "the request body is not valid JSON", "", "invalid_json");
     r.structured_output = parse_structured_output(ordered);
   }

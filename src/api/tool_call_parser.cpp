@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "pagedkv/api/api_error.h"
+#include "pagedkv/api/json_in_order.h"
 #include "pagedkv/core/error.h"
 #include "pagedkv/grammar/grammar_limits.h"
 #include "pagedkv/grammar/json_schema_grammar.h"
@@ -38,7 +39,7 @@ size_t partial_tag_start(std::string_view s, std::string_view tag) {
 }
 
 std::optional<ordered_json> parse_json(std::string_view s) {
-  ordered_json j = ordered_json::parse(s, nullptr, /*allow_exceptions=*/false);
+  ordered_json j = parse_json_in_order(s);
   if (j.is_discarded()) return std::nullopt;
   return j;
 }

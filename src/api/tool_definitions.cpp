@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "pagedkv/api/api_error.h"
+#include "pagedkv/api/json_in_order.h"
 
 namespace pagedkv::api {
 namespace {
@@ -185,7 +186,7 @@ ordered_json messages_for_template(const ordered_json& messages) {
         (*fn)["arguments"] = ordered_json::object();
       } else if (args->is_string()) {
         // OpenAI sends the arguments as JSON text; templates print them as an object.
-        ordered_json parsed = ordered_json::parse(args->get<std::string>(), nullptr, /*allow_exceptions=*/false);
+        ordered_json parsed = parse_json_in_order(args->get<std::string>());
         if (parsed.is_object()) *args = std::move(parsed);
       } else if (!args->is_object()) {
         throw tool_error("messages", fmt::format("{}.function.arguments must be a JSON string or an object", call_at),

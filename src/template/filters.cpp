@@ -64,8 +64,9 @@ Value sort_key(Renderer& r, const Value& item, const Value& attribute, bool case
 }
 
 // What a value is as a key of a Python set: equal keys for values Python's == calls equal (1, 1.0
-// and True; a string by its text; objects by identity), none for a NaN (equal to nothing, so
-// always kept); lists and dicts are unhashable, a TypeError as in Python (tuples are the caller's).
+// and True; a string by its text; objects by identity; a tuple by its items' keys), none for a NaN
+// or a tuple holding one (equal to nothing, so always kept); lists and dicts are unhashable, a
+// TypeError as in Python, also inside a tuple.
 std::optional<std::string> python_hash_key(Renderer& r, const Value& v, int line) {
   switch (v.kind()) {
     case Value::Kind::kUndefined:
@@ -90,6 +91,17 @@ std::optional<std::string> python_hash_key(Renderer& r, const Value& v, int line
     case Value::Kind::kCallable:
       return fmt::format("p{}", static_cast<const void*>(&v.as_callable()));
     case Value::Kind::kList:
+      if (v.as_list().is_tuple) {
+        std::string key = "t";
+        for (const Value& item : v.as_list().items) {
+          const std::optional<std::string> item_key = python_hash_key(r, item, line);
+          if (!item_key) return std::nullopt;
+          key += fmt::format("{}:", item_key->size());  // lengths keep ('ab', 'c') from ('a', 'bc')
+          key += *item_key;
+        }
+        return key;
+      }
+      break;
     case Value::Kind::kDict:
       break;
   }
@@ -467,18 +479,13 @@ Value apply_filter(Renderer& r, std::string_view name, const Value& input, CallA
   }
   if (name == "unique") {  // jinja2 keeps a set of the keys seen: one hash lookup per item
     auto a = bind_args(r, "unique", args, {"case_sensitive", "attribute"}, line);
-    std::vector<Value> out, seen_tuples;  // tuples (hashable in Python) compared one by one
+    std::vector<Value> out;
     std::unordered_set<std::string> seen;
     for (const Value& item : items_of(r, input, line)) {
       r.count_iterations(1, line);
-      Value key = sort_key(r, item, a[1], truthy(a[0]), line);
-      if (key.is_list() && key.as_list().is_tuple) {
-        if (std::any_of(seen_tuples.begin(), seen_tuples.end(), [&](const Value& t) { return values_equal(t, key); }))
-          continue;
-        seen_tuples.push_back(std::move(key));
-      } else if (const std::optional<std::string> hash_key = python_hash_key(r, key, line)) {
+      const Value key = sort_key(r, item, a[1], truthy(a[0]), line);
+      if (const std::optional<std::string> hash_key = python_hash_key(r, key, line))
         if (!seen.insert(*hash_key).second) continue;
-      }
       out.push_back(item);
     }
     return Value::list(std::move(out));

@@ -390,6 +390,12 @@ TEST(TemplateLanguage, UniqueKeysAreThoseOfAPythonSet) {
             "['A', 'B']|['A', 'a']");
   EXPECT_THROW(render("{{ [[1], [1]]|unique|list }}", "{}"), jinja::TemplateError);
   EXPECT_THROW(render("{{ [{'a': 1}]|unique|list }}", "{}"), jinja::TemplateError);
+  // Tuples by their items' keys, nested ones too (outputs of Python's jinja2).
+  EXPECT_EQ(render("{{ [(1, 2), (1.0, 2), (True, 2.0), (1, 3), ('a', (1,)), ('a', (1.0,)), ()]|unique|list }}", "{}"),
+            "[(1, 2), (1, 3), ('a', (1,)), ()]");
+  EXPECT_EQ(render("{{ [('ab', 'c'), ('a', 'bc'), ('ab', 'c')]|unique|list }}", "{}"), "[('ab', 'c'), ('a', 'bc')]");
+  EXPECT_EQ(render(R"({{ {"b": 1, "a": 1}|dictsort|unique|list }})", "{}"), "[('a', 1), ('b', 1)]");
+  EXPECT_THROW(render("{{ [(1, [2])]|unique|list }}", "{}"), jinja::TemplateError);
 }
 
 TEST(TemplateLanguage, TemplateIsReusableAndThreadSafe) {
