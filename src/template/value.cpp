@@ -11,7 +11,45 @@ namespace {
 // Below this many entries a linear scan beats hashing the key.
 constexpr size_t kDictIndexThreshold = 12;
 
+// The lists and dicts whose last owner went away while another container of this thread was being
+// destroyed: the outermost destructor destroys them one at a time, so a chain of containers nested
+// a million deep costs a loop, not a million stack frames.
+thread_local std::vector<Value>* pending_release = nullptr;
+
+bool is_container(const Value& v) { return v.is_list() || v.is_dict(); }
+
+// Destroys what `hand_over` moves into the list it is given (a container's container items).
+template <class HandOver>
+void release_items(HandOver&& hand_over) {
+  if (pending_release != nullptr) {  // an outer destructor is emptying the list: it takes them
+    hand_over(*pending_release);
+    return;
+  }
+  std::vector<Value> pending;
+  pending_release = &pending;
+  hand_over(pending);
+  while (!pending.empty()) {
+    const Value last = std::move(pending.back());
+    pending.pop_back();
+  }  // each `last` that owned a container hands that container's items over in turn
+  pending_release = nullptr;
+}
+
 }  // namespace
+
+List::~List() {
+  release_items([this](std::vector<Value>& pending) {
+    for (Value& v : items)
+      if (is_container(v)) pending.push_back(std::move(v));
+  });
+}
+
+Dict::~Dict() {
+  release_items([this](std::vector<Value>& pending) {
+    for (auto& entry : entries_)
+      if (is_container(entry.second)) pending.push_back(std::move(entry.second));
+  });
+}
 
 void Dict::set(std::string key, Value value) {
   if (Value* existing = const_cast<Value*>(find(key))) {
@@ -181,7 +219,17 @@ constexpr uint64_t kMaxComparedItems = 10'000'000;
 
 bool same_container(const Value& a, const Value& b) { return (a.is_list() || a.is_dict()) && a.same_object(b); }
 
-bool equal_within(const Value& a, const Value& b, uint64_t& budget) {
+// Containers compared inside containers, at most (Python: RecursionError). The printer stops at
+// the same depth.
+constexpr int kMaxCompareDepth = 200;
+
+[[noreturn]] void too_deep_to_compare(int line) {
+  throw TemplateRenderError(line > 0 ? fmt::format("line {}: RecursionError: values nested too deeply to compare", line)
+                                     : std::string("RecursionError: values nested too deeply to compare"),
+                            line);
+}
+
+bool equal_within(const Value& a, const Value& b, uint64_t& budget, int depth = 0) {
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) return a.as_float() == b.as_float();
     return a.as_int() == b.as_int();
@@ -189,6 +237,7 @@ bool equal_within(const Value& a, const Value& b, uint64_t& budget) {
   if (a.kind() != b.kind()) return false;
   if (budget-- == 0)
     throw TemplateLimitError(fmt::format("comparison of values with more than {} items", kMaxComparedItems), 0);
+  if (depth > kMaxCompareDepth) too_deep_to_compare(0);
   switch (a.kind()) {
     case Value::Kind::kUndefined:
     case Value::Kind::kNone:
@@ -200,7 +249,8 @@ bool equal_within(const Value& a, const Value& b, uint64_t& budget) {
       const List& y = b.as_list();
       if (x.is_tuple != y.is_tuple || x.items.size() != y.items.size()) return false;
       for (size_t i = 0; i < x.items.size(); ++i)
-        if (!same_container(x.items[i], y.items[i]) && !equal_within(x.items[i], y.items[i], budget)) return false;
+        if (!same_container(x.items[i], y.items[i]) && !equal_within(x.items[i], y.items[i], budget, depth + 1))
+          return false;
       return true;
     }
     case Value::Kind::kDict: {
@@ -209,7 +259,8 @@ bool equal_within(const Value& a, const Value& b, uint64_t& budget) {
       if (x.size() != y.size()) return false;
       for (const auto& [k, v] : x.entries()) {
         const Value* other = y.find(k);
-        if (other == nullptr || (!same_container(v, *other) && !equal_within(v, *other, budget))) return false;
+        if (other == nullptr || (!same_container(v, *other) && !equal_within(v, *other, budget, depth + 1)))
+          return false;
       }
       return true;
     }
@@ -225,7 +276,9 @@ bool values_equal(const Value& a, const Value& b) {
   return equal_within(a, b, budget);
 }
 
-int compare_values(const Value& a, const Value& b, int line) {
+namespace {
+
+int compare_within(const Value& a, const Value& b, int line, int depth) {
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) {
       const double x = a.as_float(), y = b.as_float();
@@ -239,11 +292,12 @@ int compare_values(const Value& a, const Value& b, int line) {
     return c < 0 ? -1 : (c > 0 ? 1 : 0);
   }
   if (a.is_list() && b.is_list() && a.as_list().is_tuple == b.as_list().is_tuple) {
+    if (depth > kMaxCompareDepth) too_deep_to_compare(line);
     const auto& x = a.as_list().items;
     const auto& y = b.as_list().items;
     for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
       if (values_equal(x[i], y[i])) continue;
-      return compare_values(x[i], y[i], line);
+      return compare_within(x[i], y[i], line, depth + 1);
     }
     return x.size() < y.size() ? -1 : (x.size() > y.size() ? 1 : 0);
   }
@@ -254,5 +308,9 @@ int compare_values(const Value& a, const Value& b, int line) {
                   type_name(b)),
       line);
 }
+
+}  // namespace
+
+int compare_values(const Value& a, const Value& b, int line) { return compare_within(a, b, line, 0); }
 
 }  // namespace pagedkv::jinja

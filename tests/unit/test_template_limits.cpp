@@ -77,6 +77,52 @@ TEST(TemplateLimits, SharedItemsDoNotMultiplyTheWork) {
 
 // unique keeps a set of the keys seen, as jinja2 does: a long list takes one lookup per item (a
 // scan of the keys seen per item took 15 s for 100,000 distinct numbers).
+TEST(TemplateLimits, UniqueOfSharedOrDeepTuplesStops) {
+  // A tuple holding one tuple twice, 40 deep, stands for 2^40 items: its set key is bounded as
+  // printing it is; 100,000 tuples nested in one another end in a RecursionError, not a crash.
+  jinja::RenderOptions options;
+  options.limits.max_output_bytes = 64 << 10;
+  expect_limit(
+      "{% set ns = namespace(a=(1,)) %}{% for i in range(40) %}{% set ns.a = (ns.a, ns.a) %}{% endfor %}"
+      "{{ [ns.a, ns.a]|unique|list|length }}",
+      "max_output_bytes", ordered_json::object(), options);
+  const double start = thread_cpu_seconds();
+  EXPECT_THROW(jinja::Template("{% set ns = namespace(a=1) %}{% for i in range(100000) %}{% set ns.a = (ns.a,) %}"
+                               "{% endfor %}{{ [ns.a]|unique|list|length }}")
+                   .render(ordered_json::object()),
+               jinja::TemplateRenderError);
+  EXPECT_LT(thread_cpu_seconds() - start, 1.0);
+}
+
+TEST(TemplateLimits, DeeplyNestedValuesAreReleasedAndRefused) {
+  for (const std::string wrap : {"(ns.a,)", "[ns.a]", "{'k': ns.a}"}) {
+    // A loop can nest a value in itself as deep as max_loop_iterations allows: dropping the chain
+    // takes no stack frame per level (it crashed, recursing from container to container).
+    const std::string deep =
+        "{% set ns = namespace(a=1) %}{% for i in range(900000) %}{% set ns.a = " + wrap + " %}{% endfor %}";
+    EXPECT_EQ(jinja::Template(deep + "done").render(ordered_json::object()), "done") << wrap;
+    // Comparing two distinct chains nested past the printer's depth is a RecursionError, as hashing
+    // one is; the depth the chat templates' values have compares as before.
+    const std::string two = "{% set ns = namespace(a=1, b=1) %}{% for i in range(300) %}{% set ns.a = " + wrap +
+                            " %}{% set ns.b = " + wrap.substr(0, wrap.find("ns.a")) + "ns.b" +
+                            wrap.substr(wrap.find("ns.a") + 4) + " %}{% endfor %}";
+    for (const char* use : {"{{ ns.a == ns.b }}", "{{ ns.a in [ns.b] }}", "{{ [ns.a, ns.b]|sort|length }}"}) {
+      try {
+        jinja::Template(two + use).render(ordered_json::object());
+        ADD_FAILURE() << wrap << " " << use << ": rendered";
+      } catch (const jinja::TemplateRenderError& e) {  // dicts do not sort at all, as in Python
+        const bool unorderable = wrap[0] == '{' && std::string(use).find("sort") != std::string::npos;
+        EXPECT_NE(std::string(e.what()).find(unorderable ? "TypeError" : "RecursionError"), std::string::npos)
+            << e.what();
+      }
+    }
+  }
+  EXPECT_EQ(jinja::Template("{% set ns = namespace(a=1, b=1) %}{% for i in range(150) %}{% set ns.a = [ns.a] %}"
+                            "{% set ns.b = [ns.b] %}{% endfor %}{{ ns.a == ns.b }}")
+                .render(ordered_json::object()),
+            "True");
+}
+
 TEST(TemplateLimits, UniqueOfALongListIsLinear) {
   // Tuples too: a request's object of 50,000 members, its items twice. (Built as the vector it is:
   // ordered_json's operator[] searches the members before each new one.)

@@ -80,10 +80,12 @@ class Value {
   std::shared_ptr<const void> ptr_;  // the string, list, dict, namespace, callable or undefined hint
 };
 
-// A list, or a tuple (printed with parentheses; items() yields tuples).
+// A list, or a tuple (printed with parentheses; items() yields tuples). Lists and dicts nested
+// a million deep (a loop can build them) are destroyed level by level, not by recursion.
 struct List {
   std::vector<Value> items;
   bool is_tuple = false;
+  ~List();
 };
 
 // An insertion-ordered str -> value map. Built once, then read: large dicts get a hash index.
@@ -92,6 +94,7 @@ class Dict {
   Dict() = default;
   Dict(const Dict&) = delete;
   Dict& operator=(const Dict&) = delete;
+  ~Dict();  // level by level, as ~List
 
   // Sets `key` (keeping its first position if it is already there).
   void set(std::string key, Value value);
