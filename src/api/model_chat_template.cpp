@@ -6,7 +6,7 @@
 
 #include "pagedkv/core/error.h"
 #include "pagedkv/api/api_error.h"
-#include "pagedkv/api/json_in_order.h"
+#include "pagedkv/api/json_text.h"
 #include "pagedkv/api/tool_definitions.h"
 
 namespace pagedkv::api {

@@ -11,7 +11,7 @@
 #include <limits>
 
 #include "pagedkv/api/api_error.h"
-#include "pagedkv/api/json_in_order.h"
+#include "pagedkv/api/json_text.h"
 
 namespace pagedkv::api {
 namespace {
@@ -266,6 +266,10 @@ std::optional<StructuredOutputRequest> parse_structured_output(const ojson& j) {
 }
 
 json parse_object(std::string_view body) {
+  if (nests_deeper_than(body, kMaxJsonDepth))
+    throw ApiError(400,
+                   fmt::format("the request body nests arrays and objects more than {} levels deep", kMaxJsonDepth), "",
+                   "invalid_json");
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) {
     // JSON text is UTF-8 (RFC 8259): say so rather than "not JSON" when that is what broke it.

@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 
 #include "pagedkv/api/api_error.h"
-#include "pagedkv/api/json_in_order.h"
+#include "pagedkv/api/json_text.h"
 #include "pagedkv/core/error.h"
 #include "pagedkv/grammar/grammar_limits.h"
 #include "pagedkv/grammar/json_schema_grammar.h"
@@ -15,8 +15,6 @@ namespace {
 
 using nlohmann::ordered_json;
 using Kind = ToolCallScan::Kind;
-
-constexpr int kMaxJsonDepth = 128;  // deeper output is not a call (and would be slow to parse)
 
 ToolCallScan text_until(size_t end) { return {Kind::kText, end, {}}; }
 ToolCallScan need_more() { return {Kind::kNeedMore, 0, {}}; }

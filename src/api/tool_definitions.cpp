@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 
 #include "pagedkv/api/api_error.h"
-#include "pagedkv/api/json_in_order.h"
+#include "pagedkv/api/json_text.h"
 
 namespace pagedkv::api {
 namespace {

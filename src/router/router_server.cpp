@@ -10,6 +10,7 @@
 
 #include "pagedkv/api/api_error.h"
 #include "pagedkv/api/http_listener.h"
+#include "pagedkv/api/json_text.h"
 #include "pagedkv/api/kv_events_wire.h"
 #include "pagedkv/api/peer_connection.h"
 #include "pagedkv/api/request_id.h"
@@ -21,6 +22,8 @@ namespace {
 
 using api::ApiEndpoint;
 using api::ApiError;
+using api::kMaxJsonDepth;
+using api::nests_deeper_than;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
@@ -45,7 +48,7 @@ constexpr const char* kBackendHeader = "X-Pagedkv-Backend";
 // (OpenAI's end-user id). Empty: none. The body is parsed again only when the header is absent.
 std::string session_key(const httplib::Request& req) {
   if (std::string header = req.get_header_value("X-Session-Id"); !header.empty()) return "h:" + header.substr(0, 256);
-  if (req.body.find("\"user\"") == std::string::npos) return {};
+  if (req.body.find("\"user\"") == std::string::npos || nests_deeper_than(req.body, kMaxJsonDepth)) return {};
   const json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
   if (!body.is_object()) return {};
   const auto user = body.find("user");
@@ -246,7 +249,9 @@ void RouterServer::check_admin_key(const httplib::Request& req) const {
 BackendAddress RouterServer::admin_backend_address(const httplib::Request& req) {
   std::string url = req.get_param_value("url");
   if (url.empty()) {
-    const json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    const json body = nests_deeper_than(req.body, kMaxJsonDepth)
+                          ? json(json::value_t::discarded)
+                          : json::parse(req.body, nullptr, /*allow_exceptions=*/false);
     if (!body.is_object() || !body.contains("url") || !body["url"].is_string())
       throw ApiError(400, "expected a JSON body {\"url\": \"http://host:port\"} (or ?url=)", "url",
                      "invalid_request_error");

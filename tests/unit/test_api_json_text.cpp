@@ -1,12 +1,12 @@
-// parse_json_in_order: the very ordered_json that nlohmann's own ordered parser builds, in time
-// linear in the members (the request bodies, tool definitions and model outputs the API parses).
+// JSON text from clients: parse_json_in_order builds the very ordered_json that nlohmann's own
+// ordered parser builds, in time linear in the members; nesting is bounded (nests_deeper_than).
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <random>
 #include <string>
 
-#include "pagedkv/api/json_in_order.h"
+#include "pagedkv/api/json_text.h"
 #include "thread_cpu_time.h"
 
 namespace pagedkv::api {
@@ -23,7 +23,7 @@ void expect_as_nlohmann(const std::string& text) {
   EXPECT_EQ(got, expected) << text;
 }
 
-TEST(JsonInOrder, BuildsWhatTheOrderedParserBuilds) {
+TEST(JsonText, BuildsWhatTheOrderedParserBuilds) {
   for (const char* text : {
            R"({"z": 1, "a": [true, false, null, {"y": -2, "b": 1.5e300}], "m": {"": "", "k": [[], {}]}})",
            R"([1, -1, 18446744073709551615, -9223372036854775808, 0.1, 1e-320, "\u00e9\ud83d\ude00"])",
@@ -66,13 +66,13 @@ TEST(JsonInOrder, BuildsWhatTheOrderedParserBuilds) {
   for (int i = 0; i < 300; ++i) expect_as_nlohmann(random_value(random_value, 0));
 }
 
-TEST(JsonInOrder, RefusesWhatIsNotJson) {
+TEST(JsonText, RefusesWhatIsNotJson) {
   for (const char* text : {"", "{", R"({"a": })", "[1,]", R"({"a" 1})", "tru", R"({"a": 1}})", "\"\xff\"", "[1] [2]"})
     expect_as_nlohmann(text);
   EXPECT_TRUE(parse_json_in_order(R"({"a": [1, {"b": )").is_discarded());
 }
 
-TEST(JsonInOrder, LargeObjectsTakeLinearTime) {
+TEST(JsonText, LargeObjectsTakeLinearTime) {
   // 200,000 members in one object (2 MB): the ordered parser's search of the members before each
   // one makes that 2 * 10^10 comparisons (over a minute); here a fraction of a second.
   std::string text = "{";
@@ -88,6 +88,27 @@ TEST(JsonInOrder, LargeObjectsTakeLinearTime) {
   EXPECT_EQ((members.begin() + 7)->first, "k7");
   EXPECT_EQ((members.begin() + 7)->second, "again");
   EXPECT_EQ((members.end() - 1)->first, "k199999");
+}
+
+TEST(JsonText, NestingIsCountedOutsideStrings) {
+  EXPECT_FALSE(nests_deeper_than("", 0));
+  EXPECT_FALSE(nests_deeper_than(R"({"a": [1, {"b": []}]})", 4));
+  EXPECT_TRUE(nests_deeper_than(R"({"a": [1, {"b": []}]})", 3));
+  EXPECT_FALSE(nests_deeper_than(R"(["[[[[", "{{{{", "\"[[[", "\\"])", 1));  // brackets, escapes inside strings
+  EXPECT_TRUE(nests_deeper_than(R"(["\\", [[1]]])", 2));  // an escaped backslash ends before the quote
+  EXPECT_FALSE(nests_deeper_than("[][][][][][]", 1));
+}
+
+TEST(JsonText, DeepTextIsRefusedBeforeItIsBuilt) {
+  const auto nested = [](int depth) { return std::string(depth, '[') + std::string(depth, ']'); };
+  EXPECT_TRUE(parse_json_in_order(nested(kMaxJsonDepth)).is_array());
+  EXPECT_TRUE(parse_json_in_order(nested(kMaxJsonDepth + 1)).is_discarded());
+  // 4 million deep (8 MB): refused at the bound, in no time and no memory to speak of.
+  const std::string deep = nested(4'000'000);
+  const double start = pagedkv::testing::thread_cpu_seconds();
+  EXPECT_TRUE(nests_deeper_than(deep, kMaxJsonDepth));
+  EXPECT_TRUE(parse_json_in_order(deep).is_discarded());
+  EXPECT_LT(pagedkv::testing::thread_cpu_seconds() - start, 0.5);
 }
 
 }  // namespace

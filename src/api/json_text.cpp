@@ -1,4 +1,4 @@
-#include "pagedkv/api/json_in_order.h"
+#include "pagedkv/api/json_text.h"
 
 #include <string>
 #include <unordered_map>
@@ -27,9 +27,9 @@ class InOrderBuilder {
   bool number_float(number_float_t v, const string_t&) { return add(v); }
   bool string(string_t& v) { return add(std::move(v)); }
   bool binary(binary_t& v) { return add(ordered_json::binary(std::move(v))); }
-  bool start_object(size_t) { return open(ordered_json::object()); }
+  bool start_object(size_t) { return deeper() && open(ordered_json::object()); }
   bool end_object() { return close(); }
-  bool start_array(size_t) { return open(ordered_json::array()); }
+  bool start_array(size_t) { return deeper() && open(ordered_json::array()); }
   bool end_array() { return close(); }
   bool key(string_t& k) {
     key_ = std::move(k);
@@ -67,6 +67,8 @@ class InOrderBuilder {
     members.emplace_back(std::move(key_), std::move(v));
     return &members.back().second;
   }
+  // Returning false ends the parse, and sax_parse reports it as failed.
+  bool deeper() const { return static_cast<int>(open_.size()) < kMaxJsonDepth; }
   bool add(ordered_json&& v) {
     place(std::move(v));
     return true;
@@ -88,6 +90,25 @@ class InOrderBuilder {
 };
 
 }  // namespace
+
+bool nests_deeper_than(std::string_view text, int max_depth) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;  // the escaped character, whatever it is
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return true;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return false;
+}
 
 ordered_json parse_json_in_order(std::string_view text) {
   InOrderBuilder builder;
