@@ -6,7 +6,7 @@ answers the next normal request.
   template (`--chat-template`) serve refuses to start and says why; a template that runs away only
   on a particular conversation is a 400 for that request.
 - JSON Schemas, regexes and grammars built to explode: a regex of exponential size, 10,000 nested
-  levels, a 1 MB enum.
+  levels (the body refused before it is parsed), 100 (the grammar's limit), a 1 MB enum.
 - K-quant model files cut short or with a tensor inconsistent with its shape: serve and inspect
   exit with the file's error naming the tensor.
 """
@@ -118,8 +118,12 @@ def nested_schema(levels):
 # limits its error may name (None: a small automaton after all, served).
 HOSTILE_STRUCTURES = {
     "exploding regex": ('"structured_outputs": {"regex": "(a|b)*a(a|b){40}"}', ("max_automaton_states", "compile_budget_ms")),
+    # The body's own nesting is refused before it is parsed (128 levels of JSON); a schema within
+    # that but deeper than the grammar's 64 levels reaches the grammar's limit.
     "10,000 nested levels": ('"response_format": {"type": "json_schema", "json_schema": {"name": "deep", "schema": '
-                             + nested_schema(10000) + "}}", ("max_nesting_depth",)),
+                             + nested_schema(10000) + "}}", ("more than 128 levels deep",)),
+    "100 nested levels": ('"response_format": {"type": "json_schema", "json_schema": {"name": "deep", "schema": '
+                          + nested_schema(100) + "}}", ("max_nesting_depth",)),
     "a 1 MB enum": ('"response_format": {"type": "json_schema", "json_schema": {"name": "enum", "schema": '
                     + json.dumps({"enum": [f"value{i}" for i in range(90000)]}) + "}}", ("max_text_bytes", "max_enum_values")),
     "a nested-quantifier grammar": ('"structured_outputs": {"grammar": "root ::= ((\\"a\\"*)*)* \\"b\\""}', None),
