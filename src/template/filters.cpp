@@ -1,11 +1,11 @@
 // jinja2's filters and tests.
 #include <algorithm>
-#include <cstring>
-#include <optional>
-#include <unordered_set>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -63,14 +63,12 @@ Value sort_key(Renderer& r, const Value& item, const Value& attribute, bool case
   return key;
 }
 
-constexpr int kMaxHashKeyDepth = 200;
-
 // What a value is as a key of a Python set: equal keys for values Python's == calls equal (1, 1.0
 // and True; a string by its text; objects by identity; a tuple by its items' keys), none for a NaN
 // or a tuple holding one (equal to nothing, so always kept); lists and dicts are unhashable, a
 // TypeError as in Python, also inside a tuple. A tuple's key is as long as its items printed, so
 // it is held to max_output_bytes (tuples holding one tuple twice, nested, stand for exponentially
-// many items) and tuples to the printer's nesting depth.
+// many items) and tuples to kMaxNestedValueDepth.
 std::optional<std::string> python_hash_key(Renderer& r, const Value& v, int line, int depth = 0) {
   switch (v.kind()) {
     case Value::Kind::kUndefined:
@@ -96,7 +94,7 @@ std::optional<std::string> python_hash_key(Renderer& r, const Value& v, int line
       return fmt::format("p{}", static_cast<const void*>(&v.as_callable()));
     case Value::Kind::kList:
       if (v.as_list().is_tuple) {
-        if (depth >= kMaxHashKeyDepth) r.fail(line, "RecursionError: tuple nested too deeply to hash");
+        if (depth >= kMaxNestedValueDepth) r.fail(line, "RecursionError: tuple nested too deeply to hash");
         std::string key = "t";
         for (const Value& item : v.as_list().items) {
           const std::optional<std::string> item_key = python_hash_key(r, item, line, depth + 1);

@@ -217,11 +217,7 @@ namespace {
 // an item with itself by identity, and so does this; past kMaxComparedItems the comparison stops.
 constexpr uint64_t kMaxComparedItems = 10'000'000;
 
-bool same_container(const Value& a, const Value& b) { return (a.is_list() || a.is_dict()) && a.same_object(b); }
-
-// Containers compared inside containers, at most (Python: RecursionError). The printer stops at
-// the same depth.
-constexpr int kMaxCompareDepth = 200;
+bool same_container(const Value& a, const Value& b) { return is_container(a) && a.same_object(b); }
 
 [[noreturn]] void too_deep_to_compare(int line) {
   throw TemplateRenderError(line > 0 ? fmt::format("line {}: RecursionError: values nested too deeply to compare", line)
@@ -237,7 +233,7 @@ bool equal_within(const Value& a, const Value& b, uint64_t& budget, int depth = 
   if (a.kind() != b.kind()) return false;
   if (budget-- == 0)
     throw TemplateLimitError(fmt::format("comparison of values with more than {} items", kMaxComparedItems), 0);
-  if (depth > kMaxCompareDepth) too_deep_to_compare(0);
+  if (depth > kMaxNestedValueDepth) too_deep_to_compare(0);
   switch (a.kind()) {
     case Value::Kind::kUndefined:
     case Value::Kind::kNone:
@@ -292,7 +288,7 @@ int compare_within(const Value& a, const Value& b, int line, int depth) {
     return c < 0 ? -1 : (c > 0 ? 1 : 0);
   }
   if (a.is_list() && b.is_list() && a.as_list().is_tuple == b.as_list().is_tuple) {
-    if (depth > kMaxCompareDepth) too_deep_to_compare(line);
+    if (depth > kMaxNestedValueDepth) too_deep_to_compare(line);
     const auto& x = a.as_list().items;
     const auto& y = b.as_list().items;
     for (size_t i = 0; i < x.size() && i < y.size(); ++i) {

@@ -112,8 +112,6 @@ struct ReprPath {
   bool contains(const void* container) const { return std::find(open.begin(), open.end(), container) != open.end(); }
 };
 
-constexpr size_t kMaxReprDepth = 200;
-
 void append_repr(std::string& out, const Value& v, ReprPath& path);
 
 void append_container_repr(std::string& out, const Value& v, ReprPath& path) {
@@ -126,7 +124,7 @@ void append_container_repr(std::string& out, const Value& v, ReprPath& path) {
     if (v.is_namespace()) out += ">";
     return;
   }
-  if (path.open.size() >= kMaxReprDepth)
+  if (path.open.size() >= static_cast<size_t>(kMaxNestedValueDepth))
     throw TemplateRenderError("RecursionError: value nested too deeply to print", 0);
   path.open.push_back(container);
   const auto check_size = [&] {

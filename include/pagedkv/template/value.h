@@ -135,6 +135,10 @@ class Callable {
 // Python's type name of a value ("str", "int", "list", "dict", "NoneType", ...), for messages.
 std::string_view type_name(const Value& v);
 
+// How many containers inside containers printing, comparing and hashing a value follow before a
+// RecursionError (Python allows 1,000; chat templates nest a handful, loops can nest a million).
+constexpr int kMaxNestedValueDepth = 200;
+
 // Python truthiness: "", [], {}, 0, 0.0, None, False and undefined are false.
 bool truthy(const Value& v);
 
